@@ -1,0 +1,1 @@
+"""palyra: a self-hosted AI-agent daemon."""
