@@ -1,0 +1,24 @@
+"""`python -m bench <workload> [args]` — dispatch to a benchmark module.
+
+Workloads: ``journal`` (bench/journal.py) and ``tool-loop`` (bench/tool_loop.py).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+_WORKLOADS = {"journal": "bench.journal", "tool-loop": "bench.tool_loop"}
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in _WORKLOADS:
+        print(f"usage: python -m bench {{{'|'.join(_WORKLOADS)}}} [args...]", file=sys.stderr)
+        return 2
+    module = importlib.import_module(_WORKLOADS[argv[0]])
+    result: int = module.main(argv[1:])
+    return result
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
