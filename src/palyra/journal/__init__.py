@@ -1,0 +1,39 @@
+"""The journal: one append-only, hash-chained event log in LMDB, with indexes and entity tables.
+
+See ``docs/journal.md`` for the storage layout, the hash chain byte layout and
+the bundle format.
+"""
+
+from palyra.journal._bundle import export_bundle
+from palyra.journal._store import JournalStore
+from palyra.journal._types import (
+    ENTITY_TABLES,
+    NO_TAPE_SEQ,
+    Checkpoint,
+    EntityWrite,
+    EventDraft,
+    JournalConfig,
+    JournalHead,
+    JournalStats,
+    StoredEvent,
+    TapePage,
+)
+from palyra.journal._verify import VerifyReport, verify_bundle, verify_store
+
+__all__ = [
+    "ENTITY_TABLES",
+    "NO_TAPE_SEQ",
+    "Checkpoint",
+    "EntityWrite",
+    "EventDraft",
+    "JournalConfig",
+    "JournalHead",
+    "JournalStats",
+    "JournalStore",
+    "StoredEvent",
+    "TapePage",
+    "VerifyReport",
+    "export_bundle",
+    "verify_bundle",
+    "verify_store",
+]

@@ -1,0 +1,178 @@
+"""Export of a self-contained, verifiable NDJSON bundle (see ``_bundle_format``)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from palyra.core.canonical import decode_canonical
+from palyra.core.chain import GENESIS
+from palyra.journal import _env as names
+from palyra.journal._bundle_format import (
+    BUNDLE_FORMAT,
+    BUNDLE_VERSION,
+    CheckpointLine,
+    EventLine,
+    HeaderLine,
+    Line,
+    LinkLine,
+    TrailerLine,
+    encode_line,
+)
+from palyra.journal._record import CheckpointRecord, EventRecord, decode_checkpoint, decode_event
+from palyra.journal._store import JournalStore
+from palyra.journal._types import JournalConfig
+
+
+@dataclass(frozen=True, slots=True)
+class BundleSummary:
+    """What an export wrote."""
+
+    path: Path
+    events: int
+    links: int
+    checkpoints: int
+    head_position: int
+    head_hash: str
+
+
+def export_bundle(
+    source: Path | JournalStore, out: Path, *, session_id: str | None = None
+) -> BundleSummary:
+    """Write a bundle of the whole journal, or of one session, to ``out`` (mode 0600).
+
+    A session bundle carries that session's events in full and, for every
+    other position, only its event hash and link hash, so the global chain
+    and every checkpoint still verify while other sessions' content stays out.
+    The file is written under a temporary name and renamed when complete.
+    """
+    store = (
+        source
+        if isinstance(source, JournalStore)
+        else JournalStore.open(Path(source), config=JournalConfig(readonly=True))
+    )
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            summary = _write(store, handle, session_id, out)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        if store is not source:
+            store.close()
+    return summary
+
+
+class _Writer:
+    def __init__(self, handle: BinaryIO) -> None:
+        self.handle = handle
+        self.digest = hashlib.sha256()
+
+    def emit(self, line: Line) -> None:
+        data = encode_line(line)
+        self.digest.update(data)
+        self.handle.write(data)
+
+
+def _write(
+    store: JournalStore, handle: BinaryIO, session_id: str | None, out: Path
+) -> BundleSummary:
+    env = store.env
+    writer = _Writer(handle)
+    writer.emit(
+        HeaderLine(
+            format=BUNDLE_FORMAT,
+            version=BUNDLE_VERSION,
+            scope="full" if session_id is None else "session",
+            session_id=session_id or "",
+            hash="sha256",
+            exported_at_ms=time.time_ns() // 1_000_000,
+        )
+    )
+    events = links = 0
+    position, head, session_head = 0, GENESIS, GENESIS
+    # One read txn: events and checkpoints come from the same snapshot.
+    with env.read() as txn:
+        pending = sorted(
+            (decode_checkpoint(v) for _k, v in txn.cursor(db=env.dbs[names.CHECKPOINTS])),
+            key=lambda c: (c.position, c.ts_ms),
+        )
+        cps = 0
+        while pending and pending[0].position == 0:
+            writer.emit(_checkpoint_line(pending.pop(0)))
+            cps += 1
+        for _key, value in txn.cursor(db=env.dbs[names.EVENTS]):
+            record = decode_event(value)
+            if session_id is None or record.session_id == session_id:
+                writer.emit(_event_line(record))
+                events += 1
+                session_head = record.hash
+            else:
+                writer.emit(
+                    LinkLine(
+                        position=record.position,
+                        hash=record.hash.hex(),
+                        global_hash=record.global_hash.hex(),
+                    )
+                )
+                links += 1
+            position, head = record.position, record.global_hash
+            while pending and pending[0].position <= position:
+                writer.emit(_checkpoint_line(pending.pop(0)))
+                cps += 1
+    writer.handle.write(
+        encode_line(
+            TrailerLine(
+                events=events,
+                links=links,
+                checkpoints=cps,
+                head_position=position,
+                head_hash=head.hex(),
+                session_head=session_head.hex() if session_id is not None else "",
+                sha256=writer.digest.hexdigest(),
+            )
+        )
+    )
+    return BundleSummary(out, events, links, cps, position, head.hex())
+
+
+def _event_line(record: EventRecord) -> EventLine:
+    payload = decode_canonical(record.payload)
+    return EventLine(
+        position=record.position,
+        event_id=record.event_id,
+        session_id=record.session_id,
+        run_id=record.run_id,
+        tape_seq=record.tape_seq,
+        kind=record.kind,
+        actor=record.actor,
+        ts_ms=record.ts_ms,
+        principal=record.principal,
+        device_id=record.device_id,
+        channel=record.channel,
+        payload=payload if isinstance(payload, dict) else {},
+        redactions=list(record.redactions),
+        prev_hash=record.prev_hash.hex(),
+        hash=record.hash.hex(),
+        global_hash=record.global_hash.hex(),
+    )
+
+
+def _checkpoint_line(record: CheckpointRecord) -> CheckpointLine:
+    return CheckpointLine(
+        position=record.position,
+        head_hash=record.head.hex(),
+        ts_ms=record.ts_ms,
+        public_key=record.public_key.hex(),
+        signature=record.signature.hex(),
+    )

@@ -1,0 +1,124 @@
+"""Line types of the NDJSON export bundle (format ``palyra.journal.bundle`` v1).
+
+Every line is the compact JSON of one of these structs with keys sorted
+(``msgspec.json.encode(line, order="sorted")``) followed by ``\\n``. Verifiers
+re-encode each parsed line and require identical bytes, so no byte of a bundle
+can change without being noticed, even where JSON would allow an equivalent
+spelling (``1e5``/``1E5``, hex case, key order).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+BUNDLE_FORMAT = "palyra.journal.bundle"
+BUNDLE_VERSION = 1
+
+
+class _Line(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, frozen=True):
+    pass
+
+
+class HeaderLine(_Line, tag="header", frozen=True):
+    """First line. ``scope`` is ``full`` or ``session`` (then ``session_id`` is set)."""
+
+    format: str
+    version: int
+    scope: str
+    session_id: str
+    hash: str
+    exported_at_ms: int
+
+
+class EventLine(_Line, tag="event", frozen=True):
+    """A whole event: every field its hash covers, plus the three hashes (hex)."""
+
+    position: int
+    event_id: str
+    session_id: str
+    run_id: str
+    tape_seq: int
+    kind: str
+    actor: str
+    ts_ms: int
+    principal: str
+    device_id: str
+    channel: str
+    payload: dict[str, Any]
+    redactions: list[str]
+    prev_hash: str
+    hash: str
+    global_hash: str
+
+
+class LinkLine(_Line, tag="link", frozen=True):
+    """Another session's position in a session bundle: its event hash and link hash only."""
+
+    position: int
+    hash: str
+    global_hash: str
+
+
+class CheckpointLine(_Line, tag="checkpoint", frozen=True):
+    """A signed checkpoint; placed right after the line of its position."""
+
+    position: int
+    head_hash: str
+    ts_ms: int
+    public_key: str
+    signature: str
+
+
+class TrailerLine(_Line, tag="trailer", frozen=True):
+    """Last line: counts, heads and the SHA-256 of every preceding byte."""
+
+    events: int
+    links: int
+    checkpoints: int
+    head_position: int
+    head_hash: str
+    session_head: str
+    sha256: str
+
+
+Line = HeaderLine | EventLine | LinkLine | CheckpointLine | TrailerLine
+
+_ENCODER = msgspec.json.Encoder(order="sorted")
+_DECODER: msgspec.json.Decoder[Line] = msgspec.json.Decoder(Line)
+
+
+def encode_line(line: Line) -> bytes:
+    """The canonical bytes of a line, newline included."""
+    return _ENCODER.encode(line) + b"\n"
+
+
+def decode_line(data: bytes) -> Line:
+    """Parse one line (without its newline) and require canonical bytes.
+
+    Raises:
+        ValueError: malformed JSON, wrong field types, or non-canonical bytes.
+    """
+    try:
+        line = _DECODER.decode(data)
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"malformed line ({exc})") from exc
+    if _ENCODER.encode(line) != data:
+        raise ValueError("line is not in canonical form (bytes were altered)")
+    return line
+
+
+def parse_hash(text: str) -> bytes:
+    """32 bytes from 64 lowercase hex digits.
+
+    Raises:
+        ValueError: when ``text`` is not exactly that.
+    """
+    try:
+        raw = bytes.fromhex(text)
+    except ValueError as exc:
+        raise ValueError(f"bad hash {text!r}") from exc
+    if len(raw) != 32 or raw.hex() != text:
+        raise ValueError(f"bad hash {text!r}")
+    return raw

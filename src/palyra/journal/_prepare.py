@@ -1,0 +1,141 @@
+"""Validation, redaction and canonical encoding of drafts, before the writer sees them.
+
+Runs in the caller's thread so that one caller's bad draft fails only that
+caller, and so the single writer thread spends its time on hashing and I/O.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from palyra.core.canonical import INT64_MAX, canonical_bytes, normalize
+from palyra.core.errors import AlreadyExists, ErrorCode, InvalidArgument, PalyraError
+from palyra.core.ids import is_ulid, new_ulid
+from palyra.core.redaction import redact
+from palyra.journal._types import ENTITY_TABLES, EntityWrite, EventDraft, JournalConfig
+
+# LMDB keys are at most 511 bytes; index keys are u16 + id + u64.
+MAX_ID_BYTES = 256
+MAX_ENTITY_KEY_BYTES = 400
+MAX_FIELD_BYTES = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedEvent:
+    """A validated draft: ids filled in, payload redacted and encoded."""
+
+    event_id: str
+    session_id: str
+    run_id: str
+    tape: bool
+    kind: str
+    actor: str
+    ts_ms: int
+    principal: str
+    device_id: str
+    channel: str
+    payload: bytes
+    redactions: tuple[str, ...]
+    entity_writes: tuple[EntityWrite, ...]
+
+
+def _text(name: str, value: object, limit: int, *, required: bool = False) -> str:
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{name} must be a string", details={"field": name})
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidArgument(f"{name} is not valid UTF-8", details={"field": name}) from exc
+    if size > limit:
+        raise InvalidArgument(f"{name} is longer than {limit} bytes", details={"field": name})
+    if required and not value:
+        raise InvalidArgument(f"{name} is required", details={"field": name})
+    return str(value)
+
+
+def _entity_write(write: object, config: JournalConfig) -> EntityWrite:
+    if not isinstance(write, EntityWrite):
+        raise InvalidArgument("entity_writes must hold EntityWrite values")
+    if write.table not in ENTITY_TABLES:
+        raise InvalidArgument(
+            f"unknown entity table {write.table!r}", details={"table": str(write.table)}
+        )
+    key = _text("entity key", write.key, MAX_ENTITY_KEY_BYTES, required=True)
+    value = write.value
+    if value is not None:
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise InvalidArgument("entity value must be bytes or None")
+        value = bytes(value)
+        if len(value) > config.max_entity_bytes:
+            raise PalyraError(
+                f"entity {write.table}/{key} is {len(value)} bytes; limit is "
+                f"{config.max_entity_bytes}",
+                code=ErrorCode.PAYLOAD_TOO_LARGE,
+            )
+    return EntityWrite(write.table, key, value)
+
+
+def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> PreparedEvent:
+    """Validate one draft and produce its stored form.
+
+    Raises:
+        InvalidArgument: a field is malformed (non-ULID ``event_id``, an int
+            outside 64 bits, a non-JSON payload value, ``tape`` without
+            ``run_id``, an unknown entity table, …).
+        PalyraError: ``PAYLOAD_TOO_LARGE`` when the payload or an entity value
+            is over its cap.
+    """
+    if not isinstance(draft, EventDraft):
+        raise InvalidArgument("append expects EventDraft values")
+    event_id = _text("event_id", draft.event_id, 26) or new_ulid()
+    if not is_ulid(event_id):
+        raise InvalidArgument(f"event_id {event_id!r} is not a ULID", details={"field": "event_id"})
+    run_id = _text("run_id", draft.run_id, MAX_ID_BYTES)
+    if draft.tape and not run_id:
+        raise InvalidArgument("a tape event needs a run_id", details={"field": "run_id"})
+    ts_ms = draft.ts_ms
+    if isinstance(ts_ms, bool) or not isinstance(ts_ms, int) or not 0 <= ts_ms <= INT64_MAX:
+        raise InvalidArgument("ts_ms must be a non-negative 64-bit int", details={"field": "ts_ms"})
+    if not isinstance(draft.payload, Mapping):
+        raise InvalidArgument("payload must be a mapping", details={"field": "payload"})
+    plain = normalize(draft.payload)
+    raw = canonical_bytes(plain)
+    if len(raw) > config.max_payload_bytes:
+        raise PalyraError(
+            f"payload is {len(raw)} bytes; limit is {config.max_payload_bytes}",
+            code=ErrorCode.PAYLOAD_TOO_LARGE,
+            details={"limit": str(config.max_payload_bytes), "size": str(len(raw))},
+        )
+    redaction = redact(plain)
+    return PreparedEvent(
+        event_id=event_id,
+        session_id=_text("session_id", draft.session_id, MAX_ID_BYTES),
+        run_id=run_id,
+        tape=bool(draft.tape),
+        kind=_text("kind", draft.kind, MAX_FIELD_BYTES, required=True),
+        actor=_text("actor", draft.actor, MAX_FIELD_BYTES),
+        ts_ms=ts_ms or now_ms,
+        principal=_text("principal", draft.principal, MAX_FIELD_BYTES),
+        device_id=_text("device_id", draft.device_id, MAX_FIELD_BYTES),
+        channel=_text("channel", draft.channel, MAX_FIELD_BYTES),
+        payload=raw if not redaction.paths else canonical_bytes(redaction.value),
+        redactions=redaction.paths,
+        entity_writes=tuple(_entity_write(w, config) for w in draft.entity_writes),
+    )
+
+
+def prepare(drafts: Sequence[EventDraft], config: JournalConfig) -> list[PreparedEvent]:
+    """Prepare one ``append`` call; duplicate ids inside the call are refused."""
+    now_ms = time.time_ns() // 1_000_000
+    prepared = [prepare_draft(d, config, now_ms) for d in drafts]
+    seen: set[str] = set()
+    for event in prepared:
+        if event.event_id in seen:
+            raise AlreadyExists(
+                f"event_id {event.event_id} appears twice in one append",
+                details={"event_id": event.event_id},
+            )
+        seen.add(event.event_id)
+    return prepared

@@ -1,0 +1,213 @@
+"""``JournalStore``: the journal's public facade over LMDB."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from palyra.core.errors import ErrorCode, PalyraError, PalyraInternalError
+from palyra.journal import _reads
+from palyra.journal._env import JournalEnv
+from palyra.journal._follow import CommitNotifier, follow_cursor
+from palyra.journal._prepare import prepare
+from palyra.journal._signing import Signer
+from palyra.journal._types import (
+    DEFAULT_MAX_TAPE_BYTES,
+    Checkpoint,
+    EventDraft,
+    JournalConfig,
+    JournalHead,
+    JournalStats,
+    StoredEvent,
+    TapePage,
+)
+from palyra.journal._writer import Request, Writer
+
+_PAGE = 256
+
+
+class JournalStore:
+    """Append-only, hash-chained event log with indexes and entity tables.
+
+    Reads are synchronous (LMDB reads are memory-mapped and short); ``append``
+    and ``checkpoint`` are awaited because they wait for a durable commit.
+    """
+
+    def __init__(self, env: JournalEnv, config: JournalConfig) -> None:
+        self._env = env
+        self._config = config
+        self._notifier = CommitNotifier()
+        self._writer: Writer | None = None
+        self._signer: Signer | None = None
+        self._closed = False
+        if not config.readonly:
+            self._writer = Writer(env, config.max_batch_events, self._notifier.notify)
+
+    @classmethod
+    def open(cls, data_dir: Path, *, config: JournalConfig | None = None) -> JournalStore:
+        """Open (creating if needed) the journal of ``data_dir``.
+
+        Raises:
+            PalyraError: ``DATA_DIR_LOCKED`` when another process has the data
+                dir open for writing.
+            NotFound: read-only open of a data dir without a journal.
+        """
+        config = config or JournalConfig()
+        return cls(JournalEnv(Path(data_dir), config), config)
+
+    @property
+    def data_dir(self) -> Path:
+        """The data dir this store was opened on."""
+        return self._env.data_dir
+
+    @property
+    def env(self) -> JournalEnv:
+        """The underlying environment (verification and export read through it)."""
+        return self._env
+
+    def _writer_or_raise(self) -> Writer:
+        if self._closed:
+            raise PalyraError("the journal is closed", code=ErrorCode.UNAVAILABLE)
+        if self._writer is None:
+            raise PalyraInternalError("the journal was opened read-only")
+        return self._writer
+
+    async def append(self, drafts: Sequence[EventDraft]) -> list[StoredEvent]:
+        """Append ``drafts`` atomically; return once the commit is durable.
+
+        Raises:
+            InvalidArgument: a draft is malformed.
+            AlreadyExists: an ``event_id`` is already in the journal (or twice in ``drafts``).
+            PalyraError: ``PAYLOAD_TOO_LARGE`` over a size cap; ``UNAVAILABLE``
+                when the store is closed or the commit failed.
+        """
+        writer = self._writer_or_raise()
+        prepared = prepare(drafts, self._config)
+        if not prepared:
+            return []
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[StoredEvent]] = loop.create_future()
+        writer.submit(Request(loop, future, events=prepared))
+        return await future
+
+    async def checkpoint(self) -> Checkpoint:
+        """Sign the current global head with the data dir's ed25519 key and store it."""
+        writer = self._writer_or_raise()
+        if self._signer is None:
+            self._signer = Signer.load_or_create(self._env.path)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Checkpoint] = loop.create_future()
+        writer.submit(Request(loop, future, signer=self._signer))
+        return await future
+
+    def checkpoints(self) -> list[Checkpoint]:
+        """Stored checkpoints, oldest position first."""
+        return [
+            Checkpoint(r.position, r.head.hex(), r.ts_ms, r.public_key.hex(), r.signature.hex())
+            for r in _reads.checkpoints(self._env)
+        ]
+
+    def get_entity(self, table: str, key: str) -> bytes | None:
+        """The value of ``table``/``key`` or None."""
+        return _reads.get_entity(self._env, table, key)
+
+    def scan_entities(
+        self, table: str, prefix: str = "", after_key: str = "", limit: int = 1000
+    ) -> list[tuple[str, bytes]]:
+        """Rows of ``table`` with key prefix ``prefix`` after ``after_key`` (exclusive)."""
+        return _reads.scan_entities(self._env, table, prefix, after_key, limit)
+
+    def read_range(self, after_position: int = 0, limit: int = 100) -> list[StoredEvent]:
+        """Events after ``after_position`` (exclusive; positions start at 1)."""
+        return _reads.read_range(self._env, after_position, limit)
+
+    def read_session(
+        self, session_id: str, after_position: int = 0, limit: int = 100
+    ) -> list[StoredEvent]:
+        """Events of ``session_id`` after ``after_position``."""
+        return _reads.read_session(self._env, session_id, after_position, limit)
+
+    def read_tape(
+        self,
+        run_id: str,
+        after_seq: int = -1,
+        limit: int = 100,
+        max_bytes: int = DEFAULT_MAX_TAPE_BYTES,
+    ) -> TapePage:
+        """A page of ``run_id``'s tape (``limit`` clamped to 1..1000).
+
+        Raises:
+            PalyraError: ``RESOURCE_EXHAUSTED`` when one event exceeds ``max_bytes``.
+        """
+        return _reads.read_tape(self._env, run_id, after_seq, limit, max_bytes)
+
+    def head(self) -> JournalHead:
+        """Event count and global head hash."""
+        with self._env.read() as txn:
+            count, head = _reads.load_head(self._env, txn)
+        return JournalHead(count, head.hex())
+
+    def last_tape_seq(self, run_id: str) -> int:
+        """Highest tape_seq of ``run_id`` or -1."""
+        return _reads.last_tape_seq(self._env, run_id)
+
+    def follow(self, after_position: int = 0) -> AsyncIterator[StoredEvent]:
+        """Replay events after ``after_position``, then yield new ones as they commit."""
+        return follow_cursor(
+            self._notifier,
+            lambda after: self.read_range(after, _PAGE),
+            lambda event: event.position,
+            after_position,
+        )
+
+    def follow_tape(self, run_id: str, after_seq: int = -1) -> AsyncIterator[StoredEvent]:
+        """Replay ``run_id``'s tape after ``after_seq``, then follow it live."""
+        return follow_cursor(
+            self._notifier,
+            lambda after: self.read_tape(run_id, after, _PAGE).events,
+            lambda event: event.tape_seq,
+            after_seq,
+        )
+
+    def stats(self) -> JournalStats:
+        """Commit and append counters since open."""
+        s = self._writer.stats if self._writer is not None else None
+        return JournalStats(
+            commits=s.commits if s else 0,
+            appended_events=s.appended_events if s else 0,
+            appended_bytes=s.appended_bytes if s else 0,
+            append_calls=s.append_calls if s else 0,
+            max_batch_calls=s.max_batch_calls if s else 0,
+            map_size=self._env.map_size,
+            map_grows=self._env.map_grows,
+        )
+
+    def close(self) -> None:
+        """Commit what is queued, stop the writer, close LMDB and release the lock."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._writer is not None:
+            self._writer.stop()
+        self._notifier.notify(close=True)
+        self._env.close()
+
+    async def __aenter__(self) -> JournalStore:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __enter__(self) -> JournalStore:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,163 @@
+"""Public value types of the journal API."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+ENTITY_TABLES = frozenset(
+    {"sessions", "runs", "approvals", "tasks", "memory", "agents", "channels", "meta"}
+)
+"""Entity tables callers may write with :class:`EntityWrite`."""
+
+NO_TAPE_SEQ = -1
+"""``tape_seq`` of an event that is not on a run's tape."""
+
+MAX_TAPE_PAGE = 1000
+DEFAULT_MAX_TAPE_BYTES = 2 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class JournalConfig:
+    """Tuning of one journal store.
+
+    Attributes:
+        sync: fsync every commit. Only turn off in tests and benchmarks that
+            measure something other than durability.
+        map_size: initial LMDB map size in bytes; the map doubles whenever it
+            is full, so this is a starting point, not a ceiling.
+        max_payload_bytes: cap on an event payload's canonical size before
+            redaction; larger payloads get ``PAYLOAD_TOO_LARGE``.
+        max_entity_bytes: cap on one entity value.
+        max_batch_events: most events the writer puts into one group commit.
+        readonly: open without the writer lock (``verify``/``export`` while a
+            daemon may be running); ``append`` is then refused.
+    """
+
+    sync: bool = True
+    map_size: int = 64 * 1024 * 1024
+    max_payload_bytes: int = 256 * 1024
+    max_entity_bytes: int = 4 * 1024 * 1024
+    max_batch_events: int = 4096
+    readonly: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class EntityWrite:
+    """Put (``value`` bytes) or delete (``value`` None) one entity row.
+
+    Attributes:
+        table: one of :data:`ENTITY_TABLES`.
+        key: row key (UTF-8, at most 400 bytes).
+        value: new value, or None to delete.
+    """
+
+    table: str
+    key: str
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class EventDraft:
+    """An event to append. Empty ``event_id`` / zero ``ts_ms`` are filled in by the store.
+
+    ``tape=True`` puts the event on ``run_id``'s tape with the next dense
+    ``tape_seq``. ``entity_writes`` commit in the same transaction.
+    """
+
+    kind: str
+    actor: str
+    session_id: str = ""
+    run_id: str = ""
+    tape: bool = False
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    principal: str = ""
+    device_id: str = ""
+    channel: str = ""
+    event_id: str = ""
+    ts_ms: int = 0
+    entity_writes: Sequence[EntityWrite] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """An event as committed.
+
+    Attributes:
+        position: global position, dense from 1.
+        tape_seq: position on the run's tape, or -1 when not a tape event.
+        payload: the redacted payload.
+        redactions: JSON paths that redaction changed (hashed with the event).
+        hash: hex ``event_hash`` (session chain).
+        prev_hash: hex ``event_hash`` of the previous event of the same
+            session (64 zeros for the first).
+        global_hash: hex global link hash at ``position``.
+    """
+
+    position: int
+    event_id: str
+    session_id: str
+    run_id: str
+    tape_seq: int
+    kind: str
+    actor: str
+    ts_ms: int
+    principal: str
+    device_id: str
+    channel: str
+    payload: dict[str, Any]
+    redactions: list[str]
+    hash: str
+    prev_hash: str
+    global_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class TapePage:
+    """One page of a run's tape; ``next_after_seq`` is set only when more remain."""
+
+    events: list[StoredEvent]
+    next_after_seq: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class JournalHead:
+    """Number of events and the global head hash (64 zeros when empty)."""
+
+    count: int
+    head_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class JournalStats:
+    """Counters since the store was opened.
+
+    Attributes:
+        commits: durable write transactions committed.
+        appended_events: events committed.
+        appended_bytes: stored record bytes committed.
+        append_calls: ``append`` calls acknowledged.
+        max_batch_calls: most ``append`` calls that shared one commit.
+        map_size: current LMDB map size.
+        map_grows: times the map was grown.
+    """
+
+    commits: int
+    appended_events: int
+    appended_bytes: int
+    append_calls: int
+    max_batch_calls: int
+    map_size: int
+    map_grows: int
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A signed statement that the global chain head at ``position`` is ``head_hash``."""
+
+    position: int
+    head_hash: str
+    ts_ms: int
+    public_key: str
+    signature: str

@@ -1,0 +1,266 @@
+"""Verification of a live data dir and of an exported bundle."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from palyra.core.canonical import canonical_bytes, normalize
+from palyra.core.errors import InvalidArgument
+from palyra.journal import _env as names
+from palyra.journal import _reads
+from palyra.journal._bundle_format import (
+    BUNDLE_FORMAT,
+    BUNDLE_VERSION,
+    CheckpointLine,
+    EventLine,
+    HeaderLine,
+    LinkLine,
+    TrailerLine,
+    decode_line,
+    parse_hash,
+)
+from palyra.journal._chainwalk import ChainVerifier, Tampered
+from palyra.journal._env import JournalEnv
+from palyra.journal._record import (
+    RECORD_VERSION,
+    CheckpointRecord,
+    EventRecord,
+    decode_event,
+    key_u64,
+    u64_key,
+)
+from palyra.journal._store import JournalStore
+from palyra.journal._types import JournalConfig
+
+_CHUNK = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """Outcome of a verification; ``problem`` is None when intact."""
+
+    events: int
+    links: int
+    checkpoints: int
+    head_position: int
+    head_hash: str
+    problem: Tampered | None
+
+    @property
+    def ok(self) -> bool:
+        """True when everything checked out."""
+        return self.problem is None
+
+    def summary(self) -> str:
+        """One line: ``TAMPERED position=N: why`` or ``OK events=… head=…``."""
+        if self.problem is not None:
+            return self.problem.describe()
+        links = f" links={self.links}" if self.links else ""
+        return (
+            f"OK events={self.events}{links} checkpoints={self.checkpoints} "
+            f"head_position={self.head_position} head={self.head_hash}"
+        )
+
+
+def _report(verifier: ChainVerifier, problem: Tampered | None) -> VerifyReport:
+    return VerifyReport(
+        verifier.events,
+        verifier.links,
+        verifier.checkpoints,
+        verifier.position,
+        verifier.head.hex(),
+        problem,
+    )
+
+
+def verify_store(
+    source: Path | JournalStore, *, trusted_keys: Collection[bytes] = ()
+) -> VerifyReport:
+    """Verify every event and checkpoint of a data dir (opened read-only) or an open store."""
+    store = (
+        source
+        if isinstance(source, JournalStore)
+        else JournalStore.open(Path(source), config=JournalConfig(readonly=True))
+    )
+    verifier = ChainVerifier(trusted_keys=trusted_keys)
+    try:
+        _walk_env(store.env, verifier)
+    except Tampered as problem:
+        return _report(verifier, problem)
+    finally:
+        if store is not source:
+            store.close()
+    return _report(verifier, None)
+
+
+def _walk_env(env: JournalEnv, verifier: ChainVerifier) -> None:
+    try:
+        pending = sorted(_reads.checkpoints(env), key=lambda c: (c.position, c.ts_ms))
+    except msgspec.DecodeError as exc:
+        raise Tampered(None, f"undecodable checkpoint record ({exc})") from exc
+
+    def check_checkpoints(upto: int) -> None:
+        while pending and pending[0].position <= upto:
+            _check_checkpoint(verifier, pending.pop(0))
+
+    check_checkpoints(0)
+    after = 0
+    exhausted = False
+    while not exhausted:
+        exhausted = True
+        with env.read() as txn:
+            cursor = txn.cursor(db=env.dbs[names.EVENTS])
+            if not cursor.set_range(u64_key(after + 1)):
+                break
+            for count, (key, value) in enumerate(cursor, start=1):
+                position = key_u64(key) if len(key) == 8 else -1
+                try:
+                    record = decode_event(value)
+                except msgspec.DecodeError as exc:
+                    raise Tampered(verifier.position + 1, f"undecodable record ({exc})") from exc
+                if record.position != position or record.v != RECORD_VERSION:
+                    raise Tampered(
+                        verifier.position + 1,
+                        f"record under key {position} claims position {record.position}",
+                    )
+                verifier.event(record)
+                check_checkpoints(position)
+                after = position
+                if count >= _CHUNK:
+                    exhausted = False  # continue in a fresh txn; do not pin one snapshot
+                    break
+    check_checkpoints(1 << 64)
+
+
+def _check_checkpoint(verifier: ChainVerifier, record: CheckpointRecord) -> None:
+    verifier.checkpoint(
+        record.position, record.head, record.ts_ms, record.public_key, record.signature
+    )
+
+
+def verify_bundle(path: Path, *, trusted_keys: Collection[bytes] = ()) -> VerifyReport:
+    """Verify an exported bundle file; needs no data dir."""
+    verifier = ChainVerifier(trusted_keys=trusted_keys)
+    try:
+        with open(path, "rb") as handle:
+            _walk_bundle(handle, verifier)
+    except Tampered as problem:
+        return _report(verifier, problem)
+    return _report(verifier, None)
+
+
+def _walk_bundle(lines: Iterable[bytes], verifier: ChainVerifier) -> None:
+    digest = hashlib.sha256()
+    header: HeaderLine | None = None
+    trailer: TrailerLine | None = None
+    for number, raw in enumerate(lines, start=1):
+        nxt = verifier.position + 1
+        if trailer is not None:
+            raise Tampered(None, f"line {number}: data after the trailer")
+        if not raw.endswith(b"\n"):
+            raise Tampered(nxt, f"bundle truncated (line {number} is incomplete)")
+        try:
+            line = decode_line(raw[:-1])
+        except ValueError as exc:
+            raise Tampered(nxt, f"line {number}: {exc}") from exc
+        if header is None:
+            if not isinstance(line, HeaderLine):
+                raise Tampered(None, "line 1 is not a bundle header")
+            header = _check_header(line, verifier)
+        elif isinstance(line, EventLine):
+            verifier.event(_event_record(line, nxt))
+        elif isinstance(line, LinkLine):
+            verifier.link(line.position, _hash(line.hash, nxt), _hash(line.global_hash, nxt))
+        elif isinstance(line, CheckpointLine):
+            _bundle_checkpoint(line, verifier)
+        elif isinstance(line, TrailerLine):
+            trailer = line
+            _check_trailer(line, verifier, digest.hexdigest())
+            continue
+        else:
+            raise Tampered(nxt, f"line {number}: unexpected {type(line).__name__}")
+        digest.update(raw)
+    if trailer is None:
+        raise Tampered(verifier.position + 1, "bundle truncated (no trailer)")
+
+
+def _check_header(line: HeaderLine, verifier: ChainVerifier) -> HeaderLine:
+    if line.format != BUNDLE_FORMAT or line.version != BUNDLE_VERSION or line.hash != "sha256":
+        raise Tampered(None, f"unsupported bundle format {line.format!r} v{line.version}")
+    if line.scope == "session":
+        verifier.session_id = line.session_id
+    elif line.scope != "full" or line.session_id:
+        raise Tampered(None, f"unknown bundle scope {line.scope!r}")
+    return line
+
+
+def _hash(text: str, position: int) -> bytes:
+    try:
+        return parse_hash(text)
+    except ValueError as exc:
+        raise Tampered(position, str(exc)) from exc
+
+
+def _event_record(line: EventLine, position: int) -> EventRecord:
+    try:
+        payload = canonical_bytes(normalize(line.payload))
+    except InvalidArgument as exc:
+        raise Tampered(position, f"payload is not canonical ({exc.message})") from exc
+    return EventRecord(
+        RECORD_VERSION,
+        line.position,
+        line.event_id,
+        line.session_id,
+        line.run_id,
+        line.tape_seq,
+        line.kind,
+        line.actor,
+        line.ts_ms,
+        line.principal,
+        line.device_id,
+        line.channel,
+        payload,
+        line.redactions,
+        _hash(line.prev_hash, position),
+        _hash(line.hash, position),
+        _hash(line.global_hash, position),
+    )
+
+
+def _bundle_checkpoint(line: CheckpointLine, verifier: ChainVerifier) -> None:
+    position = verifier.position
+    try:
+        public_key, signature = bytes.fromhex(line.public_key), bytes.fromhex(line.signature)
+    except ValueError as exc:
+        raise Tampered(position, "checkpoint key or signature is not hex") from exc
+    if public_key.hex() != line.public_key or signature.hex() != line.signature:
+        raise Tampered(position, "checkpoint key or signature is not lowercase hex")
+    verifier.checkpoint(
+        line.position, _hash(line.head_hash, position), line.ts_ms, public_key, signature
+    )
+
+
+def _check_trailer(line: TrailerLine, verifier: ChainVerifier, digest: str) -> None:
+    if line.head_position != verifier.position or line.head_hash != verifier.head.hex():
+        raise Tampered(
+            verifier.position + 1,
+            f"bundle ends at position {verifier.position} but its trailer says "
+            f"{line.head_position} (entries removed or head changed)",
+        )
+    if (line.events, line.links, line.checkpoints) != (
+        verifier.events,
+        verifier.links,
+        verifier.checkpoints,
+    ):
+        raise Tampered(None, "trailer counts do not match the bundle")
+    session = verifier.session_id
+    expected = verifier.session_heads.get(session, b"\0" * 32).hex() if session is not None else ""
+    if line.session_head != expected:
+        raise Tampered(None, "trailer session head does not match")
+    if line.sha256 != digest:
+        raise Tampered(None, "bundle digest mismatch (a line was added, removed or altered)")
