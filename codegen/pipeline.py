@@ -1,0 +1,174 @@
+"""Orchestration: load and check the spec, render every output, install or compare.
+
+Everything is rendered into a staging directory first and only then copied over
+the output tree, so a failing run never leaves ``generated/`` half-written, and
+``--check`` shares the exact code path of a real run.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from codegen import (
+    checks,
+    proto_python,
+    proto_ts,
+    render_errors,
+    render_lifecycle,
+    render_mermaid,
+    render_routes,
+)
+from codegen.banner import MERMAID, PYTHON, banner, ruff_format
+from codegen.descriptors import ProtoSpec, load_proto_spec
+from codegen.diagnostics import SpecError
+from codegen.drift import diff_trees
+from codegen.layout import SpecLayout
+from codegen.lifecycle_model import Lifecycle, load_lifecycle
+from codegen.protoc import check_result
+
+#: Subtrees of the output root that codegen owns and replaces wholesale.
+MANAGED = ("python/palyra_gen", "ts", "docs")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """The parsed, checked spec."""
+
+    layout: SpecLayout
+    proto: ProtoSpec
+    lifecycles: tuple[Lifecycle, ...]
+
+
+def load_spec(spec_root: Path) -> Spec:
+    """Parse the spec and run every check; raise ``SpecError`` listing all problems."""
+    layout = SpecLayout(spec_root)
+    problems: list[str] = []
+    lifecycles: list[Lifecycle] = []
+    for path in layout.lifecycle_files():
+        try:
+            lifecycles.append(load_lifecycle(path, layout.label(path)))
+        except SpecError as exc:
+            problems += exc.problems
+    proto = load_proto_spec(layout)
+    for lc in lifecycles:
+        own = checks.check_lifecycle(lc)
+        problems += own + checks.check_lifecycle_enum(lc, proto, layout)
+        if not own:
+            problems += checks.check_statemachine_accepts(lc, layout)
+    problems += checks.check_rpcs(proto, layout)
+    problems += checks.check_error_codes(proto, layout)
+    if problems:
+        raise SpecError(problems)
+    return Spec(layout, proto, tuple(lifecycles))
+
+
+def render(spec: Spec, stage: Path) -> None:
+    """Write every output under ``stage`` (an empty directory)."""
+    layout = spec.layout
+    package = stage / "python" / proto_python.PACKAGE
+    ts_dir = stage / "ts"
+    package.mkdir(parents=True)
+    ts_dir.mkdir()
+    # The two protoc plugin runs dominate the run time; run them side by side.
+    jobs = [
+        (
+            subprocess.Popen(
+                proto_python.command(layout, package),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            ),
+            "running betterproto2",
+        ),
+        (
+            subprocess.Popen(
+                proto_ts.command(layout, ts_dir),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            ),
+            "running protoc-gen-es",
+        ),
+    ]
+    for proc, what in jobs:
+        out, err = proc.communicate()
+        check_result(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), what)
+    proto_python.postprocess(layout, package)
+    proto_ts.postprocess(layout, ts_dir)
+
+    _write(
+        package / "lifecycle" / "__init__.py",
+        PYTHON,
+        render_lifecycle.GENERATOR,
+        [lc.label for lc in spec.lifecycles],
+        render_lifecycle.render_package(spec.lifecycles),
+    )
+    docs = stage / "docs"
+    for lc in spec.lifecycles:
+        _write(
+            package / "lifecycle" / f"{lc.stem}.py",
+            PYTHON,
+            render_lifecycle.GENERATOR,
+            [lc.label],
+            render_lifecycle.render_module(lc, lc.enum_name),
+        )
+        _write(
+            docs / f"{lc.stem}.mmd",
+            MERMAID,
+            render_mermaid.GENERATOR,
+            [lc.label],
+            render_mermaid.render(lc),
+        )
+    errors_enum = spec.proto.enums[checks.ERROR_CODE_ENUM]
+    errors_label = layout.proto_label(errors_enum.file)
+    _write(
+        package / "errors.py",
+        PYTHON,
+        render_errors.GENERATOR,
+        [errors_label],
+        render_errors.render(errors_enum, errors_label),
+    )
+    route_sources = sorted({layout.proto_label(r.file) for r in spec.proto.rpcs})
+    _write(
+        package / "http_routes.py",
+        PYTHON,
+        render_routes.GENERATOR,
+        route_sources,
+        render_routes.render(spec.proto.rpcs),
+    )
+    ruff_format(stage / "python")
+
+
+def _write(path: Path, comment: str, generator: str, sources: list[str], body: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(banner(comment, generator, sources) + "\n" + body, encoding="utf-8")
+
+
+def generate(spec_root: Path, out_root: Path) -> int:
+    """Regenerate ``out_root`` from ``spec_root``; returns the number of files written."""
+    spec = load_spec(spec_root)
+    with tempfile.TemporaryDirectory(prefix="palyra-codegen-") as tmp:
+        stage = Path(tmp)
+        render(spec, stage)
+        count = 0
+        for sub in MANAGED:
+            target = out_root / sub
+            if target.exists():
+                shutil.rmtree(target)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(stage / sub, target)
+            count += sum(1 for p in target.rglob("*") if p.is_file())
+    return count
+
+
+def check(spec_root: Path, out_root: Path) -> str:
+    """Regenerate into a temp dir and diff against ``out_root``; "" means no drift."""
+    spec = load_spec(spec_root)
+    with tempfile.TemporaryDirectory(prefix="palyra-codegen-check-") as tmp:
+        stage = Path(tmp)
+        render(spec, stage)
+        return diff_trees(stage, out_root, label=out_root.name)
