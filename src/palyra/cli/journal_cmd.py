@@ -1,0 +1,150 @@
+"""``palyra journal verify|export|checkpoint``.
+
+Each command takes argv-like arguments (without the ``journal <command>``
+prefix) and returns the process exit code: 0 intact / done, 1 tampered,
+2 could not run (bad usage, no journal, data dir locked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from palyra.core.errors import PalyraError
+from palyra.journal import JournalStore, export_bundle, verify_bundle, verify_store
+
+EXIT_OK = 0
+EXIT_TAMPERED = 1
+EXIT_ERROR = 2
+
+
+def default_data_dir() -> Path:
+    """``$PALYRA_DATA_DIR`` or ``./palyra-data``."""
+    return Path(os.environ.get("PALYRA_DATA_DIR", "palyra-data"))
+
+
+def _parser(prog: str, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"palyra journal {prog}", description=description)
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="data dir (default $PALYRA_DATA_DIR or ./palyra-data)",
+    )
+    return parser
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace | int:
+    try:
+        return parser.parse_args(list(argv))
+    except SystemExit as exc:  # argparse exits on --help and on usage errors
+        return int(exc.code) if isinstance(exc.code, int) else EXIT_ERROR
+
+
+def _fail(error: BaseException) -> int:
+    message = error.message if isinstance(error, PalyraError) else str(error)
+    code = f"{error.code.value}: " if isinstance(error, PalyraError) else ""
+    print(f"ERROR {code}{message}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def verify(argv: Sequence[str]) -> int:
+    """Verify a live data dir (opened read-only) or, with ``--bundle``, an exported bundle."""
+    parser = _parser("verify", "Check every hash link and signed checkpoint of the journal.")
+    parser.add_argument("--bundle", type=Path, help="verify this exported bundle instead")
+    parser.add_argument(
+        "--public-key",
+        action="append",
+        default=[],
+        metavar="HEX",
+        help="only accept checkpoints signed by this ed25519 key (repeatable)",
+    )
+    args = _parse(parser, argv)
+    if isinstance(args, int):
+        return args
+    try:
+        keys = [bytes.fromhex(k) for k in args.public_key]
+    except ValueError:
+        print("ERROR --public-key must be hex", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        if args.bundle is not None:
+            report = verify_bundle(args.bundle, trusted_keys=keys)
+        else:
+            report = verify_store(args.data_dir or default_data_dir(), trusted_keys=keys)
+    except (PalyraError, OSError) as exc:
+        return _fail(exc)
+    print(report.summary())
+    if not report.ok:
+        print(
+            f"verified intact up to position {report.head_position} "
+            f"({report.events} events, {report.checkpoints} checkpoints)"
+        )
+        return EXIT_TAMPERED
+    return EXIT_OK
+
+
+def export(argv: Sequence[str]) -> int:
+    """Write a self-contained NDJSON bundle of the journal or of one session."""
+    parser = _parser(
+        "export", "Export a bundle that `palyra journal verify --bundle` checks offline."
+    )
+    parser.add_argument("--out", type=Path, required=True, help="bundle file to write")
+    parser.add_argument("--session", default=None, help="only this session's events in full")
+    args = _parse(parser, argv)
+    if isinstance(args, int):
+        return args
+    try:
+        summary = export_bundle(
+            args.data_dir or default_data_dir(), args.out, session_id=args.session
+        )
+    except (PalyraError, OSError) as exc:
+        return _fail(exc)
+    links = f" links={summary.links}" if args.session is not None else ""
+    print(
+        f"exported events={summary.events}{links} checkpoints={summary.checkpoints} "
+        f"head_position={summary.head_position} head={summary.head_hash} to {summary.path}"
+    )
+    return EXIT_OK
+
+
+def checkpoint(argv: Sequence[str]) -> int:
+    """Sign the current chain head with the data dir's ed25519 key and store the checkpoint."""
+    parser = _parser("checkpoint", "Store a signed checkpoint of the current journal head.")
+    args = _parse(parser, argv)
+    if isinstance(args, int):
+        return args
+    try:
+        store = JournalStore.open(args.data_dir or default_data_dir())
+    except (PalyraError, OSError) as exc:
+        return _fail(exc)
+    try:
+        made = asyncio.run(store.checkpoint())
+    except PalyraError as exc:
+        return _fail(exc)
+    finally:
+        store.close()
+    print(
+        f"checkpoint position={made.position} head={made.head_hash} "
+        f"key={made.public_key} signature={made.signature}"
+    )
+    return EXIT_OK
+
+
+COMMANDS = {"verify": verify, "export": export, "checkpoint": checkpoint}
+
+
+def main(argv: Sequence[str]) -> int:
+    """Dispatch ``palyra journal <command> [args]``."""
+    if not argv or argv[0] not in COMMANDS:
+        print(f"usage: palyra journal {{{'|'.join(COMMANDS)}}} [options]", file=sys.stderr)
+        return EXIT_ERROR
+    return COMMANDS[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,133 @@
+"""The pure core: canonical encoding and the documented hash layouts."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+import pytest
+
+from palyra.core.canonical import canonical_bytes, decode_canonical, normalize
+from palyra.core.chain import (
+    GENESIS,
+    EventHeader,
+    checkpoint_message,
+    event_hash,
+    event_preimage,
+    link_hash,
+)
+from palyra.core.errors import InvalidArgument
+
+HEADER = EventHeader(
+    position=7,
+    event_id="01HZZZZZZZZZZZZZZZZZZZZZZZ",
+    session_id="sess",
+    run_id="run",
+    tape_seq=3,
+    kind="tape.status",
+    actor="run_engine",
+    ts_ms=1_700_000_000_000,
+    principal="admin:me",
+    device_id="dev",
+    channel="",
+)
+
+
+def _text(s: str) -> bytes:
+    raw = s.encode()
+    return struct.pack(">I", len(raw)) + raw
+
+
+def test_event_preimage_matches_documented_layout() -> None:
+    # Built independently from docs/journal.md, so a layout change is caught.
+    payload = canonical_bytes({"b": 1, "a": "x"})
+    prev = bytes(range(32))
+    expected = (
+        b"palyra.journal.event.v1\x00"
+        + prev
+        + struct.pack(">Q", 7)
+        + _text(HEADER.event_id)
+        + _text("sess")
+        + _text("run")
+        + struct.pack(">q", 3)
+        + _text("tape.status")
+        + _text("run_engine")
+        + struct.pack(">q", 1_700_000_000_000)
+        + _text("admin:me")
+        + _text("dev")
+        + _text("")
+        + struct.pack(">I", 1)
+        + _text("$.password")
+        + struct.pack(">I", len(payload))
+        + payload
+    )
+    assert event_preimage(prev, HEADER, ["$.password"], payload) == expected
+    assert event_hash(prev, HEADER, ["$.password"], payload) == hashlib.sha256(expected).digest()
+
+
+def test_canonical_payload_bytes_are_pinned() -> None:
+    # Sorted keys, smallest int forms, float64 always.
+    assert canonical_bytes(normalize({"b": 1.0, "a": [1, -1, 2**40]})).hex() == (
+        "82a16193" "01" "ff" "cf0000010000000000" "a162" "cb3ff0000000000000"
+    )
+
+
+def test_link_and_checkpoint_layouts() -> None:
+    digest = hashlib.sha256(b"e").digest()
+    assert link_hash(GENESIS, 1, digest) == hashlib.sha256(
+        b"palyra.journal.link.v1\x00" + GENESIS + struct.pack(">Q", 1) + digest
+    ).digest()
+    assert checkpoint_message(5, digest, -1) == (
+        b"palyra.journal.checkpoint.v1\x00" + struct.pack(">Q", 5) + digest + struct.pack(">q", -1)
+    )
+    with pytest.raises(ValueError):
+        link_hash(b"short", 1, digest)
+
+
+def test_every_field_changes_the_hash() -> None:
+    payload = canonical_bytes({"x": 1})
+    base = event_hash(GENESIS, HEADER, [], payload)
+    for field, value in [
+        ("position", 8), ("event_id", "01HZZZZZZZZZZZZZZZZZZZZZZY"), ("session_id", "s2"),
+        ("run_id", "r2"), ("tape_seq", 4), ("kind", "k"), ("actor", "a"), ("ts_ms", 1),
+        ("principal", "p"), ("device_id", "d"), ("channel", "c"),
+    ]:
+        changed = EventHeader(**{**_fields(HEADER), field: value})
+        assert event_hash(GENESIS, changed, [], payload) != base, field
+    assert event_hash(GENESIS, HEADER, ["$.x"], payload) != base
+    assert event_hash(GENESIS, HEADER, [], canonical_bytes({"x": 2})) != base
+    assert event_hash(b"\x01" * 32, HEADER, [], payload) != base
+
+
+def test_length_prefixes_prevent_field_shifting() -> None:
+    a = EventHeader(**{**_fields(HEADER), "session_id": "ab", "run_id": "c"})
+    b = EventHeader(**{**_fields(HEADER), "session_id": "a", "run_id": "bc"})
+    assert event_hash(GENESIS, a, [], b"") != event_hash(GENESIS, b, [], b"")
+
+
+def _fields(header: EventHeader) -> dict[str, object]:
+    return {name: getattr(header, name) for name in header.__slots__}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [2**63, -(2**63) - 1, float("nan"), float("inf"), {1: "x"}, b"bytes", object(), {"s": "\ud800"}],
+)
+def test_normalize_rejects_values_outside_the_model(value: object) -> None:
+    with pytest.raises(InvalidArgument):
+        normalize({"v": value})
+
+
+def test_normalize_bounds_and_round_trip() -> None:
+    value = {"max": 2**63 - 1, "min": -(2**63), "t": (1, 2), "nested": {"f": -0.0, "n": None}}
+    plain = normalize(value)
+    assert plain["t"] == [1, 2]
+    assert decode_canonical(canonical_bytes(plain)) == plain
+
+
+def test_normalize_rejects_deep_nesting() -> None:
+    deep: object = 1
+    for _ in range(100):
+        deep = [deep]
+    with pytest.raises(InvalidArgument):
+        normalize({"d": deep})
