@@ -1,0 +1,165 @@
+"""The scripted provider: deterministic, keyless, the default.
+
+It implements the tool-loop workload rule (``/work/shared/workloads/tool-loop.md``)
+exactly, and echoes any other user message back, word by word:
+
+* Look at the messages after the last ``user`` message. ``n`` is the number of
+  ``tool`` messages there, ``r`` the value of the latest one (0 if none).
+* ``K`` comes from the user message itself: the number in ``"... add 1 to the
+  running total K times ..."`` (regex ``(\\d+)\\s+times``).
+* If ``n < K``: empty text and one tool call ``add {"a": r, "b": 1}`` (or, with
+  ``tool="echo"``, ``echo {"text": str(r + 1)}``) with id ``call_{n}``.
+* Otherwise the text ``result={r}``.
+
+It is stateless: the answer is a pure function of the request, so a run that
+is resumed from the journal gets exactly the answer it would have got.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import msgspec
+
+from palyra.providers._config import ScriptedTool
+from palyra.providers._types import (
+    ChatMessage,
+    Completed,
+    ModelRequest,
+    ModelResponse,
+    ProviderChunk,
+    TextDelta,
+    ToolCall,
+    Usage,
+    collect_response,
+)
+
+_TIMES = re.compile(r"(\d+)\s+times")
+_WORD = re.compile(r"\S+\s*|\s+")
+
+Number = int | float
+
+
+def parse_tool_value(content: str) -> Number:
+    """Read the numeric value out of a tool result's content.
+
+    Accepted shapes, so that both built-in tools round-trip: a bare JSON number,
+    ``{"result": x}`` (the ``add`` tool), ``{"text": "x"}`` (the ``echo`` tool),
+    or a JSON string / plain text holding a number. Anything else reads as 0,
+    which makes the final ``result=`` visibly wrong rather than crashing.
+    """
+    try:
+        value: Any = msgspec.json.decode(content)
+    except msgspec.DecodeError:
+        value = content
+    if isinstance(value, dict):
+        value = value.get("result", value.get("text", 0))
+    if isinstance(value, bool):  # bool is an int subclass; never a tool count
+        return 0
+    if isinstance(value, int | float):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            try:
+                return float(value.strip())
+            except ValueError:
+                return 0
+    return 0
+
+
+def _fmt(value: Number) -> str:
+    # add keeps ints as ints; a float that is integral prints like an int so
+    # that echo's "10" and add's 10 give the same "result=10".
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _word_count(messages: list[ChatMessage]) -> int:
+    return sum(len(m.content.split()) for m in messages)
+
+
+def scripted_reply(request: ModelRequest, *, tool: ScriptedTool = "add") -> ModelResponse:
+    """Compute the scripted model's answer to ``request`` (pure).
+
+    Args:
+        request: The model request; only ``messages`` are read.
+        tool: ``add`` or ``echo``: which tool the tool-loop script calls.
+
+    Returns:
+        The response the scripted provider streams.
+    """
+    messages = request.messages
+    last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
+    usage_in = _word_count(messages)
+    user_text = messages[last_user].content if last_user >= 0 else ""
+    match = _TIMES.search(user_text)
+    if match is None:
+        # Echo mode, like the reference's deterministic provider.
+        return ModelResponse(
+            text=user_text,
+            tool_calls=[],
+            finish_reason="stop",
+            usage=Usage(usage_in, len(user_text.split())),
+            model="scripted",
+        )
+    k = int(match.group(1))
+    tool_results = [m for m in messages[last_user + 1 :] if m.role == "tool"]
+    n = len(tool_results)
+    r: Number = parse_tool_value(tool_results[-1].content) if tool_results else 0
+    if n < k:
+        arguments: dict[str, Any] = {"a": r, "b": 1} if tool == "add" else {"text": _fmt(r + 1)}
+        call = ToolCall(id=f"call_{n}", name=tool, arguments=arguments)
+        return ModelResponse(
+            text="",
+            tool_calls=[call],
+            finish_reason="tool_calls",
+            usage=Usage(usage_in, 1),
+            model="scripted",
+        )
+    text = f"result={_fmt(r)}"
+    return ModelResponse(
+        text=text, tool_calls=[], finish_reason="stop", usage=Usage(usage_in, 1), model="scripted"
+    )
+
+
+class ScriptedProvider:
+    """Deterministic provider implementing the tool-loop rule and echo mode.
+
+    Args:
+        tool: ``add`` (default) or ``echo``: the tool the workload script calls.
+        delay_s: Seconds to sleep before answering (default 0), so tests can
+            cancel a call while it is in flight.
+    """
+
+    def __init__(self, *, tool: ScriptedTool = "add", delay_s: float = 0.0) -> None:
+        self._tool: ScriptedTool = tool
+        self._delay_s = delay_s
+
+    @property
+    def name(self) -> str:
+        """Always ``scripted``."""
+        return "scripted"
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[ProviderChunk, None]:
+        """Yield the scripted answer: text as word deltas, then ``Completed``."""
+        if self._delay_s > 0:
+            await asyncio.sleep(self._delay_s)
+        response = scripted_reply(request, tool=self._tool)
+        # Words keep their trailing whitespace so the deltas concatenate back
+        # to exactly ``response.text``.
+        for piece in _WORD.findall(response.text):
+            yield TextDelta(piece)
+        yield Completed(response)
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Return the scripted answer without streaming."""
+        return await collect_response(self.stream(request))
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
