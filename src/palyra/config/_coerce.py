@@ -1,0 +1,102 @@
+"""Turn loosely typed values (TOML, env strings, CLI flags) into typed dataclasses.
+
+Generic over any frozen config dataclass, so sections owned by other packages
+(e.g. :class:`palyra.providers.ProviderConfig`) load the same way as ours.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from palyra.core.errors import ErrorCode, PalyraError
+
+T = TypeVar("T")
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def config_error(where: str, problem: str) -> PalyraError:
+    """A ``CONFIG_INVALID`` error naming the offending setting."""
+    return PalyraError(f"invalid setting {where}: {problem}", code=ErrorCode.CONFIG_INVALID,
+                       details={"setting": where})
+
+
+def build(cls: type[T], raw: Mapping[str, Any], where: str = "") -> T:
+    """Build dataclass ``cls`` from ``raw``; unknown keys and bad values are CONFIG_INVALID."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        raise config_error(f"{where}{unknown[0]}", "unknown setting")
+    kwargs: dict[str, Any] = {}
+    for name, value in raw.items():
+        hint = hints[name]
+        path = f"{where}{name}"
+        if dataclasses.is_dataclass(hint):
+            if not isinstance(value, Mapping):
+                raise config_error(path, "expected a table")
+            kwargs[name] = build(typing.cast(type[Any], hint), value, f"{path}.")
+        else:
+            kwargs[name] = coerce(value, hint, path)
+    return cls(**kwargs)
+
+
+def coerce(value: Any, hint: Any, where: str) -> Any:
+    """Coerce one value to ``hint`` (str, bool, int, float, Path, Literal, tuple[str, ...])."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Literal:
+        allowed = typing.get_args(hint)
+        if value not in allowed:
+            raise config_error(where, f"expected one of {', '.join(map(str, allowed))}")
+        return value
+    if origin is tuple:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise config_error(where, "expected a list of strings")
+        return tuple(value)
+    if origin in (typing.Union, types.UnionType):
+        raise config_error(where, "union-typed settings are not supported")
+    return _scalar(value, hint, where)
+
+
+def _scalar(value: Any, hint: Any, where: str) -> Any:
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            return value.strip().lower() in _TRUE
+        raise config_error(where, "expected a boolean")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                pass
+        raise config_error(where, "expected an integer")
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value.strip())
+            except ValueError:
+                pass
+        raise config_error(where, "expected a number")
+    if hint is Path:
+        if isinstance(value, (str, Path)) and str(value):
+            return Path(value)
+        raise config_error(where, "expected a path")
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise config_error(where, "expected a string")
+    raise config_error(where, f"unsupported setting type {hint!r}")

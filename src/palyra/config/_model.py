@@ -1,0 +1,123 @@
+"""The daemon's configuration: one frozen dataclass per concern.
+
+Every field has a default, so the daemon starts with no configuration at all
+(``nox -s serve``). Values are layered TOML file → ``PALYRA_*`` environment →
+CLI flags by :mod:`palyra.config._load`; nothing here reads the environment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Literal, TypeAlias
+
+from palyra.providers import ProviderConfig
+
+LogFormat: TypeAlias = Literal["kv", "json"]
+LogLevel: TypeAlias = Literal["debug", "info", "warning", "error"]
+
+DEFAULT_GRPC_PORT = 7443
+DEFAULT_HTTP_PORT = 7142
+MIB = 1024 * 1024
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GrpcConfig:
+    """The gRPC listener.
+
+    Attributes:
+        host: Interface to bind. Loopback by default: exposing the daemon is a
+            deliberate act.
+        port: TCP port; 0 picks an ephemeral port (written to ``daemon.json``).
+        max_message_bytes: Largest single gRPC message accepted or sent.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_GRPC_PORT
+    max_message_bytes: int = 4 * MIB
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HttpConfig:
+    """The HTTP/JSON + SSE listener.
+
+    Attributes:
+        host: Interface to bind.
+        port: TCP port; 0 picks an ephemeral port.
+        max_request_bytes: Largest request body; bigger bodies get 413 before
+            anything is decoded.
+        sse_error_grace_s: How long a server-streaming call may take to fail
+            before the 200 + SSE headers are sent. Errors inside this window
+            become plain HTTP errors (404, 403, ...); later ones become an
+            ``event: error`` frame.
+        sse_keepalive_s: Interval of ``:`` comment frames on idle streams, so
+            proxies keep the connection and dead clients are noticed.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_HTTP_PORT
+    max_request_bytes: int = 1 * MIB
+    sse_error_grace_s: float = 0.25
+    sse_keepalive_s: float = 15.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AuthConfig:
+    """Credentials the gateway accepts.
+
+    Attributes:
+        admin_token: The admin bearer token. Empty means: read
+            ``<data_dir>/admin.token``, generating it (0600) on first start.
+        connector_tokens: Channel-connector tokens. Each entry is ``TOKEN`` or
+            ``CHANNEL=TOKEN``; the latter only speaks for ``channel:CHANNEL``.
+            Connector tokens may call RouteMessage and nothing else.
+        bound_principal: If set, every admin call must use this principal.
+        require_ulid_device_id: Require ``x-palyra-device-id`` to be a ULID.
+    """
+
+    admin_token: str = ""
+    connector_tokens: tuple[str, ...] = ()
+    bound_principal: str = ""
+    require_ulid_device_id: bool = True
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Structured logging.
+
+    Attributes:
+        level: Minimum level emitted.
+        format: ``kv`` (key=value lines, the default) or ``json`` (one object per line).
+    """
+
+    level: LogLevel = "info"
+    format: LogFormat = "kv"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DaemonConfig:
+    """Process-level behaviour.
+
+    Attributes:
+        shutdown_grace_s: On SIGTERM/SIGINT, how long in-flight calls get to
+            finish before they are cancelled (runs are parked durably either way).
+    """
+
+    shutdown_grace_s: float = 5.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PalyraConfig:
+    """Everything ``palyra serve`` needs, one section per concern.
+
+    Attributes:
+        data_dir: Where the journal, ``admin.token`` and ``daemon.json`` live.
+    """
+
+    data_dir: Path = Path("./palyra-data")
+    grpc: GrpcConfig = dataclasses.field(default_factory=GrpcConfig)
+    http: HttpConfig = dataclasses.field(default_factory=HttpConfig)
+    auth: AuthConfig = dataclasses.field(default_factory=AuthConfig)
+    log: LogConfig = dataclasses.field(default_factory=LogConfig)
+    daemon: DaemonConfig = dataclasses.field(default_factory=DaemonConfig)
+    provider: ProviderConfig = dataclasses.field(default_factory=ProviderConfig)

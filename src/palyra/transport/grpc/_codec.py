@@ -1,0 +1,41 @@
+"""The protobuf codec with a size cap: grpclib has no max-message setting."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grpclib.encoding.proto import ProtoCodec
+
+from palyra.core.errors import ErrorCode, PalyraError
+
+
+class CappedProtoCodec(ProtoCodec):
+    """``ProtoCodec`` that refuses messages above ``max_bytes`` in either direction."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._max = max_bytes
+
+    def encode(self, message: Any, message_type: Any) -> bytes:
+        data: bytes = super().encode(message, message_type)
+        if len(data) > self._max:
+            raise PalyraError(
+                f"response of {len(data)} bytes exceeds the {self._max}-byte message cap",
+                code=ErrorCode.RESOURCE_EXHAUSTED,
+            )
+        return data
+
+    def decode(self, data: bytes, message_type: Any) -> Any:
+        if len(data) > self._max:
+            raise PalyraError(
+                f"request of {len(data)} bytes exceeds the {self._max}-byte message cap",
+                code=ErrorCode.PAYLOAD_TOO_LARGE,
+                details={"limit_bytes": str(self._max)},
+            )
+        try:
+            return super().decode(data, message_type)
+        except PalyraError:
+            raise
+        except Exception as exc:
+            raise PalyraError(
+                "request is not a valid protobuf message", code=ErrorCode.MALFORMED_REQUEST
+            ) from exc

@@ -1,0 +1,82 @@
+"""Per-call authentication and the one error translation of the gRPC gateway.
+
+grpclib dispatches ``RecvRequest`` before the service method runs, with the
+invocation metadata and a *mutable* ``method_func``. The listener wraps that
+function so that, in one place and for every RPC: the caller is authenticated
+and published in :data:`palyra.transport.context.current_caller`, and any
+exception is translated once to ``GRPCError(status, message)``; the stable
+error code then rides in the ``x-palyra-error-code`` trailer, added by the
+``SendTrailingMetadata`` listener.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+import structlog
+from grpclib.const import Status
+from grpclib.events import RecvRequest, SendTrailingMetadata, listen
+from grpclib.exceptions import GRPCError
+from grpclib.server import Server
+
+from palyra.transport.auth import REQUEST_ID_HEADER, Authenticator
+from palyra.transport.context import current_caller
+from palyra.transport.errors import ERROR_CODE_HEADER, RETRYABLE_HEADER, WireError, to_wire
+
+_log = structlog.get_logger("palyra.grpc")
+_wire_error: contextvars.ContextVar[WireError | None] = contextvars.ContextVar(
+    "palyra_grpc_wire_error", default=None
+)
+
+
+def install(server: Server, authenticator: Authenticator) -> None:
+    """Attach authentication and error translation to ``server``."""
+
+    async def on_request(event: RecvRequest) -> None:
+        rpc = event.method_name.rsplit("/", 1)[-1]
+        headers = {k: v for k, v in event.metadata.items() if isinstance(v, str)}
+        event.method_func = cast(Any, _guarded(rpc, headers, event.method_func, authenticator))
+
+    async def on_trailers(event: SendTrailingMetadata) -> None:
+        wire = _wire_error.get()
+        if wire is not None and event.status is not Status.OK:
+            event.metadata[ERROR_CODE_HEADER] = wire.code.value
+            event.metadata[RETRYABLE_HEADER] = "true" if wire.retryable else "false"
+
+    listen(server, RecvRequest, on_request)
+    listen(server, SendTrailingMetadata, on_trailers)
+
+
+def _guarded(
+    rpc: str,
+    headers: dict[str, str],
+    method_func: Callable[[Any], Awaitable[None]],
+    authenticator: Authenticator,
+) -> Callable[[Any], Awaitable[None]]:
+    async def guarded(stream: Any) -> None:
+        started = time.perf_counter()
+        request_id = headers.get(REQUEST_ID_HEADER, "")
+        try:
+            caller = authenticator.authenticate(rpc, headers)
+            if caller is not None:
+                request_id = caller.request_id
+            current_caller.set(caller)
+            await method_func(stream)
+        except (GRPCError, asyncio.CancelledError):
+            # grpclib's own statuses (deadline, bad frames) and cancellation
+            # pass through untouched.
+            raise
+        except Exception as exc:
+            wire = to_wire(exc, request_id=request_id)
+            _wire_error.set(wire)
+            _log.debug("rpc_error", rpc=rpc, code=wire.code.value, request_id=request_id,
+                       ms=round((time.perf_counter() - started) * 1000, 2))
+            raise GRPCError(Status(wire.grpc_status), wire.message) from None
+        _log.debug("rpc", rpc=rpc, request_id=request_id,
+                   ms=round((time.perf_counter() - started) * 1000, 2))
+
+    return guarded

@@ -1,0 +1,109 @@
+"""Build a request message from an HTTP request: path + query, or path + JSON body."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import betterproto2
+import msgspec
+
+from palyra.core.errors import ErrorCode, InvalidArgument, PalyraError
+from palyra.transport.http._json import bad_request, field_names, normalize_message, proto_meta
+from palyra.transport.http._routes import CompiledRoute
+
+# Exclusive tape cursors: over HTTP an absent cursor means "from the start"
+# (-1), because proto3's implicit 0 would silently skip tape_seq 0.
+CURSOR_FIELD = "after_seq"
+LAST_EVENT_ID = "last-event-id"
+_SCALAR_QUERY_TYPES = frozenset(
+    {"string", "bool", "enum", "bytes", "float", "double", "int32", "sint32", "sfixed32",
+     "uint32", "fixed32", "int64", "sint64", "sfixed64", "uint64", "fixed64"}
+)
+
+
+def decode_request(
+    route: CompiledRoute,
+    path_params: Mapping[str, str],
+    query: Iterable[tuple[str, str]],
+    body: bytes,
+    headers: Mapping[str, str],
+) -> betterproto2.Message:
+    """The request message for ``route``.
+
+    Raises:
+        PalyraError: ``MALFORMED_REQUEST`` for bad JSON, unknown/ill-typed fields
+            or query parameters; ``INVALID_ARGUMENT`` when the body contradicts
+            a path parameter.
+    """
+    cls = route.request_cls
+    if route.has_body:
+        data = _json_body(body)
+        if list(query):
+            raise bad_request("query", "this endpoint takes its fields in the JSON body")
+    else:
+        if body.strip():
+            raise bad_request("body", f"{route.http_method} {route.template} takes no body")
+        data = _query_object(cls, query)
+    fields = normalize_message(cls, data)
+    for name, value in path_params.items():
+        if name in fields and fields[name] != value:
+            raise InvalidArgument(f"{name} in the body ({fields[name]!r}) contradicts the path")
+        fields[name] = normalize_message(cls, {name: value})[name]
+    _default_cursor(route, fields, headers)
+    try:
+        return cls.from_dict(fields)
+    except (KeyError, ValueError, TypeError) as exc:  # should be unreachable after normalising
+        raise bad_request("body", str(exc)) from None
+
+
+def _json_body(body: bytes) -> Any:
+    if not body.strip():
+        return {}
+    try:
+        return msgspec.json.decode(body)
+    except msgspec.DecodeError as exc:
+        raise PalyraError(f"body is not valid JSON: {exc}", code=ErrorCode.MALFORMED_REQUEST) from None
+
+
+def _query_object(cls: type[betterproto2.Message], query: Iterable[tuple[str, str]]) -> dict[str, Any]:
+    """Query parameters → a JSON-shaped object (strings typed by the field they name)."""
+    names = field_names(cls)
+    meta = proto_meta(cls).meta_by_field_name
+    out: dict[str, Any] = {}
+    for key, raw in query:
+        name = names.get(key)
+        if name is None:
+            raise bad_request(key, "unknown query parameter")
+        fm = meta[name]
+        if fm.proto_type not in _SCALAR_QUERY_TYPES:
+            raise bad_request(key, "this field cannot be given as a query parameter")
+        value: Any = raw
+        if fm.proto_type == "bool":
+            lowered = raw.strip().lower()
+            if lowered not in ("true", "false", "1", "0", ""):
+                raise bad_request(key, "expected true or false")
+            value = lowered in ("true", "1", "")
+        if fm.repeated:
+            out.setdefault(key, []).append(value)
+        elif key in out:
+            raise bad_request(key, "query parameter given twice")
+        else:
+            out[key] = value
+    return out
+
+
+def _default_cursor(route: CompiledRoute, fields: dict[str, Any], headers: Mapping[str, str]) -> None:
+    meta = proto_meta(route.request_cls).meta_by_field_name.get(CURSOR_FIELD)
+    if meta is None or meta.proto_type != "int64":
+        return
+    last_event_id = headers.get(LAST_EVENT_ID, "").strip()
+    if route.server_streaming and last_event_id:
+        # An EventSource reconnects with its original URL plus Last-Event-ID,
+        # so the header is the fresher cursor and wins over ?after_seq=.
+        try:
+            fields[CURSOR_FIELD] = int(last_event_id)
+        except ValueError:
+            raise bad_request("Last-Event-ID", "expected a tape_seq") from None
+    else:
+        fields.setdefault(CURSOR_FIELD, -1)

@@ -1,0 +1,162 @@
+"""The HTTP/JSON + SSE gateway (Litestar), routed by the spec's route table.
+
+One catch-all handler matches the request against
+:class:`~palyra.transport.http._routes.RouteTable` (compiled from
+``palyra_gen.http_routes.ROUTES``), authenticates, decodes strictly, and calls
+the same facade method the gRPC gateway calls. Unary answers are the
+response's proto3 JSON; server streams are SSE; errors are the spec's
+``ErrorDetail`` body with the mapped status.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import betterproto2
+import msgspec
+import structlog
+from litestar import Litestar, Request, Response, get, route
+from litestar.enums import HttpMethod
+from litestar.exceptions import HTTPException
+from litestar.types import ASGIApp
+
+from palyra.config import HttpConfig
+from palyra.core.errors import ErrorCode, NotFound, PalyraError
+from palyra.transport.auth import REQUEST_ID_HEADER, Authenticator
+from palyra.transport.context import ContextFactory
+from palyra.transport.errors import WireError, to_wire
+from palyra.transport.facade import app_method, open_stream
+from palyra.transport.http._decode import decode_request
+from palyra.transport.http._openapi import build_openapi
+from palyra.transport.http._routes import CompiledRoute, RouteTable
+from palyra.transport.http._sse import SseResponse
+
+_log = structlog.get_logger("palyra.http")
+_json = msgspec.json.Encoder()
+_METHODS = [HttpMethod.GET, HttpMethod.POST, HttpMethod.PATCH, HttpMethod.DELETE, HttpMethod.PUT]
+
+
+def error_response(wire: WireError, status: int | None = None) -> Response[bytes]:
+    """An ``ErrorDetail`` JSON answer."""
+    return Response(
+        content=_json.encode(wire.http_body()),
+        status_code=status or wire.http_status,
+        media_type="application/json",
+    )
+
+
+async def read_body(request: Request[Any, Any, Any], limit: int) -> bytes:
+    """The request body, refusing anything above ``limit`` bytes (→ 413) as early as possible."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(limit: int) -> PalyraError:
+    return PalyraError(f"request body exceeds {limit} bytes", code=ErrorCode.PAYLOAD_TOO_LARGE,
+                       details={"limit_bytes": str(limit)})
+
+
+async def _one(message: betterproto2.Message) -> AsyncIterator[betterproto2.Message]:
+    # RunStream over HTTP: one request message, then half-close.
+    yield message
+
+
+def create_http_app(
+    app: object,
+    *,
+    authenticator: Authenticator,
+    make_ctx: ContextFactory,
+    config: HttpConfig,
+    routes: RouteTable | None = None,
+) -> Litestar:
+    """Build the Litestar application serving every spec route of ``app``."""
+    table = routes or RouteTable()
+    openapi = _json.encode(build_openapi(table))
+
+    @get("/schema/openapi.json", media_type="application/json", sync_to_thread=False)
+    def openapi_document() -> Response[bytes]:
+        return Response(content=openapi, media_type="application/json")
+
+    @route("/{path:path}", http_method=_METHODS)
+    async def dispatch(request: Request[Any, Any, Any], path: str) -> ASGIApp:
+        started = time.perf_counter()
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        request_id = headers.get(REQUEST_ID_HEADER, "")
+        raw_path = request.scope.get("raw_path", b"").decode("latin-1") or request.scope["path"]
+        rpc = "-"
+        try:
+            try:
+                found = table.match(request.method, raw_path)
+            except LookupError:
+                wire = to_wire(PalyraError(f"{request.method} is not allowed on {raw_path}",
+                                           code=ErrorCode.INVALID_ARGUMENT))
+                return error_response(wire, status=405)  # type: ignore[return-value]
+            if found is None:
+                raise NotFound(f"no endpoint {request.method} {raw_path}")
+            compiled, path_params = found
+            rpc = compiled.rpc
+            caller = authenticator.authenticate(compiled.rpc, headers)
+            if caller is not None:
+                request_id = caller.request_id
+            body = await read_body(request, config.max_request_bytes)
+            message = decode_request(compiled, path_params, request.query_params.multi_items(),
+                                     body, headers)
+            ctx = make_ctx(caller)
+            if compiled.server_streaming:
+                return _stream(app, compiled, ctx, message, config, request_id)
+            result = await app_method(app, compiled.python_method)(ctx, message)
+            _log.debug("http", rpc=rpc, status=200, request_id=request_id,
+                       ms=round((time.perf_counter() - started) * 1000, 2))
+            return Response(  # type: ignore[return-value]
+                content=_json.encode(result.to_dict()), status_code=200,
+                media_type="application/json",
+            )
+        except Exception as exc:
+            wire = to_wire(exc, request_id=request_id)
+            _log.debug("http", rpc=rpc, status=wire.http_status, code=wire.code.value,
+                       request_id=request_id)
+            return error_response(wire)  # type: ignore[return-value]
+
+    def on_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
+        code = {401: ErrorCode.UNAUTHENTICATED, 403: ErrorCode.PERMISSION_DENIED,
+                404: ErrorCode.NOT_FOUND, 413: ErrorCode.PAYLOAD_TOO_LARGE}.get(
+            exc.status_code, ErrorCode.MALFORMED_REQUEST if exc.status_code < 500 else ErrorCode.INTERNAL)
+        wire = to_wire(PalyraError(str(exc.detail), code=code))
+        return error_response(wire, status=exc.status_code)
+
+    return Litestar(
+        route_handlers=[openapi_document, dispatch],
+        openapi_config=None,
+        exception_handlers={HTTPException: on_http_exception},
+        request_max_body_size=None,  # enforced in read_body with the configured cap
+        debug=False,
+    )
+
+
+def _stream(
+    app: object,
+    compiled: CompiledRoute,
+    ctx: Any,
+    message: betterproto2.Message,
+    config: HttpConfig,
+    request_id: str,
+) -> SseResponse:
+    method = app_method(app, compiled.python_method)
+    argument: Any = _one(message) if compiled.client_streaming else message
+    return SseResponse(
+        open_stream(method(ctx, argument)),
+        error_grace_s=config.sse_error_grace_s,
+        keepalive_s=config.sse_keepalive_s,
+        request_id=request_id,
+    )
