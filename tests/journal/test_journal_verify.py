@@ -1,0 +1,217 @@
+"""verify / export / checkpoint: live data dir, bundles, signatures, the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from palyra.cli import journal_cmd
+from palyra.journal import JournalStore, export_bundle, verify_bundle, verify_store
+from palyra.journal._signing import KEY_FILE
+
+from .helpers import delete_records, draft, raw_record, rewrite_record
+
+
+async def _fill(data_dir: Path, events: int = 30, *, checkpoint_at: tuple[int, ...] = ()) -> None:
+    async with JournalStore.open(data_dir) as store:
+        for i in range(events):
+            await store.append(
+                [draft(i, session_id=f"s{i % 3}", run_id=f"r{i % 2}", tape=True,
+                       payload={"i": i, "api_key": "k"})]
+            )
+            if i + 1 in checkpoint_at:
+                await store.checkpoint()
+
+
+def _run(command: str, *argv: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:
+    code = journal_cmd.main([command, *argv])
+    return code, capsys.readouterr().out.splitlines()
+
+
+async def test_verify_live_dir_ok(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    await _fill(data_dir, checkpoint_at=(10, 30))
+    code, out = _run("verify", "--data-dir", str(data_dir), capsys=capsys)
+    assert code == 0
+    assert out[0].startswith("OK events=30 checkpoints=2 head_position=30 head=")
+
+
+async def test_verify_names_first_tampered_position(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await _fill(data_dir)
+    rewrite_record(data_dir, 17, ts_ms=1)
+    rewrite_record(data_dir, 20, payload=b"\x80")
+    code, out = _run("verify", "--data-dir", str(data_dir), capsys=capsys)
+    assert code == 1
+    assert out[0] == "TAMPERED position=17: hash mismatch (payload or header changed)"
+
+
+async def test_verify_detects_rehashed_event(data_dir: Path) -> None:
+    # An attacker who also recomputes the event hash still breaks the next link.
+    await _fill(data_dir)
+    from palyra.core.canonical import canonical_bytes
+    from palyra.core.chain import event_hash
+    from palyra.journal._record import decode_event, header_of
+
+    record = decode_event(raw_record(data_dir, 5))
+    payload = canonical_bytes({"i": 999})
+    rewrite_record(data_dir, 5, payload=payload,
+                   hash=event_hash(record.prev_hash, header_of(record), record.redactions, payload))
+    report = verify_store(data_dir)
+    assert report.problem is not None and report.problem.position == 5
+    assert "global link" in report.problem.reason
+
+
+async def test_verify_detects_undecodable_and_missing_records(data_dir: Path) -> None:
+    await _fill(data_dir)
+    raw_record(data_dir, 3, b"garbage")
+    report = verify_store(data_dir)
+    assert report.problem is not None and report.problem.position == 3
+    raw_record(data_dir, 3, raw_record(data_dir, 4))
+    assert verify_store(data_dir).problem.position == 3  # type: ignore[union-attr]
+
+
+async def test_truncation_is_caught_by_a_later_checkpoint(data_dir: Path) -> None:
+    await _fill(data_dir, checkpoint_at=(30,))
+    delete_records(data_dir, [28, 29, 30])
+    report = verify_store(data_dir)
+    assert report.problem is not None and report.problem.position == 28
+    assert "beyond" in report.problem.reason
+
+
+async def test_deleting_a_middle_record_is_caught(data_dir: Path) -> None:
+    await _fill(data_dir)
+    delete_records(data_dir, [12])
+    report = verify_store(data_dir)
+    assert report.problem is not None and report.problem.position == 12
+
+
+async def test_export_and_verify_bundle(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    await _fill(data_dir, checkpoint_at=(0, 15, 30))
+    out = tmp_path / "bundle.ndjson"
+    code, lines = _run("export", "--data-dir", str(data_dir), "--out", str(out), capsys=capsys)
+    assert code == 0 and lines[0].startswith("exported events=30 checkpoints=2")
+    assert out.stat().st_mode & 0o777 == 0o600
+    code, lines = _run("verify", "--bundle", str(out), capsys=capsys)
+    assert code == 0 and lines[0].startswith("OK events=30 checkpoints=2")
+    content = out.read_text().splitlines()
+    header, trailer = json.loads(content[0]), json.loads(content[-1])
+    assert header["type"] == "header" and header["version"] == 1
+    assert trailer["type"] == "trailer" and trailer["events"] == 30
+    assert trailer["head_hash"] == verify_store(data_dir).head_hash
+
+
+async def test_session_export_verifies_without_other_sessions_content(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await _fill(data_dir, checkpoint_at=(20,))
+    out = tmp_path / "s1.ndjson"
+    code, _ = _run("export", "--data-dir", str(data_dir), "--out", str(out), "--session", "s1", capsys=capsys)
+    assert code == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    events = [r for r in rows if r["type"] == "event"]
+    assert {e["session_id"] for e in events} == {"s1"} and len(events) == 10
+    assert all("payload" not in r for r in rows if r["type"] == "link")
+    report = verify_bundle(out)
+    assert report.ok and report.events == 10 and report.links == 20 and report.checkpoints == 1
+    # Replacing one of the session's events by a bare link breaks its session chain.
+    lines = out.read_text().splitlines()
+    i = next(k for k, r in enumerate(rows) if r["type"] == "event" and r["position"] == 5)
+    lines[i] = json.dumps(
+        {"global_hash": rows[i]["global_hash"], "hash": rows[i]["hash"], "position": 5, "type": "link"},
+        separators=(",", ":"),
+    )
+    out.write_text("\n".join(lines) + "\n")
+    report = verify_bundle(out)
+    assert report.problem is not None and report.problem.position == 8
+
+
+async def test_bundle_tamper_reports_first_position(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await _fill(data_dir)
+    out = tmp_path / "b.ndjson"
+    export_bundle(data_dir, out)
+    lines = out.read_text().splitlines()
+    row = json.loads(lines[17])
+    assert row["position"] == 17
+    row["payload"]["i"] = 1000
+    lines[17] = json.dumps(row, separators=(",", ":"), sort_keys=True)
+    out.write_text("\n".join(lines) + "\n")
+    code, printed = _run("verify", "--bundle", str(out), capsys=capsys)
+    assert code == 1
+    assert printed[0] == "TAMPERED position=17: hash mismatch (payload or header changed)"
+
+
+def test_checkpoint_cli_and_key(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    asyncio.run(_fill(data_dir, events=3))
+    code, out = _run("checkpoint", "--data-dir", str(data_dir), capsys=capsys)
+    assert code == 0 and out[0].startswith("checkpoint position=3 head=")
+    key = data_dir / "journal" / KEY_FILE
+    assert key.stat().st_mode & 0o777 == 0o600 and len(key.read_bytes()) == 32
+    public = out[0].split("key=")[1].split()[0]
+    code, out = _run("verify", "--data-dir", str(data_dir), "--public-key", public, capsys=capsys)
+    assert code == 0 and "checkpoints=1" in out[0]
+    code, out = _run("verify", "--data-dir", str(data_dir), "--public-key", "00" * 32, capsys=capsys)
+    assert code == 1 and out[0] == "TAMPERED position=3: checkpoint signed by an untrusted key"
+
+
+async def test_forged_checkpoint_is_rejected(data_dir: Path) -> None:
+    await _fill(data_dir, events=5, checkpoint_at=(5,))
+    async with JournalStore.open(data_dir) as store:
+        [cp] = store.checkpoints()
+    import lmdb
+    import msgspec
+
+    from palyra.journal import _env as names
+    from palyra.journal._record import decode_checkpoint, encode_record
+
+    env = lmdb.open(str(data_dir / "journal"), max_dbs=32)
+    db = env.open_db(names.CHECKPOINTS.encode())
+    with env.begin(write=True) as txn:
+        key, value = next(iter(txn.cursor(db=db)))
+        record = decode_checkpoint(value)
+        forged = bytes([record.signature[0] ^ 1]) + record.signature[1:]
+        txn.put(key, encode_record(msgspec.structs.replace(record, signature=forged)), db=db)
+    env.close()
+    report = verify_store(data_dir)
+    assert report.problem is not None and report.problem.position == 5
+    assert "signature" in report.problem.reason
+    assert cp.position == 5
+
+
+async def test_checkpoint_while_daemon_holds_the_lock(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    async with JournalStore.open(data_dir) as store:
+        await store.append([draft()])
+        code = journal_cmd.checkpoint(["--data-dir", str(data_dir)])
+        assert code == 2
+        assert "DATA_DIR_LOCKED" in capsys.readouterr().err
+
+
+async def test_verify_while_writer_is_running(data_dir: Path) -> None:
+    # Read-only verification in another process must work next to a live writer.
+    import subprocess
+    import sys
+
+    async with JournalStore.open(data_dir) as store:
+        await store.append([draft(i) for i in range(50)])
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "palyra.cli.journal_cmd", "verify", "--data-dir", str(data_dir),
+            stdout=subprocess.PIPE,
+        )
+        for i in range(20):
+            await store.append([draft(100 + i)])
+        stdout, _ = await proc.communicate()
+        assert proc.returncode == 0, stdout
+        assert stdout.decode().startswith("OK events=")
+
+
+def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert journal_cmd.main([]) == 2
+    assert journal_cmd.main(["verify", "--data-dir", str(tmp_path / "none")]) == 2
+    assert "ERROR NOT_FOUND" in capsys.readouterr().err
+    assert journal_cmd.main(["export"]) == 2  # --out is required
+    assert journal_cmd.main(["verify", "--bundle", str(tmp_path / "none.ndjson")]) == 2
