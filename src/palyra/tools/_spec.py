@@ -1,0 +1,129 @@
+"""What a tool is: spec, execution context, output and result types."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Generic, TypeAlias, TypeVar
+
+import msgspec
+
+from palyra.core.errors import ErrorCode, PalyraError
+from palyra.tools._capability import Capability
+
+ArgsT = TypeVar("ArgsT", bound=msgspec.Struct)
+
+MemorySearchHook: TypeAlias = Callable[[str, int], Awaitable[list[dict[str, Any]]]]
+"""``(query, limit) -> hits``: searches the session's memory; hits are JSON objects."""
+
+
+class ToolError(PalyraError):
+    """Raised by a tool handler for an expected failure (bad path, blocked URL).
+
+    The registry turns it into a failed ``ToolResult`` whose ``error`` is the
+    message, which is fed back to the model.
+    """
+
+    code = ErrorCode.TOOL_FAILED
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ToolContext:
+    """What a running tool may know about its surroundings.
+
+    Attributes:
+        workspace_dir: Root of the file tools; nothing outside it is reachable.
+        session_id: Session the call belongs to.
+        run_id: Run the call belongs to.
+        memory_search: Hook for ``memory.search``; ``None`` means no memory.
+    """
+
+    workspace_dir: Path
+    session_id: str = ""
+    run_id: str = ""
+    memory_search: MemorySearchHook | None = None
+
+
+class ToolOutput(msgspec.Struct, frozen=True):
+    """What a handler returns.
+
+    Attributes:
+        value: Any msgspec-encodable value; the registry encodes it as JSON.
+        truncated: The handler already cut its output (e.g. a large file).
+    """
+
+    value: Any
+    truncated: bool = False
+
+
+class ToolResult(msgspec.Struct, frozen=True):
+    """Outcome of one execution, ready to journal and feed to the model.
+
+    Attributes:
+        success: The handler returned normally.
+        output_json: JSON text of the output ("" when failed).
+        error: Human-readable failure ("" on success).
+        timed_out: The handler was stopped by the tool's timeout.
+        truncated: The output was cut to ``max_output_bytes`` (here or by the
+            handler itself).
+    """
+
+    success: bool
+    output_json: str = ""
+    error: str = ""
+    timed_out: bool = False
+    truncated: bool = False
+
+    def model_content(self) -> str:
+        """The text to put in the ``tool`` message for the model."""
+        if self.success:
+            return self.output_json
+        return msgspec.json.encode({"error": self.error}).decode()
+
+
+Handler: TypeAlias = Callable[[ArgsT, ToolContext], Awaitable[ToolOutput]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ToolSpec(Generic[ArgsT]):
+    """A registered tool.
+
+    Attributes:
+        name: Unique name the model calls (``fs.read``).
+        description: One sentence for the model.
+        args_type: msgspec Struct of the arguments (use
+            ``forbid_unknown_fields=True``); also gives the JSON schema.
+        capabilities: What the tool may touch; drives policy and posture.
+        handler: ``async (args, ctx) -> ToolOutput``.
+        timeout_s: Wall-clock limit of one call.
+        max_output_bytes: Cap on the encoded output JSON.
+    """
+
+    name: str
+    description: str
+    args_type: type[ArgsT]
+    capabilities: frozenset[Capability]
+    handler: Handler[ArgsT]
+    timeout_s: float = 30.0
+    max_output_bytes: int = 64 * 1024
+
+    def json_schema(self) -> dict[str, Any]:
+        """JSON schema of the arguments, inlined for models.
+
+        ``msgspec.json.schema`` wraps a Struct in ``$ref``/``$defs``; models
+        handle a plain object schema better, so the top level is inlined (other
+        definitions, if any, stay under ``$defs``).
+        """
+        schema = msgspec.json.schema(self.args_type)
+        defs: dict[str, Any] = dict(schema.get("$defs", {}))
+        ref = schema.get("$ref", "")
+        if not ref.startswith("#/$defs/"):
+            return schema
+        top: dict[str, Any] = dict(defs.pop(ref.removeprefix("#/$defs/")))
+        # The tool description already says what the struct docstring says.
+        top.pop("title", None)
+        top.pop("description", None)
+        if defs:
+            top["$defs"] = defs
+        return top
