@@ -1,0 +1,1 @@
+"""The ``palyra`` command: the daemon (``serve``) and a gRPC client for it."""

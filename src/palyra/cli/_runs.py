@@ -1,0 +1,55 @@
+"""``palyra runs tail RUN [--after-seq N] [--follow]`` and ``palyra runs abort RUN``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from palyra_gen.palyra import v1
+
+from palyra.cli._client import add_connection_flags, connect, report_error
+from palyra.cli._render import enum_name, print_event
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``runs tail|abort``."""
+    runs = commands.add_parser("runs", help="follow or abort runs")
+    sub = runs.add_subparsers(dest="runs_command", required=True)
+    tail = sub.add_parser("tail", help="print a run's tape from a cursor")
+    tail.add_argument("run_id")
+    tail.add_argument("--after-seq", type=int, default=-1,
+                      help="exclusive cursor (default -1: from the start)")
+    tail.add_argument("--follow", "-f", action="store_true",
+                      help="keep following the live run until it ends")
+    add_connection_flags(tail)
+    tail.set_defaults(handler=lambda args: asyncio.run(_tail(args)))
+    abort = sub.add_parser("abort", help="cancel a run")
+    abort.add_argument("run_id")
+    abort.add_argument("--reason", default="cli_abort_requested")
+    add_connection_flags(abort)
+    abort.set_defaults(handler=lambda args: asyncio.run(_abort(args)))
+
+
+async def _tail(args: argparse.Namespace) -> int:
+    request = v1.WatchRunRequest(run_id=args.run_id, after_seq=args.after_seq,
+                                 no_follow=not args.follow)
+    try:
+        async with connect(args) as stubs:
+            async for response in stubs.gateway.watch_run(request):
+                if response.event is not None:
+                    print_event(response.event)
+    except Exception as exc:
+        return report_error(exc)
+    return 0
+
+
+async def _abort(args: argparse.Namespace) -> int:
+    try:
+        async with connect(args) as stubs:
+            result = await stubs.gateway.abort_run(
+                v1.AbortRunRequest(run_id=args.run_id, reason=args.reason))
+    except Exception as exc:
+        return report_error(exc)
+    print(f"{result.run_id}: cancel requested={result.cancel_requested} "
+          f"state={enum_name(result.state)}")
+    return 0

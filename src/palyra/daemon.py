@@ -1,0 +1,110 @@
+"""The composition root: config → journal → application → gRPC + HTTP, one process.
+
+``run_daemon`` owns every long-lived resource through one ``AsyncExitStack``
+and every server task through one ``asyncio.TaskGroup``. SIGINT/SIGTERM start
+a drain: listeners stop, in-flight calls are cancelled (the runs they drove
+live on in the engine), the engine parks its runs durably, the journal
+closes, and the process exits 0. After SIGKILL the next start recovers from
+the journal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from typing import TextIO
+
+import structlog
+
+from palyra.config import PalyraConfig
+from palyra.logs import configure_logging
+from palyra.transport.auth import Authenticator
+from palyra.transport.discovery import DaemonInfo, remove_daemon_info, write_daemon_info
+from palyra.transport.grpc import GrpcGateway
+from palyra.transport.http import HttpGateway, create_http_app
+from palyra.transport.listen import bind_listener, bound_port
+from palyra.transport.tokens import ADMIN_TOKEN_FILE, ensure_data_dir, load_or_create_admin_token
+from palyra.wiring import VERSION, open_application
+
+_log = structlog.get_logger("palyra.daemon")
+
+
+def resolve_admin_token(config: PalyraConfig, out: TextIO) -> str:
+    """The admin token from config/env, else ``admin.token`` (generated and printed once)."""
+    if config.auth.admin_token:
+        return config.auth.admin_token
+    token, created = load_or_create_admin_token(config.data_dir)
+    if created:
+        path = config.data_dir / ADMIN_TOKEN_FILE
+        print(f"palyra: generated admin token (stored 0600 in {path}; shown once):\n{token}",
+              file=out, flush=True)
+    return token
+
+
+async def run_daemon(
+    config: PalyraConfig,
+    *,
+    out: TextIO = sys.stdout,
+    stop: asyncio.Event | None = None,
+) -> int:
+    """Serve until SIGINT/SIGTERM (or ``stop`` is set); return the exit code."""
+    configure_logging(config.log)
+    ensure_data_dir(config.data_dir)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, _on_signal(signum, stop))
+    admin_token = resolve_admin_token(config, out)
+    authenticator = Authenticator.from_config(config.auth, admin_token)
+    pid = os.getpid()
+    async with contextlib.AsyncExitStack() as stack:
+        app, make_ctx = await open_application(config, stack)
+        grpc_sock = bind_listener(config.grpc.host, config.grpc.port)
+        stack.callback(grpc_sock.close)
+        http_sock = bind_listener(config.http.host, config.http.port)
+        stack.callback(http_sock.close)
+        grpc_gateway = GrpcGateway(app, authenticator=authenticator, make_ctx=make_ctx,
+                                   config=config.grpc)
+        http_gateway = HttpGateway(
+            create_http_app(app, authenticator=authenticator, make_ctx=make_ctx,
+                            config=config.http),
+            shutdown_grace_s=config.daemon.shutdown_grace_s,
+        )
+        info = DaemonInfo(pid=pid, grpc_host=config.grpc.host, grpc_port=bound_port(grpc_sock),
+                          http_host=config.http.host, http_port=bound_port(http_sock),
+                          data_dir=str(config.data_dir.resolve()), version=VERSION)
+        async with asyncio.TaskGroup() as tg:
+            await grpc_gateway.start(grpc_sock)
+            tg.create_task(http_gateway.serve(http_sock), name="http")
+            write_daemon_info(config.data_dir, info)
+            stack.callback(remove_daemon_info, config.data_dir, pid)
+            print(f"palyra: serving gRPC on {info.grpc_host}:{info.grpc_port}, "
+                  f"HTTP on {info.http_host}:{info.http_port} (pid {pid})", file=out, flush=True)
+            _log.info("daemon_ready", grpc_port=info.grpc_port, http_port=info.http_port, pid=pid,
+                      data_dir=info.data_dir)
+            await stop.wait()
+            _log.info("daemon_draining")
+            http_gateway.close()
+            await _bounded(grpc_gateway.close(), config.daemon.shutdown_grace_s)
+        # Leaving the exit stack parks the engine's runs and closes the journal.
+    _log.info("daemon_stopped")
+    return 0
+
+
+def _on_signal(signum: int, stop: asyncio.Event) -> Callable[[], None]:
+    def handler() -> None:
+        _log.info("signal", signal=signal.Signals(signum).name)
+        stop.set()
+
+    return handler
+
+
+async def _bounded(awaitable: Awaitable[None], seconds: float) -> None:
+    # A stuck client must not keep the daemon from exiting.
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(max(seconds, 0.1)):
+            await awaitable
