@@ -68,15 +68,18 @@ def test_event_preimage_matches_documented_layout() -> None:
 def test_canonical_payload_bytes_are_pinned() -> None:
     # Sorted keys, smallest int forms, float64 always.
     assert canonical_bytes(normalize({"b": 1.0, "a": [1, -1, 2**40]})).hex() == (
-        "82a16193" "01" "ff" "cf0000010000000000" "a162" "cb3ff0000000000000"
+        "82a1619301ffcf0000010000000000a162cb3ff0000000000000"
     )
 
 
 def test_link_and_checkpoint_layouts() -> None:
     digest = hashlib.sha256(b"e").digest()
-    assert link_hash(GENESIS, 1, digest) == hashlib.sha256(
-        b"palyra.journal.link.v1\x00" + GENESIS + struct.pack(">Q", 1) + digest
-    ).digest()
+    assert (
+        link_hash(GENESIS, 1, digest)
+        == hashlib.sha256(
+            b"palyra.journal.link.v1\x00" + GENESIS + struct.pack(">Q", 1) + digest
+        ).digest()
+    )
     assert checkpoint_message(5, digest, -1) == (
         b"palyra.journal.checkpoint.v1\x00" + struct.pack(">Q", 5) + digest + struct.pack(">q", -1)
     )
@@ -88,9 +91,17 @@ def test_every_field_changes_the_hash() -> None:
     payload = canonical_bytes({"x": 1})
     base = event_hash(GENESIS, HEADER, [], payload)
     for field, value in [
-        ("position", 8), ("event_id", "01HZZZZZZZZZZZZZZZZZZZZZZY"), ("session_id", "s2"),
-        ("run_id", "r2"), ("tape_seq", 4), ("kind", "k"), ("actor", "a"), ("ts_ms", 1),
-        ("principal", "p"), ("device_id", "d"), ("channel", "c"),
+        ("position", 8),
+        ("event_id", "01HZZZZZZZZZZZZZZZZZZZZZZY"),
+        ("session_id", "s2"),
+        ("run_id", "r2"),
+        ("tape_seq", 4),
+        ("kind", "k"),
+        ("actor", "a"),
+        ("ts_ms", 1),
+        ("principal", "p"),
+        ("device_id", "d"),
+        ("channel", "c"),
     ]:
         changed = EventHeader(**{**_fields(HEADER), field: value})
         assert event_hash(GENESIS, changed, [], payload) != base, field
@@ -111,7 +122,16 @@ def _fields(header: EventHeader) -> dict[str, object]:
 
 @pytest.mark.parametrize(
     "value",
-    [2**63, -(2**63) - 1, float("nan"), float("inf"), {1: "x"}, b"bytes", object(), {"s": "\ud800"}],
+    [
+        2**63,
+        -(2**63) - 1,
+        float("nan"),
+        float("inf"),
+        {1: "x"},
+        b"bytes",
+        object(),
+        {"s": "\ud800"},
+    ],
 )
 def test_normalize_rejects_values_outside_the_model(value: object) -> None:
     with pytest.raises(InvalidArgument):

@@ -46,7 +46,9 @@ async def test_follow_tape_with_concurrent_appenders(store: JournalStore) -> Non
 
     async def appender(k: int) -> None:
         for j in range(10):
-            await store.append([draft(k * 100 + j, run_id="r", tape=True), draft(0, run_id="other", tape=True)])
+            await store.append(
+                [draft(k * 100 + j, run_id="r", tape=True), draft(0, run_id="other", tape=True)]
+            )
 
     await asyncio.gather(*(appender(k) for k in range(6)))
     events = await asyncio.wait_for(follower, 10)

@@ -16,7 +16,10 @@ from .helpers import draft
 
 async def test_concurrent_appends_share_commits(store: JournalStore) -> None:
     results = await asyncio.gather(
-        *(store.append([draft(i, session_id=f"s{i % 4}", run_id="r", tape=True)]) for i in range(64))
+        *(
+            store.append([draft(i, session_id=f"s{i % 4}", run_id="r", tape=True)])
+            for i in range(64)
+        )
     )
     stats = store.stats()
     assert stats.appended_events == 64 and stats.append_calls == 64
@@ -49,7 +52,10 @@ async def test_a_bad_call_does_not_fail_its_batch(store: JournalStore) -> None:
         await store.append([draft(payload={"n": 2**70})])
 
     outcomes = await asyncio.gather(
-        *(good(i) for i in range(20)), duplicate(), invalid(), *(good(i) for i in range(20, 40)),
+        *(good(i) for i in range(20)),
+        duplicate(),
+        invalid(),
+        *(good(i) for i in range(20, 40)),
         return_exceptions=True,
     )
     assert isinstance(outcomes[20], AlreadyExists)
@@ -86,6 +92,7 @@ async def test_cancelled_caller_does_not_break_the_writer(store: JournalStore) -
 async def test_appends_from_two_event_loops(data_dir: Path) -> None:
     store = JournalStore.open(data_dir)
     try:
+
         def other_loop() -> int:
             async def run() -> int:
                 done = await asyncio.gather(*(store.append([draft(i)]) for i in range(10)))

@@ -13,10 +13,29 @@ from palyra.core.redaction import REDACTED, contains_secret, is_secret_key, reda
 
 @pytest.mark.parametrize(
     "key",
-    ["password", "passwd", "api_key", "apiKey", "X-Api-Key", "authorization", "Cookie",
-     "set-cookie", "credentials", "private_key", "access_token", "refresh_token",
-     "client_secret", "accessToken", "id_token", "secret", "db_password", "pin", "pin_code",
-     "aws_secret_access_key", "passphrase"],
+    [
+        "password",
+        "passwd",
+        "api_key",
+        "apiKey",
+        "X-Api-Key",
+        "authorization",
+        "Cookie",
+        "set-cookie",
+        "credentials",
+        "private_key",
+        "access_token",
+        "refresh_token",
+        "client_secret",
+        "accessToken",
+        "id_token",
+        "secret",
+        "db_password",
+        "pin",
+        "pin_code",
+        "aws_secret_access_key",
+        "passphrase",
+    ],
 )
 def test_secret_keys(key: str) -> None:
     assert is_secret_key(key)
@@ -24,8 +43,21 @@ def test_secret_keys(key: str) -> None:
 
 @pytest.mark.parametrize(
     "key",
-    ["token", "tokens", "max_tokens", "prompt_tokens", "model_token", "token_count", "text",
-     "next_page_token_count", "signature", "proof", "reply_text", "catalog_hash", "spinner"],
+    [
+        "token",
+        "tokens",
+        "max_tokens",
+        "prompt_tokens",
+        "model_token",
+        "token_count",
+        "text",
+        "next_page_token_count",
+        "signature",
+        "proof",
+        "reply_text",
+        "catalog_hash",
+        "spinner",
+    ],
 )
 def test_content_keys_are_kept(key: str) -> None:
     assert not is_secret_key(key)
@@ -139,7 +171,11 @@ def test_no_secret_shaped_value_gets_through(
 
 @given(payload=json_values, secret=secrets)
 def test_redaction_is_idempotent(payload: Any, secret: str) -> None:
-    document = {"p": payload, "s": secret, "j": f'{{"password": "{len(secret)}", "t": "{secret[:3]}"}}'}
+    document = {
+        "p": payload,
+        "s": secret,
+        "j": f'{{"password": "{len(secret)}", "t": "{secret[:3]}"}}',
+    }
     once = redact(document)
     twice = redact(once.value)
     assert twice.value == once.value

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
-import subprocess
 import sys
 from pathlib import Path
 
@@ -46,9 +46,16 @@ async def test_read_after_write(store: JournalStore) -> None:
     written = await store.append(
         [
             EventDraft(
-                "tape.status", "engine", session_id="s", run_id="r", tape=True,
+                "tape.status",
+                "engine",
+                session_id="s",
+                run_id="r",
+                tape=True,
                 payload={"k": [1, 2.5, None, True, "x"], "secret": "hunter2"},
-                principal="admin:a", device_id="d", channel="c", ts_ms=42,
+                principal="admin:a",
+                device_id="d",
+                channel="c",
+                ts_ms=42,
             )
         ]
     )
@@ -56,7 +63,12 @@ async def test_read_after_write(store: JournalStore) -> None:
     assert event == written[0]
     assert event.payload == {"k": [1, 2.5, None, True, "x"], "secret": "<redacted>"}
     assert event.redactions == ["$.secret"]
-    assert (event.ts_ms, event.principal, event.device_id, event.channel) == (42, "admin:a", "d", "c")
+    assert (event.ts_ms, event.principal, event.device_id, event.channel) == (
+        42,
+        "admin:a",
+        "d",
+        "c",
+    )
 
 
 async def test_event_id_must_be_ulid_and_unique(store: JournalStore) -> None:
@@ -110,7 +122,9 @@ async def test_payload_cap(data_dir: Path) -> None:
 
 async def test_tape_sequence_is_dense_per_run(store: JournalStore) -> None:
     await store.append([draft(run_id="a", tape=True), draft(run_id="b", tape=True)])
-    await store.append([draft(run_id="a", tape=True), draft(run_id="a"), draft(run_id="a", tape=True)])
+    await store.append(
+        [draft(run_id="a", tape=True), draft(run_id="a"), draft(run_id="a", tape=True)]
+    )
     assert store.last_tape_seq("a") == 2
     assert store.last_tape_seq("b") == 0
     assert store.last_tape_seq("zz") == -1
@@ -136,7 +150,9 @@ async def test_read_tape_paging(store: JournalStore) -> None:
 
 
 async def test_read_tape_byte_cap(store: JournalStore) -> None:
-    await store.append([draft(i, run_id="r", tape=True, payload={"x": "y" * 1000}) for i in range(5)])
+    await store.append(
+        [draft(i, run_id="r", tape=True, payload={"x": "y" * 1000}) for i in range(5)]
+    )
     page = store.read_tape("r", max_bytes=3000)
     assert len(page.events) == 2 and page.next_after_seq == 1
     with pytest.raises(PalyraError) as info:
@@ -157,7 +173,9 @@ async def test_read_session_and_range(store: JournalStore) -> None:
 async def test_entities_commit_with_their_event(store: JournalStore) -> None:
     await store.append(
         [
-            draft(entity_writes=[EntityWrite("runs", "r1", b"one"), EntityWrite("runs", "r2", b"two")]),
+            draft(
+                entity_writes=[EntityWrite("runs", "r1", b"one"), EntityWrite("runs", "r2", b"two")]
+            ),
             draft(entity_writes=[EntityWrite("sessions", "s", b"sess")]),
         ]
     )
@@ -181,11 +199,11 @@ async def test_entities_commit_with_their_event(store: JournalStore) -> None:
 async def test_file_modes(store: JournalStore, data_dir: Path) -> None:
     await store.append([draft()])
     await store.checkpoint()
-    assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(data_dir).st_mode) == 0o700
     jdir = data_dir / "journal"
-    assert stat.S_IMODE(jdir.stat().st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(jdir).st_mode) == 0o700
     for name in os.listdir(jdir):
-        assert stat.S_IMODE((jdir / name).stat().st_mode) == 0o600, name
+        assert stat.S_IMODE(os.stat(jdir / name).st_mode) == 0o600, name
 
 
 _LOCKER = """
@@ -203,11 +221,14 @@ else:
 """
 
 
-async def test_second_writer_process_gets_data_dir_locked(store: JournalStore, data_dir: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", _LOCKER, str(data_dir)], capture_output=True, text=True, check=True
+async def test_second_writer_process_gets_data_dir_locked(
+    store: JournalStore, data_dir: Path
+) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _LOCKER, str(data_dir), stdout=asyncio.subprocess.PIPE
     )
-    code, message = result.stdout.splitlines()[:2]
+    stdout, _ = await proc.communicate()
+    code, message = stdout.decode().splitlines()[:2]
     assert code == "DATA_DIR_LOCKED"
     assert str(data_dir) in message and str(os.getpid()) in message
 

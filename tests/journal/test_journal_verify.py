@@ -19,8 +19,15 @@ async def _fill(data_dir: Path, events: int = 30, *, checkpoint_at: tuple[int, .
     async with JournalStore.open(data_dir) as store:
         for i in range(events):
             await store.append(
-                [draft(i, session_id=f"s{i % 3}", run_id=f"r{i % 2}", tape=True,
-                       payload={"i": i, "api_key": "k"})]
+                [
+                    draft(
+                        i,
+                        session_id=f"s{i % 3}",
+                        run_id=f"r{i % 2}",
+                        tape=True,
+                        payload={"i": i, "api_key": "k"},
+                    )
+                ]
             )
             if i + 1 in checkpoint_at:
                 await store.checkpoint()
@@ -58,8 +65,12 @@ async def test_verify_detects_rehashed_event(data_dir: Path) -> None:
 
     record = decode_event(raw_record(data_dir, 5))
     payload = canonical_bytes({"i": 999})
-    rewrite_record(data_dir, 5, payload=payload,
-                   hash=event_hash(record.prev_hash, header_of(record), record.redactions, payload))
+    rewrite_record(
+        data_dir,
+        5,
+        payload=payload,
+        hash=event_hash(record.prev_hash, header_of(record), record.redactions, payload),
+    )
     report = verify_store(data_dir)
     assert report.problem is not None and report.problem.position == 5
     assert "global link" in report.problem.reason
@@ -89,7 +100,9 @@ async def test_deleting_a_middle_record_is_caught(data_dir: Path) -> None:
     assert report.problem is not None and report.problem.position == 12
 
 
-async def test_export_and_verify_bundle(data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+async def test_export_and_verify_bundle(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     await _fill(data_dir, checkpoint_at=(0, 15, 30))
     out = tmp_path / "bundle.ndjson"
     code, lines = _run("export", "--data-dir", str(data_dir), "--out", str(out), capsys=capsys)
@@ -109,7 +122,9 @@ async def test_session_export_verifies_without_other_sessions_content(
 ) -> None:
     await _fill(data_dir, checkpoint_at=(20,))
     out = tmp_path / "s1.ndjson"
-    code, _ = _run("export", "--data-dir", str(data_dir), "--out", str(out), "--session", "s1", capsys=capsys)
+    code, _ = _run(
+        "export", "--data-dir", str(data_dir), "--out", str(out), "--session", "s1", capsys=capsys
+    )
     assert code == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     events = [r for r in rows if r["type"] == "event"]
@@ -121,7 +136,12 @@ async def test_session_export_verifies_without_other_sessions_content(
     lines = out.read_text().splitlines()
     i = next(k for k, r in enumerate(rows) if r["type"] == "event" and r["position"] == 5)
     lines[i] = json.dumps(
-        {"global_hash": rows[i]["global_hash"], "hash": rows[i]["hash"], "position": 5, "type": "link"},
+        {
+            "global_hash": rows[i]["global_hash"],
+            "hash": rows[i]["hash"],
+            "position": 5,
+            "type": "link",
+        },
         separators=(",", ":"),
     )
     out.write_text("\n".join(lines) + "\n")
@@ -155,7 +175,9 @@ def test_checkpoint_cli_and_key(data_dir: Path, capsys: pytest.CaptureFixture[st
     public = out[0].split("key=")[1].split()[0]
     code, out = _run("verify", "--data-dir", str(data_dir), "--public-key", public, capsys=capsys)
     assert code == 0 and "checkpoints=1" in out[0]
-    code, out = _run("verify", "--data-dir", str(data_dir), "--public-key", "00" * 32, capsys=capsys)
+    code, out = _run(
+        "verify", "--data-dir", str(data_dir), "--public-key", "00" * 32, capsys=capsys
+    )
     assert code == 1 and out[0] == "TAMPERED position=3: checkpoint signed by an untrusted key"
 
 
@@ -183,7 +205,9 @@ async def test_forged_checkpoint_is_rejected(data_dir: Path) -> None:
     assert cp.position == 5
 
 
-async def test_checkpoint_while_daemon_holds_the_lock(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+async def test_checkpoint_while_daemon_holds_the_lock(
+    data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     async with JournalStore.open(data_dir) as store:
         await store.append([draft()])
         code = journal_cmd.checkpoint(["--data-dir", str(data_dir)])
@@ -199,7 +223,12 @@ async def test_verify_while_writer_is_running(data_dir: Path) -> None:
     async with JournalStore.open(data_dir) as store:
         await store.append([draft(i) for i in range(50)])
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "palyra.cli.journal_cmd", "verify", "--data-dir", str(data_dir),
+            sys.executable,
+            "-m",
+            "palyra.cli.journal_cmd",
+            "verify",
+            "--data-dir",
+            str(data_dir),
             stdout=subprocess.PIPE,
         )
         for i in range(20):
