@@ -1,0 +1,52 @@
+"""Engine tuning: one frozen dataclass, passed explicitly (no module globals)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """How runs, the agent loop and approvals behave.
+
+    Attributes:
+        max_turns: most model calls per agent loop (one loop per user input).
+            The reference caps this at 8; the tool-loop workload needs K+1, so
+            the default leaves room for K=20 and callers may raise it.
+        max_wall_s: active wall-clock budget of one agent loop, in seconds.
+            Time parked in ``waiting_for_approval`` is not counted: a human
+            may take minutes, and the budget guards runaway model/tool work.
+        approval_timeout_s: how long a pending approval waits before it times
+            out (the tool call is then denied and the model sees the denial).
+            300 s rather than the reference's 60 s: the wait is durable, so a
+            decision may come from another client or after a daemon restart,
+            and 60 s is shorter than a restart plus a human glance at a phone.
+        token_words_per_event: text deltas are taped as ``model_token`` events
+            of at most this many words (the reference uses 16), so a long
+            answer is neither one huge event nor one event per word.
+        max_pending_inputs: inputs queued behind a busy loop before
+            ``send_input`` answers RESOURCE_EXHAUSTED.
+        tool_postures: config-level postures (tool name → ``always_allow`` |
+            ``ask_each_time`` | ``disabled``), below per-session overrides.
+        drain_grace_s: on SIGTERM, how long an in-flight tool may finish so
+            its result is journaled before the run is parked.
+        service_version: reported by ``get_health``.
+    """
+
+    max_turns: int = 32
+    max_wall_s: float = 120.0
+    approval_timeout_s: float = 300.0
+    token_words_per_event: int = 16
+    max_pending_inputs: int = 64
+    tool_postures: Mapping[str, str] = field(default_factory=dict)
+    drain_grace_s: float = 5.0
+    service_version: str = "0.1.0"
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1:
+            raise ValueError("max_turns must be >= 1")
+        if self.max_wall_s <= 0 or self.approval_timeout_s <= 0:
+            raise ValueError("max_wall_s and approval_timeout_s must be > 0")
+        if self.token_words_per_event < 1:
+            raise ValueError("token_words_per_event must be >= 1")

@@ -1,0 +1,314 @@
+"""The engine: starts, feeds, cancels, recovers and parks runs.
+
+``Engine`` is an async context manager owning one TaskGroup; every run actor
+(and any helper task the application spawns, e.g. a RunStream input pump)
+lives in it, so nothing outlives the engine and no task is leaked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Coroutine
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import msgspec
+
+from palyra.core.errors import ErrorCode, PermissionDenied
+from palyra.core.ids import is_ulid, new_ulid
+from palyra.engine._actor import RunActor
+from palyra.engine._approvals import ApprovalReader, Decision
+from palyra.engine._config import EngineConfig
+from palyra.engine._deps import EngineDeps
+from palyra.engine._errors import coded, invalid, not_found
+from palyra.engine._failures import as_palyra_error
+from palyra.engine._loopstate import LoopState
+from palyra.engine._machines import is_run_terminal
+from palyra.engine._ports import PolicyPort, ToolsPort
+from palyra.engine._records import (
+    RUNS,
+    ApprovalRecord,
+    IdentityRec,
+    InputRec,
+    RunRecord,
+    SessionRecord,
+    decode,
+)
+from palyra.engine._recovery import RecoveryReport, recover_runs
+from palyra.engine._session_ops import SessionOps
+from palyra.engine._sessions import Selectors, SessionService, record_write
+from palyra.engine._writer import RunWriter
+from palyra.journal import JournalStore
+from palyra.providers import ModelProvider
+
+CANCEL_COMMAND = "/cancel"
+
+
+def wall_ms() -> int:
+    """Milliseconds since the epoch (the engine's default clock)."""
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class StartRun:
+    """What starts a run: session selectors, the first input, and how it ends."""
+
+    selectors: Selectors
+    text: str | None = None
+    attachments: int = 0
+    run_id: str = ""
+    driver: str = "api"
+    complete: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """A started run and the session it runs in."""
+
+    run: RunRecord
+    session: SessionRecord
+    session_created: bool
+    reset_applied: bool
+
+
+def may_access(identity: IdentityRec, owner: IdentityRec) -> bool:
+    """Owners see their runs; ``admin:`` and ``system:`` principals see all."""
+    return identity.principal == owner.principal or identity.principal.startswith(
+        ("admin:", "system:"))
+
+
+class Engine:
+    """Runs, approvals and recovery over one journal store."""
+
+    def __init__(self, store: JournalStore, provider: ModelProvider, policy: PolicyPort,
+                 tools: ToolsPort, config: EngineConfig | None = None, *,
+                 now_ms: Callable[[], int] = wall_ms) -> None:
+        self.config = config or EngineConfig()
+        self.store = store
+        sessions = SessionService(store, now_ms)
+        self.deps = EngineDeps(store=store, provider=provider, policy=policy, tools=tools,
+                               config=self.config, sessions=sessions,
+                               approvals=ApprovalReader(store), now_ms=now_ms)
+        self.sessions = SessionOps(store, sessions, now_ms)
+        self.started_at = time.monotonic()
+        self._actors: dict[str, RunActor] = {}
+        self._claimed: set[str] = set()
+        self._stack = AsyncExitStack()
+        self._tg: asyncio.TaskGroup | None = None
+        self._draining = False
+
+    # -- lifetime ----------------------------------------------------------
+    async def __aenter__(self) -> Engine:
+        self._tg = await self._stack.enter_async_context(asyncio.TaskGroup())
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.drain()
+        self._tg = None
+        await self._stack.__aexit__(exc_type, exc, tb)
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run ``coro`` in the engine's TaskGroup (the caller cancels it when done)."""
+        if self._tg is None:
+            coro.close()
+            raise coded(ErrorCode.UNAVAILABLE, "the engine is not running")
+        return self._tg.create_task(coro)
+
+    def _start_actor(self, actor: RunActor) -> None:
+        self._actors[actor.run_id] = actor
+
+        async def own() -> None:
+            try:
+                await actor.main()
+            finally:
+                self._actors.pop(actor.run_id, None)
+
+        self.spawn(own())
+
+    async def recover(self) -> RecoveryReport:
+        """Resume or fail every non-terminal run (call once, before serving)."""
+        report, actors = await recover_runs(self.deps)
+        for actor in actors:
+            self._start_actor(actor)
+        return report
+
+    async def drain(self) -> None:
+        """Park every live run durably (SIGTERM): no terminal state, resumable."""
+        self._draining = True
+        actors = list(self._actors.values())
+        if actors:
+            async with asyncio.TaskGroup() as tg:
+                for actor in actors:
+                    tg.create_task(actor.park(self.config.drain_grace_s))
+
+    # -- runs --------------------------------------------------------------
+    async def start_run(self, identity: IdentityRec, start: StartRun) -> Started:
+        """Resolve the session and accept + start a run in one append.
+
+        Raises:
+            InvalidArgument: malformed ids or selectors.
+            AlreadyExists: the run id is taken.
+            PalyraError: ``SESSION_IDENTITY_MISMATCH``, ``NOT_FOUND`` (require_existing),
+                ``UNAVAILABLE`` while draining.
+        """
+        if self._draining or self._tg is None:
+            raise coded(ErrorCode.UNAVAILABLE, "the daemon is shutting down")
+        run_id = start.run_id.strip() or new_ulid()
+        if not is_ulid(run_id):
+            raise invalid("run_id must be a ULID", field="run_id")
+        if run_id in self._claimed or self.store.get_entity(RUNS, run_id) is not None:
+            raise coded(ErrorCode.ALREADY_EXISTS, f"run {run_id} already exists", run_id=run_id)
+        self._claimed.add(run_id)
+        try:
+            started = await self._accept(identity, start, run_id)
+        finally:
+            self._claimed.discard(run_id)
+        return started
+
+    async def _accept(self, identity: IdentityRec, start: StartRun, run_id: str) -> Started:
+        sessions, now = self.deps.sessions, self.deps.now_ms()
+        async with sessions.resolving(start.selectors):
+            plan = sessions.plan_resolve(identity, start.selectors)
+            async with sessions.locks.hold("sid:" + plan.record.session_id):
+                plan = sessions.plan_resolve(identity, start.selectors)
+                session = msgspec.structs.replace(
+                    plan.record, last_run_id=run_id, run_count=plan.record.run_count + 1,
+                    updated_ms=now)
+                inputs = (InputRec(new_ulid(), start.text, start.attachments),) if (
+                    start.text is not None) else ()
+                record = RunRecord(run_id=run_id, session_id=session.session_id,
+                                   state="pending", identity=identity, created_ms=now,
+                                   updated_ms=now, driver=start.driver, pending_inputs=inputs,
+                                   complete_requested=start.complete)
+                writer = RunWriter(self.store, record, LoopState(), self.deps.now_ms)
+                batch = writer.batch().events(*plan.events)
+                batch.write(*plan.entity_writes, record_write(session))
+                batch.transition("accept", reason="accepted",
+                                 message=f"accepted session={session.session_id} "
+                                         f"principal={identity.principal}")
+                batch.transition("start", message="streaming")
+                await batch.commit()
+        self._start_actor(RunActor(self.deps, writer))
+        return Started(writer.record, session, plan.created, plan.reset_applied)
+
+    def get_run(self, identity: IdentityRec, run_id: str) -> RunRecord:
+        """The run's current record.
+
+        Raises:
+            NotFound: unknown run.
+            PermissionDenied: the run belongs to another principal.
+        """
+        actor = self._actors.get(run_id)
+        if actor is not None:
+            record = actor.record
+        else:
+            raw = self.store.get_entity(RUNS, run_id) if run_id else None
+            if raw is None:
+                raise not_found("run", run_id)
+            record = decode(RunRecord, raw)
+        if not may_access(identity, record.identity):
+            raise PermissionDenied(f"run {run_id} belongs to another principal")
+        return record
+
+    def _live(self, identity: IdentityRec, run_id: str) -> RunActor:
+        record = self.get_run(identity, run_id)
+        actor = self._actors.get(run_id)
+        if actor is None:
+            if is_run_terminal(record.state):
+                raise coded(ErrorCode.RUN_TERMINAL, f"run {run_id} is {record.state}",
+                            run_id=run_id)
+            raise coded(ErrorCode.UNAVAILABLE, f"run {run_id} is parked; retry after the "
+                        "daemon restarts", run_id=run_id)
+        return actor
+
+    async def send_input(self, identity: IdentityRec, run_id: str, text: str,
+                         attachments: int = 0, *, complete: bool = False) -> RunRecord:
+        """Queue an input (``/cancel`` cancels the run instead)."""
+        actor = self._live(identity, run_id)
+        if text.strip() == CANCEL_COMMAND:
+            await self.abort_run(identity, run_id, "cancel command")
+            return self.get_run(identity, run_id)
+        return await actor.add_input(text, new_ulid(), attachments, complete)
+
+    async def complete_run(self, identity: IdentityRec, run_id: str) -> RunRecord:
+        """Half-close: done once the queue is empty and the loop idle."""
+        record = self.get_run(identity, run_id)
+        if is_run_terminal(record.state):
+            return record
+        return await self._live(identity, run_id).request_complete()
+
+    async def abort_run(self, identity: IdentityRec, run_id: str,
+                        reason: str = "") -> tuple[bool, RunRecord]:
+        """Cancel a run: the in-flight step stops at once and the run ends ``cancelled``."""
+        record = self.get_run(identity, run_id)
+        if is_run_terminal(record.state):
+            return False, record
+        actor = self._live(identity, run_id)
+        actor.request_cancel("cancelled_by_request")
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(2.0):
+                await actor.finished.wait()
+        return True, actor.record
+
+    def fail_run(self, run_id: str, error: Exception, reason: str) -> None:
+        """Fail a live run from outside (e.g. a RunStream protocol error)."""
+        actor = self._actors.get(run_id)
+        if actor is not None:
+            actor.request_failure(as_palyra_error(error), reason)
+
+    async def wait_run(self, identity: IdentityRec, run_id: str,
+                       until_terminal: bool = False) -> RunRecord:
+        """Wait until the run is terminal, parked on an approval or (unless
+        ``until_terminal``) idle with nothing queued."""
+        while True:
+            record = self.get_run(identity, run_id)
+            actor = self._actors.get(run_id)
+            if actor is None or is_run_terminal(record.state):
+                return record
+            loop = actor.writer.loop
+            if not until_terminal and (record.state == "waiting_for_approval" or (
+                    not loop.loop_active and not record.pending_inputs)):
+                return record
+            # The actor notifies on every commit and once more when it ends.
+            await actor.writer.wait_change()
+
+    def live_actor(self, run_id: str) -> RunActor | None:
+        """The actor of a live run (for the application's stream plumbing)."""
+        return self._actors.get(run_id)
+
+    # -- approvals ---------------------------------------------------------
+    async def decide_approval(self, identity: IdentityRec, approval_id: str, approve: bool,
+                              scope: str, ttl_seconds: int, reason: str) -> ApprovalRecord:
+        """Decide a pending approval from any client; returns the committed record.
+
+        Raises:
+            NotFound: unknown approval.
+            PermissionDenied: the policy gate's ``approval.decide`` refuses the caller.
+            InvalidArgument: timeboxed without a positive ttl.
+            PalyraError: ``APPROVAL_ALREADY_DECIDED``.
+        """
+        record = self.deps.approvals.get(approval_id)
+        if record is None:
+            raise not_found("approval", approval_id)
+        if not self.deps.policy.may_decide_approval(identity, record):
+            raise PermissionDenied(f"{identity.principal} may not decide approvals",
+                                   details={"approval_id": approval_id})
+        if scope == "timeboxed" and ttl_seconds <= 0:
+            raise invalid("a timeboxed decision needs ttl_seconds > 0", field="ttl_seconds")
+        if record.state != "pending":
+            raise coded(ErrorCode.APPROVAL_ALREADY_DECIDED,
+                        f"approval {approval_id} is already {record.state}",
+                        approval_id=approval_id)
+        actor = self._actors.get(record.run_id)
+        if actor is None:
+            raise coded(ErrorCode.UNAVAILABLE, f"run {record.run_id} is not live; retry "
+                        "after the daemon restarts", run_id=record.run_id)
+        decision = Decision("approve" if approve else "deny", scope or "once",
+                            ttl_seconds if scope == "timeboxed" else 0, reason,
+                            identity.principal, self.deps.now_ms())
+        return await actor.deliver(approval_id, decision)

@@ -1,0 +1,128 @@
+"""The agent loop: input → model → tools → model … → final answer.
+
+``advance`` runs in the actor's work task and asks the tape-derived
+``LoopState`` what to do next until the loop is idle, so the same code serves
+a live run and one resumed after a restart. Commits are grouped by cause to
+keep the journal honest and cheap: the input pickup, the turn start, the
+tokens, the provider output and the tool proposals with their policy
+decisions are one append (the decision is durable before the tool runs); each
+tool result with its attestation is one append.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import aclosing
+from typing import TYPE_CHECKING
+
+from palyra_gen.palyra import v1 as pb
+
+from palyra.core.errors import PalyraInternalError
+from palyra.engine._loopstate import Action
+from palyra.engine._tokens import TokenBuffer
+from palyra.engine._toolflow import propose, resolve_tool
+from palyra.engine._writer import Batch
+from palyra.providers import ChatMessage, ModelRequest, ModelResponse, TextDelta
+
+if TYPE_CHECKING:
+    from palyra.engine._actor import RunActor
+
+_PHASE = pb.AgentLoopPhase
+
+
+async def advance(actor: RunActor) -> None:
+    """Run the loop for every queued input until idle (or parking)."""
+    while not actor.parking:
+        loop = actor.writer.loop
+        action, proposal = loop.next_action()
+        if action is Action.IDLE:
+            pending = actor.record.pending_inputs
+            if not pending:
+                return
+            first = pending[0]
+            actor.active_s = 0.0
+            batch = actor.writer.batch().take_input()
+            batch.add(
+                pb.UserInput(text=first.text, input_id=first.input_id,
+                             attachment_count=first.attachment_count),
+                pb.AgentLoop(phase=_PHASE.STARTED, turn=loop.turn_count),
+            )
+            await model_turn(actor, batch)
+        elif action is Action.START_TURN:
+            if loop.loop_turns >= actor.deps.config.max_turns:
+                await terminate(actor, "turn_limit")
+            elif actor.remaining_wall_s() <= 0:
+                await terminate(actor, "wall_clock_limit")
+            else:
+                await model_turn(actor, actor.writer.batch())
+        elif action is Action.RESOLVE_TOOL:
+            assert proposal is not None
+            await resolve_tool(actor, proposal)
+        else:  # COMPLETE_TURN: every call of the turn has its result
+            await actor.writer.batch().add(
+                pb.AgentLoop(phase=_PHASE.TURN_COMPLETED, turn=loop.turn_count)).commit()
+
+
+async def terminate(actor: RunActor, reason: str, batch: Batch | None = None) -> None:
+    """End the agent loop without a final answer (turn or wall-clock limit)."""
+    batch = batch or actor.writer.batch()
+    batch.add(pb.AgentLoop(phase=_PHASE.TERMINATED, turn=actor.writer.loop.turn_count,
+                           reason=reason))
+    actor.carry = None
+    await batch.complete_if_requested().commit()
+
+
+async def model_turn(actor: RunActor, batch: Batch) -> None:
+    """One model call: stream tokens, then record the output and what it asks for."""
+    deps, loop = actor.deps, actor.writer.loop
+    turn = loop.turn_count + 1
+    messages = list(loop.messages)
+    messages += [ChatMessage(role="user", content=m.text)
+                 for m in batch.members if isinstance(m, pb.UserInput)]
+    batch.add(pb.AgentLoop(phase=_PHASE.TURN_STARTED, turn=turn))
+    # Uncommitted members ride along with a cancel/fail commit if the call dies.
+    actor.carry = batch
+    actor.phase = "model"
+    tokens = TokenBuffer(deps.config.token_words_per_event)
+    request = ModelRequest(messages=messages, tools=deps.tools.catalog())
+    response: ModelResponse | None = None
+    started = time.monotonic()
+    try:
+        async with asyncio.timeout(actor.remaining_wall_s()):
+            async with aclosing(deps.provider.stream(request)) as chunks:
+                async for chunk in chunks:
+                    if isinstance(chunk, TextDelta):
+                        group = tokens.push(chunk.text)
+                        if group:
+                            batch.add(pb.ModelToken(token=group, is_final=False, turn=turn))
+                            await batch.commit()
+                            batch = actor.writer.batch()
+                            actor.carry = batch
+                    else:
+                        response = chunk.response
+    except TimeoutError:
+        await terminate(actor, "wall_clock_limit", batch)
+        return
+    finally:
+        actor.active_s += time.monotonic() - started
+    if response is None:
+        raise PalyraInternalError("provider stream ended without a Completed chunk")
+    rest = tokens.rest()
+    if rest:
+        batch.add(pb.ModelToken(token=rest, is_final=True, turn=turn))
+    batch.add(pb.ProviderTurnOutput(
+        turn=turn, text=response.text, finish_reason=response.finish_reason,
+        tool_call_count=len(response.tool_calls), input_tokens=response.usage.input_tokens,
+        output_tokens=response.usage.output_tokens, provider=deps.provider.name,
+    ))
+    if response.tool_calls:
+        await propose(actor, batch, response.tool_calls, turn)
+    else:
+        batch.add(
+            pb.MessageReplied(reply_text=response.text),
+            pb.AgentLoop(phase=_PHASE.TURN_COMPLETED, turn=turn),
+            pb.AgentLoop(phase=_PHASE.TERMINATED, turn=turn, reason="final_answer"),
+        )
+        await batch.complete_if_requested().commit()
+    actor.carry = None

@@ -1,0 +1,194 @@
+"""The agent loop as a fold over the tape.
+
+The live loop and recovery share this one reducer: every tape event the
+engine commits is applied here, and after a restart the same events are read
+back and applied in order. The state therefore always says exactly what the
+journal says, and ``next_action`` decides what to do next from it, so a run
+resumes from its last journaled step without a second code path.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import betterproto2
+import msgspec
+from palyra_gen.palyra import v1 as pb
+
+from palyra.providers import ChatMessage, ToolCall
+
+
+class ProposalPhase(enum.Enum):
+    """Where one tool call stands."""
+
+    PROPOSED = "proposed"  # no policy decision yet
+    ALLOWED = "allowed"  # may run (policy allow, cached grant or approval)
+    NEEDS_APPROVAL = "needs_approval"  # ask (or consult the grant cache)
+    WAITING = "waiting"  # an approval record is pending
+    DENIED = "denied"  # a denial result must be written
+    DONE = "done"  # a tool_result is on the tape
+
+
+@dataclass(slots=True)
+class Proposal:
+    """One tool call of the current turn."""
+
+    proposal_id: str
+    tool_name: str
+    input_json: str
+    phase: ProposalPhase = ProposalPhase.PROPOSED
+    approval_id: str = ""
+    policy_hash: str = ""
+    deny_reason: str = ""
+
+    def arguments(self) -> dict[str, Any]:
+        """The decoded arguments (``{"_raw_arguments": text}`` when not an object)."""
+        try:
+            value = json.loads(self.input_json) if self.input_json else {}
+        except ValueError:
+            return {"_raw_arguments": self.input_json}
+        return value if isinstance(value, dict) else {"_raw_arguments": self.input_json}
+
+
+class Action(enum.Enum):
+    """What the loop must do next."""
+
+    IDLE = "idle"  # no loop running: take the next input or finish
+    START_TURN = "start_turn"  # call the model
+    RESOLVE_TOOL = "resolve_tool"  # advance the first unfinished proposal
+    COMPLETE_TURN = "complete_turn"  # every tool call of the turn has a result
+
+
+@dataclass(slots=True)
+class LoopState:
+    """Everything the loop needs, rebuilt from the tape alone."""
+
+    state: str = "pending"
+    messages: list[ChatMessage] = field(default_factory=list)
+    loop_active: bool = False
+    loop_turns: int = 0
+    turn_open: bool = False
+    partial_tokens: bool = False
+    proposals: list[Proposal] = field(default_factory=list)
+    turn_count: int = 0
+    tool_call_count: int = 0
+    final_text: str = ""
+    tape_len: int = 0
+
+    def apply(self, member: betterproto2.Message | None) -> None:
+        """Fold one committed tape event into the state."""
+        self.tape_len += 1
+        if isinstance(member, pb.RunStatus):
+            self.state = _STATE_NAMES.get(member.state, self.state)
+        elif isinstance(member, pb.UserInput):
+            self.messages.append(ChatMessage(role="user", content=member.text))
+        elif isinstance(member, pb.AgentLoop):
+            self._apply_loop(member)
+        elif isinstance(member, pb.ModelToken):
+            self.partial_tokens = True
+        elif isinstance(member, pb.ProviderTurnOutput):
+            self.turn_open = False
+            self.partial_tokens = False
+            self.loop_turns += 1
+            self.turn_count += 1
+            self.messages.append(ChatMessage(role="assistant", content=member.text))
+        elif isinstance(member, pb.ToolProposal):
+            self._apply_proposal(member)
+        elif isinstance(member, pb.ToolDecision):
+            self._apply_decision(member)
+        elif isinstance(member, pb.ToolApprovalRequest):
+            p = self.find(member.proposal_id)
+            if p is not None:
+                p.phase, p.approval_id = ProposalPhase.WAITING, member.approval_id
+        elif isinstance(member, pb.ToolApprovalResponse):
+            p = self.find(member.proposal_id)
+            if p is not None:
+                p.approval_id = member.approval_id or p.approval_id
+                p.phase = ProposalPhase.ALLOWED if member.approved else ProposalPhase.DENIED
+                if not member.approved:
+                    p.deny_reason = member.reason or "approval denied"
+        elif isinstance(member, pb.ToolResult):
+            self._apply_result(member)
+        elif isinstance(member, pb.MessageReplied):
+            self.final_text = member.reply_text
+
+    def _apply_loop(self, member: pb.AgentLoop) -> None:
+        if member.phase == pb.AgentLoopPhase.STARTED:
+            self.loop_active, self.loop_turns, self.proposals = True, 0, []
+        elif member.phase == pb.AgentLoopPhase.TURN_STARTED:
+            self.turn_open = True
+        elif member.phase == pb.AgentLoopPhase.TURN_COMPLETED:
+            self.proposals = []
+        elif member.phase == pb.AgentLoopPhase.TERMINATED:
+            self.loop_active, self.turn_open, self.proposals = False, False, []
+
+    def _apply_proposal(self, member: pb.ToolProposal) -> None:
+        proposal = Proposal(member.proposal_id, member.tool_name, member.input_json)
+        self.proposals.append(proposal)
+        # The assistant message of this turn carries the call; the proposal id
+        # doubles as the call id so a rebuilt conversation is self-consistent.
+        for i in range(len(self.messages) - 1, -1, -1):
+            msg = self.messages[i]
+            if msg.role == "assistant":
+                call = ToolCall(id=proposal.proposal_id, name=proposal.tool_name,
+                                arguments=proposal.arguments())
+                self.messages[i] = msgspec.structs.replace(
+                    msg, tool_calls=[*msg.tool_calls, call]
+                )
+                break
+
+    def _apply_decision(self, member: pb.ToolDecision) -> None:
+        p = self.find(member.proposal_id)
+        if p is None:
+            return
+        p.policy_hash = member.policy_hash
+        if member.outcome == pb.ToolDecisionOutcome.ALLOW:
+            p.phase = ProposalPhase.ALLOWED
+        elif member.outcome == pb.ToolDecisionOutcome.NEEDS_APPROVAL:
+            p.phase = ProposalPhase.NEEDS_APPROVAL
+        else:
+            p.phase, p.deny_reason = ProposalPhase.DENIED, member.reason or "denied by policy"
+
+    def _apply_result(self, member: pb.ToolResult) -> None:
+        self.tool_call_count += 1
+        p = self.find(member.proposal_id)
+        if p is not None:
+            p.phase = ProposalPhase.DONE
+        content = member.output_json if member.success else json.dumps(
+            {"error": member.error or "tool failed"}
+        )
+        self.messages.append(
+            ChatMessage(role="tool", content=content, tool_call_id=member.proposal_id)
+        )
+
+    def find(self, proposal_id: str) -> Proposal | None:
+        """The proposal of the current turn with this id."""
+        for p in self.proposals:
+            if p.proposal_id == proposal_id:
+                return p
+        return None
+
+    def next_action(self) -> tuple[Action, Proposal | None]:
+        """What the loop does next, from the state alone."""
+        if not self.loop_active:
+            return Action.IDLE, None
+        for p in self.proposals:
+            if p.phase is not ProposalPhase.DONE:
+                return Action.RESOLVE_TOOL, p
+        if self.proposals:
+            return Action.COMPLETE_TURN, None
+        return Action.START_TURN, None
+
+
+_STATE_NAMES: dict[pb.RunState, str] = {
+    pb.RunState.PENDING: "pending",
+    pb.RunState.ACCEPTED: "accepted",
+    pb.RunState.IN_PROGRESS: "in_progress",
+    pb.RunState.WAITING_FOR_APPROVAL: "waiting_for_approval",
+    pb.RunState.DONE: "done",
+    pb.RunState.FAILED: "failed",
+    pb.RunState.CANCELLED: "cancelled",
+}

@@ -1,0 +1,98 @@
+"""What the engine needs from policy and tools, as narrow protocols.
+
+The engine codes against these; ``_adapters`` binds them to ``palyra.policy``
+and ``palyra.tools``. Keeping the seam here means a change in either package
+touches one adapter, not the run loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from palyra.engine._records import ApprovalRecord, IdentityRec
+from palyra.providers import ToolSpecForModel
+
+Outcome = Literal["allow", "deny", "needs_approval"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolVerdict:
+    """The policy gate's answer for one proposed tool call."""
+
+    outcome: Outcome
+    reason: str
+    policy_hash: str
+    policy_ids: tuple[str, ...] = ()
+    risk_level: str = "high"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRequest:
+    """One proposed tool call, with who asks and where."""
+
+    identity: IdentityRec
+    session_id: str
+    run_id: str
+    tool_name: str
+    arguments: Mapping[str, Any]
+    postures: Mapping[str, str]
+    approved: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    """What executing a tool produced (also for denials fed back to the model)."""
+
+    success: bool
+    output_json: str
+    error: str = ""
+    timed_out: bool = False
+    truncated: bool = False
+    execution_sha256: str = ""
+    executor: str = "builtin"
+
+
+class PolicyPort(Protocol):
+    """The Cedar gate, as the engine uses it."""
+
+    @property
+    def policy_hash(self) -> str:
+        """SHA-256 of the active policy set and schema."""
+        ...
+
+    def decide_tool(self, request: ToolRequest) -> ToolVerdict:
+        """Allow, deny or ask for one tool call."""
+        ...
+
+    def may_decide_approval(self, identity: IdentityRec, approval: ApprovalRecord) -> bool:
+        """Whether ``identity`` may decide ``approval`` (Cedar ``approval.decide``)."""
+        ...
+
+
+class ToolsPort(Protocol):
+    """The tool registry and executor, as the engine uses it."""
+
+    def catalog(self) -> list[ToolSpecForModel]:
+        """Tools advertised to the model."""
+        ...
+
+    def catalog_hash(self) -> str:
+        """Digest of the catalog (taped once per loop)."""
+        ...
+
+    def is_read_only(self, name: str) -> bool:
+        """True when re-running the tool after a crash has no side effects."""
+        ...
+
+    def args_digest(self, name: str, arguments: Mapping[str, Any]) -> str:
+        """SHA-256 hex of the canonical JSON of the exact arguments."""
+        ...
+
+    async def execute(
+        self, name: str, arguments: Mapping[str, Any], *, session_id: str, run_id: str,
+        timeout_s: float,
+    ) -> ToolOutcome:
+        """Run the tool; cancellable by plain asyncio cancellation."""
+        ...

@@ -1,0 +1,173 @@
+"""Durable entity records of the engine: sessions, runs, approvals.
+
+Records are msgspec Structs encoded as MessagePack and written with
+``EntityWrite`` in the same append as the event that changed them. Each
+carries a schema version ``v`` so a later release can migrate on read;
+unknown fields are ignored on decode (forward compatible), missing fields take
+their defaults (backward compatible).
+
+States are stored as the lifecycle YAML names (``in_progress``), the same
+strings as ``palyra_gen.lifecycle.*`` StateIds.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import msgspec
+
+RECORD_VERSION = 1
+
+SESSIONS = "sessions"
+RUNS = "runs"
+APPROVALS = "approvals"
+
+
+class IdentityRec(msgspec.Struct, frozen=True):
+    """Who: principal, device and channel, from authenticated headers."""
+
+    principal: str = ""
+    device_id: str = ""
+    channel: str = ""
+
+
+class InputRec(msgspec.Struct, frozen=True):
+    """A user input waiting for the agent loop (durable until taped)."""
+
+    input_id: str
+    text: str
+    attachment_count: int = 0
+
+
+class GrantRec(msgspec.Struct, frozen=True):
+    """A cached session/timeboxed approval decision for one tool + args digest.
+
+    ``expires_at_ms`` is 0 for a session grant (valid until reset/cleanup).
+    """
+
+    approval_id: str
+    tool_name: str
+    args_digest: str
+    approved: bool
+    scope: str
+    expires_at_ms: int = 0
+    decided_by: str = ""
+
+
+class SessionRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A conversation, bound to the identity that created it."""
+
+    v: int = RECORD_VERSION
+    session_id: str
+    session_key: str
+    label: str = ""
+    identity: IdentityRec
+    created_ms: int
+    updated_ms: int
+    last_run_id: str = ""
+    archived: bool = False
+    branch_state: str = "root"
+    parent_session_id: str = ""
+    origin_run_id: str = ""
+    run_count: int = 0
+    tool_postures: dict[str, str] = {}
+    grants: dict[str, GrantRec] = {}
+
+
+class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One run's current state; the tape holds its history.
+
+    Attributes:
+        driver: ``stream`` (RunStream: done on half-close) or ``api``
+            (CreateRun/SendRunInput/CompleteRun).
+        pending_inputs: inputs accepted but not yet taped as ``user_input``;
+            durable so that a restart does not lose them.
+        complete_requested: the client half-closed (or asked to complete);
+            the run becomes done once its queue is empty and the loop idle.
+    """
+
+    v: int = RECORD_VERSION
+    run_id: str
+    session_id: str
+    state: str
+    identity: IdentityRec
+    created_ms: int
+    updated_ms: int
+    tape_len: int = 0
+    turn_count: int = 0
+    tool_call_count: int = 0
+    pending_approval_id: str = ""
+    end_reason: str = ""
+    error_code: str = ""
+    error_message: str = ""
+    final_text: str = ""
+    driver: str = "api"
+    pending_inputs: tuple[InputRec, ...] = ()
+    complete_requested: bool = False
+
+
+class PromptRec(msgspec.Struct, frozen=True, kw_only=True):
+    """What a human is asked (``palyra.v1.ApprovalPrompt``)."""
+
+    title: str
+    risk_level: str
+    subject_id: str
+    summary: str
+    options: tuple[str, ...]
+    timeout_seconds: int
+    details_json: str = ""
+    policy_explanation: str = ""
+
+
+class ApprovalRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A durable approval bound to one exact tool call (REFERENCE Part B 5)."""
+
+    v: int = RECORD_VERSION
+    approval_id: str
+    session_id: str
+    run_id: str
+    proposal_id: str
+    tool_name: str
+    args_digest: str
+    args_json: str
+    policy_hash: str
+    risk_level: str
+    prompt: PromptRec
+    state: str
+    scope: str = ""
+    created_ms: int
+    expires_at_ms: int
+    decided_by: str = ""
+    decided_at_ms: int = 0
+    reason: str = ""
+    ttl_seconds: int = 0
+    requested_by: IdentityRec
+
+
+_ENCODER = msgspec.msgpack.Encoder()
+R = TypeVar("R", SessionRecord, RunRecord, ApprovalRecord)
+
+
+def encode(record: SessionRecord | RunRecord | ApprovalRecord) -> bytes:
+    """MessagePack bytes of ``record`` for an ``EntityWrite``."""
+    return _ENCODER.encode(record)
+
+
+def decode(kind: type[R], data: bytes) -> R:
+    """Decode an entity value written by :func:`encode`."""
+    return msgspec.msgpack.decode(data, type=kind)
+
+
+def session_key(session_id: str) -> str:
+    """Entity key of a session record."""
+    return f"id:{session_id}"
+
+
+def session_index_key(key: str) -> str:
+    """Entity key mapping a session key to its session id."""
+    return f"key:{key}"
+
+
+def grant_key(tool_name: str, args_digest: str) -> str:
+    """Key of a cached decision inside ``SessionRecord.grants``."""
+    return f"{tool_name}\x1f{args_digest}"

@@ -1,0 +1,92 @@
+"""Start-up recovery: no run is ever left stuck (REFERENCE Part B 1-2).
+
+Every non-terminal run is rebuilt from its tape (the same fold the live loop
+uses) and handed to a fresh actor, which continues from the last journaled
+step: a pending approval is waited on again (still decidable from any
+client), a finished tool result feeds the next model call, an interrupted
+model call is simply asked again (it has no side effects). A tool that was
+allowed but has no result may or may not have run: read-only tools run again,
+others fail the run with reason ``daemon_restarted``.
+
+Runs driven by a RunStream lost their stream with the old process; they are
+marked complete-on-idle so they finish their work and end ``done`` instead of
+waiting forever for a half-close that cannot come.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from palyra.engine._actor import RunActor
+from palyra.engine._deps import EngineDeps
+from palyra.engine._loopstate import LoopState, ProposalPhase
+from palyra.engine._machines import is_run_terminal
+from palyra.engine._records import RUNS, RunRecord, decode
+from palyra.engine._tape import member_from
+from palyra.engine._writer import RunWriter
+from palyra.journal import EventDraft
+
+_PAGE = 1000
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    """What recovery found, by run id."""
+
+    resumed: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+    idle: list[str] = field(default_factory=list)
+
+
+def rebuild(deps: EngineDeps, run_id: str) -> LoopState:
+    """Fold a run's whole tape into a fresh ``LoopState``."""
+    loop = LoopState()
+    after = -1
+    while True:
+        page = deps.store.read_tape(run_id, after, _PAGE)
+        for event in page.events:
+            loop.apply(member_from(event.kind, event.payload))
+            after = event.tape_seq
+        if page.next_after_seq is None:
+            return loop
+
+
+async def recover_runs(deps: EngineDeps) -> tuple[RecoveryReport, list[RunActor]]:
+    """Rebuild every non-terminal run; return actors ready to be started."""
+    report = RecoveryReport()
+    actors: list[RunActor] = []
+    after = ""
+    while True:
+        rows = deps.store.scan_entities(RUNS, "", after, _PAGE)
+        for key, value in rows:
+            after = key
+            record = decode(RunRecord, value)
+            if is_run_terminal(record.state):
+                continue
+            actors.append(await _recover_one(deps, record, report))
+        if len(rows) < _PAGE:
+            return report, actors
+
+
+async def _recover_one(deps: EngineDeps, record: RunRecord, report: RecoveryReport) -> RunActor:
+    loop = rebuild(deps, record.run_id)
+    loop.state = record.state
+    unknown = frozenset(p.proposal_id for p in loop.proposals
+                        if p.phase is ProposalPhase.ALLOWED)
+    writer = RunWriter(deps.store, record, loop, deps.now_ms)
+    batch = writer.batch().events(EventDraft(
+        kind="run.recovered", actor="system:engine", session_id=record.session_id,
+        run_id=record.run_id, payload={"state": record.state, "tape_len": loop.tape_len,
+                                       "unknown_inflight": sorted(unknown)},
+        principal=record.identity.principal, device_id=record.identity.device_id,
+        channel=record.identity.channel))
+    if record.driver == "stream":
+        batch.set(complete_requested=True)
+    await batch.commit()
+    if record.state == "waiting_for_approval":
+        report.waiting.append(record.run_id)
+    elif loop.loop_active or record.pending_inputs:
+        report.resumed.append(record.run_id)
+    else:
+        report.idle.append(record.run_id)
+    return RunActor(deps, writer, unknown)

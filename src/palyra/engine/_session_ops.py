@@ -1,0 +1,146 @@
+"""Session operations exposed to the application API (resolve, cleanup, branch, posture)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import msgspec
+
+from palyra.core.errors import ErrorCode
+from palyra.core.ids import new_ulid
+from palyra.engine._errors import coded, invalid
+from palyra.engine._machines import is_run_terminal
+from palyra.engine._records import (
+    RUNS,
+    SESSIONS,
+    IdentityRec,
+    RunRecord,
+    SessionRecord,
+    decode,
+    session_index_key,
+)
+from palyra.engine._sessions import (
+    SessionPlan,
+    SessionService,
+    Selectors,
+    check_identity,
+    record_write,
+    session_event,
+)
+from palyra.journal import EntityWrite, JournalStore
+
+POSTURES = frozenset({"always_allow", "ask_each_time", "disabled"})
+
+
+@dataclass(frozen=True, slots=True)
+class CleanupResult:
+    """Outcome of archiving a session."""
+
+    cleaned: bool
+    newly_archived: bool
+    previous_session_key: str
+    run_count: int
+
+
+class SessionOps:
+    """Commits session changes under the per-session lock."""
+
+    def __init__(self, store: JournalStore, sessions: SessionService,
+                 now_ms: Callable[[], int]) -> None:
+        self._store = store
+        self._sessions = sessions
+        self._now_ms = now_ms
+
+    async def resolve(self, identity: IdentityRec, selectors: Selectors) -> SessionPlan:
+        """Get-or-create (and optionally reset) a session and commit it."""
+        async with self._sessions.resolving(selectors):
+            plan = self._sessions.plan_resolve(identity, selectors)
+            async with self._sessions.locks.hold("sid:" + plan.record.session_id):
+                plan = self._sessions.plan_resolve(identity, selectors)
+                if plan.created or plan.reset_applied:
+                    await self._sessions.commit(plan)
+                return plan
+
+    async def cleanup(self, identity: IdentityRec, session_id: str) -> CleanupResult:
+        """Archive: the key becomes ``archived:<id>:<ms>`` and cached decisions go."""
+        async with self._sessions.locks.hold("sid:" + session_id):
+            record = self._sessions.require(session_id)
+            check_identity(record, identity)
+            if record.archived:
+                return CleanupResult(False, False, record.session_key, record.run_count)
+            now = self._now_ms()
+            archived_key = f"archived:{record.session_id}:{now}"
+            new = msgspec.structs.replace(record, session_key=archived_key, archived=True,
+                                          grants={}, updated_ms=now)
+            plan = SessionPlan(new)
+            plan.entity_writes += [
+                EntityWrite(SESSIONS, session_index_key(record.session_key), None),
+                EntityWrite(SESSIONS, session_index_key(archived_key), session_id.encode()),
+            ]
+            plan.events.append(session_event("session.archived", new, {
+                "previous_session_key": record.session_key, "session_key": archived_key}))
+            await self._sessions.commit(plan)
+            return CleanupResult(True, True, record.session_key, record.run_count)
+
+    async def branch(self, identity: IdentityRec, session_id: str,
+                     label: str) -> tuple[SessionRecord, SessionRecord]:
+        """A new session branched from one whose latest run is terminal.
+
+        Raises:
+            PalyraError: ``RUN_TERMINAL``-style FAILED_PRECONDITION analogue
+                (``INVALID_ARGUMENT``) when the latest run is still active.
+        """
+        async with self._sessions.locks.hold("sid:" + session_id):
+            source = self._sessions.require(session_id)
+            check_identity(source, identity)
+            if source.last_run_id:
+                raw = self._store.get_entity(RUNS, source.last_run_id)
+                if raw is not None and not is_run_terminal(decode(RunRecord, raw).state):
+                    raise invalid("the latest run of the session is still active; branch "
+                                  "after it ends", session_id=session_id,
+                                  run_id=source.last_run_id)
+            now = self._now_ms()
+            new_id = new_ulid()
+            branch = SessionRecord(
+                session_id=new_id, session_key=new_id, label=label.strip(), identity=identity,
+                created_ms=now, updated_ms=now, branch_state="active_branch",
+                parent_session_id=source.session_id, origin_run_id=source.last_run_id,
+                tool_postures=dict(source.tool_postures))
+            new_source = msgspec.structs.replace(source, branch_state="branch_source",
+                                                 updated_ms=now)
+            plan = SessionPlan(branch, created=True)
+            plan.entity_writes += [
+                EntityWrite(SESSIONS, session_index_key(new_id), new_id.encode()),
+                record_write(new_source),
+            ]
+            # The reference tapes a rollback.marker; palyra's tape has no such
+            # member, so the branch point is a journal event of the new session.
+            plan.events.append(session_event("session.branched", branch, {
+                "parent_session_id": source.session_id,
+                "origin_run_id": source.last_run_id}))
+            await self._sessions.commit(plan)
+            return branch, new_source
+
+    async def set_posture(self, identity: IdentityRec, session_id: str, tool_name: str,
+                          posture: str) -> SessionRecord:
+        """Set (or clear, with ``""``) a per-session tool posture."""
+        if not tool_name.strip():
+            raise invalid("tool_name is required", field="tool_name")
+        if posture and posture not in POSTURES:
+            raise coded(ErrorCode.INVALID_ARGUMENT, f"unknown posture {posture!r}")
+        async with self._sessions.locks.hold("sid:" + session_id):
+            record = self._sessions.require(session_id)
+            check_identity(record, identity)
+            postures = dict(record.tool_postures)
+            if posture:
+                postures[tool_name] = posture
+            else:
+                postures.pop(tool_name, None)
+            new = msgspec.structs.replace(record, tool_postures=postures,
+                                          updated_ms=self._now_ms())
+            plan = SessionPlan(new)
+            plan.events.append(session_event("session.tool_posture", new, {
+                "tool_name": tool_name, "posture": posture or "inherit"}))
+            await self._sessions.commit(plan)
+            return new

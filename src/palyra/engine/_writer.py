@@ -1,0 +1,203 @@
+"""The per-run writer: every tape event and run-record change of one run.
+
+A run's writes are serialised by one lock, so tape order equals causal order
+and the in-memory ``LoopState`` always mirrors the journal. A ``Batch``
+collects tape members and lifecycle transitions (checked against the
+generated run machine as they are added) and commits them in one append,
+with the updated run record attached as an ``EntityWrite`` of that same
+append: a state change and its cause are one durable commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import betterproto2
+import msgspec
+from palyra_gen.palyra import v1 as pb
+
+from palyra.core.errors import PalyraInternalError
+from palyra.engine._loopstate import LoopState
+from palyra.engine._machines import run_next, run_state_proto
+from palyra.engine._records import RUNS, RunRecord, encode
+from palyra.engine._tape import tape_draft
+from palyra.journal import EntityWrite, EventDraft, JournalStore, StoredEvent
+
+
+class RunWriter:
+    """Owns one run's record and loop state; commits batches in order."""
+
+    def __init__(
+        self, store: JournalStore, record: RunRecord, loop: LoopState, now_ms: Callable[[], int]
+    ) -> None:
+        self.store = store
+        self.record = record
+        self.loop = loop
+        self.now_ms = now_ms
+        self.lock = asyncio.Lock()
+        self._changed = asyncio.Event()
+
+    def notify(self) -> None:
+        """Wake everyone waiting in :meth:`wait_change` (after each commit)."""
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def wait_change(self) -> None:
+        """Return after the next commit of this run."""
+        await self._changed.wait()
+
+    @property
+    def state(self) -> str:
+        """The committed run state."""
+        return self.record.state
+
+    def batch(self) -> Batch:
+        """A new batch starting from the committed state."""
+        return Batch(self)
+
+
+class Batch:
+    """Tape members, transitions and extra writes committed as one append."""
+
+    def __init__(self, writer: RunWriter) -> None:
+        self._writer = writer
+        self.state = writer.record.state
+        self.members: list[betterproto2.Message] = []
+        self.entity_writes: list[EntityWrite] = []
+        self.pre_events: list[EventDraft] = []
+        self.changes: dict[str, Any] = {}
+        self.committed = False
+        self._take_input = False
+        self._complete_if_requested = False
+
+    def add(self, *members: betterproto2.Message) -> Batch:
+        """Append tape members in order."""
+        self.members.extend(members)
+        return self
+
+    def transition(self, event: str, *, message: str = "", reason: str = "") -> Batch:
+        """Move the run through the generated machine and tape its status event.
+
+        Raises:
+            IllegalTransition: the run machine forbids ``event`` here.
+        """
+        self.state = run_next(self.state, event)
+        self.members.append(pb.RunStatus(state=run_state_proto(self.state), message=message,
+                                         reason=reason, event=event))
+        return self
+
+    def write(self, *writes: EntityWrite) -> Batch:
+        """Attach entity writes (session, approval records) to this append."""
+        self.entity_writes.extend(writes)
+        return self
+
+    def events(self, *drafts: EventDraft) -> Batch:
+        """Prepend non-tape journal events (e.g. ``session.created``)."""
+        self.pre_events.extend(drafts)
+        return self
+
+    def set(self, **changes: Any) -> Batch:
+        """Change run-record fields in the same append."""
+        self.changes.update(changes)
+        return self
+
+    def take_input(self) -> Batch:
+        """Dequeue the oldest pending input in this append (read at commit time,
+        so an input queued concurrently is never overwritten)."""
+        self._take_input = True
+        return self
+
+    def complete_if_requested(self) -> Batch:
+        """This append ends the agent loop: if the client already half-closed
+        and nothing is queued, complete the run in the same append."""
+        self._complete_if_requested = True
+        return self
+
+    async def commit(self) -> list[StoredEvent]:
+        """Commit under the run lock; see :meth:`commit_locked`."""
+        async with self._writer.lock:
+            return await self.commit_locked()
+
+    async def commit_locked(self) -> list[StoredEvent]:
+        """Commit; the caller holds ``writer.lock``.
+
+        Cancellation-safe: once handed to the journal, the append lands even if
+        the caller is cancelled, so the commit is shielded and awaited to its
+        end before the cancellation continues; otherwise the in-memory tape
+        length and loop state would drift from the journal.
+        """
+        w = self._writer
+        if self.committed:
+            raise PalyraInternalError("a run batch was committed twice")
+        self.committed = True
+        if self._take_input:
+            self.changes["pending_inputs"] = w.record.pending_inputs[1:]
+        pending = self.changes.get("pending_inputs", w.record.pending_inputs)
+        if (self._complete_if_requested and w.record.complete_requested and not pending
+                and self.state == "in_progress"):
+            self.transition("complete", message="completed", reason="completed")
+            self.changes["end_reason"] = "completed"
+        loop = w.loop
+        saved = (loop.tape_len, loop.turn_count, loop.tool_call_count, loop.state,
+                 loop.final_text)
+        for member in self.members:
+            loop.apply(member)
+        loop.state = self.state
+        record = msgspec.structs.replace(
+            w.record,
+            **{
+                "state": self.state,
+                "tape_len": loop.tape_len,
+                "turn_count": loop.turn_count,
+                "tool_call_count": loop.tool_call_count,
+                "final_text": loop.final_text,
+                "updated_ms": w.now_ms(),
+                **self.changes,
+            },
+        )
+        drafts = self._drafts(record)
+        task = asyncio.ensure_future(w.store.append(drafts))
+        try:
+            stored = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            await asyncio.wait({task})
+            self._settle(task, record, saved)
+            raise
+        except BaseException:
+            self._settle(task, record, saved)
+            raise
+        w.record = record
+        w.notify()
+        return stored
+
+    def _settle(self, task: asyncio.Future[list[StoredEvent]], record: RunRecord,
+                saved: tuple[int, int, int, str, str]) -> None:
+        w = self._writer
+        if task.done() and not task.cancelled() and task.exception() is None:
+            w.record = record
+            w.notify()
+            return
+        loop = w.loop
+        (loop.tape_len, loop.turn_count, loop.tool_call_count, loop.state,
+         loop.final_text) = saved
+
+    def _drafts(self, record: RunRecord) -> list[EventDraft]:
+        run_write = EntityWrite(RUNS, record.run_id, encode(record))
+        writes: Sequence[EntityWrite] = (*self.entity_writes, run_write)
+        drafts = list(self.pre_events)
+        for member in self.members:
+            drafts.append(tape_draft(run_id=record.run_id, session_id=record.session_id,
+                                     identity=record.identity, member=member))
+        if not drafts:
+            drafts.append(EventDraft(kind="run.updated", actor="system:engine",
+                                     session_id=record.session_id, run_id=record.run_id))
+        last = drafts[-1]
+        drafts[-1] = EventDraft(
+            kind=last.kind, actor=last.actor, session_id=last.session_id, run_id=last.run_id,
+            tape=last.tape, payload=last.payload, principal=last.principal,
+            device_id=last.device_id, channel=last.channel, event_id=last.event_id,
+            ts_ms=last.ts_ms, entity_writes=(*last.entity_writes, *writes),
+        )
+        return drafts
