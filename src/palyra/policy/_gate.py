@@ -1,0 +1,203 @@
+"""The Cedar policy gate: translates requests into cedarpy calls, and back.
+
+Everything here is translation; the decision rules live in ``_decide`` (pure)
+and in the ``.cedar`` files. Handles (policy set, schema, entities) are parsed
+once at start-up, so one check costs one or two ``is_authorized`` calls
+(~50 µs each).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import cedarpy
+
+from palyra.policy._config import PolicyConfig
+from palyra.policy._decide import decide, resolve_posture
+from palyra.policy._loader import LoadedPolicies, load_policies
+from palyra.policy._model import Decision, EngineResult, Outcome, Posture, ToolRequest
+
+ToolAction = str  # "tool.execute" or "memory.search"
+
+
+class PolicyGate:
+    """Answers "may this run call this tool?" and "may this principal decide?".
+
+    Build with ``PolicyGate.load(config)`` at daemon start-up; a bad policy
+    file fails start-up with ``POLICY_INVALID`` naming file and line.
+
+    Args:
+        loaded: The validated policy set (see ``load_policies``).
+        config: The gate's configuration.
+    """
+
+    def __init__(self, loaded: LoadedPolicies, config: PolicyConfig) -> None:
+        self._loaded = loaded
+        self._config = config
+        # No entity attributes are used (everything is in the context), so
+        # one empty, pre-parsed entity set serves every request.
+        self._entities = cedarpy.Entities.from_json_str("[]")
+
+    @classmethod
+    def load(cls, config: PolicyConfig | None = None) -> PolicyGate:
+        """Load and validate policies and build the gate.
+
+        Raises:
+            PalyraError: ``POLICY_INVALID`` for a bad policy file.
+        """
+        config = config or PolicyConfig()
+        loaded = load_policies(config.config_dir, include_defaults=config.include_defaults)
+        return cls(loaded, config)
+
+    @property
+    def policy_hash(self) -> str:
+        """Hash of the active policy set and schema (journaled with decisions)."""
+        return self._loaded.policy_hash
+
+    @property
+    def policy_ids(self) -> tuple[str, ...]:
+        """Stable ids of the active policies."""
+        return self._loaded.policy_ids
+
+    @property
+    def config(self) -> PolicyConfig:
+        """The gate's configuration (budget, postures, process exec switch)."""
+        return self._config
+
+    def resolve_posture(
+        self,
+        tool_name: str,
+        capabilities: frozenset[str],
+        session_overrides: Mapping[str, Posture] | None = None,
+    ) -> Posture:
+        """Posture of a tool: session override, then config, then default."""
+        return resolve_posture(
+            tool_name,
+            capabilities,
+            session_overrides=session_overrides,
+            configured=self._config.tool_postures,
+        )
+
+    def _authorize(self, request: dict[str, Any]) -> tuple[bool, tuple[str, ...], tuple[str, ...]]:
+        try:
+            result = cedarpy.is_authorized(
+                request, self._loaded.policy_set, self._entities, self._loaded.schema
+            )
+        except Exception as exc:  # engine failure of any kind denies
+            return False, (), (f"{type(exc).__name__}: {exc}",)
+        diagnostics = result.diagnostics
+        return bool(result.allowed), tuple(diagnostics.reasons), tuple(diagnostics.errors)
+
+    def _tool_context(
+        self, request: ToolRequest, posture: Posture, budget_left: int, approved: bool
+    ) -> dict[str, Any]:
+        return {
+            "capabilities": sorted(request.capabilities),
+            "is_sensitive": request.is_sensitive,
+            "registered": request.registered,
+            "approved": approved,
+            "posture": posture.value,
+            "process_exec_enabled": self._config.process_exec_enabled,
+            "budget_left": budget_left,
+            "principal_name": request.principal,
+            "session_id": request.session_id,
+            "run_id": request.run_id,
+            "channel": request.channel,
+        }
+
+    def evaluate_tool(
+        self,
+        request: ToolRequest,
+        *,
+        posture: Posture,
+        budget_left: int,
+        approved: bool,
+        action: ToolAction = "tool.execute",
+    ) -> EngineResult:
+        """Ask Cedar about a tool call, and whether an approval would help.
+
+        If the real evaluation denies and the call is not approved, it is
+        evaluated once more as if approved, so ``decide`` can tell "needs
+        approval" from "denied".
+        """
+        cedar_request: dict[str, Any] = {
+            "principal": {"type": "Principal", "id": request.principal},
+            "action": {"type": "Action", "id": action},
+            "resource": {"type": "Tool", "id": request.tool_name},
+            "context": self._tool_context(request, posture, budget_left, approved),
+        }
+        allowed, reasons, errors = self._authorize(cedar_request)
+        allowed_if_approved = allowed
+        if not allowed and not approved and not errors:
+            cedar_request["context"] = self._tool_context(request, posture, budget_left, True)
+            allowed_if_approved, _, _ = self._authorize(cedar_request)
+        return EngineResult(allowed, allowed_if_approved, reasons, errors, self.policy_hash)
+
+    def check_tool(
+        self,
+        request: ToolRequest,
+        *,
+        posture: Posture,
+        budget_left: int,
+        approved: bool,
+        action: ToolAction = "tool.execute",
+    ) -> Decision:
+        """Decide a tool call: ``evaluate_tool`` then the pure ``decide``.
+
+        Args:
+            request: The proposed call.
+            posture: Its resolved posture (``resolve_posture``).
+            budget_left: Calls the run may still make, before this one.
+            approved: An approval exists for this exact call (tool and
+                argument digest).
+            action: ``tool.execute`` (default) or ``memory.search``.
+        """
+        result = self.evaluate_tool(
+            request, posture=posture, budget_left=budget_left, approved=approved, action=action
+        )
+        return decide(request, posture, budget_left, approved, result)
+
+    def check_approval_decide(
+        self,
+        principal: str,
+        approval_id: str,
+        *,
+        run_principal: str,
+        tool_name: str = "",
+        session_id: str = "",
+        channel: str = "",
+    ) -> Decision:
+        """May ``principal`` approve or deny approval ``approval_id``?
+
+        Shipped rules: ``admin:*`` may decide any approval; ``user:*`` may
+        decide approvals of runs they started (``run_principal``); everyone
+        else is denied.
+
+        Returns:
+            A ``Decision`` with outcome ``allow`` or ``deny``.
+        """
+        allowed, reasons, errors = self._authorize(
+            {
+                "principal": {"type": "Principal", "id": principal},
+                "action": {"type": "Action", "id": "approval.decide"},
+                "resource": {"type": "Approval", "id": approval_id},
+                "context": {
+                    "principal_name": principal,
+                    "run_principal": run_principal,
+                    "tool_name": tool_name,
+                    "session_id": session_id,
+                    "channel": channel,
+                },
+            }
+        )
+        h = self.policy_hash
+        if errors:
+            return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)
+        if allowed:
+            return Decision(
+                Outcome.ALLOW, f"{principal} may decide approval {approval_id}", reasons, h
+            )
+        return Decision(
+            Outcome.DENY, f"{principal} may not decide approval {approval_id}", reasons, h
+        )
