@@ -89,6 +89,7 @@ def build_descriptor_set(layout: SpecLayout, dest: Path) -> Path:
         layout,
         ["--include_imports", f"--descriptor_set_out={dest}", *layout.palyra_protos()],
         what="building the descriptor set",
+        cwd=dest.parent,
     )
     return dest
 

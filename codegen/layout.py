@@ -24,6 +24,10 @@ class SpecLayout:
 
     root: Path
 
+    def __post_init__(self) -> None:
+        # Absolute, because protoc runs with a different working directory.
+        object.__setattr__(self, "root", self.root.resolve())
+
     @property
     def proto_dir(self) -> Path:
         """Import root of palyra's own protos (``spec/proto``)."""

@@ -28,7 +28,7 @@ from codegen.diagnostics import SpecError
 from codegen.drift import diff_trees
 from codegen.layout import SpecLayout
 from codegen.lifecycle_model import Lifecycle, load_lifecycle
-from codegen.protoc import check_result
+from codegen.protoc import check_result, tool_env
 
 #: Subtrees of the output root that codegen owns and replaces wholesale.
 MANAGED = ("python/palyra_gen", "ts", "docs")
@@ -73,30 +73,32 @@ def render(spec: Spec, stage: Path) -> None:
     ts_dir = stage / "ts"
     package.mkdir(parents=True)
     ts_dir.mkdir()
-    # The two protoc plugin runs dominate the run time; run them side by side.
+    # The two protoc plugin runs dominate the run time; run them side by side, in an
+    # empty cwd (see protoc.run_protoc) with this venv's tools first on PATH.
+    workdir = stage / "_work"
+    workdir.mkdir()
     jobs = [
-        (
-            subprocess.Popen(
-                proto_python.command(layout, package),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            ),
-            "running betterproto2",
-        ),
-        (
-            subprocess.Popen(
-                proto_ts.command(layout, ts_dir),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            ),
-            "running protoc-gen-es",
-        ),
+        (proto_python.command(layout, package), "running betterproto2"),
+        (proto_ts.command(layout, ts_dir), "running protoc-gen-es"),
     ]
-    for proc, what in jobs:
+    procs = [
+        (
+            subprocess.Popen(
+                cmd,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=tool_env(),
+                cwd=workdir,
+            ),
+            what,
+        )
+        for cmd, what in jobs
+    ]
+    for proc, what in procs:
         out, err = proc.communicate()
         check_result(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), what)
+    shutil.rmtree(workdir)
     proto_python.postprocess(layout, package)
     proto_ts.postprocess(layout, ts_dir)
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from codegen.diagnostics import ToolError
 from codegen.layout import SpecLayout, protoc_include
@@ -24,9 +26,27 @@ def protoc_command(layout: SpecLayout, args: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "grpc_tools.protoc", *include_args(layout), *args]
 
 
-def run_protoc(layout: SpecLayout, args: Sequence[str], *, what: str) -> None:
-    """Run protoc and raise ``ToolError`` with its stderr on failure."""
-    check_result(subprocess.run(protoc_command(layout, args), capture_output=True, text=True), what)
+def tool_env() -> dict[str, str]:
+    """Environment for protoc and its plugins: this venv's scripts first on PATH.
+
+    betterproto2-compiler shells out to ``ruff`` by bare name; the pinned ruff of
+    this venv must win over any other on PATH, or output would vary by machine.
+    """
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+def run_protoc(layout: SpecLayout, args: Sequence[str], *, what: str, cwd: Path) -> None:
+    """Run protoc in ``cwd`` and raise ``ToolError`` with its stderr on failure.
+
+    ``cwd`` should be a directory outside any project: plugins that run ruff would
+    otherwise pick up the nearest pyproject.toml and format differently per caller.
+    """
+    proc = subprocess.run(
+        protoc_command(layout, args), capture_output=True, text=True, env=tool_env(), cwd=cwd
+    )
+    check_result(proc, what)
 
 
 def check_result(proc: subprocess.CompletedProcess[str], what: str) -> None:

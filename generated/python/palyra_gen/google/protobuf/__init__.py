@@ -741,7 +741,9 @@ class EnumDescriptorProtoEnumReservedRange(betterproto2.Message):
 
 
 default_message_pool.register_message(
-    "google.protobuf", "EnumDescriptorProto.EnumReservedRange", EnumDescriptorProtoEnumReservedRange
+    "google.protobuf",
+    "EnumDescriptorProto.EnumReservedRange",
+    EnumDescriptorProtoEnumReservedRange,
 )
 
 
@@ -885,7 +887,9 @@ class ExtensionRangeOptions(betterproto2.Message):
     """
 
     verification: "ExtensionRangeOptionsVerificationState" = betterproto2.field(
-        3, betterproto2.TYPE_ENUM, default_factory=lambda: ExtensionRangeOptionsVerificationState(0)
+        3,
+        betterproto2.TYPE_ENUM,
+        default_factory=lambda: ExtensionRangeOptionsVerificationState(0),
     )
     """
     The verification state of the range.
@@ -934,7 +938,9 @@ class ExtensionRangeOptionsDeclaration(betterproto2.Message):
 
 
 default_message_pool.register_message(
-    "google.protobuf", "ExtensionRangeOptions.Declaration", ExtensionRangeOptionsDeclaration
+    "google.protobuf",
+    "ExtensionRangeOptions.Declaration",
+    ExtensionRangeOptionsDeclaration,
 )
 
 
@@ -961,7 +967,9 @@ class FeatureSet(betterproto2.Message):
     )
 
     repeated_field_encoding: "FeatureSetRepeatedFieldEncoding" = betterproto2.field(
-        3, betterproto2.TYPE_ENUM, default_factory=lambda: FeatureSetRepeatedFieldEncoding(0)
+        3,
+        betterproto2.TYPE_ENUM,
+        default_factory=lambda: FeatureSetRepeatedFieldEncoding(0),
     )
 
     utf8_validation: "FeatureSetUtf8Validation" = betterproto2.field(
@@ -977,7 +985,9 @@ class FeatureSet(betterproto2.Message):
     )
 
     enforce_naming_style: "FeatureSetEnforceNamingStyle" = betterproto2.field(
-        7, betterproto2.TYPE_ENUM, default_factory=lambda: FeatureSetEnforceNamingStyle(0)
+        7,
+        betterproto2.TYPE_ENUM,
+        default_factory=lambda: FeatureSetEnforceNamingStyle(0),
     )
 
     default_symbol_visibility: "FeatureSetVisibilityFeatureDefaultSymbolVisibility" = (
@@ -1259,7 +1269,9 @@ class FieldOptions(betterproto2.Message):
     """
 
     retention: "FieldOptionsOptionRetention" = betterproto2.field(
-        17, betterproto2.TYPE_ENUM, default_factory=lambda: FieldOptionsOptionRetention(0)
+        17,
+        betterproto2.TYPE_ENUM,
+        default_factory=lambda: FieldOptionsOptionRetention(0),
     )
 
     targets: "list[FieldOptionsOptionTargetType]" = betterproto2.field(
@@ -1667,7 +1679,8 @@ class FileOptions(betterproto2.Message):
         super().__post_init__()
         if self.is_set("java_generate_equals_and_hash"):
             warnings.warn(
-                "FileOptions.java_generate_equals_and_hash is deprecated", DeprecationWarning
+                "FileOptions.java_generate_equals_and_hash is deprecated",
+                DeprecationWarning,
             )
 
 
@@ -1721,7 +1734,9 @@ class GeneratedCodeInfoAnnotation(betterproto2.Message):
     """
 
     semantic: "GeneratedCodeInfoAnnotationSemantic" = betterproto2.field(
-        5, betterproto2.TYPE_ENUM, default_factory=lambda: GeneratedCodeInfoAnnotationSemantic(0)
+        5,
+        betterproto2.TYPE_ENUM,
+        default_factory=lambda: GeneratedCodeInfoAnnotationSemantic(0),
     )
 
 
@@ -1887,7 +1902,9 @@ class MethodOptions(betterproto2.Message):
     """
 
     idempotency_level: "MethodOptionsIdempotencyLevel" = betterproto2.field(
-        34, betterproto2.TYPE_ENUM, default_factory=lambda: MethodOptionsIdempotencyLevel(0)
+        34,
+        betterproto2.TYPE_ENUM,
+        default_factory=lambda: MethodOptionsIdempotencyLevel(0),
     )
 
     features: "FeatureSet | None" = betterproto2.field(35, betterproto2.TYPE_MESSAGE, optional=True)

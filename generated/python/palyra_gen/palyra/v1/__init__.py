@@ -3297,7 +3297,8 @@ class ApprovalsServiceBase(betterproto2_grpclib.ServiceBase):
         yield ExportApprovalsResponse()
 
     async def __rpc_list_approvals(
-        self, stream: "grpclib.server.Stream[ListApprovalsRequest, ListApprovalsResponse]"
+        self,
+        stream: "grpclib.server.Stream[ListApprovalsRequest, ListApprovalsResponse]",
     ) -> None:
         request = await stream.recv_message()
         assert request is not None
@@ -3313,7 +3314,8 @@ class ApprovalsServiceBase(betterproto2_grpclib.ServiceBase):
         await stream.send_message(response)
 
     async def __rpc_decide_approval(
-        self, stream: "grpclib.server.Stream[DecideApprovalRequest, DecideApprovalResponse]"
+        self,
+        stream: "grpclib.server.Stream[DecideApprovalRequest, DecideApprovalResponse]",
     ) -> None:
         request = await stream.recv_message()
         assert request is not None
@@ -3321,7 +3323,8 @@ class ApprovalsServiceBase(betterproto2_grpclib.ServiceBase):
         await stream.send_message(response)
 
     async def __rpc_export_approvals(
-        self, stream: "grpclib.server.Stream[ExportApprovalsRequest, ExportApprovalsResponse]"
+        self,
+        stream: "grpclib.server.Stream[ExportApprovalsRequest, ExportApprovalsResponse]",
     ) -> None:
         request = await stream.recv_message()
         assert request is not None
@@ -3391,7 +3394,8 @@ class ChannelsServiceBase(betterproto2_grpclib.ServiceBase):
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
     async def __rpc_create_pairing_code(
-        self, stream: "grpclib.server.Stream[CreatePairingCodeRequest, CreatePairingCodeResponse]"
+        self,
+        stream: "grpclib.server.Stream[CreatePairingCodeRequest, CreatePairingCodeResponse]",
     ) -> None:
         request = await stream.recv_message()
         assert request is not None
@@ -3399,7 +3403,8 @@ class ChannelsServiceBase(betterproto2_grpclib.ServiceBase):
         await stream.send_message(response)
 
     async def __rpc_list_pairing_codes(
-        self, stream: "grpclib.server.Stream[ListPairingCodesRequest, ListPairingCodesResponse]"
+        self,
+        stream: "grpclib.server.Stream[ListPairingCodesRequest, ListPairingCodesResponse]",
     ) -> None:
         request = await stream.recv_message()
         assert request is not None
@@ -3407,7 +3412,8 @@ class ChannelsServiceBase(betterproto2_grpclib.ServiceBase):
         await stream.send_message(response)
 
     async def __rpc_list_pairing_grants(
-        self, stream: "grpclib.server.Stream[ListPairingGrantsRequest, ListPairingGrantsResponse]"
+        self,
+        stream: "grpclib.server.Stream[ListPairingGrantsRequest, ListPairingGrantsResponse]",
     ) -> None:
         request = await stream.recv_message()
         assert request is not None
@@ -3415,7 +3421,8 @@ class ChannelsServiceBase(betterproto2_grpclib.ServiceBase):
         await stream.send_message(response)
 
     async def __rpc_revoke_pairing_grant(
-        self, stream: "grpclib.server.Stream[RevokePairingGrantRequest, RevokePairingGrantResponse]"
+        self,
+        stream: "grpclib.server.Stream[RevokePairingGrantRequest, RevokePairingGrantResponse]",
     ) -> None:
         request = await stream.recv_message()
         assert request is not None
@@ -3702,7 +3709,8 @@ class GatewayServiceBase(betterproto2_grpclib.ServiceBase):
         await stream.send_message(response)
 
     async def __rpc_resolve_session(
-        self, stream: "grpclib.server.Stream[ResolveSessionRequest, ResolveSessionResponse]"
+        self,
+        stream: "grpclib.server.Stream[ResolveSessionRequest, ResolveSessionResponse]",
     ) -> None:
         request = await stream.recv_message()
         assert request is not None
@@ -3710,7 +3718,8 @@ class GatewayServiceBase(betterproto2_grpclib.ServiceBase):
         await stream.send_message(response)
 
     async def __rpc_cleanup_session(
-        self, stream: "grpclib.server.Stream[CleanupSessionRequest, CleanupSessionResponse]"
+        self,
+        stream: "grpclib.server.Stream[CleanupSessionRequest, CleanupSessionResponse]",
     ) -> None:
         request = await stream.recv_message()
         assert request is not None
@@ -3718,7 +3727,8 @@ class GatewayServiceBase(betterproto2_grpclib.ServiceBase):
         await stream.send_message(response)
 
     async def __rpc_branch_session(
-        self, stream: "grpclib.server.Stream[BranchSessionRequest, BranchSessionResponse]"
+        self,
+        stream: "grpclib.server.Stream[BranchSessionRequest, BranchSessionResponse]",
     ) -> None:
         request = await stream.recv_message()
         assert request is not None
@@ -3726,7 +3736,8 @@ class GatewayServiceBase(betterproto2_grpclib.ServiceBase):
         await stream.send_message(response)
 
     async def __rpc_set_tool_posture(
-        self, stream: "grpclib.server.Stream[SetToolPostureRequest, SetToolPostureResponse]"
+        self,
+        stream: "grpclib.server.Stream[SetToolPostureRequest, SetToolPostureResponse]",
     ) -> None:
         request = await stream.recv_message()
         assert request is not None
@@ -3790,7 +3801,8 @@ class GatewayServiceBase(betterproto2_grpclib.ServiceBase):
         await stream.send_message(response)
 
     async def __rpc_list_agent_bindings(
-        self, stream: "grpclib.server.Stream[ListAgentBindingsRequest, ListAgentBindingsResponse]"
+        self,
+        stream: "grpclib.server.Stream[ListAgentBindingsRequest, ListAgentBindingsResponse]",
     ) -> None:
         request = await stream.recv_message()
         assert request is not None
@@ -3981,7 +3993,8 @@ class JournalServiceBase(betterproto2_grpclib.ServiceBase):
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
     async def __rpc_verify_journal(
-        self, stream: "grpclib.server.Stream[VerifyJournalRequest, VerifyJournalResponse]"
+        self,
+        stream: "grpclib.server.Stream[VerifyJournalRequest, VerifyJournalResponse]",
     ) -> None:
         request = await stream.recv_message()
         assert request is not None
@@ -3989,7 +4002,8 @@ class JournalServiceBase(betterproto2_grpclib.ServiceBase):
         await stream.send_message(response)
 
     async def __rpc_export_journal(
-        self, stream: "grpclib.server.Stream[ExportJournalRequest, ExportJournalResponse]"
+        self,
+        stream: "grpclib.server.Stream[ExportJournalRequest, ExportJournalResponse]",
     ) -> None:
         request = await stream.recv_message()
         assert request is not None
@@ -4000,7 +4014,8 @@ class JournalServiceBase(betterproto2_grpclib.ServiceBase):
         )
 
     async def __rpc_get_journal_head(
-        self, stream: "grpclib.server.Stream[GetJournalHeadRequest, GetJournalHeadResponse]"
+        self,
+        stream: "grpclib.server.Stream[GetJournalHeadRequest, GetJournalHeadResponse]",
     ) -> None:
         request = await stream.recv_message()
         assert request is not None
