@@ -89,7 +89,7 @@ def create_http_app(
         return Response(content=openapi, media_type="application/json")
 
     @route("/{path:path}", http_method=_METHODS)
-    async def dispatch(request: Request[Any, Any, Any], path: str) -> ASGIApp:
+    async def dispatch(request: Request[Any, Any, Any]) -> ASGIApp:
         started = time.perf_counter()
         headers = {k.lower(): v for k, v in request.headers.items()}
         request_id = headers.get(REQUEST_ID_HEADER, "")

@@ -1,0 +1,88 @@
+"""Config layering: defaults < TOML < PALYRA_* env < flags; bad input is CONFIG_INVALID."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from palyra.config import PalyraConfig, env_names, load_config
+from palyra.core.errors import ErrorCode, PalyraError
+
+
+def test_defaults_need_no_configuration() -> None:
+    config = load_config(env={})
+    assert config == PalyraConfig()
+    assert config.data_dir == Path("./palyra-data")
+    assert (config.grpc.host, config.grpc.port) == ("127.0.0.1", 7443)
+    assert (config.http.host, config.http.port) == ("127.0.0.1", 7142)
+    assert config.http.max_request_bytes == 1024 * 1024
+
+
+def test_layers_override_field_by_field(tmp_path: Path) -> None:
+    toml = tmp_path / "palyra.toml"
+    toml.write_text(
+        'data_dir = "from-file"\n'
+        "[grpc]\nport = 1111\n"
+        "[http]\nport = 2222\nmax_request_bytes = 4096\n"
+        '[auth]\nconnector_tokens = ["discord=abc"]\n'
+        '[provider]\nkind = "scripted"\n'
+    )
+    config = load_config(
+        config_file=toml,
+        env={"PALYRA_HTTP_PORT": "3333", "PALYRA_ADMIN_TOKEN": "secret", "HOME": "/x"},
+        overrides={"grpc.port": 0, "data_dir": None},
+    )
+    assert config.data_dir == Path("from-file")  # flag not given: the file wins
+    assert config.grpc.port == 0  # flag beats file
+    assert config.http.port == 3333  # env beats file
+    assert config.http.max_request_bytes == 4096  # file beats default
+    assert config.auth.admin_token == "secret"
+    assert config.auth.connector_tokens == ("discord=abc",)
+
+
+def test_env_config_path_and_lists(tmp_path: Path) -> None:
+    toml = tmp_path / "c.toml"
+    toml.write_text("[log]\nformat = \"json\"\n")
+    config = load_config(env={"PALYRA_CONFIG": str(toml), "PALYRA_CONNECTOR_TOKENS": "a, slack=b"})
+    assert config.log.format == "json"
+    assert config.auth.connector_tokens == ("a", "slack=b")
+
+
+@pytest.mark.parametrize(
+    ("env", "setting"),
+    [
+        ({"PALYRA_GRPC_PORT": "seven"}, "grpc.port"),
+        ({"PALYRA_GRPC_PORT": "70000"}, "grpc.port"),
+        ({"PALYRA_LOG_FORMAT": "xml"}, "log.format"),
+        ({"PALYRA_HTTP_MAX_REQUEST_BYTES": "0"}, "http.max_request_bytes"),
+        ({"PALYRA_AUTH_REQUIRE_ULID_DEVICE_ID": "maybe"}, "auth.require_ulid_device_id"),
+    ],
+)
+def test_bad_values_name_the_setting(env: dict[str, str], setting: str) -> None:
+    with pytest.raises(PalyraError) as info:
+        load_config(env=env)
+    assert info.value.code is ErrorCode.CONFIG_INVALID
+    assert info.value.details["setting"] == setting
+
+
+def test_unknown_file_settings_are_refused(tmp_path: Path) -> None:
+    toml = tmp_path / "c.toml"
+    toml.write_text("[grpc]\nprot = 1\n")
+    with pytest.raises(PalyraError, match=r"grpc\.prot: unknown setting"):
+        load_config(config_file=toml)
+    toml.write_text("[nonsense]\nx = 1\n")
+    with pytest.raises(PalyraError, match="nonsense"):
+        load_config(config_file=toml)
+    toml.write_text("not toml [")
+    with pytest.raises(PalyraError) as info:
+        load_config(config_file=toml)
+    assert info.value.code is ErrorCode.CONFIG_INVALID
+
+
+def test_every_section_field_has_an_env_name() -> None:
+    names = env_names()
+    assert names["PALYRA_DATA_DIR"] == ("", "data_dir")
+    assert names["PALYRA_GRPC_PORT"] == ("grpc", "port")
+    assert names["PALYRA_ADMIN_TOKEN"] == ("auth", "admin_token")
+    assert names["PALYRA_PROVIDER_KIND"] == ("provider", "kind")

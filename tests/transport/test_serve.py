@@ -1,0 +1,73 @@
+"""``palyra serve`` as a user runs it: ephemeral ports, token, health, caps, SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import httpx
+import pytest
+from grpclib.client import Channel
+from palyra_gen.palyra import v1
+
+from palyra.transport.spawn import DaemonProcess
+
+pytestmark = pytest.mark.slow
+
+HEADERS = {"x-palyra-principal": "user:a", "x-palyra-device-id": "01J00000000000000000000000"}
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("PALYRA_")}
+
+
+async def test_serve_health_auth_caps_and_sigterm(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    daemon = DaemonProcess(data_dir, env=_env()).start()
+    try:
+        token = (data_dir / "admin.token").read_text().strip()
+        assert stat.S_IMODE(os.stat(data_dir / "admin.token").st_mode) == 0o600
+        assert daemon.log().count(token) == 1  # printed once
+        assert f"HTTP on 127.0.0.1:{daemon.http_port}" in daemon.log()
+        auth = {**HEADERS, "authorization": f"Bearer {token}"}
+
+        async with Channel("127.0.0.1", daemon.grpc_port) as channel:
+            health = await v1.GatewayServiceStub(channel).get_health()
+            assert health.service == "palyra"
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{daemon.http_port}") as client:
+            assert (await client.get("/healthz")).json()["service"] == "palyra"
+            assert (await client.get("/v1/journal/head")).status_code == 401
+            before = (await client.get("/v1/journal/head", headers=auth)).json()
+            too_big = await client.post("/v1/runs", headers=auth, content=b" " * (1024 * 1024 + 1))
+            assert too_big.status_code == 413
+            assert too_big.json()["code"] == "PAYLOAD_TOO_LARGE"
+            malformed = await client.post("/v1/runs", headers=auth, content=b'{"input": 3}')
+            assert malformed.status_code == 400
+            assert (await client.get("/v1/journal/head", headers=auth)).json() == before
+    finally:
+        code = daemon.stop()
+    assert code == 0
+    assert not (data_dir / "daemon.json").exists()
+    assert "daemon_stopped" in daemon.log()
+
+    again = DaemonProcess(data_dir, env=_env()).start()
+    try:
+        assert again.log().count(token) == 1  # not printed a second time
+    finally:
+        assert again.stop() == 0
+
+
+def test_env_admin_token_is_used_and_not_stored(tmp_path: Path) -> None:
+    env = {**_env(), "PALYRA_ADMIN_TOKEN": "chosen-token"}
+    with DaemonProcess(tmp_path / "d", env=env) as daemon:
+        response = httpx.get(f"http://127.0.0.1:{daemon.http_port}/v1/journal/head",
+                             headers={**HEADERS, "authorization": "Bearer chosen-token"})
+        assert response.status_code == 200
+    assert not (tmp_path / "d" / "admin.token").exists()
+
+
+def test_bad_config_exits_with_a_message(tmp_path: Path) -> None:
+    env = {**_env(), "PALYRA_LOG_FORMAT": "xml"}
+    with pytest.raises(RuntimeError, match="CONFIG_INVALID"):
+        DaemonProcess(tmp_path / "d", env=env, extra_args=()).start(timeout=20)
