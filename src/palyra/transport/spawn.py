@@ -7,6 +7,7 @@ child's own pid) rather than parsing log lines.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -121,7 +122,5 @@ class DaemonProcess:
         tb: TracebackType | None,
     ) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.stop()
-            except subprocess.TimeoutExpired:
-                pass
