@@ -7,7 +7,7 @@ before serving, and :meth:`Engine.drain` (or leave the context) on SIGTERM.
 
 from palyra.engine._approvals import Decision
 from palyra.engine._config import EngineConfig
-from palyra.engine._engine import Engine, StartRun, Started, may_access
+from palyra.engine._engine import Engine, Started, StartRun, may_access
 from palyra.engine._failures import RunFailed
 from palyra.engine._ports import PolicyPort, ToolOutcome, ToolRequest, ToolsPort, ToolVerdict
 from palyra.engine._records import (

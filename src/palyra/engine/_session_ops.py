@@ -21,9 +21,9 @@ from palyra.engine._records import (
     session_index_key,
 )
 from palyra.engine._sessions import (
+    Selectors,
     SessionPlan,
     SessionService,
-    Selectors,
     check_identity,
     record_write,
     session_event,

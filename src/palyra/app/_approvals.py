@@ -1,0 +1,75 @@
+"""ApprovalsService: list, get, decide (from any client), export."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+
+from palyra_gen.palyra import v1 as pb
+
+from palyra.app._base import AppBase
+from palyra.app._convert import identity_of
+from palyra.app._export import chunked, json_document, ndjson_lines
+from palyra.app.context import CallContext
+from palyra.engine import ApprovalRecord
+from palyra.engine._approvals import to_proto
+from palyra.engine._errors import not_found
+from palyra.engine._machines import approval_state_proto
+
+DEFAULT_PAGE, MAX_PAGE = 100, 500
+DEFAULT_EXPORT, MAX_EXPORT = 1000, 5000
+
+
+class ApprovalsApi(AppBase):
+    """Human-in-the-loop approvals over the durable records."""
+
+    @staticmethod
+    def _filter(state: pb.ApprovalState, session_id: str = "",
+                run_id: str = "") -> Callable[[ApprovalRecord], bool]:
+        def keep(record: ApprovalRecord) -> bool:
+            return ((state == pb.ApprovalState.UNSPECIFIED
+                     or approval_state_proto(record.state) == state)
+                    and (not session_id or record.session_id == session_id)
+                    and (not run_id or record.run_id == run_id))
+        return keep
+
+    async def list_approvals(self, ctx: CallContext,
+                             request: pb.ListApprovalsRequest) -> pb.ListApprovalsResponse:
+        """Approvals in creation order, filtered, cursor-paged (max 500)."""
+        identity_of(ctx)
+        limit = DEFAULT_PAGE if request.limit == 0 else min(request.limit, MAX_PAGE)
+        page, next_id = self.engine.deps.approvals.scan(
+            self._filter(request.state, request.session_id, request.run_id),
+            request.after_approval_id, limit)
+        return pb.ListApprovalsResponse(approvals=[to_proto(r) for r in page],
+                                        next_after_approval_id=next_id)
+
+    async def get_approval(self, ctx: CallContext,
+                           request: pb.GetApprovalRequest) -> pb.GetApprovalResponse:
+        """One approval record."""
+        identity_of(ctx)
+        record = self.engine.deps.approvals.get(request.approval_id)
+        if record is None:
+            raise not_found("approval", request.approval_id)
+        return pb.GetApprovalResponse(approval=to_proto(record))
+
+    async def decide_approval(self, ctx: CallContext,
+                              request: pb.DecideApprovalRequest) -> pb.DecideApprovalResponse:
+        """Decide a pending approval; the waiting run continues from the journal."""
+        record = await self.decide(identity_of(ctx), request.approval_id, request.decision,
+                                   request.scope, request.ttl_seconds, request.reason)
+        return pb.DecideApprovalResponse(approval=to_proto(record))
+
+    async def export_approvals(
+        self, ctx: CallContext, request: pb.ExportApprovalsRequest
+    ) -> AsyncIterator[pb.ExportApprovalsResponse]:
+        """Chunks (≤ 64 KiB) of NDJSON or JSON with chained checksums and a trailer."""
+        identity_of(ctx)
+        limit = DEFAULT_EXPORT if request.limit == 0 else min(request.limit, MAX_EXPORT)
+        records, _ = self.engine.deps.approvals.scan(self._filter(request.state), "", limit)
+        dicts = [to_proto(r).to_dict() for r in records]
+        pieces = (json_document(dicts) if request.format == pb.ExportFormat.JSON
+                  else ndjson_lines(dicts))
+        chunks = list(chunked(pieces))
+        for seq, chunk in enumerate(chunks, start=1):
+            yield pb.ExportApprovalsResponse(chunk=chunk, chunk_seq=seq,
+                                             done=seq == len(chunks))

@@ -1,0 +1,33 @@
+"""State shared by the RPC groups of the facade."""
+
+from __future__ import annotations
+
+import time
+
+from palyra_gen.palyra import v1 as pb
+
+from palyra.core.errors import InvalidArgument
+from palyra.engine import ApprovalRecord, Engine, IdentityRec
+from palyra.engine._approvals import SCOPES
+from palyra.journal import JournalStore
+
+
+class AppBase:
+    """The engine and the journal, as every RPC group sees them."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.store: JournalStore = engine.store
+        self.started = time.monotonic()
+
+    async def decide(self, identity: IdentityRec, approval_id: str,
+                     decision: pb.ApprovalDecision, scope: pb.ApprovalScope,
+                     ttl_seconds: int, reason: str) -> ApprovalRecord:
+        """Decide an approval (DecideApproval and inline RunStream decisions)."""
+        if decision not in (pb.ApprovalDecision.APPROVE, pb.ApprovalDecision.DENY):
+            raise InvalidArgument("decision must be APPROVE or DENY", details={
+                "approval_id": approval_id})
+        scope_name = SCOPES.get(scope, "once")
+        return await self.engine.decide_approval(
+            identity, approval_id, decision == pb.ApprovalDecision.APPROVE, scope_name,
+            ttl_seconds, reason)

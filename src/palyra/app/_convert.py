@@ -1,0 +1,70 @@
+"""Engine records → wire messages, and request checks shared by the RPCs."""
+
+from __future__ import annotations
+
+from palyra_gen.palyra import v1 as pb
+
+from palyra.app.context import CallContext
+from palyra.core.errors import ErrorCode, PalyraError, Unauthenticated
+from palyra.engine import IdentityRec, RunRecord, SessionRecord
+from palyra.engine._machines import run_state_proto
+
+SUPPORTED_VERSIONS = frozenset({0, 1})
+_POSTURE_PROTO = {"always_allow": pb.ToolPosture.ALWAYS_ALLOW,
+                  "ask_each_time": pb.ToolPosture.ASK_EACH_TIME,
+                  "disabled": pb.ToolPosture.DISABLED}
+POSTURE_NAMES = {v: k for k, v in _POSTURE_PROTO.items()}
+
+
+def identity_of(ctx: CallContext) -> IdentityRec:
+    """The caller's identity.
+
+    Raises:
+        Unauthenticated: the call carried no credentials.
+    """
+    if ctx.identity is None or not ctx.identity.principal:
+        raise Unauthenticated("this call needs an authenticated principal")
+    return ctx.identity.record()
+
+
+def check_version(v: int) -> None:
+    """Raise UNSUPPORTED_VERSION unless ``v`` is 0 (unset) or 1."""
+    if v not in SUPPORTED_VERSIONS:
+        raise PalyraError(f"protocol version {v} is not supported (use 1)",
+                          code=ErrorCode.UNSUPPORTED_VERSION, details={"v": str(v)})
+
+
+def identity_proto(identity: IdentityRec) -> pb.Identity:
+    """Wire identity."""
+    return pb.Identity(principal=identity.principal, device_id=identity.device_id,
+                       channel=identity.channel)
+
+
+def run_proto(record: RunRecord) -> pb.Run:
+    """Wire form of a run record."""
+    error = None
+    if record.error_code:
+        code = pb.ErrorCode.__members__.get(record.error_code, pb.ErrorCode.INTERNAL)
+        error = pb.ErrorDetail(code=code, message=record.error_message)
+    return pb.Run(
+        run_id=record.run_id, session_id=record.session_id,
+        state=run_state_proto(record.state), identity=identity_proto(record.identity),
+        created_at_unix_ms=record.created_ms, updated_at_unix_ms=record.updated_ms,
+        tape_len=record.tape_len, turn_count=record.turn_count,
+        tool_call_count=record.tool_call_count, pending_approval_id=record.pending_approval_id,
+        end_reason=record.end_reason, last_error=error, final_text=record.final_text,
+    )
+
+
+def session_proto(record: SessionRecord) -> pb.Session:
+    """Wire form of a session record."""
+    return pb.Session(
+        session_id=record.session_id, session_key=record.session_key, label=record.label,
+        identity=identity_proto(record.identity), created_at_unix_ms=record.created_ms,
+        updated_at_unix_ms=record.updated_ms, last_run_id=record.last_run_id,
+        archived=record.archived, branch_state=record.branch_state,
+        parent_session_id=record.parent_session_id, origin_run_id=record.origin_run_id,
+        run_count=record.run_count,
+        tool_postures={k: _POSTURE_PROTO[v] for k, v in record.tool_postures.items()
+                       if v in _POSTURE_PROTO},
+    )

@@ -1,0 +1,32 @@
+"""``PalyraApp``: the one facade both transports call (one async method per RPC)."""
+
+from __future__ import annotations
+
+import time
+
+from palyra_gen.palyra import v1 as pb
+
+from palyra.app._approvals import ApprovalsApi
+from palyra.app._journal import JournalApi
+from palyra.app._runs import RunsApi
+from palyra.app._sessions import SessionsApi
+from palyra.app._unimplemented import UnimplementedApi
+from palyra.app.context import CallContext
+
+
+class PalyraApp(RunsApi, SessionsApi, ApprovalsApi, JournalApi, UnimplementedApi):
+    """The application API over one ``Engine``.
+
+    Methods take ``(ctx: CallContext, request)`` and return the response
+    message (server streams: an async iterator; ``run_stream`` takes an async
+    iterator of requests). Errors are ``PalyraError`` with a stable code.
+    """
+
+    async def get_health(self, ctx: CallContext,
+                         request: pb.GetHealthRequest) -> pb.GetHealthResponse:
+        """Service, version, uptime and journal head. Needs no auth."""
+        head = self.store.head()
+        return pb.GetHealthResponse(
+            service="palyra", version=self.engine.config.service_version,
+            uptime_ms=int((time.monotonic() - self.started) * 1000),
+            journal_events=head.count, journal_head=head.head_hash)

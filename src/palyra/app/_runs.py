@@ -1,0 +1,211 @@
+"""Run RPCs: RunStream, CreateRun, inputs, completion, abort, reads, tape, watch.
+
+Everything a client sees about a run comes from the journal (``follow_tape``),
+never from in-memory fan-out, so a stream, a watcher that attached late and a
+watcher after a restart all see the same events in the same order, each once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from palyra_gen.palyra import v1 as pb
+
+from palyra.app._base import AppBase
+from palyra.app._convert import check_version, identity_of, run_proto, session_proto
+from palyra.app.context import CallContext
+from palyra.core.errors import ErrorCode, InvalidArgument, PalyraError
+from palyra.engine import IdentityRec, Selectors, StartRun
+from palyra.engine._machines import is_run_terminal
+from palyra.engine._tape import is_terminal_status, member_from, to_tape_event
+
+log = logging.getLogger("palyra.app")
+MAX_TAPE_PAGE = 1000
+MAX_TAPE_BYTES = 2 * 1024 * 1024
+MAX_ATTACHMENTS = 32
+
+
+def _input_of(message: pb.MessageInput | None) -> tuple[str | None, int]:
+    if message is None:
+        return None, 0
+    if len(message.attachments) > MAX_ATTACHMENTS:
+        raise InvalidArgument(f"at most {MAX_ATTACHMENTS} attachments per input")
+    return message.text, len(message.attachments)
+
+
+class RunsApi(AppBase):
+    """The run half of GatewayService."""
+
+    async def run_stream(
+        self, ctx: CallContext, requests: AsyncIterator[pb.RunStreamRequest]
+    ) -> AsyncIterator[pb.RunStreamResponse]:
+        """Bidi run loop: first message starts, later ones are inputs or approvals."""
+        identity = identity_of(ctx)
+        try:
+            first = await anext(aiter(requests))
+        except StopAsyncIteration:
+            raise InvalidArgument("RunStream needs a first message") from None
+        check_version(first.v)
+        text, attachments = _input_of(first.input)
+        started = await self.engine.start_run(identity, StartRun(
+            Selectors(first.session_id, first.session_key, first.session_label,
+                      first.reset_session, first.require_existing),
+            text=text, attachments=attachments, run_id=first.run_id, driver="stream"))
+        run_id, session_id = started.run.run_id, started.session.session_id
+        failures: list[PalyraError] = []
+        pump = self.engine.spawn(
+            self._pump(identity, requests, run_id, session_id, failures))
+        try:
+            async for event in self._follow(run_id, -1):
+                yield pb.RunStreamResponse(v=1, event=event)
+        finally:
+            pump.cancel()
+            if not is_run_terminal(self.engine.get_run(identity, run_id).state):
+                # The client went away mid-run: the run lives on (any client
+                # may watch it or decide its approvals) and completes when idle.
+                self.engine.spawn(self._detach(identity, run_id))
+        record = self.engine.get_run(identity, run_id)
+        if record.state == "failed":
+            if failures:
+                raise failures[0]
+            code = ErrorCode.__members__.get(record.error_code, ErrorCode.INTERNAL)
+            raise PalyraError(record.error_message or record.end_reason, code=code,
+                              details={"run_id": run_id, "reason": record.end_reason})
+
+    async def _pump(self, identity: IdentityRec, requests: AsyncIterator[pb.RunStreamRequest],
+                    run_id: str, session_id: str, failures: list[PalyraError]) -> None:
+        try:
+            async for req in requests:
+                check_version(req.v)
+                if (req.session_id and req.session_id != session_id) or (
+                        req.run_id and req.run_id != run_id):
+                    raise InvalidArgument("a RunStream is bound to one session and run; "
+                                          "open a new stream for another")
+                if req.approval is not None and req.approval.approval_id:
+                    await self._inline_decision(identity, req.approval)
+                text, attachments = _input_of(req.input)
+                if text:
+                    await self.engine.send_input(identity, run_id, text, attachments)
+            await self.engine.complete_run(identity, run_id)
+        except PalyraError as exc:
+            if exc.code is ErrorCode.RUN_TERMINAL:
+                return
+            failures.append(exc)
+            self.engine.fail_run(run_id, exc, "stream_protocol_error")
+        except Exception as exc:  # the transport's request stream broke
+            failures.append(PalyraError(f"request stream failed: {exc}",
+                                        code=ErrorCode.UNAVAILABLE))
+            self.engine.fail_run(run_id, exc, "stream_error")
+
+    async def _inline_decision(self, identity: IdentityRec,
+                               decision: pb.InlineApprovalDecision) -> None:
+        try:
+            await self.decide(identity, decision.approval_id, decision.decision,
+                              decision.scope, decision.ttl_seconds, decision.reason)
+        except PalyraError as exc:
+            # Another client may have decided first; that is not a protocol error.
+            if exc.code is not ErrorCode.APPROVAL_ALREADY_DECIDED:
+                raise
+            log.info("inline decision for %s ignored: already decided", decision.approval_id)
+
+    async def _detach(self, identity: IdentityRec, run_id: str) -> None:
+        with contextlib.suppress(PalyraError):
+            await self.engine.complete_run(identity, run_id)
+
+    async def _follow(self, run_id: str, after_seq: int) -> AsyncIterator[pb.TapeEvent]:
+        """Tape events after ``after_seq``: replay, then live, until the terminal status."""
+        record = self.engine.get_run(IdentityRec("system:app"), run_id)
+        if is_run_terminal(record.state) and after_seq >= record.tape_len - 1:
+            return
+        events = self.store.follow_tape(run_id, after_seq)
+        try:
+            async for stored in events:
+                yield to_tape_event(stored)
+                if is_terminal_status(member_from(stored.kind, stored.payload)):
+                    return
+        finally:
+            # follow_tape is an async generator; close it now, not at GC time.
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    async def create_run(self, ctx: CallContext,
+                         request: pb.CreateRunRequest) -> pb.CreateRunResponse:
+        """Start a run with one input; ``complete`` ends it when the loop ends."""
+        check_version(request.v)
+        identity = identity_of(ctx)
+        text, attachments = _input_of(request.input)
+        started = await self.engine.start_run(identity, StartRun(
+            Selectors(request.session_id, request.session_key, request.session_label),
+            text=text, attachments=attachments, run_id=request.run_id, driver="api",
+            complete=request.complete))
+        record = started.run
+        if request.wait:
+            record = await self.engine.wait_run(identity, record.run_id)
+        return pb.CreateRunResponse(run=run_proto(record), session=session_proto(started.session),
+                                    session_created=started.session_created)
+
+    async def send_run_input(self, ctx: CallContext,
+                             request: pb.SendRunInputRequest) -> pb.SendRunInputResponse:
+        """Queue one more input on an open run."""
+        identity = identity_of(ctx)
+        text, attachments = _input_of(request.input)
+        if not text:
+            raise InvalidArgument("input.text is required")
+        record = await self.engine.send_input(identity, request.run_id, text, attachments,
+                                              complete=request.complete)
+        if request.wait:
+            record = await self.engine.wait_run(identity, request.run_id)
+        return pb.SendRunInputResponse(run=run_proto(record))
+
+    async def complete_run(self, ctx: CallContext,
+                           request: pb.CompleteRunRequest) -> pb.CompleteRunResponse:
+        """Half-close over HTTP: done once idle; ``wait`` waits for the end."""
+        identity = identity_of(ctx)
+        record = await self.engine.complete_run(identity, request.run_id)
+        if request.wait:
+            record = await self.engine.wait_run(identity, request.run_id, until_terminal=True)
+        return pb.CompleteRunResponse(run=run_proto(record))
+
+    async def abort_run(self, ctx: CallContext,
+                        request: pb.AbortRunRequest) -> pb.AbortRunResponse:
+        """Cancel a run; its in-flight step stops within 100 ms."""
+        requested, record = await self.engine.abort_run(identity_of(ctx), request.run_id,
+                                                        request.reason)
+        return pb.AbortRunResponse(run_id=record.run_id, cancel_requested=requested,
+                                   state=run_proto(record).state)
+
+    async def get_run(self, ctx: CallContext, request: pb.GetRunRequest) -> pb.GetRunResponse:
+        """The run's current record."""
+        return pb.GetRunResponse(run=run_proto(self.engine.get_run(identity_of(ctx),
+                                                                   request.run_id)))
+
+    async def list_run_tape(self, ctx: CallContext,
+                            request: pb.ListRunTapeRequest) -> pb.ListRunTapeResponse:
+        """One page: ``after_seq`` exclusive, limit 1..1000 (0 → 1000), ≤ 2 MiB."""
+        record = self.engine.get_run(identity_of(ctx), request.run_id)
+        limit = MAX_TAPE_PAGE if request.limit == 0 else max(1, min(request.limit,
+                                                                    MAX_TAPE_PAGE))
+        page = self.store.read_tape(request.run_id, max(-1, request.after_seq), limit,
+                                    MAX_TAPE_BYTES)
+        return pb.ListRunTapeResponse(events=[to_tape_event(e) for e in page.events],
+                                      next_after_seq=page.next_after_seq,
+                                      state=run_proto(record).state)
+
+    async def watch_run(self, ctx: CallContext,
+                        request: pb.WatchRunRequest) -> AsyncIterator[pb.WatchRunResponse]:
+        """Replay from the cursor, then follow live until the run ends."""
+        self.engine.get_run(identity_of(ctx), request.run_id)
+        after = max(-1, request.after_seq)
+        if request.no_follow:
+            while True:
+                page = self.store.read_tape(request.run_id, after, MAX_TAPE_PAGE)
+                for stored in page.events:
+                    yield pb.WatchRunResponse(event=to_tape_event(stored))
+                if page.next_after_seq is None:
+                    return
+                after = page.next_after_seq
+        async for event in self._follow(request.run_id, after):
+            yield pb.WatchRunResponse(event=event)

@@ -1,0 +1,43 @@
+"""RPCs whose subsystem is not built yet: a clear UNIMPLEMENTED, never a silent no-op."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from palyra.core.errors import ErrorCode, PalyraError
+
+
+def _unimplemented(rpc: str, subsystem: str) -> Callable[..., Coroutine[Any, Any, Any]]:
+    async def method(self: object, ctx: object, request: object) -> Any:
+        raise PalyraError(f"{rpc} is not implemented yet: the {subsystem} subsystem is not "
+                          "part of this build", code=ErrorCode.UNIMPLEMENTED,
+                          details={"rpc": rpc, "subsystem": subsystem})
+
+    method.__name__ = rpc
+    method.__doc__ = f"UNIMPLEMENTED: the {subsystem} subsystem is not built yet."
+    return method
+
+
+class UnimplementedApi:
+    """Memory, channel routing/pairing and agents: later issues."""
+
+    route_message = _unimplemented("route_message", "channel router")
+    list_agents = _unimplemented("list_agents", "agents")
+    get_agent = _unimplemented("get_agent", "agents")
+    create_agent = _unimplemented("create_agent", "agents")
+    update_agent = _unimplemented("update_agent", "agents")
+    delete_agent = _unimplemented("delete_agent", "agents")
+    bind_agent = _unimplemented("bind_agent", "agents")
+    list_agent_bindings = _unimplemented("list_agent_bindings", "agents")
+    unbind_agent = _unimplemented("unbind_agent", "agents")
+    ingest_memory = _unimplemented("ingest_memory", "memory")
+    search_memory = _unimplemented("search_memory", "memory")
+    get_memory = _unimplemented("get_memory", "memory")
+    delete_memory = _unimplemented("delete_memory", "memory")
+    list_memory = _unimplemented("list_memory", "memory")
+    purge_memory = _unimplemented("purge_memory", "memory")
+    create_pairing_code = _unimplemented("create_pairing_code", "channel pairing")
+    list_pairing_codes = _unimplemented("list_pairing_codes", "channel pairing")
+    list_pairing_grants = _unimplemented("list_pairing_grants", "channel pairing")
+    revoke_pairing_grant = _unimplemented("revoke_pairing_grant", "channel pairing")
