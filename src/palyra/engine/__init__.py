@@ -9,6 +9,7 @@ from palyra.engine._approvals import Decision
 from palyra.engine._config import EngineConfig
 from palyra.engine._engine import Engine, Started, StartRun, may_access
 from palyra.engine._failures import RunFailed
+from palyra.engine._policy_adapter import GatePolicy
 from palyra.engine._ports import PolicyPort, ToolOutcome, ToolRequest, ToolsPort, ToolVerdict
 from palyra.engine._records import (
     ApprovalRecord,
@@ -30,6 +31,7 @@ __all__ = [
     "Decision",
     "Engine",
     "EngineConfig",
+    "GatePolicy",
     "GrantRec",
     "IdentityRec",
     "InputRec",

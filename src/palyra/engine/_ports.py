@@ -38,7 +38,7 @@ class ToolRequest:
     tool_name: str
     arguments: Mapping[str, Any]
     postures: Mapping[str, str]
-    approved: bool = False
+    calls_made: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,18 +47,18 @@ def _args_json(arguments: Mapping[str, Any]) -> str:
     return _CANONICAL.encode(dict(arguments)).decode()
 
 
-def decide(actor: RunActor, name: str, arguments: Mapping[str, Any]) -> ToolVerdict:
-    """The policy verdict for one call; unknown tools and gate errors deny."""
+def decide(actor: RunActor, name: str, arguments: Mapping[str, Any],
+           earlier_in_turn: int = 0) -> ToolVerdict:
+    """The policy verdict for one call; gate errors deny (unknown tools: the gate denies)."""
     deps = actor.deps
-    if name not in {t.name for t in deps.tools.catalog()}:
-        return ToolVerdict("deny", f"unknown tool {name!r}", deps.policy.policy_hash)
     rec = actor.record
     session = deps.sessions.get(rec.session_id)
     postures = {**deps.config.tool_postures, **(session.tool_postures if session else {})}
     try:
         return deps.policy.decide_tool(ToolRequest(
             identity=rec.identity, session_id=rec.session_id, run_id=rec.run_id,
-            tool_name=name, arguments=arguments, postures=postures))
+            tool_name=name, arguments=arguments, postures=postures,
+            calls_made=actor.writer.loop.tool_call_count + earlier_in_turn))
     except PalyraError as exc:  # default deny: a gate error never allows
         return ToolVerdict("deny", f"policy error: {exc.message}", deps.policy.policy_hash)
 
@@ -69,9 +69,9 @@ async def propose(actor: RunActor, batch: Batch, calls: Sequence[ToolCall], turn
     If the first call needs approval, its request is part of the same append.
     """
     verdicts: list[tuple[str, ToolCall, ToolVerdict]] = []
-    for call in calls:
+    for index, call in enumerate(calls):
         pid = new_ulid()
-        verdict = decide(actor, call.name, call.arguments)
+        verdict = decide(actor, call.name, call.arguments, index)
         verdicts.append((pid, call, verdict))
         batch.add(
             pb.ToolProposal(proposal_id=pid, tool_name=call.name,

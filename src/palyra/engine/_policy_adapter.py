@@ -1,0 +1,56 @@
+"""Binds ``PolicyPort`` to ``palyra.policy.PolicyGate`` (Cedar)."""
+
+from __future__ import annotations
+
+from palyra.engine._ports import Outcome, ToolRequest, ToolVerdict
+from palyra.engine._records import ApprovalRecord, IdentityRec
+from palyra.policy import Outcome as GateOutcome
+from palyra.policy import PolicyGate, Posture
+from palyra.policy import ToolRequest as GateRequest
+from palyra.tools import ToolRegistry, args_digest, is_sensitive
+
+_OUTCOMES: dict[GateOutcome, Outcome] = {
+    GateOutcome.ALLOW: "allow", GateOutcome.DENY: "deny",
+    GateOutcome.NEEDS_APPROVAL: "needs_approval"}
+
+
+class GatePolicy:
+    """The engine's view of the Cedar gate: tool decisions and who may decide approvals."""
+
+    def __init__(self, gate: PolicyGate, registry: ToolRegistry) -> None:
+        self._gate = gate
+        self._registry = registry
+
+    @property
+    def policy_hash(self) -> str:
+        """Hash of the active policy set and schema."""
+        return self._gate.policy_hash
+
+    def decide_tool(self, request: ToolRequest) -> ToolVerdict:
+        """Posture (session → config → default), budget and Cedar, as one verdict."""
+        tool = self._registry.get(request.tool_name)
+        caps = frozenset(str(c) for c in tool.capabilities) if tool is not None else None
+        gate_request = GateRequest.of(
+            request.identity.principal, request.tool_name, caps,
+            session_id=request.session_id, run_id=request.run_id,
+            channel=request.identity.channel,
+            args_digest=args_digest(request.tool_name, request.arguments))
+        overrides = {name: Posture(value) for name, value in request.postures.items()
+                     if value in Posture.__members__.values()}
+        posture = self._gate.resolve_posture(request.tool_name, caps or frozenset(), overrides)
+        budget_left = self._gate.config.run_tool_budget - request.calls_made
+        decision = self._gate.check_tool(gate_request, posture=posture,
+                                         budget_left=budget_left, approved=False)
+        # Reference: HIGH by default; a read-only tool that asks only because
+        # of its posture is MEDIUM.
+        risk = "high" if caps is None or is_sensitive(caps) else "medium"
+        return ToolVerdict(_OUTCOMES[decision.outcome], decision.reason,
+                           decision.policy_hash, decision.policy_ids, risk)
+
+    def may_decide_approval(self, identity: IdentityRec, approval: ApprovalRecord) -> bool:
+        """Cedar ``approval.decide`` with the caller's principal."""
+        decision = self._gate.check_approval_decide(
+            identity.principal, approval.approval_id,
+            run_principal=approval.requested_by.principal, tool_name=approval.tool_name,
+            session_id=approval.session_id, channel=identity.channel)
+        return decision.allowed
