@@ -2,21 +2,26 @@
 
 journal → policy gate → tools → provider → engine → ``engine.recover()`` →
 the ``PalyraApp`` facade the transports call. Every resource is entered on
-the caller's exit stack, so the daemon closes them in reverse order.
+the caller's exit stack, so the daemon closes them in reverse order: the
+engine parks its runs before the journal closes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.metadata
-import time
-from typing import Any
+import os
 
-from palyra_gen.palyra import v1
+import structlog
 
+from palyra.app import CallContext, PalyraApp
 from palyra.config import PalyraConfig
+from palyra.engine import Engine, RegistryTools
+from palyra.engine._policy_adapter import GatePolicy
 from palyra.journal import JournalStore
-from palyra.transport.auth import Caller
+from palyra.policy import PolicyGate
+from palyra.providers import build_provider
+from palyra.tools import default_registry
 from palyra.transport.context import ContextFactory
 
 try:
@@ -24,38 +29,32 @@ try:
 except importlib.metadata.PackageNotFoundError:  # running from a source tree
     VERSION = "0.0.0"
 
+WORKSPACE_DIR = "workspace"
 
-class _InterimApp:
-    """Health and journal head only, until ``palyra.app.PalyraApp`` is wired in."""
-
-    def __init__(self, store: JournalStore) -> None:
-        self._store = store
-        self._started = time.monotonic()
-
-    async def get_health(self, ctx: Any, request: v1.GetHealthRequest) -> v1.GetHealthResponse:
-        head = self._store.head()
-        return v1.GetHealthResponse(
-            service="palyra", version=VERSION,
-            uptime_ms=int((time.monotonic() - self._started) * 1000),
-            journal_events=head.count, journal_head=head.head_hash,
-        )
-
-    async def get_journal_head(
-        self, ctx: Any, request: v1.GetJournalHeadRequest
-    ) -> v1.GetJournalHeadResponse:
-        head = self._store.head()
-        return v1.GetJournalHeadResponse(event_count=head.count, head_hash=head.head_hash,
-                                         head_position=head.count)
-
-
-def _make_ctx(caller: Caller | None) -> Caller | None:
-    return caller
+_log = structlog.get_logger("palyra.daemon")
 
 
 async def open_application(
     config: PalyraConfig, stack: contextlib.AsyncExitStack
-) -> tuple[object, ContextFactory]:
-    """Open every port and the facade; return the app and its context factory."""
-    store = JournalStore.open(config.data_dir)
+) -> tuple[PalyraApp, ContextFactory]:
+    """Open every port and the facade; return the app and its context factory.
+
+    Raises:
+        PalyraError: ``DATA_DIR_LOCKED`` (another daemon owns the data dir),
+            ``POLICY_INVALID``, ``CONFIG_INVALID``.
+    """
+    store = JournalStore.open(config.data_dir, config=config.journal)
     stack.callback(store.close)
-    return _InterimApp(store), _make_ctx
+    gate = PolicyGate.load(config.policy)
+    registry = default_registry(config.tools)
+    workspace = config.data_dir / WORKSPACE_DIR
+    os.makedirs(workspace, mode=0o700, exist_ok=True)
+    provider = build_provider(config.provider)
+    stack.push_async_callback(provider.aclose)
+    engine = Engine(store, provider, GatePolicy(gate, registry),
+                    RegistryTools(registry, workspace), config.engine)
+    # Entering starts the engine's TaskGroup; leaving it drains (parks runs).
+    await stack.enter_async_context(engine)
+    report = await engine.recover()
+    _log.info("recovered", report=str(report))
+    return PalyraApp(engine), CallContext.from_caller

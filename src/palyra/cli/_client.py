@@ -37,7 +37,8 @@ def add_connection_flags(parser: argparse.ArgumentParser) -> None:
                        "or ./palyra-data): read daemon.json and admin.token from it")
     group.add_argument("--address", help="HOST:PORT of the gRPC listener (or $PALYRA_ADDRESS)")
     group.add_argument("--token", help="bearer token (or $PALYRA_ADMIN_TOKEN)")
-    group.add_argument("--principal", help="caller principal (default user:<login>)")
+    group.add_argument("--principal", help="caller principal (or $PALYRA_PRINCIPAL; default "
+                       "admin:<login>: the CLI is the operator's console and holds the admin token)")
     group.add_argument("--device-id", help="caller device ULID (default: stored per data dir)")
     group.add_argument("--channel", default="", help="caller channel header")
 
@@ -66,7 +67,8 @@ def resolve_target(args: argparse.Namespace) -> Target:
             host, port_number = "127.0.0.1", DEFAULT_GRPC_PORT
     token = args.token or os.environ.get("PALYRA_ADMIN_TOKEN") or read_admin_token(data_dir) or ""
     metadata = {
-        "x-palyra-principal": args.principal or f"user:{_login()}",
+        "x-palyra-principal": (args.principal or os.environ.get("PALYRA_PRINCIPAL")
+                               or f"admin:{_login()}"),
         "x-palyra-device-id": args.device_id or _device_id(data_dir),
     }
     if token:

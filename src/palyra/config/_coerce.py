@@ -6,7 +6,9 @@ Generic over any frozen config dataclass, so sections owned by other packages
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
+import enum
 import types
 import typing
 from collections.abc import Mapping
@@ -44,12 +46,29 @@ def build(cls: type[T], raw: Mapping[str, Any], where: str = "") -> T:
             kwargs[name] = build(typing.cast(type[Any], hint), value, f"{path}.")
         else:
             kwargs[name] = coerce(value, hint, path)
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as exc:  # the section's own __post_init__ checks
+        raise config_error(where.rstrip(".") or cls.__name__, str(exc)) from None
 
 
 def coerce(value: Any, hint: Any, where: str) -> Any:
-    """Coerce one value to ``hint`` (str, bool, int, float, Path, Literal, tuple[str, ...])."""
+    """Coerce one value to ``hint``.
+
+    Supported: str, bool, int, float, Path, enums, ``Literal``, ``X | None``
+    (empty string → None), ``tuple[str, ...]`` / ``frozenset[str]`` (list or
+    comma-separated string) and ``Mapping[str, V]`` (table or ``k=v,k2=v2``).
+    """
     origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(members) == 1 and len(typing.get_args(hint)) == 2:
+            return None if value is None or value == "" else coerce(value, members[0], where)
+        raise config_error(where, "union-typed settings are not supported")
+    if origin in (Mapping, dict, collections.abc.Mapping):
+        return _mapping(value, typing.get_args(hint)[1], where)
+    if origin is frozenset:
+        return frozenset(coerce(value, tuple[str, ...], where))
     if origin is typing.Literal:
         allowed = typing.get_args(hint)
         if value not in allowed:
@@ -61,9 +80,18 @@ def coerce(value: Any, hint: Any, where: str) -> Any:
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             raise config_error(where, "expected a list of strings")
         return tuple(value)
-    if origin in (typing.Union, types.UnionType):
-        raise config_error(where, "union-typed settings are not supported")
     return _scalar(value, hint, where)
+
+
+def _mapping(value: Any, value_hint: Any, where: str) -> dict[str, Any]:
+    if isinstance(value, str):
+        pairs = [part.partition("=") for part in value.split(",") if part.strip()]
+        if any(not sep for _, sep, _ in pairs):
+            raise config_error(where, "expected key=value pairs")
+        value = {k.strip(): v.strip() for k, _, v in pairs}
+    if not isinstance(value, Mapping):
+        raise config_error(where, "expected a table")
+    return {str(k): coerce(v, value_hint, f"{where}.{k}") for k, v in value.items()}
 
 
 def _scalar(value: Any, hint: Any, where: str) -> Any:
@@ -91,6 +119,12 @@ def _scalar(value: Any, hint: Any, where: str) -> Any:
             except ValueError:
                 pass
         raise config_error(where, "expected a number")
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        try:
+            return hint(value)
+        except ValueError:
+            allowed = ", ".join(str(m.value) for m in hint)
+            raise config_error(where, f"expected one of {allowed}") from None
     if hint is Path:
         if isinstance(value, (str, Path)) and str(value):
             return Path(value)

@@ -11,7 +11,11 @@ import dataclasses
 from pathlib import Path
 from typing import Literal, TypeAlias
 
+from palyra.engine import EngineConfig
+from palyra.journal import JournalConfig
+from palyra.policy import PolicyConfig
 from palyra.providers import ProviderConfig
+from palyra.tools import ToolsConfig
 
 LogFormat: TypeAlias = Literal["kv", "json"]
 LogLevel: TypeAlias = Literal["debug", "info", "warning", "error"]
@@ -110,6 +114,10 @@ class DaemonConfig:
 class PalyraConfig:
     """Everything ``palyra serve`` needs, one section per concern.
 
+    The ``provider``, ``engine``, ``journal``, ``policy`` and ``tools``
+    sections are the owning packages' own config dataclasses, loaded the same
+    way (``[engine]`` in TOML, ``PALYRA_ENGINE_MAX_TURNS`` in the env, ...).
+
     Attributes:
         data_dir: Where the journal, ``admin.token`` and ``daemon.json`` live.
     """
@@ -121,3 +129,7 @@ class PalyraConfig:
     log: LogConfig = dataclasses.field(default_factory=LogConfig)
     daemon: DaemonConfig = dataclasses.field(default_factory=DaemonConfig)
     provider: ProviderConfig = dataclasses.field(default_factory=ProviderConfig)
+    engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
+    journal: JournalConfig = dataclasses.field(default_factory=JournalConfig)
+    policy: PolicyConfig = dataclasses.field(default_factory=PolicyConfig)
+    tools: ToolsConfig = dataclasses.field(default_factory=ToolsConfig)
