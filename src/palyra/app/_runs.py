@@ -57,8 +57,14 @@ class RunsApi(AppBase):
         failures: list[PalyraError] = []
         pump = self.engine.spawn(
             self._pump(identity, requests, run_id, session_id, failures))
+        final: pb.RunStatus | None = None
+        error: pb.RunError | None = None
         try:
             async for event in self._follow(run_id, -1):
+                # Judge the outcome from the tape itself: the in-memory record
+                # may lag the journal by a few microseconds.
+                final = event.status or final
+                error = event.error or error
                 yield pb.RunStreamResponse(v=1, event=event)
         finally:
             pump.cancel()
@@ -66,13 +72,12 @@ class RunsApi(AppBase):
                 # The client went away mid-run: the run lives on (any client
                 # may watch it or decide its approvals) and completes when idle.
                 self.engine.spawn(self._detach(identity, run_id))
-        record = self.engine.get_run(identity, run_id)
-        if record.state == "failed":
+        if final is not None and final.state == pb.RunState.FAILED:
             if failures:
                 raise failures[0]
-            code = ErrorCode.__members__.get(record.error_code, ErrorCode.INTERNAL)
-            raise PalyraError(record.error_message or record.end_reason, code=code,
-                              details={"run_id": run_id, "reason": record.end_reason})
+            code = ErrorCode.__members__.get(error.code.name if error else "", ErrorCode.INTERNAL)
+            raise PalyraError(error.message if error else final.message, code=code,
+                              details={"run_id": run_id, "reason": final.reason})
 
     async def _pump(self, identity: IdentityRec, requests: AsyncIterator[pb.RunStreamRequest],
                     run_id: str, session_id: str, failures: list[PalyraError]) -> None:

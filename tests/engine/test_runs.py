@@ -1,0 +1,185 @@
+"""Basic runs: golden tape, the tool-loop workload, RunStream, CreateRun, tape paging."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from engine_harness import USER, Harness, loop_text, run_to_end
+from palyra_gen.palyra import v1 as pb
+
+from palyra.core.errors import ErrorCode, PalyraError
+
+GOLDEN = Path(__file__).parent / "golden" / "run_tape_basic.json"
+
+
+async def test_golden_tape_basic_echo(harness: Harness) -> None:
+    app = await harness.start()
+    run = await run_to_end(app, "hello golden world")
+    assert run.state == pb.RunState.DONE
+    assert run.final_text == "hello golden world"
+    kinds = harness.kinds(run.run_id)
+    assert kinds == json.loads(GOLDEN.read_text())["tape"]
+    assert run.tape_len == len(kinds)
+    harness.check_tape(run.run_id)
+
+
+@pytest.mark.parametrize("k", range(1, 21))
+async def test_tool_loop_gives_result_k(harness: Harness, k: int) -> None:
+    app = await harness.start()
+    run = await run_to_end(app, loop_text(k))
+    assert run.state == pb.RunState.DONE
+    assert run.final_text == f"result={k}"
+    assert run.tool_call_count == k
+    members = harness.members(run.run_id)
+    results = [m for m in members if isinstance(m, pb.ToolResult)]
+    assert [json.loads(r.output_json)["result"] for r in results] == list(range(1, k + 1))
+    attestations = [m for m in members if isinstance(m, pb.ToolAttestation)]
+    assert len(attestations) == k and all(len(a.execution_sha256) == 64 for a in attestations)
+    decisions = [m for m in members if isinstance(m, pb.ToolDecision)]
+    assert all(d.outcome == pb.ToolDecisionOutcome.ALLOW and len(d.policy_hash) == 64
+               for d in decisions)
+    harness.check_tape(run.run_id)
+
+
+async def _requests(*items: pb.RunStreamRequest,
+                    hold: asyncio.Event | None = None) -> AsyncIterator[pb.RunStreamRequest]:
+    for item in items:
+        yield item
+    if hold is not None:
+        await hold.wait()
+
+
+async def test_run_stream_two_inputs_then_half_close(harness: Harness) -> None:
+    app = await harness.start()
+    stream = app.run_stream(USER, _requests(
+        pb.RunStreamRequest(v=1, input=pb.MessageInput(text="first input")),
+        pb.RunStreamRequest(v=1, input=pb.MessageInput(text="second input"))))
+    events = [r.event async for r in stream]
+    replies = [e.message_replied.reply_text for e in events if e.message_replied]
+    assert replies == ["first input", "second input"]
+    assert [e.tape_seq for e in events] == list(range(len(events)))
+    last = events[-1].status
+    assert last is not None and last.state == pb.RunState.DONE
+
+
+async def test_run_stream_session_switch_fails_run(harness: Harness) -> None:
+    app = await harness.start()
+    stream = app.run_stream(USER, _requests(
+        pb.RunStreamRequest(v=1, input=pb.MessageInput(text="hi")),
+        pb.RunStreamRequest(v=1, run_id="01J00000000000000000000001",
+                            input=pb.MessageInput(text="other run"))))
+    events: list[pb.TapeEvent] = []
+    with pytest.raises(PalyraError) as err:
+        async for response in stream:
+            events.append(response.event)
+    assert err.value.code is ErrorCode.INVALID_ARGUMENT
+    assert events[-1].status is not None and events[-1].status.state == pb.RunState.FAILED
+    harness.check_tape(events[-1].run_id)
+
+
+async def test_unsupported_version(harness: Harness) -> None:
+    app = await harness.start()
+    with pytest.raises(PalyraError) as err:
+        await app.create_run(USER, pb.CreateRunRequest(v=2, input=pb.MessageInput(text="x")))
+    assert err.value.code is ErrorCode.UNSUPPORTED_VERSION
+    with pytest.raises(PalyraError) as err:
+        async for _ in app.run_stream(USER, _requests(pb.RunStreamRequest(v=7))):
+            pass
+    assert err.value.code is ErrorCode.UNSUPPORTED_VERSION
+
+
+async def test_inputs_queue_in_order_and_send_after_done_is_terminal(harness: Harness) -> None:
+    app = await harness.start()
+    created = await app.create_run(USER, pb.CreateRunRequest(
+        input=pb.MessageInput(text=loop_text(3))))
+    run_id = created.run.run_id
+    await app.send_run_input(USER, pb.SendRunInputRequest(
+        run_id=run_id, input=pb.MessageInput(text="after the loop")))
+    done = await app.complete_run(USER, pb.CompleteRunRequest(run_id=run_id, wait=True))
+    assert done.run.state == pb.RunState.DONE
+    replies = [m.reply_text for m in harness.members(run_id) if isinstance(m, pb.MessageReplied)]
+    assert replies == ["result=3", "after the loop"]
+    with pytest.raises(PalyraError) as err:
+        await app.send_run_input(USER, pb.SendRunInputRequest(
+            run_id=run_id, input=pb.MessageInput(text="late")))
+    assert err.value.code is ErrorCode.RUN_TERMINAL
+
+
+async def test_list_run_tape_paging_and_watch(harness: Harness) -> None:
+    app = await harness.start()
+    run = await run_to_end(app, loop_text(4))
+    page = await app.list_run_tape(USER, pb.ListRunTapeRequest(run_id=run.run_id,
+                                                               after_seq=-1, limit=5))
+    assert [e.tape_seq for e in page.events] == [0, 1, 2, 3, 4]
+    assert page.next_after_seq == 4
+    rest = await app.list_run_tape(USER, pb.ListRunTapeRequest(run_id=run.run_id,
+                                                               after_seq=4, limit=0))
+    assert rest.next_after_seq is None
+    assert rest.events[-1].tape_seq == run.tape_len - 1
+    watched = [r.event.tape_seq async for r in app.watch_run(
+        USER, pb.WatchRunRequest(run_id=run.run_id, after_seq=10))]
+    assert watched == list(range(11, run.tape_len))
+    assert [r async for r in app.watch_run(
+        USER, pb.WatchRunRequest(run_id=run.run_id, after_seq=run.tape_len - 1))] == []
+
+
+async def test_watch_follows_a_live_run(harness: Harness) -> None:
+    app = await harness.start()
+    created = await app.create_run(USER, pb.CreateRunRequest(
+        input=pb.MessageInput(text=loop_text(5)), complete=True))
+    seen = [r.event async for r in app.watch_run(
+        USER, pb.WatchRunRequest(run_id=created.run.run_id, after_seq=-1))]
+    assert [e.tape_seq for e in seen] == list(range(len(seen)))
+    assert seen[-1].status is not None and seen[-1].status.state == pb.RunState.DONE
+
+
+async def test_append_event_rules(harness: Harness) -> None:
+    app = await harness.start()
+    ok = await app.append_event(USER, pb.AppendEventRequest(
+        v=1, session_id="s", run_id="r", kind="client.note", actor="user",
+        timestamp_unix_ms=1, payload_json='{"api_key": "sk-abcdefghijklmnop", "n": 1}'))
+    assert ok.accepted and ok.position > 0 and len(ok.hash) == 64
+    stored = harness.store.read_range(ok.position - 1, 1)[0]  # type: ignore[union-attr]
+    assert stored.payload == {"api_key": "<redacted>", "n": 1}
+    event_id = "01J00000000000000000000009"
+    await app.append_event(USER, pb.AppendEventRequest(
+        v=1, event_id=event_id, session_id="s", run_id="r", kind="k", actor="a",
+        timestamp_unix_ms=5))
+    bad = [
+        (pb.AppendEventRequest(v=1, event_id=event_id, session_id="s", run_id="r", kind="k",
+                               actor="a", timestamp_unix_ms=5), ErrorCode.ALREADY_EXISTS),
+        (pb.AppendEventRequest(v=1, session_id="s", run_id="r", kind="k", actor="a",
+                               timestamp_unix_ms=0), ErrorCode.INVALID_ARGUMENT),
+        (pb.AppendEventRequest(v=1, session_id="s", run_id="r", kind="", actor="a",
+                               timestamp_unix_ms=3), ErrorCode.INVALID_ARGUMENT),
+        (pb.AppendEventRequest(v=1, event_id="nope", session_id="s", run_id="r", kind="k",
+                               actor="a", timestamp_unix_ms=3), ErrorCode.INVALID_ARGUMENT),
+        (pb.AppendEventRequest(v=3, session_id="s", run_id="r", kind="k", actor="a",
+                               timestamp_unix_ms=3), ErrorCode.UNSUPPORTED_VERSION),
+        (pb.AppendEventRequest(v=1, session_id="s", run_id="r", kind="k", actor="a",
+                               timestamp_unix_ms=3,
+                               payload_json=json.dumps({"x": "y" * 300_000})),
+         ErrorCode.PAYLOAD_TOO_LARGE),
+    ]
+    for request, code in bad:
+        with pytest.raises(PalyraError) as err:
+            await app.append_event(USER, request)
+        assert err.value.code is code, request
+
+
+async def test_health_and_journal(harness: Harness) -> None:
+    app = await harness.start()
+    await run_to_end(app, "x")
+    health = await app.get_health(USER, pb.GetHealthRequest())
+    assert health.service == "palyra" and health.journal_events > 0
+    verify = await app.verify_journal(USER, pb.VerifyJournalRequest())
+    assert verify.ok and verify.event_count == health.journal_events
+    chunks = [c async for c in app.export_journal(USER, pb.ExportJournalRequest())]
+    assert chunks[-1].done and b"".join(c.chunk for c in chunks)
+    with pytest.raises(PalyraError) as err:
+        await app.list_agents(USER, pb.ListAgentsRequest())
+    assert err.value.code is ErrorCode.UNIMPLEMENTED
