@@ -148,9 +148,9 @@ async def run_to_end(app: PalyraApp, text: str, ctx: CallContext = USER,
     return done.run
 
 
-async def next_approval(app: PalyraApp, run_id: str, timeout: float = 5.0) -> pb.Approval:
-    """Wait until ``run_id`` waits for an approval and return it."""
-    async with asyncio.timeout(timeout):
+async def next_approval(app: PalyraApp, run_id: str) -> pb.Approval:
+    """Wait (up to 5 s) until ``run_id`` waits for an approval and return it."""
+    async with asyncio.timeout(5.0):
         while True:
             run = (await app.get_run(USER, pb.GetRunRequest(run_id=run_id))).run
             if run.state == pb.RunState.WAITING_FOR_APPROVAL and run.pending_approval_id:
