@@ -57,6 +57,7 @@ class RunActor:
         self._cancel_reason = ""
         self._parking = False
         self._work: asyncio.Task[None] | None = None
+        self._work_error: Exception | None = None
         self.active_s = 0.0
 
     @property
@@ -159,8 +160,10 @@ class RunActor:
             PalyraError: ``APPROVAL_ALREADY_DECIDED`` when a decision (or the
                 timeout) already answered it.
         """
-        fut = self.decisions.get(approval_id)
-        if fut is None or fut.done():
+        # The caller checked the record is pending; after a restart the step may
+        # not be waiting yet, so the future is created here and picked up later.
+        fut = self.expect_decision(approval_id)
+        if fut.done():
             raise coded(ErrorCode.APPROVAL_ALREADY_DECIDED,
                         f"approval {approval_id} is already decided",
                         approval_id=approval_id)
@@ -202,13 +205,13 @@ class RunActor:
                         self._wake.clear()
                         await self._wake.wait()
                         continue
-                    self._work = tg.create_task(advance(self))
+                    self._work_error = None
+                    self._work = tg.create_task(self._guarded_work())
                     await asyncio.wait({self._work})
-                    work, self._work = self._work, None
+                    self._work = None
                     self.phase = "idle"
-                    if not work.cancelled() and work.exception() is not None:
-                        exc = work.exception()
-                        assert exc is not None
+                    if self._work_error is not None:
+                        exc = self._work_error
                         await self._finalize("fail", reason_of(exc), as_palyra_error(exc))
                         return
         except Exception:  # a bug in the actor itself: never leave the run stuck
@@ -222,6 +225,14 @@ class RunActor:
             self._release_waiters()
             self.finished.set()
             self.writer.notify()
+
+    async def _guarded_work(self) -> None:
+        # An error of the step must reach _finalize, not abort the TaskGroup;
+        # cancellation (abort, park) propagates untouched.
+        try:
+            await advance(self)
+        except Exception as exc:
+            self._work_error = exc
 
     def _idle(self) -> bool:
         loop = self.writer.loop
