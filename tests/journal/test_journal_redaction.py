@@ -182,3 +182,14 @@ def test_redaction_is_idempotent(payload: Any, secret: str) -> None:
     assert twice.paths == ()
     for text in _strings(once.value):
         assert not contains_secret(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [" Authorization: Basic 00000000000000000000 \r", "Cookie: a=b\r\nHost: h", "x\rBearer abcdefghij\r"],
+)
+def test_header_values_before_carriage_returns(text: str) -> None:
+    # Found by hypothesis: a lone "\r" after a redacted header value.
+    once = redact_text(text)
+    assert not contains_secret(once)
+    assert redact_text(once) == once

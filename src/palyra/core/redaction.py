@@ -20,6 +20,7 @@ idempotent: its output contains nothing it would redact again.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -89,7 +90,7 @@ _SPAN_PATTERNS: tuple[tuple[re.Pattern[str], bool], ...] = (
     (
         re.compile(
             r"(?i)\b((?:proxy-)?authorization\s*+:\s*+|(?:set-)?cookie\s*+:\s*+)"
-            r"(?!<redacted>(?:\r?\n|$))[^\r\n]+"
+            r"(?!<redacted>(?:[\r\n]|$))[^\r\n]+"
         ),
         True,
     ),
@@ -107,6 +108,12 @@ _SPAN_PATTERNS: tuple[tuple[re.Pattern[str], bool], ...] = (
     (re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"), False),
     (re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"), False),
 )
+# Every span pattern needs one of these (lowercased) substrings; text without
+# any of them is returned untouched without running the patterns.
+_TRIGGERS = (
+    "private key", "authorization", "cookie", "bearer", "=", "sk-", "akia", "asia", "gh",
+    "github_pat_", "xox", "eyj",
+)  # fmt: skip
 _MAX_ROUNDS = 4
 _MAX_JSON_DEPTH = 4
 
@@ -119,8 +126,9 @@ class Redaction:
     paths: tuple[str, ...]
 
 
+@functools.lru_cache(maxsize=4096)
 def is_secret_key(key: str) -> bool:
-    """True when a value stored under ``key`` is a credential."""
+    """True when a value stored under ``key`` is a credential (memoised: keys repeat)."""
     words = [w.lower() for w in _WORD_RE.findall(key)]
     compact = "".join(words)
     if any(part in compact for part in _SECRET_KEY_PARTS):
@@ -142,6 +150,9 @@ def redact_text(text: str) -> str:
     another, e.g. ``Authorization: Bearer …``); if none is reached the whole
     string is hidden, which keeps the function idempotent by construction.
     """
+    lowered = text.lower()
+    if not any(trigger in lowered for trigger in _TRIGGERS):
+        return text
     current = text
     for _ in range(_MAX_ROUNDS):
         updated = current
@@ -149,8 +160,9 @@ def redact_text(text: str) -> str:
             replacement = (r"\1" + REDACTED) if keep_prefix else REDACTED
             updated = pattern.sub(replacement, updated)
         if updated == current:
-            return current
+            break
         current = updated
+    # A match whose replacement changes nothing, or no fixpoint: hide it all.
     return current if not contains_secret(current) else REDACTED
 
 

@@ -9,6 +9,7 @@ it only has to round-trip.
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import msgspec
 
@@ -92,9 +93,10 @@ def header_of(record: EventRecord) -> EventHeader:
     )
 
 
-def to_stored(record: EventRecord) -> StoredEvent:
-    """The public view of a record."""
-    payload = decode_canonical(record.payload)
+def to_stored(record: EventRecord, payload: Any = None) -> StoredEvent:
+    """The public view of a record (``payload``: its decoded payload, if already known)."""
+    if payload is None:
+        payload = decode_canonical(record.payload)
     return StoredEvent(
         position=record.position,
         event_id=record.event_id,

@@ -57,7 +57,6 @@ class _BatchState:
     head: bytes
     session_heads: dict[str, bytes] = field(default_factory=dict)
     tape_next: dict[str, int] = field(default_factory=dict)
-    ids: set[str] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -162,6 +161,10 @@ class Writer:
                         outcomes.append((result, None))
                 except PalyraError as exc:
                     outcomes.append((None, exc))
+            # Chain heads are written once per session per batch, not per event.
+            heads = self._env.dbs[names.SESSION_HEADS]
+            for session_id, head in state.session_heads.items():
+                txn.put(scoped_prefix(session_id), head, db=heads)
             txn.commit()
         except BaseException:
             txn.abort()
@@ -172,14 +175,20 @@ class Writer:
         self, txn: Any, state: _BatchState, events: list[PreparedEvent], written: list[int]
     ) -> list[StoredEvent]:
         dbs = self._env.dbs
-        for event in events:  # every check before the first put
-            if event.event_id in state.ids or txn.get(
-                event.event_id.encode(), db=dbs[names.EVENT_IDS]
-            ):
+        # Claim every id first (put without overwrite doubles as the duplicate
+        # check); on a clash undo this request's claims so it fails alone.
+        claimed: list[bytes] = []
+        for offset, event in enumerate(events):
+            id_key = event.event_id.encode()
+            position_key = u64_key(state.next_position + offset)
+            if not txn.put(id_key, position_key, db=dbs[names.EVENT_IDS], overwrite=False):
+                for key in claimed:
+                    txn.delete(key, db=dbs[names.EVENT_IDS])
                 raise AlreadyExists(
                     f"event_id {event.event_id} already exists",
                     details={"event_id": event.event_id},
                 )
+            claimed.append(id_key)
         stored: list[StoredEvent] = []
         for event in events:
             position = state.next_position
@@ -222,9 +231,7 @@ class Writer:
             raw = encode_record(record)
             pos_key = u64_key(position)
             txn.put(pos_key, raw, db=dbs[names.EVENTS], append=True)
-            txn.put(event.event_id.encode(), pos_key, db=dbs[names.EVENT_IDS])
             txn.put(scoped_key(event.session_id, position), b"", db=dbs[names.BY_SESSION])
-            txn.put(scoped_prefix(event.session_id), digest, db=dbs[names.SESSION_HEADS])
             if event.tape:
                 txn.put(scoped_key(event.run_id, tape_seq), pos_key, db=dbs[names.TAPE])
                 state.tape_next[event.run_id] = tape_seq + 1
@@ -234,13 +241,12 @@ class Writer:
                     txn.delete(key, db=dbs[write.table])
                 else:
                     txn.put(key, write.value, db=dbs[write.table])
-            state.ids.add(event.event_id)
             state.session_heads[event.session_id] = digest
             state.head = link
             state.next_position = position + 1
             written[0] += 1
             written[1] += len(raw)
-            stored.append(to_stored(record))
+            stored.append(to_stored(record, event.value))
         return stored
 
     def _session_head(self, txn: Any, state: _BatchState, session_id: str) -> bytes:
