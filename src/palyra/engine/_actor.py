@@ -210,8 +210,8 @@ class RunActor:
                     await asyncio.wait({self._work})
                     self._work = None
                     self.phase = "idle"
-                    if self._work_error is not None:
-                        exc = self._work_error
+                    exc = self._take_work_error()
+                    if exc is not None:
                         await self._finalize("fail", reason_of(exc), as_palyra_error(exc))
                         return
         except Exception:  # a bug in the actor itself: never leave the run stuck
@@ -233,6 +233,10 @@ class RunActor:
             await advance(self)
         except Exception as exc:
             self._work_error = exc
+
+    def _take_work_error(self) -> Exception | None:
+        exc, self._work_error = self._work_error, None
+        return exc
 
     def _idle(self) -> bool:
         loop = self.writer.loop

@@ -203,14 +203,13 @@ class Engine:
             NotFound: unknown run.
             PermissionDenied: the run belongs to another principal.
         """
-        actor = self._actors.get(run_id)
-        if actor is not None:
-            record = actor.record
-        else:
-            raw = self.store.get_entity(RUNS, run_id) if run_id else None
-            if raw is None:
-                raise not_found("run", run_id)
-            record = decode(RunRecord, raw)
+        # Read the committed row, not the actor's copy: the row lands in the
+        # same transaction as the tape events, so a client that just saw an
+        # event on the tape never reads an older state here.
+        raw = self.store.get_entity(RUNS, run_id) if run_id else None
+        if raw is None:
+            raise not_found("run", run_id)
+        record = decode(RunRecord, raw)
         if not may_access(identity, record.identity):
             raise PermissionDenied(f"run {run_id} belongs to another principal")
         return record
