@@ -181,7 +181,7 @@ async def one_turn(driver: Driver, session_key: str, k: int, tool: str, tally: T
 
 
 async def drive(driver: Driver, args: argparse.Namespace, n: int, prefix: str) -> Tally:
-    """N sessions × T turns through C closed-loop workers."""
+    """N sessions x T turns through C closed-loop workers."""
     tally = Tally()
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(n):
