@@ -25,7 +25,9 @@ def rewrite_record(data_dir: Path, position: int, **changes: Any) -> None:
     try:
         db = env.open_db(EVENTS.encode())
         with env.begin(write=True) as txn:
-            record = decode_event(txn.get(u64_key(position), db=db))
+            raw = txn.get(u64_key(position), db=db)
+            assert raw is not None
+            record = decode_event(raw)
             txn.put(u64_key(position), encode_record(_replace(record, **changes)), db=db)
     finally:
         env.close()
@@ -37,7 +39,9 @@ def raw_record(data_dir: Path, position: int, value: bytes | None = None) -> byt
     try:
         db = env.open_db(EVENTS.encode())
         with env.begin(write=value is not None) as txn:
-            old = bytes(txn.get(u64_key(position), db=db))
+            found = txn.get(u64_key(position), db=db)
+            assert found is not None
+            old = bytes(found)
             if value is not None:
                 txn.put(u64_key(position), value, db=db)
         return old

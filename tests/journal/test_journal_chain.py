@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from typing import Any
 
 import pytest
 
@@ -116,7 +117,7 @@ def test_length_prefixes_prevent_field_shifting() -> None:
     assert event_hash(GENESIS, a, [], b"") != event_hash(GENESIS, b, [], b"")
 
 
-def _fields(header: EventHeader) -> dict[str, object]:
+def _fields(header: EventHeader) -> dict[str, Any]:
     return {name: getattr(header, name) for name in header.__slots__}
 
 

@@ -26,12 +26,15 @@ def _run_and_kill(data_dir: Path, delay: float) -> list[str]:
         stderr=subprocess.PIPE,
         env=env,
     )
-    assert proc.stdout is not None
-    first = proc.stdout.readline()
+    stdout = proc.stdout
+    assert stdout is not None
+    first = stdout.readline()
     assert first == b"ready\n", proc.stderr.read() if proc.stderr else b""
     chunks: list[bytes] = []
     # Drain stdout while the writer runs: a full pipe would stall it.
-    reader = threading.Thread(target=lambda: chunks.extend(iter(proc.stdout.read1, b"")))
+    reader = threading.Thread(
+        target=lambda: chunks.extend(iter(lambda: os.read(stdout.fileno(), 65536), b""))
+    )
     reader.start()
     time.sleep(delay)
     proc.send_signal(signal.SIGKILL)
@@ -39,7 +42,7 @@ def _run_and_kill(data_dir: Path, delay: float) -> list[str]:
     reader.join(timeout=30)
     assert proc.stderr is not None
     err = proc.stderr.read()
-    proc.stdout.close()
+    stdout.close()
     proc.stderr.close()
     assert proc.returncode == -signal.SIGKILL, err
     # Only complete lines were acknowledged; a torn last line was not.

@@ -137,7 +137,7 @@ secrets = st.one_of(
     _token.map(lambda t: f"-----BEGIN RSA PRIVATE KEY-----\n{t}\n-----END RSA PRIVATE KEY-----"),
     _token.map(lambda t: f"Authorization: Basic {t}"),
 )
-filler = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=20)
+filler = st.text(st.characters(codec="utf-8"), max_size=20)
 json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), filler)
 keys = st.one_of(filler, st.sampled_from(["token", "password", "api_key", "text", "Cookie"]))
 json_values = st.recursive(
@@ -186,7 +186,11 @@ def test_redaction_is_idempotent(payload: Any, secret: str) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    [" Authorization: Basic 00000000000000000000 \r", "Cookie: a=b\r\nHost: h", "x\rBearer abcdefghij\r"],
+    [
+        " Authorization: Basic 00000000000000000000 \r",
+        "Cookie: a=b\r\nHost: h",
+        "x\rBearer abcdefghij\r",
+    ],
 )
 def test_header_values_before_carriage_returns(text: str) -> None:
     # Found by hypothesis: a lone "\r" after a redacted header value.

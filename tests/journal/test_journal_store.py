@@ -7,6 +7,7 @@ import os
 import stat
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,7 +103,7 @@ async def test_event_id_must_be_ulid_and_unique(store: JournalStore) -> None:
         {"entity_writes": [EntityWrite("runs", "", b"v")]},
     ],
 )
-async def test_invalid_drafts_are_rejected(store: JournalStore, bad: dict[str, object]) -> None:
+async def test_invalid_drafts_are_rejected(store: JournalStore, bad: dict[str, Any]) -> None:
     with pytest.raises(InvalidArgument):
         await store.append([draft(**bad)])
     assert store.head().count == 0

@@ -27,8 +27,9 @@ class Tampered(Exception):
 
     def describe(self) -> str:
         """``TAMPERED position=N: reason`` (the CLI's first output line)."""
-        where = f"position={self.position}" if self.position is not None else "bundle"
-        return f"TAMPERED {where}: {self.reason}"
+        if self.position is None:
+            return f"TAMPERED: {self.reason}"
+        return f"TAMPERED position={self.position}: {self.reason}"
 
 
 class ChainVerifier:
