@@ -22,6 +22,8 @@ def _run_and_kill(data_dir: Path, delay: float) -> list[str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [sys.executable, str(WRITER), str(data_dir), "64"],
+        # Unbuffered: readline must not read ahead of the raw os.read below.
+        bufsize=0,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
