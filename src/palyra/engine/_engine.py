@@ -100,6 +100,7 @@ class Engine:
         self._stack = AsyncExitStack()
         self._tg: asyncio.TaskGroup | None = None
         self._draining = False
+        self._helpers: set[asyncio.Task[None]] = set()
 
     # -- lifetime ----------------------------------------------------------
     async def __aenter__(self) -> Engine:
@@ -109,6 +110,11 @@ class Engine:
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> None:
         await self.drain()
+        # Parked actors have returned; helpers still running (a RunStream input
+        # pump whose client is still connected) are cancelled, so leaving the
+        # engine never waits on a client.
+        for task in list(self._helpers):
+            task.cancel()
         self._tg = None
         await self._stack.__aexit__(exc_type, exc, tb)
 
@@ -117,7 +123,10 @@ class Engine:
         if self._tg is None:
             coro.close()
             raise coded(ErrorCode.UNAVAILABLE, "the engine is not running")
-        return self._tg.create_task(coro)
+        task = self._tg.create_task(coro)
+        self._helpers.add(task)
+        task.add_done_callback(self._helpers.discard)
+        return task
 
     def _start_actor(self, actor: RunActor) -> None:
         self._actors[actor.run_id] = actor
