@@ -90,6 +90,7 @@ class JournalEnv:
         self.config = config
         self.gate = Gate()
         self.map_grows = 0
+        self.closed = False
         self._lock_fd: int | None = None
         if config.readonly:
             self._open_readonly()
@@ -162,8 +163,14 @@ class JournalEnv:
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Any]:
-        """A read transaction, safe against concurrent map growth."""
+        """A read transaction, safe against concurrent map growth.
+
+        Raises:
+            PalyraError: ``UNAVAILABLE`` once the store is closed.
+        """
         while True:
+            if self.closed:
+                raise PalyraError("the journal is closed", code=ErrorCode.UNAVAILABLE)
             with self.gate.shared():
                 try:
                     txn = self.env.begin(buffers=False)
@@ -197,6 +204,7 @@ class JournalEnv:
     def close(self) -> None:
         """Close the environment and release the writer lock."""
         with self.gate.exclusive():
+            self.closed = True
             env = getattr(self, "env", None)
             if env is not None:
                 env.close()
