@@ -89,13 +89,13 @@ class GrpcDriver:
     async def start_turn(self, session_key: str, text: str) -> str:
         created = await self._gateway.create_run(pb.CreateRunRequest(
             v=1, session_key=session_key, input=pb.MessageInput(text=text), complete=True))
-        return created.run.run_id
+        return (created.run or pb.Run()).run_id
 
     async def wait(self, run_id: str, on_event: OnEvent) -> pb.Run:
         async for response in self._gateway.watch_run(pb.WatchRunRequest(run_id=run_id, after_seq=-1)):
             if response.event is not None:
                 await on_event(response.event)
-        return (await self._gateway.get_run(pb.GetRunRequest(run_id=run_id))).run
+        return (await self._gateway.get_run(pb.GetRunRequest(run_id=run_id))).run or pb.Run()
 
     async def decide_approval(self, approval_id: str) -> None:
         await self._approvals.decide_approval(pb.DecideApprovalRequest(

@@ -35,6 +35,7 @@ class StandIn:
 
     def __init__(self) -> None:
         self.callers: list[Caller | None] = []
+        self.live_closed = asyncio.Event()
 
     async def get_health(self, ctx: Caller | None, request: v1.GetHealthRequest) -> v1.GetHealthResponse:
         return v1.GetHealthResponse(service="palyra")
@@ -48,6 +49,12 @@ class StandIn:
     async def watch_run(self, ctx: Caller | None, request: v1.WatchRunRequest) -> AsyncIterator[v1.WatchRunResponse]:
         if request.run_id == "missing":
             raise NotFound("no such run")
+        if request.run_id == "live":
+            try:
+                yield v1.WatchRunResponse(event=v1.TapeEvent(run_id="live", status=v1.RunStatus()))
+                await asyncio.Event().wait()  # a live run that never ends
+            finally:
+                self.live_closed.set()
         for seq in range(request.after_seq + 1, 3):
             yield v1.WatchRunResponse(event=v1.TapeEvent(
                 run_id=request.run_id, tape_seq=seq, model_token=v1.ModelToken(token=f"t{seq}")))
@@ -67,7 +74,8 @@ async def servers() -> AsyncIterator[tuple[StandIn, int, int]]:
     grpc_sock, http_sock = bind_listener("127.0.0.1", 0), bind_listener("127.0.0.1", 0)
     grpc = GrpcGateway(app, authenticator=auth, make_ctx=lambda c: c, config=GrpcConfig())
     http = HttpGateway(create_http_app(app, authenticator=auth, make_ctx=lambda c: c,
-                                       config=HttpConfig(max_request_bytes=1000)))
+                                       config=HttpConfig(max_request_bytes=1000,
+                                                         sse_keepalive_s=0.2)))
     await grpc.start(grpc_sock)
     async with asyncio.TaskGroup() as tg:
         tg.create_task(http.serve(http_sock))
@@ -186,3 +194,20 @@ async def test_openapi_describes_the_spec_routes(servers: tuple[StandIn, int, in
         assert method in doc["paths"][path], path
     assert doc["paths"]["/healthz"]["get"]["security"] == []
     assert "CreateRunRequest" in doc["components"]["schemas"]
+
+
+async def test_http_sse_keepalive_and_disconnect_release_the_follow(
+    servers: tuple[StandIn, int, int],
+) -> None:
+    app, _, http_port = servers
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{http_port}", headers=HEADERS) as client:
+        async with client.stream("GET", "/v1/runs/live/events") as response:
+            chunks = []
+            async for chunk in response.aiter_text():
+                chunks.append(chunk)
+                if ": keepalive" in "".join(chunks):
+                    break
+        assert "event: status" in "".join(chunks)
+    # The client went away: the server stops following within a moment.
+    async with asyncio.timeout(5):
+        await app.live_closed.wait()

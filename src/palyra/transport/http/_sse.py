@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import betterproto2
@@ -21,6 +22,7 @@ from litestar.types import Receive, Scope, Send
 from palyra_gen.palyra import v1
 
 from palyra.transport.errors import WireError, to_wire
+from palyra.transport.protojson import encode_message
 
 _json = msgspec.json.Encoder()
 _END = object()
@@ -39,7 +41,7 @@ def sse_frame(message: betterproto2.Message) -> bytes:
         lines.append("event: chunk")
     else:
         lines.append("event: message")
-    data = _json.encode(message.to_dict()).decode()
+    data = _json.encode(encode_message(message)).decode()
     lines.append(f"data: {data}")
     return ("\n".join(lines) + "\n\n").encode()
 
@@ -58,7 +60,12 @@ def json_error_response(wire: WireError) -> tuple[int, list[tuple[bytes, bytes]]
 
 
 class SseResponse:
-    """ASGI app streaming ``source`` as SSE."""
+    """ASGI app streaming ``source`` as SSE.
+
+    One task pulls the source and writes frames (no per-event tasks: this is
+    the hot path of every watched run); a sibling watches for the client's
+    disconnect and cancels it; another sends keep-alive comments when idle.
+    """
 
     def __init__(
         self,
@@ -67,83 +74,93 @@ class SseResponse:
         error_grace_s: float,
         keepalive_s: float,
         request_id: str,
-        on_close: Callable[[], None] | None = None,
     ) -> None:
         self._source = source
         self._grace = error_grace_s
         self._keepalive = keepalive_s
         self._request_id = request_id
-        self._on_close = on_close
+        self._lock = asyncio.Lock()
+        self._last_send = 0.0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=64)
         try:
             async with asyncio.TaskGroup() as tg:
-                producer = tg.create_task(self._produce(queue))
-                gone = tg.create_task(_wait_disconnect(receive))
+                first = tg.create_task(_first(self._source, self._request_id))
+                streaming = tg.create_task(self._stream(first, tg, send))
+                watcher = tg.create_task(_cancel_on_disconnect(receive, streaming))
                 try:
-                    await self._deliver(tg, queue, gone, send)
+                    await asyncio.wait({streaming})
                 finally:
-                    producer.cancel()
-                    gone.cancel()
+                    # A client gone before the first event leaves `first` waiting.
+                    first.cancel()
+                    watcher.cancel()
         finally:
             with contextlib.suppress(Exception):
                 await _aclose(self._source)
-            if self._on_close is not None:
-                self._on_close()
 
-    async def _produce(self, queue: asyncio.Queue[Any]) -> None:
-        try:
-            async for item in self._source:
-                await queue.put(item)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            await queue.put(to_wire(exc, request_id=self._request_id))
+    async def _stream(self, first: asyncio.Task[Any], tg: asyncio.TaskGroup, send: Send) -> None:
+        # Errors raised within the grace window become a plain HTTP error.
+        done, _ = await asyncio.wait({first}, timeout=self._grace)
+        if done and isinstance(first.result(), WireError):
+            status, headers, body = json_error_response(first.result())
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": body, "more_body": False})
             return
-        await queue.put(_END)
-
-    async def _deliver(
-        self, tg: asyncio.TaskGroup, queue: asyncio.Queue[Any], gone: asyncio.Task[None], send: Send
-    ) -> None:
-        getter: asyncio.Task[Any] | None = None
-        started = False
+        await _start(send)
+        self._last_send = time.monotonic()
+        pinger = tg.create_task(self._ping(send))
         try:
-            while True:
-                if getter is None:
-                    getter = tg.create_task(queue.get())
-                timeout = self._keepalive if started else self._grace
-                done, _ = await asyncio.wait({getter, gone}, timeout=timeout,
-                                             return_when=asyncio.FIRST_COMPLETED)
-                if gone in done:
-                    return
-                if getter not in done:
-                    if not started:
-                        await _start(send)
-                        started = True
-                    else:
-                        await _body(send, b": keepalive\n\n")
-                    continue
-                item, getter = getter.result(), None
-                if isinstance(item, WireError) and not started:
-                    status, headers, body = json_error_response(item)
-                    await send({"type": "http.response.start", "status": status, "headers": headers})
-                    await send({"type": "http.response.body", "body": body, "more_body": False})
-                    return
-                if not started:
-                    await _start(send)
-                    started = True
-                if item is _END:
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
-                    return
+            item = await first
+            while item is not _END:
                 if isinstance(item, WireError):
-                    await _body(send, error_frame(item))
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
-                    return
-                await _body(send, sse_frame(item))
+                    await self._send(send, error_frame(item))
+                    break
+                await self._send(send, sse_frame(item))
+                try:
+                    item = await anext(self._source)
+                except StopAsyncIteration:
+                    item = _END
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    item = to_wire(exc, request_id=self._request_id)
+            async with self._lock:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            if getter is not None:
-                getter.cancel()
+            pinger.cancel()
+
+    async def _send(self, send: Send, chunk: bytes) -> None:
+        async with self._lock:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            self._last_send = time.monotonic()
+
+    async def _ping(self, send: Send) -> None:
+        while True:
+            idle = time.monotonic() - self._last_send
+            if idle >= self._keepalive:
+                await self._send(send, b": keepalive\n\n")
+                idle = 0.0
+            await asyncio.sleep(self._keepalive - idle)
+
+
+async def _first(source: AsyncIterator[Any], request_id: str) -> Any:
+    """The first item, ``_END``, or the error as a :class:`WireError` (never raises)."""
+    try:
+        return await anext(source)
+    except StopAsyncIteration:
+        return _END
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        return to_wire(exc, request_id=request_id)
+
+
+async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task[None]) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            task.cancel()
+            return
 
 
 async def _start(send: Send) -> None:
@@ -160,13 +177,6 @@ async def _start(send: Send) -> None:
 
 async def _body(send: Send, chunk: bytes) -> None:
     await send({"type": "http.response.body", "body": chunk, "more_body": True})
-
-
-async def _wait_disconnect(receive: Receive) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
 
 
 async def _aclose(source: AsyncIterator[Any]) -> None:

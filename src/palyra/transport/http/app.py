@@ -32,6 +32,7 @@ from palyra.transport.http._decode import decode_request
 from palyra.transport.http._openapi import build_openapi
 from palyra.transport.http._routes import CompiledRoute, RouteTable
 from palyra.transport.http._sse import SseResponse
+from palyra.transport.protojson import encode_message
 
 _log = structlog.get_logger("palyra.http")
 _json = msgspec.json.Encoder()
@@ -119,7 +120,7 @@ def create_http_app(
             _log.debug("http", rpc=rpc, status=200, request_id=request_id,
                        ms=round((time.perf_counter() - started) * 1000, 2))
             return Response(  # type: ignore[return-value]
-                content=_json.encode(result.to_dict()), status_code=200,
+                content=_json.encode(encode_message(result)), status_code=200,
                 media_type="application/json",
             )
         except Exception as exc:
