@@ -96,3 +96,21 @@ def test_unreachable_daemon_is_reported(tmp_path: Path) -> None:
          "--address", "127.0.0.1:9", "--token", "x"],
         capture_output=True, text=True, env=env, timeout=60, check=False)
     assert result.returncode == 3 and "palyra serve" in result.stderr
+
+
+def test_chat_answers_approvals_inline(daemon: DaemonProcess) -> None:
+    """`palyra chat` shows the approval request and sends the typed answer on its stream."""
+    token = (daemon.data_dir / "admin.token").read_text().strip()
+    device = "01J0000000000000000000000C"
+    headers = {"authorization": f"Bearer {token}", "x-palyra-principal": "user:chat",
+               "x-palyra-device-id": device}
+    base = f"http://127.0.0.1:{daemon.http_port}"
+    session = httpx.post(f"{base}/v1/sessions:resolve", json={"sessionKey": "cli-inline"},
+                         headers=headers).json()["session"]
+    httpx.post(f"{base}/v1/sessions/{session['sessionId']}/tool-postures",
+               json={"toolName": "add", "posture": "ask_each_time"}, headers=headers)
+    chat = palyra(daemon, "chat", "--session", "cli-inline", "--principal", "user:chat",
+                  "--device-id", device, "-m", TEXT.format(k=2), stdin="y\ns\n")
+    assert chat.returncode == 0, chat.stderr
+    assert chat.stdout.count("? approve add") == 2
+    assert "result=2" in chat.stdout and "done" in chat.stdout
