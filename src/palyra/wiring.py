@@ -16,8 +16,7 @@ import structlog
 
 from palyra.app import CallContext, PalyraApp
 from palyra.config import PalyraConfig
-from palyra.engine import Engine, RegistryTools
-from palyra.engine._policy_adapter import GatePolicy
+from palyra.engine import Engine, GatePolicy, RegistryTools
 from palyra.journal import JournalStore
 from palyra.policy import PolicyGate
 from palyra.providers import build_provider
