@@ -183,3 +183,14 @@ async def test_health_and_journal(harness: Harness) -> None:
     with pytest.raises(PalyraError) as err:
         await app.list_agents(USER, pb.ListAgentsRequest())
     assert err.value.code is ErrorCode.UNIMPLEMENTED
+
+
+@pytest.mark.parametrize("k", [1, 3])
+async def test_create_run_complete_and_wait_answers_with_the_end(harness: Harness, k: int) -> None:
+    # `complete` + `wait` must answer with the finished run, not the idle moment
+    # between the loop's end and the `complete` transition.
+    app = await harness.start()
+    response = await app.create_run(USER, pb.CreateRunRequest(
+        input=pb.MessageInput(text=loop_text(k)), complete=True, wait=True))
+    assert response.run.state == pb.RunState.DONE
+    assert response.run.final_text == f"result={k}"

@@ -279,8 +279,11 @@ class Engine:
             if actor is None or is_run_terminal(record.state):
                 return record
             loop = actor.writer.loop
-            if not until_terminal and (record.state == "waiting_for_approval" or (
-                    not loop.loop_active and not record.pending_inputs)):
+            # Idle counts as settled only while more input may follow: a run whose
+            # client asked to complete is about to end, and callers want that end.
+            idle = (not loop.loop_active and not record.pending_inputs
+                    and not record.complete_requested)
+            if not until_terminal and (record.state == "waiting_for_approval" or idle):
                 return record
             # The actor notifies on every commit and once more when it ends.
             await actor.writer.wait_change()
