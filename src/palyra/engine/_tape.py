@@ -14,6 +14,7 @@ from typing import Any
 import betterproto2
 from palyra_gen.palyra import v1 as pb
 
+from palyra.core.protojson import encode_message
 from palyra.engine._records import IdentityRec
 from palyra.journal import EntityWrite, EventDraft, StoredEvent
 
@@ -60,7 +61,7 @@ def tape_draft(
         session_id=session_id,
         run_id=run_id,
         tape=True,
-        payload=member.to_dict(),
+        payload=encode_message(member),
         principal=identity.principal,
         device_id=identity.device_id,
         channel=identity.channel,

@@ -7,7 +7,7 @@ from typing import Any
 from grpclib.encoding.proto import ProtoCodec
 
 from palyra.core.errors import ErrorCode, PalyraError
-from palyra.transport.protobin import encode_binary
+from palyra.core.protobin import encode_binary
 
 
 class CappedProtoCodec(ProtoCodec):

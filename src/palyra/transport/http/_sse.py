@@ -21,8 +21,8 @@ import msgspec
 from litestar.types import Receive, Scope, Send
 from palyra_gen.palyra import v1
 
+from palyra.core.protojson import encode_message
 from palyra.transport.errors import WireError, to_wire
-from palyra.transport.protojson import encode_message
 
 _json = msgspec.json.Encoder()
 _END = object()

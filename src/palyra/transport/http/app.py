@@ -24,6 +24,7 @@ from litestar.types import ASGIApp
 
 from palyra.config import HttpConfig
 from palyra.core.errors import ErrorCode, NotFound, PalyraError
+from palyra.core.protojson import encode_message
 from palyra.transport.auth import REQUEST_ID_HEADER, Authenticator
 from palyra.transport.context import ContextFactory
 from palyra.transport.errors import WireError, to_wire
@@ -32,7 +33,6 @@ from palyra.transport.http._decode import decode_request
 from palyra.transport.http._openapi import build_openapi
 from palyra.transport.http._routes import CompiledRoute, RouteTable
 from palyra.transport.http._sse import SseResponse
-from palyra.transport.protojson import encode_message
 
 _log = structlog.get_logger("palyra.http")
 _json = msgspec.json.Encoder()

@@ -4,7 +4,7 @@
 (``typing.get_type_hints``), which made it ~70 % of the daemon's CPU per
 streamed SSE event. This encoder walks the same generated field metadata,
 cached per class, and produces the identical dict (checked by
-tests/transport/test_protojson.py): lowerCamelCase keys, defaults omitted
+tests/core/test_protojson.py): lowerCamelCase keys, defaults omitted
 (except explicit-presence fields), int64 as strings, bytes as base64, enums
 by proto name.
 """

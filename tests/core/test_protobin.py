@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from palyra_gen.palyra import v1
 
-from palyra.transport.protobin import encode_binary
+from palyra.core.protobin import encode_binary
 
 from .test_protojson import MESSAGES, messages
 

@@ -5,7 +5,7 @@ betterproto2's ``__bytes__`` looks each field's default up through
 largest cost of each streamed tape event. This encoder follows the same rules
 (skip fields equal to their default, packed repeated scalars, map entries,
 unknown fields appended) over per-class cached plans, and is checked to give
-identical bytes (tests/transport/test_protobin.py).
+identical bytes (tests/core/test_protobin.py).
 """
 
 from __future__ import annotations

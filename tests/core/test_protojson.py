@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from palyra_gen.palyra import v1
 
-from palyra.transport.protojson import encode_message
+from palyra.core.protojson import encode_message
 
 MESSAGES = sorted(
     (cls for _, cls in inspect.getmembers(v1, inspect.isclass)
