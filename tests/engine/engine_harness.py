@@ -59,6 +59,7 @@ class Harness:
 
     data_dir: Path
     config: EngineConfig = field(default_factory=lambda: EngineConfig(approval_timeout_s=30))
+    policy_config: PolicyConfig = field(default_factory=PolicyConfig)
     provider_factory: Callable[[], ModelProvider] = ScriptedProvider
     tool: ToolSpec[Any] = ADD
     now_ms: Callable[[], int] | None = None
@@ -70,8 +71,8 @@ class Harness:
     async def start(self, *, recover: bool = True) -> PalyraApp:
         self.store = JournalStore.open(self.data_dir)
         registry = default_registry()
-        registry._tools["add"] = self.tool  # replace the built-in add when a test needs to
-        gate = PolicyGate.load(PolicyConfig())
+        registry.replace(self.tool)  # a test may swap the built-in add for a slow one
+        gate = PolicyGate.load(self.policy_config)
         kwargs: dict[str, Any] = {"now_ms": self.now_ms} if self.now_ms else {}
         self.engine = Engine(self.store, self.provider_factory(), GatePolicy(gate, registry),
                              RegistryTools(registry, self.data_dir), self.config, **kwargs)

@@ -10,6 +10,7 @@ from engine_harness import ADMIN, USER, Harness, loop_text, next_approval, slow_
 from palyra_gen.palyra import v1 as pb
 
 from palyra.core.errors import ErrorCode, PalyraError
+from palyra.policy import PolicyConfig, Posture
 from palyra.providers import ScriptedProvider
 from palyra.tools import Capability
 
@@ -124,8 +125,8 @@ async def test_approval_decided_after_restart_finishes_the_run(harness: Harness)
 async def test_tool_in_flight_at_shutdown(harness: Harness, read_only: bool) -> None:
     caps = [Capability.READ_ONLY] if read_only else [Capability.FILESYSTEM_WRITE]
     harness.tool = slow_add(0.5, caps)
-    harness.config = harness.config.__class__(
-        approval_timeout_s=30, drain_grace_s=0.0, tool_postures={"add": "always_allow"})
+    harness.config = harness.config.__class__(approval_timeout_s=30, drain_grace_s=0.0)
+    harness.policy_config = PolicyConfig(tool_postures={"add": Posture.ALWAYS_ALLOW})
     app = await harness.start()
     created = await app.create_run(USER, pb.CreateRunRequest(
         input=pb.MessageInput(text=loop_text(2)), complete=True))

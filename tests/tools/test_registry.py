@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 import msgspec
@@ -172,3 +173,17 @@ def test_model_result_content(tmp_path: Path) -> None:
 
     assert ToolResult(True, '{"result":1}').model_content() == '{"result":1}'
     assert ToolResult(False, error="no").model_content() == '{"error":"no"}'
+
+
+def test_replace_swaps_a_registered_tool_and_refuses_an_unknown_one() -> None:
+    from palyra.tools import default_registry
+
+    registry = default_registry()
+    original = registry.get("echo")
+    assert original is not None
+    clone = dataclasses.replace(original, description="swapped")
+    registry.replace(clone)
+    assert registry.get("echo") is clone
+    with pytest.raises(PalyraError) as info:
+        registry.replace(dataclasses.replace(original, name="nope"))
+    assert info.value.code == ErrorCode.CONFIG_INVALID

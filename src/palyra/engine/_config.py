@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,8 +26,6 @@ class EngineConfig:
             answer is neither one huge event nor one event per word.
         max_pending_inputs: inputs queued behind a busy loop before
             ``send_input`` answers RESOURCE_EXHAUSTED.
-        tool_postures: config-level postures (tool name → ``always_allow`` |
-            ``ask_each_time`` | ``disabled``), below per-session overrides.
         drain_grace_s: on SIGTERM, how long an in-flight tool may finish so
             its result is journaled before the run is parked.
         service_version: reported by ``get_health``.
@@ -39,7 +36,6 @@ class EngineConfig:
     approval_timeout_s: float = 300.0
     token_words_per_event: int = 16
     max_pending_inputs: int = 64
-    tool_postures: Mapping[str, str] = field(default_factory=dict)
     drain_grace_s: float = 5.0
     service_version: str = "0.1.0"
 

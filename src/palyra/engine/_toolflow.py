@@ -53,7 +53,9 @@ def decide(actor: RunActor, name: str, arguments: Mapping[str, Any],
     deps = actor.deps
     rec = actor.record
     session = deps.sessions.get(rec.session_id)
-    postures = {**deps.config.tool_postures, **(session.tool_postures if session else {})}
+    # Only the session's overrides: configured postures belong to the policy
+    # gate's config, which applies them below these.
+    postures = dict(session.tool_postures) if session else {}
     try:
         return deps.policy.decide_tool(ToolRequest(
             identity=rec.identity, session_id=rec.session_id, run_id=rec.run_id,

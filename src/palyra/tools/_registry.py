@@ -73,6 +73,16 @@ class ToolRegistry:
             )
         self._tools[tool.name] = tool
 
+    def replace(self, tool: ToolSpec[Any]) -> None:
+        """Swap the tool registered under ``tool.name`` (e.g. a deployment's own ``fs.read``).
+
+        Raises:
+            PalyraError: ``CONFIG_INVALID`` if no tool has that name yet.
+        """
+        if tool.name not in self._tools:
+            raise PalyraError(f"tool {tool.name!r} is not registered", code=ErrorCode.CONFIG_INVALID)
+        self._tools[tool.name] = tool
+
     def get(self, name: str) -> ToolSpec[Any] | None:
         """The tool called ``name``, or ``None``."""
         return self._tools.get(name)
