@@ -347,15 +347,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--hitl", action="store_true", help="every tool call needs approval")
     parser.add_argument("--db", default="", help="data dir (fresh); default a temp dir")
     parser.add_argument("--tool", choices=("add", "echo"), default="add")
-    parser.add_argument("--transport", choices=("inproc",), default="inproc",
-                        help="grpc/http drivers plug in here")
+    parser.add_argument("--transport", choices=("inproc", "grpc", "http"), default="inproc",
+                        help="inproc, or a daemon subprocess over grpc|http (bench.transports)")
     parser.add_argument("--keep-db", action="store_true", help="keep the temp data dir")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; prints one JSON line, exit 0 iff every turn answered result=K."""
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    peek = argparse.ArgumentParser(add_help=False)
+    peek.add_argument("--transport", default="inproc")
+    if peek.parse_known_args(argv)[0].transport in ("grpc", "http"):
+        # Over a transport the harness drives a daemon subprocess; bench.transports
+        # owns that (and --compare-inproc for the overhead ratio).
+        from bench import transports
+
+        return transports.main(argv)
+    args = parse_args(argv)
     result = asyncio.run(run_bench(args))
     print(json.dumps(result, sort_keys=False))
     return 0 if result["ok"] else 1

@@ -171,13 +171,15 @@ class HttpDriver:
         await self._http.aclose()
 
 
-def server_stats(daemon: DaemonProcess) -> dict[str, Any]:
-    """What the harness can see of the daemon from outside: /proc and the data dir.
+def journal_commits(daemon: DaemonProcess) -> int:
+    """The daemon's durable journal commits so far, from ``GET /healthz``."""
+    health = httpx.get(f"http://127.0.0.1:{daemon.http_port}/healthz", timeout=10.0).json()
+    return int(health.get("journalCommits", "0"))
 
-    Journal commit counters live in the daemon's memory; they are not on the
-    wire, so ``commits`` is reported as ``None`` (count fsyncs with strace).
-    """
-    return {"commits": None, "proc": daemon_proc_stats(daemon.pid),
+
+def server_stats(daemon: DaemonProcess) -> dict[str, Any]:
+    """What the harness can see of the daemon from outside: /proc and /healthz."""
+    return {"commits": journal_commits(daemon), "proc": daemon_proc_stats(daemon.pid),
             "storage_effective": {"engine": "lmdb", "sync": True, "group_commit": True}}
 
 
@@ -228,12 +230,14 @@ async def run_transport(args: argparse.Namespace) -> dict[str, Any]:
         # would leave the measured one cold.
         await tool_loop.drive(driver, args, 3, "warmup")
         before = daemon_proc_stats(driver.pid)
+        commits_before = driver.server_stats()["commits"]
         client_cpu = _client_cpu_s()
         t = time.perf_counter()
         tally = await tool_loop.drive(driver, args, args.sessions, "s")
         wall = time.perf_counter() - t
         client_cpu = _client_cpu_s() - client_cpu
         after = daemon_proc_stats(driver.pid)
+        commits = driver.server_stats()["commits"] - commits_before
         sizes = tool_loop._db_sizes(data_dir)
     steps = args.sessions * args.turns * args.steps
     cpu = after["cpu_s"] - before["cpu_s"]
@@ -252,7 +256,8 @@ async def run_transport(args: argparse.Namespace) -> dict[str, Any]:
                                  for i in range(args.steps)],
         "turn_latency_ms": tool_loop._dist(tally.turns),
         "final_answer_latency_ms": tool_loop._dist(tally.finals),
-        "checkpointer_calls": {"total": None, "per_step": None},
+        "checkpointer_calls": {"total": commits,
+                               "per_step": round(commits / steps, 3) if steps else 0},
         "proc_io": {"wchar": wchar, "write_bytes": after.get("write_bytes", 0)
                     - before.get("write_bytes", 0)},
         "wchar_per_step": round(wchar / steps, 1) if steps else 0,

@@ -194,3 +194,14 @@ async def test_create_run_complete_and_wait_answers_with_the_end(harness: Harnes
         input=pb.MessageInput(text=loop_text(k)), complete=True, wait=True))
     assert response.run.state == pb.RunState.DONE
     assert response.run.final_text == f"result={k}"
+
+
+async def test_health_reports_journal_commits(harness: Harness) -> None:
+    app = await harness.start()
+    before = await app.get_health(USER, pb.GetHealthRequest())
+    await run_to_end(app, loop_text(2))
+    after = await app.get_health(USER, pb.GetHealthRequest())
+    # Each step is committed before the next (durability), so a 2-step run
+    # needs at least 3 commits: input, step 1, step 2 (+ the final answer).
+    assert after.journal_commits - before.journal_commits >= 3
+    assert after.journal_events > before.journal_events

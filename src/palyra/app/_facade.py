@@ -29,4 +29,5 @@ class PalyraApp(RunsApi, SessionsApi, ApprovalsApi, JournalApi, UnimplementedApi
         return pb.GetHealthResponse(
             service="palyra", version=self.engine.config.service_version,
             uptime_ms=int((time.monotonic() - self.started) * 1000),
-            journal_events=head.count, journal_head=head.head_hash)
+            journal_events=head.count, journal_head=head.head_hash,
+            journal_commits=self.store.stats().commits)

@@ -1281,6 +1281,12 @@ class GetHealthResponse(betterproto2.Message):
 
     journal_head: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
 
+    journal_commits: "int" = betterproto2.field(6, betterproto2.TYPE_UINT64)
+    """
+    Durable journal commits since this daemon started; with group commit many
+    events share one. Benchmarks read it to report commits per step.
+    """
+
 
 default_message_pool.register_message("palyra.v1", "GetHealthResponse", GetHealthResponse)
 
