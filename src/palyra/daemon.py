@@ -21,6 +21,7 @@ from typing import TextIO
 import structlog
 
 from palyra.config import PalyraConfig
+from palyra.journal import checkpoint_every
 from palyra.logs import configure_logging
 from palyra.transport.auth import Authenticator
 from palyra.transport.discovery import DaemonInfo, remove_daemon_info, write_daemon_info
@@ -79,6 +80,9 @@ async def run_daemon(
                           data_dir=str(config.data_dir.resolve()), version=VERSION)
         async with asyncio.TaskGroup() as tg:
             await grpc_gateway.start(grpc_sock)
+            signer = (tg.create_task(checkpoint_every(app.store, config.daemon.checkpoint_interval_s),
+                                     name="checkpoints")
+                      if config.daemon.checkpoint_interval_s > 0 else None)
             tg.create_task(http_gateway.serve(http_sock), name="http")
             write_daemon_info(config.data_dir, info)
             stack.callback(remove_daemon_info, config.data_dir, pid)
@@ -88,6 +92,8 @@ async def run_daemon(
                       data_dir=info.data_dir)
             await stop.wait()
             _log.info("daemon_draining")
+            if signer is not None:  # the TaskGroup would otherwise wait on it forever
+                signer.cancel()
             http_gateway.close()
             await _bounded(grpc_gateway.close(), config.daemon.shutdown_grace_s)
         # Leaving the exit stack parks the engine's runs and closes the journal.

@@ -17,7 +17,7 @@ import structlog
 from palyra.app import CallContext, PalyraApp
 from palyra.config import PalyraConfig
 from palyra.engine import Engine, GatePolicy, RegistryTools
-from palyra.journal import JournalStore
+from palyra.journal import JournalStore, sign_head_if_moved
 from palyra.policy import PolicyGate
 from palyra.providers import build_provider
 from palyra.tools import default_registry
@@ -44,6 +44,9 @@ async def open_application(
     """
     store = JournalStore.open(config.data_dir, config=config.journal)
     stack.callback(store.close)
+    # Runs after the engine has parked its runs (exit order is LIFO), so the
+    # last signed head covers every event this daemon wrote.
+    stack.push_async_callback(sign_head_if_moved, store)
     gate = PolicyGate.load(config.policy)
     registry = default_registry(config.tools)
     workspace = config.data_dir / WORKSPACE_DIR

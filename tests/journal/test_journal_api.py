@@ -16,7 +16,8 @@ def test_exports() -> None:
     assert set(journal.__all__) == {
         "ENTITY_TABLES", "NO_TAPE_SEQ", "Checkpoint", "EntityWrite", "EventDraft",
         "JournalConfig", "JournalHead", "JournalStats", "JournalStore", "StoredEvent",
-        "TapePage", "VerifyReport", "export_bundle", "verify_bundle", "verify_store",
+        "TapePage", "VerifyReport", "checkpoint_every", "export_bundle", "sign_head_if_moved",
+        "verify_bundle", "verify_store",
     }  # fmt: skip
 
 

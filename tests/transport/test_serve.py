@@ -11,6 +11,7 @@ import pytest
 from grpclib.client import Channel
 from palyra_gen.palyra import v1
 
+from palyra.journal import verify_store
 from palyra.transport.spawn import DaemonProcess
 
 pytestmark = pytest.mark.slow
@@ -45,11 +46,17 @@ async def test_serve_health_auth_caps_and_sigterm(tmp_path: Path) -> None:
             malformed = await client.post("/v1/runs", headers=auth, content=b'{"input": 3}')
             assert malformed.status_code == 400
             assert (await client.get("/v1/journal/head", headers=auth)).json() == before
+            run = await client.post("/v1/runs", headers=auth, json={
+                "input": {"text": "hello"}, "complete": True, "wait": True})
+            assert run.json()["run"]["state"] == "RUN_STATE_DONE"
     finally:
         code = daemon.stop()
     assert code == 0
     assert not (data_dir / "daemon.json").exists()
     assert "daemon_stopped" in daemon.log()
+    # A clean stop signs the head, so an offline verify vouches for every event.
+    report = verify_store(data_dir)
+    assert report.ok and report.checkpoints >= 1 and report.head_position == report.events
 
     again = DaemonProcess(data_dir, env=_env()).start()
     try:

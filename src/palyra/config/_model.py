@@ -105,9 +105,13 @@ class DaemonConfig:
     Attributes:
         shutdown_grace_s: On SIGTERM/SIGINT, how long in-flight calls get to
             finish before they are cancelled (runs are parked durably either way).
+        checkpoint_interval_s: How often the daemon signs the journal head
+            (ed25519) while events arrive; it also signs once at shutdown.
+            ``0`` turns periodic signing off.
     """
 
     shutdown_grace_s: float = 5.0
+    checkpoint_interval_s: float = 300.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ See ``docs/journal.md`` for the storage layout, the hash chain byte layout and
 the bundle format.
 """
 
+from palyra.journal._autocheckpoint import checkpoint_every, sign_head_if_moved
 from palyra.journal._bundle import export_bundle
 from palyra.journal._store import JournalStore
 from palyra.journal._types import (
@@ -33,7 +34,9 @@ __all__ = [
     "StoredEvent",
     "TapePage",
     "VerifyReport",
+    "checkpoint_every",
     "export_bundle",
+    "sign_head_if_moved",
     "verify_bundle",
     "verify_store",
 ]
