@@ -86,3 +86,32 @@ def test_every_section_field_has_an_env_name() -> None:
     assert names["PALYRA_GRPC_PORT"] == ("grpc", "port")
     assert names["PALYRA_ADMIN_TOKEN"] == ("auth", "admin_token")
     assert names["PALYRA_PROVIDER_KIND"] == ("provider", "kind")
+
+
+def test_policies_live_beside_the_config_file_and_one_switch_enables_process_exec(
+    tmp_path: Path,
+) -> None:
+    toml = tmp_path / "palyra.toml"
+    toml.write_text("[tools]\nprocess_exec_enabled = true\n")
+    config = load_config(config_file=toml, env={})
+    assert config.policy.config_dir == tmp_path.resolve()
+    assert config.policy.process_exec_enabled and config.tools.process_exec_enabled
+    assert load_config(env={}).policy.config_dir is None  # no file: shipped defaults only
+
+
+def test_a_bad_policy_beside_the_config_stops_serve_naming_file_and_line(tmp_path: Path) -> None:
+    import os
+
+    from palyra.transport.spawn import DaemonProcess
+
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "team.cedar").write_text(
+        '// our rules\npermit(principal, action, resource);\nforbid(principal action);\n')
+    toml = tmp_path / "palyra.toml"
+    toml.write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PALYRA_")}
+    daemon = DaemonProcess(tmp_path / "data", env=env, extra_args=("--config", str(toml)))
+    with pytest.raises(RuntimeError) as info:
+        daemon.start(timeout=20)
+    message = str(info.value)
+    assert "POLICY_INVALID" in message and "team.cedar" in message and "line 3" in message

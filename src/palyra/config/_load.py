@@ -126,7 +126,25 @@ def load_config(
         if section not in _sections():
             raise config_error(section, "unknown section")
         raw[section] = values
-    return validate(build(PalyraConfig, raw))
+    return validate(derive(build(PalyraConfig, raw), config_file))
+
+
+def derive(config: PalyraConfig, config_file: Path | None) -> PalyraConfig:
+    """Settings that follow from others, so a user states each thing once.
+
+    * Policies live beside the config file (``<dir>/policies/*.cedar``) unless
+      ``[policy] config_dir`` says otherwise.
+    * One ``process_exec_enabled`` switch (in ``[tools]`` or ``[policy]``)
+      registers ``process.run`` *and* lifts the policy's forbid on it; two
+      switches that disagree would leave a tool that exists but can never run.
+    """
+    policy = config.policy
+    if policy.config_dir is None and config_file is not None:
+        policy = dataclasses.replace(policy, config_dir=config_file.resolve().parent)
+    process_exec = policy.process_exec_enabled or config.tools.process_exec_enabled
+    policy = dataclasses.replace(policy, process_exec_enabled=process_exec)
+    tools = dataclasses.replace(config.tools, process_exec_enabled=process_exec)
+    return dataclasses.replace(config, policy=policy, tools=tools)
 
 
 def validate(config: PalyraConfig) -> PalyraConfig:
