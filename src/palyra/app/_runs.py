@@ -19,7 +19,7 @@ from palyra.app.context import CallContext
 from palyra.core.errors import ErrorCode, InvalidArgument, PalyraError
 from palyra.engine import IdentityRec, Selectors, StartRun
 from palyra.engine._machines import is_run_terminal
-from palyra.engine._tape import is_terminal_status, member_from, to_tape_event
+from palyra.engine._tape import is_terminal_status, to_tape_event
 
 log = logging.getLogger("palyra.app")
 MAX_TAPE_PAGE = 1000
@@ -127,8 +127,10 @@ class RunsApi(AppBase):
         events = self.store.follow_tape(run_id, after_seq)
         try:
             async for stored in events:
-                yield to_tape_event(stored)
-                if is_terminal_status(member_from(stored.kind, stored.payload)):
+                event = to_tape_event(stored)
+                terminal = is_terminal_status(event.status)
+                yield event
+                if terminal:
                     return
         finally:
             # follow_tape is an async generator; close it now, not at GC time.
