@@ -36,15 +36,65 @@ def _camel(name: str) -> str:
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
+# How a field is emitted: repeated, map, or a single value that is kept when
+# set, when truthy, or (floats) also when it is -0.0.
+_REPEATED, _MAP, _ALWAYS, _TRUTHY, _FLOAT = range(5)
+
+
+def _converter(proto_type: str) -> Any:
+    """``value -> JSON value`` for one proto type; ``None`` when the value is kept as is."""
+    if proto_type == "message":
+        return encode_message
+    if proto_type in _INT64:
+        return str
+    if proto_type == "enum":
+        return _enum_json
+    if proto_type == "bytes":
+        return _bytes_json
+    if proto_type in _FLOATS:
+        return _float_json
+    return None  # string, bool and 32-bit integers
+
+
+def _enum_json(value: Any) -> Any:
+    name = getattr(value, "proto_name", None)
+    return name if name else int(value)
+
+
+def _bytes_json(value: bytes) -> str:
+    return base64.b64encode(value).decode("utf8")
+
+
+def _float_json(value: float) -> Any:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return value
+
+
 @functools.cache
-def _plan(cls: type[Any]) -> tuple[tuple[str, str, Any], ...] | None:
-    """``(field, json key, metadata)`` per field; ``None`` if a wrapped type needs the slow path."""
+def _plan(cls: type[Any]) -> tuple[tuple[str, str, int, Any, Any], ...] | None:
+    """``(field, json key, kind, converter, map value converter)`` per field;
+    ``None`` if a wrapped type needs the slow path."""
     meta = typing.cast(Any, cls)._betterproto
     plan = []
     for name, fm in meta.meta_by_field_name.items():
         if fm.unwrap is not None or (fm.map_meta and fm.map_meta[1].unwrap is not None):
             return None
-        plan.append((name, _camel(name), fm))
+        proto_type = fm.proto_type
+        if fm.repeated:
+            entry = (_REPEATED, _converter(proto_type), None)
+        elif proto_type == "map":
+            entry = (_MAP, _converter(fm.map_meta[0].proto_type),
+                     _converter(fm.map_meta[1].proto_type))
+        elif fm.optional or proto_type == "message":
+            entry = (_ALWAYS, _converter(proto_type), None)
+        elif proto_type in _FLOATS:
+            entry = (_FLOAT, _converter(proto_type), None)
+        else:
+            entry = (_TRUTHY, _converter(proto_type), None)
+        plan.append((name, _camel(name), *entry))
     return tuple(plan)
 
 
@@ -54,40 +104,21 @@ def encode_message(message: betterproto2.Message) -> dict[str, Any]:
     if plan is None:
         return message.to_dict()
     out: dict[str, Any] = {}
-    for name, key, fm in plan:
+    for name, key, kind, conv, value_conv in plan:
         value = getattr(message, name)
-        if fm.repeated:
+        if kind == _REPEATED:
             if value:
-                out[key] = [_scalar(v, fm.proto_type) for v in value]
-        elif fm.proto_type == "map":
+                out[key] = [conv(v) for v in value] if conv else list(value)
+        elif kind == _MAP:
             if value:
-                key_type, value_type = fm.map_meta[0].proto_type, fm.map_meta[1].proto_type
-                out[key] = {_scalar(k, key_type): _scalar(v, value_type) for k, v in value.items()}
+                out[key] = {(conv(k) if conv else k): (value_conv(v) if value_conv else v)
+                            for k, v in value.items()}
         elif value is None:
             continue
-        elif fm.optional or fm.proto_type == "message" or value:
-            out[key] = _scalar(value, fm.proto_type)
-        elif fm.proto_type in _FLOATS and math.copysign(1.0, value) < 0:
-            out[key] = _scalar(value, fm.proto_type)  # -0.0 is not the default
+        elif kind == _ALWAYS or value or (
+                kind == _FLOAT and math.copysign(1.0, value) < 0):  # -0.0 is not the default
+            out[key] = conv(value) if conv else value
     return out
-
-
-def _scalar(value: Any, proto_type: str) -> Any:
-    if proto_type == "message":
-        return encode_message(value)
-    if proto_type in _INT64:
-        return str(value)
-    if proto_type == "enum":
-        name = getattr(value, "proto_name", None)
-        return name if name else int(value)
-    if proto_type == "bytes":
-        return base64.b64encode(value).decode("utf8")
-    if proto_type in _FLOATS:
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "Infinity" if value > 0 else "-Infinity"
-    return value
 
 
 # -- decoding ----------------------------------------------------------------
