@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from grpclib.client import Channel
+from grpclib.const import Cardinality, Status
+from grpclib.encoding.proto import ProtoCodec
+from grpclib.exceptions import GRPCError
 from palyra_gen.palyra import v1
 
 from palyra.journal import verify_store
@@ -78,3 +82,48 @@ def test_bad_config_exits_with_a_message(tmp_path: Path) -> None:
     env = {**_env(), "PALYRA_LOG_FORMAT": "xml"}
     with pytest.raises(RuntimeError, match="CONFIG_INVALID"):
         DaemonProcess(tmp_path / "d", env=env, extra_args=()).start(timeout=20)
+
+
+class _RawCodec(ProtoCodec):
+    """Sends the bytes it is given: lets a test put malformed protobuf on the wire."""
+
+    def encode(self, message: Any, message_type: Any) -> bytes:
+        return bytes(message)
+
+    def decode(self, data: bytes, message_type: Any) -> Any:
+        return data
+
+
+@pytest.mark.parametrize(
+    ("method", "raw"),
+    [
+        ("CreateRun", b"\x12\x10abc"),  # session_id's length runs past the end
+        ("CreateRun", b"\x0a\x05ab"),  # v (uint32) sent length-delimited
+        ("AppendEvent", b"\x2a\x02\xff\xfe"),  # kind is not UTF-8
+        ("AppendEvent", bytes.fromhex("ffffffff0f01")),  # invalid tag
+    ],
+)
+async def test_malformed_protobuf_is_refused_and_the_journal_untouched(
+    tmp_path: Path, method: str, raw: bytes
+) -> None:
+    env = {**_env(), "PALYRA_ADMIN_TOKEN": "t"}
+    with DaemonProcess(tmp_path / "d", env=env) as daemon:
+        auth = {**HEADERS, "authorization": "Bearer t"}
+        head_url = f"http://127.0.0.1:{daemon.http_port}/v1/journal/head"
+        async with httpx.AsyncClient() as http:
+            before = (await http.get(head_url, headers=auth)).json()
+        channel = Channel("127.0.0.1", daemon.grpc_port, codec=_RawCodec())
+        try:
+            async with channel.request(
+                f"/palyra.v1.GatewayService/{method}", Cardinality.UNARY_UNARY, bytes, bytes,
+                metadata=list(auth.items()),
+            ) as stream:
+                await stream.send_message(raw, end=True)
+                with pytest.raises(GRPCError) as info:
+                    await stream.recv_message()
+        finally:
+            channel.close()
+        assert info.value.status == Status.INVALID_ARGUMENT
+        assert "not a valid" in (info.value.message or "")
+        async with httpx.AsyncClient() as http:
+            assert (await http.get(head_url, headers=auth)).json() == before

@@ -8,6 +8,7 @@ from grpclib.encoding.proto import ProtoCodec
 
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.core.protobin import encode_binary
+from palyra.core.protocheck import WireFormatError, check_wire_format
 
 
 class CappedProtoCodec(ProtoCodec):
@@ -37,9 +38,17 @@ class CappedProtoCodec(ProtoCodec):
                 details={"limit_bytes": str(self._max)},
             )
         try:
+            # betterproto2 parses leniently (truncated lengths, mismatched wire
+            # types, bad UTF-8, unknown fields); refuse those before anything runs.
+            check_wire_format(data, message_type)
             return super().decode(data, message_type)
         except PalyraError:
             raise
+        except WireFormatError as exc:
+            raise PalyraError(
+                f"request is not a valid {message_type.__name__} protobuf message: {exc}",
+                code=ErrorCode.MALFORMED_REQUEST,
+            ) from exc
         except Exception as exc:
             raise PalyraError(
                 "request is not a valid protobuf message", code=ErrorCode.MALFORMED_REQUEST
