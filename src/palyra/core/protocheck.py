@@ -117,7 +117,7 @@ def _check_map_entry(chunk: memoryview, fm: Any, path: str, depth: int, value_cl
             pos = _skip_scalar(chunk, pos, wire)
 
 
-def _check(data: memoryview, cls: type[Any], path: str, depth: int) -> None:
+def _check(data: memoryview, cls: Any, path: str, depth: int) -> None:
     if depth > _MAX_DEPTH:
         raise WireFormatError(f"{path}: nested too deeply")
     fields = _fields(cls)
