@@ -9,6 +9,7 @@ import betterproto2
 import msgspec
 
 from palyra.core.errors import ErrorCode, InvalidArgument, PalyraError
+from palyra.core.protojson import decode_message
 from palyra.transport.http._json import bad_request, field_names, normalize_message, proto_meta
 from palyra.transport.http._routes import CompiledRoute
 
@@ -52,7 +53,7 @@ def decode_request(
         fields[name] = normalize_message(cls, {name: value})[name]
     _default_cursor(route, fields, headers)
     try:
-        return cls.from_dict(fields)
+        return decode_message(cls, fields)  # == cls.from_dict(fields), without its regex work
     except (KeyError, ValueError, TypeError) as exc:  # should be unreachable after normalising
         raise bad_request("body", str(exc)) from None
 
