@@ -115,3 +115,11 @@ def test_a_bad_policy_beside_the_config_stops_serve_naming_file_and_line(tmp_pat
         daemon.start(timeout=20)
     message = str(info.value)
     assert "POLICY_INVALID" in message and "team.cedar" in message and "line 3" in message
+
+
+def test_the_documented_example_config_loads() -> None:
+    example = Path(__file__).resolve().parents[2] / "docs" / "palyra.example.toml"
+    config = load_config(config_file=example, env={})
+    assert config.provider.kind == "openai" and config.provider.api_key_env == "OPENAI_API_KEY"
+    assert str(config.policy.tool_postures["add"]) == "ask_each_time"
+    assert config.policy.config_dir == example.parent.resolve()
