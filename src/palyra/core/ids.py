@@ -6,11 +6,13 @@ reproducible in tests.
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import time
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _CROCKFORD.encode())
 _ULID_RE = re.compile(r"^[0-7][0-9A-HJKMNP-TV-Z]{25}$")
 
 
@@ -20,12 +22,10 @@ def encode_ulid(ms: int, entropy: bytes) -> str:
         raise ValueError("ULID timestamp out of range")
     if len(entropy) != 10:
         raise ValueError("ULID entropy must be 10 bytes")
+    # 128 bits in 20 bytes = 32 base32 digits, of which the last 26 are the
+    # ULID (the first 6 cover only zero padding); translate RFC 4648 → Crockford.
     value = (ms << 80) | int.from_bytes(entropy, "big")
-    chars = []
-    for _ in range(26):
-        chars.append(_CROCKFORD[value & 31])
-        value >>= 5
-    return "".join(reversed(chars))
+    return base64.b32encode(value.to_bytes(20, "big"))[6:].translate(_TO_CROCKFORD).decode()
 
 
 def new_ulid() -> str:
