@@ -1,9 +1,14 @@
 """Journal benchmark: durable group commit vs a SQLite WAL baseline, verify, replay, raw SHA-256.
 
-Run ``python -m bench journal [--events N] [--dir D]`` (or ``python bench/journal.py``).
-Prints one JSON line per configuration, then one line of ratios. Every store
-lives in a fresh directory under ``--dir`` (default: the system temp dir), so
-all configurations hit the same disk in the same run.
+Run ``python -m bench journal [--events N] [--rounds R] [--dir D]`` (or
+``python bench/journal.py``). Prints one JSON line per configuration, a
+side-by-side line and one line of ratios. Every store lives in a fresh
+directory under ``--dir`` (default: the system temp dir), so all
+configurations hit the same disk in the same run. At each concurrency the
+journal and SQLite run in ``R`` alternating slices of ``N/R`` appends, so disk
+noise on a shared machine hits both alike. The ``fsync_floor`` line times the
+raw syncs on that disk: one ``fdatasync`` (what a SQLite WAL commit needs) and
+``fdatasync`` + an ``O_DSYNC`` page write (what an LMDB commit needs).
 """
 
 from __future__ import annotations
@@ -13,12 +18,14 @@ import asyncio
 import concurrent.futures
 import hashlib
 import json
+import os
 import shutil
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +55,9 @@ def _emit(line: dict[str, Any]) -> None:
     print(json.dumps(line, sort_keys=True), flush=True)
 
 
-async def _drive(appenders: int, events: int, append: Callable[[int], Any]) -> float:
-    """Run ``events`` single-event appends from ``appenders`` concurrent tasks; seconds taken."""
-    counter = iter(range(events))
+async def _drive(appenders: int, indices: Iterable[int], append: Callable[[int], Any]) -> float:
+    """Run one single-event append per index from ``appenders`` concurrent tasks; seconds taken."""
+    counter = iter(indices)
 
     async def worker() -> None:
         for i in counter:
@@ -61,19 +68,71 @@ async def _drive(appenders: int, events: int, append: Callable[[int], Any]) -> f
     return time.perf_counter() - start
 
 
-async def bench_lmdb(root: Path, appenders: int, events: int) -> dict[str, Any]:
-    """Durable (sync=True) appends through JournalStore's group commit."""
-    async with JournalStore.open(root / f"lmdb-{appenders}") as store:
-        seconds = await _drive(appenders, events, lambda i: store.append([_draft(i)]))
-        stats = store.stats()
+def _line(config: str, appenders: int, events: int, seconds: float, commits: int) -> dict[str, Any]:
     return {
-        "config": "lmdb_group_commit",
+        "config": config,
         "appenders": appenders,
         "events": events,
         "seconds": round(seconds, 4),
         "events_per_s": round(events / seconds),
-        "commits": stats.commits,
-        "events_per_commit": round(events / max(1, stats.commits), 2),
+        "commits": commits,
+        "events_per_commit": round(events / max(1, commits), 2),
+    }
+
+
+async def bench_pair(
+    root: Path, appenders: int, events: int, rounds: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Durable appends through JournalStore's group commit and through SQLite, interleaved."""
+    store = JournalStore.open(root / f"lmdb-{appenders}")
+    chain = SqliteChain(root / f"sqlite-{appenders}.db")
+    lmdb_s = sqlite_s = 0.0
+    try:
+        for r in range(rounds):
+            part = range(events * r // rounds, events * (r + 1) // rounds)
+            lmdb_s += await _drive(appenders, part, lambda i: store.append([_draft(i)]))
+            sqlite_s += await _drive(appenders, part, lambda i: chain.append(_draft(i)))
+        commits = store.stats().commits
+    finally:
+        store.close()
+        chain.close()
+    return (
+        _line("lmdb_group_commit", appenders, events, lmdb_s, commits),
+        _line("sqlite_wal_full", appenders, events, sqlite_s, events),
+    )
+
+
+def fsync_floor(root: Path, runs: int = 300) -> dict[str, Any]:
+    """Median time of one sync (a SQLite WAL commit) and of LMDB's two (data, then meta)."""
+    path = root / "fsync-floor"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    meta_fd = os.open(path, os.O_WRONLY | os.O_DSYNC)
+    try:
+        os.pwrite(fd, bytes(1 << 20), 0)
+        os.fsync(fd)
+        one: list[float] = []
+        two: list[float] = []
+        for i in range(runs):
+            page = bytes([i % 256]) * 4096
+            start = time.perf_counter()
+            os.pwrite(fd, page, 8192 + (i % 64) * 4096)
+            os.fdatasync(fd)
+            one.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            os.pwrite(fd, page, 8192 + (i % 64) * 4096)
+            os.fdatasync(fd)
+            os.pwrite(meta_fd, page[:128], 0)
+            two.append(time.perf_counter() - start)
+    finally:
+        os.close(fd)
+        os.close(meta_fd)
+    one_s, two_s = statistics.median(one), statistics.median(two)
+    return {
+        "config": "fsync_floor",
+        "one_sync_us": round(one_s * 1e6),
+        "two_sync_us": round(two_s * 1e6),
+        "one_sync_per_s": round(1 / one_s),
+        "two_sync_per_s": round(1 / two_s),
     }
 
 
@@ -95,7 +154,9 @@ class SqliteChain:
             "principal TEXT, payload BLOB, redactions TEXT, prev_hash BLOB, hash BLOB, "
             "global_hash BLOB)"
         )
+        # The journal's indexes: event id (UNIQUE above), tape and session order.
         self.db.execute("CREATE INDEX by_tape ON events(run_id, tape_seq)")
+        self.db.execute("CREATE INDEX by_session ON events(session_id, position)")
         self.position = 0
         self.head = GENESIS
         self.sessions: dict[str, bytes] = {}
@@ -132,24 +193,6 @@ class SqliteChain:
     def close(self) -> None:
         self.pool.shutdown()
         self.db.close()
-
-
-async def bench_sqlite(root: Path, appenders: int, events: int) -> dict[str, Any]:
-    """Baseline: durable chained appends on SQLite, one transaction per event."""
-    chain = SqliteChain(root / f"sqlite-{appenders}.db")
-    try:
-        seconds = await _drive(appenders, events, lambda i: chain.append(_draft(i)))
-    finally:
-        chain.close()
-    return {
-        "config": "sqlite_wal_full",
-        "appenders": appenders,
-        "events": events,
-        "seconds": round(seconds, 4),
-        "events_per_s": round(events / seconds),
-        "commits": events,
-        "events_per_commit": 1.0,
-    }
 
 
 def bench_reads(data_dir: Path) -> list[dict[str, Any]]:
@@ -197,30 +240,34 @@ def bench_reads(data_dir: Path) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-async def run(events: int, base: Path) -> int:
+async def run(events: int, base: Path, rounds: int = 5) -> int:
     """Run every configuration and print the JSON lines."""
     root = Path(tempfile.mkdtemp(prefix="palyra-bench-journal-", dir=base))
     results: dict[tuple[str, int], dict[str, Any]] = {}
     try:
         _emit({"bench": "journal", "dir": str(root), "events_per_config": events,
-               "python": sys.version.split()[0], "sqlite": sqlite3.sqlite_version})  # fmt: skip
+               "rounds": rounds, "python": sys.version.split()[0],
+               "sqlite": sqlite3.sqlite_version})  # fmt: skip
+        _emit(fsync_floor(root))
         for appenders in CONCURRENCY:
-            for bench in (bench_lmdb, bench_sqlite):
-                line = await bench(root, appenders, events)
+            for line in await bench_pair(root, appenders, events, rounds):
                 results[(line["config"], appenders)] = line
                 _emit(line)
         reads = bench_reads(root / f"lmdb-{CONCURRENCY[-1]}")
         for line in reads:
             _emit(line)
         by_name = {line["config"]: line for line in reads}
-        top = CONCURRENCY[-1]
-        ratios = {
-            f"group_commit_vs_sqlite@{c}": round(
-                results[("lmdb_group_commit", c)]["events_per_s"]
-                / results[("sqlite_wal_full", c)]["events_per_s"], 2,
+        side = {
+            c: (
+                results[("lmdb_group_commit", c)]["events_per_s"],
+                results[("sqlite_wal_full", c)]["events_per_s"],
             )
             for c in CONCURRENCY
-        }  # fmt: skip
+        }
+        _emit({"config": "side_by_side", "appenders": {
+            str(c): {"lmdb": lm, "sqlite": sq} for c, (lm, sq) in side.items()}})  # fmt: skip
+        top = CONCURRENCY[-1]
+        ratios = {f"group_commit_vs_sqlite@{c}": round(lm / sq, 2) for c, (lm, sq) in side.items()}
         ratios["verify_vs_raw_sha256"] = round(
             by_name["verify"]["events_per_s"] / by_name["raw_sha256"]["events_per_s"], 3
         )
@@ -234,9 +281,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point for ``python -m bench journal``."""
     parser = argparse.ArgumentParser(prog="python -m bench journal", description=__doc__)
     parser.add_argument("--events", type=int, default=3000, help="appends per configuration")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="alternating journal/SQLite slices per concurrency"
+    )
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    return asyncio.run(run(max(1, args.events), args.dir))
+    events = max(1, args.events)
+    return asyncio.run(run(events, args.dir, max(1, min(args.rounds, events))))
 
 
 if __name__ == "__main__":

@@ -107,3 +107,29 @@ async def test_appends_from_two_event_loops(data_dir: Path) -> None:
         assert store.head().count == 20
     finally:
         store.close()
+
+
+async def test_remembered_heads_survive_a_failed_call_and_a_full_memory(
+    store: JournalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The writer remembers session heads and tape seqs across commits; a refused
+    # call must not leave its values behind, and dropping the memory when it is
+    # full must fall back to LMDB without breaking either chain.
+    from palyra.journal import _writer
+
+    monkeypatch.setattr(_writer, "_MEMORY_LIMIT", 2)
+    taken = new_ulid()
+    await store.append([draft(0, event_id=taken, session_id="s0", run_id="r0", tape=True)])
+    with pytest.raises(AlreadyExists):
+        await store.append([draft(1, session_id="s0", run_id="r0", tape=True),
+                            draft(2, event_id=taken, session_id="s0", run_id="r0", tape=True)])  # fmt: skip
+    seqs: dict[str, list[int]] = {}
+    for i in range(3, 40):
+        [event] = await store.append(
+            [draft(i, session_id=f"s{i % 5}", run_id=f"r{i % 3}", tape=True)]
+        )
+        seqs.setdefault(event.run_id, []).append(event.tape_seq)
+    assert all(s == list(range(s[0], s[0] + len(s))) for s in seqs.values())
+    assert seqs["r0"][0] == 1
+    report = verify_store(store)
+    assert report.ok, report.summary()

@@ -40,6 +40,11 @@ from palyra.journal._record import (
 from palyra.journal._signing import Signer
 from palyra.journal._types import NO_TAPE_SEQ, Checkpoint, StoredEvent
 
+# Session chain heads and next tape seqs are remembered across commits (this
+# thread is the only writer), so a lone appender's commit reads neither back
+# from LMDB. Past this many entries a memory is dropped and refilled on demand.
+_MEMORY_LIMIT = 4096
+
 
 @dataclass(slots=True)
 class Request:
@@ -85,6 +90,8 @@ class Writer:
             count, head = load_head(env, txn)
         self.next_position = count + 1
         self.head = head
+        self._session_heads: dict[str, bytes] = {}
+        self._tape_next: dict[str, int] = {}
         self.stats = WriterStats()
         self._thread = threading.Thread(target=self._run, name="palyra-journal-writer", daemon=True)
         self._thread.start()
@@ -135,6 +142,8 @@ class Writer:
             return
         self.next_position = state.next_position
         self.head = state.head
+        _remember(self._session_heads, state.session_heads)
+        _remember(self._tape_next, state.tape_next)
         stats = self.stats
         stats.commits += 1
         stats.append_calls += len(batch)
@@ -252,12 +261,16 @@ class Writer:
     def _session_head(self, txn: Any, state: _BatchState, session_id: str) -> bytes:
         head = state.session_heads.get(session_id)
         if head is None:
+            head = self._session_heads.get(session_id)
+        if head is None:
             found = txn.get(scoped_prefix(session_id), db=self._env.dbs[names.SESSION_HEADS])
             head = bytes(found) if found is not None else GENESIS
         return head
 
     def _next_tape_seq(self, txn: Any, state: _BatchState, run_id: str) -> int:
         seq = state.tape_next.get(run_id)
+        if seq is None:
+            seq = self._tape_next.get(run_id)
         if seq is None:
             seq = last_scoped_number(txn, self._env.dbs[names.TAPE], run_id) + 1
         return seq
@@ -274,6 +287,13 @@ class Writer:
         return Checkpoint(
             position, state.head.hex(), ts_ms, signer.public_key.hex(), signature.hex()
         )
+
+
+def _remember(memory: dict[Any, Any], committed: dict[Any, Any]) -> None:
+    # Called only after a durable commit: memory never holds uncommitted values.
+    if len(memory) + len(committed) > _MEMORY_LIMIT:
+        memory.clear()
+    memory.update(committed)
 
 
 def _resolve(batch: list[Request], outcomes: list[tuple[Any, BaseException | None]]) -> None:
