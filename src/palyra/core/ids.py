@@ -6,13 +6,13 @@ reproducible in tests.
 
 from __future__ import annotations
 
-import base64
 import os
 import re
 import time
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-_TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _CROCKFORD.encode())
+_PAIRS = tuple(a + b for a in _CROCKFORD for b in _CROCKFORD)
+_SHIFTS = tuple(range(120, -1, -10))
 _ULID_RE = re.compile(r"^[0-7][0-9A-HJKMNP-TV-Z]{25}$")
 
 
@@ -22,10 +22,9 @@ def encode_ulid(ms: int, entropy: bytes) -> str:
         raise ValueError("ULID timestamp out of range")
     if len(entropy) != 10:
         raise ValueError("ULID entropy must be 10 bytes")
-    # 128 bits in 20 bytes = 32 base32 digits, of which the last 26 are the
-    # ULID (the first 6 cover only zero padding); translate RFC 4648 → Crockford.
+    # 26 digits = 130 bits (the top two are zero), ten bits (two digits) per lookup.
     value = (ms << 80) | int.from_bytes(entropy, "big")
-    return base64.b32encode(value.to_bytes(20, "big"))[6:].translate(_TO_CROCKFORD).decode()
+    return "".join([_PAIRS[(value >> shift) & 1023] for shift in _SHIFTS])
 
 
 def new_ulid() -> str:
