@@ -7,6 +7,7 @@ the ``kind`` fixture picks gRPC (grpclib), HTTP (httpx + SSE) or TypeScript
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
@@ -220,3 +221,53 @@ async def test_connector_token_reaches_route_message(kind: str, connect: OpenCli
             "channel": "discord", "message": {"channel": "discord", "text": "hello"}})
     except CallFailed as exc:
         assert exc.code not in ("UNAUTHENTICATED", "PERMISSION_DENIED")
+
+
+async def test_approvals_and_journal_are_caller_scoped(kind: str, connect: OpenClient) -> None:
+    """A ``user:`` principal sees only the approvals of its own runs (another's is
+    NOT_FOUND, never listed or exported) and may not verify, export or checkpoint
+    the journal (PERMISSION_DENIED, 403 over HTTP); the head stays readable."""
+    owner = await connect(kind, principal=f"user:a-{kind}")
+    other = await connect(kind, principal=f"user:other-{kind}")
+    admin = await connect(kind, principal=APPROVER, device_id=APPROVER_DEVICE)
+    run_id = await ask_each_time_run(owner, f"scoped-{kind}", k=1)
+    events, ended = await next_approval(owner, run_id, -1)
+    assert not ended
+    approval_id = of_kind(events, "tool_approval_request")[-1]["approvalId"]
+    try:
+        mine = (await owner.call(APPROVALS, "GetApproval", {"approvalId": approval_id}))["approval"]
+        assert mine["requestedBy"]["principal"] == f"user:a-{kind}" and mine["argsJson"]
+        for client, visible in ((owner, True), (admin, True), (other, False)):
+            listed = await client.call(APPROVALS, "ListApprovals", {"runId": run_id})
+            assert [a["approvalId"] for a in listed.get("approvals", [])] == (
+                [approval_id] if visible else [])
+            everything = await client.call(APPROVALS, "ListApprovals", {"limit": 500})
+            assert (approval_id in {a["approvalId"] for a in everything.get("approvals", [])}
+                    ) is visible
+            exported = await client.stream(APPROVALS, "ExportApprovals", {})
+            assert exported.ended and (approval_id in _export_text(exported.responses)) is visible
+        with pytest.raises(CallFailed) as info:
+            await other.call(APPROVALS, "GetApproval", {"approvalId": approval_id})
+        assert info.value.code == "NOT_FOUND"
+
+        with pytest.raises(CallFailed) as info:
+            await other.stream("JournalService", "ExportJournal", {})
+        assert info.value.code == "PERMISSION_DENIED" and "admin:" in info.value.message
+        for method in ("VerifyJournal", "CreateCheckpoint"):
+            with pytest.raises(CallFailed) as info:
+                await other.call("JournalService", method, {})
+            assert info.value.code == "PERMISSION_DENIED", method
+        head = await other.call("JournalService", "GetJournalHead", {})
+        assert int(head["eventCount"]) > 0
+        assert (await admin.call("JournalService", "VerifyJournal", {}))["ok"] is True
+        made = await admin.call("JournalService", "CreateCheckpoint", {})
+        assert int(made["position"]) > 0 and len(made["signature"]) == 128
+        bundle = await admin.stream("JournalService", "ExportJournal", {})
+        assert bundle.ended and bundle.responses[-1]["done"] is True
+    finally:
+        await owner.call(GATEWAY, "AbortRun", {"runId": run_id, "reason": "conformance"})
+
+
+def _export_text(responses: list[dict[str, Any]]) -> str:
+    """The exported document (``chunk`` is bytes: base64 in proto3 JSON)."""
+    return b"".join(base64.b64decode(r.get("chunk", "")) for r in responses).decode()

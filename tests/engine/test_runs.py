@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from engine_harness import USER, Harness, loop_text, run_to_end
+from engine_harness import ADMIN, USER, Harness, loop_text, run_to_end
 from palyra_gen.palyra import v1 as pb
 
 from palyra.core.errors import ErrorCode, PalyraError
@@ -176,9 +176,9 @@ async def test_health_and_journal(harness: Harness) -> None:
     await run_to_end(app, "x")
     health = await app.get_health(USER, pb.GetHealthRequest())
     assert health.service == "palyra" and health.journal_events > 0
-    verify = await app.verify_journal(USER, pb.VerifyJournalRequest())
+    verify = await app.verify_journal(ADMIN, pb.VerifyJournalRequest())
     assert verify.ok and verify.event_count == health.journal_events
-    chunks = [c async for c in app.export_journal(USER, pb.ExportJournalRequest())]
+    chunks = [c async for c in app.export_journal(ADMIN, pb.ExportJournalRequest())]
     assert chunks[-1].done and b"".join(c.chunk for c in chunks)
     with pytest.raises(PalyraError) as err:
         await app.list_agents(USER, pb.ListAgentsRequest())

@@ -285,6 +285,18 @@ ROUTES: Final[tuple[HttpRoute, ...]] = (
     ),
     HttpRoute(
         service="palyra.v1.JournalService",
+        method="CreateCheckpoint",
+        python_method="create_checkpoint",
+        http_method="POST",
+        path="/v1/journal:checkpoint",
+        body="*",
+        client_streaming=False,
+        server_streaming=False,
+        request_type="palyra.v1.CreateCheckpointRequest",
+        response_type="palyra.v1.CreateCheckpointResponse",
+    ),
+    HttpRoute(
+        service="palyra.v1.JournalService",
         method="ExportJournal",
         python_method="export_journal",
         http_method="GET",

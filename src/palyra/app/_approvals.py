@@ -1,4 +1,8 @@
-"""ApprovalsService: list, get, decide (from any client), export."""
+"""ApprovalsService: list, get, decide (from any client), export.
+
+Reads are caller-scoped (``palyra.app._access``): operators see every approval,
+anyone else only the approvals of runs they started.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 
 from palyra_gen.palyra import v1 as pb
 
+from palyra.app._access import approval_visibility, sees_approval
 from palyra.app._base import AppBase
 from palyra.app._convert import identity_of
 from palyra.app._export import chunked, json_document, ndjson_lines
@@ -23,32 +28,37 @@ class ApprovalsApi(AppBase):
     """Human-in-the-loop approvals over the durable records."""
 
     @staticmethod
-    def _filter(state: pb.ApprovalState, session_id: str = "",
-                run_id: str = "") -> Callable[[ApprovalRecord], bool]:
+    def _filter(visible: Callable[[ApprovalRecord], bool], state: pb.ApprovalState,
+                session_id: str = "", run_id: str = "") -> Callable[[ApprovalRecord], bool]:
         def keep(record: ApprovalRecord) -> bool:
-            return ((state == pb.ApprovalState.UNSPECIFIED
-                     or approval_state_proto(record.state) == state)
+            return (visible(record)
+                    and (state == pb.ApprovalState.UNSPECIFIED
+                         or approval_state_proto(record.state) == state)
                     and (not session_id or record.session_id == session_id)
                     and (not run_id or record.run_id == run_id))
         return keep
 
     async def list_approvals(self, ctx: CallContext,
                              request: pb.ListApprovalsRequest) -> pb.ListApprovalsResponse:
-        """Approvals in creation order, filtered, cursor-paged (max 500)."""
-        identity_of(ctx)
+        """The caller's visible approvals in creation order, filtered, cursor-paged (max 500)."""
+        visible = approval_visibility(identity_of(ctx))
         limit = DEFAULT_PAGE if request.limit == 0 else min(request.limit, MAX_PAGE)
-        page, next_id = self.engine.deps.approvals.scan(
-            self._filter(request.state, request.session_id, request.run_id),
-            request.after_approval_id, limit)
+        # One record more than the page tells whether another page exists (the
+        # engine's scan cursor is empty whenever its batch ended, even mid-page).
+        found, _ = self.engine.deps.approvals.scan(
+            self._filter(visible, request.state, request.session_id, request.run_id),
+            request.after_approval_id, limit + 1)
+        page = found[:limit]
+        next_id = page[-1].approval_id if len(found) > limit else ""
         return pb.ListApprovalsResponse(approvals=[to_proto(r) for r in page],
                                         next_after_approval_id=next_id)
 
     async def get_approval(self, ctx: CallContext,
                            request: pb.GetApprovalRequest) -> pb.GetApprovalResponse:
-        """One approval record."""
-        identity_of(ctx)
+        """One approval record; another principal's is NOT_FOUND for a non-operator."""
+        caller = identity_of(ctx)
         record = self.engine.deps.approvals.get(request.approval_id)
-        if record is None:
+        if record is None or not sees_approval(caller, record):
             raise not_found("approval", request.approval_id)
         return pb.GetApprovalResponse(approval=to_proto(record))
 
@@ -62,10 +72,12 @@ class ApprovalsApi(AppBase):
     async def export_approvals(
         self, ctx: CallContext, request: pb.ExportApprovalsRequest
     ) -> AsyncIterator[pb.ExportApprovalsResponse]:
-        """Chunks (≤ 64 KiB) of NDJSON or JSON with chained checksums and a trailer."""
-        identity_of(ctx)
+        """The caller's visible approvals as chunks (≤ 64 KiB) of NDJSON or JSON with
+        chained checksums and a trailer."""
+        visible = approval_visibility(identity_of(ctx))
         limit = DEFAULT_EXPORT if request.limit == 0 else min(request.limit, MAX_EXPORT)
-        records, _ = self.engine.deps.approvals.scan(self._filter(request.state), "", limit)
+        records, _ = self.engine.deps.approvals.scan(self._filter(visible, request.state), "",
+                                                     limit)
         dicts = [to_proto(r).to_dict() for r in records]
         pieces = (json_document(dicts) if request.format == pb.ExportFormat.JSON
                   else ndjson_lines(dicts))

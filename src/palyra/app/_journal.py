@@ -1,4 +1,8 @@
-"""JournalService and AppendEvent: thin delegation to ``palyra.journal``."""
+"""JournalService and AppendEvent: thin delegation to ``palyra.journal``.
+
+Verify, export and checkpoint are operator-only (``palyra.app._access``); the
+head is open to any authenticated caller.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from typing import Any
 
 from palyra_gen.palyra import v1 as pb
 
+from palyra.app._access import require_operator
 from palyra.app._base import AppBase
 from palyra.app._convert import check_version, identity_of
 from palyra.app._export import MAX_CHUNK
@@ -71,15 +76,16 @@ class JournalApi(AppBase):
 
     async def get_journal_head(self, ctx: CallContext,
                                request: pb.GetJournalHeadRequest) -> pb.GetJournalHeadResponse:
-        """Event count and global head hash."""
+        """Event count and global head hash (any authenticated caller)."""
+        identity_of(ctx)
         head = self.store.head()
         return pb.GetJournalHeadResponse(event_count=head.count, head_hash=head.head_hash,
                                          head_position=head.count)
 
     async def verify_journal(self, ctx: CallContext,
                              request: pb.VerifyJournalRequest) -> pb.VerifyJournalResponse:
-        """Recompute every hash and checkpoint signature (off the event loop)."""
-        identity_of(ctx)
+        """Recompute every hash and checkpoint signature (off the event loop). Operators only."""
+        require_operator(ctx, "VerifyJournal")
         report = await asyncio.to_thread(verify_store, self.store)
         problem = report.problem
         return pb.VerifyJournalResponse(
@@ -91,8 +97,11 @@ class JournalApi(AppBase):
     async def export_journal(
         self, ctx: CallContext, request: pb.ExportJournalRequest
     ) -> AsyncIterator[pb.ExportJournalResponse]:
-        """The self-contained NDJSON bundle (whole journal or one session), chunked."""
-        identity_of(ctx)
+        """The self-contained NDJSON bundle (whole journal or one session), chunked.
+
+        Operators only: a bundle carries every principal's events.
+        """
+        require_operator(ctx, "ExportJournal")
         with tempfile.TemporaryDirectory(prefix="palyra-export-") as tmp:
             out = Path(tmp) / "bundle.ndjson"
             await asyncio.to_thread(export_bundle, self.store, out,
@@ -106,3 +115,16 @@ class JournalApi(AppBase):
                     yield pb.ExportJournalResponse(chunk=chunk, chunk_seq=seq,
                                                    done=not following)
                     chunk = following
+
+    async def create_checkpoint(self, ctx: CallContext,
+                                request: pb.CreateCheckpointRequest) -> pb.CreateCheckpointResponse:
+        """Sign the current global head with the data dir's ed25519 key and store it.
+
+        Operators only. Goes through the journal's writer, so it works while the
+        daemon holds the data dir (``palyra journal checkpoint`` calls this).
+        """
+        require_operator(ctx, "CreateCheckpoint")
+        made = await self.store.checkpoint()
+        return pb.CreateCheckpointResponse(
+            position=made.position, head_hash=made.head_hash, public_key=made.public_key,
+            signature=made.signature, ts_unix_ms=made.ts_ms)

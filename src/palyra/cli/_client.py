@@ -78,6 +78,20 @@ def resolve_target(args: argparse.Namespace) -> Target:
     return Target(host, port_number, metadata)
 
 
+def running_daemon_target(data_dir: Path) -> Target | None:
+    """The daemon that published ``<data_dir>/daemon.json``, if its process is alive.
+
+    Token and identity resolve as for every client command (``$PALYRA_ADMIN_TOKEN``
+    or ``admin.token``; ``$PALYRA_PRINCIPAL`` or ``admin:<login>``).
+    """
+    info = read_daemon_info(data_dir)
+    if info is None or not info.alive():
+        return None
+    return resolve_target(argparse.Namespace(
+        data_dir=data_dir, address=f"{info.grpc_host}:{info.grpc_port}", token=None,
+        principal=None, device_id=None, channel=""))
+
+
 def _login() -> str:
     try:
         return getpass.getuser()

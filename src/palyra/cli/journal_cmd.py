@@ -1,21 +1,23 @@
 """``palyra journal verify|export|checkpoint``.
 
-Each command takes argv-like arguments (without the ``journal <command>``
-prefix) and returns the process exit code: 0 intact / done, 1 tampered,
-2 could not run (bad usage, no journal, data dir locked).
+``verify`` and ``export`` open the data dir read-only, so they work while the
+daemon runs; ``checkpoint`` needs the writer, so it asks the running daemon
+first (``palyra.cli._checkpoint``). Each command takes argv-like arguments
+(without the ``journal <command>`` prefix) and returns the process exit code:
+0 intact / done, 1 tampered, 2 could not run (bad usage, no journal, data dir
+locked).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from palyra.core.errors import PalyraError
-from palyra.journal import JournalStore, export_bundle, verify_bundle, verify_store
+from palyra.journal import export_bundle, verify_bundle, verify_store
 
 EXIT_OK = 0
 EXIT_TAMPERED = 1
@@ -113,26 +115,22 @@ def export(argv: Sequence[str]) -> int:
 
 
 def checkpoint(argv: Sequence[str]) -> int:
-    """Sign the current chain head with the data dir's ed25519 key and store the checkpoint."""
-    parser = _parser("checkpoint", "Store a signed checkpoint of the current journal head.")
+    """Sign the current chain head with the data dir's ed25519 key and store the checkpoint.
+
+    Asks the running daemon (``CreateCheckpoint``) when one owns the data dir,
+    else opens the data dir itself.
+    """
+    parser = _parser(
+        "checkpoint",
+        "Store a signed checkpoint of the current journal head: through the running daemon "
+        "(found via <data-dir>/daemon.json and admin.token), or on the data dir when none runs.",
+    )
     args = _parse(parser, argv)
     if isinstance(args, int):
         return args
-    try:
-        store = JournalStore.open(args.data_dir or default_data_dir())
-    except (PalyraError, OSError) as exc:
-        return _fail(exc)
-    try:
-        made = asyncio.run(store.checkpoint())
-    except PalyraError as exc:
-        return _fail(exc)
-    finally:
-        store.close()
-    print(
-        f"checkpoint position={made.position} head={made.head_hash} "
-        f"key={made.public_key} signature={made.signature}"
-    )
-    return EXIT_OK
+    from palyra.cli import _checkpoint  # grpc client: loaded only for this command
+
+    return _checkpoint.run(args.data_dir or default_data_dir())
 
 
 COMMANDS = {"verify": verify, "export": export, "checkpoint": checkpoint}

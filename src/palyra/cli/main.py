@@ -1,7 +1,8 @@
 """Entry point of the ``palyra`` command.
 
 ``serve`` runs the daemon; ``chat``, ``runs``, ``sessions`` and ``approvals``
-talk gRPC to a running daemon; ``journal`` works on a data dir directly.
+talk gRPC to a running daemon; ``journal`` works on a data dir directly
+(``journal checkpoint`` asks the running daemon first).
 """
 
 from __future__ import annotations

@@ -253,8 +253,10 @@ export const ExportFormatSchema: GenEnum<ExportFormat> = /*@__PURE__*/
   enumDesc(file_palyra_v1_approvals, 0);
 
 /**
- * Human-in-the-loop approvals. Any authenticated client may list them; who may
- * decide is a Cedar policy (`approval.decide`), and the decider is recorded.
+ * Human-in-the-loop approvals. An `admin:` or `system:` principal sees every
+ * approval; any other principal sees (lists, gets, exports) only the approvals
+ * of runs it started, and another's approval is NOT_FOUND. Who may decide is a
+ * Cedar policy (`approval.decide`), and the decider is recorded.
  *
  * @generated from service palyra.v1.ApprovalsService
  */

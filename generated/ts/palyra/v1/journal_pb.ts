@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file palyra/v1/journal.proto.
  */
 export const file_palyra_v1_journal: GenFile = /*@__PURE__*/
-  fileDesc("ChdwYWx5cmEvdjEvam91cm5hbC5wcm90bxIJcGFseXJhLnYxIhYKFFZlcmlmeUpvdXJuYWxSZXF1ZXN0IrEBChVWZXJpZnlKb3VybmFsUmVzcG9uc2USCgoCb2sYASABKAgSEwoLZXZlbnRfY291bnQYAiABKAQSEQoJaGVhZF9oYXNoGAMgASgJEh8KEmZpcnN0X2JhZF9wb3NpdGlvbhgEIAEoBEgAiAEBEg4KBnJlYXNvbhgFIAEoCRIcChRjaGVja3BvaW50c192ZXJpZmllZBgGIAEoDUIVChNfZmlyc3RfYmFkX3Bvc2l0aW9uIioKFEV4cG9ydEpvdXJuYWxSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiRwoVRXhwb3J0Sm91cm5hbFJlc3BvbnNlEg0KBWNodW5rGAEgASgMEhEKCWNodW5rX3NlcRgCIAEoDRIMCgRkb25lGAMgASgIIhcKFUdldEpvdXJuYWxIZWFkUmVxdWVzdCJXChZHZXRKb3VybmFsSGVhZFJlc3BvbnNlEhMKC2V2ZW50X2NvdW50GAEgASgEEhEKCWhlYWRfaGFzaBgCIAEoCRIVCg1oZWFkX3Bvc2l0aW9uGAMgASgEMuYCCg5Kb3VybmFsU2VydmljZRJxCg1WZXJpZnlKb3VybmFsEh8ucGFseXJhLnYxLlZlcmlmeUpvdXJuYWxSZXF1ZXN0GiAucGFseXJhLnYxLlZlcmlmeUpvdXJuYWxSZXNwb25zZSIdgtPkkwIXIhIvdjEvam91cm5hbDp2ZXJpZnk6ASoScAoNRXhwb3J0Sm91cm5hbBIfLnBhbHlyYS52MS5FeHBvcnRKb3VybmFsUmVxdWVzdBogLnBhbHlyYS52MS5FeHBvcnRKb3VybmFsUmVzcG9uc2UiGoLT5JMCFBISL3YxL2pvdXJuYWw6ZXhwb3J0MAESbwoOR2V0Sm91cm5hbEhlYWQSIC5wYWx5cmEudjEuR2V0Sm91cm5hbEhlYWRSZXF1ZXN0GiEucGFseXJhLnYxLkdldEpvdXJuYWxIZWFkUmVzcG9uc2UiGILT5JMCEhIQL3YxL2pvdXJuYWwvaGVhZGIGcHJvdG8z", [file_google_api_annotations]);
+  fileDesc("ChdwYWx5cmEvdjEvam91cm5hbC5wcm90bxIJcGFseXJhLnYxIhYKFFZlcmlmeUpvdXJuYWxSZXF1ZXN0IrEBChVWZXJpZnlKb3VybmFsUmVzcG9uc2USCgoCb2sYASABKAgSEwoLZXZlbnRfY291bnQYAiABKAQSEQoJaGVhZF9oYXNoGAMgASgJEh8KEmZpcnN0X2JhZF9wb3NpdGlvbhgEIAEoBEgAiAEBEg4KBnJlYXNvbhgFIAEoCRIcChRjaGVja3BvaW50c192ZXJpZmllZBgGIAEoDUIVChNfZmlyc3RfYmFkX3Bvc2l0aW9uIioKFEV4cG9ydEpvdXJuYWxSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiRwoVRXhwb3J0Sm91cm5hbFJlc3BvbnNlEg0KBWNodW5rGAEgASgMEhEKCWNodW5rX3NlcRgCIAEoDRIMCgRkb25lGAMgASgIIhcKFUdldEpvdXJuYWxIZWFkUmVxdWVzdCJXChZHZXRKb3VybmFsSGVhZFJlc3BvbnNlEhMKC2V2ZW50X2NvdW50GAEgASgEEhEKCWhlYWRfaGFzaBgCIAEoCRIVCg1oZWFkX3Bvc2l0aW9uGAMgASgEIhkKF0NyZWF0ZUNoZWNrcG9pbnRSZXF1ZXN0InoKGENyZWF0ZUNoZWNrcG9pbnRSZXNwb25zZRIQCghwb3NpdGlvbhgBIAEoBBIRCgloZWFkX2hhc2gYAiABKAkSEgoKcHVibGljX2tleRgDIAEoCRIRCglzaWduYXR1cmUYBCABKAkSEgoKdHNfdW5peF9tcxgFIAEoAzLmAwoOSm91cm5hbFNlcnZpY2UScQoNVmVyaWZ5Sm91cm5hbBIfLnBhbHlyYS52MS5WZXJpZnlKb3VybmFsUmVxdWVzdBogLnBhbHlyYS52MS5WZXJpZnlKb3VybmFsUmVzcG9uc2UiHYLT5JMCFyISL3YxL2pvdXJuYWw6dmVyaWZ5OgEqEnAKDUV4cG9ydEpvdXJuYWwSHy5wYWx5cmEudjEuRXhwb3J0Sm91cm5hbFJlcXVlc3QaIC5wYWx5cmEudjEuRXhwb3J0Sm91cm5hbFJlc3BvbnNlIhqC0+STAhQSEi92MS9qb3VybmFsOmV4cG9ydDABEm8KDkdldEpvdXJuYWxIZWFkEiAucGFseXJhLnYxLkdldEpvdXJuYWxIZWFkUmVxdWVzdBohLnBhbHlyYS52MS5HZXRKb3VybmFsSGVhZFJlc3BvbnNlIhiC0+STAhISEC92MS9qb3VybmFsL2hlYWQSfgoQQ3JlYXRlQ2hlY2twb2ludBIiLnBhbHlyYS52MS5DcmVhdGVDaGVja3BvaW50UmVxdWVzdBojLnBhbHlyYS52MS5DcmVhdGVDaGVja3BvaW50UmVzcG9uc2UiIYLT5JMCGyIWL3YxL2pvdXJuYWw6Y2hlY2twb2ludDoBKmIGcHJvdG8z", [file_google_api_annotations]);
 
 /**
  * @generated from message palyra.v1.VerifyJournalRequest
@@ -159,7 +159,63 @@ export const GetJournalHeadResponseSchema: GenMessage<GetJournalHeadResponse> = 
   messageDesc(file_palyra_v1_journal, 5);
 
 /**
- * The hash-chained journal, for auditors and backups.
+ * @generated from message palyra.v1.CreateCheckpointRequest
+ */
+export type CreateCheckpointRequest = Message<"palyra.v1.CreateCheckpointRequest"> & {
+};
+
+/**
+ * Describes the message palyra.v1.CreateCheckpointRequest.
+ * Use `create(CreateCheckpointRequestSchema)` to create a new message.
+ */
+export const CreateCheckpointRequestSchema: GenMessage<CreateCheckpointRequest> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 6);
+
+/**
+ * @generated from message palyra.v1.CreateCheckpointResponse
+ */
+export type CreateCheckpointResponse = Message<"palyra.v1.CreateCheckpointResponse"> & {
+  /**
+   * The global position the signature vouches for (0 for an empty journal).
+   *
+   * @generated from field: uint64 position = 1;
+   */
+  position: bigint;
+
+  /**
+   * @generated from field: string head_hash = 2;
+   */
+  headHash: string;
+
+  /**
+   * Hex ed25519 public key and signature (see docs/journal.md).
+   *
+   * @generated from field: string public_key = 3;
+   */
+  publicKey: string;
+
+  /**
+   * @generated from field: string signature = 4;
+   */
+  signature: string;
+
+  /**
+   * @generated from field: int64 ts_unix_ms = 5;
+   */
+  tsUnixMs: bigint;
+};
+
+/**
+ * Describes the message palyra.v1.CreateCheckpointResponse.
+ * Use `create(CreateCheckpointResponseSchema)` to create a new message.
+ */
+export const CreateCheckpointResponseSchema: GenMessage<CreateCheckpointResponse> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 7);
+
+/**
+ * The hash-chained journal, for auditors and backups. Verify, export and
+ * checkpoint need an `admin:` or `system:` principal; the head is open to any
+ * authenticated caller.
  *
  * @generated from service palyra.v1.JournalService
  */
@@ -191,6 +247,17 @@ export const JournalService: GenService<{
     methodKind: "unary";
     input: typeof GetJournalHeadRequestSchema;
     output: typeof GetJournalHeadResponseSchema;
+  },
+  /**
+   * Sign the current global head with the daemon's ed25519 key and store the
+   * checkpoint (what `palyra journal checkpoint` asks a running daemon for).
+   *
+   * @generated from rpc palyra.v1.JournalService.CreateCheckpoint
+   */
+  createCheckpoint: {
+    methodKind: "unary";
+    input: typeof CreateCheckpointRequestSchema;
+    output: typeof CreateCheckpointResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_palyra_v1_journal, 0);

@@ -41,6 +41,8 @@ __all__ = (
     "CompleteRunResponse",
     "CreateAgentRequest",
     "CreateAgentResponse",
+    "CreateCheckpointRequest",
+    "CreateCheckpointResponse",
     "CreatePairingCodeRequest",
     "CreatePairingCodeResponse",
     "CreateRunRequest",
@@ -987,6 +989,40 @@ class CreateAgentResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "CreateAgentResponse", CreateAgentResponse)
+
+
+@dataclass(eq=False, repr=False)
+class CreateCheckpointRequest(betterproto2.Message):
+    pass
+
+
+default_message_pool.register_message(
+    "palyra.v1", "CreateCheckpointRequest", CreateCheckpointRequest
+)
+
+
+@dataclass(eq=False, repr=False)
+class CreateCheckpointResponse(betterproto2.Message):
+    position: "int" = betterproto2.field(1, betterproto2.TYPE_UINT64)
+    """
+    The global position the signature vouches for (0 for an empty journal).
+    """
+
+    head_hash: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    public_key: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    Hex ed25519 public key and signature (see docs/journal.md).
+    """
+
+    signature: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+    ts_unix_ms: "int" = betterproto2.field(5, betterproto2.TYPE_INT64)
+
+
+default_message_pool.register_message(
+    "palyra.v1", "CreateCheckpointResponse", CreateCheckpointResponse
+)
 
 
 @dataclass(eq=False, repr=False)
@@ -2427,8 +2463,10 @@ default_message_pool.register_message("palyra.v1", "WatchRunResponse", WatchRunR
 
 class ApprovalsServiceStub(betterproto2_grpclib.ServiceStub):
     """
-    Human-in-the-loop approvals. Any authenticated client may list them; who may
-    decide is a Cedar policy (`approval.decide`), and the decider is recorded.
+    Human-in-the-loop approvals. An `admin:` or `system:` principal sees every
+    approval; any other principal sees (lists, gets, exports) only the approvals
+    of runs it started, and another's approval is NOT_FOUND. Who may decide is a
+    Cedar policy (`approval.decide`), and the decider is recorded.
     """
 
     async def list_approvals(
@@ -3086,7 +3124,9 @@ class GatewayServiceStub(betterproto2_grpclib.ServiceStub):
 
 class JournalServiceStub(betterproto2_grpclib.ServiceStub):
     """
-    The hash-chained journal, for auditors and backups.
+    The hash-chained journal, for auditors and backups. Verify, export and
+    checkpoint need an `admin:` or `system:` principal; the head is open to any
+    authenticated caller.
     """
 
     async def verify_journal(
@@ -3151,6 +3191,31 @@ class JournalServiceStub(betterproto2_grpclib.ServiceStub):
             "/palyra.v1.JournalService/GetJournalHead",
             message,
             GetJournalHeadResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def create_checkpoint(
+        self,
+        message: "CreateCheckpointRequest | None" = None,
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "CreateCheckpointResponse":
+        """
+        Sign the current global head with the daemon's ed25519 key and store the
+        checkpoint (what `palyra journal checkpoint` asks a running daemon for).
+        """
+
+        if message is None:
+            message = CreateCheckpointRequest()
+
+        return await self._unary_unary(
+            "/palyra.v1.JournalService/CreateCheckpoint",
+            message,
+            CreateCheckpointResponse,
             timeout=timeout,
             deadline=deadline,
             metadata=metadata,
@@ -3273,8 +3338,10 @@ class MemoryServiceStub(betterproto2_grpclib.ServiceStub):
 
 class ApprovalsServiceBase(betterproto2_grpclib.ServiceBase):
     """
-    Human-in-the-loop approvals. Any authenticated client may list them; who may
-    decide is a Cedar policy (`approval.decide`), and the decider is recorded.
+    Human-in-the-loop approvals. An `admin:` or `system:` principal sees every
+    approval; any other principal sees (lists, gets, exports) only the approvals
+    of runs it started, and another's approval is NOT_FOUND. Who may decide is a
+    Cedar policy (`approval.decide`), and the decider is recorded.
     """
 
     async def list_approvals(self, message: "ListApprovalsRequest") -> "ListApprovalsResponse":
@@ -3974,7 +4041,9 @@ class GatewayServiceBase(betterproto2_grpclib.ServiceBase):
 
 class JournalServiceBase(betterproto2_grpclib.ServiceBase):
     """
-    The hash-chained journal, for auditors and backups.
+    The hash-chained journal, for auditors and backups. Verify, export and
+    checkpoint need an `admin:` or `system:` principal; the head is open to any
+    authenticated caller.
     """
 
     async def verify_journal(self, message: "VerifyJournalRequest") -> "VerifyJournalResponse":
@@ -3995,6 +4064,16 @@ class JournalServiceBase(betterproto2_grpclib.ServiceBase):
         yield ExportJournalResponse()
 
     async def get_journal_head(self, message: "GetJournalHeadRequest") -> "GetJournalHeadResponse":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def create_checkpoint(
+        self, message: "CreateCheckpointRequest"
+    ) -> "CreateCheckpointResponse":
+        """
+        Sign the current global head with the daemon's ed25519 key and store the
+        checkpoint (what `palyra journal checkpoint` asks a running daemon for).
+        """
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
@@ -4028,6 +4107,15 @@ class JournalServiceBase(betterproto2_grpclib.ServiceBase):
         response = await self.get_journal_head(request)
         await stream.send_message(response)
 
+    async def __rpc_create_checkpoint(
+        self,
+        stream: "grpclib.server.Stream[CreateCheckpointRequest, CreateCheckpointResponse]",
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.create_checkpoint(request)
+        await stream.send_message(response)
+
     def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
         return {
             "/palyra.v1.JournalService/VerifyJournal": grpclib.const.Handler(
@@ -4047,6 +4135,12 @@ class JournalServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 GetJournalHeadRequest,
                 GetJournalHeadResponse,
+            ),
+            "/palyra.v1.JournalService/CreateCheckpoint": grpclib.const.Handler(
+                self.__rpc_create_checkpoint,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                CreateCheckpointRequest,
+                CreateCheckpointResponse,
             ),
         }
 
