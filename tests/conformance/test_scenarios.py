@@ -193,6 +193,37 @@ async def test_resume_after_daemon_restart(kind: str, connect: OpenClient,
         assert daemon.stop() == 0, daemon.log()[-3000:]
 
 
+async def test_sigkill_mid_step_resumes_without_loss_or_duplicates(
+        kind: str, connect: OpenClient, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """SIGKILL while the loop is between steps (the next model call in flight); after
+    restart recovery continues the run: every tool step exactly once, result=K."""
+    data_dir = tmp_path_factory.mktemp(f"midstep-{kind}") / "data"
+    env = {**daemon_env(), "PALYRA_PROVIDER_SCRIPTED_DELAY_S": "0.3"}
+    daemon = DaemonProcess(data_dir, env=env).start()
+    try:
+        client = await connect(kind, principal=f"user:midstep-{kind}", target=daemon)
+        created = await client.call(GATEWAY, "CreateRun", {
+            "sessionKey": f"midstep-{kind}", "input": {"text": TEXT.format(k=3)},
+            "complete": True})
+        run_id = created["run"]["runId"]
+        before = await client.stream(GATEWAY, "WatchRun", {"runId": run_id, "afterSeq": -1},
+                                     until=("tool_attestation",))
+        assert not before.ended  # the first step is done; the second model call is in flight
+        daemon.kill()
+        daemon.start()
+        client = await connect(kind, principal=f"user:midstep-{kind}", target=daemon)
+        after = await client.stream(GATEWAY, "WatchRun",
+                                    {"runId": run_id, "afterSeq": seqs(before.events)[-1]})
+        joined = before.events + after.events
+        assert after.ended and seqs(joined) == list(range(len(joined)))
+        outputs = [r.get("outputJson", "") for r in of_kind(joined, "tool_result")]
+        assert outputs == ['{"result":1}', '{"result":2}', '{"result":3}'], outputs
+        assert of_kind(joined, "message_replied")[-1]["replyText"] == "result=3"
+        assert final_state(joined) == "RUN_STATE_DONE"
+    finally:
+        assert daemon.stop() == 0, daemon.log()[-3000:]
+
+
 @pytest.mark.parametrize(
     ("token", "principal", "method", "code"),
     [
