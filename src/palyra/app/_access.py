@@ -15,16 +15,13 @@ from collections.abc import Callable
 from palyra.app._convert import identity_of
 from palyra.app.context import CallContext
 from palyra.core.errors import PermissionDenied
+from palyra.core.principals import OPERATOR_PREFIXES, is_operator
 from palyra.engine import ApprovalRecord, IdentityRec, may_access
 
-# The same prefixes as the engine's run rule (``palyra.engine.may_access``);
-# tests/engine/test_caller_scoping.py keeps the two in step.
-OPERATOR_PREFIXES = ("admin:", "system:")
-
-
-def is_operator(principal: str) -> bool:
-    """Whether ``principal`` is an operator (``admin:*`` or ``system:*``)."""
-    return principal.startswith(OPERATOR_PREFIXES)
+# Re-exported: callers of this module ask it who is an operator. The rule itself
+# lives in ``palyra.core.principals``, shared with the engine's run access.
+__all__ = ["OPERATOR_PREFIXES", "approval_visibility", "is_operator", "require_operator",
+           "sees_approval"]
 
 
 def sees_approval(caller: IdentityRec, record: ApprovalRecord) -> bool:

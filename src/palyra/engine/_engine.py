@@ -20,6 +20,7 @@ import msgspec
 
 from palyra.core.errors import ErrorCode, PermissionDenied
 from palyra.core.ids import is_ulid, new_ulid
+from palyra.core.principals import is_operator
 from palyra.engine._actor import RunActor
 from palyra.engine._approvals import ApprovalReader, Decision
 from palyra.engine._config import EngineConfig
@@ -76,9 +77,8 @@ class Started:
 
 
 def may_access(identity: IdentityRec, owner: IdentityRec) -> bool:
-    """Owners see their runs; ``admin:`` and ``system:`` principals see all."""
-    return identity.principal == owner.principal or identity.principal.startswith(
-        ("admin:", "system:"))
+    """Owners see their runs; operators (``palyra.core.principals``) see all."""
+    return identity.principal == owner.principal or is_operator(identity.principal)
 
 
 class Engine:
