@@ -43,8 +43,9 @@ class ApprovalsApi(AppBase):
         """The caller's visible approvals in creation order, filtered, cursor-paged (max 500)."""
         visible = approval_visibility(identity_of(ctx))
         limit = DEFAULT_PAGE if request.limit == 0 else min(request.limit, MAX_PAGE)
-        # One record more than the page tells whether another page exists (the
-        # engine's scan cursor is empty whenever its batch ended, even mid-page).
+        # One record more than the page tells whether another *matching* record
+        # exists, so a client never fetches a trailing empty page (the engine's
+        # cursor only says rows remain, not that any of them pass the filter).
         found, _ = self.engine.deps.approvals.scan(
             self._filter(visible, request.state, request.session_id, request.run_id),
             request.after_approval_id, limit + 1)

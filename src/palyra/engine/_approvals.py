@@ -36,6 +36,7 @@ SCOPE_PROTO = {v: k for k, v in SCOPES.items()}
 RISKS = {"low": pb.RiskLevel.LOW, "medium": pb.RiskLevel.MEDIUM, "high": pb.RiskLevel.HIGH,
          "critical": pb.RiskLevel.CRITICAL}
 RISK_NAMES = {v: k for k, v in RISKS.items()}
+_SCAN_BATCH = 1000  # rows read per store scan while filling a page
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,21 +138,30 @@ class ApprovalReader:
     def scan(
         self, keep: Callable[[ApprovalRecord], bool], after_id: str, limit: int
     ) -> tuple[list[ApprovalRecord], str]:
-        """Records in id (= creation) order after ``after_id`` that pass ``keep``."""
+        """Records in id (= creation) order after ``after_id`` that pass ``keep``.
+
+        Returns ``(page, next_after_id)``. ``next_after_id`` is empty only when
+        the table holds no row after the page; otherwise more records *may*
+        match (the next page can come back empty when none of the remaining
+        rows pass ``keep`` — finding that out would mean scanning them all).
+        """
         out: list[ApprovalRecord] = []
         cursor = approval_key(after_id) if after_id else ""
         while len(out) < limit:
-            rows = self._store.scan_entities(APPROVALS, PREFIX, cursor, 1000)
-            for key, value in rows:
+            rows = self._store.scan_entities(APPROVALS, PREFIX, cursor, _SCAN_BATCH)
+            for index, (key, value) in enumerate(rows):
                 cursor = key
                 record = decode(ApprovalRecord, value)
                 if keep(record):
                     out.append(record)
                     if len(out) >= limit:
-                        break
-            if len(rows) < 1000:
+                        # The page filled mid-batch: rows after this one, in
+                        # this batch or a later one, belong to the next page.
+                        more = index + 1 < len(rows) or len(rows) == _SCAN_BATCH
+                        return out, out[-1].approval_id if more else ""
+            if len(rows) < _SCAN_BATCH:
                 return out, ""
-        return out, out[-1].approval_id if out else ""
+        return out, ""
 
 
 def to_proto(record: ApprovalRecord) -> pb.Approval:
