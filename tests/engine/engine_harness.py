@@ -62,6 +62,7 @@ class Harness:
     policy_config: PolicyConfig = field(default_factory=PolicyConfig)
     provider_factory: Callable[[], ModelProvider] = ScriptedProvider
     tool: ToolSpec[Any] = ADD
+    extra_tools: tuple[ToolSpec[Any], ...] = ()  # registered next to the built-ins
     now_ms: Callable[[], int] | None = None
     store: JournalStore | None = None
     engine: Engine | None = None
@@ -72,6 +73,8 @@ class Harness:
         self.store = JournalStore.open(self.data_dir)
         registry = default_registry()
         registry.replace(self.tool)  # a test may swap the built-in add for a slow one
+        for extra in self.extra_tools:
+            registry.register(extra)
         gate = PolicyGate.load(self.policy_config)
         kwargs: dict[str, Any] = {"now_ms": self.now_ms} if self.now_ms else {}
         self.engine = Engine(self.store, self.provider_factory(), GatePolicy(gate, registry),
@@ -88,6 +91,7 @@ class Harness:
         assert self._stack is not None and self.store is not None
         await self._stack.aclose()
         self.store.close()
+        self._stack = None  # stopped: the fixture does not stop it again
 
     async def restart(self, **changes: Any) -> PalyraApp:
         await self.stop()

@@ -38,6 +38,7 @@ from palyra.engine._records import (
     RunRecord,
     SessionRecord,
     decode,
+    redacted,
 )
 from palyra.engine._recovery import RecoveryReport, recover_runs
 from palyra.engine._session_ops import SessionOps
@@ -203,7 +204,7 @@ class Engine:
                 batch.transition("start", message="streaming")
                 await batch.commit()
         self._start_actor(RunActor(self.deps, writer))
-        return Started(writer.record, session, plan.created, plan.reset_applied)
+        return Started(redacted(writer.record), session, plan.created, plan.reset_applied)
 
     def get_run(self, identity: IdentityRec, run_id: str) -> RunRecord:
         """The run's current record.
@@ -241,14 +242,16 @@ class Engine:
         if text.strip() == CANCEL_COMMAND:
             await self.abort_run(identity, run_id, "cancel command")
             return self.get_run(identity, run_id)
-        return await actor.add_input(text, new_ulid(), attachments, complete)
+        # The actor's copy is exact (a queued input keeps its secrets until the
+        # model has it); callers get the stored, redacted form.
+        return redacted(await actor.add_input(text, new_ulid(), attachments, complete))
 
     async def complete_run(self, identity: IdentityRec, run_id: str) -> RunRecord:
         """Half-close: done once the queue is empty and the loop idle."""
         record = self.get_run(identity, run_id)
         if is_run_terminal(record.state):
             return record
-        return await self._live(identity, run_id).request_complete()
+        return redacted(await self._live(identity, run_id).request_complete())
 
     async def abort_run(self, identity: IdentityRec, run_id: str,
                         reason: str = "") -> tuple[bool, RunRecord]:
@@ -261,7 +264,7 @@ class Engine:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(2.0):
                 await actor.finished.wait()
-        return True, actor.record
+        return True, redacted(actor.record)
 
     def fail_run(self, run_id: str, error: Exception, reason: str) -> None:
         """Fail a live run from outside (e.g. a RunStream protocol error)."""
@@ -322,4 +325,5 @@ class Engine:
         decision = Decision("approve" if approve else "deny", scope or "once",
                             ttl_seconds if scope == "timeboxed" else 0, reason,
                             identity.principal, self.deps.now_ms())
-        return await actor.deliver(approval_id, decision)
+        # The committed row is redacted (a reason may quote a secret); so is the answer.
+        return redacted(await actor.deliver(approval_id, decision))

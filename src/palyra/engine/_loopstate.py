@@ -43,6 +43,10 @@ class Proposal:
     approval_id: str = ""
     policy_hash: str = ""
     deny_reason: str = ""
+    # The journal redacted a secret out of ``input_json``: this copy (rebuilt
+    # from the tape after a restart) is not the call the model asked for, and
+    # must never be executed. Live proposals hold the exact arguments.
+    args_redacted: bool = False
 
     def arguments(self) -> dict[str, Any]:
         """The decoded arguments (``{"_raw_arguments": text}`` when not an object)."""
@@ -78,8 +82,12 @@ class LoopState:
     final_text: str = ""
     tape_len: int = 0
 
-    def apply(self, member: betterproto2.Message | None) -> None:
-        """Fold one committed tape event into the state."""
+    def apply(self, member: betterproto2.Message | None, *, redacted: bool = False) -> None:
+        """Fold one committed tape event into the state.
+
+        ``redacted``: the stored event had secrets redacted (only recovery,
+        which reads the journal, passes it; live members are the exact ones).
+        """
         self.tape_len += 1
         if isinstance(member, pb.RunStatus):
             self.state = _STATE_NAMES.get(member.state, self.state)
@@ -96,7 +104,7 @@ class LoopState:
             self.turn_count += 1
             self.messages.append(ChatMessage(role="assistant", content=member.text))
         elif isinstance(member, pb.ToolProposal):
-            self._apply_proposal(member)
+            self._apply_proposal(member, redacted)
         elif isinstance(member, pb.ToolDecision):
             self._apply_decision(member)
         elif isinstance(member, pb.ToolApprovalRequest):
@@ -125,8 +133,9 @@ class LoopState:
         elif member.phase == pb.AgentLoopPhase.TERMINATED:
             self.loop_active, self.turn_open, self.proposals = False, False, []
 
-    def _apply_proposal(self, member: pb.ToolProposal) -> None:
-        proposal = Proposal(member.proposal_id, member.tool_name, member.input_json)
+    def _apply_proposal(self, member: pb.ToolProposal, redacted: bool) -> None:
+        proposal = Proposal(member.proposal_id, member.tool_name, member.input_json,
+                            args_redacted=redacted)
         self.proposals.append(proposal)
         # The assistant message of this turn carries the call; the proposal id
         # doubles as the call id so a rebuilt conversation is self-consistent.

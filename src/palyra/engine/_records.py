@@ -8,6 +8,16 @@ their defaults (backward compatible).
 
 States are stored as the lifecycle YAML names (``in_progress``), the same
 strings as ``palyra_gen.lifecycle.*`` StateIds.
+
+Free text in a record (a run's final answer, error and queued inputs; an
+approval's arguments, prompt and reason) is redacted by :func:`encode` with
+``palyra.core.redaction`` exactly as the journal redacts the same text on the
+tape, so a secret the tape hides is not kept in an entity row either. The
+in-memory records a live run works with stay exact (the tool runs with the
+real arguments); what is durable, and what a client reads back, is redacted.
+Ids, keys and digests are never touched: ``args_digest`` is computed over the
+exact arguments before anything is redacted, which keeps the approval bound to
+the exact call.
 """
 
 from __future__ import annotations
@@ -15,6 +25,8 @@ from __future__ import annotations
 from typing import TypeVar
 
 import msgspec
+
+from palyra.core.redaction import redact
 
 RECORD_VERSION = 1
 
@@ -146,11 +158,63 @@ class ApprovalRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 _ENCODER = msgspec.msgpack.Encoder()
 R = TypeVar("R", SessionRecord, RunRecord, ApprovalRecord)
+AnyRecord = TypeVar("AnyRecord", bound=SessionRecord | RunRecord | ApprovalRecord)
 
 
 def encode(record: SessionRecord | RunRecord | ApprovalRecord) -> bytes:
-    """MessagePack bytes of ``record`` for an ``EntityWrite``."""
-    return _ENCODER.encode(record)
+    """MessagePack bytes of ``record`` for an ``EntityWrite`` (free text redacted)."""
+    return _ENCODER.encode(redacted(record))
+
+
+def redact_str(text: str) -> str:
+    """``text`` as the journal stores it on the tape (secrets hidden, content kept).
+
+    The same ``redact`` the journal applies to a tape payload's string field,
+    so a JSON string (tool arguments) has its secret *keys* hidden too.
+    """
+    if not text:
+        return text
+    value = redact(text).value
+    return value if isinstance(value, str) else text
+
+
+def redacted(record: AnyRecord) -> AnyRecord:
+    """``record`` with its free-text fields redacted (the form that is stored).
+
+    Idempotent and cheap when there is nothing to hide (the same object back).
+    """
+    if isinstance(record, RunRecord):
+        return _redacted_run(record)  # type: ignore[return-value]
+    if isinstance(record, ApprovalRecord):
+        return _redacted_approval(record)  # type: ignore[return-value]
+    return record  # sessions hold ids, keys and labels: names, not content
+
+
+def _redacted_run(record: RunRecord) -> RunRecord:
+    inputs = tuple(i if (t := redact_str(i.text)) == i.text
+                   else msgspec.structs.replace(i, text=t) for i in record.pending_inputs)
+    changes = _changed(record, ("final_text", "error_message"))
+    if any(a is not b for a, b in zip(inputs, record.pending_inputs, strict=True)):
+        changes["pending_inputs"] = inputs
+    return msgspec.structs.replace(record, **changes) if changes else record
+
+
+def _redacted_approval(record: ApprovalRecord) -> ApprovalRecord:
+    changes: dict[str, object] = _changed(record, ("args_json", "reason"))
+    prompt_changes = _changed(record.prompt, ("summary", "details_json", "policy_explanation"))
+    if prompt_changes:
+        changes["prompt"] = msgspec.structs.replace(record.prompt, **prompt_changes)
+    return msgspec.structs.replace(record, **changes) if changes else record
+
+
+def _changed(obj: msgspec.Struct, fields: tuple[str, ...]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for name in fields:
+        text = getattr(obj, name)
+        hidden = redact_str(text)
+        if hidden != text:
+            out[name] = hidden
+    return out
 
 
 def decode(kind: type[R], data: bytes) -> R:

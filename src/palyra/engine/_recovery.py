@@ -8,6 +8,11 @@ model call is simply asked again (it has no side effects). A tool that was
 allowed but has no result may or may not have run: read-only tools run again,
 others fail the run with reason ``daemon_restarted``.
 
+Tape payloads are stored redacted, so a tool call whose arguments held a
+secret comes back with ``<redacted>`` in them. The exact arguments are gone by
+design (no secret is ever journaled), so such a call is refused with a denial
+result the model sees, never executed with the placeholder (``_toolflow``).
+
 Runs driven by a RunStream lost their stream with the old process; they are
 marked complete-on-idle so they finish their work and end ``done`` instead of
 waiting forever for a half-close that cannot come.
@@ -45,7 +50,9 @@ def rebuild(deps: EngineDeps, run_id: str) -> LoopState:
     while True:
         page = deps.store.read_tape(run_id, after, _PAGE)
         for event in page.events:
-            loop.apply(member_from(event.kind, event.payload))
+            # The tape holds what the journal stored: redacted. A proposal whose
+            # arguments lost a secret is marked so it is refused, not run.
+            loop.apply(member_from(event.kind, event.payload), redacted=bool(event.redactions))
             after = event.tape_seq
         if page.next_after_seq is None:
             return loop

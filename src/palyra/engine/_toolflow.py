@@ -5,6 +5,11 @@ as its proposal, a cached session/timeboxed grant answered on the tape, or an
 approval whose decision was committed before execution. Calls of one turn are
 resolved strictly in the order the model asked for them, so results are fed
 back in that order.
+
+A tool runs only with the exact arguments the model asked for. After a restart
+the arguments come from the tape, where the journal redacted any secret; such
+a call (``Proposal.args_redacted``) is refused with a denial result instead of
+running with ``<redacted>`` in place of the secret.
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ _OUTCOMES = {"allow": pb.ToolDecisionOutcome.ALLOW, "deny": pb.ToolDecisionOutco
 
 
 _CANONICAL = msgspec.json.Encoder(order="sorted")
+REDACTED_ARGS = ("its arguments held a secret that was redacted before they were journaled, "
+                 "and after the daemon restart the exact arguments are gone; the call was not "
+                 "run (propose it again)")
 
 
 def _args_json(arguments: Mapping[str, Any]) -> str:
@@ -93,7 +101,10 @@ async def propose(actor: RunActor, batch: Batch, calls: Sequence[ToolCall], turn
 
 async def resolve_tool(actor: RunActor, p: Proposal) -> None:
     """Advance the first unfinished call of the turn by one committed step."""
-    if p.phase is ProposalPhase.PROPOSED:  # only after an interrupted append
+    if p.args_redacted and p.phase in (ProposalPhase.PROPOSED, ProposalPhase.NEEDS_APPROVAL):
+        # No human is asked to approve a call that cannot run as proposed.
+        await _refuse_redacted(actor, p)
+    elif p.phase is ProposalPhase.PROPOSED:  # only after an interrupted append
         verdict = decide(actor, p.tool_name, p.arguments())
         await actor.writer.batch().add(pb.ToolDecision(
             proposal_id=p.proposal_id, outcome=_OUTCOMES[verdict.outcome], reason=verdict.reason,
@@ -123,6 +134,14 @@ def _turn_done(actor: RunActor, batch: Batch, proposal_id: str) -> None:
     if _is_last(actor, proposal_id):
         batch.add(pb.AgentLoop(phase=pb.AgentLoopPhase.TURN_COMPLETED,
                                turn=actor.writer.loop.turn_count))
+
+
+async def _refuse_redacted(actor: RunActor, p: Proposal) -> None:
+    log.warning("refusing tool %s: its arguments were redacted in the journal", p.tool_name,
+                extra={"run_id": actor.run_id, "proposal_id": p.proposal_id})
+    batch = actor.writer.batch()
+    _add_denial(actor, batch, p.proposal_id, p.tool_name, REDACTED_ARGS)
+    await batch.commit()
 
 
 def _add_denial(actor: RunActor, batch: Batch, pid: str, name: str, reason: str) -> None:
@@ -239,6 +258,9 @@ async def execute(actor: RunActor, p: Proposal) -> None:
             raise RunFailed("daemon_restarted", PalyraError(
                 f"tool {p.tool_name} was in flight when the daemon stopped; it is not "
                 "read-only, so it is not run again", code=ErrorCode.UNAVAILABLE))
+    if p.args_redacted:  # the one place tools run: never with a placeholder for a secret
+        await _refuse_redacted(actor, p)
+        return
     actor.phase = "tool"
     started = time.monotonic()
     remaining = actor.remaining_wall_s()
