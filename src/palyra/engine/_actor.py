@@ -28,7 +28,7 @@ from palyra.engine._loop import advance
 from palyra.engine._loopstate import ProposalPhase
 from palyra.engine._machines import is_run_terminal, run_can
 from palyra.engine._records import ApprovalRecord, InputRec, RunRecord
-from palyra.engine._writer import Batch, RunWriter
+from palyra.engine._writer import Batch, RunWriter, end_reason_on_complete
 
 log = logging.getLogger("palyra.engine")
 
@@ -245,9 +245,10 @@ class RunActor:
     async def _complete(self) -> None:
         async with self.writer.lock:
             if run_can(self.writer.state, "complete"):
+                reason = end_reason_on_complete(self.writer.record.end_reason)
                 await self.writer.batch().transition(
-                    "complete", message="completed", reason="completed").set(
-                    end_reason="completed").commit_locked()
+                    "complete", message="completed", reason=reason).set(
+                    end_reason=reason).commit_locked()
 
     async def _finalize(self, event: str, reason: str, error: PalyraError | None) -> None:
         """The single path to ``failed`` / ``cancelled``; a no-op once terminal."""

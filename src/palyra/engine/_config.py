@@ -12,10 +12,14 @@ class EngineConfig:
     Attributes:
         max_turns: most model calls per agent loop (one loop per user input).
             The reference caps this at 8; the tool-loop workload needs K+1, so
-            the default leaves room for K=20 and callers may raise it.
+            the default leaves room for K=20 and callers may raise it. A loop
+            that hits it ends with the reply "stopped: turn limit (N) reached"
+            and ``end_reason`` ``turn_limit`` (see ``_loop.terminate``).
         max_wall_s: active wall-clock budget of one agent loop, in seconds.
             Time parked in ``waiting_for_approval`` is not counted: a human
             may take minutes, and the budget guards runaway model/tool work.
+            Running out ends the loop like the turn limit, with
+            ``wall_clock_limit``.
         approval_timeout_s: how long a pending approval waits before it times
             out (the tool call is then denied and the model sees the denial).
             300 s rather than the reference's 60 s: the wait is durable, so a

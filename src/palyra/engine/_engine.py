@@ -284,8 +284,11 @@ class Engine:
             loop = actor.writer.loop
             # Idle counts as settled only while more input may follow: a run whose
             # client asked to complete is about to end, and callers want that end.
-            idle = (not loop.loop_active and not record.pending_inputs
-                    and not record.complete_requested)
+            # The loop state is folded before its append lands, so it can run
+            # ahead of the committed row; judge idleness only once the row has
+            # caught up, or the answer is the row from before the loop's end.
+            idle = (record.tape_len == loop.tape_len and not loop.loop_active
+                    and not record.pending_inputs and not record.complete_requested)
             if not until_terminal and (record.state == "waiting_for_approval" or idle):
                 return record
             # The actor notifies on every commit and once more when it ends.

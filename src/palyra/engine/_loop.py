@@ -42,7 +42,8 @@ async def advance(actor: RunActor) -> None:
                 return
             first = pending[0]
             actor.active_s = 0.0
-            batch = actor.writer.batch().take_input()
+            # A new loop: an earlier loop's limit no longer says how the run ends.
+            batch = actor.writer.batch().take_input().set(end_reason="")
             batch.add(
                 pb.UserInput(text=first.text, input_id=first.input_id,
                              attachment_count=first.attachment_count),
@@ -64,11 +65,32 @@ async def advance(actor: RunActor) -> None:
                 pb.AgentLoop(phase=_PHASE.TURN_COMPLETED, turn=loop.turn_count)).commit()
 
 
+def limit_text(actor: RunActor, reason: str) -> str:
+    """The reply that tells the client why its loop stopped short."""
+    config = actor.deps.config
+    if reason == "turn_limit":
+        return f"stopped: turn limit ({config.max_turns}) reached"
+    return f"stopped: wall-clock limit ({config.max_wall_s:g} s) reached"
+
+
 async def terminate(actor: RunActor, reason: str, batch: Batch | None = None) -> None:
-    """End the agent loop without a final answer (turn or wall-clock limit)."""
+    """End the agent loop early: ``turn_limit`` or ``wall_clock_limit``.
+
+    A limit is not a failure, and it is never silent. The turn ends with a
+    ``message_replied`` whose text says what stopped it ("stopped: turn limit
+    (32) reached"), so a stream client gets an answer like any other and the
+    run's ``final_text`` explains itself; ``agent_loop{TERMINATED}`` and the
+    run's ``end_reason`` carry the machine-readable reason. The run stays
+    ``in_progress``: more input may follow, and when the client completes it
+    the run ends ``done`` with that ``end_reason`` (and the same reason on the
+    ``done`` status) unless a later loop ended normally. Failing the run
+    instead would throw away a conversation that is fine to continue.
+    """
     batch = batch or actor.writer.batch()
-    batch.add(pb.AgentLoop(phase=_PHASE.TERMINATED, turn=actor.writer.loop.turn_count,
+    batch.add(pb.MessageReplied(reply_text=limit_text(actor, reason)),
+              pb.AgentLoop(phase=_PHASE.TERMINATED, turn=actor.writer.loop.turn_count,
                            reason=reason))
+    batch.set(end_reason=reason)
     actor.carry = None
     await batch.complete_if_requested().commit()
 

@@ -26,6 +26,12 @@ from palyra.engine._tape import tape_draft
 from palyra.journal import EntityWrite, EventDraft, JournalStore, StoredEvent
 
 
+def end_reason_on_complete(current: str) -> str:
+    """``end_reason`` of a run that completes: a limit that stopped its last
+    loop (``turn_limit``, ``wall_clock_limit``), else ``completed``."""
+    return current or "completed"
+
+
 class RunWriter:
     """Owns one run's record and loop state; commits batches in order."""
 
@@ -137,8 +143,11 @@ class Batch:
         pending = self.changes.get("pending_inputs", w.record.pending_inputs)
         if (self._complete_if_requested and w.record.complete_requested and not pending
                 and self.state == "in_progress"):
-            self.transition("complete", message="completed", reason="completed")
-            self.changes["end_reason"] = "completed"
+            # A loop stopped by a limit keeps its reason (``_loop.terminate``).
+            reason = end_reason_on_complete(self.changes.get("end_reason",
+                                                             w.record.end_reason))
+            self.transition("complete", message="completed", reason=reason)
+            self.changes["end_reason"] = reason
         loop = w.loop
         saved = (loop.tape_len, loop.turn_count, loop.tool_call_count, loop.state,
                  loop.final_text)
