@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -107,6 +108,12 @@ class Harness:
     def members(self, run_id: str) -> list[Any]:
         return [member_from(e.kind, e.payload) for e in self.tape(run_id)]
 
+    def normalized_tape(self, run_id: str) -> list[dict[str, Any]]:
+        """The tape as golden files hold it: ``{kind, payload}`` with run-specific
+        values removed (see :func:`normalize_payload`)."""
+        return [{"kind": e.kind.removeprefix("tape."), "payload": normalize_payload(e.payload)}
+                for e in self.tape(run_id)]
+
     def kinds(self, run_id: str) -> list[str]:
         """Compact tape description: ``status:DONE``, ``agent_loop:STARTED``, ``tool_result``."""
         out = []
@@ -137,6 +144,24 @@ class Harness:
                 assert state not in ("done", "failed", "cancelled") or i == len(events), (
                     "event after terminal status")
         return states
+
+
+_ULID_RE = re.compile(r"\b[0-9A-HJKMNP-TV-Z]{26}\b")
+# Keys whose values differ on every run: ids, clocks, hashes and digests.
+_VOLATILE_KEY = re.compile(r"(Id|Hash|Digest|Sha256|UnixMs|AtMs)$")
+
+
+def normalize_payload(value: Any) -> Any:
+    """A tape payload without ids, timestamps and hashes; ULIDs inside text
+    become ``<ulid>``. Kinds, states, texts, reasons and turns stay."""
+    if isinstance(value, dict):
+        return {k: normalize_payload(v) for k, v in sorted(value.items())
+                if not _VOLATILE_KEY.search(k)}
+    if isinstance(value, list):
+        return [normalize_payload(v) for v in value]
+    if isinstance(value, str):
+        return _ULID_RE.sub("<ulid>", value)
+    return value
 
 
 def fast_config(**changes: Any) -> EngineConfig:
