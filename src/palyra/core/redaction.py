@@ -151,7 +151,9 @@ def redact_text(text: str) -> str:
     string is hidden, which keeps the function idempotent by construction.
     """
     lowered = text.lower()
-    if not any(trigger in lowered for trigger in _TRIGGERS):
+    if not _triggered(lowered):
+        return text
+    if _no_span(text, lowered):
         return text
     current = text
     for _ in range(_MAX_ROUNDS):
@@ -166,10 +168,72 @@ def redact_text(text: str) -> str:
     return current if not contains_secret(current) else REDACTED
 
 
+def _triggered(lowered: str) -> bool:
+    # ``any(trigger in lowered for trigger in _TRIGGERS)``, unrolled (the
+    # generator was most of the cost of a short string).
+    return (
+        "=" in lowered or "gh" in lowered or "sk-" in lowered or "bearer" in lowered
+        or "cookie" in lowered or "authorization" in lowered or "private key" in lowered
+        or "akia" in lowered or "asia" in lowered or "github_pat_" in lowered
+        or "xox" in lowered or "eyj" in lowered
+    )  # fmt: skip
+
+
+# Characters outside ASCII that Python's case-insensitive matching equates
+# with an ASCII letter although ``str.lower`` does not map them to it (found by
+# trying every code point against ``(?i)[a-z]``): with one of them in the text a
+# pattern could match without its literal showing in the lowered text.
+_FOLD_CHARS = ("\u0130", "\u0131", "\u017f", "\u212a")
+
+
+def _no_span(text: str, lowered: str) -> bool:
+    """True when no span pattern matches ``text`` (so ``redact_text`` returns it as is).
+
+    Each pattern is searched only when a literal every match of it contains
+    shows in ``lowered``; a regex search costs 0.5-2 µs even on a short
+    string, a substring test tens of nanoseconds. Exact: a match's characters
+    lower-case to the literal unless one of ``_FOLD_CHARS`` is present, and
+    then every pattern is searched.
+    """
+    if not text.isascii() and any(c in text for c in _FOLD_CHARS):
+        return not contains_secret(text)
+    pem, header, bearer, assign, sk, aws, github, slack, jwt = _SPAN_REGEXES
+    if "private key-----" in lowered and pem.search(text):
+        return False
+    if (
+        ":" in lowered
+        and ("authorization" in lowered or "cookie" in lowered)
+        and header.search(text)
+    ):
+        return False
+    if "bearer" in lowered and bearer.search(text):
+        return False
+    if "=" in lowered and _ASSIGN_LITERALS.search(lowered) and assign.search(text):
+        return False
+    if "sk-" in lowered and sk.search(text):
+        return False
+    if ("akia" in lowered or "asia" in lowered) and aws.search(text):
+        return False
+    if ("gh" in lowered or "github_pat_" in lowered) and github.search(text):
+        return False
+    if "xox" in lowered and slack.search(text):
+        return False
+    return not ("eyj" in lowered and jwt.search(text))
+
+
+_SPAN_REGEXES = tuple(pattern for pattern, _ in _SPAN_PATTERNS)
+# Every match of the ``name=value`` pattern ends its prefix in one of these.
+_ASSIGN_LITERALS = re.compile(r"(?:token|secret|key|password|passwd|pwd)=")
+
+
 def redact(value: Any) -> Redaction:
-    """Redact a normalized JSON-model value (see ``palyra.core.canonical``)."""
+    """Redact a normalized JSON-model value (see ``palyra.core.canonical``).
+
+    Nothing is copied that is not changed: unchanged dicts, lists and strings
+    of the result are the input's own objects (the input is never mutated).
+    """
     paths: list[str] = []
-    result = _walk(value, "$", paths, 0)
+    result = _walk(value, None, paths, 0)
     return Redaction(result, tuple(paths))
 
 
@@ -177,22 +241,85 @@ def _child(path: str, key: str) -> str:
     return f"{path}.{key}" if _IDENT_RE.match(key) else f"{path}[{json.dumps(key)}]"
 
 
-def _walk(value: Any, path: str, paths: list[str], json_depth: int) -> Any:
+# A path is built only when something under it is redacted: the walk passes a
+# chain ``(parent, step)`` (``None`` is ``$``), step a dict key, a list index or
+# ``_JSON_STEP`` for the inside of a JSON string.
+_Path = tuple[Any, Any] | None
+_JSON_STEP = object()
+
+
+def _path(node: _Path) -> str:
+    if node is None:
+        return "$"
+    parent, step = node
+    base = _path(parent)
+    if step is _JSON_STEP:
+        return base + "#json"
+    if step.__class__ is int:
+        return f"{base}[{step}]"
+    return _child(base, step)
+
+
+# Key -> "a non-empty value under it is hidden"; payload keys repeat, so the
+# classification is looked up in a plain dict (bounded) before ``is_secret_key``.
+_KEY_CACHE: dict[str, bool] = {}
+_KEY_CACHE_MAX = 4096
+
+
+def _secret(key: str) -> bool:
+    secret = _KEY_CACHE.get(key)
+    if secret is None:
+        secret = is_secret_key(key)
+        if len(_KEY_CACHE) < _KEY_CACHE_MAX and key.__class__ is str:
+            _KEY_CACHE[key] = secret
+    return secret
+
+
+def _walk(value: Any, path: _Path, paths: list[str], json_depth: int) -> Any:
     if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            sub = _child(path, key)
-            if is_secret_key(key) and _hideable(item):
-                out[key] = REDACTED
-                paths.append(sub)
-            else:
-                out[key] = _walk(item, sub, paths, json_depth)
-        return out
+        return _walk_dict(value, path, paths, json_depth)
     if isinstance(value, list):
-        return [_walk(item, f"{path}[{i}]", paths, json_depth) for i, item in enumerate(value)]
+        return _walk_list(value, path, paths, json_depth)
     if isinstance(value, str):
         return _walk_string(value, path, paths, json_depth)
     return value
+
+
+def _walk_dict(value: dict[str, Any], path: _Path, paths: list[str], json_depth: int) -> Any:
+    out: dict[str, Any] | None = None
+    for key, item in value.items():
+        if _secret(key) and _hideable(item):
+            new: Any = REDACTED
+            paths.append(_path((path, key)))
+        elif isinstance(item, str):
+            new = _walk_string(item, (path, key), paths, json_depth)
+        elif isinstance(item, dict):
+            new = _walk_dict(item, (path, key), paths, json_depth)
+        elif isinstance(item, list):
+            new = _walk_list(item, (path, key), paths, json_depth)
+        else:
+            continue
+        if new is not item:
+            if out is None:
+                out = dict(value)
+            out[key] = new
+    if out is None:
+        return value
+    return out
+
+
+def _walk_list(value: list[Any], path: _Path, paths: list[str], json_depth: int) -> Any:
+    out: list[Any] | None = None
+    for i, item in enumerate(value):
+        if isinstance(item, str | dict | list):
+            new = _walk(item, (path, i), paths, json_depth)
+            if new is not item:
+                if out is None:
+                    out = list(value)
+                out[i] = new
+    if out is None:
+        return value
+    return out
 
 
 def _hideable(item: Any) -> bool:
@@ -201,17 +328,20 @@ def _hideable(item: Any) -> bool:
     return not (item is None or isinstance(item, bool) or item in ("", REDACTED))
 
 
-def _walk_string(text: str, path: str, paths: list[str], json_depth: int) -> str:
+def _walk_string(text: str, path: _Path, paths: list[str], json_depth: int) -> str:
     current = text
-    stripped = text.lstrip()
-    if json_depth < _MAX_JSON_DEPTH and stripped[:1] in ("{", "["):
+    first = text[:1]
+    if (
+        json_depth < _MAX_JSON_DEPTH
+        and (first == "{" or first == "[" or (first.isspace() and text.lstrip()[:1] in ("{", "[")))
+    ):  # fmt: skip
         try:
             parsed = msgspec.json.decode(text)
         except msgspec.DecodeError:
             parsed = None
         if isinstance(parsed, dict | list):
             inner: list[str] = []
-            result = _walk(parsed, path + "#json", inner, json_depth + 1)
+            result = _walk(parsed, (path, _JSON_STEP), inner, json_depth + 1)
             if inner:
                 paths.extend(inner)
                 current = msgspec.json.encode(result).decode("utf-8")
@@ -219,5 +349,5 @@ def _walk_string(text: str, path: str, paths: list[str], json_depth: int) -> str
     # not look (object keys, or text the parser rejected).
     redacted = redact_text(current)
     if redacted != current:
-        paths.append(path)
+        paths.append(_path(path))
     return redacted
