@@ -48,6 +48,71 @@ def normalize(value: object, path: str = "$", depth: int = 0) -> JsonValue:
             not fit in signed 64 bits, a float is NaN or infinite, a string is
             not encodable as UTF-8, or nesting is deeper than ``MAX_DEPTH``.
     """
+    # Fast path for the common case, plain dicts and lists of plain values: no
+    # path strings, exact-type tests. Anything else (a subclass, a tuple, an
+    # error to report) gives up and the general walk below starts over, so
+    # results and error messages are the general walk's.
+    kind = value.__class__
+    if (kind is dict or kind is list) and depth < MAX_DEPTH:
+        try:
+            return _plain_dict(value, depth) if kind is dict else _plain_list(value, depth)  # type: ignore[arg-type]
+        except (_NotPlain, UnicodeEncodeError):
+            pass
+    return _normalize(value, path, depth)
+
+
+class _NotPlain(Exception):
+    """Raised by the fast path: let the general walk handle this value."""
+
+
+def _plain_leaf(item: object, depth: int) -> object:
+    kind = item.__class__
+    if kind is str:
+        if not item.isascii():  # type: ignore[attr-defined]
+            item.encode("utf-8")  # type: ignore[attr-defined]
+        return item
+    if kind is int:
+        if not INT64_MIN <= item <= INT64_MAX:  # type: ignore[operator]
+            raise _NotPlain
+        return item
+    if item is None or kind is bool:
+        return item
+    if kind is dict and depth < MAX_DEPTH:
+        return _plain_dict(item, depth)  # type: ignore[arg-type]
+    if kind is list and depth < MAX_DEPTH:
+        return _plain_list(item, depth)  # type: ignore[arg-type]
+    if kind is float and math.isfinite(item):  # type: ignore[arg-type]
+        return item
+    raise _NotPlain
+
+
+def _plain_dict(value: dict[Any, Any], depth: int) -> dict[str, JsonValue]:
+    # ``value`` sits at ``depth < MAX_DEPTH``, so its items may sit one deeper.
+    depth += 1
+    out: dict[str, JsonValue] = {}
+    for key, item in value.items():
+        if key.__class__ is not str:
+            raise _NotPlain
+        if not key.isascii():
+            key.encode("utf-8")
+        kind = item.__class__
+        if kind is str:
+            if not item.isascii():
+                item.encode("utf-8")
+            out[key] = item
+        elif kind is int and INT64_MIN <= item <= INT64_MAX:
+            out[key] = item
+        else:
+            out[key] = _plain_leaf(item, depth)
+    return out
+
+
+def _plain_list(value: list[Any], depth: int) -> list[JsonValue]:
+    depth += 1
+    return [_plain_leaf(item, depth) for item in value]
+
+
+def _normalize(value: object, path: str = "$", depth: int = 0) -> JsonValue:
     if depth > MAX_DEPTH:
         raise InvalidArgument(f"payload nested deeper than {MAX_DEPTH} at {path}")
     if value is None or value is True or value is False:
@@ -74,10 +139,10 @@ def normalize(value: object, path: str = "$", depth: int = 0) -> JsonValue:
             if not isinstance(key, str):
                 raise InvalidArgument(f"non-string key at {path}", details={"path": path})
             _check_utf8(key, path)
-            out[str(key)] = normalize(item, f"{path}.{key}", depth + 1)
+            out[str(key)] = _normalize(item, f"{path}.{key}", depth + 1)
         return out
     if isinstance(value, Sequence) and not isinstance(value, bytes | bytearray | memoryview):
-        return [normalize(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
+        return [_normalize(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
     raise InvalidArgument(
         f"value of type {type(value).__name__} at {path} is not JSON-compatible",
         details={"path": path},

@@ -76,6 +76,14 @@ class PreparedEvent:
 
 
 def _text(name: str, value: object, limit: int, *, required: bool = False) -> str:
+    # Common case first: a plain ASCII string is its own UTF-8 length.
+    if (
+        value.__class__ is str
+        and value.isascii()
+        and len(value) <= limit
+        and (value or not required)
+    ):
+        return value
     if not isinstance(value, str):
         raise InvalidArgument(f"{name} must be a string", details={"field": name})
     try:
