@@ -9,6 +9,7 @@ daemon is exercised end to end in tests/conformance and test_serve.py.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,6 +18,8 @@ import pytest
 from grpclib.client import Channel
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
+from palyra_gen import http_routes
+from palyra_gen.errors import ERROR_MAPPING
 from palyra_gen.palyra import v1
 
 from palyra.config import GrpcConfig, HttpConfig
@@ -147,15 +150,55 @@ async def test_http_errors_are_error_detail_bodies(servers: tuple[StandIn, int, 
             ("POST", "/v1/runs", {"headers": HEADERS, "content": b"x" * 1001}, 413, "PAYLOAD_TOO_LARGE"),
             ("GET", "/v1/agents", {"headers": HEADERS}, 501, "UNIMPLEMENTED"),
             ("GET", "/v1/nowhere", {"headers": HEADERS}, 404, "NOT_FOUND"),
+            ("PUT", "/v1/nowhere", {"headers": HEADERS}, 404, "NOT_FOUND"),
+            ("TRACE", "/v1/nowhere", {"headers": HEADERS}, 404, "NOT_FOUND"),
+            ("DELETE", "/v1/runs", {"headers": HEADERS}, 405, "METHOD_NOT_ALLOWED"),
+            ("TRACE", "/v1/runs", {}, 405, "METHOD_NOT_ALLOWED"),
+            ("POST", "/schema/openapi.json", {}, 405, "METHOD_NOT_ALLOWED"),
         ]
         for method, path, kwargs, status, code in cases:
             response = await client.request(method, path, **kwargs)
             assert response.status_code == status, (path, response.text)
             body = response.json()
             assert body["code"] == code and set(body) == {"code", "message", "retryable", "details"}
+            _assert_body_agrees_with_status(response)
             assert "secret" not in response.text and "Traceback" not in response.text
         health = await client.get("/healthz")
         assert health.json() == {"service": "palyra"}
+
+
+def _assert_body_agrees_with_status(response: httpx.Response) -> None:
+    """The error body's ``code`` maps (in the spec) to exactly the status sent."""
+    body = response.json()
+    mapping = ERROR_MAPPING[body["code"]]
+    assert mapping.http_status == response.status_code, (
+        response.request.method, response.request.url.path, response.status_code, body)
+    assert body["retryable"] is bool(mapping.retryable)
+
+
+def _concrete(template: str) -> str:
+    return re.sub(r"\{[a-z_]+\}", "x1", template)
+
+
+async def test_every_route_answers_a_wrong_method_with_a_consistent_405(
+    servers: tuple[StandIn, int, int],
+) -> None:
+    _, _, http_port = servers
+    by_path: dict[str, set[str]] = {}
+    for r in http_routes.ROUTES:
+        by_path.setdefault(_concrete(r.path), set()).add(r.http_method.upper())
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{http_port}", headers=HEADERS) as client:
+        for path, methods in sorted(by_path.items()):
+            for wrong in sorted({"GET", "POST", "PUT", "PATCH", "DELETE", "TRACE"} - methods):
+                response = await client.request(wrong, path)
+                assert response.status_code == 405, (wrong, path, response.text)
+                assert response.json()["code"] == "METHOD_NOT_ALLOWED"
+                assert response.headers["allow"] == ", ".join(sorted(methods)), (wrong, path)
+                assert wrong in response.json()["message"] and path in response.json()["message"]
+                _assert_body_agrees_with_status(response)
+            unknown = await client.request(sorted(methods)[0], "/nope" + path)
+            assert unknown.status_code == 404 and unknown.json()["code"] == "NOT_FOUND", path
+            _assert_body_agrees_with_status(unknown)
 
 
 def _sse(text: str) -> list[dict[str, str]]:

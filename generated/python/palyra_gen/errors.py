@@ -55,6 +55,7 @@ ERROR_MAPPING: Final[dict[str, ErrorMapping]] = {
     "UNIMPLEMENTED": ErrorMapping(grpc_status=12, http_status=501, retryable=False),
     "UNAVAILABLE": ErrorMapping(grpc_status=14, http_status=503, retryable=True),
     "INTERNAL": ErrorMapping(grpc_status=13, http_status=500, retryable=False),
+    "METHOD_NOT_ALLOWED": ErrorMapping(grpc_status=12, http_status=405, retryable=False),
 }
 
 #: Mapping of ERROR_CODE_UNSPECIFIED: the fallback for an unknown code.

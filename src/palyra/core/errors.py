@@ -40,6 +40,7 @@ class ErrorCode(enum.StrEnum):
     UNIMPLEMENTED = "UNIMPLEMENTED"
     UNAVAILABLE = "UNAVAILABLE"
     INTERNAL = "INTERNAL"
+    METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
 
 
 # Codes a caller may retry unchanged. Kept beside the enum so a new code

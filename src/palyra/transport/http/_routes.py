@@ -109,3 +109,7 @@ class RouteTable:
         if allowed:
             raise LookupError(method)
         return None
+
+    def allowed_methods(self, path: str) -> list[str]:
+        """The methods some route takes on ``path`` (sorted; empty if none)."""
+        return sorted({r.http_method for r in self.routes if r.pattern.match(path)})

@@ -36,16 +36,38 @@ from palyra.transport.http._sse import SseResponse
 
 _log = structlog.get_logger("palyra.http")
 _json = msgspec.json.Encoder()
+_OPENAPI_PATH = "/schema/openapi.json"
 _METHODS = [HttpMethod.GET, HttpMethod.POST, HttpMethod.PATCH, HttpMethod.DELETE, HttpMethod.PUT]
 
 
-def error_response(wire: WireError, status: int | None = None) -> Response[bytes]:
-    """An ``ErrorDetail`` JSON answer."""
+# Statuses Litestar itself may answer with, and the code whose spec mapping has
+# that status.
+_HTTP_STATUS_CODES = {
+    400: ErrorCode.MALFORMED_REQUEST, 401: ErrorCode.UNAUTHENTICATED,
+    403: ErrorCode.PERMISSION_DENIED, 404: ErrorCode.NOT_FOUND,
+    405: ErrorCode.METHOD_NOT_ALLOWED, 413: ErrorCode.PAYLOAD_TOO_LARGE,
+    429: ErrorCode.RESOURCE_EXHAUSTED, 501: ErrorCode.UNIMPLEMENTED,
+    503: ErrorCode.UNAVAILABLE,
+}
+
+
+def error_response(wire: WireError) -> Response[bytes]:
+    """An ``ErrorDetail`` JSON answer with the code's mapped HTTP status."""
     return Response(
         content=_json.encode(wire.http_body()),
-        status_code=status or wire.http_status,
+        status_code=wire.http_status,
         media_type="application/json",
     )
+
+
+def _method_not_allowed(method: str, path: str, allowed: list[str]) -> Response[bytes]:
+    """405 ``METHOD_NOT_ALLOWED`` with an ``Allow`` header naming the methods ``path`` takes."""
+    allow = ", ".join(allowed)
+    wire = to_wire(PalyraError(f"{method} is not allowed on {path}" + (f"; use {allow}" if allow else ""),
+                               code=ErrorCode.METHOD_NOT_ALLOWED, details={"allow": allow}))
+    response = error_response(wire)
+    response.headers["allow"] = allow
+    return response
 
 
 async def read_body(request: Request[Any, Any, Any], limit: int) -> bytes:
@@ -85,7 +107,7 @@ def create_http_app(
     table = routes or RouteTable()
     openapi = _json.encode(build_openapi(table))
 
-    @get("/schema/openapi.json", media_type="application/json", sync_to_thread=False)
+    @get(_OPENAPI_PATH, media_type="application/json", sync_to_thread=False)
     def openapi_document() -> Response[bytes]:
         return Response(content=openapi, media_type="application/json")
 
@@ -100,9 +122,8 @@ def create_http_app(
             try:
                 found = table.match(request.method, raw_path)
             except LookupError:
-                wire = to_wire(PalyraError(f"{request.method} is not allowed on {raw_path}",
-                                           code=ErrorCode.INVALID_ARGUMENT))
-                return error_response(wire, status=405)  # type: ignore[return-value]
+                return _method_not_allowed(  # type: ignore[return-value]
+                    request.method, raw_path, table.allowed_methods(raw_path))
             if found is None:
                 raise NotFound(f"no endpoint {request.method} {raw_path}")
             compiled, path_params = found
@@ -130,11 +151,17 @@ def create_http_app(
             return error_response(wire)  # type: ignore[return-value]
 
     def on_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
-        code = {401: ErrorCode.UNAUTHENTICATED, 403: ErrorCode.PERMISSION_DENIED,
-                404: ErrorCode.NOT_FOUND, 413: ErrorCode.PAYLOAD_TOO_LARGE}.get(
+        # Litestar's own refusals (e.g. a method no handler takes). The status
+        # always follows the chosen code's spec mapping, so body and status agree.
+        if exc.status_code == 405:
+            path = request.scope["path"]
+            allowed = ["GET"] if path == _OPENAPI_PATH else table.allowed_methods(path)
+            if not allowed:  # only the catch-all matched: the path is unknown
+                return error_response(to_wire(NotFound(f"no endpoint {request.method} {path}")))
+            return _method_not_allowed(request.method, path, allowed)
+        code = _HTTP_STATUS_CODES.get(
             exc.status_code, ErrorCode.MALFORMED_REQUEST if exc.status_code < 500 else ErrorCode.INTERNAL)
-        wire = to_wire(PalyraError(str(exc.detail), code=code))
-        return error_response(wire, status=exc.status_code)
+        return error_response(to_wire(PalyraError(str(exc.detail), code=code)))
 
     return Litestar(
         route_handlers=[openapi_document, dispatch],

@@ -448,6 +448,12 @@ class ErrorCode(betterproto2.Enum):
 
     INTERNAL = 26
 
+    METHOD_NOT_ALLOWED = 27
+    """
+    The HTTP path exists but not for this method (gRPC has no such case; an
+    unknown method there is UNIMPLEMENTED).
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -478,6 +484,7 @@ class ErrorCode(betterproto2.Enum):
             24: "ERROR_CODE_UNIMPLEMENTED",
             25: "ERROR_CODE_UNAVAILABLE",
             26: "ERROR_CODE_INTERNAL",
+            27: "ERROR_CODE_METHOD_NOT_ALLOWED",
         }
 
     @classmethod
@@ -510,6 +517,7 @@ class ErrorCode(betterproto2.Enum):
             "ERROR_CODE_UNIMPLEMENTED": 24,
             "ERROR_CODE_UNAVAILABLE": 25,
             "ERROR_CODE_INTERNAL": 26,
+            "ERROR_CODE_METHOD_NOT_ALLOWED": 27,
         }
 
 
