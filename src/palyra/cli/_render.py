@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from typing import TextIO
 
 import betterproto2
 from palyra_gen.palyra import v1
+
+from palyra.core.protojson import encode_message
 
 
 def enum_name(value: object) -> str:
@@ -16,35 +19,97 @@ def enum_name(value: object) -> str:
     return str(name).lower()
 
 
-def describe(event: v1.TapeEvent) -> tuple[str, str]:
-    """``(kind, one-line text)`` of a tape event."""
-    kind, body = betterproto2.which_one_of(event, "event")
+def _text(value: str) -> str:
+    """A free-text field as a JSON string: quoted, newlines and controls escaped."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _json(value: str) -> str:
+    """A JSON-carrying field compacted to one line (kept as a quoted string if not JSON)."""
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return _text(value)
+    return json.dumps(parsed, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def _fields(*parts: tuple[str, object]) -> str:
+    """``key=value`` for each part that is set (empty strings, 0, False and None are left out)."""
+    return " ".join(f"{key}={value}" for key, value in parts if value not in ("", 0, False, None))
+
+
+def _join(*parts: str) -> str:
+    return " ".join(p for p in parts if p)
+
+
+def _describe_body(body: betterproto2.Message) -> str:
     if isinstance(body, v1.RunStatus):
-        text = f"state={enum_name(body.state)}" + (f" ({body.reason})" if body.reason else "")
-    elif isinstance(body, v1.ModelToken):
-        text = repr(body.token)
-    elif isinstance(body, v1.ToolProposal):
-        text = f"{body.tool_name}({body.input_json})" + (" needs approval" if body.approval_required else "")
-    elif isinstance(body, v1.ToolDecision):
-        text = f"{enum_name(body.outcome)}: {body.reason}"
-    elif isinstance(body, v1.ToolApprovalRequest):
-        text = f"approval {body.approval_id} for {body.tool_name}: {body.prompt.summary if body.prompt else ''}"
-    elif isinstance(body, v1.ToolApprovalResponse):
-        text = f"{'approved' if body.approved else 'denied'} by {body.decided_by or '?'} ({enum_name(body.scope)})"
-    elif isinstance(body, v1.ToolResult):
-        text = f"{body.tool_name} -> {body.output_json if body.success else 'error: ' + body.error}"
-    elif isinstance(body, v1.MessageReplied):
-        text = body.reply_text
-    elif isinstance(body, v1.UserInput):
-        text = repr(body.text)
-    elif isinstance(body, v1.AgentLoop):
-        text = f"{enum_name(body.phase)} turn={body.turn}" + (f" {body.reason}" if body.reason else "")
-    elif isinstance(body, v1.RunError):
-        text = f"{enum_name(body.code)}: {body.message}"
-    elif body is None:
-        text = ""
-    else:
-        text = str(body.to_dict())
+        return _join(f"state={enum_name(body.state)}",
+                     _fields(("reason", body.reason), ("event", body.event)),
+                     _text(body.message) if body.message else "")
+    if isinstance(body, v1.ModelToken):
+        return _join(_text(body.token), _fields(("turn", body.turn)), "final" if body.is_final else "")
+    if isinstance(body, v1.ToolProposal):
+        return _join(f"{body.tool_name} {_json(body.input_json or '{}')}",
+                     _fields(("turn", body.turn), ("proposal", body.proposal_id)),
+                     "needs approval" if body.approval_required else "")
+    if isinstance(body, v1.ToolDecision):
+        return _join(enum_name(body.outcome), _text(body.reason) if body.reason else "",
+                     _fields(("proposal", body.proposal_id), ("approval", body.approval_id),
+                             ("policy", body.policy_hash[:12]),
+                             ("policies", ",".join(body.policy_ids))))
+    if isinstance(body, v1.ToolApprovalRequest):
+        summary = body.prompt.summary if body.prompt else ""
+        return _join(f"approval {body.approval_id} for {body.tool_name}",
+                     _text(summary) if summary else "",
+                     _fields(("risk", enum_name(body.prompt.risk_level) if body.prompt else ""),
+                             ("digest", body.args_digest[:12]),
+                             ("expires", format_ms(body.expires_at_unix_ms).replace(" ", "T")
+                              if body.expires_at_unix_ms else "")))
+    if isinstance(body, v1.ToolApprovalResponse):
+        return _join(f"{'approved' if body.approved else 'denied'} by {body.decided_by or '?'}",
+                     _fields(("scope", enum_name(body.scope)), ("ttl_s", body.ttl_seconds),
+                             ("state", enum_name(body.state)), ("approval", body.approval_id)),
+                     "from cache" if body.from_cache else "",
+                     _text(body.reason) if body.reason else "")
+    if isinstance(body, v1.ToolResult):
+        outcome = _json(body.output_json or "null") if body.success else f"error {_text(body.error)}"
+        return _join(f"{body.tool_name} -> {outcome}",
+                     "timed out" if body.timed_out else "", "truncated" if body.truncated else "")
+    if isinstance(body, v1.ToolAttestation):
+        return _join(_fields(("proposal", body.proposal_id), ("executor", body.executor),
+                             ("sha256", body.execution_sha256)),
+                     "timed out" if body.timed_out else "")
+    if isinstance(body, v1.MessageReplied):
+        return _text(body.reply_text)
+    if isinstance(body, v1.UserInput):
+        return _join(_text(body.text), _fields(("attachments", body.attachment_count),
+                                                ("input", body.input_id)))
+    if isinstance(body, v1.AgentLoop):
+        return _join(enum_name(body.phase), _fields(("turn", body.turn), ("reason", body.reason)))
+    if isinstance(body, v1.ProviderTurnOutput):
+        return _join(_fields(("turn", body.turn), ("provider", body.provider),
+                             ("finish", body.finish_reason), ("tool_calls", body.tool_call_count),
+                             ("tokens_in", body.input_tokens), ("tokens_out", body.output_tokens)),
+                     _text(body.text) if body.text else "")
+    if isinstance(body, v1.ToolCatalogSnapshot):
+        return _join(json.dumps(list(body.tool_names), separators=(",", ":")),
+                     _fields(("hash", body.catalog_hash[:12])))
+    if isinstance(body, v1.RunError):
+        return f"{enum_name(body.code)}: {' '.join(body.message.splitlines())}"
+    # A member added to the spec after this renderer: its proto3 JSON, on one line.
+    return json.dumps(encode_message(body), ensure_ascii=False, separators=(",", ":"),
+                      sort_keys=True)
+
+
+def describe(event: v1.TapeEvent) -> tuple[str, str]:
+    """``(kind, one-line text)`` of a tape event.
+
+    Free text is a JSON string (quoted, newlines escaped); JSON payloads (tool
+    input/output) are compact JSON; the rest is ``key=value``.
+    """
+    kind, body = betterproto2.which_one_of(event, "event")
+    text = "" if body is None else _describe_body(body)
     return kind or "?", text
 
 
