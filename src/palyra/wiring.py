@@ -9,6 +9,7 @@ engine parks its runs before the journal closes.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.metadata
 import os
 
@@ -16,7 +17,7 @@ import structlog
 
 from palyra.app import CallContext, PalyraApp
 from palyra.config import PalyraConfig
-from palyra.engine import Engine, GatePolicy, RegistryTools
+from palyra.engine import Engine, GatePolicy, RecoveryReport, RegistryTools
 from palyra.journal import JournalStore, sign_head_if_moved
 from palyra.policy import PolicyGate
 from palyra.providers import build_provider
@@ -58,5 +59,27 @@ async def open_application(
     # Entering starts the engine's TaskGroup; leaving it drains (parks runs).
     await stack.enter_async_context(engine)
     report = await engine.recover()
-    _log.info("recovered", report=str(report))
+    _log.info("recovered", **recovery_log_fields(report))
     return PalyraApp(engine), CallContext.from_caller
+
+
+def recovery_log_fields(report: RecoveryReport) -> dict[str, object]:
+    """Structured log fields of a recovery report: per category a count and the run ids.
+
+    ``RecoveryReport(resumed=[a], waiting=[], ...)`` → ``{"resumed": 1,
+    "resumed_runs": ["a"], "waiting": 0, "waiting_runs": [], ..., "total": 1}``.
+    Generic over the report's dataclass fields, so a new category is logged too.
+    """
+    fields: dict[str, object] = {}
+    total = 0
+    for f in dataclasses.fields(report):
+        value = getattr(report, f.name)
+        if isinstance(value, list | tuple | set | frozenset):
+            ids = sorted(str(v) for v in value)
+            fields[f.name] = len(ids)
+            fields[f"{f.name}_runs"] = ids
+            total += len(ids)
+        else:
+            fields[f.name] = value
+    fields["total"] = total
+    return fields
