@@ -33,6 +33,9 @@ async def test_serve_health_auth_caps_and_sigterm(tmp_path: Path) -> None:
     try:
         token = (data_dir / "admin.token").read_text().strip()
         assert stat.S_IMODE(os.stat(data_dir / "admin.token").st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(data_dir / "daemon.json").st_mode) == 0o600
+        for directory in (data_dir, data_dir / "workspace"):
+            assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700, directory
         assert daemon.log().count(token) == 1  # printed once
         assert f"HTTP on 127.0.0.1:{daemon.http_port}" in daemon.log()
         auth = {**HEADERS, "authorization": f"Bearer {token}"}

@@ -23,7 +23,7 @@ from palyra_gen.palyra import v1
 from palyra.config import DEFAULT_GRPC_PORT
 from palyra.core.ids import is_ulid, new_ulid
 from palyra.transport.discovery import read_daemon_info
-from palyra.transport.tokens import read_admin_token
+from palyra.transport.tokens import read_admin_token, write_private
 
 DEVICE_FILE = "cli.device_id"
 EXIT_ERROR = 1
@@ -108,8 +108,9 @@ def _device_id(data_dir: Path) -> str:
         if is_ulid(stored):
             return stored
     device = new_ulid()
+    # Only into an existing data dir (the CLI does not create one); 0600.
     with contextlib.suppress(OSError):
-        path.write_text(device + "\n", encoding="utf-8")
+        write_private(path, device + "\n")
     return device
 
 

@@ -12,6 +12,8 @@ import json
 import os
 from pathlib import Path
 
+from palyra.transport.tokens import write_private
+
 DAEMON_FILE = "daemon.json"
 
 
@@ -39,11 +41,9 @@ class DaemonInfo:
 
 
 def write_daemon_info(data_dir: Path, info: DaemonInfo) -> Path:
-    """Atomically (write + rename) publish ``info``."""
+    """Atomically (write + rename) publish ``info``, mode 0600."""
     path = data_dir / DAEMON_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(dataclasses.asdict(info), indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_private(path, json.dumps(dataclasses.asdict(info), indent=2) + "\n")
     return path
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import TracebackType
 
 from palyra.transport.discovery import DaemonInfo, read_daemon_info
-from palyra.transport.tokens import read_admin_token
+from palyra.transport.tokens import ensure_data_dir, read_admin_token
 
 
 class DaemonProcess:
@@ -68,7 +68,7 @@ class DaemonProcess:
 
     def start(self, timeout: float = 30.0) -> DaemonProcess:
         """Spawn and wait until ``daemon.json`` names this child."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        ensure_data_dir(self.data_dir)
         args = [sys.executable, "-m", "palyra.cli.main", "serve", "--data-dir", str(self.data_dir),
                 "--grpc-port", "0", "--http-port", "0", *self._extra]
         log = self._log_path.open("ab")
