@@ -43,23 +43,35 @@ def test_admin_token_yields_the_caller(auth: Authenticator) -> None:
     assert (caller.token_kind, caller.request_id) == ("admin", "r1")
 
 
+TOKEN_WHERE = ["<data-dir>/admin.token", "$PALYRA_ADMIN_TOKEN", "authorization: Bearer <token>"]
+HEADERS_NEEDED = ["x-palyra-principal", "x-palyra-device-id", "authorization: Bearer <token>"]
+
+
 @pytest.mark.parametrize(
-    "headers",
+    ("headers", "starts", "hints"),
     [
-        _headers(token=None),
-        _headers(token="wrong"),
-        {**_headers(), "authorization": "Basic admin"},
-        {**_headers(), "authorization": "Bearer "},
-        _headers(principal=""),
-        {k: v for k, v in _headers().items() if k != "x-palyra-device-id"},
-        {**_headers(), "x-palyra-device-id": "not-a-ulid"},
+        (_headers(token=None), "missing credentials", TOKEN_WHERE),
+        (_headers(token="wrong"), "invalid token", TOKEN_WHERE[:2]),
+        ({**_headers(), "authorization": "Basic admin"}, "malformed authorization header", TOKEN_WHERE),
+        ({**_headers(), "authorization": "Bearer "}, "malformed authorization header", TOKEN_WHERE),
+        (_headers(principal=""), "the x-palyra-principal header is required", HEADERS_NEEDED),
+        ({k: v for k, v in _headers().items() if k != "x-palyra-device-id"},
+         "the x-palyra-device-id header is required", HEADERS_NEEDED),
+        ({**_headers(), "x-palyra-device-id": "not-a-ulid"}, "x-palyra-device-id must be a ULID",
+         ["01J00000000000000000000000"]),
     ],
 )
 def test_missing_or_bad_credentials_are_unauthenticated(
-    auth: Authenticator, headers: dict[str, str]
+    auth: Authenticator, headers: dict[str, str], starts: str, hints: list[str]
 ) -> None:
-    with pytest.raises(Unauthenticated):
+    with pytest.raises(Unauthenticated) as info:
         auth.authenticate("ListSessions", headers)
+    # The message says what to do: where the admin token lives, which headers.
+    message = info.value.message
+    assert message.startswith(starts), message
+    for hint in hints:
+        assert hint in message, (hint, message)
+    assert "\n" not in message
 
 
 def test_connector_tokens_only_route_messages_as_their_channel(auth: Authenticator) -> None:

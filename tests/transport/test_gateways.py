@@ -165,6 +165,9 @@ async def test_http_errors_are_error_detail_bodies(servers: tuple[StandIn, int, 
             assert "secret" not in response.text and "Traceback" not in response.text
         health = await client.get("/healthz")
         assert health.json() == {"service": "palyra"}
+        for headers in ({}, {**HEADERS, "authorization": "Bearer wrong"}):
+            refused = (await client.get("/v1/runs/x", headers=headers)).json()["message"]
+            assert "<data-dir>/admin.token" in refused and "PALYRA_ADMIN_TOKEN" in refused
 
 
 def _assert_body_agrees_with_status(response: httpx.Response) -> None:

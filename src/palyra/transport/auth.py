@@ -33,6 +33,23 @@ DEVICE_HEADER = "x-palyra-device-id"
 CHANNEL_HEADER = "x-palyra-channel"
 REQUEST_ID_HEADER = "x-request-id"
 
+# What an UNAUTHENTICATED answer tells the caller to do. Stable texts (clients
+# and docs quote them); no runtime paths, so nothing about the host leaks.
+TOKEN_HINT = ("use the daemon's admin token (the file <data-dir>/admin.token, or "
+              "$PALYRA_ADMIN_TOKEN if the daemon was started with it) or a connector "
+              "token from PALYRA_CONNECTOR_TOKENS")
+IDENTITY_HINT = (f"every authenticated call needs 'authorization: Bearer <token>', "
+                 f"{PRINCIPAL_HEADER} (e.g. user:alice) and {DEVICE_HEADER} (a ULID, "
+                 f"e.g. 01J00000000000000000000000); {CHANNEL_HEADER} is optional")
+MISSING_CREDENTIALS = f"missing credentials: send 'authorization: Bearer <token>'; {TOKEN_HINT}"
+MALFORMED_AUTHORIZATION = (f"malformed authorization header: expected 'authorization: Bearer "
+                           f"<token>'; {TOKEN_HINT}")
+INVALID_TOKEN = f"invalid token: {TOKEN_HINT}"
+MISSING_PRINCIPAL = f"the {PRINCIPAL_HEADER} header is required; {IDENTITY_HINT}"
+MISSING_DEVICE = f"the {DEVICE_HEADER} header is required; {IDENTITY_HINT}"
+DEVICE_NOT_ULID = (f"{DEVICE_HEADER} must be a ULID (26 Crockford base32 characters, e.g. "
+                   f"01J00000000000000000000000)")
+
 # RPCs (proto method names) anyone may call without a token.
 PUBLIC_RPCS = frozenset({"GetHealth"})
 # The only RPC a connector token may call.
@@ -116,11 +133,11 @@ class Authenticator:
         device_id = headers.get(DEVICE_HEADER, "").strip()
         channel = headers.get(CHANNEL_HEADER, "").strip()
         if not principal:
-            raise Unauthenticated(f"the {PRINCIPAL_HEADER} header is required")
+            raise Unauthenticated(MISSING_PRINCIPAL)
         if not device_id:
-            raise Unauthenticated(f"the {DEVICE_HEADER} header is required")
+            raise Unauthenticated(MISSING_DEVICE)
         if self._require_ulid and not is_ulid(device_id):
-            raise Unauthenticated(f"{DEVICE_HEADER} must be a ULID (26 Crockford characters)")
+            raise Unauthenticated(DEVICE_NOT_ULID)
         if kind == "connector":
             assert connector is not None
             self._check_connector(rpc, connector, principal, channel)
@@ -132,9 +149,9 @@ class Authenticator:
     def _check_token(self, auth: str) -> tuple[TokenKind, _ConnectorToken | None]:
         scheme, _, token = auth.strip().partition(" ")
         if not auth:
-            raise Unauthenticated("missing credentials: send 'authorization: Bearer <token>'")
+            raise Unauthenticated(MISSING_CREDENTIALS)
         if scheme.lower() != "bearer" or not token.strip():
-            raise Unauthenticated("malformed authorization header; expected 'Bearer <token>'")
+            raise Unauthenticated(MALFORMED_AUTHORIZATION)
         raw = token.strip().encode()
         # compare_digest against every candidate keeps timing independent of
         # which token (if any) matched.
@@ -147,7 +164,7 @@ class Authenticator:
             return "admin", None
         if match is not None:
             return "connector", match
-        raise Unauthenticated("invalid token")
+        raise Unauthenticated(INVALID_TOKEN)
 
     @staticmethod
     def _check_connector(rpc: str, token: _ConnectorToken, principal: str, channel: str) -> None:
