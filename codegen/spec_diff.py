@@ -5,8 +5,10 @@ Proto changes are judged by ``buf breaking`` (rules in ``spec/buf.yaml``) agains
 at REF (``git show``) and in the working tree. Exit status: 0 if nothing breaking,
 1 if anything is breaking, 2 if the comparison itself could not run.
 
-REF defaults to ``git merge-base HEAD main``; when that is HEAD itself (working on
-main), HEAD~1, or HEAD in a single-commit repository.
+REF defaults to the merge base of HEAD with the first of ``main`` and ``origin/main``
+that exists and whose merge base is not HEAD itself (e.g. when working on main);
+failing both, HEAD~1, or HEAD in a single-commit repository. The report names the
+ref it chose and why.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class Report:
     buf_output: str
     buf_breaking: bool
     lifecycles: list[LifecycleDiff]
+    why: str = ""  # how REF was chosen
 
     @property
     def breaking(self) -> bool:
@@ -51,14 +54,34 @@ def git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProce
     return proc
 
 
-def default_ref(repo: Path) -> str:
-    """Merge base with main; HEAD~1 when that is HEAD; HEAD when there is no parent."""
+BASE_BRANCHES = ("main", "origin/main")
+
+
+def default_ref(repo: Path) -> tuple[str, str]:
+    """``(ref, why)``: the merge base with ``main``, else with ``origin/main``, else
+    HEAD~1, else HEAD; ``why`` says which was chosen and why the earlier ones were not."""
     head = git(repo, "rev-parse", "HEAD").stdout.strip()
-    base = git(repo, "merge-base", "HEAD", "main", check=False)
-    if base.returncode == 0 and base.stdout.strip() != head:
-        return base.stdout.strip()
+    skipped: list[str] = []
+    for branch in BASE_BRANCHES:
+        if git(repo, "rev-parse", "--verify", "--quiet", f"{branch}^{{commit}}",
+               check=False).returncode != 0:
+            skipped.append(f"`{branch}` does not exist")
+            continue
+        base = git(repo, "merge-base", "HEAD", branch, check=False)
+        if base.returncode != 0:
+            skipped.append(f"HEAD and `{branch}` have no common ancestor")
+        elif base.stdout.strip() == head:
+            skipped.append(f"its merge base with `{branch}` is HEAD itself")
+        else:
+            return base.stdout.strip(), _why(f"the merge base of HEAD and `{branch}`", skipped)
     parent = git(repo, "rev-parse", "--verify", "--quiet", "HEAD~1", check=False)
-    return "HEAD~1" if parent.returncode == 0 else "HEAD"
+    if parent.returncode == 0:
+        return "HEAD~1", _why("the parent of HEAD", skipped)
+    return "HEAD", _why("HEAD itself (it has no parent)", skipped)
+
+
+def _why(chosen: str, skipped: list[str]) -> str:
+    return chosen + (f" ({'; '.join(skipped)})" if skipped else "")
 
 
 def run_buf(repo: Path, commit: str) -> tuple[bool, str]:
@@ -100,20 +123,22 @@ def lifecycle_diffs(repo: Path, commit: str) -> list[LifecycleDiff]:
     return diffs
 
 
-def build_report(repo: Path, ref: str) -> Report:
-    """Run both comparisons against ``ref``."""
+def build_report(repo: Path, ref: str, why: str = "") -> Report:
+    """Run both comparisons against ``ref`` (``why``: how it was chosen, for the report)."""
     commit = git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}").stdout.strip()
     has_spec = git(repo, "cat-file", "-e", f"{commit}:spec", check=False).returncode == 0
     buf_breaking, buf_output = (
         run_buf(repo, commit) if has_spec else (False, "spec/ did not exist at REF")
     )
-    return Report(ref, commit, buf_output, buf_breaking, lifecycle_diffs(repo, commit))
+    return Report(ref, commit, buf_output, buf_breaking, lifecycle_diffs(repo, commit), why)
 
 
 def render(report: Report) -> str:
     """The Markdown report."""
     verdict = "**BREAKING**" if report.breaking else "no breaking changes"
     out = [f"# Spec diff against `{report.ref}` (`{report.commit[:12]}`): {verdict}", ""]
+    if report.why:
+        out += [f"Compared with `{report.commit[:12]}`: {report.why}.", ""]
     out += ["## Protobuf (`buf breaking`)", ""]
     if report.buf_breaking:
         out += ["Breaking changes:", "", "```", report.buf_output, "```"]
@@ -136,15 +161,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m codegen.spec_diff", description=__doc__)
     parser.add_argument(
-        "ref", nargs="?", help="git ref to compare with (default: merge base with main)"
+        "ref", nargs="?",
+        help="git ref to compare with (default: merge base with main, else origin/main, "
+        "else HEAD~1)",
     )
     parser.add_argument(
         "--repo", type=Path, default=REPO_ROOT, help="repository root (default: this repo)"
     )
     args = parser.parse_args(argv)
     try:
-        ref = args.ref or default_ref(args.repo)
-        report = build_report(args.repo, ref)
+        ref, why = (args.ref, "given on the command line") if args.ref else default_ref(args.repo)
+        report = build_report(args.repo, ref, why)
     except (ToolError, SpecError) as exc:
         print(f"spec_diff: {exc}", file=sys.stderr)
         return 2

@@ -86,3 +86,78 @@ def test_added_state_is_not_breaking(repo: Path, capsys: pytest.CaptureFixture[s
     code, report = run(repo, capsys, "HEAD")
     assert code == 0, report
     assert "added state `revoked`" in report
+
+
+def _head(repo: Path) -> str:
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def _commit_spec_change(repo: Path, message: str) -> None:
+    """A non-breaking spec change (a comment), committed."""
+    errors = repo / "spec" / "proto" / "palyra" / "v1" / "errors.proto"
+    errors.write_text(errors.read_text() + f"// {message}\n")
+    git(repo, "commit", "-q", "-am", message)
+
+
+def test_default_ref_is_the_merge_base_with_local_main(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = _head(repo)
+    git(repo, "checkout", "-q", "-b", "feature")
+    _commit_spec_change(repo, "one")
+    _commit_spec_change(repo, "two")
+    code, report = run(repo, capsys)
+    assert code == 0, report
+    assert f"(`{base[:12]}`)" in report.splitlines()[0]
+    assert f"Compared with `{base[:12]}`: the merge base of HEAD and `main`." in report
+
+
+def test_default_ref_falls_back_to_origin_main(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = _head(repo)
+    git(repo, "update-ref", "refs/remotes/origin/main", base)
+    git(repo, "checkout", "-q", "-b", "feature")
+    git(repo, "branch", "-q", "-D", "main")
+    _commit_spec_change(repo, "one")
+    _commit_spec_change(repo, "two")
+    code, report = run(repo, capsys)
+    assert code == 0, report
+    assert (f"Compared with `{base[:12]}`: the merge base of HEAD and `origin/main` "
+            "(`main` does not exist).") in report
+
+
+def test_on_main_origin_main_gives_the_unpushed_changes(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pushed = _head(repo)
+    git(repo, "update-ref", "refs/remotes/origin/main", pushed)
+    _commit_spec_change(repo, "one")
+    _commit_spec_change(repo, "two")
+    code, report = run(repo, capsys)
+    assert code == 0, report
+    assert (f"Compared with `{pushed[:12]}`: the merge base of HEAD and `origin/main` "
+            "(its merge base with `main` is HEAD itself).") in report
+
+
+def test_default_ref_falls_back_to_head_parent_then_head(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, report = run(repo, capsys)  # one commit on main, no origin/main
+    assert code == 0, report
+    assert (f"Compared with `{_head(repo)[:12]}`: HEAD itself (it has no parent) "
+            "(its merge base with `main` is HEAD itself; `origin/main` does not exist).") in report
+    parent = _head(repo)
+    git(repo, "checkout", "-q", "-b", "feature")
+    git(repo, "branch", "-q", "-D", "main")
+    _commit_spec_change(repo, "one")
+    code, report = run(repo, capsys)
+    assert code == 0, report
+    assert (f"Compared with `{parent[:12]}`: the parent of HEAD "
+            "(`main` does not exist; `origin/main` does not exist).") in report
+
+
+def test_an_explicit_ref_says_so(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = run(repo, capsys, "HEAD")
+    assert code == 0 and "given on the command line." in report
