@@ -12,6 +12,7 @@ path.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Literal
 
@@ -202,8 +203,18 @@ class RunActor:
                         if self.writer.record.complete_requested:
                             await self._complete()
                             return
+                        wait_s = self._idle_wait_s()
+                        if wait_s is not None and wait_s <= 0:
+                            await self._complete_idle()
+                            continue
                         self._wake.clear()
-                        await self._wake.wait()
+                        # The idle-run timer: this wait, bounded by the deadline.
+                        # Any wake (an input, cancel, park, recheck_idle) comes
+                        # back here and the deadline is recomputed from the
+                        # committed record, so new activity pushes it out.
+                        with contextlib.suppress(TimeoutError):
+                            async with asyncio.timeout(wait_s):
+                                await self._wake.wait()
                         continue
                     self._work_error = None
                     self._work = tg.create_task(self._guarded_work())
@@ -241,6 +252,46 @@ class RunActor:
     def _idle(self) -> bool:
         loop = self.writer.loop
         return not loop.loop_active and not self.writer.record.pending_inputs
+
+    def recheck_idle(self) -> None:
+        """Re-evaluate the idle deadline now (the engine clock may have jumped)."""
+        self._wake.set()
+
+    def _idle_wait_s(self) -> float | None:
+        """Seconds until the idle-run deadline (<= 0: due), None when disabled.
+
+        One timer per idle actor rather than an engine-wide sweeper: the actor
+        already sleeps on ``_wake`` when idle and is the only task allowed to
+        write its run, so bounding that sleep by the deadline costs no extra
+        task, no cross-task handoff and no polling interval, and the deadline
+        is exact. It is derived from the journaled ``last_active_ms`` and the
+        engine clock (``now_ms``), so it survives restarts.
+        """
+        idle_s = self.deps.config.idle_complete_s
+        rec = self.writer.record
+        if idle_s <= 0 or rec.state != "in_progress":
+            return None
+        since = rec.last_active_ms or rec.updated_ms
+        return (since + int(idle_s * 1000) - self.deps.now_ms()) / 1000
+
+    async def _complete_idle(self) -> None:
+        """Complete an idle API run past the idle deadline (``idle_timeout``).
+
+        Re-checked under the run lock: an input committed meanwhile is new
+        activity (the run is then not idle, or its deadline moved), and an
+        input arriving after this commit is refused with ``RUN_TERMINAL``.
+        """
+        async with self.writer.lock:
+            wait_s = self._idle_wait_s()
+            rec = self.writer.record
+            if (wait_s is None or wait_s > 0 or not self._idle() or rec.complete_requested
+                    or self._parking or not run_can(rec.state, "complete")):
+                return
+            idle_s = self.deps.config.idle_complete_s
+            await self.writer.batch().transition(
+                "complete", reason="idle_timeout",
+                message=f"completed: idle with no input for {idle_s:g} s").set(
+                end_reason="idle_timeout").commit_locked()
 
     async def _complete(self) -> None:
         async with self.writer.lock:

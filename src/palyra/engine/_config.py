@@ -32,6 +32,18 @@ class EngineConfig:
             ``send_input`` answers RESOURCE_EXHAUSTED.
         drain_grace_s: on SIGTERM, how long an in-flight tool may finish so
             its result is journaled before the run is parked.
+        idle_complete_s: the idle-run policy (REFERENCE Part B 2, no run is
+            ever stuck). A run whose agent loop is idle (nothing running,
+            nothing queued, not waiting for approval) and that has had no
+            activity (an input, a loop step, a decision) for this long is
+            completed: it ends ``done`` with ``end_reason`` ``idle_timeout``
+            and a ``status`` tape event saying so. Without it an API run
+            created with ``complete=false`` whose client never sends
+            ``CompleteRun`` would stay ``in_progress`` forever, across
+            restarts too. The deadline counts from the run record's journaled
+            ``last_active_ms``, so a restart neither resets nor loses it (a run
+            already past it completes at recovery). Approval waits are
+            governed by ``approval_timeout_s``, not by this. 0 disables it.
         service_version: reported by ``get_health``.
     """
 
@@ -41,6 +53,7 @@ class EngineConfig:
     token_words_per_event: int = 16
     max_pending_inputs: int = 64
     drain_grace_s: float = 5.0
+    idle_complete_s: float = 3600.0
     service_version: str = "0.1.0"
 
     def __post_init__(self) -> None:
@@ -48,5 +61,7 @@ class EngineConfig:
             raise ValueError("max_turns must be >= 1")
         if self.max_wall_s <= 0 or self.approval_timeout_s <= 0:
             raise ValueError("max_wall_s and approval_timeout_s must be > 0")
+        if self.idle_complete_s < 0:
+            raise ValueError("idle_complete_s must be >= 0 (0 disables it)")
         if self.token_words_per_event < 1:
             raise ValueError("token_words_per_event must be >= 1")

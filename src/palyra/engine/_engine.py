@@ -294,6 +294,16 @@ class Engine:
             # The actor notifies on every commit and once more when it ends.
             await actor.writer.wait_change()
 
+    def recheck_idle(self) -> None:
+        """Re-evaluate every live run's idle deadline against ``now_ms`` now.
+
+        The idle timers sleep on the event loop's clock; call this when the
+        engine clock jumped ahead of it (a fake clock in tests, wall time
+        after a host suspend) so runs already past ``idle_complete_s`` end.
+        """
+        for actor in list(self._actors.values()):
+            actor.recheck_idle()
+
     def live_actor(self, run_id: str) -> RunActor | None:
         """The actor of a live run (for the application's stream plumbing)."""
         return self._actors.get(run_id)

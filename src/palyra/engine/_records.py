@@ -96,6 +96,10 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
             durable so that a restart does not lose them.
         complete_requested: the client half-closed (or asked to complete);
             the run becomes done once its queue is empty and the loop idle.
+        last_active_ms: when the run last did something (every commit but
+            the recovery marker: an input, a loop step, a decision). The
+            idle-run policy (``EngineConfig.idle_complete_s``) counts from
+            here; 0 on rows written before it existed (``updated_ms`` then).
     """
 
     v: int = RECORD_VERSION
@@ -116,6 +120,7 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
     driver: str = "api"
     pending_inputs: tuple[InputRec, ...] = ()
     complete_requested: bool = False
+    last_active_ms: int = 0
 
 
 class PromptRec(msgspec.Struct, frozen=True, kw_only=True):

@@ -15,7 +15,11 @@ result the model sees, never executed with the placeholder (``_toolflow``).
 
 Runs driven by a RunStream lost their stream with the old process; they are
 marked complete-on-idle so they finish their work and end ``done`` instead of
-waiting forever for a half-close that cannot come.
+waiting forever for a half-close that cannot come. API runs stay open for
+more input, but not forever: the idle-run policy
+(``EngineConfig.idle_complete_s``) completes them once idle past the deadline
+derived from their journaled ``last_active_ms`` — immediately at recovery if
+it already passed while the daemon was down.
 """
 
 from __future__ import annotations
@@ -87,6 +91,10 @@ async def _recover_one(deps: EngineDeps, record: RunRecord, report: RecoveryRepo
                                        "unknown_inflight": sorted(unknown)},
         principal=record.identity.principal, device_id=record.identity.device_id,
         channel=record.identity.channel))
+    # The restart is not activity: the idle-run deadline keeps counting from
+    # the last journaled activity, so a run idle before the restart completes
+    # on time after it (at once if already past; ``RunActor._idle_wait_s``).
+    batch.set(last_active_ms=record.last_active_ms or record.updated_ms)
     if record.driver == "stream":
         batch.set(complete_requested=True)
     await batch.commit()

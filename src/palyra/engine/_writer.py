@@ -154,6 +154,7 @@ class Batch:
         for member in self.members:
             loop.apply(member)
         loop.state = self.state
+        now = w.now_ms()
         record = msgspec.structs.replace(
             w.record,
             **{
@@ -162,7 +163,10 @@ class Batch:
                 "turn_count": loop.turn_count,
                 "tool_call_count": loop.tool_call_count,
                 "final_text": loop.final_text,
-                "updated_ms": w.now_ms(),
+                "updated_ms": now,
+                # Every commit is activity unless the batch says otherwise
+                # (recovery keeps the old value: a restart is not activity).
+                "last_active_ms": now,
                 **self.changes,
             },
         )
