@@ -6,6 +6,10 @@ first (``palyra.cli._checkpoint``). Each command takes argv-like arguments
 (without the ``journal <command>`` prefix) and returns the process exit code:
 0 intact / done, 1 tampered, 2 could not run (bad usage, no journal, data dir
 locked).
+
+On a terminal, ``verify`` and ``export`` show a progress line on stderr every
+``PROGRESS_EVERY`` events and erase it when done; piped or captured stderr gets
+nothing, and stdout is the same either way.
 """
 
 from __future__ import annotations
@@ -13,8 +17,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TextIO
 
 from palyra.core.errors import PalyraError
 from palyra.journal import export_bundle, verify_bundle, verify_store
@@ -22,6 +28,39 @@ from palyra.journal import export_bundle, verify_bundle, verify_store
 EXIT_OK = 0
 EXIT_TAMPERED = 1
 EXIT_ERROR = 2
+PROGRESS_EVERY = 10_000
+
+
+class _Progress:
+    """``verify: 120,000 events (48,000/s)`` redrawn in place on a TTY stderr."""
+
+    def __init__(self, label: str, out: TextIO | None = None) -> None:
+        self._label = label
+        self._out = out if out is not None else sys.stderr
+        self._started = time.monotonic()
+        self._next = PROGRESS_EVERY
+        self._shown = False
+
+    def callback(self) -> Callable[[int], None] | None:
+        """The per-position callback, or ``None`` (no overhead) when stderr is not a TTY."""
+        isatty = getattr(self._out, "isatty", None)
+        return self._tick if isatty is not None and isatty() else None
+
+    def _tick(self, position: int) -> None:
+        if position < self._next:
+            return
+        self._next = position + PROGRESS_EVERY
+        elapsed = max(time.monotonic() - self._started, 1e-9)
+        self._out.write(f"\r{self._label}: {position:,} events ({position / elapsed:,.0f}/s)")
+        self._out.flush()
+        self._shown = True
+
+    def clear(self) -> None:
+        """Erase the line before the result is printed."""
+        if self._shown:
+            self._out.write("\r\033[K")
+            self._out.flush()
+            self._shown = False
 
 
 def default_data_dir() -> Path:
@@ -73,13 +112,17 @@ def verify(argv: Sequence[str]) -> int:
     except ValueError:
         print("ERROR --public-key must be hex", file=sys.stderr)
         return EXIT_ERROR
+    progress = _Progress("verify")
     try:
         if args.bundle is not None:
-            report = verify_bundle(args.bundle, trusted_keys=keys)
+            report = verify_bundle(args.bundle, trusted_keys=keys, progress=progress.callback())
         else:
-            report = verify_store(args.data_dir or default_data_dir(), trusted_keys=keys)
+            report = verify_store(args.data_dir or default_data_dir(), trusted_keys=keys,
+                                  progress=progress.callback())
     except (PalyraError, OSError) as exc:
+        progress.clear()
         return _fail(exc)
+    progress.clear()
     print(report.summary())
     if not report.ok:
         print(
@@ -100,12 +143,16 @@ def export(argv: Sequence[str]) -> int:
     args = _parse(parser, argv)
     if isinstance(args, int):
         return args
+    progress = _Progress("export")
     try:
         summary = export_bundle(
-            args.data_dir or default_data_dir(), args.out, session_id=args.session
+            args.data_dir or default_data_dir(), args.out, session_id=args.session,
+            progress=progress.callback(),
         )
     except (PalyraError, OSError) as exc:
+        progress.clear()
         return _fail(exc)
+    progress.clear()
     links = f" links={summary.links}" if args.session is not None else ""
     print(
         f"exported events={summary.events}{links} checkpoints={summary.checkpoints} "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -41,7 +42,11 @@ class BundleSummary:
 
 
 def export_bundle(
-    source: Path | JournalStore, out: Path, *, session_id: str | None = None
+    source: Path | JournalStore,
+    out: Path,
+    *,
+    session_id: str | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> BundleSummary:
     """Write a bundle of the whole journal, or of one session, to ``out`` (mode 0600).
 
@@ -49,6 +54,7 @@ def export_bundle(
     other position, only its event hash and link hash, so the global chain
     and every checkpoint still verify while other sessions' content stays out.
     The file is written under a temporary name and renamed when complete.
+    ``progress``, if given, is called with each position once written.
     """
     store = (
         source
@@ -60,7 +66,7 @@ def export_bundle(
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as handle:
-            summary = _write(store, handle, session_id, out)
+            summary = _write(store, handle, session_id, out, progress)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, out)
@@ -85,7 +91,11 @@ class _Writer:
 
 
 def _write(
-    store: JournalStore, handle: BinaryIO, session_id: str | None, out: Path
+    store: JournalStore,
+    handle: BinaryIO,
+    session_id: str | None,
+    out: Path,
+    progress: Callable[[int], None] | None = None,
 ) -> BundleSummary:
     env = store.env
     writer = _Writer(handle)
@@ -130,6 +140,8 @@ def _write(
             while pending and pending[0].position <= position:
                 writer.emit(_checkpoint_line(pending.pop(0)))
                 cps += 1
+            if progress is not None:
+                progress(position)
     writer.handle.write(
         encode_line(
             TrailerLine(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,9 +79,15 @@ def _report(verifier: ChainVerifier, problem: Tampered | None) -> VerifyReport:
 
 
 def verify_store(
-    source: Path | JournalStore, *, trusted_keys: Collection[bytes] = ()
+    source: Path | JournalStore,
+    *,
+    trusted_keys: Collection[bytes] = (),
+    progress: Callable[[int], None] | None = None,
 ) -> VerifyReport:
-    """Verify every event and checkpoint of a data dir (opened read-only) or an open store."""
+    """Verify every event and checkpoint of a data dir (opened read-only) or an open store.
+
+    ``progress``, if given, is called with each position once it is verified.
+    """
     store = (
         source
         if isinstance(source, JournalStore)
@@ -89,7 +95,7 @@ def verify_store(
     )
     verifier = ChainVerifier(trusted_keys=trusted_keys)
     try:
-        _walk_env(store.env, verifier)
+        _walk_env(store.env, verifier, progress)
     except Tampered as problem:
         return _report(verifier, problem)
     finally:
@@ -98,7 +104,9 @@ def verify_store(
     return _report(verifier, None)
 
 
-def _walk_env(env: JournalEnv, verifier: ChainVerifier) -> None:
+def _walk_env(
+    env: JournalEnv, verifier: ChainVerifier, progress: Callable[[int], None] | None = None
+) -> None:
     try:
         pending = sorted(_reads.checkpoints(env), key=lambda c: (c.position, c.ts_ms))
     except msgspec.DecodeError as exc:
@@ -131,6 +139,8 @@ def _walk_env(env: JournalEnv, verifier: ChainVerifier) -> None:
                 verifier.event(record)
                 check_checkpoints(position)
                 after = position
+                if progress is not None:
+                    progress(position)
                 if count >= _CHUNK:
                     exhausted = False  # continue in a fresh txn; do not pin one snapshot
                     break
@@ -143,18 +153,30 @@ def _check_checkpoint(verifier: ChainVerifier, record: CheckpointRecord) -> None
     )
 
 
-def verify_bundle(path: Path, *, trusted_keys: Collection[bytes] = ()) -> VerifyReport:
-    """Verify an exported bundle file; needs no data dir."""
+def verify_bundle(
+    path: Path,
+    *,
+    trusted_keys: Collection[bytes] = (),
+    progress: Callable[[int], None] | None = None,
+) -> VerifyReport:
+    """Verify an exported bundle file; needs no data dir.
+
+    ``progress``, if given, is called with each position (event or link line) once read.
+    """
     verifier = ChainVerifier(trusted_keys=trusted_keys)
     try:
         with open(path, "rb") as handle:
-            _walk_bundle(handle, verifier)
+            _walk_bundle(handle, verifier, progress)
     except Tampered as problem:
         return _report(verifier, problem)
     return _report(verifier, None)
 
 
-def _walk_bundle(lines: Iterable[bytes], verifier: ChainVerifier) -> None:
+def _walk_bundle(
+    lines: Iterable[bytes],
+    verifier: ChainVerifier,
+    progress: Callable[[int], None] | None = None,
+) -> None:
     digest = hashlib.sha256()
     header: HeaderLine | None = None
     trailer: TrailerLine | None = None
@@ -174,8 +196,12 @@ def _walk_bundle(lines: Iterable[bytes], verifier: ChainVerifier) -> None:
             header = _check_header(line, verifier)
         elif isinstance(line, EventLine):
             verifier.event(_event_record(line, nxt))
+            if progress is not None:
+                progress(verifier.position)
         elif isinstance(line, LinkLine):
             verifier.link(line.position, _hash(line.hash, nxt), _hash(line.global_hash, nxt))
+            if progress is not None:
+                progress(verifier.position)
         elif isinstance(line, CheckpointLine):
             _bundle_checkpoint(line, verifier)
         elif isinstance(line, TrailerLine):
