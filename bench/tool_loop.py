@@ -32,8 +32,9 @@ from typing import Any, Protocol
 _T0 = time.perf_counter()
 from palyra_gen.palyra import v1 as pb  # noqa: E402
 
+from palyra.adapters import GatePolicy, RegistryTools  # noqa: E402
 from palyra.app import CallContext, PalyraApp  # noqa: E402
-from palyra.engine import Engine, EngineConfig, GatePolicy, RegistryTools  # noqa: E402
+from palyra.engine import Engine, EngineConfig  # noqa: E402
 from palyra.journal import JournalStore  # noqa: E402
 from palyra.policy import PolicyConfig, PolicyGate  # noqa: E402
 from palyra.providers import ScriptedProvider  # noqa: E402

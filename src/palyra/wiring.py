@@ -15,9 +15,10 @@ import os
 
 import structlog
 
+from palyra.adapters import GatePolicy, RegistryTools
 from palyra.app import CallContext, PalyraApp
 from palyra.config import PalyraConfig
-from palyra.engine import Engine, GatePolicy, RecoveryReport, RegistryTools
+from palyra.engine import Engine, RecoveryReport
 from palyra.journal import JournalStore, sign_head_if_moved
 from palyra.policy import PolicyGate
 from palyra.providers import build_provider

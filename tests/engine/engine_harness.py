@@ -17,10 +17,9 @@ from typing import Any
 import msgspec
 from palyra_gen.palyra import v1 as pb
 
+from palyra.adapters import GatePolicy, RegistryTools
 from palyra.app import CallContext, PalyraApp
-from palyra.engine import Engine, EngineConfig, GatePolicy, RegistryTools
-from palyra.engine._machines import run_next
-from palyra.engine._tape import member_from
+from palyra.engine import Engine, EngineConfig, member_from, run_next
 from palyra.journal import JournalStore, StoredEvent
 from palyra.policy import PolicyConfig, PolicyGate
 from palyra.providers import ModelProvider, ScriptedProvider

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from palyra.engine import ApprovalRecord, IdentityRec
-from palyra.engine import _approvals as appr
+from palyra.engine.model import approvals as appr
+from palyra.engine.run.approvals import ApprovalReader, approval_write
 from palyra.journal import EventDraft, JournalStore
 
 ALICE, BOB = IdentityRec("user:alice"), IdentityRec("user:bob")
@@ -35,12 +36,12 @@ async def _plant(store: JournalStore, owners: list[IdentityRec]) -> list[str]:
             risk_level="high", policy_explanation="", requested_by=owner, now_ms=1,
             timeout_s=30)
         await store.append([EventDraft(kind="test.approval", actor="system:test",
-                                       entity_writes=(appr.write(record),))])
+                                       entity_writes=(approval_write(record),))])
         ids.append(record.approval_id)
     return sorted(ids)
 
 
-def _pages(reader: appr.ApprovalReader, keep: object, limit: int) -> list[list[str]]:
+def _pages(reader: ApprovalReader, keep: object, limit: int) -> list[list[str]]:
     pages, cursor = [], ""
     while True:
         found, cursor = reader.scan(keep, cursor, limit)  # type: ignore[arg-type]
@@ -52,7 +53,7 @@ def _pages(reader: appr.ApprovalReader, keep: object, limit: int) -> list[list[s
 
 async def test_page_ending_mid_batch_keeps_the_cursor(store: JournalStore) -> None:
     ids = await _plant(store, [ALICE] * 5)
-    reader = appr.ApprovalReader(store)
+    reader = ApprovalReader(store)
     first, cursor = reader.scan(lambda r: True, "", 2)
     # Five rows fit in one store batch; the page filled after two of them.
     assert [r.approval_id for r in first] == ids[:2] and cursor == ids[1]
@@ -62,7 +63,7 @@ async def test_page_ending_mid_batch_keeps_the_cursor(store: JournalStore) -> No
 async def test_filtered_pages_see_every_match_once(store: JournalStore) -> None:
     owners = [ALICE, BOB, BOB, ALICE, BOB, ALICE, ALICE, BOB]
     ids = await _plant(store, owners)
-    reader = appr.ApprovalReader(store)
+    reader = ApprovalReader(store)
     everything, cursor = reader.scan(lambda r: True, "", 100)
     assert [r.approval_id for r in everything] == ids and cursor == ""
     alice_ids = [r.approval_id for r in everything if r.requested_by == ALICE]
@@ -78,5 +79,5 @@ async def test_filtered_pages_see_every_match_once(store: JournalStore) -> None:
 
 async def test_last_row_fills_the_page_no_cursor(store: JournalStore) -> None:
     ids = await _plant(store, [ALICE] * 4)
-    found, cursor = appr.ApprovalReader(store).scan(lambda r: True, ids[1], 2)
+    found, cursor = ApprovalReader(store).scan(lambda r: True, ids[1], 2)
     assert [r.approval_id for r in found] == ids[2:] and cursor == ""

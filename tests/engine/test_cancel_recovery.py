@@ -20,8 +20,7 @@ CANCEL_BOUND_S = 0.1
 async def _wait_phase(harness: Harness, run_id: str, phase: str) -> None:
     async with asyncio.timeout(5):
         while True:
-            actor = harness.engine.live_actor(run_id)  # type: ignore[union-attr]
-            if actor is not None and actor.phase == phase:
+            if harness.engine.phase_of(run_id) == phase:  # type: ignore[union-attr]
                 return
             await asyncio.sleep(0.002)
 

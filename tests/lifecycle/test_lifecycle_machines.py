@@ -21,8 +21,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from palyra_gen.lifecycle import IllegalTransitionError
 from palyra_gen.palyra import v1
 
-from palyra.core import lifecycle as core_lifecycle
 from palyra.core.errors import ErrorCode, IllegalTransition, PalyraError
+from palyra.engine.model import lifecycle as engine_lifecycle
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LIFECYCLE_DIR = REPO_ROOT / "spec" / "lifecycle"
@@ -76,9 +76,9 @@ def fire(machine: Any, event: str, via_send: bool) -> None:
 
 
 def check_mapped(exc: IllegalTransitionError, state: str, event: str) -> None:
-    """palyra.core.lifecycle turns the generated error into IllegalTransition."""
+    """The engine's one lifecycle wrapper turns the generated error into IllegalTransition."""
     assert exc.code == "ILLEGAL_TRANSITION"
-    mapped = core_lifecycle.as_illegal_transition(exc)
+    mapped = engine_lifecycle.as_illegal_transition(exc)
     assert isinstance(mapped, IllegalTransition)
     assert isinstance(mapped, PalyraError)
     assert mapped.code is ErrorCode.ILLEGAL_TRANSITION
@@ -223,23 +223,28 @@ def test_callback_errors_propagate() -> None:
         machine.send(event)
 
 
-def test_core_wrappers_raise_illegal_transition() -> None:
-    assert core_lifecycle.next_run_state("pending", "accept") == "accepted"
+def test_engine_wrappers_raise_illegal_transition() -> None:
+    assert engine_lifecycle.run_next("pending", "accept") == "accepted"
+    assert engine_lifecycle.approval_next("pending", "approve") == "approved"
     for call, state in (
-        (core_lifecycle.next_run_state, "done"),
-        (core_lifecycle.next_approval_state, "denied"),
-        (core_lifecycle.next_task_state, "succeeded"),
+        (engine_lifecycle.run_next, "done"),
+        (engine_lifecycle.approval_next, "denied"),
     ):
         with pytest.raises(IllegalTransition) as info:
             call(state, "no_such_event")
         assert info.value.code is ErrorCode.ILLEGAL_TRANSITION
         assert isinstance(info.value.__cause__, IllegalTransitionError)
+    assert not engine_lifecycle.run_can("done", "accept")
+    assert engine_lifecycle.run_can("in_progress", "complete")
 
 
-def test_machine_errors_translate_through_context_manager() -> None:
+def test_machine_errors_map_to_illegal_transition() -> None:
     machine = machine_class("run").at("done")
-    with pytest.raises(IllegalTransition), core_lifecycle.translate_illegal_transitions():
+    with pytest.raises(IllegalTransitionError) as info:
         machine.send("accept")
+    mapped = engine_lifecycle.as_illegal_transition(info.value)
+    assert mapped.code is ErrorCode.ILLEGAL_TRANSITION
+    assert mapped.details == {"lifecycle": "Run", "state": "done", "event": "accept"}
 
 
 def test_illegal_transition_error_pickles() -> None:

@@ -153,11 +153,11 @@ def test_duplicate_registration_rejected() -> None:
 
 def test_model_catalogue_and_schema() -> None:
     registry = default_registry()
-    names = [t.name for t in registry.model_tools()]
+    names = [t.name for t in registry]
     assert names == sorted(names)
     assert "process.run" not in names  # disabled by default
-    add = next(t for t in registry.model_tools() if t.name == "add")
-    assert add.parameters_json_schema == {
+    add = next(t for t in registry if t.name == "add")
+    assert add.json_schema() == {
         "type": "object",
         "properties": {
             "a": {"anyOf": [{"type": "integer"}, {"type": "number"}]},

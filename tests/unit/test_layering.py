@@ -18,13 +18,17 @@ FORBIDDEN: dict[str, set[str]] = {
     "core": {"journal", "policy", "tools", "providers", "engine", "app", "transport", "cli",
              "config", "daemon", "wiring"},
     "journal": {"policy", "tools", "providers", "engine", "app", "transport", "cli", "daemon"},
-    "policy": {"journal", "engine", "app", "transport", "cli", "daemon"},
-    "tools": {"journal", "engine", "app", "transport", "cli", "daemon"},
+    "policy": {"journal", "engine", "app", "transport", "cli", "daemon", "tools"},
+    "tools": {"journal", "engine", "app", "transport", "cli", "daemon", "providers"},
     "providers": {"journal", "policy", "engine", "app", "transport", "cli", "daemon"},
-    "engine": {"app", "transport", "cli", "daemon", "wiring", "config"},
-    "app": {"transport", "cli", "daemon", "wiring"},
+    # The engine codes against its ports; ``adapters`` binds them to policy and tools.
+    "engine": {"app", "transport", "cli", "daemon", "wiring", "config", "policy", "tools",
+               "adapters"},
+    "adapters": {"app", "transport", "cli", "daemon", "wiring", "config"},
+    "app": {"transport", "cli", "daemon", "wiring", "adapters"},
     # Transports speak only to the application facade (duck-typed) and core.
-    "transport": {"journal", "policy", "tools", "providers", "engine", "cli", "daemon"},
+    "transport": {"journal", "policy", "tools", "providers", "engine", "cli", "daemon",
+                  "adapters"},
 }
 
 
@@ -60,3 +64,154 @@ def test_the_checker_sees_imports(tmp_path: Path) -> None:
     sample = tmp_path / "x.py"
     sample.write_text("import palyra.engine\nfrom palyra.journal import JournalStore\n")
     assert _palyra_imports(sample) == {"engine", "journal"}
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Every absolute module name ``path`` imports (``from a.b import c`` gives a.b and a.b.c)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _top_package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _private_imports(path: Path) -> list[str]:
+    """Imports of another top-level package's ``_private`` module from ``path``."""
+    return _private_names(_module_name(path), _imported_modules(path))
+
+
+def _private_names(module: str, imported: set[str]) -> list[str]:
+    own = _top_package(module)
+    bad = []
+    for name in sorted(imported):
+        parts = name.split(".")
+        if parts[0] != "palyra" or len(parts) < 3 or parts[1] == own:
+            continue
+        if any(part.startswith("_") and not part.startswith("__") for part in parts[2:]):
+            bad.append(f"{module} imports {name}")
+    return bad
+
+
+def test_no_package_imports_another_packages_private_modules() -> None:
+    violations = [v for path in sorted(SRC.rglob("*.py")) for v in _private_imports(path)]
+    assert not violations, "\n".join(violations)
+
+
+def test_engine_uses_only_its_own_front_door_from_outside() -> None:
+    """Outside ``engine/``, only ``palyra.engine`` itself is imported, never its rooms."""
+    violations = [
+        f"{_module_name(path)} imports {name}"
+        for path in sorted(SRC.rglob("*.py"))
+        if _top_package(_module_name(path)) != "engine"
+        for name in sorted(_imported_modules(path))
+        if name.startswith("palyra.engine.") and name.split(".")[2] not in _ENGINE_EXPORTS
+    ]
+    assert not violations, "\n".join(violations)
+
+
+def _engine_exports() -> set[str]:
+    tree = ast.parse((SRC / "engine" / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            return {ast.literal_eval(elt) for elt in node.value.elts}  # type: ignore[attr-defined]
+    raise AssertionError("palyra.engine has no __all__")
+
+
+_ENGINE_EXPORTS = _engine_exports()
+
+
+def test_engine_model_is_pure() -> None:
+    """``engine/model`` holds data and decisions: no asyncio, no journal, no store handle."""
+    forbidden = ("asyncio", "palyra.journal", "palyra.engine.run", "palyra.engine.sessions")
+    violations = [
+        f"{_module_name(path)} imports {name}"
+        for path in sorted((SRC / "engine" / "model").rglob("*.py"))
+        for name in sorted(_imported_modules(path))
+        if name.startswith(forbidden)
+    ]
+    assert not violations, "\n".join(violations)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    modules = {_module_name(path): path for path in SRC.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        graph[name] = {m for m in _imported_modules(path) if m in modules and m != name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One representative cycle per strongly connected component with more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_src_has_no_import_circle() -> None:
+    """Every import counts, ``TYPE_CHECKING`` ones too: a circle is a design knot either way.
+
+    A package's ``__init__`` re-exporting its own modules is not a circle of
+    concepts, so edges from a package to its own submodules are left out.
+    """
+    graph = _import_graph()
+    for name, targets in graph.items():
+        graph[name] = {t for t in targets if not t.startswith(name + ".")}
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_private_import_check_sees_violations() -> None:
+    assert _private_names("palyra.app._runs", {"palyra.engine._tape", "palyra.engine"}) == [
+        "palyra.app._runs imports palyra.engine._tape"]
+    assert _private_names("palyra.engine.engine", {"palyra.engine.run._x"}) == []
+    assert _private_names("palyra.app._runs", {"palyra.engine.__init__", "palyra.core.ids"}) == []

@@ -12,13 +12,11 @@ from palyra_gen.palyra import v1 as pb
 
 from palyra.app._access import approval_visibility, sees_approval
 from palyra.app._base import AppBase
-from palyra.app._convert import identity_of
+from palyra.app._convert import approval_proto, identity_of
 from palyra.app._export import chunked, json_document, ndjson_lines
 from palyra.app.context import CallContext
-from palyra.engine import ApprovalRecord
-from palyra.engine._approvals import to_proto
-from palyra.engine._errors import not_found
-from palyra.engine._machines import approval_state_proto
+from palyra.core.errors import NotFound
+from palyra.engine import ApprovalRecord, approval_state_proto
 
 DEFAULT_PAGE, MAX_PAGE = 100, 500
 DEFAULT_EXPORT, MAX_EXPORT = 1000, 5000
@@ -46,29 +44,30 @@ class ApprovalsApi(AppBase):
         # One record more than the page tells whether another *matching* record
         # exists, so a client never fetches a trailing empty page (the engine's
         # cursor only says rows remain, not that any of them pass the filter).
-        found, _ = self.engine.deps.approvals.scan(
+        found, _ = self.engine.approval_reader.scan(
             self._filter(visible, request.state, request.session_id, request.run_id),
             request.after_approval_id, limit + 1)
         page = found[:limit]
         next_id = page[-1].approval_id if len(found) > limit else ""
-        return pb.ListApprovalsResponse(approvals=[to_proto(r) for r in page],
+        return pb.ListApprovalsResponse(approvals=[approval_proto(r) for r in page],
                                         next_after_approval_id=next_id)
 
     async def get_approval(self, ctx: CallContext,
                            request: pb.GetApprovalRequest) -> pb.GetApprovalResponse:
         """One approval record; another principal's is NOT_FOUND for a non-operator."""
         caller = identity_of(ctx)
-        record = self.engine.deps.approvals.get(request.approval_id)
+        record = self.engine.approval_reader.get(request.approval_id)
         if record is None or not sees_approval(caller, record):
-            raise not_found("approval", request.approval_id)
-        return pb.GetApprovalResponse(approval=to_proto(record))
+            raise NotFound(f"approval {request.approval_id!r} not found",
+                           details={"approval_id": request.approval_id})
+        return pb.GetApprovalResponse(approval=approval_proto(record))
 
     async def decide_approval(self, ctx: CallContext,
                               request: pb.DecideApprovalRequest) -> pb.DecideApprovalResponse:
         """Decide a pending approval; the waiting run continues from the journal."""
         record = await self.decide(identity_of(ctx), request.approval_id, request.decision,
                                    request.scope, request.ttl_seconds, request.reason)
-        return pb.DecideApprovalResponse(approval=to_proto(record))
+        return pb.DecideApprovalResponse(approval=approval_proto(record))
 
     async def export_approvals(
         self, ctx: CallContext, request: pb.ExportApprovalsRequest
@@ -77,9 +76,9 @@ class ApprovalsApi(AppBase):
         chained checksums and a trailer."""
         visible = approval_visibility(identity_of(ctx))
         limit = DEFAULT_EXPORT if request.limit == 0 else min(request.limit, MAX_EXPORT)
-        records, _ = self.engine.deps.approvals.scan(self._filter(visible, request.state), "",
+        records, _ = self.engine.approval_reader.scan(self._filter(visible, request.state), "",
                                                      limit)
-        dicts = [to_proto(r).to_dict() for r in records]
+        dicts = [approval_proto(r).to_dict() for r in records]
         pieces = (json_document(dicts) if request.format == pb.ExportFormat.JSON
                   else ndjson_lines(dicts))
         chunks = list(chunked(pieces))

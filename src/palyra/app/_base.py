@@ -6,9 +6,9 @@ import time
 
 from palyra_gen.palyra import v1 as pb
 
+from palyra.app._convert import SCOPE_NAMES
 from palyra.core.errors import InvalidArgument
 from palyra.engine import ApprovalRecord, Engine, IdentityRec
-from palyra.engine._approvals import SCOPES
 from palyra.journal import JournalStore
 
 
@@ -27,7 +27,7 @@ class AppBase:
         if decision not in (pb.ApprovalDecision.APPROVE, pb.ApprovalDecision.DENY):
             raise InvalidArgument("decision must be APPROVE or DENY", details={
                 "approval_id": approval_id})
-        scope_name = SCOPES.get(scope, "once")
+        scope_name = SCOPE_NAMES.get(scope, "once")
         return await self.engine.decide_approval(
             identity, approval_id, decision == pb.ApprovalDecision.APPROVE, scope_name,
             ttl_seconds, reason)

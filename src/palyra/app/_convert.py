@@ -1,4 +1,4 @@
-"""Engine records → wire messages, and request checks shared by the RPCs."""
+"""Engine records → wire messages (the one place), and request checks shared by the RPCs."""
 
 from __future__ import annotations
 
@@ -6,14 +6,28 @@ from palyra_gen.palyra import v1 as pb
 
 from palyra.app.context import CallContext
 from palyra.core.errors import ErrorCode, PalyraError, Unauthenticated
-from palyra.engine import IdentityRec, RunRecord, SessionRecord
-from palyra.engine._machines import run_state_proto
+from palyra.engine import (
+    SCOPE_PROTO,
+    ApprovalRecord,
+    IdentityRec,
+    RunRecord,
+    SessionRecord,
+    approval_state_proto,
+    member_from,
+    prompt_proto,
+    risk_proto,
+    run_state_proto,
+    tape_field_of,
+)
+from palyra.journal import StoredEvent
 
 SUPPORTED_VERSIONS = frozenset({0, 1})
 _POSTURE_PROTO = {"always_allow": pb.ToolPosture.ALWAYS_ALLOW,
                   "ask_each_time": pb.ToolPosture.ASK_EACH_TIME,
                   "disabled": pb.ToolPosture.DISABLED}
 POSTURE_NAMES = {v: k for k, v in _POSTURE_PROTO.items()}
+#: Wire scope -> the scope name records store.
+SCOPE_NAMES = {v: k for k, v in SCOPE_PROTO.items()}
 
 
 def identity_of(ctx: CallContext) -> IdentityRec:
@@ -68,3 +82,31 @@ def session_proto(record: SessionRecord) -> pb.Session:
         tool_postures={k: _POSTURE_PROTO[v] for k, v in record.tool_postures.items()
                        if v in _POSTURE_PROTO},
     )
+
+
+def approval_proto(record: ApprovalRecord) -> pb.Approval:
+    """Wire form of an approval record."""
+    return pb.Approval(
+        approval_id=record.approval_id, session_id=record.session_id, run_id=record.run_id,
+        proposal_id=record.proposal_id, tool_name=record.tool_name,
+        args_digest=record.args_digest, args_json=record.args_json,
+        policy_hash=record.policy_hash,
+        risk_level=risk_proto(record.risk_level),
+        prompt=prompt_proto(record.prompt), state=approval_state_proto(record.state),
+        scope=SCOPE_PROTO.get(record.scope, pb.ApprovalScope.UNSPECIFIED),
+        created_at_unix_ms=record.created_ms, expires_at_unix_ms=record.expires_at_ms,
+        decided_by=record.decided_by, decided_at_unix_ms=record.decided_at_ms,
+        reason=record.reason, ttl_seconds=record.ttl_seconds,
+        requested_by=identity_proto(record.requested_by),
+    )
+
+
+def tape_event_proto(event: StoredEvent) -> pb.TapeEvent:
+    """The wire ``TapeEvent`` of a stored tape event."""
+    out = pb.TapeEvent(run_id=event.run_id, tape_seq=max(event.tape_seq, 0),
+                       position=event.position, ts_unix_ms=event.ts_ms,
+                       session_id=event.session_id)
+    member = member_from(event.kind, event.payload)
+    if member is not None:
+        setattr(out, tape_field_of(member), member)
+    return out

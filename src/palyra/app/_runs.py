@@ -14,12 +14,16 @@ from collections.abc import AsyncIterator
 from palyra_gen.palyra import v1 as pb
 
 from palyra.app._base import AppBase
-from palyra.app._convert import check_version, identity_of, run_proto, session_proto
+from palyra.app._convert import (
+    check_version,
+    identity_of,
+    run_proto,
+    session_proto,
+    tape_event_proto,
+)
 from palyra.app.context import CallContext
 from palyra.core.errors import ErrorCode, InvalidArgument, PalyraError
-from palyra.engine import IdentityRec, Selectors, StartRun
-from palyra.engine._machines import is_run_terminal
-from palyra.engine._tape import is_terminal_status, to_tape_event
+from palyra.engine import IdentityRec, Selectors, StartRun, is_run_terminal, is_terminal_status
 
 log = logging.getLogger("palyra.app")
 MAX_TAPE_PAGE = 1000
@@ -127,7 +131,7 @@ class RunsApi(AppBase):
         events = self.store.follow_tape(run_id, after_seq)
         try:
             async for stored in events:
-                event = to_tape_event(stored)
+                event = tape_event_proto(stored)
                 terminal = is_terminal_status(event.status)
                 yield event
                 if terminal:
@@ -197,7 +201,7 @@ class RunsApi(AppBase):
                                                                     MAX_TAPE_PAGE))
         page = self.store.read_tape(request.run_id, max(-1, request.after_seq), limit,
                                     MAX_TAPE_BYTES)
-        return pb.ListRunTapeResponse(events=[to_tape_event(e) for e in page.events],
+        return pb.ListRunTapeResponse(events=[tape_event_proto(e) for e in page.events],
                                       next_after_seq=page.next_after_seq,
                                       state=run_proto(record).state)
 
@@ -210,7 +214,7 @@ class RunsApi(AppBase):
             while True:
                 page = self.store.read_tape(request.run_id, after, MAX_TAPE_PAGE)
                 for stored in page.events:
-                    yield pb.WatchRunResponse(event=to_tape_event(stored))
+                    yield pb.WatchRunResponse(event=tape_event_proto(stored))
                 if page.next_after_seq is None:
                     return
                 after = page.next_after_seq

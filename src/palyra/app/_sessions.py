@@ -22,7 +22,7 @@ class SessionsApi(AppBase):
         identity = identity_of(ctx)
         limit = DEFAULT_SESSIONS_PAGE if request.limit == 0 else min(request.limit,
                                                                      MAX_SESSIONS_PAGE)
-        page, next_key = self.engine.deps.sessions.list_for(
+        page, next_key = self.engine.session_reader.list_for(
             identity, request.after_session_key, limit, request.include_archived)
         return pb.ListSessionsResponse(sessions=[session_proto(s) for s in page],
                                        next_after_session_key=next_key)
@@ -30,7 +30,7 @@ class SessionsApi(AppBase):
     async def resolve_session(self, ctx: CallContext,
                               request: pb.ResolveSessionRequest) -> pb.ResolveSessionResponse:
         """Get-or-create by id, key or label (identity-bound)."""
-        plan = await self.engine.sessions.resolve(identity_of(ctx), Selectors(
+        plan = await self.engine.session_writer.resolve(identity_of(ctx), Selectors(
             request.session_id, request.session_key, request.session_label,
             request.reset_session, request.require_existing))
         return pb.ResolveSessionResponse(session=session_proto(plan.record),
@@ -39,7 +39,7 @@ class SessionsApi(AppBase):
     async def cleanup_session(self, ctx: CallContext,
                               request: pb.CleanupSessionRequest) -> pb.CleanupSessionResponse:
         """Archive a session; its key is freed and cached approvals are dropped."""
-        result = await self.engine.sessions.cleanup(identity_of(ctx), request.session_id)
+        result = await self.engine.session_writer.cleanup(identity_of(ctx), request.session_id)
         return pb.CleanupSessionResponse(cleaned=result.cleaned,
                                          newly_archived=result.newly_archived,
                                          previous_session_key=result.previous_session_key,
@@ -48,7 +48,7 @@ class SessionsApi(AppBase):
     async def branch_session(self, ctx: CallContext,
                              request: pb.BranchSessionRequest) -> pb.BranchSessionResponse:
         """Start a session branched from one whose latest run is terminal."""
-        branch, source = await self.engine.sessions.branch(
+        branch, source = await self.engine.session_writer.branch(
             identity_of(ctx), request.session_id, request.session_label)
         return pb.BranchSessionResponse(session=session_proto(branch),
                                         source=session_proto(source))
@@ -56,7 +56,7 @@ class SessionsApi(AppBase):
     async def set_tool_posture(self, ctx: CallContext,
                                request: pb.SetToolPostureRequest) -> pb.SetToolPostureResponse:
         """Set or clear (UNSPECIFIED) one tool's posture for this session."""
-        record = await self.engine.sessions.set_posture(
+        record = await self.engine.session_writer.set_posture(
             identity_of(ctx), request.session_id, request.tool_name,
             POSTURE_NAMES.get(request.posture, ""))
         return pb.SetToolPostureResponse(session=session_proto(record))

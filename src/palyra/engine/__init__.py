@@ -3,15 +3,30 @@
 Build an :class:`Engine` over a journal store, a model provider and the policy
 and tool ports, enter it (``async with engine``), call :meth:`Engine.recover`
 before serving, and :meth:`Engine.drain` (or leave the context) on SIGTERM.
+
+This module is the engine's only front door; the rooms behind it are
+``model/`` (pure: records, the lifecycle wrapper, the tape fold and
+vocabulary, approval records, token grouping, errors, config and ports),
+``run/`` (one run's I/O: writer, step, loop, tool flow, actor, recovery) and
+``sessions/`` (one reader, one writer, the one locked resolve).
 """
 
-from palyra.engine._approvals import Decision
-from palyra.engine._config import EngineConfig
-from palyra.engine._engine import Engine, Started, StartRun, may_access
-from palyra.engine._failures import RunFailed
-from palyra.engine._policy_adapter import GatePolicy
-from palyra.engine._ports import PolicyPort, ToolOutcome, ToolRequest, ToolsPort, ToolVerdict
-from palyra.engine._records import (
+from palyra.engine.engine import Engine, Started, StartRun, may_access
+from palyra.engine.model.approvals import SCOPE_PROTO, prompt_proto, risk_proto
+from palyra.engine.model.config import EngineConfig
+from palyra.engine.model.errors import RunFailed
+from palyra.engine.model.lifecycle import (
+    ApprovalEvent,
+    ApprovalStateId,
+    RunEvent,
+    RunStateId,
+    approval_state_proto,
+    is_run_terminal,
+    run_next,
+    run_state_proto,
+)
+from palyra.engine.model.ports import PolicyPort, ToolOutcome, ToolRequest, ToolsPort, ToolVerdict
+from palyra.engine.model.records import (
     ApprovalRecord,
     GrantRec,
     IdentityRec,
@@ -20,27 +35,30 @@ from palyra.engine._records import (
     RunRecord,
     SessionRecord,
 )
-from palyra.engine._recovery import RecoveryReport
-from palyra.engine._session_ops import CleanupResult
-from palyra.engine._sessions import Selectors
-from palyra.engine._tools_adapter import RegistryTools
+from palyra.engine.model.tape import field_of as tape_field_of
+from palyra.engine.model.tape import is_terminal_status, member_from
+from palyra.engine.run.recovery import RecoveryReport
+from palyra.engine.sessions.selectors import Selectors
+from palyra.engine.sessions.writer import CleanupResult
 
 __all__ = [
+    "SCOPE_PROTO",
+    "ApprovalEvent",
     "ApprovalRecord",
+    "ApprovalStateId",
     "CleanupResult",
-    "Decision",
     "Engine",
     "EngineConfig",
-    "GatePolicy",
     "GrantRec",
     "IdentityRec",
     "InputRec",
     "PolicyPort",
     "PromptRec",
     "RecoveryReport",
-    "RegistryTools",
+    "RunEvent",
     "RunFailed",
     "RunRecord",
+    "RunStateId",
     "Selectors",
     "SessionRecord",
     "StartRun",
@@ -49,5 +67,14 @@ __all__ = [
     "ToolRequest",
     "ToolVerdict",
     "ToolsPort",
+    "approval_state_proto",
+    "is_run_terminal",
+    "is_terminal_status",
     "may_access",
+    "member_from",
+    "prompt_proto",
+    "risk_proto",
+    "run_next",
+    "run_state_proto",
+    "tape_field_of",
 ]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from palyra.core.capabilities import is_sensitive
 from palyra.policy._model import Decision, EngineResult, Outcome, Posture, ToolRequest
-from palyra.tools import is_sensitive
 
 
 def default_posture(capabilities: Iterable[str]) -> Posture:

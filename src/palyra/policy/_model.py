@@ -6,7 +6,7 @@ import dataclasses
 import enum
 from collections.abc import Iterable
 
-from palyra.tools import is_sensitive
+from palyra.core.capabilities import is_sensitive
 
 
 class Posture(enum.StrEnum):

@@ -6,6 +6,7 @@ returns a ``ToolResult`` (or propagates cancellation). Policy is not checked
 here: the run engine asks ``palyra.policy`` first.
 """
 
+from palyra.core.capabilities import SENSITIVE_CAPABILITIES, Capability, is_sensitive
 from palyra.tools._attestation import (
     ATTESTATION_DOMAIN,
     args_digest,
@@ -16,7 +17,6 @@ from palyra.tools._builtin_basic import ADD, ECHO, MEMORY_SEARCH, TIME_NOW
 from palyra.tools._builtin_fs import FS_LIST, FS_READ, FS_WRITE
 from palyra.tools._builtin_http import HTTP_FETCH
 from palyra.tools._builtin_process import PROCESS_RUN
-from palyra.tools._capability import SENSITIVE_CAPABILITIES, Capability, is_sensitive
 from palyra.tools._defaults import BUILTIN_TOOLS, ToolsConfig, default_registry
 from palyra.tools._registry import ToolRegistry, cap_output
 from palyra.tools._spec import (

@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from palyra.core.canonical import canonical_json
 from palyra.tools._spec import ToolResult
 
 ATTESTATION_DOMAIN = b"palyra.tool.attestation.v1"
@@ -54,8 +55,8 @@ def attest(tool_name: str, args_json: str, result: ToolResult) -> str:
 
 
 def canonical_args_json(args: Mapping[str, Any]) -> str:
-    """Canonical JSON of tool arguments: sorted keys, no whitespace."""
-    return _ENCODER.encode(args).decode()
+    """Canonical JSON of tool arguments: sorted keys, no whitespace (``core.canonical``)."""
+    return canonical_json(dict(args)).decode()
 
 
 def args_digest(tool_name: str, args: Mapping[str, Any]) -> str:

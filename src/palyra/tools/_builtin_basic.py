@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
-from palyra.tools._capability import Capability
+from palyra.core.capabilities import Capability
 from palyra.tools._spec import ToolContext, ToolOutput, ToolSpec
 
 _READ_ONLY = frozenset({Capability.READ_ONLY})

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import msgspec
 
-from palyra.tools._capability import Capability
+from palyra.core.capabilities import Capability
 from palyra.tools._spec import ToolContext, ToolError, ToolOutput, ToolSpec
 from palyra.tools._workspace import is_blocked_name, resolve_in_workspace
 

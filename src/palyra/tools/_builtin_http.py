@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import msgspec
 
-from palyra.tools._capability import Capability
+from palyra.core.capabilities import Capability
 from palyra.tools._spec import ToolContext, ToolError, ToolOutput, ToolSpec
 
 FETCH_LIMIT_BYTES = 48 * 1024

@@ -15,7 +15,7 @@ import signal
 
 import msgspec
 
-from palyra.tools._capability import Capability
+from palyra.core.capabilities import Capability
 from palyra.tools._spec import ToolContext, ToolError, ToolOutput, ToolSpec
 from palyra.tools._workspace import resolve_in_workspace
 

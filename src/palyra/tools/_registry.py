@@ -16,7 +16,6 @@ from typing import Any
 import msgspec
 
 from palyra.core.errors import ErrorCode, PalyraError
-from palyra.providers import ToolSpecForModel
 from palyra.tools._spec import ToolContext, ToolResult, ToolSpec
 
 _ENCODER = msgspec.json.Encoder()
@@ -95,10 +94,6 @@ class ToolRegistry:
 
     def __len__(self) -> int:
         return len(self._tools)
-
-    def model_tools(self) -> list[ToolSpecForModel]:
-        """The catalogue to send to the model, sorted by name."""
-        return [ToolSpecForModel(t.name, t.description, t.json_schema()) for t in self]
 
     async def execute(
         self,

@@ -9,8 +9,8 @@ from typing import Any, Generic, TypeAlias, TypeVar
 
 import msgspec
 
+from palyra.core.capabilities import Capability
 from palyra.core.errors import ErrorCode, PalyraError
-from palyra.tools._capability import Capability
 
 ArgsT = TypeVar("ArgsT", bound=msgspec.Struct)
 

@@ -1,6 +1,6 @@
 """The agent loop: input → model → tools → model … → final answer.
 
-``advance`` runs in the actor's work task and asks the tape-derived
+``advance`` runs in the actor's work task, over the run's :class:`Step`, and asks the tape-derived
 ``LoopState`` what to do next until the loop is idle, so the same code serves
 a live run and one resumed after a restart. Commits are grouped by cause to
 keep the journal honest and cheap: the input pickup, the turn start, the
@@ -12,68 +12,64 @@ tool result with its attestation is one append.
 from __future__ import annotations
 
 import asyncio
-import time
 from contextlib import aclosing
-from typing import TYPE_CHECKING
 
 from palyra_gen.palyra import v1 as pb
 
 from palyra.core.errors import PalyraInternalError
-from palyra.engine._loopstate import Action
-from palyra.engine._tokens import TokenBuffer
-from palyra.engine._toolflow import propose, resolve_tool
-from palyra.engine._writer import Batch
+from palyra.engine.model.fold import Action
+from palyra.engine.model.tokens import TokenBuffer
+from palyra.engine.run.step import Step
+from palyra.engine.run.toolflow import propose, resolve_tool
+from palyra.engine.run.writer import Batch
 from palyra.providers import ChatMessage, ModelRequest, ModelResponse, TextDelta
-
-if TYPE_CHECKING:
-    from palyra.engine._actor import RunActor
 
 _PHASE = pb.AgentLoopPhase
 
 
-async def advance(actor: RunActor) -> None:
+async def advance(step: Step) -> None:
     """Run the loop for every queued input until idle (or parking)."""
-    while not actor.parking:
-        loop = actor.writer.loop
+    while not step.parking:
+        loop = step.writer.loop
         action, proposal = loop.next_action()
         if action is Action.IDLE:
-            pending = actor.record.pending_inputs
+            pending = step.record.pending_inputs
             if not pending:
                 return
             first = pending[0]
-            actor.active_s = 0.0
+            step.new_loop()
             # A new loop: an earlier loop's limit no longer says how the run ends.
-            batch = actor.writer.batch().take_input().set(end_reason="")
+            batch = step.writer.batch().take_input().set(end_reason="")
             batch.add(
                 pb.UserInput(text=first.text, input_id=first.input_id,
                              attachment_count=first.attachment_count),
                 pb.AgentLoop(phase=_PHASE.STARTED, turn=loop.turn_count),
             )
-            await model_turn(actor, batch)
+            await model_turn(step, batch)
         elif action is Action.START_TURN:
-            if loop.loop_turns >= actor.deps.config.max_turns:
-                await terminate(actor, "turn_limit")
-            elif actor.remaining_wall_s() <= 0:
-                await terminate(actor, "wall_clock_limit")
+            if loop.loop_turns >= step.deps.config.max_turns:
+                await terminate(step, "turn_limit")
+            elif step.remaining_wall_s() <= 0:
+                await terminate(step, "wall_clock_limit")
             else:
-                await model_turn(actor, actor.writer.batch())
+                await model_turn(step, step.writer.batch())
         elif action is Action.RESOLVE_TOOL:
             assert proposal is not None
-            await resolve_tool(actor, proposal)
+            await resolve_tool(step, proposal)
         else:  # COMPLETE_TURN: every call of the turn has its result
-            await actor.writer.batch().add(
+            await step.writer.batch().add(
                 pb.AgentLoop(phase=_PHASE.TURN_COMPLETED, turn=loop.turn_count)).commit()
 
 
-def limit_text(actor: RunActor, reason: str) -> str:
+def limit_text(step: Step, reason: str) -> str:
     """The reply that tells the client why its loop stopped short."""
-    config = actor.deps.config
+    config = step.deps.config
     if reason == "turn_limit":
         return f"stopped: turn limit ({config.max_turns}) reached"
     return f"stopped: wall-clock limit ({config.max_wall_s:g} s) reached"
 
 
-async def terminate(actor: RunActor, reason: str, batch: Batch | None = None) -> None:
+async def terminate(step: Step, reason: str, batch: Batch | None = None) -> None:
     """End the agent loop early: ``turn_limit`` or ``wall_clock_limit``.
 
     A limit is not a failure, and it is never silent. The turn ends with a
@@ -86,48 +82,46 @@ async def terminate(actor: RunActor, reason: str, batch: Batch | None = None) ->
     ``done`` status) unless a later loop ended normally. Failing the run
     instead would throw away a conversation that is fine to continue.
     """
-    batch = batch or actor.writer.batch()
-    batch.add(pb.MessageReplied(reply_text=limit_text(actor, reason)),
-              pb.AgentLoop(phase=_PHASE.TERMINATED, turn=actor.writer.loop.turn_count,
+    batch = batch or step.writer.batch()
+    batch.add(pb.MessageReplied(reply_text=limit_text(step, reason)),
+              pb.AgentLoop(phase=_PHASE.TERMINATED, turn=step.writer.loop.turn_count,
                            reason=reason))
     batch.set(end_reason=reason)
-    actor.carry = None
+    step.carry(None)
     await batch.complete_if_requested().commit()
 
 
-async def model_turn(actor: RunActor, batch: Batch) -> None:
+async def model_turn(step: Step, batch: Batch) -> None:
     """One model call: stream tokens, then record the output and what it asks for."""
-    deps, loop = actor.deps, actor.writer.loop
+    deps, loop = step.deps, step.writer.loop
     turn = loop.turn_count + 1
     messages = list(loop.messages)
     messages += [ChatMessage(role="user", content=m.text)
                  for m in batch.members if isinstance(m, pb.UserInput)]
     batch.add(pb.AgentLoop(phase=_PHASE.TURN_STARTED, turn=turn))
     # Uncommitted members ride along with a cancel/fail commit if the call dies.
-    actor.carry = batch
-    actor.phase = "model"
+    step.carry(batch)
+    step.phase = "model"
     tokens = TokenBuffer(deps.config.token_words_per_event)
     request = ModelRequest(messages=messages, tools=deps.tools.catalog())
     response: ModelResponse | None = None
-    started = time.monotonic()
     try:
-        async with asyncio.timeout(actor.remaining_wall_s()):
-            async with aclosing(deps.provider.stream(request)) as chunks:
-                async for chunk in chunks:
-                    if isinstance(chunk, TextDelta):
-                        group = tokens.push(chunk.text)
-                        if group:
-                            batch.add(pb.ModelToken(token=group, is_final=False, turn=turn))
-                            await batch.commit()
-                            batch = actor.writer.batch()
-                            actor.carry = batch
-                    else:
-                        response = chunk.response
+        with step.active():
+            async with asyncio.timeout(step.remaining_wall_s()):
+                async with aclosing(deps.provider.stream(request)) as chunks:
+                    async for chunk in chunks:
+                        if isinstance(chunk, TextDelta):
+                            group = tokens.push(chunk.text)
+                            if group:
+                                batch.add(pb.ModelToken(token=group, is_final=False, turn=turn))
+                                await batch.commit()
+                                batch = step.writer.batch()
+                                step.carry(batch)
+                        else:
+                            response = chunk.response
     except TimeoutError:
-        await terminate(actor, "wall_clock_limit", batch)
+        await terminate(step, "wall_clock_limit", batch)
         return
-    finally:
-        actor.active_s += time.monotonic() - started
     if response is None:
         raise PalyraInternalError("provider stream ended without a Completed chunk")
     rest = tokens.rest()
@@ -139,7 +133,7 @@ async def model_turn(actor: RunActor, batch: Batch) -> None:
         output_tokens=response.usage.output_tokens, provider=deps.provider.name,
     ))
     if response.tool_calls:
-        await propose(actor, batch, response.tool_calls, turn)
+        await propose(step, batch, response.tool_calls, turn)
     else:
         batch.add(
             pb.MessageReplied(reply_text=response.text),
@@ -147,4 +141,4 @@ async def model_turn(actor: RunActor, batch: Batch) -> None:
             pb.AgentLoop(phase=_PHASE.TERMINATED, turn=turn, reason="final_answer"),
         )
         await batch.complete_if_requested().commit()
-    actor.carry = None
+    step.carry(None)

@@ -21,16 +21,19 @@ import msgspec
 from palyra.core.errors import ErrorCode, PermissionDenied
 from palyra.core.ids import is_ulid, new_ulid
 from palyra.core.principals import is_operator
-from palyra.engine._actor import RunActor
-from palyra.engine._approvals import ApprovalReader, Decision
-from palyra.engine._config import EngineConfig
-from palyra.engine._deps import EngineDeps
-from palyra.engine._errors import coded, invalid, not_found
-from palyra.engine._failures import as_palyra_error
-from palyra.engine._loopstate import LoopState
-from palyra.engine._machines import is_run_terminal
-from palyra.engine._ports import PolicyPort, ToolsPort
-from palyra.engine._records import (
+from palyra.engine.model.approvals import Decision
+from palyra.engine.model.config import EngineConfig
+from palyra.engine.model.errors import as_palyra_error, coded, invalid, not_found
+from palyra.engine.model.fold import LoopState
+from palyra.engine.model.lifecycle import (
+    ApprovalEvent,
+    ApprovalStateId,
+    RunEvent,
+    RunStateId,
+    is_run_terminal,
+)
+from palyra.engine.model.ports import PolicyPort, ToolsPort
+from palyra.engine.model.records import (
     RUNS,
     ApprovalRecord,
     IdentityRec,
@@ -40,10 +43,15 @@ from palyra.engine._records import (
     decode,
     redacted,
 )
-from palyra.engine._recovery import RecoveryReport, recover_runs
-from palyra.engine._session_ops import SessionOps
-from palyra.engine._sessions import Selectors, SessionService, record_write
-from palyra.engine._writer import RunWriter
+from palyra.engine.run.actor import RunActor
+from palyra.engine.run.approvals import ApprovalReader
+from palyra.engine.run.deps import EngineDeps
+from palyra.engine.run.recovery import RecoveryReport, recover_runs
+from palyra.engine.run.writer import RunWriter
+from palyra.engine.sessions.plan import record_write
+from palyra.engine.sessions.reader import SessionReader
+from palyra.engine.sessions.selectors import Selectors
+from palyra.engine.sessions.writer import SessionWriter
 from palyra.journal import JournalStore
 from palyra.providers import ModelProvider
 
@@ -90,12 +98,16 @@ class Engine:
                  now_ms: Callable[[], int] = wall_ms) -> None:
         self.config = config or EngineConfig()
         self.store = store
-        sessions = SessionService(store, now_ms)
-        self.deps = EngineDeps(store=store, provider=provider, policy=policy, tools=tools,
-                               config=self.config, sessions=sessions,
-                               approvals=ApprovalReader(store), now_ms=now_ms)
-        self.sessions = SessionOps(store, sessions, now_ms)
-        self.started_at = time.monotonic()
+        #: Committed session records (get, by key or label, caller-scoped pages).
+        self.session_reader = SessionReader(store)
+        #: Every session change, each under that session's lock.
+        self.session_writer = SessionWriter(store, self.session_reader, now_ms)
+        #: Committed approval records (get, filtered pages).
+        self.approval_reader = ApprovalReader(store)
+        self._deps = EngineDeps(store=store, provider=provider, policy=policy, tools=tools,
+                                config=self.config, session_reader=self.session_reader,
+                                session_writer=self.session_writer,
+                                approval_reader=self.approval_reader, now_ms=now_ms)
         self._actors: dict[str, RunActor] = {}
         self._claimed: set[str] = set()
         self._stack = AsyncExitStack()
@@ -142,7 +154,7 @@ class Engine:
 
     async def recover(self) -> RecoveryReport:
         """Resume or fail every non-terminal run (call once, before serving)."""
-        report, actors = await recover_runs(self.deps)
+        report, actors = await recover_runs(self._deps)
         for actor in actors:
             self._start_actor(actor)
         return report
@@ -181,29 +193,26 @@ class Engine:
         return started
 
     async def _accept(self, identity: IdentityRec, start: StartRun, run_id: str) -> Started:
-        sessions, now = self.deps.sessions, self.deps.now_ms()
-        async with sessions.resolving(start.selectors):
-            plan = sessions.plan_resolve(identity, start.selectors)
-            async with sessions.locks.hold("sid:" + plan.record.session_id):
-                plan = sessions.plan_resolve(identity, start.selectors)
-                session = msgspec.structs.replace(
-                    plan.record, last_run_id=run_id, run_count=plan.record.run_count + 1,
-                    updated_ms=now)
-                inputs = (InputRec(new_ulid(), start.text, start.attachments),) if (
-                    start.text is not None) else ()
-                record = RunRecord(run_id=run_id, session_id=session.session_id,
-                                   state="pending", identity=identity, created_ms=now,
-                                   updated_ms=now, driver=start.driver, pending_inputs=inputs,
-                                   complete_requested=start.complete)
-                writer = RunWriter(self.store, record, LoopState(), self.deps.now_ms)
-                batch = writer.batch().events(*plan.events)
-                batch.write(*plan.entity_writes, record_write(session))
-                batch.transition("accept", reason="accepted",
-                                 message=f"accepted session={session.session_id} "
-                                         f"principal={identity.principal}")
-                batch.transition("start", message="streaming")
-                await batch.commit()
-        self._start_actor(RunActor(self.deps, writer))
+        now = self._deps.now_ms()
+        async with self.session_writer.resolving(identity, start.selectors) as plan:
+            session = msgspec.structs.replace(
+                plan.record, last_run_id=run_id, run_count=plan.record.run_count + 1,
+                updated_ms=now)
+            inputs = (InputRec(new_ulid(), start.text, start.attachments),) if (
+                start.text is not None) else ()
+            record = RunRecord(run_id=run_id, session_id=session.session_id,
+                               state=RunStateId.PENDING, identity=identity, created_ms=now,
+                               updated_ms=now, driver=start.driver, pending_inputs=inputs,
+                               complete_requested=start.complete)
+            writer = RunWriter(self.store, record, LoopState(), self._deps.now_ms)
+            batch = writer.batch().events(*plan.events)
+            batch.write(*plan.entity_writes, record_write(session))
+            batch.transition(RunEvent.ACCEPT, reason="accepted",
+                             message=f"accepted session={session.session_id} "
+                                     f"principal={identity.principal}")
+            batch.transition(RunEvent.START, message="streaming")
+            await batch.commit()
+        self._start_actor(RunActor(self._deps, writer))
         return Started(redacted(writer.record), session, plan.created, plan.reset_applied)
 
     def get_run(self, identity: IdentityRec, run_id: str) -> RunRecord:
@@ -263,7 +272,7 @@ class Engine:
         actor.request_cancel("cancelled_by_request")
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(2.0):
-                await actor.finished.wait()
+                await actor.finished()
         return True, redacted(actor.record)
 
     def fail_run(self, run_id: str, error: Exception, reason: str) -> None:
@@ -281,7 +290,7 @@ class Engine:
             actor = self._actors.get(run_id)
             if actor is None or is_run_terminal(record.state):
                 return record
-            loop = actor.writer.loop
+            loop = actor.loop
             # Idle counts as settled only while more input may follow: a run whose
             # client asked to complete is about to end, and callers want that end.
             # The loop state is folded before its append lands, so it can run
@@ -289,10 +298,10 @@ class Engine:
             # caught up, or the answer is the row from before the loop's end.
             idle = (record.tape_len == loop.tape_len and not loop.loop_active
                     and not record.pending_inputs and not record.complete_requested)
-            if not until_terminal and (record.state == "waiting_for_approval" or idle):
+            if not until_terminal and (record.state == RunStateId.WAITING_FOR_APPROVAL or idle):
                 return record
             # The actor notifies on every commit and once more when it ends.
-            await actor.writer.wait_change()
+            await actor.wait_change()
 
     def recheck_idle(self) -> None:
         """Re-evaluate every live run's idle deadline against ``now_ms`` now.
@@ -304,9 +313,10 @@ class Engine:
         for actor in list(self._actors.values()):
             actor.recheck_idle()
 
-    def live_actor(self, run_id: str) -> RunActor | None:
-        """The actor of a live run (for the application's stream plumbing)."""
-        return self._actors.get(run_id)
+    def phase_of(self, run_id: str) -> str | None:
+        """What a live run's work is doing (``idle``, ``model``, ``tool``, ``approval``)."""
+        actor = self._actors.get(run_id)
+        return actor.phase if actor is not None else None
 
     # -- approvals ---------------------------------------------------------
     async def decide_approval(self, identity: IdentityRec, approval_id: str, approve: bool,
@@ -319,15 +329,15 @@ class Engine:
             InvalidArgument: timeboxed without a positive ttl.
             PalyraError: ``APPROVAL_ALREADY_DECIDED``.
         """
-        record = self.deps.approvals.get(approval_id)
+        record = self.approval_reader.get(approval_id)
         if record is None:
             raise not_found("approval", approval_id)
-        if not self.deps.policy.may_decide_approval(identity, record):
+        if not self._deps.policy.may_decide_approval(identity, record):
             raise PermissionDenied(f"{identity.principal} may not decide approvals",
                                    details={"approval_id": approval_id})
         if scope == "timeboxed" and ttl_seconds <= 0:
             raise invalid("a timeboxed decision needs ttl_seconds > 0", field="ttl_seconds")
-        if record.state != "pending":
+        if record.state != ApprovalStateId.PENDING:
             raise coded(ErrorCode.APPROVAL_ALREADY_DECIDED,
                         f"approval {approval_id} is already {record.state}",
                         approval_id=approval_id)
@@ -335,8 +345,8 @@ class Engine:
         if actor is None:
             raise coded(ErrorCode.UNAVAILABLE, f"run {record.run_id} is not live; retry "
                         "after the daemon restarts", run_id=record.run_id)
-        decision = Decision("approve" if approve else "deny", scope or "once",
+        decision = Decision(ApprovalEvent.APPROVE if approve else ApprovalEvent.DENY, scope or "once",
                             ttl_seconds if scope == "timeboxed" else 0, reason,
-                            identity.principal, self.deps.now_ms())
+                            identity.principal, self._deps.now_ms())
         # The committed row is redacted (a reason may quote a secret); so is the answer.
         return redacted(await actor.deliver(approval_id, decision))

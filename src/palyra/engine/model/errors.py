@@ -1,8 +1,28 @@
-"""Why a run ends badly: one exception the actor turns into a ``fail`` transition."""
+"""The engine's errors: caller-facing constructors and why a run ends badly.
+
+``RunFailed`` is raised inside a run's work; the actor turns it (or any other
+error) into the one ``fail`` transition, using :func:`as_palyra_error` for what the
+client sees and :func:`reason_of` for the run's ``end_reason``.
+"""
 
 from __future__ import annotations
 
-from palyra.core.errors import ErrorCode, PalyraError
+from palyra.core.errors import ErrorCode, InvalidArgument, NotFound, PalyraError
+
+
+def not_found(what: str, ident: str) -> NotFound:
+    """NOT_FOUND for ``what`` (``run``, ``session``, ``approval``) ``ident``."""
+    return NotFound(f"{what} {ident!r} not found", details={what + "_id": ident})
+
+
+def invalid(message: str, **details: str) -> InvalidArgument:
+    """INVALID_ARGUMENT with details."""
+    return InvalidArgument(message, details=details)
+
+
+def coded(code: ErrorCode, message: str, **details: str) -> PalyraError:
+    """A ``PalyraError`` with an explicit code."""
+    return PalyraError(message, code=code, details=details)
 
 
 class RunFailed(Exception):

@@ -1,12 +1,13 @@
-"""One asyncio task owns one run: inputs, completion, cancellation, parking.
+"""One asyncio task owns one run's lifetime: inputs, completion, cancellation, parking.
 
 The actor's main task never runs model or tool code itself. Each unit of
-work (the agent loop for the queued inputs) runs in a child task of the
-actor's TaskGroup, so ``abort`` can cancel exactly that step (a provider call,
-a tool, an approval wait) with plain asyncio cancellation and the actor, which
-was not cancelled, then journals the ``cancel`` transition. Failures after
-accept all end in :meth:`RunActor._finalize` — the one ``finalize_failure``
-path.
+work (the agent loop for the queued inputs, over the run's :class:`Step`)
+runs in a child task of the actor's TaskGroup, so ``abort`` can cancel exactly
+that work (a provider call, a tool, an approval wait) with plain asyncio
+cancellation and the actor, which was not cancelled, then journals the
+``cancel`` transition. Failures after accept all end in
+:meth:`RunActor._finalize`, the one ``finalize_failure`` path. Decisions for
+the run's approvals are forwarded to the step's mailbox.
 """
 
 from __future__ import annotations
@@ -14,67 +15,75 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Literal
 
-import msgspec
 from palyra_gen.palyra import v1 as pb
 
 from palyra.core.errors import ErrorCode, PalyraError
-from palyra.engine import _approvals as appr
-from palyra.engine._approvals import Decision
-from palyra.engine._deps import EngineDeps
-from palyra.engine._errors import coded
-from palyra.engine._failures import as_palyra_error, reason_of
-from palyra.engine._loop import advance
-from palyra.engine._loopstate import ProposalPhase
-from palyra.engine._machines import is_run_terminal, run_can
-from palyra.engine._records import ApprovalRecord, InputRec, RunRecord
-from palyra.engine._writer import Batch, RunWriter, end_reason_on_complete
+from palyra.engine.model import approvals as appr
+from palyra.engine.model.approvals import Decision
+from palyra.engine.model.errors import as_palyra_error, coded, reason_of
+from palyra.engine.model.fold import LoopState, ProposalPhase
+from palyra.engine.model.lifecycle import (
+    ApprovalEvent,
+    ApprovalStateId,
+    RunEvent,
+    RunStateId,
+    is_run_terminal,
+    run_can,
+)
+from palyra.engine.model.records import ApprovalRecord, InputRec, RunRecord
+from palyra.engine.run.approvals import approval_write
+from palyra.engine.run.deps import EngineDeps
+from palyra.engine.run.loop import advance
+from palyra.engine.run.step import Step
+from palyra.engine.run.writer import Batch, RunWriter, end_reason_on_complete
 
 log = logging.getLogger("palyra.engine")
-
-Phase = Literal["idle", "model", "tool", "approval"]
-
 
 class RunActor:
     """The single owner of one run's writes."""
 
     def __init__(self, deps: EngineDeps, writer: RunWriter,
                  unknown_inflight: frozenset[str] = frozenset()) -> None:
-        self.deps = deps
-        self.writer = writer
-        self.phase: Phase = "idle"
-        self.carry: Batch | None = None
-        self.decisions: dict[str, asyncio.Future[Decision]] = {}
-        self.acks: dict[str, asyncio.Future[ApprovalRecord]] = {}
-        # Proposals allowed before a restart with no result on the tape: the
-        # tool may or may not have run, so only read-only tools are re-run.
-        self.unknown_inflight = set(unknown_inflight)
-        self.finished = asyncio.Event()
-        self.error: PalyraError | None = None
-        self.end_error: PalyraError | None = None
+        self._deps = deps
+        self._writer = writer
+        self._step = Step(deps, writer, unknown_inflight)
+        self._finished = asyncio.Event()
+        self._error: PalyraError | None = None
         self._fail_reason = ""
         self._wake = asyncio.Event()
         self._cancel_reason = ""
         self._parking = False
         self._work: asyncio.Task[None] | None = None
         self._work_error: Exception | None = None
-        self.active_s = 0.0
 
     @property
     def run_id(self) -> str:
         """The run this actor owns."""
-        return self.writer.record.run_id
+        return self._writer.record.run_id
 
     @property
-    def parking(self) -> bool:
-        """True once the daemon asked this run to park (SIGTERM)."""
-        return self._parking
+    def phase(self) -> str:
+        """What the run's work is doing: ``idle``, ``model``, ``tool`` or ``approval``."""
+        return self._step.phase
+
+    @property
+    def loop(self) -> LoopState:
+        """The run's tape-derived loop state (folded ahead of the committed row)."""
+        return self._writer.loop
+
+    async def finished(self) -> None:
+        """Return once the actor has stopped (terminal or parked)."""
+        await self._finished.wait()
+
+    async def wait_change(self) -> None:
+        """Return after the run's next commit (or when the actor stops)."""
+        await self._writer.wait_change()
 
     @property
     def record(self) -> RunRecord:
         """The committed run record."""
-        return self.writer.record
+        return self._writer.record
 
     # -- requests from other tasks -------------------------------------------
     async def add_input(self, text: str, input_id: str, attachments: int,
@@ -86,29 +95,29 @@ class RunActor:
                 ``RESOURCE_EXHAUSTED`` if too many inputs are queued;
                 ``UNAVAILABLE`` while the daemon drains.
         """
-        async with self.writer.lock:
-            rec = self.writer.record
+        async with self._writer.lock:
+            rec = self._writer.record
             self._check_open(rec)
-            if len(rec.pending_inputs) >= self.deps.config.max_pending_inputs:
+            if len(rec.pending_inputs) >= self._deps.config.max_pending_inputs:
                 raise coded(ErrorCode.RESOURCE_EXHAUSTED,
                             f"run {rec.run_id} already has {len(rec.pending_inputs)} queued "
                             "inputs", run_id=rec.run_id)
             inputs = (*rec.pending_inputs, InputRec(input_id, text, attachments))
-            batch = self.writer.batch().set(pending_inputs=inputs,
+            batch = self._writer.batch().set(pending_inputs=inputs,
                                             complete_requested=complete)
             await batch.commit_locked()
         self._wake.set()
-        return self.writer.record
+        return self._writer.record
 
     async def request_complete(self) -> RunRecord:
         """Half-close: the run becomes done once its queue is empty and the loop idle."""
-        async with self.writer.lock:
-            rec = self.writer.record
+        async with self._writer.lock:
+            rec = self._writer.record
             if is_run_terminal(rec.state) or rec.complete_requested:
                 return rec
-            await self.writer.batch().set(complete_requested=True).commit_locked()
+            await self._writer.batch().set(complete_requested=True).commit_locked()
         self._wake.set()
-        return self.writer.record
+        return self._writer.record
 
     def _check_open(self, rec: RunRecord) -> None:
         if is_run_terminal(rec.state):
@@ -131,8 +140,8 @@ class RunActor:
 
     def request_failure(self, error: PalyraError, reason: str) -> None:
         """Fail the run (e.g. a stream protocol error) after stopping its step."""
-        if self.error is None:
-            self.error = error
+        if self._error is None:
+            self._error = error
             self._fail_reason = reason or "failed"
         if self._work is not None:
             self._work.cancel()
@@ -146,40 +155,23 @@ class RunActor:
         (re-asking the model is free and the approval stays pending).
         """
         self._parking = True
+        self._step.parking = True
         self._wake.set()
         work = self._work
-        if work is not None and self.phase == "tool":
+        if work is not None and self._step.phase == "tool":
             await asyncio.wait({work}, timeout=grace_s)
         if self._work is not None:
             self._work.cancel()
-        await self.finished.wait()
+        await self._finished.wait()
 
     def deliver(self, approval_id: str, decision: Decision) -> asyncio.Future[ApprovalRecord]:
-        """Hand a decision to the step waiting on ``approval_id``.
+        """Forward a decision to the step's mailbox; the future answers once it is committed.
 
         Raises:
             PalyraError: ``APPROVAL_ALREADY_DECIDED`` when a decision (or the
                 timeout) already answered it.
         """
-        # The caller checked the record is pending; after a restart the step may
-        # not be waiting yet, so the future is created here and picked up later.
-        fut = self.expect_decision(approval_id)
-        if fut.done():
-            raise coded(ErrorCode.APPROVAL_ALREADY_DECIDED,
-                        f"approval {approval_id} is already decided",
-                        approval_id=approval_id)
-        ack: asyncio.Future[ApprovalRecord] = asyncio.get_running_loop().create_future()
-        self.acks[approval_id] = ack
-        fut.set_result(decision)
-        return ack
-
-    def expect_decision(self, approval_id: str) -> asyncio.Future[Decision]:
-        """Register the future a decision for ``approval_id`` will resolve."""
-        fut = self.decisions.get(approval_id)
-        if fut is None:
-            fut = asyncio.get_running_loop().create_future()
-            self.decisions[approval_id] = fut
-        return fut
+        return self._step.mailbox.deliver(approval_id, decision)
 
     # -- the owning task ---------------------------------------------------
     async def main(self) -> None:
@@ -187,20 +179,19 @@ class RunActor:
         try:
             async with asyncio.TaskGroup() as tg:
                 while True:
-                    if self.error is not None:
-                        await self._finalize("fail", self._fail_reason, self.error)
+                    if self._error is not None:
+                        await self._finalize(RunEvent.FAIL, self._fail_reason, self._error)
                         return
                     if self._cancel_reason:
-                        await self._finalize("cancel", self._cancel_reason, None)
+                        await self._finalize(RunEvent.CANCEL, self._cancel_reason, None)
                         return
-                    if self._parking or is_run_terminal(self.writer.state):
+                    if self._parking or is_run_terminal(self._writer.state):
                         return
-                    if self.writer.state == "accepted":
-                        await self.writer.batch().transition(
-                            "start", message="streaming").commit()
+                    if self._writer.state == RunStateId.ACCEPTED:
+                        await self._writer.batch().transition(RunEvent.START, message="streaming").commit()
                         continue
                     if self._idle():
-                        if self.writer.record.complete_requested:
+                        if self._writer.record.complete_requested:
                             await self._complete()
                             return
                         wait_s = self._idle_wait_s()
@@ -220,28 +211,28 @@ class RunActor:
                     self._work = tg.create_task(self._guarded_work())
                     await asyncio.wait({self._work})
                     self._work = None
-                    self.phase = "idle"
+                    self._step.phase = "idle"
                     exc = self._take_work_error()
                     if exc is not None:
-                        await self._finalize("fail", reason_of(exc), as_palyra_error(exc))
+                        await self._finalize(RunEvent.FAIL, reason_of(exc), as_palyra_error(exc))
                         return
         except Exception:  # a bug in the actor itself: never leave the run stuck
             log.exception("run actor crashed", extra={"run_id": self.run_id})
             try:
-                await self._finalize("fail", "internal_error",
+                await self._finalize(RunEvent.FAIL, "internal_error",
                                      PalyraError("internal error in the run actor"))
             except Exception:
                 log.exception("could not fail run after actor crash")
         finally:
             self._release_waiters()
-            self.finished.set()
-            self.writer.notify()
+            self._finished.set()
+            self._writer.notify()
 
     async def _guarded_work(self) -> None:
         # An error of the step must reach _finalize, not abort the TaskGroup;
         # cancellation (abort, park) propagates untouched.
         try:
-            await advance(self)
+            await advance(self._step)
         except Exception as exc:
             self._work_error = exc
 
@@ -250,8 +241,8 @@ class RunActor:
         return exc
 
     def _idle(self) -> bool:
-        loop = self.writer.loop
-        return not loop.loop_active and not self.writer.record.pending_inputs
+        loop = self._writer.loop
+        return not loop.loop_active and not self._writer.record.pending_inputs
 
     def recheck_idle(self) -> None:
         """Re-evaluate the idle deadline now (the engine clock may have jumped)."""
@@ -267,12 +258,12 @@ class RunActor:
         is exact. It is derived from the journaled ``last_active_ms`` and the
         engine clock (``now_ms``), so it survives restarts.
         """
-        idle_s = self.deps.config.idle_complete_s
-        rec = self.writer.record
-        if idle_s <= 0 or rec.state != "in_progress":
+        idle_s = self._deps.config.idle_complete_s
+        rec = self._writer.record
+        if idle_s <= 0 or rec.state != RunStateId.IN_PROGRESS:
             return None
         since = rec.last_active_ms or rec.updated_ms
-        return (since + int(idle_s * 1000) - self.deps.now_ms()) / 1000
+        return (since + int(idle_s * 1000) - self._deps.now_ms()) / 1000
 
     async def _complete_idle(self) -> None:
         """Complete an idle API run past the idle deadline (``idle_timeout``).
@@ -281,79 +272,58 @@ class RunActor:
         activity (the run is then not idle, or its deadline moved), and an
         input arriving after this commit is refused with ``RUN_TERMINAL``.
         """
-        async with self.writer.lock:
+        async with self._writer.lock:
             wait_s = self._idle_wait_s()
-            rec = self.writer.record
+            rec = self._writer.record
             if (wait_s is None or wait_s > 0 or not self._idle() or rec.complete_requested
-                    or self._parking or not run_can(rec.state, "complete")):
+                    or self._parking or not run_can(rec.state, RunEvent.COMPLETE)):
                 return
-            idle_s = self.deps.config.idle_complete_s
-            await self.writer.batch().transition(
-                "complete", reason="idle_timeout",
+            idle_s = self._deps.config.idle_complete_s
+            await self._writer.batch().transition(RunEvent.COMPLETE, reason="idle_timeout",
                 message=f"completed: idle with no input for {idle_s:g} s").set(
                 end_reason="idle_timeout").commit_locked()
 
     async def _complete(self) -> None:
-        async with self.writer.lock:
-            if run_can(self.writer.state, "complete"):
-                reason = end_reason_on_complete(self.writer.record.end_reason)
-                await self.writer.batch().transition(
-                    "complete", message="completed", reason=reason).set(
+        async with self._writer.lock:
+            if run_can(self._writer.state, RunEvent.COMPLETE):
+                reason = end_reason_on_complete(self._writer.record.end_reason)
+                await self._writer.batch().transition(RunEvent.COMPLETE, message="completed", reason=reason).set(
                     end_reason=reason).commit_locked()
 
     async def _finalize(self, event: str, reason: str, error: PalyraError | None) -> None:
         """The single path to ``failed`` / ``cancelled``; a no-op once terminal."""
-        if self.carry is not None:
-            carry, self.carry = self.carry, None
-            if carry.members:
-                await carry.commit()
-        async with self.writer.lock:
-            state = self.writer.state
+        carry = self._step.take_carry()
+        if carry is not None and carry.members:
+            await carry.commit()
+        async with self._writer.lock:
+            state = self._writer.state
             if is_run_terminal(state) or not run_can(state, event):
                 return
-            batch = self.writer.batch()
+            batch = self._writer.batch()
             if error is not None:
                 batch.add(pb.RunError(code=_code_proto(error.code), message=error.message))
-            if self.writer.loop.loop_active:
+            if self._writer.loop.loop_active:
                 batch.add(pb.AgentLoop(phase=pb.AgentLoopPhase.TERMINATED,
-                                       turn=self.writer.loop.turn_count, reason=reason))
+                                       turn=self._writer.loop.turn_count, reason=reason))
             self._cancel_pending_approvals(batch, reason)
-            message = ("cancelled by request" if event == "cancel"
+            message = ("cancelled by request" if event == RunEvent.CANCEL
                        else (error.message if error else reason))
             batch.transition(event, message=message, reason=reason)
-            if error is not None:
-                self.end_error = error
             batch.set(end_reason=reason, pending_approval_id="",
                       error_code=error.code.value if error else "",
                       error_message=error.message if error else "")
             await batch.commit_locked()
 
     def _cancel_pending_approvals(self, batch: Batch, reason: str) -> None:
-        for p in self.writer.loop.proposals:
+        for p in self._writer.loop.proposals:
             if p.phase is ProposalPhase.WAITING and p.approval_id:
-                record = self.deps.approvals.get(p.approval_id)
-                if record is not None and record.state == "pending":
-                    batch.write(appr.write(appr.transitioned(record, "cancel",
+                record = self._deps.approval_reader.get(p.approval_id)
+                if record is not None and record.state == ApprovalStateId.PENDING:
+                    batch.write(approval_write(appr.transitioned(record, ApprovalEvent.CANCEL,
                                                              f"run ended: {reason}")))
 
     def _release_waiters(self) -> None:
-        for approval_id, ack in self.acks.items():
-            if not ack.done():
-                ack.set_exception(coded(
-                    ErrorCode.UNAVAILABLE if self._parking else ErrorCode.RUN_TERMINAL,
-                    f"the run ended before decision on {approval_id} was recorded",
-                    approval_id=approval_id))
-        for fut in self.decisions.values():
-            if not fut.done():
-                fut.cancel()
-
-    def remaining_wall_s(self) -> float:
-        """Active wall-clock budget left for the current agent loop."""
-        return self.deps.config.max_wall_s - self.active_s
-
-    def with_record(self, **changes: object) -> RunRecord:
-        """A copy of the committed record with ``changes`` (no write)."""
-        return msgspec.structs.replace(self.writer.record, **changes)
+        self._step.mailbox.close(parking=self._parking)
 
 
 def _code_proto(code: ErrorCode) -> pb.ErrorCode:

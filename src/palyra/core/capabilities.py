@@ -1,4 +1,9 @@
-"""Tool capabilities: what a tool may touch, which decides approval needs."""
+"""Tool capabilities: what a tool may touch, which decides approval needs.
+
+In ``core`` because two packages reason about them: ``tools`` declares them on
+each tool, ``policy`` decides approval needs from them, and neither imports the
+other.
+"""
 
 from __future__ import annotations
 

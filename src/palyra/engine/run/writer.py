@@ -11,6 +11,7 @@ append: a state change and its cause are one durable commit.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,10 +20,10 @@ import msgspec
 from palyra_gen.palyra import v1 as pb
 
 from palyra.core.errors import PalyraInternalError
-from palyra.engine._loopstate import LoopState
-from palyra.engine._machines import run_next, run_state_proto
-from palyra.engine._records import RUNS, RunRecord, encode
-from palyra.engine._tape import tape_draft
+from palyra.engine.model.fold import LoopState
+from palyra.engine.model.lifecycle import RunEvent, RunStateId, run_next, run_state_proto
+from palyra.engine.model.records import RUNS, RunRecord, encode
+from palyra.engine.model.tape import ENGINE_ACTOR, kind_of, payload_of
 from palyra.journal import EntityWrite, EventDraft, JournalStore, StoredEvent
 
 
@@ -142,11 +143,11 @@ class Batch:
             self.changes["pending_inputs"] = w.record.pending_inputs[1:]
         pending = self.changes.get("pending_inputs", w.record.pending_inputs)
         if (self._complete_if_requested and w.record.complete_requested and not pending
-                and self.state == "in_progress"):
+                and self.state == RunStateId.IN_PROGRESS):
             # A loop stopped by a limit keeps its reason (``_loop.terminate``).
             reason = end_reason_on_complete(self.changes.get("end_reason",
                                                              w.record.end_reason))
-            self.transition("complete", message="completed", reason=reason)
+            self.transition(RunEvent.COMPLETE, message="completed", reason=reason)
             self.changes["end_reason"] = reason
         loop = w.loop
         saved = (loop.tape_len, loop.turn_count, loop.tool_call_count, loop.state,
@@ -201,16 +202,19 @@ class Batch:
         writes: Sequence[EntityWrite] = (*self.entity_writes, run_write)
         drafts = list(self.pre_events)
         for member in self.members:
-            drafts.append(tape_draft(run_id=record.run_id, session_id=record.session_id,
-                                     identity=record.identity, member=member))
+            drafts.append(tape_draft(record, member))
         if not drafts:
-            drafts.append(EventDraft(kind="run.updated", actor="system:engine",
+            drafts.append(EventDraft(kind="run.updated", actor=ENGINE_ACTOR,
                                      session_id=record.session_id, run_id=record.run_id))
         last = drafts[-1]
-        drafts[-1] = EventDraft(
-            kind=last.kind, actor=last.actor, session_id=last.session_id, run_id=last.run_id,
-            tape=last.tape, payload=last.payload, principal=last.principal,
-            device_id=last.device_id, channel=last.channel, event_id=last.event_id,
-            ts_ms=last.ts_ms, entity_writes=(*last.entity_writes, *writes),
-        )
+        drafts[-1] = dataclasses.replace(last, entity_writes=(*last.entity_writes, *writes))
         return drafts
+
+
+def tape_draft(record: RunRecord, member: betterproto2.Message) -> EventDraft:
+    """An ``EventDraft`` that puts ``member`` on ``record``'s tape."""
+    ident = record.identity
+    return EventDraft(kind=kind_of(member), actor=ENGINE_ACTOR, session_id=record.session_id,
+                      run_id=record.run_id, tape=True, payload=payload_of(member),
+                      principal=ident.principal, device_id=ident.device_id,
+                      channel=ident.channel)

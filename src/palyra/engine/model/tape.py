@@ -1,24 +1,24 @@
-"""Tape events: ``EventDraft`` in, ``palyra.v1.TapeEvent`` out.
+"""The tape's vocabulary: which message is which tape event, both ways.
 
 Contract (docs/architecture.md): a tape event's ``kind`` is
 ``tape.<oneof field name>`` and its ``payload`` is the proto3 canonical JSON
 (``to_dict()``) of the ``TapeEvent`` oneof member. The journal assigns the
-dense ``tape_seq``; this module only translates.
+dense ``tape_seq``; ``run.writer`` drafts events with :func:`kind_of` and
+:func:`payload_of`, recovery folds them back with :func:`member_from`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import betterproto2
 from palyra_gen.palyra import v1 as pb
 
 from palyra.core.protojson import decode_message, encode_message
-from palyra.engine._records import IdentityRec
-from palyra.journal import EntityWrite, EventDraft, StoredEvent
 
-ACTOR = "system:engine"
+#: The journal ``actor`` of every event the engine writes on its own account.
+ENGINE_ACTOR = "system:engine"
 
 # oneof field name -> member message class. Mirrors palyra.v1.TapeEvent.event.
 MEMBER_TYPES: dict[str, type[betterproto2.Message]] = {
@@ -46,27 +46,14 @@ def field_of(member: betterproto2.Message) -> str:
     return _FIELD_OF[type(member)]
 
 
-def tape_draft(
-    *,
-    run_id: str,
-    session_id: str,
-    identity: IdentityRec,
-    member: betterproto2.Message,
-    entity_writes: Sequence[EntityWrite] = (),
-) -> EventDraft:
-    """An ``EventDraft`` that puts ``member`` on the run's tape."""
-    return EventDraft(
-        kind=KIND_PREFIX + field_of(member),
-        actor=ACTOR,
-        session_id=session_id,
-        run_id=run_id,
-        tape=True,
-        payload=encode_message(member),
-        principal=identity.principal,
-        device_id=identity.device_id,
-        channel=identity.channel,
-        entity_writes=tuple(entity_writes),
-    )
+def kind_of(member: betterproto2.Message) -> str:
+    """The journal ``kind`` of a tape member (``tape.<oneof field name>``)."""
+    return KIND_PREFIX + _FIELD_OF[type(member)]
+
+
+def payload_of(member: betterproto2.Message) -> dict[str, Any]:
+    """The journal payload of a tape member: its proto3 canonical JSON."""
+    return encode_message(member)
 
 
 def member_from(kind: str, payload: Mapping[str, Any]) -> betterproto2.Message | None:
@@ -79,21 +66,6 @@ def member_from(kind: str, payload: Mapping[str, Any]) -> betterproto2.Message |
     # Same message as cls.from_dict(payload, ignore_unknown_fields=True), without
     # betterproto2's per-key regex work (the hottest read path: every watcher event).
     return decode_message(cls, payload, ignore_unknown_fields=True)
-
-
-def to_tape_event(event: StoredEvent) -> pb.TapeEvent:
-    """The wire ``TapeEvent`` of a stored tape event."""
-    out = pb.TapeEvent(
-        run_id=event.run_id,
-        tape_seq=max(event.tape_seq, 0),
-        position=event.position,
-        ts_unix_ms=event.ts_ms,
-        session_id=event.session_id,
-    )
-    member = member_from(event.kind, event.payload)
-    if member is not None:
-        setattr(out, field_of(member), member)
-    return out
 
 
 def is_terminal_status(member: betterproto2.Message | None) -> bool:

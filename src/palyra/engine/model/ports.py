@@ -9,19 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
-from palyra.engine._records import ApprovalRecord, IdentityRec
+from palyra_gen.palyra import v1 as pb
+
+from palyra.engine.model.records import ApprovalRecord, IdentityRec
 from palyra.providers import ToolSpecForModel
-
-Outcome = Literal["allow", "deny", "needs_approval"]
 
 
 @dataclass(frozen=True, slots=True)
 class ToolVerdict:
     """The policy gate's answer for one proposed tool call."""
 
-    outcome: Outcome
+    outcome: pb.ToolDecisionOutcome
     reason: str
     policy_hash: str
     policy_ids: tuple[str, ...] = ()

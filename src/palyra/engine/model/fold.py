@@ -18,6 +18,7 @@ import betterproto2
 import msgspec
 from palyra_gen.palyra import v1 as pb
 
+from palyra.engine.model.lifecycle import RunStateId, run_state_of_proto
 from palyra.providers import ChatMessage, ToolCall
 
 
@@ -70,12 +71,10 @@ class Action(enum.Enum):
 class LoopState:
     """Everything the loop needs, rebuilt from the tape alone."""
 
-    state: str = "pending"
+    state: str = RunStateId.PENDING
     messages: list[ChatMessage] = field(default_factory=list)
     loop_active: bool = False
     loop_turns: int = 0
-    turn_open: bool = False
-    partial_tokens: bool = False
     proposals: list[Proposal] = field(default_factory=list)
     turn_count: int = 0
     tool_call_count: int = 0
@@ -90,16 +89,12 @@ class LoopState:
         """
         self.tape_len += 1
         if isinstance(member, pb.RunStatus):
-            self.state = _STATE_NAMES.get(member.state, self.state)
+            self.state = run_state_of_proto(member.state, self.state)
         elif isinstance(member, pb.UserInput):
             self.messages.append(ChatMessage(role="user", content=member.text))
         elif isinstance(member, pb.AgentLoop):
             self._apply_loop(member)
-        elif isinstance(member, pb.ModelToken):
-            self.partial_tokens = True
         elif isinstance(member, pb.ProviderTurnOutput):
-            self.turn_open = False
-            self.partial_tokens = False
             self.loop_turns += 1
             self.turn_count += 1
             self.messages.append(ChatMessage(role="assistant", content=member.text))
@@ -126,12 +121,10 @@ class LoopState:
     def _apply_loop(self, member: pb.AgentLoop) -> None:
         if member.phase == pb.AgentLoopPhase.STARTED:
             self.loop_active, self.loop_turns, self.proposals = True, 0, []
-        elif member.phase == pb.AgentLoopPhase.TURN_STARTED:
-            self.turn_open = True
         elif member.phase == pb.AgentLoopPhase.TURN_COMPLETED:
             self.proposals = []
         elif member.phase == pb.AgentLoopPhase.TERMINATED:
-            self.loop_active, self.turn_open, self.proposals = False, False, []
+            self.loop_active, self.proposals = False, []
 
     def _apply_proposal(self, member: pb.ToolProposal, redacted: bool) -> None:
         proposal = Proposal(member.proposal_id, member.tool_name, member.input_json,
@@ -190,14 +183,3 @@ class LoopState:
         if self.proposals:
             return Action.COMPLETE_TURN, None
         return Action.START_TURN, None
-
-
-_STATE_NAMES: dict[pb.RunState, str] = {
-    pb.RunState.PENDING: "pending",
-    pb.RunState.ACCEPTED: "accepted",
-    pb.RunState.IN_PROGRESS: "in_progress",
-    pb.RunState.WAITING_FOR_APPROVAL: "waiting_for_approval",
-    pb.RunState.DONE: "done",
-    pb.RunState.FAILED: "failed",
-    pb.RunState.CANCELLED: "cancelled",
-}

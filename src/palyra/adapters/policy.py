@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from palyra.engine._ports import Outcome, ToolRequest, ToolVerdict
-from palyra.engine._records import ApprovalRecord, IdentityRec
+from palyra_gen.palyra import v1 as pb
+
+from palyra.engine import ApprovalRecord, IdentityRec, ToolRequest, ToolVerdict
 from palyra.policy import Outcome as GateOutcome
 from palyra.policy import PolicyGate, Posture
 from palyra.policy import ToolRequest as GateRequest
 from palyra.tools import ToolRegistry, args_digest, is_sensitive
 
-_OUTCOMES: dict[GateOutcome, Outcome] = {
-    GateOutcome.ALLOW: "allow", GateOutcome.DENY: "deny",
-    GateOutcome.NEEDS_APPROVAL: "needs_approval"}
+_OUTCOMES: dict[GateOutcome, pb.ToolDecisionOutcome] = {
+    GateOutcome.ALLOW: pb.ToolDecisionOutcome.ALLOW, GateOutcome.DENY: pb.ToolDecisionOutcome.DENY,
+    GateOutcome.NEEDS_APPROVAL: pb.ToolDecisionOutcome.NEEDS_APPROVAL}
 
 
 class GatePolicy:

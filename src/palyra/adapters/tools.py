@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from palyra.engine._ports import ToolOutcome
+from palyra.engine import ToolOutcome
 from palyra.providers import ToolSpecForModel
 from palyra.tools import ToolContext, ToolRegistry, args_digest, attest, canonical_args_json
 from palyra.tools import is_sensitive as _is_sensitive
@@ -22,7 +22,8 @@ class RegistryTools:
         self._registry = registry
         self._workspace = workspace_dir
         # The registry is fixed after start-up, so the catalogue is computed once.
-        self._catalog = registry.model_tools()
+        self._catalog = [ToolSpecForModel(t.name, t.description, t.json_schema())
+                         for t in registry]
         encoded = msgspec.json.Encoder(order="sorted").encode(self._catalog)
         self._catalog_hash = hashlib.sha256(encoded).hexdigest()
 

@@ -1,17 +1,27 @@
-"""Session operations exposed to the application API (resolve, cleanup, branch, posture)."""
+"""The write side of sessions: the one locked resolve, and every committed change.
+
+Every read-modify-write of one session record holds that session's lock
+(:meth:`SessionWriter.hold`), so unrelated sessions still share group commits.
+Get-or-create first holds the selector locks, plans, then holds the session's
+lock and plans again (another task may have created or changed it meanwhile):
+that protocol lives only in :meth:`SessionWriter.resolving`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
 import msgspec
 
 from palyra.core.errors import ErrorCode
 from palyra.core.ids import new_ulid
-from palyra.engine._errors import coded, invalid
-from palyra.engine._machines import is_run_terminal
-from palyra.engine._records import (
+from palyra.engine.model.errors import coded, invalid
+from palyra.engine.model.lifecycle import is_run_terminal
+from palyra.engine.model.records import (
     RUNS,
     SESSIONS,
     IdentityRec,
@@ -20,14 +30,16 @@ from palyra.engine._records import (
     decode,
     session_index_key,
 )
-from palyra.engine._sessions import (
-    Selectors,
+from palyra.engine.sessions.locks import KeyedLocks
+from palyra.engine.sessions.plan import (
     SessionPlan,
-    SessionService,
     check_identity,
+    plan_resolve,
     record_write,
     session_event,
 )
+from palyra.engine.sessions.reader import SessionReader
+from palyra.engine.sessions.selectors import Selectors
 from palyra.journal import EntityWrite, JournalStore
 
 POSTURES = frozenset({"always_allow", "ask_each_time", "disabled"})
@@ -43,29 +55,60 @@ class CleanupResult:
     run_count: int
 
 
-class SessionOps:
+class SessionWriter:
     """Commits session changes under the per-session lock."""
 
-    def __init__(self, store: JournalStore, sessions: SessionService,
+    def __init__(self, store: JournalStore, reader: SessionReader,
                  now_ms: Callable[[], int]) -> None:
         self._store = store
-        self._sessions = sessions
+        self.reader = reader
         self._now_ms = now_ms
+        self._locks = KeyedLocks()
+
+    def hold(self, session_id: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """Hold ``session_id``'s lock: the only spelling of that lock's key."""
+        return self._locks.hold("sid:" + session_id)
+
+    @asynccontextmanager
+    async def resolving(self, identity: IdentityRec,
+                        selectors: Selectors) -> AsyncIterator[SessionPlan]:
+        """Get-or-create by ``selectors``, holding every lock the plan needs.
+
+        Yields the plan made under the session's lock; the caller commits it
+        (alone, or with a run's first events) before leaving the block.
+        """
+        names = sorted({f"sel:{v}" for v in (selectors.session_id, selectors.session_key,
+                                             selectors.label) if v} or {"sel:*new*"})
+        async with AsyncExitStack() as stack:
+            for name in names:
+                await stack.enter_async_context(self._locks.hold(name))
+            first = plan_resolve(self.reader, identity, selectors, self._now_ms())
+            async with self.hold(first.record.session_id):
+                yield plan_resolve(self.reader, identity, selectors, self._now_ms())
 
     async def resolve(self, identity: IdentityRec, selectors: Selectors) -> SessionPlan:
         """Get-or-create (and optionally reset) a session and commit it."""
-        async with self._sessions.resolving(selectors):
-            plan = self._sessions.plan_resolve(identity, selectors)
-            async with self._sessions.locks.hold("sid:" + plan.record.session_id):
-                plan = self._sessions.plan_resolve(identity, selectors)
-                if plan.created or plan.reset_applied:
-                    await self._sessions.commit(plan)
-                return plan
+        async with self.resolving(identity, selectors) as plan:
+            if plan.created or plan.reset_applied:
+                await self.commit(plan)
+            return plan
+
+    async def commit(self, plan: SessionPlan) -> SessionRecord:
+        """Commit a plan on its own (API calls that start no run); hold its session's lock."""
+        events = list(plan.events) or [session_event("session.resolved", plan.record, {})]
+        last = events[-1]
+        events[-1] = dataclasses.replace(
+            last,
+            entity_writes=(*last.entity_writes, *plan.entity_writes, record_write(plan.record)),
+        )
+        await self._store.append(events)
+        return plan.record
+
 
     async def cleanup(self, identity: IdentityRec, session_id: str) -> CleanupResult:
         """Archive: the key becomes ``archived:<id>:<ms>`` and cached decisions go."""
-        async with self._sessions.locks.hold("sid:" + session_id):
-            record = self._sessions.require(session_id)
+        async with self.hold(session_id):
+            record = self.reader.require(session_id)
             check_identity(record, identity)
             if record.archived:
                 return CleanupResult(False, False, record.session_key, record.run_count)
@@ -80,7 +123,7 @@ class SessionOps:
             ]
             plan.events.append(session_event("session.archived", new, {
                 "previous_session_key": record.session_key, "session_key": archived_key}))
-            await self._sessions.commit(plan)
+            await self.commit(plan)
             return CleanupResult(True, True, record.session_key, record.run_count)
 
     async def branch(self, identity: IdentityRec, session_id: str,
@@ -91,8 +134,8 @@ class SessionOps:
             PalyraError: ``RUN_TERMINAL``-style FAILED_PRECONDITION analogue
                 (``INVALID_ARGUMENT``) when the latest run is still active.
         """
-        async with self._sessions.locks.hold("sid:" + session_id):
-            source = self._sessions.require(session_id)
+        async with self.hold(session_id):
+            source = self.reader.require(session_id)
             check_identity(source, identity)
             if source.last_run_id:
                 raw = self._store.get_entity(RUNS, source.last_run_id)
@@ -119,7 +162,7 @@ class SessionOps:
             plan.events.append(session_event("session.branched", branch, {
                 "parent_session_id": source.session_id,
                 "origin_run_id": source.last_run_id}))
-            await self._sessions.commit(plan)
+            await self.commit(plan)
             return branch, new_source
 
     async def set_posture(self, identity: IdentityRec, session_id: str, tool_name: str,
@@ -129,8 +172,8 @@ class SessionOps:
             raise invalid("tool_name is required", field="tool_name")
         if posture and posture not in POSTURES:
             raise coded(ErrorCode.INVALID_ARGUMENT, f"unknown posture {posture!r}")
-        async with self._sessions.locks.hold("sid:" + session_id):
-            record = self._sessions.require(session_id)
+        async with self.hold(session_id):
+            record = self.reader.require(session_id)
             check_identity(record, identity)
             postures = dict(record.tool_postures)
             if posture:
@@ -142,5 +185,5 @@ class SessionOps:
             plan = SessionPlan(new)
             plan.events.append(session_event("session.tool_posture", new, {
                 "tool_name": tool_name, "posture": posture or "inherit"}))
-            await self._sessions.commit(plan)
+            await self.commit(plan)
             return new

@@ -14,7 +14,7 @@ class EngineConfig:
             The reference caps this at 8; the tool-loop workload needs K+1, so
             the default leaves room for K=20 and callers may raise it. A loop
             that hits it ends with the reply "stopped: turn limit (N) reached"
-            and ``end_reason`` ``turn_limit`` (see ``_loop.terminate``).
+            and ``end_reason`` ``turn_limit`` (see ``run.loop.terminate``).
         max_wall_s: active wall-clock budget of one agent loop, in seconds.
             Time parked in ``waiting_for_approval`` is not counted: a human
             may take minutes, and the budget guards runaway model/tool work.

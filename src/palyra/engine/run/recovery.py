@@ -11,7 +11,7 @@ others fail the run with reason ``daemon_restarted``.
 Tape payloads are stored redacted, so a tool call whose arguments held a
 secret comes back with ``<redacted>`` in them. The exact arguments are gone by
 design (no secret is ever journaled), so such a call is refused with a denial
-result the model sees, never executed with the placeholder (``_toolflow``).
+result the model sees, never executed with the placeholder (``run.toolflow``).
 
 Runs driven by a RunStream lost their stream with the old process; they are
 marked complete-on-idle so they finish their work and end ``done`` instead of
@@ -26,13 +26,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from palyra.engine._actor import RunActor
-from palyra.engine._deps import EngineDeps
-from palyra.engine._loopstate import LoopState, ProposalPhase
-from palyra.engine._machines import is_run_terminal
-from palyra.engine._records import RUNS, RunRecord, decode
-from palyra.engine._tape import member_from
-from palyra.engine._writer import RunWriter
+from palyra.engine.model.fold import LoopState, ProposalPhase
+from palyra.engine.model.lifecycle import RunStateId, is_run_terminal
+from palyra.engine.model.records import RUNS, RunRecord, decode
+from palyra.engine.model.tape import ENGINE_ACTOR, member_from
+from palyra.engine.run.actor import RunActor
+from palyra.engine.run.deps import EngineDeps
+from palyra.engine.run.writer import RunWriter
 from palyra.journal import EventDraft
 
 _PAGE = 1000
@@ -86,7 +86,7 @@ async def _recover_one(deps: EngineDeps, record: RunRecord, report: RecoveryRepo
                         if p.phase is ProposalPhase.ALLOWED)
     writer = RunWriter(deps.store, record, loop, deps.now_ms)
     batch = writer.batch().events(EventDraft(
-        kind="run.recovered", actor="system:engine", session_id=record.session_id,
+        kind="run.recovered", actor=ENGINE_ACTOR, session_id=record.session_id,
         run_id=record.run_id, payload={"state": record.state, "tape_len": loop.tape_len,
                                        "unknown_inflight": sorted(unknown)},
         principal=record.identity.principal, device_id=record.identity.device_id,
@@ -98,7 +98,7 @@ async def _recover_one(deps: EngineDeps, record: RunRecord, report: RecoveryRepo
     if record.driver == "stream":
         batch.set(complete_requested=True)
     await batch.commit()
-    if record.state == "waiting_for_approval":
+    if record.state == RunStateId.WAITING_FOR_APPROVAL:
         report.waiting.append(record.run_id)
     elif loop.loop_active or record.pending_inputs:
         report.resumed.append(record.run_id)

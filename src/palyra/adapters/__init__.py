@@ -1,0 +1,11 @@
+"""Adapters that bind the engine's ports to the real packages (used by the composition root).
+
+The engine codes against ``PolicyPort`` and ``ToolsPort`` and imports neither
+``policy`` nor ``tools``; these two classes are the only places that know both
+sides. ``daemon``'s wiring builds them; tests and benchmarks may too.
+"""
+
+from palyra.adapters.policy import GatePolicy
+from palyra.adapters.tools import RegistryTools
+
+__all__ = ["GatePolicy", "RegistryTools"]

@@ -1,0 +1,68 @@
+"""The approvals table: read a record, page through records, write one in a batch.
+
+Records live under ``a:<approval_id>`` in the ``approvals`` entity table. Writes
+are only ever attached to the owning run's batches (``run.writer``), so an
+approval's state change and the tape event announcing it are one commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from palyra.engine.model.records import APPROVALS, ApprovalRecord, decode, encode
+from palyra.journal import EntityWrite, JournalStore
+
+PREFIX = "a:"
+_SCAN_BATCH = 1000  # rows read per store scan while filling a page
+
+
+def approval_key(approval_id: str) -> str:
+    """Entity key of an approval record."""
+    return PREFIX + approval_id
+
+
+def approval_write(record: ApprovalRecord) -> EntityWrite:
+    """The entity write of an approval record (free text redacted by ``encode``)."""
+    return EntityWrite(APPROVALS, approval_key(record.approval_id), encode(record))
+
+
+class ApprovalReader:
+    """Read side of the approvals table."""
+
+    def __init__(self, store: JournalStore) -> None:
+        self._store = store
+
+    def get(self, approval_id: str) -> ApprovalRecord | None:
+        """The record, or None."""
+        if not approval_id:
+            return None
+        raw = self._store.get_entity(APPROVALS, approval_key(approval_id))
+        return decode(ApprovalRecord, raw) if raw is not None else None
+
+    def scan(
+        self, keep: Callable[[ApprovalRecord], bool], after_id: str, limit: int
+    ) -> tuple[list[ApprovalRecord], str]:
+        """Records in id (= creation) order after ``after_id`` that pass ``keep``.
+
+        Returns ``(page, next_after_id)``. ``next_after_id`` is empty only when
+        the table holds no row after the page; otherwise more records *may*
+        match (the next page can come back empty when none of the remaining
+        rows pass ``keep`` — finding that out would mean scanning them all).
+        """
+        out: list[ApprovalRecord] = []
+        cursor = approval_key(after_id) if after_id else ""
+        while len(out) < limit:
+            rows = self._store.scan_entities(APPROVALS, PREFIX, cursor, _SCAN_BATCH)
+            for index, (key, value) in enumerate(rows):
+                cursor = key
+                record = decode(ApprovalRecord, value)
+                if keep(record):
+                    out.append(record)
+                    if len(out) >= limit:
+                        # The page filled mid-batch: rows after this one, in
+                        # this batch or a later one, belong to the next page.
+                        more = index + 1 < len(rows) or len(rows) == _SCAN_BATCH
+                        return out, out[-1].approval_id if more else ""
+            if len(rows) < _SCAN_BATCH:
+                return out, ""
+        return out, ""

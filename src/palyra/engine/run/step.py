@@ -1,0 +1,155 @@
+"""One run's unit of work: the mutable state the loop and the tool flow share.
+
+The actor (``run.actor``) owns a run's lifetime: inputs, cancellation,
+parking, finalisation. What one piece of work needs while it runs lives here
+instead, so the loop (``run.loop``) and the tool flow (``run.toolflow``) take
+a ``Step`` and never reach into the actor:
+
+- the run's writer and the shared ports (``deps``);
+- the *carry* batch: members taped but not yet committed (a streamed model
+  turn), which ride along with a cancel or fail commit if the step dies;
+- the *phase* (``model`` / ``tool`` / ``approval``), so parking knows whether
+  a tool is in flight and deserves its grace period;
+- the active-time clock of the current agent loop (time parked on an
+  approval does not count against ``max_wall_s``);
+- the approval mailbox, where other tasks deliver decisions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Literal
+
+from palyra.core.errors import ErrorCode
+from palyra.engine.model.approvals import Decision
+from palyra.engine.model.errors import coded
+from palyra.engine.model.records import ApprovalRecord, RunRecord
+from palyra.engine.run.deps import EngineDeps
+from palyra.engine.run.writer import Batch, RunWriter
+
+Phase = Literal["idle", "model", "tool", "approval"]
+
+
+class ApprovalMailbox:
+    """Decisions for one run's approvals: delivered by any task, awaited by the step.
+
+    ``expect`` and ``deliver`` may happen in either order (after a restart a
+    decision can arrive before the step is waiting again), so both create the
+    decision future on demand. ``deliver`` hands the decider an *ack* future
+    that ``resolve`` completes with the committed record, so a client's
+    DecideApproval answers only once its decision is durable.
+    """
+
+    def __init__(self) -> None:
+        self._decisions: dict[str, asyncio.Future[Decision]] = {}
+        self._acks: dict[str, asyncio.Future[ApprovalRecord]] = {}
+
+    def expect(self, approval_id: str) -> asyncio.Future[Decision]:
+        """The future a decision for ``approval_id`` will resolve."""
+        fut = self._decisions.get(approval_id)
+        if fut is None:
+            fut = asyncio.get_running_loop().create_future()
+            self._decisions[approval_id] = fut
+        return fut
+
+    def deliver(self, approval_id: str, decision: Decision) -> asyncio.Future[ApprovalRecord]:
+        """Hand ``decision`` to whoever waits on ``approval_id``.
+
+        Raises:
+            PalyraError: ``APPROVAL_ALREADY_DECIDED`` when a decision (or the
+                timeout) already answered it.
+        """
+        fut = self.expect(approval_id)
+        if fut.done():
+            raise coded(ErrorCode.APPROVAL_ALREADY_DECIDED,
+                        f"approval {approval_id} is already decided", approval_id=approval_id)
+        ack: asyncio.Future[ApprovalRecord] = asyncio.get_running_loop().create_future()
+        self._acks[approval_id] = ack
+        fut.set_result(decision)
+        return ack
+
+    def resolve(self, record: ApprovalRecord) -> None:
+        """The decision on ``record`` is committed: forget it and answer its decider."""
+        self._decisions.pop(record.approval_id, None)
+        ack = self._acks.pop(record.approval_id, None)
+        if ack is not None and not ack.done():
+            ack.set_result(record)
+
+    def close(self, parking: bool) -> None:
+        """The run stopped: fail every decider still waiting, cancel every wait."""
+        for approval_id, ack in self._acks.items():
+            if not ack.done():
+                ack.set_exception(coded(
+                    ErrorCode.UNAVAILABLE if parking else ErrorCode.RUN_TERMINAL,
+                    f"the run ended before decision on {approval_id} was recorded",
+                    approval_id=approval_id))
+        for fut in self._decisions.values():
+            if not fut.done():
+                fut.cancel()
+
+
+class Step:
+    """The mutable state of one run's work (see the module docstring)."""
+
+    def __init__(self, deps: EngineDeps, writer: RunWriter,
+                 unknown_inflight: frozenset[str] = frozenset()) -> None:
+        self.deps = deps
+        self.writer = writer
+        self.mailbox = ApprovalMailbox()
+        self.phase: Phase = "idle"
+        # Set by the actor when the daemon parks the run: the loop stops between steps.
+        self.parking = False
+        self._carry: Batch | None = None
+        self._active_s = 0.0
+        # Proposals allowed before a restart with no result on the tape: the
+        # tool may or may not have run, so only read-only tools are re-run.
+        self._unknown_inflight = set(unknown_inflight)
+
+    @property
+    def record(self) -> RunRecord:
+        """The run's committed record."""
+        return self.writer.record
+
+    @property
+    def run_id(self) -> str:
+        """The run this step works for."""
+        return self.writer.record.run_id
+
+    # -- the carry batch ---------------------------------------------------
+    def carry(self, batch: Batch | None) -> None:
+        """Remember ``batch`` as taped-but-uncommitted (None: nothing is carried)."""
+        self._carry = batch
+
+    def take_carry(self) -> Batch | None:
+        """The carried batch, once; the finaliser commits it with the run's end."""
+        batch, self._carry = self._carry, None
+        return batch
+
+    # -- the active-time clock ---------------------------------------------
+    def new_loop(self) -> None:
+        """A new agent loop starts: its wall-clock budget starts full."""
+        self._active_s = 0.0
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        """Count the block's wall time against the loop's budget."""
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self._active_s += time.monotonic() - started
+
+    def remaining_wall_s(self) -> float:
+        """Active wall-clock budget left for the current agent loop."""
+        return self.deps.config.max_wall_s - self._active_s
+
+    # -- crash-restart bookkeeping -----------------------------------------
+    def was_in_flight(self, proposal_id: str) -> bool:
+        """True once for a call allowed before a restart with no result taped."""
+        if proposal_id in self._unknown_inflight:
+            self._unknown_inflight.discard(proposal_id)
+            return True
+        return False

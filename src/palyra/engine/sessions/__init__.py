@@ -1,0 +1,1 @@
+"""The engine's sessions room: one reader, one writer, one locked resolve."""
