@@ -3,7 +3,9 @@
 Everything here is translation; the decision rules live in ``_decide`` (pure)
 and in the ``.cedar`` files. Handles (policy set, schema, entities) are parsed
 once at start-up, so one check costs one or two ``is_authorized`` calls
-(~50 µs each).
+(250-490 µs per step measured in place), and Cedar's answer for a tool call is
+memoised by what the policy set can see (``_cache``), so a loop repeating the
+same call shape asks Cedar once.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 import cedarpy
 
+from palyra.policy._cache import DecisionCache, context_projection
 from palyra.policy._config import PolicyConfig
 from palyra.policy._decide import decide, resolve_posture
 from palyra.policy._loader import LoadedPolicies, load_policies
@@ -32,9 +35,13 @@ class PolicyGate:
         config: The gate's configuration.
     """
 
-    def __init__(self, loaded: LoadedPolicies, config: PolicyConfig) -> None:
+    def __init__(self, loaded: LoadedPolicies, config: PolicyConfig, *,
+                 cache_entries: int = 4096) -> None:
         self._loaded = loaded
         self._config = config
+        self._cache = DecisionCache(
+            context_projection(source.text for source in loaded.sources),
+            loaded.policy_hash, cache_entries)
         # No entity attributes are used (everything is in the context), so
         # one empty, pre-parsed entity set serves every request.
         self._entities = cedarpy.Entities.from_json_str("[]")
@@ -87,7 +94,10 @@ class PolicyGate:
         except Exception as exc:  # engine failure of any kind denies
             return False, (), (f"{type(exc).__name__}: {exc}",)
         diagnostics = result.diagnostics
-        return bool(result.allowed), tuple(diagnostics.reasons), tuple(diagnostics.errors)
+        # Cedar reports the determining policies as a set; sorted, the journaled
+        # ``policy_ids`` are the same bytes for the same decision every time.
+        return (bool(result.allowed), tuple(sorted(diagnostics.reasons)),
+                tuple(diagnostics.errors))
 
     def _tool_context(
         self, request: ToolRequest, posture: Posture, budget_left: int, approved: bool
@@ -119,20 +129,34 @@ class PolicyGate:
 
         If the real evaluation denies and the call is not approved, it is
         evaluated once more as if approved, so ``decide`` can tell "needs
-        approval" from "denied".
+        approval" from "denied". Answers come from the decision cache when an
+        identical request (as far as the policies can see) was asked before.
         """
+        context = self._tool_context(request, posture, budget_left, approved)
+        key = self._cache.key(action, request.principal, request.tool_name, context)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
         cedar_request: dict[str, Any] = {
             "principal": {"type": "Principal", "id": request.principal},
             "action": {"type": "Action", "id": action},
             "resource": {"type": "Tool", "id": request.tool_name},
-            "context": self._tool_context(request, posture, budget_left, approved),
+            "context": context,
         }
         allowed, reasons, errors = self._authorize(cedar_request)
-        allowed_if_approved = allowed
+        allowed_if_approved, errors_if_approved = allowed, errors
         if not allowed and not approved and not errors:
             cedar_request["context"] = self._tool_context(request, posture, budget_left, True)
-            allowed_if_approved, _, _ = self._authorize(cedar_request)
-        return EngineResult(allowed, allowed_if_approved, reasons, errors, self.policy_hash)
+            allowed_if_approved, _, errors_if_approved = self._authorize(cedar_request)
+        result = EngineResult(allowed, allowed_if_approved, reasons, errors, self.policy_hash)
+        if not errors_if_approved:  # an engine error on either ask is never remembered
+            self._cache.put(key, result)
+        return result
+
+    @property
+    def cache_stats(self) -> tuple[int, int, int]:
+        """``(hits, misses, entries)`` of the tool-decision cache."""
+        return self._cache.hits, self._cache.misses, len(self._cache)
 
     def check_tool(
         self,

@@ -1,0 +1,103 @@
+"""Memoised Cedar answers for tool calls, keyed by what the policy set can see.
+
+Cedar stays the only source of truth: the cache stores Cedar's own answer for
+one request shape and hands it back for an identical shape. What makes two
+requests identical is decided from the loaded policy text, once: entities are
+empty (everything is in the context), so a policy can only see the principal,
+the action, the resource and the ``context`` attributes it names. When every
+use of ``context`` in the policy set is a plain ``context.<attr>`` access, the
+key holds exactly those attributes, so the run id, the session id and the
+budget drop out of the key unless a policy reads them. Any other use
+(``context has x``, ``context["x"]``, ``context`` passed whole) keys on the
+whole context, which is always correct, just less often a hit.
+
+The cache belongs to one loaded policy set (a gate never changes its set), and
+the policy hash is part of the key besides, so a decision can never outlive the
+policies that made it. Answers with engine errors are not cached. The size is
+bounded (least recently used entries go first), so memory stays bounded
+whatever requests arrive.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from palyra.policy._model import EngineResult
+
+_CONTEXT_WORD = re.compile(r"\bcontext\b")
+_CONTEXT_ATTR = re.compile(r"\bcontext\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
+
+DEFAULT_MAX_ENTRIES = 4096
+
+CacheKey = tuple[Any, ...]
+
+
+def context_projection(policy_texts: Iterable[str]) -> frozenset[str] | None:
+    """The ``context`` attributes the policies can read, or None for "all of it".
+
+    Comments and string literals are not stripped: a ``context`` mentioned
+    there can only make the projection wider (or None), never narrower.
+    """
+    attrs: set[str] = set()
+    for text in policy_texts:
+        words = len(_CONTEXT_WORD.findall(text))
+        found = _CONTEXT_ATTR.findall(text)
+        if words != len(found):
+            return None
+        attrs.update(found)
+    return frozenset(attrs)
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    return value
+
+
+class DecisionCache:
+    """A bounded LRU of ``EngineResult`` by the decision-relevant request."""
+
+    def __init__(self, projection: frozenset[str] | None, policy_hash: str,
+                 max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+        self._attrs = tuple(sorted(projection)) if projection is not None else None
+        self._policy_hash = policy_hash
+        self._max = max_entries
+        self._entries: OrderedDict[CacheKey, EngineResult] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def key(self, action: str, principal: str, resource: str,
+            context: Mapping[str, Any]) -> CacheKey:
+        """The decision-relevant part of one Cedar request."""
+        if self._attrs is None:
+            seen = tuple(sorted((k, _frozen(v)) for k, v in context.items()))
+        else:
+            seen = tuple(_frozen(context.get(a)) for a in self._attrs)
+        return (self._policy_hash, action, principal, resource, seen)
+
+    def get(self, key: CacheKey) -> EngineResult | None:
+        """The cached answer for ``key``, or None."""
+        result = self._entries.get(key)
+        if result is None:
+            self.misses += 1
+            return None
+        self._entries.move_to_end(key)
+        self.hits += 1
+        return result
+
+    def put(self, key: CacheKey, result: EngineResult) -> None:
+        """Remember Cedar's answer (answers with engine errors are never kept)."""
+        if result.errors or self._max <= 0:
+            return
+        self._entries[key] = result
+        self._entries.move_to_end(key)
+        while len(self._entries) > self._max:
+            self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)

@@ -1,0 +1,119 @@
+"""The tool-decision cache answers exactly what Cedar answers (property test).
+
+Random policy sets (over every context attribute, plus ``context has`` forms
+that force whole-context keys) and random request sequences are decided by a
+caching gate and by a gate with the cache off; every decision must match, and
+the cache must actually be hit. Cedar is the real cedarpy, never a stand-in.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from palyra.policy import Decision, PolicyConfig, PolicyGate, Posture, ToolRequest
+from palyra.policy._cache import context_projection
+
+_ATOMS = [
+    "context.registered",
+    "context.approved",
+    "context.is_sensitive",
+    "context.process_exec_enabled",
+    'context.posture == "always_allow"',
+    'context.posture == "disabled"',
+    "context.budget_left > 3",
+    "context.budget_left == 0",
+    'context.run_id == "R1"',
+    'context.session_id like "S*"',
+    'context.channel == "slack"',
+    'context.principal_name like "admin:*"',
+    'context.capabilities.contains("network")',
+    'context has run_id && context.run_id == "R2"',
+    'principal == Principal::"user:bob"',
+    'resource == Tool::"add"',
+]
+
+_atom = st.sampled_from(_ATOMS)
+_cond = st.builds(lambda a, neg, b, op: f"{'!' if neg else ''}({a}) {op} ({b})",
+                  _atom, st.booleans(), _atom, st.sampled_from(["&&", "||"]))
+_policy = st.builds(
+    lambda effect, cond, unless: (
+        f'{effect} (principal, action == Action::"tool.execute", resource)\n'
+        f"{'unless' if unless else 'when'} {{ {cond} }};\n"),
+    st.sampled_from(["permit", "forbid"]), _cond, st.booleans())
+
+_request = st.tuples(
+    st.sampled_from(["user:alice", "user:bob", "admin:ops"]),
+    st.sampled_from(["add", "echo", "http.fetch", "nope"]),
+    st.sampled_from([frozenset({"read_only"}), frozenset({"network"}), None]),
+    st.sampled_from(["S1", "S2", "X"]),
+    st.sampled_from(["R1", "R2", "R3"]),
+    st.sampled_from(["", "slack"]),
+    st.sampled_from(list(Posture)),
+    st.integers(min_value=0, max_value=6),
+    st.booleans(),
+)
+
+
+def _gate(tmp: Path, policies: list[str], *, defaults: bool, cache: int) -> PolicyGate:
+    (tmp / "policies").mkdir(parents=True, exist_ok=True)
+    (tmp / "policies" / "random.cedar").write_text("\n".join(policies))
+    return PolicyGate.load(PolicyConfig(config_dir=tmp, include_defaults=defaults)) if cache \
+        else PolicyGate(PolicyGate.load(PolicyConfig(config_dir=tmp,
+                                                     include_defaults=defaults))._loaded,
+                        PolicyConfig(config_dir=tmp, include_defaults=defaults),
+                        cache_entries=0)
+
+
+def _decide(gate: PolicyGate, req: tuple[object, ...]) -> Decision:
+    principal, tool, caps, sid, rid, channel, posture, budget, approved = req
+    request = ToolRequest.of(principal, tool, caps, session_id=sid, run_id=rid,  # type: ignore[arg-type]
+                             channel=channel)  # type: ignore[arg-type]
+    return gate.check_tool(request, posture=posture, budget_left=budget,  # type: ignore[arg-type]
+                           approved=approved)  # type: ignore[arg-type]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(policies=st.lists(_policy, min_size=1, max_size=4), defaults=st.booleans(),
+       requests=st.lists(_request, min_size=1, max_size=30))
+def test_cached_decisions_equal_uncached(tmp_path_factory: object, policies: list[str],
+                                         defaults: bool, requests: list[tuple[object, ...]]
+                                         ) -> None:
+    tmp = tmp_path_factory.mktemp("pol")  # type: ignore[attr-defined]
+    cached = _gate(tmp, policies, defaults=defaults, cache=1)
+    plain = _gate(tmp, policies, defaults=defaults, cache=0)
+    # Every request twice, so the second answer of each comes from the cache.
+    for req in [*requests, *requests]:
+        assert _decide(cached, req) == _decide(plain, req), req
+    hits, _misses, _entries = cached.cache_stats
+    assert hits >= len(requests)
+    assert plain.cache_stats == (0, 2 * len(requests), 0)
+
+
+def test_projection_reads_only_plain_attribute_access() -> None:
+    assert context_projection(["when { context.registered && context.posture == \"x\" };"]) \
+        == frozenset({"registered", "posture"})
+    assert context_projection(["when { context has run_id };"]) is None
+    assert context_projection(['when { context["run_id"] == "x" };']) is None
+    assert context_projection(["permit (principal, action, resource);"]) == frozenset()
+
+
+def test_default_policies_ignore_run_and_budget(tmp_path: Path) -> None:
+    """With the shipped policies, a new run id or a smaller budget still hits the cache."""
+    gate = PolicyGate.load()
+    base = ("user:alice", "add", frozenset({"read_only"}), "S1", "R1", "", Posture.ASK_EACH_TIME,
+            64, False)
+    first = _decide(gate, base)
+    second = _decide(gate, (*base[:4], "R2", "", Posture.ASK_EACH_TIME, 63, False))
+    assert first.outcome == second.outcome
+    assert gate.cache_stats[0] == 1  # the second call was a hit
+
+
+def test_cache_is_bounded() -> None:
+    gate = PolicyGate(PolicyGate.load()._loaded, PolicyConfig(), cache_entries=8)
+    for i in range(50):
+        _decide(gate, (f"user:u{i}", "add", frozenset({"read_only"}), "S", "R", "",
+                       Posture.ALWAYS_ALLOW, 5, False))
+    assert gate.cache_stats[2] == 8
