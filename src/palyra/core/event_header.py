@@ -63,6 +63,7 @@ def _layout() -> tuple[tuple[str, HashAs], ...]:
     hints = get_type_hints(EventHeader, include_extras=True)
     layout = []
     for name in HEADER_FIELDS:
+        # Exactly one encoding per field, or the import fails: no field is hashed by guess.
         [wire] = [m for m in hints[name].__metadata__ if isinstance(m, HashAs)]
         layout.append((name, wire))
     return tuple(layout)
@@ -82,7 +83,7 @@ HeaderValues = tuple[int, str, str, str, int, str, str, int, str, str, str]
 
 It spells the types a second time only so mypy can check a splatted copy
 (``Shape(*header_values(x), ...)``) argument by argument against the
-shape's constructor; a drift from :class:`EventHeader` fails type checking.
+shape's constructor; ``test_event_header_shapes.py`` holds it to :class:`EventHeader`.
 """
 
 _VALUES = operator.attrgetter(*HEADER_FIELDS)

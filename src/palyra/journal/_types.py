@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from palyra.core.event_header import EventHeader
@@ -92,7 +91,7 @@ class EventDraft:
         Lets a caller attach its entity rows to the last event of a batch
         without rebuilding the draft field by field.
         """
-        return dataclasses.replace(self, entity_writes=(*self.entity_writes, *writes))
+        return replace(self, entity_writes=(*self.entity_writes, *writes))
 
 
 class StoredEvent(EventHeader, frozen=True):
