@@ -29,8 +29,10 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from palyra.core.canonical import canonical_bytes
-from palyra.core.chain import GENESIS, LINK_TAG, EventHeader, event_hash, event_preimage, link_hash
+from palyra.core.chain import GENESIS, LINK_TAG, event_hash, event_preimage, link_hash
 from palyra.journal import EventDraft, JournalConfig, JournalStore, verify_store
 from palyra.journal._prepare import PreparedEvent, prepare
 
@@ -166,10 +168,7 @@ class SqliteChain:
         position = self.position + 1
         prev = self.sessions.get(event.session_id, GENESIS)
         seq = self.tape.get(event.run_id, -1) + 1
-        header = EventHeader(
-            position, event.event_id, event.session_id, event.run_id, seq, event.kind,
-            event.actor, event.ts_ms, event.principal, event.device_id, event.channel,
-        )  # fmt: skip
+        header = msgspec.structs.replace(event, position=position, tape_seq=seq)
         digest = event_hash(prev, header, event.redactions, event.payload)
         link = link_hash(self.head, position, digest)
         self.db.execute("BEGIN IMMEDIATE")
@@ -215,12 +214,9 @@ def bench_reads(data_dir: Path) -> list[dict[str, Any]]:
         after_pos = 0
         while page_events := store.read_range(after_pos, 1000):
             for e in page_events:
-                header = EventHeader(
-                    e.position, e.event_id, e.session_id, e.run_id, e.tape_seq, e.kind,
-                    e.actor, e.ts_ms, e.principal, e.device_id, e.channel,
-                )  # fmt: skip
+                # A StoredEvent is an EventHeader, so it hashes as it is.
                 body = event_preimage(
-                    bytes.fromhex(e.prev_hash), header, e.redactions, canonical_bytes(e.payload)
+                    bytes.fromhex(e.prev_hash), e, e.redactions, canonical_bytes(e.payload)
                 )
                 preimages.append((body, LINK_TAG + bytes(32 + 8 + 32)))
             after_pos = page_events[-1].position

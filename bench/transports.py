@@ -38,7 +38,7 @@ from palyra_gen.palyra import v1 as pb
 
 from bench import tool_loop
 from bench.tool_loop import OnEvent
-from palyra.transport.spawn import DaemonProcess
+from palyra.testing.spawn import DaemonProcess
 
 TOKEN = "bench-admin-token"
 DEVICE = "01J00000000000000000000000"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from palyra.transport.spawn import DaemonProcess
+from palyra.testing.spawn import DaemonProcess
 
 from .clients import ADMIN_TOKEN, CONNECTOR_TOKEN, KINDS, Client, Identity, open_client
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from palyra.transport.spawn import DaemonProcess
+from palyra.testing.spawn import DaemonProcess
 
 from .clients import ADMIN_TOKEN, CONNECTOR_TOKEN, CallFailed, Client, kind_of
 from .conftest import OpenClient, daemon_env

@@ -35,7 +35,7 @@ def test_signatures() -> None:
     ]  # fmt: skip
     assert inspect.iscoroutinefunction(JournalStore.append)
     assert {"position", "tape_seq", "payload", "redactions", "hash", "prev_hash"} <= set(
-        StoredEvent.__slots__
+        StoredEvent.__struct_fields__
     )
     assert {
         "sessions", "runs", "approvals", "tasks", "memory", "agents", "channels", "meta",

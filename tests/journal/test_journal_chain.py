@@ -11,13 +11,13 @@ import pytest
 from palyra.core.canonical import canonical_bytes, decode_canonical, normalize
 from palyra.core.chain import (
     GENESIS,
-    EventHeader,
     checkpoint_message,
     event_hash,
     event_preimage,
     link_hash,
 )
 from palyra.core.errors import InvalidArgument
+from palyra.core.event_header import EventHeader
 
 HEADER = EventHeader(
     position=7,

@@ -61,7 +61,7 @@ async def test_verify_detects_rehashed_event(data_dir: Path) -> None:
     await _fill(data_dir)
     from palyra.core.canonical import canonical_bytes
     from palyra.core.chain import event_hash
-    from palyra.journal._record import decode_event, header_of
+    from palyra.journal._record import decode_event
 
     record = decode_event(raw_record(data_dir, 5))
     payload = canonical_bytes({"i": 999})
@@ -69,7 +69,7 @@ async def test_verify_detects_rehashed_event(data_dir: Path) -> None:
         data_dir,
         5,
         payload=payload,
-        hash=event_hash(record.prev_hash, header_of(record), record.redactions, payload),
+        hash=event_hash(record.prev_hash, record, record.redactions, payload),
     )
     report = verify_store(data_dir)
     assert report.problem is not None and report.problem.position == 5

@@ -13,21 +13,35 @@ from palyra.providers._sse import SseEvent, iter_sse
 
 
 def test_exports_snapshot() -> None:
-    assert providers.__all__ == sorted(providers.__all__)
-    assert all(hasattr(providers, name) for name in providers.__all__)
-    assert set(providers.__all__) >= {
+    # The literal list is the snapshot: adding or removing an export shows up here.
+    assert providers.__all__ == [
+        "AnthropicProvider",
+        "BreakerState",
         "ChatMessage",
+        "CircuitBreaker",
         "Completed",
+        "FinishReason",
         "ModelProvider",
         "ModelRequest",
         "ModelResponse",
+        "OpenAIProvider",
+        "ProviderChunk",
         "ProviderConfig",
+        "ProviderKind",
+        "RetryPolicy",
+        "Role",
+        "ScriptedProvider",
+        "ScriptedTool",
         "TextDelta",
         "ToolCall",
         "ToolSpecForModel",
         "Usage",
         "build_provider",
-    }
+        "collect_response",
+        "parse_tool_value",
+        "scripted_reply",
+    ]
+    assert all(hasattr(providers, name) for name in providers.__all__)
 
 
 def test_scripted_is_a_model_provider() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from palyra.core.errors import PermissionDenied, Unauthenticated
+from palyra.daemon.tokens import load_or_create_admin_token, read_admin_token
 from palyra.transport.auth import Authenticator, parse_connector_tokens
-from palyra.transport.tokens import load_or_create_admin_token, read_admin_token
 
 DEVICE = "01J00000000000000000000000"
 

@@ -24,10 +24,10 @@ from palyra_gen.palyra import v1
 
 from palyra.config import GrpcConfig, HttpConfig
 from palyra.core.errors import NotFound
+from palyra.daemon.listen import bind_listener, bound_port
 from palyra.transport.auth import Authenticator, Caller
 from palyra.transport.grpc import GrpcGateway
 from palyra.transport.http import HttpGateway, create_http_app
-from palyra.transport.listen import bind_listener, bound_port
 
 HEADERS = {"authorization": "Bearer adm", "x-palyra-principal": "user:a",
            "x-palyra-device-id": "01J00000000000000000000000"}

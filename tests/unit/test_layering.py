@@ -1,7 +1,9 @@
 """The layer rules of docs/architecture.md, checked over the real import graph.
 
-Arrows point down only: transport → application → ports → core. A violation
-here is a design bug, not a style nit: it is how a pure core grows I/O.
+Arrows point down only: daemon (composition root) → transport → application →
+ports → core. A violation here is a design bug, not a style nit: it is how a
+pure core grows I/O. ``palyra.testing`` sits beside the tree for tests and
+benchmarks: nothing in ``src/palyra`` imports it.
 """
 
 from __future__ import annotations
@@ -16,19 +18,28 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "palyra"
 # package → palyra packages it must never import
 FORBIDDEN: dict[str, set[str]] = {
     "core": {"journal", "policy", "tools", "providers", "engine", "app", "transport", "cli",
-             "config", "daemon", "wiring"},
-    "journal": {"policy", "tools", "providers", "engine", "app", "transport", "cli", "daemon"},
-    "policy": {"journal", "engine", "app", "transport", "cli", "daemon", "tools"},
-    "tools": {"journal", "engine", "app", "transport", "cli", "daemon", "providers"},
-    "providers": {"journal", "policy", "engine", "app", "transport", "cli", "daemon"},
-    # The engine codes against its ports; ``adapters`` binds them to policy and tools.
-    "engine": {"app", "transport", "cli", "daemon", "wiring", "config", "policy", "tools",
+             "config", "daemon", "testing", "adapters"},
+    "journal": {"policy", "tools", "providers", "engine", "app", "transport", "cli", "daemon",
+                "testing", "adapters"},
+    "policy": {"journal", "engine", "app", "transport", "cli", "daemon", "testing", "tools",
                "adapters"},
-    "adapters": {"app", "transport", "cli", "daemon", "wiring", "config"},
-    "app": {"transport", "cli", "daemon", "wiring", "adapters"},
-    # Transports speak only to the application facade (duck-typed) and core.
-    "transport": {"journal", "policy", "tools", "providers", "engine", "cli", "daemon",
+    "tools": {"journal", "engine", "app", "transport", "cli", "daemon", "testing", "providers",
+              "adapters"},
+    "providers": {"journal", "policy", "engine", "app", "transport", "cli", "daemon", "testing",
                   "adapters"},
+    # The engine codes against its ports; ``adapters`` binds them to policy and tools.
+    "engine": {"app", "transport", "cli", "daemon", "config", "testing", "policy", "tools",
+               "adapters"},
+    "adapters": {"app", "transport", "cli", "daemon", "config", "testing"},
+    "app": {"transport", "cli", "daemon", "testing", "adapters"},
+    # Transports speak only to the application facade (duck-typed) and core;
+    # the daemon hands them their sockets, tokens and config.
+    "transport": {"journal", "policy", "tools", "providers", "engine", "cli", "daemon", "testing",
+                  "adapters"},
+    # The composition root may import everything below it, never the CLI above it.
+    "daemon": {"cli", "testing"},
+    "cli": {"testing"},
+    "config": {"testing"},
 }
 
 
@@ -58,6 +69,21 @@ def test_package_respects_the_layers(package: str) -> None:
         for target in sorted(_palyra_imports(path) & FORBIDDEN[package])
     ]
     assert not violations, "\n".join(violations)
+
+
+def test_nothing_in_src_imports_testing() -> None:
+    # Broader than the table: also the package roots and any future package.
+    offenders = [
+        str(path.relative_to(SRC))
+        for path in sorted(SRC.rglob("*.py"))
+        if path.relative_to(SRC).parts[0] != "testing" and "testing" in _palyra_imports(path)
+    ]
+    assert not offenders
+
+
+def test_src_has_no_loose_modules() -> None:
+    # Each concept lives in a package; only the package marker sits at the top.
+    assert sorted(p.name for p in SRC.glob("*.py")) == ["__init__.py"]
 
 
 def test_the_checker_sees_imports(tmp_path: Path) -> None:

@@ -22,8 +22,9 @@ from palyra_gen.palyra import v1
 
 from palyra.config import DEFAULT_GRPC_PORT
 from palyra.core.ids import is_ulid, new_ulid
-from palyra.transport.discovery import read_daemon_info
-from palyra.transport.tokens import read_admin_token, write_private
+from palyra.daemon.datadir import write_private
+from palyra.daemon.discovery import read_daemon_info
+from palyra.daemon.tokens import read_admin_token
 
 DEVICE_FILE = "cli.device_id"
 EXIT_ERROR = 1

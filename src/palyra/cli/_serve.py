@@ -32,7 +32,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     """Load the layered config and serve until a signal; exit 0 after a clean drain."""
     # Imported here so client commands do not pay for uvicorn/litestar imports.
-    from palyra.daemon import run_daemon
+    from palyra.daemon.daemon import run_daemon
 
     try:
         config = load_config(

@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from palyra.core.event_header import HEADER_LAYOUT, EventHeader, HashAs, header_values
 
 HASH_LEN = 32
 GENESIS = bytes(HASH_LEN)
@@ -40,23 +42,6 @@ _U64 = struct.Struct(">Q")
 _I64 = struct.Struct(">q")
 
 
-@dataclass(frozen=True, slots=True)
-class EventHeader:
-    """Every hashed field of an event other than the payload bytes."""
-
-    position: int
-    event_id: str
-    session_id: str
-    run_id: str
-    tape_seq: int
-    kind: str
-    actor: str
-    ts_ms: int
-    principal: str
-    device_id: str
-    channel: str
-
-
 def _text(value: str) -> bytes:
     raw = value.encode("utf-8")
     return _U32.pack(len(raw)) + raw
@@ -64,6 +49,15 @@ def _text(value: str) -> bytes:
 
 def _blob(value: bytes) -> bytes:
     return _U32.pack(len(value)) + value
+
+
+_ENCODERS: dict[HashAs, Callable[[Any], bytes]] = {
+    HashAs.U64: _U64.pack,
+    HashAs.I64: _I64.pack,
+    HashAs.TEXT: _text,
+}
+# One encoder per header field, in the order the header declares them.
+_HEADER_ENCODERS = tuple(_ENCODERS[wire] for _, wire in HEADER_LAYOUT)
 
 
 def event_preimage(
@@ -81,23 +75,19 @@ def event_preimage(
         || text(actor) || i64(ts_ms) || text(principal) || text(device_id)
         || text(channel) || u32(len(redactions)) || text(path)...
         || blob(canonical payload)
+
+    The header part follows ``palyra.core.event_header.HEADER_LAYOUT``;
+    ``header`` may be any shape that subclasses :class:`EventHeader`.
     """
     if len(prev_session_hash) != HASH_LEN:
         raise ValueError("prev_session_hash must be 32 bytes")
     parts = [
         EVENT_TAG,
         prev_session_hash,
-        _U64.pack(header.position),
-        _text(header.event_id),
-        _text(header.session_id),
-        _text(header.run_id),
-        _I64.pack(header.tape_seq),
-        _text(header.kind),
-        _text(header.actor),
-        _I64.pack(header.ts_ms),
-        _text(header.principal),
-        _text(header.device_id),
-        _text(header.channel),
+        *[
+            encode(value)
+            for encode, value in zip(_HEADER_ENCODERS, header_values(header), strict=True)
+        ],
         _U32.pack(len(redactions)),
         *(_text(path) for path in redactions),
         _blob(payload),

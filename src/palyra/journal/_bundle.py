@@ -12,6 +12,7 @@ from typing import BinaryIO
 
 from palyra.core.canonical import decode_canonical
 from palyra.core.chain import GENESIS
+from palyra.core.event_header import header_values
 from palyra.journal import _env as names
 from palyra.journal._bundle_format import (
     BUNDLE_FORMAT,
@@ -161,17 +162,7 @@ def _write(
 def _event_line(record: EventRecord) -> EventLine:
     payload = decode_canonical(record.payload)
     return EventLine(
-        position=record.position,
-        event_id=record.event_id,
-        session_id=record.session_id,
-        run_id=record.run_id,
-        tape_seq=record.tape_seq,
-        kind=record.kind,
-        actor=record.actor,
-        ts_ms=record.ts_ms,
-        principal=record.principal,
-        device_id=record.device_id,
-        channel=record.channel,
+        *header_values(record),
         payload=payload if isinstance(payload, dict) else {},
         redactions=list(record.redactions),
         prev_hash=record.prev_hash.hex(),

@@ -13,6 +13,8 @@ from typing import Any
 
 import msgspec
 
+from palyra.core.event_header import EventHeader
+
 BUNDLE_FORMAT = "palyra.journal.bundle"
 BUNDLE_VERSION = 1
 
@@ -32,20 +34,13 @@ class HeaderLine(_Line, tag="header", frozen=True):
     exported_at_ms: int
 
 
-class EventLine(_Line, tag="event", frozen=True):
-    """A whole event: every field its hash covers, plus the three hashes (hex)."""
+class EventLine(_Line, EventHeader, tag="event", frozen=True):
+    """A whole event: every field its hash covers, plus the three hashes (hex).
 
-    position: int
-    event_id: str
-    session_id: str
-    run_id: str
-    tape_seq: int
-    kind: str
-    actor: str
-    ts_ms: int
-    principal: str
-    device_id: str
-    channel: str
+    The header fields come from :class:`EventHeader`; keys are sorted on
+    output, so their order in the class does not reach the bundle's bytes.
+    """
+
     payload: dict[str, Any]
     redactions: list[str]
     prev_hash: str

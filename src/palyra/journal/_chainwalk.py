@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from palyra.core.chain import GENESIS, checkpoint_message, event_hash, link_hash
-from palyra.journal._record import EventRecord, header_of
+from palyra.journal._record import EventRecord
 from palyra.journal._signing import signature_valid
 
 
@@ -60,7 +60,7 @@ class ChainVerifier:
         position = record.position
         if self.session_id is not None and record.session_id != self.session_id:
             raise Tampered(position, f"event of session {record.session_id!r} in a session bundle")
-        digest = event_hash(record.prev_hash, header_of(record), record.redactions, record.payload)
+        digest = event_hash(record.prev_hash, record, record.redactions, record.payload)
         if digest != record.hash:
             raise Tampered(position, "hash mismatch (payload or header changed)")
         expected_prev = self.session_heads.get(record.session_id, GENESIS)

@@ -10,14 +10,20 @@ import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from palyra.core.canonical import INT64_MAX, canonical_bytes, normalize
 from palyra.core.errors import AlreadyExists, ErrorCode, InvalidArgument, PalyraError
+from palyra.core.event_header import EventHeader
 from palyra.core.ids import encode_ulid, is_ulid
 from palyra.core.redaction import redact
-from palyra.journal._types import ENTITY_TABLES, EntityWrite, EventDraft, JournalConfig
+from palyra.journal._types import (
+    ENTITY_TABLES,
+    NO_TAPE_SEQ,
+    EntityWrite,
+    EventDraft,
+    JournalConfig,
+)
 
 # LMDB keys are at most 511 bytes; index keys are u16 + id + u64.
 MAX_ID_BYTES = 256
@@ -55,20 +61,19 @@ _ENTROPY = _EntropyPool()
 os.register_at_fork(after_in_child=_ENTROPY.reset)
 
 
-@dataclass(frozen=True, slots=True)
-class PreparedEvent:
-    """A validated draft: ids filled in, payload redacted and encoded."""
+UNASSIGNED_POSITION = 0
+"""``position`` of a prepared event until the writer assigns the real one (dense from 1)."""
 
-    event_id: str
-    session_id: str
-    run_id: str
+
+class PreparedEvent(EventHeader, frozen=True):
+    """A validated draft: ids filled in, payload redacted and encoded.
+
+    ``position`` is :data:`UNASSIGNED_POSITION` and ``tape_seq`` is
+    ``NO_TAPE_SEQ`` until the writer assigns both inside the commit
+    (``msgspec.structs.replace``), which is what gets hashed.
+    """
+
     tape: bool
-    kind: str
-    actor: str
-    ts_ms: int
-    principal: str
-    device_id: str
-    channel: str
     payload: bytes
     value: dict[str, Any]
     redactions: tuple[str, ...]
@@ -152,16 +157,18 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
         )
     redaction = redact(plain)
     return PreparedEvent(
+        position=UNASSIGNED_POSITION,
         event_id=event_id,
         session_id=_text("session_id", draft.session_id, MAX_ID_BYTES),
         run_id=run_id,
-        tape=bool(draft.tape),
+        tape_seq=NO_TAPE_SEQ,
         kind=_text("kind", draft.kind, MAX_FIELD_BYTES, required=True),
         actor=_text("actor", draft.actor, MAX_FIELD_BYTES),
         ts_ms=ts_ms or now_ms,
         principal=_text("principal", draft.principal, MAX_FIELD_BYTES),
         device_id=_text("device_id", draft.device_id, MAX_FIELD_BYTES),
         channel=_text("channel", draft.channel, MAX_FIELD_BYTES),
+        tape=bool(draft.tape),
         payload=raw if not redaction.paths else canonical_bytes(redaction.value),
         value=redaction.value,
         redactions=redaction.paths,

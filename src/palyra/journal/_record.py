@@ -3,7 +3,8 @@
 Records are msgspec Structs encoded as MessagePack with sorted field names and
 a ``v`` version field, so a future layout can be decoded side by side. The
 record encoding is *not* what the chain hashes (see ``palyra.core.chain``);
-it only has to round-trip.
+it only has to round-trip. Because keys are sorted, the order of a record's
+fields in its class does not reach the stored bytes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import msgspec
 
 from palyra.core.canonical import decode_canonical
-from palyra.core.chain import EventHeader
+from palyra.core.event_header import EventHeader, header_values
 from palyra.journal._types import StoredEvent
 
 RECORD_VERSION = 1
@@ -23,21 +24,13 @@ _U16 = struct.Struct(">H")
 _U64 = struct.Struct(">Q")
 
 
-class EventRecord(msgspec.Struct, frozen=True):
-    """One event as stored in the ``events`` sub-DB under its position."""
+class EventRecord(EventHeader, frozen=True):
+    """One event as stored in the ``events`` sub-DB under its position.
+
+    The header fields come from :class:`EventHeader`; ``v`` is the record version.
+    """
 
     v: int
-    position: int
-    event_id: str
-    session_id: str
-    run_id: str
-    tape_seq: int
-    kind: str
-    actor: str
-    ts_ms: int
-    principal: str
-    device_id: str
-    channel: str
     payload: bytes
     redactions: list[str]
     prev_hash: bytes
@@ -76,39 +69,12 @@ def decode_checkpoint(data: bytes) -> CheckpointRecord:
     return _CHECKPOINT_DECODER.decode(data)
 
 
-def header_of(record: EventRecord) -> EventHeader:
-    """The hashed header fields of a record."""
-    return EventHeader(
-        position=record.position,
-        event_id=record.event_id,
-        session_id=record.session_id,
-        run_id=record.run_id,
-        tape_seq=record.tape_seq,
-        kind=record.kind,
-        actor=record.actor,
-        ts_ms=record.ts_ms,
-        principal=record.principal,
-        device_id=record.device_id,
-        channel=record.channel,
-    )
-
-
 def to_stored(record: EventRecord, payload: Any = None) -> StoredEvent:
     """The public view of a record (``payload``: its decoded payload, if already known)."""
     if payload is None:
         payload = decode_canonical(record.payload)
     return StoredEvent(
-        position=record.position,
-        event_id=record.event_id,
-        session_id=record.session_id,
-        run_id=record.run_id,
-        tape_seq=record.tape_seq,
-        kind=record.kind,
-        actor=record.actor,
-        ts_ms=record.ts_ms,
-        principal=record.principal,
-        device_id=record.device_id,
-        channel=record.channel,
+        *header_values(record),
         payload=payload if isinstance(payload, dict) else {},
         redactions=list(record.redactions),
         hash=record.hash.hex(),

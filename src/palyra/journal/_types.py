@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from palyra.core.event_header import EventHeader
 
 ENTITY_TABLES = frozenset(
     {"sessions", "runs", "approvals", "tasks", "memory", "agents", "channels", "meta"}
@@ -64,6 +66,10 @@ class EventDraft:
 
     ``tape=True`` puts the event on ``run_id``'s tape with the next dense
     ``tape_seq``. ``entity_writes`` commit in the same transaction.
+
+    The header fields here are ``palyra.core.event_header.DRAFT_FIELDS``
+    (a test holds them equal); ``kind`` and ``actor`` come first because they
+    are the only required ones.
     """
 
     kind: str
@@ -79,10 +85,17 @@ class EventDraft:
     ts_ms: int = 0
     entity_writes: Sequence[EntityWrite] = ()
 
+    def with_writes(self, *writes: EntityWrite) -> EventDraft:
+        """A copy of this draft with ``writes`` appended to its ``entity_writes``.
 
-@dataclass(frozen=True, slots=True)
-class StoredEvent:
-    """An event as committed.
+        Lets a caller attach its entity rows to the last event of a batch
+        without rebuilding the draft field by field.
+        """
+        return replace(self, entity_writes=(*self.entity_writes, *writes))
+
+
+class StoredEvent(EventHeader, frozen=True):
+    """An event as committed: the header fields of :class:`EventHeader`, then the rest.
 
     Attributes:
         position: global position, dense from 1.
@@ -95,17 +108,6 @@ class StoredEvent:
         global_hash: hex global link hash at ``position``.
     """
 
-    position: int
-    event_id: str
-    session_id: str
-    run_id: str
-    tape_seq: int
-    kind: str
-    actor: str
-    ts_ms: int
-    principal: str
-    device_id: str
-    channel: str
     payload: dict[str, Any]
     redactions: list[str]
     hash: str

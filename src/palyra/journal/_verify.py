@@ -11,6 +11,7 @@ import msgspec
 
 from palyra.core.canonical import canonical_bytes, normalize
 from palyra.core.errors import InvalidArgument
+from palyra.core.event_header import header_values
 from palyra.journal import _env as names
 from palyra.journal import _reads
 from palyra.journal._bundle_format import (
@@ -238,23 +239,13 @@ def _event_record(line: EventLine, position: int) -> EventRecord:
     except InvalidArgument as exc:
         raise Tampered(position, f"payload is not canonical ({exc.message})") from exc
     return EventRecord(
-        RECORD_VERSION,
-        line.position,
-        line.event_id,
-        line.session_id,
-        line.run_id,
-        line.tape_seq,
-        line.kind,
-        line.actor,
-        line.ts_ms,
-        line.principal,
-        line.device_id,
-        line.channel,
-        payload,
-        line.redactions,
-        _hash(line.prev_hash, position),
-        _hash(line.hash, position),
-        _hash(line.global_hash, position),
+        *header_values(line),
+        v=RECORD_VERSION,
+        payload=payload,
+        redactions=line.redactions,
+        prev_hash=_hash(line.prev_hash, position),
+        hash=_hash(line.hash, position),
+        global_hash=_hash(line.global_hash, position),
     )
 
 

@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import lmdb
+import msgspec
 
-from palyra.core.chain import GENESIS, EventHeader, checkpoint_message, event_hash, link_hash
+from palyra.core.chain import GENESIS, checkpoint_message, event_hash, link_hash
 from palyra.core.errors import AlreadyExists, ErrorCode, PalyraError
+from palyra.core.event_header import header_values
 from palyra.journal import _env as names
 from palyra.journal._env import JournalEnv
 from palyra.journal._prepare import PreparedEvent
@@ -203,39 +205,17 @@ class Writer:
             position = state.next_position
             prev = self._session_head(txn, state, event.session_id)
             tape_seq = self._next_tape_seq(txn, state, event.run_id) if event.tape else NO_TAPE_SEQ
-            header = EventHeader(
-                position,
-                event.event_id,
-                event.session_id,
-                event.run_id,
-                tape_seq,
-                event.kind,
-                event.actor,
-                event.ts_ms,
-                event.principal,
-                event.device_id,
-                event.channel,
-            )
+            header = msgspec.structs.replace(event, position=position, tape_seq=tape_seq)
             digest = event_hash(prev, header, event.redactions, event.payload)
             link = link_hash(state.head, position, digest)
             record = EventRecord(
-                RECORD_VERSION,
-                position,
-                event.event_id,
-                event.session_id,
-                event.run_id,
-                tape_seq,
-                event.kind,
-                event.actor,
-                event.ts_ms,
-                event.principal,
-                event.device_id,
-                event.channel,
-                event.payload,
-                list(event.redactions),
-                prev,
-                digest,
-                link,
+                *header_values(header),
+                v=RECORD_VERSION,
+                payload=event.payload,
+                redactions=list(event.redactions),
+                prev_hash=prev,
+                hash=digest,
+                global_hash=link,
             )
             raw = encode_record(record)
             pos_key = u64_key(position)

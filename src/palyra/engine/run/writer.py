@@ -11,7 +11,6 @@ append: a state change and its cause are one durable commit.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -206,8 +205,7 @@ class Batch:
         if not drafts:
             drafts.append(EventDraft(kind="run.updated", actor=ENGINE_ACTOR,
                                      session_id=record.session_id, run_id=record.run_id))
-        last = drafts[-1]
-        drafts[-1] = dataclasses.replace(last, entity_writes=(*last.entity_writes, *writes))
+        drafts[-1] = drafts[-1].with_writes(*writes)
         return drafts
 
 

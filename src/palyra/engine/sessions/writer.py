@@ -10,7 +10,6 @@ that protocol lives only in :meth:`SessionWriter.resolving`.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -96,11 +95,7 @@ class SessionWriter:
     async def commit(self, plan: SessionPlan) -> SessionRecord:
         """Commit a plan on its own (API calls that start no run); hold its session's lock."""
         events = list(plan.events) or [session_event("session.resolved", plan.record, {})]
-        last = events[-1]
-        events[-1] = dataclasses.replace(
-            last,
-            entity_writes=(*last.entity_writes, *plan.entity_writes, record_write(plan.record)),
-        )
+        events[-1] = events[-1].with_writes(*plan.entity_writes, record_write(plan.record))
         await self._store.append(events)
         return plan.record
 

@@ -169,7 +169,7 @@ def create_http_app(
         exception_handlers={HTTPException: on_http_exception},
         request_max_body_size=None,  # enforced in read_body with the configured cap
         debug=False,
-        logging_config=None,  # the daemon configures logging (palyra.logs)
+        logging_config=None,  # the daemon configures logging (palyra.daemon.logs)
     )
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import structlog
 
 from palyra.config import PalyraConfig
+from palyra.daemon.wiring import open_application, recovery_log_fields
 from palyra.engine import RecoveryReport
-from palyra.wiring import open_application, recovery_log_fields
 
 
 def test_recovery_fields_are_counts_and_sorted_run_ids() -> None:

@@ -16,7 +16,7 @@ from grpclib.exceptions import GRPCError
 from palyra_gen.palyra import v1
 
 from palyra.journal import verify_store
-from palyra.transport.spawn import DaemonProcess
+from palyra.testing.spawn import DaemonProcess
 
 pytestmark = pytest.mark.slow
 

@@ -21,15 +21,16 @@ from typing import TextIO
 import structlog
 
 from palyra.config import PalyraConfig
+from palyra.daemon.datadir import ensure_data_dir
+from palyra.daemon.discovery import DaemonInfo, remove_daemon_info, write_daemon_info
+from palyra.daemon.listen import bind_listener, bound_port
+from palyra.daemon.logs import configure_logging
+from palyra.daemon.tokens import ADMIN_TOKEN_FILE, load_or_create_admin_token
+from palyra.daemon.wiring import VERSION, open_application
 from palyra.journal import checkpoint_every
-from palyra.logs import configure_logging
 from palyra.transport.auth import Authenticator
-from palyra.transport.discovery import DaemonInfo, remove_daemon_info, write_daemon_info
 from palyra.transport.grpc import GrpcGateway
 from palyra.transport.http import HttpGateway, create_http_app
-from palyra.transport.listen import bind_listener, bound_port
-from palyra.transport.tokens import ADMIN_TOKEN_FILE, ensure_data_dir, load_or_create_admin_token
-from palyra.wiring import VERSION, open_application
 
 _log = structlog.get_logger("palyra.daemon")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from palyra.transport.spawn import DaemonProcess
+from palyra.testing.spawn import DaemonProcess
 
 pytestmark = pytest.mark.slow
 

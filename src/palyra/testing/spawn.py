@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
-from palyra.transport.discovery import DaemonInfo, read_daemon_info
-from palyra.transport.tokens import ensure_data_dir, read_admin_token
+from palyra.daemon.datadir import ensure_data_dir
+from palyra.daemon.discovery import DaemonInfo, read_daemon_info
+from palyra.daemon.tokens import read_admin_token
 
 
 class DaemonProcess:

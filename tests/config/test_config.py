@@ -102,7 +102,7 @@ def test_policies_live_beside_the_config_file_and_one_switch_enables_process_exe
 def test_a_bad_policy_beside_the_config_stops_serve_naming_file_and_line(tmp_path: Path) -> None:
     import os
 
-    from palyra.transport.spawn import DaemonProcess
+    from palyra.testing.spawn import DaemonProcess
 
     (tmp_path / "policies").mkdir()
     (tmp_path / "policies" / "team.cedar").write_text(

@@ -15,13 +15,9 @@ from pathlib import Path
 import pytest
 
 from palyra.cli._client import DEVICE_FILE, resolve_target
-from palyra.transport.discovery import DAEMON_FILE, DaemonInfo, read_daemon_info, write_daemon_info
-from palyra.transport.tokens import (
-    ADMIN_TOKEN_FILE,
-    ensure_data_dir,
-    load_or_create_admin_token,
-    write_private,
-)
+from palyra.daemon.datadir import ensure_data_dir, write_private
+from palyra.daemon.discovery import DAEMON_FILE, DaemonInfo, read_daemon_info, write_daemon_info
+from palyra.daemon.tokens import ADMIN_TOKEN_FILE, load_or_create_admin_token
 
 
 def _mode(path: Path) -> int:

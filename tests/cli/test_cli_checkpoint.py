@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from palyra.cli import journal_cmd
+from palyra.daemon.discovery import DaemonInfo, write_daemon_info
 from palyra.journal import EventDraft, JournalStore, verify_store
-from palyra.transport.discovery import DaemonInfo, write_daemon_info
-from palyra.transport.spawn import DaemonProcess
+from palyra.testing.spawn import DaemonProcess
 
 pytestmark = pytest.mark.slow
 

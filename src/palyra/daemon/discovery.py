@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-from palyra.transport.tokens import write_private
+from palyra.daemon.datadir import write_private
 
 DAEMON_FILE = "daemon.json"
 

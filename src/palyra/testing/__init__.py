@@ -1,0 +1,5 @@
+"""Helpers for tests and benchmarks; nothing in ``palyra`` itself imports this package.
+
+``spawn.DaemonProcess`` runs ``palyra serve`` as a child process on ephemeral
+ports and finds them through ``<data-dir>/daemon.json``.
+"""
