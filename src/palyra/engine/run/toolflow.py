@@ -20,6 +20,7 @@ running with ``<redacted>`` in place of the secret.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -82,13 +83,22 @@ async def propose(step: Step, batch: Batch, calls: Sequence[ToolCall], turn: int
     If the first call needs approval, its request is part of the same append.
     """
     verdicts: list[tuple[str, ToolCall, ToolVerdict]] = []
+    limit = step.deps.config.max_tool_args_bytes
     for index, call in enumerate(calls):
         pid = new_ulid()
-        verdict = decide(step, call.name, call.arguments, index)
+        input_json = canonical_json(dict(call.arguments)).decode()
+        if len(input_json.encode()) > limit:
+            # Taped as a placeholder and denied: the run and its input stay on
+            # the tape, and the model hears why instead of the run failing.
+            verdict = ToolVerdict(pb.ToolDecisionOutcome.DENY,
+                                  f"tool arguments are {len(input_json.encode())} bytes, over "
+                                  f"the {limit}-byte limit", step.deps.policy.policy_hash)
+            input_json = oversized_args_json(input_json)
+        else:
+            verdict = decide(step, call.name, call.arguments, index)
         verdicts.append((pid, call, verdict))
         batch.add(
-            pb.ToolProposal(proposal_id=pid, tool_name=call.name,
-                            input_json=canonical_json(dict(call.arguments)).decode(),
+            pb.ToolProposal(proposal_id=pid, tool_name=call.name, input_json=input_json,
                             approval_required=verdict.outcome == _ASK, turn=turn),
             pb.ToolDecision(proposal_id=pid, outcome=verdict.outcome,
                             reason=verdict.reason, policy_hash=verdict.policy_hash,
@@ -309,3 +319,10 @@ async def _run_tool(step: Step, name: str, arguments: Mapping[str, Any]) -> Tool
     except Exception as exc:  # a tool bug is the model's problem to hear about, not a crash
         log.exception("tool %s raised", name)
         return ToolOutcome(False, "", f"{type(exc).__name__}: {exc}")
+
+
+def oversized_args_json(input_json: str) -> str:
+    """What a proposal whose arguments are too large keeps of them: size and digest."""
+    digest = hashlib.sha256(input_json.encode()).hexdigest()
+    return canonical_json({"_omitted": "arguments over the size limit",
+                           "bytes": len(input_json.encode()), "sha256": digest}).decode()
