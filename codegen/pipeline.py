@@ -21,8 +21,9 @@ from codegen import (
     render_lifecycle,
     render_mermaid,
     render_routes,
+    ts_package,
 )
-from codegen.banner import MERMAID, PYTHON, banner, ruff_format
+from codegen.banner import MERMAID, PYTHON, TYPESCRIPT, banner, ruff_format
 from codegen.descriptors import ProtoSpec, load_proto_spec
 from codegen.diagnostics import SpecError
 from codegen.drift import diff_trees
@@ -101,6 +102,7 @@ def render(spec: Spec, stage: Path) -> None:
     shutil.rmtree(workdir)
     proto_python.postprocess(layout, package)
     proto_ts.postprocess(layout, ts_dir)
+    ts_package.render(ts_dir, banner(TYPESCRIPT, ts_package.GENERATOR, ["codegen/ts_package/"]))
 
     _write(
         package / "lifecycle" / "__init__.py",
