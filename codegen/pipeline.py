@@ -15,6 +15,7 @@ from pathlib import Path
 
 from codegen import (
     checks,
+    proto_comments,
     proto_python,
     proto_ts,
     render_errors,
@@ -135,6 +136,13 @@ def render(spec: Spec, stage: Path) -> None:
         render_errors.GENERATOR,
         [errors_label],
         render_errors.render(errors_enum, errors_label),
+    )
+    _write(
+        package / "proto_docs.py",
+        PYTHON,
+        "codegen/proto_comments.py",
+        [layout.proto_label(f) for f in spec.proto.files],
+        proto_comments.render(spec.proto.docs),
     )
     route_sources = sorted({layout.proto_label(r.file) for r in spec.proto.rpcs})
     _write(

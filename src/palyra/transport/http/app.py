@@ -37,7 +37,8 @@ from palyra.transport.http._sse import SseResponse
 _log = structlog.get_logger("palyra.http")
 _json = msgspec.json.Encoder()
 _OPENAPI_PATH = "/schema/openapi.json"
-_METHODS = [HttpMethod.GET, HttpMethod.POST, HttpMethod.PATCH, HttpMethod.DELETE, HttpMethod.PUT]
+_METHODS = [HttpMethod.GET, HttpMethod.POST, HttpMethod.PATCH, HttpMethod.DELETE, HttpMethod.PUT,
+            HttpMethod.OPTIONS]
 
 
 # Statuses Litestar itself may answer with, and the code whose spec mapping has
@@ -68,6 +69,20 @@ def _method_not_allowed(method: str, path: str, allowed: list[str]) -> Response[
     response = error_response(wire)
     response.headers["allow"] = allow
     return response
+
+
+def _options(path: str, allowed: list[str]) -> Response[bytes]:
+    """``OPTIONS``: 204 with the methods this path really takes (404 for an unknown path)."""
+    if not allowed:
+        raise NotFound(f"no endpoint OPTIONS {path}")
+    return Response(content=b"", status_code=204,
+                    headers={"allow": ", ".join([*allowed, "OPTIONS"])})
+
+
+def _unimplemented_methods(app: object, table: RouteTable) -> list[str]:
+    """Facade methods that answer UNIMPLEMENTED (their subsystem is not built yet)."""
+    return [r.python_method for r in table.routes
+            if getattr(getattr(app, r.python_method, None), "__palyra_unimplemented__", None)]
 
 
 async def read_body(request: Request[Any, Any, Any], limit: int) -> bytes:
@@ -105,7 +120,7 @@ def create_http_app(
 ) -> Litestar:
     """Build the Litestar application serving every spec route of ``app``."""
     table = routes or RouteTable()
-    openapi = _json.encode(build_openapi(table))
+    openapi = _json.encode(build_openapi(table, _unimplemented_methods(app, table)))
 
     @get(_OPENAPI_PATH, media_type="application/json", sync_to_thread=False)
     def openapi_document() -> Response[bytes]:
@@ -119,6 +134,8 @@ def create_http_app(
         raw_path = request.scope.get("raw_path", b"").decode("latin-1") or request.scope["path"]
         rpc = "-"
         try:
+            if request.method == HttpMethod.OPTIONS:
+                return _options(raw_path, table.allowed_methods(raw_path))  # type: ignore[return-value]
             try:
                 found = table.match(request.method, raw_path)
             except LookupError:
