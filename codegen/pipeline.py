@@ -22,6 +22,7 @@ from codegen import (
     render_lifecycle,
     render_mermaid,
     render_routes,
+    render_services,
     ts_package,
 )
 from codegen.banner import MERMAID, PYTHON, TYPESCRIPT, banner, ruff_format
@@ -145,6 +146,13 @@ def render(spec: Spec, stage: Path) -> None:
         proto_comments.render(spec.proto.docs),
     )
     route_sources = sorted({layout.proto_label(r.file) for r in spec.proto.rpcs})
+    _write(
+        package / "services.py",
+        PYTHON,
+        render_services.GENERATOR,
+        route_sources,
+        render_services.render(spec.proto.rpcs),
+    )
     _write(
         package / "http_routes.py",
         PYTHON,

@@ -3,7 +3,8 @@
 One catch-all handler matches the request against
 :class:`~palyra.transport.http._routes.RouteTable` (compiled from
 ``palyra_gen.http_routes.ROUTES``), authenticates, decodes strictly, and calls
-the same facade method the gRPC gateway calls. Unary answers are the
+the same application method the gRPC gateway calls, through the generated
+``palyra_gen.services.UNARY``/``STREAMING`` tables (one typed call per RPC). Unary answers are the
 response's proto3 JSON; server streams are SSE; errors are the spec's
 ``ErrorDetail`` body with the mapped status.
 """
@@ -21,14 +22,14 @@ from litestar import Litestar, Request, Response, get, route
 from litestar.enums import HttpMethod
 from litestar.exceptions import HTTPException
 from litestar.types import ASGIApp
+from palyra_gen.services import STREAMING, UNARY, PalyraServicesApp
 
 from palyra.config import HttpConfig
 from palyra.core.errors import ErrorCode, NotFound, PalyraError
 from palyra.core.protojson import encode_message
 from palyra.transport.auth import REQUEST_ID_HEADER, Authenticator
-from palyra.transport.context import ContextFactory
+from palyra.transport.context import ContextFactory, CtxT
 from palyra.transport.errors import WireError, to_wire
-from palyra.transport.facade import app_method, open_stream
 from palyra.transport.http._decode import decode_request
 from palyra.transport.http._openapi import build_openapi
 from palyra.transport.http._routes import CompiledRoute, RouteTable
@@ -79,7 +80,7 @@ def _options(path: str, allowed: list[str]) -> Response[bytes]:
                     headers={"allow": ", ".join([*allowed, "OPTIONS"])})
 
 
-def _unimplemented_methods(app: object, table: RouteTable) -> list[str]:
+def _unimplemented_methods(app: PalyraServicesApp[Any], table: RouteTable) -> list[str]:
     """Facade methods that answer UNIMPLEMENTED (their subsystem is not built yet)."""
     return [r.python_method for r in table.routes
             if getattr(getattr(app, r.python_method, None), "__palyra_unimplemented__", None)]
@@ -111,10 +112,10 @@ async def _one(message: betterproto2.Message) -> AsyncIterator[betterproto2.Mess
 
 
 def create_http_app(
-    app: object,
+    app: PalyraServicesApp[CtxT],
     *,
     authenticator: Authenticator,
-    make_ctx: ContextFactory,
+    make_ctx: ContextFactory[CtxT],
     config: HttpConfig,
     routes: RouteTable | None = None,
 ) -> Litestar:
@@ -154,7 +155,7 @@ def create_http_app(
             ctx = make_ctx(caller)
             if compiled.server_streaming:
                 return _stream(app, compiled, ctx, message, config, request_id)
-            result = await app_method(app, compiled.python_method)(ctx, message)
+            result = await UNARY[compiled.python_method](app, ctx, message)
             _log.debug("http", rpc=rpc, status=200, request_id=request_id,
                        ms=round((time.perf_counter() - started) * 1000, 2))
             return Response(  # type: ignore[return-value]
@@ -191,17 +192,16 @@ def create_http_app(
 
 
 def _stream(
-    app: object,
+    app: PalyraServicesApp[CtxT],
     compiled: CompiledRoute,
-    ctx: Any,
+    ctx: CtxT,
     message: betterproto2.Message,
     config: HttpConfig,
     request_id: str,
 ) -> SseResponse:
-    method = app_method(app, compiled.python_method)
     argument: Any = _one(message) if compiled.client_streaming else message
     return SseResponse(
-        open_stream(method(ctx, argument)),
+        STREAMING[compiled.python_method](app, ctx, argument),
         error_grace_s=config.sse_error_grace_s,
         keepalive_s=config.sse_keepalive_s,
         request_id=request_id,
