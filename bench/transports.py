@@ -223,6 +223,7 @@ def _client_cpu_s() -> float:
 async def run_transport(args: argparse.Namespace) -> dict[str, Any]:
     """Measure one transport: warm the daemon with 3 sessions, then N sessions."""
     root = Path(args.db) if args.db else Path(tempfile.mkdtemp(prefix="palyra-bench-"))
+    root.mkdir(parents=True, exist_ok=True)  # like the in-process mode: --db may not exist yet
     data_dir = root / f"{args.transport}-{time.time_ns()}"
     limits = tool_loop.physical_limits(root)
     async with open_driver(args.transport, data_dir, args) as driver:

@@ -1,0 +1,27 @@
+"""``bench tool-loop --transport grpc --db DIR`` creates DIR like the in-process mode does."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_grpc_bench_creates_a_missing_db_dir(tmp_path: Path) -> None:
+    db = tmp_path / "not" / "there" / "yet"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PALYRA_")},
+           "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+    run = subprocess.run(
+        [sys.executable, "-m", "bench", "tool-loop", "--transport", "grpc", "--db", str(db),
+         "--sessions", "2", "--steps", "1", "--concurrency", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["db_dir"].startswith(str(db)) and db.is_dir()
