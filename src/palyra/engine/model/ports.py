@@ -1,6 +1,6 @@
 """What the engine needs from policy and tools, as narrow protocols.
 
-The engine codes against these; ``_adapters`` binds them to ``palyra.policy``
+The engine codes against these; ``palyra.adapters`` binds them to ``palyra.policy``
 and ``palyra.tools``. Keeping the seam here means a change in either package
 touches one adapter, not the run loop.
 """
