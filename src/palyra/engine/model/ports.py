@@ -70,6 +70,11 @@ class PolicyPort(Protocol):
         """Whether ``identity`` may decide ``approval`` (Cedar ``approval.decide``)."""
         ...
 
+    def posture_change(self, identity: IdentityRec, session_id: str, tool_name: str,
+                       posture: str) -> tuple[bool, str]:
+        """Whether ``identity`` may set the posture (Cedar ``session.set_posture``), and why."""
+        ...
+
 
 class ToolsPort(Protocol):
     """The tool registry and executor, as the engine uses it."""
