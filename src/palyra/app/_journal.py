@@ -60,6 +60,9 @@ def _payload(text: str) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(text)
+    except RecursionError:
+        raise InvalidArgument("payload_json is nested too deeply",
+                              details={"field": "payload_json"}) from None
     except ValueError:
         return {"redacted": True, "reason": "payload is not JSON", "bytes": len(text.encode())}
     return value if isinstance(value, dict) else {"value": value}
