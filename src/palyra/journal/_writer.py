@@ -64,6 +64,8 @@ class _BatchState:
     head: bytes
     session_heads: dict[str, bytes] = field(default_factory=dict)
     tape_next: dict[str, int] = field(default_factory=dict)
+    # What followers get after the commit: each event with its record size.
+    committed: list[tuple[StoredEvent, int]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -83,7 +85,12 @@ _STOP = object()
 class Writer:
     """Owns every LMDB write transaction of one store."""
 
-    def __init__(self, env: JournalEnv, max_batch_events: int, on_commit: Callable[[], None]):
+    def __init__(
+        self,
+        env: JournalEnv,
+        max_batch_events: int,
+        on_commit: Callable[[list[tuple[StoredEvent, int]]], None],
+    ):
         self._env = env
         self._max_batch = max(1, max_batch_events)
         self._on_commit = on_commit
@@ -153,7 +160,8 @@ class Writer:
         stats.appended_events += written[0]
         stats.appended_bytes += written[1]
         _resolve(batch, outcomes)
-        self._on_commit()
+        if state.committed:
+            self._on_commit(state.committed)
 
     def _apply(
         self, batch: list[Request]
@@ -235,7 +243,9 @@ class Writer:
             state.next_position = position + 1
             written[0] += 1
             written[1] += len(raw)
-            stored.append(to_stored(record, event.value))
+            view = to_stored(record, event.value)
+            stored.append(view)
+            state.committed.append((view, len(raw)))
         return stored
 
     def _session_head(self, txn: Any, state: _BatchState, session_id: str) -> bytes:
