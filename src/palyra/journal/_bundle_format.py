@@ -1,4 +1,4 @@
-"""Line types of the NDJSON export bundle (format ``palyra.journal.bundle`` v1).
+"""Line types of the NDJSON export bundle (format ``palyra.journal.bundle`` v2).
 
 Every line is the compact JSON of one of these structs with keys sorted
 (``msgspec.json.encode(line, order="sorted")``) followed by ``\\n``. Verifiers
@@ -16,7 +16,11 @@ import msgspec
 from palyra.core.event_header import EventHeader
 
 BUNDLE_FORMAT = "palyra.journal.bundle"
-BUNDLE_VERSION = 1
+BUNDLE_VERSION = 2
+"""Written version: a record's event (or link) lines share its hashes.
+
+Version 1 bundles (one format 1 record per line) still verify; see ``_bundle_records``.
+"""
 
 
 class _Line(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, frozen=True):
