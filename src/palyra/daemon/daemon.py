@@ -61,10 +61,11 @@ async def run_daemon(
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, _on_signal(signum, stop))
     admin_token = resolve_admin_token(config, out)
-    authenticator = Authenticator.from_config(config.auth, admin_token)
     pid = os.getpid()
     async with contextlib.AsyncExitStack() as stack:
         app, make_ctx = await open_application(config, stack)
+        authenticator = Authenticator.from_config(config.auth, admin_token,
+                                                  principal_tokens=app.token_book.principal_of)
         grpc_sock = bind_listener(config.grpc.host, config.grpc.port)
         stack.callback(grpc_sock.close)
         http_sock = bind_listener(config.http.host, config.http.port)
