@@ -67,7 +67,8 @@ async def test_oversized_messages_are_refused_from_the_prefix(daemon: DaemonProc
 
 
 async def test_a_prefix_claiming_a_gigabyte_gets_a_clean_error(daemon: DaemonProcess) -> None:
-    async with Channel("127.0.0.1", daemon.grpc_port) as channel:
+    channel = Channel("127.0.0.1", daemon.grpc_port)
+    try:
         async with channel.request("/palyra.v1.GatewayService/AppendEvent",
                                    Cardinality.STREAM_UNARY, v1.AppendEventRequest,
                                    v1.AppendEventResponse, metadata=HEADERS) as stream:
@@ -75,9 +76,11 @@ async def test_a_prefix_claiming_a_gigabyte_gets_a_clean_error(daemon: DaemonPro
             prefix = b"\x00" + struct.pack(">I", 1 << 30)
             # Raw bytes: a prefix announcing 1 GiB, a few bytes, then the end (the client
             # side says STREAM_UNARY only so grpclib lets it end after raw bytes).
-            await stream._stream.send_data(prefix + b"partial")
+            await stream._stream.send_data(prefix + b"partial")  # noqa: SLF001
             await stream.end()
             with pytest.raises(GRPCError) as err:
                 await stream.recv_message()
+    finally:
+        channel.close()
     assert err.value.status is Status.RESOURCE_EXHAUSTED
     assert err.value.status is not Status.INTERNAL
