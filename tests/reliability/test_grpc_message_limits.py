@@ -76,7 +76,7 @@ async def test_a_prefix_claiming_a_gigabyte_gets_a_clean_error(daemon: DaemonPro
             prefix = b"\x00" + struct.pack(">I", 1 << 30)
             # Raw bytes: a prefix announcing 1 GiB, a few bytes, then the end (the client
             # side says STREAM_UNARY only so grpclib lets it end after raw bytes).
-            await stream._stream.send_data(prefix + b"partial")  # noqa: SLF001
+            await stream._stream.send_data(prefix + b"partial")
             await stream.end()
             with pytest.raises(GRPCError) as err:
                 await stream.recv_message()
