@@ -75,7 +75,7 @@ async def run_daemon(
         http_gateway = HttpGateway(
             create_http_app(app, authenticator=authenticator, make_ctx=make_ctx,
                             config=config.http),
-            shutdown_grace_s=config.daemon.shutdown_grace_s,
+            shutdown_grace_s=config.daemon.shutdown_grace_s, limits=config.http,
         )
         info = DaemonInfo(pid=pid, grpc_host=config.grpc.host, grpc_port=bound_port(grpc_sock),
                           http_host=config.http.host, http_port=bound_port(http_sock),

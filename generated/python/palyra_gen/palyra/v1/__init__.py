@@ -464,6 +464,16 @@ class ErrorCode(betterproto2.Enum):
     unknown method there is UNIMPLEMENTED).
     """
 
+    HEADERS_TOO_LARGE = 28
+    """
+    The request's headers are too large or too many (HTTP), or its metadata (gRPC).
+    """
+
+    REQUEST_TIMEOUT = 29
+    """
+    The client did not send its request (its body, over HTTP) in time.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -495,6 +505,8 @@ class ErrorCode(betterproto2.Enum):
             25: "ERROR_CODE_UNAVAILABLE",
             26: "ERROR_CODE_INTERNAL",
             27: "ERROR_CODE_METHOD_NOT_ALLOWED",
+            28: "ERROR_CODE_HEADERS_TOO_LARGE",
+            29: "ERROR_CODE_REQUEST_TIMEOUT",
         }
 
     @classmethod
@@ -528,6 +540,8 @@ class ErrorCode(betterproto2.Enum):
             "ERROR_CODE_UNAVAILABLE": 25,
             "ERROR_CODE_INTERNAL": 26,
             "ERROR_CODE_METHOD_NOT_ALLOWED": 27,
+            "ERROR_CODE_HEADERS_TOO_LARGE": 28,
+            "ERROR_CODE_REQUEST_TIMEOUT": 29,
         }
 
 
