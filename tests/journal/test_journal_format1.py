@@ -14,11 +14,16 @@ from pathlib import Path
 import pytest
 
 from palyra.journal import JournalStore, export_bundle, verify_bundle, verify_store
+from palyra.journal._signing import Signer
 
 from .helpers import draft, raw_record
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "journal_v1"
 HEAD = "f5009770fe7c335a43abaf68bf13d39a3483fe5d9b37b41f5de65efa837b4241"
+
+
+def _public_key(data_dir: Path) -> bytes:
+    return Signer.load_or_create(data_dir / "journal").public_key
 
 
 @pytest.fixture
@@ -30,7 +35,9 @@ def v1_dir(tmp_path: Path) -> Path:
 
 def test_format1_journal_verifies_and_reads(v1_dir: Path) -> None:
     report = verify_store(v1_dir)
-    assert report.summary() == f"OK events=24 checkpoints=3 head_position=24 head={HEAD}"
+    assert report.summary().startswith(f"OK events=24 checkpoints=3 head_position=24 head={HEAD}")
+    keyed = verify_store(v1_dir, trusted_keys=[_public_key(v1_dir)])
+    assert keyed.ok and keyed.signed_through == 24
     assert raw_record(v1_dir, 5)[0] == 0xDE  # format 1 records indeed
     with JournalStore.open(v1_dir) as store:
         events = store.read_range(0, 100)
@@ -54,12 +61,14 @@ async def test_format1_journal_grows_in_format2(v1_dir: Path, tmp_path: Path) ->
         assert new[0].prev_hash == old[-1].hash  # the session chain crosses formats
         await store.checkpoint()
         assert store.stats().records == 1
-    report = verify_store(v1_dir)
+    key = _public_key(v1_dir)
+    report = verify_store(v1_dir, trusted_keys=[key])
     assert report.ok and report.events == 27 and report.checkpoints == 4
     for session in (None, "s1", "s2"):
         out = tmp_path / f"{session}.ndjson"
         export_bundle(v1_dir, out, session_id=session)
-        assert verify_bundle(out).ok, session
+        sealed = verify_bundle(out, trusted_keys=[key])
+        assert sealed.ok and sealed.sealed and sealed.signed_through == 27, session
 
 
 @pytest.mark.parametrize("name", ["full-v1.ndjson", "s1-v1.ndjson"])

@@ -9,6 +9,7 @@
 #   spec/proto/palyra/v1/memory.proto
 #   spec/proto/palyra/v1/options.proto
 #   spec/proto/palyra/v1/tape.proto
+#   spec/proto/palyra/v1/tokens.proto
 # Regenerate with `nox -s codegen`; `python -m codegen --check` fails on drift.
 
 """Leading comments of the spec's protos, by full element name (for API docs)."""
@@ -41,9 +42,11 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.ErrorCode.ERROR_CODE_BUDGET_EXHAUSTED": "The run's tool budget is spent.",
     "palyra.v1.ErrorCode.ERROR_CODE_CURSOR_TRUNCATED": "The cursor points at data that retention removed; restart from the earliest cursor.",
     "palyra.v1.ErrorCode.ERROR_CODE_DATA_DIR_LOCKED": "Another process holds the data dir for writing.",
+    "palyra.v1.ErrorCode.ERROR_CODE_HEADERS_TOO_LARGE": "The request's headers are too large or too many (HTTP), or its metadata (gRPC).",
     "palyra.v1.ErrorCode.ERROR_CODE_ILLEGAL_TRANSITION": "A lifecycle event not allowed in the current state (a daemon bug if internal).",
     "palyra.v1.ErrorCode.ERROR_CODE_MALFORMED_REQUEST": "The body could not be decoded (bad protobuf, bad JSON, unknown field).",
     "palyra.v1.ErrorCode.ERROR_CODE_METHOD_NOT_ALLOWED": "The HTTP path exists but not for this method (gRPC has no such case; an\nunknown method there is UNIMPLEMENTED).",
+    "palyra.v1.ErrorCode.ERROR_CODE_REQUEST_TIMEOUT": "The client did not send its request (its body, over HTTP) in time.",
     "palyra.v1.ErrorCode.ERROR_CODE_RUN_TERMINAL": "The run already ended; it takes no more input.",
     "palyra.v1.ErrorCode.ERROR_CODE_SESSION_IDENTITY_MISMATCH": "The session is bound to another principal, device or channel.",
     "palyra.v1.ErrorCode.ERROR_CODE_UNSUPPORTED_VERSION": "A message carried a protocol version `v` this daemon does not speak.",
@@ -74,6 +77,9 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.GetHealthResponse.journal_commits": "Durable journal commits since this daemon started; with group commit many\nevents share one. Benchmarks read it to report commits per step.",
     "palyra.v1.Identity": "Who is calling: taken from authenticated headers, never from the body.",
     "palyra.v1.InlineApprovalDecision": "An inline answer to a tool_approval_request on the run's own stream.",
+    "palyra.v1.IssueTokenRequest.principal": "e.g. `user:alice`; operators' principals (`admin:`, `system:`) cannot be bound.",
+    "palyra.v1.IssueTokenRequest.ttl_seconds": "0: the token does not expire.",
+    "palyra.v1.IssueTokenResponse.token": "The bearer secret, shown once; only its hash is stored.",
     "palyra.v1.JournalService": "The hash-chained journal, for auditors and backups. Verify, export and\ncheckpoint need an `admin:` or `system:` principal; the head is open to any\nauthenticated caller.",
     "palyra.v1.JournalService.CreateCheckpoint": "Sign the current global head with the daemon's ed25519 key and store the\ncheckpoint (what `palyra journal checkpoint` asks a running daemon for).",
     "palyra.v1.JournalService.ExportJournal": "A self-contained NDJSON bundle, in chunks.",
@@ -99,6 +105,14 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.Session.branch_state": '"root", "active_branch" or "branch_source".',
     "palyra.v1.SetToolPostureRequest.posture": "UNSPECIFIED clears the session override.",
     "palyra.v1.TapeEvent": "One event of a run's tape. (run_id, tape_seq) is dense from 0 and never\nreused; `position` is the event's global journal position.",
+    "palyra.v1.TokenInfo.expires_at_unix_ms": "0: never expires.",
+    "palyra.v1.TokenInfo.issued_by": "Who issued it.",
+    "palyra.v1.TokenInfo.principal": "The principal every request with this token acts as.",
+    "palyra.v1.TokenInfo.revoked_at_unix_ms": "0: not revoked.",
+    "palyra.v1.TokensService": "Per-principal bearer tokens. An operator (`admin:` or `system:`) issues a\ntoken bound to one principal; a request carrying it acts as that principal,\nand a different `x-palyra-principal` header is refused. Tokens are stored\nhashed, may expire and may be revoked. The admin token stays for operators.",
+    "palyra.v1.TokensService.IssueToken": "Issue a token bound to `principal`; its secret is in the answer only.",
+    "palyra.v1.TokensService.ListTokens": "Every issued token (never its secret), newest first.",
+    "palyra.v1.TokensService.RevokeToken": "Revoke a token: requests carrying it are refused from now on.",
     "palyra.v1.ToolApprovalResponse.from_cache": "True when a cached session/timeboxed decision answered without asking.",
     "palyra.v1.ToolDecision.policy_hash": "SHA-256 of the active policy set and schema.",
     "palyra.v1.ToolPosture": "Per-tool posture, settable in the config file and per session over the API.",

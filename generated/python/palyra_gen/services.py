@@ -5,6 +5,7 @@
 #   spec/proto/palyra/v1/gateway.proto
 #   spec/proto/palyra/v1/journal.proto
 #   spec/proto/palyra/v1/memory.proto
+#   spec/proto/palyra/v1/tokens.proto
 # Regenerate with `nox -s codegen`; `python -m codegen --check` fails on drift.
 
 """Typed seam between the transports and the application (one Protocol per service).
@@ -30,11 +31,13 @@ __all__ = (
     "GatewayServiceApp",
     "JournalServiceApp",
     "MemoryServiceApp",
+    "TokensServiceApp",
     "ApprovalsServiceServer",
     "ChannelsServiceServer",
     "GatewayServiceServer",
     "JournalServiceServer",
     "MemoryServiceServer",
+    "TokensServiceServer",
     "PalyraServicesApp",
     "RPCS",
     "STREAMING",
@@ -490,12 +493,48 @@ class MemoryServiceServer(v1.MemoryServiceBase, Generic[CtxI]):
         return await self._app.purge_memory(self._ctx(), message)
 
 
+class TokensServiceApp(Protocol[CtxT]):
+    """What the application serves for ``palyra.v1.TokensService``."""
+
+    async def issue_token(self, ctx: CtxT, request: v1.IssueTokenRequest) -> v1.IssueTokenResponse:
+        """``palyra.v1.TokensService.IssueToken``."""
+        ...
+
+    async def list_tokens(self, ctx: CtxT, request: v1.ListTokensRequest) -> v1.ListTokensResponse:
+        """``palyra.v1.TokensService.ListTokens``."""
+        ...
+
+    async def revoke_token(
+        self, ctx: CtxT, request: v1.RevokeTokenRequest
+    ) -> v1.RevokeTokenResponse:
+        """``palyra.v1.TokensService.RevokeToken``."""
+        ...
+
+
+class TokensServiceServer(v1.TokensServiceBase, Generic[CtxI]):
+    """grpclib servicer of ``palyra.v1.TokensService``: every RPC forwards to the app."""
+
+    def __init__(self, app: TokensServiceApp[CtxI], ctx: Callable[[], CtxI]) -> None:
+        self._app = app
+        self._ctx = ctx
+
+    async def issue_token(self, message: v1.IssueTokenRequest) -> v1.IssueTokenResponse:
+        return await self._app.issue_token(self._ctx(), message)
+
+    async def list_tokens(self, message: v1.ListTokensRequest) -> v1.ListTokensResponse:
+        return await self._app.list_tokens(self._ctx(), message)
+
+    async def revoke_token(self, message: v1.RevokeTokenRequest) -> v1.RevokeTokenResponse:
+        return await self._app.revoke_token(self._ctx(), message)
+
+
 class PalyraServicesApp(
     ApprovalsServiceApp[CtxT],
     ChannelsServiceApp[CtxT],
     GatewayServiceApp[CtxT],
     JournalServiceApp[CtxT],
     MemoryServiceApp[CtxT],
+    TokensServiceApp[CtxT],
     Protocol[CtxT],
 ):
     """Every service of the spec, as one application."""
@@ -509,6 +548,7 @@ def servers(app: PalyraServicesApp[CtxI], ctx: Callable[[], CtxI]) -> list[Any]:
         GatewayServiceServer(app, ctx),
         JournalServiceServer(app, ctx),
         MemoryServiceServer(app, ctx),
+        TokensServiceServer(app, ctx),
     ]
 
 
@@ -904,6 +944,33 @@ RPCS: Final[tuple[RpcInfo, ...]] = (
         False,
         False,
     ),
+    RpcInfo(
+        "palyra.v1.TokensService",
+        "IssueToken",
+        "issue_token",
+        "palyra.v1.IssueTokenRequest",
+        "palyra.v1.IssueTokenResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
+        "palyra.v1.TokensService",
+        "ListTokens",
+        "list_tokens",
+        "palyra.v1.ListTokensRequest",
+        "palyra.v1.ListTokensResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
+        "palyra.v1.TokensService",
+        "RevokeToken",
+        "revoke_token",
+        "palyra.v1.RevokeTokenRequest",
+        "palyra.v1.RevokeTokenResponse",
+        False,
+        False,
+    ),
 )
 
 #: Unary RPCs by python method name: ``(app, ctx, request) -> awaitable response``.
@@ -946,6 +1013,9 @@ UNARY: Final[dict[str, Callable[[PalyraServicesApp[Any], Any, Any], Awaitable[An
     "delete_memory": lambda app, ctx, request: app.delete_memory(ctx, request),
     "list_memory": lambda app, ctx, request: app.list_memory(ctx, request),
     "purge_memory": lambda app, ctx, request: app.purge_memory(ctx, request),
+    "issue_token": lambda app, ctx, request: app.issue_token(ctx, request),
+    "list_tokens": lambda app, ctx, request: app.list_tokens(ctx, request),
+    "revoke_token": lambda app, ctx, request: app.revoke_token(ctx, request),
 }
 #: Streaming RPCs by python method name: ``(app, ctx, request or requests) -> async iterator``.
 STREAMING: Final[dict[str, Callable[[PalyraServicesApp[Any], Any, Any], AsyncIterator[Any]]]] = {

@@ -16,11 +16,14 @@ import msgspec
 from palyra.core.event_header import EventHeader
 
 BUNDLE_FORMAT = "palyra.journal.bundle"
-BUNDLE_VERSION = 2
-"""Written version: a record's event (or link) lines share its hashes.
+BUNDLE_VERSION = 3
+"""Written version: sealed (v2), and a record's event (or link) lines share its hashes.
 
-Version 1 bundles (one format 1 record per line) still verify; see ``_bundle_records``.
+Version 2 bundles hold format 1 records only, one per line; version 1 bundles also
+carry no seal. Both still verify; see ``_bundle_records``.
 """
+#: Versions a verifier reads: v1 bundles carry no seal (they verify unsigned only).
+READABLE_VERSIONS = frozenset({1, 2, 3})
 
 
 class _Line(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, frozen=True):
@@ -70,6 +73,23 @@ class CheckpointLine(_Line, tag="checkpoint", frozen=True):
     signature: str
 
 
+class SealLine(_Line, tag="seal", frozen=True):
+    """The exporter's signature over the whole export (``core.chain.seal_message``).
+
+    Right before the trailer; covered by the trailer's digest. With a trusted
+    key a verifier requires it: it is what proves the bundle was not cut short
+    and (for a session bundle) holds every event of its session.
+    """
+
+    head_position: int
+    head_hash: str
+    session_head: str
+    session_events: int
+    ts_ms: int
+    public_key: str
+    signature: str
+
+
 class TrailerLine(_Line, tag="trailer", frozen=True):
     """Last line: counts, heads and the SHA-256 of every preceding byte."""
 
@@ -82,7 +102,7 @@ class TrailerLine(_Line, tag="trailer", frozen=True):
     sha256: str
 
 
-Line = HeaderLine | EventLine | LinkLine | CheckpointLine | TrailerLine
+Line = HeaderLine | EventLine | LinkLine | CheckpointLine | SealLine | TrailerLine
 
 _ENCODER = msgspec.json.Encoder(order="sorted")
 _DECODER: msgspec.json.Decoder[Line] = msgspec.json.Decoder(Line)

@@ -68,6 +68,8 @@ class ChainVerifier:
         self.checkpoints = 0
         # Keyed by the UTF-8 session id: format 2 records are checked without decoding it.
         self._heads: dict[bytes, bytes] = {}
+        # How far a valid signature reaches: by a trusted key when keys are given.
+        self.signed_through = 0
 
     @property
     def session_heads(self) -> dict[str, bytes]:
@@ -215,6 +217,7 @@ class ChainVerifier:
         if not signature_valid(public_key, checkpoint_message(position, head, ts_ms), signature):
             raise Tampered(position, "checkpoint signature is invalid")
         self.checkpoints += 1
+        self.signed_through = max(self.signed_through, position)
 
 
 def _array_length(value: bytes, at: int) -> int:

@@ -211,6 +211,20 @@ export enum ErrorCode {
    * @generated from enum value: ERROR_CODE_METHOD_NOT_ALLOWED = 27;
    */
   METHOD_NOT_ALLOWED = 27,
+
+  /**
+   * The request's headers are too large or too many (HTTP), or its metadata (gRPC).
+   *
+   * @generated from enum value: ERROR_CODE_HEADERS_TOO_LARGE = 28;
+   */
+  HEADERS_TOO_LARGE = 28,
+
+  /**
+   * The client did not send its request (its body, over HTTP) in time.
+   *
+   * @generated from enum value: ERROR_CODE_REQUEST_TIMEOUT = 29;
+   */
+  REQUEST_TIMEOUT = 29,
 }
 
 /**

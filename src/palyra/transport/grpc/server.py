@@ -11,7 +11,7 @@ from palyra_gen.services import PalyraServicesApp, servers
 from palyra.config import GrpcConfig
 from palyra.transport.auth import Authenticator
 from palyra.transport.context import ContextFactory, CtxT, current_caller
-from palyra.transport.grpc._codec import CappedProtoCodec
+from palyra.transport.grpc._codec import CappedProtoCodec, install_length_check
 from palyra.transport.grpc._gateway import install
 
 
@@ -31,6 +31,7 @@ class GrpcGateway(Generic[CtxT]):
         make_ctx: ContextFactory[CtxT],
         config: GrpcConfig,
     ) -> None:
+        install_length_check()
         services = servers(app, lambda: make_ctx(current_caller.get()))
         self._server = Server(services, codec=CappedProtoCodec(config.max_message_bytes))
         install(self._server, authenticator)

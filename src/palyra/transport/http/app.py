@@ -11,6 +11,7 @@ response's proto3 JSON; server streams are SSE; errors are the spec's
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -135,6 +136,10 @@ def create_http_app(
         raw_path = request.scope.get("raw_path", b"").decode("latin-1") or request.scope["path"]
         rpc = "-"
         try:
+            if len(list(request.scope.get("headers", ()))) > config.max_headers:
+                raise PalyraError(f"the request carries more than {config.max_headers} headers",
+                                  code=ErrorCode.HEADERS_TOO_LARGE,
+                                  details={"limit": str(config.max_headers)})
             if request.method == HttpMethod.OPTIONS:
                 return _options(raw_path, table.allowed_methods(raw_path))  # type: ignore[return-value]
             try:
@@ -149,7 +154,13 @@ def create_http_app(
             caller = authenticator.authenticate(compiled.rpc, headers)
             if caller is not None:
                 request_id = caller.request_id
-            body = await read_body(request, config.max_request_bytes)
+            try:
+                async with asyncio.timeout(config.body_timeout_s):
+                    body = await read_body(request, config.max_request_bytes)
+            except TimeoutError:
+                raise PalyraError(f"the request body did not arrive within "
+                                  f"{config.body_timeout_s:g} s",
+                                  code=ErrorCode.REQUEST_TIMEOUT) from None
             message = decode_request(compiled, path_params, request.query_params.multi_items(),
                                      body, headers)
             ctx = make_ctx(caller)

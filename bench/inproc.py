@@ -1,0 +1,85 @@
+"""The in-process driver: the whole engine graph in the harness's own process, no transport."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from palyra_gen.palyra import v1 as pb
+
+from bench.workload import OnEvent
+from palyra.adapters import GatePolicy, RegistryTools
+from palyra.app import CallContext, PalyraApp
+from palyra.engine import Engine, EngineConfig
+from palyra.journal import JournalStore
+from palyra.policy import PolicyConfig, PolicyGate
+from palyra.providers import ScriptedProvider
+from palyra.tools import default_registry
+
+DEVICE = "01J00000000000000000000000"
+CLIENT = CallContext.for_principal("user:bench", DEVICE)
+APPROVER = CallContext.for_principal("admin:bench", DEVICE)
+
+
+class InProcessDriver:
+    """Drives a ``PalyraApp`` in this process."""
+
+    def __init__(self, app: PalyraApp, store: JournalStore, tool: str) -> None:
+        self._app = app
+        self.store = store
+        self._tool = tool
+
+    async def prepare_session(self, session_key: str, *, hitl: bool) -> None:
+        resolved = await self._app.resolve_session(
+            CLIENT, pb.ResolveSessionRequest(session_key=session_key))
+        if hitl:
+            assert resolved.session is not None
+            await self._app.set_tool_posture(CLIENT, pb.SetToolPostureRequest(
+                session_id=resolved.session.session_id, tool_name=self._tool,
+                posture=pb.ToolPosture.ASK_EACH_TIME))
+
+    async def start_turn(self, session_key: str, text: str) -> str:
+        created = await self._app.create_run(CLIENT, pb.CreateRunRequest(
+            v=1, session_key=session_key, input=pb.MessageInput(text=text), complete=True))
+        assert created.run is not None
+        return created.run.run_id
+
+    async def wait(self, run_id: str, on_event: OnEvent) -> pb.Run:
+        async for response in self._app.watch_run(
+                CLIENT, pb.WatchRunRequest(run_id=run_id, after_seq=-1)):
+            if response.event is not None:
+                await on_event(response.event)
+        got = await self._app.get_run(CLIENT, pb.GetRunRequest(run_id=run_id))
+        return got.run or pb.Run()
+
+    async def decide_approval(self, approval_id: str) -> None:
+        await self._app.decide_approval(APPROVER, pb.DecideApprovalRequest(
+            approval_id=approval_id, decision=pb.ApprovalDecision.APPROVE,
+            scope=pb.ApprovalScope.ONCE, reason="bench"))
+
+    def storage_effective(self) -> dict[str, Any]:
+        """The store's durability settings as LMDB reports them."""
+        flags = self.store.env.env.flags()
+        return {"engine": "lmdb", "sync": bool(flags.get("sync")),
+                "metasync": bool(flags.get("metasync")),
+                "map_size": self.store.stats().map_size, "group_commit": True}
+
+
+@contextlib.asynccontextmanager
+async def in_process(data_dir: Path, args: argparse.Namespace) -> AsyncIterator[InProcessDriver]:
+    """Open the whole engine graph on ``data_dir`` and yield a driver for it."""
+    store = JournalStore.open(data_dir)
+    try:
+        registry = default_registry()
+        config = EngineConfig(max_turns=args.steps + 2, approval_timeout_s=300.0)
+        engine = Engine(store, ScriptedProvider(tool=args.tool),
+                        GatePolicy(PolicyGate.load(PolicyConfig()), registry),
+                        RegistryTools(registry, data_dir), config)
+        async with engine:
+            await engine.recover()
+            yield InProcessDriver(PalyraApp(engine), store, args.tool)
+    finally:
+        store.close()

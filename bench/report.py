@@ -1,0 +1,195 @@
+"""Medians over repeats, the readable table, and the JSON file a later session diffs.
+
+:func:`median_tree` takes the per-run figure dicts of one configuration and
+returns one dict of the same shape holding each number's median (lists
+element-wise; ``ok`` only if every run was ok). :func:`table` renders the
+figures issue 11 tracks, median with min and max across repeats.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+_REPO = Path(__file__).resolve().parents[1]
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def median_tree(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each numeric leaf's median across ``runs`` (keys missing from a run are skipped)."""
+    out: dict[str, Any] = {}
+    keys: list[str] = []
+    for run in runs:
+        keys += [k for k in run if k not in keys]
+    for key in keys:
+        values = [run[key] for run in runs if key in run]
+        first = values[0]
+        if key == "ok":
+            out[key] = all(values)
+        elif all(_is_number(v) for v in values):
+            out[key] = round(statistics.median(values), 4)
+        elif all(isinstance(v, dict) for v in values):
+            out[key] = median_tree(values)
+        elif (all(isinstance(v, list) for v in values) and len({len(v) for v in values}) == 1
+              and all(_is_number(x) for v in values for x in v)):
+            out[key] = [round(statistics.median(col), 4) for col in zip(*values, strict=True)]
+        else:
+            out[key] = first
+    return out
+
+
+def _get(figures: dict[str, Any], path: str) -> Any:
+    value: Any = figures
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+# label, dotted key, format
+ROWS: list[tuple[str, str, str]] = [
+    ("steps/s", "steps_per_s", "{:.1f}"),
+    ("step latency p50 ms", "p50_step_ms", "{:.2f}"),
+    ("step latency p99 ms", "p99_step_ms", "{:.2f}"),
+    ("CPU ms/step, process", "cpu_ms_per_step", "{:.3f}"),
+    ("  event-loop thread", "cpu_ms_per_step_by_bucket.event_loop", "{:.3f}"),
+    ("  journal thread(s)", "cpu_ms_per_step_by_bucket.journal", "{:.3f}"),
+    ("  other threads", "cpu_ms_per_step_by_bucket.other", "{:.3f}"),
+    ("  of which in the kernel (sys)", "sys_ms_per_step", "{:.3f}"),
+    ("  journal thread(s) in the kernel", "sys_ms_per_step_by_bucket.journal", "{:.3f}"),
+    ("CPU ms/step, client (separate process)", "client_cpu_ms_per_step", "{:.3f}"),
+    ("CPU utilisation (cores)", "cpu_util", "{:.2f}"),
+    ("journal records/step", "records_per_step", "{:.2f}"),
+    ("journal events/step", "events_per_step", "{:.2f}"),
+    ("journal commits/step", "commits_per_step", "{:.3f}"),
+    ("LMDB write txns/step", "lmdb_txns_per_step", "{:.3f}"),
+    ("device flushes/step (counted)", "flushes.per_step", "{:.3f}"),
+    ("device flushes/commit", "flushes.per_commit", "{:.3f}"),
+    ("betterproto2 messages/step", "messages_per_step", "{:.2f}"),
+    ("journal bytes/step", "bytes_per_step", "{:.0f}"),
+    ("write() bytes/step", "wchar_per_step", "{:.0f}"),
+    ("floor: write+fdatasync p50 µs", "floors.fdatasync_p50_us", "{:.0f}"),
+    ("floor: write+fdatasync p90 µs", "floors.fdatasync_p90_us", "{:.0f}"),
+    ("floor: O_DSYNC 4 KiB write p50 µs", "floors.dsync_write_p50_us", "{:.0f}"),
+    ("floor: SHA-256 MB/s", "floors.sha256_mb_s", "{:.0f}"),
+    ("floor: hash µs/event (event + link)", "floors.sha256_event_us", "{:.2f}"),
+    ("derived: hash ms/step", "derived.hash_ms_per_step", "{:.3f}"),
+    ("derived: one-writer flush ceiling steps/s", "derived.storage_ceiling_steps_per_s_one_writer",
+     "{:.0f}"),
+    ("peak RSS MiB", "peak_rss_mib", "{:.1f}"),
+]
+
+
+def _fmt(fmt: str, value: Any) -> str:
+    return fmt.format(value) if _is_number(value) else "-"
+
+
+def _inline(counts: dict[str, float] | None, n: int) -> str:
+    if not counts:
+        return "-"
+    return ", ".join(f"{k} {v:.2f}" for k, v in list(counts.items())[:n])
+
+
+def table(title: str, median: dict[str, Any], runs: list[dict[str, Any]]) -> str:
+    """The tracked figures as text: median, min and max across repeats."""
+    lines = [title, f"{'figure':<44}{'median':>11}{'min':>11}{'max':>11}"]
+    for label, path, fmt in ROWS:
+        value = _get(median, path)
+        if value is None:
+            continue
+        seen = [v for v in (_get(r, path) for r in runs) if _is_number(v)]
+        low, high = (min(seen), max(seen)) if seen else (None, None)
+        lines.append(f"{label:<44}{_fmt(fmt, value):>11}{_fmt(fmt, low):>11}{_fmt(fmt, high):>11}")
+    flushes = median.get("flushes", {})
+    if flushes.get("available"):
+        lines.append(f"  flushes by call/step: {_inline(flushes.get('by_call_per_step'), 8)}"
+                     f"  (O_DSYNC: {', '.join(Path(f).name for f in flushes.get('dsync_files', [])) or 'none'})")
+    else:
+        lines.append(f"  device flushes not counted: {flushes.get('reason', 'unknown')}")
+    lines.append(f"  messages by type/step: {_inline(median.get('messages_by_type_per_step'), 8)}")
+    lines.append(f"  messages by thread/step: "
+                 f"{_inline(median.get('messages_by_thread_per_step'), 4)}")
+    lines.append(f"  CPU ms/step by thread: {_inline(median.get('cpu_ms_per_step_by_thread'), 6)}")
+    load = [r.get("load_avg_1m", {}) for r in runs]
+    lines.append("  1-min load average before→after each run: "
+                 + ", ".join(f"{x.get('before', 0):.2f}→{x.get('after', 0):.2f}" for x in load))
+    lines.append(f"  ok: {median.get('ok')}" + (f"  failures: {runs[0].get('failures')}"
+                                                 if not median.get("ok") else ""))
+    return "\n".join(lines)
+
+
+def comparison(wire: dict[str, Any], inproc: dict[str, Any]) -> dict[str, float]:
+    """Transport over in-process ratios of the medians (the same sitting)."""
+    def ratio(path: str, over: Callable[[dict[str, Any]], Any] | None = None) -> float:
+        a = _get(wire, path) if over is None else over(wire)
+        b = _get(inproc, path)
+        return round(a / b, 3) if _is_number(a) and _is_number(b) and b else 0.0
+
+    return {
+        "cpu_ms_per_step_ratio": ratio("cpu_ms_per_step"),
+        "cpu_ms_per_step_with_client_ratio": ratio(
+            "cpu_ms_per_step",
+            lambda w: w["cpu_ms_per_step"] + w.get("client_cpu_ms_per_step", 0.0)),
+        "event_loop_cpu_ratio": ratio("cpu_ms_per_step_by_bucket.event_loop"),
+        "steps_per_s_ratio": ratio("steps_per_s"),
+        "p50_step_ratio": ratio("p50_step_ms"),
+        "messages_per_step_ratio": ratio("messages_per_step"),
+    }
+
+
+def comparison_text(wire_name: str, wire: dict[str, Any], inproc: dict[str, Any],
+                    ratios: dict[str, float]) -> str:
+    """The ratio block printed after the two tables."""
+    client = wire.get("client_cpu_ms_per_step", 0.0)
+    return "\n".join([
+        f"{wire_name} vs in process, same sitting (medians)",
+        f"  CPU ms/step: daemon {wire['cpu_ms_per_step']:.3f} / in process "
+        f"{inproc['cpu_ms_per_step']:.3f} = {ratios['cpu_ms_per_step_ratio']:.2f}x"
+        f"   (daemon + client {wire['cpu_ms_per_step'] + client:.3f} = "
+        f"{ratios['cpu_ms_per_step_with_client_ratio']:.2f}x)",
+        f"  event-loop thread CPU: {ratios['event_loop_cpu_ratio']:.2f}x",
+        f"  steps/s: {wire['steps_per_s']:.1f} / {inproc['steps_per_s']:.1f} = "
+        f"{ratios['steps_per_s_ratio']:.2f}x",
+        f"  step p50: {ratios['p50_step_ratio']:.2f}x   messages/step: "
+        f"{ratios['messages_per_step_ratio']:.2f}x",
+    ])
+
+
+def tree_info() -> dict[str, Any]:
+    """Which code was measured: commit, branch, whether the tree had local changes."""
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=_REPO, capture_output=True, text=True,
+                                  timeout=10, check=False).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    return {"commit": git("rev-parse", "HEAD"), "branch": git("rev-parse", "--abbrev-ref", "HEAD"),
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
+def host_info() -> dict[str, Any]:
+    """The machine and interpreter the figures belong to."""
+    import os
+
+    return {"python": sys.version.split()[0], "platform": platform.platform(),
+            "cpus": os.cpu_count()}
+
+
+def write_json(path: str, document: dict[str, Any]) -> None:
+    """Write ``document`` to ``path`` (``-`` for stdout)."""
+    text = json.dumps(document, indent=1, sort_keys=False)
+    if path == "-":
+        print(text)
+    else:
+        Path(path).write_text(text + "\n")
