@@ -6,10 +6,14 @@ from pathlib import Path
 from typing import Any
 
 import lmdb
+import msgspec
 
+from palyra.core.canonical import canonical_bytes
+from palyra.core.chain import record_body, record_hash
+from palyra.core.event_header import RECORD_EVENT_FIELDS
 from palyra.journal import EventDraft
 from palyra.journal._env import EVENTS, journal_dir
-from palyra.journal._record import decode_event, encode_record, u64_key
+from palyra.journal._record import HASHED_AT, decode_record, is_format2, u64_key
 
 
 def draft(i: int = 0, **kw: Any) -> EventDraft:
@@ -19,16 +23,36 @@ def draft(i: int = 0, **kw: Any) -> EventDraft:
     return EventDraft(**fields)
 
 
-def rewrite_record(data_dir: Path, position: int, **changes: Any) -> None:
-    """Tamper with a stored record directly in LMDB (the store must be closed)."""
+def rewrite_record(data_dir: Path, position: int, *, rehash: bool = False, **changes: Any) -> None:
+    """Tamper with the event at ``position`` inside its stored record (the store must be closed).
+
+    ``changes`` name event fields (``payload`` as canonical bytes). The record
+    keeps its stored hashes unless ``rehash``, which recomputes its own hash
+    (as an attacker would) but leaves the global link alone.
+    """
     env = lmdb.open(str(journal_dir(data_dir)), max_dbs=32)
     try:
         db = env.open_db(EVENTS.encode())
         with env.begin(write=True) as txn:
-            raw = txn.get(u64_key(position), db=db)
-            assert raw is not None
-            record = decode_event(raw)
-            txn.put(u64_key(position), encode_record(_replace(record, **changes)), db=db)
+            cursor = txn.cursor(db=db)
+            assert cursor.set_range(u64_key(position))
+            key, raw = cursor.key(), bytes(cursor.value())
+            record = decode_record(raw)
+            assert is_format2(raw) and isinstance(record.body, bytes)
+            rows = msgspec.msgpack.decode(record.body)
+            row = rows[position - record.first]
+            for name, value in changes.items():
+                if name == "payload":
+                    row[-1] = msgspec.Raw(value)
+                else:
+                    row[RECORD_EVENT_FIELDS.index(name)] = value
+            for other in rows:
+                if not isinstance(other[-1], msgspec.Raw):
+                    other[-1] = msgspec.Raw(canonical_bytes(other[-1]))
+            head = raw[HASHED_AT : len(raw) - len(record.body)]
+            body = record_body(rows)
+            digest = record_hash(head, body) if rehash else record.hash
+            txn.put(key, b"\x02" + digest + record.global_hash + head + body, db=db)
     finally:
         env.close()
 
@@ -59,9 +83,3 @@ def delete_records(data_dir: Path, positions: list[int]) -> None:
                 txn.delete(u64_key(position), db=db)
     finally:
         env.close()
-
-
-def _replace(record: Any, **changes: Any) -> Any:
-    import msgspec
-
-    return msgspec.structs.replace(record, **changes)

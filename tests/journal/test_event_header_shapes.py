@@ -14,12 +14,13 @@ from typing import get_args, get_type_hints
 import msgspec
 import pytest
 
-from palyra.core.chain import event_preimage
+from palyra.core.chain import event_preimage, record_row
 from palyra.core.event_header import (
     ASSIGNED_FIELDS,
     DRAFT_FIELDS,
     HEADER_FIELDS,
     HEADER_LAYOUT,
+    RECORD_EVENT_FIELDS,
     EventHeader,
     HashAs,
     HeaderValues,
@@ -28,7 +29,7 @@ from palyra.core.event_header import (
 from palyra.journal import EntityWrite, EventDraft, StoredEvent
 from palyra.journal._bundle_format import EventLine
 from palyra.journal._prepare import PreparedEvent, prepare_draft
-from palyra.journal._record import EventRecord, to_stored
+from palyra.journal._record import EventRecord, RecordEvent, legacy_stored
 from palyra.journal._types import JournalConfig
 
 # Pinned here because the order is the hash layout (docs/journal.md): a change
@@ -84,7 +85,7 @@ def test_copies_between_shapes_keep_every_header_field() -> None:
         7, "01HZZZZZZZZZZZZZZZZZZZZZZZ", "sess", "run", 3, "k", "a", 1_700_000_000_000, "p",
         "dev", "ch",
     )  # fmt: skip
-    stored = to_stored(record)
+    stored = legacy_stored(record)
     assert header_values(stored) == header_values(record)
     line = EventLine(*header_values(record), payload={}, redactions=[], prev_hash="",
                      hash="", global_hash="")  # fmt: skip
@@ -140,3 +141,19 @@ def test_documented_hash_layout_matches_the_declaration(text: str, start: str, e
     # The prose layouts are what readers implement against; keep them the code's.
     expected = [(wire.value, name) for name, wire in HEADER_LAYOUT]
     assert _documented_layout(text, start, end) == expected
+
+
+def test_record_events_carry_the_declared_fields_but_position_and_session() -> None:
+    assert tuple(n for n in DECLARED if n not in ("position", "session_id")) == RECORD_EVENT_FIELDS
+    assert RecordEvent.__struct_fields__ == (*RECORD_EVENT_FIELDS, "redactions", "payload")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [_DOCS.read_text(), record_row.__doc__ or ""],
+    ids=["docs/journal.md", "record_row docstring"],
+)
+def test_documented_record_event_array_matches_the_declaration(text: str) -> None:
+    start = text.index("[event_id,")
+    fields = re.findall(r"\w+", text[start : text.index("[redaction", start)])
+    assert tuple(fields) == RECORD_EVENT_FIELDS

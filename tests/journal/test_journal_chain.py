@@ -15,6 +15,10 @@ from palyra.core.chain import (
     event_hash,
     event_preimage,
     link_hash,
+    record_body,
+    record_hash,
+    record_head,
+    record_row,
 )
 from palyra.core.errors import InvalidArgument
 from palyra.core.event_header import EventHeader
@@ -152,3 +156,73 @@ def test_normalize_rejects_deep_nesting() -> None:
         deep = [deep]
     with pytest.raises(InvalidArgument):
         normalize({"d": deep})
+
+
+def _mp(value: Any) -> bytes:
+    """A tiny canonical MessagePack writer for the test: str, int, list, pre-encoded bytes."""
+    if isinstance(value, bytes):
+        return value  # already canonical (the payload map)
+    if isinstance(value, str):
+        raw = value.encode()
+        if len(raw) < 32:
+            return bytes([0xA0 | len(raw)]) + raw
+        assert len(raw) < 256
+        return b"\xd9" + bytes([len(raw)]) + raw
+    if isinstance(value, int):
+        if 0 <= value < 128:
+            return bytes([value])
+        if -32 <= value < 0:
+            return struct.pack(">b", value)
+        assert value >= 0
+        return b"\xcf" + struct.pack(">Q", value)
+    assert isinstance(value, list) and len(value) < 16
+    return bytes([0x90 | len(value)]) + b"".join(_mp(v) for v in value)
+
+
+def test_record_layout_matches_documented_layout() -> None:
+    # Built from the text of docs/journal.md ("Record format 2", "Exact byte layout").
+    payload = canonical_bytes({"b": 1, "a": "x"})
+    prev = bytes(range(32))
+    first = EventHeader(**{**_fields(HEADER), "tape_seq": 3})
+    second = EventHeader(**{**_fields(HEADER), "event_id": "01HZZZZZZZZZZZZZZZZZZZZZZY",
+                            "tape_seq": -1, "kind": "note"})  # fmt: skip
+    rows = [
+        record_row(first, 3, ["$.password"], payload),
+        record_row(second, -1, [], canonical_bytes({})),
+    ]
+    body = record_body(rows)
+
+    def event(h: EventHeader, redactions: list[str], raw: bytes) -> list[Any]:
+        return [h.event_id, h.run_id, h.tape_seq, h.kind, h.actor, h.ts_ms, h.principal,
+                h.device_id, h.channel, redactions, raw]  # fmt: skip
+
+    assert body == _mp([event(first, ["$.password"], payload), event(second, [], b"\x80")])
+    head = record_head(prev, 7, 2, "sess")
+    assert head == (
+        b"palyra.journal.record.v2\x00" + prev + struct.pack(">Q", 7) + struct.pack(">I", 2)
+        + _text("sess")
+    )  # fmt: skip
+    assert record_hash(head, body) == hashlib.sha256(head + body).digest()
+    with pytest.raises(ValueError):
+        record_head(prev, 7, 0, "sess")
+
+
+def test_stored_record_front_matches_documented_offsets() -> None:
+    from palyra.journal._record import build_record, decode_record
+
+    head = record_head(GENESIS, 5, 1, "s")
+    body = record_body([record_row(HEADER, 3, [], canonical_bytes({"x": 1}))])
+    value, digest, link = build_record(head, body, b"\x07" * 32, 5)
+    assert value[0] == 0x02 and value[1:33] == digest and value[33:65] == link
+    assert value[65:] == head + body and digest == hashlib.sha256(value[65:]).digest()
+    assert link == link_hash(b"\x07" * 32, 5, digest)
+    assert struct.unpack(">QII", value[122:138]) == (5, 1, 1) and value[138:139] == b"s"
+    record = decode_record(value)
+    assert (record.first, record.last, record.session_id, record.prev_hash) == (5, 5, "s", GENESIS)
+    [event] = record.events()
+    assert (event.position, event.session_id, event.tape_seq, event.payload) == (
+        5,
+        "s",
+        3,
+        {"x": 1},
+    )

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
-from palyra.journal import JournalStore, StoredEvent
+import msgspec
+import pytest
+
+from palyra.journal import JournalConfig, JournalStore, StoredEvent, _follow
 
 from .helpers import draft
 
@@ -69,3 +73,104 @@ async def test_follow_ends_when_the_store_closes(store: JournalStore) -> None:
     store.close()
     await asyncio.wait_for(task, 5)
     assert seen == [1]
+
+
+async def _next(iterator: object) -> StoredEvent:
+    event: StoredEvent = await asyncio.wait_for(iterator.__anext__(), 5)  # type: ignore[attr-defined]
+    return event
+
+
+async def test_live_tape_events_come_from_memory_not_reads(
+    store: JournalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[int] = []
+    real = store.read_tape
+
+    def counting(run_id: str, after_seq: int = -1, *args: object) -> object:
+        reads.append(after_seq)
+        return real(run_id, after_seq, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "read_tape", counting)
+    await store.append([draft(0, run_id="r", tape=True)])
+    follower = store.follow_tape("r").__aiter__()
+    assert (await _next(follower)).tape_seq == 0
+    pending = asyncio.ensure_future(_next(follower))
+    await asyncio.sleep(0.01)  # the follower caught up and waits, live
+    reads_when_live = len(reads)
+    got = []
+    for i in range(1, 40):
+        written = await store.append([draft(i, run_id="r", tape=True)])
+        event = await pending
+        assert event is written[0]  # the writer's own object: nothing decoded twice
+        got.append(event.tape_seq)
+        pending = asyncio.ensure_future(_next(follower))
+    assert got == list(range(1, 40))
+    assert len(reads) == reads_when_live
+    pending.cancel()
+    await follower.aclose()
+
+
+async def test_commits_of_other_runs_do_not_wake_a_tape_follower(
+    store: JournalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    delivered: list[list[int]] = []
+    real = _follow.Subscription.deliver
+
+    def spy(self: _follow.Subscription, events: list[tuple[StoredEvent, int]]) -> None:
+        delivered.append([e.tape_seq for e, _ in events])
+        real(self, events)
+
+    monkeypatch.setattr(_follow.Subscription, "deliver", spy)
+    follower = store.follow_tape("mine").__aiter__()
+    pending = asyncio.ensure_future(_next(follower))
+    await asyncio.sleep(0.01)
+    for i in range(10):
+        await store.append([draft(i, run_id="other", tape=True), draft(i, run_id="mine")])
+    await asyncio.sleep(0.01)
+    assert delivered == [] and not pending.done()
+    await store.append([draft(0, run_id="mine", tape=True), draft(1, run_id="mine", tape=True)])
+    assert (await pending).tape_seq == 0
+    assert delivered == [[0, 1]]
+    assert (await _next(follower)).tape_seq == 1
+    await follower.aclose()
+
+
+async def test_a_follower_that_falls_behind_stays_bounded_and_reads_the_store(
+    data_dir: Path,
+) -> None:
+    config = JournalConfig(sync=False, follow_buffer_events=4)
+    async with JournalStore.open(data_dir, config=config) as store:
+        await store.append([draft(0, run_id="r", tape=True)])
+        follower = store.follow_tape("r").__aiter__()
+        assert (await _next(follower)).tape_seq == 0
+        pending = asyncio.ensure_future(_next(follower))
+        await asyncio.sleep(0.01)
+        await store.append([draft(1, run_id="r", tape=True)])
+        assert (await pending).tape_seq == 1  # live, from memory
+        [sub] = store._hub._by_run["r"]
+        for i in range(2, 60):  # the consumer does not pull meanwhile
+            await store.append([draft(i, run_id="r", tape=True)])
+            await asyncio.sleep(0)
+            assert len(sub.buffer) <= 4
+        assert sub.overflows >= 1
+        got = [(await _next(follower)).tape_seq for _ in range(2, 60)]
+        assert got == list(range(2, 60))
+        await follower.aclose()
+        assert "r" not in store._hub._by_run  # closing the follower unsubscribes it
+
+
+async def test_a_gap_in_memory_sends_the_follower_back_to_the_store(store: JournalStore) -> None:
+    [first] = await store.append([draft(0, run_id="r", tape=True)])
+    follower = store.follow_tape("r").__aiter__()
+    assert (await _next(follower)).tape_seq == 0
+    pending = asyncio.ensure_future(_next(follower))
+    await asyncio.sleep(0.01)
+    # A hand-off that skips tape_seq 1 (which the store does not have yet).
+    bogus = msgspec.structs.replace(first, tape_seq=2, event_id="01HZZZZZZZZZZZZZZZZZZZZZZZ")
+    store._hub.publish([(bogus, 10)])
+    await asyncio.sleep(0.01)
+    assert not pending.done()  # nothing in the store past 0: the bogus event is not yielded
+    await store.append([draft(i, run_id="r", tape=True) for i in (1, 2)])
+    got = [await pending, await _next(follower)]
+    assert [(e.tape_seq, e.event_id != bogus.event_id) for e in got] == [(1, True), (2, True)]
+    await follower.aclose()

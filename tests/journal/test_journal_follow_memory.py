@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from palyra.journal import JournalStore, StoredEvent, _follow
+from palyra.journal import JournalConfig, JournalStore, StoredEvent, _follow
 
 from .helpers import draft
 
@@ -46,51 +46,55 @@ async def _consume(it: AsyncIterator[StoredEvent], seen: list[int], delay: float
 
 
 async def _scenario(tmp: Path, ops: list[tuple[object, ...]], limit: int) -> None:
-    old_limit = _follow.MAX_QUEUED
-    _follow.MAX_QUEUED = limit  # 3: slow followers overflow to the store; 1000: they never do
+    # 3: slow followers overflow to the store; 1000: they never do
+    config = JournalConfig(follow_buffer_events=limit)
     followers: list[tuple[str, int, asyncio.Task[None], list[int]]] = []
     counter = 0
-    try:
-        async with JournalStore.open(tmp / "data") as store:
-            for op in ops:
-                if op[0] == "commit":
-                    run, n = str(op[1]), int(op[2])  # type: ignore[call-overload]
-                    drafts = []
-                    for _ in range(n):
-                        drafts.append(draft(counter, session_id="s", run_id=run, tape=True))
-                        counter += 1
-                    await store.append(drafts)
-                elif op[0] == "follow":
-                    run, cursor, delay = str(op[1]), int(op[2]), float(op[3])  # type: ignore[call-overload, arg-type]
-                    seen: list[int] = []
-                    task = asyncio.ensure_future(
-                        _consume(store.follow_tape(run, cursor), seen, delay))
-                    followers.append((run, cursor, task, seen))
-                else:
-                    for _ in range(int(op[1])):  # type: ignore[call-overload]
-                        await asyncio.sleep(0)  # let followers run and wait
-            for run, cursor, task, seen in followers:
-                last = store.last_tape_seq(run)
-                async with asyncio.timeout(5):
-                    while (seen[-1] if seen else cursor) < last and not task.done():  # noqa: ASYNC110 - polls a list another task fills
-                        await asyncio.sleep(0.001)
-                task.cancel()
-                assert seen == list(range(max(cursor, -1) + 1, last + 1)), (run, cursor, seen)
-    finally:
-        _follow.MAX_QUEUED = old_limit
+    async with JournalStore.open(tmp / "data", config=config) as store:
+        for op in ops:
+            if op[0] == "commit":
+                run, n = str(op[1]), int(op[2])  # type: ignore[call-overload]
+                drafts = []
+                for _ in range(n):
+                    drafts.append(draft(counter, session_id="s", run_id=run, tape=True))
+                    counter += 1
+                await store.append(drafts)
+            elif op[0] == "follow":
+                run, cursor, delay = str(op[1]), int(op[2]), float(op[3])  # type: ignore[call-overload, arg-type]
+                seen: list[int] = []
+                task = asyncio.ensure_future(
+                    _consume(store.follow_tape(run, cursor), seen, delay))
+                followers.append((run, cursor, task, seen))
+            else:
+                for _ in range(int(op[1])):  # type: ignore[call-overload]
+                    await asyncio.sleep(0)  # let followers run and wait
+        for run, cursor, task, seen in followers:
+            last = store.last_tape_seq(run)
+            async with asyncio.timeout(5):
+                while (seen[-1] if seen else cursor) < last and not task.done():  # noqa: ASYNC110 - polls a list another task fills
+                    await asyncio.sleep(0.001)
+            task.cancel()
+            assert seen == list(range(max(cursor, -1) + 1, last + 1)), (run, cursor, seen)
 
 
-async def test_followers_of_other_runs_are_not_woken(tmp_path: Path) -> None:
+async def test_followers_of_other_runs_are_not_woken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async with JournalStore.open(tmp_path / "data") as store:
         follower = store.follow_tape("quiet", -1)
         waiting = asyncio.ensure_future(anext(follower))
         await asyncio.sleep(0.01)
-        hub = store._notifier.tapes
+        hub = store._hub
         [quiet_sub] = hub._by_run["quiet"]
-        pushes = []
-        original = quiet_sub.push
-        quiet_sub.push = lambda events, close: (pushes.append(len(events)),  # type: ignore[method-assign]
-                                                original(events, close))[1]
+        pushes: list[int] = []
+        original = _follow.Subscription.deliver
+
+        def spy(sub: _follow.Subscription, events: list[tuple[StoredEvent, int]]) -> None:
+            if sub is quiet_sub:
+                pushes.append(len(events))
+            original(sub, events)
+
+        monkeypatch.setattr(_follow.Subscription, "deliver", spy)
         for i in range(5):
             await store.append([draft(i, session_id="s", run_id="busy", tape=True)])
         await asyncio.sleep(0.01)

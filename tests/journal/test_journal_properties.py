@@ -38,15 +38,18 @@ def _bundles() -> dict[str, bytes]:
         async with JournalStore.open(root / "data") as store:
             await store.checkpoint()
             for i in range(12):
+                # 1 to 3 events per call, so records of several events are in the bundles
+                # (and one call spans two sessions).
                 await store.append(
                     [
                         draft(
                             i,
-                            session_id=f"s{i % 3}",
+                            session_id=f"s{(i + (k if i == 7 else 0)) % 3}",
                             run_id="r",
                             tape=True,
-                            payload={"i": i, "f": i / 3, "password": "pw", "t": "é✓"},
+                            payload={"i": i, "k": k, "f": i / 3, "password": "pw", "t": "é✓"},
                         )
+                        for k in range(1 + i % 3)
                     ]
                 )
                 if i % 5 == 4:

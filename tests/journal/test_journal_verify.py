@@ -57,20 +57,11 @@ async def test_verify_names_first_tampered_position(
 
 
 async def test_verify_detects_rehashed_event(data_dir: Path) -> None:
-    # An attacker who also recomputes the event hash still breaks the next link.
+    # An attacker who also recomputes the record hash still breaks the next link.
     await _fill(data_dir)
     from palyra.core.canonical import canonical_bytes
-    from palyra.core.chain import event_hash
-    from palyra.journal._record import decode_event
 
-    record = decode_event(raw_record(data_dir, 5))
-    payload = canonical_bytes({"i": 999})
-    rewrite_record(
-        data_dir,
-        5,
-        payload=payload,
-        hash=event_hash(record.prev_hash, record, record.redactions, payload),
-    )
+    rewrite_record(data_dir, 5, payload=canonical_bytes({"i": 999}), rehash=True)
     report = verify_store(data_dir)
     assert report.problem is not None and report.problem.position == 5
     assert "global link" in report.problem.reason
@@ -112,7 +103,7 @@ async def test_export_and_verify_bundle(
     assert code == 0 and lines[0].startswith("OK events=30 checkpoints=2")
     content = out.read_text().splitlines()
     header, trailer = json.loads(content[0]), json.loads(content[-1])
-    assert header["type"] == "header" and header["version"] == 2
+    assert header["type"] == "header" and header["version"] == 3
     assert trailer["type"] == "trailer" and trailer["events"] == 30
     assert trailer["head_hash"] == verify_store(data_dir).head_hash
 

@@ -1,16 +1,23 @@
 """Hash chain of the journal: exact byte layouts, pure functions, no I/O.
 
-Two chains (see ``docs/journal.md`` for the rationale):
+The journal is a sequence of records; a record holds one or more events at
+consecutive positions, all of one session. Two chains (see ``docs/journal.md``
+for the rationale and the byte layouts):
 
-* **Session chain.** ``event_hash`` covers the event's header fields, its
-  redaction list and its redacted canonical payload, and links to the
-  ``event_hash`` of the previous event *of the same session* (``session_id``
+* **Session chain.** ``record_hash`` covers every field of every event of the
+  record (header fields, redaction list, redacted canonical payload) and links
+  to the hash of the previous record *of the same session* (``session_id``
   ``""`` is a session of its own). A session can be exported, verified or moved
   to another shard without touching any other session's hashes.
-* **Global link chain.** ``link_hash = H(prev_link || position || event_hash)``
-  orders all events. It carries no content, so a session export can include
-  the links of foreign positions and still be checked end to end against
+* **Global link chain.** ``link_hash = H(prev_link || last position || record hash)``
+  orders all records. It carries no content, so a session export can include
+  the links of foreign records and still be checked end to end against
   signed checkpoints.
+
+Journals written before format 2 hold one event per record, hashed with
+:func:`event_hash` (``EVENT_TAG``); format 2 records are hashed with
+:func:`record_hash` (``RECORD_TAG``). Both chain the same way, so one journal
+may hold both.
 
 Encoding primitives (all integers big-endian):
 
@@ -23,17 +30,27 @@ Encoding primitives (all integers big-endian):
 from __future__ import annotations
 
 import hashlib
+import operator
 import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from palyra.core.event_header import HEADER_LAYOUT, EventHeader, HashAs, header_values
+import msgspec
+
+from palyra.core.event_header import (
+    HEADER_LAYOUT,
+    RECORD_EVENT_FIELDS,
+    EventHeader,
+    HashAs,
+    header_values,
+)
 
 HASH_LEN = 32
 GENESIS = bytes(HASH_LEN)
 """The previous hash of the first event of a session and of the first link."""
 
 EVENT_TAG = b"palyra.journal.event.v1\x00"
+RECORD_TAG = b"palyra.journal.record.v2\x00"
 LINK_TAG = b"palyra.journal.link.v1\x00"
 CHECKPOINT_TAG = b"palyra.journal.checkpoint.v1\x00"
 SEAL_TAG = b"palyra.journal.bundle-seal.v1\x00"
@@ -106,8 +123,66 @@ def event_hash(
     return hashlib.sha256(event_preimage(prev_session_hash, header, redactions, payload)).digest()
 
 
+def record_head(
+    prev_session_hash: bytes, first_position: int, count: int, session_id: str
+) -> bytes:
+    """The fixed front of a record's hashed bytes.
+
+    Layout::
+
+        RECORD_TAG || prev_session_hash(32) || u64(first_position) || u32(count)
+        || text(session_id)
+
+    ``prev_session_hash`` is the hash of the session's previous record
+    (``GENESIS`` for its first).
+    """
+    if len(prev_session_hash) != HASH_LEN:
+        raise ValueError("prev_session_hash must be 32 bytes")
+    if count < 1:
+        raise ValueError("a record holds at least one event")
+    return (
+        RECORD_TAG
+        + prev_session_hash
+        + _U64.pack(first_position)
+        + _U32.pack(count)
+        + _text(session_id)
+    )
+
+
+_ROW_VALUES = operator.attrgetter(*RECORD_EVENT_FIELDS)
+_BODY = msgspec.msgpack.Encoder(order="sorted")
+
+
+def record_row(
+    header: EventHeader, tape_seq: int, redactions: Sequence[str], payload: bytes
+) -> list[Any]:
+    """One event's entry in a record body.
+
+    ``[event_id, run_id, tape_seq, kind, actor, ts_ms, principal, device_id,
+    channel, [redaction paths], payload]`` (``RECORD_EVENT_FIELDS``, then the
+    redaction list, then the canonical payload map embedded as it is).
+    ``tape_seq`` overrides the header's, which a prepared event does not know yet.
+    """
+    values = _ROW_VALUES(header)
+    return [values[0], values[1], tape_seq, *values[3:], list(redactions), msgspec.Raw(payload)]
+
+
+def record_body(rows: Sequence[list[Any]]) -> bytes:
+    """Canonical MessagePack array of :func:`record_row` entries, in position order."""
+    return _BODY.encode(rows)
+
+
+def record_hash(head: bytes, body: bytes) -> bytes:
+    """``SHA-256(record_head || record_body)``: the session chain hash of a record."""
+    return hashlib.sha256(head + body).digest()
+
+
 def link_hash(prev_link: bytes, position: int, event_digest: bytes) -> bytes:
-    """Global chain: ``SHA-256(LINK_TAG || prev_link(32) || u64(position) || event_hash(32))``."""
+    """Global chain: ``SHA-256(LINK_TAG || prev_link(32) || u64(position) || hash(32))``.
+
+    ``position`` is the last position of the record and ``event_digest`` its
+    hash (a format 1 record is one event: its position and its ``event_hash``).
+    """
     if len(prev_link) != HASH_LEN or len(event_digest) != HASH_LEN:
         raise ValueError("link inputs must be 32-byte hashes")
     return hashlib.sha256(LINK_TAG + prev_link + _U64.pack(position) + event_digest).digest()

@@ -78,6 +78,18 @@ ASSIGNED_FIELDS: Final[frozenset[str]] = frozenset({"position", "tape_seq"})
 DRAFT_FIELDS: Final[tuple[str, ...]] = tuple(n for n in HEADER_FIELDS if n not in ASSIGNED_FIELDS)
 """Header fields a caller may set on a draft, in header order."""
 
+RECORD_SHARED_FIELDS: Final[frozenset[str]] = frozenset({"position", "session_id"})
+"""Header fields a journal record (format 2) states once for all its events.
+
+A record holds consecutive positions of one session: an event's position is
+the record's first position plus its index, its session the record's.
+"""
+
+RECORD_EVENT_FIELDS: Final[tuple[str, ...]] = tuple(
+    n for n in HEADER_FIELDS if n not in RECORD_SHARED_FIELDS
+)
+"""Header fields each event of a record carries itself, in header (and hashed) order."""
+
 HeaderValues = tuple[int, str, str, str, int, str, str, int, str, str, str]
 """The types of :data:`HEADER_FIELDS`, in order.
 

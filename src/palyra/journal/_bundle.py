@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from palyra.core.canonical import decode_canonical
 from palyra.core.chain import GENESIS, seal_message
 from palyra.core.event_header import header_values
 from palyra.journal import _env as names
@@ -26,10 +25,10 @@ from palyra.journal._bundle_format import (
     TrailerLine,
     encode_line,
 )
-from palyra.journal._record import CheckpointRecord, EventRecord, decode_checkpoint, decode_event
+from palyra.journal._record import CheckpointRecord, decode_checkpoint, decode_record
 from palyra.journal._signing import Signer
 from palyra.journal._store import JournalStore
-from palyra.journal._types import JournalConfig
+from palyra.journal._types import JournalConfig, StoredEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,26 +130,26 @@ def _write(
             writer.emit(_checkpoint_line(pending.pop(0)))
             cps += 1
         for _key, value in txn.cursor(db=env.dbs[names.EVENTS]):
-            record = decode_event(value)
+            # A bundle speaks in events: one line per position, each carrying
+            # its record's hashes, whatever the record holds.
+            record = decode_record(value)
             if session_id is None or record.session_id == session_id:
-                writer.emit(_event_line(record))
-                events += 1
+                for event in record.events():
+                    writer.emit(_event_line(event))
+                events += record.last - record.first + 1
                 session_head = record.hash
             else:
-                writer.emit(
-                    LinkLine(
-                        position=record.position,
-                        hash=record.hash.hex(),
-                        global_hash=record.global_hash.hex(),
-                    )
-                )
-                links += 1
-            position, head = record.position, record.global_hash
+                digest, link = record.hash.hex(), record.global_hash.hex()
+                for at in range(record.first, record.last + 1):
+                    writer.emit(LinkLine(position=at, hash=digest, global_hash=link))
+                links += record.last - record.first + 1
+            position, head = record.last, record.global_hash
             while pending and pending[0].position <= position:
                 writer.emit(_checkpoint_line(pending.pop(0)))
                 cps += 1
             if progress is not None:
-                progress(position)
+                for at in range(record.first, record.last + 1):
+                    progress(at)
     if signer is not None:
         writer.emit(_seal(signer, session_id, position, head, session_head, events))
     writer.handle.write(
@@ -181,15 +180,14 @@ def _seal(signer: Signer, session_id: str | None, position: int, head: bytes,
                     public_key=signer.public_key.hex(), signature=signer.sign(message).hex())
 
 
-def _event_line(record: EventRecord) -> EventLine:
-    payload = decode_canonical(record.payload)
+def _event_line(event: StoredEvent) -> EventLine:
     return EventLine(
-        *header_values(record),
-        payload=payload if isinstance(payload, dict) else {},
-        redactions=list(record.redactions),
-        prev_hash=record.prev_hash.hex(),
-        hash=record.hash.hex(),
-        global_hash=record.global_hash.hex(),
+        *header_values(event),
+        payload=event.payload,
+        redactions=event.redactions,
+        prev_hash=event.prev_hash,
+        hash=event.hash,
+        global_hash=event.global_hash,
     )
 
 

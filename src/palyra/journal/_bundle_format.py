@@ -16,9 +16,14 @@ import msgspec
 from palyra.core.event_header import EventHeader
 
 BUNDLE_FORMAT = "palyra.journal.bundle"
-BUNDLE_VERSION = 2
+BUNDLE_VERSION = 3
+"""Written version: sealed (v2), and a record's event (or link) lines share its hashes.
+
+Version 2 bundles hold format 1 records only, one per line; version 1 bundles also
+carry no seal. Both still verify; see ``_bundle_records``.
+"""
 #: Versions a verifier reads: v1 bundles carry no seal (they verify unsigned only).
-READABLE_VERSIONS = frozenset({1, 2})
+READABLE_VERSIONS = frozenset({1, 2, 3})
 
 
 class _Line(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, frozen=True):

@@ -1,18 +1,23 @@
-"""Live subscriptions: replay from a cursor, then follow new commits.
+"""Live subscriptions: replay from a cursor, then follow new commits from memory.
 
-Global followers (``follow``): the writer bumps a commit generation after
-every durable commit and wakes the waiters; a follower reads by position and,
-when caught up, waits for a generation newer than the one it saw *before* its
-last read, so a commit landing between the read and the wait is never missed.
+After each durable commit the writer hands the events it just built (payloads
+already decoded) to the :class:`FollowHub`, which passes them to the followers
+that want them: a tape follower gets only its run's tape events, a global
+follower every event. Nothing just committed is read back or decoded again.
 
-Tape followers (``follow_tape``) are served from memory: after a commit the
-writer hands the events it just built to the followers of *that run only*
-(:class:`TapeHub`), so nothing is re-read or re-decoded and other runs'
-followers are not woken. A follower subscribes before it reads the store, so
-an event is either in its replay or in its queue (both: the duplicate is
-skipped by ``tape_seq``); a queue that overflows its bound, or a gap in
-``tape_seq``, sends the follower back to the store by cursor. The replay→live
-boundary stays exact: no gap, no duplicate.
+A follower never trusts memory alone; the store stays the source of truth:
+
+* it subscribes *before* its first store read, so every commit is either
+  visible to that read or delivered to its buffer afterwards (the writer
+  publishes only after the commit), and usually both;
+* cursors (position or tape_seq) are dense, so an item at or below the cursor
+  is a duplicate and is dropped, and an item past ``cursor + 1`` is a gap,
+  which sends the follower back to the store;
+* each follower's buffer is bounded (events and bytes). A follower that falls
+  behind (its consumer is slow, or gone) overflows: its buffer is dropped and
+  it reads from the store by cursor when it next runs, exactly like a
+  follower resuming from a cursor. Memory per follower stays bounded whatever
+  its consumer does.
 """
 
 from __future__ import annotations
@@ -22,188 +27,189 @@ import contextlib
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TypeVar
 
 from palyra.journal._types import StoredEvent
 
-T = TypeVar("T")
+_Pairs = Sequence[tuple[StoredEvent, int]]
+"""Committed events with their approximate sizes in bytes (what a buffer counts)."""
 
 
-class CommitNotifier:
-    """Commit generation counter with cross-thread wake-ups."""
+class Subscription:
+    """One follower's bounded inbox; filled on its event loop, drained by its generator."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._generation = 0
-        self._closed = False
-        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
-        self.tapes = TapeHub()
+    __slots__ = ("buffer", "buffered_bytes", "key", "loop", "max_bytes", "max_events",
+                 "overflowed", "overflows", "waiter")  # fmt: skip
 
-    @property
-    def generation(self) -> int:
-        """Number of commits seen so far."""
-        return self._generation
-
-    @property
-    def closed(self) -> bool:
-        """True once the store closed; followers then stop."""
-        return self._closed
-
-    def notify(self, events: Sequence[StoredEvent] = (), *, close: bool = False) -> None:
-        """Called by the writer thread after each commit (and once on close)."""
-        with self._lock:
-            self._generation += 1
-            self._closed = self._closed or close
-            waiters, self._waiters = self._waiters, []
-        for loop, future in waiters:
-            # A closed loop raises RuntimeError: its follower is gone too.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_wake, future)
-        self.tapes.publish(events, close=close)
-
-    async def wait_past(self, generation: int) -> None:
-        """Return once the generation is newer than ``generation`` (or the store closed)."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        with self._lock:
-            if self._generation != generation or self._closed:
-                return
-            self._waiters.append((loop, future))
-        await future
-
-
-def _wake(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-async def follow_cursor(
-    notifier: CommitNotifier,
-    fetch: Callable[[int], list[T]],
-    cursor_of: Callable[[T], int],
-    after: int,
-) -> AsyncIterator[T]:
-    """Yield ``fetch(after)`` pages forever, advancing ``after`` by each item's cursor."""
-    while not notifier.closed:
-        generation = notifier.generation
-        page = fetch(after)
-        if not page:
-            await notifier.wait_past(generation)
-            continue
-        for item in page:
-            after = cursor_of(item)
-            yield item
-
-
-#: Events a tape follower may have queued before it is sent back to the store.
-MAX_QUEUED = 1024
-
-
-class TapeSubscription:
-    """One follower's bounded queue of a run's committed tape events (its own loop)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, key: str | None, max_events: int, max_bytes: int
+    ) -> None:
         self.loop = loop
-        self._events: deque[StoredEvent] = deque()
-        self._wake: asyncio.Future[None] | None = None
+        self.key = key
+        self.max_events = max_events
+        self.max_bytes = max_bytes
+        self.buffer: deque[StoredEvent] = deque()
+        self.buffered_bytes = 0
         self.overflowed = False
+        self.overflows = 0
+        self.waiter: asyncio.Future[None] | None = None
+
+    def deliver(self, events: Sequence[tuple[StoredEvent, int]]) -> None:
+        """Buffer ``(event, size)`` pairs (loop thread); overflow drops the whole buffer."""
+        if not self.overflowed:
+            for event, size in events:
+                self.buffer.append(event)
+                self.buffered_bytes += size
+            if len(self.buffer) > self.max_events or self.buffered_bytes > self.max_bytes:
+                # The store has every one of these: drop them and re-read later.
+                self.buffer.clear()
+                self.buffered_bytes = 0
+                self.overflowed = True
+                self.overflows += 1
+        self.wake()
+
+    def wake(self) -> None:
+        """Resolve the pending wait, if any (loop thread)."""
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def take(self) -> StoredEvent:
+        """Pop the oldest buffered event (the caller checked the buffer is not empty)."""
+        event = self.buffer.popleft()
+        if not self.buffer:
+            self.buffered_bytes = 0
+        return event
+
+    def reset(self) -> None:
+        """Forget the buffer and the overflow; the follower is about to read the store."""
+        self.buffer.clear()
+        self.buffered_bytes = 0
+        self.overflowed = False
+
+    async def wait(self) -> None:
+        """Wait until something is delivered or the hub closes."""
+        waiter = self.loop.create_future()
+        self.waiter = waiter
+        try:
+            await waiter
+        finally:
+            self.waiter = None
+
+
+class FollowHub:
+    """Routes committed events from the writer thread to the followers that want them."""
+
+    def __init__(self, max_events: int, max_bytes: int) -> None:
+        self._lock = threading.Lock()
+        self._max_events = max(1, max_events)
+        self._max_bytes = max(1, max_bytes)
+        self._global: list[Subscription] = []
+        self._by_run: dict[str, list[Subscription]] = {}
         self.closed = False
 
-    def push(self, events: Sequence[StoredEvent], close: bool) -> None:
-        """On the follower's loop: queue ``events`` (or note the overflow) and wake it."""
-        if close:
-            self.closed = True
-        elif self.overflowed or len(self._events) + len(events) > MAX_QUEUED:
-            self.overflowed = True  # memory stays bounded; the store has them all
-            self._events.clear()
-        else:
-            self._events.extend(events)
-        if self._wake is not None and not self._wake.done():
-            self._wake.set_result(None)
-
-    async def take(self) -> list[StoredEvent]:
-        """Wait for queued events (empty after an overflow or a close)."""
-        while not self._events and not self.overflowed and not self.closed:
-            self._wake = self.loop.create_future()
-            await self._wake
-        events = list(self._events)
-        self._events.clear()
-        return events
-
-
-class TapeHub:
-    """Which followers watch which run; hands each commit's events to those only."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._by_run: dict[str, set[TapeSubscription]] = {}
-        self._closed = False
-
-    def subscribe(self, run_id: str) -> TapeSubscription:
-        """A new subscription to ``run_id``'s tape, on the running loop."""
-        sub = TapeSubscription(asyncio.get_running_loop())
+    def subscribe(self, key: str | None) -> Subscription:
+        """Register a follower of run ``key`` (or of every event) on the running loop."""
+        sub = Subscription(asyncio.get_running_loop(), key, self._max_events, self._max_bytes)
         with self._lock:
-            sub.closed = self._closed
-            self._by_run.setdefault(run_id, set()).add(sub)
+            if key is None:
+                self._global = [*self._global, sub]
+            else:
+                self._by_run[key] = [*self._by_run.get(key, ()), sub]
         return sub
 
-    def unsubscribe(self, run_id: str, sub: TapeSubscription) -> None:
-        """Forget ``sub`` (its follower ended)."""
+    def unsubscribe(self, sub: Subscription) -> None:
+        """Drop a follower; deliveries already scheduled for it are harmless."""
         with self._lock:
-            subs = self._by_run.get(run_id)
-            if subs is not None:
-                subs.discard(sub)
-                if not subs:
-                    del self._by_run[run_id]
+            if sub.key is None:
+                self._global = [s for s in self._global if s is not sub]
+                return
+            rest = [s for s in self._by_run.get(sub.key, ()) if s is not sub]
+            if rest:
+                self._by_run[sub.key] = rest
+            else:
+                self._by_run.pop(sub.key, None)
 
-    def publish(self, events: Sequence[StoredEvent], close: bool = False) -> None:
-        """Writer thread: give each run's new tape events to its subscribers."""
-        per_run: dict[str, list[StoredEvent]] = {}
-        for event in events:
-            if event.tape_seq >= 0:
-                per_run.setdefault(event.run_id, []).append(event)
+    def publish(self, events: Sequence[tuple[StoredEvent, int]]) -> None:
+        """Hand one durable commit's ``(event, size)`` pairs to its followers (writer thread).
+
+        One ``call_soon_threadsafe`` per event loop per commit, and none when
+        nobody follows what was committed.
+        """
         with self._lock:
-            self._closed = self._closed or close
-            targets = ([(sub, []) for subs in self._by_run.values() for sub in subs] if close
-                       else [(sub, run_events) for run_id, run_events in per_run.items()
-                             for sub in self._by_run.get(run_id, ())])
-        for sub, run_events in targets:
-            with contextlib.suppress(RuntimeError):  # the follower's loop is gone
-                sub.loop.call_soon_threadsafe(sub.push, run_events, close)
+            global_subs, by_run = self._global, self._by_run
+        if not global_subs and not by_run:
+            return
+        per_loop: dict[asyncio.AbstractEventLoop, list[tuple[Subscription, _Pairs]]] = {}
+        for sub in global_subs:
+            per_loop.setdefault(sub.loop, []).append((sub, events))
+        if by_run:
+            tapes: dict[str, list[tuple[StoredEvent, int]]] = {}
+            for pair in events:
+                event = pair[0]
+                if event.tape_seq >= 0 and event.run_id in by_run:
+                    tapes.setdefault(event.run_id, []).append(pair)
+            for run_id, tape in tapes.items():
+                for sub in by_run.get(run_id, ()):
+                    per_loop.setdefault(sub.loop, []).append((sub, tape))
+        for loop, items in per_loop.items():
+            # A closed loop raises RuntimeError: its followers are gone too.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_deliver, items)
+
+    def close(self) -> None:
+        """End every follower (the store closed)."""
+        with self._lock:
+            self.closed = True
+            subs = [*self._global, *(s for run in self._by_run.values() for s in run)]
+        for sub in subs:
+            with contextlib.suppress(RuntimeError):
+                sub.loop.call_soon_threadsafe(sub.wake)
 
 
-async def follow_tape(
-    hub: TapeHub,
+def _deliver(items: list[tuple[Subscription, _Pairs]]) -> None:
+    for sub, events in items:
+        sub.deliver(events)
+
+
+async def follow_events(
+    hub: FollowHub,
+    key: str | None,
     fetch: Callable[[int], list[StoredEvent]],
-    run_id: str,
+    cursor_of: Callable[[StoredEvent], int],
     after: int,
-    closed: Callable[[], bool],
 ) -> AsyncIterator[StoredEvent]:
-    """Replay ``run_id``'s tape after ``after`` from the store, then follow it from memory."""
-    sub = hub.subscribe(run_id)
+    """Yield events past ``after`` forever: from ``fetch`` pages, then from the hub.
+
+    ``fetch(after)`` reads the store by cursor; ``cursor_of`` gives an event's
+    dense cursor. Ends when the hub closes.
+    """
+    sub = hub.subscribe(key)
     try:
-        while not (closed() or sub.closed):
-            page = fetch(after)  # replay, or catch up after an overflow or a gap
-            if page:
-                for event in page:
-                    after = event.tape_seq
-                    yield event
-                continue
-            sub.overflowed = False
-            while not sub.closed:
-                events = await sub.take()
-                if sub.overflowed:
-                    break  # back to the store, by cursor
-                gap = False
-                for event in events:
-                    if event.tape_seq <= after:
-                        continue  # also in the replay just read
-                    if event.tape_seq != after + 1:
-                        gap = True
-                        break
-                    after = event.tape_seq
-                    yield event
-                if gap:
+        behind = True  # read the store before trusting the buffer
+        while not hub.closed:
+            if sub.overflowed:
+                sub.reset()
+                behind = True
+            if behind:
+                page = fetch(after)
+                if page:
+                    for event in page:
+                        after = cursor_of(event)
+                        yield event
+                    continue
+                behind = False  # caught up with the store as of this read
+            while sub.buffer and not sub.overflowed and not hub.closed:
+                event = sub.take()
+                cursor = cursor_of(event)
+                if cursor <= after:
+                    continue  # already read from the store
+                if cursor != after + 1:
+                    behind = True  # a gap: the store has what is missing
+                    sub.reset()
                     break
+                after = cursor
+                yield event
+            if not behind and not sub.buffer and not sub.overflowed and not hub.closed:
+                await sub.wait()
     finally:
-        hub.unsubscribe(run_id, sub)
+        hub.unsubscribe(sub)

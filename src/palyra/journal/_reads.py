@@ -1,4 +1,10 @@
-"""Read paths over an open environment. Each function runs in one read txn."""
+"""Read paths over an open environment. Each function runs in one read txn.
+
+Records are keyed by their last position and indexed by their last position
+per session and their last tape_seq per run, so a cursor lands with one
+``set_range`` on the record that holds the next wanted event; the readers then
+skip that record's events at or before the cursor.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +15,17 @@ from palyra.core.errors import ErrorCode, InvalidArgument, PalyraError
 from palyra.journal import _env as names
 from palyra.journal._env import JournalEnv
 from palyra.journal._record import (
+    GLOBAL_AT,
+    HASHED_AT,
     CheckpointRecord,
-    EventRecord,
+    Record,
     decode_checkpoint,
     decode_event,
+    decode_record,
+    is_format2,
     key_u64,
     scoped_key,
     scoped_prefix,
-    to_stored,
     u64_key,
 )
 from palyra.journal._types import ENTITY_TABLES, MAX_TAPE_PAGE, StoredEvent, TapePage
@@ -31,11 +40,14 @@ def clamp_limit(limit: int, ceiling: int = MAX_TAPE_PAGE) -> int:
 
 
 def load_head(env: JournalEnv, txn: Any) -> tuple[int, bytes]:
-    """(count, global head hash) of the log."""
+    """(count, global head hash) of the log: the last record's last position and link."""
     cursor = txn.cursor(db=env.dbs[names.EVENTS])
     if not cursor.last():
         return 0, GENESIS
-    record = decode_event(cursor.value())
+    value = cursor.value()
+    if is_format2(value):
+        return key_u64(cursor.key()), value[GLOBAL_AT:HASHED_AT]
+    record = decode_event(value)
     return record.position, record.global_hash
 
 
@@ -54,10 +66,16 @@ def last_scoped_number(txn: Any, db: Any, scope: str) -> int:
     return -1
 
 
-def record_at(env: JournalEnv, txn: Any, position: int) -> EventRecord | None:
-    """The record at ``position``, or None."""
-    raw = txn.get(u64_key(position), db=env.dbs[names.EVENTS])
-    return decode_event(raw) if raw is not None else None
+def record_holding(env: JournalEnv, txn: Any, key: bytes) -> Record:
+    """The record stored under ``key`` (a last position taken from an index).
+
+    Raises:
+        PalyraError: the index points at a missing record.
+    """
+    raw = txn.get(key, db=env.dbs[names.EVENTS])
+    if raw is None:
+        raise PalyraError(f"an index points at missing record {key_u64(key)}")
+    return decode_record(raw)
 
 
 def read_range(env: JournalEnv, after_position: int, limit: int) -> list[StoredEvent]:
@@ -66,12 +84,17 @@ def read_range(env: JournalEnv, after_position: int, limit: int) -> list[StoredE
     out: list[StoredEvent] = []
     if after_position >= _MAX_I64:
         return out
+    after = max(0, after_position)
     with env.read() as txn:
         cursor = txn.cursor(db=env.dbs[names.EVENTS])
-        if not cursor.set_range(u64_key(max(0, after_position) + 1)):
+        if not cursor.set_range(u64_key(after + 1)):
             return out
         for _key, value in cursor:
-            out.append(to_stored(decode_event(value)))
+            record = decode_record(value)
+            events = record.events()
+            if record.first <= after:
+                events = events[after - record.first + 1 :]
+            out.extend(events[: limit - len(out)])
             if len(out) >= limit:
                 break
     return out
@@ -86,16 +109,17 @@ def read_session(
     out: list[StoredEvent] = []
     if after_position >= _MAX_I64:
         return out
+    after = max(0, after_position)
     with env.read() as txn:
         cursor = txn.cursor(db=env.dbs[names.BY_SESSION])
-        if not cursor.set_range(scoped_key(session_id, max(0, after_position) + 1)):
+        if not cursor.set_range(scoped_key(session_id, after + 1)):
             return out
         for key in cursor.iternext(keys=True, values=False):
             if len(key) != len(prefix) + 8 or not key.startswith(prefix):
                 break
-            record = record_at(env, txn, key_u64(key))
-            if record is not None:
-                out.append(to_stored(record))
+            record = record_holding(env, txn, key[-8:])
+            events = [e for e in record.events() if e.position > after]
+            out.extend(events[: limit - len(out)])
             if len(out) >= limit:
                 break
     return out
@@ -115,31 +139,35 @@ def read_tape(env: JournalEnv, run_id: str, after_seq: int, limit: int, max_byte
     more = False
     if after_seq >= _MAX_I64:
         return TapePage([], None)
+    after = max(-1, after_seq)
     with env.read() as txn:
         cursor = txn.cursor(db=env.dbs[names.TAPE])
-        if not cursor.set_range(scoped_key(run_id, max(-1, after_seq) + 1)):
+        if not cursor.set_range(scoped_key(run_id, after + 1)):
             return TapePage([], None)
         for key, value in cursor:
             if len(key) != len(prefix) + 8 or not key.startswith(prefix):
                 break
-            if len(events) >= limit:
-                more = True
+            record = record_holding(env, txn, value)
+            for event, size in record.sized_events():
+                if event.run_id != run_id or event.tape_seq <= after:
+                    continue
+                if len(events) >= limit:
+                    more = True
+                    break
+                if used + size > max_bytes:
+                    if not events:
+                        raise PalyraError(
+                            f"tape event {event.tape_seq} of run {run_id} is {size} bytes, over "
+                            f"the {max_bytes}-byte response cap",
+                            code=ErrorCode.RESOURCE_EXHAUSTED,
+                            details={"tape_seq": str(event.tape_seq), "max_bytes": str(max_bytes)},
+                        )
+                    more = True
+                    break
+                used += size
+                events.append(event)
+            if more:
                 break
-            raw = txn.get(value, db=env.dbs[names.EVENTS])
-            if raw is None:
-                raise PalyraError(f"tape index of run {run_id} points at a missing event")
-            if used + len(raw) > max_bytes:
-                if not events:
-                    raise PalyraError(
-                        f"tape event {key_u64(key)} of run {run_id} is {len(raw)} bytes, over "
-                        f"the {max_bytes}-byte response cap",
-                        code=ErrorCode.RESOURCE_EXHAUSTED,
-                        details={"tape_seq": str(key_u64(key)), "max_bytes": str(max_bytes)},
-                    )
-                more = True
-                break
-            used += len(raw)
-            events.append(to_stored(decode_event(raw)))
     return TapePage(events, events[-1].tape_seq if more and events else None)
 
 

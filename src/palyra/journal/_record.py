@@ -1,33 +1,60 @@
-"""Stored record format and LMDB key layouts.
+"""Stored record formats and LMDB key layouts.
 
-Records are msgspec Structs encoded as MessagePack with sorted field names and
-a ``v`` version field, so a future layout can be decoded side by side. The
-record encoding is *not* what the chain hashes (see ``palyra.core.chain``);
-it only has to round-trip. Because keys are sorted, the order of a record's
-fields in its class does not reach the stored bytes.
+A record holds one or more events at consecutive positions, all of one
+session, and is stored in ``_events`` under the big-endian u64 of its *last*
+position, so ``set_range(u64(p))`` lands on the record holding ``p``.
+
+Format 2 (written now): a fixed binary front, then the record's hashed bytes
+verbatim, so verification hashes the stored bytes without decoding them::
+
+    0x02 || record_hash(32) || global_hash(32) || record_head || record_body
+
+(``palyra.core.chain.record_head`` / ``record_body``; ``record_hash`` is the
+SHA-256 of everything after the first 65 bytes). Readers decode the body with
+msgspec in one pass.
+
+Format 1 (journals written before): one event per record, a MessagePack map
+(first byte ``0xde``) of :class:`EventRecord`, hashed with ``event_hash``.
+Both are read and verified side by side.
 """
 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
 from palyra.core.canonical import decode_canonical
+from palyra.core.chain import RECORD_TAG, link_hash, record_hash
 from palyra.core.event_header import EventHeader, header_values
 from palyra.journal._types import StoredEvent
 
 RECORD_VERSION = 1
+"""``v`` of format 1 event records and of checkpoint records."""
+
+RECORD_FORMAT = 2
+"""First byte of a format 2 record."""
 
 _U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
+
+# Offsets into a stored format 2 record.
+HASH_AT = 1
+GLOBAL_AT = HASH_AT + 32
+HASHED_AT = GLOBAL_AT + 32
+PREV_AT = HASHED_AT + len(RECORD_TAG)
+FIRST_AT = PREV_AT + 32
+SESSION_AT = FIRST_AT + 8 + 4 + 4  # u64 first, u32 count, u32 session length
+FRONT = struct.Struct(">QII")  # first, count, len(session_id) at FIRST_AT
 
 
 class EventRecord(EventHeader, frozen=True):
-    """One event as stored in the ``events`` sub-DB under its position.
+    """A format 1 record: one event, stored under its position.
 
-    The header fields come from :class:`EventHeader`; ``v`` is the record version.
+    The header fields come from :class:`EventHeader`; ``v`` is :data:`RECORD_VERSION`.
     """
 
     v: int
@@ -36,6 +63,22 @@ class EventRecord(EventHeader, frozen=True):
     prev_hash: bytes
     hash: bytes
     global_hash: bytes
+
+
+class RecordEvent(msgspec.Struct, array_like=True, frozen=True):
+    """One event of a format 2 record body, as ``palyra.core.chain.record_row`` lays it out."""
+
+    event_id: str
+    run_id: str
+    tape_seq: int
+    kind: str
+    actor: str
+    ts_ms: int
+    principal: str
+    device_id: str
+    channel: str
+    redactions: list[str]
+    payload: dict[str, Any]
 
 
 class CheckpointRecord(msgspec.Struct, frozen=True):
@@ -52,15 +95,18 @@ class CheckpointRecord(msgspec.Struct, frozen=True):
 _ENCODER = msgspec.msgpack.Encoder(order="sorted")
 _EVENT_DECODER = msgspec.msgpack.Decoder(EventRecord)
 _CHECKPOINT_DECODER = msgspec.msgpack.Decoder(CheckpointRecord)
+_BODY_DECODER = msgspec.msgpack.Decoder(list[RecordEvent])
+_RAW_BODY_DECODER = msgspec.msgpack.Decoder(list[msgspec.Raw])
+_ROW_DECODER = msgspec.msgpack.Decoder(RecordEvent)
 
 
 def encode_record(record: EventRecord | CheckpointRecord) -> bytes:
-    """MessagePack bytes of a record."""
+    """MessagePack bytes of a format 1 event record or a checkpoint record."""
     return _ENCODER.encode(record)
 
 
 def decode_event(data: bytes) -> EventRecord:
-    """Decode an event record (raises ``msgspec.DecodeError`` when malformed)."""
+    """Decode a format 1 record (raises ``msgspec.DecodeError`` when malformed)."""
     return _EVENT_DECODER.decode(data)
 
 
@@ -69,8 +115,117 @@ def decode_checkpoint(data: bytes) -> CheckpointRecord:
     return _CHECKPOINT_DECODER.decode(data)
 
 
-def to_stored(record: EventRecord, payload: Any = None) -> StoredEvent:
-    """The public view of a record (``payload``: its decoded payload, if already known)."""
+def build_record(
+    head: bytes, body: bytes, prev_global: bytes, last_position: int
+) -> tuple[bytes, bytes, bytes]:
+    """``(stored bytes, record_hash, global_hash)`` of a format 2 record."""
+    digest = record_hash(head, body)
+    link = link_hash(prev_global, last_position, digest)
+    return b"".join((b"\x02", digest, link, head, body)), digest, link
+
+
+def is_format2(value: bytes) -> bool:
+    """True when ``value`` is a format 2 record (format 1 starts with ``0xde``)."""
+    return len(value) > SESSION_AT and value[0] == RECORD_FORMAT
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A decoded record front of either format; its events are decoded on demand."""
+
+    first: int
+    last: int
+    session_id: str
+    prev_hash: bytes
+    hash: bytes
+    global_hash: bytes
+    body: bytes | EventRecord  # format 2: the body bytes; format 1: the whole record
+    size: int  # stored bytes of the record
+
+    def events(self) -> list[StoredEvent]:
+        """The record's events, in position order, as the public API shows them."""
+        if isinstance(self.body, EventRecord):
+            return [legacy_stored(self.body)]
+        hashes = self.hash.hex(), self.prev_hash.hex(), self.global_hash.hex()
+        first, session = self.first, self.session_id
+        return [
+            event_view(first + i, session, row, hashes)
+            for i, row in enumerate(_BODY_DECODER.decode(self.body))
+        ]
+
+    def sized_events(self) -> list[tuple[StoredEvent, int]]:
+        """:meth:`events` with each event's stored size in bytes (what page caps count)."""
+        if isinstance(self.body, EventRecord):
+            return [(legacy_stored(self.body), self.size)]
+        hashes = self.hash.hex(), self.prev_hash.hex(), self.global_hash.hex()
+        first, session = self.first, self.session_id
+        return [
+            (event_view(first + i, session, _ROW_DECODER.decode(raw), hashes), len(raw))
+            for i, raw in enumerate(_RAW_BODY_DECODER.decode(self.body))
+        ]
+
+
+def event_view(
+    position: int, session_id: str, row: RecordEvent, hashes: tuple[str, str, str]
+) -> StoredEvent:
+    """One format 2 event as a :class:`StoredEvent` (``hashes``: hex hash, prev, global)."""
+    return StoredEvent(
+        position,
+        row.event_id,
+        session_id,
+        row.run_id,
+        row.tape_seq,
+        row.kind,
+        row.actor,
+        row.ts_ms,
+        row.principal,
+        row.device_id,
+        row.channel,
+        payload=row.payload,
+        redactions=row.redactions,
+        hash=hashes[0],
+        prev_hash=hashes[1],
+        global_hash=hashes[2],
+    )
+
+
+def decode_record(value: bytes) -> Record:
+    """Decode the record stored as ``value`` (either format).
+
+    Raises:
+        msgspec.DecodeError: the bytes are neither format.
+        ValueError: a format 2 front is inconsistent.
+    """
+    if not is_format2(value):
+        legacy = decode_event(value)
+        return Record(
+            legacy.position,
+            legacy.position,
+            legacy.session_id,
+            legacy.prev_hash,
+            legacy.hash,
+            legacy.global_hash,
+            legacy,
+            len(value),
+        )
+    first, count, session_len = FRONT.unpack_from(value, FIRST_AT)
+    end = SESSION_AT + session_len
+    if count < 1 or end > len(value):
+        raise ValueError("malformed record front")
+    return Record(
+        first,
+        first + count - 1,
+        value[SESSION_AT:end].decode("utf-8"),
+        value[PREV_AT : PREV_AT + 32],
+        value[HASH_AT:GLOBAL_AT],
+        value[GLOBAL_AT:HASHED_AT],
+        value[end:],
+        len(value),
+    )
+
+
+def legacy_stored(record: EventRecord, payload: Any = None) -> StoredEvent:
+    """The public view of a format 1 record (``payload``: decoded, if already known)."""
     if payload is None:
         payload = decode_canonical(record.payload)
     return StoredEvent(

@@ -11,7 +11,7 @@ from typing import Any
 from palyra.core.errors import ErrorCode, PalyraError, PalyraInternalError
 from palyra.journal import _reads
 from palyra.journal._env import JournalEnv
-from palyra.journal._follow import CommitNotifier, follow_cursor, follow_tape
+from palyra.journal._follow import FollowHub, follow_events
 from palyra.journal._prepare import prepare
 from palyra.journal._signing import Signer
 from palyra.journal._types import (
@@ -29,6 +29,14 @@ from palyra.journal._writer import Request, Writer
 _PAGE = 256
 
 
+def _position(event: StoredEvent) -> int:
+    return event.position
+
+
+def _tape_seq(event: StoredEvent) -> int:
+    return event.tape_seq
+
+
 class JournalStore:
     """Append-only, hash-chained event log with indexes and entity tables.
 
@@ -39,12 +47,12 @@ class JournalStore:
     def __init__(self, env: JournalEnv, config: JournalConfig) -> None:
         self._env = env
         self._config = config
-        self._notifier = CommitNotifier()
+        self._hub = FollowHub(config.follow_buffer_events, config.follow_buffer_bytes)
         self._writer: Writer | None = None
         self._signer: Signer | None = None
         self._closed = False
         if not config.readonly:
-            self._writer = Writer(env, config.max_batch_events, self._notifier.notify)
+            self._writer = Writer(env, config.max_batch_events, self._hub.publish)
 
     @classmethod
     def open(cls, data_dir: Path, *, config: JournalConfig | None = None) -> JournalStore:
@@ -155,22 +163,29 @@ class JournalStore:
         return _reads.last_tape_seq(self._env, run_id)
 
     def follow(self, after_position: int = 0) -> AsyncIterator[StoredEvent]:
-        """Replay events after ``after_position``, then yield new ones as they commit."""
-        return follow_cursor(
-            self._notifier,
+        """Replay events after ``after_position``, then yield new ones as they commit.
+
+        Live events are the writer's own (shared, read-only) objects, not re-reads.
+        """
+        return follow_events(
+            self._hub,
+            None,
             lambda after: self.read_range(after, _PAGE),
-            lambda event: event.position,
+            _position,
             after_position,
         )
 
     def follow_tape(self, run_id: str, after_seq: int = -1) -> AsyncIterator[StoredEvent]:
-        """Replay ``run_id``'s tape after ``after_seq``, then follow it live."""
-        return follow_tape(
-            self._notifier.tapes,
-            lambda after: self.read_tape(run_id, after, _PAGE).events,
+        """Replay ``run_id``'s tape after ``after_seq``, then follow it live.
+
+        Only commits that touch ``run_id``'s tape wake this follower.
+        """
+        return follow_events(
+            self._hub,
             run_id,
+            lambda after: self.read_tape(run_id, after, _PAGE).events,
+            _tape_seq,
             after_seq,
-            lambda: self._notifier.closed,
         )
 
     def stats(self) -> JournalStats:
@@ -184,6 +199,7 @@ class JournalStore:
             max_batch_calls=s.max_batch_calls if s else 0,
             map_size=self._env.map_size,
             map_grows=self._env.map_grows,
+            records=s.records if s else 0,
         )
 
     def close(self) -> None:
@@ -193,7 +209,7 @@ class JournalStore:
         self._closed = True
         if self._writer is not None:
             self._writer.stop()
-        self._notifier.notify(close=True)
+        self._hub.close()
         self._env.close()
 
     async def __aenter__(self) -> JournalStore:

@@ -35,6 +35,10 @@ class JournalConfig:
         max_batch_events: most events the writer puts into one group commit.
         readonly: open without the writer lock (``verify``/``export`` while a
             daemon may be running); ``append`` is then refused.
+        follow_buffer_events: most committed events a live follower holds in
+            memory for its consumer; past it (or ``follow_buffer_bytes``) the
+            follower drops them and reads the store by cursor instead.
+        follow_buffer_bytes: the same bound in stored bytes.
     """
 
     sync: bool = True
@@ -43,6 +47,8 @@ class JournalConfig:
     max_entity_bytes: int = 4 * 1024 * 1024
     max_batch_events: int = 4096
     readonly: bool = False
+    follow_buffer_events: int = 512
+    follow_buffer_bytes: int = 2 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +149,9 @@ class JournalStats:
         max_batch_calls: most ``append`` calls that shared one commit.
         map_size: current LMDB map size.
         map_grows: times the map was grown.
+        records: journal records committed (one per session per commit, see
+            ``docs/journal.md``), so ``appended_events / records`` is the
+            number of events that shared one chain step.
     """
 
     commits: int
@@ -152,6 +161,7 @@ class JournalStats:
     max_batch_calls: int
     map_size: int
     map_grows: int
+    records: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,10 +9,7 @@ from pathlib import Path
 
 import msgspec
 
-from palyra.core.canonical import canonical_bytes, normalize
 from palyra.core.chain import GENESIS, seal_message
-from palyra.core.errors import InvalidArgument
-from palyra.core.event_header import header_values
 from palyra.journal import _env as names
 from palyra.journal import _reads
 from palyra.journal._bundle_format import (
@@ -27,16 +24,10 @@ from palyra.journal._bundle_format import (
     decode_line,
     parse_hash,
 )
+from palyra.journal._bundle_records import LineGroups, line_hash
 from palyra.journal._chainwalk import ChainVerifier, Tampered
 from palyra.journal._env import JournalEnv
-from palyra.journal._record import (
-    RECORD_VERSION,
-    CheckpointRecord,
-    EventRecord,
-    decode_event,
-    key_u64,
-    u64_key,
-)
+from palyra.journal._record import CheckpointRecord, u64_key
 from palyra.journal._signing import signature_valid
 from palyra.journal._store import JournalStore
 from palyra.journal._types import JournalConfig
@@ -158,22 +149,15 @@ def _walk_env(
             cursor = txn.cursor(db=env.dbs[names.EVENTS])
             if not cursor.set_range(u64_key(after + 1)):
                 break
+            stored = verifier.stored
             for count, (key, value) in enumerate(cursor, start=1):
-                position = key_u64(key) if len(key) == 8 else -1
-                try:
-                    record = decode_event(value)
-                except msgspec.DecodeError as exc:
-                    raise Tampered(verifier.position + 1, f"undecodable record ({exc})") from exc
-                if record.position != position or record.v != RECORD_VERSION:
-                    raise Tampered(
-                        verifier.position + 1,
-                        f"record under key {position} claims position {record.position}",
-                    )
-                verifier.event(record)
-                check_checkpoints(position)
-                after = position
+                first = after + 1
+                after = stored(key, value)
+                if pending and pending[0].position <= after:
+                    check_checkpoints(after)
                 if progress is not None:
-                    progress(position)
+                    for done in range(first, after + 1):
+                        progress(done)
                 if count >= _CHUNK:
                     exhausted = False  # continue in a fresh txn; do not pin one snapshot
                     break
@@ -222,47 +206,51 @@ def _walk_bundle(
     header: HeaderLine | None = None
     trailer: TrailerLine | None = None
     sealed = False
+    # Event and link lines are checked a whole record at a time (_bundle_records).
+    groups = LineGroups(verifier, legacy_only=True, progress=progress)
     for number, raw in enumerate(lines, start=1):
-        nxt = verifier.position + 1
         if trailer is not None:
             raise Tampered(None, f"line {number}: data after the trailer")
         if not raw.endswith(b"\n"):
-            raise Tampered(nxt, f"bundle truncated (line {number} is incomplete)")
+            groups.flush()
+            raise Tampered(verifier.position + 1, f"bundle truncated (line {number} is incomplete)")
         try:
             line = decode_line(raw[:-1])
         except ValueError as exc:
-            raise Tampered(nxt, f"line {number}: {exc}") from exc
+            groups.flush()
+            raise Tampered(verifier.position + 1, f"line {number}: {exc}") from exc
         if header is None:
             if not isinstance(line, HeaderLine):
                 raise Tampered(None, "line 1 is not a bundle header")
             header = _check_header(line, verifier)
+            # Versions 1 and 2 hold format 1 records, one per line.
+            groups = LineGroups(verifier, legacy_only=header.version == 1, progress=progress)
         elif sealed and not isinstance(line, TrailerLine):
-            raise Tampered(nxt, f"line {number}: entries after the seal")
-        elif isinstance(line, EventLine):
-            verifier.event(_event_record(line, nxt))
-            if progress is not None:
-                progress(verifier.position)
-        elif isinstance(line, LinkLine):
-            verifier.link(line.position, _hash(line.hash, nxt), _hash(line.global_hash, nxt))
-            if progress is not None:
-                progress(verifier.position)
+            raise Tampered(verifier.position + 1, f"line {number}: entries after the seal")
+        elif isinstance(line, EventLine | LinkLine):
+            groups.add(line)
         elif isinstance(line, CheckpointLine):
-            if sealed:
-                raise Tampered(nxt, f"line {number}: checkpoint after the seal")
+            groups.flush()
             _bundle_checkpoint(line, verifier)
         elif isinstance(line, SealLine):
+            groups.flush()
             if sealed or header.version < 2:
                 raise Tampered(None, f"line {number}: unexpected seal")
             _check_seal(line, header, verifier)
             sealed = True
         elif isinstance(line, TrailerLine):
+            groups.flush()
             trailer = line
             _check_trailer(line, verifier, digest.hexdigest())
             continue
         else:
-            raise Tampered(nxt, f"line {number}: unexpected {type(line).__name__}")
+            groups.flush()
+            raise Tampered(
+                verifier.position + 1, f"line {number}: unexpected {type(line).__name__}"
+            )
         digest.update(raw)
     if trailer is None:
+        groups.flush()
         raise Tampered(verifier.position + 1, "bundle truncated (no trailer)")
     return sealed
 
@@ -303,29 +291,6 @@ def _check_header(line: HeaderLine, verifier: ChainVerifier) -> HeaderLine:
     return line
 
 
-def _hash(text: str, position: int) -> bytes:
-    try:
-        return parse_hash(text)
-    except ValueError as exc:
-        raise Tampered(position, str(exc)) from exc
-
-
-def _event_record(line: EventLine, position: int) -> EventRecord:
-    try:
-        payload = canonical_bytes(normalize(line.payload))
-    except InvalidArgument as exc:
-        raise Tampered(position, f"payload is not canonical ({exc.message})") from exc
-    return EventRecord(
-        *header_values(line),
-        v=RECORD_VERSION,
-        payload=payload,
-        redactions=line.redactions,
-        prev_hash=_hash(line.prev_hash, position),
-        hash=_hash(line.hash, position),
-        global_hash=_hash(line.global_hash, position),
-    )
-
-
 def _bundle_checkpoint(line: CheckpointLine, verifier: ChainVerifier) -> None:
     position = verifier.position
     try:
@@ -335,7 +300,7 @@ def _bundle_checkpoint(line: CheckpointLine, verifier: ChainVerifier) -> None:
     if public_key.hex() != line.public_key or signature.hex() != line.signature:
         raise Tampered(position, "checkpoint key or signature is not lowercase hex")
     verifier.checkpoint(
-        line.position, _hash(line.head_hash, position), line.ts_ms, public_key, signature
+        line.position, line_hash(line.head_hash, position), line.ts_ms, public_key, signature
     )
 
 

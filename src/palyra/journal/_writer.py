@@ -1,11 +1,15 @@
-"""The single writer thread: group commit of queued appends.
+"""The single writer thread: group commit of queued appends, one record per session.
 
 Callers enqueue a request and await a future. The writer blocks for the first
 request, then takes whatever else is already queued (it never waits for a
 batch to fill, so a lone caller pays only its own sync), applies all of them
 in one LMDB write transaction, commits with sync and only then resolves the
-futures. A request that fails validation inside the transaction (duplicate
-event id) fails alone: every check runs before the request's first put.
+futures.
+
+Within a commit, the events of each session become one record (see
+``_layout``): the chain hashes, the record encoding and the index puts are
+paid per record, not per event. A request whose event id is taken fails
+alone: the transaction is aborted and redone without it.
 """
 
 from __future__ import annotations
@@ -20,11 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import lmdb
-import msgspec
 
-from palyra.core.chain import GENESIS, checkpoint_message, event_hash, link_hash
+from palyra.core.chain import GENESIS, checkpoint_message, record_body, record_head, record_row
 from palyra.core.errors import AlreadyExists, ErrorCode, PalyraError
-from palyra.core.event_header import header_values
 from palyra.journal import _env as names
 from palyra.journal._env import JournalEnv
 from palyra.journal._prepare import PreparedEvent
@@ -32,15 +34,21 @@ from palyra.journal._reads import last_scoped_number, load_head
 from palyra.journal._record import (
     RECORD_VERSION,
     CheckpointRecord,
-    EventRecord,
+    build_record,
     encode_record,
     scoped_key,
     scoped_prefix,
-    to_stored,
     u64_key,
 )
 from palyra.journal._signing import Signer
 from palyra.journal._types import NO_TAPE_SEQ, Checkpoint, StoredEvent
+
+MAX_RECORD_EVENTS = 1024
+MAX_RECORD_PAYLOAD_BYTES = 1 << 20
+"""A record stops growing past either bound, so reading one event never decodes much more."""
+
+# A follower's buffer counts an event as its payload plus this much for the rest.
+_EVENT_OVERHEAD = 128
 
 # Session chain heads and next tape seqs are remembered across commits (this
 # thread is the only writer), so a lone appender's commit reads neither back
@@ -64,6 +72,24 @@ class _BatchState:
     head: bytes
     session_heads: dict[str, bytes] = field(default_factory=dict)
     tape_next: dict[str, int] = field(default_factory=dict)
+    # What followers get after the commit: each event with its approximate size.
+    committed: list[tuple[StoredEvent, int]] = field(default_factory=list)
+    # id(request) -> its outcome: list[StoredEvent] for an append, a Checkpoint.
+    results: dict[int, Any] = field(default_factory=dict)
+    records: int = 0
+    record_bytes: int = 0
+
+
+class _Clash(Exception):
+    """An event id of ``request`` is already taken; the batch is redone without it."""
+
+    def __init__(self, request: Request, error: AlreadyExists) -> None:
+        super().__init__(error.message)
+        self.request = request
+        self.error = error
+
+
+_Chunk = list[tuple[Request, PreparedEvent]]
 
 
 @dataclass(slots=True)
@@ -75,6 +101,7 @@ class WriterStats:
     appended_bytes: int = 0
     append_calls: int = 0
     max_batch_calls: int = 0
+    records: int = 0
 
 
 _STOP = object()
@@ -83,8 +110,12 @@ _STOP = object()
 class Writer:
     """Owns every LMDB write transaction of one store."""
 
-    def __init__(self, env: JournalEnv, max_batch_events: int,
-                 on_commit: Callable[[list[StoredEvent]], None]):
+    def __init__(
+        self,
+        env: JournalEnv,
+        max_batch_events: int,
+        on_commit: Callable[[list[tuple[StoredEvent, int]]], None],
+    ):
         self._env = env
         self._max_batch = max(1, max_batch_events)
         self._on_commit = on_commit
@@ -131,13 +162,18 @@ class Writer:
             self._commit(batch)
 
     def _commit(self, batch: list[Request]) -> None:
+        failed: dict[int, BaseException] = {}
+        live = batch
         try:
             while True:
                 try:
-                    outcomes, state, written = self._apply(batch)
+                    state = self._apply(live)
                     break
                 except lmdb.MapFullError:
                     self._env.grow()  # no ceiling: double the map and redo the batch
+                except _Clash as clash:
+                    failed[id(clash.request)] = clash.error
+                    live = [r for r in live if r is not clash.request]
         except Exception as exc:
             error = PalyraError(f"journal commit failed: {exc}", code=ErrorCode.UNAVAILABLE)
             error.__cause__ = exc
@@ -149,97 +185,124 @@ class Writer:
         _remember(self._tape_next, state.tape_next)
         stats = self.stats
         stats.commits += 1
-        stats.append_calls += len(batch)
+        stats.append_calls += sum(1 for r in live if r.signer is None)
         stats.max_batch_calls = max(stats.max_batch_calls, len(batch))
-        stats.appended_events += written[0]
-        stats.appended_bytes += written[1]
-        _resolve(batch, outcomes)
-        # The committed events, already built: followers get them from memory.
-        self._on_commit([event for result, error in outcomes if error is None
-                         and isinstance(result, list) for event in result])
-
-    def _apply(
-        self, batch: list[Request]
-    ) -> tuple[list[tuple[Any, BaseException | None]], _BatchState, tuple[int, int]]:
-        state = _BatchState(self.next_position, self.head)
+        stats.appended_events += len(state.committed)
+        stats.appended_bytes += state.record_bytes
+        stats.records += state.records
         outcomes: list[tuple[Any, BaseException | None]] = []
-        written = [0, 0]
+        for request in batch:
+            refused = failed.get(id(request))
+            outcomes.append((None, refused) if refused else (state.results[id(request)], None))
+        # Followers first: once an append returns, its events are on their way
+        # to every follower too (tests and callers may rely on that order).
+        if state.committed:
+            self._on_commit(state.committed)
+        _resolve(batch, outcomes)
+
+    def _apply(self, batch: list[Request]) -> _BatchState:
+        state = _BatchState(self.next_position, self.head)
+        appends = [r for r in batch if r.signer is None]
+        chunks = _layout(appends)
         txn = self._env.env.begin(write=True)
         try:
-            for request in batch:
-                try:
-                    if request.signer is not None:
-                        outcomes.append((self._checkpoint(txn, state, request.signer), None))
-                    else:
-                        result = self._append(txn, state, request.events, written)
-                        outcomes.append((result, None))
-                except PalyraError as exc:
-                    outcomes.append((None, exc))
-            # Chain heads are written once per session per batch, not per event.
-            heads = self._env.dbs[names.SESSION_HEADS]
+            self._claim_ids(txn, state.next_position, chunks)
+            for chunk in chunks:
+                self._put_record(txn, state, chunk)
+            # Entity rows in arrival order: the last request queued writes last.
+            dbs = self._env.dbs
+            for request in appends:
+                for event in request.events:
+                    for write in event.entity_writes:
+                        if write.value is None:
+                            txn.delete(write.key.encode(), db=dbs[write.table])
+                        else:
+                            txn.put(write.key.encode(), write.value, db=dbs[write.table])
+            # Chain heads are written once per session per batch, not per record.
+            heads = dbs[names.SESSION_HEADS]
             for session_id, head in state.session_heads.items():
                 txn.put(scoped_prefix(session_id), head, db=heads)
+            # Checkpoints sign the head after every record of the batch.
+            for request in batch:
+                if request.signer is not None:
+                    state.results[id(request)] = self._checkpoint(txn, state, request.signer)
             txn.commit()
         except BaseException:
             txn.abort()
             raise
-        return outcomes, state, (written[0], written[1])
+        return state
 
-    def _append(
-        self, txn: Any, state: _BatchState, events: list[PreparedEvent], written: list[int]
-    ) -> list[StoredEvent]:
+    def _claim_ids(self, txn: Any, position: int, chunks: list[_Chunk]) -> None:
+        # put without overwrite doubles as the duplicate check; positions are
+        # those the records below will give the events.
+        ids = self._env.dbs[names.EVENT_IDS]
+        for chunk in chunks:
+            for request, event in chunk:
+                if not txn.put(event.event_id.encode(), u64_key(position), db=ids, overwrite=False):
+                    raise _Clash(
+                        request,
+                        AlreadyExists(
+                            f"event_id {event.event_id} already exists",
+                            details={"event_id": event.event_id},
+                        ),
+                    )
+                position += 1
+
+    def _put_record(self, txn: Any, state: _BatchState, chunk: _Chunk) -> None:
         dbs = self._env.dbs
-        # Claim every id first (put without overwrite doubles as the duplicate
-        # check); on a clash undo this request's claims so it fails alone.
-        claimed: list[bytes] = []
-        for offset, event in enumerate(events):
-            id_key = event.event_id.encode()
-            position_key = u64_key(state.next_position + offset)
-            if not txn.put(id_key, position_key, db=dbs[names.EVENT_IDS], overwrite=False):
-                for key in claimed:
-                    txn.delete(key, db=dbs[names.EVENT_IDS])
-                raise AlreadyExists(
-                    f"event_id {event.event_id} already exists",
-                    details={"event_id": event.event_id},
-                )
-            claimed.append(id_key)
-        stored: list[StoredEvent] = []
-        for event in events:
-            position = state.next_position
-            prev = self._session_head(txn, state, event.session_id)
-            tape_seq = self._next_tape_seq(txn, state, event.run_id) if event.tape else NO_TAPE_SEQ
-            header = msgspec.structs.replace(event, position=position, tape_seq=tape_seq)
-            digest = event_hash(prev, header, event.redactions, event.payload)
-            link = link_hash(state.head, position, digest)
-            record = EventRecord(
-                *header_values(header),
-                v=RECORD_VERSION,
-                payload=event.payload,
-                redactions=list(event.redactions),
-                prev_hash=prev,
-                hash=digest,
-                global_hash=link,
-            )
-            raw = encode_record(record)
-            pos_key = u64_key(position)
-            txn.put(pos_key, raw, db=dbs[names.EVENTS], append=True)
-            txn.put(scoped_key(event.session_id, position), b"", db=dbs[names.BY_SESSION])
+        first = state.next_position
+        last = first + len(chunk) - 1
+        session_id = chunk[0][1].session_id
+        prev = self._session_head(txn, state, session_id)
+        rows: list[list[Any]] = []
+        seqs: list[int] = []
+        tape_last: dict[str, int] = {}
+        for _request, event in chunk:
             if event.tape:
-                txn.put(scoped_key(event.run_id, tape_seq), pos_key, db=dbs[names.TAPE])
-                state.tape_next[event.run_id] = tape_seq + 1
-            for write in event.entity_writes:
-                key = write.key.encode()
-                if write.value is None:
-                    txn.delete(key, db=dbs[write.table])
-                else:
-                    txn.put(key, write.value, db=dbs[write.table])
-            state.session_heads[event.session_id] = digest
-            state.head = link
-            state.next_position = position + 1
-            written[0] += 1
-            written[1] += len(raw)
-            stored.append(to_stored(record, event.value))
-        return stored
+                run_id = event.run_id
+                seq = self._next_tape_seq(txn, state, run_id)
+                state.tape_next[run_id] = seq + 1
+                tape_last[run_id] = seq
+            else:
+                seq = NO_TAPE_SEQ
+            seqs.append(seq)
+            rows.append(record_row(event, seq, event.redactions, event.payload))
+        head = record_head(prev, first, len(chunk), session_id)
+        value, digest, link = build_record(head, record_body(rows), state.head, last)
+        last_key = u64_key(last)
+        txn.put(last_key, value, db=dbs[names.EVENTS], append=True)
+        txn.put(scoped_key(session_id, last), b"", db=dbs[names.BY_SESSION])
+        for run_id, seq in tape_last.items():
+            txn.put(scoped_key(run_id, seq), last_key, db=dbs[names.TAPE])
+        hashes = digest.hex(), prev.hex(), link.hex()
+        results = state.results
+        committed = state.committed
+        for offset, ((request, event), seq) in enumerate(zip(chunk, seqs, strict=True)):
+            view = StoredEvent(
+                first + offset,
+                event.event_id,
+                session_id,
+                event.run_id,
+                seq,
+                event.kind,
+                event.actor,
+                event.ts_ms,
+                event.principal,
+                event.device_id,
+                event.channel,
+                payload=event.value,
+                redactions=list(event.redactions),
+                hash=hashes[0],
+                prev_hash=hashes[1],
+                global_hash=hashes[2],
+            )
+            results.setdefault(id(request), []).append(view)
+            committed.append((view, len(event.payload) + _EVENT_OVERHEAD))
+        state.session_heads[session_id] = digest
+        state.head = link
+        state.next_position = last + 1
+        state.records += 1
+        state.record_bytes += len(value)
 
     def _session_head(self, txn: Any, state: _BatchState, session_id: str) -> bytes:
         head = state.session_heads.get(session_id)
@@ -270,6 +333,50 @@ class Writer:
         return Checkpoint(
             position, state.head.hex(), ts_ms, signer.public_key.hex(), signature.hex()
         )
+
+
+def _layout(appends: list[Request]) -> list[_Chunk]:
+    """The records of one commit, in position order.
+
+    The events of every request whose events share one session join that
+    session's record, in arrival order (concurrent requests have no order
+    among themselves, so gathering a session's events moves nothing a caller
+    can rely on); a request spanning sessions keeps its order and gets one
+    record per run of same-session events. A record is cut after
+    ``MAX_RECORD_EVENTS`` events or ``MAX_RECORD_PAYLOAD_BYTES`` of payload;
+    a request's events stay at consecutive positions either way.
+    """
+    groups: list[_Chunk] = []
+    by_session: dict[str, _Chunk] = {}
+    for request in appends:
+        events = request.events
+        session_id = events[0].session_id
+        if all(event.session_id == session_id for event in events):
+            group = by_session.get(session_id)
+            if group is None:
+                group = by_session[session_id] = []
+                groups.append(group)
+            group.extend((request, event) for event in events)
+            continue
+        run: _Chunk = []
+        for event in events:
+            if run and event.session_id != run[-1][1].session_id:
+                groups.append(run)
+                run = []
+            run.append((request, event))
+        groups.append(run)
+    chunks: list[_Chunk] = []
+    for group in groups:
+        chunk: _Chunk = []
+        size = 0
+        for item in group:
+            if chunk and (len(chunk) >= MAX_RECORD_EVENTS or size >= MAX_RECORD_PAYLOAD_BYTES):
+                chunks.append(chunk)
+                chunk, size = [], 0
+            chunk.append(item)
+            size += len(item[1].payload)
+        chunks.append(chunk)
+    return chunks
 
 
 def _remember(memory: dict[Any, Any], committed: dict[Any, Any]) -> None:
