@@ -45,3 +45,18 @@ def test_comparison_divides_transport_medians_by_in_process_ones() -> None:
                       "event_loop_cpu_ratio": 2.0, "steps_per_s_ratio": 0.5,
                       "p50_step_ratio": 2.0, "messages_per_step_ratio": 1.0}
     assert "= 1.50x" in report.comparison_text("grpc", wire, inproc, ratios)
+
+
+def test_diff_sets_two_documents_side_by_side() -> None:
+    from bench import diff
+
+    def document(steps_per_s: float, commit: str) -> dict[str, object]:
+        median = {"steps_per_s": steps_per_s, "cpu_ms_per_step": 2.0, "ok": True}
+        return {"args": {"sessions": 200, "steps": 10, "concurrency": 16, "hitl": False},
+                "tree": {"commit": commit, "dirty": False},
+                "results": {"inproc": {"median": median, "runs": [median]}}}
+
+    text = diff.render(document(400.0, "a" * 40), document(1000.0, "b" * 40))
+    row = next(line for line in text.splitlines() if line.startswith("steps/s"))
+    assert row.split()[1:] == ["400.0", "1000.0", "2.50x"]
+    assert "before: aaaaaaaaaa" in text and "after:  bbbbbbbbbb" in text
