@@ -15,6 +15,7 @@ from pathlib import Path
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import Message
 
+from codegen import proto_comments
 from codegen.layout import SpecLayout
 from codegen.protoc import run_protoc
 
@@ -81,13 +82,16 @@ class ProtoSpec:
     files: tuple[str, ...]
     rpcs: tuple[Rpc, ...]
     enums: dict[str, ProtoEnum]
+    #: Full element name -> its proto comment (``codegen.proto_comments``).
+    docs: dict[str, str]
 
 
 def build_descriptor_set(layout: SpecLayout, dest: Path) -> Path:
     """Compile palyra's protos (with imports) into a ``FileDescriptorSet`` at ``dest``."""
     run_protoc(
         layout,
-        ["--include_imports", f"--descriptor_set_out={dest}", *layout.palyra_protos()],
+        ["--include_imports", "--include_source_info", f"--descriptor_set_out={dest}",
+         *layout.palyra_protos()],
         what="building the descriptor set",
         cwd=dest.parent,
     )
@@ -109,9 +113,11 @@ def _extract(fds: descriptor_pb2.FileDescriptorSet, own_files: set[str]) -> Prot
     options = _OptionReader(pool)
     rpcs: list[Rpc] = []
     enums: dict[str, ProtoEnum] = {}
+    docs: dict[str, str] = {}
     for file in fds.file:
         if file.name not in own_files:
             continue
+        docs.update(proto_comments.comments(file))
         prefix = f"{file.package}." if file.package else ""
         for enum in file.enum_type:
             values = tuple(
@@ -136,7 +142,7 @@ def _extract(fds: descriptor_pb2.FileDescriptorSet, own_files: set[str]) -> Prot
                         ),
                     )
                 )
-    return ProtoSpec(tuple(sorted(own_files)), tuple(rpcs), enums)
+    return ProtoSpec(tuple(sorted(own_files)), tuple(rpcs), enums, docs)
 
 
 class _OptionReader:

@@ -15,14 +15,17 @@ from pathlib import Path
 
 from codegen import (
     checks,
+    proto_comments,
     proto_python,
     proto_ts,
     render_errors,
     render_lifecycle,
     render_mermaid,
     render_routes,
+    render_services,
+    ts_package,
 )
-from codegen.banner import MERMAID, PYTHON, banner, ruff_format
+from codegen.banner import MERMAID, PYTHON, TYPESCRIPT, banner, ruff_format
 from codegen.descriptors import ProtoSpec, load_proto_spec
 from codegen.diagnostics import SpecError
 from codegen.drift import diff_trees
@@ -101,6 +104,7 @@ def render(spec: Spec, stage: Path) -> None:
     shutil.rmtree(workdir)
     proto_python.postprocess(layout, package)
     proto_ts.postprocess(layout, ts_dir)
+    ts_package.render(ts_dir, banner(TYPESCRIPT, ts_package.GENERATOR, ["codegen/ts_package/"]))
 
     _write(
         package / "lifecycle" / "__init__.py",
@@ -134,7 +138,21 @@ def render(spec: Spec, stage: Path) -> None:
         [errors_label],
         render_errors.render(errors_enum, errors_label),
     )
+    _write(
+        package / "proto_docs.py",
+        PYTHON,
+        "codegen/proto_comments.py",
+        [layout.proto_label(f) for f in spec.proto.files],
+        proto_comments.render(spec.proto.docs),
+    )
     route_sources = sorted({layout.proto_label(r.file) for r in spec.proto.rpcs})
+    _write(
+        package / "services.py",
+        PYTHON,
+        render_services.GENERATOR,
+        route_sources,
+        render_services.render(spec.proto.rpcs),
+    )
     _write(
         package / "http_routes.py",
         PYTHON,

@@ -1,4 +1,9 @@
-"""TypeScript messages and service descriptors via protoc-gen-es (``target=ts``).
+"""TypeScript messages and service descriptors via protoc-gen-es (``target=ts+js+dts``).
+
+The ``.ts`` sources serve the repo's own conformance client (run with tsx); the
+``.js`` + ``.d.ts`` pairs are what the installable ``@palyra/client`` package
+(``codegen/ts_package.py``) ships, so a user's project needs no TypeScript
+toolchain to import it.
 
 connect v2 clients are built from the service descriptors protoc-gen-es emits,
 so no connect-es plugin is needed. ``google/api/{annotations,http}.proto`` are
@@ -30,7 +35,7 @@ def command(layout: SpecLayout, ts_dir: Path) -> list[str]:
         [
             f"--plugin=protoc-gen-es={node_tool('protoc-gen-es')}",
             f"--es_out={ts_dir}",
-            "--es_opt=target=ts,import_extension=js",
+            "--es_opt=target=ts+js+dts,import_extension=js",
             *_inputs(layout),
         ],
     )
@@ -38,8 +43,9 @@ def command(layout: SpecLayout, ts_dir: Path) -> list[str]:
 
 def postprocess(layout: SpecLayout, ts_dir: Path) -> None:
     """Swap protoc-gen-es' header (it names the plugin version) for the banner."""
-    for path in sorted(ts_dir.rglob("*.ts")):
-        source = path.relative_to(ts_dir).as_posix().removesuffix("_pb.ts") + ".proto"
+    for path in sorted(p for p in ts_dir.rglob("*_pb.*") if p.suffix in (".ts", ".js")):
+        stem = path.relative_to(ts_dir).as_posix()
+        source = stem[: stem.rindex("_pb.")] + ".proto"
         body = strip_leading_comments(path.read_text(encoding="utf-8"), TYPESCRIPT)
         path.write_text(
             banner(TYPESCRIPT, GENERATOR, [layout.proto_label(source)]) + "\n" + body,

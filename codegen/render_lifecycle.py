@@ -167,6 +167,14 @@ def render_module(lc: Lifecycle, proto_enum: str) -> str:
         items = "".join(f"{ev}.{_member(e)}, " for e in events)
         w(f"    {sid}.{_member(s)}: ({items}),\n")
     w("}\n")
+    w("# The same tables keyed by plain names: StrEnum members hash and compare like\n")
+    w("# their values, so a lookup by name or by member finds the same entry.\n")
+    w(f"_BY_NAME: Final[dict[tuple[str, str], {sid}]] = {{\n")
+    w("    (str(s), str(e)): target for (s, e), target in TRANSITIONS.items()\n")
+    w("}\n")
+    w(f"_ALLOWED_BY_NAME: Final[dict[str, tuple[{ev}, ...]]] = {{\n")
+    w("    str(s): events for s, events in _ALLOWED.items()\n")
+    w("}\n")
 
     w(f'''
 def next_state(state: {sid} | str, event: {ev} | str) -> {sid}:
@@ -176,8 +184,7 @@ def next_state(state: {sid} | str, event: {ev} | str) -> {sid}:
         IllegalTransitionError: if ``event`` is not allowed in ``state`` (including
             unknown names and any event in a final state).
     """
-    # StrEnum members hash and compare like their values, so plain strings work.
-    target = TRANSITIONS.get((state, event))  # type: ignore[call-overload]
+    target = _BY_NAME.get((state, event))
     if target is None:
         raise IllegalTransitionError(str(state), str(event), {n!r})
     return target
@@ -185,7 +192,7 @@ def next_state(state: {sid} | str, event: {ev} | str) -> {sid}:
 
 def allowed_events(state: {sid} | str) -> tuple[{ev}, ...]:
     """Events allowed in ``state``, in spec order (empty for final or unknown states)."""
-    return _ALLOWED.get(state, ())  # type: ignore[call-overload]
+    return _ALLOWED_BY_NAME.get(state, ())
 
 ''')
     w(_render_machine(lc, sid))

@@ -112,5 +112,5 @@ def test_chat_answers_approvals_inline(daemon: DaemonProcess) -> None:
     chat = palyra(daemon, "chat", "--session", "cli-inline", "--principal", "user:chat",
                   "--device-id", device, "-m", TEXT.format(k=2), stdin="y\ns\n")
     assert chat.returncode == 0, chat.stderr
-    assert chat.stdout.count("? approve add") == 2
+    assert chat.stdout.count("? approval needed: add") == 2
     assert "result=2" in chat.stdout and "done" in chat.stdout

@@ -26,8 +26,7 @@ import httpx_sse
 from grpclib.client import Channel
 from grpclib.exceptions import GRPCError
 from palyra_gen.http_routes import ROUTES
-
-from palyra.transport.grpc import SERVICE_BASES
+from palyra_gen.palyra import v1
 
 ROOT = Path(__file__).resolve().parents[2]
 TS_CLIENT = ROOT / "tests" / "conformance" / "ts" / "client.ts"
@@ -115,6 +114,8 @@ class Client(Protocol):
     async def aclose(self) -> None: ...
 
 
+SERVICE_BASES = (v1.GatewayServiceBase, v1.ApprovalsServiceBase, v1.MemoryServiceBase,
+                 v1.JournalServiceBase, v1.ChannelsServiceBase)
 _HANDLERS = {
     path: handler
     for base in SERVICE_BASES

@@ -1,4 +1,5 @@
-"""Frozen copy of palyra.core.redaction at 831e574 (test oracle, do not optimise).
+"""Frozen copy of palyra.core.redaction at 831e574, plus the argv flag rule of issue 12
+(test oracle, do not optimise).
 
 The property tests in ``test_redaction_oracle.py`` check that the optimised
 module returns exactly what this one does.
@@ -91,6 +92,13 @@ _SPAN_PATTERNS: tuple[tuple[re.Pattern[str], bool], ...] = (
         ),
         True,
     ),
+    (
+        re.compile(
+            r"(?i)(?<![A-Za-z0-9-])(--?(?:token|secret|api[_-]?key|apikey|password|passwd|pwd"
+            r"|access[_-]?key|client[_-]?secret)[ \t]+)[^\s&\"'<>,;]+"
+        ),
+        True,
+    ),
     (re.compile(r"\bsk-[A-Za-z0-9_\-]{12,}"), False),
     (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), False),
     (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,})"), False),
@@ -100,9 +108,15 @@ _SPAN_PATTERNS: tuple[tuple[re.Pattern[str], bool], ...] = (
 # Every span pattern needs one of these (lowercased) substrings; text without
 # any of them is returned untouched without running the patterns.
 _TRIGGERS = (
-    "private key", "authorization", "cookie", "bearer", "=", "sk-", "akia", "asia", "gh",
+    "private key", "authorization", "cookie", "bearer", "=", "-", "sk-", "akia", "asia", "gh",
     "github_pat_", "xox", "eyj",
 )  # fmt: skip
+# A flag whose next argv item is its secret value (``--password VALUE``): the
+# same names as the ``name=value`` pattern, with one or two leading dashes.
+_SECRET_FLAG = re.compile(
+    r"(?i)--?(?:token|secret|api[_-]?key|apikey|password|passwd|pwd|access[_-]?key"
+    r"|client[_-]?secret)"
+)
 _MAX_ROUNDS = 4
 _MAX_JSON_DEPTH = 4
 
@@ -178,7 +192,16 @@ def _walk(value: Any, path: str, paths: list[str], json_depth: int) -> Any:
                 out[key] = _walk(item, sub, paths, json_depth)
         return out
     if isinstance(value, list):
-        return [_walk(item, f"{path}[{i}]", paths, json_depth) for i, item in enumerate(value)]
+        out_list = []
+        for i, item in enumerate(value):
+            prev = value[i - 1] if i else None
+            if (isinstance(prev, str) and _SECRET_FLAG.fullmatch(prev.strip())
+                    and _hideable(item)):
+                out_list.append(REDACTED)
+                paths.append(f"{path}[{i}]")
+            else:
+                out_list.append(_walk(item, f"{path}[{i}]", paths, json_depth))
+        return out_list
     if isinstance(value, str):
         return _walk_string(value, path, paths, json_depth)
     return value

@@ -1,4 +1,4 @@
-"""Turn and wall-clock limits end the loop visibly (``_loop.terminate``).
+"""Turn and wall-clock limits end the loop visibly (``engine.run.loop.terminate``).
 
 A loop cut short says so: a ``message_replied`` "stopped: …" (the run's
 ``final_text``), ``agent_loop{TERMINATED, reason}``, and the run's

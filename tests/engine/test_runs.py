@@ -164,31 +164,33 @@ async def test_watch_follows_a_live_run(harness: Harness) -> None:
 
 async def test_append_event_rules(harness: Harness) -> None:
     app = await harness.start()
+    run = await run_to_end(app, "x")
+    sid, rid = run.session_id, run.run_id
     ok = await app.append_event(USER, pb.AppendEventRequest(
-        v=1, session_id="s", run_id="r", kind="client.note", actor="user",
+        v=1, session_id=sid, run_id=rid, kind="client.note", actor="user:alice/ui",
         timestamp_unix_ms=1, payload_json='{"api_key": "sk-abcdefghijklmnop", "n": 1}'))
     assert ok.accepted and ok.position > 0 and len(ok.hash) == 64
     stored = harness.store.read_range(ok.position - 1, 1)[0]  # type: ignore[union-attr]
     assert stored.payload == {"api_key": "<redacted>", "n": 1}
+    assert stored.actor == "user:alice/ui" and stored.principal == "user:alice"
     event_id = "01J00000000000000000000009"
     await app.append_event(USER, pb.AppendEventRequest(
-        v=1, event_id=event_id, session_id="s", run_id="r", kind="k", actor="a",
+        v=1, event_id=event_id, session_id=sid, run_id=rid, kind="k", actor="user:alice",
         timestamp_unix_ms=5))
+
+    def req(**changes: object) -> pb.AppendEventRequest:
+        fields: dict[str, object] = dict(v=1, session_id=sid, run_id=rid, kind="k",
+                                         actor="user:alice", timestamp_unix_ms=3)
+        fields.update(changes)
+        return pb.AppendEventRequest(**fields)  # type: ignore[arg-type]
+
     bad = [
-        (pb.AppendEventRequest(v=1, event_id=event_id, session_id="s", run_id="r", kind="k",
-                               actor="a", timestamp_unix_ms=5), ErrorCode.ALREADY_EXISTS),
-        (pb.AppendEventRequest(v=1, session_id="s", run_id="r", kind="k", actor="a",
-                               timestamp_unix_ms=0), ErrorCode.INVALID_ARGUMENT),
-        (pb.AppendEventRequest(v=1, session_id="s", run_id="r", kind="", actor="a",
-                               timestamp_unix_ms=3), ErrorCode.INVALID_ARGUMENT),
-        (pb.AppendEventRequest(v=1, event_id="nope", session_id="s", run_id="r", kind="k",
-                               actor="a", timestamp_unix_ms=3), ErrorCode.INVALID_ARGUMENT),
-        (pb.AppendEventRequest(v=3, session_id="s", run_id="r", kind="k", actor="a",
-                               timestamp_unix_ms=3), ErrorCode.UNSUPPORTED_VERSION),
-        (pb.AppendEventRequest(v=1, session_id="s", run_id="r", kind="k", actor="a",
-                               timestamp_unix_ms=3,
-                               payload_json=json.dumps({"x": "y" * 300_000})),
-         ErrorCode.PAYLOAD_TOO_LARGE),
+        (req(event_id=event_id, timestamp_unix_ms=5), ErrorCode.ALREADY_EXISTS),
+        (req(timestamp_unix_ms=0), ErrorCode.INVALID_ARGUMENT),
+        (req(kind=""), ErrorCode.INVALID_ARGUMENT),
+        (req(event_id="nope"), ErrorCode.INVALID_ARGUMENT),
+        (req(v=3), ErrorCode.UNSUPPORTED_VERSION),
+        (req(payload_json=json.dumps({"x": "y" * 300_000})), ErrorCode.PAYLOAD_TOO_LARGE),
     ]
     for request, code in bad:
         with pytest.raises(PalyraError) as err:

@@ -123,3 +123,21 @@ async def test_cancel_mid_call_propagates() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+def test_a_denied_step_keeps_the_running_total() -> None:
+    """Step 1 approved (total 1), step 2 denied: the total stays 1, it is not reset to 0."""
+    call0 = ToolCall("call_0", "add", {"a": 0, "b": 1})
+    call1 = ToolCall("call_1", "add", {"a": 1, "b": 1})
+    denied = msgspec.json.encode({"error": "denied: approval denied"}).decode()
+    messages = [ChatMessage("user", PROMPT.format(k=3)),
+                ChatMessage("assistant", "", [call0]),
+                ChatMessage("tool", _add_output(0, 1), tool_call_id="call_0"),
+                ChatMessage("assistant", "", [call1]),
+                ChatMessage("tool", denied, tool_call_id="call_1")]
+    response = scripted_reply(ModelRequest(messages))
+    assert response.tool_calls == [ToolCall("call_2", "add", {"a": 1, "b": 1})]
+    final = scripted_reply(ModelRequest(messages[:-2] + messages[-2:] + [
+        ChatMessage("assistant", "", [response.tool_calls[0]]),
+        ChatMessage("tool", denied, tool_call_id="call_2")]))
+    assert final.text == "result=1"

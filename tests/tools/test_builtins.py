@@ -158,7 +158,11 @@ def http_url() -> Iterator[str]:
         server.server_close()
 
 
-async def test_http_fetch(registry: ToolRegistry, ctx: ToolContext, http_url: str) -> None:
+LOOPBACK_ALLOWED = ToolsConfig(fetch_allow=("127.0.0.1/32",))
+
+
+async def test_http_fetch(ctx: ToolContext, http_url: str) -> None:
+    registry = default_registry(LOOPBACK_ALLOWED)
     out = _out(await registry.execute("http.fetch", {"url": f"{http_url}/small"}, ctx))
     assert (out["status"], out["body"], out["truncated"]) == (200, "hello fetch", False)
     assert out["content_type"].startswith("text/plain")
@@ -169,8 +173,9 @@ async def test_http_fetch(registry: ToolRegistry, ctx: ToolContext, http_url: st
 async def test_http_fetch_rejects_other_schemes(registry: ToolRegistry, ctx: ToolContext) -> None:
     result = await registry.execute("http.fetch", {"url": "file:///etc/passwd"}, ctx)
     assert not result.success and "only http and https" in result.error
-    refused = await registry.execute("http.fetch", {"url": "http://127.0.0.1:9/"}, ctx)
-    assert not refused.success and "ConnectError" in refused.error
+    closed = await default_registry(LOOPBACK_ALLOWED).execute(
+        "http.fetch", {"url": "http://127.0.0.1:9/"}, ctx)
+    assert not closed.success and "ConnectError" in closed.error
 
 
 async def test_process_run(registry: ToolRegistry, ctx: ToolContext, workspace: Path) -> None:

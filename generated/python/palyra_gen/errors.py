@@ -56,6 +56,8 @@ ERROR_MAPPING: Final[dict[str, ErrorMapping]] = {
     "UNAVAILABLE": ErrorMapping(grpc_status=14, http_status=503, retryable=True),
     "INTERNAL": ErrorMapping(grpc_status=13, http_status=500, retryable=False),
     "METHOD_NOT_ALLOWED": ErrorMapping(grpc_status=12, http_status=405, retryable=False),
+    "HEADERS_TOO_LARGE": ErrorMapping(grpc_status=8, http_status=431, retryable=False),
+    "REQUEST_TIMEOUT": ErrorMapping(grpc_status=4, http_status=408, retryable=False),
 }
 
 #: Mapping of ERROR_CODE_UNSPECIFIED: the fallback for an unknown code.

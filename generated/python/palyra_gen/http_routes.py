@@ -5,6 +5,7 @@
 #   spec/proto/palyra/v1/gateway.proto
 #   spec/proto/palyra/v1/journal.proto
 #   spec/proto/palyra/v1/memory.proto
+#   spec/proto/palyra/v1/tokens.proto
 # Regenerate with `nox -s codegen`; `python -m codegen --check` fails on drift.
 
 """HTTP routes of every RPC, from the ``google.api.http`` options of the spec's protos."""
@@ -546,5 +547,41 @@ ROUTES: Final[tuple[HttpRoute, ...]] = (
         server_streaming=False,
         request_type="palyra.v1.ResolveSessionRequest",
         response_type="palyra.v1.ResolveSessionResponse",
+    ),
+    HttpRoute(
+        service="palyra.v1.TokensService",
+        method="ListTokens",
+        python_method="list_tokens",
+        http_method="GET",
+        path="/v1/tokens",
+        body="",
+        client_streaming=False,
+        server_streaming=False,
+        request_type="palyra.v1.ListTokensRequest",
+        response_type="palyra.v1.ListTokensResponse",
+    ),
+    HttpRoute(
+        service="palyra.v1.TokensService",
+        method="IssueToken",
+        python_method="issue_token",
+        http_method="POST",
+        path="/v1/tokens",
+        body="*",
+        client_streaming=False,
+        server_streaming=False,
+        request_type="palyra.v1.IssueTokenRequest",
+        response_type="palyra.v1.IssueTokenResponse",
+    ),
+    HttpRoute(
+        service="palyra.v1.TokensService",
+        method="RevokeToken",
+        python_method="revoke_token",
+        http_method="POST",
+        path="/v1/tokens/{token_id}:revoke",
+        body="*",
+        client_streaming=False,
+        server_streaming=False,
+        request_type="palyra.v1.RevokeTokenRequest",
+        response_type="palyra.v1.RevokeTokenResponse",
     ),
 )

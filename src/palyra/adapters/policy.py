@@ -55,3 +55,13 @@ class GatePolicy:
             run_principal=approval.requested_by.principal, tool_name=approval.tool_name,
             session_id=approval.session_id, channel=identity.channel)
         return decision.allowed
+
+    def posture_change(self, identity: IdentityRec, session_id: str, tool_name: str,
+                       posture: str) -> tuple[bool, str]:
+        """Cedar ``session.set_posture`` with the tool's capabilities (None: unknown tool)."""
+        tool = self._registry.get(tool_name)
+        caps = frozenset(str(c) for c in tool.capabilities) if tool is not None else None
+        decision = self._gate.check_posture_change(
+            identity.principal, tool_name, posture or "inherit", caps,
+            session_id=session_id, channel=identity.channel)
+        return decision.allowed, decision.reason

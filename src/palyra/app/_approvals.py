@@ -65,7 +65,7 @@ class ApprovalsApi(AppBase):
     async def decide_approval(self, ctx: CallContext,
                               request: pb.DecideApprovalRequest) -> pb.DecideApprovalResponse:
         """Decide a pending approval; the waiting run continues from the journal."""
-        record = await self.decide(identity_of(ctx), request.approval_id, request.decision,
+        record = await self._decide(identity_of(ctx), request.approval_id, request.decision,
                                    request.scope, request.ttl_seconds, request.reason)
         return pb.DecideApprovalResponse(approval=approval_proto(record))
 

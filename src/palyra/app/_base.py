@@ -20,7 +20,7 @@ class AppBase:
         self.store: JournalStore = engine.store
         self.started = time.monotonic()
 
-    async def decide(self, identity: IdentityRec, approval_id: str,
+    async def _decide(self, identity: IdentityRec, approval_id: str,
                      decision: pb.ApprovalDecision, scope: pb.ApprovalScope,
                      ttl_seconds: int, reason: str) -> ApprovalRecord:
         """Decide an approval (DecideApproval and inline RunStream decisions)."""

@@ -5,16 +5,18 @@ from __future__ import annotations
 import time
 
 from palyra_gen.palyra import v1 as pb
+from palyra_gen.services import PalyraServicesApp
 
 from palyra.app._approvals import ApprovalsApi
 from palyra.app._journal import JournalApi
 from palyra.app._runs import RunsApi
 from palyra.app._sessions import SessionsApi
+from palyra.app._tokens import TokensApi
 from palyra.app._unimplemented import UnimplementedApi
 from palyra.app.context import CallContext
 
 
-class PalyraApp(RunsApi, SessionsApi, ApprovalsApi, JournalApi, UnimplementedApi):
+class PalyraApp(RunsApi, SessionsApi, ApprovalsApi, JournalApi, TokensApi, UnimplementedApi):
     """The application API over one ``Engine``.
 
     Methods take ``(ctx: CallContext, request)`` and return the response
@@ -31,3 +33,10 @@ class PalyraApp(RunsApi, SessionsApi, ApprovalsApi, JournalApi, UnimplementedApi
             uptime_ms=int((time.monotonic() - self.started) * 1000),
             journal_events=head.count, journal_head=head.head_hash,
             journal_commits=self.store.stats().commits)
+
+
+def serves_the_spec(app: PalyraApp) -> PalyraServicesApp[CallContext]:
+    """``app`` as the spec's services: mypy checks here that ``PalyraApp`` has
+    every RPC of every service with the generated signature (a missing or
+    misspelt method, or a wrong request/response type, fails type checking)."""
+    return app

@@ -15,17 +15,42 @@ from typing import Any
 
 from palyra_gen.palyra import v1 as pb
 
-from palyra.app._access import require_operator
+from palyra.app._access import is_operator, require_operator
 from palyra.app._base import AppBase
 from palyra.app._convert import check_version, identity_of
 from palyra.app._export import MAX_CHUNK
 from palyra.app.context import CallContext
-from palyra.core.errors import InvalidArgument
+from palyra.core.errors import InvalidArgument, PermissionDenied
 from palyra.core.ids import is_ulid
+from palyra.engine import IdentityRec
 from palyra.journal import EventDraft, export_bundle, verify_store
 
-# Kinds the daemon writes itself; a client may not forge them.
-RESERVED_KIND_PREFIXES = ("tape.", "run.", "session.", "approval.")
+# Kinds the daemon writes itself; a client may not forge them (in any letter case).
+RESERVED_KIND_PREFIXES = ("tape.", "run.", "session.", "approval.", "token.")
+# Actors only the daemon itself writes as.
+RESERVED_ACTOR_PREFIX = "system:"
+
+
+def check_actor(identity: IdentityRec, actor: str) -> None:
+    """Who a client event may claim to come from.
+
+    Nobody writes as ``system:*`` through the API (that is the daemon). An
+    operator may name any other actor; anyone else writes as itself: its own
+    principal, or ``<principal>/<component>`` for a part of its own client.
+
+    Raises:
+        PermissionDenied: the actor is not the caller's to claim.
+    """
+    if actor.lower().startswith(RESERVED_ACTOR_PREFIX):
+        raise PermissionDenied(f"actor {actor!r} is reserved for the daemon",
+                               details={"field": "actor"})
+    if is_operator(identity.principal):
+        return
+    if actor != identity.principal and not actor.startswith(identity.principal + "/"):
+        raise PermissionDenied(
+            f"{identity.principal!r} may append events only as itself (actor "
+            f"{identity.principal!r} or {identity.principal + '/<component>'!r}), "
+            f"not as {actor!r}", details={"field": "actor"})
 
 
 def _payload(text: str) -> dict[str, Any]:
@@ -35,6 +60,9 @@ def _payload(text: str) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(text)
+    except RecursionError:
+        raise InvalidArgument("payload_json is nested too deeply",
+                              details={"field": "payload_json"}) from None
     except ValueError:
         return {"redacted": True, "reason": "payload is not JSON", "bytes": len(text.encode())}
     return value if isinstance(value, dict) else {"value": value}
@@ -48,7 +76,11 @@ class JournalApi(AppBase):
         """Append a client event (redacted and hash-chained by the journal).
 
         Raises:
-            InvalidArgument: bad id, missing session/run/kind/actor, ts <= 0, reserved kind.
+            InvalidArgument: bad or missing ids, kind or actor, ts <= 0, a reserved kind
+                (any letter case), a run of another session.
+            NotFound: no such run.
+            PermissionDenied: the run is another principal's, or the actor is not the
+                caller's to claim (``check_actor``).
             AlreadyExists: duplicate event id.
             PalyraError: ``PAYLOAD_TOO_LARGE``; ``UNSUPPORTED_VERSION``.
         """
@@ -59,12 +91,22 @@ class JournalApi(AppBase):
         for name in ("session_id", "run_id", "kind", "actor"):
             if not getattr(request, name).strip():
                 raise InvalidArgument(f"{name} is required", details={"field": name})
+        for name in ("session_id", "run_id"):
+            if not is_ulid(getattr(request, name)):
+                raise InvalidArgument(f"{name} must be a ULID", details={"field": name})
         if request.timestamp_unix_ms <= 0:
             raise InvalidArgument("timestamp_unix_ms must be > 0",
                                   details={"field": "timestamp_unix_ms"})
-        if request.kind.startswith(RESERVED_KIND_PREFIXES):
+        if request.kind.strip().lower().startswith(RESERVED_KIND_PREFIXES):
             raise InvalidArgument(f"event kind {request.kind!r} is reserved for the daemon",
                                   details={"field": "kind"})
+        check_actor(identity, request.actor)
+        # The same rule as every other run RPC: the run exists (NOT_FOUND) and
+        # is the caller's (PERMISSION_DENIED); the event joins that run's session.
+        run = self.engine.get_run(identity, request.run_id)
+        if run.session_id != request.session_id:
+            raise InvalidArgument(f"run {run.run_id} belongs to another session",
+                                  details={"field": "session_id", "run_id": run.run_id})
         [stored] = await self.store.append([EventDraft(
             kind=request.kind, actor=request.actor, session_id=request.session_id,
             run_id=request.run_id, payload=_payload(request.payload_json),

@@ -111,7 +111,7 @@ class RunsApi(AppBase):
     async def _inline_decision(self, identity: IdentityRec,
                                decision: pb.InlineApprovalDecision) -> None:
         try:
-            await self.decide(identity, decision.approval_id, decision.decision,
+            await self._decide(identity, decision.approval_id, decision.decision,
                               decision.scope, decision.ttl_seconds, decision.reason)
         except PalyraError as exc:
             # Another client may have decided first; that is not a protocol error.

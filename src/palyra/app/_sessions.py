@@ -56,7 +56,7 @@ class SessionsApi(AppBase):
     async def set_tool_posture(self, ctx: CallContext,
                                request: pb.SetToolPostureRequest) -> pb.SetToolPostureResponse:
         """Set or clear (UNSPECIFIED) one tool's posture for this session."""
-        record = await self.engine.session_writer.set_posture(
+        record = await self.engine.set_tool_posture(
             identity_of(ctx), request.session_id, request.tool_name,
             POSTURE_NAMES.get(request.posture, ""))
         return pb.SetToolPostureResponse(session=session_proto(record))

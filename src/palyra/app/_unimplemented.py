@@ -16,6 +16,8 @@ def _unimplemented(rpc: str, subsystem: str) -> Callable[..., Coroutine[Any, Any
 
     method.__name__ = rpc
     method.__doc__ = f"UNIMPLEMENTED: the {subsystem} subsystem is not built yet."
+    # Read by the HTTP gateway to mark the operation in its OpenAPI document.
+    method.__palyra_unimplemented__ = subsystem  # type: ignore[attr-defined]
     return method
 
 

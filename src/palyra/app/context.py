@@ -7,7 +7,7 @@ from typing import Literal, Protocol
 
 from palyra.engine import IdentityRec
 
-TokenKind = Literal["admin", "connector", "none"]
+TokenKind = Literal["admin", "connector", "principal", "none"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +45,8 @@ class CallContext:
         """Build from the transports' authenticated ``Caller`` (duck-typed)."""
         if caller is None:
             return cls(None, "none")
-        kind: TokenKind = "connector" if caller.token_kind == "connector" else "admin"
+        kind: TokenKind = (caller.token_kind if caller.token_kind in ("connector", "principal")
+                           else "admin")  # type: ignore[assignment]
         return cls(Identity(caller.principal, caller.device_id, caller.channel), kind,
                    caller.request_id)
 

@@ -19,7 +19,8 @@ STATES = {name.lower(): member for name, member in v1.ApprovalState.__members__.
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``approvals list|approve|deny``."""
     approvals = commands.add_parser("approvals", help="list and decide tool-call approvals")
-    sub = approvals.add_subparsers(dest="approvals_command", required=True)
+    sub = approvals.add_subparsers(dest="approvals_command", metavar="SUBCOMMAND",
+                                   title="subcommands")
     listing = sub.add_parser("list", help="list approvals (pending by default)")
     listing.add_argument("--state", choices=[*STATES, "all"], default="pending")
     listing.add_argument("--run", default="", help="only this run's approvals")

@@ -121,6 +121,7 @@ class Stubs:
 
     gateway: v1.GatewayServiceStub
     approvals: v1.ApprovalsServiceStub
+    tokens: v1.TokensServiceStub
     metadata: dict[str, str]
 
 
@@ -133,6 +134,7 @@ async def connect(args: argparse.Namespace) -> AsyncIterator[Stubs]:
         yield Stubs(
             gateway=v1.GatewayServiceStub(channel, metadata=target.metadata),
             approvals=v1.ApprovalsServiceStub(channel, metadata=target.metadata),
+            tokens=v1.TokensServiceStub(channel, metadata=target.metadata),
             metadata=target.metadata,
         )
     finally:

@@ -14,7 +14,7 @@ from palyra.cli._render import enum_name, print_event
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``runs tail|abort``."""
     runs = commands.add_parser("runs", help="follow or abort runs")
-    sub = runs.add_subparsers(dest="runs_command", required=True)
+    sub = runs.add_subparsers(dest="runs_command", metavar="SUBCOMMAND", title="subcommands")
     tail = sub.add_parser("tail", help="print a run's tape from a cursor")
     tail.add_argument("run_id")
     tail.add_argument("--after-seq", type=int, default=-1,

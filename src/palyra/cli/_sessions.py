@@ -1,4 +1,4 @@
-"""``palyra sessions list``."""
+"""``palyra sessions list | posture SESSION TOOL POSTURE``."""
 
 from __future__ import annotations
 
@@ -7,19 +7,31 @@ import asyncio
 
 from palyra_gen.palyra import v1
 
-from palyra.cli._client import add_connection_flags, connect, report_error
+from palyra.cli._client import Stubs, add_connection_flags, connect, report_error
 from palyra.cli._render import format_ms, print_table
+from palyra.core.ids import is_ulid
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register ``sessions list``."""
-    sessions = commands.add_parser("sessions", help="list sessions")
-    sub = sessions.add_subparsers(dest="sessions_command", required=True)
+    """Register ``sessions list`` and ``sessions posture``."""
+    sessions = commands.add_parser("sessions", help="list sessions, set tool postures")
+    sub = sessions.add_subparsers(dest="sessions_command", metavar="SUBCOMMAND",
+                                  title="subcommands")
     listing = sub.add_parser("list", help="list your sessions")
     listing.add_argument("--all", action="store_true", help="include archived sessions")
     listing.add_argument("--limit", type=int, default=100)
     add_connection_flags(listing)
     listing.set_defaults(handler=lambda args: asyncio.run(_list(args)))
+    posture = sub.add_parser(
+        "posture", help="set how one tool is gated in one session",
+        description="Set a session's posture for one tool: always_allow (no approval), "
+                    "ask_each_time (an approval per call), disabled (never runs), or "
+                    "inherit (drop the session's override; the configured posture applies).")
+    posture.add_argument("session", help="session id or session key")
+    posture.add_argument("tool", help="tool name, e.g. add or http.fetch")
+    posture.add_argument("posture", choices=list(POSTURES))
+    add_connection_flags(posture)
+    posture.set_defaults(handler=lambda args: asyncio.run(_posture(args)))
 
 
 async def _list(args: argparse.Namespace) -> int:
@@ -40,4 +52,36 @@ async def _list(args: argparse.Namespace) -> int:
     except Exception as exc:
         return report_error(exc)
     print_table(rows, ["SESSION", "KEY", "LABEL", "RUNS", "LAST RUN", "UPDATED"])
+    return 0
+
+
+POSTURES = {"always_allow": v1.ToolPosture.ALWAYS_ALLOW,
+            "ask_each_time": v1.ToolPosture.ASK_EACH_TIME,
+            "disabled": v1.ToolPosture.DISABLED,
+            "inherit": v1.ToolPosture.UNSPECIFIED}
+
+
+async def set_posture(stubs: Stubs, session: str, tool: str, posture: str) -> v1.Session:
+    """Set ``tool``'s posture in ``session`` (an id, else a key of an existing session)."""
+    if not is_ulid(session):
+        resolved = await stubs.gateway.resolve_session(v1.ResolveSessionRequest(
+            session_key=session, require_existing=True))
+        if resolved.session is None:
+            raise RuntimeError("the daemon answered ResolveSession without the session")
+        session = resolved.session.session_id
+    answer = await stubs.gateway.set_tool_posture(v1.SetToolPostureRequest(
+        session_id=session, tool_name=tool, posture=POSTURES[posture]))
+    if answer.session is None:
+        raise RuntimeError("the daemon answered SetToolPosture without the session")
+    return answer.session
+
+
+async def _posture(args: argparse.Namespace) -> int:
+    try:
+        async with connect(args) as stubs:
+            session = await set_posture(stubs, args.session, args.tool, args.posture)
+    except Exception as exc:
+        return report_error(exc)
+    print(f"session {session.session_id} ({session.session_key}): {args.tool} -> "
+          f"{args.posture}")
     return 0

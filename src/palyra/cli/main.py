@@ -11,25 +11,72 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from palyra.cli import _approvals, _chat, _runs, _serve, _sessions
+from palyra.cli import _approvals, _chat, _runs, _serve, _sessions, _tokens
 
 # `palyra journal <cmd> ...` is delegated verbatim to the journal's own CLI.
-_JOURNAL_COMMANDS = ("verify", "export", "checkpoint")
+_JOURNAL_COMMANDS = {
+    "verify": "check a data dir or a bundle: hash chain and signatures",
+    "export": "write the journal, or one session, as a bundle to verify offline",
+    "checkpoint": "sign the chain head now (via the running daemon if any)",
+}
+
+
+def _journal_help() -> str:
+    rows = "".join(f"  {name:<12}{text}\n" for name, text in _JOURNAL_COMMANDS.items())
+    return ("usage: palyra journal SUBCOMMAND [options]\n\nWork on the hash-chained journal.\n\n"
+            f"subcommands:\n{rows}\nEach subcommand has its own --help.\n")
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps each subcommand and its help on one line.
+
+    argparse sizes the help column without the extra indent it gives the
+    subcommands of a group, so a name like ``approvals`` wrapped its help onto
+    the next line; this widens the column by that indent.
+    """
+
+    def add_argument(self, action: argparse.Action) -> None:
+        super().add_argument(action)
+        if isinstance(action, argparse._SubParsersAction):
+            self._action_max_length += 2 * self._indent_increment
+
+
+def _use_formatter(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = _HelpFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _use_formatter(child)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The whole command tree (journal subcommands are parsed by their own module)."""
+    """The whole command tree (journal subcommands are parsed by their own module).
+
+    A command group given without its subcommand prints its help (the
+    subcommands, one line each) instead of an error.
+    """
     parser = argparse.ArgumentParser(prog="palyra", description=__doc__)
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.set_defaults(handler=lambda args: _print_help(parser))
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     _serve.add_parser(commands)
     _chat.add_parser(commands)
     _runs.add_parser(commands)
     _sessions.add_parser(commands)
     _approvals.add_parser(commands)
+    _tokens.add_parser(commands)
     journal = commands.add_parser("journal", help="verify | export | checkpoint the journal",
                                   add_help=False)
     journal.add_argument("journal_args", nargs=argparse.REMAINDER)
+    for name, choice in commands.choices.items():
+        if name != "journal" and choice.get_default("handler") is None:
+            choice.set_defaults(handler=lambda args, group=choice: _print_help(group))
+    _use_formatter(parser)
     return parser
+
+
+def _print_help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 0
 
 
 def _journal(argv: Sequence[str]) -> int:
@@ -38,10 +85,13 @@ def _journal(argv: Sequence[str]) -> int:
     commands: dict[str, Callable[[Sequence[str]], int]] = {
         name: getattr(journal_cmd, name) for name in _JOURNAL_COMMANDS
     }
-    if not argv or argv[0] not in commands:
-        print(f"usage: palyra journal {{{'|'.join(_JOURNAL_COMMANDS)}}} [options]",
-              file=sys.stderr)
-        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
+    if not argv or argv[0] in ("-h", "--help"):
+        sys.stdout.write(_journal_help())
+        return 0
+    if argv[0] not in commands:
+        print(f"palyra journal: unknown subcommand {argv[0]!r} (one of: "
+              f"{', '.join(commands)})", file=sys.stderr)
+        return 2
     return commands[argv[0]](list(argv[1:]))
 
 

@@ -56,6 +56,14 @@ class HttpConfig:
             ``event: error`` frame.
         sse_keepalive_s: Interval of ``:`` comment frames on idle streams, so
             proxies keep the connection and dead clients are noticed.
+        max_header_bytes: Largest request line plus headers; more is refused with
+            431 before anything is buffered beyond it.
+        max_headers: Most header lines a request may carry (431 above).
+        header_timeout_s: A connection must deliver a request's line and headers
+            within this long (from connecting, or from the end of the previous
+            response); slow or silent connections are closed (slowloris).
+        body_timeout_s: A request body must arrive within this long (408 then).
+        keepalive_s: An idle keep-alive connection is closed after this long.
     """
 
     host: str = "127.0.0.1"
@@ -63,6 +71,11 @@ class HttpConfig:
     max_request_bytes: int = 1 * MIB
     sse_error_grace_s: float = 0.25
     sse_keepalive_s: float = 15.0
+    max_header_bytes: int = 64 * 1024
+    max_headers: int = 100
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    keepalive_s: float = 5.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ GENESIS = bytes(HASH_LEN)
 EVENT_TAG = b"palyra.journal.event.v1\x00"
 LINK_TAG = b"palyra.journal.link.v1\x00"
 CHECKPOINT_TAG = b"palyra.journal.checkpoint.v1\x00"
+SEAL_TAG = b"palyra.journal.bundle-seal.v1\x00"
 
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
@@ -120,3 +121,26 @@ def checkpoint_message(position: int, head: bytes, ts_ms: int) -> bytes:
     if len(head) != HASH_LEN:
         raise ValueError("checkpoint head must be a 32-byte hash")
     return CHECKPOINT_TAG + _U64.pack(position) + head + _I64.pack(ts_ms)
+
+
+def seal_message(
+    scope: str,
+    session_id: str,
+    head_position: int,
+    head: bytes,
+    session_head: bytes,
+    session_events: int,
+    ts_ms: int,
+) -> bytes:
+    """Bytes signed by a bundle seal (the exporter's signature over what it exported).
+
+    ``SEAL_TAG || text(scope) || text(session_id) || u64(head_position) || head(32)
+    || session_head(32) || u64(session_events) || i64(ts_ms)``. For a session
+    bundle, ``session_head`` and ``session_events`` are the session's last event
+    hash and event count at ``head_position``: the seal proves the bundle holds
+    every event of the session up to there. A full bundle uses GENESIS and 0.
+    """
+    if len(head) != HASH_LEN or len(session_head) != HASH_LEN:
+        raise ValueError("seal heads must be 32-byte hashes")
+    return (SEAL_TAG + _text(scope) + _text(session_id) + _U64.pack(head_position) + head
+            + session_head + _U64.pack(session_events) + _I64.pack(ts_ms))

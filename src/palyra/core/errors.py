@@ -41,6 +41,8 @@ class ErrorCode(enum.StrEnum):
     UNAVAILABLE = "UNAVAILABLE"
     INTERNAL = "INTERNAL"
     METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+    HEADERS_TOO_LARGE = "HEADERS_TOO_LARGE"
+    REQUEST_TIMEOUT = "REQUEST_TIMEOUT"
 
 
 # Codes a caller may retry unchanged. Kept beside the enum so a new code

@@ -7,9 +7,11 @@ The rule is *hide secrets, not content*:
   bare ``token`` key, ``max_tokens`` or ``prompt_tokens`` are content (model
   output, usage counters) and are kept.
 * Inside any string, **secret-shaped spans** (``Bearer …``, ``sk-…``,
-  ``token=…``, ``api_key=…``, ``Authorization:``/``Cookie:`` header values, PEM
+  ``token=…``, ``api_key=…``, ``--password …`` flag pairs, ``Authorization:``/``Cookie:`` header values, PEM
   private keys, AWS ``AKIA…`` ids, GitHub/Slack tokens, JWTs) are replaced by
   ``"<redacted>"`` while the surrounding text stays.
+* In a list (an argv), the item after a secret flag (``"--password"``,
+  ``"--api-key"``, ``"-token"`` …) is replaced by ``"<redacted>"``.
 * Strings holding a JSON object or array are parsed and redacted recursively
   (path marker ``#json``); they are re-serialised only when something changed.
 
@@ -102,6 +104,13 @@ _SPAN_PATTERNS: tuple[tuple[re.Pattern[str], bool], ...] = (
         ),
         True,
     ),
+    (
+        re.compile(
+            r"(?i)(?<![A-Za-z0-9-])(--?(?:token|secret|api[_-]?key|apikey|password|passwd|pwd"
+            r"|access[_-]?key|client[_-]?secret)[ \t]+)[^\s&\"'<>,;]+"
+        ),
+        True,
+    ),
     (re.compile(r"\bsk-[A-Za-z0-9_\-]{12,}"), False),
     (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), False),
     (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,})"), False),
@@ -111,9 +120,15 @@ _SPAN_PATTERNS: tuple[tuple[re.Pattern[str], bool], ...] = (
 # Every span pattern needs one of these (lowercased) substrings; text without
 # any of them is returned untouched without running the patterns.
 _TRIGGERS = (
-    "private key", "authorization", "cookie", "bearer", "=", "sk-", "akia", "asia", "gh",
+    "private key", "authorization", "cookie", "bearer", "=", "-", "sk-", "akia", "asia", "gh",
     "github_pat_", "xox", "eyj",
 )  # fmt: skip
+# A flag whose next argv item is its secret value (``--password VALUE``): the
+# same names as the ``name=value`` pattern, with one or two leading dashes.
+_SECRET_FLAG = re.compile(
+    r"(?i)--?(?:token|secret|api[_-]?key|apikey|password|passwd|pwd|access[_-]?key"
+    r"|client[_-]?secret)"
+)
 _MAX_ROUNDS = 4
 _MAX_JSON_DEPTH = 4
 
@@ -172,7 +187,7 @@ def _triggered(lowered: str) -> bool:
     # ``any(trigger in lowered for trigger in _TRIGGERS)``, unrolled (the
     # generator was most of the cost of a short string).
     return (
-        "=" in lowered or "gh" in lowered or "sk-" in lowered or "bearer" in lowered
+        "=" in lowered or "-" in lowered or "gh" in lowered or "bearer" in lowered
         or "cookie" in lowered or "authorization" in lowered or "private key" in lowered
         or "akia" in lowered or "asia" in lowered or "github_pat_" in lowered
         or "xox" in lowered or "eyj" in lowered
@@ -197,7 +212,7 @@ def _no_span(text: str, lowered: str) -> bool:
     """
     if not text.isascii() and any(c in text for c in _FOLD_CHARS):
         return not contains_secret(text)
-    pem, header, bearer, assign, sk, aws, github, slack, jwt = _SPAN_REGEXES
+    pem, header, bearer, assign, flag, sk, aws, github, slack, jwt = _SPAN_REGEXES
     if "private key-----" in lowered and pem.search(text):
         return False
     if (
@@ -209,6 +224,8 @@ def _no_span(text: str, lowered: str) -> bool:
     if "bearer" in lowered and bearer.search(text):
         return False
     if "=" in lowered and _ASSIGN_LITERALS.search(lowered) and assign.search(text):
+        return False
+    if "-" in lowered and _FLAG_LITERALS.search(lowered) and flag.search(text):
         return False
     if "sk-" in lowered and sk.search(text):
         return False
@@ -224,6 +241,8 @@ def _no_span(text: str, lowered: str) -> bool:
 _SPAN_REGEXES = tuple(pattern for pattern, _ in _SPAN_PATTERNS)
 # Every match of the ``name=value`` pattern ends its prefix in one of these.
 _ASSIGN_LITERALS = re.compile(r"(?:token|secret|key|password|passwd|pwd)=")
+# Every match of the ``--name value`` pattern starts with one of these.
+_FLAG_LITERALS = re.compile(r"-(?:token|secret|api|key|password|passwd|pwd|access|client)")
 
 
 def redact(value: Any) -> Redaction:
@@ -311,6 +330,13 @@ def _walk_dict(value: dict[str, Any], path: _Path, paths: list[str], json_depth:
 def _walk_list(value: list[Any], path: _Path, paths: list[str], json_depth: int) -> Any:
     out: list[Any] | None = None
     for i, item in enumerate(value):
+        if i and _after_secret_flag(value[i - 1]) and _hideable(item):
+            # argv: ``["--password", "hunter2"]`` hides the flag's value.
+            if out is None:
+                out = list(value)
+            out[i] = REDACTED
+            paths.append(_path((path, i)))
+            continue
         if isinstance(item, str | dict | list):
             new = _walk(item, (path, i), paths, json_depth)
             if new is not item:
@@ -320,6 +346,10 @@ def _walk_list(value: list[Any], path: _Path, paths: list[str], json_depth: int)
     if out is None:
         return value
     return out
+
+
+def _after_secret_flag(item: Any) -> bool:
+    return isinstance(item, str) and _SECRET_FLAG.fullmatch(item.strip()) is not None
 
 
 def _hideable(item: Any) -> bool:

@@ -61,10 +61,11 @@ async def run_daemon(
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, _on_signal(signum, stop))
     admin_token = resolve_admin_token(config, out)
-    authenticator = Authenticator.from_config(config.auth, admin_token)
     pid = os.getpid()
     async with contextlib.AsyncExitStack() as stack:
         app, make_ctx = await open_application(config, stack)
+        authenticator = Authenticator.from_config(config.auth, admin_token,
+                                                  principal_tokens=app.token_book.principal_of)
         grpc_sock = bind_listener(config.grpc.host, config.grpc.port)
         stack.callback(grpc_sock.close)
         http_sock = bind_listener(config.http.host, config.http.port)
@@ -74,7 +75,7 @@ async def run_daemon(
         http_gateway = HttpGateway(
             create_http_app(app, authenticator=authenticator, make_ctx=make_ctx,
                             config=config.http),
-            shutdown_grace_s=config.daemon.shutdown_grace_s,
+            shutdown_grace_s=config.daemon.shutdown_grace_s, limits=config.http,
         )
         info = DaemonInfo(pid=pid, grpc_host=config.grpc.host, grpc_port=bound_port(grpc_sock),
                           http_host=config.http.host, http_port=bound_port(http_sock),

@@ -37,7 +37,7 @@ _log = structlog.get_logger("palyra.daemon")
 
 async def open_application(
     config: PalyraConfig, stack: contextlib.AsyncExitStack
-) -> tuple[PalyraApp, ContextFactory]:
+) -> tuple[PalyraApp, ContextFactory[CallContext]]:
     """Open every port and the facade; return the app and its context factory.
 
     Raises:

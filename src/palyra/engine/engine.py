@@ -318,6 +318,23 @@ class Engine:
         actor = self._actors.get(run_id)
         return actor.phase if actor is not None else None
 
+    # -- sessions ----------------------------------------------------------
+    async def set_tool_posture(self, identity: IdentityRec, session_id: str, tool_name: str,
+                               posture: str) -> SessionRecord:
+        """Set (or clear, with ``""``) a session's posture for one tool, if the policy allows.
+
+        Raises:
+            PermissionDenied: Cedar's ``session.set_posture`` refuses it (by default:
+                ``always_allow`` on a sensitive tool by a non-operator).
+            NotFound, InvalidArgument, PalyraError: see ``SessionWriter.set_posture``.
+        """
+        allowed, reason = self._deps.policy.posture_change(identity, session_id, tool_name,
+                                                           posture)
+        if not allowed:
+            raise PermissionDenied(reason, details={"tool_name": tool_name,
+                                                    "posture": posture or "inherit"})
+        return await self.session_writer.set_posture(identity, session_id, tool_name, posture)
+
     # -- approvals ---------------------------------------------------------
     async def decide_approval(self, identity: IdentityRec, approval_id: str, approve: bool,
                               scope: str, ttl_seconds: int, reason: str) -> ApprovalRecord:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from palyra.core.canonical import decode_canonical
-from palyra.core.chain import GENESIS
+from palyra.core.chain import GENESIS, seal_message
 from palyra.core.event_header import header_values
 from palyra.journal import _env as names
 from palyra.journal._bundle_format import (
@@ -22,10 +22,12 @@ from palyra.journal._bundle_format import (
     HeaderLine,
     Line,
     LinkLine,
+    SealLine,
     TrailerLine,
     encode_line,
 )
 from palyra.journal._record import CheckpointRecord, EventRecord, decode_checkpoint, decode_event
+from palyra.journal._signing import Signer
 from palyra.journal._store import JournalStore
 from palyra.journal._types import JournalConfig
 
@@ -54,6 +56,10 @@ def export_bundle(
     A session bundle carries that session's events in full and, for every
     other position, only its event hash and link hash, so the global chain
     and every checkpoint still verify while other sessions' content stays out.
+    When the data dir's signing key is readable, the bundle ends with a seal:
+    the exporter's signature over its head (and, for a session bundle, over
+    the session's last event hash and event count), which a verifier with the
+    public key requires — it proves nothing was cut off or turned into links.
     The file is written under a temporary name and renamed when complete.
     ``progress``, if given, is called with each position once written.
     """
@@ -67,7 +73,8 @@ def export_bundle(
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as handle:
-            summary = _write(store, handle, session_id, out, progress)
+            summary = _write(store, handle, session_id, out, progress,
+                             Signer.load(store.env.path))
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, out)
@@ -97,6 +104,7 @@ def _write(
     session_id: str | None,
     out: Path,
     progress: Callable[[int], None] | None = None,
+    signer: Signer | None = None,
 ) -> BundleSummary:
     env = store.env
     writer = _Writer(handle)
@@ -143,6 +151,8 @@ def _write(
                 cps += 1
             if progress is not None:
                 progress(position)
+    if signer is not None:
+        writer.emit(_seal(signer, session_id, position, head, session_head, events))
     writer.handle.write(
         encode_line(
             TrailerLine(
@@ -157,6 +167,18 @@ def _write(
         )
     )
     return BundleSummary(out, events, links, cps, position, head.hex())
+
+
+def _seal(signer: Signer, session_id: str | None, position: int, head: bytes,
+          session_head: bytes, events: int) -> SealLine:
+    scope = "full" if session_id is None else "session"
+    own_head = session_head if session_id is not None else GENESIS
+    own_events = events if session_id is not None else 0
+    ts_ms = time.time_ns() // 1_000_000
+    message = seal_message(scope, session_id or "", position, head, own_head, own_events, ts_ms)
+    return SealLine(head_position=position, head_hash=head.hex(), session_head=own_head.hex(),
+                    session_events=own_events, ts_ms=ts_ms,
+                    public_key=signer.public_key.hex(), signature=signer.sign(message).hex())
 
 
 def _event_line(record: EventRecord) -> EventLine:

@@ -1,4 +1,4 @@
-"""Line types of the NDJSON export bundle (format ``palyra.journal.bundle`` v1).
+"""Line types of the NDJSON export bundle (format ``palyra.journal.bundle`` v2).
 
 Every line is the compact JSON of one of these structs with keys sorted
 (``msgspec.json.encode(line, order="sorted")``) followed by ``\\n``. Verifiers
@@ -16,7 +16,9 @@ import msgspec
 from palyra.core.event_header import EventHeader
 
 BUNDLE_FORMAT = "palyra.journal.bundle"
-BUNDLE_VERSION = 1
+BUNDLE_VERSION = 2
+#: Versions a verifier reads: v1 bundles carry no seal (they verify unsigned only).
+READABLE_VERSIONS = frozenset({1, 2})
 
 
 class _Line(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, frozen=True):
@@ -66,6 +68,23 @@ class CheckpointLine(_Line, tag="checkpoint", frozen=True):
     signature: str
 
 
+class SealLine(_Line, tag="seal", frozen=True):
+    """The exporter's signature over the whole export (``core.chain.seal_message``).
+
+    Right before the trailer; covered by the trailer's digest. With a trusted
+    key a verifier requires it: it is what proves the bundle was not cut short
+    and (for a session bundle) holds every event of its session.
+    """
+
+    head_position: int
+    head_hash: str
+    session_head: str
+    session_events: int
+    ts_ms: int
+    public_key: str
+    signature: str
+
+
 class TrailerLine(_Line, tag="trailer", frozen=True):
     """Last line: counts, heads and the SHA-256 of every preceding byte."""
 
@@ -78,7 +97,7 @@ class TrailerLine(_Line, tag="trailer", frozen=True):
     sha256: str
 
 
-Line = HeaderLine | EventLine | LinkLine | CheckpointLine | TrailerLine
+Line = HeaderLine | EventLine | LinkLine | CheckpointLine | SealLine | TrailerLine
 
 _ENCODER = msgspec.json.Encoder(order="sorted")
 _DECODER: msgspec.json.Decoder[Line] = msgspec.json.Decoder(Line)

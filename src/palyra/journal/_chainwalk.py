@@ -46,6 +46,8 @@ class ChainVerifier:
         self.links = 0
         self.checkpoints = 0
         self.session_heads: dict[str, bytes] = {}
+        # How far a valid signature reaches: by a trusted key when keys are given.
+        self.signed_through = 0
 
     def _advance(self, position: int) -> None:
         expected = self.position + 1
@@ -106,3 +108,4 @@ class ChainVerifier:
         if not signature_valid(public_key, checkpoint_message(position, head, ts_ms), signature):
             raise Tampered(position, "checkpoint signature is invalid")
         self.checkpoints += 1
+        self.signed_through = max(self.signed_through, position)

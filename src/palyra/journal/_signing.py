@@ -32,6 +32,15 @@ class Signer:
         return self._key.sign(message)
 
     @classmethod
+    def load(cls, directory: Path) -> Signer | None:
+        """The key in ``directory`` if there is a readable one (never creates it)."""
+        try:
+            seed = (directory / KEY_FILE).read_bytes()
+        except OSError:
+            return None
+        return cls(Ed25519PrivateKey.from_private_bytes(seed)) if len(seed) == 32 else None
+
+    @classmethod
     def load_or_create(cls, directory: Path) -> Signer:
         """Load the key in ``directory``, generating it (0600) on first use.
 

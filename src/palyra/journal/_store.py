@@ -11,7 +11,7 @@ from typing import Any
 from palyra.core.errors import ErrorCode, PalyraError, PalyraInternalError
 from palyra.journal import _reads
 from palyra.journal._env import JournalEnv
-from palyra.journal._follow import CommitNotifier, follow_cursor
+from palyra.journal._follow import CommitNotifier, follow_cursor, follow_tape
 from palyra.journal._prepare import prepare
 from palyra.journal._signing import Signer
 from palyra.journal._types import (
@@ -165,11 +165,12 @@ class JournalStore:
 
     def follow_tape(self, run_id: str, after_seq: int = -1) -> AsyncIterator[StoredEvent]:
         """Replay ``run_id``'s tape after ``after_seq``, then follow it live."""
-        return follow_cursor(
-            self._notifier,
+        return follow_tape(
+            self._notifier.tapes,
             lambda after: self.read_tape(run_id, after, _PAGE).events,
-            lambda event: event.tape_seq,
+            run_id,
             after_seq,
+            lambda: self._notifier.closed,
         )
 
     def stats(self) -> JournalStats:

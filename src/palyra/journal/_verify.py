@@ -10,17 +10,19 @@ from pathlib import Path
 import msgspec
 
 from palyra.core.canonical import canonical_bytes, normalize
+from palyra.core.chain import GENESIS, seal_message
 from palyra.core.errors import InvalidArgument
 from palyra.core.event_header import header_values
 from palyra.journal import _env as names
 from palyra.journal import _reads
 from palyra.journal._bundle_format import (
     BUNDLE_FORMAT,
-    BUNDLE_VERSION,
+    READABLE_VERSIONS,
     CheckpointLine,
     EventLine,
     HeaderLine,
     LinkLine,
+    SealLine,
     TrailerLine,
     decode_line,
     parse_hash,
@@ -35,6 +37,7 @@ from palyra.journal._record import (
     key_u64,
     u64_key,
 )
+from palyra.journal._signing import signature_valid
 from palyra.journal._store import JournalStore
 from palyra.journal._types import JournalConfig
 
@@ -43,7 +46,14 @@ _CHUNK = 4096
 
 @dataclass(frozen=True, slots=True)
 class VerifyReport:
-    """Outcome of a verification; ``problem`` is None when intact."""
+    """Outcome of a verification; ``problem`` is None when intact.
+
+    ``keyed``: trusted keys were given, so authenticity was checked: then
+    ``signed_through`` is how far their signatures reach (a full verify fails
+    unless they cover the head) and ``sealed`` whether a bundle carries a valid
+    exporter's seal. Without keys only the chain's integrity is checked: anyone
+    can recompute unkeyed hashes, so the summary says so.
+    """
 
     events: int
     links: int
@@ -51,6 +61,9 @@ class VerifyReport:
     head_position: int
     head_hash: str
     problem: Tampered | None
+    signed_through: int = 0
+    sealed: bool = False
+    keyed: bool = False
 
     @property
     def ok(self) -> bool:
@@ -58,17 +71,22 @@ class VerifyReport:
         return self.problem is None
 
     def summary(self) -> str:
-        """One line: ``TAMPERED position=N: why`` or ``OK events=… head=…``."""
+        """One line: ``TAMPERED position=N: why`` or ``OK events=… head=…`` and the trust."""
         if self.problem is not None:
             return self.problem.describe()
         links = f" links={self.links}" if self.links else ""
-        return (
-            f"OK events={self.events}{links} checkpoints={self.checkpoints} "
-            f"head_position={self.head_position} head={self.head_hash}"
-        )
+        base = (f"OK events={self.events}{links} checkpoints={self.checkpoints} "
+                f"head_position={self.head_position} head={self.head_hash}")
+        if not self.keyed:
+            return (base + " (unsigned check: the chain is intact, but without a trusted "
+                    "--public-key neither authenticity nor completeness is verified)")
+        seal = ", sealed by the exporter" if self.sealed else ""
+        return (base + f" signed through position {self.signed_through} of "
+                f"{self.head_position}{seal}")
 
 
-def _report(verifier: ChainVerifier, problem: Tampered | None) -> VerifyReport:
+def _report(verifier: ChainVerifier, problem: Tampered | None,
+            sealed: bool = False) -> VerifyReport:
     return VerifyReport(
         verifier.events,
         verifier.links,
@@ -76,7 +94,19 @@ def _report(verifier: ChainVerifier, problem: Tampered | None) -> VerifyReport:
         verifier.position,
         verifier.head.hex(),
         problem,
+        verifier.position if sealed else verifier.signed_through,
+        sealed,
+        bool(verifier.trusted_keys),
     )
+
+
+def _require_coverage(verifier: ChainVerifier, what: str) -> None:
+    """With trusted keys, the head must be covered by their signatures."""
+    if verifier.trusted_keys and verifier.signed_through < verifier.position:
+        raise Tampered(
+            verifier.signed_through + 1,
+            f"signed through position {verifier.signed_through} of {verifier.position}: "
+            f"{what} after it is not covered by a signature from a trusted key")
 
 
 def verify_store(
@@ -97,6 +127,8 @@ def verify_store(
     verifier = ChainVerifier(trusted_keys=trusted_keys)
     try:
         _walk_env(store.env, verifier, progress)
+        _require_coverage(verifier, "the journal (sign the head with `palyra journal "
+                                    "checkpoint`)")
     except Tampered as problem:
         return _report(verifier, problem)
     finally:
@@ -167,20 +199,29 @@ def verify_bundle(
     verifier = ChainVerifier(trusted_keys=trusted_keys)
     try:
         with open(path, "rb") as handle:
-            _walk_bundle(handle, verifier, progress)
+            sealed = _walk_bundle(handle, verifier, progress)
+        if verifier.trusted_keys and not sealed:
+            # Checkpoints alone cannot prove the bundle was not cut short (a
+            # prefix ending at a checkpoint verifies) or, for a session bundle,
+            # that no event of the session was turned into a link line.
+            raise Tampered(None, f"signed through position {verifier.signed_through} of "
+                                 f"{verifier.position}: the bundle carries no seal by a trusted "
+                                 "key, so its end and completeness are unproven")
     except Tampered as problem:
         return _report(verifier, problem)
-    return _report(verifier, None)
+    return _report(verifier, None, sealed)
 
 
 def _walk_bundle(
     lines: Iterable[bytes],
     verifier: ChainVerifier,
     progress: Callable[[int], None] | None = None,
-) -> None:
+) -> bool:
+    """Walk every line; return whether a valid seal ended the bundle."""
     digest = hashlib.sha256()
     header: HeaderLine | None = None
     trailer: TrailerLine | None = None
+    sealed = False
     for number, raw in enumerate(lines, start=1):
         nxt = verifier.position + 1
         if trailer is not None:
@@ -195,6 +236,8 @@ def _walk_bundle(
             if not isinstance(line, HeaderLine):
                 raise Tampered(None, "line 1 is not a bundle header")
             header = _check_header(line, verifier)
+        elif sealed and not isinstance(line, TrailerLine):
+            raise Tampered(nxt, f"line {number}: entries after the seal")
         elif isinstance(line, EventLine):
             verifier.event(_event_record(line, nxt))
             if progress is not None:
@@ -204,7 +247,14 @@ def _walk_bundle(
             if progress is not None:
                 progress(verifier.position)
         elif isinstance(line, CheckpointLine):
+            if sealed:
+                raise Tampered(nxt, f"line {number}: checkpoint after the seal")
             _bundle_checkpoint(line, verifier)
+        elif isinstance(line, SealLine):
+            if sealed or header.version < 2:
+                raise Tampered(None, f"line {number}: unexpected seal")
+            _check_seal(line, header, verifier)
+            sealed = True
         elif isinstance(line, TrailerLine):
             trailer = line
             _check_trailer(line, verifier, digest.hexdigest())
@@ -214,10 +264,37 @@ def _walk_bundle(
         digest.update(raw)
     if trailer is None:
         raise Tampered(verifier.position + 1, "bundle truncated (no trailer)")
+    return sealed
 
+
+def _check_seal(line: SealLine, header: HeaderLine, verifier: ChainVerifier) -> None:
+    """The exporter's signature over the head (and the session's head and count)."""
+    position = verifier.position
+    if line.head_position != position or line.head_hash != verifier.head.hex():
+        raise Tampered(position + 1, f"the seal covers up to position {line.head_position}, "
+                                     f"the bundle to {position} (entries removed or added)")
+    if header.scope == "session":
+        own_head = verifier.session_heads.get(header.session_id, GENESIS).hex()
+        if (line.session_head, line.session_events) != (own_head, verifier.events):
+            raise Tampered(None, f"the seal says session {header.session_id} has "
+                                 f"{line.session_events} events up to here, the bundle holds "
+                                 f"{verifier.events} (events left out or turned into links)")
+    elif (line.session_head, line.session_events) != (GENESIS.hex(), 0):
+        raise Tampered(None, "a full bundle's seal names a session head")
+    try:
+        public_key, signature = bytes.fromhex(line.public_key), bytes.fromhex(line.signature)
+    except ValueError as exc:
+        raise Tampered(None, "seal key or signature is not hex") from exc
+    if verifier.trusted_keys and public_key not in verifier.trusted_keys:
+        raise Tampered(None, "bundle sealed by an untrusted key")
+    message = seal_message(header.scope, header.session_id, line.head_position,
+                           verifier.head, parse_hash(line.session_head), line.session_events,
+                           line.ts_ms)
+    if not signature_valid(public_key, message, signature):
+        raise Tampered(None, "the seal's signature is invalid")
 
 def _check_header(line: HeaderLine, verifier: ChainVerifier) -> HeaderLine:
-    if line.format != BUNDLE_FORMAT or line.version != BUNDLE_VERSION or line.hash != "sha256":
+    if line.format != BUNDLE_FORMAT or line.version not in READABLE_VERSIONS or line.hash != "sha256":
         raise Tampered(None, f"unsupported bundle format {line.format!r} v{line.version}")
     if line.scope == "session":
         verifier.session_id = line.session_id

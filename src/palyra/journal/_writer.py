@@ -83,7 +83,8 @@ _STOP = object()
 class Writer:
     """Owns every LMDB write transaction of one store."""
 
-    def __init__(self, env: JournalEnv, max_batch_events: int, on_commit: Callable[[], None]):
+    def __init__(self, env: JournalEnv, max_batch_events: int,
+                 on_commit: Callable[[list[StoredEvent]], None]):
         self._env = env
         self._max_batch = max(1, max_batch_events)
         self._on_commit = on_commit
@@ -153,7 +154,9 @@ class Writer:
         stats.appended_events += written[0]
         stats.appended_bytes += written[1]
         _resolve(batch, outcomes)
-        self._on_commit()
+        # The committed events, already built: followers get them from memory.
+        self._on_commit([event for result, error in outcomes if error is None
+                         and isinstance(result, list) for event in result])
 
     def _apply(
         self, batch: list[Request]

@@ -15,6 +15,7 @@ from typing import Any
 
 import cedarpy
 
+from palyra.core.capabilities import is_sensitive
 from palyra.policy._cache import DecisionCache, context_projection
 from palyra.policy._config import PolicyConfig
 from palyra.policy._decide import decide, resolve_posture
@@ -225,3 +226,38 @@ class PolicyGate:
         return Decision(
             Outcome.DENY, f"{principal} may not decide approval {approval_id}", reasons, h
         )
+
+    def check_posture_change(
+        self,
+        principal: str,
+        tool_name: str,
+        posture: str,
+        capabilities: frozenset[str] | None,
+        *,
+        session_id: str = "",
+        channel: str = "",
+    ) -> Decision:
+        """May ``principal`` set ``tool_name``'s posture to ``posture`` in a session?
+
+        Shipped rules: anyone may make a tool stricter or clear an override;
+        only operators may set ``always_allow`` on a sensitive (or unknown) tool.
+        ``capabilities`` None means the tool is not registered.
+        """
+        sensitive = capabilities is None or is_sensitive(capabilities)
+        allowed, reasons, errors = self._authorize({
+            "principal": {"type": "Principal", "id": principal},
+            "action": {"type": "Action", "id": "session.set_posture"},
+            "resource": {"type": "Tool", "id": tool_name},
+            "context": {"principal_name": principal, "tool_name": tool_name,
+                        "posture": posture, "is_sensitive": sensitive,
+                        "session_id": session_id, "channel": channel},
+        })
+        h = self.policy_hash
+        if errors:
+            return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)
+        if allowed:
+            return Decision(Outcome.ALLOW, f"{principal} may set {tool_name} to {posture}",
+                            reasons, h)
+        return Decision(Outcome.DENY, f"{principal} may not set {posture} for "
+                        f"{'sensitive ' if sensitive else ''}tool {tool_name} (an operator may)",
+                        reasons, h)

@@ -4,7 +4,9 @@ It implements the tool-loop workload rule (``/work/shared/workloads/tool-loop.md
 exactly, and echoes any other user message back, word by word:
 
 * Look at the messages after the last ``user`` message. ``n`` is the number of
-  ``tool`` messages there, ``r`` the value of the latest one (0 if none).
+  ``tool`` messages there, ``r`` the value of the latest one that is not an
+  error (0 if none): a denied or failed call (``{"error": ...}``) counts as a
+  step but does not reset the running total.
 * ``K`` comes from the user message itself: the number in ``"... add 1 to the
   running total K times ..."`` (regex ``(\\d+)\\s+times``).
 * If ``n < K``: empty text and one tool call ``add {"a": r, "b": 1}`` (or, with
@@ -72,6 +74,17 @@ def parse_tool_value(content: str) -> Number:
     return 0
 
 
+def _value_of(content: str) -> Number | None:
+    """A tool message's value, or None for an error result (a denial, a failed tool)."""
+    try:
+        decoded: Any = msgspec.json.decode(content)
+    except msgspec.DecodeError:
+        decoded = None
+    if isinstance(decoded, dict) and "error" in decoded:
+        return None
+    return parse_tool_value(content)
+
+
 def _fmt(value: Number) -> str:
     # add keeps ints as ints; a float that is integral prints like an int so
     # that echo's "10" and add's 10 give the same "result=10".
@@ -111,7 +124,8 @@ def scripted_reply(request: ModelRequest, *, tool: ScriptedTool = "add") -> Mode
     k = int(match.group(1))
     tool_results = [m for m in messages[last_user + 1 :] if m.role == "tool"]
     n = len(tool_results)
-    r: Number = parse_tool_value(tool_results[-1].content) if tool_results else 0
+    values = [v for m in tool_results if (v := _value_of(m.content)) is not None]
+    r: Number = values[-1] if values else 0
     if n < k:
         arguments: dict[str, Any] = {"a": r, "b": 1} if tool == "add" else {"text": _fmt(r + 1)}
         call = ToolCall(id=f"call_{n}", name=tool, arguments=arguments)

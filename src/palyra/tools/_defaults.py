@@ -7,7 +7,7 @@ from typing import Any
 
 from palyra.tools._builtin_basic import ADD, ECHO, MEMORY_SEARCH, TIME_NOW
 from palyra.tools._builtin_fs import FS_LIST, FS_READ, FS_WRITE
-from palyra.tools._builtin_http import HTTP_FETCH
+from palyra.tools._builtin_http import HTTP_FETCH, http_fetch_tool
 from palyra.tools._builtin_process import PROCESS_RUN
 from palyra.tools._registry import ToolRegistry
 from palyra.tools._spec import ToolSpec
@@ -22,10 +22,14 @@ class ToolsConfig:
             policy gate must be told the same (``PolicyConfig``) for calls to
             be allowed.
         disabled: Names of built-in tools not to register at all.
+        fetch_allow: Networks (CIDR, e.g. ``10.0.0.0/8``) ``http.fetch`` may reach
+            besides public addresses; loopback, private, link-local and metadata
+            addresses are refused unless listed here.
     """
 
     process_exec_enabled: bool = False
     disabled: frozenset[str] = frozenset()
+    fetch_allow: tuple[str, ...] = ()
 
 
 BUILTIN_TOOLS: tuple[ToolSpec[Any], ...] = (
@@ -44,9 +48,11 @@ BUILTIN_TOOLS: tuple[ToolSpec[Any], ...] = (
 def default_registry(config: ToolsConfig | None = None) -> ToolRegistry:
     """A registry with the built-in tools that ``config`` enables."""
     config = config or ToolsConfig()
+    tools = [http_fetch_tool(config.fetch_allow) if tool is HTTP_FETCH else tool
+             for tool in BUILTIN_TOOLS]
     return ToolRegistry(
         tool
-        for tool in BUILTIN_TOOLS
+        for tool in tools
         if tool.name not in config.disabled
-        and (tool is not PROCESS_RUN or config.process_exec_enabled)
+        and (tool.name != PROCESS_RUN.name or config.process_exec_enabled)
     )

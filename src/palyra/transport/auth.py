@@ -8,7 +8,10 @@ Both transports hand the same lower-cased header mapping to
 * the admin token may call anything (what a principal may *do*, e.g. decide
   approvals, is the engine's Cedar check, not ours);
 * a connector token may call only RouteMessage, and only as ``channel:<ch>``;
-* ``x-palyra-principal`` (non-empty) and ``x-palyra-device-id`` are required,
+* a per-principal token (``plt_…``, issued by an operator through TokensService)
+  acts as the one principal it is bound to: the ``x-palyra-principal`` header may
+  be left out, and naming anyone else is refused;
+* otherwise ``x-palyra-principal`` (non-empty) and ``x-palyra-device-id`` are required,
   ``x-palyra-channel`` is optional.
 
 Missing or wrong credentials raise ``Unauthenticated``; a valid credential
@@ -19,14 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Literal, TypeAlias
 
 from palyra.config import AuthConfig
 from palyra.core.errors import PermissionDenied, Unauthenticated
 from palyra.core.ids import is_ulid, new_ulid
 
-TokenKind: TypeAlias = Literal["admin", "connector"]
+TokenKind: TypeAlias = Literal["admin", "connector", "principal"]
 
 PRINCIPAL_HEADER = "x-palyra-principal"
 DEVICE_HEADER = "x-palyra-device-id"
@@ -91,6 +94,7 @@ class Authenticator:
         admin_token: str,
         connector_tokens: Iterable[tuple[str, str]] = (),
         bound_principal: str = "",
+        principal_tokens: Callable[[str], str | None] = lambda token: None,
         require_ulid_device_id: bool = True,
     ) -> None:
         if not admin_token:
@@ -98,15 +102,20 @@ class Authenticator:
         self._admin = admin_token.encode()
         self._connectors = [_ConnectorToken(t, ch) for t, ch in connector_tokens]
         self._bound_principal = bound_principal
+        # Which principal a per-principal token acts as (None: not one, or not live).
+        self._principal_tokens = principal_tokens
         self._require_ulid = require_ulid_device_id
 
     @classmethod
-    def from_config(cls, config: AuthConfig, admin_token: str) -> Authenticator:
+    def from_config(cls, config: AuthConfig, admin_token: str,
+                    principal_tokens: Callable[[str], str | None] = lambda token: None,
+                    ) -> Authenticator:
         """Build from the auth section plus the resolved admin token."""
         return cls(
             admin_token=admin_token,
             connector_tokens=parse_connector_tokens(config.connector_tokens),
             bound_principal=config.bound_principal,
+            principal_tokens=principal_tokens,
             require_ulid_device_id=config.require_ulid_device_id,
         )
 
@@ -128,10 +137,16 @@ class Authenticator:
         auth = headers.get("authorization", "")
         if rpc in PUBLIC_RPCS and not auth:
             return None
-        kind, connector = self._check_token(auth)
+        kind, connector, bound = self._check_token(auth)
         principal = headers.get(PRINCIPAL_HEADER, "").strip()
         device_id = headers.get(DEVICE_HEADER, "").strip()
         channel = headers.get(CHANNEL_HEADER, "").strip()
+        if kind == "principal":
+            # The token says who acts; a header naming someone else is refused.
+            if principal and principal != bound:
+                raise PermissionDenied(f"this token is bound to {bound!r}; it cannot act as "
+                                       f"{principal!r}", details={"principal": principal})
+            principal = bound
         if not principal:
             raise Unauthenticated(MISSING_PRINCIPAL)
         if not device_id:
@@ -146,7 +161,7 @@ class Authenticator:
         request_id = headers.get(REQUEST_ID_HEADER, "").strip()[:64] or new_ulid()
         return Caller(principal, device_id, channel, kind, request_id)
 
-    def _check_token(self, auth: str) -> tuple[TokenKind, _ConnectorToken | None]:
+    def _check_token(self, auth: str) -> tuple[TokenKind, _ConnectorToken | None, str]:
         scheme, _, token = auth.strip().partition(" ")
         if not auth:
             raise Unauthenticated(MISSING_CREDENTIALS)
@@ -161,9 +176,12 @@ class Authenticator:
             if hmac.compare_digest(raw, connector.token.encode()):
                 match = connector
         if is_admin:
-            return "admin", None
+            return "admin", None, ""
         if match is not None:
-            return "connector", match
+            return "connector", match, ""
+        bound = self._principal_tokens(token.strip())
+        if bound:
+            return "principal", None, bound
         raise Unauthenticated(INVALID_TOKEN)
 
     @staticmethod

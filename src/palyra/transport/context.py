@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable
-from typing import Any, TypeAlias
+from typing import TypeAlias, TypeVar
 
 from palyra.transport.auth import Caller
 
@@ -20,6 +20,10 @@ current_caller: contextvars.ContextVar[Caller | None] = contextvars.ContextVar(
     "palyra_current_caller", default=None
 )
 
-#: Builds the application's ``CallContext`` from a caller. Injected by the
-#: composition root so the transports do not depend on how the app spells it.
-ContextFactory: TypeAlias = Callable[[Caller | None], Any]
+CtxT = TypeVar("CtxT")
+
+#: Builds the application's call context from a caller. Injected by the
+#: composition root so the transports do not depend on how the app spells it;
+#: the gateways are generic in it, so mypy checks that the app's methods take
+#: exactly what the factory makes.
+ContextFactory: TypeAlias = Callable[[Caller | None], CtxT]

@@ -3,7 +3,8 @@
 ``palyra_gen.errors.ERROR_MAPPING`` (generated from ``errors.proto``) gives each
 ``ErrorCode`` its gRPC status, HTTP status and retryability. Anything that is
 not a :class:`PalyraError` is a bug: it is logged with its traceback here and
-reaches the client only as ``INTERNAL`` with the request id, never the trace.
+reaches the client only as ``INTERNAL`` with the request id, never the trace —
+except a peer that went away, which is CANCELLED and logged at info.
 """
 
 from __future__ import annotations
@@ -11,8 +12,11 @@ from __future__ import annotations
 import dataclasses
 
 import structlog
+from grpclib.exceptions import StreamTerminatedError
+from h2.exceptions import StreamClosedError
 from palyra_gen.errors import ERROR_MAPPING
 from palyra_gen.palyra import v1
+from uvicorn.protocols.utils import ClientDisconnected
 
 from palyra.core.errors import ErrorCode, PalyraError
 
@@ -52,10 +56,24 @@ class WireError:
         }
 
 
+def peer_gone(exc: BaseException) -> bool:
+    """True for the ways a client going away surfaces: not a server error."""
+    return isinstance(exc, PEER_GONE)
+
+
 def to_wire(exc: BaseException, *, request_id: str = "") -> WireError:
-    """Map any exception to a :class:`WireError`; unexpected ones become INTERNAL."""
+    """Map any exception to a :class:`WireError`; unexpected ones become INTERNAL.
+
+    A peer that went away (``peer_gone``) is CANCELLED, logged at info without a
+    traceback: nobody is left to answer, and it is not the server's fault.
+    """
     if isinstance(exc, PalyraError):
         code, message, details = exc.code, exc.message, exc.details
+    elif peer_gone(exc):
+        _log.info("client_disconnected", request_id=request_id, reason=type(exc).__name__)
+        code = ErrorCode.CANCELLED
+        message = "the client went away"
+        details = {"request_id": request_id} if request_id else {}
     else:
         _log.error("unhandled_error", request_id=request_id, exc_info=exc)
         code = ErrorCode.INTERNAL
@@ -70,3 +88,10 @@ def to_wire(exc: BaseException, *, request_id: str = "") -> WireError:
         retryable=bool(mapping.retryable),
         details=dict(details),
     )
+
+
+#: How a vanished peer shows up in the transports: a reset or broken socket,
+#: uvicorn's ClientDisconnected (an OSError), grpclib's terminated stream and
+#: h2's closed stream.
+PEER_GONE: tuple[type[BaseException], ...] = (
+    ConnectionError, ClientDisconnected, StreamTerminatedError, StreamClosedError)

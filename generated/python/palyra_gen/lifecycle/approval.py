@@ -102,6 +102,14 @@ _ALLOWED: Final[dict[ApprovalStateId, tuple[ApprovalEvent, ...]]] = {
     ApprovalStateId.EXPIRED: (),
     ApprovalStateId.CANCELLED: (),
 }
+# The same tables keyed by plain names: StrEnum members hash and compare like
+# their values, so a lookup by name or by member finds the same entry.
+_BY_NAME: Final[dict[tuple[str, str], ApprovalStateId]] = {
+    (str(s), str(e)): target for (s, e), target in TRANSITIONS.items()
+}
+_ALLOWED_BY_NAME: Final[dict[str, tuple[ApprovalEvent, ...]]] = {
+    str(s): events for s, events in _ALLOWED.items()
+}
 
 
 def next_state(state: ApprovalStateId | str, event: ApprovalEvent | str) -> ApprovalStateId:
@@ -111,8 +119,7 @@ def next_state(state: ApprovalStateId | str, event: ApprovalEvent | str) -> Appr
         IllegalTransitionError: if ``event`` is not allowed in ``state`` (including
             unknown names and any event in a final state).
     """
-    # StrEnum members hash and compare like their values, so plain strings work.
-    target = TRANSITIONS.get((state, event))  # type: ignore[call-overload]
+    target = _BY_NAME.get((state, event))
     if target is None:
         raise IllegalTransitionError(str(state), str(event), "Approval")
     return target
@@ -120,7 +127,7 @@ def next_state(state: ApprovalStateId | str, event: ApprovalEvent | str) -> Appr
 
 def allowed_events(state: ApprovalStateId | str) -> tuple[ApprovalEvent, ...]:
     """Events allowed in ``state``, in spec order (empty for final or unknown states)."""
-    return _ALLOWED.get(state, ())  # type: ignore[call-overload]
+    return _ALLOWED_BY_NAME.get(state, ())
 
 
 class ApprovalMachine(StrictMachine):

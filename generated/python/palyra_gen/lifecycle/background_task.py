@@ -160,6 +160,14 @@ _ALLOWED: Final[dict[BackgroundTaskStateId, tuple[BackgroundTaskEvent, ...]]] = 
     BackgroundTaskStateId.CANCELLED: (),
     BackgroundTaskStateId.EXPIRED: (),
 }
+# The same tables keyed by plain names: StrEnum members hash and compare like
+# their values, so a lookup by name or by member finds the same entry.
+_BY_NAME: Final[dict[tuple[str, str], BackgroundTaskStateId]] = {
+    (str(s), str(e)): target for (s, e), target in TRANSITIONS.items()
+}
+_ALLOWED_BY_NAME: Final[dict[str, tuple[BackgroundTaskEvent, ...]]] = {
+    str(s): events for s, events in _ALLOWED.items()
+}
 
 
 def next_state(
@@ -171,8 +179,7 @@ def next_state(
         IllegalTransitionError: if ``event`` is not allowed in ``state`` (including
             unknown names and any event in a final state).
     """
-    # StrEnum members hash and compare like their values, so plain strings work.
-    target = TRANSITIONS.get((state, event))  # type: ignore[call-overload]
+    target = _BY_NAME.get((state, event))
     if target is None:
         raise IllegalTransitionError(str(state), str(event), "BackgroundTask")
     return target
@@ -180,7 +187,7 @@ def next_state(
 
 def allowed_events(state: BackgroundTaskStateId | str) -> tuple[BackgroundTaskEvent, ...]:
     """Events allowed in ``state``, in spec order (empty for final or unknown states)."""
-    return _ALLOWED.get(state, ())  # type: ignore[call-overload]
+    return _ALLOWED_BY_NAME.get(state, ())
 
 
 class BackgroundTaskMachine(StrictMachine):

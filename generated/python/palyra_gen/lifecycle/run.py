@@ -122,6 +122,14 @@ _ALLOWED: Final[dict[RunStateId, tuple[RunEvent, ...]]] = {
     RunStateId.FAILED: (),
     RunStateId.CANCELLED: (),
 }
+# The same tables keyed by plain names: StrEnum members hash and compare like
+# their values, so a lookup by name or by member finds the same entry.
+_BY_NAME: Final[dict[tuple[str, str], RunStateId]] = {
+    (str(s), str(e)): target for (s, e), target in TRANSITIONS.items()
+}
+_ALLOWED_BY_NAME: Final[dict[str, tuple[RunEvent, ...]]] = {
+    str(s): events for s, events in _ALLOWED.items()
+}
 
 
 def next_state(state: RunStateId | str, event: RunEvent | str) -> RunStateId:
@@ -131,8 +139,7 @@ def next_state(state: RunStateId | str, event: RunEvent | str) -> RunStateId:
         IllegalTransitionError: if ``event`` is not allowed in ``state`` (including
             unknown names and any event in a final state).
     """
-    # StrEnum members hash and compare like their values, so plain strings work.
-    target = TRANSITIONS.get((state, event))  # type: ignore[call-overload]
+    target = _BY_NAME.get((state, event))
     if target is None:
         raise IllegalTransitionError(str(state), str(event), "Run")
     return target
@@ -140,7 +147,7 @@ def next_state(state: RunStateId | str, event: RunEvent | str) -> RunStateId:
 
 def allowed_events(state: RunStateId | str) -> tuple[RunEvent, ...]:
     """Events allowed in ``state``, in spec order (empty for final or unknown states)."""
-    return _ALLOWED.get(state, ())  # type: ignore[call-overload]
+    return _ALLOWED_BY_NAME.get(state, ())
 
 
 class RunMachine(StrictMachine):

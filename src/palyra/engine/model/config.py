@@ -28,6 +28,20 @@ class EngineConfig:
         token_words_per_event: text deltas are taped as ``model_token`` events
             of at most this many words (the reference uses 16), so a long
             answer is neither one huge event nor one event per word.
+        token_chars_per_event: a ``model_token`` event also ends at this many
+            characters, so text without whitespace is grouped too.
+        token_flush_s: streamed token events are committed at most this
+            often (the first at once); the groups in between ride in one
+            append, so a long reply costs time linear in its length, not one
+            durable commit per group.
+        max_reply_chars: the longest text a ``provider_turn_output`` or
+            ``message_replied`` event carries (one journal payload is capped;
+            see ``JournalConfig.max_payload_bytes``). A longer reply keeps its
+            full text in the turn's ``model_token`` events; these two carry a
+            prefix ending in a note that says so.
+        max_tool_args_bytes: a tool call whose canonical JSON arguments are
+            longer is taped with a placeholder and denied (the model hears
+            why), instead of failing the run on an oversized journal payload.
         max_pending_inputs: inputs queued behind a busy loop before
             ``send_input`` answers RESOURCE_EXHAUSTED.
         drain_grace_s: on SIGTERM, how long an in-flight tool may finish so
@@ -51,6 +65,10 @@ class EngineConfig:
     max_wall_s: float = 120.0
     approval_timeout_s: float = 300.0
     token_words_per_event: int = 16
+    token_chars_per_event: int = 4096
+    token_flush_s: float = 0.05
+    max_reply_chars: int = 64 * 1024
+    max_tool_args_bytes: int = 64 * 1024
     max_pending_inputs: int = 64
     drain_grace_s: float = 5.0
     idle_complete_s: float = 3600.0
@@ -63,5 +81,8 @@ class EngineConfig:
             raise ValueError("max_wall_s and approval_timeout_s must be > 0")
         if self.idle_complete_s < 0:
             raise ValueError("idle_complete_s must be >= 0 (0 disables it)")
-        if self.token_words_per_event < 1:
-            raise ValueError("token_words_per_event must be >= 1")
+        if self.token_words_per_event < 1 or self.token_chars_per_event < 1:
+            raise ValueError("token_words_per_event and token_chars_per_event must be >= 1")
+        if self.token_flush_s < 0 or self.max_reply_chars < 256 or self.max_tool_args_bytes < 1:
+            raise ValueError("token_flush_s must be >= 0, max_reply_chars >= 256 and "
+                             "max_tool_args_bytes >= 1")

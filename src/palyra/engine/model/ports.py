@@ -1,6 +1,6 @@
 """What the engine needs from policy and tools, as narrow protocols.
 
-The engine codes against these; ``_adapters`` binds them to ``palyra.policy``
+The engine codes against these; ``palyra.adapters`` binds them to ``palyra.policy``
 and ``palyra.tools``. Keeping the seam here means a change in either package
 touches one adapter, not the run loop.
 """
@@ -68,6 +68,11 @@ class PolicyPort(Protocol):
 
     def may_decide_approval(self, identity: IdentityRec, approval: ApprovalRecord) -> bool:
         """Whether ``identity`` may decide ``approval`` (Cedar ``approval.decide``)."""
+        ...
+
+    def posture_change(self, identity: IdentityRec, session_id: str, tool_name: str,
+                       posture: str) -> tuple[bool, str]:
+        """Whether ``identity`` may set the posture (Cedar ``session.set_posture``), and why."""
         ...
 
 

@@ -12,13 +12,15 @@ tool result with its attestation is one append.
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from contextlib import aclosing
 
 from palyra_gen.palyra import v1 as pb
 
 from palyra.core.errors import PalyraInternalError
 from palyra.engine.model.fold import Action
-from palyra.engine.model.tokens import TokenBuffer
+from palyra.engine.model.tokens import TokenBuffer, clip_reply
 from palyra.engine.run.step import Step
 from palyra.engine.run.toolflow import propose, resolve_tool
 from palyra.engine.run.writer import Batch
@@ -102,33 +104,39 @@ async def model_turn(step: Step, batch: Batch) -> None:
     # Uncommitted members ride along with a cancel/fail commit if the call dies.
     step.carry(batch)
     step.phase = "model"
-    tokens = TokenBuffer(deps.config.token_words_per_event)
+    tokens = TokenBuffer(deps.config.token_words_per_event, deps.config.token_chars_per_event)
     request = ModelRequest(messages=messages, tools=deps.tools.catalog())
     response: ModelResponse | None = None
+    flushed_at = -math.inf  # the first token group is committed at once
     try:
         with step.active():
             async with asyncio.timeout(step.remaining_wall_s()):
                 async with aclosing(deps.provider.stream(request)) as chunks:
                     async for chunk in chunks:
-                        if isinstance(chunk, TextDelta):
-                            group = tokens.push(chunk.text)
-                            if group:
-                                batch.add(pb.ModelToken(token=group, is_final=False, turn=turn))
-                                await batch.commit()
-                                batch = step.writer.batch()
-                                step.carry(batch)
-                        else:
+                        if not isinstance(chunk, TextDelta):
                             response = chunk.response
+                            continue
+                        groups = tokens.push(chunk.text)
+                        batch.add(*(pb.ModelToken(token=g, is_final=False, turn=turn)
+                                    for g in groups))
+                        if groups and time.monotonic() - flushed_at >= deps.config.token_flush_s:
+                            await batch.commit()
+                            flushed_at = time.monotonic()
+                            batch = step.writer.batch()
+                            step.carry(batch)
     except TimeoutError:
-        await terminate(step, "wall_clock_limit", batch)
+        # The limit may have struck while a token commit was landing: that
+        # batch is durable, so the loop ends in a fresh one.
+        await terminate(step, "wall_clock_limit", None if batch.committed else batch)
         return
     if response is None:
         raise PalyraInternalError("provider stream ended without a Completed chunk")
     rest = tokens.rest()
     if rest:
         batch.add(pb.ModelToken(token=rest, is_final=True, turn=turn))
+    text = clip_reply(response.text, deps.config.max_reply_chars)
     batch.add(pb.ProviderTurnOutput(
-        turn=turn, text=response.text, finish_reason=response.finish_reason,
+        turn=turn, text=text, finish_reason=response.finish_reason,
         tool_call_count=len(response.tool_calls), input_tokens=response.usage.input_tokens,
         output_tokens=response.usage.output_tokens, provider=deps.provider.name,
     ))
@@ -136,7 +144,7 @@ async def model_turn(step: Step, batch: Batch) -> None:
         await propose(step, batch, response.tool_calls, turn)
     else:
         batch.add(
-            pb.MessageReplied(reply_text=response.text),
+            pb.MessageReplied(reply_text=text),
             pb.AgentLoop(phase=_PHASE.TURN_COMPLETED, turn=turn),
             pb.AgentLoop(phase=_PHASE.TERMINATED, turn=turn, reason="final_answer"),
         )

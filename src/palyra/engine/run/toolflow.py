@@ -1,8 +1,13 @@
 """Tool calls: proposal → policy → (approval) → execute or deny → result.
 
-A tool runs only after a journaled allow: a policy allow in the same append
-as its proposal, a cached session/timeboxed grant answered on the tape, or an
-approval whose decision was committed before execution. Calls of one turn are
+A tool with side effects runs only after a journaled allow: a policy allow in
+the same append as its proposal, a cached session/timeboxed grant answered on
+the tape, or an approval whose decision was committed before execution. A
+read-only tool the policy allows outright runs first and is journaled with its
+proposal, decision and result in one append (one commit per step): if the
+daemon dies in between, nothing of the step is on the tape, the model is asked
+again and the harmless call re-runs — the same rule recovery already applies
+to a read-only call caught in flight. Calls of one turn are
 resolved strictly in the order the model asked for them, so results are fed
 back in that order.
 
@@ -15,6 +20,7 @@ running with ``<redacted>`` in place of the secret.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -44,6 +50,8 @@ from palyra.engine.sessions.plan import record_write
 from palyra.providers import ToolCall
 
 log = logging.getLogger("palyra.engine")
+_ALLOW = pb.ToolDecisionOutcome.ALLOW
+_ASK = pb.ToolDecisionOutcome.NEEDS_APPROVAL
 
 REDACTED_ARGS = ("its arguments held a secret that was redacted before they were journaled, "
                  "and after the daemon restart the exact arguments are gone; the call was not "
@@ -65,7 +73,8 @@ def decide(step: Step, name: str, arguments: Mapping[str, Any],
             tool_name=name, arguments=arguments, postures=postures,
             calls_made=step.writer.loop.tool_call_count + earlier_in_turn))
     except PalyraError as exc:  # default deny: a gate error never allows
-        return ToolVerdict(pb.ToolDecisionOutcome.DENY, f"policy error: {exc.message}", deps.policy.policy_hash)
+        return ToolVerdict(pb.ToolDecisionOutcome.DENY, f"policy error: {exc.message}",
+                           deps.policy.policy_hash)
 
 
 async def propose(step: Step, batch: Batch, calls: Sequence[ToolCall], turn: int) -> None:
@@ -74,21 +83,43 @@ async def propose(step: Step, batch: Batch, calls: Sequence[ToolCall], turn: int
     If the first call needs approval, its request is part of the same append.
     """
     verdicts: list[tuple[str, ToolCall, ToolVerdict]] = []
+    limit = step.deps.config.max_tool_args_bytes
     for index, call in enumerate(calls):
         pid = new_ulid()
-        verdict = decide(step, call.name, call.arguments, index)
+        input_json = canonical_json(dict(call.arguments)).decode()
+        if len(input_json.encode()) > limit:
+            # Taped as a placeholder and denied: the run and its input stay on
+            # the tape, and the model hears why instead of the run failing.
+            verdict = ToolVerdict(pb.ToolDecisionOutcome.DENY,
+                                  f"tool arguments are {len(input_json.encode())} bytes, over "
+                                  f"the {limit}-byte limit", step.deps.policy.policy_hash)
+            input_json = oversized_args_json(input_json)
+        else:
+            verdict = decide(step, call.name, call.arguments, index)
         verdicts.append((pid, call, verdict))
         batch.add(
-            pb.ToolProposal(proposal_id=pid, tool_name=call.name,
-                            input_json=canonical_json(dict(call.arguments)).decode(),
-                            approval_required=verdict.outcome == pb.ToolDecisionOutcome.NEEDS_APPROVAL, turn=turn),
+            pb.ToolProposal(proposal_id=pid, tool_name=call.name, input_json=input_json,
+                            approval_required=verdict.outcome == _ASK, turn=turn),
             pb.ToolDecision(proposal_id=pid, outcome=verdict.outcome,
                             reason=verdict.reason, policy_hash=verdict.policy_hash,
                             policy_ids=list(verdict.policy_ids)),
         )
     pid, call, verdict = verdicts[0]
+    if verdict.outcome == _ALLOW and step.deps.tools.is_read_only(call.name):
+        # Intent and result in one commit; the batch stays carried while the
+        # tool runs, so an abort still journals the proposal with the cancel.
+        step.carry(batch)
+        step.phase = "tool"
+        with step.active():
+            outcome = await _run_tool(step, call.name, call.arguments)
+        _add_outcome(batch, pid, call.name, outcome)
+        if len(calls) == 1:
+            batch.add(pb.AgentLoop(phase=pb.AgentLoopPhase.TURN_COMPLETED, turn=turn))
+        step.carry(None)
+        await batch.commit()
+        return
     step.carry(None)
-    if verdict.outcome == pb.ToolDecisionOutcome.NEEDS_APPROVAL:
+    if verdict.outcome == _ASK:
         await approval_gate(step, batch, pid, call.name, call.arguments, verdict)
     else:
         await batch.commit()
@@ -253,20 +284,24 @@ async def execute(step: Step, p: Proposal) -> None:
         return
     step.phase = "tool"
     with step.active():
-        outcome = await _run_tool(step, p)
-    batch = step.writer.batch().add(pb.ToolResult(
-        proposal_id=p.proposal_id, tool_name=p.tool_name, success=outcome.success,
-        output_json=outcome.output_json, error=outcome.error, timed_out=outcome.timed_out,
-        truncated=outcome.truncated))
-    if outcome.execution_sha256:
-        batch.add(pb.ToolAttestation(proposal_id=p.proposal_id,
-                                     execution_sha256=outcome.execution_sha256,
-                                     executor=outcome.executor, timed_out=outcome.timed_out))
+        outcome = await _run_tool(step, p.tool_name, p.arguments())
+    batch = step.writer.batch()
+    _add_outcome(batch, p.proposal_id, p.tool_name, outcome)
     _turn_done(step, batch, p.proposal_id)
     await batch.commit()
 
 
-async def _run_tool(step: Step, p: Proposal) -> ToolOutcome:
+def _add_outcome(batch: Batch, pid: str, name: str, outcome: ToolOutcome) -> None:
+    batch.add(pb.ToolResult(
+        proposal_id=pid, tool_name=name, success=outcome.success,
+        output_json=outcome.output_json, error=outcome.error, timed_out=outcome.timed_out,
+        truncated=outcome.truncated))
+    if outcome.execution_sha256:
+        batch.add(pb.ToolAttestation(proposal_id=pid, execution_sha256=outcome.execution_sha256,
+                                     executor=outcome.executor, timed_out=outcome.timed_out))
+
+
+async def _run_tool(step: Step, name: str, arguments: Mapping[str, Any]) -> ToolOutcome:
     """Execute within the loop's remaining wall-clock budget; every failure is an outcome."""
     remaining = step.remaining_wall_s()
     try:
@@ -274,7 +309,7 @@ async def _run_tool(step: Step, p: Proposal) -> ToolOutcome:
             raise TimeoutError
         async with asyncio.timeout(remaining):
             return await step.deps.tools.execute(
-                p.tool_name, p.arguments(), session_id=step.record.session_id,
+                name, arguments, session_id=step.record.session_id,
                 run_id=step.run_id, timeout_s=remaining)
     except TimeoutError:
         return ToolOutcome(False, "", "the agent loop's wall-clock limit was reached",
@@ -282,5 +317,12 @@ async def _run_tool(step: Step, p: Proposal) -> ToolOutcome:
     except PalyraError as exc:
         return ToolOutcome(False, "", exc.message)
     except Exception as exc:  # a tool bug is the model's problem to hear about, not a crash
-        log.exception("tool %s raised", p.tool_name)
+        log.exception("tool %s raised", name)
         return ToolOutcome(False, "", f"{type(exc).__name__}: {exc}")
+
+
+def oversized_args_json(input_json: str) -> str:
+    """What a proposal whose arguments are too large keeps of them: size and digest."""
+    digest = hashlib.sha256(input_json.encode()).hexdigest()
+    return canonical_json({"_omitted": "arguments over the size limit",
+                           "bytes": len(input_json.encode()), "sha256": digest}).decode()

@@ -143,7 +143,7 @@ class Batch:
         pending = self.changes.get("pending_inputs", w.record.pending_inputs)
         if (self._complete_if_requested and w.record.complete_requested and not pending
                 and self.state == RunStateId.IN_PROGRESS):
-            # A loop stopped by a limit keeps its reason (``_loop.terminate``).
+            # A loop stopped by a limit keeps its reason (``run.loop.terminate``).
             reason = end_reason_on_complete(self.changes.get("end_reason",
                                                              w.record.end_reason))
             self.transition(RunEvent.COMPLETE, message="completed", reason=reason)

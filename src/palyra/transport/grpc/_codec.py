@@ -1,9 +1,18 @@
-"""The protobuf codec: a size cap (grpclib has no max-message setting) and fast encoding."""
+"""The protobuf codec: a size cap (grpclib has no max-message setting) and fast encoding.
+
+The cap is enforced twice on the way in: :func:`install_length_check` makes
+grpclib refuse a message from its 5-byte length prefix, before a single byte of
+the body is buffered (grpclib would otherwise read a 100 MB message whole and
+only then hand it to :meth:`CappedProtoCodec.decode`), and ``decode`` checks
+again for any other path.
+"""
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
+import grpclib.server
 from grpclib.encoding.proto import ProtoCodec
 
 from palyra.core.errors import ErrorCode, PalyraError
@@ -16,6 +25,11 @@ class CappedProtoCodec(ProtoCodec):
 
     def __init__(self, max_bytes: int) -> None:
         self._max = max_bytes
+
+    @property
+    def max_bytes(self) -> int:
+        """The cap, in bytes, on one message in either direction."""
+        return self._max
 
     def encode(self, message: Any, message_type: Any) -> bytes:
         if not isinstance(message, message_type):
@@ -53,3 +67,37 @@ class CappedProtoCodec(ProtoCodec):
             raise PalyraError(
                 "request is not a valid protobuf message", code=ErrorCode.MALFORMED_REQUEST
             ) from exc
+
+
+async def _recv_message_capped(stream: Any, codec: Any, message_type: Any) -> Any:
+    """grpclib's ``recv_message``, refusing an over-cap message from its prefix alone."""
+    meta = await stream.recv_data(5)
+    if not meta:
+        return None
+    if len(meta) != 5:
+        raise PalyraError("the request ended inside a message prefix",
+                          code=ErrorCode.MALFORMED_REQUEST)
+    if meta[0]:
+        raise PalyraError("compressed messages are not supported",
+                          code=ErrorCode.MALFORMED_REQUEST)
+    (length,) = struct.unpack(">I", meta[1:])
+    cap = codec.max_bytes if isinstance(codec, CappedProtoCodec) else None
+    if cap is not None and length > cap:
+        raise PalyraError(
+            f"request of {length} bytes exceeds the {cap}-byte message cap",
+            code=ErrorCode.PAYLOAD_TOO_LARGE, details={"limit_bytes": str(cap)})
+    data = await stream.recv_data(length)
+    if len(data) != length:
+        raise PalyraError(f"the request ended after {len(data)} of the {length} bytes its "
+                          "prefix announced", code=ErrorCode.MALFORMED_REQUEST)
+    return codec.decode(data, message_type)
+
+
+def install_length_check() -> None:
+    """Make grpclib's server streams use :func:`_recv_message_capped` (idempotent).
+
+    grpclib has no max-message setting and reads a whole message before any
+    hook runs; its server module looks the function up by name, so this swaps
+    it there once for the process.
+    """
+    grpclib.server.recv_message = _recv_message_capped  # type: ignore[attr-defined]

@@ -20,7 +20,7 @@ from typing import Any, cast
 import structlog
 from grpclib.const import Status
 from grpclib.events import RecvRequest, SendTrailingMetadata, listen
-from grpclib.exceptions import GRPCError
+from grpclib.exceptions import GRPCError, StreamTerminatedError
 from grpclib.server import Server
 
 from palyra.transport.auth import REQUEST_ID_HEADER, Authenticator
@@ -66,9 +66,10 @@ def _guarded(
                 request_id = caller.request_id
             current_caller.set(caller)
             await method_func(stream)
-        except (GRPCError, asyncio.CancelledError):
-            # grpclib's own statuses (deadline, bad frames) and cancellation
-            # pass through untouched.
+        except (GRPCError, asyncio.CancelledError, StreamTerminatedError):
+            # grpclib's own statuses (deadline, bad frames), cancellation and a
+            # client that reset its stream pass through untouched: grpclib
+            # handles each (a reset is logged by it at info, not as an error).
             raise
         except Exception as exc:
             wire = to_wire(exc, request_id=request_id)

@@ -3,30 +3,36 @@
 from __future__ import annotations
 
 import socket
-from typing import Any
+from typing import Generic
 
 from grpclib.server import Server
+from palyra_gen.services import PalyraServicesApp, servers
 
 from palyra.config import GrpcConfig
 from palyra.transport.auth import Authenticator
-from palyra.transport.context import ContextFactory
-from palyra.transport.grpc._codec import CappedProtoCodec
+from palyra.transport.context import ContextFactory, CtxT, current_caller
+from palyra.transport.grpc._codec import CappedProtoCodec, install_length_check
 from palyra.transport.grpc._gateway import install
-from palyra.transport.grpc._services import build_services
 
 
-class GrpcGateway:
-    """Owns one grpclib ``Server`` bound to an already-listening socket."""
+class GrpcGateway(Generic[CtxT]):
+    """Owns one grpclib ``Server`` bound to an already-listening socket.
+
+    Every service is the generated ``<Service>Server``: typed methods that
+    forward each RPC to ``app`` with the context ``make_ctx`` builds from the
+    caller the auth listener published (``current_caller``).
+    """
 
     def __init__(
         self,
-        app: object,
+        app: PalyraServicesApp[CtxT],
         *,
         authenticator: Authenticator,
-        make_ctx: ContextFactory,
+        make_ctx: ContextFactory[CtxT],
         config: GrpcConfig,
     ) -> None:
-        services: list[Any] = list(build_services(app, make_ctx))
+        install_length_check()
+        services = servers(app, lambda: make_ctx(current_caller.get()))
         self._server = Server(services, codec=CappedProtoCodec(config.max_message_bytes))
         install(self._server, authenticator)
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import betterproto2
-import msgspec
 
 from palyra.core.errors import ErrorCode, InvalidArgument, PalyraError
 from palyra.core.protojson import decode_message
@@ -16,6 +16,7 @@ from palyra.transport.http._routes import CompiledRoute
 # Exclusive tape cursors: over HTTP an absent cursor means "from the start"
 # (-1), because proto3's implicit 0 would silently skip tape_seq 0.
 CURSOR_FIELD = "after_seq"
+_MAX_TAPE_SEQ = 2**63 - 1
 LAST_EVENT_ID = "last-event-id"
 _SCALAR_QUERY_TYPES = frozenset(
     {"string", "bool", "enum", "bytes", "float", "double", "int32", "sint32", "sfixed32",
@@ -59,12 +60,50 @@ def decode_request(
 
 
 def _json_body(body: bytes) -> Any:
+    """The body's JSON value, refusing what two parsers could read differently.
+
+    Strict UTF-8, no duplicate object keys (``{"complete":true,"complete":false}``
+    means different things to different parsers), no NaN/Infinity literals,
+    and nesting bounded by the parser's recursion: each is a clear
+    MALFORMED_REQUEST, never an INTERNAL.
+    """
     if not body.strip():
         return {}
     try:
-        return msgspec.json.decode(body)
-    except msgspec.DecodeError as exc:
-        raise PalyraError(f"body is not valid JSON: {exc}", code=ErrorCode.MALFORMED_REQUEST) from None
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _malformed(f"body is not valid UTF-8 (byte {exc.start})") from None
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except _DuplicateKey as exc:
+        raise _malformed(f"body has the key {exc.key!r} twice in one object") from None
+    except RecursionError:
+        raise _malformed("body is nested too deeply") from None
+    except ValueError as exc:
+        raise _malformed(f"body is not valid JSON: {exc}") from None
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _malformed(message: str) -> PalyraError:
+    return PalyraError(message, code=ErrorCode.MALFORMED_REQUEST)
 
 
 def _query_object(cls: type[betterproto2.Message], query: Iterable[tuple[str, str]]) -> dict[str, Any]:
@@ -102,9 +141,11 @@ def _default_cursor(route: CompiledRoute, fields: dict[str, Any], headers: Mappi
     if route.server_streaming and last_event_id:
         # An EventSource reconnects with its original URL plus Last-Event-ID,
         # so the header is the fresher cursor and wins over ?after_seq=.
-        try:
-            fields[CURSOR_FIELD] = int(last_event_id)
-        except ValueError:
-            raise bad_request("Last-Event-ID", "expected a tape_seq") from None
+        # The same range as ?after_seq= (int64), digits only: an id the server
+        # never sent must be refused, not read as "nothing after it".
+        if not (last_event_id.isascii() and last_event_id.isdigit()
+                and int(last_event_id) <= _MAX_TAPE_SEQ):
+            raise bad_request("Last-Event-ID", f"expected a tape_seq (0..{_MAX_TAPE_SEQ})")
+        fields[CURSOR_FIELD] = int(last_event_id)
     else:
         fields.setdefault(CURSOR_FIELD, -1)

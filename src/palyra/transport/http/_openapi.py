@@ -1,111 +1,111 @@
-"""The OpenAPI 3.1 document of the HTTP gateway, derived from the route table.
+"""The OpenAPI 3.2 document of the HTTP gateway, derived from the route table.
 
-Schemas come from the generated message metadata (field names in proto3-JSON
-lowerCamelCase, 64-bit integers as integer-or-string), so the document can
-only describe what the gateway actually decodes and encodes.
+It says exactly what the gateway accepts (``_json`` and ``_decode`` are the
+server's rules; ``_openapi_schema`` mirrors them field by field) and describes
+every operation and schema with the spec's own proto comments
+(``palyra_gen.proto_docs``). Server streams are documented as what they are:
+a stream of SSE events whose ``data`` is one response message. Operations whose
+subsystem is not built yet are marked ``x-palyra-unimplemented`` and list
+their 501 answer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-import betterproto2
+from palyra_gen.proto_docs import DOCS
 
 from palyra.transport.auth import CHANNEL_HEADER, DEVICE_HEADER, PRINCIPAL_HEADER, PUBLIC_RPCS
-from palyra.transport.http._json import camel, proto_meta
+from palyra.transport.http._json import proto_meta
+from palyra.transport.http._openapi_schema import SchemaBuilder, full_name
 from palyra.transport.http._routes import CompiledRoute, RouteTable
 
-_INT32 = {"int32", "sint32", "sfixed32", "uint32", "fixed32"}
-_INT64 = {"int64", "sint64", "sfixed64", "uint64", "fixed64"}
+OPENAPI_VERSION = "3.2.0"
+# The exclusive tape cursor over SSE: a tape_seq, a signed 64-bit number.
+_LAST_EVENT_ID = {"type": "string", "pattern": "^[0-9]{1,18}$"}
 
 
-class _Schemas:
-    def __init__(self) -> None:
-        self.components: dict[str, Any] = {}
-
-    def ref(self, cls: type[Any]) -> dict[str, Any]:
-        name = cls.__name__
-        if name not in self.components:
-            self.components[name] = {}  # placeholder breaks recursion
-            self.components[name] = self._build(cls)
-        return {"$ref": f"#/components/schemas/{name}"}
-
-    def _build(self, cls: type[Any]) -> dict[str, Any]:
-        if issubclass(cls, betterproto2.Enum):
-            return {"type": "string", "enum": [m.proto_name for m in cls]}
-        meta = proto_meta(cls)
-        props: dict[str, Any] = {}
-        for name, fm in meta.meta_by_field_name.items():
-            props[camel(name)] = self._field(meta, name, fm)
-        schema: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
-        if cls.__doc__ and cls.__doc__.strip():
-            schema["description"] = cls.__doc__.strip()
-        return schema
-
-    def _field(self, meta: Any, name: str, fm: Any) -> dict[str, Any]:
-        if fm.proto_type == "map":
-            value = self._single(fm.map_meta[1].proto_type, meta.cls_by_field.get(f"{name}.value"))
-            return {"type": "object", "additionalProperties": value}
-        single = self._single(fm.proto_type, meta.cls_by_field.get(name))
-        return {"type": "array", "items": single} if fm.repeated else single
-
-    def _single(self, proto_type: str, cls: Any) -> dict[str, Any]:
-        if proto_type in ("message", "enum"):
-            return self.ref(cls)
-        if proto_type == "string":
-            return {"type": "string"}
-        if proto_type == "bool":
-            return {"type": "boolean"}
-        if proto_type in _INT32:
-            return {"type": "integer", "format": proto_type}
-        if proto_type in _INT64:
-            return {"type": ["integer", "string"], "format": proto_type}
-        if proto_type in ("float", "double"):
-            return {"type": "number", "format": proto_type}
-        if proto_type == "bytes":
-            return {"type": "string", "contentEncoding": "base64"}
-        return {}
+def _service(route: CompiledRoute) -> str:
+    return route.service.rsplit(".", 1)[-1]
 
 
-def _operation(route: CompiledRoute, schemas: _Schemas) -> dict[str, Any]:
+def _parameters(route: CompiledRoute, schemas: SchemaBuilder) -> list[dict[str, Any]]:
     params: list[dict[str, Any]] = []
     meta = proto_meta(route.request_cls)
+    request_name = full_name(route.request_cls)
     for name in route.path_params:
-        params.append({"name": name, "in": "path", "required": True, "schema": {"type": "string"}})
+        params.append({"name": name, "in": "path", "required": True,
+                       "schema": {"type": "string", "minLength": 1},
+                       "description": DOCS.get(f"{request_name}.{name}", name)})
     if not route.has_body:
         for name, fm in meta.meta_by_field_name.items():
             if name in route.path_params or fm.proto_type in ("message", "map"):
                 continue
-            schema = schemas._field(meta, name, fm)
-            params.append({"name": name, "in": "query", "required": False, "schema": schema})
+            param: dict[str, Any] = {"name": name, "in": "query", "required": False,
+                                     "schema": schemas.query_field(route.request_cls, name, fm)}
+            if fm.repeated:
+                param.update(style="form", explode=True)
+            if doc := DOCS.get(f"{request_name}.{name}"):
+                param["description"] = doc
+            params.append(param)
     if route.server_streaming and "after_seq" in meta.meta_by_field_name:
         params.append({"name": "Last-Event-ID", "in": "header", "required": False,
-                       "schema": {"type": "string"},
+                       "schema": _LAST_EVENT_ID,
                        "description": "Resume after this tape_seq (wins over after_seq)."})
+    return params
+
+
+def _operation(route: CompiledRoute, schemas: SchemaBuilder, unimplemented: bool) -> dict[str, Any]:
+    rpc_doc = DOCS.get(f"{route.service}.{route.rpc}", "")
     op: dict[str, Any] = {
-        "operationId": f"{route.service.rsplit('.', 1)[-1]}_{route.rpc}",
-        "tags": [route.service.rsplit(".", 1)[-1]],
-        "parameters": [*params, *_identity_params()],
+        "operationId": f"{_service(route)}_{route.rpc}",
+        "tags": [_service(route)],
+        "summary": (rpc_doc.splitlines()[0] if rpc_doc else f"{_service(route)}.{route.rpc}"),
+        "parameters": [*_parameters(route, schemas), *_identity_params()],
         "responses": {
             "200": _success(route, schemas),
-            "default": {"description": "Error",
+            "default": {"description": "Error: an `ErrorDetail` with the status the spec maps "
+                                       "its code to.",
                         "content": {"application/json": {"schema": _error_schema()}}},
         },
     }
+    if rpc_doc:
+        op["description"] = rpc_doc
     if route.has_body:
-        op["requestBody"] = {"required": False,
-                             "content": {"application/json": {"schema": schemas.ref(route.request_cls)}}}
+        op["requestBody"] = {"required": False, "content": {"application/json": {
+            "schema": schemas.body(route.request_cls, route.path_params)}}}
     if route.rpc in PUBLIC_RPCS:
         op["security"] = []
+    if unimplemented:
+        op["x-palyra-unimplemented"] = True
+        op["description"] = ("Not built yet: answers 501 UNIMPLEMENTED until its subsystem "
+                             "lands.\n\n" + rpc_doc).strip()
+        op["responses"]["501"] = {"description": "UNIMPLEMENTED: the subsystem is not part of "
+                                                 "this build.",
+                                  "content": {"application/json": {"schema": _error_schema()}}}
     return op
 
 
-def _success(route: CompiledRoute, schemas: _Schemas) -> dict[str, Any]:
+def _success(route: CompiledRoute, schemas: SchemaBuilder) -> dict[str, Any]:
+    message = schemas.ref(route.response_cls)
     if route.server_streaming:
-        return {"description": "Server-sent events; each `data:` is one response message "
-                               "(tape events carry `id: <tape_seq>`).",
-                "content": {"text/event-stream": {"schema": schemas.ref(route.response_cls)}}}
-    return {"description": "OK", "content": {"application/json": {"schema": schemas.ref(route.response_cls)}}}
+        return {
+            "description": "Server-sent events: each event's `data` is one response message "
+                           "(tape events carry `id: <tape_seq>`, usable as `Last-Event-ID`).",
+            "content": {"text/event-stream": {"itemSchema": {
+                "type": "object",
+                "required": ["data"],
+                "properties": {
+                    "data": {"type": "string", "contentMediaType": "application/json",
+                             "contentSchema": message},
+                    "id": {"type": "string"},
+                    "event": {"type": "string"},
+                    "retry": {"type": "integer", "minimum": 0},
+                },
+            }}},
+        }
+    return {"description": "OK", "content": {"application/json": {"schema": message}}}
 
 
 def _identity_params() -> list[dict[str, Any]]:
@@ -125,16 +125,23 @@ def _error_schema() -> dict[str, Any]:
     }}
 
 
-def build_openapi(table: RouteTable) -> dict[str, Any]:
-    """The OpenAPI 3.1 document for every route in ``table``."""
-    schemas = _Schemas()
+def build_openapi(table: RouteTable, unimplemented: Iterable[str] = ()) -> dict[str, Any]:
+    """The OpenAPI 3.2 document for every route in ``table``.
+
+    ``unimplemented``: the python method names of RPCs whose subsystem is not
+    built (marked ``x-palyra-unimplemented``, with their 501 answer).
+    """
+    missing = frozenset(unimplemented)
+    schemas = SchemaBuilder()
     paths: dict[str, dict[str, Any]] = {}
     for route in sorted(table.routes, key=lambda r: (r.template, r.http_method)):
-        paths.setdefault(route.template, {})[route.http_method.lower()] = _operation(route, schemas)
+        paths.setdefault(route.template, {})[route.http_method.lower()] = _operation(
+            route, schemas, route.python_method in missing)
     return {
-        "openapi": "3.1.0",
+        "openapi": OPENAPI_VERSION,
         "info": {"title": "palyra", "version": "1",
-                 "description": "HTTP/JSON + SSE gateway; generated from the protobuf spec."},
+                 "description": "HTTP/JSON + SSE gateway; generated from the protobuf spec. "
+                                "Bodies are proto3 JSON (lowerCamelCase names)."},
         "paths": paths,
         "security": [{"bearer": []}],
         "components": {
@@ -143,7 +150,8 @@ def build_openapi(table: RouteTable) -> dict[str, Any]:
             "parameters": {
                 "Principal": {"name": PRINCIPAL_HEADER, "in": "header", "required": False,
                               "schema": {"type": "string"},
-                              "description": "Caller principal, e.g. user:alice (required with a token)."},
+                              "description": "Caller principal, e.g. user:alice "
+                                             "(required with a token)."},
                 "DeviceId": {"name": DEVICE_HEADER, "in": "header", "required": False,
                              "schema": {"type": "string"},
                              "description": "Caller device id, a ULID (required with a token)."},

@@ -3,13 +3,15 @@
 One catch-all handler matches the request against
 :class:`~palyra.transport.http._routes.RouteTable` (compiled from
 ``palyra_gen.http_routes.ROUTES``), authenticates, decodes strictly, and calls
-the same facade method the gRPC gateway calls. Unary answers are the
+the same application method the gRPC gateway calls, through the generated
+``palyra_gen.services.UNARY``/``STREAMING`` tables (one typed call per RPC). Unary answers are the
 response's proto3 JSON; server streams are SSE; errors are the spec's
 ``ErrorDetail`` body with the mapped status.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -21,14 +23,14 @@ from litestar import Litestar, Request, Response, get, route
 from litestar.enums import HttpMethod
 from litestar.exceptions import HTTPException
 from litestar.types import ASGIApp
+from palyra_gen.services import STREAMING, UNARY, PalyraServicesApp
 
 from palyra.config import HttpConfig
 from palyra.core.errors import ErrorCode, NotFound, PalyraError
 from palyra.core.protojson import encode_message
 from palyra.transport.auth import REQUEST_ID_HEADER, Authenticator
-from palyra.transport.context import ContextFactory
+from palyra.transport.context import ContextFactory, CtxT
 from palyra.transport.errors import WireError, to_wire
-from palyra.transport.facade import app_method, open_stream
 from palyra.transport.http._decode import decode_request
 from palyra.transport.http._openapi import build_openapi
 from palyra.transport.http._routes import CompiledRoute, RouteTable
@@ -37,7 +39,8 @@ from palyra.transport.http._sse import SseResponse
 _log = structlog.get_logger("palyra.http")
 _json = msgspec.json.Encoder()
 _OPENAPI_PATH = "/schema/openapi.json"
-_METHODS = [HttpMethod.GET, HttpMethod.POST, HttpMethod.PATCH, HttpMethod.DELETE, HttpMethod.PUT]
+_METHODS = [HttpMethod.GET, HttpMethod.POST, HttpMethod.PATCH, HttpMethod.DELETE, HttpMethod.PUT,
+            HttpMethod.OPTIONS]
 
 
 # Statuses Litestar itself may answer with, and the code whose spec mapping has
@@ -70,6 +73,20 @@ def _method_not_allowed(method: str, path: str, allowed: list[str]) -> Response[
     return response
 
 
+def _options(path: str, allowed: list[str]) -> Response[bytes]:
+    """``OPTIONS``: 204 with the methods this path really takes (404 for an unknown path)."""
+    if not allowed:
+        raise NotFound(f"no endpoint OPTIONS {path}")
+    return Response(content=b"", status_code=204,
+                    headers={"allow": ", ".join([*allowed, "OPTIONS"])})
+
+
+def _unimplemented_methods(app: PalyraServicesApp[Any], table: RouteTable) -> list[str]:
+    """Facade methods that answer UNIMPLEMENTED (their subsystem is not built yet)."""
+    return [r.python_method for r in table.routes
+            if getattr(getattr(app, r.python_method, None), "__palyra_unimplemented__", None)]
+
+
 async def read_body(request: Request[Any, Any, Any], limit: int) -> bytes:
     """The request body, refusing anything above ``limit`` bytes (→ 413) as early as possible."""
     declared = request.headers.get("content-length")
@@ -96,16 +113,16 @@ async def _one(message: betterproto2.Message) -> AsyncIterator[betterproto2.Mess
 
 
 def create_http_app(
-    app: object,
+    app: PalyraServicesApp[CtxT],
     *,
     authenticator: Authenticator,
-    make_ctx: ContextFactory,
+    make_ctx: ContextFactory[CtxT],
     config: HttpConfig,
     routes: RouteTable | None = None,
 ) -> Litestar:
     """Build the Litestar application serving every spec route of ``app``."""
     table = routes or RouteTable()
-    openapi = _json.encode(build_openapi(table))
+    openapi = _json.encode(build_openapi(table, _unimplemented_methods(app, table)))
 
     @get(_OPENAPI_PATH, media_type="application/json", sync_to_thread=False)
     def openapi_document() -> Response[bytes]:
@@ -119,6 +136,12 @@ def create_http_app(
         raw_path = request.scope.get("raw_path", b"").decode("latin-1") or request.scope["path"]
         rpc = "-"
         try:
+            if len(list(request.scope.get("headers", ()))) > config.max_headers:
+                raise PalyraError(f"the request carries more than {config.max_headers} headers",
+                                  code=ErrorCode.HEADERS_TOO_LARGE,
+                                  details={"limit": str(config.max_headers)})
+            if request.method == HttpMethod.OPTIONS:
+                return _options(raw_path, table.allowed_methods(raw_path))  # type: ignore[return-value]
             try:
                 found = table.match(request.method, raw_path)
             except LookupError:
@@ -131,13 +154,19 @@ def create_http_app(
             caller = authenticator.authenticate(compiled.rpc, headers)
             if caller is not None:
                 request_id = caller.request_id
-            body = await read_body(request, config.max_request_bytes)
+            try:
+                async with asyncio.timeout(config.body_timeout_s):
+                    body = await read_body(request, config.max_request_bytes)
+            except TimeoutError:
+                raise PalyraError(f"the request body did not arrive within "
+                                  f"{config.body_timeout_s:g} s",
+                                  code=ErrorCode.REQUEST_TIMEOUT) from None
             message = decode_request(compiled, path_params, request.query_params.multi_items(),
                                      body, headers)
             ctx = make_ctx(caller)
             if compiled.server_streaming:
                 return _stream(app, compiled, ctx, message, config, request_id)
-            result = await app_method(app, compiled.python_method)(ctx, message)
+            result = await UNARY[compiled.python_method](app, ctx, message)
             _log.debug("http", rpc=rpc, status=200, request_id=request_id,
                        ms=round((time.perf_counter() - started) * 1000, 2))
             return Response(  # type: ignore[return-value]
@@ -174,17 +203,16 @@ def create_http_app(
 
 
 def _stream(
-    app: object,
+    app: PalyraServicesApp[CtxT],
     compiled: CompiledRoute,
-    ctx: Any,
+    ctx: CtxT,
     message: betterproto2.Message,
     config: HttpConfig,
     request_id: str,
 ) -> SseResponse:
-    method = app_method(app, compiled.python_method)
     argument: Any = _one(message) if compiled.client_streaming else message
     return SseResponse(
-        open_stream(method(ctx, argument)),
+        STREAMING[compiled.python_method](app, ctx, argument),
         error_grace_s=config.sse_error_grace_s,
         keepalive_s=config.sse_keepalive_s,
         request_id=request_id,

@@ -9,6 +9,9 @@ from collections.abc import Generator
 import uvicorn
 from litestar import Litestar
 
+from palyra.config import HttpConfig
+from palyra.transport.http._limits import bounded_protocol
+
 
 class _Server(uvicorn.Server):
     """uvicorn without its own signal handlers: the daemon owns SIGINT/SIGTERM."""
@@ -21,7 +24,9 @@ class _Server(uvicorn.Server):
 class HttpGateway:
     """Owns one uvicorn server; :meth:`serve` runs until :meth:`close` is called."""
 
-    def __init__(self, app: Litestar, *, shutdown_grace_s: float = 5.0) -> None:
+    def __init__(self, app: Litestar, *, shutdown_grace_s: float = 5.0,
+                 limits: HttpConfig | None = None) -> None:
+        limits = limits or HttpConfig()
         config = uvicorn.Config(
             app,
             log_config=None,  # structlog configures logging; keep uvicorn quiet
@@ -29,6 +34,10 @@ class HttpGateway:
             lifespan="off",
             timeout_graceful_shutdown=max(1, round(shutdown_grace_s)),
             server_header=False,
+            # h11 (not httptools): it bounds the bytes of a request head.
+            http=bounded_protocol(limits.header_timeout_s, limits.max_header_bytes),
+            h11_max_incomplete_event_size=limits.max_header_bytes,
+            timeout_keep_alive=max(1, round(limits.keepalive_s)),
         )
         self._server = _Server(config)
 

@@ -9,6 +9,7 @@
 #   spec/proto/palyra/v1/memory.proto
 #   spec/proto/palyra/v1/options.proto
 #   spec/proto/palyra/v1/tape.proto
+#   spec/proto/palyra/v1/tokens.proto
 # Regenerate with `nox -s codegen`; `python -m codegen --check` fails on drift.
 
 __all__ = (
@@ -80,6 +81,8 @@ __all__ = (
     "IngestMemoryRequest",
     "IngestMemoryResponse",
     "InlineApprovalDecision",
+    "IssueTokenRequest",
+    "IssueTokenResponse",
     "JournalServiceBase",
     "JournalServiceStub",
     "ListAgentBindingsRequest",
@@ -98,6 +101,8 @@ __all__ = (
     "ListRunTapeResponse",
     "ListSessionsRequest",
     "ListSessionsResponse",
+    "ListTokensRequest",
+    "ListTokensResponse",
     "MemoryHit",
     "MemoryItem",
     "MemoryServiceBase",
@@ -115,6 +120,8 @@ __all__ = (
     "ResolveSessionResponse",
     "RevokePairingGrantRequest",
     "RevokePairingGrantResponse",
+    "RevokeTokenRequest",
+    "RevokeTokenResponse",
     "RiskLevel",
     "RouteMessageRequest",
     "RouteMessageResponse",
@@ -132,6 +139,9 @@ __all__ = (
     "SetToolPostureRequest",
     "SetToolPostureResponse",
     "TapeEvent",
+    "TokenInfo",
+    "TokensServiceBase",
+    "TokensServiceStub",
     "ToolApprovalRequest",
     "ToolApprovalResponse",
     "ToolAttestation",
@@ -454,6 +464,16 @@ class ErrorCode(betterproto2.Enum):
     unknown method there is UNIMPLEMENTED).
     """
 
+    HEADERS_TOO_LARGE = 28
+    """
+    The request's headers are too large or too many (HTTP), or its metadata (gRPC).
+    """
+
+    REQUEST_TIMEOUT = 29
+    """
+    The client did not send its request (its body, over HTTP) in time.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -485,6 +505,8 @@ class ErrorCode(betterproto2.Enum):
             25: "ERROR_CODE_UNAVAILABLE",
             26: "ERROR_CODE_INTERNAL",
             27: "ERROR_CODE_METHOD_NOT_ALLOWED",
+            28: "ERROR_CODE_HEADERS_TOO_LARGE",
+            29: "ERROR_CODE_REQUEST_TIMEOUT",
         }
 
     @classmethod
@@ -518,6 +540,8 @@ class ErrorCode(betterproto2.Enum):
             "ERROR_CODE_UNAVAILABLE": 25,
             "ERROR_CODE_INTERNAL": 26,
             "ERROR_CODE_METHOD_NOT_ALLOWED": 27,
+            "ERROR_CODE_HEADERS_TOO_LARGE": 28,
+            "ERROR_CODE_REQUEST_TIMEOUT": 29,
         }
 
 
@@ -1474,6 +1498,37 @@ default_message_pool.register_message("palyra.v1", "InlineApprovalDecision", Inl
 
 
 @dataclass(eq=False, repr=False)
+class IssueTokenRequest(betterproto2.Message):
+    principal: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    e.g. `user:alice`; operators' principals (`admin:`, `system:`) cannot be bound.
+    """
+
+    ttl_seconds: "int" = betterproto2.field(2, betterproto2.TYPE_UINT32)
+    """
+    0: the token does not expire.
+    """
+
+    label: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("palyra.v1", "IssueTokenRequest", IssueTokenRequest)
+
+
+@dataclass(eq=False, repr=False)
+class IssueTokenResponse(betterproto2.Message):
+    token: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The bearer secret, shown once; only its hash is stored.
+    """
+
+    info: "TokenInfo | None" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, optional=True)
+
+
+default_message_pool.register_message("palyra.v1", "IssueTokenResponse", IssueTokenResponse)
+
+
+@dataclass(eq=False, repr=False)
 class ListAgentBindingsRequest(betterproto2.Message):
     agent_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -1658,6 +1713,22 @@ class ListSessionsResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "ListSessionsResponse", ListSessionsResponse)
+
+
+@dataclass(eq=False, repr=False)
+class ListTokensRequest(betterproto2.Message):
+    pass
+
+
+default_message_pool.register_message("palyra.v1", "ListTokensRequest", ListTokensRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListTokensResponse(betterproto2.Message):
+    tokens: "list[TokenInfo]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+
+default_message_pool.register_message("palyra.v1", "ListTokensResponse", ListTokensResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -1865,6 +1936,22 @@ class RevokePairingGrantResponse(betterproto2.Message):
 default_message_pool.register_message(
     "palyra.v1", "RevokePairingGrantResponse", RevokePairingGrantResponse
 )
+
+
+@dataclass(eq=False, repr=False)
+class RevokeTokenRequest(betterproto2.Message):
+    token_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("palyra.v1", "RevokeTokenRequest", RevokeTokenRequest)
+
+
+@dataclass(eq=False, repr=False)
+class RevokeTokenResponse(betterproto2.Message):
+    info: "TokenInfo | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+
+
+default_message_pool.register_message("palyra.v1", "RevokeTokenResponse", RevokeTokenResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -2228,6 +2315,38 @@ class TapeEvent(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "TapeEvent", TapeEvent)
+
+
+@dataclass(eq=False, repr=False)
+class TokenInfo(betterproto2.Message):
+    token_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    principal: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The principal every request with this token acts as.
+    """
+
+    label: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    created_at_unix_ms: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
+
+    expires_at_unix_ms: "int" = betterproto2.field(5, betterproto2.TYPE_INT64)
+    """
+    0: never expires.
+    """
+
+    revoked_at_unix_ms: "int" = betterproto2.field(6, betterproto2.TYPE_INT64)
+    """
+    0: not revoked.
+    """
+
+    issued_by: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+    """
+    Who issued it.
+    """
+
+
+default_message_pool.register_message("palyra.v1", "TokenInfo", TokenInfo)
 
 
 @dataclass(eq=False, repr=False)
@@ -3344,6 +3463,81 @@ class MemoryServiceStub(betterproto2_grpclib.ServiceStub):
         )
 
 
+class TokensServiceStub(betterproto2_grpclib.ServiceStub):
+    """
+    Per-principal bearer tokens. An operator (`admin:` or `system:`) issues a
+    token bound to one principal; a request carrying it acts as that principal,
+    and a different `x-palyra-principal` header is refused. Tokens are stored
+    hashed, may expire and may be revoked. The admin token stays for operators.
+    """
+
+    async def issue_token(
+        self,
+        message: "IssueTokenRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "IssueTokenResponse":
+        """
+        Issue a token bound to `principal`; its secret is in the answer only.
+        """
+
+        return await self._unary_unary(
+            "/palyra.v1.TokensService/IssueToken",
+            message,
+            IssueTokenResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def list_tokens(
+        self,
+        message: "ListTokensRequest | None" = None,
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListTokensResponse":
+        """
+        Every issued token (never its secret), newest first.
+        """
+
+        if message is None:
+            message = ListTokensRequest()
+
+        return await self._unary_unary(
+            "/palyra.v1.TokensService/ListTokens",
+            message,
+            ListTokensResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def revoke_token(
+        self,
+        message: "RevokeTokenRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "RevokeTokenResponse":
+        """
+        Revoke a token: requests carrying it are refused from now on.
+        """
+
+        return await self._unary_unary(
+            "/palyra.v1.TokensService/RevokeToken",
+            message,
+            RevokeTokenResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+
 class ApprovalsServiceBase(betterproto2_grpclib.ServiceBase):
     """
     Human-in-the-loop approvals. An `admin:` or `system:` principal sees every
@@ -4267,5 +4461,81 @@ class MemoryServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 PurgeMemoryRequest,
                 PurgeMemoryResponse,
+            ),
+        }
+
+
+class TokensServiceBase(betterproto2_grpclib.ServiceBase):
+    """
+    Per-principal bearer tokens. An operator (`admin:` or `system:`) issues a
+    token bound to one principal; a request carrying it acts as that principal,
+    and a different `x-palyra-principal` header is refused. Tokens are stored
+    hashed, may expire and may be revoked. The admin token stays for operators.
+    """
+
+    async def issue_token(self, message: "IssueTokenRequest") -> "IssueTokenResponse":
+        """
+        Issue a token bound to `principal`; its secret is in the answer only.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def list_tokens(self, message: "ListTokensRequest") -> "ListTokensResponse":
+        """
+        Every issued token (never its secret), newest first.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def revoke_token(self, message: "RevokeTokenRequest") -> "RevokeTokenResponse":
+        """
+        Revoke a token: requests carrying it are refused from now on.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def __rpc_issue_token(
+        self, stream: "grpclib.server.Stream[IssueTokenRequest, IssueTokenResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.issue_token(request)
+        await stream.send_message(response)
+
+    async def __rpc_list_tokens(
+        self, stream: "grpclib.server.Stream[ListTokensRequest, ListTokensResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.list_tokens(request)
+        await stream.send_message(response)
+
+    async def __rpc_revoke_token(
+        self, stream: "grpclib.server.Stream[RevokeTokenRequest, RevokeTokenResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.revoke_token(request)
+        await stream.send_message(response)
+
+    def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
+        return {
+            "/palyra.v1.TokensService/IssueToken": grpclib.const.Handler(
+                self.__rpc_issue_token,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                IssueTokenRequest,
+                IssueTokenResponse,
+            ),
+            "/palyra.v1.TokensService/ListTokens": grpclib.const.Handler(
+                self.__rpc_list_tokens,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ListTokensRequest,
+                ListTokensResponse,
+            ),
+            "/palyra.v1.TokensService/RevokeToken": grpclib.const.Handler(
+                self.__rpc_revoke_token,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                RevokeTokenRequest,
+                RevokeTokenResponse,
             ),
         }

@@ -1,0 +1,40 @@
+"""Every command group lists its subcommands, one line each, and answers --help on stdout."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+GROUPS = {
+    "": ["serve", "chat", "runs", "sessions", "approvals", "tokens", "journal"],
+    "tokens": ["issue", "list", "revoke"],
+    "sessions": ["list", "posture"],
+    "approvals": ["list", "approve", "deny"],
+    "runs": ["tail", "abort"],
+    "journal": ["verify", "export", "checkpoint"],
+}
+
+
+def _palyra(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "palyra.cli.main", *args], capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+@pytest.mark.parametrize("group", sorted(GROUPS))
+@pytest.mark.parametrize("flag", [(), ("--help",)])
+def test_a_group_lists_its_subcommands(group: str, flag: tuple[str, ...]) -> None:
+    run = _palyra(*([group] if group else []), *flag)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr == ""
+    lines = run.stdout.splitlines()
+    for sub in GROUPS[group]:
+        # The subcommand and its one-line help share a line.
+        assert any(re.match(rf"\s+{re.escape(sub)}\s+\S", line) for line in lines), (sub, run.stdout)
+
+
+def test_an_unknown_journal_subcommand_is_a_usage_error() -> None:
+    run = _palyra("journal", "bogus")
+    assert run.returncode == 2 and "one of: verify, export, checkpoint" in run.stderr

@@ -1,0 +1,68 @@
+"""The OpenAPI document, read as a user would: proto comments, strict shapes, streams."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from palyra.transport.http._openapi import build_openapi
+from palyra.transport.http._routes import RouteTable
+
+
+@pytest.fixture(scope="module")
+def doc() -> dict[str, Any]:
+    return build_openapi(RouteTable(), ["route_message"])
+
+
+def _walk(node: Any) -> list[Any]:
+    out = [node]
+    if isinstance(node, dict):
+        for value in node.values():
+            out += _walk(value)
+    elif isinstance(node, list):
+        for value in node:
+            out += _walk(value)
+    return out
+
+
+def test_descriptions_come_from_the_proto_comments(doc: dict[str, Any]) -> None:
+    texts = [n["description"] for n in _walk(doc) if isinstance(n, dict)
+             and isinstance(n.get("description"), str)]
+    assert texts and not [t for t in texts if "<factory>" in t or "v: 'int'" in t]
+    create = doc["components"]["schemas"]["CreateRunRequest"]
+    assert create["properties"]["complete"]["description"].startswith("Done when the agent loop")
+
+
+def test_integers_are_bounded_and_64_bit_strings_have_a_pattern(doc: dict[str, Any]) -> None:
+    tape = doc["paths"]["/v1/runs/{run_id}/tape"]["get"]
+    params = {p.get("name"): p for p in tape["parameters"]}
+    assert params["limit"]["schema"] == {"type": "integer", "minimum": 0, "maximum": 2**32 - 1}
+    event = doc["components"]["schemas"]["TapeEvent"]["properties"]["tapeSeq"]
+    forms = event["anyOf"][0]["anyOf"]
+    assert {"type": "integer", "minimum": 0, "maximum": 2**64 - 1} in forms  # uint64
+    assert {"type": "string", "pattern": "^[0-9]{1,19}$"} in forms
+    version = doc["components"]["schemas"]["CreateRunRequest"]["properties"]["v"]
+    assert version["anyOf"][0]["enum"] == [0, 1] and version["anyOf"][1] == {"type": "null"}
+
+
+def test_path_fields_are_not_repeated_in_bodies(doc: dict[str, Any]) -> None:
+    decide = doc["paths"]["/v1/approvals/{approval_id}:decide"]["post"]
+    body = decide["requestBody"]["content"]["application/json"]["schema"]
+    assert "approvalId" not in body["properties"] and "decision" in body["properties"]
+
+
+def test_streams_are_streams_of_events_whose_data_is_the_message(doc: dict[str, Any]) -> None:
+    watch = doc["paths"]["/v1/runs/{run_id}/events"]["get"]
+    item = watch["responses"]["200"]["content"]["text/event-stream"]["itemSchema"]
+    assert item["properties"]["data"]["contentSchema"] == {
+        "$ref": "#/components/schemas/WatchRunResponse"}
+    last = next(p for p in watch["parameters"] if p.get("name") == "Last-Event-ID")
+    assert last["schema"]["pattern"] == "^[0-9]{1,18}$"
+
+
+def test_unimplemented_operations_are_marked(doc: dict[str, Any]) -> None:
+    route = doc["paths"]["/v1/channels/{channel}/messages:route"]["post"]
+    assert route["x-palyra-unimplemented"] is True and "501" in route["responses"]
+    assert "x-palyra-unimplemented" not in doc["paths"]["/v1/runs"]["post"]
+    assert doc["openapi"] == "3.2.0"
