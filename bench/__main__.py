@@ -1,6 +1,7 @@
 """`python -m bench <workload> [args]` — dispatch to a benchmark module.
 
-Workloads: ``journal`` (bench/journal.py) and ``tool-loop`` (bench/tool_loop.py).
+Workloads: ``journal`` (bench/journal.py) and ``tool-loop`` (bench/tool_loop.py);
+``diff`` (bench/diff.py) sets two ``tool-loop --json`` files side by side.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-_WORKLOADS = {"journal": "bench.journal", "tool-loop": "bench.tool_loop"}
+_WORKLOADS = {"journal": "bench.journal", "tool-loop": "bench.tool_loop", "diff": "bench.diff"}
 
 
 def main(argv: list[str]) -> int:

@@ -148,8 +148,8 @@ class FlushCounter:
         # a timeout in _command instead of a hang.
         self._ctl = os.open(self._dir / "ctl", os.O_RDWR)
         self._ack = os.open(self._dir / "ack", os.O_RDONLY | os.O_NONBLOCK)
-        self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL,
-                                      stderr=(self._dir / "err").open("wb"))
+        with (self._dir / "err").open("wb") as err:
+            self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err)
 
     def _stderr(self) -> str:
         try:

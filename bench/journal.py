@@ -9,6 +9,7 @@ journal and SQLite run in ``R`` alternating slices of ``N/R`` appends, so disk
 noise on a shared machine hits both alike. The ``fsync_floor`` line times the
 raw syncs on that disk: one ``fdatasync`` (what a SQLite WAL commit needs) and
 ``fdatasync`` + an ``O_DSYNC`` page write (what an LMDB commit needs).
+``--json FILE`` also writes every line, in order, as one JSON list.
 """
 
 from __future__ import annotations
@@ -53,7 +54,11 @@ def _draft(i: int) -> EventDraft:
     )
 
 
+_EMITTED: list[dict[str, Any]] = []
+
+
 def _emit(line: dict[str, Any]) -> None:
+    _EMITTED.append(line)
     print(json.dumps(line, sort_keys=True), flush=True)
 
 
@@ -281,9 +286,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--rounds", type=int, default=5, help="alternating journal/SQLite slices per concurrency"
     )
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE",
+                        help="also write every line as one JSON list")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     events = max(1, args.events)
-    return asyncio.run(run(events, args.dir, max(1, min(args.rounds, events))))
+    _EMITTED.clear()
+    code = asyncio.run(run(events, args.dir, max(1, min(args.rounds, events))))
+    if args.json is not None:
+        args.json.write_text(json.dumps(_EMITTED, indent=1) + "\n")
+    return code
 
 
 if __name__ == "__main__":

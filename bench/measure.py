@@ -113,9 +113,9 @@ def figures(args: argparse.Namespace, transport: str, tally: Tally, wall: float,
     steps = _steps(args)
     journal = window["journal"]
     events = journal.get("appended_events", 0)
-    # Today one record holds one event; a store that batches events into
-    # records reports appended_records, and then the two figures differ.
-    records = journal.get("appended_records", events)
+    # JournalStats.records counts stored records (one per session per
+    # commit since journal format 2); older stores had one record per event.
+    records = journal.get("records", journal.get("appended_records", events))
     commits = journal.get("commits", 0)
     by_bucket, named = _threads(window, steps)
     sys_by_bucket, _ = _threads(window, steps, "threads_sys", "sys_s")

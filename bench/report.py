@@ -20,7 +20,7 @@ from typing import Any
 _REPO = Path(__file__).resolve().parents[1]
 
 
-def _is_number(value: object) -> bool:
+def is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
@@ -35,19 +35,19 @@ def median_tree(runs: list[dict[str, Any]]) -> dict[str, Any]:
         first = values[0]
         if key == "ok":
             out[key] = all(values)
-        elif all(_is_number(v) for v in values):
+        elif all(is_number(v) for v in values):
             out[key] = round(statistics.median(values), 4)
         elif all(isinstance(v, dict) for v in values):
             out[key] = median_tree(values)
         elif (all(isinstance(v, list) for v in values) and len({len(v) for v in values}) == 1
-              and all(_is_number(x) for v in values for x in v)):
+              and all(is_number(x) for v in values for x in v)):
             out[key] = [round(statistics.median(col), 4) for col in zip(*values, strict=True)]
         else:
             out[key] = first
     return out
 
 
-def _get(figures: dict[str, Any], path: str) -> Any:
+def get(figures: dict[str, Any], path: str) -> Any:
     value: Any = figures
     for part in path.split("."):
         if not isinstance(value, dict) or part not in value:
@@ -91,7 +91,7 @@ ROWS: list[tuple[str, str, str]] = [
 
 
 def _fmt(fmt: str, value: Any) -> str:
-    return fmt.format(value) if _is_number(value) else "-"
+    return fmt.format(value) if is_number(value) else "-"
 
 
 def _inline(counts: dict[str, float] | None, n: int) -> str:
@@ -104,10 +104,10 @@ def table(title: str, median: dict[str, Any], runs: list[dict[str, Any]]) -> str
     """The tracked figures as text: median, min and max across repeats."""
     lines = [title, f"{'figure':<44}{'median':>11}{'min':>11}{'max':>11}"]
     for label, path, fmt in ROWS:
-        value = _get(median, path)
+        value = get(median, path)
         if value is None:
             continue
-        seen = [v for v in (_get(r, path) for r in runs) if _is_number(v)]
+        seen = [v for v in (get(r, path) for r in runs) if is_number(v)]
         low, high = (min(seen), max(seen)) if seen else (None, None)
         lines.append(f"{label:<44}{_fmt(fmt, value):>11}{_fmt(fmt, low):>11}{_fmt(fmt, high):>11}")
     flushes = median.get("flushes", {})
@@ -131,9 +131,9 @@ def table(title: str, median: dict[str, Any], runs: list[dict[str, Any]]) -> str
 def comparison(wire: dict[str, Any], inproc: dict[str, Any]) -> dict[str, float]:
     """Transport over in-process ratios of the medians (the same sitting)."""
     def ratio(path: str, over: Callable[[dict[str, Any]], Any] | None = None) -> float:
-        a = _get(wire, path) if over is None else over(wire)
-        b = _get(inproc, path)
-        return round(a / b, 3) if _is_number(a) and _is_number(b) and b else 0.0
+        a = get(wire, path) if over is None else over(wire)
+        b = get(inproc, path)
+        return round(a / b, 3) if is_number(a) and is_number(b) and b else 0.0
 
     return {
         "cpu_ms_per_step_ratio": ratio("cpu_ms_per_step"),

@@ -127,7 +127,7 @@ def render(document: dict[str, Any]) -> str:
     for kind, result in document["results"].items():
         title = (f"palyra tool-loop · {kind}{' · HITL' if args['hitl'] else ''} · "
                  f"N={args['sessions']} K={args['steps']} C={args['concurrency']} "
-                 f"T={args['turns']} · {len(result['runs'])} runs · "
+                 f"T={args['turns']} · medians of {len(result['runs'])} · "
                  f"tree {tree['commit'][:10]}{'+dirty' if tree['dirty'] else ''}")
         out.append(report.table(title, result["median"], result["runs"]))
     if "comparison" in document:

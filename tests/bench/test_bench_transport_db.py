@@ -10,13 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from palyra.testing.spawn import clean_env
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
 def test_grpc_bench_creates_a_missing_db_dir(tmp_path: Path) -> None:
     db = tmp_path / "not" / "there" / "yet"
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PALYRA_")},
+    env = {**clean_env(),
            "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
     run = subprocess.run(
         [sys.executable, "-m", "bench", "tool-loop", "--transport", "grpc", "--db", str(db),

@@ -7,7 +7,6 @@ prompt is answered (or closed) exactly as a terminal user would.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import subprocess
 import sys
@@ -15,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from palyra.testing.spawn import DaemonProcess
+from palyra.testing.spawn import DaemonProcess, clean_env
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +24,7 @@ TEXT = ("Start from 0 and add 1 to the running total {k} times, one add tool cal
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PALYRA_")}
+    env = clean_env()
     with DaemonProcess(tmp_path_factory.mktemp("chat") / "data", env=env) as proc:
         yield proc
 
@@ -36,7 +35,7 @@ def _command(daemon: DaemonProcess, *args: str) -> list[str]:
 
 
 def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("PALYRA_")}
+    return clean_env()
 
 
 def test_help_postures_and_an_explained_approval(daemon: DaemonProcess) -> None:

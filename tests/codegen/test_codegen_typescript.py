@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from palyra.testing.spawn import DaemonProcess
+from palyra.testing.spawn import DaemonProcess, clean_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,7 +55,7 @@ def test_package_installs_into_a_scratch_project_and_runs_its_example(
     example = project / "node_modules" / "@palyra" / "client" / "examples" / "turn.mjs"
     assert example.is_file()
     shutil.copy(example, project / "turn.mjs")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PALYRA_")}
+    env = clean_env()
     with DaemonProcess(tmp_path_factory.mktemp("ts-daemon") / "data", env=env) as daemon:
         ran = subprocess.run(
             ["node", "turn.mjs"], cwd=project, capture_output=True, text=True, timeout=120,

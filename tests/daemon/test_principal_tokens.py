@@ -8,7 +8,6 @@ revoked or expired token is refused. The admin token still works.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from palyra.testing.spawn import DaemonProcess
+from palyra.testing.spawn import DaemonProcess, clean_env
 
 pytestmark = pytest.mark.slow
 DEVICE = {"x-palyra-device-id": "01J00000000000000000000000"}
@@ -25,13 +24,13 @@ DEVICE = {"x-palyra-device-id": "01J00000000000000000000000"}
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PALYRA_")}
+    env = clean_env()
     with DaemonProcess(tmp_path_factory.mktemp("tokens") / "data", env=env) as proc:
         yield proc
 
 
 def _cli(daemon: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PALYRA_")}
+    env = clean_env()
     return subprocess.run([sys.executable, "-m", "palyra.cli.main", *args, "--data-dir",
                            str(daemon.data_dir)], capture_output=True, text=True, env=env,
                           timeout=60, check=False)

@@ -14,7 +14,6 @@ Operations marked ``x-palyra-unimplemented`` are checked to answer 501.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from palyra.testing.spawn import DaemonProcess
+from palyra.testing.spawn import DaemonProcess, clean_env
 
 SEED = 20261124
 EXAMPLES = 12
@@ -49,8 +48,7 @@ SHAPE_CHECKS = [not_a_server_error, status_code_conformance, content_type_confor
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PALYRA_")}
-    env["PALYRA_ADMIN_TOKEN"] = TOKEN
+    env = clean_env(PALYRA_ADMIN_TOKEN=TOKEN)
     with DaemonProcess(tmp_path_factory.mktemp("fuzz") / "data", env=env) as proc:
         yield proc
 

@@ -10,7 +10,6 @@ no UNKNOWN), and the daemon keeps serving.
 from __future__ import annotations
 
 import asyncio
-import os
 import struct
 from collections.abc import Iterator
 from typing import Any
@@ -24,7 +23,7 @@ from hypothesis import strategies as st
 from palyra_gen.palyra import v1
 from palyra_gen.services import RPCS
 
-from palyra.testing.spawn import DaemonProcess
+from palyra.testing.spawn import DaemonProcess, clean_env
 
 pytestmark = pytest.mark.slow
 TOKEN = "grpc-fuzz-token"
@@ -35,8 +34,7 @@ BAD = {Status.INTERNAL, Status.UNKNOWN}
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PALYRA_")}
-    env["PALYRA_ADMIN_TOKEN"] = TOKEN
+    env = clean_env(PALYRA_ADMIN_TOKEN=TOKEN)
     with DaemonProcess(tmp_path_factory.mktemp("grpcfuzz") / "data", env=env) as proc:
         yield proc
 

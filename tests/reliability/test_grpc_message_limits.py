@@ -9,7 +9,6 @@ body stops short gets the same clean error, not INTERNAL.
 from __future__ import annotations
 
 import asyncio
-import os
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 from palyra_gen.palyra import v1
 
-from palyra.testing.spawn import DaemonProcess
+from palyra.testing.spawn import DaemonProcess, clean_env
 
 pytestmark = pytest.mark.slow
 TOKEN = "limits-token"
@@ -30,8 +29,7 @@ HEADERS = {"authorization": f"Bearer {TOKEN}", "x-palyra-principal": "user:big",
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PALYRA_")}
-    env["PALYRA_ADMIN_TOKEN"] = TOKEN
+    env = clean_env(PALYRA_ADMIN_TOKEN=TOKEN)
     with DaemonProcess(tmp_path_factory.mktemp("limits") / "data", env=env) as proc:
         yield proc
 

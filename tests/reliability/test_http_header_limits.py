@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
 import threading
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from palyra.testing.spawn import DaemonProcess
+from palyra.testing.spawn import DaemonProcess, clean_env
 
 pytestmark = pytest.mark.slow
 TOKEN = "heads-token"
@@ -30,9 +29,8 @@ HEAD_TIMEOUT_S = 1.0
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PALYRA_")}
-    env.update({"PALYRA_ADMIN_TOKEN": TOKEN,
-                "PALYRA_HTTP_HEADER_TIMEOUT_S": str(HEAD_TIMEOUT_S)})
+    env = clean_env(PALYRA_ADMIN_TOKEN=TOKEN,
+                    PALYRA_HTTP_HEADER_TIMEOUT_S=str(HEAD_TIMEOUT_S))
     with DaemonProcess(tmp_path_factory.mktemp("heads") / "data", env=env) as proc:
         yield proc
 

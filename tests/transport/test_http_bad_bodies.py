@@ -9,13 +9,12 @@ code; nothing is journaled and the daemon stays up.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from palyra.testing.spawn import DaemonProcess
+from palyra.testing.spawn import DaemonProcess, clean_env
 
 TOKEN = "bad-bodies-token"
 HEADERS = {"Authorization": f"Bearer {TOKEN}", "x-palyra-principal": "user:fuzz",
@@ -24,8 +23,7 @@ HEADERS = {"Authorization": f"Bearer {TOKEN}", "x-palyra-principal": "user:fuzz"
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PALYRA_")}
-    env["PALYRA_ADMIN_TOKEN"] = TOKEN
+    env = clean_env(PALYRA_ADMIN_TOKEN=TOKEN)
     with DaemonProcess(tmp_path_factory.mktemp("bad") / "data", env=env) as daemon:
         yield f"http://127.0.0.1:{daemon.http_port}"
 

@@ -22,6 +22,17 @@ from palyra.daemon.discovery import DaemonInfo, read_daemon_info
 from palyra.daemon.tokens import read_admin_token
 
 
+def clean_env(**overrides: str) -> dict[str, str]:
+    """This process's environment without any ``PALYRA_*`` setting, plus ``overrides``.
+
+    A daemon or CLI child started by a test must see only the settings the test
+    chooses, never ones leaked from the developer's shell.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PALYRA_")}
+    env.update(overrides)
+    return env
+
+
 class DaemonProcess:
     """A ``palyra serve`` child on ephemeral ports in ``data_dir``.
 

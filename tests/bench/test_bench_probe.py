@@ -1,0 +1,142 @@
+"""bench.probe: messages counted per thread and type, CPU attributed to the right thread,
+journal counters read from a real store, and the same snapshot served from another process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from palyra_gen.palyra import v1 as pb
+
+from bench import probe
+from palyra.journal import EventDraft, JournalStore
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def counter() -> Iterator[probe.MessageCounter]:
+    made = probe.MessageCounter()
+    made.install()
+    try:
+        yield made
+    finally:
+        made.uninstall()
+
+
+def test_counts_construction_parse_and_from_dict(counter: probe.MessageCounter) -> None:
+    before = counter.counts()["total"]
+    result = pb.ToolResult(success=True)
+    pb.ToolResult.parse(bytes(result))
+    pb.ToolResult.from_dict({"success": True})
+    counts = counter.counts()
+    assert counts["total"] - before == 3
+    assert counts["by_type"]["ToolResult"] == 3
+
+
+def test_counts_per_thread_without_losing_increments(counter: probe.MessageCounter) -> None:
+    def build() -> None:
+        for _ in range(2000):
+            pb.ToolResult()
+
+    threads = [threading.Thread(target=build, name=f"builder-{i}") for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    by_thread = counter.counts()["by_thread"]
+    assert {f"builder-{i}": 2000 for i in range(4)}.items() <= by_thread.items()
+
+
+def test_uninstall_stops_counting(counter: probe.MessageCounter) -> None:
+    counter.uninstall()
+    before = counter.counts()["total"]
+    pb.ToolResult()
+    assert counter.counts()["total"] == before
+
+
+def test_thread_cpu_goes_to_the_thread_that_spent_it() -> None:
+    def spin() -> None:
+        end = time.thread_time() + 0.2
+        while time.thread_time() < end:
+            pass
+
+    before, _ = probe.thread_cpu()
+    thread = threading.Thread(target=spin, name="palyra-journal-spinner")
+    thread.start()
+    time.sleep(0.1)
+    during, _ = probe.thread_cpu()  # must be read while the thread is alive
+    thread.join()
+    spent = during.get("journal:palyra-journal-spinner", 0.0) - before.get(
+        "journal:palyra-journal-spinner", 0.0)
+    assert spent > 0.0
+    assert "event_loop:MainThread" in during
+
+
+def test_thread_class_buckets() -> None:
+    assert probe.thread_class("MainThread", True) == "event_loop"
+    assert probe.thread_class("palyra-journal-writer", False) == "journal"
+    assert probe.thread_class("asyncio_0", False) == "other"
+
+
+async def test_journal_counters_follow_a_real_store(tmp_path: Path) -> None:
+    store = JournalStore.open(tmp_path / "journal")
+    try:
+        probe.register_store(store)
+        before = probe.journal_counters()
+        await store.append([EventDraft("tape.model_token", "run_engine", session_id="s",
+                                       run_id="r", tape=True, payload={"i": i})
+                            for i in range(3)])
+        await store.append([EventDraft("tape.model_token", "run_engine", session_id="s",
+                                       run_id="r", tape=True, payload={"i": 9})])
+        after = probe.journal_counters()
+    finally:
+        store.close()
+    assert after["commits"] - before.get("commits", 0) == 2
+    assert after["appended_events"] - before.get("appended_events", 0) == 4
+    assert after["lmdb_txns"] - before.get("lmdb_txns", 0) == 2
+    assert probe.journal_counters().get("commits", 0) == 0  # a closed store is not counted
+
+
+def test_delta_subtracts_two_snapshots() -> None:
+    probe.COUNTER.install()
+    try:
+        before = probe.snapshot()
+        for _ in range(7):
+            pb.ToolResult()
+        after = probe.snapshot()
+    finally:
+        probe.COUNTER.uninstall()
+    window = probe.delta(before, after)
+    assert window["messages"]["total"] == 7
+    assert window["messages"]["by_thread"] == {"MainThread": 7}
+    assert window["cpu_s"] > 0
+
+
+def test_a_process_started_with_the_site_dir_serves_snapshots(tmp_path: Path) -> None:
+    sock = str(tmp_path / "probe.sock")
+    env = {**os.environ, "PALYRA_BENCH_PROBE": sock,
+           "PYTHONPATH": os.pathsep.join([str(REPO / "bench" / "_site"), str(REPO),
+                                          os.environ.get("PYTHONPATH", "")])}
+    code = ("import sys, time\n"
+            "from palyra_gen.palyra import v1 as pb\n"
+            "for _ in range(5): pb.ToolResult()\n"
+            "print('ready', flush=True)\n"
+            "sys.stdin.read()\n")
+    child = subprocess.Popen([sys.executable, "-c", code], env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        snap = probe.remote_snapshot(sock)
+    finally:
+        child.communicate("")
+    assert snap["pid"] == child.pid
+    assert snap["messages"]["by_type"] == {"ToolResult": 5}
+    assert any(key.startswith("other:bench-probe") for key in snap["threads"])

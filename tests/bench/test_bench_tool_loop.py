@@ -1,0 +1,60 @@
+"""``python -m bench tool-loop`` end to end on a tiny workload: every figure is there and adds up."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import flushes, tool_loop
+
+
+def _figures(path: Path, kind: str) -> dict[str, Any]:
+    document = json.loads(path.read_text())
+    assert document["bench"] == "tool-loop" and document["schema"] == tool_loop.SCHEMA
+    assert document["tree"]["commit"]
+    median: dict[str, Any] = document["results"][kind]["median"]
+    return median
+
+
+def test_in_process_run_reports_every_tracked_figure(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "bench.json"
+    code = tool_loop.main(["-n", "2", "-k", "2", "-c", "2", "-r", "2", "--json", str(out),
+                           "--db", str(tmp_path / "data")])
+    assert code == 0
+    table = capsys.readouterr().out
+    assert "steps/s" in table and "betterproto2 messages/step" in table
+    figures = _figures(out, "inproc")
+    assert figures["ok"] is True
+    json_runs = json.loads(out.read_text())["results"]["inproc"]["runs"]
+    assert len(json_runs) == 2
+    for run in json_runs:
+        assert run["runs"] == 2 and run["steps"] == 2
+        commits, records = run["commits_per_step"], run["records_per_step"]
+        assert 0 < commits <= records
+        assert run["lmdb_txns_per_step"] >= commits
+        assert run["messages_per_step"] > 0
+        assert run["cpu_ms_per_step"] >= run["cpu_ms_per_step_by_bucket"]["event_loop"] > 0
+        assert run["floors"]["fdatasync_p50_us"] > 0 and run["floors"]["sha256_mb_s"] > 0
+        if flushes.unavailable_reason() is None:
+            # The store syncs every commit: at least one flush each, all counted.
+            assert run["flushes"]["available"]
+            assert run["flushes"]["per_commit"] >= 1.0
+
+
+@pytest.mark.slow
+def test_grpc_run_measures_the_daemon_and_compares_with_in_process(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    code = tool_loop.main(["-n", "2", "-k", "2", "-r", "1", "--transport", "grpc",
+                           "--compare-inproc", "--json", str(out), "--db", str(tmp_path / "d")])
+    assert code == 0
+    wire, inproc = _figures(out, "grpc"), _figures(out, "inproc")
+    assert wire["ok"] is True and inproc["ok"] is True
+    assert wire["messages_per_step"] > 0  # counted inside the daemon by the probe
+    assert wire["commits_per_step"] > 0
+    assert "client_cpu_ms_per_step" in wire and "client_cpu_ms_per_step" not in inproc
+    ratios = json.loads(out.read_text())["comparison"]
+    assert ratios["cpu_ms_per_step_ratio"] > 0
