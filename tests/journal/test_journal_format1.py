@@ -60,7 +60,7 @@ async def test_format1_journal_grows_in_format2(v1_dir: Path, tmp_path: Path) ->
         assert [e.tape_seq for e in new] == [6, 7, 8]
         assert new[0].prev_hash == old[-1].hash  # the session chain crosses formats
         await store.checkpoint()
-        assert store.stats().appended_records == 1
+        assert store.stats().records == 1
     key = _public_key(v1_dir)
     report = verify_store(v1_dir, trusted_keys=[key])
     assert report.ok and report.events == 27 and report.checkpoints == 4

@@ -35,7 +35,7 @@ async def test_one_append_is_one_record(store: JournalStore) -> None:
         + [draft(99, session_id="s", run_id="other", tape=True)]
     )
     stats = store.stats()
-    assert (stats.appended_records, stats.appended_events, stats.commits) == (1, 8, 1)
+    assert (stats.records, stats.appended_events, stats.commits) == (1, 8, 1)
     assert [e.position for e in events] == list(range(1, 9))
     assert [e.tape_seq for e in events] == [0, -1, 1, -1, 2, -1, 3, 0]
     # Every event names the record that holds it.
@@ -52,7 +52,7 @@ async def test_a_call_spanning_sessions_gets_a_record_per_session_run(store: Jou
     sessions = ["a", "a", "b", "a", "", ""]
     events = await store.append([draft(i, session_id=s) for i, s in enumerate(sessions)])
     assert [e.position for e in events] == list(range(1, 7))
-    assert store.stats().appended_records == 4
+    assert store.stats().records == 4
     hashes = [e.hash for e in events]
     assert hashes[0] == hashes[1] and hashes[4] == hashes[5] and len(set(hashes)) == 4
     assert events[3].prev_hash == events[0].hash  # a's second record links to its first
@@ -96,7 +96,7 @@ async def test_concurrent_calls_of_one_session_share_a_record(data_dir: Path) ->
               for i in range(200))
         )  # fmt: skip
         stats = store.stats()
-        assert stats.appended_events == 200 and stats.appended_records < 200
+        assert stats.appended_events == 200 and stats.records < 200
         seqs = sorted(e.tape_seq for r in results for e in r)
         assert seqs == list(range(200))
         for result in results:  # each caller gets its own event, wherever it landed

@@ -199,7 +199,7 @@ class JournalStore:
             max_batch_calls=s.max_batch_calls if s else 0,
             map_size=self._env.map_size,
             map_grows=self._env.map_grows,
-            appended_records=s.records if s else 0,
+            records=s.records if s else 0,
         )
 
     def close(self) -> None:

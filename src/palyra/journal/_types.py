@@ -149,9 +149,9 @@ class JournalStats:
         max_batch_calls: most ``append`` calls that shared one commit.
         map_size: current LMDB map size.
         map_grows: times the map was grown.
-        appended_records: journal records committed (one per session per
-            commit, see ``docs/journal.md``), so ``appended_events /
-            appended_records`` is the number of events that shared one chain step.
+        records: journal records committed (one per session per commit, see
+            ``docs/journal.md``), so ``appended_events / records`` is the
+            number of events that shared one chain step.
     """
 
     commits: int
@@ -161,7 +161,7 @@ class JournalStats:
     max_batch_calls: int
     map_size: int
     map_grows: int
-    appended_records: int = 0
+    records: int = 0
 
 
 @dataclass(frozen=True, slots=True)
