@@ -27,6 +27,7 @@ state. ``docs/journal.md`` gives the byte layout.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import sys
@@ -90,6 +91,7 @@ class CommitLog:
         if created:
             _preallocate(self.path, LOG_SIZE)
         self._fd = os.open(self.path, os.O_RDWR | os.O_DSYNC)
+        _small_pages(self._fd, drop=True)
         self.size = os.fstat(self._fd).st_size
         self.offset = FRAMES_AT
         self.header = None if created else self.read_header()
@@ -178,6 +180,7 @@ def read_header(directory: Path) -> Header | None:
     except FileNotFoundError:
         return None
     try:
+        _small_pages(fd)
         best: Header | None = None
         for slot in (0, 1):
             header = _parse_header(os.pread(fd, SLOT, slot * SLOT))
@@ -210,16 +213,30 @@ def _parse_header(raw: bytes) -> Header | None:
     return Header(generation, txnid, applied, bool(clean), page_size, body[_HEADER.size :])
 
 
+def _small_pages(fd: int, *, drop: bool = False) -> None:
+    # Kernels with large page-cache folios (Linux 6.x) write back a whole folio
+    # when one byte of it is dirty: a 2 KiB O_DSYNC frame write into a 1 MiB
+    # folio sends 1 MiB to the disk. Folios come from large writes and from
+    # readahead, so this file is written 4 KiB at a time and read without
+    # readahead, and the writer drops whatever an earlier reader cached.
+    with contextlib.suppress(OSError, AttributeError):
+        if drop:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+
+
 def _preallocate(path: Path, size: int, extend_fd: int | None = None) -> None:
     # Written zeros, not a sparse file or fallocate's unwritten extents: an
-    # O_DSYNC write into them then changes no file metadata, so it costs one flush.
+    # O_DSYNC write into them then changes no file metadata, so it costs one
+    # flush. Written one 4 KiB page at a time: see _small_pages.
     fd = extend_fd if extend_fd is not None else os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         start = os.fstat(fd).st_size
-        chunk = bytes(1 << 20)
-        for at in range(start, size, len(chunk)):
-            os.pwrite(fd, chunk[: min(len(chunk), size - at)], at)
+        page = bytes(4096)
+        for at in range(start, size, len(page)):
+            os.pwrite(fd, page[: min(len(page), size - at)], at)
         os.fsync(fd)
+        _small_pages(fd, drop=True)
     finally:
         if extend_fd is None:
             os.close(fd)
