@@ -13,6 +13,8 @@ from typing import Any
 import lmdb
 
 from palyra.core.errors import ErrorCode, NotFound, PalyraError
+from palyra.journal._commitlog import CommitLog, read_header
+from palyra.journal._durable import COMMIT_LOG_DB, Durability, prepare_files
 from palyra.journal._types import ENTITY_TABLES, JournalConfig
 
 JOURNAL_SUBDIR = "journal"
@@ -26,7 +28,10 @@ BY_SESSION = "_by_session"
 TAPE = "_tape"
 SESSION_HEADS = "_session_heads"
 CHECKPOINTS = "_checkpoints"
-INTERNAL_DBS = (EVENTS, EVENT_IDS, BY_SESSION, TAPE, SESSION_HEADS, CHECKPOINTS)
+COMMIT_LOG = COMMIT_LOG_DB
+INTERNAL_DBS = (EVENTS, EVENT_IDS, BY_SESSION, TAPE, SESSION_HEADS, CHECKPOINTS, COMMIT_LOG)
+# Journals written before the commit log lack its sub-DB until a writer opens them.
+_OPTIONAL_DBS = frozenset({COMMIT_LOG})
 
 
 class Gate:
@@ -92,9 +97,16 @@ class JournalEnv:
         self.map_grows = 0
         self.closed = False
         self._lock_fd: int | None = None
+        # Durable commits go through the commit log (one flush each) when syncing.
+        self.durable: Durability | None = None
+        log: CommitLog | None = None
         if config.readonly:
             self._open_readonly()
         else:
+            if config.sync:
+                self._lock()
+                log = CommitLog(self.path)
+                prepare_files(self.path, log)
             self._open_writable()
         self.dbs: dict[str, Any] = {}
         names = (*INTERNAL_DBS, *sorted(ENTITY_TABLES))
@@ -103,7 +115,11 @@ class JournalEnv:
                 # py-lmdb: handles opened inside an explicit read-only txn are
                 # unusable afterwards; let open_db run its own txn.
                 for name in names:
-                    self.dbs[name] = self.env.open_db(name.encode(), create=False)
+                    try:
+                        self.dbs[name] = self.env.open_db(name.encode(), create=False)
+                    except lmdb.NotFoundError:
+                        if name not in _OPTIONAL_DBS:
+                            raise
             else:
                 with self.env.begin(write=True) as txn:
                     for name in names:
@@ -111,8 +127,20 @@ class JournalEnv:
         except lmdb.NotFoundError as exc:
             self.close()
             raise NotFound(f"{self.path} is not a palyra journal") from exc
+        if log is not None:
+            durable = Durability(self.env, self.dbs, self.path, log)
+            try:
+                durable.recover()
+            except BaseException:
+                durable.unpin()
+                log.close()
+                self.close()
+                raise
+            self.durable = durable
 
-    def _open_writable(self) -> None:
+    def _lock(self) -> None:
+        if self._lock_fd is not None:
+            return
         for directory in (self.data_dir, self.path):
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             os.chmod(directory, 0o700)
@@ -131,14 +159,19 @@ class JournalEnv:
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self._lock_fd = fd
+
+    def _open_writable(self) -> None:
+        self._lock()
         try:
+            # With sync the commit log makes commits durable; LMDB runs without
+            # flushes behind it (MDB_NOSYNC) and is flushed at sync points.
             self.env = lmdb.open(
                 str(self.path),
                 map_size=self.config.map_size,
                 subdir=True,
                 max_dbs=len(INTERNAL_DBS) + len(ENTITY_TABLES) + 2,
-                sync=self.config.sync,
-                metasync=self.config.sync,
+                sync=False,
+                metasync=False,
                 mode=0o600,
                 readahead=False,
             )
@@ -153,6 +186,16 @@ class JournalEnv:
             raise NotFound(
                 f"no journal in {self.data_dir}", details={"data_dir": str(self.data_dir)}
             )
+        header = read_header(self.path)
+        if header is not None and not header.clean:
+            # Its writer stopped without closing (or still runs). Recover now if
+            # nobody holds the writer lock: after a system crash the LMDB file
+            # may only be readable once rolled back to its last sync point.
+            try:
+                JournalEnv(self.data_dir, JournalConfig(map_size=self.config.map_size)).close()
+            except PalyraError as exc:
+                if exc.code is not ErrorCode.DATA_DIR_LOCKED:
+                    raise
         self.env = lmdb.open(
             str(self.path),
             subdir=True,
@@ -192,9 +235,16 @@ class JournalEnv:
 
     def grow(self) -> None:
         """Double the map (called by the writer with no write txn open)."""
+        if self.durable is not None:
+            # mdb_env_set_mapsize needs no open txn in this process, so the
+            # pinned snapshot goes; a sync point first makes it unnecessary.
+            self.durable.sync_point()
+            self.durable.unpin()
         with self.gate.exclusive():
             self.env.set_mapsize(self.map_size * 2)
         self.map_grows += 1
+        if self.durable is not None:
+            self.durable.repin()
 
     def _release_lock(self) -> None:
         if self._lock_fd is not None:
@@ -202,10 +252,19 @@ class JournalEnv:
             self._lock_fd = None
 
     def close(self) -> None:
-        """Close the environment and release the writer lock."""
+        """Close the environment (a clean sync point first) and release the writer lock."""
         with self.gate.exclusive():
+            if self.closed:
+                return
             self.closed = True
             env = getattr(self, "env", None)
-            if env is not None:
+            if self.durable is not None:
+                durable, self.durable = self.durable, None
+                try:
+                    durable.close()
+                finally:
+                    if env is not None:
+                        env.close()
+            elif env is not None:
                 env.close()
         self._release_lock()

@@ -16,6 +16,7 @@ from palyra.journal import _env as names
 from palyra.journal._env import JournalEnv
 from palyra.journal._record import (
     GLOBAL_AT,
+    HASH_AT,
     HASHED_AT,
     CheckpointRecord,
     Record,
@@ -64,6 +65,20 @@ def last_scoped_number(txn: Any, db: Any, scope: str) -> int:
     if len(key) == len(prefix) + 8 and key.startswith(prefix):
         return key_u64(key)
     return -1
+
+
+def record_hash_at(txn: Any, env: JournalEnv, last: int) -> bytes:
+    """The chain hash of the record stored under last position ``last``.
+
+    Raises:
+        PalyraError: no record there (an index points at a missing record).
+    """
+    raw = txn.get(u64_key(last), db=env.dbs[names.EVENTS])
+    if raw is None:
+        raise PalyraError(f"an index points at missing record {last}")
+    if is_format2(raw):
+        return bytes(raw[HASH_AT:GLOBAL_AT])
+    return decode_event(raw).hash
 
 
 def record_holding(env: JournalEnv, txn: Any, key: bytes) -> Record:

@@ -141,26 +141,22 @@ def _walk_env(
             _check_checkpoint(verifier, pending.pop(0))
 
     check_checkpoints(0)
-    after = 0
-    exhausted = False
-    while not exhausted:
-        exhausted = True
+    more = True
+    while more:
         with env.read() as txn:
             cursor = txn.cursor(db=env.dbs[names.EVENTS])
-            if not cursor.set_range(u64_key(after + 1)):
+            if not cursor.set_range(u64_key(verifier.position + 1)):
                 break
-            stored = verifier.stored
-            for count, (key, value) in enumerate(cursor, start=1):
-                first = after + 1
-                after = stored(key, value)
-                if pending and pending[0].position <= after:
-                    check_checkpoints(after)
-                if progress is not None:
-                    for done in range(first, after + 1):
-                        progress(done)
-                if count >= _CHUNK:
-                    exhausted = False  # continue in a fresh txn; do not pin one snapshot
+            records = iter(cursor)
+            read = 0
+            while read < _CHUNK:  # then a fresh txn: do not pin one snapshot
+                until = pending[0].position if pending else 1 << 64
+                done = verifier.stored_run(records, until, _CHUNK - read, progress)
+                if not done:
+                    more = False
                     break
+                read += done
+                check_checkpoints(verifier.position)
     check_checkpoints(1 << 64)
 
 

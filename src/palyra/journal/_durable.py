@@ -1,0 +1,263 @@
+"""Durable commits through the commit log: recovery, sync points and the pinned snapshot.
+
+``_commitlog`` says why and defines the file. This module runs the protocol
+over an open LMDB environment opened with ``MDB_NOSYNC``:
+
+* :class:`RecordingTxn` wraps a write transaction and records its writes, so
+  the writer needs no second description of what it wrote;
+* :meth:`Durability.log_commit` writes them as one frame (the commit point);
+* :meth:`Durability.sync_point` flushes LMDB, records the point in the log
+  header, pins its snapshot and starts the log over;
+* :meth:`Durability.recover` replays the frames after the last sync point
+  (the meta pages were already rolled back by ``prepare_files``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lmdb
+
+from palyra.core.errors import ErrorCode, PalyraError
+from palyra.journal._commitlog import (
+    FRAMES_AT,
+    SYNC_EVERY_BYTES,
+    SYNC_EVERY_COMMITS,
+    CommitLog,
+    Op,
+    encode_frame,
+    lmdb_meta,
+    lmdb_txnid,
+    restore_lmdb_meta,
+)
+
+COMMIT_LOG_DB = "_commit_log"
+"""Internal sub-DB holding ``applied``: the last frame LMDB holds (same txn as its writes)."""
+
+_APPLIED = b"applied"
+_U64 = struct.Struct(">Q")
+SYNC_EVERY_S = 1.0
+
+
+def prepare_files(directory: Path, log: CommitLog) -> None:
+    """Before LMDB opens: after an unclean stop, roll its meta pages back to the sync point.
+
+    Raises:
+        PalyraError: ``JOURNAL_CORRUPT`` when LMDB is *behind* the recorded sync point.
+    """
+    header = log.header
+    data_file = directory / "data.mdb"
+    if header is None or header.clean or not data_file.exists():
+        return
+    if _open_elsewhere(directory / "lock.mdb"):
+        # Another process still has the environment mapped, so the machine did
+        # not go down since the last commit: the page cache holds a consistent
+        # LMDB, and rolling it back would pull pages from under that reader.
+        return
+    txnid = lmdb_txnid(data_file, header.page_size)
+    if txnid == header.txnid:
+        return
+    if txnid < header.txnid:
+        raise PalyraError(
+            f"{data_file} is older than its commit log says (txn {txnid} < {header.txnid})",
+            code=ErrorCode.JOURNAL_CORRUPT,
+        )
+    restore_lmdb_meta(data_file, header.page_size, header.meta)
+
+
+def _open_elsewhere(lock_file: Path) -> bool:
+    # LMDB holds a shared fcntl lock on byte 0 of lock.mdb in every process
+    # that has the environment open; an exclusive probe fails while one does.
+    try:
+        fd = os.open(lock_file, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # also drops the probe lock
+    return False
+
+
+class RecordingTxn:
+    """A write transaction that also records every put and delete that took effect."""
+
+    __slots__ = ("_names", "ops", "txn")
+
+    def __init__(self, txn: Any, names: dict[int, str]) -> None:
+        self.txn = txn
+        self._names = names
+        self.ops: list[Op] = []
+
+    def put(
+        self, key: bytes, value: bytes, *, db: Any, overwrite: bool = True, append: bool = False
+    ) -> bool:
+        """``Transaction.put``, recorded when it wrote."""
+        done = bool(self.txn.put(key, value, db=db, overwrite=overwrite, append=append))
+        if done:
+            self.ops.append((self._names[id(db)], bytes(key), bytes(value)))
+        return done
+
+    def delete(self, key: bytes, *, db: Any) -> bool:
+        """``Transaction.delete``, recorded when it deleted."""
+        done = bool(self.txn.delete(key, db=db))
+        if done:
+            self.ops.append((self._names[id(db)], bytes(key), None))
+        return done
+
+    def get(self, key: bytes, *, db: Any) -> Any:
+        """``Transaction.get``."""
+        return self.txn.get(key, db=db)
+
+    def cursor(self, *, db: Any) -> Any:
+        """``Transaction.cursor``."""
+        return self.txn.cursor(db=db)
+
+
+class Durability:
+    """The commit log protocol over one writable, ``MDB_NOSYNC`` LMDB environment."""
+
+    def __init__(self, env: Any, dbs: dict[str, Any], directory: Path, log: CommitLog) -> None:
+        self._env = env
+        self._dbs = dbs
+        self._data_file = directory / "data.mdb"
+        self.log = log
+        self.names = {id(handle): name for name, handle in dbs.items()}
+        self._pin: Any = None
+        self._since_commits = 0
+        self._since_time = time.monotonic()
+        self.next_seq = 1
+        self.broken: BaseException | None = None
+        self.sync_points = 0
+        # Test instrumentation: called with a label at every write point
+        # ("frame", "commit", "lmdb-sync", "header") from the writer's thread.
+        self.hook: Callable[[str], None] | None = None
+
+    def recover(self) -> int:
+        """Replay the frames after what LMDB holds, then take a sync point; frames replayed."""
+        while True:
+            try:
+                applied, replayed = self._replay()
+                break
+            except lmdb.MapFullError:
+                # No txn and no pin is open yet, so the map may grow here.
+                self._env.set_mapsize(int(self._env.info()["map_size"]) * 2)
+        self.next_seq = applied + 1
+        self.sync_point()
+        return replayed
+
+    def _replay(self) -> tuple[int, int]:
+        replayed = 0
+        with self._env.begin(write=True) as txn:
+            found = txn.get(_APPLIED, db=self._dbs[COMMIT_LOG_DB])
+            applied = int(_U64.unpack(found)[0]) if found is not None else 0
+            for seq, ops in self.log.frames(applied):
+                for name, key, value in ops:
+                    if value is None:
+                        txn.delete(key, db=self._dbs[name])
+                    else:
+                        txn.put(key, value, db=self._dbs[name])
+                applied = seq
+                replayed += 1
+            txn.put(_APPLIED, _U64.pack(applied), db=self._dbs[COMMIT_LOG_DB])
+        return applied, replayed
+
+    def log_commit(self, txn: RecordingTxn) -> None:
+        """Write ``txn``'s writes as the next frame; durable on return. Then commit ``txn``."""
+        if self.broken is not None:
+            raise PalyraError(
+                "the journal could not apply a logged commit; reopen it to recover",
+                code=ErrorCode.UNAVAILABLE,
+            )
+        if txn.ops:
+            frame = encode_frame(self.next_seq, txn.ops)
+            # Past the frame nothing may fail for want of room: check before it.
+            self._require_headroom(len(txn.ops), len(frame))
+            txn.txn.put(_APPLIED, _U64.pack(self.next_seq), db=self._dbs[COMMIT_LOG_DB])
+            if not self.log.fits(frame):
+                self.sync_point()  # everything before this txn is in LMDB now
+            self.log.append(frame)
+            self._point("frame")
+            self.next_seq += 1
+        try:
+            txn.txn.commit()
+        except BaseException as exc:
+            # The frame is durable: the commit happened, LMDB just does not show
+            # it. Only recovery (a reopen) can make the two agree again.
+            self.broken = exc
+            raise
+        self._point("commit")
+        self._since_commits += 1
+
+    def _require_headroom(self, ops: int, size: int) -> None:
+        # LMDB can run out of map at commit (the free list needs pages too),
+        # and once the frame is logged a failed commit cannot be taken back.
+        # So demand generous room first: MapFullError here makes the writer
+        # grow the map and redo the batch before anything is logged.
+        info = self._env.info()
+        page = int(self._env.stat()["psize"])
+        needed = 64 + 4 * (ops * 3 + size // page)
+        if int(info["last_pgno"]) + needed >= int(info["map_size"]) // page:
+            raise lmdb.MapFullError("commit log: not enough map left for this commit")
+
+    def after_commit(self) -> None:
+        """Take a sync point when enough commits, log bytes or time have gone by."""
+        if (
+            self._since_commits >= SYNC_EVERY_COMMITS
+            or self.log.offset - FRAMES_AT >= SYNC_EVERY_BYTES
+            or time.monotonic() - self._since_time >= SYNC_EVERY_S
+        ):
+            self.sync_point()
+
+    def sync_point(self, *, clean: bool = False) -> None:
+        """Flush LMDB, record the point in the log header, pin its snapshot, restart the log."""
+        self._env.sync(True)
+        self._point("lmdb-sync")
+        page_size = int(self._env.stat()["psize"])
+        txnid, meta = lmdb_meta(self._data_file, page_size)
+        self.log.write_header(txnid, self.next_seq - 1, meta, page_size, clean=clean)
+        self._point("header")
+        if clean:
+            self.unpin()
+        else:
+            self._repin()
+        self.log.restart()
+        self._since_commits = 0
+        self._since_time = time.monotonic()
+        self.sync_points += 1
+
+    def _point(self, label: str) -> None:
+        if self.hook is not None:
+            self.hook(label)
+
+    def _repin(self) -> None:
+        # The new pin first: the old snapshot's pages stay safe until the new one holds.
+        pin = self._env.begin()
+        old, self._pin = self._pin, pin
+        if old is not None:
+            old.abort()
+
+    def unpin(self) -> None:
+        """Drop the pinned snapshot (before a map resize, or at close)."""
+        if self._pin is not None:
+            self._pin.abort()
+            self._pin = None
+
+    def repin(self) -> None:
+        """Pin the current snapshot again (after a map resize)."""
+        self._repin()
+
+    def close(self) -> None:
+        """Clean stop: flush, mark the header clean, release the pin and the file."""
+        if self.broken is None:
+            self.sync_point(clean=True)
+        self.unpin()
+        self.log.close()

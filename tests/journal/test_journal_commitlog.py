@@ -1,0 +1,126 @@
+"""The commit log's file format and its assumptions about LMDB, piece by piece.
+
+The whole protocol under power loss is ``test_journal_power_loss.py``; these
+pin the parts it rests on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import lmdb
+import pytest
+
+from palyra.journal import JournalConfig, JournalStore
+from palyra.journal._commitlog import (
+    FRAMES_AT,
+    SLOT,
+    CommitLog,
+    encode_frame,
+    lmdb_meta,
+    read_header,
+    restore_lmdb_meta,
+)
+from palyra.journal._env import journal_dir
+
+from .helpers import draft
+
+
+def test_frames_replay_in_order_skip_older_rounds_and_stop_at_a_torn_one(tmp_path: Path) -> None:
+    log = CommitLog(tmp_path)
+    for seq in (1, 2, 3):
+        log.append(encode_frame(seq, [("_events", b"k%d" % seq, b"v")]))
+    log.restart()  # a sync point: the next round starts over frames 1..3
+    log.append(encode_frame(4, [("_events", b"k4", None)]))
+    assert [seq for seq, _ in log.frames(3)] == [4]
+    assert [seq for seq, _ in log.frames(0)] == []  # frame 1 is gone: nothing after it counts
+    log.append(encode_frame(5, [("runs", b"r", b"x")]))
+    end = log.offset
+    log.append(encode_frame(6, [("runs", b"r", b"y")]))
+    # Tear frame 6: one byte of its payload never reached the disk.
+    with open(log.path, "r+b") as handle:
+        handle.seek(end + 22)
+        handle.write(b"\xff")
+    assert [(seq, ops) for seq, ops in log.frames(4)] == [(5, [("runs", b"r", b"x")])]
+    log.close()
+
+
+def test_header_slots_alternate_and_a_torn_one_falls_back(tmp_path: Path) -> None:
+    log = CommitLog(tmp_path)
+    assert log.header is None and read_header(tmp_path) is None
+    log.write_header(10, 3, b"m" * 40, 4096, clean=False)
+    log.write_header(12, 5, b"n" * 40, 4096, clean=True)
+    header = read_header(tmp_path)
+    assert header is not None and (header.txnid, header.applied, header.clean) == (12, 5, True)
+    with open(log.path, "r+b") as handle:  # tear the newer slot
+        handle.seek((header.generation % 2) * SLOT + 30)
+        handle.write(b"\x00\x01")
+    older = read_header(tmp_path)
+    assert older is not None and (older.txnid, older.applied, older.clean) == (10, 3, False)
+    assert log.size >= FRAMES_AT
+    log.close()
+
+
+def test_lmdb_meta_layout_is_what_recovery_assumes(tmp_path: Path) -> None:
+    env = lmdb.open(str(tmp_path), max_dbs=2, sync=False)
+    db = env.open_db(b"x")
+    for i in range(5):
+        with env.begin(write=True) as txn:
+            txn.put(b"%d" % i, b"v", db=db)
+    env.sync(True)
+    snapshot_txnid = env.info()["last_txnid"]
+    txnid, meta = lmdb_meta(tmp_path / "data.mdb", 4096)
+    assert txnid == snapshot_txnid
+    with env.begin(write=True) as txn:
+        txn.put(b"later", b"v", db=db)
+    env.sync(True)
+    env.close()
+    restore_lmdb_meta(tmp_path / "data.mdb", 4096, meta)
+    env = lmdb.open(str(tmp_path), max_dbs=2)
+    assert env.info()["last_txnid"] == snapshot_txnid
+    with env.begin(db=env.open_db(b"x")) as txn:
+        assert txn.get(b"later") is None and txn.get(b"4") == b"v"
+    env.close()
+    with pytest.raises(ValueError):
+        restore_lmdb_meta(tmp_path / "data.mdb", 4096, b"\0" * 256)
+
+
+async def test_one_logged_write_per_commit_and_few_lmdb_flushes(data_dir: Path) -> None:
+    async with JournalStore.open(data_dir) as store:
+        durable = store.env.durable
+        assert durable is not None and not store.env.env.flags()["sync"]
+        before = durable.sync_points
+        for i in range(130):
+            await store.append([draft(i, run_id="r", tape=True)])
+        assert store.stats().commits == 130
+        assert durable.sync_points - before <= 3  # every 64 commits (or a second)
+    header = read_header(journal_dir(data_dir))
+    assert header is not None and header.clean and header.applied == 130
+
+
+async def test_sync_off_needs_no_log(data_dir: Path) -> None:
+    async with JournalStore.open(data_dir, config=JournalConfig(sync=False)) as store:
+        await store.append([draft(0)])
+        assert store.env.durable is None
+    assert read_header(journal_dir(data_dir)) is None
+
+
+def test_reopen_after_a_kill_replays_what_lmdb_lacks(data_dir: Path) -> None:
+    # A writer that never closes: its last commits are only in the log and the
+    # page cache; a new open rolls LMDB back to the sync point and replays them.
+    async def write() -> list[str]:
+        store = JournalStore.open(data_dir)
+        ids = [e.event_id for i in range(10) for e in await store.append([draft(i)])]
+        assert store.env.durable is not None
+        store.env.durable.unpin()
+        store._writer.stop()  # type: ignore[union-attr]
+        store.env.env.close()  # no clean sync point, as after SIGKILL
+        store.env._release_lock()
+        return ids
+
+    ids = asyncio.run(write())
+    header = read_header(journal_dir(data_dir))
+    assert header is not None and not header.clean
+    with JournalStore.open(data_dir) as store:
+        assert [e.event_id for e in store.read_range(0, 100)] == ids
