@@ -62,20 +62,27 @@ def test_uninstall_stops_counting(counter: probe.MessageCounter) -> None:
 
 
 def test_thread_cpu_goes_to_the_thread_that_spent_it() -> None:
+    spent_some = threading.Event()
+    stop = threading.Event()
+
     def spin() -> None:
-        end = time.thread_time() + 0.2
-        while time.thread_time() < end:
-            pass
+        start = time.thread_time()
+        while not stop.is_set():
+            if time.thread_time() - start > 0.05:
+                spent_some.set()
 
     before, _ = probe.thread_cpu()
     thread = threading.Thread(target=spin, name="palyra-journal-spinner")
     thread.start()
-    time.sleep(0.1)
-    during, _ = probe.thread_cpu()  # must be read while the thread is alive
-    thread.join()
+    try:
+        assert spent_some.wait(10)
+        during, _ = probe.thread_cpu()  # must be read while the thread is alive
+    finally:
+        stop.set()
+        thread.join()
     spent = during.get("journal:palyra-journal-spinner", 0.0) - before.get(
         "journal:palyra-journal-spinner", 0.0)
-    assert spent > 0.0
+    assert spent >= 0.05, (before, during)
     assert "event_loop:MainThread" in during
 
 
