@@ -27,10 +27,11 @@ APPROVER = CallContext.for_principal("admin:bench", DEVICE)
 class InProcessDriver:
     """Drives a ``PalyraApp`` in this process."""
 
-    def __init__(self, app: PalyraApp, store: JournalStore, tool: str) -> None:
+    def __init__(self, app: PalyraApp, store: JournalStore, tool: str, batch: bool = True) -> None:
         self._app = app
         self.store = store
         self._tool = tool
+        self._batch = batch
 
     async def prepare_session(self, session_key: str, *, hitl: bool) -> None:
         resolved = await self._app.resolve_session(
@@ -49,9 +50,10 @@ class InProcessDriver:
 
     async def wait(self, run_id: str, on_event: OnEvent) -> pb.Run:
         async for response in self._app.watch_run(
-                CLIENT, pb.WatchRunRequest(run_id=run_id, after_seq=-1)):
-            if response.event is not None:
-                await on_event(response.event)
+                CLIENT, pb.WatchRunRequest(run_id=run_id, after_seq=-1, batch=self._batch)):
+            for event in response.events if self._batch else [response.event]:
+                if event is not None:
+                    await on_event(event)
         got = await self._app.get_run(CLIENT, pb.GetRunRequest(run_id=run_id))
         return got.run or pb.Run()
 
@@ -80,6 +82,7 @@ async def in_process(data_dir: Path, args: argparse.Namespace) -> AsyncIterator[
                         RegistryTools(registry, data_dir), config)
         async with engine:
             await engine.recover()
-            yield InProcessDriver(PalyraApp(engine), store, args.tool)
+            yield InProcessDriver(PalyraApp(engine), store, args.tool,
+                                  not getattr(args, "unbatched", False))
     finally:
         store.close()

@@ -149,6 +149,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--hitl", action="store_true", help="every tool call needs approval")
     parser.add_argument("--db", default="", help="parent dir of the data dirs (kept); default temp")
     parser.add_argument("--tool", choices=("add", "echo"), default="add")
+    parser.add_argument("--unbatched", action="store_true",
+                        help="watch one event per message (as before WatchRunRequest.batch)")
     parser.add_argument("--transport", choices=("inproc", "grpc", "http"), default="inproc",
                         help="inproc, or a daemon subprocess over grpc|http")
     parser.add_argument("--compare-inproc", action="store_true",

@@ -39,9 +39,10 @@ _REPO = Path(__file__).resolve().parents[1]
 class GrpcDriver:
     """The workload over one multiplexed grpclib channel."""
 
-    def __init__(self, daemon: DaemonProcess, tool: str) -> None:
+    def __init__(self, daemon: DaemonProcess, tool: str, batch: bool = True) -> None:
         self._daemon = daemon
         self._tool = tool
+        self._batch = batch
         self._channel = Channel("127.0.0.1", daemon.grpc_port)
         self._gateway = pb.GatewayServiceStub(self._channel, metadata=CLIENT_HEADERS)
         self._approvals = pb.ApprovalsServiceStub(self._channel, metadata=APPROVER_HEADERS)
@@ -61,9 +62,11 @@ class GrpcDriver:
         return (created.run or pb.Run()).run_id
 
     async def wait(self, run_id: str, on_event: OnEvent) -> pb.Run:
-        async for response in self._gateway.watch_run(pb.WatchRunRequest(run_id=run_id, after_seq=-1)):
-            if response.event is not None:
-                await on_event(response.event)
+        request = pb.WatchRunRequest(run_id=run_id, after_seq=-1, batch=self._batch)
+        async for response in self._gateway.watch_run(request):
+            for event in response.events if self._batch else [response.event]:
+                if event is not None:
+                    await on_event(event)
         return (await self._gateway.get_run(pb.GetRunRequest(run_id=run_id))).run or pb.Run()
 
     async def decide_approval(self, approval_id: str) -> None:
@@ -171,7 +174,7 @@ async def open_driver(kind: str, data_dir: Path, args: argparse.Namespace
                            log_path=data_dir.parent / f"{data_dir.name}.daemon.log")
     await asyncio.to_thread(daemon.start)
     client: GrpcDriver | HttpDriver = (
-        GrpcDriver(daemon, args.tool) if kind == "grpc"
+        GrpcDriver(daemon, args.tool, not getattr(args, "unbatched", False)) if kind == "grpc"
         else HttpDriver(daemon, args.tool, args.concurrency))
     try:
         yield DaemonDriver(daemon, client, probe_path)

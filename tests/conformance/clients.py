@@ -53,8 +53,9 @@ class StreamResult:
 
     @property
     def events(self) -> list[dict[str, Any]]:
-        """The TapeEvents (proto3 JSON) of a tape stream."""
-        return [r["event"] for r in self.responses if "event" in r]
+        """The TapeEvents (proto3 JSON) of a tape stream, batched (``events``) or not."""
+        return [e for r in self.responses
+                for e in ([r["event"]] if "event" in r else r.get("events", []))]
 
 
 @dataclasses.dataclass(frozen=True)

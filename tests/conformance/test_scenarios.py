@@ -162,6 +162,33 @@ async def test_resume_from_cursor_after_disconnect(kind: str, connect: OpenClien
     assert seqs(page["events"]) == [4, 5, 6, 7, 8]
 
 
+async def test_watch_in_batches(kind: str, connect: OpenClient) -> None:
+    """``batch``: the same events, one commit (or replay page) per message; SSE frames unchanged."""
+    client = await connect(kind, principal=f"user:batch-{kind}")
+    live = await client.run_stream({"v": 1, "sessionKey": f"batch-{kind}", "batch": True,
+                                    "input": {"text": TEXT.format(k=3)}})
+    events = live.events
+    assert live.ended and final_state(events) == "RUN_STATE_DONE"
+    assert seqs(events) == list(range(len(events)))
+    run_id = events[0]["runId"]
+    plain = await client.stream(GATEWAY, "WatchRun", {"runId": run_id, "afterSeq": -1})
+    batched = await client.stream(GATEWAY, "WatchRun", {"runId": run_id, "afterSeq": -1,
+                                                        "batch": True})
+    assert batched.ended and batched.events == plain.events == events
+    if kind == "http":
+        # SSE keeps one frame per event (Last-Event-ID resumes exactly): same frames.
+        assert batched.responses == plain.responses
+        assert all(set(r) == {"event"} for r in batched.responses)
+    else:
+        assert all("event" not in r and r["events"] for r in live.responses + batched.responses)
+        # A live stream groups by commit: fewer messages than events (read-only
+        # tool steps commit proposal, decision and result together).
+        assert len(live.responses) < len(events)
+        # A finished run replays as one page.
+        assert len(batched.responses) == 1
+        assert len(plain.responses) == len(events)
+
+
 async def test_resume_after_daemon_restart(kind: str, connect: OpenClient,
                                            tmp_path_factory: pytest.TempPathFactory) -> None:
     """SIGKILL while a run waits for approval; after restart the approval is still

@@ -103,3 +103,29 @@ async def test_followers_of_other_runs_are_not_woken(
         event = await asyncio.wait_for(waiting, 2)
         assert event.run_id == "quiet" and pushes == [1]
         await follower.aclose()  # type: ignore[attr-defined]
+
+
+async def test_batches_are_one_commit_each_and_replay_pages_are_cut(tmp_path: Path) -> None:
+    """``follow_tape_batches``: a live batch is one commit's tape events; replay comes in
+    store pages of at most ``MAX_BATCH_EVENTS``; flattened, the batches are the tape."""
+    async with JournalStore.open(tmp_path / "data") as store:
+        big = _follow.MAX_BATCH_EVENTS + 3
+        await store.append([draft(i, session_id="s", run_id="r", tape=True) for i in range(big)])
+        batches = store.follow_tape_batches("r", -1)
+        replayed: list[int] = []
+        while len(replayed) < big:
+            page = await anext(batches)
+            assert 0 < len(page) <= _follow.MAX_BATCH_EVENTS
+            replayed += [e.tape_seq for e in page]
+        assert replayed == list(range(big))
+        counter = big
+        for size in (3, 1, 2):
+            waiting = asyncio.ensure_future(anext(batches))
+            await asyncio.sleep(0.005)
+            assert not waiting.done()  # nothing new: the follower waits
+            await store.append([draft(counter + i, session_id="s", run_id="r", tape=True)
+                                for i in range(size)])
+            counter += size
+            live = await asyncio.wait_for(waiting, 2)
+            assert [e.tape_seq for e in live] == list(range(counter - size, counter))
+        await batches.aclose()  # type: ignore[attr-defined]

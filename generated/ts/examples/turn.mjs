@@ -9,7 +9,8 @@
 // It asks every `add` call of its session for approval, runs a two-step tool
 // loop over RunStream, approves the first call inline on the stream and the
 // second through ApprovalsService (as a second client would), then replays
-// the run's tape from a cursor with WatchRun.
+// the run's tape from a cursor with WatchRun. Both streams ask for `batch`, so
+// each response carries the events of one journal commit in `events`.
 import { create } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
@@ -54,7 +55,7 @@ let wake = () => {};
 let closed = false;
 async function* requests() {
   yield create(RunStreamRequestSchema, {
-    v: 1, sessionId: session.sessionId,
+    v: 1, sessionId: session.sessionId, batch: true,
     input: { text: "Start from 0 and add 1 to the running total 2 times, one add tool call per step, then reply with the final result." },
   });
   for (;;) {
@@ -69,38 +70,42 @@ const finish = () => { closed = true; wake(); };
 let runId = "";
 let approved = 0;
 let finalText = "";
-for await (const { event } of gateway.runStream(requests())) {
-  runId = event.runId;
-  const { case: kind, value } = event.event;
-  if (kind === "toolApprovalRequest") {
-    approved += 1;
-    if (approved === 1) {
-      // The first call: decided inline, on this same stream.
-      send(create(RunStreamRequestSchema, {
-        v: 1, approval: { approvalId: value.approvalId, decision: ApprovalDecision.APPROVE },
-      }));
-      console.log(`approved inline: ${value.toolName} (${value.approvalId})`);
-    } else {
-      // The second: decided through ApprovalsService, as any other client could.
-      const { approval } = await approvals.decideApproval({
-        approvalId: value.approvalId, decision: ApprovalDecision.APPROVE, reason: "looks fine",
-      });
-      console.log(`approved via ApprovalsService: ${approval.toolName} by ${approval.decidedBy}`);
+for await (const { events } of gateway.runStream(requests())) {
+  for (const event of events) {
+    runId = event.runId;
+    const { case: kind, value } = event.event;
+    if (kind === "toolApprovalRequest") {
+      approved += 1;
+      if (approved === 1) {
+        // The first call: decided inline, on this same stream.
+        send(create(RunStreamRequestSchema, {
+          v: 1, approval: { approvalId: value.approvalId, decision: ApprovalDecision.APPROVE },
+        }));
+        console.log(`approved inline: ${value.toolName} (${value.approvalId})`);
+      } else {
+        // The second: decided through ApprovalsService, as any other client could.
+        const { approval } = await approvals.decideApproval({
+          approvalId: value.approvalId, decision: ApprovalDecision.APPROVE, reason: "looks fine",
+        });
+        console.log(`approved via ApprovalsService: ${approval.toolName} by ${approval.decidedBy}`);
+      }
+    } else if (kind === "messageReplied") {
+      finalText = value.replyText;
+      finish(); // half-close: the run completes once its loop is idle
+    } else if (kind === "status") {
+      console.log(`status ${RunState[value.state]} (${value.reason})`);
     }
-  } else if (kind === "messageReplied") {
-    finalText = value.replyText;
-    finish(); // half-close: the run completes once its loop is idle
-  } else if (kind === "status") {
-    console.log(`status ${RunState[value.state]} (${value.reason})`);
   }
 }
 console.log(`reply: ${finalText}`);
 
 // 3. Resume from a cursor: replay everything after tape_seq 3, then stop.
 let replayed = 0;
-for await (const { event } of gateway.watchRun({ runId, afterSeq: 3n, noFollow: true })) {
-  if (event.tapeSeq <= 3n) throw new Error(`cursor not honoured: ${event.tapeSeq}`);
-  replayed += 1;
+for await (const { events } of gateway.watchRun({ runId, afterSeq: 3n, noFollow: true, batch: true })) {
+  for (const event of events) {
+    if (event.tapeSeq <= 3n) throw new Error(`cursor not honoured: ${event.tapeSeq}`);
+    replayed += 1;
+  }
 }
 const { run } = await gateway.getRun({ runId });
 console.log(`DONE run=${runId} state=${RunState[run.state]} replayed=${replayed} ${finalText}`);

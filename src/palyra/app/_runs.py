@@ -1,8 +1,10 @@
 """Run RPCs: RunStream, CreateRun, inputs, completion, abort, reads, tape, watch.
 
-Everything a client sees about a run comes from the journal (``follow_tape``),
-never from in-memory fan-out, so a stream, a watcher that attached late and a
-watcher after a restart all see the same events in the same order, each once.
+Everything a client sees about a run comes from the journal's tape followers
+(``follow_tape_batches``: the store from a cursor, then what each commit hands
+them), so a stream, a watcher that attached late and a watcher after a restart
+all see the same events in the same order, each once. A client that asks for
+``batch`` gets one commit's events per message.
 """
 
 from __future__ import annotations
@@ -64,12 +66,17 @@ class RunsApi(AppBase):
         final: pb.RunStatus | None = None
         error: pb.RunError | None = None
         try:
-            async for event in self._follow(run_id, -1):
+            async for events in self._follow(run_id, -1):
                 # Judge the outcome from the tape itself: the in-memory record
                 # may lag the journal by a few microseconds.
-                final = event.status or final
-                error = event.error or error
-                yield pb.RunStreamResponse(v=1, event=event)
+                for event in events:
+                    final = event.status or final
+                    error = event.error or error
+                if first.batch:
+                    yield pb.RunStreamResponse(v=1, events=events)
+                else:
+                    for event in events:
+                        yield pb.RunStreamResponse(v=1, event=event)
         finally:
             pump.cancel()
             if not is_run_terminal(self.engine.get_run(identity, run_id).state):
@@ -123,24 +130,24 @@ class RunsApi(AppBase):
         with contextlib.suppress(PalyraError):
             await self.engine.complete_run(identity, run_id)
 
-    async def _follow(self, run_id: str, after_seq: int) -> AsyncIterator[pb.TapeEvent]:
-        """Tape events after ``after_seq``: replay, then live, until the terminal status."""
+    async def _follow(self, run_id: str, after_seq: int) -> AsyncIterator[list[pb.TapeEvent]]:
+        """Tape events after ``after_seq`` in batches (one commit or one replay page each):
+        replay, then live, until the terminal status, which ends the last batch."""
         record = self.engine.get_run(IdentityRec("system:app"), run_id)
         if is_run_terminal(record.state) and after_seq >= record.tape_len - 1:
             return
-        events = self.store.follow_tape(run_id, after_seq)
+        batches = self.store.follow_tape_batches(run_id, after_seq)
         try:
-            async for stored in events:
-                event = tape_event_proto(stored)
-                terminal = is_terminal_status(event.status)
-                yield event
-                if terminal:
-                    return
+            async for stored in batches:
+                events = [tape_event_proto(e) for e in stored]
+                for index, event in enumerate(events):
+                    if is_terminal_status(event.status):
+                        yield events[: index + 1]
+                        return
+                yield events
         finally:
-            # follow_tape is an async generator; close it now, not at GC time.
-            aclose = getattr(events, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            # An async generator: close it now, not at GC time.
+            await batches.aclose()
 
     async def create_run(self, ctx: CallContext,
                          request: pb.CreateRunRequest) -> pb.CreateRunResponse:
@@ -213,10 +220,18 @@ class RunsApi(AppBase):
         if request.no_follow:
             while True:
                 page = self.store.read_tape(request.run_id, after, MAX_TAPE_PAGE)
-                for stored in page.events:
-                    yield pb.WatchRunResponse(event=tape_event_proto(stored))
+                events = [tape_event_proto(stored) for stored in page.events]
+                if request.batch and events:
+                    yield pb.WatchRunResponse(events=events)
+                elif not request.batch:
+                    for event in events:
+                        yield pb.WatchRunResponse(event=event)
                 if page.next_after_seq is None:
                     return
                 after = page.next_after_seq
-        async for event in self._follow(request.run_id, after):
-            yield pb.WatchRunResponse(event=event)
+        async for events in self._follow(request.run_id, after):
+            if request.batch:
+                yield pb.WatchRunResponse(events=events)
+            else:
+                for event in events:
+                    yield pb.WatchRunResponse(event=event)

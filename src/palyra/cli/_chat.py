@@ -265,13 +265,15 @@ async def _chat(args: argparse.Namespace) -> int:
             if first is None:
                 return 0
             chat.outbox.put_nowait(v1.RunStreamRequest(
-                v=1, session_id=session.session_id, input=v1.MessageInput(text=first)))
+                v=1, session_id=session.session_id, input=v1.MessageInput(text=first),
+                batch=True))
             chat.waiting.start()
             async with asyncio.TaskGroup() as tg:
                 ticker = tg.create_task(_tick(chat.waiting))
                 try:
                     async for response in stubs.gateway.run_stream(chat.requests()):
-                        if response.event is not None and chat.show(response.event, tg):
+                        # One response per commit (batch=True on the first request).
+                        if any(chat.show(event, tg) for event in response.events):
                             break
                 finally:
                     ticker.cancel()

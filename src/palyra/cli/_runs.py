@@ -32,12 +32,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 async def _tail(args: argparse.Namespace) -> int:
     request = v1.WatchRunRequest(run_id=args.run_id, after_seq=args.after_seq,
-                                 no_follow=not args.follow)
+                                 no_follow=not args.follow, batch=True)
     try:
         async with connect(args) as stubs:
             async for response in stubs.gateway.watch_run(request):
-                if response.event is not None:
-                    print_event(response.event)
+                for event in response.events:  # one commit (or replay page) per response
+                    print_event(event)
     except Exception as exc:
         return report_error(exc)
     return 0

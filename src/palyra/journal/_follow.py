@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 
 from palyra.journal._types import StoredEvent
 
@@ -171,17 +171,24 @@ def _deliver(items: list[tuple[Subscription, _Pairs]]) -> None:
         sub.deliver(events)
 
 
-async def follow_events(
+MAX_BATCH_EVENTS = 512
+"""Most events one yielded batch holds (a replay page is cut into batches of this size)."""
+
+
+async def follow_batches(
     hub: FollowHub,
     key: str | None,
     fetch: Callable[[int], list[StoredEvent]],
     cursor_of: Callable[[StoredEvent], int],
     after: int,
-) -> AsyncIterator[StoredEvent]:
-    """Yield events past ``after`` forever: from ``fetch`` pages, then from the hub.
+) -> AsyncGenerator[list[StoredEvent], None]:
+    """Yield batches of events past ``after`` forever: store pages, then what commits deliver.
 
     ``fetch(after)`` reads the store by cursor; ``cursor_of`` gives an event's
-    dense cursor. Ends when the hub closes.
+    dense cursor. A live batch is everything buffered when the consumer asks:
+    one commit's events, or several commits' if the consumer fell behind. A
+    batch is never empty and holds at most :data:`MAX_BATCH_EVENTS`. Ends when
+    the hub closes.
     """
     sub = hub.subscribe(key)
     try:
@@ -193,12 +200,14 @@ async def follow_events(
             if behind:
                 page = fetch(after)
                 if page:
-                    for event in page:
-                        after = cursor_of(event)
-                        yield event
+                    after = cursor_of(page[-1])
+                    for start in range(0, len(page), MAX_BATCH_EVENTS):
+                        yield page[start : start + MAX_BATCH_EVENTS]
                     continue
                 behind = False  # caught up with the store as of this read
-            while sub.buffer and not sub.overflowed and not hub.closed:
+            batch: list[StoredEvent] = []
+            while (sub.buffer and not sub.overflowed and not hub.closed
+                   and len(batch) < MAX_BATCH_EVENTS):
                 event = sub.take()
                 cursor = cursor_of(event)
                 if cursor <= after:
@@ -208,8 +217,27 @@ async def follow_events(
                     sub.reset()
                     break
                 after = cursor
-                yield event
+                batch.append(event)
+            if batch:
+                yield batch
             if not behind and not sub.buffer and not sub.overflowed and not hub.closed:
                 await sub.wait()
     finally:
         hub.unsubscribe(sub)
+
+
+async def follow_events(
+    hub: FollowHub,
+    key: str | None,
+    fetch: Callable[[int], list[StoredEvent]],
+    cursor_of: Callable[[StoredEvent], int],
+    after: int,
+) -> AsyncIterator[StoredEvent]:
+    """:func:`follow_batches`, one event at a time."""
+    batches = follow_batches(hub, key, fetch, cursor_of, after)
+    try:
+        async for batch in batches:
+            for event in batch:
+                yield event
+    finally:
+        await batches.aclose()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -11,7 +11,7 @@ from typing import Any
 from palyra.core.errors import ErrorCode, PalyraError, PalyraInternalError
 from palyra.journal import _reads
 from palyra.journal._env import JournalEnv
-from palyra.journal._follow import FollowHub, follow_events
+from palyra.journal._follow import FollowHub, follow_batches, follow_events
 from palyra.journal._prepare import prepare
 from palyra.journal._signing import Signer
 from palyra.journal._types import (
@@ -181,6 +181,18 @@ class JournalStore:
         Only commits that touch ``run_id``'s tape wake this follower.
         """
         return follow_events(
+            self._hub,
+            run_id,
+            lambda after: self.read_tape(run_id, after, _PAGE).events,
+            _tape_seq,
+            after_seq,
+        )
+
+    def follow_tape_batches(
+        self, run_id: str, after_seq: int = -1
+    ) -> AsyncGenerator[list[StoredEvent], None]:
+        """:meth:`follow_tape` in batches: a replay page, or what one commit put on the tape."""
+        return follow_batches(
             self._hub,
             run_id,
             lambda after: self.read_tape(run_id, after, _PAGE).events,

@@ -187,6 +187,14 @@ export declare type RunStreamRequest = Message<"palyra.v1.RunStreamRequest"> & {
    * @generated from field: string agent_id = 14;
    */
   agentId: string;
+
+  /**
+   * Opt in (first message only): each response carries the events of one journal
+   * commit in `events`, and `event` stays unset. Without it, one event per response.
+   *
+   * @generated from field: bool batch = 15;
+   */
+  batch: boolean;
 };
 
 /**
@@ -205,9 +213,19 @@ export declare type RunStreamResponse = Message<"palyra.v1.RunStreamResponse"> &
   v: number;
 
   /**
+   * Set when the stream was opened without `batch`.
+   *
    * @generated from field: palyra.v1.TapeEvent event = 2;
    */
   event?: TapeEvent | undefined;
+
+  /**
+   * With `batch`: the events of one commit (or more, if the client fell behind), in
+   * tape order, never empty.
+   *
+   * @generated from field: repeated palyra.v1.TapeEvent events = 3;
+   */
+  events: TapeEvent[];
 };
 
 /**
@@ -629,6 +647,16 @@ export declare type WatchRunRequest = Message<"palyra.v1.WatchRunRequest"> & {
    * @generated from field: bool no_follow = 3;
    */
   noFollow: boolean;
+
+  /**
+   * Opt in: each response carries the events of one journal commit (or one page of
+   * replay) in `events`, and `event` stays unset. Without it, one event per response.
+   * Over HTTP the SSE frames stay one per event (`id: <tape_seq>`); a batch is written
+   * in one flush.
+   *
+   * @generated from field: bool batch = 4;
+   */
+  batch: boolean;
 };
 
 /**
@@ -642,9 +670,19 @@ export declare const WatchRunRequestSchema: GenMessage<WatchRunRequest>;
  */
 export declare type WatchRunResponse = Message<"palyra.v1.WatchRunResponse"> & {
   /**
+   * Set when the request did not ask for `batch`.
+   *
    * @generated from field: palyra.v1.TapeEvent event = 1;
    */
   event?: TapeEvent | undefined;
+
+  /**
+   * With `batch`: the events of one commit (or one replay page), in tape order, never
+   * empty.
+   *
+   * @generated from field: repeated palyra.v1.TapeEvent events = 2;
+   */
+  events: TapeEvent[];
 };
 
 /**

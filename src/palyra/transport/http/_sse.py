@@ -29,14 +29,23 @@ _END = object()
 
 
 def sse_frame(message: betterproto2.Message) -> bytes:
-    """One SSE frame. Tape events carry ``id: <tape_seq>`` and their kind as ``event:``."""
+    """SSE frames for one streamed message. Tape events carry ``id: <tape_seq>`` and their
+    kind as ``event:``.
+
+    A batched message (``events``, see ``WatchRunRequest.batch``) becomes one frame per
+    event, each exactly the frame its unbatched message would give, so a client cannot
+    tell the two apart except that a batch arrives in one write.
+    """
+    events = getattr(message, "events", None)
+    if events and all(isinstance(e, v1.TapeEvent) for e in events):
+        rest = encode_message(message)
+        rest.pop("events", None)
+        return b"".join(_tape_frame(e, {**rest, "event": encode_message(e)}) for e in events)
     event = getattr(message, "event", None)
-    lines = []
     if isinstance(event, v1.TapeEvent):
-        kind, _ = betterproto2.which_one_of(event, "event")
-        lines.append(f"id: {event.tape_seq}")
-        lines.append(f"event: {kind or 'tape'}")
-    elif isinstance(getattr(message, "chunk_seq", None), int):
+        return _tape_frame(event, encode_message(message))
+    lines = []
+    if isinstance(getattr(message, "chunk_seq", None), int):
         lines.append(f"id: {message.chunk_seq}")  # type: ignore[attr-defined]
         lines.append("event: chunk")
     else:
@@ -44,6 +53,12 @@ def sse_frame(message: betterproto2.Message) -> bytes:
     data = _json.encode(encode_message(message)).decode()
     lines.append(f"data: {data}")
     return ("\n".join(lines) + "\n\n").encode()
+
+
+def _tape_frame(event: v1.TapeEvent, body: dict[str, Any]) -> bytes:
+    kind, _ = betterproto2.which_one_of(event, "event")
+    head = f"id: {event.tape_seq}\nevent: {kind or 'tape'}\ndata: ".encode()
+    return head + _json.encode(body) + b"\n\n"
 
 
 def error_frame(wire: WireError) -> bytes:

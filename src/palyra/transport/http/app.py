@@ -211,6 +211,10 @@ def _stream(
     request_id: str,
 ) -> SseResponse:
     argument: Any = _one(message) if compiled.client_streaming else message
+    if isinstance(getattr(argument, "batch", None), bool):
+        # SSE frames are one per event either way (sse_frame); asking the app for
+        # batches only lets one commit's frames go out in one write.
+        argument.batch = True
     return SseResponse(
         STREAMING[compiled.python_method](app, ctx, argument),
         error_grace_s=config.sse_error_grace_s,

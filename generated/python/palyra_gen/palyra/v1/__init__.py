@@ -2112,6 +2112,12 @@ class RunStreamRequest(betterproto2.Message):
 
     agent_id: "str" = betterproto2.field(14, betterproto2.TYPE_STRING)
 
+    batch: "bool" = betterproto2.field(15, betterproto2.TYPE_BOOL)
+    """
+    Opt in (first message only): each response carries the events of one journal
+    commit in `events`, and `event` stays unset. Without it, one event per response.
+    """
+
 
 default_message_pool.register_message("palyra.v1", "RunStreamRequest", RunStreamRequest)
 
@@ -2121,6 +2127,15 @@ class RunStreamResponse(betterproto2.Message):
     v: "int" = betterproto2.field(1, betterproto2.TYPE_UINT32)
 
     event: "TapeEvent | None" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    Set when the stream was opened without `batch`.
+    """
+
+    events: "list[TapeEvent]" = betterproto2.field(3, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    With `batch`: the events of one commit (or more, if the client fell behind), in
+    tape order, never empty.
+    """
 
 
 default_message_pool.register_message("palyra.v1", "RunStreamResponse", RunStreamResponse)
@@ -2576,6 +2591,14 @@ class WatchRunRequest(betterproto2.Message):
     Stop after replay instead of following a live run.
     """
 
+    batch: "bool" = betterproto2.field(4, betterproto2.TYPE_BOOL)
+    """
+    Opt in: each response carries the events of one journal commit (or one page of
+    replay) in `events`, and `event` stays unset. Without it, one event per response.
+    Over HTTP the SSE frames stay one per event (`id: <tape_seq>`); a batch is written
+    in one flush.
+    """
+
 
 default_message_pool.register_message("palyra.v1", "WatchRunRequest", WatchRunRequest)
 
@@ -2583,6 +2606,15 @@ default_message_pool.register_message("palyra.v1", "WatchRunRequest", WatchRunRe
 @dataclass(eq=False, repr=False)
 class WatchRunResponse(betterproto2.Message):
     event: "TapeEvent | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    Set when the request did not ask for `batch`.
+    """
+
+    events: "list[TapeEvent]" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    With `batch`: the events of one commit (or one replay page), in tape order, never
+    empty.
+    """
 
 
 default_message_pool.register_message("palyra.v1", "WatchRunResponse", WatchRunResponse)
