@@ -81,7 +81,12 @@ async def test_tool_loop_run(kind: str, connect: OpenClient) -> None:
     assert all(r.get("success") for r in of_kind(events, "tool_result"))
     assert of_kind(events, "message_replied")[-1]["replyText"] == "result=3"
     assert final_state(events) == "RUN_STATE_DONE"
-    assert len(of_kind(events, "tool_attestation")) == 3
+    # Decision and attestation ride in the proposal and the result (one event each).
+    assert not of_kind(events, "tool_decision") and not of_kind(events, "tool_attestation")
+    assert [p["decision"]["outcome"] for p in of_kind(events, "tool_proposal")] == [
+        "TOOL_DECISION_OUTCOME_ALLOW"] * 3
+    assert all(len(r["attestation"]["executionSha256"]) == 64
+               for r in of_kind(events, "tool_result"))
 
 
 @pytest.mark.parametrize("decision", ["APPROVAL_DECISION_APPROVE", "APPROVAL_DECISION_DENY"])
@@ -234,7 +239,7 @@ async def test_sigkill_mid_step_resumes_without_loss_or_duplicates(
             "complete": True})
         run_id = created["run"]["runId"]
         before = await client.stream(GATEWAY, "WatchRun", {"runId": run_id, "afterSeq": -1},
-                                     until=("tool_attestation",))
+                                     until=("tool_result",))
         assert not before.ended  # the first step is done; the second model call is in flight
         daemon.kill()
         daemon.start()

@@ -113,8 +113,8 @@ async def test_oversized_tool_arguments_are_denied_not_fatal(harness: Harness) -
     proposal = next(m for m in members if isinstance(m, pb.ToolProposal))
     placeholder: dict[str, Any] = json.loads(proposal.input_json)
     assert placeholder["bytes"] > 200 * 1024 and len(placeholder["sha256"]) == 64
-    decision = next(m for m in members if isinstance(m, pb.ToolDecision))
-    assert decision.outcome == pb.ToolDecisionOutcome.DENY and "limit" in decision.reason
+    decision = proposal.decision
+    assert decision is not None and decision.outcome == pb.ToolDecisionOutcome.DENY and "limit" in decision.reason
     result = next(m for m in members if isinstance(m, pb.ToolResult))
     assert not result.success and result.error.startswith("denied: tool arguments are")
     harness.check_tape(run.run_id)

@@ -62,11 +62,14 @@ async def test_tool_loop_gives_result_k(harness: Harness, k: int) -> None:
     members = harness.members(run.run_id)
     results = [m for m in members if isinstance(m, pb.ToolResult)]
     assert [json.loads(r.output_json)["result"] for r in results] == list(range(1, k + 1))
-    attestations = [m for m in members if isinstance(m, pb.ToolAttestation)]
+    # Folded: the attestation rides in its result, the decision in its proposal.
+    assert not any(isinstance(m, pb.ToolAttestation | pb.ToolDecision) for m in members)
+    attestations = [r.attestation for r in results if r.attestation is not None]
     assert len(attestations) == k and all(len(a.execution_sha256) == 64 for a in attestations)
-    decisions = [m for m in members if isinstance(m, pb.ToolDecision)]
-    assert all(d.outcome == pb.ToolDecisionOutcome.ALLOW and len(d.policy_hash) == 64
-               for d in decisions)
+    decisions = [m.decision for m in members if isinstance(m, pb.ToolProposal)]
+    assert len(decisions) == k and all(
+        d is not None and d.outcome == pb.ToolDecisionOutcome.ALLOW and len(d.policy_hash) == 64
+        for d in decisions)
     harness.check_tape(run.run_id)
 
 

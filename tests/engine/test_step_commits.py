@@ -52,8 +52,11 @@ async def test_read_only_step_is_one_commit(harness: Harness) -> None:
     members = harness.members(run.run_id)
     kinds = [type(m).__name__ for m in members]
     first = kinds.index("ToolProposal")
-    assert kinds[first:first + 4] == ["ToolProposal", "ToolDecision", "ToolResult",
-                                      "ToolAttestation"]
+    # One event for the call and its decision, one for the result and its attestation.
+    assert kinds[first:first + 3] == ["ToolProposal", "ToolResult", "AgentLoop"]
+    proposal, result = members[first], members[first + 1]
+    assert isinstance(proposal, pb.ToolProposal) and proposal.decision is not None
+    assert isinstance(result, pb.ToolResult) and result.attestation is not None
     harness.check_tape(run.run_id)
 
 
@@ -66,6 +69,7 @@ async def test_tool_with_side_effects_runs_after_a_durable_allow(harness: Harnes
     assert run.final_text == "result=3"
     # Call i runs only once its own proposal (and the allow with it) is durable.
     assert seen == [1, 2, 3]
-    decisions = [m for m in harness.members(run.run_id) if isinstance(m, pb.ToolDecision)]
+    decisions = [m.decision for m in harness.members(run.run_id)
+                 if isinstance(m, pb.ToolProposal) and m.decision is not None]
     assert [d.outcome for d in decisions] == [pb.ToolDecisionOutcome.ALLOW] * 3
     harness.check_tape(run.run_id)

@@ -119,6 +119,8 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.ToolApprovalResponse.from_cache": "True when a cached session/timeboxed decision answered without asking.",
     "palyra.v1.ToolDecision.policy_hash": "SHA-256 of the active policy set and schema.",
     "palyra.v1.ToolPosture": "Per-tool posture, settable in the config file and per session over the API.",
+    "palyra.v1.ToolProposal.decision": "The policy's verdict on this call, taped in the same event: a call and its\ndecision are always durable together, before anything runs. Unset only on\ntapes written before the two were folded into one event; there a separate\n`tool_decision` event follows.",
+    "palyra.v1.ToolResult.attestation": "What ran, hashed (set when a tool executed). Taped in the same event as the\nresult; tapes written before the two were folded carry a separate\n`tool_attestation` event after the result instead.",
     "palyra.v1.VerifyJournalResponse.first_bad_position": "Set when !ok: the first position that failed, and why.",
     "palyra.v1.WatchRunRequest.after_seq": "Exclusive cursor; -1 replays everything.",
     "palyra.v1.WatchRunRequest.batch": "Opt in: each response carries the events of one journal commit (or one page of\nreplay) in `events`, and `event` stays unset. Without it, one event per response.\nOver HTTP the SSE frames stay one per event (`id: <tape_seq>`); a batch is written\nin one flush.",

@@ -42,6 +42,12 @@ def _join(*parts: str) -> str:
     return " ".join(p for p in parts if p)
 
 
+def _decision(body: v1.ToolDecision) -> str:
+    return _join(enum_name(body.outcome), _text(body.reason) if body.reason else "",
+                 _fields(("approval", body.approval_id), ("policy", body.policy_hash[:12]),
+                         ("policies", ",".join(body.policy_ids))))
+
+
 def _describe_body(body: betterproto2.Message) -> str:
     if isinstance(body, v1.RunStatus):
         return _join(f"state={enum_name(body.state)}",
@@ -52,12 +58,10 @@ def _describe_body(body: betterproto2.Message) -> str:
     if isinstance(body, v1.ToolProposal):
         return _join(f"{body.tool_name} {_json(body.input_json or '{}')}",
                      _fields(("turn", body.turn), ("proposal", body.proposal_id)),
-                     "needs approval" if body.approval_required else "")
+                     "needs approval" if body.approval_required else "",
+                     f"-> {_decision(body.decision)}" if body.decision else "")
     if isinstance(body, v1.ToolDecision):
-        return _join(enum_name(body.outcome), _text(body.reason) if body.reason else "",
-                     _fields(("proposal", body.proposal_id), ("approval", body.approval_id),
-                             ("policy", body.policy_hash[:12]),
-                             ("policies", ",".join(body.policy_ids))))
+        return _join(_decision(body), _fields(("proposal", body.proposal_id)))
     if isinstance(body, v1.ToolApprovalRequest):
         summary = body.prompt.summary if body.prompt else ""
         return _join(f"approval {body.approval_id} for {body.tool_name}",
@@ -74,8 +78,11 @@ def _describe_body(body: betterproto2.Message) -> str:
                      _text(body.reason) if body.reason else "")
     if isinstance(body, v1.ToolResult):
         outcome = _json(body.output_json or "null") if body.success else f"error {_text(body.error)}"
+        attested = body.attestation
         return _join(f"{body.tool_name} -> {outcome}",
-                     "timed out" if body.timed_out else "", "truncated" if body.truncated else "")
+                     "timed out" if body.timed_out else "", "truncated" if body.truncated else "",
+                     _fields(("executor", attested.executor),
+                             ("sha256", attested.execution_sha256)) if attested else "")
     if isinstance(body, v1.ToolAttestation):
         return _join(_fields(("proposal", body.proposal_id), ("executor", body.executor),
                              ("sha256", body.execution_sha256)),

@@ -233,6 +233,16 @@ export declare type ToolProposal = Message<"palyra.v1.ToolProposal"> & {
    * @generated from field: uint32 turn = 5;
    */
   turn: number;
+
+  /**
+   * The policy's verdict on this call, taped in the same event: a call and its
+   * decision are always durable together, before anything runs. Unset only on
+   * tapes written before the two were folded into one event; there a separate
+   * `tool_decision` event follows.
+   *
+   * @generated from field: palyra.v1.ToolDecision decision = 6;
+   */
+  decision?: ToolDecision | undefined;
 };
 
 /**
@@ -421,6 +431,15 @@ export declare type ToolResult = Message<"palyra.v1.ToolResult"> & {
    * @generated from field: bool truncated = 7;
    */
   truncated: boolean;
+
+  /**
+   * What ran, hashed (set when a tool executed). Taped in the same event as the
+   * result; tapes written before the two were folded carry a separate
+   * `tool_attestation` event after the result instead.
+   *
+   * @generated from field: palyra.v1.ToolAttestation attestation = 8;
+   */
+  attestation?: ToolAttestation | undefined;
 };
 
 /**

@@ -100,6 +100,8 @@ class LoopState:
             self.messages.append(ChatMessage(role="assistant", content=member.text))
         elif isinstance(member, pb.ToolProposal):
             self._apply_proposal(member, redacted)
+            if member.decision is not None:  # folded in (older tapes: a separate event)
+                self._apply_decision(member.decision)
         elif isinstance(member, pb.ToolDecision):
             self._apply_decision(member)
         elif isinstance(member, pb.ToolApprovalRequest):

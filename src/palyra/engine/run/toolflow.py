@@ -4,7 +4,8 @@ A tool with side effects runs only after a journaled allow: a policy allow in
 the same append as its proposal, a cached session/timeboxed grant answered on
 the tape, or an approval whose decision was committed before execution. A
 read-only tool the policy allows outright runs first and is journaled with its
-proposal, decision and result in one append (one commit per step): if the
+proposal (which carries the decision) and result (which carries the attestation)
+in one append (one commit per step): if the
 daemon dies in between, nothing of the step is on the tape, the model is asked
 again and the harmless call re-runs — the same rule recovery already applies
 to a read-only call caught in flight. Calls of one turn are
@@ -97,13 +98,13 @@ async def propose(step: Step, batch: Batch, calls: Sequence[ToolCall], turn: int
         else:
             verdict = decide(step, call.name, call.arguments, index)
         verdicts.append((pid, call, verdict))
-        batch.add(
-            pb.ToolProposal(proposal_id=pid, tool_name=call.name, input_json=input_json,
-                            approval_required=verdict.outcome == _ASK, turn=turn),
-            pb.ToolDecision(proposal_id=pid, outcome=verdict.outcome,
-                            reason=verdict.reason, policy_hash=verdict.policy_hash,
-                            policy_ids=list(verdict.policy_ids)),
-        )
+        # One event: the call and the policy's verdict on it (docs/journal.md, "tape").
+        batch.add(pb.ToolProposal(
+            proposal_id=pid, tool_name=call.name, input_json=input_json,
+            approval_required=verdict.outcome == _ASK, turn=turn,
+            decision=pb.ToolDecision(proposal_id=pid, outcome=verdict.outcome,
+                                     reason=verdict.reason, policy_hash=verdict.policy_hash,
+                                     policy_ids=list(verdict.policy_ids))))
     pid, call, verdict = verdicts[0]
     if verdict.outcome == _ALLOW and step.deps.tools.is_read_only(call.name):
         # Intent and result in one commit; the batch stays carried while the
@@ -292,13 +293,13 @@ async def execute(step: Step, p: Proposal) -> None:
 
 
 def _add_outcome(batch: Batch, pid: str, name: str, outcome: ToolOutcome) -> None:
+    attestation = pb.ToolAttestation(
+        proposal_id=pid, execution_sha256=outcome.execution_sha256, executor=outcome.executor,
+        timed_out=outcome.timed_out) if outcome.execution_sha256 else None
     batch.add(pb.ToolResult(
         proposal_id=pid, tool_name=name, success=outcome.success,
         output_json=outcome.output_json, error=outcome.error, timed_out=outcome.timed_out,
-        truncated=outcome.truncated))
-    if outcome.execution_sha256:
-        batch.add(pb.ToolAttestation(proposal_id=pid, execution_sha256=outcome.execution_sha256,
-                                     executor=outcome.executor, timed_out=outcome.timed_out))
+        truncated=outcome.truncated, attestation=attestation))
 
 
 async def _run_tool(step: Step, name: str, arguments: Mapping[str, Any]) -> ToolOutcome:

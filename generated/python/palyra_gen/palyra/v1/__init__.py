@@ -2474,6 +2474,16 @@ class ToolProposal(betterproto2.Message):
 
     turn: "int" = betterproto2.field(5, betterproto2.TYPE_UINT32)
 
+    decision: "ToolDecision | None" = betterproto2.field(
+        6, betterproto2.TYPE_MESSAGE, optional=True
+    )
+    """
+    The policy's verdict on this call, taped in the same event: a call and its
+    decision are always durable together, before anything runs. Unset only on
+    tapes written before the two were folded into one event; there a separate
+    `tool_decision` event follows.
+    """
+
 
 default_message_pool.register_message("palyra.v1", "ToolProposal", ToolProposal)
 
@@ -2493,6 +2503,15 @@ class ToolResult(betterproto2.Message):
     timed_out: "bool" = betterproto2.field(6, betterproto2.TYPE_BOOL)
 
     truncated: "bool" = betterproto2.field(7, betterproto2.TYPE_BOOL)
+
+    attestation: "ToolAttestation | None" = betterproto2.field(
+        8, betterproto2.TYPE_MESSAGE, optional=True
+    )
+    """
+    What ran, hashed (set when a tool executed). Taped in the same event as the
+    result; tapes written before the two were folded carry a separate
+    `tool_attestation` event after the result instead.
+    """
 
 
 default_message_pool.register_message("palyra.v1", "ToolResult", ToolResult)
