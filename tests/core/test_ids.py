@@ -1,4 +1,4 @@
-"""ULID encoding: the two-digits-per-lookup fast path equals the digit-by-digit definition."""
+"""ULID encoding: the base32 fast path equals the digit-by-digit definition."""
 
 from __future__ import annotations
 
@@ -25,3 +25,11 @@ def test_encode_ulid_matches_definition(ms: int, entropy: bytes) -> None:
 def test_extremes() -> None:
     assert encode_ulid(0, bytes(10)) == "0" * 26
     assert encode_ulid((1 << 48) - 1, b"\xff" * 10) == "7" + "Z" * 25
+
+
+def test_new_ulids_are_distinct_and_carry_the_time() -> None:
+    from palyra.core.ids import new_ulid
+
+    ids = [new_ulid(1_700_000_000_000) for _ in range(2000)]
+    assert len(set(ids)) == len(ids) and all(is_ulid(i) for i in ids)
+    assert {i[:10] for i in ids} == {encode_ulid(1_700_000_000_000, bytes(10))[:10]}

@@ -182,3 +182,29 @@ async def test_exact_args_survive_restart_and_run(harness: Harness) -> None:
     run = (await app.complete_run(USER, pb.CompleteRunRequest(
         run_id=created.run.run_id, wait=True))).run
     assert seen == [(TOOL, "nothing secret")] and run.state == pb.RunState.DONE
+
+
+async def _one(request: pb.RunStreamRequest):  # type: ignore[no-untyped-def]
+    yield request
+
+
+async def test_live_followers_get_the_redacted_event_not_the_engines_member(
+        harness: Harness) -> None:
+    """Live followers are handed the engine's own member only when redaction changed
+    nothing; a member that held a secret reaches them as stored: redacted."""
+    provider = PlannedProvider(lambda request: reply(f"done with {SK_REPLY}"))
+    harness.provider_factory = lambda: provider
+    app = await harness.start()
+    streamed: list[pb.TapeEvent] = []
+    async for response in app.run_stream(USER, _one(pb.RunStreamRequest(
+            v=1, batch=True, input=pb.MessageInput(text=f"here is {SK_INPUT}")))):
+        streamed += response.events
+    wire = b"".join(bytes(e) for e in streamed)
+    assert SK_INPUT.encode() not in wire and SK_REPLY.encode() not in wire
+    replies = [e.message_replied.reply_text for e in streamed if e.message_replied]
+    assert replies and all("<redacted>" in r for r in replies)
+    # The same events, read back from the store, are what the live stream showed.
+    run_id = streamed[0].run_id
+    stored = await app.list_run_tape(USER, pb.ListRunTapeRequest(run_id=run_id,
+                                                                    after_seq=-1))
+    assert [bytes(e) for e in stored.events] == [bytes(e) for e in streamed]

@@ -67,7 +67,7 @@ def test_draft_names_exactly_the_caller_settable_header_fields() -> None:
     # EventDraft's signature is public and puts the required kind/actor first,
     # so it is compared as a set; its non-header fields are listed explicitly.
     names = [f.name for f in dataclasses.fields(EventDraft)]
-    own = {"tape", "payload", "entity_writes"}
+    own = {"tape", "payload", "entity_writes", "origin"}
     assert set(names) - own == set(DRAFT_FIELDS)
 
 

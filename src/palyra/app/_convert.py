@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import betterproto2
 from palyra_gen.palyra import v1 as pb
 
 from palyra.app.context import CallContext
@@ -106,7 +107,11 @@ def tape_event_proto(event: StoredEvent) -> pb.TapeEvent:
     out = pb.TapeEvent(run_id=event.run_id, tape_seq=max(event.tape_seq, 0),
                        position=event.position, ts_unix_ms=event.ts_ms,
                        session_id=event.session_id)
-    member = member_from(event.kind, event.payload)
+    # A live event carries the member the engine built it from (only when
+    # redaction changed nothing, so it equals the stored payload): no decode.
+    origin = event.origin
+    member = origin if isinstance(origin, betterproto2.Message) else member_from(
+        event.kind, event.payload)
     if member is not None:
         setattr(out, tape_field_of(member), member)
     return out

@@ -6,8 +6,6 @@ caller, and so the single writer thread spends its time on hashing and I/O.
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -15,7 +13,7 @@ from typing import Any
 from palyra.core.canonical import INT64_MAX, canonical_bytes, normalize
 from palyra.core.errors import AlreadyExists, ErrorCode, InvalidArgument, PalyraError
 from palyra.core.event_header import EventHeader
-from palyra.core.ids import encode_ulid, is_ulid
+from palyra.core.ids import is_ulid, new_ulid
 from palyra.core.redaction import redact
 from palyra.journal._types import (
     ENTITY_TABLES,
@@ -29,36 +27,6 @@ from palyra.journal._types import (
 MAX_ID_BYTES = 256
 MAX_ENTITY_KEY_BYTES = 400
 MAX_FIELD_BYTES = 1024
-
-
-class _EntropyPool:
-    """ULID entropy from the OS random source, read 4 KiB at a time.
-
-    One ``os.urandom`` call per event showed up as the top cost under load:
-    each syscall drops the GIL and the writer thread then holds it.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._buffer = b""
-        self._offset = 0
-
-    def take(self) -> bytes:
-        with self._lock:
-            if self._offset + 10 > len(self._buffer):
-                self._buffer, self._offset = os.urandom(4096), 0
-            chunk = self._buffer[self._offset : self._offset + 10]
-            self._offset += 10
-            return chunk
-
-    def reset(self) -> None:
-        """Drop buffered bytes (after fork, so parent and child never share entropy)."""
-        self._lock = threading.Lock()
-        self._buffer, self._offset = b"", 0
-
-
-_ENTROPY = _EntropyPool()
-os.register_at_fork(after_in_child=_ENTROPY.reset)
 
 
 UNASSIGNED_POSITION = 0
@@ -78,6 +46,7 @@ class PreparedEvent(EventHeader, frozen=True):
     value: dict[str, Any]
     redactions: tuple[str, ...]
     entity_writes: tuple[EntityWrite, ...]
+    origin: Any = None
 
 
 def _text(name: str, value: object, limit: int, *, required: bool = False) -> str:
@@ -136,7 +105,7 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
     """
     if not isinstance(draft, EventDraft):
         raise InvalidArgument("append expects EventDraft values")
-    event_id = _text("event_id", draft.event_id, 26) or encode_ulid(now_ms, _ENTROPY.take())
+    event_id = _text("event_id", draft.event_id, 26) or new_ulid(now_ms)
     if not is_ulid(event_id):
         raise InvalidArgument(f"event_id {event_id!r} is not a ULID", details={"field": "event_id"})
     run_id = _text("run_id", draft.run_id, MAX_ID_BYTES)
@@ -173,6 +142,8 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
         value=redaction.value,
         redactions=redaction.paths,
         entity_writes=tuple(_entity_write(w, config) for w in draft.entity_writes),
+        # What followers see must be what was stored: the origin only when equal.
+        origin=draft.origin if not redaction.paths else None,
     )
 
 

@@ -90,6 +90,10 @@ class EventDraft:
     event_id: str = ""
     ts_ms: int = 0
     entity_writes: Sequence[EntityWrite] = ()
+    # In-process only, never stored or hashed: the object ``payload`` was built
+    # from. When redaction changes nothing it reaches this process's live
+    # followers as ``StoredEvent.origin``, so they need not decode the payload.
+    origin: Any = field(default=None, compare=False)
 
     def with_writes(self, *writes: EntityWrite) -> EventDraft:
         """A copy of this draft with ``writes`` appended to its ``entity_writes``.
@@ -119,6 +123,10 @@ class StoredEvent(EventHeader, frozen=True):
     hash: str
     prev_hash: str
     global_hash: str
+    origin: Any = None
+    """In-process only: the draft's ``origin`` (what the payload was built from) on
+    events handed to live followers when redaction changed nothing; None when read
+    from the store. Never stored, hashed or exported."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -304,6 +304,7 @@ class Writer:
                 hash=hashes[0],
                 prev_hash=hashes[1],
                 global_hash=hashes[2],
+                origin=event.origin,
             )
             results.setdefault(id(request), []).append(view)
             committed.append((view, len(event.payload) + _EVENT_OVERHEAD))

@@ -215,4 +215,4 @@ def tape_draft(record: RunRecord, member: betterproto2.Message) -> EventDraft:
     return EventDraft(kind=kind_of(member), actor=ENGINE_ACTOR, session_id=record.session_id,
                       run_id=record.run_id, tape=True, payload=payload_of(member),
                       principal=ident.principal, device_id=ident.device_id,
-                      channel=ident.channel)
+                      channel=ident.channel, origin=member)
