@@ -1,4 +1,4 @@
-"""ULID encoding: the base32 fast path equals the digit-by-digit definition."""
+"""ULID encoding: the two-digits-per-lookup fast path equals the digit-by-digit definition."""
 
 from __future__ import annotations
 

@@ -7,16 +7,15 @@ helper that reads the clock and the OS random source.
 
 from __future__ import annotations
 
-import base64
 import os
 import re
 import threading
 import time
 
 _ULID_RE = re.compile(r"^[0-7][0-9A-HJKMNP-TV-Z]{25}$")
-# RFC 4648 base32 digit -> the Crockford digit of the same value.
-_TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567",
-                                b"0123456789ABCDEFGHJKMNPQRSTVWXYZ")
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_PAIRS = tuple(a + b for a in _CROCKFORD for b in _CROCKFORD)
+_SHIFTS = tuple(range(120, -1, -10))
 
 
 def encode_ulid(ms: int, entropy: bytes) -> str:
@@ -25,12 +24,10 @@ def encode_ulid(ms: int, entropy: bytes) -> str:
         raise ValueError("ULID timestamp out of range")
     if len(entropy) != 10:
         raise ValueError("ULID entropy must be 10 bytes")
-    # 26 digits = 130 bits, the top two zero. Shifted left by 6 the 128-bit value
-    # fills 17 bytes whose first 26 base32 digits are exactly those 130 bits, so
-    # the C base32 encoder does the work (one lookup per digit was the cost).
+    # 26 digits = 130 bits (the top two are zero), ten bits (two digits) per
+    # lookup. (base64.b32encode is pure Python on 3.11 and measured slower.)
     value = (ms << 80) | int.from_bytes(entropy, "big")
-    digits = base64.b32encode((value << 6).to_bytes(17, "big"))[:26]
-    return digits.translate(_TO_CROCKFORD).decode("ascii")
+    return "".join([_PAIRS[(value >> shift) & 1023] for shift in _SHIFTS])
 
 
 class _EntropyPool:
