@@ -34,13 +34,14 @@ class InProcessDriver:
         self._batch = batch
 
     async def prepare_session(self, session_key: str, *, hitl: bool) -> None:
+        if not hitl:
+            return  # the turn's CreateRun creates the session in its accept commit
         resolved = await self._app.resolve_session(
             CLIENT, pb.ResolveSessionRequest(session_key=session_key))
-        if hitl:
-            assert resolved.session is not None
-            await self._app.set_tool_posture(CLIENT, pb.SetToolPostureRequest(
-                session_id=resolved.session.session_id, tool_name=self._tool,
-                posture=pb.ToolPosture.ASK_EACH_TIME))
+        assert resolved.session is not None
+        await self._app.set_tool_posture(CLIENT, pb.SetToolPostureRequest(
+            session_id=resolved.session.session_id, tool_name=self._tool,
+            posture=pb.ToolPosture.ASK_EACH_TIME))
 
     async def start_turn(self, session_key: str, text: str) -> str:
         created = await self._app.create_run(CLIENT, pb.CreateRunRequest(

@@ -48,13 +48,14 @@ class GrpcDriver:
         self._approvals = pb.ApprovalsServiceStub(self._channel, metadata=APPROVER_HEADERS)
 
     async def prepare_session(self, session_key: str, *, hitl: bool) -> None:
+        if not hitl:
+            return  # the turn's CreateRun creates the session in its accept commit
         resolved = await self._gateway.resolve_session(
             pb.ResolveSessionRequest(session_key=session_key))
-        if hitl:
-            assert resolved.session is not None
-            await self._gateway.set_tool_posture(pb.SetToolPostureRequest(
-                session_id=resolved.session.session_id, tool_name=self._tool,
-                posture=pb.ToolPosture.ASK_EACH_TIME))
+        assert resolved.session is not None
+        await self._gateway.set_tool_posture(pb.SetToolPostureRequest(
+            session_id=resolved.session.session_id, tool_name=self._tool,
+            posture=pb.ToolPosture.ASK_EACH_TIME))
 
     async def start_turn(self, session_key: str, text: str) -> str:
         created = await self._gateway.create_run(pb.CreateRunRequest(
@@ -96,11 +97,12 @@ class HttpDriver:
         return response.json()  # type: ignore[no-any-return]
 
     async def prepare_session(self, session_key: str, *, hitl: bool) -> None:
+        if not hitl:
+            return  # the turn's CreateRun creates the session in its accept commit
         resolved = await self._post("/v1/sessions:resolve", {"sessionKey": session_key})
-        if hitl:
-            session_id = resolved["session"]["sessionId"]
-            await self._post(f"/v1/sessions/{session_id}/tool-postures",
-                             {"toolName": self._tool, "posture": "ask_each_time"})
+        session_id = resolved["session"]["sessionId"]
+        await self._post(f"/v1/sessions/{session_id}/tool-postures",
+                         {"toolName": self._tool, "posture": "ask_each_time"})
 
     async def start_turn(self, session_key: str, text: str) -> str:
         created = await self._post("/v1/runs", {"v": 1, "sessionKey": session_key,

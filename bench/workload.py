@@ -32,7 +32,9 @@ class Driver(Protocol):
     """How the harness reaches palyra: in process, over gRPC or over HTTP."""
 
     async def prepare_session(self, session_key: str, *, hitl: bool) -> None:
-        """Create the session; with ``hitl`` make the tool ask each time."""
+        """With ``hitl``, create the session and make the tool ask each time; without,
+        nothing (the turn's run creates the session in its first commit, as a client
+        that just sends a message would)."""
         ...
 
     async def start_turn(self, session_key: str, text: str) -> str:

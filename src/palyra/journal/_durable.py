@@ -42,7 +42,7 @@ COMMIT_LOG_DB = "_commit_log"
 
 _APPLIED = b"applied"
 _U64 = struct.Struct(">Q")
-SYNC_EVERY_S = 1.0
+SYNC_EVERY_S = 2.0
 
 
 def prepare_files(directory: Path, log: CommitLog) -> None:
