@@ -10,6 +10,7 @@ from typing import Any
 
 from palyra.core.errors import ErrorCode, PalyraError, PalyraInternalError
 from palyra.journal import _reads
+from palyra.journal._entity_cache import EntityCache
 from palyra.journal._env import JournalEnv
 from palyra.journal._follow import FollowHub, follow_batches, follow_events
 from palyra.journal._prepare import prepare
@@ -51,8 +52,11 @@ class JournalStore:
         self._writer: Writer | None = None
         self._signer: Signer | None = None
         self._closed = False
+        self._entities: EntityCache | None = None
         if not config.readonly:
-            self._writer = Writer(env, config.max_batch_events, self._hub.publish)
+            self._entities = EntityCache()
+            self._writer = Writer(env, config.max_batch_events, self._hub.publish,
+                                  self._entities.bump)
 
     @classmethod
     def open(cls, data_dir: Path, *, config: JournalConfig | None = None) -> JournalStore:
@@ -120,7 +124,16 @@ class JournalStore:
 
     def get_entity(self, table: str, key: str) -> bytes | None:
         """The value of ``table``/``key`` or None."""
-        return _reads.get_entity(self._env, table, key)
+        cache = self._entities
+        if cache is None:
+            return _reads.get_entity(self._env, table, key)
+        hit, value = cache.get(table, key)
+        if hit:
+            return value
+        version = cache.version(table)  # before the read: see _entity_cache
+        value = _reads.get_entity(self._env, table, key)
+        cache.put(table, key, version, value)
+        return value
 
     def scan_entities(
         self, table: str, prefix: str = "", after_key: str = "", limit: int = 1000

@@ -115,10 +115,12 @@ class Writer:
         env: JournalEnv,
         max_batch_events: int,
         on_commit: Callable[[list[tuple[StoredEvent, int]]], None],
+        on_tables: Callable[[set[str]], None] = lambda tables: None,
     ):
         self._env = env
         self._max_batch = max(1, max_batch_events)
         self._on_commit = on_commit
+        self._on_tables = on_tables
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         with env.read() as txn:
             count, head = load_head(env, txn)
@@ -179,6 +181,9 @@ class Writer:
             error.__cause__ = exc
             _resolve(batch, [(None, error)] * len(batch))
             return
+        tables = {w.table for r in live for e in r.events for w in e.entity_writes}
+        if tables:
+            self._on_tables(tables)  # before anyone hears of the commit: no stale read after
         self.next_position = state.next_position
         self.head = state.head
         _remember(self._session_heads, state.session_heads)
