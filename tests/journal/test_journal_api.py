@@ -31,7 +31,7 @@ def test_signatures() -> None:
     assert params(JournalStore.scan_entities) == ["self", "table", "prefix", "after_key", "limit"]
     assert params(EventDraft) == [
         "kind", "actor", "session_id", "run_id", "tape", "payload", "principal", "device_id",
-        "channel", "event_id", "ts_ms", "entity_writes",
+        "channel", "event_id", "ts_ms", "entity_writes", "origin",
     ]  # fmt: skip
     assert inspect.iscoroutinefunction(JournalStore.append)
     assert {"position", "tape_seq", "payload", "redactions", "hash", "prev_hash"} <= set(

@@ -71,6 +71,23 @@ def _text(name: str, value: object, limit: int, *, required: bool = False) -> st
     return str(value)
 
 
+def _plain_header(draft: EventDraft) -> bool:
+    """True when every header text is a plain ASCII ``str`` within its limit (and
+    ``kind`` is set): then no per-field check can fail. One test for the usual case."""
+    s, r, k, a = draft.session_id, draft.run_id, draft.kind, draft.actor
+    p, d, c = draft.principal, draft.device_id, draft.channel
+    return (
+        s.__class__ is str and r.__class__ is str and k.__class__ is str
+        and a.__class__ is str and p.__class__ is str and d.__class__ is str
+        and c.__class__ is str and bool(k)
+        and len(s) <= MAX_ID_BYTES and len(r) <= MAX_ID_BYTES
+        and len(k) <= MAX_FIELD_BYTES and len(a) <= MAX_FIELD_BYTES
+        and len(p) <= MAX_FIELD_BYTES and len(d) <= MAX_FIELD_BYTES
+        and len(c) <= MAX_FIELD_BYTES
+        and (s + r + k + a + p + d + c).isascii()
+    )  # fmt: skip
+
+
 def _entity_write(write: object, config: JournalConfig) -> EntityWrite:
     if not isinstance(write, EntityWrite):
         raise InvalidArgument("entity_writes must hold EntityWrite values")
@@ -105,18 +122,39 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
     """
     if not isinstance(draft, EventDraft):
         raise InvalidArgument("append expects EventDraft values")
-    event_id = _text("event_id", draft.event_id, 26) or new_ulid(now_ms)
-    if not is_ulid(event_id):
-        raise InvalidArgument(f"event_id {event_id!r} is not a ULID", details={"field": "event_id"})
-    run_id = _text("run_id", draft.run_id, MAX_ID_BYTES)
+    if draft.event_id:
+        event_id = _text("event_id", draft.event_id, 26)
+        if not is_ulid(event_id):
+            raise InvalidArgument(f"event_id {event_id!r} is not a ULID",
+                                  details={"field": "event_id"})
+    else:
+        event_id = new_ulid(now_ms)
+    if _plain_header(draft):
+        session_id, run_id, kind, actor = draft.session_id, draft.run_id, draft.kind, draft.actor
+        principal, device_id, channel = draft.principal, draft.device_id, draft.channel
+    else:  # the field-by-field checks, for their error messages
+        session_id = _text("session_id", draft.session_id, MAX_ID_BYTES)
+        run_id = _text("run_id", draft.run_id, MAX_ID_BYTES)
+        kind = _text("kind", draft.kind, MAX_FIELD_BYTES, required=True)
+        actor = _text("actor", draft.actor, MAX_FIELD_BYTES)
+        principal = _text("principal", draft.principal, MAX_FIELD_BYTES)
+        device_id = _text("device_id", draft.device_id, MAX_FIELD_BYTES)
+        channel = _text("channel", draft.channel, MAX_FIELD_BYTES)
     if draft.tape and not run_id:
         raise InvalidArgument("a tape event needs a run_id", details={"field": "run_id"})
     ts_ms = draft.ts_ms
-    if isinstance(ts_ms, bool) or not isinstance(ts_ms, int) or not 0 <= ts_ms <= INT64_MAX:
+    if (ts_ms.__class__ is not int and (
+            isinstance(ts_ms, bool) or not isinstance(ts_ms, int))) or not 0 <= ts_ms <= INT64_MAX:
         raise InvalidArgument("ts_ms must be a non-negative 64-bit int", details={"field": "ts_ms"})
-    if not isinstance(draft.payload, Mapping):
+    payload = draft.payload
+    if payload.__class__ is dict and draft.origin is not None:
+        # A draft with an origin is the engine's: its payload is the proto3 JSON of
+        # that message (plain by construction), so the normalizing walk is skipped.
+        plain = payload
+    elif not isinstance(payload, Mapping):
         raise InvalidArgument("payload must be a mapping", details={"field": "payload"})
-    plain = normalize(draft.payload)
+    else:
+        plain = normalize(payload)
     raw = canonical_bytes(plain)
     if len(raw) > config.max_payload_bytes:
         raise PalyraError(
@@ -128,15 +166,15 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
     return PreparedEvent(
         position=UNASSIGNED_POSITION,
         event_id=event_id,
-        session_id=_text("session_id", draft.session_id, MAX_ID_BYTES),
+        session_id=session_id,
         run_id=run_id,
         tape_seq=NO_TAPE_SEQ,
-        kind=_text("kind", draft.kind, MAX_FIELD_BYTES, required=True),
-        actor=_text("actor", draft.actor, MAX_FIELD_BYTES),
+        kind=kind,
+        actor=actor,
         ts_ms=ts_ms or now_ms,
-        principal=_text("principal", draft.principal, MAX_FIELD_BYTES),
-        device_id=_text("device_id", draft.device_id, MAX_FIELD_BYTES),
-        channel=_text("channel", draft.channel, MAX_FIELD_BYTES),
+        principal=principal,
+        device_id=device_id,
+        channel=channel,
         tape=bool(draft.tape),
         payload=raw if not redaction.paths else canonical_bytes(redaction.value),
         value=redaction.value,

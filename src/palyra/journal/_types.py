@@ -90,9 +90,11 @@ class EventDraft:
     event_id: str = ""
     ts_ms: int = 0
     entity_writes: Sequence[EntityWrite] = ()
-    # In-process only, never stored or hashed: the object ``payload`` was built
-    # from. When redaction changes nothing it reaches this process's live
-    # followers as ``StoredEvent.origin``, so they need not decode the payload.
+    # In-process only, never stored or hashed: the message ``payload`` was built
+    # from, whose proto3 JSON ``payload`` is (so it is plain JSON by construction and
+    # is not normalized again). When redaction changes nothing it reaches this
+    # process's live followers as ``StoredEvent.origin``, so they need not decode
+    # the payload. Only the engine sets it; API drafts never carry one.
     origin: Any = field(default=None, compare=False)
 
     def with_writes(self, *writes: EntityWrite) -> EventDraft:
