@@ -11,4 +11,5 @@ export * from "./palyra/v1/journal_pb.js";
 export * from "./palyra/v1/memory_pb.js";
 export * from "./palyra/v1/options_pb.js";
 export * from "./palyra/v1/tape_pb.js";
+export * from "./palyra/v1/tasks_pb.js";
 export * from "./palyra/v1/tokens_pb.js";

@@ -58,6 +58,7 @@ ERROR_MAPPING: Final[dict[str, ErrorMapping]] = {
     "METHOD_NOT_ALLOWED": ErrorMapping(grpc_status=12, http_status=405, retryable=False),
     "HEADERS_TOO_LARGE": ErrorMapping(grpc_status=8, http_status=431, retryable=False),
     "REQUEST_TIMEOUT": ErrorMapping(grpc_status=4, http_status=408, retryable=False),
+    "LEASE_STALE": ErrorMapping(grpc_status=9, http_status=409, retryable=False),
 }
 
 #: Mapping of ERROR_CODE_UNSPECIFIED: the fallback for an unknown code.

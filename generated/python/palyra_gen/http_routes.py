@@ -5,6 +5,7 @@
 #   spec/proto/palyra/v1/gateway.proto
 #   spec/proto/palyra/v1/journal.proto
 #   spec/proto/palyra/v1/memory.proto
+#   spec/proto/palyra/v1/tasks.proto
 #   spec/proto/palyra/v1/tokens.proto
 # Regenerate with `nox -s codegen`; `python -m codegen --check` fails on drift.
 
@@ -547,6 +548,42 @@ ROUTES: Final[tuple[HttpRoute, ...]] = (
         server_streaming=False,
         request_type="palyra.v1.ResolveSessionRequest",
         response_type="palyra.v1.ResolveSessionResponse",
+    ),
+    HttpRoute(
+        service="palyra.v1.TasksService",
+        method="ListTasks",
+        python_method="list_tasks",
+        http_method="GET",
+        path="/v1/tasks",
+        body="",
+        client_streaming=False,
+        server_streaming=False,
+        request_type="palyra.v1.ListTasksRequest",
+        response_type="palyra.v1.ListTasksResponse",
+    ),
+    HttpRoute(
+        service="palyra.v1.TasksService",
+        method="GetTask",
+        python_method="get_task",
+        http_method="GET",
+        path="/v1/tasks/{task_id}",
+        body="",
+        client_streaming=False,
+        server_streaming=False,
+        request_type="palyra.v1.GetTaskRequest",
+        response_type="palyra.v1.GetTaskResponse",
+    ),
+    HttpRoute(
+        service="palyra.v1.TasksService",
+        method="CancelTask",
+        python_method="cancel_task",
+        http_method="POST",
+        path="/v1/tasks/{task_id}:cancel",
+        body="*",
+        client_streaming=False,
+        server_streaming=False,
+        request_type="palyra.v1.CancelTaskRequest",
+        response_type="palyra.v1.CancelTaskResponse",
     ),
     HttpRoute(
         service="palyra.v1.TokensService",

@@ -9,6 +9,7 @@
 #   spec/proto/palyra/v1/memory.proto
 #   spec/proto/palyra/v1/options.proto
 #   spec/proto/palyra/v1/tape.proto
+#   spec/proto/palyra/v1/tasks.proto
 #   spec/proto/palyra/v1/tokens.proto
 # Regenerate with `nox -s codegen`; `python -m codegen --check` fails on drift.
 
@@ -30,6 +31,12 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.ApprovalsService": "Human-in-the-loop approvals. An `admin:` or `system:` principal sees every\napproval; any other principal sees (lists, gets, exports) only the approvals\nof runs it started, and another's approval is NOT_FOUND. Who may decide is a\nCedar policy (`approval.decide`), and the decider is recorded.",
     "palyra.v1.ApprovalsService.DecideApproval": "Decide a pending approval from any client; the run continues from the journal.",
     "palyra.v1.ApprovalsService.ExportApprovals": "Chunked NDJSON (or JSON) export with a chained checksum per record.",
+    "palyra.v1.BackgroundTask.expires_at_unix_ms": "Expires unclaimed (or unfinished) after this (0: never).",
+    "palyra.v1.BackgroundTask.heartbeat_at_unix_ms": "Last heartbeat of the current lease.",
+    "palyra.v1.BackgroundTask.idempotency_key": "A second enqueue with the same key returns this task.",
+    "palyra.v1.BackgroundTask.not_before_unix_ms": "Not claimed before this (0: at once); set by retry backoff too.",
+    "palyra.v1.BackgroundTask.parent_run_id": "Cancelling this run cancels the task.",
+    "palyra.v1.BackgroundTask.priority": "Higher runs first.",
     "palyra.v1.BackgroundTaskState": "Background task states. Must match spec/lifecycle/background_task.yaml.",
     "palyra.v1.ChannelsService": "Channel pairing: a DM of `pair <CODE>` grants a sender access for a while.\nCodes and grants are durable journal records.",
     "palyra.v1.CreateCheckpointResponse.position": "The global position the signature vouches for (0 for an empty journal).",
@@ -44,6 +51,7 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.ErrorCode.ERROR_CODE_DATA_DIR_LOCKED": "Another process holds the data dir for writing.",
     "palyra.v1.ErrorCode.ERROR_CODE_HEADERS_TOO_LARGE": "The request's headers are too large or too many (HTTP), or its metadata (gRPC).",
     "palyra.v1.ErrorCode.ERROR_CODE_ILLEGAL_TRANSITION": "A lifecycle event not allowed in the current state (a daemon bug if internal).",
+    "palyra.v1.ErrorCode.ERROR_CODE_LEASE_STALE": "A background-task write carried a lease epoch that is no longer the task's:\nanother worker owns it now (a fencing token, not a worker name).",
     "palyra.v1.ErrorCode.ERROR_CODE_MALFORMED_REQUEST": "The body could not be decoded (bad protobuf, bad JSON, unknown field).",
     "palyra.v1.ErrorCode.ERROR_CODE_METHOD_NOT_ALLOWED": "The HTTP path exists but not for this method (gRPC has no such case; an\nunknown method there is UNIMPLEMENTED).",
     "palyra.v1.ErrorCode.ERROR_CODE_REQUEST_TIMEOUT": "The client did not send its request (its body, over HTTP) in time.",
@@ -87,6 +95,9 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.ListApprovalsRequest.state": "Filter; UNSPECIFIED lists every state.",
     "palyra.v1.ListRunTapeRequest.after_seq": "Exclusive cursor; -1 (default when unset over HTTP) starts from the beginning.",
     "palyra.v1.ListRunTapeResponse.next_after_seq": "Set only when more events remain.",
+    "palyra.v1.ListTasksRequest.after_task_id": "Exclusive: the last task_id of the previous page.",
+    "palyra.v1.ListTasksRequest.limit": "1..500 (0: 100).",
+    "palyra.v1.ListTasksRequest.state": "Filters (empty / UNSPECIFIED: any).",
     "palyra.v1.MemoryItem.confidence_bps": "Basis points, 0..10000.",
     "palyra.v1.MemoryService": "Long-term memory: items injected into context by vector search.",
     "palyra.v1.MessageInput.attachments": "At most 32.",
@@ -108,6 +119,10 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.Session.branch_state": '"root", "active_branch" or "branch_source".',
     "palyra.v1.SetToolPostureRequest.posture": "UNSPECIFIED clears the session override.",
     "palyra.v1.TapeEvent": "One event of a run's tape. (run_id, tape_seq) is dense from 0 and never\nreused; `position` is the event's global journal position.",
+    "palyra.v1.TaskLease": "Who holds a running task: `epoch` is the fencing token every write of the\nworker carries; a write with an older epoch is refused (LEASE_STALE).",
+    "palyra.v1.TasksService": "The durable background-task queue (post-run reflection and other queued\nwork). Operators only (`admin:` or `system:`). Every state change is a\njournal event and goes through spec/lifecycle/background_task.yaml.",
+    "palyra.v1.TasksService.CancelTask": "Cancel a task: a queued one at once; a running one at its worker's next heartbeat.",
+    "palyra.v1.TasksService.ListTasks": "Tasks, newest first; filters combine.",
     "palyra.v1.TokenInfo.expires_at_unix_ms": "0: never expires.",
     "palyra.v1.TokenInfo.issued_by": "Who issued it.",
     "palyra.v1.TokenInfo.principal": "The principal every request with this token acts as.",

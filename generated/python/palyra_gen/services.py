@@ -5,6 +5,7 @@
 #   spec/proto/palyra/v1/gateway.proto
 #   spec/proto/palyra/v1/journal.proto
 #   spec/proto/palyra/v1/memory.proto
+#   spec/proto/palyra/v1/tasks.proto
 #   spec/proto/palyra/v1/tokens.proto
 # Regenerate with `nox -s codegen`; `python -m codegen --check` fails on drift.
 
@@ -31,12 +32,14 @@ __all__ = (
     "GatewayServiceApp",
     "JournalServiceApp",
     "MemoryServiceApp",
+    "TasksServiceApp",
     "TokensServiceApp",
     "ApprovalsServiceServer",
     "ChannelsServiceServer",
     "GatewayServiceServer",
     "JournalServiceServer",
     "MemoryServiceServer",
+    "TasksServiceServer",
     "TokensServiceServer",
     "PalyraServicesApp",
     "RPCS",
@@ -493,6 +496,39 @@ class MemoryServiceServer(v1.MemoryServiceBase, Generic[CtxI]):
         return await self._app.purge_memory(self._ctx(), message)
 
 
+class TasksServiceApp(Protocol[CtxT]):
+    """What the application serves for ``palyra.v1.TasksService``."""
+
+    async def list_tasks(self, ctx: CtxT, request: v1.ListTasksRequest) -> v1.ListTasksResponse:
+        """``palyra.v1.TasksService.ListTasks``."""
+        ...
+
+    async def get_task(self, ctx: CtxT, request: v1.GetTaskRequest) -> v1.GetTaskResponse:
+        """``palyra.v1.TasksService.GetTask``."""
+        ...
+
+    async def cancel_task(self, ctx: CtxT, request: v1.CancelTaskRequest) -> v1.CancelTaskResponse:
+        """``palyra.v1.TasksService.CancelTask``."""
+        ...
+
+
+class TasksServiceServer(v1.TasksServiceBase, Generic[CtxI]):
+    """grpclib servicer of ``palyra.v1.TasksService``: every RPC forwards to the app."""
+
+    def __init__(self, app: TasksServiceApp[CtxI], ctx: Callable[[], CtxI]) -> None:
+        self._app = app
+        self._ctx = ctx
+
+    async def list_tasks(self, message: v1.ListTasksRequest) -> v1.ListTasksResponse:
+        return await self._app.list_tasks(self._ctx(), message)
+
+    async def get_task(self, message: v1.GetTaskRequest) -> v1.GetTaskResponse:
+        return await self._app.get_task(self._ctx(), message)
+
+    async def cancel_task(self, message: v1.CancelTaskRequest) -> v1.CancelTaskResponse:
+        return await self._app.cancel_task(self._ctx(), message)
+
+
 class TokensServiceApp(Protocol[CtxT]):
     """What the application serves for ``palyra.v1.TokensService``."""
 
@@ -534,6 +570,7 @@ class PalyraServicesApp(
     GatewayServiceApp[CtxT],
     JournalServiceApp[CtxT],
     MemoryServiceApp[CtxT],
+    TasksServiceApp[CtxT],
     TokensServiceApp[CtxT],
     Protocol[CtxT],
 ):
@@ -548,6 +585,7 @@ def servers(app: PalyraServicesApp[CtxI], ctx: Callable[[], CtxI]) -> list[Any]:
         GatewayServiceServer(app, ctx),
         JournalServiceServer(app, ctx),
         MemoryServiceServer(app, ctx),
+        TasksServiceServer(app, ctx),
         TokensServiceServer(app, ctx),
     ]
 
@@ -945,6 +983,33 @@ RPCS: Final[tuple[RpcInfo, ...]] = (
         False,
     ),
     RpcInfo(
+        "palyra.v1.TasksService",
+        "ListTasks",
+        "list_tasks",
+        "palyra.v1.ListTasksRequest",
+        "palyra.v1.ListTasksResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
+        "palyra.v1.TasksService",
+        "GetTask",
+        "get_task",
+        "palyra.v1.GetTaskRequest",
+        "palyra.v1.GetTaskResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
+        "palyra.v1.TasksService",
+        "CancelTask",
+        "cancel_task",
+        "palyra.v1.CancelTaskRequest",
+        "palyra.v1.CancelTaskResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
         "palyra.v1.TokensService",
         "IssueToken",
         "issue_token",
@@ -1013,6 +1078,9 @@ UNARY: Final[dict[str, Callable[[PalyraServicesApp[Any], Any, Any], Awaitable[An
     "delete_memory": lambda app, ctx, request: app.delete_memory(ctx, request),
     "list_memory": lambda app, ctx, request: app.list_memory(ctx, request),
     "purge_memory": lambda app, ctx, request: app.purge_memory(ctx, request),
+    "list_tasks": lambda app, ctx, request: app.list_tasks(ctx, request),
+    "get_task": lambda app, ctx, request: app.get_task(ctx, request),
+    "cancel_task": lambda app, ctx, request: app.cancel_task(ctx, request),
     "issue_token": lambda app, ctx, request: app.issue_token(ctx, request),
     "list_tokens": lambda app, ctx, request: app.list_tokens(ctx, request),
     "revoke_token": lambda app, ctx, request: app.revoke_token(ctx, request),

@@ -11,12 +11,14 @@ from palyra.app._approvals import ApprovalsApi
 from palyra.app._journal import JournalApi
 from palyra.app._runs import RunsApi
 from palyra.app._sessions import SessionsApi
+from palyra.app._tasks import TasksApi
 from palyra.app._tokens import TokensApi
 from palyra.app._unimplemented import UnimplementedApi
 from palyra.app.context import CallContext
 
 
-class PalyraApp(RunsApi, SessionsApi, ApprovalsApi, JournalApi, TokensApi, UnimplementedApi):
+class PalyraApp(RunsApi, SessionsApi, ApprovalsApi, JournalApi, TokensApi, TasksApi,
+                UnimplementedApi):
     """The application API over one ``Engine``.
 
     Methods take ``(ctx: CallContext, request)`` and return the response

@@ -43,6 +43,7 @@ class ErrorCode(enum.StrEnum):
     METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
     HEADERS_TOO_LARGE = "HEADERS_TOO_LARGE"
     REQUEST_TIMEOUT = "REQUEST_TIMEOUT"
+    LEASE_STALE = "LEASE_STALE"
 
 
 # Codes a caller may retry unchanged. Kept beside the enum so a new code

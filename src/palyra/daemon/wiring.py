@@ -18,10 +18,11 @@ import structlog
 from palyra.adapters import GatePolicy, RegistryTools
 from palyra.app import CallContext, PalyraApp
 from palyra.config import PalyraConfig
-from palyra.engine import Engine, RecoveryReport
+from palyra.engine import Engine, RecoveryReport, RunRecord, RunStateId
 from palyra.journal import JournalStore, sign_head_if_moved
 from palyra.policy import PolicyGate
 from palyra.providers import build_provider
+from palyra.tasks import TaskQueue
 from palyra.tools import default_registry
 from palyra.transport.context import ContextFactory
 
@@ -61,7 +62,19 @@ async def open_application(
     await stack.enter_async_context(engine)
     report = await engine.recover()
     _log.info("recovered", **recovery_log_fields(report))
-    return PalyraApp(engine), CallContext.from_caller
+    tasks = TaskQueue(store)
+    moved = await tasks.start()
+    stack.push_async_callback(tasks.close)
+    _log.info("tasks recovered", moved=len(moved))
+
+    async def cancel_children(record: RunRecord) -> None:
+        if record.state in (RunStateId.CANCELLED, RunStateId.FAILED):
+            await tasks.cancel_children(record.run_id, f"parent run {record.state}")
+
+    engine.on_run_end(cancel_children)
+    app = PalyraApp(engine)
+    app.tasks = tasks
+    return app, CallContext.from_caller
 
 
 def recovery_log_fields(report: RecoveryReport) -> dict[str, object]:

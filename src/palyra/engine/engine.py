@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
@@ -56,6 +57,8 @@ from palyra.journal import JournalStore
 from palyra.providers import ModelProvider
 
 CANCEL_COMMAND = "/cancel"
+
+_log = logging.getLogger("palyra.engine")
 
 
 def wall_ms() -> int:
@@ -114,6 +117,7 @@ class Engine:
         self._tg: asyncio.TaskGroup | None = None
         self._draining = False
         self._helpers: set[asyncio.Task[None]] = set()
+        self._run_end_hooks: list[Callable[[RunRecord], Awaitable[None]]] = []
 
     # -- lifetime ----------------------------------------------------------
     async def __aenter__(self) -> Engine:
@@ -141,6 +145,12 @@ class Engine:
         task.add_done_callback(self._helpers.discard)
         return task
 
+    def on_run_end(self, hook: Callable[[RunRecord], Awaitable[None]]) -> None:
+        """Call ``hook`` with the record of every run that reaches a terminal state
+        in this process (e.g. to cancel the run's background tasks). A failing hook
+        is logged; it never affects the run."""
+        self._run_end_hooks.append(hook)
+
     def _start_actor(self, actor: RunActor) -> None:
         self._actors[actor.run_id] = actor
 
@@ -149,6 +159,13 @@ class Engine:
                 await actor.main()
             finally:
                 self._actors.pop(actor.run_id, None)
+            record = actor.record
+            if is_run_terminal(record.state):
+                for hook in self._run_end_hooks:
+                    try:
+                        await hook(record)
+                    except Exception:
+                        _log.exception("run-end hook failed for %s", record.run_id)
 
         self.spawn(own())
 

@@ -225,6 +225,14 @@ export enum ErrorCode {
    * @generated from enum value: ERROR_CODE_REQUEST_TIMEOUT = 29;
    */
   REQUEST_TIMEOUT = 29,
+
+  /**
+   * A background-task write carried a lease epoch that is no longer the task's:
+   * another worker owns it now (a fencing token, not a worker name).
+   *
+   * @generated from enum value: ERROR_CODE_LEASE_STALE = 30;
+   */
+  LEASE_STALE = 30,
 }
 
 /**

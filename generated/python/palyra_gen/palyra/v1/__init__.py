@@ -9,6 +9,7 @@
 #   spec/proto/palyra/v1/memory.proto
 #   spec/proto/palyra/v1/options.proto
 #   spec/proto/palyra/v1/tape.proto
+#   spec/proto/palyra/v1/tasks.proto
 #   spec/proto/palyra/v1/tokens.proto
 # Regenerate with `nox -s codegen`; `python -m codegen --check` fails on drift.
 
@@ -29,11 +30,14 @@ __all__ = (
     "ApprovalsServiceBase",
     "ApprovalsServiceStub",
     "Attachment",
+    "BackgroundTask",
     "BackgroundTaskState",
     "BindAgentRequest",
     "BindAgentResponse",
     "BranchSessionRequest",
     "BranchSessionResponse",
+    "CancelTaskRequest",
+    "CancelTaskResponse",
     "ChannelsServiceBase",
     "ChannelsServiceStub",
     "CleanupSessionRequest",
@@ -76,6 +80,8 @@ __all__ = (
     "GetMemoryResponse",
     "GetRunRequest",
     "GetRunResponse",
+    "GetTaskRequest",
+    "GetTaskResponse",
     "Identity",
     "InboundMessage",
     "IngestMemoryRequest",
@@ -101,6 +107,8 @@ __all__ = (
     "ListRunTapeResponse",
     "ListSessionsRequest",
     "ListSessionsResponse",
+    "ListTasksRequest",
+    "ListTasksResponse",
     "ListTokensRequest",
     "ListTokensResponse",
     "MemoryHit",
@@ -139,6 +147,9 @@ __all__ = (
     "SetToolPostureRequest",
     "SetToolPostureResponse",
     "TapeEvent",
+    "TaskLease",
+    "TasksServiceBase",
+    "TasksServiceStub",
     "TokenInfo",
     "TokensServiceBase",
     "TokensServiceStub",
@@ -474,6 +485,12 @@ class ErrorCode(betterproto2.Enum):
     The client did not send its request (its body, over HTTP) in time.
     """
 
+    LEASE_STALE = 30
+    """
+    A background-task write carried a lease epoch that is no longer the task's:
+    another worker owns it now (a fencing token, not a worker name).
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -507,6 +524,7 @@ class ErrorCode(betterproto2.Enum):
             27: "ERROR_CODE_METHOD_NOT_ALLOWED",
             28: "ERROR_CODE_HEADERS_TOO_LARGE",
             29: "ERROR_CODE_REQUEST_TIMEOUT",
+            30: "ERROR_CODE_LEASE_STALE",
         }
 
     @classmethod
@@ -542,6 +560,7 @@ class ErrorCode(betterproto2.Enum):
             "ERROR_CODE_METHOD_NOT_ALLOWED": 27,
             "ERROR_CODE_HEADERS_TOO_LARGE": 28,
             "ERROR_CODE_REQUEST_TIMEOUT": 29,
+            "ERROR_CODE_LEASE_STALE": 30,
         }
 
 
@@ -930,6 +949,68 @@ default_message_pool.register_message("palyra.v1", "Attachment", Attachment)
 
 
 @dataclass(eq=False, repr=False)
+class BackgroundTask(betterproto2.Message):
+    task_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    kind: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    state: "BackgroundTaskState" = betterproto2.field(
+        3, betterproto2.TYPE_ENUM, default_factory=lambda: BackgroundTaskState(0)
+    )
+
+    payload_json: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+    priority: "int" = betterproto2.field(5, betterproto2.TYPE_INT32)
+    """
+    Higher runs first.
+    """
+
+    not_before_unix_ms: "int" = betterproto2.field(6, betterproto2.TYPE_INT64)
+    """
+    Not claimed before this (0: at once); set by retry backoff too.
+    """
+
+    expires_at_unix_ms: "int" = betterproto2.field(7, betterproto2.TYPE_INT64)
+    """
+    Expires unclaimed (or unfinished) after this (0: never).
+    """
+
+    attempts: "int" = betterproto2.field(8, betterproto2.TYPE_UINT32)
+
+    max_attempts: "int" = betterproto2.field(9, betterproto2.TYPE_UINT32)
+
+    parent_run_id: "str" = betterproto2.field(10, betterproto2.TYPE_STRING)
+    """
+    Cancelling this run cancels the task.
+    """
+
+    idempotency_key: "str" = betterproto2.field(11, betterproto2.TYPE_STRING)
+    """
+    A second enqueue with the same key returns this task.
+    """
+
+    lease: "TaskLease | None" = betterproto2.field(12, betterproto2.TYPE_MESSAGE, optional=True)
+
+    last_error: "str" = betterproto2.field(13, betterproto2.TYPE_STRING)
+
+    result_json: "str" = betterproto2.field(14, betterproto2.TYPE_STRING)
+
+    created_at_unix_ms: "int" = betterproto2.field(15, betterproto2.TYPE_INT64)
+
+    updated_at_unix_ms: "int" = betterproto2.field(16, betterproto2.TYPE_INT64)
+
+    heartbeat_at_unix_ms: "int" = betterproto2.field(17, betterproto2.TYPE_INT64)
+    """
+    Last heartbeat of the current lease.
+    """
+
+    cancel_reason: "str" = betterproto2.field(18, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("palyra.v1", "BackgroundTask", BackgroundTask)
+
+
+@dataclass(eq=False, repr=False)
 class BindAgentRequest(betterproto2.Message):
     agent_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -965,6 +1046,24 @@ class BranchSessionResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "BranchSessionResponse", BranchSessionResponse)
+
+
+@dataclass(eq=False, repr=False)
+class CancelTaskRequest(betterproto2.Message):
+    task_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    reason: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("palyra.v1", "CancelTaskRequest", CancelTaskRequest)
+
+
+@dataclass(eq=False, repr=False)
+class CancelTaskResponse(betterproto2.Message):
+    task: "BackgroundTask | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+
+
+default_message_pool.register_message("palyra.v1", "CancelTaskResponse", CancelTaskResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -1412,6 +1511,22 @@ default_message_pool.register_message("palyra.v1", "GetRunResponse", GetRunRespo
 
 
 @dataclass(eq=False, repr=False)
+class GetTaskRequest(betterproto2.Message):
+    task_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("palyra.v1", "GetTaskRequest", GetTaskRequest)
+
+
+@dataclass(eq=False, repr=False)
+class GetTaskResponse(betterproto2.Message):
+    task: "BackgroundTask | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+
+
+default_message_pool.register_message("palyra.v1", "GetTaskResponse", GetTaskResponse)
+
+
+@dataclass(eq=False, repr=False)
 class Identity(betterproto2.Message):
     """
     Who is calling: taken from authenticated headers, never from the body.
@@ -1713,6 +1828,43 @@ class ListSessionsResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "ListSessionsResponse", ListSessionsResponse)
+
+
+@dataclass(eq=False, repr=False)
+class ListTasksRequest(betterproto2.Message):
+    state: "BackgroundTaskState" = betterproto2.field(
+        1, betterproto2.TYPE_ENUM, default_factory=lambda: BackgroundTaskState(0)
+    )
+    """
+    Filters (empty / UNSPECIFIED: any).
+    """
+
+    kind: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    parent_run_id: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    limit: "int" = betterproto2.field(4, betterproto2.TYPE_UINT32)
+    """
+    1..500 (0: 100).
+    """
+
+    after_task_id: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    Exclusive: the last task_id of the previous page.
+    """
+
+
+default_message_pool.register_message("palyra.v1", "ListTasksRequest", ListTasksRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListTasksResponse(betterproto2.Message):
+    tasks: "list[BackgroundTask]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+    next_after_task_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("palyra.v1", "ListTasksResponse", ListTasksResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -2330,6 +2482,23 @@ class TapeEvent(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "TapeEvent", TapeEvent)
+
+
+@dataclass(eq=False, repr=False)
+class TaskLease(betterproto2.Message):
+    """
+    Who holds a running task: `epoch` is the fencing token every write of the
+    worker carries; a write with an older epoch is refused (LEASE_STALE).
+    """
+
+    owner: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    epoch: "int" = betterproto2.field(2, betterproto2.TYPE_UINT64)
+
+    expires_at_unix_ms: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+
+
+default_message_pool.register_message("palyra.v1", "TaskLease", TaskLease)
 
 
 @dataclass(eq=False, repr=False)
@@ -3514,6 +3683,74 @@ class MemoryServiceStub(betterproto2_grpclib.ServiceStub):
         )
 
 
+class TasksServiceStub(betterproto2_grpclib.ServiceStub):
+    """
+    The durable background-task queue (post-run reflection and other queued
+    work). Operators only (`admin:` or `system:`). Every state change is a
+    journal event and goes through spec/lifecycle/background_task.yaml.
+    """
+
+    async def list_tasks(
+        self,
+        message: "ListTasksRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListTasksResponse":
+        """
+        Tasks, newest first; filters combine.
+        """
+
+        return await self._unary_unary(
+            "/palyra.v1.TasksService/ListTasks",
+            message,
+            ListTasksResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def get_task(
+        self,
+        message: "GetTaskRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "GetTaskResponse":
+
+        return await self._unary_unary(
+            "/palyra.v1.TasksService/GetTask",
+            message,
+            GetTaskResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def cancel_task(
+        self,
+        message: "CancelTaskRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "CancelTaskResponse":
+        """
+        Cancel a task: a queued one at once; a running one at its worker's next heartbeat.
+        """
+
+        return await self._unary_unary(
+            "/palyra.v1.TasksService/CancelTask",
+            message,
+            CancelTaskResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+
 class TokensServiceStub(betterproto2_grpclib.ServiceStub):
     """
     Per-principal bearer tokens. An operator (`admin:` or `system:`) issues a
@@ -4512,6 +4749,78 @@ class MemoryServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 PurgeMemoryRequest,
                 PurgeMemoryResponse,
+            ),
+        }
+
+
+class TasksServiceBase(betterproto2_grpclib.ServiceBase):
+    """
+    The durable background-task queue (post-run reflection and other queued
+    work). Operators only (`admin:` or `system:`). Every state change is a
+    journal event and goes through spec/lifecycle/background_task.yaml.
+    """
+
+    async def list_tasks(self, message: "ListTasksRequest") -> "ListTasksResponse":
+        """
+        Tasks, newest first; filters combine.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def get_task(self, message: "GetTaskRequest") -> "GetTaskResponse":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def cancel_task(self, message: "CancelTaskRequest") -> "CancelTaskResponse":
+        """
+        Cancel a task: a queued one at once; a running one at its worker's next heartbeat.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def __rpc_list_tasks(
+        self, stream: "grpclib.server.Stream[ListTasksRequest, ListTasksResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.list_tasks(request)
+        await stream.send_message(response)
+
+    async def __rpc_get_task(
+        self, stream: "grpclib.server.Stream[GetTaskRequest, GetTaskResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.get_task(request)
+        await stream.send_message(response)
+
+    async def __rpc_cancel_task(
+        self, stream: "grpclib.server.Stream[CancelTaskRequest, CancelTaskResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.cancel_task(request)
+        await stream.send_message(response)
+
+    def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
+        return {
+            "/palyra.v1.TasksService/ListTasks": grpclib.const.Handler(
+                self.__rpc_list_tasks,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ListTasksRequest,
+                ListTasksResponse,
+            ),
+            "/palyra.v1.TasksService/GetTask": grpclib.const.Handler(
+                self.__rpc_get_task,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                GetTaskRequest,
+                GetTaskResponse,
+            ),
+            "/palyra.v1.TasksService/CancelTask": grpclib.const.Handler(
+                self.__rpc_cancel_task,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                CancelTaskRequest,
+                CancelTaskResponse,
             ),
         }
 

@@ -1,0 +1,137 @@
+"""Workers: claim a task, run its handler, keep the lease alive, hear a cancel.
+
+A worker loop waits in :meth:`TaskQueue.claim` (woken by the queue, never
+polling), runs the handler registered for the task's kind, and meanwhile
+heartbeats every ``0.8 x`` the lease. A heartbeat that finds the task
+``cancel_requested`` cancels the handler; one refused as ``LEASE_STALE``
+means the task moved on without this worker (its lease lapsed), so the
+handler is cancelled and nothing more is written with that epoch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from palyra.core.errors import ErrorCode, PalyraError
+from palyra.core.ids import new_ulid
+from palyra.tasks import model
+from palyra.tasks.model import State, TaskRecord
+from palyra.tasks.queue import TaskQueue
+
+log = logging.getLogger("palyra.tasks")
+
+
+@dataclass(frozen=True, slots=True)
+class TaskContext:
+    """What a handler gets: the task as claimed and its decoded payload."""
+
+    task: TaskRecord
+    payload: dict[str, Any]
+
+
+Handler = Callable[[TaskContext], Awaitable[dict[str, Any] | None]]
+"""Runs one task; returns its result (JSON-able) or raises to fail the attempt."""
+
+
+class _LeaseLost(Exception):
+    pass
+
+
+class TaskWorker:
+    """``concurrency`` loops over one queue for the kinds in ``handlers``."""
+
+    def __init__(self, queue: TaskQueue, handlers: Mapping[str, Handler], *,
+                 lease_ms: int = model.DEFAULT_LEASE_MS, concurrency: int = 1,
+                 owner: str = "") -> None:
+        self._queue = queue
+        self._handlers = dict(handlers)
+        self._lease_ms = lease_ms
+        self._concurrency = max(1, concurrency)
+        self.owner = owner or f"worker:{new_ulid()}"
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        """Start the loops (no-op without handlers)."""
+        if not self._handlers or self._tasks:
+            return
+        self._tasks = [asyncio.ensure_future(self._loop()) for _ in range(self._concurrency)]
+
+    async def close(self) -> None:
+        """Stop the loops; a task in hand keeps its lease, which lapses (or recovery takes it)."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    async def _loop(self) -> None:
+        kinds = frozenset(self._handlers)
+        while True:
+            task = await self._queue.claim(self.owner, kinds, self._lease_ms)
+            try:
+                await self.run_one(task)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a queue write failed: the lease lapses, the task is retried
+                log.exception("task %s: could not record its outcome", task.task_id)
+
+    async def run_one(self, task: TaskRecord) -> TaskRecord | None:
+        """Run a claimed task to its recorded outcome (None: the lease was lost)."""
+        handler = self._handlers[task.kind]
+        payload = msgspec.json.decode(task.payload_json) if task.payload_json else {}
+        work = asyncio.ensure_future(handler(TaskContext(task, payload)))
+        beats = asyncio.ensure_future(self._heartbeats(task, work))
+        try:
+            result = await work
+        except asyncio.CancelledError:
+            heard = beats.done() and not beats.cancelled()
+            if heard and isinstance(beats.exception(), _LeaseLost):
+                return None  # the task moved on without us: write nothing
+            if not (heard and beats.exception() is None):
+                beats.cancel()  # the worker itself is stopping: the lease lapses
+                raise
+            # The heartbeat heard a cancel request: record it (cancel_requested -> cancelled).
+            return await self._finish(self._queue.fail(task.task_id, task.lease_epoch,
+                                                       "cancelled"))
+        except Exception as exc:
+            beats.cancel()
+            return await self._finish(self._queue.fail(
+                task.task_id, task.lease_epoch, f"{type(exc).__name__}: {exc}"))
+        finally:
+            beats.cancel()
+        return await self._finish(self._queue.succeed(task.task_id, task.lease_epoch, result))
+
+    @staticmethod
+    async def _finish(write: Awaitable[TaskRecord]) -> TaskRecord | None:
+        try:
+            return await write
+        except PalyraError as exc:
+            if exc.code is ErrorCode.LEASE_STALE:
+                log.info("task outcome dropped: %s", exc.message)
+                return None
+            raise
+
+    async def _heartbeats(self, task: TaskRecord, work: asyncio.Future[Any]) -> None:
+        interval = self._lease_ms * model.HEARTBEAT_FRACTION / 1000
+        while not work.done():
+            await asyncio.sleep(interval)
+            if work.done():
+                return
+            try:
+                rec = await self._queue.heartbeat(task.task_id, task.lease_epoch, self._lease_ms)
+            except PalyraError as exc:
+                if exc.code is ErrorCode.LEASE_STALE:
+                    work.cancel()
+                    raise _LeaseLost from exc
+                raise
+            if rec.state == State.CANCEL_REQUESTED:
+                work.cancel()
+                return
