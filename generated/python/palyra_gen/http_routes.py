@@ -7,6 +7,7 @@
 #   spec/proto/palyra/v1/memory.proto
 #   spec/proto/palyra/v1/tasks.proto
 #   spec/proto/palyra/v1/tokens.proto
+#   spec/proto/palyra/v1/watchdog.proto
 # Regenerate with `nox -s codegen`; `python -m codegen --check` fails on drift.
 
 """HTTP routes of every RPC, from the ``google.api.http`` options of the spec's protos."""
@@ -272,6 +273,30 @@ ROUTES: Final[tuple[HttpRoute, ...]] = (
         server_streaming=False,
         request_type="palyra.v1.AppendEventRequest",
         response_type="palyra.v1.AppendEventResponse",
+    ),
+    HttpRoute(
+        service="palyra.v1.WatchdogService",
+        method="ListIncidents",
+        python_method="list_incidents",
+        http_method="GET",
+        path="/v1/incidents",
+        body="",
+        client_streaming=False,
+        server_streaming=False,
+        request_type="palyra.v1.ListIncidentsRequest",
+        response_type="palyra.v1.ListIncidentsResponse",
+    ),
+    HttpRoute(
+        service="palyra.v1.WatchdogService",
+        method="AcknowledgeIncident",
+        python_method="acknowledge_incident",
+        http_method="POST",
+        path="/v1/incidents/{incident_id}:acknowledge",
+        body="*",
+        client_streaming=False,
+        server_streaming=False,
+        request_type="palyra.v1.AcknowledgeIncidentRequest",
+        response_type="palyra.v1.AcknowledgeIncidentResponse",
     ),
     HttpRoute(
         service="palyra.v1.JournalService",

@@ -11,6 +11,7 @@
 #   spec/proto/palyra/v1/tape.proto
 #   spec/proto/palyra/v1/tasks.proto
 #   spec/proto/palyra/v1/tokens.proto
+#   spec/proto/palyra/v1/watchdog.proto
 # Regenerate with `nox -s codegen`; `python -m codegen --check` fails on drift.
 
 """Leading comments of the spec's protos, by full element name (for API docs)."""
@@ -84,6 +85,9 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.GatewayService.WatchRun": "Replay a run's tape from a cursor, then follow live events until the run ends.\nOver HTTP: SSE with `id: <tape_seq>`, honouring Last-Event-ID.",
     "palyra.v1.GetHealthResponse.journal_commits": "Durable journal commits since this daemon started; with group commit many\nevents share one. Benchmarks read it to report commits per step.",
     "palyra.v1.Identity": "Who is calling: taken from authenticated headers, never from the body.",
+    "palyra.v1.Incident.action": "`observed` (observe_only), `recovered` (re-queued or resumed), `failed`\n(ended cleanly with a reason), or `none` (nothing to do).",
+    "palyra.v1.Incident.kind": "`run_stale`, `task_stale` or `approval_pending`.",
+    "palyra.v1.Incident.subject_id": "The run, task or approval it is about.",
     "palyra.v1.InlineApprovalDecision": "An inline answer to a tool_approval_request on the run's own stream.",
     "palyra.v1.IssueTokenRequest.principal": "e.g. `user:alice`; operators' principals (`admin:`, `system:`) cannot be bound.",
     "palyra.v1.IssueTokenRequest.ttl_seconds": "0: the token does not expire.",
@@ -93,6 +97,8 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.JournalService.ExportJournal": "A self-contained NDJSON bundle, in chunks.",
     "palyra.v1.JournalService.VerifyJournal": "Recompute every hash and checkpoint signature.",
     "palyra.v1.ListApprovalsRequest.state": "Filter; UNSPECIFIED lists every state.",
+    "palyra.v1.ListIncidentsRequest.limit": "1..500 (0: 100).",
+    "palyra.v1.ListIncidentsRequest.open_only": "Leave out acknowledged incidents.",
     "palyra.v1.ListRunTapeRequest.after_seq": "Exclusive cursor; -1 (default when unset over HTTP) starts from the beginning.",
     "palyra.v1.ListRunTapeResponse.next_after_seq": "Set only when more events remain.",
     "palyra.v1.ListTasksRequest.after_task_id": "Exclusive: the last task_id of the previous page.",
@@ -142,4 +148,7 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.WatchRunRequest.no_follow": "Stop after replay instead of following a live run.",
     "palyra.v1.WatchRunResponse.event": "Set when the request did not ask for `batch`.",
     "palyra.v1.WatchRunResponse.events": "With `batch`: the events of one commit (or one replay page), in tape order, never\nempty.",
+    "palyra.v1.WatchdogService": "The self-healing watchdog's incidents (operators only). The watchdog scans for\nruns and background tasks whose heartbeat went stale and approvals left\npending too long; in `auto` mode it also recovers what it found. Every\nincident and every action is a journal event.",
+    "palyra.v1.WatchdogService.AcknowledgeIncident": "Record that an operator has seen an incident (who, when, a note).",
+    "palyra.v1.WatchdogService.ListIncidents": "Incidents, newest first.",
 }

@@ -7,6 +7,7 @@
 #   spec/proto/palyra/v1/memory.proto
 #   spec/proto/palyra/v1/tasks.proto
 #   spec/proto/palyra/v1/tokens.proto
+#   spec/proto/palyra/v1/watchdog.proto
 # Regenerate with `nox -s codegen`; `python -m codegen --check` fails on drift.
 
 """Typed seam between the transports and the application (one Protocol per service).
@@ -34,6 +35,7 @@ __all__ = (
     "MemoryServiceApp",
     "TasksServiceApp",
     "TokensServiceApp",
+    "WatchdogServiceApp",
     "ApprovalsServiceServer",
     "ChannelsServiceServer",
     "GatewayServiceServer",
@@ -41,6 +43,7 @@ __all__ = (
     "MemoryServiceServer",
     "TasksServiceServer",
     "TokensServiceServer",
+    "WatchdogServiceServer",
     "PalyraServicesApp",
     "RPCS",
     "STREAMING",
@@ -564,6 +567,38 @@ class TokensServiceServer(v1.TokensServiceBase, Generic[CtxI]):
         return await self._app.revoke_token(self._ctx(), message)
 
 
+class WatchdogServiceApp(Protocol[CtxT]):
+    """What the application serves for ``palyra.v1.WatchdogService``."""
+
+    async def list_incidents(
+        self, ctx: CtxT, request: v1.ListIncidentsRequest
+    ) -> v1.ListIncidentsResponse:
+        """``palyra.v1.WatchdogService.ListIncidents``."""
+        ...
+
+    async def acknowledge_incident(
+        self, ctx: CtxT, request: v1.AcknowledgeIncidentRequest
+    ) -> v1.AcknowledgeIncidentResponse:
+        """``palyra.v1.WatchdogService.AcknowledgeIncident``."""
+        ...
+
+
+class WatchdogServiceServer(v1.WatchdogServiceBase, Generic[CtxI]):
+    """grpclib servicer of ``palyra.v1.WatchdogService``: every RPC forwards to the app."""
+
+    def __init__(self, app: WatchdogServiceApp[CtxI], ctx: Callable[[], CtxI]) -> None:
+        self._app = app
+        self._ctx = ctx
+
+    async def list_incidents(self, message: v1.ListIncidentsRequest) -> v1.ListIncidentsResponse:
+        return await self._app.list_incidents(self._ctx(), message)
+
+    async def acknowledge_incident(
+        self, message: v1.AcknowledgeIncidentRequest
+    ) -> v1.AcknowledgeIncidentResponse:
+        return await self._app.acknowledge_incident(self._ctx(), message)
+
+
 class PalyraServicesApp(
     ApprovalsServiceApp[CtxT],
     ChannelsServiceApp[CtxT],
@@ -572,6 +607,7 @@ class PalyraServicesApp(
     MemoryServiceApp[CtxT],
     TasksServiceApp[CtxT],
     TokensServiceApp[CtxT],
+    WatchdogServiceApp[CtxT],
     Protocol[CtxT],
 ):
     """Every service of the spec, as one application."""
@@ -587,6 +623,7 @@ def servers(app: PalyraServicesApp[CtxI], ctx: Callable[[], CtxI]) -> list[Any]:
         MemoryServiceServer(app, ctx),
         TasksServiceServer(app, ctx),
         TokensServiceServer(app, ctx),
+        WatchdogServiceServer(app, ctx),
     ]
 
 
@@ -1036,6 +1073,24 @@ RPCS: Final[tuple[RpcInfo, ...]] = (
         False,
         False,
     ),
+    RpcInfo(
+        "palyra.v1.WatchdogService",
+        "ListIncidents",
+        "list_incidents",
+        "palyra.v1.ListIncidentsRequest",
+        "palyra.v1.ListIncidentsResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
+        "palyra.v1.WatchdogService",
+        "AcknowledgeIncident",
+        "acknowledge_incident",
+        "palyra.v1.AcknowledgeIncidentRequest",
+        "palyra.v1.AcknowledgeIncidentResponse",
+        False,
+        False,
+    ),
 )
 
 #: Unary RPCs by python method name: ``(app, ctx, request) -> awaitable response``.
@@ -1084,6 +1139,8 @@ UNARY: Final[dict[str, Callable[[PalyraServicesApp[Any], Any, Any], Awaitable[An
     "issue_token": lambda app, ctx, request: app.issue_token(ctx, request),
     "list_tokens": lambda app, ctx, request: app.list_tokens(ctx, request),
     "revoke_token": lambda app, ctx, request: app.revoke_token(ctx, request),
+    "list_incidents": lambda app, ctx, request: app.list_incidents(ctx, request),
+    "acknowledge_incident": lambda app, ctx, request: app.acknowledge_incident(ctx, request),
 }
 #: Streaming RPCs by python method name: ``(app, ctx, request or requests) -> async iterator``.
 STREAMING: Final[dict[str, Callable[[PalyraServicesApp[Any], Any, Any], AsyncIterator[Any]]]] = {

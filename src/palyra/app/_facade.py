@@ -14,11 +14,12 @@ from palyra.app._sessions import SessionsApi
 from palyra.app._tasks import TasksApi
 from palyra.app._tokens import TokensApi
 from palyra.app._unimplemented import UnimplementedApi
+from palyra.app._watchdog import WatchdogApi
 from palyra.app.context import CallContext
 
 
 class PalyraApp(RunsApi, SessionsApi, ApprovalsApi, JournalApi, TokensApi, TasksApi,
-                UnimplementedApi):
+                WatchdogApi, UnimplementedApi):
     """The application API over one ``Engine``.
 
     Methods take ``(ctx: CallContext, request)`` and return the response

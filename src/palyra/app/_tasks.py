@@ -39,7 +39,7 @@ class TasksApi(AppBase):
 
     tasks: TaskQueue | None = None
 
-    async def task_queue(self) -> TaskQueue:
+    async def _task_queue(self) -> TaskQueue:
         """The daemon's queue, or one opened (and recovered) on first use."""
         if self.tasks is None:
             queue = TaskQueue(self.store)
@@ -51,7 +51,7 @@ class TasksApi(AppBase):
                          request: pb.ListTasksRequest) -> pb.ListTasksResponse:
         """Newest first; filters by state, kind and parent run."""
         require_operator(ctx, "listing tasks")
-        queue = await self.task_queue()
+        queue = await self._task_queue()
         state = ""
         if request.state != pb.BackgroundTaskState.UNSPECIFIED:
             state = str(PROTO_TO_STATE[request.state])
@@ -66,7 +66,7 @@ class TasksApi(AppBase):
         require_operator(ctx, "reading tasks")
         if not request.task_id:
             raise InvalidArgument("task_id is required")
-        return pb.GetTaskResponse(task=task_proto((await self.task_queue()).require(
+        return pb.GetTaskResponse(task=task_proto((await self._task_queue()).require(
             request.task_id)))
 
     async def cancel_task(self, ctx: CallContext,
@@ -76,5 +76,5 @@ class TasksApi(AppBase):
         if not request.task_id:
             raise InvalidArgument("task_id is required")
         reason = request.reason or f"cancelled by {identity.principal}"
-        rec = await (await self.task_queue()).cancel(request.task_id, reason)
+        rec = await (await self._task_queue()).cancel(request.task_id, reason)
         return pb.CancelTaskResponse(task=task_proto(rec))

@@ -16,6 +16,7 @@ from palyra.journal import JournalConfig
 from palyra.policy import PolicyConfig
 from palyra.providers import ProviderConfig
 from palyra.tools import ToolsConfig
+from palyra.watchdog import WatchdogConfig
 
 LogFormat: TypeAlias = Literal["kv", "json"]
 LogLevel: TypeAlias = Literal["debug", "info", "warning", "error"]
@@ -150,3 +151,4 @@ class PalyraConfig:
     journal: JournalConfig = dataclasses.field(default_factory=JournalConfig)
     policy: PolicyConfig = dataclasses.field(default_factory=PolicyConfig)
     tools: ToolsConfig = dataclasses.field(default_factory=ToolsConfig)
+    watchdog: WatchdogConfig = dataclasses.field(default_factory=WatchdogConfig)

@@ -25,6 +25,7 @@ from palyra.providers import build_provider
 from palyra.tasks import TaskQueue
 from palyra.tools import default_registry
 from palyra.transport.context import ContextFactory
+from palyra.watchdog import Watchdog
 
 try:
     VERSION = importlib.metadata.version("palyra")
@@ -72,6 +73,9 @@ async def open_application(
             await tasks.cancel_children(record.run_id, f"parent run {record.state}")
 
     engine.on_run_end(cancel_children)
+    watchdog = Watchdog(engine, tasks, config.watchdog)
+    watchdog.start()
+    stack.push_async_callback(watchdog.close)
     app = PalyraApp(engine)
     app.tasks = tasks
     return app, CallContext.from_caller

@@ -145,6 +145,11 @@ class Engine:
         task.add_done_callback(self._helpers.discard)
         return task
 
+    def live_runs(self) -> list[tuple[RunRecord, str]]:
+        """Every run with an actor in this process: its committed record and what its
+        step is doing (``idle``, ``model``, ``tool`` or ``approval``)."""
+        return [(actor.record, actor.phase) for actor in list(self._actors.values())]
+
     def on_run_end(self, hook: Callable[[RunRecord], Awaitable[None]]) -> None:
         """Call ``hook`` with the record of every run that reaches a terminal state
         in this process (e.g. to cancel the run's background tasks). A failing hook

@@ -236,6 +236,19 @@ class TaskQueue:
         await self._notify()
         return new
 
+    async def lapse(self, task_id: str, reason: str) -> TaskRecord:
+        """End a lease whose worker stopped heartbeating (the watchdog in ``auto`` mode):
+        re-queued with backoff, or failed after its last attempt. The old epoch can
+        write nothing more."""
+        async with self._lock:
+            rec = self.require(task_id)
+            if not rec.leased:
+                return rec
+            new = model.release(rec, self._now(), reason, Outcome.LOST)
+            await self._commit(new, "lease_lapsed")
+        await self._notify()
+        return new
+
     async def cancel_children(self, run_id: str, reason: str) -> list[TaskRecord]:
         """Cancel every unfinished task whose parent is ``run_id``."""
         children = [r.task_id for r in self._live.values() if r.parent_run_id == run_id]

@@ -11,11 +11,14 @@
 #   spec/proto/palyra/v1/tape.proto
 #   spec/proto/palyra/v1/tasks.proto
 #   spec/proto/palyra/v1/tokens.proto
+#   spec/proto/palyra/v1/watchdog.proto
 # Regenerate with `nox -s codegen`; `python -m codegen --check` fails on drift.
 
 __all__ = (
     "AbortRunRequest",
     "AbortRunResponse",
+    "AcknowledgeIncidentRequest",
+    "AcknowledgeIncidentResponse",
     "Agent",
     "AgentBinding",
     "AgentLoop",
@@ -84,6 +87,8 @@ __all__ = (
     "GetTaskResponse",
     "Identity",
     "InboundMessage",
+    "Incident",
+    "IncidentSeverity",
     "IngestMemoryRequest",
     "IngestMemoryResponse",
     "InlineApprovalDecision",
@@ -97,6 +102,8 @@ __all__ = (
     "ListAgentsResponse",
     "ListApprovalsRequest",
     "ListApprovalsResponse",
+    "ListIncidentsRequest",
+    "ListIncidentsResponse",
     "ListMemoryRequest",
     "ListMemoryResponse",
     "ListPairingCodesRequest",
@@ -171,6 +178,8 @@ __all__ = (
     "VerifyJournalResponse",
     "WatchRunRequest",
     "WatchRunResponse",
+    "WatchdogServiceBase",
+    "WatchdogServiceStub",
 )
 
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
@@ -588,6 +597,34 @@ class ExportFormat(betterproto2.Enum):
         }
 
 
+class IncidentSeverity(betterproto2.Enum):
+    UNSPECIFIED = 0
+
+    LOW = 1
+
+    MEDIUM = 2
+
+    HIGH = 3
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "INCIDENT_SEVERITY_UNSPECIFIED",
+            1: "INCIDENT_SEVERITY_LOW",
+            2: "INCIDENT_SEVERITY_MEDIUM",
+            3: "INCIDENT_SEVERITY_HIGH",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "INCIDENT_SEVERITY_UNSPECIFIED": 0,
+            "INCIDENT_SEVERITY_LOW": 1,
+            "INCIDENT_SEVERITY_MEDIUM": 2,
+            "INCIDENT_SEVERITY_HIGH": 3,
+        }
+
+
 class RiskLevel(betterproto2.Enum):
     UNSPECIFIED = 0
 
@@ -751,6 +788,28 @@ class AbortRunResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "AbortRunResponse", AbortRunResponse)
+
+
+@dataclass(eq=False, repr=False)
+class AcknowledgeIncidentRequest(betterproto2.Message):
+    incident_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    note: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message(
+    "palyra.v1", "AcknowledgeIncidentRequest", AcknowledgeIncidentRequest
+)
+
+
+@dataclass(eq=False, repr=False)
+class AcknowledgeIncidentResponse(betterproto2.Message):
+    incident: "Incident | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+
+
+default_message_pool.register_message(
+    "palyra.v1", "AcknowledgeIncidentResponse", AcknowledgeIncidentResponse
+)
 
 
 @dataclass(eq=False, repr=False)
@@ -1573,6 +1632,46 @@ default_message_pool.register_message("palyra.v1", "InboundMessage", InboundMess
 
 
 @dataclass(eq=False, repr=False)
+class Incident(betterproto2.Message):
+    incident_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    severity: "IncidentSeverity" = betterproto2.field(
+        2, betterproto2.TYPE_ENUM, default_factory=lambda: IncidentSeverity(0)
+    )
+
+    kind: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    `run_stale`, `task_stale` or `approval_pending`.
+    """
+
+    subject_id: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    The run, task or approval it is about.
+    """
+
+    detail: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+
+    detected_at_unix_ms: "int" = betterproto2.field(6, betterproto2.TYPE_INT64)
+
+    action: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+    """
+    `observed` (observe_only), `recovered` (re-queued or resumed), `failed`
+    (ended cleanly with a reason), or `none` (nothing to do).
+    """
+
+    action_detail: "str" = betterproto2.field(8, betterproto2.TYPE_STRING)
+
+    acknowledged_by: "str" = betterproto2.field(9, betterproto2.TYPE_STRING)
+
+    acknowledged_at_unix_ms: "int" = betterproto2.field(10, betterproto2.TYPE_INT64)
+
+    acknowledgement_note: "str" = betterproto2.field(11, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("palyra.v1", "Incident", Incident)
+
+
+@dataclass(eq=False, repr=False)
 class IngestMemoryRequest(betterproto2.Message):
     item: "MemoryItem | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
 
@@ -1712,6 +1811,30 @@ class ListApprovalsResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "ListApprovalsResponse", ListApprovalsResponse)
+
+
+@dataclass(eq=False, repr=False)
+class ListIncidentsRequest(betterproto2.Message):
+    open_only: "bool" = betterproto2.field(1, betterproto2.TYPE_BOOL)
+    """
+    Leave out acknowledged incidents.
+    """
+
+    limit: "int" = betterproto2.field(2, betterproto2.TYPE_UINT32)
+    """
+    1..500 (0: 100).
+    """
+
+
+default_message_pool.register_message("palyra.v1", "ListIncidentsRequest", ListIncidentsRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListIncidentsResponse(betterproto2.Message):
+    incidents: "list[Incident]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+
+default_message_pool.register_message("palyra.v1", "ListIncidentsResponse", ListIncidentsResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -3826,6 +3949,57 @@ class TokensServiceStub(betterproto2_grpclib.ServiceStub):
         )
 
 
+class WatchdogServiceStub(betterproto2_grpclib.ServiceStub):
+    """
+    The self-healing watchdog's incidents (operators only). The watchdog scans for
+    runs and background tasks whose heartbeat went stale and approvals left
+    pending too long; in `auto` mode it also recovers what it found. Every
+    incident and every action is a journal event.
+    """
+
+    async def list_incidents(
+        self,
+        message: "ListIncidentsRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListIncidentsResponse":
+        """
+        Incidents, newest first.
+        """
+
+        return await self._unary_unary(
+            "/palyra.v1.WatchdogService/ListIncidents",
+            message,
+            ListIncidentsResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def acknowledge_incident(
+        self,
+        message: "AcknowledgeIncidentRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "AcknowledgeIncidentResponse":
+        """
+        Record that an operator has seen an incident (who, when, a note).
+        """
+
+        return await self._unary_unary(
+            "/palyra.v1.WatchdogService/AcknowledgeIncident",
+            message,
+            AcknowledgeIncidentResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+
 class ApprovalsServiceBase(betterproto2_grpclib.ServiceBase):
     """
     Human-in-the-loop approvals. An `admin:` or `system:` principal sees every
@@ -4897,5 +5071,64 @@ class TokensServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 RevokeTokenRequest,
                 RevokeTokenResponse,
+            ),
+        }
+
+
+class WatchdogServiceBase(betterproto2_grpclib.ServiceBase):
+    """
+    The self-healing watchdog's incidents (operators only). The watchdog scans for
+    runs and background tasks whose heartbeat went stale and approvals left
+    pending too long; in `auto` mode it also recovers what it found. Every
+    incident and every action is a journal event.
+    """
+
+    async def list_incidents(self, message: "ListIncidentsRequest") -> "ListIncidentsResponse":
+        """
+        Incidents, newest first.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def acknowledge_incident(
+        self, message: "AcknowledgeIncidentRequest"
+    ) -> "AcknowledgeIncidentResponse":
+        """
+        Record that an operator has seen an incident (who, when, a note).
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def __rpc_list_incidents(
+        self,
+        stream: "grpclib.server.Stream[ListIncidentsRequest, ListIncidentsResponse]",
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.list_incidents(request)
+        await stream.send_message(response)
+
+    async def __rpc_acknowledge_incident(
+        self,
+        stream: "grpclib.server.Stream[AcknowledgeIncidentRequest, AcknowledgeIncidentResponse]",
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.acknowledge_incident(request)
+        await stream.send_message(response)
+
+    def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
+        return {
+            "/palyra.v1.WatchdogService/ListIncidents": grpclib.const.Handler(
+                self.__rpc_list_incidents,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ListIncidentsRequest,
+                ListIncidentsResponse,
+            ),
+            "/palyra.v1.WatchdogService/AcknowledgeIncident": grpclib.const.Handler(
+                self.__rpc_acknowledge_incident,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                AcknowledgeIncidentRequest,
+                AcknowledgeIncidentResponse,
             ),
         }
