@@ -32,6 +32,7 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.ApprovalsService": "Human-in-the-loop approvals. An `admin:` or `system:` principal sees every\napproval; any other principal sees (lists, gets, exports) only the approvals\nof runs it started, and another's approval is NOT_FOUND. Who may decide is a\nCedar policy (`approval.decide`), and the decider is recorded.",
     "palyra.v1.ApprovalsService.DecideApproval": "Decide a pending approval from any client; the run continues from the journal.",
     "palyra.v1.ApprovalsService.ExportApprovals": "Chunked NDJSON (or JSON) export with a chained checksum per record.",
+    "palyra.v1.BackgroundTask.debounce_key": "Debounced tasks: the key enqueues joined under, and how many items joined.",
     "palyra.v1.BackgroundTask.expires_at_unix_ms": "Expires unclaimed (or unfinished) after this (0: never).",
     "palyra.v1.BackgroundTask.heartbeat_at_unix_ms": "Last heartbeat of the current lease.",
     "palyra.v1.BackgroundTask.idempotency_key": "A second enqueue with the same key returns this task.",

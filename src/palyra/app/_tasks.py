@@ -31,7 +31,8 @@ def task_proto(rec: TaskRecord) -> pb.BackgroundTask:
                            expires_at_unix_ms=rec.lease_expires_ms) if rec.lease_epoch else None,
         last_error=rec.last_error, result_json=rec.result_json,
         created_at_unix_ms=rec.created_ms, updated_at_unix_ms=rec.updated_ms,
-        heartbeat_at_unix_ms=rec.heartbeat_ms, cancel_reason=rec.cancel_reason)
+        heartbeat_at_unix_ms=rec.heartbeat_ms, cancel_reason=rec.cancel_reason,
+        debounce_key=rec.debounce_key, batch_count=rec.batch_count)
 
 
 class TasksApi(AppBase):

@@ -7,8 +7,8 @@
 * :mod:`palyra.tasks.worker` — claim, run, heartbeat, hear a cancel.
 """
 
-from palyra.tasks.model import State, TaskRecord
+from palyra.tasks.model import Debounce, State, TaskRecord
 from palyra.tasks.queue import TaskQueue
 from palyra.tasks.worker import Handler, TaskContext, TaskWorker
 
-__all__ = ["Handler", "State", "TaskContext", "TaskQueue", "TaskRecord", "TaskWorker"]
+__all__ = ["Debounce", "Handler", "State", "TaskContext", "TaskQueue", "TaskRecord", "TaskWorker"]

@@ -15,6 +15,8 @@ one's epoch is stale.
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 from palyra_gen.lifecycle import IllegalTransitionError
@@ -63,6 +65,10 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     cancel_reason: str = ""
     created_ms: int = 0
     updated_ms: int = 0
+    # Debounce/batching (see :func:`coalesce`): tasks enqueued under one key join the
+    # queued task of that key; its payload is then ``{"items": [...]}``.
+    debounce_key: str = ""
+    batch_count: int = 0
 
     @property
     def final(self) -> bool:
@@ -103,6 +109,42 @@ def new_task(task_id: str, kind: str, now_ms: int, *, payload_json: str = "{}",
                       expires_at_ms=expires_at_ms, max_attempts=max(1, max_attempts),
                       parent_run_id=parent_run_id, idempotency_key=idempotency_key,
                       created_ms=now_ms, updated_ms=now_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class Debounce:
+    """Join enqueues under ``key``: wait ``quiet_ms`` after the latest, never more than
+    ``max_wait_ms`` after the first, and at most ``cap`` items per task (0: no cap)."""
+
+    key: str
+    quiet_ms: int
+    max_wait_ms: int
+    cap: int = 0
+
+
+def debounced_task(task_id: str, kind: str, now_ms: int, item: Any, rule: Debounce,
+                   **fields: Any) -> TaskRecord:
+    """The first task of a debounce key: one item, due after the quiet window."""
+    rec = new_task(task_id, kind, now_ms,
+                   payload_json=msgspec.json.encode({"items": [item]}).decode(), **fields)
+    return msgspec.structs.replace(rec, debounce_key=rule.key, batch_count=1,
+                                   not_before_ms=now_ms + min(rule.quiet_ms, rule.max_wait_ms))
+
+
+def coalesce(rec: TaskRecord, item: Any, now_ms: int, rule: Debounce) -> TaskRecord | None:
+    """``rec`` with one more item, due ``quiet_ms`` from now but no later than
+    ``max_wait_ms`` after its first item; None when it cannot take it (claimed, final,
+    full, or another key): the caller starts a new task."""
+    if (rec.state != State.QUEUED or rec.debounce_key != rule.key
+            or (rule.cap and rec.batch_count >= rule.cap)):
+        return None
+    payload = msgspec.json.decode(rec.payload_json)
+    payload["items"].append(item)
+    due = min(now_ms + rule.quiet_ms, rec.created_ms + rule.max_wait_ms)
+    return msgspec.structs.replace(
+        rec, payload_json=msgspec.json.encode(payload).decode(),
+        batch_count=rec.batch_count + 1, not_before_ms=max(rec.not_before_ms, due),
+        updated_ms=now_ms)
 
 
 def is_ready(rec: TaskRecord, now_ms: int) -> bool:

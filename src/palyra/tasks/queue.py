@@ -137,8 +137,14 @@ class TaskQueue:
     async def enqueue(self, kind: str, *, payload: dict[str, Any] | None = None,
                       priority: int = 0, delay_ms: int = 0, ttl_ms: int = 0,
                       max_attempts: int = model.DEFAULT_MAX_ATTEMPTS, parent_run_id: str = "",
-                      idempotency_key: str = "") -> tuple[TaskRecord, bool]:
+                      idempotency_key: str = "", debounce: model.Debounce | None = None,
+                      ) -> tuple[TaskRecord, bool]:
         """Queue a task; ``(task, created)``. A known ``idempotency_key`` returns its task.
+
+        With ``debounce``, ``payload`` is one item: it joins the queued task of the
+        same key (``created`` False) while that one waits and has room, so a burst
+        becomes one task whose payload is ``{"items": [...]}``, run ``quiet_ms`` after
+        the last item and never later than ``max_wait_ms`` after the first.
 
         Raises:
             InvalidArgument: an empty or long kind, a payload over 64 KiB, a long key.
@@ -156,11 +162,24 @@ class TaskQueue:
                 if known is not None:
                     return self.require(known.decode()), False
             now = self._now()
-            rec = model.new_task(
-                new_ulid(now), kind, now, payload_json=payload_json, priority=priority,
-                not_before_ms=now + delay_ms if delay_ms > 0 else 0,
-                expires_at_ms=now + ttl_ms if ttl_ms > 0 else 0, max_attempts=max_attempts,
-                parent_run_id=parent_run_id, idempotency_key=idempotency_key)
+            if debounce is not None:
+                for live in self._live.values():
+                    joined = model.coalesce(live, payload or {}, now, debounce)
+                    if joined is not None and joined.kind == kind:
+                        await self._commit(joined, "coalesced")
+                        self._timer_wake.set()
+                        return joined, False
+                rec = model.debounced_task(
+                    new_ulid(now), kind, now, payload or {}, debounce, priority=priority,
+                    expires_at_ms=now + ttl_ms if ttl_ms > 0 else 0,
+                    max_attempts=max_attempts, parent_run_id=parent_run_id)
+            else:
+                rec = model.new_task(
+                    new_ulid(now), kind, now, payload_json=payload_json, priority=priority,
+                    not_before_ms=now + delay_ms if delay_ms > 0 else 0,
+                    expires_at_ms=now + ttl_ms if ttl_ms > 0 else 0,
+                    max_attempts=max_attempts, parent_run_id=parent_run_id,
+                    idempotency_key=idempotency_key)
             extra = (EntityWrite(TABLE, _IDEM + idempotency_key, rec.task_id.encode()),
                      ) if idempotency_key else ()
             await self._commit(rec, "enqueued", extra)

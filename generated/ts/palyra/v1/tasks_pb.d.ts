@@ -147,6 +147,18 @@ export declare type BackgroundTask = Message<"palyra.v1.BackgroundTask"> & {
    * @generated from field: string cancel_reason = 18;
    */
   cancelReason: string;
+
+  /**
+   * Debounced tasks: the key enqueues joined under, and how many items joined.
+   *
+   * @generated from field: string debounce_key = 19;
+   */
+  debounceKey: string;
+
+  /**
+   * @generated from field: uint32 batch_count = 20;
+   */
+  batchCount: number;
 };
 
 /**

@@ -1065,6 +1065,13 @@ class BackgroundTask(betterproto2.Message):
 
     cancel_reason: "str" = betterproto2.field(18, betterproto2.TYPE_STRING)
 
+    debounce_key: "str" = betterproto2.field(19, betterproto2.TYPE_STRING)
+    """
+    Debounced tasks: the key enqueues joined under, and how many items joined.
+    """
+
+    batch_count: "int" = betterproto2.field(20, betterproto2.TYPE_UINT32)
+
 
 default_message_pool.register_message("palyra.v1", "BackgroundTask", BackgroundTask)
 
