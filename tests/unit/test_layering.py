@@ -18,9 +18,9 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "palyra"
 # package → palyra packages it must never import
 FORBIDDEN: dict[str, set[str]] = {
     "core": {"journal", "policy", "tools", "providers", "engine", "app", "transport", "cli",
-             "config", "daemon", "testing", "adapters"},
+             "config", "daemon", "testing", "adapters", "tasks", "watchdog"},
     "journal": {"policy", "tools", "providers", "engine", "app", "transport", "cli", "daemon",
-                "testing", "adapters"},
+                "testing", "adapters", "tasks", "watchdog"},
     "policy": {"journal", "engine", "app", "transport", "cli", "daemon", "testing", "tools",
                "adapters"},
     "tools": {"journal", "engine", "app", "transport", "cli", "daemon", "testing", "providers",
@@ -29,8 +29,14 @@ FORBIDDEN: dict[str, set[str]] = {
                   "adapters"},
     # The engine codes against its ports; ``adapters`` binds them to policy and tools.
     "engine": {"app", "transport", "cli", "daemon", "config", "testing", "policy", "tools",
-               "adapters"},
+               "adapters", "tasks", "watchdog"},
     "adapters": {"app", "transport", "cli", "daemon", "config", "testing"},
+    # Background work sits on the journal; it knows nothing of runs or transports
+    # (the composition root wires run ends to it).
+    "tasks": {"engine", "app", "transport", "cli", "daemon", "config", "testing", "policy",
+              "tools", "providers", "adapters", "watchdog"},
+    # The watchdog looks at the engine and the task queue; nothing above them.
+    "watchdog": {"app", "transport", "cli", "daemon", "config", "testing", "adapters"},
     "app": {"transport", "cli", "daemon", "testing", "adapters"},
     # Transports speak only to the application facade (duck-typed) and core;
     # the daemon hands them their sockets, tokens and config.
