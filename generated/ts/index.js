@@ -8,6 +8,7 @@ export * from "./palyra/v1/common_pb.js";
 export * from "./palyra/v1/errors_pb.js";
 export * from "./palyra/v1/gateway_pb.js";
 export * from "./palyra/v1/journal_pb.js";
+export * from "./palyra/v1/learning_pb.js";
 export * from "./palyra/v1/memory_pb.js";
 export * from "./palyra/v1/options_pb.js";
 export * from "./palyra/v1/tape_pb.js";

@@ -5,6 +5,7 @@ is re-queued by recovery, never left running."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import httpx
@@ -75,3 +76,32 @@ def test_tasks_over_http_and_grpc(tmp_path: Path) -> None:
         task = asyncio.run(over_grpc())
         assert task.state == v1.BackgroundTaskState.CANCELLED
         assert task.cancel_reason == "not needed"
+
+
+def test_a_finished_run_is_reflected_on_by_the_daemon(tmp_path: Path) -> None:
+    """Wiring: run end -> post_run_reflection task -> worker -> candidates, reviewable."""
+    with DaemonProcess(tmp_path / "data", env=clean_env()) as daemon:
+        base = f"http://127.0.0.1:{daemon.http_port}"
+        user = {"authorization": f"Bearer {daemon.token}", "x-palyra-device-id": DEVICE,
+                "x-palyra-principal": "user:alice"}
+        run = httpx.post(f"{base}/v1/runs", headers=user, json={
+            "input": {"text": "Remember that the office is in Brno. Start from 0 and add 1 "
+                              "to the running total 2 times, then reply."},
+            "complete": True, "wait": True})
+        assert run.status_code == 200, run.text
+        run_id = run.json()["run"]["runId"]
+        found: list[dict[str, object]] = []
+        for _ in range(200):
+            got = httpx.get(f"{base}/v1/learning/candidates", headers=user,
+                            params={"run_id": run_id})
+            found = got.json().get("candidates", [])
+            if found:
+                break
+            time.sleep(0.05)
+        fact = next(c for c in found if c["kind"] == "durable_fact")
+        assert fact["text"] == "the office is in Brno"
+        assert fact["state"] == "LEARNING_CANDIDATE_STATE_APPLIED" and fact["memoryId"]
+        admin = {**user, "x-palyra-principal": "admin:ops"}
+        tasks = httpx.get(f"{base}/v1/tasks", headers=admin,
+                          params={"kind": "post_run_reflection"}).json()["tasks"]
+        assert [t["state"] for t in tasks] == ["BACKGROUND_TASK_STATE_SUCCEEDED"]

@@ -18,9 +18,10 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "palyra"
 # package → palyra packages it must never import
 FORBIDDEN: dict[str, set[str]] = {
     "core": {"journal", "policy", "tools", "providers", "engine", "app", "transport", "cli",
-             "config", "daemon", "testing", "adapters", "tasks", "watchdog"},
+             "config", "daemon", "testing", "adapters", "tasks", "watchdog", "memory",
+             "learning"},
     "journal": {"policy", "tools", "providers", "engine", "app", "transport", "cli", "daemon",
-                "testing", "adapters", "tasks", "watchdog"},
+                "testing", "adapters", "tasks", "watchdog", "memory", "learning"},
     "policy": {"journal", "engine", "app", "transport", "cli", "daemon", "testing", "tools",
                "adapters"},
     "tools": {"journal", "engine", "app", "transport", "cli", "daemon", "testing", "providers",
@@ -29,14 +30,21 @@ FORBIDDEN: dict[str, set[str]] = {
                   "adapters"},
     # The engine codes against its ports; ``adapters`` binds them to policy and tools.
     "engine": {"app", "transport", "cli", "daemon", "config", "testing", "policy", "tools",
-               "adapters", "tasks", "watchdog"},
+               "adapters", "tasks", "watchdog", "memory", "learning"},
     "adapters": {"app", "transport", "cli", "daemon", "config", "testing"},
     # Background work sits on the journal; it knows nothing of runs or transports
     # (the composition root wires run ends to it).
     "tasks": {"engine", "app", "transport", "cli", "daemon", "config", "testing", "policy",
-              "tools", "providers", "adapters", "watchdog"},
+              "tools", "providers", "adapters", "watchdog", "memory", "learning"},
     # The watchdog looks at the engine and the task queue; nothing above them.
-    "watchdog": {"app", "transport", "cli", "daemon", "config", "testing", "adapters"},
+    "watchdog": {"app", "transport", "cli", "daemon", "config", "testing", "adapters",
+                 "learning"},
+    # Memory items are journal data: nothing of runs, tasks or transports.
+    "memory": {"engine", "app", "transport", "cli", "daemon", "config", "testing", "policy",
+               "tools", "providers", "adapters", "tasks", "watchdog", "learning"},
+    # Reflection reads runs' tapes and asks a provider, as a task; the app reviews.
+    "learning": {"app", "transport", "cli", "daemon", "config", "testing", "adapters",
+                 "watchdog", "policy", "tools"},
     "app": {"transport", "cli", "daemon", "testing", "adapters"},
     # Transports speak only to the application facade (duck-typed) and core;
     # the daemon hands them their sockets, tokens and config.

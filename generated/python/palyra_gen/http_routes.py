@@ -4,6 +4,7 @@
 #   spec/proto/palyra/v1/channels.proto
 #   spec/proto/palyra/v1/gateway.proto
 #   spec/proto/palyra/v1/journal.proto
+#   spec/proto/palyra/v1/learning.proto
 #   spec/proto/palyra/v1/memory.proto
 #   spec/proto/palyra/v1/tasks.proto
 #   spec/proto/palyra/v1/tokens.proto
@@ -345,6 +346,42 @@ ROUTES: Final[tuple[HttpRoute, ...]] = (
         server_streaming=False,
         request_type="palyra.v1.VerifyJournalRequest",
         response_type="palyra.v1.VerifyJournalResponse",
+    ),
+    HttpRoute(
+        service="palyra.v1.LearningService",
+        method="ListCandidates",
+        python_method="list_candidates",
+        http_method="GET",
+        path="/v1/learning/candidates",
+        body="",
+        client_streaming=False,
+        server_streaming=False,
+        request_type="palyra.v1.ListCandidatesRequest",
+        response_type="palyra.v1.ListCandidatesResponse",
+    ),
+    HttpRoute(
+        service="palyra.v1.LearningService",
+        method="AcceptCandidate",
+        python_method="accept_candidate",
+        http_method="POST",
+        path="/v1/learning/candidates/{candidate_id}:accept",
+        body="*",
+        client_streaming=False,
+        server_streaming=False,
+        request_type="palyra.v1.ReviewCandidateRequest",
+        response_type="palyra.v1.ReviewCandidateResponse",
+    ),
+    HttpRoute(
+        service="palyra.v1.LearningService",
+        method="RejectCandidate",
+        python_method="reject_candidate",
+        http_method="POST",
+        path="/v1/learning/candidates/{candidate_id}:reject",
+        body="*",
+        client_streaming=False,
+        server_streaming=False,
+        request_type="palyra.v1.ReviewCandidateRequest",
+        response_type="palyra.v1.ReviewCandidateResponse",
     ),
     HttpRoute(
         service="palyra.v1.MemoryService",

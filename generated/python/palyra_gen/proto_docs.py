@@ -6,6 +6,7 @@
 #   spec/proto/palyra/v1/errors.proto
 #   spec/proto/palyra/v1/gateway.proto
 #   spec/proto/palyra/v1/journal.proto
+#   spec/proto/palyra/v1/learning.proto
 #   spec/proto/palyra/v1/memory.proto
 #   spec/proto/palyra/v1/options.proto
 #   spec/proto/palyra/v1/tape.proto
@@ -97,7 +98,18 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.JournalService.CreateCheckpoint": "Sign the current global head with the daemon's ed25519 key and store the\ncheckpoint (what `palyra journal checkpoint` asks a running daemon for).",
     "palyra.v1.JournalService.ExportJournal": "A self-contained NDJSON bundle, in chunks.",
     "palyra.v1.JournalService.VerifyJournal": "Recompute every hash and checkpoint signature.",
+    "palyra.v1.LearningCandidate.confidence_bps": "Confidence in basis points (0..10000).",
+    "palyra.v1.LearningCandidate.kind": "`durable_fact`, `preference` or `procedure`.",
+    "palyra.v1.LearningCandidate.memory_id": "The memory item it became (applied or accepted).",
+    "palyra.v1.LearningCandidate.source_sha256": "SHA-256 (hex) of the source events' stored payload bytes, concatenated in\ntape order: recomputable from the journal.",
+    "palyra.v1.LearningCandidate.tape_seqs": "The tape events it came from, and their journal positions.",
+    "palyra.v1.LearningCandidate.task_id": "The reflection task that produced it.",
+    "palyra.v1.LearningCandidateState.LEARNING_CANDIDATE_STATE_APPLIED": "At or above the threshold: written to memory without review.",
+    "palyra.v1.LearningCandidateState.LEARNING_CANDIDATE_STATE_PENDING_REVIEW": "Below its kind's auto-write threshold: waits for a decision.",
+    "palyra.v1.LearningService": "Learning candidates from post-run reflection, and their review. After a run\nends done, a `post_run_reflection` background task asks the configured model\nwhat the run taught (durable facts, preferences) and finds tool sequences the\nrun repeated (procedures). A candidate at or above its kind's auto-write\nthreshold is applied at once (a memory item with provenance); the rest wait\nfor review. Accepting or rejecting is the Cedar action `learning.review` and\nrecords who decided.",
+    "palyra.v1.LearningService.ListCandidates": "Candidates, newest first; filters combine.",
     "palyra.v1.ListApprovalsRequest.state": "Filter; UNSPECIFIED lists every state.",
+    "palyra.v1.ListCandidatesRequest.limit": "1..500 (0: 100).",
     "palyra.v1.ListIncidentsRequest.limit": "1..500 (0: 100).",
     "palyra.v1.ListIncidentsRequest.open_only": "Leave out acknowledged incidents.",
     "palyra.v1.ListRunTapeRequest.after_seq": "Exclusive cursor; -1 (default when unset over HTTP) starts from the beginning.",

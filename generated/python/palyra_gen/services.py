@@ -4,6 +4,7 @@
 #   spec/proto/palyra/v1/channels.proto
 #   spec/proto/palyra/v1/gateway.proto
 #   spec/proto/palyra/v1/journal.proto
+#   spec/proto/palyra/v1/learning.proto
 #   spec/proto/palyra/v1/memory.proto
 #   spec/proto/palyra/v1/tasks.proto
 #   spec/proto/palyra/v1/tokens.proto
@@ -32,6 +33,7 @@ __all__ = (
     "ChannelsServiceApp",
     "GatewayServiceApp",
     "JournalServiceApp",
+    "LearningServiceApp",
     "MemoryServiceApp",
     "TasksServiceApp",
     "TokensServiceApp",
@@ -40,6 +42,7 @@ __all__ = (
     "ChannelsServiceServer",
     "GatewayServiceServer",
     "JournalServiceServer",
+    "LearningServiceServer",
     "MemoryServiceServer",
     "TasksServiceServer",
     "TokensServiceServer",
@@ -437,6 +440,49 @@ class JournalServiceServer(v1.JournalServiceBase, Generic[CtxI]):
         return await self._app.create_checkpoint(self._ctx(), message)
 
 
+class LearningServiceApp(Protocol[CtxT]):
+    """What the application serves for ``palyra.v1.LearningService``."""
+
+    async def list_candidates(
+        self, ctx: CtxT, request: v1.ListCandidatesRequest
+    ) -> v1.ListCandidatesResponse:
+        """``palyra.v1.LearningService.ListCandidates``."""
+        ...
+
+    async def accept_candidate(
+        self, ctx: CtxT, request: v1.ReviewCandidateRequest
+    ) -> v1.ReviewCandidateResponse:
+        """``palyra.v1.LearningService.AcceptCandidate``."""
+        ...
+
+    async def reject_candidate(
+        self, ctx: CtxT, request: v1.ReviewCandidateRequest
+    ) -> v1.ReviewCandidateResponse:
+        """``palyra.v1.LearningService.RejectCandidate``."""
+        ...
+
+
+class LearningServiceServer(v1.LearningServiceBase, Generic[CtxI]):
+    """grpclib servicer of ``palyra.v1.LearningService``: every RPC forwards to the app."""
+
+    def __init__(self, app: LearningServiceApp[CtxI], ctx: Callable[[], CtxI]) -> None:
+        self._app = app
+        self._ctx = ctx
+
+    async def list_candidates(self, message: v1.ListCandidatesRequest) -> v1.ListCandidatesResponse:
+        return await self._app.list_candidates(self._ctx(), message)
+
+    async def accept_candidate(
+        self, message: v1.ReviewCandidateRequest
+    ) -> v1.ReviewCandidateResponse:
+        return await self._app.accept_candidate(self._ctx(), message)
+
+    async def reject_candidate(
+        self, message: v1.ReviewCandidateRequest
+    ) -> v1.ReviewCandidateResponse:
+        return await self._app.reject_candidate(self._ctx(), message)
+
+
 class MemoryServiceApp(Protocol[CtxT]):
     """What the application serves for ``palyra.v1.MemoryService``."""
 
@@ -604,6 +650,7 @@ class PalyraServicesApp(
     ChannelsServiceApp[CtxT],
     GatewayServiceApp[CtxT],
     JournalServiceApp[CtxT],
+    LearningServiceApp[CtxT],
     MemoryServiceApp[CtxT],
     TasksServiceApp[CtxT],
     TokensServiceApp[CtxT],
@@ -620,6 +667,7 @@ def servers(app: PalyraServicesApp[CtxI], ctx: Callable[[], CtxI]) -> list[Any]:
         ChannelsServiceServer(app, ctx),
         GatewayServiceServer(app, ctx),
         JournalServiceServer(app, ctx),
+        LearningServiceServer(app, ctx),
         MemoryServiceServer(app, ctx),
         TasksServiceServer(app, ctx),
         TokensServiceServer(app, ctx),
@@ -966,6 +1014,33 @@ RPCS: Final[tuple[RpcInfo, ...]] = (
         False,
     ),
     RpcInfo(
+        "palyra.v1.LearningService",
+        "ListCandidates",
+        "list_candidates",
+        "palyra.v1.ListCandidatesRequest",
+        "palyra.v1.ListCandidatesResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
+        "palyra.v1.LearningService",
+        "AcceptCandidate",
+        "accept_candidate",
+        "palyra.v1.ReviewCandidateRequest",
+        "palyra.v1.ReviewCandidateResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
+        "palyra.v1.LearningService",
+        "RejectCandidate",
+        "reject_candidate",
+        "palyra.v1.ReviewCandidateRequest",
+        "palyra.v1.ReviewCandidateResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
         "palyra.v1.MemoryService",
         "IngestMemory",
         "ingest_memory",
@@ -1127,6 +1202,9 @@ UNARY: Final[dict[str, Callable[[PalyraServicesApp[Any], Any, Any], Awaitable[An
     "verify_journal": lambda app, ctx, request: app.verify_journal(ctx, request),
     "get_journal_head": lambda app, ctx, request: app.get_journal_head(ctx, request),
     "create_checkpoint": lambda app, ctx, request: app.create_checkpoint(ctx, request),
+    "list_candidates": lambda app, ctx, request: app.list_candidates(ctx, request),
+    "accept_candidate": lambda app, ctx, request: app.accept_candidate(ctx, request),
+    "reject_candidate": lambda app, ctx, request: app.reject_candidate(ctx, request),
     "ingest_memory": lambda app, ctx, request: app.ingest_memory(ctx, request),
     "search_memory": lambda app, ctx, request: app.search_memory(ctx, request),
     "get_memory": lambda app, ctx, request: app.get_memory(ctx, request),

@@ -65,3 +65,11 @@ class GatePolicy:
             identity.principal, tool_name, posture or "inherit", caps,
             session_id=session_id, channel=identity.channel)
         return decision.allowed, decision.reason
+
+    def learning_review(self, identity: IdentityRec, candidate_id: str, *, run_principal: str,
+                        decision: str, kind: str, session_id: str) -> tuple[bool, str]:
+        """Cedar ``learning.review``: may ``identity`` accept/reject this candidate, and why."""
+        verdict = self._gate.check_learning_review(
+            identity.principal, candidate_id, run_principal=run_principal, decision=decision,
+            candidate_kind=kind, session_id=session_id)
+        return verdict.allowed, verdict.reason

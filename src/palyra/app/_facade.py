@@ -9,6 +9,7 @@ from palyra_gen.services import PalyraServicesApp
 
 from palyra.app._approvals import ApprovalsApi
 from palyra.app._journal import JournalApi
+from palyra.app._learning import LearningApi
 from palyra.app._runs import RunsApi
 from palyra.app._sessions import SessionsApi
 from palyra.app._tasks import TasksApi
@@ -19,7 +20,7 @@ from palyra.app.context import CallContext
 
 
 class PalyraApp(RunsApi, SessionsApi, ApprovalsApi, JournalApi, TokensApi, TasksApi,
-                WatchdogApi, UnimplementedApi):
+                WatchdogApi, LearningApi, UnimplementedApi):
     """The application API over one ``Engine``.
 
     Methods take ``(ctx: CallContext, request)`` and return the response

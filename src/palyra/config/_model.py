@@ -13,6 +13,7 @@ from typing import Literal, TypeAlias
 
 from palyra.engine import EngineConfig
 from palyra.journal import JournalConfig
+from palyra.learning import LearningConfig
 from palyra.policy import PolicyConfig
 from palyra.providers import ProviderConfig
 from palyra.tools import ToolsConfig
@@ -152,3 +153,4 @@ class PalyraConfig:
     policy: PolicyConfig = dataclasses.field(default_factory=PolicyConfig)
     tools: ToolsConfig = dataclasses.field(default_factory=ToolsConfig)
     watchdog: WatchdogConfig = dataclasses.field(default_factory=WatchdogConfig)
+    learning: LearningConfig = dataclasses.field(default_factory=LearningConfig)

@@ -20,9 +20,11 @@ from palyra.app import CallContext, PalyraApp
 from palyra.config import PalyraConfig
 from palyra.engine import Engine, RecoveryReport, RunRecord, RunStateId
 from palyra.journal import JournalStore, sign_head_if_moved
+from palyra.learning import TASK_KIND as REFLECTION_TASK
+from palyra.learning import Learning
 from palyra.policy import PolicyGate
 from palyra.providers import build_provider
-from palyra.tasks import TaskQueue
+from palyra.tasks import TaskQueue, TaskWorker
 from palyra.tools import default_registry
 from palyra.transport.context import ContextFactory
 from palyra.watchdog import Watchdog
@@ -68,16 +70,23 @@ async def open_application(
     stack.push_async_callback(tasks.close)
     _log.info("tasks recovered", moved=len(moved))
 
-    async def cancel_children(record: RunRecord) -> None:
+    learning = Learning(store, provider, config.learning)
+    worker = TaskWorker(tasks, {REFLECTION_TASK: learning.reflect})
+    worker.start()
+    stack.push_async_callback(worker.close)
+
+    async def on_run_end(record: RunRecord) -> None:
         if record.state in (RunStateId.CANCELLED, RunStateId.FAILED):
             await tasks.cancel_children(record.run_id, f"parent run {record.state}")
+        await learning.on_run_end(record, tasks)
 
-    engine.on_run_end(cancel_children)
+    engine.on_run_end(on_run_end)
     watchdog = Watchdog(engine, tasks, config.watchdog)
     watchdog.start()
     stack.push_async_callback(watchdog.close)
     app = PalyraApp(engine)
     app.tasks = tasks
+    app.learning = learning
     return app, CallContext.from_caller
 
 

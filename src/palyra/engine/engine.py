@@ -145,6 +145,16 @@ class Engine:
         task.add_done_callback(self._helpers.discard)
         return task
 
+    @property
+    def policy(self) -> PolicyPort:
+        """The policy gate the engine asks (other Cedar actions of the app use it too)."""
+        return self._deps.policy
+
+    @property
+    def provider(self) -> ModelProvider:
+        """The configured model provider (background work asks it too)."""
+        return self._deps.provider
+
     def live_runs(self) -> list[tuple[RunRecord, str]]:
         """Every run with an actor in this process: its committed record and what its
         step is doing (``idle``, ``model``, ``tool`` or ``approval``)."""

@@ -227,6 +227,32 @@ class PolicyGate:
             Outcome.DENY, f"{principal} may not decide approval {approval_id}", reasons, h
         )
 
+    def check_learning_review(
+        self, principal: str, candidate_id: str, *, run_principal: str, decision: str,
+        candidate_kind: str, session_id: str = "",
+    ) -> Decision:
+        """May ``principal`` accept or reject learning candidate ``candidate_id``?
+
+        Shipped rules: ``admin:*`` may review any candidate; ``user:*`` may review
+        candidates learned from runs they started; everyone else is denied.
+        """
+        allowed, reasons, errors = self._authorize({
+            "principal": {"type": "Principal", "id": principal},
+            "action": {"type": "Action", "id": "learning.review"},
+            "resource": {"type": "Candidate", "id": candidate_id},
+            "context": {"principal_name": principal, "run_principal": run_principal,
+                        "decision": decision, "candidate_kind": candidate_kind,
+                        "session_id": session_id},
+        })
+        h = self.policy_hash
+        if errors:
+            return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)
+        if allowed:
+            return Decision(Outcome.ALLOW, f"{principal} may {decision} candidate {candidate_id}",
+                            reasons, h)
+        return Decision(Outcome.DENY, f"{principal} may not {decision} candidate {candidate_id} "
+                        "(an operator, or the run's own user, may)", reasons, h)
+
     def check_posture_change(
         self,
         principal: str,

@@ -40,6 +40,12 @@ from palyra.providers._types import (
 )
 
 _TIMES = re.compile(r"(\d+)\s+times")
+# Post-run reflection asks with a system prompt starting with this marker
+# (palyra.learning.model.REFLECTION_MARKER; a test holds the two equal).
+REFLECTION_MARKER = "palyra.reflection.v1"
+_SEQ_LINE = re.compile(r"^\[seq (\d+)\] user: (.*)$", re.MULTILINE)
+_REMEMBER = re.compile(r"\bremember that ([^.!?]+)", re.IGNORECASE)
+_PREFER = re.compile(r"\bI prefer ([^.!?]+)", re.IGNORECASE)
 _WORD = re.compile(r"\S+\s*|\s+")
 
 Number = int | float
@@ -108,6 +114,9 @@ def scripted_reply(request: ModelRequest, *, tool: ScriptedTool = "add") -> Mode
         The response the scripted provider streams.
     """
     messages = request.messages
+    if messages and messages[0].role == "system" and messages[0].content.startswith(
+            REFLECTION_MARKER):
+        return scripted_reflection(messages[-1].content)
     last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
     usage_in = _word_count(messages)
     user_text = messages[last_user].content if last_user >= 0 else ""
@@ -140,6 +149,25 @@ def scripted_reply(request: ModelRequest, *, tool: ScriptedTool = "add") -> Mode
     return ModelResponse(
         text=text, tool_calls=[], finish_reason="stop", usage=Usage(usage_in, 1), model="scripted"
     )
+
+
+def scripted_reflection(transcript: str) -> ModelResponse:
+    """The scripted model's reflection (pure): in the user's lines, "remember that X"
+    is a durable fact at 9200 bps, "I prefer X" a preference at 8200 bps, each
+    pointing at the line's tape seq."""
+    candidates: list[dict[str, Any]] = []
+    for seq, text in _SEQ_LINE.findall(transcript):
+        for match in _REMEMBER.finditer(text):
+            candidates.append({"kind": "durable_fact", "text": match.group(1).strip(),
+                               "confidence_bps": 9200, "tape_seqs": [int(seq)]})
+        for match in _PREFER.finditer(text):
+            candidates.append({"kind": "preference",
+                               "text": f"prefers {match.group(1).strip()}",
+                               "confidence_bps": 8200, "tape_seqs": [int(seq)]})
+    body = msgspec.json.encode({"candidates": candidates}).decode()
+    return ModelResponse(text=body, tool_calls=[], finish_reason="stop",
+                         usage=Usage(len(transcript.split()), len(body.split())),
+                         model="scripted")
 
 
 class ScriptedProvider:

@@ -6,6 +6,7 @@
 #   spec/proto/palyra/v1/errors.proto
 #   spec/proto/palyra/v1/gateway.proto
 #   spec/proto/palyra/v1/journal.proto
+#   spec/proto/palyra/v1/learning.proto
 #   spec/proto/palyra/v1/memory.proto
 #   spec/proto/palyra/v1/options.proto
 #   spec/proto/palyra/v1/tape.proto

@@ -6,6 +6,7 @@
 #   spec/proto/palyra/v1/errors.proto
 #   spec/proto/palyra/v1/gateway.proto
 #   spec/proto/palyra/v1/journal.proto
+#   spec/proto/palyra/v1/learning.proto
 #   spec/proto/palyra/v1/memory.proto
 #   spec/proto/palyra/v1/options.proto
 #   spec/proto/palyra/v1/tape.proto
@@ -96,12 +97,18 @@ __all__ = (
     "IssueTokenResponse",
     "JournalServiceBase",
     "JournalServiceStub",
+    "LearningCandidate",
+    "LearningCandidateState",
+    "LearningServiceBase",
+    "LearningServiceStub",
     "ListAgentBindingsRequest",
     "ListAgentBindingsResponse",
     "ListAgentsRequest",
     "ListAgentsResponse",
     "ListApprovalsRequest",
     "ListApprovalsResponse",
+    "ListCandidatesRequest",
+    "ListCandidatesResponse",
     "ListIncidentsRequest",
     "ListIncidentsResponse",
     "ListMemoryRequest",
@@ -133,6 +140,8 @@ __all__ = (
     "PurgeMemoryResponse",
     "ResolveSessionRequest",
     "ResolveSessionResponse",
+    "ReviewCandidateRequest",
+    "ReviewCandidateResponse",
     "RevokePairingGrantRequest",
     "RevokePairingGrantResponse",
     "RevokeTokenRequest",
@@ -622,6 +631,44 @@ class IncidentSeverity(betterproto2.Enum):
             "INCIDENT_SEVERITY_LOW": 1,
             "INCIDENT_SEVERITY_MEDIUM": 2,
             "INCIDENT_SEVERITY_HIGH": 3,
+        }
+
+
+class LearningCandidateState(betterproto2.Enum):
+    UNSPECIFIED = 0
+
+    PENDING_REVIEW = 1
+    """
+    Below its kind's auto-write threshold: waits for a decision.
+    """
+
+    APPLIED = 2
+    """
+    At or above the threshold: written to memory without review.
+    """
+
+    ACCEPTED = 3
+
+    REJECTED = 4
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "LEARNING_CANDIDATE_STATE_UNSPECIFIED",
+            1: "LEARNING_CANDIDATE_STATE_PENDING_REVIEW",
+            2: "LEARNING_CANDIDATE_STATE_APPLIED",
+            3: "LEARNING_CANDIDATE_STATE_ACCEPTED",
+            4: "LEARNING_CANDIDATE_STATE_REJECTED",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "LEARNING_CANDIDATE_STATE_UNSPECIFIED": 0,
+            "LEARNING_CANDIDATE_STATE_PENDING_REVIEW": 1,
+            "LEARNING_CANDIDATE_STATE_APPLIED": 2,
+            "LEARNING_CANDIDATE_STATE_ACCEPTED": 3,
+            "LEARNING_CANDIDATE_STATE_REJECTED": 4,
         }
 
 
@@ -1750,6 +1797,65 @@ default_message_pool.register_message("palyra.v1", "IssueTokenResponse", IssueTo
 
 
 @dataclass(eq=False, repr=False)
+class LearningCandidate(betterproto2.Message):
+    candidate_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    kind: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    `durable_fact`, `preference` or `procedure`.
+    """
+
+    text: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    confidence_bps: "int" = betterproto2.field(4, betterproto2.TYPE_UINT32)
+    """
+    Confidence in basis points (0..10000).
+    """
+
+    state: "LearningCandidateState" = betterproto2.field(
+        5, betterproto2.TYPE_ENUM, default_factory=lambda: LearningCandidateState(0)
+    )
+
+    session_id: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+
+    run_id: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+
+    tape_seqs: "list[int]" = betterproto2.field(8, betterproto2.TYPE_UINT64, repeated=True)
+    """
+    The tape events it came from, and their journal positions.
+    """
+
+    source_positions: "list[int]" = betterproto2.field(9, betterproto2.TYPE_UINT64, repeated=True)
+
+    source_sha256: "str" = betterproto2.field(10, betterproto2.TYPE_STRING)
+    """
+    SHA-256 (hex) of the source events' stored payload bytes, concatenated in
+    tape order: recomputable from the journal.
+    """
+
+    memory_id: "str" = betterproto2.field(11, betterproto2.TYPE_STRING)
+    """
+    The memory item it became (applied or accepted).
+    """
+
+    decided_by: "str" = betterproto2.field(12, betterproto2.TYPE_STRING)
+
+    decided_at_unix_ms: "int" = betterproto2.field(13, betterproto2.TYPE_INT64)
+
+    reason: "str" = betterproto2.field(14, betterproto2.TYPE_STRING)
+
+    created_at_unix_ms: "int" = betterproto2.field(15, betterproto2.TYPE_INT64)
+
+    task_id: "str" = betterproto2.field(16, betterproto2.TYPE_STRING)
+    """
+    The reflection task that produced it.
+    """
+
+
+default_message_pool.register_message("palyra.v1", "LearningCandidate", LearningCandidate)
+
+
+@dataclass(eq=False, repr=False)
 class ListAgentBindingsRequest(betterproto2.Message):
     agent_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -1818,6 +1924,33 @@ class ListApprovalsResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "ListApprovalsResponse", ListApprovalsResponse)
+
+
+@dataclass(eq=False, repr=False)
+class ListCandidatesRequest(betterproto2.Message):
+    state: "LearningCandidateState" = betterproto2.field(
+        1, betterproto2.TYPE_ENUM, default_factory=lambda: LearningCandidateState(0)
+    )
+
+    run_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    limit: "int" = betterproto2.field(3, betterproto2.TYPE_UINT32)
+    """
+    1..500 (0: 100).
+    """
+
+
+default_message_pool.register_message("palyra.v1", "ListCandidatesRequest", ListCandidatesRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListCandidatesResponse(betterproto2.Message):
+    candidates: "list[LearningCandidate]" = betterproto2.field(
+        1, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+
+
+default_message_pool.register_message("palyra.v1", "ListCandidatesResponse", ListCandidatesResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -2196,6 +2329,28 @@ class ResolveSessionResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "ResolveSessionResponse", ResolveSessionResponse)
+
+
+@dataclass(eq=False, repr=False)
+class ReviewCandidateRequest(betterproto2.Message):
+    candidate_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    reason: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("palyra.v1", "ReviewCandidateRequest", ReviewCandidateRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ReviewCandidateResponse(betterproto2.Message):
+    candidate: "LearningCandidate | None" = betterproto2.field(
+        1, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+
+default_message_pool.register_message(
+    "palyra.v1", "ReviewCandidateResponse", ReviewCandidateResponse
+)
 
 
 @dataclass(eq=False, repr=False)
@@ -3699,6 +3854,75 @@ class JournalServiceStub(betterproto2_grpclib.ServiceStub):
         )
 
 
+class LearningServiceStub(betterproto2_grpclib.ServiceStub):
+    """
+    Learning candidates from post-run reflection, and their review. After a run
+    ends done, a `post_run_reflection` background task asks the configured model
+    what the run taught (durable facts, preferences) and finds tool sequences the
+    run repeated (procedures). A candidate at or above its kind's auto-write
+    threshold is applied at once (a memory item with provenance); the rest wait
+    for review. Accepting or rejecting is the Cedar action `learning.review` and
+    records who decided.
+    """
+
+    async def list_candidates(
+        self,
+        message: "ListCandidatesRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListCandidatesResponse":
+        """
+        Candidates, newest first; filters combine.
+        """
+
+        return await self._unary_unary(
+            "/palyra.v1.LearningService/ListCandidates",
+            message,
+            ListCandidatesResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def accept_candidate(
+        self,
+        message: "ReviewCandidateRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ReviewCandidateResponse":
+
+        return await self._unary_unary(
+            "/palyra.v1.LearningService/AcceptCandidate",
+            message,
+            ReviewCandidateResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def reject_candidate(
+        self,
+        message: "ReviewCandidateRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ReviewCandidateResponse":
+
+        return await self._unary_unary(
+            "/palyra.v1.LearningService/RejectCandidate",
+            message,
+            ReviewCandidateResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+
 class MemoryServiceStub(betterproto2_grpclib.ServiceStub):
     """
     Long-term memory: items injected into context by vector search.
@@ -4812,6 +5036,86 @@ class JournalServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 CreateCheckpointRequest,
                 CreateCheckpointResponse,
+            ),
+        }
+
+
+class LearningServiceBase(betterproto2_grpclib.ServiceBase):
+    """
+    Learning candidates from post-run reflection, and their review. After a run
+    ends done, a `post_run_reflection` background task asks the configured model
+    what the run taught (durable facts, preferences) and finds tool sequences the
+    run repeated (procedures). A candidate at or above its kind's auto-write
+    threshold is applied at once (a memory item with provenance); the rest wait
+    for review. Accepting or rejecting is the Cedar action `learning.review` and
+    records who decided.
+    """
+
+    async def list_candidates(self, message: "ListCandidatesRequest") -> "ListCandidatesResponse":
+        """
+        Candidates, newest first; filters combine.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def accept_candidate(
+        self, message: "ReviewCandidateRequest"
+    ) -> "ReviewCandidateResponse":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def reject_candidate(
+        self, message: "ReviewCandidateRequest"
+    ) -> "ReviewCandidateResponse":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def __rpc_list_candidates(
+        self,
+        stream: "grpclib.server.Stream[ListCandidatesRequest, ListCandidatesResponse]",
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.list_candidates(request)
+        await stream.send_message(response)
+
+    async def __rpc_accept_candidate(
+        self,
+        stream: "grpclib.server.Stream[ReviewCandidateRequest, ReviewCandidateResponse]",
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.accept_candidate(request)
+        await stream.send_message(response)
+
+    async def __rpc_reject_candidate(
+        self,
+        stream: "grpclib.server.Stream[ReviewCandidateRequest, ReviewCandidateResponse]",
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.reject_candidate(request)
+        await stream.send_message(response)
+
+    def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
+        return {
+            "/palyra.v1.LearningService/ListCandidates": grpclib.const.Handler(
+                self.__rpc_list_candidates,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ListCandidatesRequest,
+                ListCandidatesResponse,
+            ),
+            "/palyra.v1.LearningService/AcceptCandidate": grpclib.const.Handler(
+                self.__rpc_accept_candidate,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ReviewCandidateRequest,
+                ReviewCandidateResponse,
+            ),
+            "/palyra.v1.LearningService/RejectCandidate": grpclib.const.Handler(
+                self.__rpc_reject_candidate,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ReviewCandidateRequest,
+                ReviewCandidateResponse,
             ),
         }
 
