@@ -18,7 +18,8 @@ import structlog
 from palyra.adapters import GatePolicy, RegistryTools
 from palyra.app import CallContext, PalyraApp
 from palyra.config import PalyraConfig
-from palyra.engine import Engine, RecoveryReport, RunRecord, RunStateId
+from palyra.core.errors import PalyraError
+from palyra.engine import Engine, IdentityRec, RecoveryReport, RunRecord, RunStateId
 from palyra.journal import JournalStore, sign_head_if_moved
 from palyra.learning import TASK_KIND as REFLECTION_TASK
 from palyra.learning import Learning
@@ -68,7 +69,8 @@ async def open_application(
     tasks = TaskQueue(store)
     moved = await tasks.start()
     stack.push_async_callback(tasks.close)
-    _log.info("tasks recovered", moved=len(moved))
+    orphans = await cancel_orphaned_tasks(engine, tasks)
+    _log.info("tasks recovered", moved=len(moved), orphans_cancelled=len(orphans))
 
     learning = Learning(store, provider, config.learning)
     worker = TaskWorker(tasks, {REFLECTION_TASK: learning.reflect})
@@ -88,6 +90,28 @@ async def open_application(
     app.tasks = tasks
     app.learning = learning
     return app, CallContext.from_caller
+
+
+async def cancel_orphaned_tasks(engine: Engine, tasks: TaskQueue) -> list[str]:
+    """Cancel unfinished tasks whose parent run ended cancelled or failed.
+
+    A run's end cancels its children in the commits right after its own (the
+    run-end hook); if the daemon died in between, this sweep at start-up
+    finishes the job, so no child of a dead run is ever left queued.
+    """
+    system = IdentityRec("system:tasks")
+    done: list[str] = []
+    for task in tasks.page(limit=100_000)[0]:
+        if task.final or not task.parent_run_id:
+            continue
+        try:
+            parent = engine.get_run(system, task.parent_run_id)
+        except PalyraError:
+            continue  # an unknown parent: nothing says the task should stop
+        if parent.state in (RunStateId.CANCELLED, RunStateId.FAILED):
+            await tasks.cancel(task.task_id, f"parent run {parent.state}")
+            done.append(task.task_id)
+    return done
 
 
 def recovery_log_fields(report: RecoveryReport) -> dict[str, object]:

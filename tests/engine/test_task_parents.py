@@ -1,0 +1,58 @@
+"""A run that ends cancelled cancels its child tasks: through the run-end hook while the
+daemon lives, and through the start-up sweep if it died before the hook ran."""
+
+from __future__ import annotations
+
+import asyncio
+
+from engine_harness import USER, Harness, loop_text, slow_add
+from palyra_gen.palyra import v1 as pb
+
+from palyra.daemon.wiring import cancel_orphaned_tasks
+from palyra.engine import RunRecord
+from palyra.tasks import State, TaskQueue
+
+
+async def _cancelled_run(harness: Harness, seen: list[RunRecord]) -> str:
+    harness.tool = slow_add(300)
+    app = await harness.start()
+    assert harness.engine is not None
+
+    async def hook(record: RunRecord) -> None:
+        seen.append(record)
+
+    harness.engine.on_run_end(hook)
+    created = await app.create_run(USER, pb.CreateRunRequest(
+        v=1, session_key="p", input=pb.MessageInput(text=loop_text(2)), complete=True))
+    assert created.run is not None
+    return created.run.run_id
+
+
+async def test_the_run_end_hook_sees_the_cancelled_run(harness: Harness) -> None:
+    seen: list[RunRecord] = []
+    run_id = await _cancelled_run(harness, seen)
+    assert harness.app is not None
+    await harness.app.abort_run(USER, pb.AbortRunRequest(run_id=run_id, reason="stop"))
+    async with asyncio.timeout(5):
+        while not seen:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    assert [(r.run_id, r.state) for r in seen] == [(run_id, "cancelled")]
+
+
+async def test_the_start_up_sweep_cancels_children_of_dead_runs(harness: Harness) -> None:
+    run_id = await _cancelled_run(harness, [])
+    assert harness.app is not None and harness.store is not None and harness.engine is not None
+    queue = TaskQueue(harness.store)
+    await queue.start()
+    try:
+        child, _ = await queue.enqueue("k", parent_run_id=run_id)
+        other, _ = await queue.enqueue("k", parent_run_id="01J00000000000000000000000")
+        assert await cancel_orphaned_tasks(harness.engine, queue) == []  # parent still live
+        await harness.app.abort_run(USER, pb.AbortRunRequest(run_id=run_id, reason="stop"))
+        await harness.engine.wait_run(harness.engine.get_run(
+            USER.identity, run_id).identity, run_id, until_terminal=True)  # type: ignore[union-attr]
+        assert await cancel_orphaned_tasks(harness.engine, queue) == [child.task_id]
+        assert queue.require(child.task_id).state == State.CANCELLED
+        assert queue.require(other.task_id).state == State.QUEUED
+    finally:
+        await queue.close()
