@@ -26,7 +26,8 @@ from palyra.engine import IdentityRec
 from palyra.journal import EventDraft, export_bundle, verify_store
 
 # Kinds the daemon writes itself; a client may not forge them (in any letter case).
-RESERVED_KIND_PREFIXES = ("tape.", "run.", "session.", "approval.", "token.")
+RESERVED_KIND_PREFIXES = ("tape.", "run.", "session.", "approval.", "token.", "task.",
+                          "watchdog.", "learning.")
 # Actors only the daemon itself writes as.
 RESERVED_ACTOR_PREFIX = "system:"
 
