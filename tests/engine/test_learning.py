@@ -90,21 +90,21 @@ async def test_reflection_yields_candidates_and_applies_by_threshold(harness: Ha
         other = await app.list_candidates(OTHER_USER, pb.ListCandidatesRequest(run_id=run_id))
         assert other.candidates == []
         with pytest.raises(PalyraError) as info:
-            await app.accept_candidate(OTHER_USER, pb.ReviewCandidateRequest(
+            await app.accept_candidate(OTHER_USER, pb.AcceptCandidateRequest(
                 candidate_id=pref.candidate_id))
         assert info.value.code is ErrorCode.PERMISSION_DENIED
-        accepted = await app.accept_candidate(USER, pb.ReviewCandidateRequest(
+        accepted = await app.accept_candidate(USER, pb.AcceptCandidateRequest(
             candidate_id=pref.candidate_id, reason="yes"))
         assert accepted.candidate is not None
         assert accepted.candidate.state == pb.LearningCandidateState.ACCEPTED
         assert accepted.candidate.decided_by == "user:alice"
         remembered = get_item(store, accepted.candidate.memory_id)
         assert remembered is not None and remembered.text == "prefers metric units"
-        rejected = await app.reject_candidate(ADMIN, pb.ReviewCandidateRequest(
+        rejected = await app.reject_candidate(ADMIN, pb.RejectCandidateRequest(
             candidate_id=proc.candidate_id, reason="noise"))
         assert rejected.candidate is not None and rejected.candidate.decided_by == "admin:ops"
         with pytest.raises(PalyraError) as again:
-            await app.reject_candidate(ADMIN, pb.ReviewCandidateRequest(
+            await app.reject_candidate(ADMIN, pb.RejectCandidateRequest(
                 candidate_id=pref.candidate_id))
         assert again.value.code is ErrorCode.APPROVAL_ALREADY_DECIDED
         kinds = [e.kind for e in store.read_range(0, 100_000) if e.kind.startswith("learning.")]

@@ -368,8 +368,8 @@ ROUTES: Final[tuple[HttpRoute, ...]] = (
         body="*",
         client_streaming=False,
         server_streaming=False,
-        request_type="palyra.v1.ReviewCandidateRequest",
-        response_type="palyra.v1.ReviewCandidateResponse",
+        request_type="palyra.v1.AcceptCandidateRequest",
+        response_type="palyra.v1.AcceptCandidateResponse",
     ),
     HttpRoute(
         service="palyra.v1.LearningService",
@@ -380,8 +380,8 @@ ROUTES: Final[tuple[HttpRoute, ...]] = (
         body="*",
         client_streaming=False,
         server_streaming=False,
-        request_type="palyra.v1.ReviewCandidateRequest",
-        response_type="palyra.v1.ReviewCandidateResponse",
+        request_type="palyra.v1.RejectCandidateRequest",
+        response_type="palyra.v1.RejectCandidateResponse",
     ),
     HttpRoute(
         service="palyra.v1.MemoryService",

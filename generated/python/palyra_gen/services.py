@@ -450,14 +450,14 @@ class LearningServiceApp(Protocol[CtxT]):
         ...
 
     async def accept_candidate(
-        self, ctx: CtxT, request: v1.ReviewCandidateRequest
-    ) -> v1.ReviewCandidateResponse:
+        self, ctx: CtxT, request: v1.AcceptCandidateRequest
+    ) -> v1.AcceptCandidateResponse:
         """``palyra.v1.LearningService.AcceptCandidate``."""
         ...
 
     async def reject_candidate(
-        self, ctx: CtxT, request: v1.ReviewCandidateRequest
-    ) -> v1.ReviewCandidateResponse:
+        self, ctx: CtxT, request: v1.RejectCandidateRequest
+    ) -> v1.RejectCandidateResponse:
         """``palyra.v1.LearningService.RejectCandidate``."""
         ...
 
@@ -473,13 +473,13 @@ class LearningServiceServer(v1.LearningServiceBase, Generic[CtxI]):
         return await self._app.list_candidates(self._ctx(), message)
 
     async def accept_candidate(
-        self, message: v1.ReviewCandidateRequest
-    ) -> v1.ReviewCandidateResponse:
+        self, message: v1.AcceptCandidateRequest
+    ) -> v1.AcceptCandidateResponse:
         return await self._app.accept_candidate(self._ctx(), message)
 
     async def reject_candidate(
-        self, message: v1.ReviewCandidateRequest
-    ) -> v1.ReviewCandidateResponse:
+        self, message: v1.RejectCandidateRequest
+    ) -> v1.RejectCandidateResponse:
         return await self._app.reject_candidate(self._ctx(), message)
 
 
@@ -1026,8 +1026,8 @@ RPCS: Final[tuple[RpcInfo, ...]] = (
         "palyra.v1.LearningService",
         "AcceptCandidate",
         "accept_candidate",
-        "palyra.v1.ReviewCandidateRequest",
-        "palyra.v1.ReviewCandidateResponse",
+        "palyra.v1.AcceptCandidateRequest",
+        "palyra.v1.AcceptCandidateResponse",
         False,
         False,
     ),
@@ -1035,8 +1035,8 @@ RPCS: Final[tuple[RpcInfo, ...]] = (
         "palyra.v1.LearningService",
         "RejectCandidate",
         "reject_candidate",
-        "palyra.v1.ReviewCandidateRequest",
-        "palyra.v1.ReviewCandidateResponse",
+        "palyra.v1.RejectCandidateRequest",
+        "palyra.v1.RejectCandidateResponse",
         False,
         False,
     ),

@@ -58,19 +58,21 @@ class LearningApi(AppBase):
         return pb.ListCandidatesResponse(candidates=[candidate_proto(c) for c in found])
 
     async def accept_candidate(self, ctx: CallContext,
-                               request: pb.ReviewCandidateRequest) -> pb.ReviewCandidateResponse:
+                               request: pb.AcceptCandidateRequest) -> pb.AcceptCandidateResponse:
         """Accept: the candidate becomes a memory item with its provenance."""
-        return await self._review(ctx, request, accept=True)
+        cand = await self._review(ctx, request.candidate_id, request.reason, accept=True)
+        return pb.AcceptCandidateResponse(candidate=candidate_proto(cand))
 
     async def reject_candidate(self, ctx: CallContext,
-                               request: pb.ReviewCandidateRequest) -> pb.ReviewCandidateResponse:
+                               request: pb.RejectCandidateRequest) -> pb.RejectCandidateResponse:
         """Reject: nothing is remembered."""
-        return await self._review(ctx, request, accept=False)
+        cand = await self._review(ctx, request.candidate_id, request.reason, accept=False)
+        return pb.RejectCandidateResponse(candidate=candidate_proto(cand))
 
-    async def _review(self, ctx: CallContext, request: pb.ReviewCandidateRequest, *,
-                      accept: bool) -> pb.ReviewCandidateResponse:
+    async def _review(self, ctx: CallContext, candidate_id: str, reason: str, *,
+                      accept: bool) -> Candidate:
         identity = identity_of(ctx)
-        if not request.candidate_id:
+        if not candidate_id:
             raise InvalidArgument("candidate_id is required")
         policy = self.engine.policy
 
@@ -79,6 +81,4 @@ class LearningApi(AppBase):
                                           run_principal=cand.principal, decision=decision,
                                           kind=cand.kind, session_id=cand.session_id)
 
-        cand = await self._learning().review(identity, request.candidate_id, accept,
-                                             request.reason, allowed)
-        return pb.ReviewCandidateResponse(candidate=candidate_proto(cand))
+        return await self._learning().review(identity, candidate_id, accept, reason, allowed)

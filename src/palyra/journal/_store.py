@@ -135,6 +135,11 @@ class JournalStore:
         cache.put(table, key, version, value)
         return value
 
+    def table_version(self, table: str) -> int:
+        """A number that changes whenever a commit of this process writes ``table``
+        (-1 on a read-only store, which cannot know: treat every look as new)."""
+        return self._entities.version(table) if self._entities is not None else -1
+
     def scan_entities(
         self, table: str, prefix: str = "", after_key: str = "", limit: int = 1000
     ) -> list[tuple[str, bytes]]:

@@ -161,9 +161,9 @@ export declare type ListCandidatesResponse = Message<"palyra.v1.ListCandidatesRe
 export declare const ListCandidatesResponseSchema: GenMessage<ListCandidatesResponse>;
 
 /**
- * @generated from message palyra.v1.ReviewCandidateRequest
+ * @generated from message palyra.v1.AcceptCandidateRequest
  */
-export declare type ReviewCandidateRequest = Message<"palyra.v1.ReviewCandidateRequest"> & {
+export declare type AcceptCandidateRequest = Message<"palyra.v1.AcceptCandidateRequest"> & {
   /**
    * @generated from field: string candidate_id = 1;
    */
@@ -176,15 +176,15 @@ export declare type ReviewCandidateRequest = Message<"palyra.v1.ReviewCandidateR
 };
 
 /**
- * Describes the message palyra.v1.ReviewCandidateRequest.
- * Use `create(ReviewCandidateRequestSchema)` to create a new message.
+ * Describes the message palyra.v1.AcceptCandidateRequest.
+ * Use `create(AcceptCandidateRequestSchema)` to create a new message.
  */
-export declare const ReviewCandidateRequestSchema: GenMessage<ReviewCandidateRequest>;
+export declare const AcceptCandidateRequestSchema: GenMessage<AcceptCandidateRequest>;
 
 /**
- * @generated from message palyra.v1.ReviewCandidateResponse
+ * @generated from message palyra.v1.AcceptCandidateResponse
  */
-export declare type ReviewCandidateResponse = Message<"palyra.v1.ReviewCandidateResponse"> & {
+export declare type AcceptCandidateResponse = Message<"palyra.v1.AcceptCandidateResponse"> & {
   /**
    * @generated from field: palyra.v1.LearningCandidate candidate = 1;
    */
@@ -192,10 +192,47 @@ export declare type ReviewCandidateResponse = Message<"palyra.v1.ReviewCandidate
 };
 
 /**
- * Describes the message palyra.v1.ReviewCandidateResponse.
- * Use `create(ReviewCandidateResponseSchema)` to create a new message.
+ * Describes the message palyra.v1.AcceptCandidateResponse.
+ * Use `create(AcceptCandidateResponseSchema)` to create a new message.
  */
-export declare const ReviewCandidateResponseSchema: GenMessage<ReviewCandidateResponse>;
+export declare const AcceptCandidateResponseSchema: GenMessage<AcceptCandidateResponse>;
+
+/**
+ * @generated from message palyra.v1.RejectCandidateRequest
+ */
+export declare type RejectCandidateRequest = Message<"palyra.v1.RejectCandidateRequest"> & {
+  /**
+   * @generated from field: string candidate_id = 1;
+   */
+  candidateId: string;
+
+  /**
+   * @generated from field: string reason = 2;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message palyra.v1.RejectCandidateRequest.
+ * Use `create(RejectCandidateRequestSchema)` to create a new message.
+ */
+export declare const RejectCandidateRequestSchema: GenMessage<RejectCandidateRequest>;
+
+/**
+ * @generated from message palyra.v1.RejectCandidateResponse
+ */
+export declare type RejectCandidateResponse = Message<"palyra.v1.RejectCandidateResponse"> & {
+  /**
+   * @generated from field: palyra.v1.LearningCandidate candidate = 1;
+   */
+  candidate?: LearningCandidate | undefined;
+};
+
+/**
+ * Describes the message palyra.v1.RejectCandidateResponse.
+ * Use `create(RejectCandidateResponseSchema)` to create a new message.
+ */
+export declare const RejectCandidateResponseSchema: GenMessage<RejectCandidateResponse>;
 
 /**
  * @generated from enum palyra.v1.LearningCandidateState
@@ -263,16 +300,16 @@ export declare const LearningService: GenService<{
    */
   acceptCandidate: {
     methodKind: "unary";
-    input: typeof ReviewCandidateRequestSchema;
-    output: typeof ReviewCandidateResponseSchema;
+    input: typeof AcceptCandidateRequestSchema;
+    output: typeof AcceptCandidateResponseSchema;
   },
   /**
    * @generated from rpc palyra.v1.LearningService.RejectCandidate
    */
   rejectCandidate: {
     methodKind: "unary";
-    input: typeof ReviewCandidateRequestSchema;
-    output: typeof ReviewCandidateResponseSchema;
+    input: typeof RejectCandidateRequestSchema;
+    output: typeof RejectCandidateResponseSchema;
   },
 }>;
 

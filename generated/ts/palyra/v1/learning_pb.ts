@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file palyra/v1/learning.proto.
  */
 export const file_palyra_v1_learning: GenFile = /*@__PURE__*/
-  fileDesc("ChhwYWx5cmEvdjEvbGVhcm5pbmcucHJvdG8SCXBhbHlyYS52MSL3AgoRTGVhcm5pbmdDYW5kaWRhdGUSFAoMY2FuZGlkYXRlX2lkGAEgASgJEgwKBGtpbmQYAiABKAkSDAoEdGV4dBgDIAEoCRIWCg5jb25maWRlbmNlX2JwcxgEIAEoDRIwCgVzdGF0ZRgFIAEoDjIhLnBhbHlyYS52MS5MZWFybmluZ0NhbmRpZGF0ZVN0YXRlEhIKCnNlc3Npb25faWQYBiABKAkSDgoGcnVuX2lkGAcgASgJEhEKCXRhcGVfc2VxcxgIIAMoBBIYChBzb3VyY2VfcG9zaXRpb25zGAkgAygEEhUKDXNvdXJjZV9zaGEyNTYYCiABKAkSEQoJbWVtb3J5X2lkGAsgASgJEhIKCmRlY2lkZWRfYnkYDCABKAkSGgoSZGVjaWRlZF9hdF91bml4X21zGA0gASgDEg4KBnJlYXNvbhgOIAEoCRIaChJjcmVhdGVkX2F0X3VuaXhfbXMYDyABKAMSDwoHdGFza19pZBgQIAEoCSJoChVMaXN0Q2FuZGlkYXRlc1JlcXVlc3QSMAoFc3RhdGUYASABKA4yIS5wYWx5cmEudjEuTGVhcm5pbmdDYW5kaWRhdGVTdGF0ZRIOCgZydW5faWQYAiABKAkSDQoFbGltaXQYAyABKA0iSgoWTGlzdENhbmRpZGF0ZXNSZXNwb25zZRIwCgpjYW5kaWRhdGVzGAEgAygLMhwucGFseXJhLnYxLkxlYXJuaW5nQ2FuZGlkYXRlIj4KFlJldmlld0NhbmRpZGF0ZVJlcXVlc3QSFAoMY2FuZGlkYXRlX2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCSJKChdSZXZpZXdDYW5kaWRhdGVSZXNwb25zZRIvCgljYW5kaWRhdGUYASABKAsyHC5wYWx5cmEudjEuTGVhcm5pbmdDYW5kaWRhdGUq4wEKFkxlYXJuaW5nQ2FuZGlkYXRlU3RhdGUSKAokTEVBUk5JTkdfQ0FORElEQVRFX1NUQVRFX1VOU1BFQ0lGSUVEEAASKwonTEVBUk5JTkdfQ0FORElEQVRFX1NUQVRFX1BFTkRJTkdfUkVWSUVXEAESJAogTEVBUk5JTkdfQ0FORElEQVRFX1NUQVRFX0FQUExJRUQQAhIlCiFMRUFSTklOR19DQU5ESURBVEVfU1RBVEVfQUNDRVBURUQQAxIlCiFMRUFSTklOR19DQU5ESURBVEVfU1RBVEVfUkVKRUNURUQQBDKzAwoPTGVhcm5pbmdTZXJ2aWNlEnYKDkxpc3RDYW5kaWRhdGVzEiAucGFseXJhLnYxLkxpc3RDYW5kaWRhdGVzUmVxdWVzdBohLnBhbHlyYS52MS5MaXN0Q2FuZGlkYXRlc1Jlc3BvbnNlIh+C0+STAhkSFy92MS9sZWFybmluZy9jYW5kaWRhdGVzEpIBCg9BY2NlcHRDYW5kaWRhdGUSIS5wYWx5cmEudjEuUmV2aWV3Q2FuZGlkYXRlUmVxdWVzdBoiLnBhbHlyYS52MS5SZXZpZXdDYW5kaWRhdGVSZXNwb25zZSI4gtPkkwIyIi0vdjEvbGVhcm5pbmcvY2FuZGlkYXRlcy97Y2FuZGlkYXRlX2lkfTphY2NlcHQ6ASoSkgEKD1JlamVjdENhbmRpZGF0ZRIhLnBhbHlyYS52MS5SZXZpZXdDYW5kaWRhdGVSZXF1ZXN0GiIucGFseXJhLnYxLlJldmlld0NhbmRpZGF0ZVJlc3BvbnNlIjiC0+STAjIiLS92MS9sZWFybmluZy9jYW5kaWRhdGVzL3tjYW5kaWRhdGVfaWR9OnJlamVjdDoBKmIGcHJvdG8z", [file_google_api_annotations]);
+  fileDesc("ChhwYWx5cmEvdjEvbGVhcm5pbmcucHJvdG8SCXBhbHlyYS52MSL3AgoRTGVhcm5pbmdDYW5kaWRhdGUSFAoMY2FuZGlkYXRlX2lkGAEgASgJEgwKBGtpbmQYAiABKAkSDAoEdGV4dBgDIAEoCRIWCg5jb25maWRlbmNlX2JwcxgEIAEoDRIwCgVzdGF0ZRgFIAEoDjIhLnBhbHlyYS52MS5MZWFybmluZ0NhbmRpZGF0ZVN0YXRlEhIKCnNlc3Npb25faWQYBiABKAkSDgoGcnVuX2lkGAcgASgJEhEKCXRhcGVfc2VxcxgIIAMoBBIYChBzb3VyY2VfcG9zaXRpb25zGAkgAygEEhUKDXNvdXJjZV9zaGEyNTYYCiABKAkSEQoJbWVtb3J5X2lkGAsgASgJEhIKCmRlY2lkZWRfYnkYDCABKAkSGgoSZGVjaWRlZF9hdF91bml4X21zGA0gASgDEg4KBnJlYXNvbhgOIAEoCRIaChJjcmVhdGVkX2F0X3VuaXhfbXMYDyABKAMSDwoHdGFza19pZBgQIAEoCSJoChVMaXN0Q2FuZGlkYXRlc1JlcXVlc3QSMAoFc3RhdGUYASABKA4yIS5wYWx5cmEudjEuTGVhcm5pbmdDYW5kaWRhdGVTdGF0ZRIOCgZydW5faWQYAiABKAkSDQoFbGltaXQYAyABKA0iSgoWTGlzdENhbmRpZGF0ZXNSZXNwb25zZRIwCgpjYW5kaWRhdGVzGAEgAygLMhwucGFseXJhLnYxLkxlYXJuaW5nQ2FuZGlkYXRlIj4KFkFjY2VwdENhbmRpZGF0ZVJlcXVlc3QSFAoMY2FuZGlkYXRlX2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCSJKChdBY2NlcHRDYW5kaWRhdGVSZXNwb25zZRIvCgljYW5kaWRhdGUYASABKAsyHC5wYWx5cmEudjEuTGVhcm5pbmdDYW5kaWRhdGUiPgoWUmVqZWN0Q2FuZGlkYXRlUmVxdWVzdBIUCgxjYW5kaWRhdGVfaWQYASABKAkSDgoGcmVhc29uGAIgASgJIkoKF1JlamVjdENhbmRpZGF0ZVJlc3BvbnNlEi8KCWNhbmRpZGF0ZRgBIAEoCzIcLnBhbHlyYS52MS5MZWFybmluZ0NhbmRpZGF0ZSrjAQoWTGVhcm5pbmdDYW5kaWRhdGVTdGF0ZRIoCiRMRUFSTklOR19DQU5ESURBVEVfU1RBVEVfVU5TUEVDSUZJRUQQABIrCidMRUFSTklOR19DQU5ESURBVEVfU1RBVEVfUEVORElOR19SRVZJRVcQARIkCiBMRUFSTklOR19DQU5ESURBVEVfU1RBVEVfQVBQTElFRBACEiUKIUxFQVJOSU5HX0NBTkRJREFURV9TVEFURV9BQ0NFUFRFRBADEiUKIUxFQVJOSU5HX0NBTkRJREFURV9TVEFURV9SRUpFQ1RFRBAEMrMDCg9MZWFybmluZ1NlcnZpY2USdgoOTGlzdENhbmRpZGF0ZXMSIC5wYWx5cmEudjEuTGlzdENhbmRpZGF0ZXNSZXF1ZXN0GiEucGFseXJhLnYxLkxpc3RDYW5kaWRhdGVzUmVzcG9uc2UiH4LT5JMCGRIXL3YxL2xlYXJuaW5nL2NhbmRpZGF0ZXMSkgEKD0FjY2VwdENhbmRpZGF0ZRIhLnBhbHlyYS52MS5BY2NlcHRDYW5kaWRhdGVSZXF1ZXN0GiIucGFseXJhLnYxLkFjY2VwdENhbmRpZGF0ZVJlc3BvbnNlIjiC0+STAjIiLS92MS9sZWFybmluZy9jYW5kaWRhdGVzL3tjYW5kaWRhdGVfaWR9OmFjY2VwdDoBKhKSAQoPUmVqZWN0Q2FuZGlkYXRlEiEucGFseXJhLnYxLlJlamVjdENhbmRpZGF0ZVJlcXVlc3QaIi5wYWx5cmEudjEuUmVqZWN0Q2FuZGlkYXRlUmVzcG9uc2UiOILT5JMCMiItL3YxL2xlYXJuaW5nL2NhbmRpZGF0ZXMve2NhbmRpZGF0ZV9pZH06cmVqZWN0OgEqYgZwcm90bzM", [file_google_api_annotations]);
 
 /**
  * @generated from message palyra.v1.LearningCandidate
@@ -167,9 +167,9 @@ export const ListCandidatesResponseSchema: GenMessage<ListCandidatesResponse> = 
   messageDesc(file_palyra_v1_learning, 2);
 
 /**
- * @generated from message palyra.v1.ReviewCandidateRequest
+ * @generated from message palyra.v1.AcceptCandidateRequest
  */
-export type ReviewCandidateRequest = Message<"palyra.v1.ReviewCandidateRequest"> & {
+export type AcceptCandidateRequest = Message<"palyra.v1.AcceptCandidateRequest"> & {
   /**
    * @generated from field: string candidate_id = 1;
    */
@@ -182,16 +182,16 @@ export type ReviewCandidateRequest = Message<"palyra.v1.ReviewCandidateRequest">
 };
 
 /**
- * Describes the message palyra.v1.ReviewCandidateRequest.
- * Use `create(ReviewCandidateRequestSchema)` to create a new message.
+ * Describes the message palyra.v1.AcceptCandidateRequest.
+ * Use `create(AcceptCandidateRequestSchema)` to create a new message.
  */
-export const ReviewCandidateRequestSchema: GenMessage<ReviewCandidateRequest> = /*@__PURE__*/
+export const AcceptCandidateRequestSchema: GenMessage<AcceptCandidateRequest> = /*@__PURE__*/
   messageDesc(file_palyra_v1_learning, 3);
 
 /**
- * @generated from message palyra.v1.ReviewCandidateResponse
+ * @generated from message palyra.v1.AcceptCandidateResponse
  */
-export type ReviewCandidateResponse = Message<"palyra.v1.ReviewCandidateResponse"> & {
+export type AcceptCandidateResponse = Message<"palyra.v1.AcceptCandidateResponse"> & {
   /**
    * @generated from field: palyra.v1.LearningCandidate candidate = 1;
    */
@@ -199,11 +199,50 @@ export type ReviewCandidateResponse = Message<"palyra.v1.ReviewCandidateResponse
 };
 
 /**
- * Describes the message palyra.v1.ReviewCandidateResponse.
- * Use `create(ReviewCandidateResponseSchema)` to create a new message.
+ * Describes the message palyra.v1.AcceptCandidateResponse.
+ * Use `create(AcceptCandidateResponseSchema)` to create a new message.
  */
-export const ReviewCandidateResponseSchema: GenMessage<ReviewCandidateResponse> = /*@__PURE__*/
+export const AcceptCandidateResponseSchema: GenMessage<AcceptCandidateResponse> = /*@__PURE__*/
   messageDesc(file_palyra_v1_learning, 4);
+
+/**
+ * @generated from message palyra.v1.RejectCandidateRequest
+ */
+export type RejectCandidateRequest = Message<"palyra.v1.RejectCandidateRequest"> & {
+  /**
+   * @generated from field: string candidate_id = 1;
+   */
+  candidateId: string;
+
+  /**
+   * @generated from field: string reason = 2;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message palyra.v1.RejectCandidateRequest.
+ * Use `create(RejectCandidateRequestSchema)` to create a new message.
+ */
+export const RejectCandidateRequestSchema: GenMessage<RejectCandidateRequest> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_learning, 5);
+
+/**
+ * @generated from message palyra.v1.RejectCandidateResponse
+ */
+export type RejectCandidateResponse = Message<"palyra.v1.RejectCandidateResponse"> & {
+  /**
+   * @generated from field: palyra.v1.LearningCandidate candidate = 1;
+   */
+  candidate?: LearningCandidate | undefined;
+};
+
+/**
+ * Describes the message palyra.v1.RejectCandidateResponse.
+ * Use `create(RejectCandidateResponseSchema)` to create a new message.
+ */
+export const RejectCandidateResponseSchema: GenMessage<RejectCandidateResponse> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_learning, 6);
 
 /**
  * @generated from enum palyra.v1.LearningCandidateState
@@ -272,16 +311,16 @@ export const LearningService: GenService<{
    */
   acceptCandidate: {
     methodKind: "unary";
-    input: typeof ReviewCandidateRequestSchema;
-    output: typeof ReviewCandidateResponseSchema;
+    input: typeof AcceptCandidateRequestSchema;
+    output: typeof AcceptCandidateResponseSchema;
   },
   /**
    * @generated from rpc palyra.v1.LearningService.RejectCandidate
    */
   rejectCandidate: {
     methodKind: "unary";
-    input: typeof ReviewCandidateRequestSchema;
-    output: typeof ReviewCandidateResponseSchema;
+    input: typeof RejectCandidateRequestSchema;
+    output: typeof RejectCandidateResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_palyra_v1_learning, 0);

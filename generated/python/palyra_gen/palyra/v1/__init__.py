@@ -18,6 +18,8 @@
 __all__ = (
     "AbortRunRequest",
     "AbortRunResponse",
+    "AcceptCandidateRequest",
+    "AcceptCandidateResponse",
     "AcknowledgeIncidentRequest",
     "AcknowledgeIncidentResponse",
     "Agent",
@@ -138,10 +140,10 @@ __all__ = (
     "ProviderTurnOutput",
     "PurgeMemoryRequest",
     "PurgeMemoryResponse",
+    "RejectCandidateRequest",
+    "RejectCandidateResponse",
     "ResolveSessionRequest",
     "ResolveSessionResponse",
-    "ReviewCandidateRequest",
-    "ReviewCandidateResponse",
     "RevokePairingGrantRequest",
     "RevokePairingGrantResponse",
     "RevokeTokenRequest",
@@ -835,6 +837,28 @@ class AbortRunResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "AbortRunResponse", AbortRunResponse)
+
+
+@dataclass(eq=False, repr=False)
+class AcceptCandidateRequest(betterproto2.Message):
+    candidate_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    reason: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("palyra.v1", "AcceptCandidateRequest", AcceptCandidateRequest)
+
+
+@dataclass(eq=False, repr=False)
+class AcceptCandidateResponse(betterproto2.Message):
+    candidate: "LearningCandidate | None" = betterproto2.field(
+        1, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+
+default_message_pool.register_message(
+    "palyra.v1", "AcceptCandidateResponse", AcceptCandidateResponse
+)
 
 
 @dataclass(eq=False, repr=False)
@@ -2304,6 +2328,28 @@ default_message_pool.register_message("palyra.v1", "PurgeMemoryResponse", PurgeM
 
 
 @dataclass(eq=False, repr=False)
+class RejectCandidateRequest(betterproto2.Message):
+    candidate_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    reason: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("palyra.v1", "RejectCandidateRequest", RejectCandidateRequest)
+
+
+@dataclass(eq=False, repr=False)
+class RejectCandidateResponse(betterproto2.Message):
+    candidate: "LearningCandidate | None" = betterproto2.field(
+        1, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+
+default_message_pool.register_message(
+    "palyra.v1", "RejectCandidateResponse", RejectCandidateResponse
+)
+
+
+@dataclass(eq=False, repr=False)
 class ResolveSessionRequest(betterproto2.Message):
     session_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -2329,28 +2375,6 @@ class ResolveSessionResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "ResolveSessionResponse", ResolveSessionResponse)
-
-
-@dataclass(eq=False, repr=False)
-class ReviewCandidateRequest(betterproto2.Message):
-    candidate_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
-
-    reason: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
-
-
-default_message_pool.register_message("palyra.v1", "ReviewCandidateRequest", ReviewCandidateRequest)
-
-
-@dataclass(eq=False, repr=False)
-class ReviewCandidateResponse(betterproto2.Message):
-    candidate: "LearningCandidate | None" = betterproto2.field(
-        1, betterproto2.TYPE_MESSAGE, optional=True
-    )
-
-
-default_message_pool.register_message(
-    "palyra.v1", "ReviewCandidateResponse", ReviewCandidateResponse
-)
 
 
 @dataclass(eq=False, repr=False)
@@ -3888,17 +3912,17 @@ class LearningServiceStub(betterproto2_grpclib.ServiceStub):
 
     async def accept_candidate(
         self,
-        message: "ReviewCandidateRequest",
+        message: "AcceptCandidateRequest",
         *,
         timeout: "float | None" = None,
         deadline: "Deadline | None" = None,
         metadata: "MetadataLike | None" = None,
-    ) -> "ReviewCandidateResponse":
+    ) -> "AcceptCandidateResponse":
 
         return await self._unary_unary(
             "/palyra.v1.LearningService/AcceptCandidate",
             message,
-            ReviewCandidateResponse,
+            AcceptCandidateResponse,
             timeout=timeout,
             deadline=deadline,
             metadata=metadata,
@@ -3906,17 +3930,17 @@ class LearningServiceStub(betterproto2_grpclib.ServiceStub):
 
     async def reject_candidate(
         self,
-        message: "ReviewCandidateRequest",
+        message: "RejectCandidateRequest",
         *,
         timeout: "float | None" = None,
         deadline: "Deadline | None" = None,
         metadata: "MetadataLike | None" = None,
-    ) -> "ReviewCandidateResponse":
+    ) -> "RejectCandidateResponse":
 
         return await self._unary_unary(
             "/palyra.v1.LearningService/RejectCandidate",
             message,
-            ReviewCandidateResponse,
+            RejectCandidateResponse,
             timeout=timeout,
             deadline=deadline,
             metadata=metadata,
@@ -5059,14 +5083,14 @@ class LearningServiceBase(betterproto2_grpclib.ServiceBase):
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
     async def accept_candidate(
-        self, message: "ReviewCandidateRequest"
-    ) -> "ReviewCandidateResponse":
+        self, message: "AcceptCandidateRequest"
+    ) -> "AcceptCandidateResponse":
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
     async def reject_candidate(
-        self, message: "ReviewCandidateRequest"
-    ) -> "ReviewCandidateResponse":
+        self, message: "RejectCandidateRequest"
+    ) -> "RejectCandidateResponse":
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
@@ -5081,7 +5105,7 @@ class LearningServiceBase(betterproto2_grpclib.ServiceBase):
 
     async def __rpc_accept_candidate(
         self,
-        stream: "grpclib.server.Stream[ReviewCandidateRequest, ReviewCandidateResponse]",
+        stream: "grpclib.server.Stream[AcceptCandidateRequest, AcceptCandidateResponse]",
     ) -> None:
         request = await stream.recv_message()
         assert request is not None
@@ -5090,7 +5114,7 @@ class LearningServiceBase(betterproto2_grpclib.ServiceBase):
 
     async def __rpc_reject_candidate(
         self,
-        stream: "grpclib.server.Stream[ReviewCandidateRequest, ReviewCandidateResponse]",
+        stream: "grpclib.server.Stream[RejectCandidateRequest, RejectCandidateResponse]",
     ) -> None:
         request = await stream.recv_message()
         assert request is not None
@@ -5108,14 +5132,14 @@ class LearningServiceBase(betterproto2_grpclib.ServiceBase):
             "/palyra.v1.LearningService/AcceptCandidate": grpclib.const.Handler(
                 self.__rpc_accept_candidate,
                 grpclib.const.Cardinality.UNARY_UNARY,
-                ReviewCandidateRequest,
-                ReviewCandidateResponse,
+                AcceptCandidateRequest,
+                AcceptCandidateResponse,
             ),
             "/palyra.v1.LearningService/RejectCandidate": grpclib.const.Handler(
                 self.__rpc_reject_candidate,
                 grpclib.const.Cardinality.UNARY_UNARY,
-                ReviewCandidateRequest,
-                ReviewCandidateResponse,
+                RejectCandidateRequest,
+                RejectCandidateResponse,
             ),
         }
 
