@@ -10,6 +10,7 @@ from palyra_gen.services import PalyraServicesApp
 from palyra.app._approvals import ApprovalsApi
 from palyra.app._journal import JournalApi
 from palyra.app._learning import LearningApi
+from palyra.app._memory import MemoryApi
 from palyra.app._runs import RunsApi
 from palyra.app._sessions import SessionsApi
 from palyra.app._tasks import TasksApi
@@ -20,7 +21,7 @@ from palyra.app.context import CallContext
 
 
 class PalyraApp(RunsApi, SessionsApi, ApprovalsApi, JournalApi, TokensApi, TasksApi,
-                WatchdogApi, LearningApi, UnimplementedApi):
+                WatchdogApi, LearningApi, MemoryApi, UnimplementedApi):
     """The application API over one ``Engine``.
 
     Methods take ``(ctx: CallContext, request)`` and return the response

@@ -23,8 +23,10 @@ class Provenance(msgspec.Struct, frozen=True, kw_only=True):
     positions: list[int]
     # SHA-256 (hex) of the source events' stored payload bytes, in tape order.
     sha256: str
-    # What made it, e.g. ``learning:<candidate_id>``.
+    # What made it, e.g. ``learning:<candidate_id>`` or ``api``.
     source: str
+    # The journal event that wrote it, when the source is that event itself (API ingest).
+    event_id: str = ""
 
 
 class MemoryItem(msgspec.Struct, frozen=True, kw_only=True):
@@ -33,11 +35,15 @@ class MemoryItem(msgspec.Struct, frozen=True, kw_only=True):
     memory_id: str
     kind: str  # durable_fact | preference | procedure | note
     text: str
-    # ``principal``: visible to the owner in every session.
+    # ``principal``: the owner's, in every session; ``session``: only ``session_id``.
     scope: str
     owner: str
     provenance: Provenance
     created_ms: int
+    session_id: str = ""
+    tags: list[str] = msgspec.field(default_factory=list)
+    confidence_bps: int = 10_000
+    expires_ms: int = 0
 
 
 def source_digest(events: Iterable[StoredEvent]) -> str:
@@ -51,6 +57,23 @@ def source_digest(events: Iterable[StoredEvent]) -> str:
 def item_write(item: MemoryItem) -> EntityWrite:
     """The entity write that stores ``item``."""
     return EntityWrite(TABLE, _ITEM + item.memory_id, msgspec.msgpack.encode(item))
+
+
+def item_delete(memory_id: str) -> EntityWrite:
+    """The entity write that removes an item."""
+    return EntityWrite(TABLE, _ITEM + memory_id, None)
+
+
+def scan_items(store: JournalStore) -> list[MemoryItem]:
+    """Every stored item, in id order."""
+    out: list[MemoryItem] = []
+    after = ""
+    while True:
+        rows = store.scan_entities(TABLE, _ITEM, after, 1000)
+        out += [msgspec.msgpack.decode(v, type=MemoryItem) for _k, v in rows]
+        if len(rows) < 1000:
+            return out
+        after = rows[-1][0]
 
 
 def get_item(store: JournalStore, memory_id: str) -> MemoryItem | None:

@@ -57,6 +57,34 @@ export declare type MemoryItem = Message<"palyra.v1.MemoryItem"> & {
    * @generated from field: int64 expires_at_unix_ms = 8;
    */
   expiresAtUnixMs: bigint;
+
+  /**
+   * Where it came from (set by the daemon; ignored on ingest).
+   *
+   * @generated from field: palyra.v1.MemoryProvenance provenance = 9;
+   */
+  provenance?: MemoryProvenance | undefined;
+
+  /**
+   * `note` (ingested), `durable_fact`, `preference`, `procedure` (learned).
+   *
+   * @generated from field: string kind = 10;
+   */
+  kind: string;
+
+  /**
+   * `principal` (the owner's, in every session) or `session` (only `session_id`).
+   *
+   * @generated from field: string scope = 11;
+   */
+  scope: string;
+
+  /**
+   * The principal it belongs to.
+   *
+   * @generated from field: string owner = 12;
+   */
+  owner: string;
 };
 
 /**
@@ -64,6 +92,58 @@ export declare type MemoryItem = Message<"palyra.v1.MemoryItem"> & {
  * Use `create(MemoryItemSchema)` to create a new message.
  */
 export declare const MemoryItemSchema: GenMessage<MemoryItem>;
+
+/**
+ * Checkable against the journal: the tape events (seqs and journal positions) an
+ * item came from and the SHA-256 of their stored payload bytes; for an ingested
+ * item, the ingest event's id and the SHA-256 of the text's UTF-8 bytes.
+ *
+ * @generated from message palyra.v1.MemoryProvenance
+ */
+export declare type MemoryProvenance = Message<"palyra.v1.MemoryProvenance"> & {
+  /**
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * @generated from field: string run_id = 2;
+   */
+  runId: string;
+
+  /**
+   * @generated from field: repeated uint64 tape_seqs = 3;
+   */
+  tapeSeqs: bigint[];
+
+  /**
+   * @generated from field: repeated uint64 positions = 4;
+   */
+  positions: bigint[];
+
+  /**
+   * @generated from field: string sha256 = 5;
+   */
+  sha256: string;
+
+  /**
+   * `api`, or `learning:<candidate_id>`.
+   *
+   * @generated from field: string source = 6;
+   */
+  source: string;
+
+  /**
+   * @generated from field: string event_id = 7;
+   */
+  eventId: string;
+};
+
+/**
+ * Describes the message palyra.v1.MemoryProvenance.
+ * Use `create(MemoryProvenanceSchema)` to create a new message.
+ */
+export declare const MemoryProvenanceSchema: GenMessage<MemoryProvenance>;
 
 /**
  * @generated from message palyra.v1.IngestMemoryRequest

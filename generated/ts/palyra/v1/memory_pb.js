@@ -11,7 +11,7 @@ import { file_google_api_annotations } from "../../google/api/annotations_pb.js"
  * Describes the file palyra/v1/memory.proto.
  */
 export const file_palyra_v1_memory = /*@__PURE__*/
-  fileDesc("ChZwYWx5cmEvdjEvbWVtb3J5LnByb3RvEglwYWx5cmEudjEirwEKCk1lbW9yeUl0ZW0SEQoJbWVtb3J5X2lkGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSDAoEdGV4dBgDIAEoCRIOCgZzb3VyY2UYBCABKAkSDAoEdGFncxgFIAMoCRIWCg5jb25maWRlbmNlX2JwcxgGIAEoDRIaChJjcmVhdGVkX2F0X3VuaXhfbXMYByABKAMSGgoSZXhwaXJlc19hdF91bml4X21zGAggASgDIjoKE0luZ2VzdE1lbW9yeVJlcXVlc3QSIwoEaXRlbRgBIAEoCzIVLnBhbHlyYS52MS5NZW1vcnlJdGVtIjsKFEluZ2VzdE1lbW9yeVJlc3BvbnNlEiMKBGl0ZW0YASABKAsyFS5wYWx5cmEudjEuTWVtb3J5SXRlbSJeChNTZWFyY2hNZW1vcnlSZXF1ZXN0Eg0KBXF1ZXJ5GAEgASgJEg0KBWxpbWl0GAIgASgNEhIKCnNlc3Npb25faWQYAyABKAkSFQoNbWluX3Njb3JlX2JwcxgEIAEoDSJDCglNZW1vcnlIaXQSIwoEaXRlbRgBIAEoCzIVLnBhbHlyYS52MS5NZW1vcnlJdGVtEhEKCXNjb3JlX2JwcxgCIAEoDSI6ChRTZWFyY2hNZW1vcnlSZXNwb25zZRIiCgRoaXRzGAEgAygLMhQucGFseXJhLnYxLk1lbW9yeUhpdCIlChBHZXRNZW1vcnlSZXF1ZXN0EhEKCW1lbW9yeV9pZBgBIAEoCSI4ChFHZXRNZW1vcnlSZXNwb25zZRIjCgRpdGVtGAEgASgLMhUucGFseXJhLnYxLk1lbW9yeUl0ZW0iKAoTRGVsZXRlTWVtb3J5UmVxdWVzdBIRCgltZW1vcnlfaWQYASABKAkiJwoURGVsZXRlTWVtb3J5UmVzcG9uc2USDwoHZGVsZXRlZBgBIAEoCCJPChFMaXN0TWVtb3J5UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhcKD2FmdGVyX21lbW9yeV9pZBgCIAEoCRINCgVsaW1pdBgDIAEoDSJYChJMaXN0TWVtb3J5UmVzcG9uc2USJAoFaXRlbXMYASADKAsyFS5wYWx5cmEudjEuTWVtb3J5SXRlbRIcChRuZXh0X2FmdGVyX21lbW9yeV9pZBgCIAEoCSIoChJQdXJnZU1lbW9yeVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSIlChNQdXJnZU1lbW9yeVJlc3BvbnNlEg4KBnB1cmdlZBgBIAEoBDKJBQoNTWVtb3J5U2VydmljZRJmCgxJbmdlc3RNZW1vcnkSHi5wYWx5cmEudjEuSW5nZXN0TWVtb3J5UmVxdWVzdBofLnBhbHlyYS52MS5Jbmdlc3RNZW1vcnlSZXNwb25zZSIVgtPkkwIPIgovdjEvbWVtb3J5OgEqEm0KDFNlYXJjaE1lbW9yeRIeLnBhbHlyYS52MS5TZWFyY2hNZW1vcnlSZXF1ZXN0Gh8ucGFseXJhLnYxLlNlYXJjaE1lbW9yeVJlc3BvbnNlIhyC0+STAhYiES92MS9tZW1vcnk6c2VhcmNoOgEqEmYKCUdldE1lbW9yeRIbLnBhbHlyYS52MS5HZXRNZW1vcnlSZXF1ZXN0GhwucGFseXJhLnYxLkdldE1lbW9yeVJlc3BvbnNlIh6C0+STAhgSFi92MS9tZW1vcnkve21lbW9yeV9pZH0SbwoMRGVsZXRlTWVtb3J5Eh4ucGFseXJhLnYxLkRlbGV0ZU1lbW9yeVJlcXVlc3QaHy5wYWx5cmEudjEuRGVsZXRlTWVtb3J5UmVzcG9uc2UiHoLT5JMCGCoWL3YxL21lbW9yeS97bWVtb3J5X2lkfRJdCgpMaXN0TWVtb3J5EhwucGFseXJhLnYxLkxpc3RNZW1vcnlSZXF1ZXN0Gh0ucGFseXJhLnYxLkxpc3RNZW1vcnlSZXNwb25zZSISgtPkkwIMEgovdjEvbWVtb3J5EmkKC1B1cmdlTWVtb3J5Eh0ucGFseXJhLnYxLlB1cmdlTWVtb3J5UmVxdWVzdBoeLnBhbHlyYS52MS5QdXJnZU1lbW9yeVJlc3BvbnNlIhuC0+STAhUiEC92MS9tZW1vcnk6cHVyZ2U6ASpiBnByb3RvMw", [file_google_api_annotations]);
+  fileDesc("ChZwYWx5cmEvdjEvbWVtb3J5LnByb3RvEglwYWx5cmEudjEijAIKCk1lbW9yeUl0ZW0SEQoJbWVtb3J5X2lkGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSDAoEdGV4dBgDIAEoCRIOCgZzb3VyY2UYBCABKAkSDAoEdGFncxgFIAMoCRIWCg5jb25maWRlbmNlX2JwcxgGIAEoDRIaChJjcmVhdGVkX2F0X3VuaXhfbXMYByABKAMSGgoSZXhwaXJlc19hdF91bml4X21zGAggASgDEi8KCnByb3ZlbmFuY2UYCSABKAsyGy5wYWx5cmEudjEuTWVtb3J5UHJvdmVuYW5jZRIMCgRraW5kGAogASgJEg0KBXNjb3BlGAsgASgJEg0KBW93bmVyGAwgASgJIo4BChBNZW1vcnlQcm92ZW5hbmNlEhIKCnNlc3Npb25faWQYASABKAkSDgoGcnVuX2lkGAIgASgJEhEKCXRhcGVfc2VxcxgDIAMoBBIRCglwb3NpdGlvbnMYBCADKAQSDgoGc2hhMjU2GAUgASgJEg4KBnNvdXJjZRgGIAEoCRIQCghldmVudF9pZBgHIAEoCSI6ChNJbmdlc3RNZW1vcnlSZXF1ZXN0EiMKBGl0ZW0YASABKAsyFS5wYWx5cmEudjEuTWVtb3J5SXRlbSI7ChRJbmdlc3RNZW1vcnlSZXNwb25zZRIjCgRpdGVtGAEgASgLMhUucGFseXJhLnYxLk1lbW9yeUl0ZW0iXgoTU2VhcmNoTWVtb3J5UmVxdWVzdBINCgVxdWVyeRgBIAEoCRINCgVsaW1pdBgCIAEoDRISCgpzZXNzaW9uX2lkGAMgASgJEhUKDW1pbl9zY29yZV9icHMYBCABKA0iQwoJTWVtb3J5SGl0EiMKBGl0ZW0YASABKAsyFS5wYWx5cmEudjEuTWVtb3J5SXRlbRIRCglzY29yZV9icHMYAiABKA0iOgoUU2VhcmNoTWVtb3J5UmVzcG9uc2USIgoEaGl0cxgBIAMoCzIULnBhbHlyYS52MS5NZW1vcnlIaXQiJQoQR2V0TWVtb3J5UmVxdWVzdBIRCgltZW1vcnlfaWQYASABKAkiOAoRR2V0TWVtb3J5UmVzcG9uc2USIwoEaXRlbRgBIAEoCzIVLnBhbHlyYS52MS5NZW1vcnlJdGVtIigKE0RlbGV0ZU1lbW9yeVJlcXVlc3QSEQoJbWVtb3J5X2lkGAEgASgJIicKFERlbGV0ZU1lbW9yeVJlc3BvbnNlEg8KB2RlbGV0ZWQYASABKAgiTwoRTGlzdE1lbW9yeVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIXCg9hZnRlcl9tZW1vcnlfaWQYAiABKAkSDQoFbGltaXQYAyABKA0iWAoSTGlzdE1lbW9yeVJlc3BvbnNlEiQKBWl0ZW1zGAEgAygLMhUucGFseXJhLnYxLk1lbW9yeUl0ZW0SHAoUbmV4dF9hZnRlcl9tZW1vcnlfaWQYAiABKAkiKAoSUHVyZ2VNZW1vcnlSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiJQoTUHVyZ2VNZW1vcnlSZXNwb25zZRIOCgZwdXJnZWQYASABKAQyiQUKDU1lbW9yeVNlcnZpY2USZgoMSW5nZXN0TWVtb3J5Eh4ucGFseXJhLnYxLkluZ2VzdE1lbW9yeVJlcXVlc3QaHy5wYWx5cmEudjEuSW5nZXN0TWVtb3J5UmVzcG9uc2UiFYLT5JMCDyIKL3YxL21lbW9yeToBKhJtCgxTZWFyY2hNZW1vcnkSHi5wYWx5cmEudjEuU2VhcmNoTWVtb3J5UmVxdWVzdBofLnBhbHlyYS52MS5TZWFyY2hNZW1vcnlSZXNwb25zZSIcgtPkkwIWIhEvdjEvbWVtb3J5OnNlYXJjaDoBKhJmCglHZXRNZW1vcnkSGy5wYWx5cmEudjEuR2V0TWVtb3J5UmVxdWVzdBocLnBhbHlyYS52MS5HZXRNZW1vcnlSZXNwb25zZSIegtPkkwIYEhYvdjEvbWVtb3J5L3ttZW1vcnlfaWR9Em8KDERlbGV0ZU1lbW9yeRIeLnBhbHlyYS52MS5EZWxldGVNZW1vcnlSZXF1ZXN0Gh8ucGFseXJhLnYxLkRlbGV0ZU1lbW9yeVJlc3BvbnNlIh6C0+STAhgqFi92MS9tZW1vcnkve21lbW9yeV9pZH0SXQoKTGlzdE1lbW9yeRIcLnBhbHlyYS52MS5MaXN0TWVtb3J5UmVxdWVzdBodLnBhbHlyYS52MS5MaXN0TWVtb3J5UmVzcG9uc2UiEoLT5JMCDBIKL3YxL21lbW9yeRJpCgtQdXJnZU1lbW9yeRIdLnBhbHlyYS52MS5QdXJnZU1lbW9yeVJlcXVlc3QaHi5wYWx5cmEudjEuUHVyZ2VNZW1vcnlSZXNwb25zZSIbgtPkkwIVIhAvdjEvbWVtb3J5OnB1cmdlOgEqYgZwcm90bzM", [file_google_api_annotations]);
 
 /**
  * Describes the message palyra.v1.MemoryItem.
@@ -21,95 +21,102 @@ export const MemoryItemSchema = /*@__PURE__*/
   messageDesc(file_palyra_v1_memory, 0);
 
 /**
+ * Describes the message palyra.v1.MemoryProvenance.
+ * Use `create(MemoryProvenanceSchema)` to create a new message.
+ */
+export const MemoryProvenanceSchema = /*@__PURE__*/
+  messageDesc(file_palyra_v1_memory, 1);
+
+/**
  * Describes the message palyra.v1.IngestMemoryRequest.
  * Use `create(IngestMemoryRequestSchema)` to create a new message.
  */
 export const IngestMemoryRequestSchema = /*@__PURE__*/
-  messageDesc(file_palyra_v1_memory, 1);
+  messageDesc(file_palyra_v1_memory, 2);
 
 /**
  * Describes the message palyra.v1.IngestMemoryResponse.
  * Use `create(IngestMemoryResponseSchema)` to create a new message.
  */
 export const IngestMemoryResponseSchema = /*@__PURE__*/
-  messageDesc(file_palyra_v1_memory, 2);
+  messageDesc(file_palyra_v1_memory, 3);
 
 /**
  * Describes the message palyra.v1.SearchMemoryRequest.
  * Use `create(SearchMemoryRequestSchema)` to create a new message.
  */
 export const SearchMemoryRequestSchema = /*@__PURE__*/
-  messageDesc(file_palyra_v1_memory, 3);
+  messageDesc(file_palyra_v1_memory, 4);
 
 /**
  * Describes the message palyra.v1.MemoryHit.
  * Use `create(MemoryHitSchema)` to create a new message.
  */
 export const MemoryHitSchema = /*@__PURE__*/
-  messageDesc(file_palyra_v1_memory, 4);
+  messageDesc(file_palyra_v1_memory, 5);
 
 /**
  * Describes the message palyra.v1.SearchMemoryResponse.
  * Use `create(SearchMemoryResponseSchema)` to create a new message.
  */
 export const SearchMemoryResponseSchema = /*@__PURE__*/
-  messageDesc(file_palyra_v1_memory, 5);
+  messageDesc(file_palyra_v1_memory, 6);
 
 /**
  * Describes the message palyra.v1.GetMemoryRequest.
  * Use `create(GetMemoryRequestSchema)` to create a new message.
  */
 export const GetMemoryRequestSchema = /*@__PURE__*/
-  messageDesc(file_palyra_v1_memory, 6);
+  messageDesc(file_palyra_v1_memory, 7);
 
 /**
  * Describes the message palyra.v1.GetMemoryResponse.
  * Use `create(GetMemoryResponseSchema)` to create a new message.
  */
 export const GetMemoryResponseSchema = /*@__PURE__*/
-  messageDesc(file_palyra_v1_memory, 7);
+  messageDesc(file_palyra_v1_memory, 8);
 
 /**
  * Describes the message palyra.v1.DeleteMemoryRequest.
  * Use `create(DeleteMemoryRequestSchema)` to create a new message.
  */
 export const DeleteMemoryRequestSchema = /*@__PURE__*/
-  messageDesc(file_palyra_v1_memory, 8);
+  messageDesc(file_palyra_v1_memory, 9);
 
 /**
  * Describes the message palyra.v1.DeleteMemoryResponse.
  * Use `create(DeleteMemoryResponseSchema)` to create a new message.
  */
 export const DeleteMemoryResponseSchema = /*@__PURE__*/
-  messageDesc(file_palyra_v1_memory, 9);
+  messageDesc(file_palyra_v1_memory, 10);
 
 /**
  * Describes the message palyra.v1.ListMemoryRequest.
  * Use `create(ListMemoryRequestSchema)` to create a new message.
  */
 export const ListMemoryRequestSchema = /*@__PURE__*/
-  messageDesc(file_palyra_v1_memory, 10);
+  messageDesc(file_palyra_v1_memory, 11);
 
 /**
  * Describes the message palyra.v1.ListMemoryResponse.
  * Use `create(ListMemoryResponseSchema)` to create a new message.
  */
 export const ListMemoryResponseSchema = /*@__PURE__*/
-  messageDesc(file_palyra_v1_memory, 11);
+  messageDesc(file_palyra_v1_memory, 12);
 
 /**
  * Describes the message palyra.v1.PurgeMemoryRequest.
  * Use `create(PurgeMemoryRequestSchema)` to create a new message.
  */
 export const PurgeMemoryRequestSchema = /*@__PURE__*/
-  messageDesc(file_palyra_v1_memory, 12);
+  messageDesc(file_palyra_v1_memory, 13);
 
 /**
  * Describes the message palyra.v1.PurgeMemoryResponse.
  * Use `create(PurgeMemoryResponseSchema)` to create a new message.
  */
 export const PurgeMemoryResponseSchema = /*@__PURE__*/
-  messageDesc(file_palyra_v1_memory, 13);
+  messageDesc(file_palyra_v1_memory, 14);
 
 /**
  * Long-term memory: items injected into context by vector search.

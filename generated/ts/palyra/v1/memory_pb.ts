@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file palyra/v1/memory.proto.
  */
 export const file_palyra_v1_memory: GenFile = /*@__PURE__*/
-  fileDesc("ChZwYWx5cmEvdjEvbWVtb3J5LnByb3RvEglwYWx5cmEudjEirwEKCk1lbW9yeUl0ZW0SEQoJbWVtb3J5X2lkGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSDAoEdGV4dBgDIAEoCRIOCgZzb3VyY2UYBCABKAkSDAoEdGFncxgFIAMoCRIWCg5jb25maWRlbmNlX2JwcxgGIAEoDRIaChJjcmVhdGVkX2F0X3VuaXhfbXMYByABKAMSGgoSZXhwaXJlc19hdF91bml4X21zGAggASgDIjoKE0luZ2VzdE1lbW9yeVJlcXVlc3QSIwoEaXRlbRgBIAEoCzIVLnBhbHlyYS52MS5NZW1vcnlJdGVtIjsKFEluZ2VzdE1lbW9yeVJlc3BvbnNlEiMKBGl0ZW0YASABKAsyFS5wYWx5cmEudjEuTWVtb3J5SXRlbSJeChNTZWFyY2hNZW1vcnlSZXF1ZXN0Eg0KBXF1ZXJ5GAEgASgJEg0KBWxpbWl0GAIgASgNEhIKCnNlc3Npb25faWQYAyABKAkSFQoNbWluX3Njb3JlX2JwcxgEIAEoDSJDCglNZW1vcnlIaXQSIwoEaXRlbRgBIAEoCzIVLnBhbHlyYS52MS5NZW1vcnlJdGVtEhEKCXNjb3JlX2JwcxgCIAEoDSI6ChRTZWFyY2hNZW1vcnlSZXNwb25zZRIiCgRoaXRzGAEgAygLMhQucGFseXJhLnYxLk1lbW9yeUhpdCIlChBHZXRNZW1vcnlSZXF1ZXN0EhEKCW1lbW9yeV9pZBgBIAEoCSI4ChFHZXRNZW1vcnlSZXNwb25zZRIjCgRpdGVtGAEgASgLMhUucGFseXJhLnYxLk1lbW9yeUl0ZW0iKAoTRGVsZXRlTWVtb3J5UmVxdWVzdBIRCgltZW1vcnlfaWQYASABKAkiJwoURGVsZXRlTWVtb3J5UmVzcG9uc2USDwoHZGVsZXRlZBgBIAEoCCJPChFMaXN0TWVtb3J5UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhcKD2FmdGVyX21lbW9yeV9pZBgCIAEoCRINCgVsaW1pdBgDIAEoDSJYChJMaXN0TWVtb3J5UmVzcG9uc2USJAoFaXRlbXMYASADKAsyFS5wYWx5cmEudjEuTWVtb3J5SXRlbRIcChRuZXh0X2FmdGVyX21lbW9yeV9pZBgCIAEoCSIoChJQdXJnZU1lbW9yeVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSIlChNQdXJnZU1lbW9yeVJlc3BvbnNlEg4KBnB1cmdlZBgBIAEoBDKJBQoNTWVtb3J5U2VydmljZRJmCgxJbmdlc3RNZW1vcnkSHi5wYWx5cmEudjEuSW5nZXN0TWVtb3J5UmVxdWVzdBofLnBhbHlyYS52MS5Jbmdlc3RNZW1vcnlSZXNwb25zZSIVgtPkkwIPIgovdjEvbWVtb3J5OgEqEm0KDFNlYXJjaE1lbW9yeRIeLnBhbHlyYS52MS5TZWFyY2hNZW1vcnlSZXF1ZXN0Gh8ucGFseXJhLnYxLlNlYXJjaE1lbW9yeVJlc3BvbnNlIhyC0+STAhYiES92MS9tZW1vcnk6c2VhcmNoOgEqEmYKCUdldE1lbW9yeRIbLnBhbHlyYS52MS5HZXRNZW1vcnlSZXF1ZXN0GhwucGFseXJhLnYxLkdldE1lbW9yeVJlc3BvbnNlIh6C0+STAhgSFi92MS9tZW1vcnkve21lbW9yeV9pZH0SbwoMRGVsZXRlTWVtb3J5Eh4ucGFseXJhLnYxLkRlbGV0ZU1lbW9yeVJlcXVlc3QaHy5wYWx5cmEudjEuRGVsZXRlTWVtb3J5UmVzcG9uc2UiHoLT5JMCGCoWL3YxL21lbW9yeS97bWVtb3J5X2lkfRJdCgpMaXN0TWVtb3J5EhwucGFseXJhLnYxLkxpc3RNZW1vcnlSZXF1ZXN0Gh0ucGFseXJhLnYxLkxpc3RNZW1vcnlSZXNwb25zZSISgtPkkwIMEgovdjEvbWVtb3J5EmkKC1B1cmdlTWVtb3J5Eh0ucGFseXJhLnYxLlB1cmdlTWVtb3J5UmVxdWVzdBoeLnBhbHlyYS52MS5QdXJnZU1lbW9yeVJlc3BvbnNlIhuC0+STAhUiEC92MS9tZW1vcnk6cHVyZ2U6ASpiBnByb3RvMw", [file_google_api_annotations]);
+  fileDesc("ChZwYWx5cmEvdjEvbWVtb3J5LnByb3RvEglwYWx5cmEudjEijAIKCk1lbW9yeUl0ZW0SEQoJbWVtb3J5X2lkGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSDAoEdGV4dBgDIAEoCRIOCgZzb3VyY2UYBCABKAkSDAoEdGFncxgFIAMoCRIWCg5jb25maWRlbmNlX2JwcxgGIAEoDRIaChJjcmVhdGVkX2F0X3VuaXhfbXMYByABKAMSGgoSZXhwaXJlc19hdF91bml4X21zGAggASgDEi8KCnByb3ZlbmFuY2UYCSABKAsyGy5wYWx5cmEudjEuTWVtb3J5UHJvdmVuYW5jZRIMCgRraW5kGAogASgJEg0KBXNjb3BlGAsgASgJEg0KBW93bmVyGAwgASgJIo4BChBNZW1vcnlQcm92ZW5hbmNlEhIKCnNlc3Npb25faWQYASABKAkSDgoGcnVuX2lkGAIgASgJEhEKCXRhcGVfc2VxcxgDIAMoBBIRCglwb3NpdGlvbnMYBCADKAQSDgoGc2hhMjU2GAUgASgJEg4KBnNvdXJjZRgGIAEoCRIQCghldmVudF9pZBgHIAEoCSI6ChNJbmdlc3RNZW1vcnlSZXF1ZXN0EiMKBGl0ZW0YASABKAsyFS5wYWx5cmEudjEuTWVtb3J5SXRlbSI7ChRJbmdlc3RNZW1vcnlSZXNwb25zZRIjCgRpdGVtGAEgASgLMhUucGFseXJhLnYxLk1lbW9yeUl0ZW0iXgoTU2VhcmNoTWVtb3J5UmVxdWVzdBINCgVxdWVyeRgBIAEoCRINCgVsaW1pdBgCIAEoDRISCgpzZXNzaW9uX2lkGAMgASgJEhUKDW1pbl9zY29yZV9icHMYBCABKA0iQwoJTWVtb3J5SGl0EiMKBGl0ZW0YASABKAsyFS5wYWx5cmEudjEuTWVtb3J5SXRlbRIRCglzY29yZV9icHMYAiABKA0iOgoUU2VhcmNoTWVtb3J5UmVzcG9uc2USIgoEaGl0cxgBIAMoCzIULnBhbHlyYS52MS5NZW1vcnlIaXQiJQoQR2V0TWVtb3J5UmVxdWVzdBIRCgltZW1vcnlfaWQYASABKAkiOAoRR2V0TWVtb3J5UmVzcG9uc2USIwoEaXRlbRgBIAEoCzIVLnBhbHlyYS52MS5NZW1vcnlJdGVtIigKE0RlbGV0ZU1lbW9yeVJlcXVlc3QSEQoJbWVtb3J5X2lkGAEgASgJIicKFERlbGV0ZU1lbW9yeVJlc3BvbnNlEg8KB2RlbGV0ZWQYASABKAgiTwoRTGlzdE1lbW9yeVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIXCg9hZnRlcl9tZW1vcnlfaWQYAiABKAkSDQoFbGltaXQYAyABKA0iWAoSTGlzdE1lbW9yeVJlc3BvbnNlEiQKBWl0ZW1zGAEgAygLMhUucGFseXJhLnYxLk1lbW9yeUl0ZW0SHAoUbmV4dF9hZnRlcl9tZW1vcnlfaWQYAiABKAkiKAoSUHVyZ2VNZW1vcnlSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiJQoTUHVyZ2VNZW1vcnlSZXNwb25zZRIOCgZwdXJnZWQYASABKAQyiQUKDU1lbW9yeVNlcnZpY2USZgoMSW5nZXN0TWVtb3J5Eh4ucGFseXJhLnYxLkluZ2VzdE1lbW9yeVJlcXVlc3QaHy5wYWx5cmEudjEuSW5nZXN0TWVtb3J5UmVzcG9uc2UiFYLT5JMCDyIKL3YxL21lbW9yeToBKhJtCgxTZWFyY2hNZW1vcnkSHi5wYWx5cmEudjEuU2VhcmNoTWVtb3J5UmVxdWVzdBofLnBhbHlyYS52MS5TZWFyY2hNZW1vcnlSZXNwb25zZSIcgtPkkwIWIhEvdjEvbWVtb3J5OnNlYXJjaDoBKhJmCglHZXRNZW1vcnkSGy5wYWx5cmEudjEuR2V0TWVtb3J5UmVxdWVzdBocLnBhbHlyYS52MS5HZXRNZW1vcnlSZXNwb25zZSIegtPkkwIYEhYvdjEvbWVtb3J5L3ttZW1vcnlfaWR9Em8KDERlbGV0ZU1lbW9yeRIeLnBhbHlyYS52MS5EZWxldGVNZW1vcnlSZXF1ZXN0Gh8ucGFseXJhLnYxLkRlbGV0ZU1lbW9yeVJlc3BvbnNlIh6C0+STAhgqFi92MS9tZW1vcnkve21lbW9yeV9pZH0SXQoKTGlzdE1lbW9yeRIcLnBhbHlyYS52MS5MaXN0TWVtb3J5UmVxdWVzdBodLnBhbHlyYS52MS5MaXN0TWVtb3J5UmVzcG9uc2UiEoLT5JMCDBIKL3YxL21lbW9yeRJpCgtQdXJnZU1lbW9yeRIdLnBhbHlyYS52MS5QdXJnZU1lbW9yeVJlcXVlc3QaHi5wYWx5cmEudjEuUHVyZ2VNZW1vcnlSZXNwb25zZSIbgtPkkwIVIhAvdjEvbWVtb3J5OnB1cmdlOgEqYgZwcm90bzM", [file_google_api_annotations]);
 
 /**
  * @generated from message palyra.v1.MemoryItem
@@ -60,6 +60,34 @@ export type MemoryItem = Message<"palyra.v1.MemoryItem"> & {
    * @generated from field: int64 expires_at_unix_ms = 8;
    */
   expiresAtUnixMs: bigint;
+
+  /**
+   * Where it came from (set by the daemon; ignored on ingest).
+   *
+   * @generated from field: palyra.v1.MemoryProvenance provenance = 9;
+   */
+  provenance?: MemoryProvenance | undefined;
+
+  /**
+   * `note` (ingested), `durable_fact`, `preference`, `procedure` (learned).
+   *
+   * @generated from field: string kind = 10;
+   */
+  kind: string;
+
+  /**
+   * `principal` (the owner's, in every session) or `session` (only `session_id`).
+   *
+   * @generated from field: string scope = 11;
+   */
+  scope: string;
+
+  /**
+   * The principal it belongs to.
+   *
+   * @generated from field: string owner = 12;
+   */
+  owner: string;
 };
 
 /**
@@ -68,6 +96,59 @@ export type MemoryItem = Message<"palyra.v1.MemoryItem"> & {
  */
 export const MemoryItemSchema: GenMessage<MemoryItem> = /*@__PURE__*/
   messageDesc(file_palyra_v1_memory, 0);
+
+/**
+ * Checkable against the journal: the tape events (seqs and journal positions) an
+ * item came from and the SHA-256 of their stored payload bytes; for an ingested
+ * item, the ingest event's id and the SHA-256 of the text's UTF-8 bytes.
+ *
+ * @generated from message palyra.v1.MemoryProvenance
+ */
+export type MemoryProvenance = Message<"palyra.v1.MemoryProvenance"> & {
+  /**
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * @generated from field: string run_id = 2;
+   */
+  runId: string;
+
+  /**
+   * @generated from field: repeated uint64 tape_seqs = 3;
+   */
+  tapeSeqs: bigint[];
+
+  /**
+   * @generated from field: repeated uint64 positions = 4;
+   */
+  positions: bigint[];
+
+  /**
+   * @generated from field: string sha256 = 5;
+   */
+  sha256: string;
+
+  /**
+   * `api`, or `learning:<candidate_id>`.
+   *
+   * @generated from field: string source = 6;
+   */
+  source: string;
+
+  /**
+   * @generated from field: string event_id = 7;
+   */
+  eventId: string;
+};
+
+/**
+ * Describes the message palyra.v1.MemoryProvenance.
+ * Use `create(MemoryProvenanceSchema)` to create a new message.
+ */
+export const MemoryProvenanceSchema: GenMessage<MemoryProvenance> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_memory, 1);
 
 /**
  * @generated from message palyra.v1.IngestMemoryRequest
@@ -84,7 +165,7 @@ export type IngestMemoryRequest = Message<"palyra.v1.IngestMemoryRequest"> & {
  * Use `create(IngestMemoryRequestSchema)` to create a new message.
  */
 export const IngestMemoryRequestSchema: GenMessage<IngestMemoryRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_memory, 1);
+  messageDesc(file_palyra_v1_memory, 2);
 
 /**
  * @generated from message palyra.v1.IngestMemoryResponse
@@ -101,7 +182,7 @@ export type IngestMemoryResponse = Message<"palyra.v1.IngestMemoryResponse"> & {
  * Use `create(IngestMemoryResponseSchema)` to create a new message.
  */
 export const IngestMemoryResponseSchema: GenMessage<IngestMemoryResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_memory, 2);
+  messageDesc(file_palyra_v1_memory, 3);
 
 /**
  * @generated from message palyra.v1.SearchMemoryRequest
@@ -135,7 +216,7 @@ export type SearchMemoryRequest = Message<"palyra.v1.SearchMemoryRequest"> & {
  * Use `create(SearchMemoryRequestSchema)` to create a new message.
  */
 export const SearchMemoryRequestSchema: GenMessage<SearchMemoryRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_memory, 3);
+  messageDesc(file_palyra_v1_memory, 4);
 
 /**
  * @generated from message palyra.v1.MemoryHit
@@ -157,7 +238,7 @@ export type MemoryHit = Message<"palyra.v1.MemoryHit"> & {
  * Use `create(MemoryHitSchema)` to create a new message.
  */
 export const MemoryHitSchema: GenMessage<MemoryHit> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_memory, 4);
+  messageDesc(file_palyra_v1_memory, 5);
 
 /**
  * @generated from message palyra.v1.SearchMemoryResponse
@@ -174,7 +255,7 @@ export type SearchMemoryResponse = Message<"palyra.v1.SearchMemoryResponse"> & {
  * Use `create(SearchMemoryResponseSchema)` to create a new message.
  */
 export const SearchMemoryResponseSchema: GenMessage<SearchMemoryResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_memory, 5);
+  messageDesc(file_palyra_v1_memory, 6);
 
 /**
  * @generated from message palyra.v1.GetMemoryRequest
@@ -191,7 +272,7 @@ export type GetMemoryRequest = Message<"palyra.v1.GetMemoryRequest"> & {
  * Use `create(GetMemoryRequestSchema)` to create a new message.
  */
 export const GetMemoryRequestSchema: GenMessage<GetMemoryRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_memory, 6);
+  messageDesc(file_palyra_v1_memory, 7);
 
 /**
  * @generated from message palyra.v1.GetMemoryResponse
@@ -208,7 +289,7 @@ export type GetMemoryResponse = Message<"palyra.v1.GetMemoryResponse"> & {
  * Use `create(GetMemoryResponseSchema)` to create a new message.
  */
 export const GetMemoryResponseSchema: GenMessage<GetMemoryResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_memory, 7);
+  messageDesc(file_palyra_v1_memory, 8);
 
 /**
  * @generated from message palyra.v1.DeleteMemoryRequest
@@ -225,7 +306,7 @@ export type DeleteMemoryRequest = Message<"palyra.v1.DeleteMemoryRequest"> & {
  * Use `create(DeleteMemoryRequestSchema)` to create a new message.
  */
 export const DeleteMemoryRequestSchema: GenMessage<DeleteMemoryRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_memory, 8);
+  messageDesc(file_palyra_v1_memory, 9);
 
 /**
  * @generated from message palyra.v1.DeleteMemoryResponse
@@ -242,7 +323,7 @@ export type DeleteMemoryResponse = Message<"palyra.v1.DeleteMemoryResponse"> & {
  * Use `create(DeleteMemoryResponseSchema)` to create a new message.
  */
 export const DeleteMemoryResponseSchema: GenMessage<DeleteMemoryResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_memory, 9);
+  messageDesc(file_palyra_v1_memory, 10);
 
 /**
  * @generated from message palyra.v1.ListMemoryRequest
@@ -269,7 +350,7 @@ export type ListMemoryRequest = Message<"palyra.v1.ListMemoryRequest"> & {
  * Use `create(ListMemoryRequestSchema)` to create a new message.
  */
 export const ListMemoryRequestSchema: GenMessage<ListMemoryRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_memory, 10);
+  messageDesc(file_palyra_v1_memory, 11);
 
 /**
  * @generated from message palyra.v1.ListMemoryResponse
@@ -291,7 +372,7 @@ export type ListMemoryResponse = Message<"palyra.v1.ListMemoryResponse"> & {
  * Use `create(ListMemoryResponseSchema)` to create a new message.
  */
 export const ListMemoryResponseSchema: GenMessage<ListMemoryResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_memory, 11);
+  messageDesc(file_palyra_v1_memory, 12);
 
 /**
  * @generated from message palyra.v1.PurgeMemoryRequest
@@ -308,7 +389,7 @@ export type PurgeMemoryRequest = Message<"palyra.v1.PurgeMemoryRequest"> & {
  * Use `create(PurgeMemoryRequestSchema)` to create a new message.
  */
 export const PurgeMemoryRequestSchema: GenMessage<PurgeMemoryRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_memory, 12);
+  messageDesc(file_palyra_v1_memory, 13);
 
 /**
  * @generated from message palyra.v1.PurgeMemoryResponse
@@ -325,7 +406,7 @@ export type PurgeMemoryResponse = Message<"palyra.v1.PurgeMemoryResponse"> & {
  * Use `create(PurgeMemoryResponseSchema)` to create a new message.
  */
 export const PurgeMemoryResponseSchema: GenMessage<PurgeMemoryResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_memory, 13);
+  messageDesc(file_palyra_v1_memory, 14);
 
 /**
  * Long-term memory: items injected into context by vector search.

@@ -129,6 +129,7 @@ __all__ = (
     "ListTokensResponse",
     "MemoryHit",
     "MemoryItem",
+    "MemoryProvenance",
     "MemoryServiceBase",
     "MemoryServiceStub",
     "MessageInput",
@@ -2201,8 +2202,59 @@ class MemoryItem(betterproto2.Message):
 
     expires_at_unix_ms: "int" = betterproto2.field(8, betterproto2.TYPE_INT64)
 
+    provenance: "MemoryProvenance | None" = betterproto2.field(
+        9, betterproto2.TYPE_MESSAGE, optional=True
+    )
+    """
+    Where it came from (set by the daemon; ignored on ingest).
+    """
+
+    kind: "str" = betterproto2.field(10, betterproto2.TYPE_STRING)
+    """
+    `note` (ingested), `durable_fact`, `preference`, `procedure` (learned).
+    """
+
+    scope: "str" = betterproto2.field(11, betterproto2.TYPE_STRING)
+    """
+    `principal` (the owner's, in every session) or `session` (only `session_id`).
+    """
+
+    owner: "str" = betterproto2.field(12, betterproto2.TYPE_STRING)
+    """
+    The principal it belongs to.
+    """
+
 
 default_message_pool.register_message("palyra.v1", "MemoryItem", MemoryItem)
+
+
+@dataclass(eq=False, repr=False)
+class MemoryProvenance(betterproto2.Message):
+    """
+    Checkable against the journal: the tape events (seqs and journal positions) an
+    item came from and the SHA-256 of their stored payload bytes; for an ingested
+    item, the ingest event's id and the SHA-256 of the text's UTF-8 bytes.
+    """
+
+    session_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    run_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    tape_seqs: "list[int]" = betterproto2.field(3, betterproto2.TYPE_UINT64, repeated=True)
+
+    positions: "list[int]" = betterproto2.field(4, betterproto2.TYPE_UINT64, repeated=True)
+
+    sha256: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+
+    source: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    `api`, or `learning:<candidate_id>`.
+    """
+
+    event_id: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("palyra.v1", "MemoryProvenance", MemoryProvenance)
 
 
 @dataclass(eq=False, repr=False)

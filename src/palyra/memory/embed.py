@@ -1,0 +1,85 @@
+"""Text embeddings for memory search, all offline.
+
+* :class:`WordLlamaEmbedder` (default): ``wordllama``'s 256-d model, whose weights
+  and tokenizer ship inside its PyPI wheel. Loaded from the package directory with
+  downloads disabled, so it never touches the network (its default ``load()`` would
+  look in a ``tokenizer/`` cache directory the wheel does not have).
+* :class:`HashEmbedder`: the seed's 64-d hashed bag of words, the fallback when
+  wordllama is not installed; deterministic and dependency-free.
+
+Both return L2-normalised float32 rows, so a dot product is the cosine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+Vectors = npt.NDArray[np.float32]
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+class Embedder(Protocol):
+    """Maps texts to unit vectors of ``dim`` floats."""
+
+    name: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """One unit row per text."""
+        ...
+
+
+def _normalise(rows: npt.NDArray[np.floating]) -> Vectors:
+    out: Vectors = np.asarray(rows, dtype=np.float32)
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    out = (out / norms).astype(np.float32)
+    return out
+
+
+class HashEmbedder:
+    """64-d signed feature hashing of lower-cased words (no model, no download)."""
+
+    name = "hash64"
+    dim = 64
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in _WORD.findall(text.lower()):
+                h = hashlib.blake2b(word.encode(), digest_size=8).digest()
+                out[row, h[0] % self.dim] += 1.0 if h[1] & 1 else -1.0
+        return _normalise(out)
+
+
+class WordLlamaEmbedder:
+    """wordllama's 256-d static embeddings, from the weights inside its wheel."""
+
+    name = "wordllama-l2-256"
+    dim = 256
+
+    def __init__(self) -> None:
+        import wordllama
+
+        self._model = wordllama.WordLlama.load(
+            cache_dir=os.path.dirname(wordllama.__file__), disable_download=True, dim=self.dim)
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return _normalise(self._model.embed(list(texts), norm=True))
+
+
+def default_embedder() -> Embedder:
+    """wordllama when installed, else the hash fallback (the log line says which)."""
+    try:
+        return WordLlamaEmbedder()
+    except ImportError:
+        return HashEmbedder()
