@@ -64,6 +64,8 @@ class Harness:
     tool: ToolSpec[Any] = ADD
     extra_tools: tuple[ToolSpec[Any], ...] = ()  # registered next to the built-ins
     now_ms: Callable[[], int] | None = None
+    # Builds the engine's ContextPort from the open store and gate (None: the tape only).
+    context_factory: Callable[[JournalStore, PolicyGate], Any] | None = None
     store: JournalStore | None = None
     engine: Engine | None = None
     app: PalyraApp | None = None
@@ -77,6 +79,8 @@ class Harness:
             registry.register(extra)
         gate = PolicyGate.load(self.policy_config)
         kwargs: dict[str, Any] = {"now_ms": self.now_ms} if self.now_ms else {}
+        if self.context_factory is not None:
+            kwargs["context"] = self.context_factory(self.store, gate)
         self.engine = Engine(self.store, self.provider_factory(), GatePolicy(gate, registry),
                              RegistryTools(registry, self.data_dir), self.config, **kwargs)
         self._stack = contextlib.AsyncExitStack()

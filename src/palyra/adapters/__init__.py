@@ -1,11 +1,12 @@
 """Adapters that bind the engine's ports to the real packages (used by the composition root).
 
-The engine codes against ``PolicyPort`` and ``ToolsPort`` and imports neither
-``policy`` nor ``tools``; these two classes are the only places that know both
-sides. ``daemon``'s wiring builds them; tests and benchmarks may too.
+The engine codes against ``PolicyPort``, ``ToolsPort`` and ``ContextPort`` and imports
+neither ``policy`` nor ``tools`` nor ``memory``; these classes are the only places that
+know both sides. ``daemon``'s wiring builds them; tests and benchmarks may too.
 """
 
+from palyra.adapters.context import MemoryContext
 from palyra.adapters.policy import GatePolicy
 from palyra.adapters.tools import RegistryTools
 
-__all__ = ["GatePolicy", "RegistryTools"]
+__all__ = ["GatePolicy", "MemoryContext", "RegistryTools"]

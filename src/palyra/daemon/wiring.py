@@ -15,7 +15,7 @@ import os
 
 import structlog
 
-from palyra.adapters import GatePolicy, RegistryTools
+from palyra.adapters import GatePolicy, MemoryContext, RegistryTools
 from palyra.app import CallContext, PalyraApp
 from palyra.config import PalyraConfig
 from palyra.core.errors import PalyraError
@@ -23,6 +23,7 @@ from palyra.engine import Engine, IdentityRec, RecoveryReport, RunRecord, RunSta
 from palyra.journal import JournalStore, sign_head_if_moved
 from palyra.learning import TASK_KIND as REFLECTION_TASK
 from palyra.learning import Learning
+from palyra.memory.service import Memory
 from palyra.policy import PolicyGate
 from palyra.providers import build_provider
 from palyra.tasks import TaskQueue, TaskWorker
@@ -60,8 +61,10 @@ async def open_application(
     os.makedirs(workspace, mode=0o700, exist_ok=True)
     provider = build_provider(config.provider)
     stack.push_async_callback(provider.aclose)
+    memory = Memory(store)
     engine = Engine(store, provider, GatePolicy(gate, registry),
-                    RegistryTools(registry, workspace), config.engine)
+                    RegistryTools(registry, workspace), config.engine,
+                    context=MemoryContext(memory, gate))
     # Entering starts the engine's TaskGroup; leaving it drains (parks runs).
     await stack.enter_async_context(engine)
     report = await engine.recover()
@@ -89,6 +92,7 @@ async def open_application(
     app = PalyraApp(engine)
     app.tasks = tasks
     app.learning = learning
+    app.memory = memory
     return app, CallContext.from_caller
 
 

@@ -25,7 +25,16 @@ from palyra.engine.model.lifecycle import (
     run_next,
     run_state_proto,
 )
-from palyra.engine.model.ports import PolicyPort, ToolOutcome, ToolRequest, ToolsPort, ToolVerdict
+from palyra.engine.model.ports import (
+    ContextContribution,
+    ContextPort,
+    ContextRequest,
+    PolicyPort,
+    ToolOutcome,
+    ToolRequest,
+    ToolsPort,
+    ToolVerdict,
+)
 from palyra.engine.model.records import (
     ApprovalRecord,
     GrantRec,
@@ -47,6 +56,9 @@ __all__ = [
     "ApprovalRecord",
     "ApprovalStateId",
     "CleanupResult",
+    "ContextContribution",
+    "ContextPort",
+    "ContextRequest",
     "Engine",
     "EngineConfig",
     "GrantRec",

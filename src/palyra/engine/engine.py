@@ -33,7 +33,7 @@ from palyra.engine.model.lifecycle import (
     RunStateId,
     is_run_terminal,
 )
-from palyra.engine.model.ports import PolicyPort, ToolsPort
+from palyra.engine.model.ports import ContextPort, PolicyPort, ToolsPort
 from palyra.engine.model.records import (
     RUNS,
     ApprovalRecord,
@@ -98,7 +98,8 @@ class Engine:
 
     def __init__(self, store: JournalStore, provider: ModelProvider, policy: PolicyPort,
                  tools: ToolsPort, config: EngineConfig | None = None, *,
-                 now_ms: Callable[[], int] = wall_ms) -> None:
+                 now_ms: Callable[[], int] = wall_ms,
+                 context: ContextPort | None = None) -> None:
         self.config = config or EngineConfig()
         self.store = store
         #: Committed session records (get, by key or label, caller-scoped pages).
@@ -110,7 +111,8 @@ class Engine:
         self._deps = EngineDeps(store=store, provider=provider, policy=policy, tools=tools,
                                 config=self.config, session_reader=self.session_reader,
                                 session_writer=self.session_writer,
-                                approval_reader=self.approval_reader, now_ms=now_ms)
+                                approval_reader=self.approval_reader, now_ms=now_ms,
+                                context=context)
         self._actors: dict[str, RunActor] = {}
         self._claimed: set[str] = set()
         self._stack = AsyncExitStack()

@@ -133,6 +133,12 @@ export declare type TapeEvent = Message<"palyra.v1.TapeEvent"> & {
      */
     value: RunError;
     case: "error";
+  } | {
+    /**
+     * @generated from field: palyra.v1.ContextStage context_stage = 24;
+     */
+    value: ContextStage;
+    case: "contextStage";
   } | { case: undefined; value?: undefined };
 };
 
@@ -141,6 +147,69 @@ export declare type TapeEvent = Message<"palyra.v1.TapeEvent"> & {
  * Use `create(TapeEventSchema)` to create a new message.
  */
 export declare const TapeEventSchema: GenMessage<TapeEvent>;
+
+/**
+ * One stage of provider input assembly that contributed to the model's input
+ * (docs/architecture.md, "Provider input"): what it added, how many tokens, why.
+ * Its `content` is on the tape so a resumed run sends the model the same input.
+ *
+ * @generated from message palyra.v1.ContextStage
+ */
+export declare type ContextStage = Message<"palyra.v1.ContextStage"> & {
+  /**
+   * `memory_auto_inject` (more stages follow the documented order).
+   *
+   * @generated from field: string stage = 1;
+   */
+  stage: string;
+
+  /**
+   * The block added to the provider input (empty when the stage added nothing).
+   *
+   * @generated from field: string content = 2;
+   */
+  content: string;
+
+  /**
+   * Tokens of `content`, counted with `tokenizer`.
+   *
+   * @generated from field: uint32 tokens = 3;
+   */
+  tokens: number;
+
+  /**
+   * @generated from field: string tokenizer = 4;
+   */
+  tokenizer: string;
+
+  /**
+   * @generated from field: string reason = 5;
+   */
+  reason: string;
+
+  /**
+   * For memory: the injected items and their scores (basis points).
+   *
+   * @generated from field: repeated string item_ids = 6;
+   */
+  itemIds: string[];
+
+  /**
+   * @generated from field: repeated uint32 scores_bps = 7;
+   */
+  scoresBps: number[];
+
+  /**
+   * @generated from field: uint32 turn = 8;
+   */
+  turn: number;
+};
+
+/**
+ * Describes the message palyra.v1.ContextStage.
+ * Use `create(ContextStageSchema)` to create a new message.
+ */
+export declare const ContextStageSchema: GenMessage<ContextStage>;
 
 /**
  * A lifecycle transition of the run (also the ACCEPTED/IN_PROGRESS/DONE/FAILED status).

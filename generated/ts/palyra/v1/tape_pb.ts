@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file palyra/v1/tape.proto.
  */
 export const file_palyra_v1_tape: GenFile = /*@__PURE__*/
-  fileDesc("ChRwYWx5cmEvdjEvdGFwZS5wcm90bxIJcGFseXJhLnYxIsgGCglUYXBlRXZlbnQSDgoGcnVuX2lkGAEgASgJEhAKCHRhcGVfc2VxGAIgASgEEhAKCHBvc2l0aW9uGAMgASgEEhIKCnRzX3VuaXhfbXMYBCABKAMSEgoKc2Vzc2lvbl9pZBgFIAEoCRImCgZzdGF0dXMYCiABKAsyFC5wYWx5cmEudjEuUnVuU3RhdHVzSAASLAoLbW9kZWxfdG9rZW4YCyABKAsyFS5wYWx5cmEudjEuTW9kZWxUb2tlbkgAEjAKDXRvb2xfcHJvcG9zYWwYDCABKAsyFy5wYWx5cmEudjEuVG9vbFByb3Bvc2FsSAASMAoNdG9vbF9kZWNpc2lvbhgNIAEoCzIXLnBhbHlyYS52MS5Ub29sRGVjaXNpb25IABI/ChV0b29sX2FwcHJvdmFsX3JlcXVlc3QYDiABKAsyHi5wYWx5cmEudjEuVG9vbEFwcHJvdmFsUmVxdWVzdEgAEkEKFnRvb2xfYXBwcm92YWxfcmVzcG9uc2UYDyABKAsyHy5wYWx5cmEudjEuVG9vbEFwcHJvdmFsUmVzcG9uc2VIABIsCgt0b29sX3Jlc3VsdBgQIAEoCzIVLnBhbHlyYS52MS5Ub29sUmVzdWx0SAASNgoQdG9vbF9hdHRlc3RhdGlvbhgRIAEoCzIaLnBhbHlyYS52MS5Ub29sQXR0ZXN0YXRpb25IABI0Cg9tZXNzYWdlX3JlcGxpZWQYEiABKAsyGS5wYWx5cmEudjEuTWVzc2FnZVJlcGxpZWRIABIqCgp1c2VyX2lucHV0GBMgASgLMhQucGFseXJhLnYxLlVzZXJJbnB1dEgAEioKCmFnZW50X2xvb3AYFCABKAsyFC5wYWx5cmEudjEuQWdlbnRMb29wSAASPQoUcHJvdmlkZXJfdHVybl9vdXRwdXQYFSABKAsyHS5wYWx5cmEudjEuUHJvdmlkZXJUdXJuT3V0cHV0SAASPwoVdG9vbF9jYXRhbG9nX3NuYXBzaG90GBYgASgLMh4ucGFseXJhLnYxLlRvb2xDYXRhbG9nU25hcHNob3RIABIkCgVlcnJvchgXIAEoCzITLnBhbHlyYS52MS5SdW5FcnJvckgAQgcKBWV2ZW50Il8KCVJ1blN0YXR1cxIiCgVzdGF0ZRgBIAEoDjITLnBhbHlyYS52MS5SdW5TdGF0ZRIPCgdtZXNzYWdlGAIgASgJEg4KBnJlYXNvbhgDIAEoCRINCgVldmVudBgEIAEoCSI7CgpNb2RlbFRva2VuEg0KBXRva2VuGAEgASgJEhAKCGlzX2ZpbmFsGAIgASgIEgwKBHR1cm4YAyABKA0ingEKDFRvb2xQcm9wb3NhbBITCgtwcm9wb3NhbF9pZBgBIAEoCRIRCgl0b29sX25hbWUYAiABKAkSEgoKaW5wdXRfanNvbhgDIAEoCRIZChFhcHByb3ZhbF9yZXF1aXJlZBgEIAEoCBIMCgR0dXJuGAUgASgNEikKCGRlY2lzaW9uGAYgASgLMhcucGFseXJhLnYxLlRvb2xEZWNpc2lvbiKiAQoMVG9vbERlY2lzaW9uEhMKC3Byb3Bvc2FsX2lkGAEgASgJEi8KB291dGNvbWUYAiABKA4yHi5wYWx5cmEudjEuVG9vbERlY2lzaW9uT3V0Y29tZRIOCgZyZWFzb24YAyABKAkSEwoLcG9saWN5X2hhc2gYBCABKAkSEgoKcG9saWN5X2lkcxgFIAMoCRITCgthcHByb3ZhbF9pZBgGIAEoCSKuAQoTVG9vbEFwcHJvdmFsUmVxdWVzdBITCgthcHByb3ZhbF9pZBgBIAEoCRITCgtwcm9wb3NhbF9pZBgCIAEoCRIRCgl0b29sX25hbWUYAyABKAkSEwoLYXJnc19kaWdlc3QYBCABKAkSKQoGcHJvbXB0GAUgASgLMhkucGFseXJhLnYxLkFwcHJvdmFsUHJvbXB0EhoKEmV4cGlyZXNfYXRfdW5peF9tcxgGIAEoAyLxAQoUVG9vbEFwcHJvdmFsUmVzcG9uc2USEwoLYXBwcm92YWxfaWQYASABKAkSEwoLcHJvcG9zYWxfaWQYAiABKAkSEAoIYXBwcm92ZWQYAyABKAgSJwoFc2NvcGUYBCABKA4yGC5wYWx5cmEudjEuQXBwcm92YWxTY29wZRITCgt0dGxfc2Vjb25kcxgFIAEoDRISCgpkZWNpZGVkX2J5GAYgASgJEg4KBnJlYXNvbhgHIAEoCRInCgVzdGF0ZRgIIAEoDjIYLnBhbHlyYS52MS5BcHByb3ZhbFN0YXRlEhIKCmZyb21fY2FjaGUYCSABKAgiwAEKClRvb2xSZXN1bHQSEwoLcHJvcG9zYWxfaWQYASABKAkSEQoJdG9vbF9uYW1lGAIgASgJEg8KB3N1Y2Nlc3MYAyABKAgSEwoLb3V0cHV0X2pzb24YBCABKAkSDQoFZXJyb3IYBSABKAkSEQoJdGltZWRfb3V0GAYgASgIEhEKCXRydW5jYXRlZBgHIAEoCBIvCgthdHRlc3RhdGlvbhgIIAEoCzIaLnBhbHlyYS52MS5Ub29sQXR0ZXN0YXRpb24iZQoPVG9vbEF0dGVzdGF0aW9uEhMKC3Byb3Bvc2FsX2lkGAEgASgJEhgKEGV4ZWN1dGlvbl9zaGEyNTYYAiABKAkSEAoIZXhlY3V0b3IYAyABKAkSEQoJdGltZWRfb3V0GAQgASgIIiQKDk1lc3NhZ2VSZXBsaWVkEhIKCnJlcGx5X3RleHQYASABKAkiRQoJVXNlcklucHV0EgwKBHRleHQYASABKAkSEAoIaW5wdXRfaWQYAiABKAkSGAoQYXR0YWNobWVudF9jb3VudBgDIAEoDSJTCglBZ2VudExvb3ASKAoFcGhhc2UYASABKA4yGS5wYWx5cmEudjEuQWdlbnRMb29wUGhhc2USDAoEdHVybhgCIAEoDRIOCgZyZWFzb24YAyABKAkinwEKElByb3ZpZGVyVHVybk91dHB1dBIMCgR0dXJuGAEgASgNEgwKBHRleHQYAiABKAkSFQoNZmluaXNoX3JlYXNvbhgDIAEoCRIXCg90b29sX2NhbGxfY291bnQYBCABKA0SFAoMaW5wdXRfdG9rZW5zGAUgASgNEhUKDW91dHB1dF90b2tlbnMYBiABKA0SEAoIcHJvdmlkZXIYByABKAkiPwoTVG9vbENhdGFsb2dTbmFwc2hvdBIUCgxjYXRhbG9nX2hhc2gYASABKAkSEgoKdG9vbF9uYW1lcxgCIAMoCSI/CghSdW5FcnJvchIiCgRjb2RlGAEgASgOMhQucGFseXJhLnYxLkVycm9yQ29kZRIPCgdtZXNzYWdlGAIgASgJKqcBChNUb29sRGVjaXNpb25PdXRjb21lEiUKIVRPT0xfREVDSVNJT05fT1VUQ09NRV9VTlNQRUNJRklFRBAAEh8KG1RPT0xfREVDSVNJT05fT1VUQ09NRV9BTExPVxABEh4KGlRPT0xfREVDSVNJT05fT1VUQ09NRV9ERU5ZEAISKAokVE9PTF9ERUNJU0lPTl9PVVRDT01FX05FRURTX0FQUFJPVkFMEAMquQEKDkFnZW50TG9vcFBoYXNlEiAKHEFHRU5UX0xPT1BfUEhBU0VfVU5TUEVDSUZJRUQQABIcChhBR0VOVF9MT09QX1BIQVNFX1NUQVJURUQQARIhCh1BR0VOVF9MT09QX1BIQVNFX1RVUk5fU1RBUlRFRBACEiMKH0FHRU5UX0xPT1BfUEhBU0VfVFVSTl9DT01QTEVURUQQAxIfChtBR0VOVF9MT09QX1BIQVNFX1RFUk1JTkFURUQQBGIGcHJvdG8z", [file_palyra_v1_common, file_palyra_v1_errors]);
+  fileDesc("ChRwYWx5cmEvdjEvdGFwZS5wcm90bxIJcGFseXJhLnYxIvoGCglUYXBlRXZlbnQSDgoGcnVuX2lkGAEgASgJEhAKCHRhcGVfc2VxGAIgASgEEhAKCHBvc2l0aW9uGAMgASgEEhIKCnRzX3VuaXhfbXMYBCABKAMSEgoKc2Vzc2lvbl9pZBgFIAEoCRImCgZzdGF0dXMYCiABKAsyFC5wYWx5cmEudjEuUnVuU3RhdHVzSAASLAoLbW9kZWxfdG9rZW4YCyABKAsyFS5wYWx5cmEudjEuTW9kZWxUb2tlbkgAEjAKDXRvb2xfcHJvcG9zYWwYDCABKAsyFy5wYWx5cmEudjEuVG9vbFByb3Bvc2FsSAASMAoNdG9vbF9kZWNpc2lvbhgNIAEoCzIXLnBhbHlyYS52MS5Ub29sRGVjaXNpb25IABI/ChV0b29sX2FwcHJvdmFsX3JlcXVlc3QYDiABKAsyHi5wYWx5cmEudjEuVG9vbEFwcHJvdmFsUmVxdWVzdEgAEkEKFnRvb2xfYXBwcm92YWxfcmVzcG9uc2UYDyABKAsyHy5wYWx5cmEudjEuVG9vbEFwcHJvdmFsUmVzcG9uc2VIABIsCgt0b29sX3Jlc3VsdBgQIAEoCzIVLnBhbHlyYS52MS5Ub29sUmVzdWx0SAASNgoQdG9vbF9hdHRlc3RhdGlvbhgRIAEoCzIaLnBhbHlyYS52MS5Ub29sQXR0ZXN0YXRpb25IABI0Cg9tZXNzYWdlX3JlcGxpZWQYEiABKAsyGS5wYWx5cmEudjEuTWVzc2FnZVJlcGxpZWRIABIqCgp1c2VyX2lucHV0GBMgASgLMhQucGFseXJhLnYxLlVzZXJJbnB1dEgAEioKCmFnZW50X2xvb3AYFCABKAsyFC5wYWx5cmEudjEuQWdlbnRMb29wSAASPQoUcHJvdmlkZXJfdHVybl9vdXRwdXQYFSABKAsyHS5wYWx5cmEudjEuUHJvdmlkZXJUdXJuT3V0cHV0SAASPwoVdG9vbF9jYXRhbG9nX3NuYXBzaG90GBYgASgLMh4ucGFseXJhLnYxLlRvb2xDYXRhbG9nU25hcHNob3RIABIkCgVlcnJvchgXIAEoCzITLnBhbHlyYS52MS5SdW5FcnJvckgAEjAKDWNvbnRleHRfc3RhZ2UYGCABKAsyFy5wYWx5cmEudjEuQ29udGV4dFN0YWdlSABCBwoFZXZlbnQilQEKDENvbnRleHRTdGFnZRINCgVzdGFnZRgBIAEoCRIPCgdjb250ZW50GAIgASgJEg4KBnRva2VucxgDIAEoDRIRCgl0b2tlbml6ZXIYBCABKAkSDgoGcmVhc29uGAUgASgJEhAKCGl0ZW1faWRzGAYgAygJEhIKCnNjb3Jlc19icHMYByADKA0SDAoEdHVybhgIIAEoDSJfCglSdW5TdGF0dXMSIgoFc3RhdGUYASABKA4yEy5wYWx5cmEudjEuUnVuU3RhdGUSDwoHbWVzc2FnZRgCIAEoCRIOCgZyZWFzb24YAyABKAkSDQoFZXZlbnQYBCABKAkiOwoKTW9kZWxUb2tlbhINCgV0b2tlbhgBIAEoCRIQCghpc19maW5hbBgCIAEoCBIMCgR0dXJuGAMgASgNIp4BCgxUb29sUHJvcG9zYWwSEwoLcHJvcG9zYWxfaWQYASABKAkSEQoJdG9vbF9uYW1lGAIgASgJEhIKCmlucHV0X2pzb24YAyABKAkSGQoRYXBwcm92YWxfcmVxdWlyZWQYBCABKAgSDAoEdHVybhgFIAEoDRIpCghkZWNpc2lvbhgGIAEoCzIXLnBhbHlyYS52MS5Ub29sRGVjaXNpb24iogEKDFRvb2xEZWNpc2lvbhITCgtwcm9wb3NhbF9pZBgBIAEoCRIvCgdvdXRjb21lGAIgASgOMh4ucGFseXJhLnYxLlRvb2xEZWNpc2lvbk91dGNvbWUSDgoGcmVhc29uGAMgASgJEhMKC3BvbGljeV9oYXNoGAQgASgJEhIKCnBvbGljeV9pZHMYBSADKAkSEwoLYXBwcm92YWxfaWQYBiABKAkirgEKE1Rvb2xBcHByb3ZhbFJlcXVlc3QSEwoLYXBwcm92YWxfaWQYASABKAkSEwoLcHJvcG9zYWxfaWQYAiABKAkSEQoJdG9vbF9uYW1lGAMgASgJEhMKC2FyZ3NfZGlnZXN0GAQgASgJEikKBnByb21wdBgFIAEoCzIZLnBhbHlyYS52MS5BcHByb3ZhbFByb21wdBIaChJleHBpcmVzX2F0X3VuaXhfbXMYBiABKAMi8QEKFFRvb2xBcHByb3ZhbFJlc3BvbnNlEhMKC2FwcHJvdmFsX2lkGAEgASgJEhMKC3Byb3Bvc2FsX2lkGAIgASgJEhAKCGFwcHJvdmVkGAMgASgIEicKBXNjb3BlGAQgASgOMhgucGFseXJhLnYxLkFwcHJvdmFsU2NvcGUSEwoLdHRsX3NlY29uZHMYBSABKA0SEgoKZGVjaWRlZF9ieRgGIAEoCRIOCgZyZWFzb24YByABKAkSJwoFc3RhdGUYCCABKA4yGC5wYWx5cmEudjEuQXBwcm92YWxTdGF0ZRISCgpmcm9tX2NhY2hlGAkgASgIIsABCgpUb29sUmVzdWx0EhMKC3Byb3Bvc2FsX2lkGAEgASgJEhEKCXRvb2xfbmFtZRgCIAEoCRIPCgdzdWNjZXNzGAMgASgIEhMKC291dHB1dF9qc29uGAQgASgJEg0KBWVycm9yGAUgASgJEhEKCXRpbWVkX291dBgGIAEoCBIRCgl0cnVuY2F0ZWQYByABKAgSLwoLYXR0ZXN0YXRpb24YCCABKAsyGi5wYWx5cmEudjEuVG9vbEF0dGVzdGF0aW9uImUKD1Rvb2xBdHRlc3RhdGlvbhITCgtwcm9wb3NhbF9pZBgBIAEoCRIYChBleGVjdXRpb25fc2hhMjU2GAIgASgJEhAKCGV4ZWN1dG9yGAMgASgJEhEKCXRpbWVkX291dBgEIAEoCCIkCg5NZXNzYWdlUmVwbGllZBISCgpyZXBseV90ZXh0GAEgASgJIkUKCVVzZXJJbnB1dBIMCgR0ZXh0GAEgASgJEhAKCGlucHV0X2lkGAIgASgJEhgKEGF0dGFjaG1lbnRfY291bnQYAyABKA0iUwoJQWdlbnRMb29wEigKBXBoYXNlGAEgASgOMhkucGFseXJhLnYxLkFnZW50TG9vcFBoYXNlEgwKBHR1cm4YAiABKA0SDgoGcmVhc29uGAMgASgJIp8BChJQcm92aWRlclR1cm5PdXRwdXQSDAoEdHVybhgBIAEoDRIMCgR0ZXh0GAIgASgJEhUKDWZpbmlzaF9yZWFzb24YAyABKAkSFwoPdG9vbF9jYWxsX2NvdW50GAQgASgNEhQKDGlucHV0X3Rva2VucxgFIAEoDRIVCg1vdXRwdXRfdG9rZW5zGAYgASgNEhAKCHByb3ZpZGVyGAcgASgJIj8KE1Rvb2xDYXRhbG9nU25hcHNob3QSFAoMY2F0YWxvZ19oYXNoGAEgASgJEhIKCnRvb2xfbmFtZXMYAiADKAkiPwoIUnVuRXJyb3ISIgoEY29kZRgBIAEoDjIULnBhbHlyYS52MS5FcnJvckNvZGUSDwoHbWVzc2FnZRgCIAEoCSqnAQoTVG9vbERlY2lzaW9uT3V0Y29tZRIlCiFUT09MX0RFQ0lTSU9OX09VVENPTUVfVU5TUEVDSUZJRUQQABIfChtUT09MX0RFQ0lTSU9OX09VVENPTUVfQUxMT1cQARIeChpUT09MX0RFQ0lTSU9OX09VVENPTUVfREVOWRACEigKJFRPT0xfREVDSVNJT05fT1VUQ09NRV9ORUVEU19BUFBST1ZBTBADKrkBCg5BZ2VudExvb3BQaGFzZRIgChxBR0VOVF9MT09QX1BIQVNFX1VOU1BFQ0lGSUVEEAASHAoYQUdFTlRfTE9PUF9QSEFTRV9TVEFSVEVEEAESIQodQUdFTlRfTE9PUF9QSEFTRV9UVVJOX1NUQVJURUQQAhIjCh9BR0VOVF9MT09QX1BIQVNFX1RVUk5fQ09NUExFVEVEEAMSHwobQUdFTlRfTE9PUF9QSEFTRV9URVJNSU5BVEVEEARiBnByb3RvMw", [file_palyra_v1_common, file_palyra_v1_errors]);
 
 /**
  * One event of a run's tape. (run_id, tape_seq) is dense from 0 and never
@@ -137,6 +137,12 @@ export type TapeEvent = Message<"palyra.v1.TapeEvent"> & {
      */
     value: RunError;
     case: "error";
+  } | {
+    /**
+     * @generated from field: palyra.v1.ContextStage context_stage = 24;
+     */
+    value: ContextStage;
+    case: "contextStage";
   } | { case: undefined; value?: undefined };
 };
 
@@ -146,6 +152,70 @@ export type TapeEvent = Message<"palyra.v1.TapeEvent"> & {
  */
 export const TapeEventSchema: GenMessage<TapeEvent> = /*@__PURE__*/
   messageDesc(file_palyra_v1_tape, 0);
+
+/**
+ * One stage of provider input assembly that contributed to the model's input
+ * (docs/architecture.md, "Provider input"): what it added, how many tokens, why.
+ * Its `content` is on the tape so a resumed run sends the model the same input.
+ *
+ * @generated from message palyra.v1.ContextStage
+ */
+export type ContextStage = Message<"palyra.v1.ContextStage"> & {
+  /**
+   * `memory_auto_inject` (more stages follow the documented order).
+   *
+   * @generated from field: string stage = 1;
+   */
+  stage: string;
+
+  /**
+   * The block added to the provider input (empty when the stage added nothing).
+   *
+   * @generated from field: string content = 2;
+   */
+  content: string;
+
+  /**
+   * Tokens of `content`, counted with `tokenizer`.
+   *
+   * @generated from field: uint32 tokens = 3;
+   */
+  tokens: number;
+
+  /**
+   * @generated from field: string tokenizer = 4;
+   */
+  tokenizer: string;
+
+  /**
+   * @generated from field: string reason = 5;
+   */
+  reason: string;
+
+  /**
+   * For memory: the injected items and their scores (basis points).
+   *
+   * @generated from field: repeated string item_ids = 6;
+   */
+  itemIds: string[];
+
+  /**
+   * @generated from field: repeated uint32 scores_bps = 7;
+   */
+  scoresBps: number[];
+
+  /**
+   * @generated from field: uint32 turn = 8;
+   */
+  turn: number;
+};
+
+/**
+ * Describes the message palyra.v1.ContextStage.
+ * Use `create(ContextStageSchema)` to create a new message.
+ */
+export const ContextStageSchema: GenMessage<ContextStage> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_tape, 1);
 
 /**
  * A lifecycle transition of the run (also the ACCEPTED/IN_PROGRESS/DONE/FAILED status).
@@ -183,7 +253,7 @@ export type RunStatus = Message<"palyra.v1.RunStatus"> & {
  * Use `create(RunStatusSchema)` to create a new message.
  */
 export const RunStatusSchema: GenMessage<RunStatus> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 1);
+  messageDesc(file_palyra_v1_tape, 2);
 
 /**
  * @generated from message palyra.v1.ModelToken
@@ -210,7 +280,7 @@ export type ModelToken = Message<"palyra.v1.ModelToken"> & {
  * Use `create(ModelTokenSchema)` to create a new message.
  */
 export const ModelTokenSchema: GenMessage<ModelToken> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 2);
+  messageDesc(file_palyra_v1_tape, 3);
 
 /**
  * @generated from message palyra.v1.ToolProposal
@@ -257,7 +327,7 @@ export type ToolProposal = Message<"palyra.v1.ToolProposal"> & {
  * Use `create(ToolProposalSchema)` to create a new message.
  */
 export const ToolProposalSchema: GenMessage<ToolProposal> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 3);
+  messageDesc(file_palyra_v1_tape, 4);
 
 /**
  * @generated from message palyra.v1.ToolDecision
@@ -301,7 +371,7 @@ export type ToolDecision = Message<"palyra.v1.ToolDecision"> & {
  * Use `create(ToolDecisionSchema)` to create a new message.
  */
 export const ToolDecisionSchema: GenMessage<ToolDecision> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 4);
+  messageDesc(file_palyra_v1_tape, 5);
 
 /**
  * @generated from message palyra.v1.ToolApprovalRequest
@@ -343,7 +413,7 @@ export type ToolApprovalRequest = Message<"palyra.v1.ToolApprovalRequest"> & {
  * Use `create(ToolApprovalRequestSchema)` to create a new message.
  */
 export const ToolApprovalRequestSchema: GenMessage<ToolApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 5);
+  messageDesc(file_palyra_v1_tape, 6);
 
 /**
  * @generated from message palyra.v1.ToolApprovalResponse
@@ -402,7 +472,7 @@ export type ToolApprovalResponse = Message<"palyra.v1.ToolApprovalResponse"> & {
  * Use `create(ToolApprovalResponseSchema)` to create a new message.
  */
 export const ToolApprovalResponseSchema: GenMessage<ToolApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 6);
+  messageDesc(file_palyra_v1_tape, 7);
 
 /**
  * @generated from message palyra.v1.ToolResult
@@ -458,7 +528,7 @@ export type ToolResult = Message<"palyra.v1.ToolResult"> & {
  * Use `create(ToolResultSchema)` to create a new message.
  */
 export const ToolResultSchema: GenMessage<ToolResult> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 7);
+  messageDesc(file_palyra_v1_tape, 8);
 
 /**
  * @generated from message palyra.v1.ToolAttestation
@@ -490,7 +560,7 @@ export type ToolAttestation = Message<"palyra.v1.ToolAttestation"> & {
  * Use `create(ToolAttestationSchema)` to create a new message.
  */
 export const ToolAttestationSchema: GenMessage<ToolAttestation> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 8);
+  messageDesc(file_palyra_v1_tape, 9);
 
 /**
  * @generated from message palyra.v1.MessageReplied
@@ -507,7 +577,7 @@ export type MessageReplied = Message<"palyra.v1.MessageReplied"> & {
  * Use `create(MessageRepliedSchema)` to create a new message.
  */
 export const MessageRepliedSchema: GenMessage<MessageReplied> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 9);
+  messageDesc(file_palyra_v1_tape, 10);
 
 /**
  * @generated from message palyra.v1.UserInput
@@ -534,7 +604,7 @@ export type UserInput = Message<"palyra.v1.UserInput"> & {
  * Use `create(UserInputSchema)` to create a new message.
  */
 export const UserInputSchema: GenMessage<UserInput> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 10);
+  messageDesc(file_palyra_v1_tape, 11);
 
 /**
  * @generated from message palyra.v1.AgentLoop
@@ -561,7 +631,7 @@ export type AgentLoop = Message<"palyra.v1.AgentLoop"> & {
  * Use `create(AgentLoopSchema)` to create a new message.
  */
 export const AgentLoopSchema: GenMessage<AgentLoop> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 11);
+  messageDesc(file_palyra_v1_tape, 12);
 
 /**
  * @generated from message palyra.v1.ProviderTurnOutput
@@ -608,7 +678,7 @@ export type ProviderTurnOutput = Message<"palyra.v1.ProviderTurnOutput"> & {
  * Use `create(ProviderTurnOutputSchema)` to create a new message.
  */
 export const ProviderTurnOutputSchema: GenMessage<ProviderTurnOutput> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 12);
+  messageDesc(file_palyra_v1_tape, 13);
 
 /**
  * @generated from message palyra.v1.ToolCatalogSnapshot
@@ -630,7 +700,7 @@ export type ToolCatalogSnapshot = Message<"palyra.v1.ToolCatalogSnapshot"> & {
  * Use `create(ToolCatalogSnapshotSchema)` to create a new message.
  */
 export const ToolCatalogSnapshotSchema: GenMessage<ToolCatalogSnapshot> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 13);
+  messageDesc(file_palyra_v1_tape, 14);
 
 /**
  * @generated from message palyra.v1.RunError
@@ -652,7 +722,7 @@ export type RunError = Message<"palyra.v1.RunError"> & {
  * Use `create(RunErrorSchema)` to create a new message.
  */
 export const RunErrorSchema: GenMessage<RunError> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 14);
+  messageDesc(file_palyra_v1_tape, 15);
 
 /**
  * @generated from enum palyra.v1.ToolDecisionOutcome

@@ -80,6 +80,9 @@ class LoopState:
     tool_call_count: int = 0
     final_text: str = ""
     tape_len: int = 0
+    # Blocks input assembly added for the current loop (``context_stage`` content),
+    # sent as system messages before the conversation on every turn of the loop.
+    context_blocks: list[str] = field(default_factory=list)
 
     def apply(self, member: betterproto2.Message | None, *, redacted: bool = False) -> None:
         """Fold one committed tape event into the state.
@@ -119,10 +122,13 @@ class LoopState:
             self._apply_result(member)
         elif isinstance(member, pb.MessageReplied):
             self.final_text = member.reply_text
+        elif isinstance(member, pb.ContextStage) and member.content:
+            self.context_blocks.append(member.content)
 
     def _apply_loop(self, member: pb.AgentLoop) -> None:
         if member.phase == pb.AgentLoopPhase.STARTED:
             self.loop_active, self.loop_turns, self.proposals = True, 0, []
+            self.context_blocks = []
         elif member.phase == pb.AgentLoopPhase.TURN_COMPLETED:
             self.proposals = []
         elif member.phase == pb.AgentLoopPhase.TERMINATED:

@@ -107,3 +107,34 @@ class ToolsPort(Protocol):
     ) -> ToolOutcome:
         """Run the tool; cancellable by plain asyncio cancellation."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class ContextRequest:
+    """What input assembly knows when a new user input starts a loop."""
+
+    identity: IdentityRec
+    session_id: str
+    run_id: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ContextContribution:
+    """One stage's contribution to the provider input (taped as ``context_stage``)."""
+
+    stage: str
+    content: str
+    tokens: int
+    tokenizer: str
+    reason: str
+    item_ids: tuple[str, ...] = ()
+    scores_bps: tuple[int, ...] = ()
+
+
+class ContextPort(Protocol):
+    """Provider input assembly beyond the run's own tape (memory, …)."""
+
+    async def assemble(self, request: ContextRequest) -> list[ContextContribution]:
+        """The stages that contribute for this input, in the documented order."""
+        ...

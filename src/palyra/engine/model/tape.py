@@ -36,6 +36,7 @@ MEMBER_TYPES: dict[str, type[betterproto2.Message]] = {
     "provider_turn_output": pb.ProviderTurnOutput,
     "tool_catalog_snapshot": pb.ToolCatalogSnapshot,
     "error": pb.RunError,
+    "context_stage": pb.ContextStage,
 }
 _FIELD_OF: dict[type[betterproto2.Message], str] = {cls: f for f, cls in MEMBER_TYPES.items()}
 KIND_PREFIX = "tape."

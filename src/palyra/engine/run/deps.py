@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from palyra.engine.model.config import EngineConfig
-from palyra.engine.model.ports import PolicyPort, ToolsPort
+from palyra.engine.model.ports import ContextPort, PolicyPort, ToolsPort
 from palyra.engine.run.approvals import ApprovalReader
 from palyra.engine.sessions.reader import SessionReader
 from palyra.engine.sessions.writer import SessionWriter
@@ -27,3 +27,5 @@ class EngineDeps:
     session_writer: SessionWriter
     approval_reader: ApprovalReader
     now_ms: Callable[[], int]
+    # Input assembly beyond the tape (memory auto-inject); None: the tape only.
+    context: ContextPort | None = None

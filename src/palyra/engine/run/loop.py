@@ -20,6 +20,7 @@ from palyra_gen.palyra import v1 as pb
 
 from palyra.core.errors import PalyraInternalError
 from palyra.engine.model.fold import Action
+from palyra.engine.model.ports import ContextRequest
 from palyra.engine.model.tokens import TokenBuffer, clip_reply
 from palyra.engine.run.step import Step
 from palyra.engine.run.toolflow import propose, resolve_tool
@@ -97,9 +98,22 @@ async def model_turn(step: Step, batch: Batch) -> None:
     """One model call: stream tokens, then record the output and what it asks for."""
     deps, loop = step.deps, step.writer.loop
     turn = loop.turn_count + 1
-    messages = list(loop.messages)
-    messages += [ChatMessage(role="user", content=m.text)
-                 for m in batch.members if isinstance(m, pb.UserInput)]
+    inputs = [m for m in batch.members if isinstance(m, pb.UserInput)]
+    blocks = list(loop.context_blocks)
+    if inputs and deps.context is not None:
+        # A new user input starts a loop: assemble what the tape does not hold.
+        rec = step.record
+        for part in await deps.context.assemble(ContextRequest(
+                rec.identity, rec.session_id, rec.run_id, inputs[-1].text)):
+            batch.add(pb.ContextStage(
+                stage=part.stage, content=part.content, tokens=part.tokens,
+                tokenizer=part.tokenizer, reason=part.reason, item_ids=list(part.item_ids),
+                scores_bps=list(part.scores_bps), turn=turn))
+            if part.content:
+                blocks.append(part.content)
+    messages = [ChatMessage(role="system", content=b) for b in blocks]
+    messages += loop.messages
+    messages += [ChatMessage(role="user", content=m.text) for m in inputs]
     batch.add(pb.AgentLoop(phase=_PHASE.TURN_STARTED, turn=turn))
     # Uncommitted members ride along with a cancel/fail commit if the call dies.
     step.carry(batch)

@@ -50,6 +50,7 @@ __all__ = (
     "CleanupSessionResponse",
     "CompleteRunRequest",
     "CompleteRunResponse",
+    "ContextStage",
     "CreateAgentRequest",
     "CreateAgentResponse",
     "CreateCheckpointRequest",
@@ -1242,6 +1243,46 @@ class CompleteRunResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "CompleteRunResponse", CompleteRunResponse)
+
+
+@dataclass(eq=False, repr=False)
+class ContextStage(betterproto2.Message):
+    """
+    One stage of provider input assembly that contributed to the model's input
+    (docs/architecture.md, "Provider input"): what it added, how many tokens, why.
+    Its `content` is on the tape so a resumed run sends the model the same input.
+    """
+
+    stage: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    `memory_auto_inject` (more stages follow the documented order).
+    """
+
+    content: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The block added to the provider input (empty when the stage added nothing).
+    """
+
+    tokens: "int" = betterproto2.field(3, betterproto2.TYPE_UINT32)
+    """
+    Tokens of `content`, counted with `tokenizer`.
+    """
+
+    tokenizer: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+    reason: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+
+    item_ids: "list[str]" = betterproto2.field(6, betterproto2.TYPE_STRING, repeated=True)
+    """
+    For memory: the injected items and their scores (basis points).
+    """
+
+    scores_bps: "list[int]" = betterproto2.field(7, betterproto2.TYPE_UINT32, repeated=True)
+
+    turn: "int" = betterproto2.field(8, betterproto2.TYPE_UINT32)
+
+
+default_message_pool.register_message("palyra.v1", "ContextStage", ContextStage)
 
 
 @dataclass(eq=False, repr=False)
@@ -2839,6 +2880,10 @@ class TapeEvent(betterproto2.Message):
 
     error: "RunError | None" = betterproto2.field(
         23, betterproto2.TYPE_MESSAGE, optional=True, group="event"
+    )
+
+    context_stage: "ContextStage | None" = betterproto2.field(
+        24, betterproto2.TYPE_MESSAGE, optional=True, group="event"
     )
 
 

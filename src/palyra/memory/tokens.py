@@ -1,0 +1,43 @@
+"""Token counts that work offline.
+
+The tokenizer is the Llama-2 BPE (32k) whose definition ships inside the
+``wordllama`` wheel, read with the ``tokenizers`` library: a real tokenizer, no
+download. It is not any hosted model's own tokenizer (OpenAI and Anthropic
+tokenizers are not available offline); every count names which tokenizer made
+it. Without wordllama installed, the count is a plain word count and says so.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+
+class TokenCounter:
+    """``count(text)`` and the ``name`` to record beside every count."""
+
+    def __init__(self) -> None:
+        self._tokenizer: Any = None
+        try:
+            import wordllama
+            from tokenizers import Tokenizer
+
+            path = os.path.join(os.path.dirname(wordllama.__file__), "tokenizers",
+                                "l2_supercat_tokenizer_config.json")
+            self._tokenizer = Tokenizer.from_file(path)
+            self.name = "llama-2 bpe 32k (offline, from the wordllama wheel)"
+        except (ImportError, OSError, ValueError):
+            self.name = "word count (estimate: no offline tokenizer installed)"
+
+    def count(self, text: str) -> int:
+        """Tokens in ``text`` (without the BOS token the tokenizer adds)."""
+        if self._tokenizer is None:
+            return len(text.split())
+        return max(0, len(self._tokenizer.encode(text).ids) - 1)
+
+
+@functools.cache
+def token_counter() -> TokenCounter:
+    """The process's counter (loaded once)."""
+    return TokenCounter()

@@ -1,0 +1,67 @@
+"""Memory auto-inject: when a user input starts a loop, the run principal's relevant memory
+reaches the model as a fenced block, and the tape says what was added, how many tokens
+(with which tokenizer) and why; another principal's memory never does."""
+
+from __future__ import annotations
+
+from engine_harness import OTHER_USER, USER, Harness
+from palyra_gen.palyra import v1 as pb
+from planned_provider import PlannedProvider, reply
+
+from palyra.adapters import MemoryContext
+from palyra.journal import JournalStore
+from palyra.memory.service import Memory
+from palyra.policy import PolicyGate
+
+
+async def test_relevant_memory_is_injected_and_taped(harness: Harness) -> None:
+    provider = PlannedProvider(lambda request: reply("noted"))
+    harness.provider_factory = lambda: provider
+    made: list[Memory] = []
+
+    def context(store: JournalStore, gate: PolicyGate) -> MemoryContext:
+        made.append(Memory(store))
+        return MemoryContext(made[0], gate)
+
+    harness.context_factory = context
+    app = await harness.start()
+    memory = made[0]
+    cat = await memory.ingest("user:alice", "my cat is called Miso")
+    await memory.ingest("user:alice", "the staging server runs Debian 12")
+    await memory.ingest("user:mallory", "mallory's cat is called Rex")
+    run = await app.create_run(USER, pb.CreateRunRequest(
+        v=1, session_key="mem", input=pb.MessageInput(text="what is my cat called?"),
+        complete=True, wait=True))
+    assert run.run is not None and run.run.final_text == "noted"
+    [request] = provider.requests
+    system = [m.content for m in request.messages if m.role == "system"]
+    assert len(system) == 1 and "<memory_context>" in system[0]
+    assert "my cat is called Miso" in system[0] and "Rex" not in system[0]
+    assert request.messages[-1].content == "what is my cat called?"
+    stages = [m for m in harness.members(run.run.run_id) if isinstance(m, pb.ContextStage)]
+    [stage] = stages
+    assert stage.stage == "memory_auto_inject" and stage.item_ids[0] == cat.memory_id
+    assert all(s >= 2000 for s in stage.scores_bps) and len(stage.item_ids) <= 3
+    assert stage.tokens > 10 and "llama-2" in stage.tokenizer and stage.content == system[0]
+    # Mallory asks the same: only her own memory can come back.
+    other = await app.create_run(OTHER_USER, pb.CreateRunRequest(
+        v=1, session_key="mem2", input=pb.MessageInput(text="what is my cat called?"),
+        complete=True, wait=True))
+    assert other.run is not None
+    injected = [m for m in harness.members(other.run.run_id) if isinstance(m, pb.ContextStage)]
+    assert [i for s in injected for i in s.item_ids] != [cat.memory_id]
+    assert "Miso" not in "".join(s.content for s in injected)
+    harness.check_tape(run.run.run_id)
+
+
+async def test_nothing_relevant_writes_no_stage(harness: Harness) -> None:
+    provider = PlannedProvider(lambda request: reply("ok"))
+    harness.provider_factory = lambda: provider
+    harness.context_factory = lambda store, gate: MemoryContext(Memory(store), gate)
+    app = await harness.start()
+    run = await app.create_run(USER, pb.CreateRunRequest(
+        v=1, session_key="empty", input=pb.MessageInput(text="hello"), complete=True,
+        wait=True))
+    assert run.run is not None
+    assert not any(isinstance(m, pb.ContextStage) for m in harness.members(run.run.run_id))
+    assert all(m.role != "system" for m in provider.requests[0].messages)
