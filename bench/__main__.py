@@ -1,6 +1,7 @@
 """`python -m bench <workload> [args]` — dispatch to a benchmark module.
 
-Workloads: ``journal`` (bench/journal.py) and ``tool-loop`` (bench/tool_loop.py);
+Workloads: ``journal`` (bench/journal.py), ``tool-loop`` (bench/tool_loop.py) and
+``memory`` (bench/memory.py);
 ``diff`` (bench/diff.py) sets two ``tool-loop --json`` files side by side.
 """
 
@@ -9,7 +10,8 @@ from __future__ import annotations
 import importlib
 import sys
 
-_WORKLOADS = {"journal": "bench.journal", "tool-loop": "bench.tool_loop", "diff": "bench.diff"}
+_WORKLOADS = {"journal": "bench.journal", "tool-loop": "bench.tool_loop", "diff": "bench.diff",
+              "memory": "bench.memory"}
 
 
 def main(argv: list[str]) -> int:

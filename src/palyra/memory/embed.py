@@ -1,6 +1,6 @@
 """Text embeddings for memory search, all offline.
 
-* :class:`WordLlamaEmbedder` (default): ``wordllama``'s 256-d model, whose weights
+* :class:`WordLlamaEmbedder` (default): ``wordllama``'s 256-d model (used at 128-d), whose weights
   and tokenizer ship inside its PyPI wheel. Loaded from the package directory with
   downloads disabled, so it never touches the network (its default ``load()`` would
   look in a ``tokenizer/`` cache directory the wheel does not have).
@@ -60,16 +60,20 @@ class HashEmbedder:
 
 
 class WordLlamaEmbedder:
-    """wordllama's 256-d static embeddings, from the weights inside its wheel."""
+    """wordllama's static embeddings from the weights inside its wheel, truncated
+    (Matryoshka) from 256 to 128 dimensions: on the retrieval suite 128 ranks as well
+    as 256 (recall@5 0.975 vector-only both; MRR 0.934 vs 0.909), and a query over
+    100k items costs half the multiply-adds."""
 
-    name = "wordllama-l2-256"
-    dim = 256
+    name = "wordllama-l2-256/128"
+    dim = 128
 
     def __init__(self) -> None:
         import wordllama
 
         self._model = wordllama.WordLlama.load(
-            cache_dir=os.path.dirname(wordllama.__file__), disable_download=True, dim=self.dim)
+            cache_dir=os.path.dirname(wordllama.__file__), disable_download=True, dim=256,
+            trunc_dim=self.dim)
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         if not texts:

@@ -3,24 +3,27 @@
 Scores follow REFERENCE §8: ``5500 * lexical + 3500 * vector + 1000 * recency``
 basis points, where lexical (BM25) and vector (cosine) are each normalised to
 the best candidate of the query, and recency is ``1 / (1 + age_days)``.
-Candidates are the union of the top lexical and top vector matches among the
-items the caller may see.
+Candidates are the top lexical and top vector rows that the caller may see.
 
-BM25 is kept incrementally here (an inverted index of term -> {doc: tf}):
-``bm25s``, the fast library, builds a static index, and memory is written one
-item at a time. Vectors live in one growing float32 matrix; a query is one
-matrix-vector product (about 9 ms over 100k x 256 here).
+Everything a query touches is a numpy array: one growing float32 matrix of
+vectors, per-term posting arrays (row, term frequency) for BM25, and per-row
+lengths and creation times. A query is one matrix-vector product, one vectorised
+BM25 pass over its terms' postings, and ``argpartition`` for the top rows; only
+those few rows are checked against the caller's visibility (widening the window
+when too few pass). BM25 is kept incrementally here because ``bm25s``, the fast
+library, builds a static index, and memory is written one item at a time.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from palyra.memory.embed import Embedder, Vectors
 
@@ -47,6 +50,36 @@ class Hit:
     recency: float
 
 
+class _Postings:
+    """Append-only (row, tf) arrays of one term; removed rows are masked at query time."""
+
+    __slots__ = ("n", "rows", "tfs")
+
+    def __init__(self) -> None:
+        self.rows = np.zeros(8, dtype=np.int64)
+        self.tfs = np.zeros(8, dtype=np.float32)
+        self.n = 0
+
+    def add(self, row: int, tf: int) -> None:
+        if self.n == len(self.rows):
+            self.rows = np.resize(self.rows, self.n * 2)
+            self.tfs = np.resize(self.tfs, self.n * 2)
+        self.rows[self.n] = row
+        self.tfs[self.n] = tf
+        self.n += 1
+
+
+_A = TypeVar("_A", bound=npt.NDArray[Any])
+
+
+def _grow(array: _A, size: int) -> _A:
+    if size <= len(array):
+        return array
+    grown = np.zeros((max(size, len(array) * 2), *array.shape[1:]), dtype=array.dtype)
+    grown[: len(array)] = array
+    return cast(_A, grown)
+
+
 class MemoryIndex:
     """Items by row; ``add``/``remove`` as the journal changes; ``search`` is read-only."""
 
@@ -54,11 +87,12 @@ class MemoryIndex:
         self.embedder = embedder
         self._rows: dict[str, int] = {}
         self._ids: list[str | None] = []
-        self._created: list[int] = []
         self._vectors: Vectors = np.zeros((64, embedder.dim), dtype=np.float32)
-        self._postings: dict[str, dict[int, int]] = {}
-        self._lengths: dict[int, int] = {}
-        self._total_len = 0
+        self._lengths = np.zeros(64, dtype=np.float32)  # 0 for a removed row
+        self._created = np.zeros(64, dtype=np.float64)  # days since the epoch
+        self._live = np.zeros(64, dtype=np.bool_)
+        self._postings: dict[str, _Postings] = {}
+        self._total_len = 0.0
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -68,49 +102,52 @@ class MemoryIndex:
         """Index one item (replacing an older version of it)."""
         self.remove(memory_id)
         row = len(self._ids)
-        if row >= len(self._vectors):
-            grown = np.zeros((len(self._vectors) * 2, self.embedder.dim), dtype=np.float32)
-            grown[:row] = self._vectors[:row]
-            self._vectors = grown
+        self._vectors = _grow(self._vectors, row + 1)
+        self._lengths = _grow(self._lengths, row + 1)
+        self._created = _grow(self._created, row + 1)
+        self._live = _grow(self._live, row + 1)
         self._vectors[row] = vector if vector is not None else self.embedder.embed([text])[0]
-        self._ids.append(memory_id)
-        self._created.append(created_ms)
-        self._rows[memory_id] = row
         counts = Counter(tokens(text))
         for term, tf in counts.items():
-            self._postings.setdefault(term, {})[row] = tf
-        length = sum(counts.values())
+            self._postings.setdefault(term, _Postings()).add(row, tf)
+        length = float(sum(counts.values()))
         self._lengths[row] = length
+        self._created[row] = created_ms / _DAY_MS
+        self._live[row] = True
         self._total_len += length
+        self._ids.append(memory_id)
+        self._rows[memory_id] = row
 
     def remove(self, memory_id: str) -> None:
-        """Forget one item (its row stays empty)."""
+        """Forget one item (its row stays, masked)."""
         row = self._rows.pop(memory_id, None)
         if row is None:
             return
         self._ids[row] = None
         self._vectors[row] = 0.0
-        self._total_len -= self._lengths.pop(row, 0)
-        for posting in self._postings.values():
-            posting.pop(row, None)
+        self._total_len -= float(self._lengths[row])
+        self._lengths[row] = 0.0
+        self._live[row] = False
 
-    def _bm25(self, query: list[str], allowed: Callable[[str], bool]) -> dict[int, float]:
+    def _bm25(self, query: list[str], used: int) -> npt.NDArray[np.float32]:
+        scores = np.zeros(used, dtype=np.float32)
         n = len(self._rows)
         if not n:
-            return {}
+            return scores
         avg = self._total_len / n or 1.0
-        scores: dict[int, float] = {}
         for term in set(query):
             posting = self._postings.get(term)
-            if not posting:
+            if posting is None or not posting.n:
                 continue
-            idf = math.log(1 + (n - len(posting) + 0.5) / (len(posting) + 0.5))
-            for row, tf in posting.items():
-                ident = self._ids[row]
-                if ident is None or not allowed(ident):
-                    continue
-                norm = tf * (_K1 + 1) / (tf + _K1 * (1 - _B + _B * self._lengths[row] / avg))
-                scores[row] = scores.get(row, 0.0) + idf * norm
+            rows = posting.rows[: posting.n]
+            tfs = posting.tfs[: posting.n]
+            live = self._live[rows]
+            df = int(live.sum())
+            if not df:
+                continue
+            idf = float(np.log(1 + (n - df + 0.5) / (df + 0.5)))
+            norm = tfs * (_K1 + 1) / (tfs + _K1 * (1 - _B + _B * self._lengths[rows] / avg))
+            scores[rows] += np.where(live, idf * norm, 0.0).astype(np.float32)
         return scores
 
     def search(self, query: str, now_ms: int, *, limit: int = 10,
@@ -118,35 +155,47 @@ class MemoryIndex:
                weights: tuple[int, int, int] = (LEXICAL_BPS, VECTOR_BPS, RECENCY_BPS),
                ) -> list[Hit]:
         """The best ``limit`` items the ``allowed`` predicate admits, best first."""
+        used = len(self._ids)
         if not self._rows or not query.strip():
             return []
-        lexical = self._bm25(tokens(query), allowed)
-        used = len(self._ids)
+        lexical = self._bm25(tokens(query), used)
         cosines = self._vectors[:used] @ self.embedder.embed([query])[0]
-        order = np.argsort(-cosines)
-        vector_rows: list[int] = []
-        for row in order:
-            ident = self._ids[int(row)]
-            if ident is not None and cosines[row] > 0 and allowed(ident):
-                vector_rows.append(int(row))
-                if len(vector_rows) >= CANDIDATES:
-                    break
-        top_lexical = sorted(lexical, key=lexical.__getitem__, reverse=True)[:CANDIDATES]
-        rows = set(top_lexical) | set(vector_rows)
+        cosines = np.where(self._live[:used], np.maximum(cosines, 0.0), 0.0)
+        rows = self._candidates(lexical, allowed, used) | self._candidates(cosines, allowed, used)
         if not rows:
             return []
-        best_lex = max((lexical.get(r, 0.0) for r in rows), default=0.0) or 1.0
-        best_vec = max((float(cosines[r]) for r in rows), default=0.0) or 1.0
+        picked = np.fromiter(rows, dtype=np.int64)
+        best_lex = float(lexical[picked].max()) or 1.0
+        best_vec = float(cosines[picked].max()) or 1.0
         w_lex, w_vec, w_rec = weights
+        now_days = now_ms / _DAY_MS
         hits = []
-        for row in rows:
-            lex = lexical.get(row, 0.0) / best_lex
-            vec = max(0.0, float(cosines[row])) / best_vec
-            age_days = max(0, now_ms - self._created[row]) / _DAY_MS
-            rec = 1.0 / (1.0 + age_days)
-            score = round(w_lex * lex + w_vec * vec + w_rec * rec)
+        for row in picked.tolist():
+            lex = float(lexical[row]) / best_lex
+            vec = float(cosines[row]) / best_vec
+            rec = 1.0 / (1.0 + max(0.0, now_days - float(self._created[row])))
             ident = self._ids[row]
             assert ident is not None
-            hits.append(Hit(ident, score, lex, vec, rec))
+            hits.append(Hit(ident, round(w_lex * lex + w_vec * vec + w_rec * rec), lex, vec, rec))
         hits.sort(key=lambda h: (-h.score_bps, h.memory_id))
         return hits[:limit]
+
+    def _candidates(self, scores: npt.NDArray[np.float32], allowed: Callable[[str], bool],
+                    used: int) -> set[int]:
+        """Up to ``CANDIDATES`` best rows with a positive score that ``allowed`` admits."""
+        window = CANDIDATES
+        while True:
+            k = min(window, used)
+            top = np.argpartition(-scores, k - 1)[:k] if k < used else np.arange(used)
+            top = top[scores[top] > 0]
+            top = top[np.argsort(-scores[top], kind="stable")]
+            out: set[int] = set()
+            for row in top.tolist():
+                ident = self._ids[row]
+                if ident is not None and allowed(ident):
+                    out.add(row)
+                    if len(out) >= CANDIDATES:
+                        return out
+            if k >= used or len(top) < k:
+                return out  # nothing more with a positive score
+            window *= 4
