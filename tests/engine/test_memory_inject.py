@@ -65,3 +65,33 @@ async def test_nothing_relevant_writes_no_stage(harness: Harness) -> None:
     assert run.run is not None
     assert not any(isinstance(m, pb.ContextStage) for m in harness.members(run.run.run_id))
     assert all(m.role != "system" for m in provider.requests[0].messages)
+
+
+async def test_a_new_run_sees_the_previous_runs_conversation(harness: Harness) -> None:
+    from palyra.adapters import InputAssembly, RecentConversation
+
+    provider = PlannedProvider(lambda request: reply(f"echo {request.messages[-1].content}"))
+    harness.provider_factory = lambda: provider
+    harness.context_factory = lambda store, gate: InputAssembly(
+        [RecentConversation(store), MemoryContext(Memory(store), gate)])
+    app = await harness.start()
+
+    async def say(text: str, key: str = "chat") -> str:
+        made = await app.create_run(USER, pb.CreateRunRequest(
+            v=1, session_key=key, input=pb.MessageInput(text=text), complete=True, wait=True))
+        assert made.run is not None
+        return made.run.run_id
+
+    first = await say("my name is Alice")
+    assert all(m.role != "system" for m in provider.requests[-1].messages)
+    second = await say("what did I just tell you?")
+    [system] = [m.content for m in provider.requests[-1].messages if m.role == "system"]
+    assert "<recent_conversation>" in system and "user: my name is Alice" in system
+    assert "assistant: echo my name is Alice" in system
+    [stage] = [m for m in harness.members(second) if isinstance(m, pb.ContextStage)]
+    assert stage.stage == "recent_conversation" and first in stage.reason and stage.tokens > 5
+    await say("third")  # only the previous run (the second) is carried
+    [system] = [m.content for m in provider.requests[-1].messages if m.role == "system"]
+    assert "what did I just tell you?" in system and "my name is Alice" not in system
+    await say("hello", key="other-session")  # a fresh session has no previous run
+    assert all(m.role != "system" for m in provider.requests[-1].messages)

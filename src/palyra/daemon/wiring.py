@@ -15,7 +15,13 @@ import os
 
 import structlog
 
-from palyra.adapters import GatePolicy, MemoryContext, RegistryTools
+from palyra.adapters import (
+    GatePolicy,
+    InputAssembly,
+    MemoryContext,
+    RecentConversation,
+    RegistryTools,
+)
 from palyra.app import CallContext, PalyraApp
 from palyra.config import PalyraConfig
 from palyra.core.errors import PalyraError
@@ -64,7 +70,8 @@ async def open_application(
     memory = Memory(store)
     engine = Engine(store, provider, GatePolicy(gate, registry),
                     RegistryTools(registry, workspace), config.engine,
-                    context=MemoryContext(memory, gate))
+                    context=InputAssembly([RecentConversation(store),
+                                           MemoryContext(memory, gate)]))
     # Entering starts the engine's TaskGroup; leaving it drains (parks runs).
     await stack.enter_async_context(engine)
     report = await engine.recover()

@@ -237,7 +237,8 @@ class Engine:
             record = RunRecord(run_id=run_id, session_id=session.session_id,
                                state=RunStateId.PENDING, identity=identity, created_ms=now,
                                updated_ms=now, driver=start.driver, pending_inputs=inputs,
-                               complete_requested=start.complete)
+                               complete_requested=start.complete,
+                               previous_run_id=plan.record.last_run_id)
             writer = RunWriter(self.store, record, LoopState(), self._deps.now_ms)
             batch = writer.batch().events(*plan.events)
             batch.write(*plan.entity_writes, record_write(session))

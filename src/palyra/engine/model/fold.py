@@ -83,6 +83,7 @@ class LoopState:
     # Blocks input assembly added for the current loop (``context_stage`` content),
     # sent as system messages before the conversation on every turn of the loop.
     context_blocks: list[str] = field(default_factory=list)
+    loops_started: int = 0
 
     def apply(self, member: betterproto2.Message | None, *, redacted: bool = False) -> None:
         """Fold one committed tape event into the state.
@@ -129,6 +130,7 @@ class LoopState:
         if member.phase == pb.AgentLoopPhase.STARTED:
             self.loop_active, self.loop_turns, self.proposals = True, 0, []
             self.context_blocks = []
+            self.loops_started += 1
         elif member.phase == pb.AgentLoopPhase.TURN_COMPLETED:
             self.proposals = []
         elif member.phase == pb.AgentLoopPhase.TERMINATED:

@@ -117,6 +117,8 @@ class ContextRequest:
     session_id: str
     run_id: str
     text: str
+    # The session's previous run, on this run's first loop only ("" otherwise).
+    previous_run_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -120,6 +120,8 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
     driver: str = "api"
     pending_inputs: tuple[InputRec, ...] = ()
     complete_requested: bool = False
+    # The session's run before this one (input assembly reads its conversation).
+    previous_run_id: str = ""
     last_active_ms: int = 0
 
 

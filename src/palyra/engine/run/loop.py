@@ -103,8 +103,9 @@ async def model_turn(step: Step, batch: Batch) -> None:
     if inputs and deps.context is not None:
         # A new user input starts a loop: assemble what the tape does not hold.
         rec = step.record
+        previous = rec.previous_run_id if loop.loops_started == 0 else ""
         for part in await deps.context.assemble(ContextRequest(
-                rec.identity, rec.session_id, rec.run_id, inputs[-1].text)):
+                rec.identity, rec.session_id, rec.run_id, inputs[-1].text, previous)):
             batch.add(pb.ContextStage(
                 stage=part.stage, content=part.content, tokens=part.tokens,
                 tokenizer=part.tokenizer, reason=part.reason, item_ids=list(part.item_ids),
