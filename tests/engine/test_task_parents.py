@@ -1,5 +1,5 @@
-"""A run that ends cancelled cancels its child tasks: through the run-end hook while the
-daemon lives, and through the start-up sweep if it died before the hook ran."""
+"""A run that ends cancelled cancels its child tasks in the same commit as its own end
+(the cause), and a start-up sweep covers runs that ended by other paths."""
 
 from __future__ import annotations
 
@@ -55,4 +55,36 @@ async def test_the_start_up_sweep_cancels_children_of_dead_runs(harness: Harness
         assert queue.require(child.task_id).state == State.CANCELLED
         assert queue.require(other.task_id).state == State.QUEUED
     finally:
+        await queue.close()
+
+
+async def test_children_are_cancelled_in_the_commit_that_ends_the_run(harness: Harness) -> None:
+    run_id = await _cancelled_run(harness, [])
+    assert harness.app is not None and harness.store is not None and harness.engine is not None
+    queue = TaskQueue(harness.store)
+    await queue.start()
+    engine = harness.engine
+    engine.on_run_terminal(lambda record, event: queue.cancelling_children(
+        record.run_id, f"parent run ended ({event})"))
+    store = harness.store
+    appends: list[list[str]] = []
+    real_append = store.append
+
+    async def spy(drafts):  # type: ignore[no-untyped-def]
+        appends.append([d.kind + (":" + d.payload.get("state", "") if d.kind == "tape.status"
+                                  else "") for d in drafts])
+        return await real_append(drafts)
+
+    store.append = spy  # type: ignore[method-assign]
+    try:
+        child, _ = await queue.enqueue("k", parent_run_id=run_id)
+        await harness.app.abort_run(USER, pb.AbortRunRequest(run_id=run_id, reason="stop"))
+        async with asyncio.timeout(5):
+            while queue.require(child.task_id).state != State.CANCELLED:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        [ending] = [a for a in appends if "task.cancelled" in a]
+        assert "tape.status:RUN_STATE_CANCELLED" in ending  # one append: cause and effect
+        assert queue.require(child.task_id).cancel_reason.startswith("parent run ended")
+    finally:
+        store.append = real_append  # type: ignore[method-assign]
         await queue.close()

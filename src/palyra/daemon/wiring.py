@@ -88,11 +88,12 @@ async def open_application(
     stack.push_async_callback(worker.close)
 
     async def on_run_end(record: RunRecord) -> None:
-        if record.state in (RunStateId.CANCELLED, RunStateId.FAILED):
-            await tasks.cancel_children(record.run_id, f"parent run {record.state}")
         await learning.on_run_end(record, tasks)
 
     engine.on_run_end(on_run_end)
+    # A run ending failed or cancelled cancels its tasks in the same commit.
+    engine.on_run_terminal(lambda record, event: tasks.cancelling_children(
+        record.run_id, f"parent run {record.run_id} ended ({event})"))
     watchdog = Watchdog(engine, tasks, config.watchdog)
     watchdog.start()
     stack.push_async_callback(watchdog.close)

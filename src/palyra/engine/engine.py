@@ -46,7 +46,7 @@ from palyra.engine.model.records import (
 )
 from palyra.engine.run.actor import RunActor
 from palyra.engine.run.approvals import ApprovalReader
-from palyra.engine.run.deps import EngineDeps
+from palyra.engine.run.deps import EndContributor, EngineDeps
 from palyra.engine.run.recovery import RecoveryReport, recover_runs
 from palyra.engine.run.writer import RunWriter
 from palyra.engine.sessions.plan import record_write
@@ -161,6 +161,11 @@ class Engine:
         """Every run with an actor in this process: its committed record and what its
         step is doing (``idle``, ``model``, ``tool`` or ``approval``)."""
         return [(actor.record, actor.phase) for actor in list(self._actors.values())]
+
+    def on_run_terminal(self, contributor: EndContributor) -> None:
+        """Let ``contributor`` add drafts to the commit that ends a live run failed or
+        cancelled (same append: the effect is durable exactly when its cause is)."""
+        self._deps.end_contributors.append(contributor)
 
     def on_run_end(self, hook: Callable[[RunRecord], Awaitable[None]]) -> None:
         """Call ``hook`` with the record of every run that reaches a terminal state

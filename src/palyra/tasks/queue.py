@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import msgspec
@@ -273,16 +273,38 @@ class TaskQueue:
         children = [r.task_id for r in self._live.values() if r.parent_run_id == run_id]
         return [await self.cancel(task_id, reason) for task_id in children]
 
+    @contextlib.asynccontextmanager
+    async def cancelling_children(self, run_id: str, reason: str
+                                  ) -> AsyncIterator[list[EventDraft]]:
+        """The journal drafts that cancel ``run_id``'s unfinished tasks, for the caller to
+        commit *in the same append as the run's own end* (the cause).
+
+        The queue stays locked until the caller's block ends, so nothing moves these
+        tasks in between; memory follows only if the block ends without an error
+        (the commit landed).
+        """
+        async with self._lock:
+            now = self._now()
+            moved = []
+            for rec in list(self._live.values()):
+                if rec.parent_run_id == run_id:
+                    new = model.request_cancel(rec, now, reason[:500])
+                    if new is not rec:
+                        moved.append(new)
+            yield [_draft(new, str(new.state)) for new in moved]
+            for new in moved:
+                self._remember(new)
+        if moved:
+            await self._notify()
+
     async def _commit(self, rec: TaskRecord, event: str,
                       extra: tuple[EntityWrite, ...] = ()) -> None:
         # The lock is held: memory changes only after the durable commit.
-        await self._store.append([EventDraft(
-            kind=f"task.{event}", actor=ACTOR,
-            payload={"task_id": rec.task_id, "kind": rec.kind, "state": str(rec.state),
-                     "epoch": rec.lease_epoch, "owner": rec.lease_owner,
-                     "attempts": rec.attempts, "error": rec.last_error},
-            entity_writes=(EntityWrite(TABLE, _ID + rec.task_id, model.encode(rec)), *extra))])
+        await self._store.append([_draft(rec, event, extra)])
         self.commits += 1
+        self._remember(rec)
+
+    def _remember(self, rec: TaskRecord) -> None:
         if rec.final:
             self._live.pop(rec.task_id, None)
         else:
@@ -330,6 +352,16 @@ class TaskQueue:
                 if new is not rec:
                     await self._commit(new, "lease_lapsed" if rec.leased else str(new.state))
         await self._notify()  # tasks whose not_before passed are claimable now
+
+
+def _draft(rec: TaskRecord, event: str, extra: tuple[EntityWrite, ...] = ()) -> EventDraft:
+    """One task change as a journal event with the task's new row."""
+    return EventDraft(
+        kind=f"task.{event}", actor=ACTOR,
+        payload={"task_id": rec.task_id, "kind": rec.kind, "state": str(rec.state),
+                 "epoch": rec.lease_epoch, "owner": rec.lease_owner,
+                 "attempts": rec.attempts, "error": rec.last_error},
+        entity_writes=(EntityWrite(TABLE, _ID + rec.task_id, model.encode(rec)), *extra))
 
 
 __all__ = ["Outcome", "State", "TaskQueue", "TaskRecord"]

@@ -312,7 +312,13 @@ class RunActor:
             batch.set(end_reason=reason, pending_approval_id="",
                       error_code=error.code.value if error else "",
                       error_message=error.message if error else "")
-            await batch.commit_locked()
+            async with contextlib.AsyncExitStack() as stack:
+                # What the run's end causes elsewhere (its tasks cancelled) lands in
+                # the same commit; a contributor applies it only if the commit does.
+                for contribute in self._deps.end_contributors:
+                    batch.events(*await stack.enter_async_context(
+                        contribute(self._writer.record, event)))
+                await batch.commit_locked()
 
     def _cancel_pending_approvals(self, batch: Batch, reason: str) -> None:
         for p in self._writer.loop.proposals:

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
 
 from palyra.engine.model.config import EngineConfig
 from palyra.engine.model.ports import ContextPort, PolicyPort, ToolsPort
+from palyra.engine.model.records import RunRecord
 from palyra.engine.run.approvals import ApprovalReader
 from palyra.engine.sessions.reader import SessionReader
 from palyra.engine.sessions.writer import SessionWriter
-from palyra.journal import JournalStore
+from palyra.journal import EventDraft, JournalStore
 from palyra.providers import ModelProvider
+
+EndContributor = Callable[[RunRecord, str], AbstractAsyncContextManager[Sequence[EventDraft]]]
+"""``(record, run event)`` -> a context yielding drafts for the run's ending commit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,3 +34,6 @@ class EngineDeps:
     now_ms: Callable[[], int]
     # Input assembly beyond the tape (memory auto-inject); None: the tape only.
     context: ContextPort | None = None
+    # Called when a live run is about to end failed or cancelled: each yields drafts
+    # that commit in the same append as the run's end (e.g. cancelling its tasks).
+    end_contributors: list[EndContributor] = field(default_factory=list)
