@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 
 import msgspec
 import pytest
@@ -144,3 +145,29 @@ async def test_sampling_zero_reflects_on_nothing(harness: Harness) -> None:
     finally:
         await worker.close()
         await queue.close()
+
+
+async def test_the_cooldown_is_per_session_and_survives_a_restart(harness: Harness) -> None:
+    clock = [time.time_ns() // 1_000_000]  # the queue stamps tasks with the wall clock
+    queue, worker, learning = await _setup(harness)
+    learning._now = lambda: clock[0]  # a fake clock for the cooldown only
+    try:
+        await _run(harness, key="a")
+        await _run(harness, key="b")  # another session: not held back
+        clock[0] += 299_000
+        await _run(harness, key="a")  # inside a's 5 min cooldown
+        assert len(queue.page(kind=TASK_KIND)[0]) == 2
+        fresh = Learning(harness.store, harness.engine.provider, LearningConfig(),  # type: ignore[arg-type, union-attr]
+                         now_ms=lambda: clock[0])
+        record = harness.engine.get_run(ADMIN.identity, (await _run_id(harness, "a")))  # type: ignore[union-attr, arg-type]
+        assert await fresh.on_run_end(record, queue) is None  # remembered from the table
+        clock[0] += 2_000
+        assert await fresh.on_run_end(record, queue) is not None  # 5 min passed
+    finally:
+        await worker.close()
+        await queue.close()
+
+
+async def _run_id(harness: Harness, key: str) -> str:
+    assert harness.app is not None
+    return await _run(harness, key=key)

@@ -2,8 +2,9 @@
 and review what it proposed.
 
 ``on_run_end`` queues a ``post_run_reflection`` task (priority 25, one attempt,
-30 min expiry) for a sampled run, at most one per session per cooldown window
-(an idempotency key per window, so it holds across restarts). The task reads
+30 min expiry) for a sampled run, unless the session had one queued less than the
+cooldown ago (read back from the task table once, so it holds across restarts; the
+run id is the idempotency key, so a run is never reflected on twice). The task reads
 the run's tape from the journal, asks the configured model provider with
 :data:`~palyra.learning.model.REFLECTION_PROMPT`, adds the procedures it finds
 itself, and journals every candidate in one commit (``learning.candidate``
@@ -50,6 +51,7 @@ class Learning:
         self._provider = provider
         self.config = config
         self._now = now_ms
+        self._last: dict[str, int] | None = None  # session -> last reflection queued (ms)
 
     # -- queueing ------------------------------------------------------------
     async def on_run_end(self, record: RunRecord, tasks: TaskQueue) -> str | None:
@@ -58,13 +60,26 @@ class Learning:
         if (not cfg.enabled or record.state != RunStateId.DONE
                 or not model.sampled(record.run_id, cfg.sampling_percent)):
             return None
-        window = self._now() // max(1, int(cfg.cooldown_s * 1000))
+        last = self._last_reflections(tasks)
+        now = self._now()
+        if now - last.get(record.session_id, -(1 << 62)) < cfg.cooldown_s * 1000:
+            return None
+        last[record.session_id] = now
         task, created = await tasks.enqueue(
             TASK_KIND, payload={"run_id": record.run_id, "session_id": record.session_id,
                                 "principal": record.identity.principal},
             priority=PRIORITY, max_attempts=1, ttl_ms=TTL_MS,
-            idempotency_key=f"reflect:{record.session_id}:{window}")
+            idempotency_key=f"reflect:{record.run_id}")
         return task.task_id if created else None
+
+    def _last_reflections(self, tasks: TaskQueue) -> dict[str, int]:
+        if self._last is None:
+            last: dict[str, int] = {}
+            for task in tasks.page(kind=TASK_KIND, limit=1_000_000)[0]:
+                session = str(msgspec.json.decode(task.payload_json).get("session_id", ""))
+                last[session] = max(last.get(session, 0), task.created_ms)
+            self._last = last
+        return self._last
 
     # -- the task ------------------------------------------------------------
     async def reflect(self, ctx: TaskContext) -> dict[str, object]:
