@@ -62,6 +62,10 @@ SAMPLES: dict[str, tuple[object, list[str]]] = {
     "tool_catalog_snapshot": (v1.ToolCatalogSnapshot(catalog_hash=SHA, tool_names=["add", "echo"]),
                               ['["add","echo"]', f"hash={SHA[:12]}"]),
     "error": (v1.RunError(code=v1.ErrorCode.TOOL_FAILED, message=NL), ["tool_failed: two lines"]),
+    "context_stage": (v1.ContextStage(stage="memory_auto_inject", content="<memory_context>",
+                                      tokens=42, tokenizer="llama-2", reason=NL, item_ids=["M1"],
+                                      scores_bps=[9100], turn=1),
+                      ["memory_auto_inject", "tokens=42", "items=M1:9100", '"two\\nlines"']),
 }
 
 

@@ -4,6 +4,7 @@ reaches the model as a fenced block, and the tape says what was added, how many 
 
 from __future__ import annotations
 
+import pytest
 from engine_harness import OTHER_USER, USER, Harness
 from palyra_gen.palyra import v1 as pb
 from planned_provider import PlannedProvider, reply
@@ -95,3 +96,45 @@ async def test_a_new_run_sees_the_previous_runs_conversation(harness: Harness) -
     assert "what did I just tell you?" in system and "my name is Alice" not in system
     await say("hello", key="other-session")  # a fresh session has no previous run
     assert all(m.role != "system" for m in provider.requests[-1].messages)
+
+
+async def test_references_are_resolved_through_their_tools_under_cedar(harness: Harness) -> None:
+    from palyra.adapters import ContextReferences, InputAssembly
+    from palyra.core.errors import ErrorCode, PalyraError
+
+    provider = PlannedProvider(lambda request: reply("read them"))
+    harness.provider_factory = lambda: provider
+    memories: list[Memory] = []
+
+    def assembly(store: JournalStore, gate: PolicyGate) -> InputAssembly:
+        from palyra.adapters import GatePolicy, RegistryTools
+        from palyra.tools import default_registry
+
+        registry = default_registry()
+        memories.append(Memory(store))
+        return InputAssembly([ContextReferences(GatePolicy(gate, registry),
+                                                RegistryTools(registry, harness.data_dir),
+                                                memories[0], gate)])
+
+    harness.context_factory = assembly
+    app = await harness.start()
+    (harness.data_dir / "notes.md").write_text("the launch is on Thursday\n")
+    await memories[0].ingest("user:alice", "my cat is called Miso")
+    text = ("compare @file:notes.md with (@file:.git/config), fetch @url:https://example.com "
+            "and recall @memory:cat; mail bob@example.com")
+    run = await app.create_run(USER, pb.CreateRunRequest(
+        v=1, session_key="refs", input=pb.MessageInput(text=text), complete=True, wait=True))
+    assert run.run is not None
+    [system] = [m.content for m in provider.requests[0].messages if m.role == "system"]
+    assert "the launch is on Thursday" in system  # fs.read, allowed (read-only)
+    assert "[@file:.git/config] (not resolved: blocked" in system
+    assert "[@url:https://example.com] (not resolved: http.fetch needs approval" in system
+    assert "my cat is called Miso" in system  # memory.search, allowed
+    [stage] = [m for m in harness.members(run.run.run_id) if isinstance(m, pb.ContextStage)]
+    assert stage.stage == "context_references" and "@file:notes.md: resolved with fs.read" in (
+        stage.reason)
+    with pytest.raises(PalyraError) as info:  # refused before anything is journaled
+        await app.create_run(USER, pb.CreateRunRequest(
+            v=1, session_key="refs", input=pb.MessageInput(text="look at @file: please")))
+    assert info.value.code is ErrorCode.INVALID_ARGUMENT
+    assert info.value.details["column"] == "9"

@@ -5,8 +5,13 @@ neither ``policy`` nor ``tools`` nor ``memory``; these classes are the only plac
 know both sides. ``daemon``'s wiring builds them; tests and benchmarks may too.
 """
 
-from palyra.adapters.context import InputAssembly, MemoryContext, RecentConversation
+from palyra.adapters.context import (
+    ContextReferences,
+    InputAssembly,
+    MemoryContext,
+    RecentConversation,
+)
 from palyra.adapters.policy import GatePolicy
 from palyra.adapters.tools import RegistryTools
 
-__all__ = ["GatePolicy", "InputAssembly", "MemoryContext", "RecentConversation", "RegistryTools"]
+__all__ = ["ContextReferences", "GatePolicy", "InputAssembly", "MemoryContext", "RecentConversation", "RegistryTools"]

@@ -3,7 +3,12 @@
 1. ``recent_conversation``: on a run's first loop, the session's previous run's last 6
    turns (from at most its last 128 tape events, each text clipped to 512 characters) as
    a fenced ``<recent_conversation>`` block;
-2. ``memory_auto_inject``: if Cedar allows ``memory.search`` for the run's principal, the
+2. ``context_references``: the message's ``@file:``/``@folder:``/``@url:``/``@memory:``/
+   ``@diff``/``@staged`` references, each resolved through the tool it stands for
+   (``fs.read``, ``fs.list``, ``http.fetch``, ``memory.search``, ``process.run``) and gated
+   by Cedar exactly like that tool; ``.git``, ``.ssh`` and ``.aws`` are blocked; at most
+   8 references, 8k characters per reference, 24k in all, 4 memory items;
+3. ``memory_auto_inject``: if Cedar allows ``memory.search`` for the run's principal, the
    top 3 items the principal may see (in this session) scoring at least 2000 bps, as a
    fenced ``<memory_context>`` block.
 
@@ -18,7 +23,15 @@ from typing import Protocol
 
 from palyra_gen.palyra import v1 as pb
 
-from palyra.engine import ContextContribution, ContextRequest, member_from
+from palyra.core.references import parse_references
+from palyra.engine import (
+    ContextContribution,
+    ContextRequest,
+    PolicyPort,
+    ToolsPort,
+    member_from,
+)
+from palyra.engine import ToolRequest as CallRequest
 from palyra.journal import JournalStore, StoredEvent
 from palyra.memory.service import Memory
 from palyra.memory.tokens import token_counter
@@ -27,6 +40,17 @@ from palyra.policy import PolicyGate, Posture, ToolRequest
 STAGE = "memory_auto_inject"
 LIMIT = 3
 MIN_SCORE_BPS = 2000
+
+
+def memory_search_allowed(gate: PolicyGate, request: ContextRequest) -> tuple[bool, str]:
+    """Cedar ``memory.search`` for the run's principal, and why."""
+    ident = request.identity
+    decision = gate.check_tool(
+        ToolRequest(principal=ident.principal, tool_name="memory.search",
+                    capabilities=frozenset({"read_only"}), session_id=request.session_id,
+                    run_id=request.run_id, channel=ident.channel),
+        posture=Posture.ALWAYS_ALLOW, budget_left=1, approved=False, action="memory.search")
+    return decision.allowed, decision.reason
 
 
 class MemoryContext:
@@ -42,14 +66,10 @@ class MemoryContext:
     async def assemble(self, request: ContextRequest) -> list[ContextContribution]:
         ident = request.identity
         counter = token_counter()
-        decision = self._gate.check_tool(
-            ToolRequest(principal=ident.principal, tool_name="memory.search",
-                        capabilities=frozenset({"read_only"}), session_id=request.session_id,
-                        run_id=request.run_id, channel=ident.channel),
-            posture=Posture.ALWAYS_ALLOW, budget_left=1, approved=False, action="memory.search")
-        if not decision.allowed:
+        allowed, why = memory_search_allowed(self._gate, request)
+        if not allowed:
             return [ContextContribution(STAGE, "", 0, counter.name,
-                                        f"memory.search denied by policy: {decision.reason}")]
+                                        f"memory.search denied by policy: {why}")]
         hits = self._memory.search(request.text, self._memory.visible(
             ident.principal, request.session_id), limit=self._limit, min_score_bps=self._min)
         if not hits:
@@ -130,3 +150,76 @@ class RecentConversation:
             "recent_conversation", content, counter.count(content), counter.name,
             f"the last {sum(1 for r, _ in kept if r == 'user')} turns of the session's previous "
             f"run {request.previous_run_id} (from its last {RECENT_EVENTS} tape events)")]
+
+
+PER_REFERENCE_CHARS = 8_000
+TOTAL_REFERENCE_CHARS = 24_000
+MEMORY_REFERENCE_ITEMS = 4
+BLOCKED_PARTS = frozenset({".git", ".ssh", ".aws"})
+_TOOL_OF = {"file": "fs.read", "folder": "fs.list", "url": "http.fetch",
+            "diff": "process.run", "staged": "process.run"}
+_ALLOW, _ASK = pb.ToolDecisionOutcome.ALLOW, pb.ToolDecisionOutcome.NEEDS_APPROVAL
+
+
+class ContextReferences:
+    """Resolve the message's @references through the tools they stand for, under Cedar."""
+
+    def __init__(self, policy: PolicyPort, tools: ToolsPort, memory: Memory,
+                 gate: PolicyGate) -> None:
+        self._policy = policy
+        self._tools = tools
+        self._memory = memory
+        self._gate = gate
+
+    async def assemble(self, request: ContextRequest) -> list[ContextContribution]:
+        refs = parse_references(request.text)  # validated when the input was accepted
+        if not refs:
+            return []
+        sections: list[str] = []
+        notes: list[str] = []
+        budget = TOTAL_REFERENCE_CHARS
+        for ref in refs:
+            label = f"@{ref.kind}" + (f":{ref.target}" if ref.target else "")
+            body, note = await self._resolve(request, ref.kind, ref.target)
+            body = body[: min(PER_REFERENCE_CHARS, max(0, budget))]
+            budget -= len(body)
+            sections.append(f"[{label}]\n{body}" if body else f"[{label}] (not resolved: {note})")
+            notes.append(f"{label}: {note}")
+        content = "<context_references>\n" + "\n\n".join(sections) + "\n</context_references>"
+        counter = token_counter()
+        return [ContextContribution("context_references", content, counter.count(content),
+                                    counter.name, "; ".join(notes))]
+
+    async def _resolve(self, request: ContextRequest, kind: str, target: str) -> tuple[str, str]:
+        if kind in ("file", "folder") and BLOCKED_PARTS & set(target.replace("\\", "/").split("/")):
+            return "", "blocked (.git, .ssh and .aws are never read)"
+        if kind == "memory":
+            return self._memories(request, target)
+        tool = _TOOL_OF[kind]
+        arguments: dict[str, object] = (
+            {"path": target} if kind in ("file", "folder") else {"url": target} if kind == "url"
+            else {"argv": ["git", "diff", *(["--staged"] if kind == "staged" else [])]})
+        verdict = self._policy.decide_tool(CallRequest(
+            identity=request.identity, session_id=request.session_id, run_id=request.run_id,
+            tool_name=tool, arguments=arguments, postures={}))
+        if verdict.outcome == _ASK:
+            return "", (f"{tool} needs approval, and references are not yet resolved through an "
+                        "approval; ask the agent to use the tool instead")
+        if verdict.outcome != _ALLOW:
+            return "", f"denied by policy ({tool}): {verdict.reason}"
+        outcome = await self._tools.execute(tool, arguments, session_id=request.session_id,
+                                            run_id=request.run_id, timeout_s=10.0)
+        if not outcome.success:
+            return "", f"{tool} failed: {outcome.error}"
+        return outcome.output_json, f"resolved with {tool} (allowed by policy)"
+
+    def _memories(self, request: ContextRequest, query: str) -> tuple[str, str]:
+        allowed, why = memory_search_allowed(self._gate, request)
+        if not allowed:
+            return "", f"denied by policy (memory.search): {why}"
+        hits = self._memory.search(query, self._memory.visible(
+            request.identity.principal, request.session_id), limit=MEMORY_REFERENCE_ITEMS)
+        if not hits:
+            return "", "no memory item matched"
+        return "\n".join(f"- {item.text} (memory {item.memory_id})" for item, _ in hits), (
+            f"{len(hits)} memory items")

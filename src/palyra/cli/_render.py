@@ -102,6 +102,10 @@ def _describe_body(body: betterproto2.Message) -> str:
     if isinstance(body, v1.ToolCatalogSnapshot):
         return _join(json.dumps(list(body.tool_names), separators=(",", ":")),
                      _fields(("hash", body.catalog_hash[:12])))
+    if isinstance(body, v1.ContextStage):
+        items = ",".join(f"{i}:{b}" for i, b in zip(body.item_ids, body.scores_bps, strict=False))
+        return _join(body.stage, _fields(("tokens", body.tokens), ("items", items)),
+                     _text(body.reason) if body.reason else "")
     if isinstance(body, v1.RunError):
         return f"{enum_name(body.code)}: {' '.join(body.message.splitlines())}"
     # A member added to the spec after this renderer: its proto3 JSON, on one line.

@@ -16,6 +16,7 @@ import os
 import structlog
 
 from palyra.adapters import (
+    ContextReferences,
     GatePolicy,
     InputAssembly,
     MemoryContext,
@@ -68,9 +69,10 @@ async def open_application(
     provider = build_provider(config.provider)
     stack.push_async_callback(provider.aclose)
     memory = Memory(store)
-    engine = Engine(store, provider, GatePolicy(gate, registry),
-                    RegistryTools(registry, workspace), config.engine,
+    policy, tools = GatePolicy(gate, registry), RegistryTools(registry, workspace)
+    engine = Engine(store, provider, policy, tools, config.engine,
                     context=InputAssembly([RecentConversation(store),
+                                           ContextReferences(policy, tools, memory, gate),
                                            MemoryContext(memory, gate)]))
     # Entering starts the engine's TaskGroup; leaving it drains (parks runs).
     await stack.enter_async_context(engine)

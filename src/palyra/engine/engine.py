@@ -22,6 +22,7 @@ import msgspec
 from palyra.core.errors import ErrorCode, PermissionDenied
 from palyra.core.ids import is_ulid, new_ulid
 from palyra.core.principals import is_operator
+from palyra.core.references import parse_references
 from palyra.engine.model.approvals import Decision
 from palyra.engine.model.config import EngineConfig
 from palyra.engine.model.errors import as_palyra_error, coded, invalid, not_found
@@ -219,6 +220,8 @@ class Engine:
         """
         if self._draining or self._tg is None:
             raise coded(ErrorCode.UNAVAILABLE, "the daemon is shutting down")
+        if start.text:
+            parse_references(start.text)  # a malformed @reference fails before anything lands
         run_id = start.run_id.strip() or new_ulid()
         if not is_ulid(run_id):
             raise invalid("run_id must be a ULID", field="run_id")
@@ -291,6 +294,7 @@ class Engine:
         if text.strip() == CANCEL_COMMAND:
             await self.abort_run(identity, run_id, "cancel command")
             return self.get_run(identity, run_id)
+        parse_references(text)  # a malformed @reference fails before anything lands
         # The actor's copy is exact (a queued input keeps its secrets until the
         # model has it); callers get the stored, redacted form.
         return redacted(await actor.add_input(text, new_ulid(), attachments, complete))
