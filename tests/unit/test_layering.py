@@ -19,9 +19,9 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "palyra"
 FORBIDDEN: dict[str, set[str]] = {
     "core": {"journal", "policy", "tools", "providers", "engine", "app", "transport", "cli",
              "config", "daemon", "testing", "adapters", "tasks", "watchdog", "memory",
-             "learning"},
+             "learning", "agents"},
     "journal": {"policy", "tools", "providers", "engine", "app", "transport", "cli", "daemon",
-                "testing", "adapters", "tasks", "watchdog", "memory", "learning"},
+                "testing", "adapters", "tasks", "watchdog", "memory", "learning", "agents"},
     "policy": {"journal", "engine", "app", "transport", "cli", "daemon", "testing", "tools",
                "adapters"},
     "tools": {"journal", "engine", "app", "transport", "cli", "daemon", "testing", "providers",
@@ -30,7 +30,7 @@ FORBIDDEN: dict[str, set[str]] = {
                   "adapters"},
     # The engine codes against its ports; ``adapters`` binds them to policy and tools.
     "engine": {"app", "transport", "cli", "daemon", "config", "testing", "policy", "tools",
-               "adapters", "tasks", "watchdog", "memory", "learning"},
+               "adapters", "tasks", "watchdog", "memory", "learning", "agents"},
     "adapters": {"app", "transport", "cli", "daemon", "config", "testing"},
     # Background work sits on the journal; it knows nothing of runs or transports
     # (the composition root wires run ends to it).
@@ -39,6 +39,9 @@ FORBIDDEN: dict[str, set[str]] = {
     # The watchdog looks at the engine and the task queue; nothing above them.
     "watchdog": {"app", "transport", "cli", "daemon", "config", "testing", "adapters",
                  "learning"},
+    # Agents and bindings are journal data and pure routing.
+    "agents": {"engine", "app", "transport", "cli", "daemon", "config", "testing", "policy",
+               "tools", "providers", "adapters", "tasks", "watchdog", "learning", "memory"},
     # Memory items are journal data: nothing of runs, tasks or transports.
     "memory": {"engine", "app", "transport", "cli", "daemon", "config", "testing", "policy",
                "tools", "providers", "adapters", "tasks", "watchdog", "learning"},

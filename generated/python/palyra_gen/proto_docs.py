@@ -20,6 +20,10 @@
 from typing import Final
 
 DOCS: Final[dict[str, str]] = {
+    "palyra.v1.Agent": "A configured agent: its system prompt opens every run it serves, and its tool\npostures sit under the session's own overrides.",
+    "palyra.v1.Agent.provider": "The model provider selection (recorded; the daemon runs its configured provider).",
+    "palyra.v1.Agent.tool_postures": "Per-tool postures for this agent's runs (a session's overrides win over them).",
+    "palyra.v1.Agent.tools": "Tools this agent may use; empty: every tool. Others are `disabled` for its runs.",
     "palyra.v1.AppendEventRequest": "A client journal event.",
     "palyra.v1.AppendEventRequest.event_id": "Optional; if given, a ULID. Duplicates are ALREADY_EXISTS.",
     "palyra.v1.Approval": "A durable approval record, bound to one exact tool call.",

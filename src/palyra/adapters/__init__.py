@@ -6,6 +6,7 @@ know both sides. ``daemon``'s wiring builds them; tests and benchmarks may too.
 """
 
 from palyra.adapters.context import (
+    AgentPrompt,
     ContextReferences,
     InputAssembly,
     MemoryContext,
@@ -14,4 +15,4 @@ from palyra.adapters.context import (
 from palyra.adapters.policy import GatePolicy
 from palyra.adapters.tools import RegistryTools
 
-__all__ = ["ContextReferences", "GatePolicy", "InputAssembly", "MemoryContext", "RecentConversation", "RegistryTools"]
+__all__ = ["AgentPrompt", "ContextReferences", "GatePolicy", "InputAssembly", "MemoryContext", "RecentConversation", "RegistryTools"]

@@ -1,5 +1,6 @@
 """The engine's ContextPort: provider input assembly, stage by stage, in the documented order.
 
+0. ``agent_system_prompt``: the serving agent's system prompt, on every loop of its runs;
 1. ``recent_conversation``: on a run's first loop, the session's previous run's last 6
    turns (from at most its last 128 tape events, each text clipped to 512 characters) as
    a fenced ``<recent_conversation>`` block;
@@ -23,6 +24,7 @@ from typing import Protocol
 
 from palyra_gen.palyra import v1 as pb
 
+from palyra.agents import AgentRegistry
 from palyra.core.references import parse_references
 from palyra.engine import (
     ContextContribution,
@@ -223,3 +225,20 @@ class ContextReferences:
             return "", "no memory item matched"
         return "\n".join(f"- {item.text} (memory {item.memory_id})" for item, _ in hits), (
             f"{len(hits)} memory items")
+
+
+class AgentPrompt:
+    """The serving agent's system prompt, first in the provider input."""
+
+    def __init__(self, agents: AgentRegistry) -> None:
+        self._agents = agents
+
+    async def assemble(self, request: ContextRequest) -> list[ContextContribution]:
+        agent = self._agents.get(request.agent_id) if request.agent_id else None
+        if agent is None or not agent.system_prompt.strip():
+            return []
+        counter = token_counter()
+        return [ContextContribution(
+            "agent_system_prompt", agent.system_prompt, counter.count(agent.system_prompt),
+            counter.name, f"the system prompt of agent {agent.agent_id} "
+                          f"({agent.display_name}), which serves this run")]

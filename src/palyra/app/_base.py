@@ -6,6 +6,8 @@ import time
 
 from palyra_gen.palyra import v1 as pb
 
+from palyra.agents import AgentRegistry, bound_agent
+from palyra.agents.model import postures_for
 from palyra.app._convert import SCOPE_NAMES
 from palyra.core.errors import InvalidArgument
 from palyra.engine import ApprovalRecord, Engine, IdentityRec
@@ -19,6 +21,24 @@ class AppBase:
         self.engine = engine
         self.store: JournalStore = engine.store
         self.started = time.monotonic()
+        self._agent_registry = AgentRegistry(engine.store)
+
+    def _serving_agent(self, identity: IdentityRec, agent_id: str,
+                       session_key: str) -> tuple[str, dict[str, str]]:
+        """``(agent_id, postures)`` for a new run: the agent asked for, else the one the
+        session key (or the caller's channel) is bound to; ``("", {})`` for none.
+
+        Raises:
+            NotFound: an ``agent_id`` that does not exist.
+        """
+        registry = self._agent_registry
+        if not agent_id:
+            agent_id = bound_agent(registry.bindings(), channel=identity.channel,
+                                   conversation_id="", session_key=session_key)
+            if not agent_id:
+                return "", {}
+        agent = registry.require(agent_id)
+        return agent.agent_id, postures_for(agent, self.engine.tool_names())
 
     async def _decide(self, identity: IdentityRec, approval_id: str,
                      decision: pb.ApprovalDecision, scope: pb.ApprovalScope,

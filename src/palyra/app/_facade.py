@@ -7,6 +7,7 @@ import time
 from palyra_gen.palyra import v1 as pb
 from palyra_gen.services import PalyraServicesApp
 
+from palyra.app._agents import AgentsApi
 from palyra.app._approvals import ApprovalsApi
 from palyra.app._journal import JournalApi
 from palyra.app._learning import LearningApi
@@ -21,7 +22,7 @@ from palyra.app.context import CallContext
 
 
 class PalyraApp(RunsApi, SessionsApi, ApprovalsApi, JournalApi, TokensApi, TasksApi,
-                WatchdogApi, LearningApi, MemoryApi, UnimplementedApi):
+                WatchdogApi, LearningApi, MemoryApi, AgentsApi, UnimplementedApi):
     """The application API over one ``Engine``.
 
     Methods take ``(ctx: CallContext, request)`` and return the response

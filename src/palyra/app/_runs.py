@@ -55,10 +55,12 @@ class RunsApi(AppBase):
             raise InvalidArgument("RunStream needs a first message") from None
         check_version(first.v)
         text, attachments = _input_of(first.input)
+        agent_id, postures = self._serving_agent(identity, first.agent_id, first.session_key)
         started = await self.engine.start_run(identity, StartRun(
             Selectors(first.session_id, first.session_key, first.session_label,
                       first.reset_session, first.require_existing),
-            text=text, attachments=attachments, run_id=first.run_id, driver="stream"))
+            text=text, attachments=attachments, run_id=first.run_id, driver="stream",
+            agent_id=agent_id, agent_postures=postures))
         run_id, session_id = started.run.run_id, started.session.session_id
         failures: list[PalyraError] = []
         pump = self.engine.spawn(
@@ -155,10 +157,11 @@ class RunsApi(AppBase):
         check_version(request.v)
         identity = identity_of(ctx)
         text, attachments = _input_of(request.input)
+        agent_id, postures = self._serving_agent(identity, request.agent_id, request.session_key)
         started = await self.engine.start_run(identity, StartRun(
             Selectors(request.session_id, request.session_key, request.session_label),
             text=text, attachments=attachments, run_id=request.run_id, driver="api",
-            complete=request.complete))
+            complete=request.complete, agent_id=agent_id, agent_postures=postures))
         record = started.run
         if request.wait:
             record = await self.engine.wait_run(identity, record.run_id)

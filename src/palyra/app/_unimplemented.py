@@ -25,14 +25,6 @@ class UnimplementedApi:
     """Memory, channel routing/pairing and agents: later issues."""
 
     route_message = _unimplemented("route_message", "channel router")
-    list_agents = _unimplemented("list_agents", "agents")
-    get_agent = _unimplemented("get_agent", "agents")
-    create_agent = _unimplemented("create_agent", "agents")
-    update_agent = _unimplemented("update_agent", "agents")
-    delete_agent = _unimplemented("delete_agent", "agents")
-    bind_agent = _unimplemented("bind_agent", "agents")
-    list_agent_bindings = _unimplemented("list_agent_bindings", "agents")
-    unbind_agent = _unimplemented("unbind_agent", "agents")
     create_pairing_code = _unimplemented("create_pairing_code", "channel pairing")
     list_pairing_codes = _unimplemented("list_pairing_codes", "channel pairing")
     list_pairing_grants = _unimplemented("list_pairing_grants", "channel pairing")

@@ -16,6 +16,7 @@ import os
 import structlog
 
 from palyra.adapters import (
+    AgentPrompt,
     ContextReferences,
     GatePolicy,
     InputAssembly,
@@ -23,6 +24,7 @@ from palyra.adapters import (
     RecentConversation,
     RegistryTools,
 )
+from palyra.agents import AgentRegistry
 from palyra.app import CallContext, PalyraApp
 from palyra.config import PalyraConfig
 from palyra.core.errors import PalyraError
@@ -71,7 +73,8 @@ async def open_application(
     memory = Memory(store)
     policy, tools = GatePolicy(gate, registry), RegistryTools(registry, workspace)
     engine = Engine(store, provider, policy, tools, config.engine,
-                    context=InputAssembly([RecentConversation(store),
+                    context=InputAssembly([AgentPrompt(AgentRegistry(store)),
+                                           RecentConversation(store),
                                            ContextReferences(policy, tools, memory, gate),
                                            MemoryContext(memory, gate)]))
     # Entering starts the engine's TaskGroup; leaving it drains (parks runs).

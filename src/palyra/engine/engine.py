@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
@@ -77,6 +78,8 @@ class StartRun:
     run_id: str = ""
     driver: str = "api"
     complete: bool = False
+    agent_id: str = ""
+    agent_postures: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +155,10 @@ class Engine:
     def policy(self) -> PolicyPort:
         """The policy gate the engine asks (other Cedar actions of the app use it too)."""
         return self._deps.policy
+
+    def tool_names(self) -> list[str]:
+        """Every tool the model could be offered."""
+        return [spec.name for spec in self._deps.tools.catalog()]
 
     @property
     def provider(self) -> ModelProvider:
@@ -246,7 +253,9 @@ class Engine:
                                state=RunStateId.PENDING, identity=identity, created_ms=now,
                                updated_ms=now, driver=start.driver, pending_inputs=inputs,
                                complete_requested=start.complete,
-                               previous_run_id=plan.record.last_run_id)
+                               previous_run_id=plan.record.last_run_id,
+                               agent_id=start.agent_id,
+                               agent_postures=dict(start.agent_postures))
             writer = RunWriter(self.store, record, LoopState(), self._deps.now_ms)
             batch = writer.batch().events(*plan.events)
             batch.write(*plan.entity_writes, record_write(session))

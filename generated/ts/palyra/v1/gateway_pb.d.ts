@@ -1103,6 +1103,9 @@ export declare type RouteMessageResponse = Message<"palyra.v1.RouteMessageRespon
 export declare const RouteMessageResponseSchema: GenMessage<RouteMessageResponse>;
 
 /**
+ * A configured agent: its system prompt opens every run it serves, and its tool
+ * postures sit under the session's own overrides.
+ *
  * @generated from message palyra.v1.Agent
  */
 export declare type Agent = Message<"palyra.v1.Agent"> & {
@@ -1122,6 +1125,8 @@ export declare type Agent = Message<"palyra.v1.Agent"> & {
   systemPrompt: string;
 
   /**
+   * The model provider selection (recorded; the daemon runs its configured provider).
+   *
    * @generated from field: string provider = 4;
    */
   provider: string;
@@ -1132,6 +1137,8 @@ export declare type Agent = Message<"palyra.v1.Agent"> & {
   model: string;
 
   /**
+   * Tools this agent may use; empty: every tool. Others are `disabled` for its runs.
+   *
    * @generated from field: repeated string tools = 6;
    */
   tools: string[];
@@ -1145,6 +1152,13 @@ export declare type Agent = Message<"palyra.v1.Agent"> & {
    * @generated from field: int64 updated_at_unix_ms = 8;
    */
   updatedAtUnixMs: bigint;
+
+  /**
+   * Per-tool postures for this agent's runs (a session's overrides win over them).
+   *
+   * @generated from field: map<string, palyra.v1.ToolPosture> tool_postures = 9;
+   */
+  toolPostures: { [key: string]: ToolPosture };
 };
 
 /**

@@ -119,6 +119,8 @@ class ContextRequest:
     text: str
     # The session's previous run, on this run's first loop only ("" otherwise).
     previous_run_id: str = ""
+    # The agent serving the run ("" for none).
+    agent_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,6 +122,10 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
     complete_requested: bool = False
     # The session's run before this one (input assembly reads its conversation).
     previous_run_id: str = ""
+    # The agent serving the run, and its tool postures as they were at the start
+    # (under the session's own overrides).
+    agent_id: str = ""
+    agent_postures: dict[str, str] = {}
     last_active_ms: int = 0
 
 

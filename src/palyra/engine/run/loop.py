@@ -105,7 +105,8 @@ async def model_turn(step: Step, batch: Batch) -> None:
         rec = step.record
         previous = rec.previous_run_id if loop.loops_started == 0 else ""
         for part in await deps.context.assemble(ContextRequest(
-                rec.identity, rec.session_id, rec.run_id, inputs[-1].text, previous)):
+                rec.identity, rec.session_id, rec.run_id, inputs[-1].text, previous,
+                rec.agent_id)):
             batch.add(pb.ContextStage(
                 stage=part.stage, content=part.content, tokens=part.tokens,
                 tokenizer=part.tokenizer, reason=part.reason, item_ids=list(part.item_ids),

@@ -65,9 +65,9 @@ def decide(step: Step, name: str, arguments: Mapping[str, Any],
     deps = step.deps
     rec = step.record
     session = deps.session_reader.get(rec.session_id)
-    # Only the session's overrides: configured postures belong to the policy
-    # gate's config, which applies them below these.
-    postures = dict(session.tool_postures) if session else {}
+    # The agent's postures, then the session's overrides on top: configured
+    # postures belong to the policy gate's config, which applies them below these.
+    postures = {**rec.agent_postures, **(session.tool_postures if session else {})}
     try:
         return deps.policy.decide_tool(ToolRequest(
             identity=rec.identity, session_id=rec.session_id, run_id=rec.run_id,

@@ -887,6 +887,11 @@ default_message_pool.register_message(
 
 @dataclass(eq=False, repr=False)
 class Agent(betterproto2.Message):
+    """
+    A configured agent: its system prompt opens every run it serves, and its tool
+    postures sit under the session's own overrides.
+    """
+
     agent_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
     display_name: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
@@ -894,14 +899,29 @@ class Agent(betterproto2.Message):
     system_prompt: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
 
     provider: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    The model provider selection (recorded; the daemon runs its configured provider).
+    """
 
     model: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
 
     tools: "list[str]" = betterproto2.field(6, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Tools this agent may use; empty: every tool. Others are `disabled` for its runs.
+    """
 
     created_at_unix_ms: "int" = betterproto2.field(7, betterproto2.TYPE_INT64)
 
     updated_at_unix_ms: "int" = betterproto2.field(8, betterproto2.TYPE_INT64)
+
+    tool_postures: "dict[str, ToolPosture]" = betterproto2.field(
+        9,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_ENUM),
+    )
+    """
+    Per-tool postures for this agent's runs (a session's overrides win over them).
+    """
 
 
 default_message_pool.register_message("palyra.v1", "Agent", Agent)
