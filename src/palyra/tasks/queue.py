@@ -111,6 +111,10 @@ class TaskQueue:
             raise NotFound(f"no task {task_id}", details={"task_id": task_id})
         return rec
 
+    def leased(self) -> list[TaskRecord]:
+        """Tasks a worker holds now (from memory; no table scan)."""
+        return [rec for rec in self._live.values() if rec.leased]
+
     def page(self, *, state: str = "", kind: str = "", parent_run_id: str = "",
              after_task_id: str = "", limit: int = 100) -> tuple[list[TaskRecord], str]:
         """Newest first (task ids are ULIDs); ``(page, next_after_task_id)``."""

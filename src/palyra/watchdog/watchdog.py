@@ -123,7 +123,7 @@ class Watchdog:
         runs = [rules.RunView(rec.run_id, phase, rec.last_active_ms)
                 for rec, phase in self._engine.live_runs()]
         tasks = [rules.TaskView(t.task_id, t.lease_epoch, t.heartbeat_ms)
-                 for t in self._tasks.page(state="running", limit=10_000)[0]]
+                 for t in self._tasks.leased()]
         pending, _ = self._engine.approval_reader.scan(
             lambda r: r.state == "pending", "", 10_000)
         approvals = [rules.ApprovalView(a.approval_id, a.run_id, a.created_ms) for a in pending]
