@@ -33,3 +33,14 @@ def test_new_ulids_are_distinct_and_carry_the_time() -> None:
     ids = [new_ulid(1_700_000_000_000) for _ in range(2000)]
     assert len(set(ids)) == len(ids) and all(is_ulid(i) for i in ids)
     assert {i[:10] for i in ids} == {encode_ulid(1_700_000_000_000, bytes(10))[:10]}
+
+
+def test_a_sequence_sorts_in_the_order_made_even_within_one_millisecond() -> None:
+    from palyra.core.ids import UlidSequence
+
+    seq = UlidSequence()
+    made = [seq.next(1_700_000_000_000) for _ in range(500)]
+    made += [seq.next(1_699_999_999_000)]  # the clock stepped back
+    made += [seq.next(1_700_000_000_500) for _ in range(10)]
+    assert made == sorted(made) and len(set(made)) == len(made)
+    assert all(is_ulid(m) for m in made)

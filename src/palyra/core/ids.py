@@ -71,6 +71,27 @@ def new_ulid(ms: int | None = None) -> str:
     return encode_ulid(time.time_ns() // 1_000_000 if ms is None else ms, _ENTROPY.take())
 
 
+class UlidSequence:
+    """ULIDs that sort in the order they were made (ULID's monotonic rule): within one
+    millisecond, or if the clock steps back, the next id is the last one plus one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ms = -1
+        self._random = 0
+
+    def next(self, ms: int | None = None) -> str:
+        """A new id, greater than every id this sequence made before."""
+        now = time.time_ns() // 1_000_000 if ms is None else ms
+        with self._lock:
+            if now <= self._ms and self._random < (1 << 80) - 1:
+                self._random += 1
+            else:
+                self._ms = max(now, self._ms + 1) if now <= self._ms else now
+                self._random = int.from_bytes(_ENTROPY.take(), "big") >> 1  # room to count up
+            return encode_ulid(self._ms, self._random.to_bytes(10, "big"))
+
+
 def is_ulid(value: str) -> bool:
     """True when ``value`` is a canonical (uppercase) ULID."""
     return bool(_ULID_RE.match(value))

@@ -31,7 +31,7 @@ from typing import Any
 import msgspec
 
 from palyra.core.errors import InvalidArgument, NotFound
-from palyra.core.ids import new_ulid
+from palyra.core.ids import UlidSequence
 from palyra.journal import EntityWrite, EventDraft, JournalStore
 from palyra.tasks import model
 from palyra.tasks.model import Outcome, State, TaskRecord
@@ -63,6 +63,7 @@ class TaskQueue:
         self._changed = asyncio.Condition()
         self._timer: asyncio.Task[None] | None = None
         self._timer_wake = asyncio.Event()
+        self._ids = UlidSequence()  # task ids sort in enqueue order (ties on time)
         self.commits = 0
 
     # -- lifetime ------------------------------------------------------------
@@ -174,12 +175,12 @@ class TaskQueue:
                         self._timer_wake.set()
                         return joined, False
                 rec = model.debounced_task(
-                    new_ulid(now), kind, now, payload or {}, debounce, priority=priority,
+                    self._ids.next(now), kind, now, payload or {}, debounce, priority=priority,
                     expires_at_ms=now + ttl_ms if ttl_ms > 0 else 0,
                     max_attempts=max_attempts, parent_run_id=parent_run_id)
             else:
                 rec = model.new_task(
-                    new_ulid(now), kind, now, payload_json=payload_json, priority=priority,
+                    self._ids.next(now), kind, now, payload_json=payload_json, priority=priority,
                     not_before_ms=now + delay_ms if delay_ms > 0 else 0,
                     expires_at_ms=now + ttl_ms if ttl_ms > 0 else 0,
                     max_attempts=max_attempts, parent_run_id=parent_run_id,
