@@ -58,6 +58,9 @@ class EngineConfig:
             ``last_active_ms``, so a restart neither resets nor loses it (a run
             already past it completes at recovery). Approval waits are
             governed by ``approval_timeout_s``, not by this. 0 disables it.
+        context_budget_tokens: the most tokens of conversation sent to the model
+            in one turn (estimated: see ``engine.model.prune``); older turns are
+            left out beyond it, and the tape says so. 0 disables pruning.
         service_version: reported by ``get_health``.
     """
 
@@ -72,6 +75,7 @@ class EngineConfig:
     max_pending_inputs: int = 64
     drain_grace_s: float = 5.0
     idle_complete_s: float = 3600.0
+    context_budget_tokens: int = 100_000
     service_version: str = "0.1.0"
 
     def __post_init__(self) -> None:

@@ -21,6 +21,7 @@ from palyra_gen.palyra import v1 as pb
 from palyra.core.errors import PalyraInternalError
 from palyra.engine.model.fold import Action
 from palyra.engine.model.ports import ContextRequest
+from palyra.engine.model.prune import ESTIMATE, prune
 from palyra.engine.model.tokens import TokenBuffer, clip_reply
 from palyra.engine.run.step import Step
 from palyra.engine.run.toolflow import propose, resolve_tool
@@ -116,6 +117,12 @@ async def model_turn(step: Step, batch: Batch) -> None:
     messages = [ChatMessage(role="system", content=b) for b in blocks]
     messages += loop.messages
     messages += [ChatMessage(role="user", content=m.text) for m in inputs]
+    messages, dropped, saved = prune(messages, deps.config.context_budget_tokens)
+    if dropped:
+        batch.add(pb.ContextStage(
+            stage="prune", tokens=saved, tokenizer=ESTIMATE, turn=turn,
+            reason=f"left out the {dropped} oldest messages (~{saved} tokens) to fit the "
+                   f"budget of {deps.config.context_budget_tokens} tokens"))
     batch.add(pb.AgentLoop(phase=_PHASE.TURN_STARTED, turn=turn))
     # Uncommitted members ride along with a cancel/fail commit if the call dies.
     step.carry(batch)
