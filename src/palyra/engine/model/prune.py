@@ -13,15 +13,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
+
 from palyra.providers import ChatMessage
+
+_json = msgspec.json.Encoder()
 
 ESTIMATE = "estimate: 1 token per 3 characters + 4 per message (no model tokenizer here)"
 
 
 def estimate_tokens(message: ChatMessage) -> int:
     """The estimated tokens of one message."""
-    size = len(message.content) + sum(
-        len(c.name) + len(str(c.arguments)) for c in message.tool_calls)
+    size = len(message.content)
+    for call in message.tool_calls:
+        size += len(call.name) + len(_json.encode(call.arguments))
     return size // 3 + 4
 
 
