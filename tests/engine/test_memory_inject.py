@@ -138,3 +138,41 @@ async def test_references_are_resolved_through_their_tools_under_cedar(harness: 
             v=1, session_key="refs", input=pb.MessageInput(text="look at @file: please")))
     assert info.value.code is ErrorCode.INVALID_ARGUMENT
     assert info.value.details["column"] == "9"
+
+
+async def test_preferences_are_always_in_the_input(harness: Harness) -> None:
+    from palyra.adapters import InputAssembly, Preferences
+    from palyra.journal import EventDraft
+    from palyra.memory import MemoryItem, Provenance, item_write
+
+    provider = PlannedProvider(lambda request: reply("ok"))
+    harness.provider_factory = lambda: provider
+    memories: list[Memory] = []
+
+    def assembly(store: JournalStore, gate: PolicyGate) -> InputAssembly:
+        memories.append(Memory(store))
+        return InputAssembly([MemoryContext(memories[0], gate, skip_kinds=("preference",)),
+                              Preferences(memories[0], gate)])
+
+    harness.context_factory = assembly
+    app = await harness.start()
+    assert harness.store is not None
+    pref = MemoryItem(memory_id="mempref", kind="preference", text="prefers metric units",
+                      scope="principal", owner="user:alice", created_ms=1,
+                      provenance=Provenance(session_id="s", run_id="r", tape_seqs=[2],
+                                            positions=[3], sha256="0" * 64, source="learning:x"))
+    await harness.store.append([EventDraft(kind="learning.accepted", actor="user:alice",
+                                           entity_writes=(item_write(pref),))])
+    run = await app.create_run(USER, pb.CreateRunRequest(
+        v=1, session_key="p", input=pb.MessageInput(text="how far is it to Brno?"),
+        complete=True, wait=True))
+    assert run.run is not None
+    system = [m.content for m in provider.requests[0].messages if m.role == "system"]
+    assert system == [system[0]] and "<preferences>" in system[0]  # once, not twice
+    assert "prefers metric units" in system[0]
+    stages = [m.stage for m in harness.members(run.run.run_id) if isinstance(m, pb.ContextStage)]
+    assert stages == ["preferences"]
+    other = await app.create_run(OTHER_USER, pb.CreateRunRequest(
+        v=1, session_key="q", input=pb.MessageInput(text="how far?"), complete=True, wait=True))
+    assert other.run is not None
+    assert not any(isinstance(m, pb.ContextStage) for m in harness.members(other.run.run_id))

@@ -10,9 +10,10 @@ from palyra.adapters.context import (
     ContextReferences,
     InputAssembly,
     MemoryContext,
+    Preferences,
     RecentConversation,
 )
 from palyra.adapters.policy import GatePolicy
 from palyra.adapters.tools import RegistryTools
 
-__all__ = ["AgentPrompt", "ContextReferences", "GatePolicy", "InputAssembly", "MemoryContext", "RecentConversation", "RegistryTools"]
+__all__ = ["AgentPrompt", "ContextReferences", "GatePolicy", "InputAssembly", "MemoryContext", "Preferences", "RecentConversation", "RegistryTools"]

@@ -12,6 +12,9 @@
 3. ``memory_auto_inject``: if Cedar allows ``memory.search`` for the run's principal, the
    top 3 items the principal may see (in this session) scoring at least 2000 bps, as a
    fenced ``<memory_context>`` block.
+4. ``preferences``: the principal's preferences (memory items of kind ``preference``,
+   learned or accepted in review), the 5 newest, as a ``<preferences>`` block, under the
+   same Cedar ``memory.search`` check.
 
 Each stage that contributes is taped by the engine with its token count and why.
 """
@@ -59,11 +62,12 @@ class MemoryContext:
     """Memory auto-inject, gated by Cedar ``memory.search``."""
 
     def __init__(self, memory: Memory, gate: PolicyGate, *, limit: int = LIMIT,
-                 min_score_bps: int = MIN_SCORE_BPS) -> None:
+                 min_score_bps: int = MIN_SCORE_BPS, skip_kinds: tuple[str, ...] = ()) -> None:
         self._memory = memory
         self._gate = gate
         self._limit = limit
         self._min = min_score_bps
+        self._skip = frozenset(skip_kinds)  # kinds another stage always adds
 
     async def assemble(self, request: ContextRequest) -> list[ContextContribution]:
         ident = request.identity
@@ -72,8 +76,10 @@ class MemoryContext:
         if not allowed:
             return [ContextContribution(STAGE, "", 0, counter.name,
                                         f"memory.search denied by policy: {why}")]
-        hits = self._memory.search(request.text, self._memory.visible(
-            ident.principal, request.session_id), limit=self._limit, min_score_bps=self._min)
+        visible = self._memory.visible(ident.principal, request.session_id)
+        hits = self._memory.search(request.text,
+                                   lambda item: item.kind not in self._skip and visible(item),
+                                   limit=self._limit, min_score_bps=self._min)
         if not hits:
             return []
         lines = [f"- {item.text} (memory {item.memory_id}, score {hit.score_bps} bps)"
@@ -242,3 +248,31 @@ class AgentPrompt:
             "agent_system_prompt", agent.system_prompt, counter.count(agent.system_prompt),
             counter.name, f"the system prompt of agent {agent.agent_id} "
                           f"({agent.display_name}), which serves this run")]
+
+
+PREFERENCES = 5
+
+
+class Preferences:
+    """The principal's stated preferences, on every new input (Cedar ``memory.search``)."""
+
+    def __init__(self, memory: Memory, gate: PolicyGate, *, limit: int = PREFERENCES) -> None:
+        self._memory = memory
+        self._gate = gate
+        self._limit = limit
+
+    async def assemble(self, request: ContextRequest) -> list[ContextContribution]:
+        allowed, _why = memory_search_allowed(self._gate, request)
+        if not allowed:
+            return []
+        found = self._memory.of_kind("preference", self._memory.visible(
+            request.identity.principal, request.session_id), limit=self._limit)
+        if not found:
+            return []
+        content = ("<preferences>\nThe user's preferences (from memory):\n"
+                   + "\n".join(f"- {item.text} (memory {item.memory_id})" for item in found)
+                   + "\n</preferences>")
+        counter = token_counter()
+        return [ContextContribution(
+            "preferences", content, counter.count(content), counter.name,
+            f"the user's {len(found)} newest preferences", tuple(i.memory_id for i in found))]

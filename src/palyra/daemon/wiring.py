@@ -21,6 +21,7 @@ from palyra.adapters import (
     GatePolicy,
     InputAssembly,
     MemoryContext,
+    Preferences,
     RecentConversation,
     RegistryTools,
 )
@@ -76,7 +77,9 @@ async def open_application(
                     context=InputAssembly([AgentPrompt(AgentRegistry(store)),
                                            RecentConversation(store),
                                            ContextReferences(policy, tools, memory, gate),
-                                           MemoryContext(memory, gate)]))
+                                           MemoryContext(memory, gate,
+                                                         skip_kinds=("preference",)),
+                                           Preferences(memory, gate)]))
     # Entering starts the engine's TaskGroup; leaving it drains (parks runs).
     await stack.enter_async_context(engine)
     report = await engine.recover()

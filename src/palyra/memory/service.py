@@ -163,6 +163,14 @@ class Memory:
                                  allowed=lambda mid: mid in items and sees(items[mid]))
         return [(items[h.memory_id], h) for h in hits if h.score_bps >= min_score_bps]
 
+    def of_kind(self, kind: str, sees: Callable[[MemoryItem], bool], *,
+                limit: int) -> list[MemoryItem]:
+        """The newest ``limit`` items of ``kind`` that ``sees`` admits (from memory)."""
+        self.refresh()
+        found = [i for i in self._items.values() if i.kind == kind and sees(i)]
+        found.sort(key=lambda i: (i.created_ms, i.memory_id), reverse=True)
+        return found[:limit]
+
     def page(self, sees: Callable[[MemoryItem], bool], *, after_id: str = "",
              limit: int = 100) -> tuple[list[MemoryItem], str]:
         """Items in id order after ``after_id``."""
