@@ -7,16 +7,20 @@ from __future__ import annotations
 import hashlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from palyra_gen.palyra import v1 as pb
 
+from palyra.adapters import GatePolicy
 from palyra.app import CallContext
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.journal import JournalConfig, JournalStore
 from palyra.memory.embed import HashEmbedder, WordLlamaEmbedder
 from palyra.memory.index import MemoryIndex
 from palyra.memory.service import Memory
+from palyra.policy import PolicyConfig, PolicyGate
+from palyra.tools import default_registry
 
 DAY = 86_400_000
 T0 = 1_700_000_000_000
@@ -86,8 +90,12 @@ async def test_the_app_scopes_reads_and_keeps_deletes_for_operators(store: Journ
     from palyra.app._memory import MemoryApi
 
     class App(MemoryApi):
+        """The memory RPCs over a real store and the real Cedar gate (no engine needed)."""
+
         def __init__(self, store: JournalStore) -> None:
             self.store = store
+            self.engine = SimpleNamespace(policy=GatePolicy(PolicyGate.load(PolicyConfig()),
+                                                            default_registry()))
 
     app = App(store)
     alice = CallContext.for_principal("user:alice", "01J00000000000000000000000")

@@ -73,3 +73,10 @@ class GatePolicy:
             identity.principal, candidate_id, run_principal=run_principal, decision=decision,
             candidate_kind=kind, session_id=session_id)
         return verdict.allowed, verdict.reason
+
+    def memory_change(self, identity: IdentityRec, action: str, *, session_id: str = "",
+                      count: int = 1) -> tuple[bool, str]:
+        """Cedar ``memory.delete`` / ``memory.purge``, and why."""
+        verdict = self._gate.check_memory_change(identity.principal, action,
+                                                 session_id=session_id, count=count)
+        return verdict.allowed, verdict.reason

@@ -1,7 +1,8 @@
 """MemoryService: ingest, search, get, list, delete, purge (no model on the write path).
 
 Callers see their own items (operators: everyone's); session-scoped items only in
-their session. Delete and purge are sensitive (REFERENCE §5): operators only.
+their session. Delete and purge are sensitive (REFERENCE §5): Cedar ``memory.delete`` / ``memory.purge``,
+operators only by the shipped policy.
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ import time
 
 from palyra_gen.palyra import v1 as pb
 
-from palyra.app._access import is_operator, require_operator
+from palyra.app._access import is_operator
 from palyra.app._base import AppBase
 from palyra.app._convert import identity_of
 from palyra.app.context import CallContext
-from palyra.core.errors import InvalidArgument, NotFound
+from palyra.core.errors import InvalidArgument, NotFound, PermissionDenied
+from palyra.engine import IdentityRec
 from palyra.memory import MemoryItem
 from palyra.memory.service import Memory
 
@@ -98,16 +100,25 @@ class MemoryApi(AppBase):
     async def delete_memory(self, ctx: CallContext,
                             request: pb.DeleteMemoryRequest) -> pb.DeleteMemoryResponse:
         """Remove one item (sensitive: operators)."""
-        identity = require_operator(ctx, "deleting memory (a sensitive action)")
+        identity = identity_of(ctx)
+        self._allowed(identity, "memory.delete", self._memory().get(request.memory_id).session_id
+                      if request.memory_id else "", 1)
         return pb.DeleteMemoryResponse(
             deleted=await self._memory().delete(request.memory_id, identity.principal))
 
     async def purge_memory(self, ctx: CallContext,
                            request: pb.PurgeMemoryRequest) -> pb.PurgeMemoryResponse:
         """Remove every item, or a session's (sensitive: operators)."""
-        identity = require_operator(ctx, "purging memory (a sensitive action)")
+        identity = identity_of(ctx)
+        self._allowed(identity, "memory.purge", request.session_id, 0)
         return pb.PurgeMemoryResponse(purged=await self._memory().purge(
             identity.principal, session_id=request.session_id))
+
+    def _allowed(self, identity: IdentityRec, action: str, session_id: str, count: int) -> None:
+        ok, why = self.engine.policy.memory_change(identity, action, session_id=session_id,
+                                                   count=count)
+        if not ok:
+            raise PermissionDenied(why, details={"action": action})
 
 
 def _now() -> int:

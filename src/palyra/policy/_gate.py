@@ -227,6 +227,24 @@ class PolicyGate:
             Outcome.DENY, f"{principal} may not decide approval {approval_id}", reasons, h
         )
 
+    def check_memory_change(self, principal: str, action: str, *, session_id: str = "",
+                            count: int = 1) -> Decision:
+        """May ``principal`` delete (``memory.delete``) or purge (``memory.purge``) memory?
+        Shipped rules: operators only (a sensitive action)."""
+        allowed, reasons, errors = self._authorize({
+            "principal": {"type": "Principal", "id": principal},
+            "action": {"type": "Action", "id": action},
+            "resource": {"type": "Tool", "id": "memory"},
+            "context": {"principal_name": principal, "session_id": session_id, "count": count},
+        })
+        h = self.policy_hash
+        if errors:
+            return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)
+        if allowed:
+            return Decision(Outcome.ALLOW, f"{principal} may {action}", reasons, h)
+        return Decision(Outcome.DENY, f"{principal} may not {action}: a sensitive action "
+                        "(an operator may)", reasons, h)
+
     def check_learning_review(
         self, principal: str, candidate_id: str, *, run_principal: str, decision: str,
         candidate_kind: str, session_id: str = "",

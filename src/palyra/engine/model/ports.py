@@ -75,6 +75,12 @@ class PolicyPort(Protocol):
         """Whether ``identity`` may set the posture (Cedar ``session.set_posture``), and why."""
         ...
 
+    def memory_change(self, identity: IdentityRec, action: str, *, session_id: str = "",
+                      count: int = 1) -> tuple[bool, str]:
+        """Whether ``identity`` may delete or purge memory (Cedar ``memory.delete`` /
+        ``memory.purge``), and why."""
+        ...
+
     def learning_review(self, identity: IdentityRec, candidate_id: str, *, run_principal: str,
                         decision: str, kind: str, session_id: str) -> tuple[bool, str]:
         """Whether ``identity`` may accept/reject a learning candidate (Cedar
