@@ -144,3 +144,12 @@ async def test_items_written_by_learning_are_found(store: JournalStore) -> None:
                                    entity_writes=(item_write(item),))])
     [(found, _hit)] = memory.search("miso", memory.visible("user:a", ""))
     assert found.memory_id == "mem1"
+
+
+async def test_agent_scoped_items_reach_only_that_agents_runs(store: JournalStore) -> None:
+    memory = Memory(store, HashEmbedder())
+    mine = await memory.ingest("user:alice", "ticket queue is triage-eu", agent_id="A1")
+    assert mine.scope == "agent"
+    assert memory.search("ticket queue", memory.visible("user:alice", "S", agent_id="A1"))
+    assert memory.search("ticket queue", memory.visible("user:alice", "S", agent_id="A2")) == []
+    assert memory.search("ticket queue", memory.visible("user:alice", "S")) == []

@@ -76,7 +76,8 @@ class MemoryContext:
         if not allowed:
             return [ContextContribution(STAGE, "", 0, counter.name,
                                         f"memory.search denied by policy: {why}")]
-        visible = self._memory.visible(ident.principal, request.session_id)
+        visible = self._memory.visible(ident.principal, request.session_id,
+                                       agent_id=request.agent_id)
         hits = self._memory.search(request.text,
                                    lambda item: item.kind not in self._skip and visible(item),
                                    limit=self._limit, min_score_bps=self._min)
@@ -226,7 +227,8 @@ class ContextReferences:
         if not allowed:
             return "", f"denied by policy (memory.search): {why}"
         hits = self._memory.search(query, self._memory.visible(
-            request.identity.principal, request.session_id), limit=MEMORY_REFERENCE_ITEMS)
+            request.identity.principal, request.session_id, agent_id=request.agent_id),
+            limit=MEMORY_REFERENCE_ITEMS)
         if not hits:
             return "", "no memory item matched"
         return "\n".join(f"- {item.text} (memory {item.memory_id})" for item, _ in hits), (
@@ -266,7 +268,8 @@ class Preferences:
         if not allowed:
             return []
         found = self._memory.of_kind("preference", self._memory.visible(
-            request.identity.principal, request.session_id), limit=self._limit)
+            request.identity.principal, request.session_id, agent_id=request.agent_id),
+            limit=self._limit)
         if not found:
             return []
         content = ("<preferences>\nThe user's preferences (from memory):\n"

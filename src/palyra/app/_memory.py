@@ -30,7 +30,7 @@ def item_proto(item: MemoryItem) -> pb.MemoryItem:
         memory_id=item.memory_id, session_id=item.session_id, text=item.text,
         source=p.source, tags=list(item.tags), confidence_bps=item.confidence_bps,
         created_at_unix_ms=item.created_ms, expires_at_unix_ms=item.expires_ms,
-        kind=item.kind, scope=item.scope, owner=item.owner,
+        kind=item.kind, scope=item.scope, owner=item.owner, agent_id=item.agent_id,
         provenance=pb.MemoryProvenance(session_id=p.session_id, run_id=p.run_id,
                                        tape_seqs=p.tape_seqs, positions=p.positions,
                                        sha256=p.sha256, source=p.source, event_id=p.event_id))
@@ -57,7 +57,7 @@ class MemoryApi(AppBase):
         item = await self._memory().ingest(
             identity.principal, given.text, session_id=given.session_id, tags=list(given.tags),
             confidence_bps=given.confidence_bps or 10_000, ttl_ms=ttl_ms,
-            device_id=identity.device_id)
+            device_id=identity.device_id, agent_id=given.agent_id)
         return pb.IngestMemoryResponse(item=item_proto(item))
 
     async def search_memory(self, ctx: CallContext,

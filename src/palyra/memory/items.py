@@ -35,7 +35,8 @@ class MemoryItem(msgspec.Struct, frozen=True, kw_only=True):
     memory_id: str
     kind: str  # durable_fact | preference | procedure | note
     text: str
-    # ``principal``: the owner's, in every session; ``session``: only ``session_id``.
+    # ``principal``: the owner's, in every session; ``session``: only ``session_id``;
+    # ``agent``: only runs served by ``agent_id``.
     scope: str
     owner: str
     provenance: Provenance
@@ -44,6 +45,7 @@ class MemoryItem(msgspec.Struct, frozen=True, kw_only=True):
     tags: list[str] = msgspec.field(default_factory=list)
     confidence_bps: int = 10_000
     expires_ms: int = 0
+    agent_id: str = ""
 
 
 def source_digest(events: Iterable[StoredEvent]) -> str:

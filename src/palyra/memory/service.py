@@ -71,7 +71,7 @@ class Memory:
     # -- writes --------------------------------------------------------------
     async def ingest(self, owner: str, text: str, *, session_id: str = "", scope: str = "",
                      tags: list[str] | None = None, confidence_bps: int = 10_000,
-                     ttl_ms: int = 0, device_id: str = "") -> MemoryItem:
+                     ttl_ms: int = 0, device_id: str = "", agent_id: str = "") -> MemoryItem:
         """Store one item (its provenance is the ingest event itself)."""
         text = text.strip()
         if not text or len(text) > MAX_TEXT:
@@ -81,7 +81,8 @@ class Memory:
         event_id = new_ulid(now)
         item = MemoryItem(
             memory_id=new_ulid(now), kind="note", text=text, owner=owner,
-            scope=scope or ("session" if session_id else "principal"), session_id=session_id,
+            scope=scope or ("agent" if agent_id else "session" if session_id else "principal"),
+            session_id=session_id, agent_id=agent_id,
             tags=tags, confidence_bps=max(0, min(10_000, confidence_bps)),
             expires_ms=now + ttl_ms if ttl_ms > 0 else 0, created_ms=now,
             provenance=Provenance(session_id=session_id, run_id="", tape_seqs=[], positions=[],
@@ -138,9 +139,11 @@ class Memory:
             raise NotFound(f"no memory item {memory_id}", details={"memory_id": memory_id})
         return item
 
-    def visible(self, principal: str, session_id: str, *, everyone: bool = False
-                ) -> Callable[[MemoryItem], bool]:
-        """Which items a caller sees (in ``session_id``, when given)."""
+    def visible(self, principal: str, session_id: str, *, everyone: bool = False,
+                agent_id: str = "") -> Callable[[MemoryItem], bool]:
+        """Which items a caller sees (in ``session_id`` and for ``agent_id``'s runs, when
+        given): its own principal-wide items, its items of that session, and its items
+        scoped to that agent."""
         now = self._now()
 
         def sees(item: MemoryItem) -> bool:
@@ -148,6 +151,8 @@ class Memory:
                 return False
             if not everyone and item.owner != principal:
                 return False
+            if item.scope == "agent":
+                return everyone or (bool(agent_id) and item.agent_id == agent_id)
             if session_id and item.scope == "session" and item.session_id != session_id:
                 return False
             return not (not session_id and item.scope == "session" and not everyone)

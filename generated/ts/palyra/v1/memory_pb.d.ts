@@ -73,7 +73,8 @@ export declare type MemoryItem = Message<"palyra.v1.MemoryItem"> & {
   kind: string;
 
   /**
-   * `principal` (the owner's, in every session) or `session` (only `session_id`).
+   * `principal` (the owner's, in every session), `session` (only `session_id`) or
+   * `agent` (only runs served by `agent_id`).
    *
    * @generated from field: string scope = 11;
    */
@@ -85,6 +86,13 @@ export declare type MemoryItem = Message<"palyra.v1.MemoryItem"> & {
    * @generated from field: string owner = 12;
    */
   owner: string;
+
+  /**
+   * With scope `agent`: the agent whose runs see it.
+   *
+   * @generated from field: string agent_id = 13;
+   */
+  agentId: string;
 };
 
 /**

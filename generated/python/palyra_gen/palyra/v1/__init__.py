@@ -2277,12 +2277,18 @@ class MemoryItem(betterproto2.Message):
 
     scope: "str" = betterproto2.field(11, betterproto2.TYPE_STRING)
     """
-    `principal` (the owner's, in every session) or `session` (only `session_id`).
+    `principal` (the owner's, in every session), `session` (only `session_id`) or
+    `agent` (only runs served by `agent_id`).
     """
 
     owner: "str" = betterproto2.field(12, betterproto2.TYPE_STRING)
     """
     The principal it belongs to.
+    """
+
+    agent_id: "str" = betterproto2.field(13, betterproto2.TYPE_STRING)
+    """
+    With scope `agent`: the agent whose runs see it.
     """
 
 
