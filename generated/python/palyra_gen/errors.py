@@ -59,6 +59,8 @@ ERROR_MAPPING: Final[dict[str, ErrorMapping]] = {
     "HEADERS_TOO_LARGE": ErrorMapping(grpc_status=8, http_status=431, retryable=False),
     "REQUEST_TIMEOUT": ErrorMapping(grpc_status=4, http_status=408, retryable=False),
     "LEASE_STALE": ErrorMapping(grpc_status=9, http_status=409, retryable=False),
+    "SIGNATURE_INVALID": ErrorMapping(grpc_status=16, http_status=401, retryable=False),
+    "TIMESTAMP_STALE": ErrorMapping(grpc_status=16, http_status=401, retryable=False),
 }
 
 #: Mapping of ERROR_CODE_UNSPECIFIED: the fallback for an unknown code.

@@ -9,6 +9,7 @@ from palyra_gen.services import PalyraServicesApp
 
 from palyra.app._agents import AgentsApi
 from palyra.app._approvals import ApprovalsApi
+from palyra.app._channels import ChannelsApi
 from palyra.app._journal import JournalApi
 from palyra.app._learning import LearningApi
 from palyra.app._memory import MemoryApi
@@ -16,13 +17,12 @@ from palyra.app._runs import RunsApi
 from palyra.app._sessions import SessionsApi
 from palyra.app._tasks import TasksApi
 from palyra.app._tokens import TokensApi
-from palyra.app._unimplemented import UnimplementedApi
 from palyra.app._watchdog import WatchdogApi
 from palyra.app.context import CallContext
 
 
 class PalyraApp(RunsApi, SessionsApi, ApprovalsApi, JournalApi, TokensApi, TasksApi,
-                WatchdogApi, LearningApi, MemoryApi, AgentsApi, UnimplementedApi):
+                WatchdogApi, LearningApi, MemoryApi, AgentsApi, ChannelsApi):
     """The application API over one ``Engine``.
 
     Methods take ``(ctx: CallContext, request)`` and return the response

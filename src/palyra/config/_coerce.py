@@ -59,6 +59,10 @@ def coerce(value: Any, hint: Any, where: str) -> Any:
     (empty string → None), ``tuple[str, ...]`` / ``frozenset[str]`` (list or
     comma-separated string) and ``Mapping[str, V]`` (table or ``k=v,k2=v2``).
     """
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        if not isinstance(value, Mapping):
+            raise config_error(where, "expected a table")
+        return build(hint, value, f"{where}.")
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         members = [a for a in typing.get_args(hint) if a is not type(None)]

@@ -11,6 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import Literal, TypeAlias
 
+from palyra.channels.config import ChannelsConfig
 from palyra.engine import EngineConfig
 from palyra.journal import JournalConfig
 from palyra.learning import LearningConfig
@@ -154,3 +155,4 @@ class PalyraConfig:
     tools: ToolsConfig = dataclasses.field(default_factory=ToolsConfig)
     watchdog: WatchdogConfig = dataclasses.field(default_factory=WatchdogConfig)
     learning: LearningConfig = dataclasses.field(default_factory=LearningConfig)
+    channels: ChannelsConfig = dataclasses.field(default_factory=ChannelsConfig)

@@ -44,6 +44,8 @@ class ErrorCode(enum.StrEnum):
     HEADERS_TOO_LARGE = "HEADERS_TOO_LARGE"
     REQUEST_TIMEOUT = "REQUEST_TIMEOUT"
     LEASE_STALE = "LEASE_STALE"
+    SIGNATURE_INVALID = "SIGNATURE_INVALID"
+    TIMESTAMP_STALE = "TIMESTAMP_STALE"
 
 
 # Codes a caller may retry unchanged. Kept beside the enum so a new code

@@ -20,6 +20,7 @@ from typing import TextIO
 
 import structlog
 
+from palyra.app import PalyraApp
 from palyra.config import PalyraConfig
 from palyra.daemon.datadir import ensure_data_dir
 from palyra.daemon.discovery import DaemonInfo, remove_daemon_info, write_daemon_info
@@ -30,7 +31,7 @@ from palyra.daemon.wiring import VERSION, open_application
 from palyra.journal import checkpoint_every
 from palyra.transport.auth import Authenticator
 from palyra.transport.grpc import GrpcGateway
-from palyra.transport.http import HttpGateway, create_http_app
+from palyra.transport.http import HttpGateway, IngressHandler, create_http_app
 
 _log = structlog.get_logger("palyra.daemon")
 
@@ -74,7 +75,7 @@ async def run_daemon(
                                    config=config.grpc)
         http_gateway = HttpGateway(
             create_http_app(app, authenticator=authenticator, make_ctx=make_ctx,
-                            config=config.http),
+                            config=config.http, ingress=_ingress_routes(app)),
             shutdown_grace_s=config.daemon.shutdown_grace_s, limits=config.http,
         )
         info = DaemonInfo(pid=pid, grpc_host=config.grpc.host, grpc_port=bound_port(grpc_sock),
@@ -101,6 +102,13 @@ async def run_daemon(
         # Leaving the exit stack parks the engine's runs and closes the journal.
     _log.info("daemon_stopped")
     return 0
+
+
+def _ingress_routes(app: PalyraApp) -> dict[str, IngressHandler]:
+    """The chat platforms' own HTTP ingress (signed by them, not by our tokens)."""
+    if app.ingress is None:
+        return {}
+    return {"/v1/ingress/slack": app.ingress.slack, "/v1/ingress/webhooks": app.ingress.webhook}
 
 
 def _on_signal(signum: int, stop: asyncio.Event) -> Callable[[], None]:

@@ -27,6 +27,16 @@ from palyra.adapters import (
 )
 from palyra.agents import AgentRegistry
 from palyra.app import CallContext, PalyraApp
+from palyra.channels import (
+    DISPATCH_TASK,
+    PAIRING_SUBJECT,
+    SEND_TASK,
+    ChannelRouter,
+    Outbox,
+    PairingBook,
+)
+from palyra.channels.adapters import build_sinks
+from palyra.channels.ingress import Ingress
 from palyra.config import PalyraConfig
 from palyra.core.errors import PalyraError
 from palyra.engine import Engine, IdentityRec, RecoveryReport, RunRecord, RunStateId
@@ -106,10 +116,33 @@ async def open_application(
     watchdog.start()
     stack.push_async_callback(watchdog.close)
     app = PalyraApp(engine)
+    app.channels, app.ingress = await _open_channels(config, store, engine, tasks, gate, stack)
     app.tasks = tasks
     app.learning = learning
     app.memory = memory
     return app, CallContext.from_caller
+
+
+async def _open_channels(config: PalyraConfig, store: JournalStore, engine: Engine,
+                         tasks: TaskQueue, gate: PolicyGate, stack: contextlib.AsyncExitStack
+                         ) -> tuple[ChannelRouter, Ingress]:
+    """The channel router, pairing (deciding ``dm_pairing:`` approvals), the outbox and
+    their workers: dispatches run up to 16 at once (per-channel slots inside)."""
+    channels = config.channels
+    pairing = PairingBook(store, policy_hash=lambda: gate.policy_hash,
+                          grant_ttl_s=channels.pairing_grant_ttl_s,
+                          code_ttl_s=channels.pairing_code_ttl_s)
+    engine.on_subject_approval(PAIRING_SUBJECT, pairing.decide)
+    sinks = build_sinks(channels)
+    for sink in sinks.values():
+        stack.push_async_callback(sink.aclose)
+    router = ChannelRouter(store, engine, tasks, pairing, gate, channels, sinks=list(sinks))
+    outbox = Outbox(dict(sinks))
+    for worker in (TaskWorker(tasks, {DISPATCH_TASK: router.dispatch}, concurrency=16),
+                   TaskWorker(tasks, {SEND_TASK: outbox.handle}, concurrency=4)):
+        worker.start()
+        stack.push_async_callback(worker.close)
+    return router, Ingress(router, channels)
 
 
 async def cancel_orphaned_tasks(engine: Engine, tasks: TaskQueue) -> list[str]:

@@ -11,8 +11,9 @@ vocabulary, approval records, token grouping, errors, config and ports),
 ``sessions/`` (one reader, one writer, the one locked resolve).
 """
 
-from palyra.engine.engine import Engine, Started, StartRun, may_access
-from palyra.engine.model.approvals import SCOPE_PROTO, prompt_proto, risk_proto
+from palyra.engine.engine import Engine, Started, StartRun, SubjectDecider, may_access
+from palyra.engine.model.approvals import SCOPE_PROTO, decided, prompt_proto, risk_proto
+from palyra.engine.model.approvals import Decision as ApprovalDecision
 from palyra.engine.model.config import EngineConfig
 from palyra.engine.model.errors import RunFailed
 from palyra.engine.model.lifecycle import (
@@ -46,12 +47,14 @@ from palyra.engine.model.records import (
 )
 from palyra.engine.model.tape import field_of as tape_field_of
 from palyra.engine.model.tape import is_terminal_status, member_from
+from palyra.engine.run.approvals import approval_write
 from palyra.engine.run.recovery import RecoveryReport
 from palyra.engine.sessions.selectors import Selectors
 from palyra.engine.sessions.writer import CleanupResult
 
 __all__ = [
     "SCOPE_PROTO",
+    "ApprovalDecision",
     "ApprovalEvent",
     "ApprovalRecord",
     "ApprovalStateId",
@@ -75,11 +78,14 @@ __all__ = [
     "SessionRecord",
     "StartRun",
     "Started",
+    "SubjectDecider",
     "ToolOutcome",
     "ToolRequest",
     "ToolVerdict",
     "ToolsPort",
     "approval_state_proto",
+    "approval_write",
+    "decided",
     "is_run_terminal",
     "is_terminal_status",
     "may_access",

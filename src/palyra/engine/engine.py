@@ -92,6 +92,10 @@ class Started:
     reset_applied: bool
 
 
+SubjectDecider = Callable[[ApprovalRecord, Decision], Awaitable[ApprovalRecord]]
+"""Decides a run-less approval: commits the decided record (and its effect), returns it."""
+
+
 def may_access(identity: IdentityRec, owner: IdentityRec) -> bool:
     """Owners see their runs; operators (``palyra.core.principals``) see all."""
     return identity.principal == owner.principal or is_operator(identity.principal)
@@ -124,6 +128,7 @@ class Engine:
         self._draining = False
         self._helpers: set[asyncio.Task[None]] = set()
         self._run_end_hooks: list[Callable[[RunRecord], Awaitable[None]]] = []
+        self._subject_deciders: dict[str, SubjectDecider] = {}
 
     # -- lifetime ----------------------------------------------------------
     async def __aenter__(self) -> Engine:
@@ -174,6 +179,12 @@ class Engine:
         """Let ``contributor`` add drafts to the commit that ends a live run failed or
         cancelled (same append: the effect is durable exactly when its cause is)."""
         self._deps.end_contributors.append(contributor)
+
+    def on_subject_approval(self, subject_prefix: str, decide: SubjectDecider) -> None:
+        """Route decisions on run-less approvals whose subject starts with ``subject_prefix``
+        (``dm_pairing:``) to ``decide``, which commits the decided record and its effect
+        in one append and returns the record."""
+        self._subject_deciders[subject_prefix] = decide
 
     def on_run_end(self, hook: Callable[[RunRecord], Awaitable[None]]) -> None:
         """Call ``hook`` with the record of every run that reaches a terminal state
@@ -411,12 +422,20 @@ class Engine:
             raise coded(ErrorCode.APPROVAL_ALREADY_DECIDED,
                         f"approval {approval_id} is already {record.state}",
                         approval_id=approval_id)
+        decision = Decision(ApprovalEvent.APPROVE if approve else ApprovalEvent.DENY, scope or "once",
+                            ttl_seconds if scope == "timeboxed" else 0, reason,
+                            identity.principal, self._deps.now_ms())
+        if not record.run_id:  # an approval of a subject outside any run (e.g. pairing)
+            subject = record.prompt.subject_id
+            decide = next((h for prefix, h in self._subject_deciders.items()
+                           if subject.startswith(prefix)), None)
+            if decide is None:
+                raise coded(ErrorCode.UNAVAILABLE, f"nothing decides {subject} approvals in "
+                            "this daemon", approval_id=approval_id)
+            return redacted(await decide(record, decision))
         actor = self._actors.get(record.run_id)
         if actor is None:
             raise coded(ErrorCode.UNAVAILABLE, f"run {record.run_id} is not live; retry "
                         "after the daemon restarts", run_id=record.run_id)
-        decision = Decision(ApprovalEvent.APPROVE if approve else ApprovalEvent.DENY, scope or "once",
-                            ttl_seconds if scope == "timeboxed" else 0, reason,
-                            identity.principal, self._deps.now_ms())
         # The committed row is redacted (a reason may quote a secret); so is the answer.
         return redacted(await actor.deliver(approval_id, decision))

@@ -245,6 +245,27 @@ class PolicyGate:
         return Decision(Outcome.DENY, f"{principal} may not {action}: a sensitive action "
                         "(an operator may)", reasons, h)
 
+    def check_channel_command(self, principal: str, command: str, *, channel: str, sender: str,
+                              admitted: bool, owner: bool, verified: bool) -> Decision:
+        """May a channel sender run built-in command ``command`` (``/cancel``, ``/reset``,
+        ``/status``)? Shipped rules: ``/status`` and ``/cancel`` for any admitted sender,
+        ``/reset`` for the channel's owner or an allow-listed sender."""
+        allowed, reasons, errors = self._authorize({
+            "principal": {"type": "Principal", "id": principal},
+            "action": {"type": "Action", "id": "channel.command"},
+            "resource": {"type": "Tool", "id": command},
+            "context": {"principal_name": principal, "channel": channel, "sender": sender,
+                        "command": command, "sender_admitted": admitted,
+                        "sender_is_owner": owner, "sender_verified": verified},
+        })
+        h = self.policy_hash
+        if errors:
+            return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)
+        if allowed:
+            return Decision(Outcome.ALLOW, f"{sender} may run {command}", reasons, h)
+        return Decision(Outcome.DENY, f"{sender} may not run {command} on {channel}",
+                        reasons, h)
+
     def check_learning_review(
         self, principal: str, candidate_id: str, *, run_principal: str, decision: str,
         candidate_kind: str, session_id: str = "",

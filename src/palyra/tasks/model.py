@@ -135,7 +135,9 @@ def coalesce(rec: TaskRecord, item: Any, now_ms: int, rule: Debounce) -> TaskRec
     """``rec`` with one more item, due ``quiet_ms`` from now but no later than
     ``max_wait_ms`` after its first item; None when it cannot take it (claimed, final,
     full, or another key): the caller starts a new task."""
-    if (rec.state != State.QUEUED or rec.debounce_key != rule.key
+    # A task that has already run once (and is queued for a retry) takes no new
+    # items: its first attempt may have acted on the batch it had.
+    if (rec.state != State.QUEUED or rec.debounce_key != rule.key or rec.attempts
             or (rule.cap and rec.batch_count >= rule.cap)):
         return None
     payload = msgspec.json.decode(rec.payload_json)

@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -143,6 +143,7 @@ class TaskQueue:
                       priority: int = 0, delay_ms: int = 0, ttl_ms: int = 0,
                       max_attempts: int = model.DEFAULT_MAX_ATTEMPTS, parent_run_id: str = "",
                       idempotency_key: str = "", debounce: model.Debounce | None = None,
+                      also: Callable[[TaskRecord], Sequence[EventDraft]] | None = None,
                       ) -> tuple[TaskRecord, bool]:
         """Queue a task; ``(task, created)``. A known ``idempotency_key`` returns its task.
 
@@ -150,6 +151,10 @@ class TaskQueue:
         same key (``created`` False) while that one waits and has room, so a burst
         becomes one task whose payload is ``{"items": [...]}``, run ``quiet_ms`` after
         the last item and never later than ``max_wait_ms`` after the first.
+
+        ``also`` gives journal drafts that must land *in the same commit* as the
+        task's row (e.g. a channel message and its dedupe key), from the task as it
+        will be stored; nothing is written when the key was already known.
 
         Raises:
             InvalidArgument: an empty or long kind, a payload over 64 KiB, a long key.
@@ -171,7 +176,7 @@ class TaskQueue:
                 for live in self._live.values():
                     joined = model.coalesce(live, payload or {}, now, debounce)
                     if joined is not None and joined.kind == kind:
-                        await self._commit(joined, "coalesced")
+                        await self._commit(joined, "coalesced", also=also)
                         self._timer_wake.set()
                         return joined, False
                 rec = model.debounced_task(
@@ -187,7 +192,7 @@ class TaskQueue:
                     idempotency_key=idempotency_key)
             extra = (EntityWrite(TABLE, _IDEM + idempotency_key, rec.task_id.encode()),
                      ) if idempotency_key else ()
-            await self._commit(rec, "enqueued", extra)
+            await self._commit(rec, "enqueued", extra, also=also)
         await self._notify()
         return rec, True
 
@@ -303,9 +308,11 @@ class TaskQueue:
             await self._notify()
 
     async def _commit(self, rec: TaskRecord, event: str,
-                      extra: tuple[EntityWrite, ...] = ()) -> None:
+                      extra: tuple[EntityWrite, ...] = (),
+                      also: Callable[[TaskRecord], Sequence[EventDraft]] | None = None) -> None:
         # The lock is held: memory changes only after the durable commit.
-        await self._store.append([_draft(rec, event, extra)])
+        drafts = [*also(rec)] if also is not None else []
+        await self._store.append([*drafts, _draft(rec, event, extra)])
         self.commits += 1
         self._remember(rec)
 

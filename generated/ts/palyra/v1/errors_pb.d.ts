@@ -233,6 +233,21 @@ export enum ErrorCode {
    * @generated from enum value: ERROR_CODE_LEASE_STALE = 30;
    */
   LEASE_STALE = 30,
+
+  /**
+   * A channel delivery whose signature does not verify against any configured key
+   * (Standard Webhooks `webhook-signature`, Slack `X-Slack-Signature`).
+   *
+   * @generated from enum value: ERROR_CODE_SIGNATURE_INVALID = 31;
+   */
+  SIGNATURE_INVALID = 31,
+
+  /**
+   * A signed channel delivery whose timestamp is outside the tolerance (replay guard).
+   *
+   * @generated from enum value: ERROR_CODE_TIMESTAMP_STALE = 32;
+   */
+  TIMESTAMP_STALE = 32,
 }
 
 /**

@@ -996,6 +996,33 @@ export declare type InboundMessage = Message<"palyra.v1.InboundMessage"> & {
    * @generated from field: uint32 retry_attempt = 12;
    */
   retryAttempt: number;
+
+  /**
+   * Text the message quotes or forwards, and who wrote it: kept out of the
+   * prompt's trusted part unless that sender is allowed on the channel.
+   *
+   * @generated from field: string quoted_text = 13;
+   */
+  quotedText: string;
+
+  /**
+   * @generated from field: string quoted_sender = 14;
+   */
+  quotedSender: string;
+
+  /**
+   * Media (files, images) bypass the coalescer.
+   *
+   * @generated from field: bool has_media = 15;
+   */
+  hasMedia: boolean;
+
+  /**
+   * The platform says the message addresses the agent (e.g. Slack's app_mention).
+   *
+   * @generated from field: bool mentions_agent = 16;
+   */
+  mentionsAgent: boolean;
 };
 
 /**
@@ -1094,6 +1121,28 @@ export declare type RouteMessageResponse = Message<"palyra.v1.RouteMessageRespon
    * @generated from field: repeated palyra.v1.OutboundMessage outputs = 6;
    */
   outputs: OutboundMessage[];
+
+  /**
+   * The id the message is kept under (generated when the envelope had none).
+   *
+   * @generated from field: string envelope_id = 7;
+   */
+  envelopeId: string;
+
+  /**
+   * A redelivery inside the dedupe window: nothing was started, this is the
+   * stored outcome of the first delivery.
+   *
+   * @generated from field: bool duplicate = 8;
+   */
+  duplicate: boolean;
+
+  /**
+   * The message went to the conversation's active run as input.
+   *
+   * @generated from field: bool delivered_to_active_run = 9;
+   */
+  deliveredToActiveRun: boolean;
 };
 
 /**

@@ -57,8 +57,10 @@ def compile_route(route: Any) -> CompiledRoute:
         # loudly so a spec change cannot silently mis-route.
         raise ValueError(f"unsupported path template {template!r}")
     params = tuple(_PARAM.findall(template))
+    # A parameter spans one path segment and may contain ':' (channel ids such as
+    # "slack:T0123"); a custom verb after it (":route") is matched by backtracking.
     regex = "".join(
-        f"(?P<{part}>[^/:]+)" if i % 2 else re.escape(part)
+        f"(?P<{part}>[^/]+?)" if i % 2 else re.escape(part)
         for i, part in enumerate(_PARAM.split(template))
     )
     request_cls = _message_class(route.request_type)
@@ -97,13 +99,18 @@ class RouteTable:
         Raises:
             LookupError: the path exists but not for ``method`` (→ 405).
         """
-        allowed = False
+        allowed = ""
         for route in self.routes:
+            if allowed and route.template != allowed:
+                # The path already matched a more specific template (e.g.
+                # "/v1/runs/{run_id}:abort"): a looser one ("/v1/runs/{run_id}")
+                # must not take it just because the method differs.
+                continue
             found = route.pattern.match(path)
             if found is None:
                 continue
             if route.http_method != method:
-                allowed = True
+                allowed = route.template
                 continue
             return route, {k: unquote(v) for k, v in found.groupdict().items()}
         if allowed:
@@ -112,4 +119,5 @@ class RouteTable:
 
     def allowed_methods(self, path: str) -> list[str]:
         """The methods some route takes on ``path`` (sorted; empty if none)."""
-        return sorted({r.http_method for r in self.routes if r.pattern.match(path)})
+        first = next((r.template for r in self.routes if r.pattern.match(path)), None)
+        return sorted({r.http_method for r in self.routes if r.template == first})

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
+from urllib.parse import unquote
 
 import betterproto2
 import msgspec
@@ -119,8 +120,14 @@ def create_http_app(
     make_ctx: ContextFactory[CtxT],
     config: HttpConfig,
     routes: RouteTable | None = None,
+    ingress: Mapping[str, IngressHandler] | None = None,
 ) -> Litestar:
-    """Build the Litestar application serving every spec route of ``app``."""
+    """Build the Litestar application serving every spec route of ``app``.
+
+    ``ingress`` maps a path prefix to a platform ingress (``POST <prefix>/<name>``):
+    chat platforms sign their own requests, so these routes take no bearer token
+    and answer the platform's JSON; their errors use the spec's codes too.
+    """
     table = routes or RouteTable()
     openapi = _json.encode(build_openapi(table, _unimplemented_methods(app, table)))
 
@@ -140,6 +147,9 @@ def create_http_app(
                 raise PalyraError(f"the request carries more than {config.max_headers} headers",
                                   code=ErrorCode.HEADERS_TOO_LARGE,
                                   details={"limit": str(config.max_headers)})
+            platform = _ingress_target(ingress, request.method, raw_path)
+            if platform is not None:
+                return await _ingress(request, *platform, config)  # type: ignore[return-value]
             if request.method == HttpMethod.OPTIONS:
                 return _options(raw_path, table.allowed_methods(raw_path))  # type: ignore[return-value]
             try:
@@ -200,6 +210,35 @@ def create_http_app(
         debug=False,
         logging_config=None,  # the daemon configures logging (palyra.daemon.logs)
     )
+
+
+IngressHandler = Callable[[str, Mapping[str, str], bytes], Awaitable[dict[str, Any]]]
+"""``(name, lower-cased headers, body) -> JSON answer``; raises ``PalyraError``."""
+
+
+def _ingress_target(ingress: Mapping[str, IngressHandler] | None, method: str, path: str
+                    ) -> tuple[IngressHandler, str] | None:
+    """``(handler, name)`` when ``POST <prefix>/<name>`` is a platform ingress."""
+    if not ingress or method != HttpMethod.POST:
+        return None
+    for prefix, handle in ingress.items():
+        name = path.removeprefix(prefix + "/")
+        if name != path and name and "/" not in name:
+            return handle, unquote(name)
+    return None
+
+
+async def _ingress(request: Request[Any, Any, Any], handle: IngressHandler, name: str,
+                   config: HttpConfig) -> Response[bytes]:
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    try:
+        async with asyncio.timeout(config.body_timeout_s):
+            body = await read_body(request, config.max_request_bytes)
+    except TimeoutError:
+        raise PalyraError(f"the request body did not arrive within {config.body_timeout_s:g} s",
+                          code=ErrorCode.REQUEST_TIMEOUT) from None
+    answer = await handle(name, headers, body)
+    return Response(content=_json.encode(answer), status_code=200, media_type="application/json")
 
 
 def _stream(

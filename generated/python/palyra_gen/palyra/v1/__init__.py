@@ -513,6 +513,17 @@ class ErrorCode(betterproto2.Enum):
     another worker owns it now (a fencing token, not a worker name).
     """
 
+    SIGNATURE_INVALID = 31
+    """
+    A channel delivery whose signature does not verify against any configured key
+    (Standard Webhooks `webhook-signature`, Slack `X-Slack-Signature`).
+    """
+
+    TIMESTAMP_STALE = 32
+    """
+    A signed channel delivery whose timestamp is outside the tolerance (replay guard).
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -547,6 +558,8 @@ class ErrorCode(betterproto2.Enum):
             28: "ERROR_CODE_HEADERS_TOO_LARGE",
             29: "ERROR_CODE_REQUEST_TIMEOUT",
             30: "ERROR_CODE_LEASE_STALE",
+            31: "ERROR_CODE_SIGNATURE_INVALID",
+            32: "ERROR_CODE_TIMESTAMP_STALE",
         }
 
     @classmethod
@@ -583,6 +596,8 @@ class ErrorCode(betterproto2.Enum):
             "ERROR_CODE_HEADERS_TOO_LARGE": 28,
             "ERROR_CODE_REQUEST_TIMEOUT": 29,
             "ERROR_CODE_LEASE_STALE": 30,
+            "ERROR_CODE_SIGNATURE_INVALID": 31,
+            "ERROR_CODE_TIMESTAMP_STALE": 32,
         }
 
 
@@ -1767,6 +1782,24 @@ class InboundMessage(betterproto2.Message):
 
     retry_attempt: "int" = betterproto2.field(12, betterproto2.TYPE_UINT32)
 
+    quoted_text: "str" = betterproto2.field(13, betterproto2.TYPE_STRING)
+    """
+    Text the message quotes or forwards, and who wrote it: kept out of the
+    prompt's trusted part unless that sender is allowed on the channel.
+    """
+
+    quoted_sender: "str" = betterproto2.field(14, betterproto2.TYPE_STRING)
+
+    has_media: "bool" = betterproto2.field(15, betterproto2.TYPE_BOOL)
+    """
+    Media (files, images) bypass the coalescer.
+    """
+
+    mentions_agent: "bool" = betterproto2.field(16, betterproto2.TYPE_BOOL)
+    """
+    The platform says the message addresses the agent (e.g. Slack's app_mention).
+    """
+
 
 default_message_pool.register_message("palyra.v1", "InboundMessage", InboundMessage)
 
@@ -2563,6 +2596,22 @@ class RouteMessageResponse(betterproto2.Message):
     outputs: "list[OutboundMessage]" = betterproto2.field(
         6, betterproto2.TYPE_MESSAGE, repeated=True
     )
+
+    envelope_id: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+    """
+    The id the message is kept under (generated when the envelope had none).
+    """
+
+    duplicate: "bool" = betterproto2.field(8, betterproto2.TYPE_BOOL)
+    """
+    A redelivery inside the dedupe window: nothing was started, this is the
+    stored outcome of the first delivery.
+    """
+
+    delivered_to_active_run: "bool" = betterproto2.field(9, betterproto2.TYPE_BOOL)
+    """
+    The message went to the conversation's active run as input.
+    """
 
 
 default_message_pool.register_message("palyra.v1", "RouteMessageResponse", RouteMessageResponse)

@@ -1,0 +1,131 @@
+"""RouteMessage (channel ingress over gRPC/HTTP) and the pairing RPCs of ChannelsService."""
+
+from __future__ import annotations
+
+from palyra_gen.palyra import v1 as pb
+
+from palyra.app._access import require_operator
+from palyra.app._base import AppBase
+from palyra.app._convert import check_version, identity_of
+from palyra.app.context import CallContext
+from palyra.channels import ChannelRouter, Envelope
+from palyra.channels.ingress import Ingress
+from palyra.channels.pairing import PairingCodeRec, PairingGrantRec
+from palyra.core.errors import ErrorCode, InvalidArgument, PalyraError, PermissionDenied
+
+ROUTE_WAIT_S = 30.0
+"""How long RouteMessage waits for the run's replies before answering without them."""
+
+
+def _code_proto(c: PairingCodeRec) -> pb.PairingCode:
+    return pb.PairingCode(code=c.code, channel=c.channel, created_at_unix_ms=c.created_ms,
+                          expires_at_unix_ms=c.expires_ms, issued_by=c.issued_by)
+
+
+def _grant_proto(g: PairingGrantRec) -> pb.PairingGrant:
+    return pb.PairingGrant(grant_id=g.grant_id, channel=g.channel, sender=g.sender,
+                           granted_at_unix_ms=g.granted_ms, expires_at_unix_ms=g.expires_ms,
+                           approval_id=g.approval_id)
+
+
+def envelope_of(channel: str, m: pb.InboundMessage) -> Envelope:
+    """The router's envelope of a wire message."""
+    return Envelope(
+        envelope_id=m.envelope_id, channel=channel, conversation_id=m.conversation_id,
+        thread_id=m.thread_id, sender=m.sender_handle or m.sender_display,
+        sender_display=m.sender_display, sender_verified=m.sender_verified, text=m.text,
+        is_direct_message=m.is_direct_message, is_broadcast=m.is_broadcast,
+        adapter_message_id=m.adapter_message_id, retry_attempt=m.retry_attempt,
+        quoted_text=m.quoted_text, quoted_sender=m.quoted_sender, has_media=m.has_media,
+        mentions_agent=m.mentions_agent)
+
+
+class ChannelsApi(AppBase):
+    """RouteMessage and ChannelsService."""
+
+    channels: ChannelRouter | None = None
+    ingress: Ingress | None = None
+
+    def _router(self) -> ChannelRouter:
+        if self.channels is None or not self.channels.config.enabled:
+            raise PalyraError("the channel router is disabled ([channels] enabled = false)",
+                              code=ErrorCode.UNAVAILABLE)
+        return self.channels
+
+    async def route_message(self, ctx: CallContext,
+                            request: pb.RouteMessageRequest) -> pb.RouteMessageResponse:
+        """Admit one inbound message (exactly once per adapter message id) and answer it.
+
+        The envelope's channel must be the path's, and a channel caller
+        (``channel:<id>`` principal or ``x-palyra-channel``) may speak only for its own.
+        """
+        check_version(request.v)
+        router = self._router()
+        if request.message is None:
+            raise InvalidArgument("message is required", details={"field": "message"})
+        channel = request.channel.strip() or request.message.channel.strip()
+        if request.message.channel and request.message.channel.strip() != channel:
+            raise PermissionDenied("the envelope's channel does not match the request's",
+                                   details={"channel": channel})
+        identity = identity_of(ctx)
+        own = identity.channel or (identity.principal.removeprefix("channel:")
+                                   if identity.principal.startswith("channel:") else "")
+        if own and own != channel:
+            raise PermissionDenied(f"this caller speaks for channel {own}, not {channel}",
+                                   details={"channel": channel})
+        envelope = envelope_of(channel, request.message)
+        event_id = request.message.adapter_message_id or request.message.envelope_id
+        admission = await router.admit(
+            envelope, dedupe=("rpc", channel, event_id) if event_id else None)
+        response = pb.RouteMessageResponse(
+            accepted=admission.accepted, decision_reason=admission.reason,
+            envelope_id=admission.envelope_id, duplicate=admission.duplicate)
+        if not admission.task_id:
+            return response
+        outcome = await router.outcome(admission.task_id, ROUTE_WAIT_S)
+        if outcome is None:
+            response.queued_for_retry = True
+            return response
+        response.run_id, response.session_id = outcome.run_id, outcome.session_id
+        response.delivered_to_active_run = outcome.delivered_to_active_run
+        if outcome.reason:
+            response.decision_reason = outcome.reason
+        response.outputs = [pb.OutboundMessage(
+            text=text, conversation_id=request.message.conversation_id,
+            thread_id=request.message.thread_id,
+            reply_to_message_id=request.message.adapter_message_id) for text in outcome.outputs]
+        return response
+
+    async def create_pairing_code(
+            self, ctx: CallContext,
+            request: pb.CreatePairingCodeRequest) -> pb.CreatePairingCodeResponse:
+        """Issue a code (operators; at most 3 pending per channel)."""
+        identity = require_operator(ctx, "CreatePairingCode")
+        rec = await self._router().pairing.create_code(request.channel.strip(),
+                                                       request.ttl_seconds, identity.principal)
+        return pb.CreatePairingCodeResponse(code=_code_proto(rec))
+
+    async def list_pairing_codes(
+            self, ctx: CallContext,
+            request: pb.ListPairingCodesRequest) -> pb.ListPairingCodesResponse:
+        """The channel's pending codes (operators)."""
+        require_operator(ctx, "ListPairingCodes")
+        codes = self._router().pairing.codes(request.channel.strip())
+        return pb.ListPairingCodesResponse(codes=[_code_proto(c) for c in codes])
+
+    async def list_pairing_grants(
+            self, ctx: CallContext,
+            request: pb.ListPairingGrantsRequest) -> pb.ListPairingGrantsResponse:
+        """The channel's live grants (operators)."""
+        require_operator(ctx, "ListPairingGrants")
+        grants = self._router().pairing.grants(request.channel.strip())
+        return pb.ListPairingGrantsResponse(grants=[_grant_proto(g) for g in grants])
+
+    async def revoke_pairing_grant(
+            self, ctx: CallContext,
+            request: pb.RevokePairingGrantRequest) -> pb.RevokePairingGrantResponse:
+        """Remove a grant (operators); ``revoked`` is False when there was none."""
+        identity = require_operator(ctx, "RevokePairingGrant")
+        revoked = await self._router().pairing.revoke(request.channel.strip(),
+                                                      request.grant_id, identity.principal)
+        return pb.RevokePairingGrantResponse(revoked=revoked)

@@ -1,0 +1,22 @@
+"""Platform adapters: verify and parse a delivery, send a reply (Slack, Standard Webhooks)."""
+
+from palyra.channels.adapters.slack import SlackSink
+from palyra.channels.adapters.standard_webhooks import WebhookSink
+from palyra.channels.config import ChannelsConfig
+
+SinkT = SlackSink | WebhookSink
+
+
+def build_sinks(config: ChannelsConfig) -> dict[str, SinkT]:
+    """One reply sink per configured adapter that can reply, keyed by its channel id."""
+    sinks: dict[str, SinkT] = {}
+    for name, slack_app in config.slack.items():
+        if slack_app.bot_token:
+            sinks[f"slack:{name}"] = SlackSink(f"slack:{name}", slack_app.api_base_url,
+                                               slack_app.bot_token,
+                                               rate_per_s=slack_app.rate_per_s)
+    for name, hook in config.webhooks.items():
+        if hook.reply_url:
+            sinks[f"webhook:{name}"] = WebhookSink(f"webhook:{name}", hook.reply_url,
+                                                   hook.signing_secret, rate_per_s=hook.rate_per_s)
+    return sinks

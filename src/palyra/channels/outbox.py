@@ -1,0 +1,92 @@
+"""The outbox: every reply is journaled (a ``channel.send`` task) before it is sent.
+
+A send task carries the reply and its idempotency key. The worker sends it
+through the channel's :class:`Sink`, retrying with the task queue's durable
+backoff, so retries survive a restart. A send whose result is unknown (a
+timeout, a connection dropped after the request went out) is never blindly
+repeated: the next attempt first asks the sink whether the key was delivered
+(:meth:`Sink.delivered`) and only sends if it was not. Outbound rate limits
+are kept per sink.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Protocol
+
+import msgspec
+
+from palyra.tasks.worker import TaskContext
+
+SEND_TASK = "channel.send"
+SEND_ATTEMPTS = 8
+
+
+class OutboundReply(msgspec.Struct, frozen=True, kw_only=True):
+    """One reply chunk for a sink."""
+
+    sink: str
+    key: str
+    text: str
+    conversation_id: str = ""
+    thread_id: str = ""
+    reply_to: str = ""
+
+
+class DeliveryUnknown(Exception):
+    """The request may have reached the platform; reconcile before sending again."""
+
+
+class Sink(Protocol):
+    """Where a channel's replies go (a Slack workspace, a webhook URL)."""
+
+    name: str
+    rate_per_s: float
+
+    async def send(self, reply: OutboundReply) -> None:
+        """Deliver; raise :class:`DeliveryUnknown` when the outcome is unknown."""
+
+    async def delivered(self, reply: OutboundReply) -> bool:
+        """Whether a reply with this key already reached the platform."""
+
+
+class RateLimiter:
+    """At most ``rate`` starts per second (evenly spaced), per limiter."""
+
+    def __init__(self, rate: float) -> None:
+        self._interval = 1.0 / rate if rate > 0 else 0.0
+        self._next = 0.0
+        self._lock = asyncio.Lock()
+
+    async def wait(self) -> None:
+        async with self._lock:
+            now = time.monotonic()
+            if self._next > now:
+                await asyncio.sleep(self._next - now)
+                now = self._next
+            self._next = now + self._interval
+
+
+class Outbox:
+    """Runs ``channel.send`` tasks against the configured sinks."""
+
+    def __init__(self, sinks: dict[str, Sink]) -> None:
+        self.sinks = sinks
+        self._limits = {name: RateLimiter(s.rate_per_s) for name, s in sinks.items()}
+        self.sent = 0
+        self.reconciled = 0
+
+    async def handle(self, ctx: TaskContext) -> dict[str, Any]:
+        """One send attempt (a task handler)."""
+        reply = msgspec.convert(ctx.payload, OutboundReply)
+        sink = self.sinks.get(reply.sink)
+        if sink is None:  # the config lost this sink: fail, the task keeps the reply
+            raise LookupError(f"no channel sink {reply.sink!r} is configured")
+        if ctx.task.attempts > 1 and await sink.delivered(reply):
+            self.reconciled += 1
+            return {"delivered": True, "reconciled": True}
+        await self._limits[reply.sink].wait()
+        await sink.send(reply)
+        self.sent += 1
+        return {"delivered": True}
