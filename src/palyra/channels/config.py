@@ -146,7 +146,8 @@ class ChannelsConfig:
     Attributes:
         enabled: RouteMessage and the adapter ingress routes answer at all.
         dedupe_window_s: A redelivered event inside this window starts nothing and
-            gets the stored outcome (durable; at least an hour by default).
+            gets the stored outcome (durable). 48 h by default: Slack retries for 5
+            minutes, Standard Webhooks senders for about 27 hours.
         max_body_bytes: Largest adapter request body.
         default: The policy of every channel without its own table.
         policy: Per-channel policies, keyed by channel id (``slack:T0123``).
@@ -157,7 +158,7 @@ class ChannelsConfig:
     """
 
     enabled: bool = True
-    dedupe_window_s: int = 3600
+    dedupe_window_s: int = 48 * 3600
     max_body_bytes: int = 256 * 1024
     default: ChannelPolicy = dataclasses.field(default_factory=ChannelPolicy)
     policy: Mapping[str, ChannelPolicy] = dataclasses.field(default_factory=dict)

@@ -214,6 +214,31 @@ class ChannelRouter:
                      "quarantine_id": qid},
             entity_writes=tuple(writes))])
 
+    async def sweep(self) -> int:
+        """Drop dedupe records past their window (keeps the table bounded); returns how many."""
+        now, removed, after = self._now(), 0, ""
+        while True:
+            rows = self._store.scan_entities(records.TABLE, records.DEDUPE, after, 1000)
+            expired = [k for k, v in rows
+                       if msgspec.msgpack.decode(v, type=DedupeRec).expires_ms <= now]
+            if expired:
+                await self._store.append([EventDraft(
+                    kind="channel.dedupe_swept", actor=ACTOR, payload={"count": len(expired)},
+                    entity_writes=tuple(EntityWrite(records.TABLE, k, None) for k in expired))])
+                removed += len(expired)
+            if len(rows) < 1000:
+                return removed
+            after = rows[-1][0]
+
+    async def sweep_every(self, interval_s: float = 3600.0) -> None:
+        """Sweep now and then every ``interval_s`` (a daemon background task)."""
+        while True:
+            try:
+                await self.sweep()
+            except Exception:  # retried at the next interval; the window only grows longer
+                log.exception("sweeping channel dedupe records failed")
+            await asyncio.sleep(interval_s)
+
     def quarantined(self, limit: int = 1000) -> list[QuarantineRec]:
         """The quarantine, oldest first."""
         rows = self._store.scan_entities(records.TABLE, records.QUARANTINE, "", limit)

@@ -8,6 +8,7 @@ engine parks its runs before the journal closes.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import importlib.metadata
@@ -142,6 +143,8 @@ async def _open_channels(config: PalyraConfig, store: JournalStore, engine: Engi
                    TaskWorker(tasks, {SEND_TASK: outbox.handle}, concurrency=4)):
         worker.start()
         stack.push_async_callback(worker.close)
+    sweeper = asyncio.ensure_future(router.sweep_every())
+    stack.callback(sweeper.cancel)
     return router, Ingress(router, channels)
 
 
