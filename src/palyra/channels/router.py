@@ -48,7 +48,7 @@ from palyra.channels.routing import (
 )
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.core.ids import new_ulid
-from palyra.engine import Engine, IdentityRec, Selectors, StartRun, member_from
+from palyra.engine import Engine, IdentityRec, RunStateId, Selectors, StartRun, member_from
 from palyra.journal import EntityWrite, EventDraft, JournalStore
 from palyra.policy import PolicyGate
 from palyra.tasks import TaskQueue, TaskRecord
@@ -60,6 +60,9 @@ log = logging.getLogger("palyra.channels")
 DISPATCH_TASK = "channel.dispatch"
 ACTOR = "system:channels"
 SLOT_WAIT_S = 5.0
+DISPATCH_ATTEMPTS = 10
+"""A dispatch cut short by a crash is claimed again at the next start; that counts as an
+attempt, so the budget is generous (channel-busy retries have their own, smaller one)."""
 MAX_CONTEXT_LINES = 20
 
 
@@ -191,7 +194,7 @@ class ChannelRouter:
                                 policy.batch_cap)
         task, _created = await self._tasks.enqueue(
             DISPATCH_TASK, payload={"envelope_id": env.envelope_id},
-            max_attempts=policy.max_retries + 1, debounce=debounce, also=drafts)
+            max_attempts=DISPATCH_ATTEMPTS, debounce=debounce, also=drafts)
         if policy.auto_ack and sink and decision.action == "respond":
             await self._queue_send(OutboundReply(
                 sink=sink, key=f"ack:{env.envelope_id}", text=policy.auto_ack,
@@ -286,7 +289,8 @@ class ChannelRouter:
             else:
                 outcome = await self._respond(ctx.task, msgs)
         except ChannelBusy:
-            if ctx.task.attempts < ctx.task.max_attempts:
+            policy = self.config.policy_for(first.envelope.channel)
+            if ctx.task.attempts <= policy.max_retries:
                 raise
             for m in msgs:  # out of retries: keep them where an operator can see them
                 await self._quarantine(m.envelope, "channel_busy", "")
@@ -360,8 +364,13 @@ class ChannelRouter:
                 kind="channel.context_consumed", actor=ACTOR, run_id=run_id,
                 payload={"count": len(ctx_keys)},
                 entity_writes=tuple(EntityWrite(records.TABLE, k, None) for k in ctx_keys))])
+        replies = self._replies(run_id)
+        if not replies and record.state in (RunStateId.FAILED, RunStateId.CANCELLED):
+            # Say so on the platform rather than leave the sender with silence.
+            replies = [f"Sorry, I could not answer that (the run {record.state}"
+                       f"{': ' + record.end_reason if record.end_reason else ''})."]
         outputs: list[str] = []
-        for reply in self._replies(run_id):
+        for reply in replies:
             outputs += split_utf8(reply, policy.reply_max_bytes, policy.reply_prefix)
         return DispatchOutcome(run_id=run_id, session_id=record.session_id, outputs=outputs,
                                reason=f"run_{record.state}")

@@ -1,0 +1,125 @@
+"""SIGKILL at random moments while deliveries, redeliveries and replies are in flight.
+
+Each cycle starts ``palyra serve``, sends new Standard Webhooks and Slack events
+(signed by their own libraries) and redeliveries of earlier ones from several
+threads, and kills the daemon after a random delay. Deliveries that got no
+answer are redelivered in the next cycle, as the platforms do. After the last
+cycle every event must have been answered exactly once: 0 acknowledged
+messages lost, 0 duplicate replies at the fake receivers (Slack: the same reply
+posted twice; webhooks: the same reply under two webhook-ids).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from palyra.testing.platforms import FakeSlack, WebhookReceiver, slack_headers, webhook_headers
+from palyra.testing.spawn import DaemonProcess, clean_env
+from tests.channels.conftest import (
+    REPLY_SECRET,
+    SLACK_SECRET,
+    SLACK_TOKEN,
+    WEBHOOK_SECRET,
+    delivery,
+    write_config,
+)
+
+pytestmark = pytest.mark.slow
+KILLS = int(os.environ.get("PALYRA_TEST_CHANNEL_KILLS", "50"))
+PER_CYCLE = 6
+
+
+class Event:
+    def __init__(self, n: int) -> None:
+        self.token = f"tok{n:05d}"
+        self.kind = "slack" if n % 2 else "webhook"
+        self.acked = False
+
+    def request(self, base: str) -> tuple[str, bytes, dict[str, str]]:
+        text = f"@palyra please echo {self.token}"
+        if self.kind == "webhook":
+            body = delivery(text, sender=f"s{self.token}", conversation=f"c{self.token}",
+                            message_id=self.token)
+            return (f"{base}/v1/ingress/webhooks/hooks", body,
+                    webhook_headers(WEBHOOK_SECRET, f"msg_{self.token}", body))
+        body = json.dumps({"type": "event_callback", "team_id": "T1", "event_id": self.token,
+                           "event": {"type": "app_mention", "channel": f"C{self.token}",
+                                     "user": f"U{self.token}", "text": text,
+                                     "ts": "1.0"}}).encode()
+        return f"{base}/v1/ingress/slack/acme", body, slack_headers(SLACK_SECRET, body)
+
+
+def _deliver(base: str, event: Event) -> None:
+    url, body, headers = event.request(base)
+    try:
+        answer = httpx.post(url, content=body, headers=headers, timeout=5)
+    except httpx.HTTPError:
+        return  # no answer: the platform will redeliver
+    if answer.status_code == 200:
+        assert answer.json()["accepted"] is True, answer.text
+        event.acked = True
+
+
+def test_kills_lose_nothing_and_duplicate_nothing(tmp_path: Path) -> None:
+    rng = random.Random(20261125)
+    events: list[Event] = []
+    with WebhookReceiver(REPLY_SECRET) as hooks, FakeSlack(SLACK_TOKEN) as slack:
+        config = write_config(tmp_path / "palyra.toml", reply_url=hooks.url + "/r",
+                              slack_api=slack.api_url,
+                              extra='[channels.default]\nconcurrency = 8\nmentions = ["@palyra"]\n')
+        daemon = DaemonProcess(tmp_path / "data", env=clean_env(),
+                               extra_args=("--config", str(config)))
+        with ThreadPoolExecutor(8) as pool:
+            for _cycle in range(KILLS):
+                daemon.start()
+                base = f"http://127.0.0.1:{daemon.http_port}"
+                fresh = [Event(len(events) + i) for i in range(PER_CYCLE)]
+                events += fresh
+                unanswered = [e for e in events if not e.acked]
+                again = rng.sample(events, min(4, len(events)))  # redeliveries of any event
+                batch = unanswered + again
+                rng.shuffle(batch)
+                futures = [pool.submit(_deliver, base, e) for e in batch]
+                killer = threading.Timer(rng.uniform(0.05, 0.8), daemon.kill)
+                killer.start()
+                for f in futures:
+                    f.result()
+                killer.join()
+                if daemon.proc is not None and daemon.proc.poll() is None:
+                    daemon.kill()
+            daemon.start()  # the last start: everything unanswered is redelivered until acked
+            base = f"http://127.0.0.1:{daemon.http_port}"
+            for _ in range(20):
+                pending = [e for e in events if not e.acked]
+                if not pending:
+                    break
+                list(pool.map(lambda e: _deliver(base, e), pending))
+            assert all(e.acked for e in events)
+
+            def answered() -> set[str]:
+                texts = [r["text"] for r in hooks.replies()] + [m["text"] for m in slack.replies()]
+                return {e.token for e in events if any(e.token in t for t in texts)}
+
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and len(answered()) < len(events):
+                time.sleep(0.2)
+            daemon.stop()
+        missing = [e.token for e in events if e.token not in answered()]
+        assert not missing, f"{len(missing)} acknowledged messages never answered: {missing[:5]}"
+        texts = [r["text"] for r in hooks.replies()] + [m["text"] for m in slack.replies()]
+        twice = [e.token for e in events if sum(e.token in t for t in texts) > 1]
+        assert not twice, f"duplicate replies for {twice[:5]}"
+        assert hooks.duplicate_replies() == 0 and slack.duplicate_replies() == 0
+        assert hooks.rejected == 0
+        print(f"\nchannel kill test: {KILLS} kills, {len(events)} events, "
+              f"{len(hooks.raw)} webhook deliveries for {len(hooks.replies())} replies, "
+              f"{slack.posts} Slack posts for {len(slack.replies())} replies")
