@@ -60,11 +60,6 @@ def _document(daemon: DaemonProcess) -> dict[str, Any]:
     return doc
 
 
-def _unimplemented(doc: dict[str, Any]) -> set[str]:
-    return {f"{method.upper()} {path}" for path, item in doc["paths"].items()
-            for method, op in item.items() if op.get("x-palyra-unimplemented")}
-
-
 def _fuzz(op: Any, mode: GenerationMode, base_url: str) -> list[str]:
     failures: list[str] = []
 
@@ -99,35 +94,29 @@ def test_every_operation_agrees_with_the_document(daemon: DaemonProcess,
     doc = _document(daemon)
     schema = schemathesis.openapi.from_dict(doc)
     base_url = f"http://127.0.0.1:{daemon.http_port}"
-    missing = _unimplemented(doc)
     tested = 0
     failures: list[str] = []
     for result in schema.get_all_operations():
         op = result.ok()
-        if op.label in missing:
-            continue
         tested += 1
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             failures += _fuzz(op, mode, base_url)
-    assert tested + len(missing) == len(list(schema.get_all_operations()))
+    assert tested == len(list(schema.get_all_operations()))
     assert tested >= 20
     assert not failures, f"{len(failures)} disagreements:\n" + "\n".join(failures[:40])
 
 
-def test_unimplemented_operations_are_marked_and_answer_501(daemon: DaemonProcess) -> None:
+def test_no_operation_answers_501(daemon: DaemonProcess) -> None:
+    """Every RPC of the spec is built: none answers UNIMPLEMENTED (a call with an empty
+    body may be refused for what it lacks, never for being missing)."""
     doc = _document(daemon)
-    missing = _unimplemented(doc)
-    assert "POST /v1/channels/{channel}/messages:route" in missing
-    assert "GET /v1/runs/{run_id}" not in missing
-    for label in sorted(missing):
-        method, path = label.split(" ", 1)
-        op = doc["paths"][path][method.lower()]
-        assert "501" in op["responses"]
-        url = path.replace("{", "").replace("}", "")
-        response = httpx.request(method, f"http://127.0.0.1:{daemon.http_port}{url}",
-                                 headers=HEADERS, json={} if method in ("POST", "PATCH") else None)
-        assert response.status_code == 501, label
-        assert response.json()["code"] == "UNIMPLEMENTED"
+    for path, item in sorted(doc["paths"].items()):
+        for method in item:
+            url = path.replace("{", "").replace("}", "")
+            response = httpx.request(method.upper(), f"http://127.0.0.1:{daemon.http_port}{url}",
+                                     headers=HEADERS,
+                                     json={} if method in ("post", "patch") else None, timeout=40)
+            assert response.status_code != 501, (method, path, response.text)
 
 
 def test_options_answers_the_routes_real_methods(daemon: DaemonProcess) -> None:

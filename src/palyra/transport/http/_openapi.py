@@ -4,14 +4,11 @@ It says exactly what the gateway accepts (``_json`` and ``_decode`` are the
 server's rules; ``_openapi_schema`` mirrors them field by field) and describes
 every operation and schema with the spec's own proto comments
 (``palyra_gen.proto_docs``). Server streams are documented as what they are:
-a stream of SSE events whose ``data`` is one response message. Operations whose
-subsystem is not built yet are marked ``x-palyra-unimplemented`` and list
-their 501 answer.
+a stream of SSE events whose ``data`` is one response message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from palyra_gen.proto_docs import DOCS
@@ -56,7 +53,7 @@ def _parameters(route: CompiledRoute, schemas: SchemaBuilder) -> list[dict[str, 
     return params
 
 
-def _operation(route: CompiledRoute, schemas: SchemaBuilder, unimplemented: bool) -> dict[str, Any]:
+def _operation(route: CompiledRoute, schemas: SchemaBuilder) -> dict[str, Any]:
     rpc_doc = DOCS.get(f"{route.service}.{route.rpc}", "")
     op: dict[str, Any] = {
         "operationId": f"{_service(route)}_{route.rpc}",
@@ -77,13 +74,6 @@ def _operation(route: CompiledRoute, schemas: SchemaBuilder, unimplemented: bool
             "schema": schemas.body(route.request_cls, route.path_params)}}}
     if route.rpc in PUBLIC_RPCS:
         op["security"] = []
-    if unimplemented:
-        op["x-palyra-unimplemented"] = True
-        op["description"] = ("Not built yet: answers 501 UNIMPLEMENTED until its subsystem "
-                             "lands.\n\n" + rpc_doc).strip()
-        op["responses"]["501"] = {"description": "UNIMPLEMENTED: the subsystem is not part of "
-                                                 "this build.",
-                                  "content": {"application/json": {"schema": _error_schema()}}}
     return op
 
 
@@ -125,18 +115,13 @@ def _error_schema() -> dict[str, Any]:
     }}
 
 
-def build_openapi(table: RouteTable, unimplemented: Iterable[str] = ()) -> dict[str, Any]:
-    """The OpenAPI 3.2 document for every route in ``table``.
-
-    ``unimplemented``: the python method names of RPCs whose subsystem is not
-    built (marked ``x-palyra-unimplemented``, with their 501 answer).
-    """
-    missing = frozenset(unimplemented)
+def build_openapi(table: RouteTable) -> dict[str, Any]:
+    """The OpenAPI 3.2 document for every route in ``table``."""
     schemas = SchemaBuilder()
     paths: dict[str, dict[str, Any]] = {}
     for route in sorted(table.routes, key=lambda r: (r.template, r.http_method)):
         paths.setdefault(route.template, {})[route.http_method.lower()] = _operation(
-            route, schemas, route.python_method in missing)
+            route, schemas)
     return {
         "openapi": OPENAPI_VERSION,
         "info": {"title": "palyra", "version": "1",

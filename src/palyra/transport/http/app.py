@@ -82,12 +82,6 @@ def _options(path: str, allowed: list[str]) -> Response[bytes]:
                     headers={"allow": ", ".join([*allowed, "OPTIONS"])})
 
 
-def _unimplemented_methods(app: PalyraServicesApp[Any], table: RouteTable) -> list[str]:
-    """Facade methods that answer UNIMPLEMENTED (their subsystem is not built yet)."""
-    return [r.python_method for r in table.routes
-            if getattr(getattr(app, r.python_method, None), "__palyra_unimplemented__", None)]
-
-
 async def read_body(request: Request[Any, Any, Any], limit: int) -> bytes:
     """The request body, refusing anything above ``limit`` bytes (→ 413) as early as possible."""
     declared = request.headers.get("content-length")
@@ -129,7 +123,7 @@ def create_http_app(
     and answer the platform's JSON; their errors use the spec's codes too.
     """
     table = routes or RouteTable()
-    openapi = _json.encode(build_openapi(table, _unimplemented_methods(app, table)))
+    openapi = _json.encode(build_openapi(table))
 
     @get(_OPENAPI_PATH, media_type="application/json", sync_to_thread=False)
     def openapi_document() -> Response[bytes]:
