@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from palyra.channels import DISPATCH_TASK, ChannelRouter, ChannelsConfig, Envelope, PairingBook
+from palyra.channels import COMMAND_TASK, DISPATCH_TASK, ChannelRouter, ChannelsConfig, Envelope, PairingBook
 from palyra.channels.config import ChannelPolicy
 from palyra.journal import JournalStore
 from palyra.policy import PolicyGate
@@ -108,11 +108,10 @@ async def test_coalescer_orders_keeps_and_bounds(tmp_path_factory: pytest.TempPa
 
     async def drain_due() -> None:
         while True:
-            ready = [t for t in tasks.page(state="queued", kind=DISPATCH_TASK)[0]
-                     if t.not_before_ms <= clock.now]
+            ready = [t for t in tasks.page(state="queued")[0] if t.not_before_ms <= clock.now]
             if not ready:
                 return
-            task = await tasks.claim("w", frozenset({DISPATCH_TASK}))
+            task = await tasks.claim("w", frozenset({DISPATCH_TASK, COMMAND_TASK}))
             payload: dict[str, Any] = json.loads(task.payload_json)
             items = payload.get("items") or [payload]
             runs.append((clock.now, [i["envelope_id"] for i in items]))
@@ -139,6 +138,31 @@ async def test_coalescer_orders_keeps_and_bounds(tmp_path_factory: pytest.TempPa
             # A batch runs no later than max_wait after its first message (the 100 ms
             # stepping of this fake clock is the only slack).
             assert at - sent[ids[0]] <= max_wait + 100
+    finally:
+        await tasks.close()
+        store.close()
+
+
+async def test_concurrent_deliveries_of_one_event_admit_it_once(tmp_path: Path) -> None:
+    import asyncio
+
+    from palyra.core.errors import ErrorCode, PalyraError
+
+    clock = Clock()
+    store, tasks, router = await _open(tmp_path / "data", clock, OPEN)
+    try:
+        outcomes = await asyncio.gather(*[
+            router.admit(_envelope("@palyra once"), dedupe=("slack", "T1", "Ev-race"))
+            for _ in range(20)])
+        assert sum(not o.duplicate for o in outcomes) == 1
+        assert len({o.envelope_id for o in outcomes}) == 1
+        assert len(tasks.page(kind=DISPATCH_TASK)[0]) == 1
+        # A caller reusing an admitted envelope id under another event id is refused.
+        taken = Envelope(envelope_id=outcomes[0].envelope_id, channel="slack:acme",
+                         sender="u1", text="@palyra again", mentions_agent=True)
+        with pytest.raises(PalyraError) as refused:
+            await router.admit(taken, dedupe=("slack", "T1", "Ev-other"))
+        assert refused.value.code == ErrorCode.ALREADY_EXISTS
     finally:
         await tasks.close()
         store.close()

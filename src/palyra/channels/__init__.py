@@ -9,8 +9,8 @@ from palyra.channels.config import ChannelPolicy, ChannelsConfig
 from palyra.channels.outbox import SEND_TASK, Outbox
 from palyra.channels.pairing import SUBJECT_PREFIX as PAIRING_SUBJECT
 from palyra.channels.pairing import PairingBook
-from palyra.channels.router import DISPATCH_TASK, Admission, ChannelRouter
+from palyra.channels.router import COMMAND_TASK, DISPATCH_TASK, Admission, ChannelRouter
 from palyra.channels.routing import Envelope
 
-__all__ = ["DISPATCH_TASK", "PAIRING_SUBJECT", "SEND_TASK", "Admission", "ChannelPolicy",
+__all__ = ["COMMAND_TASK", "DISPATCH_TASK", "PAIRING_SUBJECT", "SEND_TASK", "Admission", "ChannelPolicy",
            "ChannelRouter", "ChannelsConfig", "Envelope", "Outbox", "PairingBook"]

@@ -22,8 +22,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,12 +58,16 @@ from palyra.tasks.worker import TaskContext
 log = logging.getLogger("palyra.channels")
 
 DISPATCH_TASK = "channel.dispatch"
+COMMAND_TASK = "channel.command"
+"""Built-in commands and pairing requests have their own workers, so a /cancel is answered
+even while every dispatch worker waits on a long run."""
 ACTOR = "system:channels"
 SLOT_WAIT_S = 5.0
 DISPATCH_ATTEMPTS = 10
 """A dispatch cut short by a crash is claimed again at the next start; that counts as an
 attempt, so the budget is generous (channel-busy retries have their own, smaller one)."""
 MAX_CONTEXT_LINES = 20
+RECENT_OUTCOMES = 4096
 
 
 def _now() -> int:
@@ -94,6 +98,30 @@ class DispatchOutcome:
     queued_for_retry: bool = False
 
 
+class KeyedLocks:
+    """One asyncio lock per key, dropped when nobody holds or waits for it (bounded)."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        if not key:
+            yield
+            return
+        lock, users = self._locks.get(key) or (asyncio.Lock(), 0)
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+
 class ChannelBusy(Exception):
     """Every slot of the channel stayed busy; the task is retried later."""
 
@@ -113,9 +141,12 @@ class ChannelRouter:
         self._sinks = set(sinks)
         self._now = now_ms
         self._agents = AgentRegistry(store)
-        self._admitting: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._admitting = KeyedLocks()  # two deliveries of one event never admit twice
         self._slots: dict[str, asyncio.Semaphore] = {}
         self._done: dict[str, asyncio.Future[DispatchOutcome]] = {}
+        # Outcomes of the latest dispatches, for a RouteMessage caller that asks just
+        # after the handler returned but before its task's success was committed.
+        self._recent: OrderedDict[str, DispatchOutcome] = OrderedDict()
 
     # -- admission -----------------------------------------------------------
     async def admit(self, envelope: Envelope, *, dedupe: tuple[str, str, str] | None = None,
@@ -129,19 +160,14 @@ class ChannelRouter:
             envelope, envelope_id=envelope.envelope_id or new_ulid(),
             received_ms=envelope.received_ms or self._now())
         key = records.dedupe_key(*dedupe) if dedupe else ""
-        lock = self._admitting[key] if key else contextlib.nullcontext()
-        try:
-            async with lock:
-                if key:
-                    known = self._known(key)
-                    if known is not None:
-                        return Admission(known.envelope_id, known.action not in ("reject", ""),
-                                         known.reason, known.action, known.task_id,
-                                         duplicate=True)
-                return await self._admit_new(env, key, sink)
-        finally:
-            if key and not self._admitting[key].locked():
-                self._admitting.pop(key, None)
+        async with self._admitting.hold(key):
+            if key:
+                known = self._known(key)
+                if known is not None:
+                    return Admission(known.envelope_id, known.action not in ("reject", ""),
+                                     known.reason, known.action, known.task_id,
+                                     duplicate=True)
+            return await self._admit_new(env, key, sink)
 
     def _known(self, key: str) -> DedupeRec | None:
         raw = self._store.get_entity(records.TABLE, key)
@@ -157,6 +183,10 @@ class ChannelRouter:
         except Refused as refused:
             await self._quarantine(env, refused.reason, key)
             return Admission(env.envelope_id, False, refused.reason, "reject")
+        if self.message(env.envelope_id) is not None:
+            raise PalyraError(f"envelope {env.envelope_id} was already admitted (with another "
+                              "adapter message id)", code=ErrorCode.ALREADY_EXISTS,
+                              details={"envelope_id": env.envelope_id})
         policy = self.config.policy_for(env.channel)
         paired = env.is_direct_message and self.pairing.paired(env.channel, env.sender)
         decision = decide(env, policy, paired=paired)
@@ -192,8 +222,9 @@ class ChannelRouter:
         if decision.action == "respond" and policy.debounce_ms > 0 and not env.has_media:
             debounce = Debounce(coalesce_key(env), policy.debounce_ms, policy.max_wait_ms,
                                 policy.batch_cap)
+        kind = DISPATCH_TASK if decision.action == "respond" else COMMAND_TASK
         task, _created = await self._tasks.enqueue(
-            DISPATCH_TASK, payload={"envelope_id": env.envelope_id},
+            kind, payload={"envelope_id": env.envelope_id},
             max_attempts=DISPATCH_ATTEMPTS, debounce=debounce, also=drafts)
         if policy.auto_ack and sink and decision.action == "respond":
             await self._queue_send(OutboundReply(
@@ -255,6 +286,8 @@ class ChannelRouter:
     # -- waiting for a dispatch (RouteMessage) --------------------------------
     async def outcome(self, task_id: str, timeout_s: float) -> DispatchOutcome | None:
         """The dispatch's outcome once its task ends (None if it is still going)."""
+        if task_id in self._recent:
+            return self._recent[task_id]
         task = self._tasks.get(task_id)
         if task is not None and task.final:
             return _outcome_of(task)
@@ -263,12 +296,12 @@ class ChannelRouter:
             async with asyncio.timeout(timeout_s):
                 return await asyncio.shield(future)
         except TimeoutError:
-            return None
-        finally:
-            if future.done() or self._done.get(task_id) is not future:
-                self._done.pop(task_id, None)
+            return None  # the future stays: the dispatch's end still resolves it
 
     def _finished(self, task_id: str, outcome: DispatchOutcome) -> None:
+        self._recent[task_id] = outcome
+        while len(self._recent) > RECENT_OUTCOMES:
+            self._recent.popitem(last=False)
         future = self._done.pop(task_id, None)
         if future is not None and not future.done():
             future.set_result(outcome)

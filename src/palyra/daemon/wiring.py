@@ -29,6 +29,7 @@ from palyra.adapters import (
 from palyra.agents import AgentRegistry
 from palyra.app import CallContext, PalyraApp
 from palyra.channels import (
+    COMMAND_TASK,
     DISPATCH_TASK,
     PAIRING_SUBJECT,
     SEND_TASK,
@@ -140,6 +141,7 @@ async def _open_channels(config: PalyraConfig, store: JournalStore, engine: Engi
     router = ChannelRouter(store, engine, tasks, pairing, gate, channels, sinks=list(sinks))
     outbox = Outbox(dict(sinks))
     for worker in (TaskWorker(tasks, {DISPATCH_TASK: router.dispatch}, concurrency=16),
+                   TaskWorker(tasks, {COMMAND_TASK: router.dispatch}, concurrency=2),
                    TaskWorker(tasks, {SEND_TASK: outbox.handle}, concurrency=4)):
         worker.start()
         stack.push_async_callback(worker.close)
