@@ -105,6 +105,6 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """Benchmarks: `nox -s bench -- journal` or `nox -s bench -- tool-loop [--hitl] [...]`."""
+    """Benchmarks: `nox -s bench -- journal | tool-loop [--hitl] | memory | ingress [...]`."""
     _install(session, "codegen", "test")
     session.run("python", "-m", "bench", *session.posargs)

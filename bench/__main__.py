@@ -1,7 +1,8 @@
 """`python -m bench <workload> [args]` — dispatch to a benchmark module.
 
-Workloads: ``journal`` (bench/journal.py), ``tool-loop`` (bench/tool_loop.py) and
-``memory`` (bench/memory.py);
+Workloads: ``journal`` (bench/journal.py), ``tool-loop`` (bench/tool_loop.py),
+``memory`` (bench/memory.py) and ``ingress`` (bench/ingress.py, signed webhooks into a
+real daemon);
 ``diff`` (bench/diff.py) sets two ``tool-loop --json`` files side by side.
 """
 
@@ -11,7 +12,7 @@ import importlib
 import sys
 
 _WORKLOADS = {"journal": "bench.journal", "tool-loop": "bench.tool_loop", "diff": "bench.diff",
-              "memory": "bench.memory"}
+              "memory": "bench.memory", "ingress": "bench.ingress"}
 
 
 def main(argv: list[str]) -> int:
