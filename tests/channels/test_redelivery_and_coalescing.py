@@ -12,7 +12,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from palyra.channels import COMMAND_TASK, DISPATCH_TASK, ChannelRouter, ChannelsConfig, Envelope, PairingBook
+from palyra.channels import (
+    COMMAND_TASK,
+    DISPATCH_TASK,
+    ChannelRouter,
+    ChannelsConfig,
+    Envelope,
+    PairingBook,
+)
 from palyra.channels.config import ChannelPolicy
 from palyra.journal import JournalStore
 from palyra.policy import PolicyGate
