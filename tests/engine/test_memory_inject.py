@@ -4,8 +4,10 @@ reaches the model as a fenced block, and the tape says what was added, how many 
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
-from engine_harness import OTHER_USER, USER, Harness
+from engine_harness import ADMIN, OTHER_USER, USER, Harness
 from palyra_gen.palyra import v1 as pb
 from planned_provider import PlannedProvider, reply
 
@@ -125,10 +127,22 @@ async def test_references_are_resolved_through_their_tools_under_cedar(harness: 
     run = await app.create_run(USER, pb.CreateRunRequest(
         v=1, session_key="refs", input=pb.MessageInput(text=text), complete=True, wait=True))
     assert run.run is not None
-    [system] = [m.content for m in provider.requests[0].messages if m.role == "system"]
+    # http.fetch needs an approval: the run parks on it before the model is called
+    # (tests/engine/test_reference_approvals.py); denied here, so nothing is fetched.
+    assert run.run.state == pb.RunState.WAITING_FOR_APPROVAL and not provider.requests
+    await app.decide_approval(ADMIN, pb.DecideApprovalRequest(
+        approval_id=run.run.pending_approval_id, decision=pb.ApprovalDecision.DENY))
+    async with asyncio.timeout(5.0):
+        while True:
+            got = await app.get_run(USER, pb.GetRunRequest(run_id=run.run.run_id))
+            if got.run.state == pb.RunState.DONE:
+                break
+            await asyncio.sleep(0.005)
+    system = "\n".join(m.content for m in provider.requests[0].messages if m.role == "system")
     assert "the launch is on Thursday" in system  # fs.read, allowed (read-only)
     assert "[@file:.git/config] (not resolved: blocked" in system
     assert "[@url:https://example.com] (not resolved: http.fetch needs approval" in system
+    assert "[@url:https://example.com] (not resolved: denied" in system
     assert "my cat is called Miso" in system  # memory.search, allowed
     [stage] = [m for m in harness.members(run.run.run_id) if isinstance(m, pb.ContextStage)]
     assert stage.stage == "context_references" and "@file:notes.md: resolved with fs.read" in (

@@ -177,6 +177,7 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.ToolApprovalResponse.from_cache": "True when a cached session/timeboxed decision answered without asking.",
     "palyra.v1.ToolDecision.policy_hash": "SHA-256 of the active policy set and schema.",
     "palyra.v1.ToolPosture": "Per-tool posture, settable in the config file and per session over the API.",
+    "palyra.v1.ToolProposal.context_reference": "Set when the daemon, not the model, proposed this call: it resolves the\nuser's context reference (e.g. `@url:https://example.com`) whose tool needs\nan approval. Its result joins the provider input as a context block, not as\na tool message, and the model is called once every such call has a result.",
     "palyra.v1.ToolProposal.decision": "The policy's verdict on this call, taped in the same event: a call and its\ndecision are always durable together, before anything runs. Unset only on\ntapes written before the two were folded into one event; there a separate\n`tool_decision` event follows.",
     "palyra.v1.ToolResult.attestation": "What ran, hashed (set when a tool executed). Taped in the same event as the\nresult; tapes written before the two were folded carry a separate\n`tool_attestation` event after the result instead.",
     "palyra.v1.VerifyJournalResponse.first_bad_position": "Set when !ok: the first position that failed, and why.",

@@ -33,6 +33,7 @@ from palyra.engine import (
     ContextContribution,
     ContextRequest,
     PolicyPort,
+    ReferenceCall,
     ToolsPort,
     member_from,
 )
@@ -186,10 +187,11 @@ class ContextReferences:
             return []
         sections: list[str] = []
         notes: list[str] = []
+        waiting: list[ReferenceCall] = []
         budget = TOTAL_REFERENCE_CHARS
         for ref in refs:
             label = f"@{ref.kind}" + (f":{ref.target}" if ref.target else "")
-            body, note = await self._resolve(request, ref.kind, ref.target)
+            body, note = await self._resolve(request, ref.kind, ref.target, label, waiting)
             body = body[: min(PER_REFERENCE_CHARS, max(0, budget))]
             budget -= len(body)
             sections.append(f"[{label}]\n{body}" if body else f"[{label}] (not resolved: {note})")
@@ -197,9 +199,11 @@ class ContextReferences:
         content = "<context_references>\n" + "\n\n".join(sections) + "\n</context_references>"
         counter = token_counter()
         return [ContextContribution("context_references", content, counter.count(content),
-                                    counter.name, "; ".join(notes))]
+                                    counter.name, "; ".join(notes),
+                                    awaiting_approval=tuple(waiting))]
 
-    async def _resolve(self, request: ContextRequest, kind: str, target: str) -> tuple[str, str]:
+    async def _resolve(self, request: ContextRequest, kind: str, target: str, label: str,
+                       waiting: list[ReferenceCall]) -> tuple[str, str]:
         if kind in ("file", "folder") and BLOCKED_PARTS & set(target.replace("\\", "/").split("/")):
             return "", "blocked (.git, .ssh and .aws are never read)"
         if kind == "memory":
@@ -210,10 +214,12 @@ class ContextReferences:
             else {"argv": ["git", "diff", *(["--staged"] if kind == "staged" else [])]})
         verdict = self._policy.decide_tool(CallRequest(
             identity=request.identity, session_id=request.session_id, run_id=request.run_id,
-            tool_name=tool, arguments=arguments, postures={}))
+            tool_name=tool, arguments=arguments, postures=request.postures))
         if verdict.outcome == _ASK:
-            return "", (f"{tool} needs approval, and references are not yet resolved through an "
-                        "approval; ask the agent to use the tool instead")
+            # The engine proposes this call and parks the run until it is decided;
+            # the result follows as a context block of its own.
+            waiting.append(ReferenceCall(label, tool, arguments))
+            return "", f"{tool} needs approval; its result follows in its own block once decided"
         if verdict.outcome != _ALLOW:
             return "", f"denied by policy ({tool}): {verdict.reason}"
         outcome = await self._tools.execute(tool, arguments, session_id=request.session_id,

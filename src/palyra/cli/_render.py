@@ -57,7 +57,8 @@ def _describe_body(body: betterproto2.Message) -> str:
         return _join(_text(body.token), _fields(("turn", body.turn)), "final" if body.is_final else "")
     if isinstance(body, v1.ToolProposal):
         return _join(f"{body.tool_name} {_json(body.input_json or '{}')}",
-                     _fields(("turn", body.turn), ("proposal", body.proposal_id)),
+                     _fields(("turn", body.turn), ("proposal", body.proposal_id),
+                             ("for", body.context_reference)),
                      "needs approval" if body.approval_required else "",
                      f"-> {_decision(body.decision)}" if body.decision else "")
     if isinstance(body, v1.ToolDecision):

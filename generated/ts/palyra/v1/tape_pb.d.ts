@@ -312,6 +312,16 @@ export declare type ToolProposal = Message<"palyra.v1.ToolProposal"> & {
    * @generated from field: palyra.v1.ToolDecision decision = 6;
    */
   decision?: ToolDecision | undefined;
+
+  /**
+   * Set when the daemon, not the model, proposed this call: it resolves the
+   * user's context reference (e.g. `@url:https://example.com`) whose tool needs
+   * an approval. Its result joins the provider input as a context block, not as
+   * a tool message, and the model is called once every such call has a result.
+   *
+   * @generated from field: string context_reference = 7;
+   */
+  contextReference: string;
 };
 
 /**

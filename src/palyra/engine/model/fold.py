@@ -48,6 +48,9 @@ class Proposal:
     # from the tape after a restart) is not the call the model asked for, and
     # must never be executed. Live proposals hold the exact arguments.
     args_redacted: bool = False
+    # The daemon proposed this call for a context reference (e.g. ``@url:…``) whose
+    # tool needs an approval; its result becomes a context block, not a tool message.
+    context_reference: str = ""
 
     def arguments(self) -> dict[str, Any]:
         """The decoded arguments (``{"_raw_arguments": text}`` when not an object)."""
@@ -56,6 +59,21 @@ class Proposal:
         except ValueError:
             return {"_raw_arguments": self.input_json}
         return value if isinstance(value, dict) else {"_raw_arguments": self.input_json}
+
+
+# What of an approved reference's result reaches the model (as for any reference).
+REFERENCE_CHARS = 8_000
+
+
+def reference_block(p: Proposal, result: pb.ToolResult) -> str:
+    """The context block a context reference resolved after its approval becomes."""
+    label = p.context_reference
+    if result.success:
+        body = f"[{label}] (read with {p.tool_name} after approval)\n" + (
+            result.output_json[:REFERENCE_CHARS])
+    else:
+        body = f"[{label}] (not resolved: {result.error or 'failed'})"
+    return "<context_references>\n" + body + "\n</context_references>"
 
 
 class Action(enum.Enum):
@@ -138,8 +156,10 @@ class LoopState:
 
     def _apply_proposal(self, member: pb.ToolProposal, redacted: bool) -> None:
         proposal = Proposal(member.proposal_id, member.tool_name, member.input_json,
-                            args_redacted=redacted)
+                            args_redacted=redacted, context_reference=member.context_reference)
         self.proposals.append(proposal)
+        if proposal.context_reference:
+            return  # the daemon's call, not the model's: no assistant message carries it
         # The assistant message of this turn carries the call; the proposal id
         # doubles as the call id so a rebuilt conversation is self-consistent.
         for i in range(len(self.messages) - 1, -1, -1):
@@ -165,10 +185,13 @@ class LoopState:
             p.phase, p.deny_reason = ProposalPhase.DENIED, member.reason or "denied by policy"
 
     def _apply_result(self, member: pb.ToolResult) -> None:
-        self.tool_call_count += 1
         p = self.find(member.proposal_id)
         if p is not None:
             p.phase = ProposalPhase.DONE
+            if p.context_reference:
+                self.context_blocks.append(reference_block(p, member))
+                return
+        self.tool_call_count += 1
         content = member.output_json if member.success else json.dumps(
             {"error": member.error or "tool failed"}
         )

@@ -8,7 +8,7 @@ touches one adapter, not the run loop.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from palyra_gen.palyra import v1 as pb
@@ -127,6 +127,20 @@ class ContextRequest:
     previous_run_id: str = ""
     # The agent serving the run ("" for none).
     agent_id: str = ""
+    # The tool postures the run's own tool calls are decided under (the agent's,
+    # then the session's), so a reference is gated exactly like its tool.
+    postures: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceCall:
+    """A context reference whose tool needs an approval: the engine proposes the call
+    (``ToolProposal.context_reference``), parks the run like any tool call, and feeds
+    the result to the model as a context block."""
+
+    label: str  # e.g. ``@url:https://example.com``
+    tool_name: str
+    arguments: Mapping[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +154,8 @@ class ContextContribution:
     reason: str
     item_ids: tuple[str, ...] = ()
     scores_bps: tuple[int, ...] = ()
+    # References left for an approval (resolved after the run is unparked).
+    awaiting_approval: tuple[ReferenceCall, ...] = ()
 
 
 class ContextPort(Protocol):

@@ -20,11 +20,11 @@ from palyra_gen.palyra import v1 as pb
 
 from palyra.core.errors import PalyraInternalError
 from palyra.engine.model.fold import Action
-from palyra.engine.model.ports import ContextRequest
+from palyra.engine.model.ports import ContextRequest, ReferenceCall
 from palyra.engine.model.prune import ESTIMATE, prune
 from palyra.engine.model.tokens import TokenBuffer, clip_reply
 from palyra.engine.run.step import Step
-from palyra.engine.run.toolflow import propose, resolve_tool
+from palyra.engine.run.toolflow import propose, propose_references, resolve_tool, run_postures
 from palyra.engine.run.writer import Batch
 from palyra.providers import ChatMessage, ModelRequest, ModelResponse, TextDelta
 
@@ -101,19 +101,26 @@ async def model_turn(step: Step, batch: Batch) -> None:
     turn = loop.turn_count + 1
     inputs = [m for m in batch.members if isinstance(m, pb.UserInput)]
     blocks = list(loop.context_blocks)
+    waiting: list[ReferenceCall] = []
     if inputs and deps.context is not None:
         # A new user input starts a loop: assemble what the tape does not hold.
         rec = step.record
         previous = rec.previous_run_id if loop.loops_started == 0 else ""
         for part in await deps.context.assemble(ContextRequest(
                 rec.identity, rec.session_id, rec.run_id, inputs[-1].text, previous,
-                rec.agent_id)):
+                rec.agent_id, run_postures(step))):
             batch.add(pb.ContextStage(
                 stage=part.stage, content=part.content, tokens=part.tokens,
                 tokenizer=part.tokenizer, reason=part.reason, item_ids=list(part.item_ids),
                 scores_bps=list(part.scores_bps), turn=turn))
+            waiting += part.awaiting_approval
             if part.content:
                 blocks.append(part.content)
+    if waiting:
+        # References whose tool needs an approval: the run parks on them first, and
+        # the model is called (with their results) once they are all answered.
+        await propose_references(step, batch, waiting, loop.turn_count)
+        return
     messages = [ChatMessage(role="system", content=b) for b in blocks]
     messages += loop.messages
     messages += [ChatMessage(role="user", content=m.text) for m in inputs]

@@ -42,7 +42,7 @@ from palyra.engine.model.lifecycle import (
     RunEvent,
     approval_state_proto,
 )
-from palyra.engine.model.ports import ToolOutcome, ToolRequest, ToolVerdict
+from palyra.engine.model.ports import ReferenceCall, ToolOutcome, ToolRequest, ToolVerdict
 from palyra.engine.model.records import GrantRec, grant_key
 from palyra.engine.run.approvals import approval_write
 from palyra.engine.run.step import Step
@@ -64,14 +64,10 @@ def decide(step: Step, name: str, arguments: Mapping[str, Any],
     """The policy verdict for one call; gate errors deny (unknown tools: the gate denies)."""
     deps = step.deps
     rec = step.record
-    session = deps.session_reader.get(rec.session_id)
-    # The agent's postures, then the session's overrides on top: configured
-    # postures belong to the policy gate's config, which applies them below these.
-    postures = {**rec.agent_postures, **(session.tool_postures if session else {})}
     try:
         return deps.policy.decide_tool(ToolRequest(
             identity=rec.identity, session_id=rec.session_id, run_id=rec.run_id,
-            tool_name=name, arguments=arguments, postures=postures,
+            tool_name=name, arguments=arguments, postures=run_postures(step),
             calls_made=step.writer.loop.tool_call_count + earlier_in_turn))
     except PalyraError as exc:  # default deny: a gate error never allows
         return ToolVerdict(pb.ToolDecisionOutcome.DENY, f"policy error: {exc.message}",
@@ -123,6 +119,42 @@ async def propose(step: Step, batch: Batch, calls: Sequence[ToolCall], turn: int
     if verdict.outcome == _ASK:
         await approval_gate(step, batch, pid, call.name, call.arguments, verdict)
     else:
+        await batch.commit()
+
+
+def run_postures(step: Step) -> dict[str, str]:
+    """The postures the run's tool calls are decided under: the agent's, then the
+    session's overrides on top (configured postures belong to the policy gate's
+    config, which applies them below these)."""
+    session = step.deps.session_reader.get(step.record.session_id)
+    return {**step.record.agent_postures, **(session.tool_postures if session else {})}
+
+
+async def propose_references(step: Step, batch: Batch, calls: Sequence[ReferenceCall],
+                             turn: int) -> None:
+    """Tape the daemon's own calls for context references whose tool needs an approval,
+    with the input that named them, and park on the first like any tool call.
+
+    Each proposal carries ``context_reference``: the fold feeds its result to the
+    model as a context block, and the model is called once every one has a result.
+    """
+    first: tuple[str, ReferenceCall, ToolVerdict] | None = None
+    for call in calls:
+        pid = new_ulid()
+        verdict = decide(step, call.tool_name, call.arguments)
+        batch.add(pb.ToolProposal(
+            proposal_id=pid, tool_name=call.tool_name,
+            input_json=canonical_json(dict(call.arguments)).decode(),
+            approval_required=verdict.outcome == _ASK, turn=turn, context_reference=call.label,
+            decision=pb.ToolDecision(proposal_id=pid, outcome=verdict.outcome,
+                                     reason=verdict.reason, policy_hash=verdict.policy_hash,
+                                     policy_ids=list(verdict.policy_ids))))
+        first = first or (pid, call, verdict)
+    assert first is not None
+    pid, call, verdict = first
+    if verdict.outcome == _ASK:
+        await approval_gate(step, batch, pid, call.tool_name, call.arguments, verdict)
+    else:  # the policy changed its mind since assembly: the loop resolves it next
         await batch.commit()
 
 

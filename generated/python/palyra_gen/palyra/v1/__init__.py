@@ -3134,6 +3134,14 @@ class ToolProposal(betterproto2.Message):
     `tool_decision` event follows.
     """
 
+    context_reference: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+    """
+    Set when the daemon, not the model, proposed this call: it resolves the
+    user's context reference (e.g. `@url:https://example.com`) whose tool needs
+    an approval. Its result joins the provider input as a context block, not as
+    a tool message, and the model is called once every such call has a result.
+    """
+
 
 default_message_pool.register_message("palyra.v1", "ToolProposal", ToolProposal)
 
