@@ -122,4 +122,5 @@ def test_kills_lose_nothing_and_duplicate_nothing(tmp_path: Path) -> None:
         assert hooks.rejected == 0
         print(f"\nchannel kill test: {KILLS} kills, {len(events)} events, "
               f"{len(hooks.raw)} webhook deliveries for {len(hooks.replies())} replies, "
-              f"{slack.posts} Slack posts for {len(slack.replies())} replies")
+              f"{slack.posts} Slack posts for {len(slack.replies())} replies, "
+              f"{hooks.broken + slack.broken} requests cut off by a kill")
