@@ -89,7 +89,7 @@ class TaskCrashMachine(RuleBasedStateMachine):
         # Backoff would make a retried task wait: jump its due time for the test.
         for t in ready:
             if t.not_before_ms:
-                self.queue._live[t.task_id] = type(t)(**{**_fields(t), "not_before_ms": 0})
+                self.queue._live.put(type(t)(**{**_fields(t), "not_before_ms": 0}))
         claimed = self._run(asyncio.wait_for(self.queue.claim("w", lease_ms=60_000), 1))
         self.leases.append((claimed.task_id, claimed.lease_epoch))
 

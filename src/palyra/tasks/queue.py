@@ -34,6 +34,7 @@ from palyra.core.errors import InvalidArgument, NotFound
 from palyra.core.ids import UlidSequence
 from palyra.journal import EntityWrite, EventDraft, JournalStore
 from palyra.tasks import model
+from palyra.tasks.index import LiveTasks
 from palyra.tasks.model import Outcome, State, TaskRecord
 
 log = logging.getLogger("palyra.tasks")
@@ -58,7 +59,7 @@ class TaskQueue:
     def __init__(self, store: JournalStore, *, now_ms: Callable[[], int] = wall_ms) -> None:
         self._store = store
         self._now = now_ms
-        self._live: dict[str, TaskRecord] = {}  # every unfinished task
+        self._live = LiveTasks()  # every unfinished task, indexed
         self._lock = asyncio.Lock()
         self._changed = asyncio.Condition()
         self._timer: asyncio.Task[None] | None = None
@@ -72,10 +73,10 @@ class TaskQueue:
 
         Returns the tasks recovery moved (each in its own commit).
         """
-        self._live = {rec.task_id: rec for rec in self._scan() if not rec.final}
+        self._live = LiveTasks(rec for rec in self._scan() if not rec.final)
         moved = []
         async with self._lock:
-            for rec in sorted(self._live.values(), key=lambda r: r.task_id):
+            for rec in sorted(self._live, key=lambda r: r.task_id):
                 new = model.recover(rec, self._now(), owner_alive=False)
                 if new is not rec:
                     await self._commit(new, "recovered")
@@ -114,7 +115,7 @@ class TaskQueue:
 
     def leased(self) -> list[TaskRecord]:
         """Tasks a worker holds now (from memory; no table scan)."""
-        return [rec for rec in self._live.values() if rec.leased]
+        return self._live.leased()
 
     def page(self, *, state: str = "", kind: str = "", parent_run_id: str = "",
              after_task_id: str = "", limit: int = 100) -> tuple[list[TaskRecord], str]:
@@ -173,7 +174,7 @@ class TaskQueue:
                     return self.require(known.decode()), False
             now = self._now()
             if debounce is not None:
-                for live in self._live.values():
+                for live in self._live.debouncing(debounce.key):
                     joined = model.coalesce(live, payload or {}, now, debounce)
                     if joined is not None and joined.kind == kind:
                         await self._commit(joined, "coalesced", also=also)
@@ -218,12 +219,7 @@ class TaskQueue:
             return claimed
 
     def _best(self, kinds: frozenset[str] | None) -> TaskRecord | None:
-        now = self._now()
-        ready = [r for r in self._live.values()
-                 if model.is_ready(r, now) and (kinds is None or r.kind in kinds)]
-        if not ready:
-            return None
-        return min(ready, key=lambda r: (-r.priority, r.not_before_ms, r.task_id))
+        return self._live.best(kinds, self._now())
 
     async def heartbeat(self, task_id: str, epoch: int,
                         lease_ms: int = model.DEFAULT_LEASE_MS) -> TaskRecord:
@@ -280,7 +276,7 @@ class TaskQueue:
 
     async def cancel_children(self, run_id: str, reason: str) -> list[TaskRecord]:
         """Cancel every unfinished task whose parent is ``run_id``."""
-        children = [r.task_id for r in self._live.values() if r.parent_run_id == run_id]
+        children = [r.task_id for r in self._live.children(run_id)]
         return [await self.cancel(task_id, reason) for task_id in children]
 
     @contextlib.asynccontextmanager
@@ -296,11 +292,10 @@ class TaskQueue:
         async with self._lock:
             now = self._now()
             moved = []
-            for rec in list(self._live.values()):
-                if rec.parent_run_id == run_id:
-                    new = model.request_cancel(rec, now, reason[:500])
-                    if new is not rec:
-                        moved.append(new)
+            for rec in self._live.children(run_id):
+                new = model.request_cancel(rec, now, reason[:500])
+                if new is not rec:
+                    moved.append(new)
             yield [_draft(new, str(new.state)) for new in moved]
             for new in moved:
                 self._remember(new)
@@ -317,10 +312,7 @@ class TaskQueue:
         self._remember(rec)
 
     def _remember(self, rec: TaskRecord) -> None:
-        if rec.final:
-            self._live.pop(rec.task_id, None)
-        else:
-            self._live[rec.task_id] = rec
+        self._live.put(rec)
 
     async def _notify(self) -> None:
         self._timer_wake.set()
@@ -329,15 +321,7 @@ class TaskQueue:
 
     # -- deadlines -----------------------------------------------------------
     def _next_deadline(self) -> int | None:
-        deadlines: list[int] = []
-        for rec in self._live.values():
-            if rec.state == State.QUEUED and rec.not_before_ms:
-                deadlines.append(rec.not_before_ms)
-            if rec.leased and rec.lease_expires_ms:
-                deadlines.append(rec.lease_expires_ms)
-            if rec.expires_at_ms and not rec.leased:
-                deadlines.append(rec.expires_at_ms)
-        return min(deadlines) if deadlines else None
+        return self._live.next_deadline()
 
     async def _deadlines(self) -> None:
         """Sleep until the next deadline (or a change), then apply what is due."""
@@ -358,11 +342,19 @@ class TaskQueue:
     async def _apply_due(self) -> None:
         async with self._lock:
             now = self._now()
-            for rec in list(self._live.values()):
+            due = self._live.due(now)
+            for i, rec in enumerate(due):
                 # In this process a lease ends only by running out (a hung worker).
                 new = model.recover(rec, now, owner_alive=True)
-                if new is not rec:
+                if new is rec:
+                    continue  # a not_before passed: claimable now (notified below)
+                try:
                     await self._commit(new, "lease_lapsed" if rec.leased else str(new.state))
+                except BaseException:
+                    for left in due[i:]:  # back on the timer: retried at the next wake-up
+                        if self._live.get(left.task_id) is left:
+                            self._live.put(left)
+                    raise
         await self._notify()  # tasks whose not_before passed are claimable now
 
 

@@ -1,0 +1,110 @@
+"""The queue's task index answers exactly what a scan of every unfinished task answers.
+
+A reference keeps the tasks in a plain dict and scans them (the queue's code before the
+index); random changes and a clock that only moves forward drive both. Which task is
+claimed next, the timer's next deadline, which tasks are due, children, debounce
+candidates and leased tasks must agree after every step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from palyra.tasks import model
+from palyra.tasks.index import LiveTasks, deadlines_of, pick_key
+from palyra.tasks.model import State, TaskRecord
+
+STATES = [State.QUEUED, State.RUNNING, State.CANCEL_REQUESTED, State.SUCCEEDED,
+          State.FAILED, State.CANCELLED, State.EXPIRED]
+KINDS = ["a", "b", "c"]
+
+
+class Reference:
+    """The scan the index replaces."""
+
+    def __init__(self) -> None:
+        self.recs: dict[str, TaskRecord] = {}
+        self.consumed: list[tuple[TaskRecord, int]] = []  # deadlines `due` took
+
+    def put(self, rec: TaskRecord) -> None:
+        if rec.final:
+            self.recs.pop(rec.task_id, None)
+        else:
+            self.recs[rec.task_id] = rec
+
+    def best(self, kinds: frozenset[str] | None, now: int) -> TaskRecord | None:
+        ready = [r for r in self.recs.values()
+                 if model.is_ready(r, now) and (kinds is None or r.kind in kinds)]
+        return min(ready, key=pick_key) if ready else None
+
+    def _open(self) -> list[tuple[TaskRecord, int]]:
+        return [(r, d) for r in self.recs.values() for d in deadlines_of(r)
+                if not any(c is r and cd == d for c, cd in self.consumed)]
+
+    def next_deadline(self) -> int | None:
+        return min((d for _r, d in self._open()), default=None)
+
+    def due(self, now: int) -> list[TaskRecord]:
+        hits = [(r, d) for r, d in self._open() if d <= now]
+        self.consumed += hits
+        return sorted({r.task_id: r for r, _d in hits}.values(), key=lambda r: r.task_id)
+
+
+def records(ids: int = 6) -> st.SearchStrategy[TaskRecord]:
+    # Weighted so that tasks are often ready: queued, due soon, rarely expired.
+    times = st.sampled_from([0, 0, 5, 10, 20, 40])
+    expiries = st.sampled_from([0, 0, 0, 30, 60])
+    return st.builds(
+        lambda i, kind, state, prio, nb, exp, lease, parent, key: TaskRecord(
+            task_id=f"t{i}", kind=kind, state=state, priority=prio, not_before_ms=nb,
+            expires_at_ms=exp, lease_expires_ms=lease if state in (
+                State.RUNNING, State.CANCEL_REQUESTED) else 0,
+            parent_run_id=parent, debounce_key=key),
+        st.integers(0, ids - 1), st.sampled_from(KINDS),
+        st.sampled_from([State.QUEUED] * len(STATES) + STATES),
+        st.integers(0, 2), times, expiries, times, st.sampled_from(["", "r1", "r2"]),
+        st.sampled_from(["", "k1", "k2"]))
+
+
+ops = st.lists(st.one_of(
+    st.tuples(st.just("put"), records()),
+    st.tuples(st.just("tick"), st.integers(0, 8)),
+    st.tuples(st.just("best"), st.sampled_from([None, frozenset({"a"}),
+                                                frozenset({"b", "c"})])),
+    st.tuples(st.just("best"), st.just(None)),
+    st.tuples(st.just("due"), st.just(0)),
+), max_size=100)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(ops)
+def test_the_index_agrees_with_a_scan(steps: list[tuple[str, Any]]) -> None:
+    index, ref, now = LiveTasks(), Reference(), 0
+    for op, arg in steps:
+        if op == "put":
+            index.put(arg)
+            ref.put(arg)
+        elif op == "tick":
+            now += arg
+        elif op == "best":
+            assert index.best(arg, now) is ref.best(arg, now)
+        else:
+            got, want = index.due(now), ref.due(now)
+            assert [r.task_id for r in got] == [r.task_id for r in want]
+            assert all(a is b for a, b in zip(got, want, strict=True))  # the current records
+        assert index.next_deadline() == ref.next_deadline()
+        assert sorted(r.task_id for r in index) == sorted(ref.recs)
+        for run in ("r1", "r2"):
+            assert index.children(run) == sorted(
+                (r for r in ref.recs.values() if r.parent_run_id == run),
+                key=lambda r: r.task_id)
+        for key in ("k1", "k2"):
+            assert index.debouncing(key) == sorted(
+                (r for r in ref.recs.values()
+                 if r.debounce_key == key and r.state == State.QUEUED),
+                key=lambda r: r.task_id)
+        assert index.leased() == sorted((r for r in ref.recs.values() if r.leased),
+                                        key=lambda r: r.task_id)
