@@ -23,7 +23,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +48,15 @@ from palyra.channels.routing import (
 )
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.core.ids import new_ulid
-from palyra.engine import Engine, IdentityRec, RunStateId, Selectors, StartRun, member_from
+from palyra.engine import (
+    Engine,
+    IdentityRec,
+    KeyedLocks,
+    RunStateId,
+    Selectors,
+    StartRun,
+    member_from,
+)
 from palyra.journal import EntityWrite, EventDraft, JournalStore
 from palyra.policy import PolicyGate
 from palyra.tasks import TaskQueue, TaskRecord
@@ -98,30 +106,6 @@ class DispatchOutcome:
     queued_for_retry: bool = False
 
 
-class KeyedLocks:
-    """One asyncio lock per key, dropped when nobody holds or waits for it (bounded)."""
-
-    def __init__(self) -> None:
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
-
-    @contextlib.asynccontextmanager
-    async def hold(self, key: str) -> AsyncIterator[None]:
-        if not key:
-            yield
-            return
-        lock, users = self._locks.get(key) or (asyncio.Lock(), 0)
-        self._locks[key] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[key]
-            if users == 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock, users - 1)
-
-
 class ChannelBusy(Exception):
     """Every slot of the channel stayed busy; the task is retried later."""
 
@@ -160,7 +144,7 @@ class ChannelRouter:
             envelope, envelope_id=envelope.envelope_id or new_ulid(),
             received_ms=envelope.received_ms or self._now())
         key = records.dedupe_key(*dedupe) if dedupe else ""
-        async with self._admitting.hold(key):
+        async with self._admitting.hold(key) if key else contextlib.nullcontext():
             if key:
                 known = self._known(key)
                 if known is not None:

@@ -50,6 +50,7 @@ from palyra.engine.model.tape import field_of as tape_field_of
 from palyra.engine.model.tape import is_terminal_status, member_from
 from palyra.engine.run.approvals import approval_write
 from palyra.engine.run.recovery import RecoveryReport
+from palyra.engine.sessions.locks import KeyedLocks
 from palyra.engine.sessions.selectors import Selectors
 from palyra.engine.sessions.writer import CleanupResult
 
@@ -68,6 +69,7 @@ __all__ = [
     "GrantRec",
     "IdentityRec",
     "InputRec",
+    "KeyedLocks",
     "PolicyPort",
     "PromptRec",
     "RecoveryReport",

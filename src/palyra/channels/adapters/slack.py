@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import time
 from collections.abc import Mapping
 from typing import Any
 
 import httpx
 import msgspec
 
+from palyra.channels.adapters._timestamps import check_fresh
 from palyra.channels.outbox import DeliveryUnknown, OutboundReply
 from palyra.channels.routing import Envelope
 from palyra.core.errors import ErrorCode, InvalidArgument, PalyraError
@@ -66,15 +66,7 @@ def verify(signing_secret: str, headers: Mapping[str, str], body: bytes, *,
     signature = headers.get("x-slack-signature", "")
     if not stamp or not signature:
         raise _bad("X-Slack-Request-Timestamp and X-Slack-Signature are required")
-    try:
-        ts = int(stamp)
-    except ValueError:
-        raise _bad("X-Slack-Request-Timestamp is not an integer") from None
-    now = time.time() if now_s is None else now_s
-    if abs(now - ts) > TOLERANCE_S:
-        raise PalyraError(f"X-Slack-Request-Timestamp is more than {TOLERANCE_S} s from now",
-                          code=ErrorCode.TIMESTAMP_STALE,
-                          details={"tolerance_s": str(TOLERANCE_S)})
+    check_fresh(stamp, "X-Slack-Request-Timestamp", TOLERANCE_S, now_s, "Slack")
     base = f"v0:{stamp}:".encode() + body
     expected = "v0=" + hmac.new(signing_secret.encode(), base, hashlib.sha256).hexdigest()
     if not hmac.compare_digest(expected, signature):

@@ -22,6 +22,7 @@ import msgspec
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from palyra.channels.adapters._timestamps import check_fresh
 from palyra.channels.outbox import DeliveryUnknown, OutboundReply
 from palyra.channels.routing import Envelope
 from palyra.core.errors import ErrorCode, InvalidArgument, PalyraError
@@ -73,15 +74,7 @@ def verify(secrets: Sequence[str], headers: Mapping[str, str], body: bytes, *,
     signatures = headers.get("webhook-signature", "")
     if not msg_id or not stamp or not signatures:
         raise _bad("webhook-id, webhook-timestamp and webhook-signature are required")
-    try:
-        ts = int(stamp)
-    except ValueError:
-        raise _bad("webhook-timestamp is not an integer") from None
-    now = time.time() if now_s is None else now_s
-    if abs(now - ts) > tolerance_s:
-        raise PalyraError(f"webhook-timestamp is more than {tolerance_s} s from now",
-                          code=ErrorCode.TIMESTAMP_STALE,
-                          details={"tolerance_s": str(tolerance_s)})
+    check_fresh(stamp, "webhook-timestamp", tolerance_s, now_s, "webhook")
     signed = f"{msg_id}.{stamp}.".encode() + body
     offered = signatures.split()[:MAX_SIGNATURES]
     for secret in secrets:
