@@ -14,6 +14,7 @@ from palyra.journal._entity_cache import EntityCache
 from palyra.journal._env import JournalEnv
 from palyra.journal._follow import FollowHub, follow_batches, follow_events
 from palyra.journal._prepare import prepare
+from palyra.journal._prune import PruneOrder, PruneResult
 from palyra.journal._signing import Signer
 from palyra.journal._types import (
     DEFAULT_MAX_TAPE_BYTES,
@@ -114,6 +115,23 @@ class JournalStore:
         future: asyncio.Future[Checkpoint] = loop.create_future()
         writer.submit(Request(loop, future, signer=self._signer))
         return await future
+
+    async def prune_batch(self, order: PruneOrder) -> PruneResult:
+        """Turn at most ``order.max_records`` of the oldest prunable records into tombstones.
+
+        One durable commit through the writer, with a ``journal.pruned`` event
+        (see ``_prune``); ``palyra.journal.prune_older_than`` loops over this.
+        """
+        writer = self._writer_or_raise()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[PruneResult] = loop.create_future()
+        writer.submit(Request(loop, future, prune=order))
+        return await future
+
+    def pruned_through(self) -> int:
+        """The last position retention pruned (0 when none): cursors below it are truncated."""
+        with self._env.read() as txn:
+            return _reads.pruned_through(self._env, txn)
 
     def checkpoints(self) -> list[Checkpoint]:
         """Stored checkpoints, oldest position first."""
