@@ -188,6 +188,20 @@ class JournalStore:
         """
         return _reads.read_tape(self._env, run_id, after_seq, limit, max_bytes)
 
+    def read_tape_kept(self, run_id: str, after_seq: int = -1, limit: int = 100) -> TapePage:
+        """:meth:`read_tape`, but a cursor into pruned data reads on from the earliest kept seq.
+
+        For the daemon's own readers that want whatever is left of an old tape
+        (the previous run's conversation, a run's replies); client cursors use
+        :meth:`read_tape` and get ``CURSOR_TRUNCATED``.
+        """
+        try:
+            return self.read_tape(run_id, after_seq, limit)
+        except PalyraError as exc:
+            if exc.code is not ErrorCode.CURSOR_TRUNCATED:
+                raise
+            return self.read_tape(run_id, int(exc.details["earliest_cursor"]), limit)
+
     def head(self) -> JournalHead:
         """Event count and global head hash."""
         with self._env.read() as txn:
