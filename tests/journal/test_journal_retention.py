@@ -123,6 +123,8 @@ async def test_cursors_into_pruned_data_are_truncated(store: JournalStore) -> No
         assert _code(exc) is ErrorCode.CURSOR_TRUNCATED
         assert exc.value.details["earliest_cursor"] == str(pruned[-1])
     assert store.read_tape("r1", pruned[-1], 1000).events == kept
+    # The daemon's own readers of old tapes read what is kept.
+    assert store.read_tape_kept("r1", -1, 1000).events == kept
     assert store.read_tape("r1", 1000, 10).events == []
     # Followers raise on their first read; never a silent skip.
     with pytest.raises(PalyraError) as exc:
