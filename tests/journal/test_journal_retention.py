@@ -199,6 +199,12 @@ async def test_signed_checkpoints_still_verify(data_dir: Path) -> None:
     report = verify_store(data_dir, trusted_keys=[key])
     assert report.ok, report.summary()
     assert report.checkpoints == 2 and made.position == 1 and report.pruned > 1
+    # Sealed bundles (full and one session's, with its pruned records) verify with the key.
+    for session in (None, "s1"):
+        out = data_dir.parent / f"sealed-{session}.ndjson"
+        export_bundle(data_dir, out, session_id=session)
+        checked = verify_bundle(out, trusted_keys=[key])
+        assert checked.ok and checked.sealed and checked.pruned > 0, checked.summary()
 
 
 async def test_tampered_tombstones_are_reported(data_dir: Path) -> None:

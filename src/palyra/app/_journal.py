@@ -30,7 +30,7 @@ _DAY_MS = 86_400_000
 
 # Kinds the daemon writes itself; a client may not forge them (in any letter case).
 RESERVED_KIND_PREFIXES = ("tape.", "run.", "session.", "approval.", "token.", "task.",
-                          "watchdog.", "learning.")
+                          "watchdog.", "learning.", "journal.")
 # Actors only the daemon itself writes as.
 RESERVED_ACTOR_PREFIX = "system:"
 
