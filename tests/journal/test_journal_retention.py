@@ -19,9 +19,11 @@ from palyra.journal import (
     JournalConfig,
     JournalStore,
     PruneOrder,
+    PruneResult,
     StoredEvent,
     export_bundle,
     prune_older_than,
+    retention_every,
     verify_bundle,
     verify_store,
 )
@@ -320,3 +322,21 @@ def test_readonly_store_reads_truncation(data_dir: Path) -> None:
         with pytest.raises(PalyraError):
             ro.read_range(0)
         assert _same(ro.read_range(5, 1), ro.read_range(5, 1))
+
+
+async def test_retention_every_prunes_and_ends_when_the_store_closes(data_dir: Path) -> None:
+    store = JournalStore.open(data_dir)
+    await store.append([_ev(1, "s")])
+    await store.append([_ev(2, "s")])
+    seen: list[PruneResult] = []
+    errors: list[PalyraError] = []
+    task = asyncio.create_task(retention_every(store, 1000, 0.01, on_pruned=seen.append,
+                                               on_error=errors.append))
+    for _ in range(500):
+        if seen:
+            break
+        await asyncio.sleep(0.01)
+    assert [r.records for r in seen] == [1] and not errors
+    store.close()
+    await asyncio.wait_for(task, 10)  # ends on its own once the store is closed
+    assert verify_store(data_dir).pruned == 1

@@ -127,7 +127,9 @@ def _start_retention(tg: asyncio.TaskGroup, store: JournalStore,
     return tg.create_task(retention_every(
         store, int(config.retention_max_age_days * 86_400_000), config.retention_interval_s,
         live_runs=lambda: live_run_ids(store), batch_records=config.retention_batch_records,
-        on_pruned=logged), name="retention")
+        on_pruned=logged,
+        on_error=lambda exc: _log.warning("journal_prune_failed", code=exc.code.value,
+                                          error=exc.message)), name="retention")
 
 
 def _ingress_routes(app: PalyraApp) -> dict[str, IngressHandler]:

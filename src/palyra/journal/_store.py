@@ -77,6 +77,11 @@ class JournalStore:
         return self._env.data_dir
 
     @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    @property
     def env(self) -> JournalEnv:
         """The underlying environment (verification and export read through it)."""
         return self._env
