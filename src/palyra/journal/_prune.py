@@ -139,7 +139,12 @@ def tombstone_prefix(
     """
     db = env.dbs[names.EVENTS]
     ceiling = min(order.through, head - 1)
-    picked: list[tuple[bytes, bytes, Record]] = []
+    now_ms = time.time_ns() // 1_000_000
+    # Only the small tombstones are held (a record may be up to ~1 MiB): the
+    # memory of a batch stays a few dozen KiB whatever it prunes.
+    picked: list[tuple[bytes, bytes]] = []
+    freed = first = last = 0
+    global_hash = b""
     cursor = txn.cursor(db=db)
     if cursor.set_range(u64_key(watermark + 1)):
         for key, value in cursor:
@@ -150,19 +155,18 @@ def tombstone_prefix(
                 break
             if record.last > ceiling or not _prunable(record, order):
                 break
-            picked.append((bytes(key), bytes(value), record))
+            tomb = encode_tombstone(record, now_ms)
+            picked.append((bytes(key), tomb))
+            freed += len(value) - len(tomb)
+            first = first or record.first
+            last, global_hash = record.last, record.global_hash
     if not picked:
         return None
-    now_ms = time.time_ns() // 1_000_000
-    freed = 0
-    for key, value, record in picked:
-        tomb = encode_tombstone(record, now_ms)
-        freed += len(value) - len(tomb)
+    for key, tomb in picked:
         # Delete, then put: a delete lets LMDB merge the leaf pages it empties
         # (an in-place put of a smaller value leaves them as sparse as they
         # were: measured, 20k events of ~150 B kept 962 of 962 pages in place
         # against 349 after delete+put). Both go into the same commit frame.
         txn.delete(key, db=db)
         txn.put(key, tomb, db=db)
-    last = picked[-1][2]
-    return Tombstoned(picked[0][2].first, last.last, len(picked), freed, last.global_hash)
+    return Tombstoned(first, last, len(picked), freed, global_hash)
