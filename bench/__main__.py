@@ -1,8 +1,8 @@
 """`python -m bench <workload> [args]` — dispatch to a benchmark module.
 
 Workloads: ``journal`` (bench/journal.py), ``tool-loop`` (bench/tool_loop.py),
-``memory`` (bench/memory.py) and ``ingress`` (bench/ingress.py, signed webhooks into a
-real daemon);
+``memory`` (bench/memory.py), ``ingress`` (bench/ingress.py, signed webhooks into a
+real daemon) and ``retention`` (bench/retention.py, pruning into hash tombstones);
 ``diff`` (bench/diff.py) sets two ``tool-loop --json`` files side by side.
 """
 
@@ -12,7 +12,8 @@ import importlib
 import sys
 
 _WORKLOADS = {"journal": "bench.journal", "tool-loop": "bench.tool_loop", "diff": "bench.diff",
-              "memory": "bench.memory", "ingress": "bench.ingress"}
+              "memory": "bench.memory", "ingress": "bench.ingress",
+              "retention": "bench.retention"}
 
 
 def main(argv: list[str]) -> int:

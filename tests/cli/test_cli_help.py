@@ -14,7 +14,7 @@ GROUPS = {
     "sessions": ["list", "posture"],
     "approvals": ["list", "approve", "deny"],
     "runs": ["tail", "abort"],
-    "journal": ["verify", "export", "checkpoint"],
+    "journal": ["verify", "export", "checkpoint", "prune"],
 }
 
 
@@ -37,4 +37,4 @@ def test_a_group_lists_its_subcommands(group: str, flag: tuple[str, ...]) -> Non
 
 def test_an_unknown_journal_subcommand_is_a_usage_error() -> None:
     run = _palyra("journal", "bogus")
-    assert run.returncode == 2 and "one of: verify, export, checkpoint" in run.stderr
+    assert run.returncode == 2 and "one of: verify, export, checkpoint, prune" in run.stderr

@@ -225,6 +225,42 @@ async def test_resume_after_daemon_restart(kind: str, connect: OpenClient,
         assert daemon.stop() == 0, daemon.log()[-3000:]
 
 
+async def test_cursor_into_pruned_data_is_truncated(
+        kind: str, connect: OpenClient, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Retention prunes a finished run's tape (hash tombstones); a cursor into it is answered
+    CURSOR_TRUNCATED, never a silent gap; a run that is not terminal keeps its tape; the
+    journal still verifies and counts the pruned positions."""
+    data_dir = tmp_path_factory.mktemp(f"prune-{kind}") / "data"
+    daemon = DaemonProcess(data_dir, env=daemon_env()).start()
+    try:
+        client = await connect(kind, principal=f"user:prune-{kind}", target=daemon)
+        admin = await connect(kind, principal="admin:ops", target=daemon)
+        done = await client.run_stream({"v": 1, "sessionKey": f"prune-{kind}",
+                                        "input": {"text": TEXT.format(k=1)}})
+        assert done.ended
+        done_id = done.events[0]["runId"]
+        live = await ask_each_time_run(client, f"prune-live-{kind}", k=1)
+        waiting, ended = await next_approval(client, live, -1)
+        assert not ended
+        pruned = await admin.call("JournalService", "PruneJournal", {"olderThanDays": 0})
+        assert int(pruned["records"]) > 0 and int(pruned["prunedThrough"]) > 0
+        with pytest.raises(CallFailed) as info:
+            await client.call(GATEWAY, "ListRunTape", {"runId": done_id, "afterSeq": -1})
+        assert info.value.code == "CURSOR_TRUNCATED"
+        assert "earliest readable cursor" in info.value.message
+        with pytest.raises(CallFailed) as info:
+            await client.stream(GATEWAY, "WatchRun", {"runId": done_id, "afterSeq": 0})
+        assert info.value.code == "CURSOR_TRUNCATED"
+        kept = await client.call(GATEWAY, "ListRunTape", {"runId": live, "afterSeq": -1})
+        assert seqs(kept["events"])[: len(waiting)] == seqs(waiting)
+        verified = await admin.call("JournalService", "VerifyJournal", {})
+        assert verified["ok"] is True
+        assert int(verified["prunedPositions"]) == int(pruned["prunedThrough"])
+        await client.call(GATEWAY, "AbortRun", {"runId": live, "reason": "conformance"})
+    finally:
+        assert daemon.stop() == 0, daemon.log()[-3000:]
+
+
 async def test_sigkill_mid_step_resumes_without_loss_or_duplicates(
         kind: str, connect: OpenClient, tmp_path_factory: pytest.TempPathFactory) -> None:
     """SIGKILL while the loop is between steps (the next model call in flight); after

@@ -98,7 +98,7 @@ async def test_list_paging_skips_invisible_records(harness: Harness) -> None:
     assert seen == [a.approval_id for a in mine]
 
 
-@pytest.mark.parametrize("rpc", ["verify", "export", "checkpoint"])
+@pytest.mark.parametrize("rpc", ["verify", "export", "checkpoint", "prune"])
 async def test_journal_admin_rpcs_need_an_operator(harness: Harness, rpc: str) -> None:
     app = await harness.start()
     await _waiting_approval(app, USER, "j")
@@ -108,6 +108,8 @@ async def test_journal_admin_rpcs_need_an_operator(harness: Harness, rpc: str) -
         elif rpc == "export":
             async for _ in app.export_journal(USER, pb.ExportJournalRequest()):
                 pass
+        elif rpc == "prune":
+            await app.prune_journal(USER, pb.PruneJournalRequest(older_than_days=0))
         else:
             await app.create_checkpoint(USER, pb.CreateCheckpointRequest())
     assert err.value.code is ErrorCode.PERMISSION_DENIED

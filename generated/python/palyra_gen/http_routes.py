@@ -337,6 +337,18 @@ ROUTES: Final[tuple[HttpRoute, ...]] = (
     ),
     HttpRoute(
         service="palyra.v1.JournalService",
+        method="PruneJournal",
+        python_method="prune_journal",
+        http_method="POST",
+        path="/v1/journal:prune",
+        body="*",
+        client_streaming=False,
+        server_streaming=False,
+        request_type="palyra.v1.PruneJournalRequest",
+        response_type="palyra.v1.PruneJournalResponse",
+    ),
+    HttpRoute(
+        service="palyra.v1.JournalService",
         method="VerifyJournal",
         python_method="verify_journal",
         http_method="POST",

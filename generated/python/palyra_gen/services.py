@@ -412,6 +412,12 @@ class JournalServiceApp(Protocol[CtxT]):
         """``palyra.v1.JournalService.CreateCheckpoint``."""
         ...
 
+    async def prune_journal(
+        self, ctx: CtxT, request: v1.PruneJournalRequest
+    ) -> v1.PruneJournalResponse:
+        """``palyra.v1.JournalService.PruneJournal``."""
+        ...
+
 
 class JournalServiceServer(v1.JournalServiceBase, Generic[CtxI]):
     """grpclib servicer of ``palyra.v1.JournalService``: every RPC forwards to the app."""
@@ -438,6 +444,9 @@ class JournalServiceServer(v1.JournalServiceBase, Generic[CtxI]):
         self, message: v1.CreateCheckpointRequest
     ) -> v1.CreateCheckpointResponse:
         return await self._app.create_checkpoint(self._ctx(), message)
+
+    async def prune_journal(self, message: v1.PruneJournalRequest) -> v1.PruneJournalResponse:
+        return await self._app.prune_journal(self._ctx(), message)
 
 
 class LearningServiceApp(Protocol[CtxT]):
@@ -1014,6 +1023,15 @@ RPCS: Final[tuple[RpcInfo, ...]] = (
         False,
     ),
     RpcInfo(
+        "palyra.v1.JournalService",
+        "PruneJournal",
+        "prune_journal",
+        "palyra.v1.PruneJournalRequest",
+        "palyra.v1.PruneJournalResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
         "palyra.v1.LearningService",
         "ListCandidates",
         "list_candidates",
@@ -1202,6 +1220,7 @@ UNARY: Final[dict[str, Callable[[PalyraServicesApp[Any], Any, Any], Awaitable[An
     "verify_journal": lambda app, ctx, request: app.verify_journal(ctx, request),
     "get_journal_head": lambda app, ctx, request: app.get_journal_head(ctx, request),
     "create_checkpoint": lambda app, ctx, request: app.create_checkpoint(ctx, request),
+    "prune_journal": lambda app, ctx, request: app.prune_journal(ctx, request),
     "list_candidates": lambda app, ctx, request: app.list_candidates(ctx, request),
     "accept_candidate": lambda app, ctx, request: app.accept_candidate(ctx, request),
     "reject_candidate": lambda app, ctx, request: app.reject_candidate(ctx, request),

@@ -132,7 +132,7 @@ class RecentConversation:
         tail: deque[StoredEvent] = deque(maxlen=RECENT_EVENTS)
         after = -1
         while True:
-            page = self._store.read_tape(run_id, after, 1000)
+            page = self._store.read_tape_kept(run_id, after, 1000)
             tail.extend(page.events)
             if page.next_after_seq is None:
                 return list(tail)

@@ -1,6 +1,6 @@
 """JournalService and AppendEvent: thin delegation to ``palyra.journal``.
 
-Verify, export and checkpoint are operator-only (``palyra.app._access``); the
+Verify, export, checkpoint and prune are operator-only (``palyra.app._access``); the
 head is open to any authenticated caller.
 """
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,12 +23,14 @@ from palyra.app._export import MAX_CHUNK
 from palyra.app.context import CallContext
 from palyra.core.errors import InvalidArgument, PermissionDenied
 from palyra.core.ids import is_ulid
-from palyra.engine import IdentityRec
-from palyra.journal import EventDraft, export_bundle, verify_store
+from palyra.engine import IdentityRec, live_run_ids
+from palyra.journal import EventDraft, export_bundle, prune_older_than, verify_store
+
+_DAY_MS = 86_400_000
 
 # Kinds the daemon writes itself; a client may not forge them (in any letter case).
 RESERVED_KIND_PREFIXES = ("tape.", "run.", "session.", "approval.", "token.", "task.",
-                          "watchdog.", "learning.")
+                          "watchdog.", "learning.", "journal.")
 # Actors only the daemon itself writes as.
 RESERVED_ACTOR_PREFIX = "system:"
 
@@ -123,7 +126,8 @@ class JournalApi(AppBase):
         identity_of(ctx)
         head = self.store.head()
         return pb.GetJournalHeadResponse(event_count=head.count, head_hash=head.head_hash,
-                                         head_position=head.count)
+                                         head_position=head.count,
+                                         pruned_through=self.store.pruned_through())
 
     async def verify_journal(self, ctx: CallContext,
                              request: pb.VerifyJournalRequest) -> pb.VerifyJournalResponse:
@@ -135,7 +139,7 @@ class JournalApi(AppBase):
             ok=report.ok, event_count=report.events, head_hash=report.head_hash,
             first_bad_position=problem.position if problem is not None else None,
             reason=problem.describe() if problem is not None else "",
-            checkpoints_verified=report.checkpoints)
+            checkpoints_verified=report.checkpoints, pruned_positions=report.pruned)
 
     async def export_journal(
         self, ctx: CallContext, request: pb.ExportJournalRequest
@@ -171,3 +175,28 @@ class JournalApi(AppBase):
         return pb.CreateCheckpointResponse(
             position=made.position, head_hash=made.head_hash, public_key=made.public_key,
             signature=made.signature, ts_unix_ms=made.ts_ms)
+
+    async def prune_journal(self, ctx: CallContext,
+                            request: pb.PruneJournalRequest) -> pb.PruneJournalResponse:
+        """Retention now: prune records older than ``older_than_days`` into hash tombstones.
+
+        Operators only. Runs that are not terminal keep every event; the newest
+        record always stays. Goes through the journal's writer in batches
+        (``JournalConfig.retention_batch_records``).
+
+        Raises:
+            PermissionDenied: the caller is no operator.
+            InvalidArgument: a negative or non-finite age.
+        """
+        require_operator(ctx, "PruneJournal")
+        days = request.older_than_days
+        if not math.isfinite(days) or days < 0:
+            raise InvalidArgument("older_than_days must be a finite number >= 0",
+                                  details={"field": "older_than_days"})
+        result = await prune_older_than(
+            self.store, int(days * _DAY_MS), live_runs=lambda: live_run_ids(self.store),
+            batch_records=self.store.env.config.retention_batch_records)
+        return pb.PruneJournalResponse(
+            first_position=result.first, through_position=result.through if result.records else 0,
+            records=result.records, events=result.events, bytes_freed=result.bytes_freed,
+            head_hash=result.head_hash, pruned_through=result.through)

@@ -415,7 +415,7 @@ class ChannelRouter:
         out: list[str] = []
         after = -1
         while True:
-            page = self._store.read_tape(run_id, after, 1000)
+            page = self._store.read_tape_kept(run_id, after, 1000)
             for event in page.events:
                 member = member_from(event.kind, event.payload)
                 text = getattr(member, "reply_text", "")

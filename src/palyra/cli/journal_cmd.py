@@ -1,8 +1,8 @@
-"""``palyra journal verify|export|checkpoint``.
+"""``palyra journal verify|export|checkpoint|prune``.
 
 ``verify`` and ``export`` open the data dir read-only, so they work while the
 daemon runs; ``checkpoint`` needs the writer, so it asks the running daemon
-first (``palyra.cli._checkpoint``). Each command takes argv-like arguments
+first (``palyra.cli._checkpoint``), and so does ``prune`` (``palyra.cli._prune``). Each command takes argv-like arguments
 (without the ``journal <command>`` prefix) and returns the process exit code:
 0 intact / done, 1 tampered, 2 could not run (bad usage, no journal, data dir
 locked).
@@ -180,7 +180,33 @@ def checkpoint(argv: Sequence[str]) -> int:
     return _checkpoint.run(args.data_dir or default_data_dir())
 
 
-COMMANDS = {"verify": verify, "export": export, "checkpoint": checkpoint}
+def prune(argv: Sequence[str]) -> int:
+    """Retention now: turn records older than ``--older-than`` days into hash tombstones.
+
+    Asks the running daemon (``PruneJournal``) when one owns the data dir, else
+    opens the data dir itself.
+    """
+    parser = _parser(
+        "prune",
+        "Prune the oldest journal records (every event older than --older-than days, none of "
+        "a run that is not terminal, never the newest) into hash tombstones: verification "
+        "still passes, cursors into them get CURSOR_TRUNCATED. Through the running daemon, "
+        "or on the data dir when none runs.",
+    )
+    parser.add_argument("--older-than", type=float, required=True, metavar="DAYS",
+                        help="prune records whose events are all older than this (days, >= 0)")
+    args = _parse(parser, argv)
+    if isinstance(args, int):
+        return args
+    if not args.older_than >= 0 or args.older_than == float("inf"):
+        print("ERROR --older-than must be a finite number of days >= 0", file=sys.stderr)
+        return EXIT_ERROR
+    from palyra.cli import _prune  # grpc client: loaded only for this command
+
+    return _prune.run(args.data_dir or default_data_dir(), args.older_than)
+
+
+COMMANDS = {"verify": verify, "export": export, "checkpoint": checkpoint, "prune": prune}
 
 
 def main(argv: Sequence[str]) -> int:

@@ -2,7 +2,7 @@
 
 ``serve`` runs the daemon; ``chat``, ``runs``, ``sessions`` and ``approvals``
 talk gRPC to a running daemon; ``journal`` works on a data dir directly
-(``journal checkpoint`` asks the running daemon first).
+(``journal checkpoint`` and ``journal prune`` ask the running daemon first).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ _JOURNAL_COMMANDS = {
     "verify": "check a data dir or a bundle: hash chain and signatures",
     "export": "write the journal, or one session, as a bundle to verify offline",
     "checkpoint": "sign the chain head now (via the running daemon if any)",
+    "prune": "retention now: old records become hash tombstones (via the daemon if any)",
 }
 
 
@@ -64,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     _sessions.add_parser(commands)
     _approvals.add_parser(commands)
     _tokens.add_parser(commands)
-    journal = commands.add_parser("journal", help="verify | export | checkpoint the journal",
+    journal = commands.add_parser("journal", help="verify | export | checkpoint | prune the journal",
                                   add_help=False)
     journal.add_argument("journal_args", nargs=argparse.REMAINDER)
     for name, choice in commands.choices.items():

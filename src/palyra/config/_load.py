@@ -162,6 +162,12 @@ def validate(config: PalyraConfig) -> PalyraConfig:
             raise config_error(name, "must be positive")
     if config.http.sse_error_grace_s < 0 or config.http.sse_keepalive_s <= 0:
         raise config_error("http.sse_keepalive_s", "must be positive")
+    journal = config.journal
+    if journal.retention_max_age_days < 0:
+        raise config_error("journal.retention_max_age_days", "must not be negative (0 = off)")
+    if journal.retention_interval_s <= 0 or journal.retention_batch_records <= 0:
+        raise config_error("journal.retention_interval_s", "retention_interval_s and "
+                           "retention_batch_records must be positive")
     if config.daemon.shutdown_grace_s < 0:
         raise config_error("daemon.shutdown_grace_s", "must not be negative")
     for entry in config.auth.connector_tokens:

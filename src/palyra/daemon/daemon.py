@@ -28,7 +28,14 @@ from palyra.daemon.listen import bind_listener, bound_port
 from palyra.daemon.logs import configure_logging
 from palyra.daemon.tokens import ADMIN_TOKEN_FILE, load_or_create_admin_token
 from palyra.daemon.wiring import VERSION, open_application
-from palyra.journal import checkpoint_every
+from palyra.engine import live_run_ids
+from palyra.journal import (
+    JournalConfig,
+    JournalStore,
+    PruneResult,
+    checkpoint_every,
+    retention_every,
+)
 from palyra.transport.auth import Authenticator
 from palyra.transport.grpc import GrpcGateway
 from palyra.transport.http import HttpGateway, IngressHandler, create_http_app
@@ -86,6 +93,7 @@ async def run_daemon(
             signer = (tg.create_task(checkpoint_every(app.store, config.daemon.checkpoint_interval_s),
                                      name="checkpoints")
                       if config.daemon.checkpoint_interval_s > 0 else None)
+            retention = _start_retention(tg, app.store, config.journal)
             tg.create_task(http_gateway.serve(http_sock), name="http")
             write_daemon_info(config.data_dir, info)
             stack.callback(remove_daemon_info, config.data_dir, pid)
@@ -95,13 +103,33 @@ async def run_daemon(
                       data_dir=info.data_dir)
             await stop.wait()
             _log.info("daemon_draining")
-            if signer is not None:  # the TaskGroup would otherwise wait on it forever
-                signer.cancel()
+            for task in (signer, retention):  # the TaskGroup would otherwise wait on them
+                if task is not None:
+                    task.cancel()
             http_gateway.close()
             await _bounded(grpc_gateway.close(), config.daemon.shutdown_grace_s)
         # Leaving the exit stack parks the engine's runs and closes the journal.
     _log.info("daemon_stopped")
     return 0
+
+
+def _start_retention(tg: asyncio.TaskGroup, store: JournalStore,
+                     config: JournalConfig) -> asyncio.Task[None] | None:
+    """Prune old records every ``retention_interval_s`` when ``retention_max_age_days`` is set."""
+    if config.retention_max_age_days <= 0:
+        return None
+
+    def logged(result: PruneResult) -> None:
+        _log.info("journal_pruned", first=result.first, through=result.through,
+                  records=result.records, events=result.events,
+                  bytes_freed=result.bytes_freed, claim_position=result.position)
+
+    return tg.create_task(retention_every(
+        store, int(config.retention_max_age_days * 86_400_000), config.retention_interval_s,
+        live_runs=lambda: live_run_ids(store), batch_records=config.retention_batch_records,
+        on_pruned=logged,
+        on_error=lambda exc: _log.warning("journal_prune_failed", code=exc.code.value,
+                                          error=exc.message)), name="retention")
 
 
 def _ingress_routes(app: PalyraApp) -> dict[str, IngressHandler]:

@@ -49,7 +49,7 @@ from palyra.engine.model.records import (
 from palyra.engine.model.tape import field_of as tape_field_of
 from palyra.engine.model.tape import is_terminal_status, member_from
 from palyra.engine.run.approvals import approval_write
-from palyra.engine.run.recovery import RecoveryReport
+from palyra.engine.run.recovery import RecoveryReport, live_run_ids
 from palyra.engine.sessions.locks import KeyedLocks
 from palyra.engine.sessions.selectors import Selectors
 from palyra.engine.sessions.writer import CleanupResult
@@ -92,6 +92,7 @@ __all__ = [
     "decided",
     "is_run_terminal",
     "is_terminal_status",
+    "live_run_ids",
     "may_access",
     "member_from",
     "prompt_proto",

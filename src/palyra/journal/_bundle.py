@@ -16,15 +16,18 @@ from palyra.journal import _env as names
 from palyra.journal._bundle_format import (
     BUNDLE_FORMAT,
     BUNDLE_VERSION,
+    UNPRUNED_VERSION,
     CheckpointLine,
     EventLine,
     HeaderLine,
     Line,
     LinkLine,
+    PrunedLine,
     SealLine,
     TrailerLine,
     encode_line,
 )
+from palyra.journal._reads import pruned_through
 from palyra.journal._record import CheckpointRecord, decode_checkpoint, decode_record
 from palyra.journal._signing import Signer
 from palyra.journal._store import JournalStore
@@ -107,20 +110,21 @@ def _write(
 ) -> BundleSummary:
     env = store.env
     writer = _Writer(handle)
-    writer.emit(
-        HeaderLine(
-            format=BUNDLE_FORMAT,
-            version=BUNDLE_VERSION,
-            scope="full" if session_id is None else "session",
-            session_id=session_id or "",
-            hash="sha256",
-            exported_at_ms=time.time_ns() // 1_000_000,
-        )
-    )
     events = links = 0
     position, head, session_head = 0, GENESIS, GENESIS
     # One read txn: events and checkpoints come from the same snapshot.
     with env.read() as txn:
+        # A bundle without pruned records stays version 3, readable by older verifiers.
+        writer.emit(
+            HeaderLine(
+                format=BUNDLE_FORMAT,
+                version=BUNDLE_VERSION if pruned_through(env, txn) else UNPRUNED_VERSION,
+                scope="full" if session_id is None else "session",
+                session_id=session_id or "",
+                hash="sha256",
+                exported_at_ms=time.time_ns() // 1_000_000,
+            )
+        )
         pending = sorted(
             (decode_checkpoint(v) for _k, v in txn.cursor(db=env.dbs[names.CHECKPOINTS])),
             key=lambda c: (c.position, c.ts_ms),
@@ -133,7 +137,13 @@ def _write(
             # A bundle speaks in events: one line per position, each carrying
             # its record's hashes, whatever the record holds.
             record = decode_record(value)
-            if session_id is None or record.session_id == session_id:
+            if record.pruned and (session_id is None or record.session_id == session_id):
+                writer.emit(PrunedLine(position=record.first, last=record.last,
+                                       session_id=record.session_id,
+                                       prev_hash=record.prev_hash.hex(), hash=record.hash.hex(),
+                                       global_hash=record.global_hash.hex()))
+                session_head = record.hash
+            elif session_id is None or record.session_id == session_id:
                 for event in record.events():
                     writer.emit(_event_line(event))
                 events += record.last - record.first + 1

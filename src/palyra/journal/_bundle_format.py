@@ -16,14 +16,17 @@ import msgspec
 from palyra.core.event_header import EventHeader
 
 BUNDLE_FORMAT = "palyra.journal.bundle"
-BUNDLE_VERSION = 3
-"""Written version: sealed (v2), and a record's event (or link) lines share its hashes.
+BUNDLE_VERSION = 4
+"""Written version: sealed (v2), a record's event (or link) lines share its hashes (v3),
+and a record that retention pruned is one ``pruned`` line (v4).
 
 Version 2 bundles hold format 1 records only, one per line; version 1 bundles also
 carry no seal. Both still verify; see ``_bundle_records``.
 """
+UNPRUNED_VERSION = 3
+"""Written when the journal holds no pruned record, so older verifiers still read it."""
 #: Versions a verifier reads: v1 bundles carry no seal (they verify unsigned only).
-READABLE_VERSIONS = frozenset({1, 2, 3})
+READABLE_VERSIONS = frozenset({1, 2, 3, 4})
 
 
 class _Line(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, frozen=True):
@@ -59,6 +62,20 @@ class LinkLine(_Line, tag="link", frozen=True):
     """Another session's position in a session bundle: its event hash and link hash only."""
 
     position: int
+    hash: str
+    global_hash: str
+
+
+class PrunedLine(_Line, tag="pruned", frozen=True):
+    """A record retention pruned (positions ``position..last``): what its tombstone keeps.
+
+    Its events are gone; ``prev_hash``, ``hash`` and ``global_hash`` still chain.
+    """
+
+    position: int
+    last: int
+    session_id: str
+    prev_hash: str
     hash: str
     global_hash: str
 
@@ -102,7 +119,7 @@ class TrailerLine(_Line, tag="trailer", frozen=True):
     sha256: str
 
 
-Line = HeaderLine | EventLine | LinkLine | CheckpointLine | SealLine | TrailerLine
+Line = HeaderLine | EventLine | LinkLine | PrunedLine | CheckpointLine | SealLine | TrailerLine
 
 _ENCODER = msgspec.json.Encoder(order="sorted")
 _DECODER: msgspec.json.Decoder[Line] = msgspec.json.Decoder(Line)

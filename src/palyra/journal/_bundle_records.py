@@ -19,6 +19,7 @@ from palyra.core.errors import InvalidArgument
 from palyra.core.event_header import header_values
 from palyra.journal._bundle_format import EventLine, LinkLine, parse_hash
 from palyra.journal._chainwalk import ChainVerifier, Tampered
+from palyra.journal._prune import PRUNED_KIND, RETENTION_SESSION
 from palyra.journal._record import RECORD_VERSION, EventRecord
 
 
@@ -128,3 +129,7 @@ class LineGroups:
             verifier.event(legacy_record(head_line))  # a format 1 event, or a tampered one
             return
         verifier.record(first, last, session_id, prev, digest, claimed, global_hash)
+        if session_id == RETENTION_SESSION:
+            for line in lines:
+                if line.kind == PRUNED_KIND:
+                    verifier.claimed(line.position, line.payload)

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
+from typing import Any
+
+import msgspec
 
 from palyra.core.chain import GENESIS, LINK_TAG, checkpoint_message, event_hash, link_hash
+from palyra.journal._prune import PRUNED_KIND, RETENTION_SESSION
 from palyra.journal._record import (
     FIRST_AT,
     FRONT,
@@ -22,8 +26,11 @@ from palyra.journal._record import (
     PREV_AT,
     RECORD_FORMAT,
     SESSION_AT,
+    TOMBSTONE_FORMAT,
     EventRecord,
+    RecordEvent,
     decode_event,
+    decode_tombstone,
     is_format2,
     key_u64,
 )
@@ -35,6 +42,8 @@ _U64_PACK = struct.Struct(">Q").pack
 _JOIN = b"".join
 _EMPTY = hashlib.sha256()
 _LINK = hashlib.sha256(LINK_TAG)  # copying a started hash is cheaper than starting one
+_RETENTION = RETENTION_SESSION.encode("utf-8")
+_ROWS = msgspec.msgpack.Decoder(list[RecordEvent])
 
 
 class Tampered(Exception):
@@ -73,6 +82,13 @@ class ChainVerifier:
         self._heads: dict[bytes, bytes] = {}
         # How far a valid signature reaches: by a trusted key when keys are given.
         self.signed_through = 0
+        # Retention: positions seen as tombstones (always a prefix), the global
+        # hash after the last one, and the latest journal.pruned claim seen
+        # (its position, the range end it states and the hash it states there).
+        self.pruned = 0
+        self.pruned_through = 0
+        self.pruned_head = GENESIS
+        self.claim: tuple[int, int, str] | None = None
 
     @property
     def session_heads(self) -> dict[str, bytes]:
@@ -96,6 +112,17 @@ class ChainVerifier:
         Raises:
             Tampered: the record does not check out.
         """
+        if value[:1] == bytes((TOMBSTONE_FORMAT,)):
+            try:
+                tomb = decode_tombstone(value)
+            except ValueError as exc:
+                raise Tampered(self.position + 1, f"undecodable record ({exc})") from exc
+            if key != _U64_PACK(tomb.last):
+                raise Tampered(tomb.first, f"record under key {key_u64(key)} claims positions "
+                                           f"{tomb.first}..{tomb.last}")
+            self.tombstone(tomb.first, tomb.last, tomb.session_id, tomb.prev_hash, tomb.hash,
+                           tomb.global_hash)
+            return tomb.last
         if not is_format2(value):
             try:
                 legacy = decode_event(value)
@@ -137,6 +164,14 @@ class ChainVerifier:
         self.position = last
         heads[session] = digest
         self.events += count
+        if session == _RETENTION:
+            try:
+                rows = _ROWS.decode(value[end:])
+            except msgspec.DecodeError as exc:
+                raise Tampered(first, f"undecodable record ({exc})") from exc
+            for offset, row in enumerate(rows):
+                if row.kind == PRUNED_KIND:
+                    self.claimed(first + offset, row.payload)
         return last
 
     def stored_run(
@@ -178,8 +213,10 @@ class ChainVerifier:
                         hasher.update(value[HASHED_AT:])
                         digest = hasher.digest()
                         session = value[SESSION_AT:end]
-                        if value.startswith(digest, HASH_AT) and value.startswith(
-                            heads.get(session, GENESIS), PREV_AT
+                        if (
+                            value.startswith(digest, HASH_AT)
+                            and value.startswith(heads.get(session, GENESIS), PREV_AT)
+                            and session != _RETENTION  # journal.pruned claims: decoded
                         ):
                             hasher = _LINK.copy()
                             hasher.update(head + key + digest)
@@ -218,6 +255,51 @@ class ChainVerifier:
         self._link(last, digest, global_hash, first)
         self._heads[session] = digest
         self.events += last - first + 1
+
+    def tombstone(
+        self, first: int, last: int, session_id: str, prev: bytes, digest: bytes,
+        global_hash: bytes,
+    ) -> None:  # fmt: skip
+        """Check a pruned record: its content is gone, its place in both chains is not.
+
+        Retention prunes only a prefix of the log, so a tombstone after an
+        unpruned event is tampering (a record hidden by rewriting it as one).
+        """
+        self._advance(first)
+        if self.events:
+            raise Tampered(first, "pruned record after unpruned events (retention prunes only "
+                                  "a prefix of the log: a record was hidden as a tombstone)")
+        session = session_id.encode("utf-8")
+        self._session_step(first, session, prev)
+        self._link(last, digest, global_hash, first)
+        self._heads[session] = digest
+        self.pruned += last - first + 1
+        self.pruned_through, self.pruned_head = last, global_hash
+
+    def claimed(self, position: int, payload: Mapping[str, Any]) -> None:
+        """Note a ``journal.pruned`` event at ``position`` (checked by :meth:`finish`)."""
+        through, head = payload.get("through"), payload.get("head_hash")
+        if not isinstance(through, int) or not isinstance(head, str):
+            raise Tampered(position, "malformed journal.pruned event")
+        self.claim = (position, through, head)
+
+    def finish(self) -> None:
+        """After the whole log: the latest ``journal.pruned`` claim must match the tombstones.
+
+        Only for a full walk (a session bundle holds no one else's claims).
+        """
+        if self.session_id is not None:
+            return
+        if self.claim is None:
+            if self.pruned:
+                raise Tampered(1, f"positions 1..{self.pruned_through} are pruned but no "
+                                  "journal.pruned event records it")
+            return
+        position, through, head = self.claim
+        if (through, head) != (self.pruned_through, self.pruned_head.hex()):
+            raise Tampered(position, f"journal.pruned says positions up to {through} were "
+                                     f"pruned, the log has tombstones up to "
+                                     f"{self.pruned_through}")
 
     def _session_step(self, first: int, session: bytes, prev: bytes) -> None:
         session_id = session.decode("utf-8", "replace")

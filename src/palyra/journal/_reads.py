@@ -15,16 +15,13 @@ from palyra.core.errors import ErrorCode, InvalidArgument, PalyraError
 from palyra.journal import _env as names
 from palyra.journal._env import JournalEnv
 from palyra.journal._record import (
-    GLOBAL_AT,
-    HASH_AT,
-    HASHED_AT,
+    TOMBSTONE_FORMAT,
     CheckpointRecord,
     Record,
     decode_checkpoint,
-    decode_event,
     decode_record,
-    is_format2,
     key_u64,
+    record_hashes,
     scoped_key,
     scoped_prefix,
     u64_key,
@@ -45,11 +42,45 @@ def load_head(env: JournalEnv, txn: Any) -> tuple[int, bytes]:
     cursor = txn.cursor(db=env.dbs[names.EVENTS])
     if not cursor.last():
         return 0, GENESIS
-    value = cursor.value()
-    if is_format2(value):
-        return key_u64(cursor.key()), value[GLOBAL_AT:HASHED_AT]
-    record = decode_event(value)
-    return record.position, record.global_hash
+    return key_u64(cursor.key()), record_hashes(cursor.value())[1]
+
+
+def pruned_through(env: JournalEnv, txn: Any) -> int:
+    """The last position retention pruned (0 when nothing is).
+
+    Tombstones are always a prefix of the log (``_prune``), so "the record
+    holding position p is a tombstone" is monotone in p: a binary search over
+    positions finds the boundary in O(log n) lookups.
+    """
+    cursor = txn.cursor(db=env.dbs[names.EVENTS])
+    if not cursor.first() or cursor.value()[0] != TOMBSTONE_FORMAT:
+        return 0
+    low = key_u64(cursor.key())  # the last position of a tombstone
+    if not cursor.last():
+        return 0
+    high = key_u64(cursor.key())
+    if cursor.value()[0] == TOMBSTONE_FORMAT:
+        return high
+    # Invariant: ``low`` is the last position of a tombstone, the record holding
+    # ``high`` is not one; positions between them are what is left to decide.
+    while high - low > 1:
+        mid = (low + high) // 2
+        cursor.set_range(u64_key(mid))
+        if cursor.value()[0] == TOMBSTONE_FORMAT:
+            low = key_u64(cursor.key())
+        else:
+            high = mid
+    return low
+
+
+def truncated(what: str, cursor: int, earliest: int, **details: str) -> PalyraError:
+    """``CURSOR_TRUNCATED``: the data after ``cursor`` was removed by retention."""
+    return PalyraError(
+        f"{what} cursor {cursor} points into data that retention pruned; the earliest "
+        f"readable cursor is {earliest}",
+        code=ErrorCode.CURSOR_TRUNCATED,
+        details={"cursor": str(cursor), "earliest_cursor": str(earliest), **details},
+    )
 
 
 def last_scoped_number(txn: Any, db: Any, scope: str) -> int:
@@ -76,9 +107,7 @@ def record_hash_at(txn: Any, env: JournalEnv, last: int) -> bytes:
     raw = txn.get(u64_key(last), db=env.dbs[names.EVENTS])
     if raw is None:
         raise PalyraError(f"an index points at missing record {last}")
-    if is_format2(raw):
-        return bytes(raw[HASH_AT:GLOBAL_AT])
-    return decode_event(raw).hash
+    return record_hashes(raw)[0]
 
 
 def record_holding(env: JournalEnv, txn: Any, key: bytes) -> Record:
@@ -94,7 +123,11 @@ def record_holding(env: JournalEnv, txn: Any, key: bytes) -> Record:
 
 
 def read_range(env: JournalEnv, after_position: int, limit: int) -> list[StoredEvent]:
-    """Events with position > ``after_position``, oldest first."""
+    """Events with position > ``after_position``, oldest first.
+
+    Raises:
+        PalyraError: ``CURSOR_TRUNCATED`` when the next position was pruned.
+    """
     limit = clamp_limit(limit)
     out: list[StoredEvent] = []
     if after_position >= _MAX_I64:
@@ -106,6 +139,8 @@ def read_range(env: JournalEnv, after_position: int, limit: int) -> list[StoredE
             return out
         for _key, value in cursor:
             record = decode_record(value)
+            if record.pruned:
+                raise truncated("position", after, pruned_through(env, txn))
             events = record.events()
             if record.first <= after:
                 events = events[after - record.first + 1 :]
@@ -118,7 +153,11 @@ def read_range(env: JournalEnv, after_position: int, limit: int) -> list[StoredE
 def read_session(
     env: JournalEnv, session_id: str, after_position: int, limit: int
 ) -> list[StoredEvent]:
-    """Events of one session with position > ``after_position``, oldest first."""
+    """Events of one session with position > ``after_position``, oldest first.
+
+    Raises:
+        PalyraError: ``CURSOR_TRUNCATED`` when the session's next event was pruned.
+    """
     limit = clamp_limit(limit)
     prefix = scoped_prefix(session_id)
     out: list[StoredEvent] = []
@@ -133,6 +172,9 @@ def read_session(
             if len(key) != len(prefix) + 8 or not key.startswith(prefix):
                 break
             record = record_holding(env, txn, key[-8:])
+            if record.pruned:
+                raise truncated("position", after, pruned_through(env, txn),
+                                session_id=session_id)
             events = [e for e in record.events() if e.position > after]
             out.extend(events[: limit - len(out)])
             if len(out) >= limit:
@@ -145,7 +187,8 @@ def read_tape(env: JournalEnv, run_id: str, after_seq: int, limit: int, max_byte
 
     Raises:
         PalyraError: ``RESOURCE_EXHAUSTED`` when the first event alone is
-            larger than ``max_bytes``.
+            larger than ``max_bytes``; ``CURSOR_TRUNCATED`` when the tape's
+            next event was pruned (the message names the earliest readable seq).
     """
     limit = clamp_limit(limit)
     prefix = scoped_prefix(run_id)
@@ -163,6 +206,9 @@ def read_tape(env: JournalEnv, run_id: str, after_seq: int, limit: int, max_byte
             if len(key) != len(prefix) + 8 or not key.startswith(prefix):
                 break
             record = record_holding(env, txn, value)
+            if record.pruned:
+                raise truncated("tape", after, _tape_pruned_through(env, txn, run_id, key),
+                                run_id=run_id)
             for event, size in record.sized_events():
                 if event.run_id != run_id or event.tape_seq <= after:
                     continue
@@ -184,6 +230,27 @@ def read_tape(env: JournalEnv, run_id: str, after_seq: int, limit: int, max_byte
             if more:
                 break
     return TapePage(events, events[-1].tape_seq if more and events else None)
+
+
+def _tape_pruned_through(env: JournalEnv, txn: Any, run_id: str, key: bytes) -> int:
+    """The highest pruned tape seq of ``run_id``, from its index key ``key`` on.
+
+    Tape index keys of pruned records are kept (they say which seqs a
+    tombstone held), so this walks them until the first unpruned record.
+    """
+    prefix = scoped_prefix(run_id)
+    cursor = txn.cursor(db=env.dbs[names.TAPE])
+    seq = key_u64(key)
+    if not cursor.set_key(key):
+        return seq
+    for index_key, last in cursor:
+        if len(index_key) != len(prefix) + 8 or not index_key.startswith(prefix):
+            break
+        if record_holding(env, txn, last).pruned:
+            seq = key_u64(index_key)
+        else:
+            break
+    return seq
 
 
 def last_tape_seq(env: JournalEnv, run_id: str) -> int:

@@ -16,6 +16,15 @@ msgspec in one pass.
 Format 1 (journals written before): one event per record, a MessagePack map
 (first byte ``0xde``) of :class:`EventRecord`, hashed with ``event_hash``.
 Both are read and verified side by side.
+
+Tombstones (format 3, written by retention): a pruned record of either format,
+rewritten in place under the same key, keeping only what the chains need::
+
+    0x03 || record_hash(32) || global_hash(32) || prev_hash(32) || u64 first
+         || u32 count || u8 source format || i64 pruned_at_ms || text(session_id)
+
+Its events are gone; its hashes still link the session chain and the global
+chain, so verification walks through it (``_chainwalk``).
 """
 
 from __future__ import annotations
@@ -37,6 +46,9 @@ RECORD_VERSION = 1
 RECORD_FORMAT = 2
 """First byte of a format 2 record."""
 
+TOMBSTONE_FORMAT = 3
+"""First byte of a tombstone (a record whose events retention pruned)."""
+
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
@@ -49,6 +61,12 @@ PREV_AT = HASHED_AT + len(RECORD_TAG)
 FIRST_AT = PREV_AT + 32
 SESSION_AT = FIRST_AT + 8 + 4 + 4  # u64 first, u32 count, u32 session length
 FRONT = struct.Struct(">QII")  # first, count, len(session_id) at FIRST_AT
+
+# A tombstone: hashes at the same offsets as format 2, then a fixed front.
+TOMB_PREV_AT = HASHED_AT
+TOMB_FRONT = struct.Struct(">QIBqI")  # first, count, source format, pruned_at_ms, len(session)
+TOMB_FRONT_AT = TOMB_PREV_AT + 32
+TOMB_SESSION_AT = TOMB_FRONT_AT + TOMB_FRONT.size
 
 
 class EventRecord(EventHeader, frozen=True):
@@ -129,6 +147,68 @@ def is_format2(value: bytes) -> bool:
     return len(value) > SESSION_AT and value[0] == RECORD_FORMAT
 
 
+def is_tombstone(value: bytes) -> bool:
+    """True when ``value`` is a tombstone (format 3)."""
+    return len(value) >= TOMB_SESSION_AT and value[0] == TOMBSTONE_FORMAT
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """The decoded front of a tombstone: what the chains need of a pruned record."""
+
+    first: int
+    last: int
+    session_id: str
+    prev_hash: bytes
+    hash: bytes
+    global_hash: bytes
+    source_format: int
+    pruned_at_ms: int
+
+
+def encode_tombstone(record: Record, pruned_at_ms: int) -> bytes:
+    """The tombstone that replaces ``record`` (its events dropped, its hashes kept)."""
+    session = record.session_id.encode("utf-8")
+    source = 2 if isinstance(record.body, bytes) else 1
+    return b"".join((
+        bytes((TOMBSTONE_FORMAT,)), record.hash, record.global_hash, record.prev_hash,
+        TOMB_FRONT.pack(record.first, record.last - record.first + 1, source, pruned_at_ms,
+                        len(session)),
+        session,
+    ))
+
+
+def decode_tombstone(value: bytes) -> Tombstone:
+    """Decode a tombstone.
+
+    Raises:
+        ValueError: the bytes are not a well-formed tombstone.
+    """
+    if not is_tombstone(value):
+        raise ValueError("not a tombstone")
+    first, count, source, pruned_at_ms, session_len = TOMB_FRONT.unpack_from(value, TOMB_FRONT_AT)
+    if count < 1 or TOMB_SESSION_AT + session_len != len(value):
+        raise ValueError("malformed tombstone")
+    return Tombstone(
+        first,
+        first + count - 1,
+        value[TOMB_SESSION_AT:].decode("utf-8"),
+        value[TOMB_PREV_AT : TOMB_PREV_AT + 32],
+        value[HASH_AT:GLOBAL_AT],
+        value[GLOBAL_AT:HASHED_AT],
+        source,
+        pruned_at_ms,
+    )
+
+
+def record_hashes(value: bytes) -> tuple[bytes, bytes]:
+    """``(record_hash, global_hash)`` of a stored record of any format."""
+    if value[0] in (RECORD_FORMAT, TOMBSTONE_FORMAT):
+        return bytes(value[HASH_AT:GLOBAL_AT]), bytes(value[GLOBAL_AT:HASHED_AT])
+    legacy = decode_event(value)
+    return legacy.hash, legacy.global_hash
+
+
 @dataclass(frozen=True, slots=True)
 class Record:
     """A decoded record front of either format; its events are decoded on demand."""
@@ -141,9 +221,15 @@ class Record:
     global_hash: bytes
     body: bytes | EventRecord  # format 2: the body bytes; format 1: the whole record
     size: int  # stored bytes of the record
+    pruned: bool = False  # a tombstone: no events left (``body`` is empty)
 
     def events(self) -> list[StoredEvent]:
-        """The record's events, in position order, as the public API shows them."""
+        """The record's events, in position order, as the public API shows them.
+
+        A tombstone has none (callers check :attr:`pruned` first).
+        """
+        if self.pruned:
+            return []
         if isinstance(self.body, EventRecord):
             return [legacy_stored(self.body)]
         hashes = self.hash.hex(), self.prev_hash.hex(), self.global_hash.hex()
@@ -155,6 +241,8 @@ class Record:
 
     def sized_events(self) -> list[tuple[StoredEvent, int]]:
         """:meth:`events` with each event's stored size in bytes (what page caps count)."""
+        if self.pruned:
+            return []
         if isinstance(self.body, EventRecord):
             return [(legacy_stored(self.body), self.size)]
         hashes = self.hash.hex(), self.prev_hash.hex(), self.global_hash.hex()
@@ -194,8 +282,12 @@ def decode_record(value: bytes) -> Record:
 
     Raises:
         msgspec.DecodeError: the bytes are neither format.
-        ValueError: a format 2 front is inconsistent.
+        ValueError: a format 2 front or a tombstone is inconsistent.
     """
+    if value[:1] == bytes((TOMBSTONE_FORMAT,)):
+        tomb = decode_tombstone(value)
+        return Record(tomb.first, tomb.last, tomb.session_id, tomb.prev_hash, tomb.hash,
+                      tomb.global_hash, b"", len(value), pruned=True)
     if not is_format2(value):
         legacy = decode_event(value)
         return Record(

@@ -14,6 +14,7 @@ from palyra.journal._entity_cache import EntityCache
 from palyra.journal._env import JournalEnv
 from palyra.journal._follow import FollowHub, follow_batches, follow_events
 from palyra.journal._prepare import prepare
+from palyra.journal._prune import PruneOrder, PruneResult
 from palyra.journal._signing import Signer
 from palyra.journal._types import (
     DEFAULT_MAX_TAPE_BYTES,
@@ -76,6 +77,11 @@ class JournalStore:
         return self._env.data_dir
 
     @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    @property
     def env(self) -> JournalEnv:
         """The underlying environment (verification and export read through it)."""
         return self._env
@@ -114,6 +120,23 @@ class JournalStore:
         future: asyncio.Future[Checkpoint] = loop.create_future()
         writer.submit(Request(loop, future, signer=self._signer))
         return await future
+
+    async def prune_batch(self, order: PruneOrder) -> PruneResult:
+        """Turn at most ``order.max_records`` of the oldest prunable records into tombstones.
+
+        One durable commit through the writer, with a ``journal.pruned`` event
+        (see ``_prune``); ``palyra.journal.prune_older_than`` loops over this.
+        """
+        writer = self._writer_or_raise()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[PruneResult] = loop.create_future()
+        writer.submit(Request(loop, future, prune=order))
+        return await future
+
+    def pruned_through(self) -> int:
+        """The last position retention pruned (0 when none): cursors below it are truncated."""
+        with self._env.read() as txn:
+            return _reads.pruned_through(self._env, txn)
 
     def checkpoints(self) -> list[Checkpoint]:
         """Stored checkpoints, oldest position first."""
@@ -169,6 +192,20 @@ class JournalStore:
             PalyraError: ``RESOURCE_EXHAUSTED`` when one event exceeds ``max_bytes``.
         """
         return _reads.read_tape(self._env, run_id, after_seq, limit, max_bytes)
+
+    def read_tape_kept(self, run_id: str, after_seq: int = -1, limit: int = 100) -> TapePage:
+        """:meth:`read_tape`, but a cursor into pruned data reads on from the earliest kept seq.
+
+        For the daemon's own readers that want whatever is left of an old tape
+        (the previous run's conversation, a run's replies); client cursors use
+        :meth:`read_tape` and get ``CURSOR_TRUNCATED``.
+        """
+        try:
+            return self.read_tape(run_id, after_seq, limit)
+        except PalyraError as exc:
+            if exc.code is not ErrorCode.CURSOR_TRUNCATED:
+                raise
+            return self.read_tape(run_id, int(exc.details["earliest_cursor"]), limit)
 
     def head(self) -> JournalHead:
         """Event count and global head hash."""

@@ -39,6 +39,11 @@ class JournalConfig:
             memory for its consumer; past it (or ``follow_buffer_bytes``) the
             follower drops them and reads the store by cursor instead.
         follow_buffer_bytes: the same bound in stored bytes.
+        retention_max_age_days: the daemon prunes records whose events are all
+            older than this many days (hash tombstones stay, see
+            ``docs/journal.md``); 0, the default, never drops anything.
+        retention_interval_s: how often the daemon runs retention.
+        retention_batch_records: most records one retention commit prunes.
     """
 
     sync: bool = True
@@ -49,6 +54,9 @@ class JournalConfig:
     readonly: bool = False
     follow_buffer_events: int = 512
     follow_buffer_bytes: int = 2 * 1024 * 1024
+    retention_max_age_days: float = 0.0
+    retention_interval_s: float = 3600.0
+    retention_batch_records: int = 512
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from palyra.journal._bundle_format import (
     EventLine,
     HeaderLine,
     LinkLine,
+    PrunedLine,
     SealLine,
     TrailerLine,
     decode_line,
@@ -43,7 +44,8 @@ class VerifyReport:
     ``signed_through`` is how far their signatures reach (a full verify fails
     unless they cover the head) and ``sealed`` whether a bundle carries a valid
     exporter's seal. Without keys only the chain's integrity is checked: anyone
-    can recompute unkeyed hashes, so the summary says so.
+    can recompute unkeyed hashes, so the summary says so. ``pruned``: positions
+    retention turned into tombstones (their links verify, their content is gone).
     """
 
     events: int
@@ -55,6 +57,7 @@ class VerifyReport:
     signed_through: int = 0
     sealed: bool = False
     keyed: bool = False
+    pruned: int = 0
 
     @property
     def ok(self) -> bool:
@@ -66,6 +69,7 @@ class VerifyReport:
         if self.problem is not None:
             return self.problem.describe()
         links = f" links={self.links}" if self.links else ""
+        links += f" pruned={self.pruned}" if self.pruned else ""
         base = (f"OK events={self.events}{links} checkpoints={self.checkpoints} "
                 f"head_position={self.head_position} head={self.head_hash}")
         if not self.keyed:
@@ -88,6 +92,7 @@ def _report(verifier: ChainVerifier, problem: Tampered | None,
         verifier.position if sealed else verifier.signed_through,
         sealed,
         bool(verifier.trusted_keys),
+        verifier.pruned,
     )
 
 
@@ -118,6 +123,7 @@ def verify_store(
     verifier = ChainVerifier(trusted_keys=trusted_keys)
     try:
         _walk_env(store.env, verifier, progress)
+        verifier.finish()
         _require_coverage(verifier, "the journal (sign the head with `palyra journal "
                                     "checkpoint`)")
     except Tampered as problem:
@@ -180,6 +186,7 @@ def verify_bundle(
     try:
         with open(path, "rb") as handle:
             sealed = _walk_bundle(handle, verifier, progress)
+        verifier.finish()
         if verifier.trusted_keys and not sealed:
             # Checkpoints alone cannot prove the bundle was not cut short (a
             # prefix ending at a checkpoint verifies) or, for a session bundle,
@@ -225,6 +232,12 @@ def _walk_bundle(
             raise Tampered(verifier.position + 1, f"line {number}: entries after the seal")
         elif isinstance(line, EventLine | LinkLine):
             groups.add(line)
+        elif isinstance(line, PrunedLine):
+            groups.flush()
+            if header.version < 4:
+                raise Tampered(line.position, f"line {number}: a pruned record in a version "
+                                              f"{header.version} bundle")
+            _bundle_tombstone(line, verifier)
         elif isinstance(line, CheckpointLine):
             groups.flush()
             _bundle_checkpoint(line, verifier)
@@ -285,6 +298,14 @@ def _check_header(line: HeaderLine, verifier: ChainVerifier) -> HeaderLine:
     elif line.scope != "full" or line.session_id:
         raise Tampered(None, f"unknown bundle scope {line.scope!r}")
     return line
+
+
+def _bundle_tombstone(line: PrunedLine, verifier: ChainVerifier) -> None:
+    first = line.position
+    if line.last < first:
+        raise Tampered(first, f"pruned record claims positions {first}..{line.last}")
+    verifier.tombstone(first, line.last, line.session_id, line_hash(line.prev_hash, first),
+                       line_hash(line.hash, first), line_hash(line.global_hash, first))
 
 
 def _bundle_checkpoint(line: CheckpointLine, verifier: ChainVerifier) -> None:

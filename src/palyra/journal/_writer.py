@@ -26,22 +26,31 @@ from typing import Any
 import lmdb
 
 from palyra.core.chain import GENESIS, checkpoint_message, record_body, record_head, record_row
-from palyra.core.errors import AlreadyExists, ErrorCode, PalyraError
+from palyra.core.errors import AlreadyExists, ErrorCode, PalyraError, PalyraInternalError
 from palyra.journal import _env as names
 from palyra.journal._durable import RecordingTxn
 from palyra.journal._env import JournalEnv
-from palyra.journal._prepare import PreparedEvent
-from palyra.journal._reads import last_scoped_number, load_head, record_hash_at
+from palyra.journal._prepare import PreparedEvent, prepare
+from palyra.journal._prune import (
+    PRUNED_ACTOR,
+    PRUNED_KIND,
+    RETENTION_SESSION,
+    PruneOrder,
+    PruneResult,
+    tombstone_prefix,
+)
+from palyra.journal._reads import last_scoped_number, load_head, pruned_through, record_hash_at
 from palyra.journal._record import (
     RECORD_VERSION,
     CheckpointRecord,
     build_record,
     encode_record,
+    record_hashes,
     scoped_key,
     u64_key,
 )
 from palyra.journal._signing import Signer
-from palyra.journal._types import NO_TAPE_SEQ, Checkpoint, StoredEvent
+from palyra.journal._types import NO_TAPE_SEQ, Checkpoint, EventDraft, StoredEvent
 
 MAX_RECORD_EVENTS = 1024
 MAX_RECORD_PAYLOAD_BYTES = 1 << 20
@@ -58,18 +67,25 @@ _MEMORY_LIMIT = 4096
 
 @dataclass(slots=True)
 class Request:
-    """One ``append`` call (``events``) or one checkpoint (``signer``)."""
+    """One ``append`` call (``events``), one checkpoint (``signer``) or one prune batch."""
 
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Any]
     events: list[PreparedEvent] = field(default_factory=list)
     signer: Signer | None = None
+    prune: PruneOrder | None = None
+
+    @property
+    def is_append(self) -> bool:
+        """True for an ``append`` call."""
+        return self.signer is None and self.prune is None
 
 
 @dataclass(slots=True)
 class _BatchState:
     next_position: int
     head: bytes
+    pruned_through: int = 0
     session_heads: dict[str, bytes] = field(default_factory=dict)
     tape_next: dict[str, int] = field(default_factory=dict)
     # What followers get after the commit: each event with its approximate size.
@@ -124,6 +140,7 @@ class Writer:
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         with env.read() as txn:
             count, head = load_head(env, txn)
+            self.pruned_through = pruned_through(env, txn)
         self.next_position = count + 1
         self.head = head
         self._session_heads: dict[str, bytes] = {}
@@ -186,11 +203,12 @@ class Writer:
             self._on_tables(tables)  # before anyone hears of the commit: no stale read after
         self.next_position = state.next_position
         self.head = state.head
+        self.pruned_through = state.pruned_through
         _remember(self._session_heads, state.session_heads)
         _remember(self._tape_next, state.tape_next)
         stats = self.stats
         stats.commits += 1
-        stats.append_calls += sum(1 for r in live if r.signer is None)
+        stats.append_calls += sum(1 for r in live if r.is_append)
         stats.max_batch_calls = max(stats.max_batch_calls, len(batch))
         stats.appended_events += len(state.committed)
         stats.appended_bytes += state.record_bytes
@@ -212,8 +230,8 @@ class Writer:
                 durable.broken = exc
 
     def _apply(self, batch: list[Request]) -> _BatchState:
-        state = _BatchState(self.next_position, self.head)
-        appends = [r for r in batch if r.signer is None]
+        state = _BatchState(self.next_position, self.head, self.pruned_through)
+        appends = [r for r in batch if r.is_append]
         chunks = _layout(appends)
         durable = self._env.durable
         raw = self._env.env.begin(write=True)
@@ -232,6 +250,10 @@ class Writer:
                             txn.delete(write.key.encode(), db=dbs[write.table])
                         else:
                             txn.put(write.key.encode(), write.value, db=dbs[write.table])
+            # Prune batches: tombstones at the tail, their journal.pruned event at the head.
+            for request in batch:
+                if request.prune is not None:
+                    state.results[id(request)] = self._prune(txn, state, request)
             # Checkpoints sign the head after every record of the batch.
             for request in batch:
                 if request.signer is not None:
@@ -337,6 +359,31 @@ class Writer:
         if seq is None:
             seq = last_scoped_number(txn, self._env.dbs[names.TAPE], run_id) + 1
         return seq
+
+    def _prune(self, txn: Any, state: _BatchState, request: Request) -> PruneResult:
+        order = request.prune
+        assert order is not None
+        watermark = state.pruned_through
+        done = tombstone_prefix(self._env, txn, watermark, state.next_position - 1, order)
+        if done is None:
+            raw = txn.get(u64_key(watermark), db=self._env.dbs[names.EVENTS]) if watermark else None
+            at = record_hashes(raw)[1] if raw is not None else GENESIS
+            return PruneResult(0, watermark, 0, 0, 0, at.hex())
+        state.pruned_through = done.last
+        events = done.last - done.first + 1
+        [event] = prepare([EventDraft(
+            kind=PRUNED_KIND, actor=PRUNED_ACTOR, session_id=RETENTION_SESSION,
+            payload={"first": done.first, "through": done.last, "records": done.records,
+                     "events": events, "bytes_freed": done.bytes_freed,
+                     "head_hash": done.global_hash.hex(), "before_ms": order.before_ms})],
+            self._env.config)
+        position = state.next_position
+        if not txn.put(event.event_id.encode(), u64_key(position),
+                       db=self._env.dbs[names.EVENT_IDS], overwrite=False):
+            raise PalyraInternalError(f"fresh event id {event.event_id} is already taken")
+        self._put_record(txn, state, [(request, event)])
+        return PruneResult(done.first, done.last, done.records, events, done.bytes_freed,
+                           done.global_hash.hex(), position)
 
     def _checkpoint(self, txn: Any, state: _BatchState, signer: Signer) -> Checkpoint:
         position = state.next_position - 1

@@ -59,6 +59,13 @@ export declare type VerifyJournalResponse = Message<"palyra.v1.VerifyJournalResp
    * @generated from field: uint32 checkpoints_verified = 6;
    */
   checkpointsVerified: number;
+
+  /**
+   * Positions retention pruned (hash tombstones: linked, content gone).
+   *
+   * @generated from field: uint64 pruned_positions = 7;
+   */
+  prunedPositions: bigint;
 };
 
 /**
@@ -141,6 +148,14 @@ export declare type GetJournalHeadResponse = Message<"palyra.v1.GetJournalHeadRe
    * @generated from field: uint64 head_position = 3;
    */
   headPosition: bigint;
+
+  /**
+   * Positions 1..pruned_through were pruned by retention (0: none); a cursor
+   * below it gets CURSOR_TRUNCATED.
+   *
+   * @generated from field: uint64 pruned_through = 4;
+   */
+  prunedThrough: bigint;
 };
 
 /**
@@ -202,6 +217,78 @@ export declare type CreateCheckpointResponse = Message<"palyra.v1.CreateCheckpoi
 export declare const CreateCheckpointResponseSchema: GenMessage<CreateCheckpointResponse>;
 
 /**
+ * @generated from message palyra.v1.PruneJournalRequest
+ */
+export declare type PruneJournalRequest = Message<"palyra.v1.PruneJournalRequest"> & {
+  /**
+   * Prune records whose events are all older than this many days (>= 0).
+   *
+   * @generated from field: double older_than_days = 1;
+   */
+  olderThanDays: number;
+};
+
+/**
+ * Describes the message palyra.v1.PruneJournalRequest.
+ * Use `create(PruneJournalRequestSchema)` to create a new message.
+ */
+export declare const PruneJournalRequestSchema: GenMessage<PruneJournalRequest>;
+
+/**
+ * @generated from message palyra.v1.PruneJournalResponse
+ */
+export declare type PruneJournalResponse = Message<"palyra.v1.PruneJournalResponse"> & {
+  /**
+   * First and last position pruned now (both 0 when nothing was).
+   *
+   * @generated from field: uint64 first_position = 1;
+   */
+  firstPosition: bigint;
+
+  /**
+   * @generated from field: uint64 through_position = 2;
+   */
+  throughPosition: bigint;
+
+  /**
+   * @generated from field: uint64 records = 3;
+   */
+  records: bigint;
+
+  /**
+   * @generated from field: uint64 events = 4;
+   */
+  events: bigint;
+
+  /**
+   * Stored bytes dropped (the file does not shrink: LMDB reuses the pages).
+   *
+   * @generated from field: uint64 bytes_freed = 5;
+   */
+  bytesFreed: bigint;
+
+  /**
+   * Hex global chain hash at the end of everything pruned so far.
+   *
+   * @generated from field: string head_hash = 6;
+   */
+  headHash: string;
+
+  /**
+   * Everything at or below this position is pruned (also when nothing was now).
+   *
+   * @generated from field: uint64 pruned_through = 7;
+   */
+  prunedThrough: bigint;
+};
+
+/**
+ * Describes the message palyra.v1.PruneJournalResponse.
+ * Use `create(PruneJournalResponseSchema)` to create a new message.
+ */
+export declare const PruneJournalResponseSchema: GenMessage<PruneJournalResponse>;
+
+/**
  * The hash-chained journal, for auditors and backups. Verify, export and
  * checkpoint need an `admin:` or `system:` principal; the head is open to any
  * authenticated caller.
@@ -247,6 +334,19 @@ export declare const JournalService: GenService<{
     methodKind: "unary";
     input: typeof CreateCheckpointRequestSchema;
     output: typeof CreateCheckpointResponseSchema;
+  },
+  /**
+   * Retention: turn the oldest records (every event older than the given age,
+   * none of a run that is not terminal, never the newest record) into hash
+   * tombstones, so the chain still verifies. What `palyra journal prune` asks a
+   * running daemon for. Cursors into pruned data then get CURSOR_TRUNCATED.
+   *
+   * @generated from rpc palyra.v1.JournalService.PruneJournal
+   */
+  pruneJournal: {
+    methodKind: "unary";
+    input: typeof PruneJournalRequestSchema;
+    output: typeof PruneJournalResponseSchema;
   },
 }>;
 

@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file palyra/v1/journal.proto.
  */
 export const file_palyra_v1_journal: GenFile = /*@__PURE__*/
-  fileDesc("ChdwYWx5cmEvdjEvam91cm5hbC5wcm90bxIJcGFseXJhLnYxIhYKFFZlcmlmeUpvdXJuYWxSZXF1ZXN0IrEBChVWZXJpZnlKb3VybmFsUmVzcG9uc2USCgoCb2sYASABKAgSEwoLZXZlbnRfY291bnQYAiABKAQSEQoJaGVhZF9oYXNoGAMgASgJEh8KEmZpcnN0X2JhZF9wb3NpdGlvbhgEIAEoBEgAiAEBEg4KBnJlYXNvbhgFIAEoCRIcChRjaGVja3BvaW50c192ZXJpZmllZBgGIAEoDUIVChNfZmlyc3RfYmFkX3Bvc2l0aW9uIioKFEV4cG9ydEpvdXJuYWxSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkiRwoVRXhwb3J0Sm91cm5hbFJlc3BvbnNlEg0KBWNodW5rGAEgASgMEhEKCWNodW5rX3NlcRgCIAEoDRIMCgRkb25lGAMgASgIIhcKFUdldEpvdXJuYWxIZWFkUmVxdWVzdCJXChZHZXRKb3VybmFsSGVhZFJlc3BvbnNlEhMKC2V2ZW50X2NvdW50GAEgASgEEhEKCWhlYWRfaGFzaBgCIAEoCRIVCg1oZWFkX3Bvc2l0aW9uGAMgASgEIhkKF0NyZWF0ZUNoZWNrcG9pbnRSZXF1ZXN0InoKGENyZWF0ZUNoZWNrcG9pbnRSZXNwb25zZRIQCghwb3NpdGlvbhgBIAEoBBIRCgloZWFkX2hhc2gYAiABKAkSEgoKcHVibGljX2tleRgDIAEoCRIRCglzaWduYXR1cmUYBCABKAkSEgoKdHNfdW5peF9tcxgFIAEoAzLmAwoOSm91cm5hbFNlcnZpY2UScQoNVmVyaWZ5Sm91cm5hbBIfLnBhbHlyYS52MS5WZXJpZnlKb3VybmFsUmVxdWVzdBogLnBhbHlyYS52MS5WZXJpZnlKb3VybmFsUmVzcG9uc2UiHYLT5JMCFyISL3YxL2pvdXJuYWw6dmVyaWZ5OgEqEnAKDUV4cG9ydEpvdXJuYWwSHy5wYWx5cmEudjEuRXhwb3J0Sm91cm5hbFJlcXVlc3QaIC5wYWx5cmEudjEuRXhwb3J0Sm91cm5hbFJlc3BvbnNlIhqC0+STAhQSEi92MS9qb3VybmFsOmV4cG9ydDABEm8KDkdldEpvdXJuYWxIZWFkEiAucGFseXJhLnYxLkdldEpvdXJuYWxIZWFkUmVxdWVzdBohLnBhbHlyYS52MS5HZXRKb3VybmFsSGVhZFJlc3BvbnNlIhiC0+STAhISEC92MS9qb3VybmFsL2hlYWQSfgoQQ3JlYXRlQ2hlY2twb2ludBIiLnBhbHlyYS52MS5DcmVhdGVDaGVja3BvaW50UmVxdWVzdBojLnBhbHlyYS52MS5DcmVhdGVDaGVja3BvaW50UmVzcG9uc2UiIYLT5JMCGyIWL3YxL2pvdXJuYWw6Y2hlY2twb2ludDoBKmIGcHJvdG8z", [file_google_api_annotations]);
+  fileDesc("ChdwYWx5cmEvdjEvam91cm5hbC5wcm90bxIJcGFseXJhLnYxIhYKFFZlcmlmeUpvdXJuYWxSZXF1ZXN0IssBChVWZXJpZnlKb3VybmFsUmVzcG9uc2USCgoCb2sYASABKAgSEwoLZXZlbnRfY291bnQYAiABKAQSEQoJaGVhZF9oYXNoGAMgASgJEh8KEmZpcnN0X2JhZF9wb3NpdGlvbhgEIAEoBEgAiAEBEg4KBnJlYXNvbhgFIAEoCRIcChRjaGVja3BvaW50c192ZXJpZmllZBgGIAEoDRIYChBwcnVuZWRfcG9zaXRpb25zGAcgASgEQhUKE19maXJzdF9iYWRfcG9zaXRpb24iKgoURXhwb3J0Sm91cm5hbFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJHChVFeHBvcnRKb3VybmFsUmVzcG9uc2USDQoFY2h1bmsYASABKAwSEQoJY2h1bmtfc2VxGAIgASgNEgwKBGRvbmUYAyABKAgiFwoVR2V0Sm91cm5hbEhlYWRSZXF1ZXN0Im8KFkdldEpvdXJuYWxIZWFkUmVzcG9uc2USEwoLZXZlbnRfY291bnQYASABKAQSEQoJaGVhZF9oYXNoGAIgASgJEhUKDWhlYWRfcG9zaXRpb24YAyABKAQSFgoOcHJ1bmVkX3Rocm91Z2gYBCABKAQiGQoXQ3JlYXRlQ2hlY2twb2ludFJlcXVlc3QiegoYQ3JlYXRlQ2hlY2twb2ludFJlc3BvbnNlEhAKCHBvc2l0aW9uGAEgASgEEhEKCWhlYWRfaGFzaBgCIAEoCRISCgpwdWJsaWNfa2V5GAMgASgJEhEKCXNpZ25hdHVyZRgEIAEoCRISCgp0c191bml4X21zGAUgASgDIi4KE1BydW5lSm91cm5hbFJlcXVlc3QSFwoPb2xkZXJfdGhhbl9kYXlzGAEgASgBIqkBChRQcnVuZUpvdXJuYWxSZXNwb25zZRIWCg5maXJzdF9wb3NpdGlvbhgBIAEoBBIYChB0aHJvdWdoX3Bvc2l0aW9uGAIgASgEEg8KB3JlY29yZHMYAyABKAQSDgoGZXZlbnRzGAQgASgEEhMKC2J5dGVzX2ZyZWVkGAUgASgEEhEKCWhlYWRfaGFzaBgGIAEoCRIWCg5wcnVuZWRfdGhyb3VnaBgHIAEoBDLVBAoOSm91cm5hbFNlcnZpY2UScQoNVmVyaWZ5Sm91cm5hbBIfLnBhbHlyYS52MS5WZXJpZnlKb3VybmFsUmVxdWVzdBogLnBhbHlyYS52MS5WZXJpZnlKb3VybmFsUmVzcG9uc2UiHYLT5JMCFyISL3YxL2pvdXJuYWw6dmVyaWZ5OgEqEnAKDUV4cG9ydEpvdXJuYWwSHy5wYWx5cmEudjEuRXhwb3J0Sm91cm5hbFJlcXVlc3QaIC5wYWx5cmEudjEuRXhwb3J0Sm91cm5hbFJlc3BvbnNlIhqC0+STAhQSEi92MS9qb3VybmFsOmV4cG9ydDABEm8KDkdldEpvdXJuYWxIZWFkEiAucGFseXJhLnYxLkdldEpvdXJuYWxIZWFkUmVxdWVzdBohLnBhbHlyYS52MS5HZXRKb3VybmFsSGVhZFJlc3BvbnNlIhiC0+STAhISEC92MS9qb3VybmFsL2hlYWQSfgoQQ3JlYXRlQ2hlY2twb2ludBIiLnBhbHlyYS52MS5DcmVhdGVDaGVja3BvaW50UmVxdWVzdBojLnBhbHlyYS52MS5DcmVhdGVDaGVja3BvaW50UmVzcG9uc2UiIYLT5JMCGyIWL3YxL2pvdXJuYWw6Y2hlY2twb2ludDoBKhJtCgxQcnVuZUpvdXJuYWwSHi5wYWx5cmEudjEuUHJ1bmVKb3VybmFsUmVxdWVzdBofLnBhbHlyYS52MS5QcnVuZUpvdXJuYWxSZXNwb25zZSIcgtPkkwIWIhEvdjEvam91cm5hbDpwcnVuZToBKmIGcHJvdG8z", [file_google_api_annotations]);
 
 /**
  * @generated from message palyra.v1.VerifyJournalRequest
@@ -63,6 +63,13 @@ export type VerifyJournalResponse = Message<"palyra.v1.VerifyJournalResponse"> &
    * @generated from field: uint32 checkpoints_verified = 6;
    */
   checkpointsVerified: number;
+
+  /**
+   * Positions retention pruned (hash tombstones: linked, content gone).
+   *
+   * @generated from field: uint64 pruned_positions = 7;
+   */
+  prunedPositions: bigint;
 };
 
 /**
@@ -149,6 +156,14 @@ export type GetJournalHeadResponse = Message<"palyra.v1.GetJournalHeadResponse">
    * @generated from field: uint64 head_position = 3;
    */
   headPosition: bigint;
+
+  /**
+   * Positions 1..pruned_through were pruned by retention (0: none); a cursor
+   * below it gets CURSOR_TRUNCATED.
+   *
+   * @generated from field: uint64 pruned_through = 4;
+   */
+  prunedThrough: bigint;
 };
 
 /**
@@ -213,6 +228,80 @@ export const CreateCheckpointResponseSchema: GenMessage<CreateCheckpointResponse
   messageDesc(file_palyra_v1_journal, 7);
 
 /**
+ * @generated from message palyra.v1.PruneJournalRequest
+ */
+export type PruneJournalRequest = Message<"palyra.v1.PruneJournalRequest"> & {
+  /**
+   * Prune records whose events are all older than this many days (>= 0).
+   *
+   * @generated from field: double older_than_days = 1;
+   */
+  olderThanDays: number;
+};
+
+/**
+ * Describes the message palyra.v1.PruneJournalRequest.
+ * Use `create(PruneJournalRequestSchema)` to create a new message.
+ */
+export const PruneJournalRequestSchema: GenMessage<PruneJournalRequest> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 8);
+
+/**
+ * @generated from message palyra.v1.PruneJournalResponse
+ */
+export type PruneJournalResponse = Message<"palyra.v1.PruneJournalResponse"> & {
+  /**
+   * First and last position pruned now (both 0 when nothing was).
+   *
+   * @generated from field: uint64 first_position = 1;
+   */
+  firstPosition: bigint;
+
+  /**
+   * @generated from field: uint64 through_position = 2;
+   */
+  throughPosition: bigint;
+
+  /**
+   * @generated from field: uint64 records = 3;
+   */
+  records: bigint;
+
+  /**
+   * @generated from field: uint64 events = 4;
+   */
+  events: bigint;
+
+  /**
+   * Stored bytes dropped (the file does not shrink: LMDB reuses the pages).
+   *
+   * @generated from field: uint64 bytes_freed = 5;
+   */
+  bytesFreed: bigint;
+
+  /**
+   * Hex global chain hash at the end of everything pruned so far.
+   *
+   * @generated from field: string head_hash = 6;
+   */
+  headHash: string;
+
+  /**
+   * Everything at or below this position is pruned (also when nothing was now).
+   *
+   * @generated from field: uint64 pruned_through = 7;
+   */
+  prunedThrough: bigint;
+};
+
+/**
+ * Describes the message palyra.v1.PruneJournalResponse.
+ * Use `create(PruneJournalResponseSchema)` to create a new message.
+ */
+export const PruneJournalResponseSchema: GenMessage<PruneJournalResponse> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 9);
+
+/**
  * The hash-chained journal, for auditors and backups. Verify, export and
  * checkpoint need an `admin:` or `system:` principal; the head is open to any
  * authenticated caller.
@@ -258,6 +347,19 @@ export const JournalService: GenService<{
     methodKind: "unary";
     input: typeof CreateCheckpointRequestSchema;
     output: typeof CreateCheckpointResponseSchema;
+  },
+  /**
+   * Retention: turn the oldest records (every event older than the given age,
+   * none of a run that is not terminal, never the newest record) into hash
+   * tombstones, so the chain still verifies. What `palyra journal prune` asks a
+   * running daemon for. Cursors into pruned data then get CURSOR_TRUNCATED.
+   *
+   * @generated from rpc palyra.v1.JournalService.PruneJournal
+   */
+  pruneJournal: {
+    methodKind: "unary";
+    input: typeof PruneJournalRequestSchema;
+    output: typeof PruneJournalResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_palyra_v1_journal, 0);

@@ -33,7 +33,7 @@ from palyra.engine.model.tape import ENGINE_ACTOR, member_from
 from palyra.engine.run.actor import RunActor
 from palyra.engine.run.deps import EngineDeps
 from palyra.engine.run.writer import RunWriter
-from palyra.journal import EventDraft
+from palyra.journal import EventDraft, JournalStore
 
 _PAGE = 1000
 
@@ -60,6 +60,25 @@ def rebuild(deps: EngineDeps, run_id: str) -> LoopState:
             after = event.tape_seq
         if page.next_after_seq is None:
             return loop
+
+
+def live_run_ids(store: JournalStore) -> frozenset[str]:
+    """Every run that is not terminal: retention keeps their whole tapes.
+
+    A run in progress or waiting for approval is folded from tape seq 0 by
+    recovery, so none of its events may be pruned.
+    """
+    live: set[str] = set()
+    after = ""
+    while True:
+        rows = store.scan_entities(RUNS, "", after, _PAGE)
+        for key, value in rows:
+            after = key
+            record = decode(RunRecord, value)
+            if not is_run_terminal(record.state):
+                live.add(record.run_id)
+        if len(rows) < _PAGE:
+            return frozenset(live)
 
 
 async def recover_runs(deps: EngineDeps) -> tuple[RecoveryReport, list[RunActor]]:

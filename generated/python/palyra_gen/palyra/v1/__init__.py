@@ -140,6 +140,8 @@ __all__ = (
     "PairingCode",
     "PairingGrant",
     "ProviderTurnOutput",
+    "PruneJournalRequest",
+    "PruneJournalResponse",
     "PurgeMemoryRequest",
     "PurgeMemoryResponse",
     "RejectCandidateRequest",
@@ -1688,6 +1690,12 @@ class GetJournalHeadResponse(betterproto2.Message):
 
     head_position: "int" = betterproto2.field(3, betterproto2.TYPE_UINT64)
 
+    pruned_through: "int" = betterproto2.field(4, betterproto2.TYPE_UINT64)
+    """
+    Positions 1..pruned_through were pruned by retention (0: none); a cursor
+    below it gets CURSOR_TRUNCATED.
+    """
+
 
 default_message_pool.register_message("palyra.v1", "GetJournalHeadResponse", GetJournalHeadResponse)
 
@@ -2461,6 +2469,49 @@ class ProviderTurnOutput(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "ProviderTurnOutput", ProviderTurnOutput)
+
+
+@dataclass(eq=False, repr=False)
+class PruneJournalRequest(betterproto2.Message):
+    older_than_days: "float" = betterproto2.field(1, betterproto2.TYPE_DOUBLE)
+    """
+    Prune records whose events are all older than this many days (>= 0).
+    """
+
+
+default_message_pool.register_message("palyra.v1", "PruneJournalRequest", PruneJournalRequest)
+
+
+@dataclass(eq=False, repr=False)
+class PruneJournalResponse(betterproto2.Message):
+    first_position: "int" = betterproto2.field(1, betterproto2.TYPE_UINT64)
+    """
+    First and last position pruned now (both 0 when nothing was).
+    """
+
+    through_position: "int" = betterproto2.field(2, betterproto2.TYPE_UINT64)
+
+    records: "int" = betterproto2.field(3, betterproto2.TYPE_UINT64)
+
+    events: "int" = betterproto2.field(4, betterproto2.TYPE_UINT64)
+
+    bytes_freed: "int" = betterproto2.field(5, betterproto2.TYPE_UINT64)
+    """
+    Stored bytes dropped (the file does not shrink: LMDB reuses the pages).
+    """
+
+    head_hash: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    Hex global chain hash at the end of everything pruned so far.
+    """
+
+    pruned_through: "int" = betterproto2.field(7, betterproto2.TYPE_UINT64)
+    """
+    Everything at or below this position is pruned (also when nothing was now).
+    """
+
+
+default_message_pool.register_message("palyra.v1", "PruneJournalResponse", PruneJournalResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -3249,6 +3300,11 @@ class VerifyJournalResponse(betterproto2.Message):
     reason: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
 
     checkpoints_verified: "int" = betterproto2.field(6, betterproto2.TYPE_UINT32)
+
+    pruned_positions: "int" = betterproto2.field(7, betterproto2.TYPE_UINT64)
+    """
+    Positions retention pruned (hash tombstones: linked, content gone).
+    """
 
 
 default_message_pool.register_message("palyra.v1", "VerifyJournalResponse", VerifyJournalResponse)
@@ -4052,6 +4108,30 @@ class JournalServiceStub(betterproto2_grpclib.ServiceStub):
             "/palyra.v1.JournalService/CreateCheckpoint",
             message,
             CreateCheckpointResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def prune_journal(
+        self,
+        message: "PruneJournalRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "PruneJournalResponse":
+        """
+        Retention: turn the oldest records (every event older than the given age,
+        none of a run that is not terminal, never the newest record) into hash
+        tombstones, so the chain still verifies. What `palyra journal prune` asks a
+        running daemon for. Cursors into pruned data then get CURSOR_TRUNCATED.
+        """
+
+        return await self._unary_unary(
+            "/palyra.v1.JournalService/PruneJournal",
+            message,
+            PruneJournalResponse,
             timeout=timeout,
             deadline=deadline,
             metadata=metadata,
@@ -5176,6 +5256,16 @@ class JournalServiceBase(betterproto2_grpclib.ServiceBase):
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
+    async def prune_journal(self, message: "PruneJournalRequest") -> "PruneJournalResponse":
+        """
+        Retention: turn the oldest records (every event older than the given age,
+        none of a run that is not terminal, never the newest record) into hash
+        tombstones, so the chain still verifies. What `palyra journal prune` asks a
+        running daemon for. Cursors into pruned data then get CURSOR_TRUNCATED.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
     async def __rpc_verify_journal(
         self,
         stream: "grpclib.server.Stream[VerifyJournalRequest, VerifyJournalResponse]",
@@ -5215,6 +5305,14 @@ class JournalServiceBase(betterproto2_grpclib.ServiceBase):
         response = await self.create_checkpoint(request)
         await stream.send_message(response)
 
+    async def __rpc_prune_journal(
+        self, stream: "grpclib.server.Stream[PruneJournalRequest, PruneJournalResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.prune_journal(request)
+        await stream.send_message(response)
+
     def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
         return {
             "/palyra.v1.JournalService/VerifyJournal": grpclib.const.Handler(
@@ -5240,6 +5338,12 @@ class JournalServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 CreateCheckpointRequest,
                 CreateCheckpointResponse,
+            ),
+            "/palyra.v1.JournalService/PruneJournal": grpclib.const.Handler(
+                self.__rpc_prune_journal,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                PruneJournalRequest,
+                PruneJournalResponse,
             ),
         }
 
