@@ -116,10 +116,12 @@ class Learning:
                 "applied": sum(1 for c in kept if c.state == State.APPLIED)}
 
     def _tape(self, run_id: str) -> list[StoredEvent]:
+        # What retention left of it (a run pruned before its reflection ran
+        # is reflected on from its earliest kept event, not failed).
         events: list[StoredEvent] = []
         after = -1
         while True:
-            page = self._store.read_tape(run_id, after, 1000)
+            page = self._store.read_tape_kept(run_id, after, 1000)
             events += page.events
             if page.next_after_seq is None:
                 return events
