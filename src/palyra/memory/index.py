@@ -14,9 +14,9 @@ when too few pass). BM25 is kept incrementally here because ``bm25s``, the fast
 library, builds a static index, and memory is written one item at a time.
 
 The matrix-vector product is ``np.einsum`` rather than ``@``: ``@`` goes to the
-BLAS, whose worker threads at 100k rows turned a 2 ms product into a 5-8 ms p95
-on a loaded two-core machine; einsum's single-threaded SIMD loop costs the same
-median without the tail.
+BLAS, whose worker threads turn a short product into a long tail on a loaded two-core
+machine (100k rows: 2 ms became a 5-8 ms p95; even 10k rows: 0.035 ms became 8 ms at
+p95 with other work running), where einsum's single-threaded loop has no tail.
 
 One index holds one vector space: the embedder it was built with (``space``, its
 name and dimension). A vector of another length is refused, so spaces never mix;
@@ -133,6 +133,15 @@ class MemoryIndex:
         return len(self._rows)
 
     @property
+    def used(self) -> int:
+        """Rows in use (live and removed); a row mask has this length."""
+        return len(self._ids)
+
+    def row_of(self, memory_id: str) -> int | None:
+        """The row of a live item."""
+        return self._rows.get(memory_id)
+
+    @property
     def space(self) -> str:
         """The vector space: the embedder's name and the dimension in use."""
         return f"{self.embedder.name}/{self._dim or '?'}"
@@ -239,7 +248,8 @@ class MemoryIndex:
     def search(self, query: str, now_ms: int, *, limit: int = 10,
                allowed: Callable[[str], bool] = lambda memory_id: True,
                weights: tuple[int, int, int] = (LEXICAL_BPS, VECTOR_BPS, RECENCY_BPS),
-               query_vector: Vectors | None = None, embed: bool = True) -> list[Hit]:
+               query_vector: Vectors | None = None, embed: bool = True,
+               mask: npt.NDArray[np.bool_] | None = None) -> list[Hit]:
         """The best ``limit`` items the ``allowed`` predicate admits, best first.
 
         Args:
@@ -251,6 +261,8 @@ class MemoryIndex:
             query_vector: The query's vector from this index's embedder, if known.
             embed: Without a ``query_vector``, embed ``query`` now (``False``: rank
                 without the vector part).
+            mask: The rows the caller may see (one bool per row in use), instead of
+                ``allowed``: candidates are then picked without a per-row call.
         """
         used = len(self._ids)
         if not self._rows or not query.strip():
@@ -259,7 +271,11 @@ class MemoryIndex:
         if query_vector is None and embed:
             query_vector = self.embedder.embed([query])[0]
         cosines = self.cosines(query_vector, used)
-        rows = self._candidates(lexical, allowed) | self._candidates(cosines, allowed)
+        if mask is not None:
+            rows = (set(top_rows(np.where(mask, lexical, 0.0), CANDIDATES).tolist())
+                    | set(top_rows(np.where(mask, cosines, 0.0), CANDIDATES).tolist()))
+        else:
+            rows = self._candidates(lexical, allowed) | self._candidates(cosines, allowed)
         if not rows:
             return []
         picked = np.fromiter(sorted(rows), dtype=np.int64)
@@ -269,15 +285,12 @@ class MemoryIndex:
         vec_of /= float(vec_of.max()) or 1.0
         rec_of = 1.0 / (1.0 + np.maximum(0.0, now_ms / _DAY_MS - self._created[picked]))
         w_lex, w_vec, w_rec = weights
-        totals = np.rint(w_lex * lex_of + w_vec * vec_of + w_rec * rec_of)
-        hits = []
-        for i, row in enumerate(picked.tolist()):
-            ident = self._ids[row]
-            assert ident is not None
-            hits.append(Hit(ident, int(totals[i]), float(lex_of[i]), float(vec_of[i]),
-                            float(rec_of[i])))
-        hits.sort(key=lambda h: (-h.score_bps, h.memory_id))
-        return hits[:limit]
+        totals = np.rint(w_lex * lex_of + w_vec * vec_of + w_rec * rec_of).astype(np.int64)
+        ids = self._ids
+        order = sorted(range(len(picked)),
+                       key=lambda i: (-int(totals[i]), ids[int(picked[i])] or ""))[:limit]
+        return [Hit(ids[int(picked[i])] or "", int(totals[i]), float(lex_of[i]),
+                    float(vec_of[i]), float(rec_of[i])) for i in order]
 
     def _candidates(self, scores: npt.NDArray[np.float32],
                     allowed: Callable[[str], bool]) -> set[int]:

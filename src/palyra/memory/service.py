@@ -45,6 +45,7 @@ from palyra.memory.items import (
     item_write,
     scan_items,
 )
+from palyra.memory.scope import ScopeColumns, Visibility
 
 MAX_TEXT = 4096
 MAX_TAGS = 16
@@ -81,6 +82,8 @@ class Memory:
         self._remote = self.index.embedder.remote
         self._items: dict[str, MemoryItem] = {}
         self._owners: Counter[str] = Counter()  # live items per owner
+        self._kinds: dict[str, dict[str, MemoryItem]] = {}  # kind -> id -> item
+        self._columns = ScopeColumns()  # visibility as row masks
         self._seen = -2
         self._queries: OrderedDict[str, Vectors] = OrderedDict()
         self.last_error = ""
@@ -96,16 +99,24 @@ class Memory:
         return self._owners[owner] > 0
 
     def _forget(self, memory_id: str) -> None:
+        row = self.index.row_of(memory_id)
+        if row is not None:
+            self._columns.clear(row)
         self.index.remove(memory_id)
-        self._owners[self._items.pop(memory_id).owner] -= 1
+        item = self._items.pop(memory_id)
+        self._owners[item.owner] -= 1
+        del self._kinds[item.kind][memory_id]
 
     def _remember(self, item: MemoryItem, vector: Vectors | None) -> None:
-        old = self._items.get(item.memory_id)
-        if old is not None:
-            self._owners[old.owner] -= 1
+        if item.memory_id in self._items:
+            self._forget(item.memory_id)
         self.index.add(item.memory_id, item.text, item.created_ms, vector, embed=False)
+        row = self.index.row_of(item.memory_id)
+        assert row is not None
+        self._columns.set(row, item)
         self._items[item.memory_id] = item
         self._owners[item.owner] += 1
+        self._kinds.setdefault(item.kind, {})[item.memory_id] = item
 
     def refresh(self) -> None:
         """Re-read the table if a commit wrote it since the last look."""
@@ -258,24 +269,11 @@ class Memory:
         return item
 
     def visible(self, principal: str, session_id: str, *, everyone: bool = False,
-                agent_id: str = "") -> Callable[[MemoryItem], bool]:
+                agent_id: str = "") -> Visibility:
         """Which items a caller sees (in ``session_id`` and for ``agent_id``'s runs, when
         given): its own principal-wide items, its items of that session, and its items
-        scoped to that agent."""
-        now = self._now()
-
-        def sees(item: MemoryItem) -> bool:
-            if item.expires_ms and item.expires_ms <= now:
-                return False
-            if not everyone and item.owner != principal:
-                return False
-            if item.scope == "agent":
-                return everyone or (bool(agent_id) and item.agent_id == agent_id)
-            if session_id and item.scope == "session" and item.session_id != session_id:
-                return False
-            return not (not session_id and item.scope == "session" and not everyone)
-
-        return sees
+        scoped to that agent. A predicate on items, which search applies as a row mask."""
+        return Visibility(principal, session_id, everyone, agent_id, self._now())
 
     def search(self, query: str, sees: Callable[[MemoryItem], bool], *, limit: int = 10,
                min_score_bps: int = 0) -> list[tuple[MemoryItem, Hit]]:
@@ -309,9 +307,14 @@ class Memory:
     def _ranked(self, query: str, vector: Vectors | None, sees: Callable[[MemoryItem], bool],
                 limit: int, min_score_bps: int) -> list[tuple[MemoryItem, Hit]]:
         items = self._items
-        hits = self.index.search(query, self._now(), limit=limit, query_vector=vector,
-                                 embed=False,
-                                 allowed=lambda mid: mid in items and sees(items[mid]))
+        if isinstance(sees, Visibility):  # the common case: one mask, no per-row calls
+            hits = self.index.search(query, self._now(), limit=limit, query_vector=vector,
+                                     embed=False,
+                                     mask=self._columns.mask(sees, self.index.used))
+        else:
+            hits = self.index.search(query, self._now(), limit=limit, query_vector=vector,
+                                     embed=False,
+                                     allowed=lambda mid: mid in items and sees(items[mid]))
         return [(items[h.memory_id], h) for h in hits if h.score_bps >= min_score_bps]
 
     async def aclose(self) -> None:
@@ -324,7 +327,7 @@ class Memory:
                 limit: int) -> list[MemoryItem]:
         """The newest ``limit`` items of ``kind`` that ``sees`` admits (from memory)."""
         self.refresh()
-        found = [i for i in self._items.values() if i.kind == kind and sees(i)]
+        found = [i for i in self._kinds.get(kind, {}).values() if sees(i)]
         found.sort(key=lambda i: (i.created_ms, i.memory_id), reverse=True)
         return found[:limit]
 
