@@ -139,9 +139,11 @@ class Memory:
             self._remember(item, vector)
 
     def _failed(self, what: str, exc: PalyraError) -> None:
+        if not self.last_error:  # once per outage, not once per item
+            _log.warning("memory embedding failed; items are kept and embedded later",
+                         what=what, error=str(exc), pending=len(self.index.pending),
+                         space=self.index.space)
         self.last_error = f"{what}: {exc}"
-        _log.warning("memory embedding failed", what=what, error=str(exc),
-                     pending=len(self.index.pending), space=self.index.space)
 
     async def _aembed(self, texts: list[str], what: str) -> Vectors | None:
         """Vectors for ``texts`` (None when a remote embedder failed; logged)."""
@@ -154,6 +156,8 @@ class Memory:
         except PalyraError as exc:
             self._failed(what, exc)
             return None
+        if self.last_error:
+            _log.info("memory embedding works again", pending=len(self.index.pending))
         self.last_error = ""
         return vectors
 
@@ -188,10 +192,12 @@ class Memory:
         if vector is not None:
             return vector
         try:
-            return self._cache(query, self.index.embedder.embed([query])[0])
+            vector = self.index.embedder.embed([query])[0]
         except PalyraError as exc:
             self._failed("query", exc)
             return None
+        self.last_error = ""
+        return self._cache(query, vector)
 
     # -- writes --------------------------------------------------------------
     async def ingest(self, owner: str, text: str, *, session_id: str = "", scope: str = "",
