@@ -85,6 +85,7 @@ async def open_application(
     provider = build_provider(config.provider)
     stack.push_async_callback(provider.aclose)
     memory = Memory(store, build_embedder(config.memory, os.environ))
+    memory.start()  # a remote embedder's vectors are filled in by a background loop
     stack.push_async_callback(memory.aclose)
     _log.info("memory embedder", space=memory.status().space,
               remote=memory.status().remote)

@@ -11,7 +11,8 @@ index is one vector space, and changing ``[memory] embedder`` re-embeds every it
 at the next start (wordllama: about 2 s per 100k items). With a remote embedder
 (``openai``) nothing waits on the network in a synchronous path: items read at start
 or written by others are indexed without a vector ("pending"), and the async paths
-(:meth:`Memory.ingest`, :meth:`Memory.asearch`) embed pending items in batches. An
+(:meth:`Memory.ingest`, :meth:`Memory.asearch`, and the daemon's background
+:meth:`Memory.start` loop) embed pending items in batches. An
 ingest whose embedding fails is still journaled and acknowledged; it ranks by BM25
 and recency until the endpoint answers again (:meth:`Memory.status` says how many
 items wait and the last error).
@@ -22,6 +23,8 @@ Who sees what: an item belongs to its owner (the principal that stated it);
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import time
 from collections import Counter, OrderedDict
@@ -52,6 +55,7 @@ MAX_TAGS = 16
 ACTOR = "system:memory"
 PENDING_BATCH = 512  # pending items embedded per async call (bounds its latency)
 QUERY_CACHE = 256  # query vectors kept (auto-inject and @memory ask the same text)
+CATCH_UP_S = 2.0  # how often the background loop looks for items without a vector
 
 _log = structlog.get_logger("palyra.memory")
 
@@ -86,6 +90,7 @@ class Memory:
         self._columns = ScopeColumns()  # visibility as row masks
         self._seen = -2
         self._queries: OrderedDict[str, Vectors] = OrderedDict()
+        self._catching_up: asyncio.Task[None] | None = None
         self.last_error = ""
 
     def status(self) -> EmbeddingStatus:
@@ -323,8 +328,28 @@ class Memory:
                                      allowed=lambda mid: mid in items and sees(items[mid]))
         return [(items[h.memory_id], h) for h in hits if h.score_bps >= min_score_bps]
 
+    def start(self) -> None:
+        """With a remote embedder, embed items without a vector in the background: all of
+        them after a start, those of an outage once the endpoint answers, those other
+        code wrote (learning). A local embedder needs no loop."""
+        if self._remote and self._catching_up is None:
+            self._catching_up = asyncio.get_running_loop().create_task(self._catch_up())
+
+    async def _catch_up(self) -> None:
+        while True:
+            self.refresh()
+            if self.index.pending and await self.embed_pending():
+                await asyncio.sleep(0)  # the next batch at once, but let others run
+                continue
+            await asyncio.sleep(CATCH_UP_S)  # nothing to do, or failing: look again later
+
     async def aclose(self) -> None:
-        """Release the embedder's connections (a remote embedder's HTTP client)."""
+        """Stop the background loop and release the embedder's connections."""
+        if self._catching_up is not None:
+            self._catching_up.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._catching_up
+            self._catching_up = None
         close = getattr(self.index.embedder, "aclose", None)
         if close is not None:
             await close()
