@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+import numpy as np
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -95,8 +96,13 @@ def test_fast_search_matches_brute_force(corpus: list[tuple[list[str], int]], qu
                                          data: st.DataObject) -> None:
     index = MemoryIndex(EMBEDDER)
     docs = [(f"m{i:03d}", " ".join(words), NOW - age) for i, (words, age) in enumerate(corpus)]
-    for mid, text, created in docs:
+    late = data.draw(st.integers(0, min(5, len(docs) - 1)))  # added after a first search
+    for mid, text, created in docs[: len(docs) - late]:
         index.add(mid, text, created)
+    text = " ".join(query)
+    index.search(text, NOW)  # fills the term cache, which the changes below must reset
+    for mid, text_, created in docs[len(docs) - late:]:
+        index.add(mid, text_, created)
     ids = [d[0] for d in docs]
     gone = set(data.draw(st.lists(st.sampled_from(ids), max_size=len(ids) // 3)))
     for mid in gone:
@@ -105,8 +111,16 @@ def test_fast_search_matches_brute_force(corpus: list[tuple[list[str], int]], qu
         if data.draw(st.booleans()) else set(ids)
     limit = data.draw(st.integers(1, 12))
     weights = data.draw(st.sampled_from([(5500, 3500, 1000), (10_000, 0, 0), (0, 10_000, 0)]))
-    text = " ".join(query)
-    fast = index.search(text, NOW, limit=limit, allowed=lambda m: m in allowed, weights=weights)
+    if data.draw(st.booleans()):  # the row-mask form of the same rule
+        mask = np.zeros(index.used, dtype=np.bool_)
+        for mid in allowed:
+            row = index.row_of(mid)
+            if row is not None:
+                mask[row] = True
+        fast = index.search(text, NOW, limit=limit, weights=weights, mask=mask)
+    else:
+        fast = index.search(text, NOW, limit=limit, allowed=lambda m: m in allowed,
+                            weights=weights)
     want, fragile = reference(docs, gone, allowed, text, limit, weights)
     assert len(fast) == len(want)
     for hit, (_mid, total) in zip(fast, want, strict=True):

@@ -31,7 +31,7 @@ depend on how ``argpartition`` happens to order equal scores.
 from __future__ import annotations
 
 import re
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -43,6 +43,7 @@ from palyra.memory.embed import Embedder, Vectors
 
 LEXICAL_BPS, VECTOR_BPS, RECENCY_BPS = 5500, 3500, 1000
 CANDIDATES = 50
+PARTS, PART_MIN = 32, 256  # cached BM25 term contributions: how many, from what length
 _K1, _B = 1.2, 0.75
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 _DAY_MS = 86_400_000
@@ -127,6 +128,8 @@ class MemoryIndex:
         self._postings: dict[str, _Postings] = {}
         self._total_len = 0.0
         self._dead = 0  # removed rows still in the arrays
+        self._changes = 0  # adds and removes: what cached term contributions depend on
+        self._parts: OrderedDict[str, tuple[int, npt.NDArray[np.float32]]] = OrderedDict()
         self.pending: set[str] = set()  # live items without a vector yet
 
     def __len__(self) -> int:
@@ -159,6 +162,7 @@ class MemoryIndex:
                 one, as pending, until :meth:`set_vector`).
         """
         self.remove(memory_id)
+        self._changes += 1
         if vector is None and embed:
             vector = self.embedder.embed([text])[0]
         row = len(self._ids)
@@ -212,6 +216,7 @@ class MemoryIndex:
         self._lengths[row] = 0.0
         self._live[row] = False
         self._dead += 1
+        self._changes += 1
 
     def _bm25(self, query: list[str], used: int) -> npt.NDArray[np.float32]:
         scores = np.zeros(used, dtype=np.float32)
@@ -219,24 +224,44 @@ class MemoryIndex:
         if not n:
             return scores
         avg = self._total_len / n or 1.0
-        lengths = self._lengths
         for term in dict.fromkeys(query):  # each term once, in query order
             posting = self._postings.get(term)
             if posting is None or not posting.n:
                 continue
             rows = posting.rows[: posting.n]
-            tfs = posting.tfs[: posting.n]
-            live = self._live[rows] if self._dead else None
-            df = int(live.sum()) if live is not None else posting.n
-            if not df:
-                continue
-            idf = float(np.log(1 + (n - df + 0.5) / (df + 0.5)))
-            part = tfs * np.float32(idf * (_K1 + 1)) / (
-                tfs + np.float32(_K1 * (1 - _B)) + np.float32(_K1 * _B / avg) * lengths[rows])
-            if live is not None:
-                part[~live] = 0.0
-            scores[rows] += part  # a row appears once in a term's postings
+            part = self._term_part(term, posting, n, avg)
+            if part is not None:
+                scores[rows] += part  # a row appears once in a term's postings
         return scores
+
+    def _term_part(self, term: str, posting: _Postings, n: int,
+                   avg: float) -> npt.NDArray[np.float32] | None:
+        """The term's BM25 contribution to each row of its postings (None: no live row).
+
+        Common terms (long postings) recur in most queries and cost the most, so their
+        contributions are kept until the next add or remove changes n, df or the average
+        length; the cache is exact."""
+        cached = self._parts.get(term)
+        if cached is not None and cached[0] == self._changes:
+            self._parts.move_to_end(term)
+            return cached[1]
+        rows = posting.rows[: posting.n]
+        tfs = posting.tfs[: posting.n]
+        live = self._live[rows] if self._dead else None
+        df = int(live.sum()) if live is not None else posting.n
+        if not df:
+            return None
+        idf = float(np.log(1 + (n - df + 0.5) / (df + 0.5)))
+        part = (tfs * np.float32(idf * (_K1 + 1)) / (
+            tfs + np.float32(_K1 * (1 - _B)) + np.float32(_K1 * _B / avg) * self._lengths[rows]
+        )).astype(np.float32, copy=False)  # float32 already; says so to the type checker
+        if live is not None:
+            part[~live] = 0.0
+        if posting.n >= PART_MIN:
+            self._parts[term] = (self._changes, part)
+            if len(self._parts) > PARTS:
+                self._parts.popitem(last=False)
+        return part
 
     def cosines(self, query_vector: Vectors | None, used: int) -> npt.NDArray[np.float32]:
         """Every row's cosine with ``query_vector`` (zeros without one)."""
@@ -272,8 +297,11 @@ class MemoryIndex:
             query_vector = self.embedder.embed([query])[0]
         cosines = self.cosines(query_vector, used)
         if mask is not None:
-            rows = (set(top_rows(np.where(mask, lexical, 0.0), CANDIDATES).tolist())
-                    | set(top_rows(np.where(mask, cosines, 0.0), CANDIDATES).tolist()))
+            if not mask.all():  # a caller who sees everything needs no masking pass
+                lexical = np.where(mask, lexical, 0.0).astype(np.float32, copy=False)
+                cosines = np.where(mask, cosines, 0.0).astype(np.float32, copy=False)
+            rows = (set(top_rows(lexical, CANDIDATES).tolist())
+                    | set(top_rows(cosines, CANDIDATES).tolist()))
         else:
             rows = self._candidates(lexical, allowed) | self._candidates(cosines, allowed)
         if not rows:
