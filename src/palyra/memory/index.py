@@ -315,8 +315,12 @@ class MemoryIndex:
         w_lex, w_vec, w_rec = weights
         totals = np.rint(w_lex * lex_of + w_vec * vec_of + w_rec * rec_of).astype(np.int64)
         ids = self._ids
-        order = sorted(range(len(picked)),
-                       key=lambda i: (-int(totals[i]), ids[int(picked[i])] or ""))[:limit]
+        if len(totals) > limit:  # only rows scoring at least the limit-th can place
+            floor = np.partition(totals, len(totals) - limit)[len(totals) - limit]
+            near = np.flatnonzero(totals >= floor).tolist()
+        else:
+            near = list(range(len(totals)))
+        order = sorted(near, key=lambda i: (-int(totals[i]), ids[int(picked[i])] or ""))[:limit]
         return [Hit(ids[int(picked[i])] or "", int(totals[i]), float(lex_of[i]),
                     float(vec_of[i]), float(rec_of[i])) for i in order]
 

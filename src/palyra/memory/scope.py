@@ -70,6 +70,7 @@ class ScopeColumns:
         self.kind = np.zeros(_START, dtype=np.int32)
         self.expires = np.zeros(_START, dtype=np.int64)
         self._expiring = 0  # rows with an expiry
+        self._session_rows = 0  # rows of session-scoped items
         self._generation = 0
         self._masks: OrderedDict[tuple[object, ...], tuple[int, Mask]] = OrderedDict()
 
@@ -96,19 +97,25 @@ class ScopeColumns:
         self.kind[row] = self._code(item.kind)
         self.expires[row] = item.expires_ms
         self._expiring += 1 if item.expires_ms else 0
+        self._session_rows += 1 if self.scope[row] == 1 else 0
         self._generation += 1
 
     def clear(self, row: int) -> None:
         """The row holds no item any more."""
         if row < len(self.owner) and self.owner[row] != -1:
             self._expiring -= 1 if self.expires[row] else 0
+            self._session_rows -= 1 if self.scope[row] == 1 else 0
             self.owner[row] = -1
             self.expires[row] = 0
             self._generation += 1
 
     def mask(self, rule: Visibility, used: int) -> Mask:
-        """Rows ``0..used-1`` that ``rule`` admits (a cached array: do not modify it)."""
-        key = (rule.principal, rule.session_id, rule.everyone, rule.agent_id, rule.skip_kinds)
+        """Rows ``0..used-1`` that ``rule`` admits (a cached array: do not modify it).
+
+        The cached part is per caller and agent; the session and expiry parts are applied
+        on top, and only when some row is session-scoped or expires (each run of a
+        session would otherwise miss the cache)."""
+        key = (rule.principal, rule.everyone, rule.agent_id, rule.skip_kinds)
         cached = self._masks.get(key)
         if cached is not None and cached[0] == self._generation and len(cached[1]) == used:
             self._masks.move_to_end(key)
@@ -118,6 +125,13 @@ class ScopeColumns:
             self._masks[key] = (self._generation, mask)
             if len(self._masks) > MASKS:
                 self._masks.popitem(last=False)
+        if self._session_rows:
+            scope = self.scope[:used]
+            if rule.session_id:  # session items: only in their session (operators too)
+                session = self._codes.get(rule.session_id, -2)
+                mask = mask & ((scope != 1) | (self.session[:used] == session))
+            elif not rule.everyone:  # outside any session: none (operators: all)
+                mask = mask & (scope != 1)
         if self._expiring:
             expires = self.expires[:used]
             mask = mask & ((expires == 0) | (expires > rule.now_ms))
@@ -135,11 +149,6 @@ class ScopeColumns:
         if not rule.everyone:  # agent items: only for that agent's runs
             agent = self._codes.get(rule.agent_id, -2) if rule.agent_id else -2
             mask &= (scope != 2) | (self.agent[:used] == agent)
-        if rule.session_id:  # session items: only in their session (operators too)
-            session = self._codes.get(rule.session_id, -2)
-            mask &= (scope != 1) | (self.session[:used] == session)
-        elif not rule.everyone:  # outside any session: none (operators: all)
-            mask &= scope != 1
         for kind in rule.skip_kinds:
             if kind in self._codes:
                 mask &= self.kind[:used] != self._codes[kind]
