@@ -4,7 +4,7 @@ and what memory auto-inject adds to a model call.
 Usage::
 
     python -m bench memory [--sizes 10000,100000] [--ingest 500] [--queries 200]
-                           [--loop-sessions 60] [--json FILE]
+                           [--assembly-items 10000] [--loop-sessions 60] [--json FILE]
 
 * ingest: ``Memory.ingest`` of ``--ingest`` items one at a time through a durable journal
   (``sync=True``: the commit log's flush per item is included), ms per item;
@@ -240,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--ingest", type=int, default=500)
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--assembly-items", type=int, default=10_000,
+                        help="memory items behind the auto-inject and tool-loop figures")
     parser.add_argument("--loop-sessions", type=int, default=60,
                         help="tool-loop turns per phase (0: skip the tool-loop figure)")
     parser.add_argument("--json", default="")
@@ -250,10 +252,11 @@ def main(argv: list[str] | None = None) -> int:
         "ingest_ms_per_item": asyncio.run(_ingest_ms(args.ingest)),
         "search": _search(sizes, args.queries),
         "retrieval": evaluate(),
-        "assembly_per_input_10k": asyncio.run(_assembly(10_000)),
+        "assembly_per_input_10k": asyncio.run(_assembly(args.assembly_items)),
     }
     if args.loop_sessions:
-        result["tool_loop_assembly"] = asyncio.run(_tool_loop(10_000, args.loop_sessions))
+        result["tool_loop_assembly"] = asyncio.run(_tool_loop(args.assembly_items,
+                                                              args.loop_sessions))
     for line in (f"embedder                      {result['embedder']}",
                  f"ingest ms/item (durable)      {result['ingest_ms_per_item']}"):
         print(line)
@@ -265,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"retrieval {ranker:<8}            recall@5 {figures['recall@5']} · "
               f"MRR {figures['mrr']}")
     a = result["assembly_per_input_10k"]
-    print(f"auto-inject per user input    p50 {a['p50_ms']} ms · p95 {a['p95_ms']} ms (10k items)")
+    print(f"auto-inject per user input    p50 {a['p50_ms']} ms · p95 {a['p95_ms']} ms "
+          f"({args.assembly_items} items)")
     loop = result.get("tool_loop_assembly")
     if loop:
         print(f"tool loop, assembly per model call  {loop['assembly_ms_per_model_call']} ms = "

@@ -9,13 +9,14 @@ Items written by other parts of the daemon (learning) reach the index through
 Vectors are not stored: the index is rebuilt with the configured embedder, so one
 index is one vector space, and changing ``[memory] embedder`` re-embeds every item
 at the next start (wordllama: about 2 s per 100k items). With a remote embedder
-(``openai``) nothing waits on the network in a synchronous path: items read at start
-or written by others are indexed without a vector ("pending"), and the async paths
-(:meth:`Memory.ingest`, :meth:`Memory.asearch`, and the daemon's background
-:meth:`Memory.start` loop) embed pending items in batches. An
-ingest whose embedding fails is still journaled and acknowledged; it ranks by BM25
-and recency until the endpoint answers again (:meth:`Memory.status` says how many
-items wait and the last error).
+(``openai``) items read at start or written by others are indexed without a vector
+("pending"), and the async paths (:meth:`Memory.ingest`, :meth:`Memory.asearch`, and
+the daemon's background :meth:`Memory.start` loop) embed them in batches. An ingest
+whose embedding fails is still journaled and acknowledged; it ranks by BM25 and
+recency until the endpoint answers again (:meth:`Memory.status` says how many items
+wait and the last error). The one synchronous call to the endpoint is
+:meth:`Memory.search`'s query embedding (one attempt, cached); async callers use
+:meth:`Memory.asearch`.
 
 Who sees what: an item belongs to its owner (the principal that stated it);
 ``session``-scoped items only show in their session. Operators see all.
