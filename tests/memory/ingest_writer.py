@@ -19,7 +19,6 @@ from palyra.memory.config import OpenAIEmbeddingsConfig
 from palyra.memory.embed import Embedder, HashEmbedder
 from palyra.memory.remote import OpenAIEmbedder
 from palyra.memory.service import Memory
-from palyra.providers.resilience import RetryPolicy
 
 
 def _dead_port() -> int:
@@ -35,8 +34,7 @@ async def main(data_dir: Path, kind: str) -> None:
     if kind == "dead-endpoint":
         embedder = OpenAIEmbedder(
             OpenAIEmbeddingsConfig(base_url=f"http://127.0.0.1:{_dead_port()}/v1",
-                                   model="m", api_key_env="", timeout_s=1.0),
-            retry=RetryPolicy(max_retries=0))
+                                   model="m", api_key_env="", timeout_s=1.0, max_retries=0))
     store = JournalStore.open(data_dir, config=JournalConfig(sync=True))
     memory = Memory(store, embedder)
     sys.stdout.write("ready\n")

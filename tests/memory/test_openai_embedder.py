@@ -13,10 +13,10 @@ from palyra.config import load_config
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.journal import JournalConfig, JournalStore
 from palyra.memory.config import OpenAIEmbeddingsConfig
-from palyra.memory.embed import HashEmbedder, build_embedder
+from palyra.memory.embed import HashEmbedder
+from palyra.memory.factory import build_embedder
 from palyra.memory.remote import OpenAIEmbedder
 from palyra.memory.service import Memory
-from palyra.providers.resilience import RetryPolicy
 from tests.memory.fake_embeddings import (
     DEFAULT_DIM,
     FakeEmbeddings,
@@ -26,7 +26,7 @@ from tests.memory.fake_embeddings import (
 
 FACTS = ["my cat is called Miso", "the office is in Brno", "I take my coffee black",
          "the deploy key rotates every Monday", "our staging server runs Debian 12"]
-FAST_RETRY = RetryPolicy(max_retries=1, base_delay_s=0.001, max_delay_s=0.001)
+FAST = 0.001  # backoff before a retry, s
 
 
 @pytest.fixture
@@ -36,9 +36,10 @@ def fake() -> Iterator[tuple[str, FakeEmbeddings]]:
 
 
 def _embedder(base_url: str, **fields: object) -> OpenAIEmbedder:
-    config = OpenAIEmbeddingsConfig(base_url=base_url, model="fake-embed", api_key_env="",
-                                    timeout_s=5.0, **fields)  # type: ignore[arg-type]
-    return OpenAIEmbedder(config, "sk-test", retry=FAST_RETRY)
+    config = OpenAIEmbeddingsConfig(  # type: ignore[arg-type]
+        base_url=base_url, model="fake-embed", api_key_env="", timeout_s=5.0, max_retries=1,
+        **fields)
+    return OpenAIEmbedder(config, "sk-test", backoff_s=FAST)
 
 
 def _unit(text: str, dim: int = DEFAULT_DIM) -> np.ndarray:
@@ -76,8 +77,9 @@ async def test_configured_dimensions_are_sent_and_checked(fake: tuple[str, FakeE
 async def test_retries_then_the_breaker_fails_fast(fake: tuple[str, FakeEmbeddings]) -> None:
     url, app = fake
     now = [0.0]
-    embedder = OpenAIEmbedder(OpenAIEmbeddingsConfig(base_url=url, model="m", api_key_env=""),
-                              clock=lambda: now[0], retry=FAST_RETRY)
+    embedder = OpenAIEmbedder(
+        OpenAIEmbeddingsConfig(base_url=url, model="m", api_key_env="", max_retries=1),
+        clock=lambda: now[0], backoff_s=FAST)
     app.fail_next = 1  # one 500, then fine: retried within the call
     assert (await embedder.aembed(["x"])).shape == (1, DEFAULT_DIM)
     app.down = True
@@ -121,8 +123,8 @@ async def test_a_failing_endpoint_loses_no_item_and_memory_catches_up(
     now = [0.0]
     store = JournalStore.open(tmp_path / "data", config=JournalConfig(sync=True))
     memory = Memory(store, OpenAIEmbedder(
-        OpenAIEmbeddingsConfig(base_url=url, model="fake-embed", api_key_env=""),
-        clock=lambda: now[0], retry=FAST_RETRY))
+        OpenAIEmbeddingsConfig(base_url=url, model="fake-embed", api_key_env="", max_retries=1),
+        clock=lambda: now[0], backoff_s=FAST))
     await memory.ingest("user:alice", "warm up the vector space")
     app.down = True
     item = await memory.ingest("user:alice", "the office is in Brno")  # acknowledged anyway

@@ -45,7 +45,7 @@ from palyra.engine import Engine, IdentityRec, RecoveryReport, RunRecord, RunSta
 from palyra.journal import JournalStore, sign_head_if_moved
 from palyra.learning import TASK_KIND as REFLECTION_TASK
 from palyra.learning import Learning
-from palyra.memory.embed import build_embedder
+from palyra.memory.factory import build_embedder
 from palyra.memory.service import Memory
 from palyra.policy import PolicyGate
 from palyra.providers import build_provider

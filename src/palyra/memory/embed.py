@@ -18,14 +18,11 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
-
-if TYPE_CHECKING:
-    from palyra.memory.config import MemoryConfig
 
 Vectors = npt.NDArray[np.float32]
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -101,21 +98,6 @@ class WordLlamaEmbedder:
             return np.zeros((1, self.dim), dtype=np.float32)
         mean = table[ids].sum(axis=0, dtype=np.float32) / np.float32(len(ids))
         return normalise(mean[np.newaxis, :])
-
-
-def build_embedder(config: MemoryConfig, env: Mapping[str, str]) -> Embedder:
-    """The embedder ``[memory] embedder`` names (``env`` holds the API key variable).
-
-    Raises:
-        PalyraError: ``CONFIG_INVALID`` when the OpenAI key variable is named but unset.
-    """
-    if config.embedder == "hash":
-        return HashEmbedder()
-    if config.embedder == "openai":
-        from palyra.memory.remote import OpenAIEmbedder, api_key_from
-
-        return OpenAIEmbedder(config.openai, api_key_from(config.openai, env))
-    return default_embedder()
 
 
 def default_embedder() -> Embedder:
