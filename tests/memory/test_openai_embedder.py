@@ -3,6 +3,7 @@ the Memory service (ingest, search, restart, a failing endpoint) and through con
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -195,3 +196,50 @@ async def test_config_selects_the_endpoint(tmp_path: Path,
         with pytest.raises(PalyraError) as invalid:
             load_config(config_file=toml, env={})
         assert invalid.value.code is ErrorCode.CONFIG_INVALID
+
+
+async def test_the_background_loop_embeds_items_others_wrote(
+        tmp_path: Path, fake: tuple[str, FakeEmbeddings]) -> None:
+    from palyra.journal import EventDraft
+    from palyra.memory import MemoryItem, Provenance, item_write
+
+    url, app = fake
+    store = JournalStore.open(tmp_path / "data", config=JournalConfig(sync=False))
+    memory = Memory(store, _embedder(url))
+    memory.start()
+    item = MemoryItem(memory_id="mem1", kind="durable_fact", text="my cat is called Miso",
+                      scope="principal", owner="user:a", created_ms=1,
+                      provenance=Provenance(session_id="s", run_id="r", tape_seqs=[2],
+                                            positions=[5], sha256="0" * 64, source="learning:x"))
+    await store.append([EventDraft(kind="learning.candidate", actor="system:learning",
+                                   entity_writes=(item_write(item),))])
+    for _ in range(200):  # no search, no ingest: the loop finds and embeds it
+        if app.requests:
+            break
+        await asyncio.sleep(0.05)
+    assert [body["input"] for _h, body in app.requests] == [["my cat is called Miso"]]
+    assert memory.status().pending == 0
+    await memory.aclose()  # stops the loop
+    store.close()
+
+
+async def test_auto_inject_asks_nothing_for_a_principal_without_items(
+        tmp_path: Path, fake: tuple[str, FakeEmbeddings]) -> None:
+    from palyra.adapters import MemoryContext
+    from palyra.engine import ContextRequest, IdentityRec
+    from palyra.policy import PolicyConfig, PolicyGate
+
+    url, app = fake
+    store = JournalStore.open(tmp_path / "data", config=JournalConfig(sync=False))
+    memory = Memory(store, _embedder(url))
+    await memory.ingest("user:alice", "the office is in Brno")
+    context = MemoryContext(memory, PolicyGate.load(PolicyConfig()))
+    asked = len(app.requests)
+    assert await context.assemble(ContextRequest(IdentityRec("user:bob"), "S", "R",
+                                                 "where is the office")) == []
+    assert len(app.requests) == asked  # no query embedding for bob, who has no items
+    [part] = await context.assemble(ContextRequest(IdentityRec("user:alice"), "S", "R",
+                                                   "where is the office"))
+    assert "Brno" in part.content and len(app.requests) == asked + 1
+    await memory.aclose()
+    store.close()
