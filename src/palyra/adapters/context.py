@@ -77,11 +77,12 @@ class MemoryContext:
         if not allowed:
             return [ContextContribution(STAGE, "", 0, counter.name,
                                         f"memory.search denied by policy: {why}")]
+        if not self._memory.owns_any(ident.principal):
+            return []  # nothing the principal could see: no query embedding, no search
         visible = self._memory.visible(ident.principal, request.session_id,
-                                       agent_id=request.agent_id)
-        hits = self._memory.search(request.text,
-                                   lambda item: item.kind not in self._skip and visible(item),
-                                   limit=self._limit, min_score_bps=self._min)
+                                       agent_id=request.agent_id).without_kinds(self._skip)
+        hits = await self._memory.asearch(request.text, visible, limit=self._limit,
+                                          min_score_bps=self._min)
         if not hits:
             return []
         lines = [f"- {item.text} (memory {item.memory_id}, score {hit.score_bps} bps)"
@@ -207,7 +208,7 @@ class ContextReferences:
         if kind in ("file", "folder") and BLOCKED_PARTS & set(target.replace("\\", "/").split("/")):
             return "", "blocked (.git, .ssh and .aws are never read)"
         if kind == "memory":
-            return self._memories(request, target)
+            return await self._memories(request, target)
         tool = _TOOL_OF[kind]
         arguments: dict[str, object] = (
             {"path": target} if kind in ("file", "folder") else {"url": target} if kind == "url"
@@ -228,11 +229,11 @@ class ContextReferences:
             return "", f"{tool} failed: {outcome.error}"
         return outcome.output_json, f"resolved with {tool} (allowed by policy)"
 
-    def _memories(self, request: ContextRequest, query: str) -> tuple[str, str]:
+    async def _memories(self, request: ContextRequest, query: str) -> tuple[str, str]:
         allowed, why = memory_search_allowed(self._gate, request)
         if not allowed:
             return "", f"denied by policy (memory.search): {why}"
-        hits = self._memory.search(query, self._memory.visible(
+        hits = await self._memory.asearch(query, self._memory.visible(
             request.identity.principal, request.session_id, agent_id=request.agent_id),
             limit=MEMORY_REFERENCE_ITEMS)
         if not hits:

@@ -70,8 +70,8 @@ class MemoryApi(AppBase):
         sees = memory.visible(identity.principal, request.session_id,
                               everyone=is_operator(identity.principal))
         limit = 10 if request.limit == 0 else max(1, min(request.limit, 100))
-        hits = memory.search(request.query, sees, limit=limit,
-                             min_score_bps=request.min_score_bps)
+        hits = await memory.asearch(request.query, sees, limit=limit,
+                                    min_score_bps=request.min_score_bps)
         return pb.SearchMemoryResponse(hits=[pb.MemoryHit(item=item_proto(i), score_bps=h.score_bps)
                                              for i, h in hits])
 

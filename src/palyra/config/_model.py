@@ -15,6 +15,7 @@ from palyra.channels.config import ChannelsConfig
 from palyra.engine import EngineConfig
 from palyra.journal import JournalConfig
 from palyra.learning import LearningConfig
+from palyra.memory.config import MemoryConfig
 from palyra.policy import PolicyConfig
 from palyra.providers import ProviderConfig
 from palyra.tools import ToolsConfig
@@ -155,4 +156,5 @@ class PalyraConfig:
     tools: ToolsConfig = dataclasses.field(default_factory=ToolsConfig)
     watchdog: WatchdogConfig = dataclasses.field(default_factory=WatchdogConfig)
     learning: LearningConfig = dataclasses.field(default_factory=LearningConfig)
+    memory: MemoryConfig = dataclasses.field(default_factory=MemoryConfig)
     channels: ChannelsConfig = dataclasses.field(default_factory=ChannelsConfig)

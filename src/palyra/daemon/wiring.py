@@ -45,6 +45,7 @@ from palyra.engine import Engine, IdentityRec, RecoveryReport, RunRecord, RunSta
 from palyra.journal import JournalStore, sign_head_if_moved
 from palyra.learning import TASK_KIND as REFLECTION_TASK
 from palyra.learning import Learning
+from palyra.memory.factory import build_embedder
 from palyra.memory.service import Memory
 from palyra.policy import PolicyGate
 from palyra.providers import build_provider
@@ -83,7 +84,11 @@ async def open_application(
     os.makedirs(workspace, mode=0o700, exist_ok=True)
     provider = build_provider(config.provider)
     stack.push_async_callback(provider.aclose)
-    memory = Memory(store)
+    memory = Memory(store, build_embedder(config.memory, os.environ))
+    memory.start()  # a remote embedder's vectors are filled in by a background loop
+    stack.push_async_callback(memory.aclose)
+    _log.info("memory embedder", space=memory.status().space,
+              remote=memory.status().remote)
     policy, tools = GatePolicy(gate, registry), RegistryTools(registry, workspace)
     engine = Engine(store, provider, policy, tools, config.engine,
                     context=InputAssembly([AgentPrompt(AgentRegistry(store)),
