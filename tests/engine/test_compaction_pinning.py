@@ -23,7 +23,8 @@ from palyra.providers import ChatMessage
 
 _PHASE = pb.AgentLoopPhase
 _OUT = pb.ToolDecisionOutcome
-_words = st.text(alphabet="abcdefgh ijklmnop", min_size=0, max_size=80)
+_words = st.one_of(st.text(alphabet="abcdefgh ijklmnop", max_size=40),
+                   st.integers(0, 900).map(lambda n: ("lorem ipsum dolor " * 50)[:n]))
 
 
 @st.composite
@@ -135,7 +136,7 @@ def test_pinned_events_survive_compaction_verbatim(
         shown = {r["seq"]: r for ln in summary[0].splitlines() if ln.startswith("{")
                  for r in [msgspec.json.decode(ln)]}
         for r in records:
-            kind, member = seen[r.seq]
+            _, member = seen[r.seq]
             original = member.decision if isinstance(member, pb.ToolProposal) else member
             assert r.member is original
             if first <= r.seq <= last:
@@ -168,7 +169,7 @@ def test_tool_results_never_lose_their_call() -> None:
                                    decision=pb.ToolDecision(proposal_id=f"p{i}",
                                                             outcome=_OUT.ALLOW)))
         loop.apply(pb.ToolResult(proposal_id=f"p{i}", tool_name="add", success=True,
-                                 output_json='{"result": 1}'))
+                                 output_json='{"result": "%s"}' % ("x" * 600)))
     cfg = CompactionSettings(trigger_tokens=0, min_saved_tokens=0, keep_recent=5,
                              keep_user_messages=0)
     plan = _compact(loop, cfg)

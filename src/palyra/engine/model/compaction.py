@@ -165,8 +165,14 @@ def plan(history: History, settings: CompactionSettings, *, input_tokens: int,
     if len(condensed) < settings.min_condensed:
         return f"{len(condensed)} condensable messages < {settings.min_condensed}"
     weight = sum(estimate_tokens(m) for _, m in condensed)
-    if weight < settings.min_saved_tokens:
-        return f"condensable messages ~{weight} tokens < {settings.min_saved_tokens}"
+    # The summary message costs its frame and the pinned records before any summary
+    # text: ask the summariser only if the condensed messages outweigh that enough.
+    frame = estimate_tokens(summary_message(
+        pb.SessionCompaction(strategy=STRATEGY, first_seq=first_seq, last_seq=last_seq),
+        [r for r in history.records if first_seq <= r.seq <= last_seq]))
+    if weight - frame < settings.min_saved_tokens:
+        return (f"condensable messages ~{weight} tokens, the summary's frame and pinned "
+                f"records ~{frame}: saves < {settings.min_saved_tokens}")
     return Plan(first_seq, last_seq, pinned, tuple(condensed), weight)
 
 

@@ -23,6 +23,7 @@ from palyra.engine.model.fold import Action
 from palyra.engine.model.ports import ContextRequest
 from palyra.engine.model.prune import ESTIMATE, prune
 from palyra.engine.model.tokens import TokenBuffer, clip_reply
+from palyra.engine.run.compact import maybe_compact
 from palyra.engine.run.step import Step
 from palyra.engine.run.toolflow import propose, resolve_tool
 from palyra.engine.run.writer import Batch
@@ -101,6 +102,7 @@ async def model_turn(step: Step, batch: Batch) -> None:
     turn = loop.turn_count + 1
     inputs = [m for m in batch.members if isinstance(m, pb.UserInput)]
     blocks = list(loop.context_blocks)
+    history = loop.messages
     if inputs and deps.context is not None:
         # A new user input starts a loop: assemble what the tape does not hold.
         rec = step.record
@@ -114,9 +116,13 @@ async def model_turn(step: Step, batch: Batch) -> None:
                 scores_bps=list(part.scores_bps), turn=turn))
             if part.content:
                 blocks.append(part.content)
+    new = [ChatMessage(role="user", content=m.text) for m in inputs]
+    if inputs:
+        # Compaction is planned only when an input starts a loop (never inside one).
+        history = await maybe_compact(step, batch, blocks, new, turn)
     messages = [ChatMessage(role="system", content=b) for b in blocks]
-    messages += loop.messages
-    messages += [ChatMessage(role="user", content=m.text) for m in inputs]
+    messages += history
+    messages += new
     messages, dropped, saved = prune(messages, deps.config.context_budget_tokens)
     if dropped:
         batch.add(pb.ContextStage(
