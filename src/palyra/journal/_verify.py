@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +26,8 @@ from palyra.journal._bundle_format import (
 )
 from palyra.journal._bundle_records import LineGroups, line_hash
 from palyra.journal._chainwalk import ChainVerifier, Tampered
+from palyra.journal._covers import MARKER, covers_in
+from palyra.journal._covers import check as check_cover
 from palyra.journal._env import JournalEnv
 from palyra.journal._record import CheckpointRecord, u64_key
 from palyra.journal._signing import signature_valid
@@ -140,24 +142,61 @@ def _walk_env(
         while pending and pending[0].position <= upto:
             _check_checkpoint(verifier, pending.pop(0))
 
+    # Records holding a covering event (a compaction) are noted as they pass, and their
+    # digests recomputed once the chain up to them checked out (outside the read txn).
+    covering: list[bytes] = []
+
+    def noting(items: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
+        for key, value in items:
+            if MARKER in value:
+                covering.append(bytes(value))
+            yield key, value
+
     check_checkpoints(0)
     more = True
-    while more:
-        with env.read() as txn:
-            cursor = txn.cursor(db=env.dbs[names.EVENTS])
-            if not cursor.set_range(u64_key(verifier.position + 1)):
-                break
-            records = iter(cursor)
-            read = 0
-            while read < _CHUNK:  # then a fresh txn: do not pin one snapshot
-                until = pending[0].position if pending else 1 << 64
-                done = verifier.stored_run(records, until, _CHUNK - read, progress)
-                if not done:
-                    more = False
+    try:
+        while more:
+            with env.read() as txn:
+                cursor = txn.cursor(db=env.dbs[names.EVENTS])
+                if not cursor.set_range(u64_key(verifier.position + 1)):
                     break
-                read += done
-                check_checkpoints(verifier.position)
+                records = noting(iter(cursor))
+                read = 0
+                while read < _CHUNK:  # then a fresh txn: do not pin one snapshot
+                    until = pending[0].position if pending else 1 << 64
+                    done = verifier.stored_run(records, until, _CHUNK - read, progress)
+                    if not done:
+                        more = False
+                        break
+                    read += done
+                    check_checkpoints(verifier.position)
+            _check_covers(env, covering, verifier.position + 1)
+    except Tampered as problem:
+        # A bad compaction before the problem found in the chain is reported first.
+        _check_covers(env, covering, problem.position or verifier.position + 1)
+        raise
     check_checkpoints(1 << 64)
+
+
+def _check_covers(env: JournalEnv, covering: list[bytes], before: int) -> None:
+    """Recompute the digest of each noted covering event positioned before ``before``."""
+    for value in covering:
+        try:
+            found = covers_in(value)
+        except ValueError as exc:  # msgspec.DecodeError is a ValueError
+            raise Tampered(before, f"undecodable record ({exc})") from exc
+        for cover in found:
+            if isinstance(cover, tuple):
+                position, reason = cover
+                if position < before:
+                    raise Tampered(position, f"malformed compaction: {reason}")
+                continue
+            if cover.position >= before:
+                continue
+            problem = check_cover(env, cover)
+            if problem is not None:
+                raise Tampered(cover.position, problem)
+    covering.clear()
 
 
 def _check_checkpoint(verifier: ChainVerifier, record: CheckpointRecord) -> None:

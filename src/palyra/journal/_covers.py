@@ -1,0 +1,105 @@
+"""Covered-span digests: events that vouch for a span of their run's tape.
+
+A tape event of a kind in :data:`COVERING_KINDS` (today the engine's
+``tape.session_compaction``) states that it stands for tape seqs
+``firstSeq..lastSeq`` of its own run and carries ``digestSha256``, the digest of
+those events as stored (:mod:`palyra.core.tape_digest`; docs/journal.md,
+"Compaction digests"). Verification recomputes it. The journal knows these by
+kind name and payload keys only (the proto3 JSON of the spec's message), never
+by importing the engine, so it stays a generic log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from palyra.core.tape_digest import TapeDigest
+from palyra.journal import _reads
+from palyra.journal._env import JournalEnv
+from palyra.journal._record import decode_record
+from palyra.journal._types import StoredEvent
+
+COVERING_KINDS = frozenset({"tape.session_compaction"})
+#: A cheap pre-filter over raw record bytes: only records holding it are decoded.
+MARKER = b"tape.session_compaction"
+_PAGE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Cover:
+    """One covering event: where it is and what it vouches for."""
+
+    position: int
+    run_id: str
+    tape_seq: int
+    first_seq: int
+    last_seq: int
+    digest: str
+
+
+def _as_int(value: Any) -> int:
+    # proto3 JSON writes 64-bit integers as strings.
+    if isinstance(value, bool):
+        raise ValueError("not an integer")
+    return int(value)
+
+
+def cover_of(event: StoredEvent) -> Cover | str | None:
+    """The span ``event`` vouches for; a reason string if it is malformed; None if none."""
+    if event.kind not in COVERING_KINDS:
+        return None
+    payload: Mapping[str, Any] = event.payload
+    try:
+        first, last = _as_int(payload.get("firstSeq", 0)), _as_int(payload.get("lastSeq", 0))
+    except (TypeError, ValueError):
+        return "its covered range is not a pair of integers"
+    digest = payload.get("digestSha256", "")
+    if not isinstance(digest, str) or not event.run_id:
+        return "it names no digest or run"
+    if not 0 <= first <= last < event.tape_seq:
+        return f"its covered range {first}..{last} is not before it on its tape"
+    return Cover(event.position, event.run_id, event.tape_seq, first, last, digest)
+
+
+def covers_in(value: bytes) -> list[Cover | tuple[int, str]]:
+    """The covering events of one stored record (``(position, reason)`` for a malformed one)."""
+    out: list[Cover | tuple[int, str]] = []
+    for event in decode_record(value).events():
+        found = cover_of(event)
+        if isinstance(found, str):
+            out.append((event.position, found))
+        elif found is not None:
+            out.append(found)
+    return out
+
+
+def span_digest(env: JournalEnv, run_id: str, first: int, last: int) -> str | None:
+    """The digest of tape seqs ``first..last`` of ``run_id`` as stored (None: a seq is missing)."""
+    digest = TapeDigest()
+    after = first - 1
+    while after < last:
+        page = _reads.read_tape(env, run_id, after, min(_PAGE, last - after), 1 << 62)
+        for event in page.events:
+            if event.tape_seq > last:
+                break
+            if event.tape_seq != after + 1:
+                return None
+            digest.add(event.tape_seq, event.kind, event.payload)
+            after = event.tape_seq
+        if page.next_after_seq is None:
+            break
+    return digest.hexdigest() if after == last else None
+
+
+def check(env: JournalEnv, cover: Cover) -> str | None:
+    """Why ``cover`` does not hold (None when its digest recomputes)."""
+    digest = span_digest(env, cover.run_id, cover.first_seq, cover.last_seq)
+    if digest is None:
+        return (f"compaction at tape seq {cover.tape_seq} of run {cover.run_id} covers seqs "
+                f"{cover.first_seq}..{cover.last_seq}, which are not all on the tape")
+    if digest != cover.digest:
+        return (f"compaction digest mismatch: tape seqs {cover.first_seq}..{cover.last_seq} "
+                f"of run {cover.run_id} no longer match the digest its compaction recorded")
+    return None
