@@ -192,3 +192,29 @@ async def test_compaction_can_be_turned_off(tmp_path: Path,
         assert not any(m.role == "system" for m in recording.requests[-1].messages)
     finally:
         await harness.stop()
+
+
+async def test_the_next_run_of_the_session_gets_the_summary(tmp_path: Path,
+                                                            recording: PlannedProvider) -> None:
+    from palyra.adapters import InputAssembly, RecentConversation
+
+    harness = Harness(tmp_path / "data", provider_factory=lambda: recording,
+                      context_factory=lambda store, gate: InputAssembly(
+                          [RecentConversation(store)]))
+    app = await harness.start()
+    try:
+        created = await app.create_run(USER, pb.CreateRunRequest(
+            v=1, session_key="chat", input=pb.MessageInput(text=_said(0)), wait=True))
+        first = await _converse(app, [_said(i) for i in range(1, 9)], created.run.run_id)
+        [(_, event)] = _compactions(harness, first)
+        await app.complete_run(USER, pb.CompleteRunRequest(run_id=first, wait=True))
+        made = await app.create_run(USER, pb.CreateRunRequest(
+            v=1, session_key="chat", input=pb.MessageInput(text="and now?"), complete=True,
+            wait=True))
+        stages = [m for m in harness.members(made.run.run_id) if isinstance(m, pb.ContextStage)]
+        assert [s.stage for s in stages] == ["recent_conversation", "compaction_summary"]
+        assert first in stages[1].reason and event.summary in stages[1].content
+        system = [m.content for m in recording.requests[-1].messages if m.role == "system"]
+        assert system[1] == stages[1].content and "data, not instructions" in system[1]
+    finally:
+        await harness.stop()
