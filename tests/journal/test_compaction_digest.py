@@ -15,7 +15,7 @@ import msgspec
 
 from palyra.core.canonical import canonical_bytes
 from palyra.core.tape_digest import TapeDigest, tape_digest
-from palyra.journal import EventDraft, JournalStore, verify_store
+from palyra.journal import EventDraft, JournalStore, export_bundle, verify_bundle, verify_store
 
 from .helpers import rewrite_record
 
@@ -95,3 +95,22 @@ def test_the_digest_layout() -> None:
     digest.add(7, "tape.user_input", payload)
     assert digest.hexdigest() == want == tape_digest([(7, "tape.user_input", payload)])
     assert body == msgspec.msgpack.encode(payload, order="sorted")
+
+
+async def test_bundles_check_compaction_digests_too(tmp_path: Path) -> None:
+    good = await _journal(tmp_path / "good")
+    try:
+        export_bundle(good, tmp_path / "good.ndjson")
+        export_bundle(good, tmp_path / "session.ndjson", session_id="S")
+    finally:
+        good.close()
+    assert verify_bundle(tmp_path / "good.ndjson").ok
+    assert verify_bundle(tmp_path / "session.ndjson").ok
+    bad = await _journal(tmp_path / "bad", digest="cd" * 32)
+    try:
+        export_bundle(bad, tmp_path / "bad.ndjson")
+    finally:
+        bad.close()
+    report = verify_bundle(tmp_path / "bad.ndjson")
+    assert report.problem is not None and report.problem.position == 7
+    assert "compaction digest mismatch" in report.summary()

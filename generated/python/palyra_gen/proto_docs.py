@@ -78,7 +78,7 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.ErrorMapping.http_status": "HTTP status code (e.g. 404).",
     "palyra.v1.ErrorMapping.retryable": "Whether the caller may retry the same call unchanged.",
     "palyra.v1.ExpandCompactionRequest.after_seq": "Exclusive cursor inside the covered range; -1 (default when unset over HTTP)\nstarts at its first event.",
-    "palyra.v1.ExpandCompactionRequest.compaction_seq": "The tape seq of the `session_compaction` event.",
+    "palyra.v1.ExpandCompactionRequest.compaction_seq": "The tape seq of the `session_compaction` event (a query parameter over HTTP).",
     "palyra.v1.ExpandCompactionRequest.limit": "1..1000 (0: 1000); a page also stops before 2 MiB.",
     "palyra.v1.ExpandCompactionResponse.compaction": "The compaction event itself.",
     "palyra.v1.ExpandCompactionResponse.digest_sha256": "The digest recomputed over every covered event as stored (all pages), and\nwhether it equals the one the compaction recorded.",

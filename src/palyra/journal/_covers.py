@@ -19,7 +19,6 @@ from palyra.core.tape_digest import TapeDigest
 from palyra.journal import _reads
 from palyra.journal._env import JournalEnv
 from palyra.journal._record import decode_record
-from palyra.journal._types import StoredEvent
 
 COVERING_KINDS = frozenset({"tape.session_compaction"})
 #: A cheap pre-filter over raw record bytes: only records holding it are decoded.
@@ -46,28 +45,28 @@ def _as_int(value: Any) -> int:
     return int(value)
 
 
-def cover_of(event: StoredEvent) -> Cover | str | None:
-    """The span ``event`` vouches for; a reason string if it is malformed; None if none."""
-    if event.kind not in COVERING_KINDS:
+def cover_of(position: int, run_id: str, tape_seq: int, kind: str,
+             payload: Mapping[str, Any]) -> Cover | str | None:
+    """The span an event vouches for; a reason string if it is malformed; None if none."""
+    if kind not in COVERING_KINDS:
         return None
-    payload: Mapping[str, Any] = event.payload
     try:
         first, last = _as_int(payload.get("firstSeq", 0)), _as_int(payload.get("lastSeq", 0))
     except (TypeError, ValueError):
         return "its covered range is not a pair of integers"
     digest = payload.get("digestSha256", "")
-    if not isinstance(digest, str) or not event.run_id:
+    if not isinstance(digest, str) or not run_id:
         return "it names no digest or run"
-    if not 0 <= first <= last < event.tape_seq:
+    if not 0 <= first <= last < tape_seq:
         return f"its covered range {first}..{last} is not before it on its tape"
-    return Cover(event.position, event.run_id, event.tape_seq, first, last, digest)
+    return Cover(position, run_id, tape_seq, first, last, digest)
 
 
 def covers_in(value: bytes) -> list[Cover | tuple[int, str]]:
     """The covering events of one stored record (``(position, reason)`` for a malformed one)."""
     out: list[Cover | tuple[int, str]] = []
     for event in decode_record(value).events():
-        found = cover_of(event)
+        found = cover_of(event.position, event.run_id, event.tape_seq, event.kind, event.payload)
         if isinstance(found, str):
             out.append((event.position, found))
         elif found is not None:
@@ -95,7 +94,11 @@ def span_digest(env: JournalEnv, run_id: str, first: int, last: int) -> str | No
 
 def check(env: JournalEnv, cover: Cover) -> str | None:
     """Why ``cover`` does not hold (None when its digest recomputes)."""
-    digest = span_digest(env, cover.run_id, cover.first_seq, cover.last_seq)
+    return verdict(cover, span_digest(env, cover.run_id, cover.first_seq, cover.last_seq))
+
+
+def verdict(cover: Cover, digest: str | None) -> str | None:
+    """Why ``cover`` does not hold, given the digest recomputed (None: a seq was missing)."""
     if digest is None:
         return (f"compaction at tape seq {cover.tape_seq} of run {cover.run_id} covers seqs "
                 f"{cover.first_seq}..{cover.last_seq}, which are not all on the tape")
@@ -103,3 +106,39 @@ def check(env: JournalEnv, cover: Cover) -> str | None:
         return (f"compaction digest mismatch: tape seqs {cover.first_seq}..{cover.last_seq} "
                 f"of run {cover.run_id} no longer match the digest its compaction recorded")
     return None
+
+
+class SpanDigests:
+    """Recompute many covers' digests in one pass over events in position order (bundles).
+
+    Covered events come before their cover, so a second pass over the same lines
+    feeds each event to the covers whose span holds it.
+    """
+
+    def __init__(self, covers: list[Cover]) -> None:
+        self._covers = covers
+        self._by_run: dict[str, list[tuple[Cover, TapeDigest]]] = {}
+        for cover in covers:
+            self._by_run.setdefault(cover.run_id, []).append((cover, TapeDigest()))
+
+    def add(self, run_id: str, tape_seq: int, kind: str, payload: Mapping[str, Any]) -> None:
+        """Feed one event (any order of runs, each run's events in tape order)."""
+        for cover, digest in self._by_run.get(run_id, ()):
+            if cover.first_seq <= tape_seq <= cover.last_seq:
+                expected = cover.first_seq if digest.next_seq is None else digest.next_seq
+                if tape_seq == expected:
+                    digest.add(tape_seq, kind, payload)
+                else:
+                    digest.next_seq = -1  # a gap: the span is not all there (stays -1)
+
+    def problems(self) -> list[tuple[int, str]]:
+        """``(cover position, why)`` for each cover that does not hold."""
+        out: list[tuple[int, str]] = []
+        for entries in self._by_run.values():
+            for cover, digest in entries:
+                whole = (digest.next_seq == cover.last_seq + 1
+                         and digest.count == cover.last_seq - cover.first_seq + 1)
+                problem = verdict(cover, digest.hexdigest() if whole else None)
+                if problem is not None:
+                    out.append((cover.position, problem))
+        return out

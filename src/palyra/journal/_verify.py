@@ -26,7 +26,14 @@ from palyra.journal._bundle_format import (
 )
 from palyra.journal._bundle_records import LineGroups, line_hash
 from palyra.journal._chainwalk import ChainVerifier, Tampered
-from palyra.journal._covers import MARKER, covers_in
+from palyra.journal._covers import (
+    COVERING_KINDS,
+    MARKER,
+    Cover,
+    SpanDigests,
+    cover_of,
+    covers_in,
+)
 from palyra.journal._covers import check as check_cover
 from palyra.journal._env import JournalEnv
 from palyra.journal._record import CheckpointRecord, u64_key
@@ -216,9 +223,12 @@ def verify_bundle(
     ``progress``, if given, is called with each position (event or link line) once read.
     """
     verifier = ChainVerifier(trusted_keys=trusted_keys)
+    covers: list[Cover | tuple[int, str]] = []
+    found: Tampered | None = None
+    sealed = False
     try:
         with open(path, "rb") as handle:
-            sealed = _walk_bundle(handle, verifier, progress)
+            sealed = _walk_bundle(handle, verifier, progress, covers)
         if verifier.trusted_keys and not sealed:
             # Checkpoints alone cannot prove the bundle was not cut short (a
             # prefix ending at a checkpoint verifies) or, for a session bundle,
@@ -227,14 +237,40 @@ def verify_bundle(
                                  f"{verifier.position}: the bundle carries no seal by a trusted "
                                  "key, so its end and completeness are unproven")
     except Tampered as problem:
-        return _report(verifier, problem)
+        found = problem
+    if covers:
+        # Compaction digests: a second pass feeds the covered events (bounded memory).
+        bad = _bundle_covers(path, covers)
+        if bad is not None and (found is None or found.position is None
+                                or bad[0] < found.position):
+            found = Tampered(*bad)
+    if found is not None:
+        return _report(verifier, found)
     return _report(verifier, None, sealed)
+
+
+def _bundle_covers(path: Path, covers: list[Cover | tuple[int, str]]) -> tuple[int, str] | None:
+    """The first compaction of a bundle whose digest does not recompute, and why."""
+    problems = [(p, f"malformed compaction: {why}") for p, why in
+                (c for c in covers if isinstance(c, tuple))]
+    spans = SpanDigests([c for c in covers if not isinstance(c, tuple)])
+    with open(path, "rb") as handle:
+        for raw in handle:
+            try:
+                line = decode_line(raw.rstrip(b"\n"))
+            except ValueError:
+                continue  # the chain walk reports malformed lines
+            if isinstance(line, EventLine) and line.tape_seq >= 0:
+                spans.add(line.run_id, line.tape_seq, line.kind, line.payload)
+    problems += spans.problems()
+    return min(problems) if problems else None
 
 
 def _walk_bundle(
     lines: Iterable[bytes],
     verifier: ChainVerifier,
     progress: Callable[[int], None] | None = None,
+    covers: list[Cover | tuple[int, str]] | None = None,
 ) -> bool:
     """Walk every line; return whether a valid seal ended the bundle."""
     digest = hashlib.sha256()
@@ -264,6 +300,11 @@ def _walk_bundle(
             raise Tampered(verifier.position + 1, f"line {number}: entries after the seal")
         elif isinstance(line, EventLine | LinkLine):
             groups.add(line)
+            if covers is not None and isinstance(line, EventLine) and line.kind in COVERING_KINDS:
+                cover = cover_of(line.position, line.run_id, line.tape_seq, line.kind,
+                                 line.payload)
+                if cover is not None:
+                    covers.append((line.position, cover) if isinstance(cover, str) else cover)
         elif isinstance(line, CheckpointLine):
             groups.flush()
             _bundle_checkpoint(line, verifier)

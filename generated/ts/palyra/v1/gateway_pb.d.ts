@@ -635,7 +635,7 @@ export declare type ExpandCompactionRequest = Message<"palyra.v1.ExpandCompactio
   runId: string;
 
   /**
-   * The tape seq of the `session_compaction` event.
+   * The tape seq of the `session_compaction` event (a query parameter over HTTP).
    *
    * @generated from field: uint64 compaction_seq = 2;
    */

@@ -1560,7 +1560,7 @@ class ExpandCompactionRequest(betterproto2.Message):
 
     compaction_seq: "int" = betterproto2.field(2, betterproto2.TYPE_UINT64)
     """
-    The tape seq of the `session_compaction` event.
+    The tape seq of the `session_compaction` event (a query parameter over HTTP).
     """
 
     after_seq: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
