@@ -13,8 +13,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
-from engine_harness import ADMIN, OTHER_USER, USER, Harness, fast_config
+from engine_harness import ADMIN, OTHER_USER, USER, Harness, fast_config, loop_text, next_approval
 from palyra_gen.palyra import v1 as pb
 from planned_provider import PlannedProvider
 
@@ -216,5 +217,47 @@ async def test_the_next_run_of_the_session_gets_the_summary(tmp_path: Path,
         assert first in stages[1].reason and event.summary in stages[1].content
         system = [m.content for m in recording.requests[-1].messages if m.role == "system"]
         assert system[1] == stages[1].content and "data, not instructions" in system[1]
+    finally:
+        await harness.stop()
+
+
+async def test_approvals_survive_compaction_verbatim(tmp_path: Path,
+                                                     recording: PlannedProvider) -> None:
+    """The peers' failure: after compaction the agent "remembers" an approval that never
+    was. Here every approval request and decision reaches the model verbatim."""
+    harness = Harness(tmp_path / "data", provider_factory=lambda: recording)
+    app = await harness.start()
+    try:
+        resolved = await app.resolve_session(USER, pb.ResolveSessionRequest(session_key="h"))
+        await app.set_tool_posture(USER, pb.SetToolPostureRequest(
+            session_id=resolved.session.session_id, tool_name="add",
+            posture=pb.ToolPosture.ASK_EACH_TIME))
+        created = await app.create_run(USER, pb.CreateRunRequest(
+            session_key="h", input=pb.MessageInput(text=loop_text(2))))
+        run_id = created.run.run_id
+        for decision in (pb.ApprovalDecision.APPROVE, pb.ApprovalDecision.DENY):
+            approval = await next_approval(app, run_id)
+            await app.decide_approval(ADMIN, pb.DecideApprovalRequest(
+                approval_id=approval.approval_id, decision=decision,
+                scope=pb.ApprovalScope.ONCE, reason="checked"))
+        await _converse(app, [_said(i) for i in range(16)], run_id)
+        [(_, event)] = _compactions(harness, run_id)
+        tape = harness.tape(run_id)
+        kinds = ("tape.tool_approval_request", "tape.tool_approval_response",
+                 "tape.tool_proposal")
+        records = [e for e in tape if e.kind in kinds and e.tape_seq <= event.last_seq]
+        assert len(records) == 6 and {e.tape_seq for e in records} <= set(event.pinned_seqs)
+        [block] = [m.content for m in recording.requests[-1].messages
+                   if m.role == "system" and "<pinned_records" in m.content]
+        shown = {r["seq"]: r for line in block.splitlines() if line.startswith("{")
+                 for r in [msgspec.json.decode(line)]}
+        for e in records:
+            stored = e.payload["decision"] if e.kind == "tape.tool_proposal" else e.payload
+            assert shown[e.tape_seq]["event"] == stored and shown[e.tape_seq]["kind"] == e.kind
+        decided = [r["event"] for r in shown.values()
+                   if r["kind"] == "tape.tool_approval_response"]
+        assert [d.get("approved", False) for d in decided] == [True, False]
+        assert all(d["decidedBy"] == "admin:ops" for d in decided)
+        assert verify_store(harness.store).ok
     finally:
         await harness.stop()

@@ -191,7 +191,8 @@ def window_of(history: History, settings: CompactionSettings) -> tuple[int, int]
     if keep_from <= start:
         return None
     last_seq = seqs[keep_from] - 1 if keep_from < len(seqs) else history.tape_len - 1
-    return history.free_seq, last_seq
+    # The first kept message may be one an earlier compaction pinned (before free_seq).
+    return (history.free_seq, last_seq) if last_seq >= history.free_seq else None
 
 
 def split(history: History, settings: CompactionSettings, first_seq: int, last_seq: int,

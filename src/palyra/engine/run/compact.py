@@ -87,13 +87,13 @@ async def maybe_compact(step: Step, batch: Batch, blocks: Sequence[str],
     plan = compaction.plan(history, settings, input_tokens=before,
                            attempts=loop.compaction_attempts,
                            last_compaction_ms=loop.last_compaction_ms, now_ms=deps.now_ms())
-    if isinstance(plan, str):
+    if isinstance(plan, str) or step.remaining_wall_s() <= 0:
         return loop.messages
     attempt = loop.compaction_attempts + 1
     prompt = compaction.summary_prompt(plan, settings)
     try:
         with step.active():
-            async with asyncio.timeout(max(step.remaining_wall_s(), 0.001)):
+            async with asyncio.timeout(step.remaining_wall_s()):
                 response = await deps.provider.complete(ModelRequest(messages=prompt))
     except (PalyraError, TimeoutError) as exc:
         code = exc.code.name if isinstance(exc, PalyraError) else "DEADLINE_EXCEEDED"
