@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,14 +151,8 @@ def _walk_env(
 
     # Records holding a covering event (a compaction) are noted as they pass, and their
     # digests recomputed once the chain up to them checked out (outside the read txn).
-    covering: list[bytes] = []
-
-    def noting(items: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
-        for key, value in items:
-            if MARKER in value:
-                covering.append(bytes(value))
-            yield key, value
-
+    verifier.marker = MARKER
+    covering = verifier.noted
     check_checkpoints(0)
     more = True
     try:
@@ -167,7 +161,7 @@ def _walk_env(
                 cursor = txn.cursor(db=env.dbs[names.EVENTS])
                 if not cursor.set_range(u64_key(verifier.position + 1)):
                     break
-                records = noting(iter(cursor))
+                records = iter(cursor)
                 read = 0
                 while read < _CHUNK:  # then a fresh txn: do not pin one snapshot
                     until = pending[0].position if pending else 1 << 64
