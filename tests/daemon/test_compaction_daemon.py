@@ -81,6 +81,14 @@ def test_compaction_through_the_daemon(tmp_path: Path) -> None:
         assert again.status_code == 200, again.text
         assert again.json()["run"]["finalText"] == "and one more"
         assert sum("sessionCompaction" in e for e in _tape(base, user, run_id)) == 1
+        cli = subprocess.run(
+            [sys.executable, "-m", "palyra.cli.main", "runs", "expand", run_id,
+             str(compaction["tapeSeq"]), "--data-dir", str(data_dir)],
+            capture_output=True, text=True, env=clean_env(), timeout=60, check=False)
+        assert cli.returncode == 0, cli.stdout + cli.stderr
+        lines = cli.stdout.splitlines()
+        assert "session_compaction" in lines[0] and "matches" in lines[-1]
+        assert len(lines) == 2 + last - first + 1
     finally:
         daemon.stop()
     verified = subprocess.run(
