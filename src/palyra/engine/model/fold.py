@@ -98,7 +98,6 @@ class LoopState:
     compacted_through: int = 0
     compaction_attempts: int = 0
     last_compaction_ms: int | None = None
-    last_compaction_seq: int = -1
 
     def apply(self, member: betterproto2.Message | None, *, redacted: bool = False) -> None:
         """Fold one committed tape event into the state.
@@ -166,7 +165,6 @@ class LoopState:
         self.compacted_through = member.last_seq + 1
         self.compaction_attempts += 1
         self.last_compaction_ms = member.created_unix_ms
-        self.last_compaction_seq = seq
 
     def _apply_loop(self, member: pb.AgentLoop) -> None:
         if member.phase == pb.AgentLoopPhase.STARTED:

@@ -78,8 +78,9 @@ async def maybe_compact(step: Step, batch: Batch, blocks: Sequence[str],
     """
     deps, loop = step.deps, step.writer.loop
     settings = settings_of(deps.config)
-    if not settings.enabled or len(loop.messages) <= settings.keep_recent:
-        return loop.messages
+    if (not settings.enabled or len(loop.messages) <= settings.keep_recent
+            or loop.compaction_attempts >= settings.max_per_run):
+        return loop.messages  # the cheap refusals first: no estimate of the history
     system = [ChatMessage(role="system", content=b) for b in blocks]
     fixed = _tokens(system) + _tokens(inputs)
     before = fixed + _tokens(loop.messages)
