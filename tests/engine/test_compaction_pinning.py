@@ -152,6 +152,9 @@ def test_pinned_events_survive_compaction_verbatim(
         assert [p for p in after if p in outside] == outside
         kept = [(s, m) for s, m in before if s in pinned or not first <= s <= last]
         assert [p for p in after if p in before] == kept
+        # No tool result is left without the call it answers.
+        calls = {c.id for _, m in after for c in m.tool_calls}
+        assert all(m.tool_call_id in calls for _, m in after if m.role == "tool")
         # The summary stands where the first condensed message stood.
         at = before.index(condensed[0])
         assert after[at][1].role == "system"
