@@ -13,7 +13,7 @@ GROUPS = {
     "tokens": ["issue", "list", "revoke"],
     "sessions": ["list", "posture"],
     "approvals": ["list", "approve", "deny"],
-    "runs": ["tail", "abort"],
+    "runs": ["tail", "expand", "abort"],
     "journal": ["verify", "export", "checkpoint", "prune"],
 }
 

@@ -66,6 +66,12 @@ SAMPLES: dict[str, tuple[object, list[str]]] = {
                                       tokens=42, tokenizer="llama-2", reason=NL, item_ids=["M1"],
                                       scores_bps=[9100], turn=1),
                       ["memory_auto_inject", "tokens=42", "items=M1:9100", '"two\\nlines"']),
+    "session_compaction": (v1.SessionCompaction(strategy="session_window_v1", first_seq=0,
+                                                last_seq=41, digest_sha256=SHA,
+                                                summariser_model="scripted", pinned_seqs=[3, 9],
+                                                summary=NL, tokens_before=900, tokens_after=300),
+                           ["session_window_v1", "seqs=0..41", "pinned=2", "tokens=900->300",
+                            "model=scripted", f"digest={SHA[:12]}", '"two\\nlines"']),
 }
 
 

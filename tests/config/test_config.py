@@ -123,3 +123,13 @@ def test_the_documented_example_config_loads() -> None:
     assert config.provider.kind == "openai" and config.provider.api_key_env == "OPENAI_API_KEY"
     assert str(config.policy.tool_postures["add"]) == "ask_each_time"
     assert config.policy.config_dir == example.parent.resolve()
+
+
+def test_compaction_settings_come_from_toml_and_env(tmp_path: Path) -> None:
+    path = tmp_path / "palyra.toml"
+    path.write_text("[engine]\ncompaction_trigger_tokens = 2000\ncompaction_enabled = false\n")
+    config = load_config(config_file=path, env={"PALYRA_ENGINE_COMPACTION_MAX_PER_RUN": "1"})
+    assert config.engine.compaction_trigger_tokens == 2000
+    assert config.engine.compaction_enabled is False
+    assert config.engine.compaction_max_per_run == 1
+    assert config.engine.compaction_keep_user_messages == 6

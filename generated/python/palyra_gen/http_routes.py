@@ -493,6 +493,18 @@ ROUTES: Final[tuple[HttpRoute, ...]] = (
     ),
     HttpRoute(
         service="palyra.v1.GatewayService",
+        method="ExpandCompaction",
+        python_method="expand_compaction",
+        http_method="GET",
+        path="/v1/runs/{run_id}/compactions:expand",
+        body="",
+        client_streaming=False,
+        server_streaming=False,
+        request_type="palyra.v1.ExpandCompactionRequest",
+        response_type="palyra.v1.ExpandCompactionResponse",
+    ),
+    HttpRoute(
+        service="palyra.v1.GatewayService",
         method="WatchRun",
         python_method="watch_run",
         http_method="GET",

@@ -212,6 +212,12 @@ class GatewayServiceApp(Protocol[CtxT]):
         """``palyra.v1.GatewayService.ListRunTape``."""
         ...
 
+    async def expand_compaction(
+        self, ctx: CtxT, request: v1.ExpandCompactionRequest
+    ) -> v1.ExpandCompactionResponse:
+        """``palyra.v1.GatewayService.ExpandCompaction``."""
+        ...
+
     def watch_run(
         self, ctx: CtxT, request: v1.WatchRunRequest
     ) -> AsyncIterator[v1.WatchRunResponse]:
@@ -333,6 +339,11 @@ class GatewayServiceServer(v1.GatewayServiceBase, Generic[CtxI]):
 
     async def list_run_tape(self, message: v1.ListRunTapeRequest) -> v1.ListRunTapeResponse:
         return await self._app.list_run_tape(self._ctx(), message)
+
+    async def expand_compaction(
+        self, message: v1.ExpandCompactionRequest
+    ) -> v1.ExpandCompactionResponse:
+        return await self._app.expand_compaction(self._ctx(), message)
 
     async def watch_run(self, message: v1.WatchRunRequest) -> AsyncIterator[v1.WatchRunResponse]:
         async for item in self._app.watch_run(self._ctx(), message):
@@ -853,6 +864,15 @@ RPCS: Final[tuple[RpcInfo, ...]] = (
     ),
     RpcInfo(
         "palyra.v1.GatewayService",
+        "ExpandCompaction",
+        "expand_compaction",
+        "palyra.v1.ExpandCompactionRequest",
+        "palyra.v1.ExpandCompactionResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
+        "palyra.v1.GatewayService",
         "WatchRun",
         "watch_run",
         "palyra.v1.WatchRunRequest",
@@ -1203,6 +1223,7 @@ UNARY: Final[dict[str, Callable[[PalyraServicesApp[Any], Any, Any], Awaitable[An
     "abort_run": lambda app, ctx, request: app.abort_run(ctx, request),
     "get_run": lambda app, ctx, request: app.get_run(ctx, request),
     "list_run_tape": lambda app, ctx, request: app.list_run_tape(ctx, request),
+    "expand_compaction": lambda app, ctx, request: app.expand_compaction(ctx, request),
     "list_sessions": lambda app, ctx, request: app.list_sessions(ctx, request),
     "resolve_session": lambda app, ctx, request: app.resolve_session(ctx, request),
     "cleanup_session": lambda app, ctx, request: app.cleanup_session(ctx, request),

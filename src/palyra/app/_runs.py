@@ -24,8 +24,16 @@ from palyra.app._convert import (
     tape_event_proto,
 )
 from palyra.app.context import CallContext
-from palyra.core.errors import ErrorCode, InvalidArgument, PalyraError
-from palyra.engine import IdentityRec, Selectors, StartRun, is_run_terminal, is_terminal_status
+from palyra.core.errors import ErrorCode, InvalidArgument, NotFound, PalyraError
+from palyra.engine import (
+    IdentityRec,
+    Selectors,
+    StartRun,
+    covered_digest,
+    is_run_terminal,
+    is_terminal_status,
+    member_from,
+)
 
 log = logging.getLogger("palyra.app")
 MAX_TAPE_PAGE = 1000
@@ -214,6 +222,35 @@ class RunsApi(AppBase):
         return pb.ListRunTapeResponse(events=[tape_event_proto(e) for e in page.events],
                                       next_after_seq=page.next_after_seq,
                                       state=run_proto(record).state)
+
+    async def expand_compaction(
+            self, ctx: CallContext,
+            request: pb.ExpandCompactionRequest) -> pb.ExpandCompactionResponse:
+        """The events a compaction covers, as stored, paged like the tape; and its digest
+        recomputed over all of them."""
+        self.engine.get_run(identity_of(ctx), request.run_id)
+        run_id, seq = request.run_id, request.compaction_seq
+        found = self.store.read_tape(run_id, seq - 1, 1).events
+        if not found or found[0].tape_seq != seq or found[0].kind != "tape.session_compaction":
+            raise NotFound(f"run {run_id} has no compaction at tape seq {seq}")
+        stored = found[0]
+        event = member_from(stored.kind, stored.payload)
+        assert isinstance(event, pb.SessionCompaction)
+        first, last = event.first_seq, event.last_seq
+        after = max(first - 1, request.after_seq)
+        limit = MAX_TAPE_PAGE if request.limit == 0 else max(1, min(request.limit,
+                                                                    MAX_TAPE_PAGE))
+        events: list[pb.TapeEvent] = []
+        next_after: int | None = None
+        if after < last:
+            page = self.store.read_tape(run_id, after, min(limit, last - after), MAX_TAPE_BYTES)
+            events = [tape_event_proto(e) for e in page.events if e.tape_seq <= last]
+            if events and events[-1].tape_seq < last:
+                next_after = events[-1].tape_seq
+        digest = covered_digest(self.store, run_id, first, last)
+        return pb.ExpandCompactionResponse(
+            compaction=tape_event_proto(stored), events=events, next_after_seq=next_after,
+            digest_sha256=digest, digest_matches=digest == event.digest_sha256)
 
     async def watch_run(self, ctx: CallContext,
                         request: pb.WatchRunRequest) -> AsyncIterator[pb.WatchRunResponse]:

@@ -107,6 +107,12 @@ def _describe_body(body: betterproto2.Message) -> str:
         items = ",".join(f"{i}:{b}" for i, b in zip(body.item_ids, body.scores_bps, strict=False))
         return _join(body.stage, _fields(("tokens", body.tokens), ("items", items)),
                      _text(body.reason) if body.reason else "")
+    if isinstance(body, v1.SessionCompaction):
+        return _join(body.strategy, _fields(
+            ("seqs", f"{body.first_seq}..{body.last_seq}"), ("pinned", len(body.pinned_seqs)),
+            ("tokens", f"{body.tokens_before}->{body.tokens_after}"),
+            ("model", body.summariser_model), ("digest", body.digest_sha256[:12])),
+            _text(body.summary) if body.summary else "")
     if isinstance(body, v1.RunError):
         return f"{enum_name(body.code)}: {' '.join(body.message.splitlines())}"
     # A member added to the spec after this renderer: its proto3 JSON, on one line.

@@ -49,6 +49,7 @@ from palyra.engine.model.records import (
 from palyra.engine.model.tape import field_of as tape_field_of
 from palyra.engine.model.tape import is_terminal_status, member_from
 from palyra.engine.run.approvals import approval_write
+from palyra.engine.run.compact import covered_digest
 from palyra.engine.run.recovery import RecoveryReport, live_run_ids
 from palyra.engine.sessions.locks import KeyedLocks
 from palyra.engine.sessions.selectors import Selectors
@@ -89,6 +90,7 @@ __all__ = [
     "ToolsPort",
     "approval_state_proto",
     "approval_write",
+    "covered_digest",
     "decided",
     "is_run_terminal",
     "is_terminal_status",

@@ -89,6 +89,10 @@ class ChainVerifier:
         self.pruned_through = 0
         self.pruned_head = GENESIS
         self.claim: tuple[int, int, str] | None = None
+        # Stored records containing ``marker`` are kept in ``noted`` as they pass
+        # (the verifier recomputes compaction digests from them: ``_covers``).
+        self.marker: bytes | None = None
+        self.noted: list[bytes] = []
 
     @property
     def session_heads(self) -> dict[str, bytes]:
@@ -194,9 +198,12 @@ class ChainVerifier:
         heads = self._heads
         position, head, events = self.position, self.head, self.events
         fast = self.session_id is None
+        marker, noted = self.marker, self.noted
         try:
             for key, value in items:
                 read += 1
+                if marker is not None and marker in value:
+                    noted.append(bytes(value))
                 start = position + 1
                 last = -1
                 if fast and value[0] == RECORD_FORMAT and len(value) > SESSION_AT:

@@ -27,6 +27,15 @@ from palyra.journal._bundle_format import (
 )
 from palyra.journal._bundle_records import LineGroups, line_hash
 from palyra.journal._chainwalk import ChainVerifier, Tampered
+from palyra.journal._covers import (
+    COVERING_KINDS,
+    MARKER,
+    Cover,
+    SpanDigests,
+    cover_of,
+    covers_in,
+)
+from palyra.journal._covers import check as check_cover
 from palyra.journal._env import JournalEnv
 from palyra.journal._record import CheckpointRecord, u64_key
 from palyra.journal._signing import signature_valid
@@ -146,24 +155,55 @@ def _walk_env(
         while pending and pending[0].position <= upto:
             _check_checkpoint(verifier, pending.pop(0))
 
+    # Records holding a covering event (a compaction) are noted as they pass, and their
+    # digests recomputed once the chain up to them checked out (outside the read txn).
+    verifier.marker = MARKER
+    covering = verifier.noted
     check_checkpoints(0)
     more = True
-    while more:
-        with env.read() as txn:
-            cursor = txn.cursor(db=env.dbs[names.EVENTS])
-            if not cursor.set_range(u64_key(verifier.position + 1)):
-                break
-            records = iter(cursor)
-            read = 0
-            while read < _CHUNK:  # then a fresh txn: do not pin one snapshot
-                until = pending[0].position if pending else 1 << 64
-                done = verifier.stored_run(records, until, _CHUNK - read, progress)
-                if not done:
-                    more = False
+    try:
+        while more:
+            with env.read() as txn:
+                cursor = txn.cursor(db=env.dbs[names.EVENTS])
+                if not cursor.set_range(u64_key(verifier.position + 1)):
                     break
-                read += done
-                check_checkpoints(verifier.position)
+                records = iter(cursor)
+                read = 0
+                while read < _CHUNK:  # then a fresh txn: do not pin one snapshot
+                    until = pending[0].position if pending else 1 << 64
+                    done = verifier.stored_run(records, until, _CHUNK - read, progress)
+                    if not done:
+                        more = False
+                        break
+                    read += done
+                    check_checkpoints(verifier.position)
+            _check_covers(env, covering, verifier.position + 1)
+    except Tampered as problem:
+        # A bad compaction before the problem found in the chain is reported first.
+        _check_covers(env, covering, problem.position or verifier.position + 1)
+        raise
     check_checkpoints(1 << 64)
+
+
+def _check_covers(env: JournalEnv, covering: list[bytes], before: int) -> None:
+    """Recompute the digest of each noted covering event positioned before ``before``."""
+    for value in covering:
+        try:
+            found = covers_in(value)
+        except ValueError as exc:  # msgspec.DecodeError is a ValueError
+            raise Tampered(before, f"undecodable record ({exc})") from exc
+        for cover in found:
+            if isinstance(cover, tuple):
+                position, reason = cover
+                if position < before:
+                    raise Tampered(position, f"malformed compaction: {reason}")
+                continue
+            if cover.position >= before:
+                continue
+            problem = check_cover(env, cover)
+            if problem is not None:
+                raise Tampered(cover.position, problem)
+    covering.clear()
 
 
 def _check_checkpoint(verifier: ChainVerifier, record: CheckpointRecord) -> None:
@@ -183,9 +223,12 @@ def verify_bundle(
     ``progress``, if given, is called with each position (event or link line) once read.
     """
     verifier = ChainVerifier(trusted_keys=trusted_keys)
+    covers: list[Cover | tuple[int, str]] = []
+    found: Tampered | None = None
+    sealed = False
     try:
         with open(path, "rb") as handle:
-            sealed = _walk_bundle(handle, verifier, progress)
+            sealed = _walk_bundle(handle, verifier, progress, covers)
         verifier.finish()
         if verifier.trusted_keys and not sealed:
             # Checkpoints alone cannot prove the bundle was not cut short (a
@@ -195,14 +238,41 @@ def verify_bundle(
                                  f"{verifier.position}: the bundle carries no seal by a trusted "
                                  "key, so its end and completeness are unproven")
     except Tampered as problem:
-        return _report(verifier, problem)
+        found = problem
+    if covers:
+        # Compaction digests: a second pass feeds the covered events (bounded memory).
+        bad = _bundle_covers(path, covers, pruned=verifier.pruned > 0)
+        if bad is not None and (found is None or found.position is None
+                                or bad[0] < found.position):
+            found = Tampered(*bad)
+    if found is not None:
+        return _report(verifier, found)
     return _report(verifier, None, sealed)
+
+
+def _bundle_covers(path: Path, covers: list[Cover | tuple[int, str]], *,
+                   pruned: bool = False) -> tuple[int, str] | None:
+    """The first compaction of a bundle whose digest does not recompute, and why."""
+    problems = [(p, f"malformed compaction: {why}") for p, why in
+                (c for c in covers if isinstance(c, tuple))]
+    spans = SpanDigests([c for c in covers if not isinstance(c, tuple)])
+    with open(path, "rb") as handle:
+        for raw in handle:
+            try:
+                line = decode_line(raw.rstrip(b"\n"))
+            except ValueError:
+                continue  # the chain walk reports malformed lines
+            if isinstance(line, EventLine) and line.tape_seq >= 0:
+                spans.add(line.run_id, line.tape_seq, line.kind, line.payload)
+    problems += spans.problems(pruned=pruned)
+    return min(problems) if problems else None
 
 
 def _walk_bundle(
     lines: Iterable[bytes],
     verifier: ChainVerifier,
     progress: Callable[[int], None] | None = None,
+    covers: list[Cover | tuple[int, str]] | None = None,
 ) -> bool:
     """Walk every line; return whether a valid seal ended the bundle."""
     digest = hashlib.sha256()
@@ -232,6 +302,11 @@ def _walk_bundle(
             raise Tampered(verifier.position + 1, f"line {number}: entries after the seal")
         elif isinstance(line, EventLine | LinkLine):
             groups.add(line)
+            if covers is not None and isinstance(line, EventLine) and line.kind in COVERING_KINDS:
+                cover = cover_of(line.position, line.run_id, line.tape_seq, line.kind,
+                                 line.payload)
+                if cover is not None:
+                    covers.append((line.position, cover) if isinstance(cover, str) else cover)
         elif isinstance(line, PrunedLine):
             groups.flush()
             if header.version < 4:

@@ -43,6 +43,12 @@ _TIMES = re.compile(r"(\d+)\s+times")
 # Post-run reflection asks with a system prompt starting with this marker
 # (palyra.learning.model.REFLECTION_MARKER; a test holds the two equal).
 REFLECTION_MARKER = "palyra.reflection.v1"
+# Compaction asks with a system prompt starting with this marker
+# (palyra.engine.model.compaction.SUMMARY_MARKER; a test holds the two equal).
+SUMMARY_MARKER = "palyra.compaction.v1"
+_TRANSCRIPT_LINE = re.compile(r"^\[seq (\d+)\] (\w+): ?(.*)$", re.MULTILINE)
+_SUMMARY_LINES = 8
+_SUMMARY_LINE_CHARS = 48
 _SEQ_LINE = re.compile(r"^\[seq (\d+)\] user: (.*)$", re.MULTILINE)
 _REMEMBER = re.compile(r"\bremember that ([^.!?]+)", re.IGNORECASE)
 _PREFER = re.compile(r"\bI prefer ([^.!?]+)", re.IGNORECASE)
@@ -117,6 +123,9 @@ def scripted_reply(request: ModelRequest, *, tool: ScriptedTool = "add") -> Mode
     if messages and messages[0].role == "system" and messages[0].content.startswith(
             REFLECTION_MARKER):
         return scripted_reflection(messages[-1].content)
+    if messages and messages[0].role == "system" and messages[0].content.startswith(
+            SUMMARY_MARKER):
+        return scripted_summary(messages[-1].content)
     last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
     usage_in = _word_count(messages)
     user_text = messages[last_user].content if last_user >= 0 else ""
@@ -149,6 +158,22 @@ def scripted_reply(request: ModelRequest, *, tool: ScriptedTool = "add") -> Mode
     return ModelResponse(
         text=text, tool_calls=[], finish_reason="stop", usage=Usage(usage_in, 1), model="scripted"
     )
+
+
+def scripted_summary(transcript: str) -> ModelResponse:
+    """The scripted model's compaction summary (pure): a count line, then the first
+    ``_SUMMARY_LINES - 1`` transcript lines, each cut to ``_SUMMARY_LINE_CHARS``."""
+    found = _TRANSCRIPT_LINE.findall(transcript)
+    seqs = [int(seq) for seq, _, _ in found]
+    head = (f"{len(found)} messages, seqs {min(seqs)}..{max(seqs)}." if found
+            else "nothing to summarise.")
+    lines = [head]
+    for seq, role, text in found[: _SUMMARY_LINES - 1]:
+        lines.append(f"- {seq} {role}: {text[:_SUMMARY_LINE_CHARS]}")
+    body = "\n".join(lines)
+    return ModelResponse(text=body, tool_calls=[], finish_reason="stop",
+                         usage=Usage(len(transcript.split()), len(body.split())),
+                         model="scripted")
 
 
 def scripted_reflection(transcript: str) -> ModelResponse:

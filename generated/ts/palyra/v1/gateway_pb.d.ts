@@ -626,6 +626,89 @@ export declare type ListRunTapeResponse = Message<"palyra.v1.ListRunTapeResponse
 export declare const ListRunTapeResponseSchema: GenMessage<ListRunTapeResponse>;
 
 /**
+ * @generated from message palyra.v1.ExpandCompactionRequest
+ */
+export declare type ExpandCompactionRequest = Message<"palyra.v1.ExpandCompactionRequest"> & {
+  /**
+   * @generated from field: string run_id = 1;
+   */
+  runId: string;
+
+  /**
+   * The tape seq of the `session_compaction` event (a query parameter over HTTP).
+   *
+   * @generated from field: uint64 compaction_seq = 2;
+   */
+  compactionSeq: bigint;
+
+  /**
+   * Exclusive cursor inside the covered range; -1 (default when unset over HTTP)
+   * starts at its first event.
+   *
+   * @generated from field: int64 after_seq = 3;
+   */
+  afterSeq: bigint;
+
+  /**
+   * 1..1000 (0: 1000); a page also stops before 2 MiB.
+   *
+   * @generated from field: uint32 limit = 4;
+   */
+  limit: number;
+};
+
+/**
+ * Describes the message palyra.v1.ExpandCompactionRequest.
+ * Use `create(ExpandCompactionRequestSchema)` to create a new message.
+ */
+export declare const ExpandCompactionRequestSchema: GenMessage<ExpandCompactionRequest>;
+
+/**
+ * @generated from message palyra.v1.ExpandCompactionResponse
+ */
+export declare type ExpandCompactionResponse = Message<"palyra.v1.ExpandCompactionResponse"> & {
+  /**
+   * The compaction event itself.
+   *
+   * @generated from field: palyra.v1.TapeEvent compaction = 1;
+   */
+  compaction?: TapeEvent | undefined;
+
+  /**
+   * Covered events of this page, in tape order, as ListRunTape returns them.
+   *
+   * @generated from field: repeated palyra.v1.TapeEvent events = 2;
+   */
+  events: TapeEvent[];
+
+  /**
+   * Set only when more covered events remain.
+   *
+   * @generated from field: optional int64 next_after_seq = 3;
+   */
+  nextAfterSeq?: bigint | undefined;
+
+  /**
+   * The digest recomputed over every covered event as stored (all pages), and
+   * whether it equals the one the compaction recorded.
+   *
+   * @generated from field: string digest_sha256 = 4;
+   */
+  digestSha256: string;
+
+  /**
+   * @generated from field: bool digest_matches = 5;
+   */
+  digestMatches: boolean;
+};
+
+/**
+ * Describes the message palyra.v1.ExpandCompactionResponse.
+ * Use `create(ExpandCompactionResponseSchema)` to create a new message.
+ */
+export declare const ExpandCompactionResponseSchema: GenMessage<ExpandCompactionResponse>;
+
+/**
  * @generated from message palyra.v1.WatchRunRequest
  */
 export declare type WatchRunRequest = Message<"palyra.v1.WatchRunRequest"> & {
@@ -1630,6 +1713,17 @@ export declare const GatewayService: GenService<{
     methodKind: "unary";
     input: typeof ListRunTapeRequestSchema;
     output: typeof ListRunTapeResponseSchema;
+  },
+  /**
+   * The events a `session_compaction` tape event covers, exactly as stored (paged like
+   * ListRunTape), and its digest recomputed from them. Same access as the run's tape.
+   *
+   * @generated from rpc palyra.v1.GatewayService.ExpandCompaction
+   */
+  expandCompaction: {
+    methodKind: "unary";
+    input: typeof ExpandCompactionRequestSchema;
+    output: typeof ExpandCompactionResponseSchema;
   },
   /**
    * Replay a run's tape from a cursor, then follow live events until the run ends.

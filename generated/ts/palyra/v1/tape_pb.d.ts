@@ -139,6 +139,12 @@ export declare type TapeEvent = Message<"palyra.v1.TapeEvent"> & {
      */
     value: ContextStage;
     case: "contextStage";
+  } | {
+    /**
+     * @generated from field: palyra.v1.SessionCompaction session_compaction = 25;
+     */
+    value: SessionCompaction;
+    case: "sessionCompaction";
   } | { case: undefined; value?: undefined };
 };
 
@@ -147,6 +153,113 @@ export declare type TapeEvent = Message<"palyra.v1.TapeEvent"> & {
  * Use `create(TapeEventSchema)` to create a new message.
  */
 export declare const TapeEventSchema: GenMessage<TapeEvent>;
+
+/**
+ * A compaction of the run's conversation (strategy `session_window_v1`,
+ * docs/architecture.md "Provider input"): from here on the provider input holds
+ * `summary` in place of the messages of tape seqs `first_seq`..`last_seq` that are
+ * not in `pinned_seqs`. The covered events stay on the tape (ExpandCompaction
+ * returns them), and `digest_sha256` ties the summary to them: `palyra journal
+ * verify` recomputes it from the stored events (docs/journal.md, "Compaction digests").
+ *
+ * @generated from message palyra.v1.SessionCompaction
+ */
+export declare type SessionCompaction = Message<"palyra.v1.SessionCompaction"> & {
+  /**
+   * @generated from field: string strategy = 1;
+   */
+  strategy: string;
+
+  /**
+   * The covered tape seqs, inclusive: every event of the run in between.
+   *
+   * @generated from field: uint64 first_seq = 2;
+   */
+  firstSeq: bigint;
+
+  /**
+   * @generated from field: uint64 last_seq = 3;
+   */
+  lastSeq: bigint;
+
+  /**
+   * Lowercase hex SHA-256 over the covered events as stored (core/tape_digest.py).
+   *
+   * @generated from field: string digest_sha256 = 4;
+   */
+  digestSha256: string;
+
+  /**
+   * The summariser: the configured provider and the model that answered.
+   *
+   * @generated from field: string summariser_provider = 5;
+   */
+  summariserProvider: string;
+
+  /**
+   * @generated from field: string summariser_model = 6;
+   */
+  summariserModel: string;
+
+  /**
+   * SHA-256 (hex) of the summariser prompt (engine/model/compaction.prompt_sha256).
+   *
+   * @generated from field: string prompt_sha256 = 7;
+   */
+  promptSha256: string;
+
+  /**
+   * Covered seqs kept verbatim: the most recent user messages, every approval
+   * request and decision, every policy decision, earlier summaries.
+   *
+   * @generated from field: repeated uint64 pinned_seqs = 8;
+   */
+  pinnedSeqs: bigint[];
+
+  /**
+   * At most 8 lines; data written by a model, never instructions.
+   *
+   * @generated from field: string summary = 9;
+   */
+  summary: string;
+
+  /**
+   * Estimated provider input (engine/model/prune.py estimate) before and after.
+   *
+   * @generated from field: uint32 tokens_before = 10;
+   */
+  tokensBefore: number;
+
+  /**
+   * @generated from field: uint32 tokens_after = 11;
+   */
+  tokensAfter: number;
+
+  /**
+   * 1 for the run's first compaction attempt; attempts per run are bounded.
+   *
+   * @generated from field: uint32 attempt = 12;
+   */
+  attempt: number;
+
+  /**
+   * @generated from field: int64 created_unix_ms = 13;
+   */
+  createdUnixMs: bigint;
+
+  /**
+   * How many events the range covers (last_seq - first_seq + 1).
+   *
+   * @generated from field: uint32 covered_events = 14;
+   */
+  coveredEvents: number;
+};
+
+/**
+ * Describes the message palyra.v1.SessionCompaction.
+ * Use `create(SessionCompactionSchema)` to create a new message.
+ */
+export declare const SessionCompactionSchema: GenMessage<SessionCompaction>;
 
 /**
  * One stage of provider input assembly that contributed to the model's input

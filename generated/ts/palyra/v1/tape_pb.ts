@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file palyra/v1/tape.proto.
  */
 export const file_palyra_v1_tape: GenFile = /*@__PURE__*/
-  fileDesc("ChRwYWx5cmEvdjEvdGFwZS5wcm90bxIJcGFseXJhLnYxIvoGCglUYXBlRXZlbnQSDgoGcnVuX2lkGAEgASgJEhAKCHRhcGVfc2VxGAIgASgEEhAKCHBvc2l0aW9uGAMgASgEEhIKCnRzX3VuaXhfbXMYBCABKAMSEgoKc2Vzc2lvbl9pZBgFIAEoCRImCgZzdGF0dXMYCiABKAsyFC5wYWx5cmEudjEuUnVuU3RhdHVzSAASLAoLbW9kZWxfdG9rZW4YCyABKAsyFS5wYWx5cmEudjEuTW9kZWxUb2tlbkgAEjAKDXRvb2xfcHJvcG9zYWwYDCABKAsyFy5wYWx5cmEudjEuVG9vbFByb3Bvc2FsSAASMAoNdG9vbF9kZWNpc2lvbhgNIAEoCzIXLnBhbHlyYS52MS5Ub29sRGVjaXNpb25IABI/ChV0b29sX2FwcHJvdmFsX3JlcXVlc3QYDiABKAsyHi5wYWx5cmEudjEuVG9vbEFwcHJvdmFsUmVxdWVzdEgAEkEKFnRvb2xfYXBwcm92YWxfcmVzcG9uc2UYDyABKAsyHy5wYWx5cmEudjEuVG9vbEFwcHJvdmFsUmVzcG9uc2VIABIsCgt0b29sX3Jlc3VsdBgQIAEoCzIVLnBhbHlyYS52MS5Ub29sUmVzdWx0SAASNgoQdG9vbF9hdHRlc3RhdGlvbhgRIAEoCzIaLnBhbHlyYS52MS5Ub29sQXR0ZXN0YXRpb25IABI0Cg9tZXNzYWdlX3JlcGxpZWQYEiABKAsyGS5wYWx5cmEudjEuTWVzc2FnZVJlcGxpZWRIABIqCgp1c2VyX2lucHV0GBMgASgLMhQucGFseXJhLnYxLlVzZXJJbnB1dEgAEioKCmFnZW50X2xvb3AYFCABKAsyFC5wYWx5cmEudjEuQWdlbnRMb29wSAASPQoUcHJvdmlkZXJfdHVybl9vdXRwdXQYFSABKAsyHS5wYWx5cmEudjEuUHJvdmlkZXJUdXJuT3V0cHV0SAASPwoVdG9vbF9jYXRhbG9nX3NuYXBzaG90GBYgASgLMh4ucGFseXJhLnYxLlRvb2xDYXRhbG9nU25hcHNob3RIABIkCgVlcnJvchgXIAEoCzITLnBhbHlyYS52MS5SdW5FcnJvckgAEjAKDWNvbnRleHRfc3RhZ2UYGCABKAsyFy5wYWx5cmEudjEuQ29udGV4dFN0YWdlSABCBwoFZXZlbnQilQEKDENvbnRleHRTdGFnZRINCgVzdGFnZRgBIAEoCRIPCgdjb250ZW50GAIgASgJEg4KBnRva2VucxgDIAEoDRIRCgl0b2tlbml6ZXIYBCABKAkSDgoGcmVhc29uGAUgASgJEhAKCGl0ZW1faWRzGAYgAygJEhIKCnNjb3Jlc19icHMYByADKA0SDAoEdHVybhgIIAEoDSJfCglSdW5TdGF0dXMSIgoFc3RhdGUYASABKA4yEy5wYWx5cmEudjEuUnVuU3RhdGUSDwoHbWVzc2FnZRgCIAEoCRIOCgZyZWFzb24YAyABKAkSDQoFZXZlbnQYBCABKAkiOwoKTW9kZWxUb2tlbhINCgV0b2tlbhgBIAEoCRIQCghpc19maW5hbBgCIAEoCBIMCgR0dXJuGAMgASgNIrkBCgxUb29sUHJvcG9zYWwSEwoLcHJvcG9zYWxfaWQYASABKAkSEQoJdG9vbF9uYW1lGAIgASgJEhIKCmlucHV0X2pzb24YAyABKAkSGQoRYXBwcm92YWxfcmVxdWlyZWQYBCABKAgSDAoEdHVybhgFIAEoDRIpCghkZWNpc2lvbhgGIAEoCzIXLnBhbHlyYS52MS5Ub29sRGVjaXNpb24SGQoRY29udGV4dF9yZWZlcmVuY2UYByABKAkiogEKDFRvb2xEZWNpc2lvbhITCgtwcm9wb3NhbF9pZBgBIAEoCRIvCgdvdXRjb21lGAIgASgOMh4ucGFseXJhLnYxLlRvb2xEZWNpc2lvbk91dGNvbWUSDgoGcmVhc29uGAMgASgJEhMKC3BvbGljeV9oYXNoGAQgASgJEhIKCnBvbGljeV9pZHMYBSADKAkSEwoLYXBwcm92YWxfaWQYBiABKAkirgEKE1Rvb2xBcHByb3ZhbFJlcXVlc3QSEwoLYXBwcm92YWxfaWQYASABKAkSEwoLcHJvcG9zYWxfaWQYAiABKAkSEQoJdG9vbF9uYW1lGAMgASgJEhMKC2FyZ3NfZGlnZXN0GAQgASgJEikKBnByb21wdBgFIAEoCzIZLnBhbHlyYS52MS5BcHByb3ZhbFByb21wdBIaChJleHBpcmVzX2F0X3VuaXhfbXMYBiABKAMi8QEKFFRvb2xBcHByb3ZhbFJlc3BvbnNlEhMKC2FwcHJvdmFsX2lkGAEgASgJEhMKC3Byb3Bvc2FsX2lkGAIgASgJEhAKCGFwcHJvdmVkGAMgASgIEicKBXNjb3BlGAQgASgOMhgucGFseXJhLnYxLkFwcHJvdmFsU2NvcGUSEwoLdHRsX3NlY29uZHMYBSABKA0SEgoKZGVjaWRlZF9ieRgGIAEoCRIOCgZyZWFzb24YByABKAkSJwoFc3RhdGUYCCABKA4yGC5wYWx5cmEudjEuQXBwcm92YWxTdGF0ZRISCgpmcm9tX2NhY2hlGAkgASgIIsABCgpUb29sUmVzdWx0EhMKC3Byb3Bvc2FsX2lkGAEgASgJEhEKCXRvb2xfbmFtZRgCIAEoCRIPCgdzdWNjZXNzGAMgASgIEhMKC291dHB1dF9qc29uGAQgASgJEg0KBWVycm9yGAUgASgJEhEKCXRpbWVkX291dBgGIAEoCBIRCgl0cnVuY2F0ZWQYByABKAgSLwoLYXR0ZXN0YXRpb24YCCABKAsyGi5wYWx5cmEudjEuVG9vbEF0dGVzdGF0aW9uImUKD1Rvb2xBdHRlc3RhdGlvbhITCgtwcm9wb3NhbF9pZBgBIAEoCRIYChBleGVjdXRpb25fc2hhMjU2GAIgASgJEhAKCGV4ZWN1dG9yGAMgASgJEhEKCXRpbWVkX291dBgEIAEoCCIkCg5NZXNzYWdlUmVwbGllZBISCgpyZXBseV90ZXh0GAEgASgJIkUKCVVzZXJJbnB1dBIMCgR0ZXh0GAEgASgJEhAKCGlucHV0X2lkGAIgASgJEhgKEGF0dGFjaG1lbnRfY291bnQYAyABKA0iUwoJQWdlbnRMb29wEigKBXBoYXNlGAEgASgOMhkucGFseXJhLnYxLkFnZW50TG9vcFBoYXNlEgwKBHR1cm4YAiABKA0SDgoGcmVhc29uGAMgASgJIp8BChJQcm92aWRlclR1cm5PdXRwdXQSDAoEdHVybhgBIAEoDRIMCgR0ZXh0GAIgASgJEhUKDWZpbmlzaF9yZWFzb24YAyABKAkSFwoPdG9vbF9jYWxsX2NvdW50GAQgASgNEhQKDGlucHV0X3Rva2VucxgFIAEoDRIVCg1vdXRwdXRfdG9rZW5zGAYgASgNEhAKCHByb3ZpZGVyGAcgASgJIj8KE1Rvb2xDYXRhbG9nU25hcHNob3QSFAoMY2F0YWxvZ19oYXNoGAEgASgJEhIKCnRvb2xfbmFtZXMYAiADKAkiPwoIUnVuRXJyb3ISIgoEY29kZRgBIAEoDjIULnBhbHlyYS52MS5FcnJvckNvZGUSDwoHbWVzc2FnZRgCIAEoCSqnAQoTVG9vbERlY2lzaW9uT3V0Y29tZRIlCiFUT09MX0RFQ0lTSU9OX09VVENPTUVfVU5TUEVDSUZJRUQQABIfChtUT09MX0RFQ0lTSU9OX09VVENPTUVfQUxMT1cQARIeChpUT09MX0RFQ0lTSU9OX09VVENPTUVfREVOWRACEigKJFRPT0xfREVDSVNJT05fT1VUQ09NRV9ORUVEU19BUFBST1ZBTBADKrkBCg5BZ2VudExvb3BQaGFzZRIgChxBR0VOVF9MT09QX1BIQVNFX1VOU1BFQ0lGSUVEEAASHAoYQUdFTlRfTE9PUF9QSEFTRV9TVEFSVEVEEAESIQodQUdFTlRfTE9PUF9QSEFTRV9UVVJOX1NUQVJURUQQAhIjCh9BR0VOVF9MT09QX1BIQVNFX1RVUk5fQ09NUExFVEVEEAMSHwobQUdFTlRfTE9PUF9QSEFTRV9URVJNSU5BVEVEEARiBnByb3RvMw", [file_palyra_v1_common, file_palyra_v1_errors]);
+  fileDesc("ChRwYWx5cmEvdjEvdGFwZS5wcm90bxIJcGFseXJhLnYxIrYHCglUYXBlRXZlbnQSDgoGcnVuX2lkGAEgASgJEhAKCHRhcGVfc2VxGAIgASgEEhAKCHBvc2l0aW9uGAMgASgEEhIKCnRzX3VuaXhfbXMYBCABKAMSEgoKc2Vzc2lvbl9pZBgFIAEoCRImCgZzdGF0dXMYCiABKAsyFC5wYWx5cmEudjEuUnVuU3RhdHVzSAASLAoLbW9kZWxfdG9rZW4YCyABKAsyFS5wYWx5cmEudjEuTW9kZWxUb2tlbkgAEjAKDXRvb2xfcHJvcG9zYWwYDCABKAsyFy5wYWx5cmEudjEuVG9vbFByb3Bvc2FsSAASMAoNdG9vbF9kZWNpc2lvbhgNIAEoCzIXLnBhbHlyYS52MS5Ub29sRGVjaXNpb25IABI/ChV0b29sX2FwcHJvdmFsX3JlcXVlc3QYDiABKAsyHi5wYWx5cmEudjEuVG9vbEFwcHJvdmFsUmVxdWVzdEgAEkEKFnRvb2xfYXBwcm92YWxfcmVzcG9uc2UYDyABKAsyHy5wYWx5cmEudjEuVG9vbEFwcHJvdmFsUmVzcG9uc2VIABIsCgt0b29sX3Jlc3VsdBgQIAEoCzIVLnBhbHlyYS52MS5Ub29sUmVzdWx0SAASNgoQdG9vbF9hdHRlc3RhdGlvbhgRIAEoCzIaLnBhbHlyYS52MS5Ub29sQXR0ZXN0YXRpb25IABI0Cg9tZXNzYWdlX3JlcGxpZWQYEiABKAsyGS5wYWx5cmEudjEuTWVzc2FnZVJlcGxpZWRIABIqCgp1c2VyX2lucHV0GBMgASgLMhQucGFseXJhLnYxLlVzZXJJbnB1dEgAEioKCmFnZW50X2xvb3AYFCABKAsyFC5wYWx5cmEudjEuQWdlbnRMb29wSAASPQoUcHJvdmlkZXJfdHVybl9vdXRwdXQYFSABKAsyHS5wYWx5cmEudjEuUHJvdmlkZXJUdXJuT3V0cHV0SAASPwoVdG9vbF9jYXRhbG9nX3NuYXBzaG90GBYgASgLMh4ucGFseXJhLnYxLlRvb2xDYXRhbG9nU25hcHNob3RIABIkCgVlcnJvchgXIAEoCzITLnBhbHlyYS52MS5SdW5FcnJvckgAEjAKDWNvbnRleHRfc3RhZ2UYGCABKAsyFy5wYWx5cmEudjEuQ29udGV4dFN0YWdlSAASOgoSc2Vzc2lvbl9jb21wYWN0aW9uGBkgASgLMhwucGFseXJhLnYxLlNlc3Npb25Db21wYWN0aW9uSABCBwoFZXZlbnQixAIKEVNlc3Npb25Db21wYWN0aW9uEhAKCHN0cmF0ZWd5GAEgASgJEhEKCWZpcnN0X3NlcRgCIAEoBBIQCghsYXN0X3NlcRgDIAEoBBIVCg1kaWdlc3Rfc2hhMjU2GAQgASgJEhsKE3N1bW1hcmlzZXJfcHJvdmlkZXIYBSABKAkSGAoQc3VtbWFyaXNlcl9tb2RlbBgGIAEoCRIVCg1wcm9tcHRfc2hhMjU2GAcgASgJEhMKC3Bpbm5lZF9zZXFzGAggAygEEg8KB3N1bW1hcnkYCSABKAkSFQoNdG9rZW5zX2JlZm9yZRgKIAEoDRIUCgx0b2tlbnNfYWZ0ZXIYCyABKA0SDwoHYXR0ZW1wdBgMIAEoDRIXCg9jcmVhdGVkX3VuaXhfbXMYDSABKAMSFgoOY292ZXJlZF9ldmVudHMYDiABKA0ilQEKDENvbnRleHRTdGFnZRINCgVzdGFnZRgBIAEoCRIPCgdjb250ZW50GAIgASgJEg4KBnRva2VucxgDIAEoDRIRCgl0b2tlbml6ZXIYBCABKAkSDgoGcmVhc29uGAUgASgJEhAKCGl0ZW1faWRzGAYgAygJEhIKCnNjb3Jlc19icHMYByADKA0SDAoEdHVybhgIIAEoDSJfCglSdW5TdGF0dXMSIgoFc3RhdGUYASABKA4yEy5wYWx5cmEudjEuUnVuU3RhdGUSDwoHbWVzc2FnZRgCIAEoCRIOCgZyZWFzb24YAyABKAkSDQoFZXZlbnQYBCABKAkiOwoKTW9kZWxUb2tlbhINCgV0b2tlbhgBIAEoCRIQCghpc19maW5hbBgCIAEoCBIMCgR0dXJuGAMgASgNIrkBCgxUb29sUHJvcG9zYWwSEwoLcHJvcG9zYWxfaWQYASABKAkSEQoJdG9vbF9uYW1lGAIgASgJEhIKCmlucHV0X2pzb24YAyABKAkSGQoRYXBwcm92YWxfcmVxdWlyZWQYBCABKAgSDAoEdHVybhgFIAEoDRIpCghkZWNpc2lvbhgGIAEoCzIXLnBhbHlyYS52MS5Ub29sRGVjaXNpb24SGQoRY29udGV4dF9yZWZlcmVuY2UYByABKAkiogEKDFRvb2xEZWNpc2lvbhITCgtwcm9wb3NhbF9pZBgBIAEoCRIvCgdvdXRjb21lGAIgASgOMh4ucGFseXJhLnYxLlRvb2xEZWNpc2lvbk91dGNvbWUSDgoGcmVhc29uGAMgASgJEhMKC3BvbGljeV9oYXNoGAQgASgJEhIKCnBvbGljeV9pZHMYBSADKAkSEwoLYXBwcm92YWxfaWQYBiABKAkirgEKE1Rvb2xBcHByb3ZhbFJlcXVlc3QSEwoLYXBwcm92YWxfaWQYASABKAkSEwoLcHJvcG9zYWxfaWQYAiABKAkSEQoJdG9vbF9uYW1lGAMgASgJEhMKC2FyZ3NfZGlnZXN0GAQgASgJEikKBnByb21wdBgFIAEoCzIZLnBhbHlyYS52MS5BcHByb3ZhbFByb21wdBIaChJleHBpcmVzX2F0X3VuaXhfbXMYBiABKAMi8QEKFFRvb2xBcHByb3ZhbFJlc3BvbnNlEhMKC2FwcHJvdmFsX2lkGAEgASgJEhMKC3Byb3Bvc2FsX2lkGAIgASgJEhAKCGFwcHJvdmVkGAMgASgIEicKBXNjb3BlGAQgASgOMhgucGFseXJhLnYxLkFwcHJvdmFsU2NvcGUSEwoLdHRsX3NlY29uZHMYBSABKA0SEgoKZGVjaWRlZF9ieRgGIAEoCRIOCgZyZWFzb24YByABKAkSJwoFc3RhdGUYCCABKA4yGC5wYWx5cmEudjEuQXBwcm92YWxTdGF0ZRISCgpmcm9tX2NhY2hlGAkgASgIIsABCgpUb29sUmVzdWx0EhMKC3Byb3Bvc2FsX2lkGAEgASgJEhEKCXRvb2xfbmFtZRgCIAEoCRIPCgdzdWNjZXNzGAMgASgIEhMKC291dHB1dF9qc29uGAQgASgJEg0KBWVycm9yGAUgASgJEhEKCXRpbWVkX291dBgGIAEoCBIRCgl0cnVuY2F0ZWQYByABKAgSLwoLYXR0ZXN0YXRpb24YCCABKAsyGi5wYWx5cmEudjEuVG9vbEF0dGVzdGF0aW9uImUKD1Rvb2xBdHRlc3RhdGlvbhITCgtwcm9wb3NhbF9pZBgBIAEoCRIYChBleGVjdXRpb25fc2hhMjU2GAIgASgJEhAKCGV4ZWN1dG9yGAMgASgJEhEKCXRpbWVkX291dBgEIAEoCCIkCg5NZXNzYWdlUmVwbGllZBISCgpyZXBseV90ZXh0GAEgASgJIkUKCVVzZXJJbnB1dBIMCgR0ZXh0GAEgASgJEhAKCGlucHV0X2lkGAIgASgJEhgKEGF0dGFjaG1lbnRfY291bnQYAyABKA0iUwoJQWdlbnRMb29wEigKBXBoYXNlGAEgASgOMhkucGFseXJhLnYxLkFnZW50TG9vcFBoYXNlEgwKBHR1cm4YAiABKA0SDgoGcmVhc29uGAMgASgJIp8BChJQcm92aWRlclR1cm5PdXRwdXQSDAoEdHVybhgBIAEoDRIMCgR0ZXh0GAIgASgJEhUKDWZpbmlzaF9yZWFzb24YAyABKAkSFwoPdG9vbF9jYWxsX2NvdW50GAQgASgNEhQKDGlucHV0X3Rva2VucxgFIAEoDRIVCg1vdXRwdXRfdG9rZW5zGAYgASgNEhAKCHByb3ZpZGVyGAcgASgJIj8KE1Rvb2xDYXRhbG9nU25hcHNob3QSFAoMY2F0YWxvZ19oYXNoGAEgASgJEhIKCnRvb2xfbmFtZXMYAiADKAkiPwoIUnVuRXJyb3ISIgoEY29kZRgBIAEoDjIULnBhbHlyYS52MS5FcnJvckNvZGUSDwoHbWVzc2FnZRgCIAEoCSqnAQoTVG9vbERlY2lzaW9uT3V0Y29tZRIlCiFUT09MX0RFQ0lTSU9OX09VVENPTUVfVU5TUEVDSUZJRUQQABIfChtUT09MX0RFQ0lTSU9OX09VVENPTUVfQUxMT1cQARIeChpUT09MX0RFQ0lTSU9OX09VVENPTUVfREVOWRACEigKJFRPT0xfREVDSVNJT05fT1VUQ09NRV9ORUVEU19BUFBST1ZBTBADKrkBCg5BZ2VudExvb3BQaGFzZRIgChxBR0VOVF9MT09QX1BIQVNFX1VOU1BFQ0lGSUVEEAASHAoYQUdFTlRfTE9PUF9QSEFTRV9TVEFSVEVEEAESIQodQUdFTlRfTE9PUF9QSEFTRV9UVVJOX1NUQVJURUQQAhIjCh9BR0VOVF9MT09QX1BIQVNFX1RVUk5fQ09NUExFVEVEEAMSHwobQUdFTlRfTE9PUF9QSEFTRV9URVJNSU5BVEVEEARiBnByb3RvMw", [file_palyra_v1_common, file_palyra_v1_errors]);
 
 /**
  * One event of a run's tape. (run_id, tape_seq) is dense from 0 and never
@@ -143,6 +143,12 @@ export type TapeEvent = Message<"palyra.v1.TapeEvent"> & {
      */
     value: ContextStage;
     case: "contextStage";
+  } | {
+    /**
+     * @generated from field: palyra.v1.SessionCompaction session_compaction = 25;
+     */
+    value: SessionCompaction;
+    case: "sessionCompaction";
   } | { case: undefined; value?: undefined };
 };
 
@@ -152,6 +158,114 @@ export type TapeEvent = Message<"palyra.v1.TapeEvent"> & {
  */
 export const TapeEventSchema: GenMessage<TapeEvent> = /*@__PURE__*/
   messageDesc(file_palyra_v1_tape, 0);
+
+/**
+ * A compaction of the run's conversation (strategy `session_window_v1`,
+ * docs/architecture.md "Provider input"): from here on the provider input holds
+ * `summary` in place of the messages of tape seqs `first_seq`..`last_seq` that are
+ * not in `pinned_seqs`. The covered events stay on the tape (ExpandCompaction
+ * returns them), and `digest_sha256` ties the summary to them: `palyra journal
+ * verify` recomputes it from the stored events (docs/journal.md, "Compaction digests").
+ *
+ * @generated from message palyra.v1.SessionCompaction
+ */
+export type SessionCompaction = Message<"palyra.v1.SessionCompaction"> & {
+  /**
+   * @generated from field: string strategy = 1;
+   */
+  strategy: string;
+
+  /**
+   * The covered tape seqs, inclusive: every event of the run in between.
+   *
+   * @generated from field: uint64 first_seq = 2;
+   */
+  firstSeq: bigint;
+
+  /**
+   * @generated from field: uint64 last_seq = 3;
+   */
+  lastSeq: bigint;
+
+  /**
+   * Lowercase hex SHA-256 over the covered events as stored (core/tape_digest.py).
+   *
+   * @generated from field: string digest_sha256 = 4;
+   */
+  digestSha256: string;
+
+  /**
+   * The summariser: the configured provider and the model that answered.
+   *
+   * @generated from field: string summariser_provider = 5;
+   */
+  summariserProvider: string;
+
+  /**
+   * @generated from field: string summariser_model = 6;
+   */
+  summariserModel: string;
+
+  /**
+   * SHA-256 (hex) of the summariser prompt (engine/model/compaction.prompt_sha256).
+   *
+   * @generated from field: string prompt_sha256 = 7;
+   */
+  promptSha256: string;
+
+  /**
+   * Covered seqs kept verbatim: the most recent user messages, every approval
+   * request and decision, every policy decision, earlier summaries.
+   *
+   * @generated from field: repeated uint64 pinned_seqs = 8;
+   */
+  pinnedSeqs: bigint[];
+
+  /**
+   * At most 8 lines; data written by a model, never instructions.
+   *
+   * @generated from field: string summary = 9;
+   */
+  summary: string;
+
+  /**
+   * Estimated provider input (engine/model/prune.py estimate) before and after.
+   *
+   * @generated from field: uint32 tokens_before = 10;
+   */
+  tokensBefore: number;
+
+  /**
+   * @generated from field: uint32 tokens_after = 11;
+   */
+  tokensAfter: number;
+
+  /**
+   * 1 for the run's first compaction attempt; attempts per run are bounded.
+   *
+   * @generated from field: uint32 attempt = 12;
+   */
+  attempt: number;
+
+  /**
+   * @generated from field: int64 created_unix_ms = 13;
+   */
+  createdUnixMs: bigint;
+
+  /**
+   * How many events the range covers (last_seq - first_seq + 1).
+   *
+   * @generated from field: uint32 covered_events = 14;
+   */
+  coveredEvents: number;
+};
+
+/**
+ * Describes the message palyra.v1.SessionCompaction.
+ * Use `create(SessionCompactionSchema)` to create a new message.
+ */
+export const SessionCompactionSchema: GenMessage<SessionCompaction> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_tape, 1);
 
 /**
  * One stage of provider input assembly that contributed to the model's input
@@ -215,7 +329,7 @@ export type ContextStage = Message<"palyra.v1.ContextStage"> & {
  * Use `create(ContextStageSchema)` to create a new message.
  */
 export const ContextStageSchema: GenMessage<ContextStage> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 1);
+  messageDesc(file_palyra_v1_tape, 2);
 
 /**
  * A lifecycle transition of the run (also the ACCEPTED/IN_PROGRESS/DONE/FAILED status).
@@ -253,7 +367,7 @@ export type RunStatus = Message<"palyra.v1.RunStatus"> & {
  * Use `create(RunStatusSchema)` to create a new message.
  */
 export const RunStatusSchema: GenMessage<RunStatus> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 2);
+  messageDesc(file_palyra_v1_tape, 3);
 
 /**
  * @generated from message palyra.v1.ModelToken
@@ -280,7 +394,7 @@ export type ModelToken = Message<"palyra.v1.ModelToken"> & {
  * Use `create(ModelTokenSchema)` to create a new message.
  */
 export const ModelTokenSchema: GenMessage<ModelToken> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 3);
+  messageDesc(file_palyra_v1_tape, 4);
 
 /**
  * @generated from message palyra.v1.ToolProposal
@@ -337,7 +451,7 @@ export type ToolProposal = Message<"palyra.v1.ToolProposal"> & {
  * Use `create(ToolProposalSchema)` to create a new message.
  */
 export const ToolProposalSchema: GenMessage<ToolProposal> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 4);
+  messageDesc(file_palyra_v1_tape, 5);
 
 /**
  * @generated from message palyra.v1.ToolDecision
@@ -381,7 +495,7 @@ export type ToolDecision = Message<"palyra.v1.ToolDecision"> & {
  * Use `create(ToolDecisionSchema)` to create a new message.
  */
 export const ToolDecisionSchema: GenMessage<ToolDecision> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 5);
+  messageDesc(file_palyra_v1_tape, 6);
 
 /**
  * @generated from message palyra.v1.ToolApprovalRequest
@@ -423,7 +537,7 @@ export type ToolApprovalRequest = Message<"palyra.v1.ToolApprovalRequest"> & {
  * Use `create(ToolApprovalRequestSchema)` to create a new message.
  */
 export const ToolApprovalRequestSchema: GenMessage<ToolApprovalRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 6);
+  messageDesc(file_palyra_v1_tape, 7);
 
 /**
  * @generated from message palyra.v1.ToolApprovalResponse
@@ -482,7 +596,7 @@ export type ToolApprovalResponse = Message<"palyra.v1.ToolApprovalResponse"> & {
  * Use `create(ToolApprovalResponseSchema)` to create a new message.
  */
 export const ToolApprovalResponseSchema: GenMessage<ToolApprovalResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 7);
+  messageDesc(file_palyra_v1_tape, 8);
 
 /**
  * @generated from message palyra.v1.ToolResult
@@ -538,7 +652,7 @@ export type ToolResult = Message<"palyra.v1.ToolResult"> & {
  * Use `create(ToolResultSchema)` to create a new message.
  */
 export const ToolResultSchema: GenMessage<ToolResult> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 8);
+  messageDesc(file_palyra_v1_tape, 9);
 
 /**
  * @generated from message palyra.v1.ToolAttestation
@@ -570,7 +684,7 @@ export type ToolAttestation = Message<"palyra.v1.ToolAttestation"> & {
  * Use `create(ToolAttestationSchema)` to create a new message.
  */
 export const ToolAttestationSchema: GenMessage<ToolAttestation> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 9);
+  messageDesc(file_palyra_v1_tape, 10);
 
 /**
  * @generated from message palyra.v1.MessageReplied
@@ -587,7 +701,7 @@ export type MessageReplied = Message<"palyra.v1.MessageReplied"> & {
  * Use `create(MessageRepliedSchema)` to create a new message.
  */
 export const MessageRepliedSchema: GenMessage<MessageReplied> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 10);
+  messageDesc(file_palyra_v1_tape, 11);
 
 /**
  * @generated from message palyra.v1.UserInput
@@ -614,7 +728,7 @@ export type UserInput = Message<"palyra.v1.UserInput"> & {
  * Use `create(UserInputSchema)` to create a new message.
  */
 export const UserInputSchema: GenMessage<UserInput> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 11);
+  messageDesc(file_palyra_v1_tape, 12);
 
 /**
  * @generated from message palyra.v1.AgentLoop
@@ -641,7 +755,7 @@ export type AgentLoop = Message<"palyra.v1.AgentLoop"> & {
  * Use `create(AgentLoopSchema)` to create a new message.
  */
 export const AgentLoopSchema: GenMessage<AgentLoop> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 12);
+  messageDesc(file_palyra_v1_tape, 13);
 
 /**
  * @generated from message palyra.v1.ProviderTurnOutput
@@ -688,7 +802,7 @@ export type ProviderTurnOutput = Message<"palyra.v1.ProviderTurnOutput"> & {
  * Use `create(ProviderTurnOutputSchema)` to create a new message.
  */
 export const ProviderTurnOutputSchema: GenMessage<ProviderTurnOutput> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 13);
+  messageDesc(file_palyra_v1_tape, 14);
 
 /**
  * @generated from message palyra.v1.ToolCatalogSnapshot
@@ -710,7 +824,7 @@ export type ToolCatalogSnapshot = Message<"palyra.v1.ToolCatalogSnapshot"> & {
  * Use `create(ToolCatalogSnapshotSchema)` to create a new message.
  */
 export const ToolCatalogSnapshotSchema: GenMessage<ToolCatalogSnapshot> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 14);
+  messageDesc(file_palyra_v1_tape, 15);
 
 /**
  * @generated from message palyra.v1.RunError
@@ -732,7 +846,7 @@ export type RunError = Message<"palyra.v1.RunError"> & {
  * Use `create(RunErrorSchema)` to create a new message.
  */
 export const RunErrorSchema: GenMessage<RunError> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_tape, 15);
+  messageDesc(file_palyra_v1_tape, 16);
 
 /**
  * @generated from enum palyra.v1.ToolDecisionOutcome

@@ -61,6 +61,18 @@ class EngineConfig:
         context_budget_tokens: the most tokens of conversation sent to the model
             in one turn (estimated: see ``engine.model.prune``); older turns are
             left out beyond it, and the tape says so. 0 disables pruning.
+        compaction_enabled: session compaction (``session_window_v1``,
+            ``engine.model.compaction``) when a new input starts a loop.
+        compaction_trigger_tokens: compact only when the estimated provider
+            input reaches this many tokens (REFERENCE §8: 480).
+        compaction_min_saved_tokens: ... and the covered messages weigh this
+            much, and the summary saves at least this much (120).
+        compaction_cooldown_s: seconds after a run's last compaction before the
+            next (300).
+        compaction_keep_user_messages: the most recent user messages that are
+            pinned, never summarised (6).
+        compaction_max_per_run: compaction attempts per run, failed ones
+            included, so compaction can never loop (3).
         service_version: reported by ``get_health``.
     """
 
@@ -76,6 +88,12 @@ class EngineConfig:
     drain_grace_s: float = 5.0
     idle_complete_s: float = 3600.0
     context_budget_tokens: int = 100_000
+    compaction_enabled: bool = True
+    compaction_trigger_tokens: int = 480
+    compaction_min_saved_tokens: int = 120
+    compaction_cooldown_s: float = 300.0
+    compaction_keep_user_messages: int = 6
+    compaction_max_per_run: int = 3
     service_version: str = "0.1.0"
 
     def __post_init__(self) -> None:
@@ -90,3 +108,7 @@ class EngineConfig:
         if self.token_flush_s < 0 or self.max_reply_chars < 256 or self.max_tool_args_bytes < 1:
             raise ValueError("token_flush_s must be >= 0, max_reply_chars >= 256 and "
                              "max_tool_args_bytes >= 1")
+        if (self.compaction_trigger_tokens < 0 or self.compaction_min_saved_tokens < 0
+                or self.compaction_cooldown_s < 0 or self.compaction_keep_user_messages < 0
+                or self.compaction_max_per_run < 0):
+            raise ValueError("compaction_* settings must be >= 0")

@@ -18,8 +18,14 @@ import betterproto2
 import msgspec
 from palyra_gen.palyra import v1 as pb
 
+from palyra.engine.model import compaction
+from palyra.engine.model.compaction import History, PinRecord
 from palyra.engine.model.lifecycle import RunStateId, run_state_of_proto
 from palyra.providers import ChatMessage, ToolCall
+
+#: The ``context_stage`` a compaction attempt that changed nothing writes (it counts
+#: as an attempt, so a summariser that never helps cannot make compaction loop).
+COMPACTION_FAILED_STAGE = "compaction"
 
 
 class ProposalPhase(enum.Enum):
@@ -102,6 +108,14 @@ class LoopState:
     # sent as system messages before the conversation on every turn of the loop.
     context_blocks: list[str] = field(default_factory=list)
     loops_started: int = 0
+    # Compaction (``engine.model.compaction``): ``message_seqs[i]`` is the tape seq
+    # ``messages[i]`` came from; ``pin_records`` the approvals and policy decisions
+    # no compaction covers yet; ``compacted_through`` the first seq none covers.
+    message_seqs: list[int] = field(default_factory=list)
+    pin_records: list[PinRecord] = field(default_factory=list)
+    compacted_through: int = 0
+    compaction_attempts: int = 0
+    last_compaction_ms: int | None = None
 
     def apply(self, member: betterproto2.Message | None, *, redacted: bool = False) -> None:
         """Fold one committed tape event into the state.
@@ -109,28 +123,36 @@ class LoopState:
         ``redacted``: the stored event had secrets redacted (only recovery,
         which reads the journal, passes it; live members are the exact ones).
         """
+        seq = self.tape_len
         self.tape_len += 1
         if isinstance(member, pb.RunStatus):
             self.state = run_state_of_proto(member.state, self.state)
         elif isinstance(member, pb.UserInput):
             self.messages.append(ChatMessage(role="user", content=member.text))
+            self.message_seqs.append(seq)
         elif isinstance(member, pb.AgentLoop):
             self._apply_loop(member)
         elif isinstance(member, pb.ProviderTurnOutput):
             self.loop_turns += 1
             self.turn_count += 1
             self.messages.append(ChatMessage(role="assistant", content=member.text))
+            self.message_seqs.append(seq)
         elif isinstance(member, pb.ToolProposal):
             self._apply_proposal(member, redacted)
             if member.decision is not None:  # folded in (older tapes: a separate event)
+                self.pin_records.append(PinRecord(seq, "tape.tool_proposal", member.decision,
+                                                  member.tool_name))
                 self._apply_decision(member.decision)
         elif isinstance(member, pb.ToolDecision):
+            self.pin_records.append(PinRecord(seq, "tape.tool_decision", member))
             self._apply_decision(member)
         elif isinstance(member, pb.ToolApprovalRequest):
+            self.pin_records.append(PinRecord(seq, "tape.tool_approval_request", member))
             p = self.find(member.proposal_id)
             if p is not None:
                 p.phase, p.approval_id = ProposalPhase.WAITING, member.approval_id
         elif isinstance(member, pb.ToolApprovalResponse):
+            self.pin_records.append(PinRecord(seq, "tape.tool_approval_response", member))
             p = self.find(member.proposal_id)
             if p is not None:
                 p.approval_id = member.approval_id or p.approval_id
@@ -139,10 +161,28 @@ class LoopState:
                     p.deny_reason = member.reason or "approval denied"
         elif isinstance(member, pb.ToolResult):
             self._apply_result(member)
+            self.message_seqs.append(seq)
         elif isinstance(member, pb.MessageReplied):
             self.final_text = member.reply_text
-        elif isinstance(member, pb.ContextStage) and member.content:
-            self.context_blocks.append(member.content)
+        elif isinstance(member, pb.ContextStage):
+            if member.content:
+                self.context_blocks.append(member.content)
+            elif member.stage == COMPACTION_FAILED_STAGE:
+                self.compaction_attempts += 1
+        elif isinstance(member, pb.SessionCompaction):
+            self._apply_compaction(member, seq)
+
+    def history(self) -> History:
+        """The folded conversation as a compaction sees it."""
+        return History(self.messages, self.message_seqs, self.pin_records,
+                       self.compacted_through, self.tape_len)
+
+    def _apply_compaction(self, member: pb.SessionCompaction, seq: int) -> None:
+        self.messages, self.message_seqs, self.pin_records = compaction.apply(
+            self.history(), member, seq)
+        self.compacted_through = member.last_seq + 1
+        self.compaction_attempts += 1
+        self.last_compaction_ms = member.created_unix_ms
 
     def _apply_loop(self, member: pb.AgentLoop) -> None:
         if member.phase == pb.AgentLoopPhase.STARTED:

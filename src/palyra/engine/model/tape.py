@@ -37,6 +37,7 @@ MEMBER_TYPES: dict[str, type[betterproto2.Message]] = {
     "tool_catalog_snapshot": pb.ToolCatalogSnapshot,
     "error": pb.RunError,
     "context_stage": pb.ContextStage,
+    "session_compaction": pb.SessionCompaction,
 }
 _FIELD_OF: dict[type[betterproto2.Message], str] = {cls: f for f, cls in MEMBER_TYPES.items()}
 KIND_PREFIX = "tape."

@@ -23,6 +23,7 @@ from palyra.engine.model.fold import Action
 from palyra.engine.model.ports import ContextRequest, ReferenceCall
 from palyra.engine.model.prune import ESTIMATE, prune
 from palyra.engine.model.tokens import TokenBuffer, clip_reply
+from palyra.engine.run.compact import maybe_compact
 from palyra.engine.run.step import Step
 from palyra.engine.run.toolflow import propose, propose_references, resolve_tool, run_postures
 from palyra.engine.run.writer import Batch
@@ -102,6 +103,7 @@ async def model_turn(step: Step, batch: Batch) -> None:
     inputs = [m for m in batch.members if isinstance(m, pb.UserInput)]
     blocks = list(loop.context_blocks)
     waiting: list[ReferenceCall] = []
+    history = loop.messages
     if inputs and deps.context is not None:
         # A new user input starts a loop: assemble what the tape does not hold.
         rec = step.record
@@ -121,9 +123,13 @@ async def model_turn(step: Step, batch: Batch) -> None:
         # the model is called (with their results) once they are all answered.
         await propose_references(step, batch, waiting, loop.turn_count)
         return
+    new = [ChatMessage(role="user", content=m.text) for m in inputs]
+    if inputs:
+        # Compaction is planned only when an input starts a loop (never inside one).
+        history = await maybe_compact(step, batch, blocks, new, turn)
     messages = [ChatMessage(role="system", content=b) for b in blocks]
-    messages += loop.messages
-    messages += [ChatMessage(role="user", content=m.text) for m in inputs]
+    messages += history
+    messages += new
     messages, dropped, saved = prune(messages, deps.config.context_budget_tokens)
     if dropped:
         batch.add(pb.ContextStage(

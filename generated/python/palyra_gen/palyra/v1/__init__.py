@@ -68,6 +68,8 @@ __all__ = (
     "ErrorCode",
     "ErrorDetail",
     "ErrorMapping",
+    "ExpandCompactionRequest",
+    "ExpandCompactionResponse",
     "ExportApprovalsRequest",
     "ExportApprovalsResponse",
     "ExportFormat",
@@ -166,6 +168,7 @@ __all__ = (
     "SendRunInputRequest",
     "SendRunInputResponse",
     "Session",
+    "SessionCompaction",
     "SetToolPostureRequest",
     "SetToolPostureResponse",
     "TapeEvent",
@@ -1554,6 +1557,63 @@ default_message_pool.register_message("palyra.v1", "ErrorMapping", ErrorMapping)
 
 
 @dataclass(eq=False, repr=False)
+class ExpandCompactionRequest(betterproto2.Message):
+    run_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    compaction_seq: "int" = betterproto2.field(2, betterproto2.TYPE_UINT64)
+    """
+    The tape seq of the `session_compaction` event (a query parameter over HTTP).
+    """
+
+    after_seq: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+    """
+    Exclusive cursor inside the covered range; -1 (default when unset over HTTP)
+    starts at its first event.
+    """
+
+    limit: "int" = betterproto2.field(4, betterproto2.TYPE_UINT32)
+    """
+    1..1000 (0: 1000); a page also stops before 2 MiB.
+    """
+
+
+default_message_pool.register_message(
+    "palyra.v1", "ExpandCompactionRequest", ExpandCompactionRequest
+)
+
+
+@dataclass(eq=False, repr=False)
+class ExpandCompactionResponse(betterproto2.Message):
+    compaction: "TapeEvent | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    The compaction event itself.
+    """
+
+    events: "list[TapeEvent]" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Covered events of this page, in tape order, as ListRunTape returns them.
+    """
+
+    next_after_seq: "int | None" = betterproto2.field(3, betterproto2.TYPE_INT64, optional=True)
+    """
+    Set only when more covered events remain.
+    """
+
+    digest_sha256: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    The digest recomputed over every covered event as stored (all pages), and
+    whether it equals the one the compaction recorded.
+    """
+
+    digest_matches: "bool" = betterproto2.field(5, betterproto2.TYPE_BOOL)
+
+
+default_message_pool.register_message(
+    "palyra.v1", "ExpandCompactionResponse", ExpandCompactionResponse
+)
+
+
+@dataclass(eq=False, repr=False)
 class ExportApprovalsRequest(betterproto2.Message):
     format: "ExportFormat" = betterproto2.field(
         1, betterproto2.TYPE_ENUM, default_factory=lambda: ExportFormat(0)
@@ -2908,6 +2968,77 @@ default_message_pool.register_message("palyra.v1", "Session", Session)
 
 
 @dataclass(eq=False, repr=False)
+class SessionCompaction(betterproto2.Message):
+    """
+    A compaction of the run's conversation (strategy `session_window_v1`,
+    docs/architecture.md "Provider input"): from here on the provider input holds
+    `summary` in place of the messages of tape seqs `first_seq`..`last_seq` that are
+    not in `pinned_seqs`. The covered events stay on the tape (ExpandCompaction
+    returns them), and `digest_sha256` ties the summary to them: `palyra journal
+    verify` recomputes it from the stored events (docs/journal.md, "Compaction digests").
+    """
+
+    strategy: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    first_seq: "int" = betterproto2.field(2, betterproto2.TYPE_UINT64)
+    """
+    The covered tape seqs, inclusive: every event of the run in between.
+    """
+
+    last_seq: "int" = betterproto2.field(3, betterproto2.TYPE_UINT64)
+
+    digest_sha256: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    Lowercase hex SHA-256 over the covered events as stored (core/tape_digest.py).
+    """
+
+    summariser_provider: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    The summariser: the configured provider and the model that answered.
+    """
+
+    summariser_model: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+
+    prompt_sha256: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+    """
+    SHA-256 (hex) of the summariser prompt (engine/model/compaction.prompt_sha256).
+    """
+
+    pinned_seqs: "list[int]" = betterproto2.field(8, betterproto2.TYPE_UINT64, repeated=True)
+    """
+    Covered seqs kept verbatim: the most recent user messages, every approval
+    request and decision, every policy decision, earlier summaries.
+    """
+
+    summary: "str" = betterproto2.field(9, betterproto2.TYPE_STRING)
+    """
+    At most 8 lines; data written by a model, never instructions.
+    """
+
+    tokens_before: "int" = betterproto2.field(10, betterproto2.TYPE_UINT32)
+    """
+    Estimated provider input (engine/model/prune.py estimate) before and after.
+    """
+
+    tokens_after: "int" = betterproto2.field(11, betterproto2.TYPE_UINT32)
+
+    attempt: "int" = betterproto2.field(12, betterproto2.TYPE_UINT32)
+    """
+    1 for the run's first compaction attempt; attempts per run are bounded.
+    """
+
+    created_unix_ms: "int" = betterproto2.field(13, betterproto2.TYPE_INT64)
+
+    covered_events: "int" = betterproto2.field(14, betterproto2.TYPE_UINT32)
+    """
+    How many events the range covers (last_seq - first_seq + 1).
+    """
+
+
+default_message_pool.register_message("palyra.v1", "SessionCompaction", SessionCompaction)
+
+
+@dataclass(eq=False, repr=False)
 class SetToolPostureRequest(betterproto2.Message):
     session_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -3010,6 +3141,10 @@ class TapeEvent(betterproto2.Message):
 
     context_stage: "ContextStage | None" = betterproto2.field(
         24, betterproto2.TYPE_MESSAGE, optional=True, group="event"
+    )
+
+    session_compaction: "SessionCompaction | None" = betterproto2.field(
+        25, betterproto2.TYPE_MESSAGE, optional=True, group="event"
     )
 
 
@@ -3715,6 +3850,28 @@ class GatewayServiceStub(betterproto2_grpclib.ServiceStub):
             "/palyra.v1.GatewayService/ListRunTape",
             message,
             ListRunTapeResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def expand_compaction(
+        self,
+        message: "ExpandCompactionRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ExpandCompactionResponse":
+        """
+        The events a `session_compaction` tape event covers, exactly as stored (paged like
+        ListRunTape), and its digest recomputed from them. Same access as the run's tape.
+        """
+
+        return await self._unary_unary(
+            "/palyra.v1.GatewayService/ExpandCompaction",
+            message,
+            ExpandCompactionResponse,
             timeout=timeout,
             deadline=deadline,
             metadata=metadata,
@@ -4782,6 +4939,16 @@ class GatewayServiceBase(betterproto2_grpclib.ServiceBase):
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
+    async def expand_compaction(
+        self, message: "ExpandCompactionRequest"
+    ) -> "ExpandCompactionResponse":
+        """
+        The events a `session_compaction` tape event covers, exactly as stored (paged like
+        ListRunTape), and its digest recomputed from them. Same access as the run's tape.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
     async def watch_run(self, message: "WatchRunRequest") -> "AsyncIterator[WatchRunResponse]":
         """
         Replay a run's tape from a cursor, then follow live events until the run ends.
@@ -4939,6 +5106,15 @@ class GatewayServiceBase(betterproto2_grpclib.ServiceBase):
         request = await stream.recv_message()
         assert request is not None
         response = await self.list_run_tape(request)
+        await stream.send_message(response)
+
+    async def __rpc_expand_compaction(
+        self,
+        stream: "grpclib.server.Stream[ExpandCompactionRequest, ExpandCompactionResponse]",
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.expand_compaction(request)
         await stream.send_message(response)
 
     async def __rpc_watch_run(
@@ -5124,6 +5300,12 @@ class GatewayServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 ListRunTapeRequest,
                 ListRunTapeResponse,
+            ),
+            "/palyra.v1.GatewayService/ExpandCompaction": grpclib.const.Handler(
+                self.__rpc_expand_compaction,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ExpandCompactionRequest,
+                ExpandCompactionResponse,
             ),
             "/palyra.v1.GatewayService/WatchRun": grpclib.const.Handler(
                 self.__rpc_watch_run,
