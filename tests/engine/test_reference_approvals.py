@@ -14,6 +14,7 @@ from engine_harness import ADMIN, USER, Harness, next_approval
 from palyra_gen.palyra import v1 as pb
 from planned_provider import PlannedProvider, reply
 
+from palyra.engine.model.fold import LoopState
 from palyra.journal import JournalStore
 from palyra.policy import PolicyGate, Posture
 
@@ -87,6 +88,14 @@ async def test_an_approved_reference_is_read_after_the_approval(harness: Harness
     assert proposal.context_reference == "@file:notes.md" and proposal.approval_required
     assert proposal.decision.outcome == pb.ToolDecisionOutcome.NEEDS_APPROVAL
     harness.check_tape(run_id)
+    # The tape folds back to the same conversation, each message knowing its seq
+    # (what compaction plans over): the reference's result is a block, not a message.
+    state = LoopState()
+    for member in harness.members(run_id):
+        state.apply(member)
+    assert len(state.messages) == len(state.message_seqs)
+    assert [m.role for m in state.messages] == ["user", "assistant"]
+    assert any("the launch moved to Friday" in b for b in state.context_blocks)
 
 
 async def test_a_denied_reference_tells_the_model_why(harness: Harness) -> None:

@@ -160,8 +160,10 @@ class LoopState:
                 if not member.approved:
                     p.deny_reason = member.reason or "approval denied"
         elif isinstance(member, pb.ToolResult):
+            before = len(self.messages)
             self._apply_result(member)
-            self.message_seqs.append(seq)
+            if len(self.messages) > before:  # a context reference's result is a block
+                self.message_seqs.append(seq)
         elif isinstance(member, pb.MessageReplied):
             self.final_text = member.reply_text
         elif isinstance(member, pb.ContextStage):
