@@ -78,10 +78,11 @@ def _on_data_dir(data_dir: Path) -> Made:
                 f"data dir {data_dir}")
 
 
-def _locked_hint(data_dir: Path, why: str) -> str:
+def locked_hint(data_dir: Path, why: str, what: str = "checkpoint") -> str:
+    """What to do when the data dir is held but no daemon answered (checkpoint, prune)."""
     return (f"hint: another process holds the data dir, but no daemon answered ({why}). "
             f"If `palyra serve` owns {data_dir}, make sure it is up and {data_dir}/daemon.json "
-            "exists, then retry: the checkpoint is then asked of the daemon over gRPC with "
+            f"exists, then retry: the {what} is then asked of the daemon over gRPC with "
             "admin.token (or $PALYRA_ADMIN_TOKEN). Otherwise wait for the other palyra "
             "command to finish, or stop that process, and retry.")
 
@@ -102,7 +103,7 @@ def run(data_dir: Path) -> int:
     except PalyraError as exc:
         print(f"ERROR {exc.code.value}: {exc.message}", file=sys.stderr)
         if exc.code is ErrorCode.DATA_DIR_LOCKED:
-            print(_locked_hint(data_dir, why), file=sys.stderr)
+            print(locked_hint(data_dir, why), file=sys.stderr)
         return EXIT_ERROR
     except OSError as exc:
         print(f"ERROR {exc}", file=sys.stderr)

@@ -17,7 +17,7 @@ from grpclib.client import Channel
 from grpclib.exceptions import GRPCError
 from palyra_gen.palyra import v1
 
-from palyra.cli._checkpoint import DAEMON_TIMEOUT_S, DaemonRefused, _locked_hint
+from palyra.cli._checkpoint import DAEMON_TIMEOUT_S, DaemonRefused, locked_hint
 from palyra.cli._client import Target, running_daemon_target
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.engine import live_run_ids
@@ -93,8 +93,7 @@ def run(data_dir: Path, days: float) -> int:
     except PalyraError as exc:
         print(f"ERROR {exc.code.value}: {exc.message}", file=sys.stderr)
         if exc.code is ErrorCode.DATA_DIR_LOCKED:
-            print(_locked_hint(data_dir, why).replace("the checkpoint", "the prune"),
-                  file=sys.stderr)
+            print(locked_hint(data_dir, why, "prune"), file=sys.stderr)
         return EXIT_ERROR
     except OSError as exc:
         print(f"ERROR {exc}", file=sys.stderr)
