@@ -264,6 +264,18 @@ ROUTES: Final[tuple[HttpRoute, ...]] = (
         response_type="palyra.v1.CreatePairingCodeResponse",
     ),
     HttpRoute(
+        service="palyra.v1.ChannelsService",
+        method="ListQuarantine",
+        python_method="list_quarantine",
+        http_method="GET",
+        path="/v1/channels/{channel}/quarantine",
+        body="",
+        client_streaming=False,
+        server_streaming=False,
+        request_type="palyra.v1.ListQuarantineRequest",
+        response_type="palyra.v1.ListQuarantineResponse",
+    ),
+    HttpRoute(
         service="palyra.v1.GatewayService",
         method="AppendEvent",
         python_method="append_event",

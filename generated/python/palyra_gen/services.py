@@ -134,6 +134,12 @@ class ChannelsServiceApp(Protocol[CtxT]):
         """``palyra.v1.ChannelsService.RevokePairingGrant``."""
         ...
 
+    async def list_quarantine(
+        self, ctx: CtxT, request: v1.ListQuarantineRequest
+    ) -> v1.ListQuarantineResponse:
+        """``palyra.v1.ChannelsService.ListQuarantine``."""
+        ...
+
 
 class ChannelsServiceServer(v1.ChannelsServiceBase, Generic[CtxI]):
     """grpclib servicer of ``palyra.v1.ChannelsService``: every RPC forwards to the app."""
@@ -161,6 +167,9 @@ class ChannelsServiceServer(v1.ChannelsServiceBase, Generic[CtxI]):
         self, message: v1.RevokePairingGrantRequest
     ) -> v1.RevokePairingGrantResponse:
         return await self._app.revoke_pairing_grant(self._ctx(), message)
+
+    async def list_quarantine(self, message: v1.ListQuarantineRequest) -> v1.ListQuarantineResponse:
+        return await self._app.list_quarantine(self._ctx(), message)
 
 
 class GatewayServiceApp(Protocol[CtxT]):
@@ -782,6 +791,15 @@ RPCS: Final[tuple[RpcInfo, ...]] = (
         False,
     ),
     RpcInfo(
+        "palyra.v1.ChannelsService",
+        "ListQuarantine",
+        "list_quarantine",
+        "palyra.v1.ListQuarantineRequest",
+        "palyra.v1.ListQuarantineResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
         "palyra.v1.GatewayService",
         "GetHealth",
         "get_health",
@@ -1215,6 +1233,7 @@ UNARY: Final[dict[str, Callable[[PalyraServicesApp[Any], Any, Any], Awaitable[An
     "list_pairing_codes": lambda app, ctx, request: app.list_pairing_codes(ctx, request),
     "list_pairing_grants": lambda app, ctx, request: app.list_pairing_grants(ctx, request),
     "revoke_pairing_grant": lambda app, ctx, request: app.revoke_pairing_grant(ctx, request),
+    "list_quarantine": lambda app, ctx, request: app.list_quarantine(ctx, request),
     "get_health": lambda app, ctx, request: app.get_health(ctx, request),
     "create_run": lambda app, ctx, request: app.create_run(ctx, request),
     "send_run_input": lambda app, ctx, request: app.send_run_input(ctx, request),

@@ -11,6 +11,7 @@ from palyra.app.context import CallContext
 from palyra.channels import ChannelRouter, Envelope
 from palyra.channels.ingress import Ingress
 from palyra.channels.pairing import PairingCodeRec, PairingGrantRec
+from palyra.channels.records import QuarantineRec
 from palyra.core.errors import ErrorCode, InvalidArgument, PalyraError, PermissionDenied
 
 ROUTE_WAIT_S = 30.0
@@ -26,6 +27,14 @@ def _grant_proto(g: PairingGrantRec) -> pb.PairingGrant:
     return pb.PairingGrant(grant_id=g.grant_id, channel=g.channel, sender=g.sender,
                            granted_at_unix_ms=g.granted_ms, expires_at_unix_ms=g.expires_ms,
                            approval_id=g.approval_id)
+
+
+def _quarantined_proto(q: QuarantineRec) -> pb.QuarantinedMessage:
+    env = q.envelope
+    return pb.QuarantinedMessage(
+        quarantine_id=q.quarantine_id, channel=env.channel, reason=q.reason,
+        quarantined_at_unix_ms=q.at_ms, envelope_id=env.envelope_id, sender=env.sender,
+        conversation_id=env.conversation_id, text=env.text)
 
 
 def envelope_of(channel: str, m: pb.InboundMessage) -> Envelope:
@@ -120,6 +129,15 @@ class ChannelsApi(AppBase):
         require_operator(ctx, "ListPairingGrants")
         grants = self._router().pairing.grants(request.channel.strip())
         return pb.ListPairingGrantsResponse(grants=[_grant_proto(g) for g in grants])
+
+    async def list_quarantine(
+            self, ctx: CallContext,
+            request: pb.ListQuarantineRequest) -> pb.ListQuarantineResponse:
+        """Messages the router kept instead of answering, oldest first (operators)."""
+        require_operator(ctx, "ListQuarantine")
+        limit = 100 if request.limit == 0 else max(1, min(request.limit, 1000))
+        kept = self._router().quarantined(request.channel.strip(), limit)
+        return pb.ListQuarantineResponse(messages=[_quarantined_proto(q) for q in kept])
 
     async def revoke_pairing_grant(
             self, ctx: CallContext,

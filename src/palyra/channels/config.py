@@ -42,6 +42,8 @@ class ChannelPolicy:
             durable retry queue.
         max_retries: Attempts of a message that finds every slot busy before it is
             quarantined.
+        slot_wait_s: How long one attempt waits for a slot before it goes back to
+            the retry queue (freeing its worker for other channels).
         reply_prefix: Put before every reply.
         reply_max_bytes: Replies are split into chunks of at most this many UTF-8 bytes.
         auto_ack: If set, sent at once when a message is admitted, before the run.
@@ -61,6 +63,7 @@ class ChannelPolicy:
     isolate_session_by_sender: bool = False
     concurrency: int = 2
     max_retries: int = 3
+    slot_wait_s: float = 5.0
     reply_prefix: str = ""
     reply_max_bytes: int = 3000
     auto_ack: str = ""
@@ -71,6 +74,8 @@ class ChannelPolicy:
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if not 0 < self.slot_wait_s <= 300:
+            raise ValueError("slot_wait_s must be in (0, 300]")
         if self.reply_max_bytes < 64:
             raise ValueError("reply_max_bytes must be at least 64")
         if self.debounce_ms < 0 or self.max_wait_ms < self.debounce_ms:

@@ -70,7 +70,6 @@ COMMAND_TASK = "channel.command"
 """Built-in commands and pairing requests have their own workers, so a /cancel is answered
 even while every dispatch worker waits on a long run."""
 ACTOR = "system:channels"
-SLOT_WAIT_S = 5.0
 DISPATCH_ATTEMPTS = 10
 """A dispatch cut short by a crash is claimed again at the next start; that counts as an
 attempt, so the budget is generous (channel-busy retries have their own, smaller one)."""
@@ -257,10 +256,20 @@ class ChannelRouter:
                 log.exception("sweeping channel dedupe records failed")
             await asyncio.sleep(interval_s)
 
-    def quarantined(self, limit: int = 1000) -> list[QuarantineRec]:
-        """The quarantine, oldest first."""
-        rows = self._store.scan_entities(records.TABLE, records.QUARANTINE, "", limit)
-        return [msgspec.msgpack.decode(v, type=QuarantineRec) for _k, v in rows]
+    def quarantined(self, channel: str = "", limit: int = 1000) -> list[QuarantineRec]:
+        """The quarantine (of one channel, or all), oldest first, at most ``limit``."""
+        out: list[QuarantineRec] = []
+        after = ""
+        while len(out) < limit:
+            rows = self._store.scan_entities(records.TABLE, records.QUARANTINE, after, 1000)
+            for _key, value in rows:
+                rec = msgspec.msgpack.decode(value, type=QuarantineRec)
+                if not channel or rec.envelope.channel == channel:
+                    out.append(rec)
+            if len(rows) < 1000:
+                break
+            after = rows[-1][0]
+        return out[:limit]
 
     def message(self, envelope_id: str) -> InboundRec | None:
         """An admitted message, or None."""
@@ -336,7 +345,7 @@ class ChannelRouter:
         policy = self.config.policy_for(channel)
         slots = self._slots.setdefault(channel, asyncio.Semaphore(policy.concurrency))
         try:
-            async with asyncio.timeout(SLOT_WAIT_S):
+            async with asyncio.timeout(policy.slot_wait_s):
                 await slots.acquire()
         except TimeoutError:
             raise ChannelBusy(channel) from None
@@ -351,9 +360,13 @@ class ChannelRouter:
         identity = self._identity(env.channel)
         text = "\n\n".join(prompt_text(m.envelope, policy) for m in msgs)
         active = self._active_run(decision.session_key)
-        if active:
+        # A dispatch claimed again after a crash finds its own run (its id is the task
+        # id) still going: that run already has these messages, so it is only waited on.
+        if active and active != task.task_id:
             with contextlib.suppress(PalyraError):  # it ended meanwhile: start a new run
-                await self._engine.send_input(identity, active, text)
+                # The router starts its runs half-closed (they end once idle); a
+                # message that arrives before that end still joins the run.
+                await self._engine.send_input(identity, active, text, into_completing=True)
                 return DispatchOutcome(run_id=active, reason="delivered_to_active_run",
                                        delivered_to_active_run=True)
         context, ctx_keys = self._context_lines(decision.session_key, env.envelope_id)

@@ -308,8 +308,10 @@ class Engine:
         return actor
 
     async def send_input(self, identity: IdentityRec, run_id: str, text: str,
-                         attachments: int = 0, *, complete: bool = False) -> RunRecord:
-        """Queue an input (``/cancel`` cancels the run instead)."""
+                         attachments: int = 0, *, complete: bool = False,
+                         into_completing: bool = False) -> RunRecord:
+        """Queue an input (``/cancel`` cancels the run instead); ``into_completing``:
+        also into a run asked to complete that has not ended yet (see ``add_input``)."""
         actor = self._live(identity, run_id)
         if text.strip() == CANCEL_COMMAND:
             await self.abort_run(identity, run_id, "cancel command")
@@ -317,7 +319,8 @@ class Engine:
         parse_references(text)  # a malformed @reference fails before anything lands
         # The actor's copy is exact (a queued input keeps its secrets until the
         # model has it); callers get the stored, redacted form.
-        return redacted(await actor.add_input(text, new_ulid(), attachments, complete))
+        return redacted(await actor.add_input(text, new_ulid(), attachments, complete,
+                                              into_completing=into_completing))
 
     async def complete_run(self, identity: IdentityRec, run_id: str) -> RunRecord:
         """Half-close: done once the queue is empty and the loop idle."""

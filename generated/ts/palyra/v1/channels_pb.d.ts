@@ -13,6 +13,98 @@ import type { Message } from "@bufbuild/protobuf";
 export declare const file_palyra_v1_channels: GenFile;
 
 /**
+ * @generated from message palyra.v1.QuarantinedMessage
+ */
+export declare type QuarantinedMessage = Message<"palyra.v1.QuarantinedMessage"> & {
+  /**
+   * @generated from field: string quarantine_id = 1;
+   */
+  quarantineId: string;
+
+  /**
+   * @generated from field: string channel = 2;
+   */
+  channel: string;
+
+  /**
+   * e.g. "channel_busy", "text_too_long", "channel_mismatch".
+   *
+   * @generated from field: string reason = 3;
+   */
+  reason: string;
+
+  /**
+   * @generated from field: int64 quarantined_at_unix_ms = 4;
+   */
+  quarantinedAtUnixMs: bigint;
+
+  /**
+   * @generated from field: string envelope_id = 5;
+   */
+  envelopeId: string;
+
+  /**
+   * @generated from field: string sender = 6;
+   */
+  sender: string;
+
+  /**
+   * @generated from field: string conversation_id = 7;
+   */
+  conversationId: string;
+
+  /**
+   * @generated from field: string text = 8;
+   */
+  text: string;
+};
+
+/**
+ * Describes the message palyra.v1.QuarantinedMessage.
+ * Use `create(QuarantinedMessageSchema)` to create a new message.
+ */
+export declare const QuarantinedMessageSchema: GenMessage<QuarantinedMessage>;
+
+/**
+ * @generated from message palyra.v1.ListQuarantineRequest
+ */
+export declare type ListQuarantineRequest = Message<"palyra.v1.ListQuarantineRequest"> & {
+  /**
+   * @generated from field: string channel = 1;
+   */
+  channel: string;
+
+  /**
+   * 1..1000; default 100.
+   *
+   * @generated from field: uint32 limit = 2;
+   */
+  limit: number;
+};
+
+/**
+ * Describes the message palyra.v1.ListQuarantineRequest.
+ * Use `create(ListQuarantineRequestSchema)` to create a new message.
+ */
+export declare const ListQuarantineRequestSchema: GenMessage<ListQuarantineRequest>;
+
+/**
+ * @generated from message palyra.v1.ListQuarantineResponse
+ */
+export declare type ListQuarantineResponse = Message<"palyra.v1.ListQuarantineResponse"> & {
+  /**
+   * @generated from field: repeated palyra.v1.QuarantinedMessage messages = 1;
+   */
+  messages: QuarantinedMessage[];
+};
+
+/**
+ * Describes the message palyra.v1.ListQuarantineResponse.
+ * Use `create(ListQuarantineResponseSchema)` to create a new message.
+ */
+export declare const ListQuarantineResponseSchema: GenMessage<ListQuarantineResponse>;
+
+/**
  * @generated from message palyra.v1.PairingCode
  */
 export declare type PairingCode = Message<"palyra.v1.PairingCode"> & {
@@ -269,6 +361,17 @@ export declare const ChannelsService: GenService<{
     methodKind: "unary";
     input: typeof RevokePairingGrantRequestSchema;
     output: typeof RevokePairingGrantResponseSchema;
+  },
+  /**
+   * Messages the router kept instead of answering (refused at admission, or no
+   * slot of the channel came free within the retries), oldest first (operators).
+   *
+   * @generated from rpc palyra.v1.ChannelsService.ListQuarantine
+   */
+  listQuarantine: {
+    methodKind: "unary";
+    input: typeof ListQuarantineRequestSchema;
+    output: typeof ListQuarantineResponseSchema;
   },
 }>;
 

@@ -13,7 +13,102 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file palyra/v1/channels.proto.
  */
 export const file_palyra_v1_channels: GenFile = /*@__PURE__*/
-  fileDesc("ChhwYWx5cmEvdjEvY2hhbm5lbHMucHJvdG8SCXBhbHlyYS52MSJ3CgtQYWlyaW5nQ29kZRIMCgRjb2RlGAEgASgJEg8KB2NoYW5uZWwYAiABKAkSGgoSY3JlYXRlZF9hdF91bml4X21zGAMgASgDEhoKEmV4cGlyZXNfYXRfdW5peF9tcxgEIAEoAxIRCglpc3N1ZWRfYnkYBSABKAkijgEKDFBhaXJpbmdHcmFudBIQCghncmFudF9pZBgBIAEoCRIPCgdjaGFubmVsGAIgASgJEg4KBnNlbmRlchgDIAEoCRIaChJncmFudGVkX2F0X3VuaXhfbXMYBCABKAMSGgoSZXhwaXJlc19hdF91bml4X21zGAUgASgDEhMKC2FwcHJvdmFsX2lkGAYgASgJIkAKGENyZWF0ZVBhaXJpbmdDb2RlUmVxdWVzdBIPCgdjaGFubmVsGAEgASgJEhMKC3R0bF9zZWNvbmRzGAIgASgNIkEKGUNyZWF0ZVBhaXJpbmdDb2RlUmVzcG9uc2USJAoEY29kZRgBIAEoCzIWLnBhbHlyYS52MS5QYWlyaW5nQ29kZSIqChdMaXN0UGFpcmluZ0NvZGVzUmVxdWVzdBIPCgdjaGFubmVsGAEgASgJIkEKGExpc3RQYWlyaW5nQ29kZXNSZXNwb25zZRIlCgVjb2RlcxgBIAMoCzIWLnBhbHlyYS52MS5QYWlyaW5nQ29kZSIrChhMaXN0UGFpcmluZ0dyYW50c1JlcXVlc3QSDwoHY2hhbm5lbBgBIAEoCSJEChlMaXN0UGFpcmluZ0dyYW50c1Jlc3BvbnNlEicKBmdyYW50cxgBIAMoCzIXLnBhbHlyYS52MS5QYWlyaW5nR3JhbnQiPgoZUmV2b2tlUGFpcmluZ0dyYW50UmVxdWVzdBIPCgdjaGFubmVsGAEgASgJEhAKCGdyYW50X2lkGAIgASgJIi0KGlJldm9rZVBhaXJpbmdHcmFudFJlc3BvbnNlEg8KB3Jldm9rZWQYASABKAgyzQQKD0NoYW5uZWxzU2VydmljZRKPAQoRQ3JlYXRlUGFpcmluZ0NvZGUSIy5wYWx5cmEudjEuQ3JlYXRlUGFpcmluZ0NvZGVSZXF1ZXN0GiQucGFseXJhLnYxLkNyZWF0ZVBhaXJpbmdDb2RlUmVzcG9uc2UiL4LT5JMCKSIkL3YxL2NoYW5uZWxzL3tjaGFubmVsfS9wYWlyaW5nLWNvZGVzOgEqEokBChBMaXN0UGFpcmluZ0NvZGVzEiIucGFseXJhLnYxLkxpc3RQYWlyaW5nQ29kZXNSZXF1ZXN0GiMucGFseXJhLnYxLkxpc3RQYWlyaW5nQ29kZXNSZXNwb25zZSIsgtPkkwImEiQvdjEvY2hhbm5lbHMve2NoYW5uZWx9L3BhaXJpbmctY29kZXMShQEKEUxpc3RQYWlyaW5nR3JhbnRzEiMucGFseXJhLnYxLkxpc3RQYWlyaW5nR3JhbnRzUmVxdWVzdBokLnBhbHlyYS52MS5MaXN0UGFpcmluZ0dyYW50c1Jlc3BvbnNlIiWC0+STAh8SHS92MS9jaGFubmVscy97Y2hhbm5lbH0vZ3JhbnRzEpMBChJSZXZva2VQYWlyaW5nR3JhbnQSJC5wYWx5cmEudjEuUmV2b2tlUGFpcmluZ0dyYW50UmVxdWVzdBolLnBhbHlyYS52MS5SZXZva2VQYWlyaW5nR3JhbnRSZXNwb25zZSIwgtPkkwIqKigvdjEvY2hhbm5lbHMve2NoYW5uZWx9L2dyYW50cy97Z3JhbnRfaWR9YgZwcm90bzM", [file_google_api_annotations]);
+  fileDesc("ChhwYWx5cmEvdjEvY2hhbm5lbHMucHJvdG8SCXBhbHlyYS52MSK4AQoSUXVhcmFudGluZWRNZXNzYWdlEhUKDXF1YXJhbnRpbmVfaWQYASABKAkSDwoHY2hhbm5lbBgCIAEoCRIOCgZyZWFzb24YAyABKAkSHgoWcXVhcmFudGluZWRfYXRfdW5peF9tcxgEIAEoAxITCgtlbnZlbG9wZV9pZBgFIAEoCRIOCgZzZW5kZXIYBiABKAkSFwoPY29udmVyc2F0aW9uX2lkGAcgASgJEgwKBHRleHQYCCABKAkiNwoVTGlzdFF1YXJhbnRpbmVSZXF1ZXN0Eg8KB2NoYW5uZWwYASABKAkSDQoFbGltaXQYAiABKA0iSQoWTGlzdFF1YXJhbnRpbmVSZXNwb25zZRIvCghtZXNzYWdlcxgBIAMoCzIdLnBhbHlyYS52MS5RdWFyYW50aW5lZE1lc3NhZ2UidwoLUGFpcmluZ0NvZGUSDAoEY29kZRgBIAEoCRIPCgdjaGFubmVsGAIgASgJEhoKEmNyZWF0ZWRfYXRfdW5peF9tcxgDIAEoAxIaChJleHBpcmVzX2F0X3VuaXhfbXMYBCABKAMSEQoJaXNzdWVkX2J5GAUgASgJIo4BCgxQYWlyaW5nR3JhbnQSEAoIZ3JhbnRfaWQYASABKAkSDwoHY2hhbm5lbBgCIAEoCRIOCgZzZW5kZXIYAyABKAkSGgoSZ3JhbnRlZF9hdF91bml4X21zGAQgASgDEhoKEmV4cGlyZXNfYXRfdW5peF9tcxgFIAEoAxITCgthcHByb3ZhbF9pZBgGIAEoCSJAChhDcmVhdGVQYWlyaW5nQ29kZVJlcXVlc3QSDwoHY2hhbm5lbBgBIAEoCRITCgt0dGxfc2Vjb25kcxgCIAEoDSJBChlDcmVhdGVQYWlyaW5nQ29kZVJlc3BvbnNlEiQKBGNvZGUYASABKAsyFi5wYWx5cmEudjEuUGFpcmluZ0NvZGUiKgoXTGlzdFBhaXJpbmdDb2Rlc1JlcXVlc3QSDwoHY2hhbm5lbBgBIAEoCSJBChhMaXN0UGFpcmluZ0NvZGVzUmVzcG9uc2USJQoFY29kZXMYASADKAsyFi5wYWx5cmEudjEuUGFpcmluZ0NvZGUiKwoYTGlzdFBhaXJpbmdHcmFudHNSZXF1ZXN0Eg8KB2NoYW5uZWwYASABKAkiRAoZTGlzdFBhaXJpbmdHcmFudHNSZXNwb25zZRInCgZncmFudHMYASADKAsyFy5wYWx5cmEudjEuUGFpcmluZ0dyYW50Ij4KGVJldm9rZVBhaXJpbmdHcmFudFJlcXVlc3QSDwoHY2hhbm5lbBgBIAEoCRIQCghncmFudF9pZBgCIAEoCSItChpSZXZva2VQYWlyaW5nR3JhbnRSZXNwb25zZRIPCgdyZXZva2VkGAEgASgIMtAFCg9DaGFubmVsc1NlcnZpY2USjwEKEUNyZWF0ZVBhaXJpbmdDb2RlEiMucGFseXJhLnYxLkNyZWF0ZVBhaXJpbmdDb2RlUmVxdWVzdBokLnBhbHlyYS52MS5DcmVhdGVQYWlyaW5nQ29kZVJlc3BvbnNlIi+C0+STAikiJC92MS9jaGFubmVscy97Y2hhbm5lbH0vcGFpcmluZy1jb2RlczoBKhKJAQoQTGlzdFBhaXJpbmdDb2RlcxIiLnBhbHlyYS52MS5MaXN0UGFpcmluZ0NvZGVzUmVxdWVzdBojLnBhbHlyYS52MS5MaXN0UGFpcmluZ0NvZGVzUmVzcG9uc2UiLILT5JMCJhIkL3YxL2NoYW5uZWxzL3tjaGFubmVsfS9wYWlyaW5nLWNvZGVzEoUBChFMaXN0UGFpcmluZ0dyYW50cxIjLnBhbHlyYS52MS5MaXN0UGFpcmluZ0dyYW50c1JlcXVlc3QaJC5wYWx5cmEudjEuTGlzdFBhaXJpbmdHcmFudHNSZXNwb25zZSIlgtPkkwIfEh0vdjEvY2hhbm5lbHMve2NoYW5uZWx9L2dyYW50cxKTAQoSUmV2b2tlUGFpcmluZ0dyYW50EiQucGFseXJhLnYxLlJldm9rZVBhaXJpbmdHcmFudFJlcXVlc3QaJS5wYWx5cmEudjEuUmV2b2tlUGFpcmluZ0dyYW50UmVzcG9uc2UiMILT5JMCKiooL3YxL2NoYW5uZWxzL3tjaGFubmVsfS9ncmFudHMve2dyYW50X2lkfRKAAQoOTGlzdFF1YXJhbnRpbmUSIC5wYWx5cmEudjEuTGlzdFF1YXJhbnRpbmVSZXF1ZXN0GiEucGFseXJhLnYxLkxpc3RRdWFyYW50aW5lUmVzcG9uc2UiKYLT5JMCIxIhL3YxL2NoYW5uZWxzL3tjaGFubmVsfS9xdWFyYW50aW5lYgZwcm90bzM", [file_google_api_annotations]);
+
+/**
+ * @generated from message palyra.v1.QuarantinedMessage
+ */
+export type QuarantinedMessage = Message<"palyra.v1.QuarantinedMessage"> & {
+  /**
+   * @generated from field: string quarantine_id = 1;
+   */
+  quarantineId: string;
+
+  /**
+   * @generated from field: string channel = 2;
+   */
+  channel: string;
+
+  /**
+   * e.g. "channel_busy", "text_too_long", "channel_mismatch".
+   *
+   * @generated from field: string reason = 3;
+   */
+  reason: string;
+
+  /**
+   * @generated from field: int64 quarantined_at_unix_ms = 4;
+   */
+  quarantinedAtUnixMs: bigint;
+
+  /**
+   * @generated from field: string envelope_id = 5;
+   */
+  envelopeId: string;
+
+  /**
+   * @generated from field: string sender = 6;
+   */
+  sender: string;
+
+  /**
+   * @generated from field: string conversation_id = 7;
+   */
+  conversationId: string;
+
+  /**
+   * @generated from field: string text = 8;
+   */
+  text: string;
+};
+
+/**
+ * Describes the message palyra.v1.QuarantinedMessage.
+ * Use `create(QuarantinedMessageSchema)` to create a new message.
+ */
+export const QuarantinedMessageSchema: GenMessage<QuarantinedMessage> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_channels, 0);
+
+/**
+ * @generated from message palyra.v1.ListQuarantineRequest
+ */
+export type ListQuarantineRequest = Message<"palyra.v1.ListQuarantineRequest"> & {
+  /**
+   * @generated from field: string channel = 1;
+   */
+  channel: string;
+
+  /**
+   * 1..1000; default 100.
+   *
+   * @generated from field: uint32 limit = 2;
+   */
+  limit: number;
+};
+
+/**
+ * Describes the message palyra.v1.ListQuarantineRequest.
+ * Use `create(ListQuarantineRequestSchema)` to create a new message.
+ */
+export const ListQuarantineRequestSchema: GenMessage<ListQuarantineRequest> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_channels, 1);
+
+/**
+ * @generated from message palyra.v1.ListQuarantineResponse
+ */
+export type ListQuarantineResponse = Message<"palyra.v1.ListQuarantineResponse"> & {
+  /**
+   * @generated from field: repeated palyra.v1.QuarantinedMessage messages = 1;
+   */
+  messages: QuarantinedMessage[];
+};
+
+/**
+ * Describes the message palyra.v1.ListQuarantineResponse.
+ * Use `create(ListQuarantineResponseSchema)` to create a new message.
+ */
+export const ListQuarantineResponseSchema: GenMessage<ListQuarantineResponse> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_channels, 2);
 
 /**
  * @generated from message palyra.v1.PairingCode
@@ -52,7 +147,7 @@ export type PairingCode = Message<"palyra.v1.PairingCode"> & {
  * Use `create(PairingCodeSchema)` to create a new message.
  */
 export const PairingCodeSchema: GenMessage<PairingCode> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_channels, 0);
+  messageDesc(file_palyra_v1_channels, 3);
 
 /**
  * @generated from message palyra.v1.PairingGrant
@@ -94,7 +189,7 @@ export type PairingGrant = Message<"palyra.v1.PairingGrant"> & {
  * Use `create(PairingGrantSchema)` to create a new message.
  */
 export const PairingGrantSchema: GenMessage<PairingGrant> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_channels, 1);
+  messageDesc(file_palyra_v1_channels, 4);
 
 /**
  * @generated from message palyra.v1.CreatePairingCodeRequest
@@ -118,7 +213,7 @@ export type CreatePairingCodeRequest = Message<"palyra.v1.CreatePairingCodeReque
  * Use `create(CreatePairingCodeRequestSchema)` to create a new message.
  */
 export const CreatePairingCodeRequestSchema: GenMessage<CreatePairingCodeRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_channels, 2);
+  messageDesc(file_palyra_v1_channels, 5);
 
 /**
  * @generated from message palyra.v1.CreatePairingCodeResponse
@@ -135,7 +230,7 @@ export type CreatePairingCodeResponse = Message<"palyra.v1.CreatePairingCodeResp
  * Use `create(CreatePairingCodeResponseSchema)` to create a new message.
  */
 export const CreatePairingCodeResponseSchema: GenMessage<CreatePairingCodeResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_channels, 3);
+  messageDesc(file_palyra_v1_channels, 6);
 
 /**
  * @generated from message palyra.v1.ListPairingCodesRequest
@@ -152,7 +247,7 @@ export type ListPairingCodesRequest = Message<"palyra.v1.ListPairingCodesRequest
  * Use `create(ListPairingCodesRequestSchema)` to create a new message.
  */
 export const ListPairingCodesRequestSchema: GenMessage<ListPairingCodesRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_channels, 4);
+  messageDesc(file_palyra_v1_channels, 7);
 
 /**
  * @generated from message palyra.v1.ListPairingCodesResponse
@@ -169,7 +264,7 @@ export type ListPairingCodesResponse = Message<"palyra.v1.ListPairingCodesRespon
  * Use `create(ListPairingCodesResponseSchema)` to create a new message.
  */
 export const ListPairingCodesResponseSchema: GenMessage<ListPairingCodesResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_channels, 5);
+  messageDesc(file_palyra_v1_channels, 8);
 
 /**
  * @generated from message palyra.v1.ListPairingGrantsRequest
@@ -186,7 +281,7 @@ export type ListPairingGrantsRequest = Message<"palyra.v1.ListPairingGrantsReque
  * Use `create(ListPairingGrantsRequestSchema)` to create a new message.
  */
 export const ListPairingGrantsRequestSchema: GenMessage<ListPairingGrantsRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_channels, 6);
+  messageDesc(file_palyra_v1_channels, 9);
 
 /**
  * @generated from message palyra.v1.ListPairingGrantsResponse
@@ -203,7 +298,7 @@ export type ListPairingGrantsResponse = Message<"palyra.v1.ListPairingGrantsResp
  * Use `create(ListPairingGrantsResponseSchema)` to create a new message.
  */
 export const ListPairingGrantsResponseSchema: GenMessage<ListPairingGrantsResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_channels, 7);
+  messageDesc(file_palyra_v1_channels, 10);
 
 /**
  * @generated from message palyra.v1.RevokePairingGrantRequest
@@ -225,7 +320,7 @@ export type RevokePairingGrantRequest = Message<"palyra.v1.RevokePairingGrantReq
  * Use `create(RevokePairingGrantRequestSchema)` to create a new message.
  */
 export const RevokePairingGrantRequestSchema: GenMessage<RevokePairingGrantRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_channels, 8);
+  messageDesc(file_palyra_v1_channels, 11);
 
 /**
  * @generated from message palyra.v1.RevokePairingGrantResponse
@@ -242,7 +337,7 @@ export type RevokePairingGrantResponse = Message<"palyra.v1.RevokePairingGrantRe
  * Use `create(RevokePairingGrantResponseSchema)` to create a new message.
  */
 export const RevokePairingGrantResponseSchema: GenMessage<RevokePairingGrantResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_channels, 9);
+  messageDesc(file_palyra_v1_channels, 12);
 
 /**
  * Channel pairing: a DM of `pair <CODE>` grants a sender access for a while.
@@ -282,6 +377,17 @@ export const ChannelsService: GenService<{
     methodKind: "unary";
     input: typeof RevokePairingGrantRequestSchema;
     output: typeof RevokePairingGrantResponseSchema;
+  },
+  /**
+   * Messages the router kept instead of answering (refused at admission, or no
+   * slot of the channel came free within the retries), oldest first (operators).
+   *
+   * @generated from rpc palyra.v1.ChannelsService.ListQuarantine
+   */
+  listQuarantine: {
+    methodKind: "unary";
+    input: typeof ListQuarantineRequestSchema;
+    output: typeof ListQuarantineResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_palyra_v1_channels, 0);

@@ -87,8 +87,13 @@ class RunActor:
 
     # -- requests from other tasks -------------------------------------------
     async def add_input(self, text: str, input_id: str, attachments: int,
-                        complete: bool) -> RunRecord:
+                        complete: bool, *, into_completing: bool = False) -> RunRecord:
         """Queue one input durably (processed in order after earlier ones).
+
+        ``into_completing``: a run whose driver asked it to complete still takes the
+        input while it has not ended (it completes after answering it); the channel
+        router, which half-closes its own runs, uses this to give a conversation's
+        running run the messages that arrive meanwhile.
 
         Raises:
             PalyraError: ``RUN_TERMINAL`` if the run ended or is completing;
@@ -97,14 +102,15 @@ class RunActor:
         """
         async with self._writer.lock:
             rec = self._writer.record
-            self._check_open(rec)
+            self._check_open(rec, into_completing=into_completing)
             if len(rec.pending_inputs) >= self._deps.config.max_pending_inputs:
                 raise coded(ErrorCode.RESOURCE_EXHAUSTED,
                             f"run {rec.run_id} already has {len(rec.pending_inputs)} queued "
                             "inputs", run_id=rec.run_id)
             inputs = (*rec.pending_inputs, InputRec(input_id, text, attachments))
             batch = self._writer.batch().set(pending_inputs=inputs,
-                                            complete_requested=complete)
+                                            complete_requested=complete or (
+                                                into_completing and rec.complete_requested))
             await batch.commit_locked()
         self._wake.set()
         return self._writer.record
@@ -119,11 +125,11 @@ class RunActor:
         self._wake.set()
         return self._writer.record
 
-    def _check_open(self, rec: RunRecord) -> None:
+    def _check_open(self, rec: RunRecord, *, into_completing: bool = False) -> None:
         if is_run_terminal(rec.state):
             raise coded(ErrorCode.RUN_TERMINAL, f"run {rec.run_id} is {rec.state}",
                         run_id=rec.run_id)
-        if rec.complete_requested:
+        if rec.complete_requested and not into_completing:
             raise coded(ErrorCode.RUN_TERMINAL,
                         f"run {rec.run_id} is completing and takes no more input",
                         run_id=rec.run_id)

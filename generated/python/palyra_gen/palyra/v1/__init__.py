@@ -122,6 +122,8 @@ __all__ = (
     "ListPairingCodesResponse",
     "ListPairingGrantsRequest",
     "ListPairingGrantsResponse",
+    "ListQuarantineRequest",
+    "ListQuarantineResponse",
     "ListRunTapeRequest",
     "ListRunTapeResponse",
     "ListSessionsRequest",
@@ -146,6 +148,7 @@ __all__ = (
     "PruneJournalResponse",
     "PurgeMemoryRequest",
     "PurgeMemoryResponse",
+    "QuarantinedMessage",
     "RejectCandidateRequest",
     "RejectCandidateResponse",
     "ResolveSessionRequest",
@@ -2227,6 +2230,29 @@ default_message_pool.register_message(
 
 
 @dataclass(eq=False, repr=False)
+class ListQuarantineRequest(betterproto2.Message):
+    channel: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    limit: "int" = betterproto2.field(2, betterproto2.TYPE_UINT32)
+    """
+    1..1000; default 100.
+    """
+
+
+default_message_pool.register_message("palyra.v1", "ListQuarantineRequest", ListQuarantineRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListQuarantineResponse(betterproto2.Message):
+    messages: "list[QuarantinedMessage]" = betterproto2.field(
+        1, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+
+
+default_message_pool.register_message("palyra.v1", "ListQuarantineResponse", ListQuarantineResponse)
+
+
+@dataclass(eq=False, repr=False)
 class ListRunTapeRequest(betterproto2.Message):
     run_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -2588,6 +2614,31 @@ class PurgeMemoryResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "PurgeMemoryResponse", PurgeMemoryResponse)
+
+
+@dataclass(eq=False, repr=False)
+class QuarantinedMessage(betterproto2.Message):
+    quarantine_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    channel: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    reason: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    e.g. "channel_busy", "text_too_long", "channel_mismatch".
+    """
+
+    quarantined_at_unix_ms: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
+
+    envelope_id: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+
+    sender: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+
+    conversation_id: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+
+    text: "str" = betterproto2.field(8, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("palyra.v1", "QuarantinedMessage", QuarantinedMessage)
 
 
 @dataclass(eq=False, repr=False)
@@ -3649,6 +3700,28 @@ class ChannelsServiceStub(betterproto2_grpclib.ServiceStub):
             "/palyra.v1.ChannelsService/RevokePairingGrant",
             message,
             RevokePairingGrantResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def list_quarantine(
+        self,
+        message: "ListQuarantineRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListQuarantineResponse":
+        """
+        Messages the router kept instead of answering (refused at admission, or no
+        slot of the channel came free within the retries), oldest first (operators).
+        """
+
+        return await self._unary_unary(
+            "/palyra.v1.ChannelsService/ListQuarantine",
+            message,
+            ListQuarantineResponse,
             timeout=timeout,
             deadline=deadline,
             metadata=metadata,
@@ -4802,6 +4875,14 @@ class ChannelsServiceBase(betterproto2_grpclib.ServiceBase):
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
+    async def list_quarantine(self, message: "ListQuarantineRequest") -> "ListQuarantineResponse":
+        """
+        Messages the router kept instead of answering (refused at admission, or no
+        slot of the channel came free within the retries), oldest first (operators).
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
     async def __rpc_create_pairing_code(
         self,
         stream: "grpclib.server.Stream[CreatePairingCodeRequest, CreatePairingCodeResponse]",
@@ -4838,6 +4919,15 @@ class ChannelsServiceBase(betterproto2_grpclib.ServiceBase):
         response = await self.revoke_pairing_grant(request)
         await stream.send_message(response)
 
+    async def __rpc_list_quarantine(
+        self,
+        stream: "grpclib.server.Stream[ListQuarantineRequest, ListQuarantineResponse]",
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.list_quarantine(request)
+        await stream.send_message(response)
+
     def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
         return {
             "/palyra.v1.ChannelsService/CreatePairingCode": grpclib.const.Handler(
@@ -4863,6 +4953,12 @@ class ChannelsServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 RevokePairingGrantRequest,
                 RevokePairingGrantResponse,
+            ),
+            "/palyra.v1.ChannelsService/ListQuarantine": grpclib.const.Handler(
+                self.__rpc_list_quarantine,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ListQuarantineRequest,
+                ListQuarantineResponse,
             ),
         }
 

@@ -1,0 +1,87 @@
+"""A message that arrives while its conversation's run is going joins that run as input;
+a dispatch claimed again (after a crash) while its own run is going only waits on it.
+
+The router starts its runs half-closed (they end once idle), and still gives them the
+messages that arrive before that end. The run of a dispatch has the task's id, so the
+router tells its own run (never given its messages twice) from another dispatch's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from engine_harness import Harness, loop_text, slow_add
+from palyra_gen.palyra import v1 as pb
+
+from palyra.channels import ChannelRouter, ChannelsConfig, Envelope, PairingBook
+from palyra.channels.config import ChannelPolicy
+from palyra.policy import PolicyGate
+from palyra.tasks import TaskQueue
+from palyra.tasks.worker import TaskContext
+
+
+async def _router(harness: Harness) -> tuple[TaskQueue, ChannelRouter]:
+    harness.tool = slow_add(0.2)
+    await harness.start()
+    assert harness.store is not None and harness.engine is not None
+    tasks = TaskQueue(harness.store)
+    await tasks.start()
+    config = ChannelsConfig(default=ChannelPolicy(dm_policy="allow", mentions=("*",)))
+    return tasks, ChannelRouter(harness.store, harness.engine, tasks,
+                                PairingBook(harness.store), PolicyGate.load(), config)
+
+
+async def _dispatch(router: ChannelRouter, tasks: TaskQueue, text: str
+                    ) -> tuple[TaskContext, asyncio.Future[dict[str, object]]]:
+    admitted = await router.admit(Envelope(
+        envelope_id="", channel="webhook:hooks", conversation_id="room", sender="alice",
+        text=text, sender_verified=True, mentions_agent=True))
+    ctx = TaskContext(tasks.require(admitted.task_id), {"envelope_id": admitted.envelope_id})
+    return ctx, asyncio.ensure_future(router.dispatch(ctx))
+
+
+async def _running(harness: Harness, run_id: str) -> None:
+    assert harness.engine is not None
+    async with asyncio.timeout(5):
+        while True:
+            if harness.engine.phase_of(run_id) is not None:
+                return
+            await asyncio.sleep(0.01)
+
+
+async def test_a_message_joins_its_conversations_running_run(harness: Harness) -> None:
+    tasks, router = await _router(harness)
+    try:
+        ctx, first = await _dispatch(router, tasks, loop_text(3))
+        await _running(harness, ctx.task.task_id)  # a slow tool call is under way
+        _ctx2, second = await _dispatch(router, tasks, "and what is 2 + 2?")
+        joined = await second
+        done = await first
+        assert joined["delivered_to_active_run"] and joined["run_id"] == ctx.task.task_id
+        inputs = [m.text for m in harness.members(ctx.task.task_id)
+                  if isinstance(m, pb.UserInput)]
+        assert inputs == [loop_text(3), "and what is 2 + 2?"]
+        # The run answers both; its replies go out with the first dispatch.
+        assert len(done["outputs"]) == 2  # type: ignore[arg-type]
+        assert len([t for t in tasks.page(kind="channel.dispatch")[0]]) == 2
+    finally:
+        await tasks.close()
+
+
+async def test_a_repeated_dispatch_waits_on_its_own_run(harness: Harness) -> None:
+    tasks, router = await _router(harness)
+    try:
+        ctx, first = await _dispatch(router, tasks, loop_text(3))
+        task = ctx.task
+        # The run is under way: the same task is dispatched again, as a worker
+        # claiming it after a restart would.
+        await _running(harness, task.task_id)
+        again = await router.dispatch(ctx)
+        done = await first
+        assert again["run_id"] == done["run_id"] == task.task_id
+        assert not again["delivered_to_active_run"]
+        inputs = [m for m in harness.members(task.task_id) if isinstance(m, pb.UserInput)]
+        assert len(inputs) == 1, [i.text for i in inputs]
+        assert again["outputs"] == done["outputs"] and done["outputs"]
+    finally:
+        await tasks.close()
