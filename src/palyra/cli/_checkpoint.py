@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from grpclib.client import Channel
 from grpclib.exceptions import GRPCError
@@ -87,26 +89,40 @@ def locked_hint(data_dir: Path, why: str, what: str = "checkpoint") -> str:
             "command to finish, or stop that process, and retry.")
 
 
-def run(data_dir: Path) -> int:
-    """Take one checkpoint; print it (or the failure) and return the exit code."""
-    made: Made | None = None
+T = TypeVar("T")
+
+
+def daemon_else_data_dir(
+    data_dir: Path,
+    via_daemon: Callable[[Target], Coroutine[object, object, tuple[T | None, str]]],
+    on_data_dir: Callable[[], T],
+    what: str,
+) -> T | None:
+    """Ask the running daemon (it holds the writer), else open the data dir; a failure is
+    printed (with a hint when the dir is held but no daemon answered) and gives None."""
     why = "no live daemon.json in the data dir"
     target = running_daemon_target(data_dir)
     try:
+        made: T | None = None
         if target is not None:
-            made, why = asyncio.run(_via_daemon(target))
-        if made is None:
-            made = _on_data_dir(data_dir)
+            made, why = asyncio.run(via_daemon(target))
+        return made if made is not None else on_data_dir()
     except DaemonRefused as exc:
         print(f"ERROR {exc}", file=sys.stderr)
-        return EXIT_ERROR
     except PalyraError as exc:
         print(f"ERROR {exc.code.value}: {exc.message}", file=sys.stderr)
         if exc.code is ErrorCode.DATA_DIR_LOCKED:
-            print(locked_hint(data_dir, why), file=sys.stderr)
-        return EXIT_ERROR
+            print(locked_hint(data_dir, why, what), file=sys.stderr)
     except OSError as exc:
         print(f"ERROR {exc}", file=sys.stderr)
+    return None
+
+
+def run(data_dir: Path) -> int:
+    """Take one checkpoint; print it (or the failure) and return the exit code."""
+    made = daemon_else_data_dir(data_dir, _via_daemon, lambda: _on_data_dir(data_dir),
+                                "checkpoint")
+    if made is None:
         return EXIT_ERROR
     print(f"checkpoint position={made.position} head={made.head_hash} "
           f"key={made.public_key} signature={made.signature} by={made.where}")

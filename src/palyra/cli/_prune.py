@@ -9,7 +9,6 @@ opened directly. Either way the prune goes through the journal's writer.
 from __future__ import annotations
 
 import asyncio
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,9 +16,8 @@ from grpclib.client import Channel
 from grpclib.exceptions import GRPCError
 from palyra_gen.palyra import v1
 
-from palyra.cli._checkpoint import DAEMON_TIMEOUT_S, DaemonRefused, locked_hint
-from palyra.cli._client import Target, running_daemon_target
-from palyra.core.errors import ErrorCode, PalyraError
+from palyra.cli._checkpoint import DAEMON_TIMEOUT_S, DaemonRefused, daemon_else_data_dir
+from palyra.cli._client import Target
 from palyra.engine import live_run_ids
 from palyra.journal import JournalStore, prune_older_than
 
@@ -79,24 +77,9 @@ def _on_data_dir(data_dir: Path, days: float) -> Pruned:
 
 def run(data_dir: Path, days: float) -> int:
     """Prune once; print what was pruned (or the failure) and return the exit code."""
-    made: Pruned | None = None
-    why = "no live daemon.json in the data dir"
-    target = running_daemon_target(data_dir)
-    try:
-        if target is not None:
-            made, why = asyncio.run(_via_daemon(target, days))
-        if made is None:
-            made = _on_data_dir(data_dir, days)
-    except DaemonRefused as exc:
-        print(f"ERROR {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    except PalyraError as exc:
-        print(f"ERROR {exc.code.value}: {exc.message}", file=sys.stderr)
-        if exc.code is ErrorCode.DATA_DIR_LOCKED:
-            print(locked_hint(data_dir, why, "prune"), file=sys.stderr)
-        return EXIT_ERROR
-    except OSError as exc:
-        print(f"ERROR {exc}", file=sys.stderr)
+    made = daemon_else_data_dir(data_dir, lambda target: _via_daemon(target, days),
+                                lambda: _on_data_dir(data_dir, days), "prune")
+    if made is None:
         return EXIT_ERROR
     print(f"pruned records={made.records} events={made.events} bytes_freed={made.bytes_freed} "
           f"pruned_through={made.pruned_through} head={made.head_hash} by={made.where}")
