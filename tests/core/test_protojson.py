@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from palyra_gen.palyra import v1
 
-from palyra.core.protojson import decode_message, encode_message
+from palyra.core.protojson import _encode_by_plan, _plan, decode_message, encode_message
 
 MESSAGES = sorted(
     (cls for _, cls in inspect.getmembers(v1, inspect.isclass)
@@ -84,7 +84,12 @@ def messages(cls: type[Any], depth: int = 0) -> st.SearchStrategy[Any]:
 @given(data=st.data())
 def test_encode_message_equals_to_dict(cls: type[Any], data: st.DataObject) -> None:
     message = data.draw(messages(cls))
-    assert encode_message(message) == message.to_dict()
+    expected = message.to_dict()
+    assert encode_message(message) == expected
+    # The per-class compiled encoder and the plan walker it falls back to agree.
+    plan = _plan(cls)
+    if plan is not None:
+        assert _encode_by_plan(plan, message) == expected
 
 
 def test_special_values() -> None:
@@ -92,6 +97,13 @@ def test_special_values() -> None:
     assert encode_message(response) == response.to_dict() == {"nextAfterSeq": "0"}
     empty = v1.WatchRunResponse(event=v1.TapeEvent())  # a set but empty message is kept
     assert encode_message(empty) == empty.to_dict() == {"event": {}}
+    # A float field is kept when non-zero; betterproto2's to_dict drops -0.0 like 0.0.
+    for value, expected in ((-0.0, {}), (0.0, {}), (1.5, {"olderThanDays": 1.5}),
+                            (float("inf"), {"olderThanDays": "Infinity"})):
+        request = v1.PruneJournalRequest(older_than_days=value)
+        encoded = encode_message(request)
+        assert encoded == request.to_dict() == expected
+        assert str(encoded) == str(expected)  # -0.0 == 0.0, but not as text
 
 
 def _same(a: Any, b: Any) -> None:

@@ -68,14 +68,14 @@ async def test_children_are_cancelled_in_the_commit_that_ends_the_run(harness: H
         record.run_id, f"parent run ended ({event})"))
     store = harness.store
     appends: list[list[str]] = []
-    real_append = store.append
+    real_submit = store.submit  # append goes through submit too
 
-    async def spy(drafts):  # type: ignore[no-untyped-def]
+    def spy(drafts):  # type: ignore[no-untyped-def]
         appends.append([d.kind + (":" + d.payload.get("state", "") if d.kind == "tape.status"
                                   else "") for d in drafts])
-        return await real_append(drafts)
+        return real_submit(drafts)
 
-    store.append = spy  # type: ignore[method-assign]
+    store.submit = spy  # type: ignore[method-assign]
     try:
         child, _ = await queue.enqueue("k", parent_run_id=run_id)
         await harness.app.abort_run(USER, pb.AbortRunRequest(run_id=run_id, reason="stop"))
@@ -86,5 +86,5 @@ async def test_children_are_cancelled_in_the_commit_that_ends_the_run(harness: H
         assert "tape.status:RUN_STATE_CANCELLED" in ending  # one append: cause and effect
         assert queue.require(child.task_id).cancel_reason.startswith("parent run ended")
     finally:
-        store.append = real_append  # type: ignore[method-assign]
+        store.submit = real_submit  # type: ignore[method-assign]
         await queue.close()

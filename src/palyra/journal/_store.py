@@ -102,14 +102,30 @@ class JournalStore:
             PalyraError: ``PAYLOAD_TOO_LARGE`` over a size cap; ``UNAVAILABLE``
                 when the store is closed or the commit failed.
         """
+        return await self.submit(drafts)
+
+    def submit(self, drafts: Sequence[EventDraft]) -> asyncio.Future[list[StoredEvent]]:
+        """Validate and queue ``drafts`` now; the future resolves once the commit is durable.
+
+        The synchronous half of :meth:`append`, for a caller that must not lose
+        track of a queued write when it is cancelled: it can ``shield`` the
+        future itself instead of wrapping ``append`` in a task of its own
+        (one task and one event-loop turn fewer per commit on the engine's path).
+        Errors in the drafts raise here, before anything is queued; cancelling
+        the future does not un-append.
+
+        Raises:
+            InvalidArgument, AlreadyExists, PalyraError: as :meth:`append`.
+        """
         writer = self._writer_or_raise()
         prepared = prepare(drafts, self._config)
-        if not prepared:
-            return []
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[StoredEvent]] = loop.create_future()
-        writer.submit(Request(loop, future, events=prepared))
-        return await future
+        if not prepared:
+            future.set_result([])
+        else:
+            writer.submit(Request(loop, future, events=prepared))
+        return future
 
     async def checkpoint(self) -> Checkpoint:
         """Sign the current global head with the data dir's ed25519 key and store it."""

@@ -171,7 +171,13 @@ class Batch:
             },
         )
         drafts = self._drafts(record)
-        task = asyncio.ensure_future(w.store.append(drafts))
+        # The queued write is tracked by its own future (no task per commit);
+        # a bad draft raises here, before anything is queued.
+        try:
+            task = w.store.submit(drafts)
+        except BaseException:
+            self._settle(None, record, saved)
+            raise
         try:
             stored = await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -185,10 +191,10 @@ class Batch:
         w.notify()
         return stored
 
-    def _settle(self, task: asyncio.Future[list[StoredEvent]], record: RunRecord,
+    def _settle(self, task: asyncio.Future[list[StoredEvent]] | None, record: RunRecord,
                 saved: tuple[int, int, int, str, str]) -> None:
         w = self._writer
-        if task.done() and not task.cancelled() and task.exception() is None:
+        if task is not None and task.done() and not task.cancelled() and task.exception() is None:
             w.record = record
             w.notify()
             return
