@@ -206,8 +206,12 @@ class Batch:
         run_write = EntityWrite(RUNS, record.run_id, encode(record))
         writes: Sequence[EntityWrite] = (*self.entity_writes, run_write)
         drafts = list(self.pre_events)
-        for member in self.members:
-            drafts.append(tape_draft(record, member))
+        members = self.members
+        if members:
+            # The entity rows ride on the last event, built with them (no copy).
+            drafts.extend(tape_draft(record, member) for member in members[:-1])
+            drafts.append(tape_draft(record, members[-1], writes))
+            return drafts
         if not drafts:
             drafts.append(EventDraft(kind="run.updated", actor=ENGINE_ACTOR,
                                      session_id=record.session_id, run_id=record.run_id))
@@ -215,10 +219,11 @@ class Batch:
         return drafts
 
 
-def tape_draft(record: RunRecord, member: betterproto2.Message) -> EventDraft:
-    """An ``EventDraft`` that puts ``member`` on ``record``'s tape."""
+def tape_draft(record: RunRecord, member: betterproto2.Message,
+               writes: Sequence[EntityWrite] = ()) -> EventDraft:
+    """An ``EventDraft`` that puts ``member`` on ``record``'s tape (with ``writes``)."""
     ident = record.identity
     return EventDraft(kind=kind_of(member), actor=ENGINE_ACTOR, session_id=record.session_id,
                       run_id=record.run_id, tape=True, payload=payload_of(member),
                       principal=ident.principal, device_id=ident.device_id,
-                      channel=ident.channel, origin=member)
+                      channel=ident.channel, entity_writes=writes, origin=member)
