@@ -56,7 +56,33 @@ def _tracepoints() -> Path | None:
     for root in _TRACEFS:
         if (root / "events" / "syscalls").is_dir():
             return root / "events" / "syscalls"
+    if _mount_tracefs():
+        return _tracepoints()
     return None
+
+
+_MOUNT_TRIED: list[bool] = []
+
+
+def _mount_tracefs() -> bool:
+    """Mount tracefs at its usual place once, when root and the kernel has it.
+
+    Minimal VMs (this project's CI among them) boot without it, and then no
+    flush could be counted. Mounting it changes nothing else: it only exposes
+    the kernel's tracepoints. True when a mount was made.
+    """
+    if _MOUNT_TRIED or os.geteuid() != 0 or shutil.which("mount") is None:
+        return False
+    _MOUNT_TRIED.append(True)
+    target = _TRACEFS[0]
+    try:
+        if "tracefs" not in Path("/proc/filesystems").read_text() or not target.is_dir():
+            return False
+        done = subprocess.run(["mount", "-t", "tracefs", "nodev", str(target)],
+                              capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0 and (target / "events" / "syscalls").is_dir()
 
 
 def unavailable_reason() -> str | None:
