@@ -16,13 +16,16 @@ from typing import Any
 import cedarpy
 
 from palyra.core.capabilities import is_sensitive
-from palyra.policy._cache import DecisionCache, context_projection
+from palyra.policy._cache import DecisionCache, context_projection, literal_types
 from palyra.policy._config import PolicyConfig
 from palyra.policy._decide import decide, resolve_posture
 from palyra.policy._loader import LoadedPolicies, load_policies
 from palyra.policy._model import Decision, EngineResult, Outcome, Posture, ToolRequest
 
 ToolAction = str  # "tool.execute" or "memory.search"
+# The cache key's resource for ids no policy can tell apart (a gate either
+# always keys a type by id or never, so this never meets a real id).
+_ANY_ID = "*"
 
 
 class PolicyGate:
@@ -43,6 +46,8 @@ class PolicyGate:
         self._cache = DecisionCache(
             context_projection(source.text for source in loaded.sources),
             loaded.policy_hash, cache_entries)
+        # Resource types whose ids a policy can tell apart (see ``_cache``).
+        self._keyed_types = literal_types(source.text for source in loaded.sources)
         # No entity attributes are used (everything is in the context), so
         # one empty, pre-parsed entity set serves every request.
         self._entities = cedarpy.Entities.from_json_str("[]")
@@ -156,7 +161,8 @@ class PolicyGate:
 
     @property
     def cache_stats(self) -> tuple[int, int, int]:
-        """``(hits, misses, entries)`` of the tool-decision cache."""
+        """``(hits, misses, entries)`` of the decision cache (tool calls and
+        ``approval.decide``)."""
         return self._cache.hits, self._cache.misses, len(self._cache)
 
     def check_tool(
@@ -202,20 +208,24 @@ class PolicyGate:
         Returns:
             A ``Decision`` with outcome ``allow`` or ``deny``.
         """
-        allowed, reasons, errors = self._authorize(
-            {
+        context = {"principal_name": principal, "run_principal": run_principal,
+                   "tool_name": tool_name, "session_id": session_id, "channel": channel}
+        # Memoised like a tool call: an operator deciding approval after
+        # approval asks Cedar once, unless a policy names an approval by id.
+        resource = approval_id if "Approval" in self._keyed_types else _ANY_ID
+        key = self._cache.key("approval.decide", principal, resource, context)
+        cached = self._cache.get(key)
+        if cached is None:
+            allowed, reasons, errors = self._authorize({
                 "principal": {"type": "Principal", "id": principal},
                 "action": {"type": "Action", "id": "approval.decide"},
                 "resource": {"type": "Approval", "id": approval_id},
-                "context": {
-                    "principal_name": principal,
-                    "run_principal": run_principal,
-                    "tool_name": tool_name,
-                    "session_id": session_id,
-                    "channel": channel,
-                },
-            }
-        )
+                "context": context,
+            })
+            self._cache.put(key, EngineResult(allowed, allowed, reasons, errors,
+                                              self.policy_hash))
+        else:
+            allowed, reasons, errors = cached.allowed, cached.policy_ids, cached.errors
         h = self.policy_hash
         if errors:
             return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)
