@@ -193,3 +193,46 @@ def test_a_policy_naming_an_approval_keys_the_cache_by_id(tmp_path: Path) -> Non
     assert not _decide_approval(gate, ("admin:ops", "01X", "user:a", "add", "S", "")).allowed
     assert literal_types(['permit (principal, action, resource == Palyra::Approval::"x");']) \
         == frozenset({"Approval"})
+
+
+# -- session.set_posture: memoised the same way (a tool's name keys only if a policy names it) --
+
+_POSTURE_ATOMS = [
+    'context.principal_name like "admin:*"',
+    'context.posture == "always_allow"',
+    "context.is_sensitive",
+    'context.tool_name == "add"',
+    'resource == Tool::"echo"',
+    'context.channel == "slack"',
+]
+_posture_policy = st.builds(
+    lambda effect, a, neg, b, op: (
+        f'{effect} (principal, action == Action::"session.set_posture", resource)\n'
+        f"when {{ {'!' if neg else ''}({a}) {op} ({b}) }};\n"),
+    st.sampled_from(["permit", "forbid"]), st.sampled_from(_POSTURE_ATOMS), st.booleans(),
+    st.sampled_from(_POSTURE_ATOMS), st.sampled_from(["&&", "||"]))
+_posture_request = st.tuples(
+    st.sampled_from(["user:alice", "admin:ops"]), st.sampled_from(["add", "echo", "shell"]),
+    st.sampled_from(["always_allow", "ask_each_time", "inherit"]),
+    st.sampled_from([frozenset({"read_only"}), frozenset({"process_exec"}), None]),
+    st.sampled_from(["S1", "S2"]), st.sampled_from(["", "slack"]))
+
+
+def _posture(gate: PolicyGate, req: tuple[object, ...]) -> Decision:
+    principal, tool, posture, caps, sid, channel = req
+    return gate.check_posture_change(principal, tool, posture, caps,  # type: ignore[arg-type]
+                                     session_id=sid, channel=channel)  # type: ignore[arg-type]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(policies=st.lists(_posture_policy, max_size=3), defaults=st.booleans(),
+       requests=st.lists(_posture_request, min_size=1, max_size=20))
+def test_cached_posture_decisions_equal_uncached(tmp_path_factory: object, policies: list[str],
+                                                 defaults: bool,
+                                                 requests: list[tuple[object, ...]]) -> None:
+    tmp = tmp_path_factory.mktemp("pol")  # type: ignore[attr-defined]
+    cached = _gate(tmp, policies, defaults=defaults, cache=1)
+    plain = _gate(tmp, policies, defaults=defaults, cache=0)
+    for req in [*requests, *requests]:
+        assert _posture(cached, req) == _posture(plain, req), (policies, req)
+    assert cached.cache_stats[0] >= len(requests)

@@ -3,9 +3,10 @@
 Everything here is translation; the decision rules live in ``_decide`` (pure)
 and in the ``.cedar`` files. Handles (policy set, schema, entities) are parsed
 once at start-up, so one check costs one or two ``is_authorized`` calls
-(250-490 µs per step measured in place), and Cedar's answer for a tool call is
-memoised by what the policy set can see (``_cache``), so a loop repeating the
-same call shape asks Cedar once.
+(250-490 µs per step measured in place), and Cedar's answer for a tool call,
+an ``approval.decide`` and a ``session.set_posture`` is memoised by what the
+policy set can see (``_cache``), so a loop repeating the same call shape, or an
+operator deciding approval after approval, asks Cedar once.
 """
 
 from __future__ import annotations
@@ -104,6 +105,29 @@ class PolicyGate:
         # ``policy_ids`` are the same bytes for the same decision every time.
         return (bool(result.allowed), tuple(sorted(diagnostics.reasons)),
                 tuple(diagnostics.errors))
+
+    def _authorize_cached(self, principal: str, action: str, resource_type: str,
+                          resource_id: str, context: dict[str, Any]
+                          ) -> tuple[bool, tuple[str, ...], tuple[str, ...]]:
+        """``_authorize`` through the decision cache (engine errors are never kept).
+
+        The resource's id is part of the key only when a policy names a literal
+        of its type (``_cache.literal_types``): an operator deciding approval
+        after approval asks Cedar once.
+        """
+        resource = resource_id if resource_type in self._keyed_types else _ANY_ID
+        key = self._cache.key(action, principal, f"{resource_type}::{resource}", context)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached.allowed, cached.policy_ids, cached.errors
+        allowed, reasons, errors = self._authorize({
+            "principal": {"type": "Principal", "id": principal},
+            "action": {"type": "Action", "id": action},
+            "resource": {"type": resource_type, "id": resource_id},
+            "context": context,
+        })
+        self._cache.put(key, EngineResult(allowed, allowed, reasons, errors, self.policy_hash))
+        return allowed, reasons, errors
 
     def _tool_context(
         self, request: ToolRequest, posture: Posture, budget_left: int, approved: bool
@@ -208,24 +232,10 @@ class PolicyGate:
         Returns:
             A ``Decision`` with outcome ``allow`` or ``deny``.
         """
-        context = {"principal_name": principal, "run_principal": run_principal,
-                   "tool_name": tool_name, "session_id": session_id, "channel": channel}
-        # Memoised like a tool call: an operator deciding approval after
-        # approval asks Cedar once, unless a policy names an approval by id.
-        resource = approval_id if "Approval" in self._keyed_types else _ANY_ID
-        key = self._cache.key("approval.decide", principal, resource, context)
-        cached = self._cache.get(key)
-        if cached is None:
-            allowed, reasons, errors = self._authorize({
-                "principal": {"type": "Principal", "id": principal},
-                "action": {"type": "Action", "id": "approval.decide"},
-                "resource": {"type": "Approval", "id": approval_id},
-                "context": context,
-            })
-            self._cache.put(key, EngineResult(allowed, allowed, reasons, errors,
-                                              self.policy_hash))
-        else:
-            allowed, reasons, errors = cached.allowed, cached.policy_ids, cached.errors
+        allowed, reasons, errors = self._authorize_cached(
+            principal, "approval.decide", "Approval", approval_id,
+            {"principal_name": principal, "run_principal": run_principal,
+             "tool_name": tool_name, "session_id": session_id, "channel": channel})
         h = self.policy_hash
         if errors:
             return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)
@@ -319,14 +329,10 @@ class PolicyGate:
         ``capabilities`` None means the tool is not registered.
         """
         sensitive = capabilities is None or is_sensitive(capabilities)
-        allowed, reasons, errors = self._authorize({
-            "principal": {"type": "Principal", "id": principal},
-            "action": {"type": "Action", "id": "session.set_posture"},
-            "resource": {"type": "Tool", "id": tool_name},
-            "context": {"principal_name": principal, "tool_name": tool_name,
-                        "posture": posture, "is_sensitive": sensitive,
-                        "session_id": session_id, "channel": channel},
-        })
+        allowed, reasons, errors = self._authorize_cached(
+            principal, "session.set_posture", "Tool", tool_name,
+            {"principal_name": principal, "tool_name": tool_name, "posture": posture,
+             "is_sensitive": sensitive, "session_id": session_id, "channel": channel})
         h = self.policy_hash
         if errors:
             return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)
