@@ -200,19 +200,25 @@ class Batch:
         run_write = EntityWrite(RUNS, record.run_id, encode(record))
         writes: Sequence[EntityWrite] = (*self.entity_writes, run_write)
         drafts = list(self.pre_events)
-        for member in self.members:
+        members = self.members
+        for member in members[:-1]:
             drafts.append(tape_draft(record, member))
-        if not drafts:
+        if members:  # the rows ride on the last event, built with them (no copy)
+            drafts.append(tape_draft(record, members[-1], writes))
+        elif drafts:
+            drafts[-1] = drafts[-1].with_writes(*writes)
+        else:
             drafts.append(EventDraft(kind="run.updated", actor=ENGINE_ACTOR,
-                                     session_id=record.session_id, run_id=record.run_id))
-        drafts[-1] = drafts[-1].with_writes(*writes)
+                                     session_id=record.session_id, run_id=record.run_id,
+                                     entity_writes=writes))
         return drafts
 
 
-def tape_draft(record: RunRecord, member: betterproto2.Message) -> EventDraft:
-    """An ``EventDraft`` that puts ``member`` on ``record``'s tape."""
+def tape_draft(record: RunRecord, member: betterproto2.Message,
+               writes: Sequence[EntityWrite] = ()) -> EventDraft:
+    """An ``EventDraft`` that puts ``member`` on ``record``'s tape (with ``writes``)."""
     ident = record.identity
     return EventDraft(kind=kind_of(member), actor=ENGINE_ACTOR, session_id=record.session_id,
                       run_id=record.run_id, tape=True, payload=payload_of(member),
                       principal=ident.principal, device_id=ident.device_id,
-                      channel=ident.channel, origin=member)
+                      channel=ident.channel, entity_writes=writes, origin=member)
