@@ -73,6 +73,9 @@ def literal_types(policy_texts: Iterable[str]) -> frozenset[str]:
     return frozenset(types)
 
 
+_PLAIN = frozenset({str, int, bool, float, type(None)})
+
+
 def _frozen(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return tuple(_frozen(v) for v in value)
@@ -99,7 +102,9 @@ class DecisionCache:
         if self._attrs is None:
             seen = tuple(sorted((k, _frozen(v)) for k, v in context.items()))
         else:
-            seen = tuple(_frozen(context.get(a)) for a in self._attrs)
+            # Most values are plain scalars: only containers take the freezing call.
+            seen = tuple(v if v.__class__ in _PLAIN else _frozen(v)
+                         for v in map(context.get, self._attrs))
         return (self._policy_hash, action, principal, resource, seen)
 
     def get(self, key: CacheKey) -> EngineResult | None:
