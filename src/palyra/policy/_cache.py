@@ -99,6 +99,7 @@ class DecisionCache:
     def key(self, action: str, principal: str, resource: str,
             context: Mapping[str, Any]) -> CacheKey:
         """The decision-relevant part of one Cedar request."""
+        seen: tuple[Any, ...]
         if self._attrs is None:
             seen = tuple(sorted((k, _frozen(v)) for k, v in context.items()))
         else:
