@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from palyra.policy import Decision, PolicyConfig, PolicyGate, Posture, ToolRequest
-from palyra.policy._cache import context_projection
+from palyra.policy._cache import context_projection, literal_types
 
 _ATOMS = [
     "context.registered",
@@ -117,3 +117,122 @@ def test_cache_is_bounded() -> None:
         _decide(gate, (f"user:u{i}", "add", frozenset({"read_only"}), "S", "R", "",
                        Posture.ALWAYS_ALLOW, 5, False))
     assert gate.cache_stats[2] == 8
+
+
+# -- approval.decide: memoised too, the approval id in the key only when a policy names one --
+
+_APPROVAL_ATOMS = [
+    'context.principal_name like "admin:*"',
+    'context.principal_name like "user:*"',
+    "context.principal_name == context.run_principal",
+    'context.tool_name == "add"',
+    'context.session_id like "S*"',
+    'context.channel == "slack"',
+    'principal == Principal::"user:bob"',
+    'resource == Approval::"A1"',
+    'resource in [Approval::"A2", Approval::"A3"]',
+    "resource is Approval",
+    'context has channel && context.channel == ""',
+]
+_approval_cond = st.builds(lambda a, neg, b, op: f"{'!' if neg else ''}({a}) {op} ({b})",
+                           st.sampled_from(_APPROVAL_ATOMS), st.booleans(),
+                           st.sampled_from(_APPROVAL_ATOMS), st.sampled_from(["&&", "||"]))
+_approval_policy = st.builds(
+    lambda effect, cond, unless: (
+        f'{effect} (principal, action == Action::"approval.decide", resource)\n'
+        f"{'unless' if unless else 'when'} {{ {cond} }};\n"),
+    st.sampled_from(["permit", "forbid"]), _approval_cond, st.booleans())
+_approval_request = st.tuples(
+    st.sampled_from(["user:alice", "user:bob", "admin:ops", "channel:x"]),
+    st.sampled_from(["A1", "A2", "A3", "A4"]),
+    st.sampled_from(["user:alice", "user:bob"]),
+    st.sampled_from(["add", "echo"]),
+    st.sampled_from(["S1", "X"]),
+    st.sampled_from(["", "slack"]),
+)
+
+
+def _decide_approval(gate: PolicyGate, req: tuple[str, ...]) -> Decision:
+    principal, approval_id, run_principal, tool, sid, channel = req
+    return gate.check_approval_decide(principal, approval_id, run_principal=run_principal,
+                                      tool_name=tool, session_id=sid, channel=channel)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(policies=st.lists(_approval_policy, min_size=1, max_size=4), defaults=st.booleans(),
+       requests=st.lists(_approval_request, min_size=1, max_size=30))
+def test_cached_approval_decisions_equal_uncached(tmp_path_factory: object, policies: list[str],
+                                                  defaults: bool,
+                                                  requests: list[tuple[str, ...]]) -> None:
+    tmp = tmp_path_factory.mktemp("pol")  # type: ignore[attr-defined]
+    cached = _gate(tmp, policies, defaults=defaults, cache=1)
+    plain = _gate(tmp, policies, defaults=defaults, cache=0)
+    for req in [*requests, *requests]:
+        assert _decide_approval(cached, req) == _decide_approval(plain, req), (policies, req)
+    assert cached.cache_stats[0] >= len(requests)
+
+
+def test_shipped_policies_decide_a_new_approval_from_the_cache() -> None:
+    """An operator deciding approval after approval asks Cedar once (ids drop out)."""
+    gate = PolicyGate.load()
+    first = _decide_approval(gate, ("admin:ops", "01A", "user:alice", "add", "S1", ""))
+    second = _decide_approval(gate, ("admin:ops", "01B", "user:alice", "add", "S2", ""))
+    assert first.allowed and second.allowed
+    assert second.reason == "admin:ops may decide approval 01B"
+    assert gate.cache_stats[:2] == (1, 1)
+    # Deny-by-default is remembered per principal, never shared with an allowed one.
+    assert not _decide_approval(gate, ("channel:x", "01C", "user:alice", "add", "S1", "")).allowed
+    assert not _decide_approval(gate, ("user:bob", "01D", "user:alice", "add", "S1", "")).allowed
+    assert _decide_approval(gate, ("user:alice", "01E", "user:alice", "add", "S1", "")).allowed
+
+
+def test_a_policy_naming_an_approval_keys_the_cache_by_id(tmp_path: Path) -> None:
+    gate = _gate(tmp_path, ['forbid (principal, action, resource == Approval::"01X");'],
+                 defaults=True, cache=1)
+    assert _decide_approval(gate, ("admin:ops", "01W", "user:a", "add", "S", "")).allowed
+    assert not _decide_approval(gate, ("admin:ops", "01X", "user:a", "add", "S", "")).allowed
+    assert literal_types(['permit (principal, action, resource == Palyra::Approval::"x");']) \
+        == frozenset({"Approval"})
+
+
+# -- session.set_posture: memoised the same way (a tool's name keys only if a policy names it) --
+
+_POSTURE_ATOMS = [
+    'context.principal_name like "admin:*"',
+    'context.posture == "always_allow"',
+    "context.is_sensitive",
+    'context.tool_name == "add"',
+    'resource == Tool::"echo"',
+    'context.channel == "slack"',
+]
+_posture_policy = st.builds(
+    lambda effect, a, neg, b, op: (
+        f'{effect} (principal, action == Action::"session.set_posture", resource)\n'
+        f"when {{ {'!' if neg else ''}({a}) {op} ({b}) }};\n"),
+    st.sampled_from(["permit", "forbid"]), st.sampled_from(_POSTURE_ATOMS), st.booleans(),
+    st.sampled_from(_POSTURE_ATOMS), st.sampled_from(["&&", "||"]))
+_posture_request = st.tuples(
+    st.sampled_from(["user:alice", "admin:ops"]), st.sampled_from(["add", "echo", "shell"]),
+    st.sampled_from(["always_allow", "ask_each_time", "inherit"]),
+    st.sampled_from([frozenset({"read_only"}), frozenset({"process_exec"}), None]),
+    st.sampled_from(["S1", "S2"]), st.sampled_from(["", "slack"]))
+
+
+def _posture(gate: PolicyGate, req: tuple[object, ...]) -> Decision:
+    principal, tool, posture, caps, sid, channel = req
+    return gate.check_posture_change(principal, tool, posture, caps,  # type: ignore[arg-type]
+                                     session_id=sid, channel=channel)  # type: ignore[arg-type]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(policies=st.lists(_posture_policy, max_size=3), defaults=st.booleans(),
+       requests=st.lists(_posture_request, min_size=1, max_size=20))
+def test_cached_posture_decisions_equal_uncached(tmp_path_factory: object, policies: list[str],
+                                                 defaults: bool,
+                                                 requests: list[tuple[object, ...]]) -> None:
+    tmp = tmp_path_factory.mktemp("pol")  # type: ignore[attr-defined]
+    cached = _gate(tmp, policies, defaults=defaults, cache=1)
+    plain = _gate(tmp, policies, defaults=defaults, cache=0)
+    for req in [*requests, *requests]:
+        assert _posture(cached, req) == _posture(plain, req), (policies, req)
+    assert cached.cache_stats[0] >= len(requests)

@@ -413,7 +413,8 @@ class Engine:
             InvalidArgument: timeboxed without a positive ttl.
             PalyraError: ``APPROVAL_ALREADY_DECIDED``.
         """
-        record = self.approval_reader.get(approval_id)
+        # A live parked run's approval as it committed it, else the store's row.
+        record = self._deps.pending.get(approval_id) or self.approval_reader.get(approval_id)
         if record is None:
             raise not_found("approval", approval_id)
         if not self._deps.policy.may_decide_approval(identity, record):

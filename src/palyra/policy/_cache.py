@@ -1,4 +1,4 @@
-"""Memoised Cedar answers for tool calls, keyed by what the policy set can see.
+"""Memoised Cedar answers (tool calls, ``approval.decide``), keyed by what the policy set can see.
 
 Cedar stays the only source of truth: the cache stores Cedar's own answer for
 one request shape and hands it back for an identical shape. What makes two
@@ -9,7 +9,10 @@ use of ``context`` in the policy set is a plain ``context.<attr>`` access, the
 key holds exactly those attributes, so the run id, the session id and the
 budget drop out of the key unless a policy reads them. Any other use
 (``context has x``, ``context["x"]``, ``context`` passed whole) keys on the
-whole context, which is always correct, just less often a hit.
+whole context, which is always correct, just less often a hit. Likewise a
+resource's id is in the key only when some policy names a literal of its type
+(``literal_types``): without one, every approval looks the same to Cedar, so
+one admin deciding approval after approval asks Cedar once.
 
 The cache belongs to one loaded policy set (a gate never changes its set), and
 the policy hash is part of the key besides, so a decision can never outlive the
@@ -29,6 +32,7 @@ from palyra.policy._model import EngineResult
 
 _CONTEXT_WORD = re.compile(r"\bcontext\b")
 _CONTEXT_ATTR = re.compile(r"\bcontext\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
+_ENTITY_LITERAL = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\s*::\s*\"")
 
 DEFAULT_MAX_ENTRIES = 4096
 
@@ -49,6 +53,27 @@ def context_projection(policy_texts: Iterable[str]) -> frozenset[str] | None:
             return None
         attrs.update(found)
     return frozenset(attrs)
+
+
+def literal_types(policy_texts: Iterable[str]) -> frozenset[str]:
+    """Entity types the policies name a literal of (``Approval::"…"`` names ``Approval``).
+
+    With no entities loaded (everything is in the context), the only way a
+    policy can tell one resource of a type from another of the same type is an
+    entity literal of that type: Cedar has no operator that turns an entity
+    into its id string, ``is`` sees only the type, and ``in`` / ``==`` against
+    any other entity are the same for every id of the type. So the id of a
+    resource whose type is *not* in this set cannot change Cedar's answer and
+    drops out of the cache key. Comments and strings are not stripped: a type
+    named there only keeps ids in the key (wider, never wrong).
+    """
+    types: set[str] = set()
+    for text in policy_texts:
+        types.update(_ENTITY_LITERAL.findall(text))
+    return frozenset(types)
+
+
+_PLAIN = frozenset({str, int, bool, float, type(None)})
 
 
 def _frozen(value: Any) -> Any:
@@ -74,10 +99,13 @@ class DecisionCache:
     def key(self, action: str, principal: str, resource: str,
             context: Mapping[str, Any]) -> CacheKey:
         """The decision-relevant part of one Cedar request."""
+        seen: tuple[Any, ...]
         if self._attrs is None:
             seen = tuple(sorted((k, _frozen(v)) for k, v in context.items()))
         else:
-            seen = tuple(_frozen(context.get(a)) for a in self._attrs)
+            # Most values are plain scalars: only containers take the freezing call.
+            seen = tuple(v if v.__class__ in _PLAIN else _frozen(v)
+                         for v in map(context.get, self._attrs))
         return (self._policy_hash, action, principal, resource, seen)
 
     def get(self, key: CacheKey) -> EngineResult | None:

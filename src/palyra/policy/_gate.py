@@ -3,9 +3,10 @@
 Everything here is translation; the decision rules live in ``_decide`` (pure)
 and in the ``.cedar`` files. Handles (policy set, schema, entities) are parsed
 once at start-up, so one check costs one or two ``is_authorized`` calls
-(250-490 µs per step measured in place), and Cedar's answer for a tool call is
-memoised by what the policy set can see (``_cache``), so a loop repeating the
-same call shape asks Cedar once.
+(250-490 µs per step measured in place), and Cedar's answer for a tool call,
+an ``approval.decide`` and a ``session.set_posture`` is memoised by what the
+policy set can see (``_cache``), so a loop repeating the same call shape, or an
+operator deciding approval after approval, asks Cedar once.
 """
 
 from __future__ import annotations
@@ -16,13 +17,16 @@ from typing import Any
 import cedarpy
 
 from palyra.core.capabilities import is_sensitive
-from palyra.policy._cache import DecisionCache, context_projection
+from palyra.policy._cache import DecisionCache, context_projection, literal_types
 from palyra.policy._config import PolicyConfig
 from palyra.policy._decide import decide, resolve_posture
 from palyra.policy._loader import LoadedPolicies, load_policies
 from palyra.policy._model import Decision, EngineResult, Outcome, Posture, ToolRequest
 
 ToolAction = str  # "tool.execute" or "memory.search"
+# The cache key's resource for ids no policy can tell apart (a gate either
+# always keys a type by id or never, so this never meets a real id).
+_ANY_ID = "*"
 
 
 class PolicyGate:
@@ -43,6 +47,8 @@ class PolicyGate:
         self._cache = DecisionCache(
             context_projection(source.text for source in loaded.sources),
             loaded.policy_hash, cache_entries)
+        # Resource types whose ids a policy can tell apart (see ``_cache``).
+        self._keyed_types = literal_types(source.text for source in loaded.sources)
         # No entity attributes are used (everything is in the context), so
         # one empty, pre-parsed entity set serves every request.
         self._entities = cedarpy.Entities.from_json_str("[]")
@@ -100,6 +106,29 @@ class PolicyGate:
         return (bool(result.allowed), tuple(sorted(diagnostics.reasons)),
                 tuple(diagnostics.errors))
 
+    def _authorize_cached(self, principal: str, action: str, resource_type: str,
+                          resource_id: str, context: dict[str, Any]
+                          ) -> tuple[bool, tuple[str, ...], tuple[str, ...]]:
+        """``_authorize`` through the decision cache (engine errors are never kept).
+
+        The resource's id is part of the key only when a policy names a literal
+        of its type (``_cache.literal_types``): an operator deciding approval
+        after approval asks Cedar once.
+        """
+        resource = resource_id if resource_type in self._keyed_types else _ANY_ID
+        key = self._cache.key(action, principal, f"{resource_type}::{resource}", context)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached.allowed, cached.policy_ids, cached.errors
+        allowed, reasons, errors = self._authorize({
+            "principal": {"type": "Principal", "id": principal},
+            "action": {"type": "Action", "id": action},
+            "resource": {"type": resource_type, "id": resource_id},
+            "context": context,
+        })
+        self._cache.put(key, EngineResult(allowed, allowed, reasons, errors, self.policy_hash))
+        return allowed, reasons, errors
+
     def _tool_context(
         self, request: ToolRequest, posture: Posture, budget_left: int, approved: bool
     ) -> dict[str, Any]:
@@ -156,7 +185,8 @@ class PolicyGate:
 
     @property
     def cache_stats(self) -> tuple[int, int, int]:
-        """``(hits, misses, entries)`` of the tool-decision cache."""
+        """``(hits, misses, entries)`` of the decision cache (tool calls and
+        ``approval.decide``)."""
         return self._cache.hits, self._cache.misses, len(self._cache)
 
     def check_tool(
@@ -202,20 +232,10 @@ class PolicyGate:
         Returns:
             A ``Decision`` with outcome ``allow`` or ``deny``.
         """
-        allowed, reasons, errors = self._authorize(
-            {
-                "principal": {"type": "Principal", "id": principal},
-                "action": {"type": "Action", "id": "approval.decide"},
-                "resource": {"type": "Approval", "id": approval_id},
-                "context": {
-                    "principal_name": principal,
-                    "run_principal": run_principal,
-                    "tool_name": tool_name,
-                    "session_id": session_id,
-                    "channel": channel,
-                },
-            }
-        )
+        allowed, reasons, errors = self._authorize_cached(
+            principal, "approval.decide", "Approval", approval_id,
+            {"principal_name": principal, "run_principal": run_principal,
+             "tool_name": tool_name, "session_id": session_id, "channel": channel})
         h = self.policy_hash
         if errors:
             return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)
@@ -309,14 +329,10 @@ class PolicyGate:
         ``capabilities`` None means the tool is not registered.
         """
         sensitive = capabilities is None or is_sensitive(capabilities)
-        allowed, reasons, errors = self._authorize({
-            "principal": {"type": "Principal", "id": principal},
-            "action": {"type": "Action", "id": "session.set_posture"},
-            "resource": {"type": "Tool", "id": tool_name},
-            "context": {"principal_name": principal, "tool_name": tool_name,
-                        "posture": posture, "is_sensitive": sensitive,
-                        "session_id": session_id, "channel": channel},
-        })
+        allowed, reasons, errors = self._authorize_cached(
+            principal, "session.set_posture", "Tool", tool_name,
+            {"principal_name": principal, "tool_name": tool_name, "posture": posture,
+             "is_sensitive": sensitive, "session_id": session_id, "channel": channel})
         h = self.policy_hash
         if errors:
             return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)

@@ -177,16 +177,32 @@ def encode(record: SessionRecord | RunRecord | ApprovalRecord) -> bytes:
     return _ENCODER.encode(redacted(record))
 
 
+# Strings known to redact to themselves (an insertion-ordered set, oldest
+# evicted first). A record is redacted each time it is written or returned,
+# and an approval's arguments, prompt and explanation do not change between
+# its request, its decision and the decider's answer: each is scanned once.
+# Only clean strings are remembered, so no secret is kept here.
+_CLEAN: dict[str, None] = {}
+_CLEAN_MAX_ENTRIES = 1024
+_CLEAN_MAX_CHARS = 4096  # bounds the memo at ~4 MiB of text
+
+
 def redact_str(text: str) -> str:
     """``text`` as the journal stores it on the tape (secrets hidden, content kept).
 
     The same ``redact`` the journal applies to a tape payload's string field,
     so a JSON string (tool arguments) has its secret *keys* hidden too.
     """
-    if not text:
+    if not text or text in _CLEAN:
         return text
     value = redact(text).value
-    return value if isinstance(value, str) else text
+    if not isinstance(value, str) or value == text:
+        if len(text) <= _CLEAN_MAX_CHARS:
+            if len(_CLEAN) >= _CLEAN_MAX_ENTRIES:
+                del _CLEAN[next(iter(_CLEAN))]
+            _CLEAN[text] = None
+        return text
+    return value
 
 
 def redacted(record: AnyRecord) -> AnyRecord:

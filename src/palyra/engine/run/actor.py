@@ -329,7 +329,9 @@ class RunActor:
     def _cancel_pending_approvals(self, batch: Batch, reason: str) -> None:
         for p in self._writer.loop.proposals:
             if p.phase is ProposalPhase.WAITING and p.approval_id:
-                record = self._deps.approval_reader.get(p.approval_id)
+                record = (self._deps.pending.get(p.approval_id)
+                          or self._deps.approval_reader.get(p.approval_id))
+                self._deps.pending.discard(p.approval_id)  # its row changes in this commit
                 if record is not None and record.state == ApprovalStateId.PENDING:
                     batch.write(approval_write(appr.transitioned(record, ApprovalEvent.CANCEL,
                                                              f"run ended: {reason}")))

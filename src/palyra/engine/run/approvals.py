@@ -3,6 +3,8 @@
 Records live under ``a:<approval_id>`` in the ``approvals`` entity table. Writes
 are only ever attached to the owning run's batches (``run.writer``), so an
 approval's state change and the tape event announcing it are one commit.
+``PendingApprovals`` holds the rows of live parked runs as they were committed,
+so neither the decider nor the resuming run re-reads what the run just wrote.
 """
 
 from __future__ import annotations
@@ -24,6 +26,51 @@ def approval_key(approval_id: str) -> str:
 def approval_write(record: ApprovalRecord) -> EntityWrite:
     """The entity write of an approval record (free text redacted by ``encode``)."""
     return EntityWrite(APPROVALS, approval_key(record.approval_id), encode(record))
+
+
+class PendingApprovals:
+    """The pending approvals of this process's live runs, exactly as committed.
+
+    A parked run's approval is read twice more on the hot path: by whoever
+    decides it (``Engine.decide_approval``: who may, is it still pending) and
+    by the run when it resumes (``toolflow.await_decision``). Both are answered
+    from here instead of reading and decoding the row the run itself just
+    wrote. The rules that keep an entry equal to the committed row:
+
+    - an entry is added as the commit that writes the pending row is handed
+      to the journal (after a restart: read from the store, while pending),
+      and dropped if that commit fails. Its id reaches a decider only through
+      the committed tape event or row (ids are random ULIDs), so a decider
+      finds an entry only once it is durable; that event is often delivered
+      before the run's task resumes from the commit, hence not "after";
+    - it is dropped *before* any commit that changes the row (the decision,
+      the timeout, the run's cancel) is handed to the journal, and when the
+      run's actor stops (its mailbox closes);
+    - a miss falls back to the store, which is the truth.
+
+    A decider racing with the change sees the store's row (still pending until
+    that commit lands), delivers to the run's mailbox, and is told
+    ``APPROVAL_ALREADY_DECIDED`` there, as before. Bounded by the number of
+    live parked runs.
+    """
+
+    def __init__(self) -> None:
+        self._records: dict[str, ApprovalRecord] = {}
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def add(self, record: ApprovalRecord) -> None:
+        """``record`` is pending and committed as given (its stored form)."""
+        self._records[record.approval_id] = record
+
+    def get(self, approval_id: str) -> ApprovalRecord | None:
+        """The committed pending record, or None (ask the store)."""
+        return self._records.get(approval_id)
+
+    def discard(self, approval_id: str) -> None:
+        """Forget ``approval_id``: its row is about to change, or its run stopped."""
+        self._records.pop(approval_id, None)
 
 
 class ApprovalReader:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from palyra.engine.model.config import EngineConfig
 from palyra.engine.model.ports import ContextPort, PolicyPort, ToolsPort
 from palyra.engine.model.records import RunRecord
-from palyra.engine.run.approvals import ApprovalReader
+from palyra.engine.run.approvals import ApprovalReader, PendingApprovals
 from palyra.engine.sessions.reader import SessionReader
 from palyra.engine.sessions.writer import SessionWriter
 from palyra.journal import EventDraft, JournalStore
@@ -37,3 +37,5 @@ class EngineDeps:
     # Called when a live run is about to end failed or cancelled: each yields drafts
     # that commit in the same append as the run's end (e.g. cancelling its tasks).
     end_contributors: list[EndContributor] = field(default_factory=list)
+    # The committed rows of live parked runs' approvals (``run.approvals``).
+    pending: PendingApprovals = field(default_factory=PendingApprovals)

@@ -27,6 +27,7 @@ from palyra.core.errors import ErrorCode
 from palyra.engine.model.approvals import Decision
 from palyra.engine.model.errors import coded
 from palyra.engine.model.records import ApprovalRecord, RunRecord
+from palyra.engine.run.approvals import PendingApprovals
 from palyra.engine.run.deps import EngineDeps
 from palyra.engine.run.writer import Batch, RunWriter
 
@@ -40,10 +41,13 @@ class ApprovalMailbox:
     decision can arrive before the step is waiting again), so both create the
     decision future on demand. ``deliver`` hands the decider an *ack* future
     that ``resolve`` completes with the committed record, so a client's
-    DecideApproval answers only once its decision is durable.
+    DecideApproval answers only once its decision is durable. When the run
+    stops, its approvals leave ``pending`` (the committed rows of live parked
+    runs, ``run.approvals.PendingApprovals``): from then on the store answers.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, pending: PendingApprovals | None = None) -> None:
+        self._pending = pending if pending is not None else PendingApprovals()
         self._decisions: dict[str, asyncio.Future[Decision]] = {}
         self._acks: dict[str, asyncio.Future[ApprovalRecord]] = {}
 
@@ -80,6 +84,8 @@ class ApprovalMailbox:
 
     def close(self, parking: bool) -> None:
         """The run stopped: fail every decider still waiting, cancel every wait."""
+        for approval_id in self._decisions:
+            self._pending.discard(approval_id)
         for approval_id, ack in self._acks.items():
             if not ack.done():
                 ack.set_exception(coded(
@@ -98,7 +104,7 @@ class Step:
                  unknown_inflight: frozenset[str] = frozenset()) -> None:
         self.deps = deps
         self.writer = writer
-        self.mailbox = ApprovalMailbox()
+        self.mailbox = ApprovalMailbox(deps.pending)
         self.phase: Phase = "idle"
         # Set by the actor when the daemon parks the run: the loop stops between steps.
         self.parking = False

@@ -43,7 +43,7 @@ from palyra.engine.model.lifecycle import (
     approval_state_proto,
 )
 from palyra.engine.model.ports import ReferenceCall, ToolOutcome, ToolRequest, ToolVerdict
-from palyra.engine.model.records import GrantRec, grant_key
+from palyra.engine.model.records import GrantRec, grant_key, redacted
 from palyra.engine.run.approvals import approval_write
 from palyra.engine.run.step import Step
 from palyra.engine.run.writer import Batch
@@ -211,12 +211,21 @@ def _add_denial(step: Step, batch: Batch, pid: str, name: str, reason: str) -> N
 
 async def approval_gate(step: Step, batch: Batch, pid: str, name: str,
                         arguments: Mapping[str, Any], verdict: ToolVerdict) -> None:
-    """Answer from a cached grant, or create a durable approval and park the run."""
+    """Answer from a cached grant, or create a durable approval and park the run.
+
+    The session's lock is taken only when the session holds a grant for this
+    exact call: asking writes nothing to the session, and a grant another run
+    commits meanwhile is missed only as it would be had this call come a moment
+    earlier (a human is asked). Using or expiring a grant stays under the lock.
+    """
     deps, rec = step.deps, step.record
     digest = deps.tools.args_digest(name, arguments)
+    key = grant_key(name, digest)
+    if key not in deps.session_reader.require(rec.session_id).grants:
+        await _ask(step, batch, pid, name, arguments, verdict, digest)
+        return
     async with deps.session_writer.hold(rec.session_id):
         session = deps.session_reader.require(rec.session_id)
-        key = grant_key(name, digest)
         grant = session.grants.get(key)
         now = deps.now_ms()
         if grant is not None and (grant.expires_at_ms == 0 or grant.expires_at_ms > now):
@@ -239,20 +248,36 @@ async def approval_gate(step: Step, batch: Batch, pid: str, name: str,
             old = deps.approval_reader.get(grant.approval_id)
             if old is not None and old.state == ApprovalStateId.APPROVED:
                 batch.write(approval_write(appr.transitioned(old, ApprovalEvent.EXPIRE, "grant ttl elapsed")))
-        record = appr.new_record(
-            session_id=rec.session_id, run_id=rec.run_id, proposal_id=pid, tool_name=name,
-            arguments=arguments, args_digest=digest, policy_hash=verdict.policy_hash,
-            risk_level=verdict.risk_level, policy_explanation=verdict.reason,
-            requested_by=rec.identity, now_ms=now, timeout_s=deps.config.approval_timeout_s)
-        step.mailbox.expect(record.approval_id)
-        batch.add(pb.ToolApprovalRequest(
-            approval_id=record.approval_id, proposal_id=pid, tool_name=name,
-            args_digest=digest, prompt=appr.prompt_proto(record.prompt),
-            expires_at_unix_ms=record.expires_at_ms))
-        batch.transition(RunEvent.REQUEST_APPROVAL, message=f"waiting for approval {record.approval_id}",
-                         reason="approval_required")
-        batch.write(approval_write(record)).set(pending_approval_id=record.approval_id)
+        await _ask(step, batch, pid, name, arguments, verdict, digest)
+
+
+async def _ask(step: Step, batch: Batch, pid: str, name: str, arguments: Mapping[str, Any],
+               verdict: ToolVerdict, digest: str) -> None:
+    """Create the approval bound to this exact call and park the run, in one commit."""
+    deps, rec = step.deps, step.record
+    record = appr.new_record(
+        session_id=rec.session_id, run_id=rec.run_id, proposal_id=pid, tool_name=name,
+        arguments=arguments, args_digest=digest, policy_hash=verdict.policy_hash,
+        risk_level=verdict.risk_level, policy_explanation=verdict.reason,
+        requested_by=rec.identity, now_ms=deps.now_ms(), timeout_s=deps.config.approval_timeout_s)
+    stored = redacted(record)  # the row's form, redacted once
+    step.mailbox.expect(record.approval_id)
+    # The event carries the prompt as asked: the journal redacts it and records where.
+    batch.add(pb.ToolApprovalRequest(
+        approval_id=record.approval_id, proposal_id=pid, tool_name=name,
+        args_digest=digest, prompt=appr.prompt_proto(record.prompt),
+        expires_at_unix_ms=record.expires_at_ms))
+    batch.transition(RunEvent.REQUEST_APPROVAL, message=f"waiting for approval {record.approval_id}",
+                     reason="approval_required")
+    batch.write(approval_write(stored)).set(pending_approval_id=record.approval_id)
+    # Held from the hand-over on: the request reaches a decider only through the
+    # committed tape event, often before this task resumes (see PendingApprovals).
+    deps.pending.add(stored)
+    try:
         await batch.commit()
+    except BaseException:
+        deps.pending.discard(record.approval_id)  # the store decides what is true
+        raise
 
 
 def _add_denial_after_response(batch: Batch, pid: str, name: str, reason: str) -> None:
@@ -263,9 +288,13 @@ def _add_denial_after_response(batch: Batch, pid: str, name: str, reason: str) -
 async def await_decision(step: Step, p: Proposal) -> None:
     """Wait (durably parked) for a decision or the timeout, then record it."""
     deps = step.deps
-    record = deps.approval_reader.get(p.approval_id)
-    if record is None:
-        raise PalyraInternalError(f"approval {p.approval_id} of a waiting run is missing")
+    record = deps.pending.get(p.approval_id)
+    if record is None:  # resumed after a restart: the store has it
+        record = deps.approval_reader.get(p.approval_id)
+        if record is None:
+            raise PalyraInternalError(f"approval {p.approval_id} of a waiting run is missing")
+        if record.state == ApprovalStateId.PENDING:
+            deps.pending.add(record)
     fut = step.mailbox.expect(record.approval_id)
     step.phase = "approval"
     remaining = (record.expires_at_ms - deps.now_ms()) / 1000
@@ -275,6 +304,7 @@ async def await_decision(step: Step, p: Proposal) -> None:
         fut.set_result(Decision(ApprovalEvent.TIME_OUT, "", 0, "approval timed out", "system:timeout",
                                 deps.now_ms()))
     decision = fut.result()
+    deps.pending.discard(record.approval_id)  # its row changes in the commit below
     new = appr.decided(record, decision)
     approved = decision.event == ApprovalEvent.APPROVE
     batch = step.writer.batch()

@@ -207,15 +207,16 @@ class Batch:
         writes: Sequence[EntityWrite] = (*self.entity_writes, run_write)
         drafts = list(self.pre_events)
         members = self.members
-        if members:
-            # The entity rows ride on the last event, built with them (no copy).
-            drafts.extend(tape_draft(record, member) for member in members[:-1])
+        for member in members[:-1]:
+            drafts.append(tape_draft(record, member))
+        if members:  # the rows ride on the last event, built with them (no copy)
             drafts.append(tape_draft(record, members[-1], writes))
-            return drafts
-        if not drafts:
+        elif drafts:
+            drafts[-1] = drafts[-1].with_writes(*writes)
+        else:
             drafts.append(EventDraft(kind="run.updated", actor=ENGINE_ACTOR,
-                                     session_id=record.session_id, run_id=record.run_id))
-        drafts[-1] = drafts[-1].with_writes(*writes)
+                                     session_id=record.session_id, run_id=record.run_id,
+                                     entity_writes=writes))
         return drafts
 
 
