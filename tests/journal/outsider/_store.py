@@ -101,9 +101,13 @@ def parse_stored(key: bytes, val: bytes, expected: int) -> Rec:
 
 @dataclass(frozen=True)
 class StoredCheckpoint:
+    """One `CheckpointRecord`: the fields of its value (the key only orders them)."""
+
     position: int
     ts_ms: int
-    value: Any
+    head: bytes
+    public_key: bytes
+    signature: bytes
 
 
 def _signing_public_key(journal_dir: Path) -> bytes | None:
@@ -114,39 +118,41 @@ def _signing_public_key(journal_dir: Path) -> bytes | None:
     return Ed25519PrivateKey.from_private_bytes(seed).public_key().public_bytes_raw()
 
 
-def _cp_field(value: Any, name: str) -> Any:
-    if not isinstance(value, dict) or name not in value:
-        raise Bad(None, f"undecodable checkpoint record (no {name!r})")
-    return value[name]
+CHECKPOINT_FIELDS = {"head": bytes, "position": int, "public_key": bytes, "signature": bytes,
+                     "ts_ms": int, "v": int}
 
 
-def _as_bytes(v: Any) -> bytes:
-    if not isinstance(v, bytes):
-        raise Bad(None, "undecodable checkpoint record (a hash or key is not bin)")
-    return v
+def decode_checkpoint(raw: bytes) -> StoredCheckpoint:
+    """A MessagePack map holding every `CheckpointRecord` field, each of its type."""
+    try:
+        value = msgspec.msgpack.decode(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError) as e:
+        raise Bad(None, "undecodable checkpoint record") from e
+    if not isinstance(value, dict):
+        raise Bad(None, "undecodable checkpoint record")
+    for name, kind in CHECKPOINT_FIELDS.items():
+        v = value.get(name)
+        if not isinstance(v, kind) or isinstance(v, bool):
+            raise Bad(None, f"undecodable checkpoint record ({name})")
+    return StoredCheckpoint(value["position"], value["ts_ms"], value["head"],
+                            value["public_key"], value["signature"])
 
 
-def _check_stored_checkpoint(cp: StoredCheckpoint, chain: Chain, data_key: bytes | None,
-                             trusted: Collection[bytes]) -> bool:
-    """Check one `_checkpoints` entry at the chain's current position; True if trusted."""
-    v = cp.value
+def check_checkpoint(cp: StoredCheckpoint, chain: Chain, trusted: Collection[bytes]) -> bool:
+    """Check a checkpoint the walk reached (`cp.position <= chain.position`); True if trusted.
+
+    Order as the journal's verifier: placement, head, signature, trust.
+    """
     pos = cp.position
-    if _cp_field(v, "position") != pos or _cp_field(v, "ts_ms") != cp.ts_ms:
-        raise Bad(pos, "checkpoint record disagrees with its key")
-    head = _as_bytes(_cp_field(v, "head"))
-    sig = _as_bytes(_cp_field(v, "signature"))
-    key = _as_bytes(_cp_field(v, "public_key"))
-    if _cp_field(v, "v") != 1:
-        raise Bad(pos, "checkpoint record of an unknown version")
-    if data_key is not None and key != data_key:
-        raise Bad(pos, "checkpoint names a key other than the data dir's")
-    if not ed25519_ok(key, sig, checkpoint_message(pos, head, cp.ts_ms)):
-        raise Bad(pos, "checkpoint signature is invalid")
-    if trusted and key not in trusted:
-        raise Bad(pos, "checkpoint signed by an untrusted key")
-    if head != chain.prev_global:
+    if pos != chain.position:
+        raise Bad(pos, "checkpoint out of order (not at a record end)")
+    if cp.head != chain.prev_global:
         raise Bad(pos, "signed checkpoint does not match the chain head here")
-    return key in trusted
+    if not ed25519_ok(cp.public_key, cp.signature, checkpoint_message(pos, cp.head, cp.ts_ms)):
+        raise Bad(pos, "checkpoint signature is invalid")
+    if trusted and cp.public_key not in trusted:
+        raise Bad(pos, "checkpoint signed by an untrusted key")
+    return cp.public_key in trusted
 
 
 def _open_db(env: Any, name: bytes) -> Any | None:
@@ -170,19 +176,16 @@ def verify_data_dir(data_dir: Path, trusted_keys: Collection[bytes] = ()) -> Rep
         data_key = _signing_public_key(jdir)
         with env.begin() as txn:
             cps: list[StoredCheckpoint] = []
-            if cps_db is not None:
-                for k, v in txn.cursor(db=cps_db):
-                    if len(k) != 16:
-                        return fail_report(chain.report, Bad(None, "undecodable checkpoint key"))
-                    pos, ts = struct.unpack(">QQ", k)
-                    try:
-                        cps.append(StoredCheckpoint(pos, ts, msgspec.msgpack.decode(v)))
-                    except msgspec.DecodeError:
-                        return fail_report(chain.report, Bad(pos, "undecodable checkpoint record"))
+            try:
+                if cps_db is not None:
+                    cps = [decode_checkpoint(bytes(v)) for _k, v in txn.cursor(db=cps_db)]
+            except Bad as bad:
+                return fail_report(chain.report, bad)
+            chain.report.foreign_keys = sum(c.public_key != data_key for c in cps)
             indexes = _Indexes(txn, ids_db, by_session_db, tape_db)
             try:
-                signed_through = _walk_store(txn, events_db, chain, cps, data_key,
-                                             set(trusted_keys), indexes)
+                signed_through = _walk_store(txn, events_db, chain, cps, set(trusted_keys),
+                                             indexes)
                 chain.check_pruned_claim()
                 indexes.finish(chain)
                 if trusted_keys and signed_through < chain.position:
@@ -197,30 +200,30 @@ def verify_data_dir(data_dir: Path, trusted_keys: Collection[bytes] = ()) -> Rep
 
 
 def _walk_store(txn: Any, events_db: Any | None, chain: Chain, cps: list[StoredCheckpoint],
-                data_key: bytes | None, trusted: set[bytes], indexes: _Indexes) -> int:
+                trusted: set[bytes], indexes: _Indexes) -> int:
+    """Walk `_events` in key order; checkpoints (in key order) as the walk reaches them."""
     ci = 0
     signed_through = -1
-    while ci < len(cps) and cps[ci].position == 0:
-        if _check_stored_checkpoint(cps[ci], chain, data_key, trusted):
-            signed_through = 0
-        ci += 1
+
+    def reached() -> None:
+        nonlocal ci, signed_through
+        while ci < len(cps) and cps[ci].position <= chain.position:
+            if check_checkpoint(cps[ci], chain, trusted):
+                signed_through = chain.position
+            ci += 1
+
+    reached()
     if events_db is not None:
         for key, val in txn.cursor(db=events_db):
-            expected = chain.position + 1
-            rec = parse_stored(key, val, expected)
+            rec = parse_stored(key, val, chain.position + 1)
             chain.check_positions(rec.first, rec.last, struct.unpack(">Q", key)[0],
                                   key_first=rec.kind == "tombstone")
             chain.accept(rec)
             indexes.record(rec)
-            while ci < len(cps) and cps[ci].position <= chain.position:
-                if cps[ci].position != chain.position:
-                    raise Bad(cps[ci].position, "checkpoint is not at a record end")
-                if _check_stored_checkpoint(cps[ci], chain, data_key, trusted):
-                    signed_through = chain.position
-                ci += 1
+            reached()
     if ci < len(cps):
-        raise Bad(cps[ci].position, f"checkpoint at position {cps[ci].position} is beyond "
-                                    f"the verified chain")
+        raise Bad(chain.position + 1, f"checkpoint at position {cps[ci].position} is beyond "
+                                      f"the verified chain")
     return signed_through
 
 

@@ -23,6 +23,9 @@ class Report:
     head_hash: str = "0" * 64
     position: int | None = None
     reason: str = ""
+    # Checkpoints signed by a key other than the data dir's own (informational: without
+    # trusted keys any key is accepted, as by the journal's verifier).
+    foreign_keys: int = 0
 
 
 class Bad(Exception):
