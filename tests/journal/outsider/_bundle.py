@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._covers import Claim, check_claim, claims_of
 from ._layout import (
     EVENT_ARRAY_FIELDS,
     GENESIS,
@@ -59,6 +60,7 @@ class _Bundle:
     signed_through: int = -1
     seal: tuple[int, bytes] | None = None
     seal_trusted: bool = False
+    claims: list[Claim] = field(default_factory=list)
 
 
 def _lines(data: bytes) -> Iterator[tuple[int, int, bytes]]:
@@ -127,6 +129,8 @@ def _walk_bundle(data: bytes, b: _Bundle) -> None:
         raise LineBad("bundle truncated (no trailer)")
     if b.scope == "full":
         b.chain.check_pruned_claim()
+    if b.claims:
+        _check_claims(data, b)
     if b.trusted and (b.seal is None or not b.seal_trusted):
         raise Bad(None, "the bundle has no seal by a trusted key")
 
@@ -168,6 +172,23 @@ def _well_formed(n: int, o: dict[str, Any]) -> bool:
         if kind == _LIST and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
             return False
     return True
+
+
+def _check_claims(data: bytes, b: _Bundle) -> None:
+    """The second pass: each compaction's covered events, from the event lines."""
+    by_run: dict[str, list[Claim]] = {}
+    for c in b.claims:
+        by_run.setdefault(c.run, []).append(c)
+    for _n, _off, raw in _lines(data):
+        o = json.loads(raw)
+        if o.get("type") != "event" or o["run_id"] not in by_run:
+            continue
+        for c in by_run[o["run_id"]]:
+            if c.first <= o["tape_seq"] <= c.last and o["position"] < c.position:
+                c.found.append((o["tape_seq"], o["kind"], canon(o["payload"])))
+    tomb = b.chain.last_tombstone
+    for c in b.claims:
+        check_claim(c, pruned=tomb is not None and tomb[0] < c.position)
 
 
 def _group_key(o: dict[str, Any]) -> tuple[Any, Any, Any]:
@@ -238,6 +259,7 @@ def _flush(b: _Bundle) -> None:
     if got != h:
         raise Bad(first, "hash mismatch (payload or header changed)")
     chain.accept(Rec("record", first, last, session, prev, h, gh, events))
+    b.claims.extend(claims_of(first, events))
 
 
 def _pruned_line(n: int, o: dict[str, Any], b: _Bundle) -> None:

@@ -14,9 +14,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
 )
 
+from ._covers import Claim, check_claim, claims_of
 from ._layout import (
     EVENT_ARRAY_FIELDS,
     RECORD_TAG,
+    canon,
     checkpoint_message,
     ed25519_ok,
     event_hash,
@@ -185,7 +187,7 @@ def verify_data_dir(data_dir: Path, trusted_keys: Collection[bytes] = ()) -> Rep
             indexes = _Indexes(txn, ids_db, by_session_db, tape_db)
             try:
                 signed_through = _walk_store(txn, events_db, chain, cps, set(trusted_keys),
-                                             indexes)
+                                             indexes, tape_db)
                 chain.check_pruned_claim()
                 indexes.finish(chain)
                 if trusted_keys and signed_through < chain.position:
@@ -199,8 +201,36 @@ def verify_data_dir(data_dir: Path, trusted_keys: Collection[bytes] = ()) -> Rep
     return chain.finish()
 
 
+def _collect_tape(txn: Any, events_db: Any, tape_db: Any | None, claim: Claim) -> None:
+    """Fill `claim.found` from the run's tape through `_tape`, stopping at a gap."""
+    if tape_db is None:
+        return
+    run = claim.run.encode()
+    prefix = u16(len(run)) + run
+    cur = txn.cursor(db=tape_db)
+    cached: tuple[int, Rec | None] = (-1, None)
+    for seq in range(claim.first, claim.last + 1):
+        if not cur.set_range(prefix + u64(seq)) or not cur.key().startswith(prefix):
+            return
+        last = struct.unpack(">Q", cur.value())[0]
+        if cached[0] != last:
+            raw = txn.get(u64(last), db=events_db)
+            if raw is None:
+                return
+            cached = (last, parse_stored(u64(last), bytes(raw), last))
+        rec = cached[1]
+        if rec is None or rec.kind == "tombstone":
+            continue  # pruned: check_claim passes over an incomplete span then
+        for ev in rec.events:
+            if ev["run_id"] == claim.run and ev["tape_seq"] == seq:
+                claim.found.append((seq, ev["kind"], canon(ev["payload"])))
+                break
+        else:
+            return
+
+
 def _walk_store(txn: Any, events_db: Any | None, chain: Chain, cps: list[StoredCheckpoint],
-                trusted: set[bytes], indexes: _Indexes) -> int:
+                trusted: set[bytes], indexes: _Indexes, tape_db: Any | None) -> int:
     """Walk `_events` in key order; checkpoints (in key order) as the walk reaches them."""
     ci = 0
     signed_through = -1
@@ -220,6 +250,10 @@ def _walk_store(txn: Any, events_db: Any | None, chain: Chain, cps: list[StoredC
                                   key_first=rec.kind == "tombstone")
             chain.accept(rec)
             indexes.record(rec)
+            if rec.kind == "record":
+                for claim in claims_of(rec.first, rec.events):
+                    _collect_tape(txn, events_db, tape_db, claim)
+                    check_claim(claim, pruned=chain.last_tombstone is not None)
             reached()
     if ci < len(cps):
         raise Bad(chain.position + 1, f"checkpoint at position {cps[ci].position} is beyond "

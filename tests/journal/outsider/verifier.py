@@ -18,7 +18,8 @@ only on a data dir no writer has open (it opens LMDB without the lock file).
 from __future__ import annotations
 
 from ._bundle import verify_bundle_file
+from ._covers import tape_digest
 from ._store import verify_data_dir
 from ._walk import Bad, Report
 
-__all__ = ["Bad", "Report", "verify_bundle_file", "verify_data_dir"]
+__all__ = ["Bad", "Report", "tape_digest", "verify_bundle_file", "verify_data_dir"]
