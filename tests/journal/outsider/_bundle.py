@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import struct
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -254,8 +255,8 @@ def _flush(b: _Bundle) -> None:
         if got != h and len(group) == 1:
             ev = events[0]
             got = event_hash(prev, first, ev, session, canon(ev["payload"]))
-    except (ValueError, TypeError) as e:
-        raise Bad(first, f"line {n0}: payload is not a JSON-model value ({e})") from e
+    except (ValueError, TypeError, struct.error) as e:
+        raise Bad(first, f"line {n0}: a value does not fit its encoding ({e})") from e
     if got != h:
         raise Bad(first, "hash mismatch (payload or header changed)")
     chain.accept(Rec("record", first, last, session, prev, h, gh, events))

@@ -43,6 +43,23 @@ def _hash_bytes(v: Any) -> bytes:
     raise ValueError("hash field")
 
 
+FORMAT1_FIELDS: dict[str, type] = {
+    "position": int, "event_id": str, "session_id": str, "run_id": str, "tape_seq": int,
+    "kind": str, "actor": str, "ts_ms": int, "principal": str, "device_id": str,
+    "channel": str, "v": int, "payload": bytes, "redactions": list, "prev_hash": bytes,
+    "hash": bytes, "global_hash": bytes}
+
+
+def _format1_shape_ok(m: dict[Any, Any]) -> bool:
+    """Every format 1 field, of its type ("Format 1")."""
+    for name, kind in FORMAT1_FIELDS.items():
+        v = m.get(name)
+        if not isinstance(v, kind) or isinstance(v, bool):
+            return False
+    # `v` (1) is not hashed and not checked: any int passes, as in the journal's verifier.
+    return all(isinstance(p, str) for p in m["redactions"])
+
+
 def parse_stored(key: bytes, val: bytes, expected: int) -> Rec:
     """Parse and hash-check one `_events` value (formats 1, 2, 3)."""
     if len(key) != 8:
@@ -80,7 +97,7 @@ def parse_stored(key: bytes, val: bytes, expected: int) -> Rec:
                       val[33:65])
         elif tag == b"\xde":
             m = msgspec.msgpack.decode(val)
-            if not isinstance(m, dict) or m.get("v") != 1:
+            if not isinstance(m, dict) or not _format1_shape_ok(m):
                 raise ValueError("format 1 shape")
             pos = m["position"]
             prev, h, gh = (_hash_bytes(m[f]) for f in ("prev_hash", "hash", "global_hash"))

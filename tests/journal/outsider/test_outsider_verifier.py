@@ -497,6 +497,40 @@ def test_trusted_key_with_the_head_signed(tmp_path: Path) -> None:
                     verify_store(tmp_path / "data", trusted_keys=right))
 
 
+@settings(max_examples=int(os.environ.get("OUTSIDER_EXAMPLES", "15")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pick=st.integers(0, 2**32), offset=st.integers(0, 2**32), mask=st.integers(1, 255))
+def test_format1_random_flips(v1_dir: Path, pick: int, offset: int, mask: int) -> None:
+    with scratch() as t:
+        d = copy_dir(v1_dir, t / "v1")
+        rs = records(d)
+        rec = rs[pick % len(rs)]
+        rewrite(d, rec, flip(rec.value, offset % len(rec.value), mask))
+        mine = V.verify_data_dir(d)
+        try:
+            theirs = verify_store(d)
+        except struct.error:  # test_format1_int_out_of_range_is_reported
+            assert not mine.ok and mine.reason.startswith("undecodable record"), mine
+            return
+        if theirs.problem is None:
+            assert mine.ok, mine  # a flip neither can see (format 1's `v`)
+        else:
+            assert_agree_bad(mine, theirs)
+
+
+@pytest.mark.xfail(raises=struct.error, strict=True,
+                   reason="verify_store raises struct.error on a format 1 record whose ts_ms "
+                          "does not fit an i64, instead of reporting an undecodable record")
+def test_format1_int_out_of_range_is_reported(v1_dir: Path, tmp_path: Path) -> None:
+    d = copy_dir(v1_dir, tmp_path / "v1")
+    rec = records(d)[1]
+    at = rec.value.index(b"\xa5ts_ms\xcf") + 7  # the uint64's top byte
+    rewrite(d, rec, flip(rec.value, at, 0x80))
+    mine = V.verify_data_dir(d)
+    assert mine.position == 2 and mine.reason.startswith("undecodable record"), mine
+    assert_agree_bad(mine, verify_store(d))
+
+
 # -- tampered bundles -----------------------------------------------------------------------
 
 def edit_line(src: Path, dst: Path, pick: Callable[[dict[str, Any]], bool],
@@ -533,8 +567,8 @@ BUNDLE_TAMPERS: dict[str, tuple[Callable[[dict[str, Any]], bool], Callable[[byte
     "event actor": (of_type("event"), sub(b'"actor":"user:a"', b'"actor":"user:b"'), 0),
     "last event actor": (of_type("event"), sub(b'"actor":"user:a"', b'"actor":"user:b"'), -1),
     "event payload": (of_type("event"), sub(b'"i":0', b'"i":7'), 0),
-    "event tape_seq": (lambda o: o.get("type") == "event" and o["tape_seq"] == 1,
-                       sub(b'"tape_seq":1', b'"tape_seq":2'), 0),
+    "event tape_seq": (lambda o: o.get("type") == "event" and o["tape_seq"] >= 0,
+                       lambda ln: ln.replace(b'"tape_seq":', b'"tape_seq":1', 1), 0),
     "event hash": (of_type("event"), hex_flip("hash"), 1),
     "event prev_hash": (of_type("event"), hex_flip("prev_hash"), -1),
     "event global_hash": (of_type("event"), hex_flip("global_hash"), 2),
@@ -551,14 +585,47 @@ BUNDLE_TAMPERS: dict[str, tuple[Callable[[dict[str, Any]], bool], Callable[[byte
 }
 
 
-@pytest.mark.parametrize("bundle", ["full.ndjson", "session-1.ndjson"])
-@pytest.mark.parametrize("what", sorted(BUNDLE_TAMPERS))
+@pytest.mark.parametrize(("what", "bundle"), [
+    (what, bundle) for what in sorted(BUNDLE_TAMPERS)
+    for bundle in ("full.ndjson", "session-1.ndjson")
+    if bundle != "full.ndjson" or not what.startswith("link")])  # full bundles have no links
 def test_tampered_bundle(fixed: Path, tmp_path: Path, bundle: str, what: str) -> None:
     pick, edit, nth = BUNDLE_TAMPERS[what]
     src = fixed / bundle
-    if not any(pick(json.loads(ln)) for ln in src.read_bytes().splitlines()):
-        pytest.skip(f"{bundle} has no such line")
+    assert any(pick(json.loads(ln)) for ln in src.read_bytes().splitlines()), "no such line"
     check_bundle(edit_line(src, tmp_path / "b.ndjson", pick, edit, nth), ok=False)
+
+
+def forge(src: Path, dst: Path, edit: Callable[[list[dict[str, Any]]], None]) -> Path:
+    """Rewrite a bundle's lines as the exporter spells them, with a recomputed trailer."""
+    import hashlib
+
+    import msgspec
+
+    objs = [json.loads(ln) for ln in src.read_bytes().splitlines()]
+    edit(objs)
+    body = b"".join(msgspec.json.encode(o, order="sorted") + b"\n" for o in objs[:-1])
+    objs[-1]["sha256"] = hashlib.sha256(body).hexdigest()
+    dst.write_bytes(body + msgspec.json.encode(objs[-1], order="sorted") + b"\n")
+    return dst
+
+
+@pytest.mark.xfail(raises=(struct.error, OverflowError), strict=True,
+                   reason="verify_bundle raises on an event line whose ts_ms/tape_seq does "
+                          "not fit an i64, instead of reporting the line")
+@pytest.mark.parametrize("field", ["ts_ms", "tape_seq"])
+@pytest.mark.parametrize("bundle", ["v1", "v4"])
+def test_bundle_int_out_of_range_is_reported(fixed: Path, tmp_path: Path, field: str,
+                                             bundle: str) -> None:
+    src = FIXTURES / "full-v1.ndjson" if bundle == "v1" else fixed / "full.ndjson"
+
+    def edit(objs: list[dict[str, Any]]) -> None:
+        next(o for o in objs if o["type"] == "event")[field] = 2**63
+
+    p = forge(src, tmp_path / "b.ndjson", edit)
+    mine = V.verify_bundle_file(p)
+    assert not mine.ok and mine.position is not None, mine
+    assert_agree_bad(mine, verify_bundle(p))
 
 
 @pytest.mark.parametrize("drop", ["event", "checkpoint", "pruned", "trailer", "seal"])
