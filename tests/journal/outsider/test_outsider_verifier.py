@@ -628,6 +628,28 @@ def test_bundle_int_out_of_range_is_reported(fixed: Path, tmp_path: Path, field:
     assert_agree_bad(mine, verify_bundle(p))
 
 
+def test_respelled_line_only_the_journal_rejects(fixed: Path, tmp_path: Path) -> None:
+    """docs "Verifying": the spelling check is optional; the outsider's verifier skips it.
+    A line re-spelled (same values) with a recomputed trailer passes it, not verify_bundle;
+    the same spelling with the old trailer fails both."""
+    import hashlib
+
+    lines = (fixed / "full.ndjson").read_bytes().splitlines(keepends=True)
+    i = next(i for i, ln in enumerate(lines) if json.loads(ln)["type"] == "event")
+    lines[i] = lines[i].replace(b'"type":"event"', b'"type": "event"')
+    old = tmp_path / "old.ndjson"
+    old.write_bytes(b"".join(lines))
+    assert not V.verify_bundle_file(old).ok and verify_bundle(old).problem is not None
+    trailer = json.loads(lines[-1])
+    trailer["sha256"] = hashlib.sha256(b"".join(lines[:-1])).hexdigest()
+    lines[-1] = json.dumps(trailer, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+    new = tmp_path / "new.ndjson"
+    new.write_bytes(b"".join(lines))
+    assert V.verify_bundle_file(new).ok
+    theirs = verify_bundle(new).problem
+    assert theirs is not None and "canonical form" in theirs.reason
+
+
 @pytest.mark.parametrize("drop", ["event", "checkpoint", "pruned", "trailer", "seal"])
 def test_bundle_with_a_line_removed(fixed: Path, tmp_path: Path, drop: str) -> None:
     lines = (fixed / "full.ndjson").read_bytes().splitlines(keepends=True)
@@ -804,10 +826,16 @@ def test_random_journals_agree(ops: list[Op], pick: int, offset: int, mask: int)
         still_ok = rec.fmt == 3 and 109 <= at < 118
         rewrite(d / "data", rec, flip(rec.value, at, mask))
         check_dir(d / "data", ok=still_ok)
-        # One flipped bit in a random line (not the header) of one of the bundles.
+        # One flipped byte in a random line (not the header) of one of the bundles.
         bundle = bundles[pick % len(bundles)]
         lines = bundle.read_bytes().split(b"\n")
         i = 1 + pick % (len(lines) - 2)
-        lines[i] = flip(lines[i], offset % len(lines[i]), 0x01)
+        lines[i] = flip(lines[i], offset % len(lines[i]), 0x01 if pick % 2 else mask)
         bundle.write_bytes(b"\n".join(lines))
-        check_bundle(bundle, ok=False)
+        mine, theirs = V.verify_bundle_file(bundle), verify_bundle(bundle)
+        if theirs.problem is not None and "canonical form" in theirs.problem.reason:
+            # Same value, other spelling (`1E5`): only the journal's verifier re-encodes
+            # lines (optional, docs "Verifying"); the outsider's sees the trailer digest.
+            assert not mine.ok, mine
+        else:
+            assert_agree_bad(mine, theirs)
