@@ -9,10 +9,16 @@ as a generic MessagePack *decoder*, `cryptography` for Ed25519. The canonical Me
 here from the doc's "Canonical payload bytes" rules, so the doc's description of it is
 tested too.
 
-`verify_data_dir(path)` and `verify_bundle_file(path)` return a `Report`: `ok`, the
-counts, and on failure the first bad position (the first position of the first record
-that does not check out, as the doc says the journal reports it) and a reason. Run it
-only on a data dir no writer has open (it opens LMDB without the lock file).
+`verify_data_dir(path)` checks every `_events` record in key order (formats 1, 2, 3),
+both chains, the `journal.pruned` claim, compaction digests, the `_checkpoints`
+signatures, and (beyond what the journal's own verifier checks) the indexes `_event_ids`,
+`_by_session`, `_tape`; `verify_bundle_file(path)` checks an exported bundle. Both return
+a `Report`: `ok`, the counts, and on failure the first bad position (as docs/journal.md,
+"Which position a problem names", says the journal reports it) and a reason. Run it only
+on a data dir no writer has open (it opens LMDB without the lock file).
+
+Modules: `_layout` (bytes, tags, hashes, canonical MessagePack), `_walk` (the chain walk
+both share), `_store` (live data dir), `_bundle` (bundles), `_covers` (compactions).
 """
 
 from __future__ import annotations
