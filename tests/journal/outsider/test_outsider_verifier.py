@@ -264,6 +264,10 @@ def test_fixed_journal_verifies_the_same_both_ways(fixed: Path) -> None:
     check_dir(fixed / "data", ok=True)
     bundles = sorted(fixed.glob("*.ndjson"))
     assert len(bundles) == 5
+    lines = [json.loads(ln) for ln in (fixed / "full.ndjson").read_bytes().splitlines()]
+    redacted = [ln for ln in lines if ln["type"] == "event" and ln["redactions"]]
+    assert redacted and any("<redacted>" in json.dumps(ln["payload"]) for ln in redacted)
+    assert {ln["type"] for ln in lines} >= {"event", "pruned", "checkpoint", "seal"}
     for b in bundles:
         check_bundle(b, ok=True)
 
