@@ -324,7 +324,10 @@ class ChainVerifier:
         position = record.position
         if self.session_id is not None and record.session_id != self.session_id:
             raise Tampered(position, f"event of session {record.session_id!r} in a session bundle")
-        digest = event_hash(record.prev_hash, record, record.redactions, record.payload)
+        try:
+            digest = event_hash(record.prev_hash, record, record.redactions, record.payload)
+        except (struct.error, OverflowError) as exc:  # an int the pre-image cannot hold
+            raise Tampered(position, f"undecodable record ({exc})") from exc
         if digest != record.hash:
             raise Tampered(position, "hash mismatch (payload or header changed)")
         session = record.session_id.encode("utf-8")

@@ -274,9 +274,6 @@ def test_trusted_key_with_the_head_signed(tmp_path: Path) -> None:
                     verify_store(tmp_path / "data", trusted_keys=right))
 
 
-@pytest.mark.xfail(raises=struct.error, strict=True,
-                   reason="verify_store raises struct.error on a format 1 record whose ts_ms "
-                          "does not fit an i64, instead of reporting an undecodable record")
 def test_format1_int_out_of_range_is_reported(v1_dir: Path, tmp_path: Path) -> None:
     d = copy_dir(v1_dir, tmp_path / "v1")
     rec = records(d)[1]
