@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -74,7 +76,7 @@ def test_a_sequence_equals_the_definition_and_only_grows(clock: list[int], start
         assert seq._ms == ms if ms > before else seq._ms in (before, before + 1)
         made.append(ulid)
     assert all(is_ulid(m) for m in made)
-    assert all(a < b for a, b in zip(made, made[1:], strict=False))
+    assert all(a < b for a, b in itertools.pairwise(made))
 
 
 def test_a_reset_sequence_draws_fresh_entropy() -> None:
