@@ -306,10 +306,25 @@ def _walk(value: Any, path: _Path, paths: list[str], json_depth: int) -> Any:
 
 def _walk_dict(value: dict[str, Any], path: _Path, paths: list[str], json_depth: int) -> Any:
     out: dict[str, Any] | None = None
+    key_cache = _KEY_CACHE
     for key, item in value.items():
-        if _secret(key) and _hideable(item):
+        secret = key_cache.get(key)
+        if secret is None:
+            secret = _secret(key)
+        if secret and _hideable(item):
             new: Any = REDACTED
             paths.append(_path((path, key)))
+        elif item.__class__ is str:
+            # _walk_string's outcome for the usual string, without the calls: no
+            # JSON to parse (not "{", "[" or a space first) and no span trigger
+            # (redact_text's own first test) leave it as it is.
+            first = item[:1]
+            if (
+                first != "{" and first != "[" and not first.isspace()
+                and not _triggered(item.lower())
+            ):  # fmt: skip
+                continue
+            new = _walk_string(item, (path, key), paths, json_depth)
         elif isinstance(item, str):
             new = _walk_string(item, (path, key), paths, json_depth)
         elif isinstance(item, dict):

@@ -106,6 +106,12 @@ class RecordingTxn:
             self.ops.append((self._names[id(db)], bytes(key), bytes(value)))
         return done
 
+    def put_many(self, items: list[tuple[bytes, bytes]], *, db: Any, append: bool = False) -> None:
+        """Put every ``(key, value)`` of ``items`` in one call into LMDB, recorded."""
+        self.txn.cursor(db=db).putmulti(items, append=append)
+        name = self._names[id(db)]
+        self.ops.extend([(name, key, value) for key, value in items])
+
     def put_new(self, items: list[tuple[bytes, bytes]], *, db: Any) -> bool:
         """Put every ``(key, value)`` of ``items`` unless its key exists; True when all went in.
 

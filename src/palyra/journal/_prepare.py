@@ -40,7 +40,7 @@ UNASSIGNED_POSITION = 0
 """``position`` of a prepared event until the writer assigns the real one (dense from 1)."""
 
 
-class PreparedEvent(EventHeader, frozen=True):
+class PreparedEvent(EventHeader, frozen=True, gc=False):
     """A validated draft: ids filled in, payload redacted and encoded.
 
     ``position`` is :data:`UNASSIGNED_POSITION` and ``tape_seq`` is

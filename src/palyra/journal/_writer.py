@@ -110,6 +110,10 @@ class _BatchState:
     records: int = 0
     record_bytes: int = 0
     appends: int = 0
+    # Index and record puts of this batch's records, written together (flush_puts).
+    puts: dict[str, list[tuple[bytes, bytes]]] = field(
+        default_factory=lambda: {names.EVENTS: [], names.BY_SESSION: [], names.TAPE: []}
+    )
     # With the commit log: the transaction whose frame is durable, to commit to
     # LMDB once its callers have been answered (see Writer._commit).
     unapplied: Any = None
@@ -278,6 +282,7 @@ class Writer:
             self._claim_ids(txn, state.next_position, chunks)
             for chunk in chunks:
                 self._put_record(txn, state, chunk)
+            self._flush_puts(txn, state)
             # Entity rows in arrival order: the last request queued writes last.
             dbs = env.dbs
             for request in entity_requests:
@@ -345,7 +350,6 @@ class Writer:
         raise PalyraInternalError("an event id clashed, but none is taken")
 
     def _put_record(self, txn: Any, state: _BatchState, chunk: _Chunk) -> None:
-        dbs = self._env.dbs
         first = state.next_position
         last = first + len(chunk) - 1
         session_id = chunk[0][1].session_id
@@ -374,10 +378,12 @@ class Writer:
         head = record_head(prev, first, len(chunk), session_id)
         value, digest, link = build_record(head, record_body(rows), state.head, last)
         last_key = u64_key(last)
-        txn.put(last_key, value, db=dbs[names.EVENTS], append=True)
-        txn.put(scoped_key(session_id, last), b"", db=dbs[names.BY_SESSION])
+        puts = state.puts
+        puts[names.EVENTS].append((last_key, value))
+        puts[names.BY_SESSION].append((scoped_key(session_id, last), b""))
+        tape = puts[names.TAPE]
         for run_id, seq in tape_last.items():
-            txn.put(scoped_key(run_id, seq), last_key, db=dbs[names.TAPE])
+            tape.append((scoped_key(run_id, seq), last_key))
         digest_hex, prev_hex, link_hex = digest.hex(), prev.hex(), link.hex()
         committed = state.committed
         position = first
@@ -400,6 +406,19 @@ class Writer:
         state.next_position = last + 1
         state.records += 1
         state.record_bytes += len(value)
+
+    def _flush_puts(self, txn: Any, state: _BatchState) -> None:
+        # One LMDB call per table for all records laid out since the last flush
+        # (positions grow, so the records append). Reads of these tables in
+        # this txn (prune, a session's or run's head) come after a flush.
+        dbs = self._env.dbs
+        for name, items in state.puts.items():
+            if items:
+                if isinstance(txn, RecordingTxn):
+                    txn.put_many(items, db=dbs[name], append=name == names.EVENTS)
+                else:
+                    txn.cursor(db=dbs[name]).putmulti(items, append=name == names.EVENTS)
+                items.clear()
 
     def _session_head(self, txn: Any, state: _BatchState, session_id: str) -> bytes:
         head = state.session_heads.get(session_id)
@@ -443,6 +462,7 @@ class Writer:
             raise PalyraInternalError(f"fresh event id {event.event_id} is already taken")
         request.result = None  # a redone batch may have left its last attempt's result
         self._put_record(txn, state, [(request, event)])
+        self._flush_puts(txn, state)
         return PruneResult(done.first, done.last, done.records, events, done.bytes_freed,
                            done.global_hash.hex(), position)
 
