@@ -11,11 +11,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from palyra.core.canonical import INT64_MAX, canonical_bytes, normalize
+from palyra.core.canonical import INT64_MAX, canonical_bytes
 from palyra.core.errors import AlreadyExists, ErrorCode, InvalidArgument, PalyraError
 from palyra.core.event_header import EventHeader
 from palyra.core.ids import UlidSequence, is_ulid
-from palyra.core.redaction import redact
+from palyra.core.redaction import normalize_screened, redact
 from palyra.journal._types import (
     ENTITY_TABLES,
     NO_TAPE_SEQ,
@@ -154,6 +154,7 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
             isinstance(ts_ms, bool) or not isinstance(ts_ms, int))) or not 0 <= ts_ms <= INT64_MAX:
         raise InvalidArgument("ts_ms must be a non-negative 64-bit int", details={"field": "ts_ms"})
     payload = draft.payload
+    clean = False
     if payload.__class__ is dict and draft.origin is not None:
         # A draft with an origin is the engine's: its payload is the proto3 JSON of
         # that message (plain by construction), so the normalizing walk is skipped.
@@ -161,7 +162,9 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
     elif not isinstance(payload, Mapping):
         raise InvalidArgument("payload must be a mapping", details={"field": "payload"})
     else:
-        plain = normalize(payload)
+        # One walk normalizes and, for the usual payload, settles that redaction
+        # changes nothing in it; otherwise redact() below walks it as before.
+        plain, clean = normalize_screened(payload)
     raw = canonical_bytes(plain)
     if len(raw) > config.max_payload_bytes:
         raise PalyraError(
@@ -169,16 +172,20 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
             code=ErrorCode.PAYLOAD_TOO_LARGE,
             details={"limit": str(config.max_payload_bytes), "size": str(len(raw))},
         )
-    redaction = redact(plain)
-    paths = redaction.paths
+    paths: tuple[str, ...] = ()
+    if clean:
+        value = plain
+    else:
+        redaction = redact(plain)
+        value, paths = redaction.value, redaction.paths
     writes = draft.entity_writes
     # Positional: header fields in EventHeader order, then PreparedEvent's own.
     return PreparedEvent(
         UNASSIGNED_POSITION, event_id, session_id, run_id, NO_TAPE_SEQ, kind, actor,
         ts_ms or now_ms, principal, device_id, channel,
         bool(draft.tape),
-        raw if not paths else canonical_bytes(redaction.value),
-        redaction.value,
+        raw if not paths else canonical_bytes(value),
+        value,
         paths,
         tuple([_entity_write(w, config) for w in writes]) if writes else (),
         # What followers see must be what was stored: the origin only when equal.
