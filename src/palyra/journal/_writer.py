@@ -110,6 +110,7 @@ class _BatchState:
     records: int = 0
     record_bytes: int = 0
     appends: int = 0
+    entity_requests: list[Request] = field(default_factory=list)
     # Index and record puts of this batch's records, written together (flush_puts).
     puts: dict[str, list[tuple[bytes, bytes]]] = field(
         default_factory=lambda: {names.EVENTS: [], names.BY_SESSION: [], names.TAPE: []}
@@ -226,11 +227,7 @@ class Writer:
             _resolve(batch)
             return
         tables = {
-            w.table
-            for r in live
-            if r.events and (len(r.events) > 1 or r.events[0].entity_writes)
-            for e in r.events
-            for w in e.entity_writes
+            w.table for r in state.entity_requests for e in r.events for w in e.entity_writes
         }
         if tables:
             self._on_tables(tables)  # before anyone hears of the commit: no stale read after
@@ -273,6 +270,7 @@ class Writer:
         appends = [r for r in batch if r.is_append]
         state.appends = len(appends)
         chunks, entity_requests = _layout(appends)
+        state.entity_requests = entity_requests
         env = self._env
         durable = env.durable
         raw = env.env.begin(write=True)
@@ -355,7 +353,6 @@ class Writer:
         session_id = chunk[0][1].session_id
         prev = self._session_head(txn, state, session_id)
         rows: list[list[Any]] = []
-        seqs: list[int] = []
         tape_last: dict[str, int] = {}
         tape_next = state.tape_next
         for _request, event in chunk:
@@ -368,7 +365,6 @@ class Writer:
                 tape_last[run_id] = seq
             else:
                 seq = NO_TAPE_SEQ
-            seqs.append(seq)
             # record_row, inline: RECORD_EVENT_FIELDS, the redactions, the payload.
             rows.append([
                 event.event_id, event.run_id, seq, event.kind, event.actor, event.ts_ms,
@@ -387,7 +383,8 @@ class Writer:
         digest_hex, prev_hex, link_hex = digest.hex(), prev.hex(), link.hex()
         committed = state.committed
         position = first
-        for (request, event), seq in zip(chunk, seqs, strict=True):
+        for (request, event), row in zip(chunk, rows, strict=True):
+            seq = row[2]
             view = StoredEvent(
                 position, event.event_id, session_id, event.run_id, seq, event.kind,
                 event.actor, event.ts_ms, event.principal, event.device_id, event.channel,
@@ -494,6 +491,10 @@ def _layout(appends: list[Request]) -> tuple[list[_Chunk], list[Request]]:
     groups: list[_Chunk] = []
     by_session: dict[str, _Chunk] = {}
     with_writes: list[Request] = []
+    # A group of at most MAX_RECORD_EVENTS events whose payloads are all at most
+    # this big cannot reach the payload bound: it is one record, bytes uncounted.
+    small = MAX_RECORD_PAYLOAD_BYTES // MAX_RECORD_EVENTS
+    all_small = True
     for request in appends:
         request.result = None  # a redone batch starts over
         events = request.events
@@ -506,7 +507,10 @@ def _layout(appends: list[Request]) -> tuple[list[_Chunk], list[Request]]:
             group.append((request, event))
             if event.entity_writes:
                 with_writes.append(request)
+            if len(event.payload) > small:
+                all_small = False
             continue
+        all_small = False  # several events: count them below
         if any(event.entity_writes for event in events):
             with_writes.append(request)
         session_id = events[0].session_id
@@ -525,12 +529,9 @@ def _layout(appends: list[Request]) -> tuple[list[_Chunk], list[Request]]:
             run.append((request, event))
         groups.append(run)
     chunks: list[_Chunk] = []
-    # A group of at most MAX_RECORD_EVENTS events whose payloads are all at most
-    # this big cannot reach the payload bound: it is one record, bytes uncounted.
-    small = MAX_RECORD_PAYLOAD_BYTES // MAX_RECORD_EVENTS
     for group in groups:
-        if len(group) <= MAX_RECORD_EVENTS and all(
-            len(item[1].payload) <= small for item in group
+        if len(group) <= MAX_RECORD_EVENTS and (
+            all_small or all(len(item[1].payload) <= small for item in group)
         ):
             chunks.append(group)  # cannot reach either bound: one record
             continue
