@@ -267,7 +267,7 @@ class Writer:
 
     def _apply(self, batch: list[Request]) -> _BatchState:
         state = _BatchState(self.next_position, self.head, self.pruned_through)
-        appends = [r for r in batch if r.is_append]
+        appends = [r for r in batch if r.signer is None and r.prune is None]
         state.appends = len(appends)
         chunks, entity_requests = _layout(appends)
         state.entity_requests = entity_requests
