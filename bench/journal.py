@@ -75,7 +75,9 @@ async def _drive(appenders: int, indices: Iterable[int], append: Callable[[int],
     return time.perf_counter() - start
 
 
-def _line(config: str, appenders: int, events: int, seconds: float, commits: int) -> dict[str, Any]:
+def _line(
+    config: str, appenders: int, events: int, seconds: float, commits: int, cpu_s: float
+) -> dict[str, Any]:
     return {
         "config": config,
         "appenders": appenders,
@@ -84,7 +86,16 @@ def _line(config: str, appenders: int, events: int, seconds: float, commits: int
         "events_per_s": round(events / seconds),
         "commits": commits,
         "events_per_commit": round(events / max(1, commits), 2),
+        # Process CPU (every thread) per event: steadier than events/s on a shared machine.
+        "cpu_us_per_event": round(cpu_s / events * 1e6, 1),
     }
+
+
+async def _timed(drive: Any) -> tuple[float, float]:
+    """``(seconds, process CPU seconds)`` of one awaited slice."""
+    cpu = time.process_time()
+    seconds = await drive
+    return seconds, time.process_time() - cpu
 
 
 async def bench_pair(
@@ -93,19 +104,22 @@ async def bench_pair(
     """Durable appends through JournalStore's group commit and through SQLite, interleaved."""
     store = JournalStore.open(root / f"lmdb-{appenders}")
     chain = SqliteChain(root / f"sqlite-{appenders}.db")
-    lmdb_s = sqlite_s = 0.0
+    lmdb_s = sqlite_s = lmdb_cpu = sqlite_cpu = 0.0
     try:
         for r in range(rounds):
             part = range(events * r // rounds, events * (r + 1) // rounds)
-            lmdb_s += await _drive(appenders, part, lambda i: store.append([_draft(i)]))
-            sqlite_s += await _drive(appenders, part, lambda i: chain.append(_draft(i)))
+            wall, cpu = await _timed(
+                _drive(appenders, part, lambda i: store.append([_draft(i)])))
+            lmdb_s, lmdb_cpu = lmdb_s + wall, lmdb_cpu + cpu
+            wall, cpu = await _timed(_drive(appenders, part, lambda i: chain.append(_draft(i))))
+            sqlite_s, sqlite_cpu = sqlite_s + wall, sqlite_cpu + cpu
         commits = store.stats().commits
     finally:
         store.close()
         chain.close()
     return (
-        _line("lmdb_group_commit", appenders, events, lmdb_s, commits),
-        _line("sqlite_wal_full", appenders, events, sqlite_s, events),
+        _line("lmdb_group_commit", appenders, events, lmdb_s, commits, lmdb_cpu),
+        _line("sqlite_wal_full", appenders, events, sqlite_s, events, sqlite_cpu),
     )
 
 

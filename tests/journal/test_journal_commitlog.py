@@ -124,3 +124,82 @@ def test_reopen_after_a_kill_replays_what_lmdb_lacks(data_dir: Path) -> None:
     assert header is not None and not header.clean
     with JournalStore.open(data_dir) as store:
         assert [e.event_id for e in store.read_range(0, 100)] == ids
+
+
+async def test_a_read_between_the_frame_and_the_lmdb_commit_waits_for_the_commit(
+    tmp_path: Path,
+) -> None:
+    """Callers are answered once the frame is durable, before LMDB takes the same writes.
+
+    A read that starts in between (here: from another thread, while the writer
+    sits right after the frame) must not see the journal without that commit:
+    it waits until LMDB holds it. Without the wait, the read finishes inside
+    the window and misses the event.
+    """
+    import threading
+
+    async with JournalStore.open(tmp_path) as store:
+        await store.append([draft(0)])
+        durable = store.env.durable
+        assert durable is not None
+        seen: list[list[int]] = []
+        reader_done = threading.Event()
+
+        def read() -> None:
+            seen.append([e.position for e in store.read_range(0, 10)])
+            reader_done.set()
+
+        def hook(label: str) -> None:
+            if label == "frame" and not seen:
+                thread = threading.Thread(target=read)
+                thread.start()
+                # Give the reader every chance to finish inside the window.
+                reader_done.wait(0.3)
+
+        durable.hook = hook
+        [event] = await store.append([draft(1)])
+        durable.hook = None
+        assert reader_done.wait(10)
+        assert seen == [[1, event.position]]
+        # The caller reads its own write at once, whatever LMDB's timing.
+        assert [e.position for e in store.read_range(0, 10)] == [1, 2]
+
+
+async def test_an_lmdb_commit_refused_after_the_answer_fails_reads_until_a_reopen_replays_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller was told yes (its frame is durable); if LMDB then refuses the same
+    writes, reads and appends of this store fail instead of showing a journal without
+    them, and reopening replays the frame."""
+    from palyra.core.errors import ErrorCode, PalyraError
+    from palyra.journal import _durable
+
+    class Refusing:
+        def __init__(self, txn: object) -> None:
+            self.txn = txn
+
+        def commit(self) -> None:
+            self.txn.abort()  # type: ignore[attr-defined]
+            raise lmdb.Error("simulated: LMDB refused the commit")
+
+    real_apply = _durable.Durability.apply
+
+    def refuse(self: _durable.Durability, txn: _durable.RecordingTxn) -> None:
+        txn.txn = Refusing(txn.txn)
+        real_apply(self, txn)
+
+    store = JournalStore.open(tmp_path)
+    await store.append([draft(0)])
+    assert len(store.read_range(0, 10)) == 1  # a read waits until LMDB holds that commit
+    monkeypatch.setattr(_durable.Durability, "apply", refuse)
+    [event] = await store.append([draft(1)])  # answered: the frame is the commit
+    with pytest.raises(PalyraError) as refused:
+        store.read_range(0, 10)
+    assert refused.value.code is ErrorCode.UNAVAILABLE
+    with pytest.raises(PalyraError) as refused:
+        await store.append([draft(2)])
+    assert refused.value.code is ErrorCode.UNAVAILABLE
+    store.close()
+    with JournalStore.open(tmp_path) as store:
+        assert [(e.position, e.event_id) for e in store.read_range(0, 10)] == [
+            (1, store.read_range(0, 1)[0].event_id), (2, event.event_id)]

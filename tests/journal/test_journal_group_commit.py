@@ -9,7 +9,7 @@ import pytest
 
 from palyra.core.errors import AlreadyExists, InvalidArgument
 from palyra.core.ids import new_ulid
-from palyra.journal import JournalStore, verify_store
+from palyra.journal import JournalConfig, JournalStore, verify_store
 
 from .helpers import draft
 
@@ -133,3 +133,25 @@ async def test_remembered_heads_survive_a_failed_call_and_a_full_memory(
     assert seqs["r0"][0] == 1
     report = verify_store(store)
     assert report.ok, report.summary()
+
+
+async def test_id_clashes_without_the_commit_log(data_dir: Path) -> None:
+    """The same clash handling on a store without sync (plain LMDB transactions):
+    an id taken by an earlier commit or by an earlier call of the batch fails its
+    own call only."""
+    async with JournalStore.open(data_dir, config=JournalConfig(sync=False)) as store:
+        taken = new_ulid()
+        await store.append([draft(event_id=taken)])
+        same = new_ulid()
+        outcomes = await asyncio.gather(
+            *(store.append([draft(i, event_id=same)]) for i in range(4)),
+            store.append([draft(9, session_id="s"), draft(10, event_id=taken)]),
+            *(store.append([draft(i, session_id="s")]) for i in range(20, 24)),
+            return_exceptions=True,
+        )
+        assert sum(not isinstance(o, BaseException) for o in outcomes[:4]) == 1
+        assert all(isinstance(o, AlreadyExists) for o in outcomes[:4] if isinstance(o, BaseException))
+        assert isinstance(outcomes[4], AlreadyExists)
+        assert all(not isinstance(o, BaseException) for o in outcomes[5:])
+        assert store.head().count == 1 + 1 + 4
+        assert verify_store(store).ok

@@ -76,7 +76,8 @@ def test_layout_groups_sessions_and_keeps_each_call_contiguous(
     b1 = _request([draft(3, session_id="b")])
     mixed = _request([draft(4, session_id="b"), draft(5, session_id="a"), draft(6, session_id="a")])
     a2 = _request([draft(7, session_id="a")])
-    chunks = _writer._layout([a1, b1, mixed, a2])
+    chunks, with_writes = _writer._layout([a1, b1, mixed, a2])
+    assert with_writes == []
     shape = [[(e.session_id, e.value["i"]) for _r, e in chunk] for chunk in chunks]
     assert shape == [
         [("a", 1), ("a", 2), ("a", 7)],  # a's calls share one record, in arrival order
@@ -86,7 +87,7 @@ def test_layout_groups_sessions_and_keeps_each_call_contiguous(
     ]
     monkeypatch.setattr(_writer, "MAX_RECORD_EVENTS", 2)
     big = _request([draft(i, session_id="c") for i in range(5)])
-    assert [len(c) for c in _writer._layout([big])] == [2, 2, 1]
+    assert [len(c) for c in _writer._layout([big])[0]] == [2, 2, 1]
 
 
 async def test_concurrent_calls_of_one_session_share_a_record(data_dir: Path) -> None:

@@ -24,11 +24,14 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+
+from palyra.core.canonical import normalize
 
 REDACTED = "<redacted>"
 
@@ -306,10 +309,25 @@ def _walk(value: Any, path: _Path, paths: list[str], json_depth: int) -> Any:
 
 def _walk_dict(value: dict[str, Any], path: _Path, paths: list[str], json_depth: int) -> Any:
     out: dict[str, Any] | None = None
+    key_cache = _KEY_CACHE
     for key, item in value.items():
-        if _secret(key) and _hideable(item):
+        secret = key_cache.get(key)
+        if secret is None:
+            secret = _secret(key)
+        if secret and _hideable(item):
             new: Any = REDACTED
             paths.append(_path((path, key)))
+        elif item.__class__ is str:
+            # _walk_string's outcome for the usual string, without the calls: no
+            # JSON to parse (not "{", "[" or a space first) and no span trigger
+            # (redact_text's own first test) leave it as it is.
+            first = item[:1]
+            if (
+                first != "{" and first != "[" and not first.isspace()
+                and not _triggered(item.lower())
+            ):  # fmt: skip
+                continue
+            new = _walk_string(item, (path, key), paths, json_depth)
         elif isinstance(item, str):
             new = _walk_string(item, (path, key), paths, json_depth)
         elif isinstance(item, dict):
@@ -381,3 +399,97 @@ def _walk_string(text: str, path: _Path, paths: list[str], json_depth: int) -> s
     if redacted != current:
         paths.append(_path(path))
     return redacted
+
+
+# --- normalize and redact in one walk -------------------------------------
+
+
+class _Unscreened(Exception):
+    """The one-walk path met something it leaves to ``normalize`` then ``redact``."""
+
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_MAX_DEPTH = 64  # palyra.core.canonical.MAX_DEPTH (a test holds them equal)
+
+
+def normalize_screened(payload: Any) -> tuple[Any, bool]:
+    """``normalize(payload)``, and whether ``redact`` of it certainly changes nothing.
+
+    Returns ``(plain, clean)``: ``plain`` is exactly ``normalize(payload)``;
+    ``clean`` True means ``redact(plain)`` would return ``plain`` itself with no
+    paths (no secret key, no string that starts like JSON or holds one of
+    ``redact_text``'s trigger literals), so the caller may skip it. One walk
+    instead of two for the usual payload; anything the walk does not settle
+    (a secret-looking key or string, a value outside plain JSON types, deep
+    nesting, an error) gives ``clean`` False, and ``normalize`` makes
+    ``plain``, so values and errors are exactly those of ``normalize``.
+
+    Raises:
+        InvalidArgument: as ``normalize``.
+    """
+    if payload.__class__ is dict:
+        try:
+            return _screen_dict(payload, 1), True
+        except (_Unscreened, UnicodeEncodeError):
+            pass
+    return normalize(payload), False
+
+
+def _screen_string(text: str) -> str:
+    if not text.isascii():
+        text.encode("utf-8")  # a lone surrogate raises: normalize reports it
+    first = text[:1]
+    if first == "{" or first == "[" or first.isspace():
+        raise _Unscreened
+    lowered = text.lower()
+    if (
+        "=" in lowered or "-" in lowered or "gh" in lowered or "bearer" in lowered
+        or "cookie" in lowered or "authorization" in lowered or "private key" in lowered
+        or "akia" in lowered or "asia" in lowered or "github_pat_" in lowered
+        or "xox" in lowered or "eyj" in lowered
+    ):  # _triggered, inline
+        raise _Unscreened
+    return text
+
+
+def _screen_item(item: Any, depth: int) -> Any:
+    kind = item.__class__
+    if kind is str:
+        return _screen_string(item)
+    if kind is int:
+        if not _INT64_MIN <= item <= _INT64_MAX:
+            raise _Unscreened
+        return item
+    if item is None or kind is bool:
+        return item
+    if kind is dict and depth < _MAX_DEPTH:
+        return _screen_dict(item, depth + 1)
+    if kind is list and depth < _MAX_DEPTH:
+        return [_screen_item(x, depth + 1) for x in item]
+    if kind is float and math.isfinite(item):
+        return item
+    raise _Unscreened
+
+
+def _screen_dict(value: dict[Any, Any], depth: int) -> dict[str, Any]:
+    # ``depth`` is the depth of the dict's items (normalize's fast path, exactly).
+    out: dict[str, Any] = {}
+    key_cache = _KEY_CACHE
+    for key, item in value.items():
+        if key.__class__ is not str:
+            raise _Unscreened
+        if not key.isascii():
+            key.encode("utf-8")  # before the cache: a lone surrogate must raise
+        secret = key_cache.get(key)
+        if secret is None:
+            secret = _secret(key)
+        if secret:
+            raise _Unscreened
+        kind = item.__class__
+        if kind is str:
+            out[key] = _screen_string(item)
+        elif kind is int and _INT64_MIN <= item <= _INT64_MAX:
+            out[key] = item
+        else:
+            out[key] = _screen_item(item, depth)
+    return out

@@ -106,6 +106,26 @@ class RecordingTxn:
             self.ops.append((self._names[id(db)], bytes(key), bytes(value)))
         return done
 
+    def put_many(self, items: list[tuple[bytes, bytes]], *, db: Any, append: bool = False) -> None:
+        """Put every ``(key, value)`` of ``items`` in one call into LMDB, recorded."""
+        self.txn.cursor(db=db).putmulti(items, append=append)
+        name = self._names[id(db)]
+        self.ops.extend([(name, key, value) for key, value in items])
+
+    def put_new(self, items: list[tuple[bytes, bytes]], *, db: Any) -> bool:
+        """Put every ``(key, value)`` of ``items`` unless its key exists; True when all went in.
+
+        One call into LMDB for all of them (``Cursor.putmulti``). On False some
+        went in and some did not: the caller aborts the transaction. Recorded
+        only when all went in.
+        """
+        _consumed, added = self.txn.cursor(db=db).putmulti(items, overwrite=False)
+        if added != len(items):
+            return False
+        name = self._names[id(db)]
+        self.ops.extend([(name, key, value) for key, value in items])
+        return True
+
     def delete(self, key: bytes, *, db: Any) -> bool:
         """``Transaction.delete``, recorded when it deleted."""
         done = bool(self.txn.delete(key, db=db))
@@ -113,9 +133,9 @@ class RecordingTxn:
             self.ops.append((self._names[id(db)], bytes(key), None))
         return done
 
-    def get(self, key: bytes, *, db: Any) -> Any:
+    def get(self, key: bytes, default: Any = None, *, db: Any) -> Any:
         """``Transaction.get``."""
-        return self.txn.get(key, db=db)
+        return self.txn.get(key, default, db=db)
 
     def cursor(self, *, db: Any) -> Any:
         """``Transaction.cursor``."""
@@ -172,6 +192,16 @@ class Durability:
 
     def log_commit(self, txn: RecordingTxn) -> None:
         """Write ``txn``'s writes as the next frame; durable on return. Then commit ``txn``."""
+        self.log_frame(txn)
+        self.apply(txn)
+
+    def log_frame(self, txn: RecordingTxn) -> None:
+        """Write ``txn``'s writes as the next frame: the commit point, durable on return.
+
+        The caller must :meth:`apply` the same ``txn`` next, before any other
+        write transaction (it may answer its callers in between: what they
+        were promised is the frame).
+        """
         if self.broken is not None:
             raise PalyraError(
                 "the journal could not apply a logged commit; reopen it to recover",
@@ -187,6 +217,9 @@ class Durability:
             self.log.append(frame)
             self._point("frame")
             self.next_seq += 1
+
+    def apply(self, txn: RecordingTxn) -> None:
+        """Commit ``txn`` to LMDB without a flush (its frame is already durable)."""
         try:
             txn.txn.commit()
         except BaseException as exc:

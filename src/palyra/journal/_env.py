@@ -81,6 +81,10 @@ class Gate:
                 self._cond.notify_all()
 
 
+WRITER_THREAD = "palyra-journal-writer"
+"""The writer thread's name; it never waits for its own commit to become visible."""
+
+
 def journal_dir(data_dir: Path) -> Path:
     """Where the LMDB files of ``data_dir`` live."""
     return data_dir / JOURNAL_SUBDIR
@@ -94,6 +98,13 @@ class JournalEnv:
         self.path = journal_dir(data_dir)
         self.config = config
         self.gate = Gate()
+        # Cleared by the writer from a commit's frame until LMDB holds it (its
+        # callers are answered in between): reads wait while it is clear, so a
+        # caller always reads its own writes. ``unapplied`` is set if LMDB then
+        # refused the commit; reads fail until a reopen replays the frame.
+        self.visible = threading.Event()
+        self.visible.set()
+        self.unapplied: BaseException | None = None
         self.map_grows = 0
         self.closed = False
         self._lock_fd: int | None = None
@@ -211,6 +222,8 @@ class JournalEnv:
         Raises:
             PalyraError: ``UNAVAILABLE`` once the store is closed.
         """
+        if not self.visible.is_set() or self.unapplied is not None:
+            self._wait_visible()
         while True:
             if self.closed:
                 raise PalyraError("the journal is closed", code=ErrorCode.UNAVAILABLE)
@@ -227,6 +240,18 @@ class JournalEnv:
                     return
             with self.gate.exclusive():
                 self.env.set_mapsize(0)
+
+    def _wait_visible(self) -> None:
+        # The writer answers a commit's callers before LMDB holds it (its frame
+        # is the commit point): wait for that, at most one LMDB commit.
+        if threading.current_thread().name != WRITER_THREAD:
+            self.visible.wait()
+        if self.unapplied is not None:
+            raise PalyraError(
+                f"the journal could not apply a durable commit ({self.unapplied}); "
+                "reopen it to recover",
+                code=ErrorCode.UNAVAILABLE,
+            )
 
     @property
     def map_size(self) -> int:

@@ -6,15 +6,16 @@ caller, and so the single writer thread spends its time on hashing and I/O.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from palyra.core.canonical import INT64_MAX, canonical_bytes, normalize
+from palyra.core.canonical import INT64_MAX, canonical_bytes
 from palyra.core.errors import AlreadyExists, ErrorCode, InvalidArgument, PalyraError
 from palyra.core.event_header import EventHeader
-from palyra.core.ids import is_ulid, new_ulid
-from palyra.core.redaction import redact
+from palyra.core.ids import UlidSequence, is_ulid
+from palyra.core.redaction import normalize_screened, redact
 from palyra.journal._types import (
     ENTITY_TABLES,
     NO_TAPE_SEQ,
@@ -29,11 +30,17 @@ MAX_ENTITY_KEY_BYTES = 400
 MAX_FIELD_BYTES = 1024
 
 
+# Fresh event ids: one sequence per process, so ids made in one millisecond
+# count up from one random start instead of reading entropy per id (ids are
+# not secrets; only their uniqueness matters, and the sequence keeps that).
+_EVENT_IDS = UlidSequence()
+os.register_at_fork(after_in_child=_EVENT_IDS.reset)
+
 UNASSIGNED_POSITION = 0
 """``position`` of a prepared event until the writer assigns the real one (dense from 1)."""
 
 
-class PreparedEvent(EventHeader, frozen=True):
+class PreparedEvent(EventHeader, frozen=True, gc=False):
     """A validated draft: ids filled in, payload redacted and encoded.
 
     ``position`` is :data:`UNASSIGNED_POSITION` and ``tape_seq`` is
@@ -128,7 +135,7 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
             raise InvalidArgument(f"event_id {event_id!r} is not a ULID",
                                   details={"field": "event_id"})
     else:
-        event_id = new_ulid(now_ms)
+        event_id = _EVENT_IDS.next(now_ms)
     if _plain_header(draft):
         session_id, run_id, kind, actor = draft.session_id, draft.run_id, draft.kind, draft.actor
         principal, device_id, channel = draft.principal, draft.device_id, draft.channel
@@ -147,6 +154,7 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
             isinstance(ts_ms, bool) or not isinstance(ts_ms, int))) or not 0 <= ts_ms <= INT64_MAX:
         raise InvalidArgument("ts_ms must be a non-negative 64-bit int", details={"field": "ts_ms"})
     payload = draft.payload
+    clean = False
     if payload.__class__ is dict and draft.origin is not None:
         # A draft with an origin is the engine's: its payload is the proto3 JSON of
         # that message (plain by construction), so the normalizing walk is skipped.
@@ -154,7 +162,9 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
     elif not isinstance(payload, Mapping):
         raise InvalidArgument("payload must be a mapping", details={"field": "payload"})
     else:
-        plain = normalize(payload)
+        # One walk normalizes and, for the usual payload, settles that redaction
+        # changes nothing in it; otherwise redact() below walks it as before.
+        plain, clean = normalize_screened(payload)
     raw = canonical_bytes(plain)
     if len(raw) > config.max_payload_bytes:
         raise PalyraError(
@@ -162,32 +172,32 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
             code=ErrorCode.PAYLOAD_TOO_LARGE,
             details={"limit": str(config.max_payload_bytes), "size": str(len(raw))},
         )
-    redaction = redact(plain)
+    paths: tuple[str, ...] = ()
+    if clean:
+        value = plain
+    else:
+        redaction = redact(plain)
+        value, paths = redaction.value, redaction.paths
+    writes = draft.entity_writes
+    # Positional: header fields in EventHeader order, then PreparedEvent's own.
     return PreparedEvent(
-        position=UNASSIGNED_POSITION,
-        event_id=event_id,
-        session_id=session_id,
-        run_id=run_id,
-        tape_seq=NO_TAPE_SEQ,
-        kind=kind,
-        actor=actor,
-        ts_ms=ts_ms or now_ms,
-        principal=principal,
-        device_id=device_id,
-        channel=channel,
-        tape=bool(draft.tape),
-        payload=raw if not redaction.paths else canonical_bytes(redaction.value),
-        value=redaction.value,
-        redactions=redaction.paths,
-        entity_writes=tuple(_entity_write(w, config) for w in draft.entity_writes),
+        UNASSIGNED_POSITION, event_id, session_id, run_id, NO_TAPE_SEQ, kind, actor,
+        ts_ms or now_ms, principal, device_id, channel,
+        bool(draft.tape),
+        raw if not paths else canonical_bytes(value),
+        value,
+        paths,
+        tuple([_entity_write(w, config) for w in writes]) if writes else (),
         # What followers see must be what was stored: the origin only when equal.
-        origin=draft.origin if not redaction.paths else None,
-    )
+        draft.origin if not paths else None,
+    )  # fmt: skip
 
 
 def prepare(drafts: Sequence[EventDraft], config: JournalConfig) -> list[PreparedEvent]:
     """Prepare one ``append`` call; duplicate ids inside the call are refused."""
     now_ms = time.time_ns() // 1_000_000
+    if len(drafts) == 1:  # the usual call: nothing to compare ids with
+        return [prepare_draft(drafts[0], config, now_ms)]
     prepared = [prepare_draft(d, config, now_ms) for d in drafts]
     seen: set[str] = set()
     for event in prepared:

@@ -114,7 +114,7 @@ class EventDraft:
         return replace(self, entity_writes=(*self.entity_writes, *writes))
 
 
-class StoredEvent(EventHeader, frozen=True):
+class StoredEvent(EventHeader, frozen=True, gc=False):
     """An event as committed: the header fields of :class:`EventHeader`, then the rest.
 
     Attributes:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import queue
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -24,8 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import lmdb
+from msgspec import Raw
 
-from palyra.core.chain import GENESIS, checkpoint_message, record_body, record_head, record_row
+from palyra.core.chain import GENESIS, checkpoint_message, record_body, record_head
 from palyra.core.errors import AlreadyExists, ErrorCode, PalyraError, PalyraInternalError
 from palyra.journal import _env as names
 from palyra.journal._durable import RecordingTxn
@@ -65,15 +67,30 @@ _EVENT_OVERHEAD = 128
 _MEMORY_LIMIT = 4096
 
 
-@dataclass(slots=True)
 class Request:
-    """One ``append`` call (``events``), one checkpoint (``signer``) or one prune batch."""
+    """One ``append`` call (``events``), one checkpoint (``signer``) or one prune batch.
 
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[Any]
-    events: list[PreparedEvent] = field(default_factory=list)
-    signer: Signer | None = None
-    prune: PruneOrder | None = None
+    The writer fills in ``result`` (an append's ``StoredEvent`` list, a
+    ``Checkpoint``, a ``PruneResult``) or ``error`` before answering it.
+    """
+
+    __slots__ = ("error", "events", "future", "loop", "prune", "result", "signer")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Any],
+        events: list[PreparedEvent] | None = None,
+        signer: Signer | None = None,
+        prune: PruneOrder | None = None,
+    ) -> None:
+        self.loop = loop
+        self.future = future
+        self.events: list[PreparedEvent] = events if events is not None else []
+        self.signer = signer
+        self.prune = prune
+        self.result: Any = None
+        self.error: BaseException | None = None
 
     @property
     def is_append(self) -> bool:
@@ -90,10 +107,17 @@ class _BatchState:
     tape_next: dict[str, int] = field(default_factory=dict)
     # What followers get after the commit: each event with its approximate size.
     committed: list[tuple[StoredEvent, int]] = field(default_factory=list)
-    # id(request) -> its outcome: list[StoredEvent] for an append, a Checkpoint.
-    results: dict[int, Any] = field(default_factory=dict)
     records: int = 0
     record_bytes: int = 0
+    appends: int = 0
+    entity_requests: list[Request] = field(default_factory=list)
+    # Index and record puts of this batch's records, written together (flush_puts).
+    puts: dict[str, list[tuple[bytes, bytes]]] = field(
+        default_factory=lambda: {names.EVENTS: [], names.BY_SESSION: [], names.TAPE: []}
+    )
+    # With the commit log: the transaction whose frame is durable, to commit to
+    # LMDB once its callers have been answered (see Writer._commit).
+    unapplied: Any = None
 
 
 class _Clash(Exception):
@@ -106,6 +130,8 @@ class _Clash(Exception):
 
 
 _Chunk = list[tuple[Request, PreparedEvent]]
+
+_U64 = struct.Struct(">Q")
 
 
 @dataclass(slots=True)
@@ -146,7 +172,7 @@ class Writer:
         self._session_heads: dict[str, bytes] = {}
         self._tape_next: dict[str, int] = {}
         self.stats = WriterStats()
-        self._thread = threading.Thread(target=self._run, name="palyra-journal-writer", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=names.WRITER_THREAD, daemon=True)
         self._thread.start()
 
     def submit(self, request: Request) -> None:
@@ -181,24 +207,28 @@ class Writer:
             self._commit(batch)
 
     def _commit(self, batch: list[Request]) -> None:
-        failed: dict[int, BaseException] = {}
         live = batch
+        env = self._env
         try:
             while True:
                 try:
                     state = self._apply(live)
                     break
                 except lmdb.MapFullError:
-                    self._env.grow()  # no ceiling: double the map and redo the batch
+                    env.grow()  # no ceiling: double the map and redo the batch
                 except _Clash as clash:
-                    failed[id(clash.request)] = clash.error
+                    clash.request.error = clash.error
                     live = [r for r in live if r is not clash.request]
         except Exception as exc:
             error = PalyraError(f"journal commit failed: {exc}", code=ErrorCode.UNAVAILABLE)
             error.__cause__ = exc
-            _resolve(batch, [(None, error)] * len(batch))
+            for request in batch:
+                request.error = error
+            _resolve(batch)
             return
-        tables = {w.table for r in live for e in r.events for w in e.entity_writes}
+        tables = {
+            w.table for r in state.entity_requests for e in r.events for w in e.entity_writes
+        }
         if tables:
             self._on_tables(tables)  # before anyone hears of the commit: no stale read after
         self.next_position = state.next_position
@@ -208,22 +238,28 @@ class Writer:
         _remember(self._tape_next, state.tape_next)
         stats = self.stats
         stats.commits += 1
-        stats.append_calls += sum(1 for r in live if r.is_append)
+        stats.append_calls += state.appends
         stats.max_batch_calls = max(stats.max_batch_calls, len(batch))
         stats.appended_events += len(state.committed)
         stats.appended_bytes += state.record_bytes
         stats.records += state.records
-        outcomes: list[tuple[Any, BaseException | None]] = []
-        for request in batch:
-            refused = failed.get(id(request))
-            outcomes.append((None, refused) if refused else (state.results[id(request)], None))
         # Followers first: once an append returns, its events are on their way
         # to every follower too (tests and callers may rely on that order).
         if state.committed:
             self._on_commit(state.committed)
-        _resolve(batch, outcomes)
-        durable = self._env.durable
+        _resolve(batch)
+        durable = env.durable
         if durable is not None:
+            if state.unapplied is not None:
+                # The frame is the commit: the callers were answered the moment
+                # it was durable, and LMDB takes the same writes while their loop
+                # wakes up. Reads of this process wait for it (JournalEnv.read).
+                try:
+                    durable.apply(state.unapplied)
+                except BaseException as exc:
+                    env.unapplied = exc  # reads refuse until a reopen replays the frame
+                finally:
+                    env.visible.set()
             try:
                 durable.after_commit()  # now and then: flush LMDB, restart the log
             except Exception as exc:  # a failed flush: refuse commits until reopened
@@ -231,19 +267,23 @@ class Writer:
 
     def _apply(self, batch: list[Request]) -> _BatchState:
         state = _BatchState(self.next_position, self.head, self.pruned_through)
-        appends = [r for r in batch if r.is_append]
-        chunks = _layout(appends)
-        durable = self._env.durable
-        raw = self._env.env.begin(write=True)
+        appends = [r for r in batch if r.signer is None and r.prune is None]
+        state.appends = len(appends)
+        chunks, entity_requests = _layout(appends)
+        state.entity_requests = entity_requests
+        env = self._env
+        durable = env.durable
+        raw = env.env.begin(write=True)
         # With the commit log, the txn records its writes: they become the frame.
         txn: Any = raw if durable is None else RecordingTxn(raw, durable.names)
         try:
             self._claim_ids(txn, state.next_position, chunks)
             for chunk in chunks:
                 self._put_record(txn, state, chunk)
+            self._flush_puts(txn, state)
             # Entity rows in arrival order: the last request queued writes last.
-            dbs = self._env.dbs
-            for request in appends:
+            dbs = env.dbs
+            for request in entity_requests:
                 for event in request.events:
                     for write in event.entity_writes:
                         if write.value is None:
@@ -253,93 +293,129 @@ class Writer:
             # Prune batches: tombstones at the tail, their journal.pruned event at the head.
             for request in batch:
                 if request.prune is not None:
-                    state.results[id(request)] = self._prune(txn, state, request)
+                    request.result = self._prune(txn, state, request)
             # Checkpoints sign the head after every record of the batch.
             for request in batch:
                 if request.signer is not None:
-                    state.results[id(request)] = self._checkpoint(txn, state, request.signer)
+                    request.result = self._checkpoint(txn, state, request.signer)
             if durable is None:
                 raw.commit()
             else:
-                durable.log_commit(txn)  # one flush: the frame; then LMDB without one
+                # From here until LMDB holds this txn, reads of this process wait:
+                # set before the frame, so no read can slip between the answer and
+                # the LMDB commit (nor cache an entity row from before it).
+                env.visible.clear()
+                durable.log_frame(txn)  # one flush: the frame is the commit point
+                state.unapplied = txn
         except BaseException:
             with contextlib.suppress(lmdb.Error):
                 raw.abort()
+            env.visible.set()
             raise
         return state
 
     def _claim_ids(self, txn: Any, position: int, chunks: list[_Chunk]) -> None:
         # put without overwrite doubles as the duplicate check; positions are
-        # those the records below will give the events.
+        # those the records below will give the events. All ids in one LMDB call;
+        # only on a clash are they looked at one by one, to find whose it is.
         ids = self._env.dbs[names.EVENT_IDS]
+        items = []
         for chunk in chunks:
-            for request, event in chunk:
-                if not txn.put(event.event_id.encode(), u64_key(position), db=ids, overwrite=False):
-                    raise _Clash(
-                        request,
-                        AlreadyExists(
-                            f"event_id {event.event_id} already exists",
-                            details={"event_id": event.event_id},
-                        ),
-                    )
+            for _request, event in chunk:
+                items.append((event.event_id.encode(), _U64.pack(position)))
                 position += 1
+        if not items:
+            return
+        if isinstance(txn, RecordingTxn):
+            if txn.put_new(items, db=ids):
+                return
+        else:
+            _consumed, added = txn.cursor(db=ids).putmulti(items, overwrite=False)
+            if added == len(items):
+                return
+        # Someone's id was taken (by an earlier commit, or earlier in this batch):
+        # the first item whose stored position is not its own is the clash.
+        flat = [pair for chunk in chunks for pair in chunk]
+        for (request, event), (key, value) in zip(flat, items, strict=True):
+            if txn.get(key, db=ids) != value:
+                raise _Clash(
+                    request,
+                    AlreadyExists(
+                        f"event_id {event.event_id} already exists",
+                        details={"event_id": event.event_id},
+                    ),
+                )
+        raise PalyraInternalError("an event id clashed, but none is taken")
 
     def _put_record(self, txn: Any, state: _BatchState, chunk: _Chunk) -> None:
-        dbs = self._env.dbs
         first = state.next_position
         last = first + len(chunk) - 1
         session_id = chunk[0][1].session_id
         prev = self._session_head(txn, state, session_id)
         rows: list[list[Any]] = []
-        seqs: list[int] = []
         tape_last: dict[str, int] = {}
+        tape_next = state.tape_next
         for _request, event in chunk:
             if event.tape:
                 run_id = event.run_id
-                seq = self._next_tape_seq(txn, state, run_id)
-                state.tape_next[run_id] = seq + 1
+                seq = tape_next.get(run_id)
+                if seq is None:
+                    seq = self._next_tape_seq(txn, state, run_id)
+                tape_next[run_id] = seq + 1
                 tape_last[run_id] = seq
             else:
                 seq = NO_TAPE_SEQ
-            seqs.append(seq)
-            rows.append(record_row(event, seq, event.redactions, event.payload))
+            # record_row, inline: RECORD_EVENT_FIELDS, the redactions, the payload.
+            rows.append([
+                event.event_id, event.run_id, seq, event.kind, event.actor, event.ts_ms,
+                event.principal, event.device_id, event.channel, list(event.redactions),
+                Raw(event.payload),
+            ])  # fmt: skip
         head = record_head(prev, first, len(chunk), session_id)
         value, digest, link = build_record(head, record_body(rows), state.head, last)
         last_key = u64_key(last)
-        txn.put(last_key, value, db=dbs[names.EVENTS], append=True)
-        txn.put(scoped_key(session_id, last), b"", db=dbs[names.BY_SESSION])
+        puts = state.puts
+        puts[names.EVENTS].append((last_key, value))
+        puts[names.BY_SESSION].append((scoped_key(session_id, last), b""))
+        tape = puts[names.TAPE]
         for run_id, seq in tape_last.items():
-            txn.put(scoped_key(run_id, seq), last_key, db=dbs[names.TAPE])
-        hashes = digest.hex(), prev.hex(), link.hex()
-        results = state.results
+            tape.append((scoped_key(run_id, seq), last_key))
+        digest_hex, prev_hex, link_hex = digest.hex(), prev.hex(), link.hex()
         committed = state.committed
-        for offset, ((request, event), seq) in enumerate(zip(chunk, seqs, strict=True)):
+        position = first
+        for (request, event), row in zip(chunk, rows, strict=True):
+            seq = row[2]
             view = StoredEvent(
-                first + offset,
-                event.event_id,
-                session_id,
-                event.run_id,
-                seq,
-                event.kind,
-                event.actor,
-                event.ts_ms,
-                event.principal,
-                event.device_id,
-                event.channel,
-                payload=event.value,
-                redactions=list(event.redactions),
-                hash=hashes[0],
-                prev_hash=hashes[1],
-                global_hash=hashes[2],
-                origin=event.origin,
-            )
-            results.setdefault(id(request), []).append(view)
+                position, event.event_id, session_id, event.run_id, seq, event.kind,
+                event.actor, event.ts_ms, event.principal, event.device_id, event.channel,
+                event.value, list(event.redactions), digest_hex, prev_hex, link_hex,
+                event.origin,
+            )  # fmt: skip
+            position += 1
+            result = request.result
+            if result is None:
+                request.result = [view]
+            else:
+                result.append(view)
             committed.append((view, len(event.payload) + _EVENT_OVERHEAD))
         state.session_heads[session_id] = digest
         state.head = link
         state.next_position = last + 1
         state.records += 1
         state.record_bytes += len(value)
+
+    def _flush_puts(self, txn: Any, state: _BatchState) -> None:
+        # One LMDB call per table for all records laid out since the last flush
+        # (positions grow, so the records append). Reads of these tables in
+        # this txn (prune, a session's or run's head) come after a flush.
+        dbs = self._env.dbs
+        for name, items in state.puts.items():
+            if items:
+                if isinstance(txn, RecordingTxn):
+                    txn.put_many(items, db=dbs[name], append=name == names.EVENTS)
+                else:
+                    txn.cursor(db=dbs[name]).putmulti(items, append=name == names.EVENTS)
+                items.clear()
 
     def _session_head(self, txn: Any, state: _BatchState, session_id: str) -> bytes:
         head = state.session_heads.get(session_id)
@@ -381,7 +457,9 @@ class Writer:
         if not txn.put(event.event_id.encode(), u64_key(position),
                        db=self._env.dbs[names.EVENT_IDS], overwrite=False):
             raise PalyraInternalError(f"fresh event id {event.event_id} is already taken")
+        request.result = None  # a redone batch may have left its last attempt's result
         self._put_record(txn, state, [(request, event)])
+        self._flush_puts(txn, state)
         return PruneResult(done.first, done.last, done.records, events, done.bytes_freed,
                            done.global_hash.hex(), position)
 
@@ -399,8 +477,8 @@ class Writer:
         )
 
 
-def _layout(appends: list[Request]) -> list[_Chunk]:
-    """The records of one commit, in position order.
+def _layout(appends: list[Request]) -> tuple[list[_Chunk], list[Request]]:
+    """The records of one commit, in position order, and the requests with entity writes.
 
     The events of every request whose events share one session join that
     session's record, in arrival order (concurrent requests have no order
@@ -412,8 +490,29 @@ def _layout(appends: list[Request]) -> list[_Chunk]:
     """
     groups: list[_Chunk] = []
     by_session: dict[str, _Chunk] = {}
+    with_writes: list[Request] = []
+    # A group of at most MAX_RECORD_EVENTS events whose payloads are all at most
+    # this big cannot reach the payload bound: it is one record, bytes uncounted.
+    small = MAX_RECORD_PAYLOAD_BYTES // MAX_RECORD_EVENTS
+    all_small = True
     for request in appends:
+        request.result = None  # a redone batch starts over
         events = request.events
+        if len(events) == 1:  # the usual call: one event, one session
+            event = events[0]
+            group = by_session.get(event.session_id)
+            if group is None:
+                group = by_session[event.session_id] = []
+                groups.append(group)
+            group.append((request, event))
+            if event.entity_writes:
+                with_writes.append(request)
+            if len(event.payload) > small:
+                all_small = False
+            continue
+        all_small = False  # several events: count them below
+        if any(event.entity_writes for event in events):
+            with_writes.append(request)
         session_id = events[0].session_id
         if all(event.session_id == session_id for event in events):
             group = by_session.get(session_id)
@@ -431,6 +530,11 @@ def _layout(appends: list[Request]) -> list[_Chunk]:
         groups.append(run)
     chunks: list[_Chunk] = []
     for group in groups:
+        if len(group) <= MAX_RECORD_EVENTS and (
+            all_small or all(len(item[1].payload) <= small for item in group)
+        ):
+            chunks.append(group)  # cannot reach either bound: one record
+            continue
         chunk: _Chunk = []
         size = 0
         for item in group:
@@ -440,7 +544,7 @@ def _layout(appends: list[Request]) -> list[_Chunk]:
             chunk.append(item)
             size += len(item[1].payload)
         chunks.append(chunk)
-    return chunks
+    return chunks, with_writes
 
 
 def _remember(memory: dict[Any, Any], committed: dict[Any, Any]) -> None:
@@ -450,24 +554,27 @@ def _remember(memory: dict[Any, Any], committed: dict[Any, Any]) -> None:
     memory.update(committed)
 
 
-def _resolve(batch: list[Request], outcomes: list[tuple[Any, BaseException | None]]) -> None:
+def _resolve(batch: list[Request]) -> None:
     # One wake-up per event loop per commit instead of one per caller.
-    by_loop: dict[
-        asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, BaseException | None]]
-    ] = {}
-    for request, (result, error) in zip(batch, outcomes, strict=True):
-        by_loop.setdefault(request.loop, []).append((request.future, result, error))
-    for loop, items in by_loop.items():
+    loop = batch[0].loop
+    if all(request.loop is loop for request in batch):
+        by_loop = {loop: batch}
+    else:
+        by_loop = {}
+        for request in batch:
+            by_loop.setdefault(request.loop, []).append(request)
+    for loop, requests in by_loop.items():
         # A closed loop raises RuntimeError: nobody is waiting any more.
         with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(_settle, items)
+            loop.call_soon_threadsafe(_settle, requests)
 
 
-def _settle(items: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
-    for future, result, error in items:
+def _settle(requests: list[Request]) -> None:
+    for request in requests:
+        future = request.future
         if future.done():
             continue  # caller was cancelled; the write is durable regardless
-        if error is not None:
-            future.set_exception(error)
+        if request.error is not None:
+            future.set_exception(request.error)
         else:
-            future.set_result(result)
+            future.set_result(request.result)

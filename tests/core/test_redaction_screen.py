@@ -1,0 +1,89 @@
+"""``normalize_screened`` (one walk) equals ``normalize`` then ``redact`` (two walks).
+
+The journal's ``prepare`` skips ``redact`` when the screen says a payload is
+clean, so the screen must never call a payload clean that ``redact`` would
+change, and must normalize exactly like ``normalize`` (values and errors).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from palyra.core import canonical, redaction
+from palyra.core.errors import InvalidArgument
+from tests.core.test_redaction_oracle import _keys, payloads
+
+# Values normalize treats specially or refuses: they must take the two-step path.
+_odd_leaves = st.one_of(
+    st.just(2**63), st.just(-(2**63) - 1), st.just(math.nan), st.just(math.inf),
+    st.just("\ud800"), st.just((1, "a")), st.just(b"bytes"), st.just(True),
+    st.integers(-(2**63), 2**63 - 1), st.text(max_size=6),
+)  # fmt: skip
+_odd = st.recursive(
+    _odd_leaves,
+    lambda children: st.lists(children, max_size=3)
+    | st.dictionaries(st.one_of(_keys, st.just("\udfff"), st.just(3)), children, max_size=3),
+    max_leaves=8,
+)
+
+
+def _outcome(call: Any) -> Any:
+    try:
+        return ("ok", call())
+    except InvalidArgument as exc:
+        return ("error", exc.message)
+
+
+def _check(payload: Any) -> None:
+    screened = _outcome(lambda: redaction.normalize_screened(payload))
+    plain = _outcome(lambda: canonical.normalize(payload))
+    if plain[0] == "error":
+        assert screened == plain
+        return
+    assert screened[0] == "ok"
+    value, clean = screened[1]
+    assert value == plain[1]
+    assert json.dumps(value) == json.dumps(plain[1])  # same types, same key order
+    if clean:
+        full = redaction.redact(value)
+        assert full.paths == () and full.value is value
+
+
+@given(payload=payloads)
+@settings(max_examples=400)
+@example({"model_token": {"token": "tok1", "is_final": False}, "i": 1})
+@example({"api_key": "x"})
+@example({"args": ["--password", "hunter2"]})
+@example({"text": '{"password": "x"}'})
+@example({"note": "Authorization: Bearer abcdefghijkl"})
+def test_the_screen_equals_normalize_then_redact(payload: Any) -> None:
+    _check(payload)
+    _check({"p": payload, "l": [payload, payload]})
+
+
+@given(payload=_odd)
+@settings(max_examples=300)
+def test_the_screen_normalizes_and_refuses_like_normalize(payload: Any) -> None:
+    _check(payload)
+    _check({"p": payload})
+
+
+def test_the_screen_stops_at_the_same_depth_as_normalize() -> None:
+    assert redaction._MAX_DEPTH == canonical.MAX_DEPTH
+    for depth in (canonical.MAX_DEPTH - 1, canonical.MAX_DEPTH, canonical.MAX_DEPTH + 1):
+        deep: Any = "leaf"
+        for _ in range(depth):
+            deep = {"k": deep}
+        _check(deep)
+
+
+def test_a_clean_payload_is_called_clean() -> None:
+    value, clean = redaction.normalize_screened({"model_token": {"token": "tok1"}, "i": 1})
+    assert clean and value == {"model_token": {"token": "tok1"}, "i": 1}
+    assert not redaction.normalize_screened({"password": "x"})[1]
+    assert not redaction.normalize_screened({"t": "a=b"})[1]
