@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import lmdb
 import pytest
@@ -131,10 +132,10 @@ async def test_a_read_between_the_frame_and_the_lmdb_commit_waits_for_the_commit
 ) -> None:
     """Callers are answered once the frame is durable, before LMDB takes the same writes.
 
-    A read that starts in between (here: from another thread, while the writer
-    sits right after the frame) must not see the journal without that commit:
-    it waits until LMDB holds it. Without the wait, the read finishes inside
-    the window and misses the event.
+    A read that starts in between (here: from another thread, once the callers
+    have been answered and the writer is about to hand the writes to LMDB) must
+    not see the journal without that commit: it waits until LMDB holds it.
+    Without the wait, the read finishes inside the window and misses the event.
     """
     import threading
 
@@ -144,22 +145,25 @@ async def test_a_read_between_the_frame_and_the_lmdb_commit_waits_for_the_commit
         assert durable is not None
         seen: list[list[int]] = []
         reader_done = threading.Event()
+        real_apply = durable.apply
 
         def read() -> None:
             seen.append([e.position for e in store.read_range(0, 10)])
             reader_done.set()
 
-        def hook(label: str) -> None:
-            if label == "frame" and not seen:
+        def slow_apply(txn: Any) -> None:
+            if not seen:
                 thread = threading.Thread(target=read)
                 thread.start()
                 # Give the reader every chance to finish inside the window.
                 reader_done.wait(0.3)
+            real_apply(txn)
 
-        durable.hook = hook
+        durable.apply = slow_apply  # type: ignore[method-assign]
         [event] = await store.append([draft(1)])
-        durable.hook = None
-        assert reader_done.wait(10)
+        # The answer may come before the writer reaches apply: restore it only after.
+        assert await asyncio.to_thread(reader_done.wait, 10)
+        durable.apply = real_apply  # type: ignore[method-assign]
         assert seen == [[1, event.position]]
         # The caller reads its own write at once, whatever LMDB's timing.
         assert [e.position for e in store.read_range(0, 10)] == [1, 2]

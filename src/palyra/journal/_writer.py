@@ -301,11 +301,15 @@ class Writer:
             if durable is None:
                 raw.commit()
             else:
-                # From here until LMDB holds this txn, reads of this process wait:
-                # set before the frame, so no read can slip between the answer and
-                # the LMDB commit (nor cache an entity row from before it).
-                env.visible.clear()
                 durable.log_frame(txn)  # one flush: the frame is the commit point
+                # From here until LMDB holds this txn, reads of this process wait.
+                # Cleared after the frame, not before: a read while the frame is
+                # being flushed sees the state before it, which nobody has been
+                # told is gone (callers, followers and the entity cache hear of
+                # the commit only below, and the cache files a row under the
+                # version noted before its read, which the bump then outdates).
+                # So reads stall only for LMDB's own commit, not for the flush.
+                env.visible.clear()
                 state.unapplied = txn
         except BaseException:
             with contextlib.suppress(lmdb.Error):
