@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 
-from engine_harness import USER, Harness, fast_config, loop_text, run_to_end
+from engine_harness import USER, Harness, fast_config, loop_text, run_to_end, slow_add
 from palyra_gen.palyra import v1 as pb
 
 from palyra.providers import ScriptedProvider
@@ -78,6 +78,22 @@ async def test_wall_clock_limit_during_a_slow_model_call(harness: Harness) -> No
         ("agent_loop:TERMINATED", "wall_clock_limit"),
         ("status:DONE", "wall_clock_limit"),
     ]
+    harness.check_tape(run.run_id)
+
+
+async def test_wall_clock_limit_during_a_slow_tool(harness: Harness) -> None:
+    # The tool allows itself 60 s; the loop has 0.2 s: the tools port enforces the
+    # smaller (the engine sets no timer of its own around a tool call).
+    harness.config = fast_config(max_wall_s=0.2)
+    harness.tool = slow_add(5.0)
+    app = await harness.start()
+    started = time.monotonic()
+    run = await run_to_end(app, loop_text(3))
+    assert time.monotonic() - started < 2.0  # cut at the limit, not after the 5 s tool
+    assert run.state == pb.RunState.DONE and run.end_reason == "wall_clock_limit"
+    [result] = [m for m in harness.members(run.run_id) if isinstance(m, pb.ToolResult)]
+    assert result.timed_out and not result.success
+    assert result.attestation is not None and result.attestation.timed_out
     harness.check_tape(run.run_id)
 
 

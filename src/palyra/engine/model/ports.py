@@ -111,7 +111,12 @@ class ToolsPort(Protocol):
         self, name: str, arguments: Mapping[str, Any], *, session_id: str, run_id: str,
         timeout_s: float,
     ) -> ToolOutcome:
-        """Run the tool; cancellable by plain asyncio cancellation."""
+        """Run the tool; cancellable by plain asyncio cancellation.
+
+        The port enforces ``timeout_s`` (the loop's remaining wall-clock time, or
+        less): a call that outlasts it is a ``timed_out`` outcome, not an error.
+        The engine sets no timer of its own around this call.
+        """
         ...
 
 

@@ -365,15 +365,18 @@ def _add_outcome(batch: Batch, pid: str, name: str, outcome: ToolOutcome) -> Non
 
 
 async def _run_tool(step: Step, name: str, arguments: Mapping[str, Any]) -> ToolOutcome:
-    """Execute within the loop's remaining wall-clock budget; every failure is an outcome."""
+    """Execute within the loop's remaining wall-clock budget; every failure is an outcome.
+
+    The tools port enforces the budget (``timeout_s``) with the one timer it sets
+    for the tool's own limit anyway: a second timer here would cost every step.
+    """
     remaining = step.remaining_wall_s()
     try:
         if remaining <= 0:
             raise TimeoutError
-        async with asyncio.timeout(remaining):
-            return await step.deps.tools.execute(
-                name, arguments, session_id=step.record.session_id,
-                run_id=step.run_id, timeout_s=remaining)
+        return await step.deps.tools.execute(
+            name, arguments, session_id=step.record.session_id,
+            run_id=step.run_id, timeout_s=remaining)
     except TimeoutError:
         return ToolOutcome(False, "", "the agent loop's wall-clock limit was reached",
                            timed_out=True)
