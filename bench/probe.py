@@ -255,3 +255,19 @@ def remote_snapshot(path: str, timeout_s: float = 30.0) -> Snapshot:
             chunks.append(chunk)
     result: Snapshot = json.loads(b"".join(chunks))
     return result
+
+
+def profile_until_exit(path: str) -> None:
+    """Profile this process with yappi (CPU clock, all threads); write pstats to ``path`` at exit."""
+    import atexit
+
+    import yappi
+
+    yappi.set_clock_type("cpu")
+    yappi.start(builtins=True)
+
+    def dump() -> None:
+        yappi.stop()
+        yappi.get_func_stats().save(path, type="pstat")
+
+    atexit.register(dump)

@@ -120,6 +120,8 @@ def table(title: str, median: dict[str, Any], runs: list[dict[str, Any]]) -> str
     lines.append(f"  messages by thread/step: "
                  f"{_inline(median.get('messages_by_thread_per_step'), 4)}")
     lines.append(f"  CPU ms/step by thread: {_inline(median.get('cpu_ms_per_step_by_thread'), 6)}")
+    for name, value in (median.get("daemon_settings") or {}).items():
+        lines.append(f"  daemon setting: {name} = {value}")
     load = [r.get("load_avg_1m", {}) for r in runs]
     lines.append("  1-min load average before→after each run: "
                  + ", ".join(f"{x.get('before', 0):.2f}→{x.get('after', 0):.2f}" for x in load))
