@@ -55,7 +55,9 @@ def test_grpc_run_measures_the_daemon_and_compares_with_in_process(
     wire, inproc = _figures(out, "grpc"), _figures(out, "inproc")
     assert wire["ok"] is True and inproc["ok"] is True
     assert wire["messages_per_step"] > 0  # counted inside the daemon by the probe
-    assert wire["commits_per_step"] > 0
+    assert wire["commits_per_step"] > 0  # the probe found the store despite gc.freeze()
+    assert wire["gc_frozen_objects"] > 0  # the daemon froze what start-up built
+    assert wire["gc_ms_per_step"] >= 0 and len(wire["gc_collections"]) == 3
     assert "client_cpu_ms_per_step" in wire and "client_cpu_ms_per_step" not in inproc
     ratios = json.loads(out.read_text())["comparison"]
     assert ratios["cpu_ms_per_step_ratio"] > 0
