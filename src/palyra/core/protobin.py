@@ -168,7 +168,7 @@ def _field_source(i: int, name: str, default: Any, proto_type: str, plain: bool)
 
 
 @functools.cache
-def _compiled(cls: type[Any]) -> Callable[[Any], bytes] | None:
+def _compiled(cls: type[betterproto2.Message]) -> Callable[[Any], bytes] | None:
     """One straight-line encoder function per message class, built from its plan.
 
     The plan loop paid, per field, a tuple unpack, a ``getattr`` by name, a default
