@@ -12,7 +12,7 @@ from grpclib.exceptions import GRPCError
 from palyra_gen.palyra import v1 as pb
 
 from palyra.testing.spawn import DaemonProcess, clean_env
-from palyra.transport.grpc._cork import CorkedTransport
+from palyra.transport.grpc._cork import FLUSH_AT, CorkedTransport
 
 TOKEN = "cork-test-token"
 
@@ -93,6 +93,21 @@ async def test_later_iterations_send_again_and_the_stream_stays_whole(pair: Pair
     assert 1 < len(pair.sends) <= 9  # one send per iteration that wrote, not 50
     assert b"".join(pair.sends) == expected
     assert await pair.reader.readexactly(len(expected)) == expected
+
+
+async def test_a_write_past_the_cap_goes_to_the_socket_transport_at_once(pair: Pair) -> None:
+    """The cork never holds more than FLUSH_AT bytes, so the real transport's
+    high-water mark (and with it grpclib's backpressure) sees big writes at once."""
+    pair.cork.write(b"a" * 100)
+    big = b"b" * FLUSH_AT
+    pair.cork.write(big)
+    assert pair.sends == [b"a" * 100 + big]  # synchronously, in order
+    assert pair.cork.pending_bytes() == 0
+    pair.cork.write(b"tail")
+    await _next_iteration()
+    assert pair.sends[-1] == b"tail" and len(pair.sends) == 2
+    data = await pair.reader.readexactly(100 + FLUSH_AT + 4)
+    assert data == b"a" * 100 + big + b"tail"
 
 
 async def test_close_sends_what_is_queued_before_the_end_of_stream(pair: Pair) -> None:

@@ -9,10 +9,12 @@ joined, once, from a callback scheduled for the next iteration. Order is
 kept (every write goes through the cork), so the byte stream is exactly what
 grpclib wrote; only the number of syscalls changes.
 
-Memory stays bounded by what one iteration writes: grpclib still waits on
-the real transport's ``pause_writing``/``resume_writing`` (they reach the
-protocol unchanged) and on HTTP/2 flow control before each write, and the
-cork empties before the loop polls for I/O again.
+Memory stays bounded as without the cork: the cork never holds more than
+:data:`FLUSH_AT` bytes (a write that takes it past that goes to the real
+transport at once), and grpclib still waits on the real transport's
+``pause_writing``/``resume_writing`` (they reach the protocol unchanged) and on
+HTTP/2 flow control before each write; so a slow reader is paused at the same
+high-water mark as before, and the cork empties before the loop polls for I/O.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ import asyncio
 from typing import Any
 
 from grpclib.protocol import H2Protocol
+
+FLUSH_AT = 64 * 1024
+"""Most bytes the cork holds; past this a write is handed on at once (backpressure as before)."""
 
 
 class CorkedTransport(asyncio.Transport):
@@ -31,6 +36,7 @@ class CorkedTransport(asyncio.Transport):
         self._transport = transport
         self._loop = loop
         self._pending: list[bytes] = []
+        self._pending_bytes = 0
         self._scheduled = False
 
     # -- writing ----------------------------------------------------------------------------
@@ -39,9 +45,12 @@ class CorkedTransport(asyncio.Transport):
         if not data:
             return
         self._pending.append(bytes(data))
-        if not self._scheduled:
+        self._pending_bytes += len(data)
+        if self._pending_bytes > FLUSH_AT:
+            self.flush()  # big writes meet the real transport's high-water mark now
+        elif not self._scheduled:
             self._scheduled = True
-            self._loop.call_soon(self.flush)
+            self._loop.call_soon(self._scheduled_flush)
 
     def writelines(self, list_of_data: Any) -> None:
         """Queue each item, as :meth:`write`."""
@@ -50,18 +59,22 @@ class CorkedTransport(asyncio.Transport):
 
     def flush(self) -> None:
         """Hand everything queued to the real transport now, as one write."""
-        self._scheduled = False
         pending = self._pending
         if not pending:
             return
         data = pending[0] if len(pending) == 1 else b"".join(pending)
         pending.clear()
+        self._pending_bytes = 0
         if not self._transport.is_closing():
             self._transport.write(data)
 
+    def _scheduled_flush(self) -> None:
+        self._scheduled = False
+        self.flush()
+
     def pending_bytes(self) -> int:
         """Bytes queued and not yet handed to the real transport."""
-        return sum(len(p) for p in self._pending)
+        return self._pending_bytes
 
     def get_write_buffer_size(self) -> int:
         """The real transport's buffer plus what the cork holds."""
@@ -93,6 +106,7 @@ class CorkedTransport(asyncio.Transport):
     def abort(self) -> None:
         """Drop what is queued and abort the connection."""
         self._pending.clear()
+        self._pending_bytes = 0
         self._transport.abort()
 
     def is_closing(self) -> bool:
