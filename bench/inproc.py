@@ -52,7 +52,7 @@ class InProcessDriver:
             # The same calls as the gRPC driver makes (bench/transports.py), minus the wire.
             turn = StreamedTurn(self._app.run_stream(CLIENT, _one(pb.RunStreamRequest(
                 v=1, session_key=session_key, input=pb.MessageInput(text=text),
-                batch=self._batch))))
+                batch=self._batch, complete=True))))
             run_id = await turn.start()
             self._turns[run_id] = turn
             return run_id

@@ -63,11 +63,12 @@ class GrpcDriver:
 
     async def start_turn(self, session_key: str, text: str) -> str:
         if self._shape == "stream":
-            # One RunStream per turn, as `palyra chat` does: the message goes up,
-            # the client half-closes (done when the loop ends), the tape comes back.
+            # One RunStream per turn, as `palyra chat` does: the message goes up with
+            # `complete` (no more input: done when the loop ends, in the run's first
+            # commit), the client half-closes, and the tape comes back.
             turn = StreamedTurn(self._gateway.run_stream([pb.RunStreamRequest(
                 v=1, session_key=session_key, input=pb.MessageInput(text=text),
-                batch=self._batch)]))
+                batch=self._batch, complete=True)]))
             run_id = await turn.start()
             self._turns[run_id] = turn
             return run_id
