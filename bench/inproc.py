@@ -10,9 +10,10 @@ from typing import Any
 
 from palyra_gen.palyra import v1 as pb
 
-from bench.workload import OnEvent
+from bench.workload import OnEvent, StreamedTurn
 from palyra.adapters import GatePolicy, RegistryTools
 from palyra.app import CallContext, PalyraApp
+from palyra.core.errors import PalyraError
 from palyra.engine import Engine, EngineConfig
 from palyra.journal import JournalStore
 from palyra.policy import PolicyConfig, PolicyGate
@@ -27,11 +28,14 @@ APPROVER = CallContext.for_principal("admin:bench", DEVICE)
 class InProcessDriver:
     """Drives a ``PalyraApp`` in this process."""
 
-    def __init__(self, app: PalyraApp, store: JournalStore, tool: str, batch: bool = True) -> None:
+    def __init__(self, app: PalyraApp, store: JournalStore, tool: str, batch: bool = True,
+                 shape: str = "stream") -> None:
         self._app = app
         self.store = store
         self._tool = tool
         self._batch = batch
+        self._shape = shape
+        self._turns: dict[str, StreamedTurn] = {}
 
     async def prepare_session(self, session_key: str, *, hitl: bool) -> None:
         if not hitl:
@@ -44,12 +48,26 @@ class InProcessDriver:
             posture=pb.ToolPosture.ASK_EACH_TIME))
 
     async def start_turn(self, session_key: str, text: str) -> str:
+        if self._shape == "stream":
+            # The same calls as the gRPC driver makes (bench/transports.py), minus the wire.
+            turn = StreamedTurn(self._app.run_stream(CLIENT, _one(pb.RunStreamRequest(
+                v=1, session_key=session_key, input=pb.MessageInput(text=text),
+                batch=self._batch, complete=True))))
+            run_id = await turn.start()
+            self._turns[run_id] = turn
+            return run_id
         created = await self._app.create_run(CLIENT, pb.CreateRunRequest(
             v=1, session_key=session_key, input=pb.MessageInput(text=text), complete=True))
         assert created.run is not None
         return created.run.run_id
 
     async def wait(self, run_id: str, on_event: OnEvent) -> pb.Run:
+        if self._shape == "stream":
+            try:
+                return await self._turns.pop(run_id).follow(on_event)
+            except PalyraError as exc:  # a failed run ends its stream with its error
+                return pb.Run(run_id=run_id, state=pb.RunState.FAILED,
+                              final_text=f"{exc.code.value}: {exc}")
         async for response in self._app.watch_run(
                 CLIENT, pb.WatchRunRequest(run_id=run_id, after_seq=-1, batch=self._batch)):
             for event in response.events if self._batch else [response.event]:
@@ -71,6 +89,11 @@ class InProcessDriver:
                 "map_size": self.store.stats().map_size, "group_commit": True}
 
 
+async def _one(request: pb.RunStreamRequest) -> AsyncIterator[pb.RunStreamRequest]:
+    """A request stream of one message, then the half-close (as grpclib sends a list)."""
+    yield request
+
+
 @contextlib.asynccontextmanager
 async def in_process(data_dir: Path, args: argparse.Namespace) -> AsyncIterator[InProcessDriver]:
     """Open the whole engine graph on ``data_dir`` and yield a driver for it."""
@@ -84,6 +107,7 @@ async def in_process(data_dir: Path, args: argparse.Namespace) -> AsyncIterator[
         async with engine:
             await engine.recover()
             yield InProcessDriver(PalyraApp(engine), store, args.tool,
-                                  not getattr(args, "unbatched", False))
+                                  not getattr(args, "unbatched", False),
+                                  getattr(args, "rpc", "stream"))
     finally:
         store.close()

@@ -88,7 +88,36 @@ class MessageCounter:
         return {"total": sum(by_type.values()), "by_type": by_type, "by_thread": by_thread}
 
 
+class GcClock:
+    """Time spent in the cyclic garbage collector, per generation (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.collections = [0, 0, 0]
+        self._started = 0.0
+
+    def install(self) -> None:
+        """Start timing collections (idempotent)."""
+        if self._callback not in gc.callbacks:
+            gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        generation = info.get("generation", 2)
+        self.seconds[generation] += time.perf_counter() - self._started
+        self.collections[generation] += 1
+
+    def counts(self) -> dict[str, Any]:
+        """Seconds and collections so far, per generation."""
+        return {"s": list(self.seconds), "n": list(self.collections),
+                "frozen": gc.get_freeze_count()}
+
+
 COUNTER = MessageCounter()
+GC_CLOCK = GcClock()
+GC_CLOCK.install()
 _stores: list[weakref.ref[Any]] = []
 
 
@@ -146,8 +175,41 @@ def _open_stores() -> list[Any]:
         return []
     cls = journal.JournalStore
     found = [o for o in gc.get_objects() if isinstance(o, cls) and not getattr(o, "_closed", False)]
+    if not found:
+        found = _reachable_from_frames(cls)
     for store in found:
         register_store(store)
+    return found
+
+
+def _reachable_from_frames(cls: type, depth: int = 4, budget: int = 200_000) -> list[Any]:
+    """Instances of ``cls`` a few references away from any thread's stack.
+
+    A daemon that called ``gc.freeze()`` hides its start-up objects (the store among
+    them) from ``gc.get_objects()``; its serve loop's frame still holds them.
+    """
+    seen: set[int] = set()
+    layer: list[Any] = []
+    for frame in sys._current_frames().values():
+        walk: Any = frame
+        while walk is not None:
+            layer += list(walk.f_locals.values())
+            walk = walk.f_back
+    found: list[Any] = []
+    for _ in range(depth):
+        following: list[Any] = []
+        for obj in layer:
+            if id(obj) in seen or len(seen) > budget:
+                continue
+            seen.add(id(obj))
+            if isinstance(obj, cls):
+                if not getattr(obj, "_closed", False):
+                    found.append(obj)
+                continue
+            if isinstance(obj, str | bytes | int | float):
+                continue
+            following += gc.get_referents(obj)
+        layer = following
     return found
 
 
@@ -193,6 +255,7 @@ def snapshot() -> Snapshot:
         "threads": threads,
         "threads_sys": threads_sys,
         "messages": COUNTER.counts(),
+        "gc": GC_CLOCK.counts(),
         "journal": journal,
         "io": _proc_file("io", ("wchar", "write_bytes", "syscw")),
         "mem_mib": _proc_file("status", ("VmRSS", "VmHWM"), 1 / 1024),
@@ -215,6 +278,9 @@ def delta(before: Snapshot, after: Snapshot) -> dict[str, Any]:
             "by_type": _sub(after["messages"]["by_type"], before["messages"]["by_type"]),
             "by_thread": _sub(after["messages"]["by_thread"], before["messages"]["by_thread"]),
         },
+        "gc": {key: [a - b for a, b in zip(after["gc"][key], before["gc"][key], strict=True)]
+               for key in ("s", "n")},
+        "gc_frozen": after["gc"]["frozen"],
         "journal": _sub(after["journal"], before["journal"]),
         "io": _sub(after["io"], before["io"]),
         "mem_mib": after["mem_mib"],
@@ -255,3 +321,19 @@ def remote_snapshot(path: str, timeout_s: float = 30.0) -> Snapshot:
             chunks.append(chunk)
     result: Snapshot = json.loads(b"".join(chunks))
     return result
+
+
+def profile_until_exit(path: str) -> None:
+    """Profile this process with yappi (CPU clock, all threads); write pstats to ``path`` at exit."""
+    import atexit
+
+    import yappi
+
+    yappi.set_clock_type("cpu")
+    yappi.start(builtins=True)
+
+    def dump() -> None:
+        yappi.stop()
+        yappi.get_func_stats().save(path, type="pstat")
+
+    atexit.register(dump)

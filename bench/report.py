@@ -76,6 +76,7 @@ ROWS: list[tuple[str, str, str]] = [
     ("device flushes/step (counted)", "flushes.per_step", "{:.3f}"),
     ("device flushes/commit", "flushes.per_commit", "{:.3f}"),
     ("betterproto2 messages/step", "messages_per_step", "{:.2f}"),
+    ("CPU ms/step in the garbage collector", "gc_ms_per_step", "{:.3f}"),
     ("journal bytes/step", "bytes_per_step", "{:.0f}"),
     ("write() bytes/step", "wchar_per_step", "{:.0f}"),
     ("floor: write+fdatasync p50 µs", "floors.fdatasync_p50_us", "{:.0f}"),
@@ -120,6 +121,11 @@ def table(title: str, median: dict[str, Any], runs: list[dict[str, Any]]) -> str
     lines.append(f"  messages by thread/step: "
                  f"{_inline(median.get('messages_by_thread_per_step'), 4)}")
     lines.append(f"  CPU ms/step by thread: {_inline(median.get('cpu_ms_per_step_by_thread'), 6)}")
+    if median.get("gc_collections"):
+        lines.append("  garbage collections (generation 0, 1, 2): "
+                     + ", ".join(str(round(n)) for n in median["gc_collections"]))
+    for name, value in (median.get("daemon_settings") or {}).items():
+        lines.append(f"  daemon setting: {name} = {value}")
     load = [r.get("load_avg_1m", {}) for r in runs]
     lines.append("  1-min load average before→after each run: "
                  + ", ".join(f"{x.get('before', 0):.2f}→{x.get('after', 0):.2f}" for x in load))

@@ -81,6 +81,7 @@ async def transport_run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         subject = Subject(daemon.pid, daemon.snapshot, daemon.storage_effective())
         result = await measure(daemon.client, subject, args, data_dir, args.transport)
         result.update(db_sizes(data_dir))
+        result["daemon_settings"] = daemon.settings()
     return result
 
 
@@ -153,6 +154,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="watch one event per message (as before WatchRunRequest.batch)")
     parser.add_argument("--transport", choices=("inproc", "grpc", "http"), default="inproc",
                         help="inproc, or a daemon subprocess over grpc|http")
+    parser.add_argument("--rpc", choices=("stream", "create-watch-get"), default="stream",
+                        help="a turn's calls: one RunStream (batch; as `palyra chat`), or "
+                             "CreateRun + WatchRun (batch) + GetRun; the same in process")
+    parser.add_argument("--daemon-reflection", action="store_true",
+                        help="with --transport: keep the daemon's post-run reflection on (its "
+                             "default; off by default here, as in process)")
     parser.add_argument("--compare-inproc", action="store_true",
                         help="with --transport: also run in process and print the ratios")
     parser.add_argument("--json", default="", metavar="FILE",

@@ -22,10 +22,11 @@ from typing import Any
 import httpx
 import httpx_sse
 from grpclib.client import Channel
+from grpclib.exceptions import GRPCError
 from palyra_gen.palyra import v1 as pb
 
 from bench import probe
-from bench.workload import OnEvent
+from bench.workload import OnEvent, StreamedTurn
 from palyra.testing.spawn import DaemonProcess
 
 TOKEN = "bench-admin-token"
@@ -39,10 +40,13 @@ _REPO = Path(__file__).resolve().parents[1]
 class GrpcDriver:
     """The workload over one multiplexed grpclib channel."""
 
-    def __init__(self, daemon: DaemonProcess, tool: str, batch: bool = True) -> None:
+    def __init__(self, daemon: DaemonProcess, tool: str, batch: bool = True,
+                 shape: str = "stream") -> None:
         self._daemon = daemon
         self._tool = tool
         self._batch = batch
+        self._shape = shape
+        self._turns: dict[str, StreamedTurn] = {}
         self._channel = Channel("127.0.0.1", daemon.grpc_port)
         self._gateway = pb.GatewayServiceStub(self._channel, metadata=CLIENT_HEADERS)
         self._approvals = pb.ApprovalsServiceStub(self._channel, metadata=APPROVER_HEADERS)
@@ -58,11 +62,27 @@ class GrpcDriver:
             posture=pb.ToolPosture.ASK_EACH_TIME))
 
     async def start_turn(self, session_key: str, text: str) -> str:
+        if self._shape == "stream":
+            # One RunStream per turn, as `palyra chat` does: the message goes up with
+            # `complete` (no more input: done when the loop ends, in the run's first
+            # commit), the client half-closes, and the tape comes back.
+            turn = StreamedTurn(self._gateway.run_stream([pb.RunStreamRequest(
+                v=1, session_key=session_key, input=pb.MessageInput(text=text),
+                batch=self._batch, complete=True)]))
+            run_id = await turn.start()
+            self._turns[run_id] = turn
+            return run_id
         created = await self._gateway.create_run(pb.CreateRunRequest(
             v=1, session_key=session_key, input=pb.MessageInput(text=text), complete=True))
         return (created.run or pb.Run()).run_id
 
     async def wait(self, run_id: str, on_event: OnEvent) -> pb.Run:
+        if self._shape == "stream":
+            try:
+                return await self._turns.pop(run_id).follow(on_event)
+            except GRPCError as exc:  # a failed run ends its stream with its error
+                return pb.Run(run_id=run_id, state=pb.RunState.FAILED,
+                              final_text=f"{exc.status.name}: {exc.message}")
         request = pb.WatchRunRequest(run_id=run_id, after_seq=-1, batch=self._batch)
         async for response in self._gateway.watch_run(request):
             for event in response.events if self._batch else [response.event]:
@@ -132,8 +152,10 @@ class HttpDriver:
 class DaemonDriver:
     """A driver plus the daemon behind it: its pid and its in-process probe."""
 
-    def __init__(self, daemon: DaemonProcess, client: GrpcDriver | HttpDriver, probe_path: str):
+    def __init__(self, daemon: DaemonProcess, client: GrpcDriver | HttpDriver, probe_path: str,
+                 args: argparse.Namespace) -> None:
         self.daemon = daemon
+        self._args = args
         self.client = client
         self._probe_path = probe_path
 
@@ -150,9 +172,28 @@ class DaemonDriver:
         """What the daemon's store is configured to do (its defaults: LMDB, sync on)."""
         return {"engine": "lmdb", "sync": True, "metasync": True, "group_commit": True}
 
+    def settings(self) -> dict[str, str]:
+        """The daemon settings the bench changed from their defaults."""
+        return daemon_settings(self._args)
+
+
+SAME_WORK_AS_INPROC = {"PALYRA_LEARNING_ENABLED": "false"}
+"""Daemon settings that make it do the in-process graph's work (bench/inproc.py has no
+task worker): post-run reflection is off. With it on (the daemon's default, every run
+sampled) each run adds its reflection task (~3 commits and a re-read of the tape), which
+is learning's cost, not the transport's; ``--daemon-reflection`` measures it."""
+
+
+def daemon_settings(args: argparse.Namespace) -> dict[str, str]:
+    """What the bench daemon runs with beyond its defaults (printed under its table)."""
+    if getattr(args, "daemon_reflection", False):
+        return {"learning.enabled": "true (daemon default; in process has no reflection)"}
+    return {"learning.enabled": "false (as in process; --daemon-reflection turns it on)"}
+
 
 def daemon_env(args: argparse.Namespace, probe_path: str) -> dict[str, str]:
-    """The daemon's settings for the workload (same engine settings as in process) and the probe."""
+    """The daemon's settings for the workload (same engine settings and the same background
+    work as in process, see :data:`SAME_WORK_AS_INPROC`) and the probe."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PALYRA_")}
     path = [str(_REPO / "bench" / "_site"), str(_REPO), env.get("PYTHONPATH", "")]
     env.update({
@@ -164,6 +205,8 @@ def daemon_env(args: argparse.Namespace, probe_path: str) -> dict[str, str]:
         "PALYRA_BENCH_PROBE": probe_path,
         "PYTHONPATH": os.pathsep.join(p for p in path if p),
     })
+    if not getattr(args, "daemon_reflection", False):
+        env.update(SAME_WORK_AS_INPROC)
     return env
 
 
@@ -176,10 +219,11 @@ async def open_driver(kind: str, data_dir: Path, args: argparse.Namespace
                            log_path=data_dir.parent / f"{data_dir.name}.daemon.log")
     await asyncio.to_thread(daemon.start)
     client: GrpcDriver | HttpDriver = (
-        GrpcDriver(daemon, args.tool, not getattr(args, "unbatched", False)) if kind == "grpc"
+        GrpcDriver(daemon, args.tool, not getattr(args, "unbatched", False),
+                   getattr(args, "rpc", "stream")) if kind == "grpc"
         else HttpDriver(daemon, args.tool, args.concurrency))
     try:
-        yield DaemonDriver(daemon, client, probe_path)
+        yield DaemonDriver(daemon, client, probe_path, args)
     finally:
         await client.aclose()
         code = await asyncio.to_thread(daemon.stop)

@@ -13,7 +13,7 @@ import argparse
 import asyncio
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -48,6 +48,50 @@ class Driver(Protocol):
     async def decide_approval(self, approval_id: str) -> None:
         """Approve once, as a different principal than the run's."""
         ...
+
+
+def _events_of(response: pb.RunStreamResponse) -> list[pb.TapeEvent]:
+    return list(response.events) or ([response.event] if response.event is not None else [])
+
+
+class StreamedTurn:
+    """One turn over RunStream (``batch``): its responses, and the run as its tape tells it.
+
+    A client on RunStream (like ``palyra chat``) sends the message and reads the run's
+    tape until it ends; the outcome it shows is the tape's: the terminal status and
+    the reply. :meth:`run` builds the ``pb.Run`` the harness checks from those.
+    """
+
+    def __init__(self, responses: AsyncIterator[pb.RunStreamResponse]) -> None:
+        self._responses = responses
+        self._first: list[pb.TapeEvent] = []
+        self.run_id = ""
+        self.state = pb.RunState.UNSPECIFIED
+        self.reply = ""
+
+    async def start(self) -> str:
+        """Read up to the first response (the accept commit); the run id."""
+        async for response in self._responses:
+            self._first = _events_of(response)
+            if self._first:
+                self.run_id = self._first[0].run_id
+                return self.run_id
+        raise RuntimeError("RunStream ended before its first event")
+
+    async def follow(self, on_event: OnEvent) -> pb.Run:
+        """Deliver every event to the end of the stream; the run it ended as."""
+        async def each(events: list[pb.TapeEvent]) -> None:
+            for event in events:
+                if event.status is not None:
+                    self.state = event.status.state
+                elif event.message_replied is not None:
+                    self.reply = event.message_replied.reply_text
+                await on_event(event)
+
+        await each(self._first)
+        async for response in self._responses:
+            await each(_events_of(response))
+        return pb.Run(run_id=self.run_id, state=self.state, final_text=self.reply)
 
 
 @dataclass

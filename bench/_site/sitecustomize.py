@@ -2,6 +2,9 @@
 
 When ``PALYRA_BENCH_PROBE`` names a socket path, the daemon counts betterproto2
 messages from start-up and answers :func:`bench.probe.snapshot` on that socket.
+When ``BENCH_DAEMON_YAPPI`` names a file, the daemon also runs yappi on the CPU
+clock (every thread) and writes its pstats there when it exits: a profile of
+the daemon's side of a transport run (warm-up included).
 Any other process with this directory on its path is left untouched.
 """
 
@@ -11,3 +14,5 @@ if os.environ.get("PALYRA_BENCH_PROBE"):
     from bench import probe
 
     probe.serve(os.environ["PALYRA_BENCH_PROBE"])
+    if os.environ.get("BENCH_DAEMON_YAPPI"):
+        probe.profile_until_exit(os.environ["BENCH_DAEMON_YAPPI"])

@@ -147,3 +147,35 @@ def test_a_process_started_with_the_site_dir_serves_snapshots(tmp_path: Path) ->
     assert snap["pid"] == child.pid
     assert snap["messages"]["by_type"] == {"ToolResult": 5}
     assert any(key.startswith("other:bench-probe") for key in snap["threads"])
+
+
+def test_a_frozen_process_still_shows_its_journal(tmp_path: Path) -> None:
+    """After ``gc.freeze()`` the store is invisible to ``gc.get_objects()``; the probe
+    finds it from the stack that holds it (as ``palyra serve`` holds its app)."""
+    sock = str(tmp_path / "probe.sock")
+    env = {**os.environ, "PALYRA_BENCH_PROBE": sock,
+           "PYTHONPATH": os.pathsep.join([str(REPO / "bench" / "_site"), str(REPO),
+                                          os.environ.get("PYTHONPATH", "")])}
+    code = ("import asyncio, gc, sys\n"
+            "from palyra.journal import EventDraft, JournalStore\n"
+            "def serve(path):\n"
+            "    holder = {'store': JournalStore.open(path)}\n"
+            "    asyncio.run(holder['store'].append([EventDraft(kind='test.note', actor='t',"
+            " payload={})]))\n"
+            "    gc.collect(); gc.freeze()\n"
+            "    assert not any(isinstance(o, JournalStore) for o in gc.get_objects())\n"
+            "    print('ready', flush=True)\n"
+            "    sys.stdin.read()\n"
+            "    holder['store'].close()\n"
+            f"serve({str(tmp_path / 'data')!r})\n")
+    child = subprocess.Popen([sys.executable, "-c", code], env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        snap = probe.remote_snapshot(sock)
+    finally:
+        child.communicate("")
+    assert child.returncode == 0
+    assert snap["journal"].get("appended_events", 0) >= 1
+    assert snap["gc"]["frozen"] > 0 and len(snap["gc"]["n"]) == 3

@@ -46,7 +46,8 @@ def test_in_process_run_reports_every_tracked_figure(tmp_path: Path,
 
 
 @pytest.mark.slow
-def test_grpc_run_measures_the_daemon_and_compares_with_in_process(tmp_path: Path) -> None:
+def test_grpc_run_measures_the_daemon_and_compares_with_in_process(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "bench.json"
     code = tool_loop.main(["-n", "2", "-k", "2", "-r", "1", "--transport", "grpc",
                            "--compare-inproc", "--json", str(out), "--db", str(tmp_path / "d")])
@@ -54,7 +55,48 @@ def test_grpc_run_measures_the_daemon_and_compares_with_in_process(tmp_path: Pat
     wire, inproc = _figures(out, "grpc"), _figures(out, "inproc")
     assert wire["ok"] is True and inproc["ok"] is True
     assert wire["messages_per_step"] > 0  # counted inside the daemon by the probe
-    assert wire["commits_per_step"] > 0
+    assert wire["commits_per_step"] > 0  # the probe found the store despite gc.freeze()
+    assert wire["gc_frozen_objects"] > 0  # the daemon froze what start-up built
+    assert wire["gc_ms_per_step"] >= 0 and len(wire["gc_collections"]) == 3
     assert "client_cpu_ms_per_step" in wire and "client_cpu_ms_per_step" not in inproc
     ratios = json.loads(out.read_text())["comparison"]
     assert ratios["cpu_ms_per_step_ratio"] > 0
+    assert "learning.enabled = false" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("rpc", ["stream", "create-watch-get"])
+def test_both_call_shapes_drive_turns_to_result_k_in_process(tmp_path: Path, rpc: str) -> None:
+    out = tmp_path / "bench.json"
+    code = tool_loop.main(["-n", "2", "-k", "3", "-c", "2", "-r", "1", "--rpc", rpc,
+                           "--json", str(out), "--db", str(tmp_path / "data")])
+    assert code == 0
+    run = json.loads(out.read_text())["results"]["inproc"]["runs"][0]
+    assert run["ok"] is True and run["runs"] == 2 and run["steps"] == 3
+
+
+async def test_a_streamed_turn_reports_the_outcome_its_tape_shows() -> None:
+    from palyra_gen.palyra import v1 as pb
+
+    from bench.workload import StreamedTurn
+
+    def event(seq: int, **member: object) -> pb.TapeEvent:
+        return pb.TapeEvent(run_id="r1", tape_seq=seq, **member)  # type: ignore[arg-type]
+
+    async def responses() -> Any:
+        yield pb.RunStreamResponse(events=[event(0, status=pb.RunStatus(
+            state=pb.RunState.ACCEPTED))])
+        yield pb.RunStreamResponse(event=event(1, message_replied=pb.MessageReplied(
+            reply_text="result=3")))
+        yield pb.RunStreamResponse(events=[event(2, status=pb.RunStatus(
+            state=pb.RunState.DONE))])
+
+    turn = StreamedTurn(responses())
+    assert await turn.start() == "r1"
+    seen: list[int] = []
+
+    async def on_event(e: pb.TapeEvent) -> None:
+        seen.append(e.tape_seq)
+
+    run = await turn.follow(on_event)
+    assert seen == [0, 1, 2]
+    assert (run.run_id, run.state, run.final_text) == ("r1", pb.RunState.DONE, "result=3")

@@ -171,6 +171,7 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.RunStatus.event": 'The lifecycle event that caused it, e.g. "accept", "request_approval".',
     "palyra.v1.RunStatus.reason": 'Machine-readable reason, e.g. "completed", "cancelled_by_request", "daemon_restarted".',
     "palyra.v1.RunStreamRequest.batch": "Opt in (first message only): each response carries the events of one journal\ncommit in `events`, and `event` stays unset. Without it, one event per response.",
+    "palyra.v1.RunStreamRequest.complete": "First message only: no more input will follow, so the run is done when the agent\nloop ends, recorded in the run's first commit (as `CreateRunRequest.complete`).\nWithout it the run completes when the client half-closes, which is one more\ncommit. Later inputs on a completing run are refused (RUN_TERMINAL).",
     "palyra.v1.RunStreamRequest.run_id": "Optional on the first message (generated); fixed afterwards.",
     "palyra.v1.RunStreamRequest.session_id": "Optional on the first message (resolved or created); fixed afterwards.",
     "palyra.v1.RunStreamRequest.v": "Protocol version; 0 or 1. Anything else is UNSUPPORTED_VERSION.",

@@ -68,7 +68,7 @@ class RunsApi(AppBase):
             Selectors(first.session_id, first.session_key, first.session_label,
                       first.reset_session, first.require_existing),
             text=text, attachments=attachments, run_id=first.run_id, driver="stream",
-            agent_id=agent_id, agent_postures=postures))
+            complete=first.complete, agent_id=agent_id, agent_postures=postures))
         run_id, session_id = started.run.run_id, started.session.session_id
         failures: list[PalyraError] = []
         pump = self.engine.spawn(

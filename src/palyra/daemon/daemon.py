@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -95,6 +96,11 @@ async def run_daemon(
                       if config.daemon.checkpoint_interval_s > 0 else None)
             retention = _start_retention(tg, app.store, config.journal)
             tg.create_task(http_gateway.serve(http_sock), name="http")
+            # What start-up built (modules, the policy set, the embedder's tables, the
+            # engine graph) lives as long as the daemon: keep it out of the collector's
+            # full passes, which otherwise walk it all again and again under load.
+            gc.collect()
+            gc.freeze()
             write_daemon_info(config.data_dir, info)
             stack.callback(remove_daemon_info, config.data_dir, pid)
             print(f"palyra: serving gRPC on {info.grpc_host}:{info.grpc_port}, "

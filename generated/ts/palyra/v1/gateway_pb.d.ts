@@ -195,6 +195,16 @@ export declare type RunStreamRequest = Message<"palyra.v1.RunStreamRequest"> & {
    * @generated from field: bool batch = 15;
    */
   batch: boolean;
+
+  /**
+   * First message only: no more input will follow, so the run is done when the agent
+   * loop ends, recorded in the run's first commit (as `CreateRunRequest.complete`).
+   * Without it the run completes when the client half-closes, which is one more
+   * commit. Later inputs on a completing run are refused (RUN_TERMINAL).
+   *
+   * @generated from field: bool complete = 16;
+   */
+  complete: boolean;
 };
 
 /**

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 from typing import Generic
 
+from grpclib.protocol import H2Protocol
 from grpclib.server import Server
 from palyra_gen.services import PalyraServicesApp, servers
 
@@ -12,7 +13,16 @@ from palyra.config import GrpcConfig
 from palyra.transport.auth import Authenticator
 from palyra.transport.context import ContextFactory, CtxT, current_caller
 from palyra.transport.grpc._codec import CappedProtoCodec, install_length_check
+from palyra.transport.grpc._cork import CorkedH2Protocol
 from palyra.transport.grpc._gateway import install
+
+
+class _CorkedServer(Server):
+    """grpclib's ``Server`` whose connections write through a cork (see ``_cork``)."""
+
+    def _protocol_factory(self) -> H2Protocol:
+        plain = super()._protocol_factory()
+        return CorkedH2Protocol(plain.handler, plain.config, plain.h2_config)
 
 
 class GrpcGateway(Generic[CtxT]):
@@ -33,7 +43,7 @@ class GrpcGateway(Generic[CtxT]):
     ) -> None:
         install_length_check()
         services = servers(app, lambda: make_ctx(current_caller.get()))
-        self._server = Server(services, codec=CappedProtoCodec(config.max_message_bytes))
+        self._server = _CorkedServer(services, codec=CappedProtoCodec(config.max_message_bytes))
         install(self._server, authenticator)
 
     async def start(self, sock: socket.socket) -> None:

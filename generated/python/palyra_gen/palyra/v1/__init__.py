@@ -2909,6 +2909,14 @@ class RunStreamRequest(betterproto2.Message):
     commit in `events`, and `event` stays unset. Without it, one event per response.
     """
 
+    complete: "bool" = betterproto2.field(16, betterproto2.TYPE_BOOL)
+    """
+    First message only: no more input will follow, so the run is done when the agent
+    loop ends, recorded in the run's first commit (as `CreateRunRequest.complete`).
+    Without it the run completes when the client half-closes, which is one more
+    commit. Later inputs on a completing run are refused (RUN_TERMINAL).
+    """
+
 
 default_message_pool.register_message("palyra.v1", "RunStreamRequest", RunStreamRequest)
 

@@ -1,0 +1,148 @@
+"""Write coalescing for the gRPC listener: one ``send()`` per connection per loop iteration.
+
+grpclib writes every HTTP/2 frame group to the transport as soon as h2 has
+built it: a unary call answers with three writes (headers, message,
+trailers), and each is a ``send()`` syscall on loopback that costs more CPU
+than the frames themselves. :class:`CorkedTransport` keeps the writes made
+while one event-loop iteration runs and hands them to the real transport
+joined, once, from a callback scheduled for the next iteration. Order is
+kept (every write goes through the cork), so the byte stream is exactly what
+grpclib wrote; only the number of syscalls changes.
+
+Memory stays bounded as without the cork: the cork never holds more than
+:data:`FLUSH_AT` bytes (a write that takes it past that goes to the real
+transport at once), and grpclib still waits on the real transport's
+``pause_writing``/``resume_writing`` (they reach the protocol unchanged) and on
+HTTP/2 flow control before each write; so a slow reader is paused at the same
+high-water mark as before, and the cork empties before the loop polls for I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from grpclib.protocol import H2Protocol
+
+FLUSH_AT = 64 * 1024
+"""Most bytes the cork holds; past this a write is handed on at once (backpressure as before)."""
+
+
+class CorkedTransport(asyncio.Transport):
+    """An ``asyncio.Transport`` that joins the writes of one loop iteration into one."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._scheduled = False
+
+    # -- writing ----------------------------------------------------------------------------
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Queue ``data``; it goes out with the rest of this iteration's writes."""
+        if not data:
+            return
+        self._pending.append(bytes(data))
+        self._pending_bytes += len(data)
+        if self._pending_bytes > FLUSH_AT:
+            self.flush()  # big writes meet the real transport's high-water mark now
+        elif not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._scheduled_flush)
+
+    def writelines(self, list_of_data: Any) -> None:
+        """Queue each item, as :meth:`write`."""
+        for data in list_of_data:
+            self.write(data)
+
+    def flush(self) -> None:
+        """Hand everything queued to the real transport now, as one write."""
+        pending = self._pending
+        if not pending:
+            return
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        pending.clear()
+        self._pending_bytes = 0
+        if not self._transport.is_closing():
+            self._transport.write(data)
+
+    def _scheduled_flush(self) -> None:
+        self._scheduled = False
+        self.flush()
+
+    def pending_bytes(self) -> int:
+        """Bytes queued and not yet handed to the real transport."""
+        return self._pending_bytes
+
+    def get_write_buffer_size(self) -> int:
+        """The real transport's buffer plus what the cork holds."""
+        return self._transport.get_write_buffer_size() + self.pending_bytes()
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        """The real transport's high/low water marks."""
+        return self._transport.get_write_buffer_limits()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        """Set the real transport's high/low water marks."""
+        self._transport.set_write_buffer_limits(high, low)
+
+    def can_write_eof(self) -> bool:
+        """Whether the real transport can half-close."""
+        return self._transport.can_write_eof()
+
+    def write_eof(self) -> None:
+        """Flush, then half-close."""
+        self.flush()
+        self._transport.write_eof()
+
+    # -- lifetime ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Flush what is queued (the last frames, e.g. GOAWAY), then close."""
+        self.flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        """Drop what is queued and abort the connection."""
+        self._pending.clear()
+        self._pending_bytes = 0
+        self._transport.abort()
+
+    def is_closing(self) -> bool:
+        """Whether the real transport is closing."""
+        return self._transport.is_closing()
+
+    # -- pass-through -----------------------------------------------------------------------
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        """The real transport's extra info (socket, peername, ...)."""
+        return self._transport.get_extra_info(name, default)
+
+    def is_reading(self) -> bool:
+        """Whether the real transport is reading."""
+        return self._transport.is_reading()
+
+    def pause_reading(self) -> None:
+        """Pause the real transport's reading."""
+        self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        """Resume the real transport's reading."""
+        self._transport.resume_reading()
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        """Set the real transport's protocol."""
+        self._transport.set_protocol(protocol)
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        """The real transport's protocol."""
+        return self._transport.get_protocol()
+
+
+class CorkedH2Protocol(H2Protocol):
+    """grpclib's server-side HTTP/2 protocol writing through a :class:`CorkedTransport`."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Wrap ``transport`` (grpclib sets TCP_NODELAY through it) and start HTTP/2."""
+        assert isinstance(transport, asyncio.Transport)
+        super().connection_made(CorkedTransport(transport, asyncio.get_running_loop()))
