@@ -126,11 +126,16 @@ def test_delta_subtracts_two_snapshots() -> None:
     assert window["cpu_s"] > 0
 
 
+def _site_env(sock: str) -> dict[str, str]:
+    """A child's environment with ``bench/_site`` first on its path and the probe on ``sock``."""
+    return {**os.environ, "PALYRA_BENCH_PROBE": sock,
+            "PYTHONPATH": os.pathsep.join([str(REPO / "bench" / "_site"), str(REPO),
+                                           os.environ.get("PYTHONPATH", "")])}
+
+
 def test_a_process_started_with_the_site_dir_serves_snapshots(tmp_path: Path) -> None:
     sock = str(tmp_path / "probe.sock")
-    env = {**os.environ, "PALYRA_BENCH_PROBE": sock,
-           "PYTHONPATH": os.pathsep.join([str(REPO / "bench" / "_site"), str(REPO),
-                                          os.environ.get("PYTHONPATH", "")])}
+    env = _site_env(sock)
     code = ("import sys, time\n"
             "from palyra_gen.palyra import v1 as pb\n"
             "for _ in range(5): pb.ToolResult()\n"
@@ -153,9 +158,7 @@ def test_a_frozen_process_still_shows_its_journal(tmp_path: Path) -> None:
     """After ``gc.freeze()`` the store is invisible to ``gc.get_objects()``; the probe
     finds it from the stack that holds it (as ``palyra serve`` holds its app)."""
     sock = str(tmp_path / "probe.sock")
-    env = {**os.environ, "PALYRA_BENCH_PROBE": sock,
-           "PYTHONPATH": os.pathsep.join([str(REPO / "bench" / "_site"), str(REPO),
-                                          os.environ.get("PYTHONPATH", "")])}
+    env = _site_env(sock)
     code = ("import asyncio, gc, sys\n"
             "from palyra.journal import EventDraft, JournalStore\n"
             "def serve(path):\n"
