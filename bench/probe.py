@@ -225,7 +225,10 @@ def journal_counters() -> dict[str, int]:
             if isinstance(value, int) and not isinstance(value, bool) and key != "map_size":
                 out[key] = out.get(key, 0) + value
         with contextlib.suppress(AttributeError, KeyError, Exception):
-            out["lmdb_txns"] = out.get("lmdb_txns", 0) + int(store.env.env.info()["last_txnid"])
+            # Through a read: it waits until LMDB holds every commit already answered
+            # (callers hear of a commit once its frame is durable, just before that).
+            with store.env.read() as txn:
+                out["lmdb_txns"] = out.get("lmdb_txns", 0) + int(txn.id())
     return out
 
 
