@@ -224,11 +224,10 @@ def journal_counters() -> dict[str, int]:
         for key, value in fields.items():
             if isinstance(value, int) and not isinstance(value, bool) and key != "map_size":
                 out[key] = out.get(key, 0) + value
-        with contextlib.suppress(AttributeError, KeyError, Exception):
-            # Through a read: it waits until LMDB holds every commit already answered
-            # (callers hear of a commit once its frame is durable, just before that).
-            with store.env.read() as txn:
-                out["lmdb_txns"] = out.get("lmdb_txns", 0) + int(txn.id())
+        # Through a read: it waits until LMDB holds every commit already answered
+        # (callers hear of a commit once its frame is durable, just before that).
+        with contextlib.suppress(AttributeError, KeyError, Exception), store.env.read() as txn:
+            out["lmdb_txns"] = out.get("lmdb_txns", 0) + int(txn.id())
     return out
 
 
