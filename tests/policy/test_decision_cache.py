@@ -8,7 +8,9 @@ the cache must actually be hit. Cedar is the real cedarpy, never a stand-in.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -152,6 +154,18 @@ _approval_request = st.tuples(
 )
 
 
+def _assert_cache_agrees(tmp_path_factory: object, policies: list[str], defaults: bool,
+                         requests: Sequence[Any], decide: Callable[[PolicyGate, Any], Any]) -> None:
+    """A cached and an uncached gate over the same policies answer every request alike
+    (each asked twice, so the second round comes from the cache)."""
+    tmp = tmp_path_factory.mktemp("pol")  # type: ignore[attr-defined]
+    cached = _gate(tmp, policies, defaults=defaults, cache=1)
+    plain = _gate(tmp, policies, defaults=defaults, cache=0)
+    for req in [*requests, *requests]:
+        assert decide(cached, req) == decide(plain, req), (policies, req)
+    assert cached.cache_stats[0] >= len(requests)
+
+
 def _decide_approval(gate: PolicyGate, req: tuple[str, ...]) -> Decision:
     principal, approval_id, run_principal, tool, sid, channel = req
     return gate.check_approval_decide(principal, approval_id, run_principal=run_principal,
@@ -164,12 +178,7 @@ def _decide_approval(gate: PolicyGate, req: tuple[str, ...]) -> Decision:
 def test_cached_approval_decisions_equal_uncached(tmp_path_factory: object, policies: list[str],
                                                   defaults: bool,
                                                   requests: list[tuple[str, ...]]) -> None:
-    tmp = tmp_path_factory.mktemp("pol")  # type: ignore[attr-defined]
-    cached = _gate(tmp, policies, defaults=defaults, cache=1)
-    plain = _gate(tmp, policies, defaults=defaults, cache=0)
-    for req in [*requests, *requests]:
-        assert _decide_approval(cached, req) == _decide_approval(plain, req), (policies, req)
-    assert cached.cache_stats[0] >= len(requests)
+    _assert_cache_agrees(tmp_path_factory, policies, defaults, requests, _decide_approval)
 
 
 def test_shipped_policies_decide_a_new_approval_from_the_cache() -> None:
@@ -230,9 +239,4 @@ def _posture(gate: PolicyGate, req: tuple[object, ...]) -> Decision:
 def test_cached_posture_decisions_equal_uncached(tmp_path_factory: object, policies: list[str],
                                                  defaults: bool,
                                                  requests: list[tuple[object, ...]]) -> None:
-    tmp = tmp_path_factory.mktemp("pol")  # type: ignore[attr-defined]
-    cached = _gate(tmp, policies, defaults=defaults, cache=1)
-    plain = _gate(tmp, policies, defaults=defaults, cache=0)
-    for req in [*requests, *requests]:
-        assert _posture(cached, req) == _posture(plain, req), (policies, req)
-    assert cached.cache_stats[0] >= len(requests)
+    _assert_cache_agrees(tmp_path_factory, policies, defaults, requests, _posture)
