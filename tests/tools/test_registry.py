@@ -187,3 +187,65 @@ def test_replace_swaps_a_registered_tool_and_refuses_an_unknown_one() -> None:
     with pytest.raises(PalyraError) as info:
         registry.replace(dataclasses.replace(original, name="nope"))
     assert info.value.code == ErrorCode.CONFIG_INVALID
+
+
+# Handlers that suspend are continued by tools._eager.resume: what they await
+# must reach them (values, errors, cancellation) exactly as with a plain await.
+class StepsArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    steps: int
+    fail: bool = False
+    block_s: float = 0.0
+
+
+CLEANED: list[str] = []
+
+
+async def _steps(args: StepsArgs, ctx: ToolContext) -> ToolOutput:
+    import time
+
+    time.sleep(args.block_s)  # noqa: ASYNC251 -- a first step that blocks without suspending
+    loop = asyncio.get_running_loop()
+    total = 0
+    try:
+        for i in range(args.steps):
+            future: asyncio.Future[int] = loop.create_future()
+            loop.call_soon(future.set_result, i + 1)
+            total += await future  # the value sent back into the handler
+            await asyncio.sleep(0)
+        if args.fail:
+            raise RuntimeError(f"late {total}")
+        await asyncio.sleep(3600 if args.steps < 0 else 0)
+    finally:
+        CLEANED.append(f"steps={args.steps}")
+    return ToolOutput(total)
+
+
+def _steps_registry() -> ToolRegistry:
+    return ToolRegistry([ToolSpec("steps", "Steps.", StepsArgs, RO, _steps, timeout_s=0.2)])
+
+
+async def test_a_suspending_handler_gets_every_awaited_value(ctx: ToolContext) -> None:
+    result = await _steps_registry().execute("steps", {"steps": 4}, ctx)
+    assert (result.success, result.output_json) == (True, "10")
+
+
+async def test_an_error_after_a_suspension_is_a_failed_result(ctx: ToolContext) -> None:
+    result = await _steps_registry().execute("steps", {"steps": 3, "fail": True}, ctx)
+    assert (result.success, result.error) == (False, "steps failed: RuntimeError: late 6")
+
+
+async def test_the_limit_counts_from_before_a_blocking_first_step(ctx: ToolContext) -> None:
+    # 0.3 s blocked in the first step, then a suspension: the 0.2 s limit is gone.
+    result = await _steps_registry().execute("steps", {"steps": 1, "block_s": 0.3}, ctx)
+    assert (result.success, result.timed_out) == (False, True)
+
+
+async def test_cancelling_a_suspended_handler_runs_its_cleanup(ctx: ToolContext) -> None:
+    CLEANED.clear()
+    task = asyncio.create_task(
+        _steps_registry().execute("steps", {"steps": -1}, ctx, timeout_s=3600))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert CLEANED == ["steps=-1"]

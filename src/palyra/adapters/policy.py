@@ -8,7 +8,7 @@ from palyra.engine import ApprovalRecord, IdentityRec, ToolRequest, ToolVerdict
 from palyra.policy import Outcome as GateOutcome
 from palyra.policy import PolicyGate, Posture
 from palyra.policy import ToolRequest as GateRequest
-from palyra.tools import ToolRegistry, args_digest, is_sensitive
+from palyra.tools import ToolRegistry, is_sensitive
 
 _OUTCOMES: dict[GateOutcome, pb.ToolDecisionOutcome] = {
     GateOutcome.ALLOW: pb.ToolDecisionOutcome.ALLOW, GateOutcome.DENY: pb.ToolDecisionOutcome.DENY,
@@ -21,6 +21,9 @@ class GatePolicy:
     def __init__(self, gate: PolicyGate, registry: ToolRegistry) -> None:
         self._gate = gate
         self._registry = registry
+        # A tool's capabilities as the gate takes them, per registered tool object
+        # (a replaced tool is a new object, so its entry is rebuilt).
+        self._caps: dict[str, tuple[object, frozenset[str]]] = {}
 
     @property
     def policy_hash(self) -> str:
@@ -29,13 +32,12 @@ class GatePolicy:
 
     def decide_tool(self, request: ToolRequest) -> ToolVerdict:
         """Posture (session → config → default), budget and Cedar, as one verdict."""
-        tool = self._registry.get(request.tool_name)
-        caps = frozenset(str(c) for c in tool.capabilities) if tool is not None else None
+        caps = self._capabilities(request.tool_name)
+        # No args digest: the gate never reads it (approvals compute their own).
         gate_request = GateRequest.of(
             request.identity.principal, request.tool_name, caps,
             session_id=request.session_id, run_id=request.run_id,
-            channel=request.identity.channel,
-            args_digest=args_digest(request.tool_name, request.arguments))
+            channel=request.identity.channel)
         overrides = {name: Posture(value) for name, value in request.postures.items()
                      if value in Posture.__members__.values()}
         posture = self._gate.resolve_posture(request.tool_name, caps or frozenset(), overrides)
@@ -48,6 +50,17 @@ class GatePolicy:
         return ToolVerdict(_OUTCOMES[decision.outcome], decision.reason,
                            decision.policy_hash, decision.policy_ids, risk)
 
+    def _capabilities(self, tool_name: str) -> frozenset[str] | None:
+        tool = self._registry.get(tool_name)
+        if tool is None:
+            return None
+        known = self._caps.get(tool_name)
+        if known is not None and known[0] is tool:
+            return known[1]
+        caps = frozenset(str(c) for c in tool.capabilities)
+        self._caps[tool_name] = (tool, caps)
+        return caps
+
     def may_decide_approval(self, identity: IdentityRec, approval: ApprovalRecord) -> bool:
         """Cedar ``approval.decide`` with the caller's principal."""
         decision = self._gate.check_approval_decide(
@@ -59,8 +72,7 @@ class GatePolicy:
     def posture_change(self, identity: IdentityRec, session_id: str, tool_name: str,
                        posture: str) -> tuple[bool, str]:
         """Cedar ``session.set_posture`` with the tool's capabilities (None: unknown tool)."""
-        tool = self._registry.get(tool_name)
-        caps = frozenset(str(c) for c in tool.capabilities) if tool is not None else None
+        caps = self._capabilities(tool_name)
         decision = self._gate.check_posture_change(
             identity.principal, tool_name, posture or "inherit", caps,
             session_id=session_id, channel=identity.channel)

@@ -1,16 +1,21 @@
-"""A read-through cache of entity rows, made stale per table by the one writer.
+"""A read-through cache of entity rows, made stale per row by the one writer.
 
 Hot reads (a session's postures on every tool call) would otherwise open an
 LMDB read transaction and copy the row each time, though sessions change
-rarely. Each table has a version the writer thread bumps after every durable
-commit that writes to it (before the callers are answered). A reader notes the
-version *before* it reads LMDB and files the row under it; the row is served
-only while the table's version is unchanged. A commit landing during the read
-bumps the version afterwards, so a row that might predate it is never served
-again: the cache can miss, never serve an old row.
+rarely. The writer thread keeps one clock: after every durable commit that
+writes entity rows (before the callers are answered) it notes the new clock
+reading against each row written, then advances the clock. A reader notes the
+clock *before* it reads LMDB and files the row under that reading; the row is
+served only while nothing wrote it since. A commit landing during the read
+writes its rows under a later reading, so a row that might predate it is never
+served again: the cache can miss, never serve an old row.
+
+Per row, not per table: every run commit writes its run row, and sessions
+start all the time, so a table-wide version would make nearly every read a
+miss under load.
 
 Only a store with a writer in this process uses it: another process's commits
-would not bump anything here.
+would not advance anything here.
 """
 
 from __future__ import annotations
@@ -21,32 +26,52 @@ DEFAULT_LIMIT = 4096
 
 
 class EntityCache:
-    """``(table, key) -> (version, value)``; bounded, cleared whole when full."""
+    """``(table, key) -> (clock, value)`` and when each row was last written; bounded."""
 
     def __init__(self, limit: int = DEFAULT_LIMIT) -> None:
         self._limit = limit
+        self._clock = 0
+        # A row written before ``_floor`` is no longer tracked: it counts as
+        # written at ``_floor`` (which only makes older cached rows miss).
+        self._floor = 0
+        self._written: dict[tuple[str, str], int] = {}
         self._versions: dict[str, int] = {}
         self._rows: dict[tuple[str, str], tuple[int, bytes | None]] = {}
 
+    def clock(self) -> int:
+        """The clock reading to file a row under (note it before reading LMDB)."""
+        return self._clock
+
     def version(self, table: str) -> int:
-        """The table's current version (note it before reading LMDB)."""
+        """A number that changes whenever a commit writes ``table``."""
         return self._versions.get(table, 0)
 
     def get(self, table: str, key: str) -> tuple[bool, bytes | None]:
-        """``(True, value)`` for a row filed under the table's current version."""
-        hit = self._rows.get((table, key))
-        if hit is not None and hit[0] == self._versions.get(table, 0):
+        """``(True, value)`` for a row nobody wrote since it was read."""
+        row = (table, key)
+        hit = self._rows.get(row)
+        if hit is not None and self._written.get(row, self._floor) <= hit[0]:
             return True, hit[1]
         return False, None
 
-    def put(self, table: str, key: str, version: int, value: bytes | None) -> None:
-        """File a row read while the table was at ``version``."""
+    def put(self, table: str, key: str, clock: int, value: bytes | None) -> None:
+        """File a row read after the clock read ``clock``."""
         if len(self._rows) >= self._limit:
             self._rows.clear()
-        self._rows[(table, key)] = (version, value)
+        self._rows[(table, key)] = (clock, value)
 
-    def bump(self, tables: Iterable[str]) -> None:
-        """After a durable commit that wrote ``tables`` (writer thread only)."""
+    def wrote(self, rows: Iterable[tuple[str, str]]) -> None:
+        """After a durable commit that wrote ``rows`` (writer thread only)."""
+        now = self._clock + 1
+        written = self._written
+        if len(written) >= self._limit:
+            # Forget which rows were written when: every row read before now misses.
+            self._floor = now
+            written.clear()
         versions = self._versions
-        for table in tables:
-            versions[table] = versions.get(table, 0) + 1
+        for row in rows:
+            written[row] = now
+            versions[row[0]] = now
+        # Advanced last: a reader that notes ``now`` reads after the rows above
+        # were marked, and (JournalEnv.read waits for the commit) sees them.
+        self._clock = now

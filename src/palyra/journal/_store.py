@@ -57,7 +57,7 @@ class JournalStore:
         if not config.readonly:
             self._entities = EntityCache()
             self._writer = Writer(env, config.max_batch_events, self._hub.publish,
-                                  self._entities.bump)
+                                  self._entities.wrote)
 
     @classmethod
     def open(cls, data_dir: Path, *, config: JournalConfig | None = None) -> JournalStore:
@@ -169,9 +169,9 @@ class JournalStore:
         hit, value = cache.get(table, key)
         if hit:
             return value
-        version = cache.version(table)  # before the read: see _entity_cache
+        clock = cache.clock()  # before the read: see _entity_cache
         value = _reads.get_entity(self._env, table, key)
-        cache.put(table, key, version, value)
+        cache.put(table, key, clock, value)
         return value
 
     def table_version(self, table: str) -> int:

@@ -157,12 +157,12 @@ class Writer:
         env: JournalEnv,
         max_batch_events: int,
         on_commit: Callable[[list[tuple[StoredEvent, int]]], None],
-        on_tables: Callable[[set[str]], None] = lambda tables: None,
+        on_rows: Callable[[set[tuple[str, str]]], None] = lambda rows: None,
     ):
         self._env = env
         self._max_batch = max(1, max_batch_events)
         self._on_commit = on_commit
-        self._on_tables = on_tables
+        self._on_rows = on_rows
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         with env.read() as txn:
             count, head = load_head(env, txn)
@@ -226,11 +226,12 @@ class Writer:
                 request.error = error
             _resolve(batch)
             return
-        tables = {
-            w.table for r in state.entity_requests for e in r.events for w in e.entity_writes
+        rows = {
+            (w.table, w.key)
+            for r in state.entity_requests for e in r.events for w in e.entity_writes
         }
-        if tables:
-            self._on_tables(tables)  # before anyone hears of the commit: no stale read after
+        if rows:
+            self._on_rows(rows)  # before anyone hears of the commit: no stale read after
         self.next_position = state.next_position
         self.head = state.head
         self.pruned_through = state.pruned_through

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from palyra.core.errors import ErrorCode, PalyraError
+from palyra.tools._eager import Suspended, first_step, resume
 from palyra.tools._spec import ToolContext, ToolResult, ToolSpec
 
 _ENCODER = msgspec.json.Encoder()
@@ -128,8 +129,13 @@ class ToolRegistry:
             return ToolResult(success=False, error=f"invalid arguments for {call_name}: {exc}")
         limit = tool.timeout_s if timeout_s is None else timeout_s
         try:
-            async with asyncio.timeout(limit):
-                output = await tool.handler(args, ctx)
+            # The timer is armed only if the handler suspends (see _eager),
+            # with the deadline counted from before its first step.
+            deadline = asyncio.get_running_loop().time() + limit
+            output = first_step(tool.handler(args, ctx))
+            if isinstance(output, Suspended):
+                async with asyncio.timeout_at(deadline):
+                    output = await resume(output)
         except TimeoutError:
             # asyncio.timeout only converts its own cancellation; an outer
             # cancel stays a CancelledError and is not caught here.

@@ -14,17 +14,32 @@ from palyra.engine.model.records import (
 from palyra.engine.sessions.selectors import Selectors
 from palyra.journal import JournalStore
 
+_DECODED_LIMIT = 1024
+
 
 class SessionReader:
     """Reads committed session records; never writes."""
 
     def __init__(self, store: JournalStore) -> None:
         self._store = store
+        # The last record decoded per session, with the bytes it came from: the
+        # store's entity cache hands back the same bytes object until the row is
+        # written again, so a hot session (read on every tool call) decodes once.
+        self._decoded: dict[str, tuple[bytes, SessionRecord]] = {}
 
     def get(self, session_id: str) -> SessionRecord | None:
         """The session record, or None."""
         raw = self._store.get_entity(SESSIONS, session_key(session_id)) if session_id else None
-        return decode(SessionRecord, raw) if raw is not None else None
+        if raw is None:
+            return None
+        known = self._decoded.get(session_id)
+        if known is not None and known[0] is raw:
+            return known[1]
+        record = decode(SessionRecord, raw)
+        if len(self._decoded) >= _DECODED_LIMIT:
+            self._decoded.clear()
+        self._decoded[session_id] = (raw, record)
+        return record
 
     def require(self, session_id: str) -> SessionRecord:
         """The session record.
