@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import betterproto2
 from palyra_gen.palyra import v1 as pb
 
@@ -104,14 +106,13 @@ def approval_proto(record: ApprovalRecord) -> pb.Approval:
 
 def tape_event_proto(event: StoredEvent) -> pb.TapeEvent:
     """The wire ``TapeEvent`` of a stored tape event."""
-    out = pb.TapeEvent(run_id=event.run_id, tape_seq=max(event.tape_seq, 0),
-                       position=event.position, ts_unix_ms=event.ts_ms,
-                       session_id=event.session_id)
     # A live event carries the member the engine built it from (only when
     # redaction changed nothing, so it equals the stored payload): no decode.
     origin = event.origin
     member = origin if isinstance(origin, betterproto2.Message) else member_from(
         event.kind, event.payload)
-    if member is not None:
-        setattr(out, tape_field_of(member), member)
-    return out
+    fields: dict[str, Any] = {tape_field_of(member): member} if member is not None else {}
+    # The member as a constructor argument: one __init__, no oneof bookkeeping after.
+    return pb.TapeEvent(run_id=event.run_id, tape_seq=max(event.tape_seq, 0),
+                        position=event.position, ts_unix_ms=event.ts_ms,
+                        session_id=event.session_id, **fields)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,54 +126,73 @@ class LoopState:
         """
         seq = self.tape_len
         self.tape_len += 1
-        if isinstance(member, pb.RunStatus):
-            self.state = run_state_of_proto(member.state, self.state)
-        elif isinstance(member, pb.UserInput):
-            self.messages.append(ChatMessage(role="user", content=member.text))
+        # By exact class: a chain of isinstance checks against betterproto2's
+        # ABC-based classes cost more than the fold itself.
+        fold = _FOLDS.get(type(member))
+        if fold is not None:
+            fold(self, member, seq, redacted)
+
+    def _fold_status(self, member: pb.RunStatus, seq: int, redacted: bool) -> None:
+        self.state = run_state_of_proto(member.state, self.state)
+
+    def _fold_input(self, member: pb.UserInput, seq: int, redacted: bool) -> None:
+        self.messages.append(ChatMessage(role="user", content=member.text))
+        self.message_seqs.append(seq)
+
+    def _fold_loop(self, member: pb.AgentLoop, seq: int, redacted: bool) -> None:
+        self._apply_loop(member)
+
+    def _fold_output(self, member: pb.ProviderTurnOutput, seq: int, redacted: bool) -> None:
+        self.loop_turns += 1
+        self.turn_count += 1
+        self.messages.append(ChatMessage(role="assistant", content=member.text))
+        self.message_seqs.append(seq)
+
+    def _fold_proposal(self, member: pb.ToolProposal, seq: int, redacted: bool) -> None:
+        self._apply_proposal(member, redacted)
+        if member.decision is not None:  # folded in (older tapes: a separate event)
+            self.pin_records.append(PinRecord(seq, "tape.tool_proposal", member.decision,
+                                              member.tool_name))
+            self._apply_decision(member.decision)
+
+    def _fold_decision(self, member: pb.ToolDecision, seq: int, redacted: bool) -> None:
+        self.pin_records.append(PinRecord(seq, "tape.tool_decision", member))
+        self._apply_decision(member)
+
+    def _fold_approval_request(self, member: pb.ToolApprovalRequest, seq: int,
+                               redacted: bool) -> None:
+        self.pin_records.append(PinRecord(seq, "tape.tool_approval_request", member))
+        p = self.find(member.proposal_id)
+        if p is not None:
+            p.phase, p.approval_id = ProposalPhase.WAITING, member.approval_id
+
+    def _fold_approval_response(self, member: pb.ToolApprovalResponse, seq: int,
+                                redacted: bool) -> None:
+        self.pin_records.append(PinRecord(seq, "tape.tool_approval_response", member))
+        p = self.find(member.proposal_id)
+        if p is not None:
+            p.approval_id = member.approval_id or p.approval_id
+            p.phase = ProposalPhase.ALLOWED if member.approved else ProposalPhase.DENIED
+            if not member.approved:
+                p.deny_reason = member.reason or "approval denied"
+
+    def _fold_result(self, member: pb.ToolResult, seq: int, redacted: bool) -> None:
+        before = len(self.messages)
+        self._apply_result(member)
+        if len(self.messages) > before:  # a context reference's result is a block
             self.message_seqs.append(seq)
-        elif isinstance(member, pb.AgentLoop):
-            self._apply_loop(member)
-        elif isinstance(member, pb.ProviderTurnOutput):
-            self.loop_turns += 1
-            self.turn_count += 1
-            self.messages.append(ChatMessage(role="assistant", content=member.text))
-            self.message_seqs.append(seq)
-        elif isinstance(member, pb.ToolProposal):
-            self._apply_proposal(member, redacted)
-            if member.decision is not None:  # folded in (older tapes: a separate event)
-                self.pin_records.append(PinRecord(seq, "tape.tool_proposal", member.decision,
-                                                  member.tool_name))
-                self._apply_decision(member.decision)
-        elif isinstance(member, pb.ToolDecision):
-            self.pin_records.append(PinRecord(seq, "tape.tool_decision", member))
-            self._apply_decision(member)
-        elif isinstance(member, pb.ToolApprovalRequest):
-            self.pin_records.append(PinRecord(seq, "tape.tool_approval_request", member))
-            p = self.find(member.proposal_id)
-            if p is not None:
-                p.phase, p.approval_id = ProposalPhase.WAITING, member.approval_id
-        elif isinstance(member, pb.ToolApprovalResponse):
-            self.pin_records.append(PinRecord(seq, "tape.tool_approval_response", member))
-            p = self.find(member.proposal_id)
-            if p is not None:
-                p.approval_id = member.approval_id or p.approval_id
-                p.phase = ProposalPhase.ALLOWED if member.approved else ProposalPhase.DENIED
-                if not member.approved:
-                    p.deny_reason = member.reason or "approval denied"
-        elif isinstance(member, pb.ToolResult):
-            before = len(self.messages)
-            self._apply_result(member)
-            if len(self.messages) > before:  # a context reference's result is a block
-                self.message_seqs.append(seq)
-        elif isinstance(member, pb.MessageReplied):
-            self.final_text = member.reply_text
-        elif isinstance(member, pb.ContextStage):
-            if member.content:
-                self.context_blocks.append(member.content)
-            elif member.stage == COMPACTION_FAILED_STAGE:
-                self.compaction_attempts += 1
-        elif isinstance(member, pb.SessionCompaction):
-            self._apply_compaction(member, seq)
+
+    def _fold_replied(self, member: pb.MessageReplied, seq: int, redacted: bool) -> None:
+        self.final_text = member.reply_text
+
+    def _fold_stage(self, member: pb.ContextStage, seq: int, redacted: bool) -> None:
+        if member.content:
+            self.context_blocks.append(member.content)
+        elif member.stage == COMPACTION_FAILED_STAGE:
+            self.compaction_attempts += 1
+
+    def _fold_compaction(self, member: pb.SessionCompaction, seq: int, redacted: bool) -> None:
+        self._apply_compaction(member, seq)
 
     def history(self) -> History:
         """The folded conversation as a compaction sees it."""
@@ -258,3 +278,22 @@ class LoopState:
         if self.proposals:
             return Action.COMPLETE_TURN, None
         return Action.START_TURN, None
+
+
+_Fold = Callable[[LoopState, Any, int, bool], None]
+# The tape members the loop folds, by exact class (generated messages are never
+# subclassed); every other member only advances ``tape_len``.
+_FOLDS: dict[type, _Fold] = {
+    pb.RunStatus: LoopState._fold_status,
+    pb.UserInput: LoopState._fold_input,
+    pb.AgentLoop: LoopState._fold_loop,
+    pb.ProviderTurnOutput: LoopState._fold_output,
+    pb.ToolProposal: LoopState._fold_proposal,
+    pb.ToolDecision: LoopState._fold_decision,
+    pb.ToolApprovalRequest: LoopState._fold_approval_request,
+    pb.ToolApprovalResponse: LoopState._fold_approval_response,
+    pb.ToolResult: LoopState._fold_result,
+    pb.MessageReplied: LoopState._fold_replied,
+    pb.ContextStage: LoopState._fold_stage,
+    pb.SessionCompaction: LoopState._fold_compaction,
+}
