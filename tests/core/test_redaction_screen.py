@@ -60,6 +60,11 @@ def _check(payload: Any) -> None:
 @example({"api_key": "x"})
 @example({"args": ["--password", "hunter2"]})
 @example({"text": '{"password": "x"}'})
+@example({"args_json": '{"a": 1, "b": [-2, "read-only"]}'})
+@example({"args_json": '{"cmd": ["curl", "-H", "Authorization: Bearer abcdefghijkl"]}'})
+@example({"args_json": '{"nested": "{\\"api_key\\": \\"x\\"}"}'})
+@example({"args_json": '[{"k": "sk-abcdefghijklmnop"}]'})
+@example({"args_json": '{"a": 1'})
 @example({"note": "Authorization: Bearer abcdefghijkl"})
 def test_the_screen_equals_normalize_then_redact(payload: Any) -> None:
     _check(payload)
@@ -86,4 +91,10 @@ def test_a_clean_payload_is_called_clean() -> None:
     value, clean = redaction.normalize_screened({"model_token": {"token": "tok1"}, "i": 1})
     assert clean and value == {"model_token": {"token": "tok1"}, "i": 1}
     assert not redaction.normalize_screened({"password": "x"})[1]
-    assert not redaction.normalize_screened({"t": "a=b"})[1]
+    assert not redaction.normalize_screened({"t": "token=abcdefgh12345"})[1]
+    # Text redact leaves alone is clean even where a trigger literal shows,
+    # and so is JSON text holding nothing redact would change.
+    assert redaction.normalize_screened({"t": "a=b", "r": "read-only"})[1]
+    assert redaction.normalize_screened({"input_json": '{"a": 12, "b": [1, "x"]}'})[1]
+    assert not redaction.normalize_screened({"input_json": '{"password": "x"}'})[1]
+    assert not redaction.normalize_screened({"input_json": '["--token", "abcdefgh"]'})[1]

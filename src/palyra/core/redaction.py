@@ -439,7 +439,9 @@ def _screen_string(text: str) -> str:
     if not text.isascii():
         text.encode("utf-8")  # a lone surrogate raises: normalize reports it
     first = text[:1]
-    if first == "{" or first == "[" or first.isspace():
+    if first == "{" or first == "[":
+        _screen_json(text)  # tool arguments and output: JSON held in a string
+    elif first.isspace():
         raise _Unscreened
     lowered = text.lower()
     if (
@@ -447,9 +449,49 @@ def _screen_string(text: str) -> str:
         or "cookie" in lowered or "authorization" in lowered or "private key" in lowered
         or "akia" in lowered or "asia" in lowered or "github_pat_" in lowered
         or "xox" in lowered or "eyj" in lowered
-    ):  # _triggered, inline
+    ) and not _no_span(text, lowered):  # redact_text's own two tests, the first inline
         raise _Unscreened
     return text
+
+
+def _screen_flags(items: list[Any]) -> None:
+    # argv: the item after ``--password`` is hidden by _walk_list, whatever it holds.
+    for item in items:
+        if item.__class__ is str and "-" in item and _after_secret_flag(item):
+            raise _Unscreened
+
+
+def _screen_json(text: str) -> None:
+    # What _walk_string does with JSON text, as a check: the parsed value must
+    # hold no secret key and no string redact would change (nested JSON text
+    # is left to redact). Text that does not parse is plain text to redact too.
+    try:
+        parsed = msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return
+    stack = [parsed]
+    key_cache = _KEY_CACHE
+    while stack:
+        item = stack.pop()
+        kind = item.__class__
+        if kind is dict:
+            for key, value in item.items():
+                secret = key_cache.get(key)
+                if secret is None:
+                    secret = _secret(key)
+                if secret:
+                    raise _Unscreened
+                stack.append(value)
+        elif kind is list:
+            _screen_flags(item)
+            stack.extend(item)
+        elif kind is str:
+            first = item[:1]
+            if first == "{" or first == "[" or first.isspace():
+                raise _Unscreened
+            lowered = item.lower()
+            if _triggered(lowered) and not _no_span(item, lowered):
+                raise _Unscreened
 
 
 def _screen_item(item: Any, depth: int) -> Any:
@@ -465,6 +507,7 @@ def _screen_item(item: Any, depth: int) -> Any:
     if kind is dict and depth < _MAX_DEPTH:
         return _screen_dict(item, depth + 1)
     if kind is list and depth < _MAX_DEPTH:
+        _screen_flags(item)
         return [_screen_item(x, depth + 1) for x in item]
     if kind is float and math.isfinite(item):
         return item
