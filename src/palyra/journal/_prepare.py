@@ -159,7 +159,7 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
         # A draft with an origin is the engine's: its payload is the proto3 JSON of
         # that message (plain by construction), so the normalizing walk is skipped.
         plain = payload
-    elif not isinstance(payload, Mapping):
+    elif payload.__class__ is not dict and not isinstance(payload, Mapping):
         raise InvalidArgument("payload must be a mapping", details={"field": "payload"})
     else:
         # One walk normalizes and, for the usual payload, settles that redaction

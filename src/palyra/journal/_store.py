@@ -124,7 +124,7 @@ class JournalStore:
         if not prepared:
             future.set_result([])
         else:
-            writer.submit(Request(loop, future, events=prepared))
+            writer.submit(Request(loop, future, prepared))
         return future
 
     async def checkpoint(self) -> Checkpoint:

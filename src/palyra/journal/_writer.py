@@ -353,10 +353,12 @@ class Writer:
 
     def _put_record(self, txn: Any, state: _BatchState, chunk: _Chunk) -> None:
         first = state.next_position
-        last = first + len(chunk) - 1
+        count = len(chunk)
+        last = first + count - 1
         session_id = chunk[0][1].session_id
         prev = self._session_head(txn, state, session_id)
         rows: list[list[Any]] = []
+        add_row = rows.append
         tape_last: dict[str, int] = {}
         tape_next = state.tape_next
         for _request, event in chunk:
@@ -370,30 +372,31 @@ class Writer:
             else:
                 seq = NO_TAPE_SEQ
             # record_row, inline: RECORD_EVENT_FIELDS, the redactions, the payload.
-            rows.append([
+            add_row([
                 event.event_id, event.run_id, seq, event.kind, event.actor, event.ts_ms,
                 event.principal, event.device_id, event.channel, list(event.redactions),
                 Raw(event.payload),
             ])  # fmt: skip
-        head = record_head(prev, first, len(chunk), session_id)
+        head = record_head(prev, first, count, session_id)
         value, digest, link = build_record(head, record_body(rows), state.head, last)
         last_key = u64_key(last)
         puts = state.puts
         puts[names.EVENTS].append((last_key, value))
         puts[names.BY_SESSION].append((scoped_key(session_id, last), b""))
-        tape = puts[names.TAPE]
-        for run_id, seq in tape_last.items():
-            tape.append((scoped_key(run_id, seq), last_key))
+        if tape_last:
+            tape = puts[names.TAPE]
+            for run_id, seq in tape_last.items():
+                tape.append((scoped_key(run_id, seq), last_key))
         digest_hex, prev_hex, link_hex = digest.hex(), prev.hex(), link.hex()
-        committed = state.committed
+        add_view = state.committed.append
         position = first
         for (request, event), row in zip(chunk, rows, strict=True):
-            seq = row[2]
+            # The row's redaction list is the view's too: the row is encoded
+            # already and dropped, so the list has one owner from here on.
             view = StoredEvent(
-                position, event.event_id, session_id, event.run_id, seq, event.kind,
+                position, event.event_id, session_id, event.run_id, row[2], event.kind,
                 event.actor, event.ts_ms, event.principal, event.device_id, event.channel,
-                event.value, list(event.redactions), digest_hex, prev_hex, link_hex,
-                event.origin,
+                event.value, row[9], digest_hex, prev_hex, link_hex, event.origin,
             )  # fmt: skip
             position += 1
             result = request.result
@@ -401,7 +404,7 @@ class Writer:
                 request.result = [view]
             else:
                 result.append(view)
-            committed.append((view, len(event.payload) + _EVENT_OVERHEAD))
+            add_view((view, len(event.payload) + _EVENT_OVERHEAD))
         state.session_heads[session_id] = digest
         state.head = link
         state.next_position = last + 1
@@ -561,12 +564,13 @@ def _remember(memory: dict[Any, Any], committed: dict[Any, Any]) -> None:
 def _resolve(batch: list[Request]) -> None:
     # One wake-up per event loop per commit instead of one per caller.
     loop = batch[0].loop
-    if all(request.loop is loop for request in batch):
-        by_loop = {loop: batch}
-    else:
-        by_loop = {}
-        for request in batch:
-            by_loop.setdefault(request.loop, []).append(request)
+    by_loop = {loop: batch}
+    for request in batch:
+        if request.loop is not loop:  # callers on several loops: group them
+            by_loop = {}
+            for each in batch:
+                by_loop.setdefault(each.loop, []).append(each)
+            break
     for loop, requests in by_loop.items():
         # A closed loop raises RuntimeError: nobody is waiting any more.
         with contextlib.suppress(RuntimeError):
