@@ -91,7 +91,9 @@ def _plain_header(draft: EventDraft) -> bool:
         and len(k) <= MAX_FIELD_BYTES and len(a) <= MAX_FIELD_BYTES
         and len(p) <= MAX_FIELD_BYTES and len(d) <= MAX_FIELD_BYTES
         and len(c) <= MAX_FIELD_BYTES
-        and (s + r + k + a + p + d + c).isascii()
+        # isascii is a flag test on a str: no need to join the seven first.
+        and s.isascii() and r.isascii() and k.isascii() and a.isascii()
+        and p.isascii() and d.isascii() and c.isascii()
     )  # fmt: skip
 
 
