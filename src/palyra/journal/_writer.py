@@ -111,6 +111,8 @@ class _BatchState:
     record_bytes: int = 0
     appends: int = 0
     entity_requests: list[Request] = field(default_factory=list)
+    # Event id claims (id -> position) of the records laid out, in position order (claim_ids).
+    claims: list[tuple[bytes, bytes]] = field(default_factory=list)
     # Index and record puts of this batch's records, written together (flush_puts).
     puts: dict[str, list[tuple[bytes, bytes]]] = field(
         default_factory=lambda: {names.EVENTS: [], names.BY_SESSION: [], names.TAPE: []}
@@ -277,9 +279,9 @@ class Writer:
         # With the commit log, the txn records its writes: they become the frame.
         txn: Any = raw if durable is None else RecordingTxn(raw, durable.names)
         try:
-            self._claim_ids(txn, state.next_position, chunks)
             for chunk in chunks:
                 self._put_record(txn, state, chunk)
+            self._claim_ids(txn, state, chunks)  # before any record is put: a clash redoes
             self._flush_puts(txn, state)
             # Entity rows in arrival order: the last request queued writes last.
             dbs = env.dbs
@@ -318,18 +320,16 @@ class Writer:
             raise
         return state
 
-    def _claim_ids(self, txn: Any, position: int, chunks: list[_Chunk]) -> None:
-        # put without overwrite doubles as the duplicate check; positions are
-        # those the records below will give the events. All ids in one LMDB call;
-        # only on a clash are they looked at one by one, to find whose it is.
+    def _claim_ids(self, txn: Any, state: _BatchState, chunks: list[_Chunk]) -> None:
+        # put without overwrite doubles as the duplicate check; the claims are
+        # those _put_record collected for ``chunks`` (id -> the position the
+        # record gave the event). All ids in one LMDB call; only on a clash are
+        # they looked at one by one, to find whose it is.
         ids = self._env.dbs[names.EVENT_IDS]
-        items = []
-        for chunk in chunks:
-            for _request, event in chunk:
-                items.append((event.event_id.encode(), _U64.pack(position)))
-                position += 1
+        items = state.claims
         if not items:
             return
+        state.claims = []
         if isinstance(txn, RecordingTxn):
             if txn.put_new(items, db=ids):
                 return
@@ -359,9 +359,14 @@ class Writer:
         prev = self._session_head(txn, state, session_id)
         rows: list[list[Any]] = []
         add_row = rows.append
+        add_claim = state.claims.append
+        pack = _U64.pack
         tape_last: dict[str, int] = {}
         tape_next = state.tape_next
+        position = first
         for _request, event in chunk:
+            add_claim((event.event_id.encode(), pack(position)))
+            position += 1
             if event.tape:
                 run_id = event.run_id
                 seq = tape_next.get(run_id)
@@ -461,11 +466,12 @@ class Writer:
                      "head_hash": done.global_hash.hex(), "before_ms": order.before_ms})],
             self._env.config)
         position = state.next_position
-        if not txn.put(event.event_id.encode(), u64_key(position),
-                       db=self._env.dbs[names.EVENT_IDS], overwrite=False):
-            raise PalyraInternalError(f"fresh event id {event.event_id} is already taken")
         request.result = None  # a redone batch may have left its last attempt's result
         self._put_record(txn, state, [(request, event)])
+        [(key, value)] = state.claims
+        state.claims = []
+        if not txn.put(key, value, db=self._env.dbs[names.EVENT_IDS], overwrite=False):
+            raise PalyraInternalError(f"fresh event id {event.event_id} is already taken")
         self._flush_puts(txn, state)
         return PruneResult(done.first, done.last, done.records, events, done.bytes_freed,
                            done.global_hash.hex(), position)
