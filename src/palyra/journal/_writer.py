@@ -98,6 +98,9 @@ class Request:
         return self.signer is None and self.prune is None
 
 
+_Chunk = list[tuple[Request, PreparedEvent]]
+
+
 @dataclass(slots=True)
 class _BatchState:
     next_position: int
@@ -105,8 +108,10 @@ class _BatchState:
     pruned_through: int = 0
     session_heads: dict[str, bytes] = field(default_factory=dict)
     tape_next: dict[str, int] = field(default_factory=dict)
-    # What followers get after the commit: each event with its approximate size.
-    committed: list[tuple[StoredEvent, int]] = field(default_factory=list)
+    # What followers get after the commit: the events built, in position order,
+    # and the records' chunks they came from (their sizes, only if anyone follows).
+    committed: list[StoredEvent] = field(default_factory=list)
+    sources: list[_Chunk] = field(default_factory=list)
     records: int = 0
     record_bytes: int = 0
     appends: int = 0
@@ -130,8 +135,6 @@ class _Clash(Exception):
         self.request = request
         self.error = error
 
-
-_Chunk = list[tuple[Request, PreparedEvent]]
 
 _U64 = struct.Struct(">Q")
 
@@ -160,11 +163,13 @@ class Writer:
         max_batch_events: int,
         on_commit: Callable[[list[tuple[StoredEvent, int]]], None],
         on_tables: Callable[[set[str]], None] = lambda tables: None,
+        followed: Callable[[], bool] = lambda: True,
     ):
         self._env = env
         self._max_batch = max(1, max_batch_events)
         self._on_commit = on_commit
         self._on_tables = on_tables
+        self._followed = followed
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         with env.read() as txn:
             count, head = load_head(env, txn)
@@ -247,8 +252,8 @@ class Writer:
         stats.records += state.records
         # Followers first: once an append returns, its events are on their way
         # to every follower too (tests and callers may rely on that order).
-        if state.committed:
-            self._on_commit(state.committed)
+        if state.committed and self._followed():
+            self._on_commit(_follower_items(state))
         _resolve(batch)
         durable = env.durable
         if durable is not None:
@@ -409,7 +414,8 @@ class Writer:
                 request.result = [view]
             else:
                 result.append(view)
-            add_view((view, len(event.payload) + _EVENT_OVERHEAD))
+            add_view(view)
+        state.sources.append(chunk)
         state.session_heads[session_id] = digest
         state.head = link
         state.next_position = last + 1
@@ -558,6 +564,18 @@ def _layout(appends: list[Request]) -> tuple[list[_Chunk], list[Request]]:
             size += len(item[1].payload)
         chunks.append(chunk)
     return chunks, with_writes
+
+
+def _follower_items(state: _BatchState) -> list[tuple[StoredEvent, int]]:
+    """``(event, size)`` of every event committed, for the followers' bounded buffers.
+
+    Built only when someone follows: a commit with no follower makes no pair.
+    """
+    events = (event for chunk in state.sources for _request, event in chunk)
+    return [
+        (view, len(event.payload) + _EVENT_OVERHEAD)
+        for view, event in zip(state.committed, events, strict=True)
+    ]
 
 
 def _remember(memory: dict[Any, Any], committed: dict[Any, Any]) -> None:
