@@ -27,7 +27,13 @@ from typing import Any
 import lmdb
 from msgspec import Raw
 
-from palyra.core.chain import GENESIS, checkpoint_message, record_body, record_head
+from palyra.core.chain import (
+    GENESIS,
+    checkpoint_message,
+    record_body,
+    record_head_of,
+    text_bytes,
+)
 from palyra.core.errors import AlreadyExists, ErrorCode, PalyraError, PalyraInternalError
 from palyra.journal import _env as names
 from palyra.journal._durable import RecordingTxn
@@ -48,7 +54,7 @@ from palyra.journal._record import (
     build_record,
     encode_record,
     record_hashes,
-    scoped_key,
+    scoped_prefix,
     u64_key,
 )
 from palyra.journal._signing import Signer
@@ -178,6 +184,8 @@ class Writer:
         self.head = head
         self._session_heads: dict[str, bytes] = {}
         self._tape_next: dict[str, int] = {}
+        # A session's or run's index key prefix and hashed text, kept between records.
+        self._scopes: dict[str, tuple[bytes, bytes]] = {}
         self.stats = WriterStats()
         self._thread = threading.Thread(target=self._run, name=names.WRITER_THREAD, daemon=True)
         self._thread.start()
@@ -387,16 +395,19 @@ class Writer:
                 event.principal, event.device_id, event.channel, list(event.redactions),
                 Raw(event.payload),
             ])  # fmt: skip
-        head = record_head(prev, first, count, session_id)
+        scopes = self._scopes
+        session_prefix, session_text = scopes.get(session_id) or self._scope(session_id)
+        head = record_head_of(prev, first, count, session_text)
         value, digest, link = build_record(head, record_body(rows), state.head, last)
-        last_key = u64_key(last)
+        last_key = pack(last)
         puts = state.puts
         puts[names.EVENTS].append((last_key, value))
-        puts[names.BY_SESSION].append((scoped_key(session_id, last), b""))
+        puts[names.BY_SESSION].append((session_prefix + last_key, b""))  # scoped_key
         if tape_last:
             tape = puts[names.TAPE]
             for run_id, seq in tape_last.items():
-                tape.append((scoped_key(run_id, seq), last_key))
+                run_prefix = (scopes.get(run_id) or self._scope(run_id))[0]
+                tape.append((run_prefix + pack(seq), last_key))
         digest_hex, prev_hex, link_hex = digest.hex(), prev.hex(), link.hex()
         add_view = state.committed.append
         position = first
@@ -421,6 +432,13 @@ class Writer:
         state.next_position = last + 1
         state.records += 1
         state.record_bytes += len(value)
+
+    def _scope(self, scope: str) -> tuple[bytes, bytes]:
+        """``(scoped_prefix(scope), text_bytes(scope))``, remembered (bounded)."""
+        if len(self._scopes) >= _MEMORY_LIMIT:
+            self._scopes.clear()
+        pair = self._scopes[scope] = (scoped_prefix(scope), text_bytes(scope))
+        return pair
 
     def _flush_puts(self, txn: Any, state: _BatchState) -> None:
         # One LMDB call per table for all records laid out since the last flush
