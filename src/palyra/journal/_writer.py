@@ -283,6 +283,9 @@ class Writer:
     def _apply(self, batch: list[Request]) -> _BatchState:
         state = _BatchState(self.next_position, self.head, self.pruned_through)
         appends = [r for r in batch if r.signer is None and r.prune is None]
+        others: list[Request] = []  # prunes and checkpoints, usually none
+        if len(appends) < len(batch):
+            others = [r for r in batch if r.signer is not None or r.prune is not None]
         state.appends = len(appends)
         chunks, entity_requests = _layout(appends)
         state.entity_requests = entity_requests
@@ -306,11 +309,11 @@ class Writer:
                         else:
                             txn.put(write.key.encode(), write.value, db=dbs[write.table])
             # Prune batches: tombstones at the tail, their journal.pruned event at the head.
-            for request in batch:
+            for request in others:
                 if request.prune is not None:
                     request.result = self._prune(txn, state, request)
             # Checkpoints sign the head after every record of the batch.
-            for request in batch:
+            for request in others:
                 if request.signer is not None:
                     request.result = self._checkpoint(txn, state, request.signer)
             if durable is None:
