@@ -9,6 +9,12 @@ journal and SQLite run in ``R`` alternating slices of ``N/R`` appends, so disk
 noise on a shared machine hits both alike. The ``fsync_floor`` line times the
 raw syncs on that disk: one ``fdatasync`` (what a SQLite WAL commit needs) and
 ``fdatasync`` + an ``O_DSYNC`` page write (what an LMDB commit needs).
+The ``harness_floor`` line at each concurrency runs the same drive loop with
+the same drafts against a null appender that does only what an append cannot
+avoid: ``prepare`` in the caller, then a future resolved by one thread, one
+``call_soon_threadsafe`` per batch (no storage, no hashing, no fsync). It is the
+most this harness can do on this machine: the ``ratios`` line gives the
+store's CPU per event over it (``cpu_vs_floor@C``).
 ``--json FILE`` also writes every line, in order, as one JSON list.
 """
 
@@ -17,14 +23,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import contextlib
 import hashlib
 import json
 import os
+import queue
 import shutil
 import sqlite3
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -121,6 +130,64 @@ async def bench_pair(
         _line("lmdb_group_commit", appenders, events, lmdb_s, commits, lmdb_cpu),
         _line("sqlite_wal_full", appenders, events, sqlite_s, events, sqlite_cpu),
     )
+
+
+class NullAppender:
+    """The floor of the harness: ``prepare`` in the caller, a future resolved from a thread.
+
+    Everything an append must do whatever the store: validate and encode the
+    draft, queue it to another thread, and get an answer back to the caller's
+    event loop, batched like the journal's writer batches (one wake-up of the
+    loop per batch). Nothing is stored.
+    """
+
+    def __init__(self) -> None:
+        self.config = JournalConfig()
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.batches = 0
+        self.thread = threading.Thread(target=self._run, name="bench-null-appender", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (first := self.queue.get()) is not None:
+            batch = [first]
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    batch.append(self.queue.get_nowait())
+            self.batches += 1
+            first[0].call_soon_threadsafe(_settle_null, batch)
+
+    def append(self, drafts: list[EventDraft]) -> asyncio.Future[list[PreparedEvent]]:
+        prepared = prepare(drafts, self.config)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[PreparedEvent]] = loop.create_future()
+        self.queue.put((loop, future, prepared))
+        return future
+
+    def close(self) -> None:
+        self.queue.put(None)
+        self.thread.join()
+
+
+def _settle_null(batch: list[Any]) -> None:
+    for _loop, future, prepared in batch:
+        if not future.done():
+            future.set_result(prepared)
+
+
+async def bench_floor(appenders: int, events: int, rounds: int) -> dict[str, Any]:
+    """The ``harness_floor`` line: the journal's drive loop against :class:`NullAppender`."""
+    null = NullAppender()
+    seconds = cpu_s = 0.0
+    try:
+        for r in range(rounds):
+            part = range(events * r // rounds, events * (r + 1) // rounds)
+            wall, cpu = await _timed(_drive(appenders, part, lambda i: null.append([_draft(i)])))
+            seconds, cpu_s = seconds + wall, cpu_s + cpu
+        batches = null.batches  # "commits": the batches it answered
+    finally:
+        null.close()
+    return _line("harness_floor", appenders, events, seconds, batches, cpu_s)
 
 
 def fsync_floor(root: Path, runs: int = 300) -> dict[str, Any]:
@@ -268,6 +335,9 @@ async def run(events: int, base: Path, rounds: int = 5) -> int:
             for line in await bench_pair(root, appenders, events, rounds):
                 results[(line["config"], appenders)] = line
                 _emit(line)
+            floor = await bench_floor(appenders, events, rounds)
+            results[(floor["config"], appenders)] = floor
+            _emit(floor)
         reads = bench_reads(root / f"lmdb-{CONCURRENCY[-1]}")
         for line in reads:
             _emit(line)
@@ -283,6 +353,11 @@ async def run(events: int, base: Path, rounds: int = 5) -> int:
             str(c): {"lmdb": lm, "sqlite": sq} for c, (lm, sq) in side.items()}})  # fmt: skip
         top = CONCURRENCY[-1]
         ratios = {f"group_commit_vs_sqlite@{c}": round(lm / sq, 2) for c, (lm, sq) in side.items()}
+        for c in CONCURRENCY:
+            # How far the store's CPU per event is above what the harness alone costs.
+            ratios[f"cpu_vs_floor@{c}"] = round(
+                results[("lmdb_group_commit", c)]["cpu_us_per_event"]
+                / results[("harness_floor", c)]["cpu_us_per_event"], 2)
         ratios["verify_vs_raw_sha256"] = round(
             by_name["verify"]["events_per_s"] / by_name["raw_sha256"]["events_per_s"], 3
         )

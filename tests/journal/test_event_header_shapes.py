@@ -7,6 +7,7 @@ shape grows, loses or reorders a header field on its own.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
 from pathlib import Path
 from typing import get_args, get_type_hints
@@ -114,6 +115,27 @@ def test_with_writes_appends_and_keeps_every_other_field() -> None:
     assert extended.entity_writes == (first, second)
     assert dataclasses.replace(extended, entity_writes=(first,)) == draft
     assert draft.entity_writes == (first,)
+
+
+def test_draft_init_takes_exactly_its_fields_in_order() -> None:
+    # EventDraft has a hand-written __init__ (faster than the generated one):
+    # it must take every field, in field order, with the field's default, and set it.
+    fields = dataclasses.fields(EventDraft)
+    params = list(inspect.signature(EventDraft).parameters.values())
+    assert [p.name for p in params] == [f.name for f in fields]
+    for f, p in zip(fields, params, strict=True):
+        if f.default is not dataclasses.MISSING:
+            assert p.default == f.default, f.name
+        elif f.default_factory is dataclasses.MISSING:
+            assert p.default is inspect.Parameter.empty, f.name
+    values = {f.name: f"v-{f.name}" for f in fields}
+    draft = EventDraft(**values)  # type: ignore[arg-type]
+    assert {f.name: getattr(draft, f.name) for f in fields} == values
+    assert dataclasses.replace(draft) == draft
+    one, two = EventDraft("k", "a"), EventDraft("k", "a")
+    assert one.payload == {} and one.payload is not two.payload  # a fresh dict each
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        one.kind = "x"  # type: ignore[misc]
 
 
 def test_header_values_type_matches_the_declaration() -> None:

@@ -174,3 +174,30 @@ async def test_a_gap_in_memory_sends_the_follower_back_to_the_store(store: Journ
     got = [await pending, await _next(follower)]
     assert [(e.tape_seq, e.event_id != bogus.event_id) for e in got] == [(1, True), (2, True)]
     await follower.aclose()
+
+
+async def test_commits_hand_off_nothing_without_followers_and_everything_with_one(
+    store: JournalStore,
+) -> None:
+    handed: list[list[tuple[StoredEvent, int]]] = []
+    writer = store._writer
+    assert writer is not None
+    publish = writer._on_commit
+
+    def record(items: list[tuple[StoredEvent, int]]) -> None:
+        handed.append(items)
+        publish(items)
+
+    writer._on_commit = record
+    await store.append([draft(0, run_id="r", tape=True)])
+    assert handed == []  # nobody follows: no (event, size) pairs are built
+    follower = store.follow_tape("r").__aiter__()
+    assert (await _next(follower)).tape_seq == 0  # from the store
+    pending = asyncio.ensure_future(_next(follower))
+    await asyncio.sleep(0.01)
+    events = await store.append([draft(1, run_id="r", tape=True), draft(2, run_id="q")])
+    assert (await pending).tape_seq == 1  # live, from memory
+    [items] = handed
+    assert [e for e, _size in items] == events  # every event of the commit, in order
+    assert all(size > 0 for _e, size in items)
+    await follower.aclose()

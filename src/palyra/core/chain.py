@@ -140,12 +140,27 @@ def record_head(
         raise ValueError("prev_session_hash must be 32 bytes")
     if count < 1:
         raise ValueError("a record holds at least one event")
-    return (
-        RECORD_TAG
-        + prev_session_hash
-        + _U64.pack(first_position)
-        + _U32.pack(count)
-        + _text(session_id)
+    return record_head_of(prev_session_hash, first_position, count, text_bytes(session_id))
+
+
+_FIRST_COUNT = struct.Struct(">QI")
+
+
+def text_bytes(value: str) -> bytes:
+    """``text(value)`` of the hash layouts: ``u32(len(utf8)) || utf8``."""
+    return _text(value)
+
+
+def record_head_of(
+    prev_session_hash: bytes, first_position: int, count: int, session_text: bytes
+) -> bytes:
+    """:func:`record_head` with ``text(session_id)`` given (``text_bytes``) and unchecked.
+
+    For the writer, which keeps each session's text between records and whose
+    ``prev_session_hash`` and ``count`` are right by construction.
+    """
+    return b"".join(
+        (RECORD_TAG, prev_session_hash, _FIRST_COUNT.pack(first_position, count), session_text)
     )
 
 
@@ -174,7 +189,9 @@ def record_body(rows: Sequence[list[Any]]) -> bytes:
 
 def record_hash(head: bytes, body: bytes) -> bytes:
     """``SHA-256(record_head || record_body)``: the session chain hash of a record."""
-    return hashlib.sha256(head + body).digest()
+    digest = hashlib.sha256(head)
+    digest.update(body)  # no copy of the body into one pre-image
+    return digest.digest()
 
 
 def link_hash(prev_link: bytes, position: int, event_digest: bytes) -> bytes:

@@ -531,8 +531,10 @@ def _screen_dict(value: dict[Any, Any], depth: int) -> dict[str, Any]:
         kind = item.__class__
         if kind is str:
             out[key] = _screen_string(item)
-        elif kind is int and _INT64_MIN <= item <= _INT64_MAX:
+        elif (kind is int and _INT64_MIN <= item <= _INT64_MAX) or kind is bool or item is None:
             out[key] = item
+        elif kind is dict and depth < _MAX_DEPTH:  # _screen_item's dict case, one call fewer
+            out[key] = _screen_dict(item, depth + 1)
         else:
             out[key] = _screen_item(item, depth)
     return out

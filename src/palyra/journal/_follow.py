@@ -129,6 +129,16 @@ class FollowHub:
             else:
                 self._by_run.pop(sub.key, None)
 
+    def followed(self) -> bool:
+        """True when anyone follows anything (the writer's cue to build what ``publish`` takes).
+
+        Read without the lock: a follower that subscribes after this said False
+        reads the store after subscribing, and that read already sees the commit
+        (the writer asks only once the commit is durable, and reads of this
+        process wait until LMDB holds it), as with ``publish`` finding nobody.
+        """
+        return bool(self._global) or bool(self._by_run)
+
     def publish(self, events: Sequence[tuple[StoredEvent, int]]) -> None:
         """Hand one durable commit's ``(event, size)`` pairs to its followers (writer thread).
 

@@ -78,11 +78,10 @@ def _text(name: str, value: object, limit: int, *, required: bool = False) -> st
     return str(value)
 
 
-def _plain_header(draft: EventDraft) -> bool:
-    """True when every header text is a plain ASCII ``str`` within its limit (and
-    ``kind`` is set): then no per-field check can fail. One test for the usual case."""
-    s, r, k, a = draft.session_id, draft.run_id, draft.kind, draft.actor
-    p, d, c = draft.principal, draft.device_id, draft.channel
+def _plain_header(s: str, r: str, k: str, a: str, p: str, d: str, c: str) -> bool:
+    """True when every header text (session, run, kind, actor, principal, device,
+    channel) is a plain ASCII ``str`` within its limit (and ``kind`` is set): then no
+    per-field check can fail. One test for the usual case."""
     return (
         s.__class__ is str and r.__class__ is str and k.__class__ is str
         and a.__class__ is str and p.__class__ is str and d.__class__ is str
@@ -91,7 +90,9 @@ def _plain_header(draft: EventDraft) -> bool:
         and len(k) <= MAX_FIELD_BYTES and len(a) <= MAX_FIELD_BYTES
         and len(p) <= MAX_FIELD_BYTES and len(d) <= MAX_FIELD_BYTES
         and len(c) <= MAX_FIELD_BYTES
-        and (s + r + k + a + p + d + c).isascii()
+        # isascii is a flag test on a str: no need to join the seven first.
+        and s.isascii() and r.isascii() and k.isascii() and a.isascii()
+        and p.isascii() and d.isascii() and c.isascii()
     )  # fmt: skip
 
 
@@ -136,10 +137,11 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
                                   details={"field": "event_id"})
     else:
         event_id = _EVENT_IDS.next(now_ms)
-    if _plain_header(draft):
-        session_id, run_id, kind, actor = draft.session_id, draft.run_id, draft.kind, draft.actor
-        principal, device_id, channel = draft.principal, draft.device_id, draft.channel
-    else:  # the field-by-field checks, for their error messages
+    # The fields as given (any type: a caller may pass anything), checked just below.
+    session_id, run_id, kind, actor = draft.session_id, draft.run_id, draft.kind, draft.actor
+    principal, device_id, channel = draft.principal, draft.device_id, draft.channel
+    if not _plain_header(session_id, run_id, kind, actor, principal, device_id, channel):
+        # the field-by-field checks, for their error messages
         session_id = _text("session_id", draft.session_id, MAX_ID_BYTES)
         run_id = _text("run_id", draft.run_id, MAX_ID_BYTES)
         kind = _text("kind", draft.kind, MAX_FIELD_BYTES, required=True)
@@ -159,7 +161,7 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
         # A draft with an origin is the engine's: its payload is the proto3 JSON of
         # that message (plain by construction), so the normalizing walk is skipped.
         plain = payload
-    elif not isinstance(payload, Mapping):
+    elif payload.__class__ is not dict and not isinstance(payload, Mapping):
         raise InvalidArgument("payload must be a mapping", details={"field": "payload"})
     else:
         # One walk normalizes and, for the usual payload, settles that redaction

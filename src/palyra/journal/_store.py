@@ -57,7 +57,7 @@ class JournalStore:
         if not config.readonly:
             self._entities = EntityCache()
             self._writer = Writer(env, config.max_batch_events, self._hub.publish,
-                                  self._entities.wrote)
+                                  self._entities.wrote, self._hub.followed)
 
     @classmethod
     def open(cls, data_dir: Path, *, config: JournalConfig | None = None) -> JournalStore:
@@ -102,7 +102,13 @@ class JournalStore:
             PalyraError: ``PAYLOAD_TOO_LARGE`` over a size cap; ``UNAVAILABLE``
                 when the store is closed or the commit failed.
         """
-        return await self.submit(drafts)
+        future = self.submit(drafts)
+        # Let go of the drafts while the commit is pending: their payloads were
+        # copied by prepare, and a caller that no longer holds them (a list built
+        # in the call) frees them now instead of keeping them, and the cycle
+        # collector's work, alive across the commit.
+        del drafts
+        return await future
 
     def submit(self, drafts: Sequence[EventDraft]) -> asyncio.Future[list[StoredEvent]]:
         """Validate and queue ``drafts`` now; the future resolves once the commit is durable.
@@ -124,7 +130,7 @@ class JournalStore:
         if not prepared:
             future.set_result([])
         else:
-            writer.submit(Request(loop, future, events=prepared))
+            writer.submit(Request(loop, future, prepared))
         return future
 
     async def checkpoint(self) -> Checkpoint:

@@ -27,7 +27,13 @@ from typing import Any
 import lmdb
 from msgspec import Raw
 
-from palyra.core.chain import GENESIS, checkpoint_message, record_body, record_head
+from palyra.core.chain import (
+    GENESIS,
+    checkpoint_message,
+    record_body,
+    record_head_of,
+    text_bytes,
+)
 from palyra.core.errors import AlreadyExists, ErrorCode, PalyraError, PalyraInternalError
 from palyra.journal import _env as names
 from palyra.journal._durable import RecordingTxn
@@ -48,7 +54,7 @@ from palyra.journal._record import (
     build_record,
     encode_record,
     record_hashes,
-    scoped_key,
+    scoped_prefix,
     u64_key,
 )
 from palyra.journal._signing import Signer
@@ -98,6 +104,9 @@ class Request:
         return self.signer is None and self.prune is None
 
 
+_Chunk = list[tuple[Request, PreparedEvent]]
+
+
 @dataclass(slots=True)
 class _BatchState:
     next_position: int
@@ -105,12 +114,16 @@ class _BatchState:
     pruned_through: int = 0
     session_heads: dict[str, bytes] = field(default_factory=dict)
     tape_next: dict[str, int] = field(default_factory=dict)
-    # What followers get after the commit: each event with its approximate size.
-    committed: list[tuple[StoredEvent, int]] = field(default_factory=list)
+    # What followers get after the commit: the events built, in position order,
+    # and the records' chunks they came from (their sizes, only if anyone follows).
+    committed: list[StoredEvent] = field(default_factory=list)
+    sources: list[_Chunk] = field(default_factory=list)
     records: int = 0
     record_bytes: int = 0
     appends: int = 0
     entity_requests: list[Request] = field(default_factory=list)
+    # Event id claims (id -> position) of the records laid out, in position order (claim_ids).
+    claims: list[tuple[bytes, bytes]] = field(default_factory=list)
     # Index and record puts of this batch's records, written together (flush_puts).
     puts: dict[str, list[tuple[bytes, bytes]]] = field(
         default_factory=lambda: {names.EVENTS: [], names.BY_SESSION: [], names.TAPE: []}
@@ -128,8 +141,6 @@ class _Clash(Exception):
         self.request = request
         self.error = error
 
-
-_Chunk = list[tuple[Request, PreparedEvent]]
 
 _U64 = struct.Struct(">Q")
 
@@ -158,11 +169,13 @@ class Writer:
         max_batch_events: int,
         on_commit: Callable[[list[tuple[StoredEvent, int]]], None],
         on_rows: Callable[[set[tuple[str, str]]], None] = lambda rows: None,
+        followed: Callable[[], bool] = lambda: True,
     ):
         self._env = env
         self._max_batch = max(1, max_batch_events)
         self._on_commit = on_commit
         self._on_rows = on_rows
+        self._followed = followed
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         with env.read() as txn:
             count, head = load_head(env, txn)
@@ -171,6 +184,8 @@ class Writer:
         self.head = head
         self._session_heads: dict[str, bytes] = {}
         self._tape_next: dict[str, int] = {}
+        # A session's or run's index key prefix and hashed text, kept between records.
+        self._scopes: dict[str, tuple[bytes, bytes]] = {}
         self.stats = WriterStats()
         self._thread = threading.Thread(target=self._run, name=names.WRITER_THREAD, daemon=True)
         self._thread.start()
@@ -246,8 +261,8 @@ class Writer:
         stats.records += state.records
         # Followers first: once an append returns, its events are on their way
         # to every follower too (tests and callers may rely on that order).
-        if state.committed:
-            self._on_commit(state.committed)
+        if state.committed and self._followed():
+            self._on_commit(_follower_items(state))
         _resolve(batch)
         durable = env.durable
         if durable is not None:
@@ -269,6 +284,9 @@ class Writer:
     def _apply(self, batch: list[Request]) -> _BatchState:
         state = _BatchState(self.next_position, self.head, self.pruned_through)
         appends = [r for r in batch if r.signer is None and r.prune is None]
+        others: list[Request] = []  # prunes and checkpoints, usually none
+        if len(appends) < len(batch):
+            others = [r for r in batch if r.signer is not None or r.prune is not None]
         state.appends = len(appends)
         chunks, entity_requests = _layout(appends)
         state.entity_requests = entity_requests
@@ -278,9 +296,9 @@ class Writer:
         # With the commit log, the txn records its writes: they become the frame.
         txn: Any = raw if durable is None else RecordingTxn(raw, durable.names)
         try:
-            self._claim_ids(txn, state.next_position, chunks)
             for chunk in chunks:
                 self._put_record(txn, state, chunk)
+            self._claim_ids(txn, state, chunks)  # before any record is put: a clash redoes
             self._flush_puts(txn, state)
             # Entity rows in arrival order: the last request queued writes last.
             dbs = env.dbs
@@ -292,11 +310,11 @@ class Writer:
                         else:
                             txn.put(write.key.encode(), write.value, db=dbs[write.table])
             # Prune batches: tombstones at the tail, their journal.pruned event at the head.
-            for request in batch:
+            for request in others:
                 if request.prune is not None:
                     request.result = self._prune(txn, state, request)
             # Checkpoints sign the head after every record of the batch.
-            for request in batch:
+            for request in others:
                 if request.signer is not None:
                     request.result = self._checkpoint(txn, state, request.signer)
             if durable is None:
@@ -319,18 +337,16 @@ class Writer:
             raise
         return state
 
-    def _claim_ids(self, txn: Any, position: int, chunks: list[_Chunk]) -> None:
-        # put without overwrite doubles as the duplicate check; positions are
-        # those the records below will give the events. All ids in one LMDB call;
-        # only on a clash are they looked at one by one, to find whose it is.
+    def _claim_ids(self, txn: Any, state: _BatchState, chunks: list[_Chunk]) -> None:
+        # put without overwrite doubles as the duplicate check; the claims are
+        # those _put_record collected for ``chunks`` (id -> the position the
+        # record gave the event). All ids in one LMDB call; only on a clash are
+        # they looked at one by one, to find whose it is.
         ids = self._env.dbs[names.EVENT_IDS]
-        items = []
-        for chunk in chunks:
-            for _request, event in chunk:
-                items.append((event.event_id.encode(), _U64.pack(position)))
-                position += 1
+        items = state.claims
         if not items:
             return
+        state.claims = []
         if isinstance(txn, RecordingTxn):
             if txn.put_new(items, db=ids):
                 return
@@ -354,13 +370,20 @@ class Writer:
 
     def _put_record(self, txn: Any, state: _BatchState, chunk: _Chunk) -> None:
         first = state.next_position
-        last = first + len(chunk) - 1
+        count = len(chunk)
+        last = first + count - 1
         session_id = chunk[0][1].session_id
         prev = self._session_head(txn, state, session_id)
         rows: list[list[Any]] = []
+        add_row = rows.append
+        add_claim = state.claims.append
+        pack = _U64.pack
         tape_last: dict[str, int] = {}
         tape_next = state.tape_next
+        position = first
         for _request, event in chunk:
+            add_claim((event.event_id.encode(), pack(position)))
+            position += 1
             if event.tape:
                 run_id = event.run_id
                 seq = tape_next.get(run_id)
@@ -371,30 +394,34 @@ class Writer:
             else:
                 seq = NO_TAPE_SEQ
             # record_row, inline: RECORD_EVENT_FIELDS, the redactions, the payload.
-            rows.append([
+            add_row([
                 event.event_id, event.run_id, seq, event.kind, event.actor, event.ts_ms,
                 event.principal, event.device_id, event.channel, list(event.redactions),
                 Raw(event.payload),
             ])  # fmt: skip
-        head = record_head(prev, first, len(chunk), session_id)
+        scopes = self._scopes
+        session_prefix, session_text = scopes.get(session_id) or self._scope(session_id)
+        head = record_head_of(prev, first, count, session_text)
         value, digest, link = build_record(head, record_body(rows), state.head, last)
-        last_key = u64_key(last)
+        last_key = pack(last)
         puts = state.puts
         puts[names.EVENTS].append((last_key, value))
-        puts[names.BY_SESSION].append((scoped_key(session_id, last), b""))
-        tape = puts[names.TAPE]
-        for run_id, seq in tape_last.items():
-            tape.append((scoped_key(run_id, seq), last_key))
+        puts[names.BY_SESSION].append((session_prefix + last_key, b""))  # scoped_key
+        if tape_last:
+            tape = puts[names.TAPE]
+            for run_id, seq in tape_last.items():
+                run_prefix = (scopes.get(run_id) or self._scope(run_id))[0]
+                tape.append((run_prefix + pack(seq), last_key))
         digest_hex, prev_hex, link_hex = digest.hex(), prev.hex(), link.hex()
-        committed = state.committed
+        add_view = state.committed.append
         position = first
         for (request, event), row in zip(chunk, rows, strict=True):
-            seq = row[2]
+            # The row's redaction list is the view's too: the row is encoded
+            # already and dropped, so the list has one owner from here on.
             view = StoredEvent(
-                position, event.event_id, session_id, event.run_id, seq, event.kind,
+                position, event.event_id, session_id, event.run_id, row[2], event.kind,
                 event.actor, event.ts_ms, event.principal, event.device_id, event.channel,
-                event.value, list(event.redactions), digest_hex, prev_hex, link_hex,
-                event.origin,
+                event.value, row[9], digest_hex, prev_hex, link_hex, event.origin,
             )  # fmt: skip
             position += 1
             result = request.result
@@ -402,12 +429,20 @@ class Writer:
                 request.result = [view]
             else:
                 result.append(view)
-            committed.append((view, len(event.payload) + _EVENT_OVERHEAD))
+            add_view(view)
+        state.sources.append(chunk)
         state.session_heads[session_id] = digest
         state.head = link
         state.next_position = last + 1
         state.records += 1
         state.record_bytes += len(value)
+
+    def _scope(self, scope: str) -> tuple[bytes, bytes]:
+        """``(scoped_prefix(scope), text_bytes(scope))``, remembered (bounded)."""
+        if len(self._scopes) >= _MEMORY_LIMIT:
+            self._scopes.clear()
+        pair = self._scopes[scope] = (scoped_prefix(scope), text_bytes(scope))
+        return pair
 
     def _flush_puts(self, txn: Any, state: _BatchState) -> None:
         # One LMDB call per table for all records laid out since the last flush
@@ -459,11 +494,12 @@ class Writer:
                      "head_hash": done.global_hash.hex(), "before_ms": order.before_ms})],
             self._env.config)
         position = state.next_position
-        if not txn.put(event.event_id.encode(), u64_key(position),
-                       db=self._env.dbs[names.EVENT_IDS], overwrite=False):
-            raise PalyraInternalError(f"fresh event id {event.event_id} is already taken")
         request.result = None  # a redone batch may have left its last attempt's result
         self._put_record(txn, state, [(request, event)])
+        [(key, value)] = state.claims
+        state.claims = []
+        if not txn.put(key, value, db=self._env.dbs[names.EVENT_IDS], overwrite=False):
+            raise PalyraInternalError(f"fresh event id {event.event_id} is already taken")
         self._flush_puts(txn, state)
         return PruneResult(done.first, done.last, done.records, events, done.bytes_freed,
                            done.global_hash.hex(), position)
@@ -552,6 +588,18 @@ def _layout(appends: list[Request]) -> tuple[list[_Chunk], list[Request]]:
     return chunks, with_writes
 
 
+def _follower_items(state: _BatchState) -> list[tuple[StoredEvent, int]]:
+    """``(event, size)`` of every event committed, for the followers' bounded buffers.
+
+    Built only when someone follows: a commit with no follower makes no pair.
+    """
+    events = (event for chunk in state.sources for _request, event in chunk)
+    return [
+        (view, len(event.payload) + _EVENT_OVERHEAD)
+        for view, event in zip(state.committed, events, strict=True)
+    ]
+
+
 def _remember(memory: dict[Any, Any], committed: dict[Any, Any]) -> None:
     # Called only after a durable commit: memory never holds uncommitted values.
     if len(memory) + len(committed) > _MEMORY_LIMIT:
@@ -562,12 +610,13 @@ def _remember(memory: dict[Any, Any], committed: dict[Any, Any]) -> None:
 def _resolve(batch: list[Request]) -> None:
     # One wake-up per event loop per commit instead of one per caller.
     loop = batch[0].loop
-    if all(request.loop is loop for request in batch):
-        by_loop = {loop: batch}
-    else:
-        by_loop = {}
-        for request in batch:
-            by_loop.setdefault(request.loop, []).append(request)
+    by_loop = {loop: batch}
+    for request in batch:
+        if request.loop is not loop:  # callers on several loops: group them
+            by_loop = {}
+            for each in batch:
+                by_loop.setdefault(each.loop, []).append(each)
+            break
     for loop, requests in by_loop.items():
         # A closed loop raises RuntimeError: nobody is waiting any more.
         with contextlib.suppress(RuntimeError):
