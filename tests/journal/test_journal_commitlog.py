@@ -141,6 +141,9 @@ async def test_a_read_between_the_frame_and_the_lmdb_commit_waits_for_the_commit
 
     async with JournalStore.open(tmp_path) as store:
         await store.append([draft(0)])
+        # The answer may come before LMDB took this first commit; a read waits for
+        # it, so the apply swapped in below meets the second commit, not this one.
+        assert [e.position for e in store.read_range(0, 10)] == [1]
         durable = store.env.durable
         assert durable is not None
         seen: list[list[int]] = []
