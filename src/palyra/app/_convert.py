@@ -115,3 +115,21 @@ def tape_event_proto(event: StoredEvent) -> pb.TapeEvent:
     if member is not None:
         setattr(out, tape_field_of(member), member)
     return out
+
+
+def tape_member(event: StoredEvent) -> betterproto2.Message | None:
+    """The typed oneof member of a stored tape event (as :func:`tape_event_proto` sets it)."""
+    origin = event.origin
+    if isinstance(origin, betterproto2.Message):
+        return origin
+    return member_from(event.kind, event.payload)
+
+
+def tape_event_with(event: StoredEvent, member: betterproto2.Message | None) -> pb.TapeEvent:
+    """:func:`tape_event_proto` with the member already at hand (see :func:`tape_member`)."""
+    out = pb.TapeEvent(run_id=event.run_id, tape_seq=max(event.tape_seq, 0),
+                       position=event.position, ts_unix_ms=event.ts_ms,
+                       session_id=event.session_id)
+    if member is not None:
+        setattr(out, tape_field_of(member), member)
+    return out

@@ -143,10 +143,13 @@ def _plan(cls: type[Any]) -> tuple[tuple[str, Any, Writer], ...] | None:
     return tuple(plan)
 
 
-def _field_source(i: int, name: str, default: Any, proto_type: str, plain: bool) -> list[str]:
+def _field_source(i: int, name: str, default: Any, fm: Any, plain: bool) -> list[str]:
     """Source lines encoding one field of the compiled encoder (see :func:`_compiled`)."""
+    proto_type = fm.proto_type
     # Skip a field equal to its default, exactly as the plan loop did.
-    if default is None:
+    if fm.repeated or fm.map_meta:
+        test = "v"  # an empty list or map is the default; None too
+    elif default is None:
         test = "v is not None"
     elif plain and ((default == "" and proto_type == "string")
                     or (default == 0 and proto_type in _VARINT)
@@ -159,23 +162,51 @@ def _field_source(i: int, name: str, default: Any, proto_type: str, plain: bool)
         lines += [f"        out += T{i}", "        x = int(v)",
                   "        out += SMALL[x] if 0 <= x < 128 else varint(x)"]
     elif plain and proto_type in ("string", "bytes", "message"):
-        value = {"string": "v.encode()", "bytes": "bytes(v)", "message": "encode(v)"}[proto_type]
+        # A message field of the declared class calls that class's compiled body
+        # directly (E{i}, bound on first use), without the bytes() copy per level.
+        value = {"string": "v.encode()", "bytes": "bytes(v)",
+                 "message": f"E{i}(v) if type(v) is K{i} else encode(v)"}[proto_type]
         lines += [f"        b = {value}", "        n = len(b)", f"        out += T{i}",
                   "        out += SMALL[n] if n < 128 else varint(n)", "        out += b"]
+    elif fm.repeated and proto_type in ("string", "message"):
+        value = {"string": "x.encode()",
+                 "message": f"E{i}(x) if type(x) is K{i} else encode(x)"}[proto_type]
+        lines += ["        for x in v:", f"            b = {value}", "            n = len(b)",
+                  f"            out += T{i}",
+                  "            out += SMALL[n] if n < 128 else varint(n)", "            out += b"]
     else:
         lines.append(f"        W{i}(out, v)")
     return lines
 
 
+def _lazy_body(namespace: dict[str, Any], key: str, cls: type[betterproto2.Message]) -> Callable[[Any], Any]:
+    """A stand-in for ``cls``'s compiled body that binds the real one on its first call.
+
+    Binding at compile time would recurse forever on self-referencing messages.
+    """
+    def first_call(message: Any) -> Any:
+        body = _body(cls)
+        namespace[key] = body
+        return body(message)
+    return first_call
+
+
 @functools.cache
-def _compiled(cls: type[betterproto2.Message]) -> Callable[[Any], bytes] | None:
+def _body(cls: type[betterproto2.Message]) -> Callable[[Any], bytes | bytearray]:
+    """``cls``'s encoder returning a ``bytearray`` (no copy), or ``bytes`` for a fallback."""
+    compiled = _compiled_body(cls)
+    return compiled if compiled is not None else bytes
+
+
+def _compiled_body(cls: type[betterproto2.Message]) -> Callable[[Any], bytearray] | None:
     """One straight-line encoder function per message class, built from its plan.
 
     The plan loop paid, per field, a tuple unpack, a ``getattr`` by name, a default
     comparison and a closure call; streamed tape events have ~20 fields (most of
     them unset oneof members), so that loop was most of their encoding time. The
     compiled function reads each attribute directly and inlines the writers of
-    the common types; anything else still goes through the plan's writer.
+    the common types (nested and repeated messages included); anything else still
+    goes through the plan's writer.
     """
     plan = _plan(cls)
     if plan is None:
@@ -190,11 +221,24 @@ def _compiled(cls: type[betterproto2.Message]) -> Callable[[Any], bytes] | None:
         plain = not fm.repeated and not fm.map_meta
         tag = _varint((fm.number << 3) | _wire_type(fm.proto_type))
         namespace.update({f"D{i}": default, f"T{i}": tag, f"W{i}": write})
-        body += _field_source(i, name, default, fm.proto_type, plain)
+        if fm.proto_type == "message" and not fm.map_meta:
+            field_cls = meta.cls_by_field[name]
+            namespace.update({f"K{i}": field_cls,
+                              f"E{i}": _lazy_body(namespace, f"E{i}", field_cls)})
+        body += _field_source(i, name, default, fm, plain)
     body += ["    unknown = getattr(m, '_unknown_fields', b'')",
-             "    if unknown:", "        out += unknown", "    return bytes(out)"]
+             "    if unknown:", "        out += unknown", "    return out"]
     exec("\n".join(body), namespace)  # the source is built above from field metadata only
-    return typing.cast(Callable[[Any], bytes], namespace["encode_compiled"])
+    return typing.cast(Callable[[Any], bytearray], namespace["encode_compiled"])
+
+
+@functools.cache
+def _compiled(cls: type[betterproto2.Message]) -> Callable[[Any], bytes] | None:
+    """``cls``'s compiled encoder returning ``bytes``, or ``None`` if it has no plan."""
+    if _plan(cls) is None:
+        return None
+    body = _body(cls)
+    return lambda message: bytes(body(message))
 
 
 def encode_binary(message: betterproto2.Message) -> bytes:

@@ -18,6 +18,7 @@ from grpclib.encoding.proto import ProtoCodec
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.core.protobin import encode_binary
 from palyra.core.protocheck import WireFormatError, check_wire_format
+from palyra.transport.grpc._tape import Encoded
 
 
 class CappedProtoCodec(ProtoCodec):
@@ -32,11 +33,14 @@ class CappedProtoCodec(ProtoCodec):
         return self._max
 
     def encode(self, message: Any, message_type: Any) -> bytes:
-        if not isinstance(message, message_type):
+        if type(message) is Encoded:
+            data = message.data  # RunStream's tape, encoded once from the events (_tape)
+        elif not isinstance(message, message_type):
             raise TypeError(f"message must be of type {message_type!r}, not {type(message)!r}")
-        # encode_binary == bytes(message), without betterproto2's per-field
-        # default lookups (the largest cost of each streamed tape event).
-        data = encode_binary(message)
+        else:
+            # encode_binary == bytes(message), without betterproto2's per-field
+            # default lookups (the largest cost of each streamed tape event).
+            data = encode_binary(message)
         if len(data) > self._max:
             raise PalyraError(
                 f"response of {len(data)} bytes exceeds the {self._max}-byte message cap",

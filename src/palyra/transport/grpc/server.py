@@ -7,7 +7,7 @@ from typing import Generic
 
 from grpclib.protocol import H2Protocol
 from grpclib.server import Server
-from palyra_gen.services import PalyraServicesApp, servers
+from palyra_gen.services import GatewayServiceServer, PalyraServicesApp, servers
 
 from palyra.config import GrpcConfig
 from palyra.transport.auth import Authenticator
@@ -15,6 +15,7 @@ from palyra.transport.context import ContextFactory, CtxT, current_caller
 from palyra.transport.grpc._codec import CappedProtoCodec, install_length_check
 from palyra.transport.grpc._cork import CorkedH2Protocol
 from palyra.transport.grpc._gateway import install
+from palyra.transport.grpc._tape import TapeGatewayServer
 
 
 class _CorkedServer(Server):
@@ -42,7 +43,12 @@ class GrpcGateway(Generic[CtxT]):
         config: GrpcConfig,
     ) -> None:
         install_length_check()
-        services = servers(app, lambda: make_ctx(current_caller.get()))
+        ctx = lambda: make_ctx(current_caller.get())  # noqa: E731
+        services = servers(app, ctx)
+        if hasattr(app, "run_stream_tape"):
+            # RunStream encodes each commit's tape straight to bytes (see _tape).
+            services = [TapeGatewayServer(app, ctx) if isinstance(s, GatewayServiceServer)
+                        else s for s in services]
         self._server = _CorkedServer(services, codec=CappedProtoCodec(config.max_message_bytes))
         install(self._server, authenticator)
 
