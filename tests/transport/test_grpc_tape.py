@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from palyra_gen.palyra import v1 as pb
 
 from palyra.adapters import GatePolicy, RegistryTools
-from palyra.app import CallContext, PalyraApp
+from palyra.app import CallContext, PalyraApp, tape_stream
 from palyra.app._convert import tape_member
 from palyra.app._runs import _tape_responses
 from palyra.config import GrpcConfig
@@ -79,7 +79,7 @@ async def test_live_batches_encode_as_the_app_builds_them(app: PalyraApp, batch:
 
     request = pb.RunStreamRequest(v=1, session_key=f"k{batch}", input=pb.MessageInput(text=TEXT),
                                   batch=batch, complete=True)
-    async for _ in app.run_stream_tape(USER, _one(request), respond):  # type: ignore[arg-type]
+    async for _ in tape_stream(app)(USER, _one(request), respond):  # type: ignore[arg-type]
         pass
     events = [e for data in seen for e in (pb.RunStreamResponse.parse(data).events
                                            or [pb.RunStreamResponse.parse(data).event])]
@@ -140,7 +140,8 @@ async def test_a_whole_turn_over_a_real_listener(app: PalyraApp) -> None:
             return caller
 
     gateway = GrpcGateway(app, authenticator=Allow(),  # type: ignore[arg-type]
-                          make_ctx=CallContext.from_caller, config=GrpcConfig())
+                          make_ctx=CallContext.from_caller, config=GrpcConfig(),
+                          tape_stream=tape_stream(app))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import betterproto2
 from palyra_gen.palyra import v1 as pb
@@ -46,6 +46,9 @@ Member = betterproto2.Message | None
 TapeResponder = Callable[[bool, list[StoredEvent], list[Member]], Iterable[T]]
 """Makes one batch of tape events (stored, members; ``batch`` as the client asked)
 into the responses a RunStream sends for it."""
+TapeStream = Callable[[CallContext, AsyncIterator[pb.RunStreamRequest], TapeResponder[T]],
+                      AsyncIterator[T]]
+"""RunStream with a responder: see :func:`tape_stream`."""
 MAX_TAPE_PAGE = 1000
 MAX_TAPE_BYTES = 2 * 1024 * 1024
 MAX_ATTACHMENTS = 32
@@ -71,13 +74,14 @@ def _tape_responses(batch: bool, stored: list[StoredEvent],
 class RunsApi(AppBase):
     """The run half of GatewayService."""
 
-    def run_stream(
+    async def run_stream(
         self, ctx: CallContext, requests: AsyncIterator[pb.RunStreamRequest]
     ) -> AsyncIterator[pb.RunStreamResponse]:
         """Bidi run loop: first message starts, later ones are inputs or approvals."""
-        return self.run_stream_tape(ctx, requests, _tape_responses)
+        async for response in self._run_stream_tape(ctx, requests, _tape_responses):
+            yield response
 
-    async def run_stream_tape(
+    async def _run_stream_tape(
         self, ctx: CallContext, requests: AsyncIterator[pb.RunStreamRequest],
         respond: TapeResponder[T],
     ) -> AsyncIterator[T]:
@@ -85,9 +89,9 @@ class RunsApi(AppBase):
 
         ``respond(batch, stored, members)`` gets one commit's (or replay page's) events
         with their typed members and whether the client asked for ``batch``; RunStream
-        passes :func:`_tape_responses`, and the gRPC listener a function that encodes
-        the ``RunStreamResponse`` bytes straight from the events (no ``TapeEvent``
-        objects built only to be encoded).
+        passes :func:`_tape_responses`, and the gRPC listener (through
+        :func:`tape_stream`) a function that encodes the ``RunStreamResponse`` bytes
+        straight from the events (no ``TapeEvent`` objects built only to be encoded).
         """
         identity = identity_of(ctx)
         try:
@@ -113,9 +117,9 @@ class RunsApi(AppBase):
                 # Judge the outcome from the tape itself: the in-memory record
                 # may lag the journal by a few microseconds.
                 for member in members:
-                    if isinstance(member, pb.RunStatus):
+                    if type(member) is pb.RunStatus:
                         final = member or final
-                    elif isinstance(member, pb.RunError):
+                    elif type(member) is pb.RunError:
                         error = member or error
                 for response in respond(first.batch, stored, members):
                     yield response
@@ -326,3 +330,12 @@ class RunsApi(AppBase):
             else:
                 for event in events:
                     yield pb.WatchRunResponse(event=event)
+
+
+def tape_stream(app: RunsApi) -> TapeStream[Any]:
+    """``app``'s RunStream loop with a caller-chosen responder (``respond``).
+
+    For a transport that encodes the tape itself (the gRPC listener); the app's
+    public surface stays the spec's RPCs.
+    """
+    return app._run_stream_tape

@@ -5,7 +5,7 @@ messages. Over gRPC those objects were built only to be encoded at once:
 a ``TapeEvent`` has ~20 fields (16 of them members of its ``event`` oneof), so
 building and encoding the wrapper cost more than the member it carries. Here
 the listener asks the app for the stored events and their typed members
-(:meth:`palyra.app.PalyraApp.run_stream_tape`) and writes the bytes itself: the
+(``palyra.app.tape_stream``) and writes the bytes itself: the
 wrapper's five header fields from the stored event, then the member as its
 compiled encoder gives it. The bytes are exactly ``bytes(RunStreamResponse(...))``
 of what the app would have sent (tests/transport/test_grpc_tape.py).
@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import typing
 from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Any, Protocol
+from typing import Any
 
 import betterproto2
 from palyra_gen.palyra import v1 as pb
@@ -41,90 +41,112 @@ class Encoded:
 
 
 @functools.cache
-def _member_tags() -> dict[type[Any], bytes]:
-    """Member class -> its ``TapeEvent`` field tag (wire type 2), from the generated metadata."""
+def _member_tags() -> dict[type[Any], tuple[bytes, Callable[[Any], bytes | bytearray]]]:
+    """Member class -> its ``TapeEvent`` field tag (wire type 2) and its compiled encoder."""
     meta = typing.cast(Any, pb.TapeEvent)._betterproto
-    tags: dict[type[Any], bytes] = {}
+    tags: dict[type[Any], tuple[bytes, Callable[[Any], bytes | bytearray]]] = {}
     for name, fm in meta.meta_by_field_name.items():
         if fm.group == "event":
-            tags[meta.cls_by_field[name]] = _varint((fm.number << 3) | 2)
+            cls = meta.cls_by_field[name]
+            tags[cls] = (_varint((fm.number << 3) | 2), _body(cls))
     return tags
 
 
-def _delimited(out: bytearray, tag: bytes, data: bytes | bytearray) -> None:
-    n = len(data)
-    out += tag
-    out += _SMALL[n] if n < 128 else _varint(n)
-    out += data
-
-
-def _uint(out: bytearray, tag: bytes, value: int) -> None:
-    if value:
-        out += tag
-        out += _SMALL[value] if 0 <= value < 128 else _varint(value)
-
-
 def encode_tape_event(event: StoredEvent, member: betterproto2.Message | None) -> bytes:
-    """``bytes(TapeEvent)`` of a stored event and its member, as ``tape_event_with`` builds it.
+    """``bytes(TapeEvent)`` of a stored event and its member, as ``tape_event_with`` builds it."""
+    return _encode_events([event], [member])[0]
 
-    Field order and default-skipping follow the ``TapeEvent`` declaration: run_id (1),
-    tape_seq (2), position (3), ts_unix_ms (4), session_id (5), then the member,
-    sent even when all its fields are defaults (a oneof member is present).
+
+def _encode_events(stored: list[StoredEvent],
+                   members: list[betterproto2.Message | None]) -> list[bytes]:
+    """``bytes(TapeEvent)`` of each event: fields in declaration order, defaults skipped.
+
+    run_id (1), tape_seq (2), position (3), ts_unix_ms (4), session_id (5), then the
+    member, sent even when all its fields are defaults (a oneof member is present).
+    The run and session fields are encoded once per batch (one run's commit).
     """
-    out = bytearray()
-    if event.run_id:
-        _delimited(out, b"\x0a", event.run_id.encode())
-    _uint(out, b"\x10", max(event.tape_seq, 0))
-    _uint(out, b"\x18", event.position)
-    _uint(out, b"\x20", event.ts_ms)
-    if event.session_id:
-        _delimited(out, b"\x2a", event.session_id.encode())
-    if member is not None:
-        tag = _member_tags().get(type(member))
-        if tag is None:  # not a spec member class (a subclass?): the generic encoder's answer
-            wrapper = pb.TapeEvent(run_id=event.run_id, tape_seq=max(event.tape_seq, 0),
-                                   position=event.position, ts_unix_ms=event.ts_ms,
-                                   session_id=event.session_id)
-            setattr(wrapper, tape_field_of(member), member)
-            return encode_binary(wrapper)
-        _delimited(out, tag, _body(type(member))(member))
-    return bytes(out)
+    tags = _member_tags()
+    small, varint = _SMALL, _varint
+    encoded: list[bytes] = []
+    key: tuple[str, str] | None = None
+    run_field = session_field = b""
+    for event, member in zip(stored, members, strict=True):
+        if key != (event.run_id, event.session_id):
+            key = (event.run_id, event.session_id)
+            run_field = _string_field(b"\x0a", key[0])
+            session_field = _string_field(b"\x2a", key[1])
+        out = bytearray(run_field)
+        value = event.tape_seq
+        if value > 0:
+            out += b"\x10"
+            out += small[value] if value < 128 else varint(value)
+        value = event.position
+        if value:
+            out += b"\x18"
+            out += small[value] if 0 <= value < 128 else varint(value)
+        value = event.ts_ms
+        if value:
+            out += b"\x20"
+            out += small[value] if 0 <= value < 128 else varint(value)
+        out += session_field
+        if member is not None:
+            codec = tags.get(type(member))
+            if codec is None:  # not a spec member class (a subclass?): the generic encoder
+                encoded.append(_generic(event, member))
+                continue
+            tag, body = codec
+            data = body(member)
+            n = len(data)
+            out += tag
+            out += small[n] if n < 128 else varint(n)
+            out += data
+        encoded.append(bytes(out))
+    return encoded
+
+
+def _string_field(tag: bytes, text: str) -> bytes:
+    data = text.encode()
+    return tag + _varint(len(data)) + data if data else b""
+
+
+def _generic(event: StoredEvent, member: betterproto2.Message) -> bytes:
+    wrapper = pb.TapeEvent(run_id=event.run_id, tape_seq=max(event.tape_seq, 0),
+                           position=event.position, ts_unix_ms=event.ts_ms,
+                           session_id=event.session_id)
+    setattr(wrapper, tape_field_of(member), member)
+    return encode_binary(wrapper)
 
 
 def run_stream_bytes(batch: bool, stored: list[StoredEvent],
                      members: list[betterproto2.Message | None]) -> list[Encoded]:
     """RunStream's responses for one batch of tape events, encoded (see the module doc)."""
-    events = [encode_tape_event(e, m) for e, m in zip(stored, members, strict=True)]
+    events = _encode_events(stored, members)
     if batch:
-        out = bytearray(_V1)
-        for data in events:
-            _delimited(out, _EVENTS_TAG, data)
-        return [Encoded(bytes(out))]
-    responses = []
-    for data in events:
-        out = bytearray(_V1)
-        _delimited(out, _EVENT_TAG, data)
-        responses.append(Encoded(bytes(out)))
-    return responses
+        return [Encoded(_V1 + b"".join(_EVENTS_TAG + _length(data) + data for data in events))]
+    return [Encoded(_V1 + _EVENT_TAG + _length(data) + data) for data in events]
 
 
-class _TapeApp(Protocol):
-    def run_stream_tape(
-        self, ctx: Any, requests: AsyncIterator[pb.RunStreamRequest],
-        respond: Callable[[bool, list[StoredEvent], list[betterproto2.Message | None]],
-                          Iterable[Encoded]],
-    ) -> AsyncIterator[Encoded]: ...
+def _length(data: bytes) -> bytes:
+    n = len(data)
+    return _SMALL[n] if n < 128 else _varint(n)
+
+
+TapeStream = Callable[[Any, AsyncIterator[pb.RunStreamRequest],
+                       Callable[[bool, list[StoredEvent], list[betterproto2.Message | None]],
+                                Iterable[Encoded]]],
+                      AsyncIterator[Encoded]]
+"""The app's RunStream loop with a responder (``palyra.app.tape_stream(app)``)."""
 
 
 class TapeGatewayServer(GatewayServiceServer[Any]):
     """The generated GatewayService servicer, with RunStream encoding its tape directly."""
 
-    def __init__(self, app: Any, ctx: Callable[[], Any]) -> None:
+    def __init__(self, app: Any, ctx: Callable[[], Any], stream: TapeStream) -> None:
         super().__init__(app, ctx)
-        self._tape_app: _TapeApp = app
+        self._stream = stream
 
     def run_stream(  # type: ignore[override]
         self, messages: AsyncIterator[pb.RunStreamRequest]
     ) -> AsyncIterator[Encoded]:
         """RunStream: the app's run loop, each batch answered by :func:`run_stream_bytes`."""
-        return self._tape_app.run_stream_tape(self._ctx(), messages, run_stream_bytes)
+        return self._stream(self._ctx(), messages, run_stream_bytes)
