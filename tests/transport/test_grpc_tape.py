@@ -166,3 +166,41 @@ async def test_a_whole_turn_over_a_real_listener(app: PalyraApp) -> None:
     finally:
         channel.close()
         await asyncio.wait_for(gateway.close(), 10)
+
+
+async def test_the_c_core_client_runs_a_whole_turn(app: PalyraApp) -> None:
+    """grpcio (the official C-core client) reads the hand-encoded RunStream responses."""
+    grpc = pytest.importorskip("grpc")
+    caller = Caller(principal="user:tape", device_id="01J00000000000000000000000",
+                    token_kind="admin", channel="", request_id="")
+
+    class Allow:
+        def authenticate(self, rpc: str, headers: dict[str, str]) -> Caller:
+            return caller
+
+    gateway = GrpcGateway(app, authenticator=Allow(),  # type: ignore[arg-type]
+                          make_ctx=CallContext.from_caller, config=GrpcConfig(),
+                          tape_stream=tape_stream(app))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    await gateway.start(sock)
+    port = sock.getsockname()[1]
+
+    def turn() -> list[pb.RunStreamResponse]:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.stream_stream(
+                "/palyra.v1.GatewayService/RunStream", request_serializer=bytes,
+                response_deserializer=pb.RunStreamResponse.FromString)
+            request = pb.RunStreamRequest(v=1, session_key="c-core", batch=True,
+                                          input=pb.MessageInput(text=TEXT), complete=True)
+            return list(call(iter([request]), timeout=30))
+
+    try:
+        responses = await asyncio.to_thread(turn)
+    finally:
+        await asyncio.wait_for(gateway.close(), 10)
+    events = [e for r in responses for e in r.events]
+    assert [e.tape_seq for e in events] == list(range(len(events)))
+    assert [e.message_replied.reply_text for e in events if e.message_replied] == ["result=3"]
+    assert events[-1].status is not None and events[-1].status.state == pb.RunState.DONE
