@@ -41,6 +41,10 @@ def _varint(value: int) -> bytes:
         return _SMALL[value]
     if value < 0:
         value += 1 << 64
+    if value < 0x4000:  # lengths of most nested messages and strings: no loop
+        return bytes((value & 0x7F | 0x80, value >> 7))
+    if value < 0x200000:
+        return bytes((value & 0x7F | 0x80, value >> 7 & 0x7F | 0x80, value >> 14))
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)

@@ -68,13 +68,14 @@ def _encode_events(stored: list[StoredEvent],
     tags = _member_tags()
     small, varint = _SMALL, _varint
     encoded: list[bytes] = []
-    key: tuple[str, str] | None = None
+    run_id = session_id = None
     run_field = session_field = b""
+    ts, ts_field = 0, b""
     for event, member in zip(stored, members, strict=True):
-        if key != (event.run_id, event.session_id):
-            key = (event.run_id, event.session_id)
-            run_field = _string_field(b"\x0a", key[0])
-            session_field = _string_field(b"\x2a", key[1])
+        if event.run_id != run_id or event.session_id != session_id:
+            run_id, session_id = event.run_id, event.session_id
+            run_field = _string_field(b"\x0a", run_id)
+            session_field = _string_field(b"\x2a", session_id)
         out = bytearray(run_field)
         value = event.tape_seq
         if value > 0:
@@ -84,10 +85,10 @@ def _encode_events(stored: list[StoredEvent],
         if value:
             out += b"\x18"
             out += small[value] if 0 <= value < 128 else varint(value)
-        value = event.ts_ms
-        if value:
-            out += b"\x20"
-            out += small[value] if 0 <= value < 128 else varint(value)
+        if event.ts_ms != ts:  # a commit's events mostly share their millisecond
+            ts = event.ts_ms
+            ts_field = b"\x20" + varint(ts) if ts else b""
+        out += ts_field
         out += session_field
         if member is not None:
             codec = tags.get(type(member))
