@@ -14,7 +14,7 @@ out = Path(sys.argv[1])
 rows = []
 for f in sorted(glob.glob(str(out / "s*-*-c*-*.json"))):
     sitting, tree, c, i = Path(f).stem.split("-")
-    d = json.load(open(f))
+    d = json.loads(Path(f).read_text())
     g, p = d["results"]["grpc"]["median"], d["results"]["inproc"]["median"]
     rows.append({"sitting": sitting[1:], "tree": tree, "commit": d["tree"]["commit"][:10],
                  "c": c[1:], "pair": i, "daemon_cpu_ms": g["cpu_ms_per_step"],
