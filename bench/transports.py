@@ -28,6 +28,7 @@ from palyra_gen.palyra import v1 as pb
 from bench import probe
 from bench.workload import OnEvent, StreamedTurn
 from palyra.testing.spawn import DaemonProcess
+from palyra.transport.grpc import ClientCodec
 
 TOKEN = "bench-admin-token"
 DEVICE = "01J00000000000000000000000"
@@ -47,7 +48,8 @@ class GrpcDriver:
         self._batch = batch
         self._shape = shape
         self._turns: dict[str, StreamedTurn] = {}
-        self._channel = Channel("127.0.0.1", daemon.grpc_port)
+        # The codec `palyra chat` uses (palyra.cli._client): protobin both ways.
+        self._channel = Channel("127.0.0.1", daemon.grpc_port, codec=ClientCodec())
         self._gateway = pb.GatewayServiceStub(self._channel, metadata=CLIENT_HEADERS)
         self._approvals = pb.ApprovalsServiceStub(self._channel, metadata=APPROVER_HEADERS)
 

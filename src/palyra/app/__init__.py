@@ -1,6 +1,8 @@
 """The application API: ``PalyraApp`` (one async method per RPC) and its call context."""
 
 from palyra.app._facade import PalyraApp
+from palyra.app._runs import TapeResponder, TapeStream, tape_stream
 from palyra.app.context import CallContext, Identity, TokenKind
 
-__all__ = ["CallContext", "Identity", "PalyraApp", "TokenKind"]
+__all__ = ["CallContext", "Identity", "PalyraApp", "TapeResponder", "TapeStream", "TokenKind",
+           "tape_stream"]

@@ -106,11 +106,23 @@ def approval_proto(record: ApprovalRecord) -> pb.Approval:
 
 def tape_event_proto(event: StoredEvent) -> pb.TapeEvent:
     """The wire ``TapeEvent`` of a stored tape event."""
-    # A live event carries the member the engine built it from (only when
-    # redaction changed nothing, so it equals the stored payload): no decode.
+    return tape_event_with(event, tape_member(event))
+
+
+def tape_member(event: StoredEvent) -> betterproto2.Message | None:
+    """The typed oneof member of a stored tape event (as :func:`tape_event_proto` sets it).
+
+    A live event carries the member the engine built it from (only when
+    redaction changed nothing, so it equals the stored payload): no decode.
+    """
     origin = event.origin
-    member = origin if isinstance(origin, betterproto2.Message) else member_from(
-        event.kind, event.payload)
+    if isinstance(origin, betterproto2.Message):
+        return origin
+    return member_from(event.kind, event.payload)
+
+
+def tape_event_with(event: StoredEvent, member: betterproto2.Message | None) -> pb.TapeEvent:
+    """:func:`tape_event_proto` with the member already at hand (see :func:`tape_member`)."""
     fields: dict[str, Any] = {tape_field_of(member): member} if member is not None else {}
     # The member as a constructor argument: one __init__, no oneof bookkeeping after.
     return pb.TapeEvent(run_id=event.run_id, tape_seq=max(event.tape_seq, 0),

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any, TypeVar
 
+import betterproto2
 from palyra_gen.palyra import v1 as pb
 
 from palyra.app._base import AppBase
@@ -22,6 +24,8 @@ from palyra.app._convert import (
     run_proto,
     session_proto,
     tape_event_proto,
+    tape_event_with,
+    tape_member,
 )
 from palyra.app.context import CallContext
 from palyra.core.errors import ErrorCode, InvalidArgument, NotFound, PalyraError
@@ -34,8 +38,17 @@ from palyra.engine import (
     is_terminal_status,
     member_from,
 )
+from palyra.journal import StoredEvent
 
 log = logging.getLogger("palyra.app")
+T = TypeVar("T")
+Member = betterproto2.Message | None
+TapeResponder = Callable[[bool, list[StoredEvent], list[Member]], Iterable[T]]
+"""Makes one batch of tape events (stored, members; ``batch`` as the client asked)
+into the responses a RunStream sends for it."""
+TapeStream = Callable[[CallContext, AsyncIterator[pb.RunStreamRequest], TapeResponder[T]],
+                      AsyncIterator[T]]
+"""RunStream with a responder: see :func:`tape_stream`."""
 MAX_TAPE_PAGE = 1000
 MAX_TAPE_BYTES = 2 * 1024 * 1024
 MAX_ATTACHMENTS = 32
@@ -49,6 +62,15 @@ def _input_of(message: pb.MessageInput | None) -> tuple[str | None, int]:
     return message.text, len(message.attachments)
 
 
+def _tape_responses(batch: bool, stored: list[StoredEvent],
+                    members: list[Member]) -> list[pb.RunStreamResponse]:
+    """RunStream's responses for one batch: one message, or one per event without ``batch``."""
+    events = [tape_event_with(e, m) for e, m in zip(stored, members, strict=True)]
+    if batch:
+        return [pb.RunStreamResponse(v=1, events=events)]
+    return [pb.RunStreamResponse(v=1, event=event) for event in events]
+
+
 class RunsApi(AppBase):
     """The run half of GatewayService."""
 
@@ -56,6 +78,21 @@ class RunsApi(AppBase):
         self, ctx: CallContext, requests: AsyncIterator[pb.RunStreamRequest]
     ) -> AsyncIterator[pb.RunStreamResponse]:
         """Bidi run loop: first message starts, later ones are inputs or approvals."""
+        async for response in self._run_stream_tape(ctx, requests, _tape_responses):
+            yield response
+
+    async def _run_stream_tape(
+        self, ctx: CallContext, requests: AsyncIterator[pb.RunStreamRequest],
+        respond: TapeResponder[T],
+    ) -> AsyncIterator[T]:
+        """:meth:`run_stream`, each batch of tape events made into responses by ``respond``.
+
+        ``respond(batch, stored, members)`` gets one commit's (or replay page's) events
+        with their typed members and whether the client asked for ``batch``; RunStream
+        passes :func:`_tape_responses`, and the gRPC listener (through
+        :func:`tape_stream`) a function that encodes the ``RunStreamResponse`` bytes
+        straight from the events (no ``TapeEvent`` objects built only to be encoded).
+        """
         identity = identity_of(ctx)
         try:
             first = await anext(aiter(requests))
@@ -76,17 +113,16 @@ class RunsApi(AppBase):
         final: pb.RunStatus | None = None
         error: pb.RunError | None = None
         try:
-            async for events in self._follow(run_id, -1):
+            async for stored, members in self._follow_members(run_id, -1):
                 # Judge the outcome from the tape itself: the in-memory record
                 # may lag the journal by a few microseconds.
-                for event in events:
-                    final = event.status or final
-                    error = event.error or error
-                if first.batch:
-                    yield pb.RunStreamResponse(v=1, events=events)
-                else:
-                    for event in events:
-                        yield pb.RunStreamResponse(v=1, event=event)
+                for member in members:
+                    if type(member) is pb.RunStatus:
+                        final = member or final
+                    elif type(member) is pb.RunError:
+                        error = member or error
+                for response in respond(first.batch, stored, members):
+                    yield response
         finally:
             pump.cancel()
             if not is_run_terminal(self.engine.get_run(identity, run_id).state):
@@ -139,6 +175,25 @@ class RunsApi(AppBase):
     async def _detach(self, identity: IdentityRec, run_id: str) -> None:
         with contextlib.suppress(PalyraError):
             await self.engine.complete_run(identity, run_id)
+
+    async def _follow_members(self, run_id: str, after_seq: int
+                              ) -> AsyncIterator[tuple[list[StoredEvent], list[Member]]]:
+        """:meth:`_follow`'s batches as the stored events and their typed members."""
+        record = self.engine.get_run(IdentityRec("system:app"), run_id)
+        if is_run_terminal(record.state) and after_seq >= record.tape_len - 1:
+            return
+        batches = self.store.follow_tape_batches(run_id, after_seq)
+        try:
+            async for stored in batches:
+                members = [tape_member(e) for e in stored]
+                for index, member in enumerate(members):
+                    if is_terminal_status(member):
+                        yield stored[: index + 1], members[: index + 1]
+                        return
+                yield stored, members
+        finally:
+            # An async generator: close it now, not at GC time.
+            await batches.aclose()
 
     async def _follow(self, run_id: str, after_seq: int) -> AsyncIterator[list[pb.TapeEvent]]:
         """Tape events after ``after_seq`` in batches (one commit or one replay page each):
@@ -275,3 +330,12 @@ class RunsApi(AppBase):
             else:
                 for event in events:
                     yield pb.WatchRunResponse(event=event)
+
+
+def tape_stream(app: RunsApi) -> TapeStream[Any]:
+    """``app``'s RunStream loop with a caller-chosen responder (``respond``).
+
+    For a transport that encodes the tape itself (the gRPC listener); the app's
+    public surface stays the spec's RPCs.
+    """
+    return app._run_stream_tape

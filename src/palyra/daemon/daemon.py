@@ -21,7 +21,7 @@ from typing import TextIO
 
 import structlog
 
-from palyra.app import PalyraApp
+from palyra.app import PalyraApp, tape_stream
 from palyra.config import PalyraConfig
 from palyra.daemon.datadir import ensure_data_dir
 from palyra.daemon.discovery import DaemonInfo, remove_daemon_info, write_daemon_info
@@ -80,7 +80,7 @@ async def run_daemon(
         http_sock = bind_listener(config.http.host, config.http.port)
         stack.callback(http_sock.close)
         grpc_gateway = GrpcGateway(app, authenticator=authenticator, make_ctx=make_ctx,
-                                   config=config.grpc)
+                                   config=config.grpc, tape_stream=tape_stream(app))
         http_gateway = HttpGateway(
             create_http_app(app, authenticator=authenticator, make_ctx=make_ctx,
                             config=config.http, ingress=_ingress_routes(app)),

@@ -1,5 +1,6 @@
 """gRPC gateway (grpclib) over the generated, typed ``<Service>Server`` classes."""
 
+from palyra.transport.grpc._codec import ClientCodec
 from palyra.transport.grpc.server import GrpcGateway
 
-__all__ = ["GrpcGateway"]
+__all__ = ["ClientCodec", "GrpcGateway"]

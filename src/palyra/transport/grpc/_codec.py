@@ -16,8 +16,9 @@ import grpclib.server
 from grpclib.encoding.proto import ProtoCodec
 
 from palyra.core.errors import ErrorCode, PalyraError
-from palyra.core.protobin import encode_binary
+from palyra.core.protobin import decode_binary, encode_binary
 from palyra.core.protocheck import WireFormatError, check_wire_format
+from palyra.transport.grpc._tape import Encoded
 
 
 class CappedProtoCodec(ProtoCodec):
@@ -32,11 +33,14 @@ class CappedProtoCodec(ProtoCodec):
         return self._max
 
     def encode(self, message: Any, message_type: Any) -> bytes:
-        if not isinstance(message, message_type):
+        if type(message) is Encoded:
+            data = message.data  # RunStream's tape, encoded once from the events (_tape)
+        elif not isinstance(message, message_type):
             raise TypeError(f"message must be of type {message_type!r}, not {type(message)!r}")
-        # encode_binary == bytes(message), without betterproto2's per-field
-        # default lookups (the largest cost of each streamed tape event).
-        data = encode_binary(message)
+        else:
+            # encode_binary == bytes(message), without betterproto2's per-field
+            # default lookups (the largest cost of each streamed tape event).
+            data = encode_binary(message)
         if len(data) > self._max:
             raise PalyraError(
                 f"response of {len(data)} bytes exceeds the {self._max}-byte message cap",
@@ -55,7 +59,7 @@ class CappedProtoCodec(ProtoCodec):
             # betterproto2 parses leniently (truncated lengths, mismatched wire
             # types, bad UTF-8, unknown fields); refuse those before anything runs.
             check_wire_format(data, message_type)
-            return super().decode(data, message_type)
+            return decode_binary(message_type, data)
         except PalyraError:
             raise
         except WireFormatError as exc:
@@ -67,6 +71,19 @@ class CappedProtoCodec(ProtoCodec):
             raise PalyraError(
                 "request is not a valid protobuf message", code=ErrorCode.MALFORMED_REQUEST
             ) from exc
+
+
+class ClientCodec(ProtoCodec):
+    """The client side's codec: :mod:`palyra.core.protobin` both ways (same messages as
+    grpclib's ``ProtoCodec``, several times less CPU per streamed tape event)."""
+
+    def encode(self, message: Any, message_type: Any) -> bytes:
+        if not isinstance(message, message_type):
+            raise TypeError(f"message must be of type {message_type!r}, not {type(message)!r}")
+        return encode_binary(message)
+
+    def decode(self, data: bytes, message_type: Any) -> Any:
+        return decode_binary(message_type, data)
 
 
 async def _recv_message_capped(stream: Any, codec: Any, message_type: Any) -> Any:

@@ -7,7 +7,7 @@ from typing import Generic
 
 from grpclib.protocol import H2Protocol
 from grpclib.server import Server
-from palyra_gen.services import PalyraServicesApp, servers
+from palyra_gen.services import GatewayServiceServer, PalyraServicesApp, servers
 
 from palyra.config import GrpcConfig
 from palyra.transport.auth import Authenticator
@@ -15,6 +15,7 @@ from palyra.transport.context import ContextFactory, CtxT, current_caller
 from palyra.transport.grpc._codec import CappedProtoCodec, install_length_check
 from palyra.transport.grpc._cork import CorkedH2Protocol
 from palyra.transport.grpc._gateway import install
+from palyra.transport.grpc._tape import TapeGatewayServer, TapeStream
 
 
 class _CorkedServer(Server):
@@ -30,7 +31,9 @@ class GrpcGateway(Generic[CtxT]):
 
     Every service is the generated ``<Service>Server``: typed methods that
     forward each RPC to ``app`` with the context ``make_ctx`` builds from the
-    caller the auth listener published (``current_caller``).
+    caller the auth listener published (``current_caller``). With ``tape_stream``
+    (``palyra.app.tape_stream(app)``), RunStream sends each commit's tape events
+    encoded once, straight from the stored events (``_tape``).
     """
 
     def __init__(
@@ -40,9 +43,15 @@ class GrpcGateway(Generic[CtxT]):
         authenticator: Authenticator,
         make_ctx: ContextFactory[CtxT],
         config: GrpcConfig,
+        tape_stream: TapeStream | None = None,
     ) -> None:
         install_length_check()
-        services = servers(app, lambda: make_ctx(current_caller.get()))
+        ctx = lambda: make_ctx(current_caller.get())  # noqa: E731
+        services = servers(app, ctx)
+        if tape_stream is not None:
+            # RunStream encodes each commit's tape straight to bytes (see _tape).
+            services = [TapeGatewayServer(app, ctx, tape_stream)
+                        if isinstance(s, GatewayServiceServer) else s for s in services]
         self._server = _CorkedServer(services, codec=CappedProtoCodec(config.max_message_bytes))
         install(self._server, authenticator)
 

@@ -1,0 +1,206 @@
+"""RunStream over gRPC encodes each batch straight from the stored events: the same bytes.
+
+The gRPC listener answers RunStream with bytes built from the stored events and
+their members (``_tape.run_stream_bytes``), not from ``TapeEvent`` objects; these
+tests compare them with ``bytes()`` of the responses the app builds in process,
+over real runs (a real engine on LMDB) and over edge values, and then run a
+whole turn through a real listener on loopback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from grpclib.client import Channel
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from palyra_gen.palyra import v1 as pb
+
+from palyra.adapters import GatePolicy, RegistryTools
+from palyra.app import CallContext, PalyraApp, tape_stream
+from palyra.app._convert import tape_member
+from palyra.app._runs import _tape_responses
+from palyra.config import GrpcConfig
+from palyra.engine import Engine, EngineConfig
+from palyra.journal import JournalStore, StoredEvent
+from palyra.policy import PolicyConfig, PolicyGate
+from palyra.providers import ScriptedProvider
+from palyra.tools import default_registry
+from palyra.transport.auth import Caller
+from palyra.transport.grpc import GrpcGateway
+from palyra.transport.grpc._tape import encode_tape_event, run_stream_bytes
+
+USER = CallContext.for_principal("user:tape", "01J00000000000000000000000")
+TEXT = ("Start from 0 and add 1 to the running total 3 times, one `add` tool call per step, "
+        "then reply with the final result.")
+
+
+@pytest.fixture
+async def app(tmp_path: Path) -> AsyncIterator[PalyraApp]:
+    store = JournalStore.open(tmp_path / "data")
+    try:
+        registry = default_registry()
+        engine = Engine(store, ScriptedProvider(tool="add"),
+                        GatePolicy(PolicyGate.load(PolicyConfig()), registry),
+                        RegistryTools(registry, tmp_path / "data"),
+                        EngineConfig(max_turns=8))
+        async with engine:
+            await engine.recover()
+            yield PalyraApp(engine)
+    finally:
+        store.close()
+
+
+async def _one(request: pb.RunStreamRequest) -> AsyncIterator[pb.RunStreamRequest]:
+    yield request
+
+
+def _same_bytes(batch: bool, stored: list[StoredEvent],
+                members: list[object]) -> list[bytes]:
+    """Both encodings of one batch; asserts they agree and returns the wire bytes."""
+    expected = [bytes(r) for r in _tape_responses(batch, stored, members)]  # type: ignore[arg-type]
+    got = [e.data for e in run_stream_bytes(batch, stored, members)]  # type: ignore[arg-type]
+    assert got == expected
+    return got
+
+
+@pytest.mark.parametrize("batch", [True, False])
+async def test_live_batches_encode_as_the_app_builds_them(app: PalyraApp, batch: bool) -> None:
+    seen: list[bytes] = []
+
+    def respond(batch: bool, stored: list[StoredEvent], members: list[object]) -> list[bytes]:
+        got = _same_bytes(batch, stored, members)
+        seen.extend(got)
+        return got
+
+    request = pb.RunStreamRequest(v=1, session_key=f"k{batch}", input=pb.MessageInput(text=TEXT),
+                                  batch=batch, complete=True)
+    async for _ in tape_stream(app)(USER, _one(request), respond):  # type: ignore[arg-type]
+        pass
+    events = [e for data in seen for e in (pb.RunStreamResponse.parse(data).events
+                                           or [pb.RunStreamResponse.parse(data).event])]
+    assert [e.tape_seq for e in events] == list(range(len(events)))
+    assert [e.message_replied.reply_text for e in events if e.message_replied] == ["result=3"]
+    assert events[-1].status is not None and events[-1].status.state == pb.RunState.DONE
+
+
+async def test_replayed_events_without_origin_encode_alike(app: PalyraApp) -> None:
+    """Events read back from the store (no in-memory origin: members decoded from payloads)."""
+    request = pb.RunStreamRequest(v=1, session_key="r", input=pb.MessageInput(text=TEXT),
+                                  batch=True, complete=True)
+    run_id = ""
+    async for response in app.run_stream(USER, _one(request)):
+        run_id = run_id or response.events[0].run_id
+    page = app.store.read_tape(run_id, -1, 1000)
+    assert page.events and all(e.origin is None for e in page.events)
+    _same_bytes(True, page.events, [tape_member(e) for e in page.events])
+    _same_bytes(False, page.events, [tape_member(e) for e in page.events])
+
+
+def _event(run_id: str, session_id: str, tape_seq: int, position: int, ts_ms: int) -> StoredEvent:
+    return StoredEvent(position=position, tape_seq=tape_seq, ts_ms=ts_ms, run_id=run_id,
+                       session_id=session_id, kind="tape.user_input", payload={},
+                       event_id="e", actor="a", principal="", device_id="", channel="",
+                       redactions=[], hash="", prev_hash="", global_hash="")
+
+
+_text = st.text(max_size=300)
+_int64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+
+
+@settings(max_examples=200)
+@given(run_id=_text, session_id=_text, tape_seq=st.integers(-1, 2**63 - 1),
+       position=st.integers(0, 2**63 - 1), ts_ms=_int64, text=_text,
+       member=st.sampled_from(["user_input", "status", "none", "empty_status"]))
+def test_edge_values_encode_alike(run_id: str, session_id: str, tape_seq: int, position: int,
+                                  ts_ms: int, text: str, member: str) -> None:
+    stored = _event(run_id, session_id, tape_seq, position, ts_ms)
+    value = {"user_input": pb.UserInput(text=text), "none": None, "empty_status": pb.RunStatus(),
+             "status": pb.RunStatus(state=pb.RunState.FAILED, message=text)}[member]
+    _same_bytes(True, [stored, stored], [value, value])
+    _same_bytes(False, [stored], [value])
+    wrapper = pb.TapeEvent(run_id=run_id, tape_seq=max(tape_seq, 0), position=position,
+                           ts_unix_ms=ts_ms, session_id=session_id)
+    if value is not None:
+        setattr(wrapper, member.removeprefix("empty_"), value)
+    assert encode_tape_event(stored, value) == bytes(wrapper)
+
+
+async def test_a_whole_turn_over_a_real_listener(app: PalyraApp) -> None:
+    """RunStream through grpclib on loopback: the client parses what the listener encoded."""
+    caller = Caller(principal="user:tape", device_id="01J00000000000000000000000",
+                    token_kind="admin", channel="", request_id="")
+
+    class Allow:
+        def authenticate(self, rpc: str, headers: dict[str, str]) -> Caller:
+            return caller
+
+    gateway = GrpcGateway(app, authenticator=Allow(),  # type: ignore[arg-type]
+                          make_ctx=CallContext.from_caller, config=GrpcConfig(),
+                          tape_stream=tape_stream(app))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    await gateway.start(sock)
+    channel = Channel("127.0.0.1", sock.getsockname()[1])
+    try:
+        stub = pb.GatewayServiceStub(channel)
+        for batch in (True, False):
+            request = pb.RunStreamRequest(v=1, session_key=f"w{batch}", batch=batch,
+                                          input=pb.MessageInput(text=TEXT), complete=True)
+            events: list[pb.TapeEvent] = []
+            responses = 0
+            async for response in stub.run_stream([request]):
+                responses += 1
+                events += response.events if batch else [response.event]  # type: ignore[list-item]
+            # Batched: one message per commit (fewer than events); else one per event.
+            assert (responses < len(events)) if batch else (responses == len(events))
+            assert [e.tape_seq for e in events] == list(range(len(events)))
+            replies = [e.message_replied.reply_text for e in events if e.message_replied]
+            assert replies == ["result=3"]
+            assert events[-1].status is not None and events[-1].status.state == pb.RunState.DONE
+    finally:
+        channel.close()
+        await asyncio.wait_for(gateway.close(), 10)
+
+
+async def test_the_c_core_client_runs_a_whole_turn(app: PalyraApp) -> None:
+    """grpcio (the official C-core client) reads the hand-encoded RunStream responses."""
+    grpc = pytest.importorskip("grpc")
+    caller = Caller(principal="user:tape", device_id="01J00000000000000000000000",
+                    token_kind="admin", channel="", request_id="")
+
+    class Allow:
+        def authenticate(self, rpc: str, headers: dict[str, str]) -> Caller:
+            return caller
+
+    gateway = GrpcGateway(app, authenticator=Allow(),  # type: ignore[arg-type]
+                          make_ctx=CallContext.from_caller, config=GrpcConfig(),
+                          tape_stream=tape_stream(app))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    await gateway.start(sock)
+    port = sock.getsockname()[1]
+
+    def turn() -> list[pb.RunStreamResponse]:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.stream_stream(
+                "/palyra.v1.GatewayService/RunStream", request_serializer=bytes,
+                response_deserializer=pb.RunStreamResponse.FromString)
+            request = pb.RunStreamRequest(v=1, session_key="c-core", batch=True,
+                                          input=pb.MessageInput(text=TEXT), complete=True)
+            return list(call(iter([request]), timeout=30))
+
+    try:
+        responses = await asyncio.to_thread(turn)
+    finally:
+        await asyncio.wait_for(gateway.close(), 10)
+    events = [e for r in responses for e in r.events]
+    assert [e.tape_seq for e in events] == list(range(len(events)))
+    assert [e.message_replied.reply_text for e in events if e.message_replied] == ["result=3"]
+    assert events[-1].status is not None and events[-1].status.state == pb.RunState.DONE
