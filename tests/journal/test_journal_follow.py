@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
 
 from palyra.journal import JournalConfig, JournalStore, StoredEvent, _follow
+from palyra.journal._follow import Deliveries
 
 from .helpers import draft
 
@@ -184,9 +186,9 @@ async def test_commits_hand_off_nothing_without_followers_and_everything_with_on
     assert writer is not None
     publish = writer._on_commit
 
-    def record(items: list[tuple[StoredEvent, int]]) -> None:
+    def record(items: list[tuple[StoredEvent, int]]) -> Deliveries:
         handed.append(items)
-        publish(items)
+        return publish(items)
 
     writer._on_commit = record
     await store.append([draft(0, run_id="r", tape=True)])
@@ -200,4 +202,30 @@ async def test_commits_hand_off_nothing_without_followers_and_everything_with_on
     [items] = handed
     assert [e for e, _size in items] == events  # every event of the commit, in order
     assert all(size > 0 for _e, size in items)
+    await follower.aclose()
+
+
+async def test_a_commit_wakes_its_loop_once_for_callers_and_followers(store: JournalStore) -> None:
+    # The writer answers the callers and feeds the followers of one event loop in
+    # one call_soon_threadsafe per commit: each is a syscall and a loop wake-up.
+    loop = asyncio.get_running_loop()
+    real = loop.call_soon_threadsafe
+    wakes: list[str] = []
+
+    def counted(callback: Any, *args: Any, **kwargs: Any) -> Any:
+        wakes.append(getattr(callback, "__name__", "?"))
+        return real(callback, *args, **kwargs)
+
+    follower = store.follow_tape("r").__aiter__()
+    await store.append([draft(0, run_id="r", tape=True)])
+    assert (await _next(follower)).tape_seq == 0
+    pending = asyncio.ensure_future(_next(follower))
+    await asyncio.sleep(0.01)
+    loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+    try:
+        await store.append([draft(1, run_id="r", tape=True)])
+        assert (await pending).tape_seq == 1
+    finally:
+        loop.call_soon_threadsafe = real  # type: ignore[method-assign]
+    assert len(wakes) == 1, wakes
     await follower.aclose()

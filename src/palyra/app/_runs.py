@@ -117,10 +117,11 @@ class RunsApi(AppBase):
                 # Judge the outcome from the tape itself: the in-memory record
                 # may lag the journal by a few microseconds.
                 for member in members:
+                    # (No ``member or final``: a message's truth test walks its fields.)
                     if type(member) is pb.RunStatus:
-                        final = member or final
+                        final = member
                     elif type(member) is pb.RunError:
-                        error = member or error
+                        error = member
                 for response in respond(first.batch, stored, members):
                     yield response
         finally:

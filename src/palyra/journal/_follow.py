@@ -96,6 +96,10 @@ class Subscription:
             self.waiter = None
 
 
+Deliveries = dict[asyncio.AbstractEventLoop, list[tuple[Subscription, _Pairs]]]
+"""Per event loop, what each of its subscriptions gets from one commit."""
+
+
 class FollowHub:
     """Routes committed events from the writer thread to the followers that want them."""
 
@@ -145,11 +149,19 @@ class FollowHub:
         One ``call_soon_threadsafe`` per event loop per commit, and none when
         nobody follows what was committed.
         """
+        for loop, items in self.deliveries(events).items():
+            # A closed loop raises RuntimeError: its followers are gone too.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(deliver, items)
+
+    def deliveries(self, events: Sequence[tuple[StoredEvent, int]]) -> Deliveries:
+        """What ``publish`` would hand each event loop, for a caller that schedules it
+        (the writer does, in the same wake-up that answers the commit's callers)."""
         with self._lock:
             global_subs, by_run = self._global, self._by_run
+        per_loop: Deliveries = {}
         if not global_subs and not by_run:
-            return
-        per_loop: dict[asyncio.AbstractEventLoop, list[tuple[Subscription, _Pairs]]] = {}
+            return per_loop
         for sub in global_subs:
             per_loop.setdefault(sub.loop, []).append((sub, events))
         if by_run:
@@ -161,10 +173,7 @@ class FollowHub:
             for run_id, tape in tapes.items():
                 for sub in by_run.get(run_id, ()):
                     per_loop.setdefault(sub.loop, []).append((sub, tape))
-        for loop, items in per_loop.items():
-            # A closed loop raises RuntimeError: its followers are gone too.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_deliver, items)
+        return per_loop
 
     def close(self) -> None:
         """End every follower (the store closed)."""
@@ -176,7 +185,8 @@ class FollowHub:
                 sub.loop.call_soon_threadsafe(sub.wake)
 
 
-def _deliver(items: list[tuple[Subscription, _Pairs]]) -> None:
+def deliver(items: list[tuple[Subscription, _Pairs]]) -> None:
+    """Hand each subscription its events (on the subscriptions' event loop)."""
     for sub, events in items:
         sub.deliver(events)
 

@@ -56,7 +56,7 @@ class JournalStore:
         self._entities: EntityCache | None = None
         if not config.readonly:
             self._entities = EntityCache()
-            self._writer = Writer(env, config.max_batch_events, self._hub.publish,
+            self._writer = Writer(env, config.max_batch_events, self._hub.deliveries,
                                   self._entities.wrote, self._hub.followed)
 
     @classmethod

@@ -38,6 +38,7 @@ from palyra.core.errors import AlreadyExists, ErrorCode, PalyraError, PalyraInte
 from palyra.journal import _env as names
 from palyra.journal._durable import RecordingTxn
 from palyra.journal._env import JournalEnv
+from palyra.journal._follow import Deliveries, deliver
 from palyra.journal._prepare import PreparedEvent, prepare
 from palyra.journal._prune import (
     PRUNED_ACTOR,
@@ -167,7 +168,7 @@ class Writer:
         self,
         env: JournalEnv,
         max_batch_events: int,
-        on_commit: Callable[[list[tuple[StoredEvent, int]]], None],
+        on_commit: Callable[[list[tuple[StoredEvent, int]]], Deliveries],
         on_rows: Callable[[set[tuple[str, str]]], None] = lambda rows: None,
         followed: Callable[[], bool] = lambda: True,
     ):
@@ -261,9 +262,9 @@ class Writer:
         stats.records += state.records
         # Followers first: once an append returns, its events are on their way
         # to every follower too (tests and callers may rely on that order).
-        if state.committed and self._followed():
-            self._on_commit(_follower_items(state))
-        _resolve(batch)
+        deliveries = (self._on_commit(_follower_items(state))
+                      if state.committed and self._followed() else None)
+        _resolve(batch, deliveries)
         durable = env.durable
         if durable is not None:
             if state.unapplied is not None:
@@ -607,8 +608,10 @@ def _remember(memory: dict[Any, Any], committed: dict[Any, Any]) -> None:
     memory.update(committed)
 
 
-def _resolve(batch: list[Request]) -> None:
-    # One wake-up per event loop per commit instead of one per caller.
+def _resolve(batch: list[Request], deliveries: Deliveries | None = None) -> None:
+    # One wake-up per event loop per commit, not one per caller, and the same
+    # one hands the commit's events to that loop's followers (first: once an
+    # append returns, its events have reached every follower on its loop).
     loop = batch[0].loop
     by_loop = {loop: batch}
     for request in batch:
@@ -618,9 +621,21 @@ def _resolve(batch: list[Request]) -> None:
                 by_loop.setdefault(each.loop, []).append(each)
             break
     for loop, requests in by_loop.items():
+        items = deliveries.pop(loop, None) if deliveries else None
         # A closed loop raises RuntimeError: nobody is waiting any more.
         with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(_settle, requests)
+            if items:
+                loop.call_soon_threadsafe(_deliver_and_settle, items, requests)
+            else:
+                loop.call_soon_threadsafe(_settle, requests)
+    for loop, items in (deliveries or {}).items():  # followers on loops with no caller
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(deliver, items)
+
+
+def _deliver_and_settle(items: list[Any], requests: list[Request]) -> None:
+    deliver(items)
+    _settle(requests)
 
 
 def _settle(requests: list[Request]) -> None:
