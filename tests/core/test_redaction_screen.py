@@ -98,3 +98,30 @@ def test_a_clean_payload_is_called_clean() -> None:
     assert redaction.normalize_screened({"input_json": '{"a": 12, "b": [1, "x"]}'})[1]
     assert not redaction.normalize_screened({"input_json": '{"password": "x"}'})[1]
     assert not redaction.normalize_screened({"input_json": '["--token", "abcdefgh"]'})[1]
+
+
+@given(payload=payloads)
+@settings(max_examples=400)
+@example({"phase": "AGENT_LOOP_PHASE_STARTED", "turn": 3})
+@example({"args": ["--password", "hunter2"]})
+@example({"input_json": '{"password": "x"}'})
+@example({"input_json": '{"a": 1, "b": "read-only"}'})
+@example({"reason": "allowed: read-only tool", "ids": ["01JABCDEFGHJKMN"]})
+def test_is_clean_only_where_redact_changes_nothing(payload: Any) -> None:
+    # The engine's drafts (plain by construction) are screened by is_clean alone.
+    try:
+        plain = canonical.normalize({"p": payload, "l": [payload]})
+    except InvalidArgument:
+        return
+    for value in (plain, plain["p"]):
+        if redaction.is_clean(value):
+            full = redaction.redact(value)
+            assert full.paths == () and full.value is value
+
+
+def test_is_clean_settles_the_engine_s_usual_events() -> None:
+    assert redaction.is_clean({"phase": "AGENT_LOOP_PHASE_STARTED", "turn": 3})
+    assert redaction.is_clean({"proposalId": "01J", "inputJson": '{"a":0,"b":1}',
+                               "decision": {"reason": "tool add is allowed"}})
+    assert not redaction.is_clean({"password": "x"})
+    assert not redaction.is_clean({"inputJson": '{"api_key": "abc"}'})

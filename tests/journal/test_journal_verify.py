@@ -235,3 +235,27 @@ def test_cli_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "ERROR NOT_FOUND" in capsys.readouterr().err
     assert journal_cmd.main(["export"]) == 2  # --out is required
     assert journal_cmd.main(["verify", "--bundle", str(tmp_path / "none.ndjson")]) == 2
+
+
+async def test_a_checkpoint_time_past_i64_is_tampered_not_a_crash(tmp_path: Path) -> None:
+    # Found by the outsider's random byte flips: the signed message packs ts_ms as
+    # an i64, so a stored value past it must be reported, not raise struct.error.
+    import lmdb
+    import msgspec
+
+    data = tmp_path / "data"
+    async with JournalStore.open(data) as store:
+        await store.append([draft(0)])
+        await store.checkpoint()
+    env = lmdb.open(str(next(data.rglob("data.mdb")).parent), max_dbs=64)
+    try:
+        db = env.open_db(b"_checkpoints")
+        with env.begin(write=True) as txn:
+            [(key, raw)] = list(txn.cursor(db=db))
+            record = msgspec.msgpack.decode(raw)
+            record["ts_ms"] = 2**63 + 5
+            txn.put(key, msgspec.msgpack.encode(record), db=db)
+    finally:
+        env.close()
+    report = verify_store(data)
+    assert report.problem is not None and "undecodable checkpoint" in report.problem.reason

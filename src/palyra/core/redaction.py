@@ -469,13 +469,35 @@ def _screen_json(text: str) -> None:
         parsed = msgspec.json.decode(text)
     except msgspec.DecodeError:
         return
-    stack = [parsed]
+    _screen_plain(parsed, nested=True)
+
+
+def is_clean(plain: Any) -> bool:
+    """True when ``redact(plain)`` certainly returns ``plain`` itself with no paths.
+
+    For a value already in the JSON model (``normalize``'s output, or the proto3
+    JSON of an engine message): the same checks as the one-walk screen, without
+    building a copy. False means "not settled", never "holds a secret".
+    """
+    try:
+        _screen_plain(plain, nested=False)
+    except _Unscreened:
+        return False
+    return True
+
+
+def _screen_plain(root: Any, *, nested: bool) -> None:
+    # Raises _Unscreened unless redact leaves ``root`` as it is. ``nested``: inside
+    # JSON text, where further JSON text is left to redact (not settled here).
+    stack = [root]
     key_cache = _KEY_CACHE
     while stack:
         item = stack.pop()
         kind = item.__class__
         if kind is dict:
             for key, value in item.items():
+                if key.__class__ is not str:
+                    raise _Unscreened
                 secret = key_cache.get(key)
                 if secret is None:
                     secret = _secret(key)
@@ -487,7 +509,11 @@ def _screen_json(text: str) -> None:
             stack.extend(item)
         elif kind is str:
             first = item[:1]
-            if first == "{" or first == "[" or first.isspace():
+            if first == "{" or first == "[":
+                if nested:
+                    raise _Unscreened
+                _screen_json(item)
+            elif first.isspace():
                 raise _Unscreened
             lowered = item.lower()
             if _triggered(lowered) and not _no_span(item, lowered):

@@ -15,7 +15,7 @@ from palyra.core.canonical import INT64_MAX, canonical_bytes
 from palyra.core.errors import AlreadyExists, ErrorCode, InvalidArgument, PalyraError
 from palyra.core.event_header import EventHeader
 from palyra.core.ids import UlidSequence, is_ulid
-from palyra.core.redaction import normalize_screened, redact
+from palyra.core.redaction import is_clean, normalize_screened, redact
 from palyra.journal._types import (
     ENTITY_TABLES,
     NO_TAPE_SEQ,
@@ -159,8 +159,10 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
     clean = False
     if payload.__class__ is dict and draft.origin is not None:
         # A draft with an origin is the engine's: its payload is the proto3 JSON of
-        # that message (plain by construction), so the normalizing walk is skipped.
+        # that message (plain by construction), so the normalizing walk is skipped
+        # and only the screen runs (most engine events need no redaction walk).
         plain = payload
+        clean = is_clean(payload)
     elif payload.__class__ is not dict and not isinstance(payload, Mapping):
         raise InvalidArgument("payload must be a mapping", details={"field": "payload"})
     else:

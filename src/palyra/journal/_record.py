@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -103,9 +103,12 @@ class CheckpointRecord(msgspec.Struct, frozen=True):
     """A signed checkpoint as stored in the ``checkpoints`` sub-DB."""
 
     v: int
-    position: int
+    # Bounded as the signed message packs ts_ms (i64; position stays in u64 as
+    # msgpack has no larger int): a record outside them
+    # is undecodable (tampered), not a crash of the verifier.
+    position: Annotated[int, msgspec.Meta(ge=0)]
     head: bytes
-    ts_ms: int
+    ts_ms: Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
     public_key: bytes
     signature: bytes
 

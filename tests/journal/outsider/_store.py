@@ -153,6 +153,9 @@ def decode_checkpoint(raw: bytes) -> StoredCheckpoint:
         v = value.get(name)
         if not isinstance(v, kind) or isinstance(v, bool):
             raise Bad(None, f"undecodable checkpoint record ({name})")
+    # The signed message packs position as u64 and ts_ms as i64 (docs, "Checkpoints").
+    if value["position"] < 0 or not -(1 << 63) <= value["ts_ms"] < 1 << 63:
+        raise Bad(None, "undecodable checkpoint record (out of range)")
     return StoredCheckpoint(value["position"], value["ts_ms"], value["head"],
                             value["public_key"], value["signature"])
 
