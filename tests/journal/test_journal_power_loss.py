@@ -3,8 +3,9 @@
 A durable store runs a busy workload (concurrent multi-event appends with
 entity writes, checkpoints, a tiny commit log that restarts often, a tiny
 map that grows) while a hook copies the journal's files at every write point
-of the commit path: after a frame is logged, after LMDB commits without a
-flush, after LMDB is flushed, after the log header records a sync point.
+of the commit path: after a frame is logged (with the sync frame of the last
+sync point, if one is pending), after LMDB commits without a flush, after LMDB
+is flushed, after the log header records a sync point.
 
 What a power cut leaves on disk at such a point is modelled from those
 copies. ``commit.log`` is written with ``O_DSYNC``: all of it is on disk,
@@ -163,11 +164,16 @@ def _log_images(
     return images
 
 
-def _check_image(root: Path, data: bytes, log: bytes, must_have: list[str], label: str) -> None:
+def _check_image(root: Path, data: bytes, log: bytes, must_have: list[str], label: str) -> bool:
+    """Recover one power-cut image and check it; True when its newest sync point is a sync frame."""
     directory = journal_dir(root)
     directory.mkdir(parents=True)
     (directory / "data.mdb").write_bytes(data)
     (directory / LOG_FILE).write_bytes(log)
+    reader = _commitlog.CommitLog(directory)
+    header, base = reader.header, reader.sync_base()
+    reader.close()
+    from_sync_frame = header is not None and base is not None and base.applied > header.applied
     # A read-only verify first: it must recover the dir itself (no writer holds the lock).
     report = verify_store(root)
     assert report.ok, (label, report.summary())
@@ -189,6 +195,7 @@ def _check_image(root: Path, data: bytes, log: bytes, must_have: list[str], labe
         asyncio.run(_append_one(store))
     report = verify_store(root)
     assert report.ok and report.head_position == after + 1, (label, report.summary())
+    return from_sync_frame
 
 
 async def _append_one(store: JournalStore) -> None:
@@ -225,14 +232,18 @@ def test_power_loss_at_every_write_point(tmp_path: Path, monkeypatch: pytest.Mon
     assert grows >= 1 and durable.sync_points >= 5
     labels = {s.label for s in recorder.snapshots}
     assert labels == {"frame", "commit", "lmdb-sync", "header"}
-    checked = 0
+    checked = from_sync_frames = 0
     previous: _Snapshot | None = None
     for index, snapshot in enumerate(recorder.snapshots):
         must_have = recorder.acked[: snapshot.acked]
         for log_name, log in _log_images(snapshot, previous, rng):
             for data_name, data in _data_images(snapshot, rng):
                 label = f"#{index} after {snapshot.label}: {log_name}, {data_name}"
-                _check_image(tmp_path / f"img-{checked}", data, log, must_have, label)
+                if _check_image(tmp_path / f"img-{checked}", data, log, must_have, label):
+                    from_sync_frames += 1
                 checked += 1
         previous = snapshot
     assert checked >= 6 * len(recorder.snapshots)
+    # Both kinds of sync point were the recovery's base: the header (a restart)
+    # and a sync frame written with a later commit's frame.
+    assert 0 < from_sync_frames < checked

@@ -193,11 +193,10 @@ class Writer:
             assert isinstance(first, Request)
             batch = [first]
             size = len(first.events) or 1
-            while size < self._max_batch:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
+            # Only this thread takes from the queue: when it is not empty,
+            # get_nowait cannot fail (a lone caller costs no queue.Empty raised).
+            while size < self._max_batch and not self._queue.empty():
+                item = self._queue.get_nowait()
                 if item is _STOP:
                     stopping = True
                     break
