@@ -49,7 +49,7 @@ FRAMES_AT = 2 * SLOT
 # keeps LMDB from reusing the pages commits free (10-15 a commit), so the
 # interval trades flushes for file growth: 256 commits cost 0.4 % more flushes
 # and ~15 MiB of pages held back on the tool-loop bench (1024 cost 0.1 % and a
-# 2.7x larger data.mdb there). See docs/journal.md.
+# 2.6x larger data.mdb there). See docs/journal.md.
 SYNC_EVERY_COMMITS = 256
 SYNC_EVERY_BYTES = LOG_SIZE // 4
 """Past this many bytes of frames the next sync point writes the header and restarts the log."""
@@ -149,10 +149,19 @@ class CommitLog:
         if FRAMES_AT + len(frame) > self.size:
             _preallocate(self.path, FRAMES_AT + len(frame), extend_fd=self._fd)
             self.size = os.fstat(self._fd).st_size
-        written = os.pwrite(self._fd, frame, self.offset)
-        if written != len(frame):
-            raise OSError(f"short write to {self.path}: {written} of {len(frame)} bytes")
-        self.offset += len(frame)
+        start, end = self.offset, self.offset + len(frame)
+        data = frame
+        if start % SLOT == 0 or start // SLOT != (end - 1) // SLOT:
+            # The frame enters a page this round has not written: fill that page
+            # to its end with zeros in the same write. A write that covers a
+            # whole page needs no read of it first; a partial one into a page
+            # the cache does not hold (the log is read and written uncached, see
+            # _small_pages) waits for a read from the disk before its flush.
+            data = frame + bytes(min(-end % SLOT, self.size - end))
+        written = os.pwrite(self._fd, data, start)
+        if written != len(data):
+            raise OSError(f"short write to {self.path}: {written} of {len(data)} bytes")
+        self.offset = end
 
     def restart(self) -> None:
         """Write the next frame at the start (after a sync point holds everything before)."""
