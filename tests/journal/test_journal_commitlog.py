@@ -105,6 +105,28 @@ async def test_a_sync_point_between_restarts_costs_one_flush_and_no_header(
         assert base is not None and base.applied == 32  # written with frame 33
 
 
+async def test_a_sync_point_comes_when_lmdb_grew_enough_since_the_pinned_one(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Big commits would hold back many pages per interval: growth bounds it too.
+    from palyra.journal import _durable
+
+    monkeypatch.setattr(_durable, "SYNC_EVERY_COMMITS", 1 << 30)
+    monkeypatch.setattr(_durable, "SYNC_EVERY_S", 1e9)
+    monkeypatch.setattr(_durable, "_ROOM_READ_EVERY", 4)
+    async with JournalStore.open(data_dir) as store:
+        durable = store.env.durable
+        assert durable is not None
+        before = durable.sync_points
+        for i in range(20):
+            await store.append([draft(i, payload={"pad": "x" * 20_000})])
+        assert durable.sync_points == before  # 20 commits of ~5 pages: under the bound
+        monkeypatch.setattr(_durable, "SYNC_EVERY_GROWTH", 16 * 4096)
+        for i in range(20):
+            await store.append([draft(i, payload={"pad": "x" * 20_000})])
+        assert durable.sync_points - before >= 1  # (freed pages get reused in between)
+
+
 def test_header_slots_alternate_and_a_torn_one_falls_back(tmp_path: Path) -> None:
     log = CommitLog(tmp_path)
     assert log.header is None and read_header(tmp_path) is None

@@ -47,6 +47,13 @@ COMMIT_LOG_DB = "_commit_log"
 _APPLIED = b"applied"
 _U64 = struct.Struct(">Q")
 SYNC_EVERY_S = 2.0
+SYNC_EVERY_GROWTH = 64 * 1024 * 1024
+"""A sync point also comes once LMDB's file has grown this much since the pinned one.
+
+Until the next sync point the pin keeps LMDB from reusing freed pages, so this
+bounds what one interval adds to ``data.mdb`` whatever the commits' size (big
+group commits hold many pages); checked from the map readings below.
+"""
 # Re-read LMDB's free room (env.info) at least this often; in between each
 # commit spends from the last reading what _require_headroom demanded of it.
 _ROOM_READ_EVERY = 64
@@ -167,6 +174,8 @@ class Durability:
         self._page = int(env.stat()["psize"])
         self._room = 0  # map pages surely free: last reading minus what commits since demanded
         self._room_reads_in = 0
+        self._last_pgno = 0  # LMDB's last used page, as last read (with the room)
+        self._pinned_pgno = 0  # ... as read when the newest sync point was pinned
         self._since_commits = 0
         self._since_time = time.monotonic()
         self.next_seq = 1
@@ -261,7 +270,8 @@ class Durability:
         self._room_reads_in -= 1
         if needed >= self._room or self._room_reads_in <= 0:
             info = self._env.info()
-            self._room = int(info["map_size"]) // self._page - int(info["last_pgno"])
+            self._last_pgno = int(info["last_pgno"])
+            self._room = int(info["map_size"]) // self._page - self._last_pgno
             self._room_reads_in = _ROOM_READ_EVERY
             if needed >= self._room:
                 raise lmdb.MapFullError("commit log: not enough map left for this commit")
@@ -280,6 +290,7 @@ class Durability:
         elif (
             self._since_commits >= SYNC_EVERY_COMMITS
             or time.monotonic() - self._since_time >= SYNC_EVERY_S
+            or (self._last_pgno - self._pinned_pgno) * self._page >= SYNC_EVERY_GROWTH
         ):
             self._env.sync(True)
             self._point("lmdb-sync")
@@ -288,9 +299,7 @@ class Durability:
             # Pin the new point now (no commit may reuse its pages from here);
             # the old pin goes once the sync frame is durable (log_frame).
             self._retiring, self._pin = self._pin, self._env.begin()
-            self._since_commits = 0
-            self._since_time = time.monotonic()
-            self.sync_points += 1
+            self._pinned_at()
 
     def sync_point(self, *, clean: bool = False) -> None:
         """Flush LMDB, record the point in the log header, pin its snapshot, restart the log."""
@@ -306,8 +315,13 @@ class Durability:
         else:
             self._repin()
         self.log.restart()
+        self._pinned_at()
+
+    def _pinned_at(self) -> None:
+        # A new sync point: its counters start over from here.
         self._since_commits = 0
         self._since_time = time.monotonic()
+        self._last_pgno = self._pinned_pgno = int(self._env.info()["last_pgno"])
         self.sync_points += 1
 
     def _point(self, label: str) -> None:
