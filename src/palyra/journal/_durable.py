@@ -47,6 +47,11 @@ COMMIT_LOG_DB = "_commit_log"
 _APPLIED = b"applied"
 _U64 = struct.Struct(">Q")
 SYNC_EVERY_S = 2.0
+
+
+class Unsettled(Exception):
+    """LMDB must commit every earlier frame first (to restart the log, or to read its room)."""
+
 SYNC_EVERY_GROWTH = 64 * 1024 * 1024
 """A sync point also comes once LMDB's file has grown this much since the pinned one.
 
@@ -218,13 +223,16 @@ class Durability:
         """Write ``txn``'s writes as the next frame; durable on return. Then commit ``txn``."""
         self.log_frame(txn)
         self.apply(txn)
+        self._point("commit")
 
-    def log_frame(self, txn: RecordingTxn) -> None:
+    def log_frame(self, txn: RecordingTxn, *, settled: bool = True) -> None:
         """Write ``txn``'s writes as the next frame: the commit point, durable on return.
 
         The caller must :meth:`apply` the same ``txn`` next, before any other
         write transaction (it may answer its callers in between: what they
-        were promised is the frame).
+        were promised is the frame). ``settled`` says LMDB has committed every
+        earlier frame; if not, a frame that needs the log restarted, or LMDB's
+        free room read again, raises :class:`Unsettled` before anything is written.
         """
         if self.broken is not None:
             raise PalyraError(
@@ -234,9 +242,11 @@ class Durability:
         if txn.ops:
             frame = encode_frame(self.next_seq, txn.ops)
             # Past the frame nothing may fail for want of room: check before it.
-            self._require_headroom(len(txn.ops), len(frame))
+            self._require_headroom(len(txn.ops), len(frame), settled)
             txn.txn.put(_APPLIED, _U64.pack(self.next_seq), db=self._dbs[COMMIT_LOG_DB])
             if not self.log.fits(self._sync_frame + frame):
+                if not settled:
+                    raise Unsettled("commit log: commit LMDB before restarting the log")
                 self.sync_point()  # everything before this txn is in LMDB now
             # A pending sync frame goes in the same write: no flush of its own.
             self.log.append(self._sync_frame + frame)
@@ -247,7 +257,11 @@ class Durability:
                 self._release_retiring()
 
     def apply(self, txn: RecordingTxn) -> None:
-        """Commit ``txn`` to LMDB without a flush (its frame is already durable)."""
+        """Commit ``txn`` without a flush (its frame is already durable).
+
+        ``txn`` may be a child of the writer's open transaction: LMDB holds its
+        writes once :meth:`commit_open` commits that one.
+        """
         try:
             txn.txn.commit()
         except BaseException as exc:
@@ -255,20 +269,32 @@ class Durability:
             # it. Only recovery (a reopen) can make the two agree again.
             self.broken = exc
             raise
-        self._point("commit")
         self._since_commits += 1
 
-    def _require_headroom(self, ops: int, size: int) -> None:
+    def commit_open(self, txn: Any) -> None:
+        """Commit the write transaction the applied frames went into (no flush)."""
+        try:
+            txn.commit()
+        except BaseException as exc:
+            self.broken = exc
+            raise
+        self._point("commit")
+
+    def _require_headroom(self, ops: int, size: int, settled: bool = True) -> None:
         # LMDB can run out of map at commit (the free list needs pages too),
         # and once the frame is logged a failed commit cannot be taken back.
         # So demand generous room first: MapFullError here makes the writer
         # grow the map and redo the batch before anything is logged. A commit
         # takes fewer pages than it is asked to leave room for, so the room last
         # read less what was demanded since is a lower bound: LMDB is asked
-        # again only when that runs short (or every _ROOM_READ_EVERY commits).
+        # again only when that runs short (or every _ROOM_READ_EVERY commits),
+        # and only when it has committed every frame: env.info() does not count
+        # the pages of a transaction still open.
         needed = 64 + 4 * (ops * 3 + size // self._page)
         self._room_reads_in -= 1
-        if needed >= self._room or self._room_reads_in <= 0:
+        if needed >= self._room or (self._room_reads_in <= 0 and settled):
+            if not settled:
+                raise Unsettled("commit log: commit LMDB before reading its room")
             info = self._env.info()
             self._last_pgno = int(info["last_pgno"])
             self._room = int(info["map_size"]) // self._page - self._last_pgno
@@ -283,15 +309,11 @@ class Durability:
         Past a quarter of the log it records the point in the header and starts
         the log over; otherwise in a sync frame written with the next commit.
         """
-        if self._sync_frame:
-            return  # one at a time: the last one is not recorded yet
+        if not self.sync_due():
+            return
         if self.log.offset - FRAMES_AT >= SYNC_EVERY_BYTES:
             self.sync_point()
-        elif (
-            self._since_commits >= SYNC_EVERY_COMMITS
-            or time.monotonic() - self._since_time >= SYNC_EVERY_S
-            or (self._last_pgno - self._pinned_pgno) * self._page >= SYNC_EVERY_GROWTH
-        ):
+        else:
             self._env.sync(True)
             self._point("lmdb-sync")
             txnid, meta = lmdb_meta(self._data_file, self._page)
@@ -300,6 +322,17 @@ class Durability:
             # the old pin goes once the sync frame is durable (log_frame).
             self._retiring, self._pin = self._pin, self._env.begin()
             self._pinned_at()
+
+    def sync_due(self) -> bool:
+        """True when :meth:`after_commit` would take a sync point (LMDB must hold every frame)."""
+        if self._sync_frame:
+            return False  # one at a time: the last one is not recorded yet
+        return (
+            self.log.offset - FRAMES_AT >= SYNC_EVERY_BYTES
+            or self._since_commits >= SYNC_EVERY_COMMITS
+            or time.monotonic() - self._since_time >= SYNC_EVERY_S
+            or (self._last_pgno - self._pinned_pgno) * self._page >= SYNC_EVERY_GROWTH
+        )
 
     def sync_point(self, *, clean: bool = False) -> None:
         """Flush LMDB, record the point in the log header, pin its snapshot, restart the log."""

@@ -6,7 +6,7 @@ import contextlib
 import fcntl
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +105,8 @@ class JournalEnv:
         self.visible = threading.Event()
         self.visible.set()
         self.unapplied: BaseException | None = None
+        # Set by the writer: a reader about to wait asks it to commit LMDB now.
+        self.on_wait: Callable[[], None] | None = None
         self.map_grows = 0
         self.closed = False
         self._lock_fd: int | None = None
@@ -245,6 +247,8 @@ class JournalEnv:
         # The writer answers a commit's callers before LMDB holds it (its frame
         # is the commit point): wait for that, at most one LMDB commit.
         if threading.current_thread().name != WRITER_THREAD:
+            if not self.visible.is_set() and self.on_wait is not None:
+                self.on_wait()
             self.visible.wait()
         if self.unapplied is not None:
             raise PalyraError(
