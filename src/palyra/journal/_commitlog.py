@@ -46,11 +46,12 @@ SLOT = 4096
 FRAMES_AT = 2 * SLOT
 # A sync point costs one flush of its own (LMDB's fdatasync; its sync frame
 # rides on the next commit's write). Until the next one, the pinned snapshot
-# keeps LMDB from reusing the pages commits free (10-15 a commit), so the
-# interval trades flushes for file growth: 256 commits cost 0.4 % more flushes
-# and ~15 MiB of pages held back on the tool-loop bench (1024 cost 0.1 % and a
-# 2.6x larger data.mdb there). See docs/journal.md.
-SYNC_EVERY_COMMITS = 256
+# keeps LMDB from reusing the pages its commits free, so the interval trades
+# flushes for file growth. The writer applies several frames per LMDB commit,
+# which frees far fewer pages: on the tool-loop bench 1024 frames cost 0.2 %
+# more flushes and a 14.8 MiB data.mdb (256: 0.4 % and 8.9 MiB; one LMDB commit
+# per frame and 256 needed 23.5 MiB). See docs/journal.md.
+SYNC_EVERY_COMMITS = 1024
 SYNC_EVERY_BYTES = LOG_SIZE // 4
 """Past this many bytes of frames the next sync point writes the header and restarts the log."""
 
