@@ -128,6 +128,33 @@ async def test_a_sync_point_comes_when_lmdb_grew_enough_since_the_pinned_one(
         assert durable.sync_points - before >= 1  # (freed pages get reused in between)
 
 
+async def test_frames_share_lmdb_commits_and_a_waiting_reader_gets_its_own_writes_at_once(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The writer commits LMDB for many frames at once; a reader that finds answered
+    # frames not yet in LMDB asks it to commit now (else it would wait out the idle
+    # delay, here a minute, and the test would time out).
+    from palyra.journal import _durable, _writer
+
+    monkeypatch.setattr(_writer, "_APPLY_IDLE_S", 60.0)
+    monkeypatch.setattr(_durable, "SYNC_EVERY_S", 1e9)
+    labels: list[str] = []
+    async with JournalStore.open(data_dir) as store:
+        durable = store.env.durable
+        assert durable is not None
+        durable.hook = labels.append
+        ids = [e.event_id for i in range(10) for e in await store.append([draft(i)])]
+        assert labels.count("frame") == 10 and labels.count("commit") == 0
+        # From another thread and from the event loop's own: both see every event.
+        seen = await asyncio.wait_for(
+            asyncio.to_thread(lambda: [e.event_id for e in store.read_range(0, 100)]), 10)
+        assert seen == ids and labels.count("commit") == 1
+        [late] = await store.append([draft(10)])
+        assert [e.event_id for e in store.read_range(0, 100)] == [*ids, late.event_id]
+        assert labels.count("commit") == 2
+        durable.hook = None
+
+
 def test_header_slots_alternate_and_a_torn_one_falls_back(tmp_path: Path) -> None:
     log = CommitLog(tmp_path)
     assert log.header is None and read_header(tmp_path) is None
