@@ -81,6 +81,7 @@ class Gate:
                 self._cond.notify_all()
 
 
+_REASK_S = 0.001
 WRITER_THREAD = "palyra-journal-writer"
 """The writer thread's name; it never waits for its own commit to become visible."""
 
@@ -245,11 +246,16 @@ class JournalEnv:
 
     def _wait_visible(self) -> None:
         # The writer answers a commit's callers before LMDB holds it (its frame
-        # is the commit point): wait for that, at most one LMDB commit.
+        # is the commit point): wait for that, one LMDB commit.
         if threading.current_thread().name != WRITER_THREAD:
-            if not self.visible.is_set() and self.on_wait is not None:
-                self.on_wait()
-            self.visible.wait()
+            on_wait = self.on_wait
+            if on_wait is None:
+                self.visible.wait()
+            # Ask the writer to commit LMDB now rather than when it next idles,
+            # and again if a newer frame lowered the flag after it was asked.
+            while on_wait is not None and not self.visible.is_set():
+                on_wait()
+                self.visible.wait(_REASK_S)
         if self.unapplied is not None:
             raise PalyraError(
                 f"the journal could not apply a durable commit ({self.unapplied}); "
