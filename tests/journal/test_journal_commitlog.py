@@ -226,6 +226,7 @@ def test_reopen_after_a_kill_replays_what_lmdb_lacks(data_dir: Path) -> None:
         store._writer.stop()  # type: ignore[union-attr]
         store.env.env.close()  # no clean sync point, as after SIGKILL
         store.env._release_lock()
+        store.env.durable.log.close()
         return ids
 
     ids = asyncio.run(write())
@@ -256,6 +257,7 @@ def test_reopen_rolls_lmdb_back_to_the_newest_sync_frame(
         store._writer.stop()  # type: ignore[union-attr]
         store.env.env.close()  # no clean sync point, as after a crash
         store.env._release_lock()
+        durable.log.close()
         return ids, base.txnid
 
     ids, txnid = asyncio.run(write())
