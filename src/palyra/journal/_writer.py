@@ -3,8 +3,10 @@
 Callers enqueue a request and await a future. The writer blocks for the first
 request, then takes whatever else is already queued (it never waits for a
 batch to fill, so a lone caller pays only its own sync), applies all of them
-in one LMDB write transaction, commits with sync and only then resolves the
-futures.
+in one LMDB write transaction, makes it durable and only then resolves the
+futures. With the commit log (``_durable``) the durable commit is the batch's
+frame; LMDB takes the batch in a child of an open write transaction that
+commits for many frames at once (``_commit_open``).
 
 Within a commit, the events of each session become one record (see
 ``_layout``): the chain hashes, the record encoding and the index puts are
