@@ -8,7 +8,10 @@ configurations hit the same disk in the same run. At each concurrency the
 journal and SQLite run in ``R`` alternating slices of ``N/R`` appends, so disk
 noise on a shared machine hits both alike. The ``fsync_floor`` line times the
 raw syncs on that disk: one ``fdatasync`` (what a SQLite WAL commit needs) and
-``fdatasync`` + an ``O_DSYNC`` page write (what an LMDB commit needs).
+``fdatasync`` + an ``O_DSYNC`` page write (what an LMDB commit needs). At
+one appender a ``floor_handoff_dsync`` line runs in the same slices: the
+journal's hand-offs and one frame-sized ``O_DSYNC`` write with no other work,
+the most a journal of this shape can reach (``floor_vs_sqlite@1``).
 The ``harness_floor`` line at each concurrency runs the same drive loop with
 the same drafts against a null appender that does only what an append cannot
 avoid: ``prepare`` in the caller, then a future resolved by one thread, one
@@ -109,11 +112,16 @@ async def _timed(drive: Any) -> tuple[float, float]:
 
 async def bench_pair(
     root: Path, appenders: int, events: int, rounds: int
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Durable appends through JournalStore's group commit and through SQLite, interleaved."""
+) -> list[dict[str, Any]]:
+    """Durable appends through JournalStore's group commit and through SQLite, interleaved.
+
+    With one appender a third contender runs in the same rounds: the journal's
+    shape with no work (:class:`HandoffFloor`), the floor a lone append can reach.
+    """
     store = JournalStore.open(root / f"lmdb-{appenders}")
     chain = SqliteChain(root / f"sqlite-{appenders}.db")
-    lmdb_s = sqlite_s = lmdb_cpu = sqlite_cpu = 0.0
+    floor = HandoffFloor(root / f"floor-{appenders}") if appenders == 1 else None
+    lmdb_s = sqlite_s = lmdb_cpu = sqlite_cpu = floor_s = floor_cpu = 0.0
     try:
         for r in range(rounds):
             part = range(events * r // rounds, events * (r + 1) // rounds)
@@ -122,14 +130,69 @@ async def bench_pair(
             lmdb_s, lmdb_cpu = lmdb_s + wall, lmdb_cpu + cpu
             wall, cpu = await _timed(_drive(appenders, part, lambda i: chain.append(_draft(i))))
             sqlite_s, sqlite_cpu = sqlite_s + wall, sqlite_cpu + cpu
+            if floor is not None:
+                wall, cpu = await _timed(
+                    _drive(appenders, part, lambda i: floor.append(_draft(i))))
+                floor_s, floor_cpu = floor_s + wall, floor_cpu + cpu
         commits = store.stats().commits
     finally:
         store.close()
         chain.close()
-    return (
+        if floor is not None:
+            floor.close()
+    lines = [
         _line("lmdb_group_commit", appenders, events, lmdb_s, commits, lmdb_cpu),
         _line("sqlite_wal_full", appenders, events, sqlite_s, events, sqlite_cpu),
-    )
+    ]
+    if floor is not None:
+        lines.append(_line("floor_handoff_dsync", appenders, events, floor_s, events, floor_cpu))
+    return lines
+
+
+class HandoffFloor:
+    """A lone append's floor: the journal's thread hand-offs and one flush, no other work.
+
+    ``prepare`` on the caller's loop, a ``SimpleQueue`` to a writer thread, one
+    ``O_DSYNC`` write of a frame-sized buffer into a pre-zeroed file (what a
+    journal frame costs the device), the answer through ``call_soon_threadsafe``.
+    No LMDB, record, hash or frame encoding: any journal of this shape is slower.
+    """
+
+    FRAME_BYTES = 420  # a one-event frame of this bench's drafts
+    SIZE = 4 << 20
+
+    def __init__(self, path: Path) -> None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            for at in range(0, self.SIZE, 4096):
+                os.pwrite(fd, bytes(4096), at)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.fd = os.open(path, os.O_RDWR | os.O_DSYNC)
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        offset, frame = 0, b"f" * self.FRAME_BYTES
+        while (item := self.queue.get()) is not None:
+            loop, future = item
+            os.pwrite(self.fd, frame, offset)
+            offset = (offset + len(frame)) % (self.SIZE - len(frame))
+            loop.call_soon_threadsafe(future.set_result, None)
+
+    async def append(self, draft: EventDraft) -> None:
+        prepare([draft], JournalConfig())
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self.queue.put((loop, future))
+        await future
+
+    def close(self) -> None:
+        self.queue.put(None)
+        self.thread.join()
+        os.close(self.fd)
 
 
 class NullAppender:
@@ -358,6 +421,11 @@ async def run(events: int, base: Path, rounds: int = 5) -> int:
             ratios[f"cpu_vs_floor@{c}"] = round(
                 results[("lmdb_group_commit", c)]["cpu_us_per_event"]
                 / results[("harness_floor", c)]["cpu_us_per_event"], 2)
+        floor = results.get(("floor_handoff_dsync", 1))
+        if floor is not None:
+            # The most any journal of this shape could reach at one appender.
+            ratios["floor_vs_sqlite@1"] = round(
+                floor["events_per_s"] / results[("sqlite_wal_full", 1)]["events_per_s"], 2)
         ratios["verify_vs_raw_sha256"] = round(
             by_name["verify"]["events_per_s"] / by_name["raw_sha256"]["events_per_s"], 3
         )

@@ -35,7 +35,7 @@ def test_in_process_run_reports_every_tracked_figure(tmp_path: Path,
         assert run["runs"] == 2 and run["steps"] == 2
         commits, records = run["commits_per_step"], run["records_per_step"]
         assert 0 < commits <= records
-        assert run["lmdb_txns_per_step"] >= commits
+        assert 0 < run["lmdb_txns_per_step"] <= commits  # LMDB takes frames in batches
         assert run["messages_per_step"] > 0
         assert run["cpu_ms_per_step"] >= run["cpu_ms_per_step_by_bucket"]["event_loop"] > 0
         assert run["floors"]["fdatasync_p50_us"] > 0 and run["floors"]["sha256_mb_s"] > 0

@@ -19,6 +19,7 @@ from palyra.journal._commitlog import (
     SLOT,
     CommitLog,
     encode_frame,
+    encode_sync_frame,
     lmdb_meta,
     read_header,
     restore_lmdb_meta,
@@ -45,6 +46,113 @@ def test_frames_replay_in_order_skip_older_rounds_and_stop_at_a_torn_one(tmp_pat
         handle.write(b"\xff")
     assert [(seq, ops) for seq, ops in log.frames(4)] == [(5, [("runs", b"r", b"x")])]
     log.close()
+
+
+def test_a_sync_frame_counts_only_where_it_stands_and_only_whole(tmp_path: Path) -> None:
+    log = CommitLog(tmp_path)
+    log.write_header(10, 2, b"h" * 40, 4096, clean=False)
+    # An older round: frames 1..2 and a sync frame naming frame 1.
+    log.append(encode_frame(1, [("runs", b"a", b"1")]))
+    log.append(encode_sync_frame(7, 1, b"o" * 40, 4096) + encode_frame(2, [("runs", b"a", b"2")]))
+    log.restart()
+    # This round (after the header's frame 2): frames 3..4, the sync frame naming
+    # frame 4 written with frame 5, as the writer does.
+    log.append(encode_frame(3, [("runs", b"a", b"3")]))
+    log.append(encode_frame(4, [("runs", b"a", b"4")]))
+    base = log.sync_base()
+    assert base is not None and (base.txnid, base.applied) == (10, 2)  # header: none yet
+    mark = log.offset
+    log.append(encode_sync_frame(12, 4, b"m" * 40, 4096) + encode_frame(5, [("runs", b"a", b"5")]))
+    base = log.sync_base()
+    assert base is not None and (base.txnid, base.applied, base.page_size) == (12, 4, 4096)
+    assert base.meta == (b"m" * 40).ljust(256, b"\0") and not base.clean
+    # Sync frames are not replayed: frames after 2 are 3, 4, 5.
+    assert [seq for seq, _ in log.frames(2)] == [3, 4, 5]
+    assert [seq for seq, _ in log.frames(4)] == [5]
+    # A sync frame torn by the cut: neither it nor the frame after it counts.
+    with open(log.path, "r+b") as handle:
+        handle.seek(mark + 30)
+        handle.write(b"\xff")
+    base = log.sync_base()
+    assert base is not None and (base.txnid, base.applied) == (10, 2)
+    assert [seq for seq, _ in log.frames(2)] == [3, 4]
+    log.close()
+
+
+async def test_a_sync_point_between_restarts_costs_one_flush_and_no_header(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from palyra.journal import _durable
+
+    monkeypatch.setattr(_durable, "SYNC_EVERY_COMMITS", 8)
+    flushes: list[str] = []
+    async with JournalStore.open(data_dir) as store:
+        durable = store.env.durable
+        assert durable is not None
+        generation = read_header(journal_dir(data_dir)).generation  # type: ignore[union-attr]
+        durable.hook = flushes.append
+        before = durable.sync_points
+        for i in range(36):  # the writer takes a sync point after its 36th commit
+            await store.append([draft(i)])  # only after answering: stop short of one
+        durable.hook = None
+        # Every 8 commits: LMDB's flush, and its record rides on the next frame.
+        assert durable.sync_points - before == 4
+        assert flushes.count("lmdb-sync") == 4 and "header" not in flushes
+        assert flushes.count("frame") == 36
+        header = read_header(journal_dir(data_dir))
+        assert header is not None and header.generation == generation
+        base = durable.log.sync_base()
+        assert base is not None and base.applied == 32  # written with frame 33
+
+
+async def test_a_sync_point_comes_when_lmdb_grew_enough_since_the_pinned_one(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Big commits would hold back many pages per interval: growth bounds it too.
+    from palyra.journal import _durable
+
+    monkeypatch.setattr(_durable, "SYNC_EVERY_COMMITS", 1 << 30)
+    monkeypatch.setattr(_durable, "SYNC_EVERY_S", 1e9)
+    monkeypatch.setattr(_durable, "_ROOM_READ_EVERY", 4)
+    async with JournalStore.open(data_dir) as store:
+        durable = store.env.durable
+        assert durable is not None
+        before = durable.sync_points
+        for i in range(20):
+            await store.append([draft(i, payload={"pad": "x" * 20_000})])
+        assert durable.sync_points == before  # 20 commits of ~5 pages: under the bound
+        monkeypatch.setattr(_durable, "SYNC_EVERY_GROWTH", 16 * 4096)
+        for i in range(20):
+            await store.append([draft(i, payload={"pad": "x" * 20_000})])
+            store.read_range(0, 1)  # LMDB commits what was answered: its size is read
+        assert durable.sync_points - before >= 1  # (freed pages get reused in between)
+
+
+async def test_frames_share_lmdb_commits_and_a_waiting_reader_gets_its_own_writes_at_once(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The writer commits LMDB for many frames at once; a reader that finds answered
+    # frames not yet in LMDB asks it to commit now (else it would wait out the idle
+    # delay, here a minute, and the test would time out).
+    from palyra.journal import _durable, _writer
+
+    monkeypatch.setattr(_writer, "_APPLY_IDLE_S", 60.0)
+    monkeypatch.setattr(_durable, "SYNC_EVERY_S", 1e9)
+    labels: list[str] = []
+    async with JournalStore.open(data_dir) as store:
+        durable = store.env.durable
+        assert durable is not None
+        durable.hook = labels.append
+        ids = [e.event_id for i in range(10) for e in await store.append([draft(i)])]
+        assert labels.count("frame") == 10 and labels.count("commit") == 0
+        # From another thread and from the event loop's own: both see every event.
+        seen = await asyncio.wait_for(
+            asyncio.to_thread(lambda: [e.event_id for e in store.read_range(0, 100)]), 10)
+        assert seen == ids and labels.count("commit") == 1
+        [late] = await store.append([draft(10)])
+        assert [e.event_id for e in store.read_range(0, 100)] == [*ids, late.event_id]
+        assert labels.count("commit") == 2
+        durable.hook = None
 
 
 def test_header_slots_alternate_and_a_torn_one_falls_back(tmp_path: Path) -> None:
@@ -118,6 +226,7 @@ def test_reopen_after_a_kill_replays_what_lmdb_lacks(data_dir: Path) -> None:
         store._writer.stop()  # type: ignore[union-attr]
         store.env.env.close()  # no clean sync point, as after SIGKILL
         store.env._release_lock()
+        store.env.durable.log.close()
         return ids
 
     ids = asyncio.run(write())
@@ -125,6 +234,47 @@ def test_reopen_after_a_kill_replays_what_lmdb_lacks(data_dir: Path) -> None:
     assert header is not None and not header.clean
     with JournalStore.open(data_dir) as store:
         assert [e.event_id for e in store.read_range(0, 100)] == ids
+
+
+def test_reopen_rolls_lmdb_back_to_the_newest_sync_frame(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The newest durable sync point is a sync frame, not the header: a reopen
+    # after a system crash rolls LMDB back to that frame's meta page (not the
+    # header's older one, whose pages the writer no longer protects).
+    from palyra.journal import _durable
+
+    monkeypatch.setattr(_durable, "SYNC_EVERY_COMMITS", 4)
+
+    async def write() -> tuple[list[str], int]:
+        store = JournalStore.open(data_dir)
+        ids = [e.event_id for i in range(10) for e in await store.append([draft(i)])]
+        durable = store.env.durable
+        assert durable is not None
+        base = durable.log.sync_base()
+        assert base is not None and base.applied == 8  # with frame 9 (frame 10's is pending)
+        durable.unpin()
+        store._writer.stop()  # type: ignore[union-attr]
+        store.env.env.close()  # no clean sync point, as after a crash
+        store.env._release_lock()
+        durable.log.close()
+        return ids, base.txnid
+
+    ids, txnid = asyncio.run(write())
+    directory = journal_dir(data_dir)
+    header = read_header(directory)
+    assert header is not None and not header.clean and header.txnid < txnid
+    seen: list[int] = []
+    real = _durable.restore_lmdb_meta
+
+    def spy(data_file: Path, page_size: int, meta: bytes) -> None:
+        seen.append(int.from_bytes(meta[144:152], "little"))
+        real(data_file, page_size, meta)
+
+    monkeypatch.setattr(_durable, "restore_lmdb_meta", spy)
+    with JournalStore.open(data_dir) as store:
+        assert [e.event_id for e in store.read_range(0, 100)] == ids
+    assert seen == [txnid]
 
 
 async def test_a_read_between_the_frame_and_the_lmdb_commit_waits_for_the_commit(
@@ -141,9 +291,9 @@ async def test_a_read_between_the_frame_and_the_lmdb_commit_waits_for_the_commit
 
     async with JournalStore.open(tmp_path) as store:
         await store.append([draft(0)])
-        # The answer may come before LMDB took this first commit; a read waits for
-        # it, so the apply swapped in below meets the second commit, not this one.
-        assert [e.position for e in store.read_range(0, 10)] == [1]
+        # The answer may come before the writer hands that commit to LMDB: a read
+        # waits until it has, so the patch below never sees the first commit.
+        assert len(store.read_range(0, 10)) == 1
         durable = store.env.durable
         assert durable is not None
         seen: list[list[int]] = []

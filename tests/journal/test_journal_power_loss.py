@@ -3,8 +3,10 @@
 A durable store runs a busy workload (concurrent multi-event appends with
 entity writes, checkpoints, a tiny commit log that restarts often, a tiny
 map that grows) while a hook copies the journal's files at every write point
-of the commit path: after a frame is logged, after LMDB commits without a
-flush, after LMDB is flushed, after the log header records a sync point.
+of the commit path: after a frame is logged (with the sync frame of the last
+sync point, if one is pending), after LMDB commits without a flush (the
+writer's open transaction, holding one or more frames), after LMDB is flushed,
+after the log header records a sync point.
 
 What a power cut leaves on disk at such a point is modelled from those
 copies. ``commit.log`` is written with ``O_DSYNC``: all of it is on disk,
@@ -37,6 +39,7 @@ from palyra.journal import (
     JournalStore,
     _commitlog,
     _durable,
+    _writer,
     verify_store,
 )
 from palyra.journal._commitlog import LOG_FILE
@@ -163,11 +166,16 @@ def _log_images(
     return images
 
 
-def _check_image(root: Path, data: bytes, log: bytes, must_have: list[str], label: str) -> None:
+def _check_image(root: Path, data: bytes, log: bytes, must_have: list[str], label: str) -> bool:
+    """Recover one power-cut image and check it; True when its newest sync point is a sync frame."""
     directory = journal_dir(root)
     directory.mkdir(parents=True)
     (directory / "data.mdb").write_bytes(data)
     (directory / LOG_FILE).write_bytes(log)
+    reader = _commitlog.CommitLog(directory)
+    header, base = reader.header, reader.sync_base()
+    reader.close()
+    from_sync_frame = header is not None and base is not None and base.applied > header.applied
     # A read-only verify first: it must recover the dir itself (no writer holds the lock).
     report = verify_store(root)
     assert report.ok, (label, report.summary())
@@ -189,6 +197,7 @@ def _check_image(root: Path, data: bytes, log: bytes, must_have: list[str], labe
         asyncio.run(_append_one(store))
     report = verify_store(root)
     assert report.ok and report.head_position == after + 1, (label, report.summary())
+    return from_sync_frame
 
 
 async def _append_one(store: JournalStore) -> None:
@@ -197,12 +206,23 @@ async def _append_one(store: JournalStore) -> None:
 
 
 @pytest.mark.slow
-def test_power_loss_at_every_write_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("log_size", "restart_at"), [(48 * 1024, 32 * 1024), (20 * 1024, 1 << 30)],
+    ids=["early", "when-full"])
+def test_power_loss_at_every_write_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, log_size: int, restart_at: int
+) -> None:
     # A log that restarts every few commits and a map that must grow: every
-    # branch of the commit path runs many times in a short workload.
+    # branch of the commit path runs many times in a short workload. The log
+    # restarts after a sync point once it is 2/3 full ("early"), or only when
+    # a frame does not fit, with frames still waiting in the open LMDB
+    # transaction ("when-full").
     monkeypatch.setattr(_durable, "SYNC_EVERY_COMMITS", 5)
-    monkeypatch.setattr(_commitlog, "LOG_SIZE", 48 * 1024)
-    monkeypatch.setattr(_durable, "SYNC_EVERY_BYTES", 32 * 1024)
+    monkeypatch.setattr(_commitlog, "LOG_SIZE", log_size)
+    monkeypatch.setattr(_durable, "SYNC_EVERY_BYTES", restart_at)
+    # The hook's copies are slow: without this the writer would find itself idle
+    # and commit LMDB after every frame, never holding several in one transaction.
+    monkeypatch.setattr(_writer, "_APPLY_IDLE_S", 5.0)
     seed = int(os.environ.get("PALYRA_CRASH_SEED", "0")) or 1124
     rng = random.Random(seed)
     root = tmp_path / "live"
@@ -225,14 +245,22 @@ def test_power_loss_at_every_write_point(tmp_path: Path, monkeypatch: pytest.Mon
     assert grows >= 1 and durable.sync_points >= 5
     labels = {s.label for s in recorder.snapshots}
     assert labels == {"frame", "commit", "lmdb-sync", "header"}
-    checked = 0
+    # LMDB took several frames in one commit at times (the writer's open transaction).
+    every = [s.label for s in recorder.snapshots]
+    assert every.count("commit") < every.count("frame")
+    checked = from_sync_frames = 0
     previous: _Snapshot | None = None
     for index, snapshot in enumerate(recorder.snapshots):
         must_have = recorder.acked[: snapshot.acked]
         for log_name, log in _log_images(snapshot, previous, rng):
             for data_name, data in _data_images(snapshot, rng):
                 label = f"#{index} after {snapshot.label}: {log_name}, {data_name}"
-                _check_image(tmp_path / f"img-{checked}", data, log, must_have, label)
+                if _check_image(tmp_path / f"img-{checked}", data, log, must_have, label):
+                    from_sync_frames += 1
                 checked += 1
         previous = snapshot
     assert checked >= 6 * len(recorder.snapshots)
+    if restart_at < log_size:
+        # Both kinds of sync point were the recovery's base: the header (a restart)
+        # and a sync frame written with a later commit's frame.
+        assert 0 < from_sync_frames < checked

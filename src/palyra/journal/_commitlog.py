@@ -5,9 +5,11 @@ page). Instead, every commit's writes are first appended to ``commit.log``
 as one frame, written with ``O_DSYNC`` into a preallocated, pre-zeroed file:
 one flush, and the commit is durable. Then the same writes commit to LMDB
 without a flush (``MDB_NOSYNC``): readers see them at once. Every so often
-(``SYNC_EVERY_COMMITS`` commits, a quarter of the log, a map resize, close)
-the writer flushes LMDB, records that point in the log header and starts the
-log over.
+(``SYNC_EVERY_COMMITS`` commits, two seconds) the writer flushes LMDB and
+records that point in a *sync frame* that goes to the disk in the same write
+as the next commit's frame, so a sync point costs one flush of its own. Now
+and then (a quarter of the log, a map resize, close) it records the point in
+the log header instead and starts the log over.
 
 LMDB's own warning applies: after a *system* crash an ``MDB_NOSYNC``
 database may be corrupt, because its newest meta page can reach the disk
@@ -16,8 +18,8 @@ before the pages it points to. Two things make the last flushed state (the
 
 * the writer holds a read transaction on the sync point's snapshot until the
   next one, so LMDB never reuses (overwrites) a page that snapshot can reach;
-* the header keeps a copy of the sync point's meta page. Recovery writes it
-  back over both meta slots, so LMDB opens at the sync point whatever later,
+* the sync point keeps a copy of its meta page (in the header or a sync
+  frame). Recovery writes the newest durable one back over both meta slots, so LMDB opens at the sync point whatever later,
   unflushed commits left on disk, and then replays every frame after it.
 
 A process crash (SIGKILL) leaves the page cache intact; recovery then rolls
@@ -42,22 +44,30 @@ LOG_FILE = "commit.log"
 LOG_SIZE = 16 * 1024 * 1024
 SLOT = 4096
 FRAMES_AT = 2 * SLOT
-# A sync point costs two flushes (LMDB's fdatasync, then the header). Until the
-# next one, the pinned snapshot keeps LMDB from reusing the pages commits free
-# (about 10 a commit), so the interval trades flushes for file growth: 256
-# commits cost 0.8 % more flushes and at most ~10 MiB of pages held back (1024
-# measured 1.002 flushes/commit but a 5x larger data.mdb on the tool-loop bench).
-SYNC_EVERY_COMMITS = 256
+# A sync point costs one flush of its own (LMDB's fdatasync; its sync frame
+# rides on the next commit's write). Until the next one, the pinned snapshot
+# keeps LMDB from reusing the pages its commits free, so the interval trades
+# flushes for file growth. The writer applies several frames per LMDB commit,
+# which frees far fewer pages: on the tool-loop bench 1024 frames cost 0.2 %
+# more flushes and a 14.8 MiB data.mdb (256: 0.4 % and 8.9 MiB; one LMDB commit
+# per frame and 256 needed 23.5 MiB). See docs/journal.md.
+SYNC_EVERY_COMMITS = 1024
 SYNC_EVERY_BYTES = LOG_SIZE // 4
+"""Past this many bytes of frames the next sync point writes the header and restarts the log."""
 
 META_BYTES = 256
 """How much of an LMDB meta page the header keeps: the page header and ``MDB_meta``."""
 
 _FRAME_MAGIC = b"PJCF"
 _FRAME = struct.Struct(">4sQII")  # magic, seq, payload length, crc32(seq, length, payload)
+# A sync frame has a frame's shape with "applied" in the seq field; its payload
+# is the sync point: u64 LMDB txnid, u32 page size, the meta page's first bytes.
+_SYNC_MAGIC = b"PJCS"
+_SYNC = struct.Struct(">QI")
 _HEADER_MAGIC = b"PJCH"
 _HEADER = struct.Struct(">4sIQQQII")  # magic, version, generation, txnid, applied, clean, page
-_HEADER_VERSION = 1
+_HEADER_VERSION = 2  # 2: the frames may hold sync frames (1 never wrote any)
+_HEADER_VERSIONS = (1, 2)
 _U64 = struct.Struct(">Q")
 
 # LMDB 0.9 meta page (native byte order): page number at 0, flags at 10
@@ -140,10 +150,19 @@ class CommitLog:
         if FRAMES_AT + len(frame) > self.size:
             _preallocate(self.path, FRAMES_AT + len(frame), extend_fd=self._fd)
             self.size = os.fstat(self._fd).st_size
-        written = os.pwrite(self._fd, frame, self.offset)
-        if written != len(frame):
-            raise OSError(f"short write to {self.path}: {written} of {len(frame)} bytes")
-        self.offset += len(frame)
+        start, end = self.offset, self.offset + len(frame)
+        data = frame
+        if start % SLOT == 0 or start // SLOT != (end - 1) // SLOT:
+            # The frame enters a page this round has not written: fill that page
+            # to its end with zeros in the same write. A write that covers a
+            # whole page needs no read of it first; a partial one into a page
+            # the cache does not hold (the log is read and written uncached, see
+            # _small_pages) waits for a read from the disk before its flush.
+            data = frame + bytes(min(-end % SLOT, self.size - end))
+        written = os.pwrite(self._fd, data, start)
+        if written != len(data):
+            raise OSError(f"short write to {self.path}: {written} of {len(data)} bytes")
+        self.offset = end
 
     def restart(self) -> None:
         """Write the next frame at the start (after a sync point holds everything before)."""
@@ -154,27 +173,59 @@ class CommitLog:
 
         Whole frames at or below ``after`` are skipped (LMDB holds them; frames
         of an older round of the log all have smaller numbers than any frame
-        written since). Reading stops at the first torn, missing or
-        out-of-order frame: nothing after it was acknowledged.
+        written since), and so are sync frames. Reading stops at the first
+        torn, missing or out-of-order frame: nothing after it was acknowledged.
         """
+        for kind, seq, payload in self._scan(after):
+            if kind == _FRAME_MAGIC:
+                try:
+                    ops = _OPS_DECODER.decode(payload)
+                except msgspec.DecodeError:
+                    return
+                yield seq, ops
+
+    def sync_base(self) -> Header | None:
+        """The newest durable sync point: the header's, or a later sync frame's.
+
+        A sync frame counts only where it stands in the run of frames after
+        the header (right after the frame it names as applied): one left from
+        an older round of the log names an older frame and is passed over.
+        """
+        base = self.header
+        if base is None:
+            return None
+        for kind, seq, payload in self._scan(base.applied):
+            if kind == _SYNC_MAGIC and len(payload) >= _SYNC.size + META_BYTES:
+                txnid, page_size = _SYNC.unpack_from(payload)
+                meta = payload[_SYNC.size : _SYNC.size + META_BYTES]
+                base = Header(base.generation, txnid, seq, False, page_size, meta)
+        return base
+
+    def _scan(self, after: int) -> Iterator[tuple[bytes, int, bytes]]:
+        # (kind, seq or applied, payload) of the whole frames after ``after``,
+        # in order: commit frames after+1, after+2, … and the sync frames that
+        # stand between them (one naming frame n follows frame n).
         offset = FRAMES_AT
         expected = after + 1
         while offset + _FRAME.size <= self.size:
             front = os.pread(self._fd, _FRAME.size, offset)
             magic, seq, length, crc = _FRAME.unpack(front)
-            if magic != _FRAME_MAGIC or seq > expected or offset + _FRAME.size + length > self.size:
+            if magic not in (_FRAME_MAGIC, _SYNC_MAGIC) or offset + _FRAME.size + length > self.size:
+                return
+            sync = magic == _SYNC_MAGIC
+            if seq > (expected - 1 if sync else expected):
                 return
             payload = os.pread(self._fd, length, offset + _FRAME.size)
             if len(payload) != length or zlib.crc32(payload, zlib.crc32(front[4:16])) != crc:
                 return  # torn: never acknowledged
             offset += _FRAME.size + length
+            if sync:
+                if seq == expected - 1:
+                    yield magic, seq, payload
+                continue
             if seq < expected:
                 continue
-            try:
-                ops = _OPS_DECODER.decode(payload)
-            except msgspec.DecodeError:
-                return
-            yield seq, ops
+            yield magic, seq, payload
             expected += 1
 
 
@@ -205,6 +256,16 @@ def encode_frame(seq: int, ops: list[Op]) -> bytes:
     )
 
 
+def encode_sync_frame(txnid: int, applied: int, meta: bytes, page_size: int) -> bytes:
+    """``"PJCS" ‖ u64 applied ‖ u32 len ‖ u32 crc32(applied ‖ len ‖ payload) ‖ payload``.
+
+    ``payload = u64 txnid ‖ u32 page_size ‖ meta`` (``META_BYTES``, zero-padded).
+    """
+    payload = _SYNC.pack(txnid, page_size) + meta[:META_BYTES].ljust(META_BYTES, b"\0")
+    front = _U64.pack(applied) + struct.pack(">I", len(payload))
+    return _SYNC_MAGIC + front + struct.pack(">I", zlib.crc32(payload, zlib.crc32(front))) + payload
+
+
 def _parse_header(raw: bytes) -> Header | None:
     body_len = _HEADER.size + META_BYTES
     if len(raw) < body_len + 4:
@@ -213,7 +274,7 @@ def _parse_header(raw: bytes) -> Header | None:
     if struct.unpack_from(">I", raw, body_len)[0] != zlib.crc32(body):
         return None
     magic, version, generation, txnid, applied, clean, page_size = _HEADER.unpack_from(body)
-    if magic != _HEADER_MAGIC or version != _HEADER_VERSION:
+    if magic != _HEADER_MAGIC or version not in _HEADER_VERSIONS:
         return None
     return Header(generation, txnid, applied, bool(clean), page_size, body[_HEADER.size :])
 

@@ -6,6 +6,9 @@ over an open LMDB environment opened with ``MDB_NOSYNC``:
 * :class:`RecordingTxn` wraps a write transaction and records its writes, so
   the writer needs no second description of what it wrote;
 * :meth:`Durability.log_commit` writes them as one frame (the commit point);
+* :meth:`Durability.after_commit` now and then flushes LMDB and pins that
+  snapshot; the point is recorded by a sync frame written with the next
+  commit's frame, and only then is the previous pin released;
 * :meth:`Durability.sync_point` flushes LMDB, records the point in the log
   header, pins its snapshot and starts the log over;
 * :meth:`Durability.recover` replays the frames after the last sync point
@@ -32,6 +35,7 @@ from palyra.journal._commitlog import (
     CommitLog,
     Op,
     encode_frame,
+    encode_sync_frame,
     lmdb_meta,
     lmdb_txnid,
     restore_lmdb_meta,
@@ -45,6 +49,21 @@ _U64 = struct.Struct(">Q")
 SYNC_EVERY_S = 2.0
 
 
+class Unsettled(Exception):
+    """LMDB must commit every earlier frame first (to restart the log, or to read its room)."""
+
+SYNC_EVERY_GROWTH = 64 * 1024 * 1024
+"""A sync point also comes once LMDB's file has grown this much since the pinned one.
+
+Until the next sync point the pin keeps LMDB from reusing freed pages, so this
+bounds what one interval adds to ``data.mdb`` whatever the commits' size (big
+group commits hold many pages); checked from the map readings below.
+"""
+# Re-read LMDB's free room (env.info) at least this often; in between each
+# commit spends from the last reading what _require_headroom demanded of it.
+_ROOM_READ_EVERY = 64
+
+
 def prepare_files(directory: Path, log: CommitLog) -> None:
     """Before LMDB opens: after an unclean stop, roll its meta pages back to the sync point.
 
@@ -55,6 +74,7 @@ def prepare_files(directory: Path, log: CommitLog) -> None:
     data_file = directory / "data.mdb"
     if header is None or header.clean or not data_file.exists():
         return
+    header = log.sync_base() or header  # a later sync frame supersedes the header
     if _open_elsewhere(directory / "lock.mdb"):
         # Another process still has the environment mapped, so the machine did
         # not go down since the last commit: the page cache holds a consistent
@@ -152,6 +172,15 @@ class Durability:
         self.log = log
         self.names = {id(handle): name for name, handle in dbs.items()}
         self._pin: Any = None
+        # The previous sync point's pin, held until the sync frame of the newer
+        # one (``_sync_frame``, written with the next commit frame) is durable.
+        self._retiring: Any = None
+        self._sync_frame = b""
+        self._page = int(env.stat()["psize"])
+        self._room = 0  # map pages surely free: last reading minus what commits since demanded
+        self._room_reads_in = 0
+        self._last_pgno = 0  # LMDB's last used page, as last read (with the room)
+        self._pinned_pgno = 0  # ... as read when the newest sync point was pinned
         self._since_commits = 0
         self._since_time = time.monotonic()
         self.next_seq = 1
@@ -194,13 +223,16 @@ class Durability:
         """Write ``txn``'s writes as the next frame; durable on return. Then commit ``txn``."""
         self.log_frame(txn)
         self.apply(txn)
+        self._point("commit")
 
-    def log_frame(self, txn: RecordingTxn) -> None:
+    def log_frame(self, txn: RecordingTxn, *, settled: bool = True) -> None:
         """Write ``txn``'s writes as the next frame: the commit point, durable on return.
 
         The caller must :meth:`apply` the same ``txn`` next, before any other
         write transaction (it may answer its callers in between: what they
-        were promised is the frame).
+        were promised is the frame). ``settled`` says LMDB has committed every
+        earlier frame; if not, a frame that needs the log restarted, or LMDB's
+        free room read again, raises :class:`Unsettled` before anything is written.
         """
         if self.broken is not None:
             raise PalyraError(
@@ -210,16 +242,26 @@ class Durability:
         if txn.ops:
             frame = encode_frame(self.next_seq, txn.ops)
             # Past the frame nothing may fail for want of room: check before it.
-            self._require_headroom(len(txn.ops), len(frame))
+            self._require_headroom(len(txn.ops), len(frame), settled)
             txn.txn.put(_APPLIED, _U64.pack(self.next_seq), db=self._dbs[COMMIT_LOG_DB])
-            if not self.log.fits(frame):
+            if not self.log.fits(self._sync_frame + frame):
+                if not settled:
+                    raise Unsettled("commit log: commit LMDB before restarting the log")
                 self.sync_point()  # everything before this txn is in LMDB now
-            self.log.append(frame)
+            # A pending sync frame goes in the same write: no flush of its own.
+            self.log.append(self._sync_frame + frame)
             self._point("frame")
             self.next_seq += 1
+            if self._sync_frame:
+                self._sync_frame = b""
+                self._release_retiring()
 
     def apply(self, txn: RecordingTxn) -> None:
-        """Commit ``txn`` to LMDB without a flush (its frame is already durable)."""
+        """Commit ``txn`` without a flush (its frame is already durable).
+
+        ``txn`` may be a child of the writer's open transaction: LMDB holds its
+        writes once :meth:`commit_open` commits that one.
+        """
         try:
             txn.txn.commit()
         except BaseException as exc:
@@ -227,44 +269,92 @@ class Durability:
             # it. Only recovery (a reopen) can make the two agree again.
             self.broken = exc
             raise
-        self._point("commit")
         self._since_commits += 1
 
-    def _require_headroom(self, ops: int, size: int) -> None:
+    def commit_open(self, txn: Any) -> None:
+        """Commit the write transaction the applied frames went into (no flush)."""
+        try:
+            txn.commit()
+        except BaseException as exc:
+            self.broken = exc
+            raise
+        self._point("commit")
+
+    def _require_headroom(self, ops: int, size: int, settled: bool = True) -> None:
         # LMDB can run out of map at commit (the free list needs pages too),
         # and once the frame is logged a failed commit cannot be taken back.
         # So demand generous room first: MapFullError here makes the writer
-        # grow the map and redo the batch before anything is logged.
-        info = self._env.info()
-        page = int(self._env.stat()["psize"])
-        needed = 64 + 4 * (ops * 3 + size // page)
-        if int(info["last_pgno"]) + needed >= int(info["map_size"]) // page:
-            raise lmdb.MapFullError("commit log: not enough map left for this commit")
+        # grow the map and redo the batch before anything is logged. A commit
+        # takes fewer pages than it is asked to leave room for, so the room last
+        # read less what was demanded since is a lower bound: LMDB is asked
+        # again only when that runs short (or every _ROOM_READ_EVERY commits),
+        # and only when it has committed every frame: env.info() does not count
+        # the pages of a transaction still open.
+        needed = 64 + 4 * (ops * 3 + size // self._page)
+        self._room_reads_in -= 1
+        if needed >= self._room or (self._room_reads_in <= 0 and settled):
+            if not settled:
+                raise Unsettled("commit log: commit LMDB before reading its room")
+            info = self._env.info()
+            self._last_pgno = int(info["last_pgno"])
+            self._room = int(info["map_size"]) // self._page - self._last_pgno
+            self._room_reads_in = _ROOM_READ_EVERY
+            if needed >= self._room:
+                raise lmdb.MapFullError("commit log: not enough map left for this commit")
+        self._room -= needed
 
     def after_commit(self) -> None:
-        """Take a sync point when enough commits, log bytes or time have gone by."""
-        if (
-            self._since_commits >= SYNC_EVERY_COMMITS
-            or self.log.offset - FRAMES_AT >= SYNC_EVERY_BYTES
-            or time.monotonic() - self._since_time >= SYNC_EVERY_S
-        ):
+        """Take a sync point when enough commits, log bytes or time have gone by.
+
+        Past a quarter of the log it records the point in the header and starts
+        the log over; otherwise in a sync frame written with the next commit.
+        """
+        if not self.sync_due():
+            return
+        if self.log.offset - FRAMES_AT >= SYNC_EVERY_BYTES:
             self.sync_point()
+        else:
+            self._env.sync(True)
+            self._point("lmdb-sync")
+            txnid, meta = lmdb_meta(self._data_file, self._page)
+            self._sync_frame = encode_sync_frame(txnid, self.next_seq - 1, meta, self._page)
+            # Pin the new point now (no commit may reuse its pages from here);
+            # the old pin goes once the sync frame is durable (log_frame).
+            self._retiring, self._pin = self._pin, self._env.begin()
+            self._pinned_at()
+
+    def sync_due(self) -> bool:
+        """True when :meth:`after_commit` would take a sync point (LMDB must hold every frame)."""
+        if self._sync_frame:
+            return False  # one at a time: the last one is not recorded yet
+        return (
+            self.log.offset - FRAMES_AT >= SYNC_EVERY_BYTES
+            or self._since_commits >= SYNC_EVERY_COMMITS
+            or time.monotonic() - self._since_time >= SYNC_EVERY_S
+            or (self._last_pgno - self._pinned_pgno) * self._page >= SYNC_EVERY_GROWTH
+        )
 
     def sync_point(self, *, clean: bool = False) -> None:
         """Flush LMDB, record the point in the log header, pin its snapshot, restart the log."""
         self._env.sync(True)
         self._point("lmdb-sync")
-        page_size = int(self._env.stat()["psize"])
-        txnid, meta = lmdb_meta(self._data_file, page_size)
-        self.log.write_header(txnid, self.next_seq - 1, meta, page_size, clean=clean)
+        txnid, meta = lmdb_meta(self._data_file, self._page)
+        self.log.write_header(txnid, self.next_seq - 1, meta, self._page, clean=clean)
         self._point("header")
+        self._sync_frame = b""  # the header records a newer point
+        self._release_retiring()
         if clean:
             self.unpin()
         else:
             self._repin()
         self.log.restart()
+        self._pinned_at()
+
+    def _pinned_at(self) -> None:
+        # A new sync point: its counters start over from here.
         self._since_commits = 0
         self._since_time = time.monotonic()
+        self._last_pgno = self._pinned_pgno = int(self._env.info()["last_pgno"])
         self.sync_points += 1
 
     def _point(self, label: str) -> None:
@@ -278,8 +368,14 @@ class Durability:
         if old is not None:
             old.abort()
 
+    def _release_retiring(self) -> None:
+        if self._retiring is not None:
+            self._retiring.abort()
+            self._retiring = None
+
     def unpin(self) -> None:
-        """Drop the pinned snapshot (before a map resize, or at close)."""
+        """Drop the pinned snapshots (before a map resize, or at close)."""
+        self._release_retiring()
         if self._pin is not None:
             self._pin.abort()
             self._pin = None

@@ -6,7 +6,7 @@ import contextlib
 import fcntl
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,7 @@ class Gate:
                 self._cond.notify_all()
 
 
+_REASK_S = 0.001
 WRITER_THREAD = "palyra-journal-writer"
 """The writer thread's name; it never waits for its own commit to become visible."""
 
@@ -105,6 +106,8 @@ class JournalEnv:
         self.visible = threading.Event()
         self.visible.set()
         self.unapplied: BaseException | None = None
+        # Set by the writer: a reader about to wait asks it to commit LMDB now.
+        self.on_wait: Callable[[], None] | None = None
         self.map_grows = 0
         self.closed = False
         self._lock_fd: int | None = None
@@ -243,9 +246,16 @@ class JournalEnv:
 
     def _wait_visible(self) -> None:
         # The writer answers a commit's callers before LMDB holds it (its frame
-        # is the commit point): wait for that, at most one LMDB commit.
+        # is the commit point): wait for that, one LMDB commit.
         if threading.current_thread().name != WRITER_THREAD:
-            self.visible.wait()
+            on_wait = self.on_wait
+            if on_wait is None:
+                self.visible.wait()
+            # Ask the writer to commit LMDB now rather than when it next idles,
+            # and again if a newer frame lowered the flag after it was asked.
+            while on_wait is not None and not self.visible.is_set():
+                on_wait()
+                self.visible.wait(_REASK_S)
         if self.unapplied is not None:
             raise PalyraError(
                 f"the journal could not apply a durable commit ({self.unapplied}); "

@@ -3,8 +3,10 @@
 Callers enqueue a request and await a future. The writer blocks for the first
 request, then takes whatever else is already queued (it never waits for a
 batch to fill, so a lone caller pays only its own sync), applies all of them
-in one LMDB write transaction, commits with sync and only then resolves the
-futures.
+in one LMDB write transaction, makes it durable and only then resolves the
+futures. With the commit log (``_durable``) the durable commit is the batch's
+frame; LMDB takes the batch in a child of an open write transaction that
+commits for many frames at once (``_commit_open``).
 
 Within a commit, the events of each session become one record (see
 ``_layout``): the chain hashes, the record encoding and the index puts are
@@ -36,7 +38,7 @@ from palyra.core.chain import (
 )
 from palyra.core.errors import AlreadyExists, ErrorCode, PalyraError, PalyraInternalError
 from palyra.journal import _env as names
-from palyra.journal._durable import RecordingTxn
+from palyra.journal._durable import RecordingTxn, Unsettled
 from palyra.journal._env import JournalEnv
 from palyra.journal._follow import Deliveries, deliver
 from palyra.journal._prepare import PreparedEvent, prepare
@@ -159,6 +161,15 @@ class WriterStats:
 
 
 _STOP = object()
+_APPLY = object()  # a reader of this process waits for LMDB to hold what was answered
+
+# With the commit log, a commit's writes go to LMDB inside one long write
+# transaction (each batch a child of it, so a failed batch aborts alone) that
+# commits every this many frames, before a sync point, when a reader waits, or
+# once no request came for _APPLY_IDLE_S: one LMDB commit and one set of
+# page writes for many frames, instead of one per frame.
+_APPLY_EVERY_FRAMES = 64
+_APPLY_IDLE_S = 0.0005
 
 
 class Writer:
@@ -187,6 +198,10 @@ class Writer:
         self._tape_next: dict[str, int] = {}
         # A session's or run's index key prefix and hashed text, kept between records.
         self._scopes: dict[str, tuple[bytes, bytes]] = {}
+        # The write transaction durable frames were applied to, not yet committed.
+        self._open: Any = None
+        self._open_frames = 0
+        env.on_wait = self._wanted
         self.stats = WriterStats()
         self._thread = threading.Thread(target=self._run, name=names.WRITER_THREAD, daemon=True)
         self._thread.start()
@@ -200,23 +215,45 @@ class Writer:
         self._queue.put(_STOP)
         self._thread.join()
 
+    def _wanted(self) -> None:
+        # A reader (another thread) waits for LMDB to hold the answered frames.
+        self._queue.put(_APPLY)
+
     def _run(self) -> None:
+        try:
+            self._serve()
+        finally:
+            self._commit_open()
+
+    def _serve(self) -> None:
         stopping = False
         while not stopping:
-            first = self._queue.get()
+            if self._open is None:
+                first = self._queue.get()
+            else:
+                try:
+                    first = self._queue.get(timeout=_APPLY_IDLE_S)
+                except queue.Empty:
+                    self._commit_open()  # idle: let LMDB hold what was answered
+                    continue
             if first is _STOP:
                 return
+            if first is _APPLY:
+                self._commit_open()
+                continue
             assert isinstance(first, Request)
             batch = [first]
             size = len(first.events) or 1
-            while size < self._max_batch:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
+            # Only this thread takes from the queue: when it is not empty,
+            # get_nowait cannot fail (a lone caller costs no queue.Empty raised).
+            while size < self._max_batch and not self._queue.empty():
+                item = self._queue.get_nowait()
                 if item is _STOP:
                     stopping = True
                     break
+                if item is _APPLY:
+                    self._commit_open()
+                    continue
                 assert isinstance(item, Request)
                 batch.append(item)
                 size += len(item.events) or 1
@@ -231,7 +268,11 @@ class Writer:
                     state = self._apply(live)
                     break
                 except lmdb.MapFullError:
+                    self._commit_open()  # a resize needs no transaction open
                     env.grow()  # no ceiling: double the map and redo the batch
+                except Unsettled:
+                    # LMDB must hold every earlier frame first: commit, then redo.
+                    self._commit_open()
                 except _Clash as clash:
                     clash.request.error = clash.error
                     live = [r for r in live if r is not clash.request]
@@ -269,18 +310,39 @@ class Writer:
         if durable is not None:
             if state.unapplied is not None:
                 # The frame is the commit: the callers were answered the moment
-                # it was durable, and LMDB takes the same writes while their loop
-                # wakes up. Reads of this process wait for it (JournalEnv.read).
+                # it was durable, and the open LMDB transaction takes the same
+                # writes while their loop wakes up. Reads of this process wait
+                # until LMDB commits it (JournalEnv.read, _commit_open).
                 try:
                     durable.apply(state.unapplied)
+                    self._open_frames += 1
                 except BaseException as exc:
                     env.unapplied = exc  # reads refuse until a reopen replays the frame
-                finally:
                     env.visible.set()
-            try:
-                durable.after_commit()  # now and then: flush LMDB, restart the log
-            except Exception as exc:  # a failed flush: refuse commits until reopened
-                durable.broken = exc
+                if self._open_frames >= _APPLY_EVERY_FRAMES or durable.sync_due():
+                    self._commit_open()
+            if self._open is None:
+                try:
+                    durable.after_commit()  # now and then: flush LMDB, restart the log
+                except Exception as exc:  # a failed flush: refuse commits until reopened
+                    durable.broken = exc
+
+    def _commit_open(self) -> None:
+        """Commit the open LMDB transaction (the frames it holds are durable already)."""
+        txn, self._open = self._open, None
+        if txn is None:
+            return
+        frames, self._open_frames = self._open_frames, 0
+        env = self._env
+        try:
+            if frames and env.durable is not None:
+                env.durable.commit_open(txn)
+            else:
+                txn.abort()
+        except BaseException as exc:
+            env.unapplied = exc  # reads refuse until a reopen replays the frames
+        finally:
+            env.visible.set()
 
     def _apply(self, batch: list[Request]) -> _BatchState:
         state = _BatchState(self.next_position, self.head, self.pruned_through)
@@ -293,7 +355,12 @@ class Writer:
         state.entity_requests = entity_requests
         env = self._env
         durable = env.durable
-        raw = env.env.begin(write=True)
+        if durable is None:
+            raw = env.env.begin(write=True)
+        else:
+            if self._open is None:
+                self._open = env.env.begin(write=True)
+            raw = env.env.begin(write=True, parent=self._open)
         # With the commit log, the txn records its writes: they become the frame.
         txn: Any = raw if durable is None else RecordingTxn(raw, durable.names)
         try:
@@ -321,7 +388,8 @@ class Writer:
             if durable is None:
                 raw.commit()
             else:
-                durable.log_frame(txn)  # one flush: the frame is the commit point
+                # One flush: the frame is the commit point.
+                durable.log_frame(txn, settled=self._open_frames == 0)
                 # From here until LMDB holds this txn, reads of this process wait.
                 # Cleared after the frame, not before: a read while the frame is
                 # being flushed sees the state before it, which nobody has been
@@ -334,7 +402,8 @@ class Writer:
         except BaseException:
             with contextlib.suppress(lmdb.Error):
                 raw.abort()
-            env.visible.set()
+            if not self._open_frames:
+                env.visible.set()  # no answered frame waits for LMDB
             raise
         return state
 
