@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from typing import Any, TypeVar
 
 import betterproto2
@@ -178,7 +178,7 @@ class RunsApi(AppBase):
             await self.engine.complete_run(identity, run_id)
 
     async def _follow_members(self, run_id: str, after_seq: int
-                              ) -> AsyncIterator[tuple[list[StoredEvent], list[Member]]]:
+                              ) -> AsyncGenerator[tuple[list[StoredEvent], list[Member]], None]:
         """:meth:`_follow`'s batches as the stored events and their typed members."""
         record = self.engine.get_run(IdentityRec("system:app"), run_id)
         if is_run_terminal(record.state) and after_seq >= record.tape_len - 1:
@@ -199,21 +199,12 @@ class RunsApi(AppBase):
     async def _follow(self, run_id: str, after_seq: int) -> AsyncIterator[list[pb.TapeEvent]]:
         """Tape events after ``after_seq`` in batches (one commit or one replay page each):
         replay, then live, until the terminal status, which ends the last batch."""
-        record = self.engine.get_run(IdentityRec("system:app"), run_id)
-        if is_run_terminal(record.state) and after_seq >= record.tape_len - 1:
-            return
-        batches = self.store.follow_tape_batches(run_id, after_seq)
+        members = self._follow_members(run_id, after_seq)
         try:
-            async for stored in batches:
-                events = [tape_event_proto(e) for e in stored]
-                for index, event in enumerate(events):
-                    if is_terminal_status(event.status):
-                        yield events[: index + 1]
-                        return
-                yield events
+            async for stored, typed in members:
+                yield [tape_event_with(e, m) for e, m in zip(stored, typed, strict=True)]
         finally:
-            # An async generator: close it now, not at GC time.
-            await batches.aclose()
+            await members.aclose()
 
     async def create_run(self, ctx: CallContext,
                          request: pb.CreateRunRequest) -> pb.CreateRunResponse:
