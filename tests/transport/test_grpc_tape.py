@@ -130,8 +130,8 @@ def test_edge_values_encode_alike(run_id: str, session_id: str, tape_seq: int, p
     assert encode_tape_event(stored, value) == bytes(wrapper)
 
 
-async def test_a_whole_turn_over_a_real_listener(app: PalyraApp) -> None:
-    """RunStream through grpclib on loopback: the client parses what the listener encoded."""
+async def _listening(app: PalyraApp) -> tuple[GrpcGateway, int]:
+    """The gRPC listener on a loopback port, every caller let in as one principal."""
     caller = Caller(principal="user:tape", device_id="01J00000000000000000000000",
                     token_kind="admin", channel="", request_id="")
 
@@ -146,7 +146,13 @@ async def test_a_whole_turn_over_a_real_listener(app: PalyraApp) -> None:
     sock.bind(("127.0.0.1", 0))
     sock.listen()
     await gateway.start(sock)
-    channel = Channel("127.0.0.1", sock.getsockname()[1])
+    return gateway, sock.getsockname()[1]
+
+
+async def test_a_whole_turn_over_a_real_listener(app: PalyraApp) -> None:
+    """RunStream through grpclib on loopback: the client parses what the listener encoded."""
+    gateway, port = await _listening(app)
+    channel = Channel("127.0.0.1", port)
     try:
         stub = pb.GatewayServiceStub(channel)
         for batch in (True, False):
@@ -171,21 +177,7 @@ async def test_a_whole_turn_over_a_real_listener(app: PalyraApp) -> None:
 async def test_the_c_core_client_runs_a_whole_turn(app: PalyraApp) -> None:
     """grpcio (the official C-core client) reads the hand-encoded RunStream responses."""
     grpc = pytest.importorskip("grpc")
-    caller = Caller(principal="user:tape", device_id="01J00000000000000000000000",
-                    token_kind="admin", channel="", request_id="")
-
-    class Allow:
-        def authenticate(self, rpc: str, headers: dict[str, str]) -> Caller:
-            return caller
-
-    gateway = GrpcGateway(app, authenticator=Allow(),  # type: ignore[arg-type]
-                          make_ctx=CallContext.from_caller, config=GrpcConfig(),
-                          tape_stream=tape_stream(app))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen()
-    await gateway.start(sock)
-    port = sock.getsockname()[1]
+    gateway, port = await _listening(app)
 
     def turn() -> list[pb.RunStreamResponse]:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
