@@ -1,7 +1,7 @@
 """RunStream over gRPC encodes each batch straight from the stored events: the same bytes.
 
 The gRPC listener answers RunStream with bytes built from the stored events and
-their members (``_tape.run_stream_bytes``), not from ``TapeEvent`` objects; these
+their members (``palyra.app.run_stream_bytes``), not from ``TapeEvent`` objects; these
 tests compare them with ``bytes()`` of the responses the app builds in process,
 over real runs (a real engine on LMDB) and over edge values, and then run a
 whole turn through a real listener on loopback.
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from palyra_gen.palyra import v1 as pb
 
 from palyra.adapters import GatePolicy, RegistryTools
-from palyra.app import CallContext, PalyraApp, tape_stream
+from palyra.app import CallContext, PalyraApp, encode_tape_event, run_stream_bytes, tape_stream
 from palyra.app._convert import tape_member
 from palyra.app._runs import _tape_responses
 from palyra.config import GrpcConfig
@@ -32,7 +32,6 @@ from palyra.providers import ScriptedProvider
 from palyra.tools import default_registry
 from palyra.transport.auth import Caller
 from palyra.transport.grpc import GrpcGateway
-from palyra.transport.grpc._tape import encode_tape_event, run_stream_bytes
 
 USER = CallContext.for_principal("user:tape", "01J00000000000000000000000")
 TEXT = ("Start from 0 and add 1 to the running total 3 times, one `add` tool call per step, "

@@ -2,7 +2,8 @@
 
 from palyra.app._facade import PalyraApp
 from palyra.app._runs import TapeResponder, TapeStream, tape_stream
+from palyra.app._tape_wire import Encoded, encode_tape_event, run_stream_bytes
 from palyra.app.context import CallContext, Identity, TokenKind
 
-__all__ = ["CallContext", "Identity", "PalyraApp", "TapeResponder", "TapeStream", "TokenKind",
-           "tape_stream"]
+__all__ = ["CallContext", "Encoded", "Identity", "PalyraApp", "TapeResponder", "TapeStream",
+           "TokenKind", "encode_tape_event", "run_stream_bytes", "tape_stream"]

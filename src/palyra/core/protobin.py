@@ -461,3 +461,11 @@ def decode_binary(cls: type[M], data: bytes) -> M:
         except (_Fallback, IndexError, UnicodeDecodeError, ValueError):
             pass
     return cls.parse(data)
+
+
+# Public names for encoders built outside this module (the app's RunStream tape
+# writer assembles a TapeEvent's bytes itself from these pieces).
+SMALL_VARINTS = _SMALL
+"""``SMALL_VARINTS[n]`` is the varint of ``0 <= n < 128`` (one byte)."""
+varint = _varint
+body_encoder = _body

@@ -15,10 +15,10 @@ from typing import Any
 import grpclib.server
 from grpclib.encoding.proto import ProtoCodec
 
+from palyra.app import Encoded
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.core.protobin import decode_binary, encode_binary
 from palyra.core.protocheck import WireFormatError, check_wire_format
-from palyra.transport.grpc._tape import Encoded
 
 
 class CappedProtoCodec(ProtoCodec):

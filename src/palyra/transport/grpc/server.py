@@ -9,13 +9,14 @@ from grpclib.protocol import H2Protocol
 from grpclib.server import Server
 from palyra_gen.services import GatewayServiceServer, PalyraServicesApp, servers
 
+from palyra.app import Encoded, TapeStream
 from palyra.config import GrpcConfig
 from palyra.transport.auth import Authenticator
 from palyra.transport.context import ContextFactory, CtxT, current_caller
 from palyra.transport.grpc._codec import CappedProtoCodec, install_length_check
 from palyra.transport.grpc._cork import CorkedH2Protocol
 from palyra.transport.grpc._gateway import install
-from palyra.transport.grpc._tape import TapeGatewayServer, TapeStream
+from palyra.transport.grpc._tape import TapeGatewayServer
 
 
 class _CorkedServer(Server):
@@ -43,7 +44,7 @@ class GrpcGateway(Generic[CtxT]):
         authenticator: Authenticator,
         make_ctx: ContextFactory[CtxT],
         config: GrpcConfig,
-        tape_stream: TapeStream | None = None,
+        tape_stream: TapeStream[Encoded] | None = None,
     ) -> None:
         install_length_check()
         ctx = lambda: make_ctx(current_caller.get())  # noqa: E731
