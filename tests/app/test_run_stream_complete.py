@@ -9,13 +9,9 @@ from pathlib import Path
 import pytest
 from palyra_gen.palyra import v1 as pb
 
-from palyra.adapters import GatePolicy, RegistryTools
 from palyra.app import CallContext, PalyraApp
-from palyra.engine import Engine, EngineConfig
 from palyra.journal import JournalStore
-from palyra.policy import PolicyConfig, PolicyGate
-from palyra.providers import ScriptedProvider
-from palyra.tools import default_registry
+from tests.scripted_app import scripted_app
 
 USER = CallContext.for_principal("user:stream", "01J00000000000000000000000")
 TEXT = ("Start from 0 and add 1 to the running total 2 times, one `add` tool call per step, "
@@ -24,18 +20,8 @@ TEXT = ("Start from 0 and add 1 to the running total 2 times, one `add` tool cal
 
 @pytest.fixture
 async def app(tmp_path: Path) -> AsyncIterator[tuple[PalyraApp, JournalStore]]:
-    store = JournalStore.open(tmp_path / "data")
-    try:
-        registry = default_registry()
-        engine = Engine(store, ScriptedProvider(tool="add"),
-                        GatePolicy(PolicyGate.load(PolicyConfig()), registry),
-                        RegistryTools(registry, tmp_path / "data"),
-                        EngineConfig(max_turns=8))
-        async with engine:
-            await engine.recover()
-            yield PalyraApp(engine), store
-    finally:
-        store.close()
+    async with scripted_app(tmp_path / "data") as made:
+        yield made
 
 
 async def _turn(app: PalyraApp, key: str, *, complete: bool,

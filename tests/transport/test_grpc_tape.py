@@ -20,18 +20,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from palyra_gen.palyra import v1 as pb
 
-from palyra.adapters import GatePolicy, RegistryTools
 from palyra.app import CallContext, PalyraApp, encode_tape_event, run_stream_bytes, tape_stream
 from palyra.app._convert import tape_member
 from palyra.app._runs import _tape_responses
 from palyra.config import GrpcConfig
-from palyra.engine import Engine, EngineConfig
-from palyra.journal import JournalStore, StoredEvent
-from palyra.policy import PolicyConfig, PolicyGate
-from palyra.providers import ScriptedProvider
-from palyra.tools import default_registry
+from palyra.journal import StoredEvent
 from palyra.transport.auth import Caller
 from palyra.transport.grpc import GrpcGateway
+from tests.scripted_app import scripted_app
 
 USER = CallContext.for_principal("user:tape", "01J00000000000000000000000")
 TEXT = ("Start from 0 and add 1 to the running total 3 times, one `add` tool call per step, "
@@ -40,18 +36,8 @@ TEXT = ("Start from 0 and add 1 to the running total 3 times, one `add` tool cal
 
 @pytest.fixture
 async def app(tmp_path: Path) -> AsyncIterator[PalyraApp]:
-    store = JournalStore.open(tmp_path / "data")
-    try:
-        registry = default_registry()
-        engine = Engine(store, ScriptedProvider(tool="add"),
-                        GatePolicy(PolicyGate.load(PolicyConfig()), registry),
-                        RegistryTools(registry, tmp_path / "data"),
-                        EngineConfig(max_turns=8))
-        async with engine:
-            await engine.recover()
-            yield PalyraApp(engine)
-    finally:
-        store.close()
+    async with scripted_app(tmp_path / "data") as (made, _store):
+        yield made
 
 
 async def _one(request: pb.RunStreamRequest) -> AsyncIterator[pb.RunStreamRequest]:
