@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from palyra_gen.palyra import v1 as pb
@@ -28,6 +29,20 @@ def counter() -> Iterator[probe.MessageCounter]:
         yield made
     finally:
         made.uninstall()
+
+
+def _snapshot_of_child(code: str, env: dict[str, str], sock: str
+                       ) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    """Run ``code`` in a child until it prints ``ready``, take its probe snapshot, end it."""
+    child = subprocess.Popen([sys.executable, "-c", code], env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        snap = probe.remote_snapshot(sock)
+    finally:
+        child.communicate("")
+    return child, snap
 
 
 def test_counts_construction_parse_and_from_dict(counter: probe.MessageCounter) -> None:
@@ -142,14 +157,7 @@ def test_a_process_started_with_the_site_dir_serves_snapshots(tmp_path: Path) ->
             "for _ in range(5): pb.ToolResult()\n"
             "print('ready', flush=True)\n"
             "sys.stdin.read()\n")
-    child = subprocess.Popen([sys.executable, "-c", code], env=env, stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "ready"
-        snap = probe.remote_snapshot(sock)
-    finally:
-        child.communicate("")
+    child, snap = _snapshot_of_child(code, env, sock)
     assert snap["pid"] == child.pid
     assert snap["messages"]["by_type"] == {"ToolResult": 5}
     assert any(key.startswith("other:bench-probe") for key in snap["threads"])
@@ -172,14 +180,7 @@ def test_a_frozen_process_still_shows_its_journal(tmp_path: Path) -> None:
             "    sys.stdin.read()\n"
             "    holder['store'].close()\n"
             f"serve({str(tmp_path / 'data')!r})\n")
-    child = subprocess.Popen([sys.executable, "-c", code], env=env, stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "ready"
-        snap = probe.remote_snapshot(sock)
-    finally:
-        child.communicate("")
+    child, snap = _snapshot_of_child(code, env, sock)
     assert child.returncode == 0
     assert snap["journal"].get("appended_events", 0) >= 1
     assert snap["gc"]["frozen"] > 0 and len(snap["gc"]["n"]) == 3
