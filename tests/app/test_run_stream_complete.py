@@ -11,7 +11,7 @@ from palyra_gen.palyra import v1 as pb
 
 from palyra.app import CallContext, PalyraApp
 from palyra.journal import JournalStore
-from tests.scripted_app import scripted_app
+from palyra.testing.apps import scripted_app
 
 USER = CallContext.for_principal("user:stream", "01J00000000000000000000000")
 TEXT = ("Start from 0 and add 1 to the running total 2 times, one `add` tool call per step, "

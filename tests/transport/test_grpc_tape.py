@@ -25,9 +25,9 @@ from palyra.app._convert import tape_member
 from palyra.app._runs import _tape_responses
 from palyra.config import GrpcConfig
 from palyra.journal import StoredEvent
+from palyra.testing.apps import scripted_app
 from palyra.transport.auth import Caller
 from palyra.transport.grpc import GrpcGateway
-from tests.scripted_app import scripted_app
 
 USER = CallContext.for_principal("user:tape", "01J00000000000000000000000")
 TEXT = ("Start from 0 and add 1 to the running total 3 times, one `add` tool call per step, "

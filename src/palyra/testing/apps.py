@@ -1,4 +1,4 @@
-"""A whole app over a real journal and the scripted ``add`` model, for tests that drive RunStream."""
+"""A whole app over a real journal and the scripted ``add`` model (tests that drive RunStream)."""
 
 from __future__ import annotations
 
