@@ -21,7 +21,7 @@ import fcntl
 import os
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -108,37 +108,69 @@ def _open_elsewhere(lock_file: Path) -> bool:
 
 
 class RecordingTxn:
-    """A write transaction that also records every put and delete that took effect."""
+    """A write transaction that also records every put and delete that took effect.
 
-    __slots__ = ("_names", "ops", "txn")
+    ``deferred``: ``txn`` is the writer's open transaction itself (no child),
+    and nothing goes into it before the frame is written. Every write is
+    recorded for the frame and kept until :meth:`Durability.apply` puts it, once
+    the frame is durable and its callers were answered: a lone commit's path to
+    its flush pays no LMDB write, no child transaction and no abort, and a
+    batch that fails before its frame (an id taken, a restart or room check)
+    leaves the open transaction untouched.
+    """
 
-    def __init__(self, txn: Any, names: dict[int, str]) -> None:
+    __slots__ = ("_later", "_names", "deferred", "ops", "txn")
+
+    def __init__(self, txn: Any, names: dict[int, str], *, deferred: bool = False) -> None:
         self.txn = txn
         self._names = names
+        self.deferred = deferred
         self.ops: list[Op] = []
+        # Deferred writes, in order: (db, [(key, value or None for a delete)], append).
+        self._later: list[tuple[Any, Sequence[tuple[bytes, bytes | None]], bool]] = []
 
     def put(
         self, key: bytes, value: bytes, *, db: Any, overwrite: bool = True, append: bool = False
     ) -> bool:
-        """``Transaction.put``, recorded when it wrote."""
+        """``Transaction.put``, recorded when it wrote (deferred: recorded, put on apply)."""
+        if self.deferred and overwrite:
+            self.ops.append((self._names[id(db)], key, value))
+            self._later.append((db, [(key, value)], append))
+            return True
         done = bool(self.txn.put(key, value, db=db, overwrite=overwrite, append=append))
         if done:
             self.ops.append((self._names[id(db)], bytes(key), bytes(value)))
         return done
 
     def put_many(self, items: list[tuple[bytes, bytes]], *, db: Any, append: bool = False) -> None:
-        """Put every ``(key, value)`` of ``items`` in one call into LMDB, recorded."""
-        self.txn.cursor(db=db).putmulti(items, append=append)
+        """Put every ``(key, value)`` of ``items`` in one call into LMDB, recorded.
+
+        Deferred: ``items`` is kept as it is (the caller hands it over).
+        """
         name = self._names[id(db)]
         self.ops.extend([(name, key, value) for key, value in items])
+        if self.deferred:
+            self._later.append((db, items, append))
+        else:
+            self.txn.cursor(db=db).putmulti(items, append=append)
 
     def put_new(self, items: list[tuple[bytes, bytes]], *, db: Any) -> bool:
         """Put every ``(key, value)`` of ``items`` unless its key exists; True when all went in.
 
         One call into LMDB for all of them (``Cursor.putmulti``). On False some
         went in and some did not: the caller aborts the transaction. Recorded
-        only when all went in.
+        only when all went in. Deferred: True when no key exists yet and none
+        is there twice (one ``get`` per key, nothing written); the puts follow
+        on apply.
         """
+        if self.deferred:
+            get = self.txn.get
+            if any(get(key, db=db) is not None for key, _value in items):
+                return False
+            if len(items) > 1 and len({key for key, _value in items}) != len(items):
+                return False
+            self.put_many(items, db=db)
+            return True
         _consumed, added = self.txn.cursor(db=db).putmulti(items, overwrite=False)
         if added != len(items):
             return False
@@ -147,19 +179,45 @@ class RecordingTxn:
         return True
 
     def delete(self, key: bytes, *, db: Any) -> bool:
-        """``Transaction.delete``, recorded when it deleted."""
+        """``Transaction.delete``, recorded when it deleted.
+
+        Deferred: recorded whether or not the key is there (replaying a delete
+        of a missing key changes nothing), deleted on apply; returns True.
+        """
+        if self.deferred:
+            self.ops.append((self._names[id(db)], key, None))
+            self._later.append((db, [(key, None)], False))
+            return True
         done = bool(self.txn.delete(key, db=db))
         if done:
             self.ops.append((self._names[id(db)], bytes(key), None))
         return done
 
     def get(self, key: bytes, default: Any = None, *, db: Any) -> Any:
-        """``Transaction.get``."""
+        """``Transaction.get`` (deferred: without this txn's own writes)."""
         return self.txn.get(key, default, db=db)
 
     def cursor(self, *, db: Any) -> Any:
         """``Transaction.cursor``."""
         return self.txn.cursor(db=db)
+
+    def put_unrecorded(self, key: bytes, value: bytes, *, db: Any) -> None:
+        """Put ``key`` on apply (deferred), in no frame: for the log's own bookkeeping."""
+        self._later.append((db, [(key, value)], False))
+
+    def put_deferred(self) -> None:
+        """Write what a deferred txn kept, in order (one ``putmulti`` per run of puts)."""
+        later, self._later = self._later, []
+        txn = self.txn
+        for db, items, append in later:
+            if len(items) == 1:
+                key, value = items[0]
+                if value is None:
+                    txn.delete(key, db=db)
+                elif not txn.put(key, value, db=db, append=append):
+                    raise lmdb.Error("commit log: a deferred put did not go in")
+            else:
+                txn.cursor(db=db).putmulti(items, append=append)
 
 
 class Durability:
@@ -243,7 +301,12 @@ class Durability:
             frame = encode_frame(self.next_seq, txn.ops)
             # Past the frame nothing may fail for want of room: check before it.
             self._require_headroom(len(txn.ops), len(frame), settled)
-            txn.txn.put(_APPLIED, _U64.pack(self.next_seq), db=self._dbs[COMMIT_LOG_DB])
+            # Not a frame op: recovery sets it to the last frame it replays.
+            applied = _U64.pack(self.next_seq)
+            if txn.deferred:
+                txn.put_unrecorded(_APPLIED, applied, db=self._dbs[COMMIT_LOG_DB])
+            else:
+                txn.txn.put(_APPLIED, applied, db=self._dbs[COMMIT_LOG_DB])
             if not self.log.fits(self._sync_frame + frame):
                 if not settled:
                     raise Unsettled("commit log: commit LMDB before restarting the log")
@@ -259,11 +322,15 @@ class Durability:
     def apply(self, txn: RecordingTxn) -> None:
         """Commit ``txn`` without a flush (its frame is already durable).
 
-        ``txn`` may be a child of the writer's open transaction: LMDB holds its
-        writes once :meth:`commit_open` commits that one.
+        ``txn`` may be a child of the writer's open transaction, or (deferred)
+        that transaction itself: LMDB holds its writes once :meth:`commit_open`
+        commits that one.
         """
         try:
-            txn.txn.commit()
+            if txn.deferred:
+                txn.put_deferred()  # into the open transaction: no child to commit
+            else:
+                txn.txn.commit()
         except BaseException as exc:
             # The frame is durable: the commit happened, LMDB just does not show
             # it. Only recovery (a reopen) can make the two agree again.

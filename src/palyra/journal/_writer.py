@@ -355,14 +355,24 @@ class Writer:
         state.entity_requests = entity_requests
         env = self._env
         durable = env.durable
+        raw: Any = None
         if durable is None:
             raw = env.env.begin(write=True)
+            txn: Any = raw
         else:
             if self._open is None:
                 self._open = env.env.begin(write=True)
-            raw = env.env.begin(write=True, parent=self._open)
-        # With the commit log, the txn records its writes: they become the frame.
-        txn: Any = raw if durable is None else RecordingTxn(raw, durable.names)
+            # With the commit log, the txn records its writes: they become the
+            # frame. A batch of appends only (no prune or checkpoint: nothing
+            # reads back its own writes) writes nothing to LMDB before its frame:
+            # its writes go into the open transaction once the frame is durable
+            # and the callers are answered (RecordingTxn.deferred). A prune or
+            # checkpoint batch writes into a child of it, aborted alone on failure.
+            if others:
+                raw = env.env.begin(write=True, parent=self._open)
+                txn = RecordingTxn(raw, durable.names)
+            else:
+                txn = RecordingTxn(self._open, durable.names, deferred=True)
         try:
             for chunk in chunks:
                 self._put_record(txn, state, chunk)
@@ -400,8 +410,9 @@ class Writer:
                 env.visible.clear()
                 state.unapplied = txn
         except BaseException:
-            with contextlib.suppress(lmdb.Error):
-                raw.abort()
+            if raw is not None:  # a deferred txn wrote nothing to the open one
+                with contextlib.suppress(lmdb.Error):
+                    raw.abort()
             if not self._open_frames:
                 env.visible.set()  # no answered frame waits for LMDB
             raise
@@ -425,10 +436,18 @@ class Writer:
             if added == len(items):
                 return
         # Someone's id was taken (by an earlier commit, or earlier in this batch):
-        # the first item whose stored position is not its own is the clash.
+        # the first item whose stored position is not its own is the clash (a
+        # deferred txn put none of them: an id seen earlier in the batch clashes).
         flat = [pair for chunk in chunks for pair in chunk]
+        deferred = isinstance(txn, RecordingTxn) and txn.deferred
+        seen: set[bytes] = set()
         for (request, event), (key, value) in zip(flat, items, strict=True):
-            if txn.get(key, db=ids) != value:
+            if deferred:
+                taken = key in seen or txn.get(key, db=ids) is not None
+                seen.add(key)
+            else:
+                taken = txn.get(key, db=ids) != value
+            if taken:
                 raise _Clash(
                     request,
                     AlreadyExists(
@@ -519,13 +538,19 @@ class Writer:
         # (positions grow, so the records append). Reads of these tables in
         # this txn (prune, a session's or run's head) come after a flush.
         dbs = self._env.dbs
-        for name, items in state.puts.items():
-            if items:
-                if isinstance(txn, RecordingTxn):
-                    txn.put_many(items, db=dbs[name], append=name == names.EVENTS)
-                else:
-                    txn.cursor(db=dbs[name]).putmulti(items, append=name == names.EVENTS)
-                items.clear()
+        puts = state.puts
+        for name, items in puts.items():
+            if not items:
+                continue
+            append = name == names.EVENTS
+            if not isinstance(txn, RecordingTxn):
+                txn.cursor(db=dbs[name]).putmulti(items, append=append)
+            else:
+                txn.put_many(items, db=dbs[name], append=append)
+                if txn.deferred:
+                    puts[name] = []  # the txn keeps the list until it is applied
+                    continue
+            items.clear()
 
     def _session_head(self, txn: Any, state: _BatchState, session_id: str) -> bytes:
         head = state.session_heads.get(session_id)
