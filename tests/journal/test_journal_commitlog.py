@@ -360,3 +360,36 @@ async def test_an_lmdb_commit_refused_after_the_answer_fails_reads_until_a_reope
     with JournalStore.open(tmp_path) as store:
         assert [(e.position, e.event_id) for e in store.read_range(0, 10)] == [
             (1, store.read_range(0, 1)[0].event_id), (2, event.event_id)]
+
+
+async def test_the_room_check_counts_the_pages_of_the_lmdb_transaction_still_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LMDB's ``env.info()`` does not count the pages of a write transaction still open,
+    and the writer keeps one open across many frames. The room check before each frame
+    must count what the frames since its last reading demanded (and read again only
+    once LMDB committed them): a check that trusted ``env.info()`` here would let a
+    frame be answered that LMDB then has no room for (the store refuses until a
+    reopen). With the check right, the map grows before the frame instead."""
+    from palyra.journal import _durable, _writer, verify_store
+
+    # Every frame into one open transaction: no idle, count or time commit.
+    monkeypatch.setattr(_writer, "_APPLY_IDLE_S", 60.0)
+    monkeypatch.setattr(_writer, "_APPLY_EVERY_FRAMES", 1 << 30)
+    monkeypatch.setattr(_durable, "SYNC_EVERY_S", 1e9)
+    # Read LMDB's room before every frame (when allowed): a check that ignored the
+    # open transaction would then trust a reading that misses its pages.
+    monkeypatch.setattr(_durable, "_ROOM_READ_EVERY", 1)
+    store = JournalStore.open(tmp_path, config=JournalConfig(map_size=1 << 17))
+    try:
+        # ≈ 1.6 MB into the open transaction: far more than the room any one
+        # frame asks for, so a reading that misses its pages overstates the room.
+        for i in range(400):
+            await store.append([draft(i, payload={"x": "z" * 4000, "i": i})])
+        assert store.stats().map_grows >= 1
+        assert store.head().count == 400
+        assert verify_store(store).ok
+    finally:
+        store.close()
+    with JournalStore.open(tmp_path) as store:
+        assert store.head().count == 400 and verify_store(store).ok
