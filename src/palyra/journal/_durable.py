@@ -5,7 +5,8 @@ over an open LMDB environment opened with ``MDB_NOSYNC``:
 
 * :class:`RecordingTxn` wraps a write transaction and records its writes, so
   the writer needs no second description of what it wrote;
-* :meth:`Durability.log_commit` writes them as one frame (the commit point);
+* :meth:`Durability.log_frame` writes them as one frame (the commit point),
+  :meth:`Durability.apply` and :meth:`Durability.commit_open` give them to LMDB;
 * :meth:`Durability.after_commit` now and then flushes LMDB and pins that
   snapshot; the point is recorded by a sync frame written with the next
   commit's frame, and only then is the previous pin released;
@@ -119,13 +120,14 @@ class RecordingTxn:
     leaves the open transaction untouched.
     """
 
-    __slots__ = ("_later", "_names", "deferred", "ops", "txn")
+    __slots__ = ("_later", "_names", "deferred", "ops", "seq", "txn")
 
     def __init__(self, txn: Any, names: dict[int, str], *, deferred: bool = False) -> None:
         self.txn = txn
         self._names = names
         self.deferred = deferred
         self.ops: list[Op] = []
+        self.seq = 0  # the frame's number, once logged
         # Deferred writes, in order: (db, [(key, value or None for a delete)], append).
         self._later: list[tuple[Any, Sequence[tuple[bytes, bytes | None]], bool]] = []
 
@@ -201,10 +203,6 @@ class RecordingTxn:
         """``Transaction.cursor``."""
         return self.txn.cursor(db=db)
 
-    def put_unrecorded(self, key: bytes, value: bytes, *, db: Any) -> None:
-        """Put ``key`` on apply (deferred), in no frame: for the log's own bookkeeping."""
-        self._later.append((db, [(key, value)], False))
-
     def put_deferred(self) -> None:
         """Write what a deferred txn kept, in order (one ``putmulti`` per run of puts)."""
         later, self._later = self._later, []
@@ -242,6 +240,7 @@ class Durability:
         self._since_commits = 0
         self._since_time = time.monotonic()
         self.next_seq = 1
+        self._applied = 0  # the last frame applied, when the open txn does not say so yet
         self.broken: BaseException | None = None
         self.sync_points = 0
         # Test instrumentation: called with a label at every write point
@@ -277,12 +276,6 @@ class Durability:
             txn.put(_APPLIED, _U64.pack(applied), db=self._dbs[COMMIT_LOG_DB])
         return applied, replayed
 
-    def log_commit(self, txn: RecordingTxn) -> None:
-        """Write ``txn``'s writes as the next frame; durable on return. Then commit ``txn``."""
-        self.log_frame(txn)
-        self.apply(txn)
-        self._point("commit")
-
     def log_frame(self, txn: RecordingTxn, *, settled: bool = True) -> None:
         """Write ``txn``'s writes as the next frame: the commit point, durable on return.
 
@@ -301,12 +294,7 @@ class Durability:
             frame = encode_frame(self.next_seq, txn.ops)
             # Past the frame nothing may fail for want of room: check before it.
             self._require_headroom(len(txn.ops), len(frame), settled)
-            # Not a frame op: recovery sets it to the last frame it replays.
-            applied = _U64.pack(self.next_seq)
-            if txn.deferred:
-                txn.put_unrecorded(_APPLIED, applied, db=self._dbs[COMMIT_LOG_DB])
-            else:
-                txn.txn.put(_APPLIED, applied, db=self._dbs[COMMIT_LOG_DB])
+            txn.seq = self.next_seq
             if not self.log.fits(self._sync_frame + frame):
                 if not settled:
                     raise Unsettled("commit log: commit LMDB before restarting the log")
@@ -337,10 +325,19 @@ class Durability:
             self.broken = exc
             raise
         self._since_commits += 1
+        if txn.seq:
+            self._applied = txn.seq
 
     def commit_open(self, txn: Any) -> None:
-        """Commit the write transaction the applied frames went into (no flush)."""
+        """Commit the write transaction the applied frames went into (no flush).
+
+        It also records the last frame applied (``_commit_log/applied``, not a
+        frame op): once per LMDB commit, not per frame.
+        """
         try:
+            if self._applied:
+                txn.put(_APPLIED, _U64.pack(self._applied), db=self._dbs[COMMIT_LOG_DB])
+                self._applied = 0
             txn.commit()
         except BaseException as exc:
             self.broken = exc

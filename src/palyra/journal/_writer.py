@@ -201,6 +201,8 @@ class Writer:
         # The write transaction durable frames were applied to, not yet committed.
         self._open: Any = None
         self._open_frames = 0
+        # The last frame answered but not yet put into the open transaction (_finish).
+        self._answered: RecordingTxn | None = None
         env.on_wait = self._wanted
         self.stats = WriterStats()
         self._thread = threading.Thread(target=self._run, name=names.WRITER_THREAD, daemon=True)
@@ -257,6 +259,7 @@ class Writer:
                 assert isinstance(item, Request)
                 batch.append(item)
                 size += len(item.events) or 1
+            self._finish()
             self._commit(batch)
 
     def _commit(self, batch: list[Request]) -> None:
@@ -306,29 +309,47 @@ class Writer:
         deliveries = (self._on_commit(_follower_items(state))
                       if state.committed and self._followed() else None)
         _resolve(batch, deliveries)
-        durable = env.durable
-        if durable is not None:
-            if state.unapplied is not None:
-                # The frame is the commit: the callers were answered the moment
-                # it was durable, and the open LMDB transaction takes the same
-                # writes while their loop wakes up. Reads of this process wait
-                # until LMDB commits it (JournalEnv.read, _commit_open).
-                try:
-                    durable.apply(state.unapplied)
-                    self._open_frames += 1
-                except BaseException as exc:
-                    env.unapplied = exc  # reads refuse until a reopen replays the frame
-                    env.visible.set()
-                if self._open_frames >= _APPLY_EVERY_FRAMES or durable.sync_due():
-                    self._commit_open()
-            if self._open is None:
-                try:
-                    durable.after_commit()  # now and then: flush LMDB, restart the log
-                except Exception as exc:  # a failed flush: refuse commits until reopened
-                    durable.broken = exc
+        if state.unapplied is not None:
+            # The frame is the commit: the callers were answered the moment it
+            # was durable. The open LMDB transaction takes the same writes when
+            # this thread wakes next (_finish), not now: their loop needs the
+            # GIL to wake up, and this thread would hold it. Reads of this
+            # process wait until LMDB commits it (JournalEnv.read, _commit_open).
+            self._answered = state.unapplied
+
+    def _apply_answered(self) -> None:
+        """Put the last answered frame's writes into the open LMDB transaction."""
+        txn, self._answered = self._answered, None
+        if txn is None:
+            return
+        env = self._env
+        assert env.durable is not None
+        try:
+            env.durable.apply(txn)
+            self._open_frames += 1
+        except BaseException as exc:
+            env.unapplied = exc  # reads refuse until a reopen replays the frame
+            env.visible.set()
+
+    def _finish(self) -> None:
+        """Before the next batch: apply the answered frame; commit LMDB and sync now and then."""
+        durable = self._env.durable
+        if durable is None:
+            return
+        self._apply_answered()
+        if self._open is not None and (
+            self._open_frames >= _APPLY_EVERY_FRAMES or durable.sync_due()
+        ):
+            self._commit_open()
+        if self._open is None:
+            try:
+                durable.after_commit()  # now and then: flush LMDB, restart the log
+            except Exception as exc:  # a failed flush: refuse commits until reopened
+                durable.broken = exc
 
     def _commit_open(self) -> None:
         """Commit the open LMDB transaction (the frames it holds are durable already)."""
+        self._apply_answered()
         txn, self._open = self._open, None
         if txn is None:
             return
