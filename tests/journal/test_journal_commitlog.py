@@ -331,24 +331,13 @@ async def test_an_lmdb_commit_refused_after_the_answer_fails_reads_until_a_reope
     from palyra.core.errors import ErrorCode, PalyraError
     from palyra.journal import _durable
 
-    class Refusing:
-        def __init__(self, txn: object) -> None:
-            self.txn = txn
-
-        def commit(self) -> None:
-            self.txn.abort()  # type: ignore[attr-defined]
-            raise lmdb.Error("simulated: LMDB refused the commit")
-
-    real_apply = _durable.Durability.apply
-
-    def refuse(self: _durable.Durability, txn: _durable.RecordingTxn) -> None:
-        txn.txn = Refusing(txn.txn)
-        real_apply(self, txn)
+    def refuse(txns: object) -> None:
+        raise lmdb.Error("simulated: LMDB refused the writes")
 
     store = JournalStore.open(tmp_path)
     await store.append([draft(0)])
     assert len(store.read_range(0, 10)) == 1  # a read waits until LMDB holds that commit
-    monkeypatch.setattr(_durable.Durability, "apply", refuse)
+    monkeypatch.setattr(_durable.RecordingTxn, "put_all", staticmethod(refuse))
     [event] = await store.append([draft(1)])  # answered: the frame is the commit
     with pytest.raises(PalyraError) as refused:
         store.read_range(0, 10)

@@ -22,7 +22,7 @@ import fcntl
 import os
 import struct
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +120,7 @@ class RecordingTxn:
     leaves the open transaction untouched.
     """
 
-    __slots__ = ("_later", "_names", "deferred", "ops", "seq", "txn")
+    __slots__ = ("_later", "_names", "claimed", "deferred", "ops", "seq", "txn")
 
     def __init__(self, txn: Any, names: dict[int, str], *, deferred: bool = False) -> None:
         self.txn = txn
@@ -128,6 +128,7 @@ class RecordingTxn:
         self.deferred = deferred
         self.ops: list[Op] = []
         self.seq = 0  # the frame's number, once logged
+        self.claimed: list[bytes] = []  # keys put_new put (deferred)
         # Deferred writes, in order: (db, [(key, value or None for a delete)], append).
         self._later: list[tuple[Any, Sequence[tuple[bytes, bytes | None]], bool]] = []
 
@@ -156,22 +157,25 @@ class RecordingTxn:
         else:
             self.txn.cursor(db=db).putmulti(items, append=append)
 
-    def put_new(self, items: list[tuple[bytes, bytes]], *, db: Any) -> bool:
+    def put_new(
+        self, items: list[tuple[bytes, bytes]], *, db: Any, taken: Container[bytes] = ()
+    ) -> bool:
         """Put every ``(key, value)`` of ``items`` unless its key exists; True when all went in.
 
         One call into LMDB for all of them (``Cursor.putmulti``). On False some
         went in and some did not: the caller aborts the transaction. Recorded
         only when all went in. Deferred: True when no key exists yet and none
         is there twice (one ``get`` per key, nothing written); the puts follow
-        on apply.
+        on apply, and ``taken`` holds keys put by deferred txns not applied yet.
         """
         if self.deferred:
             get = self.txn.get
-            if any(get(key, db=db) is not None for key, _value in items):
+            if any(key in taken or get(key, db=db) is not None for key, _value in items):
                 return False
             if len(items) > 1 and len({key for key, _value in items}) != len(items):
                 return False
             self.put_many(items, db=db)
+            self.claimed = [key for key, _value in items]
             return True
         _consumed, added = self.txn.cursor(db=db).putmulti(items, overwrite=False)
         if added != len(items):
@@ -203,19 +207,41 @@ class RecordingTxn:
         """``Transaction.cursor``."""
         return self.txn.cursor(db=db)
 
-    def put_deferred(self) -> None:
-        """Write what a deferred txn kept, in order (one ``putmulti`` per run of puts)."""
-        later, self._later = self._later, []
-        txn = self.txn
+    @staticmethod
+    def put_all(txns: Sequence[RecordingTxn]) -> None:
+        """Write what deferred ``txns`` kept, in order, into their (one) transaction.
+
+        Puts only (the usual case): one ``putmulti`` per sub-DB for all of
+        them (each sub-DB's writes keep their order; the record keys grow,
+        so they still append). With a delete among them, one write at a time.
+        """
+        if not txns:
+            return
+        txn = txns[0].txn
+        later = [entry for each in txns for entry in each._later]
+        for each in txns:
+            each._later = []
+        if any(value is None for _db, items, _append in later for _key, value in items):
+            for db, items, append in later:
+                for key, value in items:
+                    if value is None:
+                        txn.delete(key, db=db)
+                    else:
+                        txn.put(key, value, db=db, append=append)
+            return
+        groups: dict[int, tuple[Any, list[tuple[bytes, bytes | None]], bool]] = {}
         for db, items, append in later:
-            if len(items) == 1:
-                key, value = items[0]
-                if value is None:
-                    txn.delete(key, db=db)
-                elif not txn.put(key, value, db=db, append=append):
-                    raise lmdb.Error("commit log: a deferred put did not go in")
+            group = groups.get(id(db))
+            if group is None:
+                groups[id(db)] = (db, list(items), append)
             else:
-                txn.cursor(db=db).putmulti(items, append=append)
+                group[1].extend(items)
+                if not append and group[2]:
+                    groups[id(db)] = (db, group[1], False)
+        for db, items, append in groups.values():
+            _consumed, added = txn.cursor(db=db).putmulti(items, append=append)
+            if added != len(items):
+                raise lmdb.Error("commit log: a deferred put did not go in")
 
 
 class Durability:
@@ -303,30 +329,32 @@ class Durability:
             self.log.append(self._sync_frame + frame)
             self._point("frame")
             self.next_seq += 1
+            self._since_commits += 1
             if self._sync_frame:
                 self._sync_frame = b""
                 self._release_retiring()
 
-    def apply(self, txn: RecordingTxn) -> None:
-        """Commit ``txn`` without a flush (its frame is already durable).
+    def apply(self, txns: Sequence[RecordingTxn]) -> None:
+        """Give LMDB the writes of ``txns`` without a flush (their frames are durable).
 
-        ``txn`` may be a child of the writer's open transaction, or (deferred)
-        that transaction itself: LMDB holds its writes once :meth:`commit_open`
-        commits that one.
+        Each is a child of the writer's open transaction (committed here) or,
+        deferred, that transaction itself (its writes put here): LMDB holds
+        them once :meth:`commit_open` commits that one.
         """
         try:
-            if txn.deferred:
-                txn.put_deferred()  # into the open transaction: no child to commit
-            else:
-                txn.txn.commit()
+            deferred = [txn for txn in txns if txn.deferred]
+            RecordingTxn.put_all(deferred)
+            for txn in txns:
+                if not txn.deferred:
+                    txn.txn.commit()
         except BaseException as exc:
-            # The frame is durable: the commit happened, LMDB just does not show
-            # it. Only recovery (a reopen) can make the two agree again.
+            # The frames are durable: the commits happened, LMDB just does not
+            # show them. Only recovery (a reopen) can make the two agree again.
             self.broken = exc
             raise
-        self._since_commits += 1
-        if txn.seq:
-            self._applied = txn.seq
+        for txn in txns:
+            if txn.seq:
+                self._applied = txn.seq
 
     def commit_open(self, txn: Any) -> None:
         """Commit the write transaction the applied frames went into (no flush).

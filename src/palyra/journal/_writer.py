@@ -169,6 +169,9 @@ _APPLY = object()  # a reader of this process waits for LMDB to hold what was an
 # once no request came for _APPLY_IDLE_S: one LMDB commit and one set of
 # page writes for many frames, instead of one per frame.
 _APPLY_EVERY_FRAMES = 64
+# Answered frames wait for the open transaction until this many of their writes
+# are pending (or it commits), so their puts go in one LMDB call per table.
+_APPLY_EVERY_OPS = 1024
 _APPLY_IDLE_S = 0.0005
 
 
@@ -201,8 +204,11 @@ class Writer:
         # The write transaction durable frames were applied to, not yet committed.
         self._open: Any = None
         self._open_frames = 0
-        # The last frame answered but not yet put into the open transaction (_finish).
-        self._answered: RecordingTxn | None = None
+        # Frames answered but not yet put into the open transaction (_finish),
+        # their op count, and the event ids they claim (an id check sees them).
+        self._answered: list[RecordingTxn] = []
+        self._answered_ops = 0
+        self._answered_ids: set[bytes] = set()
         env.on_wait = self._wanted
         self.stats = WriterStats()
         self._thread = threading.Thread(target=self._run, name=names.WRITER_THREAD, daemon=True)
@@ -309,36 +315,50 @@ class Writer:
         deliveries = (self._on_commit(_follower_items(state))
                       if state.committed and self._followed() else None)
         _resolve(batch, deliveries)
-        if state.unapplied is not None:
+        txn = state.unapplied
+        if txn is not None:
             # The frame is the commit: the callers were answered the moment it
-            # was durable. The open LMDB transaction takes the same writes when
-            # this thread wakes next (_finish), not now: their loop needs the
-            # GIL to wake up, and this thread would hold it. Reads of this
-            # process wait until LMDB commits it (JournalEnv.read, _commit_open).
-            self._answered = state.unapplied
+            # was durable. The open LMDB transaction takes the same writes
+            # later (_finish), not now: their loop needs the GIL to wake up,
+            # and this thread would hold it; and frames put together cost one
+            # LMDB call per table, not one per write. Reads of this process
+            # wait until LMDB commits them (JournalEnv.read, _commit_open).
+            self._answered.append(txn)
+            self._answered_ops += len(txn.ops)
+            self._answered_ids.update(txn.claimed)
+            if not txn.deferred:
+                self._apply_answered()  # a child txn: commit it before the next begins
 
     def _apply_answered(self) -> None:
-        """Put the last answered frame's writes into the open LMDB transaction."""
-        txn, self._answered = self._answered, None
-        if txn is None:
+        """Put the answered frames' writes into the open LMDB transaction."""
+        answered = self._answered
+        if not answered:
             return
+        self._answered, self._answered_ops = [], 0
+        self._answered_ids.clear()
         env = self._env
         assert env.durable is not None
         try:
-            env.durable.apply(txn)
-            self._open_frames += 1
+            env.durable.apply(answered)
+            self._open_frames += len(answered)
         except BaseException as exc:
-            env.unapplied = exc  # reads refuse until a reopen replays the frame
+            env.unapplied = exc  # reads refuse until a reopen replays the frames
             env.visible.set()
 
+    def _unsettled(self) -> bool:
+        """True while LMDB has not committed some answered frame."""
+        return bool(self._open_frames or self._answered)
+
     def _finish(self) -> None:
-        """Before the next batch: apply the answered frame; commit LMDB and sync now and then."""
+        """Before the next batch: now and then apply the answered frames, commit LMDB, sync."""
         durable = self._env.durable
         if durable is None:
             return
-        self._apply_answered()
+        if self._answered_ops >= _APPLY_EVERY_OPS:
+            self._apply_answered()
         if self._open is not None and (
-            self._open_frames >= _APPLY_EVERY_FRAMES or durable.sync_due()
+            self._open_frames + len(self._answered) >= _APPLY_EVERY_FRAMES
+            or durable.sync_due()
         ):
             self._commit_open()
         if self._open is None:
@@ -390,6 +410,7 @@ class Writer:
             # and the callers are answered (RecordingTxn.deferred). A prune or
             # checkpoint batch writes into a child of it, aborted alone on failure.
             if others:
+                self._apply_answered()  # a prune reads what came before; no child open yet
                 raw = env.env.begin(write=True, parent=self._open)
                 txn = RecordingTxn(raw, durable.names)
             else:
@@ -420,7 +441,7 @@ class Writer:
                 raw.commit()
             else:
                 # One flush: the frame is the commit point.
-                durable.log_frame(txn, settled=self._open_frames == 0)
+                durable.log_frame(txn, settled=not self._unsettled())
                 # From here until LMDB holds this txn, reads of this process wait.
                 # Cleared after the frame, not before: a read while the frame is
                 # being flushed sees the state before it, which nobody has been
@@ -434,7 +455,7 @@ class Writer:
             if raw is not None:  # a deferred txn wrote nothing to the open one
                 with contextlib.suppress(lmdb.Error):
                     raw.abort()
-            if not self._open_frames:
+            if not self._unsettled():
                 env.visible.set()  # no answered frame waits for LMDB
             raise
         return state
@@ -450,7 +471,7 @@ class Writer:
             return
         state.claims = []
         if isinstance(txn, RecordingTxn):
-            if txn.put_new(items, db=ids):
+            if txn.put_new(items, db=ids, taken=self._answered_ids):
                 return
         else:
             _consumed, added = txn.cursor(db=ids).putmulti(items, overwrite=False)
@@ -464,7 +485,8 @@ class Writer:
         seen: set[bytes] = set()
         for (request, event), (key, value) in zip(flat, items, strict=True):
             if deferred:
-                taken = key in seen or txn.get(key, db=ids) is not None
+                taken = (key in seen or key in self._answered_ids
+                         or txn.get(key, db=ids) is not None)
                 seen.add(key)
             else:
                 taken = txn.get(key, db=ids) != value
@@ -580,6 +602,7 @@ class Writer:
         if head is None:
             # The session's last record, found through its index: no chain-head
             # table to write on every commit (one page fewer per flush).
+            self._apply_answered()  # LMDB must hold the answered frames' records
             last = last_scoped_number(txn, self._env.dbs[names.BY_SESSION], session_id)
             head = GENESIS if last < 0 else record_hash_at(txn, self._env, last)
         return head
@@ -589,6 +612,7 @@ class Writer:
         if seq is None:
             seq = self._tape_next.get(run_id)
         if seq is None:
+            self._apply_answered()  # LMDB must hold the answered frames' tape keys
             seq = last_scoped_number(txn, self._env.dbs[names.TAPE], run_id) + 1
         return seq
 
