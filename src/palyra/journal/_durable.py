@@ -22,7 +22,8 @@ import fcntl
 import os
 import struct
 import time
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
@@ -158,7 +159,7 @@ class RecordingTxn:
             self.txn.cursor(db=db).putmulti(items, append=append)
 
     def put_new(
-        self, items: list[tuple[bytes, bytes]], *, db: Any, taken: Container[bytes] = ()
+        self, items: list[tuple[bytes, bytes]], *, db: Any, taken: AbstractSet[bytes] = frozenset()
     ) -> bool:
         """Put every ``(key, value)`` of ``items`` unless its key exists; True when all went in.
 
@@ -169,13 +170,18 @@ class RecordingTxn:
         on apply, and ``taken`` holds keys put by deferred txns not applied yet.
         """
         if self.deferred:
-            get = self.txn.get
-            if any(key in taken or get(key, db=db) is not None for key, _value in items):
-                return False
-            if len(items) > 1 and len({key for key, _value in items}) != len(items):
+            keys = [key for key, _value in items]
+            if len(keys) == 1:
+                if keys[0] in taken or self.txn.get(keys[0], db=db) is not None:
+                    return False
+            elif (
+                len(set(keys)) != len(keys)
+                or not taken.isdisjoint(keys)
+                or self.txn.cursor(db=db).getmulti(keys)  # one call: what is there
+            ):
                 return False
             self.put_many(items, db=db)
-            self.claimed = [key for key, _value in items]
+            self.claimed = keys
             return True
         _consumed, added = self.txn.cursor(db=db).putmulti(items, overwrite=False)
         if added != len(items):
