@@ -382,3 +382,35 @@ async def test_the_room_check_counts_the_pages_of_the_lmdb_transaction_still_ope
         store.close()
     with JournalStore.open(tmp_path) as store:
         assert store.head().count == 400 and verify_store(store).ok
+
+
+async def test_answered_frames_not_yet_in_lmdb_count_for_ids_heads_and_tape_seqs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Answered frames reach the open LMDB transaction later, several at once. Until
+    then an id they claim is taken all the same, and a session head or tape seq the
+    writer no longer remembers is read only after they are in (memory of one entry
+    here, so every other append reads one back)."""
+    from palyra.core.errors import AlreadyExists
+    from palyra.journal import _writer, verify_store
+
+    monkeypatch.setattr(_writer, "_APPLY_IDLE_S", 60.0)
+    monkeypatch.setattr(_writer, "_APPLY_EVERY_FRAMES", 1 << 30)
+    monkeypatch.setattr(_writer, "_APPLY_EVERY_OPS", 1 << 30)
+    monkeypatch.setattr(_writer, "_MEMORY_LIMIT", 1)
+    async with JournalStore.open(tmp_path) as store:
+        [first] = await store.append([draft(0, event_id="01J3TAKEN00000000000000000")])
+        with pytest.raises(AlreadyExists):
+            await store.append([draft(1, event_id=first.event_id)])
+        with pytest.raises(AlreadyExists):  # twice in one batch of several
+            await store.append([draft(2, event_id="01J3TWECE00000000000000000"),
+                                draft(3, event_id="01J3TWECE00000000000000000")])
+        for i in range(30):  # session heads read back (no tape: no other reads)
+            await store.append([draft(i, session_id=f"s{i % 3}")])
+        for i in range(40):  # tape seqs read back (one session: its head is remembered)
+            await store.append([draft(i, session_id="t", run_id=f"r{i % 2}", tape=True)])
+        assert store.head().count == 71
+        assert verify_store(store).ok
+        for run in ("r0", "r1"):
+            seqs = [e.tape_seq for e in store.read_range(0, 100) if e.run_id == run]
+            assert seqs == list(range(20))
