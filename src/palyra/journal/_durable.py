@@ -166,15 +166,21 @@ class RecordingTxn:
         One call into LMDB for all of them (``Cursor.putmulti``). On False some
         went in and some did not: the caller aborts the transaction. Recorded
         only when all went in. Deferred: True when no key exists yet and none
-        is there twice (one ``get`` per key, nothing written); the puts follow
-        on apply, and ``taken`` holds keys put by deferred txns not applied yet.
+        is there twice (one ``get``, or one ``getmulti`` for several; nothing
+        written); the puts follow on apply (``items`` is kept, not copied), and
+        ``taken`` holds the keys of deferred txns not applied yet.
         """
         if self.deferred:
-            keys = [key for key, _value in items]
-            if len(keys) == 1:
-                if keys[0] in taken or self.txn.get(keys[0], db=db) is not None:
+            if len(items) == 1:  # a lone append's
+                [(key, value)] = items
+                if key in taken or self.txn.get(key, db=db) is not None:
                     return False
-            elif (
+                self.ops.append((self._names[id(db)], key, value))
+                self._later.append((db, items, False))
+                self.claimed = [key]
+                return True
+            keys = [key for key, _value in items]
+            if (
                 len(set(keys)) != len(keys)
                 or not taken.isdisjoint(keys)
                 or self.txn.cursor(db=db).getmulti(keys)  # one call: what is there

@@ -298,11 +298,6 @@ class Writer:
         }
         if rows:
             self._on_rows(rows)  # before anyone hears of the commit: no stale read after
-        self.next_position = state.next_position
-        self.head = state.head
-        self.pruned_through = state.pruned_through
-        _remember(self._session_heads, state.session_heads)
-        _remember(self._tape_next, state.tape_next)
         stats = self.stats
         stats.commits += 1
         stats.append_calls += state.appends
@@ -315,6 +310,12 @@ class Writer:
         deliveries = (self._on_commit(_follower_items(state))
                       if state.committed and self._followed() else None)
         _resolve(batch, deliveries)
+        # This thread's own memory: after the answer, off the callers' path.
+        self.next_position = state.next_position
+        self.head = state.head
+        self.pruned_through = state.pruned_through
+        _remember(self._session_heads, state.session_heads)
+        _remember(self._tape_next, state.tape_next)
         txn = state.unapplied
         if txn is not None:
             # The frame is the commit: the callers were answered the moment it
@@ -449,7 +450,8 @@ class Writer:
                 # the commit only below, and the cache files a row under the
                 # version noted before its read, which the bump then outdates).
                 # So reads stall only for LMDB's own commit, not for the flush.
-                env.visible.clear()
+                if env.visible.is_set():  # a lone caller's frames find it down already
+                    env.visible.clear()
                 state.unapplied = txn
         except BaseException:
             if raw is not None:  # a deferred txn wrote nothing to the open one
@@ -752,6 +754,12 @@ def _resolve(batch: list[Request], deliveries: Deliveries | None = None) -> None
     # one hands the commit's events to that loop's followers (first: once an
     # append returns, its events have reached every follower on its loop).
     loop = batch[0].loop
+    if not deliveries and len(batch) == 1:  # a lone caller, nobody following
+        try:
+            loop.call_soon_threadsafe(_settle, batch)
+        except RuntimeError:  # a closed loop: nobody is waiting any more
+            return
+        return
     by_loop = {loop: batch}
     for request in batch:
         if request.loop is not loop:  # callers on several loops: group them
