@@ -317,9 +317,10 @@ class Durability:
     def log_frame(self, txn: RecordingTxn, *, settled: bool = True) -> None:
         """Write ``txn``'s writes as the next frame: the commit point, durable on return.
 
-        The caller must :meth:`apply` the same ``txn`` next, before any other
-        write transaction (it may answer its callers in between: what they
-        were promised is the frame). ``settled`` says LMDB has committed every
+        The caller must :meth:`apply` ``txn`` before the open transaction
+        commits, and a child ``txn`` before any other write transaction begins
+        (it may answer its callers first: what they were promised is the
+        frame). ``settled`` says LMDB has committed every
         earlier frame; if not, a frame that needs the log restarted, or LMDB's
         free room read again, raises :class:`Unsettled` before anything is written.
         """
