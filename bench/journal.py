@@ -18,7 +18,9 @@ avoid: ``prepare`` in the caller, then a future resolved by one thread, one
 ``call_soon_threadsafe`` per batch (no storage, no hashing, no fsync). It is the
 most this harness can do on this machine: the ``ratios`` line gives the
 store's CPU per event over it (``cpu_vs_floor@C``).
-``--json FILE`` also writes every line, in order, as one JSON list.
+After start-up the bench freezes what it built (``gc.freeze()``), as the daemon does,
+before any contender runs. ``--json FILE`` also writes every line, in order, as one
+JSON list.
 """
 
 from __future__ import annotations
