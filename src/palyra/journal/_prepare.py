@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from palyra.core.canonical import INT64_MAX, canonical_bytes
+from palyra.core.canonical import INT64_MAX, canonical_bytes, canonical_encoder
 from palyra.core.errors import AlreadyExists, ErrorCode, InvalidArgument, PalyraError
 from palyra.core.event_header import EventHeader
 from palyra.core.ids import UlidSequence, is_ulid
@@ -35,6 +35,9 @@ MAX_FIELD_BYTES = 1024
 # not secrets; only their uniqueness matters, and the sequence keeps that).
 _EVENT_IDS = UlidSequence()
 os.register_at_fork(after_in_child=_EVENT_IDS.reset)
+
+# canonical_bytes without the call around it (the encoder's own bound method).
+_encode = canonical_encoder().encode
 
 UNASSIGNED_POSITION = 0
 """``position`` of a prepared event until the writer assigns the real one (dense from 1)."""
@@ -78,24 +81,6 @@ def _text(name: str, value: object, limit: int, *, required: bool = False) -> st
     return str(value)
 
 
-def _plain_header(s: str, r: str, k: str, a: str, p: str, d: str, c: str) -> bool:
-    """True when every header text (session, run, kind, actor, principal, device,
-    channel) is a plain ASCII ``str`` within its limit (and ``kind`` is set): then no
-    per-field check can fail. One test for the usual case."""
-    return (
-        s.__class__ is str and r.__class__ is str and k.__class__ is str
-        and a.__class__ is str and p.__class__ is str and d.__class__ is str
-        and c.__class__ is str and bool(k)
-        and len(s) <= MAX_ID_BYTES and len(r) <= MAX_ID_BYTES
-        and len(k) <= MAX_FIELD_BYTES and len(a) <= MAX_FIELD_BYTES
-        and len(p) <= MAX_FIELD_BYTES and len(d) <= MAX_FIELD_BYTES
-        and len(c) <= MAX_FIELD_BYTES
-        # isascii is a flag test on a str: no need to join the seven first.
-        and s.isascii() and r.isascii() and k.isascii() and a.isascii()
-        and p.isascii() and d.isascii() and c.isascii()
-    )  # fmt: skip
-
-
 def _entity_write(write: object, config: JournalConfig) -> EntityWrite:
     if not isinstance(write, EntityWrite):
         raise InvalidArgument("entity_writes must hold EntityWrite values")
@@ -128,7 +113,7 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
         PalyraError: ``PAYLOAD_TOO_LARGE`` when the payload or an entity value
             is over its cap.
     """
-    if not isinstance(draft, EventDraft):
+    if draft.__class__ is not EventDraft and not isinstance(draft, EventDraft):
         raise InvalidArgument("append expects EventDraft values")
     if draft.event_id:
         event_id = _text("event_id", draft.event_id, 26)
@@ -138,26 +123,40 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
     else:
         event_id = _EVENT_IDS.next(now_ms)
     # The fields as given (any type: a caller may pass anything), checked just below.
-    session_id, run_id, kind, actor = draft.session_id, draft.run_id, draft.kind, draft.actor
-    principal, device_id, channel = draft.principal, draft.device_id, draft.channel
-    if not _plain_header(session_id, run_id, kind, actor, principal, device_id, channel):
+    s, r, k, a = draft.session_id, draft.run_id, draft.kind, draft.actor
+    p, d, c = draft.principal, draft.device_id, draft.channel
+    # One test for the usual case: every header text a plain ASCII ``str`` within
+    # its limit (``kind`` set), so no per-field check can fail (inline: a call with
+    # seven arguments cost a tenth of this function).
+    if not (
+        s.__class__ is str and r.__class__ is str and k.__class__ is str
+        and a.__class__ is str and p.__class__ is str and d.__class__ is str
+        and c.__class__ is str and k
+        and len(s) <= MAX_ID_BYTES and len(r) <= MAX_ID_BYTES
+        and len(k) <= MAX_FIELD_BYTES and len(a) <= MAX_FIELD_BYTES
+        and len(p) <= MAX_FIELD_BYTES and len(d) <= MAX_FIELD_BYTES
+        and len(c) <= MAX_FIELD_BYTES
+        and s.isascii() and r.isascii() and k.isascii() and a.isascii()
+        and p.isascii() and d.isascii() and c.isascii()
+    ):  # fmt: skip
         # the field-by-field checks, for their error messages
-        session_id = _text("session_id", draft.session_id, MAX_ID_BYTES)
-        run_id = _text("run_id", draft.run_id, MAX_ID_BYTES)
-        kind = _text("kind", draft.kind, MAX_FIELD_BYTES, required=True)
-        actor = _text("actor", draft.actor, MAX_FIELD_BYTES)
-        principal = _text("principal", draft.principal, MAX_FIELD_BYTES)
-        device_id = _text("device_id", draft.device_id, MAX_FIELD_BYTES)
-        channel = _text("channel", draft.channel, MAX_FIELD_BYTES)
-    if draft.tape and not run_id:
+        s = _text("session_id", s, MAX_ID_BYTES)
+        r = _text("run_id", r, MAX_ID_BYTES)
+        k = _text("kind", k, MAX_FIELD_BYTES, required=True)
+        a = _text("actor", a, MAX_FIELD_BYTES)
+        p = _text("principal", p, MAX_FIELD_BYTES)
+        d = _text("device_id", d, MAX_FIELD_BYTES)
+        c = _text("channel", c, MAX_FIELD_BYTES)
+    tape = draft.tape
+    if tape and not r:
         raise InvalidArgument("a tape event needs a run_id", details={"field": "run_id"})
     ts_ms = draft.ts_ms
     if (ts_ms.__class__ is not int and (
             isinstance(ts_ms, bool) or not isinstance(ts_ms, int))) or not 0 <= ts_ms <= INT64_MAX:
         raise InvalidArgument("ts_ms must be a non-negative 64-bit int", details={"field": "ts_ms"})
     payload = draft.payload
-    clean = False
-    if payload.__class__ is dict and draft.origin is not None:
+    origin = draft.origin
+    if payload.__class__ is dict and origin is not None:
         # A draft with an origin is the engine's: its payload is the proto3 JSON of
         # that message (plain by construction), so the normalizing walk is skipped
         # and only the screen runs (most engine events need no redaction walk).
@@ -169,31 +168,33 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
         # One walk normalizes and, for the usual payload, settles that redaction
         # changes nothing in it; otherwise redact() below walks it as before.
         plain, clean = normalize_screened(payload)
-    raw = canonical_bytes(plain)
+    raw = _encode(plain)  # canonical_bytes
     if len(raw) > config.max_payload_bytes:
         raise PalyraError(
             f"payload is {len(raw)} bytes; limit is {config.max_payload_bytes}",
             code=ErrorCode.PAYLOAD_TOO_LARGE,
             details={"limit": str(config.max_payload_bytes), "size": str(len(raw))},
         )
-    paths: tuple[str, ...] = ()
-    if clean:
-        value = plain
-    else:
-        redaction = redact(plain)
-        value, paths = redaction.value, redaction.paths
     writes = draft.entity_writes
-    # Positional: header fields in EventHeader order, then PreparedEvent's own.
+    if clean:
+        # Positional: header fields in EventHeader order, then PreparedEvent's own.
+        return PreparedEvent(
+            UNASSIGNED_POSITION, event_id, s, r, NO_TAPE_SEQ, k, a, ts_ms or now_ms, p, d, c,
+            tape is True or bool(tape), raw, plain, (),
+            tuple([_entity_write(w, config) for w in writes]) if writes else (),
+            origin,
+        )  # fmt: skip
+    redaction = redact(plain)
+    value, paths = redaction.value, redaction.paths
     return PreparedEvent(
-        UNASSIGNED_POSITION, event_id, session_id, run_id, NO_TAPE_SEQ, kind, actor,
-        ts_ms or now_ms, principal, device_id, channel,
-        bool(draft.tape),
+        UNASSIGNED_POSITION, event_id, s, r, NO_TAPE_SEQ, k, a, ts_ms or now_ms, p, d, c,
+        bool(tape),
         raw if not paths else canonical_bytes(value),
         value,
         paths,
         tuple([_entity_write(w, config) for w in writes]) if writes else (),
         # What followers see must be what was stored: the origin only when equal.
-        draft.origin if not paths else None,
+        origin if not paths else None,
     )  # fmt: skip
 
 
