@@ -1,13 +1,18 @@
-"""Write coalescing for the gRPC listener: one ``send()`` per connection per loop iteration.
+"""Write coalescing for gRPC connections: one ``send()`` per connection per burst of work.
 
 grpclib writes every HTTP/2 frame group to the transport as soon as h2 has
 built it: a unary call answers with three writes (headers, message,
 trailers), and each is a ``send()`` syscall on loopback that costs more CPU
-than the frames themselves. :class:`CorkedTransport` keeps the writes made
-while one event-loop iteration runs and hands them to the real transport
-joined, once, from a callback scheduled for the next iteration. Order is
-kept (every write goes through the cork), so the byte stream is exactly what
-grpclib wrote; only the number of syscalls changes.
+than the frames themselves (on loopback the sender also pays the receiver's
+TCP path and its wake-up). :class:`CorkedTransport` keeps the writes and hands
+them to the real transport joined, once, from a callback scheduled on the
+loop. That callback waits while the loop still has other callbacks ready to
+run (their writes join the same ``send()``), at most :data:`MAX_DEFERRALS`
+times in a row: under load the writes of many streams' commits leave together
+when the loop is about to wait for I/O, and an idle loop flushes at the next
+iteration, as before. Order is kept (every write goes through the cork), so
+the byte stream is exactly what grpclib wrote; only the number of syscalls
+changes. The same cork serves the listener and the clients (``CorkedChannel``).
 
 Memory stays bounded as without the cork: the cork never holds more than
 :data:`FLUSH_AT` bytes (a write that takes it past that goes to the real
@@ -27,6 +32,10 @@ from grpclib.protocol import H2Protocol
 FLUSH_AT = 64 * 1024
 """Most bytes the cork holds; past this a write is handed on at once (backpressure as before)."""
 
+MAX_DEFERRALS = 16
+"""Loop iterations a flush may wait behind other ready callbacks before it goes regardless
+(bounds the latency the cork adds under load to a few iterations of work)."""
+
 
 class CorkedTransport(asyncio.Transport):
     """An ``asyncio.Transport`` that joins the writes of one loop iteration into one."""
@@ -38,6 +47,10 @@ class CorkedTransport(asyncio.Transport):
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._scheduled = False
+        self._deferred = 0
+        # asyncio's queue of ready callbacks (not public; absent on other loops, which
+        # then flush at the next iteration): non-empty means more writes may follow.
+        self._ready: Any = getattr(loop, "_ready", None)
 
     # -- writing ----------------------------------------------------------------------------
     def write(self, data: bytes | bytearray | memoryview) -> None:
@@ -69,7 +82,12 @@ class CorkedTransport(asyncio.Transport):
             self._transport.write(data)
 
     def _scheduled_flush(self) -> None:
+        if self._ready and self._deferred < MAX_DEFERRALS and self._pending:
+            self._deferred += 1  # other callbacks are ready: let their writes join this one
+            self._loop.call_soon(self._scheduled_flush)
+            return
         self._scheduled = False
+        self._deferred = 0
         self.flush()
 
     def pending_bytes(self) -> int:
@@ -140,7 +158,7 @@ class CorkedTransport(asyncio.Transport):
 
 
 class CorkedH2Protocol(H2Protocol):
-    """grpclib's server-side HTTP/2 protocol writing through a :class:`CorkedTransport`."""
+    """grpclib's HTTP/2 protocol (server or client side) writing through a :class:`CorkedTransport`."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Wrap ``transport`` (grpclib sets TCP_NODELAY through it) and start HTTP/2."""
