@@ -32,7 +32,7 @@ from grpclib.protocol import H2Protocol
 FLUSH_AT = 64 * 1024
 """Most bytes the cork holds; past this a write is handed on at once (backpressure as before)."""
 
-MAX_DEFERRALS = 16
+MAX_DEFERRALS = 4
 """Loop iterations a flush may wait behind other ready callbacks before it goes regardless
 (bounds the latency the cork adds under load to a few iterations of work)."""
 
