@@ -32,16 +32,21 @@ from grpclib.protocol import H2Protocol
 FLUSH_AT = 64 * 1024
 """Most bytes the cork holds; past this a write is handed on at once (backpressure as before)."""
 
-MAX_DEFERRALS = 4
-"""Loop iterations a flush may wait behind other ready callbacks before it goes regardless
-(bounds the latency the cork adds under load to a few iterations of work)."""
+MAX_DEFERRALS = 1
+"""Loop iterations a flush may wait behind other ready callbacks before it goes regardless.
+
+One is enough to join the writes of a burst of commits (tool-loop at C=16: 0.40 -> 0.24
+``send()`` per step, -9 % daemon CPU); more sent no fewer frames and cost latency where each
+step waits on a round trip (approvals: -5 % steps/s at 4)."""
 
 
 class CorkedTransport(asyncio.Transport):
-    """An ``asyncio.Transport`` that joins the writes of one loop iteration into one."""
+    """An ``asyncio.Transport`` that joins the writes of a burst of loop work into one."""
 
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop,
+                 max_deferrals: int = MAX_DEFERRALS) -> None:
         super().__init__()
+        self._max_deferrals = max_deferrals
         self._transport = transport
         self._loop = loop
         self._pending: list[bytes] = []
@@ -82,7 +87,7 @@ class CorkedTransport(asyncio.Transport):
             self._transport.write(data)
 
     def _scheduled_flush(self) -> None:
-        if self._ready and self._deferred < MAX_DEFERRALS and self._pending:
+        if self._ready and self._deferred < self._max_deferrals and self._pending:
             self._deferred += 1  # other callbacks are ready: let their writes join this one
             self._loop.call_soon(self._scheduled_flush)
             return
@@ -160,7 +165,11 @@ class CorkedTransport(asyncio.Transport):
 class CorkedH2Protocol(H2Protocol):
     """grpclib's HTTP/2 protocol (server or client side) writing through a :class:`CorkedTransport`."""
 
+    max_deferrals = MAX_DEFERRALS
+    """How many iterations this connection's flushes may wait (see :data:`MAX_DEFERRALS`)."""
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Wrap ``transport`` (grpclib sets TCP_NODELAY through it) and start HTTP/2."""
         assert isinstance(transport, asyncio.Transport)
-        super().connection_made(CorkedTransport(transport, asyncio.get_running_loop()))
+        super().connection_made(CorkedTransport(transport, asyncio.get_running_loop(),
+                                                self.max_deferrals))
