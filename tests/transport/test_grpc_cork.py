@@ -13,7 +13,7 @@ from palyra_gen.palyra import v1 as pb
 
 from palyra.testing.spawn import DaemonProcess, clean_env
 from palyra.transport.grpc import CorkedChannel
-from palyra.transport.grpc._cork import FLUSH_AT, MAX_DEFERRALS, CorkedTransport
+from palyra.transport.grpc._cork import FLUSH_AT, CorkedTransport
 
 TOKEN = "cork-test-token"
 
@@ -65,9 +65,8 @@ async def pair() -> AsyncIterator[Pair]:
 
 
 async def _next_iteration() -> None:
-    """Enough iterations for a queued flush to go, even behind this (always ready) task."""
-    for _ in range(MAX_DEFERRALS + 2):
-        await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
 
 
 async def test_writes_of_one_iteration_leave_as_one_in_order(pair: Pair) -> None:
@@ -95,50 +94,6 @@ async def test_later_iterations_send_again_and_the_stream_stays_whole(pair: Pair
     assert 1 < len(pair.sends) <= 9  # one send per iteration that wrote, not 50
     assert b"".join(pair.sends) == expected
     assert await pair.reader.readexactly(len(expected)) == expected
-
-
-async def test_a_flush_waits_while_other_callbacks_are_ready(pair: Pair) -> None:
-    """Writes made by callbacks of later iterations, while the loop stays busy, join the
-    first write's send()."""
-    loop = asyncio.get_running_loop()
-    done = loop.create_future()
-
-    def chain(i: int) -> None:
-        pair.cork.write(f"<{i}>".encode())
-        if i < MAX_DEFERRALS:
-            loop.call_soon(chain, i + 1)  # next iteration, ahead of the deferred flush
-        else:
-            done.set_result(None)
-
-    chain(0)
-    await done
-    await _next_iteration()
-    expected = b"".join(f"<{i}>".encode() for i in range(MAX_DEFERRALS + 1))
-    assert pair.sends == [expected]
-    assert await pair.reader.readexactly(len(expected)) == expected
-
-
-async def test_a_busy_loop_still_flushes_within_the_deferral_bound(pair: Pair) -> None:
-    """A loop that never goes idle delays a flush by at most MAX_DEFERRALS iterations."""
-    pair.cork.write(b"x")
-    iterations = 0
-    while not pair.sends:
-        iterations += 1
-        assert iterations <= MAX_DEFERRALS + 1
-        await asyncio.sleep(0)  # this task is ready again at once: the loop stays busy
-    assert pair.sends == [b"x"]
-
-
-async def test_a_callback_ready_before_the_flush_gets_its_writes_in(pair: Pair) -> None:
-    """The flush lets a callback already queued run first (its writes would join)."""
-    loop = asyncio.get_running_loop()
-    flushed = loop.create_future()
-    pair.cork.write(b"alone")
-    # Runs after the flush callback (scheduled by the write), with nothing else ready.
-    loop.call_soon(lambda: flushed.set_result(list(pair.sends)))
-    assert await flushed == []  # the flush deferred once: this callback was ready
-    await _next_iteration()
-    assert pair.sends == [b"alone"]
 
 
 async def test_a_write_past_the_cap_goes_to_the_socket_transport_at_once(pair: Pair) -> None:

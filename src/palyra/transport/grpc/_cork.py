@@ -1,18 +1,20 @@
-"""Write coalescing for gRPC connections: one ``send()`` per connection per burst of work.
+"""Write coalescing for gRPC connections: one ``send()`` per connection per loop iteration.
 
 grpclib writes every HTTP/2 frame group to the transport as soon as h2 has
 built it: a unary call answers with three writes (headers, message,
 trailers), and each is a ``send()`` syscall on loopback that costs more CPU
-than the frames themselves (on loopback the sender also pays the receiver's
-TCP path and its wake-up). :class:`CorkedTransport` keeps the writes and hands
-them to the real transport joined, once, from a callback scheduled on the
-loop. That callback waits while the loop still has other callbacks ready to
-run (their writes join the same ``send()``), at most :data:`MAX_DEFERRALS`
-times in a row: under load the writes of many streams' commits leave together
-when the loop is about to wait for I/O, and an idle loop flushes at the next
-iteration, as before. Order is kept (every write goes through the cork), so
-the byte stream is exactly what grpclib wrote; only the number of syscalls
-changes. The same cork serves the listener and the clients (``CorkedChannel``).
+than the frames themselves. :class:`CorkedTransport` keeps the writes made
+while one event-loop iteration runs and hands them to the real transport
+joined, once, from a callback scheduled for the next iteration. Order is
+kept (every write goes through the cork), so the byte stream is exactly what
+grpclib wrote; only the number of syscalls changes. The listener and the
+clients (``CorkedChannel``) use the same cork.
+
+Why the flush is not put off further, e.g. until the loop has nothing else
+ready: that was measured (tool-loop over gRPC, C=16) and halves the sends
+again (0.40 -> 0.24 per step, -9 % daemon CPU per step), but every frame then
+leaves up to an iteration later, clients start their next call later, and
+the daemon sat idle 15 % of the time: -10 to -15 % steps/s.
 
 Memory stays bounded as without the cork: the cork never holds more than
 :data:`FLUSH_AT` bytes (a write that takes it past that goes to the real
@@ -32,30 +34,17 @@ from grpclib.protocol import H2Protocol
 FLUSH_AT = 64 * 1024
 """Most bytes the cork holds; past this a write is handed on at once (backpressure as before)."""
 
-MAX_DEFERRALS = 1
-"""Loop iterations a flush may wait behind other ready callbacks before it goes regardless.
-
-One is enough to join the writes of a burst of commits (tool-loop at C=16: 0.40 -> 0.24
-``send()`` per step, -9 % daemon CPU); more sent no fewer frames and cost latency where each
-step waits on a round trip (approvals: -5 % steps/s at 4)."""
-
 
 class CorkedTransport(asyncio.Transport):
-    """An ``asyncio.Transport`` that joins the writes of a burst of loop work into one."""
+    """An ``asyncio.Transport`` that joins the writes of one loop iteration into one."""
 
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop,
-                 max_deferrals: int = MAX_DEFERRALS) -> None:
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__()
-        self._max_deferrals = max_deferrals
         self._transport = transport
         self._loop = loop
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._scheduled = False
-        self._deferred = 0
-        # asyncio's queue of ready callbacks (not public; absent on other loops, which
-        # then flush at the next iteration): non-empty means more writes may follow.
-        self._ready: Any = getattr(loop, "_ready", None)
 
     # -- writing ----------------------------------------------------------------------------
     def write(self, data: bytes | bytearray | memoryview) -> None:
@@ -87,12 +76,7 @@ class CorkedTransport(asyncio.Transport):
             self._transport.write(data)
 
     def _scheduled_flush(self) -> None:
-        if self._ready and self._deferred < self._max_deferrals and self._pending:
-            self._deferred += 1  # other callbacks are ready: let their writes join this one
-            self._loop.call_soon(self._scheduled_flush)
-            return
         self._scheduled = False
-        self._deferred = 0
         self.flush()
 
     def pending_bytes(self) -> int:
@@ -163,13 +147,9 @@ class CorkedTransport(asyncio.Transport):
 
 
 class CorkedH2Protocol(H2Protocol):
-    """grpclib's HTTP/2 protocol (server or client side) writing through a :class:`CorkedTransport`."""
-
-    max_deferrals = MAX_DEFERRALS
-    """How many iterations this connection's flushes may wait (see :data:`MAX_DEFERRALS`)."""
+    """grpclib's HTTP/2 protocol (listener or client) writing through a :class:`CorkedTransport`."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Wrap ``transport`` (grpclib sets TCP_NODELAY through it) and start HTTP/2."""
         assert isinstance(transport, asyncio.Transport)
-        super().connection_made(CorkedTransport(transport, asyncio.get_running_loop(),
-                                                self.max_deferrals))
+        super().connection_made(CorkedTransport(transport, asyncio.get_running_loop()))
