@@ -21,14 +21,14 @@ from typing import Any
 
 import httpx
 import httpx_sse
-from grpclib.client import Channel
+from grpclib.const import Cardinality
 from grpclib.exceptions import GRPCError
 from palyra_gen.palyra import v1 as pb
 
 from bench import probe
 from bench.workload import OnEvent, StreamedTurn
 from palyra.testing.spawn import DaemonProcess
-from palyra.transport.grpc import ClientCodec
+from palyra.transport.grpc import ClientCodec, CorkedChannel
 
 TOKEN = "bench-admin-token"
 DEVICE = "01J00000000000000000000000"
@@ -48,8 +48,9 @@ class GrpcDriver:
         self._batch = batch
         self._shape = shape
         self._turns: dict[str, StreamedTurn] = {}
-        # The codec `palyra chat` uses (palyra.cli._client): protobin both ways.
-        self._channel = Channel("127.0.0.1", daemon.grpc_port, codec=ClientCodec())
+        # The channel and codec `palyra chat` uses (palyra.cli._client): corked writes,
+        # protobin both ways.
+        self._channel = CorkedChannel("127.0.0.1", daemon.grpc_port, codec=ClientCodec())
         self._gateway = pb.GatewayServiceStub(self._channel, metadata=CLIENT_HEADERS)
         self._approvals = pb.ApprovalsServiceStub(self._channel, metadata=APPROVER_HEADERS)
 
@@ -68,15 +69,26 @@ class GrpcDriver:
             # One RunStream per turn, as `palyra chat` does: the message goes up with
             # `complete` (no more input: done when the loop ends, in the run's first
             # commit), the client half-closes, and the tape comes back.
-            turn = StreamedTurn(self._gateway.run_stream([pb.RunStreamRequest(
+            turn = StreamedTurn(self._run_stream(pb.RunStreamRequest(
                 v=1, session_key=session_key, input=pb.MessageInput(text=text),
-                batch=self._batch, complete=True)]))
+                batch=self._batch, complete=True)))
             run_id = await turn.start()
             self._turns[run_id] = turn
             return run_id
         created = await self._gateway.create_run(pb.CreateRunRequest(
             v=1, session_key=session_key, input=pb.MessageInput(text=text), complete=True))
         return (created.run or pb.Run()).run_id
+
+    async def _run_stream(self, request: pb.RunStreamRequest
+                          ) -> AsyncIterator[pb.RunStreamResponse]:
+        """RunStream with one request that also ends the client's side (``end=True``: one DATA
+        frame with END_STREAM, where the generated stub sends an empty DATA frame after it)."""
+        async with self._channel.request(
+                "/palyra.v1.GatewayService/RunStream", Cardinality.STREAM_STREAM,
+                pb.RunStreamRequest, pb.RunStreamResponse, metadata=CLIENT_HEADERS) as stream:
+            await stream.send_message(request, end=True)
+            async for response in stream:
+                yield response
 
     async def wait(self, run_id: str, on_event: OnEvent) -> pb.Run:
         if self._shape == "stream":

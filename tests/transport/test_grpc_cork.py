@@ -12,6 +12,7 @@ from grpclib.exceptions import GRPCError
 from palyra_gen.palyra import v1 as pb
 
 from palyra.testing.spawn import DaemonProcess, clean_env
+from palyra.transport.grpc import CorkedChannel
 from palyra.transport.grpc._cork import FLUSH_AT, CorkedTransport
 
 TOKEN = "cork-test-token"
@@ -137,12 +138,15 @@ async def test_extra_info_and_reading_pass_through(pair: Pair) -> None:
 
 
 @pytest.mark.slow
-async def test_a_daemon_behind_the_cork_serves_unary_and_streamed_calls(tmp_path: Path) -> None:
-    """Many concurrent calls on one HTTP/2 connection (their frames share sends):
-    every answer is whole and goes to its own call; a bad token still fails."""
+@pytest.mark.parametrize("channel_class", [Channel, CorkedChannel])
+async def test_a_daemon_behind_the_cork_serves_unary_and_streamed_calls(
+        tmp_path: Path, channel_class: type[Channel]) -> None:
+    """Many concurrent calls on one HTTP/2 connection (their frames share sends, on the
+    client's side too with CorkedChannel): every answer is whole and goes to its own call;
+    a bad token still fails."""
     env = clean_env(PALYRA_ADMIN_TOKEN=TOKEN, PALYRA_LEARNING_ENABLED="false")
     with DaemonProcess(tmp_path / "data", env=env) as daemon:
-        channel = Channel("127.0.0.1", daemon.grpc_port)
+        channel = channel_class("127.0.0.1", daemon.grpc_port)
         headers = {"authorization": f"Bearer {TOKEN}", "x-palyra-principal": "user:cork",
                    "x-palyra-device-id": "01J00000000000000000000000"}
         gateway = pb.GatewayServiceStub(channel, metadata=headers)

@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 from grpclib.client import Channel
+from grpclib.config import Configuration
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from palyra_gen.palyra import v1 as pb
@@ -115,7 +118,8 @@ def test_edge_values_encode_alike(run_id: str, session_id: str, tape_seq: int, p
     assert encode_tape_event(stored, value) == bytes(wrapper)
 
 
-async def _listening(app: PalyraApp) -> tuple[GrpcGateway, int]:
+async def _listening(app: PalyraApp, config: GrpcConfig | None = None
+                     ) -> tuple[GrpcGateway, int]:
     """The gRPC listener on a loopback port, every caller let in as one principal."""
     caller = Caller(principal="user:tape", device_id="01J00000000000000000000000",
                     token_kind="admin", channel="", request_id="")
@@ -125,7 +129,7 @@ async def _listening(app: PalyraApp) -> tuple[GrpcGateway, int]:
             return caller
 
     gateway = GrpcGateway(app, authenticator=Allow(),  # type: ignore[arg-type]
-                          make_ctx=CallContext.from_caller, config=GrpcConfig(),
+                          make_ctx=CallContext.from_caller, config=config or GrpcConfig(),
                           tape_stream=tape_stream(app))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -154,6 +158,42 @@ async def test_a_whole_turn_over_a_real_listener(app: PalyraApp) -> None:
             replies = [e.message_replied.reply_text for e in events if e.message_replied]
             assert replies == ["result=3"]
             assert events[-1].status is not None and events[-1].status.state == pb.RunState.DONE
+    finally:
+        channel.close()
+        await asyncio.wait_for(gateway.close(), 10)
+
+
+async def test_responses_past_a_frame_or_a_window_take_the_generic_path(app: PalyraApp) -> None:
+    """A commit's message bigger than the client's largest frame (16 KiB) or than what is
+    left of its flow-control windows (64 KiB, the least HTTP/2 allows) is sent the generic
+    way (chunked, waiting for WINDOW_UPDATEs), whole and in order; one past the message
+    cap ends the call with RESOURCE_EXHAUSTED instead of being sent."""
+    gateway, port = await _listening(app, GrpcConfig(max_message_bytes=200_000))
+    config = Configuration(http2_connection_window_size=65_535, http2_stream_window_size=65_535)
+    channel = Channel("127.0.0.1", port, config=config)
+    try:
+        stub = pb.GatewayServiceStub(channel)
+
+        async def turn(key: str, padding: int) -> list[pb.TapeEvent]:
+            text = TEXT + " " + "x" * padding
+            request = pb.RunStreamRequest(v=1, session_key=key, batch=True,
+                                          input=pb.MessageInput(text=text), complete=True)
+            events: list[pb.TapeEvent] = []
+            async for response in stub.run_stream([request]):
+                events += response.events
+            received = [e.user_input for e in events if e.user_input]
+            assert received and received[0].text == text
+            return events
+
+        # Several turns at once share the connection's 64 KiB window.
+        for events in await asyncio.gather(*(turn(f"big{i}", 20_000 * (i + 1))
+                                             for i in range(4))):
+            assert [e.tape_seq for e in events] == list(range(len(events)))
+            assert events[-1].status is not None
+            assert events[-1].status.state == pb.RunState.DONE
+        with pytest.raises(GRPCError) as err:
+            await turn("over", 250_000)
+        assert err.value.status == Status.RESOURCE_EXHAUSTED
     finally:
         channel.close()
         await asyncio.wait_for(gateway.close(), 10)

@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpclib.client import Channel
 from grpclib.exceptions import GRPCError
 from palyra_gen.palyra import v1
 
@@ -25,7 +24,7 @@ from palyra.core.ids import is_ulid, new_ulid
 from palyra.daemon.datadir import write_private
 from palyra.daemon.discovery import read_daemon_info
 from palyra.daemon.tokens import read_admin_token
-from palyra.transport.grpc import ClientCodec
+from palyra.transport.grpc import ClientCodec, CorkedChannel
 
 DEVICE_FILE = "cli.device_id"
 EXIT_ERROR = 1
@@ -130,7 +129,7 @@ class Stubs:
 async def connect(args: argparse.Namespace) -> AsyncIterator[Stubs]:
     """Open a channel to the daemon for the duration of one command."""
     target = resolve_target(args)
-    channel = Channel(target.host, target.port, codec=ClientCodec())
+    channel = CorkedChannel(target.host, target.port, codec=ClientCodec())
     try:
         yield Stubs(
             gateway=v1.GatewayServiceStub(channel, metadata=target.metadata),

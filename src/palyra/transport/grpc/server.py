@@ -51,7 +51,7 @@ class GrpcGateway(Generic[CtxT]):
         services = servers(app, ctx)
         if tape_stream is not None:
             # RunStream encodes each commit's tape straight to bytes (see _tape).
-            services = [TapeGatewayServer(app, ctx, tape_stream)
+            services = [TapeGatewayServer(app, ctx, tape_stream, config.max_message_bytes)
                         if isinstance(s, GatewayServiceServer) else s for s in services]
         self._server = _CorkedServer(services, codec=CappedProtoCodec(config.max_message_bytes))
         install(self._server, authenticator)
