@@ -113,7 +113,8 @@ class RunsApi(AppBase):
         final: pb.RunStatus | None = None
         error: pb.RunError | None = None
         try:
-            async for stored, members in self._follow_members(run_id, -1):
+            # The run was started just now: no read of its row to see if it ended.
+            async for stored, members in self._follow_members(run_id, -1, started=True):
                 # Judge the outcome from the tape itself: the in-memory record
                 # may lag the journal by a few microseconds.
                 for member in members:
@@ -126,7 +127,11 @@ class RunsApi(AppBase):
                     yield response
         finally:
             pump.cancel()
-            if not is_run_terminal(self.engine.get_run(identity, run_id).state):
+            # The tape's final status says the run ended; only a stream left
+            # before it reads the row (an active run's row is written every commit,
+            # so that read waits for LMDB to commit what the writer applied).
+            if not is_terminal_status(final) and not is_run_terminal(
+                    self.engine.get_run(identity, run_id).state):
                 # The client went away mid-run: the run lives on (any client
                 # may watch it or decide its approvals) and completes when idle.
                 self.engine.spawn(self._detach(identity, run_id))
@@ -177,12 +182,17 @@ class RunsApi(AppBase):
         with contextlib.suppress(PalyraError):
             await self.engine.complete_run(identity, run_id)
 
-    async def _follow_members(self, run_id: str, after_seq: int
+    async def _follow_members(self, run_id: str, after_seq: int, *, started: bool = False
                               ) -> AsyncGenerator[tuple[list[StoredEvent], list[Member]], None]:
-        """:meth:`_follow`'s batches as the stored events and their typed members."""
-        record = self.engine.get_run(IdentityRec("system:app"), run_id)
-        if is_run_terminal(record.state) and after_seq >= record.tape_len - 1:
-            return
+        """:meth:`_follow`'s batches as the stored events and their typed members.
+
+        ``started``: the caller started the run itself, so it has not ended
+        before its first event (no need to read its row first).
+        """
+        if not started:
+            record = self.engine.get_run(IdentityRec("system:app"), run_id)
+            if is_run_terminal(record.state) and after_seq >= record.tape_len - 1:
+                return
         batches = self.store.follow_tape_batches(run_id, after_seq)
         try:
             async for stored in batches:
