@@ -1,7 +1,8 @@
 """Subprocess for the crash test: many concurrent durable appenders, acks on stdout.
 
-Usage: ``python crash_writer.py DATA_DIR APPENDERS``. Prints ``ready`` once the
-store is open, then one acknowledged event id per line (flushed), forever.
+Usage: ``python crash_writer.py DATA_DIR APPENDERS [lone]``. Prints ``ready`` once
+the store is open, then one acknowledged event id per line (flushed), forever.
+``lone``: every append is of one event (with one appender, the writer's short path).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from palyra.journal import EntityWrite, EventDraft, JournalConfig, JournalStore
 
 
-async def main(data_dir: Path, appenders: int) -> None:
+async def main(data_dir: Path, appenders: int, lone: bool) -> None:
     store = JournalStore.open(data_dir, config=JournalConfig(sync=True, map_size=1 << 20))
     out = sys.stdout
     out.write("ready\n")
@@ -33,7 +34,7 @@ async def main(data_dir: Path, appenders: int) -> None:
                     payload={"k": k, "n": n, "pad": "x" * (n % 200)},
                     entity_writes=(EntityWrite("runs", f"r{k % 4}", str(n).encode()),),
                 )
-                for _ in range(1 + n % 3)
+                for _ in range(1 if lone else 1 + n % 3)
             ]
             for event in await store.append(drafts):
                 out.write(event.event_id + "\n")
@@ -45,4 +46,4 @@ async def main(data_dir: Path, appenders: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(Path(sys.argv[1]), int(sys.argv[2])))
+    asyncio.run(main(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3:] == ["lone"]))

@@ -18,10 +18,10 @@ from palyra.journal import JournalStore, verify_store
 WRITER = Path(__file__).with_name("crash_writer.py")
 
 
-def _run_and_kill(data_dir: Path, delay: float) -> list[str]:
+def _run_and_kill(data_dir: Path, delay: float, mode: list[str]) -> list[str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
-        [sys.executable, str(WRITER), str(data_dir), "64"],
+        [sys.executable, str(WRITER), str(data_dir), *mode],
         # Unbuffered: readline must not read ahead of the raw os.read below.
         bufsize=0,
         stdout=subprocess.PIPE,
@@ -52,13 +52,15 @@ def _run_and_kill(data_dir: Path, delay: float) -> list[str]:
 
 
 @pytest.mark.slow
-def test_acknowledged_events_survive_sigkill(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "mode", [["64"], ["1", "lone"]], ids=["batches", "lone"])  # lone: Writer._commit_lone
+def test_acknowledged_events_survive_sigkill(tmp_path: Path, mode: list[str]) -> None:
     data_dir = tmp_path / "data"
     rng = random.Random(int(os.environ.get("PALYRA_CRASH_SEED", "0")) or None)
     acked: list[str] = []
     started = time.monotonic()
     for _ in range(5):
-        acked_now = _run_and_kill(data_dir, rng.uniform(0.3, 1.5))
+        acked_now = _run_and_kill(data_dir, rng.uniform(0.3, 1.5), mode)
         assert acked_now, "writer acknowledged nothing before the kill"
         acked += acked_now
         report = verify_store(data_dir)

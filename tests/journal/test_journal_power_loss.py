@@ -97,7 +97,9 @@ class _FlushSpy:
         return getattr(self._env, name)
 
 
-async def _workload(store: JournalStore, recorder: _Recorder, appenders: int, calls: int) -> None:
+async def _workload(
+    store: JournalStore, recorder: _Recorder, appenders: int, calls: int, lone: bool = False
+) -> None:
     async def appender(k: int) -> None:
         for n in range(calls):
             drafts = [
@@ -110,7 +112,7 @@ async def _workload(store: JournalStore, recorder: _Recorder, appenders: int, ca
                     payload={"k": k, "n": n, "i": i, "pad": "x" * (n * 37 % 300)},
                     entity_writes=(EntityWrite("runs", f"r{k % 2}", b"%d" % n),),
                 )
-                for i in range(1 + (n + k) % 3)
+                for i in range(1 if lone else 1 + (n + k) % 3)
             ]
             for event in await store.append(drafts):
                 with recorder.lock:
@@ -207,16 +209,18 @@ async def _append_one(store: JournalStore) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("log_size", "restart_at"), [(48 * 1024, 32 * 1024), (20 * 1024, 1 << 30)],
-    ids=["early", "when-full"])
+    ("log_size", "restart_at", "lone"),
+    [(48 * 1024, 32 * 1024, False), (20 * 1024, 1 << 30, False), (24 * 1024, 16 * 1024, True)],
+    ids=["early", "when-full", "lone"])
 def test_power_loss_at_every_write_point(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, log_size: int, restart_at: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, log_size: int, restart_at: int, lone: bool
 ) -> None:
     # A log that restarts every few commits and a map that must grow: every
     # branch of the commit path runs many times in a short workload. The log
     # restarts after a sync point once it is 2/3 full ("early"), or only when
     # a frame does not fit, with frames still waiting in the open LMDB
-    # transaction ("when-full").
+    # transaction ("when-full"). "lone": one appender of one event at a time, so
+    # nearly every commit takes the writer's short path (Writer._commit_lone).
     monkeypatch.setattr(_durable, "SYNC_EVERY_COMMITS", 5)
     monkeypatch.setattr(_commitlog, "LOG_SIZE", log_size)
     monkeypatch.setattr(_durable, "SYNC_EVERY_BYTES", restart_at)
@@ -237,12 +241,17 @@ def test_power_loss_at_every_write_point(
     durable._env = _FlushSpy(durable._env, recorder)
     durable.hook = recorder.point
     try:
-        asyncio.run(_workload(store, recorder, appenders=4, calls=10))
+        if lone:
+            asyncio.run(_workload(store, recorder, appenders=1, calls=40, lone=True))
+        else:
+            asyncio.run(_workload(store, recorder, appenders=4, calls=10))
         grows = store.stats().map_grows
+        lone_commits = store._writer.stats.lone_commits if store._writer else 0
     finally:
         durable.hook = None
         store.close()
     assert grows >= 1 and durable.sync_points >= 5
+    assert lone_commits >= 20 if lone else lone_commits < 10, lone_commits
     labels = {s.label for s in recorder.snapshots}
     assert labels == {"frame", "commit", "lmdb-sync", "header"}
     # LMDB took several frames in one commit at times (the writer's open transaction).

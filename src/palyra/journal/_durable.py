@@ -64,6 +64,8 @@ group commits hold many pages); checked from the map readings below.
 # Re-read LMDB's free room (env.info) at least this often; in between each
 # commit spends from the last reading what _require_headroom demanded of it.
 _ROOM_READ_EVERY = 64
+# Map pages one LMDB commit may take beyond its frames' writes (free list, meta, root).
+_COMMIT_PAGES = 64
 
 
 def prepare_files(directory: Path, log: CommitLog) -> None:
@@ -132,6 +134,25 @@ class RecordingTxn:
         self.claimed: list[bytes] = []  # keys put_new put (deferred)
         # Deferred writes, in order: (db, [(key, value or None for a delete)], append).
         self._later: list[tuple[Any, Sequence[tuple[bytes, bytes | None]], bool]] = []
+
+    @classmethod
+    def of_writes(
+        cls,
+        txn: Any,
+        names: dict[int, str],
+        writes: Sequence[tuple[Any, bytes, bytes | None, bool]],
+        claimed: list[bytes],
+    ) -> RecordingTxn:
+        """A deferred txn that has recorded ``writes``: ``(db, key, value or None, append)``.
+
+        What the same puts and deletes, made one at a time on a deferred txn,
+        would have recorded (the caller checked ``claimed``, the event ids, are free).
+        """
+        self = cls(txn, names, deferred=True)
+        self.ops = [(names[id(db)], key, value) for db, key, value, _append in writes]
+        self._later = [(db, [(key, value)], append) for db, key, value, append in writes]
+        self.claimed = claimed
+        return self
 
     def put(
         self, key: bytes, value: bytes, *, db: Any, overwrite: bool = True, append: bool = False
@@ -383,6 +404,7 @@ class Durability:
         except BaseException as exc:
             self.broken = exc
             raise
+        self._room -= _COMMIT_PAGES  # what the commit itself took (_require_headroom)
         self._point("commit")
 
     def _require_headroom(self, ops: int, size: int, settled: bool = True) -> None:
@@ -394,17 +416,20 @@ class Durability:
         # read less what was demanded since is a lower bound: LMDB is asked
         # again only when that runs short (or every _ROOM_READ_EVERY commits),
         # and only when it has committed every frame: env.info() does not count
-        # the pages of a transaction still open.
-        needed = 64 + 4 * (ops * 3 + size // self._page)
+        # the pages of a transaction still open. Each frame is charged for its
+        # writes; each LMDB commit (many frames go into one) for its own pages
+        # (_COMMIT_PAGES, charged by commit_open): a frame must leave room for
+        # the commit that will carry it.
+        needed = 4 * (ops * 3 + size // self._page)
         self._room_reads_in -= 1
-        if needed >= self._room or (self._room_reads_in <= 0 and settled):
+        if needed + _COMMIT_PAGES >= self._room or (self._room_reads_in <= 0 and settled):
             if not settled:
                 raise Unsettled("commit log: commit LMDB before reading its room")
             info = self._env.info()
             self._last_pgno = int(info["last_pgno"])
             self._room = int(info["map_size"]) // self._page - self._last_pgno
             self._room_reads_in = _ROOM_READ_EVERY
-            if needed >= self._room:
+            if needed + _COMMIT_PAGES >= self._room:
                 raise lmdb.MapFullError("commit log: not enough map left for this commit")
         self._room -= needed
 

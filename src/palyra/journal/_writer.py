@@ -158,6 +158,7 @@ class WriterStats:
     append_calls: int = 0
     max_batch_calls: int = 0
     records: int = 0
+    lone_commits: int = 0  # commits that took Writer._commit_lone
 
 
 _STOP = object()
@@ -168,7 +169,7 @@ _APPLY = object()  # a reader of this process waits for LMDB to hold what was an
 # commits every this many frames, before a sync point, when a reader waits, or
 # once no request came for _APPLY_IDLE_S: one LMDB commit and one set of
 # page writes for many frames, instead of one per frame.
-_APPLY_EVERY_FRAMES = 64
+_APPLY_EVERY_FRAMES = 256
 # Answered frames wait for the open transaction until this many of their writes
 # are pending (or it commits), so their puts go in one LMDB call per table.
 _APPLY_EVERY_OPS = 1024
@@ -269,6 +270,16 @@ class Writer:
             self._commit(batch)
 
     def _commit(self, batch: list[Request]) -> None:
+        if len(batch) == 1:
+            request = batch[0]
+            if (
+                len(request.events) == 1
+                and self._env.durable is not None
+                and request.signer is None
+                and request.prune is None
+                and self._commit_lone(request, request.events[0])
+            ):
+                return
         live = batch
         env = self._env
         try:
@@ -329,6 +340,119 @@ class Writer:
             self._answered_ids.update(txn.claimed)
             if not txn.deferred:
                 self._apply_answered()  # a child txn: commit it before the next begins
+
+    def _commit_lone(self, request: Request, event: PreparedEvent) -> bool:
+        """A lone one-event append: its frame built straight from the event; False if it can't.
+
+        The same record, frame and answer as :meth:`_apply` makes for a batch
+        of this one request, without the batch's bookkeeping. It takes the
+        event only when everything it needs is at hand: the session's chain
+        head and the run's next tape seq remembered, the event id free (a
+        taken id fails in the batch path, which also names the clash), room
+        in the map and the log without committing LMDB first. Otherwise it
+        writes nothing and returns False, and the batch path takes the request.
+        """
+        session_id = event.session_id
+        prev = self._session_heads.get(session_id)
+        if prev is None:
+            return False
+        run_id = event.run_id
+        seq = NO_TAPE_SEQ
+        if event.tape:
+            next_seq = self._tape_next.get(run_id)
+            if next_seq is None:
+                return False
+            seq = next_seq
+        env = self._env
+        durable = env.durable
+        assert durable is not None
+        dbs = env.dbs
+        open_txn = self._open
+        if open_txn is None:
+            open_txn = self._open = env.env.begin(write=True)
+        id_key = event.event_id.encode()
+        ids_db = dbs[names.EVENT_IDS]
+        if id_key in self._answered_ids or open_txn.get(id_key, db=ids_db) is not None:
+            return False
+        request.result = None
+        position = self.next_position
+        pack = _U64.pack
+        key = pack(position)
+        # record_row, inline: RECORD_EVENT_FIELDS, the redactions, the payload.
+        redactions = list(event.redactions)
+        body = record_body([[
+            event.event_id, run_id, seq, event.kind, event.actor, event.ts_ms,
+            event.principal, event.device_id, event.channel, redactions, Raw(event.payload),
+        ]])  # fmt: skip
+        scopes = self._scopes
+        session_prefix, session_text = scopes.get(session_id) or self._scope(session_id)
+        value, digest, link = build_record(
+            record_head_of(prev, position, 1, session_text), body, self.head, position
+        )
+        # The writes in the order the batch path records them (_claim_ids,
+        # then _flush_puts per table, then the entity rows): the same frame.
+        writes: list[tuple[Any, bytes, bytes | None, bool]] = [
+            (ids_db, id_key, key, False),
+            (dbs[names.EVENTS], key, value, True),
+            (dbs[names.BY_SESSION], session_prefix + key, b"", False),
+        ]
+        if seq != NO_TAPE_SEQ:
+            run_prefix = (scopes.get(run_id) or self._scope(run_id))[0]
+            writes.append((dbs[names.TAPE], run_prefix + pack(seq), key, False))
+        for write in event.entity_writes:
+            writes.append((dbs[write.table], write.key.encode(), write.value, False))
+        txn = RecordingTxn.of_writes(open_txn, durable.names, writes, [id_key])
+        try:
+            durable.log_frame(txn, settled=not self._unsettled())
+        except (lmdb.MapFullError, Unsettled):
+            return False  # nothing written: the batch path commits LMDB or grows the map
+        except Exception as exc:
+            error = PalyraError(f"journal commit failed: {exc}", code=ErrorCode.UNAVAILABLE)
+            error.__cause__ = exc
+            request.error = error
+            _resolve([request])
+            return True
+        # Durable. Reads of this process wait until LMDB holds it (see _apply).
+        if env.visible.is_set():
+            env.visible.clear()
+        # This thread's own memory first: once the caller is woken, its loop
+        # wants the GIL, and work left here would hold it up.
+        self.next_position = position + 1
+        self.head = link
+        heads = self._session_heads
+        if len(heads) >= _MEMORY_LIMIT:
+            heads.clear()
+        heads[session_id] = digest
+        if seq != NO_TAPE_SEQ:
+            tape_next = self._tape_next
+            if len(tape_next) >= _MEMORY_LIMIT:
+                tape_next.clear()
+            tape_next[run_id] = seq + 1
+        self._answered.append(txn)
+        self._answered_ops += len(txn.ops)
+        self._answered_ids.add(id_key)
+        stats = self.stats
+        stats.commits += 1
+        stats.append_calls += 1
+        stats.max_batch_calls = max(stats.max_batch_calls, 1)
+        stats.appended_events += 1
+        stats.appended_bytes += len(value)
+        stats.records += 1
+        stats.lone_commits += 1
+        view = StoredEvent(
+            position, event.event_id, session_id, run_id, seq, event.kind, event.actor,
+            event.ts_ms, event.principal, event.device_id, event.channel, event.value,
+            redactions, digest.hex(), prev.hex(), link.hex(), event.origin,
+        )  # fmt: skip
+        request.result = [view]
+        if event.entity_writes:
+            self._on_rows({(w.table, w.key) for w in event.entity_writes})
+        deliveries = (
+            self._on_commit([(view, len(event.payload) + _EVENT_OVERHEAD)])
+            if self._followed() else None
+        )
+        _resolve([request], deliveries)
+        return True
 
     def _apply_answered(self) -> None:
         """Put the answered frames' writes into the open LMDB transaction."""

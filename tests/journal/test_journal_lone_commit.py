@@ -1,0 +1,109 @@
+"""The writer's short path for a lone one-event append (``Writer._commit_lone``).
+
+It must write the very frame, records and answers the batch path writes for a
+batch of that one request, fail a taken event id the same way, and leave the
+rest (recovery, power loss, SIGKILL) to the tests that run it:
+``test_journal_power_loss.py`` and ``test_journal_crash.py`` have lone-appender cases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from palyra.core.errors import AlreadyExists
+from palyra.journal import EntityWrite, JournalStore, verify_store
+from palyra.journal._writer import Writer
+
+from .helpers import draft
+
+
+def _drafts() -> list[Any]:
+    # Fixed ids and times: two stores given these write the same bytes.
+    out = []
+    for i in range(60):
+        writes = (EntityWrite("runs", f"r{i % 2}", b"%d" % i),) if i % 3 == 0 else ()
+        if i % 7 == 6:
+            writes = (EntityWrite("runs", f"r{i % 2}", None),)  # a delete
+        out.append(draft(
+            i, event_id=f"01J3ABCD{i:018d}", ts_ms=1_700_000_000_000 + i,
+            session_id=f"s{i % 3}", run_id=f"r{i % 2}", tape=i % 4 != 1,
+            principal="user:p", entity_writes=writes,
+            payload={"i": i, "api_key": "sk-secret-value"} if i % 5 == 0 else {"i": i},
+        ))  # fmt: skip
+    return out
+
+
+async def _run(root: Path) -> tuple[list[Any], list[Any], int, list[Any]]:
+    async with JournalStore.open(root) as store:
+        answers = [(await store.append([d]))[0] for d in _drafts()]
+        durable = store.env.durable
+        assert durable is not None
+        frames = list(durable.log.frames(0))
+        lone = store._writer.stats.lone_commits if store._writer else 0
+        assert verify_store(store).ok
+        stored = store.read_range(0, 1000)
+    return answers, frames, lone, stored
+
+
+async def test_lone_path_writes_what_the_batch_path_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answers, frames, lone, stored = await _run(tmp_path / "lone")
+    assert lone >= 50  # all but each session's first append (its head is not remembered)
+    with monkeypatch.context() as patch:
+        patch.setattr(Writer, "_commit_lone", lambda self, request, event: False)
+        b_answers, b_frames, b_lone, b_stored = await _run(tmp_path / "batch")
+    assert b_lone == 0
+    assert len(frames) == len(b_frames) == 60
+    assert frames == b_frames  # every write, byte for byte, in the same order
+    assert answers == b_answers
+    assert stored == b_stored
+    assert any(e.redactions for e in answers) and len({e.session_id for e in answers}) == 3
+
+
+async def test_lone_path_refuses_a_taken_id_before_and_after_lmdb_holds_it(
+    tmp_path: Path,
+) -> None:
+    async with JournalStore.open(tmp_path) as store:
+        [first] = await store.append([draft(0, session_id="s")])
+        [second] = await store.append([draft(1, session_id="s")])
+        writer = store._writer
+        assert writer is not None and writer.stats.lone_commits == 1
+        # Answered, not yet in LMDB: the id is taken all the same.
+        with pytest.raises(AlreadyExists):
+            await store.append([draft(2, session_id="s", event_id=second.event_id)])
+        store.read_range(0, 10)  # a reader waits: LMDB commits what was answered
+        with pytest.raises(AlreadyExists):
+            await store.append([draft(3, session_id="s", event_id=first.event_id)])
+        [third] = await store.append([draft(4, session_id="s")])
+        assert third.position == 3 and third.prev_hash == second.hash
+        assert writer.stats.lone_commits == 2
+        assert verify_store(store).ok
+
+
+async def test_lone_path_hands_events_to_followers_and_entity_rows_to_readers(
+    tmp_path: Path,
+) -> None:
+    async with JournalStore.open(tmp_path) as store:
+        await store.append([draft(0, session_id="s", run_id="r", tape=True)])
+        follower = store.follow_tape("r", after_seq=0)
+        got = []
+        for i in range(1, 4):
+            [event] = await store.append([draft(
+                i, session_id="s", run_id="r", tape=True,
+                entity_writes=(EntityWrite("runs", "r", b"v%d" % i),))])  # fmt: skip
+            assert store.get_entity("runs", "r") == b"v%d" % i
+            got.append(await asyncio.wait_for(anext(follower), 30))
+            assert got[-1] == event
+        assert [e.tape_seq for e in got] == [1, 2, 3]
+        # In memory, before the answer: once append returns, the event is in the
+        # subscription's buffer (no store read needed to see it).
+        sub = store._hub.subscribe("r")
+        [event] = await store.append([draft(9, session_id="s", run_id="r", tape=True)])
+        assert sub.buffered_bytes > 0 and sub.take() == event
+        store._hub.unsubscribe(sub)
+        assert store._writer is not None and store._writer.stats.lone_commits == 4
