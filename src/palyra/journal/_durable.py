@@ -136,21 +136,24 @@ class RecordingTxn:
         self._later: list[tuple[Any, Sequence[tuple[bytes, bytes | None]], bool]] = []
 
     @classmethod
-    def of_writes(
+    def recorded(
         cls,
         txn: Any,
         names: dict[int, str],
-        writes: Sequence[tuple[Any, bytes, bytes | None, bool]],
+        ops: list[Op],
+        later: list[tuple[Any, Sequence[tuple[bytes, bytes | None]], bool]],
         claimed: list[bytes],
     ) -> RecordingTxn:
-        """A deferred txn that has recorded ``writes``: ``(db, key, value or None, append)``.
+        """A deferred txn that has recorded ``ops`` already, kept as ``later`` for apply.
 
-        What the same puts and deletes, made one at a time on a deferred txn,
-        would have recorded (the caller checked ``claimed``, the event ids, are free).
+        ``later`` holds the same writes as ``ops``, in the same order, as
+        ``(db, [(key, value or None)], append)``: what the same puts and
+        deletes, made one at a time on a deferred txn, would have recorded.
+        The caller checked ``claimed`` (the event ids put) is free.
         """
         self = cls(txn, names, deferred=True)
-        self.ops = [(names[id(db)], key, value) for db, key, value, _append in writes]
-        self._later = [(db, [(key, value)], append) for db, key, value, append in writes]
+        self.ops = ops
+        self._later = later
         self.claimed = claimed
         return self
 

@@ -22,7 +22,7 @@ import queue
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,7 @@ from palyra.core.chain import (
 )
 from palyra.core.errors import AlreadyExists, ErrorCode, PalyraError, PalyraInternalError
 from palyra.journal import _env as names
+from palyra.journal._commitlog import Op
 from palyra.journal._durable import RecordingTxn, Unsettled
 from palyra.journal._env import JournalEnv
 from palyra.journal._follow import Deliveries, deliver
@@ -391,17 +392,26 @@ class Writer:
         )
         # The writes in the order the batch path records them (_claim_ids,
         # then _flush_puts per table, then the entity rows): the same frame.
-        writes: list[tuple[Any, bytes, bytes | None, bool]] = [
-            (ids_db, id_key, key, False),
-            (dbs[names.EVENTS], key, value, True),
-            (dbs[names.BY_SESSION], session_prefix + key, b"", False),
+        session_key = session_prefix + key
+        ops: list[Op] = [
+            (names.EVENT_IDS, id_key, key),
+            (names.EVENTS, key, value),
+            (names.BY_SESSION, session_key, b""),
+        ]
+        later: list[tuple[Any, Sequence[tuple[bytes, bytes | None]], bool]] = [
+            (ids_db, [(id_key, key)], False),
+            (dbs[names.EVENTS], [(key, value)], True),
+            (dbs[names.BY_SESSION], [(session_key, b"")], False),
         ]
         if seq != NO_TAPE_SEQ:
-            run_prefix = (scopes.get(run_id) or self._scope(run_id))[0]
-            writes.append((dbs[names.TAPE], run_prefix + pack(seq), key, False))
+            tape_key = (scopes.get(run_id) or self._scope(run_id))[0] + pack(seq)
+            ops.append((names.TAPE, tape_key, key))
+            later.append((dbs[names.TAPE], [(tape_key, key)], False))
         for write in event.entity_writes:
-            writes.append((dbs[write.table], write.key.encode(), write.value, False))
-        txn = RecordingTxn.of_writes(open_txn, durable.names, writes, [id_key])
+            entity_key = write.key.encode()
+            ops.append((write.table, entity_key, write.value))
+            later.append((dbs[write.table], [(entity_key, write.value)], False))
+        txn = RecordingTxn.recorded(open_txn, durable.names, ops, later, [id_key])
         try:
             durable.log_frame(txn, settled=not self._unsettled())
         except (lmdb.MapFullError, Unsettled):
@@ -447,11 +457,12 @@ class Writer:
         request.result = [view]
         if event.entity_writes:
             self._on_rows({(w.table, w.key) for w in event.entity_writes})
-        deliveries = (
-            self._on_commit([(view, len(event.payload) + _EVENT_OVERHEAD)])
-            if self._followed() else None
-        )
-        _resolve([request], deliveries)
+        if self._followed():
+            deliveries = self._on_commit([(view, len(event.payload) + _EVENT_OVERHEAD)])
+            _resolve([request], deliveries)
+            return True
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting any more
+            request.loop.call_soon_threadsafe(_settle, [request])
         return True
 
     def _apply_answered(self) -> None:
