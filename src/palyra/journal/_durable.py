@@ -123,7 +123,7 @@ class RecordingTxn:
     leaves the open transaction untouched.
     """
 
-    __slots__ = ("_later", "_names", "claimed", "deferred", "ops", "seq", "txn")
+    __slots__ = ("_later", "_names", "_tables", "claimed", "deferred", "ops", "seq", "txn")
 
     def __init__(self, txn: Any, names: dict[int, str], *, deferred: bool = False) -> None:
         self.txn = txn
@@ -131,30 +131,33 @@ class RecordingTxn:
         self.deferred = deferred
         self.ops: list[Op] = []
         self.seq = 0  # the frame's number, once logged
-        self.claimed: list[bytes] = []  # keys put_new put (deferred)
+        self.claimed: Sequence[bytes] = []  # keys put_new put (deferred)
         # Deferred writes, in order: (db, [(key, value or None for a delete)], append).
         self._later: list[tuple[Any, Sequence[tuple[bytes, bytes | None]], bool]] = []
+        # recorded(): the sub-DBs by name and the one whose puts append (None: see _later).
+        self._tables: tuple[dict[str, Any], str] | None = None
 
     @classmethod
     def recorded(
-        cls,
-        txn: Any,
-        names: dict[int, str],
-        ops: list[Op],
-        later: list[tuple[Any, Sequence[tuple[bytes, bytes | None]], bool]],
-        claimed: list[bytes],
+        cls, txn: Any, names: dict[int, str], ops: list[Op], dbs: dict[str, Any], appends: str
     ) -> RecordingTxn:
-        """A deferred txn that has recorded ``ops`` already, kept as ``later`` for apply.
+        """A deferred txn whose writes, ``ops``, were recorded by its caller.
 
-        ``later`` holds the same writes as ``ops``, in the same order, as
-        ``(db, [(key, value or None)], append)``: what the same puts and
-        deletes, made one at a time on a deferred txn, would have recorded.
-        The caller checked ``claimed`` (the event ids put) is free.
+        What the same puts and deletes (``None`` values), made one at a time on
+        a deferred txn, would have recorded; the puts into sub-DB ``appends``
+        append. Nothing else is kept per write until apply (``dbs`` maps the
+        names in ``ops`` to their sub-DBs): a frame answered and waiting for
+        LMDB holds this object, its list and its ops, and no more.
         """
-        self = cls(txn, names, deferred=True)
+        self = cls.__new__(cls)
+        self.txn = txn
+        self._names = names
+        self.deferred = True
         self.ops = ops
-        self._later = later
-        self.claimed = claimed
+        self.seq = 0
+        self.claimed = ()  # the caller keeps its claims (Writer._answered_ids)
+        self._later = []
+        self._tables = (dbs, appends)
         return self
 
     def put(
@@ -254,9 +257,16 @@ class RecordingTxn:
         if not txns:
             return
         txn = txns[0].txn
-        later = [entry for each in txns for entry in each._later]
+        later: list[tuple[Any, Sequence[tuple[bytes, bytes | None]], bool]] = []
         for each in txns:
-            each._later = []
+            tables = each._tables
+            if tables is None:
+                later += each._later
+                each._later = []
+                continue
+            dbs, appends = tables
+            later += [(dbs[name], ((key, value),), name == appends) for name, key, value in each.ops]
+            each._tables = None  # put once
         if any(value is None for _db, items, _append in later for _key, value in items):
             for db, items, append in later:
                 for key, value in items:

@@ -22,7 +22,7 @@ import queue
 import struct
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,7 +173,7 @@ _APPLY = object()  # a reader of this process waits for LMDB to hold what was an
 _APPLY_EVERY_FRAMES = 256
 # Answered frames wait for the open transaction until this many of their writes
 # are pending (or it commits), so their puts go in one LMDB call per table.
-_APPLY_EVERY_OPS = 1024
+_APPLY_EVERY_OPS = 256
 _APPLY_IDLE_S = 0.0005
 
 
@@ -392,26 +392,17 @@ class Writer:
         )
         # The writes in the order the batch path records them (_claim_ids,
         # then _flush_puts per table, then the entity rows): the same frame.
-        session_key = session_prefix + key
         ops: list[Op] = [
             (names.EVENT_IDS, id_key, key),
             (names.EVENTS, key, value),
-            (names.BY_SESSION, session_key, b""),
-        ]
-        later: list[tuple[Any, Sequence[tuple[bytes, bytes | None]], bool]] = [
-            (ids_db, [(id_key, key)], False),
-            (dbs[names.EVENTS], [(key, value)], True),
-            (dbs[names.BY_SESSION], [(session_key, b"")], False),
+            (names.BY_SESSION, session_prefix + key, b""),
         ]
         if seq != NO_TAPE_SEQ:
-            tape_key = (scopes.get(run_id) or self._scope(run_id))[0] + pack(seq)
-            ops.append((names.TAPE, tape_key, key))
-            later.append((dbs[names.TAPE], [(tape_key, key)], False))
+            run_prefix = (scopes.get(run_id) or self._scope(run_id))[0]
+            ops.append((names.TAPE, run_prefix + pack(seq), key))
         for write in event.entity_writes:
-            entity_key = write.key.encode()
-            ops.append((write.table, entity_key, write.value))
-            later.append((dbs[write.table], [(entity_key, write.value)], False))
-        txn = RecordingTxn.recorded(open_txn, durable.names, ops, later, [id_key])
+            ops.append((write.table, write.key.encode(), write.value))
+        txn = RecordingTxn.recorded(open_txn, durable.names, ops, dbs, names.EVENTS)
         try:
             durable.log_frame(txn, settled=not self._unsettled())
         except (lmdb.MapFullError, Unsettled):
