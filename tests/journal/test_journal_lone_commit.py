@@ -26,7 +26,7 @@ def _drafts() -> list[Any]:
     out = []
     for i in range(60):
         writes = (EntityWrite("runs", f"r{i % 2}", b"%d" % i),) if i % 3 == 0 else ()
-        if i % 7 == 6:
+        if i % 7 == 6 or i == 59:
             writes = (EntityWrite("runs", f"r{i % 2}", None),)  # a delete
         out.append(draft(
             i, event_id=f"01J3ABCD{i:018d}", ts_ms=1_700_000_000_000 + i,
@@ -37,32 +37,57 @@ def _drafts() -> list[Any]:
     return out
 
 
-async def _run(root: Path) -> tuple[list[Any], list[Any], int, list[Any]]:
+async def _run(root: Path, drafts: list[Any]) -> tuple[list[Any], list[Any], int, list[Any]]:
     async with JournalStore.open(root) as store:
-        answers = [(await store.append([d]))[0] for d in _drafts()]
+        answers = [(await store.append([d]))[0] for d in drafts[:4]]
+        # A read makes LMDB take the first four (a session or tape new, the batch
+        # path's: no head remembered yet); the lone frames after them then
+        # reach LMDB on their own (RecordingTxn.put_all's one-pass grouping).
+        store.read_range(0, 1)
+        answers += [(await store.append([d]))[0] for d in drafts[4:]]
         durable = store.env.durable
         assert durable is not None
         frames = list(durable.log.frames(0))
         lone = store._writer.stats.lone_commits if store._writer else 0
         assert verify_store(store).ok
-        stored = store.read_range(0, 1000)
+        # Read after LMDB applied the frames (a read waits for it): rows, ids, indexes.
+        rows = [store.get_entity("runs", f"r{k}") for k in range(2)]
+        indexed = [e for k in range(3) for e in store.read_session(f"s{k}", 0, 1000)]
+        indexed += [e for k in range(2) for e in store.read_tape(f"r{k}", -1, 1000).events]
+        stored = [store.read_range(0, 1000), rows, store.last_tape_seq("r0"), indexed]
     return answers, frames, lone, stored
 
 
 async def test_lone_path_writes_what_the_batch_path_writes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    answers, frames, lone, stored = await _run(tmp_path / "lone")
+    answers, frames, lone, stored = await _run(tmp_path / "lone", _drafts())
     assert lone >= 50  # all but each session's first append (its head is not remembered)
     with monkeypatch.context() as patch:
         patch.setattr(Writer, "_commit_lone", lambda self, request, event: False)
-        b_answers, b_frames, b_lone, b_stored = await _run(tmp_path / "batch")
+        b_answers, b_frames, b_lone, b_stored = await _run(tmp_path / "batch", _drafts())
     assert b_lone == 0
     assert len(frames) == len(b_frames) == 60
     assert frames == b_frames  # every write, byte for byte, in the same order
     assert answers == b_answers
     assert stored == b_stored
     assert any(e.redactions for e in answers) and len({e.session_id for e in answers}) == 3
+    assert stored[1] == [b"54", None]  # r0 put last at i=54, r1 deleted last (i=59)
+    # Every event through its session's index, every tape event through its run's.
+    assert len(stored[3]) == len(answers) + sum(e.tape_seq >= 0 for e in answers)
+
+
+async def test_lone_frames_with_puts_only_reach_lmdb_whole(tmp_path: Path) -> None:
+    # No entity delete among them: one putmulti per sub-DB for all the lone frames.
+    drafts = [d for d in _drafts() if not any(w.value is None for w in d.entity_writes)]
+    answers, _frames, lone, stored = await _run(tmp_path, drafts)
+    assert lone >= 40
+    assert stored[0] == answers
+    tape = [e for e in answers if e.tape_seq >= 0]
+    assert sorted(stored[3], key=lambda e: e.position) == sorted(
+        answers + tape, key=lambda e: e.position)
+    assert stored[1] == [b"54", b"57"]
+    assert stored[2] == max(e.tape_seq for e in answers if e.run_id == "r0")
 
 
 async def test_lone_path_refuses_a_taken_id_before_and_after_lmdb_holds_it(

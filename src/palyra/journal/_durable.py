@@ -257,6 +257,35 @@ class RecordingTxn:
         if not txns:
             return
         txn = txns[0].txn
+        tables = txns[0]._tables
+        if tables is not None and all(each._tables is not None for each in txns):
+            # Only recorded() txns (lone appends): group their ops by sub-DB in one pass.
+            dbs, appends = tables
+            by_name: dict[str, list[tuple[bytes, bytes | None]]] = {}
+            deletes = False
+            for each in txns:
+                each._tables = None  # put once
+                for name, key, value in each.ops:
+                    pairs = by_name.get(name)
+                    if pairs is None:
+                        pairs = by_name[name] = []
+                    pairs.append((key, value))
+                    if value is None:
+                        deletes = True
+            if not deletes:
+                for name, pairs in by_name.items():
+                    cursor = txn.cursor(db=dbs[name])
+                    _consumed, added = cursor.putmulti(pairs, append=name == appends)
+                    if added != len(pairs):
+                        raise lmdb.Error("commit log: a deferred put did not go in")
+                return
+            for each in txns:  # a delete among them: one write at a time, in order
+                for name, key, value in each.ops:
+                    if value is None:
+                        txn.delete(key, db=dbs[name])
+                    else:
+                        txn.put(key, value, db=dbs[name], append=name == appends)
+            return
         later: list[tuple[Any, Sequence[tuple[bytes, bytes | None]], bool]] = []
         for each in txns:
             tables = each._tables
