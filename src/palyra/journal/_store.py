@@ -123,7 +123,9 @@ class JournalStore:
         Raises:
             InvalidArgument, AlreadyExists, PalyraError: as :meth:`append`.
         """
-        writer = self._writer_or_raise()
+        writer = self._writer
+        if writer is None or self._closed:
+            writer = self._writer_or_raise()
         prepared = prepare(drafts, self._config)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[StoredEvent]] = loop.create_future()

@@ -194,6 +194,9 @@ class Writer:
         self._on_rows = on_rows
         self._followed = followed
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        # Queue a request; the writer resolves its future after the durable
+        # commit (the queue's own put: no call around it on the caller's path).
+        self.submit: Callable[[Request], None] = self._queue.put
         with env.read() as txn:
             count, head = load_head(env, txn)
             self.pruned_through = pruned_through(env, txn)
@@ -215,10 +218,6 @@ class Writer:
         self.stats = WriterStats()
         self._thread = threading.Thread(target=self._run, name=names.WRITER_THREAD, daemon=True)
         self._thread.start()
-
-    def submit(self, request: Request) -> None:
-        """Queue a request; the writer resolves its future after the durable commit."""
-        self._queue.put(request)
 
     def stop(self) -> None:
         """Finish every queued request, then end the thread."""
