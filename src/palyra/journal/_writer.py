@@ -11,7 +11,9 @@ commits for many frames at once (``_commit_open``).
 Within a commit, the events of each session become one record (see
 ``_layout``): the chain hashes, the record encoding and the index puts are
 paid per record, not per event. A request whose event id is taken fails
-alone: the transaction is aborted and redone without it.
+alone: the transaction is aborted and redone without it. A lone one-event
+append (the usual case at one appender) takes a short path to the same frame
+(``Writer._commit_lone``): no batch state, its writes recorded as built.
 """
 
 from __future__ import annotations
