@@ -93,6 +93,11 @@ class ChainVerifier:
         # (the verifier recomputes compaction digests from them: ``_covers``).
         self.marker: bytes | None = None
         self.noted: list[bytes] = []
+        # A tombstone's session id is covered by no hash it still holds: when its record
+        # was the only one of its session, renaming the session breaks neither chain.
+        # A data dir's verifier notes ``(session, first, last)`` here and holds it to the
+        # ``_by_session`` index (``_verify``); None: not noted (bundles have no index).
+        self.tombstones: list[tuple[str, int, int]] | None = None
 
     @property
     def session_heads(self) -> dict[str, bytes]:
@@ -281,6 +286,8 @@ class ChainVerifier:
         self._link(last, digest, global_hash, first)
         self._heads[session] = digest
         self.pruned += last - first + 1
+        if self.tombstones is not None:
+            self.tombstones.append((session_id, first, last))
         self.pruned_through, self.pruned_head = last, global_hash
 
     def claimed(self, position: int, payload: Mapping[str, Any]) -> None:

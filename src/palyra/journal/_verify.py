@@ -37,7 +37,7 @@ from palyra.journal._covers import (
 )
 from palyra.journal._covers import check as check_cover
 from palyra.journal._env import JournalEnv
-from palyra.journal._record import CheckpointRecord, u64_key
+from palyra.journal._record import CheckpointRecord, scoped_key, u64_key
 from palyra.journal._signing import signature_valid
 from palyra.journal._store import JournalStore
 from palyra.journal._types import JournalConfig
@@ -130,9 +130,11 @@ def verify_store(
         else JournalStore.open(Path(source), config=JournalConfig(readonly=True))
     )
     verifier = ChainVerifier(trusted_keys=trusted_keys)
+    unindexed = _UnindexedTombstone()
     try:
-        _walk_env(store.env, verifier, progress)
+        _walk_env(store.env, verifier, progress, unindexed)
         verifier.finish()
+        unindexed.raise_first()
         _require_coverage(verifier, "the journal (sign the head with `palyra journal "
                                     "checkpoint`)")
     except Tampered as problem:
@@ -143,8 +145,38 @@ def verify_store(
     return _report(verifier, None)
 
 
+class _UnindexedTombstone:
+    """The first tombstone whose ``_by_session`` key is missing, raised once the chain checks out.
+
+    Chain problems are reported first (as "Verifying" orders them), so a miss is
+    kept, not raised, while the walk goes on; only the first one matters.
+    """
+
+    def __init__(self) -> None:
+        self.first: Tampered | None = None
+
+    def check(self, env: JournalEnv, verifier: ChainVerifier) -> None:
+        noted = verifier.tombstones
+        if not noted:
+            return
+        if self.first is None:
+            with env.read() as txn:
+                db = env.dbs[names.BY_SESSION]
+                for session_id, first, last in noted:
+                    if txn.get(scoped_key(session_id, last), db=db) is None:
+                        self.first = Tampered(first, "index: _by_session has no entry for this "
+                                                    "pruned record (its session id was changed?)")
+                        break
+        noted.clear()
+
+    def raise_first(self) -> None:
+        if self.first is not None:
+            raise self.first
+
+
 def _walk_env(
-    env: JournalEnv, verifier: ChainVerifier, progress: Callable[[int], None] | None = None
+    env: JournalEnv, verifier: ChainVerifier, progress: Callable[[int], None] | None = None,
+    unindexed: _UnindexedTombstone | None = None,
 ) -> None:
     try:
         pending = sorted(_reads.checkpoints(env), key=lambda c: (c.position, c.ts_ms))
@@ -159,6 +191,8 @@ def _walk_env(
     # digests recomputed once the chain up to them checked out (outside the read txn).
     verifier.marker = MARKER
     covering = verifier.noted
+    if unindexed is not None:
+        verifier.tombstones = []
     check_checkpoints(0)
     more = True
     try:
@@ -178,6 +212,8 @@ def _walk_env(
                     read += done
                     check_checkpoints(verifier.position)
             _check_covers(env, covering, verifier.position + 1)
+            if unindexed is not None:
+                unindexed.check(env, verifier)
     except Tampered as problem:
         # A bad compaction before the problem found in the chain is reported first.
         _check_covers(env, covering, problem.position or verifier.position + 1)

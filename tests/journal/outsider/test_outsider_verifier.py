@@ -32,6 +32,7 @@ from .journals import (
     FIXTURES,
     A,
     Checkpoint,
+    Prune,
     Stored,
     assert_agree_bad,
     assert_agree_ok,
@@ -299,3 +300,20 @@ def test_an_always_ok_verifier_would_fail_these_tests(fixed: Path, tmp_path: Pat
         assert_agree_bad(wrong_position, verify_store(d))
 
 
+
+
+def test_tombstone_of_a_lone_record_moved_to_a_fresh_session(tmp_path: Path) -> None:
+    """A tombstone's session id is covered by no hash it still holds: when its record was
+    the only one of its session, renaming the session to an unused one breaks neither
+    chain. Only the `_by_session` index tells, and both verifiers must say so."""
+    ops = [A("s1", "r1", True, 1, 0, False), A("s2", "r2", True, 2, 1, False), Prune(),
+           A("s2", "r2", True, 1, 2, False)]
+    asyncio.run(build_and_export(tmp_path, ops, []))
+    d = tmp_path / "data"
+    tomb = next(r for r in records(d) if r.fmt == 3 and r.value.endswith(b"s1"))
+    check_dir(d, ok=True)
+    rewrite(d, tomb, tomb.value[:-2] + b"s9")  # same length: only the name changes
+    theirs = verify_store(d)
+    assert theirs.problem is not None, "the journal's verifier passed a renamed tombstone"
+    assert theirs.problem.reason.startswith("index: _by_session"), theirs.problem
+    check_dir(d, ok=False)
