@@ -18,6 +18,10 @@ avoid: ``prepare`` in the caller, then a future resolved by one thread, one
 ``call_soon_threadsafe`` per batch (no storage, no hashing, no fsync). It is the
 most this harness can do on this machine: the ``ratios`` line gives the
 store's CPU per event over it (``cpu_vs_floor@C``).
+At ``C`` appenders every contender appends ``max(N, 120 * C)`` events (the same
+drafts): with ``N`` alone, 256 appenders would append about twelve times each over
+the five slices, and a slice of a few milliseconds measures 256 tasks starting and
+draining more than the store (each line's ``events`` says how many ran).
 After start-up the bench freezes what it built (``gc.freeze()``), as the daemon does,
 before any contender runs. ``--json FILE`` also writes every line, in order, as one
 JSON list.
@@ -53,6 +57,12 @@ from palyra.journal import EventDraft, JournalConfig, JournalStore, verify_store
 from palyra.journal._prepare import PreparedEvent, prepare
 
 CONCURRENCY = (1, 16, 256)
+MIN_APPENDS_PER_APPENDER = 120
+
+
+def appends_at(appenders: int, events: int) -> int:
+    """How many events each contender appends at ``appenders`` (see the module docstring)."""
+    return max(events, MIN_APPENDS_PER_APPENDER * appenders)
 RUNS = 8
 
 
@@ -423,10 +433,11 @@ async def run(events: int, base: Path, rounds: int = 5) -> int:
         gc.collect()
         gc.freeze()
         for appenders in CONCURRENCY:
-            for line in await bench_pair(root, appenders, events, rounds):
+            n = appends_at(appenders, events)
+            for line in await bench_pair(root, appenders, n, rounds):
                 results[(line["config"], appenders)] = line
                 _emit(line)
-            floor = await bench_floor(appenders, events, rounds)
+            floor = await bench_floor(appenders, n, rounds)
             results[(floor["config"], appenders)] = floor
             _emit(floor)
         reads = bench_reads(root / f"lmdb-{CONCURRENCY[-1]}")

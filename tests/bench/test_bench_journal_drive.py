@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from bench.journal import _draft, _drive
+from bench.journal import CONCURRENCY, MIN_APPENDS_PER_APPENDER, _draft, _drive, appends_at
 
 
 @pytest.mark.parametrize(("appenders", "count"), [(1, 5), (8, 100), (16, 3), (4, 0)])
@@ -52,3 +52,13 @@ def test_drafts_are_fresh_and_alike() -> None:
     assert one == two and one.payload is not two.payload
     assert (one.session_id, one.run_id, one.tape) == ("s9", "r1", True)
     assert one.payload == {"model_token": {"token": "tok41", "is_final": False}, "i": 41}
+
+
+@pytest.mark.parametrize("events", [1, 3000, 100_000])
+def test_every_appender_appends_often_enough_to_be_measured(events: int) -> None:
+    # A slice of a few ms at 256 appenders measures tasks starting and draining, not the store.
+    for appenders in CONCURRENCY:
+        n = appends_at(appenders, events)
+        assert n >= events
+        assert n // appenders >= MIN_APPENDS_PER_APPENDER
+    assert appends_at(1, events) == max(events, MIN_APPENDS_PER_APPENDER)
