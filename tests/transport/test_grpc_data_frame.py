@@ -17,7 +17,7 @@ from h2.settings import SettingCodes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from palyra.transport.grpc._tape import data_frame
+from palyra.transport.grpc._tape import _flush_if_alone, data_frame
 
 REQUEST = [(":method", "POST"), (":scheme", "http"), (":authority", "x"),
            (":path", "/palyra.v1.GatewayService/RunStream"), ("te", "trailers"),
@@ -83,3 +83,33 @@ def test_declines_where_h2_would_not_send_one_frame(case: str) -> None:
     assert data_frame(ours, target, b"\x00" + len(data).to_bytes(4, "big"), data) is None
     assert (ours.outbound_flow_control_window,
             ours.streams[stream_id].outbound_flow_control_window) == before
+
+
+@pytest.mark.parametrize("others_open", [False, True])
+def test_the_end_of_a_call_is_flushed_at_once_only_when_no_other_stream_is_open(
+        others_open: bool) -> None:
+    """Alone on its connection, an ended call's bytes leave at once; with other calls open
+    they wait for the loop iteration's flush (their frames join the same send())."""
+    _by_h2, server, stream_id = _twins(end_request=True)
+    if others_open:
+        client = H2Connection(H2Configuration(client_side=True))
+        client.initiate_connection()
+        client.send_headers(1, REQUEST, end_stream=True)
+        client.send_headers(3, REQUEST)
+        server = H2Connection(H2Configuration(client_side=False))
+        server.initiate_connection()
+        server.receive_data(client.data_to_send())
+        server.send_headers(stream_id, [(":status", "200")])
+    server.send_headers(stream_id, [("grpc-status", "0")], end_stream=True)  # the trailers
+    flushed: list[bool] = []
+
+    class Cork:
+        def flush(self) -> None:
+            flushed.append(True)
+
+    class Stream:
+        _transport = Cork()
+        _h2_connection = server
+
+    _flush_if_alone(Stream())
+    assert flushed == ([] if others_open else [True])

@@ -22,9 +22,12 @@ the generic way, which waits, chunks and raises as before.
 
 A run that ended without failing ends its call at once: the response the app
 marks ``ends_call`` (its tape's DONE or CANCELLED status) is followed by the OK
-trailers and the cork is flushed, so the client has the end of the call in the
-same ``send()`` as the last events, before the run loop's clean-up and
-grpclib's wind-down (~70 µs a turn, on the path to the client's next turn). A
+trailers, and when no other stream is open on the connection the cork is
+flushed at once, so the client has the end of the call in the same ``send()``
+as the last events, before the run loop's clean-up and grpclib's wind-down
+(~70 µs a turn, on the path to the client's next turn). With other streams
+open the trailers leave with their frames at the iteration's flush (flushing
+at once there measured 10-17 % more ``send()`` calls per commit at C=16). A
 failed run still ends with its error, after the loop, as before.
 """
 
@@ -67,6 +70,19 @@ async def send_encoded(stream: grpclib.server.Stream[Any, Any], message: Encoded
         return
     h2_stream._transport.write(frame)
     stream._send_message_done = True
+
+
+def _flush_if_alone(h2_stream: Any) -> None:
+    """Flush the connection's cork now when no other stream is open on it.
+
+    Then nothing else could join this send and the client gets the end of its
+    call before this task winds down; with other streams open, their frames of
+    this loop iteration join it at the iteration's flush (one send, as before).
+    """
+    flush = getattr(h2_stream._transport, "flush", None)
+    streams = h2_stream._h2_connection.streams.values()
+    if flush is not None and all(s.closed for s in streams):
+        flush()
 
 
 def data_frame(h2: H2Connection, stream_id: int | None, prefix: bytes,
@@ -113,13 +129,11 @@ class TapeGatewayServer(GatewayServiceServer[Any]):
         async for response in self.run_stream(stream.__aiter__()):
             await send_encoded(stream, response, max_bytes)
             if response.ends_call:
-                # The run ended and did not fail: the call's OK status goes now, in the
-                # same send() as the last message, not after the run loop and grpclib
-                # have wound down (the client waits for it to start its next turn).
+                # The run ended and did not fail: the call's OK status goes now, with
+                # the last message, not after the run loop and grpclib have wound down
+                # (the client waits for it to start its next turn).
                 await stream.send_trailing_metadata()
-                flush = getattr(stream._stream._transport, "flush", None)
-                if flush is not None:
-                    flush()
+                _flush_if_alone(stream._stream)
 
     def run_stream(  # type: ignore[override]
         self, messages: AsyncIterator[pb.RunStreamRequest]
