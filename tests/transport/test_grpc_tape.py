@@ -23,7 +23,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from palyra_gen.palyra import v1 as pb
 
-from palyra.app import CallContext, PalyraApp, encode_tape_event, run_stream_bytes, tape_stream
+from palyra.app import (
+    CallContext,
+    Encoded,
+    PalyraApp,
+    encode_tape_event,
+    run_stream_bytes,
+    tape_stream,
+)
 from palyra.app._convert import tape_member
 from palyra.app._runs import _tape_responses
 from palyra.config import GrpcConfig
@@ -221,3 +228,48 @@ async def test_the_c_core_client_runs_a_whole_turn(app: PalyraApp) -> None:
     assert [e.tape_seq for e in events] == list(range(len(events)))
     assert [e.message_replied.reply_text for e in events if e.message_replied] == ["result=3"]
     assert events[-1].status is not None and events[-1].status.state == pb.RunState.DONE
+
+
+@pytest.mark.parametrize("batch", [True, False])
+@pytest.mark.parametrize("state", list(pb.RunState))
+def test_only_a_run_that_ended_without_failing_ends_the_call_early(
+        batch: bool, state: pb.RunState) -> None:
+    """The last response of a batch ending with DONE or CANCELLED says ``ends_call`` (the
+    listener sends the OK trailers with it); FAILED, a status that is not terminal, and
+    every response before the last do not."""
+    stored = _event("r", "s", 3, 9, 1)
+    members = [pb.UserInput(text="x"), pb.RunStatus(state=state)]
+    responses = run_stream_bytes(batch, [stored, stored], members)  # type: ignore[arg-type]
+    assert [r.ends_call for r in responses[:-1]] == [False] * (len(responses) - 1)
+    assert responses[-1].ends_call is (state in (pb.RunState.DONE, pb.RunState.CANCELLED))
+    assert not run_stream_bytes(batch, [stored], [pb.UserInput(text="x")])[-1].ends_call
+    assert [(r.data, r.ends_call) for r in run_stream_bytes(batch, [], [])] == (
+        [(b"\x08\x01", False)] if batch else [])
+    assert not Encoded(b"").ends_call
+
+
+async def test_a_failed_run_ends_its_call_with_the_error_a_done_one_with_ok(
+        app: PalyraApp) -> None:
+    """Over the listener: a run that fails (a second message for another run is a protocol
+    error) ends its call with the error's status and code after its FAILED status event;
+    a run that ends DONE ends it OK, with every event (grpclib and C-core clients)."""
+    gateway, port = await _listening(app)
+    channel = Channel("127.0.0.1", port)
+    try:
+        stub = pb.GatewayServiceStub(channel)
+        first = pb.RunStreamRequest(v=1, session_key="fails", batch=True,
+                                    input=pb.MessageInput(text=TEXT))
+        events: list[pb.TapeEvent] = []
+        with pytest.raises(GRPCError) as err:
+            async for response in stub.run_stream([first, pb.RunStreamRequest(v=1, run_id="x")]):
+                events += response.events
+        assert err.value.status == Status.INVALID_ARGUMENT
+        assert events[-1].status is not None and events[-1].status.state == pb.RunState.FAILED
+        done = [e async for r in stub.run_stream([pb.RunStreamRequest(
+            v=1, session_key="ok", batch=True, input=pb.MessageInput(text=TEXT), complete=True)])
+            for e in r.events]
+        assert done[-1].status is not None and done[-1].status.state == pb.RunState.DONE
+        assert [e.tape_seq for e in done] == list(range(len(done)))
+    finally:
+        channel.close()
+        await asyncio.wait_for(gateway.close(), 10)

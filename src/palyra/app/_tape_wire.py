@@ -25,7 +25,7 @@ from palyra.core.protobin import SMALL_VARINTS as _SMALL
 from palyra.core.protobin import body_encoder as _body
 from palyra.core.protobin import encode_binary
 from palyra.core.protobin import varint as _varint
-from palyra.engine import tape_field_of
+from palyra.engine import is_terminal_status, tape_field_of
 from palyra.journal import StoredEvent
 
 _V1 = b"\x08\x01"  # RunStreamResponse.v = 1
@@ -34,12 +34,18 @@ _EVENTS_TAG = b"\x1a"  # RunStreamResponse.events (3, repeated, length-delimited
 
 
 class Encoded:
-    """A message already encoded: the codec sends ``data`` as it is."""
+    """A message already encoded: the codec sends ``data`` as it is.
 
-    __slots__ = ("data",)
+    ``ends_call``: the last response of a RunStream whose run ended without failing
+    (its tape's terminal status is DONE or CANCELLED): nothing but the call's OK
+    status follows it, so a transport may end the call right after sending it.
+    """
 
-    def __init__(self, data: bytes) -> None:
+    __slots__ = ("data", "ends_call")
+
+    def __init__(self, data: bytes, ends_call: bool = False) -> None:
         self.data = data
+        self.ends_call = ends_call
 
 
 @functools.cache
@@ -122,11 +128,22 @@ def _generic(event: StoredEvent, member: betterproto2.Message) -> bytes:
 
 def run_stream_bytes(batch: bool, stored: list[StoredEvent],
                      members: list[betterproto2.Message | None]) -> list[Encoded]:
-    """RunStream's responses for one batch of tape events, encoded (see the module doc)."""
+    """RunStream's responses for one batch of tape events, encoded (see the module doc).
+
+    The last one ``ends_call`` when the batch ends with the run's terminal status
+    and that status is not FAILED (RunStream then ends OK; a failed run ends the
+    call with its error instead).
+    """
     events = _encode_events(stored, members)
     if batch:
-        return [Encoded(_V1 + b"".join(_EVENTS_TAG + _length(data) + data for data in events))]
-    return [Encoded(_V1 + _EVENT_TAG + _length(data) + data) for data in events]
+        out = [Encoded(_V1 + b"".join(_EVENTS_TAG + _length(data) + data for data in events))]
+    else:
+        out = [Encoded(_V1 + _EVENT_TAG + _length(data) + data) for data in events]
+    last = members[-1] if members else None
+    if (out and isinstance(last, pb.RunStatus) and is_terminal_status(last)
+            and last.state != pb.RunState.FAILED):
+        out[-1].ends_call = True
+    return out
 
 
 def _length(data: bytes) -> bytes:

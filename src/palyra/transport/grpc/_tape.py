@@ -3,16 +3,32 @@
 The bytes come from ``palyra.app.run_stream_bytes`` (the app's tape wire
 encoder, property-tested equal to ``bytes(RunStreamResponse(...))``).
 
-Each response goes out through :func:`send_encoded`: the gRPC length prefix
-and the bytes handed to h2 as one DATA frame, without the generic path's
-per-message layers (grpclib's ``send_message`` dispatch, codec call, struct
-packing and chunking loop), which cost about as much as h2 itself for a
-tape batch of a few hundred bytes. h2 still builds the frame and keeps the
-flow-control windows and stream state; whenever the fast path's conditions do
-not all hold (the transport paused by
-backpressure, a window or the peer's frame size too small for the message,
-a message above the cap), the message goes the generic way, which waits and
-chunks as before.
+Each response goes out through :func:`send_encoded` as one HTTP/2 DATA frame
+(the gRPC length prefix and the bytes), written here, without the generic
+path's per-message layers (grpclib's ``send_message`` dispatch, codec call,
+struct packing and chunking loop) and without h2's ``send_data`` (its
+``DataFrame``/``Flags`` objects, two state-machine look-ups and
+``serialize``): together they cost more than the encoding of a tape batch
+of a few hundred bytes, on the path every commit waits on before the run's
+next step. The frame is exactly what ``H2Connection.send_data`` would build
+(no padding, no END_STREAM), and h2's books are kept as it keeps them: both
+outbound flow-control windows go down by the frame's length. That is all
+``send_data`` changes when the connection is open and the stream is open or
+half-closed by the peer (its state machines map SEND_DATA to the same state
+with no side effect, h2 4.x); in any other state, and whenever the
+transport is paused by backpressure, a window or the peer's frame size is
+too small for the message or the message is above the cap, the message goes
+the generic way, which waits, chunks and raises as before.
+
+A run that ended without failing ends its call at once: the response the app
+marks ``ends_call`` (its tape's DONE or CANCELLED status) is followed by the OK
+trailers, and when no other stream is open on the connection the cork is
+flushed at once, so the client has the end of the call in the same ``send()``
+as the last events, before the run loop's clean-up and grpclib's wind-down
+(~70 µs a turn, on the path to the client's next turn). With other streams
+open the trailers leave with their frames at the iteration's flush (flushing
+at once there measured 10-17 % more ``send()`` calls per commit at C=16). A
+failed run still ends with its error, after the loop, as before.
 """
 
 from __future__ import annotations
@@ -22,12 +38,19 @@ from typing import Any
 
 import grpclib.const
 import grpclib.server
+from h2.connection import ConnectionState, H2Connection
+from h2.stream import StreamState
 from palyra_gen.palyra import v1 as pb
 from palyra_gen.services import GatewayServiceServer
 
 from palyra.app import Encoded, TapeStream, run_stream_bytes
 
 RUN_STREAM = "/palyra.v1.GatewayService/RunStream"
+
+
+_OPEN_CONNECTION = (ConnectionState.SERVER_OPEN, ConnectionState.CLIENT_OPEN)
+_SENDING_STREAM = (StreamState.OPEN, StreamState.HALF_CLOSED_REMOTE)
+_DATA_NO_FLAGS = b"\x00\x00"  # frame type DATA (0), no flags
 
 
 async def send_encoded(stream: grpclib.server.Stream[Any, Any], message: Encoded,
@@ -38,17 +61,50 @@ async def send_encoded(stream: grpclib.server.Stream[Any, Any], message: Encoded
     if not stream._send_initial_metadata_done:
         await stream.send_initial_metadata()  # as the generic path does before its first
     h2_stream = stream._stream  # grpclib.protocol.Stream: the HTTP/2 stream
-    h2 = h2_stream._h2_connection
-    stream_id = h2_stream.id
-    frame_size = size + 5
-    if (stream_id is None or size > max_bytes or not h2_stream.connection.write_ready.is_set()
-            or frame_size > h2.max_outbound_frame_size
-            or frame_size > h2.local_flow_control_window(stream_id)):
+    frame = None
+    if size <= max_bytes and h2_stream.connection.write_ready.is_set():
+        frame = data_frame(h2_stream._h2_connection, h2_stream.id,
+                           b"\x00" + size.to_bytes(4, "big"), data)
+    if frame is None:
         await stream.send_message(message)  # the generic path: waits, chunks, caps
         return
-    h2.send_data(stream_id, b"\x00" + size.to_bytes(4, "big") + data)
-    h2_stream._transport.write(h2.data_to_send())
+    h2_stream._transport.write(frame)
     stream._send_message_done = True
+
+
+def _flush_if_alone(h2_stream: Any) -> None:
+    """Flush the connection's cork now when no other stream is open on it.
+
+    Then nothing else could join this send and the client gets the end of its
+    call before this task winds down; with other streams open, their frames of
+    this loop iteration join it at the iteration's flush (one send, as before).
+    """
+    flush = getattr(h2_stream._transport, "flush", None)
+    streams = h2_stream._h2_connection.streams.values()
+    if flush is not None and all(s.closed for s in streams):
+        flush()
+
+
+def data_frame(h2: H2Connection, stream_id: int | None, prefix: bytes,
+               data: bytes) -> bytes | None:
+    """The bytes ``h2.send_data(stream_id, prefix + data)`` would queue, with h2's books
+    kept as it keeps them; None (nothing changed) where that is not the whole story.
+
+    Anything h2 still holds to send comes first (normally nothing: grpclib
+    writes it out after every h2 call).
+    """
+    h2s = h2.streams.get(stream_id) if stream_id is not None else None
+    length = len(prefix) + len(data)
+    if (h2s is None or length > h2.max_outbound_frame_size
+            or length > h2.outbound_flow_control_window
+            or length > h2s.outbound_flow_control_window
+            or h2.state_machine.state not in _OPEN_CONNECTION
+            or h2s.state_machine.state not in _SENDING_STREAM):
+        return None
+    h2.outbound_flow_control_window -= length
+    h2s.outbound_flow_control_window -= length
+    return b"".join((h2.data_to_send(), length.to_bytes(3, "big"), _DATA_NO_FLAGS,
+                     h2s.stream_id.to_bytes(4, "big"), prefix, data))
 
 
 class TapeGatewayServer(GatewayServiceServer[Any]):
@@ -72,6 +128,12 @@ class TapeGatewayServer(GatewayServiceServer[Any]):
         max_bytes = self._max_bytes
         async for response in self.run_stream(stream.__aiter__()):
             await send_encoded(stream, response, max_bytes)
+            if response.ends_call:
+                # The run ended and did not fail: the call's OK status goes now, with
+                # the last message, not after the run loop and grpclib have wound down
+                # (the client waits for it to start its next turn).
+                await stream.send_trailing_metadata()
+                _flush_if_alone(stream._stream)
 
     def run_stream(  # type: ignore[override]
         self, messages: AsyncIterator[pb.RunStreamRequest]
