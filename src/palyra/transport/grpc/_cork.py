@@ -31,8 +31,6 @@ from typing import Any
 
 from grpclib.protocol import H2Protocol
 
-from palyra.transport.grpc._h2 import quieten
-
 FLUSH_AT = 64 * 1024
 """Most bytes the cork holds; past this a write is handed on at once (backpressure as before)."""
 
@@ -155,4 +153,3 @@ class CorkedH2Protocol(H2Protocol):
         """Wrap ``transport`` (grpclib sets TCP_NODELAY through it) and start HTTP/2."""
         assert isinstance(transport, asyncio.Transport)
         super().connection_made(CorkedTransport(transport, asyncio.get_running_loop()))
-        quieten(self.connection._connection)  # no repr() of every frame received (_h2)
