@@ -3,6 +3,8 @@ system prompt and obeys its tool postures (under the session's); routing is dete
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from engine_harness import ADMIN, USER, Harness, loop_text
 from hypothesis import given
@@ -108,3 +110,30 @@ def test_routing_is_deterministic_and_prefers_the_most_specific(
         assert chosen in {b.agent_id for b in by_key}
     if not bindings:
         assert chosen == ""
+
+
+async def test_the_bindings_list_is_never_served_past_a_write(tmp_path: Path) -> None:
+    """Every new run asks for every binding; the registry keeps the list per version of
+    the ``agents`` table, and any write to it (by any registry on the store) is seen."""
+    from palyra.agents import AgentRecord
+    from palyra.journal import EntityWrite, EventDraft, JournalStore
+
+    async with JournalStore.open(tmp_path / "data") as store:
+        mine, other = AgentRegistry(store), AgentRegistry(store)
+        agent = await other.create(AgentRecord(agent_id="", display_name="A"), "admin:t")
+        assert mine.bindings() == []
+        first = await other.bind(agent.agent_id, BindingRecord(
+            binding_id="", agent_id="", session_key="k1"), "admin:t")
+        assert [b.binding_id for b in mine.bindings()] == [first.binding_id]
+        assert mine.bindings() == mine.bindings()  # served again, unchanged
+        second = await mine.bind(agent.agent_id, BindingRecord(
+            binding_id="", agent_id="", channel="slack:T1"), "admin:t")
+        assert {b.binding_id for b in other.bindings()} == {first.binding_id, second.binding_id}
+        assert await other.unbind(agent.agent_id, first.binding_id, "admin:t")
+        assert [b.binding_id for b in mine.bindings()] == [second.binding_id]
+        # A write to the table from outside the registry (as a restore would make).
+        await store.append([EventDraft("agent.unbound", "admin:t", payload={}, entity_writes=(
+            EntityWrite("agents", f"binding:{agent.agent_id}:{second.binding_id}", None),))])
+        assert mine.bindings() == []
+        mine.bindings().append(first)  # a caller's list is its own
+        assert mine.bindings() == []

@@ -129,3 +129,49 @@ async def test_batches_are_one_commit_each_and_replay_pages_are_cut(tmp_path: Pa
             live = await asyncio.wait_for(waiting, 2)
             assert [e.tape_seq for e in live] == list(range(counter - size, counter))
         await batches.aclose()  # type: ignore[attr-defined]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(commits=st.lists(st.integers(1, 5), min_size=1, max_size=8),
+       before=st.integers(0, 8), limit=st.sampled_from([3, 1000]))
+def test_a_follower_subscribed_before_the_run_starts_never_reads_to_start(
+        tmp_path_factory: pytest.TempPathFactory, commits: list[int], before: int,
+        limit: int) -> None:
+    """``subscribe_tape`` before a run's first commit, then ``follow_tape_batches(since_start=)``:
+    the whole tape once, in order, however many commits landed before the follower ran; the
+    store is read only when the tiny buffer overflowed (``limit`` 3), never to start."""
+    asyncio.run(_since_start(tmp_path_factory.mktemp("since"), commits, before, limit))
+
+
+async def _since_start(tmp: Path, commits: list[int], before: int, limit: int) -> None:
+    config = JournalConfig(follow_buffer_events=limit)
+    async with JournalStore.open(tmp / "data", config=config) as store:
+        reads: list[int] = []
+        read_tape = store.read_tape
+
+        def counted(run_id: str, after_seq: int = -1, limit: int = 100) -> object:
+            reads.append(after_seq)
+            return read_tape(run_id, after_seq, limit)
+
+        store.read_tape = counted  # type: ignore[method-assign, assignment]
+        sub = store.subscribe_tape("r")
+        counter = 0
+        for n in commits[:before]:  # the run commits before its follower starts
+            await store.append([draft(counter + i, session_id="s", run_id="r", tape=True)
+                                for i in range(n)])
+            counter += n
+        batches = store.follow_tape_batches("r", -1, since_start=sub)
+        seen: list[int] = []
+        overflowed = sub.overflowed
+        for n in commits[before:]:
+            await store.append([draft(counter + i, session_id="s", run_id="r", tape=True)
+                                for i in range(n)])
+            counter += n
+        while len(seen) < counter:
+            batch = await asyncio.wait_for(anext(batches), 2)
+            seen += [e.tape_seq for e in batch]
+        assert seen == list(range(counter))
+        if not overflowed and counter <= limit:
+            assert reads == [], reads  # started from memory
+        await batches.aclose()  # type: ignore[attr-defined]
+        assert "r" not in store._hub._by_run  # the follower's end gave the subscription back

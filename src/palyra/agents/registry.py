@@ -27,6 +27,9 @@ class AgentRegistry:
     def __init__(self, store: JournalStore, *, now_ms: Callable[[], int] = _now) -> None:
         self._store = store
         self._now = now_ms
+        # Every binding, as of a version of the table (JournalStore.table_version):
+        # every new run asks which agent serves it, and a scan would wait for LMDB.
+        self._all: tuple[int, list[BindingRecord]] | None = None
 
     def get(self, agent_id: str) -> AgentRecord | None:
         """The agent, or None."""
@@ -54,6 +57,19 @@ class AgentRegistry:
 
     def bindings(self, agent_id: str = "") -> list[BindingRecord]:
         """Every binding (of one agent, when given)."""
+        if agent_id:
+            return self._scan_bindings(agent_id)
+        # Noted before the scan: a commit landing during it changes the version, so
+        # what the scan saw is never served past a later write (-1: cannot know).
+        version = self._store.table_version(TABLE)
+        cached = self._all
+        if cached is not None and cached[0] == version >= 0:
+            return list(cached[1])
+        out = self._scan_bindings("")
+        self._all = (version, out) if version >= 0 else None
+        return list(out)
+
+    def _scan_bindings(self, agent_id: str) -> list[BindingRecord]:
         out: list[BindingRecord] = []
         after = ""
         prefix = _BINDING + (f"{agent_id}:" if agent_id else "")

@@ -29,6 +29,7 @@ from palyra.app._convert import (
 )
 from palyra.app.context import CallContext
 from palyra.core.errors import ErrorCode, InvalidArgument, NotFound, PalyraError
+from palyra.core.ids import new_ulid
 from palyra.engine import (
     IdentityRec,
     Selectors,
@@ -38,7 +39,7 @@ from palyra.engine import (
     is_terminal_status,
     member_from,
 )
-from palyra.journal import StoredEvent
+from palyra.journal import StoredEvent, Subscription
 
 log = logging.getLogger("palyra.app")
 T = TypeVar("T")
@@ -101,12 +102,21 @@ class RunsApi(AppBase):
         check_version(first.v)
         text, attachments = _input_of(first.input)
         agent_id, postures = self._serving_agent(identity, first.agent_id, first.session_key)
-        started = await self.engine.start_run(identity, StartRun(
-            Selectors(first.session_id, first.session_key, first.session_label,
-                      first.reset_session, first.require_existing),
-            text=text, attachments=attachments, run_id=first.run_id, driver="stream",
-            complete=first.complete, agent_id=agent_id, agent_postures=postures))
-        run_id, session_id = started.run.run_id, started.session.session_id
+        # The stream follows its run from its first commit, from memory: subscribed
+        # before the run starts, it never reads the tape back from the store.
+        run_id = first.run_id.strip() or new_ulid()
+        since_start = self.store.subscribe_tape(run_id)
+        try:
+            started = await self.engine.start_run(identity, StartRun(
+                Selectors(first.session_id, first.session_key, first.session_label,
+                          first.reset_session, first.require_existing),
+                text=text, attachments=attachments, run_id=run_id, driver="stream",
+                complete=first.complete, agent_id=agent_id, agent_postures=postures,
+                minted=not first.run_id.strip()))
+        except BaseException:
+            self.store.unsubscribe(since_start)
+            raise
+        session_id = started.session.session_id
         failures: list[PalyraError] = []
         pump = self.engine.spawn(
             self._pump(identity, requests, run_id, session_id, failures))
@@ -114,7 +124,8 @@ class RunsApi(AppBase):
         error: pb.RunError | None = None
         try:
             # The run was started just now: no read of its row to see if it ended.
-            async for stored, members in self._follow_members(run_id, -1, started=True):
+            async for stored, members in self._follow_members(run_id, -1, started=True,
+                                                              since_start=since_start):
                 # Judge the outcome from the tape itself: the in-memory record
                 # may lag the journal by a few microseconds.
                 for member in members:
@@ -126,6 +137,7 @@ class RunsApi(AppBase):
                 for response in respond(first.batch, stored, members):
                     yield response
         finally:
+            self.store.unsubscribe(since_start)  # if the follower never began
             pump.cancel()
             # The tape's final status says the run ended; only a stream left
             # before it reads the row (an active run's row is written every commit,
@@ -182,18 +194,21 @@ class RunsApi(AppBase):
         with contextlib.suppress(PalyraError):
             await self.engine.complete_run(identity, run_id)
 
-    async def _follow_members(self, run_id: str, after_seq: int, *, started: bool = False
+    async def _follow_members(self, run_id: str, after_seq: int, *, started: bool = False,
+                              since_start: Subscription | None = None,
                               ) -> AsyncGenerator[tuple[list[StoredEvent], list[Member]], None]:
         """:meth:`_follow`'s batches as the stored events and their typed members.
 
         ``started``: the caller started the run itself, so it has not ended
-        before its first event (no need to read its row first).
+        before its first event (no need to read its row first). ``since_start``:
+        its tape subscription, taken before the run started (see
+        ``JournalStore.subscribe_tape``).
         """
         if not started:
             record = self.engine.get_run(IdentityRec("system:app"), run_id)
             if is_run_terminal(record.state) and after_seq >= record.tape_len - 1:
                 return
-        batches = self.store.follow_tape_batches(run_id, after_seq)
+        batches = self.store.follow_tape_batches(run_id, after_seq, since_start=since_start)
         try:
             async for stored in batches:
                 members = [tape_member(e) for e in stored]

@@ -80,6 +80,10 @@ class StartRun:
     complete: bool = False
     agent_id: str = ""
     agent_postures: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    minted: bool = False
+    """``run_id`` was minted by this process with ``new_ulid()`` just now, so it is
+    free: no read of the store to check (that read would wait for LMDB to hold
+    the last commit)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +247,9 @@ class Engine:
         run_id = start.run_id.strip() or new_ulid()
         if not is_ulid(run_id):
             raise invalid("run_id must be a ULID", field="run_id")
-        if run_id in self._claimed or self.store.get_entity(RUNS, run_id) is not None:
+        if run_id in self._claimed or (
+                not (start.minted and start.run_id) and self.store.get_entity(RUNS, run_id)
+                is not None):
             raise coded(ErrorCode.ALREADY_EXISTS, f"run {run_id} already exists", run_id=run_id)
         self._claimed.add(run_id)
         try:

@@ -6,6 +6,7 @@ the bundle format.
 
 from palyra.journal._autocheckpoint import checkpoint_every, sign_head_if_moved
 from palyra.journal._bundle import export_bundle
+from palyra.journal._follow import Subscription
 from palyra.journal._prune import PRUNED_KIND, RETENTION_SESSION, PruneOrder, PruneResult
 from palyra.journal._retention import prune_older_than, retention_every
 from palyra.journal._store import JournalStore
@@ -38,6 +39,7 @@ __all__ = [
     "PruneOrder",
     "PruneResult",
     "StoredEvent",
+    "Subscription",
     "TapePage",
     "VerifyReport",
     "checkpoint_every",

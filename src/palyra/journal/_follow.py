@@ -201,6 +201,7 @@ async def follow_batches(
     fetch: Callable[[int], list[StoredEvent]],
     cursor_of: Callable[[StoredEvent], int],
     after: int,
+    sub: Subscription | None = None,
 ) -> AsyncGenerator[list[StoredEvent], None]:
     """Yield batches of events past ``after`` forever: store pages, then what commits deliver.
 
@@ -209,10 +210,16 @@ async def follow_batches(
     one commit's events, or several commits' if the consumer fell behind. A
     batch is never empty and holds at most :data:`MAX_BATCH_EVENTS`. Ends when
     the hub closes.
+
+    ``sub``: a subscription to ``key`` taken before ``key``'s first event could
+    commit (``after`` is then -1): its buffer holds every event from the first,
+    so the store is read only after a gap or an overflow, never to start (that
+    read would wait for LMDB to hold the commit that just landed).
     """
-    sub = hub.subscribe(key)
+    behind = sub is None  # read the store before trusting the buffer
+    if sub is None:
+        sub = hub.subscribe(key)
     try:
-        behind = True  # read the store before trusting the buffer
         while not hub.closed:
             if sub.overflowed:
                 sub.reset()

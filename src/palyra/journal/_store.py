@@ -12,7 +12,7 @@ from palyra.core.errors import ErrorCode, PalyraError, PalyraInternalError
 from palyra.journal import _reads
 from palyra.journal._entity_cache import EntityCache
 from palyra.journal._env import JournalEnv
-from palyra.journal._follow import FollowHub, follow_batches, follow_events
+from palyra.journal._follow import FollowHub, Subscription, follow_batches, follow_events
 from palyra.journal._prepare import prepare
 from palyra.journal._prune import PruneOrder, PruneResult
 from palyra.journal._signing import Signer
@@ -268,16 +268,34 @@ class JournalStore:
         )
 
     def follow_tape_batches(
-        self, run_id: str, after_seq: int = -1
+        self, run_id: str, after_seq: int = -1, *, since_start: Subscription | None = None
     ) -> AsyncGenerator[list[StoredEvent], None]:
-        """:meth:`follow_tape` in batches: a replay page, or what one commit put on the tape."""
+        """:meth:`follow_tape` in batches: a replay page, or what one commit put on the tape.
+
+        ``since_start``: :meth:`subscribe_tape`'s subscription, taken before the run
+        started (``after_seq`` -1): the follower starts from memory, not the store.
+        """
         return follow_batches(
             self._hub,
             run_id,
             lambda after: self.read_tape(run_id, after, _PAGE).events,
             _tape_seq,
             after_seq,
+            since_start,
         )
+
+    def subscribe_tape(self, run_id: str) -> Subscription:
+        """Buffer ``run_id``'s tape events from now on, for :meth:`follow_tape_batches`.
+
+        For a run not started yet: its follower then never reads the store to
+        start. Pass it to ``follow_tape_batches(since_start=...)``, or give it back
+        with :meth:`unsubscribe` if the run does not start.
+        """
+        return self._hub.subscribe(run_id)
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        """Drop a subscription (again is harmless)."""
+        self._hub.unsubscribe(subscription)
 
     def stats(self) -> JournalStats:
         """Commit and append counters since open."""
