@@ -15,7 +15,7 @@ from palyra.journal import EventDraft, JournalStore, StoredEvent
 def test_exports() -> None:
     assert set(journal.__all__) == {
         "ENTITY_TABLES", "NO_TAPE_SEQ", "Checkpoint", "EntityWrite", "EventDraft",
-        "JournalConfig", "JournalHead", "JournalStats", "JournalStore", "StoredEvent",
+        "JournalConfig", "JournalHead", "JournalStats", "JournalStore", "StoredEvent", "Subscription",
         "TapePage", "VerifyReport", "checkpoint_every", "export_bundle", "sign_head_if_moved",
         "verify_bundle", "verify_store", "PRUNED_KIND", "RETENTION_SESSION", "PruneOrder",
         "PruneResult", "prune_older_than", "retention_every",
