@@ -123,7 +123,9 @@ class RecordingTxn:
     leaves the open transaction untouched.
     """
 
-    __slots__ = ("_later", "_names", "_tables", "claimed", "deferred", "ops", "seq", "txn")
+    __slots__ = (
+        "_deletes", "_later", "_names", "_tables", "claimed", "deferred", "ops", "seq", "txn"
+    )
 
     def __init__(self, txn: Any, names: dict[int, str], *, deferred: bool = False) -> None:
         self.txn = txn
@@ -134,6 +136,7 @@ class RecordingTxn:
         self.claimed: Sequence[bytes] = []  # keys put_new put (deferred)
         # Deferred writes, in order: (db, [(key, value or None for a delete)], append).
         self._later: list[tuple[Any, Sequence[tuple[bytes, bytes | None]], bool]] = []
+        self._deletes = False  # a delete is among _later (put_all then writes one at a time)
         # recorded(): the sub-DBs by name and the one whose puts append (None: see _later).
         self._tables: tuple[dict[str, Any], str] | None = None
 
@@ -157,6 +160,7 @@ class RecordingTxn:
         self.seq = 0
         self.claimed = ()  # the caller keeps its claims (Writer._answered_ids)
         self._later = []
+        self._deletes = False  # recorded ops are looked at one by one (put_all)
         self._tables = (dbs, appends)
         return self
 
@@ -232,6 +236,7 @@ class RecordingTxn:
         if self.deferred:
             self.ops.append((self._names[id(db)], key, None))
             self._later.append((db, [(key, None)], False))
+            self._deletes = True
             return True
         done = bool(self.txn.delete(key, db=db))
         if done:
@@ -287,16 +292,19 @@ class RecordingTxn:
                         txn.put(key, value, db=dbs[name], append=name == appends)
             return
         later: list[tuple[Any, Sequence[tuple[bytes, bytes | None]], bool]] = []
+        deletes = False  # known per txn: no walk over every write of a big batch to find one
         for each in txns:
             tables = each._tables
             if tables is None:
                 later += each._later
                 each._later = []
+                deletes = deletes or each._deletes
                 continue
             dbs, appends = tables
             later += [(dbs[name], ((key, value),), name == appends) for name, key, value in each.ops]
             each._tables = None  # put once
-        if any(value is None for _db, items, _append in later for _key, value in items):
+            deletes = deletes or any(value is None for _name, _key, value in each.ops)
+        if deletes:
             for db, items, append in later:
                 for key, value in items:
                     if value is None:
