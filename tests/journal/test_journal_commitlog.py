@@ -7,6 +7,7 @@ pin the parts it rests on.
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from palyra.journal._commitlog import (
     read_header,
     restore_lmdb_meta,
 )
+from palyra.journal._durable import RecordingTxn
 from palyra.journal._env import journal_dir
 
 from .helpers import draft
@@ -414,3 +416,63 @@ async def test_answered_frames_not_yet_in_lmdb_count_for_ids_heads_and_tape_seqs
         for run in ("r0", "r1"):
             seqs = [e.tape_seq for e in store.read_range(0, 100) if e.run_id == run]
             assert seqs == list(range(20))
+
+
+def test_deferred_writes_keep_their_order_when_a_delete_is_among_them(tmp_path: Path) -> None:
+    # put_all puts a batch's deferred writes with one putmulti per sub-DB unless
+    # one of them is a delete (known per txn, not looked for write by write):
+    # then one at a time, in order, so a delete after a put of the same key wins.
+    env = lmdb.open(str(tmp_path), max_dbs=2, map_size=1 << 20)
+    rows, other = env.open_db(b"rows"), env.open_db(b"other")
+    names = {id(rows): "rows", id(other): "other"}
+    with env.begin(write=True) as txn:
+        first = RecordingTxn(txn, names, deferred=True)
+        first.put_many([(b"a", b"1"), (b"b", b"1")], db=rows)
+        first.put(b"x", b"1", db=other)
+        second = RecordingTxn(txn, names, deferred=True)
+        second.delete(b"a", db=rows)
+        second.put(b"a2", b"2", db=rows)
+        assert txn.get(b"b", db=rows) is None  # deferred: nothing written yet
+        RecordingTxn.put_all([first, second])
+    with env.begin() as txn:
+        assert txn.get(b"a", db=rows) is None
+        assert [txn.get(k, db=rows) for k in (b"a2", b"b")] == [b"2", b"1"]
+        assert txn.get(b"x", db=other) == b"1"
+    assert second.ops == [("rows", b"a", None), ("rows", b"a2", b"2")]
+    env.close()
+
+
+async def test_a_readers_ask_queued_behind_appends_commits_lmdb_within_the_batch(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A reader's ask for LMDB to hold the answered frames (JournalEnv.on_wait) that
+    # the writer meets while taking queued appends into a batch is honoured there,
+    # not dropped: with no idle moment (here a minute) nothing else would commit.
+    from palyra.journal import _durable, _writer
+
+    monkeypatch.setattr(_writer, "_APPLY_IDLE_S", 60.0)
+    monkeypatch.setattr(_durable, "SYNC_EVERY_S", 1e9)
+    labels: list[str] = []
+    gate, inside = threading.Event(), threading.Event()
+
+    def hook(label: str) -> None:
+        labels.append(label)
+        if label == "frame" and not gate.is_set():
+            inside.set()
+            gate.wait(10)  # the writer holds here, inside the first commit
+
+    async with JournalStore.open(data_dir) as store:
+        durable, ask = store.env.durable, store.env.on_wait
+        assert durable is not None and ask is not None
+        durable.hook = hook
+        first = asyncio.ensure_future(store.append([draft(0)]))
+        assert await asyncio.to_thread(inside.wait, 10)
+        # Queued while the writer is busy: an append, the ask, another append.
+        queued = [store.submit([draft(1)])]
+        ask()
+        queued.append(store.submit([draft(2)]))
+        gate.set()
+        await first
+        await asyncio.wait_for(asyncio.gather(*queued), 10)
+        assert labels == ["frame", "commit", "frame"]
+        durable.hook = None

@@ -24,6 +24,8 @@ import struct
 import time
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
+from itertools import repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,7 @@ COMMIT_LOG_DB = "_commit_log"
 """Internal sub-DB holding ``applied``: the last frame LMDB holds (same txn as its writes)."""
 
 _APPLIED = b"applied"
+_KEY, _VALUE = itemgetter(0), itemgetter(1)
 _U64 = struct.Struct(">Q")
 SYNC_EVERY_S = 2.0
 
@@ -123,7 +126,9 @@ class RecordingTxn:
     leaves the open transaction untouched.
     """
 
-    __slots__ = ("_later", "_names", "_tables", "claimed", "deferred", "ops", "seq", "txn")
+    __slots__ = (
+        "_deletes", "_later", "_names", "_tables", "claimed", "deferred", "ops", "seq", "txn"
+    )
 
     def __init__(self, txn: Any, names: dict[int, str], *, deferred: bool = False) -> None:
         self.txn = txn
@@ -134,6 +139,7 @@ class RecordingTxn:
         self.claimed: Sequence[bytes] = []  # keys put_new put (deferred)
         # Deferred writes, in order: (db, [(key, value or None for a delete)], append).
         self._later: list[tuple[Any, Sequence[tuple[bytes, bytes | None]], bool]] = []
+        self._deletes = False  # a delete is among _later (put_all then writes one at a time)
         # recorded(): the sub-DBs by name and the one whose puts append (None: see _later).
         self._tables: tuple[dict[str, Any], str] | None = None
 
@@ -157,6 +163,7 @@ class RecordingTxn:
         self.seq = 0
         self.claimed = ()  # the caller keeps its claims (Writer._answered_ids)
         self._later = []
+        self._deletes = False  # recorded ops are looked at one by one (put_all)
         self._tables = (dbs, appends)
         return self
 
@@ -178,8 +185,9 @@ class RecordingTxn:
 
         Deferred: ``items`` is kept as it is (the caller hands it over).
         """
-        name = self._names[id(db)]
-        self.ops.extend([(name, key, value) for key, value in items])
+        # The ops made in C (zip), not by bytecode per write: a commit of many
+        # appends puts hundreds of id claims here.
+        self.ops += zip(repeat(self._names[id(db)]), map(_KEY, items), map(_VALUE, items))
         if self.deferred:
             self._later.append((db, items, append))
         else:
@@ -206,7 +214,7 @@ class RecordingTxn:
                 self._later.append((db, items, False))
                 self.claimed = [key]
                 return True
-            keys = [key for key, _value in items]
+            keys = list(map(_KEY, items))
             if (
                 len(set(keys)) != len(keys)
                 or not taken.isdisjoint(keys)
@@ -232,6 +240,7 @@ class RecordingTxn:
         if self.deferred:
             self.ops.append((self._names[id(db)], key, None))
             self._later.append((db, [(key, None)], False))
+            self._deletes = True
             return True
         done = bool(self.txn.delete(key, db=db))
         if done:
@@ -287,16 +296,19 @@ class RecordingTxn:
                         txn.put(key, value, db=dbs[name], append=name == appends)
             return
         later: list[tuple[Any, Sequence[tuple[bytes, bytes | None]], bool]] = []
+        deletes = False  # known per txn: no walk over every write of a big batch to find one
         for each in txns:
             tables = each._tables
             if tables is None:
                 later += each._later
                 each._later = []
+                deletes = deletes or each._deletes
                 continue
             dbs, appends = tables
             later += [(dbs[name], ((key, value),), name == appends) for name, key, value in each.ops]
             each._tables = None  # put once
-        if any(value is None for _db, items, _append in later for _key, value in items):
+            deletes = deletes or any(value is None for _name, _key, value in each.ops)
+        if deletes:
             for db, items, append in later:
                 for key, value in items:
                     if value is None:

@@ -238,6 +238,7 @@ class Writer:
 
     def _serve(self) -> None:
         stopping = False
+        queue_empty, queue_take = self._queue.empty, self._queue.get_nowait
         while not stopping:
             if self._open is None:
                 first = self._queue.get()
@@ -257,17 +258,20 @@ class Writer:
             size = len(first.events) or 1
             # Only this thread takes from the queue: when it is not empty,
             # get_nowait cannot fail (a lone caller costs no queue.Empty raised).
-            while size < self._max_batch and not self._queue.empty():
-                item = self._queue.get_nowait()
-                if item is _STOP:
+            # At 256 appenders this loop runs for every append: bound methods and
+            # a request tested first (markers are rare).
+            empty, take, limit, add = queue_empty, queue_take, self._max_batch, batch.append
+            while size < limit and not empty():
+                item = take()
+                if isinstance(item, Request):
+                    add(item)
+                    size += len(item.events) or 1
+                elif item is _STOP:
                     stopping = True
                     break
-                if item is _APPLY:
+                else:
+                    assert item is _APPLY
                     self._commit_open()
-                    continue
-                assert isinstance(item, Request)
-                batch.append(item)
-                size += len(item.events) or 1
             self._finish()
             self._commit(batch)
 
