@@ -4,24 +4,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from pathlib import Path
 
-import pytest
 from palyra_gen.palyra import v1 as pb
 
-from palyra.app import CallContext, PalyraApp
+from palyra.app import PalyraApp
 from palyra.journal import JournalStore
-from palyra.testing.apps import scripted_app
+from palyra.testing.apps import STREAM_USER, tool_loop_text
 
-USER = CallContext.for_principal("user:stream", "01J00000000000000000000000")
-TEXT = ("Start from 0 and add 1 to the running total 2 times, one `add` tool call per step, "
-        "then reply with the final result.")
-
-
-@pytest.fixture
-async def app(tmp_path: Path) -> AsyncIterator[tuple[PalyraApp, JournalStore]]:
-    async with scripted_app(tmp_path / "data") as made:
-        yield made
+USER = STREAM_USER
+TEXT = tool_loop_text(2)
 
 
 async def _turn(app: PalyraApp, key: str, *, complete: bool,

@@ -4,26 +4,18 @@ commit, it never reads the tape back from the store; a run id that is taken stil
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from palyra_gen.palyra import v1 as pb
 
-from palyra.app import CallContext, PalyraApp
+from palyra.app import PalyraApp
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.core.ids import new_ulid
 from palyra.journal import JournalStore
-from palyra.testing.apps import scripted_app
+from palyra.testing.apps import STREAM_USER, tool_loop_text
 
-USER = CallContext.for_principal("user:stream", "01J00000000000000000000000")
-TEXT = ("Start from 0 and add 1 to the running total 3 times, one `add` tool call per step, "
-        "then reply with the final result.")
-
-
-@pytest.fixture
-async def app(tmp_path: Path) -> AsyncIterator[tuple[PalyraApp, JournalStore]]:
-    async with scripted_app(tmp_path / "data") as made:
-        yield made
+USER = STREAM_USER
+TEXT = tool_loop_text(3)
 
 
 async def _turn(app: PalyraApp, key: str, run_id: str = "") -> list[pb.TapeEvent]:

@@ -130,16 +130,21 @@ async def test_a_sync_point_comes_when_lmdb_grew_enough_since_the_pinned_one(
         assert durable.sync_points - before >= 1  # (freed pages get reused in between)
 
 
+def _lmdb_commits_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No idle commit (a minute) and no timed sync point: LMDB commits when a reader asks."""
+    from palyra.journal import _durable, _writer
+
+    monkeypatch.setattr(_writer, "_APPLY_IDLE_S", 60.0)
+    monkeypatch.setattr(_durable, "SYNC_EVERY_S", 1e9)
+
+
 async def test_frames_share_lmdb_commits_and_a_waiting_reader_gets_its_own_writes_at_once(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The writer commits LMDB for many frames at once; a reader that finds answered
     # frames not yet in LMDB asks it to commit now (else it would wait out the idle
     # delay, here a minute, and the test would time out).
-    from palyra.journal import _durable, _writer
-
-    monkeypatch.setattr(_writer, "_APPLY_IDLE_S", 60.0)
-    monkeypatch.setattr(_durable, "SYNC_EVERY_S", 1e9)
+    _lmdb_commits_only_when_asked(monkeypatch)
     labels: list[str] = []
     async with JournalStore.open(data_dir) as store:
         durable = store.env.durable
@@ -448,10 +453,7 @@ async def test_a_readers_ask_queued_behind_appends_commits_lmdb_within_the_batch
     # A reader's ask for LMDB to hold the answered frames (JournalEnv.on_wait) that
     # the writer meets while taking queued appends into a batch is honoured there,
     # not dropped: with no idle moment (here a minute) nothing else would commit.
-    from palyra.journal import _durable, _writer
-
-    monkeypatch.setattr(_writer, "_APPLY_IDLE_S", 60.0)
-    monkeypatch.setattr(_durable, "SYNC_EVERY_S", 1e9)
+    _lmdb_commits_only_when_asked(monkeypatch)
     labels: list[str] = []
     gate, inside = threading.Event(), threading.Event()
 

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from palyra.adapters import GatePolicy, RegistryTools
-from palyra.app import PalyraApp
+from palyra.app import CallContext, PalyraApp
 from palyra.engine import Engine, EngineConfig
 from palyra.journal import JournalStore
 from palyra.policy import PolicyConfig, PolicyGate
@@ -29,3 +29,13 @@ async def scripted_app(data_dir: Path) -> AsyncIterator[tuple[PalyraApp, Journal
             yield PalyraApp(engine), store
     finally:
         store.close()
+
+
+STREAM_USER = CallContext.for_principal("user:stream", "01J00000000000000000000000")
+"""The caller the RunStream tests stream as."""
+
+
+def tool_loop_text(steps: int) -> str:
+    """A user message the scripted model answers with ``steps`` ``add`` calls, then ``result=``."""
+    return (f"Start from 0 and add 1 to the running total {steps} times, one `add` tool call "
+            "per step, then reply with the final result.")
