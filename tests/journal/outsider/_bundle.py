@@ -216,7 +216,10 @@ def _flush(b: _Bundle) -> None:
     first = _int(o0.get("position"), "position", n0)
     for i, (n, o) in enumerate(group):
         if _int(o.get("position"), "position", n) != first + i:
-            at = chain.position + 1
+            # "The lines' positions must be position+1, position+2, ...": the first bad
+            # position is where the chain expected this line (the group's start when
+            # its first line is already off the chain).
+            at = chain.position + 1 + (i if first == chain.position + 1 else 0)
             raise Bad(at, f"entry for position {o.get('position')} is out of order")
     last = first + len(group) - 1
     chain.check_positions(first, last, None)
