@@ -68,6 +68,8 @@ def tests(session: nox.Session) -> None:
     generated/python), then every test including the TypeScript client."""
     _install(session, "codegen", "test", "dev")
     _npm_ci(session)
+    # Debian packages some tests drive for real (tools/system-packages.txt).
+    session.run("python", "tools/ensure_system_packages.py")
     session.run("python", "-m", "codegen", "--check")
     session.run("ruff", "check", *LINT_PATHS)
     session.run("mypy")
