@@ -15,7 +15,8 @@ import lmdb
 import pytest
 
 from palyra.journal import JournalConfig, JournalStore
-from palyra.journal._commitlog import (
+from palyra.journal._env import journal_dir
+from palyra.journal.write.commitlog import (
     FRAMES_AT,
     SLOT,
     CommitLog,
@@ -25,8 +26,7 @@ from palyra.journal._commitlog import (
     read_header,
     restore_lmdb_meta,
 )
-from palyra.journal._durable import RecordingTxn
-from palyra.journal._env import journal_dir
+from palyra.journal.write.durable import RecordingTxn
 
 from .helpers import draft
 
@@ -84,7 +84,7 @@ def test_a_sync_frame_counts_only_where_it_stands_and_only_whole(tmp_path: Path)
 async def test_a_sync_point_between_restarts_costs_one_flush_and_no_header(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from palyra.journal import _durable
+    from palyra.journal.write import durable as _durable
 
     monkeypatch.setattr(_durable, "SYNC_EVERY_COMMITS", 8)
     flushes: list[str] = []
@@ -111,7 +111,7 @@ async def test_a_sync_point_comes_when_lmdb_grew_enough_since_the_pinned_one(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Big commits would hold back many pages per interval: growth bounds it too.
-    from palyra.journal import _durable
+    from palyra.journal.write import durable as _durable
 
     monkeypatch.setattr(_durable, "SYNC_EVERY_COMMITS", 1 << 30)
     monkeypatch.setattr(_durable, "SYNC_EVERY_S", 1e9)
@@ -132,7 +132,8 @@ async def test_a_sync_point_comes_when_lmdb_grew_enough_since_the_pinned_one(
 
 def _lmdb_commits_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """No idle commit (a minute) and no timed sync point: LMDB commits when a reader asks."""
-    from palyra.journal import _durable, _writer
+    from palyra.journal.write import durable as _durable
+    from palyra.journal.write import writer as _writer
 
     monkeypatch.setattr(_writer, "_APPLY_IDLE_S", 60.0)
     monkeypatch.setattr(_durable, "SYNC_EVERY_S", 1e9)
@@ -249,7 +250,7 @@ def test_reopen_rolls_lmdb_back_to_the_newest_sync_frame(
     # The newest durable sync point is a sync frame, not the header: a reopen
     # after a system crash rolls LMDB back to that frame's meta page (not the
     # header's older one, whose pages the writer no longer protects).
-    from palyra.journal import _durable
+    from palyra.journal.write import durable as _durable
 
     monkeypatch.setattr(_durable, "SYNC_EVERY_COMMITS", 4)
 
@@ -336,7 +337,7 @@ async def test_an_lmdb_commit_refused_after_the_answer_fails_reads_until_a_reope
     writes, reads and appends of this store fail instead of showing a journal without
     them, and reopening replays the frame."""
     from palyra.core.errors import ErrorCode, PalyraError
-    from palyra.journal import _durable
+    from palyra.journal.write import durable as _durable
 
     def refuse(txns: object) -> None:
         raise lmdb.Error("simulated: LMDB refused the writes")
@@ -367,7 +368,9 @@ async def test_the_room_check_counts_the_pages_of_the_lmdb_transaction_still_ope
     once LMDB committed them): a check that trusted ``env.info()`` here would let a
     frame be answered that LMDB then has no room for (the store refuses until a
     reopen). With the check right, the map grows before the frame instead."""
-    from palyra.journal import _durable, _writer, verify_store
+    from palyra.journal import verify_store
+    from palyra.journal.write import durable as _durable
+    from palyra.journal.write import writer as _writer
 
     # Every frame into one open transaction: no idle, count or time commit.
     monkeypatch.setattr(_writer, "_APPLY_IDLE_S", 60.0)
@@ -399,7 +402,8 @@ async def test_answered_frames_not_yet_in_lmdb_count_for_ids_heads_and_tape_seqs
     writer no longer remembers is read only after they are in (memory of one entry
     here, so every other append reads one back)."""
     from palyra.core.errors import AlreadyExists
-    from palyra.journal import _writer, verify_store
+    from palyra.journal import verify_store
+    from palyra.journal.write import writer as _writer
 
     monkeypatch.setattr(_writer, "_APPLY_IDLE_S", 60.0)
     monkeypatch.setattr(_writer, "_APPLY_EVERY_FRAMES", 1 << 30)

@@ -16,7 +16,7 @@ import pytest
 
 from palyra.core.errors import AlreadyExists
 from palyra.journal import EntityWrite, JournalStore, verify_store
-from palyra.journal._writer import Writer
+from palyra.journal.write.writer import Writer
 
 from .helpers import draft
 

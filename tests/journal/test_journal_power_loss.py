@@ -37,13 +37,13 @@ from palyra.journal import (
     EventDraft,
     JournalConfig,
     JournalStore,
-    _commitlog,
-    _durable,
-    _writer,
     verify_store,
 )
-from palyra.journal._commitlog import LOG_FILE
 from palyra.journal._env import journal_dir
+from palyra.journal.write import commitlog as _commitlog
+from palyra.journal.write import durable as _durable
+from palyra.journal.write import writer as _writer
+from palyra.journal.write.commitlog import LOG_FILE
 
 PAGE = 4096
 

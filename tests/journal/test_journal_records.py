@@ -17,14 +17,14 @@ from palyra.journal import (
     JournalConfig,
     JournalStore,
     StoredEvent,
-    _writer,
     export_bundle,
     verify_bundle,
     verify_store,
 )
 from palyra.journal._env import EVENTS, journal_dir
-from palyra.journal._prepare import prepare
-from palyra.journal._record import decode_record, u64_key
+from palyra.journal.format.record import decode_record, u64_key
+from palyra.journal.write import writer as _writer
+from palyra.journal.write.prepare import prepare
 
 from .helpers import delete_records, draft, raw_record, rewrite_record
 

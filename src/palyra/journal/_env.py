@@ -13,9 +13,9 @@ from typing import Any
 import lmdb
 
 from palyra.core.errors import ErrorCode, NotFound, PalyraError
-from palyra.journal._commitlog import CommitLog, read_header
-from palyra.journal._durable import COMMIT_LOG_DB, Durability, prepare_files
 from palyra.journal._types import ENTITY_TABLES, JournalConfig
+from palyra.journal.write.commitlog import CommitLog, read_header
+from palyra.journal.write.durable import COMMIT_LOG_DB, Durability, prepare_files
 
 JOURNAL_SUBDIR = "journal"
 LOCK_FILE = "writer.lock"

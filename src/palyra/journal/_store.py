@@ -9,13 +9,7 @@ from types import TracebackType
 from typing import Any
 
 from palyra.core.errors import ErrorCode, PalyraError, PalyraInternalError
-from palyra.journal import _reads
-from palyra.journal._entity_cache import EntityCache
 from palyra.journal._env import JournalEnv
-from palyra.journal._follow import FollowHub, Subscription, follow_batches, follow_events
-from palyra.journal._prepare import prepare
-from palyra.journal._prune import PruneOrder, PruneResult
-from palyra.journal._signing import Signer
 from palyra.journal._types import (
     DEFAULT_MAX_TAPE_BYTES,
     Checkpoint,
@@ -26,7 +20,13 @@ from palyra.journal._types import (
     StoredEvent,
     TapePage,
 )
-from palyra.journal._writer import Request, Writer
+from palyra.journal.format.signing import Signer
+from palyra.journal.read import reads as _reads
+from palyra.journal.read.entity_cache import EntityCache
+from palyra.journal.read.follow import FollowHub, Subscription, follow_batches, follow_events
+from palyra.journal.retention.prune import PruneOrder, PruneResult
+from palyra.journal.write.prepare import prepare
+from palyra.journal.write.writer import Request, Writer
 
 _PAGE = 256
 
@@ -149,7 +149,7 @@ class JournalStore:
         """Turn at most ``order.max_records`` of the oldest prunable records into tombstones.
 
         One durable commit through the writer, with a ``journal.pruned`` event
-        (see ``_prune``); ``palyra.journal.prune_older_than`` loops over this.
+        (see ``retention.prune``); ``palyra.journal.prune_older_than`` loops over this.
         """
         writer = self._writer_or_raise()
         loop = asyncio.get_running_loop()
@@ -177,7 +177,7 @@ class JournalStore:
         hit, value = cache.get(table, key)
         if hit:
             return value
-        clock = cache.clock()  # before the read: see _entity_cache
+        clock = cache.clock()  # before the read: see read/entity_cache
         value = _reads.get_entity(self._env, table, key)
         cache.put(table, key, clock, value)
         return value
