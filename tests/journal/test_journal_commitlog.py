@@ -7,6 +7,8 @@ pin the parts it rests on.
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -216,11 +218,19 @@ async def test_one_logged_write_per_commit_and_few_lmdb_flushes(data_dir: Path) 
     assert header is not None and header.clean and header.applied == 130
 
 
-async def test_sync_off_needs_no_log(data_dir: Path) -> None:
+async def test_sync_off_is_a_flush_policy_of_the_same_commit_path(data_dir: Path) -> None:
+    # sync=False runs the commit log like sync=True (frames, sync points, recovery),
+    # only without the flushes: no O_DSYNC on the log, a sparse file, no LMDB flush.
     async with JournalStore.open(data_dir, config=JournalConfig(sync=False)) as store:
         await store.append([draft(0)])
-        assert store.env.durable is None
-    assert read_header(journal_dir(data_dir)) is None
+        durable = store.env.durable
+        assert durable is not None
+        assert not fcntl.fcntl(durable.log._fd, fcntl.F_GETFL) & os.O_DSYNC
+        assert [seq for seq, _ops in durable.log.frames(0)] == [1]
+    log = journal_dir(data_dir) / "commit.log"
+    assert log.stat().st_blocks * 512 < log.stat().st_size  # sparse: never pre-zeroed
+    header = read_header(journal_dir(data_dir))
+    assert header is not None and header.clean and header.applied == 1
 
 
 def test_reopen_after_a_kill_replays_what_lmdb_lacks(data_dir: Path) -> None:
@@ -427,27 +437,23 @@ async def test_answered_frames_not_yet_in_lmdb_count_for_ids_heads_and_tape_seqs
             assert seqs == list(range(20))
 
 
-def test_deferred_writes_keep_their_order_when_a_delete_is_among_them(tmp_path: Path) -> None:
-    # put_all puts a batch's deferred writes with one putmulti per sub-DB unless
-    # one of them is a delete (known per txn, not looked for write by write):
-    # then one at a time, in order, so a delete after a put of the same key wins.
+def test_planned_writes_keep_their_order_when_a_delete_is_among_them(tmp_path: Path) -> None:
+    # put_all puts answered frames' planned writes with one putmulti per sub-DB
+    # unless one of them is a delete: then one at a time, in order, so a delete
+    # after a put of the same key wins.
     env = lmdb.open(str(tmp_path), max_dbs=2, map_size=1 << 20)
     rows, other = env.open_db(b"rows"), env.open_db(b"other")
-    names = {id(rows): "rows", id(other): "other"}
+    dbs = {"rows": rows, "other": other}
     with env.begin(write=True) as txn:
-        first = RecordingTxn(txn, names, deferred=True)
-        first.put_many([(b"a", b"1"), (b"b", b"1")], db=rows)
-        first.put(b"x", b"1", db=other)
-        second = RecordingTxn(txn, names, deferred=True)
-        second.delete(b"a", db=rows)
-        second.put(b"a2", b"2", db=rows)
-        assert txn.get(b"b", db=rows) is None  # deferred: nothing written yet
+        first = RecordingTxn.recorded(
+            txn, [("rows", b"a", b"1"), ("rows", b"b", b"1"), ("other", b"x", b"1")], dbs, "")
+        second = RecordingTxn.recorded(txn, [("rows", b"a", None), ("rows", b"a2", b"2")], dbs, "")
+        assert txn.get(b"b", db=rows) is None  # planned: nothing written yet
         RecordingTxn.put_all([first, second])
     with env.begin() as txn:
         assert txn.get(b"a", db=rows) is None
         assert [txn.get(k, db=rows) for k in (b"a2", b"b")] == [b"2", b"1"]
         assert txn.get(b"x", db=other) == b"1"
-    assert second.ops == [("rows", b"a", None), ("rows", b"a2", b"2")]
     env.close()
 
 

@@ -25,8 +25,9 @@ from palyra.journal.read import reads as _reads
 from palyra.journal.read.entity_cache import EntityCache
 from palyra.journal.read.follow import FollowHub, Subscription, follow_batches, follow_events
 from palyra.journal.retention.prune import PruneOrder, PruneResult
+from palyra.journal.write import requests
 from palyra.journal.write.prepare import prepare
-from palyra.journal.write.writer import Request, Writer
+from palyra.journal.write.writer import Writer
 
 _PAGE = 256
 
@@ -132,7 +133,7 @@ class JournalStore:
         if not prepared:
             future.set_result([])
         else:
-            writer.submit(Request(loop, future, prepared))
+            writer.submit(requests.Append(loop, future, prepared))
         return future
 
     async def checkpoint(self) -> Checkpoint:
@@ -142,7 +143,7 @@ class JournalStore:
             self._signer = Signer.load_or_create(self._env.path)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Checkpoint] = loop.create_future()
-        writer.submit(Request(loop, future, signer=self._signer))
+        writer.submit(requests.Checkpoint(loop, future, self._signer))
         return await future
 
     async def prune_batch(self, order: PruneOrder) -> PruneResult:
@@ -154,7 +155,7 @@ class JournalStore:
         writer = self._writer_or_raise()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[PruneResult] = loop.create_future()
-        writer.submit(Request(loop, future, prune=order))
+        writer.submit(requests.Prune(loop, future, order))
         return await future
 
     def pruned_through(self) -> int:

@@ -1,4 +1,4 @@
-"""Line types of the NDJSON export bundle (format ``palyra.journal.bundle`` v2).
+"""Line types of the NDJSON export bundle (format ``palyra.journal.bundle``, :data:`BUNDLE_VERSION`).
 
 Every line is the compact JSON of one of these structs with keys sorted
 (``msgspec.json.encode(line, order="sorted")``) followed by ``\\n``. Verifiers

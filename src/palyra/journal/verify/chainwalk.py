@@ -123,28 +123,9 @@ class ChainVerifier:
             Tampered: the record does not check out.
         """
         if value[:1] == bytes((TOMBSTONE_FORMAT,)):
-            try:
-                tomb = decode_tombstone(value)
-            except ValueError as exc:
-                raise Tampered(self.position + 1, f"undecodable record ({exc})") from exc
-            if key != _U64_PACK(tomb.last):
-                raise Tampered(tomb.first, f"record under key {key_u64(key)} claims positions "
-                                           f"{tomb.first}..{tomb.last}")
-            self.tombstone(tomb.first, tomb.last, tomb.session_id, tomb.prev_hash, tomb.hash,
-                           tomb.global_hash)
-            return tomb.last
+            return self._stored_tombstone(key, value)
         if not is_format2(value):
-            try:
-                legacy = decode_event(value)
-            except ValueError as exc:  # msgspec.DecodeError is a ValueError
-                raise Tampered(self.position + 1, f"undecodable record ({exc})") from exc
-            if len(key) != 8 or legacy.position != key_u64(key):
-                raise Tampered(
-                    self.position + 1,
-                    f"record under key {key_u64(key)} claims position {legacy.position}",
-                )
-            self.event(legacy)
-            return legacy.position
+            return self._stored_format1(key, value)
         # The hot loop of `journal verify`: no decoding, few allocations.
         first, count, session_len = _FRONT_UNPACK(value, FIRST_AT)
         if first != self.position + 1:
@@ -175,35 +156,54 @@ class ChainVerifier:
         heads[session] = digest
         self.events += count
         if session == _RETENTION:
-            try:
-                rows = _ROWS.decode(value[end:])
-            except msgspec.DecodeError as exc:
-                raise Tampered(first, f"undecodable record ({exc})") from exc
-            for offset, row in enumerate(rows):
-                if row.kind == PRUNED_KIND:
-                    self.claimed(first + offset, row.payload)
+            self._claims(first, value[end:])
         return last
 
-    def stored_run(
-        self,
-        items: Iterator[tuple[bytes, bytes]],
-        until: int,
-        limit: int,
-        progress: Callable[[int], None] | None = None,
-    ) -> int:
-        """Check stored records from ``items`` like :meth:`stored`; return how many were read.
+    def _stored_tombstone(self, key: bytes, value: bytes) -> int:
+        try:
+            tomb = decode_tombstone(value)
+        except ValueError as exc:
+            raise Tampered(self.position + 1, f"undecodable record ({exc})") from exc
+        if key != _U64_PACK(tomb.last):
+            raise Tampered(tomb.first, f"record under key {key_u64(key)} claims positions "
+                                       f"{tomb.first}..{tomb.last}")
+        self.tombstone(tomb.first, tomb.last, tomb.session_id, tomb.prev_hash, tomb.hash,
+                       tomb.global_hash)
+        return tomb.last
 
-        Stops after the record that reaches position ``until`` (a checkpoint to
-        check next), after ``limit`` records, or when ``items`` run out. This is
-        the hot loop of ``journal verify``: a well-formed format 2 record costs
-        two SHA-256 and a few byte comparisons; anything else (a format 1
-        record, a record of more than 15 events, any failed check) goes through
-        :meth:`stored`, which also words the error.
+    def _stored_format1(self, key: bytes, value: bytes) -> int:
+        try:
+            legacy = decode_event(value)
+        except ValueError as exc:  # msgspec.DecodeError is a ValueError
+            raise Tampered(self.position + 1, f"undecodable record ({exc})") from exc
+        if len(key) != 8 or legacy.position != key_u64(key):
+            raise Tampered(
+                self.position + 1,
+                f"record under key {key_u64(key)} claims position {legacy.position}",
+            )
+        self.event(legacy)
+        return legacy.position
+
+    def _claims(self, first: int, body: bytes) -> None:
+        """Note the ``journal.pruned`` claims among a retention record's events."""
+        try:
+            rows = _ROWS.decode(body)
+        except msgspec.DecodeError as exc:
+            raise Tampered(first, f"undecodable record ({exc})") from exc
+        for offset, row in enumerate(rows):
+            if row.kind == PRUNED_KIND:
+                self.claimed(first + offset, row.payload)
+
+    def stored_run(self, items: Iterator[tuple[bytes, bytes]], until: int, limit: int,
+                   progress: Callable[[int], None] | None = None) -> int:  # fmt: skip
+        """Check stored records like :meth:`stored` until position ``until`` or ``limit`` records.
+
+        Returns how many were read. The hot loop of ``journal verify``, so inline:
+        a well-formed format 2 record of up to 15 events costs two SHA-256 and a few
+        byte comparisons; anything else goes through :meth:`stored`, which words errors.
         """
-        read = 0
-        heads = self._heads
+        read, heads, fast = 0, self._heads, self.session_id is None
         position, head, events = self.position, self.head, self.events
-        fast = self.session_id is None
         marker, noted = self.marker, self.noted
         try:
             for key, value in items:
@@ -244,8 +244,7 @@ class ChainVerifier:
                     last = self.stored(key, value)
                     position, head, events = self.position, self.head, self.events
                 if progress is not None:
-                    for done in range(start, last + 1):
-                        progress(done)
+                    list(map(progress, range(start, last + 1)))
                 if last >= until or read >= limit:
                     break
         finally:

@@ -131,7 +131,6 @@ class SpanDigests:
     """
 
     def __init__(self, covers: list[Cover]) -> None:
-        self._covers = covers
         self._by_run: dict[str, list[tuple[Cover, TapeDigest]]] = {}
         self._pruned_head: set[int] = set()  # covers whose first fed event was past first_seq
         for cover in covers:

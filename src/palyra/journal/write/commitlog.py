@@ -100,12 +100,19 @@ class Header:
 class CommitLog:
     """``commit.log`` of one journal: frames after the last sync point, and its header."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, flush: bool = True) -> None:
         self.path = directory / LOG_FILE
         created = not self.path.exists()
-        if created:
+        if created and flush:
             _preallocate(self.path, LOG_SIZE)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_DSYNC)
+        elif created:
+            # No flush policy (``sync=False``): nothing is promised past a process
+            # crash, so a sparse file does; frames read back stop at its zeros.
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            os.ftruncate(fd, LOG_SIZE)
+            os.close(fd)
+        # The flush policy is this one flag: with it every frame write is durable on return.
+        self._fd = os.open(self.path, os.O_RDWR | (os.O_DSYNC if flush else 0))
         _small_pages(self._fd, drop=True)
         self.size = os.fstat(self._fd).st_size
         self.offset = FRAMES_AT
@@ -298,7 +305,7 @@ def _preallocate(path: Path, size: int, extend_fd: int | None = None) -> None:
     fd = extend_fd if extend_fd is not None else os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         start = os.fstat(fd).st_size
-        page = bytes(4096)
+        page = bytes(SLOT)  # one page of the file at a time
         for at in range(start, size, len(page)):
             os.pwrite(fd, page[: min(len(page), size - at)], at)
         os.fsync(fd)

@@ -23,9 +23,6 @@ import os
 import struct
 import time
 from collections.abc import Callable, Sequence
-from collections.abc import Set as AbstractSet
-from itertools import repeat
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +46,6 @@ COMMIT_LOG_DB = "_commit_log"
 """Internal sub-DB holding ``applied``: the last frame LMDB holds (same txn as its writes)."""
 
 _APPLIED = b"applied"
-_KEY, _VALUE = itemgetter(0), itemgetter(1)
 _U64 = struct.Struct(">Q")
 SYNC_EVERY_S = 2.0
 
@@ -69,6 +65,12 @@ group commits hold many pages); checked from the map readings below.
 _ROOM_READ_EVERY = 64
 # Map pages one LMDB commit may take beyond its frames' writes (free list, meta, root).
 _COMMIT_PAGES = 64
+# Room a frame must leave, in map pages: each write may touch a leaf, a branch and
+# an overflow page (_PAGES_PER_WRITE), plus the frame's bytes; all of it times a
+# safety factor (_ROOM_FACTOR), since a commit that ran out of map after its frame
+# was logged could not be taken back.
+_PAGES_PER_WRITE = 3
+_ROOM_FACTOR = 4
 
 
 def prepare_files(directory: Path, log: CommitLog) -> None:
@@ -115,140 +117,65 @@ def _open_elsewhere(lock_file: Path) -> bool:
 
 
 class RecordingTxn:
-    """A write transaction that also records every put and delete that took effect.
+    """The writes of one frame, recorded: the frame's ops, and how LMDB takes them.
 
-    ``deferred``: ``txn`` is the writer's open transaction itself (no child),
-    and nothing goes into it before the frame is written. Every write is
-    recorded for the frame and kept until :meth:`Durability.apply` puts it, once
-    the frame is durable and its callers were answered: a lone commit's path to
-    its flush pays no LMDB write, no child transaction and no abort, and a
-    batch that fails before its frame (an id taken, a restart or room check)
-    leaves the open transaction untouched.
+    Two kinds, and only two:
+
+    * :meth:`recorded` (every append and checkpoint): the writes were planned
+      (``write.plan``) and nothing has touched LMDB; :meth:`put_all` puts them
+      into the writer's open transaction once the frame is durable and its
+      callers were answered;
+    * a child of the open transaction (a prune, which reads its own writes):
+      each put and delete goes into the child as it is made and is recorded
+      when it took effect; :meth:`Durability.apply` commits the child.
     """
 
-    __slots__ = (
-        "_deletes", "_later", "_names", "_tables", "claimed", "deferred", "ops", "seq", "txn"
-    )
+    __slots__ = ("_appends", "_dbs", "_names", "child", "ops", "seq", "txn")
 
-    def __init__(self, txn: Any, names: dict[int, str], *, deferred: bool = False) -> None:
+    def __init__(self, txn: Any, names: dict[int, str]) -> None:
         self.txn = txn
-        self._names = names
-        self.deferred = deferred
+        self.child = True
         self.ops: list[Op] = []
         self.seq = 0  # the frame's number, once logged
-        self.claimed: Sequence[bytes] = []  # keys put_new put (deferred)
-        # Deferred writes, in order: (db, [(key, value or None for a delete)], append).
-        self._later: list[tuple[Any, Sequence[tuple[bytes, bytes | None]], bool]] = []
-        self._deletes = False  # a delete is among _later (put_all then writes one at a time)
-        # recorded(): the sub-DBs by name and the one whose puts append (None: see _later).
-        self._tables: tuple[dict[str, Any], str] | None = None
+        self._names = names  # sub-DB handle id -> name, to record a child's writes
+        self._dbs: dict[str, Any] = {}
+        self._appends = ""
 
     @classmethod
-    def recorded(
-        cls, txn: Any, names: dict[int, str], ops: list[Op], dbs: dict[str, Any], appends: str
-    ) -> RecordingTxn:
-        """A deferred txn whose writes, ``ops``, were recorded by its caller.
+    def recorded(cls, txn: Any, ops: list[Op], dbs: dict[str, Any], appends: str) -> RecordingTxn:
+        """Planned writes ``ops`` (``None`` values delete) for ``txn``; puts into ``appends`` append.
 
-        What the same puts and deletes (``None`` values), made one at a time on
-        a deferred txn, would have recorded; the puts into sub-DB ``appends``
-        append. Nothing else is kept per write until apply (``dbs`` maps the
-        names in ``ops`` to their sub-DBs): a frame answered and waiting for
-        LMDB holds this object, its list and its ops, and no more.
+        ``dbs`` maps the names in ``ops`` to their sub-DBs. A frame answered and
+        waiting for LMDB holds this object, its list and its ops, and no more.
         """
         self = cls.__new__(cls)
         self.txn = txn
-        self._names = names
-        self.deferred = True
+        self.child = False
         self.ops = ops
         self.seq = 0
-        self.claimed = ()  # the caller keeps its claims (Writer._answered_ids)
-        self._later = []
-        self._deletes = False  # recorded ops are looked at one by one (put_all)
-        self._tables = (dbs, appends)
+        self._names = {}
+        self._dbs = dbs
+        self._appends = appends
         return self
 
     def put(
         self, key: bytes, value: bytes, *, db: Any, overwrite: bool = True, append: bool = False
     ) -> bool:
-        """``Transaction.put``, recorded when it wrote (deferred: recorded, put on apply)."""
-        if self.deferred and overwrite:
-            self.ops.append((self._names[id(db)], key, value))
-            self._later.append((db, [(key, value)], append))
-            return True
+        """``Transaction.put`` into the child, recorded when it wrote."""
         done = bool(self.txn.put(key, value, db=db, overwrite=overwrite, append=append))
         if done:
             self.ops.append((self._names[id(db)], bytes(key), bytes(value)))
         return done
 
-    def put_many(self, items: list[tuple[bytes, bytes]], *, db: Any, append: bool = False) -> None:
-        """Put every ``(key, value)`` of ``items`` in one call into LMDB, recorded.
-
-        Deferred: ``items`` is kept as it is (the caller hands it over).
-        """
-        # The ops made in C (zip), not by bytecode per write: a commit of many
-        # appends puts hundreds of id claims here.
-        self.ops += zip(repeat(self._names[id(db)]), map(_KEY, items), map(_VALUE, items))
-        if self.deferred:
-            self._later.append((db, items, append))
-        else:
-            self.txn.cursor(db=db).putmulti(items, append=append)
-
-    def put_new(
-        self, items: list[tuple[bytes, bytes]], *, db: Any, taken: AbstractSet[bytes] = frozenset()
-    ) -> bool:
-        """Put every ``(key, value)`` of ``items`` unless its key exists; True when all went in.
-
-        One call into LMDB for all of them (``Cursor.putmulti``). On False some
-        went in and some did not: the caller aborts the transaction. Recorded
-        only when all went in. Deferred: True when no key exists yet and none
-        is there twice (one ``get``, or one ``getmulti`` for several; nothing
-        written); the puts follow on apply (``items`` is kept, not copied), and
-        ``taken`` holds the keys of deferred txns not applied yet.
-        """
-        if self.deferred:
-            if len(items) == 1:  # a lone append's
-                [(key, value)] = items
-                if key in taken or self.txn.get(key, db=db) is not None:
-                    return False
-                self.ops.append((self._names[id(db)], key, value))
-                self._later.append((db, items, False))
-                self.claimed = [key]
-                return True
-            keys = list(map(_KEY, items))
-            if (
-                len(set(keys)) != len(keys)
-                or not taken.isdisjoint(keys)
-                or self.txn.cursor(db=db).getmulti(keys)  # one call: what is there
-            ):
-                return False
-            self.put_many(items, db=db)
-            self.claimed = keys
-            return True
-        _consumed, added = self.txn.cursor(db=db).putmulti(items, overwrite=False)
-        if added != len(items):
-            return False
-        name = self._names[id(db)]
-        self.ops.extend([(name, key, value) for key, value in items])
-        return True
-
     def delete(self, key: bytes, *, db: Any) -> bool:
-        """``Transaction.delete``, recorded when it deleted.
-
-        Deferred: recorded whether or not the key is there (replaying a delete
-        of a missing key changes nothing), deleted on apply; returns True.
-        """
-        if self.deferred:
-            self.ops.append((self._names[id(db)], key, None))
-            self._later.append((db, [(key, None)], False))
-            self._deletes = True
-            return True
+        """``Transaction.delete`` in the child, recorded when it deleted."""
         done = bool(self.txn.delete(key, db=db))
         if done:
             self.ops.append((self._names[id(db)], bytes(key), None))
         return done
 
     def get(self, key: bytes, default: Any = None, *, db: Any) -> Any:
-        """``Transaction.get`` (deferred: without this txn's own writes)."""
+        """``Transaction.get``."""
         return self.txn.get(key, default, db=db)
 
     def cursor(self, *, db: Any) -> Any:
@@ -257,85 +184,50 @@ class RecordingTxn:
 
     @staticmethod
     def put_all(txns: Sequence[RecordingTxn]) -> None:
-        """Write what deferred ``txns`` kept, in order, into their (one) transaction.
+        """Put the planned writes of ``txns``, in order, into their (one) open transaction.
 
-        Puts only (the usual case): one ``putmulti`` per sub-DB for all of
-        them (each sub-DB's writes keep their order; the record keys grow,
-        so they still append). With a delete among them, one write at a time.
+        Puts only (the usual case): one ``putmulti`` per sub-DB for all of them
+        (each sub-DB's writes keep their order; record keys grow, so they still
+        append). With a delete among them, one write at a time, in order, so a
+        delete after a put of the same key wins.
         """
         if not txns:
             return
         txn = txns[0].txn
-        tables = txns[0]._tables
-        if tables is not None and all(each._tables is not None for each in txns):
-            # Only recorded() txns (lone appends): group their ops by sub-DB in one pass.
-            dbs, appends = tables
-            by_name: dict[str, list[tuple[bytes, bytes | None]]] = {}
-            deletes = False
+        dbs, appends = txns[0]._dbs, txns[0]._appends
+        by_name: dict[str, list[tuple[bytes, bytes | None]]] = {}
+        deletes = False
+        for each in txns:
+            for name, key, value in each.ops:
+                pairs = by_name.get(name)
+                if pairs is None:
+                    pairs = by_name[name] = []
+                pairs.append((key, value))
+                deletes = deletes or value is None
+        if deletes:
             for each in txns:
-                each._tables = None  # put once
-                for name, key, value in each.ops:
-                    pairs = by_name.get(name)
-                    if pairs is None:
-                        pairs = by_name[name] = []
-                    pairs.append((key, value))
-                    if value is None:
-                        deletes = True
-            if not deletes:
-                for name, pairs in by_name.items():
-                    cursor = txn.cursor(db=dbs[name])
-                    _consumed, added = cursor.putmulti(pairs, append=name == appends)
-                    if added != len(pairs):
-                        raise lmdb.Error("commit log: a deferred put did not go in")
-                return
-            for each in txns:  # a delete among them: one write at a time, in order
                 for name, key, value in each.ops:
                     if value is None:
                         txn.delete(key, db=dbs[name])
                     else:
                         txn.put(key, value, db=dbs[name], append=name == appends)
             return
-        later: list[tuple[Any, Sequence[tuple[bytes, bytes | None]], bool]] = []
-        deletes = False  # known per txn: no walk over every write of a big batch to find one
-        for each in txns:
-            tables = each._tables
-            if tables is None:
-                later += each._later
-                each._later = []
-                deletes = deletes or each._deletes
-                continue
-            dbs, appends = tables
-            later += [(dbs[name], ((key, value),), name == appends) for name, key, value in each.ops]
-            each._tables = None  # put once
-            deletes = deletes or any(value is None for _name, _key, value in each.ops)
-        if deletes:
-            for db, items, append in later:
-                for key, value in items:
-                    if value is None:
-                        txn.delete(key, db=db)
-                    else:
-                        txn.put(key, value, db=db, append=append)
-            return
-        groups: dict[int, tuple[Any, list[tuple[bytes, bytes | None]], bool]] = {}
-        for db, items, append in later:
-            group = groups.get(id(db))
-            if group is None:
-                groups[id(db)] = (db, list(items), append)
-            else:
-                group[1].extend(items)
-                if not append and group[2]:
-                    groups[id(db)] = (db, group[1], False)
-        for db, items, append in groups.values():
-            _consumed, added = txn.cursor(db=db).putmulti(items, append=append)
-            if added != len(items):
-                raise lmdb.Error("commit log: a deferred put did not go in")
+        for name, pairs in by_name.items():
+            _consumed, added = txn.cursor(db=dbs[name]).putmulti(pairs, append=name == appends)
+            if added != len(pairs):
+                raise lmdb.Error("commit log: a planned put did not go in")
 
 
 class Durability:
     """The commit log protocol over one writable, ``MDB_NOSYNC`` LMDB environment."""
 
-    def __init__(self, env: Any, dbs: dict[str, Any], directory: Path, log: CommitLog) -> None:
+    def __init__(
+        self, env: Any, dbs: dict[str, Any], directory: Path, log: CommitLog, *, flush: bool = True
+    ) -> None:
         self._env = env
+        # The flush policy: without it (``sync=False``) the same frames, sync points
+        # and recovery run, and only the device flushes are left out.
+        self._flush = flush
         self._dbs = dbs
         self._data_file = directory / "data.mdb"
         self.log = log
@@ -425,15 +317,13 @@ class Durability:
     def apply(self, txns: Sequence[RecordingTxn]) -> None:
         """Give LMDB the writes of ``txns`` without a flush (their frames are durable).
 
-        Each is a child of the writer's open transaction (committed here) or,
-        deferred, that transaction itself (its writes put here): LMDB holds
-        them once :meth:`commit_open` commits that one.
+        Planned ones are put into the writer's open transaction; a child of it
+        is committed into it. LMDB holds them once :meth:`commit_open` commits.
         """
         try:
-            deferred = [txn for txn in txns if txn.deferred]
-            RecordingTxn.put_all(deferred)
+            RecordingTxn.put_all([txn for txn in txns if not txn.child])
             for txn in txns:
-                if not txn.deferred:
+                if txn.child:
                     txn.txn.commit()
         except BaseException as exc:
             # The frames are durable: the commits happened, LMDB just does not
@@ -474,7 +364,7 @@ class Durability:
         # writes; each LMDB commit (many frames go into one) for its own pages
         # (_COMMIT_PAGES, charged by commit_open): a frame must leave room for
         # the commit that will carry it.
-        needed = 4 * (ops * 3 + size // self._page)
+        needed = _ROOM_FACTOR * (ops * _PAGES_PER_WRITE + size // self._page)
         self._room_reads_in -= 1
         if needed + _COMMIT_PAGES >= self._room or (self._room_reads_in <= 0 and settled):
             if not settled:
@@ -498,7 +388,7 @@ class Durability:
         if self.log.offset - FRAMES_AT >= SYNC_EVERY_BYTES:
             self.sync_point()
         else:
-            self._env.sync(True)
+            self._env.sync(self._flush)
             self._point("lmdb-sync")
             txnid, meta = lmdb_meta(self._data_file, self._page)
             self._sync_frame = encode_sync_frame(txnid, self.next_seq - 1, meta, self._page)
@@ -520,7 +410,7 @@ class Durability:
 
     def sync_point(self, *, clean: bool = False) -> None:
         """Flush LMDB, record the point in the log header, pin its snapshot, restart the log."""
-        self._env.sync(True)
+        self._env.sync(self._flush)
         self._point("lmdb-sync")
         txnid, meta = lmdb_meta(self._data_file, self._page)
         self.log.write_header(txnid, self.next_seq - 1, meta, self._page, clean=clean)

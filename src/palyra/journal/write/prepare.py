@@ -115,13 +115,7 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
     """
     if draft.__class__ is not EventDraft and not isinstance(draft, EventDraft):
         raise InvalidArgument("append expects EventDraft values")
-    if draft.event_id:
-        event_id = _text("event_id", draft.event_id, 26)
-        if not is_ulid(event_id):
-            raise InvalidArgument(f"event_id {event_id!r} is not a ULID",
-                                  details={"field": "event_id"})
-    else:
-        event_id = _EVENT_IDS.next(now_ms)
+    event_id = _given_id(draft.event_id) if draft.event_id else _EVENT_IDS.next(now_ms)
     # The fields as given (any type: a caller may pass anything), checked just below.
     s, r, k, a = draft.session_id, draft.run_id, draft.kind, draft.actor
     p, d, c = draft.principal, draft.device_id, draft.channel
@@ -139,14 +133,7 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
         and s.isascii() and r.isascii() and k.isascii() and a.isascii()
         and p.isascii() and d.isascii() and c.isascii()
     ):  # fmt: skip
-        # the field-by-field checks, for their error messages
-        s = _text("session_id", s, MAX_ID_BYTES)
-        r = _text("run_id", r, MAX_ID_BYTES)
-        k = _text("kind", k, MAX_FIELD_BYTES, required=True)
-        a = _text("actor", a, MAX_FIELD_BYTES)
-        p = _text("principal", p, MAX_FIELD_BYTES)
-        d = _text("device_id", d, MAX_FIELD_BYTES)
-        c = _text("channel", c, MAX_FIELD_BYTES)
+        s, r, k, a, p, d, c = _checked_texts(draft)  # one by one, for their error messages
     tape = draft.tape
     if tape and not r:
         raise InvalidArgument("a tape event needs a run_id", details={"field": "run_id"})
@@ -154,19 +141,63 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
     if (ts_ms.__class__ is not int and (
             isinstance(ts_ms, bool) or not isinstance(ts_ms, int))) or not 0 <= ts_ms <= INT64_MAX:
         raise InvalidArgument("ts_ms must be a non-negative 64-bit int", details={"field": "ts_ms"})
-    payload = draft.payload
     origin = draft.origin
+    plain, clean, raw = _payload(draft.payload, origin, config)
+    writes = draft.entity_writes
+    paths: tuple[str, ...] = ()
+    if clean:
+        value, stored = plain, raw
+    else:
+        redaction = redact(plain)
+        value, paths = redaction.value, redaction.paths
+        if paths:  # what followers see must be what was stored: the origin only when equal
+            stored, origin = canonical_bytes(value), None
+        else:
+            stored = raw
+    # Positional: header fields in EventHeader order, then PreparedEvent's own.
+    return PreparedEvent(
+        UNASSIGNED_POSITION, event_id, s, r, NO_TAPE_SEQ, k, a, ts_ms or now_ms, p, d, c,
+        tape is True or bool(tape), stored, value, paths,
+        tuple([_entity_write(w, config) for w in writes]) if writes else (),
+        origin,
+    )  # fmt: skip
+
+
+def _given_id(event_id: Any) -> str:
+    """A caller's ``event_id``, which must be a ULID."""
+    checked = _text("event_id", event_id, 26)
+    if not is_ulid(checked):
+        raise InvalidArgument(f"event_id {checked!r} is not a ULID", details={"field": "event_id"})
+    return checked
+
+
+def _checked_texts(draft: EventDraft) -> tuple[str, str, str, str, str, str, str]:
+    """The header texts of ``draft`` checked one by one (the slow path, for its errors)."""
+    return (
+        _text("session_id", draft.session_id, MAX_ID_BYTES),
+        _text("run_id", draft.run_id, MAX_ID_BYTES),
+        _text("kind", draft.kind, MAX_FIELD_BYTES, required=True),
+        _text("actor", draft.actor, MAX_FIELD_BYTES),
+        _text("principal", draft.principal, MAX_FIELD_BYTES),
+        _text("device_id", draft.device_id, MAX_FIELD_BYTES),
+        _text("channel", draft.channel, MAX_FIELD_BYTES),
+    )
+
+
+def _payload(
+    payload: Any, origin: Any, config: JournalConfig
+) -> tuple[dict[str, Any], bool, bytes]:
+    """``(plain payload, clean, canonical bytes)``: normalized, screened for secrets, sized."""
     if payload.__class__ is dict and origin is not None:
         # A draft with an origin is the engine's: its payload is the proto3 JSON of
         # that message (plain by construction), so the normalizing walk is skipped
         # and only the screen runs (most engine events need no redaction walk).
-        plain = payload
-        clean = is_clean(payload)
+        plain, clean = payload, is_clean(payload)
     elif payload.__class__ is not dict and not isinstance(payload, Mapping):
         raise InvalidArgument("payload must be a mapping", details={"field": "payload"})
     else:
         # One walk normalizes and, for the usual payload, settles that redaction
-        # changes nothing in it; otherwise redact() below walks it as before.
+        # changes nothing in it; otherwise redact() walks it as before.
         plain, clean = normalize_screened(payload)
     raw = _encode(plain)  # canonical_bytes
     if len(raw) > config.max_payload_bytes:
@@ -175,27 +206,7 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
             code=ErrorCode.PAYLOAD_TOO_LARGE,
             details={"limit": str(config.max_payload_bytes), "size": str(len(raw))},
         )
-    writes = draft.entity_writes
-    if clean:
-        # Positional: header fields in EventHeader order, then PreparedEvent's own.
-        return PreparedEvent(
-            UNASSIGNED_POSITION, event_id, s, r, NO_TAPE_SEQ, k, a, ts_ms or now_ms, p, d, c,
-            tape is True or bool(tape), raw, plain, (),
-            tuple([_entity_write(w, config) for w in writes]) if writes else (),
-            origin,
-        )  # fmt: skip
-    redaction = redact(plain)
-    value, paths = redaction.value, redaction.paths
-    return PreparedEvent(
-        UNASSIGNED_POSITION, event_id, s, r, NO_TAPE_SEQ, k, a, ts_ms or now_ms, p, d, c,
-        bool(tape),
-        raw if not paths else canonical_bytes(value),
-        value,
-        paths,
-        tuple([_entity_write(w, config) for w in writes]) if writes else (),
-        # What followers see must be what was stored: the origin only when equal.
-        origin if not paths else None,
-    )  # fmt: skip
+    return plain, clean, raw
 
 
 def prepare(drafts: Sequence[EventDraft], config: JournalConfig) -> list[PreparedEvent]:

@@ -1,9 +1,10 @@
-"""The writer's short path for a lone one-event append (``Writer._commit_lone``).
+"""Lone one-event appends, the usual case at one appender, through the one write path.
 
-It must write the very frame, records and answers the batch path writes for a
-batch of that one request, fail a taken event id the same way, and leave the
-rest (recovery, power loss, SIGKILL) to the tests that run it:
-``test_journal_power_loss.py`` and ``test_journal_crash.py`` have lone-appender cases.
+Each is planned, framed, answered and applied like a batch of 256 (there is no
+short path): its frame holds exactly the plan's writes, a taken event id fails
+it whether or not LMDB holds the id yet, and followers and entity readers see it
+at once. Recovery, power loss and SIGKILL with a lone appender are in
+``test_journal_power_loss.py`` and ``test_journal_crash.py``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import pytest
 
 from palyra.core.errors import AlreadyExists
 from palyra.journal import EntityWrite, JournalStore, verify_store
-from palyra.journal.write.writer import Writer
 
 from .helpers import draft
 
@@ -37,40 +37,37 @@ def _drafts() -> list[Any]:
     return out
 
 
-async def _run(root: Path, drafts: list[Any]) -> tuple[list[Any], list[Any], int, list[Any]]:
+async def _run(root: Path, drafts: list[Any]) -> tuple[list[Any], list[Any], list[Any]]:
     async with JournalStore.open(root) as store:
         answers = [(await store.append([d]))[0] for d in drafts[:4]]
-        # A read makes LMDB take the first four (a session or tape new, the batch
-        # path's: no head remembered yet); the lone frames after them then
-        # reach LMDB on their own (RecordingTxn.put_all's one-pass grouping).
+        # A read makes LMDB take the first four (a session or tape new: its head
+        # read from LMDB); the frames after them reach LMDB together
+        # (RecordingTxn.put_all's one-pass grouping).
         store.read_range(0, 1)
         answers += [(await store.append([d]))[0] for d in drafts[4:]]
         durable = store.env.durable
         assert durable is not None
         frames = list(durable.log.frames(0))
-        lone = store._writer.stats.lone_commits if store._writer else 0
         assert verify_store(store).ok
         # Read after LMDB applied the frames (a read waits for it): rows, ids, indexes.
         rows = [store.get_entity("runs", f"r{k}") for k in range(2)]
         indexed = [e for k in range(3) for e in store.read_session(f"s{k}", 0, 1000)]
         indexed += [e for k in range(2) for e in store.read_tape(f"r{k}", -1, 1000).events]
         stored = [store.read_range(0, 1000), rows, store.last_tape_seq("r0"), indexed]
-    return answers, frames, lone, stored
+    return answers, frames, stored
 
 
-async def test_lone_path_writes_what_the_batch_path_writes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    answers, frames, lone, stored = await _run(tmp_path / "lone", _drafts())
-    assert lone >= 50  # all but each session's first append (its head is not remembered)
-    with monkeypatch.context() as patch:
-        patch.setattr(Writer, "_commit_lone", lambda self, request, event: False)
-        b_answers, b_frames, b_lone, b_stored = await _run(tmp_path / "batch", _drafts())
-    assert b_lone == 0
-    assert len(frames) == len(b_frames) == 60
-    assert frames == b_frames  # every write, byte for byte, in the same order
-    assert answers == b_answers
-    assert stored == b_stored
+async def test_each_lone_frame_is_its_answer_and_the_store_holds_them(tmp_path: Path) -> None:
+    answers, frames, stored = await _run(tmp_path / "lone", _drafts())
+    assert len(frames) == 60  # one frame per append
+    for (_seq, ops), event in zip(frames, answers, strict=True):
+        # The frame: the id claim, the record, the session index, the tape index
+        # (on a tape), then the entity rows; keyed by the answer's position.
+        names = [name for name, _key, _value in ops]
+        tape = ["_tape"] if event.tape_seq >= 0 else []
+        assert names[: 3 + len(tape)] == ["_event_ids", "_events", "_by_session", *tape]
+        assert ops[0][1] == event.event_id.encode()
+    assert stored[0] == answers
     assert any(e.redactions for e in answers) and len({e.session_id for e in answers}) == 3
     assert stored[1] == [b"54", None]  # r0 put last at i=54, r1 deleted last (i=59)
     # Every event through its session's index, every tape event through its run's.
@@ -80,8 +77,7 @@ async def test_lone_path_writes_what_the_batch_path_writes(
 async def test_lone_frames_with_puts_only_reach_lmdb_whole(tmp_path: Path) -> None:
     # No entity delete among them: one putmulti per sub-DB for all the lone frames.
     drafts = [d for d in _drafts() if not any(w.value is None for w in d.entity_writes)]
-    answers, _frames, lone, stored = await _run(tmp_path, drafts)
-    assert lone >= 40
+    answers, _frames, stored = await _run(tmp_path, drafts)
     assert stored[0] == answers
     tape = [e for e in answers if e.tape_seq >= 0]
     assert sorted(stored[3], key=lambda e: e.position) == sorted(
@@ -90,28 +86,25 @@ async def test_lone_frames_with_puts_only_reach_lmdb_whole(tmp_path: Path) -> No
     assert stored[2] == max(e.tape_seq for e in answers if e.run_id == "r0")
 
 
-async def test_lone_path_refuses_a_taken_id_before_and_after_lmdb_holds_it(
+async def test_a_lone_append_refuses_a_taken_id_before_and_after_lmdb_holds_it(
     tmp_path: Path,
 ) -> None:
     async with JournalStore.open(tmp_path) as store:
         [first] = await store.append([draft(0, session_id="s")])
         [second] = await store.append([draft(1, session_id="s")])
-        writer = store._writer
-        assert writer is not None and writer.stats.lone_commits == 1
         # Answered, not yet in LMDB: the id is taken all the same.
         with pytest.raises(AlreadyExists):
             await store.append([draft(2, session_id="s", event_id=second.event_id)])
         store.read_range(0, 10)  # a reader waits: LMDB commits what was answered
-        for taken in (first, second):  # the batch path's claim and the lone path's
+        for taken in (first, second):  # both held by LMDB now
             with pytest.raises(AlreadyExists):
                 await store.append([draft(3, session_id="s", event_id=taken.event_id)])
         [third] = await store.append([draft(4, session_id="s")])
         assert third.position == 3 and third.prev_hash == second.hash
-        assert writer.stats.lone_commits == 2
         assert verify_store(store).ok
 
 
-async def test_lone_path_hands_events_to_followers_and_entity_rows_to_readers(
+async def test_a_lone_append_hands_events_to_followers_and_entity_rows_to_readers(
     tmp_path: Path,
 ) -> None:
     async with JournalStore.open(tmp_path) as store:
@@ -132,4 +125,3 @@ async def test_lone_path_hands_events_to_followers_and_entity_rows_to_readers(
         [event] = await store.append([draft(9, session_id="s", run_id="r", tape=True)])
         assert sub.buffered_bytes > 0 and sub.take() == event
         store._hub.unsubscribe(sub)
-        assert store._writer is not None and store._writer.stats.lone_commits == 4
