@@ -58,7 +58,7 @@ def check_actor(identity: IdentityRec, actor: str) -> None:
 
 
 def _payload(text: str) -> dict[str, Any]:
-    # REFERENCE §4: empty → {}; non-JSON or non-object → a marker, not an error,
+    # Empty → {}; non-JSON or non-object → a marker, not an error,
     # so a client's event is never lost for its encoding.
     if not text.strip():
         return {}

@@ -1,7 +1,7 @@
 """MemoryService: ingest, search, get, list, delete, purge (no model on the write path).
 
 Callers see their own items (operators: everyone's); session-scoped items only in
-their session. Delete and purge are sensitive (REFERENCE §5): Cedar ``memory.delete`` / ``memory.purge``,
+their session. Delete and purge are sensitive: Cedar ``memory.delete`` / ``memory.purge``,
 operators only by the shipped policy.
 """
 

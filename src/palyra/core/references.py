@@ -1,7 +1,7 @@
 """Context references in a user's message: ``@file:``, ``@folder:``, ``@url:``, ``@memory:``,
 ``@diff``, ``@staged``. Pure: text in, references (or a located error) out.
 
-Syntax (REFERENCE §8, with errors that name their place):
+Syntax (with errors that name their place):
 
 * a reference starts the text or follows whitespace or one of ``([{"'``; anywhere else
   ``@`` is plain text (``bob@example.com``);

@@ -1,6 +1,6 @@
 """Hybrid retrieval over memory items: BM25 + cosine + recency, in memory.
 
-Scores follow REFERENCE §8: ``5500 * lexical + 3500 * vector + 1000 * recency``
+Scores: ``5500 * lexical + 3500 * vector + 1000 * recency``
 basis points, where lexical (BM25) and vector (cosine) are each normalised to
 the best candidate of the query, and recency is ``1 / (1 + age_days)``.
 Candidates are the top lexical and top vector rows that the caller may see.

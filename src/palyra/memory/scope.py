@@ -1,6 +1,6 @@
 """Who sees which item, as a predicate on one item and as a boolean mask over index rows.
 
-:class:`Visibility` is the rule (REFERENCE: an item belongs to its owner; ``session``
+:class:`Visibility` is the rule (an item belongs to its owner; ``session``
 items show only in their session, ``agent`` items only to runs of their agent; operators
 see all, expired items nobody). :class:`ScopeColumns` keeps each index row's owner,
 scope, session, agent, kind and expiry as small integer codes, so a search can turn the

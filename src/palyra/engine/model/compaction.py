@@ -8,7 +8,7 @@ events as stored (:mod:`palyra.core.tape_digest`, recomputed by ``palyra
 journal verify``), the summariser (model, prompt hash), the pinned seqs and the
 summary. ``ExpandCompaction`` returns the covered events.
 
-The decision (:func:`plan`) follows REFERENCE §8's ``budget_guard_v1``
+The decision (:func:`plan`) follows the ``budget_guard_v1``
 thresholds: the estimated input (``engine.model.prune`` estimate) is at least
 ``compaction_trigger_tokens`` (480), the covered messages weigh at least
 ``compaction_min_saved_tokens`` (120), and the last compaction of the run is

@@ -46,7 +46,7 @@ class EngineConfig:
             ``send_input`` answers RESOURCE_EXHAUSTED.
         drain_grace_s: on SIGTERM, how long an in-flight tool may finish so
             its result is journaled before the run is parked.
-        idle_complete_s: the idle-run policy (REFERENCE Part B 2, no run is
+        idle_complete_s: the idle-run policy (no run is
             ever stuck). A run whose agent loop is idle (nothing running,
             nothing queued, not waiting for approval) and that has had no
             activity (an input, a loop step, a decision) for this long is
@@ -64,7 +64,7 @@ class EngineConfig:
         compaction_enabled: session compaction (``session_window_v1``,
             ``engine.model.compaction``) when a new input starts a loop.
         compaction_trigger_tokens: compact only when the estimated provider
-            input reaches this many tokens (REFERENCE §8: 480).
+            input reaches this many tokens.
         compaction_min_saved_tokens: ... and the covered messages weigh this
             much, and the summary saves at least this much (120).
         compaction_cooldown_s: seconds after a run's last compaction before the

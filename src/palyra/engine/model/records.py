@@ -143,7 +143,7 @@ class PromptRec(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ApprovalRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """A durable approval bound to one exact tool call (REFERENCE Part B 5)."""
+    """A durable approval bound to one exact tool call."""
 
     v: int = RECORD_VERSION
     approval_id: str

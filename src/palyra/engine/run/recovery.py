@@ -1,4 +1,4 @@
-"""Start-up recovery: no run is ever left stuck (REFERENCE Part B 1-2).
+"""Start-up recovery: no run is ever left stuck.
 
 Every non-terminal run is rebuilt from its tape (the same fold the live loop
 uses) and handed to a fresh actor, which continues from the last journaled

@@ -62,7 +62,7 @@ def session_event(kind: str, record: SessionRecord, payload: dict[str, object]) 
 
 def plan_resolve(reader: SessionReader, identity: IdentityRec, selectors: Selectors,
                  now_ms: int) -> SessionPlan:
-    """Get-or-create a session (REFERENCE §6): the plan, not yet committed.
+    """Get-or-create a session: the plan, not yet committed.
 
     Call it under ``SessionWriter.resolving`` (which plans again under the lock).
 
@@ -107,7 +107,7 @@ def plan_resolve(reader: SessionReader, identity: IdentityRec, selectors: Select
         plan = SessionPlan(record)
         if sel.reset:
             # Reset keeps id, key and tape; it forgets the previous run
-            # and every cached approval decision (REFERENCE §6).
+            # and every cached approval decision.
             record = msgspec.structs.replace(record, last_run_id="", grants={},
                                              updated_ms=now)
             plan = SessionPlan(record, reset_applied=True)

@@ -16,6 +16,6 @@ class Selectors:
     require_existing: bool = False
 
     def trimmed(self) -> Selectors:
-        """Selectors with surrounding whitespace removed (REFERENCE §6)."""
+        """Selectors with surrounding whitespace removed."""
         return Selectors(self.session_id.strip(), self.session_key.strip(), self.label.strip(),
                          self.reset, self.require_existing)

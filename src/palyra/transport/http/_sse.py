@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -38,7 +39,9 @@ def sse_frame(message: betterproto2.Message) -> bytes:
     """
     events = getattr(message, "events", None)
     if events and all(isinstance(e, v1.TapeEvent) for e in events):
-        rest = encode_message(message)
+        # The message's other fields once, without its events: each event is
+        # encoded once, into its own frame (not also into a copy thrown away).
+        rest = encode_message(dataclasses.replace(message, events=[]))  # type: ignore[type-var]
         rest.pop("events", None)
         return b"".join(_tape_frame(e, {**rest, "event": encode_message(e)}) for e in events)
     event = getattr(message, "event", None)
