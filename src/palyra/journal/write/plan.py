@@ -39,9 +39,9 @@ _U64 = struct.Struct(">Q")
 Chunk = list[tuple[Append, PreparedEvent]]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Heads:
-    """The chain state a batch is planned against.
+    """The chain state a batch is planned against (the planner only reads it).
 
     ``sessions`` must hold the chain head of every session the batch appends
     to (GENESIS for a new one) and ``tape_next`` the next tape seq of every run
@@ -191,6 +191,8 @@ def layout(appends: Sequence[Append]) -> list[Chunk]:
     ``MAX_RECORD_EVENTS`` events or ``MAX_RECORD_PAYLOAD_BYTES`` of payload;
     a request's events stay at consecutive positions either way.
     """
+    if len(appends) == 1 and len(appends[0].events) == 1:  # a lone append: one record
+        return [[(appends[0], appends[0].events[0])]]
     groups: list[Chunk] = []
     by_session: dict[str, Chunk] = {}
     for request in appends:
@@ -215,6 +217,8 @@ def layout(appends: Sequence[Append]) -> list[Chunk]:
 
 def _cut(group: Chunk) -> list[Chunk]:
     """``group`` in records of at most the event and payload bounds."""
+    if len(group) == 1:
+        return [group]
     small = MAX_RECORD_PAYLOAD_BYTES // MAX_RECORD_EVENTS
     if len(group) <= MAX_RECORD_EVENTS and all(len(e.payload) <= small for _r, e in group):
         return [group]  # cannot reach either bound: one record, bytes uncounted
