@@ -130,7 +130,7 @@ class RecordingTxn:
       when it took effect; :meth:`Durability.apply` commits the child.
     """
 
-    __slots__ = ("_appends", "_dbs", "_names", "child", "ops", "seq", "txn")
+    __slots__ = ("_appends", "_dbs", "_names", "_tables", "child", "ops", "seq", "txn")
 
     def __init__(self, txn: Any, names: dict[int, str]) -> None:
         self.txn = txn
@@ -140,13 +140,18 @@ class RecordingTxn:
         self._names = names  # sub-DB handle id -> name, to record a child's writes
         self._dbs: dict[str, Any] = {}
         self._appends = ""
+        self._tables: dict[str, list[tuple[bytes, bytes]]] | None = None
 
     @classmethod
-    def recorded(cls, txn: Any, ops: list[Op], dbs: dict[str, Any], appends: str) -> RecordingTxn:
+    def recorded(
+        cls, txn: Any, ops: list[Op], dbs: dict[str, Any], appends: str,
+        tables: dict[str, list[tuple[bytes, bytes]]] | None = None,
+    ) -> RecordingTxn:  # fmt: skip
         """Planned writes ``ops`` (``None`` values delete) for ``txn``; puts into ``appends`` append.
 
-        ``dbs`` maps the names in ``ops`` to their sub-DBs. A frame answered and
-        waiting for LMDB holds this object, its list and its ops, and no more.
+        ``dbs`` maps the names in ``ops`` to their sub-DBs; ``tables``, if given,
+        holds the same writes (puts only) by sub-DB. A frame answered and waiting
+        for LMDB holds this object, its lists and its ops, and no more.
         """
         self = cls.__new__(cls)
         self.txn = txn
@@ -156,6 +161,7 @@ class RecordingTxn:
         self._names = {}
         self._dbs = dbs
         self._appends = appends
+        self._tables = tables or None
         return self
 
     def put(
@@ -198,11 +204,13 @@ class RecordingTxn:
         by_name: dict[str, list[tuple[bytes, bytes | None]]] = {}
         deletes = False
         for each in txns:
+            tables = each._tables
+            if tables is not None:  # grouped by the planner: a list extend per table
+                for name, items in tables.items():
+                    by_name.setdefault(name, []).extend(items)
+                continue
             for name, key, value in each.ops:
-                pairs = by_name.get(name)
-                if pairs is None:
-                    pairs = by_name[name] = []
-                pairs.append((key, value))
+                by_name.setdefault(name, []).append((key, value))
                 deletes = deletes or value is None
         if deletes:
             for each in txns:

@@ -16,6 +16,8 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import repeat
+from operator import itemgetter
 
 from palyra.core.chain import record_body, record_head_of, record_row, text_bytes
 from palyra.journal import _env as names
@@ -35,6 +37,7 @@ EVENT_OVERHEAD = 128
 _SCOPE_MEMO = 4096
 
 _U64 = struct.Struct(">Q")
+_KEY, _VALUE = itemgetter(0), itemgetter(1)
 
 Chunk = list[tuple[Append, PreparedEvent]]
 
@@ -72,6 +75,8 @@ class CommitPlan:
         next_position: the position after the commit's last event.
         records: records written; ``record_bytes`` their stored size.
         rows: ``(table, key)`` of every entity row written.
+        tables: the same writes as ``ops``, by sub-DB, when every one is a put
+            of the journal's own tables (empty otherwise): applied a table at a time.
     """
 
     ops: list[Op]
@@ -86,6 +91,7 @@ class CommitPlan:
     records: int = 0
     record_bytes: int = 0
     rows: set[tuple[str, str]] = field(default_factory=set)
+    tables: dict[str, list[tuple[bytes, bytes]]] = field(default_factory=dict)
 
     @classmethod
     def empty(cls, head: bytes, next_position: int, ops: list[Op]) -> CommitPlan:
@@ -109,16 +115,21 @@ def plan_commit(requests: Sequence[Append], heads: Heads) -> CommitPlan:
     tape: list[tuple[bytes, bytes]] = []
     for chunk in layout(requests):
         _plan_record(plan, heads, chunk, answer_of, (events, by_session, tape))
-    ops = plan.ops
-    ops += [(names.EVENT_IDS, key, value) for key, value in plan.claims]
-    ops += [(names.EVENTS, key, value) for key, value in events]
-    ops += [(names.BY_SESSION, key, value) for key, value in by_session]
-    ops += [(names.TAPE, key, value) for key, value in tape]
+    ops, tables = plan.ops, plan.tables
+    for name, items in ((names.EVENT_IDS, plan.claims), (names.EVENTS, events),
+                        (names.BY_SESSION, by_session), (names.TAPE, tape)):  # fmt: skip
+        if items:
+            # Made in C (zip), not by bytecode per write: a commit of many appends
+            # has hundreds of id claims.
+            ops += zip(repeat(name), map(_KEY, items), map(_VALUE, items))
+            tables[name] = items
     for request in requests:  # entity rows in arrival order: the last queued writes last
         for event in request.events:
             for write in event.entity_writes:
                 ops.append((write.table, write.key.encode(), write.value))
                 plan.rows.add((write.table, write.key))
+    if plan.rows:
+        tables.clear()  # rows (deletes among them, maybe) keep the frame's order: ops only
     return plan
 
 

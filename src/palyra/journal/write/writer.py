@@ -40,6 +40,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 import lmdb
@@ -75,6 +76,7 @@ from palyra.journal.write.requests import Append, Checkpoint, Prune, Request, Wa
 # thread is the only writer), so a lone appender's commit reads neither back
 # from LMDB. Past this many entries a memory is dropped and refilled on demand.
 _MEMORY_LIMIT = 4096
+_KEY = itemgetter(0)
 
 
 @dataclass(slots=True)
@@ -218,7 +220,7 @@ class Writer:
                     return
             # The plan stays valid across a map resize or an LMDB commit: neither
             # moves a head or frees an id.
-            frame = self._retried(lambda: self._log(plan.ops))
+            frame = self._retried(lambda: self._log(plan.ops, plan.tables))
         except Exception as exc:
             fail(batch, exc)
             return
@@ -278,9 +280,9 @@ class Writer:
             seen.add(key)
         raise AssertionError("an event id clashed, but none is taken")
 
-    def _log(self, ops: list[Op]) -> RecordingTxn:
+    def _log(self, ops: list[Op], tables: Any = None) -> RecordingTxn:
         """Write ``ops`` as the next frame: durable (the commit point) on return."""
-        frame = RecordingTxn.recorded(self._pending.txn(), ops, self._env.dbs, names.EVENTS)
+        frame = RecordingTxn.recorded(self._pending.txn(), ops, self._env.dbs, names.EVENTS, tables)
         self._durable.log_frame(frame, settled=not self._pending.unsettled())
         return frame
 
@@ -310,7 +312,7 @@ class Writer:
         self.head = plan.head
         _remember(self._session_heads, plan.sessions)
         _remember(self._tape_next, plan.tape_next)
-        self._pending.add(frame, (key for key, _position in plan.claims))
+        self._pending.add(frame, map(_KEY, plan.claims))
 
     # --- the two requests that step out of the plan ----------------------
 
