@@ -38,7 +38,12 @@ class Append(Waiting):
         future: asyncio.Future[Any],
         events: list[PreparedEvent],
     ) -> None:
-        super().__init__(loop, future)
+        # Waiting's fields set here, not through super(): one append per call to
+        # the journal, so one call fewer on every caller's path.
+        self.loop = loop
+        self.future = future
+        self.result: Any = None
+        self.error: BaseException | None = None
         self.events = events
 
 
