@@ -16,6 +16,7 @@ from palyra.engine import EngineConfig
 from palyra.journal import JournalConfig
 from palyra.learning import LearningConfig
 from palyra.memory.config import MemoryConfig
+from palyra.ops.config import MetricsConfig, TracingConfig
 from palyra.policy import PolicyConfig
 from palyra.providers import ProviderConfig
 from palyra.tools import ToolsConfig
@@ -158,3 +159,5 @@ class PalyraConfig:
     learning: LearningConfig = dataclasses.field(default_factory=LearningConfig)
     memory: MemoryConfig = dataclasses.field(default_factory=MemoryConfig)
     channels: ChannelsConfig = dataclasses.field(default_factory=ChannelsConfig)
+    metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
+    tracing: TracingConfig = dataclasses.field(default_factory=TracingConfig)

@@ -1,0 +1,109 @@
+"""Span records → OpenTelemetry SDK spans, sampled and handed to an SDK span processor.
+
+The spans are not timed live by a tracer: they are folded from committed events
+(:mod:`palyra.ops.spans`), so their ids are the deterministic ones and their
+times are the journal's. This module only turns them into the SDK's
+``ReadableSpan`` and gives them to a processor: ``BatchSpanProcessor`` over the
+OTLP/HTTP exporter in the daemon, any exporter (the in-memory one in tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import Decision, TraceIdRatioBased
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from palyra.journal import JournalStore
+from palyra.ops.config import TracingConfig
+from palyra.ops.spans import CHAT, SpanFold, SpanRecord
+
+SCOPE = InstrumentationScope("palyra.journal", "1")
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_KINDS = {CHAT: SpanKind.CLIENT}
+
+
+def resource_for(service_name: str) -> Resource:
+    """The ``Resource`` every span of this daemon (or bundle) carries."""
+    return Resource.create({"service.name": service_name})
+
+
+def to_readable(record: SpanRecord, resource: Resource) -> ReadableSpan:
+    """The SDK span of a record (sampled flag set: only kept spans are built)."""
+    context = SpanContext(record.trace_id, record.span_id, is_remote=False, trace_flags=_SAMPLED)
+    parent = (SpanContext(record.trace_id, record.parent_id, is_remote=False,
+                          trace_flags=_SAMPLED) if record.parent_id is not None else None)
+    attributes = {"gen_ai.operation.name": record.operation, **record.attributes}
+    status = Status(StatusCode.ERROR, record.error) if record.error else Status(StatusCode.UNSET)
+    return ReadableSpan(
+        name=record.name, context=context, parent=parent, resource=resource,
+        attributes=attributes, kind=_KINDS.get(record.operation, SpanKind.INTERNAL),
+        status=status, start_time=record.start_ns, end_time=record.end_ns,
+        instrumentation_scope=SCOPE)
+
+
+class SpanSink:
+    """Samples records by trace id and gives the kept ones to ``processor``."""
+
+    def __init__(self, processor: SpanProcessor, *, sample_ratio: float = 1.0,
+                 service_name: str = "palyra") -> None:
+        self._processor = processor
+        self._sampler = TraceIdRatioBased(sample_ratio)
+        self._resource = resource_for(service_name)
+        self.emitted = 0
+
+    def emit(self, records: Iterable[SpanRecord]) -> None:
+        """Hand every sampled record to the processor."""
+        sampler, processor = self._sampler, self._processor
+        for record in records:
+            if sampler.should_sample(None, record.trace_id, record.name).decision \
+                    is Decision.DROP:
+                continue
+            processor.on_end(to_readable(record, self._resource))
+            self.emitted += 1
+
+    def shutdown(self) -> None:
+        """Flush and stop the processor (its exporter sends what is queued)."""
+        self._processor.shutdown()
+
+
+def otlp_sink(config: TracingConfig) -> SpanSink:
+    """The daemon's sink: batches to the OTLP/HTTP exporter, or to nowhere without an endpoint."""
+    exporter: SpanExporter
+    if config.otlp_endpoint:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        exporter = OTLPSpanExporter(endpoint=config.otlp_endpoint,
+                                    timeout=config.export_timeout_s)
+    else:
+        exporter = _Discard()
+    return SpanSink(BatchSpanProcessor(exporter), sample_ratio=config.sample_ratio,
+                    service_name=config.service_name)
+
+
+class _Discard(SpanExporter):
+    """Tracing on with no endpoint: spans are built and batched, then dropped."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        return None
+
+
+async def trace_journal(store: JournalStore, sink: SpanSink, after_position: int,
+                        fold: SpanFold | None = None) -> None:
+    """Fold every event committed after ``after_position`` into spans, until cancelled.
+
+    Runs beside the engine on the daemon's loop; it reads the writer's own live
+    event objects, so the commit path does no work for it.
+    """
+    fold = fold or SpanFold()
+    async for event in store.follow(after_position):
+        spans = fold.feed(event)
+        if spans:
+            sink.emit(spans)
