@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 
 from palyra_gen.palyra import v1 as pb
 from palyra_gen.services import PalyraServicesApp
@@ -30,15 +31,22 @@ class PalyraApp(RunsApi, SessionsApi, ApprovalsApi, JournalApi, TokensApi, Tasks
     iterator of requests). Errors are ``PalyraError`` with a stable code.
     """
 
+    readiness: Callable[[], Sequence[tuple[str, bool, str]]] | None = None
+    """The daemon's readiness checks as (name, ok, detail) (``palyra.ops.readiness``);
+    None: no checks, always ready (an app without a daemon around it)."""
+
     async def get_health(self, ctx: CallContext,
                          request: pb.GetHealthRequest) -> pb.GetHealthResponse:
-        """Service, version, uptime and journal head. Needs no auth."""
+        """Service, version, uptime, journal head and readiness. Needs no auth."""
         head = self.store.head()
+        checks = [pb.HealthCheck(name=name, ok=ok, detail=detail)
+                  for name, ok, detail in (self.readiness() if self.readiness else ())]
         return pb.GetHealthResponse(
             service="palyra", version=self.engine.config.service_version,
             uptime_ms=int((time.monotonic() - self.started) * 1000),
             journal_events=head.count, journal_head=head.head_hash,
-            journal_commits=self.store.stats().commits)
+            journal_commits=self.store.stats().commits,
+            ready=all(check.ok for check in checks), checks=checks)
 
 
 def serves_the_spec(app: PalyraApp) -> PalyraServicesApp[CallContext]:

@@ -27,6 +27,7 @@ from palyra.daemon.datadir import ensure_data_dir
 from palyra.daemon.discovery import DaemonInfo, remove_daemon_info, write_daemon_info
 from palyra.daemon.listen import bind_listener, bound_port
 from palyra.daemon.logs import configure_logging
+from palyra.daemon.operations import plain_routes, start_tracing
 from palyra.daemon.tokens import ADMIN_TOKEN_FILE, load_or_create_admin_token
 from palyra.daemon.wiring import VERSION, open_application
 from palyra.engine import live_run_ids
@@ -40,6 +41,7 @@ from palyra.journal import (
 from palyra.transport.auth import Authenticator
 from palyra.transport.grpc import GrpcGateway
 from palyra.transport.http import HttpGateway, IngressHandler, create_http_app
+from palyra.transport.streams import OpenStreams
 
 _log = structlog.get_logger("palyra.daemon")
 
@@ -79,11 +81,14 @@ async def run_daemon(
         stack.callback(grpc_sock.close)
         http_sock = bind_listener(config.http.host, config.http.port)
         stack.callback(http_sock.close)
+        streams = OpenStreams()
         grpc_gateway = GrpcGateway(app, authenticator=authenticator, make_ctx=make_ctx,
-                                   config=config.grpc, tape_stream=tape_stream(app))
+                                   config=config.grpc, tape_stream=tape_stream(app),
+                                   streams=streams)
         http_gateway = HttpGateway(
             create_http_app(app, authenticator=authenticator, make_ctx=make_ctx,
-                            config=config.http, ingress=_ingress_routes(app)),
+                            config=config.http, ingress=_ingress_routes(app),
+                            plain=plain_routes(app, config, streams), streams=streams),
             shutdown_grace_s=config.daemon.shutdown_grace_s, limits=config.http,
         )
         info = DaemonInfo(pid=pid, grpc_host=config.grpc.host, grpc_port=bound_port(grpc_sock),
@@ -95,6 +100,7 @@ async def run_daemon(
                                      name="checkpoints")
                       if config.daemon.checkpoint_interval_s > 0 else None)
             retention = _start_retention(tg, app.store, config.journal)
+            tracing = start_tracing(tg, app.store, config)
             tg.create_task(http_gateway.serve(http_sock), name="http")
             # What start-up built (modules, the policy set, the embedder's tables, the
             # engine graph) lives as long as the daemon: keep it out of the collector's
@@ -109,11 +115,13 @@ async def run_daemon(
                       data_dir=info.data_dir)
             await stop.wait()
             _log.info("daemon_draining")
-            for task in (signer, retention):  # the TaskGroup would otherwise wait on them
-                if task is not None:
+            for task in (signer, retention, tracing[0] if tracing else None):
+                if task is not None:  # the TaskGroup would otherwise wait on them
                     task.cancel()
             http_gateway.close()
             await _bounded(grpc_gateway.close(), config.daemon.shutdown_grace_s)
+        if tracing is not None:  # what the batch holds goes out before the exit
+            await asyncio.to_thread(tracing[1].shutdown)
         # Leaving the exit stack parks the engine's runs and closes the journal.
     _log.info("daemon_stopped")
     return 0

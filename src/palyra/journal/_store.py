@@ -9,6 +9,7 @@ from types import TracebackType
 from typing import Any
 
 from palyra.core.errors import ErrorCode, PalyraError, PalyraInternalError
+from palyra.core.histogram import Histogram
 from palyra.journal import _reads
 from palyra.journal._entity_cache import EntityCache
 from palyra.journal._env import JournalEnv
@@ -16,6 +17,7 @@ from palyra.journal._follow import FollowHub, Subscription, follow_batches, foll
 from palyra.journal._prepare import prepare
 from palyra.journal._prune import PruneOrder, PruneResult
 from palyra.journal._signing import Signer
+from palyra.journal._timings import CommitTimings
 from palyra.journal._types import (
     DEFAULT_MAX_TAPE_BYTES,
     Checkpoint,
@@ -310,6 +312,20 @@ class JournalStore:
             map_grows=self._env.map_grows,
             records=s.records if s else 0,
         )
+
+    def commit_timings(self) -> tuple[CommitTimings | None, Histogram | None]:
+        """The writer's per-commit histograms and the commit log's frame-write (fsync) one.
+
+        None where this store has no writer or no commit log (read-only, no sync).
+        """
+        durable = self._env.durable
+        return (self._writer.stats.timings if self._writer is not None else None,
+                durable.log.write_seconds if durable is not None else None)
+
+    def map_used(self) -> int:
+        """Bytes of the LMDB map in use (pages up to the last one written)."""
+        env = self._env.env
+        return (int(env.info()["last_pgno"]) + 1) * int(env.stat()["psize"])
 
     def close(self) -> None:
         """Commit what is queued, stop the writer, close LMDB and release the lock."""

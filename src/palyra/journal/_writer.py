@@ -64,6 +64,7 @@ from palyra.journal._record import (
     u64_key,
 )
 from palyra.journal._signing import Signer
+from palyra.journal._timings import CommitTimings
 from palyra.journal._types import NO_TAPE_SEQ, Checkpoint, EventDraft, StoredEvent
 
 MAX_RECORD_EVENTS = 1024
@@ -162,6 +163,7 @@ class WriterStats:
     max_batch_calls: int = 0
     records: int = 0
     lone_commits: int = 0  # commits that took Writer._commit_lone
+    timings: CommitTimings = field(default_factory=CommitTimings)
 
 
 _STOP = object()
@@ -276,6 +278,7 @@ class Writer:
             self._commit(batch)
 
     def _commit(self, batch: list[Request]) -> None:
+        began = time.perf_counter()
         if len(batch) == 1:
             request = batch[0]
             if (
@@ -285,6 +288,7 @@ class Writer:
                 and request.prune is None
                 and self._commit_lone(request, request.events[0])
             ):
+                self._timed(began, 1)
                 return
         live = batch
         env = self._env
@@ -305,6 +309,8 @@ class Writer:
         except Exception as exc:
             error = PalyraError(f"journal commit failed: {exc}", code=ErrorCode.UNAVAILABLE)
             error.__cause__ = exc
+            self.stats.timings.failures += 1
+            self.stats.timings.last_failure = str(exc)
             for request in batch:
                 request.error = error
             _resolve(batch)
@@ -322,6 +328,7 @@ class Writer:
         stats.appended_events += len(state.committed)
         stats.appended_bytes += state.record_bytes
         stats.records += state.records
+        self._timed(began, len(state.committed))
         # Followers first: once an append returns, its events are on their way
         # to every follower too (tests and callers may rely on that order).
         deliveries = (self._on_commit(_follower_items(state))
@@ -346,6 +353,12 @@ class Writer:
             self._answered_ids.update(txn.claimed)
             if not txn.deferred:
                 self._apply_answered()  # a child txn: commit it before the next begins
+
+    def _timed(self, began: float, events: int) -> None:
+        timings = self.stats.timings
+        timings.commit_seconds.observe(time.perf_counter() - began)
+        timings.batch_events.observe(events)
+        timings.last_failure = ""
 
     def _commit_lone(self, request: Request, event: PreparedEvent) -> bool:
         """A lone one-event append: its frame built straight from the event; False if it can't.
@@ -415,6 +428,8 @@ class Writer:
         except Exception as exc:
             error = PalyraError(f"journal commit failed: {exc}", code=ErrorCode.UNAVAILABLE)
             error.__cause__ = exc
+            self.stats.timings.failures += 1
+            self.stats.timings.last_failure = str(exc)
             request.error = error
             _resolve([request])
             return True

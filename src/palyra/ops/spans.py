@@ -10,19 +10,22 @@ values following the OpenTelemetry GenAI conventions:
 * ``execute_tool``: one tool call (its ``tool_proposal`` → ``tool_result``);
 * ``apply_guardrail``: the Cedar decision carried by a ``tool_proposal``.
 
-Ids come from (session id, journal position, span name) by SHA-256, so the same
-events give the same trace wherever they are folded: the live daemon and
+A run is one trace (its id from session and run id, so log lines can carry it
+before any span exists); span ids come from (session id, journal position, span
+name) by SHA-256 (:mod:`palyra.core.trace_ids`), so the same events give the
+same trace wherever they are folded: the live daemon and
 ``palyra journal traces --bundle F`` agree byte for byte. Times are the events'
 ``ts_ms``.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from palyra.core.trace_ids import derive_id, run_trace_id
 
 INVOKE_AGENT = "invoke_agent"
 CHAT = "chat"
@@ -72,13 +75,6 @@ class SpanRecord:
     position: int
     attributes: Mapping[str, str | int | bool | tuple[str, ...]]
     error: str = ""
-
-
-def derive_id(session_id: str, position: int, name: str, bits: int) -> int:
-    """A non-zero id of ``bits`` bits from (session, position, name)."""
-    digest = hashlib.sha256(f"{session_id}\x00{position}\x00{name}".encode()).digest()
-    value = int.from_bytes(digest[: bits // 8], "big")
-    return value or 1  # zero is OpenTelemetry's "invalid id"
 
 
 @dataclass(slots=True)
@@ -132,7 +128,7 @@ class SpanFold:
         if phase == _STARTED:
             sid, pos = event.session_id, event.position
             self._open[event.run_id] = _Open(
-                trace_id=derive_id(sid, pos, "trace", 128),
+                trace_id=run_trace_id(sid, event.run_id),
                 agent_id=derive_id(sid, pos, INVOKE_AGENT, 64),
                 start_ms=event.ts_ms, position=pos, session_id=sid)
             if len(self._open) > self._max_open:
