@@ -22,7 +22,7 @@ from palyra.providers import ProviderConfig
 from palyra.tools import ToolsConfig
 from palyra.watchdog import WatchdogConfig
 
-LogFormat: TypeAlias = Literal["kv", "json"]
+LogFormat: TypeAlias = Literal["kv", "json", "console"]
 LogLevel: TypeAlias = Literal["debug", "info", "warning", "error"]
 
 DEFAULT_GRPC_PORT = 7443
@@ -109,7 +109,8 @@ class LogConfig:
 
     Attributes:
         level: Minimum level emitted.
-        format: ``kv`` (key=value lines, the default) or ``json`` (one object per line).
+        format: ``kv`` (key=value lines, the default), ``json`` (one object per line)
+            or ``console`` (aligned, human-first lines).
     """
 
     level: LogLevel = "info"

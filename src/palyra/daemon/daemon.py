@@ -26,7 +26,7 @@ from palyra.config import PalyraConfig
 from palyra.daemon.datadir import ensure_data_dir
 from palyra.daemon.discovery import DaemonInfo, remove_daemon_info, write_daemon_info
 from palyra.daemon.listen import bind_listener, bound_port
-from palyra.daemon.logs import configure_logging
+from palyra.daemon.logs import configure_logging, daemon_secrets
 from palyra.daemon.operations import plain_routes, start_tracing
 from palyra.daemon.tokens import ADMIN_TOKEN_FILE, load_or_create_admin_token
 from palyra.daemon.wiring import VERSION, open_application
@@ -65,13 +65,14 @@ async def run_daemon(
     stop: asyncio.Event | None = None,
 ) -> int:
     """Serve until SIGINT/SIGTERM (or ``stop`` is set); return the exit code."""
-    configure_logging(config.log)
+    scrubber = configure_logging(config.log, daemon_secrets(config))
     ensure_data_dir(config.data_dir)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, _on_signal(signum, stop))
     admin_token = resolve_admin_token(config, out)
+    scrubber.add(admin_token)
     pid = os.getpid()
     async with contextlib.AsyncExitStack() as stack:
         app, make_ctx = await open_application(config, stack)
