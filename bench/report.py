@@ -153,6 +153,36 @@ def comparison(wire: dict[str, Any], inproc: dict[str, Any]) -> dict[str, float]
     }
 
 
+def ops_overhead(medians: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per instrumented mode: steps/s and CPU ms/step against the plain in-process run,
+    as overhead percentages (positive: slower / more CPU)."""
+    base = medians["inproc"]
+    out: dict[str, dict[str, float]] = {}
+    for kind, median in medians.items():
+        if kind == "inproc":
+            continue
+        rate, cpu = median["steps_per_s"], median["cpu_ms_per_step"]
+        out[kind] = {
+            "steps_per_s": rate, "steps_per_s_off": base["steps_per_s"],
+            "throughput_overhead_pct": round((1 - rate / base["steps_per_s"]) * 100, 2)
+            if base["steps_per_s"] else 0.0,
+            "cpu_overhead_pct": round((cpu / base["cpu_ms_per_step"] - 1) * 100, 2)
+            if base["cpu_ms_per_step"] else 0.0,
+        }
+    return out
+
+
+def ops_overhead_text(overhead: dict[str, dict[str, float]]) -> str:
+    """The overhead block printed after the three tables."""
+    lines = ["operations overhead, same sitting (medians; targets: metrics < 2 %, "
+             "tracing at 100 % sampling < 5 %)"]
+    for kind, o in overhead.items():
+        lines.append(f"  {kind}: {o['steps_per_s']:.1f} vs {o['steps_per_s_off']:.1f} steps/s "
+                     f"= {o['throughput_overhead_pct']:+.2f} % throughput, "
+                     f"{o['cpu_overhead_pct']:+.2f} % CPU/step")
+    return "\n".join(lines)
+
+
 def comparison_text(wire_name: str, wire: dict[str, Any], inproc: dict[str, Any],
                     ratios: dict[str, float]) -> str:
     """The ratio block printed after the two tables."""
