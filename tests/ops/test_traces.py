@@ -60,7 +60,7 @@ async def test_spans_have_the_genai_shape_and_point_at_their_events(
         event = events[int(attributes["palyra.journal.position"])]
         assert event.kind == _DESCRIBED[str(attributes["gen_ai.operation.name"])]
         assert attributes["palyra.run.id"] == event.run_id
-        assert attributes["palyra.session.id"] == event.session_id
+        assert attributes["gen_ai.conversation.id"] == event.session_id
         assert span.start_time is not None and span.end_time is not None
         assert span.start_time <= span.end_time
     for span in by_op["apply_guardrail"] + by_op["execute_tool"]:

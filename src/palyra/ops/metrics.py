@@ -27,7 +27,7 @@ from palyra.core.histogram import Histogram
 from palyra.engine import Engine
 from palyra.journal import JournalStore
 from palyra.memory.service import Memory
-from palyra.ops.event_metrics import EventMetrics
+from palyra.ops.event_metrics import EventMetrics, cumulative_buckets
 from palyra.tasks import TaskQueue
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -51,11 +51,11 @@ class DaemonMetrics:
     """One registry per daemon (no process-global state: tests run many daemons)."""
 
     def __init__(self, sources: MetricSources) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = CollectorRegistry(auto_describe=False)
         self._sources = sources
-        self._events = EventMetrics(self.registry, sources.models)
+        self.events = EventMetrics(sources.models)
         self._after = sources.store.head().count  # counters start with this daemon
-        self.registry.register(_LiveCollector(sources))
+        self.registry.register(_LiveCollector(sources, self.events))
 
     def catch_up(self) -> int:
         """Fold the events committed since the last call; returns how many."""
@@ -63,7 +63,7 @@ class DaemonMetrics:
         for _ in range(_MAX_PAGES_PER_SCRAPE):
             events = store.read_range(self._after, _PAGE)
             for event in events:
-                self._events.feed(event)
+                self.events.feed(event)
             if events:
                 self._after = events[-1].position
             folded += len(events)
@@ -78,13 +78,15 @@ class DaemonMetrics:
 
 
 class _LiveCollector(Collector):
-    def __init__(self, sources: MetricSources) -> None:
+    def __init__(self, sources: MetricSources, events: EventMetrics) -> None:
         self._s = sources
+        self._events = events
 
     def describe(self) -> list[Metric]:
         return []  # families depend on what is configured: collected, not described
 
     def collect(self) -> Iterator[Metric]:
+        yield from self._events.collect()
         yield from self._journal()
         if self._s.engine is not None:
             yield from self._runs(self._s.engine)
@@ -161,9 +163,5 @@ class _LiveCollector(Collector):
 
 
 def _histogram(name: str, text: str, source: Histogram) -> HistogramMetricFamily:
-    counts, running = list(source.counts), 0
-    buckets: list[tuple[str, float]] = []
-    for bound, count in zip((*map(str, source.bounds), "+Inf"), counts, strict=True):
-        running += count
-        buckets.append((bound, running))
-    return HistogramMetricFamily(name, text, buckets=buckets, sum_value=source.sum)
+    return HistogramMetricFamily(name, text, buckets=cumulative_buckets(source),
+                                 sum_value=source.sum)

@@ -167,7 +167,7 @@ class SpanFold:
             "gen_ai.usage.input_tokens": int(payload.get("inputTokens", 0)),
             "gen_ai.usage.output_tokens": int(payload.get("outputTokens", 0)),
             "gen_ai.response.finish_reasons": (str(payload.get("finishReason", "")),),
-            "palyra.turn": turn, "palyra.journal.start_position": start_pos,
+            "palyra.journal.start_position": start_pos,
         }
         return [SpanRecord(
             name=f"{CHAT} {provider}".strip(), operation=CHAT, trace_id=run.trace_id,
@@ -209,16 +209,15 @@ class SpanFold:
             end_ns=event.ts_ms * _NS_PER_MS, position=event.position,
             attributes={
                 **self._common(run, event), "gen_ai.tool.name": tool,
-                "gen_ai.tool.call.id": call_id, "gen_ai.tool.type": "function",
-                "palyra.tool.outcome": outcome, "palyra.journal.start_position": start_pos,
+                "gen_ai.tool.call.id": call_id, "palyra.tool.outcome": outcome, "palyra.journal.start_position": start_pos,
             },
             error="" if outcome == "ok" else outcome)]
 
     @staticmethod
     def _common(run: _Open, event: EventLike) -> dict[str, str | int | bool | tuple[str, ...]]:
+        # gen_ai.conversation.id is the session id (GenAI's name for it).
         attributes: dict[str, str | int | bool | tuple[str, ...]] = {
-            "gen_ai.conversation.id": run.session_id,
-            "palyra.session.id": run.session_id, "palyra.run.id": event.run_id,
+            "gen_ai.conversation.id": run.session_id, "palyra.run.id": event.run_id,
             "palyra.journal.position": event.position,
         }
         if run.policy_hash:
