@@ -6,6 +6,7 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -107,3 +108,24 @@ def test_ids_depend_on_session_and_position_only() -> None:
         return out
 
     assert fold() == fold() and fold()[0] != 0
+
+
+@pytest.mark.parametrize("ratio", [0.0, 0.5, 1.0])
+def test_sampling_follows_the_sdk_ratio_rule_per_trace(ratio: float) -> None:
+    from opentelemetry.sdk.trace.sampling import Decision, TraceIdRatioBased
+
+    from palyra.ops.spans import SpanRecord
+
+    records = [SpanRecord(name="chat", operation="chat", trace_id=(i * 0x9E3779B97F4A7C15) %
+                          (1 << 128) or 1, span_id=i + 1, parent_id=None, start_ns=0, end_ns=1,
+                          position=i, attributes={}) for i in range(400)]
+    exporter = InMemorySpanExporter()
+    SpanSink(SimpleSpanProcessor(exporter), sample_ratio=ratio).emit(records)
+    oracle = TraceIdRatioBased(ratio)
+    kept = {r.trace_id for r in records
+            if oracle.should_sample(None, r.trace_id, r.name).decision
+            is Decision.RECORD_AND_SAMPLE}
+    got = {s.context.trace_id for s in exporter.get_finished_spans() if s.context is not None}
+    assert got == kept
+    assert (len(kept) == 0) if ratio == 0 else (len(kept) == 400) if ratio == 1 else \
+        (100 < len(kept) < 300)

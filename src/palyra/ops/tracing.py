@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.sdk.trace.sampling import Decision, TraceIdRatioBased
+from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
@@ -25,6 +25,8 @@ from palyra.ops.spans import CHAT, SpanFold, SpanRecord
 SCOPE = InstrumentationScope("palyra.journal", "1")
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _KINDS = {CHAT: SpanKind.CLIENT}
+_MAX_PARENTS = 4096
+_UNSET = Status(StatusCode.UNSET)
 
 
 def resource_for(service_name: str) -> Resource:
@@ -32,13 +34,26 @@ def resource_for(service_name: str) -> Resource:
     return Resource.create({"service.name": service_name})
 
 
-def to_readable(record: SpanRecord, resource: Resource) -> ReadableSpan:
-    """The SDK span of a record (sampled flag set: only kept spans are built)."""
+def to_readable(record: SpanRecord, resource: Resource,
+                parents: dict[tuple[int, int], SpanContext] | None = None) -> ReadableSpan:
+    """The SDK span of a record (sampled flag set: only kept spans are built).
+
+    ``parents`` caches parent contexts: a run's spans share one parent.
+    """
     context = SpanContext(record.trace_id, record.span_id, is_remote=False, trace_flags=_SAMPLED)
-    parent = (SpanContext(record.trace_id, record.parent_id, is_remote=False,
-                          trace_flags=_SAMPLED) if record.parent_id is not None else None)
+    parent = None
+    if record.parent_id is not None:
+        key = (record.trace_id, record.parent_id)
+        parent = parents.get(key) if parents is not None else None
+        if parent is None:
+            parent = SpanContext(record.trace_id, record.parent_id, is_remote=False,
+                                 trace_flags=_SAMPLED)
+            if parents is not None:
+                if len(parents) >= _MAX_PARENTS:
+                    parents.clear()
+                parents[key] = parent
     attributes = {"gen_ai.operation.name": record.operation, **record.attributes}
-    status = Status(StatusCode.ERROR, record.error) if record.error else Status(StatusCode.UNSET)
+    status = Status(StatusCode.ERROR, record.error) if record.error else _UNSET
     return ReadableSpan(
         name=record.name, context=context, parent=parent, resource=resource,
         attributes=attributes, kind=_KINDS.get(record.operation, SpanKind.INTERNAL),
@@ -52,19 +67,21 @@ class SpanSink:
     def __init__(self, processor: SpanProcessor, *, sample_ratio: float = 1.0,
                  service_name: str = "palyra") -> None:
         self._processor = processor
-        self._sampler = TraceIdRatioBased(sample_ratio)
+        # The SDK's TraceIdRatioBased rule (low 64 bits of the trace id under its
+        # bound), applied without building a SamplingResult per span.
+        sampler = TraceIdRatioBased(sample_ratio)
+        self._limit, self._bound = sampler.TRACE_ID_LIMIT, sampler.bound
         self._resource = resource_for(service_name)
+        self._parents: dict[tuple[int, int], SpanContext] = {}
         self.emitted = 0
 
     def emit(self, records: Iterable[SpanRecord]) -> None:
         """Hand every sampled record to the processor."""
-        sampler, processor = self._sampler, self._processor
+        limit, bound, on_end = self._limit, self._bound, self._processor.on_end
         for record in records:
-            if sampler.should_sample(None, record.trace_id, record.name).decision \
-                    is Decision.DROP:
-                continue
-            processor.on_end(to_readable(record, self._resource))
-            self.emitted += 1
+            if record.trace_id & limit < bound:
+                on_end(to_readable(record, self._resource, self._parents))
+                self.emitted += 1
 
     def shutdown(self) -> None:
         """Flush and stop the processor (its exporter sends what is queued)."""
