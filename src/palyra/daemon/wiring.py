@@ -90,6 +90,10 @@ async def open_application(
     stack.push_async_callback(memory.aclose)
     _log.info("memory embedder", space=memory.status().space,
               remote=memory.status().remote)
+    if config.memory.embedder == "wordllama" and "wordllama" not in memory.status().space:
+        # Never a silent fallback: search quality drops to hashed bags of words.
+        _log.warning("embedder_fallback", configured="wordllama", loaded=memory.status().space,
+                     fix="install the wordllama package, or set [memory] embedder = \"hash\"")
     policy, tools = GatePolicy(gate, registry), RegistryTools(registry, workspace)
     engine = Engine(store, provider, policy, tools, config.engine,
                     context=InputAssembly([AgentPrompt(AgentRegistry(store)),

@@ -168,7 +168,7 @@ def embedder_check(config: PalyraConfig, env: Mapping[str, str]) -> Check:
         embedder = build_embedder(config.memory, env)
     except (PalyraError, ValueError, OSError) as exc:
         return Check("embedder", False, f"{config.memory.embedder}: {exc}")
-    space = str(getattr(embedder, "space", type(embedder).__name__))
+    space = str(getattr(embedder, "name", type(embedder).__name__))
     if config.memory.embedder == "wordllama" and "wordllama" not in space.lower():
         return Check("embedder", False, f"wordllama is configured but {space} loaded: memory "
                                         "search would run on the hash fallback")
