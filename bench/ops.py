@@ -1,7 +1,7 @@
 """``--ops``: the tool-loop bench with metrics and tracing on, beside the same run with them off.
 
 ``metrics``: the daemon's :class:`~palyra.ops.metrics.DaemonMetrics` on the
-measured store and engine, scraped every ``SCRAPE_EVERY_S`` (15 times more often
+measured store and engine, drained as in the daemon and scraped every ``SCRAPE_EVERY_S`` (15 times more often
 than Prometheus' default 15 s, so the fold's cost shows). ``tracing``: the span
 follower at 100 % sampling into the SDK's ``BatchSpanProcessor``, whose exporter
 encodes every batch as OTLP protobuf (the OTLP/HTTP exporter's own encoder) and
@@ -59,12 +59,14 @@ async def operations(driver: InProcessDriver, mode: str) -> AsyncIterator[dict[s
                 counters["scrape_bytes"] = len(metrics.scrape())
                 counters["scrapes"] = counters.get("scrapes", 0) + 1
 
-        task = asyncio.create_task(scrape_every())
+        tasks = [asyncio.create_task(scrape_every()), asyncio.create_task(metrics.drain_every())]
         try:
             yield counters
         finally:
-            task.cancel()
+            for task in tasks:
+                task.cancel()
             counters["scrape_bytes"] = len(metrics.scrape())  # what was left is folded too
+            metrics.close()
         return
     exporter = EncodeOnly()
     sink = SpanSink(BatchSpanProcessor(exporter))

@@ -27,7 +27,7 @@ from palyra.daemon.datadir import ensure_data_dir
 from palyra.daemon.discovery import DaemonInfo, remove_daemon_info, write_daemon_info
 from palyra.daemon.listen import bind_listener, bound_port
 from palyra.daemon.logs import configure_logging, daemon_secrets
-from palyra.daemon.operations import plain_routes, start_tracing
+from palyra.daemon.operations import daemon_metrics, plain_routes, start_tracing
 from palyra.daemon.tokens import ADMIN_TOKEN_FILE, load_or_create_admin_token
 from palyra.daemon.wiring import VERSION, open_application
 from palyra.engine import live_run_ids
@@ -83,13 +83,14 @@ async def run_daemon(
         http_sock = bind_listener(config.http.host, config.http.port)
         stack.callback(http_sock.close)
         streams = OpenStreams()
+        metrics = daemon_metrics(app, config, streams)
         grpc_gateway = GrpcGateway(app, authenticator=authenticator, make_ctx=make_ctx,
                                    config=config.grpc, tape_stream=tape_stream(app),
                                    streams=streams)
         http_gateway = HttpGateway(
             create_http_app(app, authenticator=authenticator, make_ctx=make_ctx,
                             config=config.http, ingress=_ingress_routes(app),
-                            plain=plain_routes(app, config, streams), streams=streams),
+                            plain=plain_routes(app, config, metrics), streams=streams),
             shutdown_grace_s=config.daemon.shutdown_grace_s, limits=config.http,
         )
         info = DaemonInfo(pid=pid, grpc_host=config.grpc.host, grpc_port=bound_port(grpc_sock),
@@ -102,6 +103,8 @@ async def run_daemon(
                       if config.daemon.checkpoint_interval_s > 0 else None)
             retention = _start_retention(tg, app.store, config.journal)
             tracing = start_tracing(tg, app.store, config)
+            drain = (tg.create_task(metrics.drain_every(), name="metrics")
+                     if metrics is not None else None)
             tg.create_task(http_gateway.serve(http_sock), name="http")
             # What start-up built (modules, the policy set, the embedder's tables, the
             # engine graph) lives as long as the daemon: keep it out of the collector's
@@ -116,7 +119,7 @@ async def run_daemon(
                       data_dir=info.data_dir)
             await stop.wait()
             _log.info("daemon_draining")
-            for task in (signer, retention, tracing[0] if tracing else None):
+            for task in (signer, retention, drain, tracing[0] if tracing else None):
                 if task is not None:  # the TaskGroup would otherwise wait on them
                     task.cancel()
             http_gateway.close()

@@ -28,15 +28,22 @@ _log = structlog.get_logger("palyra.daemon")
 _json = msgspec.json.Encoder()
 
 
+def daemon_metrics(app: PalyraApp, config: PalyraConfig,
+                   streams: OpenStreams) -> DaemonMetrics | None:
+    """The metrics when ``[metrics] enabled`` (their drain task is the caller's to run)."""
+    if not config.metrics.enabled:
+        return None
+    return DaemonMetrics(MetricSources(
+        store=app.store, engine=app.engine, tasks=app.tasks, memory=app.memory,
+        streams_open=streams.snapshot,
+        models={config.provider.kind: config.provider.model or config.provider.kind}))
+
+
 def plain_routes(app: PalyraApp, config: PalyraConfig,
-                 streams: OpenStreams) -> dict[str, PlainHandler]:
-    """``/readyz`` always; the metrics path when ``[metrics] enabled``."""
+                 metrics: DaemonMetrics | None) -> dict[str, PlainHandler]:
+    """``/readyz`` always; the metrics path with ``metrics``."""
     routes: dict[str, PlainHandler] = {READY_PATH: _readyz(app)}
-    if config.metrics.enabled:
-        metrics = DaemonMetrics(MetricSources(
-            store=app.store, engine=app.engine, tasks=app.tasks, memory=app.memory,
-            streams_open=streams.snapshot,
-            models={config.provider.kind: config.provider.model or config.provider.kind}))
+    if metrics is not None:
         routes[config.metrics.path] = _metrics(metrics, config.metrics.token)
     return routes
 

@@ -295,6 +295,17 @@ class JournalStore:
         """
         return self._hub.subscribe(run_id)
 
+    def subscribe_all(self, max_events: int, max_bytes: int) -> Subscription:
+        """Buffer every committed event from now on, without waking anyone.
+
+        For a reader that drains at its own pace (``/metrics``): the writer's own
+        event objects, no store read. Bounded by ``max_events``/``max_bytes``: past
+        them the buffer is dropped and ``overflowed`` set; the reader then reads the store.
+        """
+        subscription = self._hub.subscribe(None)
+        subscription.max_events, subscription.max_bytes = max_events, max_bytes
+        return subscription
+
     def unsubscribe(self, subscription: Subscription) -> None:
         """Drop a subscription (again is harmless)."""
         self._hub.unsubscribe(subscription)
