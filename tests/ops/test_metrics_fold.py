@@ -16,10 +16,10 @@ async def test_an_overflowed_live_buffer_falls_back_to_the_store(
     await run_with_approvals(palyra, steps=1, key="before")  # not counted: before the metrics
     live = DaemonMetrics(MetricSources(store=store, engine=palyra.engine))
     overflowing = DaemonMetrics(MetricSources(store=store, engine=palyra.engine))
-    overflowing._live.max_events = 4  # a drain that comes too late: the buffer is dropped
+    overflowing._tail._live.max_events = 4  # a drain that comes too late: the buffer is dropped
     started = store.head().count
     await run_with_approvals(palyra, steps=3)
-    assert overflowing._live.overflowed and not live._live.overflowed
+    assert overflowing._tail.overflowed and not live._tail.overflowed
     folded = live.catch_up(), overflowing.catch_up()
     assert folded[0] == folded[1] == store.head().count - started > 20
     for family, labels in ((STEPS, ()), (TOOL_CALLS, ("add", "ok")), (ASKED, ()),

@@ -1,7 +1,7 @@
 """The Prometheus exposition: journal-derived metrics plus live gauges, built at scrape time.
 
 :meth:`DaemonMetrics.scrape` first folds the events committed since the last
-scrape (:class:`~palyra.ops.event_metrics.EventMetrics`), then renders the
+scrape (drained from the writer's live events, :mod:`palyra.ops.tail`) (:class:`~palyra.ops.event_metrics.EventMetrics`), then renders the
 registry; the live gauges (runs by state, approvals pending, the journal's
 own counters and commit histograms, map use, open streams, queue depths,
 memory) are read from the objects that already hold them. Nothing is counted
@@ -29,16 +29,11 @@ from palyra.engine import Engine
 from palyra.journal import JournalStore
 from palyra.memory.service import Memory
 from palyra.ops.event_metrics import EventMetrics, cumulative_buckets
+from palyra.ops.tail import JournalTail
 from palyra.tasks import TaskQueue
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-_PAGE = 1000
-# What the live buffer holds between drains (drain_every: a quarter second of a busy
-# daemon); past it the drain reads the store instead.
-_LIVE_EVENTS = 8192
-_LIVE_BYTES = 8 * 1024 * 1024
-DRAIN_EVERY_S = 0.25
-_MAX_PAGES_PER_SCRAPE = 200  # a store read folds 200k events at most, the rest next time
+DRAIN_EVERY_S = 0.25  # the tail's buffer holds about this much of a busy daemon
 
 
 @dataclass
@@ -60,26 +55,16 @@ class DaemonMetrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self._sources = sources
         self.events = EventMetrics(sources.models)
-        # The writer's live events, drained at scrape; the store only after an overflow.
-        self._live = sources.store.subscribe_all(_LIVE_EVENTS, _LIVE_BYTES)
-        self._after = sources.store.head().count  # counters start with this daemon
+        self._tail = JournalTail(sources.store)  # counters start at the head, with this daemon
         self.registry.register(_LiveCollector(sources, self.events))
 
     def catch_up(self) -> int:
         """Fold the events committed since the last call; returns how many."""
-        live, folded = self._live, 0
-        if live.overflowed:
-            live.reset()
-            folded += self._read_store()
-        feed, after = self.events.feed, self._after
-        while live.buffer:
-            event = live.take()
-            if event.position > after:  # a store read may have folded it already
-                feed(event)
-                after = event.position
-                folded += 1
-        self._after = after
-        return folded
+        events = self._tail.take()
+        feed = self.events.feed
+        for event in events:
+            feed(event)
+        return len(events)
 
     async def drain_every(self, seconds: float = DRAIN_EVERY_S) -> None:
         """Fold what was committed every ``seconds`` until cancelled (keeps the live buffer
@@ -90,20 +75,7 @@ class DaemonMetrics:
 
     def close(self) -> None:
         """Stop buffering (the store's close ends it too)."""
-        self._sources.store.unsubscribe(self._live)
-
-    def _read_store(self) -> int:
-        store, folded = self._sources.store, 0
-        for _ in range(_MAX_PAGES_PER_SCRAPE):
-            events = store.read_range(self._after, _PAGE)
-            for event in events:
-                self.events.feed(event)
-            if events:
-                self._after = events[-1].position
-            folded += len(events)
-            if len(events) < _PAGE:
-                break
-        return folded
+        self._tail.close()
 
     def scrape(self) -> bytes:
         """The Prometheus text exposition, current to the last commit."""

@@ -9,6 +9,7 @@ OTLP/HTTP exporter in the daemon, any exporter (the in-memory one in tests).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 
 from opentelemetry.sdk.resources import Resource
@@ -21,6 +22,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from palyra.journal import JournalStore
 from palyra.ops.config import TracingConfig
 from palyra.ops.spans import CHAT, SpanFold, SpanRecord
+from palyra.ops.tail import JournalTail
 
 SCOPE = InstrumentationScope("palyra.journal", "1")
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
@@ -112,15 +114,27 @@ class _Discard(SpanExporter):
         return None
 
 
-async def trace_journal(store: JournalStore, sink: SpanSink, after_position: int,
-                        fold: SpanFold | None = None) -> None:
-    """Fold every event committed after ``after_position`` into spans, until cancelled.
+FOLD_EVERY_S = 0.1
 
-    Runs beside the engine on the daemon's loop; it reads the writer's own live
-    event objects, so the commit path does no work for it.
+
+async def trace_journal(store: JournalStore, sink: SpanSink, after_position: int | None = None,
+                        fold: SpanFold | None = None, every_s: float = FOLD_EVERY_S) -> None:
+    """Fold every event committed after ``after_position`` (default: the head now) into
+    spans, every ``every_s``, until cancelled.
+
+    Runs beside the engine on the daemon's loop; it takes the writer's own live
+    event objects in batches (:class:`~palyra.ops.tail.JournalTail`), so the commit
+    path does no work for it and no commit wakes it.
     """
     fold = fold or SpanFold()
-    async for event in store.follow(after_position):
-        spans = fold.feed(event)
-        if spans:
-            sink.emit(spans)
+    tail = JournalTail(store, after_position)
+    try:
+        while True:
+            await asyncio.sleep(every_s)
+            spans: list[SpanRecord] = []
+            for event in tail.take():
+                spans += fold.feed(event)
+            if spans:
+                sink.emit(spans)
+    finally:
+        tail.close()
