@@ -153,23 +153,33 @@ def comparison(wire: dict[str, Any], inproc: dict[str, Any]) -> dict[str, float]
     }
 
 
-def ops_overhead(medians: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per instrumented mode: steps/s and CPU ms/step against the plain in-process run,
-    as overhead percentages (positive: slower / more CPU)."""
-    base = medians["inproc"]
+def ops_overhead(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per instrumented mode, against the plain in-process run, as overhead percentages
+    (positive: slower / more CPU): of the medians, and the median of the per-repeat
+    ratios (each instrumented run against the plain run of its own repeat, which
+    cancels the load drifting between repeats)."""
+    base = results["inproc"]
     out: dict[str, dict[str, float]] = {}
-    for kind, median in medians.items():
+    for kind, result in results.items():
         if kind == "inproc":
             continue
-        rate, cpu = median["steps_per_s"], median["cpu_ms_per_step"]
+        median, off = result["median"], base["median"]
+        pairs = list(zip(result["runs"], base["runs"], strict=False))
         out[kind] = {
-            "steps_per_s": rate, "steps_per_s_off": base["steps_per_s"],
-            "throughput_overhead_pct": round((1 - rate / base["steps_per_s"]) * 100, 2)
-            if base["steps_per_s"] else 0.0,
-            "cpu_overhead_pct": round((cpu / base["cpu_ms_per_step"] - 1) * 100, 2)
-            if base["cpu_ms_per_step"] else 0.0,
+            "steps_per_s": median["steps_per_s"], "steps_per_s_off": off["steps_per_s"],
+            "throughput_overhead_pct": _overhead(off["steps_per_s"], median["steps_per_s"]),
+            "cpu_overhead_pct": _overhead(median["cpu_ms_per_step"], off["cpu_ms_per_step"]),
+            "paired_throughput_overhead_pct": statistics.median(
+                _overhead(b["steps_per_s"], r["steps_per_s"]) for r, b in pairs),
+            "paired_cpu_overhead_pct": statistics.median(
+                _overhead(r["cpu_ms_per_step"], b["cpu_ms_per_step"]) for r, b in pairs),
         }
     return out
+
+
+def _overhead(more: float, less: float) -> float:
+    """``more / less - 1`` in percent (0 when ``less`` is 0)."""
+    return round((more / less - 1) * 100, 2) if less else 0.0
 
 
 def ops_overhead_text(overhead: dict[str, dict[str, float]]) -> str:
@@ -179,7 +189,9 @@ def ops_overhead_text(overhead: dict[str, dict[str, float]]) -> str:
     for kind, o in overhead.items():
         lines.append(f"  {kind}: {o['steps_per_s']:.1f} vs {o['steps_per_s_off']:.1f} steps/s "
                      f"= {o['throughput_overhead_pct']:+.2f} % throughput, "
-                     f"{o['cpu_overhead_pct']:+.2f} % CPU/step")
+                     f"{o['cpu_overhead_pct']:+.2f} % CPU/step; per repeat (median of "
+                     f"pairs): {o['paired_throughput_overhead_pct']:+.2f} % throughput, "
+                     f"{o['paired_cpu_overhead_pct']:+.2f} % CPU/step")
     return "\n".join(lines)
 
 

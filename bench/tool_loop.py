@@ -125,8 +125,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
                     for kind, rs in runs.items()},
     }
     if args.ops == "compare":
-        document["ops_overhead"] = report.ops_overhead(
-            {kind: result["median"] for kind, result in document["results"].items()})
+        document["ops_overhead"] = report.ops_overhead(document["results"])
     if args.transport != "inproc" and args.compare_inproc:
         document["comparison"] = report.comparison(
             document["results"][args.transport]["median"], document["results"]["inproc"]["median"])
