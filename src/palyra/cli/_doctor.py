@@ -27,8 +27,7 @@ from palyra.ops.readiness import Check
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``doctor``."""
     parser = commands.add_parser(
-        "doctor", help="check the config, ports, data dir, disk, clock, embedder, endpoints, "
-                       "policies and journal",
+        "doctor", help="check a set-up: config, ports, disk, journal, endpoints",
         description="Check what a palyra set-up gets wrong, one line per check; exit status "
                     "1 when any check fails. Safe beside a running daemon (read-only).")
     parser.add_argument("--config", type=Path, help="TOML config file (or $PALYRA_CONFIG)")
