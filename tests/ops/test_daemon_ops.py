@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -20,6 +21,20 @@ METRICS_TOKEN = "scrape-token-of-the-tests"
 USER = {"x-palyra-principal": "user:ops", "x-palyra-device-id": "01J00000000000000000000000"}
 ADMIN = {"x-palyra-principal": "admin:ops", "x-palyra-device-id": "01J00000000000000000000000"}
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+OPERATIONS_DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+# Labelled families with nothing to show after one run (no live run or queued task at the
+# scrape, no channel message, incident or memory change): no sample, so not exposed.
+_NOT_IN_A_PLAIN_RUN = {"palyra_runs", "palyra_run_phase", "palyra_tasks_queued",
+                       "palyra_channel_messages_total", "palyra_watchdog_incidents_total",
+                       "palyra_memory_changes_total"}
+
+
+def _family(sample: str) -> str:
+    """The documented family name of a sample (``x_total`` → ``x_total``, ``h_bucket`` → ``h``)."""
+    for suffix in ("_bucket", "_count", "_sum", "_created"):
+        if sample.endswith(suffix):
+            return sample.removesuffix(suffix)
+    return sample
 
 
 @pytest.fixture
@@ -110,6 +125,11 @@ async def test_metrics_move_across_a_tool_loop_with_approvals(
                  "palyra_journal_commit_batch_events_count"):
         assert moved(name) > 0, name
     assert _get(after, "palyra_journal_map_used_bytes") > 0
+    documented = set(re.findall(r"^\| `((?:palyra|gen_ai)_[a-z_]+)` \|",
+                                OPERATIONS_DOC.read_text(), re.M))
+    exposed = {_family(name) for name, _labels in after}
+    assert exposed <= documented, exposed - documented  # docs/operations.md lists each one
+    assert documented - exposed == _NOT_IN_A_PLAIN_RUN, documented - exposed
     assert _get(after, "palyra_approvals_pending") == 0
     assert ("palyra_streams_open", frozenset({("transport", "sse")})) in after
 

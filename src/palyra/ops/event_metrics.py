@@ -128,11 +128,15 @@ class EventMetrics:
         """The Prometheus families, from the dicts as they stand."""
         for family, values in self._counts.items():
             counter = CounterMetricFamily(family.name, family.help, labels=family.labels)
+            if not family.labels and () not in values:
+                counter.add_metric((), 0.0)  # an unlabelled counter exists from the start
             for labels, value in sorted(values.items()):
                 counter.add_metric(labels, value)
             yield counter
         for family, hists in self._hists.items():
             histogram = HistogramMetricFamily(family.name, family.help, labels=family.labels)
+            if not family.labels and () not in hists:
+                hists = {(): Histogram(family.buckets)}
             for labels, hist in sorted(hists.items()):
                 histogram.add_metric(list(labels), cumulative_buckets(hist),
                                      sum_value=hist.sum)
