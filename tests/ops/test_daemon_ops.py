@@ -160,6 +160,11 @@ async def test_readyz_is_503_while_the_journal_cannot_commit(
     await asyncio.sleep(1.1)
     back = await client.get("/readyz")
     assert back.status_code == 200, back.text
+    # Operators also get the doctor's in-daemon checks; other callers do not.
+    details = (await client.get("/healthz", headers=ADMIN)).json()["details"]
+    assert [(d["name"], d.get("ok", False)) for d in details] == [
+        ("data_dir", True), ("disk", True), ("embedder", True)], details
+    assert "details" not in (await client.get("/healthz", headers=USER)).json()
     run = await client.post("/v1/runs", headers=USER, json={
         "input": {"text": "hello"}, "complete": True, "wait": True})
     assert run.json()["run"]["state"] == "RUN_STATE_DONE", run.text

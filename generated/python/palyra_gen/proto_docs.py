@@ -106,6 +106,7 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.GatewayService.SetToolPosture": "Set or clear a per-session tool posture (e.g. make `add` ask each time).",
     "palyra.v1.GatewayService.WatchRun": "Replay a run's tape from a cursor, then follow live events until the run ends.\nOver HTTP: SSE with `id: <tape_seq>`, honouring Last-Event-ID.",
     "palyra.v1.GetHealthResponse.checks": "Every readiness check, in a fixed order; the failing ones say why.",
+    "palyra.v1.GetHealthResponse.details": "For an authenticated operator only (empty otherwise): `palyra doctor`'s checks that\ncan be run cheaply inside the daemon (data_dir, disk, embedder). They do not\ndecide `ready`.",
     "palyra.v1.GetHealthResponse.journal_commits": "Durable journal commits since this daemon started; with group commit many\nevents share one. Benchmarks read it to report commits per step.",
     "palyra.v1.GetHealthResponse.ready": "Readiness, as `/readyz` answers it (docs/operations.md): false until recovery\nhas finished, while the journal cannot commit, when its map is near its limit\nwith no room to grow, or when no policy set is loaded. `/healthz` (this RPC)\nstill answers 200 then: it is the liveness check.",
     "palyra.v1.GetJournalHeadResponse.pruned_through": "Positions 1..pruned_through were pruned by retention (0: none); a cursor\nbelow it gets CURSOR_TRUNCATED.",

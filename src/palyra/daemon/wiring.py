@@ -47,6 +47,7 @@ from palyra.learning import TASK_KIND as REFLECTION_TASK
 from palyra.learning import Learning
 from palyra.memory.factory import build_embedder
 from palyra.memory.service import Memory
+from palyra.ops.doctor import daemon_details
 from palyra.ops.readiness import Readiness
 from palyra.policy import PolicyGate
 from palyra.providers import build_provider
@@ -135,6 +136,9 @@ async def open_application(
     readiness = Readiness(store, lambda: gate.policy_hash)
     readiness.recovered = True  # engine.recover() and the task queue's start returned
     app.readiness = lambda: [(c.name, c.ok, c.detail) for c in readiness.checks()]
+    app.health_details = lambda: [
+        (c.name, c.ok, c.detail) for c in daemon_details(
+            config.data_dir, config.memory.embedder, lambda: memory.status().space)]
     return app, CallContext.from_caller
 
 

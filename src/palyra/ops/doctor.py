@@ -175,6 +175,21 @@ def embedder_check(config: PalyraConfig, env: Mapping[str, str]) -> Check:
     return Check("embedder", True, f"{config.memory.embedder} loads ({space})")
 
 
+def loaded_embedder_check(configured: str, space: str) -> Check:
+    """In the daemon: the embedder memory runs on is the configured one."""
+    if configured == "wordllama" and "wordllama" not in space:
+        return Check("embedder", False, f"wordllama is configured but {space} is in use: memory "
+                                        "search runs on the hash fallback")
+    return Check("embedder", True, f"{configured} in use ({space})")
+
+
+def daemon_details(data_dir: Path, configured_embedder: str,
+                   space: Callable[[], str]) -> list[Check]:
+    """The doctor's checks cheap enough for every operator ``GetHealth``."""
+    return [data_dir_check(data_dir), disk_check(data_dir),
+            loaded_embedder_check(configured_embedder, space())]
+
+
 def policy_check(config: PalyraConfig) -> Check:
     """The Cedar policy set (shipped defaults and ``policies/*.cedar``) loads."""
     from palyra.policy import PolicyGate

@@ -79,6 +79,15 @@ export declare type GetHealthResponse = Message<"palyra.v1.GetHealthResponse"> &
    * @generated from field: repeated palyra.v1.HealthCheck checks = 8;
    */
   checks: HealthCheck[];
+
+  /**
+   * For an authenticated operator only (empty otherwise): `palyra doctor`'s checks that
+   * can be run cheaply inside the daemon (data_dir, disk, embedder). They do not
+   * decide `ready`.
+   *
+   * @generated from field: repeated palyra.v1.HealthCheck details = 9;
+   */
+  details: HealthCheck[];
 };
 
 /**

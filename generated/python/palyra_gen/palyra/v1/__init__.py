@@ -1747,6 +1747,13 @@ class GetHealthResponse(betterproto2.Message):
     Every readiness check, in a fixed order; the failing ones say why.
     """
 
+    details: "list[HealthCheck]" = betterproto2.field(9, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    For an authenticated operator only (empty otherwise): `palyra doctor`'s checks that
+    can be run cheaply inside the daemon (data_dir, disk, embedder). They do not
+    decide `ready`.
+    """
+
 
 default_message_pool.register_message("palyra.v1", "GetHealthResponse", GetHealthResponse)
 
