@@ -81,6 +81,11 @@ class InProcessDriver:
             approval_id=approval_id, decision=pb.ApprovalDecision.APPROVE,
             scope=pb.ApprovalScope.ONCE, reason="bench"))
 
+    @property
+    def app(self) -> PalyraApp:
+        """The app the driver calls (the ``--ops`` modes read its engine)."""
+        return self._app
+
     def storage_effective(self) -> dict[str, Any]:
         """The store's durability settings as LMDB reports them."""
         flags = self.store.env.env.flags()

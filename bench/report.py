@@ -153,6 +153,48 @@ def comparison(wire: dict[str, Any], inproc: dict[str, Any]) -> dict[str, float]
     }
 
 
+def ops_overhead(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per instrumented mode, against the plain in-process run, as overhead percentages
+    (positive: slower / more CPU): of the medians, and the median of the per-repeat
+    ratios (each instrumented run against the plain run of its own repeat, which
+    cancels the load drifting between repeats)."""
+    base = results["inproc"]
+    out: dict[str, dict[str, float]] = {}
+    for kind, result in results.items():
+        if kind == "inproc":
+            continue
+        median, off = result["median"], base["median"]
+        pairs = list(zip(result["runs"], base["runs"], strict=False))
+        out[kind] = {
+            "steps_per_s": median["steps_per_s"], "steps_per_s_off": off["steps_per_s"],
+            "throughput_overhead_pct": _overhead(off["steps_per_s"], median["steps_per_s"]),
+            "cpu_overhead_pct": _overhead(median["cpu_ms_per_step"], off["cpu_ms_per_step"]),
+            "paired_throughput_overhead_pct": statistics.median(
+                _overhead(b["steps_per_s"], r["steps_per_s"]) for r, b in pairs),
+            "paired_cpu_overhead_pct": statistics.median(
+                _overhead(r["cpu_ms_per_step"], b["cpu_ms_per_step"]) for r, b in pairs),
+        }
+    return out
+
+
+def _overhead(more: float, less: float) -> float:
+    """``more / less - 1`` in percent (0 when ``less`` is 0)."""
+    return round((more / less - 1) * 100, 2) if less else 0.0
+
+
+def ops_overhead_text(overhead: dict[str, dict[str, float]]) -> str:
+    """The overhead block printed after the three tables."""
+    lines = ["operations overhead, same sitting (medians; targets: metrics < 2 %, "
+             "tracing at 100 % sampling < 5 %)"]
+    for kind, o in overhead.items():
+        lines.append(f"  {kind}: {o['steps_per_s']:.1f} vs {o['steps_per_s_off']:.1f} steps/s "
+                     f"= {o['throughput_overhead_pct']:+.2f} % throughput, "
+                     f"{o['cpu_overhead_pct']:+.2f} % CPU/step; per repeat (median of "
+                     f"pairs): {o['paired_throughput_overhead_pct']:+.2f} % throughput, "
+                     f"{o['paired_cpu_overhead_pct']:+.2f} % CPU/step")
+    return "\n".join(lines)
+
+
 def comparison_text(wire_name: str, wire: dict[str, Any], inproc: dict[str, Any],
                     ratios: dict[str, float]) -> str:
     """The ratio block printed after the two tables."""

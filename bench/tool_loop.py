@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 _T0 = time.perf_counter()
-from bench import probe, report  # noqa: E402
+from bench import ops, probe, report  # noqa: E402
 from bench.inproc import in_process  # noqa: E402
 from bench.measure import Subject, measure  # noqa: E402
 from bench.workload import drive  # noqa: E402
@@ -53,10 +53,12 @@ def _fresh(root: Path, kind: str) -> Path:
     return path
 
 
-async def inproc_run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
-    """One in-process run: warm up on a throwaway dir, then measure on a fresh one."""
+async def inproc_run(args: argparse.Namespace, root: Path, ops_mode: str = "off"
+                     ) -> dict[str, Any]:
+    """One in-process run: warm up on a throwaway dir, then measure on a fresh one
+    (with ``ops_mode``'s metrics or tracing on around the measured phase)."""
     with tempfile.TemporaryDirectory(prefix="palyra-warmup-") as warm:
-        async with in_process(Path(warm), args) as driver:
+        async with in_process(Path(warm), args) as driver, ops.operations(driver, ops_mode):
             await drive(driver, args, 3, "warmup")
     data_dir = _fresh(root, "inproc")
     async with in_process(data_dir, args) as driver:
@@ -64,10 +66,12 @@ async def inproc_run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         subject = Subject(os.getpid(), probe.snapshot, driver.storage_effective())
         probe.COUNTER.install()
         try:
-            result = await measure(driver, subject, args, data_dir, "inproc")
+            async with ops.operations(driver, ops_mode) as counters:
+                result = await measure(driver, subject, args, data_dir, "inproc")
         finally:
             probe.COUNTER.uninstall()
         result.update(db_sizes(data_dir))
+        result["ops"] = {"mode": ops_mode, **counters}
     return result
 
 
@@ -97,12 +101,17 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     root.mkdir(parents=True, exist_ok=True)
     kinds = ([args.transport] if args.transport != "inproc" else []) + (
         ["inproc"] if args.transport == "inproc" or args.compare_inproc else [])
+    if args.ops == "compare":  # in process, the three modes alternating within each repeat
+        kinds = [f"inproc+{mode}" if mode != "off" else "inproc" for mode in ops.MODES]
     runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
     try:
         for i in range(args.repeats):
             for kind in kinds:
-                one = transport_run if kind != "inproc" else inproc_run
-                result = asyncio.run(one(args, root))
+                if kind.startswith("inproc"):
+                    mode = kind.partition("+")[2] or (args.ops if args.ops != "compare" else "off")
+                    result = asyncio.run(inproc_run(args, root, mode))
+                else:
+                    result = asyncio.run(transport_run(args, root))
                 runs[kind].append(result)
                 _progress(kind, i, args, result)
     finally:
@@ -115,6 +124,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         "results": {kind: {"median": report.median_tree(rs), "runs": rs}
                     for kind, rs in runs.items()},
     }
+    if args.ops == "compare":
+        document["ops_overhead"] = report.ops_overhead(document["results"])
     if args.transport != "inproc" and args.compare_inproc:
         document["comparison"] = report.comparison(
             document["results"][args.transport]["median"], document["results"]["inproc"]["median"])
@@ -131,6 +142,8 @@ def render(document: dict[str, Any]) -> str:
                  f"T={args['turns']} · medians of {len(result['runs'])} · "
                  f"tree {tree['commit'][:10]}{'+dirty' if tree['dirty'] else ''}")
         out.append(report.table(title, result["median"], result["runs"]))
+    if "ops_overhead" in document:
+        out.append(report.ops_overhead_text(document["ops_overhead"]))
     if "comparison" in document:
         out.append(report.comparison_text(
             args["transport"], document["results"][args["transport"]]["median"],
@@ -162,10 +175,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                              "default; off by default here, as in process)")
     parser.add_argument("--compare-inproc", action="store_true",
                         help="with --transport: also run in process and print the ratios")
+    parser.add_argument("--ops", choices=("off", "metrics", "tracing", "compare"), default="off",
+                        help="in process: metrics (scraped every 1 s) or tracing (100 %% "
+                             "sampling) on; compare runs off/metrics/tracing alternating "
+                             "and prints the overhead (bench/ops.py)")
     parser.add_argument("--json", default="", metavar="FILE",
                         help="also write every run and the medians as JSON (- for stdout)")
     parser.add_argument("--keep-db", action="store_true", help="keep the temp data dirs")
     args = parser.parse_args(argv)
+    if args.ops != "off" and args.transport != "inproc":
+        parser.error("--ops measures in process only (--transport inproc)")
     if min(args.steps, args.sessions, args.concurrency, args.turns, args.repeats) < 1:
         parser.error("N, K, C, T and repeats must be at least 1")
     return args

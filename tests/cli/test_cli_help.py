@@ -9,12 +9,12 @@ import sys
 import pytest
 
 GROUPS = {
-    "": ["serve", "chat", "runs", "sessions", "approvals", "tokens", "journal"],
+    "": ["serve", "chat", "runs", "sessions", "approvals", "tokens", "journal", "doctor"],
     "tokens": ["issue", "list", "revoke"],
     "sessions": ["list", "posture"],
     "approvals": ["list", "approve", "deny"],
     "runs": ["tail", "expand", "abort"],
-    "journal": ["verify", "export", "checkpoint", "prune"],
+    "journal": ["verify", "export", "checkpoint", "prune", "traces"],
 }
 
 
@@ -37,4 +37,4 @@ def test_a_group_lists_its_subcommands(group: str, flag: tuple[str, ...]) -> Non
 
 def test_an_unknown_journal_subcommand_is_a_usage_error() -> None:
     run = _palyra("journal", "bogus")
-    assert run.returncode == 2 and "one of: verify, export, checkpoint, prune" in run.stderr
+    assert run.returncode == 2 and "one of: verify, export, checkpoint, prune, traces" in run.stderr

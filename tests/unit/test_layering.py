@@ -54,6 +54,9 @@ FORBIDDEN: dict[str, set[str]] = {
     "transport": {"journal", "policy", "tools", "providers", "engine", "cli", "daemon", "testing",
                   "adapters"},
     # The composition root may import everything below it, never the CLI above it.
+    # Operations reads what the application committed and holds (metrics, spans,
+    # readiness, doctor); the daemon serves it, the transports never see it.
+    "ops": {"transport", "cli", "daemon", "testing"},
     "daemon": {"cli", "testing"},
     "cli": {"testing"},
     "config": {"testing"},

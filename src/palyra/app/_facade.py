@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 
 from palyra_gen.palyra import v1 as pb
 from palyra_gen.services import PalyraServicesApp
@@ -19,6 +20,7 @@ from palyra.app._tasks import TasksApi
 from palyra.app._tokens import TokensApi
 from palyra.app._watchdog import WatchdogApi
 from palyra.app.context import CallContext
+from palyra.core.principals import is_operator
 
 
 class PalyraApp(RunsApi, SessionsApi, ApprovalsApi, JournalApi, TokensApi, TasksApi,
@@ -30,15 +32,27 @@ class PalyraApp(RunsApi, SessionsApi, ApprovalsApi, JournalApi, TokensApi, Tasks
     iterator of requests). Errors are ``PalyraError`` with a stable code.
     """
 
+    readiness: Callable[[], Sequence[tuple[str, bool, str]]] | None = None
+    """The daemon's readiness checks as (name, ok, detail) (``palyra.ops.readiness``);
+    None: no checks, always ready (an app without a daemon around it)."""
+    health_details: Callable[[], Sequence[tuple[str, bool, str]]] | None = None
+    """``palyra doctor``'s in-daemon checks, shown to operators (``palyra.ops.doctor``)."""
+
     async def get_health(self, ctx: CallContext,
                          request: pb.GetHealthRequest) -> pb.GetHealthResponse:
-        """Service, version, uptime and journal head. Needs no auth."""
+        """Service, version, uptime, journal head and readiness. Needs no auth."""
         head = self.store.head()
+        checks = [pb.HealthCheck(name=name, ok=ok, detail=detail)
+                  for name, ok, detail in (self.readiness() if self.readiness else ())]
+        operator = ctx.identity is not None and is_operator(ctx.identity.principal)
+        details = [pb.HealthCheck(name=name, ok=ok, detail=detail) for name, ok, detail in
+                   (self.health_details() if operator and self.health_details else ())]
         return pb.GetHealthResponse(
             service="palyra", version=self.engine.config.service_version,
             uptime_ms=int((time.monotonic() - self.started) * 1000),
             journal_events=head.count, journal_head=head.head_hash,
-            journal_commits=self.store.stats().commits)
+            journal_commits=self.store.stats().commits,
+            ready=all(check.ok for check in checks), checks=checks, details=details)
 
 
 def serves_the_spec(app: PalyraApp) -> PalyraServicesApp[CallContext]:

@@ -25,7 +25,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--http-host", help="HTTP bind address (default 127.0.0.1)")
     parser.add_argument("--http-port", type=int, help="HTTP port (default 7142; 0 = ephemeral)")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    parser.add_argument("--log-format", choices=["kv", "json"])
+    parser.add_argument("--log-format", choices=["kv", "json", "console"])
     parser.set_defaults(handler=run)
 
 

@@ -206,7 +206,33 @@ def prune(argv: Sequence[str]) -> int:
     return _prune.run(args.data_dir or default_data_dir(), args.older_than)
 
 
-COMMANDS = {"verify": verify, "export": export, "checkpoint": checkpoint, "prune": prune}
+def traces(argv: Sequence[str]) -> int:
+    """The GenAI spans of an exported bundle as OTLP/JSON, equal to the ones the daemon sent."""
+    parser = argparse.ArgumentParser(
+        prog="palyra journal traces",
+        description="Rebuild the OpenTelemetry GenAI spans of a bundle and print them as "
+                    "OTLP/JSON (ids derived from session and journal position, as live).")
+    parser.add_argument("--bundle", type=Path, required=True, help="an exported bundle")
+    parser.add_argument("--service-name", default="palyra", help="resource service.name")
+    parser.add_argument("--out", type=Path, help="write here instead of stdout")
+    args = _parse(parser, argv)
+    if isinstance(args, int):
+        return args
+    from palyra.ops.rebuild import bundle_otlp_json
+
+    try:
+        text = bundle_otlp_json(args.bundle, service_name=args.service_name)
+    except (PalyraError, OSError) as exc:
+        return _fail(exc)
+    if args.out:
+        args.out.write_text(text + "\n", encoding="utf-8")
+    else:
+        sys.stdout.write(text + "\n")
+    return EXIT_OK
+
+
+COMMANDS = {"verify": verify, "export": export, "checkpoint": checkpoint, "prune": prune,
+            "traces": traces}
 
 
 def main(argv: Sequence[str]) -> int:

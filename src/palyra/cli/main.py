@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from palyra.cli import _approvals, _chat, _runs, _serve, _sessions, _tokens
+from palyra.cli import _approvals, _chat, _doctor, _runs, _serve, _sessions, _tokens
 
 # `palyra journal <cmd> ...` is delegated verbatim to the journal's own CLI.
 _JOURNAL_COMMANDS = {
@@ -19,6 +19,7 @@ _JOURNAL_COMMANDS = {
     "export": "write the journal, or one session, as a bundle to verify offline",
     "checkpoint": "sign the chain head now (via the running daemon if any)",
     "prune": "retention now: old records become hash tombstones (via the daemon if any)",
+    "traces": "a bundle's GenAI spans as OTLP/JSON (the ones the daemon traced)",
 }
 
 
@@ -65,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     _sessions.add_parser(commands)
     _approvals.add_parser(commands)
     _tokens.add_parser(commands)
-    journal = commands.add_parser("journal", help="verify | export | checkpoint | prune the journal",
+    _doctor.add_parser(commands)
+    journal = commands.add_parser("journal", help="verify | export | checkpoint | prune | traces",
                                   add_help=False)
     journal.add_argument("journal_args", nargs=argparse.REMAINDER)
     for name, choice in commands.choices.items():

@@ -16,12 +16,13 @@ from palyra.engine import EngineConfig
 from palyra.journal import JournalConfig
 from palyra.learning import LearningConfig
 from palyra.memory.config import MemoryConfig
+from palyra.ops.config import MetricsConfig, TracingConfig
 from palyra.policy import PolicyConfig
 from palyra.providers import ProviderConfig
 from palyra.tools import ToolsConfig
 from palyra.watchdog import WatchdogConfig
 
-LogFormat: TypeAlias = Literal["kv", "json"]
+LogFormat: TypeAlias = Literal["kv", "json", "console"]
 LogLevel: TypeAlias = Literal["debug", "info", "warning", "error"]
 
 DEFAULT_GRPC_PORT = 7443
@@ -108,7 +109,8 @@ class LogConfig:
 
     Attributes:
         level: Minimum level emitted.
-        format: ``kv`` (key=value lines, the default) or ``json`` (one object per line).
+        format: ``kv`` (key=value lines, the default), ``json`` (one object per line)
+            or ``console`` (aligned, human-first lines).
     """
 
     level: LogLevel = "info"
@@ -158,3 +160,5 @@ class PalyraConfig:
     learning: LearningConfig = dataclasses.field(default_factory=LearningConfig)
     memory: MemoryConfig = dataclasses.field(default_factory=MemoryConfig)
     channels: ChannelsConfig = dataclasses.field(default_factory=ChannelsConfig)
+    metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
+    tracing: TracingConfig = dataclasses.field(default_factory=TracingConfig)

@@ -26,7 +26,8 @@ from palyra.config import PalyraConfig
 from palyra.daemon.datadir import ensure_data_dir
 from palyra.daemon.discovery import DaemonInfo, remove_daemon_info, write_daemon_info
 from palyra.daemon.listen import bind_listener, bound_port
-from palyra.daemon.logs import configure_logging
+from palyra.daemon.logs import configure_logging, daemon_secrets
+from palyra.daemon.operations import daemon_metrics, plain_routes, start_tracing
 from palyra.daemon.tokens import ADMIN_TOKEN_FILE, load_or_create_admin_token
 from palyra.daemon.wiring import VERSION, open_application
 from palyra.engine import live_run_ids
@@ -40,6 +41,7 @@ from palyra.journal import (
 from palyra.transport.auth import Authenticator
 from palyra.transport.grpc import GrpcGateway
 from palyra.transport.http import HttpGateway, IngressHandler, create_http_app
+from palyra.transport.streams import OpenStreams
 
 _log = structlog.get_logger("palyra.daemon")
 
@@ -63,13 +65,14 @@ async def run_daemon(
     stop: asyncio.Event | None = None,
 ) -> int:
     """Serve until SIGINT/SIGTERM (or ``stop`` is set); return the exit code."""
-    configure_logging(config.log)
+    scrubber = configure_logging(config.log, daemon_secrets(config))
     ensure_data_dir(config.data_dir)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, _on_signal(signum, stop))
     admin_token = resolve_admin_token(config, out)
+    scrubber.add(admin_token)
     pid = os.getpid()
     async with contextlib.AsyncExitStack() as stack:
         app, make_ctx = await open_application(config, stack)
@@ -79,11 +82,15 @@ async def run_daemon(
         stack.callback(grpc_sock.close)
         http_sock = bind_listener(config.http.host, config.http.port)
         stack.callback(http_sock.close)
+        streams = OpenStreams()
+        metrics = daemon_metrics(app, config, streams)
         grpc_gateway = GrpcGateway(app, authenticator=authenticator, make_ctx=make_ctx,
-                                   config=config.grpc, tape_stream=tape_stream(app))
+                                   config=config.grpc, tape_stream=tape_stream(app),
+                                   streams=streams)
         http_gateway = HttpGateway(
             create_http_app(app, authenticator=authenticator, make_ctx=make_ctx,
-                            config=config.http, ingress=_ingress_routes(app)),
+                            config=config.http, ingress=_ingress_routes(app),
+                            plain=plain_routes(app, config, metrics), streams=streams),
             shutdown_grace_s=config.daemon.shutdown_grace_s, limits=config.http,
         )
         info = DaemonInfo(pid=pid, grpc_host=config.grpc.host, grpc_port=bound_port(grpc_sock),
@@ -95,6 +102,9 @@ async def run_daemon(
                                      name="checkpoints")
                       if config.daemon.checkpoint_interval_s > 0 else None)
             retention = _start_retention(tg, app.store, config.journal)
+            tracing = start_tracing(tg, app.store, config)
+            drain = (tg.create_task(metrics.drain_every(), name="metrics")
+                     if metrics is not None else None)
             tg.create_task(http_gateway.serve(http_sock), name="http")
             # What start-up built (modules, the policy set, the embedder's tables, the
             # engine graph) lives as long as the daemon: keep it out of the collector's
@@ -109,11 +119,13 @@ async def run_daemon(
                       data_dir=info.data_dir)
             await stop.wait()
             _log.info("daemon_draining")
-            for task in (signer, retention):  # the TaskGroup would otherwise wait on them
-                if task is not None:
+            for task in (signer, retention, drain, tracing[0] if tracing else None):
+                if task is not None:  # the TaskGroup would otherwise wait on them
                     task.cancel()
             http_gateway.close()
             await _bounded(grpc_gateway.close(), config.daemon.shutdown_grace_s)
+        if tracing is not None:  # what the batch holds goes out before the exit
+            await asyncio.to_thread(tracing[1].shutdown)
         # Leaving the exit stack parks the engine's runs and closes the journal.
     _log.info("daemon_stopped")
     return 0

@@ -47,6 +47,8 @@ from palyra.learning import TASK_KIND as REFLECTION_TASK
 from palyra.learning import Learning
 from palyra.memory.factory import build_embedder
 from palyra.memory.service import Memory
+from palyra.ops.doctor import daemon_details
+from palyra.ops.readiness import Readiness
 from palyra.policy import PolicyGate
 from palyra.providers import build_provider
 from palyra.tasks import TaskQueue, TaskWorker
@@ -89,6 +91,10 @@ async def open_application(
     stack.push_async_callback(memory.aclose)
     _log.info("memory embedder", space=memory.status().space,
               remote=memory.status().remote)
+    if config.memory.embedder == "wordllama" and "wordllama" not in memory.status().space:
+        # Never a silent fallback: search quality drops to hashed bags of words.
+        _log.warning("embedder_fallback", configured="wordllama", loaded=memory.status().space,
+                     fix="install the wordllama package, or set [memory] embedder = \"hash\"")
     policy, tools = GatePolicy(gate, registry), RegistryTools(registry, workspace)
     engine = Engine(store, provider, policy, tools, config.engine,
                     context=InputAssembly([AgentPrompt(AgentRegistry(store)),
@@ -127,6 +133,12 @@ async def open_application(
     app.tasks = tasks
     app.learning = learning
     app.memory = memory
+    readiness = Readiness(store, lambda: gate.policy_hash)
+    readiness.recovered = True  # engine.recover() and the task queue's start returned
+    app.readiness = lambda: [(c.name, c.ok, c.detail) for c in readiness.checks()]
+    app.health_details = lambda: [
+        (c.name, c.ok, c.detail) for c in daemon_details(
+            config.data_dir, config.memory.embedder, lambda: memory.status().space)]
     return app, CallContext.from_caller
 
 

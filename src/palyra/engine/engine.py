@@ -19,11 +19,13 @@ from types import TracebackType
 from typing import Any
 
 import msgspec
+import structlog
 
 from palyra.core.errors import ErrorCode, PermissionDenied
 from palyra.core.ids import is_ulid, new_ulid
 from palyra.core.principals import is_operator
 from palyra.core.references import parse_references
+from palyra.core.trace_ids import run_trace_id, trace_hex
 from palyra.engine.model.approvals import Decision
 from palyra.engine.model.config import EngineConfig
 from palyra.engine.model.errors import as_palyra_error, coded, invalid, not_found
@@ -256,6 +258,11 @@ class Engine:
             started = await self._accept(identity, start, run_id)
         finally:
             self._claimed.discard(run_id)
+        session_id = started.session.session_id
+        # The rest of the request that started it logs under the run (and its trace).
+        structlog.contextvars.bind_contextvars(
+            session_id=session_id, run_id=run_id,
+            trace_id=trace_hex(run_trace_id(session_id, run_id)))
         return started
 
     async def _accept(self, identity: IdentityRec, start: StartRun, run_id: str) -> Started:

@@ -9,6 +9,7 @@ from types import TracebackType
 from typing import Any
 
 from palyra.core.errors import ErrorCode, PalyraError, PalyraInternalError
+from palyra.core.histogram import Histogram
 from palyra.journal._env import JournalEnv
 from palyra.journal._types import (
     DEFAULT_MAX_TAPE_BYTES,
@@ -27,6 +28,7 @@ from palyra.journal.read.follow import FollowHub, Subscription, follow_batches, 
 from palyra.journal.retention.prune import PruneOrder, PruneResult
 from palyra.journal.write import requests
 from palyra.journal.write.prepare import prepare
+from palyra.journal.write.stats import CommitTimings
 from palyra.journal.write.writer import Writer
 
 _PAGE = 256
@@ -294,6 +296,17 @@ class JournalStore:
         """
         return self._hub.subscribe(run_id)
 
+    def subscribe_all(self, max_events: int, max_bytes: int) -> Subscription:
+        """Buffer every committed event from now on, without waking anyone.
+
+        For a reader that drains at its own pace (``/metrics``): the writer's own
+        event objects, no store read. Bounded by ``max_events``/``max_bytes``: past
+        them the buffer is dropped and ``overflowed`` set; the reader then reads the store.
+        """
+        subscription = self._hub.subscribe(None)
+        subscription.max_events, subscription.max_bytes = max_events, max_bytes
+        return subscription
+
     def unsubscribe(self, subscription: Subscription) -> None:
         """Drop a subscription (again is harmless)."""
         self._hub.unsubscribe(subscription)
@@ -311,6 +324,20 @@ class JournalStore:
             map_grows=self._env.map_grows,
             records=s.records if s else 0,
         )
+
+    def commit_timings(self) -> tuple[CommitTimings | None, Histogram | None]:
+        """The writer's per-commit histograms and the commit log's frame-write (fsync) one.
+
+        None where this store has no writer or no commit log (read-only, no sync).
+        """
+        durable = self._env.durable
+        return (self._writer.stats.timings if self._writer is not None else None,
+                durable.log.write_seconds if durable is not None else None)
+
+    def map_used(self) -> int:
+        """Bytes of the LMDB map in use (pages up to the last one written)."""
+        env = self._env.env
+        return (int(env.info()["last_pgno"]) + 1) * int(env.stat()["psize"])
 
     def close(self) -> None:
         """Commit what is queued, stop the writer, close LMDB and release the lock."""

@@ -36,6 +36,7 @@ from typing import Any
 import structlog
 
 from palyra.core.errors import InvalidArgument, NotFound, PalyraError
+from palyra.core.histogram import SECONDS_BUCKETS, Histogram
 from palyra.core.ids import new_ulid
 from palyra.journal import EventDraft, JournalStore
 from palyra.memory.embed import Embedder, Vectors, default_embedder
@@ -86,6 +87,7 @@ class Memory:
         self.index = MemoryIndex(embedder or default_embedder())
         self._remote = self.index.embedder.remote
         self._items: dict[str, MemoryItem] = {}
+        self.search_seconds = Histogram(SECONDS_BUCKETS)  # ranking time per search (/metrics)
         self._owners: Counter[str] = Counter()  # live items per owner
         self._kinds: dict[str, dict[str, MemoryItem]] = {}  # kind -> id -> item
         self._columns = ScopeColumns()  # visibility as row masks
@@ -316,8 +318,21 @@ class Memory:
             vector = self._cache(query, got[0]) if got is not None else None
         return self._ranked(query, vector, sees, limit, min_score_bps)
 
+    @property
+    def item_count(self) -> int:
+        """Items indexed (for ``/metrics``)."""
+        return len(self._items)
+
     def _ranked(self, query: str, vector: Vectors | None, sees: Callable[[MemoryItem], bool],
                 limit: int, min_score_bps: int) -> list[tuple[MemoryItem, Hit]]:
+        began = time.perf_counter()
+        try:
+            return self._rank(query, vector, sees, limit, min_score_bps)
+        finally:
+            self.search_seconds.observe(time.perf_counter() - began)
+
+    def _rank(self, query: str, vector: Vectors | None, sees: Callable[[MemoryItem], bool],
+              limit: int, min_score_bps: int) -> list[tuple[MemoryItem, Hit]]:
         items = self._items
         if isinstance(sees, Visibility):  # the common case: one mask, no per-row calls
             hits = self.index.search(query, self._now(), limit=limit, query_vector=vector,

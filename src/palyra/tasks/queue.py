@@ -22,15 +22,16 @@ the middle finds nothing left to move for the tasks already done.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import msgspec
 
-from palyra.core.errors import InvalidArgument, NotFound
+from palyra.core.errors import ErrorCode, InvalidArgument, NotFound, PalyraError
 from palyra.core.ids import UlidSequence
 from palyra.journal import EntityWrite, EventDraft, JournalStore
 from palyra.tasks import model
@@ -66,6 +67,7 @@ class TaskQueue:
         self._timer_wake = asyncio.Event()
         self._ids = UlidSequence()  # task ids sort in enqueue order (ties on time)
         self.commits = 0
+        self.stale_refusals = 0  # updates refused for a stale lease epoch (/metrics)
 
     # -- lifetime ------------------------------------------------------------
     async def start(self) -> list[TaskRecord]:
@@ -229,7 +231,8 @@ class TaskQueue:
             PalyraError: ``LEASE_STALE`` when ``epoch`` is not the task's lease.
         """
         async with self._lock:
-            rec = model.heartbeat(self.require(task_id), epoch, self._now(), lease_ms)
+            with self._counting_stale():
+                rec = model.heartbeat(self.require(task_id), epoch, self._now(), lease_ms)
             await self._commit(rec, "heartbeat")
         self._timer_wake.set()
         return rec
@@ -238,18 +241,33 @@ class TaskQueue:
                       ) -> TaskRecord:
         """Finish a task (``LEASE_STALE`` if the lease moved on)."""
         async with self._lock:
-            rec = model.succeed(self.require(task_id), epoch, self._now(),
-                                msgspec.json.encode(result).decode() if result else "")
+            with self._counting_stale():
+                rec = model.succeed(self.require(task_id), epoch, self._now(),
+                                    msgspec.json.encode(result).decode() if result else "")
             await self._commit(rec, "succeeded")
         return rec
 
     async def fail(self, task_id: str, epoch: int, error: str) -> TaskRecord:
         """Report a failure: retried with backoff, or failed after the last attempt."""
         async with self._lock:
-            rec = model.fail(self.require(task_id), epoch, self._now(), error[:2000])
+            with self._counting_stale():
+                rec = model.fail(self.require(task_id), epoch, self._now(), error[:2000])
             await self._commit(rec, str(rec.state))
         await self._notify()
         return rec
+
+    @contextlib.contextmanager
+    def _counting_stale(self) -> Iterator[None]:
+        try:
+            yield
+        except PalyraError as exc:
+            if exc.code is ErrorCode.LEASE_STALE:
+                self.stale_refusals += 1
+            raise
+
+    def depth(self) -> dict[tuple[str, str], int]:
+        """Unfinished tasks by (kind, state), for ``/metrics``."""
+        return dict(collections.Counter((rec.kind, str(rec.state)) for rec in self._live))
 
     async def cancel(self, task_id: str, reason: str) -> TaskRecord:
         """Cancel now (nobody runs it) or at the worker's next heartbeat."""

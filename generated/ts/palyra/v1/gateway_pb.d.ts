@@ -62,6 +62,32 @@ export declare type GetHealthResponse = Message<"palyra.v1.GetHealthResponse"> &
    * @generated from field: uint64 journal_commits = 6;
    */
   journalCommits: bigint;
+
+  /**
+   * Readiness, as `/readyz` answers it (docs/operations.md): false until recovery
+   * has finished, while the journal cannot commit, when its map is near its limit
+   * with no room to grow, or when no policy set is loaded. `/healthz` (this RPC)
+   * still answers 200 then: it is the liveness check.
+   *
+   * @generated from field: bool ready = 7;
+   */
+  ready: boolean;
+
+  /**
+   * Every readiness check, in a fixed order; the failing ones say why.
+   *
+   * @generated from field: repeated palyra.v1.HealthCheck checks = 8;
+   */
+  checks: HealthCheck[];
+
+  /**
+   * For an authenticated operator only (empty otherwise): `palyra doctor`'s checks that
+   * can be run cheaply inside the daemon (data_dir, disk, embedder). They do not
+   * decide `ready`.
+   *
+   * @generated from field: repeated palyra.v1.HealthCheck details = 9;
+   */
+  details: HealthCheck[];
 };
 
 /**
@@ -69,6 +95,38 @@ export declare type GetHealthResponse = Message<"palyra.v1.GetHealthResponse"> &
  * Use `create(GetHealthResponseSchema)` to create a new message.
  */
 export declare const GetHealthResponseSchema: GenMessage<GetHealthResponse>;
+
+/**
+ * One readiness check of GetHealth (and of `palyra doctor`, which runs more).
+ *
+ * @generated from message palyra.v1.HealthCheck
+ */
+export declare type HealthCheck = Message<"palyra.v1.HealthCheck"> & {
+  /**
+   * Stable name: recovery, journal_commit, journal_map, policy.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: bool ok = 2;
+   */
+  ok: boolean;
+
+  /**
+   * What was seen; for a failing check, the reason.
+   *
+   * @generated from field: string detail = 3;
+   */
+  detail: string;
+};
+
+/**
+ * Describes the message palyra.v1.HealthCheck.
+ * Use `create(HealthCheckSchema)` to create a new message.
+ */
+export declare const HealthCheckSchema: GenMessage<HealthCheck>;
 
 /**
  * An inline answer to a tool_approval_request on the run's own stream.

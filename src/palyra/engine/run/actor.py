@@ -16,9 +16,11 @@ import asyncio
 import contextlib
 import logging
 
+import structlog
 from palyra_gen.palyra import v1 as pb
 
 from palyra.core.errors import ErrorCode, PalyraError
+from palyra.core.trace_ids import run_trace_id, trace_hex
 from palyra.engine.model import approvals as appr
 from palyra.engine.model.approvals import Decision
 from palyra.engine.model.errors import as_palyra_error, coded, reason_of
@@ -182,6 +184,12 @@ class RunActor:
     # -- the owning task ---------------------------------------------------
     async def main(self) -> None:
         """Drive the run until it is terminal or parked. Never raises (but cancellation)."""
+        # This task's own context (a copy of its starter's): every line logged while
+        # the run works names its session, its run and the run's trace.
+        record = self._writer.record
+        structlog.contextvars.bind_contextvars(
+            session_id=record.session_id, run_id=record.run_id,
+            trace_id=trace_hex(run_trace_id(record.session_id, record.run_id)))
         try:
             async with asyncio.TaskGroup() as tg:
                 while True:

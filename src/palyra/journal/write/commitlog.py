@@ -33,12 +33,15 @@ import contextlib
 import os
 import struct
 import sys
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
+
+from palyra.core.histogram import SECONDS_BUCKETS, Histogram
 
 LOG_FILE = "commit.log"
 LOG_SIZE = 16 * 1024 * 1024
@@ -117,6 +120,7 @@ class CommitLog:
         self.size = os.fstat(self._fd).st_size
         self.offset = FRAMES_AT
         self.header = None if created else self.read_header()
+        self.write_seconds = Histogram(SECONDS_BUCKETS)
 
     def close(self) -> None:
         """Close the file (the caller wrote the header it wants to leave)."""
@@ -166,7 +170,9 @@ class CommitLog:
             # the cache does not hold (the log is read and written uncached, see
             # _small_pages) waits for a read from the disk before its flush.
             data = frame + bytes(min(-end % SLOT, self.size - end))
+        began = time.perf_counter()
         written = os.pwrite(self._fd, data, start)
+        self.write_seconds.observe(time.perf_counter() - began)  # the O_DSYNC flush: the fsync
         if written != len(data):
             raise OSError(f"short write to {self.path}: {written} of {len(data)} bytes")
         self.offset = end

@@ -39,7 +39,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
@@ -71,24 +70,13 @@ from palyra.journal.write.durable import Durability, RecordingTxn, Unsettled
 from palyra.journal.write.plan import CommitPlan, Heads, plan_commit
 from palyra.journal.write.prepare import prepare
 from palyra.journal.write.requests import Append, Checkpoint, Prune, Request, Waiting
+from palyra.journal.write.stats import WriterStats
 
 # Session chain heads and next tape seqs are remembered across commits (this
 # thread is the only writer), so a lone appender's commit reads neither back
 # from LMDB. Past this many entries a memory is dropped and refilled on demand.
 _MEMORY_LIMIT = 4096
 _KEY = itemgetter(0)
-
-
-@dataclass(slots=True)
-class WriterStats:
-    """Mutable counters, read by :meth:`JournalStore.stats`."""
-
-    commits: int = 0
-    appended_events: int = 0
-    appended_bytes: int = 0
-    append_calls: int = 0
-    max_batch_calls: int = 0
-    records: int = 0
 
 
 _STOP = object()
@@ -194,6 +182,7 @@ class Writer:
 
     def _commit(self, batch: list[Request]) -> None:
         """The batch's appends as one frame, then its checkpoints and prunes in order."""
+        began = time.perf_counter()
         appends = [r for r in batch if isinstance(r, Append)]
         if appends:
             self._commit_appends(appends)
@@ -203,6 +192,7 @@ class Writer:
                     self._commit_checkpoint(request)
                 elif isinstance(request, Prune):
                     self._commit_prune(request)
+        self.stats.timings.observe(began, batch)
 
     # --- appends: plan -> frame -> answer -> apply ------------------------
 

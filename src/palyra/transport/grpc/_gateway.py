@@ -26,6 +26,8 @@ from grpclib.server import Server
 from palyra.transport.auth import REQUEST_ID_HEADER, Authenticator
 from palyra.transport.context import current_caller
 from palyra.transport.errors import ERROR_CODE_HEADER, RETRYABLE_HEADER, WireError, to_wire
+from palyra.transport.logctx import bind_request
+from palyra.transport.streams import OpenStreams, is_streaming_rpc
 
 _log = structlog.get_logger("palyra.grpc")
 _wire_error: contextvars.ContextVar[WireError | None] = contextvars.ContextVar(
@@ -33,13 +35,16 @@ _wire_error: contextvars.ContextVar[WireError | None] = contextvars.ContextVar(
 )
 
 
-def install(server: Server, authenticator: Authenticator) -> None:
-    """Attach authentication and error translation to ``server``."""
+def install(server: Server, authenticator: Authenticator,
+            streams: OpenStreams | None = None) -> None:
+    """Attach authentication, log context, error translation and stream counting to ``server``."""
 
     async def on_request(event: RecvRequest) -> None:
         rpc = event.method_name.rsplit("/", 1)[-1]
         headers = {k: v for k, v in event.metadata.items() if isinstance(v, str)}
-        event.method_func = cast(Any, _guarded(rpc, headers, event.method_func, authenticator))
+        counted = streams if streams is not None and is_streaming_rpc(rpc) else None
+        event.method_func = cast(Any, _guarded(rpc, headers, event.method_func, authenticator,
+                                               counted))
 
     async def on_trailers(event: SendTrailingMetadata) -> None:
         wire = _wire_error.get()
@@ -56,15 +61,19 @@ def _guarded(
     headers: dict[str, str],
     method_func: Callable[[Any], Awaitable[None]],
     authenticator: Authenticator,
+    streams: OpenStreams | None = None,
 ) -> Callable[[Any], Awaitable[None]]:
     async def guarded(stream: Any) -> None:
         started = time.perf_counter()
         request_id = headers.get(REQUEST_ID_HEADER, "")
+        if streams is not None:
+            streams.counts["grpc"] += 1
         try:
             caller = authenticator.authenticate(rpc, headers)
             if caller is not None:
                 request_id = caller.request_id
             current_caller.set(caller)
+            bind_request(request_id, caller, headers)
             await method_func(stream)
         except (GRPCError, asyncio.CancelledError, StreamTerminatedError):
             # grpclib's own statuses (deadline, bad frames), cancellation and a
@@ -77,6 +86,9 @@ def _guarded(
             _log.debug("rpc_error", rpc=rpc, code=wire.code.value, request_id=request_id,
                        ms=round((time.perf_counter() - started) * 1000, 2))
             raise GRPCError(Status(wire.grpc_status), wire.message) from None
+        finally:
+            if streams is not None:
+                streams.counts["grpc"] -= 1
         _log.debug("rpc", rpc=rpc, request_id=request_id,
                    ms=round((time.perf_counter() - started) * 1000, 2))
 

@@ -17,6 +17,7 @@ from palyra.transport.grpc._codec import CappedProtoCodec, install_length_check
 from palyra.transport.grpc._cork import CorkedH2Protocol
 from palyra.transport.grpc._gateway import install
 from palyra.transport.grpc._tape import TapeGatewayServer
+from palyra.transport.streams import OpenStreams
 
 
 class _CorkedServer(Server):
@@ -45,6 +46,7 @@ class GrpcGateway(Generic[CtxT]):
         make_ctx: ContextFactory[CtxT],
         config: GrpcConfig,
         tape_stream: TapeStream[Encoded] | None = None,
+        streams: OpenStreams | None = None,
     ) -> None:
         install_length_check()
         ctx = lambda: make_ctx(current_caller.get())  # noqa: E731
@@ -54,7 +56,7 @@ class GrpcGateway(Generic[CtxT]):
             services = [TapeGatewayServer(app, ctx, tape_stream, config.max_message_bytes)
                         if isinstance(s, GatewayServiceServer) else s for s in services]
         self._server = _CorkedServer(services, codec=CappedProtoCodec(config.max_message_bytes))
-        install(self._server, authenticator)
+        install(self._server, authenticator, streams)
 
     async def start(self, sock: socket.socket) -> None:
         """Start serving on ``sock`` (bound by the caller, so port 0 is known up front)."""

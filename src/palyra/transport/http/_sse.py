@@ -24,6 +24,7 @@ from palyra_gen.palyra import v1
 
 from palyra.core.protojson import encode_message
 from palyra.transport.errors import WireError, to_wire
+from palyra.transport.streams import OpenStreams
 
 _json = msgspec.json.Encoder()
 _END = object()
@@ -92,7 +93,9 @@ class SseResponse:
         error_grace_s: float,
         keepalive_s: float,
         request_id: str,
+        streams: OpenStreams | None = None,
     ) -> None:
+        self._streams = streams
         self._source = source
         self._grace = error_grace_s
         self._keepalive = keepalive_s
@@ -101,6 +104,8 @@ class SseResponse:
         self._last_send = 0.0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._streams is not None:
+            self._streams.counts["sse"] += 1
         try:
             async with asyncio.TaskGroup() as tg:
                 first = tg.create_task(_first(self._source, self._request_id))
@@ -113,6 +118,8 @@ class SseResponse:
                     first.cancel()
                     watcher.cancel()
         finally:
+            if self._streams is not None:
+                self._streams.counts["sse"] -= 1
             with contextlib.suppress(Exception):
                 await _aclose(self._source)
 

@@ -36,6 +36,8 @@ from palyra.transport.http._decode import decode_request
 from palyra.transport.http._openapi import build_openapi
 from palyra.transport.http._routes import CompiledRoute, RouteTable
 from palyra.transport.http._sse import SseResponse
+from palyra.transport.logctx import bind_request
+from palyra.transport.streams import OpenStreams
 
 _log = structlog.get_logger("palyra.http")
 _json = msgspec.json.Encoder()
@@ -115,8 +117,14 @@ def create_http_app(
     config: HttpConfig,
     routes: RouteTable | None = None,
     ingress: Mapping[str, IngressHandler] | None = None,
+    plain: Mapping[str, PlainHandler] | None = None,
+    streams: OpenStreams | None = None,
 ) -> Litestar:
     """Build the Litestar application serving every spec route of ``app``.
+
+    ``plain`` maps a path to an operations endpoint outside the spec (``/metrics``,
+    ``/readyz``): ``GET`` only, it authenticates on its own and answers any content
+    type. ``streams`` counts the open SSE responses.
 
     ``ingress`` maps a path prefix to a platform ingress (``POST <prefix>/<name>``):
     chat platforms sign their own requests, so these routes take no bearer token
@@ -141,6 +149,10 @@ def create_http_app(
                 raise PalyraError(f"the request carries more than {config.max_headers} headers",
                                   code=ErrorCode.HEADERS_TOO_LARGE,
                                   details={"limit": str(config.max_headers)})
+            if plain and raw_path in plain and request.method == HttpMethod.GET:
+                status, media_type, content = await plain[raw_path](headers)
+                return Response(content=content, status_code=status,  # type: ignore[return-value]
+                                media_type=media_type)
             platform = _ingress_target(ingress, request.method, raw_path)
             if platform is not None:
                 return await _ingress(request, *platform, config)  # type: ignore[return-value]
@@ -158,6 +170,7 @@ def create_http_app(
             caller = authenticator.authenticate(compiled.rpc, headers)
             if caller is not None:
                 request_id = caller.request_id
+            bind_request(request_id, caller, headers)
             try:
                 async with asyncio.timeout(config.body_timeout_s):
                     body = await read_body(request, config.max_request_bytes)
@@ -169,7 +182,7 @@ def create_http_app(
                                      body, headers)
             ctx = make_ctx(caller)
             if compiled.server_streaming:
-                return _stream(app, compiled, ctx, message, config, request_id)
+                return _stream(app, compiled, ctx, message, config, request_id, streams)
             result = await UNARY[compiled.python_method](app, ctx, message)
             _log.debug("http", rpc=rpc, status=200, request_id=request_id,
                        ms=round((time.perf_counter() - started) * 1000, 2))
@@ -205,6 +218,9 @@ def create_http_app(
         logging_config=None,  # the daemon configures logging (palyra.daemon.logs)
     )
 
+
+PlainHandler = Callable[[Mapping[str, str]], Awaitable[tuple[int, str, bytes]]]
+"""``(lower-cased headers) -> (status, media type, body)``: an operations endpoint."""
 
 IngressHandler = Callable[[str, Mapping[str, str], bytes], Awaitable[dict[str, Any]]]
 """``(name, lower-cased headers, body) -> JSON answer``; raises ``PalyraError``."""
@@ -242,6 +258,7 @@ def _stream(
     message: betterproto2.Message,
     config: HttpConfig,
     request_id: str,
+    streams: OpenStreams | None,
 ) -> SseResponse:
     argument: Any = _one(message) if compiled.client_streaming else message
     if isinstance(getattr(argument, "batch", None), bool):
@@ -253,4 +270,5 @@ def _stream(
         error_grace_s=config.sse_error_grace_s,
         keepalive_s=config.sse_keepalive_s,
         request_id=request_id,
+        streams=streams,
     )

@@ -91,6 +91,7 @@ __all__ = (
     "GetRunResponse",
     "GetTaskRequest",
     "GetTaskResponse",
+    "HealthCheck",
     "Identity",
     "InboundMessage",
     "Incident",
@@ -1733,6 +1734,26 @@ class GetHealthResponse(betterproto2.Message):
     events share one. Benchmarks read it to report commits per step.
     """
 
+    ready: "bool" = betterproto2.field(7, betterproto2.TYPE_BOOL)
+    """
+    Readiness, as `/readyz` answers it (docs/operations.md): false until recovery
+    has finished, while the journal cannot commit, when its map is near its limit
+    with no room to grow, or when no policy set is loaded. `/healthz` (this RPC)
+    still answers 200 then: it is the liveness check.
+    """
+
+    checks: "list[HealthCheck]" = betterproto2.field(8, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    Every readiness check, in a fixed order; the failing ones say why.
+    """
+
+    details: "list[HealthCheck]" = betterproto2.field(9, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    For an authenticated operator only (empty otherwise): `palyra doctor`'s checks that
+    can be run cheaply inside the daemon (data_dir, disk, embedder). They do not
+    decide `ready`.
+    """
+
 
 default_message_pool.register_message("palyra.v1", "GetHealthResponse", GetHealthResponse)
 
@@ -1809,6 +1830,28 @@ class GetTaskResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "GetTaskResponse", GetTaskResponse)
+
+
+@dataclass(eq=False, repr=False)
+class HealthCheck(betterproto2.Message):
+    """
+    One readiness check of GetHealth (and of `palyra doctor`, which runs more).
+    """
+
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Stable name: recovery, journal_commit, journal_map, policy.
+    """
+
+    ok: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
+
+    detail: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    What was seen; for a failing check, the reason.
+    """
+
+
+default_message_pool.register_message("palyra.v1", "HealthCheck", HealthCheck)
 
 
 @dataclass(eq=False, repr=False)

@@ -1,0 +1,58 @@
+"""The writer's counters and what each durable commit took (read by ``stats()`` and ``/metrics``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from palyra.core.errors import ErrorCode, PalyraError
+from palyra.core.histogram import SECONDS_BUCKETS, Histogram
+from palyra.journal.write.requests import Append, Request
+
+# Events per commit: powers of two up to the writer's default batch bound.
+BATCH_BUCKETS: tuple[float, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+class CommitTimings:
+    """What each durable commit took: the whole commit, its size, and the last failure."""
+
+    __slots__ = ("batch_events", "commit_seconds", "failures", "last_failure")
+
+    def __init__(self) -> None:
+        self.commit_seconds = Histogram(SECONDS_BUCKETS)
+        self.batch_events = Histogram(BATCH_BUCKETS)
+        self.failures = 0
+        self.last_failure = ""
+
+    def observe(self, began: float, batch: Sequence[Request]) -> None:
+        """Count one commit of ``batch`` that began at ``began`` (``perf_counter``).
+
+        A request answered ``UNAVAILABLE`` means its commit failed (``answer.fail``);
+        any other error (a taken event id) failed that caller alone.
+        """
+        self.commit_seconds.observe(time.perf_counter() - began)
+        events = 0
+        for request in batch:
+            error = request.error
+            if isinstance(error, PalyraError) and error.code is ErrorCode.UNAVAILABLE:
+                self.failures += 1
+                self.last_failure = str(error.__cause__ or error)
+                return
+            if isinstance(request, Append) and error is None:
+                events += len(request.events)
+        self.batch_events.observe(events)
+        self.last_failure = ""
+
+
+@dataclass(slots=True)
+class WriterStats:
+    """Mutable counters, read by :meth:`JournalStore.stats`."""
+
+    commits: int = 0
+    appended_events: int = 0
+    appended_bytes: int = 0
+    append_calls: int = 0
+    max_batch_calls: int = 0
+    records: int = 0
+    timings: CommitTimings = field(default_factory=CommitTimings)

@@ -1,0 +1,220 @@
+"""Counters and histograms folded from committed journal events.
+
+What happened (runs moving, steps, tool calls, decisions, approvals, model
+calls, compactions, prunes, incidents, channel messages, task changes) is all
+on the journal, so the metrics are read from there at scrape time instead of
+being counted on the request path. The fold is plain dict arithmetic (one
+dispatch and an addition or a bisect per event); the Prometheus families are
+built only when scraped. Durations come from event times: a model call from
+its turn's start to its ``provider_turn_output``, a tool call from its
+proposal (or approval) to its result, an approval wait from request to answer.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+
+from palyra.core.histogram import Histogram
+from palyra.ops.spans import EventLike, tool_outcome
+
+# OpenTelemetry GenAI semantic conventions: gen_ai.client.operation.duration (s)
+# and gen_ai.client.token.usage bucket boundaries.
+GENAI_DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24,
+                          20.48, 40.96, 81.92)
+GENAI_TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304,
+                       16777216, 67108864)
+# Approvals wait on people: seconds to a day.
+APPROVAL_WAIT_BUCKETS = (0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 14400, 86400)
+_MAX_OPEN = 100_000  # starts remembered until their end (oldest dropped: memory stays bounded)
+_MODEL = ("gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model")
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """One exposed metric: its name (counters without ``_total``), help and labels."""
+
+    name: str
+    help: str
+    labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] = ()  # set for a histogram
+
+
+RUNS = Family("palyra_run_transitions", "Runs entering each state.", ("state",))
+STEPS = Family("palyra_steps", "Agent-loop steps (one model turn each).")
+TOOL_CALLS = Family("palyra_tool_calls", "Tool calls by tool and outcome (ok, error, timeout, "
+                    "denied).", ("tool", "outcome"))
+TOOL_SECONDS = Family("palyra_tool_duration_seconds", "Tool execution, proposal or approval to "
+                      "result.", ("tool",), GENAI_DURATION_BUCKETS)
+DECISIONS = Family("palyra_policy_decisions", "Cedar tool.execute decisions.", ("outcome",))
+ASKED = Family("palyra_approvals_requested", "Approvals asked for.")
+DECIDED = Family("palyra_approvals_decided", "Approvals answered, by final state.", ("state",))
+WAITED = Family("palyra_approval_wait_seconds", "Request to answer of an approval.", (),
+                APPROVAL_WAIT_BUCKETS)
+MODEL_SECONDS = Family("gen_ai_client_operation_duration_seconds", "GenAI operation duration "
+                       "(model calls).", _MODEL, GENAI_DURATION_BUCKETS)
+MODEL_TOKENS = Family("gen_ai_client_token_usage", "Tokens per model call, by type (input, "
+                      "output).", (*_MODEL, "gen_ai_token_type"), GENAI_TOKEN_BUCKETS)
+COMPACTIONS = Family("palyra_compactions", "Session compactions.")
+SAVED = Family("palyra_compaction_tokens_saved", "Provider-input tokens compaction removed "
+               "(estimated).")
+PRUNES = Family("palyra_retention_prunes", "Retention batches (journal.pruned events).")
+INCIDENTS = Family("palyra_watchdog_incidents", "Watchdog incidents by kind.", ("kind",))
+CHANNEL = Family("palyra_channel_messages", "Channel messages by channel and outcome "
+                 "(admitted, quarantined, command).", ("channel", "outcome"))
+TASKS = Family("palyra_task_changes", "Background-task changes by task kind and change "
+               "(enqueued, claimed, lease_lapsed = a takeover, succeeded, failed, ...).",
+               ("kind", "change"))
+MEMORY = Family("palyra_memory_changes", "Memory items ingested, deleted, purged.", ("change",))
+FAMILIES = (RUNS, STEPS, TOOL_CALLS, TOOL_SECONDS, DECISIONS, ASKED, DECIDED, WAITED,
+            MODEL_SECONDS, MODEL_TOKENS, COMPACTIONS, SAVED, PRUNES, INCIDENTS, CHANNEL, TASKS,
+            MEMORY)
+
+Key = tuple[str, ...]
+
+
+def _short(enum_text: Any, prefix: str) -> str:
+    return str(enum_text).removeprefix(prefix).lower() or "unspecified"
+
+
+def _bounded(memory: OrderedDict[Any, Any], key: Any, value: Any) -> None:
+    memory[key] = value
+    if len(memory) > _MAX_OPEN:
+        memory.popitem(last=False)
+
+
+class EventMetrics:
+    """The event-derived metrics; :meth:`feed` one event at a time, :meth:`collect` to expose."""
+
+    def __init__(self, model_of: dict[str, str]) -> None:
+        self._model_of = model_of
+        self._counts: dict[Family, defaultdict[Key, float]] = {
+            f: defaultdict(float) for f in FAMILIES if not f.buckets}
+        self._hists: dict[Family, dict[Key, Histogram]] = {f: {} for f in FAMILIES if f.buckets}
+        self._turns: OrderedDict[tuple[str, int], int] = OrderedDict()  # (run, turn) → ts
+        self._tools: OrderedDict[str, tuple[int, str]] = OrderedDict()  # call → (ts, tool)
+        self._asked: OrderedDict[str, int] = OrderedDict()  # approval → ts
+        self._on: dict[str, Callable[[EventLike, dict[str, Any]], None]] = {
+            "tape.status": self._status, "tape.agent_loop": self._loop,
+            "tape.provider_turn_output": self._model, "tape.tool_proposal": self._proposal,
+            "tape.tool_approval_request": self._asked_for,
+            "tape.tool_approval_response": self._answered, "tape.tool_result": self._result,
+            "tape.session_compaction": self._compaction, "watchdog.incident": self._incident,
+            "journal.pruned": lambda e, p: self._inc(PRUNES, ()),
+            "channel.message_admitted": self._channel, "channel.message_quarantined":
+                self._channel, "channel.command": self._channel,
+        }
+
+    def count(self, family: Family, *labels: str) -> float:
+        """A counter's value (for tests and the bench)."""
+        return self._counts[family].get(labels, 0.0)
+
+    def feed(self, event: EventLike) -> None:
+        """Count one committed event."""
+        kind = event.kind
+        handler = self._on.get(kind)
+        if handler is not None:
+            handler(event, event.payload)
+        elif kind.startswith("task."):
+            self._inc(TASKS, (str(event.payload.get("kind", "")), kind[5:]))
+        elif kind.startswith("memory."):
+            self._inc(MEMORY, (kind[7:],))
+
+    def collect(self) -> Iterator[Metric]:
+        """The Prometheus families, from the dicts as they stand."""
+        for family, values in self._counts.items():
+            counter = CounterMetricFamily(family.name, family.help, labels=family.labels)
+            if not family.labels and () not in values:
+                counter.add_metric((), 0.0)  # an unlabelled counter exists from the start
+            for labels, value in sorted(values.items()):
+                counter.add_metric(labels, value)
+            yield counter
+        for family, hists in self._hists.items():
+            histogram = HistogramMetricFamily(family.name, family.help, labels=family.labels)
+            if not family.labels and () not in hists:
+                hists = {(): Histogram(family.buckets)}
+            for labels, hist in sorted(hists.items()):
+                histogram.add_metric(list(labels), cumulative_buckets(hist),
+                                     sum_value=hist.sum)
+            yield histogram
+
+    # -- the fold ----------------------------------------------------------
+    def _inc(self, family: Family, labels: Key, by: float = 1.0) -> None:
+        self._counts[family][labels] += by
+
+    def _observe(self, family: Family, labels: Key, value: float) -> None:
+        hists = self._hists[family]
+        hist = hists.get(labels)
+        if hist is None:
+            hist = hists[labels] = Histogram(family.buckets)
+        hist.observe(value)
+
+    def _status(self, event: EventLike, payload: dict[str, Any]) -> None:
+        self._inc(RUNS, (_short(payload.get("state", ""), "RUN_STATE_"),))
+
+    def _loop(self, event: EventLike, payload: dict[str, Any]) -> None:
+        if payload.get("phase") == "AGENT_LOOP_PHASE_TURN_STARTED":
+            _bounded(self._turns, (event.run_id, int(payload.get("turn", 0))), event.ts_ms)
+
+    def _model(self, event: EventLike, payload: dict[str, Any]) -> None:
+        self._inc(STEPS, ())
+        provider = str(payload.get("provider", ""))
+        labels = ("chat", provider, self._model_of.get(provider, ""))
+        began = self._turns.pop((event.run_id, int(payload.get("turn", 0))), event.ts_ms)
+        self._observe(MODEL_SECONDS, labels, max(event.ts_ms - began, 0) / 1000)
+        self._observe(MODEL_TOKENS, (*labels, "input"), int(payload.get("inputTokens", 0)))
+        self._observe(MODEL_TOKENS, (*labels, "output"), int(payload.get("outputTokens", 0)))
+
+    def _proposal(self, event: EventLike, payload: dict[str, Any]) -> None:
+        decision = payload.get("decision") or {}
+        outcome = _short(decision.get("outcome", ""), "TOOL_DECISION_OUTCOME_")
+        tool = str(payload.get("toolName", ""))
+        self._inc(DECISIONS, (outcome,))
+        if outcome == "deny":
+            self._inc(TOOL_CALLS, (tool, "denied"))
+        else:
+            _bounded(self._tools, str(payload.get("proposalId", "")), (event.ts_ms, tool))
+
+    def _asked_for(self, event: EventLike, payload: dict[str, Any]) -> None:
+        self._inc(ASKED, ())
+        _bounded(self._asked, str(payload.get("approvalId", "")), event.ts_ms)
+
+    def _answered(self, event: EventLike, payload: dict[str, Any]) -> None:
+        self._inc(DECIDED, (_short(payload.get("state", ""), "APPROVAL_STATE_"),))
+        asked = self._asked.pop(str(payload.get("approvalId", "")), None)
+        if asked is not None:
+            self._observe(WAITED, (), max(event.ts_ms - asked, 0) / 1000)
+        call = self._tools.get(str(payload.get("proposalId", "")))
+        if call is not None:  # the tool runs from its approval on
+            self._tools[str(payload.get("proposalId", ""))] = (event.ts_ms, call[1])
+
+    def _result(self, event: EventLike, payload: dict[str, Any]) -> None:
+        began, tool = self._tools.pop(str(payload.get("proposalId", "")),
+                                      (event.ts_ms, str(payload.get("toolName", ""))))
+        self._inc(TOOL_CALLS, (tool, tool_outcome(payload)))
+        self._observe(TOOL_SECONDS, (tool,), max(event.ts_ms - began, 0) / 1000)
+
+    def _compaction(self, event: EventLike, payload: dict[str, Any]) -> None:
+        self._inc(COMPACTIONS, ())
+        saved = int(payload.get("tokensBefore", 0)) - int(payload.get("tokensAfter", 0))
+        self._inc(SAVED, (), max(saved, 0))
+
+    def _incident(self, event: EventLike, payload: dict[str, Any]) -> None:
+        self._inc(INCIDENTS, (str(payload.get("kind", "")),))
+
+    def _channel(self, event: EventLike, payload: dict[str, Any]) -> None:
+        outcome = event.kind.removeprefix("channel.").removeprefix("message_")
+        self._inc(CHANNEL, (str(payload.get("channel", "")), outcome))
+
+
+def cumulative_buckets(hist: Histogram) -> list[tuple[str, float]]:
+    """A histogram's counts as Prometheus' cumulative ``le`` buckets (+Inf last)."""
+    running, buckets = 0, []
+    for bound, count in zip((*map(str, hist.bounds), "+Inf"), hist.counts, strict=True):
+        running += count
+        buckets.append((bound, float(running)))
+    return buckets

@@ -1,0 +1,173 @@
+"""The Prometheus exposition: journal-derived metrics plus live gauges, built at scrape time.
+
+:meth:`DaemonMetrics.scrape` first folds the events committed since the last
+scrape (drained from the writer's live events, :mod:`palyra.ops.tail`) (:class:`~palyra.ops.event_metrics.EventMetrics`), then renders the
+registry; the live gauges (runs by state, approvals pending, the journal's
+own counters and commit histograms, map use, open streams, queue depths,
+memory) are read from the objects that already hold them. Nothing is counted
+on the request path, so a daemon nobody scrapes pays nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter as Tally
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from palyra.core.histogram import Histogram
+from palyra.engine import Engine
+from palyra.journal import JournalStore
+from palyra.memory.service import Memory
+from palyra.ops.event_metrics import EventMetrics, cumulative_buckets
+from palyra.ops.tail import JournalTail
+from palyra.tasks import TaskQueue
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+DRAIN_EVERY_S = 0.25  # the tail's buffer holds about this much of a busy daemon
+
+
+@dataclass
+class MetricSources:
+    """What the daemon has that the gauges read (each optional but the store)."""
+
+    store: JournalStore
+    engine: Engine | None = None
+    tasks: TaskQueue | None = None
+    memory: Memory | None = None
+    streams_open: Callable[[], Mapping[str, int]] | None = None
+    models: dict[str, str] = field(default_factory=dict)  # provider name → model name
+
+
+class DaemonMetrics:
+    """One registry per daemon (no process-global state: tests run many daemons)."""
+
+    def __init__(self, sources: MetricSources) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self._sources = sources
+        self.events = EventMetrics(sources.models)
+        self._tail = JournalTail(sources.store)  # counters start at the head, with this daemon
+        self.registry.register(_LiveCollector(sources, self.events))
+
+    def catch_up(self) -> int:
+        """Fold the events committed since the last call; returns how many."""
+        events = self._tail.take()
+        feed = self.events.feed
+        for event in events:
+            feed(event)
+        return len(events)
+
+    async def drain_every(self, seconds: float = DRAIN_EVERY_S) -> None:
+        """Fold what was committed every ``seconds`` until cancelled (keeps the live buffer
+        from overflowing between scrapes; one wake-up per period, none per commit)."""
+        while True:
+            await asyncio.sleep(seconds)
+            self.catch_up()
+
+    def close(self) -> None:
+        """Stop buffering (the store's close ends it too)."""
+        self._tail.close()
+
+    def scrape(self) -> bytes:
+        """The Prometheus text exposition, current to the last commit."""
+        self.catch_up()
+        return generate_latest(self.registry)
+
+
+class _LiveCollector(Collector):
+    def __init__(self, sources: MetricSources, events: EventMetrics) -> None:
+        self._s = sources
+        self._events = events
+
+    def describe(self) -> list[Metric]:
+        return []  # families depend on what is configured: collected, not described
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._events.collect()
+        yield from self._journal()
+        if self._s.engine is not None:
+            yield from self._runs(self._s.engine)
+        if self._s.streams_open is not None:
+            streams = GaugeMetricFamily("palyra_streams_open", "Open server streams.",
+                                        labels=["transport"])
+            for transport, count in sorted(self._s.streams_open().items()):
+                streams.add_metric([transport], count)
+            yield streams
+        if self._s.tasks is not None:
+            depth = GaugeMetricFamily("palyra_tasks_queued", "Unfinished background tasks by "
+                                      "kind and state.", labels=["kind", "state"])
+            for (kind, state), count in sorted(self._s.tasks.depth().items()):
+                depth.add_metric([kind, state], count)
+            yield depth
+            yield CounterMetricFamily("palyra_task_stale_epoch_refusals",
+                                      "Task updates refused for a stale lease epoch.",
+                                      value=self._s.tasks.stale_refusals)
+        if self._s.memory is not None:
+            yield from self._memory(self._s.memory)
+
+    def _journal(self) -> Iterator[Metric]:
+        store = self._s.store
+        stats = store.stats()
+        for name, text, value in (
+                ("palyra_journal_appends", "append calls acknowledged", stats.append_calls),
+                ("palyra_journal_events", "events committed", stats.appended_events),
+                ("palyra_journal_commits", "durable commits", stats.commits),
+                ("palyra_journal_bytes", "record bytes committed", stats.appended_bytes),
+                ("palyra_journal_map_grows", "times the LMDB map doubled", stats.map_grows)):
+            yield CounterMetricFamily(name, f"Journal {text} since start.", value=value)
+        yield GaugeMetricFamily("palyra_journal_map_size_bytes", "LMDB map size.",
+                                value=stats.map_size)
+        yield GaugeMetricFamily("palyra_journal_map_used_bytes", "LMDB map bytes in use.",
+                                value=store.map_used())
+        timings, writes = store.commit_timings()
+        if timings is not None:
+            yield _histogram("palyra_journal_commit_seconds", "Durable commit latency "
+                             "(the writer's whole commit).", timings.commit_seconds)
+            yield _histogram("palyra_journal_commit_batch_events", "Events per durable commit.",
+                             timings.batch_events)
+            yield CounterMetricFamily("palyra_journal_commit_failures", "Commits that failed.",
+                                      value=timings.failures)
+        if writes is not None:
+            yield _histogram("palyra_journal_fsync_seconds", "Commit-log frame write "
+                             "(O_DSYNC: the write and its flush).", writes)
+
+    @staticmethod
+    def _runs(engine: Engine) -> Iterator[Metric]:
+        live = engine.live_runs()
+        by_state = Tally(str(record.state) for record, _phase in live)
+        runs = GaugeMetricFamily("palyra_runs", "Live runs of this daemon by state.",
+                                 labels=["state"])
+        for state, count in sorted(by_state.items()):
+            runs.add_metric([state], count)
+        yield runs
+        phases = GaugeMetricFamily("palyra_run_phase", "Live runs by what their step is doing.",
+                                   labels=["phase"])
+        for phase, count in sorted(Tally(phase for _record, phase in live).items()):
+            phases.add_metric([phase], count)
+        yield phases
+        yield GaugeMetricFamily("palyra_approvals_pending", "Runs waiting for an approval.",
+                                value=by_state.get("waiting_for_approval", 0))
+
+    @staticmethod
+    def _memory(memory: Memory) -> Iterator[Metric]:
+        status = memory.status()
+        yield GaugeMetricFamily("palyra_memory_items", "Memory items indexed.",
+                                value=memory.item_count)
+        yield GaugeMetricFamily("palyra_memory_embed_backlog", "Items still without a vector.",
+                                value=status.pending)
+        yield _histogram("palyra_memory_search_seconds", "Memory search latency.",
+                         memory.search_seconds)
+
+
+def _histogram(name: str, text: str, source: Histogram) -> HistogramMetricFamily:
+    return HistogramMetricFamily(name, text, buckets=cumulative_buckets(source),
+                                 sum_value=source.sum)

@@ -1,0 +1,140 @@
+"""Span records → OpenTelemetry SDK spans, sampled and handed to an SDK span processor.
+
+The spans are not timed live by a tracer: they are folded from committed events
+(:mod:`palyra.ops.spans`), so their ids are the deterministic ones and their
+times are the journal's. This module only turns them into the SDK's
+``ReadableSpan`` and gives them to a processor: ``BatchSpanProcessor`` over the
+OTLP/HTTP exporter in the daemon, any exporter (the in-memory one in tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from palyra.journal import JournalStore
+from palyra.ops.config import TracingConfig
+from palyra.ops.spans import CHAT, SpanFold, SpanRecord
+from palyra.ops.tail import JournalTail
+
+SCOPE = InstrumentationScope("palyra.journal", "1")
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_KINDS = {CHAT: SpanKind.CLIENT}
+_MAX_PARENTS = 4096
+_UNSET = Status(StatusCode.UNSET)
+
+
+def resource_for(service_name: str) -> Resource:
+    """The ``Resource`` every span of this daemon (or bundle) carries."""
+    return Resource.create({"service.name": service_name})
+
+
+def to_readable(record: SpanRecord, resource: Resource,
+                parents: dict[tuple[int, int], SpanContext] | None = None) -> ReadableSpan:
+    """The SDK span of a record (sampled flag set: only kept spans are built).
+
+    ``parents`` caches parent contexts: a run's spans share one parent.
+    """
+    context = SpanContext(record.trace_id, record.span_id, is_remote=False, trace_flags=_SAMPLED)
+    parent = None
+    if record.parent_id is not None:
+        key = (record.trace_id, record.parent_id)
+        parent = parents.get(key) if parents is not None else None
+        if parent is None:
+            parent = SpanContext(record.trace_id, record.parent_id, is_remote=False,
+                                 trace_flags=_SAMPLED)
+            if parents is not None:
+                if len(parents) >= _MAX_PARENTS:
+                    parents.clear()
+                parents[key] = parent
+    attributes = {"gen_ai.operation.name": record.operation, **record.attributes}
+    status = Status(StatusCode.ERROR, record.error) if record.error else _UNSET
+    return ReadableSpan(
+        name=record.name, context=context, parent=parent, resource=resource,
+        attributes=attributes, kind=_KINDS.get(record.operation, SpanKind.INTERNAL),
+        status=status, start_time=record.start_ns, end_time=record.end_ns,
+        instrumentation_scope=SCOPE)
+
+
+class SpanSink:
+    """Samples records by trace id and gives the kept ones to ``processor``."""
+
+    def __init__(self, processor: SpanProcessor, *, sample_ratio: float = 1.0,
+                 service_name: str = "palyra") -> None:
+        self._processor = processor
+        # The SDK's TraceIdRatioBased rule (low 64 bits of the trace id under its
+        # bound), applied without building a SamplingResult per span.
+        sampler = TraceIdRatioBased(sample_ratio)
+        self._limit, self._bound = sampler.TRACE_ID_LIMIT, sampler.bound
+        self._resource = resource_for(service_name)
+        self._parents: dict[tuple[int, int], SpanContext] = {}
+        self.emitted = 0
+
+    def emit(self, records: Iterable[SpanRecord]) -> None:
+        """Hand every sampled record to the processor."""
+        limit, bound, on_end = self._limit, self._bound, self._processor.on_end
+        for record in records:
+            if record.trace_id & limit < bound:
+                on_end(to_readable(record, self._resource, self._parents))
+                self.emitted += 1
+
+    def shutdown(self) -> None:
+        """Flush and stop the processor (its exporter sends what is queued)."""
+        self._processor.shutdown()
+
+
+def otlp_sink(config: TracingConfig) -> SpanSink:
+    """The daemon's sink: batches to the OTLP/HTTP exporter, or to nowhere without an endpoint."""
+    exporter: SpanExporter
+    if config.otlp_endpoint:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        exporter = OTLPSpanExporter(endpoint=config.otlp_endpoint,
+                                    timeout=config.export_timeout_s)
+    else:
+        exporter = _Discard()
+    return SpanSink(BatchSpanProcessor(exporter), sample_ratio=config.sample_ratio,
+                    service_name=config.service_name)
+
+
+class _Discard(SpanExporter):
+    """Tracing on with no endpoint: spans are built and batched, then dropped."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        return None
+
+
+FOLD_EVERY_S = 0.1
+
+
+async def trace_journal(store: JournalStore, sink: SpanSink, after_position: int | None = None,
+                        fold: SpanFold | None = None, every_s: float = FOLD_EVERY_S) -> None:
+    """Fold every event committed after ``after_position`` (default: the head now) into
+    spans, every ``every_s``, until cancelled.
+
+    Runs beside the engine on the daemon's loop; it takes the writer's own live
+    event objects in batches (:class:`~palyra.ops.tail.JournalTail`), so the commit
+    path does no work for it and no commit wakes it.
+    """
+    fold = fold or SpanFold()
+    tail = JournalTail(store, after_position)
+    try:
+        while True:
+            await asyncio.sleep(every_s)
+            spans: list[SpanRecord] = []
+            for event in tail.take():
+                spans += fold.feed(event)
+            if spans:
+                sink.emit(spans)
+    finally:
+        tail.close()
