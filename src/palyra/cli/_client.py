@@ -122,6 +122,11 @@ class Stubs:
     gateway: v1.GatewayServiceStub
     approvals: v1.ApprovalsServiceStub
     tokens: v1.TokensServiceStub
+    memory: v1.MemoryServiceStub
+    channels: v1.ChannelsServiceStub
+    tasks: v1.TasksServiceStub
+    watchdog: v1.WatchdogServiceStub
+    learning: v1.LearningServiceStub
     metadata: dict[str, str]
 
 
@@ -135,6 +140,11 @@ async def connect(args: argparse.Namespace) -> AsyncIterator[Stubs]:
             gateway=v1.GatewayServiceStub(channel, metadata=target.metadata),
             approvals=v1.ApprovalsServiceStub(channel, metadata=target.metadata),
             tokens=v1.TokensServiceStub(channel, metadata=target.metadata),
+            memory=v1.MemoryServiceStub(channel, metadata=target.metadata),
+            channels=v1.ChannelsServiceStub(channel, metadata=target.metadata),
+            tasks=v1.TasksServiceStub(channel, metadata=target.metadata),
+            watchdog=v1.WatchdogServiceStub(channel, metadata=target.metadata),
+            learning=v1.LearningServiceStub(channel, metadata=target.metadata),
             metadata=target.metadata,
         )
     finally:

@@ -1,7 +1,7 @@
 """Daemon configuration: frozen dataclasses per concern, layered TOML → env → flags."""
 
 from palyra.config._coerce import build as build_section
-from palyra.config._load import ENV_ALIASES, env_names, load_config
+from palyra.config._load import ENV_ALIASES, check_layer, config_layers, env_names, load_config
 from palyra.config._model import (
     DEFAULT_GRPC_PORT,
     DEFAULT_HTTP_PORT,
@@ -12,6 +12,7 @@ from palyra.config._model import (
     LogConfig,
     PalyraConfig,
 )
+from palyra.config._sources import Setting, is_secret, settings_with_sources
 
 __all__ = [
     "DEFAULT_GRPC_PORT",
@@ -23,7 +24,12 @@ __all__ = [
     "HttpConfig",
     "LogConfig",
     "PalyraConfig",
+    "Setting",
     "build_section",
+    "check_layer",
+    "config_layers",
     "env_names",
+    "is_secret",
     "load_config",
+    "settings_with_sources",
 ]

@@ -36,4 +36,4 @@ def extract_tar(archive: Path, dest: Path) -> None:
         if hasattr(tarfile, "data_filter"):
             tar.extractall(dest, members=members, filter="data")
         else:  # Python < 3.11.4: every member was checked above.
-            tar.extractall(dest, members=members)  # noqa: S202
+            tar.extractall(dest, members=members)
