@@ -1,6 +1,7 @@
 """Daemon configuration: frozen dataclasses per concern, layered TOML → env → flags."""
 
 from palyra.config._coerce import build as build_section
+from palyra.config._consistency import Contradiction, contradictions
 from palyra.config._load import ENV_ALIASES, check_layer, config_layers, env_names, load_config
 from palyra.config._model import (
     DEFAULT_GRPC_PORT,
@@ -19,6 +20,7 @@ __all__ = [
     "DEFAULT_HTTP_PORT",
     "ENV_ALIASES",
     "AuthConfig",
+    "Contradiction",
     "DaemonConfig",
     "GrpcConfig",
     "HttpConfig",
@@ -28,6 +30,7 @@ __all__ = [
     "build_section",
     "check_layer",
     "config_layers",
+    "contradictions",
     "env_names",
     "is_secret",
     "load_config",

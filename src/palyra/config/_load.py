@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from palyra.config._coerce import build, config_error
+from palyra.config._consistency import contradictions
 from palyra.config._model import PalyraConfig
 from palyra.core.errors import PalyraError
 
@@ -215,4 +216,6 @@ def validate(config: PalyraConfig) -> PalyraConfig:
     for entry in config.auth.connector_tokens:
         if not entry.rpartition("=")[2]:
             raise config_error("auth.connector_tokens", "empty token")
+    for clash in contradictions(config):
+        raise config_error(clash.setting, clash.problem)
     return config
