@@ -107,7 +107,7 @@ async def test_reflection_yields_candidates_and_applies_by_threshold(harness: Ha
         with pytest.raises(PalyraError) as again:
             await app.reject_candidate(ADMIN, pb.RejectCandidateRequest(
                 candidate_id=pref.candidate_id))
-        assert again.value.code is ErrorCode.APPROVAL_ALREADY_DECIDED
+        assert again.value.code is ErrorCode.CANDIDATE_ALREADY_DECIDED
         kinds = [e.kind for e in store.read_range(0, 100_000) if e.kind.startswith("learning.")]
         assert kinds.count("learning.candidate") == 3
         assert "learning.accepted" in kinds and "learning.rejected" in kinds

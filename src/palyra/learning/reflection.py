@@ -178,7 +178,7 @@ class Learning:
         Raises:
             NotFound: no such candidate (or one the caller may not see).
             PermissionDenied: Cedar said no.
-            PalyraError: ``APPROVAL_ALREADY_DECIDED`` when it is no longer pending.
+            PalyraError: ``CANDIDATE_ALREADY_DECIDED`` when it is no longer pending.
         """
         cand = self._stored(candidate_id)
         if cand is None:
@@ -190,7 +190,7 @@ class Learning:
             raise PermissionDenied(why, details={"candidate_id": candidate_id})
         if cand.state != State.PENDING_REVIEW:
             raise PalyraError(f"candidate {candidate_id} is already {cand.state}",
-                              code=ErrorCode.APPROVAL_ALREADY_DECIDED,
+                              code=ErrorCode.CANDIDATE_ALREADY_DECIDED,
                               details={"candidate_id": candidate_id, "state": cand.state})
         now = self._now()
         new = msgspec.structs.replace(

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from palyra.engine.model.errors import invalid, not_found
+from palyra.core.errors import ErrorCode
+from palyra.engine.model.errors import coded, not_found
 from palyra.engine.model.records import (
     SESSIONS,
     IdentityRec,
@@ -102,7 +103,7 @@ class SessionReader:
         """The session the selectors name, or None.
 
         Raises:
-            InvalidArgument: id and key name different sessions.
+            PalyraError: ``STATE_CONFLICT`` when id and key name different sessions.
         """
         by_id = self.get(sel.session_id) if sel.session_id else None
         if sel.session_key:
@@ -110,7 +111,8 @@ class SessionReader:
             if sel.session_id and (by_id is not None or by_key is not None) and (
                 by_id is None or by_key is None or by_id.session_id != by_key.session_id
             ):
-                raise invalid("session_id and session_key name different sessions")
+                raise coded(ErrorCode.STATE_CONFLICT,
+                            "session_id and session_key name different sessions")
             return by_key
         if sel.session_id:
             return by_id

@@ -532,6 +532,18 @@ class ErrorCode(betterproto2.Enum):
     A signed channel delivery whose timestamp is outside the tolerance (replay guard).
     """
 
+    STATE_CONFLICT = 33
+    """
+    The request is well formed but contradicts the current state of what it
+    names: a session id and key naming different sessions, branching while the
+    latest run is active, writing to an archived session.
+    """
+
+    CANDIDATE_ALREADY_DECIDED = 34
+    """
+    A learning candidate was already accepted or rejected.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -568,6 +580,8 @@ class ErrorCode(betterproto2.Enum):
             30: "ERROR_CODE_LEASE_STALE",
             31: "ERROR_CODE_SIGNATURE_INVALID",
             32: "ERROR_CODE_TIMESTAMP_STALE",
+            33: "ERROR_CODE_STATE_CONFLICT",
+            34: "ERROR_CODE_CANDIDATE_ALREADY_DECIDED",
         }
 
     @classmethod
@@ -606,6 +620,8 @@ class ErrorCode(betterproto2.Enum):
             "ERROR_CODE_LEASE_STALE": 30,
             "ERROR_CODE_SIGNATURE_INVALID": 31,
             "ERROR_CODE_TIMESTAMP_STALE": 32,
+            "ERROR_CODE_STATE_CONFLICT": 33,
+            "ERROR_CODE_CANDIDATE_ALREADY_DECIDED": 34,
         }
 
 
@@ -2819,6 +2835,11 @@ class Run(betterproto2.Message):
     )
 
     final_text: "str" = betterproto2.field(13, betterproto2.TYPE_STRING)
+
+    agent_id: "str" = betterproto2.field(14, betterproto2.TYPE_STRING)
+    """
+    The agent serving the run ("" for the daemon's default agent).
+    """
 
 
 default_message_pool.register_message("palyra.v1", "Run", Run)
