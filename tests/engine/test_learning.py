@@ -171,3 +171,22 @@ async def test_the_cooldown_is_per_session_and_survives_a_restart(harness: Harne
 async def _run_id(harness: Harness, key: str) -> str:
     assert harness.app is not None
     return await _run(harness, key=key)
+
+
+async def test_the_same_proposal_is_not_made_twice_across_runs(harness: Harness) -> None:
+    queue, worker, _learning = await _setup(harness)
+    try:
+        first = await _run(harness, key="first")
+        await _reflected(queue, first)
+        second = await _run(harness, key="second")  # another session: reflected too
+        await _reflected(queue, second)
+        app = harness.app
+        assert app is not None
+        made = (await app.list_candidates(USER, pb.ListCandidatesRequest(run_id=first))).candidates
+        again = (await app.list_candidates(USER, pb.ListCandidatesRequest(
+            run_id=second))).candidates
+        assert {c.text for c in made} >= {"prefers metric units"}
+        assert again == []  # the same facts, preference and procedure: nothing new
+    finally:
+        await worker.close()
+        await queue.close()
