@@ -150,3 +150,21 @@ def test_config_show_names_each_values_source(tmp_path: Path) -> None:
                           capture_output=True, text=True, env=env, timeout=60, check=True).stdout
     assert any(line.startswith("engine.max_turns") and line.endswith("(env "
                "PALYRA_ENGINE_MAX_TURNS)") for line in text.splitlines())
+
+
+def test_an_operator_lists_a_principals_sessions_on_every_device(daemon: DaemonProcess) -> None:
+    # The README's curl: user:me on device 01J0…; the CLI has a device of its own.
+    headers = {**_headers(daemon), "x-palyra-principal": "user:me"}
+    made = httpx.post(f"http://127.0.0.1:{daemon.http_port}/v1/sessions:resolve",
+                      headers=headers, json={"sessionKey": "from-curl"}).json()["session"]
+    mine = palyra(daemon, "sessions", "list", "--principal", "user:me")
+    assert mine.returncode == 0 and "from-curl" not in mine.stdout  # another device
+    listed = palyra(daemon, "sessions", "list", "--owner", "user:me")
+    assert listed.returncode == 0, listed.stderr
+    row = next(line for line in listed.stdout.splitlines() if "from-curl" in line)
+    assert row.split()[0] == made["sessionId"] and row.split()[-1] == "01J00000000000000000000000"
+    posture = palyra(daemon, "sessions", "posture", "from-curl", "add", "disabled",
+                     "--principal", "user:me", "--device-id", "01J00000000000000000000000")
+    assert posture.returncode == 0, posture.stderr
+    refused = palyra(daemon, "sessions", "list", "--principal", "user:me", "--owner", "user:you")
+    assert refused.returncode == 1 and "PERMISSION_DENIED" in refused.stderr

@@ -142,6 +142,7 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.ListQuarantineRequest.limit": "1..1000; default 100.",
     "palyra.v1.ListRunTapeRequest.after_seq": "Exclusive cursor; -1 (default when unset over HTTP) starts from the beginning.",
     "palyra.v1.ListRunTapeResponse.next_after_seq": "Set only when more events remain.",
+    "palyra.v1.ListSessionsRequest.owner": "Operators only: list this principal's sessions on every device and channel\n(sessions are bound to principal, device and channel; without it a caller\nsees its own, made with its own device id).",
     "palyra.v1.ListTasksRequest.after_task_id": "Exclusive: the last task_id of the previous page.",
     "palyra.v1.ListTasksRequest.limit": "1..500 (0: 100).",
     "palyra.v1.ListTasksRequest.state": "Filters (empty / UNSPECIFIED: any).",

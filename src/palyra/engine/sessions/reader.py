@@ -75,9 +75,14 @@ class SessionReader:
             after = rows[-1][0]
 
     def list_for(
-        self, identity: IdentityRec, after_key: str, limit: int, include_archived: bool
+        self, identity: IdentityRec, after_key: str, limit: int, include_archived: bool,
+        *, any_device: bool = False,
     ) -> tuple[list[SessionRecord], str]:
-        """Caller-scoped keyset page ordered by session key; returns (page, next_after_key)."""
+        """Caller-scoped keyset page ordered by session key; returns (page, next_after_key).
+
+        ``any_device``: every session of ``identity``'s principal, whatever its
+        device and channel (an operator's view).
+        """
         out: list[SessionRecord] = []
         cursor = session_index_key(after_key) if after_key else ""
         while len(out) < limit:
@@ -85,7 +90,8 @@ class SessionReader:
             for key, value in rows:
                 cursor = key
                 rec = self.get(value.decode())
-                if rec is None or rec.identity != identity:
+                if rec is None or not (rec.identity.principal == identity.principal
+                                       if any_device else rec.identity == identity):
                     continue
                 if rec.archived and not include_archived:
                     continue

@@ -2308,6 +2308,13 @@ class ListSessionsRequest(betterproto2.Message):
 
     include_archived: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
 
+    owner: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    Operators only: list this principal's sessions on every device and channel
+    (sessions are bound to principal, device and channel; without it a caller
+    sees its own, made with its own device id).
+    """
+
 
 default_message_pool.register_message("palyra.v1", "ListSessionsRequest", ListSessionsRequest)
 
