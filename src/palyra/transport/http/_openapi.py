@@ -19,8 +19,12 @@ from palyra.transport.http._openapi_schema import SchemaBuilder, full_name
 from palyra.transport.http._routes import CompiledRoute, RouteTable
 
 OPENAPI_VERSION = "3.2.0"
-# The exclusive tape cursor over SSE: a tape_seq, a signed 64-bit number.
-_LAST_EVENT_ID = {"type": "string", "pattern": "^[0-9]{1,18}$"}
+# The exclusive tape cursor over SSE: a tape_seq, a signed 64-bit number; an empty
+# header is no cursor (the server reads ``after_seq`` then).
+_LAST_EVENT_ID = {"type": "string", "pattern": "^([0-9]{1,18})?$"}
+# Request fields that are cursors into the tape: retention may have pruned what
+# they point at (410 CURSOR_TRUNCATED, with the earliest cursor still served).
+_CURSOR_FIELDS = frozenset({"after_seq", "compaction_seq"})
 
 
 def _service(route: CompiledRoute) -> str:
@@ -67,6 +71,11 @@ def _operation(route: CompiledRoute, schemas: SchemaBuilder) -> dict[str, Any]:
                         "content": {"application/json": {"schema": _error_schema()}}},
         },
     }
+    if _CURSOR_FIELDS & set(proto_meta(route.request_cls).meta_by_field_name):
+        op["responses"]["410"] = {
+            "description": "`CURSOR_TRUNCATED`: retention pruned what the cursor points at; "
+                           "`details.earliest_cursor` is the first one still served.",
+            "content": {"application/json": {"schema": _error_schema()}}}
     if rpc_doc:
         op["description"] = rpc_doc
     if route.has_body:

@@ -75,6 +75,7 @@ __all__ = (
     "ExportFormat",
     "ExportJournalRequest",
     "ExportJournalResponse",
+    "FieldRule",
     "GatewayServiceBase",
     "GatewayServiceStub",
     "GetAgentRequest",
@@ -1689,6 +1690,35 @@ class ExportJournalResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "ExportJournalResponse", ExportJournalResponse)
+
+
+@dataclass(eq=False, repr=False)
+class FieldRule(betterproto2.Message):
+    """
+    What a request field must hold beyond its proto type. The HTTP gateway's
+    OpenAPI document states it (so a document-valid request is one the server
+    accepts); the handlers refuse a value that breaks it with INVALID_ARGUMENT.
+    """
+
+    required: "bool" = betterproto2.field(1, betterproto2.TYPE_BOOL)
+    """
+    The field must be set: a message present, a string or list not empty.
+    """
+
+    pattern: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    A string field must match this regular expression (ECMA 262 subset).
+    """
+
+    has_minimum: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
+    """
+    A number field must be finite and at least this (when has_minimum).
+    """
+
+    minimum: "float" = betterproto2.field(4, betterproto2.TYPE_DOUBLE)
+
+
+default_message_pool.register_message("palyra.v1", "FieldRule", FieldRule)
 
 
 @dataclass(eq=False, repr=False)
