@@ -27,6 +27,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis.errors import Unsatisfiable
+from hypothesis.stateful import get_state_machine_test
 from schemathesis import GenerationMode
 from schemathesis.checks import (
     content_type_conformance,
@@ -143,3 +144,46 @@ def test_options_answers_the_routes_real_methods(daemon: DaemonProcess) -> None:
     assert run.status_code == 204 and run.headers["allow"] == "GET, OPTIONS"
     unknown = httpx.options(f"{base}/v1/nothing-here")
     assert unknown.status_code == 404 and unknown.json()["code"] == "NOT_FOUND"
+
+
+STATEFUL_EXAMPLES = 25
+STATEFUL_STEPS = 6
+
+
+@pytest.mark.slow
+def test_sequences_of_linked_calls_agree_with_the_document(daemon: DaemonProcess) -> None:
+    """The stateful phase: schemathesis follows the document's links (an answer's ids fed
+    to the routes that take them, e.g. POST /v1/runs → GET /v1/runs/{run_id}) and checks
+    every answer in the sequence, under each seed."""
+    doc = _document(daemon)
+    assert sum(len(op["responses"]["200"].get("links", {})) for item in doc["paths"].values()
+               for op in item.values()) >= 50
+    schema = schemathesis.openapi.from_dict(doc)
+    base_url = f"http://127.0.0.1:{daemon.http_port}"
+    failures: list[str] = []
+    calls: list[str] = []
+
+    class Machine(schema.as_state_machine()):  # type: ignore[misc]
+        run_seed = 0
+
+        def get_call_kwargs(self, case: Any) -> dict[str, Any]:
+            calls.append(case.operation.label)
+            return {"base_url": base_url, "headers": HEADERS, "timeout": 15}
+
+        def validate_response(self, response: Any, case: Any, **kwargs: Any) -> None:
+            label = (f"seed {self.run_seed}: {case.operation.label} -> {response.status_code}: "
+                     f"{response.text[:300]}")
+            try:
+                case.validate_response(response, checks=SHAPE_CHECKS)
+            except (AssertionError, FailureGroup) as exc:
+                failures.append(f"{label}\n    {str(exc).splitlines()[0] if str(exc) else exc!r}")
+
+    for run_seed in seeds():
+        Machine.run_seed = run_seed
+        run = get_state_machine_test(Machine, settings=settings(
+            max_examples=STATEFUL_EXAMPLES, deadline=None, database=None,
+            stateful_step_count=STATEFUL_STEPS, suppress_health_check=list(HealthCheck)))
+        seed(run_seed)(run)()
+    # Sequences, not single calls: the links were followed.
+    assert len(calls) > 2 * STATEFUL_EXAMPLES * len(seeds()), len(calls)
+    assert not failures, f"{len(failures)} disagreements:\n" + "\n".join(failures[:40])
