@@ -13,7 +13,9 @@ nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["lint", "typecheck", "tests"]
 
-PYTHON = "3.11"
+# The interpreter that ran tools/run_nox.py (the README's command), so the
+# suite runs on the Python the user has; plain `nox` falls back to python3.11.
+PYTHON = os.environ.get("PALYRA_SESSION_PYTHON") or "3.11"
 LINT_PATHS = ("src", "tests", "codegen", "bench", "tools", "noxfile.py")
 
 
@@ -103,6 +105,13 @@ def typecheck(session: nox.Session) -> None:
     """mypy --strict over src/ and generated/python."""
     _install(session, "dev")
     session.run("mypy")
+
+
+@nox.session(python=PYTHON)
+def interpreter(session: nox.Session) -> None:
+    """Print the Python the session venvs are built with (nothing installed)."""
+    session.run("python", "-c", "import platform, sys; "
+                "print(platform.python_version(), sys.base_prefix)")
 
 
 @nox.session(python=PYTHON)

@@ -13,8 +13,21 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from codegen.diagnostics import CodegenError, SpecError
+from codegen.drift import unexpected_files
 from codegen.layout import REPO_ROOT
 from codegen.pipeline import check, generate
+
+
+def _drift_message(diff: str, out: Path, spec: Path) -> str:
+    """One line saying what is wrong: stray files, or code that differs from the spec."""
+    stray = unexpected_files(diff)
+    changed = sum(1 for line in diff.splitlines() if line.startswith("+++ "))
+    if stray and not changed:
+        return (f"codegen: {out} holds {len(stray)} file(s) codegen does not write: "
+                f"{', '.join(stray)}; delete them (generated/ is codegen's alone; `npm pack` "
+                "to another directory)")
+    message = f"codegen: {out} is out of date with {spec}; run `python -m codegen`"
+    return message + (f" (and delete {', '.join(stray)})" if stray else "")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -41,10 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             diff = check(args.spec, args.out)
             if diff:
                 sys.stdout.write(diff)
-                print(
-                    f"codegen: {args.out} is out of date with {args.spec}; run `python -m codegen`",
-                    file=sys.stderr,
-                )
+                print(_drift_message(diff, args.out, args.spec), file=sys.stderr)
                 return 1
             print(f"codegen: {args.out} is up to date ({time.monotonic() - started:.1f}s)")
             return 0

@@ -21,6 +21,7 @@ from codegen.protoc import run_protoc
 
 HTTP_EXTENSION = "google.api.http"
 ERROR_MAPPING_EXTENSION = "palyra.v1.error_mapping"
+FIELD_RULE_EXTENSION = "palyra.v1.field_rule"
 _HTTP_VERBS = ("get", "put", "post", "delete", "patch")
 
 
@@ -58,6 +59,15 @@ class ErrorMappingOption:
 
 
 @dataclass(frozen=True)
+class FieldRuleOption:
+    """The decoded ``(palyra.v1.field_rule)`` option of one message field."""
+
+    required: bool
+    pattern: str
+    minimum: float | None
+
+
+@dataclass(frozen=True)
 class EnumValue:
     """One enum value and its ``error_mapping`` option, if any."""
 
@@ -84,6 +94,8 @@ class ProtoSpec:
     enums: dict[str, ProtoEnum]
     #: Full element name -> its proto comment (``codegen.proto_comments``).
     docs: dict[str, str]
+    #: ``palyra.v1.Message.field`` -> its ``(field_rule)`` option.
+    field_rules: dict[str, FieldRuleOption]
 
 
 def build_descriptor_set(layout: SpecLayout, dest: Path) -> Path:
@@ -114,11 +126,17 @@ def _extract(fds: descriptor_pb2.FileDescriptorSet, own_files: set[str]) -> Prot
     rpcs: list[Rpc] = []
     enums: dict[str, ProtoEnum] = {}
     docs: dict[str, str] = {}
+    rules: dict[str, FieldRuleOption] = {}
     for file in fds.file:
         if file.name not in own_files:
             continue
         docs.update(proto_comments.comments(file))
         prefix = f"{file.package}." if file.package else ""
+        for message in file.message_type:
+            for field in message.field:
+                rule = options.field_rule(field.options)
+                if rule is not None:
+                    rules[f"{prefix}{message.name}.{field.name}"] = rule
         for enum in file.enum_type:
             values = tuple(
                 EnumValue(v.name, v.number, options.error_mapping(v.options)) for v in enum.value
@@ -142,7 +160,7 @@ def _extract(fds: descriptor_pb2.FileDescriptorSet, own_files: set[str]) -> Prot
                         ),
                     )
                 )
-    return ProtoSpec(tuple(sorted(own_files)), tuple(rpcs), enums, docs)
+    return ProtoSpec(tuple(sorted(own_files)), tuple(rpcs), enums, docs, rules)
 
 
 class _OptionReader:
@@ -152,6 +170,7 @@ class _OptionReader:
         self._pool = pool
         self._http = _find_extension(pool, HTTP_EXTENSION)
         self._error_mapping = _find_extension(pool, ERROR_MAPPING_EXTENSION)
+        self._field_rule = _find_extension(pool, FIELD_RULE_EXTENSION)
 
     def _reparse(self, options: Message) -> Message:
         # The options came out of descriptor_pb2 with the extensions as unknown
@@ -170,6 +189,17 @@ class _OptionReader:
             return None
         value = parsed.Extensions[self._error_mapping]  # type: ignore[attr-defined]
         return ErrorMappingOption(value.grpc_status, value.http_status, value.retryable)
+
+    def field_rule(self, options: Message) -> FieldRuleOption | None:
+        """The ``field_rule`` option of a message field, or None if absent."""
+        if self._field_rule is None:
+            return None
+        parsed = self._reparse(options)
+        if not parsed.HasExtension(self._field_rule):  # type: ignore[attr-defined]
+            return None
+        value = parsed.Extensions[self._field_rule]  # type: ignore[attr-defined]
+        return FieldRuleOption(value.required, value.pattern,
+                               value.minimum if value.has_minimum else None)
 
     def http_bindings(self, options: Message) -> tuple[HttpBinding, ...]:
         """Every ``google.api.http`` binding of a method (main rule first)."""

@@ -7,6 +7,10 @@ from pathlib import Path
 
 # Interpreter caches appear when generated code is imported; they are not output.
 _IGNORED_PARTS = frozenset({"__pycache__"})
+# `npm pack` run inside generated/ts leaves its tarball there (git ignores it too).
+_IGNORED_SUFFIXES = (".tgz",)
+# How the diff names a file codegen does not write (``unexpected_files`` reads it back).
+UNEXPECTED = "not produced by codegen"
 
 
 def tree_files(root: Path) -> dict[str, bytes]:
@@ -17,7 +21,14 @@ def tree_files(root: Path) -> dict[str, bytes]:
         p.relative_to(root).as_posix(): p.read_bytes()
         for p in sorted(root.rglob("*"))
         if p.is_file() and not _IGNORED_PARTS.intersection(p.relative_to(root).parts)
+        and not p.name.endswith(_IGNORED_SUFFIXES)
     }
+
+
+def unexpected_files(diff: str) -> list[str]:
+    """The files a ``diff_trees`` diff names as not written by codegen."""
+    return [line[4:].split(": ", 1)[0] for line in diff.splitlines()
+            if line.startswith("--- ") and UNEXPECTED in line]
 
 
 def diff_trees(expected_root: Path, actual_root: Path, label: str = "generated") -> str:
@@ -30,7 +41,8 @@ def diff_trees(expected_root: Path, actual_root: Path, label: str = "generated")
             continue
         if want is None:
             chunks.append(
-                f"--- {label}/{rel}: not produced by codegen (remove it or fix the spec)\n"
+                f"--- {label}/{rel}: {UNEXPECTED}: a hand-made or leftover file "
+                "(delete it, or fix the spec if codegen should write it)\n"
             )
         if have is None:
             chunks.append(f"+++ {label}/{rel}: missing (run `python -m codegen`)\n")

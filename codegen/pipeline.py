@@ -19,6 +19,7 @@ from codegen import (
     proto_python,
     proto_ts,
     render_errors,
+    render_field_rules,
     render_lifecycle,
     render_mermaid,
     render_routes,
@@ -144,6 +145,13 @@ def render(spec: Spec, stage: Path) -> None:
         "codegen/proto_comments.py",
         [layout.proto_label(f) for f in spec.proto.files],
         proto_comments.render(spec.proto.docs),
+    )
+    _write(
+        package / "field_rules.py",
+        PYTHON,
+        render_field_rules.GENERATOR,
+        [layout.proto_label(f) for f in spec.proto.files],
+        render_field_rules.render(spec.proto.field_rules),
     )
     route_sources = sorted({layout.proto_label(r.file) for r in spec.proto.rpcs})
     _write(

@@ -7,18 +7,26 @@ It installs nothing into the user's global or user site: nox lives in
 ``.nox/_bootstrap`` (next to the session venvs, ignored by git), created once
 and reused while the pinned version is unchanged. Every argument is passed to
 nox unchanged.
+
+The session venvs are built with the interpreter that ran this script (not
+whichever ``python3.11`` comes first on PATH), so ``/usr/bin/python3
+tools/run_nox.py -s tests`` tests on Debian's Python; a session venv made by
+another interpreter is rebuilt (nox's staleness check compares base prefixes).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import platform
 import subprocess
 import sys
 import venv
 from pathlib import Path
 
 NOX = "nox==2026.10.20"
+# Read by noxfile.py: the interpreter every session venv is built with.
+SESSION_PYTHON_ENV = "PALYRA_SESSION_PYTHON"
 ROOT = Path(__file__).resolve().parents[1]
 HOME = ROOT / ".nox" / "_bootstrap"
 STAMP = HOME / "palyra-bootstrap.txt"
@@ -49,6 +57,10 @@ def main() -> None:
     if not _ready():
         _create()
     os.chdir(ROOT)
+    os.environ[SESSION_PYTHON_ENV] = sys.executable
+    os.environ["NOX_ENABLE_STALENESS_CHECK"] = "1"
+    print(f"tools/run_nox.py: session venvs use Python {platform.python_version()} "
+          f"({sys.executable})", file=sys.stderr, flush=True)
     os.execv(_python(), [str(_python()), "-m", "nox", *sys.argv[1:]])
 
 

@@ -80,7 +80,8 @@ async def _read_until(stream: asyncio.StreamReader, pattern: str, seen: list[str
             seen.append(chunk.decode())
 
 
-async def test_ctrl_d_at_an_approval_leaves_it_pending(daemon: DaemonProcess) -> None:
+async def test_ctrl_d_at_an_approval_ends_the_chat_at_once_and_leaves_it_pending(
+        daemon: DaemonProcess) -> None:
     posture = await asyncio.to_thread(
         subprocess.run, _command(daemon, "sessions", "posture", "pending-one", "add",
                                  "ask_each_time"), capture_output=True, text=True, env=_env(),
@@ -96,13 +97,33 @@ async def test_ctrl_d_at_an_approval_leaves_it_pending(daemon: DaemonProcess) ->
     await proc.stdin.drain()
     match = await _read_until(proc.stdout, r"approve\|deny (\w{26})`", seen)
     proc.stdin.close()  # Ctrl-D at the question
-    await _read_until(proc.stdout, r"stays pending", seen)
+    said = await _read_until(proc.stdout, r"the chat ends now; approval (\w{26}) stays "
+                                          r"pending and run (\w{26}) waits for it", seen)
+    assert said.group(1) == match.group(1)
+    # It ends without waiting for anyone to decide (no silent interval, no prompt).
+    assert await asyncio.wait_for(proc.wait(), 30) == 0
+    rest = (await proc.stdout.read()).decode()
+    assert "answer [y/s/a/n]" not in rest and "you>" not in rest
+    pending = await asyncio.to_thread(subprocess.run, _command(daemon, "approvals", "list"),
+                                      capture_output=True, text=True, env=_env(), timeout=60,
+                                      check=False)
+    assert match.group(1) in pending.stdout
     decided = await asyncio.to_thread(subprocess.run, _command(
         daemon, "approvals", "approve", match.group(1)), capture_output=True, text=True,
         env=_env(), timeout=60, check=False)
     assert decided.returncode == 0, decided.stderr
-    await _read_until(proc.stdout, r"done: completed\]", seen)
-    assert await asyncio.wait_for(proc.wait(), 30) == 0
-    out = "".join(seen)
-    assert "decided elsewhere by" in out and "result=1" in out
-    assert "(end of input: the chat ends; the run completes)" in out
+    followed = await asyncio.to_thread(subprocess.run, _command(
+        daemon, "runs", "tail", said.group(2), "--follow"), capture_output=True, text=True,
+        env=_env(), timeout=60, check=False)
+    assert "result=1" in followed.stdout, followed.stdout + followed.stderr
+
+
+async def _read_until(stream: asyncio.StreamReader, pattern: str, seen: list[str]) -> re.Match[str]:
+    async with asyncio.timeout(30):
+        while True:
+            if match := re.search(pattern, "".join(seen)):
+                return match
+            chunk = await stream.read(4096)
+            if not chunk:
+                raise AssertionError(f"output ended before {pattern!r}: {''.join(seen)}")
+            seen.append(chunk.decode())

@@ -9,7 +9,15 @@ import sys
 import pytest
 
 GROUPS = {
-    "": ["serve", "chat", "runs", "sessions", "approvals", "tokens", "journal", "doctor"],
+    "": ["serve", "chat", "runs", "sessions", "approvals", "tokens", "journal", "agents",
+         "memory", "channels", "tasks", "incidents", "learning", "config", "doctor"],
+    "agents": ["list", "show", "create", "update", "delete", "bind", "bindings", "unbind"],
+    "memory": ["ingest", "search", "list", "show", "delete"],
+    "channels": ["pair", "codes", "grants", "revoke", "quarantine"],
+    "tasks": ["list", "show", "cancel"],
+    "incidents": ["list", "ack"],
+    "learning": ["list", "accept", "reject"],
+    "config": ["show"],
     "tokens": ["issue", "list", "revoke"],
     "sessions": ["list", "posture"],
     "approvals": ["list", "approve", "deny"],

@@ -159,3 +159,9 @@ def test_prune_without_a_daemon_opens_the_data_dir(tmp_path: Path) -> None:
     assert fields["records"] == "2" and fields["pruned_through"] == "2"
     assert pruned.stdout.rstrip().endswith(f"by=data dir {data_dir}")
     assert verify_store(data_dir).pruned == 2
+    _cli("prune", "--older-than", "1", "--data-dir", str(data_dir))  # the last old record
+    again = _cli("prune", "--older-than", "1", "--data-dir", str(data_dir))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == ("nothing to prune: no record older than 1 days outside "
+                                    f"live runs (by=data dir {data_dir})")
+    assert "head=000" not in again.stdout

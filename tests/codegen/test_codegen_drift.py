@@ -93,3 +93,17 @@ def test_spec_error_exit_code_for_missing_spec(
 ) -> None:
     (tmp_path / "proto").mkdir()
     assert main(["--spec", str(tmp_path), "--out", str(tmp_path / "out")]) == 1
+
+
+def test_a_stray_file_is_named_and_an_npm_pack_tarball_ignored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "generated"
+    shutil.copytree(GENERATED, out, ignore=shutil.ignore_patterns("__pycache__", "*.tgz"))
+    (out / "ts" / "palyra-client-0.1.0.tgz").write_bytes(b"npm pack output")
+    assert main(["--check", "--out", str(out)]) == 0  # the tarball is not codegen's business
+    (out / "ts" / "notes.txt").write_text("mine\n")
+    assert main(["--check", "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "holds 1 file(s) codegen does not write: generated/ts/notes.txt; delete them" in err
+    assert "out of date" not in err

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from palyra.config import PalyraConfig, env_names, load_config
+from palyra.config import PalyraConfig, contradictions, env_names, load_config
 from palyra.core.errors import ErrorCode, PalyraError
 
 
@@ -133,3 +133,34 @@ def test_compaction_settings_come_from_toml_and_env(tmp_path: Path) -> None:
     assert config.engine.compaction_enabled is False
     assert config.engine.compaction_max_per_run == 1
     assert config.engine.compaction_keep_user_messages == 6
+
+
+def test_a_bad_value_in_the_file_is_reported_even_when_a_flag_overrides_it(
+        tmp_path: Path) -> None:
+    toml = tmp_path / "palyra.toml"
+    toml.write_text('[grpc]\nport = "seven"\n')
+    with pytest.raises(PalyraError) as info:
+        load_config(config_file=toml, env={}, overrides={"grpc.port": 7000})
+    assert info.value.code is ErrorCode.CONFIG_INVALID
+    assert str(toml) in info.value.message and "grpc.port" in info.value.message
+    with pytest.raises(PalyraError) as env_info:
+        load_config(env={"PALYRA_ENGINE_MAX_TURNS": "many"}, overrides={})
+    assert env_info.value.message.startswith("env: ") and "max_turns" in env_info.value.message
+
+
+def test_the_defaults_do_not_contradict_each_other() -> None:
+    config = PalyraConfig()
+    assert contradictions(config) == []
+    assert config.watchdog.approval_pending_s < config.engine.approval_timeout_s
+
+
+def test_an_approval_incident_that_could_never_fire_is_refused() -> None:
+    with pytest.raises(PalyraError) as info:
+        load_config(env={"PALYRA_WATCHDOG_APPROVAL_PENDING_S": "600"})
+    assert info.value.details["setting"] == "watchdog.approval_pending_s"
+    assert "approval_timeout_s" in info.value.message
+    # Either side may move; a disabled watchdog raises no incident to miss.
+    load_config(env={"PALYRA_WATCHDOG_APPROVAL_PENDING_S": "600",
+                     "PALYRA_ENGINE_APPROVAL_TIMEOUT_S": "900"})
+    load_config(env={"PALYRA_WATCHDOG_APPROVAL_PENDING_S": "600",
+                     "PALYRA_WATCHDOG_MODE": "disabled"})

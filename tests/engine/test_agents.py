@@ -137,3 +137,35 @@ async def test_the_bindings_list_is_never_served_past_a_write(tmp_path: Path) ->
         assert mine.bindings() == []
         mine.bindings().append(first)  # a caller's list is its own
         assert mine.bindings() == []
+
+
+async def test_a_client_chosen_agent_id_is_refused_not_replaced(harness: Harness) -> None:
+    app = await harness.start()
+    with pytest.raises(PalyraError) as chosen:
+        await app.create_agent(ADMIN, pb.CreateAgentRequest(agent=pb.Agent(
+            agent_id="my-agent", display_name="Mine")))
+    assert chosen.value.code is ErrorCode.INVALID_ARGUMENT
+    assert "chosen by the daemon" in chosen.value.message
+    assert (await app.list_agents(ADMIN, pb.ListAgentsRequest())).agents == []
+    made = await app.create_agent(ADMIN, pb.CreateAgentRequest(agent=pb.Agent(display_name="A")))
+    assert made.agent is not None
+    same = await app.update_agent(ADMIN, pb.UpdateAgentRequest(agent_id=made.agent.agent_id,
+                                                               agent=pb.Agent(
+        agent_id=made.agent.agent_id, display_name="B")))
+    assert same.agent is not None and same.agent.display_name == "B"
+    with pytest.raises(PalyraError) as other:
+        await app.update_agent(ADMIN, pb.UpdateAgentRequest(agent_id=made.agent.agent_id,
+                                                             agent=pb.Agent(agent_id="x")))
+    assert other.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+async def test_get_run_shows_the_runs_agent(harness: Harness) -> None:
+    app = await harness.start()
+    made = await app.create_agent(ADMIN, pb.CreateAgentRequest(agent=pb.Agent(display_name="A")))
+    assert made.agent is not None
+    created = await app.create_run(USER, pb.CreateRunRequest(
+        v=1, session_key="agent-run", agent_id=made.agent.agent_id,
+        input=pb.MessageInput(text="hello"), complete=True, wait=True))
+    assert created.run is not None and created.run.agent_id == made.agent.agent_id
+    got = await app.get_run(USER, pb.GetRunRequest(run_id=created.run.run_id))
+    assert got.run is not None and got.run.agent_id == made.agent.agent_id

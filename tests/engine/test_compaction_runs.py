@@ -261,3 +261,23 @@ async def test_approvals_survive_compaction_verbatim(tmp_path: Path,
         assert verify_store(harness.store).ok
     finally:
         await harness.stop()
+
+
+async def test_why_a_loop_was_not_compacted_is_on_the_tape(tmp_path: Path,
+                                                            recording: PlannedProvider) -> None:
+    harness = Harness(tmp_path / "data", provider_factory=lambda: recording)
+    app = await harness.start()
+    try:
+        short = [f"note {i}" for i in range(9)]  # past keep_recent, far below 480 tokens
+        run_id = await _converse(app, short)
+        skipped = [m for m in harness.members(run_id)
+                   if isinstance(m, pb.ContextStage) and m.stage == "compaction_skipped"]
+        assert skipped and all(m.reason.startswith("not compacted: input ~") and
+                               m.reason.endswith("tokens < 480") for m in skipped)
+        loops = [m for m in harness.members(run_id) if isinstance(m, pb.AgentLoop)
+                 and m.phase == pb.AgentLoopPhase.TURN_STARTED]
+        assert len(skipped) <= len(loops)  # at most one a loop
+        assert len({m.turn for m in skipped}) == len(skipped)
+        assert not _compactions(harness, run_id)
+    finally:
+        await harness.stop()

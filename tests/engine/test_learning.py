@@ -107,7 +107,7 @@ async def test_reflection_yields_candidates_and_applies_by_threshold(harness: Ha
         with pytest.raises(PalyraError) as again:
             await app.reject_candidate(ADMIN, pb.RejectCandidateRequest(
                 candidate_id=pref.candidate_id))
-        assert again.value.code is ErrorCode.APPROVAL_ALREADY_DECIDED
+        assert again.value.code is ErrorCode.CANDIDATE_ALREADY_DECIDED
         kinds = [e.kind for e in store.read_range(0, 100_000) if e.kind.startswith("learning.")]
         assert kinds.count("learning.candidate") == 3
         assert "learning.accepted" in kinds and "learning.rejected" in kinds
@@ -171,3 +171,22 @@ async def test_the_cooldown_is_per_session_and_survives_a_restart(harness: Harne
 async def _run_id(harness: Harness, key: str) -> str:
     assert harness.app is not None
     return await _run(harness, key=key)
+
+
+async def test_the_same_proposal_is_not_made_twice_across_runs(harness: Harness) -> None:
+    queue, worker, _learning = await _setup(harness)
+    try:
+        first = await _run(harness, key="first")
+        await _reflected(queue, first)
+        second = await _run(harness, key="second")  # another session: reflected too
+        await _reflected(queue, second)
+        app = harness.app
+        assert app is not None
+        made = (await app.list_candidates(USER, pb.ListCandidatesRequest(run_id=first))).candidates
+        again = (await app.list_candidates(USER, pb.ListCandidatesRequest(
+            run_id=second))).candidates
+        assert {c.text for c in made} >= {"prefers metric units"}
+        assert again == []  # the same facts, preference and procedure: nothing new
+    finally:
+        await worker.close()
+        await queue.close()

@@ -70,6 +70,33 @@ async def test_nothing_relevant_writes_no_stage(harness: Harness) -> None:
     assert all(m.role != "system" for m in provider.requests[0].messages)
 
 
+async def test_unrelated_memory_is_not_injected(harness: Harness) -> None:
+    # Scores are relative to the best candidate: with only unrelated items the best
+    # of them still scores 2,500-2,800 bps. The absolute floor keeps them out.
+    provider = PlannedProvider(lambda request: reply("ok"))
+    harness.provider_factory = lambda: provider
+    made: list[Memory] = []
+
+    def context(store: JournalStore, gate: PolicyGate) -> MemoryContext:
+        made.append(Memory(store))
+        return MemoryContext(made[0], gate)
+
+    harness.context_factory = context
+    app = await harness.start()
+    for text in ("my cat is called Miso", "the staging database lives on host db7",
+                 "Alice's birthday is on March 3"):
+        await made[0].ingest("user:alice", text)
+    scored = await made[0].asearch("convert 5 miles to km", made[0].visible("user:alice", ""),
+                                   limit=3)
+    assert scored and scored[0][1].score_bps >= 2000  # what used to be injected
+    run = await app.create_run(USER, pb.CreateRunRequest(
+        v=1, session_key="unrelated", input=pb.MessageInput(text="convert 5 miles to km"),
+        complete=True, wait=True))
+    assert run.run is not None
+    assert not any(isinstance(m, pb.ContextStage) for m in harness.members(run.run.run_id))
+    assert all(m.role != "system" for m in provider.requests[0].messages)
+
+
 async def test_a_new_run_sees_the_previous_runs_conversation(harness: Harness) -> None:
     from palyra.adapters import InputAssembly, RecentConversation
 

@@ -34,7 +34,7 @@ async def test_get_or_create_and_identity_binding(harness: Harness) -> None:
     with pytest.raises(PalyraError) as err:
         await app.resolve_session(USER, pb.ResolveSessionRequest(
             session_id=other.session.session_id, session_key="k1"))
-    assert err.value.code is ErrorCode.INVALID_ARGUMENT
+    assert err.value.code is ErrorCode.STATE_CONFLICT
 
 
 async def test_label_lookup_reset_and_run_linkage(harness: Harness) -> None:
@@ -63,6 +63,20 @@ async def test_cleanup_archives_and_frees_the_key(harness: Harness) -> None:
     listed = await app.list_sessions(USER, pb.ListSessionsRequest(include_archived=True))
     keys = [s.session_key for s in listed.sessions]
     assert "tmp" in keys and any(k.startswith(f"archived:{sid}:") for k in keys)
+    with pytest.raises(PalyraError) as archived:
+        await app.resolve_session(USER, pb.ResolveSessionRequest(session_id=sid))
+    assert archived.value.code is ErrorCode.STATE_CONFLICT
+
+
+async def test_branching_while_the_latest_run_is_active_is_a_conflict(harness: Harness) -> None:
+    app = await harness.start()
+    open_run = await app.create_run(USER, pb.CreateRunRequest(
+        v=1, session_key="busy", input=pb.MessageInput(text="hello")))
+    assert open_run.run is not None
+    with pytest.raises(PalyraError) as busy:
+        await app.branch_session(USER, pb.BranchSessionRequest(
+            session_id=open_run.run.session_id, session_label="alt"))
+    assert busy.value.code is ErrorCode.STATE_CONFLICT
 
 
 async def test_branch_and_keyset_listing(harness: Harness) -> None:

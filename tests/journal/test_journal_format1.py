@@ -8,13 +8,13 @@
 from __future__ import annotations
 
 import shutil
-import tarfile
 from pathlib import Path
 
 import pytest
 
 from palyra.journal import JournalStore, export_bundle, verify_bundle, verify_store
 from palyra.journal.format.signing import Signer
+from palyra.testing.archives import extract_tar
 
 from .helpers import draft, raw_record
 
@@ -28,8 +28,7 @@ def _public_key(data_dir: Path) -> bytes:
 
 @pytest.fixture
 def v1_dir(tmp_path: Path) -> Path:
-    with tarfile.open(FIXTURES / "journal-v1.tar.gz") as archive:
-        archive.extractall(tmp_path / "data", filter="data")
+    extract_tar(FIXTURES / "journal-v1.tar.gz", tmp_path / "data")
     return tmp_path / "data"
 
 

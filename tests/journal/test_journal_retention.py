@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import tarfile
 from pathlib import Path
 
 import msgspec
@@ -29,6 +28,7 @@ from palyra.journal import (
 )
 from palyra.journal.format.record import decode_record, encode_tombstone, is_tombstone
 from palyra.journal.format.signing import Signer
+from palyra.testing.archives import extract_tar
 
 from .helpers import raw_record
 
@@ -281,8 +281,7 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "journal_v1"
 
 async def test_format1_journal_prunes(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
-    with tarfile.open(FIXTURES / "journal-v1.tar.gz") as archive:
-        archive.extractall(data_dir, filter="data")
+    extract_tar(FIXTURES / "journal-v1.tar.gz", data_dir)
     async with JournalStore.open(data_dir) as store:
         before = store.read_range(0, 100)
         tape = store.read_tape("r1", -1, 100).events

@@ -58,7 +58,7 @@ def test_streams_are_streams_of_events_whose_data_is_the_message(doc: dict[str, 
     assert item["properties"]["data"]["contentSchema"] == {
         "$ref": "#/components/schemas/WatchRunResponse"}
     last = next(p for p in watch["parameters"] if p.get("name") == "Last-Event-ID")
-    assert last["schema"]["pattern"] == "^[0-9]{1,18}$"
+    assert last["schema"]["pattern"] == "^([0-9]{1,18})?$"  # empty: no cursor
 
 
 def test_every_operation_is_built(doc: dict[str, Any]) -> None:
@@ -66,3 +66,44 @@ def test_every_operation_is_built(doc: dict[str, Any]) -> None:
                 if "501" in op["responses"] or "x-palyra-unimplemented" in op]
     assert "/v1/channels/{channel}/messages:route" in doc["paths"]
     assert doc["openapi"] == "3.2.0"
+
+
+def test_fields_the_server_requires_are_required_and_never_null(doc: dict[str, Any]) -> None:
+    schemas = doc["components"]["schemas"]
+    ingest = schemas["IngestMemoryRequest"]
+    assert ingest["required"] == ["item"]
+    assert ingest["properties"]["item"]["$ref"] == "#/components/schemas/MemoryItem"
+    assert "anyOf" not in ingest["properties"]["item"]  # not nullable
+    search = schemas["SearchMemoryRequest"]
+    assert search["required"] == ["query"] and search["properties"]["query"]["minLength"] == 1
+    append = schemas["AppendEventRequest"]
+    assert set(append["required"]) == {"sessionId", "runId", "kind", "actor"}
+    assert append["properties"]["runId"]["pattern"] == "^[0-7][0-9A-HJKMNP-TV-Z]{25}$"
+    decide = doc["paths"]["/v1/approvals/{approval_id}:decide"]["post"]
+    body = decide["requestBody"]["content"]["application/json"]["schema"]
+    assert body["required"] == ["decision"]
+    assert 0 in body["properties"]["decision"]["allOf"][1]["not"]["enum"]
+    for name in ("CreateAgentRequest", "IssueTokenRequest"):
+        assert schemas[name].get("required"), name
+    for path, field in (("/v1/channels/{channel}/messages:route", "message"),
+                        ("/v1/runs/{run_id}/inputs", "input"),
+                        ("/v1/sessions/{session_id}/tool-postures", "toolName")):
+        body = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]
+        assert body["schema"]["required"] == [field], path
+    assert "required" not in schemas["CreateRunRequest"]
+
+
+def test_number_and_id_formats_the_server_enforces(doc: dict[str, Any]) -> None:
+    schemas = doc["components"]["schemas"]
+    days = schemas["PruneJournalRequest"]["properties"]["olderThanDays"]
+    # Finite (no "Infinity"/"NaN" strings) and >= 0; null is the default, 0.
+    assert (days["type"], days["minimum"]) == (["number", "null"], 0.0) and "anyOf" not in days
+    run_id = schemas["RunStreamRequest"]["properties"]["runId"]
+    assert run_id["pattern"] == "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$"
+
+
+def test_cursor_truncation_is_declared_where_it_can_happen(doc: dict[str, Any]) -> None:
+    with_410 = sorted(f"{m} {path}" for path, item in doc["paths"].items()
+                      for m, op in item.items() if "410" in op["responses"])
+    assert with_410 == ["get /v1/runs/{run_id}/compactions:expand",
+                        "get /v1/runs/{run_id}/events", "get /v1/runs/{run_id}/tape"]

@@ -61,6 +61,8 @@ ERROR_MAPPING: Final[dict[str, ErrorMapping]] = {
     "LEASE_STALE": ErrorMapping(grpc_status=9, http_status=409, retryable=False),
     "SIGNATURE_INVALID": ErrorMapping(grpc_status=16, http_status=401, retryable=False),
     "TIMESTAMP_STALE": ErrorMapping(grpc_status=16, http_status=401, retryable=False),
+    "STATE_CONFLICT": ErrorMapping(grpc_status=9, http_status=409, retryable=False),
+    "CANDIDATE_ALREADY_DECIDED": ErrorMapping(grpc_status=9, http_status=409, retryable=False),
 }
 
 #: Mapping of ERROR_CODE_UNSPECIFIED: the fallback for an unknown code.

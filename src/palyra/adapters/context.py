@@ -12,7 +12,8 @@
    by Cedar exactly like that tool; ``.git``, ``.ssh`` and ``.aws`` are blocked; at most
    8 references, 8k characters per reference, 24k in all, 4 memory items;
 3. ``memory_auto_inject``: if Cedar allows ``memory.search`` for the run's principal, the
-   top 3 items the principal may see (in this session) scoring at least 2000 bps, as a
+   top 3 items the principal may see (in this session) scoring at least 2000 bps and with
+   a raw cosine of at least 0.3 to the input (the absolute relevance floor), as a
    fenced ``<memory_context>`` block.
 4. ``preferences``: the principal's preferences (memory items of kind ``preference``,
    learned or accepted in review), the 5 newest, as a ``<preferences>`` block, under the
@@ -48,6 +49,12 @@ from palyra.policy import PolicyGate, Posture, ToolRequest
 STAGE = "memory_auto_inject"
 LIMIT = 3
 MIN_SCORE_BPS = 2000
+# The absolute relevance floor: scores are relative to the query's best
+# candidate, so with only unrelated items the best still scores 2,500-2,800 bps.
+# Raw cosine separates them (wordllama: related questions 0.44-0.74, unrelated
+# ones at most 0.19). An item without a vector (a remote embedder's outage) is
+# not auto-injected; an explicit search still finds it.
+MIN_COSINE = 0.3
 
 
 def memory_search_allowed(gate: PolicyGate, request: ContextRequest) -> tuple[bool, str]:
@@ -65,11 +72,13 @@ class MemoryContext:
     """Memory auto-inject, gated by Cedar ``memory.search``."""
 
     def __init__(self, memory: Memory, gate: PolicyGate, *, limit: int = LIMIT,
-                 min_score_bps: int = MIN_SCORE_BPS, skip_kinds: tuple[str, ...] = ()) -> None:
+                 min_score_bps: int = MIN_SCORE_BPS, min_cosine: float = MIN_COSINE,
+                 skip_kinds: tuple[str, ...] = ()) -> None:
         self._memory = memory
         self._gate = gate
         self._limit = limit
         self._min = min_score_bps
+        self._min_cosine = min_cosine
         self._skip = frozenset(skip_kinds)  # kinds another stage always adds
 
     async def assemble(self, request: ContextRequest) -> list[ContextContribution]:
@@ -83,8 +92,9 @@ class MemoryContext:
             return []  # nothing the principal could see: no query embedding, no search
         visible = self._memory.visible(ident.principal, request.session_id,
                                        agent_id=request.agent_id).without_kinds(self._skip)
-        hits = await self._memory.asearch(request.text, visible, limit=self._limit,
-                                          min_score_bps=self._min)
+        hits = [(item, hit) for item, hit in await self._memory.asearch(
+            request.text, visible, limit=self._limit, min_score_bps=self._min)
+            if hit.cosine >= self._min_cosine]
         if not hits:
             return []
         lines = [f"- {item.text} (memory {item.memory_id}, score {hit.score_bps} bps)"
@@ -95,7 +105,7 @@ class MemoryContext:
         return [ContextContribution(
             STAGE, content, counter.count(content), counter.name,
             f"top {len(hits)} of the user's memory items scoring at least {self._min} bps "
-            "for this input",
+            f"and similar to this input (cosine at least {self._min_cosine:g})",
             tuple(item.memory_id for item, _ in hits), tuple(hit.score_bps for _, hit in hits))]
 
 

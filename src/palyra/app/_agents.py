@@ -29,9 +29,19 @@ def binding_proto(b: BindingRecord) -> pb.AgentBinding:
                            conversation_id=b.conversation_id, session_key=b.session_key)
 
 
-def _record(agent: pb.Agent | None) -> AgentRecord:
+def _record(agent: pb.Agent | None, agent_id: str = "") -> AgentRecord:
+    """The settings of ``agent``; its ``agent_id`` must be empty or ``agent_id``.
+
+    The daemon picks agent ids: a client-chosen one is refused rather than
+    silently replaced (a client that kept its own id would address nothing).
+    """
     if agent is None:
         raise InvalidArgument("agent is required")
+    if agent.agent_id and agent.agent_id != agent_id:
+        raise InvalidArgument(
+            "agent.agent_id is chosen by the daemon: leave it empty" if not agent_id else
+            f"agent.agent_id {agent.agent_id!r} differs from the path's {agent_id!r}",
+            details={"field": "agent.agent_id"})
     postures = {}
     for tool, posture in agent.tool_postures.items():
         if posture not in POSTURE_NAMES:
@@ -62,7 +72,7 @@ class AgentsApi(AppBase):
 
     async def create_agent(self, ctx: CallContext,
                            request: pb.CreateAgentRequest) -> pb.CreateAgentResponse:
-        """A new agent (the daemon picks its id)."""
+        """A new agent (the daemon picks its id; a client-chosen one is refused)."""
         who = require_operator(ctx, "creating agents")
         rec = await self._agent_registry.create(_record(request.agent), who.principal)
         return pb.CreateAgentResponse(agent=agent_proto(rec))
@@ -71,7 +81,9 @@ class AgentsApi(AppBase):
                            request: pb.UpdateAgentRequest) -> pb.UpdateAgentResponse:
         """Replace an agent's settings; runs already started keep theirs."""
         who = require_operator(ctx, "updating agents")
-        rec = await self._agent_registry.update(request.agent_id, _record(request.agent), who.principal)
+        rec = await self._agent_registry.update(request.agent_id,
+                                                _record(request.agent, request.agent_id),
+                                                who.principal)
         return pb.UpdateAgentResponse(agent=agent_proto(rec))
 
     async def delete_agent(self, ctx: CallContext,

@@ -194,7 +194,8 @@ class JournalApi(AppBase):
             raise InvalidArgument("older_than_days must be a finite number >= 0",
                                   details={"field": "older_than_days"})
         result = await prune_older_than(
-            self.store, int(days * _DAY_MS), live_runs=lambda: live_run_ids(self.store),
+            # Capped: a finite 1e308 days overflows int() (i35 fixes this too).
+            self.store, int(min(days * _DAY_MS, 2.0**62)), live_runs=lambda: live_run_ids(self.store),
             batch_records=self.store.env.config.retention_batch_records)
         return pb.PruneJournalResponse(
             first_position=result.first, through_position=result.through if result.records else 0,

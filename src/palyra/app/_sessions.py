@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import msgspec
 from palyra_gen.palyra import v1 as pb
 
+from palyra.app._access import require_operator
 from palyra.app._base import AppBase
 from palyra.app._convert import POSTURE_NAMES, identity_of, session_proto
 from palyra.app.context import CallContext
@@ -18,12 +20,17 @@ class SessionsApi(AppBase):
 
     async def list_sessions(self, ctx: CallContext,
                             request: pb.ListSessionsRequest) -> pb.ListSessionsResponse:
-        """The caller's sessions, keyset-paged by session key (default 100, max 500)."""
+        """The caller's sessions, keyset-paged by session key (default 100, max 500);
+        an operator may name an ``owner`` and see that principal's on every device."""
         identity = identity_of(ctx)
+        if request.owner:
+            require_operator(ctx, "listing another principal's sessions")
+            identity = msgspec.structs.replace(identity, principal=request.owner)
         limit = DEFAULT_SESSIONS_PAGE if request.limit == 0 else min(request.limit,
                                                                      MAX_SESSIONS_PAGE)
         page, next_key = self.engine.session_reader.list_for(
-            identity, request.after_session_key, limit, request.include_archived)
+            identity, request.after_session_key, limit, request.include_archived,
+            any_device=bool(request.owner))
         return pb.ListSessionsResponse(sessions=[session_proto(s) for s in page],
                                        next_after_session_key=next_key)
 

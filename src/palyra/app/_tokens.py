@@ -20,7 +20,7 @@ from palyra_gen.palyra import v1 as pb
 from palyra.app._access import is_operator, require_operator
 from palyra.app._base import AppBase
 from palyra.app.context import CallContext
-from palyra.core.errors import InvalidArgument, NotFound
+from palyra.core.errors import InvalidArgument, NotFound, Unauthenticated
 from palyra.core.ids import is_ulid, new_ulid
 from palyra.journal import EntityWrite, EventDraft, JournalStore
 
@@ -89,7 +89,13 @@ class TokenBook:
         return msgspec.msgpack.decode(raw, type=TokenRecord) if raw is not None else None
 
     def principal_of(self, bearer: str) -> str | None:
-        """The principal a live ``plt_…`` token acts as, else None (constant-time compare)."""
+        """The principal a live ``plt_…`` token acts as, else None (constant-time compare).
+
+        Raises:
+            Unauthenticated: the secret is right but the token was revoked or has
+                expired; the holder is told which (only the holder of the secret
+                learns it) and where a new one comes from.
+        """
         if not bearer.startswith(TOKEN_PREFIX):
             return None
         token_id, sep, secret = bearer[len(TOKEN_PREFIX):].partition("_")
@@ -99,9 +105,18 @@ class TokenBook:
         if not hmac.compare_digest(_digest(secret), record.secret_sha256):
             return None
         now = _now_ms()
-        if record.revoked_ms or (record.expires_ms and record.expires_ms <= now):
-            return None
+        if record.revoked_ms:
+            raise Unauthenticated(f"token {token_id} was revoked; {NEW_TOKEN_HINT}",
+                                  details={"token_id": token_id, "reason": "revoked"})
+        if record.expires_ms and record.expires_ms <= now:
+            raise Unauthenticated(f"token {token_id} has expired; {NEW_TOKEN_HINT}",
+                                  details={"token_id": token_id, "reason": "expired"})
         return record.principal
+
+
+# Where a holder of a dead per-principal token gets a new one (stable text).
+NEW_TOKEN_HINT = ("ask an operator for a new per-principal token (`palyra tokens issue "
+                  "PRINCIPAL`, or POST /v1/tokens; see the README's Tokens section)")
 
 
 class TokensApi(AppBase):

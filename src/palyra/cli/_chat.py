@@ -68,6 +68,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     chat.set_defaults(handler=lambda args: asyncio.run(_chat(args)))
 
 
+class ChatEnded(Exception):
+    """The chat ends at once (end of input at an approval question)."""
+
+
 class _Chat:
     def __init__(self, args: argparse.Namespace, lines: StdinLines, stubs: Stubs,
                  session: v1.Session) -> None:
@@ -180,10 +184,14 @@ class _Chat:
         while True:
             line = await self.lines.get("answer [y/s/a/n]: ")
             if line is None:
-                print(f"\n(no answer: approval {request.approval_id} stays pending; decide it "
-                      f"with `palyra approvals approve|deny {request.approval_id}` or it "
-                      "times out)", flush=True)
-                return
+                # End of input: no prompt can follow, so end now rather than sit
+                # silent until someone else decides (the run waits durably).
+                print(f"\n(end of input: the chat ends now; approval {request.approval_id} "
+                      f"stays pending and run {self.run_id} waits for it: decide it with "
+                      f"`palyra approvals approve|deny {request.approval_id}`, or it times "
+                      "out)", flush=True)
+                self.close()
+                raise ChatEnded
             answer = line.strip().lower()[:1]
             if answer in _DECISIONS:
                 break
@@ -268,21 +276,29 @@ async def _chat(args: argparse.Namespace) -> int:
                 v=1, session_id=session.session_id, input=v1.MessageInput(text=first),
                 batch=True))
             chat.waiting.start()
-            async with asyncio.TaskGroup() as tg:
-                ticker = tg.create_task(_tick(chat.waiting))
-                try:
-                    async for response in stubs.gateway.run_stream(chat.requests()):
-                        # One response per commit (batch=True on the first request).
-                        if any(chat.show(event, tg) for event in response.events):
-                            break
-                finally:
-                    ticker.cancel()
-                    for task in chat.asking.values():
-                        task.cancel()
-                    chat.close()
+            try:
+                await _follow(chat, stubs)
+            except* ChatEnded:
+                chat.waiting.clear()
     except Exception as exc:
         return report_error(exc)
     return 0
+
+
+async def _follow(chat: _Chat, stubs: Stubs) -> None:
+    """Show the run's stream, asking and answering, until the run ends."""
+    async with asyncio.TaskGroup() as tg:
+        ticker = tg.create_task(_tick(chat.waiting))
+        try:
+            async for response in stubs.gateway.run_stream(chat.requests()):
+                # One response per commit (batch=True on the first request).
+                if any(chat.show(event, tg) for event in response.events):
+                    break
+        finally:
+            ticker.cancel()
+            for task in chat.asking.values():
+                task.cancel()
+            chat.close()
 
 
 async def _tick(progress: Progress) -> None:

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from palyra_gen.palyra import v1
 
@@ -28,6 +29,7 @@ from palyra.transport.grpc import ClientCodec, CorkedChannel
 
 DEVICE_FILE = "cli.device_id"
 EXIT_ERROR = 1
+EXIT_SETUP = 2
 EXIT_UNREACHABLE = 3
 
 
@@ -51,6 +53,10 @@ class Target:
     host: str
     port: int
     metadata: dict[str, str]
+    # Where the token came from ("" when none was found) and the data dir
+    # looked in: what a failure message must name for the user to act on it.
+    token_source: str = ""
+    data_dir: Path = Path("palyra-data")
 
 
 def resolve_target(args: argparse.Namespace) -> Target:
@@ -66,7 +72,7 @@ def resolve_target(args: argparse.Namespace) -> Target:
             host, port_number = info.grpc_host, info.grpc_port
         else:
             host, port_number = "127.0.0.1", DEFAULT_GRPC_PORT
-    token = args.token or os.environ.get("PALYRA_ADMIN_TOKEN") or read_admin_token(data_dir) or ""
+    token, token_source = _token(args, data_dir)
     metadata = {
         "x-palyra-principal": (args.principal or os.environ.get("PALYRA_PRINCIPAL")
                                or f"admin:{_login()}"),
@@ -76,7 +82,43 @@ def resolve_target(args: argparse.Namespace) -> Target:
         metadata["authorization"] = f"Bearer {token}"
     if args.channel:
         metadata["x-palyra-channel"] = args.channel
-    return Target(host, port_number, metadata)
+    return Target(host, port_number, metadata, token_source, data_dir)
+
+
+def _token(args: argparse.Namespace, data_dir: Path) -> tuple[str, str]:
+    if args.token:
+        return args.token, "--token"
+    if os.environ.get("PALYRA_ADMIN_TOKEN"):
+        return os.environ["PALYRA_ADMIN_TOKEN"], "$PALYRA_ADMIN_TOKEN"
+    stored = read_admin_token(data_dir)
+    if stored:
+        return stored, str(data_dir / "admin.token")
+    return "", ""
+
+
+class CliSetupError(Exception):
+    """The command cannot be made as asked (no data dir, wrong daemon): one line, exit 2."""
+
+
+def _no_token(target: Target) -> CliSetupError:
+    if not target.data_dir.is_dir():
+        return CliSetupError(f"no {target.data_dir} here; pass --data-dir (the daemon's data "
+                             "dir, holding admin.token) or --token / $PALYRA_ADMIN_TOKEN")
+    return CliSetupError(f"{target.data_dir} has no admin.token (the daemon was started with "
+                         "$PALYRA_ADMIN_TOKEN?); pass --token or set $PALYRA_ADMIN_TOKEN")
+
+
+def _refused(target: Target, exc: GRPCError) -> CliSetupError | GRPCError:
+    # A token the daemon does not know at all, from a data dir: most likely the
+    # address names another daemon than the one of that data dir.
+    if exc.status is not Status.UNAUTHENTICATED or not (exc.message or "").startswith(
+            "invalid token"):
+        return exc
+    return CliSetupError(
+        f"the daemon at {target.host}:{target.port} does not know the token from "
+        f"{target.token_source}: it is not the daemon of {target.data_dir}, or was started "
+        "with another $PALYRA_ADMIN_TOKEN; pass the --data-dir of the daemon you mean "
+        "(or --address with --token)")
 
 
 def running_daemon_target(data_dir: Path) -> Target | None:
@@ -122,6 +164,11 @@ class Stubs:
     gateway: v1.GatewayServiceStub
     approvals: v1.ApprovalsServiceStub
     tokens: v1.TokensServiceStub
+    memory: v1.MemoryServiceStub
+    channels: v1.ChannelsServiceStub
+    tasks: v1.TasksServiceStub
+    watchdog: v1.WatchdogServiceStub
+    learning: v1.LearningServiceStub
     metadata: dict[str, str]
 
 
@@ -129,20 +176,32 @@ class Stubs:
 async def connect(args: argparse.Namespace) -> AsyncIterator[Stubs]:
     """Open a channel to the daemon for the duration of one command."""
     target = resolve_target(args)
+    if not target.token_source:
+        raise _no_token(target)
     channel = CorkedChannel(target.host, target.port, codec=ClientCodec())
     try:
         yield Stubs(
             gateway=v1.GatewayServiceStub(channel, metadata=target.metadata),
             approvals=v1.ApprovalsServiceStub(channel, metadata=target.metadata),
             tokens=v1.TokensServiceStub(channel, metadata=target.metadata),
+            memory=v1.MemoryServiceStub(channel, metadata=target.metadata),
+            channels=v1.ChannelsServiceStub(channel, metadata=target.metadata),
+            tasks=v1.TasksServiceStub(channel, metadata=target.metadata),
+            watchdog=v1.WatchdogServiceStub(channel, metadata=target.metadata),
+            learning=v1.LearningServiceStub(channel, metadata=target.metadata),
             metadata=target.metadata,
         )
+    except GRPCError as exc:
+        raise _refused(target, exc) from None
     finally:
         channel.close()
 
 
 def report_error(exc: BaseException) -> int:
     """Print a client-side failure the way a user can act on it; return the exit code."""
+    if isinstance(exc, CliSetupError):
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_SETUP
     if isinstance(exc, GRPCError):
         print(f"error: {exc.status.name}: {exc.message}", file=sys.stderr)
         return EXIT_ERROR

@@ -81,6 +81,11 @@ def run(data_dir: Path, days: float) -> int:
                                 lambda: _on_data_dir(data_dir, days), "prune")
     if made is None:
         return EXIT_ERROR
+    if made.records == 0:
+        # The head hash of an empty result is all zeros: not worth printing.
+        print(f"nothing to prune: no record older than {days:g} days outside live runs "
+              f"(by={made.where})")
+        return EXIT_OK
     print(f"pruned records={made.records} events={made.events} bytes_freed={made.bytes_freed} "
           f"pruned_through={made.pruned_through} head={made.head_hash} by={made.where}")
     return EXIT_OK

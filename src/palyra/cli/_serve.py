@@ -7,17 +7,21 @@ import asyncio
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from palyra.config import load_config
 from palyra.core.errors import PalyraError
 
+# Flag → the dotted setting it overrides (None: not given).
+FLAG_SETTINGS = {
+    "data_dir": "data_dir", "grpc_host": "grpc.host", "grpc_port": "grpc.port",
+    "http_host": "http.host", "http_port": "http.port", "log_level": "log.level",
+    "log_format": "log.format",
+}
 
-def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register ``serve`` and its flags."""
-    parser = commands.add_parser(
-        "serve", help="run the daemon (gRPC + HTTP) in the foreground",
-        description="Run the daemon. Settings layer: --config TOML < PALYRA_* env < flags.",
-    )
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """The settings flags ``serve`` and ``config show`` share."""
     parser.add_argument("--config", type=Path, help="TOML config file (or $PALYRA_CONFIG)")
     parser.add_argument("--data-dir", type=Path, help="data dir (default ./palyra-data)")
     parser.add_argument("--grpc-host", help="gRPC bind address (default 127.0.0.1)")
@@ -26,6 +30,20 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--http-port", type=int, help="HTTP port (default 7142; 0 = ephemeral)")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--log-format", choices=["kv", "json", "console"])
+
+
+def overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags given, as dotted settings."""
+    return {setting: getattr(args, flag) for flag, setting in FLAG_SETTINGS.items()}
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``serve`` and its flags."""
+    parser = commands.add_parser(
+        "serve", help="run the daemon (gRPC + HTTP) in the foreground",
+        description="Run the daemon. Settings layer: --config TOML < PALYRA_* env < flags.",
+    )
+    add_config_flags(parser)
     parser.set_defaults(handler=run)
 
 
@@ -35,19 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from palyra.daemon.daemon import run_daemon
 
     try:
-        config = load_config(
-            config_file=args.config,
-            env=os.environ,
-            overrides={
-                "data_dir": args.data_dir,
-                "grpc.host": args.grpc_host,
-                "grpc.port": args.grpc_port,
-                "http.host": args.http_host,
-                "http.port": args.http_port,
-                "log.level": args.log_level,
-                "log.format": args.log_format,
-            },
-        )
+        config = load_config(config_file=args.config, env=os.environ, overrides=overrides(args))
         return asyncio.run(run_daemon(config))
     except PalyraError as exc:
         print(f"palyra serve: {exc.code.value}: {exc.message}", file=sys.stderr)

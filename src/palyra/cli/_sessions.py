@@ -20,6 +20,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     listing = sub.add_parser("list", help="list your sessions")
     listing.add_argument("--all", action="store_true", help="include archived sessions")
     listing.add_argument("--limit", type=int, default=100)
+    listing.add_argument("--owner", default="", metavar="PRINCIPAL",
+                         help="(operators) that principal's sessions on every device, e.g. "
+                              "the ones the README's curl made for user:me")
     add_connection_flags(listing)
     listing.set_defaults(handler=lambda args: asyncio.run(_list(args)))
     posture = sub.add_parser(
@@ -42,16 +45,17 @@ async def _list(args: argparse.Namespace) -> int:
             while True:
                 page = await stubs.gateway.list_sessions(v1.ListSessionsRequest(
                     after_session_key=after, limit=min(args.limit, 500),
-                    include_archived=args.all))
+                    include_archived=args.all, owner=args.owner))
                 for s in page.sessions:
                     rows.append([s.session_id, s.session_key, s.label or "-", str(s.run_count),
-                                 s.last_run_id or "-", format_ms(s.updated_at_unix_ms)])
+                                 s.last_run_id or "-", format_ms(s.updated_at_unix_ms),
+                                 s.identity.device_id if s.identity else "-"])
                 after = page.next_after_session_key
                 if not after or len(rows) >= args.limit:
                     break
     except Exception as exc:
         return report_error(exc)
-    print_table(rows, ["SESSION", "KEY", "LABEL", "RUNS", "LAST RUN", "UPDATED"])
+    print_table(rows, ["SESSION", "KEY", "LABEL", "RUNS", "LAST RUN", "UPDATED", "DEVICE"])
     return 0
 
 

@@ -1,7 +1,9 @@
 """Entry point of the ``palyra`` command.
 
-``serve`` runs the daemon; ``chat``, ``runs``, ``sessions`` and ``approvals``
-talk gRPC to a running daemon; ``journal`` works on a data dir directly
+``serve`` runs the daemon; ``chat``, ``runs``, ``sessions``, ``approvals``,
+``tokens``, ``agents``, ``memory``, ``channels``, ``tasks``, ``incidents`` and
+``learning`` talk gRPC to a running daemon; ``config show`` prints the
+effective settings; ``journal`` works on a data dir directly
 (``journal checkpoint`` and ``journal prune`` ask the running daemon first).
 """
 
@@ -11,7 +13,22 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from palyra.cli import _approvals, _chat, _doctor, _runs, _serve, _sessions, _tokens
+from palyra.cli import (
+    _agents,
+    _approvals,
+    _channels,
+    _chat,
+    _config,
+    _doctor,
+    _incidents,
+    _learning,
+    _memory,
+    _runs,
+    _serve,
+    _sessions,
+    _tasks,
+    _tokens,
+)
 
 # `palyra journal <cmd> ...` is delegated verbatim to the journal's own CLI.
 _JOURNAL_COMMANDS = {
@@ -66,6 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
     _sessions.add_parser(commands)
     _approvals.add_parser(commands)
     _tokens.add_parser(commands)
+    _agents.add_parser(commands)
+    _memory.add_parser(commands)
+    _channels.add_parser(commands)
+    _tasks.add_parser(commands)
+    _incidents.add_parser(commands)
+    _learning.add_parser(commands)
+    _config.add_parser(commands)
     _doctor.add_parser(commands)
     journal = commands.add_parser("journal", help="verify | export | checkpoint | prune | traces",
                                   add_help=False)

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from palyra.config._coerce import build, config_error
+from palyra.config._consistency import contradictions
 from palyra.config._model import PalyraConfig
+from palyra.core.errors import PalyraError
 
 _PREFIX = "PALYRA_"
 # Short, documented names for the settings people set most often.
@@ -85,6 +87,58 @@ def env_layer(env: Mapping[str, str]) -> Layer:
     return layer
 
 
+def config_layers(
+    *,
+    config_file: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> list[tuple[str, Layer]]:
+    """The layers in the order they apply, each named by its source.
+
+    Sources: ``file <path>``, ``env``, ``flag``. Every layer's values are
+    checked on their own first, so a bad value in the file is reported even
+    when the environment or a flag overrides it (a file that only works while
+    overridden is a trap for the next start).
+
+    Raises:
+        PalyraError: ``CONFIG_INVALID`` naming the layer and the first bad setting.
+    """
+    env = env or {}
+    if config_file is None and env.get("PALYRA_CONFIG"):
+        config_file = Path(env["PALYRA_CONFIG"])
+    layers: list[tuple[str, Layer]] = []
+    if config_file is not None:
+        layers.append((f"file {config_file}", toml_layer(config_file)))
+    layers.append(("env", env_layer(env)))
+    flag_layer: Layer = {}
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        section, _, field = dotted.rpartition(".")
+        flag_layer.setdefault(section, {})[field] = value
+    layers.append(("flag", flag_layer))
+    for source, layer in layers:
+        check_layer(source, layer)
+    return layers
+
+
+def check_layer(source: str, layer: Layer) -> None:
+    """Coerce one layer's values alone; ``CONFIG_INVALID`` says which layer is wrong."""
+    sections = _sections()
+    try:
+        for section, values in layer.items():
+            if section == "":
+                root = {k: v for k, v in values.items() if k not in sections}
+                build(PalyraConfig, root)
+            elif section not in sections:
+                raise config_error(section, "unknown section")
+            else:
+                build(sections[section], values, f"{section}.")
+    except PalyraError as exc:
+        raise PalyraError(f"{source}: {exc.message}", code=exc.code,
+                          details=exc.details) from None
+
+
 def load_config(
     *,
     config_file: Path | None = None,
@@ -105,20 +159,9 @@ def load_config(
     env = env or {}
     if config_file is None and env.get("PALYRA_CONFIG"):
         config_file = Path(env["PALYRA_CONFIG"])
-    layers: list[Layer] = []
-    if config_file is not None:
-        layers.append(toml_layer(config_file))
-    layers.append(env_layer(env))
-    flag_layer: Layer = {}
-    for dotted, value in (overrides or {}).items():
-        if value is None:
-            continue
-        section, _, field = dotted.rpartition(".")
-        flag_layer.setdefault(section, {})[field] = value
-    layers.append(flag_layer)
-
+    layers = config_layers(config_file=config_file, env=env, overrides=overrides)
     merged: Layer = {}
-    for layer in layers:
+    for _, layer in layers:
         for section, values in layer.items():
             merged.setdefault(section, {}).update(values)
     raw: dict[str, Any] = dict(merged.pop("", {}))
@@ -173,4 +216,6 @@ def validate(config: PalyraConfig) -> PalyraConfig:
     for entry in config.auth.connector_tokens:
         if not entry.rpartition("=")[2]:
             raise config_error("auth.connector_tokens", "empty token")
+    for clash in contradictions(config):
+        raise config_error(clash.setting, clash.problem)
     return config

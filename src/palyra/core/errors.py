@@ -46,6 +46,8 @@ class ErrorCode(enum.StrEnum):
     LEASE_STALE = "LEASE_STALE"
     SIGNATURE_INVALID = "SIGNATURE_INVALID"
     TIMESTAMP_STALE = "TIMESTAMP_STALE"
+    STATE_CONFLICT = "STATE_CONFLICT"
+    CANDIDATE_ALREADY_DECIDED = "CANDIDATE_ALREADY_DECIDED"
 
 
 # Codes a caller may retry unchanged. Kept beside the enum so a new code

@@ -25,7 +25,7 @@ from palyra.app import PalyraApp, tape_stream
 from palyra.config import PalyraConfig
 from palyra.daemon.datadir import ensure_data_dir
 from palyra.daemon.discovery import DaemonInfo, remove_daemon_info, write_daemon_info
-from palyra.daemon.listen import bind_listener, bound_port
+from palyra.daemon.listen import bind_setting, bound_port
 from palyra.daemon.logs import configure_logging, daemon_secrets
 from palyra.daemon.operations import daemon_metrics, plain_routes, start_tracing
 from palyra.daemon.tokens import ADMIN_TOKEN_FILE, load_or_create_admin_token
@@ -66,22 +66,24 @@ async def run_daemon(
 ) -> int:
     """Serve until SIGINT/SIGTERM (or ``stop`` is set); return the exit code."""
     scrubber = configure_logging(config.log, daemon_secrets(config))
-    ensure_data_dir(config.data_dir)
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, _on_signal(signum, stop))
-    admin_token = resolve_admin_token(config, out)
-    scrubber.add(admin_token)
-    pid = os.getpid()
+    # Both ports first: a port in use must stop start-up before anything is
+    # written to the data dir (the admin token included).
     async with contextlib.AsyncExitStack() as stack:
+        grpc_sock = bind_setting(config.grpc.host, config.grpc.port, "grpc")
+        stack.callback(grpc_sock.close)
+        http_sock = bind_setting(config.http.host, config.http.port, "http")
+        stack.callback(http_sock.close)
+        ensure_data_dir(config.data_dir)
+        stop = stop or asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, _on_signal(signum, stop))
+        admin_token = resolve_admin_token(config, out)
+        scrubber.add(admin_token)
+        pid = os.getpid()
         app, make_ctx = await open_application(config, stack)
         authenticator = Authenticator.from_config(config.auth, admin_token,
                                                   principal_tokens=app.token_book.principal_of)
-        grpc_sock = bind_listener(config.grpc.host, config.grpc.port)
-        stack.callback(grpc_sock.close)
-        http_sock = bind_listener(config.http.host, config.http.port)
-        stack.callback(http_sock.close)
         streams = OpenStreams()
         metrics = daemon_metrics(app, config, streams)
         grpc_gateway = GrpcGateway(app, authenticator=authenticator, make_ctx=make_ctx,

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import socket
+
+from palyra.core.errors import ErrorCode, PalyraError
 
 
 def bind_listener(host: str, port: int, *, backlog: int = 512) -> socket.socket:
@@ -30,3 +33,24 @@ def bind_listener(host: str, port: int, *, backlog: int = 512) -> socket.socket:
 def bound_port(sock: socket.socket) -> int:
     """The port a listener actually got."""
     return int(sock.getsockname()[1])
+
+
+def bind_setting(host: str, port: int, setting: str) -> socket.socket:
+    """``bind_listener`` for the listener configured by ``setting`` (``grpc`` or ``http``).
+
+    A port that is taken or not allowed is the user's to change, so it is one
+    ``CONFIG_INVALID`` line naming the address, the flag and the setting, not a
+    traceback.
+    """
+    try:
+        return bind_listener(host, port)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            problem = f"{host}:{port} is already in use (another palyra serve?)"
+        elif exc.errno in (errno.EACCES, errno.EADDRNOTAVAIL):
+            problem = f"cannot listen on {host}:{port} ({exc.strerror})"
+        else:
+            raise
+        raise PalyraError(f"{problem}; choose another with --{setting}-port or [{setting}] "
+                          f"port (or --{setting}-host)", code=ErrorCode.CONFIG_INVALID,
+                          details={"setting": f"{setting}.port", "port": str(port)}) from None

@@ -81,6 +81,16 @@ def candidate_id(run_id: str, kind: str, text: str) -> str:
     return "lc" + hashlib.sha256(f"{run_id}\0{kind}\0{text}".encode()).hexdigest()[:30]
 
 
+def fingerprint(principal: str, kind: str, text: str) -> str:
+    """The same proposal for the same person, whatever run it came from.
+
+    Case and spacing do not make a proposal new: a preference stated in every
+    session is proposed once, not once per run.
+    """
+    normal = " ".join(text.casefold().split())
+    return hashlib.sha256(f"{principal}\0{kind}\0{normal}".encode()).hexdigest()[:32]
+
+
 def initial_state(kind: str, confidence_bps: int) -> State | None:
     """Applied, pending review, or None (below the kind's review floor: dropped)."""
     if confidence_bps < REVIEW_FLOOR_BPS.get(kind, 10_001):

@@ -33,6 +33,8 @@ from palyra.tasks import TaskContext, TaskQueue
 TASK_KIND = "post_run_reflection"
 TABLE = "memory"
 _CANDIDATE = "candidate:"
+# fingerprint (model.fingerprint) -> the candidate id that first proposed it.
+_PROPOSED = "proposed:"
 ACTOR = "system:learning"
 PRIORITY = 25
 TTL_MS = 30 * 60_000
@@ -96,11 +98,17 @@ class Learning:
         principal = str(ctx.payload.get("principal", ""))
         drafts: list[EventDraft] = []
         kept: list[Candidate] = []
+        seen: set[str] = set()
         for proposal in proposals[: model.MAX_CANDIDATES]:
             cand = self._candidate(proposal, ctx, by_seq, principal, now)
             if cand is None or self._stored(cand.candidate_id) is not None:
                 continue
-            writes = [_candidate_write(cand)]
+            mark = model.fingerprint(principal, cand.kind, cand.text)
+            if mark in seen or self._store.get_entity(TABLE, _PROPOSED + mark) is not None:
+                continue  # proposed before (another run, any state): not again
+            seen.add(mark)
+            writes = [_candidate_write(cand),
+                      EntityWrite(TABLE, _PROPOSED + mark, cand.candidate_id.encode())]
             if cand.state == State.APPLIED:
                 writes.append(item_write(_memory_item(cand, now)))
             drafts.append(EventDraft(
@@ -178,7 +186,7 @@ class Learning:
         Raises:
             NotFound: no such candidate (or one the caller may not see).
             PermissionDenied: Cedar said no.
-            PalyraError: ``APPROVAL_ALREADY_DECIDED`` when it is no longer pending.
+            PalyraError: ``CANDIDATE_ALREADY_DECIDED`` when it is no longer pending.
         """
         cand = self._stored(candidate_id)
         if cand is None:
@@ -190,7 +198,7 @@ class Learning:
             raise PermissionDenied(why, details={"candidate_id": candidate_id})
         if cand.state != State.PENDING_REVIEW:
             raise PalyraError(f"candidate {candidate_id} is already {cand.state}",
-                              code=ErrorCode.APPROVAL_ALREADY_DECIDED,
+                              code=ErrorCode.CANDIDATE_ALREADY_DECIDED,
                               details={"candidate_id": candidate_id, "state": cand.state})
         now = self._now()
         new = msgspec.structs.replace(

@@ -57,13 +57,19 @@ def tokens(text: str) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class Hit:
-    """One result: the item, its combined score (bps) and the parts."""
+    """One result: the item, its combined score (bps) and the parts.
+
+    ``lexical`` and ``vector`` are normalised to the query's best candidate, so
+    the best of unrelated items still scores high; ``cosine`` is the raw
+    similarity (0.0 without a query vector), an absolute measure of relevance.
+    """
 
     memory_id: str
     score_bps: int
     lexical: float
     vector: float
     recency: float
+    cosine: float = 0.0
 
 
 class _Postings:
@@ -308,7 +314,8 @@ class MemoryIndex:
             return []
         picked = np.fromiter(sorted(rows), dtype=np.int64)
         lex_of = lexical[picked].astype(np.float64)
-        vec_of = np.maximum(cosines[picked], 0.0).astype(np.float64)
+        raw_cos = cosines[picked].astype(np.float64)
+        vec_of = np.maximum(raw_cos, 0.0)
         lex_of /= float(lex_of.max()) or 1.0
         vec_of /= float(vec_of.max()) or 1.0
         rec_of = 1.0 / (1.0 + np.maximum(0.0, now_ms / _DAY_MS - self._created[picked]))
@@ -322,7 +329,7 @@ class MemoryIndex:
             near = list(range(len(totals)))
         order = sorted(near, key=lambda i: (-int(totals[i]), ids[int(picked[i])] or ""))[:limit]
         return [Hit(ids[int(picked[i])] or "", int(totals[i]), float(lex_of[i]),
-                    float(vec_of[i]), float(rec_of[i])) for i in order]
+                    float(vec_of[i]), float(rec_of[i]), float(raw_cos[i])) for i in order]
 
     def _candidates(self, scores: npt.NDArray[np.float32],
                     allowed: Callable[[str], bool]) -> set[int]:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import tarfile
 from pathlib import Path
 
 import pytest
+
+from palyra.testing.archives import extract_tar
 
 from .journals import (
     FIXED_OPS,
@@ -25,8 +26,7 @@ def fixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def v1_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("v1")
-    with tarfile.open(FIXTURES / "journal-v1.tar.gz") as tar:
-        tar.extractall(d, filter="data")
+    extract_tar(FIXTURES / "journal-v1.tar.gz", d)
     return d
 
 

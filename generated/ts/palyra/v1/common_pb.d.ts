@@ -242,6 +242,13 @@ export declare type Run = Message<"palyra.v1.Run"> & {
    * @generated from field: string final_text = 13;
    */
   finalText: string;
+
+  /**
+   * The agent serving the run ("" for the daemon's default agent).
+   *
+   * @generated from field: string agent_id = 14;
+   */
+  agentId: string;
 };
 
 /**

@@ -248,6 +248,22 @@ export enum ErrorCode {
    * @generated from enum value: ERROR_CODE_TIMESTAMP_STALE = 32;
    */
   TIMESTAMP_STALE = 32,
+
+  /**
+   * The request is well formed but contradicts the current state of what it
+   * names: a session id and key naming different sessions, branching while the
+   * latest run is active, writing to an archived session.
+   *
+   * @generated from enum value: ERROR_CODE_STATE_CONFLICT = 33;
+   */
+  STATE_CONFLICT = 33,
+
+  /**
+   * A learning candidate was already accepted or rejected.
+   *
+   * @generated from enum value: ERROR_CODE_CANDIDATE_ALREADY_DECIDED = 34;
+   */
+  CANDIDATE_ALREADY_DECIDED = 34,
 }
 
 /**

@@ -860,6 +860,15 @@ export declare type ListSessionsRequest = Message<"palyra.v1.ListSessionsRequest
    * @generated from field: bool include_archived = 3;
    */
   includeArchived: boolean;
+
+  /**
+   * Operators only: list this principal's sessions on every device and channel
+   * (sessions are bound to principal, device and channel; without it a caller
+   * sees its own, made with its own device id).
+   *
+   * @generated from field: string owner = 4;
+   */
+  owner: string;
 };
 
 /**

@@ -6,7 +6,7 @@
 
 import type { GenExtension, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import type { Message } from "@bufbuild/protobuf";
-import type { EnumValueOptions } from "@bufbuild/protobuf/wkt";
+import type { EnumValueOptions, FieldOptions } from "@bufbuild/protobuf/wkt";
 
 /**
  * Describes the file palyra/v1/options.proto.
@@ -49,7 +49,53 @@ export declare type ErrorMapping = Message<"palyra.v1.ErrorMapping"> & {
 export declare const ErrorMappingSchema: GenMessage<ErrorMapping>;
 
 /**
+ * What a request field must hold beyond its proto type. The HTTP gateway's
+ * OpenAPI document states it (so a document-valid request is one the server
+ * accepts); the handlers refuse a value that breaks it with INVALID_ARGUMENT.
+ *
+ * @generated from message palyra.v1.FieldRule
+ */
+export declare type FieldRule = Message<"palyra.v1.FieldRule"> & {
+  /**
+   * The field must be set: a message present, a string or list not empty.
+   *
+   * @generated from field: bool required = 1;
+   */
+  required: boolean;
+
+  /**
+   * A string field must match this regular expression (ECMA 262 subset).
+   *
+   * @generated from field: string pattern = 2;
+   */
+  pattern: string;
+
+  /**
+   * A number field must be finite and at least this (when has_minimum).
+   *
+   * @generated from field: bool has_minimum = 3;
+   */
+  hasMinimum: boolean;
+
+  /**
+   * @generated from field: double minimum = 4;
+   */
+  minimum: number;
+};
+
+/**
+ * Describes the message palyra.v1.FieldRule.
+ * Use `create(FieldRuleSchema)` to create a new message.
+ */
+export declare const FieldRuleSchema: GenMessage<FieldRule>;
+
+/**
  * @generated from extension: palyra.v1.ErrorMapping error_mapping = 51000;
  */
 export declare const error_mapping: GenExtension<EnumValueOptions, ErrorMapping>;
+
+/**
+ * @generated from extension: palyra.v1.FieldRule field_rule = 51001;
+ */
+export declare const field_rule: GenExtension<FieldOptions, FieldRule>;
 

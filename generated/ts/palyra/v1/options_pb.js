@@ -11,7 +11,7 @@ import { file_google_protobuf_descriptor } from "@bufbuild/protobuf/wkt";
  * Describes the file palyra/v1/options.proto.
  */
 export const file_palyra_v1_options = /*@__PURE__*/
-  fileDesc("ChdwYWx5cmEvdjEvb3B0aW9ucy5wcm90bxIJcGFseXJhLnYxIksKDEVycm9yTWFwcGluZxITCgtncnBjX3N0YXR1cxgBIAEoDRITCgtodHRwX3N0YXR1cxgCIAEoDRIRCglyZXRyeWFibGUYAyABKAg6YQoNZXJyb3JfbWFwcGluZxIhLmdvb2dsZS5wcm90b2J1Zi5FbnVtVmFsdWVPcHRpb25zGLiOAyABKAsyFy5wYWx5cmEudjEuRXJyb3JNYXBwaW5nUgxlcnJvck1hcHBpbmdiBnByb3RvMw", [file_google_protobuf_descriptor]);
+  fileDesc("ChdwYWx5cmEvdjEvb3B0aW9ucy5wcm90bxIJcGFseXJhLnYxIksKDEVycm9yTWFwcGluZxITCgtncnBjX3N0YXR1cxgBIAEoDRITCgtodHRwX3N0YXR1cxgCIAEoDRIRCglyZXRyeWFibGUYAyABKAgiVAoJRmllbGRSdWxlEhAKCHJlcXVpcmVkGAEgASgIEg8KB3BhdHRlcm4YAiABKAkSEwoLaGFzX21pbmltdW0YAyABKAgSDwoHbWluaW11bRgEIAEoATphCg1lcnJvcl9tYXBwaW5nEiEuZ29vZ2xlLnByb3RvYnVmLkVudW1WYWx1ZU9wdGlvbnMYuI4DIAEoCzIXLnBhbHlyYS52MS5FcnJvck1hcHBpbmdSDGVycm9yTWFwcGluZzpUCgpmaWVsZF9ydWxlEh0uZ29vZ2xlLnByb3RvYnVmLkZpZWxkT3B0aW9ucxi5jgMgASgLMhQucGFseXJhLnYxLkZpZWxkUnVsZVIJZmllbGRSdWxlYgZwcm90bzM", [file_google_protobuf_descriptor]);
 
 /**
  * Describes the message palyra.v1.ErrorMapping.
@@ -21,8 +21,21 @@ export const ErrorMappingSchema = /*@__PURE__*/
   messageDesc(file_palyra_v1_options, 0);
 
 /**
+ * Describes the message palyra.v1.FieldRule.
+ * Use `create(FieldRuleSchema)` to create a new message.
+ */
+export const FieldRuleSchema = /*@__PURE__*/
+  messageDesc(file_palyra_v1_options, 1);
+
+/**
  * @generated from extension: palyra.v1.ErrorMapping error_mapping = 51000;
  */
 export const error_mapping = /*@__PURE__*/
   extDesc(file_palyra_v1_options, 0);
+
+/**
+ * @generated from extension: palyra.v1.FieldRule field_rule = 51001;
+ */
+export const field_rule = /*@__PURE__*/
+  extDesc(file_palyra_v1_options, 1);
 

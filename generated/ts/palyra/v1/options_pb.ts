@@ -6,7 +6,7 @@
 
 import type { GenExtension, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { extDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
-import type { EnumValueOptions } from "@bufbuild/protobuf/wkt";
+import type { EnumValueOptions, FieldOptions } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_descriptor } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file palyra/v1/options.proto.
  */
 export const file_palyra_v1_options: GenFile = /*@__PURE__*/
-  fileDesc("ChdwYWx5cmEvdjEvb3B0aW9ucy5wcm90bxIJcGFseXJhLnYxIksKDEVycm9yTWFwcGluZxITCgtncnBjX3N0YXR1cxgBIAEoDRITCgtodHRwX3N0YXR1cxgCIAEoDRIRCglyZXRyeWFibGUYAyABKAg6YQoNZXJyb3JfbWFwcGluZxIhLmdvb2dsZS5wcm90b2J1Zi5FbnVtVmFsdWVPcHRpb25zGLiOAyABKAsyFy5wYWx5cmEudjEuRXJyb3JNYXBwaW5nUgxlcnJvck1hcHBpbmdiBnByb3RvMw", [file_google_protobuf_descriptor]);
+  fileDesc("ChdwYWx5cmEvdjEvb3B0aW9ucy5wcm90bxIJcGFseXJhLnYxIksKDEVycm9yTWFwcGluZxITCgtncnBjX3N0YXR1cxgBIAEoDRITCgtodHRwX3N0YXR1cxgCIAEoDRIRCglyZXRyeWFibGUYAyABKAgiVAoJRmllbGRSdWxlEhAKCHJlcXVpcmVkGAEgASgIEg8KB3BhdHRlcm4YAiABKAkSEwoLaGFzX21pbmltdW0YAyABKAgSDwoHbWluaW11bRgEIAEoATphCg1lcnJvcl9tYXBwaW5nEiEuZ29vZ2xlLnByb3RvYnVmLkVudW1WYWx1ZU9wdGlvbnMYuI4DIAEoCzIXLnBhbHlyYS52MS5FcnJvck1hcHBpbmdSDGVycm9yTWFwcGluZzpUCgpmaWVsZF9ydWxlEh0uZ29vZ2xlLnByb3RvYnVmLkZpZWxkT3B0aW9ucxi5jgMgASgLMhQucGFseXJhLnYxLkZpZWxkUnVsZVIJZmllbGRSdWxlYgZwcm90bzM", [file_google_protobuf_descriptor]);
 
 /**
  * How an ErrorCode maps onto each transport. Declared once here so the gRPC
@@ -53,8 +53,56 @@ export const ErrorMappingSchema: GenMessage<ErrorMapping> = /*@__PURE__*/
   messageDesc(file_palyra_v1_options, 0);
 
 /**
+ * What a request field must hold beyond its proto type. The HTTP gateway's
+ * OpenAPI document states it (so a document-valid request is one the server
+ * accepts); the handlers refuse a value that breaks it with INVALID_ARGUMENT.
+ *
+ * @generated from message palyra.v1.FieldRule
+ */
+export type FieldRule = Message<"palyra.v1.FieldRule"> & {
+  /**
+   * The field must be set: a message present, a string or list not empty.
+   *
+   * @generated from field: bool required = 1;
+   */
+  required: boolean;
+
+  /**
+   * A string field must match this regular expression (ECMA 262 subset).
+   *
+   * @generated from field: string pattern = 2;
+   */
+  pattern: string;
+
+  /**
+   * A number field must be finite and at least this (when has_minimum).
+   *
+   * @generated from field: bool has_minimum = 3;
+   */
+  hasMinimum: boolean;
+
+  /**
+   * @generated from field: double minimum = 4;
+   */
+  minimum: number;
+};
+
+/**
+ * Describes the message palyra.v1.FieldRule.
+ * Use `create(FieldRuleSchema)` to create a new message.
+ */
+export const FieldRuleSchema: GenMessage<FieldRule> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_options, 1);
+
+/**
  * @generated from extension: palyra.v1.ErrorMapping error_mapping = 51000;
  */
 export const error_mapping: GenExtension<EnumValueOptions, ErrorMapping> = /*@__PURE__*/
   extDesc(file_palyra_v1_options, 0);
+
+/**
+ * @generated from extension: palyra.v1.FieldRule field_rule = 51001;
+ */
+export const field_rule: GenExtension<FieldOptions, FieldRule> = /*@__PURE__*/
+  extDesc(file_palyra_v1_options, 1);
 

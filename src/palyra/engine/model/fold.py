@@ -27,6 +27,8 @@ from palyra.providers import ChatMessage, ToolCall
 #: The ``context_stage`` a compaction attempt that changed nothing writes (it counts
 #: as an attempt, so a summariser that never helps cannot make compaction loop).
 COMPACTION_FAILED_STAGE = "compaction"
+#: The ``context_stage`` saying why a loop's start was not compacted (not an attempt).
+COMPACTION_SKIPPED_STAGE = "compaction_skipped"
 
 
 class ProposalPhase(enum.Enum):

@@ -8,7 +8,9 @@ the step's batch, ahead of the model call it shrinks. It is one append with the
 turn: a crash before it commits leaves no trace, and the restarted run simply
 plans again. An attempt that does not help (the summariser failed or saved too
 little) writes a ``context_stage`` ``compaction`` event saying why; it counts
-against ``compaction_max_per_run`` like a compaction does.
+against ``compaction_max_per_run`` like a compaction does. A loop start that the
+plan refuses (``input ~N tokens < 480``, ``saves < 120``, cooling down, ...)
+writes a ``compaction_skipped`` stage with the reason, once per loop.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from palyra.core.tape_digest import TapeDigest
 from palyra.engine.model import compaction
 from palyra.engine.model.compaction import CompactionSettings, Plan
 from palyra.engine.model.config import EngineConfig
-from palyra.engine.model.fold import COMPACTION_FAILED_STAGE
+from palyra.engine.model.fold import COMPACTION_FAILED_STAGE, COMPACTION_SKIPPED_STAGE
 from palyra.engine.model.prune import ESTIMATE, estimate_tokens
 from palyra.engine.run.step import Step
 from palyra.engine.run.writer import Batch
@@ -88,7 +90,13 @@ async def maybe_compact(step: Step, batch: Batch, blocks: Sequence[str],
     plan = compaction.plan(history, settings, input_tokens=before,
                            attempts=loop.compaction_attempts,
                            last_compaction_ms=loop.last_compaction_ms, now_ms=deps.now_ms())
-    if isinstance(plan, str) or step.remaining_wall_s() <= 0:
+    if isinstance(plan, str):
+        # Planned only when an input starts a loop, so at most one such note a loop;
+        # the cheap refusals above (a short conversation) write none.
+        batch.add(pb.ContextStage(stage=COMPACTION_SKIPPED_STAGE, tokenizer=ESTIMATE,
+                                  reason=f"not compacted: {plan}", turn=turn))
+        return loop.messages
+    if step.remaining_wall_s() <= 0:
         return loop.messages
     attempt = loop.compaction_attempts + 1
     prompt = compaction.summary_prompt(plan, settings)

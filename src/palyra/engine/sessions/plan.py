@@ -67,7 +67,8 @@ def plan_resolve(reader: SessionReader, identity: IdentityRec, selectors: Select
     Call it under ``SessionWriter.resolving`` (which plans again under the lock).
 
     Raises:
-        InvalidArgument: malformed selectors, id and key naming different
+        InvalidArgument: malformed selectors.
+        PalyraError: ``STATE_CONFLICT`` for an id and key naming different
             sessions, or an archived session.
         NotFound: ``require_existing`` and nothing matched.
         PalyraError: ``SESSION_IDENTITY_MISMATCH`` when the session is bound
@@ -101,8 +102,8 @@ def plan_resolve(reader: SessionReader, identity: IdentityRec, selectors: Select
     else:
         check_identity(found, identity)
         if found.archived:
-            raise invalid(f"session {found.session_id} is archived",
-                          session_id=found.session_id)
+            raise coded(ErrorCode.STATE_CONFLICT, f"session {found.session_id} is archived",
+                        session_id=found.session_id)
         record = found
         plan = SessionPlan(record)
         if sel.reset:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from palyra.engine.model.errors import invalid, not_found
+from palyra.core.errors import ErrorCode
+from palyra.engine.model.errors import coded, not_found
 from palyra.engine.model.records import (
     SESSIONS,
     IdentityRec,
@@ -74,9 +75,14 @@ class SessionReader:
             after = rows[-1][0]
 
     def list_for(
-        self, identity: IdentityRec, after_key: str, limit: int, include_archived: bool
+        self, identity: IdentityRec, after_key: str, limit: int, include_archived: bool,
+        *, any_device: bool = False,
     ) -> tuple[list[SessionRecord], str]:
-        """Caller-scoped keyset page ordered by session key; returns (page, next_after_key)."""
+        """Caller-scoped keyset page ordered by session key; returns (page, next_after_key).
+
+        ``any_device``: every session of ``identity``'s principal, whatever its
+        device and channel (an operator's view).
+        """
         out: list[SessionRecord] = []
         cursor = session_index_key(after_key) if after_key else ""
         while len(out) < limit:
@@ -84,7 +90,8 @@ class SessionReader:
             for key, value in rows:
                 cursor = key
                 rec = self.get(value.decode())
-                if rec is None or rec.identity != identity:
+                if rec is None or not (rec.identity.principal == identity.principal
+                                       if any_device else rec.identity == identity):
                     continue
                 if rec.archived and not include_archived:
                     continue
@@ -102,7 +109,7 @@ class SessionReader:
         """The session the selectors name, or None.
 
         Raises:
-            InvalidArgument: id and key name different sessions.
+            PalyraError: ``STATE_CONFLICT`` when id and key name different sessions.
         """
         by_id = self.get(sel.session_id) if sel.session_id else None
         if sel.session_key:
@@ -110,7 +117,8 @@ class SessionReader:
             if sel.session_id and (by_id is not None or by_key is not None) and (
                 by_id is None or by_key is None or by_id.session_id != by_key.session_id
             ):
-                raise invalid("session_id and session_key name different sessions")
+                raise coded(ErrorCode.STATE_CONFLICT,
+                            "session_id and session_key name different sessions")
             return by_key
         if sel.session_id:
             return by_id

@@ -126,8 +126,7 @@ class SessionWriter:
         """A new session branched from one whose latest run is terminal.
 
         Raises:
-            PalyraError: ``RUN_TERMINAL``-style FAILED_PRECONDITION analogue
-                (``INVALID_ARGUMENT``) when the latest run is still active.
+            PalyraError: ``STATE_CONFLICT`` when the latest run is still active.
         """
         async with self.hold(session_id):
             source = self.reader.require(session_id)
@@ -135,9 +134,9 @@ class SessionWriter:
             if source.last_run_id:
                 raw = self._store.get_entity(RUNS, source.last_run_id)
                 if raw is not None and not is_run_terminal(decode(RunRecord, raw).state):
-                    raise invalid("the latest run of the session is still active; branch "
-                                  "after it ends", session_id=session_id,
-                                  run_id=source.last_run_id)
+                    raise coded(ErrorCode.STATE_CONFLICT, "the latest run of the session is "
+                                "still active; branch after it ends", session_id=session_id,
+                                run_id=source.last_run_id)
             now = self._now_ms()
             new_id = new_ulid()
             branch = SessionRecord(

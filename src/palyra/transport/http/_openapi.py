@@ -14,13 +14,17 @@ from typing import Any
 from palyra_gen.proto_docs import DOCS
 
 from palyra.transport.auth import CHANNEL_HEADER, DEVICE_HEADER, PRINCIPAL_HEADER, PUBLIC_RPCS
-from palyra.transport.http._json import proto_meta
+from palyra.transport.http._json import camel, proto_meta
 from palyra.transport.http._openapi_schema import SchemaBuilder, full_name
 from palyra.transport.http._routes import CompiledRoute, RouteTable
 
 OPENAPI_VERSION = "3.2.0"
-# The exclusive tape cursor over SSE: a tape_seq, a signed 64-bit number.
-_LAST_EVENT_ID = {"type": "string", "pattern": "^[0-9]{1,18}$"}
+# The exclusive tape cursor over SSE: a tape_seq, a signed 64-bit number; an empty
+# header is no cursor (the server reads ``after_seq`` then).
+_LAST_EVENT_ID = {"type": "string", "pattern": "^([0-9]{1,18})?$"}
+# Request fields that are cursors into the tape: retention may have pruned what
+# they point at (410 CURSOR_TRUNCATED, with the earliest cursor still served).
+_CURSOR_FIELDS = frozenset({"after_seq", "compaction_seq"})
 
 
 def _service(route: CompiledRoute) -> str:
@@ -67,6 +71,11 @@ def _operation(route: CompiledRoute, schemas: SchemaBuilder) -> dict[str, Any]:
                         "content": {"application/json": {"schema": _error_schema()}}},
         },
     }
+    if _CURSOR_FIELDS & set(proto_meta(route.request_cls).meta_by_field_name):
+        op["responses"]["410"] = {
+            "description": "`CURSOR_TRUNCATED`: retention pruned what the cursor points at; "
+                           "`details.earliest_cursor` is the first one still served.",
+            "content": {"application/json": {"schema": _error_schema()}}}
     if rpc_doc:
         op["description"] = rpc_doc
     if route.has_body:
@@ -115,13 +124,57 @@ def _error_schema() -> dict[str, Any]:
     }}
 
 
+def _id_pointers(cls: type[Any], prefix: str = "", depth: int = 2) -> dict[str, str]:
+    """``*_id`` string fields of a message (and of its message fields, one level down)
+    → their JSON pointer in the proto3 JSON body, nearest first."""
+    meta = proto_meta(cls)
+    found: dict[str, str] = {}
+    nested: list[tuple[str, type[Any]]] = []
+    for name, fm in meta.meta_by_field_name.items():
+        if fm.repeated or fm.proto_type == "map":
+            continue
+        if fm.proto_type == "string" and name.endswith("_id"):
+            found.setdefault(name, f"{prefix}/{camel(name)}")
+        elif fm.proto_type == "message" and depth > 1:
+            nested.append((name, meta.cls_by_field[name]))
+    for name, inner in nested:
+        for key, pointer in _id_pointers(inner, f"{prefix}/{camel(name)}", depth - 1).items():
+            found.setdefault(key, pointer)
+    return found
+
+
+def _links(routes: list[CompiledRoute]) -> dict[CompiledRoute, dict[str, Any]]:
+    """OpenAPI links: an answer carrying the ids a route's path needs leads to that route
+    (``POST /v1/runs`` → ``GET /v1/runs/{run_id}``), for stateful clients and fuzzers."""
+    targets = [r for r in routes if r.path_params]
+    out: dict[CompiledRoute, dict[str, Any]] = {}
+    for source in routes:
+        if source.server_streaming:
+            continue
+        ids = _id_pointers(source.response_cls)
+        links: dict[str, Any] = {}
+        for target in targets:
+            if target is source or not all(p in ids for p in target.path_params):
+                continue
+            links[f"{_service(target)}_{target.rpc}"] = {
+                "operationId": f"{_service(target)}_{target.rpc}",
+                "parameters": {p: f"$response.body#{ids[p]}" for p in target.path_params}}
+        if links:
+            out[source] = links
+    return out
+
+
 def build_openapi(table: RouteTable) -> dict[str, Any]:
     """The OpenAPI 3.2 document for every route in ``table``."""
     schemas = SchemaBuilder()
     paths: dict[str, dict[str, Any]] = {}
-    for route in sorted(table.routes, key=lambda r: (r.template, r.http_method)):
-        paths.setdefault(route.template, {})[route.http_method.lower()] = _operation(
-            route, schemas)
+    routes = sorted(table.routes, key=lambda r: (r.template, r.http_method))
+    links = _links(routes)
+    for route in routes:
+        op = _operation(route, schemas)
+        if route in links:
+            op["responses"]["200"]["links"] = links[route]
+        paths.setdefault(route.template, {})[route.http_method.lower()] = op
     return {
         "openapi": OPENAPI_VERSION,
         "info": {"title": "palyra", "version": "1",

@@ -7,7 +7,9 @@ number, bytes as padded base64, ``null`` for "the default", at most one member
 of a oneof, no unknown fields. Where the server accepts a little more than can
 be said in a schema (surrounding spaces in a number string, any letter case in
 an enum name), the schema states the canonical subset, so every document-valid
-request is one the server accepts.
+request is one the server accepts. The spec's ``(palyra.v1.field_rule)`` options
+(``palyra_gen.field_rules``) add what a field must hold beyond its type: a
+required field is listed in ``required`` and is never ``null`` or empty.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import itertools
 from typing import Any
 
 import betterproto2
+from palyra_gen.field_rules import RULES, FieldRule
 from palyra_gen.message_pool import default_message_pool
 from palyra_gen.proto_docs import DOCS
 
@@ -88,6 +91,10 @@ class SchemaBuilder:
         item_cls = proto_meta(cls).cls_by_field.get(name)
         if fm.proto_type == "enum":
             single: dict[str, Any] = {"type": "string", "enum": _enum_names(item_cls)}
+        elif fm.proto_type == "bool":
+            # The server reads a bare flag (``?include_archived`` or ``=``) as true.
+            single = {"anyOf": [{"type": "boolean"}, {"type": "string", "enum": [
+                "true", "false", "1", "0", ""]}]}
         elif fm.proto_type in _RANGES:
             low, high, _ = _RANGES[fm.proto_type]
             single = {"type": "integer", "minimum": low, "maximum": high}
@@ -106,11 +113,19 @@ class SchemaBuilder:
         meta = proto_meta(cls)
         owner = full_name(cls)
         props: dict[str, Any] = {}
+        required: list[str] = []
         groups: dict[str, list[str]] = {}
         for name, fm in meta.meta_by_field_name.items():
             if name in skip:
                 continue
-            schema = _nullable(self._field(cls, name, fm))
+            rule = RULES.get(f"{owner}.{name}")
+            schema = self._field(cls, name, fm)
+            if rule is not None:
+                schema = _ruled(schema, fm, rule, meta.cls_by_field.get(name))
+            if rule is None or not rule.required:
+                schema = _nullable(schema)
+            else:
+                required.append(camel(name))
             if doc := DOCS.get(f"{owner}.{name}"):
                 schema = {**schema, "description": doc}
             props[camel(name)] = schema
@@ -119,6 +134,8 @@ class SchemaBuilder:
         out: dict[str, Any] = {"type": "object", "properties": props,
                                "additionalProperties": False,
                                "description": DOCS.get(owner, f"`{owner}`")}
+        if required:
+            out["required"] = required
         exclusive = [{"required": list(pair)}
                      for members in groups.values() for pair in itertools.combinations(members, 2)]
         if exclusive:  # a oneof: at most one member may be given
@@ -166,6 +183,27 @@ class SchemaBuilder:
         if proto_type == "bytes":
             return {"type": "string", "contentEncoding": "base64", "pattern": _BASE64}
         raise ValueError(f"unsupported proto type {proto_type}")
+
+
+def _ruled(schema: dict[str, Any], fm: Any, rule: FieldRule, item_cls: Any) -> dict[str, Any]:
+    """``schema`` narrowed by the field's rule (the handlers refuse the rest)."""
+    out = dict(schema)
+    if fm.repeated and rule.required:
+        return {**out, "minItems": 1}
+    if fm.proto_type == "string":
+        if rule.required:
+            out["minLength"] = 1
+        if rule.pattern:
+            out["pattern"] = rule.pattern
+    elif fm.proto_type in ("float", "double") and rule.minimum is not None:
+        # Finite and at least the minimum: no NaN/Infinity strings.
+        out = {"type": "number", "minimum": rule.minimum, "format": fm.proto_type}
+    elif fm.proto_type == "enum" and rule.required:
+        # Set means not the zero value (``*_UNSPECIFIED``).
+        zero = [m for m in item_cls if m.value == 0]
+        out = {"allOf": [out, {"not": {"enum": [0, *(str(m.proto_name) for m in zero),
+                                                 *(m.name for m in zero)]}}]}
+    return out
 
 
 def _enum_names(cls: Any) -> list[str]:

@@ -75,6 +75,7 @@ __all__ = (
     "ExportFormat",
     "ExportJournalRequest",
     "ExportJournalResponse",
+    "FieldRule",
     "GatewayServiceBase",
     "GatewayServiceStub",
     "GetAgentRequest",
@@ -533,6 +534,18 @@ class ErrorCode(betterproto2.Enum):
     A signed channel delivery whose timestamp is outside the tolerance (replay guard).
     """
 
+    STATE_CONFLICT = 33
+    """
+    The request is well formed but contradicts the current state of what it
+    names: a session id and key naming different sessions, branching while the
+    latest run is active, writing to an archived session.
+    """
+
+    CANDIDATE_ALREADY_DECIDED = 34
+    """
+    A learning candidate was already accepted or rejected.
+    """
+
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
@@ -569,6 +582,8 @@ class ErrorCode(betterproto2.Enum):
             30: "ERROR_CODE_LEASE_STALE",
             31: "ERROR_CODE_SIGNATURE_INVALID",
             32: "ERROR_CODE_TIMESTAMP_STALE",
+            33: "ERROR_CODE_STATE_CONFLICT",
+            34: "ERROR_CODE_CANDIDATE_ALREADY_DECIDED",
         }
 
     @classmethod
@@ -607,6 +622,8 @@ class ErrorCode(betterproto2.Enum):
             "ERROR_CODE_LEASE_STALE": 30,
             "ERROR_CODE_SIGNATURE_INVALID": 31,
             "ERROR_CODE_TIMESTAMP_STALE": 32,
+            "ERROR_CODE_STATE_CONFLICT": 33,
+            "ERROR_CODE_CANDIDATE_ALREADY_DECIDED": 34,
         }
 
 
@@ -1677,6 +1694,35 @@ default_message_pool.register_message("palyra.v1", "ExportJournalResponse", Expo
 
 
 @dataclass(eq=False, repr=False)
+class FieldRule(betterproto2.Message):
+    """
+    What a request field must hold beyond its proto type. The HTTP gateway's
+    OpenAPI document states it (so a document-valid request is one the server
+    accepts); the handlers refuse a value that breaks it with INVALID_ARGUMENT.
+    """
+
+    required: "bool" = betterproto2.field(1, betterproto2.TYPE_BOOL)
+    """
+    The field must be set: a message present, a string or list not empty.
+    """
+
+    pattern: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    A string field must match this regular expression (ECMA 262 subset).
+    """
+
+    has_minimum: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
+    """
+    A number field must be finite and at least this (when has_minimum).
+    """
+
+    minimum: "float" = betterproto2.field(4, betterproto2.TYPE_DOUBLE)
+
+
+default_message_pool.register_message("palyra.v1", "FieldRule", FieldRule)
+
+
+@dataclass(eq=False, repr=False)
 class GetAgentRequest(betterproto2.Message):
     agent_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -2335,6 +2381,13 @@ class ListSessionsRequest(betterproto2.Message):
 
     include_archived: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
 
+    owner: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    Operators only: list this principal's sessions on every device and channel
+    (sessions are bound to principal, device and channel; without it a caller
+    sees its own, made with its own device id).
+    """
+
 
 default_message_pool.register_message("palyra.v1", "ListSessionsRequest", ListSessionsRequest)
 
@@ -2862,6 +2915,11 @@ class Run(betterproto2.Message):
     )
 
     final_text: "str" = betterproto2.field(13, betterproto2.TYPE_STRING)
+
+    agent_id: "str" = betterproto2.field(14, betterproto2.TYPE_STRING)
+    """
+    The agent serving the run ("" for the daemon's default agent).
+    """
 
 
 default_message_pool.register_message("palyra.v1", "Run", Run)
