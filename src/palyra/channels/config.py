@@ -50,6 +50,9 @@ class ChannelPolicy:
         debounce_ms: Quiet window of the coalescer (0: every message is its own run).
         max_wait_ms: No message waits in the coalescer longer than this.
         batch_cap: At most this many messages are coalesced into one run.
+        pairing_hint_interval_s: An unpaired sender's direct message (``dm_policy =
+            "pairing"``) is answered with how to pair, at most once per sender in this
+            many seconds (0: never).
     """
 
     mentions: tuple[str, ...] = ("@palyra",)
@@ -70,6 +73,7 @@ class ChannelPolicy:
     debounce_ms: int = 0
     max_wait_ms: int = 5000
     batch_cap: int = 16
+    pairing_hint_interval_s: int = 3600
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -82,6 +86,8 @@ class ChannelPolicy:
             raise ValueError("max_wait_ms must be at least debounce_ms (and both >= 0)")
         if not 1 <= self.batch_cap <= 256:
             raise ValueError("batch_cap must be 1..256")
+        if self.pairing_hint_interval_s < 0:
+            raise ValueError("pairing_hint_interval_s must be >= 0")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -139,11 +139,11 @@ async def _open_channels(config: PalyraConfig, store: JournalStore, engine: Engi
     pairing = PairingBook(store, policy_hash=lambda: gate.policy_hash,
                           grant_ttl_s=channels.pairing_grant_ttl_s,
                           code_ttl_s=channels.pairing_code_ttl_s)
-    engine.on_subject_approval(PAIRING_SUBJECT, pairing.decide)
     sinks = build_sinks(channels)
     for sink in sinks.values():
         stack.push_async_callback(sink.aclose)
-    router = ChannelRouter(store, engine, tasks, pairing, gate, channels, sinks=list(sinks))
+    router = ChannelRouter(store, engine, tasks, pairing, gate, channels)
+    engine.on_subject_approval(PAIRING_SUBJECT, router.decide_pairing)
     outbox = Outbox(dict(sinks))
     for worker in (TaskWorker(tasks, {DISPATCH_TASK: router.dispatch}, concurrency=16),
                    TaskWorker(tasks, {COMMAND_TASK: router.dispatch}, concurrency=2),
