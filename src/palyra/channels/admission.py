@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -80,7 +80,7 @@ class Admitter:
         self._admitting = KeyedLocks()  # two deliveries of one event never admit twice
 
     async def admit(self, envelope: Envelope, *, dedupe: tuple[str, str, str] | None = None,
-                    sink: str = "") -> Admission:
+                    sink: str = "", also: Sequence[EntityWrite] = ()) -> Admission:
         """Keep one inbound message durably (or find it was kept already).
 
         Two keys find a message already kept: the delivery's, ``dedupe`` =
@@ -88,6 +88,7 @@ class Admitter:
         conversation, ``adapter_message_id``), for a sender that delivers the
         same message again under a new delivery id. Either one found inside the
         dedupe window returns the first delivery's outcome and writes nothing.
+        ``also`` lands in the admission's commit (a long-polling adapter's offset).
         """
         env = msgspec.structs.replace(
             envelope, envelope_id=envelope.envelope_id or new_ulid(),
@@ -102,7 +103,7 @@ class Admitter:
                     return Admission(known.envelope_id, known.action not in ("reject", ""),
                                      known.reason, known.action, known.task_id,
                                      duplicate=True)
-            return await self._admit_new(env, keys, sink)
+            return await self._admit_new(env, keys, sink, tuple(also))
 
     def _known(self, key: str) -> DedupeRec | None:
         raw = self._store.get_entity(records.TABLE, key)
@@ -111,12 +112,13 @@ class Admitter:
         rec = msgspec.msgpack.decode(raw, type=DedupeRec)
         return rec if rec.expires_ms > self._now() else None
 
-    async def _admit_new(self, env: Envelope, keys: tuple[str, ...], sink: str) -> Admission:
+    async def _admit_new(self, env: Envelope, keys: tuple[str, ...], sink: str,
+                         also: tuple[EntityWrite, ...]) -> Admission:
         now = self._now()
         try:
             env = normalize(env)
         except Refused as refused:
-            await self.quarantine(env, refused.reason, keys)
+            await self.quarantine(env, refused.reason, keys, also)
             return Admission(env.envelope_id, False, refused.reason, "reject")
         if self.message(env.envelope_id) is not None:
             raise PalyraError(f"envelope {env.envelope_id} was already admitted (with another "
@@ -136,6 +138,7 @@ class Admitter:
                 reason=decision.reason, admitted_ms=now,
                 expires_ms=now + self._config.dedupe_window_s * 1000))
             writes += [EntityWrite(records.TABLE, key, seen) for key in keys]
+            writes += also
             if decision.action == "context":
                 writes.append(EntityWrite(records.TABLE,
                                           records.ctx_key(decision.session_key, env.envelope_id),
@@ -190,7 +193,8 @@ class Admitter:
                 conversation_id=env.conversation_id, thread_id=env.thread_id,
                 reply_to=env.adapter_message_id), also=[*drafts, stamp])
 
-    async def quarantine(self, env: Envelope, reason: str, keys: tuple[str, ...] = ()) -> None:
+    async def quarantine(self, env: Envelope, reason: str, keys: tuple[str, ...] = (),
+                         also: tuple[EntityWrite, ...] = ()) -> None:
         """Keep ``env`` where an operator can see it (and its dedupe keys, when given)."""
         now = self._now()
         qid = new_ulid(now)
@@ -200,6 +204,7 @@ class Admitter:
             envelope_id=env.envelope_id, task_id="", action="reject", reason=reason,
             admitted_ms=now, expires_ms=now + self._config.dedupe_window_s * 1000))
         writes += [EntityWrite(records.TABLE, key, seen) for key in keys]
+        writes += also
         await self._store.append([EventDraft(
             kind="channel.message_quarantined", actor=ACTOR,
             payload={"channel": env.channel, "envelope_id": env.envelope_id, "reason": reason,

@@ -150,6 +150,43 @@ class WebhookAdapterConfig:
             (s for s in self.secrets if s.startswith("whsec_")), "")
 
 
+TelegramMode = Literal["webhook", "polling"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TelegramAdapterConfig:
+    """A Telegram bot (``[channels.telegram.<name>]``, channel ``telegram:<name>``).
+
+    Attributes:
+        bot_token: The token @BotFather gave (``123456:ABC...``); its number is the bot's id.
+        bot_username: The bot's username without ``@``: ``@username`` addresses it in groups.
+        mode: ``webhook`` (Telegram POSTs to ``/v1/ingress/telegram/<name>``; set it up with
+            ``palyra channels connect telegram <name> --url ...``) or ``polling``
+            (``getUpdates``, for a daemon Telegram cannot reach).
+        webhook_secret: The ``secret_token`` given to ``setWebhook``; empty: the one
+            ``palyra channels connect`` generated and stored in the data dir.
+        api_base_url: Bot API base (tests point it at a local fake).
+        poll_timeout_s: Long-polling wait of one ``getUpdates`` call.
+        rate_per_s: Outbound ``sendMessage`` calls per second.
+    """
+
+    bot_token: str = ""
+    bot_username: str = ""
+    mode: TelegramMode = "webhook"
+    webhook_secret: str = ""
+    api_base_url: str = "https://api.telegram.org"
+    poll_timeout_s: int = 25
+    rate_per_s: float = 20.0
+
+    def __post_init__(self) -> None:
+        if ":" not in self.bot_token or not self.bot_token.partition(":")[0].isdigit():
+            raise ValueError("bot_token is required, as @BotFather gave it (123456:ABC...)")
+        if self.mode not in ("webhook", "polling"):
+            raise ValueError("mode is webhook or polling")
+        if not 1 <= self.poll_timeout_s <= 50:
+            raise ValueError("poll_timeout_s must be 1..50")
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ChannelsConfig:
     """The channel router, its dedupe window and the adapters.
@@ -164,6 +201,7 @@ class ChannelsConfig:
         policy: Per-channel policies, keyed by channel id (``slack:T0123``).
         slack: Slack apps, keyed by a name (channel ``slack:<name>``).
         webhooks: Standard Webhooks endpoints, keyed by a name (channel ``webhook:<name>``).
+        telegram: Telegram bots, keyed by a name (channel ``telegram:<name>``).
         pairing_code_ttl_s: Default lifetime of a pairing code (30 s .. 24 h).
         pairing_grant_ttl_s: Lifetime of a grant approved ``allow_session``.
     """
@@ -175,6 +213,7 @@ class ChannelsConfig:
     policy: Mapping[str, ChannelPolicy] = dataclasses.field(default_factory=dict)
     slack: Mapping[str, SlackAdapterConfig] = dataclasses.field(default_factory=dict)
     webhooks: Mapping[str, WebhookAdapterConfig] = dataclasses.field(default_factory=dict)
+    telegram: Mapping[str, TelegramAdapterConfig] = dataclasses.field(default_factory=dict)
     pairing_code_ttl_s: int = 600
     pairing_grant_ttl_s: int = 30 * 24 * 3600
 

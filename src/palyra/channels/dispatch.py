@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,7 +74,7 @@ class Dispatcher:
 
     def __init__(self, store: JournalStore, engine: Engine, tasks: TaskQueue,
                  commands: Commands, config: ChannelsConfig, *, message: Lookup,
-                 quarantine: Quarantine) -> None:
+                 quarantine: Quarantine, reply_caps: Mapping[str, int]) -> None:
         self._store = store
         self._engine = engine
         self._tasks = tasks
@@ -82,6 +82,7 @@ class Dispatcher:
         self._config = config
         self._message = message
         self._quarantine = quarantine
+        self._caps = reply_caps
         self._agents = AgentRegistry(store)
         self._slots: dict[str, asyncio.Semaphore] = {}
         self._done: dict[str, asyncio.Future[DispatchOutcome]] = {}
@@ -145,13 +146,18 @@ class Dispatcher:
         action = first.decision.action
         if action not in ("pair", "command"):
             return await self._respond(task, msgs)
-        policy = self._config.policy_for(first.envelope.channel)
         if action == "pair":
             text, reason = await self._commands.pair(first), "pairing"
         else:
             text, reason = await self._commands.command(first), "command"
-        return DispatchOutcome(outputs=split_utf8(text, policy.reply_max_bytes,
-                                                  policy.reply_prefix), reason=reason)
+        return DispatchOutcome(outputs=self._chunks(text, first), reason=reason)
+
+    def _chunks(self, text: str, msg: InboundRec) -> list[str]:
+        """``text`` cut to the channel's ``reply_max_bytes`` and the sink's own cap."""
+        policy = self._config.policy_for(msg.envelope.channel)
+        cap = self._caps.get(msg.sink, 0)
+        room = min(policy.reply_max_bytes, cap) if cap else policy.reply_max_bytes
+        return split_utf8(text, room, policy.reply_prefix)
 
     @contextlib.asynccontextmanager
     async def _slot(self, channel: str) -> AsyncIterator[None]:
@@ -214,7 +220,7 @@ class Dispatcher:
                        f"{': ' + record.end_reason if record.end_reason else ''})."]
         outputs: list[str] = []
         for reply in replies:
-            outputs += split_utf8(reply, policy.reply_max_bytes, policy.reply_prefix)
+            outputs += self._chunks(reply, msgs[0])
         return DispatchOutcome(run_id=run_id, session_id=record.session_id, outputs=outputs,
                                reason=f"run_{record.state}")
 
@@ -251,9 +257,7 @@ class Dispatcher:
         return (approval.state, approval.tool_name) if approval else ("ended", "a tool")
 
     async def _notify(self, first: InboundRec, key: str, text: str) -> None:
-        policy = self._config.policy_for(first.envelope.channel)
-        for index, chunk in enumerate(split_utf8(text, policy.reply_max_bytes,
-                                                 policy.reply_prefix)):
+        for index, chunk in enumerate(self._chunks(text, first)):
             await queue_send(self._tasks, OutboundReply(
                 sink=first.sink, key=f"{key}:{index}", text=chunk,
                 conversation_id=first.envelope.conversation_id,

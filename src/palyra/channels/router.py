@@ -10,10 +10,10 @@ RouteMessage and the adapters' ingress only see :class:`ChannelRouter`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from palyra.channels.admission import COMMAND_TASK, DISPATCH_TASK, Admission, Admitter
+from palyra.channels.admission import ACTOR, COMMAND_TASK, DISPATCH_TASK, Admission, Admitter
 from palyra.channels.commands import Commands, decide_pairing
 from palyra.channels.config import ChannelsConfig
 from palyra.channels.dispatch import Dispatcher, DispatchOutcome
@@ -21,7 +21,7 @@ from palyra.channels.pairing import PairingBook
 from palyra.channels.records import InboundRec, QuarantineRec
 from palyra.channels.routing import Envelope
 from palyra.engine import ApprovalDecision, ApprovalRecord, Engine
-from palyra.journal import JournalStore
+from palyra.journal import EntityWrite, EventDraft, JournalStore
 from palyra.policy import PolicyGate
 from palyra.tasks import TaskQueue
 from palyra.tasks.worker import TaskContext
@@ -32,18 +32,26 @@ def _now() -> int:
 
 
 class ChannelRouter:
-    """Admission, dispatch and built-in commands over the journal, engine and task queue."""
+    """Admission, dispatch and built-in commands over the journal, engine and task queue.
+
+    ``reply_caps`` bounds a reply chunk per sink below the channel's ``reply_max_bytes``
+    (Telegram's 4,096 characters, Discord's 2,000): a chunk of at most N UTF-8 bytes
+    has at most N characters.
+    """
 
     def __init__(self, store: JournalStore, engine: Engine, tasks: TaskQueue,
                  pairing: PairingBook, gate: PolicyGate, config: ChannelsConfig, *,
-                 now_ms: Callable[[], int] = _now) -> None:
+                 now_ms: Callable[[], int] = _now, reply_caps: Mapping[str, int] | None = None
+                 ) -> None:
         self.pairing = pairing
         self.config = config
         self._tasks = tasks
+        self._store = store
         self._admitter = Admitter(store, tasks, pairing, config, now_ms)
         self._dispatcher = Dispatcher(
             store, engine, tasks, Commands(store, engine, pairing, gate, config), config,
-            message=self._admitter.message, quarantine=self._admitter.quarantine)
+            message=self._admitter.message, quarantine=self._admitter.quarantine,
+            reply_caps=reply_caps or {})
 
     async def decide_pairing(self, record: ApprovalRecord,
                              decision: ApprovalDecision) -> ApprovalRecord:
@@ -52,9 +60,14 @@ class ChannelRouter:
         return await decide_pairing(self.pairing, self._tasks, record, decision)
 
     async def admit(self, envelope: Envelope, *, dedupe: tuple[str, str, str] | None = None,
-                    sink: str = "") -> Admission:
+                    sink: str = "", also: Sequence[EntityWrite] = ()) -> Admission:
         """Keep one inbound message durably (see :meth:`Admitter.admit`)."""
-        return await self._admitter.admit(envelope, dedupe=dedupe, sink=sink)
+        return await self._admitter.admit(envelope, dedupe=dedupe, sink=sink, also=also)
+
+    async def record(self, writes: Sequence[EntityWrite], kind: str) -> None:
+        """Commit adapter state with no message (a polling offset past ignored updates)."""
+        await self._store.append([EventDraft(kind=kind, actor=ACTOR,
+                                             entity_writes=tuple(writes))])
 
     async def dispatch(self, ctx: TaskContext) -> dict[str, Any]:
         """The ``channel.dispatch`` and ``channel.command`` task handler."""
