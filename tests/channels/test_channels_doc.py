@@ -24,10 +24,12 @@ from palyra.channels.config import (
     ChannelPolicy,
     ChannelsConfig,
     SlackAdapterConfig,
+    TelegramAdapterConfig,
     WebhookAdapterConfig,
 )
 from palyra.testing.platforms import FakeSlack, WebhookReceiver, slack_headers, webhook_headers
 from palyra.testing.spawn import DaemonProcess, clean_env
+from palyra.testing.telegram import FakeTelegram
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "channels.md"
 _BLOCK = re.compile(r"^```\w+ example=([\w-]+)\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -64,10 +66,11 @@ def _real_default(field: dataclasses.Field[Any]) -> Any:
     ('`[channels.default]` and `[channels.policy."<channel>"]`', ChannelPolicy),
     ("`[channels.slack.<name>]`", SlackAdapterConfig),
     ("`[channels.webhooks.<name>]`", WebhookAdapterConfig),
+    ("`[channels.telegram.<name>]`", TelegramAdapterConfig),
 ])
 def test_every_setting_is_documented_with_its_default(title: str, cls: type[Any]) -> None:
     documented = _documented_defaults(title)
-    tables = {"default", "policy", "slack", "webhooks"}  # sections of their own
+    tables = {"default", "policy", "slack", "webhooks", "telegram"}  # sections of their own
     for field in dataclasses.fields(cls):
         if field.name in tables:
             continue
@@ -119,12 +122,17 @@ def test_the_worked_examples_run_as_written(tmp_path: Path) -> None:
     blocks = examples()
     slack_cfg = tomllib.loads(blocks["slack-config"])["channels"]["slack"]["acme"]
     hook_cfg = tomllib.loads(blocks["webhook-config"])["channels"]["webhooks"]["ops"]
+    bot_cfg = tomllib.loads(blocks["telegram-config"])["channels"]["telegram"]["helpdesk"]
     with FakeSlack(slack_cfg["bot_token"]) as slack, \
-            WebhookReceiver(hook_cfg["reply_secret"]) as receiver:
+            WebhookReceiver(hook_cfg["reply_secret"]) as receiver, \
+            FakeTelegram(bot_cfg["bot_token"]) as bot:
         config = (blocks["slack-config"].replace(
             "[channels.slack.acme]\n",
             f'[channels.slack.acme]\napi_base_url = "{slack.api_url}"\n')
-            + blocks["webhook-config"].replace(hook_cfg["reply_url"], receiver.url + "/r"))
+            + blocks["webhook-config"].replace(hook_cfg["reply_url"], receiver.url + "/r")
+            + blocks["telegram-config"].replace(
+                "[channels.telegram.helpdesk]\n",
+                f'[channels.telegram.helpdesk]\napi_base_url = "{bot.api_url}"\n'))
         (tmp_path / "palyra.toml").write_text(config)
         with DaemonProcess(tmp_path / "data", env=clean_env(), extra_args=(
                 "--config", str(tmp_path / "palyra.toml"))) as daemon:
@@ -151,3 +159,14 @@ def test_the_worked_examples_run_as_written(tmp_path: Path) -> None:
             _matches(json.loads(blocks["webhook-reply"])["data"], reply)
             assert "hello from a webhook" in reply["text"]
             assert receiver.rejected == 0  # signed with reply_secret, verified independently
+
+            update = blocks["telegram-update"].encode()
+            answer = httpx.post(f"{base}/v1/ingress/telegram/helpdesk", content=update,
+                                headers={"x-telegram-bot-api-secret-token":
+                                         bot_cfg["webhook_secret"]})
+            assert answer.status_code == 200, answer.text
+            _matches(json.loads(blocks["telegram-answer"]), answer.json())
+            _wait(lambda: len(bot.replies()) == 1)
+            [sent] = bot.replies()
+            _matches(json.loads(blocks["telegram-reply"]), sent)
+            assert "hello from Telegram" in sent["text"]
