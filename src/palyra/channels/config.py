@@ -188,6 +188,29 @@ class TelegramAdapterConfig:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class DiscordAdapterConfig:
+    """A Discord bot (``[channels.discord.<name>]``, channel ``discord:<name>``).
+
+    Attributes:
+        bot_token: The bot's token (Developer Portal, Bot); the bot needs the Message
+            Content intent to read guild messages that mention it.
+        api_base_url: REST API base (tests point it at a local fake).
+        gateway_url: Gateway WebSocket URL (Discord's ``GET /gateway/bot`` names it).
+        rate_per_s: Outbound messages per second on top of Discord's own rate-limit
+            buckets (0: the buckets alone).
+    """
+
+    bot_token: str = ""
+    api_base_url: str = "https://discord.com/api/v10"
+    gateway_url: str = "wss://gateway.discord.gg"
+    rate_per_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.bot_token:
+            raise ValueError("bot_token is required (Developer Portal, Bot, Reset Token)")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ChannelsConfig:
     """The channel router, its dedupe window and the adapters.
 
@@ -202,6 +225,7 @@ class ChannelsConfig:
         slack: Slack apps, keyed by a name (channel ``slack:<name>``).
         webhooks: Standard Webhooks endpoints, keyed by a name (channel ``webhook:<name>``).
         telegram: Telegram bots, keyed by a name (channel ``telegram:<name>``).
+        discord: Discord bots, keyed by a name (channel ``discord:<name>``).
         pairing_code_ttl_s: Default lifetime of a pairing code (30 s .. 24 h).
         pairing_grant_ttl_s: Lifetime of a grant approved ``allow_session``.
     """
@@ -214,6 +238,7 @@ class ChannelsConfig:
     slack: Mapping[str, SlackAdapterConfig] = dataclasses.field(default_factory=dict)
     webhooks: Mapping[str, WebhookAdapterConfig] = dataclasses.field(default_factory=dict)
     telegram: Mapping[str, TelegramAdapterConfig] = dataclasses.field(default_factory=dict)
+    discord: Mapping[str, DiscordAdapterConfig] = dataclasses.field(default_factory=dict)
     pairing_code_ttl_s: int = 600
     pairing_grant_ttl_s: int = 30 * 24 * 3600
 

@@ -15,16 +15,17 @@ from typing import Any
 import msgspec
 
 from palyra.channels import records
-from palyra.channels.adapters import slack, standard_webhooks, telegram
+from palyra.channels.adapters import discord, slack, standard_webhooks, telegram
 from palyra.channels.adapters.telegram import Update as TelegramUpdate
 from palyra.channels.config import ChannelsConfig
 from palyra.channels.router import Admission, ChannelRouter
-from palyra.core.errors import ErrorCode, NotFound, PalyraError
+from palyra.core.errors import ErrorCode, InvalidArgument, NotFound, PalyraError
 from palyra.journal import EntityWrite
 
 SLACK_PREFIX = "slack:"
 WEBHOOK_PREFIX = "webhook:"
 TELEGRAM_PREFIX = "telegram:"
+DISCORD_PREFIX = "discord:"
 
 
 def telegram_secret_path(data_dir: Path, name: str) -> Path:
@@ -147,6 +148,25 @@ class Ingress:
         if admission.duplicate and also:
             await self._router.record(also, "channel.poll_offset")
         return _answer(admission)
+
+    async def record(self, writes: Sequence[EntityWrite], kind: str) -> None:
+        """Commit an adapter's own state (a Gateway session) with no message."""
+        await self._router.record(writes, kind)
+
+    async def discord_message(self, name: str, data: Mapping[str, Any], *, me: str,
+                              also: Sequence[EntityWrite] = ()) -> dict[str, Any]:
+        """Admit one Gateway ``MESSAGE_CREATE`` (``data`` is its ``d``), with the Gateway
+        session's new sequence in ``also`` so it moves in the admission's commit."""
+        try:
+            msg = msgspec.convert(data, discord.MessageCreate)
+        except msgspec.ValidationError as exc:
+            raise InvalidArgument(f"malformed Discord MESSAGE_CREATE: {exc}") from None
+        channel = DISCORD_PREFIX + name
+        env = discord.envelope(channel, msg, me=me)
+        if env is None:
+            return {"accepted": False, "reason": "ignored_event"}
+        return _answer(await self._router.admit(
+            env, dedupe=("discord", name, msg.id), sink=channel, also=also))
 
 
 def offset_write(channel: str, next_offset: int) -> EntityWrite:

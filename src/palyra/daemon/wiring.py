@@ -39,6 +39,7 @@ from palyra.channels import (
 )
 from palyra.channels.adapters import build_sinks, reply_caps
 from palyra.channels.adapters.telegram import BotApi
+from palyra.channels.gateway import Gateway
 from palyra.channels.ingress import Ingress
 from palyra.channels.polling import poll_telegram
 from palyra.config import PalyraConfig
@@ -162,6 +163,10 @@ async def _open_channels(config: PalyraConfig, store: JournalStore, engine: Engi
             stack.push_async_callback(api.aclose)
             poller = asyncio.ensure_future(poll_telegram(name, bot, api, ingress, store))
             stack.callback(poller.cancel)
+    for name, app in channels.discord.items():
+        if channels.enabled:
+            gateway = asyncio.ensure_future(Gateway(name, app, ingress, store).run())
+            stack.callback(gateway.cancel)
     return router, ingress
 
 
