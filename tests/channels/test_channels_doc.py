@@ -23,10 +23,12 @@ from palyra.channels.adapters.standard_webhooks import InboundData
 from palyra.channels.config import (
     ChannelPolicy,
     ChannelsConfig,
+    DiscordAdapterConfig,
     SlackAdapterConfig,
     TelegramAdapterConfig,
     WebhookAdapterConfig,
 )
+from palyra.testing.discord import FakeDiscord
 from palyra.testing.platforms import FakeSlack, WebhookReceiver, slack_headers, webhook_headers
 from palyra.testing.spawn import DaemonProcess, clean_env
 from palyra.testing.telegram import FakeTelegram
@@ -67,10 +69,11 @@ def _real_default(field: dataclasses.Field[Any]) -> Any:
     ("`[channels.slack.<name>]`", SlackAdapterConfig),
     ("`[channels.webhooks.<name>]`", WebhookAdapterConfig),
     ("`[channels.telegram.<name>]`", TelegramAdapterConfig),
+    ("`[channels.discord.<name>]`", DiscordAdapterConfig),
 ])
 def test_every_setting_is_documented_with_its_default(title: str, cls: type[Any]) -> None:
     documented = _documented_defaults(title)
-    tables = {"default", "policy", "slack", "webhooks", "telegram"}  # sections of their own
+    tables = {"default", "policy", "slack", "webhooks", "telegram", "discord"}  # own sections
     for field in dataclasses.fields(cls):
         if field.name in tables:
             continue
@@ -125,14 +128,20 @@ def test_the_worked_examples_run_as_written(tmp_path: Path) -> None:
     bot_cfg = tomllib.loads(blocks["telegram-config"])["channels"]["telegram"]["helpdesk"]
     with FakeSlack(slack_cfg["bot_token"]) as slack, \
             WebhookReceiver(hook_cfg["reply_secret"]) as receiver, \
-            FakeTelegram(bot_cfg["bot_token"]) as bot:
+            FakeTelegram(bot_cfg["bot_token"]) as bot, \
+            FakeDiscord(tomllib.loads(blocks["discord-config"])["channels"]["discord"]["guild"][
+                "bot_token"]) as discord:
         config = (blocks["slack-config"].replace(
             "[channels.slack.acme]\n",
             f'[channels.slack.acme]\napi_base_url = "{slack.api_url}"\n')
             + blocks["webhook-config"].replace(hook_cfg["reply_url"], receiver.url + "/r")
             + blocks["telegram-config"].replace(
                 "[channels.telegram.helpdesk]\n",
-                f'[channels.telegram.helpdesk]\napi_base_url = "{bot.api_url}"\n'))
+                f'[channels.telegram.helpdesk]\napi_base_url = "{bot.api_url}"\n')
+            + blocks["discord-config"].replace(
+                "[channels.discord.guild]\n",
+                f'[channels.discord.guild]\napi_base_url = "{discord.api_url}"\n'
+                f'gateway_url = "{discord.gateway_url}"\n'))
         (tmp_path / "palyra.toml").write_text(config)
         with DaemonProcess(tmp_path / "data", env=clean_env(), extra_args=(
                 "--config", str(tmp_path / "palyra.toml"))) as daemon:
@@ -170,3 +179,12 @@ def test_the_worked_examples_run_as_written(tmp_path: Path) -> None:
             [sent] = bot.replies()
             _matches(json.loads(blocks["telegram-reply"]), sent)
             assert "hello from Telegram" in sent["text"]
+
+            _wait(discord.connected)
+            discord.dispatch("MESSAGE_CREATE", json.loads(blocks["discord-message"]))
+            _wait(lambda: len(discord.bodies) == 1)
+            [body] = discord.bodies
+            _matches(json.loads(blocks["discord-reply"]), body)
+            assert "hello from Discord" in body["content"] and "<@" not in body["content"]
+            assert re.fullmatch(r"[0-9a-f]{25}", body["nonce"])
+            assert discord.created[0]["channel_id"] == "1200000000000000007"

@@ -41,6 +41,7 @@ class FakeDiscord(_Server):
         self.bucket_size, self.bucket_reset_s = bucket_size, bucket_reset_s
         self.heartbeat_ms = heartbeat_ms
         self.created: list[dict[str, Any]] = []  # every message the bot created
+        self.bodies: list[dict[str, Any]] = []  # every create-message request body
         self.requests = 0
         self.limited = 0  # 429s answered
         self.identifies = 0
@@ -142,6 +143,10 @@ class FakeDiscord(_Server):
             with contextlib.suppress(ConnectionClosed):
                 await self._ws.send(json.dumps(event))
 
+    def dispatch(self, kind: str, data: dict[str, Any]) -> None:
+        """Emit one dispatch (``op`` 0) on the session as given, e.g. a ``MESSAGE_CREATE``."""
+        asyncio.run_coroutine_threadsafe(self._emit(kind, data), self._loop).result(10)
+
     def post_message(self, content: str, *, channel_id: str = "700", author_id: str = "42",
                      guild_id: str = "", mentions_bot: bool = False,
                      reply_to_bot: bool = False) -> str:
@@ -184,6 +189,7 @@ class FakeDiscord(_Server):
         channel, data = found.group(1), json.loads(body)
         with self.lock:
             self.requests += 1
+            self.bodies.append(data)
             now = time.monotonic()
             start, used = self._windows.get(channel, (now, 0))
             if now - start >= self.bucket_reset_s:
