@@ -9,7 +9,8 @@ import sys
 import pytest
 
 GROUPS = {
-    "": ["serve", "chat", "runs", "sessions", "approvals", "tokens", "journal"],
+    "": ["serve", "chat", "runs", "sessions", "approvals", "tokens", "channels", "journal"],
+    "channels": ["connect"],
     "tokens": ["issue", "list", "revoke"],
     "sessions": ["list", "posture"],
     "approvals": ["list", "approve", "deny"],
