@@ -38,7 +38,8 @@ from tests.channels.conftest import (
     write_config,
 )
 
-pytestmark = pytest.mark.slow
+# 50 daemon starts with four adapters outlast the suite's 300 s default on a loaded box.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 KILLS = int(os.environ.get("PALYRA_TEST_CHANNEL_KILLS", "50"))
 PER_CYCLE = 6
 KINDS = ("webhook", "slack", "telegram", "discord")

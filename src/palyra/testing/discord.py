@@ -73,6 +73,7 @@ class FakeDiscord(_Server):
         super().__exit__(*exc)
 
     async def _start_gateway(self) -> None:
+        self._emitting = asyncio.Lock()
         self._server = await serve(self._serve, "127.0.0.1", 0)
         self.gateway_port = self._server.sockets[0].getsockname()[1]
 
@@ -127,21 +128,24 @@ class FakeDiscord(_Server):
         if data.get("token") != self.bot_token or data.get("session_id") != self._session:
             await ws.send(json.dumps({"op": 9, "d": False}))
             return
-        with self.lock:
-            self.resumes += 1
-            missed = [e for e in self._events if e["s"] > int(data.get("seq") or 0)]
-        self._ws = ws
-        for event in missed:
-            await ws.send(json.dumps(event))
-        await ws.send(json.dumps({"op": 0, "t": "RESUMED", "s": None, "d": {}}))
+        # Replayed events go out before any new one, in order, as Discord sends them.
+        async with self._emitting:
+            with self.lock:
+                self.resumes += 1
+                missed = [e for e in self._events if e["s"] > int(data.get("seq") or 0)]
+            for event in missed:
+                await ws.send(json.dumps(event))
+            await ws.send(json.dumps({"op": 0, "t": "RESUMED", "s": None, "d": {}}))
+            self._ws = ws
 
     async def _emit(self, kind: str, data: dict[str, Any]) -> None:
-        with self.lock:
-            event = {"op": 0, "t": kind, "s": len(self._events) + 1, "d": data}
-            self._events.append(event)
-        if self._ws is not None:
-            with contextlib.suppress(ConnectionClosed):
-                await self._ws.send(json.dumps(event))
+        async with self._emitting:
+            with self.lock:
+                event = {"op": 0, "t": kind, "s": len(self._events) + 1, "d": data}
+                self._events.append(event)
+            if self._ws is not None:
+                with contextlib.suppress(ConnectionClosed):
+                    await self._ws.send(json.dumps(event))
 
     def dispatch(self, kind: str, data: dict[str, Any]) -> None:
         """Emit one dispatch (``op`` 0) on the session as given, e.g. a ``MESSAGE_CREATE``."""
