@@ -175,15 +175,18 @@ def test_kills_lose_nothing_and_duplicate_nothing(tmp_path: Path) -> None:
         assert not twice, (f"duplicate replies for {twice[:5]}", [
             m for m in discord.replies() if any(t in m["content"] for t in twice[:2])])
         # Telegram has no idempotency key and no read-back for bots: a reply whose send a
-        # kill cut off is sent again (at least once), never more than once more.
+        # kill (or a timeout) cut off is sent again. A kill cuts at most the sends in
+        # flight, one per send worker (4).
         sent = [m["text"] for m in bot.replies()]
         tg_twice = [e.token for e in events if sum(e.token in t for t in sent) > 1]
-        assert all(sum(e.token in t for t in sent) <= 2 for e in events)
+        extra = sum(max(0, sum(e.token in t for t in sent) - 1) for e in events)
+        assert extra <= 4 * KILLS, extra
         assert hooks.duplicate_replies() == 0 and slack.duplicate_replies() == 0
         assert discord.duplicate_replies() == 0
         assert hooks.rejected == 0
         print(f"\nchannel kill test: {KILLS} kills, {len(events)} events, "
-              f"{len(bot.replies())} Telegram sends ({len(tg_twice)} resent after a cut), "
+              f"{len(bot.replies())} Telegram sends ({extra} resends for {len(tg_twice)} "
+              "replies, after a cut), "
               f"{len(discord.replies())} Discord messages ({discord.resumes} resumes, "
               f"{discord.identifies} identify), "
               f"{len(hooks.raw)} webhook deliveries for {len(hooks.replies())} replies, "
