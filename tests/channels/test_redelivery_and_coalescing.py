@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -173,6 +174,36 @@ async def test_concurrent_deliveries_of_one_event_admit_it_once(tmp_path: Path) 
         with pytest.raises(PalyraError) as refused:
             await router.admit(taken, dedupe=("slack", "T1", "Ev-other"))
         assert refused.value.code == ErrorCode.ALREADY_EXISTS
+    finally:
+        await tasks.close()
+        store.close()
+
+
+async def test_one_platform_message_under_new_delivery_ids_is_admitted_once(
+        tmp_path: Path) -> None:
+    """The platform message id keys a message within its channel and conversation,
+    whichever delivery carried it; the same id in another conversation is another message."""
+    clock = Clock()
+    store, tasks, router = await _open(tmp_path / "data", clock, OPEN)
+
+    def message(conversation: str) -> Envelope:
+        return msgspec.structs.replace(_envelope("@palyra hi", conversation=conversation),
+                                       adapter_message_id="m-1")
+
+    try:
+        first = await router.admit(message("C1"), dedupe=("webhook", "hooks", "msg_a"))
+        resent = await router.admit(message("C1"), dedupe=("webhook", "hooks", "msg_b"))
+        elsewhere = await router.admit(message("C2"), dedupe=("webhook", "hooks", "msg_c"))
+        assert not first.duplicate and resent.duplicate
+        assert resent.envelope_id == first.envelope_id and resent.task_id == first.task_id
+        assert not elsewhere.duplicate and elsewhere.envelope_id != first.envelope_id
+        # The resend's own delivery id is not written: a third delivery under it is
+        # found through the message key again, not through a row of its own.
+        again = await router.admit(message("C1"), dedupe=("webhook", "hooks", "msg_b"))
+        assert again.duplicate and again.envelope_id == first.envelope_id
+        assert len(tasks.page(kind=DISPATCH_TASK)[0]) == 2
+        clock.now += OPEN.dedupe_window_s * 1000
+        assert await router.sweep() == 4, "two keys per admitted message, both swept"
     finally:
         await tasks.close()
         store.close()

@@ -73,6 +73,19 @@ def test_slack_app_end_to_end(tmp_path: Path) -> None:
             httpx.post(url, content=dm, headers=slack_headers(SLACK_SECRET, dm))
             _wait(lambda: len(slack.replies()) == 2)
             assert slack.messages["D9"][0]["thread_ts"] == "199.0"
+            # Slack sends a DM that mentions the bot twice, as message.im and as
+            # app_mention (two event ids, one message ts): it is answered once.
+            twice = _event("Ev2b", "<@UBOT> hello from a DM", kind="app_mention", channel="D9",
+                           user="U7", ts="200.1", thread_ts="199.0")
+            dup = httpx.post(url, content=twice, headers=slack_headers(SLACK_SECRET, twice))
+            assert dup.status_code == 200 and dup.json()["duplicate"] is True, dup.text
+
+            # A mention inside a channel thread is answered in that thread.
+            threaded = _event("Ev5", "<@UBOT> and in the thread?", channel="C2", ts="300.2",
+                              thread_ts="300.0")
+            httpx.post(url, content=threaded, headers=slack_headers(SLACK_SECRET, threaded))
+            _wait(lambda: len(slack.replies()) == 3)
+            assert slack.messages["C2"][0]["thread_ts"] == "300.0"
 
             # The bot's own message and edits are acknowledged and ignored.
             before = journal_head(base, daemon.token)
@@ -93,4 +106,4 @@ def test_slack_app_end_to_end(tmp_path: Path) -> None:
 
             time.sleep(1.0)  # any late duplicate post would have landed by now
             assert slack.duplicate_replies() == 0
-            assert slack.posts == 2, "the swallowed post was reconciled, not repeated"
+            assert slack.posts == 3, "the swallowed post was reconciled, not repeated"

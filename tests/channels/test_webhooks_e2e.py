@@ -55,6 +55,12 @@ def test_delivery_reply_redelivery_and_bad_input(tmp_path: Path) -> None:
                 WEBHOOK_SECRET, "msg_one", body))
             assert again.status_code == 200 and again.json()["duplicate"] is True
             assert again.json()["envelope_id"] == first.json()["envelope_id"]
+            # The sender re-sends the same message (message_id m-1) as a new delivery
+            # (new webhook-id): the message's own key finds it.
+            resent = httpx.post(url, content=body, headers=webhook_headers(
+                WEBHOOK_SECRET, "msg_one_again", body))
+            assert resent.status_code == 200 and resent.json()["duplicate"] is True
+            assert resent.json()["envelope_id"] == first.json()["envelope_id"]
             time.sleep(0.5)
             assert len(receiver.replies()) == 1 and receiver.duplicate_replies() == 0
 

@@ -50,6 +50,9 @@ class ChannelPolicy:
         debounce_ms: Quiet window of the coalescer (0: every message is its own run).
         max_wait_ms: No message waits in the coalescer longer than this.
         batch_cap: At most this many messages are coalesced into one run.
+        pairing_hint_interval_s: An unpaired sender's direct message (``dm_policy =
+            "pairing"``) is answered with how to pair, at most once per sender in this
+            many seconds (0: never).
     """
 
     mentions: tuple[str, ...] = ("@palyra",)
@@ -70,6 +73,7 @@ class ChannelPolicy:
     debounce_ms: int = 0
     max_wait_ms: int = 5000
     batch_cap: int = 16
+    pairing_hint_interval_s: int = 3600
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -82,6 +86,8 @@ class ChannelPolicy:
             raise ValueError("max_wait_ms must be at least debounce_ms (and both >= 0)")
         if not 1 <= self.batch_cap <= 256:
             raise ValueError("batch_cap must be 1..256")
+        if self.pairing_hint_interval_s < 0:
+            raise ValueError("pairing_hint_interval_s must be >= 0")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -144,6 +150,66 @@ class WebhookAdapterConfig:
             (s for s in self.secrets if s.startswith("whsec_")), "")
 
 
+TelegramMode = Literal["webhook", "polling"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TelegramAdapterConfig:
+    """A Telegram bot (``[channels.telegram.<name>]``, channel ``telegram:<name>``).
+
+    Attributes:
+        bot_token: The token @BotFather gave (``123456:ABC...``); its number is the bot's id.
+        bot_username: The bot's username without ``@``: ``@username`` addresses it in groups.
+        mode: ``webhook`` (Telegram POSTs to ``/v1/ingress/telegram/<name>``; set it up with
+            ``palyra channels connect telegram <name> --url ...``) or ``polling``
+            (``getUpdates``, for a daemon Telegram cannot reach).
+        webhook_secret: The ``secret_token`` given to ``setWebhook``; empty: the one
+            ``palyra channels connect`` generated and stored in the data dir.
+        api_base_url: Bot API base (tests point it at a local fake).
+        poll_timeout_s: Long-polling wait of one ``getUpdates`` call.
+        rate_per_s: Outbound ``sendMessage`` calls per second.
+    """
+
+    bot_token: str = ""
+    bot_username: str = ""
+    mode: TelegramMode = "webhook"
+    webhook_secret: str = ""
+    api_base_url: str = "https://api.telegram.org"
+    poll_timeout_s: int = 25
+    rate_per_s: float = 20.0
+
+    def __post_init__(self) -> None:
+        if ":" not in self.bot_token or not self.bot_token.partition(":")[0].isdigit():
+            raise ValueError("bot_token is required, as @BotFather gave it (123456:ABC...)")
+        if self.mode not in ("webhook", "polling"):
+            raise ValueError("mode is webhook or polling")
+        if not 1 <= self.poll_timeout_s <= 50:
+            raise ValueError("poll_timeout_s must be 1..50")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DiscordAdapterConfig:
+    """A Discord bot (``[channels.discord.<name>]``, channel ``discord:<name>``).
+
+    Attributes:
+        bot_token: The bot's token (Developer Portal, Bot); the bot needs the Message
+            Content intent to read guild messages that mention it.
+        api_base_url: REST API base (tests point it at a local fake).
+        gateway_url: Gateway WebSocket URL (Discord's ``GET /gateway/bot`` names it).
+        rate_per_s: Outbound messages per second on top of Discord's own rate-limit
+            buckets (0: the buckets alone).
+    """
+
+    bot_token: str = ""
+    api_base_url: str = "https://discord.com/api/v10"
+    gateway_url: str = "wss://gateway.discord.gg"
+    rate_per_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.bot_token:
+            raise ValueError("bot_token is required (Developer Portal, Bot, Reset Token)")
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ChannelsConfig:
     """The channel router, its dedupe window and the adapters.
@@ -158,6 +224,8 @@ class ChannelsConfig:
         policy: Per-channel policies, keyed by channel id (``slack:T0123``).
         slack: Slack apps, keyed by a name (channel ``slack:<name>``).
         webhooks: Standard Webhooks endpoints, keyed by a name (channel ``webhook:<name>``).
+        telegram: Telegram bots, keyed by a name (channel ``telegram:<name>``).
+        discord: Discord bots, keyed by a name (channel ``discord:<name>``).
         pairing_code_ttl_s: Default lifetime of a pairing code (30 s .. 24 h).
         pairing_grant_ttl_s: Lifetime of a grant approved ``allow_session``.
     """
@@ -169,6 +237,8 @@ class ChannelsConfig:
     policy: Mapping[str, ChannelPolicy] = dataclasses.field(default_factory=dict)
     slack: Mapping[str, SlackAdapterConfig] = dataclasses.field(default_factory=dict)
     webhooks: Mapping[str, WebhookAdapterConfig] = dataclasses.field(default_factory=dict)
+    telegram: Mapping[str, TelegramAdapterConfig] = dataclasses.field(default_factory=dict)
+    discord: Mapping[str, DiscordAdapterConfig] = dataclasses.field(default_factory=dict)
     pairing_code_ttl_s: int = 600
     pairing_grant_ttl_s: int = 30 * 24 * 3600
 

@@ -8,26 +8,45 @@ is never lost; a redelivery gets the stored outcome.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from palyra.channels.adapters import slack, standard_webhooks
+from palyra.channels import records
+from palyra.channels.adapters import discord, slack, standard_webhooks, telegram
+from palyra.channels.adapters.telegram import Update as TelegramUpdate
 from palyra.channels.config import ChannelsConfig
 from palyra.channels.router import Admission, ChannelRouter
-from palyra.core.errors import ErrorCode, NotFound, PalyraError
+from palyra.core.errors import ErrorCode, InvalidArgument, NotFound, PalyraError
+from palyra.journal import EntityWrite
 
 SLACK_PREFIX = "slack:"
 WEBHOOK_PREFIX = "webhook:"
+TELEGRAM_PREFIX = "telegram:"
+DISCORD_PREFIX = "discord:"
+
+
+def telegram_secret_path(data_dir: Path, name: str) -> Path:
+    """Where ``palyra channels connect telegram NAME`` keeps the webhook's secret token."""
+    return data_dir / "channels" / f"telegram-{name}.secret"
+
+
+def offset_key(channel: str) -> str:
+    """The row of a long-polling adapter's next offset (``channels`` table)."""
+    return f"poll.offset:{channel}"
 
 
 class Ingress:
-    """Verifies, parses and admits Slack and Standard Webhooks deliveries."""
+    """Verifies, parses and admits Slack, Standard Webhooks and Telegram deliveries."""
 
-    def __init__(self, router: ChannelRouter, config: ChannelsConfig) -> None:
+    def __init__(self, router: ChannelRouter, config: ChannelsConfig,
+                 data_dir: Path | None = None) -> None:
         self._router = router
         self._config = config
+        self._data_dir = data_dir
+        self._secrets: dict[str, str] = {}  # stored Telegram secrets, read once
 
     def _check_size(self, body: bytes) -> None:
         if len(body) > self._config.max_body_bytes:
@@ -82,6 +101,76 @@ class Ingress:
         return _answer(await self._router.admit(
             env, dedupe=("slack", callback.team_id or callback.api_app_id, callback.event_id),
             sink=channel if cfg.bot_token else ""))
+
+    def _telegram_secret(self, name: str, configured: str, fresh: bool) -> str:
+        if configured:
+            return configured
+        if fresh or name not in self._secrets:
+            path = telegram_secret_path(self._data_dir, name) if self._data_dir else None
+            try:
+                self._secrets[name] = path.read_text().strip() if path else ""
+            except FileNotFoundError:
+                self._secrets[name] = ""
+        return self._secrets[name]
+
+    async def telegram(self, name: str, headers: Mapping[str, str], body: bytes
+                       ) -> dict[str, Any]:
+        """One Telegram webhook delivery (an ``Update``).
+
+        Raises:
+            PalyraError: as :meth:`webhook`.
+        """
+        cfg = self._config.telegram.get(name)
+        if cfg is None or not self._config.enabled or cfg.mode != "webhook":
+            raise NotFound(f"no Telegram webhook {name!r}")
+        self._check_size(body)
+        try:
+            telegram.verify(self._telegram_secret(name, cfg.webhook_secret, False), headers)
+        except PalyraError:
+            # `palyra channels connect` may have set a new secret since it was read.
+            telegram.verify(self._telegram_secret(name, cfg.webhook_secret, True), headers)
+        return await self.telegram_update(name, telegram.decode(body))
+
+    async def telegram_update(self, name: str, update: TelegramUpdate, *,
+                              also: Sequence[EntityWrite] = ()) -> dict[str, Any]:
+        """Admit one update (from the webhook, or from ``getUpdates`` with the offset in
+        ``also``, so the offset moves in the same commit as the message)."""
+        cfg = self._config.telegram[name]
+        channel = TELEGRAM_PREFIX + name
+        env = telegram.envelope(channel, update, me=telegram.bot_id(cfg.bot_token),
+                                username=cfg.bot_username)
+        if env is None:
+            if also:
+                await self._router.record(also, "channel.poll_offset")
+            return {"accepted": False, "reason": "ignored_event"}
+        admission = await self._router.admit(
+            env, dedupe=("telegram", name, str(update.update_id)), sink=channel, also=also)
+        if admission.duplicate and also:
+            await self._router.record(also, "channel.poll_offset")
+        return _answer(admission)
+
+    async def record(self, writes: Sequence[EntityWrite], kind: str) -> None:
+        """Commit an adapter's own state (a Gateway session) with no message."""
+        await self._router.record(writes, kind)
+
+    async def discord_message(self, name: str, data: Mapping[str, Any], *, me: str,
+                              also: Sequence[EntityWrite] = ()) -> dict[str, Any]:
+        """Admit one Gateway ``MESSAGE_CREATE`` (``data`` is its ``d``), with the Gateway
+        session's new sequence in ``also`` so it moves in the admission's commit."""
+        try:
+            msg = msgspec.convert(data, discord.MessageCreate)
+        except msgspec.ValidationError as exc:
+            raise InvalidArgument(f"malformed Discord MESSAGE_CREATE: {exc}") from None
+        channel = DISCORD_PREFIX + name
+        env = discord.envelope(channel, msg, me=me)
+        if env is None:
+            return {"accepted": False, "reason": "ignored_event"}
+        return _answer(await self._router.admit(
+            env, dedupe=("discord", name, msg.id), sink=channel, also=also))
+
+
+def offset_write(channel: str, next_offset: int) -> EntityWrite:
+    return EntityWrite(records.TABLE, offset_key(channel), str(next_offset).encode())
 
 
 def _answer(admission: Admission) -> dict[str, Any]:

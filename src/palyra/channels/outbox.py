@@ -13,11 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import msgspec
+import structlog
 
+from palyra.journal import EventDraft
+from palyra.tasks import TaskQueue
 from palyra.tasks.worker import TaskContext
+
+log = structlog.get_logger("palyra.channels")
 
 SEND_TASK = "channel.send"
 SEND_ATTEMPTS = 8
@@ -32,6 +38,15 @@ class OutboundReply(msgspec.Struct, frozen=True, kw_only=True):
     conversation_id: str = ""
     thread_id: str = ""
     reply_to: str = ""
+
+
+async def queue_send(tasks: TaskQueue, reply: OutboundReply,
+                     also: Sequence[EventDraft] = ()) -> None:
+    """Journal ``reply`` as a ``channel.send`` task (once per idempotency key), with
+    ``also`` in the same commit (nothing of it is written when the key was known)."""
+    await tasks.enqueue(SEND_TASK, payload=msgspec.to_builtins(reply),
+                        max_attempts=SEND_ATTEMPTS, idempotency_key=reply.key,
+                        also=(lambda _task: also) if also else None)
 
 
 class DeliveryUnknown(Exception):
@@ -83,10 +98,20 @@ class Outbox:
         sink = self.sinks.get(reply.sink)
         if sink is None:  # the config lost this sink: fail, the task keeps the reply
             raise LookupError(f"no channel sink {reply.sink!r} is configured")
-        if ctx.task.attempts > 1 and await sink.delivered(reply):
-            self.reconciled += 1
-            return {"delivered": True, "reconciled": True}
-        await self._limits[reply.sink].wait()
-        await sink.send(reply)
+        try:
+            if ctx.task.attempts > 1 and await sink.delivered(reply):
+                self.reconciled += 1
+                return {"delivered": True, "reconciled": True}
+            await self._limits[reply.sink].wait()
+            await sink.send(reply)
+        except Exception as exc:
+            # The task keeps the reply and retries it; the log says where it is stuck.
+            last = ctx.task.attempts >= ctx.task.max_attempts
+            log.warning("channel reply not delivered" + ("; giving up" if last else ""),
+                        channel=reply.sink, conversation_id=reply.conversation_id,
+                        thread_id=reply.thread_id, key=reply.key, task_id=ctx.task.task_id,
+                        attempt=ctx.task.attempts, max_attempts=ctx.task.max_attempts,
+                        error=f"{type(exc).__name__}: {exc}")
+            raise
         self.sent += 1
         return {"delivered": True}

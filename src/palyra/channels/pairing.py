@@ -16,11 +16,11 @@ import hashlib
 import json
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 import msgspec
 
-from palyra.core.errors import ErrorCode, InvalidArgument, NotFound, PalyraError
+from palyra.core.errors import ErrorCode, InvalidArgument, PalyraError
 from palyra.core.ids import new_ulid
 from palyra.engine import (
     ApprovalDecision,
@@ -67,6 +67,10 @@ class PairingGrantRec(msgspec.Struct, frozen=True, kw_only=True):
     expires_ms: int
     approval_id: str
     decided_by: str
+
+
+Commit = Callable[[list[EventDraft], ApprovalRecord, PairingGrantRec | None], Awaitable[None]]
+"""Appends a pairing decision's drafts (with whatever else must land in that commit)."""
 
 
 def new_code() -> str:
@@ -168,10 +172,13 @@ class PairingBook:
                            code_sha256=_sha(rec.code), expires_ms=str(rec.expires_ms))
         return rec
 
-    async def request(self, channel: str, sender: str, code: str) -> ApprovalRecord | None:
+    async def request(self, channel: str, sender: str, code: str, *,
+                      reply_route: Mapping[str, str] | None = None) -> ApprovalRecord | None:
         """Use ``code`` for ``sender``: the pending approval, or None for a bad/expired code.
 
         The code is used up in the same commit that opens the approval.
+        ``reply_route`` (``sink``, ``conversation_id``, ``thread_id``) is kept in
+        the approval's arguments, so the decision can be told to the sender.
         """
         raw = self._store.get_entity(TABLE, _code_key(channel, code.upper()))
         if raw is None:
@@ -180,8 +187,8 @@ class PairingBook:
         now = self._now()
         if rec.expires_ms <= now:
             return None
-        args = json.dumps({"channel": channel, "sender": sender}, sort_keys=True,
-                          separators=(",", ":"))
+        args = json.dumps({"channel": channel, "sender": sender, **(reply_route or {})},
+                          sort_keys=True, separators=(",", ":"))
         subject = f"{SUBJECT_PREFIX}{channel}:{sender}"
         approval = ApprovalRecord(
             approval_id=new_ulid(now), session_id="", run_id="", proposal_id="",
@@ -202,8 +209,13 @@ class PairingBook:
                            sender=sender, approval_id=approval.approval_id)
         return approval
 
-    async def decide(self, record: ApprovalRecord, decision: ApprovalDecision) -> ApprovalRecord:
+    async def decide(self, record: ApprovalRecord, decision: ApprovalDecision, *,
+                     commit: Commit | None = None) -> ApprovalRecord:
         """Commit a pairing approval's decision and, if approved, the grant (and owner).
+
+        ``commit`` appends the decision's drafts in place of a plain append (the
+        router adds the sender's notice to the same commit); it gets the drafts,
+        the decided record and the grant (None when denied).
 
         Raises:
             PalyraError: ``APPROVAL_ALREADY_DECIDED`` when the approval expired first
@@ -222,6 +234,7 @@ class PairingBook:
                               code=ErrorCode.APPROVAL_ALREADY_DECIDED,
                               details={"approval_id": record.approval_id, "state": "timed_out"})
         new = decided(record, decision)
+        grant: PairingGrantRec | None = None
         writes = [approval_write(new)]
         extra: dict[str, str] = {"sender": sender, "approval_id": record.approval_id,
                                  "approved": str(new.state == ApprovalStateId.APPROVED).lower()}
@@ -236,8 +249,12 @@ class PairingBook:
             if not self.owner(channel):
                 writes.append(EntityWrite(TABLE, _OWNER + channel, sender.encode()))
                 extra["owner"] = sender
-        await self._append("channel.pairing_decided", decision.decided_by, channel, writes,
-                           **extra)
+        drafts = [_draft("channel.pairing_decided", decision.decided_by, channel, writes,
+                         **extra)]
+        if commit is None:
+            await self._store.append(drafts)
+        else:
+            await commit(drafts, new, grant)
         return new
 
     async def revoke(self, channel: str, grant_id: str, by: str) -> bool:
@@ -249,22 +266,15 @@ class PairingBook:
                            grant_id=grant_id)
         return True
 
-    def require_grant(self, channel: str, grant_id: str) -> PairingGrantRec:
-        """The grant.
-
-        Raises:
-            NotFound: no such grant.
-        """
-        raw = self._store.get_entity(TABLE, _grant_key(channel, grant_id))
-        if raw is None:
-            raise NotFound(f"no grant {grant_id} on {channel}", details={"grant_id": grant_id})
-        return msgspec.msgpack.decode(raw, type=PairingGrantRec)
-
     async def _append(self, kind: str, actor: str, channel: str, writes: list[EntityWrite],
                       **payload: str) -> None:
-        await self._store.append([EventDraft(
-            kind=kind, actor=actor, principal=actor, payload={"channel": channel, **payload},
-            entity_writes=tuple(writes))])
+        await self._store.append([_draft(kind, actor, channel, writes, **payload)])
+
+
+def _draft(kind: str, actor: str, channel: str, writes: list[EntityWrite],
+           **payload: str) -> EventDraft:
+    return EventDraft(kind=kind, actor=actor, principal=actor,
+                      payload={"channel": channel, **payload}, entity_writes=tuple(writes))
 
 
 def _code_key(channel: str, code: str) -> str:

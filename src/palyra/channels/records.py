@@ -1,9 +1,11 @@
 """What the router keeps in the journal's ``channels`` table, and under which keys.
 
 ``msg:<envelope_id>``       every admitted message with its routing decision
-``dedupe:<sha256>``         (provider, account, event id) → the first delivery's outcome
+``dedupe:<sha256>``         (provider, account, delivery id) → the first delivery's outcome,
+                           and (channel, conversation, platform message id) → the same
 ``quarantine:<id>``         refused messages and messages that never found a slot
 ``ctx:<session_key>␟<id>``  messages kept for context, until the next run reads them
+``hint:<channel>␟<sender>`` when an unpaired sender was last told how to pair (ms)
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from palyra.channels.routing import Decision, Envelope
 from palyra.journal import EntityWrite
 
 TABLE = "channels"
-MSG, DEDUPE, QUARANTINE, CTX = "msg:", "dedupe:", "quarantine:", "ctx:"
+MSG, DEDUPE, QUARANTINE, CTX, HINT = "msg:", "dedupe:", "quarantine:", "ctx:", "hint:"
 
 
 class InboundRec(msgspec.Struct, frozen=True, kw_only=True):
@@ -53,6 +55,12 @@ def dedupe_key(provider: str, account: str, event_id: str) -> str:
     return DEDUPE + hashlib.sha256(raw).hexdigest()
 
 
+def message_key(channel: str, conversation_id: str, message_id: str) -> str:
+    """The row key of one platform message in its conversation, whatever delivery carried it
+    (a sender that re-sends a message under a new delivery id is still deduplicated)."""
+    return dedupe_key("message", f"{channel}\x1f{conversation_id}", message_id)
+
+
 def encode(rec: msgspec.Struct) -> bytes:
     return msgspec.msgpack.encode(rec)
 
@@ -63,3 +71,7 @@ def msg_write(rec: InboundRec) -> EntityWrite:
 
 def ctx_key(session_key: str, envelope_id: str) -> str:
     return f"{CTX}{session_key}\x1f{envelope_id}"
+
+
+def hint_key(channel: str, sender: str) -> str:
+    return f"{HINT}{channel}\x1f{sender}"

@@ -1,4 +1,4 @@
-"""``palyra channels pair | codes | grants | revoke | quarantine`` (operators)."""
+"""``palyra channels pair | codes | grants | revoke | quarantine | connect`` (operators)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 
 from palyra_gen.palyra import v1
 
+from palyra.cli._channels_connect import add_connect
 from palyra.cli._client import Stubs
 from palyra.cli._command import Shown, SubParsers, add_command, add_group
 from palyra.cli._render import format_ms
@@ -57,7 +58,7 @@ async def _quarantine(stubs: Stubs, args: argparse.Namespace) -> Shown:
 def add_parser(commands: SubParsers) -> None:
     """Register the ``channels`` group."""
     sub = add_group(commands, "channels", "pairing codes, pairing grants and quarantine of "
-                                          "chat channels (operators)")
+                                          "chat channels, and connecting a platform (operators)")
     pair = add_command(sub, "pair", "issue a pairing code for a channel", _pair)
     pair.add_argument("channel_id", help="e.g. slack:acme or webhook:ops")
     pair.add_argument("--ttl", type=int, default=0, help="seconds (default: the daemon's)")
@@ -72,3 +73,4 @@ def add_parser(commands: SubParsers) -> None:
                              _quarantine)
     quarantine.add_argument("channel_id")
     quarantine.add_argument("--limit", type=int, default=100)
+    add_connect(sub)

@@ -156,7 +156,8 @@ def _ingress_routes(app: PalyraApp) -> dict[str, IngressHandler]:
     """The chat platforms' own HTTP ingress (signed by them, not by our tokens)."""
     if app.ingress is None:
         return {}
-    return {"/v1/ingress/slack": app.ingress.slack, "/v1/ingress/webhooks": app.ingress.webhook}
+    return {"/v1/ingress/slack": app.ingress.slack, "/v1/ingress/webhooks": app.ingress.webhook,
+            "/v1/ingress/telegram": app.ingress.telegram}
 
 
 def _on_signal(signum: int, stop: asyncio.Event) -> Callable[[], None]:

@@ -37,8 +37,11 @@ from palyra.channels import (
     Outbox,
     PairingBook,
 )
-from palyra.channels.adapters import build_sinks
+from palyra.channels.adapters import build_sinks, reply_caps
+from palyra.channels.adapters.telegram import BotApi
+from palyra.channels.gateway import Gateway
 from palyra.channels.ingress import Ingress
+from palyra.channels.polling import poll_telegram
 from palyra.config import PalyraConfig
 from palyra.core.errors import PalyraError
 from palyra.engine import Engine, IdentityRec, RecoveryReport, RunRecord, RunStateId
@@ -151,11 +154,12 @@ async def _open_channels(config: PalyraConfig, store: JournalStore, engine: Engi
     pairing = PairingBook(store, policy_hash=lambda: gate.policy_hash,
                           grant_ttl_s=channels.pairing_grant_ttl_s,
                           code_ttl_s=channels.pairing_code_ttl_s)
-    engine.on_subject_approval(PAIRING_SUBJECT, pairing.decide)
     sinks = build_sinks(channels)
     for sink in sinks.values():
         stack.push_async_callback(sink.aclose)
-    router = ChannelRouter(store, engine, tasks, pairing, gate, channels, sinks=list(sinks))
+    router = ChannelRouter(store, engine, tasks, pairing, gate, channels,
+                           reply_caps=reply_caps(sinks))
+    engine.on_subject_approval(PAIRING_SUBJECT, router.decide_pairing)
     outbox = Outbox(dict(sinks))
     for worker in (TaskWorker(tasks, {DISPATCH_TASK: router.dispatch}, concurrency=16),
                    TaskWorker(tasks, {COMMAND_TASK: router.dispatch}, concurrency=2),
@@ -164,7 +168,18 @@ async def _open_channels(config: PalyraConfig, store: JournalStore, engine: Engi
         stack.push_async_callback(worker.close)
     sweeper = asyncio.ensure_future(router.sweep_every())
     stack.callback(sweeper.cancel)
-    return router, Ingress(router, channels)
+    ingress = Ingress(router, channels, config.data_dir)
+    for name, bot in channels.telegram.items():
+        if bot.mode == "polling" and channels.enabled:
+            api = BotApi(bot.api_base_url, bot.bot_token)
+            stack.push_async_callback(api.aclose)
+            poller = asyncio.ensure_future(poll_telegram(name, bot, api, ingress, store))
+            stack.callback(poller.cancel)
+    for name, app in channels.discord.items():
+        if channels.enabled:
+            gateway = asyncio.ensure_future(Gateway(name, app, ingress, store).run())
+            stack.callback(gateway.cancel)
+    return router, ingress
 
 
 async def cancel_orphaned_tasks(engine: Engine, tasks: TaskQueue) -> list[str]:

@@ -67,10 +67,13 @@ class _Server:
             def log_message(self, *args: Any) -> None:  # quiet
                 return
 
-            def _answer(self, status: int, payload: Any) -> None:
+            def _answer(self, status: int, payload: Any,
+                        headers: dict[str, str] | None = None) -> None:
                 body = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.send_header("content-length", str(len(body)))
                 self.end_headers()
                 # The client may be gone (killed); it reconciles or retries.
@@ -97,9 +100,11 @@ class _Server:
                 if status == 0:  # swallow: the client times out (an unknown outcome)
                     time.sleep(owner.stall_s)
                     return
-                self._answer(status, payload)
+                self._answer(status, payload, owner.headers_out.pop(threading.get_ident(), None))
 
         self.stall_s = 0.1
+        # Extra response headers a handler sets for its answer (keyed by handler thread).
+        self.headers_out: dict[int, dict[str, str]] = {}
         self.broken = 0  # requests cut off before their body was whole
         self.lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

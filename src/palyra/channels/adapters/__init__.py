@@ -1,10 +1,13 @@
-"""Platform adapters: verify and parse a delivery, send a reply (Slack, Standard Webhooks)."""
+"""Platform adapters: verify and parse a delivery, send a reply (Slack, Standard Webhooks,
+Telegram, Discord)."""
 
+from palyra.channels.adapters.discord import DiscordSink
 from palyra.channels.adapters.slack import SlackSink
 from palyra.channels.adapters.standard_webhooks import WebhookSink
+from palyra.channels.adapters.telegram import BotApi, TelegramSink
 from palyra.channels.config import ChannelsConfig
 
-SinkT = SlackSink | WebhookSink
+SinkT = SlackSink | WebhookSink | TelegramSink | DiscordSink
 
 
 def build_sinks(config: ChannelsConfig) -> dict[str, SinkT]:
@@ -19,4 +22,17 @@ def build_sinks(config: ChannelsConfig) -> dict[str, SinkT]:
         if hook.reply_url:
             sinks[f"webhook:{name}"] = WebhookSink(f"webhook:{name}", hook.reply_url,
                                                    hook.signing_secret, rate_per_s=hook.rate_per_s)
+    for name, bot in config.telegram.items():
+        sinks[f"telegram:{name}"] = TelegramSink(
+            f"telegram:{name}", BotApi(bot.api_base_url, bot.bot_token),
+            rate_per_s=bot.rate_per_s)
+    for name, app in config.discord.items():
+        sinks[f"discord:{name}"] = DiscordSink(f"discord:{name}", app.api_base_url,
+                                               app.bot_token, rate_per_s=app.rate_per_s)
     return sinks
+
+
+def reply_caps(sinks: dict[str, SinkT]) -> dict[str, int]:
+    """The platforms' own limits on one message, per sink that has one."""
+    return {name: sink.max_chars for name, sink in sinks.items()
+            if isinstance(sink, TelegramSink | DiscordSink)}

@@ -1,0 +1,173 @@
+"""Discord: Gateway ``MESSAGE_CREATE`` events as envelopes, REST replies with rate limits.
+
+A message is keyed by its snowflake id (delivery and message key alike: the
+Gateway has no delivery id). A message without ``guild_id`` is a DM; in a guild the
+bot is addressed by a mention of its user id (``<@id>``, cut from the text) or a
+reply to one of its messages. Messages from bots and webhooks are ignored.
+
+Replies go to ``POST /channels/{channel_id}/messages`` as replies to the message,
+with a ``nonce`` derived from the idempotency key and ``enforce_nonce``: Discord
+returns the message already created under that nonce (within minutes) instead of
+creating a second one, so a retry after an unknown outcome does not double-post.
+Rate limits are honoured per bucket (``X-RateLimit-Remaining`` /
+``X-RateLimit-Reset-After``) and on ``429`` (``retry_after``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import time
+from typing import Any
+
+import httpx
+import msgspec
+
+from palyra.channels.outbox import DeliveryUnknown, OutboundReply
+from palyra.channels.routing import Envelope
+
+MAX_CHARS = 2000
+"""Discord's limit on one message's content."""
+GUILD_MESSAGES, DIRECT_MESSAGES, MESSAGE_CONTENT = 1 << 9, 1 << 12, 1 << 15
+INTENTS = GUILD_MESSAGES | DIRECT_MESSAGES | MESSAGE_CONTENT
+MAX_429_WAITS = 3
+
+
+class Author(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    username: str = ""
+    global_name: str | None = None
+    bot: bool = False
+
+
+class Reference(msgspec.Struct, frozen=True, kw_only=True):
+    """The message a message replies to (only what palyra reads of it)."""
+
+    id: str
+    author: Author | None = None
+    content: str = ""
+
+
+class MessageCreate(msgspec.Struct, frozen=True, kw_only=True):
+    """``d`` of a ``MESSAGE_CREATE`` dispatch."""
+
+    id: str
+    channel_id: str
+    author: Author
+    content: str = ""
+    guild_id: str = ""
+    webhook_id: str = ""
+    mentions: list[Author] = []
+    mention_everyone: bool = False
+    attachments: list[Any] = []
+    referenced_message: Reference | None = None
+
+
+def nonce(key: str) -> str:
+    """A reply's nonce (Discord takes at most 25 characters): fixed per idempotency key."""
+    return hashlib.sha256(key.encode()).hexdigest()[:25]
+
+
+def envelope(channel: str, msg: MessageCreate, *, me: str) -> Envelope | None:
+    """The envelope of a ``MESSAGE_CREATE``; None for bots', webhooks' and the bot's own."""
+    if msg.author.bot or msg.webhook_id or msg.author.id == me:
+        return None
+    is_dm = not msg.guild_id
+    mention = re.compile(rf"<@!?{re.escape(me)}>") if me else None
+    mentioned = bool(me) and any(m.id == me for m in msg.mentions)
+    replied = (msg.referenced_message is not None and msg.referenced_message.author is not None
+               and msg.referenced_message.author.id == me)
+    text = " ".join(mention.sub("", msg.content).split()) if mention and mentioned \
+        else msg.content
+    quoted = msg.referenced_message
+    quoted_other = quoted is not None and quoted.author is not None and quoted.author.id != me
+    return Envelope(
+        envelope_id="", channel=channel, conversation_id=msg.channel_id,
+        sender=msg.author.id, sender_display=msg.author.global_name or msg.author.username,
+        sender_verified=True, text=text, is_direct_message=is_dm,
+        is_broadcast=msg.mention_everyone, adapter_message_id=msg.id,
+        mentions_agent=(mentioned or replied) and not is_dm,
+        quoted_text=quoted.content if quoted is not None and quoted_other else "",
+        quoted_sender=quoted.author.id if quoted is not None and quoted.author is not None
+        and quoted_other else "",
+        has_media=bool(msg.attachments))
+
+
+class RateBuckets:
+    """Discord's per-route rate limits: wait when a bucket is spent, until it resets."""
+
+    def __init__(self) -> None:
+        self._bucket_of: dict[str, str] = {}  # route -> bucket id, as Discord names it
+        self._resume_at: dict[str, float] = {}  # bucket (or route) -> monotonic time
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def _key(self, route: str) -> str:
+        return self._bucket_of.get(route, route)
+
+    def lock(self, route: str) -> asyncio.Lock:
+        return self._locks.setdefault(route, asyncio.Lock())
+
+    async def wait(self, route: str) -> None:
+        delay = self._resume_at.get(self._key(route), 0.0) - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    def update(self, route: str, headers: httpx.Headers) -> None:
+        bucket = headers.get("x-ratelimit-bucket")
+        if bucket:
+            self._bucket_of[route] = bucket
+        remaining, reset_after = (headers.get("x-ratelimit-remaining"),
+                                  headers.get("x-ratelimit-reset-after"))
+        if remaining is not None and reset_after is not None and int(remaining) <= 0:
+            self._resume_at[self._key(route)] = time.monotonic() + float(reset_after)
+
+    def limited(self, route: str, retry_after: float) -> None:
+        self._resume_at[self._key(route)] = time.monotonic() + retry_after
+
+
+class DiscordSink:
+    """Replies through the REST API (``Authorization: Bot <token>``)."""
+
+    max_chars = MAX_CHARS
+
+    def __init__(self, name: str, api_base_url: str, bot_token: str, *,
+                 rate_per_s: float = 0.0, client: httpx.AsyncClient | None = None,
+                 timeout_s: float = 10.0) -> None:
+        self.name = name
+        self.rate_per_s = rate_per_s  # 0: Discord's own buckets are the limit
+        self._base = api_base_url.rstrip("/")
+        self._headers = {"authorization": f"Bot {bot_token}"}
+        self._client = client or httpx.AsyncClient(timeout=timeout_s)
+        self.buckets = RateBuckets()
+
+    async def send(self, reply: OutboundReply) -> None:
+        route = f"POST /channels/{reply.conversation_id}/messages"
+        body: dict[str, Any] = {"content": reply.text, "nonce": nonce(reply.key),
+                                "enforce_nonce": True, "allowed_mentions": {"parse": []}}
+        if reply.reply_to:
+            body["message_reference"] = {"message_id": reply.reply_to,
+                                         "fail_if_not_exists": False}
+        async with self.buckets.lock(route):
+            for _ in range(MAX_429_WAITS + 1):
+                await self.buckets.wait(route)
+                try:
+                    answer = await self._client.post(
+                        f"{self._base}/channels/{reply.conversation_id}/messages", json=body,
+                        headers=self._headers)
+                except (httpx.ReadTimeout, httpx.WriteTimeout,
+                        httpx.RemoteProtocolError) as exc:
+                    raise DeliveryUnknown(str(exc)) from exc
+                self.buckets.update(route, answer.headers)
+                if answer.status_code != 429:
+                    answer.raise_for_status()
+                    return
+                self.buckets.limited(route, float(answer.json().get("retry_after", 1.0)))
+        raise RuntimeError(f"Discord kept answering 429 on {route}")
+
+    async def delivered(self, reply: OutboundReply) -> bool:
+        # The nonce makes a resend return the message already created: send again.
+        return False
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

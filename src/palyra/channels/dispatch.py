@@ -1,0 +1,298 @@
+"""Dispatch: answer admitted messages (the ``channel.dispatch`` / ``channel.command`` handler).
+
+A dispatch runs a batch of coalesced messages: to the conversation's active
+run as input when there is one, else in a new run whose id *is* the task id,
+so a dispatch repeated after a crash finds its run instead of starting a
+second one. Replies go to the outbox as ``channel.send`` tasks whose
+idempotency keys derive from the run, so they are queued once however often
+the dispatch runs. Per-channel slots bound the runs in flight; a message that
+finds them all busy goes back to the durable retry queue, then to quarantine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from palyra.agents import AgentRegistry, bound_agent
+from palyra.agents.model import postures_for
+from palyra.channels import notices, records
+from palyra.channels.admission import ACTOR
+from palyra.channels.commands import Commands, active_run, channel_identity
+from palyra.channels.config import ChannelsConfig
+from palyra.channels.outbox import OutboundReply, queue_send
+from palyra.channels.records import InboundRec
+from palyra.channels.replies import split_utf8
+from palyra.channels.routing import Envelope, prompt_text
+from palyra.core.errors import ErrorCode, PalyraError
+from palyra.engine import (
+    Engine,
+    IdentityRec,
+    RunRecord,
+    RunStateId,
+    Selectors,
+    StartRun,
+    is_run_terminal,
+    member_from,
+)
+from palyra.journal import EntityWrite, EventDraft, JournalStore
+from palyra.tasks import TaskQueue, TaskRecord
+from palyra.tasks.worker import TaskContext
+
+MAX_CONTEXT_LINES = 20
+RECENT_OUTCOMES = 4096
+APPROVAL_POLL_S = 0.25
+
+
+@dataclass(slots=True)
+class DispatchOutcome:
+    """A finished dispatch, as RouteMessage answers it."""
+
+    run_id: str = ""
+    session_id: str = ""
+    outputs: list[str] = field(default_factory=list)
+    reason: str = ""
+    delivered_to_active_run: bool = False
+
+
+class ChannelBusy(Exception):
+    """Every slot of the channel stayed busy; the task is retried later."""
+
+
+Quarantine = Callable[[Envelope, str], Awaitable[None]]
+Lookup = Callable[[str], InboundRec | None]
+
+
+class Dispatcher:
+    """Runs admitted messages and queues their replies; remembers recent outcomes."""
+
+    def __init__(self, store: JournalStore, engine: Engine, tasks: TaskQueue,
+                 commands: Commands, config: ChannelsConfig, *, message: Lookup,
+                 quarantine: Quarantine, reply_caps: Mapping[str, int]) -> None:
+        self._store = store
+        self._engine = engine
+        self._tasks = tasks
+        self._commands = commands
+        self._config = config
+        self._message = message
+        self._quarantine = quarantine
+        self._caps = reply_caps
+        self._agents = AgentRegistry(store)
+        self._slots: dict[str, asyncio.Semaphore] = {}
+        self._done: dict[str, asyncio.Future[DispatchOutcome]] = {}
+        # Outcomes of the latest dispatches, for a RouteMessage caller that asks just
+        # after the handler returned but before its task's success was committed.
+        self._recent: OrderedDict[str, DispatchOutcome] = OrderedDict()
+
+    # -- waiting for a dispatch (RouteMessage) --------------------------------
+    async def outcome(self, task_id: str, timeout_s: float) -> DispatchOutcome | None:
+        """The dispatch's outcome once its task ends (None if it is still going)."""
+        if task_id in self._recent:
+            return self._recent[task_id]
+        task = self._tasks.get(task_id)
+        if task is not None and task.final:
+            return _outcome_of(task)
+        future = self._done.setdefault(task_id, asyncio.get_running_loop().create_future())
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await asyncio.shield(future)
+        except TimeoutError:
+            return None  # the future stays: the dispatch's end still resolves it
+
+    def _finished(self, task_id: str, outcome: DispatchOutcome) -> None:
+        self._recent[task_id] = outcome
+        while len(self._recent) > RECENT_OUTCOMES:
+            self._recent.popitem(last=False)
+        future = self._done.pop(task_id, None)
+        if future is not None and not future.done():
+            future.set_result(outcome)
+
+    # -- dispatch --------------------------------------------------------------
+    async def dispatch(self, ctx: TaskContext) -> dict[str, Any]:
+        """Answer one coalesced batch of messages (a task handler)."""
+        items = ctx.payload.get("items") or [ctx.payload]
+        msgs = [m for m in (self._message(i["envelope_id"]) for i in items) if m is not None]
+        if not msgs:
+            return {"reason": "no_messages"}
+        first = msgs[0]
+        try:
+            outcome = await self._answer(ctx.task, msgs)
+        except ChannelBusy:
+            policy = self._config.policy_for(first.envelope.channel)
+            if ctx.task.attempts <= policy.max_retries:
+                raise
+            for m in msgs:  # out of retries: keep them where an operator can see them
+                await self._quarantine(m.envelope, "channel_busy")
+            outcome = DispatchOutcome(reason="quarantined_channel_busy")
+        if first.sink and outcome.outputs:
+            for index, text in enumerate(outcome.outputs):
+                await queue_send(self._tasks, OutboundReply(
+                    sink=first.sink, key=f"reply:{outcome.run_id or ctx.task.task_id}:{index}",
+                    text=text, conversation_id=first.envelope.conversation_id,
+                    thread_id=first.envelope.thread_id,
+                    reply_to=first.envelope.adapter_message_id))
+        result = msgspec.to_builtins(outcome)
+        self._finished(ctx.task.task_id, outcome)
+        return result  # type: ignore[no-any-return]
+
+    async def _answer(self, task: TaskRecord, msgs: list[InboundRec]) -> DispatchOutcome:
+        first = msgs[0]
+        action = first.decision.action
+        if action not in ("pair", "command"):
+            return await self._respond(task, msgs)
+        if action == "pair":
+            text, reason = await self._commands.pair(first), "pairing"
+        else:
+            text, reason = await self._commands.command(first), "command"
+        return DispatchOutcome(outputs=self._chunks(text, first), reason=reason)
+
+    def _chunks(self, text: str, msg: InboundRec) -> list[str]:
+        """``text`` cut to the channel's ``reply_max_bytes`` and the sink's own cap."""
+        policy = self._config.policy_for(msg.envelope.channel)
+        cap = self._caps.get(msg.sink, 0)
+        room = min(policy.reply_max_bytes, cap) if cap else policy.reply_max_bytes
+        return split_utf8(text, room, policy.reply_prefix)
+
+    @contextlib.asynccontextmanager
+    async def _slot(self, channel: str) -> AsyncIterator[None]:
+        policy = self._config.policy_for(channel)
+        slots = self._slots.setdefault(channel, asyncio.Semaphore(policy.concurrency))
+        try:
+            async with asyncio.timeout(policy.slot_wait_s):
+                await slots.acquire()
+        except TimeoutError:
+            raise ChannelBusy(channel) from None
+        try:
+            yield
+        finally:
+            slots.release()
+
+    async def _respond(self, task: TaskRecord, msgs: list[InboundRec]) -> DispatchOutcome:
+        env, decision = msgs[0].envelope, msgs[0].decision
+        policy = self._config.policy_for(env.channel)
+        identity = channel_identity(env.channel)
+        text = "\n\n".join(prompt_text(m.envelope, policy) for m in msgs)
+        active = active_run(self._engine, decision.session_key)
+        # A dispatch claimed again after a crash finds its own run (its id is the task
+        # id) still going: that run already has these messages, so it is only waited on.
+        if active and active != task.task_id:
+            with contextlib.suppress(PalyraError):  # it ended meanwhile: start a new run
+                # The router starts its runs half-closed (they end once idle); a
+                # message that arrives before that end still joins the run.
+                await self._engine.send_input(identity, active, text, into_completing=True)
+                return DispatchOutcome(run_id=active, reason="delivered_to_active_run",
+                                       delivered_to_active_run=True)
+        context, ctx_keys = self._context_lines(decision.session_key, env.envelope_id)
+        if context:
+            text = ("Earlier in this conversation (not addressed to you):\n"
+                    + "\n".join(context) + "\n\n" + text)
+        async with self._slot(env.channel):
+            run_id = task.task_id  # a repeated dispatch finds its run
+            try:
+                agent_id = bound_agent(self._agents.bindings(), channel=env.channel,
+                                       conversation_id=env.conversation_id,
+                                       session_key=decision.session_key)
+                agent = self._agents.get(agent_id) if agent_id else None
+                await self._engine.start_run(identity, StartRun(
+                    Selectors(session_key=decision.session_key), text=text, run_id=run_id,
+                    driver="channel", complete=True, agent_id=agent.agent_id if agent else "",
+                    agent_postures=postures_for(agent, self._engine.tool_names())
+                    if agent else {}))
+            except PalyraError as exc:
+                if exc.code != ErrorCode.ALREADY_EXISTS:
+                    raise
+            record = await self._follow(identity, run_id, msgs[0])
+        if ctx_keys:
+            await self._store.append([EventDraft(
+                kind="channel.context_consumed", actor=ACTOR, run_id=run_id,
+                payload={"count": len(ctx_keys)},
+                entity_writes=tuple(EntityWrite(records.TABLE, k, None) for k in ctx_keys))])
+        replies = self._replies(run_id)
+        if not replies and record.state in (RunStateId.FAILED, RunStateId.CANCELLED):
+            # Say so on the platform rather than leave the sender with silence.
+            replies = [f"Sorry, I could not answer that (the run {record.state}"
+                       f"{': ' + record.end_reason if record.end_reason else ''})."]
+        outputs: list[str] = []
+        for reply in replies:
+            outputs += self._chunks(reply, msgs[0])
+        return DispatchOutcome(run_id=run_id, session_id=record.session_id, outputs=outputs,
+                               reason=f"run_{record.state}")
+
+    async def _follow(self, identity: IdentityRec, run_id: str, first: InboundRec
+                      ) -> RunRecord:
+        """Wait for the run's end, telling the conversation of each tool approval the run
+        waits on (who can decide it) and again when it is decided or times out."""
+        if not first.sink:
+            return await self._engine.wait_run(identity, run_id, until_terminal=True)
+        while True:
+            record = await self._engine.wait_run(identity, run_id)
+            if is_run_terminal(record.state):
+                return record
+            approval_id = record.pending_approval_id
+            if record.state != RunStateId.WAITING_FOR_APPROVAL or not approval_id:
+                await asyncio.sleep(APPROVAL_POLL_S)  # settled but not ended: look again
+                continue
+            tool = self._approval(approval_id)[1]
+            await self._notify(first, f"approval:{approval_id}:pending",
+                               notices.approval_pending(approval_id, tool))
+            # The engine has no "approval left pending" signal for a bystander; a parked
+            # run is rare and slow (a human decides), so looking a few times a second
+            # costs nothing that matters.
+            while (record.pending_approval_id == approval_id
+                   and not is_run_terminal(record.state)):
+                await asyncio.sleep(APPROVAL_POLL_S)
+                record = self._engine.get_run(identity, run_id)
+            state = self._approval(approval_id)[0]
+            await self._notify(first, f"approval:{approval_id}:{state}",
+                               notices.approval_resolved(approval_id, tool, state))
+
+    def _approval(self, approval_id: str) -> tuple[str, str]:
+        approval = self._engine.approval_reader.get(approval_id)
+        return (approval.state, approval.tool_name) if approval else ("ended", "a tool")
+
+    async def _notify(self, first: InboundRec, key: str, text: str) -> None:
+        for index, chunk in enumerate(self._chunks(text, first)):
+            await queue_send(self._tasks, OutboundReply(
+                sink=first.sink, key=f"{key}:{index}", text=chunk,
+                conversation_id=first.envelope.conversation_id,
+                thread_id=first.envelope.thread_id,
+                reply_to=first.envelope.adapter_message_id))
+
+    def _context_lines(self, session_key: str, before: str) -> tuple[list[str], list[str]]:
+        prefix = records.ctx_key(session_key, "")
+        rows = self._store.scan_entities(records.TABLE, prefix, "", 1000)
+        keys = [k for k, _v in rows if k[len(prefix):] < before][-MAX_CONTEXT_LINES:]
+        lines = []
+        for k in keys:
+            msg = self._message(k[len(prefix):])
+            if msg is not None:
+                lines.append(f"{msg.envelope.sender_display or msg.envelope.sender}: "
+                             f"{msg.envelope.text}")
+        return lines, keys
+
+    def _replies(self, run_id: str) -> list[str]:
+        out: list[str] = []
+        after = -1
+        while True:
+            page = self._store.read_tape_kept(run_id, after, 1000)
+            for event in page.events:
+                member = member_from(event.kind, event.payload)
+                text = getattr(member, "reply_text", "")
+                if type(member).__name__ == "MessageReplied" and text:
+                    out.append(text)
+            if page.next_after_seq is None:
+                return out
+            after = page.next_after_seq
+
+
+def _outcome_of(task: TaskRecord) -> DispatchOutcome:
+    if task.result_json:
+        with contextlib.suppress(msgspec.ValidationError, msgspec.DecodeError):
+            return msgspec.json.decode(task.result_json, type=DispatchOutcome)
+    return DispatchOutcome(reason=f"dispatch_{task.state}")
