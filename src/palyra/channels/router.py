@@ -173,6 +173,10 @@ class ChannelRouter:
         policy = self.config.policy_for(env.channel)
         paired = env.is_direct_message and self.pairing.paired(env.channel, env.sender)
         decision = decide(env, policy, paired=paired)
+        if decision.action == "pair" and not self.pairing.guesses.admit(env.channel, env.sender,
+                                                                        now):
+            # Over the guess budget: refused before anything is journaled.
+            return Admission(env.envelope_id, False, "pairing_rate_limited", "reject")
 
         def drafts(task: TaskRecord | None) -> list[EventDraft]:
             task_id = task.task_id if task is not None else ""
@@ -450,6 +454,8 @@ class ChannelRouter:
             text = ("Pairing requested; an operator will approve or deny it "
                     f"(approval {approval.approval_id})." if approval is not None
                     else "That pairing code is unknown or expired.")
+            if approval is None and self.pairing.guesses.wrong(env.channel, self._now()):
+                await self.pairing.lock_codes(env.channel)
         return DispatchOutcome(outputs=split_utf8(text, policy.reply_max_bytes,
                                                   policy.reply_prefix), reason="pairing")
 
