@@ -12,7 +12,13 @@ from palyra.channels import ChannelRouter, Envelope
 from palyra.channels.ingress import Ingress
 from palyra.channels.pairing import PairingCodeRec, PairingGrantRec
 from palyra.channels.records import QuarantineRec
-from palyra.core.errors import ErrorCode, InvalidArgument, PalyraError, PermissionDenied
+from palyra.core.errors import (
+    ErrorCode,
+    InvalidArgument,
+    NotFound,
+    PalyraError,
+    PermissionDenied,
+)
 
 ROUTE_WAIT_S = 30.0
 """How long RouteMessage waits for the run's replies before answering without them."""
@@ -130,10 +136,14 @@ class ChannelsApi(AppBase):
     async def create_pairing_code(
             self, ctx: CallContext,
             request: pb.CreatePairingCodeRequest) -> pb.CreatePairingCodeResponse:
-        """Issue a code (operators; at most 3 pending per channel)."""
+        """Issue a code (operators; a configured channel; at most 3 pending per channel)."""
         identity = require_operator(ctx, "CreatePairingCode")
-        rec = await self._router().pairing.create_code(request.channel.strip(),
-                                                       request.ttl_seconds, identity.principal)
+        router, channel = self._router(), request.channel.strip()
+        if not router.config.configured(channel):
+            raise NotFound(f"no channel {channel!r} is configured: pairing needs the channel's "
+                           f'[channels.policy."{channel}"] table or its adapter',
+                           details={"channel": channel})
+        rec = await router.pairing.create_code(channel, request.ttl_seconds, identity.principal)
         return pb.CreatePairingCodeResponse(code=_code_proto(rec))
 
     async def list_pairing_codes(
