@@ -54,7 +54,7 @@ import msgspec
 from palyra.core.canonical import canonical_bytes
 from palyra.core.chain import GENESIS, LINK_TAG, event_hash, event_preimage, link_hash
 from palyra.journal import EventDraft, JournalConfig, JournalStore, verify_store
-from palyra.journal._prepare import PreparedEvent, prepare
+from palyra.journal.write.prepare import PreparedEvent, prepare
 
 CONCURRENCY = (1, 16, 256)
 MIN_APPENDS_PER_APPENDER = 120

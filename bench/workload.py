@@ -1,4 +1,4 @@
-"""Workload tool-loop v1 (/work/shared/workloads/tool-loop.md), as the client sees it.
+"""Workload tool-loop v1 (the scripted provider's rule, ``palyra.providers._scripted``), as the client sees it.
 
 The harness reaches palyra only through a :class:`Driver` (prepare a session,
 start a turn, watch it to the end, decide an approval): in process

@@ -122,7 +122,7 @@ async def test_journal_counters_follow_a_real_store(tmp_path: Path) -> None:
         store.close()
     assert after["commits"] - before.get("commits", 0) == 2
     assert after["appended_events"] - before.get("appended_events", 0) == 4
-    # The writer may commit several frames to LMDB at once (docs/journal.md).
+    # The writer may commit several frames to LMDB at once (docs/journal/design.md).
     assert 1 <= after["lmdb_txns"] - before.get("lmdb_txns", 0) <= 2
     assert probe.journal_counters().get("commits", 0) == 0  # a closed store is not counted
 

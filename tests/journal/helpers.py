@@ -13,7 +13,7 @@ from palyra.core.chain import record_body, record_hash
 from palyra.core.event_header import RECORD_EVENT_FIELDS
 from palyra.journal import EventDraft
 from palyra.journal._env import EVENTS, journal_dir
-from palyra.journal._record import HASHED_AT, decode_record, is_format2, u64_key
+from palyra.journal.format.record import HASHED_AT, decode_record, is_format2, u64_key
 
 
 def draft(i: int = 0, **kw: Any) -> EventDraft:

@@ -20,9 +20,9 @@ from palyra.core.canonical import canonical_bytes, normalize
 from palyra.core.chain import GENESIS, event_hash, link_hash
 from palyra.core.event_header import header_values
 from palyra.journal import JournalStore, export_bundle, verify_bundle, verify_store
-from palyra.journal._bundle_format import EventLine, TrailerLine, decode_line, encode_line
-from palyra.journal._record import RECORD_VERSION, EventRecord
-from palyra.journal._signing import Signer
+from palyra.journal.format.bundle_format import EventLine, TrailerLine, decode_line, encode_line
+from palyra.journal.format.record import RECORD_VERSION, EventRecord
+from palyra.journal.format.signing import Signer
 
 from .helpers import draft
 

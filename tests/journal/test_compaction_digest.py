@@ -82,7 +82,7 @@ async def test_a_changed_covered_event_is_caught_at_its_own_position(tmp_path: P
 
 
 def test_the_digest_layout() -> None:
-    """docs/journal.md: SHA-256(tag ‖ i64 seq ‖ text(kind) ‖ blob(canonical payload)) per event."""
+    """docs/journal/format.md: SHA-256(tag ‖ i64 seq ‖ text(kind) ‖ blob(canonical payload)) per event."""
     import hashlib
     import struct
 

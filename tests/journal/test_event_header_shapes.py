@@ -28,12 +28,12 @@ from palyra.core.event_header import (
     header_values,
 )
 from palyra.journal import EntityWrite, EventDraft, StoredEvent
-from palyra.journal._bundle_format import EventLine
-from palyra.journal._prepare import PreparedEvent, prepare_draft
-from palyra.journal._record import EventRecord, RecordEvent, legacy_stored
 from palyra.journal._types import JournalConfig
+from palyra.journal.format.bundle_format import EventLine
+from palyra.journal.format.record import EventRecord, RecordEvent, legacy_stored
+from palyra.journal.write.prepare import PreparedEvent, prepare_draft
 
-# Pinned here because the order is the hash layout (docs/journal.md): a change
+# Pinned here because the order is the hash layout (docs/journal/format.md): a change
 # to this list is a journal format change, not a refactor.
 DECLARED = (
     "position", "event_id", "session_id", "run_id", "tape_seq", "kind", "actor", "ts_ms",
@@ -148,7 +148,7 @@ def _documented_layout(text: str, start: str, end: str) -> list[tuple[str, str]]
     return re.findall(r"\b(u64|i64|text)\((\w+)\)", block)
 
 
-_DOCS = Path(__file__).parents[2] / "docs" / "journal.md"
+_DOCS = Path(__file__).parents[2] / "docs" / "journal" / "format.md"
 
 
 @pytest.mark.parametrize(
@@ -157,7 +157,7 @@ _DOCS = Path(__file__).parents[2] / "docs" / "journal.md"
         (_DOCS.read_text(), "event_hash = SHA-256(", "u32(n_redactions)"),
         (event_preimage.__doc__ or "", "EVENT_TAG ||", "u32(len(redactions))"),
     ],
-    ids=["docs/journal.md", "event_preimage docstring"],
+    ids=["docs/journal/format.md", "event_preimage docstring"],
 )
 def test_documented_hash_layout_matches_the_declaration(text: str, start: str, end: str) -> None:
     # The prose layouts are what readers implement against; keep them the code's.
@@ -173,7 +173,7 @@ def test_record_events_carry_the_declared_fields_but_position_and_session() -> N
 @pytest.mark.parametrize(
     "text",
     [_DOCS.read_text(), record_row.__doc__ or ""],
-    ids=["docs/journal.md", "record_row docstring"],
+    ids=["docs/journal/format.md", "record_row docstring"],
 )
 def test_documented_record_event_array_matches_the_declaration(text: str) -> None:
     start = text.index("[event_id,")

@@ -44,7 +44,7 @@ def _text(s: str) -> bytes:
 
 
 def test_event_preimage_matches_documented_layout() -> None:
-    # Built independently from docs/journal.md, so a layout change is caught.
+    # Built independently from docs/journal/format.md, so a layout change is caught.
     payload = canonical_bytes({"b": 1, "a": "x"})
     prev = bytes(range(32))
     expected = (
@@ -180,7 +180,7 @@ def _mp(value: Any) -> bytes:
 
 
 def test_record_layout_matches_documented_layout() -> None:
-    # Built from the text of docs/journal.md ("Record format 2", "Exact byte layout").
+    # Built from the text of docs/journal/format.md ("Record format 2", "Hash chain: exact byte layout").
     payload = canonical_bytes({"b": 1, "a": "x"})
     prev = bytes(range(32))
     first = EventHeader(**{**_fields(HEADER), "tape_seq": 3})
@@ -208,7 +208,7 @@ def test_record_layout_matches_documented_layout() -> None:
 
 
 def test_stored_record_front_matches_documented_offsets() -> None:
-    from palyra.journal._record import build_record, decode_record
+    from palyra.journal.format.record import build_record, decode_record
 
     head = record_head(GENESIS, 5, 1, "s")
     body = record_body([record_row(HEADER, 3, [], canonical_bytes({"x": 1}))])

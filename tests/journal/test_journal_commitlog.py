@@ -7,6 +7,8 @@ pin the parts it rests on.
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,8 @@ import lmdb
 import pytest
 
 from palyra.journal import JournalConfig, JournalStore
-from palyra.journal._commitlog import (
+from palyra.journal._env import journal_dir
+from palyra.journal.write.commitlog import (
     FRAMES_AT,
     SLOT,
     CommitLog,
@@ -25,8 +28,7 @@ from palyra.journal._commitlog import (
     read_header,
     restore_lmdb_meta,
 )
-from palyra.journal._durable import RecordingTxn
-from palyra.journal._env import journal_dir
+from palyra.journal.write.durable import RecordingTxn
 
 from .helpers import draft
 
@@ -84,7 +86,7 @@ def test_a_sync_frame_counts_only_where_it_stands_and_only_whole(tmp_path: Path)
 async def test_a_sync_point_between_restarts_costs_one_flush_and_no_header(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from palyra.journal import _durable
+    from palyra.journal.write import durable as _durable
 
     monkeypatch.setattr(_durable, "SYNC_EVERY_COMMITS", 8)
     flushes: list[str] = []
@@ -111,7 +113,7 @@ async def test_a_sync_point_comes_when_lmdb_grew_enough_since_the_pinned_one(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Big commits would hold back many pages per interval: growth bounds it too.
-    from palyra.journal import _durable
+    from palyra.journal.write import durable as _durable
 
     monkeypatch.setattr(_durable, "SYNC_EVERY_COMMITS", 1 << 30)
     monkeypatch.setattr(_durable, "SYNC_EVERY_S", 1e9)
@@ -132,7 +134,8 @@ async def test_a_sync_point_comes_when_lmdb_grew_enough_since_the_pinned_one(
 
 def _lmdb_commits_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """No idle commit (a minute) and no timed sync point: LMDB commits when a reader asks."""
-    from palyra.journal import _durable, _writer
+    from palyra.journal.write import durable as _durable
+    from palyra.journal.write import writer as _writer
 
     monkeypatch.setattr(_writer, "_APPLY_IDLE_S", 60.0)
     monkeypatch.setattr(_durable, "SYNC_EVERY_S", 1e9)
@@ -215,11 +218,19 @@ async def test_one_logged_write_per_commit_and_few_lmdb_flushes(data_dir: Path) 
     assert header is not None and header.clean and header.applied == 130
 
 
-async def test_sync_off_needs_no_log(data_dir: Path) -> None:
+async def test_sync_off_is_a_flush_policy_of_the_same_commit_path(data_dir: Path) -> None:
+    # sync=False runs the commit log like sync=True (frames, sync points, recovery),
+    # only without the flushes: no O_DSYNC on the log, a sparse file, no LMDB flush.
     async with JournalStore.open(data_dir, config=JournalConfig(sync=False)) as store:
         await store.append([draft(0)])
-        assert store.env.durable is None
-    assert read_header(journal_dir(data_dir)) is None
+        durable = store.env.durable
+        assert durable is not None
+        assert not fcntl.fcntl(durable.log._fd, fcntl.F_GETFL) & os.O_DSYNC
+        assert [seq for seq, _ops in durable.log.frames(0)] == [1]
+    log = journal_dir(data_dir) / "commit.log"
+    assert log.stat().st_blocks * 512 < log.stat().st_size  # sparse: never pre-zeroed
+    header = read_header(journal_dir(data_dir))
+    assert header is not None and header.clean and header.applied == 1
 
 
 def test_reopen_after_a_kill_replays_what_lmdb_lacks(data_dir: Path) -> None:
@@ -249,7 +260,7 @@ def test_reopen_rolls_lmdb_back_to_the_newest_sync_frame(
     # The newest durable sync point is a sync frame, not the header: a reopen
     # after a system crash rolls LMDB back to that frame's meta page (not the
     # header's older one, whose pages the writer no longer protects).
-    from palyra.journal import _durable
+    from palyra.journal.write import durable as _durable
 
     monkeypatch.setattr(_durable, "SYNC_EVERY_COMMITS", 4)
 
@@ -336,7 +347,7 @@ async def test_an_lmdb_commit_refused_after_the_answer_fails_reads_until_a_reope
     writes, reads and appends of this store fail instead of showing a journal without
     them, and reopening replays the frame."""
     from palyra.core.errors import ErrorCode, PalyraError
-    from palyra.journal import _durable
+    from palyra.journal.write import durable as _durable
 
     def refuse(txns: object) -> None:
         raise lmdb.Error("simulated: LMDB refused the writes")
@@ -367,7 +378,9 @@ async def test_the_room_check_counts_the_pages_of_the_lmdb_transaction_still_ope
     once LMDB committed them): a check that trusted ``env.info()`` here would let a
     frame be answered that LMDB then has no room for (the store refuses until a
     reopen). With the check right, the map grows before the frame instead."""
-    from palyra.journal import _durable, _writer, verify_store
+    from palyra.journal import verify_store
+    from palyra.journal.write import durable as _durable
+    from palyra.journal.write import writer as _writer
 
     # Every frame into one open transaction: no idle, count or time commit.
     monkeypatch.setattr(_writer, "_APPLY_IDLE_S", 60.0)
@@ -399,7 +412,8 @@ async def test_answered_frames_not_yet_in_lmdb_count_for_ids_heads_and_tape_seqs
     writer no longer remembers is read only after they are in (memory of one entry
     here, so every other append reads one back)."""
     from palyra.core.errors import AlreadyExists
-    from palyra.journal import _writer, verify_store
+    from palyra.journal import verify_store
+    from palyra.journal.write import writer as _writer
 
     monkeypatch.setattr(_writer, "_APPLY_IDLE_S", 60.0)
     monkeypatch.setattr(_writer, "_APPLY_EVERY_FRAMES", 1 << 30)
@@ -423,27 +437,23 @@ async def test_answered_frames_not_yet_in_lmdb_count_for_ids_heads_and_tape_seqs
             assert seqs == list(range(20))
 
 
-def test_deferred_writes_keep_their_order_when_a_delete_is_among_them(tmp_path: Path) -> None:
-    # put_all puts a batch's deferred writes with one putmulti per sub-DB unless
-    # one of them is a delete (known per txn, not looked for write by write):
-    # then one at a time, in order, so a delete after a put of the same key wins.
+def test_planned_writes_keep_their_order_when_a_delete_is_among_them(tmp_path: Path) -> None:
+    # put_all puts answered frames' planned writes with one putmulti per sub-DB
+    # unless one of them is a delete: then one at a time, in order, so a delete
+    # after a put of the same key wins.
     env = lmdb.open(str(tmp_path), max_dbs=2, map_size=1 << 20)
     rows, other = env.open_db(b"rows"), env.open_db(b"other")
-    names = {id(rows): "rows", id(other): "other"}
+    dbs = {"rows": rows, "other": other}
     with env.begin(write=True) as txn:
-        first = RecordingTxn(txn, names, deferred=True)
-        first.put_many([(b"a", b"1"), (b"b", b"1")], db=rows)
-        first.put(b"x", b"1", db=other)
-        second = RecordingTxn(txn, names, deferred=True)
-        second.delete(b"a", db=rows)
-        second.put(b"a2", b"2", db=rows)
-        assert txn.get(b"b", db=rows) is None  # deferred: nothing written yet
+        first = RecordingTxn.recorded(
+            txn, [("rows", b"a", b"1"), ("rows", b"b", b"1"), ("other", b"x", b"1")], dbs, "")
+        second = RecordingTxn.recorded(txn, [("rows", b"a", None), ("rows", b"a2", b"2")], dbs, "")
+        assert txn.get(b"b", db=rows) is None  # planned: nothing written yet
         RecordingTxn.put_all([first, second])
     with env.begin() as txn:
         assert txn.get(b"a", db=rows) is None
         assert [txn.get(k, db=rows) for k in (b"a2", b"b")] == [b"2", b"1"]
         assert txn.get(b"x", db=other) == b"1"
-    assert second.ops == [("rows", b"a", None), ("rows", b"a2", b"2")]
     env.close()
 
 

@@ -53,7 +53,7 @@ def _run_and_kill(data_dir: Path, delay: float, mode: list[str]) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "mode", [["64"], ["1", "lone"]], ids=["batches", "lone"])  # lone: Writer._commit_lone
+    "mode", [["64"], ["1", "lone"]], ids=["batches", "lone"])  # lone: one appender, one event per frame
 def test_acknowledged_events_survive_sigkill(tmp_path: Path, mode: list[str]) -> None:
     data_dir = tmp_path / "data"
     rng = random.Random(int(os.environ.get("PALYRA_CRASH_SEED", "0")) or None)

@@ -75,7 +75,7 @@ _ops = st.lists(st.tuples(st.sampled_from(("read", "stale_read", "write")),
 @given(ops=_ops, limit=st.integers(1, 4))
 def test_cache_never_serves_a_row_written_after_its_read(
         ops: list[tuple[str, str, int]], limit: int) -> None:
-    from palyra.journal._entity_cache import EntityCache
+    from palyra.journal.read.entity_cache import EntityCache
 
     cache = EntityCache(limit)
     model: dict[str, bytes | None] = {}

@@ -9,8 +9,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from palyra.journal import JournalConfig, JournalStore, StoredEvent, _follow
-from palyra.journal._follow import Deliveries
+from palyra.journal import JournalConfig, JournalStore, StoredEvent
+from palyra.journal.read import follow as _follow
+from palyra.journal.read.follow import Deliveries
 
 from .helpers import draft
 

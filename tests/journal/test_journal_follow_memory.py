@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from palyra.journal import JournalConfig, JournalStore, StoredEvent, _follow
+from palyra.journal import JournalConfig, JournalStore, StoredEvent
+from palyra.journal.read import follow as _follow
 
 from .helpers import draft
 

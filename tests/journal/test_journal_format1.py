@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from palyra.journal import JournalStore, export_bundle, verify_bundle, verify_store
-from palyra.journal._signing import Signer
+from palyra.journal.format.signing import Signer
 
 from .helpers import draft, raw_record
 

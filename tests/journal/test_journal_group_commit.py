@@ -115,7 +115,7 @@ async def test_remembered_heads_survive_a_failed_call_and_a_full_memory(
     # The writer remembers session heads and tape seqs across commits; a refused
     # call must not leave its values behind, and dropping the memory when it is
     # full must fall back to LMDB without breaking either chain.
-    from palyra.journal import _writer
+    from palyra.journal.write import writer as _writer
 
     monkeypatch.setattr(_writer, "_MEMORY_LIMIT", 2)
     taken = new_ulid()

@@ -17,14 +17,15 @@ from palyra.journal import (
     JournalConfig,
     JournalStore,
     StoredEvent,
-    _writer,
     export_bundle,
     verify_bundle,
     verify_store,
 )
 from palyra.journal._env import EVENTS, journal_dir
-from palyra.journal._prepare import prepare
-from palyra.journal._record import decode_record, u64_key
+from palyra.journal.format.record import decode_record, u64_key
+from palyra.journal.write import plan as _plan
+from palyra.journal.write.prepare import prepare
+from palyra.journal.write.requests import Append
 
 from .helpers import delete_records, draft, raw_record, rewrite_record
 
@@ -61,10 +62,10 @@ async def test_a_call_spanning_sessions_gets_a_record_per_session_run(store: Jou
     assert [e.position for e in store.read_session("", after_position=5)] == [6]
 
 
-def _request(drafts: list[EventDraft]) -> _writer.Request:
+def _request(drafts: list[EventDraft]) -> Append:
     loop = asyncio.new_event_loop()
     try:
-        return _writer.Request(loop, loop.create_future(), events=prepare(drafts, JournalConfig()))
+        return Append(loop, loop.create_future(), prepare(drafts, JournalConfig()))
     finally:
         loop.close()
 
@@ -76,8 +77,7 @@ def test_layout_groups_sessions_and_keeps_each_call_contiguous(
     b1 = _request([draft(3, session_id="b")])
     mixed = _request([draft(4, session_id="b"), draft(5, session_id="a"), draft(6, session_id="a")])
     a2 = _request([draft(7, session_id="a")])
-    chunks, with_writes = _writer._layout([a1, b1, mixed, a2])
-    assert with_writes == []
+    chunks = _plan.layout([a1, b1, mixed, a2])
     shape = [[(e.session_id, e.value["i"]) for _r, e in chunk] for chunk in chunks]
     assert shape == [
         [("a", 1), ("a", 2), ("a", 7)],  # a's calls share one record, in arrival order
@@ -85,9 +85,9 @@ def test_layout_groups_sessions_and_keeps_each_call_contiguous(
         [("b", 4)],  # the mixed call keeps its order: one record per run of one session
         [("a", 5), ("a", 6)],
     ]
-    monkeypatch.setattr(_writer, "MAX_RECORD_EVENTS", 2)
+    monkeypatch.setattr(_plan, "MAX_RECORD_EVENTS", 2)
     big = _request([draft(i, session_id="c") for i in range(5)])
-    assert [len(c) for c in _writer._layout([big])[0]] == [2, 2, 1]
+    assert [len(c) for c in _plan.layout([big])] == [2, 2, 1]
 
 
 async def test_concurrent_calls_of_one_session_share_a_record(data_dir: Path) -> None:
@@ -287,9 +287,9 @@ def test_records_round_trip_through_every_reader(
         assert verify_bundle(data_dir.parent / "b.ndjson").ok
 
     with tempfile.TemporaryDirectory() as tmp:
-        original = _writer.MAX_RECORD_EVENTS
-        _writer.MAX_RECORD_EVENTS = cut
+        original = _plan.MAX_RECORD_EVENTS
+        _plan.MAX_RECORD_EVENTS = cut
         try:
             asyncio.run(run(Path(tmp) / "data"))
         finally:
-            _writer.MAX_RECORD_EVENTS = original
+            _plan.MAX_RECORD_EVENTS = original

@@ -27,8 +27,8 @@ from palyra.journal import (
     verify_bundle,
     verify_store,
 )
-from palyra.journal._record import decode_record, encode_tombstone, is_tombstone
-from palyra.journal._signing import Signer
+from palyra.journal.format.record import decode_record, encode_tombstone, is_tombstone
+from palyra.journal.format.signing import Signer
 
 from .helpers import raw_record
 

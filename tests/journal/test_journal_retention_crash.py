@@ -19,13 +19,13 @@ from palyra.journal import (
     JournalConfig,
     JournalStore,
     PruneOrder,
-    _commitlog,
-    _durable,
     prune_older_than,
     verify_store,
 )
-from palyra.journal._commitlog import LOG_FILE
 from palyra.journal._env import journal_dir
+from palyra.journal.write import commitlog as _commitlog
+from palyra.journal.write import durable as _durable
+from palyra.journal.write.commitlog import LOG_FILE
 
 from . import test_journal_power_loss as power
 

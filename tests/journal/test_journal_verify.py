@@ -10,7 +10,7 @@ import pytest
 
 from palyra.cli import journal_cmd
 from palyra.journal import JournalStore, export_bundle, verify_bundle, verify_store
-from palyra.journal._signing import KEY_FILE
+from palyra.journal.format.signing import KEY_FILE
 
 from .helpers import delete_records, draft, raw_record, rewrite_record
 
@@ -180,7 +180,7 @@ async def test_forged_checkpoint_is_rejected(data_dir: Path) -> None:
     import msgspec
 
     from palyra.journal import _env as names
-    from palyra.journal._record import decode_checkpoint, encode_record
+    from palyra.journal.format.record import decode_checkpoint, encode_record
 
     env = lmdb.open(str(data_dir / "journal"), max_dbs=32)
     db = env.open_db(names.CHECKPOINTS.encode())

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from palyra.core.errors import InvalidArgument
 from palyra.journal import EventDraft, JournalConfig
-from palyra.journal._prepare import MAX_FIELD_BYTES, MAX_ID_BYTES, prepare
+from palyra.journal.write.prepare import MAX_FIELD_BYTES, MAX_ID_BYTES, prepare
 
 LIMITS = {
     "session_id": MAX_ID_BYTES,

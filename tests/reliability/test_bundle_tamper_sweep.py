@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from palyra.journal import EventDraft, JournalStore, export_bundle, verify_bundle
-from palyra.journal._signing import Signer
+from palyra.journal.format.signing import Signer
 
 
 @pytest.mark.slow

@@ -156,29 +156,73 @@ def test_no_package_imports_another_packages_private_modules() -> None:
     assert not violations, "\n".join(violations)
 
 
-def test_engine_uses_only_its_own_front_door_from_outside() -> None:
-    """Outside ``engine/``, only ``palyra.engine`` itself is imported, never its rooms."""
+@pytest.mark.parametrize("package", ["engine", "journal"])
+def test_a_package_with_rooms_is_used_only_through_its_front_door(package: str) -> None:
+    """Outside ``engine/`` and ``journal/``, only the package itself is imported, never a room."""
+    exports = _exports(package)
     violations = [
         f"{_module_name(path)} imports {name}"
         for path in sorted(SRC.rglob("*.py"))
-        if _top_package(_module_name(path)) != "engine"
+        if _top_package(_module_name(path)) != package
         for name in sorted(_imported_modules(path))
-        if name.startswith("palyra.engine.") and name.split(".")[2] not in _ENGINE_EXPORTS
+        if name.startswith(f"palyra.{package}.") and name.split(".")[2] not in exports
     ]
     assert not violations, "\n".join(violations)
 
 
-def _engine_exports() -> set[str]:
-    tree = ast.parse((SRC / "engine" / "__init__.py").read_text())
+def _exports(package: str) -> set[str]:
+    tree = ast.parse((SRC / package / "__init__.py").read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(
             isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
         ):
             return {ast.literal_eval(elt) for elt in node.value.elts}  # type: ignore[attr-defined]
-    raise AssertionError("palyra.engine has no __all__")
+    raise AssertionError(f"palyra.{package} has no __all__")
 
 
-_ENGINE_EXPORTS = _engine_exports()
+# The journal's rooms, and what each must never import of its siblings. ``format``
+# is bytes only (no environment, no store); reads and retention know nothing of the
+# writer; verification trusts no writer or retention code, only the format.
+# ``_types``, ``_env`` (the LMDB environment) and ``_store`` (the facade) sit
+# beside the rooms.
+JOURNAL_ROOMS: dict[str, set[str]] = {
+    "format": {"read", "write", "verify", "retention", "_env", "_store"},
+    "read": {"write", "verify", "retention"},
+    "verify": {"write", "retention"},
+    "retention": {"read", "write", "verify"},
+    "write": {"verify"},
+}
+
+
+def _journal_room_violations(module: str, imported: set[str]) -> list[str]:
+    parts = module.split(".")
+    if len(parts) < 4 or parts[:2] != ["palyra", "journal"] or parts[2] not in JOURNAL_ROOMS:
+        return []
+    return [
+        f"{module} imports {name}"
+        for name in sorted(imported)
+        if name.startswith("palyra.journal.")
+        and name.split(".")[2] in JOURNAL_ROOMS[parts[2]]
+    ]
+
+
+def test_the_journal_rooms_respect_their_layers() -> None:
+    rooms = sorted(p.name for p in (SRC / "journal").iterdir() if (p / "__init__.py").exists())
+    assert rooms == sorted(JOURNAL_ROOMS)
+    violations = [
+        v
+        for path in sorted((SRC / "journal").rglob("*.py"))
+        for v in _journal_room_violations(_module_name(path), _imported_modules(path))
+    ]
+    assert not violations, "\n".join(violations)
+
+
+def test_the_journal_room_check_sees_violations() -> None:
+    assert _journal_room_violations(
+        "palyra.journal.format.record", {"palyra.journal.write.writer", "palyra.core.chain"}
+    ) == ["palyra.journal.format.record imports palyra.journal.write.writer"]
+    assert _journal_room_violations("palyra.journal.write.writer", {"palyra.journal.format"}) == []
+    assert _journal_room_violations("palyra.journal._store", {"palyra.journal.write"}) == []
 
 
 def test_engine_model_is_pure() -> None:

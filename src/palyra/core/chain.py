@@ -1,7 +1,7 @@
 """Hash chain of the journal: exact byte layouts, pure functions, no I/O.
 
 The journal is a sequence of records; a record holds one or more events at
-consecutive positions, all of one session. Two chains (see ``docs/journal.md``
+consecutive positions, all of one session. Two chains (see ``docs/journal/format.md``
 for the rationale and the byte layouts):
 
 * **Session chain.** ``record_hash`` covers every field of every event of the

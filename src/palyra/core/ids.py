@@ -61,11 +61,6 @@ _ENTROPY = _EntropyPool()
 os.register_at_fork(after_in_child=_ENTROPY.reset)
 
 
-def ulid_entropy() -> bytes:
-    """10 fresh random bytes for :func:`encode_ulid` (edge helper)."""
-    return _ENTROPY.take()
-
-
 def new_ulid(ms: int | None = None) -> str:
     """A fresh ULID from the wall clock (or ``ms``) and the OS random source (edge helper)."""
     return encode_ulid(time.time_ns() // 1_000_000 if ms is None else ms, _ENTROPY.take())

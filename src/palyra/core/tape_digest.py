@@ -3,7 +3,7 @@
 A ``session_compaction`` tape event names the tape seqs it covers and a digest
 of those events as stored. The engine computes it when it compacts, and the
 journal verifier recomputes it from the stored events, so a summary can always
-be tied to exactly the events it stands for (docs/journal.md, "Compaction
+be tied to exactly the events it stands for (docs/journal/format.md, "Compaction
 digests")::
 
     digest = SHA-256( TAPE_DIGEST_TAG ‖ for each covered event, in tape-seq order:

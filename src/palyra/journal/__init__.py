@@ -1,14 +1,9 @@
 """The journal: one append-only, hash-chained event log in LMDB, with indexes and entity tables.
 
-See ``docs/journal.md`` for the storage layout, the hash chain byte layout and
-the bundle format.
+See ``docs/journal/format.md`` for the storage layout, the hash chain byte layout
+and the bundle format, and ``docs/journal/api.md`` for this API.
 """
 
-from palyra.journal._autocheckpoint import checkpoint_every, sign_head_if_moved
-from palyra.journal._bundle import export_bundle
-from palyra.journal._follow import Subscription
-from palyra.journal._prune import PRUNED_KIND, RETENTION_SESSION, PruneOrder, PruneResult
-from palyra.journal._retention import prune_older_than, retention_every
 from palyra.journal._store import JournalStore
 from palyra.journal._types import (
     ENTITY_TABLES,
@@ -22,7 +17,13 @@ from palyra.journal._types import (
     StoredEvent,
     TapePage,
 )
-from palyra.journal._verify import VerifyReport, verify_bundle, verify_store
+from palyra.journal.format.record import PRUNED_KIND, RETENTION_SESSION
+from palyra.journal.read.bundle import export_bundle
+from palyra.journal.read.follow import Subscription
+from palyra.journal.retention.policy import prune_older_than, retention_every
+from palyra.journal.retention.prune import PruneOrder, PruneResult
+from palyra.journal.verify.verify import VerifyReport, verify_bundle, verify_store
+from palyra.journal.write.autocheckpoint import checkpoint_every, sign_head_if_moved
 
 __all__ = [
     "ENTITY_TABLES",

@@ -13,9 +13,9 @@ from typing import Any
 import lmdb
 
 from palyra.core.errors import ErrorCode, NotFound, PalyraError
-from palyra.journal._commitlog import CommitLog, read_header
-from palyra.journal._durable import COMMIT_LOG_DB, Durability, prepare_files
 from palyra.journal._types import ENTITY_TABLES, JournalConfig
+from palyra.journal.write.commitlog import CommitLog, read_header
+from palyra.journal.write.durable import COMMIT_LOG_DB, Durability, prepare_files
 
 JOURNAL_SUBDIR = "journal"
 LOCK_FILE = "writer.lock"
@@ -81,6 +81,8 @@ class Gate:
                 self._cond.notify_all()
 
 
+# A reader waiting for LMDB to hold answered frames asks the writer again this often
+# (a newer frame may have lowered the flag after the last ask).
 _REASK_S = 0.001
 WRITER_THREAD = "palyra-journal-writer"
 """The writer thread's name; it never waits for its own commit to become visible."""
@@ -117,10 +119,11 @@ class JournalEnv:
         if config.readonly:
             self._open_readonly()
         else:
-            if config.sync:
-                self._lock()
-                log = CommitLog(self.path)
-                prepare_files(self.path, log)
+            # Every writable journal commits through the commit log; ``sync``
+            # only says whether its writes are flushed (the same code either way).
+            self._lock()
+            log = CommitLog(self.path, flush=config.sync)
+            prepare_files(self.path, log)
             self._open_writable()
         self.dbs: dict[str, Any] = {}
         names = (*INTERNAL_DBS, *sorted(ENTITY_TABLES))
@@ -142,7 +145,7 @@ class JournalEnv:
             self.close()
             raise NotFound(f"{self.path} is not a palyra journal") from exc
         if log is not None:
-            durable = Durability(self.env, self.dbs, self.path, log)
+            durable = Durability(self.env, self.dbs, self.path, log, flush=self.config.sync)
             try:
                 durable.recover()
             except BaseException:

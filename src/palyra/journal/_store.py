@@ -9,13 +9,7 @@ from types import TracebackType
 from typing import Any
 
 from palyra.core.errors import ErrorCode, PalyraError, PalyraInternalError
-from palyra.journal import _reads
-from palyra.journal._entity_cache import EntityCache
 from palyra.journal._env import JournalEnv
-from palyra.journal._follow import FollowHub, Subscription, follow_batches, follow_events
-from palyra.journal._prepare import prepare
-from palyra.journal._prune import PruneOrder, PruneResult
-from palyra.journal._signing import Signer
 from palyra.journal._types import (
     DEFAULT_MAX_TAPE_BYTES,
     Checkpoint,
@@ -26,7 +20,14 @@ from palyra.journal._types import (
     StoredEvent,
     TapePage,
 )
-from palyra.journal._writer import Request, Writer
+from palyra.journal.format.signing import Signer
+from palyra.journal.read import reads as _reads
+from palyra.journal.read.entity_cache import EntityCache
+from palyra.journal.read.follow import FollowHub, Subscription, follow_batches, follow_events
+from palyra.journal.retention.prune import PruneOrder, PruneResult
+from palyra.journal.write import requests
+from palyra.journal.write.prepare import prepare
+from palyra.journal.write.writer import Writer
 
 _PAGE = 256
 
@@ -132,7 +133,7 @@ class JournalStore:
         if not prepared:
             future.set_result([])
         else:
-            writer.submit(Request(loop, future, prepared))
+            writer.submit(requests.Append(loop, future, prepared))
         return future
 
     async def checkpoint(self) -> Checkpoint:
@@ -142,19 +143,19 @@ class JournalStore:
             self._signer = Signer.load_or_create(self._env.path)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Checkpoint] = loop.create_future()
-        writer.submit(Request(loop, future, signer=self._signer))
+        writer.submit(requests.Checkpoint(loop, future, self._signer))
         return await future
 
     async def prune_batch(self, order: PruneOrder) -> PruneResult:
         """Turn at most ``order.max_records`` of the oldest prunable records into tombstones.
 
         One durable commit through the writer, with a ``journal.pruned`` event
-        (see ``_prune``); ``palyra.journal.prune_older_than`` loops over this.
+        (see ``retention.prune``); ``palyra.journal.prune_older_than`` loops over this.
         """
         writer = self._writer_or_raise()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[PruneResult] = loop.create_future()
-        writer.submit(Request(loop, future, prune=order))
+        writer.submit(requests.Prune(loop, future, order))
         return await future
 
     def pruned_through(self) -> int:
@@ -177,7 +178,7 @@ class JournalStore:
         hit, value = cache.get(table, key)
         if hit:
             return value
-        clock = cache.clock()  # before the read: see _entity_cache
+        clock = cache.clock()  # before the read: see read/entity_cache
         value = _reads.get_entity(self._env, table, key)
         cache.put(table, key, clock, value)
         return value

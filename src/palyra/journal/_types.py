@@ -42,7 +42,7 @@ class JournalConfig:
         follow_buffer_bytes: the same bound in stored bytes.
         retention_max_age_days: the daemon prunes records whose events are all
             older than this many days (hash tombstones stay, see
-            ``docs/journal.md``); 0, the default, never drops anything.
+            ``docs/journal/api.md``); 0, the default, never drops anything.
         retention_interval_s: how often the daemon runs retention.
         retention_batch_records: most records one retention commit prunes.
     """
@@ -213,7 +213,7 @@ class JournalStats:
         map_size: current LMDB map size.
         map_grows: times the map was grown.
         records: journal records committed (one per session per commit, see
-            ``docs/journal.md``), so ``appended_events / records`` is the
+            ``docs/journal/design.md``), so ``appended_events / records`` is the
             number of events that shared one chain step.
     """
 

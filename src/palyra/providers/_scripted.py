@@ -1,6 +1,6 @@
 """The scripted provider: deterministic, keyless, the default.
 
-It implements the tool-loop workload rule (``/work/shared/workloads/tool-loop.md``)
+It implements the tool-loop workload rule (below; ``docs/bench.md`` runs it)
 exactly, and echoes any other user message back, word by word:
 
 * Look at the messages after the last ``user`` message. ``n`` is the number of

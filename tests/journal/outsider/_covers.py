@@ -1,4 +1,4 @@
-"""Compaction digests ("Compaction digests" in docs/journal.md), recomputed from the tape."""
+"""Compaction digests ("Compaction digests" in docs/journal/format.md), recomputed from the tape."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Byte layouts, tags, hashes and canonical MessagePack, from docs/journal.md."""
+"""Byte layouts, tags, hashes and canonical MessagePack, from docs/journal/format.md."""
 
 from __future__ import annotations
 

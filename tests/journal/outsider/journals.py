@@ -1,5 +1,5 @@
 """Building journals through the public API, tampering with copies, and comparing the
-outsider's verifier with the journal's own (docs/journal.md is all the former knows)."""
+outsider's verifier with the journal's own (docs/journal/format.md is all the former knows)."""
 
 from __future__ import annotations
 

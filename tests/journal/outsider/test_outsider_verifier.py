@@ -1,4 +1,4 @@
-"""The outsider's verifier (written from docs/journal.md alone) against the journal's own.
+"""The outsider's verifier (written from docs/journal/format.md alone) against the journal's own.
 
 Journals are built through the public API only (real LMDB), then checked by both
 `verifier.py` and `palyra.journal.verify_store` / `verify_bundle`: both must pass intact

@@ -1,8 +1,9 @@
-"""An outsider's verifier for palyra journals, written from docs/journal.md alone.
+"""An outsider's verifier for palyra journals, written from docs/journal/format.md alone.
 
 Nothing here imports palyra: the byte layouts, tags, chain rules and bundle lines are
 taken from the doc ("Storage layout", "Record format 2", "Tombstones", "Format 1",
-"Hash chain / Exact byte layout", "Checkpoints", "Retention", "Bundle format",
+"Hash chain: exact byte layout", "Checkpoints", "Retention: tombstones and the prune
+claim", "Bundle format",
 "Verifying"). Tools: `lmdb` (read-only), `hashlib`, `struct`, `json`, `msgspec.msgpack`
 as a generic MessagePack *decoder*, `cryptography` for Ed25519. The canonical MessagePack
 *encoder* a bundle needs (to rebuild a record's body from its JSON lines) is written
@@ -13,7 +14,7 @@ tested too.
 both chains, the `journal.pruned` claim, compaction digests, the `_checkpoints`
 signatures, and (beyond what the journal's own verifier checks) the indexes `_event_ids`,
 `_by_session`, `_tape`; `verify_bundle_file(path)` checks an exported bundle. Both return
-a `Report`: `ok`, the counts, and on failure the first bad position (as docs/journal.md,
+a `Report`: `ok`, the counts, and on failure the first bad position (as docs/journal/format.md,
 "Which position a problem names", says the journal reports it) and a reason. Run it only
 on a data dir no writer has open (it opens LMDB without the lock file).
 

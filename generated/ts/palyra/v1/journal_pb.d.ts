@@ -193,7 +193,7 @@ export declare type CreateCheckpointResponse = Message<"palyra.v1.CreateCheckpoi
   headHash: string;
 
   /**
-   * Hex ed25519 public key and signature (see docs/journal.md).
+   * Hex ed25519 public key and signature (see docs/journal/format.md, "Checkpoints").
    *
    * @generated from field: string public_key = 3;
    */

@@ -160,7 +160,7 @@ export declare const TapeEventSchema: GenMessage<TapeEvent>;
  * `summary` in place of the messages of tape seqs `first_seq`..`last_seq` that are
  * not in `pinned_seqs`. The covered events stay on the tape (ExpandCompaction
  * returns them), and `digest_sha256` ties the summary to them: `palyra journal
- * verify` recomputes it from the stored events (docs/journal.md, "Compaction digests").
+ * verify` recomputes it from the stored events (docs/journal/format.md, "Compaction digests").
  *
  * @generated from message palyra.v1.SessionCompaction
  */

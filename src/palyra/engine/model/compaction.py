@@ -72,10 +72,6 @@ _MAX_PROMPT_CHARS = 48_000
 _SUMMARY_LINE_CHARS = 300
 _json = msgspec.json.Encoder(order="sorted")
 
-#: Tape kinds whose events are pinned records (rendered verbatim after a summary).
-PINNED_KINDS = ("tape.tool_approval_request", "tape.tool_approval_response",
-                "tape.tool_decision", "tape.tool_proposal")
-
 
 @dataclass(frozen=True, slots=True)
 class CompactionSettings:

@@ -94,7 +94,7 @@ async def propose(step: Step, batch: Batch, calls: Sequence[ToolCall], turn: int
         else:
             verdict = decide(step, call.name, call.arguments, index)
         verdicts.append((pid, call, verdict))
-        # One event: the call and the policy's verdict on it (docs/journal.md, "tape").
+        # One event: the call and the policy's verdict on it (docs/journal/design.md, "Tape events folded").
         batch.add(pb.ToolProposal(
             proposal_id=pid, tool_name=call.name, input_json=input_json,
             approval_required=verdict.outcome == _ASK, turn=turn,

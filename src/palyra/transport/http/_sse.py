@@ -190,10 +190,6 @@ async def _start(send: Send) -> None:
     })
 
 
-async def _body(send: Send, chunk: bytes) -> None:
-    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-
-
 async def _aclose(source: AsyncIterator[Any]) -> None:
     aclose = getattr(source, "aclose", None)
     if aclose is not None:

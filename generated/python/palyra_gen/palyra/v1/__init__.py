@@ -1365,7 +1365,7 @@ class CreateCheckpointResponse(betterproto2.Message):
 
     public_key: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
     """
-    Hex ed25519 public key and signature (see docs/journal.md).
+    Hex ed25519 public key and signature (see docs/journal/format.md, "Checkpoints").
     """
 
     signature: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
@@ -3034,7 +3034,7 @@ class SessionCompaction(betterproto2.Message):
     `summary` in place of the messages of tape seqs `first_seq`..`last_seq` that are
     not in `pinned_seqs`. The covered events stay on the tape (ExpandCompaction
     returns them), and `digest_sha256` ties the summary to them: `palyra journal
-    verify` recomputes it from the stored events (docs/journal.md, "Compaction digests").
+    verify` recomputes it from the stored events (docs/journal/format.md, "Compaction digests").
     """
 
     strategy: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)

@@ -1,0 +1,1 @@
+"""The journal's retention room: prefix pruning into hash tombstones, and its age policy."""

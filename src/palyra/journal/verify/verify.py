@@ -1,0 +1,453 @@
+"""Verification of a live data dir and of an exported bundle."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from palyra.core.chain import GENESIS, seal_message
+from palyra.journal import _env as names
+from palyra.journal._env import JournalEnv
+from palyra.journal._store import JournalStore
+from palyra.journal._types import JournalConfig
+from palyra.journal.format.bundle_format import (
+    BUNDLE_FORMAT,
+    READABLE_VERSIONS,
+    CheckpointLine,
+    EventLine,
+    HeaderLine,
+    LinkLine,
+    PrunedLine,
+    SealLine,
+    TrailerLine,
+    decode_line,
+    parse_hash,
+)
+from palyra.journal.format.record import CheckpointRecord, scoped_key, u64_key
+from palyra.journal.format.signing import signature_valid
+from palyra.journal.read import reads as _reads
+from palyra.journal.verify.bundle_records import LineGroups, line_hash
+from palyra.journal.verify.chainwalk import ChainVerifier, Tampered
+from palyra.journal.verify.covers import (
+    COVERING_KINDS,
+    MARKER,
+    Cover,
+    SpanDigests,
+    cover_of,
+    covers_in,
+)
+from palyra.journal.verify.covers import check as check_cover
+
+_CHUNK = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """Outcome of a verification; ``problem`` is None when intact.
+
+    ``keyed``: trusted keys were given, so authenticity was checked: then
+    ``signed_through`` is how far their signatures reach (a full verify fails
+    unless they cover the head) and ``sealed`` whether a bundle carries a valid
+    exporter's seal. Without keys only the chain's integrity is checked: anyone
+    can recompute unkeyed hashes, so the summary says so. ``pruned``: positions
+    retention turned into tombstones (their links verify, their content is gone).
+    """
+
+    events: int
+    links: int
+    checkpoints: int
+    head_position: int
+    head_hash: str
+    problem: Tampered | None
+    signed_through: int = 0
+    sealed: bool = False
+    keyed: bool = False
+    pruned: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """True when everything checked out."""
+        return self.problem is None
+
+    def summary(self) -> str:
+        """One line: ``TAMPERED position=N: why`` or ``OK events=… head=…`` and the trust."""
+        if self.problem is not None:
+            return self.problem.describe()
+        links = f" links={self.links}" if self.links else ""
+        links += f" pruned={self.pruned}" if self.pruned else ""
+        base = (f"OK events={self.events}{links} checkpoints={self.checkpoints} "
+                f"head_position={self.head_position} head={self.head_hash}")
+        if not self.keyed:
+            return (base + " (unsigned check: the chain is intact, but without a trusted "
+                    "--public-key neither authenticity nor completeness is verified)")
+        seal = ", sealed by the exporter" if self.sealed else ""
+        return (base + f" signed through position {self.signed_through} of "
+                f"{self.head_position}{seal}")
+
+
+def _report(verifier: ChainVerifier, problem: Tampered | None,
+            sealed: bool = False) -> VerifyReport:
+    return VerifyReport(
+        verifier.events,
+        verifier.links,
+        verifier.checkpoints,
+        verifier.position,
+        verifier.head.hex(),
+        problem,
+        verifier.position if sealed else verifier.signed_through,
+        sealed,
+        bool(verifier.trusted_keys),
+        verifier.pruned,
+    )
+
+
+def _require_coverage(verifier: ChainVerifier, what: str) -> None:
+    """With trusted keys, the head must be covered by their signatures."""
+    if verifier.trusted_keys and verifier.signed_through < verifier.position:
+        raise Tampered(
+            verifier.signed_through + 1,
+            f"signed through position {verifier.signed_through} of {verifier.position}: "
+            f"{what} after it is not covered by a signature from a trusted key")
+
+
+def verify_store(
+    source: Path | JournalStore,
+    *,
+    trusted_keys: Collection[bytes] = (),
+    progress: Callable[[int], None] | None = None,
+) -> VerifyReport:
+    """Verify every event and checkpoint of a data dir (opened read-only) or an open store.
+
+    ``progress``, if given, is called with each position once it is verified.
+    """
+    store = (
+        source
+        if isinstance(source, JournalStore)
+        else JournalStore.open(Path(source), config=JournalConfig(readonly=True))
+    )
+    verifier = ChainVerifier(trusted_keys=trusted_keys)
+    unindexed = _UnindexedTombstone()
+    try:
+        _walk_env(store.env, verifier, progress, unindexed)
+        verifier.finish()
+        unindexed.raise_first()
+        _require_coverage(verifier, "the journal (sign the head with `palyra journal "
+                                    "checkpoint`)")
+    except Tampered as problem:
+        return _report(verifier, problem)
+    finally:
+        if store is not source:
+            store.close()
+    return _report(verifier, None)
+
+
+class _UnindexedTombstone:
+    """The first tombstone whose ``_by_session`` key is missing, raised once the chain checks out.
+
+    Chain problems are reported first (as "Verifying" orders them), so a miss is
+    kept, not raised, while the walk goes on; only the first one matters.
+    """
+
+    def __init__(self) -> None:
+        self.first: Tampered | None = None
+
+    def check(self, env: JournalEnv, verifier: ChainVerifier) -> None:
+        noted = verifier.tombstones
+        if not noted:
+            return
+        if self.first is None:
+            with env.read() as txn:
+                db = env.dbs[names.BY_SESSION]
+                for session_id, first, last in noted:
+                    if txn.get(scoped_key(session_id, last), db=db) is None:
+                        self.first = Tampered(first, "index: _by_session has no entry for this "
+                                                    "pruned record (its session id was changed?)")
+                        break
+        noted.clear()
+
+    def raise_first(self) -> None:
+        if self.first is not None:
+            raise self.first
+
+
+def _walk_env(
+    env: JournalEnv, verifier: ChainVerifier, progress: Callable[[int], None] | None = None,
+    unindexed: _UnindexedTombstone | None = None,
+) -> None:
+    try:
+        pending = sorted(_reads.checkpoints(env), key=lambda c: (c.position, c.ts_ms))
+    except msgspec.DecodeError as exc:
+        raise Tampered(None, f"undecodable checkpoint record ({exc})") from exc
+
+    def check_checkpoints(upto: int) -> None:
+        while pending and pending[0].position <= upto:
+            _check_checkpoint(verifier, pending.pop(0))
+
+    # Records holding a covering event (a compaction) are noted as they pass, and their
+    # digests recomputed once the chain up to them checked out (outside the read txn).
+    verifier.marker = MARKER
+    covering = verifier.noted
+    if unindexed is not None:
+        verifier.tombstones = []
+    check_checkpoints(0)
+    more = True
+    try:
+        while more:
+            with env.read() as txn:
+                cursor = txn.cursor(db=env.dbs[names.EVENTS])
+                if not cursor.set_range(u64_key(verifier.position + 1)):
+                    break
+                records = iter(cursor)
+                read = 0
+                while read < _CHUNK:  # then a fresh txn: do not pin one snapshot
+                    until = pending[0].position if pending else 1 << 64
+                    done = verifier.stored_run(records, until, _CHUNK - read, progress)
+                    if not done:
+                        more = False
+                        break
+                    read += done
+                    check_checkpoints(verifier.position)
+            _check_covers(env, covering, verifier.position + 1)
+            if unindexed is not None:
+                unindexed.check(env, verifier)
+    except Tampered as problem:
+        # A bad compaction before the problem found in the chain is reported first.
+        _check_covers(env, covering, problem.position or verifier.position + 1)
+        raise
+    check_checkpoints(1 << 64)
+
+
+def _check_covers(env: JournalEnv, covering: list[bytes], before: int) -> None:
+    """Recompute the digest of each noted covering event positioned before ``before``."""
+    for value in covering:
+        try:
+            found = covers_in(value)
+        except ValueError as exc:  # msgspec.DecodeError is a ValueError
+            raise Tampered(before, f"undecodable record ({exc})") from exc
+        for cover in found:
+            if isinstance(cover, tuple):
+                position, reason = cover
+                if position < before:
+                    raise Tampered(position, f"malformed compaction: {reason}")
+                continue
+            if cover.position >= before:
+                continue
+            problem = check_cover(env, cover)
+            if problem is not None:
+                raise Tampered(cover.position, problem)
+    covering.clear()
+
+
+def _check_checkpoint(verifier: ChainVerifier, record: CheckpointRecord) -> None:
+    verifier.checkpoint(
+        record.position, record.head, record.ts_ms, record.public_key, record.signature
+    )
+
+
+def verify_bundle(
+    path: Path,
+    *,
+    trusted_keys: Collection[bytes] = (),
+    progress: Callable[[int], None] | None = None,
+) -> VerifyReport:
+    """Verify an exported bundle file; needs no data dir.
+
+    ``progress``, if given, is called with each position (event or link line) once read.
+    """
+    verifier = ChainVerifier(trusted_keys=trusted_keys)
+    covers: list[Cover | tuple[int, str]] = []
+    found: Tampered | None = None
+    sealed = False
+    try:
+        with open(path, "rb") as handle:
+            sealed = _walk_bundle(handle, verifier, progress, covers)
+        verifier.finish()
+        if verifier.trusted_keys and not sealed:
+            # Checkpoints alone cannot prove the bundle was not cut short (a
+            # prefix ending at a checkpoint verifies) or, for a session bundle,
+            # that no event of the session was turned into a link line.
+            raise Tampered(None, f"signed through position {verifier.signed_through} of "
+                                 f"{verifier.position}: the bundle carries no seal by a trusted "
+                                 "key, so its end and completeness are unproven")
+    except Tampered as problem:
+        found = problem
+    if covers:
+        # Compaction digests: a second pass feeds the covered events (bounded memory).
+        bad = _bundle_covers(path, covers, pruned=verifier.pruned > 0)
+        if bad is not None and (found is None or found.position is None
+                                or bad[0] < found.position):
+            found = Tampered(*bad)
+    if found is not None:
+        return _report(verifier, found)
+    return _report(verifier, None, sealed)
+
+
+def _bundle_covers(path: Path, covers: list[Cover | tuple[int, str]], *,
+                   pruned: bool = False) -> tuple[int, str] | None:
+    """The first compaction of a bundle whose digest does not recompute, and why."""
+    problems = [(p, f"malformed compaction: {why}") for p, why in
+                (c for c in covers if isinstance(c, tuple))]
+    spans = SpanDigests([c for c in covers if not isinstance(c, tuple)])
+    with open(path, "rb") as handle:
+        for raw in handle:
+            try:
+                line = decode_line(raw.rstrip(b"\n"))
+            except ValueError:
+                continue  # the chain walk reports malformed lines
+            if isinstance(line, EventLine) and line.tape_seq >= 0:
+                spans.add(line.run_id, line.tape_seq, line.kind, line.payload)
+    problems += spans.problems(pruned=pruned)
+    return min(problems) if problems else None
+
+
+def _walk_bundle(
+    lines: Iterable[bytes],
+    verifier: ChainVerifier,
+    progress: Callable[[int], None] | None = None,
+    covers: list[Cover | tuple[int, str]] | None = None,
+) -> bool:
+    """Walk every line; return whether a valid seal ended the bundle."""
+    digest = hashlib.sha256()
+    header: HeaderLine | None = None
+    trailer: TrailerLine | None = None
+    sealed = False
+    # Event and link lines are checked a whole record at a time (verify/bundle_records).
+    groups = LineGroups(verifier, legacy_only=True, progress=progress)
+    for number, raw in enumerate(lines, start=1):
+        if trailer is not None:
+            raise Tampered(None, f"line {number}: data after the trailer")
+        if not raw.endswith(b"\n"):
+            groups.flush()
+            raise Tampered(verifier.position + 1, f"bundle truncated (line {number} is incomplete)")
+        try:
+            line = decode_line(raw[:-1])
+        except ValueError as exc:
+            groups.flush()
+            raise Tampered(verifier.position + 1, f"line {number}: {exc}") from exc
+        if header is None:
+            if not isinstance(line, HeaderLine):
+                raise Tampered(None, "line 1 is not a bundle header")
+            header = _check_header(line, verifier)
+            # Versions 1 and 2 hold format 1 records, one per line.
+            groups = LineGroups(verifier, legacy_only=header.version == 1, progress=progress)
+        elif sealed and not isinstance(line, TrailerLine):
+            raise Tampered(verifier.position + 1, f"line {number}: entries after the seal")
+        elif isinstance(line, EventLine | LinkLine):
+            groups.add(line)
+            if covers is not None and isinstance(line, EventLine) and line.kind in COVERING_KINDS:
+                cover = cover_of(line.position, line.run_id, line.tape_seq, line.kind,
+                                 line.payload)
+                if cover is not None:
+                    covers.append((line.position, cover) if isinstance(cover, str) else cover)
+        elif isinstance(line, PrunedLine):
+            groups.flush()
+            if header.version < 4:
+                raise Tampered(line.position, f"line {number}: a pruned record in a version "
+                                              f"{header.version} bundle")
+            _bundle_tombstone(line, verifier)
+        elif isinstance(line, CheckpointLine):
+            groups.flush()
+            _bundle_checkpoint(line, verifier)
+        elif isinstance(line, SealLine):
+            groups.flush()
+            if sealed or header.version < 2:
+                raise Tampered(None, f"line {number}: unexpected seal")
+            _check_seal(line, header, verifier)
+            sealed = True
+        elif isinstance(line, TrailerLine):
+            groups.flush()
+            trailer = line
+            _check_trailer(line, verifier, digest.hexdigest())
+            continue
+        else:
+            groups.flush()
+            raise Tampered(
+                verifier.position + 1, f"line {number}: unexpected {type(line).__name__}"
+            )
+        digest.update(raw)
+    if trailer is None:
+        groups.flush()
+        raise Tampered(verifier.position + 1, "bundle truncated (no trailer)")
+    return sealed
+
+
+def _check_seal(line: SealLine, header: HeaderLine, verifier: ChainVerifier) -> None:
+    """The exporter's signature over the head (and the session's head and count)."""
+    position = verifier.position
+    if line.head_position != position or line.head_hash != verifier.head.hex():
+        raise Tampered(position + 1, f"the seal covers up to position {line.head_position}, "
+                                     f"the bundle to {position} (entries removed or added)")
+    if header.scope == "session":
+        own_head = verifier.session_heads.get(header.session_id, GENESIS).hex()
+        if (line.session_head, line.session_events) != (own_head, verifier.events):
+            raise Tampered(None, f"the seal says session {header.session_id} has "
+                                 f"{line.session_events} events up to here, the bundle holds "
+                                 f"{verifier.events} (events left out or turned into links)")
+    elif (line.session_head, line.session_events) != (GENESIS.hex(), 0):
+        raise Tampered(None, "a full bundle's seal names a session head")
+    try:
+        public_key, signature = bytes.fromhex(line.public_key), bytes.fromhex(line.signature)
+    except ValueError as exc:
+        raise Tampered(None, "seal key or signature is not hex") from exc
+    if verifier.trusted_keys and public_key not in verifier.trusted_keys:
+        raise Tampered(None, "bundle sealed by an untrusted key")
+    message = seal_message(header.scope, header.session_id, line.head_position,
+                           verifier.head, parse_hash(line.session_head), line.session_events,
+                           line.ts_ms)
+    if not signature_valid(public_key, message, signature):
+        raise Tampered(None, "the seal's signature is invalid")
+
+def _check_header(line: HeaderLine, verifier: ChainVerifier) -> HeaderLine:
+    if line.format != BUNDLE_FORMAT or line.version not in READABLE_VERSIONS or line.hash != "sha256":
+        raise Tampered(None, f"unsupported bundle format {line.format!r} v{line.version}")
+    if line.scope == "session":
+        verifier.session_id = line.session_id
+    elif line.scope != "full" or line.session_id:
+        raise Tampered(None, f"unknown bundle scope {line.scope!r}")
+    return line
+
+
+def _bundle_tombstone(line: PrunedLine, verifier: ChainVerifier) -> None:
+    first = line.position
+    if line.last < first:
+        raise Tampered(first, f"pruned record claims positions {first}..{line.last}")
+    verifier.tombstone(first, line.last, line.session_id, line_hash(line.prev_hash, first),
+                       line_hash(line.hash, first), line_hash(line.global_hash, first))
+
+
+def _bundle_checkpoint(line: CheckpointLine, verifier: ChainVerifier) -> None:
+    position = verifier.position
+    try:
+        public_key, signature = bytes.fromhex(line.public_key), bytes.fromhex(line.signature)
+    except ValueError as exc:
+        raise Tampered(position, "checkpoint key or signature is not hex") from exc
+    if public_key.hex() != line.public_key or signature.hex() != line.signature:
+        raise Tampered(position, "checkpoint key or signature is not lowercase hex")
+    verifier.checkpoint(
+        line.position, line_hash(line.head_hash, position), line.ts_ms, public_key, signature
+    )
+
+
+def _check_trailer(line: TrailerLine, verifier: ChainVerifier, digest: str) -> None:
+    if line.head_position != verifier.position or line.head_hash != verifier.head.hex():
+        raise Tampered(
+            verifier.position + 1,
+            f"bundle ends at position {verifier.position} but its trailer says "
+            f"{line.head_position} (entries removed or head changed)",
+        )
+    if (line.events, line.links, line.checkpoints) != (
+        verifier.events,
+        verifier.links,
+        verifier.checkpoints,
+    ):
+        raise Tampered(None, "trailer counts do not match the bundle")
+    session = verifier.session_id
+    expected = verifier.session_heads.get(session, b"\0" * 32).hex() if session is not None else ""
+    if line.session_head != expected:
+        raise Tampered(None, "trailer session head does not match")
+    if line.sha256 != digest:
+        raise Tampered(None, "bundle digest mismatch (a line was added, removed or altered)")

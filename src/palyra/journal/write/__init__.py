@@ -1,0 +1,1 @@
+"""The journal's write room: preparing drafts, the one writer thread, the commit log and durability."""

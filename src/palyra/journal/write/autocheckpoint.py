@@ -1,0 +1,31 @@
+"""Signed checkpoints taken by a running daemon.
+
+A live journal can only prove that its newest events were not cut off if a
+signed checkpoint vouches for a later head (docs/journal/format.md). So the daemon
+signs the head periodically while events arrive, and once more when it stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from palyra.journal._store import JournalStore
+from palyra.journal._types import Checkpoint
+
+
+async def sign_head_if_moved(store: JournalStore) -> Checkpoint | None:
+    """Sign the current head unless it is empty or already vouched for."""
+    count = store.head().count
+    if count == 0:
+        return None
+    existing = store.checkpoints()
+    if existing and existing[-1].position >= count:
+        return None
+    return await store.checkpoint()
+
+
+async def checkpoint_every(store: JournalStore, interval_s: float) -> None:
+    """Sign the head every ``interval_s`` seconds when it moved; runs until cancelled."""
+    while True:
+        await asyncio.sleep(interval_s)
+        await sign_head_if_moved(store)

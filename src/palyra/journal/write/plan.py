@@ -1,0 +1,231 @@
+"""The pure commit planner: a batch of appends and the chain heads in, every write out.
+
+:func:`plan_commit` lays a batch out as records (one per session, see
+:func:`layout`), hashes them onto the chains and returns a :class:`CommitPlan`:
+the writes in frame order, the event ids claimed, the ``StoredEvent`` views
+each caller is answered with, and the heads after the commit. It reads no
+LMDB and does no I/O: the writer resolves every head the batch needs first
+(:class:`Heads`) and then frames, answers and applies what the plan says.
+Both the journal's writer and any other backend share this one description of
+what a commit writes.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from palyra.core.chain import record_body, record_head_of, record_row, text_bytes
+from palyra.journal import _env as names
+from palyra.journal._types import NO_TAPE_SEQ, StoredEvent
+from palyra.journal.format.record import build_record, scoped_prefix
+from palyra.journal.write.commitlog import Op
+from palyra.journal.write.prepare import PreparedEvent
+from palyra.journal.write.requests import Append
+
+MAX_RECORD_EVENTS = 1024
+MAX_RECORD_PAYLOAD_BYTES = 1 << 20
+"""A record stops growing past either bound, so reading one event never decodes much more."""
+
+# A follower's buffer counts an event as its payload plus this much for the rest.
+EVENT_OVERHEAD = 128
+# Remembered index prefixes and hashed texts of sessions and runs (a memo of a pure function).
+_SCOPE_MEMO = 4096
+
+_U64 = struct.Struct(">Q")
+
+Chunk = list[tuple[Append, PreparedEvent]]
+
+
+@dataclass(frozen=True, slots=True)
+class Heads:
+    """The chain state a batch is planned against.
+
+    ``sessions`` must hold the chain head of every session the batch appends
+    to (GENESIS for a new one) and ``tape_next`` the next tape seq of every run
+    it puts on a tape (0 for a new one): the planner looks nothing up.
+    """
+
+    next_position: int
+    head: bytes
+    sessions: Mapping[str, bytes]
+    tape_next: Mapping[str, int]
+
+
+@dataclass(slots=True)
+class CommitPlan:
+    """Everything one commit writes and answers, in the order it is written.
+
+    Attributes:
+        ops: every write in frame order: the id claims, then the records, the
+            session index and the tape index, then the entity rows in the order
+            their calls were queued.
+        claims: ``(event id, u64 position)`` of every event, in position order.
+        views: the ``StoredEvent`` of every event, in position order.
+        answers: each request's own views, in the order of ``requests``.
+        sizes: each view's weight in a follower's bounded buffer.
+        sessions: the chain head of every session the commit wrote to.
+        tape_next: the next tape seq of every run the commit put on a tape.
+        head: the global hash after the commit.
+        next_position: the position after the commit's last event.
+        records: records written; ``record_bytes`` their stored size.
+        rows: ``(table, key)`` of every entity row written.
+    """
+
+    ops: list[Op]
+    claims: list[tuple[bytes, bytes]]
+    views: list[StoredEvent]
+    answers: list[list[StoredEvent]]
+    sizes: list[int]
+    sessions: dict[str, bytes]
+    tape_next: dict[str, int]
+    head: bytes
+    next_position: int
+    records: int = 0
+    record_bytes: int = 0
+    rows: set[tuple[str, str]] = field(default_factory=set)
+
+    @classmethod
+    def empty(cls, head: bytes, next_position: int, ops: list[Op]) -> CommitPlan:
+        """A commit of no event (a checkpoint's write, a prune that found nothing)."""
+        return cls(ops, [], [], [], [], {}, {}, head, next_position)
+
+
+def plan_commit(requests: Sequence[Append], heads: Heads) -> CommitPlan:
+    """Lay ``requests`` out as records on top of ``heads``; pure.
+
+    Raises:
+        KeyError: ``heads`` lacks a session or taped run of the batch.
+    """
+    plan = CommitPlan(
+        ops=[], claims=[], views=[], answers=[[] for _ in requests], sizes=[],
+        sessions={}, tape_next={}, head=heads.head, next_position=heads.next_position,
+    )  # fmt: skip
+    answer_of = {id(request): plan.answers[i] for i, request in enumerate(requests)}
+    events: list[tuple[bytes, bytes]] = []
+    by_session: list[tuple[bytes, bytes]] = []
+    tape: list[tuple[bytes, bytes]] = []
+    for chunk in layout(requests):
+        _plan_record(plan, heads, chunk, answer_of, (events, by_session, tape))
+    ops = plan.ops
+    ops += [(names.EVENT_IDS, key, value) for key, value in plan.claims]
+    ops += [(names.EVENTS, key, value) for key, value in events]
+    ops += [(names.BY_SESSION, key, value) for key, value in by_session]
+    ops += [(names.TAPE, key, value) for key, value in tape]
+    for request in requests:  # entity rows in arrival order: the last queued writes last
+        for event in request.events:
+            for write in event.entity_writes:
+                ops.append((write.table, write.key.encode(), write.value))
+                plan.rows.add((write.table, write.key))
+    return plan
+
+
+def _plan_record(
+    plan: CommitPlan,
+    heads: Heads,
+    chunk: Chunk,
+    answer_of: dict[int, list[StoredEvent]],
+    puts: tuple[list[tuple[bytes, bytes]], ...],
+) -> None:
+    """One record: its rows, its hashes, its index puts and its events' views."""
+    first = plan.next_position
+    last = first + len(chunk) - 1
+    session_id = chunk[0][1].session_id
+    prev = plan.sessions.get(session_id) or heads.sessions[session_id]
+    rows: list[list[object]] = []
+    tape_last: dict[str, int] = {}
+    pack = _U64.pack
+    for position, (_request, event) in enumerate(chunk, first):
+        plan.claims.append((event.event_id.encode(), pack(position)))
+        seq = NO_TAPE_SEQ
+        if event.tape:
+            run_id = event.run_id
+            seq = plan.tape_next.get(run_id, -1)
+            if seq < 0:
+                seq = heads.tape_next[run_id]
+            plan.tape_next[run_id] = seq + 1
+            tape_last[run_id] = seq
+        rows.append(record_row(event, seq, event.redactions, event.payload))
+    session_prefix, session_text = _scope(session_id)
+    value, digest, link = build_record(
+        record_head_of(prev, first, len(chunk), session_text), record_body(rows), plan.head, last
+    )
+    last_key = pack(last)
+    events, by_session, tape = puts
+    events.append((last_key, value))
+    by_session.append((session_prefix + last_key, b""))
+    tape += [(_scope(run_id)[0] + pack(seq), last_key) for run_id, seq in tape_last.items()]
+    digest_hex, prev_hex, link_hex = digest.hex(), prev.hex(), link.hex()
+    for position, ((request, event), row) in enumerate(zip(chunk, rows, strict=True), first):
+        view = StoredEvent(
+            position, event.event_id, session_id, event.run_id, row[2], event.kind,  # type: ignore[arg-type]
+            event.actor, event.ts_ms, event.principal, event.device_id, event.channel,
+            event.value, row[9], digest_hex, prev_hex, link_hex, event.origin,  # type: ignore[arg-type]
+        )  # fmt: skip
+        answer_of[id(request)].append(view)
+        plan.views.append(view)
+        plan.sizes.append(len(event.payload) + EVENT_OVERHEAD)
+    plan.sessions[session_id] = digest
+    plan.head = link
+    plan.next_position = last + 1
+    plan.records += 1
+    plan.record_bytes += len(value)
+
+
+@lru_cache(maxsize=_SCOPE_MEMO)
+def _scope(scope: str) -> tuple[bytes, bytes]:
+    """``(scoped_prefix(scope), text_bytes(scope))``: index key prefix and hashed text."""
+    return scoped_prefix(scope), text_bytes(scope)
+
+
+def layout(appends: Sequence[Append]) -> list[Chunk]:
+    """The records of one commit, in position order.
+
+    The events of every request whose events share one session join that
+    session's record, in arrival order (concurrent requests have no order
+    among themselves, so gathering a session's events moves nothing a caller
+    can rely on); a request spanning sessions keeps its order and gets one
+    record per run of same-session events. A record is cut after
+    ``MAX_RECORD_EVENTS`` events or ``MAX_RECORD_PAYLOAD_BYTES`` of payload;
+    a request's events stay at consecutive positions either way.
+    """
+    groups: list[Chunk] = []
+    by_session: dict[str, Chunk] = {}
+    for request in appends:
+        events = request.events
+        session_id = events[0].session_id
+        if all(event.session_id == session_id for event in events):
+            group = by_session.get(session_id)
+            if group is None:
+                group = by_session[session_id] = []
+                groups.append(group)
+            group += [(request, event) for event in events]
+            continue
+        run: Chunk = []
+        for event in events:
+            if run and event.session_id != run[-1][1].session_id:
+                groups.append(run)
+                run = []
+            run.append((request, event))
+        groups.append(run)
+    return [chunk for group in groups for chunk in _cut(group)]
+
+
+def _cut(group: Chunk) -> list[Chunk]:
+    """``group`` in records of at most the event and payload bounds."""
+    small = MAX_RECORD_PAYLOAD_BYTES // MAX_RECORD_EVENTS
+    if len(group) <= MAX_RECORD_EVENTS and all(len(e.payload) <= small for _r, e in group):
+        return [group]  # cannot reach either bound: one record, bytes uncounted
+    chunks: list[Chunk] = []
+    chunk: Chunk = []
+    size = 0
+    for item in group:
+        if chunk and (len(chunk) >= MAX_RECORD_EVENTS or size >= MAX_RECORD_PAYLOAD_BYTES):
+            chunks.append(chunk)
+            chunk, size = [], 0
+        chunk.append(item)
+        size += len(item[1].payload)
+    chunks.append(chunk)
+    return chunks

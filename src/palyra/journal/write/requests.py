@@ -1,0 +1,69 @@
+"""What callers hand the writer: a tagged union of ``Append | Checkpoint | Prune``.
+
+Each request carries the caller's event loop and future; the writer fills in
+``result`` (an append's ``StoredEvent`` list, a signed checkpoint, a
+``PruneResult``) or ``error`` and then resolves the future on that loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from palyra.journal.format.signing import Signer
+from palyra.journal.retention.prune import PruneOrder
+from palyra.journal.write.prepare import PreparedEvent
+
+
+class Waiting:
+    """A caller waiting on its event loop for the writer's answer."""
+
+    __slots__ = ("error", "future", "loop", "result")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any]) -> None:
+        self.loop = loop
+        self.future = future
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class Append(Waiting):
+    """One ``append`` call: its prepared events commit together or not at all."""
+
+    __slots__ = ("events",)
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Any],
+        events: list[PreparedEvent],
+    ) -> None:
+        super().__init__(loop, future)
+        self.events = events
+
+
+class Checkpoint(Waiting):
+    """Sign the head as it stands after every append queued before it."""
+
+    __slots__ = ("signer",)
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], signer: Signer
+    ) -> None:
+        super().__init__(loop, future)
+        self.signer = signer
+
+
+class Prune(Waiting):
+    """One batch of retention (see ``retention.prune``)."""
+
+    __slots__ = ("order",)
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], order: PruneOrder
+    ) -> None:
+        super().__init__(loop, future)
+        self.order = order
+
+
+Request = Append | Checkpoint | Prune

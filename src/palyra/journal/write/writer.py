@@ -1,0 +1,446 @@
+"""The single writer thread: group commit of queued requests, in one shape.
+
+Callers enqueue a request (``write.requests``) and await a future. The writer
+blocks for the first request, then takes whatever else is already queued (it
+never waits for a batch to fill, so a lone caller pays only its own flush).
+
+The lifecycle of a frame, the same for one append or 256:
+
+1. **built**: the pure planner (``write.plan``) lays the batch's appends out
+   as records, one per session, on top of the chain heads the writer resolved
+   for it, and returns every write in frame order, the ids claimed and the
+   ``StoredEvent`` views to answer with. Nothing has touched LMDB; an id that
+   is taken fails its caller alone and the batch is planned again without it.
+2. **logged**: the writes go to the commit log as one frame (``write.durable``):
+   one ``O_DSYNC`` write, the commit point (with ``sync=False`` the same write
+   without the flush).
+3. **answered**: callers and followers hear of the commit; from here until
+   LMDB holds it, reads of this process wait (``JournalEnv.visible``).
+4. **applied**: the frame's writes go into the writer's open LMDB transaction,
+   together with other answered frames (one ``putmulti`` per sub-DB).
+5. **committed**: the open transaction commits to LMDB without a flush, for
+   many frames at once (``write.apply``).
+
+Frames are applied late, after the answer, because the callers' event loop
+needs the GIL to wake up and this thread would hold it, and because frames put
+together cost one LMDB call per table instead of one per write.
+
+Two requests step out of the plan and only because they read their own
+writes: a checkpoint signs the head after every frame before it (its one write
+is planned like an append's), and a prune walks and rewrites the oldest records
+in a child of the open transaction (``_commit_prune``); all of this module's
+child transactions are there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import lmdb
+
+from palyra.core.chain import GENESIS, checkpoint_message
+from palyra.core.errors import AlreadyExists
+from palyra.journal import _env as names
+from palyra.journal._env import JournalEnv
+from palyra.journal._types import Checkpoint as SignedCheckpoint
+from palyra.journal._types import EventDraft, StoredEvent
+from palyra.journal.format.record import (
+    PRUNED_ACTOR,
+    PRUNED_KIND,
+    RECORD_VERSION,
+    RETENTION_SESSION,
+    CheckpointRecord,
+    encode_record,
+    record_hashes,
+    u64_key,
+)
+from palyra.journal.read.follow import Deliveries
+from palyra.journal.read.reads import last_scoped_number, load_head, pruned_through, record_hash_at
+from palyra.journal.retention.prune import PruneResult, tombstone_prefix
+from palyra.journal.write.answer import fail, resolve
+from palyra.journal.write.apply import Applier
+from palyra.journal.write.commitlog import Op
+from palyra.journal.write.durable import Durability, RecordingTxn, Unsettled
+from palyra.journal.write.plan import CommitPlan, Heads, plan_commit
+from palyra.journal.write.prepare import prepare
+from palyra.journal.write.requests import Append, Checkpoint, Prune, Request, Waiting
+
+# Session chain heads and next tape seqs are remembered across commits (this
+# thread is the only writer), so a lone appender's commit reads neither back
+# from LMDB. Past this many entries a memory is dropped and refilled on demand.
+_MEMORY_LIMIT = 4096
+
+
+@dataclass(slots=True)
+class WriterStats:
+    """Mutable counters, read by :meth:`JournalStore.stats`."""
+
+    commits: int = 0
+    appended_events: int = 0
+    appended_bytes: int = 0
+    append_calls: int = 0
+    max_batch_calls: int = 0
+    records: int = 0
+
+
+_STOP = object()
+_APPLY = object()  # a reader of this process waits for LMDB to hold what was answered
+
+# Answered frames go into one long LMDB write transaction that commits every
+# this many frames, before a sync point, when a reader waits, or once no
+# request came for _APPLY_IDLE_S: one LMDB commit and one set of page writes
+# for many frames, instead of one per frame.
+_APPLY_EVERY_FRAMES = 256
+# Answered frames wait for the open transaction until this many of their writes
+# are pending (or it commits), so their puts go in one LMDB call per table.
+_APPLY_EVERY_OPS = 256
+_APPLY_IDLE_S = 0.0005
+
+
+class Writer:
+    """Owns every LMDB write transaction of one store."""
+
+    def __init__(
+        self,
+        env: JournalEnv,
+        max_batch_events: int,
+        on_commit: Callable[[list[tuple[StoredEvent, int]]], Deliveries],
+        on_rows: Callable[[set[tuple[str, str]]], None] = lambda rows: None,
+        followed: Callable[[], bool] = lambda: True,
+    ):
+        assert env.durable is not None, "a writable journal has a commit log"
+        self._env = env
+        self._durable: Durability = env.durable
+        self._max_batch = max(1, max_batch_events)
+        self._on_commit = on_commit
+        self._on_rows = on_rows
+        self._followed = followed
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        # Queue a request; the writer resolves its future after the durable
+        # commit (the queue's own put: no call around it on the caller's path).
+        self.submit: Callable[[Request], None] = self._queue.put
+        with env.read() as txn:
+            count, head = load_head(env, txn)
+            self.pruned_through = pruned_through(env, txn)
+        self.next_position = count + 1
+        self.head = head
+        self._session_heads: dict[str, bytes] = {}
+        self._tape_next: dict[str, int] = {}
+        # Answered frames and the open LMDB transaction they go into.
+        self._pending = Applier(env, env.durable)
+        env.on_wait = self._wanted
+        self.stats = WriterStats()
+        self._thread = threading.Thread(target=self._run, name=names.WRITER_THREAD, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Finish every queued request, then end the thread."""
+        self._queue.put(_STOP)
+        self._thread.join()
+
+    def _wanted(self) -> None:
+        # A reader (another thread) waits for LMDB to hold the answered frames.
+        self._queue.put(_APPLY)
+
+    def _run(self) -> None:
+        try:
+            self._serve()
+        finally:
+            self._pending.commit()
+
+    def _serve(self) -> None:
+        stopping = False
+        queue_empty, queue_take = self._queue.empty, self._queue.get_nowait
+        while not stopping:
+            if self._pending.open is None:
+                first = self._queue.get()
+            else:
+                try:
+                    first = self._queue.get(timeout=_APPLY_IDLE_S)
+                except queue.Empty:
+                    self._pending.commit()  # idle: let LMDB hold what was answered
+                    continue
+            if first is _STOP:
+                return
+            if first is _APPLY:
+                self._pending.commit()
+                continue
+            batch: list[Request] = [first]  # type: ignore[list-item]
+            size = _weight(first)
+            # Only this thread takes from the queue: when it is not empty,
+            # get_nowait cannot fail. At 256 appenders this loop runs for every
+            # append: bound methods, and markers tested last (they are rare).
+            empty, take, limit, add = queue_empty, queue_take, self._max_batch, batch.append
+            while size < limit and not empty():
+                item = take()
+                if item is _STOP:
+                    stopping = True
+                    break
+                if item is _APPLY:
+                    self._pending.commit()
+                    continue
+                add(item)  # type: ignore[arg-type]
+                size += _weight(item)
+            self._finish()
+            self._commit(batch)
+
+    def _commit(self, batch: list[Request]) -> None:
+        """The batch's appends as one frame, then its checkpoints and prunes in order."""
+        appends = [r for r in batch if isinstance(r, Append)]
+        if appends:
+            self._commit_appends(appends)
+        if len(appends) < len(batch):
+            for request in batch:
+                if isinstance(request, Checkpoint):
+                    self._commit_checkpoint(request)
+                elif isinstance(request, Prune):
+                    self._commit_prune(request)
+
+    # --- appends: plan -> frame -> answer -> apply ------------------------
+
+    def _commit_appends(self, batch: list[Append]) -> None:
+        live = batch
+        try:
+            while True:
+                plan = plan_commit(live, self._heads(live))
+                clash = self._first_clash(plan, live)
+                if clash is None:
+                    break
+                live = [r for r in live if r is not clash]  # it fails alone: plan again
+                if not live:
+                    resolve(batch)
+                    return
+            # The plan stays valid across a map resize or an LMDB commit: neither
+            # moves a head or frees an id.
+            frame = self._retried(lambda: self._log(plan.ops))
+        except Exception as exc:
+            fail(batch, exc)
+            return
+        for request, answer in zip(live, plan.answers, strict=True):
+            request.result = answer
+        self.stats.append_calls += len(live)
+        self.stats.max_batch_calls = max(self.stats.max_batch_calls, len(batch))
+        self._answer(batch, plan, frame)
+
+    def _heads(self, batch: list[Append]) -> Heads:
+        """The chain heads ``batch`` appends to: remembered, else read from LMDB."""
+        sessions: dict[str, bytes] = {}
+        tape_next: dict[str, int] = {}
+        for request in batch:
+            for event in request.events:
+                session_id, run_id = event.session_id, event.run_id
+                if session_id not in sessions:  # a head is 32 bytes: never falsy
+                    sessions[session_id] = (self._session_heads.get(session_id)
+                                            or self._stored_head(session_id))  # fmt: skip
+                if event.tape and run_id not in tape_next:
+                    seq = self._tape_next.get(run_id, -1)
+                    tape_next[run_id] = seq if seq >= 0 else self._stored_seq(run_id)
+        return Heads(self.next_position, self.head, sessions, tape_next)
+
+    def _stored_head(self, session_id: str) -> bytes:
+        # The session's last record, found through its index: no chain-head
+        # table to write on every commit (one page fewer per flush).
+        txn = self._pending.read_txn()
+        last = last_scoped_number(txn, self._env.dbs[names.BY_SESSION], session_id)
+        return GENESIS if last < 0 else record_hash_at(txn, self._env, last)
+
+    def _stored_seq(self, run_id: str) -> int:
+        return last_scoped_number(self._pending.read_txn(), self._env.dbs[names.TAPE], run_id) + 1
+
+    def _first_clash(self, plan: CommitPlan, live: list[Append]) -> Append | None:
+        """The first request whose event id is taken (it gets its error), else None."""
+        keys = [key for key, _position in plan.claims]
+        taken, txn, ids = self._pending.ids, self._pending.txn(), self._env.dbs[names.EVENT_IDS]
+        if len(keys) == 1:  # a lone append's: one get
+            if keys[0] not in taken and txn.get(keys[0], db=ids) is None:
+                return None
+        elif (
+            len(set(keys)) == len(keys)
+            and taken.isdisjoint(keys)
+            and not txn.cursor(db=ids).getmulti(keys)  # one call: what is there
+        ):
+            return None
+        seen: set[bytes] = set()
+        events = [(r, e) for r in live for e in r.events]
+        for (request, event), key in zip(_in_plan_order(plan, events), keys, strict=True):
+            if key in seen or key in taken or txn.get(key, db=ids) is not None:
+                request.error = AlreadyExists(
+                    f"event_id {event.event_id} already exists",
+                    details={"event_id": event.event_id},
+                )
+                return request
+            seen.add(key)
+        raise AssertionError("an event id clashed, but none is taken")
+
+    def _log(self, ops: list[Op]) -> RecordingTxn:
+        """Write ``ops`` as the next frame: durable (the commit point) on return."""
+        frame = RecordingTxn.recorded(self._pending.txn(), ops, self._env.dbs, names.EVENTS)
+        self._durable.log_frame(frame, settled=not self._pending.unsettled())
+        return frame
+
+    def _answer(self, batch: list[Append], plan: CommitPlan, frame: RecordingTxn) -> None:
+        """Tell callers and followers; remember the heads; keep the frame to apply."""
+        # Reads of this process wait from here until LMDB holds the frame. Lowered
+        # after the frame, not before: a read while it was being flushed saw the
+        # journal before it, which nobody had been told is gone.
+        if self._env.visible.is_set():
+            self._env.visible.clear()
+        if plan.rows:
+            self._on_rows(plan.rows)  # before anyone hears of the commit: no stale read after
+        stats = self.stats
+        stats.commits += 1
+        stats.appended_events += len(plan.views)
+        stats.appended_bytes += plan.record_bytes
+        stats.records += plan.records
+        # Followers first: once an append returns, its events are on their way
+        # to every follower too (tests and callers may rely on that order).
+        deliveries = (
+            self._on_commit(list(zip(plan.views, plan.sizes, strict=True)))
+            if plan.views and self._followed() else None
+        )
+        resolve(batch, deliveries)
+        # This thread's own memory: after the answer, off the callers' path.
+        self.next_position = plan.next_position
+        self.head = plan.head
+        _remember(self._session_heads, plan.sessions)
+        _remember(self._tape_next, plan.tape_next)
+        self._pending.add(frame, (key for key, _position in plan.claims))
+
+    # --- the two requests that step out of the plan ----------------------
+
+    def _commit_checkpoint(self, request: Checkpoint) -> None:
+        """Sign the head after every frame before it; its one write is planned."""
+        position = self.next_position - 1
+        ts_ms = time.time_ns() // 1_000_000
+        signer = request.signer
+        signature = signer.sign(checkpoint_message(position, self.head, ts_ms))
+        record = CheckpointRecord(
+            RECORD_VERSION, position, self.head, ts_ms, signer.public_key, signature
+        )
+        op: Op = (names.CHECKPOINTS, u64_key(position) + u64_key(ts_ms), encode_record(record))
+        try:
+            frame = self._retried(lambda: self._log([op]))
+        except Exception as exc:
+            fail([request], exc)
+            return
+        request.result = SignedCheckpoint(
+            position, self.head.hex(), ts_ms, signer.public_key.hex(), signature.hex()
+        )
+        self._answer_other(request, CommitPlan.empty(self.head, self.next_position, [op]), frame)
+
+    def _commit_prune(self, request: Prune) -> None:
+        """Tombstones at the tail, their ``journal.pruned`` event at the head, one frame.
+
+        A prune reads the records it rewrites and its event's session head, so
+        it writes into a child of the open transaction (aborted alone on failure).
+        """
+        try:
+            result, plan, frame = self._retried(lambda: self._pruned(request))
+        except Exception as exc:
+            fail([request], exc)
+            return
+        request.result = result
+        if result.records:
+            self.pruned_through = result.through
+        self._answer_other(request, plan, frame)
+
+    def _pruned(self, request: Prune) -> tuple[PruneResult, CommitPlan, RecordingTxn]:
+        parent = self._pending.read_txn()  # every answered frame is in it: the prune reads them
+        # Read before the child begins: a parent with a child open takes no reads.
+        claims_head = self._session_heads.get(RETENTION_SESSION) or self._stored_head(
+            RETENTION_SESSION
+        )
+        txn = RecordingTxn(self._env.env.begin(write=True, parent=parent), self._durable.names)
+        try:
+            result, plan = self._tombstones(txn, request, claims_head)
+            self._durable.log_frame(txn, settled=not self._pending.unsettled())
+        except BaseException:
+            with contextlib.suppress(lmdb.Error):
+                txn.txn.abort()
+            raise
+        return result, plan, txn
+
+    def _tombstones(
+        self, txn: RecordingTxn, request: Prune, claims_head: bytes
+    ) -> tuple[PruneResult, CommitPlan]:
+        order, watermark, env = request.order, self.pruned_through, self._env
+        done = tombstone_prefix(env, txn, watermark, self.next_position - 1, order)
+        if done is None:
+            raw = txn.get(u64_key(watermark), db=env.dbs[names.EVENTS]) if watermark else None
+            at = record_hashes(raw)[1] if raw is not None else GENESIS
+            return PruneResult(0, watermark, 0, 0, 0, at.hex()), CommitPlan.empty(
+                self.head, self.next_position, [])
+        events = done.last - done.first + 1
+        drafts = [EventDraft(
+            kind=PRUNED_KIND, actor=PRUNED_ACTOR, session_id=RETENTION_SESSION,
+            payload={"first": done.first, "through": done.last, "records": done.records,
+                     "events": events, "bytes_freed": done.bytes_freed,
+                     "head_hash": done.global_hash.hex(), "before_ms": order.before_ms})]  # fmt: skip
+        claim = Append(request.loop, request.future, prepare(drafts, env.config))
+        plan = plan_commit(
+            [claim], Heads(self.next_position, self.head, {RETENTION_SESSION: claims_head}, {})
+        )
+        dbs = env.dbs
+        for name, key, value in plan.ops:
+            assert value is not None  # a planned append only puts
+            if not txn.put(key, value, db=dbs[name], overwrite=name != names.EVENT_IDS):
+                raise AssertionError(f"fresh event id {key!r} is already taken")
+        result = PruneResult(done.first, done.last, done.records, events, done.bytes_freed,
+                             done.global_hash.hex(), self.next_position)  # fmt: skip
+        return result, plan
+
+    def _retried(self, attempt: Callable[[], Any]) -> Any:
+        """``attempt()``, again after growing the map or letting LMDB commit first."""
+        while True:
+            try:
+                return attempt()
+            except lmdb.MapFullError:
+                self._pending.commit()
+                self._env.grow()
+            except Unsettled:
+                self._pending.commit()
+
+    def _answer_other(self, request: Waiting, plan: CommitPlan, frame: RecordingTxn) -> None:
+        self._answer([request], plan, frame)  # type: ignore[list-item]
+        if frame.child:
+            self._pending.apply()  # a child txn: commit it before the next begins
+
+    def _finish(self) -> None:
+        """Before the next batch: now and then apply the answered frames, commit LMDB, sync."""
+        durable, pending = self._durable, self._pending
+        if pending.ops >= _APPLY_EVERY_OPS:
+            pending.apply()
+        if pending.open is not None and (
+            pending.frames + len(pending.answered) >= _APPLY_EVERY_FRAMES or durable.sync_due()
+        ):
+            pending.commit()
+        if pending.open is None:
+            try:
+                durable.after_commit()  # now and then: flush LMDB, restart the log
+            except Exception as exc:  # a failed flush: refuse commits until reopened
+                durable.broken = exc
+
+
+def _weight(item: object) -> int:
+    return len(item.events) if isinstance(item, Append) else 1
+
+
+def _in_plan_order(
+    plan: CommitPlan, events: list[tuple[Append, Any]]
+) -> list[tuple[Append, Any]]:
+    """``events`` in the order the plan claimed their ids (records gather sessions)."""
+    at = {event.event_id: (request, event) for request, event in events}
+    return [at[view.event_id] for view in plan.views]
+
+
+def _remember(memory: dict[Any, Any], committed: dict[Any, Any]) -> None:
+    # Called only after a durable commit: memory never holds uncommitted values.
+    if len(memory) + len(committed) > _MEMORY_LIMIT:
+        memory.clear()
+    memory.update(committed)

@@ -1,0 +1,95 @@
+"""The pure commit planner (``write.plan``): records, hashes, writes and answers from data alone."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from palyra.core.chain import GENESIS, record_body, record_hash, record_head, record_row
+from palyra.journal import EntityWrite, JournalConfig
+from palyra.journal._env import BY_SESSION, EVENT_IDS, EVENTS, TAPE
+from palyra.journal.format.record import decode_record, scoped_key, u64_key
+from palyra.journal.write.plan import MAX_RECORD_EVENTS, Heads, layout, plan_commit
+from palyra.journal.write.prepare import prepare
+from palyra.journal.write.requests import Append
+
+from .helpers import draft
+
+_CONFIG = JournalConfig()
+
+
+def _append(*drafts: Any) -> Append:
+    loop = asyncio.new_event_loop()
+    try:
+        return Append(loop, loop.create_future(), prepare(list(drafts), _CONFIG))
+    finally:
+        loop.close()
+
+
+def _heads(**sessions: bytes) -> Heads:
+    return Heads(1, GENESIS, {"s": GENESIS, "t": GENESIS, **sessions}, {"r": 0})
+
+
+def test_one_record_per_session_in_arrival_order() -> None:
+    a = _append(draft(0, session_id="s"))
+    b = _append(draft(1, session_id="t"))
+    c = _append(draft(2, session_id="s", run_id="r", tape=True))
+    plan = plan_commit([a, b, c], _heads())
+    # s's events gather into its record (positions 1, 2), then t's (3).
+    assert [v.session_id for v in plan.views] == ["s", "s", "t"]
+    assert [v.position for v in plan.views] == [1, 2, 3]
+    assert plan.answers == [[plan.views[0]], [plan.views[2]], [plan.views[1]]]
+    assert plan.records == 2 and plan.next_position == 4
+    assert [v.tape_seq for v in plan.views] == [-1, 0, -1] and plan.tape_next == {"r": 1}
+    assert plan.claims == [(v.event_id.encode(), u64_key(v.position)) for v in plan.views]
+
+
+def test_the_writes_are_the_documented_record_and_indexes_in_frame_order() -> None:
+    a = _append(draft(0, session_id="s", run_id="r", tape=True,
+                      entity_writes=(EntityWrite("runs", "r", b"v"),)))  # fmt: skip
+    prev = bytes(range(32))
+    plan = plan_commit([a], Heads(8, GENESIS, {"s": prev}, {"r": 5}))
+    [event] = a.events
+    body = record_body([record_row(event, 5, event.redactions, event.payload)])
+    digest = record_hash(record_head(prev, 8, 1, "s"), body)
+    assert [(name, key) for name, key, _v in plan.ops] == [
+        (EVENT_IDS, event.event_id.encode()),
+        (EVENTS, u64_key(8)),
+        (BY_SESSION, scoped_key("s", 8)),
+        (TAPE, scoped_key("r", 5)),
+        ("runs", b"r"),
+    ]
+    stored = decode_record(plan.ops[1][2])  # type: ignore[arg-type]
+    assert stored.hash == digest == plan.sessions["s"]
+    assert plan.views[0].prev_hash == prev.hex() and plan.views[0].tape_seq == 5
+    assert plan.rows == {("runs", "r")}
+
+
+def test_planning_is_pure() -> None:
+    requests = [_append(draft(i, session_id="s" if i % 2 else "t")) for i in range(6)]
+    heads = _heads()
+    first, second = plan_commit(requests, heads), plan_commit(requests, heads)
+    assert first.ops == second.ops and first.views == second.views
+    assert heads == _heads()  # the heads given are not touched
+
+
+def test_a_request_spanning_sessions_keeps_its_order_and_positions() -> None:
+    spanning = _append(draft(0, session_id="s"), draft(1, session_id="t"), draft(2, session_id="s"))
+    chunks = layout([spanning])
+    assert [[e.session_id for _r, e in chunk] for chunk in chunks] == [["s"], ["t"], ["s"]]
+    plan = plan_commit([spanning], _heads())
+    assert [v.position for v in plan.answers[0]] == [1, 2, 3]
+    assert plan.views[2].prev_hash == plan.views[0].hash  # s's chain skips t's record
+
+
+def test_a_record_is_cut_at_the_event_bound() -> None:
+    big = _append(*[draft(i, session_id="s") for i in range(MAX_RECORD_EVENTS + 1)])
+    plan = plan_commit([big], _heads())
+    assert plan.records == 2 and plan.views[-1].prev_hash == plan.views[0].hash
+
+
+def test_a_head_the_writer_did_not_resolve_is_an_error() -> None:
+    with pytest.raises(KeyError):
+        plan_commit([_append(draft(0, session_id="unknown"))], _heads())
