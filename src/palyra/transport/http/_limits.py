@@ -14,9 +14,8 @@ client holds a socket forever) and counts no headers. This subclass:
   and, after the first :data:`RATE_GRACE_S`, at ``body_min_bytes_per_s`` on average;
   otherwise the client gets 408 (unless an answer was already started) and the
   connection is closed. uvicorn alone keeps such a connection open forever: each
-  trickled byte re-arms its keep-alive timer, even after the app has answered;
-- closes a connection whose answer is complete while its request body is not (the
-  rest of the body would arrive at the client's pace, only to be dropped).
+  trickled byte re-arms its keep-alive timer, even after the app has answered (the
+  watch goes on after an early answer, such as a 401 or 413, until the body is in).
 """
 
 from __future__ import annotations
@@ -100,10 +99,9 @@ def bounded_protocol(header_timeout_s: float, max_header_bytes: int,
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            if self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing():
-                self._stop_body_watch()
-                self.transport.close()  # answered, but the body still trickles in
-                return
+            # A body still arriving after the answer (a 401 or 413 sent early) is read and
+            # dropped while the body watch goes on: closing now could reset the socket
+            # before the client has read the answer; a slow one is closed by the watch.
             self._arm()
 
         def _check_body(self) -> None:
