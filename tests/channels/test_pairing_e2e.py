@@ -27,7 +27,10 @@ def _route(base: str, token: str, text: str, sender: str, message_id: str) -> di
 
 
 def test_pairing_survives_restarts(tmp_path: Path) -> None:
-    daemon = DaemonProcess(tmp_path / "data", env=clean_env())
+    config = tmp_path / "palyra.toml"  # pairing needs a configured channel
+    config.write_text(f'[channels.policy."{CHANNEL}"]\ndm_policy = "pairing"\n')
+    daemon = DaemonProcess(tmp_path / "data", env=clean_env(),
+                           extra_args=("--config", str(config)))
     with daemon:
         base, token = f"http://127.0.0.1:{daemon.http_port}", daemon.token
         headers = admin_headers(token)

@@ -89,7 +89,7 @@ async def test_prune_then_verify_store_and_bundles(store: JournalStore, tmp_path
         out = tmp_path / f"bundle-{session}.ndjson"
         export_bundle(store, out, session_id=session)
         lines = [json.loads(line) for line in out.read_text().splitlines()]
-        assert lines[0]["version"] == 4
+        assert lines[0]["version"] == 5
         assert any(line["type"] == "pruned" for line in lines)
         checked = verify_bundle(out)
         assert checked.ok, checked.summary()

@@ -103,7 +103,7 @@ async def test_export_and_verify_bundle(
     assert code == 0 and lines[0].startswith("OK events=30 checkpoints=2")
     content = out.read_text().splitlines()
     header, trailer = json.loads(content[0]), json.loads(content[-1])
-    assert header["type"] == "header" and header["version"] == 3
+    assert header["type"] == "header" and header["version"] == 5
     assert trailer["type"] == "trailer" and trailer["events"] == 30
     assert trailer["head_hash"] == verify_store(data_dir).head_hash
 

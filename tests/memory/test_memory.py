@@ -13,8 +13,12 @@ import pytest
 from palyra_gen.palyra import v1 as pb
 
 from palyra.adapters import GatePolicy
+from palyra.agents.registry import AgentRegistry
 from palyra.app import CallContext
 from palyra.core.errors import ErrorCode, PalyraError
+from palyra.engine import Selectors
+from palyra.engine.sessions.reader import SessionReader
+from palyra.engine.sessions.writer import SessionWriter
 from palyra.journal import JournalConfig, JournalStore
 from palyra.memory.embed import HashEmbedder, WordLlamaEmbedder
 from palyra.memory.index import MemoryIndex
@@ -90,19 +94,24 @@ async def test_the_app_scopes_reads_and_keeps_deletes_for_operators(store: Journ
     from palyra.app._memory import MemoryApi
 
     class App(MemoryApi):
-        """The memory RPCs over a real store and the real Cedar gate (no engine needed)."""
+        """The memory RPCs over a real store, real sessions and the real Cedar gate."""
 
         def __init__(self, store: JournalStore) -> None:
             self.store = store
             self.engine = SimpleNamespace(policy=GatePolicy(PolicyGate.load(PolicyConfig()),
-                                                            default_registry()))
+                                                            default_registry()),
+                                          session_reader=SessionReader(store))
+            self._agent_registry = AgentRegistry(store)
 
     app = App(store)
     alice = CallContext.for_principal("user:alice", "01J00000000000000000000000")
     bob = CallContext.for_principal("user:bob", "01J00000000000000000000000")
     ops = CallContext.for_principal("admin:ops", "01J00000000000000000000000")
+    sessions = SessionWriter(store, app.engine.session_reader, lambda: T0)
+    s1, s2 = [(await sessions.resolve(alice.identity.record(), Selectors(session_key=k)))
+              .record.session_id for k in ("k1", "k2")]
     made = await app.ingest_memory(alice, pb.IngestMemoryRequest(item=pb.MemoryItem(
-        text="the office is in Brno", tags=["work"], session_id="S1")))
+        text="the office is in Brno", tags=["work"], session_id=s1)))
     assert made.item is not None and made.item.scope == "session"
     assert made.item.provenance is not None and made.item.provenance.source == "api"
     mid = made.item.memory_id
@@ -112,16 +121,16 @@ async def test_the_app_scopes_reads_and_keeps_deletes_for_operators(store: Journ
         await app.get_memory(bob, pb.GetMemoryRequest(memory_id=mid))
     assert hidden.value.code is ErrorCode.NOT_FOUND
     in_session = await app.search_memory(alice, pb.SearchMemoryRequest(query="Brno",
-                                                                       session_id="S1"))
+                                                                       session_id=s1))
     assert [h.item.memory_id for h in in_session.hits if h.item] == [mid]
     elsewhere = await app.search_memory(alice, pb.SearchMemoryRequest(query="Brno",
-                                                                      session_id="S2"))
+                                                                      session_id=s2))
     assert elsewhere.hits == []
     with pytest.raises(PalyraError) as denied:
         await app.delete_memory(alice, pb.DeleteMemoryRequest(memory_id=mid))
     assert denied.value.code is ErrorCode.PERMISSION_DENIED
     assert (await app.delete_memory(ops, pb.DeleteMemoryRequest(memory_id=mid))).deleted
-    assert (await app.list_memory(alice, pb.ListMemoryRequest(session_id="S1"))).items == []
+    assert (await app.list_memory(alice, pb.ListMemoryRequest(session_id=s1))).items == []
     await app.ingest_memory(alice, pb.IngestMemoryRequest(item=pb.MemoryItem(text="a")))
     await app.ingest_memory(bob, pb.IngestMemoryRequest(item=pb.MemoryItem(text="b")))
     assert (await app.purge_memory(ops, pb.PurgeMemoryRequest())).purged == 2

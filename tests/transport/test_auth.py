@@ -97,6 +97,18 @@ def test_bound_principal() -> None:
         auth.authenticate("GetRun", _headers(principal="user:other"))
 
 
+def test_a_bound_token_cannot_claim_a_channel() -> None:
+    """Issue 35 item 1, the same pattern: ``x-palyra-channel`` reaches Cedar's context, so
+    a per-principal token may not name one (the admin token, trusted, still may)."""
+    auth = Authenticator(admin_token="admin",
+                         principal_tokens=lambda t: "user:mallory" if t == "plt_x" else None)
+    assert auth.authenticate("CreateRun", _headers("plt_x", "")) is not None
+    with pytest.raises(PermissionDenied):
+        auth.authenticate("CreateRun", _headers("plt_x", "", **{"x-palyra-channel": "slack:T1"}))
+    caller = auth.authenticate("CreateRun", _headers(**{"x-palyra-channel": "slack:T1"}))
+    assert caller is not None and caller.channel == "slack:T1"
+
+
 def test_admin_token_file_is_created_once_with_0600(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     token, created = load_or_create_admin_token(data_dir)

@@ -9,7 +9,7 @@ from palyra.app._access import require_operator
 from palyra.app._base import AppBase
 from palyra.app._convert import _POSTURE_PROTO, POSTURE_NAMES
 from palyra.app.context import CallContext
-from palyra.core.errors import InvalidArgument
+from palyra.core.errors import InvalidArgument, NotFound
 
 MAX_PAGE = 500
 
@@ -114,7 +114,11 @@ class AgentsApi(AppBase):
 
     async def unbind_agent(self, ctx: CallContext,
                            request: pb.UnbindAgentRequest) -> pb.UnbindAgentResponse:
-        """Remove one binding."""
+        """Remove one binding (NOT_FOUND when the agent has no such binding)."""
         who = require_operator(ctx, "unbinding agents")
-        return pb.UnbindAgentResponse(removed=await self._agent_registry.unbind(
-            request.agent_id, request.binding_id, who.principal))
+        if not await self._agent_registry.unbind(request.agent_id, request.binding_id,
+                                                 who.principal):
+            raise NotFound(f"agent {request.agent_id!r} has no binding {request.binding_id!r}",
+                           details={"agent_id": request.agent_id,
+                                    "binding_id": request.binding_id})
+        return pb.UnbindAgentResponse(removed=True)

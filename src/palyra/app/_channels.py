@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from palyra_gen.palyra import v1 as pb
 
-from palyra.app._access import require_operator
+from palyra.app._access import is_operator, require_operator
 from palyra.app._base import AppBase
 from palyra.app._convert import check_version, identity_of
 from palyra.app.context import CallContext
@@ -12,7 +12,13 @@ from palyra.channels import ChannelRouter, Envelope
 from palyra.channels.ingress import Ingress
 from palyra.channels.pairing import PairingCodeRec, PairingGrantRec
 from palyra.channels.records import QuarantineRec
-from palyra.core.errors import ErrorCode, InvalidArgument, PalyraError, PermissionDenied
+from palyra.core.errors import (
+    ErrorCode,
+    InvalidArgument,
+    NotFound,
+    PalyraError,
+    PermissionDenied,
+)
 
 ROUTE_WAIT_S = 30.0
 """How long RouteMessage waits for the run's replies before answering without them."""
@@ -37,12 +43,39 @@ def _quarantined_proto(q: QuarantineRec) -> pb.QuarantinedMessage:
         conversation_id=env.conversation_id, text=env.text)
 
 
-def envelope_of(channel: str, m: pb.InboundMessage) -> Envelope:
-    """The router's envelope of a wire message."""
+def route_authority(principal: str, channel: str) -> bool:
+    """Whether ``principal`` may route messages for ``channel``, and as its connector.
+
+    Only the channel's own connector identity (``channel:<channel>``) or an operator may
+    route: anyone else could name any sender and read back that sender's conversation.
+    Returns True for the connector (its ``sender_verified`` is believed), False for an
+    operator (who may route, but whose word on a sender's verification is not taken).
+
+    Raises:
+        PermissionDenied: any other principal, or another channel's connector.
+    """
+    if principal == f"channel:{channel}":
+        return True
+    if is_operator(principal):
+        return False
+    raise PermissionDenied(
+        f"only channel:{channel} (the channel's connector) or an operator may route messages "
+        f"for channel {channel}; {principal!r} may not",
+        details={"channel": channel, "principal": principal})
+
+
+def envelope_of(channel: str, m: pb.InboundMessage, *,
+                sender_verified_trusted: bool = True) -> Envelope:
+    """The router's envelope of a wire message.
+
+    ``sender_verified_trusted``: the caller is the channel's connector; otherwise the
+    message's ``sender_verified`` claim is dropped.
+    """
     return Envelope(
         envelope_id=m.envelope_id, channel=channel, conversation_id=m.conversation_id,
         thread_id=m.thread_id, sender=m.sender_handle or m.sender_display,
-        sender_display=m.sender_display, sender_verified=m.sender_verified, text=m.text,
+        sender_display=m.sender_display,
+        sender_verified=m.sender_verified and sender_verified_trusted, text=m.text,
         is_direct_message=m.is_direct_message, is_broadcast=m.is_broadcast,
         adapter_message_id=m.adapter_message_id, retry_attempt=m.retry_attempt,
         quoted_text=m.quoted_text, quoted_sender=m.quoted_sender, has_media=m.has_media,
@@ -65,8 +98,8 @@ class ChannelsApi(AppBase):
                             request: pb.RouteMessageRequest) -> pb.RouteMessageResponse:
         """Admit one inbound message (exactly once per adapter message id) and answer it.
 
-        The envelope's channel must be the path's, and a channel caller
-        (``channel:<id>`` principal or ``x-palyra-channel``) may speak only for its own.
+        The envelope's channel must be the path's, and only that channel's connector
+        (``channel:<id>``) or an operator may call (:func:`route_authority`).
         """
         check_version(request.v)
         router = self._router()
@@ -76,13 +109,8 @@ class ChannelsApi(AppBase):
         if request.message.channel and request.message.channel.strip() != channel:
             raise PermissionDenied("the envelope's channel does not match the request's",
                                    details={"channel": channel})
-        identity = identity_of(ctx)
-        own = identity.channel or (identity.principal.removeprefix("channel:")
-                                   if identity.principal.startswith("channel:") else "")
-        if own and own != channel:
-            raise PermissionDenied(f"this caller speaks for channel {own}, not {channel}",
-                                   details={"channel": channel})
-        envelope = envelope_of(channel, request.message)
+        connector = route_authority(identity_of(ctx).principal, channel)
+        envelope = envelope_of(channel, request.message, sender_verified_trusted=connector)
         event_id = request.message.adapter_message_id or request.message.envelope_id
         admission = await router.admit(
             envelope, dedupe=("rpc", channel, event_id) if event_id else None)
@@ -108,10 +136,14 @@ class ChannelsApi(AppBase):
     async def create_pairing_code(
             self, ctx: CallContext,
             request: pb.CreatePairingCodeRequest) -> pb.CreatePairingCodeResponse:
-        """Issue a code (operators; at most 3 pending per channel)."""
+        """Issue a code (operators; a configured channel; at most 3 pending per channel)."""
         identity = require_operator(ctx, "CreatePairingCode")
-        rec = await self._router().pairing.create_code(request.channel.strip(),
-                                                       request.ttl_seconds, identity.principal)
+        router, channel = self._router(), request.channel.strip()
+        if not router.config.configured(channel):
+            raise NotFound(f"no channel {channel!r} is configured: pairing needs the channel's "
+                           f'[channels.policy."{channel}"] table or its adapter',
+                           details={"channel": channel})
+        rec = await router.pairing.create_code(channel, request.ttl_seconds, identity.principal)
         return pb.CreatePairingCodeResponse(code=_code_proto(rec))
 
     async def list_pairing_codes(

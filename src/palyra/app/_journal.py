@@ -27,6 +27,8 @@ from palyra.engine import IdentityRec, live_run_ids
 from palyra.journal import EventDraft, export_bundle, prune_older_than, verify_store
 
 _DAY_MS = 86_400_000
+# Ages past this (~2,700 years) are refused: the product in ms would leave int64.
+MAX_PRUNE_AGE_DAYS = 1_000_000
 
 # Kinds the daemon writes itself; a client may not forge them (in any letter case).
 RESERVED_KIND_PREFIXES = ("tape.", "run.", "session.", "approval.", "token.", "task.",
@@ -186,13 +188,13 @@ class JournalApi(AppBase):
 
         Raises:
             PermissionDenied: the caller is no operator.
-            InvalidArgument: a negative or non-finite age.
+            InvalidArgument: a negative, non-finite or absurdly large age.
         """
         require_operator(ctx, "PruneJournal")
         days = request.older_than_days
-        if not math.isfinite(days) or days < 0:
-            raise InvalidArgument("older_than_days must be a finite number >= 0",
-                                  details={"field": "older_than_days"})
+        if not math.isfinite(days) or not 0 <= days <= MAX_PRUNE_AGE_DAYS:
+            raise InvalidArgument(f"older_than_days must be a number from 0 to "
+                                  f"{MAX_PRUNE_AGE_DAYS:,}", details={"field": "older_than_days"})
         result = await prune_older_than(
             # Capped: a finite 1e308 days overflows int() (i35 fixes this too).
             self.store, int(min(days * _DAY_MS, 2.0**62)), live_runs=lambda: live_run_ids(self.store),

@@ -16,11 +16,12 @@ from palyra.app._base import AppBase
 from palyra.app._convert import identity_of
 from palyra.app.context import CallContext
 from palyra.core.errors import InvalidArgument, NotFound, PermissionDenied
-from palyra.engine import IdentityRec
+from palyra.engine import IdentityRec, may_access
 from palyra.memory import MemoryItem
 from palyra.memory.service import Memory
 
 MAX_PAGE = 500
+SCOPES = ("", "principal", "session", "agent")
 
 
 def item_proto(item: MemoryItem) -> pb.MemoryItem:
@@ -53,10 +54,11 @@ class MemoryApi(AppBase):
         if request.item is None:
             raise InvalidArgument("item is required")
         given = request.item
+        self._check_placement(identity, given)
         ttl_ms = max(0, given.expires_at_unix_ms - _now()) if given.expires_at_unix_ms else 0
         item = await self._memory().ingest(
-            identity.principal, given.text, session_id=given.session_id, tags=list(given.tags),
-            confidence_bps=given.confidence_bps or 10_000, ttl_ms=ttl_ms,
+            identity.principal, given.text, session_id=given.session_id, scope=given.scope,
+            tags=list(given.tags), confidence_bps=given.confidence_bps or 10_000, ttl_ms=ttl_ms,
             device_id=identity.device_id, agent_id=given.agent_id)
         return pb.IngestMemoryResponse(item=item_proto(item))
 
@@ -113,6 +115,30 @@ class MemoryApi(AppBase):
         self._allowed(identity, "memory.purge", request.session_id, 0)
         return pb.PurgeMemoryResponse(purged=await self._memory().purge(
             identity.principal, session_id=request.session_id))
+
+    def _check_placement(self, identity: IdentityRec, given: pb.MemoryItem) -> None:
+        """An item goes only where its owner may put it.
+
+        Raises:
+            InvalidArgument: an unknown scope, or a scope without what it names.
+            NotFound: a session that does not exist or is another principal's (the same
+                answer, so session ids cannot be probed), or an agent that does not exist.
+        """
+        if given.scope not in SCOPES:
+            raise InvalidArgument(f"scope must be one of {', '.join(s for s in SCOPES if s)} "
+                                  f"(or empty), not {given.scope!r}", details={"field": "scope"})
+        if given.scope == "session" and not given.session_id:
+            raise InvalidArgument("scope 'session' needs session_id",
+                                  details={"field": "session_id"})
+        if given.scope == "agent" and not given.agent_id:
+            raise InvalidArgument("scope 'agent' needs agent_id", details={"field": "agent_id"})
+        if given.session_id:
+            session = self.engine.session_reader.get(given.session_id)
+            if session is None or not may_access(identity, session.identity):
+                raise NotFound(f"no session {given.session_id}",
+                               details={"session_id": given.session_id})
+        if given.agent_id and self._agent_registry.get(given.agent_id) is None:
+            raise NotFound(f"no agent {given.agent_id}", details={"agent_id": given.agent_id})
 
     def _allowed(self, identity: IdentityRec, action: str, session_id: str, count: int) -> None:
         ok, why = self.engine.policy.memory_change(identity, action, session_id=session_id,

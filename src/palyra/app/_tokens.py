@@ -22,13 +22,13 @@ from palyra.app._base import AppBase
 from palyra.app.context import CallContext
 from palyra.core.errors import InvalidArgument, NotFound, Unauthenticated
 from palyra.core.ids import is_ulid, new_ulid
+from palyra.core.principals import principal_problem
 from palyra.journal import EntityWrite, EventDraft, JournalStore
 
 TOKEN_PREFIX = "plt_"
 _TABLE = "meta"
 _KEY = "token:"
 _MAX_LABEL = 200
-_MAX_PRINCIPAL = 256
 
 
 class TokenRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -66,10 +66,10 @@ def check_bindable(principal: str) -> str:
         InvalidArgument: empty, too long, not ``kind:name``, or an operator principal
             (operators use the admin token).
     """
-    value = principal.strip()
-    kind, sep, name = value.partition(":")
-    if not sep or not kind or not name or len(value) > _MAX_PRINCIPAL or value != principal:
-        raise InvalidArgument("principal must look like 'user:alice' (kind:name, no spaces)",
+    value = principal
+    problem = principal_problem(value)
+    if problem:
+        raise InvalidArgument(f"principal {problem}; e.g. 'user:alice' (kind:name, no spaces)",
                               details={"field": "principal"})
     if is_operator(value):
         raise InvalidArgument(f"{value!r} is an operator principal: operators use the admin "

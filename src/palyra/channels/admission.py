@@ -127,6 +127,10 @@ class Admitter:
         policy = self._config.policy_for(env.channel)
         paired = env.is_direct_message and self._pairing.paired(env.channel, env.sender)
         decision = decide(env, policy, paired=paired)
+        if decision.action == "pair" and not self._pairing.guesses.admit(env.channel, env.sender,
+                                                                         now):
+            # Over the guess budget: refused before anything is journaled.
+            return Admission(env.envelope_id, False, "pairing_rate_limited", "reject")
 
         def drafts(task: TaskRecord | None) -> list[EventDraft]:
             task_id = task.task_id if task is not None else ""

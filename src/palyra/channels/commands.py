@@ -9,6 +9,8 @@ only carries it out and journals who asked.
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 
 from palyra.channels import notices
 from palyra.channels.config import ChannelsConfig
@@ -66,8 +68,10 @@ class Commands:
     """Answers pairing requests and built-in commands with one reply text each."""
 
     def __init__(self, store: JournalStore, engine: Engine, pairing: PairingBook,
-                 gate: PolicyGate, config: ChannelsConfig) -> None:
+                 gate: PolicyGate, config: ChannelsConfig,
+                 now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000) -> None:
         self._store = store
+        self._now = now_ms
         self._engine = engine
         self._pairing = pairing
         self._gate = gate
@@ -83,6 +87,8 @@ class Commands:
         approval = await self._pairing.request(env.channel, env.sender,
                                                msg.decision.pairing_code, reply_route=route)
         if approval is None:
+            if self._pairing.guesses.wrong(env.channel, self._now()):
+                await self._pairing.lock_codes(env.channel)
             return "That pairing code is unknown or expired."
         return ("Pairing requested; an operator will approve or deny it "
                 f"(approval {approval.approval_id}).")

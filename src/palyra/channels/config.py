@@ -242,6 +242,13 @@ class ChannelsConfig:
     pairing_code_ttl_s: int = 600
     pairing_grant_ttl_s: int = 30 * 24 * 3600
 
+    def configured(self, channel: str) -> bool:
+        """Whether ``channel`` is named in the config: its own policy table, or an
+        adapter's (``slack:<name>``, ``webhook:<name>``)."""
+        kind, _, name = channel.partition(":")
+        return (channel in self.policy or (kind == "slack" and name in self.slack)
+                or (kind == "webhook" and name in self.webhooks))
+
     def policy_for(self, channel: str) -> ChannelPolicy:
         """The channel's own policy, else the default."""
         return self.policy.get(channel) or self.default

@@ -6,7 +6,8 @@ sender who DMs ``pair CODE`` uses the code up and opens an approval (risk
 medium; options ``allow_session``, ``allow_8h``, ``deny``) decided through the
 normal approvals API. Approving grants the sender access until the grant
 expires or is revoked; the first approved pairing on a channel makes that
-sender its owner. Every change is one journal commit of the ``channels``
+sender its owner. Guesses are limited per sender and per channel, and wrong ones
+lock the channel's codes (``guesses.py``). Every change is one journal commit of the ``channels``
 table and a ``channel.pairing_*`` event, so all of it survives restarts.
 """
 
@@ -20,6 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import msgspec
 
+from palyra.channels.guesses import GuessLimiter
 from palyra.core.errors import ErrorCode, InvalidArgument, PalyraError
 from palyra.core.ids import new_ulid
 from palyra.engine import (
@@ -107,6 +109,7 @@ class PairingBook:
         self._grant_ttl_s = grant_ttl_s
         self._code_ttl_s = code_ttl_s
         self._now = now_ms
+        self.guesses = GuessLimiter()
 
     # -- reads ---------------------------------------------------------------
     def _rows(self, prefix: str) -> list[tuple[str, bytes]]:
@@ -265,6 +268,16 @@ class PairingBook:
         await self._append("channel.pairing_revoked", by, channel, [EntityWrite(TABLE, key, None)],
                            grant_id=grant_id)
         return True
+
+    async def lock_codes(self, channel: str) -> int:
+        """Withdraw the channel's pending codes after too many wrong guesses; how many."""
+        every = self.codes(channel, include_expired=True)
+        if not every:
+            return 0
+        await self._append("channel.pairing_codes_locked", "system:channels", channel,
+                           [EntityWrite(TABLE, _code_key(channel, c.code), None) for c in every],
+                           codes=str(len(every)))
+        return len(every)
 
     async def _append(self, kind: str, actor: str, channel: str, writes: list[EntityWrite],
                       **payload: str) -> None:

@@ -49,7 +49,7 @@ class ChannelRouter:
         self._store = store
         self._admitter = Admitter(store, tasks, pairing, config, now_ms)
         self._dispatcher = Dispatcher(
-            store, engine, tasks, Commands(store, engine, pairing, gate, config), config,
+            store, engine, tasks, Commands(store, engine, pairing, gate, config, now_ms), config,
             message=self._admitter.message, quarantine=self._admitter.quarantine,
             reply_caps=reply_caps or {})
 

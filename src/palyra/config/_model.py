@@ -67,7 +67,10 @@ class HttpConfig:
         header_timeout_s: A connection must deliver a request's line and headers
             within this long (from connecting, or from the end of the previous
             response); slow or silent connections are closed (slowloris).
-        body_timeout_s: A request body must arrive within this long (408 then).
+        body_timeout_s: A request body must arrive within this long (408 then, and
+            the connection is closed).
+        body_min_bytes_per_s: After its first 5 s, a request body must arrive at
+            least this fast on average (408 and close otherwise).
         keepalive_s: An idle keep-alive connection is closed after this long.
     """
 
@@ -80,6 +83,7 @@ class HttpConfig:
     max_headers: int = 100
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
+    body_min_bytes_per_s: float = 1024.0
     keepalive_s: float = 5.0
 
 

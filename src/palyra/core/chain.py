@@ -54,6 +54,7 @@ RECORD_TAG = b"palyra.journal.record.v2\x00"
 LINK_TAG = b"palyra.journal.link.v1\x00"
 CHECKPOINT_TAG = b"palyra.journal.checkpoint.v1\x00"
 SEAL_TAG = b"palyra.journal.bundle-seal.v1\x00"
+SEAL_TAG_V2 = b"palyra.journal.bundle-seal.v2\x00"
 
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
@@ -223,6 +224,7 @@ def seal_message(
     session_head: bytes,
     session_events: int,
     ts_ms: int,
+    lines_sha256: bytes | None = None,
 ) -> bytes:
     """Bytes signed by a bundle seal (the exporter's signature over what it exported).
 
@@ -231,8 +233,19 @@ def seal_message(
     bundle, ``session_head`` and ``session_events`` are the session's last event
     hash and event count at ``head_position``: the seal proves the bundle holds
     every event of the session up to there. A full bundle uses GENESIS and 0.
+
+    Version 5 bundles seal every byte before the seal line too: with
+    ``lines_sha256`` (the SHA-256 of those bytes) the message is ``SEAL_TAG_V2`` and
+    the same fields followed by ``lines_sha256(32)``, so no field of any line (a
+    tombstone's session and ``prev_hash``, which no hash covers; the header's export
+    time) can change under the seal.
     """
     if len(head) != HASH_LEN or len(session_head) != HASH_LEN:
         raise ValueError("seal heads must be 32-byte hashes")
-    return (SEAL_TAG + _text(scope) + _text(session_id) + _U64.pack(head_position) + head
-            + session_head + _U64.pack(session_events) + _I64.pack(ts_ms))
+    if lines_sha256 is not None and len(lines_sha256) != HASH_LEN:
+        raise ValueError("the sealed lines' digest must be 32 bytes")
+    fields = (_text(scope) + _text(session_id) + _U64.pack(head_position) + head
+              + session_head + _U64.pack(session_events) + _I64.pack(ts_ms))
+    if lines_sha256 is None:
+        return SEAL_TAG + fields
+    return SEAL_TAG_V2 + fields + lines_sha256

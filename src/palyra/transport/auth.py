@@ -10,7 +10,7 @@ Both transports hand the same lower-cased header mapping to
 * a connector token may call only RouteMessage, and only as ``channel:<ch>``;
 * a per-principal token (``plt_…``, issued by an operator through TokensService)
   acts as the one principal it is bound to: the ``x-palyra-principal`` header may
-  be left out, and naming anyone else is refused;
+  be left out, and naming anyone else, or any ``x-palyra-channel``, is refused;
 * otherwise ``x-palyra-principal`` (non-empty) and ``x-palyra-device-id`` are required,
   ``x-palyra-channel`` is optional.
 
@@ -146,6 +146,12 @@ class Authenticator:
             if principal and principal != bound:
                 raise PermissionDenied(f"this token is bound to {bound!r}; it cannot act as "
                                        f"{principal!r}", details={"principal": principal})
+            if channel:
+                # The channel reaches Cedar's context (and a run's identity): a bound
+                # caller would name a channel it does not speak for.
+                raise PermissionDenied(f"this token is bound to {bound!r}; it cannot claim "
+                                       f"{CHANNEL_HEADER} {channel!r}",
+                                       details={"channel": channel})
             principal = bound
         if not principal:
             raise Unauthenticated(MISSING_PRINCIPAL)

@@ -98,7 +98,10 @@ def _walk_bundle(data: bytes, b: _Bundle) -> None:
         if done:
             raise LineBad(f"line {n}: data after the trailer")
         try:
-            obj = json.loads(raw)
+            obj = json.loads(raw, object_pairs_hook=_unique)
+        except _DuplicateKey as e:
+            _flush(b)  # the doc: a duplicate key anywhere makes the line malformed
+            raise LineBad(f"line {n}: duplicate key {e}") from e
         except ValueError as e:
             _flush(b)  # any line ends the pending record, even a malformed one
             raise LineBad(f"line {n}: not JSON") from e
@@ -120,7 +123,7 @@ def _walk_bundle(data: bytes, b: _Bundle) -> None:
         elif t == "checkpoint":
             _checkpoint_line(n, obj, b)
         elif t == "seal":
-            _seal_line(n, obj, b)
+            _seal_line(n, obj, b, hashlib.sha256(data[:off]).digest())
         elif t == "trailer":
             _trailer_line(n, obj, b, hashlib.sha256(data[:off]).hexdigest())
             done = True
@@ -157,9 +160,25 @@ LINE_FIELDS: dict[str, dict[str, str]] = {
 }
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(repr(k))
+        out[k] = v
+    return out
+
+
 def _well_formed(n: int, o: dict[str, Any]) -> bool:
-    """The line has exactly its type's keys, each of its type (hex: 64 lowercase digits)."""
+    """The line has exactly its type's keys, each of its type (hex: 64 lowercase digits);
+    a version 5 seal also ``sha256``."""
     fields = LINE_FIELDS.get(o.get("type"))  # type: ignore[arg-type]
+    if fields is not None and o.get("type") == "seal" and "sha256" in o:
+        fields = {**fields, "sha256": _HEX}
     if fields is None or set(o) != {"type", *fields}:
         return False
     for k, kind in fields.items():
@@ -199,12 +218,14 @@ def _group_key(o: dict[str, Any]) -> tuple[Any, Any, Any]:
 def _header_line(o: dict[str, Any], b: _Bundle) -> None:
     if o.get("type") != "header" or o.get("format") != "palyra.journal.bundle":
         raise LineBad("line 1: not a palyra.journal.bundle header")
-    if o.get("version") not in (1, 2, 3, 4) or o.get("hash") != "sha256":
+    if o.get("version") not in (1, 2, 3, 4, 5) or o.get("hash") != "sha256":
         raise LineBad("line 1: unknown version or hash")
     if o.get("scope") not in ("full", "session"):
         raise LineBad("line 1: unknown scope")
     b.version, b.scope = o["version"], o["scope"]
     b.session_id = _str(o.get("session_id"), "session_id", 1)
+    if b.scope == "full" and b.session_id != "":
+        raise LineBad("line 1: a full bundle's session_id must be \"\"")
 
 
 def _flush(b: _Bundle) -> None:
@@ -300,8 +321,16 @@ def _checkpoint_line(n: int, o: dict[str, Any], b: _Bundle) -> None:
         b.signed_through = pos
 
 
-def _seal_line(n: int, o: dict[str, Any], b: _Bundle) -> None:
+def _seal_line(n: int, o: dict[str, Any], b: _Bundle, before: bytes) -> None:
     hp = _int(o.get("head_position"), "head_position", n)
+    sealed_digest = before if b.version >= 5 else None
+    if (b.version >= 5) != ("sha256" in o):
+        raise Bad(None, f"line {n}: a version {b.version} seal must "
+                        f"{'' if b.version >= 5 else 'not '}carry sha256")
+    if sealed_digest is not None and o["sha256"] != sealed_digest.hex():
+        raise Bad(None, f"line {n}: the seal's sha256 is not that of the lines before it")
+    if b.trusted and sealed_digest is None and b.chain.report.pruned:
+        raise Bad(None, f"line {n}: a version {b.version} seal does not cover pruned lines")
     if hp != b.chain.position or o["head_hash"] != b.chain.prev_global.hex():
         raise LineBad(f"the seal covers up to position {hp}, the bundle to "
                       f"{b.chain.position}")
@@ -312,7 +341,7 @@ def _seal_line(n: int, o: dict[str, Any], b: _Bundle) -> None:
                               ("head_hash", "session_head", "public_key", "signature"))
     except ValueError as e:
         raise Bad(None, "the seal's hashes, key or signature are not hex") from e
-    msg = seal_message(b.scope, b.session_id, hp, head, sh, se, ts)
+    msg = seal_message(b.scope, b.session_id, hp, head, sh, se, ts, sealed_digest)
     if len(head) != 32 or len(sh) != 32 or not ed25519_ok(key, sig, msg):
         raise Bad(None, "the seal's signature is invalid")
     if b.scope == "session":

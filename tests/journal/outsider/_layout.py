@@ -17,6 +17,7 @@ EVENT_TAG = b"palyra.journal.event.v1\0"
 LINK_TAG = b"palyra.journal.link.v1\0"
 CHECKPOINT_TAG = b"palyra.journal.checkpoint.v1\0"
 SEAL_TAG = b"palyra.journal.bundle-seal.v1\0"
+SEAL_TAG_V2 = b"palyra.journal.bundle-seal.v2\0"
 PRUNED_KIND = "journal.pruned"
 # Header fields of a format 2 event array, in order ("Record format 2").
 EVENT_ARRAY_FIELDS = ("event_id", "run_id", "tape_seq", "kind", "actor", "ts_ms",
@@ -135,9 +136,13 @@ def checkpoint_message(position: int, head: bytes, ts_ms: int) -> bytes:
 
 
 def seal_message(scope: str, session_id: str, head_position: int, head: bytes,
-                 session_head: bytes, session_events: int, ts_ms: int) -> bytes:
-    return (SEAL_TAG + text(scope) + text(session_id) + u64(head_position) + head
-            + session_head + u64(session_events) + i64(ts_ms))
+                 session_head: bytes, session_events: int, ts_ms: int,
+                 lines_sha256: bytes | None = None) -> bytes:
+    fields = (text(scope) + text(session_id) + u64(head_position) + head
+              + session_head + u64(session_events) + i64(ts_ms))
+    if lines_sha256 is None:  # versions 2..4
+        return SEAL_TAG + fields
+    return SEAL_TAG_V2 + fields + lines_sha256
 
 
 def ed25519_ok(public_key: bytes, signature: bytes, message: bytes) -> bool:

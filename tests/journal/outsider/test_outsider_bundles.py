@@ -76,10 +76,11 @@ def test_bundle_int_out_of_range_is_reported(fixed: Path, tmp_path: Path, field:
     assert_agree_bad(mine, verify_bundle(p))
 
 
-def test_respelled_line_only_the_journal_rejects(fixed: Path, tmp_path: Path) -> None:
-    """docs "Verifying": the spelling check is optional; the outsider's verifier skips it.
-    A line re-spelled (same values) with a recomputed trailer passes it, not verify_bundle;
-    the same spelling with the old trailer fails both."""
+def test_respelled_line(fixed: Path, tmp_path: Path) -> None:
+    """docs "Verifying": the spelling check is optional, but a version 5 seal signs the
+    bytes. A line re-spelled (same values) with a recomputed trailer fails the seal in
+    the outsider's verifier and the spelling check in verify_bundle; unsealed, it passes
+    the outsider's, not verify_bundle; with the old trailer it fails both."""
     import hashlib
 
     lines = (fixed / "full.ndjson").read_bytes().splitlines(keepends=True)
@@ -88,13 +89,23 @@ def test_respelled_line_only_the_journal_rejects(fixed: Path, tmp_path: Path) ->
     old = tmp_path / "old.ndjson"
     old.write_bytes(b"".join(lines))
     assert not V.verify_bundle_file(old).ok and verify_bundle(old).problem is not None
-    trailer = json.loads(lines[-1])
-    trailer["sha256"] = hashlib.sha256(b"".join(lines[:-1])).hexdigest()
-    lines[-1] = json.dumps(trailer, sort_keys=True, separators=(",", ":")).encode() + b"\n"
-    new = tmp_path / "new.ndjson"
-    new.write_bytes(b"".join(lines))
-    assert V.verify_bundle_file(new).ok
-    theirs = verify_bundle(new).problem
+
+    def retrailed(kept: list[bytes], name: str) -> Path:
+        trailer = json.loads(kept[-1])
+        trailer["sha256"] = hashlib.sha256(b"".join(kept[:-1])).hexdigest()
+        kept[-1] = json.dumps(trailer, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+        (tmp_path / name).write_bytes(b"".join(kept))
+        return tmp_path / name
+
+    sealed = retrailed(list(lines), "sealed.ndjson")
+    mine = V.verify_bundle_file(sealed)
+    assert not mine.ok and "sha256" in (mine.reason or ""), mine
+    theirs = verify_bundle(sealed).problem
+    assert theirs is not None and "canonical form" in theirs.reason
+    unsealed = retrailed([ln for ln in lines if json.loads(ln)["type"] != "seal"],
+                         "unsealed.ndjson")
+    assert V.verify_bundle_file(unsealed).ok
+    theirs = verify_bundle(unsealed).problem
     assert theirs is not None and "canonical form" in theirs.reason
 
 

@@ -23,10 +23,11 @@ from typing import Any
 import httpx
 import msgspec
 
+from palyra.channels.adapters._body import decode_body
 from palyra.channels.adapters._timestamps import check_fresh
 from palyra.channels.outbox import DeliveryUnknown, OutboundReply
 from palyra.channels.routing import Envelope
-from palyra.core.errors import ErrorCode, InvalidArgument, PalyraError
+from palyra.core.errors import ErrorCode, PalyraError
 
 TOLERANCE_S = 300
 METADATA_EVENT = "palyra_reply"
@@ -83,10 +84,7 @@ def decode(body: bytes) -> Callback:
     Raises:
         InvalidArgument: not a Slack Events API body.
     """
-    try:
-        return msgspec.json.decode(body, type=Callback)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise InvalidArgument(f"malformed Slack payload: {exc}") from None
+    return decode_body(body, Callback, "Slack")
 
 
 def envelope(channel: str, callback: Callback, bot_user_id: str) -> Envelope | None:

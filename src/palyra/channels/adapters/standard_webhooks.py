@@ -22,10 +22,11 @@ import msgspec
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from palyra.channels.adapters._body import decode_body
 from palyra.channels.adapters._timestamps import check_fresh
 from palyra.channels.outbox import DeliveryUnknown, OutboundReply
 from palyra.channels.routing import Envelope
-from palyra.core.errors import ErrorCode, InvalidArgument, PalyraError
+from palyra.core.errors import ErrorCode, PalyraError
 
 MAX_SIGNATURES = 16
 
@@ -118,11 +119,7 @@ def parse(channel: str, msg_id: str, body: bytes) -> Envelope | None:
     Raises:
         InvalidArgument: the body is not a delivery of this shape.
     """
-    try:
-        delivery = msgspec.json.decode(body, type=Delivery)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise InvalidArgument(f"malformed webhook payload: {exc}",
-                              details={"webhook_id": msg_id}) from None
+    delivery = decode_body(body, Delivery, "webhook", {"webhook_id": msg_id})
     if delivery.type != "message.created":
         return None
     d = delivery.data

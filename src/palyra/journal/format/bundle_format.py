@@ -16,17 +16,20 @@ import msgspec
 from palyra.core.event_header import EventHeader
 
 BUNDLE_FORMAT = "palyra.journal.bundle"
-BUNDLE_VERSION = 4
+BUNDLE_VERSION = 5
 """Written version: sealed (v2), a record's event (or link) lines share its hashes (v3),
-and a record that retention pruned is one ``pruned`` line (v4).
+a record that retention pruned is one ``pruned`` line (v4), and the seal signs the
+SHA-256 of every line before it (v5), so it covers every field of every line.
 
 Version 2 bundles hold format 1 records only, one per line; version 1 bundles also
-carry no seal. Both still verify; see ``verify.bundle_records``.
+carry no seal. All still verify; see ``verify.bundle_records``. A v2..v4 seal does not
+cover a tombstone's ``session_id``/``prev_hash`` (no hash does), so with a trusted key a
+v4 bundle holding ``pruned`` lines is refused (re-export it).
 """
-UNPRUNED_VERSION = 3
-"""Written when the journal holds no pruned record, so older verifiers still read it."""
+SEAL_DIGEST_VERSION = 5
+"""From this version on a seal carries (and signs) ``sha256``."""
 #: Versions a verifier reads: v1 bundles carry no seal (they verify unsigned only).
-READABLE_VERSIONS = frozenset({1, 2, 3, 4})
+READABLE_VERSIONS = frozenset({1, 2, 3, 4, 5})
 
 
 class _Line(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, frozen=True):
@@ -90,12 +93,14 @@ class CheckpointLine(_Line, tag="checkpoint", frozen=True):
     signature: str
 
 
-class SealLine(_Line, tag="seal", frozen=True):
+class SealLine(_Line, tag="seal", frozen=True, omit_defaults=True):
     """The exporter's signature over the whole export (``core.chain.seal_message``).
 
-    Right before the trailer; covered by the trailer's digest. With a trusted
-    key a verifier requires it: it is what proves the bundle was not cut short
-    and (for a session bundle) holds every event of its session.
+    Right before the trailer (only the trailer may follow); covered by the trailer's
+    digest. With a trusted key a verifier requires it: it is what proves the bundle was
+    not cut short, (for a session bundle) holds every event of its session and, from
+    version 5 on (``sha256``: the SHA-256 of every byte before the seal line), that no
+    line changed at all. Its signature is checked with or without a key.
     """
 
     head_position: int
@@ -105,6 +110,7 @@ class SealLine(_Line, tag="seal", frozen=True):
     ts_ms: int
     public_key: str
     signature: str
+    sha256: str = ""  # version 5 on; absent before
 
 
 class TrailerLine(_Line, tag="trailer", frozen=True):

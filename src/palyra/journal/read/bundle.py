@@ -18,7 +18,6 @@ from palyra.journal._types import JournalConfig, StoredEvent
 from palyra.journal.format.bundle_format import (
     BUNDLE_FORMAT,
     BUNDLE_VERSION,
-    UNPRUNED_VERSION,
     CheckpointLine,
     EventLine,
     HeaderLine,
@@ -31,7 +30,6 @@ from palyra.journal.format.bundle_format import (
 )
 from palyra.journal.format.record import CheckpointRecord, decode_checkpoint, decode_record
 from palyra.journal.format.signing import Signer
-from palyra.journal.read.reads import pruned_through
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,11 +112,10 @@ def _write(
     position, head, session_head = 0, GENESIS, GENESIS
     # One read txn: events and checkpoints come from the same snapshot.
     with env.read() as txn:
-        # A bundle without pruned records stays version 3, readable by older verifiers.
         writer.emit(
             HeaderLine(
                 format=BUNDLE_FORMAT,
-                version=BUNDLE_VERSION if pruned_through(env, txn) else UNPRUNED_VERSION,
+                version=BUNDLE_VERSION,
                 scope="full" if session_id is None else "session",
                 session_id=session_id or "",
                 hash="sha256",
@@ -161,7 +158,8 @@ def _write(
                 for at in range(record.first, record.last + 1):
                     progress(at)
     if signer is not None:
-        writer.emit(_seal(signer, session_id, position, head, session_head, events))
+        writer.emit(_seal(signer, session_id, position, head, session_head, events,
+                          writer.digest.digest()))
     writer.handle.write(
         encode_line(
             TrailerLine(
@@ -179,15 +177,16 @@ def _write(
 
 
 def _seal(signer: Signer, session_id: str | None, position: int, head: bytes,
-          session_head: bytes, events: int) -> SealLine:
+          session_head: bytes, events: int, lines_sha256: bytes) -> SealLine:
     scope = "full" if session_id is None else "session"
     own_head = session_head if session_id is not None else GENESIS
     own_events = events if session_id is not None else 0
     ts_ms = time.time_ns() // 1_000_000
-    message = seal_message(scope, session_id or "", position, head, own_head, own_events, ts_ms)
+    message = seal_message(scope, session_id or "", position, head, own_head, own_events, ts_ms,
+                           lines_sha256)
     return SealLine(head_position=position, head_hash=head.hex(), session_head=own_head.hex(),
-                    session_events=own_events, ts_ms=ts_ms,
-                    public_key=signer.public_key.hex(), signature=signer.sign(message).hex())
+                    session_events=own_events, ts_ms=ts_ms, public_key=signer.public_key.hex(),
+                    signature=signer.sign(message).hex(), sha256=lines_sha256.hex())
 
 
 def _event_line(event: StoredEvent) -> EventLine:

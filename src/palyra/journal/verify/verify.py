@@ -17,6 +17,7 @@ from palyra.journal._types import JournalConfig
 from palyra.journal.format.bundle_format import (
     BUNDLE_FORMAT,
     READABLE_VERSIONS,
+    SEAL_DIGEST_VERSION,
     CheckpointLine,
     EventLine,
     HeaderLine,
@@ -356,12 +357,12 @@ def _walk_bundle(
             groups.flush()
             if sealed or header.version < 2:
                 raise Tampered(None, f"line {number}: unexpected seal")
-            _check_seal(line, header, verifier)
+            _check_seal(line, header, verifier, number, digest.digest())
             sealed = True
         elif isinstance(line, TrailerLine):
             groups.flush()
             trailer = line
-            _check_trailer(line, verifier, digest.hexdigest())
+            _check_trailer(line, verifier, digest.hexdigest(), number)
             continue
         else:
             groups.flush()
@@ -375,39 +376,74 @@ def _walk_bundle(
     return sealed
 
 
-def _check_seal(line: SealLine, header: HeaderLine, verifier: ChainVerifier) -> None:
-    """The exporter's signature over the head (and the session's head and count)."""
+def _check_seal(line: SealLine, header: HeaderLine, verifier: ChainVerifier, number: int,
+                lines_sha256: bytes) -> None:
+    """The exporter's signature over the head, the session's head and count and (v5 on)
+    the digest of every line before it. Checked with or without a key."""
     position = verifier.position
-    if line.head_position != position or line.head_hash != verifier.head.hex():
-        raise Tampered(position + 1, f"the seal covers up to position {line.head_position}, "
-                                     f"the bundle to {position} (entries removed or added)")
+    if line.head_position != position:
+        raise Tampered(position + 1, f"line {number} (seal): head_position is "
+                                     f"{line.head_position}, expected {position} (the last "
+                                     "position of the bundle: entries removed or added)")
+    if line.head_hash != verifier.head.hex():
+        raise Tampered(position + 1, f"line {number} (seal): head_hash is {line.head_hash}, "
+                                     f"expected {verifier.head.hex()} (the global hash at "
+                                     f"position {position})")
     if header.scope == "session":
         own_head = verifier.session_heads.get(header.session_id, GENESIS).hex()
         if (line.session_head, line.session_events) != (own_head, verifier.events):
-            raise Tampered(None, f"the seal says session {header.session_id} has "
-                                 f"{line.session_events} events up to here, the bundle holds "
-                                 f"{verifier.events} (events left out or turned into links)")
+            raise Tampered(None, f"line {number} (seal): session_events is "
+                                 f"{line.session_events} and session_head {line.session_head}, "
+                                 f"expected {verifier.events} and {own_head}: the bundle holds "
+                                 f"that much of session {header.session_id} (events left out "
+                                 "or turned into links)")
     elif (line.session_head, line.session_events) != (GENESIS.hex(), 0):
-        raise Tampered(None, "a full bundle's seal names a session head")
+        raise Tampered(None, f"line {number} (seal): a full bundle's seal must have "
+                             "session_head GENESIS (64 zeros) and session_events 0")
+    digest = lines_sha256 if header.version >= SEAL_DIGEST_VERSION else None
+    if digest is not None and line.sha256 != digest.hex():
+        raise Tampered(None, f"line {number} (seal): sha256 is {line.sha256 or 'absent'}, "
+                             f"expected {digest.hex()} (the SHA-256 of lines 1..{number - 1}: "
+                             "a line before the seal was altered)")
+    if digest is None and line.sha256:
+        raise Tampered(None, f"line {number} (seal): sha256 in a version {header.version} "
+                             f"bundle (only version {SEAL_DIGEST_VERSION} seals carry it)")
     try:
         public_key, signature = bytes.fromhex(line.public_key), bytes.fromhex(line.signature)
     except ValueError as exc:
-        raise Tampered(None, "seal key or signature is not hex") from exc
+        raise Tampered(None, f"line {number} (seal): public_key or signature is not hex"
+                       ) from exc
     if verifier.trusted_keys and public_key not in verifier.trusted_keys:
-        raise Tampered(None, "bundle sealed by an untrusted key")
+        raise Tampered(None, f"line {number} (seal): bundle sealed by an untrusted key "
+                             f"({line.public_key})")
+    if verifier.trusted_keys and digest is None and verifier.pruned:
+        raise Tampered(None, f"line {number} (seal): a version {header.version} seal does not "
+                             "cover pruned lines' session_id and prev_hash; re-export the "
+                             f"bundle (version {SEAL_DIGEST_VERSION} seals cover every line)")
     message = seal_message(header.scope, header.session_id, line.head_position,
                            verifier.head, parse_hash(line.session_head), line.session_events,
-                           line.ts_ms)
+                           line.ts_ms, digest)
     if not signature_valid(public_key, message, signature):
-        raise Tampered(None, "the seal's signature is invalid")
+        raise Tampered(None, f"line {number} (seal): the seal's signature is invalid")
+
 
 def _check_header(line: HeaderLine, verifier: ChainVerifier) -> HeaderLine:
-    if line.format != BUNDLE_FORMAT or line.version not in READABLE_VERSIONS or line.hash != "sha256":
-        raise Tampered(None, f"unsupported bundle format {line.format!r} v{line.version}")
+    if line.format != BUNDLE_FORMAT:
+        raise Tampered(None, f"line 1 (header): format is {line.format!r}, expected "
+                             f"{BUNDLE_FORMAT!r}")
+    if line.version not in READABLE_VERSIONS:
+        raise Tampered(None, f"line 1 (header): version is {line.version}, expected one of "
+                             f"{', '.join(map(str, sorted(READABLE_VERSIONS)))}")
+    if line.hash != "sha256":
+        raise Tampered(None, f"line 1 (header): hash is {line.hash!r}, expected 'sha256'")
     if line.scope == "session":
         verifier.session_id = line.session_id
-    elif line.scope != "full" or line.session_id:
-        raise Tampered(None, f"unknown bundle scope {line.scope!r}")
+    elif line.scope != "full":
+        raise Tampered(None, f"line 1 (header): scope is {line.scope!r}, expected 'full' or "
+                             "'session'")
+    elif line.session_id:
+        raise Tampered(None, f"line 1 (header): session_id is {line.session_id!r}, expected "
+                             "'' (a full bundle names no session)")
     return line
 
 
@@ -432,22 +468,28 @@ def _bundle_checkpoint(line: CheckpointLine, verifier: ChainVerifier) -> None:
     )
 
 
-def _check_trailer(line: TrailerLine, verifier: ChainVerifier, digest: str) -> None:
-    if line.head_position != verifier.position or line.head_hash != verifier.head.hex():
-        raise Tampered(
-            verifier.position + 1,
-            f"bundle ends at position {verifier.position} but its trailer says "
-            f"{line.head_position} (entries removed or head changed)",
-        )
-    if (line.events, line.links, line.checkpoints) != (
-        verifier.events,
-        verifier.links,
-        verifier.checkpoints,
-    ):
-        raise Tampered(None, "trailer counts do not match the bundle")
+def _check_trailer(line: TrailerLine, verifier: ChainVerifier, digest: str, number: int) -> None:
+    where = f"line {number} (trailer)"
+    if line.head_position != verifier.position:
+        raise Tampered(verifier.position + 1,
+                       f"{where}: head_position is {line.head_position}, expected "
+                       f"{verifier.position} (entries removed or added)")
+    if line.head_hash != verifier.head.hex():
+        raise Tampered(verifier.position + 1,
+                       f"{where}: head_hash is {line.head_hash}, expected {verifier.head.hex()} "
+                       f"(the global hash at position {verifier.position})")
+    for name, got, want in (("events", line.events, verifier.events),
+                            ("links", line.links, verifier.links),
+                            ("checkpoints", line.checkpoints, verifier.checkpoints)):
+        if got != want:
+            raise Tampered(None, f"{where}: {name} is {got}, expected {want} (the bundle's "
+                                 f"{name} lines)")
     session = verifier.session_id
-    expected = verifier.session_heads.get(session, b"\0" * 32).hex() if session is not None else ""
+    expected = verifier.session_heads.get(session, GENESIS).hex() if session is not None else ""
     if line.session_head != expected:
-        raise Tampered(None, "trailer session head does not match")
+        raise Tampered(None, f"{where}: session_head is {line.session_head!r}, expected "
+                             f"{expected!r}")
     if line.sha256 != digest:
-        raise Tampered(None, "bundle digest mismatch (a line was added, removed or altered)")
+        raise Tampered(None, f"{where}: sha256 is {line.sha256}, expected {digest} (the "
+                             f"SHA-256 of lines 1..{number - 1}: a line was added, removed "
+                             "or altered)")

@@ -62,8 +62,9 @@ def decode_request(
 def _json_body(body: bytes) -> Any:
     """The body's JSON value, refusing what two parsers could read differently.
 
-    Strict UTF-8, no duplicate object keys (``{"complete":true,"complete":false}``
-    means different things to different parsers), no NaN/Infinity literals,
+    Strict UTF-8 (and no lone surrogate spelt as an escape), no duplicate object keys
+    (``{"complete":true,"complete":false}`` means different things to different
+    parsers), no NaN/Infinity literals,
     and nesting bounded by the parser's recursion: each is a clear
     MALFORMED_REQUEST, never an INTERNAL.
     """
@@ -74,13 +75,43 @@ def _json_body(body: bytes) -> Any:
     except UnicodeDecodeError as exc:
         raise _malformed(f"body is not valid UTF-8 (byte {exc.start})") from None
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+        value = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
     except _DuplicateKey as exc:
         raise _malformed(f"body has the key {exc.key!r} twice in one object") from None
     except RecursionError:
         raise _malformed("body is nested too deeply") from None
     except ValueError as exc:
         raise _malformed(f"body is not valid JSON: {exc}") from None
+    if "\\u" in text:  # only a \u escape can spell a lone surrogate in valid UTF-8
+        _refuse_surrogates(value)
+    return value
+
+
+def _refuse_surrogates(value: Any) -> None:
+    """Refuse a string (or key) holding a lone UTF-16 surrogate (``"\\ud800"``).
+
+    JSON lets an escape spell one; Python keeps it in a ``str`` that no UTF-8 encoder
+    (the journal's, the error body's) accepts, so it must stop here, as bad input.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str) and not _utf8_clean(item):
+            raise _malformed("body holds a lone UTF-16 surrogate (a \\uD800-\\uDFFF escape "
+                             "not part of a pair): it is not Unicode text")
+
+
+def _utf8_clean(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class _DuplicateKey(ValueError):

@@ -1,0 +1,19 @@
+"""``bench open-runs`` reports the daemon's memory per open run and after completion."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import open_runs
+
+
+@pytest.mark.slow
+def test_open_runs_reports_memory_per_run_and_after_completion() -> None:
+    result = open_runs.run(40, settle_s=0.2)
+    assert result["runs"] == 40
+    for key in ("anon_kib_per_open_run", "file_kib_per_open_run", "rss_kib_per_open_run"):
+        assert isinstance(result[key], float)
+    assert result["idle_mib"]["VmRSS"] > 10
+    assert set(result["after_completion_over_idle_mib"]) == {"VmRSS", "RssAnon", "RssFile"}
+    assert result["rss_kib_per_open_run"] == pytest.approx(
+        result["anon_kib_per_open_run"] + result["file_kib_per_open_run"], abs=2)
