@@ -8,6 +8,7 @@ from typing import Any
 from palyra.tools._builtin_basic import ADD, ECHO, MEMORY_SEARCH, TIME_NOW
 from palyra.tools._builtin_fs import FS_LIST, FS_READ, FS_WRITE
 from palyra.tools._builtin_http import HTTP_FETCH, http_fetch_tool
+from palyra.tools._builtin_patch import FS_APPLY_PATCH
 from palyra.tools._builtin_process import PROCESS_RUN
 from palyra.tools._registry import ToolRegistry
 from palyra.tools._spec import ToolSpec
@@ -40,6 +41,7 @@ BUILTIN_TOOLS: tuple[ToolSpec[Any], ...] = (
     FS_READ,
     FS_LIST,
     FS_WRITE,
+    FS_APPLY_PATCH,
     HTTP_FETCH,
     PROCESS_RUN,
 )

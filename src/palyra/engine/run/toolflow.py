@@ -357,7 +357,7 @@ async def execute(step: Step, p: Proposal) -> None:
 def _add_outcome(batch: Batch, pid: str, name: str, outcome: ToolOutcome) -> None:
     attestation = pb.ToolAttestation(
         proposal_id=pid, execution_sha256=outcome.execution_sha256, executor=outcome.executor,
-        timed_out=outcome.timed_out) if outcome.execution_sha256 else None
+        timed_out=outcome.timed_out, facts=dict(outcome.facts)) if outcome.execution_sha256 else None
     batch.add(pb.ToolResult(
         proposal_id=pid, tool_name=name, success=outcome.success,
         output_json=outcome.output_json, error=outcome.error, timed_out=outcome.timed_out,
