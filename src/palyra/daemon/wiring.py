@@ -80,6 +80,12 @@ async def open_application(
     stack.push_async_callback(sign_head_if_moved, store)
     gate = PolicyGate.load(config.policy)
     registry = default_registry(config.tools)
+    if config.tools.mcp:
+        # The SDK is loaded only when servers are configured. Entered before the
+        # engine, left after it has parked its runs: no call loses its server.
+        from palyra.tools.mcp.hub import McpHub
+
+        await stack.enter_async_context(McpHub(registry, config.tools.mcp))
     workspace = config.data_dir / WORKSPACE_DIR
     os.makedirs(workspace, mode=0o700, exist_ok=True)
     provider = build_provider(config.provider)

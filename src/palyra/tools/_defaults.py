@@ -12,6 +12,7 @@ from palyra.tools._builtin_patch import FS_APPLY_PATCH
 from palyra.tools._builtin_process import PROCESS_RUN
 from palyra.tools._registry import ToolRegistry
 from palyra.tools._spec import ToolSpec
+from palyra.tools.mcp.config import McpServerConfig
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -26,11 +27,19 @@ class ToolsConfig:
         fetch_allow: Networks (CIDR, e.g. ``10.0.0.0/8``) ``http.fetch`` may reach
             besides public addresses; loopback, private, link-local and metadata
             addresses are refused unless listed here.
+        mcp: The user's MCP tool servers (``[[tools.mcp]]``), whose tools are
+            registered as ``mcp.<server>.<tool>``.
     """
 
     process_exec_enabled: bool = False
     disabled: frozenset[str] = frozenset()
     fetch_allow: tuple[str, ...] = ()
+    mcp: tuple[McpServerConfig, ...] = ()
+
+    def __post_init__(self) -> None:
+        names = [server.name for server in self.mcp]
+        if len(set(names)) != len(names):
+            raise ValueError("two [[tools.mcp]] servers have the same name")
 
 
 BUILTIN_TOOLS: tuple[ToolSpec[Any], ...] = (
