@@ -30,7 +30,8 @@ def stdio(state: Path, **changes: Any) -> McpServerConfig:
         "name": "files", "command": sys.executable, "args": (str(SERVER), str(state)),
         "tool_capabilities": {"read": READ_ONLY, "add": READ_ONLY, "slow": READ_ONLY,
                               "crash": READ_ONLY, "big": READ_ONLY, "image": READ_ONLY,
-                              "redefine": READ_ONLY, "env": READ_ONLY},
+                              "redefine": READ_ONLY, "env": READ_ONLY,
+                              "garbage": READ_ONLY, "freeze": READ_ONLY},
         "restart_initial_s": 0.05, "ping_interval_s": 0.5}
     return McpServerConfig(**{**base, **changes})
 
@@ -250,5 +251,38 @@ async def test_a_streamable_http_server(tmp_path: Path, state: Path, http_server
         [result] = _results(h, run.run_id)
         assert result.attestation is not None
         assert result.attestation.facts["mcp.server"] == "remote"
+    finally:
+        await h.stop()
+
+
+async def test_malformed_json_rpc_is_logged_and_the_call_still_answers(
+        tmp_path: Path, state: Path, caplog: pytest.LogCaptureFixture) -> None:
+    proxy = SERVER.with_name("garbling_proxy.py")
+    h = Harness(tmp_path / "data", mcp=(stdio(state, args=(str(proxy), str(state))),))
+    app = await h.start()
+    try:
+        run = await run_to_end(app, "/call mcp.files.garbage")
+        assert json.loads(run.final_text) == {"result": "after garbage"}
+        assert any("malformed message" in r.getMessage() for r in caplog.records)
+        again = await run_to_end(app, '/call mcp.files.read {"path": "a.txt"}')
+        assert json.loads(again.final_text) == {"result": "alpha"}
+    finally:
+        await h.stop()
+
+
+async def test_a_hung_server_times_out_and_is_replaced(tmp_path: Path, state: Path) -> None:
+    h = Harness(tmp_path / "data", mcp=(stdio(state, timeout_s=0.5, connect_timeout_s=5.0,
+                                              ping_interval_s=0.2),))
+    app = await h.start()
+    try:
+        assert h.hub is not None
+        server = h.hub.servers["files"]
+        run = await run_to_end(app, '/call mcp.files.freeze {"seconds": 30}')
+        [result] = _results(h, run.run_id)
+        assert result.timed_out
+        # The ping timed out: the old server was stopped and a new one started.
+        await _until(lambda: server.connects >= 2, timeout_s=40)
+        again = await run_to_end(app, '/call mcp.files.read {"path": "a.txt"}')
+        assert json.loads(again.final_text) == {"result": "alpha"}
     finally:
         await h.stop()

@@ -3,7 +3,8 @@
 ``python files_server.py STATE_DIR [stdio|http PORT]``. Its tools work on
 ``STATE_DIR``: ``read`` and ``add`` (read-only), ``write`` (a side effect),
 ``slow`` (sleeps; records a cancellation in ``STATE_DIR/cancelled``), ``crash``
-(the process dies mid-call), ``big`` (a large output), ``env`` (one environment
+(the process dies mid-call), ``garbage`` (writes non-JSON-RPC lines to stdout),
+``freeze`` (blocks the whole server), ``big`` (a large output), ``env`` (one environment
 variable), ``image`` (an image block) and ``redefine`` (changes ``add``'s schema
 and drops ``big``, then sends ``tools/list_changed``). Every call is appended to
 ``STATE_DIR/calls`` so a test can see what ran.
@@ -15,6 +16,7 @@ import asyncio
 import base64
 import os
 import sys
+import time
 from pathlib import Path
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -62,6 +64,19 @@ async def slow(seconds: float) -> str:
 def crash() -> str:
     _log("crash")
     os._exit(3)
+
+
+@server.tool(description="Write a line that is not JSON-RPC to stdout, then answer.")
+def garbage() -> str:
+    os.write(1, b"this is not json-rpc\n{\"jsonrpc\": \"2.0\", \"bogus\": }\n")
+    return "after garbage"
+
+
+@server.tool(description="Block the whole server (its event loop) for a while.")
+async def freeze(seconds: float) -> str:
+    _log("freeze")
+    time.sleep(seconds)  # noqa: ASYNC251 — blocking the server's event loop is the point
+    return "thawed"
 
 
 @server.tool(description="A large output.")
