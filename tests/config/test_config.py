@@ -176,3 +176,14 @@ def test_bad_mcp_servers_are_refused_with_the_setting(tmp_path: Path, body: str,
     with pytest.raises(PalyraError, match=re.escape(problem)) as err:
         load_config(config_file=toml, env={})
     assert err.value.code is ErrorCode.CONFIG_INVALID
+
+
+def test_the_process_sandbox_section(tmp_path: Path) -> None:
+    toml = tmp_path / "palyra.toml"
+    toml.write_text('[tools.sandbox]\ntier = "c"\nworkspace = "ro"\ncpu_s = 5\n')
+    sandbox = load_config(config_file=toml, env={}).tools.sandbox
+    assert (sandbox.tier, sandbox.workspace, sandbox.cpu_s, sandbox.read_only) == ("c", "ro", 5,
+                                                                                  True)
+    toml.write_text('[tools.sandbox]\ntier = "d"\n')
+    with pytest.raises(PalyraError, match=re.escape("tools.sandbox.tier")):
+        load_config(config_file=toml, env={})

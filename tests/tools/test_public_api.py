@@ -24,6 +24,7 @@ def test_exports_snapshot() -> None:
         "TIME_NOW",
         "Capability",
         "MemorySearchHook",
+        "SandboxConfig",
         "ToolContext",
         "ToolError",
         "ToolOutput",

@@ -45,8 +45,11 @@ class GatePolicy:
         decision = self._gate.check_tool(gate_request, posture=posture,
                                          budget_left=budget_left, approved=False)
         # Reference: HIGH by default; a read-only tool that asks only because
-        # of its posture is MEDIUM.
-        risk = "high" if caps is None or is_sensitive(caps) else "medium"
+        # of its posture is MEDIUM, and so is process.run at tier C with a
+        # read-only workspace (the tool says so).
+        tool = self._registry.get(request.tool_name)
+        risk = (tool.risk if tool is not None and tool.risk else
+                "high" if caps is None or is_sensitive(caps) else "medium")
         return ToolVerdict(_OUTCOMES[decision.outcome], decision.reason,
                            decision.policy_hash, decision.policy_ids, risk)
 

@@ -20,6 +20,7 @@ from palyra.tools._builtin_patch import FS_APPLY_PATCH
 from palyra.tools._builtin_process import PROCESS_RUN
 from palyra.tools._defaults import BUILTIN_TOOLS, ToolsConfig, default_registry
 from palyra.tools._registry import ToolRegistry, cap_output
+from palyra.tools._sandbox import SandboxConfig
 from palyra.tools._spec import (
     MemorySearchHook,
     ToolContext,
@@ -47,6 +48,7 @@ __all__ = [
     "TIME_NOW",
     "Capability",
     "MemorySearchHook",
+    "SandboxConfig",
     "ToolContext",
     "ToolError",
     "ToolOutput",

@@ -9,8 +9,9 @@ from palyra.tools._builtin_basic import ADD, ECHO, MEMORY_SEARCH, TIME_NOW
 from palyra.tools._builtin_fs import FS_LIST, FS_READ, FS_WRITE
 from palyra.tools._builtin_http import HTTP_FETCH, http_fetch_tool
 from palyra.tools._builtin_patch import FS_APPLY_PATCH
-from palyra.tools._builtin_process import PROCESS_RUN
+from palyra.tools._builtin_process import PROCESS_RUN, process_run_tool
 from palyra.tools._registry import ToolRegistry
+from palyra.tools._sandbox import SandboxConfig
 from palyra.tools._spec import ToolSpec
 from palyra.tools.mcp.config import McpServerConfig
 
@@ -27,6 +28,8 @@ class ToolsConfig:
         fetch_allow: Networks (CIDR, e.g. ``10.0.0.0/8``) ``http.fetch`` may reach
             besides public addresses; loopback, private, link-local and metadata
             addresses are refused unless listed here.
+        sandbox: How ``process.run`` confines what it starts (``[tools.sandbox]``:
+            tier a, b (the default: rlimits) or c (bubblewrap), limits).
         mcp: The user's MCP tool servers (``[[tools.mcp]]``), whose tools are
             registered as ``mcp.<server>.<tool>``.
     """
@@ -35,6 +38,7 @@ class ToolsConfig:
     disabled: frozenset[str] = frozenset()
     fetch_allow: tuple[str, ...] = ()
     mcp: tuple[McpServerConfig, ...] = ()
+    sandbox: SandboxConfig = dataclasses.field(default_factory=SandboxConfig)
 
     def __post_init__(self) -> None:
         names = [server.name for server in self.mcp]
@@ -59,7 +63,8 @@ BUILTIN_TOOLS: tuple[ToolSpec[Any], ...] = (
 def default_registry(config: ToolsConfig | None = None) -> ToolRegistry:
     """A registry with the built-in tools that ``config`` enables."""
     config = config or ToolsConfig()
-    tools = [http_fetch_tool(config.fetch_allow) if tool is HTTP_FETCH else tool
+    tools = [http_fetch_tool(config.fetch_allow) if tool is HTTP_FETCH else
+             process_run_tool(config.sandbox) if tool is PROCESS_RUN else tool
              for tool in BUILTIN_TOOLS]
     return ToolRegistry(
         tool

@@ -115,6 +115,8 @@ class ToolSpec(Generic[ArgsT]):
             ``dict`` (``args_type`` is ``dict``) once ``check_args`` passed.
         check_args: With ``input_schema``: returns why the arguments do not
             match it, or ``None``.
+        risk: The risk an approval prompt states (``medium``/``high``);
+            empty: HIGH for a sensitive tool, MEDIUM otherwise.
     """
 
     name: str
@@ -126,6 +128,7 @@ class ToolSpec(Generic[ArgsT]):
     max_output_bytes: int = 64 * 1024
     executor: str = "builtin"
     input_schema: Mapping[str, Any] | None = None
+    risk: str = ""
     check_args: Callable[[dict[str, Any]], str | None] | None = None
 
     def json_schema(self) -> dict[str, Any]:
