@@ -151,7 +151,8 @@ def scripted_reply(request: ModelRequest, *, tool: ScriptedTool = "add") -> Mode
     values = [v for m in tool_results if (v := _value_of(m.content)) is not None]
     r: Number = values[-1] if values else 0
     if n < k:
-        arguments: dict[str, Any] = {"a": r, "b": 1} if tool == "add" else {"text": _fmt(r + 1)}
+        arguments: dict[str, Any] = ({"text": _fmt(r + 1)} if tool == "echo" else
+                                     {"a": r, "b": 1})
         call = ToolCall(id=f"call_{n}", name=tool, arguments=arguments)
         return ModelResponse(
             text="",
