@@ -35,6 +35,7 @@ from palyra.tools import (
 )
 from palyra.tools.mcp import McpServerConfig
 from palyra.tools.mcp.hub import McpHub
+from palyra.tools.skills import Limits, register_skills
 
 DEVICE = "01J00000000000000000000000"
 USER = CallContext.for_principal("user:alice", DEVICE)
@@ -76,6 +77,8 @@ class Harness:
     extra_tools: tuple[ToolSpec[Any], ...] = ()  # registered next to the built-ins
     mcp: tuple[McpServerConfig, ...] = ()  # MCP servers whose tools join the registry
     tools_config: ToolsConfig = field(default_factory=ToolsConfig)
+    skills_dir: Path | None = None  # installed skills whose tools join the registry
+    skill_limits: Limits = field(default_factory=Limits)
     now_ms: Callable[[], int] | None = None
     # Builds the engine's ContextPort from the open store and gate (None: the tape only).
     context_factory: Callable[[JournalStore, PolicyGate], Any] | None = None
@@ -93,6 +96,8 @@ class Harness:
         for extra in self.extra_tools:
             registry.register(extra)
         self.registry = registry
+        if self.skills_dir is not None:
+            register_skills(self.skills_dir, registry, limits=self.skill_limits)
         self._stack = contextlib.AsyncExitStack()
         if self.mcp:
             self.hub = await self._stack.enter_async_context(McpHub(registry, self.mcp))

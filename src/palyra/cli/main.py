@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from palyra.cli import _approvals, _chat, _runs, _serve, _sessions, _tokens
+from palyra.cli import _approvals, _chat, _runs, _serve, _sessions, _skills, _tokens
 
 # `palyra journal <cmd> ...` is delegated verbatim to the journal's own CLI.
 _JOURNAL_COMMANDS = {
@@ -65,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     _sessions.add_parser(commands)
     _approvals.add_parser(commands)
     _tokens.add_parser(commands)
+    _skills.add_parser(commands)
     journal = commands.add_parser("journal", help="verify | export | checkpoint | prune the journal",
                                   add_help=False)
     journal.add_argument("journal_args", nargs=argparse.REMAINDER)

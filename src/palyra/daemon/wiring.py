@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import importlib.metadata
 import os
+from pathlib import Path
 
 import structlog
 
@@ -51,6 +52,7 @@ from palyra.policy import PolicyGate
 from palyra.providers import build_provider
 from palyra.tasks import TaskQueue, TaskWorker
 from palyra.tools import default_registry
+from palyra.tools.skills import Limits, register_skills
 from palyra.transport.context import ContextFactory
 from palyra.watchdog import Watchdog
 
@@ -60,6 +62,7 @@ except importlib.metadata.PackageNotFoundError:  # running from a source tree
     VERSION = "0.0.0"
 
 WORKSPACE_DIR = "workspace"
+SKILLS_DIR = "skills"
 
 _log = structlog.get_logger("palyra.daemon")
 
@@ -80,6 +83,13 @@ async def open_application(
     stack.push_async_callback(sign_head_if_moved, store)
     gate = PolicyGate.load(config.policy)
     registry = default_registry(config.tools)
+    skills_dir = Path(config.tools.skills_dir) if config.tools.skills_dir else \
+        config.data_dir / SKILLS_DIR
+    skills = register_skills(skills_dir, registry, limits=Limits(
+        config.tools.skill_fuel, config.tools.skill_memory_bytes),
+        fetch_allow=config.tools.fetch_allow)
+    if skills:
+        _log.info("skills loaded", skills=skills)
     if config.tools.mcp:
         # The SDK is loaded only when servers are configured. Entered before the
         # engine, left after it has parked its runs: no call loses its server.

@@ -30,6 +30,11 @@ class ToolsConfig:
             addresses are refused unless listed here.
         sandbox: How ``process.run`` confines what it starts (``[tools.sandbox]``:
             tier a, b (the default: rlimits) or c (bubblewrap), limits).
+        skills_dir: Where installed skills live ("" for ``<data_dir>/skills``;
+            ``palyra skills`` manages it); each enabled skill's tools are
+            registered as ``skill.<name>.<tool>``.
+        skill_fuel: Wasmtime fuel per skill call (about one unit per instruction).
+        skill_memory_bytes: Linear memory a skill call may use.
         mcp: The user's MCP tool servers (``[[tools.mcp]]``), whose tools are
             registered as ``mcp.<server>.<tool>``.
     """
@@ -39,6 +44,9 @@ class ToolsConfig:
     fetch_allow: tuple[str, ...] = ()
     mcp: tuple[McpServerConfig, ...] = ()
     sandbox: SandboxConfig = dataclasses.field(default_factory=SandboxConfig)
+    skills_dir: str = ""
+    skill_fuel: int = 50_000_000
+    skill_memory_bytes: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
         names = [server.name for server in self.mcp]

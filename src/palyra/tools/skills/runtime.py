@@ -1,0 +1,197 @@
+"""Running skill modules with Wasmtime: fuel, a memory cap, WASI preopens only.
+
+Every call gets a fresh store and instance: no state survives between calls, and
+one call's memory cannot hold another's data. Limits per call:
+
+* **CPU**: fuel (``fuel`` units; one is about one instruction). A module that
+  loops forever traps with "all fuel consumed".
+* **memory**: the store's limit on linear memory; ``memory.grow`` past it fails
+  (a module that treats that as fatal traps), and so does instantiating a
+  module whose initial memory is larger.
+* **no ambient authority**: WASI gets no environment, no arguments, no stdio and
+  only the directories the manifest asks for, each a path inside the workspace
+  (opened under its own name). The network is reachable only through the
+  ``palyra.http_get`` host function, which refuses hosts the manifest does not
+  name and addresses ``http.fetch`` refuses (loopback, private, metadata, ...).
+
+Refusals are returned to the module as negative codes and recorded in the
+call's facts (``skill.refused``), so they are on the tape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import socket
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import httpx
+import wasmtime
+
+from palyra.tools._netguard import Network, refusal
+from palyra.tools._spec import ToolError
+from palyra.tools._workspace import resolve_in_workspace
+from palyra.tools.skills.manifest import SkillManifest, SkillTool
+
+HTTP_NOT_GRANTED = -1
+HTTP_ADDRESS_REFUSED = -2
+HTTP_FAILED = -3
+HTTP_TIMEOUT_S = 10.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-call limits of every skill."""
+
+    fuel: int = 50_000_000
+    memory_bytes: int = 64 * 1024 * 1024
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LoadedSkill:
+    """A verified, compiled skill."""
+
+    manifest: SkillManifest
+    engine: wasmtime.Engine
+    module: wasmtime.Module
+    module_sha256: str
+
+
+def engine() -> wasmtime.Engine:
+    """The Wasmtime engine skills run on (fuel metering on)."""
+    config = wasmtime.Config()
+    config.consume_fuel = True
+    return wasmtime.Engine(config)
+
+
+def load(engine: wasmtime.Engine, directory: Path, manifest: SkillManifest) -> LoadedSkill:
+    """Check the module's SHA-256 against the manifest, then compile it.
+
+    Raises:
+        ToolError: The digest differs, or the module does not compile.
+    """
+    raw = (directory / manifest.module).read_bytes()
+    digest = hashlib.sha256(raw).hexdigest()
+    if digest != manifest.sha256:
+        raise ToolError(f"skill {manifest.skill_id}: module SHA-256 {digest} does not match "
+                        f"the manifest's {manifest.sha256}")
+    try:
+        binary = wasmtime.wat2wasm(raw.decode()) if manifest.module.endswith(".wat") else raw
+        module = wasmtime.Module(engine, bytes(binary))
+    except (wasmtime.WasmtimeError, UnicodeDecodeError) as exc:
+        raise ToolError(f"skill {manifest.skill_id}: the module does not compile: {exc}") from exc
+    return LoadedSkill(manifest, engine, module, digest)
+
+
+class _Call:
+    """One call's host-side state: what it was refused."""
+
+    def __init__(self, skill: LoadedSkill, allow: tuple[Network, ...]) -> None:
+        self.skill = skill
+        self.allow = allow
+        self.refused: list[str] = []
+
+    def http_get(self, caller: wasmtime.Caller, url_ptr: int, url_len: int, out_ptr: int,
+                 out_cap: int) -> int:
+        memory = caller["memory"]
+        assert isinstance(memory, wasmtime.Memory)
+        url = bytes(memory.read(caller, url_ptr, url_ptr + url_len)).decode("utf-8", "replace")
+        parts = urllib.parse.urlsplit(url)
+        host = (parts.hostname or "").lower()
+        if parts.scheme not in ("http", "https") or host not in \
+                self.skill.manifest.capabilities.network:
+            self.refused.append(f"host {host or url!r} not granted")
+            return HTTP_NOT_GRANTED
+        try:
+            infos = socket.getaddrinfo(host, parts.port or 443, type=socket.SOCK_STREAM)
+        except OSError:
+            return HTTP_FAILED
+        for info in infos:
+            why = refusal(str(info[4][0]), self.allow)
+            if why:
+                self.refused.append(f"host {host!r}: {why}")
+                return HTTP_ADDRESS_REFUSED
+        try:
+            body = httpx.get(url, timeout=HTTP_TIMEOUT_S, follow_redirects=False).content
+        except httpx.HTTPError:
+            return HTTP_FAILED
+        body = body[:max(0, out_cap)]
+        memory.write(caller, body, out_ptr)
+        return len(body)
+
+
+def _instance(store: wasmtime.Store, skill: LoadedSkill, call: _Call,
+              workspace: Path) -> wasmtime.Instance:
+    wasi = wasmtime.WasiConfig()
+    for path in skill.manifest.capabilities.filesystem:
+        target = resolve_in_workspace(workspace, path)
+        target.mkdir(parents=True, exist_ok=True)
+        wasi.preopen_dir(str(target), path)
+    store.set_wasi(wasi)
+    linker = wasmtime.Linker(skill.engine)
+    linker.define_wasi()
+    i32 = wasmtime.ValType.i32()
+    linker.define_func("palyra", "http_get", wasmtime.FuncType([i32] * 4, [i32]), call.http_get,
+                       access_caller=True)
+    return linker.instantiate(store, skill.module)
+
+
+def run(skill: LoadedSkill, tool: SkillTool, arguments: dict[str, Any], workspace: Path,
+        limits: Limits, allow: tuple[Network, ...] = ()) -> tuple[Any, dict[str, str]]:
+    """Run one tool call (blocking: call it from a worker thread).
+
+    Returns:
+        The output value and the call's facts.
+
+    Raises:
+        ToolError: A trap (fuel, memory, ``unreachable``) or a bad export; its
+            facts say which limit stopped it.
+    """
+    call = _Call(skill, allow)
+    store = wasmtime.Store(skill.engine)
+    store.set_fuel(limits.fuel)
+    store.set_limits(memory_size=limits.memory_bytes)
+    facts = {"skill.id": skill.manifest.skill_id, "skill.module_sha256": skill.module_sha256,
+             "skill.fuel_limit": str(limits.fuel),
+             "skill.memory_limit": str(limits.memory_bytes)}
+
+    instance: wasmtime.Instance | None = None
+
+    def done() -> dict[str, str]:
+        used = limits.fuel - store.get_fuel()
+        out = {**facts, "skill.fuel_used": str(used)}
+        if instance is not None:
+            exports = instance.exports(store)
+            memories = [m for m in (exports[name] for name in exports)
+                        if isinstance(m, wasmtime.Memory)]
+            out["skill.memory_bytes"] = str(sum(m.data_len(store) for m in memories))
+        if call.refused:
+            out["skill.refused"] = "; ".join(call.refused)
+        return out
+
+    try:
+        instance = _instance(store, skill, call, workspace)
+        exports = instance.exports(store)
+        export = exports[tool.export] if tool.export in set(exports) else None
+        if not isinstance(export, wasmtime.Func):
+            raise ToolError(f"skill {skill.manifest.skill_id} has no function {tool.export!r}")
+        value = export(store, *(float(arguments[p]) for p in tool.params))
+    except wasmtime.Trap as trap:
+        # A memory.grow past the cap fails (returns -1); a module that cannot go
+        # on without the memory traps, and skill.memory_bytes shows where it stood.
+        stopped = "fuel" if trap.trap_code == wasmtime.TrapCode.OUT_OF_FUEL else "trap"
+        raise ToolError(f"skill {skill.manifest.skill_id} stopped: {_first_line(trap)}",
+                        facts={**done(), "skill.stopped": stopped}) from trap
+    except wasmtime.WasmtimeError as exc:
+        # e.g. an initial memory over the cap: instantiation fails.
+        raise ToolError(f"skill {skill.manifest.skill_id} could not run: {_first_line(exc)}",
+                        facts={**done(), "skill.stopped": "error"}) from exc
+    return {"result": value}, done()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    cause = text.split("Caused by:", 1)[-1].strip()
+    return cause.splitlines()[0] if cause else text.splitlines()[0]
