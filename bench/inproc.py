@@ -22,11 +22,13 @@ from palyra.providers import ScriptedProvider
 from palyra.tools import default_registry
 from palyra.tools.mcp import McpServerConfig
 from palyra.tools.mcp.hub import McpHub
+from palyra.tools.skills import Limits, install, register_skills
 
 DEVICE = "01J00000000000000000000000"
 MCP_SERVER = Path(__file__).with_name("mcp_add_server.py")
 # --tool: the registry name of the tool the scripted model calls.
-TOOL_NAMES = {"mcp": "mcp.bench.add"}
+TOOL_NAMES = {"mcp": "mcp.bench.add", "skill": "skill.demo.add"}
+EXAMPLE_SKILL = Path(__file__).resolve().parents[1] / "examples" / "skills" / "add"
 CLIENT = CallContext.for_principal("user:bench", DEVICE)
 APPROVER = CallContext.for_principal("admin:bench", DEVICE)
 
@@ -114,6 +116,10 @@ async def in_process(data_dir: Path, args: argparse.Namespace) -> AsyncIterator[
                 await stack.enter_async_context(McpHub(registry, [McpServerConfig(
                     name="bench", command=sys.executable, args=(str(MCP_SERVER),),
                     capabilities=("read_only",))]))
+            if args.tool == "skill":
+                # The same add as a WebAssembly skill (the example skill), under fuel.
+                install(EXAMPLE_SKILL, data_dir / "skills")
+                register_skills(data_dir / "skills", registry, limits=Limits())
             engine = Engine(store, ScriptedProvider(tool=tool),
                             GatePolicy(PolicyGate.load(PolicyConfig()), registry),
                             RegistryTools(registry, data_dir), config)
