@@ -4,8 +4,11 @@ So that a user or a test can try any tool without an API key, a user message of
 the form ``/call NAME`` or ``/call NAME {"arg": ...}`` makes the scripted model
 ask for exactly that one call. The call then goes through the normal flow
 (Cedar, postures, approvals, the journal) like any model's; once its result is
-in, the model replies with the result's content verbatim. A directive that does
-not parse is answered with a one-line explanation and calls nothing.
+in, the model replies with the result's content verbatim. Several lines that
+each start with ``/call`` ask for several calls in one turn (each line's JSON on
+that line), in that order; the reply is then the results' contents, one a line.
+A directive that does not parse is answered with a one-line explanation and
+calls nothing.
 """
 
 from __future__ import annotations
@@ -41,6 +44,21 @@ def is_directive(text: str) -> bool:
     """Whether ``text`` is meant as a ``/call`` (``/call`` then a space or nothing)."""
     stripped = text.strip()
     return stripped == PREFIX or stripped.startswith(PREFIX + " ")
+
+
+def parse_directives(text: str) -> list[Directive] | BadDirective:
+    """One call per ``/call`` line when there are several, else :func:`parse_directive`."""
+    lines = [line for line in text.strip().splitlines() if is_directive(line)]
+    if len(lines) < 2:
+        single = parse_directive(text)
+        return single if isinstance(single, BadDirective) else [single]
+    calls: list[Directive] = []
+    for line in lines:
+        parsed = parse_directive(line)
+        if isinstance(parsed, BadDirective):
+            return parsed
+        calls.append(parsed)
+    return calls
 
 
 def parse_directive(text: str) -> Directive | BadDirective:

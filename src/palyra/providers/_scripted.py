@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 
 from palyra.providers._config import ScriptedTool
-from palyra.providers._directive import BadDirective, is_directive, parse_directive
+from palyra.providers._directive import BadDirective, is_directive, parse_directives
 from palyra.providers._types import (
     ChatMessage,
     Completed,
@@ -168,18 +168,19 @@ def scripted_reply(request: ModelRequest, *, tool: ScriptedTool = "add") -> Mode
 
 
 def _directive_reply(user_text: str, after: list[ChatMessage], usage_in: int) -> ModelResponse:
-    """``/call``: ask for the call once; after its result, reply with the result's content."""
+    """``/call``: ask for the calls once; after their results, reply with their contents."""
     results = [m for m in after if m.role == "tool"]
     if results:
-        text = results[-1].content
+        text = "\n".join(m.content for m in results)
     else:
-        directive = parse_directive(user_text)
-        if isinstance(directive, BadDirective):
-            text = directive.problem
+        directives = parse_directives(user_text)
+        if isinstance(directives, BadDirective):
+            text = directives.problem
         else:
-            call = ToolCall(id="call_0", name=directive.tool, arguments=directive.arguments)
-            return ModelResponse(text="", tool_calls=[call], finish_reason="tool_calls",
-                                 usage=Usage(usage_in, 1), model="scripted")
+            calls = [ToolCall(id=f"call_{i}", name=d.tool, arguments=d.arguments)
+                     for i, d in enumerate(directives)]
+            return ModelResponse(text="", tool_calls=calls, finish_reason="tool_calls",
+                                 usage=Usage(usage_in, len(calls)), model="scripted")
     return ModelResponse(text=text, tool_calls=[], finish_reason="stop",
                          usage=Usage(usage_in, len(text.split())), model="scripted")
 
