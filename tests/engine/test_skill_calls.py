@@ -12,6 +12,7 @@ from pathlib import Path
 from engine_harness import Harness, run_to_end
 from palyra_gen.palyra import v1 as pb
 
+from palyra.policy import PolicyConfig
 from palyra.tools.skills import Limits, install, set_state
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "skills" / "add"
@@ -70,7 +71,29 @@ async def test_a_quarantined_skill_is_denied_before_any_approval(tmp_path: Path)
         run = await run_to_end(app, '/call skill.demo.add {"a": 1, "b": 2}')
         [proposal] = [m for m in h.members(run.run_id) if isinstance(m, pb.ToolProposal)]
         assert proposal.decision.outcome == pb.ToolDecisionOutcome.DENY
+        assert proposal.decision.policy_ids == ["palyra.skills.forbid_not_enabled"]
+        assert "skill.execute" in proposal.decision.reason
         assert not proposal.approval_required
         assert not [m for m in h.members(run.run_id) if isinstance(m, pb.ToolApprovalRequest)]
+    finally:
+        await h.stop()
+
+
+async def test_an_operator_policy_sees_the_skills_id_and_capabilities(tmp_path: Path) -> None:
+    install(EXAMPLE, tmp_path / "skills")
+    policies = tmp_path / "config" / "policies"
+    policies.mkdir(parents=True)
+    (policies / "skills.cedar").write_text(
+        'forbid (principal, action == Action::"skill.execute", resource)\n'
+        'when { context.skill_id == "demo@1.0.0" && context.capabilities.contains("read_only") };\n')
+    h = Harness(tmp_path / "data", skills_dir=tmp_path / "skills",
+                policy_config=PolicyConfig(config_dir=tmp_path / "config"))
+    app = await h.start()
+    try:
+        run = await run_to_end(app, '/call skill.demo.add {"a": 1, "b": 2}')
+        [proposal] = [m for m in h.members(run.run_id) if isinstance(m, pb.ToolProposal)]
+        assert proposal.decision.outcome == pb.ToolDecisionOutcome.DENY
+        assert proposal.decision.policy_ids == ["policies/skills.cedar#0"]
+        assert not _results(h, run.run_id)[0].success
     finally:
         await h.stop()

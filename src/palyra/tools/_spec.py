@@ -115,6 +115,8 @@ class ToolSpec(Generic[ArgsT]):
             ``dict`` (``args_type`` is ``dict``) once ``check_args`` passed.
         check_args: With ``input_schema``: returns why the arguments do not
             match it, or ``None``.
+        origin: Who provides it beyond the daemon: a skill's ``name@version``,
+            an MCP server's name ("" for a built-in).
         risk: The risk an approval prompt states (``medium``/``high``);
             empty: HIGH for a sensitive tool, MEDIUM otherwise.
     """
@@ -129,6 +131,7 @@ class ToolSpec(Generic[ArgsT]):
     executor: str = "builtin"
     input_schema: Mapping[str, Any] | None = None
     risk: str = ""
+    origin: str = ""
     check_args: Callable[[dict[str, Any]], str | None] | None = None
 
     def json_schema(self) -> dict[str, Any]:

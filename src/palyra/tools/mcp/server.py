@@ -236,7 +236,7 @@ class McpServer:
             registry_name(self.config.name, tool.name), description, dict,
             self.config.capabilities_of(tool.name), handler, timeout_s=self.config.timeout_s,
             max_output_bytes=self.config.max_output_bytes, executor="mcp", input_schema=schema,
-            check_args=check)
+            check_args=check, origin=self.config.name)
 
     # -- calls ----------------------------------------------------------------
     def _facts(self, digest: str) -> dict[str, str]:

@@ -119,7 +119,8 @@ def _spec(skill: LoadedSkill, tool: SkillTool, limits: Limits, allow: tuple[Netw
 
     return ToolSpec(f"skill.{skill.manifest.name}.{tool.name}", tool.description, dict,
                     capabilities(skill.manifest), handler, timeout_s=timeout_s,
-                    executor="wasm", input_schema=schema, check_args=argument_checker(schema))
+                    executor="wasm", input_schema=schema, check_args=argument_checker(schema),
+                    origin=skill.manifest.skill_id)
 
 
 def register_skills(skills_dir: Path, registry: ToolRegistry, *, limits: Limits,
