@@ -3,6 +3,7 @@ the network host function, install checks and states, and `palyra skills`."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import shutil
@@ -11,9 +12,11 @@ from typing import Any
 
 import msgspec
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palyra.cli.main import main as palyra
-from palyra.tools import ToolContext, ToolRegistry, ToolResult
+from palyra.tools import ToolContext, ToolError, ToolRegistry, ToolResult
 from palyra.tools.skills import (
     Limits,
     ManifestError,
@@ -22,6 +25,7 @@ from palyra.tools.skills import (
     register_skills,
     set_state,
 )
+from palyra.tools.skills.manifest import signing_message
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "skills" / "add"
 
@@ -165,3 +169,47 @@ def test_the_cli(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     assert palyra(["skills", "--skills-dir", skills, "disable", "nope"]) == 1
     assert palyra(["skills", "--skills-dir", skills, "remove", "demo"]) == 0
     assert not (tmp_path / "skills" / "demo").exists()
+
+
+def _signed_copy(tmp_path: Path, name: str, key: Ed25519PrivateKey | None,
+                 **changes: Any) -> Path:
+    source = tmp_path / name
+    shutil.copytree(EXAMPLE, source)
+    manifest = msgspec.structs.replace(read_manifest(source), **changes)
+    if key is not None:
+        signature = key.sign(signing_message(manifest))
+        manifest = msgspec.structs.replace(manifest, signature=base64.b64encode(signature).decode())
+    (source / "skill.json").write_bytes(msgspec.json.encode(manifest))
+    return source
+
+
+def _public(key: Ed25519PrivateKey) -> str:
+    raw = key.public_key().public_bytes(serialization.Encoding.Raw,
+                                        serialization.PublicFormat.Raw)
+    return base64.b64encode(raw).decode()
+
+
+def test_publisher_signatures(tmp_path: Path) -> None:
+    publisher, stranger = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+    trusted = (_public(publisher),)
+    skills = tmp_path / "skills"
+    assert install(_signed_copy(tmp_path, "good", publisher), skills, trusted).name == "demo"
+    with pytest.raises(ToolError, match="not signed"):
+        install(_signed_copy(tmp_path, "unsigned", None), skills, trusted)
+    with pytest.raises(ToolError, match="no trusted publisher key"):
+        install(_signed_copy(tmp_path, "stranger", stranger), skills, trusted)
+    # Signed, then granted more than the publisher signed for: refused.
+    widened = _signed_copy(tmp_path, "widened", publisher)
+    raw = json.loads((widened / "skill.json").read_text())
+    raw["capabilities"]["network"] = ["example.com"]
+    (widened / "skill.json").write_text(json.dumps(raw))
+    with pytest.raises(ToolError, match="no trusted publisher key"):
+        install(widened, skills, trusted)
+    # Without trusted keys, unsigned skills install as before.
+    assert install(_signed_copy(tmp_path, "plain", None), tmp_path / "other").name == "demo"
+    # The daemon checks again when it loads: a skill replaced on disk is refused.
+    shutil.copyfile(tmp_path / "unsigned" / "skill.json", skills / "demo" / "skill.json")
+    registry = ToolRegistry()
+    [record] = register_skills(skills, registry, limits=Limits(), publisher_keys=trusted)
+    assert record["state"] == "refused" and "not signed" in record["reason"]
+    assert registry.get("skill.demo.add") is None

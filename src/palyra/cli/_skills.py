@@ -43,6 +43,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sub = skills.add_subparsers(dest="skills_command", metavar="SUBCOMMAND", title="subcommands")
     add = sub.add_parser("install", help="install a skill directory (manifest + module)")
     add.add_argument("source", type=Path, metavar="DIR")
+    add.add_argument("--publisher-key", action="append", default=[], metavar="BASE64",
+                     help="a trusted publisher's ed25519 public key (repeatable); with any, "
+                          "the skill must be signed by one")
     add.set_defaults(handler=_install)
     listing = sub.add_parser("list", help="list installed skills and their states")
     listing.set_defaults(handler=_list)
@@ -63,7 +66,7 @@ def _dir(args: argparse.Namespace) -> Path:
 
 def _install(args: argparse.Namespace) -> int:
     try:
-        manifest = install(args.source, _dir(args))
+        manifest = install(args.source, _dir(args), tuple(args.publisher_key))
     except (ManifestError, PalyraError, OSError) as exc:
         print(f"palyra skills install: {exc}", file=sys.stderr)
         return 1

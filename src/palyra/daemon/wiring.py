@@ -43,7 +43,7 @@ from palyra.channels.ingress import Ingress
 from palyra.config import PalyraConfig
 from palyra.core.errors import PalyraError
 from palyra.engine import Engine, IdentityRec, RecoveryReport, RunRecord, RunStateId
-from palyra.journal import JournalStore, sign_head_if_moved
+from palyra.journal import EventDraft, JournalStore, sign_head_if_moved
 from palyra.learning import TASK_KIND as REFLECTION_TASK
 from palyra.learning import Learning
 from palyra.memory.factory import build_embedder
@@ -87,9 +87,14 @@ async def open_application(
         config.data_dir / SKILLS_DIR
     skills = register_skills(skills_dir, registry, limits=Limits(
         config.tools.skill_fuel, config.tools.skill_memory_bytes),
-        fetch_allow=config.tools.fetch_allow)
+        fetch_allow=config.tools.fetch_allow, publisher_keys=config.tools.skill_publisher_keys)
     if skills:
-        _log.info("skills loaded", skills=skills)
+        # Which skills (module digests, capabilities, states) this daemon runs with,
+        # on the hash-chained journal: a changed or swapped skill shows there.
+        await store.append([EventDraft(kind="skill.loaded", actor="system:daemon",
+                                       principal="system:daemon", payload=record)
+                            for record in skills])
+        _log.info("skills", skills=[(r["skill"], r["state"]) for r in skills])
     if config.tools.mcp:
         # The SDK is loaded only when servers are configured. Entered before the
         # engine, left after it has parked its runs: no call loses its server.

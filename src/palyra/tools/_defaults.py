@@ -35,6 +35,9 @@ class ToolsConfig:
             registered as ``skill.<name>.<tool>``.
         skill_fuel: Wasmtime fuel per skill call (about one unit per instruction).
         skill_memory_bytes: Linear memory a skill call may use.
+        skill_publisher_keys: Trusted publishers' ed25519 public keys (base64
+            of the raw 32 bytes). When set, a skill loads only with a manifest
+            signature one of them verifies.
         mcp: The user's MCP tool servers (``[[tools.mcp]]``), whose tools are
             registered as ``mcp.<server>.<tool>``.
     """
@@ -47,6 +50,7 @@ class ToolsConfig:
     skills_dir: str = ""
     skill_fuel: int = 50_000_000
     skill_memory_bytes: int = 64 * 1024 * 1024
+    skill_publisher_keys: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         names = [server.name for server in self.mcp]

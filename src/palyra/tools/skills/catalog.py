@@ -74,7 +74,8 @@ def installed(skills_dir: Path) -> Iterator[Path]:
         yield from sorted(p for p in skills_dir.iterdir() if (p / MANIFEST).is_file())
 
 
-def install(source: Path, skills_dir: Path) -> SkillManifest:
+def install(source: Path, skills_dir: Path, publisher_keys: tuple[str, ...] = ()
+            ) -> SkillManifest:
     """Copy a checked skill directory in as ``<skills_dir>/<name>`` (enabled).
 
     The module's SHA-256 must match the manifest's; an installed skill of the
@@ -85,7 +86,8 @@ def install(source: Path, skills_dir: Path) -> SkillManifest:
             it does not compile.
     """
     manifest = read_manifest(source)
-    load(engine(), source, manifest)  # digest and compilation checked before anything moves
+    # Signature, digest and compilation are checked before anything moves.
+    load(engine(), source, manifest, publisher_keys)
     target = skills_dir / manifest.name
     staging = skills_dir / f".{manifest.name}.installing"
     shutil.rmtree(staging, ignore_errors=True)
@@ -124,28 +126,38 @@ def _spec(skill: LoadedSkill, tool: SkillTool, limits: Limits, allow: tuple[Netw
 
 
 def register_skills(skills_dir: Path, registry: ToolRegistry, *, limits: Limits,
-                    fetch_allow: tuple[str, ...] = (), timeout_s: float = 30.0) -> list[str]:
-    """Load every enabled skill and register its tools; returns the skill ids loaded.
+                    fetch_allow: tuple[str, ...] = (), publisher_keys: tuple[str, ...] = (),
+                    timeout_s: float = 30.0) -> list[dict[str, Any]]:
+    """Load every enabled skill and register its tools.
 
     ``fetch_allow`` are the networks ``http.fetch`` may reach besides public
     addresses; ``palyra.http_get`` applies the same filter. A skill that fails
     its checks is logged and skipped; the daemon still starts.
+
+    Returns:
+        One record per installed skill (what the daemon journals at start):
+        ``skill``, ``skill_id``, ``module_sha256``, ``capabilities``,
+        ``state`` (``enabled``/``disabled``/``quarantined``/``refused``) and,
+        when refused, ``reason``.
     """
     allow = parse_networks(fetch_allow)
     wasm = engine()
-    loaded: list[str] = []
+    records: list[dict[str, Any]] = []
     for directory in installed(skills_dir):
-        state = state_of(directory)
-        if state != "enabled":
-            log.info("skill %s is %s; not loaded", directory.name, state)
-            continue
+        record: dict[str, Any] = {"skill": directory.name, "state": state_of(directory)}
+        records.append(record)
         try:
             manifest = read_manifest(directory)
-            skill = load(wasm, directory, manifest)
+            record.update(skill_id=manifest.skill_id, module_sha256=manifest.sha256,
+                          capabilities=sorted(capabilities(manifest)))
+            if record["state"] != "enabled":
+                log.info("skill %s is %s; not loaded", directory.name, record["state"])
+                continue
+            skill = load(wasm, directory, manifest, publisher_keys)
         except (ManifestError, ToolError, OSError, wasmtime.WasmtimeError) as exc:
             log.warning("skill %s not loaded: %s", directory.name, exc)
+            record.update(state="refused", reason=str(exc))
             continue
         for tool in manifest.tools:
             registry.register(_spec(skill, tool, limits, allow, timeout_s))
-        loaded.append(manifest.skill_id)
-    return loaded
+    return records

@@ -48,6 +48,9 @@ class SkillManifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     sha256: str
     tools: list[SkillTool]
     capabilities: SkillCapabilities = SkillCapabilities()
+    # base64 ed25519 signature of signing_message(); required when the daemon
+    # trusts publisher keys ([tools] skill_publisher_keys).
+    signature: str = ""
 
     @property
     def skill_id(self) -> str:
@@ -92,6 +95,15 @@ def parse_manifest(raw: bytes) -> SkillManifest:
         if path.startswith("/") or ".." in path.split("/") or not path:
             raise ManifestError(f"filesystem path {path!r} must be relative to the workspace")
     return manifest
+
+
+def signing_message(manifest: SkillManifest) -> bytes:
+    """What a publisher signs: the skill, its version, its module's digest and
+    what it asks for (so a signed skill cannot be granted more afterwards)."""
+    caps = manifest.capabilities
+    return "\n".join(["palyra.skill.v1", manifest.name, manifest.version, manifest.sha256,
+                      ",".join(sorted(caps.network)), ",".join(sorted(caps.filesystem))]
+                     ).encode()
 
 
 def input_schema(tool: SkillTool) -> dict[str, object]:

@@ -20,6 +20,8 @@ call's facts (``skill.refused``), so they are on the tape.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import hashlib
 import socket
@@ -29,11 +31,13 @@ from typing import Any
 
 import httpx
 import wasmtime
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from palyra.tools._netguard import Network, refusal
 from palyra.tools._spec import ToolError
 from palyra.tools._workspace import resolve_in_workspace
-from palyra.tools.skills.manifest import SkillManifest, SkillTool
+from palyra.tools.skills.manifest import SkillManifest, SkillTool, signing_message
 
 HTTP_NOT_GRANTED = -1
 HTTP_ADDRESS_REFUSED = -2
@@ -66,12 +70,42 @@ def engine() -> wasmtime.Engine:
     return wasmtime.Engine(config)
 
 
-def load(engine: wasmtime.Engine, directory: Path, manifest: SkillManifest) -> LoadedSkill:
-    """Check the module's SHA-256 against the manifest, then compile it.
+def verify_signature(manifest: SkillManifest, publisher_keys: tuple[str, ...]) -> None:
+    """With trusted publisher keys (base64 raw ed25519 public keys), require the
+    manifest's signature to verify under one of them; without any, accept.
 
     Raises:
-        ToolError: The digest differs, or the module does not compile.
+        ToolError: No signature, or none of the keys verifies it.
     """
+    if not publisher_keys:
+        return
+    if not manifest.signature:
+        raise ToolError(f"skill {manifest.skill_id} is not signed, and publisher keys are "
+                        "configured")
+    try:
+        signature = base64.b64decode(manifest.signature, validate=True)
+    except (binascii.Error, ValueError):
+        raise ToolError(f"skill {manifest.skill_id}: the signature is not base64") from None
+    message = signing_message(manifest)
+    for key in publisher_keys:
+        try:
+            Ed25519PublicKey.from_public_bytes(base64.b64decode(key)).verify(signature, message)
+        except (InvalidSignature, ValueError, binascii.Error):
+            continue
+        return
+    raise ToolError(f"skill {manifest.skill_id}: no trusted publisher key verifies its signature")
+
+
+def load(engine: wasmtime.Engine, directory: Path, manifest: SkillManifest,
+         publisher_keys: tuple[str, ...] = ()) -> LoadedSkill:
+    """Check the signature (when publisher keys are trusted) and the module's
+    SHA-256 against the manifest, then compile it.
+
+    Raises:
+        ToolError: Unsigned or badly signed, the digest differs, or the module
+            does not compile.
+    """
+    verify_signature(manifest, publisher_keys)
     raw = (directory / manifest.module).read_bytes()
     digest = hashlib.sha256(raw).hexdigest()
     if digest != manifest.sha256:
