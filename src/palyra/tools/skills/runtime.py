@@ -25,6 +25,7 @@ import binascii
 import dataclasses
 import hashlib
 import socket
+import threading
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,10 @@ class LoadedSkill:
     engine: wasmtime.Engine
     module: wasmtime.Module
     module_sha256: str
+    # Built once per skill (defining WASI costs more than a small call): every
+    # call instantiates through it in a fresh store.
+    linker: wasmtime.Linker
+    uses_wasi: bool
 
 
 def engine() -> wasmtime.Engine:
@@ -116,7 +121,28 @@ def load(engine: wasmtime.Engine, directory: Path, manifest: SkillManifest,
         module = wasmtime.Module(engine, bytes(binary))
     except (wasmtime.WasmtimeError, UnicodeDecodeError) as exc:
         raise ToolError(f"skill {manifest.skill_id}: the module does not compile: {exc}") from exc
-    return LoadedSkill(manifest, engine, module, digest)
+    uses_wasi = any(i.module.startswith("wasi") for i in module.imports)
+    return LoadedSkill(manifest, engine, module, digest, _linker(engine), uses_wasi)
+
+
+# The call running on this thread: the host function finds its grants here
+# (a linker's functions are shared by every store it instantiates into).
+_CURRENT = threading.local()
+
+
+def _http_get(caller: wasmtime.Caller, url_ptr: int, url_len: int, out_ptr: int,
+              out_cap: int) -> int:
+    call: _Call = _CURRENT.call
+    return call.http_get(caller, url_ptr, url_len, out_ptr, out_cap)
+
+
+def _linker(engine: wasmtime.Engine) -> wasmtime.Linker:
+    linker = wasmtime.Linker(engine)
+    linker.define_wasi()
+    i32 = wasmtime.ValType.i32()
+    linker.define_func("palyra", "http_get", wasmtime.FuncType([i32] * 4, [i32]), _http_get,
+                       access_caller=True)
+    return linker
 
 
 class _Call:
@@ -156,20 +182,16 @@ class _Call:
         return len(body)
 
 
-def _instance(store: wasmtime.Store, skill: LoadedSkill, call: _Call,
-              workspace: Path) -> wasmtime.Instance:
-    wasi = wasmtime.WasiConfig()
-    for path in skill.manifest.capabilities.filesystem:
-        target = resolve_in_workspace(workspace, path)
-        target.mkdir(parents=True, exist_ok=True)
-        wasi.preopen_dir(str(target), path)
-    store.set_wasi(wasi)
-    linker = wasmtime.Linker(skill.engine)
-    linker.define_wasi()
-    i32 = wasmtime.ValType.i32()
-    linker.define_func("palyra", "http_get", wasmtime.FuncType([i32] * 4, [i32]), call.http_get,
-                       access_caller=True)
-    return linker.instantiate(store, skill.module)
+def _instance(store: wasmtime.Store, skill: LoadedSkill, workspace: Path) -> wasmtime.Instance:
+    if skill.uses_wasi:
+        # Nothing inherited: no environment, arguments or stdio; only the grants.
+        wasi = wasmtime.WasiConfig()
+        for path in skill.manifest.capabilities.filesystem:
+            target = resolve_in_workspace(workspace, path)
+            target.mkdir(parents=True, exist_ok=True)
+            wasi.preopen_dir(str(target), path)
+        store.set_wasi(wasi)
+    return skill.linker.instantiate(store, skill.module)
 
 
 def run(skill: LoadedSkill, tool: SkillTool, arguments: dict[str, Any], workspace: Path,
@@ -193,10 +215,10 @@ def run(skill: LoadedSkill, tool: SkillTool, arguments: dict[str, Any], workspac
 
     instance: wasmtime.Instance | None = None
 
-    def done() -> dict[str, str]:
+    def done(stopped: bool = False) -> dict[str, str]:
         used = limits.fuel - store.get_fuel()
         out = {**facts, "skill.fuel_used": str(used)}
-        if instance is not None:
+        if stopped and instance is not None:
             exports = instance.exports(store)
             memories = [m for m in (exports[name] for name in exports)
                         if isinstance(m, wasmtime.Memory)]
@@ -205,10 +227,10 @@ def run(skill: LoadedSkill, tool: SkillTool, arguments: dict[str, Any], workspac
             out["skill.refused"] = "; ".join(call.refused)
         return out
 
+    _CURRENT.call = call
     try:
-        instance = _instance(store, skill, call, workspace)
-        exports = instance.exports(store)
-        export = exports[tool.export] if tool.export in set(exports) else None
+        instance = _instance(store, skill, workspace)
+        export = instance.exports(store).get(tool.export)
         if not isinstance(export, wasmtime.Func):
             raise ToolError(f"skill {skill.manifest.skill_id} has no function {tool.export!r}")
         value = export(store, *(float(arguments[p]) for p in tool.params))
@@ -217,11 +239,13 @@ def run(skill: LoadedSkill, tool: SkillTool, arguments: dict[str, Any], workspac
         # on without the memory traps, and skill.memory_bytes shows where it stood.
         stopped = "fuel" if trap.trap_code == wasmtime.TrapCode.OUT_OF_FUEL else "trap"
         raise ToolError(f"skill {skill.manifest.skill_id} stopped: {_first_line(trap)}",
-                        facts={**done(), "skill.stopped": stopped}) from trap
+                        facts={**done(True), "skill.stopped": stopped}) from trap
     except wasmtime.WasmtimeError as exc:
         # e.g. an initial memory over the cap: instantiation fails.
         raise ToolError(f"skill {skill.manifest.skill_id} could not run: {_first_line(exc)}",
-                        facts={**done(), "skill.stopped": "error"}) from exc
+                        facts={**done(True), "skill.stopped": "error"}) from exc
+    finally:
+        _CURRENT.call = None
     return {"result": value}, done()
 
 
