@@ -51,8 +51,7 @@ from palyra.memory.service import Memory
 from palyra.policy import PolicyGate
 from palyra.providers import build_provider
 from palyra.tasks import TaskQueue, TaskWorker
-from palyra.tools import default_registry
-from palyra.tools.skills import Limits, register_skills
+from palyra.tools import ToolRegistry, default_registry
 from palyra.transport.context import ContextFactory
 from palyra.watchdog import Watchdog
 
@@ -85,16 +84,8 @@ async def open_application(
     registry = default_registry(config.tools)
     skills_dir = Path(config.tools.skills_dir) if config.tools.skills_dir else \
         config.data_dir / SKILLS_DIR
-    skills = register_skills(skills_dir, registry, limits=Limits(
-        config.tools.skill_fuel, config.tools.skill_memory_bytes),
-        fetch_allow=config.tools.fetch_allow, publisher_keys=config.tools.skill_publisher_keys)
-    if skills:
-        # Which skills (module digests, capabilities, states) this daemon runs with,
-        # on the hash-chained journal: a changed or swapped skill shows there.
-        await store.append([EventDraft(kind="skill.loaded", actor="system:daemon",
-                                       principal="system:daemon", payload=record)
-                            for record in skills])
-        _log.info("skills", skills=[(r["skill"], r["state"]) for r in skills])
+    if skills_dir.is_dir() and any(skills_dir.iterdir()):
+        await _load_skills(config, skills_dir, registry, store)
     if config.tools.mcp:
         # The SDK is loaded only when servers are configured. Entered before the
         # engine, left after it has parked its runs: no call loses its server.
@@ -149,6 +140,24 @@ async def open_application(
     app.learning = learning
     app.memory = memory
     return app, CallContext.from_caller
+
+
+async def _load_skills(config: PalyraConfig, skills_dir: Path, registry: ToolRegistry,
+                       store: JournalStore) -> None:
+    """Register the installed skills' tools and journal what was loaded. Wasmtime
+    and the schema checker are loaded only when skills are installed."""
+    from palyra.tools.skills import Limits, register_skills
+
+    skills = register_skills(skills_dir, registry, limits=Limits(
+        config.tools.skill_fuel, config.tools.skill_memory_bytes),
+        fetch_allow=config.tools.fetch_allow, publisher_keys=config.tools.skill_publisher_keys)
+    if skills:
+        # Which skills (module digests, capabilities, states) this daemon runs with,
+        # on the hash-chained journal: a changed or swapped skill shows there.
+        await store.append([EventDraft(kind="skill.loaded", actor="system:daemon",
+                                       principal="system:daemon", payload=record)
+                            for record in skills])
+        _log.info("skills", skills=[(r["skill"], r["state"]) for r in skills])
 
 
 async def _open_channels(config: PalyraConfig, store: JournalStore, engine: Engine,
