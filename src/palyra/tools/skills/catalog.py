@@ -10,9 +10,10 @@ skill's tool is an unknown tool, which the policy denies before any approval.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,7 +23,6 @@ from palyra.core.capabilities import Capability
 from palyra.tools._netguard import Network, parse_networks
 from palyra.tools._registry import ToolRegistry
 from palyra.tools._spec import ToolContext, ToolError, ToolOutput, ToolSpec
-from palyra.tools.mcp.convert import argument_checker
 from palyra.tools.skills.manifest import (
     ManifestError,
     SkillManifest,
@@ -110,19 +110,50 @@ def capabilities(manifest: SkillManifest) -> frozenset[Capability]:
     return frozenset(caps or {Capability.READ_ONLY})
 
 
+# A pure skill (no hosts, no paths) first runs on the event loop with this much
+# fuel (well under a millisecond of work); a call that needs more runs again, from
+# the start, in a worker thread with the full budget. Re-running is safe only
+# because such a call can have no effect outside its own fresh store.
+INLINE_FUEL = 200_000
+
+
+def number_checker(tool: SkillTool) -> Callable[[dict[str, Any]], str | None]:
+    """The numbers ABI's argument check (what ``input_schema`` says, without
+    a schema engine): exactly the declared parameters, each a number."""
+    wanted = set(tool.params)
+
+    def check(arguments: dict[str, Any]) -> str | None:
+        if set(arguments) != wanted:
+            return f"expected exactly the parameters {sorted(wanted)}, got {sorted(arguments)}"
+        for name, value in arguments.items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                return f"{name} must be a number"
+        return None
+
+    return check
+
+
 def _spec(skill: LoadedSkill, tool: SkillTool, limits: Limits, allow: tuple[Network, ...],
           timeout_s: float) -> ToolSpec[Any]:
-    schema = input_schema(tool)
+    pure = capabilities(skill.manifest) == {Capability.READ_ONLY}
+    inline = dataclasses.replace(limits, fuel=min(limits.fuel, INLINE_FUEL))
 
     async def handler(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        if pure:
+            try:
+                value, facts = run(skill, tool, arguments, ctx.workspace_dir, inline, allow)
+                return ToolOutput(value, facts=facts)
+            except ToolError as exc:
+                if exc.facts.get("skill.stopped") != "fuel" or inline.fuel == limits.fuel:
+                    raise
         value, facts = await asyncio.to_thread(run, skill, tool, arguments, ctx.workspace_dir,
                                                limits, allow)
         return ToolOutput(value, facts=facts)
 
     return ToolSpec(f"skill.{skill.manifest.name}.{tool.name}", tool.description, dict,
                     capabilities(skill.manifest), handler, timeout_s=timeout_s,
-                    executor="wasm", input_schema=schema, check_args=argument_checker(schema),
-                    origin=skill.manifest.skill_id)
+                    executor="wasm", input_schema=input_schema(tool),
+                    check_args=number_checker(tool), origin=skill.manifest.skill_id)
 
 
 def register_skills(skills_dir: Path, registry: ToolRegistry, *, limits: Limits,
