@@ -218,21 +218,31 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture
-def http_server(state: Path) -> Iterator[str]:
-    port = _free_port()
+def _serve_http(state: Path, port: int) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([sys.executable, str(SERVER), str(state), "http", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(600):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+            return proc
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError("the HTTP MCP server did not start") from None
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("the HTTP MCP server did not listen")
+
+
+@pytest.fixture
+def http_port() -> int:
+    return _free_port()
+
+
+@pytest.fixture
+def http_server(state: Path, http_port: int) -> Iterator[str]:
+    proc = _serve_http(state, http_port)
     try:
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    raise RuntimeError("the HTTP MCP server did not start") from None
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{http_port}/mcp"
     finally:
         proc.kill()
         proc.wait()
@@ -286,3 +296,29 @@ async def test_a_hung_server_times_out_and_is_replaced(tmp_path: Path, state: Pa
         assert json.loads(again.final_text) == {"result": "alpha"}
     finally:
         await h.stop()
+
+
+async def test_an_http_server_that_dies_is_reconnected(tmp_path: Path, state: Path,
+                                                      http_port: int) -> None:
+    proc = _serve_http(state, http_port)
+    config = McpServerConfig(name="remote", url=f"http://127.0.0.1:{http_port}/mcp",
+                             capabilities=READ_ONLY, ping_interval_s=0.2, connect_timeout_s=2.0,
+                             restart_initial_s=0.1, restart_max_s=0.5)
+    h = Harness(tmp_path / "data", mcp=(config,))
+    app = await h.start()
+    try:
+        assert h.hub is not None
+        server = h.hub.servers["remote"]
+        proc.kill()
+        proc.wait()
+        await _until(lambda: not server.connected)  # the ping noticed
+        down = await run_to_end(app, '/call mcp.remote.read {"path": "a.txt"}')
+        assert "not connected" in json.loads(down.final_text)["error"]
+        proc = await asyncio.to_thread(_serve_http, state, http_port)
+        await _until(lambda: server.connects >= 2, timeout_s=30)
+        up = await run_to_end(app, '/call mcp.remote.read {"path": "a.txt"}')
+        assert json.loads(up.final_text) == {"result": "alpha"}
+    finally:
+        await h.stop()
+        proc.kill()
+        proc.wait()
