@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import http.server
+import io
 import json
 import shutil
+import tarfile
+import threading
+import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -213,3 +219,61 @@ def test_publisher_signatures(tmp_path: Path) -> None:
     [record] = register_skills(skills, registry, limits=Limits(), publisher_keys=trusted)
     assert record["state"] == "refused" and "not signed" in record["reason"]
     assert registry.get("skill.demo.add") is None
+
+
+def _tar_gz(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name, body in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            archive.addfile(info, io.BytesIO(body))
+    return buffer.getvalue()
+
+
+def _zip(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, body in members.items():
+            archive.writestr(name, body)
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def file_server(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    root = tmp_path / "www"
+    root.mkdir()
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_install_from_a_url(tmp_path: Path, file_server: tuple[Path, str],
+                            capfd: pytest.CaptureFixture[str]) -> None:
+    root, base = file_server
+    files = {name: (EXAMPLE / name).read_bytes() for name in ("skill.json", "add.wat")}
+    (root / "demo.tar.gz").write_bytes(_tar_gz({f"demo-1.0.0/{n}": b for n, b in files.items()}))
+    (root / "demo.zip").write_bytes(_zip(files))
+    (root / "evil.tar.gz").write_bytes(_tar_gz({**files, "../escape.txt": b"x"}))
+    for name in ("demo.tar.gz", "demo.zip"):
+        skills = tmp_path / f"skills-{name}"
+        assert palyra(["skills", "--skills-dir", str(skills), "install", f"{base}/{name}"]) == 0
+        assert read_manifest(skills / "demo").skill_id == "demo@1.0.0"
+    assert "installed demo@1.0.0" in capfd.readouterr().out
+    skills = tmp_path / "skills-evil"
+    assert palyra(["skills", "--skills-dir", str(skills), "install", f"{base}/evil.tar.gz"]) == 1
+    assert "not a plain relative path" in capfd.readouterr().err
+    assert not (tmp_path / "escape.txt").exists() and not skills.exists()
+    assert palyra(["skills", "--skills-dir", str(skills), "install", f"{base}/none.zip"]) == 1
+    assert "404" in capfd.readouterr().err

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+import tempfile
+import urllib.parse
 from pathlib import Path
 
 from palyra.cli._render import print_table
@@ -24,6 +26,7 @@ from palyra.tools.skills import (
     set_state,
     state_of,
 )
+from palyra.tools.skills.fetch import download, unpack
 
 _STATE_OF_COMMAND = {"enable": "enabled", "disable": "disabled", "quarantine": "quarantined"}
 
@@ -41,8 +44,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     skills.set_defaults(handler=usage)
     sub = skills.add_subparsers(dest="skills_command", metavar="SUBCOMMAND", title="subcommands")
-    add = sub.add_parser("install", help="install a skill directory (manifest + module)")
-    add.add_argument("source", type=Path, metavar="DIR")
+    add = sub.add_parser("install", help="install a skill: a directory (manifest + module), "
+                                         "or the URL of a .tar.gz/.zip holding one")
+    add.add_argument("source", metavar="DIR|URL")
     add.add_argument("--publisher-key", action="append", default=[], metavar="BASE64",
                      help="a trusted publisher's ed25519 public key (repeatable); with any, "
                           "the skill must be signed by one")
@@ -66,7 +70,13 @@ def _dir(args: argparse.Namespace) -> Path:
 
 def _install(args: argparse.Namespace) -> int:
     try:
-        manifest = install(args.source, _dir(args), tuple(args.publisher_key))
+        if str(args.source).startswith(("https://", "http://")):
+            with tempfile.TemporaryDirectory(prefix="palyra-skill-") as temp:
+                name = urllib.parse.urlsplit(args.source).path
+                source = unpack(name, download(args.source), Path(temp))
+                manifest = install(source, _dir(args), tuple(args.publisher_key))
+        else:
+            manifest = install(Path(args.source), _dir(args), tuple(args.publisher_key))
     except (ManifestError, PalyraError, OSError) as exc:
         print(f"palyra skills install: {exc}", file=sys.stderr)
         return 1
