@@ -209,15 +209,16 @@ def run(skill: LoadedSkill, tool: SkillTool, arguments: dict[str, Any], workspac
     store = wasmtime.Store(skill.engine)
     store.set_fuel(limits.fuel)
     store.set_limits(memory_size=limits.memory_bytes)
-    facts = {"skill.id": skill.manifest.skill_id, "skill.module_sha256": skill.module_sha256,
-             "skill.fuel_limit": str(limits.fuel),
-             "skill.memory_limit": str(limits.memory_bytes)}
+    facts = {"skill.id": skill.manifest.skill_id, "skill.module_sha256": skill.module_sha256}
 
     instance: wasmtime.Instance | None = None
 
     def done(stopped: bool = False) -> dict[str, str]:
         used = limits.fuel - store.get_fuel()
         out = {**facts, "skill.fuel_used": str(used)}
+        if stopped:  # the limits it ran under, beside where it stood
+            out["skill.fuel_limit"] = str(limits.fuel)
+            out["skill.memory_limit"] = str(limits.memory_bytes)
         if stopped and instance is not None:
             exports = instance.exports(store)
             memories = [m for m in (exports[name] for name in exports)
