@@ -18,15 +18,9 @@ from pathlib import Path
 from palyra.cli._render import print_table
 from palyra.cli.journal_cmd import default_data_dir
 from palyra.core.errors import PalyraError
-from palyra.tools.skills import (
-    ManifestError,
-    install,
-    installed,
-    read_manifest,
-    set_state,
-    state_of,
-)
-from palyra.tools.skills.fetch import download, unpack
+
+# palyra.tools.skills (Wasmtime, jsonschema) is imported by the handlers, not here:
+# every `palyra` command, `serve` included, loads this module.
 
 _STATE_OF_COMMAND = {"enable": "enabled", "disable": "disabled", "quarantine": "quarantined"}
 
@@ -69,6 +63,9 @@ def _dir(args: argparse.Namespace) -> Path:
 
 
 def _install(args: argparse.Namespace) -> int:
+    from palyra.tools.skills import ManifestError, install
+    from palyra.tools.skills.fetch import download, unpack
+
     try:
         if str(args.source).startswith(("https://", "http://")):
             with tempfile.TemporaryDirectory(prefix="palyra-skill-") as temp:
@@ -86,6 +83,8 @@ def _install(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from palyra.tools.skills import ManifestError, installed, read_manifest, state_of
+
     rows = []
     for directory in installed(_dir(args)):
         try:
@@ -109,6 +108,8 @@ def _find(args: argparse.Namespace) -> Path | None:
 
 
 def _change(args: argparse.Namespace) -> int:
+    from palyra.tools.skills import set_state
+
     directory = _find(args)
     if directory is None:
         return 1
