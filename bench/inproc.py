@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,15 @@ from palyra.journal import JournalStore
 from palyra.policy import PolicyConfig, PolicyGate
 from palyra.providers import ScriptedProvider
 from palyra.tools import default_registry
+from palyra.tools.mcp import McpServerConfig
+from palyra.tools.mcp.hub import McpHub
+from palyra.tools.skills import Limits, install, register_skills
 
 DEVICE = "01J00000000000000000000000"
+MCP_SERVER = Path(__file__).with_name("mcp_add_server.py")
+# --tool: the registry name of the tool the scripted model calls.
+TOOL_NAMES = {"mcp": "mcp.bench.add", "skill": "skill.demo.add"}
+EXAMPLE_SKILL = Path(__file__).resolve().parents[1] / "examples" / "skills" / "add"
 CLIENT = CallContext.for_principal("user:bench", DEVICE)
 APPROVER = CallContext.for_principal("admin:bench", DEVICE)
 
@@ -105,14 +113,25 @@ async def in_process(data_dir: Path, args: argparse.Namespace) -> AsyncIterator[
     store = JournalStore.open(data_dir)
     try:
         registry = default_registry()
+        tool = TOOL_NAMES.get(args.tool, args.tool)
         config = EngineConfig(max_turns=args.steps + 2, approval_timeout_s=300.0)
-        engine = Engine(store, ScriptedProvider(tool=args.tool),
-                        GatePolicy(PolicyGate.load(PolicyConfig()), registry),
-                        RegistryTools(registry, data_dir), config)
-        async with engine:
-            await engine.recover()
-            yield InProcessDriver(PalyraApp(engine), store, args.tool,
-                                  not getattr(args, "unbatched", False),
-                                  getattr(args, "rpc", "stream"))
+        async with contextlib.AsyncExitStack() as stack:
+            if args.tool == "mcp":
+                # The same add, served over stdio by a real MCP server (a child process).
+                await stack.enter_async_context(McpHub(registry, [McpServerConfig(
+                    name="bench", command=sys.executable, args=(str(MCP_SERVER),),
+                    capabilities=("read_only",))]))
+            if args.tool == "skill":
+                # The same add as a WebAssembly skill (the example skill), under fuel.
+                install(EXAMPLE_SKILL, data_dir / "skills")
+                register_skills(data_dir / "skills", registry, limits=Limits())
+            engine = Engine(store, ScriptedProvider(tool=tool),
+                            GatePolicy(PolicyGate.load(PolicyConfig()), registry),
+                            RegistryTools(registry, data_dir), config)
+            async with engine:
+                await engine.recover()
+                yield InProcessDriver(PalyraApp(engine), store, tool,
+                                      not getattr(args, "unbatched", False),
+                                      getattr(args, "rpc", "stream"))
     finally:
         store.close()

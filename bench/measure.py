@@ -41,6 +41,24 @@ def _client_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _children_cpu_s() -> float:
+    """CPU seconds of this process's live children (``/proc/<pid>/stat`` utime+stime)."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for pid in children:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def _loadavg() -> float:
     try:
         with open("/proc/loadavg") as handle:
@@ -60,10 +78,12 @@ async def measure(driver: Driver, subject: Subject, args: argparse.Namespace, da
         counter.start()
         before = subject.snapshot()
         client_cpu = _client_cpu_s()
+        servers = _children_cpu_s()
         start = time.perf_counter()
         tally = await drive(driver, args, args.sessions, "s")
         wall = time.perf_counter() - start
         client_cpu = _client_cpu_s() - client_cpu
+        servers = _children_cpu_s() - servers
         after = subject.snapshot()
         flushes = counter.stop()
     window = probe.delta(before, after)
@@ -77,6 +97,10 @@ async def measure(driver: Driver, subject: Subject, args: argparse.Namespace, da
     result["load_avg_1m"] = {"before": load_before, "after": _loadavg()}
     if subject.pid != os.getpid():
         result["client_cpu_ms_per_step"] = round(client_cpu * 1000 / _steps(args), 3)
+    elif servers:
+        # Tool servers the measured process started (an MCP server over stdio):
+        # their CPU is part of a step's cost.
+        result["tool_server_cpu_ms_per_step"] = round(servers * 1000 / _steps(args), 3)
     return result
 
 

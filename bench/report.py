@@ -68,6 +68,7 @@ ROWS: list[tuple[str, str, str]] = [
     ("  of which in the kernel (sys)", "sys_ms_per_step", "{:.3f}"),
     ("  journal thread(s) in the kernel", "sys_ms_per_step_by_bucket.journal", "{:.3f}"),
     ("CPU ms/step, client (separate process)", "client_cpu_ms_per_step", "{:.3f}"),
+    ("CPU ms/step, tool server (MCP child)", "tool_server_cpu_ms_per_step", "{:.3f}"),
     ("CPU utilisation (cores)", "cpu_util", "{:.2f}"),
     ("journal records/step", "records_per_step", "{:.2f}"),
     ("journal events/step", "events_per_step", "{:.2f}"),

@@ -162,7 +162,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("-r", "--repeats", type=int, default=3, help="runs; the table shows medians")
     parser.add_argument("--hitl", action="store_true", help="every tool call needs approval")
     parser.add_argument("--db", default="", help="parent dir of the data dirs (kept); default temp")
-    parser.add_argument("--tool", choices=("add", "echo"), default="add")
+    parser.add_argument("--tool", choices=("add", "echo", "mcp", "skill"), default="add",
+                        help="mcp: the same add served by a stdio MCP server; skill: the "
+                             "example WebAssembly skill's add (inproc only)")
     parser.add_argument("--unbatched", action="store_true",
                         help="watch one event per message (as before WatchRunRequest.batch)")
     parser.add_argument("--transport", choices=("inproc", "grpc", "http"), default="inproc",

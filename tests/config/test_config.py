@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -164,3 +165,56 @@ def test_an_approval_incident_that_could_never_fire_is_refused() -> None:
                      "PALYRA_ENGINE_APPROVAL_TIMEOUT_S": "900"})
     load_config(env={"PALYRA_WATCHDOG_APPROVAL_PENDING_S": "600",
                      "PALYRA_WATCHDOG_MODE": "disabled"})
+
+
+def test_mcp_servers_are_an_array_of_tables(tmp_path: Path) -> None:
+    toml = tmp_path / "palyra.toml"
+    toml.write_text('''
+[[tools.mcp]]
+name = "files"
+command = "python3"
+args = ["server.py", "--root", "/srv"]
+env = { ROOT = "/srv" }
+tool_capabilities = { read = ["read_only"] }
+
+[[tools.mcp]]
+name = "remote"
+url = "https://mcp.example.com/mcp"
+header = "Authorization"
+header_env = "REMOTE_MCP_TOKEN"
+''')
+    servers = load_config(config_file=toml, env={}).tools.mcp
+    assert [s.name for s in servers] == ["files", "remote"]
+    assert servers[0].args == ("server.py", "--root", "/srv")
+    assert dict(servers[0].env) == {"ROOT": "/srv"}
+    assert servers[0].capabilities_of("read") == {"read_only"}
+    assert servers[0].capabilities_of("write") == frozenset()  # unknown: sensitive
+    assert servers[1].url.endswith("/mcp") and servers[1].header_env == "REMOTE_MCP_TOKEN"
+
+
+@pytest.mark.parametrize(("body", "problem"), [
+    ('[[tools.mcp]]\nname = "x"\n', "exactly one of command or url"),
+    ('[[tools.mcp]]\nname = "Bad Name"\ncommand = "x"\n', "must match"),
+    ('[[tools.mcp]]\nname = "x"\ncommand = "x"\ncapabilities = ["root"]\n', "unknown capability"),
+    ('[[tools.mcp]]\nname = "x"\ncommand = "x"\nshell = true\n', "tools.mcp[0].shell"),
+    ('[[tools.mcp]]\nname = "x"\ncommand = "a"\n[[tools.mcp]]\nname = "x"\ncommand = "b"\n',
+     "same name"),
+])
+def test_bad_mcp_servers_are_refused_with_the_setting(tmp_path: Path, body: str,
+                                                     problem: str) -> None:
+    toml = tmp_path / "palyra.toml"
+    toml.write_text(body)
+    with pytest.raises(PalyraError, match=re.escape(problem)) as err:
+        load_config(config_file=toml, env={})
+    assert err.value.code is ErrorCode.CONFIG_INVALID
+
+
+def test_the_process_sandbox_section(tmp_path: Path) -> None:
+    toml = tmp_path / "palyra.toml"
+    toml.write_text('[tools.sandbox]\ntier = "c"\nworkspace = "ro"\ncpu_s = 5\n')
+    sandbox = load_config(config_file=toml, env={}).tools.sandbox
+    assert (sandbox.tier, sandbox.workspace, sandbox.cpu_s, sandbox.read_only) == ("c", "ro", 5,
+                                                                                  True)
+    toml.write_text('[tools.sandbox]\ntier = "d"\n')
+    with pytest.raises(PalyraError, match=re.escape("tools.sandbox.tier")):
+        load_config(config_file=toml, env={})

@@ -23,7 +23,19 @@ from palyra.engine import Engine, EngineConfig, member_from, run_next
 from palyra.journal import JournalStore, StoredEvent
 from palyra.policy import PolicyConfig, PolicyGate
 from palyra.providers import ModelProvider, ScriptedProvider
-from palyra.tools import ADD, Capability, ToolContext, ToolOutput, ToolSpec, default_registry
+from palyra.tools import (
+    ADD,
+    Capability,
+    ToolContext,
+    ToolOutput,
+    ToolRegistry,
+    ToolsConfig,
+    ToolSpec,
+    default_registry,
+)
+from palyra.tools.mcp import McpServerConfig
+from palyra.tools.mcp.hub import McpHub
+from palyra.tools.skills import Limits, register_skills
 
 DEVICE = "01J00000000000000000000000"
 USER = CallContext.for_principal("user:alice", DEVICE)
@@ -63,27 +75,38 @@ class Harness:
     provider_factory: Callable[[], ModelProvider] = ScriptedProvider
     tool: ToolSpec[Any] = ADD
     extra_tools: tuple[ToolSpec[Any], ...] = ()  # registered next to the built-ins
+    mcp: tuple[McpServerConfig, ...] = ()  # MCP servers whose tools join the registry
+    tools_config: ToolsConfig = field(default_factory=ToolsConfig)
+    skills_dir: Path | None = None  # installed skills whose tools join the registry
+    skill_limits: Limits = field(default_factory=Limits)
     now_ms: Callable[[], int] | None = None
     # Builds the engine's ContextPort from the open store and gate (None: the tape only).
     context_factory: Callable[[JournalStore, PolicyGate], Any] | None = None
     store: JournalStore | None = None
     engine: Engine | None = None
     app: PalyraApp | None = None
+    registry: ToolRegistry | None = None
+    hub: McpHub | None = None
     _stack: contextlib.AsyncExitStack | None = None
 
     async def start(self, *, recover: bool = True) -> PalyraApp:
         self.store = JournalStore.open(self.data_dir)
-        registry = default_registry()
+        registry = default_registry(self.tools_config)
         registry.replace(self.tool)  # a test may swap the built-in add for a slow one
         for extra in self.extra_tools:
             registry.register(extra)
+        self.registry = registry
+        if self.skills_dir is not None:
+            register_skills(self.skills_dir, registry, limits=self.skill_limits)
+        self._stack = contextlib.AsyncExitStack()
+        if self.mcp:
+            self.hub = await self._stack.enter_async_context(McpHub(registry, self.mcp))
         gate = PolicyGate.load(self.policy_config)
         kwargs: dict[str, Any] = {"now_ms": self.now_ms} if self.now_ms else {}
         if self.context_factory is not None:
             kwargs["context"] = self.context_factory(self.store, gate)
         self.engine = Engine(self.store, self.provider_factory(), GatePolicy(gate, registry),
                              RegistryTools(registry, self.data_dir), self.config, **kwargs)
-        self._stack = contextlib.AsyncExitStack()
         await self._stack.enter_async_context(self.engine)
         if recover:
             await self.engine.recover()

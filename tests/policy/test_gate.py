@@ -151,6 +151,7 @@ def test_builtin_catalogue_decisions(gate: PolicyGate) -> None:
         "fs.read": Outcome.ALLOW,
         "fs.list": Outcome.ALLOW,
         "fs.write": Outcome.NEEDS_APPROVAL,
+        "fs.apply_patch": Outcome.NEEDS_APPROVAL,
         "http.fetch": Outcome.NEEDS_APPROVAL,
     }
     got = {}

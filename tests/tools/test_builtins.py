@@ -38,7 +38,7 @@ def registry() -> ToolRegistry:
 
 def test_capabilities_and_sensitivity(registry: ToolRegistry) -> None:
     sensitive = {t.name for t in registry if is_sensitive(t.capabilities)}
-    assert sensitive == {"fs.write", "http.fetch", "process.run"}
+    assert sensitive == {"fs.write", "fs.apply_patch", "http.fetch", "process.run"}
     assert registry.get("process.run") is not None
     assert Capability.PROCESS_EXEC in registry.get("process.run").capabilities  # type: ignore[union-attr]
     assert is_sensitive([])  # undeclared capabilities count as dangerous

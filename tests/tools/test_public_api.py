@@ -13,6 +13,7 @@ def test_exports_snapshot() -> None:
         "BLOCKED_COMPONENTS",
         "BUILTIN_TOOLS",
         "ECHO",
+        "FS_APPLY_PATCH",
         "FS_LIST",
         "FS_READ",
         "FS_WRITE",
@@ -23,6 +24,7 @@ def test_exports_snapshot() -> None:
         "TIME_NOW",
         "Capability",
         "MemorySearchHook",
+        "SandboxConfig",
         "ToolContext",
         "ToolError",
         "ToolOutput",
@@ -47,6 +49,7 @@ def test_exports_snapshot() -> None:
         "fs.read",
         "fs.list",
         "fs.write",
+        "fs.apply_patch",
         "http.fetch",
         "process.run",
     }

@@ -218,6 +218,7 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.TokensService.ListTokens": "Every issued token (never its secret), newest first.",
     "palyra.v1.TokensService.RevokeToken": "Revoke a token: requests carrying it are refused from now on.",
     "palyra.v1.ToolApprovalResponse.from_cache": "True when a cached session/timeboxed decision answered without asking.",
+    "palyra.v1.ToolAttestation.facts": "What else the executor vouches for, covered by execution_sha256: an MCP\nserver's name and version and the digest of the tool's schema\n(`mcp.server`, `mcp.server_version`, `mcp.schema_sha256`), a process's\nsandbox tier (`sandbox.tier`), a patched file's digests before and after\n(`patch:<path>` = `<before>:<after>`).",
     "palyra.v1.ToolDecision.policy_hash": "SHA-256 of the active policy set and schema.",
     "palyra.v1.ToolPosture": "Per-tool posture, settable in the config file and per session over the API.",
     "palyra.v1.ToolProposal.context_reference": "Set when the daemon, not the model, proposed this call: it resolves the\nuser's context reference (e.g. `@url:https://example.com`) whose tool needs\nan approval. Its result joins the provider input as a context block, not as\na tool message, and the model is called once every such call has a result.",

@@ -10,6 +10,7 @@ from palyra.policy import PolicyGate, Posture
 from palyra.policy import ToolRequest as GateRequest
 from palyra.tools import ToolRegistry, is_sensitive
 
+SKILL_PREFIX = "skill."
 _OUTCOMES: dict[GateOutcome, pb.ToolDecisionOutcome] = {
     GateOutcome.ALLOW: pb.ToolDecisionOutcome.ALLOW, GateOutcome.DENY: pb.ToolDecisionOutcome.DENY,
     GateOutcome.NEEDS_APPROVAL: pb.ToolDecisionOutcome.NEEDS_APPROVAL}
@@ -31,8 +32,17 @@ class GatePolicy:
         return self._gate.policy_hash
 
     def decide_tool(self, request: ToolRequest) -> ToolVerdict:
-        """Posture (session → config → default), budget and Cedar, as one verdict."""
+        """Posture (session → config → default), budget and Cedar, as one verdict.
+
+        A skill's tool (``skill.<name>.<tool>``) first needs Cedar's
+        ``skill.execute``: a skill that is not loaded is denied there, before
+        any approval (REFERENCE §5 flow step 1).
+        """
         caps = self._capabilities(request.tool_name)
+        if request.tool_name.startswith(SKILL_PREFIX):
+            gate = self._skill_gate(request, caps)
+            if gate is not None:
+                return gate
         # No args digest: the gate never reads it (approvals compute their own).
         gate_request = GateRequest.of(
             request.identity.principal, request.tool_name, caps,
@@ -45,10 +55,29 @@ class GatePolicy:
         decision = self._gate.check_tool(gate_request, posture=posture,
                                          budget_left=budget_left, approved=False)
         # Reference: HIGH by default; a read-only tool that asks only because
-        # of its posture is MEDIUM.
-        risk = "high" if caps is None or is_sensitive(caps) else "medium"
+        # of its posture is MEDIUM, and so is process.run at tier C with a
+        # read-only workspace (the tool says so).
+        tool = self._registry.get(request.tool_name)
+        risk = (tool.risk if tool is not None and tool.risk else
+                "high" if caps is None or is_sensitive(caps) else "medium")
         return ToolVerdict(_OUTCOMES[decision.outcome], decision.reason,
                            decision.policy_hash, decision.policy_ids, risk)
+
+    def _skill_gate(self, request: ToolRequest, caps: frozenset[str] | None
+                    ) -> ToolVerdict | None:
+        """Cedar ``skill.execute``'s denial, or ``None`` when the skill may run."""
+        skill = request.tool_name.removeprefix(SKILL_PREFIX).split(".", 1)[0]
+        tool = self._registry.get(request.tool_name)
+        skill_id = tool.origin if tool is not None else ""
+        decision = self._gate.check_skill_execute(
+            request.identity.principal, skill, skill_id=skill_id,
+            state="enabled" if tool is not None else "unknown", tool_name=request.tool_name,
+            capabilities=caps or frozenset(), session_id=request.session_id,
+            channel=request.identity.channel)
+        if decision.allowed:
+            return None
+        return ToolVerdict(pb.ToolDecisionOutcome.DENY, decision.reason, decision.policy_hash,
+                           decision.policy_ids)
 
     def _capabilities(self, tool_name: str) -> frozenset[str] | None:
         tool = self._registry.get(tool_name)

@@ -21,18 +21,30 @@ class RegistryTools:
     def __init__(self, registry: ToolRegistry, workspace_dir: Path) -> None:
         self._registry = registry
         self._workspace = workspace_dir
-        # The registry is fixed after start-up, so the catalogue is computed once.
+        # Built-ins are fixed after start-up; MCP servers add and drop tools, and
+        # the registry's version says when the catalogue must be rebuilt.
+        self._version = -1
+        self._catalog: list[ToolSpecForModel] = []
+        self._catalog_hash = ""
+        self._refresh()
+
+    def _refresh(self) -> None:
+        if self._version == self._registry.version:
+            return
         self._catalog = [ToolSpecForModel(t.name, t.description, t.json_schema())
-                         for t in registry]
+                         for t in self._registry]
         encoded = msgspec.json.Encoder(order="sorted").encode(self._catalog)
         self._catalog_hash = hashlib.sha256(encoded).hexdigest()
+        self._version = self._registry.version
 
     def catalog(self) -> list[ToolSpecForModel]:
         """Tools advertised to the model."""
+        self._refresh()
         return self._catalog
 
     def catalog_hash(self) -> str:
         """SHA-256 of the canonical catalogue."""
+        self._refresh()
         return self._catalog_hash
 
     def is_read_only(self, name: str) -> bool:
@@ -55,4 +67,5 @@ class RegistryTools:
         return ToolOutcome(success=result.success, output_json=result.output_json,
                            error=result.error, timed_out=result.timed_out,
                            truncated=result.truncated, execution_sha256=digest,
-                           executor="builtin")
+                           executor=tool.executor if tool is not None else "builtin",
+                           facts=result.facts)

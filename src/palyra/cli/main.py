@@ -26,6 +26,7 @@ from palyra.cli import (
     _runs,
     _serve,
     _sessions,
+    _skills,
     _tasks,
     _tokens,
 )
@@ -91,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     _learning.add_parser(commands)
     _config.add_parser(commands)
     _doctor.add_parser(commands)
+    _skills.add_parser(commands)
     journal = commands.add_parser("journal", help="verify | export | checkpoint | prune | traces",
                                   add_help=False)
     journal.add_argument("journal_args", nargs=argparse.REMAINDER)

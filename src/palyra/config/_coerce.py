@@ -57,7 +57,8 @@ def coerce(value: Any, hint: Any, where: str) -> Any:
 
     Supported: str, bool, int, float, Path, enums, ``Literal``, ``X | None``
     (empty string → None), ``tuple[str, ...]`` / ``frozenset[str]`` (list or
-    comma-separated string) and ``Mapping[str, V]`` (table or ``k=v,k2=v2``).
+    comma-separated string), ``tuple[SomeDataclass, ...]`` (an array of tables)
+    and ``Mapping[str, V]`` (table or ``k=v,k2=v2``).
     """
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         if not isinstance(value, Mapping):
@@ -78,6 +79,12 @@ def coerce(value: Any, hint: Any, where: str) -> Any:
         if value not in allowed:
             raise config_error(where, f"expected one of {', '.join(map(str, allowed))}")
         return value
+    if origin is tuple and _dataclass_items(hint):
+        # An array of tables ([[tools.mcp]]): each one a dataclass.
+        if not isinstance(value, (list, tuple)):
+            raise config_error(where, "expected an array of tables")
+        item = typing.get_args(hint)[0]
+        return tuple(coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value))
     if origin is tuple:
         if isinstance(value, str):
             value = [part.strip() for part in value.split(",") if part.strip()]
@@ -85,6 +92,12 @@ def coerce(value: Any, hint: Any, where: str) -> Any:
             raise config_error(where, "expected a list of strings")
         return tuple(value)
     return _scalar(value, hint, where)
+
+
+def _dataclass_items(hint: Any) -> bool:
+    args = typing.get_args(hint)
+    return (len(args) == 2 and args[1] is Ellipsis and dataclasses.is_dataclass(args[0])
+            and isinstance(args[0], type))
 
 
 def _mapping(value: Any, value_hint: Any, where: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import importlib.metadata
 import os
+from pathlib import Path
 
 import structlog
 
@@ -45,7 +46,7 @@ from palyra.channels.polling import poll_telegram
 from palyra.config import PalyraConfig
 from palyra.core.errors import PalyraError
 from palyra.engine import Engine, IdentityRec, RecoveryReport, RunRecord, RunStateId
-from palyra.journal import JournalStore, sign_head_if_moved
+from palyra.journal import EventDraft, JournalStore, sign_head_if_moved
 from palyra.learning import TASK_KIND as REFLECTION_TASK
 from palyra.learning import Learning
 from palyra.memory.factory import build_embedder
@@ -55,7 +56,7 @@ from palyra.ops.readiness import Readiness
 from palyra.policy import PolicyGate
 from palyra.providers import build_provider
 from palyra.tasks import TaskQueue, TaskWorker
-from palyra.tools import default_registry
+from palyra.tools import ToolRegistry, default_registry
 from palyra.transport.context import ContextFactory
 from palyra.watchdog import Watchdog
 
@@ -65,6 +66,7 @@ except importlib.metadata.PackageNotFoundError:  # running from a source tree
     VERSION = "0.0.0"
 
 WORKSPACE_DIR = "workspace"
+SKILLS_DIR = "skills"
 
 _log = structlog.get_logger("palyra.daemon")
 
@@ -85,6 +87,16 @@ async def open_application(
     stack.push_async_callback(sign_head_if_moved, store)
     gate = PolicyGate.load(config.policy)
     registry = default_registry(config.tools)
+    skills_dir = Path(config.tools.skills_dir) if config.tools.skills_dir else \
+        config.data_dir / SKILLS_DIR
+    if skills_dir.is_dir() and any(skills_dir.iterdir()):
+        await _load_skills(config, skills_dir, registry, store)
+    if config.tools.mcp:
+        # The SDK is loaded only when servers are configured. Entered before the
+        # engine, left after it has parked its runs: no call loses its server.
+        from palyra.tools.mcp.hub import McpHub
+
+        await stack.enter_async_context(McpHub(registry, config.tools.mcp))
     workspace = config.data_dir / WORKSPACE_DIR
     os.makedirs(workspace, mode=0o700, exist_ok=True)
     provider = build_provider(config.provider)
@@ -143,6 +155,24 @@ async def open_application(
         (c.name, c.ok, c.detail) for c in daemon_details(
             config.data_dir, config.memory.embedder, lambda: memory.status().space)]
     return app, CallContext.from_caller
+
+
+async def _load_skills(config: PalyraConfig, skills_dir: Path, registry: ToolRegistry,
+                       store: JournalStore) -> None:
+    """Register the installed skills' tools and journal what was loaded. Wasmtime
+    and the schema checker are loaded only when skills are installed."""
+    from palyra.tools.skills import Limits, register_skills
+
+    skills = register_skills(skills_dir, registry, limits=Limits(
+        config.tools.skill_fuel, config.tools.skill_memory_bytes),
+        fetch_allow=config.tools.fetch_allow, publisher_keys=config.tools.skill_publisher_keys)
+    if skills:
+        # Which skills (module digests, capabilities, states) this daemon runs with,
+        # on the hash-chained journal: a changed or swapped skill shows there.
+        await store.append([EventDraft(kind="skill.loaded", actor="system:daemon",
+                                       principal="system:daemon", payload=record)
+                            for record in skills])
+        _log.info("skills", skills=[(r["skill"], r["state"]) for r in skills])
 
 
 async def _open_channels(config: PalyraConfig, store: JournalStore, engine: Engine,

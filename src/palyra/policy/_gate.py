@@ -265,6 +265,25 @@ class PolicyGate:
         return Decision(Outcome.DENY, f"{principal} may not {action}: a sensitive action "
                         "(an operator may)", reasons, h)
 
+    def check_skill_execute(self, principal: str, skill: str, *, skill_id: str, state: str,
+                            tool_name: str, capabilities: frozenset[str], session_id: str = "",
+                            channel: str = "") -> Decision:
+        """May ``principal`` call a tool of skill ``skill`` (Cedar ``skill.execute``)?
+        Shipped rules: enabled (loaded) skills only. Memoised like tool calls."""
+        allowed, reasons, errors = self._authorize_cached(principal, "skill.execute", "Skill",
+                                                          skill, {
+            "skill_id": skill_id, "state": state, "tool_name": tool_name,
+            "capabilities": sorted(capabilities), "principal_name": principal,
+            "session_id": session_id, "channel": channel})
+        h = self.policy_hash
+        if errors:
+            return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)
+        if allowed:
+            return Decision(Outcome.ALLOW, f"skill {skill_id} may run", reasons, h)
+        why = f"skill {skill!r} is not installed and enabled" if state != "enabled" else \
+            f"skill {skill_id} is forbidden"
+        return Decision(Outcome.DENY, f"{why} (skill.execute)", reasons, h)
+
     def check_channel_command(self, principal: str, command: str, *, channel: str, sender: str,
                               admitted: bool, owner: bool, verified: bool) -> Decision:
         """May a channel sender run built-in command ``command`` (``/cancel``, ``/reset``,

@@ -6,7 +6,10 @@ import dataclasses
 from typing import Literal, TypeAlias
 
 ProviderKind: TypeAlias = Literal["scripted", "openai", "anthropic"]
-ScriptedTool: TypeAlias = Literal["add", "echo"]
+# The tool the tool-loop script calls: ``echo`` gets ``{"text": ...}``; any other
+# name is an ``add`` (``{"a": r, "b": 1}``): the built-in, or the same tool served
+# by an MCP server (``mcp.bench.add``) or a skill.
+ScriptedTool: TypeAlias = str
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -35,7 +38,8 @@ class ProviderConfig:
             one trial call through.
         anthropic_version: Value of the ``anthropic-version`` header.
         scripted_tool: Tool the scripted provider calls in the tool-loop
-            workload: ``add`` (default) or ``echo``.
+            workload: ``add`` (default), ``echo``, or another add-like tool
+            by name (``mcp.bench.add``).
         scripted_delay_s: Delay the scripted provider sleeps before answering,
             so cancellation can catch it mid-call. Default 0.
     """

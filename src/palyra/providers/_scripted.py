@@ -13,6 +13,9 @@ exactly, and echoes any other user message back, word by word:
   ``tool="echo"``, ``echo {"text": str(r + 1)}``) with id ``call_{n}``.
 * Otherwise the text ``result={r}``.
 
+A user message ``/call TOOL {json args}`` asks for that one call instead
+(``_directive.py``), and the reply after its result is the result's content.
+
 It is stateless: the answer is a pure function of the request, so a run that
 is resumed from the journal gets exactly the answer it would have got.
 """
@@ -27,6 +30,7 @@ from typing import Any
 import msgspec
 
 from palyra.providers._config import ScriptedTool
+from palyra.providers._directive import BadDirective, is_directive, parse_directives
 from palyra.providers._types import (
     ChatMessage,
     Completed,
@@ -129,6 +133,8 @@ def scripted_reply(request: ModelRequest, *, tool: ScriptedTool = "add") -> Mode
     last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
     usage_in = _word_count(messages)
     user_text = messages[last_user].content if last_user >= 0 else ""
+    if is_directive(user_text):
+        return _directive_reply(user_text, messages[last_user + 1:], usage_in)
     match = _TIMES.search(user_text)
     if match is None:
         # Echo mode, like the reference's deterministic provider.
@@ -145,7 +151,8 @@ def scripted_reply(request: ModelRequest, *, tool: ScriptedTool = "add") -> Mode
     values = [v for m in tool_results if (v := _value_of(m.content)) is not None]
     r: Number = values[-1] if values else 0
     if n < k:
-        arguments: dict[str, Any] = {"a": r, "b": 1} if tool == "add" else {"text": _fmt(r + 1)}
+        arguments: dict[str, Any] = ({"text": _fmt(r + 1)} if tool == "echo" else
+                                     {"a": r, "b": 1})
         call = ToolCall(id=f"call_{n}", name=tool, arguments=arguments)
         return ModelResponse(
             text="",
@@ -158,6 +165,24 @@ def scripted_reply(request: ModelRequest, *, tool: ScriptedTool = "add") -> Mode
     return ModelResponse(
         text=text, tool_calls=[], finish_reason="stop", usage=Usage(usage_in, 1), model="scripted"
     )
+
+
+def _directive_reply(user_text: str, after: list[ChatMessage], usage_in: int) -> ModelResponse:
+    """``/call``: ask for the calls once; after their results, reply with their contents."""
+    results = [m for m in after if m.role == "tool"]
+    if results:
+        text = "\n".join(m.content for m in results)
+    else:
+        directives = parse_directives(user_text)
+        if isinstance(directives, BadDirective):
+            text = directives.problem
+        else:
+            calls = [ToolCall(id=f"call_{i}", name=d.tool, arguments=d.arguments)
+                     for i, d in enumerate(directives)]
+            return ModelResponse(text="", tool_calls=calls, finish_reason="tool_calls",
+                                 usage=Usage(usage_in, len(calls)), model="scripted")
+    return ModelResponse(text=text, tool_calls=[], finish_reason="stop",
+                         usage=Usage(usage_in, len(text.split())), model="scripted")
 
 
 def scripted_summary(transcript: str) -> ModelResponse:

@@ -16,9 +16,11 @@ from palyra.tools._attestation import (
 from palyra.tools._builtin_basic import ADD, ECHO, MEMORY_SEARCH, TIME_NOW
 from palyra.tools._builtin_fs import FS_LIST, FS_READ, FS_WRITE
 from palyra.tools._builtin_http import HTTP_FETCH
+from palyra.tools._builtin_patch import FS_APPLY_PATCH
 from palyra.tools._builtin_process import PROCESS_RUN
 from palyra.tools._defaults import BUILTIN_TOOLS, ToolsConfig, default_registry
 from palyra.tools._registry import ToolRegistry, cap_output
+from palyra.tools._sandbox import SandboxConfig
 from palyra.tools._spec import (
     MemorySearchHook,
     ToolContext,
@@ -35,6 +37,7 @@ __all__ = [
     "BLOCKED_COMPONENTS",
     "BUILTIN_TOOLS",
     "ECHO",
+    "FS_APPLY_PATCH",
     "FS_LIST",
     "FS_READ",
     "FS_WRITE",
@@ -45,6 +48,7 @@ __all__ = [
     "TIME_NOW",
     "Capability",
     "MemorySearchHook",
+    "SandboxConfig",
     "ToolContext",
     "ToolError",
     "ToolOutput",

@@ -32,8 +32,10 @@ def attest(tool_name: str, args_json: str, result: ToolResult) -> str:
     The hash input is the domain tag ``palyra.tool.attestation.v1`` followed
     by these fields, each UTF-8 encoded with a u64 big-endian length prefix:
     tool name, argument JSON, ``"ok"``/``"error"``, output JSON, error text,
-    ``timed_out`` and ``truncated`` as ``"1"``/``"0"``. Length prefixes make
-    the encoding unambiguous (no two field lists hash the same bytes).
+    ``timed_out`` and ``truncated`` as ``"1"``/``"0"``; then, only when the
+    result carries facts, each fact's key and value in key order. Length
+    prefixes make the encoding unambiguous (no two field lists hash the same
+    bytes), and a result without facts hashes as it always did.
 
     Args:
         tool_name: Name of the tool that ran.
@@ -49,6 +51,7 @@ def attest(tool_name: str, args_json: str, result: ToolResult) -> str:
         result.error,
         "1" if result.timed_out else "0",
         "1" if result.truncated else "0",
+        *(part for key in sorted(result.facts) for part in (key, result.facts[key])),
     ):
         h.update(_field(value))
     return h.hexdigest()

@@ -1,9 +1,11 @@
 """``process.run``: run a program in the workspace (off unless enabled).
 
 The child gets its own process group and a minimal environment (no API keys
-from the daemon's environment). On timeout or cancellation the whole group
-is killed and reaped before the cancellation continues, so no orphan keeps
-running after its run was cancelled.
+from the daemon's environment), confined by the configured sandbox tier
+(``_sandbox.py``: rlimits at tier b, a bubblewrap namespace sandbox at tier c),
+which the attestation records. On timeout or cancellation the whole group is
+killed and reaped before the cancellation continues, so no orphan keeps running
+after its run was cancelled.
 """
 
 from __future__ import annotations
@@ -11,11 +13,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import pwd
+import shutil
 import signal
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import msgspec
 
 from palyra.core.capabilities import Capability
+from palyra.tools._sandbox import SandboxConfig, command_line
 from palyra.tools._spec import ToolContext, ToolError, ToolOutput, ToolSpec
 from palyra.tools._workspace import resolve_in_workspace
 
@@ -49,15 +56,51 @@ def _kill_group(process: asyncio.subprocess.Process) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
-async def _run(args: RunArgs, ctx: ToolContext) -> ToolOutput:
+def _ids(user: str) -> tuple[int, int] | None:
+    if not user:
+        return None
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        raise ToolError(f"sandbox user {user!r} does not exist") from None
+    return entry.pw_uid, entry.pw_gid
+
+
+def _find(program: str, cwd: Path, path: str | None) -> str | None:
+    """The program's file, found here rather than by a wrapper: a missing program is
+    "cannot start" at every tier, not a wrapper's exit code."""
+    if "/" not in program:
+        return shutil.which(program, path=path)
+    target = cwd / program
+    return str(target) if target.is_file() and os.access(target, os.X_OK) else None
+
+
+def _runner(sandbox: SandboxConfig) -> Callable[[RunArgs, ToolContext], Awaitable[ToolOutput]]:
+    facts = sandbox.facts()
+
+    async def run(args: RunArgs, ctx: ToolContext) -> ToolOutput:
+        try:
+            output = await _run(args, ctx, sandbox)
+        except ToolError as exc:
+            raise ToolError(exc.message, facts=facts) from exc
+        return ToolOutput(output.value, truncated=output.truncated, facts=facts)
+
+    return run
+
+
+async def _run(args: RunArgs, ctx: ToolContext, sandbox: SandboxConfig) -> ToolOutput:
     if not args.argv:
         raise ToolError("argv must not be empty")
     cwd = resolve_in_workspace(ctx.workspace_dir, args.cwd or ".")
     env = {k: os.environ[k] for k in _ENV_KEEP if k in os.environ}
     env["HOME"] = str(ctx.workspace_dir)
+    if _find(args.argv[0], cwd, env.get("PATH")) is None:
+        raise ToolError(f"cannot start {args.argv[0]!r}: no such program")
+    argv = command_line(sandbox, [args.argv[0], *args.argv[1:]], ctx.workspace_dir, cwd,
+                        _ids(sandbox.user))
     try:
         process = await asyncio.create_subprocess_exec(
-            *args.argv,
+            *argv,
             cwd=cwd,
             env=env,
             stdin=asyncio.subprocess.DEVNULL,
@@ -81,6 +124,8 @@ async def _run(args: RunArgs, ctx: ToolContext) -> ToolOutput:
     return ToolOutput(
         {
             "exit_code": code,
+            # A negative code is the signal that ended it (SIGXCPU, SIGKILL, ...).
+            "signal": signal.Signals(-code).name if code < 0 else "",
             "stdout": stdout.decode("utf-8", "replace"),
             "stderr": stderr.decode("utf-8", "replace"),
             "truncated": truncated,
@@ -89,11 +134,19 @@ async def _run(args: RunArgs, ctx: ToolContext) -> ToolOutput:
     )
 
 
-PROCESS_RUN: ToolSpec[RunArgs] = ToolSpec(
-    "process.run",
-    "Run a program (argv, no shell) in the workspace; returns exit code and output.",
-    RunArgs,
-    frozenset({Capability.PROCESS_EXEC}),
-    _run,
-    timeout_s=60.0,
-)
+def process_run_tool(sandbox: SandboxConfig) -> ToolSpec[RunArgs]:
+    """``process.run`` confined by ``sandbox``; MEDIUM risk at tier c with a
+    read-only workspace (it can change nothing), HIGH otherwise."""
+    return ToolSpec(
+        "process.run",
+        "Run a program (argv, no shell) in the workspace; returns exit code and output.",
+        RunArgs,
+        frozenset({Capability.PROCESS_EXEC}),
+        _runner(sandbox),
+        timeout_s=60.0,
+        executor="sandbox",
+        risk="medium" if sandbox.read_only else "",
+    )
+
+
+PROCESS_RUN: ToolSpec[RunArgs] = process_run_tool(SandboxConfig())

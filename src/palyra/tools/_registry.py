@@ -17,7 +17,7 @@ import msgspec
 
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.tools._eager import Suspended, first_step, resume
-from palyra.tools._spec import ToolContext, ToolResult, ToolSpec
+from palyra.tools._spec import ToolContext, ToolError, ToolResult, ToolSpec
 
 _ENCODER = msgspec.json.Encoder()
 
@@ -58,6 +58,8 @@ class ToolRegistry:
 
     def __init__(self, tools: Iterable[ToolSpec[Any]] = ()) -> None:
         self._tools: dict[str, ToolSpec[Any]] = {}
+        # Bumped on every change, so views of the catalogue know to rebuild it.
+        self.version = 0
         for tool in tools:
             self.register(tool)
 
@@ -72,6 +74,7 @@ class ToolRegistry:
                 f"tool {tool.name!r} is registered twice", code=ErrorCode.CONFIG_INVALID
             )
         self._tools[tool.name] = tool
+        self.version += 1
 
     def replace(self, tool: ToolSpec[Any]) -> None:
         """Swap the tool registered under ``tool.name`` (e.g. a deployment's own ``fs.read``).
@@ -82,6 +85,12 @@ class ToolRegistry:
         if tool.name not in self._tools:
             raise PalyraError(f"tool {tool.name!r} is not registered", code=ErrorCode.CONFIG_INVALID)
         self._tools[tool.name] = tool
+        self.version += 1
+
+    def unregister(self, name: str) -> None:
+        """Remove the tool called ``name`` (an MCP server dropped it); no-op if absent."""
+        if self._tools.pop(name, None) is not None:
+            self.version += 1
 
     def get(self, name: str) -> ToolSpec[Any] | None:
         """The tool called ``name``, or ``None``."""
@@ -123,10 +132,18 @@ class ToolRegistry:
         tool = self._tools.get(call_name)
         if tool is None:
             return ToolResult(success=False, error=f"unknown tool {call_name!r}")
-        try:
-            args = msgspec.convert(dict(raw_args), tool.args_type, strict=True)
-        except msgspec.ValidationError as exc:
-            return ToolResult(success=False, error=f"invalid arguments for {call_name}: {exc}")
+        if tool.input_schema is not None:
+            args: Any = dict(raw_args)
+            problem = tool.check_args(args) if tool.check_args is not None else None
+            if problem is not None:
+                return ToolResult(success=False,
+                                  error=f"invalid arguments for {call_name}: {problem}")
+        else:
+            try:
+                args = msgspec.convert(dict(raw_args), tool.args_type, strict=True)
+            except msgspec.ValidationError as exc:
+                return ToolResult(success=False,
+                                  error=f"invalid arguments for {call_name}: {exc}")
         limit = tool.timeout_s if timeout_s is None else timeout_s
         try:
             # The timer is armed only if the handler suspends (see _eager),
@@ -142,6 +159,8 @@ class ToolRegistry:
             return ToolResult(
                 success=False, error=f"{call_name} timed out after {limit:g}s", timed_out=True
             )
+        except ToolError as exc:
+            return ToolResult(success=False, error=exc.message, facts=exc.facts)
         except PalyraError as exc:
             return ToolResult(success=False, error=exc.message)
         except Exception as exc:
@@ -156,4 +175,5 @@ class ToolRegistry:
                 success=False, error=f"{call_name} returned unencodable output: {exc}"
             )
         text, truncated = cap_output(encoded, tool.max_output_bytes)
-        return ToolResult(success=True, output_json=text, truncated=truncated or output.truncated)
+        return ToolResult(success=True, output_json=text, truncated=truncated or output.truncated,
+                          facts=output.facts)

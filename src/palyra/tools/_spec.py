@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Generic, TypeAlias, TypeVar
 
@@ -12,7 +12,7 @@ import msgspec
 from palyra.core.capabilities import Capability
 from palyra.core.errors import ErrorCode, PalyraError
 
-ArgsT = TypeVar("ArgsT", bound=msgspec.Struct)
+ArgsT = TypeVar("ArgsT")  # a msgspec Struct, or ``dict`` for a tool with an input_schema
 
 MemorySearchHook: TypeAlias = Callable[[str, int], Awaitable[list[dict[str, Any]]]]
 """``(query, limit) -> hits``: searches the session's memory; hits are JSON objects."""
@@ -26,6 +26,10 @@ class ToolError(PalyraError):
     """
 
     code = ErrorCode.TOOL_FAILED
+
+    def __init__(self, message: str, *, facts: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.facts: dict[str, str] = dict(facts or {})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -51,10 +55,14 @@ class ToolOutput(msgspec.Struct, frozen=True):
     Attributes:
         value: Any msgspec-encodable value; the registry encodes it as JSON.
         truncated: The handler already cut its output (e.g. a large file).
+        facts: What the execution vouches for beyond its output (the files'
+            digests, the sandbox tier, the MCP server's version); journaled in
+            the attestation and covered by its hash.
     """
 
     value: Any
     truncated: bool = False
+    facts: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class ToolResult(msgspec.Struct, frozen=True):
@@ -67,6 +75,7 @@ class ToolResult(msgspec.Struct, frozen=True):
         timed_out: The handler was stopped by the tool's timeout.
         truncated: The output was cut to ``max_output_bytes`` (here or by the
             handler itself).
+        facts: The handler's ``ToolOutput.facts`` (or a ``ToolError``'s).
     """
 
     success: bool
@@ -74,6 +83,7 @@ class ToolResult(msgspec.Struct, frozen=True):
     error: str = ""
     timed_out: bool = False
     truncated: bool = False
+    facts: dict[str, str] = msgspec.field(default_factory=dict)
 
     def model_content(self) -> str:
         """The text to put in the ``tool`` message for the model."""
@@ -98,6 +108,17 @@ class ToolSpec(Generic[ArgsT]):
         handler: ``async (args, ctx) -> ToolOutput``.
         timeout_s: Wall-clock limit of one call.
         max_output_bytes: Cap on the encoded output JSON.
+        executor: What runs it, as the attestation names it: ``builtin``,
+            ``mcp`` (a user's MCP server) or ``sandbox`` (``process.run``).
+        input_schema: A JSON Schema of the arguments given by the tool's owner
+            (an MCP server); then the handler gets the arguments as a plain
+            ``dict`` (``args_type`` is ``dict``) once ``check_args`` passed.
+        check_args: With ``input_schema``: returns why the arguments do not
+            match it, or ``None``.
+        origin: Who provides it beyond the daemon: a skill's ``name@version``,
+            an MCP server's name ("" for a built-in).
+        risk: The risk an approval prompt states (``medium``/``high``);
+            empty: HIGH for a sensitive tool, MEDIUM otherwise.
     """
 
     name: str
@@ -107,6 +128,11 @@ class ToolSpec(Generic[ArgsT]):
     handler: Handler[ArgsT]
     timeout_s: float = 30.0
     max_output_bytes: int = 64 * 1024
+    executor: str = "builtin"
+    input_schema: Mapping[str, Any] | None = None
+    risk: str = ""
+    origin: str = ""
+    check_args: Callable[[dict[str, Any]], str | None] | None = None
 
     def json_schema(self) -> dict[str, Any]:
         """JSON schema of the arguments, inlined for models.
@@ -115,6 +141,8 @@ class ToolSpec(Generic[ArgsT]):
         handle a plain object schema better, so the top level is inlined (other
         definitions, if any, stay under ``$defs``).
         """
+        if self.input_schema is not None:
+            return dict(self.input_schema)
         schema = msgspec.json.schema(self.args_type)
         defs: dict[str, Any] = dict(schema.get("$defs", {}))
         ref = schema.get("$ref", "")

@@ -663,6 +663,17 @@ export declare type ToolAttestation = Message<"palyra.v1.ToolAttestation"> & {
    * @generated from field: bool timed_out = 4;
    */
   timedOut: boolean;
+
+  /**
+   * What else the executor vouches for, covered by execution_sha256: an MCP
+   * server's name and version and the digest of the tool's schema
+   * (`mcp.server`, `mcp.server_version`, `mcp.schema_sha256`), a process's
+   * sandbox tier (`sandbox.tier`), a patched file's digests before and after
+   * (`patch:<path>` = `<before>:<after>`).
+   *
+   * @generated from field: map<string, string> facts = 5;
+   */
+  facts: { [key: string]: string };
 };
 
 /**

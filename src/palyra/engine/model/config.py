@@ -39,6 +39,9 @@ class EngineConfig:
             see ``JournalConfig.max_payload_bytes``). A longer reply keeps its
             full text in the turn's ``model_token`` events; these two carry a
             prefix ending in a note that says so.
+        parallel_read_only_tools: how many of a turn's leading read-only calls
+            that the policy allows outright run at once (their proposals and
+            results are one append, in the model's order); 1 runs them one by one.
         max_tool_args_bytes: a tool call whose canonical JSON arguments are
             longer is taped with a placeholder and denied (the model hears
             why), instead of failing the run on an oversized journal payload.
@@ -85,6 +88,7 @@ class EngineConfig:
     max_reply_chars: int = 64 * 1024
     max_tool_args_bytes: int = 64 * 1024
     max_pending_inputs: int = 64
+    parallel_read_only_tools: int = 8
     drain_grace_s: float = 5.0
     idle_complete_s: float = 3600.0
     context_budget_tokens: int = 100_000

@@ -52,6 +52,8 @@ class ToolOutcome:
     truncated: bool = False
     execution_sha256: str = ""
     executor: str = "builtin"
+    # What the executor vouches for (ToolAttestation.facts), covered by the hash.
+    facts: Mapping[str, str] = field(default_factory=dict)
 
 
 class PolicyPort(Protocol):

@@ -10,7 +10,10 @@ daemon dies in between, nothing of the step is on the tape, the model is asked
 again and the harmless call re-runs — the same rule recovery already applies
 to a read-only call caught in flight. Calls of one turn are
 resolved strictly in the order the model asked for them, so results are fed
-back in that order.
+back in that order. The turn's leading read-only calls the policy allows
+outright run concurrently (``EngineConfig.parallel_read_only_tools``), their
+proposals and results one append in the model's order, whichever finished first;
+a crash in the middle leaves none of them on the tape, and the model asks again.
 
 A tool runs only with the exact arguments the model asked for. After a restart
 the arguments come from the tape, where the journal redacted any secret; such
@@ -101,25 +104,53 @@ async def propose(step: Step, batch: Batch, calls: Sequence[ToolCall], turn: int
             decision=pb.ToolDecision(proposal_id=pid, outcome=verdict.outcome,
                                      reason=verdict.reason, policy_hash=verdict.policy_hash,
                                      policy_ids=list(verdict.policy_ids))))
-    pid, call, verdict = verdicts[0]
-    if verdict.outcome == _ALLOW and step.deps.tools.is_read_only(call.name):
-        # Intent and result in one commit; the batch stays carried while the
-        # tool runs, so an abort still journals the proposal with the cancel.
+    group = _read_only_group(step, verdicts)
+    if group:
+        # Intent and results in one commit; the batch stays carried while the
+        # tools run, so an abort still journals the proposals with the cancel.
         step.carry(batch)
         step.phase = "tool"
         with step.active():
-            outcome = await _run_tool(step, call.name, call.arguments)
-        _add_outcome(batch, pid, call.name, outcome)
-        if len(calls) == 1:
+            outcomes = await _run_group(step, group)
+        for (gpid, gcall, _), outcome in zip(group, outcomes, strict=True):
+            _add_outcome(batch, gpid, gcall.name, outcome)  # the model's order, always
+        if len(group) == len(calls):
             batch.add(pb.AgentLoop(phase=pb.AgentLoopPhase.TURN_COMPLETED, turn=turn))
         step.carry(None)
         await batch.commit()
         return
+    pid, call, verdict = verdicts[0]
     step.carry(None)
     if verdict.outcome == _ASK:
         await approval_gate(step, batch, pid, call.name, call.arguments, verdict)
     else:
         await batch.commit()
+
+
+def _read_only_group(step: Step, verdicts: list[tuple[str, ToolCall, ToolVerdict]]
+                     ) -> list[tuple[str, ToolCall, ToolVerdict]]:
+    """The turn's leading calls that are read-only and allowed outright (at most
+    ``parallel_read_only_tools``): they run together. The first call needing an
+    approval or having side effects ends the group; it and every later call are
+    resolved one by one, as before."""
+    limit = max(1, step.deps.config.parallel_read_only_tools)
+    group: list[tuple[str, ToolCall, ToolVerdict]] = []
+    for entry in verdicts[:limit]:
+        _, call, verdict = entry
+        if verdict.outcome != _ALLOW or not step.deps.tools.is_read_only(call.name):
+            break
+        group.append(entry)
+    return group
+
+
+async def _run_group(step: Step, group: list[tuple[str, ToolCall, ToolVerdict]]
+                     ) -> list[ToolOutcome]:
+    """Run the group's calls concurrently; outcomes in the group's order."""
+    if len(group) == 1:  # the common case: no extra tasks
+        _, call, _ = group[0]
+        return [await _run_tool(step, call.name, call.arguments)]
+    return list(await asyncio.gather(*(_run_tool(step, call.name, call.arguments)
+                                       for _, call, _ in group)))
 
 
 def run_postures(step: Step) -> dict[str, str]:
@@ -357,7 +388,7 @@ async def execute(step: Step, p: Proposal) -> None:
 def _add_outcome(batch: Batch, pid: str, name: str, outcome: ToolOutcome) -> None:
     attestation = pb.ToolAttestation(
         proposal_id=pid, execution_sha256=outcome.execution_sha256, executor=outcome.executor,
-        timed_out=outcome.timed_out) if outcome.execution_sha256 else None
+        timed_out=outcome.timed_out, facts=dict(outcome.facts)) if outcome.execution_sha256 else None
     batch.add(pb.ToolResult(
         proposal_id=pid, tool_name=name, success=outcome.success,
         output_json=outcome.output_json, error=outcome.error, timed_out=outcome.timed_out,

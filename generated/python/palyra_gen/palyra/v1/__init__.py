@@ -3421,6 +3421,19 @@ class ToolAttestation(betterproto2.Message):
 
     timed_out: "bool" = betterproto2.field(4, betterproto2.TYPE_BOOL)
 
+    facts: "dict[str, str]" = betterproto2.field(
+        5,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+    )
+    """
+    What else the executor vouches for, covered by execution_sha256: an MCP
+    server's name and version and the digest of the tool's schema
+    (`mcp.server`, `mcp.server_version`, `mcp.schema_sha256`), a process's
+    sandbox tier (`sandbox.tier`), a patched file's digests before and after
+    (`patch:<path>` = `<before>:<after>`).
+    """
+
 
 default_message_pool.register_message("palyra.v1", "ToolAttestation", ToolAttestation)
 
