@@ -1,0 +1,146 @@
+"""A real daemon and a real headless Chromium (Debian's, through chromium-driver)
+for the web console's end-to-end tests.
+
+Every test leaves screenshots in ``build/console-screenshots/``; a failing test
+also prints what the page showed (its URL, visible text and browser console).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
+
+from palyra.testing.spawn import DaemonProcess, clean_env
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+SHOTS = Path(__file__).resolve().parents[2] / "build" / "console-screenshots"
+DEVICE = "01J00000000000000000000000"
+DESKTOP = (1280, 860)
+PHONE = (390, 844)
+# Each add call waits for a human: the chat turn and the run view have approvals to decide.
+CONFIG = '[policy]\ntool_postures = {"add" = "ask_each_time"}\n'
+
+
+def admin(token: str, principal: str = "admin:ops") -> dict[str, str]:
+    return {"authorization": f"Bearer {token}", "x-palyra-principal": principal,
+            "x-palyra-device-id": DEVICE}
+
+
+class Console:
+    """One daemon, one browser, and the helpers the tests share."""
+
+    def __init__(self, daemon: DaemonProcess, driver: WebDriver) -> None:
+        self.daemon = daemon
+        self.driver = driver
+        self.base = f"http://127.0.0.1:{daemon.http_port}"
+        self.token = daemon.token
+
+    def api(self, method: str, path: str, principal: str = "admin:ops", **kw: Any) -> Any:
+        response = httpx.request(method, self.base + path, headers=admin(self.token, principal),
+                                 timeout=30, **kw)
+        assert response.status_code == 200, f"{method} {path}: {response.status_code} {response.text}"
+        return response.json()
+
+    def open(self, fragment: str) -> None:
+        self.driver.get(f"{self.base}/console/#/{fragment}")
+
+    def wait(self, what: Callable[[WebDriver], Any], timeout: float = 20) -> Any:
+        return WebDriverWait(self.driver, timeout, poll_frequency=0.05).until(what)
+
+    def text(self, css: str = "body") -> str:
+        return str(self.driver.find_element(By.CSS_SELECTOR, css).text)
+
+    def wait_text(self, needle: str, css: str = "body", timeout: float = 20) -> None:
+        self.wait(lambda d: needle in d.find_element(By.CSS_SELECTOR, css).text, timeout)
+
+    def sign_in(self, principal: str = "user:console") -> None:
+        self.open("chat")
+        self.wait(lambda d: d.find_elements(By.ID, "token") or d.find_elements(By.CSS_SELECTOR, "nav"))
+        if not self.driver.find_elements(By.ID, "token"):
+            return
+        self.driver.find_element(By.ID, "token").send_keys(self.token)
+        field = self.driver.find_element(By.ID, "principal")
+        field.clear()
+        field.send_keys(principal)
+        self.driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        self.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "nav"))
+
+    def shot(self, name: str, size: tuple[int, int] = DESKTOP) -> Path:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        self.driver.set_window_size(*size)
+        path = SHOTS / f"{name}.png"
+        self.driver.save_screenshot(str(path))
+        self.driver.set_window_size(*DESKTOP)
+        return path
+
+    def network_requests(self) -> list[dict[str, Any]]:
+        """Requests the page sent since the last call (Chrome's performance log)."""
+        sent = []
+        for entry in self.driver.get_log("performance"):
+            message = json.loads(entry["message"])["message"]
+            if message["method"] == "Network.requestWillBeSent":
+                sent.append(message["params"]["request"])
+        return sent
+
+
+def _driver() -> WebDriver:
+    if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
+        pytest.fail("Debian's chromium and chromium-driver are needed "
+                    "(tools/system-packages.txt; `nox -s tests` installs them)")
+    options = Options()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                 f"--window-size={DESKTOP[0]},{DESKTOP[1]}", "--force-prefers-reduced-motion"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+    root = tmp_path_factory.mktemp("console")
+    config = root / "palyra.toml"
+    config.write_text(CONFIG)
+    daemon = DaemonProcess(root / "data", env=clean_env(), extra_args=("--config", str(config)))
+    with daemon:
+        driver = _driver()
+        try:
+            yield Console(daemon, driver)
+        finally:
+            driver.quit()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    fixture = getattr(item, "funcargs", {}).get("console")
+    if report.when != "call" or not report.failed or not isinstance(fixture, Console):
+        return
+    driver = fixture.driver
+    try:
+        shot = fixture.shot(f"FAILED-{item.name}")
+        body = driver.find_element(By.TAG_NAME, "body").text
+        logs = "\n".join(f"{e['level']} {e['message']}" for e in driver.get_log("browser"))
+        report.sections.append(("what the page showed", (
+            f"url: {driver.current_url}\nscreenshot: {shot}\n--- visible text ---\n{body[:4000]}\n"
+            f"--- browser console ---\n{logs[-4000:]}")))
+    except Exception as exc:  # the browser itself may be what broke
+        report.sections.append(("what the page showed", f"(could not read the page: {exc!r})"))
+
+
+os.environ.setdefault("SE_AVOID_STATS", "true")  # selenium: no usage statistics

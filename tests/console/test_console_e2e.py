@@ -1,0 +1,235 @@
+"""The web console in a real headless Chromium against a real daemon on loopback.
+
+The flows of issue 29: signing in, a chat turn whose approval is decided in the
+console, following a run live, resuming after a reload (Last-Event-ID), an abort,
+the journal's verify action, a channel pairing approved, a learning candidate
+accepted; the pages on a desktop and a phone screen.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
+
+from tests.console.conftest import PHONE, Console
+
+pytestmark = pytest.mark.slow
+
+ADD_TWICE = ("Start from 0 and add 1 to the running total 2 times, one add tool call per step, "
+             "then reply with the final result.")
+
+
+def _wait_run(console: Console, run_id: str, state: str, timeout: float = 30) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        run: dict[str, Any] = console.api("GET", f"/v1/runs/{run_id}")["run"]
+        if run["state"] == state or time.monotonic() > deadline:
+            assert run["state"] == state, run
+            return run
+        time.sleep(0.05)
+
+
+def _start_waiting_run(console: Console, session_key: str) -> dict[str, Any]:
+    """A run (started over the API, as another client would) waiting on its first add."""
+    started = console.api("POST", "/v1/runs", principal="user:console", json={
+        "sessionKey": session_key, "input": {"text": ADD_TWICE}, "complete": True})
+    return _wait_run(console, started["run"]["runId"], "RUN_STATE_WAITING_FOR_APPROVAL")
+
+
+def _tape_seqs(console: Console) -> list[int]:
+    return [int(li.get_attribute("data-seq") or -1)
+            for li in console.driver.find_elements(By.CSS_SELECTOR, ".tape li")]
+
+
+def test_sign_in_is_required_and_kept_in_the_tab_only(console: Console) -> None:
+    console.open("chat")
+    console.wait(lambda d: d.find_elements(By.ID, "token"))
+    console.shot("sign-in")
+    console.driver.find_element(By.ID, "token").send_keys("not-the-token")
+    console.driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    console.wait_text("token", css="[role=alert]")
+    assert not console.driver.find_elements(By.CSS_SELECTOR, "nav")
+
+    console.driver.find_element(By.ID, "token").clear()
+    console.sign_in()
+    assert "user:console · operator" in console.text("nav")
+    stored = console.driver.execute_script(
+        "return [Object.keys(localStorage).length, document.cookie, Object.keys(sessionStorage)]")
+    assert stored[0] == 0 and stored[1] == ""
+    assert stored[2] == ["palyra.console.credentials"]
+
+
+def test_chat_turn_with_an_approval_decided_in_the_console(console: Console) -> None:
+    console.sign_in()
+    console.open("chat")
+    box = console.wait(lambda d: d.find_element(By.ID, "message"))
+    box.send_keys(ADD_TWICE)
+    console.driver.find_element(By.CSS_SELECTOR, ".composer button[type=submit]").click()
+
+    card = console.wait(lambda d: d.find_element(By.CSS_SELECTOR, ".approval-card"))
+    assert "add" in card.text and "Approve" in card.text
+    assert "policy: needs approval" in console.text(".tool-card")
+    console.shot("chat-approval")
+    console.shot("chat-approval-phone", PHONE)
+    Select(card.find_element(By.TAG_NAME, "select")).select_by_visible_text("this session")
+    card.find_element(By.CSS_SELECTOR, "button.approve").click()
+
+    # The session scope covers the second add too; the turn ends with the model's reply.
+    console.wait_text("Approved (session) by user:console", css=".transcript")
+    console.wait(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".result.ok")) == 2, timeout=40)
+    console.wait_text("run done", css=".transcript", timeout=40)
+    replies = console.driver.find_elements(By.CSS_SELECTOR, ".msg.assistant")
+    assert replies and "2" in replies[-1].text
+    console.shot("chat-done")
+
+    decided = console.api("GET", "/v1/approvals")["approvals"]
+    mine = [a for a in decided if a["decidedBy"] == "user:console" and a["toolName"] == "add"]
+    assert mine and mine[0]["scope"] == "APPROVAL_SCOPE_SESSION"
+    assert "session" in console.driver.current_url or "#/chat/" in console.driver.current_url
+
+
+def test_follow_a_run_live_and_resume_after_a_reload(console: Console) -> None:
+    console.sign_in()
+    run = _start_waiting_run(console, "follow-me")
+    run_id = run["runId"]
+    console.open(f"runs/{run_id}")
+    console.wait(lambda d: d.find_elements(By.CSS_SELECTOR, ".tape .k-toolApprovalRequest"))
+    console.wait_text("live", css="[data-testid=link]")
+    before = _tape_seqs(console)
+    assert before == sorted(set(before)) and before[0] == 0
+    last = before[-1]
+
+    console.network_requests()  # drop what the first load sent
+    console.driver.refresh()
+    console.wait_text(f"resumed after event {last} (Last-Event-ID)", css="[data-testid=link]")
+    console.wait_text("live", css="[data-testid=link]")
+    sent = [r for r in console.network_requests() if f"/v1/runs/{run_id}/events" in r["url"]]
+    assert sent, "the run view did not reopen its event stream"
+    headers = {k.lower(): v for k, v in sent[-1]["headers"].items()}
+    assert headers.get("last-event-id") == str(last), headers
+
+    # Another client decides; the view shows what follows, live, once and in order.
+    approval_id = run["pendingApprovalId"]
+    console.api("POST", f"/v1/approvals/{approval_id}:decide", json={
+        "decision": "APPROVAL_DECISION_APPROVE", "scope": "APPROVAL_SCOPE_SESSION"})
+    console.wait(lambda d: d.find_elements(By.CSS_SELECTOR, ".tape .k-messageReplied"), timeout=40)
+    console.wait_text("ended", css="[data-testid=link]")
+    after = _tape_seqs(console)
+    assert after == sorted(set(after)) and after[-1] > last
+    stored = console.api("GET", f"/v1/runs/{run_id}/tape", params={"limit": 1000})["events"]
+    assert after[-1] == int(stored[-1].get("tapeSeq", 0))
+    console.wait_text("done", css="[data-testid=run-state]")
+    console.shot("run-view")
+    console.shot("run-view-phone", PHONE)
+
+
+def test_abort_from_the_run_view(console: Console) -> None:
+    console.sign_in()
+    run_id = _start_waiting_run(console, "abort-me")["runId"]
+    console.open(f"runs/{run_id}")
+    console.wait_text("waiting for approval", css="[data-testid=run-state]")
+    console.driver.find_element(By.XPATH, "//button[text()='Abort']").click()
+    console.wait_text("cancelled", css="[data-testid=run-state]")
+    _wait_run(console, run_id, "RUN_STATE_CANCELLED")
+    assert not console.driver.find_elements(By.XPATH, "//button[text()='Abort']")
+
+
+def test_runs_list_and_approvals_inbox(console: Console) -> None:
+    console.sign_in()
+    run = _start_waiting_run(console, "inbox")
+    console.open("runs")
+    row = console.wait(lambda d: d.find_element(By.XPATH, f"//tr[.//code[text()='{run['runId']}']]"))
+    assert "waiting for approval" in row.text
+    console.shot("runs")
+
+    console.open("approvals")
+    card = console.wait(lambda d: d.find_element(
+        By.CSS_SELECTOR, f"[data-approval='{run['pendingApprovalId']}']"))
+    approval = console.api("GET", f"/v1/approvals/{run['pendingApprovalId']}")["approval"]
+    assert approval["policyHash"] in card.text and "risk" in card.text
+    assert '"a"' in card.text or "running total" in card.text or "{" in card.text
+    console.shot("approvals")
+    card.find_element(By.CSS_SELECTOR, "button.deny").click()
+    console.wait(lambda d: d.find_elements(
+        By.CSS_SELECTOR, f"tr[data-approval='{run['pendingApprovalId']}']"), timeout=20)
+    decided = console.text(f"tr[data-approval='{run['pendingApprovalId']}']")
+    assert "denied" in decided and "user:console" in decided
+
+
+def test_journal_verify_and_export(console: Console) -> None:
+    console.sign_in()
+    console.open("journal")
+    console.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "[data-testid=event-count]"))
+    console.driver.find_element(By.XPATH, "//button[text()='Verify now']").click()
+    console.wait_text("Intact", css="[data-testid=verify-result]", timeout=60)
+    head = console.api("GET", "/v1/journal/head")
+    shown = console.text("[data-testid=verify-result]")
+    assert int(shown.split("Intact: ")[1].split(" ")[0]) <= int(head["eventCount"])
+    console.driver.find_element(By.XPATH, "//button[text()='Export']").click()
+    link = console.wait(lambda d: d.find_element(By.PARTIAL_LINK_TEXT, "Download"))
+    assert link.get_attribute("href").startswith("blob:")
+    console.shot("journal")
+
+
+def test_channel_pairing_request_approved_in_the_console(console: Console) -> None:
+    console.sign_in()
+    channel = "slack:T0123"
+    code = console.api("POST", f"/v1/channels/{channel}/pairing-codes", json={})["code"]["code"]
+    asked = console.api("POST", f"/v1/channels/{channel}/messages:route", json={"message": {
+        "text": f"pair {code}", "senderHandle": "U1", "isDirectMessage": True,
+        "adapterMessageId": "m-pair"}})
+    assert "approval" in asked["outputs"][0]["text"]
+    console.open("channels")
+    card = console.wait(lambda d: d.find_element(By.CSS_SELECTOR, ".approval-card"))
+    assert "dm_pairing" in card.text
+    Select(card.find_element(By.TAG_NAME, "select")).select_by_visible_text("timeboxed")
+    ttl = card.find_element(By.CSS_SELECTOR, "input[type=number]")
+    ttl.clear()
+    ttl.send_keys("28800")
+    console.shot("channels")
+    card.find_element(By.CSS_SELECTOR, "button.approve").click()
+    console.wait_text("No sender waits for a pairing.")
+    [grant] = console.api("GET", f"/v1/channels/{channel}/grants")["grants"]
+    assert grant["sender"] == "u1"
+    assert int(grant["expiresAtUnixMs"]) - int(grant["grantedAtUnixMs"]) == 28800 * 1000
+
+
+def test_learning_candidate_accepted_in_the_console(console: Console) -> None:
+    console.sign_in()
+    done = console.api("POST", "/v1/runs", principal="user:console", json={
+        "sessionKey": "learning", "input": {"text": "I prefer short answers."},
+        "complete": True, "wait": True})
+    run_id = done["run"]["runId"]
+    deadline = time.monotonic() + 30
+    while not (found := console.api("GET", "/v1/learning/candidates",
+                                    params={"run_id": run_id}).get("candidates")):
+        assert time.monotonic() < deadline, "no candidate from the reflection"
+        time.sleep(0.1)
+    candidate = found[0]
+    assert candidate["state"] == "LEARNING_CANDIDATE_STATE_PENDING_REVIEW"
+    console.open("learning")
+    card = console.wait(lambda d: d.find_element(
+        By.CSS_SELECTOR, f"[data-candidate='{candidate['candidateId']}']"))
+    assert "short answers" in card.text
+    console.shot("learning")
+    card.find_element(By.XPATH, ".//button[text()='Accept']").click()
+    console.wait(lambda d: "accepted" in d.find_element(
+        By.CSS_SELECTOR, f"[data-candidate='{candidate['candidateId']}'] [data-testid=candidate-state]").text)
+    after = console.api("GET", "/v1/learning/candidates", params={"run_id": run_id})["candidates"][0]
+    assert after["state"] == "LEARNING_CANDIDATE_STATE_ACCEPTED"
+    assert after["decidedBy"] == "user:console"
+
+
+@pytest.mark.parametrize("page", ["sessions", "agents", "memory", "ops"])
+def test_other_pages_render_for_an_operator(console: Console, page: str) -> None:
+    console.sign_in()
+    console.open(page)
+    console.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "main h2"))
+    console.wait(lambda d: not d.find_elements(By.CSS_SELECTOR, "[role=alert]") or True)
+    alerts = [a.text for a in console.driver.find_elements(By.CSS_SELECTOR, "[role=alert]")]
+    assert alerts == [], alerts
+    console.shot(page)
