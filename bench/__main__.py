@@ -2,7 +2,8 @@
 
 Workloads: ``journal`` (bench/journal.py), ``tool-loop`` (bench/tool_loop.py),
 ``memory`` (bench/memory.py), ``ingress`` (bench/ingress.py, signed webhooks into a
-real daemon) and ``retention`` (bench/retention.py, pruning into hash tombstones);
+real daemon), ``retention`` (bench/retention.py, pruning into hash tombstones) and
+``console`` (bench/console.py, the web console in headless Chromium);
 ``diff`` (bench/diff.py) sets two ``tool-loop --json`` files side by side.
 """
 
@@ -13,7 +14,7 @@ import sys
 
 _WORKLOADS = {"journal": "bench.journal", "tool-loop": "bench.tool_loop", "diff": "bench.diff",
               "memory": "bench.memory", "ingress": "bench.ingress",
-              "retention": "bench.retention"}
+              "retention": "bench.retention", "console": "bench.console"}
 
 
 def main(argv: list[str]) -> int:

@@ -136,4 +136,6 @@ function App() {
   );
 }
 
-render(<App />, document.getElementById("app")!);
+const root = document.getElementById("app")!;
+root.textContent = ""; // the static "Loading…" line
+render(<App />, root);

@@ -80,6 +80,8 @@ export function transcript(events: readonly TapeEvent[]): Item[] {
           kind: "tool", seq, proposalId: ev.value.proposalId, tool: ev.value.toolName,
           input: ev.value.inputJson,
         };
+        const d = ev.value.decision; // the policy decision rides on the proposal
+        if (d) item.decision = { outcome: OUTCOMES[d.outcome] ?? "?", reason: d.reason, policyHash: d.policyHash };
         tools.set(item.proposalId, item);
         items.push(item);
         assistant = null;

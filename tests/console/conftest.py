@@ -68,10 +68,14 @@ class Console:
         self.wait(lambda d: needle in d.find_element(By.CSS_SELECTOR, css).text, timeout)
 
     def sign_in(self, principal: str = "user:console") -> None:
+        """Sign in through the form (signing out first if the tab acts as someone else)."""
         self.open("chat")
         self.wait(lambda d: d.find_elements(By.ID, "token") or d.find_elements(By.CSS_SELECTOR, "nav"))
-        if not self.driver.find_elements(By.ID, "token"):
-            return
+        if self.driver.find_elements(By.CSS_SELECTOR, "nav"):
+            if principal in self.text("nav .who"):
+                return
+            self.driver.find_element(By.XPATH, "//button[text()='Sign out']").click()
+            self.wait(lambda d: d.find_elements(By.ID, "token"))
         self.driver.find_element(By.ID, "token").send_keys(self.token)
         field = self.driver.find_element(By.ID, "principal")
         field.clear()

@@ -15,7 +15,7 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-from tests.console.conftest import PHONE, Console
+from .conftest import PHONE, Console
 
 pytestmark = pytest.mark.slow
 
@@ -56,11 +56,17 @@ def test_sign_in_is_required_and_kept_in_the_tab_only(console: Console) -> None:
 
     console.driver.find_element(By.ID, "token").clear()
     console.sign_in()
-    assert "user:console · operator" in console.text("nav")
+    # The admin token acting as a user sees what that user may see: no operator pages.
+    assert console.text("nav .who") == "user:console"
+    assert "Channels" not in console.text("nav")
     stored = console.driver.execute_script(
         "return [Object.keys(localStorage).length, document.cookie, Object.keys(sessionStorage)]")
     assert stored[0] == 0 and stored[1] == ""
     assert stored[2] == ["palyra.console.credentials"]
+
+    console.sign_in("admin:ops")
+    assert console.text("nav .who") == "admin:ops · operator"
+    assert all(page in console.text("nav") for page in ("Channels", "Agents", "Tasks & health"))
 
 
 def test_chat_turn_with_an_approval_decided_in_the_console(console: Console) -> None:
@@ -77,9 +83,13 @@ def test_chat_turn_with_an_approval_decided_in_the_console(console: Console) -> 
     console.shot("chat-approval-phone", PHONE)
     Select(card.find_element(By.TAG_NAME, "select")).select_by_visible_text("this session")
     card.find_element(By.CSS_SELECTOR, "button.approve").click()
-
-    # The session scope covers the second add too; the turn ends with the model's reply.
     console.wait_text("Approved (session) by user:console", css=".transcript")
+
+    # "ask each time" asks again for the second add, whatever the first answer's scope.
+    second = console.wait(lambda d: [c for c in d.find_elements(By.CSS_SELECTOR, ".approval-card")
+                                     if c.find_elements(By.CSS_SELECTOR, "button.approve")])[0]
+    second.find_element(By.CSS_SELECTOR, "button.approve").click()
+    console.wait_text("Approved (once) by user:console", css=".transcript")
     console.wait(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".result.ok")) == 2, timeout=40)
     console.wait_text("run done", css=".transcript", timeout=40)
     replies = console.driver.find_elements(By.CSS_SELECTOR, ".msg.assistant")
@@ -87,8 +97,9 @@ def test_chat_turn_with_an_approval_decided_in_the_console(console: Console) -> 
     console.shot("chat-done")
 
     decided = console.api("GET", "/v1/approvals")["approvals"]
-    mine = [a for a in decided if a["decidedBy"] == "user:console" and a["toolName"] == "add"]
-    assert mine and mine[0]["scope"] == "APPROVAL_SCOPE_SESSION"
+    mine = sorted((a for a in decided if a["decidedBy"] == "user:console" and a["toolName"] == "add"),
+                  key=lambda a: int(a["createdAtUnixMs"]))
+    assert [a["scope"] for a in mine] == ["APPROVAL_SCOPE_SESSION", "APPROVAL_SCOPE_ONCE"]
     assert "session" in console.driver.current_url or "#/chat/" in console.driver.current_url
 
 
@@ -161,7 +172,7 @@ def test_runs_list_and_approvals_inbox(console: Console) -> None:
 
 
 def test_journal_verify_and_export(console: Console) -> None:
-    console.sign_in()
+    console.sign_in("admin:ops")  # verify and export are operators' (app/_access.py)
     console.open("journal")
     console.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "[data-testid=event-count]"))
     console.driver.find_element(By.XPATH, "//button[text()='Verify now']").click()
@@ -176,7 +187,7 @@ def test_journal_verify_and_export(console: Console) -> None:
 
 
 def test_channel_pairing_request_approved_in_the_console(console: Console) -> None:
-    console.sign_in()
+    console.sign_in("admin:ops")
     channel = "slack:T0123"
     code = console.api("POST", f"/v1/channels/{channel}/pairing-codes", json={})["code"]["code"]
     asked = console.api("POST", f"/v1/channels/{channel}/messages:route", json={"message": {
@@ -226,7 +237,7 @@ def test_learning_candidate_accepted_in_the_console(console: Console) -> None:
 
 @pytest.mark.parametrize("page", ["sessions", "agents", "memory", "ops"])
 def test_other_pages_render_for_an_operator(console: Console, page: str) -> None:
-    console.sign_in()
+    console.sign_in("admin:ops")
     console.open(page)
     console.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "main h2"))
     console.wait(lambda d: not d.find_elements(By.CSS_SELECTOR, "[role=alert]") or True)
