@@ -57,6 +57,8 @@ export interface StreamInit {
   query?: Record<string, string | number | boolean>;
   lastEventId?: string;
   signal?: AbortSignal;
+  /** Called once the daemon has accepted the stream (headers received). */
+  onOpen?: () => void;
 }
 
 function withQuery(path: string, query?: Record<string, string | number | boolean>): string {
@@ -98,6 +100,7 @@ export function createApi(credentials: Credentials, base = ""): Api {
         signal: init.signal,
       });
       if (!response.ok) throw await failure(response);
+      init.onOpen?.();
       let error: ApiError | null = null;
       await readSse(response, (frames) => {
         const good = frames.filter((f) => f.event !== "error");

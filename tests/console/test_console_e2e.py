@@ -40,6 +40,16 @@ def _start_waiting_run(console: Console, session_key: str) -> dict[str, Any]:
     return _wait_run(console, started["run"]["runId"], "RUN_STATE_WAITING_FOR_APPROVAL")
 
 
+def _approve_until_done(console: Console, run_id: str, timeout: float = 40) -> None:
+    deadline = time.monotonic() + timeout
+    while (run := console.api("GET", f"/v1/runs/{run_id}")["run"])["state"] != "RUN_STATE_DONE":
+        assert time.monotonic() < deadline, run
+        if run.get("pendingApprovalId"):
+            console.api("POST", f"/v1/approvals/{run['pendingApprovalId']}:decide", json={
+                "decision": "APPROVAL_DECISION_APPROVE", "scope": "APPROVAL_SCOPE_ONCE"})
+        time.sleep(0.05)
+
+
 def _tape_seqs(console: Console) -> list[int]:
     return [int(li.get_attribute("data-seq") or -1)
             for li in console.driver.find_elements(By.CSS_SELECTOR, ".tape li")]
@@ -123,10 +133,8 @@ def test_follow_a_run_live_and_resume_after_a_reload(console: Console) -> None:
     headers = {k.lower(): v for k, v in sent[-1]["headers"].items()}
     assert headers.get("last-event-id") == str(last), headers
 
-    # Another client decides; the view shows what follows, live, once and in order.
-    approval_id = run["pendingApprovalId"]
-    console.api("POST", f"/v1/approvals/{approval_id}:decide", json={
-        "decision": "APPROVAL_DECISION_APPROVE", "scope": "APPROVAL_SCOPE_SESSION"})
+    # Another client decides (both adds); the view shows what follows, live, once and in order.
+    _approve_until_done(console, run_id)
     console.wait(lambda d: d.find_elements(By.CSS_SELECTOR, ".tape .k-messageReplied"), timeout=40)
     console.wait_text("ended", css="[data-testid=link]")
     after = _tape_seqs(console)

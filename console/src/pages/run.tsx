@@ -59,9 +59,8 @@ export function RunPage({ api, runId }: { api: Api; runId: string }) {
           await api.stream(`${path}/events`, {
             query: lastEventId ? { batch: true } : { after_seq: (from ?? 0) - 1, batch: true },
             lastEventId, signal: controller.signal,
+            onOpen: () => { setLink("live"); attempt = 0; },
           }, (frames) => {
-            setLink("live");
-            attempt = 0;
             window_.add(framesToEvents(frames));
             const id = frames[frames.length - 1].id;
             if (id !== null) {
