@@ -29,6 +29,7 @@ export type Item =
   | { kind: "assistant"; seq: number; text: string; final: boolean }
   | { kind: "tool"; seq: number; proposalId: string; tool: string; input: string;
       decision?: { outcome: string; reason: string; policyHash: string };
+      approval?: Extract<Item, { kind: "approval" }>;
       result?: { success: boolean; output: string; error: string } }
   | { kind: "approval"; seq: number; approvalId: string; tool: string; title: string;
       summary: string; risk: string; expiresAtMs: number;
@@ -101,7 +102,10 @@ export function transcript(events: readonly TapeEvent[]): Item[] {
           expiresAtMs: Number(ev.value.expiresAtUnixMs),
         };
         approvals.set(item.approvalId, item);
-        items.push(item);
+        // Shown inside its tool call's card when the call is on this tape.
+        const tool = tools.get(ev.value.proposalId);
+        if (tool) tool.approval = item;
+        else items.push(item);
         break;
       }
       case "toolApprovalResponse": {

@@ -7,7 +7,7 @@ import { ListRunTapeResponseSchema, ListSessionsResponseSchema, RunStreamRequest
 import { body, type Api } from "../api";
 import { newUlid } from "../auth";
 import { framesToEvents, transcript, type Item } from "../tape";
-import { ApprovalDecider, ErrorLine, Json, messageOf, usePoll } from "../ui";
+import { ApprovalDecider, ErrorLine, Json, messageOf, usePoll, When } from "../ui";
 
 export const INTERACTIVE_MARK = "palyra:chat-interactive";
 
@@ -65,6 +65,7 @@ export function ChatPage({ api, sessionId }: { api: Api; sessionId: string }) {
         method: "POST",
         json: body(RunStreamRequestSchema, {
           sessionId, sessionKey: sessionId ? "" : `console-${newUlid()}`,
+          sessionLabel: sessionId ? "" : message.slice(0, 48),
           input: { text: message }, complete: true, batch: true,
         }),
       }, (frames) => {
@@ -132,6 +133,7 @@ function ItemCard({ api, item }: { api: Api; item: Item }) {
         </div>
         <Json text={item.input} />
         {item.decision?.reason && <p class="muted">{item.decision.reason}</p>}
+        {item.approval && <ApprovalBlock api={api} item={item.approval} />}
         {item.result && (
           <div class={item.result.success ? "result ok" : "result failed"}>
             <span>{item.result.success ? "result" : "failed"}</span>
@@ -140,19 +142,26 @@ function ItemCard({ api, item }: { api: Api; item: Item }) {
         )}
       </div>
     );
-    case "approval": return (
-      <div class="approval-card" role="group" aria-label={`Approval for ${item.tool}`}>
-        <div class="card-head"><strong>approval needed · {item.tool}</strong><span class={`badge risk-${item.risk}`}>risk {item.risk}</span></div>
-        <p>{item.title}</p>
-        {item.summary && <p class="muted">{item.summary}</p>}
-        {item.answer
-          ? <p class={item.answer.approved ? "decided ok" : "decided failed"}>
-              {item.answer.approved ? "Approved" : "Denied"} ({item.answer.scope}) by {item.answer.decidedBy}
-            </p>
-          : <ApprovalDecider api={api} approvalId={item.approvalId} />}
-      </div>
-    );
+    case "approval": return <ApprovalBlock api={api} item={item} />;
     case "status": return <p class="status">{item.text}</p>;
     case "error": return <p class="error">{item.text}</p>;
   }
+}
+
+function ApprovalBlock({ api, item }: { api: Api; item: Extract<Item, { kind: "approval" }> }) {
+  return (
+    <div class="approval-card" role="group" aria-label={`Approval for ${item.tool}`}>
+      <div class="card-head"><strong>approval needed · {item.tool}</strong><span class={`badge risk-${item.risk}`}>risk {item.risk}</span></div>
+      <p>{item.title}</p>
+      {item.summary && <p class="muted">{item.summary}</p>}
+      {item.answer
+        ? <p class={item.answer.approved ? "decided ok" : "decided failed"}>
+            {item.answer.approved ? "Approved" : "Denied"} ({item.answer.scope}) by {item.answer.decidedBy}
+          </p>
+        : <>
+            {item.expiresAtMs > 0 && <p class="muted">expires <When ms={item.expiresAtMs} /></p>}
+            <ApprovalDecider api={api} approvalId={item.approvalId} />
+          </>}
+    </div>
+  );
 }

@@ -37,7 +37,7 @@ export function LearningPage({ api }: { api: Api }) {
               {c.decidedBy && <> · decided by {c.decidedBy}</>}</p>
             {c.runId && (
               <p>Evidence: {c.tapeSeqs.map((s) => (
-                <a key={String(s)} class="evidence" href={`#/runs/${encodeURIComponent(c.runId)}`}>event {String(s)} </a>
+                <a key={String(s)} class="evidence" href={`#/runs/${encodeURIComponent(c.runId)}?from=${String(s)}`}>event {String(s)} </a>
               ))}</p>
             )}
             {c.state === 1 && (

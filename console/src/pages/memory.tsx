@@ -41,7 +41,7 @@ export function MemoryPage({ api }: { api: Api }) {
             <p class="muted">{item.source} · <Age ms={item.createdAtUnixMs} />{score >= 0 && <> · score {(score / 100).toFixed(0)} %</>}
               {item.tags.map((t) => <span class="badge" key={t}>{t}</span>)}</p>
             {item.provenance?.runId && (
-              <p>From run <a href={`#/runs/${encodeURIComponent(item.provenance.runId)}`}><code>{item.provenance.runId}</code></a>
+              <p>From run <a href={`#/runs/${encodeURIComponent(item.provenance.runId)}${item.provenance.tapeSeqs.length ? `?from=${String(item.provenance.tapeSeqs[0])}` : ""}`}><code>{item.provenance.runId}</code></a>
                 {item.provenance.tapeSeqs.length > 0 && <> events {item.provenance.tapeSeqs.map(String).join(", ")}</>}</p>
             )}
             <button class="deny" onClick={() => remove(item.memoryId)}>Delete</button>

@@ -17,6 +17,13 @@ const cursorKey = (runId: string) => `palyra.console.run.${runId}.last`;
 
 type Link = "connecting" | "live" | "reconnecting" | "ended";
 
+/** `#/runs/<id>?from=N` opens the view replaying from event N (links from evidence). */
+function fromInHash(): number | null {
+  const query = location.hash.split("?")[1];
+  const value = query ? new URLSearchParams(query).get("from") : null;
+  return value !== null && /^\d+$/.test(value) ? Number(value) : null;
+}
+
 export function RunPage({ api, runId }: { api: Api; runId: string }) {
   const path = `/v1/runs/${encodeURIComponent(runId)}`;
   const [run, runError, reloadRun] = usePoll(() => api.get(path, GetRunResponseSchema), 1500, [api, runId]);
@@ -24,8 +31,8 @@ export function RunPage({ api, runId }: { api: Api; runId: string }) {
   const [, setVersion] = useState(0);
   const [link, setLink] = useState<Link>("connecting");
   const [resumedAfter, setResumedAfter] = useState<number | null>(null);
-  const [from, setFrom] = useState<number | null>(null);
-  const [fromInput, setFromInput] = useState("0");
+  const [from, setFrom] = useState<number | null>(fromInHash);
+  const [fromInput, setFromInput] = useState(String(from ?? 0));
   const [error, setError] = useState("");
   const [reconnects, setReconnects] = useState(0);
   const follow = useRef(true);
