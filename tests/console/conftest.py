@@ -7,9 +7,13 @@ also prints what the page showed (its URL, visible text and browser console).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import socket
+import struct
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -55,8 +59,8 @@ class Console:
         assert response.status_code == 200, f"{method} {path}: {response.status_code} {response.text}"
         return response.json()
 
-    def open(self, fragment: str) -> None:
-        self.driver.get(f"{self.base}/console/#/{fragment}")
+    def open(self, fragment: str, base: str = "") -> None:
+        self.driver.get(f"{base or self.base}/console/#/{fragment}")
 
     def wait(self, what: Callable[[WebDriver], Any], timeout: float = 20) -> Any:
         return WebDriverWait(self.driver, timeout, poll_frequency=0.05).until(what)
@@ -67,9 +71,9 @@ class Console:
     def wait_text(self, needle: str, css: str = "body", timeout: float = 20) -> None:
         self.wait(lambda d: needle in d.find_element(By.CSS_SELECTOR, css).text, timeout)
 
-    def sign_in(self, principal: str = "user:console") -> None:
+    def sign_in(self, principal: str = "user:console", base: str = "") -> None:
         """Sign in through the form (signing out first if the tab acts as someone else)."""
-        self.open("chat")
+        self.open("chat", base)
         self.wait(lambda d: d.find_elements(By.ID, "token") or d.find_elements(By.CSS_SELECTOR, "nav"))
         if self.driver.find_elements(By.CSS_SELECTOR, "nav"):
             if principal in self.text("nav .who"):
@@ -148,3 +152,68 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 os.environ.setdefault("SE_AVOID_STATS", "true")  # selenium: no usage statistics
+
+
+class CuttingProxy:
+    """A TCP relay on loopback in front of the daemon whose open connections a test can
+    cut, as a flaky network would: the browser's stream breaks mid-run."""
+
+    def __init__(self, target_port: int) -> None:
+        self._target = target_port
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._server.getsockname()[1]
+        self._lock = threading.Lock()
+        self._open: list[socket.socket] = []
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self._target))
+            with self._lock:
+                self._open += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while chunk := source.recv(65536):
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> int:
+        """Reset every connection open now; returns how many sockets were cut."""
+        with self._lock:
+            cut, self._open = self._open, []
+        for s in cut:
+            with contextlib.suppress(OSError):
+                # RST, not FIN; shutdown() also wakes the pump blocked in recv().
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                s.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                s.close()
+        return len(cut)
+
+    def close(self) -> None:
+        self._closed = True
+        self._server.close()
+        self.cut()
+
+
+@pytest.fixture
+def proxy(console: Console) -> Iterator[CuttingProxy]:
+    relay = CuttingProxy(console.daemon.http_port)
+    try:
+        yield relay
+    finally:
+        relay.close()

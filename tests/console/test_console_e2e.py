@@ -15,7 +15,7 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-from .conftest import PHONE, Console
+from .conftest import PHONE, Console, CuttingProxy
 
 pytestmark = pytest.mark.slow
 
@@ -252,3 +252,31 @@ def test_other_pages_render_for_an_operator(console: Console, page: str) -> None
     alerts = [a.text for a in console.driver.find_elements(By.CSS_SELECTOR, "[role=alert]")]
     assert alerts == [], alerts
     console.shot(page)
+
+
+def test_run_view_resumes_after_a_dropped_connection(console: Console, proxy: CuttingProxy) -> None:
+    via = f"http://127.0.0.1:{proxy.port}"  # the browser reaches the daemon through the relay
+    console.sign_in(base=via)
+    run = _start_waiting_run(console, "flaky-network")
+    run_id = run["runId"]
+    console.open(f"runs/{run_id}", base=via)
+    console.wait(lambda d: d.find_elements(By.CSS_SELECTOR, ".tape .k-toolApprovalRequest"))
+    console.wait_text("live", css="[data-testid=link]")
+    last = _tape_seqs(console)[-1]
+
+    console.network_requests()
+    assert proxy.cut() > 0
+    console.wait_text("1 reconnects", css="[data-testid=link]")
+    console.wait_text("live", css="[data-testid=link]")
+    everything = console.network_requests()
+    sent = [r for r in everything if f"/v1/runs/{run_id}/events" in r["url"]]
+    assert sent, f"the run view did not reopen its event stream: {[r['url'] for r in everything]}"
+    headers = {k.lower(): v for k, v in sent[-1]["headers"].items()}
+    assert headers.get("last-event-id") == str(last), headers
+
+    _approve_until_done(console, run_id)
+    console.wait(lambda d: d.find_elements(By.CSS_SELECTOR, ".tape .k-messageReplied"), timeout=40)
+    seqs = _tape_seqs(console)
+    stored = console.api("GET", f"/v1/runs/{run_id}/tape", params={"limit": 1000})["events"]
+    assert seqs == [int(e.get("tapeSeq", 0)) for e in stored]  # every event once, in order
+    console.shot("run-view-after-a-dropped-connection")

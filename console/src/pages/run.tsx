@@ -76,10 +76,17 @@ export function RunPage({ api, runId }: { api: Api; runId: string }) {
             }
             repaint();
           });
-          setLink("ended"); // the daemon ends the stream when the run is over
-          return;
+          // The daemon ends the stream when the run is over; anything else that ended
+          // it (a proxy, the network) is a dropped connection: resume.
+          const state = (await api.get(path, GetRunResponseSchema)).run?.state;
+          if (state !== undefined && TERMINAL.has(state)) {
+            setLink("ended");
+            return;
+          }
+          throw new Error("the event stream ended before the run did");
         } catch (e) {
           if (controller.signal.aborted) return;
+          setLink("reconnecting");
           setError(messageOf(e));
           attempt += 1;
           setReconnects((n) => n + 1);
