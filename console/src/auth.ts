@@ -1,11 +1,14 @@
-// Who the console acts as. Kept in the tab's sessionStorage only: closing the tab
-// forgets the token, and nothing is written to localStorage or cookies.
+// Who the console acts as. The token is kept in the tab's sessionStorage only:
+// closing the tab forgets it, and no cookie is set. The one thing kept in
+// localStorage is this browser's device id (a ULID, not a secret), because the
+// daemon keys sessions by principal and device: a new tab of the same browser
+// finds the same sessions.
 
 export interface Credentials {
   token: string;
   /** `x-palyra-principal`; may be empty for a user token (the token names its principal). */
   principal: string;
-  /** `x-palyra-device-id`: one ULID per tab. */
+  /** `x-palyra-device-id`: one ULID per browser (see deviceId). */
   device: string;
   /** Whether the token may call the operator-only RPCs (checked at sign-in). */
   operator: boolean;
@@ -26,6 +29,18 @@ export function newUlid(now: number = Date.now()): string {
   let rest = "";
   for (let i = 0; i < 16; i++) rest += CROCKFORD[random[i] % 32];
   return time + rest;
+}
+
+const DEVICE_KEY = "palyra.console.device";
+
+/** This browser's `x-palyra-device-id`, made once. */
+export function deviceId(): string {
+  let id = localStorage.getItem(DEVICE_KEY);
+  if (!id || !/^[0-9A-HJKMNP-TV-Z]{26}$/.test(id)) {
+    id = newUlid();
+    localStorage.setItem(DEVICE_KEY, id);
+  }
+  return id;
 }
 
 export function loadCredentials(): Credentials | null {

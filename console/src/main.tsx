@@ -5,7 +5,7 @@ import { useEffect, useMemo, useState } from "preact/hooks";
 import { ListSessionsResponseSchema } from "../../generated/ts/palyra/v1/gateway_pb.js";
 import { ListTokensResponseSchema } from "../../generated/ts/palyra/v1/tokens_pb.js";
 import { ApiError, createApi, type Api } from "./api";
-import { forgetCredentials, loadCredentials, newUlid, saveCredentials, type Credentials } from "./auth";
+import { deviceId, forgetCredentials, loadCredentials, saveCredentials, type Credentials } from "./auth";
 import { messageOf, ErrorLine } from "./ui";
 import { ChatPage } from "./pages/chat";
 import { RunsPage } from "./pages/runs";
@@ -52,7 +52,7 @@ function SignIn({ onSignedIn }: { onSignedIn: (c: Credentials) => void }) {
     e.preventDefault();
     setBusy(true);
     setError("");
-    const credentials: Credentials = { token: token.trim(), principal: principal.trim(), device: newUlid(), operator: false };
+    const credentials: Credentials = { token: token.trim(), principal: principal.trim(), device: deviceId(), operator: false };
     try {
       const api = createApi(credentials);
       await api.get("/v1/sessions", ListSessionsResponseSchema, { limit: 1 });

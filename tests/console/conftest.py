@@ -39,9 +39,9 @@ PHONE = (390, 844)
 CONFIG = '[policy]\ntool_postures = {"add" = "ask_each_time"}\n'
 
 
-def admin(token: str, principal: str = "admin:ops") -> dict[str, str]:
+def admin(token: str, principal: str = "admin:ops", device: str = DEVICE) -> dict[str, str]:
     return {"authorization": f"Bearer {token}", "x-palyra-principal": principal,
-            "x-palyra-device-id": DEVICE}
+            "x-palyra-device-id": device}
 
 
 class Console:
@@ -53,8 +53,9 @@ class Console:
         self.base = f"http://127.0.0.1:{daemon.http_port}"
         self.token = daemon.token
 
-    def api(self, method: str, path: str, principal: str = "admin:ops", **kw: Any) -> Any:
-        response = httpx.request(method, self.base + path, headers=admin(self.token, principal),
+    def api(self, method: str, path: str, principal: str = "admin:ops", device: str = DEVICE,
+            **kw: Any) -> Any:
+        response = httpx.request(method, self.base + path, headers=admin(self.token, principal, device),
                                  timeout=30, **kw)
         assert response.status_code == 200, f"{method} {path}: {response.status_code} {response.text}"
         return response.json()

@@ -69,9 +69,12 @@ def test_sign_in_is_required_and_kept_in_the_tab_only(console: Console) -> None:
     # The admin token acting as a user sees what that user may see: no operator pages.
     assert console.text("nav .who") == "user:console"
     assert "Channels" not in console.text("nav")
+    # The token lives in this tab's sessionStorage; localStorage holds only the
+    # browser's device id (no secret), and there are no cookies.
     stored = console.driver.execute_script(
-        "return [Object.keys(localStorage).length, document.cookie, Object.keys(sessionStorage)]")
-    assert stored[0] == 0 and stored[1] == ""
+        "return [Object.entries(localStorage), document.cookie, Object.keys(sessionStorage)]")
+    assert [k for k, _ in stored[0]] == ["palyra.console.device"]
+    assert console.token not in str(stored[0]) and stored[1] == ""
     assert stored[2] == ["palyra.console.credentials"]
 
     console.sign_in("admin:ops")
