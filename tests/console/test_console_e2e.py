@@ -9,11 +9,14 @@ accepted; the pages on a desktop and a phone screen.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
+
+from palyra.journal import verify_bundle
 
 from .conftest import PHONE, Console, CuttingProxy
 
@@ -182,8 +185,11 @@ def test_runs_list_and_approvals_inbox(console: Console) -> None:
     assert "denied" in decided and "user:console" in decided
 
 
-def test_journal_verify_and_export(console: Console) -> None:
+def test_journal_verify_and_export(console: Console, tmp_path: Path) -> None:
     console.sign_in("admin:ops")  # verify and export are operators' (app/_access.py)
+    session_id = console.api("POST", "/v1/runs", json={
+        "sessionKey": "bundle-me", "input": {"text": "hello"}, "complete": True,
+        "wait": True})["session"]["sessionId"]
     console.open("journal")
     console.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "[data-testid=event-count]"))
     console.driver.find_element(By.XPATH, "//button[text()='Verify now']").click()
@@ -191,10 +197,21 @@ def test_journal_verify_and_export(console: Console) -> None:
     head = console.api("GET", "/v1/journal/head")
     shown = console.text("[data-testid=verify-result]")
     assert int(shown.split("Intact: ")[1].split(" ")[0]) <= int(head["eventCount"])
+
+    field = console.driver.find_element(By.ID, "export-session")
+    field.send_keys(session_id)
     console.driver.find_element(By.XPATH, "//button[text()='Export']").click()
     link = console.wait(lambda d: d.find_element(By.PARTIAL_LINK_TEXT, "Download"))
-    assert link.get_attribute("href").startswith("blob:")
+    assert link.text == f"Download palyra-{session_id}.ndjson"
     console.shot("journal")
+    # Download it as a user would: the saved file is a session bundle that verifies offline.
+    console.driver.execute_cdp_cmd("Browser.setDownloadBehavior", {
+        "behavior": "allow", "downloadPath": str(tmp_path), "eventsEnabled": True})
+    link.click()
+    bundle = tmp_path / f"palyra-{session_id}.ndjson"
+    console.wait(lambda d: bundle.exists() and bundle.stat().st_size > 0)
+    report = verify_bundle(bundle)
+    assert report.ok and report.events > 0, report
 
 
 def test_channel_pairing_request_approved_in_the_console(console: Console) -> None:
