@@ -36,7 +36,14 @@ DEVICE = "01J00000000000000000000000"
 DESKTOP = (1280, 860)
 PHONE = (390, 844)
 # Each add call waits for a human: the chat turn and the run view have approvals to decide.
-CONFIG = '[policy]\ntool_postures = {"add" = "ask_each_time"}\n'
+# The watchdog flags an approval pending for a second, so there are incidents to acknowledge.
+CONFIG = """[policy]
+tool_postures = {"add" = "ask_each_time"}
+
+[watchdog]
+approval_pending_s = 1.0
+scan_every_s = 0.5
+"""
 
 
 def admin(token: str, principal: str = "admin:ops", device: str = DEVICE) -> dict[str, str]:

@@ -4,6 +4,9 @@ provenance, delete), tokens (issue, revoke). Each change is checked through the 
 
 from __future__ import annotations
 
+import time
+
+import httpx
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
@@ -106,7 +109,6 @@ def test_tokens_issue_and_revoke(console: Console) -> None:
     listed = console.api("GET", "/v1/tokens")["tokens"]
     [bob] = [t for t in listed if t["principal"] == "user:bob"]
     # The new token works for bob, and only until it is revoked from the page.
-    import httpx
     headers = {"authorization": f"Bearer {shown}", "x-palyra-device-id": "01J00000000000000000000000"}
     assert httpx.get(console.base + "/v1/sessions", headers=headers).status_code == 200
     row = console.wait(lambda d: d.find_element(By.XPATH, f"//li[code[text()='{bob['tokenId']}']]"))
@@ -114,3 +116,32 @@ def test_tokens_issue_and_revoke(console: Console) -> None:
     console.wait(lambda d: "revoked" in d.find_element(By.XPATH, f"//li[code[text()='{bob['tokenId']}']]").text)
     console.shot("ops")
     assert httpx.get(console.base + "/v1/sessions", headers=headers).status_code == 401
+
+
+def test_incident_acknowledged(console: Console) -> None:
+    console.sign_in("admin:ops")
+    started = console.api("POST", "/v1/runs", principal="user:console", json={
+        "sessionKey": "left-waiting", "complete": True,
+        "input": {"text": "Start from 0 and add 1 to the running total 1 times, then reply."}})
+    run_id = started["run"]["runId"]
+    deadline = time.monotonic() + 30
+    while True:
+        run = console.api("GET", f"/v1/runs/{run_id}")["run"]
+        mine = [i for i in console.api("GET", "/v1/incidents").get("incidents", [])
+                if run.get("pendingApprovalId") and run["pendingApprovalId"] in i.get("subjectId", "")
+                and not i.get("acknowledgedBy")]
+        if mine:
+            break
+        assert time.monotonic() < deadline, "the watchdog raised no incident"
+        time.sleep(0.2)
+    incident = mine[0]
+    console.open("ops")
+    row = console.wait(lambda d: d.find_element(
+        By.XPATH, f"//li[contains(., {incident['detail']!r}) and .//button[text()='Acknowledge']]"))
+    row.find_element(By.XPATH, ".//button[text()='Acknowledge']").click()
+    console.wait(lambda d: d.find_elements(
+        By.XPATH, f"//li[contains(., {incident['detail']!r}) and contains(., 'acknowledged by admin:ops')]"))
+    after = [i for i in console.api("GET", "/v1/incidents")["incidents"]
+             if i["incidentId"] == incident["incidentId"]]
+    assert after[0]["acknowledgedBy"] == "admin:ops"
+    console.api("POST", f"/v1/runs/{run_id}:abort", json={})
