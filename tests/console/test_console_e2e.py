@@ -236,6 +236,16 @@ def test_channel_pairing_request_approved_in_the_console(console: Console) -> No
     assert grant["sender"] == "u1"
     assert int(grant["expiresAtUnixMs"]) - int(grant["grantedAtUnixMs"]) == 28800 * 1000
 
+    # The channel's own view lists the new grant; revoking it there removes it.
+    field = console.driver.find_element(By.ID, "channel")
+    field.send_keys(channel)
+    console.driver.find_element(By.XPATH, "//button[text()='Show']").click()
+    row = console.wait(lambda d: d.find_element(By.XPATH, "//li[starts-with(normalize-space(.), 'u1 ')]"))
+    assert "Revoke" in row.text
+    row.find_element(By.XPATH, ".//button[text()='Revoke']").click()
+    console.wait(lambda d: not d.find_elements(By.XPATH, "//li[starts-with(normalize-space(.), 'u1 ')]"))
+    assert console.api("GET", f"/v1/channels/{channel}/grants").get("grants", []) == []
+
 
 def test_learning_candidate_accepted_in_the_console(console: Console) -> None:
     console.sign_in()
