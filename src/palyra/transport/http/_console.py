@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 from litestar import Request, Response, get
 from litestar.handlers import HTTPRouteHandler
+from litestar.params import FromPath
 
 from palyra.console import console_asset
 from palyra.core.errors import NotFound
@@ -49,7 +50,7 @@ def console_index(request: Request[Any, Any, Any]) -> Response[bytes]:
 
 
 @get(PREFIX + "/{name:str}", sync_to_thread=False, include_in_schema=False)
-def console_file(request: Request[Any, Any, Any], name: str) -> Response[bytes]:
+def console_file(request: Request[Any, Any, Any], name: FromPath[str]) -> Response[bytes]:
     return _serve(request, name)
 
 
