@@ -116,7 +116,14 @@ def test_chat_turn_with_an_approval_decided_in_the_console(console: Console) -> 
     mine = sorted((a for a in decided if a["decidedBy"] == "user:console" and a["toolName"] == "add"),
                   key=lambda a: int(a["createdAtUnixMs"]))
     assert [a["scope"] for a in mine] == ["APPROVAL_SCOPE_SESSION", "APPROVAL_SCOPE_ONCE"]
-    assert "session" in console.driver.current_url or "#/chat/" in console.driver.current_url
+    assert "#/chat/" in console.driver.current_url
+
+    # Opening the session again (from the list) shows its latest run.
+    console.open("chat")
+    console.wait(lambda d: d.find_elements(By.CSS_SELECTOR, ".sessions li a"))
+    console.driver.find_element(By.XPATH, "//aside//a[contains(., 'Start from 0')]").click()
+    console.wait_text("result=2", css=".transcript")
+    assert len(console.driver.find_elements(By.CSS_SELECTOR, ".decided.ok")) == 2
 
 
 def test_follow_a_run_live_and_resume_after_a_reload(console: Console) -> None:
@@ -150,6 +157,15 @@ def test_follow_a_run_live_and_resume_after_a_reload(console: Console) -> None:
     console.wait_text("done", css="[data-testid=run-state]")
     console.shot("run-view")
     console.shot("run-view-phone", PHONE)
+
+    # Replay from any position: the view restarts at that event.
+    start = after[-1] // 2
+    field = console.driver.find_element(By.ID, "from")
+    field.clear()
+    field.send_keys(str(start))
+    console.driver.find_element(By.XPATH, "//button[text()='Replay']").click()
+    console.wait(lambda d: _tape_seqs(console)[:1] == [start])
+    console.wait(lambda d: _tape_seqs(console) == list(range(start, after[-1] + 1)))
 
 
 def test_abort_from_the_run_view(console: Console) -> None:

@@ -45,6 +45,15 @@ def test_sessions_resolve_posture_branch_cleanup(console: Console) -> None:
     [session] = [s for s in sessions if s["sessionKey"] == "from-the-console"]
     assert session["toolPostures"] == {"add": "TOOL_POSTURE_DISABLED"}
 
+    # Reset keeps the session but forgets its last run (and cached approval grants).
+    console.api("POST", "/v1/runs", device=device, json={
+        "sessionId": session["sessionId"], "input": {"text": "hi"}, "complete": True, "wait": True})
+    def last_run() -> str:
+        listed = console.api("GET", "/v1/sessions", device=device, params={"limit": 200})["sessions"]
+        return str(next(s for s in listed if s["sessionId"] == session["sessionId"]).get("lastRunId", ""))
+    assert last_run()
+    _card(console, "from-the-console").find_element(By.XPATH, ".//button[text()='Reset']").click()
+    console.wait(lambda d: last_run() == "")
     _card(console, "from-the-console").find_element(By.XPATH, ".//button[text()='Branch']").click()
     branch = _card(console, "from-the-console (branch)")
     assert session["sessionId"] in branch.text  # "branched from <id>"
