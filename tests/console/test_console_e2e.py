@@ -326,3 +326,26 @@ def test_run_view_resumes_after_a_dropped_connection(console: Console, proxy: Cu
     stored = console.api("GET", f"/v1/runs/{run_id}/tape", params={"limit": 1000})["events"]
     assert seqs == [int(e.get("tapeSeq", 0)) for e in stored]  # every event once, in order
     console.shot("run-view-after-a-dropped-connection")
+
+
+def test_each_principal_sees_only_what_it_may(console: Console) -> None:
+    theirs = console.api("POST", "/v1/runs", principal="user:other", json={
+        "sessionKey": "not-yours", "input": {"text": ADD_TWICE}, "complete": True})["run"]
+    waiting = _wait_run(console, theirs["runId"], "RUN_STATE_WAITING_FOR_APPROVAL")
+    approval = f"[data-approval='{waiting['pendingApprovalId']}']"
+    mine = _start_waiting_run(console, "mine")
+    console.sign_in("user:console")
+    console.open("approvals")
+    console.wait(lambda d: d.find_elements(By.CSS_SELECTOR, f"[data-approval='{mine['pendingApprovalId']}']"))
+    assert not console.driver.find_elements(By.CSS_SELECTOR, approval)
+    console.open("runs")
+    console.wait(lambda d: d.find_elements(By.XPATH, f"//code[text()='{mine['runId']}']"))
+    assert not console.driver.find_elements(By.XPATH, f"//code[text()='{theirs['runId']}']")
+
+    console.sign_in("admin:ops")  # an operator sees everything
+    console.open("approvals")
+    console.wait(lambda d: d.find_elements(By.CSS_SELECTOR, approval))
+    console.open("runs")
+    console.wait(lambda d: d.find_elements(By.XPATH, f"//code[text()='{theirs['runId']}']"))
+    for run in (theirs, mine):
+        console.api("POST", f"/v1/runs/{run['runId']}:abort", json={})
