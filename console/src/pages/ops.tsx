@@ -33,7 +33,7 @@ export function OpsPage({ api }: { api: Api }) {
             <tr key={t.taskId}>
               <td><code>{t.taskId}</code></td><td>{t.kind}</td><td>{TASK_STATES[t.state]}</td>
               <td>{t.attempts}/{t.maxAttempts}</td>
-              <td>{t.lease?.owner ? <>{t.lease.owner} until <When ms={t.lease.expiresAtUnixMs} /></> : "—"}</td>
+              <td>{t.lease?.owner && t.lease.expiresAtUnixMs > 0n ? <>{t.lease.owner} until <When ms={t.lease.expiresAtUnixMs} /></> : "—"}</td>
               <td>{t.state <= 3 && <button class="deny" onClick={() => act(() => api.post(`/v1/tasks/${encodeURIComponent(t.taskId)}:cancel`, CancelTaskResponseSchema, body(CancelTaskRequestSchema, { taskId: t.taskId, reason: "cancelled in the web console" })), reloadTasks)}>Cancel</button>}</td>
             </tr>))}</tbody>
         </table></div>
