@@ -37,13 +37,24 @@ DESKTOP = (1280, 860)
 PHONE = (390, 844)
 # Each add call waits for a human: the chat turn and the run view have approvals to decide.
 # The watchdog flags an approval pending for a second, so there are incidents to acknowledge.
+WEBHOOK_SECRET = "whsec_aW5ib3VuZC1rZXktb2YtdGhlLWNvbnNvbGUtdGVzdA=="
 CONFIG = """[policy]
 tool_postures = {"add" = "ask_each_time"}
 
 [watchdog]
 approval_pending_s = 1.0
 scan_every_s = 0.5
-"""
+
+# Replies to this endpoint go nowhere (the discard port), so their outbox tasks stay
+# queued for a retry: a background task to cancel from the console.
+[channels.webhooks.hooks]
+secrets = ["WEBHOOK_SECRET"]
+reply_url = "http://127.0.0.1:9/nowhere"
+reply_secret = "whsec_cmVwbHkta2V5LW9mLXRoZS1jb25zb2xlLXRlc3Q="
+
+[channels.policy."webhook:hooks"]
+dm_policy = "allow"
+""".replace("WEBHOOK_SECRET", WEBHOOK_SECRET)
 
 
 def admin(token: str, principal: str = "admin:ops", device: str = DEVICE) -> dict[str, str]:

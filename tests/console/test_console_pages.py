@@ -4,6 +4,7 @@ provenance, delete), tokens (issue, revoke). Each change is checked through the 
 
 from __future__ import annotations
 
+import json
 import time
 
 import httpx
@@ -12,7 +13,9 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import Select
 
-from .conftest import Console
+from palyra.testing.platforms import webhook_headers
+
+from .conftest import WEBHOOK_SECRET, Console
 
 pytestmark = pytest.mark.slow
 
@@ -154,3 +157,30 @@ def test_incident_acknowledged(console: Console) -> None:
              if i["incidentId"] == incident["incidentId"]]
     assert after[0]["acknowledgedBy"] == "admin:ops"
     console.api("POST", f"/v1/runs/{run_id}:abort", json={})
+
+
+def test_background_task_cancelled(console: Console) -> None:
+    console.sign_in("admin:ops")
+    # A signed Standard Webhooks delivery: its reply goes through the outbox.
+    body = json.dumps({"type": "message.created", "data": {
+        "text": "hello", "sender": "alice", "conversation_id": "room", "message_id": "m-cancel",
+        "is_direct_message": True}}).encode()
+    delivered = httpx.post(f"{console.base}/v1/ingress/webhooks/hooks", content=body,
+                           headers=webhook_headers(WEBHOOK_SECRET, "msg-cancel", body))
+    assert delivered.status_code == 200, delivered.text
+    deadline = time.monotonic() + 30
+    while not (waiting := [t for t in console.api("GET", "/v1/tasks", params={"kind": "channel.send"})
+                           .get("tasks", []) if t["state"] == "BACKGROUND_TASK_STATE_QUEUED"]):
+        assert time.monotonic() < deadline, "no reply waiting in the outbox"
+        time.sleep(0.2)
+    task_id = waiting[0]["taskId"]
+    console.open("ops")
+    # Queued for its next attempt, or running one: either way it can be cancelled.
+    row = console.wait(lambda d: d.find_element(
+        By.XPATH, f"//tr[.//code[text()='{task_id}'] and .//button[text()='Cancel']]"))
+    assert "queued" in row.text or "running" in row.text
+    row.find_element(By.XPATH, ".//button[text()='Cancel']").click()
+    console.wait(lambda d: "cancel" in d.find_element(By.XPATH, f"//tr[.//code[text()='{task_id}']]").text)
+    task = console.api("GET", f"/v1/tasks/{task_id}")["task"]
+    assert task["state"] in ("BACKGROUND_TASK_STATE_CANCELLED", "BACKGROUND_TASK_STATE_CANCEL_REQUESTED")
+    assert task["cancelReason"] == "cancelled in the web console"
