@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -82,7 +83,9 @@ class Console:
         self.driver.get(f"{base or self.base}/console/#/{fragment}")
 
     def wait(self, what: Callable[[WebDriver], Any], timeout: float = 20) -> Any:
-        return WebDriverWait(self.driver, timeout, poll_frequency=0.05).until(what)
+        # A re-render may replace an element between finding and reading it: retry.
+        return WebDriverWait(self.driver, timeout, poll_frequency=0.05,
+                             ignored_exceptions=(StaleElementReferenceException,)).until(what)
 
     def text(self, css: str = "body") -> str:
         return str(self.driver.find_element(By.CSS_SELECTOR, css).text)
@@ -198,17 +201,20 @@ class CuttingProxy:
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         try:
             while chunk := source.recv(65536):
                 sink.sendall(chunk)
         except OSError:
             pass
         finally:
+            # Either side ending ends the pair: close both (a second close is a no-op).
             for s in (source, sink):
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            with self._lock:
+                self._open = [s for s in self._open if s not in (source, sink)]
 
     def cut(self) -> int:
         """Reset every connection open now; returns how many sockets were cut."""

@@ -108,8 +108,7 @@ def test_chat_turn_with_an_approval_decided_in_the_console(console: Console) -> 
     console.wait_text("Approved (once) by user:console", css=".transcript")
     console.wait(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".result.ok")) == 2, timeout=40)
     console.wait_text("run done", css=".transcript", timeout=40)
-    replies = console.driver.find_elements(By.CSS_SELECTOR, ".msg.assistant")
-    assert replies and "2" in replies[-1].text
+    console.wait(lambda d: "result=2" in d.find_elements(By.CSS_SELECTOR, ".msg.assistant")[-1].text)
     console.shot("chat-done")
 
     decided = console.api("GET", "/v1/approvals")["approvals"]

@@ -27,17 +27,20 @@ export function ChatPage({ api, sessionId }: { api: Api; sessionId: string }) {
   // Set while a turn streams: the first turn of a new chat moves the page to its
   // new session, which must not wipe (or reload) the turn being shown.
   const live = useRef(false);
+  const shown = useRef(""); // the run whose tape is on screen
 
   // Show the session's latest run when the session is opened.
   useEffect(() => {
-    if (live.current) return;
+    const last = session?.lastRunId ?? "";
+    // Nothing to do while a turn streams, or when its run is the one on screen.
+    if (live.current || (last && last === shown.current)) return;
     setEvents([]);
     setRunId("");
-    const last = session?.lastRunId;
+    shown.current = "";
     if (!last) return;
     let alive = true;
     api.get(`/v1/runs/${encodeURIComponent(last)}/tape`, ListRunTapeResponseSchema, { limit: 1000 })
-      .then((page) => { if (alive) { setEvents(page.events); setRunId(last); } })
+      .then((page) => { if (alive) { setEvents(page.events); setRunId(last); shown.current = last; } })
       .catch((e) => { if (alive) setError(messageOf(e)); });
     return () => { alive = false; };
   }, [api, sessionId, session?.lastRunId]);
@@ -72,7 +75,7 @@ export function ChatPage({ api, sessionId }: { api: Api; sessionId: string }) {
         seen = seen.concat(framesToEvents(frames));
         setEvents(seen);
         const first = seen[0];
-        if (first) setRunId(first.runId);
+        if (first) { setRunId(first.runId); shown.current = first.runId; }
         if (!sessionId && first?.sessionId) location.hash = `#/chat/${encodeURIComponent(first.sessionId)}`;
       });
     } catch (err) {
