@@ -42,6 +42,10 @@ WEBHOOK_SECRET = "whsec_aW5ib3VuZC1rZXktb2YtdGhlLWNvbnNvbGUtdGVzdA=="
 CONFIG = """[policy]
 tool_postures = {"add" = "ask_each_time"}
 
+# One tape event per streamed word, so an echo makes a long tape.
+[engine]
+token_words_per_event = 1
+
 [watchdog]
 approval_pending_s = 1.0
 scan_every_s = 0.5

@@ -348,3 +348,23 @@ def test_each_principal_sees_only_what_it_may(console: Console) -> None:
     console.wait(lambda d: d.find_elements(By.XPATH, f"//code[text()='{theirs['runId']}']"))
     for run in (theirs, mine):
         console.api("POST", f"/v1/runs/{run['runId']}:abort", json={})
+
+
+def test_a_long_tape_opens_at_its_tail_and_the_page_keeps_a_window(console: Console) -> None:
+    console.sign_in()
+    words = " ".join(f"w{i}" for i in range(1500))
+    run = console.api("POST", "/v1/runs", principal="user:console", json={
+        "sessionKey": "long", "input": {"text": words}, "complete": True, "wait": True})["run"]
+    tape_len = int(run["tapeLen"])
+    assert tape_len > 1500
+    console.open(f"runs/{run['runId']}")
+    console.wait_text("ended", css="[data-testid=link]")
+    assert _tape_seqs(console) == list(range(tape_len - 500, tape_len))
+    assert "dropped" not in console.text("[data-testid=link]")  # started at the tail
+    # Replaying from the start streams every event through, and the page still holds 500.
+    field = console.driver.find_element(By.ID, "from")
+    field.clear()
+    field.send_keys("0")
+    console.driver.find_element(By.XPATH, "//button[text()='Replay']").click()
+    console.wait_text(f"{tape_len - 500} earlier ones dropped from view", css="[data-testid=link]")
+    assert _tape_seqs(console) == list(range(tape_len - 500, tape_len))

@@ -59,12 +59,19 @@ export function RunPage({ api, runId }: { api: Api; runId: string }) {
         window_.add(page.events.filter((e) => Number(e.tapeSeq) <= Number(stored)));
         repaint();
       }
+      // Opened without a position: start at the tape's tail window, so a long run's
+      // view does not first replay (and drop) everything before it.
+      let startAt = from ?? 0;
+      if (from === null && stored === null) {
+        const tapeLen = Number((await api.get(path, GetRunResponseSchema)).run?.tapeLen ?? 0n);
+        startAt = Math.max(0, tapeLen - WINDOW);
+      }
       let attempt = 0;
       while (!controller.signal.aborted) {
         setLink(attempt === 0 ? "connecting" : "reconnecting");
         try {
           await api.stream(`${path}/events`, {
-            query: lastEventId ? { batch: true } : { after_seq: (from ?? 0) - 1, batch: true },
+            query: lastEventId ? { batch: true } : { after_seq: startAt - 1, batch: true },
             lastEventId, signal: controller.signal,
             onOpen: () => { setLink("live"); attempt = 0; },
           }, (frames) => {
