@@ -185,6 +185,18 @@ def test_runs_list_and_approvals_inbox(console: Console) -> None:
     row = console.wait(lambda d: d.find_element(By.XPATH, f"//tr[.//code[text()='{run['runId']}']]"))
     assert "waiting for approval" in row.text
     console.shot("runs")
+    # A session's earlier run is listed too, not only its latest; the session's
+    # button narrows the list to its runs, newest first.
+    earlier, later = (console.api("POST", "/v1/runs", principal="user:console", json={
+        "sessionKey": "twice", "input": {"text": "hello"}, "complete": True, "wait": True,
+    })["run"] for _ in range(2))
+    assert earlier["sessionId"] == later["sessionId"]
+    console.wait(lambda d: d.find_elements(By.XPATH, f"//code[text()='{earlier['runId']}']"))
+    console.driver.find_element(
+        By.XPATH, f"//tr[.//code[text()='{earlier['runId']}']]//button").click()
+    console.wait(lambda d: not d.find_elements(By.XPATH, f"//code[text()='{run['runId']}']"))
+    listed = [c.text for c in console.driver.find_elements(By.CSS_SELECTOR, "tbody tr td:first-child code")]
+    assert listed == [later["runId"], earlier["runId"]]
 
     console.open("approvals")
     card = console.wait(lambda d: d.find_element(

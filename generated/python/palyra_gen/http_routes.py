@@ -481,6 +481,18 @@ ROUTES: Final[tuple[HttpRoute, ...]] = (
     ),
     HttpRoute(
         service="palyra.v1.GatewayService",
+        method="ListRuns",
+        python_method="list_runs",
+        http_method="GET",
+        path="/v1/runs",
+        body="",
+        client_streaming=False,
+        server_streaming=False,
+        request_type="palyra.v1.ListRunsRequest",
+        response_type="palyra.v1.ListRunsResponse",
+    ),
+    HttpRoute(
+        service="palyra.v1.GatewayService",
         method="CreateRun",
         python_method="create_run",
         http_method="POST",

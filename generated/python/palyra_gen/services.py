@@ -215,6 +215,10 @@ class GatewayServiceApp(Protocol[CtxT]):
         """``palyra.v1.GatewayService.GetRun``."""
         ...
 
+    async def list_runs(self, ctx: CtxT, request: v1.ListRunsRequest) -> v1.ListRunsResponse:
+        """``palyra.v1.GatewayService.ListRuns``."""
+        ...
+
     async def list_run_tape(
         self, ctx: CtxT, request: v1.ListRunTapeRequest
     ) -> v1.ListRunTapeResponse:
@@ -345,6 +349,9 @@ class GatewayServiceServer(v1.GatewayServiceBase, Generic[CtxI]):
 
     async def get_run(self, message: v1.GetRunRequest) -> v1.GetRunResponse:
         return await self._app.get_run(self._ctx(), message)
+
+    async def list_runs(self, message: v1.ListRunsRequest) -> v1.ListRunsResponse:
+        return await self._app.list_runs(self._ctx(), message)
 
     async def list_run_tape(self, message: v1.ListRunTapeRequest) -> v1.ListRunTapeResponse:
         return await self._app.list_run_tape(self._ctx(), message)
@@ -873,6 +880,15 @@ RPCS: Final[tuple[RpcInfo, ...]] = (
     ),
     RpcInfo(
         "palyra.v1.GatewayService",
+        "ListRuns",
+        "list_runs",
+        "palyra.v1.ListRunsRequest",
+        "palyra.v1.ListRunsResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
+        "palyra.v1.GatewayService",
         "ListRunTape",
         "list_run_tape",
         "palyra.v1.ListRunTapeRequest",
@@ -1241,6 +1257,7 @@ UNARY: Final[dict[str, Callable[[PalyraServicesApp[Any], Any, Any], Awaitable[An
     "append_event": lambda app, ctx, request: app.append_event(ctx, request),
     "abort_run": lambda app, ctx, request: app.abort_run(ctx, request),
     "get_run": lambda app, ctx, request: app.get_run(ctx, request),
+    "list_runs": lambda app, ctx, request: app.list_runs(ctx, request),
     "list_run_tape": lambda app, ctx, request: app.list_run_tape(ctx, request),
     "expand_compaction": lambda app, ctx, request: app.expand_compaction(ctx, request),
     "list_sessions": lambda app, ctx, request: app.list_sessions(ctx, request),

@@ -193,6 +193,12 @@ class JournalStore:
         """Rows of ``table`` with key prefix ``prefix`` after ``after_key`` (exclusive)."""
         return _reads.scan_entities(self._env, table, prefix, after_key, limit)
 
+    def scan_entities_before(
+        self, table: str, before_key: str = "", limit: int = 1000
+    ) -> list[tuple[str, bytes]]:
+        """Rows of ``table`` before ``before_key`` (exclusive; all when empty), newest key first."""
+        return _reads.scan_entities_before(self._env, table, before_key, limit)
+
     def read_range(self, after_position: int = 0, limit: int = 100) -> list[StoredEvent]:
         """Events after ``after_position`` (exclusive; positions start at 1)."""
         return _reads.read_range(self._env, after_position, limit)

@@ -17,7 +17,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file palyra/v1/gateway.proto.
  */
 export const file_palyra_v1_gateway: GenFile = /*@__PURE__*/
-  fileDesc("ChdwYWx5cmEvdjEvZ2F0ZXdheS5wcm90bxIJcGFseXJhLnYxIhIKEEdldEhlYWx0aFJlcXVlc3QijwEKEUdldEhlYWx0aFJlc3BvbnNlEg8KB3NlcnZpY2UYASABKAkSDwoHdmVyc2lvbhgCIAEoCRIRCgl1cHRpbWVfbXMYAyABKAQSFgoOam91cm5hbF9ldmVudHMYBCABKAQSFAoMam91cm5hbF9oZWFkGAUgASgJEhcKD2pvdXJuYWxfY29tbWl0cxgGIAEoBCKqAQoWSW5saW5lQXBwcm92YWxEZWNpc2lvbhITCgthcHByb3ZhbF9pZBgBIAEoCRItCghkZWNpc2lvbhgCIAEoDjIbLnBhbHlyYS52MS5BcHByb3ZhbERlY2lzaW9uEicKBXNjb3BlGAMgASgOMhgucGFseXJhLnYxLkFwcHJvdmFsU2NvcGUSEwoLdHRsX3NlY29uZHMYBCABKA0SDgoGcmVhc29uGAUgASgJIpEDChBSdW5TdHJlYW1SZXF1ZXN0EgkKAXYYASABKA0SEgoKc2Vzc2lvbl9pZBgCIAEoCRIOCgZydW5faWQYAyABKAkSJgoFaW5wdXQYBCABKAsyFy5wYWx5cmEudjEuTWVzc2FnZUlucHV0EhMKC3Nlc3Npb25fa2V5GAUgASgJEhUKDXNlc3Npb25fbGFiZWwYBiABKAkSFQoNcmVzZXRfc2Vzc2lvbhgHIAEoCBIYChByZXF1aXJlX2V4aXN0aW5nGAggASgIEjMKCGFwcHJvdmFsGAkgASgLMiEucGFseXJhLnYxLklubGluZUFwcHJvdmFsRGVjaXNpb24SEwoLb3JpZ2luX2tpbmQYCiABKAkSFQoNb3JpZ2luX3J1bl9pZBgLIAEoCRIcChRwYXJhbWV0ZXJfZGVsdGFfanNvbhgMIAEoCRIXCg9xdWV1ZWRfaW5wdXRfaWQYDSABKAkSEAoIYWdlbnRfaWQYDiABKAkSDQoFYmF0Y2gYDyABKAgSEAoIY29tcGxldGUYECABKAgiaQoRUnVuU3RyZWFtUmVzcG9uc2USCQoBdhgBIAEoDRIjCgVldmVudBgCIAEoCzIULnBhbHlyYS52MS5UYXBlRXZlbnQSJAoGZXZlbnRzGAMgAygLMhQucGFseXJhLnYxLlRhcGVFdmVudCLHAQoQQ3JlYXRlUnVuUmVxdWVzdBIJCgF2GAEgASgNEhIKCnNlc3Npb25faWQYAiABKAkSEwoLc2Vzc2lvbl9rZXkYAyABKAkSFQoNc2Vzc2lvbl9sYWJlbBgEIAEoCRImCgVpbnB1dBgFIAEoCzIXLnBhbHlyYS52MS5NZXNzYWdlSW5wdXQSEAoIY29tcGxldGUYBiABKAgSDAoEd2FpdBgHIAEoCBIOCgZydW5faWQYCCABKAkSEAoIYWdlbnRfaWQYCSABKAkibgoRQ3JlYXRlUnVuUmVzcG9uc2USGwoDcnVuGAEgASgLMg4ucGFseXJhLnYxLlJ1bhIjCgdzZXNzaW9uGAIgASgLMhIucGFseXJhLnYxLlNlc3Npb24SFwoPc2Vzc2lvbl9jcmVhdGVkGAMgASgIIm0KE1NlbmRSdW5JbnB1dFJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEiYKBWlucHV0GAIgASgLMhcucGFseXJhLnYxLk1lc3NhZ2VJbnB1dBIQCghjb21wbGV0ZRgDIAEoCBIMCgR3YWl0GAQgASgIIjMKFFNlbmRSdW5JbnB1dFJlc3BvbnNlEhsKA3J1bhgBIAEoCzIOLnBhbHlyYS52MS5SdW4iMgoSQ29tcGxldGVSdW5SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIMCgR3YWl0GAIgASgIIjIKE0NvbXBsZXRlUnVuUmVzcG9uc2USGwoDcnVuGAEgASgLMg4ucGFseXJhLnYxLlJ1biKjAQoSQXBwZW5kRXZlbnRSZXF1ZXN0EgkKAXYYASABKA0SEAoIZXZlbnRfaWQYAiABKAkSEgoKc2Vzc2lvbl9pZBgDIAEoCRIOCgZydW5faWQYBCABKAkSDAoEa2luZBgFIAEoCRINCgVhY3RvchgGIAEoCRIZChF0aW1lc3RhbXBfdW5peF9tcxgHIAEoAxIUCgxwYXlsb2FkX2pzb24YCCABKAkiWQoTQXBwZW5kRXZlbnRSZXNwb25zZRIQCghldmVudF9pZBgBIAEoCRIQCghhY2NlcHRlZBgCIAEoCBIQCghwb3NpdGlvbhgDIAEoBBIMCgRoYXNoGAQgASgJIjEKD0Fib3J0UnVuUmVxdWVzdBIOCgZydW5faWQYASABKAkSDgoGcmVhc29uGAIgASgJImAKEEFib3J0UnVuUmVzcG9uc2USDgoGcnVuX2lkGAEgASgJEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYAiABKAgSIgoFc3RhdGUYAyABKA4yEy5wYWx5cmEudjEuUnVuU3RhdGUiHwoNR2V0UnVuUmVxdWVzdBIOCgZydW5faWQYASABKAkiLQoOR2V0UnVuUmVzcG9uc2USGwoDcnVuGAEgASgLMg4ucGFseXJhLnYxLlJ1biJGChJMaXN0UnVuVGFwZVJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEhEKCWFmdGVyX3NlcRgCIAEoAxINCgVsaW1pdBgDIAEoDSKPAQoTTGlzdFJ1blRhcGVSZXNwb25zZRIkCgZldmVudHMYASADKAsyFC5wYWx5cmEudjEuVGFwZUV2ZW50EhsKDm5leHRfYWZ0ZXJfc2VxGAIgASgDSACIAQESIgoFc3RhdGUYAyABKA4yEy5wYWx5cmEudjEuUnVuU3RhdGVCEQoPX25leHRfYWZ0ZXJfc2VxImMKF0V4cGFuZENvbXBhY3Rpb25SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIWCg5jb21wYWN0aW9uX3NlcRgCIAEoBBIRCglhZnRlcl9zZXEYAyABKAMSDQoFbGltaXQYBCABKA0iyQEKGEV4cGFuZENvbXBhY3Rpb25SZXNwb25zZRIoCgpjb21wYWN0aW9uGAEgASgLMhQucGFseXJhLnYxLlRhcGVFdmVudBIkCgZldmVudHMYAiADKAsyFC5wYWx5cmEudjEuVGFwZUV2ZW50EhsKDm5leHRfYWZ0ZXJfc2VxGAMgASgDSACIAQESFQoNZGlnZXN0X3NoYTI1NhgEIAEoCRIWCg5kaWdlc3RfbWF0Y2hlcxgFIAEoCEIRCg9fbmV4dF9hZnRlcl9zZXEiVgoPV2F0Y2hSdW5SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIRCglhZnRlcl9zZXEYAiABKAMSEQoJbm9fZm9sbG93GAMgASgIEg0KBWJhdGNoGAQgASgIIl0KEFdhdGNoUnVuUmVzcG9uc2USIwoFZXZlbnQYASABKAsyFC5wYWx5cmEudjEuVGFwZUV2ZW50EiQKBmV2ZW50cxgCIAMoCzIULnBhbHlyYS52MS5UYXBlRXZlbnQiWQoTTGlzdFNlc3Npb25zUmVxdWVzdBIZChFhZnRlcl9zZXNzaW9uX2tleRgBIAEoCRINCgVsaW1pdBgCIAEoDRIYChBpbmNsdWRlX2FyY2hpdmVkGAMgASgIIlwKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEiQKCHNlc3Npb25zGAEgAygLMhIucGFseXJhLnYxLlNlc3Npb24SHgoWbmV4dF9hZnRlcl9zZXNzaW9uX2tleRgCIAEoCSKIAQoVUmVzb2x2ZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEwoLc2Vzc2lvbl9rZXkYAiABKAkSFQoNc2Vzc2lvbl9sYWJlbBgDIAEoCRIVCg1yZXNldF9zZXNzaW9uGAQgASgIEhgKEHJlcXVpcmVfZXhpc3RpbmcYBSABKAgiZQoWUmVzb2x2ZVNlc3Npb25SZXNwb25zZRIjCgdzZXNzaW9uGAEgASgLMhIucGFseXJhLnYxLlNlc3Npb24SDwoHY3JlYXRlZBgCIAEoCBIVCg1yZXNldF9hcHBsaWVkGAMgASgIIisKFUNsZWFudXBTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJInIKFkNsZWFudXBTZXNzaW9uUmVzcG9uc2USDwoHY2xlYW5lZBgBIAEoCBIWCg5uZXdseV9hcmNoaXZlZBgCIAEoCBIcChRwcmV2aW91c19zZXNzaW9uX2tleRgDIAEoCRIRCglydW5fY291bnQYBCABKAQiQQoUQnJhbmNoU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIVCg1zZXNzaW9uX2xhYmVsGAIgASgJImAKFUJyYW5jaFNlc3Npb25SZXNwb25zZRIjCgdzZXNzaW9uGAEgASgLMhIucGFseXJhLnYxLlNlc3Npb24SIgoGc291cmNlGAIgASgLMhIucGFseXJhLnYxLlNlc3Npb24iZwoVU2V0VG9vbFBvc3R1cmVSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJdG9vbF9uYW1lGAIgASgJEicKB3Bvc3R1cmUYAyABKA4yFi5wYWx5cmEudjEuVG9vbFBvc3R1cmUiPQoWU2V0VG9vbFBvc3R1cmVSZXNwb25zZRIjCgdzZXNzaW9uGAEgASgLMhIucGFseXJhLnYxLlNlc3Npb24i8wIKDkluYm91bmRNZXNzYWdlEhMKC2VudmVsb3BlX2lkGAEgASgJEg8KB2NoYW5uZWwYAiABKAkSFwoPY29udmVyc2F0aW9uX2lkGAMgASgJEhEKCXRocmVhZF9pZBgEIAEoCRIVCg1zZW5kZXJfaGFuZGxlGAUgASgJEhYKDnNlbmRlcl9kaXNwbGF5GAYgASgJEhcKD3NlbmRlcl92ZXJpZmllZBgHIAEoCBIMCgR0ZXh0GAggASgJEhkKEWlzX2RpcmVjdF9tZXNzYWdlGAkgASgIEhQKDGlzX2Jyb2FkY2FzdBgKIAEoCBIaChJhZGFwdGVyX21lc3NhZ2VfaWQYCyABKAkSFQoNcmV0cnlfYXR0ZW1wdBgMIAEoDRITCgtxdW90ZWRfdGV4dBgNIAEoCRIVCg1xdW90ZWRfc2VuZGVyGA4gASgJEhEKCWhhc19tZWRpYRgPIAEoCBIWCg5tZW50aW9uc19hZ2VudBgQIAEoCCJdChNSb3V0ZU1lc3NhZ2VSZXF1ZXN0EgkKAXYYASABKA0SDwoHY2hhbm5lbBgCIAEoCRIqCgdtZXNzYWdlGAMgASgLMhkucGFseXJhLnYxLkluYm91bmRNZXNzYWdlImgKD091dGJvdW5kTWVzc2FnZRIMCgR0ZXh0GAEgASgJEhcKD2NvbnZlcnNhdGlvbl9pZBgCIAEoCRIRCgl0aHJlYWRfaWQYAyABKAkSGwoTcmVwbHlfdG9fbWVzc2FnZV9pZBgEIAEoCSL1AQoUUm91dGVNZXNzYWdlUmVzcG9uc2USEAoIYWNjZXB0ZWQYASABKAgSGAoQcXVldWVkX2Zvcl9yZXRyeRgCIAEoCBIXCg9kZWNpc2lvbl9yZWFzb24YAyABKAkSEgoKc2Vzc2lvbl9pZBgEIAEoCRIOCgZydW5faWQYBSABKAkSKwoHb3V0cHV0cxgGIAMoCzIaLnBhbHlyYS52MS5PdXRib3VuZE1lc3NhZ2USEwoLZW52ZWxvcGVfaWQYByABKAkSEQoJZHVwbGljYXRlGAggASgIEh8KF2RlbGl2ZXJlZF90b19hY3RpdmVfcnVuGAkgASgIIrYCCgVBZ2VudBIQCghhZ2VudF9pZBgBIAEoCRIUCgxkaXNwbGF5X25hbWUYAiABKAkSFQoNc3lzdGVtX3Byb21wdBgDIAEoCRIQCghwcm92aWRlchgEIAEoCRINCgVtb2RlbBgFIAEoCRINCgV0b29scxgGIAMoCRIaChJjcmVhdGVkX2F0X3VuaXhfbXMYByABKAMSGgoSdXBkYXRlZF9hdF91bml4X21zGAggASgDEjkKDXRvb2xfcG9zdHVyZXMYCSADKAsyIi5wYWx5cmEudjEuQWdlbnQuVG9vbFBvc3R1cmVzRW50cnkaSwoRVG9vbFBvc3R1cmVzRW50cnkSCwoDa2V5GAEgASgJEiUKBXZhbHVlGAIgASgOMhYucGFseXJhLnYxLlRvb2xQb3N0dXJlOgI4ASJzCgxBZ2VudEJpbmRpbmcSEgoKYmluZGluZ19pZBgBIAEoCRIQCghhZ2VudF9pZBgCIAEoCRIPCgdjaGFubmVsGAMgASgJEhcKD2NvbnZlcnNhdGlvbl9pZBgEIAEoCRITCgtzZXNzaW9uX2tleRgFIAEoCSI6ChFMaXN0QWdlbnRzUmVxdWVzdBIWCg5hZnRlcl9hZ2VudF9pZBgBIAEoCRINCgVsaW1pdBgCIAEoDSJTChJMaXN0QWdlbnRzUmVzcG9uc2USIAoGYWdlbnRzGAEgAygLMhAucGFseXJhLnYxLkFnZW50EhsKE25leHRfYWZ0ZXJfYWdlbnRfaWQYAiABKAkiIwoPR2V0QWdlbnRSZXF1ZXN0EhAKCGFnZW50X2lkGAEgASgJIjMKEEdldEFnZW50UmVzcG9uc2USHwoFYWdlbnQYASABKAsyEC5wYWx5cmEudjEuQWdlbnQiNQoSQ3JlYXRlQWdlbnRSZXF1ZXN0Eh8KBWFnZW50GAEgASgLMhAucGFseXJhLnYxLkFnZW50IjYKE0NyZWF0ZUFnZW50UmVzcG9uc2USHwoFYWdlbnQYASABKAsyEC5wYWx5cmEudjEuQWdlbnQiRwoSVXBkYXRlQWdlbnRSZXF1ZXN0EhAKCGFnZW50X2lkGAEgASgJEh8KBWFnZW50GAIgASgLMhAucGFseXJhLnYxLkFnZW50IjYKE1VwZGF0ZUFnZW50UmVzcG9uc2USHwoFYWdlbnQYASABKAsyEC5wYWx5cmEudjEuQWdlbnQiJgoSRGVsZXRlQWdlbnRSZXF1ZXN0EhAKCGFnZW50X2lkGAEgASgJIiYKE0RlbGV0ZUFnZW50UmVzcG9uc2USDwoHZGVsZXRlZBgBIAEoCCJOChBCaW5kQWdlbnRSZXF1ZXN0EhAKCGFnZW50X2lkGAEgASgJEigKB2JpbmRpbmcYAiABKAsyFy5wYWx5cmEudjEuQWdlbnRCaW5kaW5nIj0KEUJpbmRBZ2VudFJlc3BvbnNlEigKB2JpbmRpbmcYASABKAsyFy5wYWx5cmEudjEuQWdlbnRCaW5kaW5nIiwKGExpc3RBZ2VudEJpbmRpbmdzUmVxdWVzdBIQCghhZ2VudF9pZBgBIAEoCSJGChlMaXN0QWdlbnRCaW5kaW5nc1Jlc3BvbnNlEikKCGJpbmRpbmdzGAEgAygLMhcucGFseXJhLnYxLkFnZW50QmluZGluZyI6ChJVbmJpbmRBZ2VudFJlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkSEgoKYmluZGluZ19pZBgCIAEoCSImChNVbmJpbmRBZ2VudFJlc3BvbnNlEg8KB3JlbW92ZWQYASABKAgyoBYKDkdhdGV3YXlTZXJ2aWNlElgKCUdldEhlYWx0aBIbLnBhbHlyYS52MS5HZXRIZWFsdGhSZXF1ZXN0GhwucGFseXJhLnYxLkdldEhlYWx0aFJlc3BvbnNlIhCC0+STAgoSCC9oZWFsdGh6EmYKCVJ1blN0cmVhbRIbLnBhbHlyYS52MS5SdW5TdHJlYW1SZXF1ZXN0GhwucGFseXJhLnYxLlJ1blN0cmVhbVJlc3BvbnNlIhqC0+STAhQiDy92MS9ydW5zOnN0cmVhbToBKigBMAESWwoJQ3JlYXRlUnVuEhsucGFseXJhLnYxLkNyZWF0ZVJ1blJlcXVlc3QaHC5wYWx5cmEudjEuQ3JlYXRlUnVuUmVzcG9uc2UiE4LT5JMCDSIIL3YxL3J1bnM6ASoSdAoMU2VuZFJ1bklucHV0Eh4ucGFseXJhLnYxLlNlbmRSdW5JbnB1dFJlcXVlc3QaHy5wYWx5cmEudjEuU2VuZFJ1bklucHV0UmVzcG9uc2UiI4LT5JMCHSIYL3YxL3J1bnMve3J1bl9pZH0vaW5wdXRzOgEqEnMKC0NvbXBsZXRlUnVuEh0ucGFseXJhLnYxLkNvbXBsZXRlUnVuUmVxdWVzdBoeLnBhbHlyYS52MS5Db21wbGV0ZVJ1blJlc3BvbnNlIiWC0+STAh8iGi92MS9ydW5zL3tydW5faWR9OmNvbXBsZXRlOgEqEmMKC0FwcGVuZEV2ZW50Eh0ucGFseXJhLnYxLkFwcGVuZEV2ZW50UmVxdWVzdBoeLnBhbHlyYS52MS5BcHBlbmRFdmVudFJlc3BvbnNlIhWC0+STAg8iCi92MS9ldmVudHM6ASoSZwoIQWJvcnRSdW4SGi5wYWx5cmEudjEuQWJvcnRSdW5SZXF1ZXN0GhsucGFseXJhLnYxLkFib3J0UnVuUmVzcG9uc2UiIoLT5JMCHCIXL3YxL3J1bnMve3J1bl9pZH06YWJvcnQ6ASoSWAoGR2V0UnVuEhgucGFseXJhLnYxLkdldFJ1blJlcXVlc3QaGS5wYWx5cmEudjEuR2V0UnVuUmVzcG9uc2UiGYLT5JMCExIRL3YxL3J1bnMve3J1bl9pZH0SbAoLTGlzdFJ1blRhcGUSHS5wYWx5cmEudjEuTGlzdFJ1blRhcGVSZXF1ZXN0Gh4ucGFseXJhLnYxLkxpc3RSdW5UYXBlUmVzcG9uc2UiHoLT5JMCGBIWL3YxL3J1bnMve3J1bl9pZH0vdGFwZRKJAQoQRXhwYW5kQ29tcGFjdGlvbhIiLnBhbHlyYS52MS5FeHBhbmRDb21wYWN0aW9uUmVxdWVzdBojLnBhbHlyYS52MS5FeHBhbmRDb21wYWN0aW9uUmVzcG9uc2UiLILT5JMCJhIkL3YxL3J1bnMve3J1bl9pZH0vY29tcGFjdGlvbnM6ZXhwYW5kEmcKCFdhdGNoUnVuEhoucGFseXJhLnYxLldhdGNoUnVuUmVxdWVzdBobLnBhbHlyYS52MS5XYXRjaFJ1blJlc3BvbnNlIiCC0+STAhoSGC92MS9ydW5zL3tydW5faWR9L2V2ZW50czABEmUKDExpc3RTZXNzaW9ucxIeLnBhbHlyYS52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0Gh8ucGFseXJhLnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlIhSC0+STAg4SDC92MS9zZXNzaW9ucxJ2Cg5SZXNvbHZlU2Vzc2lvbhIgLnBhbHlyYS52MS5SZXNvbHZlU2Vzc2lvblJlcXVlc3QaIS5wYWx5cmEudjEuUmVzb2x2ZVNlc3Npb25SZXNwb25zZSIfgtPkkwIZIhQvdjEvc2Vzc2lvbnM6cmVzb2x2ZToBKhKDAQoOQ2xlYW51cFNlc3Npb24SIC5wYWx5cmEudjEuQ2xlYW51cFNlc3Npb25SZXF1ZXN0GiEucGFseXJhLnYxLkNsZWFudXBTZXNzaW9uUmVzcG9uc2UiLILT5JMCJiIhL3YxL3Nlc3Npb25zL3tzZXNzaW9uX2lkfTpjbGVhbnVwOgEqEn8KDUJyYW5jaFNlc3Npb24SHy5wYWx5cmEudjEuQnJhbmNoU2Vzc2lvblJlcXVlc3QaIC5wYWx5cmEudjEuQnJhbmNoU2Vzc2lvblJlc3BvbnNlIiuC0+STAiUiIC92MS9zZXNzaW9ucy97c2Vzc2lvbl9pZH06YnJhbmNoOgEqEokBCg5TZXRUb29sUG9zdHVyZRIgLnBhbHlyYS52MS5TZXRUb29sUG9zdHVyZVJlcXVlc3QaIS5wYWx5cmEudjEuU2V0VG9vbFBvc3R1cmVSZXNwb25zZSIygtPkkwIsIicvdjEvc2Vzc2lvbnMve3Nlc3Npb25faWR9L3Rvb2wtcG9zdHVyZXM6ASoSgQEKDFJvdXRlTWVzc2FnZRIeLnBhbHlyYS52MS5Sb3V0ZU1lc3NhZ2VSZXF1ZXN0Gh8ucGFseXJhLnYxLlJvdXRlTWVzc2FnZVJlc3BvbnNlIjCC0+STAioiJS92MS9jaGFubmVscy97Y2hhbm5lbH0vbWVzc2FnZXM6cm91dGU6ASoSXQoKTGlzdEFnZW50cxIcLnBhbHlyYS52MS5MaXN0QWdlbnRzUmVxdWVzdBodLnBhbHlyYS52MS5MaXN0QWdlbnRzUmVzcG9uc2UiEoLT5JMCDBIKL3YxL2FnZW50cxJiCghHZXRBZ2VudBIaLnBhbHlyYS52MS5HZXRBZ2VudFJlcXVlc3QaGy5wYWx5cmEudjEuR2V0QWdlbnRSZXNwb25zZSIdgtPkkwIXEhUvdjEvYWdlbnRzL3thZ2VudF9pZH0SYwoLQ3JlYXRlQWdlbnQSHS5wYWx5cmEudjEuQ3JlYXRlQWdlbnRSZXF1ZXN0Gh4ucGFseXJhLnYxLkNyZWF0ZUFnZW50UmVzcG9uc2UiFYLT5JMCDyIKL3YxL2FnZW50czoBKhJuCgtVcGRhdGVBZ2VudBIdLnBhbHlyYS52MS5VcGRhdGVBZ2VudFJlcXVlc3QaHi5wYWx5cmEudjEuVXBkYXRlQWdlbnRSZXNwb25zZSIggtPkkwIaMhUvdjEvYWdlbnRzL3thZ2VudF9pZH06ASoSawoLRGVsZXRlQWdlbnQSHS5wYWx5cmEudjEuRGVsZXRlQWdlbnRSZXF1ZXN0Gh4ucGFseXJhLnYxLkRlbGV0ZUFnZW50UmVzcG9uc2UiHYLT5JMCFyoVL3YxL2FnZW50cy97YWdlbnRfaWR9EnEKCUJpbmRBZ2VudBIbLnBhbHlyYS52MS5CaW5kQWdlbnRSZXF1ZXN0GhwucGFseXJhLnYxLkJpbmRBZ2VudFJlc3BvbnNlIimC0+STAiMiHi92MS9hZ2VudHMve2FnZW50X2lkfS9iaW5kaW5nczoBKhKGAQoRTGlzdEFnZW50QmluZGluZ3MSIy5wYWx5cmEudjEuTGlzdEFnZW50QmluZGluZ3NSZXF1ZXN0GiQucGFseXJhLnYxLkxpc3RBZ2VudEJpbmRpbmdzUmVzcG9uc2UiJoLT5JMCIBIeL3YxL2FnZW50cy97YWdlbnRfaWR9L2JpbmRpbmdzEoEBCgtVbmJpbmRBZ2VudBIdLnBhbHlyYS52MS5VbmJpbmRBZ2VudFJlcXVlc3QaHi5wYWx5cmEudjEuVW5iaW5kQWdlbnRSZXNwb25zZSIzgtPkkwItKisvdjEvYWdlbnRzL3thZ2VudF9pZH0vYmluZGluZ3Mve2JpbmRpbmdfaWR9YgZwcm90bzM", [file_google_api_annotations, file_palyra_v1_common, file_palyra_v1_tape]);
+  fileDesc("ChdwYWx5cmEvdjEvZ2F0ZXdheS5wcm90bxIJcGFseXJhLnYxIhIKEEdldEhlYWx0aFJlcXVlc3QijwEKEUdldEhlYWx0aFJlc3BvbnNlEg8KB3NlcnZpY2UYASABKAkSDwoHdmVyc2lvbhgCIAEoCRIRCgl1cHRpbWVfbXMYAyABKAQSFgoOam91cm5hbF9ldmVudHMYBCABKAQSFAoMam91cm5hbF9oZWFkGAUgASgJEhcKD2pvdXJuYWxfY29tbWl0cxgGIAEoBCKqAQoWSW5saW5lQXBwcm92YWxEZWNpc2lvbhITCgthcHByb3ZhbF9pZBgBIAEoCRItCghkZWNpc2lvbhgCIAEoDjIbLnBhbHlyYS52MS5BcHByb3ZhbERlY2lzaW9uEicKBXNjb3BlGAMgASgOMhgucGFseXJhLnYxLkFwcHJvdmFsU2NvcGUSEwoLdHRsX3NlY29uZHMYBCABKA0SDgoGcmVhc29uGAUgASgJIpEDChBSdW5TdHJlYW1SZXF1ZXN0EgkKAXYYASABKA0SEgoKc2Vzc2lvbl9pZBgCIAEoCRIOCgZydW5faWQYAyABKAkSJgoFaW5wdXQYBCABKAsyFy5wYWx5cmEudjEuTWVzc2FnZUlucHV0EhMKC3Nlc3Npb25fa2V5GAUgASgJEhUKDXNlc3Npb25fbGFiZWwYBiABKAkSFQoNcmVzZXRfc2Vzc2lvbhgHIAEoCBIYChByZXF1aXJlX2V4aXN0aW5nGAggASgIEjMKCGFwcHJvdmFsGAkgASgLMiEucGFseXJhLnYxLklubGluZUFwcHJvdmFsRGVjaXNpb24SEwoLb3JpZ2luX2tpbmQYCiABKAkSFQoNb3JpZ2luX3J1bl9pZBgLIAEoCRIcChRwYXJhbWV0ZXJfZGVsdGFfanNvbhgMIAEoCRIXCg9xdWV1ZWRfaW5wdXRfaWQYDSABKAkSEAoIYWdlbnRfaWQYDiABKAkSDQoFYmF0Y2gYDyABKAgSEAoIY29tcGxldGUYECABKAgiaQoRUnVuU3RyZWFtUmVzcG9uc2USCQoBdhgBIAEoDRIjCgVldmVudBgCIAEoCzIULnBhbHlyYS52MS5UYXBlRXZlbnQSJAoGZXZlbnRzGAMgAygLMhQucGFseXJhLnYxLlRhcGVFdmVudCLHAQoQQ3JlYXRlUnVuUmVxdWVzdBIJCgF2GAEgASgNEhIKCnNlc3Npb25faWQYAiABKAkSEwoLc2Vzc2lvbl9rZXkYAyABKAkSFQoNc2Vzc2lvbl9sYWJlbBgEIAEoCRImCgVpbnB1dBgFIAEoCzIXLnBhbHlyYS52MS5NZXNzYWdlSW5wdXQSEAoIY29tcGxldGUYBiABKAgSDAoEd2FpdBgHIAEoCBIOCgZydW5faWQYCCABKAkSEAoIYWdlbnRfaWQYCSABKAkibgoRQ3JlYXRlUnVuUmVzcG9uc2USGwoDcnVuGAEgASgLMg4ucGFseXJhLnYxLlJ1bhIjCgdzZXNzaW9uGAIgASgLMhIucGFseXJhLnYxLlNlc3Npb24SFwoPc2Vzc2lvbl9jcmVhdGVkGAMgASgIIm0KE1NlbmRSdW5JbnB1dFJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEiYKBWlucHV0GAIgASgLMhcucGFseXJhLnYxLk1lc3NhZ2VJbnB1dBIQCghjb21wbGV0ZRgDIAEoCBIMCgR3YWl0GAQgASgIIjMKFFNlbmRSdW5JbnB1dFJlc3BvbnNlEhsKA3J1bhgBIAEoCzIOLnBhbHlyYS52MS5SdW4iMgoSQ29tcGxldGVSdW5SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIMCgR3YWl0GAIgASgIIjIKE0NvbXBsZXRlUnVuUmVzcG9uc2USGwoDcnVuGAEgASgLMg4ucGFseXJhLnYxLlJ1biKjAQoSQXBwZW5kRXZlbnRSZXF1ZXN0EgkKAXYYASABKA0SEAoIZXZlbnRfaWQYAiABKAkSEgoKc2Vzc2lvbl9pZBgDIAEoCRIOCgZydW5faWQYBCABKAkSDAoEa2luZBgFIAEoCRINCgVhY3RvchgGIAEoCRIZChF0aW1lc3RhbXBfdW5peF9tcxgHIAEoAxIUCgxwYXlsb2FkX2pzb24YCCABKAkiWQoTQXBwZW5kRXZlbnRSZXNwb25zZRIQCghldmVudF9pZBgBIAEoCRIQCghhY2NlcHRlZBgCIAEoCBIQCghwb3NpdGlvbhgDIAEoBBIMCgRoYXNoGAQgASgJIjEKD0Fib3J0UnVuUmVxdWVzdBIOCgZydW5faWQYASABKAkSDgoGcmVhc29uGAIgASgJImAKEEFib3J0UnVuUmVzcG9uc2USDgoGcnVuX2lkGAEgASgJEhgKEGNhbmNlbF9yZXF1ZXN0ZWQYAiABKAgSIgoFc3RhdGUYAyABKA4yEy5wYWx5cmEudjEuUnVuU3RhdGUiHwoNR2V0UnVuUmVxdWVzdBIOCgZydW5faWQYASABKAkiLQoOR2V0UnVuUmVzcG9uc2USGwoDcnVuGAEgASgLMg4ucGFseXJhLnYxLlJ1biJwCg9MaXN0UnVuc1JlcXVlc3QSIgoFc3RhdGUYASABKA4yEy5wYWx5cmEudjEuUnVuU3RhdGUSEgoKc2Vzc2lvbl9pZBgCIAEoCRIRCglwYWdlX3NpemUYAyABKA0SEgoKcGFnZV90b2tlbhgEIAEoCSJJChBMaXN0UnVuc1Jlc3BvbnNlEhwKBHJ1bnMYASADKAsyDi5wYWx5cmEudjEuUnVuEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJGChJMaXN0UnVuVGFwZVJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEhEKCWFmdGVyX3NlcRgCIAEoAxINCgVsaW1pdBgDIAEoDSKPAQoTTGlzdFJ1blRhcGVSZXNwb25zZRIkCgZldmVudHMYASADKAsyFC5wYWx5cmEudjEuVGFwZUV2ZW50EhsKDm5leHRfYWZ0ZXJfc2VxGAIgASgDSACIAQESIgoFc3RhdGUYAyABKA4yEy5wYWx5cmEudjEuUnVuU3RhdGVCEQoPX25leHRfYWZ0ZXJfc2VxImMKF0V4cGFuZENvbXBhY3Rpb25SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIWCg5jb21wYWN0aW9uX3NlcRgCIAEoBBIRCglhZnRlcl9zZXEYAyABKAMSDQoFbGltaXQYBCABKA0iyQEKGEV4cGFuZENvbXBhY3Rpb25SZXNwb25zZRIoCgpjb21wYWN0aW9uGAEgASgLMhQucGFseXJhLnYxLlRhcGVFdmVudBIkCgZldmVudHMYAiADKAsyFC5wYWx5cmEudjEuVGFwZUV2ZW50EhsKDm5leHRfYWZ0ZXJfc2VxGAMgASgDSACIAQESFQoNZGlnZXN0X3NoYTI1NhgEIAEoCRIWCg5kaWdlc3RfbWF0Y2hlcxgFIAEoCEIRCg9fbmV4dF9hZnRlcl9zZXEiVgoPV2F0Y2hSdW5SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIRCglhZnRlcl9zZXEYAiABKAMSEQoJbm9fZm9sbG93GAMgASgIEg0KBWJhdGNoGAQgASgIIl0KEFdhdGNoUnVuUmVzcG9uc2USIwoFZXZlbnQYASABKAsyFC5wYWx5cmEudjEuVGFwZUV2ZW50EiQKBmV2ZW50cxgCIAMoCzIULnBhbHlyYS52MS5UYXBlRXZlbnQiWQoTTGlzdFNlc3Npb25zUmVxdWVzdBIZChFhZnRlcl9zZXNzaW9uX2tleRgBIAEoCRINCgVsaW1pdBgCIAEoDRIYChBpbmNsdWRlX2FyY2hpdmVkGAMgASgIIlwKFExpc3RTZXNzaW9uc1Jlc3BvbnNlEiQKCHNlc3Npb25zGAEgAygLMhIucGFseXJhLnYxLlNlc3Npb24SHgoWbmV4dF9hZnRlcl9zZXNzaW9uX2tleRgCIAEoCSKIAQoVUmVzb2x2ZVNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEwoLc2Vzc2lvbl9rZXkYAiABKAkSFQoNc2Vzc2lvbl9sYWJlbBgDIAEoCRIVCg1yZXNldF9zZXNzaW9uGAQgASgIEhgKEHJlcXVpcmVfZXhpc3RpbmcYBSABKAgiZQoWUmVzb2x2ZVNlc3Npb25SZXNwb25zZRIjCgdzZXNzaW9uGAEgASgLMhIucGFseXJhLnYxLlNlc3Npb24SDwoHY3JlYXRlZBgCIAEoCBIVCg1yZXNldF9hcHBsaWVkGAMgASgIIisKFUNsZWFudXBTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJInIKFkNsZWFudXBTZXNzaW9uUmVzcG9uc2USDwoHY2xlYW5lZBgBIAEoCBIWCg5uZXdseV9hcmNoaXZlZBgCIAEoCBIcChRwcmV2aW91c19zZXNzaW9uX2tleRgDIAEoCRIRCglydW5fY291bnQYBCABKAQiQQoUQnJhbmNoU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIVCg1zZXNzaW9uX2xhYmVsGAIgASgJImAKFUJyYW5jaFNlc3Npb25SZXNwb25zZRIjCgdzZXNzaW9uGAEgASgLMhIucGFseXJhLnYxLlNlc3Npb24SIgoGc291cmNlGAIgASgLMhIucGFseXJhLnYxLlNlc3Npb24iZwoVU2V0VG9vbFBvc3R1cmVSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEQoJdG9vbF9uYW1lGAIgASgJEicKB3Bvc3R1cmUYAyABKA4yFi5wYWx5cmEudjEuVG9vbFBvc3R1cmUiPQoWU2V0VG9vbFBvc3R1cmVSZXNwb25zZRIjCgdzZXNzaW9uGAEgASgLMhIucGFseXJhLnYxLlNlc3Npb24i8wIKDkluYm91bmRNZXNzYWdlEhMKC2VudmVsb3BlX2lkGAEgASgJEg8KB2NoYW5uZWwYAiABKAkSFwoPY29udmVyc2F0aW9uX2lkGAMgASgJEhEKCXRocmVhZF9pZBgEIAEoCRIVCg1zZW5kZXJfaGFuZGxlGAUgASgJEhYKDnNlbmRlcl9kaXNwbGF5GAYgASgJEhcKD3NlbmRlcl92ZXJpZmllZBgHIAEoCBIMCgR0ZXh0GAggASgJEhkKEWlzX2RpcmVjdF9tZXNzYWdlGAkgASgIEhQKDGlzX2Jyb2FkY2FzdBgKIAEoCBIaChJhZGFwdGVyX21lc3NhZ2VfaWQYCyABKAkSFQoNcmV0cnlfYXR0ZW1wdBgMIAEoDRITCgtxdW90ZWRfdGV4dBgNIAEoCRIVCg1xdW90ZWRfc2VuZGVyGA4gASgJEhEKCWhhc19tZWRpYRgPIAEoCBIWCg5tZW50aW9uc19hZ2VudBgQIAEoCCJdChNSb3V0ZU1lc3NhZ2VSZXF1ZXN0EgkKAXYYASABKA0SDwoHY2hhbm5lbBgCIAEoCRIqCgdtZXNzYWdlGAMgASgLMhkucGFseXJhLnYxLkluYm91bmRNZXNzYWdlImgKD091dGJvdW5kTWVzc2FnZRIMCgR0ZXh0GAEgASgJEhcKD2NvbnZlcnNhdGlvbl9pZBgCIAEoCRIRCgl0aHJlYWRfaWQYAyABKAkSGwoTcmVwbHlfdG9fbWVzc2FnZV9pZBgEIAEoCSL1AQoUUm91dGVNZXNzYWdlUmVzcG9uc2USEAoIYWNjZXB0ZWQYASABKAgSGAoQcXVldWVkX2Zvcl9yZXRyeRgCIAEoCBIXCg9kZWNpc2lvbl9yZWFzb24YAyABKAkSEgoKc2Vzc2lvbl9pZBgEIAEoCRIOCgZydW5faWQYBSABKAkSKwoHb3V0cHV0cxgGIAMoCzIaLnBhbHlyYS52MS5PdXRib3VuZE1lc3NhZ2USEwoLZW52ZWxvcGVfaWQYByABKAkSEQoJZHVwbGljYXRlGAggASgIEh8KF2RlbGl2ZXJlZF90b19hY3RpdmVfcnVuGAkgASgIIrYCCgVBZ2VudBIQCghhZ2VudF9pZBgBIAEoCRIUCgxkaXNwbGF5X25hbWUYAiABKAkSFQoNc3lzdGVtX3Byb21wdBgDIAEoCRIQCghwcm92aWRlchgEIAEoCRINCgVtb2RlbBgFIAEoCRINCgV0b29scxgGIAMoCRIaChJjcmVhdGVkX2F0X3VuaXhfbXMYByABKAMSGgoSdXBkYXRlZF9hdF91bml4X21zGAggASgDEjkKDXRvb2xfcG9zdHVyZXMYCSADKAsyIi5wYWx5cmEudjEuQWdlbnQuVG9vbFBvc3R1cmVzRW50cnkaSwoRVG9vbFBvc3R1cmVzRW50cnkSCwoDa2V5GAEgASgJEiUKBXZhbHVlGAIgASgOMhYucGFseXJhLnYxLlRvb2xQb3N0dXJlOgI4ASJzCgxBZ2VudEJpbmRpbmcSEgoKYmluZGluZ19pZBgBIAEoCRIQCghhZ2VudF9pZBgCIAEoCRIPCgdjaGFubmVsGAMgASgJEhcKD2NvbnZlcnNhdGlvbl9pZBgEIAEoCRITCgtzZXNzaW9uX2tleRgFIAEoCSI6ChFMaXN0QWdlbnRzUmVxdWVzdBIWCg5hZnRlcl9hZ2VudF9pZBgBIAEoCRINCgVsaW1pdBgCIAEoDSJTChJMaXN0QWdlbnRzUmVzcG9uc2USIAoGYWdlbnRzGAEgAygLMhAucGFseXJhLnYxLkFnZW50EhsKE25leHRfYWZ0ZXJfYWdlbnRfaWQYAiABKAkiIwoPR2V0QWdlbnRSZXF1ZXN0EhAKCGFnZW50X2lkGAEgASgJIjMKEEdldEFnZW50UmVzcG9uc2USHwoFYWdlbnQYASABKAsyEC5wYWx5cmEudjEuQWdlbnQiNQoSQ3JlYXRlQWdlbnRSZXF1ZXN0Eh8KBWFnZW50GAEgASgLMhAucGFseXJhLnYxLkFnZW50IjYKE0NyZWF0ZUFnZW50UmVzcG9uc2USHwoFYWdlbnQYASABKAsyEC5wYWx5cmEudjEuQWdlbnQiRwoSVXBkYXRlQWdlbnRSZXF1ZXN0EhAKCGFnZW50X2lkGAEgASgJEh8KBWFnZW50GAIgASgLMhAucGFseXJhLnYxLkFnZW50IjYKE1VwZGF0ZUFnZW50UmVzcG9uc2USHwoFYWdlbnQYASABKAsyEC5wYWx5cmEudjEuQWdlbnQiJgoSRGVsZXRlQWdlbnRSZXF1ZXN0EhAKCGFnZW50X2lkGAEgASgJIiYKE0RlbGV0ZUFnZW50UmVzcG9uc2USDwoHZGVsZXRlZBgBIAEoCCJOChBCaW5kQWdlbnRSZXF1ZXN0EhAKCGFnZW50X2lkGAEgASgJEigKB2JpbmRpbmcYAiABKAsyFy5wYWx5cmEudjEuQWdlbnRCaW5kaW5nIj0KEUJpbmRBZ2VudFJlc3BvbnNlEigKB2JpbmRpbmcYASABKAsyFy5wYWx5cmEudjEuQWdlbnRCaW5kaW5nIiwKGExpc3RBZ2VudEJpbmRpbmdzUmVxdWVzdBIQCghhZ2VudF9pZBgBIAEoCSJGChlMaXN0QWdlbnRCaW5kaW5nc1Jlc3BvbnNlEikKCGJpbmRpbmdzGAEgAygLMhcucGFseXJhLnYxLkFnZW50QmluZGluZyI6ChJVbmJpbmRBZ2VudFJlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkSEgoKYmluZGluZ19pZBgCIAEoCSImChNVbmJpbmRBZ2VudFJlc3BvbnNlEg8KB3JlbW92ZWQYASABKAgy9xYKDkdhdGV3YXlTZXJ2aWNlElgKCUdldEhlYWx0aBIbLnBhbHlyYS52MS5HZXRIZWFsdGhSZXF1ZXN0GhwucGFseXJhLnYxLkdldEhlYWx0aFJlc3BvbnNlIhCC0+STAgoSCC9oZWFsdGh6EmYKCVJ1blN0cmVhbRIbLnBhbHlyYS52MS5SdW5TdHJlYW1SZXF1ZXN0GhwucGFseXJhLnYxLlJ1blN0cmVhbVJlc3BvbnNlIhqC0+STAhQiDy92MS9ydW5zOnN0cmVhbToBKigBMAESWwoJQ3JlYXRlUnVuEhsucGFseXJhLnYxLkNyZWF0ZVJ1blJlcXVlc3QaHC5wYWx5cmEudjEuQ3JlYXRlUnVuUmVzcG9uc2UiE4LT5JMCDSIIL3YxL3J1bnM6ASoSdAoMU2VuZFJ1bklucHV0Eh4ucGFseXJhLnYxLlNlbmRSdW5JbnB1dFJlcXVlc3QaHy5wYWx5cmEudjEuU2VuZFJ1bklucHV0UmVzcG9uc2UiI4LT5JMCHSIYL3YxL3J1bnMve3J1bl9pZH0vaW5wdXRzOgEqEnMKC0NvbXBsZXRlUnVuEh0ucGFseXJhLnYxLkNvbXBsZXRlUnVuUmVxdWVzdBoeLnBhbHlyYS52MS5Db21wbGV0ZVJ1blJlc3BvbnNlIiWC0+STAh8iGi92MS9ydW5zL3tydW5faWR9OmNvbXBsZXRlOgEqEmMKC0FwcGVuZEV2ZW50Eh0ucGFseXJhLnYxLkFwcGVuZEV2ZW50UmVxdWVzdBoeLnBhbHlyYS52MS5BcHBlbmRFdmVudFJlc3BvbnNlIhWC0+STAg8iCi92MS9ldmVudHM6ASoSZwoIQWJvcnRSdW4SGi5wYWx5cmEudjEuQWJvcnRSdW5SZXF1ZXN0GhsucGFseXJhLnYxLkFib3J0UnVuUmVzcG9uc2UiIoLT5JMCHCIXL3YxL3J1bnMve3J1bl9pZH06YWJvcnQ6ASoSWAoGR2V0UnVuEhgucGFseXJhLnYxLkdldFJ1blJlcXVlc3QaGS5wYWx5cmEudjEuR2V0UnVuUmVzcG9uc2UiGYLT5JMCExIRL3YxL3J1bnMve3J1bl9pZH0SVQoITGlzdFJ1bnMSGi5wYWx5cmEudjEuTGlzdFJ1bnNSZXF1ZXN0GhsucGFseXJhLnYxLkxpc3RSdW5zUmVzcG9uc2UiEILT5JMCChIIL3YxL3J1bnMSbAoLTGlzdFJ1blRhcGUSHS5wYWx5cmEudjEuTGlzdFJ1blRhcGVSZXF1ZXN0Gh4ucGFseXJhLnYxLkxpc3RSdW5UYXBlUmVzcG9uc2UiHoLT5JMCGBIWL3YxL3J1bnMve3J1bl9pZH0vdGFwZRKJAQoQRXhwYW5kQ29tcGFjdGlvbhIiLnBhbHlyYS52MS5FeHBhbmRDb21wYWN0aW9uUmVxdWVzdBojLnBhbHlyYS52MS5FeHBhbmRDb21wYWN0aW9uUmVzcG9uc2UiLILT5JMCJhIkL3YxL3J1bnMve3J1bl9pZH0vY29tcGFjdGlvbnM6ZXhwYW5kEmcKCFdhdGNoUnVuEhoucGFseXJhLnYxLldhdGNoUnVuUmVxdWVzdBobLnBhbHlyYS52MS5XYXRjaFJ1blJlc3BvbnNlIiCC0+STAhoSGC92MS9ydW5zL3tydW5faWR9L2V2ZW50czABEmUKDExpc3RTZXNzaW9ucxIeLnBhbHlyYS52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0Gh8ucGFseXJhLnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlIhSC0+STAg4SDC92MS9zZXNzaW9ucxJ2Cg5SZXNvbHZlU2Vzc2lvbhIgLnBhbHlyYS52MS5SZXNvbHZlU2Vzc2lvblJlcXVlc3QaIS5wYWx5cmEudjEuUmVzb2x2ZVNlc3Npb25SZXNwb25zZSIfgtPkkwIZIhQvdjEvc2Vzc2lvbnM6cmVzb2x2ZToBKhKDAQoOQ2xlYW51cFNlc3Npb24SIC5wYWx5cmEudjEuQ2xlYW51cFNlc3Npb25SZXF1ZXN0GiEucGFseXJhLnYxLkNsZWFudXBTZXNzaW9uUmVzcG9uc2UiLILT5JMCJiIhL3YxL3Nlc3Npb25zL3tzZXNzaW9uX2lkfTpjbGVhbnVwOgEqEn8KDUJyYW5jaFNlc3Npb24SHy5wYWx5cmEudjEuQnJhbmNoU2Vzc2lvblJlcXVlc3QaIC5wYWx5cmEudjEuQnJhbmNoU2Vzc2lvblJlc3BvbnNlIiuC0+STAiUiIC92MS9zZXNzaW9ucy97c2Vzc2lvbl9pZH06YnJhbmNoOgEqEokBCg5TZXRUb29sUG9zdHVyZRIgLnBhbHlyYS52MS5TZXRUb29sUG9zdHVyZVJlcXVlc3QaIS5wYWx5cmEudjEuU2V0VG9vbFBvc3R1cmVSZXNwb25zZSIygtPkkwIsIicvdjEvc2Vzc2lvbnMve3Nlc3Npb25faWR9L3Rvb2wtcG9zdHVyZXM6ASoSgQEKDFJvdXRlTWVzc2FnZRIeLnBhbHlyYS52MS5Sb3V0ZU1lc3NhZ2VSZXF1ZXN0Gh8ucGFseXJhLnYxLlJvdXRlTWVzc2FnZVJlc3BvbnNlIjCC0+STAioiJS92MS9jaGFubmVscy97Y2hhbm5lbH0vbWVzc2FnZXM6cm91dGU6ASoSXQoKTGlzdEFnZW50cxIcLnBhbHlyYS52MS5MaXN0QWdlbnRzUmVxdWVzdBodLnBhbHlyYS52MS5MaXN0QWdlbnRzUmVzcG9uc2UiEoLT5JMCDBIKL3YxL2FnZW50cxJiCghHZXRBZ2VudBIaLnBhbHlyYS52MS5HZXRBZ2VudFJlcXVlc3QaGy5wYWx5cmEudjEuR2V0QWdlbnRSZXNwb25zZSIdgtPkkwIXEhUvdjEvYWdlbnRzL3thZ2VudF9pZH0SYwoLQ3JlYXRlQWdlbnQSHS5wYWx5cmEudjEuQ3JlYXRlQWdlbnRSZXF1ZXN0Gh4ucGFseXJhLnYxLkNyZWF0ZUFnZW50UmVzcG9uc2UiFYLT5JMCDyIKL3YxL2FnZW50czoBKhJuCgtVcGRhdGVBZ2VudBIdLnBhbHlyYS52MS5VcGRhdGVBZ2VudFJlcXVlc3QaHi5wYWx5cmEudjEuVXBkYXRlQWdlbnRSZXNwb25zZSIggtPkkwIaMhUvdjEvYWdlbnRzL3thZ2VudF9pZH06ASoSawoLRGVsZXRlQWdlbnQSHS5wYWx5cmEudjEuRGVsZXRlQWdlbnRSZXF1ZXN0Gh4ucGFseXJhLnYxLkRlbGV0ZUFnZW50UmVzcG9uc2UiHYLT5JMCFyoVL3YxL2FnZW50cy97YWdlbnRfaWR9EnEKCUJpbmRBZ2VudBIbLnBhbHlyYS52MS5CaW5kQWdlbnRSZXF1ZXN0GhwucGFseXJhLnYxLkJpbmRBZ2VudFJlc3BvbnNlIimC0+STAiMiHi92MS9hZ2VudHMve2FnZW50X2lkfS9iaW5kaW5nczoBKhKGAQoRTGlzdEFnZW50QmluZGluZ3MSIy5wYWx5cmEudjEuTGlzdEFnZW50QmluZGluZ3NSZXF1ZXN0GiQucGFseXJhLnYxLkxpc3RBZ2VudEJpbmRpbmdzUmVzcG9uc2UiJoLT5JMCIBIeL3YxL2FnZW50cy97YWdlbnRfaWR9L2JpbmRpbmdzEoEBCgtVbmJpbmRBZ2VudBIdLnBhbHlyYS52MS5VbmJpbmRBZ2VudFJlcXVlc3QaHi5wYWx5cmEudjEuVW5iaW5kQWdlbnRSZXNwb25zZSIzgtPkkwItKisvdjEvYWdlbnRzL3thZ2VudF9pZH0vYmluZGluZ3Mve2JpbmRpbmdfaWR9YgZwcm90bzM", [file_google_api_annotations, file_palyra_v1_common, file_palyra_v1_tape]);
 
 /**
  * @generated from message palyra.v1.GetHealthRequest
@@ -602,6 +602,70 @@ export const GetRunResponseSchema: GenMessage<GetRunResponse> = /*@__PURE__*/
   messageDesc(file_palyra_v1_gateway, 16);
 
 /**
+ * @generated from message palyra.v1.ListRunsRequest
+ */
+export type ListRunsRequest = Message<"palyra.v1.ListRunsRequest"> & {
+  /**
+   * UNSPECIFIED: every state.
+   *
+   * @generated from field: palyra.v1.RunState state = 1;
+   */
+  state: RunState;
+
+  /**
+   * Empty: every session.
+   *
+   * @generated from field: string session_id = 2;
+   */
+  sessionId: string;
+
+  /**
+   * 1..500; 0 → 50.
+   *
+   * @generated from field: uint32 page_size = 3;
+   */
+  pageSize: number;
+
+  /**
+   * The `next_page_token` of the previous page; empty for the first.
+   *
+   * @generated from field: string page_token = 4;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message palyra.v1.ListRunsRequest.
+ * Use `create(ListRunsRequestSchema)` to create a new message.
+ */
+export const ListRunsRequestSchema: GenMessage<ListRunsRequest> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_gateway, 17);
+
+/**
+ * @generated from message palyra.v1.ListRunsResponse
+ */
+export type ListRunsResponse = Message<"palyra.v1.ListRunsResponse"> & {
+  /**
+   * @generated from field: repeated palyra.v1.Run runs = 1;
+   */
+  runs: Run[];
+
+  /**
+   * Empty when no run is left to examine.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message palyra.v1.ListRunsResponse.
+ * Use `create(ListRunsResponseSchema)` to create a new message.
+ */
+export const ListRunsResponseSchema: GenMessage<ListRunsResponse> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_gateway, 18);
+
+/**
  * @generated from message palyra.v1.ListRunTapeRequest
  */
 export type ListRunTapeRequest = Message<"palyra.v1.ListRunTapeRequest"> & {
@@ -628,7 +692,7 @@ export type ListRunTapeRequest = Message<"palyra.v1.ListRunTapeRequest"> & {
  * Use `create(ListRunTapeRequestSchema)` to create a new message.
  */
 export const ListRunTapeRequestSchema: GenMessage<ListRunTapeRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 17);
+  messageDesc(file_palyra_v1_gateway, 19);
 
 /**
  * @generated from message palyra.v1.ListRunTapeResponse
@@ -657,7 +721,7 @@ export type ListRunTapeResponse = Message<"palyra.v1.ListRunTapeResponse"> & {
  * Use `create(ListRunTapeResponseSchema)` to create a new message.
  */
 export const ListRunTapeResponseSchema: GenMessage<ListRunTapeResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 18);
+  messageDesc(file_palyra_v1_gateway, 20);
 
 /**
  * @generated from message palyra.v1.ExpandCompactionRequest
@@ -696,7 +760,7 @@ export type ExpandCompactionRequest = Message<"palyra.v1.ExpandCompactionRequest
  * Use `create(ExpandCompactionRequestSchema)` to create a new message.
  */
 export const ExpandCompactionRequestSchema: GenMessage<ExpandCompactionRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 19);
+  messageDesc(file_palyra_v1_gateway, 21);
 
 /**
  * @generated from message palyra.v1.ExpandCompactionResponse
@@ -742,7 +806,7 @@ export type ExpandCompactionResponse = Message<"palyra.v1.ExpandCompactionRespon
  * Use `create(ExpandCompactionResponseSchema)` to create a new message.
  */
 export const ExpandCompactionResponseSchema: GenMessage<ExpandCompactionResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 20);
+  messageDesc(file_palyra_v1_gateway, 22);
 
 /**
  * @generated from message palyra.v1.WatchRunRequest
@@ -783,7 +847,7 @@ export type WatchRunRequest = Message<"palyra.v1.WatchRunRequest"> & {
  * Use `create(WatchRunRequestSchema)` to create a new message.
  */
 export const WatchRunRequestSchema: GenMessage<WatchRunRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 21);
+  messageDesc(file_palyra_v1_gateway, 23);
 
 /**
  * @generated from message palyra.v1.WatchRunResponse
@@ -810,7 +874,7 @@ export type WatchRunResponse = Message<"palyra.v1.WatchRunResponse"> & {
  * Use `create(WatchRunResponseSchema)` to create a new message.
  */
 export const WatchRunResponseSchema: GenMessage<WatchRunResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 22);
+  messageDesc(file_palyra_v1_gateway, 24);
 
 /**
  * @generated from message palyra.v1.ListSessionsRequest
@@ -837,7 +901,7 @@ export type ListSessionsRequest = Message<"palyra.v1.ListSessionsRequest"> & {
  * Use `create(ListSessionsRequestSchema)` to create a new message.
  */
 export const ListSessionsRequestSchema: GenMessage<ListSessionsRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 23);
+  messageDesc(file_palyra_v1_gateway, 25);
 
 /**
  * @generated from message palyra.v1.ListSessionsResponse
@@ -859,7 +923,7 @@ export type ListSessionsResponse = Message<"palyra.v1.ListSessionsResponse"> & {
  * Use `create(ListSessionsResponseSchema)` to create a new message.
  */
 export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 24);
+  messageDesc(file_palyra_v1_gateway, 26);
 
 /**
  * @generated from message palyra.v1.ResolveSessionRequest
@@ -896,7 +960,7 @@ export type ResolveSessionRequest = Message<"palyra.v1.ResolveSessionRequest"> &
  * Use `create(ResolveSessionRequestSchema)` to create a new message.
  */
 export const ResolveSessionRequestSchema: GenMessage<ResolveSessionRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 25);
+  messageDesc(file_palyra_v1_gateway, 27);
 
 /**
  * @generated from message palyra.v1.ResolveSessionResponse
@@ -923,7 +987,7 @@ export type ResolveSessionResponse = Message<"palyra.v1.ResolveSessionResponse">
  * Use `create(ResolveSessionResponseSchema)` to create a new message.
  */
 export const ResolveSessionResponseSchema: GenMessage<ResolveSessionResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 26);
+  messageDesc(file_palyra_v1_gateway, 28);
 
 /**
  * @generated from message palyra.v1.CleanupSessionRequest
@@ -940,7 +1004,7 @@ export type CleanupSessionRequest = Message<"palyra.v1.CleanupSessionRequest"> &
  * Use `create(CleanupSessionRequestSchema)` to create a new message.
  */
 export const CleanupSessionRequestSchema: GenMessage<CleanupSessionRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 27);
+  messageDesc(file_palyra_v1_gateway, 29);
 
 /**
  * @generated from message palyra.v1.CleanupSessionResponse
@@ -972,7 +1036,7 @@ export type CleanupSessionResponse = Message<"palyra.v1.CleanupSessionResponse">
  * Use `create(CleanupSessionResponseSchema)` to create a new message.
  */
 export const CleanupSessionResponseSchema: GenMessage<CleanupSessionResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 28);
+  messageDesc(file_palyra_v1_gateway, 30);
 
 /**
  * @generated from message palyra.v1.BranchSessionRequest
@@ -994,7 +1058,7 @@ export type BranchSessionRequest = Message<"palyra.v1.BranchSessionRequest"> & {
  * Use `create(BranchSessionRequestSchema)` to create a new message.
  */
 export const BranchSessionRequestSchema: GenMessage<BranchSessionRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 29);
+  messageDesc(file_palyra_v1_gateway, 31);
 
 /**
  * @generated from message palyra.v1.BranchSessionResponse
@@ -1016,7 +1080,7 @@ export type BranchSessionResponse = Message<"palyra.v1.BranchSessionResponse"> &
  * Use `create(BranchSessionResponseSchema)` to create a new message.
  */
 export const BranchSessionResponseSchema: GenMessage<BranchSessionResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 30);
+  messageDesc(file_palyra_v1_gateway, 32);
 
 /**
  * @generated from message palyra.v1.SetToolPostureRequest
@@ -1045,7 +1109,7 @@ export type SetToolPostureRequest = Message<"palyra.v1.SetToolPostureRequest"> &
  * Use `create(SetToolPostureRequestSchema)` to create a new message.
  */
 export const SetToolPostureRequestSchema: GenMessage<SetToolPostureRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 31);
+  messageDesc(file_palyra_v1_gateway, 33);
 
 /**
  * @generated from message palyra.v1.SetToolPostureResponse
@@ -1062,7 +1126,7 @@ export type SetToolPostureResponse = Message<"palyra.v1.SetToolPostureResponse">
  * Use `create(SetToolPostureResponseSchema)` to create a new message.
  */
 export const SetToolPostureResponseSchema: GenMessage<SetToolPostureResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 32);
+  messageDesc(file_palyra_v1_gateway, 34);
 
 /**
  * @generated from message palyra.v1.InboundMessage
@@ -1161,7 +1225,7 @@ export type InboundMessage = Message<"palyra.v1.InboundMessage"> & {
  * Use `create(InboundMessageSchema)` to create a new message.
  */
 export const InboundMessageSchema: GenMessage<InboundMessage> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 33);
+  messageDesc(file_palyra_v1_gateway, 35);
 
 /**
  * @generated from message palyra.v1.RouteMessageRequest
@@ -1188,7 +1252,7 @@ export type RouteMessageRequest = Message<"palyra.v1.RouteMessageRequest"> & {
  * Use `create(RouteMessageRequestSchema)` to create a new message.
  */
 export const RouteMessageRequestSchema: GenMessage<RouteMessageRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 34);
+  messageDesc(file_palyra_v1_gateway, 36);
 
 /**
  * @generated from message palyra.v1.OutboundMessage
@@ -1220,7 +1284,7 @@ export type OutboundMessage = Message<"palyra.v1.OutboundMessage"> & {
  * Use `create(OutboundMessageSchema)` to create a new message.
  */
 export const OutboundMessageSchema: GenMessage<OutboundMessage> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 35);
+  messageDesc(file_palyra_v1_gateway, 37);
 
 /**
  * @generated from message palyra.v1.RouteMessageResponse
@@ -1284,7 +1348,7 @@ export type RouteMessageResponse = Message<"palyra.v1.RouteMessageResponse"> & {
  * Use `create(RouteMessageResponseSchema)` to create a new message.
  */
 export const RouteMessageResponseSchema: GenMessage<RouteMessageResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 36);
+  messageDesc(file_palyra_v1_gateway, 38);
 
 /**
  * A configured agent: its system prompt opens every run it serves, and its tool
@@ -1350,7 +1414,7 @@ export type Agent = Message<"palyra.v1.Agent"> & {
  * Use `create(AgentSchema)` to create a new message.
  */
 export const AgentSchema: GenMessage<Agent> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 37);
+  messageDesc(file_palyra_v1_gateway, 39);
 
 /**
  * @generated from message palyra.v1.AgentBinding
@@ -1387,7 +1451,7 @@ export type AgentBinding = Message<"palyra.v1.AgentBinding"> & {
  * Use `create(AgentBindingSchema)` to create a new message.
  */
 export const AgentBindingSchema: GenMessage<AgentBinding> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 38);
+  messageDesc(file_palyra_v1_gateway, 40);
 
 /**
  * @generated from message palyra.v1.ListAgentsRequest
@@ -1409,7 +1473,7 @@ export type ListAgentsRequest = Message<"palyra.v1.ListAgentsRequest"> & {
  * Use `create(ListAgentsRequestSchema)` to create a new message.
  */
 export const ListAgentsRequestSchema: GenMessage<ListAgentsRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 39);
+  messageDesc(file_palyra_v1_gateway, 41);
 
 /**
  * @generated from message palyra.v1.ListAgentsResponse
@@ -1431,7 +1495,7 @@ export type ListAgentsResponse = Message<"palyra.v1.ListAgentsResponse"> & {
  * Use `create(ListAgentsResponseSchema)` to create a new message.
  */
 export const ListAgentsResponseSchema: GenMessage<ListAgentsResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 40);
+  messageDesc(file_palyra_v1_gateway, 42);
 
 /**
  * @generated from message palyra.v1.GetAgentRequest
@@ -1448,7 +1512,7 @@ export type GetAgentRequest = Message<"palyra.v1.GetAgentRequest"> & {
  * Use `create(GetAgentRequestSchema)` to create a new message.
  */
 export const GetAgentRequestSchema: GenMessage<GetAgentRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 41);
+  messageDesc(file_palyra_v1_gateway, 43);
 
 /**
  * @generated from message palyra.v1.GetAgentResponse
@@ -1465,7 +1529,7 @@ export type GetAgentResponse = Message<"palyra.v1.GetAgentResponse"> & {
  * Use `create(GetAgentResponseSchema)` to create a new message.
  */
 export const GetAgentResponseSchema: GenMessage<GetAgentResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 42);
+  messageDesc(file_palyra_v1_gateway, 44);
 
 /**
  * @generated from message palyra.v1.CreateAgentRequest
@@ -1482,7 +1546,7 @@ export type CreateAgentRequest = Message<"palyra.v1.CreateAgentRequest"> & {
  * Use `create(CreateAgentRequestSchema)` to create a new message.
  */
 export const CreateAgentRequestSchema: GenMessage<CreateAgentRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 43);
+  messageDesc(file_palyra_v1_gateway, 45);
 
 /**
  * @generated from message palyra.v1.CreateAgentResponse
@@ -1499,7 +1563,7 @@ export type CreateAgentResponse = Message<"palyra.v1.CreateAgentResponse"> & {
  * Use `create(CreateAgentResponseSchema)` to create a new message.
  */
 export const CreateAgentResponseSchema: GenMessage<CreateAgentResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 44);
+  messageDesc(file_palyra_v1_gateway, 46);
 
 /**
  * @generated from message palyra.v1.UpdateAgentRequest
@@ -1521,7 +1585,7 @@ export type UpdateAgentRequest = Message<"palyra.v1.UpdateAgentRequest"> & {
  * Use `create(UpdateAgentRequestSchema)` to create a new message.
  */
 export const UpdateAgentRequestSchema: GenMessage<UpdateAgentRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 45);
+  messageDesc(file_palyra_v1_gateway, 47);
 
 /**
  * @generated from message palyra.v1.UpdateAgentResponse
@@ -1538,7 +1602,7 @@ export type UpdateAgentResponse = Message<"palyra.v1.UpdateAgentResponse"> & {
  * Use `create(UpdateAgentResponseSchema)` to create a new message.
  */
 export const UpdateAgentResponseSchema: GenMessage<UpdateAgentResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 46);
+  messageDesc(file_palyra_v1_gateway, 48);
 
 /**
  * @generated from message palyra.v1.DeleteAgentRequest
@@ -1555,7 +1619,7 @@ export type DeleteAgentRequest = Message<"palyra.v1.DeleteAgentRequest"> & {
  * Use `create(DeleteAgentRequestSchema)` to create a new message.
  */
 export const DeleteAgentRequestSchema: GenMessage<DeleteAgentRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 47);
+  messageDesc(file_palyra_v1_gateway, 49);
 
 /**
  * @generated from message palyra.v1.DeleteAgentResponse
@@ -1572,7 +1636,7 @@ export type DeleteAgentResponse = Message<"palyra.v1.DeleteAgentResponse"> & {
  * Use `create(DeleteAgentResponseSchema)` to create a new message.
  */
 export const DeleteAgentResponseSchema: GenMessage<DeleteAgentResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 48);
+  messageDesc(file_palyra_v1_gateway, 50);
 
 /**
  * @generated from message palyra.v1.BindAgentRequest
@@ -1594,7 +1658,7 @@ export type BindAgentRequest = Message<"palyra.v1.BindAgentRequest"> & {
  * Use `create(BindAgentRequestSchema)` to create a new message.
  */
 export const BindAgentRequestSchema: GenMessage<BindAgentRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 49);
+  messageDesc(file_palyra_v1_gateway, 51);
 
 /**
  * @generated from message palyra.v1.BindAgentResponse
@@ -1611,7 +1675,7 @@ export type BindAgentResponse = Message<"palyra.v1.BindAgentResponse"> & {
  * Use `create(BindAgentResponseSchema)` to create a new message.
  */
 export const BindAgentResponseSchema: GenMessage<BindAgentResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 50);
+  messageDesc(file_palyra_v1_gateway, 52);
 
 /**
  * @generated from message palyra.v1.ListAgentBindingsRequest
@@ -1628,7 +1692,7 @@ export type ListAgentBindingsRequest = Message<"palyra.v1.ListAgentBindingsReque
  * Use `create(ListAgentBindingsRequestSchema)` to create a new message.
  */
 export const ListAgentBindingsRequestSchema: GenMessage<ListAgentBindingsRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 51);
+  messageDesc(file_palyra_v1_gateway, 53);
 
 /**
  * @generated from message palyra.v1.ListAgentBindingsResponse
@@ -1645,7 +1709,7 @@ export type ListAgentBindingsResponse = Message<"palyra.v1.ListAgentBindingsResp
  * Use `create(ListAgentBindingsResponseSchema)` to create a new message.
  */
 export const ListAgentBindingsResponseSchema: GenMessage<ListAgentBindingsResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 52);
+  messageDesc(file_palyra_v1_gateway, 54);
 
 /**
  * @generated from message palyra.v1.UnbindAgentRequest
@@ -1667,7 +1731,7 @@ export type UnbindAgentRequest = Message<"palyra.v1.UnbindAgentRequest"> & {
  * Use `create(UnbindAgentRequestSchema)` to create a new message.
  */
 export const UnbindAgentRequestSchema: GenMessage<UnbindAgentRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 53);
+  messageDesc(file_palyra_v1_gateway, 55);
 
 /**
  * @generated from message palyra.v1.UnbindAgentResponse
@@ -1684,7 +1748,7 @@ export type UnbindAgentResponse = Message<"palyra.v1.UnbindAgentResponse"> & {
  * Use `create(UnbindAgentResponseSchema)` to create a new message.
  */
 export const UnbindAgentResponseSchema: GenMessage<UnbindAgentResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 54);
+  messageDesc(file_palyra_v1_gateway, 56);
 
 /**
  * The daemon's front door: health, runs, tapes, sessions, channel ingress, agents.
@@ -1773,6 +1837,19 @@ export const GatewayService: GenService<{
     methodKind: "unary";
     input: typeof GetRunRequestSchema;
     output: typeof GetRunResponseSchema;
+  },
+  /**
+   * The runs the caller may see (its own; every principal's for an operator), newest
+   * run id first, optionally filtered by state and session. Paged: `page_size`
+   * 1..500 (0 → 50); a page may come back short (a scan examines at most 5,000 runs
+   * per call), so page on until `next_page_token` is empty.
+   *
+   * @generated from rpc palyra.v1.GatewayService.ListRuns
+   */
+  listRuns: {
+    methodKind: "unary";
+    input: typeof ListRunsRequestSchema;
+    output: typeof ListRunsResponseSchema;
   },
   /**
    * Page a run's tape: `after_seq` is exclusive, limit 1..1000, 2 MiB per page.

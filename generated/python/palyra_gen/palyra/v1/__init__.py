@@ -126,6 +126,8 @@ __all__ = (
     "ListQuarantineResponse",
     "ListRunTapeRequest",
     "ListRunTapeResponse",
+    "ListRunsRequest",
+    "ListRunsResponse",
     "ListSessionsRequest",
     "ListSessionsResponse",
     "ListTasksRequest",
@@ -2253,6 +2255,47 @@ default_message_pool.register_message("palyra.v1", "ListQuarantineResponse", Lis
 
 
 @dataclass(eq=False, repr=False)
+class ListRunsRequest(betterproto2.Message):
+    state: "RunState" = betterproto2.field(
+        1, betterproto2.TYPE_ENUM, default_factory=lambda: RunState(0)
+    )
+    """
+    UNSPECIFIED: every state.
+    """
+
+    session_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Empty: every session.
+    """
+
+    page_size: "int" = betterproto2.field(3, betterproto2.TYPE_UINT32)
+    """
+    1..500; 0 → 50.
+    """
+
+    page_token: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    The `next_page_token` of the previous page; empty for the first.
+    """
+
+
+default_message_pool.register_message("palyra.v1", "ListRunsRequest", ListRunsRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListRunsResponse(betterproto2.Message):
+    runs: "list[Run]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+    next_page_token: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Empty when no run is left to examine.
+    """
+
+
+default_message_pool.register_message("palyra.v1", "ListRunsResponse", ListRunsResponse)
+
+
+@dataclass(eq=False, repr=False)
 class ListRunTapeRequest(betterproto2.Message):
     run_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -3915,6 +3958,30 @@ class GatewayServiceStub(betterproto2_grpclib.ServiceStub):
             metadata=metadata,
         )
 
+    async def list_runs(
+        self,
+        message: "ListRunsRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListRunsResponse":
+        """
+        The runs the caller may see (its own; every principal's for an operator), newest
+        run id first, optionally filtered by state and session. Paged: `page_size`
+        1..500 (0 → 50); a page may come back short (a scan examines at most 5,000 runs
+        per call), so page on until `next_page_token` is empty.
+        """
+
+        return await self._unary_unary(
+            "/palyra.v1.GatewayService/ListRuns",
+            message,
+            ListRunsResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
     async def list_run_tape(
         self,
         message: "ListRunTapeRequest",
@@ -5036,6 +5103,16 @@ class GatewayServiceBase(betterproto2_grpclib.ServiceBase):
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
+    async def list_runs(self, message: "ListRunsRequest") -> "ListRunsResponse":
+        """
+        The runs the caller may see (its own; every principal's for an operator), newest
+        run id first, optionally filtered by state and session. Paged: `page_size`
+        1..500 (0 → 50); a page may come back short (a scan examines at most 5,000 runs
+        per call), so page on until `next_page_token` is empty.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
     async def list_run_tape(self, message: "ListRunTapeRequest") -> "ListRunTapeResponse":
         """
         Page a run's tape: `after_seq` is exclusive, limit 1..1000, 2 MiB per page.
@@ -5202,6 +5279,14 @@ class GatewayServiceBase(betterproto2_grpclib.ServiceBase):
         request = await stream.recv_message()
         assert request is not None
         response = await self.get_run(request)
+        await stream.send_message(response)
+
+    async def __rpc_list_runs(
+        self, stream: "grpclib.server.Stream[ListRunsRequest, ListRunsResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.list_runs(request)
         await stream.send_message(response)
 
     async def __rpc_list_run_tape(
@@ -5398,6 +5483,12 @@ class GatewayServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 GetRunRequest,
                 GetRunResponse,
+            ),
+            "/palyra.v1.GatewayService/ListRuns": grpclib.const.Handler(
+                self.__rpc_list_runs,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ListRunsRequest,
+                ListRunsResponse,
             ),
             "/palyra.v1.GatewayService/ListRunTape": grpclib.const.Handler(
                 self.__rpc_list_run_tape,
