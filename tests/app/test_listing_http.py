@@ -87,3 +87,16 @@ def test_list_runs_is_caller_scoped_newest_first_filtered_and_paged(client: Clie
     assert walked == _ids(mine)
     bad = client.call("GET", "/v1/runs", "user:alice", params={"pageToken": "not-a-token"})
     assert bad.status_code == 400 and bad.json()["code"] == "INVALID_ARGUMENT"
+
+
+def test_the_journal_head_carries_the_newest_signed_checkpoint(client: Client) -> None:
+    first = client.ok("POST", "/v1/journal:checkpoint", json={})
+    client.run("user:alice", "moves-the-head")
+    newest = client.ok("POST", "/v1/journal:checkpoint", json={})
+    assert int(newest["position"]) > int(first["position"])
+    head = client.ok("GET", "/v1/journal/head", "user:alice")  # any caller may read it
+    assert head["lastCheckpoint"] == {
+        "position": newest["position"], "headHash": newest["headHash"],
+        "tsUnixMs": newest["tsUnixMs"], "publicKey": newest["publicKey"],
+        "signature": newest["signature"]}
+    assert int(head["headPosition"]) >= int(newest["position"])

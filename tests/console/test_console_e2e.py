@@ -225,6 +225,17 @@ def test_journal_verify_and_export(console: Console, tmp_path: Path) -> None:
     shown = console.text("[data-testid=verify-result]")
     assert int(shown.split("Intact: ")[1].split(" ")[0]) <= int(head["eventCount"])
 
+    # The last signed checkpoint comes with the head: signing one moves it to the head.
+    console.driver.find_element(By.XPATH, "//button[text()='Sign the head now']").click()
+    def shown_is_latest(d: Any) -> bool:
+        latest = console.api("GET", "/v1/journal/head").get("lastCheckpoint", {})
+        at = d.find_elements(By.CSS_SELECTOR, "[data-testid=checkpoint-position]")
+        return (int(latest.get("position", 0)) >= int(head["headPosition"])
+                and bool(at) and at[0].text.split(" ")[0] == latest["position"])
+    console.wait(shown_is_latest)
+    signed = console.api("GET", "/v1/journal/head")["lastCheckpoint"]
+    assert console.text("[data-testid=checkpoint-key]") == signed["publicKey"]
+
     field = console.driver.find_element(By.ID, "export-session")
     field.send_keys(session_id)
     console.driver.find_element(By.XPATH, "//button[text()='Export']").click()

@@ -1,20 +1,20 @@
-// The journal: head, event count, a signed checkpoint, "verify now", and the
+// The journal: head, event count, the last signed checkpoint (from the head; sign
+// a new one), "verify now", and the
 // export of a session bundle (NDJSON, verifiable offline with
 // `palyra journal verify --bundle`).
 
 import { useEffect, useState } from "preact/hooks";
-import type { CreateCheckpointResponse, VerifyJournalResponse } from "../../../generated/ts/palyra/v1/journal_pb.js";
+import type { VerifyJournalResponse } from "../../../generated/ts/palyra/v1/journal_pb.js";
 import { CreateCheckpointResponseSchema, ExportJournalResponseSchema, GetJournalHeadResponseSchema, VerifyJournalResponseSchema } from "../../../generated/ts/palyra/v1/journal_pb.js";
 import type { JsonValue } from "@bufbuild/protobuf";
 import { parse, type Api } from "../api";
 import { ErrorLine, messageOf, Section, usePoll, When } from "../ui";
 
 export function JournalPage({ api }: { api: Api }) {
-  const [head, headError] = usePoll(() => api.get("/v1/journal/head", GetJournalHeadResponseSchema), 3000, [api]);
+  const [head, headError, reloadHead] = usePoll(() => api.get("/v1/journal/head", GetJournalHeadResponseSchema), 3000, [api]);
   const [verify, setVerify] = useState<VerifyJournalResponse | null>(null);
   const [verifying, setVerifying] = useState<number | null>(null);
   const [elapsed, setElapsed] = useState(0);
-  const [checkpoint, setCheckpoint] = useState<CreateCheckpointResponse | null>(null);
   const [error, setError] = useState("");
   const [sessionId, setSessionId] = useState("");
   const [exported, setExported] = useState<{ url: string; bytes: number; name: string } | null>(null);
@@ -42,7 +42,7 @@ export function JournalPage({ api }: { api: Api }) {
 
   const sign = async () => {
     setError("");
-    try { setCheckpoint(await api.post("/v1/journal:checkpoint", CreateCheckpointResponseSchema, {})); }
+    try { await api.post("/v1/journal:checkpoint", CreateCheckpointResponseSchema, {}); reloadHead(); }
     catch (e) { setError(messageOf(e)); }
   };
 
@@ -99,16 +99,19 @@ export function JournalPage({ api }: { api: Api }) {
           </div>
         )}
       </Section>
-      <Section title="Signed checkpoint">
-        <button onClick={sign}>Sign the head now</button>
-        {checkpoint && (
-          <dl class="facts">
-            <dt>Position</dt><dd>{String(checkpoint.position)}</dd>
-            <dt>Signed</dt><dd><When ms={checkpoint.tsUnixMs} /></dd>
-            <dt>Public key</dt><dd><code class="hash">{checkpoint.publicKey}</code></dd>
-            <dt>Signature</dt><dd><code class="hash">{checkpoint.signature}</code></dd>
+      <Section title="Last signed checkpoint">
+        {head && !head.lastCheckpoint && <p class="muted" data-testid="no-checkpoint">No checkpoint has been signed yet.</p>}
+        {head?.lastCheckpoint && (
+          <dl class="facts" data-testid="last-checkpoint">
+            <dt>Position</dt><dd data-testid="checkpoint-position">{String(head.lastCheckpoint.position)}
+              {head.headPosition > head.lastCheckpoint.position && <span class="muted"> ({String(head.headPosition - head.lastCheckpoint.position)} events behind the head)</span>}</dd>
+            <dt>Head hash</dt><dd><code class="hash">{head.lastCheckpoint.headHash}</code></dd>
+            <dt>Signed</dt><dd><When ms={head.lastCheckpoint.tsUnixMs} /></dd>
+            <dt>Key (ed25519 public)</dt><dd><code class="hash" data-testid="checkpoint-key">{head.lastCheckpoint.publicKey}</code></dd>
+            <dt>Signature</dt><dd><code class="hash">{head.lastCheckpoint.signature}</code></dd>
           </dl>
         )}
+        <button onClick={sign}>Sign the head now</button>
       </Section>
       <Section title="Export a bundle">
         <form class="inline" onSubmit={runExport}>

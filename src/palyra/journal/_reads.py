@@ -322,6 +322,13 @@ def scan_entities_before(
     return out
 
 
+def last_checkpoint(env: JournalEnv) -> CheckpointRecord | None:
+    """The stored checkpoint of the highest position, or None."""
+    with env.read() as txn:
+        cursor = txn.cursor(db=env.dbs[names.CHECKPOINTS])
+        return decode_checkpoint(cursor.value()) if cursor.last() else None
+
+
 def checkpoints(env: JournalEnv) -> list[CheckpointRecord]:
     """Every stored checkpoint, by position."""
     with env.read() as txn:

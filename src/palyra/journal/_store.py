@@ -169,6 +169,14 @@ class JournalStore:
             for r in _reads.checkpoints(self._env)
         ]
 
+    def last_checkpoint(self) -> Checkpoint | None:
+        """The checkpoint of the highest position, or None when there is none."""
+        r = _reads.last_checkpoint(self._env)
+        if r is None:
+            return None
+        return Checkpoint(r.position, r.head.hex(), r.ts_ms, r.public_key.hex(),
+                          r.signature.hex())
+
     def get_entity(self, table: str, key: str) -> bytes | None:
         """The value of ``table``/``key`` or None."""
         cache = self._entities

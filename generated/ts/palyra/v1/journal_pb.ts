@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file palyra/v1/journal.proto.
  */
 export const file_palyra_v1_journal: GenFile = /*@__PURE__*/
-  fileDesc("ChdwYWx5cmEvdjEvam91cm5hbC5wcm90bxIJcGFseXJhLnYxIhYKFFZlcmlmeUpvdXJuYWxSZXF1ZXN0IssBChVWZXJpZnlKb3VybmFsUmVzcG9uc2USCgoCb2sYASABKAgSEwoLZXZlbnRfY291bnQYAiABKAQSEQoJaGVhZF9oYXNoGAMgASgJEh8KEmZpcnN0X2JhZF9wb3NpdGlvbhgEIAEoBEgAiAEBEg4KBnJlYXNvbhgFIAEoCRIcChRjaGVja3BvaW50c192ZXJpZmllZBgGIAEoDRIYChBwcnVuZWRfcG9zaXRpb25zGAcgASgEQhUKE19maXJzdF9iYWRfcG9zaXRpb24iKgoURXhwb3J0Sm91cm5hbFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJHChVFeHBvcnRKb3VybmFsUmVzcG9uc2USDQoFY2h1bmsYASABKAwSEQoJY2h1bmtfc2VxGAIgASgNEgwKBGRvbmUYAyABKAgiFwoVR2V0Sm91cm5hbEhlYWRSZXF1ZXN0Im8KFkdldEpvdXJuYWxIZWFkUmVzcG9uc2USEwoLZXZlbnRfY291bnQYASABKAQSEQoJaGVhZF9oYXNoGAIgASgJEhUKDWhlYWRfcG9zaXRpb24YAyABKAQSFgoOcHJ1bmVkX3Rocm91Z2gYBCABKAQiGQoXQ3JlYXRlQ2hlY2twb2ludFJlcXVlc3QiegoYQ3JlYXRlQ2hlY2twb2ludFJlc3BvbnNlEhAKCHBvc2l0aW9uGAEgASgEEhEKCWhlYWRfaGFzaBgCIAEoCRISCgpwdWJsaWNfa2V5GAMgASgJEhEKCXNpZ25hdHVyZRgEIAEoCRISCgp0c191bml4X21zGAUgASgDIi4KE1BydW5lSm91cm5hbFJlcXVlc3QSFwoPb2xkZXJfdGhhbl9kYXlzGAEgASgBIqkBChRQcnVuZUpvdXJuYWxSZXNwb25zZRIWCg5maXJzdF9wb3NpdGlvbhgBIAEoBBIYChB0aHJvdWdoX3Bvc2l0aW9uGAIgASgEEg8KB3JlY29yZHMYAyABKAQSDgoGZXZlbnRzGAQgASgEEhMKC2J5dGVzX2ZyZWVkGAUgASgEEhEKCWhlYWRfaGFzaBgGIAEoCRIWCg5wcnVuZWRfdGhyb3VnaBgHIAEoBDLVBAoOSm91cm5hbFNlcnZpY2UScQoNVmVyaWZ5Sm91cm5hbBIfLnBhbHlyYS52MS5WZXJpZnlKb3VybmFsUmVxdWVzdBogLnBhbHlyYS52MS5WZXJpZnlKb3VybmFsUmVzcG9uc2UiHYLT5JMCFyISL3YxL2pvdXJuYWw6dmVyaWZ5OgEqEnAKDUV4cG9ydEpvdXJuYWwSHy5wYWx5cmEudjEuRXhwb3J0Sm91cm5hbFJlcXVlc3QaIC5wYWx5cmEudjEuRXhwb3J0Sm91cm5hbFJlc3BvbnNlIhqC0+STAhQSEi92MS9qb3VybmFsOmV4cG9ydDABEm8KDkdldEpvdXJuYWxIZWFkEiAucGFseXJhLnYxLkdldEpvdXJuYWxIZWFkUmVxdWVzdBohLnBhbHlyYS52MS5HZXRKb3VybmFsSGVhZFJlc3BvbnNlIhiC0+STAhISEC92MS9qb3VybmFsL2hlYWQSfgoQQ3JlYXRlQ2hlY2twb2ludBIiLnBhbHlyYS52MS5DcmVhdGVDaGVja3BvaW50UmVxdWVzdBojLnBhbHlyYS52MS5DcmVhdGVDaGVja3BvaW50UmVzcG9uc2UiIYLT5JMCGyIWL3YxL2pvdXJuYWw6Y2hlY2twb2ludDoBKhJtCgxQcnVuZUpvdXJuYWwSHi5wYWx5cmEudjEuUHJ1bmVKb3VybmFsUmVxdWVzdBofLnBhbHlyYS52MS5QcnVuZUpvdXJuYWxSZXNwb25zZSIcgtPkkwIWIhEvdjEvam91cm5hbDpwcnVuZToBKmIGcHJvdG8z", [file_google_api_annotations]);
+  fileDesc("ChdwYWx5cmEvdjEvam91cm5hbC5wcm90bxIJcGFseXJhLnYxIhYKFFZlcmlmeUpvdXJuYWxSZXF1ZXN0IssBChVWZXJpZnlKb3VybmFsUmVzcG9uc2USCgoCb2sYASABKAgSEwoLZXZlbnRfY291bnQYAiABKAQSEQoJaGVhZF9oYXNoGAMgASgJEh8KEmZpcnN0X2JhZF9wb3NpdGlvbhgEIAEoBEgAiAEBEg4KBnJlYXNvbhgFIAEoCRIcChRjaGVja3BvaW50c192ZXJpZmllZBgGIAEoDRIYChBwcnVuZWRfcG9zaXRpb25zGAcgASgEQhUKE19maXJzdF9iYWRfcG9zaXRpb24iKgoURXhwb3J0Sm91cm5hbFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJHChVFeHBvcnRKb3VybmFsUmVzcG9uc2USDQoFY2h1bmsYASABKAwSEQoJY2h1bmtfc2VxGAIgASgNEgwKBGRvbmUYAyABKAgiFwoVR2V0Sm91cm5hbEhlYWRSZXF1ZXN0IqYBChZHZXRKb3VybmFsSGVhZFJlc3BvbnNlEhMKC2V2ZW50X2NvdW50GAEgASgEEhEKCWhlYWRfaGFzaBgCIAEoCRIVCg1oZWFkX3Bvc2l0aW9uGAMgASgEEhYKDnBydW5lZF90aHJvdWdoGAQgASgEEjUKD2xhc3RfY2hlY2twb2ludBgFIAEoCzIcLnBhbHlyYS52MS5Kb3VybmFsQ2hlY2twb2ludCJzChFKb3VybmFsQ2hlY2twb2ludBIQCghwb3NpdGlvbhgBIAEoBBIRCgloZWFkX2hhc2gYAiABKAkSEgoKdHNfdW5peF9tcxgDIAEoAxISCgpwdWJsaWNfa2V5GAQgASgJEhEKCXNpZ25hdHVyZRgFIAEoCSIZChdDcmVhdGVDaGVja3BvaW50UmVxdWVzdCJ6ChhDcmVhdGVDaGVja3BvaW50UmVzcG9uc2USEAoIcG9zaXRpb24YASABKAQSEQoJaGVhZF9oYXNoGAIgASgJEhIKCnB1YmxpY19rZXkYAyABKAkSEQoJc2lnbmF0dXJlGAQgASgJEhIKCnRzX3VuaXhfbXMYBSABKAMiLgoTUHJ1bmVKb3VybmFsUmVxdWVzdBIXCg9vbGRlcl90aGFuX2RheXMYASABKAEiqQEKFFBydW5lSm91cm5hbFJlc3BvbnNlEhYKDmZpcnN0X3Bvc2l0aW9uGAEgASgEEhgKEHRocm91Z2hfcG9zaXRpb24YAiABKAQSDwoHcmVjb3JkcxgDIAEoBBIOCgZldmVudHMYBCABKAQSEwoLYnl0ZXNfZnJlZWQYBSABKAQSEQoJaGVhZF9oYXNoGAYgASgJEhYKDnBydW5lZF90aHJvdWdoGAcgASgEMtUECg5Kb3VybmFsU2VydmljZRJxCg1WZXJpZnlKb3VybmFsEh8ucGFseXJhLnYxLlZlcmlmeUpvdXJuYWxSZXF1ZXN0GiAucGFseXJhLnYxLlZlcmlmeUpvdXJuYWxSZXNwb25zZSIdgtPkkwIXIhIvdjEvam91cm5hbDp2ZXJpZnk6ASoScAoNRXhwb3J0Sm91cm5hbBIfLnBhbHlyYS52MS5FeHBvcnRKb3VybmFsUmVxdWVzdBogLnBhbHlyYS52MS5FeHBvcnRKb3VybmFsUmVzcG9uc2UiGoLT5JMCFBISL3YxL2pvdXJuYWw6ZXhwb3J0MAESbwoOR2V0Sm91cm5hbEhlYWQSIC5wYWx5cmEudjEuR2V0Sm91cm5hbEhlYWRSZXF1ZXN0GiEucGFseXJhLnYxLkdldEpvdXJuYWxIZWFkUmVzcG9uc2UiGILT5JMCEhIQL3YxL2pvdXJuYWwvaGVhZBJ+ChBDcmVhdGVDaGVja3BvaW50EiIucGFseXJhLnYxLkNyZWF0ZUNoZWNrcG9pbnRSZXF1ZXN0GiMucGFseXJhLnYxLkNyZWF0ZUNoZWNrcG9pbnRSZXNwb25zZSIhgtPkkwIbIhYvdjEvam91cm5hbDpjaGVja3BvaW50OgEqEm0KDFBydW5lSm91cm5hbBIeLnBhbHlyYS52MS5QcnVuZUpvdXJuYWxSZXF1ZXN0Gh8ucGFseXJhLnYxLlBydW5lSm91cm5hbFJlc3BvbnNlIhyC0+STAhYiES92MS9qb3VybmFsOnBydW5lOgEqYgZwcm90bzM", [file_google_api_annotations]);
 
 /**
  * @generated from message palyra.v1.VerifyJournalRequest
@@ -164,6 +164,14 @@ export type GetJournalHeadResponse = Message<"palyra.v1.GetJournalHeadResponse">
    * @generated from field: uint64 pruned_through = 4;
    */
   prunedThrough: bigint;
+
+  /**
+   * The newest signed checkpoint (CreateCheckpoint or the automatic ones); unset
+   * when the journal has none.
+   *
+   * @generated from field: palyra.v1.JournalCheckpoint last_checkpoint = 5;
+   */
+  lastCheckpoint?: JournalCheckpoint | undefined;
 };
 
 /**
@@ -172,6 +180,48 @@ export type GetJournalHeadResponse = Message<"palyra.v1.GetJournalHeadResponse">
  */
 export const GetJournalHeadResponseSchema: GenMessage<GetJournalHeadResponse> = /*@__PURE__*/
   messageDesc(file_palyra_v1_journal, 5);
+
+/**
+ * A stored checkpoint: the signature vouches that the global head at `position`
+ * was `head_hash`.
+ *
+ * @generated from message palyra.v1.JournalCheckpoint
+ */
+export type JournalCheckpoint = Message<"palyra.v1.JournalCheckpoint"> & {
+  /**
+   * @generated from field: uint64 position = 1;
+   */
+  position: bigint;
+
+  /**
+   * @generated from field: string head_hash = 2;
+   */
+  headHash: string;
+
+  /**
+   * @generated from field: int64 ts_unix_ms = 3;
+   */
+  tsUnixMs: bigint;
+
+  /**
+   * Hex ed25519 public key of the data dir's signing key: the key's id.
+   *
+   * @generated from field: string public_key = 4;
+   */
+  publicKey: string;
+
+  /**
+   * @generated from field: string signature = 5;
+   */
+  signature: string;
+};
+
+/**
+ * Describes the message palyra.v1.JournalCheckpoint.
+ * Use `create(JournalCheckpointSchema)` to create a new message.
+ */
+export const JournalCheckpointSchema: GenMessage<JournalCheckpoint> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 6);
 
 /**
  * @generated from message palyra.v1.CreateCheckpointRequest
@@ -184,7 +234,7 @@ export type CreateCheckpointRequest = Message<"palyra.v1.CreateCheckpointRequest
  * Use `create(CreateCheckpointRequestSchema)` to create a new message.
  */
 export const CreateCheckpointRequestSchema: GenMessage<CreateCheckpointRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 6);
+  messageDesc(file_palyra_v1_journal, 7);
 
 /**
  * @generated from message palyra.v1.CreateCheckpointResponse
@@ -225,7 +275,7 @@ export type CreateCheckpointResponse = Message<"palyra.v1.CreateCheckpointRespon
  * Use `create(CreateCheckpointResponseSchema)` to create a new message.
  */
 export const CreateCheckpointResponseSchema: GenMessage<CreateCheckpointResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 7);
+  messageDesc(file_palyra_v1_journal, 8);
 
 /**
  * @generated from message palyra.v1.PruneJournalRequest
@@ -244,7 +294,7 @@ export type PruneJournalRequest = Message<"palyra.v1.PruneJournalRequest"> & {
  * Use `create(PruneJournalRequestSchema)` to create a new message.
  */
 export const PruneJournalRequestSchema: GenMessage<PruneJournalRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 8);
+  messageDesc(file_palyra_v1_journal, 9);
 
 /**
  * @generated from message palyra.v1.PruneJournalResponse
@@ -299,7 +349,7 @@ export type PruneJournalResponse = Message<"palyra.v1.PruneJournalResponse"> & {
  * Use `create(PruneJournalResponseSchema)` to create a new message.
  */
 export const PruneJournalResponseSchema: GenMessage<PruneJournalResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 9);
+  messageDesc(file_palyra_v1_journal, 10);
 
 /**
  * The hash-chained journal, for auditors and backups. Verify, export and

@@ -100,6 +100,7 @@ __all__ = (
     "InlineApprovalDecision",
     "IssueTokenRequest",
     "IssueTokenResponse",
+    "JournalCheckpoint",
     "JournalServiceBase",
     "JournalServiceStub",
     "LearningCandidate",
@@ -1761,6 +1762,14 @@ class GetJournalHeadResponse(betterproto2.Message):
     below it gets CURSOR_TRUNCATED.
     """
 
+    last_checkpoint: "JournalCheckpoint | None" = betterproto2.field(
+        5, betterproto2.TYPE_MESSAGE, optional=True
+    )
+    """
+    The newest signed checkpoint (CreateCheckpoint or the automatic ones); unset
+    when the journal has none.
+    """
+
 
 default_message_pool.register_message("palyra.v1", "GetJournalHeadResponse", GetJournalHeadResponse)
 
@@ -1986,6 +1995,30 @@ class IssueTokenResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "IssueTokenResponse", IssueTokenResponse)
+
+
+@dataclass(eq=False, repr=False)
+class JournalCheckpoint(betterproto2.Message):
+    """
+    A stored checkpoint: the signature vouches that the global head at `position`
+    was `head_hash`.
+    """
+
+    position: "int" = betterproto2.field(1, betterproto2.TYPE_UINT64)
+
+    head_hash: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    ts_unix_ms: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+
+    public_key: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    Hex ed25519 public key of the data dir's signing key: the key's id.
+    """
+
+    signature: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("palyra.v1", "JournalCheckpoint", JournalCheckpoint)
 
 
 @dataclass(eq=False, repr=False)
