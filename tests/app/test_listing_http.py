@@ -3,6 +3,8 @@ checkpoint in GetJournalHead, ListChannels."""
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,14 +12,26 @@ from typing import Any
 import httpx
 import pytest
 
+from palyra.testing.platforms import webhook_headers
 from palyra.testing.spawn import DaemonProcess, clean_env
 
 pytestmark = pytest.mark.slow
 DEVICE = "01J00000000000000000000000"
 HOOK_SECRET = "whsec_aW5ib3VuZC1rZXktb2YtdGhlLWxpc3RpbmctdGVzdA=="
+# Replies to the discard port go nowhere: their send tasks stay in the outbox.
 CONFIG = f"""
 [channels.webhooks.hooks]
 secrets = ["{HOOK_SECRET}"]
+reply_url = "http://127.0.0.1:9/nowhere"
+
+[channels.webhooks.quiet]
+secrets = ["{HOOK_SECRET}"]
+
+[channels.policy."webhook:hooks"]
+dm_policy = "allow"
+
+[channels.policy."slack:T0123"]
+concurrency = 3
 """
 
 
@@ -100,3 +114,38 @@ def test_the_journal_head_carries_the_newest_signed_checkpoint(client: Client) -
         "tsUnixMs": newest["tsUnixMs"], "publicKey": newest["publicKey"],
         "signature": newest["signature"]}
     assert int(head["headPosition"]) >= int(newest["position"])
+
+
+def test_list_channels_shows_each_channel_with_its_outbox_and_quarantine(client: Client) -> None:
+    body = json.dumps({"type": "message.created", "data": {
+        "text": "hello", "sender": "alice", "conversation_id": "room", "message_id": "m-1",
+        "is_direct_message": True}}).encode()
+    delivered = httpx.post(f"{client.base}/v1/ingress/webhooks/hooks", content=body,
+                           headers=webhook_headers(HOOK_SECRET, "msg-1", body), timeout=30)
+    assert delivered.status_code == 200, delivered.text
+    for n in range(2):  # refused as too large: kept in the quarantine
+        client.ok("POST", "/v1/channels/rpc:elsewhere/messages:route", json={"message": {
+            "text": "x" * (33 * 1024), "senderHandle": "u9", "adapterMessageId": f"big-{n}"}})
+    deadline = time.monotonic() + 30
+    while True:
+        listed = client.ok("GET", "/v1/channels")
+        by_id = {c["channel"]: c for c in listed["channels"]}
+        if int(by_id.get("webhook:hooks", {}).get("outboxPending", 0)) >= 1:
+            break
+        assert time.monotonic() < deadline, listed
+        time.sleep(0.2)
+    assert listed["routerEnabled"] is True
+    assert sorted(by_id) == ["rpc:elsewhere", "slack:T0123", "webhook:hooks", "webhook:quiet"]
+    hooks = by_id["webhook:hooks"]
+    assert (hooks["kind"], hooks["mode"], hooks["dmPolicy"]) == ("webhook", "two_way", "allow")
+    quiet = by_id["webhook:quiet"]
+    assert (quiet["kind"], quiet["mode"], quiet["dmPolicy"]) == ("webhook", "inbound_only",
+                                                                "pairing")
+    assert "outboxPending" not in quiet and "quarantined" not in quiet
+    slack = by_id["slack:T0123"]
+    assert (slack["kind"], slack["concurrency"]) == ("rpc", 3)
+    assert int(by_id["rpc:elsewhere"]["quarantined"]) == 2
+    kept = client.ok("GET", "/v1/channels/rpc:elsewhere/quarantine")["messages"]
+    assert len(kept) == 2
+    refused = client.call("GET", "/v1/channels", "user:alice")
+    assert refused.status_code == 403 and refused.json()["code"] == "PERMISSION_DENIED"

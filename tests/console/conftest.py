@@ -59,6 +59,10 @@ reply_secret = "whsec_cmVwbHkta2V5LW9mLXRoZS1jb25zb2xlLXRlc3Q="
 
 [channels.policy."webhook:hooks"]
 dm_policy = "allow"
+
+# A RouteMessage channel with its own table: the Channels page lists it.
+[channels.policy."slack:T0123"]
+dm_policy = "pairing"
 """.replace("WEBHOOK_SECRET", WEBHOOK_SECRET)
 
 

@@ -274,10 +274,17 @@ def test_channel_pairing_request_approved_in_the_console(console: Console) -> No
     assert grant["sender"] == "u1"
     assert int(grant["expiresAtUnixMs"]) - int(grant["grantedAtUnixMs"]) == 28800 * 1000
 
-    # The channel's own view lists the new grant; revoking it there removes it.
-    field = console.driver.find_element(By.ID, "channel")
-    field.send_keys(channel)
-    console.driver.find_element(By.XPATH, "//button[text()='Show']").click()
+    # The configured channels are listed with their health (ListChannels); the
+    # channel's own view, opened from its row, lists the new grant; revoking it there
+    # removes it.
+    listed = {c["channel"]: c for c in console.api("GET", "/v1/channels")["channels"]}
+    hooks = console.wait(lambda d: d.find_element(By.CSS_SELECTOR, "tr[data-channel='webhook:hooks']"))
+    cells = [td.text for td in hooks.find_elements(By.TAG_NAME, "td")]
+    assert cells[:5] == ["webhook:hooks", "webhook", "replies", "allow", "2"]
+    assert cells[7] == listed["webhook:hooks"].get("quarantined", "0")
+    row = console.driver.find_element(By.CSS_SELECTOR, f"tr[data-channel='{channel}']")
+    assert [td.text for td in row.find_elements(By.TAG_NAME, "td")][1:4] == ["rpc", "inbound only", "pairing"]
+    row.find_element(By.XPATH, ".//button[text()='Show']").click()
     row = console.wait(lambda d: d.find_element(By.XPATH, "//li[starts-with(normalize-space(.), 'u1 ')]"))
     assert "Revoke" in row.text
     row.find_element(By.XPATH, ".//button[text()='Revoke']").click()

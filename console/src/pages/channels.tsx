@@ -1,17 +1,22 @@
 // Channels: pending pairing requests (approvals of `dm_pairing`) to approve or
-// deny, and for one channel its pairing codes, grants and quarantine. The API has
-// no call listing the configured channels or their health, so the channel is typed in.
+// deny; the channels the daemon knows with their health (ListChannels: kind, mode,
+// outbox and quarantine figures); and for a chosen channel its pairing codes,
+// grants and quarantine. A RouteMessage channel the daemon has no table for can
+// still be opened by its id.
 
 import { useState } from "preact/hooks";
 import { ListApprovalsResponseSchema } from "../../../generated/ts/palyra/v1/approvals_pb.js";
-import { CreatePairingCodeRequestSchema, CreatePairingCodeResponseSchema, ListPairingCodesResponseSchema, ListPairingGrantsResponseSchema, ListQuarantineResponseSchema, RevokePairingGrantResponseSchema } from "../../../generated/ts/palyra/v1/channels_pb.js";
+import { CreatePairingCodeRequestSchema, CreatePairingCodeResponseSchema, ListChannelsResponseSchema, ListPairingCodesResponseSchema, ListPairingGrantsResponseSchema, ListQuarantineResponseSchema, RevokePairingGrantResponseSchema } from "../../../generated/ts/palyra/v1/channels_pb.js";
 import { body, type Api } from "../api";
 import { ApprovalCard } from "./approvals";
 import { Age, ErrorLine, messageOf, Section, usePoll, When } from "../ui";
 
+const MODES: Record<string, string> = { two_way: "replies", inbound_only: "inbound only" };
+
 export function ChannelsPage({ api }: { api: Api }) {
   const [pending, error, reload] = usePoll(
     () => api.get("/v1/approvals", ListApprovalsResponseSchema, { state: "APPROVAL_STATE_PENDING", limit: 100 }), 2000, [api]);
+  const [list, listError] = usePoll(() => api.get("/v1/channels", ListChannelsResponseSchema), 5000, [api]);
   const pairing = (pending?.approvals ?? []).filter((a) => a.toolName === "dm_pairing");
   const [channel, setChannel] = useState("");
   const [shown, setShown] = useState("");
@@ -24,14 +29,40 @@ export function ChannelsPage({ api }: { api: Api }) {
           {pairing.map((a) => <ApprovalCard key={a.approvalId} api={api} approval={a} onDone={reload} />)}
         </div>
       </Section>
-      <Section title="Channel">
-        <form class="inline" onSubmit={(e) => { e.preventDefault(); setShown(channel.trim()); }}>
-          <label for="channel">Channel id</label>
-          <input id="channel" placeholder="slack:acme or webhook:ops" value={channel} onInput={(e) => setChannel(e.currentTarget.value)} />
-          <button type="submit">Show</button>
-        </form>
-        {shown && <ChannelDetail api={api} channel={shown} key={shown} />}
+      <Section title="Channels">
+        <ErrorLine error={listError} />
+        {list && !list.routerEnabled && <p class="muted">The channel router is disabled (<code>[channels] enabled = false</code>).</p>}
+        <div class="table-wrap">
+          <table data-testid="channels">
+            <thead><tr><th scope="col">Channel</th><th scope="col">Kind</th><th scope="col">Mode</th><th scope="col">DMs</th><th scope="col">Slots</th><th scope="col">Outbox pending</th><th scope="col">Outbox failed</th><th scope="col">Quarantined</th><th scope="col"><span class="sr-only">Open</span></th></tr></thead>
+            <tbody>
+              {list?.channels.map((c) => (
+                <tr key={c.channel} data-channel={c.channel} class={c.channel === shown ? "selected" : ""}>
+                  <td><code>{c.channel}</code></td>
+                  <td>{c.kind}</td>
+                  <td>{MODES[c.mode] ?? c.mode}</td>
+                  <td>{c.dmPolicy}</td>
+                  <td>{c.concurrency}</td>
+                  <td>{String(c.outboxPending)}</td>
+                  <td class={c.outboxFailed > 0n ? "warn" : ""}>{String(c.outboxFailed)}</td>
+                  <td class={c.quarantined > 0n ? "warn" : ""}>{String(c.quarantined)}</td>
+                  <td><button type="button" onClick={() => setShown(c.channel)}>Show</button></td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+        {list?.channels.length === 0 && <p class="muted">No channel is configured.</p>}
+        <details>
+          <summary>Another channel (RouteMessage only, no table in the config)</summary>
+          <form class="inline" onSubmit={(e) => { e.preventDefault(); setShown(channel.trim()); }}>
+            <label for="channel">Channel id</label>
+            <input id="channel" placeholder="slack:acme or webhook:ops" value={channel} onInput={(e) => setChannel(e.currentTarget.value)} />
+            <button type="submit">Open</button>
+          </form>
+        </details>
       </Section>
+      {shown && <Section title={`Channel ${shown}`}><ChannelDetail api={api} channel={shown} key={shown} /></Section>}
     </>
   );
 }

@@ -205,6 +205,18 @@ ROUTES: Final[tuple[HttpRoute, ...]] = (
     ),
     HttpRoute(
         service="palyra.v1.ChannelsService",
+        method="ListChannels",
+        python_method="list_channels",
+        http_method="GET",
+        path="/v1/channels",
+        body="",
+        client_streaming=False,
+        server_streaming=False,
+        request_type="palyra.v1.ListChannelsRequest",
+        response_type="palyra.v1.ListChannelsResponse",
+    ),
+    HttpRoute(
+        service="palyra.v1.ChannelsService",
         method="ListPairingGrants",
         python_method="list_pairing_grants",
         http_method="GET",

@@ -110,6 +110,12 @@ class ApprovalsServiceServer(v1.ApprovalsServiceBase, Generic[CtxI]):
 class ChannelsServiceApp(Protocol[CtxT]):
     """What the application serves for ``palyra.v1.ChannelsService``."""
 
+    async def list_channels(
+        self, ctx: CtxT, request: v1.ListChannelsRequest
+    ) -> v1.ListChannelsResponse:
+        """``palyra.v1.ChannelsService.ListChannels``."""
+        ...
+
     async def create_pairing_code(
         self, ctx: CtxT, request: v1.CreatePairingCodeRequest
     ) -> v1.CreatePairingCodeResponse:
@@ -147,6 +153,9 @@ class ChannelsServiceServer(v1.ChannelsServiceBase, Generic[CtxI]):
     def __init__(self, app: ChannelsServiceApp[CtxI], ctx: Callable[[], CtxI]) -> None:
         self._app = app
         self._ctx = ctx
+
+    async def list_channels(self, message: v1.ListChannelsRequest) -> v1.ListChannelsResponse:
+        return await self._app.list_channels(self._ctx(), message)
 
     async def create_pairing_code(
         self, message: v1.CreatePairingCodeRequest
@@ -763,6 +772,15 @@ RPCS: Final[tuple[RpcInfo, ...]] = (
     ),
     RpcInfo(
         "palyra.v1.ChannelsService",
+        "ListChannels",
+        "list_channels",
+        "palyra.v1.ListChannelsRequest",
+        "palyra.v1.ListChannelsResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
+        "palyra.v1.ChannelsService",
         "CreatePairingCode",
         "create_pairing_code",
         "palyra.v1.CreatePairingCodeRequest",
@@ -1245,6 +1263,7 @@ UNARY: Final[dict[str, Callable[[PalyraServicesApp[Any], Any, Any], Awaitable[An
     "list_approvals": lambda app, ctx, request: app.list_approvals(ctx, request),
     "get_approval": lambda app, ctx, request: app.get_approval(ctx, request),
     "decide_approval": lambda app, ctx, request: app.decide_approval(ctx, request),
+    "list_channels": lambda app, ctx, request: app.list_channels(ctx, request),
     "create_pairing_code": lambda app, ctx, request: app.create_pairing_code(ctx, request),
     "list_pairing_codes": lambda app, ctx, request: app.list_pairing_codes(ctx, request),
     "list_pairing_grants": lambda app, ctx, request: app.list_pairing_grants(ctx, request),

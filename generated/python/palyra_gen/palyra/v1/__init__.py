@@ -44,6 +44,7 @@ __all__ = (
     "BranchSessionResponse",
     "CancelTaskRequest",
     "CancelTaskResponse",
+    "ChannelStatus",
     "ChannelsServiceBase",
     "ChannelsServiceStub",
     "CleanupSessionRequest",
@@ -115,6 +116,8 @@ __all__ = (
     "ListApprovalsResponse",
     "ListCandidatesRequest",
     "ListCandidatesResponse",
+    "ListChannelsRequest",
+    "ListChannelsResponse",
     "ListIncidentsRequest",
     "ListIncidentsResponse",
     "ListMemoryRequest",
@@ -1252,6 +1255,52 @@ default_message_pool.register_message("palyra.v1", "CancelTaskResponse", CancelT
 
 
 @dataclass(eq=False, repr=False)
+class ChannelStatus(betterproto2.Message):
+    channel: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    e.g. "webhook:ops", "slack:acme".
+    """
+
+    kind: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    "slack", "webhook", or "rpc" (no adapter: messages come through RouteMessage).
+    """
+
+    mode: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    "two_way" (replies go back through the adapter's outbox) or "inbound_only".
+    """
+
+    dm_policy: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    Direct messages: "deny", "pairing" or "allow".
+    """
+
+    concurrency: "int" = betterproto2.field(5, betterproto2.TYPE_UINT32)
+    """
+    Runs at once for this channel.
+    """
+
+    outbox_pending: "int" = betterproto2.field(6, betterproto2.TYPE_UINT64)
+    """
+    Replies not delivered yet (queued, sending, or waiting to retry).
+    """
+
+    outbox_failed: "int" = betterproto2.field(7, betterproto2.TYPE_UINT64)
+    """
+    Replies the outbox gave up on (failed or expired send tasks still stored).
+    """
+
+    quarantined: "int" = betterproto2.field(8, betterproto2.TYPE_UINT64)
+    """
+    Messages in the channel's quarantine (ListQuarantine).
+    """
+
+
+default_message_pool.register_message("palyra.v1", "ChannelStatus", ChannelStatus)
+
+
+@dataclass(eq=False, repr=False)
 class CleanupSessionRequest(betterproto2.Message):
     session_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -2176,6 +2225,29 @@ class ListCandidatesResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "ListCandidatesResponse", ListCandidatesResponse)
+
+
+@dataclass(eq=False, repr=False)
+class ListChannelsRequest(betterproto2.Message):
+    pass
+
+
+default_message_pool.register_message("palyra.v1", "ListChannelsRequest", ListChannelsRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListChannelsResponse(betterproto2.Message):
+    channels: "list[ChannelStatus]" = betterproto2.field(
+        1, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+
+    router_enabled: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
+    """
+    False when `[channels] enabled = false`: nothing is routed.
+    """
+
+
+default_message_pool.register_message("palyra.v1", "ListChannelsResponse", ListChannelsResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -3717,6 +3789,31 @@ class ChannelsServiceStub(betterproto2_grpclib.ServiceStub):
     Codes and grants are durable journal records.
     """
 
+    async def list_channels(
+        self,
+        message: "ListChannelsRequest | None" = None,
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListChannelsResponse":
+        """
+        The channels the daemon knows (its adapters and policy tables, and any other
+        channel with quarantined messages) with their health (operators).
+        """
+
+        if message is None:
+            message = ListChannelsRequest()
+
+        return await self._unary_unary(
+            "/palyra.v1.ChannelsService/ListChannels",
+            message,
+            ListChannelsResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
     async def create_pairing_code(
         self,
         message: "CreatePairingCodeRequest",
@@ -4959,6 +5056,14 @@ class ChannelsServiceBase(betterproto2_grpclib.ServiceBase):
     Codes and grants are durable journal records.
     """
 
+    async def list_channels(self, message: "ListChannelsRequest") -> "ListChannelsResponse":
+        """
+        The channels the daemon knows (its adapters and policy tables, and any other
+        channel with quarantined messages) with their health (operators).
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
     async def create_pairing_code(
         self, message: "CreatePairingCodeRequest"
     ) -> "CreatePairingCodeResponse":
@@ -4990,6 +5095,14 @@ class ChannelsServiceBase(betterproto2_grpclib.ServiceBase):
         """
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def __rpc_list_channels(
+        self, stream: "grpclib.server.Stream[ListChannelsRequest, ListChannelsResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.list_channels(request)
+        await stream.send_message(response)
 
     async def __rpc_create_pairing_code(
         self,
@@ -5038,6 +5151,12 @@ class ChannelsServiceBase(betterproto2_grpclib.ServiceBase):
 
     def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
         return {
+            "/palyra.v1.ChannelsService/ListChannels": grpclib.const.Handler(
+                self.__rpc_list_channels,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ListChannelsRequest,
+                ListChannelsResponse,
+            ),
             "/palyra.v1.ChannelsService/CreatePairingCode": grpclib.const.Handler(
                 self.__rpc_create_pairing_code,
                 grpclib.const.Cardinality.UNARY_UNARY,
