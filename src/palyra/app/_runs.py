@@ -32,6 +32,7 @@ from palyra.core.errors import ErrorCode, InvalidArgument, NotFound, PalyraError
 from palyra.core.ids import new_ulid
 from palyra.engine import (
     IdentityRec,
+    RunQuery,
     Selectors,
     StartRun,
     covered_digest,
@@ -39,9 +40,9 @@ from palyra.engine import (
     is_terminal_status,
     may_access,
     member_from,
+    run_state_of_proto,
+    runs_page,
 )
-from palyra.engine.model.lifecycle import run_state_of_proto
-from palyra.engine.run.listing import RunQuery, runs_page
 from palyra.journal import StoredEvent, Subscription
 
 log = logging.getLogger("palyra.app")
