@@ -73,6 +73,7 @@ def tests(session: nox.Session) -> None:
     # Debian packages some tests drive for real (tools/system-packages.txt).
     session.run("python", "tools/ensure_system_packages.py")
     session.run("python", "-m", "codegen", "--check")
+    _console_check(session)
     session.run("ruff", "check", *LINT_PATHS)
     session.run("mypy")
     session.run("pytest", *session.posargs)
@@ -84,6 +85,22 @@ def codegen(session: nox.Session) -> None:
     _install(session, "codegen")
     _npm_ci(session)
     session.run("python", "-m", "codegen", *session.posargs)
+
+
+def _console_check(session: nox.Session) -> None:
+    # The web console's bundle is committed (so `nox -s serve` needs no Node);
+    # this rebuilds it in memory, fails on drift or over its size budget, and
+    # type-checks its sources against the generated TypeScript types.
+    session.run("node", "console/build.mjs", "--check", external=True)
+    session.run("node_modules/.bin/tsc", "-p", "console/tsconfig.json", external=True)
+
+
+@nox.session(python=PYTHON)
+def console(session: nox.Session) -> None:
+    """Rebuild the web console into src/palyra/console/assets (`node console/build.mjs`)."""
+    _npm_ci(session)
+    session.run("node", "console/build.mjs", external=True)
+    session.run("node_modules/.bin/tsc", "-p", "console/tsconfig.json", external=True)
 
 
 @nox.session(python=PYTHON)

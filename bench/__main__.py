@@ -4,6 +4,7 @@ Workloads: ``journal`` (bench/journal.py), ``tool-loop`` (bench/tool_loop.py),
 ``memory`` (bench/memory.py), ``ingress`` (bench/ingress.py, signed webhooks into a
 real daemon), ``retention`` (bench/retention.py, pruning into hash tombstones) and
 ``open-runs`` (bench/open_runs.py, memory per open run and after completion, daemon RSS);
+``console`` (bench/console.py, the web console in headless Chromium);
 ``diff`` (bench/diff.py) sets two ``tool-loop --json`` files side by side.
 """
 
@@ -14,7 +15,8 @@ import sys
 
 _WORKLOADS = {"journal": "bench.journal", "tool-loop": "bench.tool_loop", "diff": "bench.diff",
               "memory": "bench.memory", "ingress": "bench.ingress",
-              "retention": "bench.retention", "open-runs": "bench.open_runs"}
+              "retention": "bench.retention", "open-runs": "bench.open_runs",
+              "console": "bench.console"}
 
 
 def main(argv: list[str]) -> int:

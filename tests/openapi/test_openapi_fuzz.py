@@ -153,7 +153,7 @@ def test_no_operation_answers_501(daemon: DaemonProcess) -> None:
 def test_options_answers_the_routes_real_methods(daemon: DaemonProcess) -> None:
     base = f"http://127.0.0.1:{daemon.http_port}"
     runs = httpx.options(f"{base}/v1/runs")
-    assert runs.status_code == 204 and runs.headers["allow"] == "POST, OPTIONS"
+    assert runs.status_code == 204 and runs.headers["allow"] == "GET, POST, OPTIONS"
     run = httpx.options(f"{base}/v1/runs/01J00000000000000000000000")
     assert run.status_code == 204 and run.headers["allow"] == "GET, OPTIONS"
     unknown = httpx.options(f"{base}/v1/nothing-here")

@@ -53,6 +53,11 @@ FORBIDDEN: dict[str, set[str]] = {
     # the daemon hands them their sockets, tokens and config.
     "transport": {"journal", "policy", "tools", "providers", "engine", "cli", "daemon", "testing",
                   "adapters"},
+    # The web console's built files and their lookup: data, no palyra code at all
+    # (the HTTP transport serves them; the page calls the public API like any client).
+    "console": {"core", "journal", "policy", "tools", "providers", "engine", "app", "transport",
+                "cli", "config", "daemon", "testing", "adapters", "tasks", "watchdog", "memory",
+                "learning", "agents"},
     # The composition root may import everything below it, never the CLI above it.
     # Operations reads what the application committed and holds (metrics, spans,
     # readiness, doctor); the daemon serves it, the transports never see it.

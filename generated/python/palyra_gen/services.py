@@ -110,6 +110,12 @@ class ApprovalsServiceServer(v1.ApprovalsServiceBase, Generic[CtxI]):
 class ChannelsServiceApp(Protocol[CtxT]):
     """What the application serves for ``palyra.v1.ChannelsService``."""
 
+    async def list_channels(
+        self, ctx: CtxT, request: v1.ListChannelsRequest
+    ) -> v1.ListChannelsResponse:
+        """``palyra.v1.ChannelsService.ListChannels``."""
+        ...
+
     async def create_pairing_code(
         self, ctx: CtxT, request: v1.CreatePairingCodeRequest
     ) -> v1.CreatePairingCodeResponse:
@@ -147,6 +153,9 @@ class ChannelsServiceServer(v1.ChannelsServiceBase, Generic[CtxI]):
     def __init__(self, app: ChannelsServiceApp[CtxI], ctx: Callable[[], CtxI]) -> None:
         self._app = app
         self._ctx = ctx
+
+    async def list_channels(self, message: v1.ListChannelsRequest) -> v1.ListChannelsResponse:
+        return await self._app.list_channels(self._ctx(), message)
 
     async def create_pairing_code(
         self, message: v1.CreatePairingCodeRequest
@@ -213,6 +222,10 @@ class GatewayServiceApp(Protocol[CtxT]):
 
     async def get_run(self, ctx: CtxT, request: v1.GetRunRequest) -> v1.GetRunResponse:
         """``palyra.v1.GatewayService.GetRun``."""
+        ...
+
+    async def list_runs(self, ctx: CtxT, request: v1.ListRunsRequest) -> v1.ListRunsResponse:
+        """``palyra.v1.GatewayService.ListRuns``."""
         ...
 
     async def list_run_tape(
@@ -345,6 +358,9 @@ class GatewayServiceServer(v1.GatewayServiceBase, Generic[CtxI]):
 
     async def get_run(self, message: v1.GetRunRequest) -> v1.GetRunResponse:
         return await self._app.get_run(self._ctx(), message)
+
+    async def list_runs(self, message: v1.ListRunsRequest) -> v1.ListRunsResponse:
+        return await self._app.list_runs(self._ctx(), message)
 
     async def list_run_tape(self, message: v1.ListRunTapeRequest) -> v1.ListRunTapeResponse:
         return await self._app.list_run_tape(self._ctx(), message)
@@ -756,6 +772,15 @@ RPCS: Final[tuple[RpcInfo, ...]] = (
     ),
     RpcInfo(
         "palyra.v1.ChannelsService",
+        "ListChannels",
+        "list_channels",
+        "palyra.v1.ListChannelsRequest",
+        "palyra.v1.ListChannelsResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
+        "palyra.v1.ChannelsService",
         "CreatePairingCode",
         "create_pairing_code",
         "palyra.v1.CreatePairingCodeRequest",
@@ -868,6 +893,15 @@ RPCS: Final[tuple[RpcInfo, ...]] = (
         "get_run",
         "palyra.v1.GetRunRequest",
         "palyra.v1.GetRunResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
+        "palyra.v1.GatewayService",
+        "ListRuns",
+        "list_runs",
+        "palyra.v1.ListRunsRequest",
+        "palyra.v1.ListRunsResponse",
         False,
         False,
     ),
@@ -1229,6 +1263,7 @@ UNARY: Final[dict[str, Callable[[PalyraServicesApp[Any], Any, Any], Awaitable[An
     "list_approvals": lambda app, ctx, request: app.list_approvals(ctx, request),
     "get_approval": lambda app, ctx, request: app.get_approval(ctx, request),
     "decide_approval": lambda app, ctx, request: app.decide_approval(ctx, request),
+    "list_channels": lambda app, ctx, request: app.list_channels(ctx, request),
     "create_pairing_code": lambda app, ctx, request: app.create_pairing_code(ctx, request),
     "list_pairing_codes": lambda app, ctx, request: app.list_pairing_codes(ctx, request),
     "list_pairing_grants": lambda app, ctx, request: app.list_pairing_grants(ctx, request),
@@ -1241,6 +1276,7 @@ UNARY: Final[dict[str, Callable[[PalyraServicesApp[Any], Any, Any], Awaitable[An
     "append_event": lambda app, ctx, request: app.append_event(ctx, request),
     "abort_run": lambda app, ctx, request: app.abort_run(ctx, request),
     "get_run": lambda app, ctx, request: app.get_run(ctx, request),
+    "list_runs": lambda app, ctx, request: app.list_runs(ctx, request),
     "list_run_tape": lambda app, ctx, request: app.list_run_tape(ctx, request),
     "expand_compaction": lambda app, ctx, request: app.expand_compaction(ctx, request),
     "list_sessions": lambda app, ctx, request: app.list_sessions(ctx, request),

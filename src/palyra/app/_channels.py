@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+
+import msgspec
 from palyra_gen.palyra import v1 as pb
 
 from palyra.app._access import is_operator, require_operator
 from palyra.app._base import AppBase
 from palyra.app._convert import check_version, identity_of
 from palyra.app.context import CallContext
-from palyra.channels import ChannelRouter, Envelope
+from palyra.channels import ChannelRouter, Envelope, records
+from palyra.channels.health import channel_health
 from palyra.channels.ingress import Ingress
+from palyra.channels.outbox import SEND_TASK
 from palyra.channels.pairing import PairingCodeRec, PairingGrantRec
 from palyra.channels.records import QuarantineRec
 from palyra.core.errors import (
@@ -19,7 +25,10 @@ from palyra.core.errors import (
     PalyraError,
     PermissionDenied,
 )
+from palyra.tasks import TaskQueue
 
+MAX_TASKS_COUNTED = 1_000_000
+"""ListChannels reads at most this many send tasks (the task table is pruned long before)."""
 ROUTE_WAIT_S = 30.0
 """How long RouteMessage waits for the run's replies before answering without them."""
 
@@ -87,6 +96,37 @@ class ChannelsApi(AppBase):
 
     channels: ChannelRouter | None = None
     ingress: Ingress | None = None
+    tasks: TaskQueue | None = None
+
+    async def list_channels(self, ctx: CallContext,
+                            request: pb.ListChannelsRequest) -> pb.ListChannelsResponse:
+        """The channels with their outbox and quarantine figures (operators)."""
+        require_operator(ctx, "ListChannels")
+        if self.channels is None:
+            return pb.ListChannelsResponse(router_enabled=False)
+        found = channel_health(self.channels.config, self._sends(), self._quarantined())
+        return pb.ListChannelsResponse(router_enabled=self.channels.config.enabled, channels=[
+            pb.ChannelStatus(channel=h.channel, kind=h.kind, mode=h.mode,
+                             dm_policy=h.dm_policy, concurrency=h.concurrency,
+                             outbox_pending=h.outbox_pending, outbox_failed=h.outbox_failed,
+                             quarantined=h.quarantined) for h in found])
+
+    def _sends(self) -> Iterator[tuple[str, str]]:
+        """``(channel, state)`` of each outbox send task (its payload names the sink)."""
+        if self.tasks is None:
+            return
+        sends, _ = self.tasks.page(kind=SEND_TASK, limit=MAX_TASKS_COUNTED)
+        for task in sends:
+            sink = json.loads(task.payload_json).get("sink", "")
+            yield str(sink), str(task.state)
+
+    def _quarantined(self) -> Iterator[str]:
+        """The channel of each quarantined message, streamed a page at a time."""
+        after = ""
+        while rows := self.store.scan_entities(records.TABLE, records.QUARANTINE, after, 1000):
+            for _key, value in rows:
+                yield msgspec.msgpack.decode(value, type=QuarantineRec).envelope.channel
+            after = rows[-1][0]
 
     def _router(self) -> ChannelRouter:
         if self.channels is None or not self.channels.config.enabled:

@@ -124,12 +124,18 @@ class JournalApi(AppBase):
 
     async def get_journal_head(self, ctx: CallContext,
                                request: pb.GetJournalHeadRequest) -> pb.GetJournalHeadResponse:
-        """Event count and global head hash (any authenticated caller)."""
+        """Event count, global head hash and the newest signed checkpoint (any authenticated
+        caller)."""
         identity_of(ctx)
         head = self.store.head()
+        last = self.store.last_checkpoint()
+        signed = None if last is None else pb.JournalCheckpoint(
+            position=last.position, head_hash=last.head_hash, ts_unix_ms=last.ts_ms,
+            public_key=last.public_key, signature=last.signature)
         return pb.GetJournalHeadResponse(event_count=head.count, head_hash=head.head_hash,
                                          head_position=head.count,
-                                         pruned_through=self.store.pruned_through())
+                                         pruned_through=self.store.pruned_through(),
+                                         last_checkpoint=signed)
 
     async def verify_journal(self, ctx: CallContext,
                              request: pb.VerifyJournalRequest) -> pb.VerifyJournalResponse:

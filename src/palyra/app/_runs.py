@@ -32,12 +32,16 @@ from palyra.core.errors import ErrorCode, InvalidArgument, NotFound, PalyraError
 from palyra.core.ids import new_ulid
 from palyra.engine import (
     IdentityRec,
+    RunQuery,
     Selectors,
     StartRun,
     covered_digest,
     is_run_terminal,
     is_terminal_status,
+    may_access,
     member_from,
+    run_state_of_proto,
+    runs_page,
 )
 from palyra.journal import StoredEvent, Subscription
 
@@ -51,6 +55,8 @@ TapeStream = Callable[[CallContext, AsyncIterator[pb.RunStreamRequest], TapeResp
                       AsyncIterator[T]]
 """RunStream with a responder: see :func:`tape_stream`."""
 MAX_TAPE_PAGE = 1000
+DEFAULT_RUNS_PAGE = 50
+MAX_RUNS_PAGE = 500
 MAX_TAPE_BYTES = 2 * 1024 * 1024
 MAX_ATTACHMENTS = 32
 
@@ -282,6 +288,20 @@ class RunsApi(AppBase):
         """The run's current record."""
         return pb.GetRunResponse(run=run_proto(self.engine.get_run(identity_of(ctx),
                                                                    request.run_id)))
+
+    async def list_runs(self, ctx: CallContext,
+                        request: pb.ListRunsRequest) -> pb.ListRunsResponse:
+        """The caller's runs (an operator's: everyone's), newest first, filtered, paged."""
+        identity = identity_of(ctx)
+        size = DEFAULT_RUNS_PAGE if request.page_size == 0 else min(request.page_size,
+                                                                    MAX_RUNS_PAGE)
+        state = (run_state_of_proto(request.state, "")
+                 if request.state != pb.RunState.UNSPECIFIED else "")
+        query = RunQuery(state=state, session_id=request.session_id.strip(), page_size=size,
+                         page_token=request.page_token.strip())
+        page, token = runs_page(self.store, query,
+                                lambda r: may_access(identity, r.identity))
+        return pb.ListRunsResponse(runs=[run_proto(r) for r in page], next_page_token=token)
 
     async def list_run_tape(self, ctx: CallContext,
                             request: pb.ListRunTapeRequest) -> pb.ListRunTapeResponse:

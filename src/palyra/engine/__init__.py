@@ -24,6 +24,7 @@ from palyra.engine.model.lifecycle import (
     approval_state_proto,
     is_run_terminal,
     run_next,
+    run_state_of_proto,
     run_state_proto,
 )
 from palyra.engine.model.ports import (
@@ -50,6 +51,7 @@ from palyra.engine.model.tape import field_of as tape_field_of
 from palyra.engine.model.tape import is_terminal_status, member_from
 from palyra.engine.run.approvals import approval_write
 from palyra.engine.run.compact import covered_digest
+from palyra.engine.run.listing import RunQuery, runs_page
 from palyra.engine.run.recovery import RecoveryReport, live_run_ids
 from palyra.engine.sessions.locks import KeyedLocks
 from palyra.engine.sessions.selectors import Selectors
@@ -77,6 +79,7 @@ __all__ = [
     "ReferenceCall",
     "RunEvent",
     "RunFailed",
+    "RunQuery",
     "RunRecord",
     "RunStateId",
     "Selectors",
@@ -100,6 +103,8 @@ __all__ = [
     "prompt_proto",
     "risk_proto",
     "run_next",
+    "run_state_of_proto",
     "run_state_proto",
+    "runs_page",
     "tape_field_of",
 ]

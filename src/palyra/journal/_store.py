@@ -172,6 +172,14 @@ class JournalStore:
             for r in _reads.checkpoints(self._env)
         ]
 
+    def last_checkpoint(self) -> Checkpoint | None:
+        """The checkpoint of the highest position, or None when there is none."""
+        r = _reads.last_checkpoint(self._env)
+        if r is None:
+            return None
+        return Checkpoint(r.position, r.head.hex(), r.ts_ms, r.public_key.hex(),
+                          r.signature.hex())
+
     def get_entity(self, table: str, key: str) -> bytes | None:
         """The value of ``table``/``key`` or None."""
         cache = self._entities
@@ -195,6 +203,12 @@ class JournalStore:
     ) -> list[tuple[str, bytes]]:
         """Rows of ``table`` with key prefix ``prefix`` after ``after_key`` (exclusive)."""
         return _reads.scan_entities(self._env, table, prefix, after_key, limit)
+
+    def scan_entities_before(
+        self, table: str, before_key: str = "", limit: int = 1000
+    ) -> list[tuple[str, bytes]]:
+        """Rows of ``table`` before ``before_key`` (exclusive; all when empty), newest key first."""
+        return _reads.scan_entities_before(self._env, table, before_key, limit)
 
     def read_range(self, after_position: int = 0, limit: int = 100) -> list[StoredEvent]:
         """Events after ``after_position`` (exclusive; positions start at 1)."""

@@ -13,6 +13,108 @@ import type { Message } from "@bufbuild/protobuf";
 export declare const file_palyra_v1_channels: GenFile;
 
 /**
+ * @generated from message palyra.v1.ListChannelsRequest
+ */
+export declare type ListChannelsRequest = Message<"palyra.v1.ListChannelsRequest"> & {
+};
+
+/**
+ * Describes the message palyra.v1.ListChannelsRequest.
+ * Use `create(ListChannelsRequestSchema)` to create a new message.
+ */
+export declare const ListChannelsRequestSchema: GenMessage<ListChannelsRequest>;
+
+/**
+ * @generated from message palyra.v1.ListChannelsResponse
+ */
+export declare type ListChannelsResponse = Message<"palyra.v1.ListChannelsResponse"> & {
+  /**
+   * @generated from field: repeated palyra.v1.ChannelStatus channels = 1;
+   */
+  channels: ChannelStatus[];
+
+  /**
+   * False when `[channels] enabled = false`: nothing is routed.
+   *
+   * @generated from field: bool router_enabled = 2;
+   */
+  routerEnabled: boolean;
+};
+
+/**
+ * Describes the message palyra.v1.ListChannelsResponse.
+ * Use `create(ListChannelsResponseSchema)` to create a new message.
+ */
+export declare const ListChannelsResponseSchema: GenMessage<ListChannelsResponse>;
+
+/**
+ * @generated from message palyra.v1.ChannelStatus
+ */
+export declare type ChannelStatus = Message<"palyra.v1.ChannelStatus"> & {
+  /**
+   * e.g. "webhook:ops", "slack:acme".
+   *
+   * @generated from field: string channel = 1;
+   */
+  channel: string;
+
+  /**
+   * "slack", "webhook", or "rpc" (no adapter: messages come through RouteMessage).
+   *
+   * @generated from field: string kind = 2;
+   */
+  kind: string;
+
+  /**
+   * "two_way" (replies go back through the adapter's outbox) or "inbound_only".
+   *
+   * @generated from field: string mode = 3;
+   */
+  mode: string;
+
+  /**
+   * Direct messages: "deny", "pairing" or "allow".
+   *
+   * @generated from field: string dm_policy = 4;
+   */
+  dmPolicy: string;
+
+  /**
+   * Runs at once for this channel.
+   *
+   * @generated from field: uint32 concurrency = 5;
+   */
+  concurrency: number;
+
+  /**
+   * Replies not delivered yet (queued, sending, or waiting to retry).
+   *
+   * @generated from field: uint64 outbox_pending = 6;
+   */
+  outboxPending: bigint;
+
+  /**
+   * Replies the outbox gave up on (failed or expired send tasks still stored).
+   *
+   * @generated from field: uint64 outbox_failed = 7;
+   */
+  outboxFailed: bigint;
+
+  /**
+   * Messages in the channel's quarantine (ListQuarantine).
+   *
+   * @generated from field: uint64 quarantined = 8;
+   */
+  quarantined: bigint;
+};
+
+/**
+ * Describes the message palyra.v1.ChannelStatus.
+ * Use `create(ChannelStatusSchema)` to create a new message.
+ */
+export declare const ChannelStatusSchema: GenMessage<ChannelStatus>;
+
+/**
  * @generated from message palyra.v1.QuarantinedMessage
  */
 export declare type QuarantinedMessage = Message<"palyra.v1.QuarantinedMessage"> & {
@@ -330,6 +432,17 @@ export declare const RevokePairingGrantResponseSchema: GenMessage<RevokePairingG
  * @generated from service palyra.v1.ChannelsService
  */
 export declare const ChannelsService: GenService<{
+  /**
+   * The channels the daemon knows (its adapters and policy tables, and any other
+   * channel with quarantined messages) with their health (operators).
+   *
+   * @generated from rpc palyra.v1.ChannelsService.ListChannels
+   */
+  listChannels: {
+    methodKind: "unary";
+    input: typeof ListChannelsRequestSchema;
+    output: typeof ListChannelsResponseSchema;
+  },
   /**
    * @generated from rpc palyra.v1.ChannelsService.CreatePairingCode
    */

@@ -13,7 +13,112 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file palyra/v1/channels.proto.
  */
 export const file_palyra_v1_channels: GenFile = /*@__PURE__*/
-  fileDesc("ChhwYWx5cmEvdjEvY2hhbm5lbHMucHJvdG8SCXBhbHlyYS52MSK4AQoSUXVhcmFudGluZWRNZXNzYWdlEhUKDXF1YXJhbnRpbmVfaWQYASABKAkSDwoHY2hhbm5lbBgCIAEoCRIOCgZyZWFzb24YAyABKAkSHgoWcXVhcmFudGluZWRfYXRfdW5peF9tcxgEIAEoAxITCgtlbnZlbG9wZV9pZBgFIAEoCRIOCgZzZW5kZXIYBiABKAkSFwoPY29udmVyc2F0aW9uX2lkGAcgASgJEgwKBHRleHQYCCABKAkiNwoVTGlzdFF1YXJhbnRpbmVSZXF1ZXN0Eg8KB2NoYW5uZWwYASABKAkSDQoFbGltaXQYAiABKA0iSQoWTGlzdFF1YXJhbnRpbmVSZXNwb25zZRIvCghtZXNzYWdlcxgBIAMoCzIdLnBhbHlyYS52MS5RdWFyYW50aW5lZE1lc3NhZ2UidwoLUGFpcmluZ0NvZGUSDAoEY29kZRgBIAEoCRIPCgdjaGFubmVsGAIgASgJEhoKEmNyZWF0ZWRfYXRfdW5peF9tcxgDIAEoAxIaChJleHBpcmVzX2F0X3VuaXhfbXMYBCABKAMSEQoJaXNzdWVkX2J5GAUgASgJIo4BCgxQYWlyaW5nR3JhbnQSEAoIZ3JhbnRfaWQYASABKAkSDwoHY2hhbm5lbBgCIAEoCRIOCgZzZW5kZXIYAyABKAkSGgoSZ3JhbnRlZF9hdF91bml4X21zGAQgASgDEhoKEmV4cGlyZXNfYXRfdW5peF9tcxgFIAEoAxITCgthcHByb3ZhbF9pZBgGIAEoCSJAChhDcmVhdGVQYWlyaW5nQ29kZVJlcXVlc3QSDwoHY2hhbm5lbBgBIAEoCRITCgt0dGxfc2Vjb25kcxgCIAEoDSJBChlDcmVhdGVQYWlyaW5nQ29kZVJlc3BvbnNlEiQKBGNvZGUYASABKAsyFi5wYWx5cmEudjEuUGFpcmluZ0NvZGUiKgoXTGlzdFBhaXJpbmdDb2Rlc1JlcXVlc3QSDwoHY2hhbm5lbBgBIAEoCSJBChhMaXN0UGFpcmluZ0NvZGVzUmVzcG9uc2USJQoFY29kZXMYASADKAsyFi5wYWx5cmEudjEuUGFpcmluZ0NvZGUiKwoYTGlzdFBhaXJpbmdHcmFudHNSZXF1ZXN0Eg8KB2NoYW5uZWwYASABKAkiRAoZTGlzdFBhaXJpbmdHcmFudHNSZXNwb25zZRInCgZncmFudHMYASADKAsyFy5wYWx5cmEudjEuUGFpcmluZ0dyYW50Ij4KGVJldm9rZVBhaXJpbmdHcmFudFJlcXVlc3QSDwoHY2hhbm5lbBgBIAEoCRIQCghncmFudF9pZBgCIAEoCSItChpSZXZva2VQYWlyaW5nR3JhbnRSZXNwb25zZRIPCgdyZXZva2VkGAEgASgIMtAFCg9DaGFubmVsc1NlcnZpY2USjwEKEUNyZWF0ZVBhaXJpbmdDb2RlEiMucGFseXJhLnYxLkNyZWF0ZVBhaXJpbmdDb2RlUmVxdWVzdBokLnBhbHlyYS52MS5DcmVhdGVQYWlyaW5nQ29kZVJlc3BvbnNlIi+C0+STAikiJC92MS9jaGFubmVscy97Y2hhbm5lbH0vcGFpcmluZy1jb2RlczoBKhKJAQoQTGlzdFBhaXJpbmdDb2RlcxIiLnBhbHlyYS52MS5MaXN0UGFpcmluZ0NvZGVzUmVxdWVzdBojLnBhbHlyYS52MS5MaXN0UGFpcmluZ0NvZGVzUmVzcG9uc2UiLILT5JMCJhIkL3YxL2NoYW5uZWxzL3tjaGFubmVsfS9wYWlyaW5nLWNvZGVzEoUBChFMaXN0UGFpcmluZ0dyYW50cxIjLnBhbHlyYS52MS5MaXN0UGFpcmluZ0dyYW50c1JlcXVlc3QaJC5wYWx5cmEudjEuTGlzdFBhaXJpbmdHcmFudHNSZXNwb25zZSIlgtPkkwIfEh0vdjEvY2hhbm5lbHMve2NoYW5uZWx9L2dyYW50cxKTAQoSUmV2b2tlUGFpcmluZ0dyYW50EiQucGFseXJhLnYxLlJldm9rZVBhaXJpbmdHcmFudFJlcXVlc3QaJS5wYWx5cmEudjEuUmV2b2tlUGFpcmluZ0dyYW50UmVzcG9uc2UiMILT5JMCKiooL3YxL2NoYW5uZWxzL3tjaGFubmVsfS9ncmFudHMve2dyYW50X2lkfRKAAQoOTGlzdFF1YXJhbnRpbmUSIC5wYWx5cmEudjEuTGlzdFF1YXJhbnRpbmVSZXF1ZXN0GiEucGFseXJhLnYxLkxpc3RRdWFyYW50aW5lUmVzcG9uc2UiKYLT5JMCIxIhL3YxL2NoYW5uZWxzL3tjaGFubmVsfS9xdWFyYW50aW5lYgZwcm90bzM", [file_google_api_annotations]);
+  fileDesc("ChhwYWx5cmEvdjEvY2hhbm5lbHMucHJvdG8SCXBhbHlyYS52MSIVChNMaXN0Q2hhbm5lbHNSZXF1ZXN0IloKFExpc3RDaGFubmVsc1Jlc3BvbnNlEioKCGNoYW5uZWxzGAEgAygLMhgucGFseXJhLnYxLkNoYW5uZWxTdGF0dXMSFgoOcm91dGVyX2VuYWJsZWQYAiABKAgiqAEKDUNoYW5uZWxTdGF0dXMSDwoHY2hhbm5lbBgBIAEoCRIMCgRraW5kGAIgASgJEgwKBG1vZGUYAyABKAkSEQoJZG1fcG9saWN5GAQgASgJEhMKC2NvbmN1cnJlbmN5GAUgASgNEhYKDm91dGJveF9wZW5kaW5nGAYgASgEEhUKDW91dGJveF9mYWlsZWQYByABKAQSEwoLcXVhcmFudGluZWQYCCABKAQiuAEKElF1YXJhbnRpbmVkTWVzc2FnZRIVCg1xdWFyYW50aW5lX2lkGAEgASgJEg8KB2NoYW5uZWwYAiABKAkSDgoGcmVhc29uGAMgASgJEh4KFnF1YXJhbnRpbmVkX2F0X3VuaXhfbXMYBCABKAMSEwoLZW52ZWxvcGVfaWQYBSABKAkSDgoGc2VuZGVyGAYgASgJEhcKD2NvbnZlcnNhdGlvbl9pZBgHIAEoCRIMCgR0ZXh0GAggASgJIjcKFUxpc3RRdWFyYW50aW5lUmVxdWVzdBIPCgdjaGFubmVsGAEgASgJEg0KBWxpbWl0GAIgASgNIkkKFkxpc3RRdWFyYW50aW5lUmVzcG9uc2USLwoIbWVzc2FnZXMYASADKAsyHS5wYWx5cmEudjEuUXVhcmFudGluZWRNZXNzYWdlIncKC1BhaXJpbmdDb2RlEgwKBGNvZGUYASABKAkSDwoHY2hhbm5lbBgCIAEoCRIaChJjcmVhdGVkX2F0X3VuaXhfbXMYAyABKAMSGgoSZXhwaXJlc19hdF91bml4X21zGAQgASgDEhEKCWlzc3VlZF9ieRgFIAEoCSKOAQoMUGFpcmluZ0dyYW50EhAKCGdyYW50X2lkGAEgASgJEg8KB2NoYW5uZWwYAiABKAkSDgoGc2VuZGVyGAMgASgJEhoKEmdyYW50ZWRfYXRfdW5peF9tcxgEIAEoAxIaChJleHBpcmVzX2F0X3VuaXhfbXMYBSABKAMSEwoLYXBwcm92YWxfaWQYBiABKAkiQAoYQ3JlYXRlUGFpcmluZ0NvZGVSZXF1ZXN0Eg8KB2NoYW5uZWwYASABKAkSEwoLdHRsX3NlY29uZHMYAiABKA0iQQoZQ3JlYXRlUGFpcmluZ0NvZGVSZXNwb25zZRIkCgRjb2RlGAEgASgLMhYucGFseXJhLnYxLlBhaXJpbmdDb2RlIioKF0xpc3RQYWlyaW5nQ29kZXNSZXF1ZXN0Eg8KB2NoYW5uZWwYASABKAkiQQoYTGlzdFBhaXJpbmdDb2Rlc1Jlc3BvbnNlEiUKBWNvZGVzGAEgAygLMhYucGFseXJhLnYxLlBhaXJpbmdDb2RlIisKGExpc3RQYWlyaW5nR3JhbnRzUmVxdWVzdBIPCgdjaGFubmVsGAEgASgJIkQKGUxpc3RQYWlyaW5nR3JhbnRzUmVzcG9uc2USJwoGZ3JhbnRzGAEgAygLMhcucGFseXJhLnYxLlBhaXJpbmdHcmFudCI+ChlSZXZva2VQYWlyaW5nR3JhbnRSZXF1ZXN0Eg8KB2NoYW5uZWwYASABKAkSEAoIZ3JhbnRfaWQYAiABKAkiLQoaUmV2b2tlUGFpcmluZ0dyYW50UmVzcG9uc2USDwoHcmV2b2tlZBgBIAEoCDK3BgoPQ2hhbm5lbHNTZXJ2aWNlEmUKDExpc3RDaGFubmVscxIeLnBhbHlyYS52MS5MaXN0Q2hhbm5lbHNSZXF1ZXN0Gh8ucGFseXJhLnYxLkxpc3RDaGFubmVsc1Jlc3BvbnNlIhSC0+STAg4SDC92MS9jaGFubmVscxKPAQoRQ3JlYXRlUGFpcmluZ0NvZGUSIy5wYWx5cmEudjEuQ3JlYXRlUGFpcmluZ0NvZGVSZXF1ZXN0GiQucGFseXJhLnYxLkNyZWF0ZVBhaXJpbmdDb2RlUmVzcG9uc2UiL4LT5JMCKSIkL3YxL2NoYW5uZWxzL3tjaGFubmVsfS9wYWlyaW5nLWNvZGVzOgEqEokBChBMaXN0UGFpcmluZ0NvZGVzEiIucGFseXJhLnYxLkxpc3RQYWlyaW5nQ29kZXNSZXF1ZXN0GiMucGFseXJhLnYxLkxpc3RQYWlyaW5nQ29kZXNSZXNwb25zZSIsgtPkkwImEiQvdjEvY2hhbm5lbHMve2NoYW5uZWx9L3BhaXJpbmctY29kZXMShQEKEUxpc3RQYWlyaW5nR3JhbnRzEiMucGFseXJhLnYxLkxpc3RQYWlyaW5nR3JhbnRzUmVxdWVzdBokLnBhbHlyYS52MS5MaXN0UGFpcmluZ0dyYW50c1Jlc3BvbnNlIiWC0+STAh8SHS92MS9jaGFubmVscy97Y2hhbm5lbH0vZ3JhbnRzEpMBChJSZXZva2VQYWlyaW5nR3JhbnQSJC5wYWx5cmEudjEuUmV2b2tlUGFpcmluZ0dyYW50UmVxdWVzdBolLnBhbHlyYS52MS5SZXZva2VQYWlyaW5nR3JhbnRSZXNwb25zZSIwgtPkkwIqKigvdjEvY2hhbm5lbHMve2NoYW5uZWx9L2dyYW50cy97Z3JhbnRfaWR9EoABCg5MaXN0UXVhcmFudGluZRIgLnBhbHlyYS52MS5MaXN0UXVhcmFudGluZVJlcXVlc3QaIS5wYWx5cmEudjEuTGlzdFF1YXJhbnRpbmVSZXNwb25zZSIpgtPkkwIjEiEvdjEvY2hhbm5lbHMve2NoYW5uZWx9L3F1YXJhbnRpbmViBnByb3RvMw", [file_google_api_annotations]);
+
+/**
+ * @generated from message palyra.v1.ListChannelsRequest
+ */
+export type ListChannelsRequest = Message<"palyra.v1.ListChannelsRequest"> & {
+};
+
+/**
+ * Describes the message palyra.v1.ListChannelsRequest.
+ * Use `create(ListChannelsRequestSchema)` to create a new message.
+ */
+export const ListChannelsRequestSchema: GenMessage<ListChannelsRequest> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_channels, 0);
+
+/**
+ * @generated from message palyra.v1.ListChannelsResponse
+ */
+export type ListChannelsResponse = Message<"palyra.v1.ListChannelsResponse"> & {
+  /**
+   * @generated from field: repeated palyra.v1.ChannelStatus channels = 1;
+   */
+  channels: ChannelStatus[];
+
+  /**
+   * False when `[channels] enabled = false`: nothing is routed.
+   *
+   * @generated from field: bool router_enabled = 2;
+   */
+  routerEnabled: boolean;
+};
+
+/**
+ * Describes the message palyra.v1.ListChannelsResponse.
+ * Use `create(ListChannelsResponseSchema)` to create a new message.
+ */
+export const ListChannelsResponseSchema: GenMessage<ListChannelsResponse> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_channels, 1);
+
+/**
+ * @generated from message palyra.v1.ChannelStatus
+ */
+export type ChannelStatus = Message<"palyra.v1.ChannelStatus"> & {
+  /**
+   * e.g. "webhook:ops", "slack:acme".
+   *
+   * @generated from field: string channel = 1;
+   */
+  channel: string;
+
+  /**
+   * "slack", "webhook", or "rpc" (no adapter: messages come through RouteMessage).
+   *
+   * @generated from field: string kind = 2;
+   */
+  kind: string;
+
+  /**
+   * "two_way" (replies go back through the adapter's outbox) or "inbound_only".
+   *
+   * @generated from field: string mode = 3;
+   */
+  mode: string;
+
+  /**
+   * Direct messages: "deny", "pairing" or "allow".
+   *
+   * @generated from field: string dm_policy = 4;
+   */
+  dmPolicy: string;
+
+  /**
+   * Runs at once for this channel.
+   *
+   * @generated from field: uint32 concurrency = 5;
+   */
+  concurrency: number;
+
+  /**
+   * Replies not delivered yet (queued, sending, or waiting to retry).
+   *
+   * @generated from field: uint64 outbox_pending = 6;
+   */
+  outboxPending: bigint;
+
+  /**
+   * Replies the outbox gave up on (failed or expired send tasks still stored).
+   *
+   * @generated from field: uint64 outbox_failed = 7;
+   */
+  outboxFailed: bigint;
+
+  /**
+   * Messages in the channel's quarantine (ListQuarantine).
+   *
+   * @generated from field: uint64 quarantined = 8;
+   */
+  quarantined: bigint;
+};
+
+/**
+ * Describes the message palyra.v1.ChannelStatus.
+ * Use `create(ChannelStatusSchema)` to create a new message.
+ */
+export const ChannelStatusSchema: GenMessage<ChannelStatus> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_channels, 2);
 
 /**
  * @generated from message palyra.v1.QuarantinedMessage
@@ -67,7 +172,7 @@ export type QuarantinedMessage = Message<"palyra.v1.QuarantinedMessage"> & {
  * Use `create(QuarantinedMessageSchema)` to create a new message.
  */
 export const QuarantinedMessageSchema: GenMessage<QuarantinedMessage> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_channels, 0);
+  messageDesc(file_palyra_v1_channels, 3);
 
 /**
  * @generated from message palyra.v1.ListQuarantineRequest
@@ -91,7 +196,7 @@ export type ListQuarantineRequest = Message<"palyra.v1.ListQuarantineRequest"> &
  * Use `create(ListQuarantineRequestSchema)` to create a new message.
  */
 export const ListQuarantineRequestSchema: GenMessage<ListQuarantineRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_channels, 1);
+  messageDesc(file_palyra_v1_channels, 4);
 
 /**
  * @generated from message palyra.v1.ListQuarantineResponse
@@ -108,7 +213,7 @@ export type ListQuarantineResponse = Message<"palyra.v1.ListQuarantineResponse">
  * Use `create(ListQuarantineResponseSchema)` to create a new message.
  */
 export const ListQuarantineResponseSchema: GenMessage<ListQuarantineResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_channels, 2);
+  messageDesc(file_palyra_v1_channels, 5);
 
 /**
  * @generated from message palyra.v1.PairingCode
@@ -147,7 +252,7 @@ export type PairingCode = Message<"palyra.v1.PairingCode"> & {
  * Use `create(PairingCodeSchema)` to create a new message.
  */
 export const PairingCodeSchema: GenMessage<PairingCode> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_channels, 3);
+  messageDesc(file_palyra_v1_channels, 6);
 
 /**
  * @generated from message palyra.v1.PairingGrant
@@ -189,7 +294,7 @@ export type PairingGrant = Message<"palyra.v1.PairingGrant"> & {
  * Use `create(PairingGrantSchema)` to create a new message.
  */
 export const PairingGrantSchema: GenMessage<PairingGrant> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_channels, 4);
+  messageDesc(file_palyra_v1_channels, 7);
 
 /**
  * @generated from message palyra.v1.CreatePairingCodeRequest
@@ -213,7 +318,7 @@ export type CreatePairingCodeRequest = Message<"palyra.v1.CreatePairingCodeReque
  * Use `create(CreatePairingCodeRequestSchema)` to create a new message.
  */
 export const CreatePairingCodeRequestSchema: GenMessage<CreatePairingCodeRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_channels, 5);
+  messageDesc(file_palyra_v1_channels, 8);
 
 /**
  * @generated from message palyra.v1.CreatePairingCodeResponse
@@ -230,7 +335,7 @@ export type CreatePairingCodeResponse = Message<"palyra.v1.CreatePairingCodeResp
  * Use `create(CreatePairingCodeResponseSchema)` to create a new message.
  */
 export const CreatePairingCodeResponseSchema: GenMessage<CreatePairingCodeResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_channels, 6);
+  messageDesc(file_palyra_v1_channels, 9);
 
 /**
  * @generated from message palyra.v1.ListPairingCodesRequest
@@ -247,7 +352,7 @@ export type ListPairingCodesRequest = Message<"palyra.v1.ListPairingCodesRequest
  * Use `create(ListPairingCodesRequestSchema)` to create a new message.
  */
 export const ListPairingCodesRequestSchema: GenMessage<ListPairingCodesRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_channels, 7);
+  messageDesc(file_palyra_v1_channels, 10);
 
 /**
  * @generated from message palyra.v1.ListPairingCodesResponse
@@ -264,7 +369,7 @@ export type ListPairingCodesResponse = Message<"palyra.v1.ListPairingCodesRespon
  * Use `create(ListPairingCodesResponseSchema)` to create a new message.
  */
 export const ListPairingCodesResponseSchema: GenMessage<ListPairingCodesResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_channels, 8);
+  messageDesc(file_palyra_v1_channels, 11);
 
 /**
  * @generated from message palyra.v1.ListPairingGrantsRequest
@@ -281,7 +386,7 @@ export type ListPairingGrantsRequest = Message<"palyra.v1.ListPairingGrantsReque
  * Use `create(ListPairingGrantsRequestSchema)` to create a new message.
  */
 export const ListPairingGrantsRequestSchema: GenMessage<ListPairingGrantsRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_channels, 9);
+  messageDesc(file_palyra_v1_channels, 12);
 
 /**
  * @generated from message palyra.v1.ListPairingGrantsResponse
@@ -298,7 +403,7 @@ export type ListPairingGrantsResponse = Message<"palyra.v1.ListPairingGrantsResp
  * Use `create(ListPairingGrantsResponseSchema)` to create a new message.
  */
 export const ListPairingGrantsResponseSchema: GenMessage<ListPairingGrantsResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_channels, 10);
+  messageDesc(file_palyra_v1_channels, 13);
 
 /**
  * @generated from message palyra.v1.RevokePairingGrantRequest
@@ -320,7 +425,7 @@ export type RevokePairingGrantRequest = Message<"palyra.v1.RevokePairingGrantReq
  * Use `create(RevokePairingGrantRequestSchema)` to create a new message.
  */
 export const RevokePairingGrantRequestSchema: GenMessage<RevokePairingGrantRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_channels, 11);
+  messageDesc(file_palyra_v1_channels, 14);
 
 /**
  * @generated from message palyra.v1.RevokePairingGrantResponse
@@ -337,7 +442,7 @@ export type RevokePairingGrantResponse = Message<"palyra.v1.RevokePairingGrantRe
  * Use `create(RevokePairingGrantResponseSchema)` to create a new message.
  */
 export const RevokePairingGrantResponseSchema: GenMessage<RevokePairingGrantResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_channels, 12);
+  messageDesc(file_palyra_v1_channels, 15);
 
 /**
  * Channel pairing: a DM of `pair <CODE>` grants a sender access for a while.
@@ -346,6 +451,17 @@ export const RevokePairingGrantResponseSchema: GenMessage<RevokePairingGrantResp
  * @generated from service palyra.v1.ChannelsService
  */
 export const ChannelsService: GenService<{
+  /**
+   * The channels the daemon knows (its adapters and policy tables, and any other
+   * channel with quarantined messages) with their health (operators).
+   *
+   * @generated from rpc palyra.v1.ChannelsService.ListChannels
+   */
+  listChannels: {
+    methodKind: "unary";
+    input: typeof ListChannelsRequestSchema;
+    output: typeof ListChannelsResponseSchema;
+  },
   /**
    * @generated from rpc palyra.v1.ChannelsService.CreatePairingCode
    */

@@ -638,6 +638,68 @@ export declare type GetRunResponse = Message<"palyra.v1.GetRunResponse"> & {
 export declare const GetRunResponseSchema: GenMessage<GetRunResponse>;
 
 /**
+ * @generated from message palyra.v1.ListRunsRequest
+ */
+export declare type ListRunsRequest = Message<"palyra.v1.ListRunsRequest"> & {
+  /**
+   * UNSPECIFIED: every state.
+   *
+   * @generated from field: palyra.v1.RunState state = 1;
+   */
+  state: RunState;
+
+  /**
+   * Empty: every session.
+   *
+   * @generated from field: string session_id = 2;
+   */
+  sessionId: string;
+
+  /**
+   * 1..500; 0 → 50.
+   *
+   * @generated from field: uint32 page_size = 3;
+   */
+  pageSize: number;
+
+  /**
+   * The `next_page_token` of the previous page; empty for the first.
+   *
+   * @generated from field: string page_token = 4;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message palyra.v1.ListRunsRequest.
+ * Use `create(ListRunsRequestSchema)` to create a new message.
+ */
+export declare const ListRunsRequestSchema: GenMessage<ListRunsRequest>;
+
+/**
+ * @generated from message palyra.v1.ListRunsResponse
+ */
+export declare type ListRunsResponse = Message<"palyra.v1.ListRunsResponse"> & {
+  /**
+   * @generated from field: repeated palyra.v1.Run runs = 1;
+   */
+  runs: Run[];
+
+  /**
+   * Empty when no run is left to examine.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message palyra.v1.ListRunsResponse.
+ * Use `create(ListRunsResponseSchema)` to create a new message.
+ */
+export declare const ListRunsResponseSchema: GenMessage<ListRunsResponse>;
+
+/**
  * @generated from message palyra.v1.ListRunTapeRequest
  */
 export declare type ListRunTapeRequest = Message<"palyra.v1.ListRunTapeRequest"> & {
@@ -1780,6 +1842,19 @@ export declare const GatewayService: GenService<{
     methodKind: "unary";
     input: typeof GetRunRequestSchema;
     output: typeof GetRunResponseSchema;
+  },
+  /**
+   * The runs the caller may see (its own; every principal's for an operator), newest
+   * run id first, optionally filtered by state and session. Paged: `page_size`
+   * 1..500 (0 → 50); a page may come back short (a scan examines at most 5,000 runs
+   * per call), so page on until `next_page_token` is empty.
+   *
+   * @generated from rpc palyra.v1.GatewayService.ListRuns
+   */
+  listRuns: {
+    methodKind: "unary";
+    input: typeof ListRunsRequestSchema;
+    output: typeof ListRunsResponseSchema;
   },
   /**
    * Page a run's tape: `after_seq` is exclusive, limit 1..1000, 2 MiB per page.

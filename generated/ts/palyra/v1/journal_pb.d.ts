@@ -156,6 +156,14 @@ export declare type GetJournalHeadResponse = Message<"palyra.v1.GetJournalHeadRe
    * @generated from field: uint64 pruned_through = 4;
    */
   prunedThrough: bigint;
+
+  /**
+   * The newest signed checkpoint (CreateCheckpoint or the automatic ones); unset
+   * when the journal has none.
+   *
+   * @generated from field: palyra.v1.JournalCheckpoint last_checkpoint = 5;
+   */
+  lastCheckpoint?: JournalCheckpoint | undefined;
 };
 
 /**
@@ -163,6 +171,47 @@ export declare type GetJournalHeadResponse = Message<"palyra.v1.GetJournalHeadRe
  * Use `create(GetJournalHeadResponseSchema)` to create a new message.
  */
 export declare const GetJournalHeadResponseSchema: GenMessage<GetJournalHeadResponse>;
+
+/**
+ * A stored checkpoint: the signature vouches that the global head at `position`
+ * was `head_hash`.
+ *
+ * @generated from message palyra.v1.JournalCheckpoint
+ */
+export declare type JournalCheckpoint = Message<"palyra.v1.JournalCheckpoint"> & {
+  /**
+   * @generated from field: uint64 position = 1;
+   */
+  position: bigint;
+
+  /**
+   * @generated from field: string head_hash = 2;
+   */
+  headHash: string;
+
+  /**
+   * @generated from field: int64 ts_unix_ms = 3;
+   */
+  tsUnixMs: bigint;
+
+  /**
+   * Hex ed25519 public key of the data dir's signing key: the key's id.
+   *
+   * @generated from field: string public_key = 4;
+   */
+  publicKey: string;
+
+  /**
+   * @generated from field: string signature = 5;
+   */
+  signature: string;
+};
+
+/**
+ * Describes the message palyra.v1.JournalCheckpoint.
+ * Use `create(JournalCheckpointSchema)` to create a new message.
+ */
+export declare const JournalCheckpointSchema: GenMessage<JournalCheckpoint>;
 
 /**
  * @generated from message palyra.v1.CreateCheckpointRequest

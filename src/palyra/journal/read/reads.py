@@ -299,6 +299,36 @@ def scan_entities(
     return out
 
 
+def scan_entities_before(
+    env: JournalEnv, table: str, before_key: str, limit: int
+) -> list[tuple[str, bytes]]:
+    """Rows whose key sorts before ``before_key`` (every row when empty), in descending
+    key order: newest first for ULID-keyed tables."""
+    db = _table(env, table)
+    limit = clamp_limit(limit, 10_000)
+    bound = before_key.encode("utf-8")
+    out: list[tuple[str, bytes]] = []
+    with env.read() as txn:
+        cursor = txn.cursor(db=db)
+        # Position on the first key >= bound (or the last row), then step back past it.
+        found = cursor.set_range(bound) if bound else cursor.last()
+        if not found:
+            found = cursor.last()
+        while found and len(out) < limit:
+            key = bytes(cursor.key())
+            if not bound or key < bound:
+                out.append((key.decode("utf-8"), bytes(cursor.value())))
+            found = cursor.prev()
+    return out
+
+
+def last_checkpoint(env: JournalEnv) -> CheckpointRecord | None:
+    """The stored checkpoint of the highest position, or None."""
+    with env.read() as txn:
+        cursor = txn.cursor(db=env.dbs[names.CHECKPOINTS])
+        return decode_checkpoint(cursor.value()) if cursor.last() else None
+
+
 def checkpoints(env: JournalEnv) -> list[CheckpointRecord]:
     """Every stored checkpoint, by position."""
     with env.read() as txn:

@@ -32,6 +32,7 @@ from palyra.core.protojson import encode_message
 from palyra.transport.auth import REQUEST_ID_HEADER, Authenticator
 from palyra.transport.context import ContextFactory, CtxT
 from palyra.transport.errors import WireError, to_wire
+from palyra.transport.http._console import CONSOLE_HANDLERS
 from palyra.transport.http._decode import decode_request
 from palyra.transport.http._openapi import build_openapi
 from palyra.transport.http._routes import CompiledRoute, RouteTable
@@ -210,7 +211,7 @@ def create_http_app(
         return error_response(to_wire(PalyraError(str(exc.detail), code=code)))
 
     return Litestar(
-        route_handlers=[openapi_document, dispatch],
+        route_handlers=[openapi_document, *CONSOLE_HANDLERS, dispatch],
         openapi_config=None,
         exception_handlers={HTTPException: on_http_exception},
         request_max_body_size=None,  # enforced in read_body with the configured cap

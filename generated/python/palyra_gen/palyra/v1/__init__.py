@@ -44,6 +44,7 @@ __all__ = (
     "BranchSessionResponse",
     "CancelTaskRequest",
     "CancelTaskResponse",
+    "ChannelStatus",
     "ChannelsServiceBase",
     "ChannelsServiceStub",
     "CleanupSessionRequest",
@@ -102,6 +103,7 @@ __all__ = (
     "InlineApprovalDecision",
     "IssueTokenRequest",
     "IssueTokenResponse",
+    "JournalCheckpoint",
     "JournalServiceBase",
     "JournalServiceStub",
     "LearningCandidate",
@@ -116,6 +118,8 @@ __all__ = (
     "ListApprovalsResponse",
     "ListCandidatesRequest",
     "ListCandidatesResponse",
+    "ListChannelsRequest",
+    "ListChannelsResponse",
     "ListIncidentsRequest",
     "ListIncidentsResponse",
     "ListMemoryRequest",
@@ -128,6 +132,8 @@ __all__ = (
     "ListQuarantineResponse",
     "ListRunTapeRequest",
     "ListRunTapeResponse",
+    "ListRunsRequest",
+    "ListRunsResponse",
     "ListSessionsRequest",
     "ListSessionsResponse",
     "ListTasksRequest",
@@ -1267,6 +1273,52 @@ default_message_pool.register_message("palyra.v1", "CancelTaskResponse", CancelT
 
 
 @dataclass(eq=False, repr=False)
+class ChannelStatus(betterproto2.Message):
+    channel: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    e.g. "webhook:ops", "slack:acme".
+    """
+
+    kind: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    "slack", "webhook", or "rpc" (no adapter: messages come through RouteMessage).
+    """
+
+    mode: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    "two_way" (replies go back through the adapter's outbox) or "inbound_only".
+    """
+
+    dm_policy: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    Direct messages: "deny", "pairing" or "allow".
+    """
+
+    concurrency: "int" = betterproto2.field(5, betterproto2.TYPE_UINT32)
+    """
+    Runs at once for this channel.
+    """
+
+    outbox_pending: "int" = betterproto2.field(6, betterproto2.TYPE_UINT64)
+    """
+    Replies not delivered yet (queued, sending, or waiting to retry).
+    """
+
+    outbox_failed: "int" = betterproto2.field(7, betterproto2.TYPE_UINT64)
+    """
+    Replies the outbox gave up on (failed or expired send tasks still stored).
+    """
+
+    quarantined: "int" = betterproto2.field(8, betterproto2.TYPE_UINT64)
+    """
+    Messages in the channel's quarantine (ListQuarantine).
+    """
+
+
+default_message_pool.register_message("palyra.v1", "ChannelStatus", ChannelStatus)
+
+
+@dataclass(eq=False, repr=False)
 class CleanupSessionRequest(betterproto2.Message):
     session_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -1826,6 +1878,14 @@ class GetJournalHeadResponse(betterproto2.Message):
     below it gets CURSOR_TRUNCATED.
     """
 
+    last_checkpoint: "JournalCheckpoint | None" = betterproto2.field(
+        5, betterproto2.TYPE_MESSAGE, optional=True
+    )
+    """
+    The newest signed checkpoint (CreateCheckpoint or the automatic ones); unset
+    when the journal has none.
+    """
+
 
 default_message_pool.register_message("palyra.v1", "GetJournalHeadResponse", GetJournalHeadResponse)
 
@@ -2076,6 +2136,30 @@ default_message_pool.register_message("palyra.v1", "IssueTokenResponse", IssueTo
 
 
 @dataclass(eq=False, repr=False)
+class JournalCheckpoint(betterproto2.Message):
+    """
+    A stored checkpoint: the signature vouches that the global head at `position`
+    was `head_hash`.
+    """
+
+    position: "int" = betterproto2.field(1, betterproto2.TYPE_UINT64)
+
+    head_hash: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    ts_unix_ms: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+
+    public_key: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    Hex ed25519 public key of the data dir's signing key: the key's id.
+    """
+
+    signature: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("palyra.v1", "JournalCheckpoint", JournalCheckpoint)
+
+
+@dataclass(eq=False, repr=False)
 class LearningCandidate(betterproto2.Message):
     candidate_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -2233,6 +2317,29 @@ default_message_pool.register_message("palyra.v1", "ListCandidatesResponse", Lis
 
 
 @dataclass(eq=False, repr=False)
+class ListChannelsRequest(betterproto2.Message):
+    pass
+
+
+default_message_pool.register_message("palyra.v1", "ListChannelsRequest", ListChannelsRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListChannelsResponse(betterproto2.Message):
+    channels: "list[ChannelStatus]" = betterproto2.field(
+        1, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+
+    router_enabled: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
+    """
+    False when `[channels] enabled = false`: nothing is routed.
+    """
+
+
+default_message_pool.register_message("palyra.v1", "ListChannelsResponse", ListChannelsResponse)
+
+
+@dataclass(eq=False, repr=False)
 class ListIncidentsRequest(betterproto2.Message):
     open_only: "bool" = betterproto2.field(1, betterproto2.TYPE_BOOL)
     """
@@ -2339,6 +2446,47 @@ class ListQuarantineResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "ListQuarantineResponse", ListQuarantineResponse)
+
+
+@dataclass(eq=False, repr=False)
+class ListRunsRequest(betterproto2.Message):
+    state: "RunState" = betterproto2.field(
+        1, betterproto2.TYPE_ENUM, default_factory=lambda: RunState(0)
+    )
+    """
+    UNSPECIFIED: every state.
+    """
+
+    session_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Empty: every session.
+    """
+
+    page_size: "int" = betterproto2.field(3, betterproto2.TYPE_UINT32)
+    """
+    1..500; 0 → 50.
+    """
+
+    page_token: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    The `next_page_token` of the previous page; empty for the first.
+    """
+
+
+default_message_pool.register_message("palyra.v1", "ListRunsRequest", ListRunsRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListRunsResponse(betterproto2.Message):
+    runs: "list[Run]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+    next_page_token: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Empty when no run is left to examine.
+    """
+
+
+default_message_pool.register_message("palyra.v1", "ListRunsResponse", ListRunsResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -3755,6 +3903,31 @@ class ChannelsServiceStub(betterproto2_grpclib.ServiceStub):
     Codes and grants are durable journal records.
     """
 
+    async def list_channels(
+        self,
+        message: "ListChannelsRequest | None" = None,
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListChannelsResponse":
+        """
+        The channels the daemon knows (its adapters and policy tables, and any other
+        channel with quarantined messages) with their health (operators).
+        """
+
+        if message is None:
+            message = ListChannelsRequest()
+
+        return await self._unary_unary(
+            "/palyra.v1.ChannelsService/ListChannels",
+            message,
+            ListChannelsResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
     async def create_pairing_code(
         self,
         message: "CreatePairingCodeRequest",
@@ -4024,6 +4197,30 @@ class GatewayServiceStub(betterproto2_grpclib.ServiceStub):
             "/palyra.v1.GatewayService/GetRun",
             message,
             GetRunResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def list_runs(
+        self,
+        message: "ListRunsRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListRunsResponse":
+        """
+        The runs the caller may see (its own; every principal's for an operator), newest
+        run id first, optionally filtered by state and session. Paged: `page_size`
+        1..500 (0 → 50); a page may come back short (a scan examines at most 5,000 runs
+        per call), so page on until `next_page_token` is empty.
+        """
+
+        return await self._unary_unary(
+            "/palyra.v1.GatewayService/ListRuns",
+            message,
+            ListRunsResponse,
             timeout=timeout,
             deadline=deadline,
             metadata=metadata,
@@ -4973,6 +5170,14 @@ class ChannelsServiceBase(betterproto2_grpclib.ServiceBase):
     Codes and grants are durable journal records.
     """
 
+    async def list_channels(self, message: "ListChannelsRequest") -> "ListChannelsResponse":
+        """
+        The channels the daemon knows (its adapters and policy tables, and any other
+        channel with quarantined messages) with their health (operators).
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
     async def create_pairing_code(
         self, message: "CreatePairingCodeRequest"
     ) -> "CreatePairingCodeResponse":
@@ -5004,6 +5209,14 @@ class ChannelsServiceBase(betterproto2_grpclib.ServiceBase):
         """
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def __rpc_list_channels(
+        self, stream: "grpclib.server.Stream[ListChannelsRequest, ListChannelsResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.list_channels(request)
+        await stream.send_message(response)
 
     async def __rpc_create_pairing_code(
         self,
@@ -5052,6 +5265,12 @@ class ChannelsServiceBase(betterproto2_grpclib.ServiceBase):
 
     def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
         return {
+            "/palyra.v1.ChannelsService/ListChannels": grpclib.const.Handler(
+                self.__rpc_list_channels,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ListChannelsRequest,
+                ListChannelsResponse,
+            ),
             "/palyra.v1.ChannelsService/CreatePairingCode": grpclib.const.Handler(
                 self.__rpc_create_pairing_code,
                 grpclib.const.Cardinality.UNARY_UNARY,
@@ -5147,6 +5366,16 @@ class GatewayServiceBase(betterproto2_grpclib.ServiceBase):
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
     async def get_run(self, message: "GetRunRequest") -> "GetRunResponse":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def list_runs(self, message: "ListRunsRequest") -> "ListRunsResponse":
+        """
+        The runs the caller may see (its own; every principal's for an operator), newest
+        run id first, optionally filtered by state and session. Paged: `page_size`
+        1..500 (0 → 50); a page may come back short (a scan examines at most 5,000 runs
+        per call), so page on until `next_page_token` is empty.
+        """
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
@@ -5316,6 +5545,14 @@ class GatewayServiceBase(betterproto2_grpclib.ServiceBase):
         request = await stream.recv_message()
         assert request is not None
         response = await self.get_run(request)
+        await stream.send_message(response)
+
+    async def __rpc_list_runs(
+        self, stream: "grpclib.server.Stream[ListRunsRequest, ListRunsResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.list_runs(request)
         await stream.send_message(response)
 
     async def __rpc_list_run_tape(
@@ -5512,6 +5749,12 @@ class GatewayServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 GetRunRequest,
                 GetRunResponse,
+            ),
+            "/palyra.v1.GatewayService/ListRuns": grpclib.const.Handler(
+                self.__rpc_list_runs,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ListRunsRequest,
+                ListRunsResponse,
             ),
             "/palyra.v1.GatewayService/ListRunTape": grpclib.const.Handler(
                 self.__rpc_list_run_tape,
