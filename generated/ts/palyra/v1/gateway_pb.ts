@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file palyra/v1/gateway.proto.
  */
 export const file_palyra_v1_gateway: GenFile = /*@__PURE__*/
-  fileDesc("ChdwYWx5cmEvdjEvZ2F0ZXdheS5wcm90bxIJcGFseXJhLnYxIhIKEEdldEhlYWx0aFJlcXVlc3QijwEKEUdldEhlYWx0aFJlc3BvbnNlEg8KB3NlcnZpY2UYASABKAkSDwoHdmVyc2lvbhgCIAEoCRIRCgl1cHRpbWVfbXMYAyABKAQSFgoOam91cm5hbF9ldmVudHMYBCABKAQSFAoMam91cm5hbF9oZWFkGAUgASgJEhcKD2pvdXJuYWxfY29tbWl0cxgGIAEoBCKqAQoWSW5saW5lQXBwcm92YWxEZWNpc2lvbhITCgthcHByb3ZhbF9pZBgBIAEoCRItCghkZWNpc2lvbhgCIAEoDjIbLnBhbHlyYS52MS5BcHByb3ZhbERlY2lzaW9uEicKBXNjb3BlGAMgASgOMhgucGFseXJhLnYxLkFwcHJvdmFsU2NvcGUSEwoLdHRsX3NlY29uZHMYBCABKA0SDgoGcmVhc29uGAUgASgJIrkDChBSdW5TdHJlYW1SZXF1ZXN0EgkKAXYYASABKA0SEgoKc2Vzc2lvbl9pZBgCIAEoCRI2CgZydW5faWQYAyABKAlCJsrzGCISIF4oWzAtN11bMC05QS1ISktNTlAtVFYtWl17MjV9KT8kEiYKBWlucHV0GAQgASgLMhcucGFseXJhLnYxLk1lc3NhZ2VJbnB1dBITCgtzZXNzaW9uX2tleRgFIAEoCRIVCg1zZXNzaW9uX2xhYmVsGAYgASgJEhUKDXJlc2V0X3Nlc3Npb24YByABKAgSGAoQcmVxdWlyZV9leGlzdGluZxgIIAEoCBIzCghhcHByb3ZhbBgJIAEoCzIhLnBhbHlyYS52MS5JbmxpbmVBcHByb3ZhbERlY2lzaW9uEhMKC29yaWdpbl9raW5kGAogASgJEhUKDW9yaWdpbl9ydW5faWQYCyABKAkSHAoUcGFyYW1ldGVyX2RlbHRhX2pzb24YDCABKAkSFwoPcXVldWVkX2lucHV0X2lkGA0gASgJEhAKCGFnZW50X2lkGA4gASgJEg0KBWJhdGNoGA8gASgIEhAKCGNvbXBsZXRlGBAgASgIImkKEVJ1blN0cmVhbVJlc3BvbnNlEgkKAXYYASABKA0SIwoFZXZlbnQYAiABKAsyFC5wYWx5cmEudjEuVGFwZUV2ZW50EiQKBmV2ZW50cxgDIAMoCzIULnBhbHlyYS52MS5UYXBlRXZlbnQixwEKEENyZWF0ZVJ1blJlcXVlc3QSCQoBdhgBIAEoDRISCgpzZXNzaW9uX2lkGAIgASgJEhMKC3Nlc3Npb25fa2V5GAMgASgJEhUKDXNlc3Npb25fbGFiZWwYBCABKAkSJgoFaW5wdXQYBSABKAsyFy5wYWx5cmEudjEuTWVzc2FnZUlucHV0EhAKCGNvbXBsZXRlGAYgASgIEgwKBHdhaXQYByABKAgSDgoGcnVuX2lkGAggASgJEhAKCGFnZW50X2lkGAkgASgJIm4KEUNyZWF0ZVJ1blJlc3BvbnNlEhsKA3J1bhgBIAEoCzIOLnBhbHlyYS52MS5SdW4SIwoHc2Vzc2lvbhgCIAEoCzISLnBhbHlyYS52MS5TZXNzaW9uEhcKD3Nlc3Npb25fY3JlYXRlZBgDIAEoCCJ1ChNTZW5kUnVuSW5wdXRSZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIuCgVpbnB1dBgCIAEoCzIXLnBhbHlyYS52MS5NZXNzYWdlSW5wdXRCBsrzGAIIARIQCghjb21wbGV0ZRgDIAEoCBIMCgR3YWl0GAQgASgIIjMKFFNlbmRSdW5JbnB1dFJlc3BvbnNlEhsKA3J1bhgBIAEoCzIOLnBhbHlyYS52MS5SdW4iMgoSQ29tcGxldGVSdW5SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIMCgR3YWl0GAIgASgIIjIKE0NvbXBsZXRlUnVuUmVzcG9uc2USGwoDcnVuGAEgASgLMg4ucGFseXJhLnYxLlJ1biKBAgoSQXBwZW5kRXZlbnRSZXF1ZXN0EgkKAXYYASABKA0SEAoIZXZlbnRfaWQYAiABKAkSOQoKc2Vzc2lvbl9pZBgDIAEoCUIlyvMYIQgBEh1eWzAtN11bMC05QS1ISktNTlAtVFYtWl17MjV9JBI1CgZydW5faWQYBCABKAlCJcrzGCEIARIdXlswLTddWzAtOUEtSEpLTU5QLVRWLVpdezI1fSQSFAoEa2luZBgFIAEoCUIGyvMYAggBEhUKBWFjdG9yGAYgASgJQgbK8xgCCAESGQoRdGltZXN0YW1wX3VuaXhfbXMYByABKAMSFAoMcGF5bG9hZF9qc29uGAggASgJIlkKE0FwcGVuZEV2ZW50UmVzcG9uc2USEAoIZXZlbnRfaWQYASABKAkSEAoIYWNjZXB0ZWQYAiABKAgSEAoIcG9zaXRpb24YAyABKAQSDAoEaGFzaBgEIAEoCSIxCg9BYm9ydFJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCSJgChBBYm9ydFJ1blJlc3BvbnNlEg4KBnJ1bl9pZBgBIAEoCRIYChBjYW5jZWxfcmVxdWVzdGVkGAIgASgIEiIKBXN0YXRlGAMgASgOMhMucGFseXJhLnYxLlJ1blN0YXRlIh8KDUdldFJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJIi0KDkdldFJ1blJlc3BvbnNlEhsKA3J1bhgBIAEoCzIOLnBhbHlyYS52MS5SdW4iRgoSTGlzdFJ1blRhcGVSZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIRCglhZnRlcl9zZXEYAiABKAMSDQoFbGltaXQYAyABKA0ijwEKE0xpc3RSdW5UYXBlUmVzcG9uc2USJAoGZXZlbnRzGAEgAygLMhQucGFseXJhLnYxLlRhcGVFdmVudBIbCg5uZXh0X2FmdGVyX3NlcRgCIAEoA0gAiAEBEiIKBXN0YXRlGAMgASgOMhMucGFseXJhLnYxLlJ1blN0YXRlQhEKD19uZXh0X2FmdGVyX3NlcSJjChdFeHBhbmRDb21wYWN0aW9uUmVxdWVzdBIOCgZydW5faWQYASABKAkSFgoOY29tcGFjdGlvbl9zZXEYAiABKAQSEQoJYWZ0ZXJfc2VxGAMgASgDEg0KBWxpbWl0GAQgASgNIskBChhFeHBhbmRDb21wYWN0aW9uUmVzcG9uc2USKAoKY29tcGFjdGlvbhgBIAEoCzIULnBhbHlyYS52MS5UYXBlRXZlbnQSJAoGZXZlbnRzGAIgAygLMhQucGFseXJhLnYxLlRhcGVFdmVudBIbCg5uZXh0X2FmdGVyX3NlcRgDIAEoA0gAiAEBEhUKDWRpZ2VzdF9zaGEyNTYYBCABKAkSFgoOZGlnZXN0X21hdGNoZXMYBSABKAhCEQoPX25leHRfYWZ0ZXJfc2VxIlYKD1dhdGNoUnVuUmVxdWVzdBIOCgZydW5faWQYASABKAkSEQoJYWZ0ZXJfc2VxGAIgASgDEhEKCW5vX2ZvbGxvdxgDIAEoCBINCgViYXRjaBgEIAEoCCJdChBXYXRjaFJ1blJlc3BvbnNlEiMKBWV2ZW50GAEgASgLMhQucGFseXJhLnYxLlRhcGVFdmVudBIkCgZldmVudHMYAiADKAsyFC5wYWx5cmEudjEuVGFwZUV2ZW50ImgKE0xpc3RTZXNzaW9uc1JlcXVlc3QSGQoRYWZ0ZXJfc2Vzc2lvbl9rZXkYASABKAkSDQoFbGltaXQYAiABKA0SGAoQaW5jbHVkZV9hcmNoaXZlZBgDIAEoCBINCgVvd25lchgEIAEoCSJcChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIkCghzZXNzaW9ucxgBIAMoCzISLnBhbHlyYS52MS5TZXNzaW9uEh4KFm5leHRfYWZ0ZXJfc2Vzc2lvbl9rZXkYAiABKAkiiAEKFVJlc29sdmVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhMKC3Nlc3Npb25fa2V5GAIgASgJEhUKDXNlc3Npb25fbGFiZWwYAyABKAkSFQoNcmVzZXRfc2Vzc2lvbhgEIAEoCBIYChByZXF1aXJlX2V4aXN0aW5nGAUgASgIImUKFlJlc29sdmVTZXNzaW9uUmVzcG9uc2USIwoHc2Vzc2lvbhgBIAEoCzISLnBhbHlyYS52MS5TZXNzaW9uEg8KB2NyZWF0ZWQYAiABKAgSFQoNcmVzZXRfYXBwbGllZBgDIAEoCCIrChVDbGVhbnVwU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJyChZDbGVhbnVwU2Vzc2lvblJlc3BvbnNlEg8KB2NsZWFuZWQYASABKAgSFgoObmV3bHlfYXJjaGl2ZWQYAiABKAgSHAoUcHJldmlvdXNfc2Vzc2lvbl9rZXkYAyABKAkSEQoJcnVuX2NvdW50GAQgASgEIkEKFEJyYW5jaFNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFQoNc2Vzc2lvbl9sYWJlbBgCIAEoCSJgChVCcmFuY2hTZXNzaW9uUmVzcG9uc2USIwoHc2Vzc2lvbhgBIAEoCzISLnBhbHlyYS52MS5TZXNzaW9uEiIKBnNvdXJjZRgCIAEoCzISLnBhbHlyYS52MS5TZXNzaW9uIm8KFVNldFRvb2xQb3N0dXJlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhkKCXRvb2xfbmFtZRgCIAEoCUIGyvMYAggBEicKB3Bvc3R1cmUYAyABKA4yFi5wYWx5cmEudjEuVG9vbFBvc3R1cmUiPQoWU2V0VG9vbFBvc3R1cmVSZXNwb25zZRIjCgdzZXNzaW9uGAEgASgLMhIucGFseXJhLnYxLlNlc3Npb24i8wIKDkluYm91bmRNZXNzYWdlEhMKC2VudmVsb3BlX2lkGAEgASgJEg8KB2NoYW5uZWwYAiABKAkSFwoPY29udmVyc2F0aW9uX2lkGAMgASgJEhEKCXRocmVhZF9pZBgEIAEoCRIVCg1zZW5kZXJfaGFuZGxlGAUgASgJEhYKDnNlbmRlcl9kaXNwbGF5GAYgASgJEhcKD3NlbmRlcl92ZXJpZmllZBgHIAEoCBIMCgR0ZXh0GAggASgJEhkKEWlzX2RpcmVjdF9tZXNzYWdlGAkgASgIEhQKDGlzX2Jyb2FkY2FzdBgKIAEoCBIaChJhZGFwdGVyX21lc3NhZ2VfaWQYCyABKAkSFQoNcmV0cnlfYXR0ZW1wdBgMIAEoDRITCgtxdW90ZWRfdGV4dBgNIAEoCRIVCg1xdW90ZWRfc2VuZGVyGA4gASgJEhEKCWhhc19tZWRpYRgPIAEoCBIWCg5tZW50aW9uc19hZ2VudBgQIAEoCCJlChNSb3V0ZU1lc3NhZ2VSZXF1ZXN0EgkKAXYYASABKA0SDwoHY2hhbm5lbBgCIAEoCRIyCgdtZXNzYWdlGAMgASgLMhkucGFseXJhLnYxLkluYm91bmRNZXNzYWdlQgbK8xgCCAEiaAoPT3V0Ym91bmRNZXNzYWdlEgwKBHRleHQYASABKAkSFwoPY29udmVyc2F0aW9uX2lkGAIgASgJEhEKCXRocmVhZF9pZBgDIAEoCRIbChNyZXBseV90b19tZXNzYWdlX2lkGAQgASgJIvUBChRSb3V0ZU1lc3NhZ2VSZXNwb25zZRIQCghhY2NlcHRlZBgBIAEoCBIYChBxdWV1ZWRfZm9yX3JldHJ5GAIgASgIEhcKD2RlY2lzaW9uX3JlYXNvbhgDIAEoCRISCgpzZXNzaW9uX2lkGAQgASgJEg4KBnJ1bl9pZBgFIAEoCRIrCgdvdXRwdXRzGAYgAygLMhoucGFseXJhLnYxLk91dGJvdW5kTWVzc2FnZRITCgtlbnZlbG9wZV9pZBgHIAEoCRIRCglkdXBsaWNhdGUYCCABKAgSHwoXZGVsaXZlcmVkX3RvX2FjdGl2ZV9ydW4YCSABKAgitgIKBUFnZW50EhAKCGFnZW50X2lkGAEgASgJEhQKDGRpc3BsYXlfbmFtZRgCIAEoCRIVCg1zeXN0ZW1fcHJvbXB0GAMgASgJEhAKCHByb3ZpZGVyGAQgASgJEg0KBW1vZGVsGAUgASgJEg0KBXRvb2xzGAYgAygJEhoKEmNyZWF0ZWRfYXRfdW5peF9tcxgHIAEoAxIaChJ1cGRhdGVkX2F0X3VuaXhfbXMYCCABKAMSOQoNdG9vbF9wb3N0dXJlcxgJIAMoCzIiLnBhbHlyYS52MS5BZ2VudC5Ub29sUG9zdHVyZXNFbnRyeRpLChFUb29sUG9zdHVyZXNFbnRyeRILCgNrZXkYASABKAkSJQoFdmFsdWUYAiABKA4yFi5wYWx5cmEudjEuVG9vbFBvc3R1cmU6AjgBInMKDEFnZW50QmluZGluZxISCgpiaW5kaW5nX2lkGAEgASgJEhAKCGFnZW50X2lkGAIgASgJEg8KB2NoYW5uZWwYAyABKAkSFwoPY29udmVyc2F0aW9uX2lkGAQgASgJEhMKC3Nlc3Npb25fa2V5GAUgASgJIjoKEUxpc3RBZ2VudHNSZXF1ZXN0EhYKDmFmdGVyX2FnZW50X2lkGAEgASgJEg0KBWxpbWl0GAIgASgNIlMKEkxpc3RBZ2VudHNSZXNwb25zZRIgCgZhZ2VudHMYASADKAsyEC5wYWx5cmEudjEuQWdlbnQSGwoTbmV4dF9hZnRlcl9hZ2VudF9pZBgCIAEoCSIjCg9HZXRBZ2VudFJlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkiMwoQR2V0QWdlbnRSZXNwb25zZRIfCgVhZ2VudBgBIAEoCzIQLnBhbHlyYS52MS5BZ2VudCI9ChJDcmVhdGVBZ2VudFJlcXVlc3QSJwoFYWdlbnQYASABKAsyEC5wYWx5cmEudjEuQWdlbnRCBsrzGAIIASI2ChNDcmVhdGVBZ2VudFJlc3BvbnNlEh8KBWFnZW50GAEgASgLMhAucGFseXJhLnYxLkFnZW50Ik8KElVwZGF0ZUFnZW50UmVxdWVzdBIQCghhZ2VudF9pZBgBIAEoCRInCgVhZ2VudBgCIAEoCzIQLnBhbHlyYS52MS5BZ2VudEIGyvMYAggBIjYKE1VwZGF0ZUFnZW50UmVzcG9uc2USHwoFYWdlbnQYASABKAsyEC5wYWx5cmEudjEuQWdlbnQiJgoSRGVsZXRlQWdlbnRSZXF1ZXN0EhAKCGFnZW50X2lkGAEgASgJIiYKE0RlbGV0ZUFnZW50UmVzcG9uc2USDwoHZGVsZXRlZBgBIAEoCCJOChBCaW5kQWdlbnRSZXF1ZXN0EhAKCGFnZW50X2lkGAEgASgJEigKB2JpbmRpbmcYAiABKAsyFy5wYWx5cmEudjEuQWdlbnRCaW5kaW5nIj0KEUJpbmRBZ2VudFJlc3BvbnNlEigKB2JpbmRpbmcYASABKAsyFy5wYWx5cmEudjEuQWdlbnRCaW5kaW5nIiwKGExpc3RBZ2VudEJpbmRpbmdzUmVxdWVzdBIQCghhZ2VudF9pZBgBIAEoCSJGChlMaXN0QWdlbnRCaW5kaW5nc1Jlc3BvbnNlEikKCGJpbmRpbmdzGAEgAygLMhcucGFseXJhLnYxLkFnZW50QmluZGluZyI6ChJVbmJpbmRBZ2VudFJlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkSEgoKYmluZGluZ19pZBgCIAEoCSImChNVbmJpbmRBZ2VudFJlc3BvbnNlEg8KB3JlbW92ZWQYASABKAgyoBYKDkdhdGV3YXlTZXJ2aWNlElgKCUdldEhlYWx0aBIbLnBhbHlyYS52MS5HZXRIZWFsdGhSZXF1ZXN0GhwucGFseXJhLnYxLkdldEhlYWx0aFJlc3BvbnNlIhCC0+STAgoSCC9oZWFsdGh6EmYKCVJ1blN0cmVhbRIbLnBhbHlyYS52MS5SdW5TdHJlYW1SZXF1ZXN0GhwucGFseXJhLnYxLlJ1blN0cmVhbVJlc3BvbnNlIhqC0+STAhQiDy92MS9ydW5zOnN0cmVhbToBKigBMAESWwoJQ3JlYXRlUnVuEhsucGFseXJhLnYxLkNyZWF0ZVJ1blJlcXVlc3QaHC5wYWx5cmEudjEuQ3JlYXRlUnVuUmVzcG9uc2UiE4LT5JMCDSIIL3YxL3J1bnM6ASoSdAoMU2VuZFJ1bklucHV0Eh4ucGFseXJhLnYxLlNlbmRSdW5JbnB1dFJlcXVlc3QaHy5wYWx5cmEudjEuU2VuZFJ1bklucHV0UmVzcG9uc2UiI4LT5JMCHSIYL3YxL3J1bnMve3J1bl9pZH0vaW5wdXRzOgEqEnMKC0NvbXBsZXRlUnVuEh0ucGFseXJhLnYxLkNvbXBsZXRlUnVuUmVxdWVzdBoeLnBhbHlyYS52MS5Db21wbGV0ZVJ1blJlc3BvbnNlIiWC0+STAh8iGi92MS9ydW5zL3tydW5faWR9OmNvbXBsZXRlOgEqEmMKC0FwcGVuZEV2ZW50Eh0ucGFseXJhLnYxLkFwcGVuZEV2ZW50UmVxdWVzdBoeLnBhbHlyYS52MS5BcHBlbmRFdmVudFJlc3BvbnNlIhWC0+STAg8iCi92MS9ldmVudHM6ASoSZwoIQWJvcnRSdW4SGi5wYWx5cmEudjEuQWJvcnRSdW5SZXF1ZXN0GhsucGFseXJhLnYxLkFib3J0UnVuUmVzcG9uc2UiIoLT5JMCHCIXL3YxL3J1bnMve3J1bl9pZH06YWJvcnQ6ASoSWAoGR2V0UnVuEhgucGFseXJhLnYxLkdldFJ1blJlcXVlc3QaGS5wYWx5cmEudjEuR2V0UnVuUmVzcG9uc2UiGYLT5JMCExIRL3YxL3J1bnMve3J1bl9pZH0SbAoLTGlzdFJ1blRhcGUSHS5wYWx5cmEudjEuTGlzdFJ1blRhcGVSZXF1ZXN0Gh4ucGFseXJhLnYxLkxpc3RSdW5UYXBlUmVzcG9uc2UiHoLT5JMCGBIWL3YxL3J1bnMve3J1bl9pZH0vdGFwZRKJAQoQRXhwYW5kQ29tcGFjdGlvbhIiLnBhbHlyYS52MS5FeHBhbmRDb21wYWN0aW9uUmVxdWVzdBojLnBhbHlyYS52MS5FeHBhbmRDb21wYWN0aW9uUmVzcG9uc2UiLILT5JMCJhIkL3YxL3J1bnMve3J1bl9pZH0vY29tcGFjdGlvbnM6ZXhwYW5kEmcKCFdhdGNoUnVuEhoucGFseXJhLnYxLldhdGNoUnVuUmVxdWVzdBobLnBhbHlyYS52MS5XYXRjaFJ1blJlc3BvbnNlIiCC0+STAhoSGC92MS9ydW5zL3tydW5faWR9L2V2ZW50czABEmUKDExpc3RTZXNzaW9ucxIeLnBhbHlyYS52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0Gh8ucGFseXJhLnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlIhSC0+STAg4SDC92MS9zZXNzaW9ucxJ2Cg5SZXNvbHZlU2Vzc2lvbhIgLnBhbHlyYS52MS5SZXNvbHZlU2Vzc2lvblJlcXVlc3QaIS5wYWx5cmEudjEuUmVzb2x2ZVNlc3Npb25SZXNwb25zZSIfgtPkkwIZIhQvdjEvc2Vzc2lvbnM6cmVzb2x2ZToBKhKDAQoOQ2xlYW51cFNlc3Npb24SIC5wYWx5cmEudjEuQ2xlYW51cFNlc3Npb25SZXF1ZXN0GiEucGFseXJhLnYxLkNsZWFudXBTZXNzaW9uUmVzcG9uc2UiLILT5JMCJiIhL3YxL3Nlc3Npb25zL3tzZXNzaW9uX2lkfTpjbGVhbnVwOgEqEn8KDUJyYW5jaFNlc3Npb24SHy5wYWx5cmEudjEuQnJhbmNoU2Vzc2lvblJlcXVlc3QaIC5wYWx5cmEudjEuQnJhbmNoU2Vzc2lvblJlc3BvbnNlIiuC0+STAiUiIC92MS9zZXNzaW9ucy97c2Vzc2lvbl9pZH06YnJhbmNoOgEqEokBCg5TZXRUb29sUG9zdHVyZRIgLnBhbHlyYS52MS5TZXRUb29sUG9zdHVyZVJlcXVlc3QaIS5wYWx5cmEudjEuU2V0VG9vbFBvc3R1cmVSZXNwb25zZSIygtPkkwIsIicvdjEvc2Vzc2lvbnMve3Nlc3Npb25faWR9L3Rvb2wtcG9zdHVyZXM6ASoSgQEKDFJvdXRlTWVzc2FnZRIeLnBhbHlyYS52MS5Sb3V0ZU1lc3NhZ2VSZXF1ZXN0Gh8ucGFseXJhLnYxLlJvdXRlTWVzc2FnZVJlc3BvbnNlIjCC0+STAioiJS92MS9jaGFubmVscy97Y2hhbm5lbH0vbWVzc2FnZXM6cm91dGU6ASoSXQoKTGlzdEFnZW50cxIcLnBhbHlyYS52MS5MaXN0QWdlbnRzUmVxdWVzdBodLnBhbHlyYS52MS5MaXN0QWdlbnRzUmVzcG9uc2UiEoLT5JMCDBIKL3YxL2FnZW50cxJiCghHZXRBZ2VudBIaLnBhbHlyYS52MS5HZXRBZ2VudFJlcXVlc3QaGy5wYWx5cmEudjEuR2V0QWdlbnRSZXNwb25zZSIdgtPkkwIXEhUvdjEvYWdlbnRzL3thZ2VudF9pZH0SYwoLQ3JlYXRlQWdlbnQSHS5wYWx5cmEudjEuQ3JlYXRlQWdlbnRSZXF1ZXN0Gh4ucGFseXJhLnYxLkNyZWF0ZUFnZW50UmVzcG9uc2UiFYLT5JMCDyIKL3YxL2FnZW50czoBKhJuCgtVcGRhdGVBZ2VudBIdLnBhbHlyYS52MS5VcGRhdGVBZ2VudFJlcXVlc3QaHi5wYWx5cmEudjEuVXBkYXRlQWdlbnRSZXNwb25zZSIggtPkkwIaMhUvdjEvYWdlbnRzL3thZ2VudF9pZH06ASoSawoLRGVsZXRlQWdlbnQSHS5wYWx5cmEudjEuRGVsZXRlQWdlbnRSZXF1ZXN0Gh4ucGFseXJhLnYxLkRlbGV0ZUFnZW50UmVzcG9uc2UiHYLT5JMCFyoVL3YxL2FnZW50cy97YWdlbnRfaWR9EnEKCUJpbmRBZ2VudBIbLnBhbHlyYS52MS5CaW5kQWdlbnRSZXF1ZXN0GhwucGFseXJhLnYxLkJpbmRBZ2VudFJlc3BvbnNlIimC0+STAiMiHi92MS9hZ2VudHMve2FnZW50X2lkfS9iaW5kaW5nczoBKhKGAQoRTGlzdEFnZW50QmluZGluZ3MSIy5wYWx5cmEudjEuTGlzdEFnZW50QmluZGluZ3NSZXF1ZXN0GiQucGFseXJhLnYxLkxpc3RBZ2VudEJpbmRpbmdzUmVzcG9uc2UiJoLT5JMCIBIeL3YxL2FnZW50cy97YWdlbnRfaWR9L2JpbmRpbmdzEoEBCgtVbmJpbmRBZ2VudBIdLnBhbHlyYS52MS5VbmJpbmRBZ2VudFJlcXVlc3QaHi5wYWx5cmEudjEuVW5iaW5kQWdlbnRSZXNwb25zZSIzgtPkkwItKisvdjEvYWdlbnRzL3thZ2VudF9pZH0vYmluZGluZ3Mve2JpbmRpbmdfaWR9YgZwcm90bzM", [file_palyra_v1_options, file_google_api_annotations, file_palyra_v1_common, file_palyra_v1_tape]);
+  fileDesc("ChdwYWx5cmEvdjEvZ2F0ZXdheS5wcm90bxIJcGFseXJhLnYxIhIKEEdldEhlYWx0aFJlcXVlc3Qi7wEKEUdldEhlYWx0aFJlc3BvbnNlEg8KB3NlcnZpY2UYASABKAkSDwoHdmVyc2lvbhgCIAEoCRIRCgl1cHRpbWVfbXMYAyABKAQSFgoOam91cm5hbF9ldmVudHMYBCABKAQSFAoMam91cm5hbF9oZWFkGAUgASgJEhcKD2pvdXJuYWxfY29tbWl0cxgGIAEoBBINCgVyZWFkeRgHIAEoCBImCgZjaGVja3MYCCADKAsyFi5wYWx5cmEudjEuSGVhbHRoQ2hlY2sSJwoHZGV0YWlscxgJIAMoCzIWLnBhbHlyYS52MS5IZWFsdGhDaGVjayI3CgtIZWFsdGhDaGVjaxIMCgRuYW1lGAEgASgJEgoKAm9rGAIgASgIEg4KBmRldGFpbBgDIAEoCSKqAQoWSW5saW5lQXBwcm92YWxEZWNpc2lvbhITCgthcHByb3ZhbF9pZBgBIAEoCRItCghkZWNpc2lvbhgCIAEoDjIbLnBhbHlyYS52MS5BcHByb3ZhbERlY2lzaW9uEicKBXNjb3BlGAMgASgOMhgucGFseXJhLnYxLkFwcHJvdmFsU2NvcGUSEwoLdHRsX3NlY29uZHMYBCABKA0SDgoGcmVhc29uGAUgASgJIrkDChBSdW5TdHJlYW1SZXF1ZXN0EgkKAXYYASABKA0SEgoKc2Vzc2lvbl9pZBgCIAEoCRI2CgZydW5faWQYAyABKAlCJsrzGCISIF4oWzAtN11bMC05QS1ISktNTlAtVFYtWl17MjV9KT8kEiYKBWlucHV0GAQgASgLMhcucGFseXJhLnYxLk1lc3NhZ2VJbnB1dBITCgtzZXNzaW9uX2tleRgFIAEoCRIVCg1zZXNzaW9uX2xhYmVsGAYgASgJEhUKDXJlc2V0X3Nlc3Npb24YByABKAgSGAoQcmVxdWlyZV9leGlzdGluZxgIIAEoCBIzCghhcHByb3ZhbBgJIAEoCzIhLnBhbHlyYS52MS5JbmxpbmVBcHByb3ZhbERlY2lzaW9uEhMKC29yaWdpbl9raW5kGAogASgJEhUKDW9yaWdpbl9ydW5faWQYCyABKAkSHAoUcGFyYW1ldGVyX2RlbHRhX2pzb24YDCABKAkSFwoPcXVldWVkX2lucHV0X2lkGA0gASgJEhAKCGFnZW50X2lkGA4gASgJEg0KBWJhdGNoGA8gASgIEhAKCGNvbXBsZXRlGBAgASgIImkKEVJ1blN0cmVhbVJlc3BvbnNlEgkKAXYYASABKA0SIwoFZXZlbnQYAiABKAsyFC5wYWx5cmEudjEuVGFwZUV2ZW50EiQKBmV2ZW50cxgDIAMoCzIULnBhbHlyYS52MS5UYXBlRXZlbnQixwEKEENyZWF0ZVJ1blJlcXVlc3QSCQoBdhgBIAEoDRISCgpzZXNzaW9uX2lkGAIgASgJEhMKC3Nlc3Npb25fa2V5GAMgASgJEhUKDXNlc3Npb25fbGFiZWwYBCABKAkSJgoFaW5wdXQYBSABKAsyFy5wYWx5cmEudjEuTWVzc2FnZUlucHV0EhAKCGNvbXBsZXRlGAYgASgIEgwKBHdhaXQYByABKAgSDgoGcnVuX2lkGAggASgJEhAKCGFnZW50X2lkGAkgASgJIm4KEUNyZWF0ZVJ1blJlc3BvbnNlEhsKA3J1bhgBIAEoCzIOLnBhbHlyYS52MS5SdW4SIwoHc2Vzc2lvbhgCIAEoCzISLnBhbHlyYS52MS5TZXNzaW9uEhcKD3Nlc3Npb25fY3JlYXRlZBgDIAEoCCJ1ChNTZW5kUnVuSW5wdXRSZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIuCgVpbnB1dBgCIAEoCzIXLnBhbHlyYS52MS5NZXNzYWdlSW5wdXRCBsrzGAIIARIQCghjb21wbGV0ZRgDIAEoCBIMCgR3YWl0GAQgASgIIjMKFFNlbmRSdW5JbnB1dFJlc3BvbnNlEhsKA3J1bhgBIAEoCzIOLnBhbHlyYS52MS5SdW4iMgoSQ29tcGxldGVSdW5SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIMCgR3YWl0GAIgASgIIjIKE0NvbXBsZXRlUnVuUmVzcG9uc2USGwoDcnVuGAEgASgLMg4ucGFseXJhLnYxLlJ1biKBAgoSQXBwZW5kRXZlbnRSZXF1ZXN0EgkKAXYYASABKA0SEAoIZXZlbnRfaWQYAiABKAkSOQoKc2Vzc2lvbl9pZBgDIAEoCUIlyvMYIQgBEh1eWzAtN11bMC05QS1ISktNTlAtVFYtWl17MjV9JBI1CgZydW5faWQYBCABKAlCJcrzGCEIARIdXlswLTddWzAtOUEtSEpLTU5QLVRWLVpdezI1fSQSFAoEa2luZBgFIAEoCUIGyvMYAggBEhUKBWFjdG9yGAYgASgJQgbK8xgCCAESGQoRdGltZXN0YW1wX3VuaXhfbXMYByABKAMSFAoMcGF5bG9hZF9qc29uGAggASgJIlkKE0FwcGVuZEV2ZW50UmVzcG9uc2USEAoIZXZlbnRfaWQYASABKAkSEAoIYWNjZXB0ZWQYAiABKAgSEAoIcG9zaXRpb24YAyABKAQSDAoEaGFzaBgEIAEoCSIxCg9BYm9ydFJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCSJgChBBYm9ydFJ1blJlc3BvbnNlEg4KBnJ1bl9pZBgBIAEoCRIYChBjYW5jZWxfcmVxdWVzdGVkGAIgASgIEiIKBXN0YXRlGAMgASgOMhMucGFseXJhLnYxLlJ1blN0YXRlIh8KDUdldFJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJIi0KDkdldFJ1blJlc3BvbnNlEhsKA3J1bhgBIAEoCzIOLnBhbHlyYS52MS5SdW4icAoPTGlzdFJ1bnNSZXF1ZXN0EiIKBXN0YXRlGAEgASgOMhMucGFseXJhLnYxLlJ1blN0YXRlEhIKCnNlc3Npb25faWQYAiABKAkSEQoJcGFnZV9zaXplGAMgASgNEhIKCnBhZ2VfdG9rZW4YBCABKAkiSQoQTGlzdFJ1bnNSZXNwb25zZRIcCgRydW5zGAEgAygLMg4ucGFseXJhLnYxLlJ1bhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiRgoSTGlzdFJ1blRhcGVSZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIRCglhZnRlcl9zZXEYAiABKAMSDQoFbGltaXQYAyABKA0ijwEKE0xpc3RSdW5UYXBlUmVzcG9uc2USJAoGZXZlbnRzGAEgAygLMhQucGFseXJhLnYxLlRhcGVFdmVudBIbCg5uZXh0X2FmdGVyX3NlcRgCIAEoA0gAiAEBEiIKBXN0YXRlGAMgASgOMhMucGFseXJhLnYxLlJ1blN0YXRlQhEKD19uZXh0X2FmdGVyX3NlcSJjChdFeHBhbmRDb21wYWN0aW9uUmVxdWVzdBIOCgZydW5faWQYASABKAkSFgoOY29tcGFjdGlvbl9zZXEYAiABKAQSEQoJYWZ0ZXJfc2VxGAMgASgDEg0KBWxpbWl0GAQgASgNIskBChhFeHBhbmRDb21wYWN0aW9uUmVzcG9uc2USKAoKY29tcGFjdGlvbhgBIAEoCzIULnBhbHlyYS52MS5UYXBlRXZlbnQSJAoGZXZlbnRzGAIgAygLMhQucGFseXJhLnYxLlRhcGVFdmVudBIbCg5uZXh0X2FmdGVyX3NlcRgDIAEoA0gAiAEBEhUKDWRpZ2VzdF9zaGEyNTYYBCABKAkSFgoOZGlnZXN0X21hdGNoZXMYBSABKAhCEQoPX25leHRfYWZ0ZXJfc2VxIlYKD1dhdGNoUnVuUmVxdWVzdBIOCgZydW5faWQYASABKAkSEQoJYWZ0ZXJfc2VxGAIgASgDEhEKCW5vX2ZvbGxvdxgDIAEoCBINCgViYXRjaBgEIAEoCCJdChBXYXRjaFJ1blJlc3BvbnNlEiMKBWV2ZW50GAEgASgLMhQucGFseXJhLnYxLlRhcGVFdmVudBIkCgZldmVudHMYAiADKAsyFC5wYWx5cmEudjEuVGFwZUV2ZW50ImgKE0xpc3RTZXNzaW9uc1JlcXVlc3QSGQoRYWZ0ZXJfc2Vzc2lvbl9rZXkYASABKAkSDQoFbGltaXQYAiABKA0SGAoQaW5jbHVkZV9hcmNoaXZlZBgDIAEoCBINCgVvd25lchgEIAEoCSJcChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIkCghzZXNzaW9ucxgBIAMoCzISLnBhbHlyYS52MS5TZXNzaW9uEh4KFm5leHRfYWZ0ZXJfc2Vzc2lvbl9rZXkYAiABKAkiiAEKFVJlc29sdmVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhMKC3Nlc3Npb25fa2V5GAIgASgJEhUKDXNlc3Npb25fbGFiZWwYAyABKAkSFQoNcmVzZXRfc2Vzc2lvbhgEIAEoCBIYChByZXF1aXJlX2V4aXN0aW5nGAUgASgIImUKFlJlc29sdmVTZXNzaW9uUmVzcG9uc2USIwoHc2Vzc2lvbhgBIAEoCzISLnBhbHlyYS52MS5TZXNzaW9uEg8KB2NyZWF0ZWQYAiABKAgSFQoNcmVzZXRfYXBwbGllZBgDIAEoCCIrChVDbGVhbnVwU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJyChZDbGVhbnVwU2Vzc2lvblJlc3BvbnNlEg8KB2NsZWFuZWQYASABKAgSFgoObmV3bHlfYXJjaGl2ZWQYAiABKAgSHAoUcHJldmlvdXNfc2Vzc2lvbl9rZXkYAyABKAkSEQoJcnVuX2NvdW50GAQgASgEIkEKFEJyYW5jaFNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFQoNc2Vzc2lvbl9sYWJlbBgCIAEoCSJgChVCcmFuY2hTZXNzaW9uUmVzcG9uc2USIwoHc2Vzc2lvbhgBIAEoCzISLnBhbHlyYS52MS5TZXNzaW9uEiIKBnNvdXJjZRgCIAEoCzISLnBhbHlyYS52MS5TZXNzaW9uIm8KFVNldFRvb2xQb3N0dXJlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhkKCXRvb2xfbmFtZRgCIAEoCUIGyvMYAggBEicKB3Bvc3R1cmUYAyABKA4yFi5wYWx5cmEudjEuVG9vbFBvc3R1cmUiPQoWU2V0VG9vbFBvc3R1cmVSZXNwb25zZRIjCgdzZXNzaW9uGAEgASgLMhIucGFseXJhLnYxLlNlc3Npb24i8wIKDkluYm91bmRNZXNzYWdlEhMKC2VudmVsb3BlX2lkGAEgASgJEg8KB2NoYW5uZWwYAiABKAkSFwoPY29udmVyc2F0aW9uX2lkGAMgASgJEhEKCXRocmVhZF9pZBgEIAEoCRIVCg1zZW5kZXJfaGFuZGxlGAUgASgJEhYKDnNlbmRlcl9kaXNwbGF5GAYgASgJEhcKD3NlbmRlcl92ZXJpZmllZBgHIAEoCBIMCgR0ZXh0GAggASgJEhkKEWlzX2RpcmVjdF9tZXNzYWdlGAkgASgIEhQKDGlzX2Jyb2FkY2FzdBgKIAEoCBIaChJhZGFwdGVyX21lc3NhZ2VfaWQYCyABKAkSFQoNcmV0cnlfYXR0ZW1wdBgMIAEoDRITCgtxdW90ZWRfdGV4dBgNIAEoCRIVCg1xdW90ZWRfc2VuZGVyGA4gASgJEhEKCWhhc19tZWRpYRgPIAEoCBIWCg5tZW50aW9uc19hZ2VudBgQIAEoCCJlChNSb3V0ZU1lc3NhZ2VSZXF1ZXN0EgkKAXYYASABKA0SDwoHY2hhbm5lbBgCIAEoCRIyCgdtZXNzYWdlGAMgASgLMhkucGFseXJhLnYxLkluYm91bmRNZXNzYWdlQgbK8xgCCAEiaAoPT3V0Ym91bmRNZXNzYWdlEgwKBHRleHQYASABKAkSFwoPY29udmVyc2F0aW9uX2lkGAIgASgJEhEKCXRocmVhZF9pZBgDIAEoCRIbChNyZXBseV90b19tZXNzYWdlX2lkGAQgASgJIvUBChRSb3V0ZU1lc3NhZ2VSZXNwb25zZRIQCghhY2NlcHRlZBgBIAEoCBIYChBxdWV1ZWRfZm9yX3JldHJ5GAIgASgIEhcKD2RlY2lzaW9uX3JlYXNvbhgDIAEoCRISCgpzZXNzaW9uX2lkGAQgASgJEg4KBnJ1bl9pZBgFIAEoCRIrCgdvdXRwdXRzGAYgAygLMhoucGFseXJhLnYxLk91dGJvdW5kTWVzc2FnZRITCgtlbnZlbG9wZV9pZBgHIAEoCRIRCglkdXBsaWNhdGUYCCABKAgSHwoXZGVsaXZlcmVkX3RvX2FjdGl2ZV9ydW4YCSABKAgitgIKBUFnZW50EhAKCGFnZW50X2lkGAEgASgJEhQKDGRpc3BsYXlfbmFtZRgCIAEoCRIVCg1zeXN0ZW1fcHJvbXB0GAMgASgJEhAKCHByb3ZpZGVyGAQgASgJEg0KBW1vZGVsGAUgASgJEg0KBXRvb2xzGAYgAygJEhoKEmNyZWF0ZWRfYXRfdW5peF9tcxgHIAEoAxIaChJ1cGRhdGVkX2F0X3VuaXhfbXMYCCABKAMSOQoNdG9vbF9wb3N0dXJlcxgJIAMoCzIiLnBhbHlyYS52MS5BZ2VudC5Ub29sUG9zdHVyZXNFbnRyeRpLChFUb29sUG9zdHVyZXNFbnRyeRILCgNrZXkYASABKAkSJQoFdmFsdWUYAiABKA4yFi5wYWx5cmEudjEuVG9vbFBvc3R1cmU6AjgBInMKDEFnZW50QmluZGluZxISCgpiaW5kaW5nX2lkGAEgASgJEhAKCGFnZW50X2lkGAIgASgJEg8KB2NoYW5uZWwYAyABKAkSFwoPY29udmVyc2F0aW9uX2lkGAQgASgJEhMKC3Nlc3Npb25fa2V5GAUgASgJIjoKEUxpc3RBZ2VudHNSZXF1ZXN0EhYKDmFmdGVyX2FnZW50X2lkGAEgASgJEg0KBWxpbWl0GAIgASgNIlMKEkxpc3RBZ2VudHNSZXNwb25zZRIgCgZhZ2VudHMYASADKAsyEC5wYWx5cmEudjEuQWdlbnQSGwoTbmV4dF9hZnRlcl9hZ2VudF9pZBgCIAEoCSIjCg9HZXRBZ2VudFJlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkiMwoQR2V0QWdlbnRSZXNwb25zZRIfCgVhZ2VudBgBIAEoCzIQLnBhbHlyYS52MS5BZ2VudCI9ChJDcmVhdGVBZ2VudFJlcXVlc3QSJwoFYWdlbnQYASABKAsyEC5wYWx5cmEudjEuQWdlbnRCBsrzGAIIASI2ChNDcmVhdGVBZ2VudFJlc3BvbnNlEh8KBWFnZW50GAEgASgLMhAucGFseXJhLnYxLkFnZW50Ik8KElVwZGF0ZUFnZW50UmVxdWVzdBIQCghhZ2VudF9pZBgBIAEoCRInCgVhZ2VudBgCIAEoCzIQLnBhbHlyYS52MS5BZ2VudEIGyvMYAggBIjYKE1VwZGF0ZUFnZW50UmVzcG9uc2USHwoFYWdlbnQYASABKAsyEC5wYWx5cmEudjEuQWdlbnQiJgoSRGVsZXRlQWdlbnRSZXF1ZXN0EhAKCGFnZW50X2lkGAEgASgJIiYKE0RlbGV0ZUFnZW50UmVzcG9uc2USDwoHZGVsZXRlZBgBIAEoCCJOChBCaW5kQWdlbnRSZXF1ZXN0EhAKCGFnZW50X2lkGAEgASgJEigKB2JpbmRpbmcYAiABKAsyFy5wYWx5cmEudjEuQWdlbnRCaW5kaW5nIj0KEUJpbmRBZ2VudFJlc3BvbnNlEigKB2JpbmRpbmcYASABKAsyFy5wYWx5cmEudjEuQWdlbnRCaW5kaW5nIiwKGExpc3RBZ2VudEJpbmRpbmdzUmVxdWVzdBIQCghhZ2VudF9pZBgBIAEoCSJGChlMaXN0QWdlbnRCaW5kaW5nc1Jlc3BvbnNlEikKCGJpbmRpbmdzGAEgAygLMhcucGFseXJhLnYxLkFnZW50QmluZGluZyI6ChJVbmJpbmRBZ2VudFJlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkSEgoKYmluZGluZ19pZBgCIAEoCSImChNVbmJpbmRBZ2VudFJlc3BvbnNlEg8KB3JlbW92ZWQYASABKAgy9xYKDkdhdGV3YXlTZXJ2aWNlElgKCUdldEhlYWx0aBIbLnBhbHlyYS52MS5HZXRIZWFsdGhSZXF1ZXN0GhwucGFseXJhLnYxLkdldEhlYWx0aFJlc3BvbnNlIhCC0+STAgoSCC9oZWFsdGh6EmYKCVJ1blN0cmVhbRIbLnBhbHlyYS52MS5SdW5TdHJlYW1SZXF1ZXN0GhwucGFseXJhLnYxLlJ1blN0cmVhbVJlc3BvbnNlIhqC0+STAhQiDy92MS9ydW5zOnN0cmVhbToBKigBMAESWwoJQ3JlYXRlUnVuEhsucGFseXJhLnYxLkNyZWF0ZVJ1blJlcXVlc3QaHC5wYWx5cmEudjEuQ3JlYXRlUnVuUmVzcG9uc2UiE4LT5JMCDSIIL3YxL3J1bnM6ASoSdAoMU2VuZFJ1bklucHV0Eh4ucGFseXJhLnYxLlNlbmRSdW5JbnB1dFJlcXVlc3QaHy5wYWx5cmEudjEuU2VuZFJ1bklucHV0UmVzcG9uc2UiI4LT5JMCHSIYL3YxL3J1bnMve3J1bl9pZH0vaW5wdXRzOgEqEnMKC0NvbXBsZXRlUnVuEh0ucGFseXJhLnYxLkNvbXBsZXRlUnVuUmVxdWVzdBoeLnBhbHlyYS52MS5Db21wbGV0ZVJ1blJlc3BvbnNlIiWC0+STAh8iGi92MS9ydW5zL3tydW5faWR9OmNvbXBsZXRlOgEqEmMKC0FwcGVuZEV2ZW50Eh0ucGFseXJhLnYxLkFwcGVuZEV2ZW50UmVxdWVzdBoeLnBhbHlyYS52MS5BcHBlbmRFdmVudFJlc3BvbnNlIhWC0+STAg8iCi92MS9ldmVudHM6ASoSZwoIQWJvcnRSdW4SGi5wYWx5cmEudjEuQWJvcnRSdW5SZXF1ZXN0GhsucGFseXJhLnYxLkFib3J0UnVuUmVzcG9uc2UiIoLT5JMCHCIXL3YxL3J1bnMve3J1bl9pZH06YWJvcnQ6ASoSWAoGR2V0UnVuEhgucGFseXJhLnYxLkdldFJ1blJlcXVlc3QaGS5wYWx5cmEudjEuR2V0UnVuUmVzcG9uc2UiGYLT5JMCExIRL3YxL3J1bnMve3J1bl9pZH0SVQoITGlzdFJ1bnMSGi5wYWx5cmEudjEuTGlzdFJ1bnNSZXF1ZXN0GhsucGFseXJhLnYxLkxpc3RSdW5zUmVzcG9uc2UiEILT5JMCChIIL3YxL3J1bnMSbAoLTGlzdFJ1blRhcGUSHS5wYWx5cmEudjEuTGlzdFJ1blRhcGVSZXF1ZXN0Gh4ucGFseXJhLnYxLkxpc3RSdW5UYXBlUmVzcG9uc2UiHoLT5JMCGBIWL3YxL3J1bnMve3J1bl9pZH0vdGFwZRKJAQoQRXhwYW5kQ29tcGFjdGlvbhIiLnBhbHlyYS52MS5FeHBhbmRDb21wYWN0aW9uUmVxdWVzdBojLnBhbHlyYS52MS5FeHBhbmRDb21wYWN0aW9uUmVzcG9uc2UiLILT5JMCJhIkL3YxL3J1bnMve3J1bl9pZH0vY29tcGFjdGlvbnM6ZXhwYW5kEmcKCFdhdGNoUnVuEhoucGFseXJhLnYxLldhdGNoUnVuUmVxdWVzdBobLnBhbHlyYS52MS5XYXRjaFJ1blJlc3BvbnNlIiCC0+STAhoSGC92MS9ydW5zL3tydW5faWR9L2V2ZW50czABEmUKDExpc3RTZXNzaW9ucxIeLnBhbHlyYS52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0Gh8ucGFseXJhLnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlIhSC0+STAg4SDC92MS9zZXNzaW9ucxJ2Cg5SZXNvbHZlU2Vzc2lvbhIgLnBhbHlyYS52MS5SZXNvbHZlU2Vzc2lvblJlcXVlc3QaIS5wYWx5cmEudjEuUmVzb2x2ZVNlc3Npb25SZXNwb25zZSIfgtPkkwIZIhQvdjEvc2Vzc2lvbnM6cmVzb2x2ZToBKhKDAQoOQ2xlYW51cFNlc3Npb24SIC5wYWx5cmEudjEuQ2xlYW51cFNlc3Npb25SZXF1ZXN0GiEucGFseXJhLnYxLkNsZWFudXBTZXNzaW9uUmVzcG9uc2UiLILT5JMCJiIhL3YxL3Nlc3Npb25zL3tzZXNzaW9uX2lkfTpjbGVhbnVwOgEqEn8KDUJyYW5jaFNlc3Npb24SHy5wYWx5cmEudjEuQnJhbmNoU2Vzc2lvblJlcXVlc3QaIC5wYWx5cmEudjEuQnJhbmNoU2Vzc2lvblJlc3BvbnNlIiuC0+STAiUiIC92MS9zZXNzaW9ucy97c2Vzc2lvbl9pZH06YnJhbmNoOgEqEokBCg5TZXRUb29sUG9zdHVyZRIgLnBhbHlyYS52MS5TZXRUb29sUG9zdHVyZVJlcXVlc3QaIS5wYWx5cmEudjEuU2V0VG9vbFBvc3R1cmVSZXNwb25zZSIygtPkkwIsIicvdjEvc2Vzc2lvbnMve3Nlc3Npb25faWR9L3Rvb2wtcG9zdHVyZXM6ASoSgQEKDFJvdXRlTWVzc2FnZRIeLnBhbHlyYS52MS5Sb3V0ZU1lc3NhZ2VSZXF1ZXN0Gh8ucGFseXJhLnYxLlJvdXRlTWVzc2FnZVJlc3BvbnNlIjCC0+STAioiJS92MS9jaGFubmVscy97Y2hhbm5lbH0vbWVzc2FnZXM6cm91dGU6ASoSXQoKTGlzdEFnZW50cxIcLnBhbHlyYS52MS5MaXN0QWdlbnRzUmVxdWVzdBodLnBhbHlyYS52MS5MaXN0QWdlbnRzUmVzcG9uc2UiEoLT5JMCDBIKL3YxL2FnZW50cxJiCghHZXRBZ2VudBIaLnBhbHlyYS52MS5HZXRBZ2VudFJlcXVlc3QaGy5wYWx5cmEudjEuR2V0QWdlbnRSZXNwb25zZSIdgtPkkwIXEhUvdjEvYWdlbnRzL3thZ2VudF9pZH0SYwoLQ3JlYXRlQWdlbnQSHS5wYWx5cmEudjEuQ3JlYXRlQWdlbnRSZXF1ZXN0Gh4ucGFseXJhLnYxLkNyZWF0ZUFnZW50UmVzcG9uc2UiFYLT5JMCDyIKL3YxL2FnZW50czoBKhJuCgtVcGRhdGVBZ2VudBIdLnBhbHlyYS52MS5VcGRhdGVBZ2VudFJlcXVlc3QaHi5wYWx5cmEudjEuVXBkYXRlQWdlbnRSZXNwb25zZSIggtPkkwIaMhUvdjEvYWdlbnRzL3thZ2VudF9pZH06ASoSawoLRGVsZXRlQWdlbnQSHS5wYWx5cmEudjEuRGVsZXRlQWdlbnRSZXF1ZXN0Gh4ucGFseXJhLnYxLkRlbGV0ZUFnZW50UmVzcG9uc2UiHYLT5JMCFyoVL3YxL2FnZW50cy97YWdlbnRfaWR9EnEKCUJpbmRBZ2VudBIbLnBhbHlyYS52MS5CaW5kQWdlbnRSZXF1ZXN0GhwucGFseXJhLnYxLkJpbmRBZ2VudFJlc3BvbnNlIimC0+STAiMiHi92MS9hZ2VudHMve2FnZW50X2lkfS9iaW5kaW5nczoBKhKGAQoRTGlzdEFnZW50QmluZGluZ3MSIy5wYWx5cmEudjEuTGlzdEFnZW50QmluZGluZ3NSZXF1ZXN0GiQucGFseXJhLnYxLkxpc3RBZ2VudEJpbmRpbmdzUmVzcG9uc2UiJoLT5JMCIBIeL3YxL2FnZW50cy97YWdlbnRfaWR9L2JpbmRpbmdzEoEBCgtVbmJpbmRBZ2VudBIdLnBhbHlyYS52MS5VbmJpbmRBZ2VudFJlcXVlc3QaHi5wYWx5cmEudjEuVW5iaW5kQWdlbnRSZXNwb25zZSIzgtPkkwItKisvdjEvYWdlbnRzL3thZ2VudF9pZH0vYmluZGluZ3Mve2JpbmRpbmdfaWR9YgZwcm90bzM", [file_palyra_v1_options, file_google_api_annotations, file_palyra_v1_common, file_palyra_v1_tape]);
 
 /**
  * @generated from message palyra.v1.GetHealthRequest
@@ -69,6 +69,32 @@ export type GetHealthResponse = Message<"palyra.v1.GetHealthResponse"> & {
    * @generated from field: uint64 journal_commits = 6;
    */
   journalCommits: bigint;
+
+  /**
+   * Readiness, as `/readyz` answers it (docs/operations.md): false until recovery
+   * has finished, while the journal cannot commit, when its map is near its limit
+   * with no room to grow, or when no policy set is loaded. `/healthz` (this RPC)
+   * still answers 200 then: it is the liveness check.
+   *
+   * @generated from field: bool ready = 7;
+   */
+  ready: boolean;
+
+  /**
+   * Every readiness check, in a fixed order; the failing ones say why.
+   *
+   * @generated from field: repeated palyra.v1.HealthCheck checks = 8;
+   */
+  checks: HealthCheck[];
+
+  /**
+   * For an authenticated operator only (empty otherwise): `palyra doctor`'s checks that
+   * can be run cheaply inside the daemon (data_dir, disk, embedder). They do not
+   * decide `ready`.
+   *
+   * @generated from field: repeated palyra.v1.HealthCheck details = 9;
+   */
+  details: HealthCheck[];
 };
 
 /**
@@ -77,6 +103,39 @@ export type GetHealthResponse = Message<"palyra.v1.GetHealthResponse"> & {
  */
 export const GetHealthResponseSchema: GenMessage<GetHealthResponse> = /*@__PURE__*/
   messageDesc(file_palyra_v1_gateway, 1);
+
+/**
+ * One readiness check of GetHealth (and of `palyra doctor`, which runs more).
+ *
+ * @generated from message palyra.v1.HealthCheck
+ */
+export type HealthCheck = Message<"palyra.v1.HealthCheck"> & {
+  /**
+   * Stable name: recovery, journal_commit, journal_map, policy.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: bool ok = 2;
+   */
+  ok: boolean;
+
+  /**
+   * What was seen; for a failing check, the reason.
+   *
+   * @generated from field: string detail = 3;
+   */
+  detail: string;
+};
+
+/**
+ * Describes the message palyra.v1.HealthCheck.
+ * Use `create(HealthCheckSchema)` to create a new message.
+ */
+export const HealthCheckSchema: GenMessage<HealthCheck> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_gateway, 2);
 
 /**
  * An inline answer to a tool_approval_request on the run's own stream.
@@ -115,7 +174,7 @@ export type InlineApprovalDecision = Message<"palyra.v1.InlineApprovalDecision">
  * Use `create(InlineApprovalDecisionSchema)` to create a new message.
  */
 export const InlineApprovalDecisionSchema: GenMessage<InlineApprovalDecision> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 2);
+  messageDesc(file_palyra_v1_gateway, 3);
 
 /**
  * @generated from message palyra.v1.RunStreamRequest
@@ -221,7 +280,7 @@ export type RunStreamRequest = Message<"palyra.v1.RunStreamRequest"> & {
  * Use `create(RunStreamRequestSchema)` to create a new message.
  */
 export const RunStreamRequestSchema: GenMessage<RunStreamRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 3);
+  messageDesc(file_palyra_v1_gateway, 4);
 
 /**
  * @generated from message palyra.v1.RunStreamResponse
@@ -253,7 +312,7 @@ export type RunStreamResponse = Message<"palyra.v1.RunStreamResponse"> & {
  * Use `create(RunStreamResponseSchema)` to create a new message.
  */
 export const RunStreamResponseSchema: GenMessage<RunStreamResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 4);
+  messageDesc(file_palyra_v1_gateway, 5);
 
 /**
  * @generated from message palyra.v1.CreateRunRequest
@@ -314,7 +373,7 @@ export type CreateRunRequest = Message<"palyra.v1.CreateRunRequest"> & {
  * Use `create(CreateRunRequestSchema)` to create a new message.
  */
 export const CreateRunRequestSchema: GenMessage<CreateRunRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 5);
+  messageDesc(file_palyra_v1_gateway, 6);
 
 /**
  * @generated from message palyra.v1.CreateRunResponse
@@ -341,7 +400,7 @@ export type CreateRunResponse = Message<"palyra.v1.CreateRunResponse"> & {
  * Use `create(CreateRunResponseSchema)` to create a new message.
  */
 export const CreateRunResponseSchema: GenMessage<CreateRunResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 6);
+  messageDesc(file_palyra_v1_gateway, 7);
 
 /**
  * @generated from message palyra.v1.SendRunInputRequest
@@ -373,7 +432,7 @@ export type SendRunInputRequest = Message<"palyra.v1.SendRunInputRequest"> & {
  * Use `create(SendRunInputRequestSchema)` to create a new message.
  */
 export const SendRunInputRequestSchema: GenMessage<SendRunInputRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 7);
+  messageDesc(file_palyra_v1_gateway, 8);
 
 /**
  * @generated from message palyra.v1.SendRunInputResponse
@@ -390,7 +449,7 @@ export type SendRunInputResponse = Message<"palyra.v1.SendRunInputResponse"> & {
  * Use `create(SendRunInputResponseSchema)` to create a new message.
  */
 export const SendRunInputResponseSchema: GenMessage<SendRunInputResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 8);
+  messageDesc(file_palyra_v1_gateway, 9);
 
 /**
  * @generated from message palyra.v1.CompleteRunRequest
@@ -412,7 +471,7 @@ export type CompleteRunRequest = Message<"palyra.v1.CompleteRunRequest"> & {
  * Use `create(CompleteRunRequestSchema)` to create a new message.
  */
 export const CompleteRunRequestSchema: GenMessage<CompleteRunRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 9);
+  messageDesc(file_palyra_v1_gateway, 10);
 
 /**
  * @generated from message palyra.v1.CompleteRunResponse
@@ -429,7 +488,7 @@ export type CompleteRunResponse = Message<"palyra.v1.CompleteRunResponse"> & {
  * Use `create(CompleteRunResponseSchema)` to create a new message.
  */
 export const CompleteRunResponseSchema: GenMessage<CompleteRunResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 10);
+  messageDesc(file_palyra_v1_gateway, 11);
 
 /**
  * A client journal event.
@@ -485,7 +544,7 @@ export type AppendEventRequest = Message<"palyra.v1.AppendEventRequest"> & {
  * Use `create(AppendEventRequestSchema)` to create a new message.
  */
 export const AppendEventRequestSchema: GenMessage<AppendEventRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 11);
+  messageDesc(file_palyra_v1_gateway, 12);
 
 /**
  * @generated from message palyra.v1.AppendEventResponse
@@ -517,7 +576,7 @@ export type AppendEventResponse = Message<"palyra.v1.AppendEventResponse"> & {
  * Use `create(AppendEventResponseSchema)` to create a new message.
  */
 export const AppendEventResponseSchema: GenMessage<AppendEventResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 12);
+  messageDesc(file_palyra_v1_gateway, 13);
 
 /**
  * @generated from message palyra.v1.AbortRunRequest
@@ -539,7 +598,7 @@ export type AbortRunRequest = Message<"palyra.v1.AbortRunRequest"> & {
  * Use `create(AbortRunRequestSchema)` to create a new message.
  */
 export const AbortRunRequestSchema: GenMessage<AbortRunRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 13);
+  messageDesc(file_palyra_v1_gateway, 14);
 
 /**
  * @generated from message palyra.v1.AbortRunResponse
@@ -566,7 +625,7 @@ export type AbortRunResponse = Message<"palyra.v1.AbortRunResponse"> & {
  * Use `create(AbortRunResponseSchema)` to create a new message.
  */
 export const AbortRunResponseSchema: GenMessage<AbortRunResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 14);
+  messageDesc(file_palyra_v1_gateway, 15);
 
 /**
  * @generated from message palyra.v1.GetRunRequest
@@ -583,7 +642,7 @@ export type GetRunRequest = Message<"palyra.v1.GetRunRequest"> & {
  * Use `create(GetRunRequestSchema)` to create a new message.
  */
 export const GetRunRequestSchema: GenMessage<GetRunRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 15);
+  messageDesc(file_palyra_v1_gateway, 16);
 
 /**
  * @generated from message palyra.v1.GetRunResponse
@@ -600,7 +659,71 @@ export type GetRunResponse = Message<"palyra.v1.GetRunResponse"> & {
  * Use `create(GetRunResponseSchema)` to create a new message.
  */
 export const GetRunResponseSchema: GenMessage<GetRunResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 16);
+  messageDesc(file_palyra_v1_gateway, 17);
+
+/**
+ * @generated from message palyra.v1.ListRunsRequest
+ */
+export type ListRunsRequest = Message<"palyra.v1.ListRunsRequest"> & {
+  /**
+   * UNSPECIFIED: every state.
+   *
+   * @generated from field: palyra.v1.RunState state = 1;
+   */
+  state: RunState;
+
+  /**
+   * Empty: every session.
+   *
+   * @generated from field: string session_id = 2;
+   */
+  sessionId: string;
+
+  /**
+   * 1..500; 0 → 50.
+   *
+   * @generated from field: uint32 page_size = 3;
+   */
+  pageSize: number;
+
+  /**
+   * The `next_page_token` of the previous page; empty for the first.
+   *
+   * @generated from field: string page_token = 4;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message palyra.v1.ListRunsRequest.
+ * Use `create(ListRunsRequestSchema)` to create a new message.
+ */
+export const ListRunsRequestSchema: GenMessage<ListRunsRequest> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_gateway, 18);
+
+/**
+ * @generated from message palyra.v1.ListRunsResponse
+ */
+export type ListRunsResponse = Message<"palyra.v1.ListRunsResponse"> & {
+  /**
+   * @generated from field: repeated palyra.v1.Run runs = 1;
+   */
+  runs: Run[];
+
+  /**
+   * Empty when no run is left to examine.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message palyra.v1.ListRunsResponse.
+ * Use `create(ListRunsResponseSchema)` to create a new message.
+ */
+export const ListRunsResponseSchema: GenMessage<ListRunsResponse> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_gateway, 19);
 
 /**
  * @generated from message palyra.v1.ListRunTapeRequest
@@ -629,7 +752,7 @@ export type ListRunTapeRequest = Message<"palyra.v1.ListRunTapeRequest"> & {
  * Use `create(ListRunTapeRequestSchema)` to create a new message.
  */
 export const ListRunTapeRequestSchema: GenMessage<ListRunTapeRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 17);
+  messageDesc(file_palyra_v1_gateway, 20);
 
 /**
  * @generated from message palyra.v1.ListRunTapeResponse
@@ -658,7 +781,7 @@ export type ListRunTapeResponse = Message<"palyra.v1.ListRunTapeResponse"> & {
  * Use `create(ListRunTapeResponseSchema)` to create a new message.
  */
 export const ListRunTapeResponseSchema: GenMessage<ListRunTapeResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 18);
+  messageDesc(file_palyra_v1_gateway, 21);
 
 /**
  * @generated from message palyra.v1.ExpandCompactionRequest
@@ -697,7 +820,7 @@ export type ExpandCompactionRequest = Message<"palyra.v1.ExpandCompactionRequest
  * Use `create(ExpandCompactionRequestSchema)` to create a new message.
  */
 export const ExpandCompactionRequestSchema: GenMessage<ExpandCompactionRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 19);
+  messageDesc(file_palyra_v1_gateway, 22);
 
 /**
  * @generated from message palyra.v1.ExpandCompactionResponse
@@ -743,7 +866,7 @@ export type ExpandCompactionResponse = Message<"palyra.v1.ExpandCompactionRespon
  * Use `create(ExpandCompactionResponseSchema)` to create a new message.
  */
 export const ExpandCompactionResponseSchema: GenMessage<ExpandCompactionResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 20);
+  messageDesc(file_palyra_v1_gateway, 23);
 
 /**
  * @generated from message palyra.v1.WatchRunRequest
@@ -784,7 +907,7 @@ export type WatchRunRequest = Message<"palyra.v1.WatchRunRequest"> & {
  * Use `create(WatchRunRequestSchema)` to create a new message.
  */
 export const WatchRunRequestSchema: GenMessage<WatchRunRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 21);
+  messageDesc(file_palyra_v1_gateway, 24);
 
 /**
  * @generated from message palyra.v1.WatchRunResponse
@@ -811,7 +934,7 @@ export type WatchRunResponse = Message<"palyra.v1.WatchRunResponse"> & {
  * Use `create(WatchRunResponseSchema)` to create a new message.
  */
 export const WatchRunResponseSchema: GenMessage<WatchRunResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 22);
+  messageDesc(file_palyra_v1_gateway, 25);
 
 /**
  * @generated from message palyra.v1.ListSessionsRequest
@@ -847,7 +970,7 @@ export type ListSessionsRequest = Message<"palyra.v1.ListSessionsRequest"> & {
  * Use `create(ListSessionsRequestSchema)` to create a new message.
  */
 export const ListSessionsRequestSchema: GenMessage<ListSessionsRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 23);
+  messageDesc(file_palyra_v1_gateway, 26);
 
 /**
  * @generated from message palyra.v1.ListSessionsResponse
@@ -869,7 +992,7 @@ export type ListSessionsResponse = Message<"palyra.v1.ListSessionsResponse"> & {
  * Use `create(ListSessionsResponseSchema)` to create a new message.
  */
 export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 24);
+  messageDesc(file_palyra_v1_gateway, 27);
 
 /**
  * @generated from message palyra.v1.ResolveSessionRequest
@@ -906,7 +1029,7 @@ export type ResolveSessionRequest = Message<"palyra.v1.ResolveSessionRequest"> &
  * Use `create(ResolveSessionRequestSchema)` to create a new message.
  */
 export const ResolveSessionRequestSchema: GenMessage<ResolveSessionRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 25);
+  messageDesc(file_palyra_v1_gateway, 28);
 
 /**
  * @generated from message palyra.v1.ResolveSessionResponse
@@ -933,7 +1056,7 @@ export type ResolveSessionResponse = Message<"palyra.v1.ResolveSessionResponse">
  * Use `create(ResolveSessionResponseSchema)` to create a new message.
  */
 export const ResolveSessionResponseSchema: GenMessage<ResolveSessionResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 26);
+  messageDesc(file_palyra_v1_gateway, 29);
 
 /**
  * @generated from message palyra.v1.CleanupSessionRequest
@@ -950,7 +1073,7 @@ export type CleanupSessionRequest = Message<"palyra.v1.CleanupSessionRequest"> &
  * Use `create(CleanupSessionRequestSchema)` to create a new message.
  */
 export const CleanupSessionRequestSchema: GenMessage<CleanupSessionRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 27);
+  messageDesc(file_palyra_v1_gateway, 30);
 
 /**
  * @generated from message palyra.v1.CleanupSessionResponse
@@ -982,7 +1105,7 @@ export type CleanupSessionResponse = Message<"palyra.v1.CleanupSessionResponse">
  * Use `create(CleanupSessionResponseSchema)` to create a new message.
  */
 export const CleanupSessionResponseSchema: GenMessage<CleanupSessionResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 28);
+  messageDesc(file_palyra_v1_gateway, 31);
 
 /**
  * @generated from message palyra.v1.BranchSessionRequest
@@ -1004,7 +1127,7 @@ export type BranchSessionRequest = Message<"palyra.v1.BranchSessionRequest"> & {
  * Use `create(BranchSessionRequestSchema)` to create a new message.
  */
 export const BranchSessionRequestSchema: GenMessage<BranchSessionRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 29);
+  messageDesc(file_palyra_v1_gateway, 32);
 
 /**
  * @generated from message palyra.v1.BranchSessionResponse
@@ -1026,7 +1149,7 @@ export type BranchSessionResponse = Message<"palyra.v1.BranchSessionResponse"> &
  * Use `create(BranchSessionResponseSchema)` to create a new message.
  */
 export const BranchSessionResponseSchema: GenMessage<BranchSessionResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 30);
+  messageDesc(file_palyra_v1_gateway, 33);
 
 /**
  * @generated from message palyra.v1.SetToolPostureRequest
@@ -1055,7 +1178,7 @@ export type SetToolPostureRequest = Message<"palyra.v1.SetToolPostureRequest"> &
  * Use `create(SetToolPostureRequestSchema)` to create a new message.
  */
 export const SetToolPostureRequestSchema: GenMessage<SetToolPostureRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 31);
+  messageDesc(file_palyra_v1_gateway, 34);
 
 /**
  * @generated from message palyra.v1.SetToolPostureResponse
@@ -1072,7 +1195,7 @@ export type SetToolPostureResponse = Message<"palyra.v1.SetToolPostureResponse">
  * Use `create(SetToolPostureResponseSchema)` to create a new message.
  */
 export const SetToolPostureResponseSchema: GenMessage<SetToolPostureResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 32);
+  messageDesc(file_palyra_v1_gateway, 35);
 
 /**
  * @generated from message palyra.v1.InboundMessage
@@ -1171,7 +1294,7 @@ export type InboundMessage = Message<"palyra.v1.InboundMessage"> & {
  * Use `create(InboundMessageSchema)` to create a new message.
  */
 export const InboundMessageSchema: GenMessage<InboundMessage> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 33);
+  messageDesc(file_palyra_v1_gateway, 36);
 
 /**
  * @generated from message palyra.v1.RouteMessageRequest
@@ -1198,7 +1321,7 @@ export type RouteMessageRequest = Message<"palyra.v1.RouteMessageRequest"> & {
  * Use `create(RouteMessageRequestSchema)` to create a new message.
  */
 export const RouteMessageRequestSchema: GenMessage<RouteMessageRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 34);
+  messageDesc(file_palyra_v1_gateway, 37);
 
 /**
  * @generated from message palyra.v1.OutboundMessage
@@ -1230,7 +1353,7 @@ export type OutboundMessage = Message<"palyra.v1.OutboundMessage"> & {
  * Use `create(OutboundMessageSchema)` to create a new message.
  */
 export const OutboundMessageSchema: GenMessage<OutboundMessage> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 35);
+  messageDesc(file_palyra_v1_gateway, 38);
 
 /**
  * @generated from message palyra.v1.RouteMessageResponse
@@ -1294,7 +1417,7 @@ export type RouteMessageResponse = Message<"palyra.v1.RouteMessageResponse"> & {
  * Use `create(RouteMessageResponseSchema)` to create a new message.
  */
 export const RouteMessageResponseSchema: GenMessage<RouteMessageResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 36);
+  messageDesc(file_palyra_v1_gateway, 39);
 
 /**
  * A configured agent: its system prompt opens every run it serves, and its tool
@@ -1360,7 +1483,7 @@ export type Agent = Message<"palyra.v1.Agent"> & {
  * Use `create(AgentSchema)` to create a new message.
  */
 export const AgentSchema: GenMessage<Agent> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 37);
+  messageDesc(file_palyra_v1_gateway, 40);
 
 /**
  * @generated from message palyra.v1.AgentBinding
@@ -1397,7 +1520,7 @@ export type AgentBinding = Message<"palyra.v1.AgentBinding"> & {
  * Use `create(AgentBindingSchema)` to create a new message.
  */
 export const AgentBindingSchema: GenMessage<AgentBinding> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 38);
+  messageDesc(file_palyra_v1_gateway, 41);
 
 /**
  * @generated from message palyra.v1.ListAgentsRequest
@@ -1419,7 +1542,7 @@ export type ListAgentsRequest = Message<"palyra.v1.ListAgentsRequest"> & {
  * Use `create(ListAgentsRequestSchema)` to create a new message.
  */
 export const ListAgentsRequestSchema: GenMessage<ListAgentsRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 39);
+  messageDesc(file_palyra_v1_gateway, 42);
 
 /**
  * @generated from message palyra.v1.ListAgentsResponse
@@ -1441,7 +1564,7 @@ export type ListAgentsResponse = Message<"palyra.v1.ListAgentsResponse"> & {
  * Use `create(ListAgentsResponseSchema)` to create a new message.
  */
 export const ListAgentsResponseSchema: GenMessage<ListAgentsResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 40);
+  messageDesc(file_palyra_v1_gateway, 43);
 
 /**
  * @generated from message palyra.v1.GetAgentRequest
@@ -1458,7 +1581,7 @@ export type GetAgentRequest = Message<"palyra.v1.GetAgentRequest"> & {
  * Use `create(GetAgentRequestSchema)` to create a new message.
  */
 export const GetAgentRequestSchema: GenMessage<GetAgentRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 41);
+  messageDesc(file_palyra_v1_gateway, 44);
 
 /**
  * @generated from message palyra.v1.GetAgentResponse
@@ -1475,7 +1598,7 @@ export type GetAgentResponse = Message<"palyra.v1.GetAgentResponse"> & {
  * Use `create(GetAgentResponseSchema)` to create a new message.
  */
 export const GetAgentResponseSchema: GenMessage<GetAgentResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 42);
+  messageDesc(file_palyra_v1_gateway, 45);
 
 /**
  * @generated from message palyra.v1.CreateAgentRequest
@@ -1492,7 +1615,7 @@ export type CreateAgentRequest = Message<"palyra.v1.CreateAgentRequest"> & {
  * Use `create(CreateAgentRequestSchema)` to create a new message.
  */
 export const CreateAgentRequestSchema: GenMessage<CreateAgentRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 43);
+  messageDesc(file_palyra_v1_gateway, 46);
 
 /**
  * @generated from message palyra.v1.CreateAgentResponse
@@ -1509,7 +1632,7 @@ export type CreateAgentResponse = Message<"palyra.v1.CreateAgentResponse"> & {
  * Use `create(CreateAgentResponseSchema)` to create a new message.
  */
 export const CreateAgentResponseSchema: GenMessage<CreateAgentResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 44);
+  messageDesc(file_palyra_v1_gateway, 47);
 
 /**
  * @generated from message palyra.v1.UpdateAgentRequest
@@ -1531,7 +1654,7 @@ export type UpdateAgentRequest = Message<"palyra.v1.UpdateAgentRequest"> & {
  * Use `create(UpdateAgentRequestSchema)` to create a new message.
  */
 export const UpdateAgentRequestSchema: GenMessage<UpdateAgentRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 45);
+  messageDesc(file_palyra_v1_gateway, 48);
 
 /**
  * @generated from message palyra.v1.UpdateAgentResponse
@@ -1548,7 +1671,7 @@ export type UpdateAgentResponse = Message<"palyra.v1.UpdateAgentResponse"> & {
  * Use `create(UpdateAgentResponseSchema)` to create a new message.
  */
 export const UpdateAgentResponseSchema: GenMessage<UpdateAgentResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 46);
+  messageDesc(file_palyra_v1_gateway, 49);
 
 /**
  * @generated from message palyra.v1.DeleteAgentRequest
@@ -1565,7 +1688,7 @@ export type DeleteAgentRequest = Message<"palyra.v1.DeleteAgentRequest"> & {
  * Use `create(DeleteAgentRequestSchema)` to create a new message.
  */
 export const DeleteAgentRequestSchema: GenMessage<DeleteAgentRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 47);
+  messageDesc(file_palyra_v1_gateway, 50);
 
 /**
  * @generated from message palyra.v1.DeleteAgentResponse
@@ -1582,7 +1705,7 @@ export type DeleteAgentResponse = Message<"palyra.v1.DeleteAgentResponse"> & {
  * Use `create(DeleteAgentResponseSchema)` to create a new message.
  */
 export const DeleteAgentResponseSchema: GenMessage<DeleteAgentResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 48);
+  messageDesc(file_palyra_v1_gateway, 51);
 
 /**
  * @generated from message palyra.v1.BindAgentRequest
@@ -1604,7 +1727,7 @@ export type BindAgentRequest = Message<"palyra.v1.BindAgentRequest"> & {
  * Use `create(BindAgentRequestSchema)` to create a new message.
  */
 export const BindAgentRequestSchema: GenMessage<BindAgentRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 49);
+  messageDesc(file_palyra_v1_gateway, 52);
 
 /**
  * @generated from message palyra.v1.BindAgentResponse
@@ -1621,7 +1744,7 @@ export type BindAgentResponse = Message<"palyra.v1.BindAgentResponse"> & {
  * Use `create(BindAgentResponseSchema)` to create a new message.
  */
 export const BindAgentResponseSchema: GenMessage<BindAgentResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 50);
+  messageDesc(file_palyra_v1_gateway, 53);
 
 /**
  * @generated from message palyra.v1.ListAgentBindingsRequest
@@ -1638,7 +1761,7 @@ export type ListAgentBindingsRequest = Message<"palyra.v1.ListAgentBindingsReque
  * Use `create(ListAgentBindingsRequestSchema)` to create a new message.
  */
 export const ListAgentBindingsRequestSchema: GenMessage<ListAgentBindingsRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 51);
+  messageDesc(file_palyra_v1_gateway, 54);
 
 /**
  * @generated from message palyra.v1.ListAgentBindingsResponse
@@ -1655,7 +1778,7 @@ export type ListAgentBindingsResponse = Message<"palyra.v1.ListAgentBindingsResp
  * Use `create(ListAgentBindingsResponseSchema)` to create a new message.
  */
 export const ListAgentBindingsResponseSchema: GenMessage<ListAgentBindingsResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 52);
+  messageDesc(file_palyra_v1_gateway, 55);
 
 /**
  * @generated from message palyra.v1.UnbindAgentRequest
@@ -1677,7 +1800,7 @@ export type UnbindAgentRequest = Message<"palyra.v1.UnbindAgentRequest"> & {
  * Use `create(UnbindAgentRequestSchema)` to create a new message.
  */
 export const UnbindAgentRequestSchema: GenMessage<UnbindAgentRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 53);
+  messageDesc(file_palyra_v1_gateway, 56);
 
 /**
  * @generated from message palyra.v1.UnbindAgentResponse
@@ -1694,7 +1817,7 @@ export type UnbindAgentResponse = Message<"palyra.v1.UnbindAgentResponse"> & {
  * Use `create(UnbindAgentResponseSchema)` to create a new message.
  */
 export const UnbindAgentResponseSchema: GenMessage<UnbindAgentResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 54);
+  messageDesc(file_palyra_v1_gateway, 57);
 
 /**
  * The daemon's front door: health, runs, tapes, sessions, channel ingress, agents.
@@ -1783,6 +1906,19 @@ export const GatewayService: GenService<{
     methodKind: "unary";
     input: typeof GetRunRequestSchema;
     output: typeof GetRunResponseSchema;
+  },
+  /**
+   * The runs the caller may see (its own; every principal's for an operator), newest
+   * run id first, optionally filtered by state and session. Paged: `page_size`
+   * 1..500 (0 → 50); a page may come back short (a scan examines at most 5,000 runs
+   * per call), so page on until `next_page_token` is empty.
+   *
+   * @generated from rpc palyra.v1.GatewayService.ListRuns
+   */
+  listRuns: {
+    methodKind: "unary";
+    input: typeof ListRunsRequestSchema;
+    output: typeof ListRunsResponseSchema;
   },
   /**
    * Page a run's tape: `after_seq` is exclusive, limit 1..1000, 2 MiB per page.

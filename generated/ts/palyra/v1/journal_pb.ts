@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file palyra/v1/journal.proto.
  */
 export const file_palyra_v1_journal: GenFile = /*@__PURE__*/
-  fileDesc("ChdwYWx5cmEvdjEvam91cm5hbC5wcm90bxIJcGFseXJhLnYxIhYKFFZlcmlmeUpvdXJuYWxSZXF1ZXN0IssBChVWZXJpZnlKb3VybmFsUmVzcG9uc2USCgoCb2sYASABKAgSEwoLZXZlbnRfY291bnQYAiABKAQSEQoJaGVhZF9oYXNoGAMgASgJEh8KEmZpcnN0X2JhZF9wb3NpdGlvbhgEIAEoBEgAiAEBEg4KBnJlYXNvbhgFIAEoCRIcChRjaGVja3BvaW50c192ZXJpZmllZBgGIAEoDRIYChBwcnVuZWRfcG9zaXRpb25zGAcgASgEQhUKE19maXJzdF9iYWRfcG9zaXRpb24iKgoURXhwb3J0Sm91cm5hbFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJHChVFeHBvcnRKb3VybmFsUmVzcG9uc2USDQoFY2h1bmsYASABKAwSEQoJY2h1bmtfc2VxGAIgASgNEgwKBGRvbmUYAyABKAgiFwoVR2V0Sm91cm5hbEhlYWRSZXF1ZXN0Im8KFkdldEpvdXJuYWxIZWFkUmVzcG9uc2USEwoLZXZlbnRfY291bnQYASABKAQSEQoJaGVhZF9oYXNoGAIgASgJEhUKDWhlYWRfcG9zaXRpb24YAyABKAQSFgoOcHJ1bmVkX3Rocm91Z2gYBCABKAQiGQoXQ3JlYXRlQ2hlY2twb2ludFJlcXVlc3QiegoYQ3JlYXRlQ2hlY2twb2ludFJlc3BvbnNlEhAKCHBvc2l0aW9uGAEgASgEEhEKCWhlYWRfaGFzaBgCIAEoCRISCgpwdWJsaWNfa2V5GAMgASgJEhEKCXNpZ25hdHVyZRgEIAEoCRISCgp0c191bml4X21zGAUgASgDIjYKE1BydW5lSm91cm5hbFJlcXVlc3QSHwoPb2xkZXJfdGhhbl9kYXlzGAEgASgBQgbK8xgCGAEiqQEKFFBydW5lSm91cm5hbFJlc3BvbnNlEhYKDmZpcnN0X3Bvc2l0aW9uGAEgASgEEhgKEHRocm91Z2hfcG9zaXRpb24YAiABKAQSDwoHcmVjb3JkcxgDIAEoBBIOCgZldmVudHMYBCABKAQSEwoLYnl0ZXNfZnJlZWQYBSABKAQSEQoJaGVhZF9oYXNoGAYgASgJEhYKDnBydW5lZF90aHJvdWdoGAcgASgEMtUECg5Kb3VybmFsU2VydmljZRJxCg1WZXJpZnlKb3VybmFsEh8ucGFseXJhLnYxLlZlcmlmeUpvdXJuYWxSZXF1ZXN0GiAucGFseXJhLnYxLlZlcmlmeUpvdXJuYWxSZXNwb25zZSIdgtPkkwIXIhIvdjEvam91cm5hbDp2ZXJpZnk6ASoScAoNRXhwb3J0Sm91cm5hbBIfLnBhbHlyYS52MS5FeHBvcnRKb3VybmFsUmVxdWVzdBogLnBhbHlyYS52MS5FeHBvcnRKb3VybmFsUmVzcG9uc2UiGoLT5JMCFBISL3YxL2pvdXJuYWw6ZXhwb3J0MAESbwoOR2V0Sm91cm5hbEhlYWQSIC5wYWx5cmEudjEuR2V0Sm91cm5hbEhlYWRSZXF1ZXN0GiEucGFseXJhLnYxLkdldEpvdXJuYWxIZWFkUmVzcG9uc2UiGILT5JMCEhIQL3YxL2pvdXJuYWwvaGVhZBJ+ChBDcmVhdGVDaGVja3BvaW50EiIucGFseXJhLnYxLkNyZWF0ZUNoZWNrcG9pbnRSZXF1ZXN0GiMucGFseXJhLnYxLkNyZWF0ZUNoZWNrcG9pbnRSZXNwb25zZSIhgtPkkwIbIhYvdjEvam91cm5hbDpjaGVja3BvaW50OgEqEm0KDFBydW5lSm91cm5hbBIeLnBhbHlyYS52MS5QcnVuZUpvdXJuYWxSZXF1ZXN0Gh8ucGFseXJhLnYxLlBydW5lSm91cm5hbFJlc3BvbnNlIhyC0+STAhYiES92MS9qb3VybmFsOnBydW5lOgEqYgZwcm90bzM", [file_palyra_v1_options, file_google_api_annotations]);
+  fileDesc("ChdwYWx5cmEvdjEvam91cm5hbC5wcm90bxIJcGFseXJhLnYxIhYKFFZlcmlmeUpvdXJuYWxSZXF1ZXN0IssBChVWZXJpZnlKb3VybmFsUmVzcG9uc2USCgoCb2sYASABKAgSEwoLZXZlbnRfY291bnQYAiABKAQSEQoJaGVhZF9oYXNoGAMgASgJEh8KEmZpcnN0X2JhZF9wb3NpdGlvbhgEIAEoBEgAiAEBEg4KBnJlYXNvbhgFIAEoCRIcChRjaGVja3BvaW50c192ZXJpZmllZBgGIAEoDRIYChBwcnVuZWRfcG9zaXRpb25zGAcgASgEQhUKE19maXJzdF9iYWRfcG9zaXRpb24iKgoURXhwb3J0Sm91cm5hbFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJHChVFeHBvcnRKb3VybmFsUmVzcG9uc2USDQoFY2h1bmsYASABKAwSEQoJY2h1bmtfc2VxGAIgASgNEgwKBGRvbmUYAyABKAgiFwoVR2V0Sm91cm5hbEhlYWRSZXF1ZXN0IqYBChZHZXRKb3VybmFsSGVhZFJlc3BvbnNlEhMKC2V2ZW50X2NvdW50GAEgASgEEhEKCWhlYWRfaGFzaBgCIAEoCRIVCg1oZWFkX3Bvc2l0aW9uGAMgASgEEhYKDnBydW5lZF90aHJvdWdoGAQgASgEEjUKD2xhc3RfY2hlY2twb2ludBgFIAEoCzIcLnBhbHlyYS52MS5Kb3VybmFsQ2hlY2twb2ludCJzChFKb3VybmFsQ2hlY2twb2ludBIQCghwb3NpdGlvbhgBIAEoBBIRCgloZWFkX2hhc2gYAiABKAkSEgoKdHNfdW5peF9tcxgDIAEoAxISCgpwdWJsaWNfa2V5GAQgASgJEhEKCXNpZ25hdHVyZRgFIAEoCSIZChdDcmVhdGVDaGVja3BvaW50UmVxdWVzdCJ6ChhDcmVhdGVDaGVja3BvaW50UmVzcG9uc2USEAoIcG9zaXRpb24YASABKAQSEQoJaGVhZF9oYXNoGAIgASgJEhIKCnB1YmxpY19rZXkYAyABKAkSEQoJc2lnbmF0dXJlGAQgASgJEhIKCnRzX3VuaXhfbXMYBSABKAMiNgoTUHJ1bmVKb3VybmFsUmVxdWVzdBIfCg9vbGRlcl90aGFuX2RheXMYASABKAFCBsrzGAIYASKpAQoUUHJ1bmVKb3VybmFsUmVzcG9uc2USFgoOZmlyc3RfcG9zaXRpb24YASABKAQSGAoQdGhyb3VnaF9wb3NpdGlvbhgCIAEoBBIPCgdyZWNvcmRzGAMgASgEEg4KBmV2ZW50cxgEIAEoBBITCgtieXRlc19mcmVlZBgFIAEoBBIRCgloZWFkX2hhc2gYBiABKAkSFgoOcHJ1bmVkX3Rocm91Z2gYByABKAQy1QQKDkpvdXJuYWxTZXJ2aWNlEnEKDVZlcmlmeUpvdXJuYWwSHy5wYWx5cmEudjEuVmVyaWZ5Sm91cm5hbFJlcXVlc3QaIC5wYWx5cmEudjEuVmVyaWZ5Sm91cm5hbFJlc3BvbnNlIh2C0+STAhciEi92MS9qb3VybmFsOnZlcmlmeToBKhJwCg1FeHBvcnRKb3VybmFsEh8ucGFseXJhLnYxLkV4cG9ydEpvdXJuYWxSZXF1ZXN0GiAucGFseXJhLnYxLkV4cG9ydEpvdXJuYWxSZXNwb25zZSIagtPkkwIUEhIvdjEvam91cm5hbDpleHBvcnQwARJvCg5HZXRKb3VybmFsSGVhZBIgLnBhbHlyYS52MS5HZXRKb3VybmFsSGVhZFJlcXVlc3QaIS5wYWx5cmEudjEuR2V0Sm91cm5hbEhlYWRSZXNwb25zZSIYgtPkkwISEhAvdjEvam91cm5hbC9oZWFkEn4KEENyZWF0ZUNoZWNrcG9pbnQSIi5wYWx5cmEudjEuQ3JlYXRlQ2hlY2twb2ludFJlcXVlc3QaIy5wYWx5cmEudjEuQ3JlYXRlQ2hlY2twb2ludFJlc3BvbnNlIiGC0+STAhsiFi92MS9qb3VybmFsOmNoZWNrcG9pbnQ6ASoSbQoMUHJ1bmVKb3VybmFsEh4ucGFseXJhLnYxLlBydW5lSm91cm5hbFJlcXVlc3QaHy5wYWx5cmEudjEuUHJ1bmVKb3VybmFsUmVzcG9uc2UiHILT5JMCFiIRL3YxL2pvdXJuYWw6cHJ1bmU6ASpiBnByb3RvMw", [file_palyra_v1_options, file_google_api_annotations]);
 
 /**
  * @generated from message palyra.v1.VerifyJournalRequest
@@ -165,6 +165,14 @@ export type GetJournalHeadResponse = Message<"palyra.v1.GetJournalHeadResponse">
    * @generated from field: uint64 pruned_through = 4;
    */
   prunedThrough: bigint;
+
+  /**
+   * The newest signed checkpoint (CreateCheckpoint or the automatic ones); unset
+   * when the journal has none.
+   *
+   * @generated from field: palyra.v1.JournalCheckpoint last_checkpoint = 5;
+   */
+  lastCheckpoint?: JournalCheckpoint | undefined;
 };
 
 /**
@@ -173,6 +181,48 @@ export type GetJournalHeadResponse = Message<"palyra.v1.GetJournalHeadResponse">
  */
 export const GetJournalHeadResponseSchema: GenMessage<GetJournalHeadResponse> = /*@__PURE__*/
   messageDesc(file_palyra_v1_journal, 5);
+
+/**
+ * A stored checkpoint: the signature vouches that the global head at `position`
+ * was `head_hash`.
+ *
+ * @generated from message palyra.v1.JournalCheckpoint
+ */
+export type JournalCheckpoint = Message<"palyra.v1.JournalCheckpoint"> & {
+  /**
+   * @generated from field: uint64 position = 1;
+   */
+  position: bigint;
+
+  /**
+   * @generated from field: string head_hash = 2;
+   */
+  headHash: string;
+
+  /**
+   * @generated from field: int64 ts_unix_ms = 3;
+   */
+  tsUnixMs: bigint;
+
+  /**
+   * Hex ed25519 public key of the data dir's signing key: the key's id.
+   *
+   * @generated from field: string public_key = 4;
+   */
+  publicKey: string;
+
+  /**
+   * @generated from field: string signature = 5;
+   */
+  signature: string;
+};
+
+/**
+ * Describes the message palyra.v1.JournalCheckpoint.
+ * Use `create(JournalCheckpointSchema)` to create a new message.
+ */
+export const JournalCheckpointSchema: GenMessage<JournalCheckpoint> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 6);
 
 /**
  * @generated from message palyra.v1.CreateCheckpointRequest
@@ -185,7 +235,7 @@ export type CreateCheckpointRequest = Message<"palyra.v1.CreateCheckpointRequest
  * Use `create(CreateCheckpointRequestSchema)` to create a new message.
  */
 export const CreateCheckpointRequestSchema: GenMessage<CreateCheckpointRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 6);
+  messageDesc(file_palyra_v1_journal, 7);
 
 /**
  * @generated from message palyra.v1.CreateCheckpointResponse
@@ -226,7 +276,7 @@ export type CreateCheckpointResponse = Message<"palyra.v1.CreateCheckpointRespon
  * Use `create(CreateCheckpointResponseSchema)` to create a new message.
  */
 export const CreateCheckpointResponseSchema: GenMessage<CreateCheckpointResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 7);
+  messageDesc(file_palyra_v1_journal, 8);
 
 /**
  * @generated from message palyra.v1.PruneJournalRequest
@@ -245,7 +295,7 @@ export type PruneJournalRequest = Message<"palyra.v1.PruneJournalRequest"> & {
  * Use `create(PruneJournalRequestSchema)` to create a new message.
  */
 export const PruneJournalRequestSchema: GenMessage<PruneJournalRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 8);
+  messageDesc(file_palyra_v1_journal, 9);
 
 /**
  * @generated from message palyra.v1.PruneJournalResponse
@@ -300,7 +350,7 @@ export type PruneJournalResponse = Message<"palyra.v1.PruneJournalResponse"> & {
  * Use `create(PruneJournalResponseSchema)` to create a new message.
  */
 export const PruneJournalResponseSchema: GenMessage<PruneJournalResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 9);
+  messageDesc(file_palyra_v1_journal, 10);
 
 /**
  * The hash-chained journal, for auditors and backups. Verify, export and
