@@ -244,10 +244,11 @@ class ChannelsConfig:
 
     def configured(self, channel: str) -> bool:
         """Whether ``channel`` is named in the config: its own policy table, or an
-        adapter's (``slack:<name>``, ``webhook:<name>``)."""
+        adapter's (``slack:<name>``, ``webhook:<name>``, ``telegram:<name>``, ``discord:<name>``)."""
         kind, _, name = channel.partition(":")
-        return (channel in self.policy or (kind == "slack" and name in self.slack)
-                or (kind == "webhook" and name in self.webhooks))
+        adapters = {"slack": self.slack, "webhook": self.webhooks, "telegram": self.telegram,
+                    "discord": self.discord}.get(kind)
+        return channel in self.policy or (adapters is not None and name in adapters)
 
     def policy_for(self, channel: str) -> ChannelPolicy:
         """The channel's own policy, else the default."""
