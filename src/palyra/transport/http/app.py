@@ -110,6 +110,16 @@ async def _one(message: betterproto2.Message) -> AsyncIterator[betterproto2.Mess
     yield message
 
 
+async def _body_within_deadline(request: Request[Any, Any, Any], config: HttpConfig) -> bytes:
+    """The request body, capped in size, or ``REQUEST_TIMEOUT`` past the body deadline."""
+    try:
+        async with asyncio.timeout(config.body_timeout_s):
+            return await read_body(request, config.max_request_bytes)
+    except TimeoutError:
+        raise PalyraError(f"the request body did not arrive within {config.body_timeout_s:g} s",
+                          code=ErrorCode.REQUEST_TIMEOUT) from None
+
+
 def create_http_app(
     app: PalyraServicesApp[CtxT],
     *,
@@ -172,13 +182,7 @@ def create_http_app(
             if caller is not None:
                 request_id = caller.request_id
             bind_request(request_id, caller, headers)
-            try:
-                async with asyncio.timeout(config.body_timeout_s):
-                    body = await read_body(request, config.max_request_bytes)
-            except TimeoutError:
-                raise PalyraError(f"the request body did not arrive within "
-                                  f"{config.body_timeout_s:g} s",
-                                  code=ErrorCode.REQUEST_TIMEOUT) from None
+            body = await _body_within_deadline(request, config)
             message = decode_request(compiled, path_params, request.query_params.multi_items(),
                                      body, headers)
             ctx = make_ctx(caller)
