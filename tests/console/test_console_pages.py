@@ -72,7 +72,6 @@ def test_agents_create_edit_and_bind(console: Console) -> None:
     console.sign_in("admin:ops")
     console.open("agents")
     console.wait(lambda d: d.find_element(By.XPATH, "//button[text()='New agent']")).click()
-    _fill(console.driver.find_element(By.ID, "agent-id"), "helper")
     _fill(console.driver.find_element(By.ID, "agent-name"), "Helper")
     _fill(console.driver.find_element(By.ID, "agent-prompt"), "You help.")
     _fill(console.driver.find_element(By.ID, "agent-postures"), "add=ask_each_time")

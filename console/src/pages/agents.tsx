@@ -45,14 +45,14 @@ export function AgentsPage({ api }: { api: Api }) {
 }
 
 function AgentForm({ api, agent, onDone }: { api: Api; agent: Agent | null; onDone: () => void }) {
-  const [agentId, setAgentId] = useState(agent?.agentId ?? "");
   const [name, setName] = useState(agent?.displayName ?? "");
   const [prompt, setPrompt] = useState(agent?.systemPrompt ?? "");
   const [postures, setPostures] = useState(Object.entries(agent?.toolPostures ?? {}).map(([t, p]) => `${t}=${NAME_OF_POSTURE[p]}`).join("\n"));
   const [error, setError] = useState("");
   const save = async (e: Event) => {
     e.preventDefault();
-    const init = { agentId: agentId.trim(), displayName: name, systemPrompt: prompt, toolPostures: parsePostures(postures) };
+    // The daemon chooses a new agent's id (a client-chosen one is refused).
+    const init = { agentId: agent?.agentId ?? "", displayName: name, systemPrompt: prompt, toolPostures: parsePostures(postures) };
     try {
       if (agent) await api.patch(`/v1/agents/${encodeURIComponent(agent.agentId)}`, UpdateAgentResponseSchema, body(UpdateAgentRequestSchema, { agentId: agent.agentId, agent: init }));
       else await api.post("/v1/agents", CreateAgentResponseSchema, body(CreateAgentRequestSchema, { agent: init }));
@@ -61,8 +61,7 @@ function AgentForm({ api, agent, onDone }: { api: Api; agent: Agent | null; onDo
   };
   return (
     <form class="card-inner stack" onSubmit={save}>
-      <label for="agent-id">Agent id</label>
-      <input id="agent-id" value={agentId} disabled={agent !== null} required onInput={(e) => setAgentId(e.currentTarget.value)} />
+      {agent && <p class="muted">Agent id <code id="agent-id">{agent.agentId}</code></p>}
       <label for="agent-name">Display name</label>
       <input id="agent-name" value={name} onInput={(e) => setName(e.currentTarget.value)} />
       <label for="agent-prompt">System prompt</label>
