@@ -143,7 +143,7 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.IssueTokenResponse.token": "The bearer secret, shown once; only its hash is stored.",
     "palyra.v1.JournalCheckpoint": "A stored checkpoint: the signature vouches that the global head at `position`\nwas `head_hash`.",
     "palyra.v1.JournalCheckpoint.public_key": "Hex ed25519 public key of the data dir's signing key: the key's id.",
-    "palyra.v1.JournalService": "The hash-chained journal, for auditors and backups. Verify (both), export and\ncheckpoint need an `admin:` or `system:` principal; the head is open to any\nauthenticated caller.",
+    "palyra.v1.JournalService": "The hash-chained journal, for auditors and backups. Verify (VerifyJournal,\nWatchJournalVerify), export, checkpoint and prune need an `admin:` or\n`system:` principal; the head is open to any authenticated caller.",
     "palyra.v1.JournalService.CreateCheckpoint": "Sign the current global head with the daemon's ed25519 key and store the\ncheckpoint (what `palyra journal checkpoint` asks a running daemon for).",
     "palyra.v1.JournalService.ExportJournal": "A self-contained NDJSON bundle, in chunks.",
     "palyra.v1.JournalService.PruneJournal": "Retention: turn the oldest records (every event older than the given age,\nnone of a run that is not terminal, never the newest record) into hash\ntombstones, so the chain still verifies. What `palyra journal prune` asks a\nrunning daemon for. Cursors into pruned data then get CURSOR_TRUNCATED.",

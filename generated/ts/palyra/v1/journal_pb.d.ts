@@ -383,9 +383,9 @@ export declare type PruneJournalResponse = Message<"palyra.v1.PruneJournalRespon
 export declare const PruneJournalResponseSchema: GenMessage<PruneJournalResponse>;
 
 /**
- * The hash-chained journal, for auditors and backups. Verify (both), export and
- * checkpoint need an `admin:` or `system:` principal; the head is open to any
- * authenticated caller.
+ * The hash-chained journal, for auditors and backups. Verify (VerifyJournal,
+ * WatchJournalVerify), export, checkpoint and prune need an `admin:` or
+ * `system:` principal; the head is open to any authenticated caller.
  *
  * @generated from service palyra.v1.JournalService
  */

@@ -400,9 +400,9 @@ export const PruneJournalResponseSchema: GenMessage<PruneJournalResponse> = /*@_
   messageDesc(file_palyra_v1_journal, 12);
 
 /**
- * The hash-chained journal, for auditors and backups. Verify (both), export and
- * checkpoint need an `admin:` or `system:` principal; the head is open to any
- * authenticated caller.
+ * The hash-chained journal, for auditors and backups. Verify (VerifyJournal,
+ * WatchJournalVerify), export, checkpoint and prune need an `admin:` or
+ * `system:` principal; the head is open to any authenticated caller.
  *
  * @generated from service palyra.v1.JournalService
  */

@@ -4603,9 +4603,9 @@ class GatewayServiceStub(betterproto2_grpclib.ServiceStub):
 
 class JournalServiceStub(betterproto2_grpclib.ServiceStub):
     """
-    The hash-chained journal, for auditors and backups. Verify (both), export and
-    checkpoint need an `admin:` or `system:` principal; the head is open to any
-    authenticated caller.
+    The hash-chained journal, for auditors and backups. Verify (VerifyJournal,
+    WatchJournalVerify), export, checkpoint and prune need an `admin:` or
+    `system:` principal; the head is open to any authenticated caller.
     """
 
     async def verify_journal(
@@ -5930,9 +5930,9 @@ class GatewayServiceBase(betterproto2_grpclib.ServiceBase):
 
 class JournalServiceBase(betterproto2_grpclib.ServiceBase):
     """
-    The hash-chained journal, for auditors and backups. Verify (both), export and
-    checkpoint need an `admin:` or `system:` principal; the head is open to any
-    authenticated caller.
+    The hash-chained journal, for auditors and backups. Verify (VerifyJournal,
+    WatchJournalVerify), export, checkpoint and prune need an `admin:` or
+    `system:` principal; the head is open to any authenticated caller.
     """
 
     async def verify_journal(self, message: "VerifyJournalRequest") -> "VerifyJournalResponse":
