@@ -12,7 +12,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -57,10 +57,20 @@ async def relay_progress(work: Callable[[Callable[[int], None]], T], *, every: i
     task = asyncio.ensure_future(asyncio.to_thread(work, latest))
     task.add_done_callback(lambda _: wake.set())
     sent = 0
-    while not task.done():
-        await wake.wait()
-        wake.clear()
-        if not task.done() and latest.position > sent:
-            sent = latest.position
-            yield sent
-    yield Finished(task.result())
+    try:
+        while not task.done():
+            await wake.wait()
+            wake.clear()
+            if not task.done() and latest.position > sent:
+                sent = latest.position
+                yield sent
+        yield Finished(task.result())
+    finally:
+        # A reader gone early owns no outcome: a failing walk is then not logged as
+        # an exception nobody retrieved.
+        task.add_done_callback(_retrieve)
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
