@@ -1,5 +1,5 @@
 """The console's listing calls over HTTP against a real daemon: ListRuns, the signed
-checkpoint in GetJournalHead, ListChannels."""
+checkpoint in GetJournalHead, WatchJournalVerify's SSE stream, ListChannels."""
 
 from __future__ import annotations
 
@@ -40,9 +40,10 @@ class Client:
         self.base = f"http://127.0.0.1:{daemon.http_port}"
         self.token = daemon.token
 
-    def call(self, method: str, path: str, principal: str, **kw: Any) -> httpx.Response:
+    def call(self, method: str, path: str, principal: str,
+             headers_extra: dict[str, str] | None = None, **kw: Any) -> httpx.Response:
         headers = {"authorization": f"Bearer {self.token}", "x-palyra-principal": principal,
-                   "x-palyra-device-id": DEVICE}
+                   "x-palyra-device-id": DEVICE, **(headers_extra or {})}
         return httpx.request(method, self.base + path, headers=headers, timeout=30, **kw)
 
     def ok(self, method: str, path: str, principal: str = "admin:ops", **kw: Any) -> Any:
@@ -114,6 +115,29 @@ def test_the_journal_head_carries_the_newest_signed_checkpoint(client: Client) -
         "tsUnixMs": newest["tsUnixMs"], "publicKey": newest["publicKey"],
         "signature": newest["signature"]}
     assert int(head["headPosition"]) >= int(newest["position"])
+
+
+def test_the_verify_stream_counts_up_to_the_head_and_ends_with_verify_journals_result(
+        client: Client) -> None:
+    client.run("user:alice", "verify-me")
+    head = client.ok("GET", "/v1/journal/head")
+    response = client.call("GET", "/v1/journal:watchVerify", "admin:ops",
+                           headers_extra={"accept": "text/event-stream"})
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/event-stream")
+    steps = [json.loads(line[len("data:"):]) for line in response.text.splitlines()
+             if line.startswith("data:")]
+    checked = [int(step.get("checked", 0)) for step in steps]
+    assert checked[0] == 0 and checked == sorted(checked), checked
+    assert {int(step["total"]) for step in steps} == {int(head["eventCount"])}
+    assert [("result" in step) for step in steps] == [False] * (len(steps) - 1) + [True]
+    assert checked[-1] == int(head["eventCount"])
+    unary = client.ok("POST", "/v1/journal:verify", json={})
+    assert steps[-1]["result"] == unary and unary["ok"] is True
+    # Operators only, like VerifyJournal.
+    denied = client.call("GET", "/v1/journal:watchVerify", "user:alice")
+    assert denied.status_code == 403, denied.text
+    assert denied.json()["code"] == "PERMISSION_DENIED"
 
 
 def test_list_channels_shows_each_channel_with_its_outbox_and_quarantine(client: Client) -> None:

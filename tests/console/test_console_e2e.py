@@ -223,7 +223,13 @@ def test_journal_verify_and_export(console: Console, tmp_path: Path) -> None:
     console.wait_text("Intact", css="[data-testid=verify-result]", timeout=60)
     head = console.api("GET", "/v1/journal/head")
     shown = console.text("[data-testid=verify-result]")
-    assert int(shown.split("Intact: ")[1].split(" ")[0]) <= int(head["eventCount"])
+    verified = int(shown.split("Intact: ")[1].split(" ")[0])
+    assert 0 < verified <= int(head["eventCount"])
+    # The determinate bar (WatchJournalVerify's progress) stays full at the end.
+    bar = console.driver.find_element(By.CSS_SELECTOR, "[data-testid=verify-progress]")
+    assert bar.get_attribute("value") == bar.get_attribute("max") == str(verified)
+    assert console.text("[data-testid=verify-checked]") == (
+        f"{verified} / {verified} positions checked")
 
     # The last signed checkpoint comes with the head: signing one moves it to the head.
     console.driver.find_element(By.XPATH, "//button[text()='Sign the head now']").click()

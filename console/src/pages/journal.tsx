@@ -1,11 +1,12 @@
 // The journal: head, event count, the last signed checkpoint (from the head; sign
-// a new one), "verify now", and the
+// a new one), "verify now" (streamed: a determinate bar of the positions checked,
+// then the result), and the
 // export of a session bundle (NDJSON, verifiable offline with
 // `palyra journal verify --bundle`).
 
 import { useEffect, useState } from "preact/hooks";
 import type { VerifyJournalResponse } from "../../../generated/ts/palyra/v1/journal_pb.js";
-import { CreateCheckpointResponseSchema, ExportJournalResponseSchema, GetJournalHeadResponseSchema, VerifyJournalResponseSchema } from "../../../generated/ts/palyra/v1/journal_pb.js";
+import { CreateCheckpointResponseSchema, ExportJournalResponseSchema, GetJournalHeadResponseSchema, WatchJournalVerifyResponseSchema } from "../../../generated/ts/palyra/v1/journal_pb.js";
 import type { JsonValue } from "@bufbuild/protobuf";
 import { parse, type Api } from "../api";
 import { ErrorLine, messageOf, Section, usePoll, When } from "../ui";
@@ -14,6 +15,8 @@ export function JournalPage({ api }: { api: Api }) {
   const [head, headError, reloadHead] = usePoll(() => api.get("/v1/journal/head", GetJournalHeadResponseSchema), 3000, [api]);
   const [verify, setVerify] = useState<VerifyJournalResponse | null>(null);
   const [verifying, setVerifying] = useState<number | null>(null);
+  // Positions checked and the head when the walk began; kept once it is done.
+  const [progress, setProgress] = useState<{ checked: number; total: number } | null>(null);
   const [elapsed, setElapsed] = useState(0);
   const [error, setError] = useState("");
   const [sessionId, setSessionId] = useState("");
@@ -29,10 +32,19 @@ export function JournalPage({ api }: { api: Api }) {
   const runVerify = async () => {
     setError("");
     setVerify(null);
+    setProgress(null);
     setVerifying(Date.now());
     setElapsed(0);
     try {
-      setVerify(await api.post("/v1/journal:verify", VerifyJournalResponseSchema, {}));
+      await api.stream("/v1/journal:watchVerify", {}, (frames) => {
+        for (const f of frames) {
+          const step = parse(WatchJournalVerifyResponseSchema, JSON.parse(f.data) as JsonValue);
+          const checked = Number(step.checked);
+          // Events appended during the walk are verified too: the bar grows with them.
+          setProgress({ checked, total: Math.max(Number(step.total), checked) });
+          if (step.result) setVerify(step.result);
+        }
+      });
     } catch (e) {
       setError(messageOf(e));
     } finally {
@@ -85,10 +97,11 @@ export function JournalPage({ api }: { api: Api }) {
       <Section title="Verify">
         <p class="muted">Re-hashes the whole chain on the daemon and checks every signed checkpoint and compaction digest.</p>
         <button onClick={runVerify} disabled={verifying !== null}>Verify now</button>
-        {verifying !== null && (
+        {progress && (
           <div role="status" class="progress">
-            <progress aria-label="Verifying the journal" />
-            <span>verifying {total} events… {(elapsed / 1000).toFixed(1)} s</span>
+            <progress aria-label="Verifying the journal" data-testid="verify-progress" value={progress.checked} max={Math.max(progress.total, 1)} />
+            <span data-testid="verify-checked">{progress.checked} / {progress.total} positions checked</span>
+            {verifying !== null && <span class="muted">{(elapsed / 1000).toFixed(1)} s</span>}
           </div>
         )}
         {verify && (

@@ -384,6 +384,18 @@ ROUTES: Final[tuple[HttpRoute, ...]] = (
         response_type="palyra.v1.VerifyJournalResponse",
     ),
     HttpRoute(
+        service="palyra.v1.JournalService",
+        method="WatchJournalVerify",
+        python_method="watch_journal_verify",
+        http_method="GET",
+        path="/v1/journal:watchVerify",
+        body="",
+        client_streaming=False,
+        server_streaming=True,
+        request_type="palyra.v1.WatchJournalVerifyRequest",
+        response_type="palyra.v1.WatchJournalVerifyResponse",
+    ),
+    HttpRoute(
         service="palyra.v1.LearningService",
         method="ListCandidates",
         python_method="list_candidates",

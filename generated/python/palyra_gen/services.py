@@ -430,6 +430,12 @@ class JournalServiceApp(Protocol[CtxT]):
         """``palyra.v1.JournalService.VerifyJournal``."""
         ...
 
+    def watch_journal_verify(
+        self, ctx: CtxT, request: v1.WatchJournalVerifyRequest
+    ) -> AsyncIterator[v1.WatchJournalVerifyResponse]:
+        """``palyra.v1.JournalService.WatchJournalVerify``."""
+        ...
+
     def export_journal(
         self, ctx: CtxT, request: v1.ExportJournalRequest
     ) -> AsyncIterator[v1.ExportJournalResponse]:
@@ -464,6 +470,12 @@ class JournalServiceServer(v1.JournalServiceBase, Generic[CtxI]):
 
     async def verify_journal(self, message: v1.VerifyJournalRequest) -> v1.VerifyJournalResponse:
         return await self._app.verify_journal(self._ctx(), message)
+
+    async def watch_journal_verify(
+        self, message: v1.WatchJournalVerifyRequest
+    ) -> AsyncIterator[v1.WatchJournalVerifyResponse]:
+        async for item in self._app.watch_journal_verify(self._ctx(), message):
+            yield item
 
     async def export_journal(
         self, message: v1.ExportJournalRequest
@@ -1069,6 +1081,15 @@ RPCS: Final[tuple[RpcInfo, ...]] = (
     ),
     RpcInfo(
         "palyra.v1.JournalService",
+        "WatchJournalVerify",
+        "watch_journal_verify",
+        "palyra.v1.WatchJournalVerifyRequest",
+        "palyra.v1.WatchJournalVerifyResponse",
+        False,
+        True,
+    ),
+    RpcInfo(
+        "palyra.v1.JournalService",
         "ExportJournal",
         "export_journal",
         "palyra.v1.ExportJournalRequest",
@@ -1320,5 +1341,6 @@ STREAMING: Final[dict[str, Callable[[PalyraServicesApp[Any], Any, Any], AsyncIte
     "export_approvals": lambda app, ctx, request: app.export_approvals(ctx, request),
     "run_stream": lambda app, ctx, request: app.run_stream(ctx, request),
     "watch_run": lambda app, ctx, request: app.watch_run(ctx, request),
+    "watch_journal_verify": lambda app, ctx, request: app.watch_journal_verify(ctx, request),
     "export_journal": lambda app, ctx, request: app.export_journal(ctx, request),
 }

@@ -20,15 +20,27 @@ from palyra.app._access import is_operator, require_operator
 from palyra.app._base import AppBase
 from palyra.app._convert import check_version, identity_of
 from palyra.app._export import MAX_CHUNK
+from palyra.app._progress import Finished, relay_progress
 from palyra.app.context import CallContext
 from palyra.core.errors import InvalidArgument, PermissionDenied
 from palyra.core.ids import is_ulid
 from palyra.engine import IdentityRec, live_run_ids
-from palyra.journal import EventDraft, export_bundle, prune_older_than, verify_store
+from palyra.journal import (
+    EventDraft,
+    VerifyReport,
+    export_bundle,
+    prune_older_than,
+    verify_store,
+)
 
 _DAY_MS = 86_400_000
 # Ages past this (~2,700 years) are refused: the product in ms would leave int64.
 MAX_PRUNE_AGE_DAYS = 1_000_000
+
+# WatchJournalVerify's pace: a progress message at most every this many positions
+# and this many seconds (a client reading slowly gets fewer, coalesced).
+VERIFY_PROGRESS_EVERY = 1024
+VERIFY_PROGRESS_INTERVAL_S = 0.1
 
 # Kinds the daemon writes itself; a client may not forge them (in any letter case).
 RESERVED_KIND_PREFIXES = ("tape.", "run.", "session.", "approval.", "token.", "task.",
@@ -72,6 +84,15 @@ def _payload(text: str) -> dict[str, Any]:
     except ValueError:
         return {"redacted": True, "reason": "payload is not JSON", "bytes": len(text.encode())}
     return value if isinstance(value, dict) else {"value": value}
+
+
+def _verify_response(report: VerifyReport) -> pb.VerifyJournalResponse:
+    problem = report.problem
+    return pb.VerifyJournalResponse(
+        ok=report.ok, event_count=report.events, head_hash=report.head_hash,
+        first_bad_position=problem.position if problem is not None else None,
+        reason=problem.describe() if problem is not None else "",
+        checkpoints_verified=report.checkpoints, pruned_positions=report.pruned)
 
 
 class JournalApi(AppBase):
@@ -141,13 +162,27 @@ class JournalApi(AppBase):
                              request: pb.VerifyJournalRequest) -> pb.VerifyJournalResponse:
         """Recompute every hash and checkpoint signature (off the event loop). Operators only."""
         require_operator(ctx, "VerifyJournal")
-        report = await asyncio.to_thread(verify_store, self.store)
-        problem = report.problem
-        return pb.VerifyJournalResponse(
-            ok=report.ok, event_count=report.events, head_hash=report.head_hash,
-            first_bad_position=problem.position if problem is not None else None,
-            reason=problem.describe() if problem is not None else "",
-            checkpoints_verified=report.checkpoints, pruned_positions=report.pruned)
+        return _verify_response(await asyncio.to_thread(verify_store, self.store))
+
+    async def watch_journal_verify(
+        self, ctx: CallContext, request: pb.WatchJournalVerifyRequest
+    ) -> AsyncIterator[pb.WatchJournalVerifyResponse]:
+        """VerifyJournal's walk, streaming positions checked out of the head at the start,
+        then its result. Operators only."""
+        require_operator(ctx, "WatchJournalVerify")
+        total = self.store.head().count
+        yield pb.WatchJournalVerifyResponse(checked=0, total=total)
+        walk = relay_progress(lambda progress: verify_store(self.store, progress=progress),
+                              every=VERIFY_PROGRESS_EVERY,
+                              interval_s=VERIFY_PROGRESS_INTERVAL_S)
+        async for step in walk:
+            if isinstance(step, Finished):
+                report: VerifyReport = step.value
+                yield pb.WatchJournalVerifyResponse(
+                    checked=report.head_position, total=total,
+                    result=_verify_response(report))
+            else:
+                yield pb.WatchJournalVerifyResponse(checked=step, total=total)
 
     async def export_journal(
         self, ctx: CallContext, request: pb.ExportJournalRequest

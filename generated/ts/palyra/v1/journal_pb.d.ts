@@ -75,6 +75,51 @@ export declare type VerifyJournalResponse = Message<"palyra.v1.VerifyJournalResp
 export declare const VerifyJournalResponseSchema: GenMessage<VerifyJournalResponse>;
 
 /**
+ * @generated from message palyra.v1.WatchJournalVerifyRequest
+ */
+export declare type WatchJournalVerifyRequest = Message<"palyra.v1.WatchJournalVerifyRequest"> & {
+};
+
+/**
+ * Describes the message palyra.v1.WatchJournalVerifyRequest.
+ * Use `create(WatchJournalVerifyRequestSchema)` to create a new message.
+ */
+export declare const WatchJournalVerifyRequestSchema: GenMessage<WatchJournalVerifyRequest>;
+
+/**
+ * @generated from message palyra.v1.WatchJournalVerifyResponse
+ */
+export declare type WatchJournalVerifyResponse = Message<"palyra.v1.WatchJournalVerifyResponse"> & {
+  /**
+   * Positions verified so far (the walk's progress, not an event count).
+   *
+   * @generated from field: uint64 checked = 1;
+   */
+  checked: bigint;
+
+  /**
+   * The journal's head position when the walk began: `checked` reaches it
+   * unless events were appended meanwhile (the walk then verifies those too).
+   *
+   * @generated from field: uint64 total = 2;
+   */
+  total: bigint;
+
+  /**
+   * Set on the last message only.
+   *
+   * @generated from field: palyra.v1.VerifyJournalResponse result = 3;
+   */
+  result?: VerifyJournalResponse | undefined;
+};
+
+/**
+ * Describes the message palyra.v1.WatchJournalVerifyResponse.
+ * Use `create(WatchJournalVerifyResponseSchema)` to create a new message.
+ */
+export declare const WatchJournalVerifyResponseSchema: GenMessage<WatchJournalVerifyResponse>;
+
+/**
  * @generated from message palyra.v1.ExportJournalRequest
  */
 export declare type ExportJournalRequest = Message<"palyra.v1.ExportJournalRequest"> & {
@@ -338,9 +383,9 @@ export declare type PruneJournalResponse = Message<"palyra.v1.PruneJournalRespon
 export declare const PruneJournalResponseSchema: GenMessage<PruneJournalResponse>;
 
 /**
- * The hash-chained journal, for auditors and backups. Verify, export and
- * checkpoint need an `admin:` or `system:` principal; the head is open to any
- * authenticated caller.
+ * The hash-chained journal, for auditors and backups. Verify (VerifyJournal,
+ * WatchJournalVerify), export, checkpoint and prune need an `admin:` or
+ * `system:` principal; the head is open to any authenticated caller.
  *
  * @generated from service palyra.v1.JournalService
  */
@@ -354,6 +399,20 @@ export declare const JournalService: GenService<{
     methodKind: "unary";
     input: typeof VerifyJournalRequestSchema;
     output: typeof VerifyJournalResponseSchema;
+  },
+  /**
+   * VerifyJournal with progress: while the same walk runs, messages carrying
+   * the positions checked so far and the event count when it began (at most
+   * every few thousand positions, coalesced when the client reads slowly);
+   * the last message carries the result VerifyJournal returns. Over HTTP it
+   * is a server-sent event stream.
+   *
+   * @generated from rpc palyra.v1.JournalService.WatchJournalVerify
+   */
+  watchJournalVerify: {
+    methodKind: "server_streaming";
+    input: typeof WatchJournalVerifyRequestSchema;
+    output: typeof WatchJournalVerifyResponseSchema;
   },
   /**
    * A self-contained NDJSON bundle, in chunks.

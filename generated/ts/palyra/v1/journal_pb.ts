@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file palyra/v1/journal.proto.
  */
 export const file_palyra_v1_journal: GenFile = /*@__PURE__*/
-  fileDesc("ChdwYWx5cmEvdjEvam91cm5hbC5wcm90bxIJcGFseXJhLnYxIhYKFFZlcmlmeUpvdXJuYWxSZXF1ZXN0IssBChVWZXJpZnlKb3VybmFsUmVzcG9uc2USCgoCb2sYASABKAgSEwoLZXZlbnRfY291bnQYAiABKAQSEQoJaGVhZF9oYXNoGAMgASgJEh8KEmZpcnN0X2JhZF9wb3NpdGlvbhgEIAEoBEgAiAEBEg4KBnJlYXNvbhgFIAEoCRIcChRjaGVja3BvaW50c192ZXJpZmllZBgGIAEoDRIYChBwcnVuZWRfcG9zaXRpb25zGAcgASgEQhUKE19maXJzdF9iYWRfcG9zaXRpb24iKgoURXhwb3J0Sm91cm5hbFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJHChVFeHBvcnRKb3VybmFsUmVzcG9uc2USDQoFY2h1bmsYASABKAwSEQoJY2h1bmtfc2VxGAIgASgNEgwKBGRvbmUYAyABKAgiFwoVR2V0Sm91cm5hbEhlYWRSZXF1ZXN0IqYBChZHZXRKb3VybmFsSGVhZFJlc3BvbnNlEhMKC2V2ZW50X2NvdW50GAEgASgEEhEKCWhlYWRfaGFzaBgCIAEoCRIVCg1oZWFkX3Bvc2l0aW9uGAMgASgEEhYKDnBydW5lZF90aHJvdWdoGAQgASgEEjUKD2xhc3RfY2hlY2twb2ludBgFIAEoCzIcLnBhbHlyYS52MS5Kb3VybmFsQ2hlY2twb2ludCJzChFKb3VybmFsQ2hlY2twb2ludBIQCghwb3NpdGlvbhgBIAEoBBIRCgloZWFkX2hhc2gYAiABKAkSEgoKdHNfdW5peF9tcxgDIAEoAxISCgpwdWJsaWNfa2V5GAQgASgJEhEKCXNpZ25hdHVyZRgFIAEoCSIZChdDcmVhdGVDaGVja3BvaW50UmVxdWVzdCJ6ChhDcmVhdGVDaGVja3BvaW50UmVzcG9uc2USEAoIcG9zaXRpb24YASABKAQSEQoJaGVhZF9oYXNoGAIgASgJEhIKCnB1YmxpY19rZXkYAyABKAkSEQoJc2lnbmF0dXJlGAQgASgJEhIKCnRzX3VuaXhfbXMYBSABKAMiNgoTUHJ1bmVKb3VybmFsUmVxdWVzdBIfCg9vbGRlcl90aGFuX2RheXMYASABKAFCBsrzGAIYASKpAQoUUHJ1bmVKb3VybmFsUmVzcG9uc2USFgoOZmlyc3RfcG9zaXRpb24YASABKAQSGAoQdGhyb3VnaF9wb3NpdGlvbhgCIAEoBBIPCgdyZWNvcmRzGAMgASgEEg4KBmV2ZW50cxgEIAEoBBITCgtieXRlc19mcmVlZBgFIAEoBBIRCgloZWFkX2hhc2gYBiABKAkSFgoOcHJ1bmVkX3Rocm91Z2gYByABKAQy1QQKDkpvdXJuYWxTZXJ2aWNlEnEKDVZlcmlmeUpvdXJuYWwSHy5wYWx5cmEudjEuVmVyaWZ5Sm91cm5hbFJlcXVlc3QaIC5wYWx5cmEudjEuVmVyaWZ5Sm91cm5hbFJlc3BvbnNlIh2C0+STAhciEi92MS9qb3VybmFsOnZlcmlmeToBKhJwCg1FeHBvcnRKb3VybmFsEh8ucGFseXJhLnYxLkV4cG9ydEpvdXJuYWxSZXF1ZXN0GiAucGFseXJhLnYxLkV4cG9ydEpvdXJuYWxSZXNwb25zZSIagtPkkwIUEhIvdjEvam91cm5hbDpleHBvcnQwARJvCg5HZXRKb3VybmFsSGVhZBIgLnBhbHlyYS52MS5HZXRKb3VybmFsSGVhZFJlcXVlc3QaIS5wYWx5cmEudjEuR2V0Sm91cm5hbEhlYWRSZXNwb25zZSIYgtPkkwISEhAvdjEvam91cm5hbC9oZWFkEn4KEENyZWF0ZUNoZWNrcG9pbnQSIi5wYWx5cmEudjEuQ3JlYXRlQ2hlY2twb2ludFJlcXVlc3QaIy5wYWx5cmEudjEuQ3JlYXRlQ2hlY2twb2ludFJlc3BvbnNlIiGC0+STAhsiFi92MS9qb3VybmFsOmNoZWNrcG9pbnQ6ASoSbQoMUHJ1bmVKb3VybmFsEh4ucGFseXJhLnYxLlBydW5lSm91cm5hbFJlcXVlc3QaHy5wYWx5cmEudjEuUHJ1bmVKb3VybmFsUmVzcG9uc2UiHILT5JMCFiIRL3YxL2pvdXJuYWw6cHJ1bmU6ASpiBnByb3RvMw", [file_palyra_v1_options, file_google_api_annotations]);
+  fileDesc("ChdwYWx5cmEvdjEvam91cm5hbC5wcm90bxIJcGFseXJhLnYxIhYKFFZlcmlmeUpvdXJuYWxSZXF1ZXN0IssBChVWZXJpZnlKb3VybmFsUmVzcG9uc2USCgoCb2sYASABKAgSEwoLZXZlbnRfY291bnQYAiABKAQSEQoJaGVhZF9oYXNoGAMgASgJEh8KEmZpcnN0X2JhZF9wb3NpdGlvbhgEIAEoBEgAiAEBEg4KBnJlYXNvbhgFIAEoCRIcChRjaGVja3BvaW50c192ZXJpZmllZBgGIAEoDRIYChBwcnVuZWRfcG9zaXRpb25zGAcgASgEQhUKE19maXJzdF9iYWRfcG9zaXRpb24iGwoZV2F0Y2hKb3VybmFsVmVyaWZ5UmVxdWVzdCJuChpXYXRjaEpvdXJuYWxWZXJpZnlSZXNwb25zZRIPCgdjaGVja2VkGAEgASgEEg0KBXRvdGFsGAIgASgEEjAKBnJlc3VsdBgDIAEoCzIgLnBhbHlyYS52MS5WZXJpZnlKb3VybmFsUmVzcG9uc2UiKgoURXhwb3J0Sm91cm5hbFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJHChVFeHBvcnRKb3VybmFsUmVzcG9uc2USDQoFY2h1bmsYASABKAwSEQoJY2h1bmtfc2VxGAIgASgNEgwKBGRvbmUYAyABKAgiFwoVR2V0Sm91cm5hbEhlYWRSZXF1ZXN0IqYBChZHZXRKb3VybmFsSGVhZFJlc3BvbnNlEhMKC2V2ZW50X2NvdW50GAEgASgEEhEKCWhlYWRfaGFzaBgCIAEoCRIVCg1oZWFkX3Bvc2l0aW9uGAMgASgEEhYKDnBydW5lZF90aHJvdWdoGAQgASgEEjUKD2xhc3RfY2hlY2twb2ludBgFIAEoCzIcLnBhbHlyYS52MS5Kb3VybmFsQ2hlY2twb2ludCJzChFKb3VybmFsQ2hlY2twb2ludBIQCghwb3NpdGlvbhgBIAEoBBIRCgloZWFkX2hhc2gYAiABKAkSEgoKdHNfdW5peF9tcxgDIAEoAxISCgpwdWJsaWNfa2V5GAQgASgJEhEKCXNpZ25hdHVyZRgFIAEoCSIZChdDcmVhdGVDaGVja3BvaW50UmVxdWVzdCJ6ChhDcmVhdGVDaGVja3BvaW50UmVzcG9uc2USEAoIcG9zaXRpb24YASABKAQSEQoJaGVhZF9oYXNoGAIgASgJEhIKCnB1YmxpY19rZXkYAyABKAkSEQoJc2lnbmF0dXJlGAQgASgJEhIKCnRzX3VuaXhfbXMYBSABKAMiNgoTUHJ1bmVKb3VybmFsUmVxdWVzdBIfCg9vbGRlcl90aGFuX2RheXMYASABKAFCBsrzGAIYASKpAQoUUHJ1bmVKb3VybmFsUmVzcG9uc2USFgoOZmlyc3RfcG9zaXRpb24YASABKAQSGAoQdGhyb3VnaF9wb3NpdGlvbhgCIAEoBBIPCgdyZWNvcmRzGAMgASgEEg4KBmV2ZW50cxgEIAEoBBITCgtieXRlc19mcmVlZBgFIAEoBBIRCgloZWFkX2hhc2gYBiABKAkSFgoOcHJ1bmVkX3Rocm91Z2gYByABKAQy3AUKDkpvdXJuYWxTZXJ2aWNlEnEKDVZlcmlmeUpvdXJuYWwSHy5wYWx5cmEudjEuVmVyaWZ5Sm91cm5hbFJlcXVlc3QaIC5wYWx5cmEudjEuVmVyaWZ5Sm91cm5hbFJlc3BvbnNlIh2C0+STAhciEi92MS9qb3VybmFsOnZlcmlmeToBKhKEAQoSV2F0Y2hKb3VybmFsVmVyaWZ5EiQucGFseXJhLnYxLldhdGNoSm91cm5hbFZlcmlmeVJlcXVlc3QaJS5wYWx5cmEudjEuV2F0Y2hKb3VybmFsVmVyaWZ5UmVzcG9uc2UiH4LT5JMCGRIXL3YxL2pvdXJuYWw6d2F0Y2hWZXJpZnkwARJwCg1FeHBvcnRKb3VybmFsEh8ucGFseXJhLnYxLkV4cG9ydEpvdXJuYWxSZXF1ZXN0GiAucGFseXJhLnYxLkV4cG9ydEpvdXJuYWxSZXNwb25zZSIagtPkkwIUEhIvdjEvam91cm5hbDpleHBvcnQwARJvCg5HZXRKb3VybmFsSGVhZBIgLnBhbHlyYS52MS5HZXRKb3VybmFsSGVhZFJlcXVlc3QaIS5wYWx5cmEudjEuR2V0Sm91cm5hbEhlYWRSZXNwb25zZSIYgtPkkwISEhAvdjEvam91cm5hbC9oZWFkEn4KEENyZWF0ZUNoZWNrcG9pbnQSIi5wYWx5cmEudjEuQ3JlYXRlQ2hlY2twb2ludFJlcXVlc3QaIy5wYWx5cmEudjEuQ3JlYXRlQ2hlY2twb2ludFJlc3BvbnNlIiGC0+STAhsiFi92MS9qb3VybmFsOmNoZWNrcG9pbnQ6ASoSbQoMUHJ1bmVKb3VybmFsEh4ucGFseXJhLnYxLlBydW5lSm91cm5hbFJlcXVlc3QaHy5wYWx5cmEudjEuUHJ1bmVKb3VybmFsUmVzcG9uc2UiHILT5JMCFiIRL3YxL2pvdXJuYWw6cHJ1bmU6ASpiBnByb3RvMw", [file_palyra_v1_options, file_google_api_annotations]);
 
 /**
  * @generated from message palyra.v1.VerifyJournalRequest
@@ -81,6 +81,53 @@ export const VerifyJournalResponseSchema: GenMessage<VerifyJournalResponse> = /*
   messageDesc(file_palyra_v1_journal, 1);
 
 /**
+ * @generated from message palyra.v1.WatchJournalVerifyRequest
+ */
+export type WatchJournalVerifyRequest = Message<"palyra.v1.WatchJournalVerifyRequest"> & {
+};
+
+/**
+ * Describes the message palyra.v1.WatchJournalVerifyRequest.
+ * Use `create(WatchJournalVerifyRequestSchema)` to create a new message.
+ */
+export const WatchJournalVerifyRequestSchema: GenMessage<WatchJournalVerifyRequest> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 2);
+
+/**
+ * @generated from message palyra.v1.WatchJournalVerifyResponse
+ */
+export type WatchJournalVerifyResponse = Message<"palyra.v1.WatchJournalVerifyResponse"> & {
+  /**
+   * Positions verified so far (the walk's progress, not an event count).
+   *
+   * @generated from field: uint64 checked = 1;
+   */
+  checked: bigint;
+
+  /**
+   * The journal's head position when the walk began: `checked` reaches it
+   * unless events were appended meanwhile (the walk then verifies those too).
+   *
+   * @generated from field: uint64 total = 2;
+   */
+  total: bigint;
+
+  /**
+   * Set on the last message only.
+   *
+   * @generated from field: palyra.v1.VerifyJournalResponse result = 3;
+   */
+  result?: VerifyJournalResponse | undefined;
+};
+
+/**
+ * Describes the message palyra.v1.WatchJournalVerifyResponse.
+ * Use `create(WatchJournalVerifyResponseSchema)` to create a new message.
+ */
+export const WatchJournalVerifyResponseSchema: GenMessage<WatchJournalVerifyResponse> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 3);
+
+/**
  * @generated from message palyra.v1.ExportJournalRequest
  */
 export type ExportJournalRequest = Message<"palyra.v1.ExportJournalRequest"> & {
@@ -97,7 +144,7 @@ export type ExportJournalRequest = Message<"palyra.v1.ExportJournalRequest"> & {
  * Use `create(ExportJournalRequestSchema)` to create a new message.
  */
 export const ExportJournalRequestSchema: GenMessage<ExportJournalRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 2);
+  messageDesc(file_palyra_v1_journal, 4);
 
 /**
  * @generated from message palyra.v1.ExportJournalResponse
@@ -124,7 +171,7 @@ export type ExportJournalResponse = Message<"palyra.v1.ExportJournalResponse"> &
  * Use `create(ExportJournalResponseSchema)` to create a new message.
  */
 export const ExportJournalResponseSchema: GenMessage<ExportJournalResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 3);
+  messageDesc(file_palyra_v1_journal, 5);
 
 /**
  * @generated from message palyra.v1.GetJournalHeadRequest
@@ -137,7 +184,7 @@ export type GetJournalHeadRequest = Message<"palyra.v1.GetJournalHeadRequest"> &
  * Use `create(GetJournalHeadRequestSchema)` to create a new message.
  */
 export const GetJournalHeadRequestSchema: GenMessage<GetJournalHeadRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 4);
+  messageDesc(file_palyra_v1_journal, 6);
 
 /**
  * @generated from message palyra.v1.GetJournalHeadResponse
@@ -180,7 +227,7 @@ export type GetJournalHeadResponse = Message<"palyra.v1.GetJournalHeadResponse">
  * Use `create(GetJournalHeadResponseSchema)` to create a new message.
  */
 export const GetJournalHeadResponseSchema: GenMessage<GetJournalHeadResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 5);
+  messageDesc(file_palyra_v1_journal, 7);
 
 /**
  * A stored checkpoint: the signature vouches that the global head at `position`
@@ -222,7 +269,7 @@ export type JournalCheckpoint = Message<"palyra.v1.JournalCheckpoint"> & {
  * Use `create(JournalCheckpointSchema)` to create a new message.
  */
 export const JournalCheckpointSchema: GenMessage<JournalCheckpoint> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 6);
+  messageDesc(file_palyra_v1_journal, 8);
 
 /**
  * @generated from message palyra.v1.CreateCheckpointRequest
@@ -235,7 +282,7 @@ export type CreateCheckpointRequest = Message<"palyra.v1.CreateCheckpointRequest
  * Use `create(CreateCheckpointRequestSchema)` to create a new message.
  */
 export const CreateCheckpointRequestSchema: GenMessage<CreateCheckpointRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 7);
+  messageDesc(file_palyra_v1_journal, 9);
 
 /**
  * @generated from message palyra.v1.CreateCheckpointResponse
@@ -276,7 +323,7 @@ export type CreateCheckpointResponse = Message<"palyra.v1.CreateCheckpointRespon
  * Use `create(CreateCheckpointResponseSchema)` to create a new message.
  */
 export const CreateCheckpointResponseSchema: GenMessage<CreateCheckpointResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 8);
+  messageDesc(file_palyra_v1_journal, 10);
 
 /**
  * @generated from message palyra.v1.PruneJournalRequest
@@ -295,7 +342,7 @@ export type PruneJournalRequest = Message<"palyra.v1.PruneJournalRequest"> & {
  * Use `create(PruneJournalRequestSchema)` to create a new message.
  */
 export const PruneJournalRequestSchema: GenMessage<PruneJournalRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 9);
+  messageDesc(file_palyra_v1_journal, 11);
 
 /**
  * @generated from message palyra.v1.PruneJournalResponse
@@ -350,12 +397,12 @@ export type PruneJournalResponse = Message<"palyra.v1.PruneJournalResponse"> & {
  * Use `create(PruneJournalResponseSchema)` to create a new message.
  */
 export const PruneJournalResponseSchema: GenMessage<PruneJournalResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 10);
+  messageDesc(file_palyra_v1_journal, 12);
 
 /**
- * The hash-chained journal, for auditors and backups. Verify, export and
- * checkpoint need an `admin:` or `system:` principal; the head is open to any
- * authenticated caller.
+ * The hash-chained journal, for auditors and backups. Verify (VerifyJournal,
+ * WatchJournalVerify), export, checkpoint and prune need an `admin:` or
+ * `system:` principal; the head is open to any authenticated caller.
  *
  * @generated from service palyra.v1.JournalService
  */
@@ -369,6 +416,20 @@ export const JournalService: GenService<{
     methodKind: "unary";
     input: typeof VerifyJournalRequestSchema;
     output: typeof VerifyJournalResponseSchema;
+  },
+  /**
+   * VerifyJournal with progress: while the same walk runs, messages carrying
+   * the positions checked so far and the event count when it began (at most
+   * every few thousand positions, coalesced when the client reads slowly);
+   * the last message carries the result VerifyJournal returns. Over HTTP it
+   * is a server-sent event stream.
+   *
+   * @generated from rpc palyra.v1.JournalService.WatchJournalVerify
+   */
+  watchJournalVerify: {
+    methodKind: "server_streaming";
+    input: typeof WatchJournalVerifyRequestSchema;
+    output: typeof WatchJournalVerifyResponseSchema;
   },
   /**
    * A self-contained NDJSON bundle, in chunks.

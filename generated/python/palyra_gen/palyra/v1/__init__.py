@@ -205,6 +205,8 @@ __all__ = (
     "UserInput",
     "VerifyJournalRequest",
     "VerifyJournalResponse",
+    "WatchJournalVerifyRequest",
+    "WatchJournalVerifyResponse",
     "WatchRunRequest",
     "WatchRunResponse",
     "WatchdogServiceBase",
@@ -3767,6 +3769,42 @@ default_message_pool.register_message("palyra.v1", "VerifyJournalResponse", Veri
 
 
 @dataclass(eq=False, repr=False)
+class WatchJournalVerifyRequest(betterproto2.Message):
+    pass
+
+
+default_message_pool.register_message(
+    "palyra.v1", "WatchJournalVerifyRequest", WatchJournalVerifyRequest
+)
+
+
+@dataclass(eq=False, repr=False)
+class WatchJournalVerifyResponse(betterproto2.Message):
+    checked: "int" = betterproto2.field(1, betterproto2.TYPE_UINT64)
+    """
+    Positions verified so far (the walk's progress, not an event count).
+    """
+
+    total: "int" = betterproto2.field(2, betterproto2.TYPE_UINT64)
+    """
+    The journal's head position when the walk began: `checked` reaches it
+    unless events were appended meanwhile (the walk then verifies those too).
+    """
+
+    result: "VerifyJournalResponse | None" = betterproto2.field(
+        3, betterproto2.TYPE_MESSAGE, optional=True
+    )
+    """
+    Set on the last message only.
+    """
+
+
+default_message_pool.register_message(
+    "palyra.v1", "WatchJournalVerifyResponse", WatchJournalVerifyResponse
+)
+
+
+@dataclass(eq=False, repr=False)
 class WatchRunRequest(betterproto2.Message):
     run_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -4565,9 +4603,9 @@ class GatewayServiceStub(betterproto2_grpclib.ServiceStub):
 
 class JournalServiceStub(betterproto2_grpclib.ServiceStub):
     """
-    The hash-chained journal, for auditors and backups. Verify, export and
-    checkpoint need an `admin:` or `system:` principal; the head is open to any
-    authenticated caller.
+    The hash-chained journal, for auditors and backups. Verify (VerifyJournal,
+    WatchJournalVerify), export, checkpoint and prune need an `admin:` or
+    `system:` principal; the head is open to any authenticated caller.
     """
 
     async def verify_journal(
@@ -4593,6 +4631,35 @@ class JournalServiceStub(betterproto2_grpclib.ServiceStub):
             deadline=deadline,
             metadata=metadata,
         )
+
+    async def watch_journal_verify(
+        self,
+        message: "WatchJournalVerifyRequest | None" = None,
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "AsyncIterator[WatchJournalVerifyResponse]":
+        """
+        VerifyJournal with progress: while the same walk runs, messages carrying
+        the positions checked so far and the event count when it began (at most
+        every few thousand positions, coalesced when the client reads slowly);
+        the last message carries the result VerifyJournal returns. Over HTTP it
+        is a server-sent event stream.
+        """
+
+        if message is None:
+            message = WatchJournalVerifyRequest()
+
+        async for response in self._unary_stream(
+            "/palyra.v1.JournalService/WatchJournalVerify",
+            message,
+            WatchJournalVerifyResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        ):
+            yield response
 
     async def export_journal(
         self,
@@ -5863,9 +5930,9 @@ class GatewayServiceBase(betterproto2_grpclib.ServiceBase):
 
 class JournalServiceBase(betterproto2_grpclib.ServiceBase):
     """
-    The hash-chained journal, for auditors and backups. Verify, export and
-    checkpoint need an `admin:` or `system:` principal; the head is open to any
-    authenticated caller.
+    The hash-chained journal, for auditors and backups. Verify (VerifyJournal,
+    WatchJournalVerify), export, checkpoint and prune need an `admin:` or
+    `system:` principal; the head is open to any authenticated caller.
     """
 
     async def verify_journal(self, message: "VerifyJournalRequest") -> "VerifyJournalResponse":
@@ -5874,6 +5941,20 @@ class JournalServiceBase(betterproto2_grpclib.ServiceBase):
         """
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def watch_journal_verify(
+        self, message: "WatchJournalVerifyRequest"
+    ) -> "AsyncIterator[WatchJournalVerifyResponse]":
+        """
+        VerifyJournal with progress: while the same walk runs, messages carrying
+        the positions checked so far and the event count when it began (at most
+        every few thousand positions, coalesced when the client reads slowly);
+        the last message carries the result VerifyJournal returns. Over HTTP it
+        is a server-sent event stream.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+        yield WatchJournalVerifyResponse()
 
     async def export_journal(
         self, message: "ExportJournalRequest"
@@ -5917,6 +5998,18 @@ class JournalServiceBase(betterproto2_grpclib.ServiceBase):
         assert request is not None
         response = await self.verify_journal(request)
         await stream.send_message(response)
+
+    async def __rpc_watch_journal_verify(
+        self,
+        stream: "grpclib.server.Stream[WatchJournalVerifyRequest, WatchJournalVerifyResponse]",
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        await self._call_rpc_handler_server_stream(
+            self.watch_journal_verify,
+            stream,
+            request,
+        )
 
     async def __rpc_export_journal(
         self,
@@ -5963,6 +6056,12 @@ class JournalServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 VerifyJournalRequest,
                 VerifyJournalResponse,
+            ),
+            "/palyra.v1.JournalService/WatchJournalVerify": grpclib.const.Handler(
+                self.__rpc_watch_journal_verify,
+                grpclib.const.Cardinality.UNARY_STREAM,
+                WatchJournalVerifyRequest,
+                WatchJournalVerifyResponse,
             ),
             "/palyra.v1.JournalService/ExportJournal": grpclib.const.Handler(
                 self.__rpc_export_journal,
