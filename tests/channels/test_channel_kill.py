@@ -88,14 +88,20 @@ class Event:
         return f"{base}/v1/ingress/slack/acme", body, slack_headers(SLACK_SECRET, body)
 
 
+_DISCORD_POSTING = threading.Lock()
+
+
 def _deliver(base: str, event: Event, discord: FakeDiscord) -> None:
     if event.kind == "discord":
         # The Gateway has no redelivery: a message is sent once, and a client that
-        # resumes after a crash gets what it missed replayed.
-        if not event.acked:
-            discord.post_message(f"@palyra please echo {event.token}",
-                                 channel_id=str(800_000 + event.n), author_id=str(event.n))
-            event.acked = True
+        # resumes after a crash gets what it missed replayed. One batch may hold an
+        # event twice (unanswered, and drawn again), on two threads: posting it twice
+        # would be two user messages, each rightly answered.
+        with _DISCORD_POSTING:
+            if not event.acked:
+                discord.post_message(f"@palyra please echo {event.token}",
+                                     channel_id=str(800_000 + event.n), author_id=str(event.n))
+                event.acked = True
         return
     url, body, headers = event.request(base)
     try:
