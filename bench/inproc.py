@@ -20,9 +20,6 @@ from palyra.journal import JournalStore
 from palyra.policy import PolicyConfig, PolicyGate
 from palyra.providers import ScriptedProvider
 from palyra.tools import default_registry
-from palyra.tools.mcp import McpServerConfig
-from palyra.tools.mcp.hub import McpHub
-from palyra.tools.skills import Limits, install, register_skills
 
 DEVICE = "01J00000000000000000000000"
 MCP_SERVER = Path(__file__).with_name("mcp_add_server.py")
@@ -116,12 +113,19 @@ async def in_process(data_dir: Path, args: argparse.Namespace) -> AsyncIterator[
         tool = TOOL_NAMES.get(args.tool, args.tool)
         config = EngineConfig(max_turns=args.steps + 2, approval_timeout_s=300.0)
         async with contextlib.AsyncExitStack() as stack:
+            # MCP and skills are imported only when used: their modules (pydantic,
+            # anyio, wasmtime) would otherwise grow the heap every other run collects.
             if args.tool == "mcp":
+                from palyra.tools.mcp import McpServerConfig
+                from palyra.tools.mcp.hub import McpHub
+
                 # The same add, served over stdio by a real MCP server (a child process).
                 await stack.enter_async_context(McpHub(registry, [McpServerConfig(
                     name="bench", command=sys.executable, args=(str(MCP_SERVER),),
                     capabilities=("read_only",))]))
             if args.tool == "skill":
+                from palyra.tools.skills import Limits, install, register_skills
+
                 # The same add as a WebAssembly skill (the example skill), under fuel.
                 install(EXAMPLE_SKILL, data_dir / "skills")
                 register_skills(data_dir / "skills", registry, limits=Limits())
