@@ -58,10 +58,12 @@ class GatePolicy:
         # of its posture is MEDIUM, and so is process.run at tier C with a
         # read-only workspace (the tool says so).
         tool = self._registry.get(request.tool_name)
-        risk = (tool.risk if tool is not None and tool.risk else
-                "high" if caps is None or is_sensitive(caps) else "medium")
+        stated = tool.risk_for(posture.value) if tool is not None else ""
+        risk = stated or ("high" if caps is None or is_sensitive(caps) else "medium")
+        # Only a tool that runs differently by posture has it taped (lean tapes).
+        taped = posture.value if tool is not None and tool.follows_posture else ""
         return ToolVerdict(_OUTCOMES[decision.outcome], decision.reason,
-                           decision.policy_hash, decision.policy_ids, risk)
+                           decision.policy_hash, decision.policy_ids, risk, taped)
 
     def _skill_gate(self, request: ToolRequest, caps: frozenset[str] | None
                     ) -> ToolVerdict | None:

@@ -22,7 +22,7 @@ from pathlib import Path
 import msgspec
 
 from palyra.core.capabilities import Capability
-from palyra.tools._sandbox import SandboxConfig, command_line
+from palyra.tools._sandbox import RUNNING_POSTURES, SandboxConfig, command_line
 from palyra.tools._spec import ToolContext, ToolError, ToolOutput, ToolSpec
 from palyra.tools._workspace import resolve_in_workspace
 
@@ -76,16 +76,27 @@ def _find(program: str, cwd: Path, path: str | None) -> str | None:
 
 
 def _runner(sandbox: SandboxConfig) -> Callable[[RunArgs, ToolContext], Awaitable[ToolOutput]]:
-    facts = sandbox.facts()
+    # The confinement and the attestation's facts of each posture, computed once.
+    by_posture = {posture: (confined, _facts(confined, posture))
+                  for posture in ("", *RUNNING_POSTURES)
+                  for confined in (sandbox.for_posture(posture),)}
 
     async def run(args: RunArgs, ctx: ToolContext) -> ToolOutput:
+        confined, facts = by_posture.get(ctx.posture, by_posture[""])
         try:
-            output = await _run(args, ctx, sandbox)
+            output = await _run(args, ctx, confined)
         except ToolError as exc:
             raise ToolError(exc.message, facts=facts) from exc
         return ToolOutput(output.value, truncated=output.truncated, facts=facts)
 
     return run
+
+
+def _facts(confined: SandboxConfig, posture: str) -> dict[str, str]:
+    facts = confined.facts()
+    if posture:
+        facts["sandbox.posture"] = posture
+    return facts
 
 
 async def _run(args: RunArgs, ctx: ToolContext, sandbox: SandboxConfig) -> ToolOutput:
@@ -135,8 +146,9 @@ async def _run(args: RunArgs, ctx: ToolContext, sandbox: SandboxConfig) -> ToolO
 
 
 def process_run_tool(sandbox: SandboxConfig) -> ToolSpec[RunArgs]:
-    """``process.run`` confined by ``sandbox``; MEDIUM risk at tier c with a
-    read-only workspace (it can change nothing), HIGH otherwise."""
+    """``process.run`` confined by ``sandbox`` (its tier chosen by the call's
+    posture); MEDIUM risk where that tier is c with a read-only workspace (it
+    can change nothing), HIGH otherwise."""
     return ToolSpec(
         "process.run",
         "Run a program (argv, no shell) in the workspace; returns exit code and output.",
@@ -146,6 +158,8 @@ def process_run_tool(sandbox: SandboxConfig) -> ToolSpec[RunArgs]:
         timeout_s=60.0,
         executor="sandbox",
         risk="medium" if sandbox.read_only else "",
+        risk_by_posture={posture: "medium" if sandbox.for_posture(posture).read_only else "high"
+                         for posture in RUNNING_POSTURES},
     )
 
 

@@ -15,16 +15,27 @@
 
 Wrappers only ``exec`` (no extra process stays between the daemon and the
 program), so killing the process group still kills everything.
+
+The tier follows the tool's posture (``postures``): an operator who lets
+``process.run`` run without asking (``always_allow``) can confine those calls
+tighter than the ones a person approves one by one. The posture is resolved
+when the call is decided and taped with the decision, so an approved call, or
+one re-run after a restart, runs at the tier its approval prompt stated.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal, TypeAlias
 
 Tier: TypeAlias = Literal["a", "b", "c"]
 WorkspaceMode: TypeAlias = Literal["rw", "ro"]
+
+TIERS = frozenset({"a", "b", "c"})
+# Postures under which a tool runs at all (``disabled`` never does).
+RUNNING_POSTURES = ("always_allow", "ask_each_time")
 
 BWRAP = "/usr/bin/bwrap"
 PRLIMIT = "/usr/bin/prlimit"
@@ -46,6 +57,9 @@ class SandboxConfig:
         file_bytes: Largest file the program may write.
         user: Run the program as this user (``nobody``); needs a daemon
             running as root. Empty: the daemon's own user.
+        postures: The tier for a call whose resolved posture is the key
+            (``always_allow``, ``ask_each_time``), e.g.
+            ``postures = { always_allow = "c" }``; other postures use ``tier``.
     """
 
     tier: Tier = "b"
@@ -56,11 +70,25 @@ class SandboxConfig:
     processes: int = 256
     file_bytes: int = 64 * 1024 * 1024
     user: str = ""
+    postures: Mapping[str, Tier] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if min(self.cpu_s, self.memory_bytes, self.open_files, self.processes,
                self.file_bytes) <= 0:
             raise ValueError("sandbox limits must be positive")
+        for posture, tier in self.postures.items():
+            if posture not in RUNNING_POSTURES:
+                raise ValueError(f"sandbox posture {posture!r} is not one of "
+                                 f"{', '.join(RUNNING_POSTURES)}")
+            if tier not in TIERS:
+                raise ValueError(f"sandbox tier {tier!r} (for {posture}) is not a, b or c")
+
+    def for_posture(self, posture: str) -> SandboxConfig:
+        """The confinement of a call decided under ``posture`` ("" or unlisted: ``tier``)."""
+        tier = self.postures.get(posture)
+        if tier is None or tier == self.tier:
+            return self
+        return dataclasses.replace(self, tier=tier, postures={})
 
     @property
     def read_only(self) -> bool:

@@ -41,12 +41,15 @@ class ToolContext:
         session_id: Session the call belongs to.
         run_id: Run the call belongs to.
         memory_search: Hook for ``memory.search``; ``None`` means no memory.
+        posture: The call's posture as resolved when it was decided ("" when
+            unknown); ``process.run`` picks its sandbox tier by it.
     """
 
     workspace_dir: Path
     session_id: str = ""
     run_id: str = ""
     memory_search: MemorySearchHook | None = None
+    posture: str = ""
 
 
 class ToolOutput(msgspec.Struct, frozen=True):
@@ -119,6 +122,8 @@ class ToolSpec(Generic[ArgsT]):
             an MCP server's name ("" for a built-in).
         risk: The risk an approval prompt states (``medium``/``high``);
             empty: HIGH for a sensitive tool, MEDIUM otherwise.
+        risk_by_posture: The risk under a resolved posture, where it differs
+            by posture (``process.run``, whose sandbox tier follows it).
     """
 
     name: str
@@ -131,8 +136,18 @@ class ToolSpec(Generic[ArgsT]):
     executor: str = "builtin"
     input_schema: Mapping[str, Any] | None = None
     risk: str = ""
+    risk_by_posture: Mapping[str, str] = dataclasses.field(default_factory=dict)
     origin: str = ""
     check_args: Callable[[dict[str, Any]], str | None] | None = None
+
+    @property
+    def follows_posture(self) -> bool:
+        """Whether a call runs differently by its posture (it states a risk per posture)."""
+        return bool(self.risk_by_posture)
+
+    def risk_for(self, posture: str) -> str:
+        """The risk an approval prompt states for a call under ``posture``."""
+        return self.risk_by_posture.get(posture, self.risk)
 
     def json_schema(self) -> dict[str, Any]:
         """JSON schema of the arguments, inlined for models.

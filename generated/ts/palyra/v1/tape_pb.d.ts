@@ -478,6 +478,16 @@ export declare type ToolDecision = Message<"palyra.v1.ToolDecision"> & {
    * @generated from field: string approval_id = 6;
    */
   approvalId: string;
+
+  /**
+   * The tool's posture as resolved for this call (always_allow, ask_each_time),
+   * set only for a tool that runs differently by posture: process.run's sandbox
+   * tier follows it, so the call runs, after an approval or a restart, confined
+   * as its decision and approval prompt said.
+   *
+   * @generated from field: string posture = 7;
+   */
+  posture: string;
 };
 
 /**

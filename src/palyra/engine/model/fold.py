@@ -60,6 +60,8 @@ class Proposal:
     # The daemon proposed this call for a context reference (e.g. ``@url:…``) whose
     # tool needs an approval; its result becomes a context block, not a tool message.
     context_reference: str = ""
+    # The posture its decision was made under (the tape's ``ToolDecision.posture``).
+    posture: str = ""
 
     def arguments(self) -> dict[str, Any]:
         """The decoded arguments (``{"_raw_arguments": text}`` when not an object)."""
@@ -240,7 +242,7 @@ class LoopState:
         p = self.find(member.proposal_id)
         if p is None:
             return
-        p.policy_hash = member.policy_hash
+        p.policy_hash, p.posture = member.policy_hash, member.posture
         if member.outcome == pb.ToolDecisionOutcome.ALLOW:
             p.phase = ProposalPhase.ALLOWED
         elif member.outcome == pb.ToolDecisionOutcome.NEEDS_APPROVAL:

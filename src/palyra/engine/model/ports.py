@@ -26,6 +26,8 @@ class ToolVerdict:
     policy_hash: str
     policy_ids: tuple[str, ...] = ()
     risk_level: str = "high"
+    # The tool's posture as resolved for this call; taped with the decision.
+    posture: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +113,12 @@ class ToolsPort(Protocol):
 
     async def execute(
         self, name: str, arguments: Mapping[str, Any], *, session_id: str, run_id: str,
-        timeout_s: float,
+        timeout_s: float, posture: str = "",
     ) -> ToolOutcome:
         """Run the tool; cancellable by plain asyncio cancellation.
+
+        ``posture`` is the one taped with the call's decision (a tool may
+        confine itself by it: ``process.run``'s sandbox tier).
 
         The port enforces ``timeout_s`` (the loop's remaining wall-clock time, or
         less): a call that outlasts it is a ``timed_out`` outcome, not an error.

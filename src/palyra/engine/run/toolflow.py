@@ -77,6 +77,13 @@ def decide(step: Step, name: str, arguments: Mapping[str, Any],
                            deps.policy.policy_hash)
 
 
+def tool_decision(pid: str, verdict: ToolVerdict) -> pb.ToolDecision:
+    """The tape's record of a verdict (the posture travels: the call runs under it)."""
+    return pb.ToolDecision(proposal_id=pid, outcome=verdict.outcome, reason=verdict.reason,
+                           policy_hash=verdict.policy_hash, policy_ids=list(verdict.policy_ids),
+                           posture=verdict.posture)
+
+
 async def propose(step: Step, batch: Batch, calls: Sequence[ToolCall], turn: int) -> None:
     """Tape the proposals and their decisions with the provider output, then commit.
 
@@ -101,9 +108,7 @@ async def propose(step: Step, batch: Batch, calls: Sequence[ToolCall], turn: int
         batch.add(pb.ToolProposal(
             proposal_id=pid, tool_name=call.name, input_json=input_json,
             approval_required=verdict.outcome == _ASK, turn=turn,
-            decision=pb.ToolDecision(proposal_id=pid, outcome=verdict.outcome,
-                                     reason=verdict.reason, policy_hash=verdict.policy_hash,
-                                     policy_ids=list(verdict.policy_ids))))
+            decision=tool_decision(pid, verdict)))
     group = _read_only_group(step, verdicts)
     if group:
         # Intent and results in one commit; the batch stays carried while the
@@ -177,9 +182,7 @@ async def propose_references(step: Step, batch: Batch, calls: Sequence[Reference
             proposal_id=pid, tool_name=call.tool_name,
             input_json=canonical_json(dict(call.arguments)).decode(),
             approval_required=verdict.outcome == _ASK, turn=turn, context_reference=call.label,
-            decision=pb.ToolDecision(proposal_id=pid, outcome=verdict.outcome,
-                                     reason=verdict.reason, policy_hash=verdict.policy_hash,
-                                     policy_ids=list(verdict.policy_ids))))
+            decision=tool_decision(pid, verdict)))
         first = first or (pid, call, verdict)
     assert first is not None
     pid, call, verdict = first
@@ -196,9 +199,7 @@ async def resolve_tool(step: Step, p: Proposal) -> None:
         await _refuse_redacted(step, p)
     elif p.phase is ProposalPhase.PROPOSED:  # only after an interrupted append
         verdict = decide(step, p.tool_name, p.arguments())
-        await step.writer.batch().add(pb.ToolDecision(
-            proposal_id=p.proposal_id, outcome=verdict.outcome, reason=verdict.reason,
-            policy_hash=verdict.policy_hash, policy_ids=list(verdict.policy_ids))).commit()
+        await step.writer.batch().add(tool_decision(p.proposal_id, verdict)).commit()
     elif p.phase is ProposalPhase.NEEDS_APPROVAL:
         verdict = decide(step, p.tool_name, p.arguments())
         await approval_gate(step, step.writer.batch(), p.proposal_id, p.tool_name,
@@ -378,7 +379,7 @@ async def execute(step: Step, p: Proposal) -> None:
         return
     step.phase = "tool"
     with step.active():
-        outcome = await _run_tool(step, p.tool_name, p.arguments())
+        outcome = await _run_tool(step, p.tool_name, p.arguments(), p.posture)
     batch = step.writer.batch()
     _add_outcome(batch, p.proposal_id, p.tool_name, outcome)
     _turn_done(step, batch, p.proposal_id)
@@ -395,7 +396,8 @@ def _add_outcome(batch: Batch, pid: str, name: str, outcome: ToolOutcome) -> Non
         truncated=outcome.truncated, attestation=attestation))
 
 
-async def _run_tool(step: Step, name: str, arguments: Mapping[str, Any]) -> ToolOutcome:
+async def _run_tool(step: Step, name: str, arguments: Mapping[str, Any],
+                    posture: str = "") -> ToolOutcome:
     """Execute within the loop's remaining wall-clock budget; every failure is an outcome.
 
     The tools port enforces the budget (``timeout_s``) with the one timer it sets
@@ -407,7 +409,7 @@ async def _run_tool(step: Step, name: str, arguments: Mapping[str, Any]) -> Tool
             raise TimeoutError
         return await step.deps.tools.execute(
             name, arguments, session_id=step.record.session_id,
-            run_id=step.run_id, timeout_s=remaining)
+            run_id=step.run_id, timeout_s=remaining, posture=posture)
     except TimeoutError:
         return ToolOutcome(False, "", "the agent loop's wall-clock limit was reached",
                            timed_out=True)

@@ -3617,6 +3617,14 @@ class ToolDecision(betterproto2.Message):
 
     approval_id: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
 
+    posture: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+    """
+    The tool's posture as resolved for this call (always_allow, ask_each_time),
+    set only for a tool that runs differently by posture: process.run's sandbox
+    tier follows it, so the call runs, after an approval or a restart, confined
+    as its decision and approval prompt said.
+    """
+
 
 default_message_pool.register_message("palyra.v1", "ToolDecision", ToolDecision)
 
