@@ -9,6 +9,7 @@ import http.server
 import io
 import json
 import shutil
+import socket
 import tarfile
 import threading
 import zipfile
@@ -277,3 +278,66 @@ def test_install_from_a_url(tmp_path: Path, file_server: tuple[Path, str],
     assert not (tmp_path / "escape.txt").exists() and not skills.exists()
     assert palyra(["skills", "--skills-dir", str(skills), "install", f"{base}/none.zip"]) == 1
     assert "404" in capfd.readouterr().err
+
+
+GET_ONE = """
+(module
+  (import "palyra" "http_get" (func $get (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 64) "{url}")
+  (func (export "get") (result f64)
+    (f64.convert_i32_s (call $get (i32.const 64) (i32.const {length}) (i32.const 1024)
+      (i32.const 64)))))
+"""
+
+
+async def test_http_get_connects_to_the_address_it_checked(
+        tmp_path: Path, ctx: ToolContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A rebinding name: the check's lookup says loopback (allowed here), any later
+    # lookup says an unroutable address. The request must go where the check looked.
+    seen: list[str] = []
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers["Host"])
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"pinned")
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    real = socket.getaddrinfo
+    lookups: list[str] = []
+
+    def rebinding(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host != "rebind.test":
+            return real(host, *args, **kwargs)
+        lookups.append(host)
+        address = "127.0.0.1" if len(lookups) == 1 else "10.255.255.1"
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    url = f"http://rebind.test:{port}/x"
+    directory = tmp_path / "skills" / "rebind"
+    directory.mkdir(parents=True)
+    module = GET_ONE.format(url=url, length=len(url))
+    (directory / "get.wat").write_text(module)
+    (directory / "skill.json").write_text(json.dumps({
+        "name": "rebind", "version": "0.1.0", "module": "get.wat",
+        "sha256": hashlib.sha256(module.encode()).hexdigest(),
+        "tools": [{"name": "get", "description": "get", "export": "get", "params": []}],
+        "capabilities": {"network": ["rebind.test"], "filesystem": []}}))
+    registry = ToolRegistry()
+    register_skills(tmp_path / "skills", registry, limits=Limits(),
+                    fetch_allow=("127.0.0.0/8",))
+    try:
+        result = await registry.execute("skill.rebind.get", {}, ctx, timeout_s=20)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert _value(result) == float(len(b"pinned"))
+    assert seen == [f"rebind.test:{port}"]  # the name travels in Host, the address was pinned

@@ -17,7 +17,7 @@ import msgspec
 
 from palyra.core.capabilities import Capability
 from palyra.core.errors import ErrorCode, PalyraError
-from palyra.tools._netguard import Network, parse_networks, refusal
+from palyra.tools._netguard import Network, parse_networks, refusal, via_address
 from palyra.tools._spec import ToolContext, ToolError, ToolOutput, ToolSpec
 
 FETCH_LIMIT_BYTES = 48 * 1024
@@ -53,13 +53,6 @@ async def _pinned_address(url: httpx.URL, allow: tuple[Network, ...]) -> str:
     return addresses[0]
 
 
-def _via(url: httpx.URL, address: str) -> tuple[httpx.URL, dict[str, str], dict[str, object]]:
-    """The request for ``url`` sent to the checked ``address``: Host and TLS name kept."""
-    host_header = url.host if url.port is None else f"{url.host}:{url.port}"
-    extensions: dict[str, object] = {"sni_hostname": url.host} if url.scheme == "https" else {}
-    return url.copy_with(host=address), {"host": host_header}, extensions
-
-
 def http_fetch_tool(allow: Sequence[str] = ()) -> ToolSpec[FetchArgs]:
     """``http.fetch`` that may also reach the networks in ``allow`` (CIDR strings).
 
@@ -83,7 +76,7 @@ def http_fetch_tool(allow: Sequence[str] = ()) -> ToolSpec[FetchArgs]:
                 if url.scheme not in ("http", "https"):
                     raise ToolError(f"only http and https URLs can be fetched, not "
                                     f"{url.scheme!r}")
-                target, headers, extensions = _via(url, await _pinned_address(url, networks))
+                target, headers, extensions = via_address(url, await _pinned_address(url, networks))
                 request = client.build_request("GET", target, headers=headers,
                                                extensions=extensions)
                 response = await client.send(request, stream=True)

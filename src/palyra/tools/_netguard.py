@@ -22,6 +22,8 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 
+import httpx
+
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -105,3 +107,13 @@ def _refusal(ip: Address) -> str:
     if not ip.is_global:
         return f"{ip} is not a public address"
     return ""
+
+
+def via_address(url: httpx.URL, address: str
+                ) -> tuple[httpx.URL, dict[str, str], dict[str, object]]:
+    """The request for ``url`` sent to the checked ``address`` (URL, headers,
+    extensions): the Host header and the TLS server name stay ``url``'s host, so
+    the connection goes where the check looked and nowhere a second DNS answer says."""
+    host_header = url.host if url.port is None else f"{url.host}:{url.port}"
+    extensions: dict[str, object] = {"sni_hostname": url.host} if url.scheme == "https" else {}
+    return url.copy_with(host=address), {"host": host_header}, extensions

@@ -35,7 +35,7 @@ import wasmtime
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from palyra.tools._netguard import Network, refusal
+from palyra.tools._netguard import Network, refusal, via_address
 from palyra.tools._spec import ToolError
 from palyra.tools._workspace import resolve_in_workspace
 from palyra.tools.skills.manifest import SkillManifest, SkillTool, signing_message
@@ -164,17 +164,27 @@ class _Call:
                 self.skill.manifest.capabilities.network:
             self.refused.append(f"host {host or url!r} not granted")
             return HTTP_NOT_GRANTED
+        port = parts.port or (443 if parts.scheme == "https" else 80)
         try:
-            infos = socket.getaddrinfo(host, parts.port or 443, type=socket.SOCK_STREAM)
-        except OSError:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            target = httpx.URL(url)
+        except (OSError, httpx.InvalidURL):
             return HTTP_FAILED
-        for info in infos:
-            why = refusal(str(info[4][0]), self.allow)
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        for address in addresses:
+            why = refusal(address, self.allow)
             if why:
                 self.refused.append(f"host {host!r}: {why}")
                 return HTTP_ADDRESS_REFUSED
+        if not addresses:
+            return HTTP_FAILED
+        # Sent to the address just checked (Host and TLS name kept): a second
+        # DNS answer cannot point the request somewhere the check never saw.
+        pinned, headers, extensions = via_address(target, addresses[0])
         try:
-            body = httpx.get(url, timeout=HTTP_TIMEOUT_S, follow_redirects=False).content
+            with httpx.Client(timeout=HTTP_TIMEOUT_S, follow_redirects=False) as client:
+                body = client.send(client.build_request(
+                    "GET", pinned, headers=headers, extensions=extensions)).content
         except httpx.HTTPError:
             return HTTP_FAILED
         body = body[:max(0, out_cap)]
