@@ -276,6 +276,16 @@ class GatewayServiceApp(Protocol[CtxT]):
         """``palyra.v1.GatewayService.SetToolPosture``."""
         ...
 
+    async def list_skills(self, ctx: CtxT, request: v1.ListSkillsRequest) -> v1.ListSkillsResponse:
+        """``palyra.v1.GatewayService.ListSkills``."""
+        ...
+
+    async def reload_skills(
+        self, ctx: CtxT, request: v1.ReloadSkillsRequest
+    ) -> v1.ReloadSkillsResponse:
+        """``palyra.v1.GatewayService.ReloadSkills``."""
+        ...
+
     async def route_message(
         self, ctx: CtxT, request: v1.RouteMessageRequest
     ) -> v1.RouteMessageResponse:
@@ -390,6 +400,12 @@ class GatewayServiceServer(v1.GatewayServiceBase, Generic[CtxI]):
         self, message: v1.SetToolPostureRequest
     ) -> v1.SetToolPostureResponse:
         return await self._app.set_tool_posture(self._ctx(), message)
+
+    async def list_skills(self, message: v1.ListSkillsRequest) -> v1.ListSkillsResponse:
+        return await self._app.list_skills(self._ctx(), message)
+
+    async def reload_skills(self, message: v1.ReloadSkillsRequest) -> v1.ReloadSkillsResponse:
+        return await self._app.reload_skills(self._ctx(), message)
 
     async def route_message(self, message: v1.RouteMessageRequest) -> v1.RouteMessageResponse:
         return await self._app.route_message(self._ctx(), message)
@@ -991,6 +1007,24 @@ RPCS: Final[tuple[RpcInfo, ...]] = (
     ),
     RpcInfo(
         "palyra.v1.GatewayService",
+        "ListSkills",
+        "list_skills",
+        "palyra.v1.ListSkillsRequest",
+        "palyra.v1.ListSkillsResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
+        "palyra.v1.GatewayService",
+        "ReloadSkills",
+        "reload_skills",
+        "palyra.v1.ReloadSkillsRequest",
+        "palyra.v1.ReloadSkillsResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
+        "palyra.v1.GatewayService",
         "RouteMessage",
         "route_message",
         "palyra.v1.RouteMessageRequest",
@@ -1305,6 +1339,8 @@ UNARY: Final[dict[str, Callable[[PalyraServicesApp[Any], Any, Any], Awaitable[An
     "cleanup_session": lambda app, ctx, request: app.cleanup_session(ctx, request),
     "branch_session": lambda app, ctx, request: app.branch_session(ctx, request),
     "set_tool_posture": lambda app, ctx, request: app.set_tool_posture(ctx, request),
+    "list_skills": lambda app, ctx, request: app.list_skills(ctx, request),
+    "reload_skills": lambda app, ctx, request: app.reload_skills(ctx, request),
     "route_message": lambda app, ctx, request: app.route_message(ctx, request),
     "list_agents": lambda app, ctx, request: app.list_agents(ctx, request),
     "get_agent": lambda app, ctx, request: app.get_agent(ctx, request),

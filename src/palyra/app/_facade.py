@@ -16,6 +16,7 @@ from palyra.app._learning import LearningApi
 from palyra.app._memory import MemoryApi
 from palyra.app._runs import RunsApi
 from palyra.app._sessions import SessionsApi
+from palyra.app._skills import SkillsApi
 from palyra.app._tasks import TasksApi
 from palyra.app._tokens import TokensApi
 from palyra.app._watchdog import WatchdogApi
@@ -24,7 +25,7 @@ from palyra.core.principals import is_operator
 
 
 class PalyraApp(RunsApi, SessionsApi, ApprovalsApi, JournalApi, TokensApi, TasksApi,
-                WatchdogApi, LearningApi, MemoryApi, AgentsApi, ChannelsApi):
+                WatchdogApi, LearningApi, MemoryApi, AgentsApi, ChannelsApi, SkillsApi):
     """The application API over one ``Engine``.
 
     Methods take ``(ctx: CallContext, request)`` and return the response

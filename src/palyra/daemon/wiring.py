@@ -45,8 +45,9 @@ from palyra.channels.ingress import Ingress
 from palyra.channels.polling import poll_telegram
 from palyra.config import PalyraConfig
 from palyra.core.errors import PalyraError
+from palyra.daemon.skills import SkillsHost
 from palyra.engine import Engine, IdentityRec, RecoveryReport, RunRecord, RunStateId
-from palyra.journal import EventDraft, JournalStore, sign_head_if_moved
+from palyra.journal import JournalStore, sign_head_if_moved
 from palyra.learning import TASK_KIND as REFLECTION_TASK
 from palyra.learning import Learning
 from palyra.memory.factory import build_embedder
@@ -56,7 +57,7 @@ from palyra.ops.readiness import Readiness
 from palyra.policy import PolicyGate
 from palyra.providers import build_provider
 from palyra.tasks import TaskQueue, TaskWorker
-from palyra.tools import ToolRegistry, default_registry
+from palyra.tools import default_registry
 from palyra.transport.context import ContextFactory
 from palyra.watchdog import Watchdog
 
@@ -89,8 +90,8 @@ async def open_application(
     registry = default_registry(config.tools)
     skills_dir = Path(config.tools.skills_dir) if config.tools.skills_dir else \
         config.data_dir / SKILLS_DIR
-    if skills_dir.is_dir() and any(skills_dir.iterdir()):
-        await _load_skills(config, skills_dir, registry, store)
+    skills = SkillsHost(config.tools, skills_dir, registry, store)
+    await skills.start()
     if config.tools.mcp:
         # The SDK is loaded only when servers are configured. Entered before the
         # engine, left after it has parked its runs: no call loses its server.
@@ -148,6 +149,7 @@ async def open_application(
     app.tasks = tasks
     app.learning = learning
     app.memory = memory
+    app.skills = skills
     readiness = Readiness(store, lambda: gate.policy_hash)
     readiness.recovered = True  # engine.recover() and the task queue's start returned
     app.readiness = lambda: [(c.name, c.ok, c.detail) for c in readiness.checks()]
@@ -155,24 +157,6 @@ async def open_application(
         (c.name, c.ok, c.detail) for c in daemon_details(
             config.data_dir, config.memory.embedder, lambda: memory.status().space)]
     return app, CallContext.from_caller
-
-
-async def _load_skills(config: PalyraConfig, skills_dir: Path, registry: ToolRegistry,
-                       store: JournalStore) -> None:
-    """Register the installed skills' tools and journal what was loaded. Wasmtime
-    and the schema checker are loaded only when skills are installed."""
-    from palyra.tools.skills import Limits, register_skills
-
-    skills = register_skills(skills_dir, registry, limits=Limits(
-        config.tools.skill_fuel, config.tools.skill_memory_bytes),
-        fetch_allow=config.tools.fetch_allow, publisher_keys=config.tools.skill_publisher_keys)
-    if skills:
-        # Which skills (module digests, capabilities, states) this daemon runs with,
-        # on the hash-chained journal: a changed or swapped skill shows there.
-        await store.append([EventDraft(kind="skill.loaded", actor="system:daemon",
-                                       principal="system:daemon", payload=record)
-                            for record in skills])
-        _log.info("skills", skills=[(r["skill"], r["state"]) for r in skills])
 
 
 async def _open_channels(config: PalyraConfig, store: JournalStore, engine: Engine,

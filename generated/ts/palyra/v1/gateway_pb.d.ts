@@ -1156,6 +1156,166 @@ export declare type SetToolPostureResponse = Message<"palyra.v1.SetToolPostureRe
 export declare const SetToolPostureResponseSchema: GenMessage<SetToolPostureResponse>;
 
 /**
+ * One installed skill as the daemon runs it.
+ *
+ * @generated from message palyra.v1.Skill
+ */
+export declare type Skill = Message<"palyra.v1.Skill"> & {
+  /**
+   * Its directory name (tools are `skill.<name>.<tool>`).
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * `name@version`, from its manifest ("" when the manifest is unreadable).
+   *
+   * @generated from field: string skill_id = 2;
+   */
+  skillId: string;
+
+  /**
+   * enabled, disabled, quarantined, or refused (its checks failed: `reason`).
+   *
+   * @generated from field: string state = 3;
+   */
+  state: string;
+
+  /**
+   * @generated from field: string module_sha256 = 4;
+   */
+  moduleSha256: string;
+
+  /**
+   * @generated from field: repeated string capabilities = 5;
+   */
+  capabilities: string[];
+
+  /**
+   * The registered tool names (enabled skills only).
+   *
+   * @generated from field: repeated string tools = 6;
+   */
+  tools: string[];
+
+  /**
+   * @generated from field: string reason = 7;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message palyra.v1.Skill.
+ * Use `create(SkillSchema)` to create a new message.
+ */
+export declare const SkillSchema: GenMessage<Skill>;
+
+/**
+ * @generated from message palyra.v1.ListSkillsRequest
+ */
+export declare type ListSkillsRequest = Message<"palyra.v1.ListSkillsRequest"> & {
+};
+
+/**
+ * Describes the message palyra.v1.ListSkillsRequest.
+ * Use `create(ListSkillsRequestSchema)` to create a new message.
+ */
+export declare const ListSkillsRequestSchema: GenMessage<ListSkillsRequest>;
+
+/**
+ * @generated from message palyra.v1.ListSkillsResponse
+ */
+export declare type ListSkillsResponse = Message<"palyra.v1.ListSkillsResponse"> & {
+  /**
+   * @generated from field: repeated palyra.v1.Skill skills = 1;
+   */
+  skills: Skill[];
+};
+
+/**
+ * Describes the message palyra.v1.ListSkillsResponse.
+ * Use `create(ListSkillsResponseSchema)` to create a new message.
+ */
+export declare const ListSkillsResponseSchema: GenMessage<ListSkillsResponse>;
+
+/**
+ * @generated from message palyra.v1.ReloadSkillsRequest
+ */
+export declare type ReloadSkillsRequest = Message<"palyra.v1.ReloadSkillsRequest"> & {
+};
+
+/**
+ * Describes the message palyra.v1.ReloadSkillsRequest.
+ * Use `create(ReloadSkillsRequestSchema)` to create a new message.
+ */
+export declare const ReloadSkillsRequestSchema: GenMessage<ReloadSkillsRequest>;
+
+/**
+ * What a reload changed for one skill.
+ *
+ * @generated from message palyra.v1.SkillChange
+ */
+export declare type SkillChange = Message<"palyra.v1.SkillChange"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * installed, updated (another module or manifest), enabled, disabled,
+   * quarantined, refused or removed.
+   *
+   * @generated from field: string change = 2;
+   */
+  change: string;
+
+  /**
+   * @generated from field: string skill_id = 3;
+   */
+  skillId: string;
+
+  /**
+   * @generated from field: string module_sha256 = 4;
+   */
+  moduleSha256: string;
+};
+
+/**
+ * Describes the message palyra.v1.SkillChange.
+ * Use `create(SkillChangeSchema)` to create a new message.
+ */
+export declare const SkillChangeSchema: GenMessage<SkillChange>;
+
+/**
+ * @generated from message palyra.v1.ReloadSkillsResponse
+ */
+export declare type ReloadSkillsResponse = Message<"palyra.v1.ReloadSkillsResponse"> & {
+  /**
+   * @generated from field: repeated palyra.v1.Skill skills = 1;
+   */
+  skills: Skill[];
+
+  /**
+   * @generated from field: repeated palyra.v1.SkillChange changes = 2;
+   */
+  changes: SkillChange[];
+
+  /**
+   * The journal position of the last change's event (0: nothing changed).
+   *
+   * @generated from field: uint64 journal_position = 3;
+   */
+  journalPosition: bigint;
+};
+
+/**
+ * Describes the message palyra.v1.ReloadSkillsResponse.
+ * Use `create(ReloadSkillsResponseSchema)` to create a new message.
+ */
+export declare const ReloadSkillsResponseSchema: GenMessage<ReloadSkillsResponse>;
+
+/**
  * @generated from message palyra.v1.InboundMessage
  */
 export declare type InboundMessage = Message<"palyra.v1.InboundMessage"> & {
@@ -1935,6 +2095,29 @@ export declare const GatewayService: GenService<{
     methodKind: "unary";
     input: typeof SetToolPostureRequestSchema;
     output: typeof SetToolPostureResponseSchema;
+  },
+  /**
+   * The installed WebAssembly skills with their states (operators).
+   *
+   * @generated from rpc palyra.v1.GatewayService.ListSkills
+   */
+  listSkills: {
+    methodKind: "unary";
+    input: typeof ListSkillsRequestSchema;
+    output: typeof ListSkillsResponseSchema;
+  },
+  /**
+   * Load what `palyra skills install|enable|disable|quarantine|remove` changed in
+   * the skills directory now: tools of skills no longer enabled leave the registry,
+   * newly enabled ones join it, and each change is journaled under the caller's
+   * principal (operators).
+   *
+   * @generated from rpc palyra.v1.GatewayService.ReloadSkills
+   */
+  reloadSkills: {
+    methodKind: "unary";
+    input: typeof ReloadSkillsRequestSchema;
+    output: typeof ReloadSkillsResponseSchema;
   },
   /**
    * Channel ingress: a Discord/Slack-style inbound message.

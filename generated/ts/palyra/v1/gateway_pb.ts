@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file palyra/v1/gateway.proto.
  */
 export const file_palyra_v1_gateway: GenFile = /*@__PURE__*/
-  fileDesc("ChdwYWx5cmEvdjEvZ2F0ZXdheS5wcm90bxIJcGFseXJhLnYxIhIKEEdldEhlYWx0aFJlcXVlc3Qi7wEKEUdldEhlYWx0aFJlc3BvbnNlEg8KB3NlcnZpY2UYASABKAkSDwoHdmVyc2lvbhgCIAEoCRIRCgl1cHRpbWVfbXMYAyABKAQSFgoOam91cm5hbF9ldmVudHMYBCABKAQSFAoMam91cm5hbF9oZWFkGAUgASgJEhcKD2pvdXJuYWxfY29tbWl0cxgGIAEoBBINCgVyZWFkeRgHIAEoCBImCgZjaGVja3MYCCADKAsyFi5wYWx5cmEudjEuSGVhbHRoQ2hlY2sSJwoHZGV0YWlscxgJIAMoCzIWLnBhbHlyYS52MS5IZWFsdGhDaGVjayI3CgtIZWFsdGhDaGVjaxIMCgRuYW1lGAEgASgJEgoKAm9rGAIgASgIEg4KBmRldGFpbBgDIAEoCSKqAQoWSW5saW5lQXBwcm92YWxEZWNpc2lvbhITCgthcHByb3ZhbF9pZBgBIAEoCRItCghkZWNpc2lvbhgCIAEoDjIbLnBhbHlyYS52MS5BcHByb3ZhbERlY2lzaW9uEicKBXNjb3BlGAMgASgOMhgucGFseXJhLnYxLkFwcHJvdmFsU2NvcGUSEwoLdHRsX3NlY29uZHMYBCABKA0SDgoGcmVhc29uGAUgASgJIrkDChBSdW5TdHJlYW1SZXF1ZXN0EgkKAXYYASABKA0SEgoKc2Vzc2lvbl9pZBgCIAEoCRI2CgZydW5faWQYAyABKAlCJsrzGCISIF4oWzAtN11bMC05QS1ISktNTlAtVFYtWl17MjV9KT8kEiYKBWlucHV0GAQgASgLMhcucGFseXJhLnYxLk1lc3NhZ2VJbnB1dBITCgtzZXNzaW9uX2tleRgFIAEoCRIVCg1zZXNzaW9uX2xhYmVsGAYgASgJEhUKDXJlc2V0X3Nlc3Npb24YByABKAgSGAoQcmVxdWlyZV9leGlzdGluZxgIIAEoCBIzCghhcHByb3ZhbBgJIAEoCzIhLnBhbHlyYS52MS5JbmxpbmVBcHByb3ZhbERlY2lzaW9uEhMKC29yaWdpbl9raW5kGAogASgJEhUKDW9yaWdpbl9ydW5faWQYCyABKAkSHAoUcGFyYW1ldGVyX2RlbHRhX2pzb24YDCABKAkSFwoPcXVldWVkX2lucHV0X2lkGA0gASgJEhAKCGFnZW50X2lkGA4gASgJEg0KBWJhdGNoGA8gASgIEhAKCGNvbXBsZXRlGBAgASgIImkKEVJ1blN0cmVhbVJlc3BvbnNlEgkKAXYYASABKA0SIwoFZXZlbnQYAiABKAsyFC5wYWx5cmEudjEuVGFwZUV2ZW50EiQKBmV2ZW50cxgDIAMoCzIULnBhbHlyYS52MS5UYXBlRXZlbnQixwEKEENyZWF0ZVJ1blJlcXVlc3QSCQoBdhgBIAEoDRISCgpzZXNzaW9uX2lkGAIgASgJEhMKC3Nlc3Npb25fa2V5GAMgASgJEhUKDXNlc3Npb25fbGFiZWwYBCABKAkSJgoFaW5wdXQYBSABKAsyFy5wYWx5cmEudjEuTWVzc2FnZUlucHV0EhAKCGNvbXBsZXRlGAYgASgIEgwKBHdhaXQYByABKAgSDgoGcnVuX2lkGAggASgJEhAKCGFnZW50X2lkGAkgASgJIm4KEUNyZWF0ZVJ1blJlc3BvbnNlEhsKA3J1bhgBIAEoCzIOLnBhbHlyYS52MS5SdW4SIwoHc2Vzc2lvbhgCIAEoCzISLnBhbHlyYS52MS5TZXNzaW9uEhcKD3Nlc3Npb25fY3JlYXRlZBgDIAEoCCJ1ChNTZW5kUnVuSW5wdXRSZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIuCgVpbnB1dBgCIAEoCzIXLnBhbHlyYS52MS5NZXNzYWdlSW5wdXRCBsrzGAIIARIQCghjb21wbGV0ZRgDIAEoCBIMCgR3YWl0GAQgASgIIjMKFFNlbmRSdW5JbnB1dFJlc3BvbnNlEhsKA3J1bhgBIAEoCzIOLnBhbHlyYS52MS5SdW4iMgoSQ29tcGxldGVSdW5SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIMCgR3YWl0GAIgASgIIjIKE0NvbXBsZXRlUnVuUmVzcG9uc2USGwoDcnVuGAEgASgLMg4ucGFseXJhLnYxLlJ1biKBAgoSQXBwZW5kRXZlbnRSZXF1ZXN0EgkKAXYYASABKA0SEAoIZXZlbnRfaWQYAiABKAkSOQoKc2Vzc2lvbl9pZBgDIAEoCUIlyvMYIQgBEh1eWzAtN11bMC05QS1ISktNTlAtVFYtWl17MjV9JBI1CgZydW5faWQYBCABKAlCJcrzGCEIARIdXlswLTddWzAtOUEtSEpLTU5QLVRWLVpdezI1fSQSFAoEa2luZBgFIAEoCUIGyvMYAggBEhUKBWFjdG9yGAYgASgJQgbK8xgCCAESGQoRdGltZXN0YW1wX3VuaXhfbXMYByABKAMSFAoMcGF5bG9hZF9qc29uGAggASgJIlkKE0FwcGVuZEV2ZW50UmVzcG9uc2USEAoIZXZlbnRfaWQYASABKAkSEAoIYWNjZXB0ZWQYAiABKAgSEAoIcG9zaXRpb24YAyABKAQSDAoEaGFzaBgEIAEoCSIxCg9BYm9ydFJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCSJgChBBYm9ydFJ1blJlc3BvbnNlEg4KBnJ1bl9pZBgBIAEoCRIYChBjYW5jZWxfcmVxdWVzdGVkGAIgASgIEiIKBXN0YXRlGAMgASgOMhMucGFseXJhLnYxLlJ1blN0YXRlIh8KDUdldFJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJIi0KDkdldFJ1blJlc3BvbnNlEhsKA3J1bhgBIAEoCzIOLnBhbHlyYS52MS5SdW4icAoPTGlzdFJ1bnNSZXF1ZXN0EiIKBXN0YXRlGAEgASgOMhMucGFseXJhLnYxLlJ1blN0YXRlEhIKCnNlc3Npb25faWQYAiABKAkSEQoJcGFnZV9zaXplGAMgASgNEhIKCnBhZ2VfdG9rZW4YBCABKAkiSQoQTGlzdFJ1bnNSZXNwb25zZRIcCgRydW5zGAEgAygLMg4ucGFseXJhLnYxLlJ1bhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiRgoSTGlzdFJ1blRhcGVSZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIRCglhZnRlcl9zZXEYAiABKAMSDQoFbGltaXQYAyABKA0ijwEKE0xpc3RSdW5UYXBlUmVzcG9uc2USJAoGZXZlbnRzGAEgAygLMhQucGFseXJhLnYxLlRhcGVFdmVudBIbCg5uZXh0X2FmdGVyX3NlcRgCIAEoA0gAiAEBEiIKBXN0YXRlGAMgASgOMhMucGFseXJhLnYxLlJ1blN0YXRlQhEKD19uZXh0X2FmdGVyX3NlcSJjChdFeHBhbmRDb21wYWN0aW9uUmVxdWVzdBIOCgZydW5faWQYASABKAkSFgoOY29tcGFjdGlvbl9zZXEYAiABKAQSEQoJYWZ0ZXJfc2VxGAMgASgDEg0KBWxpbWl0GAQgASgNIskBChhFeHBhbmRDb21wYWN0aW9uUmVzcG9uc2USKAoKY29tcGFjdGlvbhgBIAEoCzIULnBhbHlyYS52MS5UYXBlRXZlbnQSJAoGZXZlbnRzGAIgAygLMhQucGFseXJhLnYxLlRhcGVFdmVudBIbCg5uZXh0X2FmdGVyX3NlcRgDIAEoA0gAiAEBEhUKDWRpZ2VzdF9zaGEyNTYYBCABKAkSFgoOZGlnZXN0X21hdGNoZXMYBSABKAhCEQoPX25leHRfYWZ0ZXJfc2VxIlYKD1dhdGNoUnVuUmVxdWVzdBIOCgZydW5faWQYASABKAkSEQoJYWZ0ZXJfc2VxGAIgASgDEhEKCW5vX2ZvbGxvdxgDIAEoCBINCgViYXRjaBgEIAEoCCJdChBXYXRjaFJ1blJlc3BvbnNlEiMKBWV2ZW50GAEgASgLMhQucGFseXJhLnYxLlRhcGVFdmVudBIkCgZldmVudHMYAiADKAsyFC5wYWx5cmEudjEuVGFwZUV2ZW50ImgKE0xpc3RTZXNzaW9uc1JlcXVlc3QSGQoRYWZ0ZXJfc2Vzc2lvbl9rZXkYASABKAkSDQoFbGltaXQYAiABKA0SGAoQaW5jbHVkZV9hcmNoaXZlZBgDIAEoCBINCgVvd25lchgEIAEoCSJcChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIkCghzZXNzaW9ucxgBIAMoCzISLnBhbHlyYS52MS5TZXNzaW9uEh4KFm5leHRfYWZ0ZXJfc2Vzc2lvbl9rZXkYAiABKAkiiAEKFVJlc29sdmVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhMKC3Nlc3Npb25fa2V5GAIgASgJEhUKDXNlc3Npb25fbGFiZWwYAyABKAkSFQoNcmVzZXRfc2Vzc2lvbhgEIAEoCBIYChByZXF1aXJlX2V4aXN0aW5nGAUgASgIImUKFlJlc29sdmVTZXNzaW9uUmVzcG9uc2USIwoHc2Vzc2lvbhgBIAEoCzISLnBhbHlyYS52MS5TZXNzaW9uEg8KB2NyZWF0ZWQYAiABKAgSFQoNcmVzZXRfYXBwbGllZBgDIAEoCCIrChVDbGVhbnVwU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJyChZDbGVhbnVwU2Vzc2lvblJlc3BvbnNlEg8KB2NsZWFuZWQYASABKAgSFgoObmV3bHlfYXJjaGl2ZWQYAiABKAgSHAoUcHJldmlvdXNfc2Vzc2lvbl9rZXkYAyABKAkSEQoJcnVuX2NvdW50GAQgASgEIkEKFEJyYW5jaFNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFQoNc2Vzc2lvbl9sYWJlbBgCIAEoCSJgChVCcmFuY2hTZXNzaW9uUmVzcG9uc2USIwoHc2Vzc2lvbhgBIAEoCzISLnBhbHlyYS52MS5TZXNzaW9uEiIKBnNvdXJjZRgCIAEoCzISLnBhbHlyYS52MS5TZXNzaW9uIm8KFVNldFRvb2xQb3N0dXJlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhkKCXRvb2xfbmFtZRgCIAEoCUIGyvMYAggBEicKB3Bvc3R1cmUYAyABKA4yFi5wYWx5cmEudjEuVG9vbFBvc3R1cmUiPQoWU2V0VG9vbFBvc3R1cmVSZXNwb25zZRIjCgdzZXNzaW9uGAEgASgLMhIucGFseXJhLnYxLlNlc3Npb24i8wIKDkluYm91bmRNZXNzYWdlEhMKC2VudmVsb3BlX2lkGAEgASgJEg8KB2NoYW5uZWwYAiABKAkSFwoPY29udmVyc2F0aW9uX2lkGAMgASgJEhEKCXRocmVhZF9pZBgEIAEoCRIVCg1zZW5kZXJfaGFuZGxlGAUgASgJEhYKDnNlbmRlcl9kaXNwbGF5GAYgASgJEhcKD3NlbmRlcl92ZXJpZmllZBgHIAEoCBIMCgR0ZXh0GAggASgJEhkKEWlzX2RpcmVjdF9tZXNzYWdlGAkgASgIEhQKDGlzX2Jyb2FkY2FzdBgKIAEoCBIaChJhZGFwdGVyX21lc3NhZ2VfaWQYCyABKAkSFQoNcmV0cnlfYXR0ZW1wdBgMIAEoDRITCgtxdW90ZWRfdGV4dBgNIAEoCRIVCg1xdW90ZWRfc2VuZGVyGA4gASgJEhEKCWhhc19tZWRpYRgPIAEoCBIWCg5tZW50aW9uc19hZ2VudBgQIAEoCCJlChNSb3V0ZU1lc3NhZ2VSZXF1ZXN0EgkKAXYYASABKA0SDwoHY2hhbm5lbBgCIAEoCRIyCgdtZXNzYWdlGAMgASgLMhkucGFseXJhLnYxLkluYm91bmRNZXNzYWdlQgbK8xgCCAEiaAoPT3V0Ym91bmRNZXNzYWdlEgwKBHRleHQYASABKAkSFwoPY29udmVyc2F0aW9uX2lkGAIgASgJEhEKCXRocmVhZF9pZBgDIAEoCRIbChNyZXBseV90b19tZXNzYWdlX2lkGAQgASgJIvUBChRSb3V0ZU1lc3NhZ2VSZXNwb25zZRIQCghhY2NlcHRlZBgBIAEoCBIYChBxdWV1ZWRfZm9yX3JldHJ5GAIgASgIEhcKD2RlY2lzaW9uX3JlYXNvbhgDIAEoCRISCgpzZXNzaW9uX2lkGAQgASgJEg4KBnJ1bl9pZBgFIAEoCRIrCgdvdXRwdXRzGAYgAygLMhoucGFseXJhLnYxLk91dGJvdW5kTWVzc2FnZRITCgtlbnZlbG9wZV9pZBgHIAEoCRIRCglkdXBsaWNhdGUYCCABKAgSHwoXZGVsaXZlcmVkX3RvX2FjdGl2ZV9ydW4YCSABKAgitgIKBUFnZW50EhAKCGFnZW50X2lkGAEgASgJEhQKDGRpc3BsYXlfbmFtZRgCIAEoCRIVCg1zeXN0ZW1fcHJvbXB0GAMgASgJEhAKCHByb3ZpZGVyGAQgASgJEg0KBW1vZGVsGAUgASgJEg0KBXRvb2xzGAYgAygJEhoKEmNyZWF0ZWRfYXRfdW5peF9tcxgHIAEoAxIaChJ1cGRhdGVkX2F0X3VuaXhfbXMYCCABKAMSOQoNdG9vbF9wb3N0dXJlcxgJIAMoCzIiLnBhbHlyYS52MS5BZ2VudC5Ub29sUG9zdHVyZXNFbnRyeRpLChFUb29sUG9zdHVyZXNFbnRyeRILCgNrZXkYASABKAkSJQoFdmFsdWUYAiABKA4yFi5wYWx5cmEudjEuVG9vbFBvc3R1cmU6AjgBInMKDEFnZW50QmluZGluZxISCgpiaW5kaW5nX2lkGAEgASgJEhAKCGFnZW50X2lkGAIgASgJEg8KB2NoYW5uZWwYAyABKAkSFwoPY29udmVyc2F0aW9uX2lkGAQgASgJEhMKC3Nlc3Npb25fa2V5GAUgASgJIjoKEUxpc3RBZ2VudHNSZXF1ZXN0EhYKDmFmdGVyX2FnZW50X2lkGAEgASgJEg0KBWxpbWl0GAIgASgNIlMKEkxpc3RBZ2VudHNSZXNwb25zZRIgCgZhZ2VudHMYASADKAsyEC5wYWx5cmEudjEuQWdlbnQSGwoTbmV4dF9hZnRlcl9hZ2VudF9pZBgCIAEoCSIjCg9HZXRBZ2VudFJlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkiMwoQR2V0QWdlbnRSZXNwb25zZRIfCgVhZ2VudBgBIAEoCzIQLnBhbHlyYS52MS5BZ2VudCI9ChJDcmVhdGVBZ2VudFJlcXVlc3QSJwoFYWdlbnQYASABKAsyEC5wYWx5cmEudjEuQWdlbnRCBsrzGAIIASI2ChNDcmVhdGVBZ2VudFJlc3BvbnNlEh8KBWFnZW50GAEgASgLMhAucGFseXJhLnYxLkFnZW50Ik8KElVwZGF0ZUFnZW50UmVxdWVzdBIQCghhZ2VudF9pZBgBIAEoCRInCgVhZ2VudBgCIAEoCzIQLnBhbHlyYS52MS5BZ2VudEIGyvMYAggBIjYKE1VwZGF0ZUFnZW50UmVzcG9uc2USHwoFYWdlbnQYASABKAsyEC5wYWx5cmEudjEuQWdlbnQiJgoSRGVsZXRlQWdlbnRSZXF1ZXN0EhAKCGFnZW50X2lkGAEgASgJIiYKE0RlbGV0ZUFnZW50UmVzcG9uc2USDwoHZGVsZXRlZBgBIAEoCCJOChBCaW5kQWdlbnRSZXF1ZXN0EhAKCGFnZW50X2lkGAEgASgJEigKB2JpbmRpbmcYAiABKAsyFy5wYWx5cmEudjEuQWdlbnRCaW5kaW5nIj0KEUJpbmRBZ2VudFJlc3BvbnNlEigKB2JpbmRpbmcYASABKAsyFy5wYWx5cmEudjEuQWdlbnRCaW5kaW5nIiwKGExpc3RBZ2VudEJpbmRpbmdzUmVxdWVzdBIQCghhZ2VudF9pZBgBIAEoCSJGChlMaXN0QWdlbnRCaW5kaW5nc1Jlc3BvbnNlEikKCGJpbmRpbmdzGAEgAygLMhcucGFseXJhLnYxLkFnZW50QmluZGluZyI6ChJVbmJpbmRBZ2VudFJlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkSEgoKYmluZGluZ19pZBgCIAEoCSImChNVbmJpbmRBZ2VudFJlc3BvbnNlEg8KB3JlbW92ZWQYASABKAgy9xYKDkdhdGV3YXlTZXJ2aWNlElgKCUdldEhlYWx0aBIbLnBhbHlyYS52MS5HZXRIZWFsdGhSZXF1ZXN0GhwucGFseXJhLnYxLkdldEhlYWx0aFJlc3BvbnNlIhCC0+STAgoSCC9oZWFsdGh6EmYKCVJ1blN0cmVhbRIbLnBhbHlyYS52MS5SdW5TdHJlYW1SZXF1ZXN0GhwucGFseXJhLnYxLlJ1blN0cmVhbVJlc3BvbnNlIhqC0+STAhQiDy92MS9ydW5zOnN0cmVhbToBKigBMAESWwoJQ3JlYXRlUnVuEhsucGFseXJhLnYxLkNyZWF0ZVJ1blJlcXVlc3QaHC5wYWx5cmEudjEuQ3JlYXRlUnVuUmVzcG9uc2UiE4LT5JMCDSIIL3YxL3J1bnM6ASoSdAoMU2VuZFJ1bklucHV0Eh4ucGFseXJhLnYxLlNlbmRSdW5JbnB1dFJlcXVlc3QaHy5wYWx5cmEudjEuU2VuZFJ1bklucHV0UmVzcG9uc2UiI4LT5JMCHSIYL3YxL3J1bnMve3J1bl9pZH0vaW5wdXRzOgEqEnMKC0NvbXBsZXRlUnVuEh0ucGFseXJhLnYxLkNvbXBsZXRlUnVuUmVxdWVzdBoeLnBhbHlyYS52MS5Db21wbGV0ZVJ1blJlc3BvbnNlIiWC0+STAh8iGi92MS9ydW5zL3tydW5faWR9OmNvbXBsZXRlOgEqEmMKC0FwcGVuZEV2ZW50Eh0ucGFseXJhLnYxLkFwcGVuZEV2ZW50UmVxdWVzdBoeLnBhbHlyYS52MS5BcHBlbmRFdmVudFJlc3BvbnNlIhWC0+STAg8iCi92MS9ldmVudHM6ASoSZwoIQWJvcnRSdW4SGi5wYWx5cmEudjEuQWJvcnRSdW5SZXF1ZXN0GhsucGFseXJhLnYxLkFib3J0UnVuUmVzcG9uc2UiIoLT5JMCHCIXL3YxL3J1bnMve3J1bl9pZH06YWJvcnQ6ASoSWAoGR2V0UnVuEhgucGFseXJhLnYxLkdldFJ1blJlcXVlc3QaGS5wYWx5cmEudjEuR2V0UnVuUmVzcG9uc2UiGYLT5JMCExIRL3YxL3J1bnMve3J1bl9pZH0SVQoITGlzdFJ1bnMSGi5wYWx5cmEudjEuTGlzdFJ1bnNSZXF1ZXN0GhsucGFseXJhLnYxLkxpc3RSdW5zUmVzcG9uc2UiEILT5JMCChIIL3YxL3J1bnMSbAoLTGlzdFJ1blRhcGUSHS5wYWx5cmEudjEuTGlzdFJ1blRhcGVSZXF1ZXN0Gh4ucGFseXJhLnYxLkxpc3RSdW5UYXBlUmVzcG9uc2UiHoLT5JMCGBIWL3YxL3J1bnMve3J1bl9pZH0vdGFwZRKJAQoQRXhwYW5kQ29tcGFjdGlvbhIiLnBhbHlyYS52MS5FeHBhbmRDb21wYWN0aW9uUmVxdWVzdBojLnBhbHlyYS52MS5FeHBhbmRDb21wYWN0aW9uUmVzcG9uc2UiLILT5JMCJhIkL3YxL3J1bnMve3J1bl9pZH0vY29tcGFjdGlvbnM6ZXhwYW5kEmcKCFdhdGNoUnVuEhoucGFseXJhLnYxLldhdGNoUnVuUmVxdWVzdBobLnBhbHlyYS52MS5XYXRjaFJ1blJlc3BvbnNlIiCC0+STAhoSGC92MS9ydW5zL3tydW5faWR9L2V2ZW50czABEmUKDExpc3RTZXNzaW9ucxIeLnBhbHlyYS52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0Gh8ucGFseXJhLnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlIhSC0+STAg4SDC92MS9zZXNzaW9ucxJ2Cg5SZXNvbHZlU2Vzc2lvbhIgLnBhbHlyYS52MS5SZXNvbHZlU2Vzc2lvblJlcXVlc3QaIS5wYWx5cmEudjEuUmVzb2x2ZVNlc3Npb25SZXNwb25zZSIfgtPkkwIZIhQvdjEvc2Vzc2lvbnM6cmVzb2x2ZToBKhKDAQoOQ2xlYW51cFNlc3Npb24SIC5wYWx5cmEudjEuQ2xlYW51cFNlc3Npb25SZXF1ZXN0GiEucGFseXJhLnYxLkNsZWFudXBTZXNzaW9uUmVzcG9uc2UiLILT5JMCJiIhL3YxL3Nlc3Npb25zL3tzZXNzaW9uX2lkfTpjbGVhbnVwOgEqEn8KDUJyYW5jaFNlc3Npb24SHy5wYWx5cmEudjEuQnJhbmNoU2Vzc2lvblJlcXVlc3QaIC5wYWx5cmEudjEuQnJhbmNoU2Vzc2lvblJlc3BvbnNlIiuC0+STAiUiIC92MS9zZXNzaW9ucy97c2Vzc2lvbl9pZH06YnJhbmNoOgEqEokBCg5TZXRUb29sUG9zdHVyZRIgLnBhbHlyYS52MS5TZXRUb29sUG9zdHVyZVJlcXVlc3QaIS5wYWx5cmEudjEuU2V0VG9vbFBvc3R1cmVSZXNwb25zZSIygtPkkwIsIicvdjEvc2Vzc2lvbnMve3Nlc3Npb25faWR9L3Rvb2wtcG9zdHVyZXM6ASoSgQEKDFJvdXRlTWVzc2FnZRIeLnBhbHlyYS52MS5Sb3V0ZU1lc3NhZ2VSZXF1ZXN0Gh8ucGFseXJhLnYxLlJvdXRlTWVzc2FnZVJlc3BvbnNlIjCC0+STAioiJS92MS9jaGFubmVscy97Y2hhbm5lbH0vbWVzc2FnZXM6cm91dGU6ASoSXQoKTGlzdEFnZW50cxIcLnBhbHlyYS52MS5MaXN0QWdlbnRzUmVxdWVzdBodLnBhbHlyYS52MS5MaXN0QWdlbnRzUmVzcG9uc2UiEoLT5JMCDBIKL3YxL2FnZW50cxJiCghHZXRBZ2VudBIaLnBhbHlyYS52MS5HZXRBZ2VudFJlcXVlc3QaGy5wYWx5cmEudjEuR2V0QWdlbnRSZXNwb25zZSIdgtPkkwIXEhUvdjEvYWdlbnRzL3thZ2VudF9pZH0SYwoLQ3JlYXRlQWdlbnQSHS5wYWx5cmEudjEuQ3JlYXRlQWdlbnRSZXF1ZXN0Gh4ucGFseXJhLnYxLkNyZWF0ZUFnZW50UmVzcG9uc2UiFYLT5JMCDyIKL3YxL2FnZW50czoBKhJuCgtVcGRhdGVBZ2VudBIdLnBhbHlyYS52MS5VcGRhdGVBZ2VudFJlcXVlc3QaHi5wYWx5cmEudjEuVXBkYXRlQWdlbnRSZXNwb25zZSIggtPkkwIaMhUvdjEvYWdlbnRzL3thZ2VudF9pZH06ASoSawoLRGVsZXRlQWdlbnQSHS5wYWx5cmEudjEuRGVsZXRlQWdlbnRSZXF1ZXN0Gh4ucGFseXJhLnYxLkRlbGV0ZUFnZW50UmVzcG9uc2UiHYLT5JMCFyoVL3YxL2FnZW50cy97YWdlbnRfaWR9EnEKCUJpbmRBZ2VudBIbLnBhbHlyYS52MS5CaW5kQWdlbnRSZXF1ZXN0GhwucGFseXJhLnYxLkJpbmRBZ2VudFJlc3BvbnNlIimC0+STAiMiHi92MS9hZ2VudHMve2FnZW50X2lkfS9iaW5kaW5nczoBKhKGAQoRTGlzdEFnZW50QmluZGluZ3MSIy5wYWx5cmEudjEuTGlzdEFnZW50QmluZGluZ3NSZXF1ZXN0GiQucGFseXJhLnYxLkxpc3RBZ2VudEJpbmRpbmdzUmVzcG9uc2UiJoLT5JMCIBIeL3YxL2FnZW50cy97YWdlbnRfaWR9L2JpbmRpbmdzEoEBCgtVbmJpbmRBZ2VudBIdLnBhbHlyYS52MS5VbmJpbmRBZ2VudFJlcXVlc3QaHi5wYWx5cmEudjEuVW5iaW5kQWdlbnRSZXNwb25zZSIzgtPkkwItKisvdjEvYWdlbnRzL3thZ2VudF9pZH0vYmluZGluZ3Mve2JpbmRpbmdfaWR9YgZwcm90bzM", [file_palyra_v1_options, file_google_api_annotations, file_palyra_v1_common, file_palyra_v1_tape]);
+  fileDesc("ChdwYWx5cmEvdjEvZ2F0ZXdheS5wcm90bxIJcGFseXJhLnYxIhIKEEdldEhlYWx0aFJlcXVlc3Qi7wEKEUdldEhlYWx0aFJlc3BvbnNlEg8KB3NlcnZpY2UYASABKAkSDwoHdmVyc2lvbhgCIAEoCRIRCgl1cHRpbWVfbXMYAyABKAQSFgoOam91cm5hbF9ldmVudHMYBCABKAQSFAoMam91cm5hbF9oZWFkGAUgASgJEhcKD2pvdXJuYWxfY29tbWl0cxgGIAEoBBINCgVyZWFkeRgHIAEoCBImCgZjaGVja3MYCCADKAsyFi5wYWx5cmEudjEuSGVhbHRoQ2hlY2sSJwoHZGV0YWlscxgJIAMoCzIWLnBhbHlyYS52MS5IZWFsdGhDaGVjayI3CgtIZWFsdGhDaGVjaxIMCgRuYW1lGAEgASgJEgoKAm9rGAIgASgIEg4KBmRldGFpbBgDIAEoCSKqAQoWSW5saW5lQXBwcm92YWxEZWNpc2lvbhITCgthcHByb3ZhbF9pZBgBIAEoCRItCghkZWNpc2lvbhgCIAEoDjIbLnBhbHlyYS52MS5BcHByb3ZhbERlY2lzaW9uEicKBXNjb3BlGAMgASgOMhgucGFseXJhLnYxLkFwcHJvdmFsU2NvcGUSEwoLdHRsX3NlY29uZHMYBCABKA0SDgoGcmVhc29uGAUgASgJIrkDChBSdW5TdHJlYW1SZXF1ZXN0EgkKAXYYASABKA0SEgoKc2Vzc2lvbl9pZBgCIAEoCRI2CgZydW5faWQYAyABKAlCJsrzGCISIF4oWzAtN11bMC05QS1ISktNTlAtVFYtWl17MjV9KT8kEiYKBWlucHV0GAQgASgLMhcucGFseXJhLnYxLk1lc3NhZ2VJbnB1dBITCgtzZXNzaW9uX2tleRgFIAEoCRIVCg1zZXNzaW9uX2xhYmVsGAYgASgJEhUKDXJlc2V0X3Nlc3Npb24YByABKAgSGAoQcmVxdWlyZV9leGlzdGluZxgIIAEoCBIzCghhcHByb3ZhbBgJIAEoCzIhLnBhbHlyYS52MS5JbmxpbmVBcHByb3ZhbERlY2lzaW9uEhMKC29yaWdpbl9raW5kGAogASgJEhUKDW9yaWdpbl9ydW5faWQYCyABKAkSHAoUcGFyYW1ldGVyX2RlbHRhX2pzb24YDCABKAkSFwoPcXVldWVkX2lucHV0X2lkGA0gASgJEhAKCGFnZW50X2lkGA4gASgJEg0KBWJhdGNoGA8gASgIEhAKCGNvbXBsZXRlGBAgASgIImkKEVJ1blN0cmVhbVJlc3BvbnNlEgkKAXYYASABKA0SIwoFZXZlbnQYAiABKAsyFC5wYWx5cmEudjEuVGFwZUV2ZW50EiQKBmV2ZW50cxgDIAMoCzIULnBhbHlyYS52MS5UYXBlRXZlbnQixwEKEENyZWF0ZVJ1blJlcXVlc3QSCQoBdhgBIAEoDRISCgpzZXNzaW9uX2lkGAIgASgJEhMKC3Nlc3Npb25fa2V5GAMgASgJEhUKDXNlc3Npb25fbGFiZWwYBCABKAkSJgoFaW5wdXQYBSABKAsyFy5wYWx5cmEudjEuTWVzc2FnZUlucHV0EhAKCGNvbXBsZXRlGAYgASgIEgwKBHdhaXQYByABKAgSDgoGcnVuX2lkGAggASgJEhAKCGFnZW50X2lkGAkgASgJIm4KEUNyZWF0ZVJ1blJlc3BvbnNlEhsKA3J1bhgBIAEoCzIOLnBhbHlyYS52MS5SdW4SIwoHc2Vzc2lvbhgCIAEoCzISLnBhbHlyYS52MS5TZXNzaW9uEhcKD3Nlc3Npb25fY3JlYXRlZBgDIAEoCCJ1ChNTZW5kUnVuSW5wdXRSZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIuCgVpbnB1dBgCIAEoCzIXLnBhbHlyYS52MS5NZXNzYWdlSW5wdXRCBsrzGAIIARIQCghjb21wbGV0ZRgDIAEoCBIMCgR3YWl0GAQgASgIIjMKFFNlbmRSdW5JbnB1dFJlc3BvbnNlEhsKA3J1bhgBIAEoCzIOLnBhbHlyYS52MS5SdW4iMgoSQ29tcGxldGVSdW5SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIMCgR3YWl0GAIgASgIIjIKE0NvbXBsZXRlUnVuUmVzcG9uc2USGwoDcnVuGAEgASgLMg4ucGFseXJhLnYxLlJ1biKBAgoSQXBwZW5kRXZlbnRSZXF1ZXN0EgkKAXYYASABKA0SEAoIZXZlbnRfaWQYAiABKAkSOQoKc2Vzc2lvbl9pZBgDIAEoCUIlyvMYIQgBEh1eWzAtN11bMC05QS1ISktNTlAtVFYtWl17MjV9JBI1CgZydW5faWQYBCABKAlCJcrzGCEIARIdXlswLTddWzAtOUEtSEpLTU5QLVRWLVpdezI1fSQSFAoEa2luZBgFIAEoCUIGyvMYAggBEhUKBWFjdG9yGAYgASgJQgbK8xgCCAESGQoRdGltZXN0YW1wX3VuaXhfbXMYByABKAMSFAoMcGF5bG9hZF9qc29uGAggASgJIlkKE0FwcGVuZEV2ZW50UmVzcG9uc2USEAoIZXZlbnRfaWQYASABKAkSEAoIYWNjZXB0ZWQYAiABKAgSEAoIcG9zaXRpb24YAyABKAQSDAoEaGFzaBgEIAEoCSIxCg9BYm9ydFJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEg4KBnJlYXNvbhgCIAEoCSJgChBBYm9ydFJ1blJlc3BvbnNlEg4KBnJ1bl9pZBgBIAEoCRIYChBjYW5jZWxfcmVxdWVzdGVkGAIgASgIEiIKBXN0YXRlGAMgASgOMhMucGFseXJhLnYxLlJ1blN0YXRlIh8KDUdldFJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJIi0KDkdldFJ1blJlc3BvbnNlEhsKA3J1bhgBIAEoCzIOLnBhbHlyYS52MS5SdW4icAoPTGlzdFJ1bnNSZXF1ZXN0EiIKBXN0YXRlGAEgASgOMhMucGFseXJhLnYxLlJ1blN0YXRlEhIKCnNlc3Npb25faWQYAiABKAkSEQoJcGFnZV9zaXplGAMgASgNEhIKCnBhZ2VfdG9rZW4YBCABKAkiSQoQTGlzdFJ1bnNSZXNwb25zZRIcCgRydW5zGAEgAygLMg4ucGFseXJhLnYxLlJ1bhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiRgoSTGlzdFJ1blRhcGVSZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIRCglhZnRlcl9zZXEYAiABKAMSDQoFbGltaXQYAyABKA0ijwEKE0xpc3RSdW5UYXBlUmVzcG9uc2USJAoGZXZlbnRzGAEgAygLMhQucGFseXJhLnYxLlRhcGVFdmVudBIbCg5uZXh0X2FmdGVyX3NlcRgCIAEoA0gAiAEBEiIKBXN0YXRlGAMgASgOMhMucGFseXJhLnYxLlJ1blN0YXRlQhEKD19uZXh0X2FmdGVyX3NlcSJjChdFeHBhbmRDb21wYWN0aW9uUmVxdWVzdBIOCgZydW5faWQYASABKAkSFgoOY29tcGFjdGlvbl9zZXEYAiABKAQSEQoJYWZ0ZXJfc2VxGAMgASgDEg0KBWxpbWl0GAQgASgNIskBChhFeHBhbmRDb21wYWN0aW9uUmVzcG9uc2USKAoKY29tcGFjdGlvbhgBIAEoCzIULnBhbHlyYS52MS5UYXBlRXZlbnQSJAoGZXZlbnRzGAIgAygLMhQucGFseXJhLnYxLlRhcGVFdmVudBIbCg5uZXh0X2FmdGVyX3NlcRgDIAEoA0gAiAEBEhUKDWRpZ2VzdF9zaGEyNTYYBCABKAkSFgoOZGlnZXN0X21hdGNoZXMYBSABKAhCEQoPX25leHRfYWZ0ZXJfc2VxIlYKD1dhdGNoUnVuUmVxdWVzdBIOCgZydW5faWQYASABKAkSEQoJYWZ0ZXJfc2VxGAIgASgDEhEKCW5vX2ZvbGxvdxgDIAEoCBINCgViYXRjaBgEIAEoCCJdChBXYXRjaFJ1blJlc3BvbnNlEiMKBWV2ZW50GAEgASgLMhQucGFseXJhLnYxLlRhcGVFdmVudBIkCgZldmVudHMYAiADKAsyFC5wYWx5cmEudjEuVGFwZUV2ZW50ImgKE0xpc3RTZXNzaW9uc1JlcXVlc3QSGQoRYWZ0ZXJfc2Vzc2lvbl9rZXkYASABKAkSDQoFbGltaXQYAiABKA0SGAoQaW5jbHVkZV9hcmNoaXZlZBgDIAEoCBINCgVvd25lchgEIAEoCSJcChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIkCghzZXNzaW9ucxgBIAMoCzISLnBhbHlyYS52MS5TZXNzaW9uEh4KFm5leHRfYWZ0ZXJfc2Vzc2lvbl9rZXkYAiABKAkiiAEKFVJlc29sdmVTZXNzaW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhMKC3Nlc3Npb25fa2V5GAIgASgJEhUKDXNlc3Npb25fbGFiZWwYAyABKAkSFQoNcmVzZXRfc2Vzc2lvbhgEIAEoCBIYChByZXF1aXJlX2V4aXN0aW5nGAUgASgIImUKFlJlc29sdmVTZXNzaW9uUmVzcG9uc2USIwoHc2Vzc2lvbhgBIAEoCzISLnBhbHlyYS52MS5TZXNzaW9uEg8KB2NyZWF0ZWQYAiABKAgSFQoNcmVzZXRfYXBwbGllZBgDIAEoCCIrChVDbGVhbnVwU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJyChZDbGVhbnVwU2Vzc2lvblJlc3BvbnNlEg8KB2NsZWFuZWQYASABKAgSFgoObmV3bHlfYXJjaGl2ZWQYAiABKAgSHAoUcHJldmlvdXNfc2Vzc2lvbl9rZXkYAyABKAkSEQoJcnVuX2NvdW50GAQgASgEIkEKFEJyYW5jaFNlc3Npb25SZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSFQoNc2Vzc2lvbl9sYWJlbBgCIAEoCSJgChVCcmFuY2hTZXNzaW9uUmVzcG9uc2USIwoHc2Vzc2lvbhgBIAEoCzISLnBhbHlyYS52MS5TZXNzaW9uEiIKBnNvdXJjZRgCIAEoCzISLnBhbHlyYS52MS5TZXNzaW9uIm8KFVNldFRvb2xQb3N0dXJlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhkKCXRvb2xfbmFtZRgCIAEoCUIGyvMYAggBEicKB3Bvc3R1cmUYAyABKA4yFi5wYWx5cmEudjEuVG9vbFBvc3R1cmUiPQoWU2V0VG9vbFBvc3R1cmVSZXNwb25zZRIjCgdzZXNzaW9uGAEgASgLMhIucGFseXJhLnYxLlNlc3Npb24iggEKBVNraWxsEgwKBG5hbWUYASABKAkSEAoIc2tpbGxfaWQYAiABKAkSDQoFc3RhdGUYAyABKAkSFQoNbW9kdWxlX3NoYTI1NhgEIAEoCRIUCgxjYXBhYmlsaXRpZXMYBSADKAkSDQoFdG9vbHMYBiADKAkSDgoGcmVhc29uGAcgASgJIhMKEUxpc3RTa2lsbHNSZXF1ZXN0IjYKEkxpc3RTa2lsbHNSZXNwb25zZRIgCgZza2lsbHMYASADKAsyEC5wYWx5cmEudjEuU2tpbGwiFQoTUmVsb2FkU2tpbGxzUmVxdWVzdCJUCgtTa2lsbENoYW5nZRIMCgRuYW1lGAEgASgJEg4KBmNoYW5nZRgCIAEoCRIQCghza2lsbF9pZBgDIAEoCRIVCg1tb2R1bGVfc2hhMjU2GAQgASgJInsKFFJlbG9hZFNraWxsc1Jlc3BvbnNlEiAKBnNraWxscxgBIAMoCzIQLnBhbHlyYS52MS5Ta2lsbBInCgdjaGFuZ2VzGAIgAygLMhYucGFseXJhLnYxLlNraWxsQ2hhbmdlEhgKEGpvdXJuYWxfcG9zaXRpb24YAyABKAQi8wIKDkluYm91bmRNZXNzYWdlEhMKC2VudmVsb3BlX2lkGAEgASgJEg8KB2NoYW5uZWwYAiABKAkSFwoPY29udmVyc2F0aW9uX2lkGAMgASgJEhEKCXRocmVhZF9pZBgEIAEoCRIVCg1zZW5kZXJfaGFuZGxlGAUgASgJEhYKDnNlbmRlcl9kaXNwbGF5GAYgASgJEhcKD3NlbmRlcl92ZXJpZmllZBgHIAEoCBIMCgR0ZXh0GAggASgJEhkKEWlzX2RpcmVjdF9tZXNzYWdlGAkgASgIEhQKDGlzX2Jyb2FkY2FzdBgKIAEoCBIaChJhZGFwdGVyX21lc3NhZ2VfaWQYCyABKAkSFQoNcmV0cnlfYXR0ZW1wdBgMIAEoDRITCgtxdW90ZWRfdGV4dBgNIAEoCRIVCg1xdW90ZWRfc2VuZGVyGA4gASgJEhEKCWhhc19tZWRpYRgPIAEoCBIWCg5tZW50aW9uc19hZ2VudBgQIAEoCCJlChNSb3V0ZU1lc3NhZ2VSZXF1ZXN0EgkKAXYYASABKA0SDwoHY2hhbm5lbBgCIAEoCRIyCgdtZXNzYWdlGAMgASgLMhkucGFseXJhLnYxLkluYm91bmRNZXNzYWdlQgbK8xgCCAEiaAoPT3V0Ym91bmRNZXNzYWdlEgwKBHRleHQYASABKAkSFwoPY29udmVyc2F0aW9uX2lkGAIgASgJEhEKCXRocmVhZF9pZBgDIAEoCRIbChNyZXBseV90b19tZXNzYWdlX2lkGAQgASgJIvUBChRSb3V0ZU1lc3NhZ2VSZXNwb25zZRIQCghhY2NlcHRlZBgBIAEoCBIYChBxdWV1ZWRfZm9yX3JldHJ5GAIgASgIEhcKD2RlY2lzaW9uX3JlYXNvbhgDIAEoCRISCgpzZXNzaW9uX2lkGAQgASgJEg4KBnJ1bl9pZBgFIAEoCRIrCgdvdXRwdXRzGAYgAygLMhoucGFseXJhLnYxLk91dGJvdW5kTWVzc2FnZRITCgtlbnZlbG9wZV9pZBgHIAEoCRIRCglkdXBsaWNhdGUYCCABKAgSHwoXZGVsaXZlcmVkX3RvX2FjdGl2ZV9ydW4YCSABKAgitgIKBUFnZW50EhAKCGFnZW50X2lkGAEgASgJEhQKDGRpc3BsYXlfbmFtZRgCIAEoCRIVCg1zeXN0ZW1fcHJvbXB0GAMgASgJEhAKCHByb3ZpZGVyGAQgASgJEg0KBW1vZGVsGAUgASgJEg0KBXRvb2xzGAYgAygJEhoKEmNyZWF0ZWRfYXRfdW5peF9tcxgHIAEoAxIaChJ1cGRhdGVkX2F0X3VuaXhfbXMYCCABKAMSOQoNdG9vbF9wb3N0dXJlcxgJIAMoCzIiLnBhbHlyYS52MS5BZ2VudC5Ub29sUG9zdHVyZXNFbnRyeRpLChFUb29sUG9zdHVyZXNFbnRyeRILCgNrZXkYASABKAkSJQoFdmFsdWUYAiABKA4yFi5wYWx5cmEudjEuVG9vbFBvc3R1cmU6AjgBInMKDEFnZW50QmluZGluZxISCgpiaW5kaW5nX2lkGAEgASgJEhAKCGFnZW50X2lkGAIgASgJEg8KB2NoYW5uZWwYAyABKAkSFwoPY29udmVyc2F0aW9uX2lkGAQgASgJEhMKC3Nlc3Npb25fa2V5GAUgASgJIjoKEUxpc3RBZ2VudHNSZXF1ZXN0EhYKDmFmdGVyX2FnZW50X2lkGAEgASgJEg0KBWxpbWl0GAIgASgNIlMKEkxpc3RBZ2VudHNSZXNwb25zZRIgCgZhZ2VudHMYASADKAsyEC5wYWx5cmEudjEuQWdlbnQSGwoTbmV4dF9hZnRlcl9hZ2VudF9pZBgCIAEoCSIjCg9HZXRBZ2VudFJlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkiMwoQR2V0QWdlbnRSZXNwb25zZRIfCgVhZ2VudBgBIAEoCzIQLnBhbHlyYS52MS5BZ2VudCI9ChJDcmVhdGVBZ2VudFJlcXVlc3QSJwoFYWdlbnQYASABKAsyEC5wYWx5cmEudjEuQWdlbnRCBsrzGAIIASI2ChNDcmVhdGVBZ2VudFJlc3BvbnNlEh8KBWFnZW50GAEgASgLMhAucGFseXJhLnYxLkFnZW50Ik8KElVwZGF0ZUFnZW50UmVxdWVzdBIQCghhZ2VudF9pZBgBIAEoCRInCgVhZ2VudBgCIAEoCzIQLnBhbHlyYS52MS5BZ2VudEIGyvMYAggBIjYKE1VwZGF0ZUFnZW50UmVzcG9uc2USHwoFYWdlbnQYASABKAsyEC5wYWx5cmEudjEuQWdlbnQiJgoSRGVsZXRlQWdlbnRSZXF1ZXN0EhAKCGFnZW50X2lkGAEgASgJIiYKE0RlbGV0ZUFnZW50UmVzcG9uc2USDwoHZGVsZXRlZBgBIAEoCCJOChBCaW5kQWdlbnRSZXF1ZXN0EhAKCGFnZW50X2lkGAEgASgJEigKB2JpbmRpbmcYAiABKAsyFy5wYWx5cmEudjEuQWdlbnRCaW5kaW5nIj0KEUJpbmRBZ2VudFJlc3BvbnNlEigKB2JpbmRpbmcYASABKAsyFy5wYWx5cmEudjEuQWdlbnRCaW5kaW5nIiwKGExpc3RBZ2VudEJpbmRpbmdzUmVxdWVzdBIQCghhZ2VudF9pZBgBIAEoCSJGChlMaXN0QWdlbnRCaW5kaW5nc1Jlc3BvbnNlEikKCGJpbmRpbmdzGAEgAygLMhcucGFseXJhLnYxLkFnZW50QmluZGluZyI6ChJVbmJpbmRBZ2VudFJlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkSEgoKYmluZGluZ19pZBgCIAEoCSImChNVbmJpbmRBZ2VudFJlc3BvbnNlEg8KB3JlbW92ZWQYASABKAgyxRgKDkdhdGV3YXlTZXJ2aWNlElgKCUdldEhlYWx0aBIbLnBhbHlyYS52MS5HZXRIZWFsdGhSZXF1ZXN0GhwucGFseXJhLnYxLkdldEhlYWx0aFJlc3BvbnNlIhCC0+STAgoSCC9oZWFsdGh6EmYKCVJ1blN0cmVhbRIbLnBhbHlyYS52MS5SdW5TdHJlYW1SZXF1ZXN0GhwucGFseXJhLnYxLlJ1blN0cmVhbVJlc3BvbnNlIhqC0+STAhQiDy92MS9ydW5zOnN0cmVhbToBKigBMAESWwoJQ3JlYXRlUnVuEhsucGFseXJhLnYxLkNyZWF0ZVJ1blJlcXVlc3QaHC5wYWx5cmEudjEuQ3JlYXRlUnVuUmVzcG9uc2UiE4LT5JMCDSIIL3YxL3J1bnM6ASoSdAoMU2VuZFJ1bklucHV0Eh4ucGFseXJhLnYxLlNlbmRSdW5JbnB1dFJlcXVlc3QaHy5wYWx5cmEudjEuU2VuZFJ1bklucHV0UmVzcG9uc2UiI4LT5JMCHSIYL3YxL3J1bnMve3J1bl9pZH0vaW5wdXRzOgEqEnMKC0NvbXBsZXRlUnVuEh0ucGFseXJhLnYxLkNvbXBsZXRlUnVuUmVxdWVzdBoeLnBhbHlyYS52MS5Db21wbGV0ZVJ1blJlc3BvbnNlIiWC0+STAh8iGi92MS9ydW5zL3tydW5faWR9OmNvbXBsZXRlOgEqEmMKC0FwcGVuZEV2ZW50Eh0ucGFseXJhLnYxLkFwcGVuZEV2ZW50UmVxdWVzdBoeLnBhbHlyYS52MS5BcHBlbmRFdmVudFJlc3BvbnNlIhWC0+STAg8iCi92MS9ldmVudHM6ASoSZwoIQWJvcnRSdW4SGi5wYWx5cmEudjEuQWJvcnRSdW5SZXF1ZXN0GhsucGFseXJhLnYxLkFib3J0UnVuUmVzcG9uc2UiIoLT5JMCHCIXL3YxL3J1bnMve3J1bl9pZH06YWJvcnQ6ASoSWAoGR2V0UnVuEhgucGFseXJhLnYxLkdldFJ1blJlcXVlc3QaGS5wYWx5cmEudjEuR2V0UnVuUmVzcG9uc2UiGYLT5JMCExIRL3YxL3J1bnMve3J1bl9pZH0SVQoITGlzdFJ1bnMSGi5wYWx5cmEudjEuTGlzdFJ1bnNSZXF1ZXN0GhsucGFseXJhLnYxLkxpc3RSdW5zUmVzcG9uc2UiEILT5JMCChIIL3YxL3J1bnMSbAoLTGlzdFJ1blRhcGUSHS5wYWx5cmEudjEuTGlzdFJ1blRhcGVSZXF1ZXN0Gh4ucGFseXJhLnYxLkxpc3RSdW5UYXBlUmVzcG9uc2UiHoLT5JMCGBIWL3YxL3J1bnMve3J1bl9pZH0vdGFwZRKJAQoQRXhwYW5kQ29tcGFjdGlvbhIiLnBhbHlyYS52MS5FeHBhbmRDb21wYWN0aW9uUmVxdWVzdBojLnBhbHlyYS52MS5FeHBhbmRDb21wYWN0aW9uUmVzcG9uc2UiLILT5JMCJhIkL3YxL3J1bnMve3J1bl9pZH0vY29tcGFjdGlvbnM6ZXhwYW5kEmcKCFdhdGNoUnVuEhoucGFseXJhLnYxLldhdGNoUnVuUmVxdWVzdBobLnBhbHlyYS52MS5XYXRjaFJ1blJlc3BvbnNlIiCC0+STAhoSGC92MS9ydW5zL3tydW5faWR9L2V2ZW50czABEmUKDExpc3RTZXNzaW9ucxIeLnBhbHlyYS52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0Gh8ucGFseXJhLnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlIhSC0+STAg4SDC92MS9zZXNzaW9ucxJ2Cg5SZXNvbHZlU2Vzc2lvbhIgLnBhbHlyYS52MS5SZXNvbHZlU2Vzc2lvblJlcXVlc3QaIS5wYWx5cmEudjEuUmVzb2x2ZVNlc3Npb25SZXNwb25zZSIfgtPkkwIZIhQvdjEvc2Vzc2lvbnM6cmVzb2x2ZToBKhKDAQoOQ2xlYW51cFNlc3Npb24SIC5wYWx5cmEudjEuQ2xlYW51cFNlc3Npb25SZXF1ZXN0GiEucGFseXJhLnYxLkNsZWFudXBTZXNzaW9uUmVzcG9uc2UiLILT5JMCJiIhL3YxL3Nlc3Npb25zL3tzZXNzaW9uX2lkfTpjbGVhbnVwOgEqEn8KDUJyYW5jaFNlc3Npb24SHy5wYWx5cmEudjEuQnJhbmNoU2Vzc2lvblJlcXVlc3QaIC5wYWx5cmEudjEuQnJhbmNoU2Vzc2lvblJlc3BvbnNlIiuC0+STAiUiIC92MS9zZXNzaW9ucy97c2Vzc2lvbl9pZH06YnJhbmNoOgEqEokBCg5TZXRUb29sUG9zdHVyZRIgLnBhbHlyYS52MS5TZXRUb29sUG9zdHVyZVJlcXVlc3QaIS5wYWx5cmEudjEuU2V0VG9vbFBvc3R1cmVSZXNwb25zZSIygtPkkwIsIicvdjEvc2Vzc2lvbnMve3Nlc3Npb25faWR9L3Rvb2wtcG9zdHVyZXM6ASoSXQoKTGlzdFNraWxscxIcLnBhbHlyYS52MS5MaXN0U2tpbGxzUmVxdWVzdBodLnBhbHlyYS52MS5MaXN0U2tpbGxzUmVzcG9uc2UiEoLT5JMCDBIKL3YxL3NraWxscxJtCgxSZWxvYWRTa2lsbHMSHi5wYWx5cmEudjEuUmVsb2FkU2tpbGxzUmVxdWVzdBofLnBhbHlyYS52MS5SZWxvYWRTa2lsbHNSZXNwb25zZSIcgtPkkwIWIhEvdjEvc2tpbGxzOnJlbG9hZDoBKhKBAQoMUm91dGVNZXNzYWdlEh4ucGFseXJhLnYxLlJvdXRlTWVzc2FnZVJlcXVlc3QaHy5wYWx5cmEudjEuUm91dGVNZXNzYWdlUmVzcG9uc2UiMILT5JMCKiIlL3YxL2NoYW5uZWxzL3tjaGFubmVsfS9tZXNzYWdlczpyb3V0ZToBKhJdCgpMaXN0QWdlbnRzEhwucGFseXJhLnYxLkxpc3RBZ2VudHNSZXF1ZXN0Gh0ucGFseXJhLnYxLkxpc3RBZ2VudHNSZXNwb25zZSISgtPkkwIMEgovdjEvYWdlbnRzEmIKCEdldEFnZW50EhoucGFseXJhLnYxLkdldEFnZW50UmVxdWVzdBobLnBhbHlyYS52MS5HZXRBZ2VudFJlc3BvbnNlIh2C0+STAhcSFS92MS9hZ2VudHMve2FnZW50X2lkfRJjCgtDcmVhdGVBZ2VudBIdLnBhbHlyYS52MS5DcmVhdGVBZ2VudFJlcXVlc3QaHi5wYWx5cmEudjEuQ3JlYXRlQWdlbnRSZXNwb25zZSIVgtPkkwIPIgovdjEvYWdlbnRzOgEqEm4KC1VwZGF0ZUFnZW50Eh0ucGFseXJhLnYxLlVwZGF0ZUFnZW50UmVxdWVzdBoeLnBhbHlyYS52MS5VcGRhdGVBZ2VudFJlc3BvbnNlIiCC0+STAhoyFS92MS9hZ2VudHMve2FnZW50X2lkfToBKhJrCgtEZWxldGVBZ2VudBIdLnBhbHlyYS52MS5EZWxldGVBZ2VudFJlcXVlc3QaHi5wYWx5cmEudjEuRGVsZXRlQWdlbnRSZXNwb25zZSIdgtPkkwIXKhUvdjEvYWdlbnRzL3thZ2VudF9pZH0ScQoJQmluZEFnZW50EhsucGFseXJhLnYxLkJpbmRBZ2VudFJlcXVlc3QaHC5wYWx5cmEudjEuQmluZEFnZW50UmVzcG9uc2UiKYLT5JMCIyIeL3YxL2FnZW50cy97YWdlbnRfaWR9L2JpbmRpbmdzOgEqEoYBChFMaXN0QWdlbnRCaW5kaW5ncxIjLnBhbHlyYS52MS5MaXN0QWdlbnRCaW5kaW5nc1JlcXVlc3QaJC5wYWx5cmEudjEuTGlzdEFnZW50QmluZGluZ3NSZXNwb25zZSImgtPkkwIgEh4vdjEvYWdlbnRzL3thZ2VudF9pZH0vYmluZGluZ3MSgQEKC1VuYmluZEFnZW50Eh0ucGFseXJhLnYxLlVuYmluZEFnZW50UmVxdWVzdBoeLnBhbHlyYS52MS5VbmJpbmRBZ2VudFJlc3BvbnNlIjOC0+STAi0qKy92MS9hZ2VudHMve2FnZW50X2lkfS9iaW5kaW5ncy97YmluZGluZ19pZH1iBnByb3RvMw", [file_palyra_v1_options, file_google_api_annotations, file_palyra_v1_common, file_palyra_v1_tape]);
 
 /**
  * @generated from message palyra.v1.GetHealthRequest
@@ -1198,6 +1198,172 @@ export const SetToolPostureResponseSchema: GenMessage<SetToolPostureResponse> = 
   messageDesc(file_palyra_v1_gateway, 35);
 
 /**
+ * One installed skill as the daemon runs it.
+ *
+ * @generated from message palyra.v1.Skill
+ */
+export type Skill = Message<"palyra.v1.Skill"> & {
+  /**
+   * Its directory name (tools are `skill.<name>.<tool>`).
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * `name@version`, from its manifest ("" when the manifest is unreadable).
+   *
+   * @generated from field: string skill_id = 2;
+   */
+  skillId: string;
+
+  /**
+   * enabled, disabled, quarantined, or refused (its checks failed: `reason`).
+   *
+   * @generated from field: string state = 3;
+   */
+  state: string;
+
+  /**
+   * @generated from field: string module_sha256 = 4;
+   */
+  moduleSha256: string;
+
+  /**
+   * @generated from field: repeated string capabilities = 5;
+   */
+  capabilities: string[];
+
+  /**
+   * The registered tool names (enabled skills only).
+   *
+   * @generated from field: repeated string tools = 6;
+   */
+  tools: string[];
+
+  /**
+   * @generated from field: string reason = 7;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message palyra.v1.Skill.
+ * Use `create(SkillSchema)` to create a new message.
+ */
+export const SkillSchema: GenMessage<Skill> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_gateway, 36);
+
+/**
+ * @generated from message palyra.v1.ListSkillsRequest
+ */
+export type ListSkillsRequest = Message<"palyra.v1.ListSkillsRequest"> & {
+};
+
+/**
+ * Describes the message palyra.v1.ListSkillsRequest.
+ * Use `create(ListSkillsRequestSchema)` to create a new message.
+ */
+export const ListSkillsRequestSchema: GenMessage<ListSkillsRequest> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_gateway, 37);
+
+/**
+ * @generated from message palyra.v1.ListSkillsResponse
+ */
+export type ListSkillsResponse = Message<"palyra.v1.ListSkillsResponse"> & {
+  /**
+   * @generated from field: repeated palyra.v1.Skill skills = 1;
+   */
+  skills: Skill[];
+};
+
+/**
+ * Describes the message palyra.v1.ListSkillsResponse.
+ * Use `create(ListSkillsResponseSchema)` to create a new message.
+ */
+export const ListSkillsResponseSchema: GenMessage<ListSkillsResponse> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_gateway, 38);
+
+/**
+ * @generated from message palyra.v1.ReloadSkillsRequest
+ */
+export type ReloadSkillsRequest = Message<"palyra.v1.ReloadSkillsRequest"> & {
+};
+
+/**
+ * Describes the message palyra.v1.ReloadSkillsRequest.
+ * Use `create(ReloadSkillsRequestSchema)` to create a new message.
+ */
+export const ReloadSkillsRequestSchema: GenMessage<ReloadSkillsRequest> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_gateway, 39);
+
+/**
+ * What a reload changed for one skill.
+ *
+ * @generated from message palyra.v1.SkillChange
+ */
+export type SkillChange = Message<"palyra.v1.SkillChange"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * installed, updated (another module or manifest), enabled, disabled,
+   * quarantined, refused or removed.
+   *
+   * @generated from field: string change = 2;
+   */
+  change: string;
+
+  /**
+   * @generated from field: string skill_id = 3;
+   */
+  skillId: string;
+
+  /**
+   * @generated from field: string module_sha256 = 4;
+   */
+  moduleSha256: string;
+};
+
+/**
+ * Describes the message palyra.v1.SkillChange.
+ * Use `create(SkillChangeSchema)` to create a new message.
+ */
+export const SkillChangeSchema: GenMessage<SkillChange> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_gateway, 40);
+
+/**
+ * @generated from message palyra.v1.ReloadSkillsResponse
+ */
+export type ReloadSkillsResponse = Message<"palyra.v1.ReloadSkillsResponse"> & {
+  /**
+   * @generated from field: repeated palyra.v1.Skill skills = 1;
+   */
+  skills: Skill[];
+
+  /**
+   * @generated from field: repeated palyra.v1.SkillChange changes = 2;
+   */
+  changes: SkillChange[];
+
+  /**
+   * The journal position of the last change's event (0: nothing changed).
+   *
+   * @generated from field: uint64 journal_position = 3;
+   */
+  journalPosition: bigint;
+};
+
+/**
+ * Describes the message palyra.v1.ReloadSkillsResponse.
+ * Use `create(ReloadSkillsResponseSchema)` to create a new message.
+ */
+export const ReloadSkillsResponseSchema: GenMessage<ReloadSkillsResponse> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_gateway, 41);
+
+/**
  * @generated from message palyra.v1.InboundMessage
  */
 export type InboundMessage = Message<"palyra.v1.InboundMessage"> & {
@@ -1294,7 +1460,7 @@ export type InboundMessage = Message<"palyra.v1.InboundMessage"> & {
  * Use `create(InboundMessageSchema)` to create a new message.
  */
 export const InboundMessageSchema: GenMessage<InboundMessage> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 36);
+  messageDesc(file_palyra_v1_gateway, 42);
 
 /**
  * @generated from message palyra.v1.RouteMessageRequest
@@ -1321,7 +1487,7 @@ export type RouteMessageRequest = Message<"palyra.v1.RouteMessageRequest"> & {
  * Use `create(RouteMessageRequestSchema)` to create a new message.
  */
 export const RouteMessageRequestSchema: GenMessage<RouteMessageRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 37);
+  messageDesc(file_palyra_v1_gateway, 43);
 
 /**
  * @generated from message palyra.v1.OutboundMessage
@@ -1353,7 +1519,7 @@ export type OutboundMessage = Message<"palyra.v1.OutboundMessage"> & {
  * Use `create(OutboundMessageSchema)` to create a new message.
  */
 export const OutboundMessageSchema: GenMessage<OutboundMessage> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 38);
+  messageDesc(file_palyra_v1_gateway, 44);
 
 /**
  * @generated from message palyra.v1.RouteMessageResponse
@@ -1417,7 +1583,7 @@ export type RouteMessageResponse = Message<"palyra.v1.RouteMessageResponse"> & {
  * Use `create(RouteMessageResponseSchema)` to create a new message.
  */
 export const RouteMessageResponseSchema: GenMessage<RouteMessageResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 39);
+  messageDesc(file_palyra_v1_gateway, 45);
 
 /**
  * A configured agent: its system prompt opens every run it serves, and its tool
@@ -1483,7 +1649,7 @@ export type Agent = Message<"palyra.v1.Agent"> & {
  * Use `create(AgentSchema)` to create a new message.
  */
 export const AgentSchema: GenMessage<Agent> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 40);
+  messageDesc(file_palyra_v1_gateway, 46);
 
 /**
  * @generated from message palyra.v1.AgentBinding
@@ -1520,7 +1686,7 @@ export type AgentBinding = Message<"palyra.v1.AgentBinding"> & {
  * Use `create(AgentBindingSchema)` to create a new message.
  */
 export const AgentBindingSchema: GenMessage<AgentBinding> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 41);
+  messageDesc(file_palyra_v1_gateway, 47);
 
 /**
  * @generated from message palyra.v1.ListAgentsRequest
@@ -1542,7 +1708,7 @@ export type ListAgentsRequest = Message<"palyra.v1.ListAgentsRequest"> & {
  * Use `create(ListAgentsRequestSchema)` to create a new message.
  */
 export const ListAgentsRequestSchema: GenMessage<ListAgentsRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 42);
+  messageDesc(file_palyra_v1_gateway, 48);
 
 /**
  * @generated from message palyra.v1.ListAgentsResponse
@@ -1564,7 +1730,7 @@ export type ListAgentsResponse = Message<"palyra.v1.ListAgentsResponse"> & {
  * Use `create(ListAgentsResponseSchema)` to create a new message.
  */
 export const ListAgentsResponseSchema: GenMessage<ListAgentsResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 43);
+  messageDesc(file_palyra_v1_gateway, 49);
 
 /**
  * @generated from message palyra.v1.GetAgentRequest
@@ -1581,7 +1747,7 @@ export type GetAgentRequest = Message<"palyra.v1.GetAgentRequest"> & {
  * Use `create(GetAgentRequestSchema)` to create a new message.
  */
 export const GetAgentRequestSchema: GenMessage<GetAgentRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 44);
+  messageDesc(file_palyra_v1_gateway, 50);
 
 /**
  * @generated from message palyra.v1.GetAgentResponse
@@ -1598,7 +1764,7 @@ export type GetAgentResponse = Message<"palyra.v1.GetAgentResponse"> & {
  * Use `create(GetAgentResponseSchema)` to create a new message.
  */
 export const GetAgentResponseSchema: GenMessage<GetAgentResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 45);
+  messageDesc(file_palyra_v1_gateway, 51);
 
 /**
  * @generated from message palyra.v1.CreateAgentRequest
@@ -1615,7 +1781,7 @@ export type CreateAgentRequest = Message<"palyra.v1.CreateAgentRequest"> & {
  * Use `create(CreateAgentRequestSchema)` to create a new message.
  */
 export const CreateAgentRequestSchema: GenMessage<CreateAgentRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 46);
+  messageDesc(file_palyra_v1_gateway, 52);
 
 /**
  * @generated from message palyra.v1.CreateAgentResponse
@@ -1632,7 +1798,7 @@ export type CreateAgentResponse = Message<"palyra.v1.CreateAgentResponse"> & {
  * Use `create(CreateAgentResponseSchema)` to create a new message.
  */
 export const CreateAgentResponseSchema: GenMessage<CreateAgentResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 47);
+  messageDesc(file_palyra_v1_gateway, 53);
 
 /**
  * @generated from message palyra.v1.UpdateAgentRequest
@@ -1654,7 +1820,7 @@ export type UpdateAgentRequest = Message<"palyra.v1.UpdateAgentRequest"> & {
  * Use `create(UpdateAgentRequestSchema)` to create a new message.
  */
 export const UpdateAgentRequestSchema: GenMessage<UpdateAgentRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 48);
+  messageDesc(file_palyra_v1_gateway, 54);
 
 /**
  * @generated from message palyra.v1.UpdateAgentResponse
@@ -1671,7 +1837,7 @@ export type UpdateAgentResponse = Message<"palyra.v1.UpdateAgentResponse"> & {
  * Use `create(UpdateAgentResponseSchema)` to create a new message.
  */
 export const UpdateAgentResponseSchema: GenMessage<UpdateAgentResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 49);
+  messageDesc(file_palyra_v1_gateway, 55);
 
 /**
  * @generated from message palyra.v1.DeleteAgentRequest
@@ -1688,7 +1854,7 @@ export type DeleteAgentRequest = Message<"palyra.v1.DeleteAgentRequest"> & {
  * Use `create(DeleteAgentRequestSchema)` to create a new message.
  */
 export const DeleteAgentRequestSchema: GenMessage<DeleteAgentRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 50);
+  messageDesc(file_palyra_v1_gateway, 56);
 
 /**
  * @generated from message palyra.v1.DeleteAgentResponse
@@ -1705,7 +1871,7 @@ export type DeleteAgentResponse = Message<"palyra.v1.DeleteAgentResponse"> & {
  * Use `create(DeleteAgentResponseSchema)` to create a new message.
  */
 export const DeleteAgentResponseSchema: GenMessage<DeleteAgentResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 51);
+  messageDesc(file_palyra_v1_gateway, 57);
 
 /**
  * @generated from message palyra.v1.BindAgentRequest
@@ -1727,7 +1893,7 @@ export type BindAgentRequest = Message<"palyra.v1.BindAgentRequest"> & {
  * Use `create(BindAgentRequestSchema)` to create a new message.
  */
 export const BindAgentRequestSchema: GenMessage<BindAgentRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 52);
+  messageDesc(file_palyra_v1_gateway, 58);
 
 /**
  * @generated from message palyra.v1.BindAgentResponse
@@ -1744,7 +1910,7 @@ export type BindAgentResponse = Message<"palyra.v1.BindAgentResponse"> & {
  * Use `create(BindAgentResponseSchema)` to create a new message.
  */
 export const BindAgentResponseSchema: GenMessage<BindAgentResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 53);
+  messageDesc(file_palyra_v1_gateway, 59);
 
 /**
  * @generated from message palyra.v1.ListAgentBindingsRequest
@@ -1761,7 +1927,7 @@ export type ListAgentBindingsRequest = Message<"palyra.v1.ListAgentBindingsReque
  * Use `create(ListAgentBindingsRequestSchema)` to create a new message.
  */
 export const ListAgentBindingsRequestSchema: GenMessage<ListAgentBindingsRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 54);
+  messageDesc(file_palyra_v1_gateway, 60);
 
 /**
  * @generated from message palyra.v1.ListAgentBindingsResponse
@@ -1778,7 +1944,7 @@ export type ListAgentBindingsResponse = Message<"palyra.v1.ListAgentBindingsResp
  * Use `create(ListAgentBindingsResponseSchema)` to create a new message.
  */
 export const ListAgentBindingsResponseSchema: GenMessage<ListAgentBindingsResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 55);
+  messageDesc(file_palyra_v1_gateway, 61);
 
 /**
  * @generated from message palyra.v1.UnbindAgentRequest
@@ -1800,7 +1966,7 @@ export type UnbindAgentRequest = Message<"palyra.v1.UnbindAgentRequest"> & {
  * Use `create(UnbindAgentRequestSchema)` to create a new message.
  */
 export const UnbindAgentRequestSchema: GenMessage<UnbindAgentRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 56);
+  messageDesc(file_palyra_v1_gateway, 62);
 
 /**
  * @generated from message palyra.v1.UnbindAgentResponse
@@ -1817,7 +1983,7 @@ export type UnbindAgentResponse = Message<"palyra.v1.UnbindAgentResponse"> & {
  * Use `create(UnbindAgentResponseSchema)` to create a new message.
  */
 export const UnbindAgentResponseSchema: GenMessage<UnbindAgentResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_gateway, 57);
+  messageDesc(file_palyra_v1_gateway, 63);
 
 /**
  * The daemon's front door: health, runs, tapes, sessions, channel ingress, agents.
@@ -1999,6 +2165,29 @@ export const GatewayService: GenService<{
     methodKind: "unary";
     input: typeof SetToolPostureRequestSchema;
     output: typeof SetToolPostureResponseSchema;
+  },
+  /**
+   * The installed WebAssembly skills with their states (operators).
+   *
+   * @generated from rpc palyra.v1.GatewayService.ListSkills
+   */
+  listSkills: {
+    methodKind: "unary";
+    input: typeof ListSkillsRequestSchema;
+    output: typeof ListSkillsResponseSchema;
+  },
+  /**
+   * Load what `palyra skills install|enable|disable|quarantine|remove` changed in
+   * the skills directory now: tools of skills no longer enabled leave the registry,
+   * newly enabled ones join it, and each change is journaled under the caller's
+   * principal (operators).
+   *
+   * @generated from rpc palyra.v1.GatewayService.ReloadSkills
+   */
+  reloadSkills: {
+    methodKind: "unary";
+    input: typeof ReloadSkillsRequestSchema;
+    output: typeof ReloadSkillsResponseSchema;
   },
   /**
    * Channel ingress: a Discord/Slack-style inbound message.

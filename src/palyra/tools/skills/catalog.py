@@ -156,39 +156,67 @@ def _spec(skill: LoadedSkill, tool: SkillTool, limits: Limits, allow: tuple[Netw
                     check_args=number_checker(tool), origin=skill.manifest.skill_id)
 
 
-def register_skills(skills_dir: Path, registry: ToolRegistry, *, limits: Limits,
-                    fetch_allow: tuple[str, ...] = (), publisher_keys: tuple[str, ...] = (),
-                    timeout_s: float = 30.0) -> list[dict[str, Any]]:
-    """Load every enabled skill and register its tools.
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScannedSkill:
+    """One installed skill as a scan found it.
+
+    Attributes:
+        record: What the journal records of it: ``skill``, ``state``
+            (``enabled``/``disabled``/``quarantined``/``refused``) and, when the
+            manifest reads, ``skill_id``, ``module_sha256``, ``capabilities`` and
+            ``tools`` (the tool names it offers); ``reason`` when refused.
+        tools: The tools to register (enabled and loaded skills only).
+    """
+
+    record: dict[str, Any]
+    tools: tuple[ToolSpec[Any], ...] = ()
+
+
+def scan_skills(skills_dir: Path, *, limits: Limits, fetch_allow: tuple[str, ...] = (),
+                publisher_keys: tuple[str, ...] = (), timeout_s: float = 30.0
+                ) -> list[ScannedSkill]:
+    """Check and load every installed skill (blocking: it compiles modules).
 
     ``fetch_allow`` are the networks ``http.fetch`` may reach besides public
     addresses; ``palyra.http_get`` applies the same filter. A skill that fails
-    its checks is logged and skipped; the daemon still starts.
-
-    Returns:
-        One record per installed skill (what the daemon journals at start):
-        ``skill``, ``skill_id``, ``module_sha256``, ``capabilities``,
-        ``state`` (``enabled``/``disabled``/``quarantined``/``refused``) and,
-        when refused, ``reason``.
+    its checks is logged and comes back ``refused``.
     """
     allow = parse_networks(fetch_allow)
     wasm = engine()
-    records: list[dict[str, Any]] = []
+    scanned: list[ScannedSkill] = []
     for directory in installed(skills_dir):
         record: dict[str, Any] = {"skill": directory.name, "state": state_of(directory)}
-        records.append(record)
         try:
             manifest = read_manifest(directory)
             record.update(skill_id=manifest.skill_id, module_sha256=manifest.sha256,
-                          capabilities=sorted(capabilities(manifest)))
+                          capabilities=sorted(capabilities(manifest)),
+                          tools=[f"skill.{manifest.name}.{t.name}" for t in manifest.tools])
             if record["state"] != "enabled":
                 log.info("skill %s is %s; not loaded", directory.name, record["state"])
+                scanned.append(ScannedSkill(record))
                 continue
             skill = load(wasm, directory, manifest, publisher_keys)
         except (ManifestError, ToolError, OSError, wasmtime.WasmtimeError) as exc:
             log.warning("skill %s not loaded: %s", directory.name, exc)
             record.update(state="refused", reason=str(exc))
+            scanned.append(ScannedSkill(record))
             continue
-        for tool in manifest.tools:
-            registry.register(_spec(skill, tool, limits, allow, timeout_s))
-    return records
+        scanned.append(ScannedSkill(record, tuple(
+            _spec(skill, tool, limits, allow, timeout_s) for tool in manifest.tools)))
+    return scanned
+
+
+def register_skills(skills_dir: Path, registry: ToolRegistry, *, limits: Limits,
+                    fetch_allow: tuple[str, ...] = (), publisher_keys: tuple[str, ...] = (),
+                    timeout_s: float = 30.0) -> list[dict[str, Any]]:
+    """Load every enabled skill and register its tools (see :func:`scan_skills`).
+
+    Returns:
+        One record per installed skill (``ScannedSkill.record``).
+    """
+    scanned = scan_skills(skills_dir, limits=limits, fetch_allow=fetch_allow,
+                          publisher_keys=publisher_keys, timeout_s=timeout_s)
+    for found in scanned:
+        for tool in found.tools:
+            registry.register(tool)
+    return [found.record for found in scanned]

@@ -136,6 +136,8 @@ __all__ = (
     "ListRunsResponse",
     "ListSessionsRequest",
     "ListSessionsResponse",
+    "ListSkillsRequest",
+    "ListSkillsResponse",
     "ListTasksRequest",
     "ListTasksResponse",
     "ListTokensRequest",
@@ -159,6 +161,8 @@ __all__ = (
     "QuarantinedMessage",
     "RejectCandidateRequest",
     "RejectCandidateResponse",
+    "ReloadSkillsRequest",
+    "ReloadSkillsResponse",
     "ResolveSessionRequest",
     "ResolveSessionResponse",
     "RevokePairingGrantRequest",
@@ -182,6 +186,8 @@ __all__ = (
     "SessionCompaction",
     "SetToolPostureRequest",
     "SetToolPostureResponse",
+    "Skill",
+    "SkillChange",
     "TapeEvent",
     "TaskLease",
     "TasksServiceBase",
@@ -2553,6 +2559,22 @@ default_message_pool.register_message("palyra.v1", "ListSessionsResponse", ListS
 
 
 @dataclass(eq=False, repr=False)
+class ListSkillsRequest(betterproto2.Message):
+    pass
+
+
+default_message_pool.register_message("palyra.v1", "ListSkillsRequest", ListSkillsRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListSkillsResponse(betterproto2.Message):
+    skills: "list[Skill]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+
+default_message_pool.register_message("palyra.v1", "ListSkillsResponse", ListSkillsResponse)
+
+
+@dataclass(eq=False, repr=False)
 class ListTasksRequest(betterproto2.Message):
     state: "BackgroundTaskState" = betterproto2.field(
         1, betterproto2.TYPE_ENUM, default_factory=lambda: BackgroundTaskState(0)
@@ -2907,6 +2929,29 @@ class RejectCandidateResponse(betterproto2.Message):
 default_message_pool.register_message(
     "palyra.v1", "RejectCandidateResponse", RejectCandidateResponse
 )
+
+
+@dataclass(eq=False, repr=False)
+class ReloadSkillsRequest(betterproto2.Message):
+    pass
+
+
+default_message_pool.register_message("palyra.v1", "ReloadSkillsRequest", ReloadSkillsRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ReloadSkillsResponse(betterproto2.Message):
+    skills: "list[Skill]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+    changes: "list[SkillChange]" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, repeated=True)
+
+    journal_position: "int" = betterproto2.field(3, betterproto2.TYPE_UINT64)
+    """
+    The journal position of the last change's event (0: nothing changed).
+    """
+
+
+default_message_pool.register_message("palyra.v1", "ReloadSkillsResponse", ReloadSkillsResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -3371,6 +3416,64 @@ class SetToolPostureResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "SetToolPostureResponse", SetToolPostureResponse)
+
+
+@dataclass(eq=False, repr=False)
+class Skill(betterproto2.Message):
+    """
+    One installed skill as the daemon runs it.
+    """
+
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Its directory name (tools are `skill.<name>.<tool>`).
+    """
+
+    skill_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    `name@version`, from its manifest ("" when the manifest is unreadable).
+    """
+
+    state: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    enabled, disabled, quarantined, or refused (its checks failed: `reason`).
+    """
+
+    module_sha256: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+    capabilities: "list[str]" = betterproto2.field(5, betterproto2.TYPE_STRING, repeated=True)
+
+    tools: "list[str]" = betterproto2.field(6, betterproto2.TYPE_STRING, repeated=True)
+    """
+    The registered tool names (enabled skills only).
+    """
+
+    reason: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("palyra.v1", "Skill", Skill)
+
+
+@dataclass(eq=False, repr=False)
+class SkillChange(betterproto2.Message):
+    """
+    What a reload changed for one skill.
+    """
+
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    change: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    installed, updated (another module or manifest), enabled, disabled,
+    quarantined, refused or removed.
+    """
+
+    skill_id: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    module_sha256: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("palyra.v1", "SkillChange", SkillChange)
 
 
 @dataclass(eq=False, repr=False)
@@ -4435,6 +4538,57 @@ class GatewayServiceStub(betterproto2_grpclib.ServiceStub):
             "/palyra.v1.GatewayService/SetToolPosture",
             message,
             SetToolPostureResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def list_skills(
+        self,
+        message: "ListSkillsRequest | None" = None,
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListSkillsResponse":
+        """
+        The installed WebAssembly skills with their states (operators).
+        """
+
+        if message is None:
+            message = ListSkillsRequest()
+
+        return await self._unary_unary(
+            "/palyra.v1.GatewayService/ListSkills",
+            message,
+            ListSkillsResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def reload_skills(
+        self,
+        message: "ReloadSkillsRequest | None" = None,
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ReloadSkillsResponse":
+        """
+        Load what `palyra skills install|enable|disable|quarantine|remove` changed in
+        the skills directory now: tools of skills no longer enabled leave the registry,
+        newly enabled ones join it, and each change is journaled under the caller's
+        principal (operators).
+        """
+
+        if message is None:
+            message = ReloadSkillsRequest()
+
+        return await self._unary_unary(
+            "/palyra.v1.GatewayService/ReloadSkills",
+            message,
+            ReloadSkillsResponse,
             timeout=timeout,
             deadline=deadline,
             metadata=metadata,
@@ -5512,6 +5666,23 @@ class GatewayServiceBase(betterproto2_grpclib.ServiceBase):
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
+    async def list_skills(self, message: "ListSkillsRequest") -> "ListSkillsResponse":
+        """
+        The installed WebAssembly skills with their states (operators).
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def reload_skills(self, message: "ReloadSkillsRequest") -> "ReloadSkillsResponse":
+        """
+        Load what `palyra skills install|enable|disable|quarantine|remove` changed in
+        the skills directory now: tools of skills no longer enabled leave the registry,
+        newly enabled ones join it, and each change is journaled under the caller's
+        principal (operators).
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
     async def route_message(self, message: "RouteMessageRequest") -> "RouteMessageResponse":
         """
         Channel ingress: a Discord/Slack-style inbound message.
@@ -5702,6 +5873,22 @@ class GatewayServiceBase(betterproto2_grpclib.ServiceBase):
         response = await self.set_tool_posture(request)
         await stream.send_message(response)
 
+    async def __rpc_list_skills(
+        self, stream: "grpclib.server.Stream[ListSkillsRequest, ListSkillsResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.list_skills(request)
+        await stream.send_message(response)
+
+    async def __rpc_reload_skills(
+        self, stream: "grpclib.server.Stream[ReloadSkillsRequest, ReloadSkillsResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.reload_skills(request)
+        await stream.send_message(response)
+
     async def __rpc_route_message(
         self, stream: "grpclib.server.Stream[RouteMessageRequest, RouteMessageResponse]"
     ) -> None:
@@ -5878,6 +6065,18 @@ class GatewayServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 SetToolPostureRequest,
                 SetToolPostureResponse,
+            ),
+            "/palyra.v1.GatewayService/ListSkills": grpclib.const.Handler(
+                self.__rpc_list_skills,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ListSkillsRequest,
+                ListSkillsResponse,
+            ),
+            "/palyra.v1.GatewayService/ReloadSkills": grpclib.const.Handler(
+                self.__rpc_reload_skills,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ReloadSkillsRequest,
+                ReloadSkillsResponse,
             ),
             "/palyra.v1.GatewayService/RouteMessage": grpclib.const.Handler(
                 self.__rpc_route_message,
