@@ -32,7 +32,7 @@ from palyra.tools.skills import (
     register_skills,
     set_state,
 )
-from palyra.tools.skills.manifest import signing_message
+from palyra.tools.skills.manifest import parse_manifest, signing_message
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "skills" / "add"
 
@@ -341,3 +341,63 @@ async def test_http_get_connects_to_the_address_it_checked(
         server.server_close()
     assert _value(result) == float(len(b"pinned"))
     assert seen == [f"rebind.test:{port}"]  # the name travels in Host, the address was pinned
+
+
+# The json ABI: a bump allocator at 1024; `echo` answers its own arguments,
+# `garbage` answers bytes that are not JSON, `wild` points outside its memory.
+JSON_ABI = """
+(module
+  (memory (export "memory") 1)
+  (data (i32.const 16) "not json")
+  (func (export "alloc") (param $len i32) (result i32) i32.const 1024)
+  (func (export "echo") (param $ptr i32) (param $len i32) (result i64)
+    (i64.or (i64.shl (i64.extend_i32_u (local.get $ptr)) (i64.const 32))
+            (i64.extend_i32_u (local.get $len))))
+  (func (export "garbage") (param i32 i32) (result i64)
+    (i64.or (i64.shl (i64.const 16) (i64.const 32)) (i64.const 8)))
+  (func (export "wild") (param i32 i32) (result i64)
+    (i64.or (i64.shl (i64.const 65000) (i64.const 32)) (i64.const 4096))))
+"""
+NOTE_SCHEMA = {"type": "object", "required": ["text"], "additionalProperties": False,
+               "properties": {"text": {"type": "string"},
+                              "tags": {"type": "array", "items": {"type": "string"}}}}
+
+
+def make_json_skill(root: Path) -> Path:
+    directory = root / "notes"
+    directory.mkdir(parents=True)
+    (directory / "json.wat").write_text(JSON_ABI)
+    tools = [{"name": n, "description": n, "export": n, "abi": "json",
+              "input_schema": NOTE_SCHEMA} for n in ("echo", "garbage", "wild")]
+    (directory / "skill.json").write_text(json.dumps({
+        "name": "notes", "version": "0.1.0", "module": "json.wat",
+        "sha256": hashlib.sha256(JSON_ABI.encode()).hexdigest(), "tools": tools}))
+    return directory
+
+
+async def test_the_json_abi_passes_structured_arguments_and_answers(
+        tmp_path: Path, ctx: ToolContext) -> None:
+    make_json_skill(tmp_path / "skills")
+    registry = _registry(tmp_path / "skills")
+    assert registry.get("skill.notes.echo").json_schema() == NOTE_SCHEMA  # type: ignore[union-attr]
+    arguments = {"text": "héllo ✓", "tags": ["a", "b"]}
+    echoed = await registry.execute("skill.notes.echo", arguments, ctx)
+    assert echoed.success, echoed.error
+    assert msgspec.json.decode(echoed.output_json) == arguments
+    wrong = await registry.execute("skill.notes.echo", {"tags": ["a"]}, ctx)
+    assert not wrong.success and "'text' is a required property" in wrong.error
+    garbage = await registry.execute("skill.notes.garbage", {"text": "x"}, ctx)
+    assert not garbage.success and "not JSON" in garbage.error
+    wild = await registry.execute("skill.notes.wild", {"text": "x"}, ctx)
+    assert not wild.success and "outside its memory" in wild.error
+
+
+def test_a_json_abi_tool_needs_a_valid_schema(tmp_path: Path) -> None:
+    directory = make_json_skill(tmp_path / "skills")
+    manifest = json.loads((directory / "skill.json").read_text())
+    manifest["tools"][0]["input_schema"] = {"type": "no-such-type"}
+    with pytest.raises(ManifestError, match="not a JSON Schema"):
+        parse_manifest(json.dumps(manifest).encode())
+    manifest["tools"][0] = {"name": "echo", "description": "e", "export": "echo", "abi": "json"}
+    with pytest.raises(ManifestError, match="takes an input_schema"):
+        parse_manifest(json.dumps(manifest).encode())

@@ -13,13 +13,13 @@ import base64
 import binascii
 import hashlib
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import jsonschema
-import jsonschema.exceptions
-
 from palyra.core.canonical import canonical_json
+from palyra.tools._schema import argument_checker
+
+__all__ = ["argument_checker"]  # re-exported: the MCP server checks arguments with it
 
 PREFIX = "mcp"
 # A remote tool name palyra will register (the model and Cedar see it).
@@ -41,27 +41,6 @@ def schema_digest(name: str, description: str, input_schema: Mapping[str, Any]) 
     changed definition shows as a changed digest in the attestation."""
     body = {"name": name, "description": description, "input_schema": dict(input_schema)}
     return hashlib.sha256(canonical_json(body)).hexdigest()
-
-
-def argument_checker(schema: Mapping[str, Any]) -> Callable[[dict[str, Any]], str | None]:
-    """A function telling why arguments do not match ``schema`` (or ``None``).
-
-    Raises:
-        jsonschema.exceptions.SchemaError: The server's schema is not a valid schema.
-    """
-    plain = dict(schema)
-    cls = jsonschema.validators.validator_for(plain)
-    cls.check_schema(plain)
-    validator = cls(plain)
-
-    def check(arguments: dict[str, Any]) -> str | None:
-        error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
-        if error is None:
-            return None
-        where = "/".join(str(p) for p in error.absolute_path)
-        return f"{error.message}" + (f" (at {where})" if where else "")
-
-    return check
 
 
 def _block(block: Mapping[str, Any]) -> Any:

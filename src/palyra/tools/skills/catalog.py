@@ -22,6 +22,7 @@ import wasmtime
 from palyra.core.capabilities import Capability
 from palyra.tools._netguard import Network, parse_networks
 from palyra.tools._registry import ToolRegistry
+from palyra.tools._schema import argument_checker
 from palyra.tools._spec import ToolContext, ToolError, ToolOutput, ToolSpec
 from palyra.tools.skills.manifest import (
     ManifestError,
@@ -153,7 +154,8 @@ def _spec(skill: LoadedSkill, tool: SkillTool, limits: Limits, allow: tuple[Netw
     return ToolSpec(f"skill.{skill.manifest.name}.{tool.name}", tool.description, dict,
                     capabilities(skill.manifest), handler, timeout_s=timeout_s,
                     executor="wasm", input_schema=input_schema(tool),
-                    check_args=number_checker(tool), origin=skill.manifest.skill_id)
+                    check_args=number_checker(tool) if tool.abi == "numbers" else
+                    argument_checker(input_schema(tool)), origin=skill.manifest.skill_id)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -7,16 +7,28 @@ compiled), the tools it offers, and the capabilities it asks for: network
 hosts (reached only through the ``palyra.http_get`` host function) and
 workspace paths (the only directories WASI opens to it).
 
-Tools use the *numbers* ABI: the export takes one ``f64`` per declared
-parameter, in order, and returns one number; the model sees
-``{"result": value}``.
+A tool uses one of two ABIs:
+
+* ``numbers`` (the default): the export takes one ``f64`` per declared
+  parameter (``params``), in order, and returns one number; the model sees
+  ``{"result": value}``.
+* ``json``: the tool declares its arguments' JSON Schema (``input_schema``,
+  checked before the call). The module exports ``memory`` and
+  ``alloc(len: i32) -> i32``; the host writes the arguments there as UTF-8
+  JSON and calls the export with ``(ptr: i32, len: i32)``, which returns an
+  ``i64`` holding ``ptr << 32 | len`` of its UTF-8 JSON answer in ``memory``;
+  the model sees that value.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any, Literal
 
+import jsonschema.exceptions
 import msgspec
+
+from palyra.tools._schema import argument_checker
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 _TOOL = re.compile(r"[a-z0-9][a-z0-9_]{0,31}")
@@ -24,12 +36,14 @@ _HOST = re.compile(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?")
 
 
 class SkillTool(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """One tool of a skill: its export and its numeric parameters."""
+    """One tool of a skill: its export, its ABI and its arguments (see the module doc)."""
 
     name: str
     description: str
     export: str
     params: list[str] = []
+    abi: Literal["numbers", "json"] = "numbers"
+    input_schema: dict[str, Any] | None = None
 
 
 class SkillCapabilities(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -84,10 +98,7 @@ def parse_manifest(raw: bytes) -> SkillManifest:
     if len(set(names)) != len(names):
         raise ManifestError("two tools have the same name")
     for tool in manifest.tools:
-        if not _TOOL.fullmatch(tool.name):
-            raise ManifestError(f"tool name {tool.name!r} must match {_TOOL.pattern}")
-        if len(set(tool.params)) != len(tool.params):
-            raise ManifestError(f"tool {tool.name}: a parameter is named twice")
+        _check_tool(tool)
     for host in manifest.capabilities.network:
         if not _HOST.fullmatch(host):
             raise ManifestError(f"network host {host!r} is not a host name")
@@ -95,6 +106,24 @@ def parse_manifest(raw: bytes) -> SkillManifest:
         if path.startswith("/") or ".." in path.split("/") or not path:
             raise ManifestError(f"filesystem path {path!r} must be relative to the workspace")
     return manifest
+
+
+def _check_tool(tool: SkillTool) -> None:
+    if not _TOOL.fullmatch(tool.name):
+        raise ManifestError(f"tool name {tool.name!r} must match {_TOOL.pattern}")
+    if len(set(tool.params)) != len(tool.params):
+        raise ManifestError(f"tool {tool.name}: a parameter is named twice")
+    if tool.abi == "json" and (tool.params or tool.input_schema is None):
+        raise ManifestError(f"tool {tool.name}: the json ABI takes an input_schema, not params")
+    if tool.abi == "numbers" and tool.input_schema is not None:
+        raise ManifestError(f"tool {tool.name}: the numbers ABI takes params, not an "
+                            "input_schema")
+    if tool.input_schema is not None:
+        try:
+            argument_checker(tool.input_schema)
+        except jsonschema.exceptions.SchemaError as exc:
+            raise ManifestError(f"tool {tool.name}: input_schema is not a JSON Schema: "
+                                f"{exc.message}") from None
 
 
 def signing_message(manifest: SkillManifest) -> bytes:
@@ -106,7 +135,10 @@ def signing_message(manifest: SkillManifest) -> bytes:
                      ).encode()
 
 
-def input_schema(tool: SkillTool) -> dict[str, object]:
-    """The JSON Schema of a numbers-ABI tool: an object of required numbers."""
+def input_schema(tool: SkillTool) -> dict[str, Any]:
+    """The JSON Schema of a tool's arguments: its own (json ABI), or an object of
+    required numbers (numbers ABI)."""
+    if tool.input_schema is not None:
+        return dict(tool.input_schema)
     return {"type": "object", "properties": {p: {"type": "number"} for p in tool.params},
             "required": list(tool.params), "additionalProperties": False}

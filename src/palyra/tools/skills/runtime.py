@@ -31,10 +31,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import wasmtime
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from palyra.core.canonical import canonical_json
 from palyra.tools._netguard import Network, refusal, via_address
 from palyra.tools._spec import ToolError
 from palyra.tools._workspace import resolve_in_workspace
@@ -44,6 +46,9 @@ HTTP_NOT_GRANTED = -1
 HTTP_ADDRESS_REFUSED = -2
 HTTP_FAILED = -3
 HTTP_TIMEOUT_S = 10.0
+# The largest json ABI answer read back from a module (the registry's output cap
+# then applies to what the model sees).
+MAX_JSON_BYTES = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -244,6 +249,8 @@ def run(skill: LoadedSkill, tool: SkillTool, arguments: dict[str, Any], workspac
         export = instance.exports(store).get(tool.export)
         if not isinstance(export, wasmtime.Func):
             raise ToolError(f"skill {skill.manifest.skill_id} has no function {tool.export!r}")
+        if tool.abi == "json":
+            return _call_json(store, instance, skill, export, arguments), done()
         value = export(store, *(float(arguments[p]) for p in tool.params))
     except wasmtime.Trap as trap:
         # A memory.grow past the cap fails (returns -1); a module that cannot go
@@ -258,6 +265,34 @@ def run(skill: LoadedSkill, tool: SkillTool, arguments: dict[str, Any], workspac
     finally:
         _CURRENT.call = None
     return {"result": value}, done()
+
+
+def _call_json(store: wasmtime.Store, instance: wasmtime.Instance, skill: LoadedSkill,
+               export: wasmtime.Func, arguments: dict[str, Any]) -> Any:
+    """The json ABI: arguments written through the module's ``alloc``, its answer
+    read back from ``memory`` (at most ``MAX_JSON_BYTES``) and decoded."""
+    exports = instance.exports(store)
+    alloc, memory = exports.get("alloc"), exports.get("memory")
+    name = skill.manifest.skill_id
+    if not isinstance(alloc, wasmtime.Func) or not isinstance(memory, wasmtime.Memory):
+        raise ToolError(f"skill {name} uses the json ABI but exports no alloc and memory")
+    data = canonical_json(arguments)
+    pointer = alloc(store, len(data))
+    if not isinstance(pointer, int) or pointer < 0 or \
+            pointer + len(data) > memory.data_len(store):
+        raise ToolError(f"skill {name}: alloc gave no room for {len(data)} bytes")
+    memory.write(store, data, pointer)
+    packed = export(store, pointer, len(data))
+    if not isinstance(packed, int):
+        raise ToolError(f"skill {name}: a json ABI export must return an i64")
+    start, length = (packed >> 32) & 0xFFFFFFFF, packed & 0xFFFFFFFF
+    if length > MAX_JSON_BYTES or start + length > memory.data_len(store):
+        raise ToolError(f"skill {name} answered {length} bytes at {start}: outside its "
+                        f"memory or over {MAX_JSON_BYTES} bytes")
+    try:
+        return msgspec.json.decode(bytes(memory.read(store, start, start + length)))
+    except msgspec.DecodeError as exc:
+        raise ToolError(f"skill {name} answered something that is not JSON: {exc}") from None
 
 
 def _first_line(exc: BaseException) -> str:
