@@ -31,7 +31,7 @@ def stdio(state: Path, **changes: Any) -> McpServerConfig:
         "tool_capabilities": {"read": READ_ONLY, "add": READ_ONLY, "slow": READ_ONLY,
                               "crash": READ_ONLY, "big": READ_ONLY, "image": READ_ONLY,
                               "redefine": READ_ONLY, "env": READ_ONLY,
-                              "garbage": READ_ONLY, "freeze": READ_ONLY},
+                              "garbage": READ_ONLY, "freeze": READ_ONLY, "flood": READ_ONLY},
         "restart_initial_s": 0.05, "ping_interval_s": 0.5}
     return McpServerConfig(**{**base, **changes})
 
@@ -274,6 +274,27 @@ async def test_malformed_json_rpc_is_logged_and_the_call_still_answers(
         run = await run_to_end(app, "/call mcp.files.garbage")
         assert json.loads(run.final_text) == {"result": "after garbage"}
         assert any("malformed message" in r.getMessage() for r in caplog.records)
+        again = await run_to_end(app, '/call mcp.files.read {"path": "a.txt"}')
+        assert json.loads(again.final_text) == {"result": "alpha"}
+    finally:
+        await h.stop()
+
+
+async def test_a_line_without_end_is_cut_off_and_the_server_replaced(
+        tmp_path: Path, state: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # 64 MiB without a newline: the daemon reads at most its 1 MiB bound of it.
+    proxy = SERVER.with_name("garbling_proxy.py")
+    h = Harness(tmp_path / "data", mcp=(stdio(state, args=(str(proxy), str(state)),
+                                              max_message_bytes=1024 * 1024),))
+    app = await h.start()
+    try:
+        assert h.hub is not None
+        server = h.hub.servers["files"]
+        run = await run_to_end(app, "/call mcp.files.flood")
+        [result] = _results(h, run.run_id)
+        assert not result.success and "files" in result.error
+        assert any("over 1048576 bytes" in r.getMessage() for r in caplog.records)
+        await _until(lambda: server.connects >= 2, timeout_s=40)
         again = await run_to_end(app, '/call mcp.files.read {"path": "a.txt"}')
         assert json.loads(again.final_text) == {"result": "alpha"}
     finally:

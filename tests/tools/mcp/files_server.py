@@ -72,6 +72,11 @@ def garbage() -> str:
     return "after garbage"
 
 
+@server.tool(description="Answer so that garbling_proxy.py floods stdout first.")
+def flood() -> str:
+    return "after flood"
+
+
 @server.tool(description="Block the whole server (its event loop) for a while.")
 async def freeze(seconds: float) -> str:
     _log("freeze")

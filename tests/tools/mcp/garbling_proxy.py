@@ -1,6 +1,7 @@
 """Runs ``files_server.py`` behind a pipe that injects lines which are not JSON-RPC
 into its stdout (the SDK's own server keeps stdout clean, so a test needs this to
-send the client malformed messages). ``python garbling_proxy.py STATE_DIR``."""
+send the client malformed messages), or, before the answer of ``flood``, 64 MiB
+with no newline. ``python garbling_proxy.py STATE_DIR``."""
 
 from __future__ import annotations
 
@@ -30,6 +31,14 @@ def main() -> None:
     for line in child_out:
         if b"after garbage" in line:
             out.write(GARBAGE)  # just before the answer the test waits for
+        if b"after flood" in line:
+            chunk = b"x" * (1024 * 1024)
+            try:
+                for _ in range(64):
+                    out.write(chunk)
+                out.flush()
+            except BrokenPipeError:  # the client stopped reading: what it should do
+                sys.exit(0)
         out.write(line)
         out.flush()
     sys.exit(child.wait())

@@ -39,6 +39,9 @@ class McpServerConfig:
             ``capabilities``: e.g. ``{ read = ["read_only"] }``.
         timeout_s: Limit of one call (the run's remaining time may be less).
         max_output_bytes: A result larger than this is refused as a failure.
+        max_message_bytes: Stdio: the longest line (one JSON-RPC message) read
+            from the server; a longer one ends the connection (the server is
+            restarted), so a server cannot grow the daemon's memory.
         connect_timeout_s: How long start-up waits for the first listing;
             the server keeps being retried in the background after that.
         ping_interval_s: How often an idle connection is checked (a hung or
@@ -61,6 +64,7 @@ class McpServerConfig:
         default_factory=lambda: MappingProxyType({}))
     timeout_s: float = 60.0
     max_output_bytes: int = 256 * 1024
+    max_message_bytes: int = 16 * 1024 * 1024
     connect_timeout_s: float = 10.0
     ping_interval_s: float = 15.0
     restart_initial_s: float = 0.5
@@ -77,7 +81,7 @@ class McpServerConfig:
             unknown = sorted(set(caps) - _CAPABILITIES)
             if unknown:
                 raise ValueError(f"MCP server {self.name!r}: unknown capability {unknown[0]!r}")
-        if self.timeout_s <= 0 or self.max_output_bytes <= 0:
+        if min(self.timeout_s, self.max_output_bytes, self.max_message_bytes) <= 0:
             raise ValueError(f"MCP server {self.name!r}: limits must be positive")
 
     def capabilities_of(self, tool: str) -> frozenset[Capability]:

@@ -26,13 +26,14 @@ from typing import Any
 
 import httpx2
 import pydantic
-from mcp import ClientSession, StdioServerParameters, stdio_client, types
+from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from palyra.tools._registry import ToolRegistry
 from palyra.tools._spec import ToolContext, ToolError, ToolOutput, ToolSpec
 from palyra.tools.mcp.config import McpServerConfig
+from palyra.tools.mcp.stdio import capped_stdio
 from palyra.tools.mcp.convert import (
     argument_checker,
     error_text,
@@ -157,9 +158,8 @@ class McpServer:
     async def _transport(self) -> AsyncIterator[Any]:
         config = self.config
         if config.command:
-            params = StdioServerParameters(command=config.command, args=list(config.args),
-                                           env=dict(config.env) or None, cwd=config.cwd or None)
-            async with stdio_client(params) as streams:
+            async with capped_stdio(config.command, config.args, config.env,
+                                    config.cwd or None, config.max_message_bytes) as streams:
                 yield streams
             return
         headers = {}
