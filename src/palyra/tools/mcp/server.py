@@ -33,7 +33,6 @@ from mcp.shared.exceptions import MCPError
 from palyra.tools._registry import ToolRegistry
 from palyra.tools._spec import ToolContext, ToolError, ToolOutput, ToolSpec
 from palyra.tools.mcp.config import McpServerConfig
-from palyra.tools.mcp.stdio import capped_stdio
 from palyra.tools.mcp.convert import (
     argument_checker,
     error_text,
@@ -42,6 +41,7 @@ from palyra.tools.mcp.convert import (
     schema_digest,
     usable_tool_name,
 )
+from palyra.tools.mcp.stdio import capped_stdio
 
 log = logging.getLogger("palyra.tools.mcp")
 _LIST_PAGES = 32  # a server listing more pages than this is cut (and logged)
