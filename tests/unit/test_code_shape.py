@@ -36,3 +36,11 @@ def test_the_writer_stays_small() -> None:
     lines = (SRC / "journal" / "write" / "writer.py").read_text(encoding="utf-8").splitlines()
     assert len(lines) < MAX_WRITER_LINES
 
+
+
+def test_no_code_is_built_at_run_time() -> None:
+    calls = [f"{path.relative_to(SRC)}:{node.lineno} {node.func.id}()"
+             for path, tree in _trees(SRC) for node in ast.walk(tree)
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+             and node.func.id in _RUNTIME_CODE]
+    assert calls == []

@@ -21,7 +21,7 @@ from typing import Any
 import betterproto2
 from palyra_gen.palyra import v1 as pb
 
-from palyra.core.protobin import SMALL_VARINTS as _SMALL
+from palyra.core.protobin import SMALL as _SMALL
 from palyra.core.protobin import body_encoder as _body
 from palyra.core.protobin import encode_binary
 from palyra.core.protobin import varint as _varint
