@@ -15,9 +15,11 @@ from pathlib import Path
 
 from codegen import (
     checks,
+    codec_plans,
     proto_comments,
     proto_python,
     proto_ts,
+    render_codecs,
     render_errors,
     render_field_rules,
     render_lifecycle,
@@ -104,6 +106,7 @@ def render(spec: Spec, stage: Path) -> None:
         check_result(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), what)
     shutil.rmtree(workdir)
     proto_python.postprocess(layout, package)
+    _render_codecs(layout, package)
     proto_ts.postprocess(layout, ts_dir)
     ts_package.render(ts_dir, banner(TYPESCRIPT, ts_package.GENERATOR, ["codegen/ts_package/"]))
 
@@ -169,6 +172,19 @@ def render(spec: Spec, stage: Path) -> None:
         render_routes.render(spec.proto.rpcs),
     )
     ruff_format(stage / "python")
+
+
+def _render_codecs(layout: SpecLayout, package: Path) -> None:
+    """The fast JSON and binary codecs, from the messages betterproto2 just generated."""
+    plans = codec_plans.read_plans(package.parent)
+    sources = [layout.proto_label(p) for p in layout.palyra_protos()]
+    runtime = (Path(render_codecs.__file__).parent / "codec_runtime.py").read_text(encoding="utf-8")
+    _write(package / "codec_runtime.py", PYTHON, render_codecs.RUNTIME_GENERATOR, sources,
+           runtime)
+    _write(package / "proto_json.py", PYTHON, render_codecs.GENERATOR, sources,
+           render_codecs.render_json(plans))
+    _write(package / "proto_binary.py", PYTHON, render_codecs.GENERATOR, sources,
+           render_codecs.render_binary(plans))
 
 
 def _write(path: Path, comment: str, generator: str, sources: list[str], body: str) -> None:

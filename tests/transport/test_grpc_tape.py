@@ -1,10 +1,11 @@
 """RunStream over gRPC encodes each batch straight from the stored events: the same bytes.
 
-The gRPC listener answers RunStream with bytes built from the stored events and
-their members (``palyra.app.run_stream_bytes``), not from ``TapeEvent`` objects; these
-tests compare them with ``bytes()`` of the responses the app builds in process,
-over real runs (a real engine on LMDB) and over edge values, and then run a
-whole turn through a real listener on loopback.
+The app answers RunStream with ``TapeResponse`` messages that keep their stored batch;
+the gRPC listener sends that batch's ``wire()``, bytes built from the stored events and
+their members, not from the ``TapeEvent`` objects; these tests compare them with
+``bytes()`` of the responses the app builds in process, over real runs (a real engine
+on LMDB) and over edge values, and then run a whole turn through a real listener on
+loopback.
 """
 
 from __future__ import annotations
@@ -23,16 +24,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from palyra_gen.palyra import v1 as pb
 
-from palyra.app import (
-    CallContext,
-    Encoded,
-    PalyraApp,
-    encode_tape_event,
-    run_stream_bytes,
-    tape_stream,
-)
+from palyra.app import CallContext, PalyraApp, TapeBatch, TapeResponse
 from palyra.app._convert import tape_member
-from palyra.app._runs import _tape_responses
+from palyra.app._tape import run_stream_responses
 from palyra.config import GrpcConfig
 from palyra.journal import StoredEvent
 from palyra.testing.apps import scripted_app
@@ -57,8 +51,10 @@ async def _one(request: pb.RunStreamRequest) -> AsyncIterator[pb.RunStreamReques
 def _same_bytes(batch: bool, stored: list[StoredEvent],
                 members: list[object]) -> list[bytes]:
     """Both encodings of one batch; asserts they agree and returns the wire bytes."""
-    expected = [bytes(r) for r in _tape_responses(batch, stored, members)]  # type: ignore[arg-type]
-    got = [e.data for e in run_stream_bytes(batch, stored, members)]  # type: ignore[arg-type]
+    responses = run_stream_responses(TapeBatch(stored, members, batch))  # type: ignore[arg-type]
+    expected = [bytes(pb.RunStreamResponse(v=r.v, event=r.event, events=r.events))
+                for r in responses]
+    got = [r.tape.wire() for r in responses]
     assert got == expected
     return got
 
@@ -66,16 +62,15 @@ def _same_bytes(batch: bool, stored: list[StoredEvent],
 @pytest.mark.parametrize("batch", [True, False])
 async def test_live_batches_encode_as_the_app_builds_them(app: PalyraApp, batch: bool) -> None:
     seen: list[bytes] = []
-
-    def respond(batch: bool, stored: list[StoredEvent], members: list[object]) -> list[bytes]:
-        got = _same_bytes(batch, stored, members)
-        seen.extend(got)
-        return got
-
     request = pb.RunStreamRequest(v=1, session_key=f"k{batch}", input=pb.MessageInput(text=TEXT),
                                   batch=batch, complete=True)
-    async for _ in tape_stream(app)(USER, _one(request), respond):  # type: ignore[arg-type]
-        pass
+    async for response in app.run_stream(USER, _one(request)):
+        assert isinstance(response, TapeResponse)
+        # Equal to the plain message, both ways round, and encoded alike.
+        plain = pb.RunStreamResponse(v=response.v, event=response.event, events=response.events)
+        assert response == plain and plain == response
+        assert response.tape.wire() == bytes(plain) == bytes(response)
+        seen.append(_same_bytes(batch, response.tape.stored, response.tape.members)[0])
     events = [e for data in seen for e in (pb.RunStreamResponse.parse(data).events
                                            or [pb.RunStreamResponse.parse(data).event])]
     assert [e.tape_seq for e in events] == list(range(len(events)))
@@ -122,7 +117,8 @@ def test_edge_values_encode_alike(run_id: str, session_id: str, tape_seq: int, p
                            ts_unix_ms=ts_ms, session_id=session_id)
     if value is not None:
         setattr(wrapper, member.removeprefix("empty_"), value)
-    assert encode_tape_event(stored, value) == bytes(wrapper)
+    assert TapeBatch([stored], [value], False).wire() == bytes(
+        pb.RunStreamResponse(v=1, event=wrapper))
 
 
 async def _listening(app: PalyraApp, config: GrpcConfig | None = None
@@ -136,8 +132,7 @@ async def _listening(app: PalyraApp, config: GrpcConfig | None = None
             return caller
 
     gateway = GrpcGateway(app, authenticator=Allow(),  # type: ignore[arg-type]
-                          make_ctx=CallContext.from_caller, config=config or GrpcConfig(),
-                          tape_stream=tape_stream(app))
+                          make_ctx=CallContext.from_caller, config=config or GrpcConfig())
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen()
@@ -238,14 +233,13 @@ def test_only_a_run_that_ended_without_failing_ends_the_call_early(
     listener sends the OK trailers with it); FAILED, a status that is not terminal, and
     every response before the last do not."""
     stored = _event("r", "s", 3, 9, 1)
-    members = [pb.UserInput(text="x"), pb.RunStatus(state=state)]
-    responses = run_stream_bytes(batch, [stored, stored], members)  # type: ignore[arg-type]
-    assert [r.ends_call for r in responses[:-1]] == [False] * (len(responses) - 1)
-    assert responses[-1].ends_call is (state in (pb.RunState.DONE, pb.RunState.CANCELLED))
-    assert not run_stream_bytes(batch, [stored], [pb.UserInput(text="x")])[-1].ends_call
-    assert [(r.data, r.ends_call) for r in run_stream_bytes(batch, [], [])] == (
-        [(b"\x08\x01", False)] if batch else [])
-    assert not Encoded(b"").ends_call
+    members: list[object] = [pb.UserInput(text="x"), pb.RunStatus(state=state)]
+    responses = run_stream_responses(TapeBatch([stored, stored], members, batch))  # type: ignore[arg-type]
+    assert [r.tape.ends_call for r in responses[:-1]] == [False] * (len(responses) - 1)
+    assert responses[-1].tape.ends_call is (state in (pb.RunState.DONE, pb.RunState.CANCELLED))
+    alone = run_stream_responses(TapeBatch([stored], [pb.UserInput(text="x")], batch))
+    assert not alone[-1].tape.ends_call
+    assert not TapeBatch([], [], batch).ends_call
 
 
 async def test_a_failed_run_ends_its_call_with_the_error_a_done_one_with_ok(

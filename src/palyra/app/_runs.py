@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import betterproto2
 from palyra_gen.palyra import v1 as pb
@@ -27,6 +26,7 @@ from palyra.app._convert import (
     tape_event_with,
     tape_member,
 )
+from palyra.app._tape import TapeBatch, run_stream_responses
 from palyra.app.context import CallContext
 from palyra.core.errors import ErrorCode, InvalidArgument, NotFound, PalyraError
 from palyra.core.ids import new_ulid
@@ -46,14 +46,7 @@ from palyra.engine import (
 from palyra.journal import StoredEvent, Subscription
 
 log = logging.getLogger("palyra.app")
-T = TypeVar("T")
 Member = betterproto2.Message | None
-TapeResponder = Callable[[bool, list[StoredEvent], list[Member]], Iterable[T]]
-"""Makes one batch of tape events (stored, members; ``batch`` as the client asked)
-into the responses a RunStream sends for it."""
-TapeStream = Callable[[CallContext, AsyncIterator[pb.RunStreamRequest], TapeResponder[T]],
-                      AsyncIterator[T]]
-"""RunStream with a responder: see :func:`tape_stream`."""
 MAX_TAPE_PAGE = 1000
 DEFAULT_RUNS_PAGE = 50
 MAX_RUNS_PAGE = 500
@@ -69,36 +62,17 @@ def _input_of(message: pb.MessageInput | None) -> tuple[str | None, int]:
     return message.text, len(message.attachments)
 
 
-def _tape_responses(batch: bool, stored: list[StoredEvent],
-                    members: list[Member]) -> list[pb.RunStreamResponse]:
-    """RunStream's responses for one batch: one message, or one per event without ``batch``."""
-    events = [tape_event_with(e, m) for e, m in zip(stored, members, strict=True)]
-    if batch:
-        return [pb.RunStreamResponse(v=1, events=events)]
-    return [pb.RunStreamResponse(v=1, event=event) for event in events]
-
-
 class RunsApi(AppBase):
     """The run half of GatewayService."""
 
     async def run_stream(
         self, ctx: CallContext, requests: AsyncIterator[pb.RunStreamRequest]
     ) -> AsyncIterator[pb.RunStreamResponse]:
-        """Bidi run loop: first message starts, later ones are inputs or approvals."""
-        async for response in self._run_stream_tape(ctx, requests, _tape_responses):
-            yield response
+        """Bidi run loop: first message starts, later ones are inputs or approvals.
 
-    async def _run_stream_tape(
-        self, ctx: CallContext, requests: AsyncIterator[pb.RunStreamRequest],
-        respond: TapeResponder[T],
-    ) -> AsyncIterator[T]:
-        """:meth:`run_stream`, each batch of tape events made into responses by ``respond``.
-
-        ``respond(batch, stored, members)`` gets one commit's (or replay page's) events
-        with their typed members and whether the client asked for ``batch``; RunStream
-        passes :func:`_tape_responses`, and the gRPC listener (through
-        :func:`tape_stream`) a function that encodes the ``RunStreamResponse`` bytes
-        straight from the events (no ``TapeEvent`` objects built only to be encoded).
+        Each commit's (or replay page's) events are answered as :class:`TapeResponse`
+        messages, which keep the stored batch they hold (``app/_tape.py``): a transport
+        that writes bytes encodes them from it.
         """
         identity = identity_of(ctx)
         try:
@@ -140,7 +114,7 @@ class RunsApi(AppBase):
                         final = member
                     elif type(member) is pb.RunError:
                         error = member
-                for response in respond(first.batch, stored, members):
+                for response in run_stream_responses(TapeBatch(stored, members, first.batch)):
                     yield response
         finally:
             self.store.unsubscribe(since_start)  # if the follower never began
@@ -368,11 +342,3 @@ class RunsApi(AppBase):
                 for event in events:
                     yield pb.WatchRunResponse(event=event)
 
-
-def tape_stream(app: RunsApi) -> TapeStream[Any]:
-    """``app``'s RunStream loop with a caller-chosen responder (``respond``).
-
-    For a transport that encodes the tape itself (the gRPC listener); the app's
-    public surface stays the spec's RPCs.
-    """
-    return app._run_stream_tape

@@ -21,7 +21,7 @@ from typing import TextIO
 
 import structlog
 
-from palyra.app import PalyraApp, tape_stream
+from palyra.app import PalyraApp
 from palyra.config import PalyraConfig
 from palyra.daemon.datadir import ensure_data_dir
 from palyra.daemon.discovery import DaemonInfo, remove_daemon_info, write_daemon_info
@@ -87,8 +87,7 @@ async def run_daemon(
         streams = OpenStreams()
         metrics = daemon_metrics(app, config, streams)
         grpc_gateway = GrpcGateway(app, authenticator=authenticator, make_ctx=make_ctx,
-                                   config=config.grpc, tape_stream=tape_stream(app),
-                                   streams=streams)
+                                   config=config.grpc, streams=streams)
         http_gateway = HttpGateway(
             create_http_app(app, authenticator=authenticator, make_ctx=make_ctx,
                             config=config.http, ingress=_ingress_routes(app),

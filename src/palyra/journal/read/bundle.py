@@ -88,14 +88,62 @@ def export_bundle(
 
 
 class _Writer:
-    def __init__(self, handle: BinaryIO) -> None:
+    """Writes bundle lines, hashing each, and tallies what the trailer and seal report."""
+
+    def __init__(self, handle: BinaryIO, session_id: str | None) -> None:
         self.handle = handle
         self.digest = hashlib.sha256()
+        self.session_id = session_id
+        self.events = self.links = self.checkpoints = 0
+        # The last record written: its first and last positions and its link hash.
+        self.first = self.position = 0
+        self.head, self.session_head = GENESIS, GENESIS
 
     def emit(self, line: Line) -> None:
         data = encode_line(line)
         self.digest.update(data)
         self.handle.write(data)
+
+    def emit_checkpoints(self, pending: list[CheckpointRecord], upto: int) -> None:
+        """The checkpoints (sorted by position) taken at or before ``upto``."""
+        while pending and pending[0].position <= upto:
+            self.emit(_checkpoint_line(pending.pop(0)))
+            self.checkpoints += 1
+
+    def emit_record(self, value: bytes) -> None:
+        """One stored record as lines: a bundle speaks in events, one line per position,
+        each carrying its record's hashes, whatever the record holds."""
+        record = decode_record(value)
+        own = self.session_id is None or record.session_id == self.session_id
+        if record.pruned and own:
+            self.emit(PrunedLine(position=record.first, last=record.last,
+                                 session_id=record.session_id,
+                                 prev_hash=record.prev_hash.hex(), hash=record.hash.hex(),
+                                 global_hash=record.global_hash.hex()))
+            self.session_head = record.hash
+        elif own:
+            for event in record.events():
+                self.emit(_event_line(event))
+            self.events += record.last - record.first + 1
+            self.session_head = record.hash
+        else:
+            digest, link = record.hash.hex(), record.global_hash.hex()
+            for at in range(record.first, record.last + 1):
+                self.emit(LinkLine(position=at, hash=digest, global_hash=link))
+            self.links += record.last - record.first + 1
+        self.first, self.position, self.head = record.first, record.last, record.global_hash
+
+    def trailer(self) -> TrailerLine:
+        """The closing line: the tallies, the head and the digest of every line before it."""
+        return TrailerLine(
+            events=self.events,
+            links=self.links,
+            checkpoints=self.checkpoints,
+            head_position=self.position,
+            head_hash=self.head.hex(),
+            session_head=self.session_head.hex() if self.session_id is not None else "",
+            sha256=self.digest.hexdigest(),
+        )
 
 
 def _write(
@@ -107,9 +155,7 @@ def _write(
     signer: Signer | None = None,
 ) -> BundleSummary:
     env = store.env
-    writer = _Writer(handle)
-    events = links = 0
-    position, head, session_head = 0, GENESIS, GENESIS
+    writer = _Writer(handle, session_id)
     # One read txn: events and checkpoints come from the same snapshot.
     with env.read() as txn:
         writer.emit(
@@ -126,54 +172,19 @@ def _write(
             (decode_checkpoint(v) for _k, v in txn.cursor(db=env.dbs[names.CHECKPOINTS])),
             key=lambda c: (c.position, c.ts_ms),
         )
-        cps = 0
-        while pending and pending[0].position == 0:
-            writer.emit(_checkpoint_line(pending.pop(0)))
-            cps += 1
+        writer.emit_checkpoints(pending, 0)
         for _key, value in txn.cursor(db=env.dbs[names.EVENTS]):
-            # A bundle speaks in events: one line per position, each carrying
-            # its record's hashes, whatever the record holds.
-            record = decode_record(value)
-            if record.pruned and (session_id is None or record.session_id == session_id):
-                writer.emit(PrunedLine(position=record.first, last=record.last,
-                                       session_id=record.session_id,
-                                       prev_hash=record.prev_hash.hex(), hash=record.hash.hex(),
-                                       global_hash=record.global_hash.hex()))
-                session_head = record.hash
-            elif session_id is None or record.session_id == session_id:
-                for event in record.events():
-                    writer.emit(_event_line(event))
-                events += record.last - record.first + 1
-                session_head = record.hash
-            else:
-                digest, link = record.hash.hex(), record.global_hash.hex()
-                for at in range(record.first, record.last + 1):
-                    writer.emit(LinkLine(position=at, hash=digest, global_hash=link))
-                links += record.last - record.first + 1
-            position, head = record.last, record.global_hash
-            while pending and pending[0].position <= position:
-                writer.emit(_checkpoint_line(pending.pop(0)))
-                cps += 1
+            writer.emit_record(value)
+            writer.emit_checkpoints(pending, writer.position)
             if progress is not None:
-                for at in range(record.first, record.last + 1):
+                for at in range(writer.first, writer.position + 1):
                     progress(at)
     if signer is not None:
-        writer.emit(_seal(signer, session_id, position, head, session_head, events,
-                          writer.digest.digest()))
-    writer.handle.write(
-        encode_line(
-            TrailerLine(
-                events=events,
-                links=links,
-                checkpoints=cps,
-                head_position=position,
-                head_hash=head.hex(),
-                session_head=session_head.hex() if session_id is not None else "",
-                sha256=writer.digest.hexdigest(),
-            )
-        )
-    )
-    return BundleSummary(out, events, links, cps, position, head.hex())
+        writer.emit(_seal(signer, session_id, writer.position, writer.head, writer.session_head,
+                          writer.events, writer.digest.digest()))
+    writer.handle.write(encode_line(writer.trailer()))
+    return BundleSummary(out, writer.events, writer.links, writer.checkpoints, writer.position,
+                         writer.head.hex())
 
 
 def _seal(signer: Signer, session_id: str | None, position: int, head: bytes,

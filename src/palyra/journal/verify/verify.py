@@ -21,6 +21,7 @@ from palyra.journal.format.bundle_format import (
     CheckpointLine,
     EventLine,
     HeaderLine,
+    Line,
     LinkLine,
     PrunedLine,
     SealLine,
@@ -321,14 +322,7 @@ def _walk_bundle(
     for number, raw in enumerate(lines, start=1):
         if trailer is not None:
             raise Tampered(None, f"line {number}: data after the trailer")
-        if not raw.endswith(b"\n"):
-            groups.flush()
-            raise Tampered(verifier.position + 1, f"bundle truncated (line {number} is incomplete)")
-        try:
-            line = decode_line(raw[:-1])
-        except ValueError as exc:
-            groups.flush()
-            raise Tampered(verifier.position + 1, f"line {number}: {exc}") from exc
+        line = _decode_numbered(raw, number, groups, verifier)
         if header is None:
             if not isinstance(line, HeaderLine):
                 raise Tampered(None, "line 1 is not a bundle header")
@@ -339,11 +333,8 @@ def _walk_bundle(
             raise Tampered(verifier.position + 1, f"line {number}: entries after the seal")
         elif isinstance(line, EventLine | LinkLine):
             groups.add(line)
-            if covers is not None and isinstance(line, EventLine) and line.kind in COVERING_KINDS:
-                cover = cover_of(line.position, line.run_id, line.tape_seq, line.kind,
-                                 line.payload)
-                if cover is not None:
-                    covers.append((line.position, cover) if isinstance(cover, str) else cover)
+            if covers is not None and isinstance(line, EventLine):
+                _note_cover(line, covers)
         elif isinstance(line, PrunedLine):
             groups.flush()
             if header.version < 4:
@@ -374,6 +365,28 @@ def _walk_bundle(
         groups.flush()
         raise Tampered(verifier.position + 1, "bundle truncated (no trailer)")
     return sealed
+
+
+def _decode_numbered(raw: bytes, number: int, groups: LineGroups,
+                     verifier: ChainVerifier) -> Line:
+    """Bundle line ``number``, decoded; a cut or malformed line is tampering (what was
+    grouped before it is checked first, so an earlier break is the one reported)."""
+    if not raw.endswith(b"\n"):
+        groups.flush()
+        raise Tampered(verifier.position + 1, f"bundle truncated (line {number} is incomplete)")
+    try:
+        return decode_line(raw[:-1])
+    except ValueError as exc:
+        groups.flush()
+        raise Tampered(verifier.position + 1, f"line {number}: {exc}") from exc
+
+
+def _note_cover(line: EventLine, covers: list[Cover | tuple[int, str]]) -> None:
+    """The span a covering event (a compaction) vouches for, to recompute after the walk."""
+    if line.kind in COVERING_KINDS:
+        cover = cover_of(line.position, line.run_id, line.tape_seq, line.kind, line.payload)
+        if cover is not None:
+            covers.append((line.position, cover) if isinstance(cover, str) else cover)
 
 
 def _check_seal(line: SealLine, header: HeaderLine, verifier: ChainVerifier, number: int,

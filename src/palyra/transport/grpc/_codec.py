@@ -15,10 +15,19 @@ from typing import Any
 import grpclib.server
 from grpclib.encoding.proto import ProtoCodec
 
-from palyra.app import Encoded
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.core.protobin import decode_binary, encode_binary
 from palyra.core.protocheck import WireFormatError, check_wire_format
+
+
+class Encoded:
+    """A message already encoded: the codec sends ``data`` as it is (RunStream's tape,
+    encoded once per batch from the stored events: ``palyra.app.TapeBatch.wire``)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
 
 
 class CappedProtoCodec(ProtoCodec):
@@ -34,7 +43,7 @@ class CappedProtoCodec(ProtoCodec):
 
     def encode(self, message: Any, message_type: Any) -> bytes:
         if type(message) is Encoded:
-            data = message.data  # RunStream's tape, encoded once from the events (_tape)
+            data = message.data
         elif not isinstance(message, message_type):
             raise TypeError(f"message must be of type {message_type!r}, not {type(message)!r}")
         else:

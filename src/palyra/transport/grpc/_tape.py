@@ -1,7 +1,8 @@
 """RunStream over gRPC: the generated servicer, with each commit's tape sent as encoded bytes.
 
-The bytes come from ``palyra.app.run_stream_bytes`` (the app's tape wire
-encoder, property-tested equal to ``bytes(RunStreamResponse(...))``).
+The app answers RunStream with ``palyra.app.TapeResponse`` messages, which keep the
+stored batch they hold; the bytes sent are that batch's ``wire()`` (encoded from the
+stored events, property-tested equal to ``bytes()`` of the response).
 
 Each response goes out through :func:`send_encoded` as one HTTP/2 DATA frame
 (the gRPC length prefix and the bytes), written here, without the generic
@@ -20,8 +21,8 @@ transport is paused by backpressure, a window or the peer's frame size is
 too small for the message or the message is above the cap, the message goes
 the generic way, which waits, chunks and raises as before.
 
-A run that ended without failing ends its call at once: the response the app
-marks ``ends_call`` (its tape's DONE or CANCELLED status) is followed by the OK
+A run that ended without failing ends its call at once: a response whose batch
+``ends_call`` (its tape's DONE or CANCELLED status) is followed by the OK
 trailers, and when no other stream is open on the connection the cork is
 flushed at once, so the client has the end of the call in the same ``send()``
 as the last events, before the run loop's clean-up and grpclib's wind-down
@@ -33,17 +34,17 @@ failed run still ends with its error, after the loop, as before.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import grpclib.const
 import grpclib.server
 from h2.connection import ConnectionState, H2Connection
 from h2.stream import StreamState
-from palyra_gen.palyra import v1 as pb
 from palyra_gen.services import GatewayServiceServer
 
-from palyra.app import Encoded, TapeStream, run_stream_bytes
+from palyra.app import TapeResponse
+from palyra.transport.grpc._codec import Encoded
 
 RUN_STREAM = "/palyra.v1.GatewayService/RunStream"
 
@@ -108,12 +109,10 @@ def data_frame(h2: H2Connection, stream_id: int | None, prefix: bytes,
 
 
 class TapeGatewayServer(GatewayServiceServer[Any]):
-    """The generated GatewayService servicer, with RunStream encoding its tape directly."""
+    """The generated GatewayService servicer, with RunStream sending its tape as bytes."""
 
-    def __init__(self, app: Any, ctx: Callable[[], Any], stream: TapeStream[Encoded],
-                 max_bytes: int) -> None:
+    def __init__(self, app: Any, ctx: Callable[[], Any], max_bytes: int) -> None:
         super().__init__(app, ctx)
-        self._stream = stream
         self._max_bytes = max_bytes
 
     def __mapping__(self) -> dict[str, grpclib.const.Handler]:
@@ -126,17 +125,16 @@ class TapeGatewayServer(GatewayServiceServer[Any]):
 
     async def _rpc_run_stream(self, stream: grpclib.server.Stream[Any, Any]) -> None:
         max_bytes = self._max_bytes
-        async for response in self.run_stream(stream.__aiter__()):
-            await send_encoded(stream, response, max_bytes)
-            if response.ends_call:
+        # The app's RunStream itself (not the generated relay): one generator less per message.
+        async for response in self._app.run_stream(self._ctx(), stream.__aiter__()):
+            if type(response) is not TapeResponse:
+                await stream.send_message(response)
+                continue
+            tape = response.tape
+            await send_encoded(stream, Encoded(tape.wire()), max_bytes)
+            if tape.ends_call:
                 # The run ended and did not fail: the call's OK status goes now, with
                 # the last message, not after the run loop and grpclib have wound down
                 # (the client waits for it to start its next turn).
                 await stream.send_trailing_metadata()
                 _flush_if_alone(stream._stream)
-
-    def run_stream(  # type: ignore[override]
-        self, messages: AsyncIterator[pb.RunStreamRequest]
-    ) -> AsyncIterator[Encoded]:
-        """RunStream: the app's run loop, each batch answered by :func:`run_stream_bytes`."""
-        return self._stream(self._ctx(), messages, run_stream_bytes)

@@ -9,7 +9,6 @@ from grpclib.protocol import H2Protocol
 from grpclib.server import Server
 from palyra_gen.services import GatewayServiceServer, PalyraServicesApp, servers
 
-from palyra.app import Encoded, TapeStream
 from palyra.config import GrpcConfig
 from palyra.transport.auth import Authenticator
 from palyra.transport.context import ContextFactory, CtxT, current_caller
@@ -33,9 +32,8 @@ class GrpcGateway(Generic[CtxT]):
 
     Every service is the generated ``<Service>Server``: typed methods that
     forward each RPC to ``app`` with the context ``make_ctx`` builds from the
-    caller the auth listener published (``current_caller``). With ``tape_stream``
-    (``palyra.app.tape_stream(app)``), RunStream sends each commit's tape events
-    encoded once, straight from the stored events (``_tape``).
+    caller the auth listener published (``current_caller``). RunStream sends each
+    commit's tape events encoded once, straight from the stored events (``_tape``).
     """
 
     def __init__(
@@ -45,16 +43,14 @@ class GrpcGateway(Generic[CtxT]):
         authenticator: Authenticator,
         make_ctx: ContextFactory[CtxT],
         config: GrpcConfig,
-        tape_stream: TapeStream[Encoded] | None = None,
         streams: OpenStreams | None = None,
     ) -> None:
         install_length_check()
         ctx = lambda: make_ctx(current_caller.get())  # noqa: E731
         services = servers(app, ctx)
-        if tape_stream is not None:
-            # RunStream encodes each commit's tape straight to bytes (see _tape).
-            services = [TapeGatewayServer(app, ctx, tape_stream, config.max_message_bytes)
-                        if isinstance(s, GatewayServiceServer) else s for s in services]
+        # RunStream sends each commit's tape as bytes (see _tape).
+        services = [TapeGatewayServer(app, ctx, config.max_message_bytes)
+                    if isinstance(s, GatewayServiceServer) else s for s in services]
         self._server = _CorkedServer(services, codec=CappedProtoCodec(config.max_message_bytes))
         install(self._server, authenticator, streams)
 

@@ -22,6 +22,7 @@ import msgspec
 from litestar.types import Receive, Scope, Send
 from palyra_gen.palyra import v1
 
+from palyra.app import TapeResponse
 from palyra.core.protojson import encode_message
 from palyra.transport.errors import WireError, to_wire
 from palyra.transport.streams import OpenStreams
@@ -38,6 +39,11 @@ def sse_frame(message: betterproto2.Message) -> bytes:
     event, each exactly the frame its unbatched message would give, so a client cannot
     tell the two apart except that a batch arrives in one write.
     """
+    if type(message) is TapeResponse:
+        # RunStream's tape: its batch's events, each framed as its own unbatched message.
+        rest = {"v": message.v} if message.v else {}
+        return b"".join(_tape_frame(e, {**rest, "event": encode_message(e)})
+                        for e in message.tape.events())
     events = getattr(message, "events", None)
     if events and all(isinstance(e, v1.TapeEvent) for e in events):
         # The message's other fields once, without its events: each event is

@@ -1,0 +1,182 @@
+"""A run's tape on its way out: stored events become the wire here, once per batch.
+
+Every client of a run's tape (an in-process caller, the gRPC listener, an SSE
+stream) is fed by the journal's tape followers in batches: one commit's events
+(or one replay page's). A :class:`TapeBatch` holds one such batch as stored, with
+each event's typed member, and gives it in the two forms the transports send:
+
+- :meth:`TapeBatch.events`, the ``TapeEvent`` messages (:func:`tape_event_with`),
+  which an in-process caller reads and the HTTP gateway frames as SSE;
+- :meth:`TapeBatch.wire`, the protobuf bytes of RunStream's response written
+  straight from the stored events: the wrapper's five header fields from the
+  stored event, then the member as its generated encoder gives it
+  (``palyra_gen.proto_binary``). The bytes are exactly ``bytes()`` of the
+  ``RunStreamResponse`` holding :meth:`TapeBatch.events`
+  (tests/transport/test_grpc_tape.py), without building ``TapeEvent`` objects
+  only to encode them: a ``TapeEvent`` has ~20 fields (16 of them members of its
+  ``event`` oneof), so walking the wrapper cost more than the member it carries.
+
+RunStream answers with :class:`TapeResponse`: a ``RunStreamResponse`` that keeps
+the batch it was built from, so the gRPC listener sends :meth:`TapeBatch.wire`
+and nothing is encoded twice.
+"""
+
+from __future__ import annotations
+
+import functools
+import typing
+from collections.abc import Callable
+from typing import Any
+
+import betterproto2
+from palyra_gen.palyra import v1 as pb
+
+from palyra.app._convert import tape_event_with
+from palyra.core.protobin import SMALL, body_encoder, encode_binary, varint
+from palyra.engine import is_terminal_status
+from palyra.journal import StoredEvent
+
+Member = betterproto2.Message | None
+
+_V1 = b"\x08\x01"  # RunStreamResponse.v = 1
+_EVENT_TAG = b"\x12"  # RunStreamResponse.event (2, length-delimited)
+_EVENTS_TAG = b"\x1a"  # RunStreamResponse.events (3, repeated, length-delimited)
+
+
+class TapeBatch:
+    """One batch of a run's tape events as stored, their typed members, and whether the
+    client asked for ``batch`` (one response for the batch) or not (one per event)."""
+
+    __slots__ = ("_events", "batched", "members", "stored")
+
+    def __init__(self, stored: list[StoredEvent], members: list[Member], batched: bool) -> None:
+        self.stored = stored
+        self.members = members
+        self.batched = batched
+        self._events: list[pb.TapeEvent] | None = None
+
+    def events(self) -> list[pb.TapeEvent]:
+        """The batch's ``TapeEvent`` messages (built once)."""
+        if self._events is None:
+            self._events = [tape_event_with(e, m)
+                            for e, m in zip(self.stored, self.members, strict=True)]
+        return self._events
+
+    def wire(self) -> bytes:
+        """The protobuf bytes of the ``RunStreamResponse`` holding this batch (its one
+        event, unless ``batched``)."""
+        events = _encode_events(self.stored, self.members)
+        if self.batched:
+            return _V1 + b"".join(_EVENTS_TAG + _length(data) + data for data in events)
+        (data,) = events
+        return _V1 + _EVENT_TAG + _length(data) + data
+
+    @property
+    def ends_call(self) -> bool:
+        """The batch ends with the run's terminal status, and it is not FAILED: RunStream
+        ends OK right after it (a failed run ends the call with its error instead)."""
+        last = self.members[-1] if self.members else None
+        return (isinstance(last, pb.RunStatus) and is_terminal_status(last)
+                and last.state != pb.RunState.FAILED)
+
+
+class TapeResponse(pb.RunStreamResponse):
+    """A ``RunStreamResponse`` that keeps the :class:`TapeBatch` it holds (``tape``), so a
+    transport writing bytes sends :meth:`TapeBatch.wire` instead of encoding the messages.
+
+    It is the spec's message in every other way (fields, equality with a plain
+    ``RunStreamResponse``, ``bytes()``, ``to_dict()``).
+    """
+
+    tape: TapeBatch
+
+    def __eq__(self, other: object) -> bool:
+        # betterproto2 compares messages of one exact class; this one is a RunStreamResponse.
+        if isinstance(other, pb.RunStreamResponse):
+            return (self.v, self.event, self.events) == (other.v, other.event, other.events)
+        return NotImplemented
+
+
+def run_stream_responses(batch: TapeBatch) -> list[TapeResponse]:
+    """RunStream's responses for one batch: one, or one per event without ``batched``."""
+    if batch.batched:
+        return [_response(batch, events=batch.events())]
+    return [_response(TapeBatch([stored], [member], batched=False), event=event)
+            for stored, member, event in zip(batch.stored, batch.members, batch.events(),
+                                             strict=True)]
+
+
+def _response(batch: TapeBatch, **fields: Any) -> TapeResponse:
+    response = TapeResponse(v=1, **fields)
+    response.tape = batch
+    return response
+
+
+@functools.cache
+def _member_tags() -> dict[type[Any], tuple[bytes, Callable[[Any], bytes | bytearray]]]:
+    """Member class -> its ``TapeEvent`` field tag (wire type 2) and its generated encoder."""
+    meta = typing.cast(Any, pb.TapeEvent)._betterproto
+    tags: dict[type[Any], tuple[bytes, Callable[[Any], bytes | bytearray]]] = {}
+    for name, fm in meta.meta_by_field_name.items():
+        if fm.group == "event":
+            cls = meta.cls_by_field[name]
+            tags[cls] = (varint((fm.number << 3) | 2), body_encoder(cls))
+    return tags
+
+
+def _encode_events(stored: list[StoredEvent], members: list[Member]) -> list[bytes]:
+    """``bytes(TapeEvent)`` of each event: fields in declaration order, defaults skipped.
+
+    run_id (1), tape_seq (2), position (3), ts_unix_ms (4), session_id (5), then the
+    member, sent even when all its fields are defaults (a oneof member is present).
+    The run and session fields are encoded once per batch (one run's commit).
+    """
+    tags = _member_tags()
+    small = SMALL
+    encoded: list[bytes] = []
+    run_id = session_id = None
+    run_field = session_field = b""
+    ts, ts_field = 0, b""
+    for event, member in zip(stored, members, strict=True):
+        if event.run_id != run_id or event.session_id != session_id:
+            run_id, session_id = event.run_id, event.session_id
+            run_field = _string_field(b"\x0a", run_id)
+            session_field = _string_field(b"\x2a", session_id)
+        out = bytearray(run_field)
+        value = event.tape_seq
+        if value > 0:
+            out += b"\x10"
+            out += small[value] if value < 128 else varint(value)
+        value = event.position
+        if value:
+            out += b"\x18"
+            out += small[value] if 0 <= value < 128 else varint(value)
+        if event.ts_ms != ts:  # a commit's events mostly share their millisecond
+            ts = event.ts_ms
+            ts_field = b"\x20" + varint(ts) if ts else b""
+        out += ts_field
+        out += session_field
+        if member is not None:
+            codec = tags.get(type(member))
+            if codec is None:  # not a spec member class (a subclass?): the generic encoder
+                encoded.append(encode_binary(tape_event_with(event, member)))
+                continue
+            tag, body = codec
+            data = body(member)
+            n = len(data)
+            out += tag
+            out += small[n] if n < 128 else varint(n)
+            out += data
+        encoded.append(bytes(out))
+    return encoded
+
+
+def _string_field(tag: bytes, text: str) -> bytes:
+    data = text.encode()
+    return tag + varint(len(data)) + data if data else b""
+
+
+def _length(data: bytes) -> bytes:
+    n = len(data)
+    return SMALL[n] if n < 128 else varint(n)
+
