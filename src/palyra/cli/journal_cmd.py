@@ -1,4 +1,4 @@
-"""``palyra journal verify|export|checkpoint|prune``.
+"""``palyra journal verify|export|checkpoint|prune|prove|verify-proof|consistency``.
 
 ``verify`` and ``export`` open the data dir read-only, so they work while the
 daemon runs; ``checkpoint`` needs the writer, so it asks the running daemon
@@ -231,8 +231,30 @@ def traces(argv: Sequence[str]) -> int:
     return EXIT_OK
 
 
+def prove(argv: Sequence[str]) -> int:
+    """The transparency log's proof of one entry (``palyra.cli._tlog``)."""
+    from palyra.cli import _tlog
+
+    return _tlog.prove(argv, default_data_dir())
+
+
+def verify_proof(argv: Sequence[str]) -> int:
+    """Check a proof file offline (``palyra.cli._tlog``)."""
+    from palyra.cli import _tlog
+
+    return _tlog.verify_proof_cmd(argv)
+
+
+def consistency(argv: Sequence[str]) -> int:
+    """Check that one signed checkpoint extends another (``palyra.cli._tlog``)."""
+    from palyra.cli import _tlog
+
+    return _tlog.consistency_cmd(argv, default_data_dir())
+
+
 COMMANDS = {"verify": verify, "export": export, "checkpoint": checkpoint, "prune": prune,
-            "traces": traces}
+            "traces": traces, "prove": prove, "verify-proof": verify_proof,
+            "consistency": consistency}
 
 
 def main(argv: Sequence[str]) -> int:

@@ -36,6 +36,7 @@ from palyra.journal import (
     JournalStore,
     PruneResult,
     checkpoint_every,
+    sign_tree_every,
     retention_every,
 )
 from palyra.transport.auth import Authenticator
@@ -103,6 +104,7 @@ async def run_daemon(
             signer = (tg.create_task(checkpoint_every(app.store, config.daemon.checkpoint_interval_s),
                                      name="checkpoints")
                       if config.daemon.checkpoint_interval_s > 0 else None)
+            tree_signer = tg.create_task(sign_tree_every(app.store), name="tlog-checkpoints")
             retention = _start_retention(tg, app.store, config.journal)
             tracing = start_tracing(tg, app.store, config)
             drain = (tg.create_task(metrics.drain_every(), name="metrics")
@@ -121,7 +123,8 @@ async def run_daemon(
                       data_dir=info.data_dir)
             await stop.wait()
             _log.info("daemon_draining")
-            for task in (signer, retention, drain, tracing[0] if tracing else None):
+            for task in (signer, tree_signer, retention, drain,
+                         tracing[0] if tracing else None):
                 if task is not None:  # the TaskGroup would otherwise wait on them
                     task.cancel()
             http_gateway.close()

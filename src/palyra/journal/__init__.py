@@ -23,7 +23,11 @@ from palyra.journal.read.follow import Subscription
 from palyra.journal.retention.policy import prune_older_than, retention_every
 from palyra.journal.retention.prune import PruneOrder, PruneResult
 from palyra.journal.verify.verify import VerifyReport, verify_bundle, verify_store
-from palyra.journal.write.autocheckpoint import checkpoint_every, sign_head_if_moved
+from palyra.journal.write.autocheckpoint import (
+    checkpoint_every,
+    sign_head_if_moved,
+    sign_tree_every,
+)
 
 __all__ = [
     "ENTITY_TABLES",
@@ -44,6 +48,7 @@ __all__ = [
     "TapePage",
     "VerifyReport",
     "checkpoint_every",
+    "sign_tree_every",
     "export_bundle",
     "prune_older_than",
     "retention_every",

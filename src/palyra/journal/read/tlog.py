@@ -12,17 +12,25 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from palyra.core.errors import InvalidArgument, NotFound
+from palyra.journal import _env as names
+from palyra.journal._env import JournalEnv
+from palyra.journal.format.record import u64_key
 from palyra.journal.tlog.merkle import (
     HASH_SIZE,
     TILE_HEIGHT,
     TILE_WIDTH,
     Frontier,
+    consistency_proof,
     frontier_of,
+    inclusion_proof,
     leaf_hash,
     node_hash,
     node_key,
     tree_prefix,
 )
+from palyra.journal.tlog.note import parse_checkpoint, parse_note
+from palyra.journal.tlog.proof import encode_proof
 
 JOURNAL_TREE = ""
 """The id of the journal's one tree (one per shard later, keyed the same way)."""
@@ -160,3 +168,62 @@ class StoredTree:
         size = HASH_SIZE.to_bytes(2, "big")
         start = index * TILE_WIDTH
         return b"".join(size + entry for entry in self.entries(start, start + width))
+
+
+# --- reads through a journal env (the store's and the CLI's) ------------------
+
+
+def tree_of(env: JournalEnv, txn: Any) -> StoredTree:
+    """The journal's tree in ``txn``."""
+    return StoredTree(txn, env.dbs.get(names.TLOG))
+
+
+def signed_note(env: JournalEnv, txn: Any) -> bytes | None:
+    """The journal tree's last signed checkpoint note, or None."""
+    db = env.dbs.get(names.TLOG_CHECKPOINTS)
+    raw = None if db is None else txn.get(StoredTree.key_of(), db=db)
+    return None if raw is None else bytes(raw)
+
+
+def prove_position(env: JournalEnv, txn: Any, position: int) -> bytes:
+    """The ``tlog-proof`` of the record holding ``position`` (see ``JournalStore``)."""
+    note = signed_note(env, txn)
+    if note is None:
+        raise NotFound("the transparency log has no signed checkpoint yet")
+    size = parse_checkpoint(parse_note(note).body).size
+    tree = tree_of(env, txn)
+    try:
+        index = tree.index_of_position(position)
+    except LookupError:
+        raise NotFound(f"no record holds position {position}",
+                       details={"position": str(position)}) from None  # fmt: skip
+    if index >= size:
+        raise NotFound(
+            f"position {position} is newer than the signed checkpoint (size {size}); "
+            "sign one first", details={"position": str(position)})  # fmt: skip
+    record = txn.get(u64_key(tree.entry(index)[1]), db=env.dbs[names.EVENTS])
+    if record is None or bytes(record[:1]) != b"\x02":
+        raise InvalidArgument(
+            f"position {position} is in a pruned or format 1 record: only format 2 "
+            "records can be proven with their content", details={"position": str(position)})  # fmt: skip
+    return encode_proof(bytes(record), index, inclusion_proof(index, size, tree.hash_at), note)
+
+
+def consistency(env: JournalEnv, txn: Any, old: int, new: int) -> list[bytes]:
+    """The consistency proof from tree size ``old`` to ``new``."""
+    tree = tree_of(env, txn)
+    if not 0 <= old <= new <= tree.size:
+        raise InvalidArgument(f"no consistency proof from size {old} to {new} in a tree of "
+                              f"{tree.size}", details={"old": str(old), "new": str(new)})  # fmt: skip
+    return consistency_proof(old, new, tree.hash_at)
+
+
+def tile(env: JournalEnv, txn: Any, level: int, index: int, width: int) -> bytes:
+    """A tile (``level`` -1: an entry bundle) the tree holds entirely."""
+    tree = tree_of(env, txn)
+    try:
+        if level < 0:
+            return tree.entry_bundle(index, width)
+        return tree.tile(level, index, width)
+    except LookupError as exc:
+        raise NotFound(str(exc)) from None

@@ -36,6 +36,11 @@ def key_id(name: str, public_key: bytes, kind: int = ED25519_TYPE) -> bytes:
     return sha256(name.encode() + b"\n" + bytes((kind,)) + public_key).digest()[:4]
 
 
+def default_origin(public_key: bytes) -> str:
+    """The log's origin line unless configured: names the key, so two data dirs never share one."""
+    return "palyra.local/journal/" + sha256(public_key).hexdigest()[:16]
+
+
 def checkpoint_body(origin: str, size: int, root: bytes) -> bytes:
     """The ``tlog-checkpoint`` note text (no extension lines)."""
     return f"{origin}\n{size}\n{base64.b64encode(root).decode()}\n".encode()

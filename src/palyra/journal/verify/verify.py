@@ -32,6 +32,7 @@ from palyra.journal.format.record import CheckpointRecord, scoped_key, u64_key
 from palyra.journal.format.signing import signature_valid
 from palyra.journal.read import reads as _reads
 from palyra.journal.verify.bundle_records import LineGroups, line_hash
+from palyra.journal.verify.tree import check_tree
 from palyra.journal.verify.chainwalk import ChainVerifier, Tampered
 from palyra.journal.verify.covers import (
     COVERING_KINDS,
@@ -136,6 +137,7 @@ def verify_store(
         _walk_env(store.env, verifier, progress, unindexed)
         verifier.finish()
         unindexed.raise_first()
+        check_tree(store.env)
         _require_coverage(verifier, "the journal (sign the head with `palyra journal "
                                     "checkpoint`)")
     except Tampered as problem:

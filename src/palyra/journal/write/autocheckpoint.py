@@ -29,3 +29,23 @@ async def checkpoint_every(store: JournalStore, interval_s: float) -> None:
     while True:
         await asyncio.sleep(interval_s)
         await sign_head_if_moved(store)
+
+
+TREE_CHECKPOINT_INTERVAL_S = 1.0
+"""A transparency-log checkpoint follows an append by at most this long (plus one signing)."""
+
+
+async def sign_tree_every(store: JournalStore, interval_s: float = TREE_CHECKPOINT_INTERVAL_S,
+                          origin: str | None = None) -> None:
+    """Sign the transparency log whenever its tree grew; runs until cancelled.
+
+    A refusal (``JOURNAL_CORRUPT``: the tree does not extend the signed
+    checkpoint) propagates: the daemon must not go on serving a forked log.
+    """
+    signed = -1
+    while True:
+        await asyncio.sleep(interval_s)
+        size = store.tree_size()
+        if size != signed and size > 0:
+            await store.sign_tree(origin)
+            signed = size

@@ -140,8 +140,15 @@ class Writer:
         self._pending = Applier(env, env.durable)
         env.on_wait = self._wanted
         self.stats = WriterStats()
+        self._ready = threading.Event()
+        self._start_error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=names.WRITER_THREAD, daemon=True)
         self._thread.start()
+        # The tree is complete before anyone reads it or plans on it (_complete_tree).
+        self._ready.wait()
+        if self._start_error is not None:
+            self._thread.join()
+            raise self._start_error
 
     def stop(self) -> None:
         """Finish every queued request, then end the thread."""
@@ -154,7 +161,13 @@ class Writer:
 
     def _run(self) -> None:
         try:
-            self._complete_tree()
+            try:
+                self._complete_tree()
+            except BaseException as exc:
+                self._start_error = exc
+                return
+            finally:
+                self._ready.set()
             self._serve()
         finally:
             self._pending.commit()

@@ -1,0 +1,236 @@
+"""``palyra journal prove|verify-proof|consistency``: the transparency log's proofs.
+
+``prove`` reads the data dir (read-only, so it works beside a running daemon,
+which signs the tree within a second of every append) or, with ``--url``, asks
+a daemon's HTTP gateway; with neither a daemon nor a checkpoint covering the
+record it signs one itself. ``verify-proof`` needs nothing but the proof file
+and the log's public key. ``consistency`` checks that one signed checkpoint
+extends another, with the proof from the data dir or the daemon.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import urllib.parse
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+import msgspec
+
+from palyra.core.errors import ErrorCode, InvalidArgument, NotFound, PalyraError
+from palyra.journal import JournalConfig, JournalStore
+from palyra.journal.format.record import decode_record
+from palyra.journal.tlog.merkle import verify_consistency
+from palyra.journal.tlog.note import NoteError, Witness, verify_checkpoint
+from palyra.journal.tlog.proof import parse_consistency, verify_proof
+
+EXIT_OK, EXIT_BAD, EXIT_ERROR = 0, 1, 2
+_HTTP_TIMEOUT_S = 15.0
+
+
+def _locator(args: argparse.Namespace) -> dict[str, str]:
+    if args.position is not None:
+        return {"position": str(args.position)}
+    if args.approval is not None:
+        return {"approval": args.approval}
+    if args.run is not None and args.seq is not None:
+        return {"run": args.run, "seq": str(args.seq)}
+    raise InvalidArgument("name the entry: --position N, --approval ID or --run ID --seq N")
+
+
+def position_of(store: JournalStore, locator: dict[str, str]) -> int:
+    """The journal position a ``prove`` locator names.
+
+    ``--approval`` names the event that decided the approval (its
+    ``tape.tool_approval_response``), else the one that asked for it.
+
+    Raises:
+        NotFound: nothing matches.
+    """
+    if "position" in locator:
+        return int(locator["position"])
+    if "run" in locator:
+        seq = int(locator["seq"])
+        page = store.read_tape(locator["run"], seq - 1, 1)
+        if not page.events or page.events[0].tape_seq != seq:
+            raise NotFound(f"run {locator['run']!r} has no tape seq {seq}")
+        return page.events[0].position
+    approval_id = locator["approval"]
+    raw = store.get_entity("approvals", approval_id)
+    if raw is None:
+        raise NotFound(f"approval {approval_id!r} not found")
+    run_id = msgspec.msgpack.decode(raw).get("run_id", "")
+    found: dict[str, int] = {}
+    after = -1
+    while True:
+        page = store.read_tape(run_id, after, 256)
+        for event in page.events:
+            payload = event.payload if isinstance(event.payload, dict) else {}
+            if payload.get("approvalId") == approval_id:
+                found.setdefault(event.kind, event.position)
+        if not page.events:
+            break
+        after = page.events[-1].tape_seq
+    for kind in ("tape.tool_approval_response", "tape.tool_approval_request"):
+        if kind in found:
+            return found[kind]
+    raise NotFound(f"approval {approval_id!r} has no event on run {run_id!r}'s tape")
+
+
+def _prove_local(data_dir: Path, locator: dict[str, str]) -> bytes:
+    store = JournalStore.open(data_dir, config=JournalConfig(readonly=True))
+    try:
+        position = position_of(store, locator)
+        try:
+            return store.prove_position(position)
+        except NotFound:
+            if store.tree_size() == 0 or store.head().count < position:
+                raise
+    finally:
+        store.close()
+    return _sign_then_prove(data_dir, position)
+
+
+def _sign_then_prove(data_dir: Path, position: int) -> bytes:
+    """No checkpoint covers ``position`` and no daemon signs one: sign it here."""
+    import asyncio
+
+    async def sign() -> bytes:
+        store = JournalStore.open(data_dir)  # DATA_DIR_LOCKED while a daemon runs
+        try:
+            await store.sign_tree()
+            return store.prove_position(position)
+        finally:
+            store.close()
+
+    try:
+        return asyncio.run(sign())
+    except PalyraError as exc:
+        if exc.code is ErrorCode.DATA_DIR_LOCKED:
+            raise NotFound(f"position {position} is newer than the daemon's last signed "
+                           "checkpoint; it signs one within a second, try again") from exc
+        raise
+
+
+def _prove_remote(url: str, token: str | None, locator: dict[str, str]) -> bytes:
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    query = urllib.parse.urlencode(locator)
+    reply = httpx.get(f"{url.rstrip('/')}/tlog/proof?{query}", headers=headers,
+                      timeout=_HTTP_TIMEOUT_S)  # fmt: skip
+    if reply.status_code != 200:
+        raise PalyraError(f"the daemon answered {reply.status_code}: {reply.text.strip()}",
+                          code=ErrorCode.UNAVAILABLE)  # fmt: skip
+    return reply.content
+
+
+def prove(argv: Sequence[str], data_dir: Path) -> int:
+    """Write the ``tlog-proof`` of one journal entry."""
+    parser = argparse.ArgumentParser(
+        prog="palyra journal prove",
+        description="Write a self-contained C2SP tlog-proof of the record holding one event: "
+                    "the record, its inclusion proof and the signed checkpoint.")
+    parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--position", type=int, help="the event's journal position")
+    parser.add_argument("--approval", help="the event deciding (else requesting) this approval")
+    parser.add_argument("--run", help="with --seq: the event at this tape seq of the run")
+    parser.add_argument("--seq", type=int)
+    parser.add_argument("--out", type=Path, help="write here (default stdout)")
+    parser.add_argument("--url", help="ask this daemon's HTTP gateway instead of the data dir")
+    parser.add_argument("--token", help="bearer token for --url")
+    args = parser.parse_args(list(argv))
+    try:
+        locator = _locator(args)
+        proof = (_prove_remote(args.url, args.token, locator) if args.url
+                 else _prove_local(args.data_dir or data_dir, locator))  # fmt: skip
+    except (PalyraError, OSError, httpx.HTTPError, ValueError) as exc:
+        print(f"ERROR {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.out:
+        args.out.write_bytes(proof)
+        print(f"wrote {len(proof)} bytes to {args.out}")
+    else:
+        sys.stdout.buffer.write(proof)
+    return EXIT_OK
+
+
+def _witnesses(specs: Sequence[str]) -> list[Witness]:
+    out = []
+    for spec in specs:
+        name, _, key = spec.partition("=")
+        out.append(Witness(name, bytes.fromhex(key)))
+    return out
+
+
+def verify_proof_cmd(argv: Sequence[str]) -> int:
+    """Check a ``tlog-proof`` file offline; print the record's events."""
+    parser = argparse.ArgumentParser(
+        prog="palyra journal verify-proof",
+        description="Check a tlog-proof offline: the record's hash, its inclusion in the signed "
+                    "checkpoint's tree and the log's signature (no data dir, no daemon).")
+    parser.add_argument("file", type=Path)
+    parser.add_argument("--public-key", required=True, metavar="HEX", help="the log's ed25519 key")
+    parser.add_argument("--origin", help="require this checkpoint origin")
+    parser.add_argument("--witness", action="append", default=[], metavar="NAME=HEX",
+                        help="a trusted witness key (repeatable)")
+    parser.add_argument("--quorum", type=int, default=0, help="witness cosignatures required")
+    args = parser.parse_args(list(argv))
+    try:
+        key = bytes.fromhex(args.public_key)
+        proven = verify_proof(args.file.read_bytes(), key, args.origin,
+                              _witnesses(args.witness), args.quorum)  # fmt: skip
+        record = decode_record(proven.record)
+    except (NoteError, OSError, ValueError) as exc:
+        print(f"INVALID {exc}", file=sys.stderr)
+        return EXIT_BAD
+    witnessed = f" witnesses={','.join(proven.witnesses)}" if proven.witnesses else ""
+    print(f"OK entry={proven.index} positions={record.first}..{record.last} "
+          f"session={record.session_id} checkpoint={proven.checkpoint.origin}@"
+          f"{proven.checkpoint.size}{witnessed}")
+    for event in record.events():
+        print(f"  position={event.position} kind={event.kind} event_id={event.event_id} "
+              f"run={event.run_id} tape_seq={event.tape_seq} actor={event.actor}")
+    return EXIT_OK
+
+
+def consistency_cmd(argv: Sequence[str], data_dir: Path) -> int:
+    """Prove that checkpoint NEW extends checkpoint OLD (both signed by the log)."""
+    parser = argparse.ArgumentParser(
+        prog="palyra journal consistency",
+        description="Check that a later signed checkpoint extends an earlier one (RFC 9162 "
+                    "consistency proof from the data dir or the daemon).")
+    parser.add_argument("old", type=Path, help="the earlier checkpoint file")
+    parser.add_argument("new", type=Path, help="the later checkpoint file")
+    parser.add_argument("--public-key", required=True, metavar="HEX")
+    parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--url", help="ask this daemon's HTTP gateway for the proof")
+    args = parser.parse_args(list(argv))
+    try:
+        key = bytes.fromhex(args.public_key)
+        _n, old = verify_checkpoint(args.old.read_bytes(), None, key)
+        _n, new = verify_checkpoint(args.new.read_bytes(), old.origin, key)
+        if args.url:
+            reply = httpx.get(f"{args.url.rstrip('/')}/tlog/consistency?old={old.size}"
+                              f"&new={new.size}", timeout=_HTTP_TIMEOUT_S)  # fmt: skip
+            reply.raise_for_status()
+            path = parse_consistency(reply.content)
+        else:
+            store = JournalStore.open(args.data_dir or data_dir,
+                                      config=JournalConfig(readonly=True))  # fmt: skip
+            try:
+                path = store.consistency(old.size, new.size)
+            finally:
+                store.close()
+    except (NoteError, ValueError) as exc:
+        print(f"INVALID {exc}", file=sys.stderr)
+        return EXIT_BAD
+    except (PalyraError, OSError, httpx.HTTPError) as exc:
+        print(f"ERROR {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if not verify_consistency(old.size, new.size, old.root, new.root, path):
+        print(f"INCONSISTENT the checkpoint of size {new.size} does not extend the one of "
+              f"size {old.size}", file=sys.stderr)
+        return EXIT_BAD
+    print(f"OK size {new.size} extends size {old.size} ({len(path)} hashes)")
+    return EXIT_OK
