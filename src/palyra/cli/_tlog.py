@@ -1,9 +1,9 @@
 """``palyra journal prove|verify-proof|consistency``: the transparency log's proofs.
 
-``prove`` reads the data dir (read-only, so it works beside a running daemon,
-which signs the tree within a second of every append) or, with ``--url``, asks
-a daemon's HTTP gateway; with neither a daemon nor a checkpoint covering the
-record it signs one itself. ``verify-proof`` needs nothing but the proof file
+``prove`` asks the running daemon (``ProveEntry`` over gRPC, found through
+``daemon.json`` like ``palyra journal checkpoint``), else reads the data dir and,
+when no checkpoint covers the record yet, signs one itself (``--offline`` reads
+the data dir even beside a daemon, which signs within a second of an append). ``verify-proof`` needs nothing but the proof file
 and the log's public key. ``consistency`` checks that one signed checkpoint
 extends another, with the proof from the data dir or the daemon.
 """
@@ -11,23 +11,22 @@ extends another, with the proof from the data dir or the daemon.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
-import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 
-import httpx
-import msgspec
-
+from palyra.cli._client import Target, running_daemon_target
 from palyra.core.errors import ErrorCode, InvalidArgument, NotFound, PalyraError
 from palyra.journal import JournalConfig, JournalStore
 from palyra.journal.format.record import decode_record
+from palyra.journal.read.locate import position_of
 from palyra.journal.tlog.merkle import verify_consistency
 from palyra.journal.tlog.note import NoteError, Witness, verify_checkpoint
-from palyra.journal.tlog.proof import parse_consistency, verify_proof
+from palyra.journal.tlog.proof import verify_proof
 
 EXIT_OK, EXIT_BAD, EXIT_ERROR = 0, 1, 2
-_HTTP_TIMEOUT_S = 15.0
+_DAEMON_TIMEOUT_S = 15.0
 
 
 def _locator(args: argparse.Namespace) -> dict[str, str]:
@@ -38,45 +37,6 @@ def _locator(args: argparse.Namespace) -> dict[str, str]:
     if args.run is not None and args.seq is not None:
         return {"run": args.run, "seq": str(args.seq)}
     raise InvalidArgument("name the entry: --position N, --approval ID or --run ID --seq N")
-
-
-def position_of(store: JournalStore, locator: dict[str, str]) -> int:
-    """The journal position a ``prove`` locator names.
-
-    ``--approval`` names the event that decided the approval (its
-    ``tape.tool_approval_response``), else the one that asked for it.
-
-    Raises:
-        NotFound: nothing matches.
-    """
-    if "position" in locator:
-        return int(locator["position"])
-    if "run" in locator:
-        seq = int(locator["seq"])
-        page = store.read_tape(locator["run"], seq - 1, 1)
-        if not page.events or page.events[0].tape_seq != seq:
-            raise NotFound(f"run {locator['run']!r} has no tape seq {seq}")
-        return page.events[0].position
-    approval_id = locator["approval"]
-    raw = store.get_entity("approvals", approval_id)
-    if raw is None:
-        raise NotFound(f"approval {approval_id!r} not found")
-    run_id = msgspec.msgpack.decode(raw).get("run_id", "")
-    found: dict[str, int] = {}
-    after = -1
-    while True:
-        page = store.read_tape(run_id, after, 256)
-        for event in page.events:
-            payload = event.payload if isinstance(event.payload, dict) else {}
-            if payload.get("approvalId") == approval_id:
-                found.setdefault(event.kind, event.position)
-        if not page.events:
-            break
-        after = page.events[-1].tape_seq
-    for kind in ("tape.tool_approval_response", "tape.tool_approval_request"):
-        if kind in found:
-            return found[kind]
-    raise NotFound(f"approval {approval_id!r} has no event on run {run_id!r}'s tape")
 
 
 def _prove_local(data_dir: Path, locator: dict[str, str]) -> bytes:
@@ -95,7 +55,6 @@ def _prove_local(data_dir: Path, locator: dict[str, str]) -> bytes:
 
 def _sign_then_prove(data_dir: Path, position: int) -> bytes:
     """No checkpoint covers ``position`` and no daemon signs one: sign it here."""
-    import asyncio
 
     async def sign() -> bytes:
         store = JournalStore.open(data_dir)  # DATA_DIR_LOCKED while a daemon runs
@@ -114,15 +73,25 @@ def _sign_then_prove(data_dir: Path, position: int) -> bytes:
         raise
 
 
-def _prove_remote(url: str, token: str | None, locator: dict[str, str]) -> bytes:
-    headers = {"authorization": f"Bearer {token}"} if token else {}
-    query = urllib.parse.urlencode(locator)
-    reply = httpx.get(f"{url.rstrip('/')}/tlog/proof?{query}", headers=headers,
-                      timeout=_HTTP_TIMEOUT_S)  # fmt: skip
-    if reply.status_code != 200:
-        raise PalyraError(f"the daemon answered {reply.status_code}: {reply.text.strip()}",
-                          code=ErrorCode.UNAVAILABLE)  # fmt: skip
-    return reply.content
+async def _prove_remote(target: Target, locator: dict[str, str]) -> bytes:
+    """``ProveEntry`` of the running daemon (it signs what the data dir would lack)."""
+    from grpclib.client import Channel
+    from grpclib.exceptions import GRPCError
+    from palyra_gen.palyra import v1
+
+    request = v1.ProveEntryRequest(
+        position=int(locator.get("position", 0)), approval_id=locator.get("approval", ""),
+        run_id=locator.get("run", ""), seq=int(locator.get("seq", 0)))
+    channel = Channel(target.host, target.port)
+    try:
+        stub = v1.JournalServiceStub(channel, metadata=target.metadata)
+        reply = await stub.prove_entry(request, timeout=_DAEMON_TIMEOUT_S)
+    except GRPCError as exc:
+        raise PalyraError(f"the daemon refused: {exc.status.name}: {exc.message}",
+                          code=ErrorCode.UNAVAILABLE) from exc
+    finally:
+        channel.close()
+    return reply.proof.encode()
 
 
 def prove(argv: Sequence[str], data_dir: Path) -> int:
@@ -137,14 +106,16 @@ def prove(argv: Sequence[str], data_dir: Path) -> int:
     parser.add_argument("--run", help="with --seq: the event at this tape seq of the run")
     parser.add_argument("--seq", type=int)
     parser.add_argument("--out", type=Path, help="write here (default stdout)")
-    parser.add_argument("--url", help="ask this daemon's HTTP gateway instead of the data dir")
-    parser.add_argument("--token", help="bearer token for --url")
+    parser.add_argument("--offline", action="store_true",
+                        help="read the data dir even when a daemon runs on it")
     args = parser.parse_args(list(argv))
+    data_dir = args.data_dir or data_dir
     try:
         locator = _locator(args)
-        proof = (_prove_remote(args.url, args.token, locator) if args.url
-                 else _prove_local(args.data_dir or data_dir, locator))  # fmt: skip
-    except (PalyraError, OSError, httpx.HTTPError, ValueError) as exc:
+        target = None if args.offline else running_daemon_target(data_dir)
+        proof = (asyncio.run(_prove_remote(target, locator)) if target is not None
+                 else _prove_local(data_dir, locator))  # fmt: skip
+    except (PalyraError, OSError, ValueError) as exc:
         print(f"ERROR {exc}", file=sys.stderr)
         return EXIT_ERROR
     if args.out:
@@ -204,28 +175,21 @@ def consistency_cmd(argv: Sequence[str], data_dir: Path) -> int:
     parser.add_argument("new", type=Path, help="the later checkpoint file")
     parser.add_argument("--public-key", required=True, metavar="HEX")
     parser.add_argument("--data-dir", type=Path, default=None)
-    parser.add_argument("--url", help="ask this daemon's HTTP gateway for the proof")
     args = parser.parse_args(list(argv))
     try:
         key = bytes.fromhex(args.public_key)
         _n, old = verify_checkpoint(args.old.read_bytes(), None, key)
         _n, new = verify_checkpoint(args.new.read_bytes(), old.origin, key)
-        if args.url:
-            reply = httpx.get(f"{args.url.rstrip('/')}/tlog/consistency?old={old.size}"
-                              f"&new={new.size}", timeout=_HTTP_TIMEOUT_S)  # fmt: skip
-            reply.raise_for_status()
-            path = parse_consistency(reply.content)
-        else:
-            store = JournalStore.open(args.data_dir or data_dir,
-                                      config=JournalConfig(readonly=True))  # fmt: skip
-            try:
-                path = store.consistency(old.size, new.size)
-            finally:
-                store.close()
+        # Read-only: works beside a running daemon (the tree only grows).
+        store = JournalStore.open(args.data_dir or data_dir, config=JournalConfig(readonly=True))
+        try:
+            path = store.consistency(old.size, new.size)
+        finally:
+            store.close()
     except (NoteError, ValueError) as exc:
         print(f"INVALID {exc}", file=sys.stderr)
         return EXIT_BAD
-    except (PalyraError, OSError, httpx.HTTPError) as exc:
+    except (PalyraError, OSError) as exc:
         print(f"ERROR {exc}", file=sys.stderr)
         return EXIT_ERROR
     if not verify_consistency(old.size, new.size, old.root, new.root, path):

@@ -48,11 +48,11 @@ __all__ = [
     "TapePage",
     "VerifyReport",
     "checkpoint_every",
-    "sign_tree_every",
     "export_bundle",
     "prune_older_than",
     "retention_every",
     "sign_head_if_moved",
+    "sign_tree_every",
     "verify_bundle",
     "verify_store",
 ]

@@ -23,15 +23,15 @@ from palyra.journal._types import (
 )
 from palyra.journal.format.signing import Signer
 from palyra.journal.read import reads as _reads
+from palyra.journal.read import tlog as _tlog
 from palyra.journal.read.entity_cache import EntityCache
 from palyra.journal.read.follow import FollowHub, Subscription, follow_batches, follow_events
 from palyra.journal.retention.prune import PruneOrder, PruneResult
+from palyra.journal.tlog.note import Witness, default_origin
 from palyra.journal.write import requests
 from palyra.journal.write.prepare import prepare
 from palyra.journal.write.stats import CommitTimings
 from palyra.journal.write.writer import Writer
-from palyra.journal.read import tlog as _tlog
-from palyra.journal.tlog.note import Witness, default_origin
 
 _PAGE = 256
 

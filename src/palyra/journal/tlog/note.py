@@ -16,6 +16,7 @@ import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from hashlib import sha256
+from typing import Any
 
 from palyra.journal.format.signing import signature_valid
 
@@ -188,6 +189,27 @@ class Witness:
 
     name: str
     public_key: bytes
+
+
+def parse_witness(spec: str) -> Witness:
+    """``"<key name>=<64 hex digits>"`` as a :class:`Witness`.
+
+    Raises:
+        ValueError: not of that form.
+    """
+    name, sep, key = spec.partition("=")
+    try:
+        public_key = bytes.fromhex(key)
+    except ValueError:
+        public_key = b""
+    if not sep or len(public_key) != 32:
+        raise ValueError(f"witness {spec!r} is not '<key name>=<64 hex digits>'")
+    return Witness(check_name(name), public_key)
+
+
+def witnesses(config: Any) -> tuple[Witness, ...]:
+    """The witnesses a ``JournalConfig`` names (``tlog_witnesses``)."""
+    return tuple(parse_witness(spec) for spec in config.tlog_witnesses)
 
 
 def cosignature_message(body: bytes, timestamp: int) -> bytes:

@@ -32,7 +32,6 @@ from palyra.journal.format.record import CheckpointRecord, scoped_key, u64_key
 from palyra.journal.format.signing import signature_valid
 from palyra.journal.read import reads as _reads
 from palyra.journal.verify.bundle_records import LineGroups, line_hash
-from palyra.journal.verify.tree import check_tree
 from palyra.journal.verify.chainwalk import ChainVerifier, Tampered
 from palyra.journal.verify.covers import (
     COVERING_KINDS,
@@ -43,6 +42,7 @@ from palyra.journal.verify.covers import (
     covers_in,
 )
 from palyra.journal.verify.covers import check as check_cover
+from palyra.journal.verify.tree import check_tree
 
 _CHUNK = 4096
 

@@ -141,14 +141,14 @@ class Writer:
         env.on_wait = self._wanted
         self.stats = WriterStats()
         self._ready = threading.Event()
-        self._start_error: BaseException | None = None
+        self._start_error: list[BaseException] = []  # what _complete_tree raised, if anything
         self._thread = threading.Thread(target=self._run, name=names.WRITER_THREAD, daemon=True)
         self._thread.start()
         # The tree is complete before anyone reads it or plans on it (_complete_tree).
         self._ready.wait()
-        if self._start_error is not None:
+        if self._start_error:
             self._thread.join()
-            raise self._start_error
+            raise self._start_error[0]
 
     def stop(self) -> None:
         """Finish every queued request, then end the thread."""
@@ -164,7 +164,7 @@ class Writer:
             try:
                 self._complete_tree()
             except BaseException as exc:
-                self._start_error = exc
+                self._start_error.append(exc)
                 return
             finally:
                 self._ready.set()

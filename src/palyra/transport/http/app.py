@@ -130,12 +130,17 @@ def create_http_app(
     ingress: Mapping[str, IngressHandler] | None = None,
     plain: Mapping[str, PlainHandler] | None = None,
     streams: OpenStreams | None = None,
+    static: Mapping[str, StaticHandler] | None = None,
 ) -> Litestar:
     """Build the Litestar application serving every spec route of ``app``.
 
     ``plain`` maps a path to an operations endpoint outside the spec (``/metrics``,
     ``/readyz``): ``GET`` only, it authenticates on its own and answers any content
     type. ``streams`` counts the open SSE responses.
+
+    ``static`` maps a path prefix (ending in ``/``) to a read-only tree of resources
+    outside the spec (the transparency log's ``/tlog/`` for ``tlog-tiles`` clients):
+    ``GET`` only, no authentication, the rest of the path handed to the handler.
 
     ``ingress`` maps a path prefix to a platform ingress (``POST <prefix>/<name>``):
     chat platforms sign their own requests, so these routes take no bearer token
@@ -162,6 +167,11 @@ def create_http_app(
                                   details={"limit": str(config.max_headers)})
             if plain and raw_path in plain and request.method == HttpMethod.GET:
                 status, media_type, content = await plain[raw_path](headers)
+                return Response(content=content, status_code=status,  # type: ignore[return-value]
+                                media_type=media_type)
+            resource = _static_target(static, request.method, raw_path)
+            if resource is not None:
+                status, media_type, content = await resource[0](resource[1])
                 return Response(content=content, status_code=status,  # type: ignore[return-value]
                                 media_type=media_type)
             platform = _ingress_target(ingress, request.method, raw_path)
@@ -227,8 +237,21 @@ def create_http_app(
 PlainHandler = Callable[[Mapping[str, str]], Awaitable[tuple[int, str, bytes]]]
 """``(lower-cased headers) -> (status, media type, body)``: an operations endpoint."""
 
+StaticHandler = Callable[[str], Awaitable[tuple[int, str, bytes]]]
+"""``(path below the prefix) -> (status, media type, body)``: one public read-only resource."""
+
 IngressHandler = Callable[[str, Mapping[str, str], bytes], Awaitable[dict[str, Any]]]
 """``(name, lower-cased headers, body) -> JSON answer``; raises ``PalyraError``."""
+
+
+def _static_target(static: Mapping[str, StaticHandler] | None, method: str, path: str
+                   ) -> tuple[StaticHandler, str] | None:
+    """``(handler, path below its prefix)`` when ``GET path`` is a static resource."""
+    if static and method == HttpMethod.GET:
+        for prefix, serve in static.items():
+            if path.startswith(prefix):
+                return serve, path[len(prefix):]
+    return None
 
 
 def _ingress_target(ingress: Mapping[str, IngressHandler] | None, method: str, path: str
