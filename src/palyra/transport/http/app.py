@@ -165,13 +165,9 @@ def create_http_app(
                 raise PalyraError(f"the request carries more than {config.max_headers} headers",
                                   code=ErrorCode.HEADERS_TOO_LARGE,
                                   details={"limit": str(config.max_headers)})
-            if plain and raw_path in plain and request.method == HttpMethod.GET:
-                status, media_type, content = await plain[raw_path](headers)
-                return Response(content=content, status_code=status,  # type: ignore[return-value]
-                                media_type=media_type)
-            resource = _static_target(static, request.method, raw_path)
-            if resource is not None:
-                status, media_type, content = await resource[0](resource[1])
+            served = await _outside_spec(plain, static, request.method, raw_path, headers)
+            if served is not None:
+                status, media_type, content = served
                 return Response(content=content, status_code=status,  # type: ignore[return-value]
                                 media_type=media_type)
             platform = _ingress_target(ingress, request.method, raw_path)
@@ -244,13 +240,17 @@ IngressHandler = Callable[[str, Mapping[str, str], bytes], Awaitable[dict[str, A
 """``(name, lower-cased headers, body) -> JSON answer``; raises ``PalyraError``."""
 
 
-def _static_target(static: Mapping[str, StaticHandler] | None, method: str, path: str
-                   ) -> tuple[StaticHandler, str] | None:
-    """``(handler, path below its prefix)`` when ``GET path`` is a static resource."""
-    if static and method == HttpMethod.GET:
-        for prefix, serve in static.items():
-            if path.startswith(prefix):
-                return serve, path[len(prefix):]
+async def _outside_spec(plain: Mapping[str, PlainHandler] | None,
+                        static: Mapping[str, StaticHandler] | None, method: str, path: str,
+                        headers: Mapping[str, str]) -> tuple[int, str, bytes] | None:
+    """The answer of an operations endpoint or static resource for ``GET path``, else None."""
+    if method != HttpMethod.GET:
+        return None
+    if plain and path in plain:
+        return await plain[path](headers)
+    for prefix, serve in (static or {}).items():
+        if path.startswith(prefix):
+            return await serve(path[len(prefix):])
     return None
 
 
