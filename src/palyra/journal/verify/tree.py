@@ -4,7 +4,9 @@ Run after the chain checked out: every record, in log order, must be the tree's
 next entry (``record_hash`` and last position), every stored tile-level node
 must be the one the records give, and the last signed checkpoint must name the
 root of the tree at its size. A journal whose tree was never built (older than
-the tree, and not opened by a writer since) has nothing to check.
+the tree, and not opened by a writer since) has nothing to check, and one whose
+tree is shorter than its log (a writer was building it for an older journal and
+stopped) is checked as far as the tree goes: the next writer completes it.
 """
 
 from __future__ import annotations
@@ -39,9 +41,9 @@ def check_tree(env: JournalEnv) -> None:
     prefix = tree_prefix(stored_tlog.JOURNAL_TREE)
     tree = Frontier()
     after = b""
-    while True:
+    while tree.size < size:  # records past the tree: it is still being built (see below)
         with env.read() as txn:
-            records = _records_after(env, txn, after)
+            records = _records_after(env, txn, after, size - tree.size)
             if not records:
                 break
             tree = _check_chunk(env, txn, records, tree, prefix, signed)
@@ -54,11 +56,12 @@ def check_tree(env: JournalEnv) -> None:
                              f"beyond the {tree.size} records")  # fmt: skip
 
 
-def _records_after(env: JournalEnv, txn: Any, after: bytes) -> list[tuple[bytes, bytes]]:
+def _records_after(env: JournalEnv, txn: Any, after: bytes, most: int
+                   ) -> list[tuple[bytes, bytes]]:
     cursor = txn.cursor(db=env.dbs[names.EVENTS])
     found = cursor.set_range(after + b"\x00") if after else cursor.first()
     out: list[tuple[bytes, bytes]] = []
-    while found and len(out) < _CHUNK:
+    while found and len(out) < min(_CHUNK, most):
         out.append((bytes(cursor.key()), bytes(cursor.value())))
         found = cursor.next()
     return out
