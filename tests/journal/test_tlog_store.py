@@ -180,3 +180,12 @@ async def test_verify_checks_the_tree_against_the_chain(data_dir: Path) -> None:
     env.close()
     report = verify_store(data_dir)
     assert not report.ok and "transparency log" in report.summary()
+
+
+async def test_tiles_past_the_tree_are_not_found(store: JournalStore) -> None:
+    await _fill(store, 10)
+    for level, index, width in ((0, 1, 256), (0, 1000, 256), (0, 0, 11), (1, 0, 1), (-1, 0, 11)):
+        with pytest.raises(PalyraError) as raised:
+            store.tile(level, index, width)
+        assert raised.value.code is ErrorCode.NOT_FOUND
+    assert len(store.tile(0, 0, 10)) == 320

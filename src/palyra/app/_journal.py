@@ -274,7 +274,9 @@ class JournalApi(AppBase):
         locator = ({"position": str(request.position)} if request.position else
                    {"approval": request.approval_id} if request.approval_id else
                    {"run": request.run_id, "seq": str(request.seq)})  # fmt: skip
-        position = position_of(self.store, locator)
+        approvals = self.engine.approval_reader
+        position = position_of(self.store, locator,
+                               lambda i: (r.run_id if (r := approvals.get(i)) else None))
         return pb.ProveEntryResponse(proof=self.store.prove_position(position).decode(),
                                      position=position)  # fmt: skip
 

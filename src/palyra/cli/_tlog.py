@@ -42,7 +42,11 @@ def _locator(args: argparse.Namespace) -> dict[str, str]:
 def _prove_local(data_dir: Path, locator: dict[str, str]) -> bytes:
     store = JournalStore.open(data_dir, config=JournalConfig(readonly=True))
     try:
-        position = position_of(store, locator)
+        from palyra.engine.run.approvals import ApprovalReader
+
+        approvals = ApprovalReader(store)
+        position = position_of(store, locator,
+                               lambda i: (r.run_id if (r := approvals.get(i)) else None))
         try:
             return store.prove_position(position)
         except NotFound:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
-
-import msgspec
 
 from palyra.core.errors import NotFound
 
@@ -12,11 +11,14 @@ if TYPE_CHECKING:
     from palyra.journal._store import JournalStore
 
 
-def position_of(store: JournalStore, locator: dict[str, str]) -> int:
+def position_of(store: JournalStore, locator: dict[str, str],
+                run_of_approval: Callable[[str], str | None] = lambda _id: None) -> int:
     """The journal position a ``prove`` locator names.
 
     ``--approval`` names the event that decided the approval (its
-    ``tape.tool_approval_response``), else the one that asked for it.
+    ``tape.tool_approval_response``), else the one that asked for it, on the
+    tape of the run ``run_of_approval`` gives (the engine's approvals table: the
+    journal does not read it itself).
 
     Raises:
         NotFound: nothing matches.
@@ -30,10 +32,9 @@ def position_of(store: JournalStore, locator: dict[str, str]) -> int:
             raise NotFound(f"run {locator['run']!r} has no tape seq {seq}")
         return page.events[0].position
     approval_id = locator["approval"]
-    raw = store.get_entity("approvals", approval_id)
-    if raw is None:
+    run_id = run_of_approval(approval_id)
+    if run_id is None:
         raise NotFound(f"approval {approval_id!r} not found")
-    run_id = msgspec.msgpack.decode(raw).get("run_id", "")
     found: dict[str, int] = {}
     after = -1
     while True:

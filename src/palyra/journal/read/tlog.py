@@ -81,12 +81,11 @@ class StoredTree:
         cursor = self._txn.cursor(db=self._db)
         out: list[bytes] = []
         level0 = self.prefix + b"\x00"
-        if not cursor.set_range(node_key(self.prefix, 0, start)):
-            return out
-        for key, value in cursor:
-            if len(out) >= end - start or not bytes(key).startswith(level0):
-                break
-            out.append(bytes(value)[:HASH_SIZE])
+        if cursor.set_range(node_key(self.prefix, 0, start)):
+            for key, value in cursor:
+                if len(out) >= end - start or not bytes(key).startswith(level0):
+                    break
+                out.append(bytes(value)[:HASH_SIZE])
         if len(out) != end - start:
             raise LookupError(f"tree entries {start}..{end - 1} are not all stored")
         return out
