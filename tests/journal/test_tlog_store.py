@@ -20,7 +20,15 @@ from palyra.journal.tlog.merkle import (
     root_at,
     verify_consistency,
 )
-from palyra.journal.tlog.note import NoteError, parse_checkpoint, parse_note, verify_checkpoint
+from palyra.journal.tlog.note import (
+    NoteError,
+    Witness,
+    cosignature_line,
+    cosignature_message,
+    parse_checkpoint,
+    parse_note,
+    verify_checkpoint,
+)
 from palyra.journal.tlog.proof import verify_proof
 from palyra.journal.verify.verify import verify_store
 
@@ -189,3 +197,28 @@ async def test_tiles_past_the_tree_are_not_found(store: JournalStore) -> None:
             store.tile(level, index, width)
         assert raised.value.code is ErrorCode.NOT_FOUND
     assert len(store.tile(0, 0, 10)) == 320
+
+
+async def test_witness_cosignatures_are_stored_served_and_counted_by_proofs(
+    store: JournalStore, data_dir: Path
+) -> None:
+    await _fill(store, 6)
+    note = await store.sign_tree()
+    w_key = Ed25519PrivateKey.generate()
+    witness = Witness("witness.example/w1", Signer(w_key).public_key)
+    body = parse_note(note).body
+    cosigned = note + cosignature_line(witness, 1_700_000_000,
+                                       w_key.sign(cosignature_message(body, 1_700_000_000)))
+    stored = await store.add_cosignatures(cosigned, [witness])
+    assert stored == cosigned == store.tree_checkpoint()
+    with pytest.raises(PalyraError) as raised:  # not a configured witness
+        await store.add_cosignatures(cosigned, [])
+    assert raised.value.code is ErrorCode.INVALID_ARGUMENT
+    public_key = Signer.load_or_create(journal_dir(data_dir)).public_key
+    proven = verify_proof(store.prove_position(2), public_key, witnesses=[witness], quorum=1)
+    assert proven.witnesses == ("witness.example/w1",)
+    with pytest.raises(NoteError):
+        verify_proof(store.prove_position(2), public_key, witnesses=[], quorum=1)
+    # The next signing (the tree grew) starts a new note: cosignatures are per checkpoint.
+    await _fill(store, 1)
+    assert b"witness.example/w1" not in await store.sign_tree()
