@@ -10,7 +10,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palyra.core.errors import ErrorCode, PalyraError
-from palyra.journal import JournalConfig, JournalStore
+from palyra.journal import JournalConfig, JournalStore, prune_older_than
 from palyra.journal._env import EVENTS, TLOG, journal_dir
 from palyra.journal.format.record import record_hashes
 from palyra.journal.format.signing import Signer
@@ -222,3 +222,23 @@ async def test_witness_cosignatures_are_stored_served_and_counted_by_proofs(
     # The next signing (the tree grew) starts a new note: cosignatures are per checkpoint.
     await _fill(store, 1)
     assert b"witness.example/w1" not in await store.sign_tree()
+
+
+async def test_retention_keeps_every_leaf_so_no_root_changes(store: JournalStore, data_dir: Path
+                                                             ) -> None:
+    await _fill(store, 30)
+    before = await store.sign_tree()
+    result = await prune_older_than(store, 0, now_ms=2**62, through=20)
+    assert result.records > 0
+    after = await store.sign_tree()  # grew by the journal.pruned record: must extend, not fork
+    old = parse_checkpoint(parse_note(before).body)
+    new = parse_checkpoint(parse_note(after).body)
+    assert new.size == old.size + 1
+    assert verify_consistency(old.size, new.size, old.root, new.root,
+                              store.consistency(old.size, new.size))  # fmt: skip
+    public_key = Signer.load_or_create(journal_dir(data_dir)).public_key
+    assert verify_proof(store.prove_position(25), public_key).index == 24
+    with pytest.raises(PalyraError):  # a tombstone's content is gone: nothing to prove with it
+        store.prove_position(3)
+    store.close()
+    assert verify_store(data_dir).ok
