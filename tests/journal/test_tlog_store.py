@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 from pathlib import Path
 
 import lmdb
@@ -10,7 +12,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palyra.core.errors import ErrorCode, PalyraError
-from palyra.journal import JournalConfig, JournalStore, prune_older_than
+from palyra.journal import JournalConfig, JournalStore, prune_older_than, sign_tree_every
 from palyra.journal._env import EVENTS, TLOG, journal_dir
 from palyra.journal.format.record import record_hashes
 from palyra.journal.format.signing import Signer
@@ -242,3 +244,21 @@ async def test_retention_keeps_every_leaf_so_no_root_changes(store: JournalStore
         store.prove_position(3)
     store.close()
     assert verify_store(data_dir).ok
+
+
+async def test_the_signer_task_signs_whenever_the_tree_grew(store: JournalStore) -> None:
+    task = asyncio.create_task(sign_tree_every(store, interval_s=0.01))
+    try:
+        for want in (3, 5):
+            await _fill(store, want - store.tree_size())
+            for _ in range(500):
+                note = store.tree_checkpoint()
+                if note is not None and parse_checkpoint(parse_note(note).body).size == want:
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                raise AssertionError(f"no checkpoint of size {want} was signed")
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
