@@ -426,6 +426,7 @@ async def _tlog_lines(root: Path, events: int, rounds: int) -> None:
     for appenders in CONCURRENCY:
         _emit(await tlog_cost.appends(root, appenders, appends_at(appenders, events), rounds,
                                       _drive, _draft))  # fmt: skip
+    _emit(tlog_cost.plan_cpu(_draft))
     for line in tlog_cost.proof_sizes():
         _emit(line)
     _emit(await asyncio.to_thread(tlog_cost.verify_time, root / f"tlog-on-{CONCURRENCY[-1]}"))

@@ -120,3 +120,44 @@ def verify_time(store_dir: Path, runs: int = 2000) -> dict[str, Any]:
     return {"config": "tlog_verify", "proof_bytes": len(proof), "record_bytes": len(record),
             "median_us": round(statistics.median(times) * 1e6, 1),
             "p99_us": round(times[int(len(times) * 0.99)] * 1e6, 1)}  # fmt: skip
+
+
+def plan_cpu(draft: Callable[[int], Any], batch: int = 256, runs: int = 300) -> dict[str, Any]:
+    """CPU of ``plan_commit`` for one batch of ``batch`` one-event appends, with and without
+    the tree (the planner alone: no disk, so steadier than appends/s on a shared machine)."""
+    import asyncio
+
+    from palyra.core.chain import GENESIS
+    from palyra.journal import JournalConfig
+    from palyra.journal.write.plan import Heads, plan_commit
+    from palyra.journal.write.prepare import prepare
+    from palyra.journal.write.requests import Append
+
+    loop = asyncio.new_event_loop()
+    try:
+        requests = [Append(loop, loop.create_future(), prepare([draft(i)], JournalConfig()))
+                    for i in range(batch)]  # fmt: skip
+    finally:
+        loop.close()
+    sessions = {e.session_id: GENESIS for r in requests for e in r.events}
+    tapes = {e.run_id: 0 for r in requests for e in r.events if e.tape}
+    frontier = plan.extend(Frontier(), [(bytes(32), i) for i in range(12345)], b"\0\0")[0]
+    heads = Heads(1, GENESIS, sessions, tapes, frontier)
+    out: dict[str, Any] = {"config": "tlog_plan", "batch": batch}
+    real = plan.extend
+    for name in ("with", "without", "with_again", "without_again"):
+        if name.startswith("without"):
+            plan.extend = _no_tree  # type: ignore[assignment]
+        try:
+            times = []
+            for _ in range(runs):
+                started = time.process_time()
+                plan_commit(requests, heads)
+                times.append(time.process_time() - started)
+        finally:
+            plan.extend = real
+        out[f"{name}_us"] = round(statistics.median(times) * 1e6, 1)
+    with_us = min(out["with_us"], out["with_again_us"])
+    without_us = min(out["without_us"], out["without_again_us"])
+    out["tree_share_of_plan"] = round(1 - without_us / with_us, 3)
+    return out
