@@ -3,6 +3,7 @@ approval proven with ``palyra journal prove`` then checked offline with ``verify
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import httpx
 import pytest
 
 from palyra.journal.format.signing import Signer
-from palyra.journal.tlog.merkle import leaf_hash
+from palyra.journal.tlog.merkle import leaf_hash, verify_consistency
 from palyra.journal.tlog.note import parse_checkpoint, parse_note, verify_checkpoint
 from palyra.testing.spawn import DaemonProcess
 
@@ -68,8 +69,10 @@ def test_an_approval_proven_offline_and_the_log_served_over_http(tmp_path: Path)
                    "x-palyra-device-id": "01J00000000000000000000000"}
         base = f"http://127.0.0.1:{daemon.http_port}"
         run, approval = _approved_run(base, headers)
-        size = httpx.get(f"{base}/v1/journal/tlog/checkpoint", headers=headers).json()
         first = _signed_size(base, 1)
+        rpc_note = httpx.get(f"{base}/v1/journal/tlog/checkpoint", headers=headers).json()
+        assert int(rpc_note["treeSize"]) >= parse_checkpoint(parse_note(first).body).size
+        assert parse_note(rpc_note["note"].encode()).signatures
         (tmp_path / "old.checkpoint").write_bytes(first)
         # Proven through the daemon (ProveEntry over gRPC), then checked with nothing else.
         made = _cli("prove", "--approval", approval, "--data-dir", str(data_dir),
@@ -114,4 +117,6 @@ def test_an_approval_proven_offline_and_the_log_served_over_http(tmp_path: Path)
         rpc = httpx.get(f"{base}/v1/journal/tlog:consistency?old_size={old.size}"
                         f"&new_size={tree_size}", headers=headers)
         assert rpc.status_code == 200, rpc.text
-        assert size["treeSize"]
+        _n, mid = verify_checkpoint(note, old.origin, bytes.fromhex(public_key))
+        hashes = [base64.b64decode(h) for h in rpc.json().get("hashes", [])]
+        assert verify_consistency(old.size, mid.size, old.root, mid.root, hashes)
