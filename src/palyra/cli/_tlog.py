@@ -24,6 +24,7 @@ from palyra.journal.read.locate import position_of
 from palyra.journal.tlog.merkle import verify_consistency
 from palyra.journal.tlog.note import NoteError, Witness, verify_checkpoint
 from palyra.journal.tlog.proof import verify_proof
+from palyra.journal.tlog.session_proofs import verify_lines
 
 EXIT_OK, EXIT_BAD, EXIT_ERROR = 0, 1, 2
 _DAEMON_TIMEOUT_S = 15.0
@@ -153,10 +154,17 @@ def verify_proof_cmd(argv: Sequence[str]) -> int:
     args = parser.parse_args(list(argv))
     try:
         key = bytes.fromhex(args.public_key)
-        proven = verify_proof(args.file.read_bytes(), key, args.origin,
+        data = args.file.read_bytes()
+        if data.startswith(b"{"):  # a session's records with their proofs
+            session = verify_lines(data, key)
+            print(f"OK session={session.session_id} records={session.records} "
+                  f"events={session.events} checkpoint={session.checkpoint.origin}@"
+                  f"{session.checkpoint.size} sealed")
+            return EXIT_OK
+        proven = verify_proof(data, key, args.origin,
                               _witnesses(args.witness), args.quorum)  # fmt: skip
         record = decode_record(proven.record)
-    except (NoteError, OSError, ValueError) as exc:
+    except (NoteError, OSError, ValueError, KeyError, TypeError) as exc:
         print(f"INVALID {exc}", file=sys.stderr)
         return EXIT_BAD
     witnessed = f" witnesses={','.join(proven.witnesses)}" if proven.witnesses else ""

@@ -8,7 +8,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from palyra.core.errors import ErrorCode, PalyraError, PalyraInternalError
+from palyra.core.errors import ErrorCode, NotFound, PalyraError, PalyraInternalError
 from palyra.core.histogram import Histogram
 from palyra.journal._env import JournalEnv
 from palyra.journal._types import (
@@ -27,7 +27,8 @@ from palyra.journal.read import tlog as _tlog
 from palyra.journal.read.entity_cache import EntityCache
 from palyra.journal.read.follow import FollowHub, Subscription, follow_batches, follow_events
 from palyra.journal.retention.prune import PruneOrder, PruneResult
-from palyra.journal.tlog.note import Witness, default_origin
+from palyra.journal.tlog.note import Witness, default_origin, parse_checkpoint, parse_note
+from palyra.journal.tlog.session_proofs import write_lines
 from palyra.journal.write import requests
 from palyra.journal.write.prepare import prepare
 from palyra.journal.write.stats import CommitTimings
@@ -229,6 +230,34 @@ class JournalStore:
         """
         with self._env.read() as txn:
             return _tlog.consistency(self._env, txn, old, new)
+
+    def export_session_proofs(self, session_id: str, out: Path) -> int:
+        """Write ``session_id``'s records with their inclusion proofs (``tlog.session_proofs``)
+        under the last signed checkpoint; sealed when the data dir's key is readable.
+
+        Returns the records written.
+
+        Raises:
+            NotFound: no checkpoint is signed yet.
+        """
+        signer = Signer.load(self._env.path)
+        with self._env.read() as txn:
+            note = _tlog.signed_note(self._env, txn)
+            if note is None:
+                raise NotFound("the transparency log has no signed checkpoint yet")
+            size = parse_checkpoint(parse_note(note).body).size
+            records = _tlog.session_records(self._env, txn, session_id, size)
+            lines = write_lines(session_id, note, records,
+                                signer.sign if signer else None,
+                                signer.public_key if signer else b"")  # fmt: skip
+            tmp = out.with_name(f".{out.name}.tmp")
+            count = -3
+            with open(tmp, "wb") as handle:
+                for data in lines:
+                    handle.write(data)
+                    count += 1
+        tmp.replace(out)
+        return count
 
     def tile(self, level: int, index: int, width: int) -> bytes:
         """A ``tlog-tiles`` tile (level ``-1``: an entry bundle).

@@ -10,12 +10,13 @@ so a proof costs O(log n) rows.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from typing import Any
 
 from palyra.core.errors import InvalidArgument, NotFound
 from palyra.journal import _env as names
 from palyra.journal._env import JournalEnv
-from palyra.journal.format.record import u64_key
+from palyra.journal.format.record import scoped_prefix, u64_key
 from palyra.journal.tlog.merkle import (
     HASH_SIZE,
     TILE_HEIGHT,
@@ -226,3 +227,28 @@ def tile(env: JournalEnv, txn: Any, level: int, index: int, width: int) -> bytes
         return tree.tile(level, index, width)
     except LookupError as exc:
         raise NotFound(str(exc)) from None
+
+
+def session_records(env: JournalEnv, txn: Any, session_id: str,
+                    size: int) -> Iterator[tuple[int, bytes, list[bytes]]]:  # fmt: skip
+    """``(entry index, stored record, inclusion proof at size)`` of each record of one
+    session that the tree of ``size`` holds, oldest first: found through ``_by_session``,
+    so the work grows with the session, not with the journal."""
+    tree = tree_of(env, txn)
+    prefix = scoped_prefix(session_id)
+    cursor = txn.cursor(db=env.dbs[names.BY_SESSION])
+    found = cursor.set_range(prefix)
+    events = env.dbs[names.EVENTS]
+    while found:
+        key = bytes(cursor.key())
+        if len(key) != len(prefix) + 8 or not key.startswith(prefix):
+            break
+        last = int.from_bytes(key[len(prefix):], "big")
+        index = tree.index_of_position(last)
+        if index >= size:
+            break
+        record = txn.get(key[len(prefix):], db=events)
+        if record is None:
+            raise NotFound(f"the session index names position {last}, which holds no record")
+        yield index, bytes(record), inclusion_proof(index, size, tree.hash_at)
+        found = cursor.next()
