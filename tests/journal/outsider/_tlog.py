@@ -167,3 +167,60 @@ def verify_tree(data_dir: Path) -> Checked:
         return Checked(True, "", size=len(entries))
     finally:
         env.close()
+
+
+def verify_session_proofs(data: bytes, public_key: bytes) -> Checked:
+    """A `palyra.journal.session-proofs` file ("Session proofs"), with the key."""
+    import json
+
+    lines = data.split(b"\n")
+    if lines[-1] != b"":
+        return Checked(False, "no final newline")
+    lines = lines[:-1]
+    objs = [json.loads(raw) for raw in lines]
+    header, cp, end = objs[0], objs[1], objs[-1]
+    if (header["type"], header["format"], header["version"]) != (
+        "header", "palyra.journal.session-proofs", 1
+    ):
+        return Checked(False, "header")
+    checked = check_note(cp["note"].encode(), public_key)
+    if isinstance(checked, str):
+        return Checked(False, checked)
+    _origin, size, root = checked
+    session = header["session_id"]
+    prev, last_first, last_index = bytes(32), 0, -1
+    for obj in objs[2:-1]:
+        record = base64.b64decode(obj["record"])
+        if record[0] == 2:
+            if sha256(record[65:]) != record[1:33]:
+                return Checked(False, "record hash")
+            prev_at, first_at, session_at = 90, 122, 134
+        elif record[0] == 3:
+            prev_at, first_at, session_at = 65, 97, 118
+        else:
+            return Checked(False, "record format")
+        n = struct.unpack(">I", record[session_at:session_at + 4])[0]
+        if record[session_at + 4:session_at + 4 + n].decode() != session:
+            return Checked(False, "another session")
+        first = struct.unpack(">Q", record[first_at:first_at + 8])[0]
+        if record[prev_at:prev_at + 32] != prev:
+            return Checked(False, "prev_hash")
+        if first <= last_first or obj["index"] <= last_index:
+            return Checked(False, "order")
+        proof = [base64.b64decode(h) for h in obj["proof"]]
+        if root_from_path(obj["index"], size, leaf(record[1:33]), proof) != root:
+            return Checked(False, "inclusion")
+        prev, last_first, last_index = record[1:33], first, obj["index"]
+    body = b"".join(raw + b"\n" for raw in lines[:-1])
+    digest = sha256(body)
+    if (end["records"], end["session_head"], end["sha256"]) != (len(objs) - 3, prev.hex(),
+                                                                 digest.hex()):
+        return Checked(False, "end line")
+    message = (b"palyra.journal.session-proofs.v1\x00" + struct.pack(">I", len(session.encode()))
+               + session.encode() + struct.pack(">Q", size) + root + prev
+               + struct.pack(">Q", end["records"]) + digest)
+    if bytes.fromhex(end.get("public_key", "")) != public_key or not ed25519_ok(
+        public_key, bytes.fromhex(end.get("signature", "")), message
+    ):
+        return Checked(False, "seal")
+    return Checked(True, "", size=size, count=end["records"])

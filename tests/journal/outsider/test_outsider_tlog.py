@@ -10,7 +10,7 @@ import lmdb
 from palyra.journal import EventDraft, JournalConfig, JournalStore
 from palyra.journal.format.signing import Signer
 
-from ._tlog import verify_proof_text, verify_tree
+from ._tlog import verify_proof_text, verify_session_proofs, verify_tree
 
 
 async def _journal(data_dir: Path, events: int) -> tuple[list[bytes], bytes]:
@@ -59,3 +59,23 @@ async def test_the_outsider_checks_the_stored_tree(tmp_path: Path) -> None:
     env.close()
     checked = verify_tree(tmp_path / "d")
     assert not checked.ok and "entry 100" in checked.reason
+
+
+async def test_the_outsider_checks_a_session_exported_with_proofs(tmp_path: Path) -> None:
+    data_dir = tmp_path / "d"
+    store = JournalStore.open(data_dir, config=JournalConfig(sync=False))
+    try:
+        for i in range(400):
+            await store.append([EventDraft("t.e", "t", session_id="mine" if i % 50 == 0
+                                           else f"o{i % 5}", payload={"i": i})])  # fmt: skip
+        await store.sign_tree()
+        store.export_session_proofs("mine", tmp_path / "mine.proofs")
+    finally:
+        store.close()
+    key = Signer.load_or_create(data_dir / "journal").public_key
+    data = (tmp_path / "mine.proofs").read_bytes()
+    checked = verify_session_proofs(data, key)
+    assert checked.ok and checked.count == 8, checked.reason
+    lines = data.split(b"\n")
+    dropped = b"\n".join([*lines[:4], *lines[5:]])
+    assert not verify_session_proofs(dropped, key).ok
