@@ -419,7 +419,20 @@ def bench_reads(data_dir: Path) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-async def run(events: int, base: Path, rounds: int = 5) -> int:
+async def _tlog_lines(root: Path, events: int, rounds: int) -> None:
+    """The transparency log's cost (bench/tlog_cost.py)."""
+    from bench import tlog_cost
+
+    for appenders in CONCURRENCY:
+        _emit(await tlog_cost.appends(root, appenders, appends_at(appenders, events), rounds,
+                                      _drive, _draft))  # fmt: skip
+    _emit(tlog_cost.plan_cpu(_draft))
+    for line in tlog_cost.proof_sizes():
+        _emit(line)
+    _emit(await asyncio.to_thread(tlog_cost.verify_time, root / f"tlog-on-{CONCURRENCY[-1]}"))
+
+
+async def run(events: int, base: Path, rounds: int = 5, only: str = "") -> int:
     """Run every configuration and print the JSON lines."""
     root = Path(tempfile.mkdtemp(prefix="palyra-bench-journal-", dir=base))
     results: dict[tuple[str, int], dict[str, Any]] = {}
@@ -432,6 +445,9 @@ async def run(events: int, base: Path, rounds: int = 5) -> int:
         # built stays out of the collector's full passes. The same for every contender.
         gc.collect()
         gc.freeze()
+        if only == "tlog":
+            await _tlog_lines(root, events, rounds)
+            return 0
         for appenders in CONCURRENCY:
             n = appends_at(appenders, events)
             for line in await bench_pair(root, appenders, n, rounds):
@@ -469,6 +485,7 @@ async def run(events: int, base: Path, rounds: int = 5) -> int:
             by_name["verify"]["events_per_s"] / by_name["raw_sha256"]["events_per_s"], 3
         )
         _emit({"config": "ratios", "headline": f"group_commit_vs_sqlite@{top}", **ratios})
+        await _tlog_lines(root, events, rounds)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0
@@ -482,12 +499,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--rounds", type=int, default=5, help="alternating journal/SQLite slices per concurrency"
     )
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
+    parser.add_argument("--only", choices=["tlog"], default="",
+                        help="only the transparency log's lines (appends with and without the "
+                             "tree, proof sizes, proof verification)")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE",
                         help="also write every line as one JSON list")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     events = max(1, args.events)
     _EMITTED.clear()
-    code = asyncio.run(run(events, args.dir, max(1, min(args.rounds, events))))
+    code = asyncio.run(run(events, args.dir, max(1, min(args.rounds, events)), args.only))
     if args.json is not None:
         args.json.write_text(json.dumps(_EMITTED, indent=1) + "\n")
     return code

@@ -9,8 +9,18 @@ import pytest
 
 from palyra.core.chain import GENESIS, record_body, record_hash, record_head, record_row
 from palyra.journal import EntityWrite, JournalConfig
-from palyra.journal._env import BY_SESSION, EVENT_IDS, EVENTS, TAPE
+from palyra.journal._env import BY_SESSION, EVENT_IDS, EVENTS, TAPE, TLOG
 from palyra.journal.format.record import decode_record, scoped_key, u64_key
+from palyra.journal.read.tlog import JOURNAL_TREE
+from palyra.journal.tlog.merkle import (
+    Frontier,
+    MemoryTree,
+    extend,
+    leaf_hash,
+    node_key,
+    root_at,
+    tree_prefix,
+)
 from palyra.journal.write.plan import MAX_RECORD_EVENTS, Heads, layout, plan_commit
 from palyra.journal.write.prepare import prepare
 from palyra.journal.write.requests import Append
@@ -29,7 +39,7 @@ def _append(*drafts: Any) -> Append:
 
 
 def _heads(**sessions: bytes) -> Heads:
-    return Heads(1, GENESIS, {"s": GENESIS, "t": GENESIS, **sessions}, {"r": 0})
+    return Heads(1, GENESIS, {"s": GENESIS, "t": GENESIS, **sessions}, {"r": 0}, Frontier())
 
 
 def test_one_record_per_session_in_arrival_order() -> None:
@@ -50,7 +60,7 @@ def test_the_writes_are_the_documented_record_and_indexes_in_frame_order() -> No
     a = _append(draft(0, session_id="s", run_id="r", tape=True,
                       entity_writes=(EntityWrite("runs", "r", b"v"),)))  # fmt: skip
     prev = bytes(range(32))
-    plan = plan_commit([a], Heads(8, GENESIS, {"s": prev}, {"r": 5}))
+    plan = plan_commit([a], Heads(8, GENESIS, {"s": prev}, {"r": 5}, Frontier()))
     [event] = a.events
     body = record_body([record_row(event, 5, event.redactions, event.payload)])
     digest = record_hash(record_head(prev, 8, 1, "s"), body)
@@ -59,6 +69,7 @@ def test_the_writes_are_the_documented_record_and_indexes_in_frame_order() -> No
         (EVENTS, u64_key(8)),
         (BY_SESSION, scoped_key("s", 8)),
         (TAPE, scoped_key("r", 5)),
+        (TLOG, node_key(tree_prefix(JOURNAL_TREE), 0, 0)),
         ("runs", b"r"),
     ]
     stored = decode_record(plan.ops[1][2])  # type: ignore[arg-type]
@@ -93,3 +104,23 @@ def test_a_record_is_cut_at_the_event_bound() -> None:
 def test_a_head_the_writer_did_not_resolve_is_an_error() -> None:
     with pytest.raises(KeyError):
         plan_commit([_append(draft(0, session_id="unknown"))], _heads())
+
+
+def test_the_tree_grows_by_one_entry_per_record_from_the_frontier() -> None:
+    # Three earlier records: the frontier of a tree of 3 entries.
+    earlier = [bytes([i]) * 32 for i in range(3)]
+    frontier, _rows = extend(Frontier(), [(e, i + 1) for i, e in enumerate(earlier)],
+                             tree_prefix(JOURNAL_TREE))  # fmt: skip
+    requests = [_append(draft(i, session_id="s" if i % 2 else "t")) for i in range(4)]
+    heads = Heads(4, GENESIS, {"s": GENESIS, "t": GENESIS}, {}, frontier)
+    plan = plan_commit(requests, heads)
+    record_hashes = [decode_record(v).hash for name, _k, v in plan.ops if name == EVENTS]  # type: ignore[arg-type]
+    assert len(record_hashes) == plan.records == 2
+    # The plan's tree is the tree of every record so far, entry i = record i's hash.
+    whole = MemoryTree([leaf_hash(e) for e in [*earlier, *record_hashes]])
+    assert plan.tree.size == 5 and plan.tree.root() == root_at(5, whole.hash_at)
+    level0 = [(k, v) for name, k, v in plan.ops if name == TLOG]
+    prefix = tree_prefix(JOURNAL_TREE)
+    lasts = [decode_record(v).last for name, _k, v in plan.ops if name == EVENTS]  # type: ignore[arg-type]
+    assert level0 == [(node_key(prefix, 0, 3 + i), h + u64_key(last))
+                      for i, (h, last) in enumerate(zip(record_hashes, lasts, strict=True))]  # fmt: skip

@@ -17,6 +17,7 @@ def test_exports() -> None:
         "ENTITY_TABLES", "NO_TAPE_SEQ", "Checkpoint", "EntityWrite", "EventDraft",
         "JournalConfig", "JournalHead", "JournalStats", "JournalStore", "StoredEvent", "Subscription",
         "TapePage", "VerifyReport", "checkpoint_every", "export_bundle", "sign_head_if_moved",
+        "sign_tree_every",
         "verify_bundle", "verify_store", "PRUNED_KIND", "RETENTION_SESSION", "PruneOrder",
         "PruneResult", "prune_older_than", "retention_every",
     }  # fmt: skip

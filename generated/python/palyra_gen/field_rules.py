@@ -38,6 +38,8 @@ RULES: Final[dict[str, FieldRule]] = {
     ),
     "palyra.v1.CreateAgentRequest.agent": FieldRule(True, "", None),
     "palyra.v1.DecideApprovalRequest.decision": FieldRule(True, "", None),
+    "palyra.v1.GetTreeTileRequest.level": FieldRule(False, "", -1.0),
+    "palyra.v1.GetTreeTileRequest.width": FieldRule(False, "", 1.0),
     "palyra.v1.IngestMemoryRequest.item": FieldRule(True, "", None),
     "palyra.v1.IssueTokenRequest.principal": FieldRule(True, "", None),
     "palyra.v1.PruneJournalRequest.older_than_days": FieldRule(False, "", 0.0),

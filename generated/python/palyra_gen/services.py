@@ -476,6 +476,34 @@ class JournalServiceApp(Protocol[CtxT]):
         """``palyra.v1.JournalService.PruneJournal``."""
         ...
 
+    async def get_tree_checkpoint(
+        self, ctx: CtxT, request: v1.GetTreeCheckpointRequest
+    ) -> v1.GetTreeCheckpointResponse:
+        """``palyra.v1.JournalService.GetTreeCheckpoint``."""
+        ...
+
+    async def prove_entry(self, ctx: CtxT, request: v1.ProveEntryRequest) -> v1.ProveEntryResponse:
+        """``palyra.v1.JournalService.ProveEntry``."""
+        ...
+
+    async def prove_consistency(
+        self, ctx: CtxT, request: v1.ProveConsistencyRequest
+    ) -> v1.ProveConsistencyResponse:
+        """``palyra.v1.JournalService.ProveConsistency``."""
+        ...
+
+    async def get_tree_tile(
+        self, ctx: CtxT, request: v1.GetTreeTileRequest
+    ) -> v1.GetTreeTileResponse:
+        """``palyra.v1.JournalService.GetTreeTile``."""
+        ...
+
+    async def add_cosignatures(
+        self, ctx: CtxT, request: v1.AddCosignaturesRequest
+    ) -> v1.AddCosignaturesResponse:
+        """``palyra.v1.JournalService.AddCosignatures``."""
+        ...
+
 
 class JournalServiceServer(v1.JournalServiceBase, Generic[CtxI]):
     """grpclib servicer of ``palyra.v1.JournalService``: every RPC forwards to the app."""
@@ -511,6 +539,27 @@ class JournalServiceServer(v1.JournalServiceBase, Generic[CtxI]):
 
     async def prune_journal(self, message: v1.PruneJournalRequest) -> v1.PruneJournalResponse:
         return await self._app.prune_journal(self._ctx(), message)
+
+    async def get_tree_checkpoint(
+        self, message: v1.GetTreeCheckpointRequest
+    ) -> v1.GetTreeCheckpointResponse:
+        return await self._app.get_tree_checkpoint(self._ctx(), message)
+
+    async def prove_entry(self, message: v1.ProveEntryRequest) -> v1.ProveEntryResponse:
+        return await self._app.prove_entry(self._ctx(), message)
+
+    async def prove_consistency(
+        self, message: v1.ProveConsistencyRequest
+    ) -> v1.ProveConsistencyResponse:
+        return await self._app.prove_consistency(self._ctx(), message)
+
+    async def get_tree_tile(self, message: v1.GetTreeTileRequest) -> v1.GetTreeTileResponse:
+        return await self._app.get_tree_tile(self._ctx(), message)
+
+    async def add_cosignatures(
+        self, message: v1.AddCosignaturesRequest
+    ) -> v1.AddCosignaturesResponse:
+        return await self._app.add_cosignatures(self._ctx(), message)
 
 
 class LearningServiceApp(Protocol[CtxT]):
@@ -1159,6 +1208,51 @@ RPCS: Final[tuple[RpcInfo, ...]] = (
         False,
     ),
     RpcInfo(
+        "palyra.v1.JournalService",
+        "GetTreeCheckpoint",
+        "get_tree_checkpoint",
+        "palyra.v1.GetTreeCheckpointRequest",
+        "palyra.v1.GetTreeCheckpointResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
+        "palyra.v1.JournalService",
+        "ProveEntry",
+        "prove_entry",
+        "palyra.v1.ProveEntryRequest",
+        "palyra.v1.ProveEntryResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
+        "palyra.v1.JournalService",
+        "ProveConsistency",
+        "prove_consistency",
+        "palyra.v1.ProveConsistencyRequest",
+        "palyra.v1.ProveConsistencyResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
+        "palyra.v1.JournalService",
+        "GetTreeTile",
+        "get_tree_tile",
+        "palyra.v1.GetTreeTileRequest",
+        "palyra.v1.GetTreeTileResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
+        "palyra.v1.JournalService",
+        "AddCosignatures",
+        "add_cosignatures",
+        "palyra.v1.AddCosignaturesRequest",
+        "palyra.v1.AddCosignaturesResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
         "palyra.v1.LearningService",
         "ListCandidates",
         "list_candidates",
@@ -1354,6 +1448,11 @@ UNARY: Final[dict[str, Callable[[PalyraServicesApp[Any], Any, Any], Awaitable[An
     "get_journal_head": lambda app, ctx, request: app.get_journal_head(ctx, request),
     "create_checkpoint": lambda app, ctx, request: app.create_checkpoint(ctx, request),
     "prune_journal": lambda app, ctx, request: app.prune_journal(ctx, request),
+    "get_tree_checkpoint": lambda app, ctx, request: app.get_tree_checkpoint(ctx, request),
+    "prove_entry": lambda app, ctx, request: app.prove_entry(ctx, request),
+    "prove_consistency": lambda app, ctx, request: app.prove_consistency(ctx, request),
+    "get_tree_tile": lambda app, ctx, request: app.get_tree_tile(ctx, request),
+    "add_cosignatures": lambda app, ctx, request: app.add_cosignatures(ctx, request),
     "list_candidates": lambda app, ctx, request: app.list_candidates(ctx, request),
     "accept_candidate": lambda app, ctx, request: app.accept_candidate(ctx, request),
     "reject_candidate": lambda app, ctx, request: app.reject_candidate(ctx, request),

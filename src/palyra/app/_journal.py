@@ -22,7 +22,7 @@ from palyra.app._convert import check_version, identity_of
 from palyra.app._export import MAX_CHUNK
 from palyra.app._progress import Finished, relay_progress
 from palyra.app.context import CallContext
-from palyra.core.errors import InvalidArgument, PermissionDenied
+from palyra.core.errors import InvalidArgument, NotFound, PermissionDenied
 from palyra.core.ids import is_ulid
 from palyra.engine import IdentityRec, live_run_ids
 from palyra.journal import (
@@ -32,6 +32,8 @@ from palyra.journal import (
     prune_older_than,
     verify_store,
 )
+from palyra.journal.read.locate import position_of
+from palyra.journal.tlog.note import parse_note, witnesses
 
 _DAY_MS = 86_400_000
 # Ages past this (~2,700 years) are refused: the product in ms would leave int64.
@@ -244,3 +246,68 @@ class JournalApi(AppBase):
             first_position=result.first, through_position=result.through if result.records else 0,
             records=result.records, events=result.events, bytes_freed=result.bytes_freed,
             head_hash=result.head_hash, pruned_through=result.through)
+
+    # --- the transparency log (docs/journal/format.md, "Transparency log") ---
+
+    async def get_tree_checkpoint(
+        self, ctx: CallContext, request: pb.GetTreeCheckpointRequest
+    ) -> pb.GetTreeCheckpointResponse:
+        """The last signed checkpoint note; any authenticated caller (it holds hashes only).
+
+        Raises:
+            NotFound: the log has not signed one yet.
+        """
+        note = self.store.tree_checkpoint()
+        if note is None:
+            raise NotFound("the transparency log has no signed checkpoint yet")
+        return pb.GetTreeCheckpointResponse(note=note.decode(), tree_size=self.store.tree_size())
+
+    async def prove_entry(self, ctx: CallContext,
+                          request: pb.ProveEntryRequest) -> pb.ProveEntryResponse:
+        """The ``tlog-proof`` of the record holding one event; operators only (it carries
+        the record's content)."""
+        require_operator(ctx, "ProveEntry")
+        named = [bool(request.position), bool(request.approval_id), bool(request.run_id)]
+        if sum(named) != 1:
+            raise InvalidArgument("name exactly one of position, approval_id or run_id (+ seq)",
+                                  details={"field": "position"})
+        locator = ({"position": str(request.position)} if request.position else
+                   {"approval": request.approval_id} if request.approval_id else
+                   {"run": request.run_id, "seq": str(request.seq)})  # fmt: skip
+        approvals = self.engine.approval_reader
+        position = position_of(self.store, locator,
+                               lambda i: (r.run_id if (r := approvals.get(i)) else None))
+        return pb.ProveEntryResponse(proof=self.store.prove_position(position).decode(),
+                                     position=position)  # fmt: skip
+
+    async def prove_consistency(
+        self, ctx: CallContext, request: pb.ProveConsistencyRequest
+    ) -> pb.ProveConsistencyResponse:
+        """The consistency proof between two tree sizes (hashes only: any caller)."""
+        return pb.ProveConsistencyResponse(
+            hashes=self.store.consistency(request.old_size, request.new_size))
+
+    async def get_tree_tile(self, ctx: CallContext,
+                            request: pb.GetTreeTileRequest) -> pb.GetTreeTileResponse:
+        """One tile or entry bundle (hashes only: any caller)."""
+        if not -1 <= request.level <= 63 or not 1 <= request.width <= 256:
+            raise InvalidArgument("level must be -1..63 and width 1..256",
+                                  details={"field": "level"})  # fmt: skip
+        return pb.GetTreeTileResponse(
+            data=self.store.tile(request.level, request.index, request.width))
+
+    async def add_cosignatures(
+        self, ctx: CallContext, request: pb.AddCosignaturesRequest
+    ) -> pb.AddCosignaturesResponse:
+        """Store witnesses' cosignatures of the current checkpoint; operators only.
+
+        Raises:
+            InvalidArgument: not the current checkpoint, or no valid cosignature by a
+                configured witness (``journal.tlog_witnesses``).
+        """
+        require_operator(ctx, "AddCosignatures")
+        configured = witnesses(self.store.env.config)
+        note = await self.store.add_cosignatures(request.note.encode(), configured)
+        names = {w.name for w in configured}
+        signed = sorted({s.name for s in parse_note(note).signatures if s.name in names})
+        return pb.AddCosignaturesResponse(note=note.decode(), witnesses=signed)

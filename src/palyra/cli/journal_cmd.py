@@ -1,4 +1,4 @@
-"""``palyra journal verify|export|checkpoint|prune``.
+"""``palyra journal verify|export|checkpoint|prune|prove|verify-proof|consistency``.
 
 ``verify`` and ``export`` open the data dir read-only, so they work while the
 daemon runs; ``checkpoint`` needs the writer, so it asks the running daemon
@@ -140,9 +140,15 @@ def export(argv: Sequence[str]) -> int:
     )
     parser.add_argument("--out", type=Path, required=True, help="bundle file to write")
     parser.add_argument("--session", default=None, help="only this session's events in full")
+    parser.add_argument("--proofs", action="store_true",
+                        help="with --session: the session's records with inclusion proofs under "
+                             "the signed tree checkpoint (grows with the session, not the "
+                             "journal; check with verify-proof)")
     args = _parse(parser, argv)
     if isinstance(args, int):
         return args
+    if args.proofs:
+        return _export_proofs(args)
     progress = _Progress("export")
     try:
         summary = export_bundle(
@@ -158,6 +164,26 @@ def export(argv: Sequence[str]) -> int:
         f"exported events={summary.events}{links} checkpoints={summary.checkpoints} "
         f"head_position={summary.head_position} head={summary.head_hash} to {summary.path}"
     )
+    return EXIT_OK
+
+
+def _export_proofs(args: argparse.Namespace) -> int:
+    if args.session is None:
+        print("ERROR --proofs needs --session", file=sys.stderr)
+        return EXIT_ERROR
+    from palyra.journal import JournalConfig, JournalStore
+
+    try:
+        store = JournalStore.open(args.data_dir or default_data_dir(),
+                                  config=JournalConfig(readonly=True))  # fmt: skip
+        try:
+            records = store.export_session_proofs(args.session, args.out)
+        finally:
+            store.close()
+    except (PalyraError, OSError) as exc:
+        return _fail(exc)
+    print(f"exported records={records} of session {args.session} with inclusion proofs "
+          f"to {args.out}")
     return EXIT_OK
 
 
@@ -231,8 +257,30 @@ def traces(argv: Sequence[str]) -> int:
     return EXIT_OK
 
 
+def prove(argv: Sequence[str]) -> int:
+    """The transparency log's proof of one entry (``palyra.cli._tlog``)."""
+    from palyra.cli import _tlog
+
+    return _tlog.prove(argv, default_data_dir())
+
+
+def verify_proof(argv: Sequence[str]) -> int:
+    """Check a proof file offline (``palyra.cli._tlog``)."""
+    from palyra.cli import _tlog
+
+    return _tlog.verify_proof_cmd(argv)
+
+
+def consistency(argv: Sequence[str]) -> int:
+    """Check that one signed checkpoint extends another (``palyra.cli._tlog``)."""
+    from palyra.cli import _tlog
+
+    return _tlog.consistency_cmd(argv, default_data_dir())
+
+
 COMMANDS = {"verify": verify, "export": export, "checkpoint": checkpoint, "prune": prune,
-            "traces": traces}
+            "traces": traces, "prove": prove, "verify-proof": verify_proof,
+            "consistency": consistency}
 
 
 def main(argv: Sequence[str]) -> int:

@@ -38,6 +38,9 @@ _JOURNAL_COMMANDS = {
     "checkpoint": "sign the chain head now (via the running daemon if any)",
     "prune": "retention now: old records become hash tombstones (via the daemon if any)",
     "traces": "a bundle's GenAI spans as OTLP/JSON (the ones the daemon traced)",
+    "prove": "a C2SP tlog-proof of one event's record (via the daemon if any)",
+    "verify-proof": "check a tlog-proof offline with the log's public key",
+    "consistency": "check that a later signed checkpoint extends an earlier one",
 }
 
 
@@ -93,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     _config.add_parser(commands)
     _doctor.add_parser(commands)
     _skills.add_parser(commands)
-    journal = commands.add_parser("journal", help="verify | export | checkpoint | prune | traces",
+    journal = commands.add_parser("journal", help="verify | export | checkpoint | prune | traces | prove | verify-proof | consistency",
                                   add_help=False)
     journal.add_argument("journal_args", nargs=argparse.REMAINDER)
     for name, choice in commands.choices.items():
@@ -112,7 +115,7 @@ def _journal(argv: Sequence[str]) -> int:
     from palyra.cli import journal_cmd
 
     commands: dict[str, Callable[[Sequence[str]], int]] = {
-        name: getattr(journal_cmd, name) for name in _JOURNAL_COMMANDS
+        name: journal_cmd.COMMANDS[name] for name in _JOURNAL_COMMANDS
     }
     if not argv or argv[0] in ("-h", "--help"):
         sys.stdout.write(_journal_help())

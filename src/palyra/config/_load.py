@@ -18,6 +18,7 @@ from palyra.config._coerce import build, config_error
 from palyra.config._consistency import contradictions
 from palyra.config._model import PalyraConfig
 from palyra.core.errors import PalyraError
+from palyra.journal.tlog.note import check_name, witnesses
 
 _PREFIX = "PALYRA_"
 # Short, documented names for the settings people set most often.
@@ -190,6 +191,19 @@ def derive(config: PalyraConfig, config_file: Path | None) -> PalyraConfig:
     return dataclasses.replace(config, policy=policy, tools=tools)
 
 
+def _check_tlog(journal: Any) -> None:
+    """The transparency log's origin and witness keys (``tlog.note``'s rules)."""
+    try:
+        witnesses(journal)
+    except ValueError as exc:
+        raise config_error("journal.tlog_witnesses", str(exc)) from None
+    try:
+        if journal.tlog_origin:
+            check_name(journal.tlog_origin)
+    except ValueError as exc:
+        raise config_error("journal.tlog_origin", str(exc)) from None
+
+
 def validate(config: PalyraConfig) -> PalyraConfig:
     """Cross-field and range checks the type coercion cannot express."""
     for name, port in (("grpc.port", config.grpc.port), ("http.port", config.http.port)):
@@ -206,6 +220,7 @@ def validate(config: PalyraConfig) -> PalyraConfig:
     if config.http.sse_error_grace_s < 0 or config.http.sse_keepalive_s <= 0:
         raise config_error("http.sse_keepalive_s", "must be positive")
     journal = config.journal
+    _check_tlog(journal)
     if journal.retention_max_age_days < 0:
         raise config_error("journal.retention_max_age_days", "must not be negative (0 = off)")
     if journal.retention_interval_s <= 0 or journal.retention_batch_records <= 0:

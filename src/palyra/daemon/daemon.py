@@ -28,6 +28,7 @@ from palyra.daemon.discovery import DaemonInfo, remove_daemon_info, write_daemon
 from palyra.daemon.listen import bind_setting, bound_port
 from palyra.daemon.logs import configure_logging, daemon_secrets
 from palyra.daemon.operations import daemon_metrics, plain_routes, start_tracing
+from palyra.daemon.tlog_http import tlog_routes
 from palyra.daemon.tokens import ADMIN_TOKEN_FILE, load_or_create_admin_token
 from palyra.daemon.wiring import VERSION, open_application
 from palyra.engine import live_run_ids
@@ -37,6 +38,7 @@ from palyra.journal import (
     PruneResult,
     checkpoint_every,
     retention_every,
+    sign_tree_every,
 )
 from palyra.transport.auth import Authenticator
 from palyra.transport.grpc import GrpcGateway
@@ -91,7 +93,8 @@ async def run_daemon(
         http_gateway = HttpGateway(
             create_http_app(app, authenticator=authenticator, make_ctx=make_ctx,
                             config=config.http, ingress=_ingress_routes(app),
-                            plain=plain_routes(app, config, metrics), streams=streams),
+                            plain=plain_routes(app, config, metrics), streams=streams,
+                            static=tlog_routes(app.store)),
             shutdown_grace_s=config.daemon.shutdown_grace_s, limits=config.http,
         )
         info = DaemonInfo(pid=pid, grpc_host=config.grpc.host, grpc_port=bound_port(grpc_sock),
@@ -102,6 +105,9 @@ async def run_daemon(
             signer = (tg.create_task(checkpoint_every(app.store, config.daemon.checkpoint_interval_s),
                                      name="checkpoints")
                       if config.daemon.checkpoint_interval_s > 0 else None)
+            tree_signer = tg.create_task(
+                sign_tree_every(app.store, origin=config.journal.tlog_origin or None),
+                name="tlog-checkpoints")
             retention = _start_retention(tg, app.store, config.journal)
             tracing = start_tracing(tg, app.store, config)
             drain = (tg.create_task(metrics.drain_every(), name="metrics")
@@ -120,7 +126,8 @@ async def run_daemon(
                       data_dir=info.data_dir)
             await stop.wait()
             _log.info("daemon_draining")
-            for task in (signer, retention, drain, tracing[0] if tracing else None):
+            for task in (signer, tree_signer, retention, drain,
+                         tracing[0] if tracing else None):
                 if task is not None:  # the TaskGroup would otherwise wait on them
                     task.cancel()
             http_gateway.close()

@@ -23,7 +23,11 @@ from palyra.journal.read.follow import Subscription
 from palyra.journal.retention.policy import prune_older_than, retention_every
 from palyra.journal.retention.prune import PruneOrder, PruneResult
 from palyra.journal.verify.verify import VerifyReport, verify_bundle, verify_store
-from palyra.journal.write.autocheckpoint import checkpoint_every, sign_head_if_moved
+from palyra.journal.write.autocheckpoint import (
+    checkpoint_every,
+    sign_head_if_moved,
+    sign_tree_every,
+)
 
 __all__ = [
     "ENTITY_TABLES",
@@ -48,6 +52,7 @@ __all__ = [
     "prune_older_than",
     "retention_every",
     "sign_head_if_moved",
+    "sign_tree_every",
     "verify_bundle",
     "verify_store",
 ]

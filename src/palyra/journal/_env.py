@@ -29,9 +29,14 @@ TAPE = "_tape"
 SESSION_HEADS = "_session_heads"
 CHECKPOINTS = "_checkpoints"
 COMMIT_LOG = COMMIT_LOG_DB
-INTERNAL_DBS = (EVENTS, EVENT_IDS, BY_SESSION, TAPE, SESSION_HEADS, CHECKPOINTS, COMMIT_LOG)
-# Journals written before the commit log lack its sub-DB until a writer opens them.
-_OPTIONAL_DBS = frozenset({COMMIT_LOG})
+# The transparency log: the Merkle tree's rows, and each tree's last signed checkpoint.
+TLOG = "_tlog"
+TLOG_CHECKPOINTS = "_tlog_checkpoints"
+INTERNAL_DBS = (EVENTS, EVENT_IDS, BY_SESSION, TAPE, SESSION_HEADS, CHECKPOINTS, COMMIT_LOG,
+                TLOG, TLOG_CHECKPOINTS)  # fmt: skip
+# Journals written before the commit log or the tree lack those sub-DBs until a
+# writer opens them.
+_OPTIONAL_DBS = frozenset({COMMIT_LOG, TLOG, TLOG_CHECKPOINTS})
 
 
 class Gate:

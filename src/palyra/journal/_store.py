@@ -8,7 +8,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from palyra.core.errors import ErrorCode, PalyraError, PalyraInternalError
+from palyra.core.errors import ErrorCode, NotFound, PalyraError, PalyraInternalError
 from palyra.core.histogram import Histogram
 from palyra.journal._env import JournalEnv
 from palyra.journal._types import (
@@ -23,9 +23,12 @@ from palyra.journal._types import (
 )
 from palyra.journal.format.signing import Signer
 from palyra.journal.read import reads as _reads
+from palyra.journal.read import tlog as _tlog
 from palyra.journal.read.entity_cache import EntityCache
 from palyra.journal.read.follow import FollowHub, Subscription, follow_batches, follow_events
 from palyra.journal.retention.prune import PruneOrder, PruneResult
+from palyra.journal.tlog.note import Witness, default_origin, parse_checkpoint, parse_note
+from palyra.journal.tlog.session_proofs import write_lines
 from palyra.journal.write import requests
 from palyra.journal.write.prepare import prepare
 from palyra.journal.write.stats import CommitTimings
@@ -159,6 +162,111 @@ class JournalStore:
         future: asyncio.Future[PruneResult] = loop.create_future()
         writer.submit(requests.Prune(loop, future, order))
         return await future
+
+    # --- the transparency log (docs/journal/format.md, "Transparency log") ---
+
+    def _tree_signer(self) -> Signer:
+        if self._signer is None:
+            self._signer = Signer.load_or_create(self._env.path)
+        return self._signer
+
+    async def sign_tree(self, origin: str | None = None) -> bytes:
+        """Sign the tree as it stands after every queued append (C2SP checkpoint).
+
+        Returns the stored signed note: a new one when the tree grew since the
+        last, else the last one unchanged.
+
+        Raises:
+            PalyraError: ``JOURNAL_CORRUPT`` when the tree does not extend the last
+                signed checkpoint (the log never signs two inconsistent ones).
+        """
+        writer = self._writer_or_raise()
+        signer = self._tree_signer()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bytes] = loop.create_future()
+        writer.submit(requests.TreeSign(loop, future, signer,
+                                        origin or default_origin(signer.public_key)))  # fmt: skip
+        return await future
+
+    async def add_cosignatures(self, note: bytes, witnesses: Sequence[Witness]) -> bytes:
+        """Store the valid ``tlog-cosignature`` lines of ``note`` by ``witnesses``.
+
+        Raises:
+            InvalidArgument: ``note`` is not the current checkpoint, or holds no
+                valid cosignature by a configured witness.
+        """
+        writer = self._writer_or_raise()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bytes] = loop.create_future()
+        writer.submit(requests.TreeSign(loop, future, self._tree_signer(), "", note,
+                                        tuple(witnesses)))  # fmt: skip
+        return await future
+
+    def tree_checkpoint(self) -> bytes | None:
+        """The last signed checkpoint note (with cosignatures), or None before the first."""
+        with self._env.read() as txn:
+            return _tlog.signed_note(self._env, txn)
+
+    def tree_size(self) -> int:
+        """Entries (records) in the stored tree."""
+        with self._env.read() as txn:
+            return _tlog.tree_of(self._env, txn).size
+
+    def prove_position(self, position: int) -> bytes:
+        """The ``tlog-proof`` of the record holding ``position`` under the last signed checkpoint.
+
+        Raises:
+            NotFound: no record holds ``position`` within the signed checkpoint.
+            InvalidArgument: the record is not provable (pruned, or format 1).
+        """
+        with self._env.read() as txn:
+            return _tlog.prove_position(self._env, txn, position)
+
+    def consistency(self, old: int, new: int) -> list[bytes]:
+        """The RFC 9162 consistency proof between tree sizes ``old`` and ``new``.
+
+        Raises:
+            InvalidArgument: not ``0 <= old <= new <= size``.
+        """
+        with self._env.read() as txn:
+            return _tlog.consistency(self._env, txn, old, new)
+
+    def export_session_proofs(self, session_id: str, out: Path) -> int:
+        """Write ``session_id``'s records with their inclusion proofs (``tlog.session_proofs``)
+        under the last signed checkpoint; sealed when the data dir's key is readable.
+
+        Returns the records written.
+
+        Raises:
+            NotFound: no checkpoint is signed yet.
+        """
+        signer = Signer.load(self._env.path)
+        with self._env.read() as txn:
+            note = _tlog.signed_note(self._env, txn)
+            if note is None:
+                raise NotFound("the transparency log has no signed checkpoint yet")
+            size = parse_checkpoint(parse_note(note).body).size
+            records = _tlog.session_records(self._env, txn, session_id, size)
+            lines = write_lines(session_id, note, records,
+                                signer.sign if signer else None,
+                                signer.public_key if signer else b"")  # fmt: skip
+            tmp = out.with_name(f".{out.name}.tmp")
+            count = -3
+            with open(tmp, "wb") as handle:
+                for data in lines:
+                    handle.write(data)
+                    count += 1
+        tmp.replace(out)
+        return count
+
+    def tile(self, level: int, index: int, width: int) -> bytes:
+        """A ``tlog-tiles`` tile (level ``-1``: an entry bundle).
+
+        Raises:
+            NotFound: the tree does not hold it.
+        """
+        with self._env.read() as txn:
+            return _tlog.tile(self._env, txn, level, index, width)
 
     def pruned_through(self) -> int:
         """The last position retention pruned (0 when none): cursors below it are truncated."""

@@ -45,6 +45,10 @@ class JournalConfig:
             ``docs/journal/api.md``); 0, the default, never drops anything.
         retention_interval_s: how often the daemon runs retention.
         retention_batch_records: most records one retention commit prunes.
+        tlog_origin: the transparency log's checkpoint origin line (empty: one
+            derived from the signing key, ``palyra.local/journal/<16 hex>``).
+        tlog_witnesses: witness keys whose ``tlog-cosignature`` lines the log
+            accepts, each ``"<key name>=<64 hex digits of the ed25519 key>"``.
     """
 
     sync: bool = True
@@ -58,6 +62,8 @@ class JournalConfig:
     retention_max_age_days: float = 0.0
     retention_interval_s: float = 3600.0
     retention_batch_records: int = 512
+    tlog_origin: str = ""
+    tlog_witnesses: tuple[str, ...] = ()
 
 
 _FRESH_PAYLOAD: Mapping[str, Any] = MappingProxyType({})

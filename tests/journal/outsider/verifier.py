@@ -19,7 +19,9 @@ a `Report`: `ok`, the counts, and on failure the first bad position (as docs/jou
 on a data dir no writer has open (it opens LMDB without the lock file).
 
 Modules: `_layout` (bytes, tags, hashes, canonical MessagePack), `_walk` (the chain walk
-both share), `_store` (live data dir), `_bundle` (bundles), `_covers` (compactions).
+both share), `_store` (live data dir), `_bundle` (bundles), `_covers` (compactions),
+`_tlog` (the transparency log: `tlog-proof` files and a data dir's tree, from
+"Transparency log").
 """
 
 from __future__ import annotations

@@ -13,6 +13,224 @@ import type { Message } from "@bufbuild/protobuf";
 export declare const file_palyra_v1_journal: GenFile;
 
 /**
+ * @generated from message palyra.v1.GetTreeCheckpointRequest
+ */
+export declare type GetTreeCheckpointRequest = Message<"palyra.v1.GetTreeCheckpointRequest"> & {
+};
+
+/**
+ * Describes the message palyra.v1.GetTreeCheckpointRequest.
+ * Use `create(GetTreeCheckpointRequestSchema)` to create a new message.
+ */
+export declare const GetTreeCheckpointRequestSchema: GenMessage<GetTreeCheckpointRequest>;
+
+/**
+ * @generated from message palyra.v1.GetTreeCheckpointResponse
+ */
+export declare type GetTreeCheckpointResponse = Message<"palyra.v1.GetTreeCheckpointResponse"> & {
+  /**
+   * The signed note, verbatim (UTF-8 text).
+   *
+   * @generated from field: string note = 1;
+   */
+  note: string;
+
+  /**
+   * @generated from field: uint64 tree_size = 2;
+   */
+  treeSize: bigint;
+};
+
+/**
+ * Describes the message palyra.v1.GetTreeCheckpointResponse.
+ * Use `create(GetTreeCheckpointResponseSchema)` to create a new message.
+ */
+export declare const GetTreeCheckpointResponseSchema: GenMessage<GetTreeCheckpointResponse>;
+
+/**
+ * @generated from message palyra.v1.ProveEntryRequest
+ */
+export declare type ProveEntryRequest = Message<"palyra.v1.ProveEntryRequest"> & {
+  /**
+   * Exactly one way to name the event: its position, an approval (the event
+   * that decided it, else the one that asked), or a run's tape seq.
+   *
+   * @generated from field: uint64 position = 1;
+   */
+  position: bigint;
+
+  /**
+   * @generated from field: string approval_id = 2;
+   */
+  approvalId: string;
+
+  /**
+   * @generated from field: string run_id = 3;
+   */
+  runId: string;
+
+  /**
+   * @generated from field: uint64 seq = 4;
+   */
+  seq: bigint;
+};
+
+/**
+ * Describes the message palyra.v1.ProveEntryRequest.
+ * Use `create(ProveEntryRequestSchema)` to create a new message.
+ */
+export declare const ProveEntryRequestSchema: GenMessage<ProveEntryRequest>;
+
+/**
+ * @generated from message palyra.v1.ProveEntryResponse
+ */
+export declare type ProveEntryResponse = Message<"palyra.v1.ProveEntryResponse"> & {
+  /**
+   * The tlog-proof text (c2sp.org/tlog-proof@v1).
+   *
+   * @generated from field: string proof = 1;
+   */
+  proof: string;
+
+  /**
+   * @generated from field: uint64 position = 2;
+   */
+  position: bigint;
+};
+
+/**
+ * Describes the message palyra.v1.ProveEntryResponse.
+ * Use `create(ProveEntryResponseSchema)` to create a new message.
+ */
+export declare const ProveEntryResponseSchema: GenMessage<ProveEntryResponse>;
+
+/**
+ * @generated from message palyra.v1.ProveConsistencyRequest
+ */
+export declare type ProveConsistencyRequest = Message<"palyra.v1.ProveConsistencyRequest"> & {
+  /**
+   * @generated from field: uint64 old_size = 1;
+   */
+  oldSize: bigint;
+
+  /**
+   * @generated from field: uint64 new_size = 2;
+   */
+  newSize: bigint;
+};
+
+/**
+ * Describes the message palyra.v1.ProveConsistencyRequest.
+ * Use `create(ProveConsistencyRequestSchema)` to create a new message.
+ */
+export declare const ProveConsistencyRequestSchema: GenMessage<ProveConsistencyRequest>;
+
+/**
+ * @generated from message palyra.v1.ProveConsistencyResponse
+ */
+export declare type ProveConsistencyResponse = Message<"palyra.v1.ProveConsistencyResponse"> & {
+  /**
+   * Hashes of the proof, in RFC 9162 order (32 bytes each).
+   *
+   * @generated from field: repeated bytes hashes = 1;
+   */
+  hashes: Uint8Array[];
+};
+
+/**
+ * Describes the message palyra.v1.ProveConsistencyResponse.
+ * Use `create(ProveConsistencyResponseSchema)` to create a new message.
+ */
+export declare const ProveConsistencyResponseSchema: GenMessage<ProveConsistencyResponse>;
+
+/**
+ * @generated from message palyra.v1.GetTreeTileRequest
+ */
+export declare type GetTreeTileRequest = Message<"palyra.v1.GetTreeTileRequest"> & {
+  /**
+   * 0..63, or -1 for an entry bundle.
+   *
+   * @generated from field: int32 level = 1;
+   */
+  level: number;
+
+  /**
+   * @generated from field: uint64 index = 2;
+   */
+  index: bigint;
+
+  /**
+   * 1..256 hashes (256: a full tile).
+   *
+   * @generated from field: uint32 width = 3;
+   */
+  width: number;
+};
+
+/**
+ * Describes the message palyra.v1.GetTreeTileRequest.
+ * Use `create(GetTreeTileRequestSchema)` to create a new message.
+ */
+export declare const GetTreeTileRequestSchema: GenMessage<GetTreeTileRequest>;
+
+/**
+ * @generated from message palyra.v1.GetTreeTileResponse
+ */
+export declare type GetTreeTileResponse = Message<"palyra.v1.GetTreeTileResponse"> & {
+  /**
+   * @generated from field: bytes data = 1;
+   */
+  data: Uint8Array;
+};
+
+/**
+ * Describes the message palyra.v1.GetTreeTileResponse.
+ * Use `create(GetTreeTileResponseSchema)` to create a new message.
+ */
+export declare const GetTreeTileResponseSchema: GenMessage<GetTreeTileResponse>;
+
+/**
+ * @generated from message palyra.v1.AddCosignaturesRequest
+ */
+export declare type AddCosignaturesRequest = Message<"palyra.v1.AddCosignaturesRequest"> & {
+  /**
+   * The current checkpoint with one or more witnesses' signature lines.
+   *
+   * @generated from field: string note = 1;
+   */
+  note: string;
+};
+
+/**
+ * Describes the message palyra.v1.AddCosignaturesRequest.
+ * Use `create(AddCosignaturesRequestSchema)` to create a new message.
+ */
+export declare const AddCosignaturesRequestSchema: GenMessage<AddCosignaturesRequest>;
+
+/**
+ * @generated from message palyra.v1.AddCosignaturesResponse
+ */
+export declare type AddCosignaturesResponse = Message<"palyra.v1.AddCosignaturesResponse"> & {
+  /**
+   * The stored note with every cosignature it now carries.
+   *
+   * @generated from field: string note = 1;
+   */
+  note: string;
+
+  /**
+   * @generated from field: repeated string witnesses = 2;
+   */
+  witnesses: string[];
+};
+
+/**
+ * Describes the message palyra.v1.AddCosignaturesResponse.
+ * Use `create(AddCosignaturesResponseSchema)` to create a new message.
+ */
+export declare const AddCosignaturesResponseSchema: GenMessage<AddCosignaturesResponse>;
+
+/**
  * @generated from message palyra.v1.VerifyJournalRequest
  */
 export declare type VerifyJournalRequest = Message<"palyra.v1.VerifyJournalRequest"> & {
@@ -455,6 +673,61 @@ export declare const JournalService: GenService<{
     methodKind: "unary";
     input: typeof PruneJournalRequestSchema;
     output: typeof PruneJournalResponseSchema;
+  },
+  /**
+   * The transparency log (docs/journal/format.md, "Transparency log"): the last
+   * signed C2SP checkpoint of the Merkle tree over the journal's records, with
+   * any witness cosignatures. NOT_FOUND before the first one is signed. The
+   * same note is served at GET /tlog/checkpoint for tlog-tiles clients.
+   *
+   * @generated from rpc palyra.v1.JournalService.GetTreeCheckpoint
+   */
+  getTreeCheckpoint: {
+    methodKind: "unary";
+    input: typeof GetTreeCheckpointRequestSchema;
+    output: typeof GetTreeCheckpointResponseSchema;
+  },
+  /**
+   * A C2SP tlog-proof of the record holding one event (what `palyra journal
+   * prove` writes): the record, its inclusion proof, the signed checkpoint.
+   *
+   * @generated from rpc palyra.v1.JournalService.ProveEntry
+   */
+  proveEntry: {
+    methodKind: "unary";
+    input: typeof ProveEntryRequestSchema;
+    output: typeof ProveEntryResponseSchema;
+  },
+  /**
+   * The RFC 9162 consistency proof between two tree sizes.
+   *
+   * @generated from rpc palyra.v1.JournalService.ProveConsistency
+   */
+  proveConsistency: {
+    methodKind: "unary";
+    input: typeof ProveConsistencyRequestSchema;
+    output: typeof ProveConsistencyResponseSchema;
+  },
+  /**
+   * One tlog-tiles tile or entry bundle (also served at GET /tlog/tile/...).
+   *
+   * @generated from rpc palyra.v1.JournalService.GetTreeTile
+   */
+  getTreeTile: {
+    methodKind: "unary";
+    input: typeof GetTreeTileRequestSchema;
+    output: typeof GetTreeTileResponseSchema;
+  },
+  /**
+   * Witness cosignatures (tlog-cosignature lines) on the current checkpoint, from
+   * the configured witness keys: verified, stored and served with it.
+   *
+   * @generated from rpc palyra.v1.JournalService.AddCosignatures
+   */
+  addCosignatures: {
+    methodKind: "unary";
+    input: typeof AddCosignaturesRequestSchema;
+    output: typeof AddCosignaturesResponseSchema;
   },
 }>;
 

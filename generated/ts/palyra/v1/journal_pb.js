@@ -12,98 +12,168 @@ import { file_google_api_annotations } from "../../google/api/annotations_pb.js"
  * Describes the file palyra/v1/journal.proto.
  */
 export const file_palyra_v1_journal = /*@__PURE__*/
-  fileDesc("ChdwYWx5cmEvdjEvam91cm5hbC5wcm90bxIJcGFseXJhLnYxIhYKFFZlcmlmeUpvdXJuYWxSZXF1ZXN0IssBChVWZXJpZnlKb3VybmFsUmVzcG9uc2USCgoCb2sYASABKAgSEwoLZXZlbnRfY291bnQYAiABKAQSEQoJaGVhZF9oYXNoGAMgASgJEh8KEmZpcnN0X2JhZF9wb3NpdGlvbhgEIAEoBEgAiAEBEg4KBnJlYXNvbhgFIAEoCRIcChRjaGVja3BvaW50c192ZXJpZmllZBgGIAEoDRIYChBwcnVuZWRfcG9zaXRpb25zGAcgASgEQhUKE19maXJzdF9iYWRfcG9zaXRpb24iGwoZV2F0Y2hKb3VybmFsVmVyaWZ5UmVxdWVzdCJuChpXYXRjaEpvdXJuYWxWZXJpZnlSZXNwb25zZRIPCgdjaGVja2VkGAEgASgEEg0KBXRvdGFsGAIgASgEEjAKBnJlc3VsdBgDIAEoCzIgLnBhbHlyYS52MS5WZXJpZnlKb3VybmFsUmVzcG9uc2UiKgoURXhwb3J0Sm91cm5hbFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJHChVFeHBvcnRKb3VybmFsUmVzcG9uc2USDQoFY2h1bmsYASABKAwSEQoJY2h1bmtfc2VxGAIgASgNEgwKBGRvbmUYAyABKAgiFwoVR2V0Sm91cm5hbEhlYWRSZXF1ZXN0IqYBChZHZXRKb3VybmFsSGVhZFJlc3BvbnNlEhMKC2V2ZW50X2NvdW50GAEgASgEEhEKCWhlYWRfaGFzaBgCIAEoCRIVCg1oZWFkX3Bvc2l0aW9uGAMgASgEEhYKDnBydW5lZF90aHJvdWdoGAQgASgEEjUKD2xhc3RfY2hlY2twb2ludBgFIAEoCzIcLnBhbHlyYS52MS5Kb3VybmFsQ2hlY2twb2ludCJzChFKb3VybmFsQ2hlY2twb2ludBIQCghwb3NpdGlvbhgBIAEoBBIRCgloZWFkX2hhc2gYAiABKAkSEgoKdHNfdW5peF9tcxgDIAEoAxISCgpwdWJsaWNfa2V5GAQgASgJEhEKCXNpZ25hdHVyZRgFIAEoCSIZChdDcmVhdGVDaGVja3BvaW50UmVxdWVzdCJ6ChhDcmVhdGVDaGVja3BvaW50UmVzcG9uc2USEAoIcG9zaXRpb24YASABKAQSEQoJaGVhZF9oYXNoGAIgASgJEhIKCnB1YmxpY19rZXkYAyABKAkSEQoJc2lnbmF0dXJlGAQgASgJEhIKCnRzX3VuaXhfbXMYBSABKAMiNgoTUHJ1bmVKb3VybmFsUmVxdWVzdBIfCg9vbGRlcl90aGFuX2RheXMYASABKAFCBsrzGAIYASKpAQoUUHJ1bmVKb3VybmFsUmVzcG9uc2USFgoOZmlyc3RfcG9zaXRpb24YASABKAQSGAoQdGhyb3VnaF9wb3NpdGlvbhgCIAEoBBIPCgdyZWNvcmRzGAMgASgEEg4KBmV2ZW50cxgEIAEoBBITCgtieXRlc19mcmVlZBgFIAEoBBIRCgloZWFkX2hhc2gYBiABKAkSFgoOcHJ1bmVkX3Rocm91Z2gYByABKAQy3AUKDkpvdXJuYWxTZXJ2aWNlEnEKDVZlcmlmeUpvdXJuYWwSHy5wYWx5cmEudjEuVmVyaWZ5Sm91cm5hbFJlcXVlc3QaIC5wYWx5cmEudjEuVmVyaWZ5Sm91cm5hbFJlc3BvbnNlIh2C0+STAhciEi92MS9qb3VybmFsOnZlcmlmeToBKhKEAQoSV2F0Y2hKb3VybmFsVmVyaWZ5EiQucGFseXJhLnYxLldhdGNoSm91cm5hbFZlcmlmeVJlcXVlc3QaJS5wYWx5cmEudjEuV2F0Y2hKb3VybmFsVmVyaWZ5UmVzcG9uc2UiH4LT5JMCGRIXL3YxL2pvdXJuYWw6d2F0Y2hWZXJpZnkwARJwCg1FeHBvcnRKb3VybmFsEh8ucGFseXJhLnYxLkV4cG9ydEpvdXJuYWxSZXF1ZXN0GiAucGFseXJhLnYxLkV4cG9ydEpvdXJuYWxSZXNwb25zZSIagtPkkwIUEhIvdjEvam91cm5hbDpleHBvcnQwARJvCg5HZXRKb3VybmFsSGVhZBIgLnBhbHlyYS52MS5HZXRKb3VybmFsSGVhZFJlcXVlc3QaIS5wYWx5cmEudjEuR2V0Sm91cm5hbEhlYWRSZXNwb25zZSIYgtPkkwISEhAvdjEvam91cm5hbC9oZWFkEn4KEENyZWF0ZUNoZWNrcG9pbnQSIi5wYWx5cmEudjEuQ3JlYXRlQ2hlY2twb2ludFJlcXVlc3QaIy5wYWx5cmEudjEuQ3JlYXRlQ2hlY2twb2ludFJlc3BvbnNlIiGC0+STAhsiFi92MS9qb3VybmFsOmNoZWNrcG9pbnQ6ASoSbQoMUHJ1bmVKb3VybmFsEh4ucGFseXJhLnYxLlBydW5lSm91cm5hbFJlcXVlc3QaHy5wYWx5cmEudjEuUHJ1bmVKb3VybmFsUmVzcG9uc2UiHILT5JMCFiIRL3YxL2pvdXJuYWw6cHJ1bmU6ASpiBnByb3RvMw", [file_palyra_v1_options, file_google_api_annotations]);
+  fileDesc("ChdwYWx5cmEvdjEvam91cm5hbC5wcm90bxIJcGFseXJhLnYxIhoKGEdldFRyZWVDaGVja3BvaW50UmVxdWVzdCI8ChlHZXRUcmVlQ2hlY2twb2ludFJlc3BvbnNlEgwKBG5vdGUYASABKAkSEQoJdHJlZV9zaXplGAIgASgEIlcKEVByb3ZlRW50cnlSZXF1ZXN0EhAKCHBvc2l0aW9uGAEgASgEEhMKC2FwcHJvdmFsX2lkGAIgASgJEg4KBnJ1bl9pZBgDIAEoCRILCgNzZXEYBCABKAQiNQoSUHJvdmVFbnRyeVJlc3BvbnNlEg0KBXByb29mGAEgASgJEhAKCHBvc2l0aW9uGAIgASgEIj0KF1Byb3ZlQ29uc2lzdGVuY3lSZXF1ZXN0EhAKCG9sZF9zaXplGAEgASgEEhAKCG5ld19zaXplGAIgASgEIioKGFByb3ZlQ29uc2lzdGVuY3lSZXNwb25zZRIOCgZoYXNoZXMYASADKAwiYwoSR2V0VHJlZVRpbGVSZXF1ZXN0Eh4KBWxldmVsGAEgASgFQg/K8xgLGAEhAAAAAAAA8L8SDQoFaW5kZXgYAiABKAQSHgoFd2lkdGgYAyABKA1CD8rzGAsYASEAAAAAAADwPyIjChNHZXRUcmVlVGlsZVJlc3BvbnNlEgwKBGRhdGEYASABKAwiJgoWQWRkQ29zaWduYXR1cmVzUmVxdWVzdBIMCgRub3RlGAEgASgJIjoKF0FkZENvc2lnbmF0dXJlc1Jlc3BvbnNlEgwKBG5vdGUYASABKAkSEQoJd2l0bmVzc2VzGAIgAygJIhYKFFZlcmlmeUpvdXJuYWxSZXF1ZXN0IssBChVWZXJpZnlKb3VybmFsUmVzcG9uc2USCgoCb2sYASABKAgSEwoLZXZlbnRfY291bnQYAiABKAQSEQoJaGVhZF9oYXNoGAMgASgJEh8KEmZpcnN0X2JhZF9wb3NpdGlvbhgEIAEoBEgAiAEBEg4KBnJlYXNvbhgFIAEoCRIcChRjaGVja3BvaW50c192ZXJpZmllZBgGIAEoDRIYChBwcnVuZWRfcG9zaXRpb25zGAcgASgEQhUKE19maXJzdF9iYWRfcG9zaXRpb24iGwoZV2F0Y2hKb3VybmFsVmVyaWZ5UmVxdWVzdCJuChpXYXRjaEpvdXJuYWxWZXJpZnlSZXNwb25zZRIPCgdjaGVja2VkGAEgASgEEg0KBXRvdGFsGAIgASgEEjAKBnJlc3VsdBgDIAEoCzIgLnBhbHlyYS52MS5WZXJpZnlKb3VybmFsUmVzcG9uc2UiKgoURXhwb3J0Sm91cm5hbFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJHChVFeHBvcnRKb3VybmFsUmVzcG9uc2USDQoFY2h1bmsYASABKAwSEQoJY2h1bmtfc2VxGAIgASgNEgwKBGRvbmUYAyABKAgiFwoVR2V0Sm91cm5hbEhlYWRSZXF1ZXN0IqYBChZHZXRKb3VybmFsSGVhZFJlc3BvbnNlEhMKC2V2ZW50X2NvdW50GAEgASgEEhEKCWhlYWRfaGFzaBgCIAEoCRIVCg1oZWFkX3Bvc2l0aW9uGAMgASgEEhYKDnBydW5lZF90aHJvdWdoGAQgASgEEjUKD2xhc3RfY2hlY2twb2ludBgFIAEoCzIcLnBhbHlyYS52MS5Kb3VybmFsQ2hlY2twb2ludCJzChFKb3VybmFsQ2hlY2twb2ludBIQCghwb3NpdGlvbhgBIAEoBBIRCgloZWFkX2hhc2gYAiABKAkSEgoKdHNfdW5peF9tcxgDIAEoAxISCgpwdWJsaWNfa2V5GAQgASgJEhEKCXNpZ25hdHVyZRgFIAEoCSIZChdDcmVhdGVDaGVja3BvaW50UmVxdWVzdCJ6ChhDcmVhdGVDaGVja3BvaW50UmVzcG9uc2USEAoIcG9zaXRpb24YASABKAQSEQoJaGVhZF9oYXNoGAIgASgJEhIKCnB1YmxpY19rZXkYAyABKAkSEQoJc2lnbmF0dXJlGAQgASgJEhIKCnRzX3VuaXhfbXMYBSABKAMiNgoTUHJ1bmVKb3VybmFsUmVxdWVzdBIfCg9vbGRlcl90aGFuX2RheXMYASABKAFCBsrzGAIYASKpAQoUUHJ1bmVKb3VybmFsUmVzcG9uc2USFgoOZmlyc3RfcG9zaXRpb24YASABKAQSGAoQdGhyb3VnaF9wb3NpdGlvbhgCIAEoBBIPCgdyZWNvcmRzGAMgASgEEg4KBmV2ZW50cxgEIAEoBBITCgtieXRlc19mcmVlZBgFIAEoBBIRCgloZWFkX2hhc2gYBiABKAkSFgoOcHJ1bmVkX3Rocm91Z2gYByABKAQyvAoKDkpvdXJuYWxTZXJ2aWNlEnEKDVZlcmlmeUpvdXJuYWwSHy5wYWx5cmEudjEuVmVyaWZ5Sm91cm5hbFJlcXVlc3QaIC5wYWx5cmEudjEuVmVyaWZ5Sm91cm5hbFJlc3BvbnNlIh2C0+STAhciEi92MS9qb3VybmFsOnZlcmlmeToBKhKEAQoSV2F0Y2hKb3VybmFsVmVyaWZ5EiQucGFseXJhLnYxLldhdGNoSm91cm5hbFZlcmlmeVJlcXVlc3QaJS5wYWx5cmEudjEuV2F0Y2hKb3VybmFsVmVyaWZ5UmVzcG9uc2UiH4LT5JMCGRIXL3YxL2pvdXJuYWw6d2F0Y2hWZXJpZnkwARJwCg1FeHBvcnRKb3VybmFsEh8ucGFseXJhLnYxLkV4cG9ydEpvdXJuYWxSZXF1ZXN0GiAucGFseXJhLnYxLkV4cG9ydEpvdXJuYWxSZXNwb25zZSIagtPkkwIUEhIvdjEvam91cm5hbDpleHBvcnQwARJvCg5HZXRKb3VybmFsSGVhZBIgLnBhbHlyYS52MS5HZXRKb3VybmFsSGVhZFJlcXVlc3QaIS5wYWx5cmEudjEuR2V0Sm91cm5hbEhlYWRSZXNwb25zZSIYgtPkkwISEhAvdjEvam91cm5hbC9oZWFkEn4KEENyZWF0ZUNoZWNrcG9pbnQSIi5wYWx5cmEudjEuQ3JlYXRlQ2hlY2twb2ludFJlcXVlc3QaIy5wYWx5cmEudjEuQ3JlYXRlQ2hlY2twb2ludFJlc3BvbnNlIiGC0+STAhsiFi92MS9qb3VybmFsOmNoZWNrcG9pbnQ6ASoSbQoMUHJ1bmVKb3VybmFsEh4ucGFseXJhLnYxLlBydW5lSm91cm5hbFJlcXVlc3QaHy5wYWx5cmEudjEuUHJ1bmVKb3VybmFsUmVzcG9uc2UiHILT5JMCFiIRL3YxL2pvdXJuYWw6cHJ1bmU6ASoSgwEKEUdldFRyZWVDaGVja3BvaW50EiMucGFseXJhLnYxLkdldFRyZWVDaGVja3BvaW50UmVxdWVzdBokLnBhbHlyYS52MS5HZXRUcmVlQ2hlY2twb2ludFJlc3BvbnNlIiOC0+STAh0SGy92MS9qb3VybmFsL3Rsb2cvY2hlY2twb2ludBJpCgpQcm92ZUVudHJ5EhwucGFseXJhLnYxLlByb3ZlRW50cnlSZXF1ZXN0Gh0ucGFseXJhLnYxLlByb3ZlRW50cnlSZXNwb25zZSIegtPkkwIYEhYvdjEvam91cm5hbC90bG9nOnByb3ZlEoEBChBQcm92ZUNvbnNpc3RlbmN5EiIucGFseXJhLnYxLlByb3ZlQ29uc2lzdGVuY3lSZXF1ZXN0GiMucGFseXJhLnYxLlByb3ZlQ29uc2lzdGVuY3lSZXNwb25zZSIkgtPkkwIeEhwvdjEvam91cm5hbC90bG9nOmNvbnNpc3RlbmN5EmsKC0dldFRyZWVUaWxlEh0ucGFseXJhLnYxLkdldFRyZWVUaWxlUmVxdWVzdBoeLnBhbHlyYS52MS5HZXRUcmVlVGlsZVJlc3BvbnNlIh2C0+STAhcSFS92MS9qb3VybmFsL3Rsb2cvdGlsZRJ8Cg9BZGRDb3NpZ25hdHVyZXMSIS5wYWx5cmEudjEuQWRkQ29zaWduYXR1cmVzUmVxdWVzdBoiLnBhbHlyYS52MS5BZGRDb3NpZ25hdHVyZXNSZXNwb25zZSIigtPkkwIcIhcvdjEvam91cm5hbC90bG9nOmNvc2lnbjoBKmIGcHJvdG8z", [file_palyra_v1_options, file_google_api_annotations]);
+
+/**
+ * Describes the message palyra.v1.GetTreeCheckpointRequest.
+ * Use `create(GetTreeCheckpointRequestSchema)` to create a new message.
+ */
+export const GetTreeCheckpointRequestSchema = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 0);
+
+/**
+ * Describes the message palyra.v1.GetTreeCheckpointResponse.
+ * Use `create(GetTreeCheckpointResponseSchema)` to create a new message.
+ */
+export const GetTreeCheckpointResponseSchema = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 1);
+
+/**
+ * Describes the message palyra.v1.ProveEntryRequest.
+ * Use `create(ProveEntryRequestSchema)` to create a new message.
+ */
+export const ProveEntryRequestSchema = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 2);
+
+/**
+ * Describes the message palyra.v1.ProveEntryResponse.
+ * Use `create(ProveEntryResponseSchema)` to create a new message.
+ */
+export const ProveEntryResponseSchema = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 3);
+
+/**
+ * Describes the message palyra.v1.ProveConsistencyRequest.
+ * Use `create(ProveConsistencyRequestSchema)` to create a new message.
+ */
+export const ProveConsistencyRequestSchema = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 4);
+
+/**
+ * Describes the message palyra.v1.ProveConsistencyResponse.
+ * Use `create(ProveConsistencyResponseSchema)` to create a new message.
+ */
+export const ProveConsistencyResponseSchema = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 5);
+
+/**
+ * Describes the message palyra.v1.GetTreeTileRequest.
+ * Use `create(GetTreeTileRequestSchema)` to create a new message.
+ */
+export const GetTreeTileRequestSchema = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 6);
+
+/**
+ * Describes the message palyra.v1.GetTreeTileResponse.
+ * Use `create(GetTreeTileResponseSchema)` to create a new message.
+ */
+export const GetTreeTileResponseSchema = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 7);
+
+/**
+ * Describes the message palyra.v1.AddCosignaturesRequest.
+ * Use `create(AddCosignaturesRequestSchema)` to create a new message.
+ */
+export const AddCosignaturesRequestSchema = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 8);
+
+/**
+ * Describes the message palyra.v1.AddCosignaturesResponse.
+ * Use `create(AddCosignaturesResponseSchema)` to create a new message.
+ */
+export const AddCosignaturesResponseSchema = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 9);
 
 /**
  * Describes the message palyra.v1.VerifyJournalRequest.
  * Use `create(VerifyJournalRequestSchema)` to create a new message.
  */
 export const VerifyJournalRequestSchema = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 0);
+  messageDesc(file_palyra_v1_journal, 10);
 
 /**
  * Describes the message palyra.v1.VerifyJournalResponse.
  * Use `create(VerifyJournalResponseSchema)` to create a new message.
  */
 export const VerifyJournalResponseSchema = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 1);
+  messageDesc(file_palyra_v1_journal, 11);
 
 /**
  * Describes the message palyra.v1.WatchJournalVerifyRequest.
  * Use `create(WatchJournalVerifyRequestSchema)` to create a new message.
  */
 export const WatchJournalVerifyRequestSchema = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 2);
+  messageDesc(file_palyra_v1_journal, 12);
 
 /**
  * Describes the message palyra.v1.WatchJournalVerifyResponse.
  * Use `create(WatchJournalVerifyResponseSchema)` to create a new message.
  */
 export const WatchJournalVerifyResponseSchema = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 3);
+  messageDesc(file_palyra_v1_journal, 13);
 
 /**
  * Describes the message palyra.v1.ExportJournalRequest.
  * Use `create(ExportJournalRequestSchema)` to create a new message.
  */
 export const ExportJournalRequestSchema = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 4);
+  messageDesc(file_palyra_v1_journal, 14);
 
 /**
  * Describes the message palyra.v1.ExportJournalResponse.
  * Use `create(ExportJournalResponseSchema)` to create a new message.
  */
 export const ExportJournalResponseSchema = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 5);
+  messageDesc(file_palyra_v1_journal, 15);
 
 /**
  * Describes the message palyra.v1.GetJournalHeadRequest.
  * Use `create(GetJournalHeadRequestSchema)` to create a new message.
  */
 export const GetJournalHeadRequestSchema = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 6);
+  messageDesc(file_palyra_v1_journal, 16);
 
 /**
  * Describes the message palyra.v1.GetJournalHeadResponse.
  * Use `create(GetJournalHeadResponseSchema)` to create a new message.
  */
 export const GetJournalHeadResponseSchema = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 7);
+  messageDesc(file_palyra_v1_journal, 17);
 
 /**
  * Describes the message palyra.v1.JournalCheckpoint.
  * Use `create(JournalCheckpointSchema)` to create a new message.
  */
 export const JournalCheckpointSchema = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 8);
+  messageDesc(file_palyra_v1_journal, 18);
 
 /**
  * Describes the message palyra.v1.CreateCheckpointRequest.
  * Use `create(CreateCheckpointRequestSchema)` to create a new message.
  */
 export const CreateCheckpointRequestSchema = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 9);
+  messageDesc(file_palyra_v1_journal, 19);
 
 /**
  * Describes the message palyra.v1.CreateCheckpointResponse.
  * Use `create(CreateCheckpointResponseSchema)` to create a new message.
  */
 export const CreateCheckpointResponseSchema = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 10);
+  messageDesc(file_palyra_v1_journal, 20);
 
 /**
  * Describes the message palyra.v1.PruneJournalRequest.
  * Use `create(PruneJournalRequestSchema)` to create a new message.
  */
 export const PruneJournalRequestSchema = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 11);
+  messageDesc(file_palyra_v1_journal, 21);
 
 /**
  * Describes the message palyra.v1.PruneJournalResponse.
  * Use `create(PruneJournalResponseSchema)` to create a new message.
  */
 export const PruneJournalResponseSchema = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 12);
+  messageDesc(file_palyra_v1_journal, 22);
 
 /**
  * The hash-chained journal, for auditors and backups. Verify (VerifyJournal,

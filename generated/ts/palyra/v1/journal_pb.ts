@@ -14,7 +14,235 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file palyra/v1/journal.proto.
  */
 export const file_palyra_v1_journal: GenFile = /*@__PURE__*/
-  fileDesc("ChdwYWx5cmEvdjEvam91cm5hbC5wcm90bxIJcGFseXJhLnYxIhYKFFZlcmlmeUpvdXJuYWxSZXF1ZXN0IssBChVWZXJpZnlKb3VybmFsUmVzcG9uc2USCgoCb2sYASABKAgSEwoLZXZlbnRfY291bnQYAiABKAQSEQoJaGVhZF9oYXNoGAMgASgJEh8KEmZpcnN0X2JhZF9wb3NpdGlvbhgEIAEoBEgAiAEBEg4KBnJlYXNvbhgFIAEoCRIcChRjaGVja3BvaW50c192ZXJpZmllZBgGIAEoDRIYChBwcnVuZWRfcG9zaXRpb25zGAcgASgEQhUKE19maXJzdF9iYWRfcG9zaXRpb24iGwoZV2F0Y2hKb3VybmFsVmVyaWZ5UmVxdWVzdCJuChpXYXRjaEpvdXJuYWxWZXJpZnlSZXNwb25zZRIPCgdjaGVja2VkGAEgASgEEg0KBXRvdGFsGAIgASgEEjAKBnJlc3VsdBgDIAEoCzIgLnBhbHlyYS52MS5WZXJpZnlKb3VybmFsUmVzcG9uc2UiKgoURXhwb3J0Sm91cm5hbFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJHChVFeHBvcnRKb3VybmFsUmVzcG9uc2USDQoFY2h1bmsYASABKAwSEQoJY2h1bmtfc2VxGAIgASgNEgwKBGRvbmUYAyABKAgiFwoVR2V0Sm91cm5hbEhlYWRSZXF1ZXN0IqYBChZHZXRKb3VybmFsSGVhZFJlc3BvbnNlEhMKC2V2ZW50X2NvdW50GAEgASgEEhEKCWhlYWRfaGFzaBgCIAEoCRIVCg1oZWFkX3Bvc2l0aW9uGAMgASgEEhYKDnBydW5lZF90aHJvdWdoGAQgASgEEjUKD2xhc3RfY2hlY2twb2ludBgFIAEoCzIcLnBhbHlyYS52MS5Kb3VybmFsQ2hlY2twb2ludCJzChFKb3VybmFsQ2hlY2twb2ludBIQCghwb3NpdGlvbhgBIAEoBBIRCgloZWFkX2hhc2gYAiABKAkSEgoKdHNfdW5peF9tcxgDIAEoAxISCgpwdWJsaWNfa2V5GAQgASgJEhEKCXNpZ25hdHVyZRgFIAEoCSIZChdDcmVhdGVDaGVja3BvaW50UmVxdWVzdCJ6ChhDcmVhdGVDaGVja3BvaW50UmVzcG9uc2USEAoIcG9zaXRpb24YASABKAQSEQoJaGVhZF9oYXNoGAIgASgJEhIKCnB1YmxpY19rZXkYAyABKAkSEQoJc2lnbmF0dXJlGAQgASgJEhIKCnRzX3VuaXhfbXMYBSABKAMiNgoTUHJ1bmVKb3VybmFsUmVxdWVzdBIfCg9vbGRlcl90aGFuX2RheXMYASABKAFCBsrzGAIYASKpAQoUUHJ1bmVKb3VybmFsUmVzcG9uc2USFgoOZmlyc3RfcG9zaXRpb24YASABKAQSGAoQdGhyb3VnaF9wb3NpdGlvbhgCIAEoBBIPCgdyZWNvcmRzGAMgASgEEg4KBmV2ZW50cxgEIAEoBBITCgtieXRlc19mcmVlZBgFIAEoBBIRCgloZWFkX2hhc2gYBiABKAkSFgoOcHJ1bmVkX3Rocm91Z2gYByABKAQy3AUKDkpvdXJuYWxTZXJ2aWNlEnEKDVZlcmlmeUpvdXJuYWwSHy5wYWx5cmEudjEuVmVyaWZ5Sm91cm5hbFJlcXVlc3QaIC5wYWx5cmEudjEuVmVyaWZ5Sm91cm5hbFJlc3BvbnNlIh2C0+STAhciEi92MS9qb3VybmFsOnZlcmlmeToBKhKEAQoSV2F0Y2hKb3VybmFsVmVyaWZ5EiQucGFseXJhLnYxLldhdGNoSm91cm5hbFZlcmlmeVJlcXVlc3QaJS5wYWx5cmEudjEuV2F0Y2hKb3VybmFsVmVyaWZ5UmVzcG9uc2UiH4LT5JMCGRIXL3YxL2pvdXJuYWw6d2F0Y2hWZXJpZnkwARJwCg1FeHBvcnRKb3VybmFsEh8ucGFseXJhLnYxLkV4cG9ydEpvdXJuYWxSZXF1ZXN0GiAucGFseXJhLnYxLkV4cG9ydEpvdXJuYWxSZXNwb25zZSIagtPkkwIUEhIvdjEvam91cm5hbDpleHBvcnQwARJvCg5HZXRKb3VybmFsSGVhZBIgLnBhbHlyYS52MS5HZXRKb3VybmFsSGVhZFJlcXVlc3QaIS5wYWx5cmEudjEuR2V0Sm91cm5hbEhlYWRSZXNwb25zZSIYgtPkkwISEhAvdjEvam91cm5hbC9oZWFkEn4KEENyZWF0ZUNoZWNrcG9pbnQSIi5wYWx5cmEudjEuQ3JlYXRlQ2hlY2twb2ludFJlcXVlc3QaIy5wYWx5cmEudjEuQ3JlYXRlQ2hlY2twb2ludFJlc3BvbnNlIiGC0+STAhsiFi92MS9qb3VybmFsOmNoZWNrcG9pbnQ6ASoSbQoMUHJ1bmVKb3VybmFsEh4ucGFseXJhLnYxLlBydW5lSm91cm5hbFJlcXVlc3QaHy5wYWx5cmEudjEuUHJ1bmVKb3VybmFsUmVzcG9uc2UiHILT5JMCFiIRL3YxL2pvdXJuYWw6cHJ1bmU6ASpiBnByb3RvMw", [file_palyra_v1_options, file_google_api_annotations]);
+  fileDesc("ChdwYWx5cmEvdjEvam91cm5hbC5wcm90bxIJcGFseXJhLnYxIhoKGEdldFRyZWVDaGVja3BvaW50UmVxdWVzdCI8ChlHZXRUcmVlQ2hlY2twb2ludFJlc3BvbnNlEgwKBG5vdGUYASABKAkSEQoJdHJlZV9zaXplGAIgASgEIlcKEVByb3ZlRW50cnlSZXF1ZXN0EhAKCHBvc2l0aW9uGAEgASgEEhMKC2FwcHJvdmFsX2lkGAIgASgJEg4KBnJ1bl9pZBgDIAEoCRILCgNzZXEYBCABKAQiNQoSUHJvdmVFbnRyeVJlc3BvbnNlEg0KBXByb29mGAEgASgJEhAKCHBvc2l0aW9uGAIgASgEIj0KF1Byb3ZlQ29uc2lzdGVuY3lSZXF1ZXN0EhAKCG9sZF9zaXplGAEgASgEEhAKCG5ld19zaXplGAIgASgEIioKGFByb3ZlQ29uc2lzdGVuY3lSZXNwb25zZRIOCgZoYXNoZXMYASADKAwiYwoSR2V0VHJlZVRpbGVSZXF1ZXN0Eh4KBWxldmVsGAEgASgFQg/K8xgLGAEhAAAAAAAA8L8SDQoFaW5kZXgYAiABKAQSHgoFd2lkdGgYAyABKA1CD8rzGAsYASEAAAAAAADwPyIjChNHZXRUcmVlVGlsZVJlc3BvbnNlEgwKBGRhdGEYASABKAwiJgoWQWRkQ29zaWduYXR1cmVzUmVxdWVzdBIMCgRub3RlGAEgASgJIjoKF0FkZENvc2lnbmF0dXJlc1Jlc3BvbnNlEgwKBG5vdGUYASABKAkSEQoJd2l0bmVzc2VzGAIgAygJIhYKFFZlcmlmeUpvdXJuYWxSZXF1ZXN0IssBChVWZXJpZnlKb3VybmFsUmVzcG9uc2USCgoCb2sYASABKAgSEwoLZXZlbnRfY291bnQYAiABKAQSEQoJaGVhZF9oYXNoGAMgASgJEh8KEmZpcnN0X2JhZF9wb3NpdGlvbhgEIAEoBEgAiAEBEg4KBnJlYXNvbhgFIAEoCRIcChRjaGVja3BvaW50c192ZXJpZmllZBgGIAEoDRIYChBwcnVuZWRfcG9zaXRpb25zGAcgASgEQhUKE19maXJzdF9iYWRfcG9zaXRpb24iGwoZV2F0Y2hKb3VybmFsVmVyaWZ5UmVxdWVzdCJuChpXYXRjaEpvdXJuYWxWZXJpZnlSZXNwb25zZRIPCgdjaGVja2VkGAEgASgEEg0KBXRvdGFsGAIgASgEEjAKBnJlc3VsdBgDIAEoCzIgLnBhbHlyYS52MS5WZXJpZnlKb3VybmFsUmVzcG9uc2UiKgoURXhwb3J0Sm91cm5hbFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJHChVFeHBvcnRKb3VybmFsUmVzcG9uc2USDQoFY2h1bmsYASABKAwSEQoJY2h1bmtfc2VxGAIgASgNEgwKBGRvbmUYAyABKAgiFwoVR2V0Sm91cm5hbEhlYWRSZXF1ZXN0IqYBChZHZXRKb3VybmFsSGVhZFJlc3BvbnNlEhMKC2V2ZW50X2NvdW50GAEgASgEEhEKCWhlYWRfaGFzaBgCIAEoCRIVCg1oZWFkX3Bvc2l0aW9uGAMgASgEEhYKDnBydW5lZF90aHJvdWdoGAQgASgEEjUKD2xhc3RfY2hlY2twb2ludBgFIAEoCzIcLnBhbHlyYS52MS5Kb3VybmFsQ2hlY2twb2ludCJzChFKb3VybmFsQ2hlY2twb2ludBIQCghwb3NpdGlvbhgBIAEoBBIRCgloZWFkX2hhc2gYAiABKAkSEgoKdHNfdW5peF9tcxgDIAEoAxISCgpwdWJsaWNfa2V5GAQgASgJEhEKCXNpZ25hdHVyZRgFIAEoCSIZChdDcmVhdGVDaGVja3BvaW50UmVxdWVzdCJ6ChhDcmVhdGVDaGVja3BvaW50UmVzcG9uc2USEAoIcG9zaXRpb24YASABKAQSEQoJaGVhZF9oYXNoGAIgASgJEhIKCnB1YmxpY19rZXkYAyABKAkSEQoJc2lnbmF0dXJlGAQgASgJEhIKCnRzX3VuaXhfbXMYBSABKAMiNgoTUHJ1bmVKb3VybmFsUmVxdWVzdBIfCg9vbGRlcl90aGFuX2RheXMYASABKAFCBsrzGAIYASKpAQoUUHJ1bmVKb3VybmFsUmVzcG9uc2USFgoOZmlyc3RfcG9zaXRpb24YASABKAQSGAoQdGhyb3VnaF9wb3NpdGlvbhgCIAEoBBIPCgdyZWNvcmRzGAMgASgEEg4KBmV2ZW50cxgEIAEoBBITCgtieXRlc19mcmVlZBgFIAEoBBIRCgloZWFkX2hhc2gYBiABKAkSFgoOcHJ1bmVkX3Rocm91Z2gYByABKAQyvAoKDkpvdXJuYWxTZXJ2aWNlEnEKDVZlcmlmeUpvdXJuYWwSHy5wYWx5cmEudjEuVmVyaWZ5Sm91cm5hbFJlcXVlc3QaIC5wYWx5cmEudjEuVmVyaWZ5Sm91cm5hbFJlc3BvbnNlIh2C0+STAhciEi92MS9qb3VybmFsOnZlcmlmeToBKhKEAQoSV2F0Y2hKb3VybmFsVmVyaWZ5EiQucGFseXJhLnYxLldhdGNoSm91cm5hbFZlcmlmeVJlcXVlc3QaJS5wYWx5cmEudjEuV2F0Y2hKb3VybmFsVmVyaWZ5UmVzcG9uc2UiH4LT5JMCGRIXL3YxL2pvdXJuYWw6d2F0Y2hWZXJpZnkwARJwCg1FeHBvcnRKb3VybmFsEh8ucGFseXJhLnYxLkV4cG9ydEpvdXJuYWxSZXF1ZXN0GiAucGFseXJhLnYxLkV4cG9ydEpvdXJuYWxSZXNwb25zZSIagtPkkwIUEhIvdjEvam91cm5hbDpleHBvcnQwARJvCg5HZXRKb3VybmFsSGVhZBIgLnBhbHlyYS52MS5HZXRKb3VybmFsSGVhZFJlcXVlc3QaIS5wYWx5cmEudjEuR2V0Sm91cm5hbEhlYWRSZXNwb25zZSIYgtPkkwISEhAvdjEvam91cm5hbC9oZWFkEn4KEENyZWF0ZUNoZWNrcG9pbnQSIi5wYWx5cmEudjEuQ3JlYXRlQ2hlY2twb2ludFJlcXVlc3QaIy5wYWx5cmEudjEuQ3JlYXRlQ2hlY2twb2ludFJlc3BvbnNlIiGC0+STAhsiFi92MS9qb3VybmFsOmNoZWNrcG9pbnQ6ASoSbQoMUHJ1bmVKb3VybmFsEh4ucGFseXJhLnYxLlBydW5lSm91cm5hbFJlcXVlc3QaHy5wYWx5cmEudjEuUHJ1bmVKb3VybmFsUmVzcG9uc2UiHILT5JMCFiIRL3YxL2pvdXJuYWw6cHJ1bmU6ASoSgwEKEUdldFRyZWVDaGVja3BvaW50EiMucGFseXJhLnYxLkdldFRyZWVDaGVja3BvaW50UmVxdWVzdBokLnBhbHlyYS52MS5HZXRUcmVlQ2hlY2twb2ludFJlc3BvbnNlIiOC0+STAh0SGy92MS9qb3VybmFsL3Rsb2cvY2hlY2twb2ludBJpCgpQcm92ZUVudHJ5EhwucGFseXJhLnYxLlByb3ZlRW50cnlSZXF1ZXN0Gh0ucGFseXJhLnYxLlByb3ZlRW50cnlSZXNwb25zZSIegtPkkwIYEhYvdjEvam91cm5hbC90bG9nOnByb3ZlEoEBChBQcm92ZUNvbnNpc3RlbmN5EiIucGFseXJhLnYxLlByb3ZlQ29uc2lzdGVuY3lSZXF1ZXN0GiMucGFseXJhLnYxLlByb3ZlQ29uc2lzdGVuY3lSZXNwb25zZSIkgtPkkwIeEhwvdjEvam91cm5hbC90bG9nOmNvbnNpc3RlbmN5EmsKC0dldFRyZWVUaWxlEh0ucGFseXJhLnYxLkdldFRyZWVUaWxlUmVxdWVzdBoeLnBhbHlyYS52MS5HZXRUcmVlVGlsZVJlc3BvbnNlIh2C0+STAhcSFS92MS9qb3VybmFsL3Rsb2cvdGlsZRJ8Cg9BZGRDb3NpZ25hdHVyZXMSIS5wYWx5cmEudjEuQWRkQ29zaWduYXR1cmVzUmVxdWVzdBoiLnBhbHlyYS52MS5BZGRDb3NpZ25hdHVyZXNSZXNwb25zZSIigtPkkwIcIhcvdjEvam91cm5hbC90bG9nOmNvc2lnbjoBKmIGcHJvdG8z", [file_palyra_v1_options, file_google_api_annotations]);
+
+/**
+ * @generated from message palyra.v1.GetTreeCheckpointRequest
+ */
+export type GetTreeCheckpointRequest = Message<"palyra.v1.GetTreeCheckpointRequest"> & {
+};
+
+/**
+ * Describes the message palyra.v1.GetTreeCheckpointRequest.
+ * Use `create(GetTreeCheckpointRequestSchema)` to create a new message.
+ */
+export const GetTreeCheckpointRequestSchema: GenMessage<GetTreeCheckpointRequest> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 0);
+
+/**
+ * @generated from message palyra.v1.GetTreeCheckpointResponse
+ */
+export type GetTreeCheckpointResponse = Message<"palyra.v1.GetTreeCheckpointResponse"> & {
+  /**
+   * The signed note, verbatim (UTF-8 text).
+   *
+   * @generated from field: string note = 1;
+   */
+  note: string;
+
+  /**
+   * @generated from field: uint64 tree_size = 2;
+   */
+  treeSize: bigint;
+};
+
+/**
+ * Describes the message palyra.v1.GetTreeCheckpointResponse.
+ * Use `create(GetTreeCheckpointResponseSchema)` to create a new message.
+ */
+export const GetTreeCheckpointResponseSchema: GenMessage<GetTreeCheckpointResponse> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 1);
+
+/**
+ * @generated from message palyra.v1.ProveEntryRequest
+ */
+export type ProveEntryRequest = Message<"palyra.v1.ProveEntryRequest"> & {
+  /**
+   * Exactly one way to name the event: its position, an approval (the event
+   * that decided it, else the one that asked), or a run's tape seq.
+   *
+   * @generated from field: uint64 position = 1;
+   */
+  position: bigint;
+
+  /**
+   * @generated from field: string approval_id = 2;
+   */
+  approvalId: string;
+
+  /**
+   * @generated from field: string run_id = 3;
+   */
+  runId: string;
+
+  /**
+   * @generated from field: uint64 seq = 4;
+   */
+  seq: bigint;
+};
+
+/**
+ * Describes the message palyra.v1.ProveEntryRequest.
+ * Use `create(ProveEntryRequestSchema)` to create a new message.
+ */
+export const ProveEntryRequestSchema: GenMessage<ProveEntryRequest> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 2);
+
+/**
+ * @generated from message palyra.v1.ProveEntryResponse
+ */
+export type ProveEntryResponse = Message<"palyra.v1.ProveEntryResponse"> & {
+  /**
+   * The tlog-proof text (c2sp.org/tlog-proof@v1).
+   *
+   * @generated from field: string proof = 1;
+   */
+  proof: string;
+
+  /**
+   * @generated from field: uint64 position = 2;
+   */
+  position: bigint;
+};
+
+/**
+ * Describes the message palyra.v1.ProveEntryResponse.
+ * Use `create(ProveEntryResponseSchema)` to create a new message.
+ */
+export const ProveEntryResponseSchema: GenMessage<ProveEntryResponse> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 3);
+
+/**
+ * @generated from message palyra.v1.ProveConsistencyRequest
+ */
+export type ProveConsistencyRequest = Message<"palyra.v1.ProveConsistencyRequest"> & {
+  /**
+   * @generated from field: uint64 old_size = 1;
+   */
+  oldSize: bigint;
+
+  /**
+   * @generated from field: uint64 new_size = 2;
+   */
+  newSize: bigint;
+};
+
+/**
+ * Describes the message palyra.v1.ProveConsistencyRequest.
+ * Use `create(ProveConsistencyRequestSchema)` to create a new message.
+ */
+export const ProveConsistencyRequestSchema: GenMessage<ProveConsistencyRequest> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 4);
+
+/**
+ * @generated from message palyra.v1.ProveConsistencyResponse
+ */
+export type ProveConsistencyResponse = Message<"palyra.v1.ProveConsistencyResponse"> & {
+  /**
+   * Hashes of the proof, in RFC 9162 order (32 bytes each).
+   *
+   * @generated from field: repeated bytes hashes = 1;
+   */
+  hashes: Uint8Array[];
+};
+
+/**
+ * Describes the message palyra.v1.ProveConsistencyResponse.
+ * Use `create(ProveConsistencyResponseSchema)` to create a new message.
+ */
+export const ProveConsistencyResponseSchema: GenMessage<ProveConsistencyResponse> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 5);
+
+/**
+ * @generated from message palyra.v1.GetTreeTileRequest
+ */
+export type GetTreeTileRequest = Message<"palyra.v1.GetTreeTileRequest"> & {
+  /**
+   * 0..63, or -1 for an entry bundle.
+   *
+   * @generated from field: int32 level = 1;
+   */
+  level: number;
+
+  /**
+   * @generated from field: uint64 index = 2;
+   */
+  index: bigint;
+
+  /**
+   * 1..256 hashes (256: a full tile).
+   *
+   * @generated from field: uint32 width = 3;
+   */
+  width: number;
+};
+
+/**
+ * Describes the message palyra.v1.GetTreeTileRequest.
+ * Use `create(GetTreeTileRequestSchema)` to create a new message.
+ */
+export const GetTreeTileRequestSchema: GenMessage<GetTreeTileRequest> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 6);
+
+/**
+ * @generated from message palyra.v1.GetTreeTileResponse
+ */
+export type GetTreeTileResponse = Message<"palyra.v1.GetTreeTileResponse"> & {
+  /**
+   * @generated from field: bytes data = 1;
+   */
+  data: Uint8Array;
+};
+
+/**
+ * Describes the message palyra.v1.GetTreeTileResponse.
+ * Use `create(GetTreeTileResponseSchema)` to create a new message.
+ */
+export const GetTreeTileResponseSchema: GenMessage<GetTreeTileResponse> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 7);
+
+/**
+ * @generated from message palyra.v1.AddCosignaturesRequest
+ */
+export type AddCosignaturesRequest = Message<"palyra.v1.AddCosignaturesRequest"> & {
+  /**
+   * The current checkpoint with one or more witnesses' signature lines.
+   *
+   * @generated from field: string note = 1;
+   */
+  note: string;
+};
+
+/**
+ * Describes the message palyra.v1.AddCosignaturesRequest.
+ * Use `create(AddCosignaturesRequestSchema)` to create a new message.
+ */
+export const AddCosignaturesRequestSchema: GenMessage<AddCosignaturesRequest> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 8);
+
+/**
+ * @generated from message palyra.v1.AddCosignaturesResponse
+ */
+export type AddCosignaturesResponse = Message<"palyra.v1.AddCosignaturesResponse"> & {
+  /**
+   * The stored note with every cosignature it now carries.
+   *
+   * @generated from field: string note = 1;
+   */
+  note: string;
+
+  /**
+   * @generated from field: repeated string witnesses = 2;
+   */
+  witnesses: string[];
+};
+
+/**
+ * Describes the message palyra.v1.AddCosignaturesResponse.
+ * Use `create(AddCosignaturesResponseSchema)` to create a new message.
+ */
+export const AddCosignaturesResponseSchema: GenMessage<AddCosignaturesResponse> = /*@__PURE__*/
+  messageDesc(file_palyra_v1_journal, 9);
 
 /**
  * @generated from message palyra.v1.VerifyJournalRequest
@@ -27,7 +255,7 @@ export type VerifyJournalRequest = Message<"palyra.v1.VerifyJournalRequest"> & {
  * Use `create(VerifyJournalRequestSchema)` to create a new message.
  */
 export const VerifyJournalRequestSchema: GenMessage<VerifyJournalRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 0);
+  messageDesc(file_palyra_v1_journal, 10);
 
 /**
  * @generated from message palyra.v1.VerifyJournalResponse
@@ -78,7 +306,7 @@ export type VerifyJournalResponse = Message<"palyra.v1.VerifyJournalResponse"> &
  * Use `create(VerifyJournalResponseSchema)` to create a new message.
  */
 export const VerifyJournalResponseSchema: GenMessage<VerifyJournalResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 1);
+  messageDesc(file_palyra_v1_journal, 11);
 
 /**
  * @generated from message palyra.v1.WatchJournalVerifyRequest
@@ -91,7 +319,7 @@ export type WatchJournalVerifyRequest = Message<"palyra.v1.WatchJournalVerifyReq
  * Use `create(WatchJournalVerifyRequestSchema)` to create a new message.
  */
 export const WatchJournalVerifyRequestSchema: GenMessage<WatchJournalVerifyRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 2);
+  messageDesc(file_palyra_v1_journal, 12);
 
 /**
  * @generated from message palyra.v1.WatchJournalVerifyResponse
@@ -125,7 +353,7 @@ export type WatchJournalVerifyResponse = Message<"palyra.v1.WatchJournalVerifyRe
  * Use `create(WatchJournalVerifyResponseSchema)` to create a new message.
  */
 export const WatchJournalVerifyResponseSchema: GenMessage<WatchJournalVerifyResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 3);
+  messageDesc(file_palyra_v1_journal, 13);
 
 /**
  * @generated from message palyra.v1.ExportJournalRequest
@@ -144,7 +372,7 @@ export type ExportJournalRequest = Message<"palyra.v1.ExportJournalRequest"> & {
  * Use `create(ExportJournalRequestSchema)` to create a new message.
  */
 export const ExportJournalRequestSchema: GenMessage<ExportJournalRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 4);
+  messageDesc(file_palyra_v1_journal, 14);
 
 /**
  * @generated from message palyra.v1.ExportJournalResponse
@@ -171,7 +399,7 @@ export type ExportJournalResponse = Message<"palyra.v1.ExportJournalResponse"> &
  * Use `create(ExportJournalResponseSchema)` to create a new message.
  */
 export const ExportJournalResponseSchema: GenMessage<ExportJournalResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 5);
+  messageDesc(file_palyra_v1_journal, 15);
 
 /**
  * @generated from message palyra.v1.GetJournalHeadRequest
@@ -184,7 +412,7 @@ export type GetJournalHeadRequest = Message<"palyra.v1.GetJournalHeadRequest"> &
  * Use `create(GetJournalHeadRequestSchema)` to create a new message.
  */
 export const GetJournalHeadRequestSchema: GenMessage<GetJournalHeadRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 6);
+  messageDesc(file_palyra_v1_journal, 16);
 
 /**
  * @generated from message palyra.v1.GetJournalHeadResponse
@@ -227,7 +455,7 @@ export type GetJournalHeadResponse = Message<"palyra.v1.GetJournalHeadResponse">
  * Use `create(GetJournalHeadResponseSchema)` to create a new message.
  */
 export const GetJournalHeadResponseSchema: GenMessage<GetJournalHeadResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 7);
+  messageDesc(file_palyra_v1_journal, 17);
 
 /**
  * A stored checkpoint: the signature vouches that the global head at `position`
@@ -269,7 +497,7 @@ export type JournalCheckpoint = Message<"palyra.v1.JournalCheckpoint"> & {
  * Use `create(JournalCheckpointSchema)` to create a new message.
  */
 export const JournalCheckpointSchema: GenMessage<JournalCheckpoint> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 8);
+  messageDesc(file_palyra_v1_journal, 18);
 
 /**
  * @generated from message palyra.v1.CreateCheckpointRequest
@@ -282,7 +510,7 @@ export type CreateCheckpointRequest = Message<"palyra.v1.CreateCheckpointRequest
  * Use `create(CreateCheckpointRequestSchema)` to create a new message.
  */
 export const CreateCheckpointRequestSchema: GenMessage<CreateCheckpointRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 9);
+  messageDesc(file_palyra_v1_journal, 19);
 
 /**
  * @generated from message palyra.v1.CreateCheckpointResponse
@@ -323,7 +551,7 @@ export type CreateCheckpointResponse = Message<"palyra.v1.CreateCheckpointRespon
  * Use `create(CreateCheckpointResponseSchema)` to create a new message.
  */
 export const CreateCheckpointResponseSchema: GenMessage<CreateCheckpointResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 10);
+  messageDesc(file_palyra_v1_journal, 20);
 
 /**
  * @generated from message palyra.v1.PruneJournalRequest
@@ -342,7 +570,7 @@ export type PruneJournalRequest = Message<"palyra.v1.PruneJournalRequest"> & {
  * Use `create(PruneJournalRequestSchema)` to create a new message.
  */
 export const PruneJournalRequestSchema: GenMessage<PruneJournalRequest> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 11);
+  messageDesc(file_palyra_v1_journal, 21);
 
 /**
  * @generated from message palyra.v1.PruneJournalResponse
@@ -397,7 +625,7 @@ export type PruneJournalResponse = Message<"palyra.v1.PruneJournalResponse"> & {
  * Use `create(PruneJournalResponseSchema)` to create a new message.
  */
 export const PruneJournalResponseSchema: GenMessage<PruneJournalResponse> = /*@__PURE__*/
-  messageDesc(file_palyra_v1_journal, 12);
+  messageDesc(file_palyra_v1_journal, 22);
 
 /**
  * The hash-chained journal, for auditors and backups. Verify (VerifyJournal,
@@ -472,6 +700,61 @@ export const JournalService: GenService<{
     methodKind: "unary";
     input: typeof PruneJournalRequestSchema;
     output: typeof PruneJournalResponseSchema;
+  },
+  /**
+   * The transparency log (docs/journal/format.md, "Transparency log"): the last
+   * signed C2SP checkpoint of the Merkle tree over the journal's records, with
+   * any witness cosignatures. NOT_FOUND before the first one is signed. The
+   * same note is served at GET /tlog/checkpoint for tlog-tiles clients.
+   *
+   * @generated from rpc palyra.v1.JournalService.GetTreeCheckpoint
+   */
+  getTreeCheckpoint: {
+    methodKind: "unary";
+    input: typeof GetTreeCheckpointRequestSchema;
+    output: typeof GetTreeCheckpointResponseSchema;
+  },
+  /**
+   * A C2SP tlog-proof of the record holding one event (what `palyra journal
+   * prove` writes): the record, its inclusion proof, the signed checkpoint.
+   *
+   * @generated from rpc palyra.v1.JournalService.ProveEntry
+   */
+  proveEntry: {
+    methodKind: "unary";
+    input: typeof ProveEntryRequestSchema;
+    output: typeof ProveEntryResponseSchema;
+  },
+  /**
+   * The RFC 9162 consistency proof between two tree sizes.
+   *
+   * @generated from rpc palyra.v1.JournalService.ProveConsistency
+   */
+  proveConsistency: {
+    methodKind: "unary";
+    input: typeof ProveConsistencyRequestSchema;
+    output: typeof ProveConsistencyResponseSchema;
+  },
+  /**
+   * One tlog-tiles tile or entry bundle (also served at GET /tlog/tile/...).
+   *
+   * @generated from rpc palyra.v1.JournalService.GetTreeTile
+   */
+  getTreeTile: {
+    methodKind: "unary";
+    input: typeof GetTreeTileRequestSchema;
+    output: typeof GetTreeTileResponseSchema;
+  },
+  /**
+   * Witness cosignatures (tlog-cosignature lines) on the current checkpoint, from
+   * the configured witness keys: verified, stored and served with it.
+   *
+   * @generated from rpc palyra.v1.JournalService.AddCosignatures
+   */
+  addCosignatures: {
+    methodKind: "unary";
+    input: typeof AddCosignaturesRequestSchema;
+    output: typeof AddCosignaturesResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_palyra_v1_journal, 0);

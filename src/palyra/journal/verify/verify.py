@@ -43,6 +43,7 @@ from palyra.journal.verify.covers import (
     covers_in,
 )
 from palyra.journal.verify.covers import check as check_cover
+from palyra.journal.verify.tree import check_tree
 
 _CHUNK = 4096
 
@@ -137,6 +138,7 @@ def verify_store(
         _walk_env(store.env, verifier, progress, unindexed)
         verifier.finish()
         unindexed.raise_first()
+        check_tree(store.env)
         _require_coverage(verifier, "the journal (sign the head with `palyra journal "
                                     "checkpoint`)")
     except Tampered as problem:

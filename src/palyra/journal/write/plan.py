@@ -8,6 +8,12 @@ LMDB and does no I/O: the writer resolves every head the batch needs first
 (:class:`Heads`) and then frames, answers and applies what the plan says.
 Both the journal's writer and any other backend share this one description of
 what a commit writes.
+
+The commit's records are also the next entries of the journal's transparency
+log (``journal.tlog``): the plan grows the tree from its frontier
+(:attr:`Heads.tree`) and writes the new tree rows into ``_tlog`` with the
+records, so the tree is durable in the same commit and any backend applying
+``ops`` keeps it.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from palyra.core.chain import record_body, record_head_of, record_row, text_byte
 from palyra.journal import _env as names
 from palyra.journal._types import NO_TAPE_SEQ, StoredEvent
 from palyra.journal.format.record import build_record, scoped_prefix
+from palyra.journal.read.tlog import JOURNAL_TREE
+from palyra.journal.tlog.merkle import Frontier, extend, tree_prefix
 from palyra.journal.write.commitlog import Op
 from palyra.journal.write.prepare import PreparedEvent
 from palyra.journal.write.requests import Append
@@ -37,6 +45,7 @@ EVENT_OVERHEAD = 128
 _SCOPE_MEMO = 4096
 
 _U64 = struct.Struct(">Q")
+_TREE_PREFIX = tree_prefix(JOURNAL_TREE)
 _KEY, _VALUE = itemgetter(0), itemgetter(1)
 
 Chunk = list[tuple[Append, PreparedEvent]]
@@ -49,12 +58,16 @@ class Heads:
     ``sessions`` must hold the chain head of every session the batch appends
     to (GENESIS for a new one) and ``tape_next`` the next tape seq of every run
     it puts on a tape (0 for a new one): the planner looks nothing up.
+    ``tree`` is the transparency log's frontier before the batch: one entry per
+    record so far (a required field: a backend that forgot it would grow a
+    wrong tree, and must fail loudly instead).
     """
 
     next_position: int
     head: bytes
     sessions: Mapping[str, bytes]
     tape_next: Mapping[str, int]
+    tree: Frontier
 
 
 @dataclass(slots=True)
@@ -63,8 +76,8 @@ class CommitPlan:
 
     Attributes:
         ops: every write in frame order: the id claims, then the records, the
-            session index and the tape index, then the entity rows in the order
-            their calls were queued.
+            session index, the tape index and the tree rows, then the entity rows
+            in the order their calls were queued.
         claims: ``(event id, u64 position)`` of every event, in position order.
         views: the ``StoredEvent`` of every event, in position order.
         answers: each request's own views, in the order of ``requests``.
@@ -72,6 +85,7 @@ class CommitPlan:
         sessions: the chain head of every session the commit wrote to.
         tape_next: the next tape seq of every run the commit put on a tape.
         head: the global hash after the commit.
+        tree: the transparency log's frontier after the commit.
         next_position: the position after the commit's last event.
         records: records written; ``record_bytes`` their stored size.
         rows: ``(table, key)`` of every entity row written.
@@ -87,6 +101,7 @@ class CommitPlan:
     sessions: dict[str, bytes]
     tape_next: dict[str, int]
     head: bytes
+    tree: Frontier
     next_position: int
     records: int = 0
     record_bytes: int = 0
@@ -94,9 +109,9 @@ class CommitPlan:
     tables: dict[str, list[tuple[bytes, bytes]]] = field(default_factory=dict)
 
     @classmethod
-    def empty(cls, head: bytes, next_position: int, ops: list[Op]) -> CommitPlan:
+    def empty(cls, head: bytes, tree: Frontier, next_position: int, ops: list[Op]) -> CommitPlan:
         """A commit of no event (a checkpoint's write, a prune that found nothing)."""
-        return cls(ops, [], [], [], [], {}, {}, head, next_position)
+        return cls(ops, [], [], [], [], {}, {}, head, tree, next_position)
 
 
 def plan_commit(requests: Sequence[Append], heads: Heads) -> CommitPlan:
@@ -107,17 +122,21 @@ def plan_commit(requests: Sequence[Append], heads: Heads) -> CommitPlan:
     """
     plan = CommitPlan(
         ops=[], claims=[], views=[], answers=[[] for _ in requests], sizes=[],
-        sessions={}, tape_next={}, head=heads.head, next_position=heads.next_position,
+        sessions={}, tape_next={}, head=heads.head, tree=heads.tree,
+        next_position=heads.next_position,
     )  # fmt: skip
     answer_of = {id(request): plan.answers[i] for i, request in enumerate(requests)}
     events: list[tuple[bytes, bytes]] = []
     by_session: list[tuple[bytes, bytes]] = []
     tape: list[tuple[bytes, bytes]] = []
+    leaves: list[tuple[bytes, int]] = []
     for chunk in layout(requests):
-        _plan_record(plan, heads, chunk, answer_of, (events, by_session, tape))
+        _plan_record(plan, heads, chunk, answer_of, (events, by_session, tape), leaves)
+    plan.tree, tree = extend(heads.tree, leaves, _TREE_PREFIX)
     ops, tables = plan.ops, plan.tables
     for name, items in ((names.EVENT_IDS, plan.claims), (names.EVENTS, events),
-                        (names.BY_SESSION, by_session), (names.TAPE, tape)):  # fmt: skip
+                        (names.BY_SESSION, by_session), (names.TAPE, tape),
+                        (names.TLOG, tree)):  # fmt: skip
         if items:
             # Made in C (zip), not by bytecode per write: a commit of many appends
             # has hundreds of id claims.
@@ -139,8 +158,9 @@ def _plan_record(
     chunk: Chunk,
     answer_of: dict[int, list[StoredEvent]],
     puts: tuple[list[tuple[bytes, bytes]], ...],
+    leaves: list[tuple[bytes, int]],
 ) -> None:
-    """One record: its rows, its hashes, its index puts and its events' views."""
+    """One record: its rows, its hashes, its index puts, its tree entry and its events' views."""
     first = plan.next_position
     last = first + len(chunk) - 1
     session_id = chunk[0][1].session_id
@@ -164,6 +184,7 @@ def _plan_record(
         record_head_of(prev, first, len(chunk), session_text), record_body(rows), plan.head, last
     )
     last_key = pack(last)
+    leaves.append((digest, last))
     events, by_session, tape = puts
     events.append((last_key, value))
     by_session.append((session_prefix + last_key, b""))

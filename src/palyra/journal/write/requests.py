@@ -1,4 +1,4 @@
-"""What callers hand the writer: a tagged union of ``Append | Checkpoint | Prune``.
+"""What callers hand the writer: a tagged union of ``Append | Checkpoint | Prune | TreeSign``.
 
 Each request carries the caller's event loop and future; the writer fills in
 ``result`` (an append's ``StoredEvent`` list, a signed checkpoint, a
@@ -12,6 +12,7 @@ from typing import Any
 
 from palyra.journal.format.signing import Signer
 from palyra.journal.retention.prune import PruneOrder
+from palyra.journal.tlog.note import Witness
 from palyra.journal.write.prepare import PreparedEvent
 
 
@@ -59,6 +60,28 @@ class Checkpoint(Waiting):
         self.signer = signer
 
 
+class TreeSign(Waiting):
+    """Sign the transparency log's checkpoint as the tree stands after every append
+    queued before it, or add witnesses' cosignatures to the signed one (``cosigned``)."""
+
+    __slots__ = ("cosigned", "origin", "signer", "witnesses")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Any],
+        signer: Signer,
+        origin: str,
+        cosigned: bytes | None = None,
+        witnesses: tuple[Witness, ...] = (),
+    ) -> None:
+        super().__init__(loop, future)
+        self.signer = signer
+        self.origin = origin
+        self.cosigned = cosigned
+        self.witnesses = witnesses
+
+
 class Prune(Waiting):
     """One batch of retention (see ``retention.prune``)."""
 
@@ -71,4 +94,4 @@ class Prune(Waiting):
         self.order = order
 
 
-Request = Append | Checkpoint | Prune
+Request = Append | Checkpoint | Prune | TreeSign

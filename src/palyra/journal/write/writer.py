@@ -27,9 +27,15 @@ together cost one LMDB call per table instead of one per write.
 
 Two requests step out of the plan and only because they read their own
 writes: a checkpoint signs the head after every frame before it (its one write
-is planned like an append's), and a prune walks and rewrites the oldest records
-in a child of the open transaction (``_commit_prune``); all of this module's
-child transactions are there.
+is planned like an append's; so does a transparency-log checkpoint, which also
+reads the stored tree to prove it extends the last one signed), and a prune
+walks and rewrites the oldest records in a child of the open transaction
+(``_commit_prune``); all of this module's child transactions are there.
+
+The transparency log's tree grows in the plan (``write.plan``). A journal
+written before the tree existed gets it on the writer's first start: the
+records the tree lacks are added, oldest first, in frames of their own before
+any request is served (``_complete_tree``).
 """
 
 from __future__ import annotations
@@ -39,13 +45,14 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from operator import itemgetter
 from typing import Any
 
 import lmdb
 
 from palyra.core.chain import GENESIS, checkpoint_message
-from palyra.core.errors import AlreadyExists
+from palyra.core.errors import AlreadyExists, InvalidArgument, PalyraError
 from palyra.journal import _env as names
 from palyra.journal._env import JournalEnv
 from palyra.journal._types import Checkpoint as SignedCheckpoint
@@ -62,14 +69,18 @@ from palyra.journal.format.record import (
 )
 from palyra.journal.read.follow import Deliveries
 from palyra.journal.read.reads import last_scoped_number, load_head, pruned_through, record_hash_at
+from palyra.journal.read.tlog import StoredTree
 from palyra.journal.retention.prune import PruneResult, tombstone_prefix
+from palyra.journal.tlog.merkle import Frontier, extend
+from palyra.journal.tlog.note import NoteError, add_cosignatures
+from palyra.journal.tlog.signing import next_checkpoint
 from palyra.journal.write.answer import fail, resolve
 from palyra.journal.write.apply import Applier
 from palyra.journal.write.commitlog import Op
 from palyra.journal.write.durable import Durability, RecordingTxn, Unsettled
 from palyra.journal.write.plan import CommitPlan, Heads, plan_commit
 from palyra.journal.write.prepare import prepare
-from palyra.journal.write.requests import Append, Checkpoint, Prune, Request, Waiting
+from palyra.journal.write.requests import Append, Checkpoint, Prune, Request, TreeSign, Waiting
 from palyra.journal.write.stats import WriterStats
 
 # Session chain heads and next tape seqs are remembered across commits (this
@@ -91,6 +102,8 @@ _APPLY_EVERY_FRAMES = 256
 # are pending (or it commits), so their puts go in one LMDB call per table.
 _APPLY_EVERY_OPS = 256
 _APPLY_IDLE_S = 0.0005
+# Records added to the tree per frame when a journal older than the tree gets it.
+_COMPLETE_TREE_RECORDS = 4096
 
 
 class Writer:
@@ -120,14 +133,22 @@ class Writer:
             self.pruned_through = pruned_through(env, txn)
         self.next_position = count + 1
         self.head = head
+        self.tree = Frontier()  # read in the writer's thread, before it serves (_complete_tree)
         self._session_heads: dict[str, bytes] = {}
         self._tape_next: dict[str, int] = {}
         # Answered frames and the open LMDB transaction they go into.
         self._pending = Applier(env, env.durable)
         env.on_wait = self._wanted
         self.stats = WriterStats()
+        self._ready = threading.Event()
+        self._start_error: list[BaseException] = []  # what _complete_tree raised, if anything
         self._thread = threading.Thread(target=self._run, name=names.WRITER_THREAD, daemon=True)
         self._thread.start()
+        # The tree is complete before anyone reads it or plans on it (_complete_tree).
+        self._ready.wait()
+        if self._start_error:
+            self._thread.join()
+            raise self._start_error[0]
 
     def stop(self) -> None:
         """Finish every queued request, then end the thread."""
@@ -140,9 +161,37 @@ class Writer:
 
     def _run(self) -> None:
         try:
+            try:
+                self._complete_tree()
+            except BaseException as exc:
+                self._start_error.append(exc)
+                return
+            finally:
+                self._ready.set()
             self._serve()
         finally:
             self._pending.commit()
+
+    def _complete_tree(self) -> None:
+        """Read the tree's frontier; add the records it lacks (a journal older than the tree)."""
+        dbs = self._env.dbs
+        stored = StoredTree(self._pending.read_txn(), dbs[names.TLOG])
+        tree = stored.frontier()
+        after = stored.entry(tree.size - 1)[1] if tree.size else 0
+        while after < self.next_position - 1:
+            entries: list[tuple[bytes, int]] = []
+            cursor = self._pending.read_txn().cursor(db=dbs[names.EVENTS])
+            found = cursor.set_range(u64_key(after + 1))
+            while found and len(entries) < _COMPLETE_TREE_RECORDS:
+                last = int.from_bytes(cursor.key(), "big")
+                entries.append((record_hashes(cursor.value())[0], last))
+                found = cursor.next()
+            tree, rows = extend(tree, entries, stored.prefix)
+            frame = self._retried(partial(self._log, [(names.TLOG, k, v) for k, v in rows]))
+            self._pending.add(frame, ())
+            after = entries[-1][1]
+        self._pending.commit()
+        self.tree = tree
 
     def _serve(self) -> None:
         stopping = False
@@ -192,6 +241,8 @@ class Writer:
                     self._commit_checkpoint(request)
                 elif isinstance(request, Prune):
                     self._commit_prune(request)
+                elif isinstance(request, TreeSign):
+                    self._commit_tree_sign(request)
         self.stats.timings.observe(began, batch)
 
     # --- appends: plan -> frame -> answer -> apply ------------------------
@@ -233,7 +284,7 @@ class Writer:
                 if event.tape and run_id not in tape_next:
                     seq = self._tape_next.get(run_id, -1)
                     tape_next[run_id] = seq if seq >= 0 else self._stored_seq(run_id)
-        return Heads(self.next_position, self.head, sessions, tape_next)
+        return Heads(self.next_position, self.head, sessions, tape_next, self.tree)
 
     def _stored_head(self, session_id: str) -> bytes:
         # The session's last record, found through its index: no chain-head
@@ -300,6 +351,7 @@ class Writer:
         # This thread's own memory: after the answer, off the callers' path.
         self.next_position = plan.next_position
         self.head = plan.head
+        self.tree = plan.tree
         _remember(self._session_heads, plan.sessions)
         _remember(self._tape_next, plan.tape_next)
         self._pending.add(frame, map(_KEY, plan.claims))
@@ -324,7 +376,50 @@ class Writer:
         request.result = SignedCheckpoint(
             position, self.head.hex(), ts_ms, signer.public_key.hex(), signature.hex()
         )
-        self._answer_other(request, CommitPlan.empty(self.head, self.next_position, [op]), frame)
+        self._answer_other(
+            request, CommitPlan.empty(self.head, self.tree, self.next_position, [op]), frame
+        )
+
+    def _commit_tree_sign(self, request: TreeSign) -> None:
+        """Sign the tree as it stands (or store cosignatures); refuse anything that forks it.
+
+        The answer is the stored note: the new one, or the last one when the tree
+        has not grown since (nothing is written then).
+        """
+        dbs, key = self._env.dbs, StoredTree.key_of()
+        try:
+            txn = self._pending.read_txn()
+            raw = txn.get(key, db=dbs[names.TLOG_CHECKPOINTS])
+            stored = None if raw is None else bytes(raw)
+            if request.cosigned is not None:
+                if stored is None:
+                    raise NoteError("the log has signed no checkpoint yet")
+                note, _added = add_cosignatures(stored, request.cosigned, request.witnesses)
+            else:
+                signer = request.signer
+                tree = StoredTree(txn, dbs[names.TLOG])
+                signed = next_checkpoint(stored, self.tree, tree.hash_at, request.origin,
+                                         signer.public_key, signer.sign)  # fmt: skip
+                if signed is None:
+                    assert stored is not None
+                    request.result = stored
+                    resolve([request])
+                    return
+                note = signed
+            op: Op = (names.TLOG_CHECKPOINTS, key, note)
+            frame = self._retried(lambda: self._log([op]))
+        except (PalyraError, NoteError) as exc:  # a refusal: the caller's error as it is
+            request.error = (exc if isinstance(exc, PalyraError)
+                             else InvalidArgument(str(exc)))  # fmt: skip
+            resolve([request])
+            return
+        except Exception as exc:
+            fail([request], exc)
+            return
+        request.result = note
+        self._answer_other(
+            request, CommitPlan.empty(self.head, self.tree, self.next_position, [op]), frame
+        )
 
     def _commit_prune(self, request: Prune) -> None:
         """Tombstones at the tail, their ``journal.pruned`` event at the head, one frame.
@@ -367,7 +462,7 @@ class Writer:
             raw = txn.get(u64_key(watermark), db=env.dbs[names.EVENTS]) if watermark else None
             at = record_hashes(raw)[1] if raw is not None else GENESIS
             return PruneResult(0, watermark, 0, 0, 0, at.hex()), CommitPlan.empty(
-                self.head, self.next_position, [])
+                self.head, self.tree, self.next_position, [])
         events = done.last - done.first + 1
         drafts = [EventDraft(
             kind=PRUNED_KIND, actor=PRUNED_ACTOR, session_id=RETENTION_SESSION,
@@ -376,7 +471,8 @@ class Writer:
                      "head_hash": done.global_hash.hex(), "before_ms": order.before_ms})]  # fmt: skip
         claim = Append(request.loop, request.future, prepare(drafts, env.config))
         plan = plan_commit(
-            [claim], Heads(self.next_position, self.head, {RETENTION_SESSION: claims_head}, {})
+            [claim],
+            Heads(self.next_position, self.head, {RETENTION_SESSION: claims_head}, {}, self.tree),
         )
         dbs = env.dbs
         for name, key, value in plan.ops:

@@ -130,12 +130,17 @@ def create_http_app(
     ingress: Mapping[str, IngressHandler] | None = None,
     plain: Mapping[str, PlainHandler] | None = None,
     streams: OpenStreams | None = None,
+    static: Mapping[str, StaticHandler] | None = None,
 ) -> Litestar:
     """Build the Litestar application serving every spec route of ``app``.
 
     ``plain`` maps a path to an operations endpoint outside the spec (``/metrics``,
     ``/readyz``): ``GET`` only, it authenticates on its own and answers any content
     type. ``streams`` counts the open SSE responses.
+
+    ``static`` maps a path prefix (ending in ``/``) to a read-only tree of resources
+    outside the spec (the transparency log's ``/tlog/`` for ``tlog-tiles`` clients):
+    ``GET`` only, no authentication, the rest of the path handed to the handler.
 
     ``ingress`` maps a path prefix to a platform ingress (``POST <prefix>/<name>``):
     chat platforms sign their own requests, so these routes take no bearer token
@@ -160,8 +165,9 @@ def create_http_app(
                 raise PalyraError(f"the request carries more than {config.max_headers} headers",
                                   code=ErrorCode.HEADERS_TOO_LARGE,
                                   details={"limit": str(config.max_headers)})
-            if plain and raw_path in plain and request.method == HttpMethod.GET:
-                status, media_type, content = await plain[raw_path](headers)
+            served = await _outside_spec(plain, static, request.method, raw_path, headers)
+            if served is not None:
+                status, media_type, content = served
                 return Response(content=content, status_code=status,  # type: ignore[return-value]
                                 media_type=media_type)
             platform = _ingress_target(ingress, request.method, raw_path)
@@ -227,8 +233,25 @@ def create_http_app(
 PlainHandler = Callable[[Mapping[str, str]], Awaitable[tuple[int, str, bytes]]]
 """``(lower-cased headers) -> (status, media type, body)``: an operations endpoint."""
 
+StaticHandler = Callable[[str], Awaitable[tuple[int, str, bytes]]]
+"""``(path below the prefix) -> (status, media type, body)``: one public read-only resource."""
+
 IngressHandler = Callable[[str, Mapping[str, str], bytes], Awaitable[dict[str, Any]]]
 """``(name, lower-cased headers, body) -> JSON answer``; raises ``PalyraError``."""
+
+
+async def _outside_spec(plain: Mapping[str, PlainHandler] | None,
+                        static: Mapping[str, StaticHandler] | None, method: str, path: str,
+                        headers: Mapping[str, str]) -> tuple[int, str, bytes] | None:
+    """The answer of an operations endpoint or static resource for ``GET path``, else None."""
+    if method != HttpMethod.GET:
+        return None
+    if plain and path in plain:
+        return await plain[path](headers)
+    for prefix, serve in (static or {}).items():
+        if path.startswith(prefix):
+            return await serve(path[len(prefix):])
+    return None
 
 
 def _ingress_target(ingress: Mapping[str, IngressHandler] | None, method: str, path: str

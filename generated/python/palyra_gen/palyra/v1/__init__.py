@@ -22,6 +22,8 @@ __all__ = (
     "AcceptCandidateResponse",
     "AcknowledgeIncidentRequest",
     "AcknowledgeIncidentResponse",
+    "AddCosignaturesRequest",
+    "AddCosignaturesResponse",
     "Agent",
     "AgentBinding",
     "AgentLoop",
@@ -93,6 +95,10 @@ __all__ = (
     "GetRunResponse",
     "GetTaskRequest",
     "GetTaskResponse",
+    "GetTreeCheckpointRequest",
+    "GetTreeCheckpointResponse",
+    "GetTreeTileRequest",
+    "GetTreeTileResponse",
     "HealthCheck",
     "Identity",
     "InboundMessage",
@@ -153,6 +159,10 @@ __all__ = (
     "OutboundMessage",
     "PairingCode",
     "PairingGrant",
+    "ProveConsistencyRequest",
+    "ProveConsistencyResponse",
+    "ProveEntryRequest",
+    "ProveEntryResponse",
     "ProviderTurnOutput",
     "PruneJournalRequest",
     "PruneJournalResponse",
@@ -937,6 +947,32 @@ class AcknowledgeIncidentResponse(betterproto2.Message):
 
 default_message_pool.register_message(
     "palyra.v1", "AcknowledgeIncidentResponse", AcknowledgeIncidentResponse
+)
+
+
+@dataclass(eq=False, repr=False)
+class AddCosignaturesRequest(betterproto2.Message):
+    note: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The current checkpoint with one or more witnesses' signature lines.
+    """
+
+
+default_message_pool.register_message("palyra.v1", "AddCosignaturesRequest", AddCosignaturesRequest)
+
+
+@dataclass(eq=False, repr=False)
+class AddCosignaturesResponse(betterproto2.Message):
+    note: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The stored note with every cosignature it now carries.
+    """
+
+    witnesses: "list[str]" = betterproto2.field(2, betterproto2.TYPE_STRING, repeated=True)
+
+
+default_message_pool.register_message(
+    "palyra.v1", "AddCosignaturesResponse", AddCosignaturesResponse
 )
 
 
@@ -1947,6 +1983,57 @@ default_message_pool.register_message("palyra.v1", "GetTaskResponse", GetTaskRes
 
 
 @dataclass(eq=False, repr=False)
+class GetTreeCheckpointRequest(betterproto2.Message):
+    pass
+
+
+default_message_pool.register_message(
+    "palyra.v1", "GetTreeCheckpointRequest", GetTreeCheckpointRequest
+)
+
+
+@dataclass(eq=False, repr=False)
+class GetTreeCheckpointResponse(betterproto2.Message):
+    note: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The signed note, verbatim (UTF-8 text).
+    """
+
+    tree_size: "int" = betterproto2.field(2, betterproto2.TYPE_UINT64)
+
+
+default_message_pool.register_message(
+    "palyra.v1", "GetTreeCheckpointResponse", GetTreeCheckpointResponse
+)
+
+
+@dataclass(eq=False, repr=False)
+class GetTreeTileRequest(betterproto2.Message):
+    level: "int" = betterproto2.field(1, betterproto2.TYPE_INT32)
+    """
+    0..63, or -1 for an entry bundle.
+    """
+
+    index: "int" = betterproto2.field(2, betterproto2.TYPE_UINT64)
+
+    width: "int" = betterproto2.field(3, betterproto2.TYPE_UINT32)
+    """
+    1..256 hashes (256: a full tile).
+    """
+
+
+default_message_pool.register_message("palyra.v1", "GetTreeTileRequest", GetTreeTileRequest)
+
+
+@dataclass(eq=False, repr=False)
+class GetTreeTileResponse(betterproto2.Message):
+    data: "bytes" = betterproto2.field(1, betterproto2.TYPE_BYTES)
+
+
+default_message_pool.register_message("palyra.v1", "GetTreeTileResponse", GetTreeTileResponse)
+
+
+@dataclass(eq=False, repr=False)
 class HealthCheck(betterproto2.Message):
     """
     One readiness check of GetHealth (and of `palyra doctor`, which runs more).
@@ -2803,6 +2890,62 @@ class PairingGrant(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "PairingGrant", PairingGrant)
+
+
+@dataclass(eq=False, repr=False)
+class ProveConsistencyRequest(betterproto2.Message):
+    old_size: "int" = betterproto2.field(1, betterproto2.TYPE_UINT64)
+
+    new_size: "int" = betterproto2.field(2, betterproto2.TYPE_UINT64)
+
+
+default_message_pool.register_message(
+    "palyra.v1", "ProveConsistencyRequest", ProveConsistencyRequest
+)
+
+
+@dataclass(eq=False, repr=False)
+class ProveConsistencyResponse(betterproto2.Message):
+    hashes: "list[bytes]" = betterproto2.field(1, betterproto2.TYPE_BYTES, repeated=True)
+    """
+    Hashes of the proof, in RFC 9162 order (32 bytes each).
+    """
+
+
+default_message_pool.register_message(
+    "palyra.v1", "ProveConsistencyResponse", ProveConsistencyResponse
+)
+
+
+@dataclass(eq=False, repr=False)
+class ProveEntryRequest(betterproto2.Message):
+    position: "int" = betterproto2.field(1, betterproto2.TYPE_UINT64)
+    """
+    Exactly one way to name the event: its position, an approval (the event
+    that decided it, else the one that asked), or a run's tape seq.
+    """
+
+    approval_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    run_id: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    seq: "int" = betterproto2.field(4, betterproto2.TYPE_UINT64)
+
+
+default_message_pool.register_message("palyra.v1", "ProveEntryRequest", ProveEntryRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ProveEntryResponse(betterproto2.Message):
+    proof: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The tlog-proof text (c2sp.org/tlog-proof@v1).
+    """
+
+    position: "int" = betterproto2.field(2, betterproto2.TYPE_UINT64)
+
+
+default_message_pool.register_message("palyra.v1", "ProveEntryResponse", ProveEntryResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -4915,6 +5058,119 @@ class JournalServiceStub(betterproto2_grpclib.ServiceStub):
             metadata=metadata,
         )
 
+    async def get_tree_checkpoint(
+        self,
+        message: "GetTreeCheckpointRequest | None" = None,
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "GetTreeCheckpointResponse":
+        """
+        The transparency log (docs/journal/format.md, "Transparency log"): the last
+        signed C2SP checkpoint of the Merkle tree over the journal's records, with
+        any witness cosignatures. NOT_FOUND before the first one is signed. The
+        same note is served at GET /tlog/checkpoint for tlog-tiles clients.
+        """
+
+        if message is None:
+            message = GetTreeCheckpointRequest()
+
+        return await self._unary_unary(
+            "/palyra.v1.JournalService/GetTreeCheckpoint",
+            message,
+            GetTreeCheckpointResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def prove_entry(
+        self,
+        message: "ProveEntryRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ProveEntryResponse":
+        """
+        A C2SP tlog-proof of the record holding one event (what `palyra journal
+        prove` writes): the record, its inclusion proof, the signed checkpoint.
+        """
+
+        return await self._unary_unary(
+            "/palyra.v1.JournalService/ProveEntry",
+            message,
+            ProveEntryResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def prove_consistency(
+        self,
+        message: "ProveConsistencyRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ProveConsistencyResponse":
+        """
+        The RFC 9162 consistency proof between two tree sizes.
+        """
+
+        return await self._unary_unary(
+            "/palyra.v1.JournalService/ProveConsistency",
+            message,
+            ProveConsistencyResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def get_tree_tile(
+        self,
+        message: "GetTreeTileRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "GetTreeTileResponse":
+        """
+        One tlog-tiles tile or entry bundle (also served at GET /tlog/tile/...).
+        """
+
+        return await self._unary_unary(
+            "/palyra.v1.JournalService/GetTreeTile",
+            message,
+            GetTreeTileResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def add_cosignatures(
+        self,
+        message: "AddCosignaturesRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "AddCosignaturesResponse":
+        """
+        Witness cosignatures (tlog-cosignature lines) on the current checkpoint, from
+        the configured witness keys: verified, stored and served with it.
+        """
+
+        return await self._unary_unary(
+            "/palyra.v1.JournalService/AddCosignatures",
+            message,
+            AddCosignaturesResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
 
 class LearningServiceStub(betterproto2_grpclib.ServiceStub):
     """
@@ -6197,6 +6453,52 @@ class JournalServiceBase(betterproto2_grpclib.ServiceBase):
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
+    async def get_tree_checkpoint(
+        self, message: "GetTreeCheckpointRequest"
+    ) -> "GetTreeCheckpointResponse":
+        """
+        The transparency log (docs/journal/format.md, "Transparency log"): the last
+        signed C2SP checkpoint of the Merkle tree over the journal's records, with
+        any witness cosignatures. NOT_FOUND before the first one is signed. The
+        same note is served at GET /tlog/checkpoint for tlog-tiles clients.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def prove_entry(self, message: "ProveEntryRequest") -> "ProveEntryResponse":
+        """
+        A C2SP tlog-proof of the record holding one event (what `palyra journal
+        prove` writes): the record, its inclusion proof, the signed checkpoint.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def prove_consistency(
+        self, message: "ProveConsistencyRequest"
+    ) -> "ProveConsistencyResponse":
+        """
+        The RFC 9162 consistency proof between two tree sizes.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def get_tree_tile(self, message: "GetTreeTileRequest") -> "GetTreeTileResponse":
+        """
+        One tlog-tiles tile or entry bundle (also served at GET /tlog/tile/...).
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def add_cosignatures(
+        self, message: "AddCosignaturesRequest"
+    ) -> "AddCosignaturesResponse":
+        """
+        Witness cosignatures (tlog-cosignature lines) on the current checkpoint, from
+        the configured witness keys: verified, stored and served with it.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
     async def __rpc_verify_journal(
         self,
         stream: "grpclib.server.Stream[VerifyJournalRequest, VerifyJournalResponse]",
@@ -6256,6 +6558,49 @@ class JournalServiceBase(betterproto2_grpclib.ServiceBase):
         response = await self.prune_journal(request)
         await stream.send_message(response)
 
+    async def __rpc_get_tree_checkpoint(
+        self,
+        stream: "grpclib.server.Stream[GetTreeCheckpointRequest, GetTreeCheckpointResponse]",
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.get_tree_checkpoint(request)
+        await stream.send_message(response)
+
+    async def __rpc_prove_entry(
+        self, stream: "grpclib.server.Stream[ProveEntryRequest, ProveEntryResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.prove_entry(request)
+        await stream.send_message(response)
+
+    async def __rpc_prove_consistency(
+        self,
+        stream: "grpclib.server.Stream[ProveConsistencyRequest, ProveConsistencyResponse]",
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.prove_consistency(request)
+        await stream.send_message(response)
+
+    async def __rpc_get_tree_tile(
+        self, stream: "grpclib.server.Stream[GetTreeTileRequest, GetTreeTileResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.get_tree_tile(request)
+        await stream.send_message(response)
+
+    async def __rpc_add_cosignatures(
+        self,
+        stream: "grpclib.server.Stream[AddCosignaturesRequest, AddCosignaturesResponse]",
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.add_cosignatures(request)
+        await stream.send_message(response)
+
     def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
         return {
             "/palyra.v1.JournalService/VerifyJournal": grpclib.const.Handler(
@@ -6293,6 +6638,36 @@ class JournalServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 PruneJournalRequest,
                 PruneJournalResponse,
+            ),
+            "/palyra.v1.JournalService/GetTreeCheckpoint": grpclib.const.Handler(
+                self.__rpc_get_tree_checkpoint,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                GetTreeCheckpointRequest,
+                GetTreeCheckpointResponse,
+            ),
+            "/palyra.v1.JournalService/ProveEntry": grpclib.const.Handler(
+                self.__rpc_prove_entry,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ProveEntryRequest,
+                ProveEntryResponse,
+            ),
+            "/palyra.v1.JournalService/ProveConsistency": grpclib.const.Handler(
+                self.__rpc_prove_consistency,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ProveConsistencyRequest,
+                ProveConsistencyResponse,
+            ),
+            "/palyra.v1.JournalService/GetTreeTile": grpclib.const.Handler(
+                self.__rpc_get_tree_tile,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                GetTreeTileRequest,
+                GetTreeTileResponse,
+            ),
+            "/palyra.v1.JournalService/AddCosignatures": grpclib.const.Handler(
+                self.__rpc_add_cosignatures,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                AddCosignaturesRequest,
+                AddCosignaturesResponse,
             ),
         }
 

@@ -1,0 +1,1 @@
+"""The journal's transparency log: an RFC 9162 Merkle tree over its records (pure parts)."""

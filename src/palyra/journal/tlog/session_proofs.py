@@ -1,0 +1,184 @@
+"""A session's records with their inclusion proofs: an export that grows with the session.
+
+``palyra.journal.session-proofs`` v1 (docs/journal/format.md, "Session proofs") is
+NDJSON: a header, the signed checkpoint every proof is against, one line per
+record of the session (the stored record and its inclusion proof), and an end
+line with the count, the session's last record hash, the SHA-256 of every byte
+before it and, when the exporter holds the key, a signature over all of that.
+Unlike a session bundle it names nothing of other sessions: no line per position
+of the whole journal. This module is the pure part (lines in, lines out; checks).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from palyra.core.chain import GENESIS
+from palyra.journal.format.signing import signature_valid
+from palyra.journal.tlog.merkle import leaf_hash, verify_inclusion
+from palyra.journal.tlog.note import Checkpoint, NoteError, parse_checkpoint, parse_note
+from palyra.journal.tlog.note import verify_checkpoint as verify_note
+
+FORMAT = "palyra.journal.session-proofs"
+VERSION = 1
+SEAL_TAG = b"palyra.journal.session-proofs.v1\x00"
+_ENCODER = msgspec.json.Encoder(order="sorted")
+_DECODER = msgspec.json.Decoder()
+_FRONT_AT, _SESSION_AT = 122, 134  # format 2: u64 first, u32 count, then text(session)
+_TOMB_AT = 105  # format 3: u64 first at 97, u32 count at 105, session text at 118
+
+
+def line(obj: dict[str, Any]) -> bytes:
+    """One NDJSON line (compact JSON, sorted keys)."""
+    return _ENCODER.encode(obj) + b"\n"
+
+
+def seal_message(session_id: str, checkpoint: Checkpoint, session_head: bytes, records: int,
+                 lines_sha256: bytes) -> bytes:  # fmt: skip
+    """What the end line's signature covers."""
+    raw = session_id.encode()
+    return (SEAL_TAG + len(raw).to_bytes(4, "big") + raw + checkpoint.size.to_bytes(8, "big")
+            + checkpoint.root + session_head + records.to_bytes(8, "big") + lines_sha256)  # fmt: skip
+
+
+def write_lines(
+    session_id: str,
+    note: bytes,
+    records: Iterable[tuple[int, bytes, list[bytes]]],
+    sign: Callable[[bytes], bytes] | None,
+    public_key: bytes = b"",
+) -> Iterator[bytes]:
+    """The file's lines for ``records`` (``(index, stored record, inclusion proof)``)."""
+    digest = hashlib.sha256()
+    checkpoint = parse_checkpoint(parse_note(note).body)
+    count, head = 0, GENESIS
+    for obj in ({"type": "header", "format": FORMAT, "version": VERSION,
+                 "session_id": session_id}, {"type": "checkpoint", "note": note.decode()}):  # fmt: skip
+        data = line(obj)
+        digest.update(data)
+        yield data
+    for index, record, proof in records:
+        data = line({"type": "record", "index": index,
+                     "record": base64.b64encode(record).decode(),
+                     "proof": [base64.b64encode(h).decode() for h in proof]})  # fmt: skip
+        digest.update(data)
+        count, head = count + 1, record[1:33]
+        yield data
+    end: dict[str, Any] = {"type": "end", "records": count, "session_head": head.hex(),
+                           "sha256": digest.hexdigest()}  # fmt: skip
+    if sign is not None:
+        end["public_key"] = public_key.hex()
+        end["signature"] = sign(seal_message(session_id, checkpoint, head, count,
+                                             digest.digest())).hex()  # fmt: skip
+    yield line(end)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionProven:
+    """What a verified session-proofs file shows."""
+
+    session_id: str
+    records: int
+    events: int
+    checkpoint: Checkpoint
+    sealed: bool
+
+
+def _record_front(record: bytes, session_id: str) -> tuple[bytes, bytes, int, int]:
+    """``(entry, prev_hash, first, last)`` of a stored record of this session, checked."""
+    if len(record) > _SESSION_AT and record[0] == 0x02:
+        if hashlib.sha256(record[65:]).digest() != record[1:33]:
+            raise NoteError("a record does not hash to its record_hash")
+        prev, first_at, session_at = record[90:122], _FRONT_AT, _SESSION_AT
+    elif len(record) >= 122 and record[0] == 0x03:  # a tombstone: its hash as stated
+        prev, first_at, session_at = record[65:97], 97, 118
+    else:
+        raise NoteError("a line holds neither a format 2 record nor a tombstone")
+    first = int.from_bytes(record[first_at:first_at + 8], "big")
+    count = int.from_bytes(record[first_at + 8:first_at + 12], "big")
+    size = int.from_bytes(record[session_at:session_at + 4], "big")
+    if record[session_at + 4:session_at + 4 + size].decode("utf-8", "replace") != session_id:
+        raise NoteError("a record of another session")
+    if count < 1:
+        raise NoteError("a record of no event")
+    return record[1:33], prev, first, first + count - 1
+
+
+def verify_lines(data: bytes, public_key: bytes | None) -> SessionProven:
+    """Check a session-proofs file; with ``public_key``, the checkpoint and the seal too.
+
+    Without a key only integrity is shown (anyone can recompute every hash and drop
+    the newest records); with it, the checkpoint is the log's and the seal says
+    nothing was cut off.
+
+    Raises:
+        NoteError: the first problem found (the message names the line).
+    """
+    try:
+        return _verify_lines(data, public_key)
+    except NoteError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a line of the wrong shape
+        raise NoteError(f"malformed session-proofs file ({exc!r})") from None
+
+
+def _verify_lines(data: bytes, public_key: bytes | None) -> SessionProven:
+    lines = data.split(b"\n")
+    if lines[-1] != b"" or len(lines) < 4:
+        raise NoteError("not a complete session-proofs file")
+    lines.pop()
+    digest = hashlib.sha256()
+    try:
+        objs = [_DECODER.decode(raw) for raw in lines]
+    except msgspec.DecodeError as exc:
+        raise NoteError(f"a line is not JSON ({exc})") from None
+    header, note_line, end = objs[0], objs[1], objs[-1]
+    if header.get("format") != FORMAT or header.get("version") != VERSION:
+        raise NoteError("line 1: not palyra.journal.session-proofs v1")
+    session_id = header["session_id"]
+    note = note_line.get("note", "").encode()
+    if public_key is not None:
+        _n, checkpoint = verify_note(note, None, public_key)
+    else:
+        checkpoint = parse_checkpoint(parse_note(note).body)
+    for raw in lines[:2]:
+        digest.update(raw + b"\n")
+    prev_hash, last_position, last_index, events = GENESIS, 0, -1, 0
+    for number, (raw, obj) in enumerate(zip(lines[2:-1], objs[2:-1], strict=True), 3):
+        digest.update(raw + b"\n")
+        if obj.get("type") != "record":
+            raise NoteError(f"line {number}: not a record line")
+        record = base64.b64decode(obj["record"], validate=True)
+        entry, prev, first, last = _record_front(record, session_id)
+        index = obj["index"]
+        if prev != prev_hash:
+            raise NoteError(f"line {number}: prev_hash does not link to the session's previous "
+                            "record (a record was left out or changed)")  # fmt: skip
+        if first <= last_position or index <= last_index:
+            raise NoteError(f"line {number}: records out of order")
+        proof = [base64.b64decode(h, validate=True) for h in obj["proof"]]
+        if not verify_inclusion(index, checkpoint.size, leaf_hash(entry), proof, checkpoint.root):
+            raise NoteError(f"line {number}: the inclusion proof of entry {index} does not lead "
+                            "to the checkpoint's root")  # fmt: skip
+        prev_hash, last_position, last_index = entry, last, index
+        events += last - first + 1 if record[0] == 0x02 else 0
+    records = len(lines) - 3
+    if end.get("type") != "end" or end.get("records") != records:
+        raise NoteError(f"line {len(lines)}: the end line does not count {records} records")
+    if end.get("session_head") != prev_hash.hex() or end.get("sha256") != digest.hexdigest():
+        raise NoteError(f"line {len(lines)}: session_head or sha256 does not match the lines")
+    sealed = "signature" in end
+    if public_key is not None:
+        message = seal_message(session_id, checkpoint, prev_hash, records, digest.digest())
+        if not sealed or bytes.fromhex(end.get("public_key", "")) != public_key or not (
+            signature_valid(public_key, message, bytes.fromhex(end["signature"]))
+        ):
+            raise NoteError(f"line {len(lines)}: no valid seal by the key (records may have "
+                            "been cut off)")  # fmt: skip
+    return SessionProven(session_id, records, events, checkpoint, sealed)

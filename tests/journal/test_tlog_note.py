@@ -1,0 +1,149 @@
+"""C2SP signed notes, checkpoints and cosignatures, held to other implementations' vectors.
+
+The Ed25519 vectors are golang.org/x/mod/sumdb/note's (``PeterNeumann``) and
+the signed-note spec's own example (``example.com/foo``): a verifier key
+``<name>+<hex key id>+base64(0x01 ‖ public key)`` and notes signed by it.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from palyra.journal.format.signing import Signer
+from palyra.journal.tlog.note import (
+    COSIGNATURE_TYPE,
+    NoteError,
+    Witness,
+    add_cosignatures,
+    checkpoint_body,
+    cosignature_line,
+    cosignature_message,
+    key_id,
+    parse_checkpoint,
+    parse_note,
+    parse_witness,
+    sign_checkpoint,
+    verify_checkpoint,
+)
+from palyra.journal.tlog.signing import next_checkpoint
+
+GO_VKEY = "PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW"
+GO_SKEY = "PRIVATE+KEY+PeterNeumann+c74f20a3+AYEKFALVFGyNhPJEMzD1QIDr+Y7hfZx09iUvxdXHKDFz"
+GO_NOTE = ("If you think cryptography is the answer to your problem,\n"
+           "then you don't know what your problem is.\n\n"
+           "\u2014 PeterNeumann x08go/ZJkuBS9UG/SffcvIAQxVBtiFupLLr8pAcElZInNIuGUgYN1FFYC2pZSNXg"
+           "KvqfqdngotpRZb6KE6RyyBwJnAM=\n").encode()  # fmt: skip
+SPEC_VKEY = "example.com/foo+530d903a+AekyeRrm56hApGFkyQR4ZCbV54Id2LKaANYcrnKv3U2k"
+SPEC_NOTE = ("This is an example message.\n\n\u2014 example.com/foo Uw2QOkn8srV1yJGh2VYRlL1Tnagv1"
+             "YEq6TfXppzi2ONncAlTgK7Ztg1ERYNZXsYjOBH3mFXmRKuwHjG1Yu72IneyaQM=\n").encode()  # fmt: skip
+
+
+def _vkey(vkey: str) -> tuple[str, bytes, bytes]:
+    name, hash_hex, b64 = vkey.split("+", 2)
+    raw = base64.b64decode(b64)
+    assert raw[0] == 1  # Ed25519
+    return name, bytes.fromhex(hash_hex), raw[1:]
+
+
+@pytest.mark.parametrize(("vkey", "note"), [(GO_VKEY, GO_NOTE), (SPEC_VKEY, SPEC_NOTE)])
+def test_key_ids_and_signatures_of_other_implementations(vkey: str, note: bytes) -> None:
+    name, want_id, public_key = _vkey(vkey)
+    assert key_id(name, public_key) == want_id
+    parsed = parse_note(note)
+    [sig] = parsed.signatures
+    assert (sig.name, sig.key_id) == (name, want_id) and parsed.text() == note
+    from palyra.journal.format.signing import signature_valid
+
+    assert signature_valid(public_key, parsed.body, sig.signature)
+
+
+def test_our_signature_of_the_go_note_is_the_go_signature() -> None:
+    seed = base64.b64decode(GO_SKEY.split("+", 4)[4])[1:]
+    signer = Signer(Ed25519PrivateKey.from_private_bytes(seed))
+    parsed = parse_note(GO_NOTE)
+    name, want_id, public_key = _vkey(GO_VKEY)
+    assert signer.public_key == public_key
+    assert parsed.body + b"\n" + _line(name, want_id, signer.sign(parsed.body)) == GO_NOTE
+
+
+def _line(name: str, kid: bytes, sig: bytes) -> bytes:
+    return f"\u2014 {name} {base64.b64encode(kid + sig).decode()}\n".encode()
+
+
+def test_a_checkpoint_round_trips_and_any_change_is_refused() -> None:
+    signer = Signer(Ed25519PrivateKey.generate())
+    root = bytes(range(32))
+    note = sign_checkpoint("example.org/log", 7, root, signer.public_key, signer.sign)
+    _note, checkpoint = verify_checkpoint(note, "example.org/log", signer.public_key)
+    assert (checkpoint.origin, checkpoint.size, checkpoint.root) == ("example.org/log", 7, root)
+    assert note.startswith(checkpoint_body("example.org/log", 7, root) + "\n\u2014 ".encode())
+    for bad in (note.replace(b"\n7\n", b"\n8\n"), note.replace(b"example.org/log\n", b"ex.org/log\n", 1)):
+        with pytest.raises(NoteError):
+            verify_checkpoint(bad, None, signer.public_key)
+    with pytest.raises(NoteError):
+        verify_checkpoint(note, "another/origin", signer.public_key)
+    with pytest.raises(NoteError):
+        verify_checkpoint(note, None, Signer(Ed25519PrivateKey.generate()).public_key)
+    for malformed in (b"a\n07\nAAAA\n\n", b"no blank line\n", b"x\n1\n" + b"A" * 44 + b"\n"):
+        with pytest.raises(NoteError):
+            parse_checkpoint(parse_note(malformed).body)
+
+
+def test_witness_cosignatures_are_verified_stored_and_replaced() -> None:
+    log = Signer(Ed25519PrivateKey.generate())
+    note = sign_checkpoint("example.org/log", 3, bytes(32), log.public_key, log.sign)
+    body = parse_note(note).body
+    w_key = Ed25519PrivateKey.generate()
+    witness = Witness("witness.example/w1", Signer(w_key).public_key)
+    assert parse_witness(f"witness.example/w1={witness.public_key.hex()}") == witness
+    cosig = cosignature_line(witness, 1_700_000_000, w_key.sign(cosignature_message(body, 1_700_000_000)))
+    offered = note + cosig
+    stored, added = add_cosignatures(note, offered, [witness])
+    assert added == ["witness.example/w1"] and stored == offered
+    raw = base64.b64decode(cosig.split(b" ")[-1])
+    assert raw[:4] == key_id(witness.name, witness.public_key, COSIGNATURE_TYPE)
+    # A newer cosignature by the same witness replaces the older one.
+    newer = cosignature_line(witness, 1_700_000_100, w_key.sign(cosignature_message(body, 1_700_000_100)))
+    again, _ = add_cosignatures(stored, note + newer, [witness])
+    assert again == note + newer
+    # Refused: an unknown witness, a bad signature, another checkpoint.
+    stranger = Witness("witness.example/w2", Signer(Ed25519PrivateKey.generate()).public_key)
+    with pytest.raises(NoteError):
+        add_cosignatures(note, offered, [stranger])
+    forged = cosignature_line(witness, 1_700_000_000, w_key.sign(b"something else"))
+    with pytest.raises(NoteError):
+        add_cosignatures(note, note + forged, [witness])
+    other = sign_checkpoint("example.org/log", 4, bytes(32), log.public_key, log.sign)
+    with pytest.raises(NoteError):
+        add_cosignatures(note, other + cosig, [witness])
+
+
+def test_the_log_never_signs_a_smaller_or_different_tree() -> None:
+    """``next_checkpoint`` over in-memory trees: what the writer calls before signing."""
+    from palyra.core.errors import PalyraError
+    from palyra.journal.tlog.merkle import Frontier, MemoryTree, extend, leaf_hash
+
+    signer = Signer(Ed25519PrivateKey.generate())
+    entries = [(bytes([i]) * 32, i) for i in range(10)]
+    trees = {n: extend(Frontier(), entries[:n], b"")[0] for n in (4, 6, 10)}
+    memory = MemoryTree([leaf_hash(e) for e, _ in entries])
+    first = next_checkpoint(None, trees[6], memory.hash_at, "o/log", signer.public_key, signer.sign)
+    assert first is not None
+    assert next_checkpoint(first, trees[6], memory.hash_at, "o/log", signer.public_key,
+                           signer.sign) is None  # fmt: skip
+    later = next_checkpoint(first, trees[10], memory.hash_at, "o/log", signer.public_key, signer.sign)
+    assert later is not None and parse_checkpoint(parse_note(later).body).size == 10
+    with pytest.raises(PalyraError):  # smaller
+        next_checkpoint(later, trees[4], memory.hash_at, "o/log", signer.public_key, signer.sign)
+    forked = [*entries[:5], (b"\xff" * 32, 5), *entries[6:]]  # entry 5 rewritten
+    fork_memory = MemoryTree([leaf_hash(e) for e, _ in forked])
+    fork_tree = extend(Frontier(), forked, b"")[0]
+    with pytest.raises(PalyraError):  # larger, but not an extension of the signed 6
+        next_checkpoint(first, fork_tree, fork_memory.hash_at, "o/log", signer.public_key,
+                        signer.sign)  # fmt: skip
+    with pytest.raises(PalyraError):  # the stored rows disagree with the frontier
+        next_checkpoint(first, trees[10], fork_memory.hash_at, "o/log", signer.public_key,
+                        signer.sign)  # fmt: skip

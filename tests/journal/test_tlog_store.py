@@ -1,0 +1,264 @@
+"""The journal's transparency log end to end: tree rows, signed checkpoints, proofs, tiles."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+from pathlib import Path
+
+import lmdb
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from palyra.core.errors import ErrorCode, PalyraError
+from palyra.journal import JournalConfig, JournalStore, prune_older_than, sign_tree_every
+from palyra.journal._env import EVENTS, TLOG, journal_dir
+from palyra.journal.format.record import record_hashes
+from palyra.journal.format.signing import Signer
+from palyra.journal.tlog.merkle import (
+    MemoryTree,
+    leaf_hash,
+    root_at,
+    verify_consistency,
+)
+from palyra.journal.tlog.note import (
+    NoteError,
+    Witness,
+    cosignature_line,
+    cosignature_message,
+    parse_checkpoint,
+    parse_note,
+    verify_checkpoint,
+)
+from palyra.journal.tlog.proof import verify_proof
+from palyra.journal.verify.verify import verify_store
+
+from .helpers import draft
+
+
+def _records(data_dir: Path) -> list[tuple[bytes, int]]:
+    """(record_hash, last) of every stored record, read straight from LMDB."""
+    env = lmdb.open(str(journal_dir(data_dir)), max_dbs=32, readonly=True)
+    try:
+        with env.begin() as txn:
+            db = env.open_db(EVENTS.encode(), txn=txn, create=False)
+            return [(record_hashes(v)[0], int.from_bytes(k, "big")) for k, v in txn.cursor(db=db)]
+    finally:
+        env.close()
+
+
+async def _fill(store: JournalStore, count: int, sessions: int = 3) -> None:
+    for i in range(count):
+        await store.append([draft(i, session_id=f"s{i % sessions}")])
+
+
+async def test_the_tree_is_the_records_and_a_signed_checkpoint_names_its_root(
+    store: JournalStore, data_dir: Path
+) -> None:
+    await _fill(store, 20)
+    await store.append([draft(100 + i, session_id="s9") for i in range(5)])  # one record of 5
+    note = await store.sign_tree()
+    public_key = Signer.load_or_create(journal_dir(data_dir)).public_key
+    _note, checkpoint = verify_checkpoint(note, None, public_key)
+    store.close()
+    records = _records(data_dir)
+    tree = MemoryTree([leaf_hash(h) for h, _last in records])
+    assert checkpoint.size == len(records) == 21
+    assert checkpoint.root == root_at(tree.size, tree.hash_at)
+
+
+async def test_a_proof_verifies_offline_and_names_the_record(
+    store: JournalStore, data_dir: Path
+) -> None:
+    await _fill(store, 40)
+    await store.sign_tree()
+    public_key = Signer.load_or_create(journal_dir(data_dir)).public_key
+    for position in (1, 17, 40):
+        proven = verify_proof(store.prove_position(position), public_key)
+        first = int.from_bytes(proven.record[122:130], "big")
+        assert first == position  # one event per record here
+        assert proven.checkpoint.size == 40
+    with pytest.raises(NoteError):  # another key: the checkpoint is not the log's
+        verify_proof(store.prove_position(3), Signer(Ed25519PrivateKey.generate()).public_key)
+
+
+async def test_a_position_newer_than_the_signed_checkpoint_is_not_proven(
+    store: JournalStore,
+) -> None:
+    await _fill(store, 3)
+    await store.sign_tree()
+    await _fill(store, 1)
+    with pytest.raises(PalyraError) as raised:
+        store.prove_position(4)
+    assert raised.value.code is ErrorCode.NOT_FOUND
+    await store.sign_tree()
+    assert store.prove_position(4)
+
+
+async def test_signing_again_without_growth_changes_nothing_and_growth_stays_consistent(
+    store: JournalStore,
+) -> None:
+    await _fill(store, 5)
+    first = await store.sign_tree()
+    assert await store.sign_tree() == first
+    await _fill(store, 7)
+    second = await store.sign_tree()
+    old = parse_checkpoint(parse_note(first).body)
+    new = parse_checkpoint(parse_note(second).body)
+    assert (old.size, new.size) == (5, 12)
+    assert verify_consistency(5, 12, old.root, new.root, store.consistency(5, 12))
+
+
+async def test_the_log_refuses_to_sign_a_tree_that_does_not_extend_the_signed_one(
+    data_dir: Path,
+) -> None:
+    """Rewrite a stored entry under the signed checkpoint: the next signing must refuse."""
+    store = JournalStore.open(data_dir, config=JournalConfig(sync=True))
+    await _fill(store, 9)
+    await store.sign_tree()
+    store.close()
+    env = lmdb.open(str(journal_dir(data_dir)), max_dbs=32)
+    with env.begin(write=True) as txn:
+        db = env.open_db(TLOG.encode(), txn=txn, create=False)
+        cursor = txn.cursor(db=db)
+        assert cursor.first()
+        key, value = cursor.key(), bytes(cursor.value())
+        txn.put(key, bytes([value[0] ^ 1]) + value[1:], db=db)
+    env.close()
+    store = JournalStore.open(data_dir, config=JournalConfig(sync=True))
+    try:
+        await _fill(store, 2)
+        before = store.tree_checkpoint()
+        with pytest.raises(PalyraError) as raised:
+            await store.sign_tree()
+        assert raised.value.code is ErrorCode.JOURNAL_CORRUPT
+        assert store.tree_checkpoint() == before  # nothing was signed
+    finally:
+        store.close()
+
+
+async def test_tiles_and_entry_bundles_follow_tlog_tiles(store: JournalStore, data_dir: Path) -> None:
+    await _fill(store, 300, sessions=7)
+    full = store.tile(0, 0, 256)
+    partial = store.tile(0, 1, 300 - 256)
+    level1 = store.tile(1, 0, 1)
+    bundle = store.tile(-1, 1, 300 - 256)
+    store.close()
+    records = _records(data_dir)
+    leaves = [leaf_hash(h) for h, _last in records]
+    assert full == b"".join(leaves[:256]) and partial == b"".join(leaves[256:])
+    assert level1 == root_at(256, MemoryTree(leaves[:256]).hash_at)
+    assert bundle == b"".join(b"\x00\x20" + h for h, _last in records[256:])
+
+
+async def test_a_journal_older_than_the_tree_gets_it_when_a_writer_opens_it(data_dir: Path) -> None:
+    store = JournalStore.open(data_dir, config=JournalConfig(sync=True))
+    await _fill(store, 30)
+    store.close()
+    env = lmdb.open(str(journal_dir(data_dir)), max_dbs=32)  # drop the tree: an older journal
+    with env.begin(write=True) as txn:
+        txn.drop(env.open_db(TLOG.encode(), txn=txn, create=False), delete=False)
+    env.close()
+    store = JournalStore.open(data_dir, config=JournalConfig(sync=True))
+    try:
+        assert store.tree_size() == 30
+        await _fill(store, 2)
+        note = await store.sign_tree()
+    finally:
+        store.close()
+    tree = MemoryTree([leaf_hash(h) for h, _last in _records(data_dir)])
+    checkpoint = parse_checkpoint(parse_note(note).body)
+    assert checkpoint.size == 32 and checkpoint.root == root_at(32, tree.hash_at)
+    assert base64.b64encode(checkpoint.root).decode() in note.decode()
+
+
+async def test_verify_checks_the_tree_against_the_chain(data_dir: Path) -> None:
+    store = JournalStore.open(data_dir, config=JournalConfig(sync=True))
+    await _fill(store, 300, sessions=5)
+    await store.sign_tree()
+    store.close()
+    assert verify_store(data_dir).ok
+    env = lmdb.open(str(journal_dir(data_dir)), max_dbs=32)
+    with env.begin(write=True) as txn:  # flip one bit of the level-8 node (a full tile's root)
+        db = env.open_db(TLOG.encode(), txn=txn, create=False)
+        cursor = txn.cursor(db=db)
+        assert cursor.last()
+        key, value = cursor.key(), bytes(cursor.value())
+        assert len(value) == 32  # the level-8 row, not an entry
+        txn.put(key, value[:-1] + bytes([value[-1] ^ 0x80]), db=db)
+    env.close()
+    report = verify_store(data_dir)
+    assert not report.ok and "transparency log" in report.summary()
+
+
+async def test_tiles_past_the_tree_are_not_found(store: JournalStore) -> None:
+    await _fill(store, 10)
+    for level, index, width in ((0, 1, 256), (0, 1000, 256), (0, 0, 11), (1, 0, 1), (-1, 0, 11)):
+        with pytest.raises(PalyraError) as raised:
+            store.tile(level, index, width)
+        assert raised.value.code is ErrorCode.NOT_FOUND
+    assert len(store.tile(0, 0, 10)) == 320
+
+
+async def test_witness_cosignatures_are_stored_served_and_counted_by_proofs(
+    store: JournalStore, data_dir: Path
+) -> None:
+    await _fill(store, 6)
+    note = await store.sign_tree()
+    w_key = Ed25519PrivateKey.generate()
+    witness = Witness("witness.example/w1", Signer(w_key).public_key)
+    body = parse_note(note).body
+    cosigned = note + cosignature_line(witness, 1_700_000_000,
+                                       w_key.sign(cosignature_message(body, 1_700_000_000)))
+    stored = await store.add_cosignatures(cosigned, [witness])
+    assert stored == cosigned == store.tree_checkpoint()
+    with pytest.raises(PalyraError) as raised:  # not a configured witness
+        await store.add_cosignatures(cosigned, [])
+    assert raised.value.code is ErrorCode.INVALID_ARGUMENT
+    public_key = Signer.load_or_create(journal_dir(data_dir)).public_key
+    proven = verify_proof(store.prove_position(2), public_key, witnesses=[witness], quorum=1)
+    assert proven.witnesses == ("witness.example/w1",)
+    with pytest.raises(NoteError):
+        verify_proof(store.prove_position(2), public_key, witnesses=[], quorum=1)
+    # The next signing (the tree grew) starts a new note: cosignatures are per checkpoint.
+    await _fill(store, 1)
+    assert b"witness.example/w1" not in await store.sign_tree()
+
+
+async def test_retention_keeps_every_leaf_so_no_root_changes(store: JournalStore, data_dir: Path
+                                                             ) -> None:
+    await _fill(store, 30)
+    before = await store.sign_tree()
+    result = await prune_older_than(store, 0, now_ms=2**62, through=20)
+    assert result.records > 0
+    after = await store.sign_tree()  # grew by the journal.pruned record: must extend, not fork
+    old = parse_checkpoint(parse_note(before).body)
+    new = parse_checkpoint(parse_note(after).body)
+    assert new.size == old.size + 1
+    assert verify_consistency(old.size, new.size, old.root, new.root,
+                              store.consistency(old.size, new.size))  # fmt: skip
+    public_key = Signer.load_or_create(journal_dir(data_dir)).public_key
+    assert verify_proof(store.prove_position(25), public_key).index == 24
+    with pytest.raises(PalyraError):  # a tombstone's content is gone: nothing to prove with it
+        store.prove_position(3)
+    store.close()
+    assert verify_store(data_dir).ok
+
+
+async def test_the_signer_task_signs_whenever_the_tree_grew(store: JournalStore) -> None:
+    task = asyncio.create_task(sign_tree_every(store, interval_s=0.01))
+    try:
+        for want in (3, 5):
+            await _fill(store, want - store.tree_size())
+            for _ in range(500):
+                note = store.tree_checkpoint()
+                if note is not None and parse_checkpoint(parse_note(note).body).size == want:
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                raise AssertionError(f"no checkpoint of size {want} was signed")
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
