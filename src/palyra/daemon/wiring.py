@@ -221,8 +221,8 @@ async def cancel_orphaned_tasks(engine: Engine, tasks: TaskQueue) -> list[str]:
     """
     system = IdentityRec("system:tasks")
     done: list[str] = []
-    for task in tasks.page(limit=100_000)[0]:
-        if task.final or not task.parent_run_id:
+    for task in tasks.unfinished():
+        if not task.parent_run_id:
             continue
         try:
             parent = engine.get_run(system, task.parent_run_id)
