@@ -48,6 +48,9 @@ class GrpcDriver:
         self._batch = batch
         self._shape = shape
         self._turns: dict[str, StreamedTurn] = {}
+        self._hitl = False
+        # approval id -> the open RunStream of its run (HITL: decided inline on it)
+        self._deciding: dict[str, Any] = {}
         # The channel and codec `palyra chat` uses (palyra.cli._client): corked writes,
         # protobin both ways.
         self._channel = CorkedChannel("127.0.0.1", daemon.grpc_port, codec=ClientCodec())
@@ -57,6 +60,7 @@ class GrpcDriver:
     async def prepare_session(self, session_key: str, *, hitl: bool) -> None:
         if not hitl:
             return  # the turn's CreateRun creates the session in its accept commit
+        self._hitl = True
         resolved = await self._gateway.resolve_session(
             pb.ResolveSessionRequest(session_key=session_key))
         assert resolved.session is not None
@@ -82,13 +86,24 @@ class GrpcDriver:
     async def _run_stream(self, request: pb.RunStreamRequest
                           ) -> AsyncIterator[pb.RunStreamResponse]:
         """RunStream with one request that also ends the client's side (``end=True``: one DATA
-        frame with END_STREAM, where the generated stub sends an empty DATA frame after it)."""
+        frame with END_STREAM, where the generated stub sends an empty DATA frame after it).
+
+        With approvals to decide (HITL) the client's side stays open, as `palyra chat`
+        keeps it: each decision goes up the same stream (``RunStreamRequest.approval``),
+        not as a DecideApproval call of its own, and the client half-closes at the end.
+        """
         async with self._channel.request(
                 "/palyra.v1.GatewayService/RunStream", Cardinality.STREAM_STREAM,
                 pb.RunStreamRequest, pb.RunStreamResponse, metadata=CLIENT_HEADERS) as stream:
-            await stream.send_message(request, end=True)
+            await stream.send_message(request, end=not self._hitl)
             async for response in stream:
+                if self._hitl:
+                    for event in response.events or [response.event]:
+                        if event is not None and event.tool_approval_request is not None:
+                            self._deciding[event.tool_approval_request.approval_id] = stream
                 yield response
+            if self._hitl:
+                await stream.end()
 
     async def wait(self, run_id: str, on_event: OnEvent) -> pb.Run:
         if self._shape == "stream":
@@ -105,6 +120,12 @@ class GrpcDriver:
         return (await self._gateway.get_run(pb.GetRunRequest(run_id=run_id))).run or pb.Run()
 
     async def decide_approval(self, approval_id: str) -> None:
+        stream = self._deciding.pop(approval_id, None)
+        if stream is not None:
+            await stream.send_message(pb.RunStreamRequest(approval=pb.InlineApprovalDecision(
+                approval_id=approval_id, decision=pb.ApprovalDecision.APPROVE,
+                scope=pb.ApprovalScope.ONCE, reason="bench")))
+            return
         await self._approvals.decide_approval(pb.DecideApprovalRequest(
             approval_id=approval_id, decision=pb.ApprovalDecision.APPROVE,
             scope=pb.ApprovalScope.ONCE, reason="bench"))
