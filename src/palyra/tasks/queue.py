@@ -520,12 +520,21 @@ class TaskQueue:
     async def _apply_due(self) -> None:
         now = self._now()
         commits = []
-        for rec in self._live.due(now):
+        due = self._live.due(now)
+        for i, rec in enumerate(due):
             # In this process a lease ends only by running out (a hung worker).
             new = model.recover(rec, now, owner_alive=True)
-            if new is not rec:  # (else a not_before passed: claimable now)
-                event = "lease_lapsed" if rec.leased else str(new.state)
+            if new is rec:
+                continue  # a not_before passed: claimable now
+            event = "lease_lapsed" if rec.leased else str(new.state)
+            try:
                 commits.append(self._submit([(new, event, ())]))
+            except BaseException:
+                for left in due[i:]:  # back on the timer: retried at the next wake-up
+                    if self._live.get(left.task_id) is left and not self._live.held(
+                            left.task_id):
+                        self._live.put(left)
+                raise
         self._after_change()  # tasks whose not_before passed are claimable now
         # A failed commit released its task, deadlines and all: retried next wake-up.
         for answer in commits:
