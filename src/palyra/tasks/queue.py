@@ -493,8 +493,16 @@ class TaskQueue:
             claimer = self._claimers.popleft()
             if claimer.claimed.done():
                 continue  # cancelled while waiting
-            if claimer.kinds in empty or not self._claim_now(
-                    claimer.owner, claimer.kinds, claimer.lease_ms, claimer.claimed):
+            if claimer.kinds in empty:
+                waiting.append(claimer)
+                continue
+            try:
+                handed = self._claim_now(claimer.owner, claimer.kinds, claimer.lease_ms,
+                                         claimer.claimed)
+            except Exception as exc:  # the journal refused the claim (closed): tell the claimer
+                claimer.claimed.set_exception(exc)
+                continue
+            if not handed:
                 empty.add(claimer.kinds)
                 waiting.append(claimer)
         self._claimers = waiting
