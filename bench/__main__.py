@@ -5,6 +5,7 @@ Workloads: ``journal`` (bench/journal.py), ``tool-loop`` (bench/tool_loop.py),
 real daemon), ``retention`` (bench/retention.py, pruning into hash tombstones) and
 ``open-runs`` (bench/open_runs.py, memory per open run and after completion, daemon RSS);
 ``console`` (bench/console.py, the web console in headless Chromium);
+``tasks`` (bench/tasks.py, the durable task queue: enqueue to start latency, tasks/s);
 ``diff`` (bench/diff.py) sets two ``tool-loop --json`` files side by side.
 """
 
@@ -16,7 +17,7 @@ import sys
 _WORKLOADS = {"journal": "bench.journal", "tool-loop": "bench.tool_loop", "diff": "bench.diff",
               "memory": "bench.memory", "ingress": "bench.ingress",
               "retention": "bench.retention", "open-runs": "bench.open_runs",
-              "console": "bench.console"}
+              "console": "bench.console", "tasks": "bench.tasks"}
 
 
 def main(argv: list[str]) -> int:

@@ -89,6 +89,8 @@ ROWS: list[tuple[str, str, str]] = [
     ("derived: one-writer flush ceiling steps/s", "derived.storage_ceiling_steps_per_s_one_writer",
      "{:.0f}"),
     ("peak RSS MiB", "peak_rss_mib", "{:.1f}"),
+    ("daemon idle RSS MiB (started, before any run)", "idle_rss_mib", "{:.1f}"),
+    ("daemon RSS MiB after the warm-up", "warm_rss_mib", "{:.1f}"),
 ]
 
 

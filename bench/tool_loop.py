@@ -81,12 +81,23 @@ async def transport_run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
 
     data_dir = root / f"{args.transport}-{time.time_ns()}"
     async with open_driver(args.transport, data_dir, args) as daemon:
+        idle = _rss_mib(daemon.pid)
         await drive(daemon.client, args, 3, "warmup")
+        warm = _rss_mib(daemon.pid)
         subject = Subject(daemon.pid, daemon.snapshot, daemon.storage_effective())
         result = await measure(daemon.client, subject, args, data_dir, args.transport)
         result.update(db_sizes(data_dir))
         result["daemon_settings"] = daemon.settings()
+        result["idle_rss_mib"], result["warm_rss_mib"] = idle, warm
     return result
+
+
+def _rss_mib(pid: int) -> float:
+    """``VmRSS`` of ``pid`` in MiB (the resident memory ``ps`` shows)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
 
 
 def _progress(kind: str, i: int, args: argparse.Namespace, result: dict[str, Any]) -> None:

@@ -48,6 +48,9 @@ class GrpcDriver:
         self._batch = batch
         self._shape = shape
         self._turns: dict[str, StreamedTurn] = {}
+        self._hitl = False
+        # approval id -> the open RunStream of its run (HITL: decided inline on it)
+        self._deciding: dict[str, Any] = {}
         # The channel and codec `palyra chat` uses (palyra.cli._client): corked writes,
         # protobin both ways.
         self._channel = CorkedChannel("127.0.0.1", daemon.grpc_port, codec=ClientCodec())
@@ -57,6 +60,7 @@ class GrpcDriver:
     async def prepare_session(self, session_key: str, *, hitl: bool) -> None:
         if not hitl:
             return  # the turn's CreateRun creates the session in its accept commit
+        self._hitl = True
         resolved = await self._gateway.resolve_session(
             pb.ResolveSessionRequest(session_key=session_key))
         assert resolved.session is not None
@@ -82,13 +86,24 @@ class GrpcDriver:
     async def _run_stream(self, request: pb.RunStreamRequest
                           ) -> AsyncIterator[pb.RunStreamResponse]:
         """RunStream with one request that also ends the client's side (``end=True``: one DATA
-        frame with END_STREAM, where the generated stub sends an empty DATA frame after it)."""
+        frame with END_STREAM, where the generated stub sends an empty DATA frame after it).
+
+        With approvals to decide (HITL) the client's side stays open, as `palyra chat`
+        keeps it: each decision goes up the same stream (``RunStreamRequest.approval``),
+        not as a DecideApproval call of its own, and the client half-closes at the end.
+        """
         async with self._channel.request(
                 "/palyra.v1.GatewayService/RunStream", Cardinality.STREAM_STREAM,
                 pb.RunStreamRequest, pb.RunStreamResponse, metadata=CLIENT_HEADERS) as stream:
-            await stream.send_message(request, end=True)
+            await stream.send_message(request, end=not self._hitl)
             async for response in stream:
+                if self._hitl:
+                    for event in response.events or [response.event]:
+                        if event is not None and event.tool_approval_request is not None:
+                            self._deciding[event.tool_approval_request.approval_id] = stream
                 yield response
+            if self._hitl:
+                await stream.end()
 
     async def wait(self, run_id: str, on_event: OnEvent) -> pb.Run:
         if self._shape == "stream":
@@ -105,6 +120,12 @@ class GrpcDriver:
         return (await self._gateway.get_run(pb.GetRunRequest(run_id=run_id))).run or pb.Run()
 
     async def decide_approval(self, approval_id: str) -> None:
+        stream = self._deciding.pop(approval_id, None)
+        if stream is not None:
+            await stream.send_message(pb.RunStreamRequest(approval=pb.InlineApprovalDecision(
+                approval_id=approval_id, decision=pb.ApprovalDecision.APPROVE,
+                scope=pb.ApprovalScope.ONCE, reason="bench")))
+            return
         await self._approvals.decide_approval(pb.DecideApprovalRequest(
             approval_id=approval_id, decision=pb.ApprovalDecision.APPROVE,
             scope=pb.ApprovalScope.ONCE, reason="bench"))
@@ -114,11 +135,21 @@ class GrpcDriver:
 
 
 class HttpDriver:
-    """The workload over HTTP/1.1 keep-alive: JSON calls, the tape as SSE."""
+    """The workload over HTTP/1.1 keep-alive: JSON calls, the tape as SSE.
 
-    def __init__(self, daemon: DaemonProcess, tool: str, concurrency: int) -> None:
+    A turn is one ``POST /v1/runs:stream`` (RunStream over HTTP, as the web console
+    sends a message: the body is RunStream's first message with ``complete``, the
+    answer the run's tape as SSE, one frame per event), or with ``--rpc
+    create-watch-get`` ``POST /v1/runs`` + ``GET /v1/runs/{id}/events`` + ``GET
+    /v1/runs/{id}``, the same shapes the gRPC and in-process drivers use.
+    """
+
+    def __init__(self, daemon: DaemonProcess, tool: str, concurrency: int,
+                 shape: str = "stream") -> None:
         self._daemon = daemon
         self._tool = tool
+        self._shape = shape
+        self._turns: dict[str, StreamedTurn] = {}
         limits = httpx.Limits(max_connections=4 * concurrency + 4,
                               max_keepalive_connections=4 * concurrency + 4)
         self._http = httpx.AsyncClient(base_url=f"http://127.0.0.1:{daemon.http_port}",
@@ -139,11 +170,30 @@ class HttpDriver:
                          {"toolName": self._tool, "posture": "ask_each_time"})
 
     async def start_turn(self, session_key: str, text: str) -> str:
-        created = await self._post("/v1/runs", {"v": 1, "sessionKey": session_key,
-                                                "input": {"text": text}, "complete": True})
+        body = {"v": 1, "sessionKey": session_key, "input": {"text": text}, "complete": True}
+        if self._shape == "stream":
+            turn = StreamedTurn(self._run_stream({**body, "batch": True}))
+            run_id = await turn.start()
+            self._turns[run_id] = turn
+            return run_id
+        created = await self._post("/v1/runs", body)
         return str(created["run"]["runId"])
 
+    async def _run_stream(self, body: dict[str, Any]) -> AsyncIterator[pb.RunStreamResponse]:
+        async with httpx_sse.aconnect_sse(self._http, "POST", "/v1/runs:stream",
+                                          json=body) as source:
+            source.response.raise_for_status()
+            async for sse in source.aiter_sse():
+                if sse.event == "error":  # a failed run ends its stream with its error
+                    raise RuntimeError(sse.data)
+                yield pb.RunStreamResponse.from_dict(json.loads(sse.data))
+
     async def wait(self, run_id: str, on_event: OnEvent) -> pb.Run:
+        if self._shape == "stream":
+            try:
+                return await self._turns.pop(run_id).follow(on_event)
+            except RuntimeError as exc:
+                return pb.Run(run_id=run_id, state=pb.RunState.FAILED, final_text=str(exc))
         async with httpx_sse.aconnect_sse(self._http, "GET", f"/v1/runs/{run_id}/events") as source:
             source.response.raise_for_status()
             async for sse in source.aiter_sse():
@@ -235,7 +285,7 @@ async def open_driver(kind: str, data_dir: Path, args: argparse.Namespace
     client: GrpcDriver | HttpDriver = (
         GrpcDriver(daemon, args.tool, not getattr(args, "unbatched", False),
                    getattr(args, "rpc", "stream")) if kind == "grpc"
-        else HttpDriver(daemon, args.tool, args.concurrency))
+        else HttpDriver(daemon, args.tool, args.concurrency, getattr(args, "rpc", "stream")))
     try:
         yield DaemonDriver(daemon, client, probe_path, args)
     finally:

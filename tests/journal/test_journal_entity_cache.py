@@ -67,7 +67,7 @@ async def _scenario(tmp: Path, commits: list[list[tuple[str, str, bytes | None]]
 # The cache alone, with a tiny bound so both "forget" paths run: a model of the
 # rows beside it, reads that race a write (the value read predates a commit that
 # lands before it is filed), and every hit checked against the model.
-_ops = st.lists(st.tuples(st.sampled_from(("read", "stale_read", "write")),
+_ops = st.lists(st.tuples(st.sampled_from(("read", "stale_read", "write", "write_through")),
                           st.sampled_from(_KEYS), st.integers(0, 99)), max_size=60)
 
 
@@ -86,6 +86,9 @@ def test_cache_never_serves_a_row_written_after_its_read(
         if op == "write":
             model[key] = bytes([value])
             cache.wrote({("t", key)})
+        elif op == "write_through":  # the writer files what it wrote
+            model[key] = bytes([value])
+            cache.wrote({("t", key)}, {("t", key): model[key]})
         elif op == "read" and not hit:
             clock = cache.clock()
             cache.put("t", key, clock, model.get(key))
@@ -95,3 +98,17 @@ def test_cache_never_serves_a_row_written_after_its_read(
             model[key] = bytes([value])
             cache.wrote({("t", key)})  # ... a commit writes it before the row is filed
             cache.put("t", key, clock, old)
+
+
+async def test_a_row_just_written_is_read_without_waiting_for_lmdb(tmp_path: Path) -> None:
+    """The commit's own values are in the cache when the append returns: a read of them
+    needs no LMDB read (which would wait for the writer to apply the frame)."""
+    async with JournalStore.open(tmp_path / "data", config=JournalConfig(sync=False)) as store:
+        cache = store._entities
+        assert cache is not None
+        for i, value in enumerate((b"asked", b"decided", None)):
+            await store.append([draft(i).with_writes(EntityWrite("runs", "r1", value),
+                                                     EntityWrite("sessions", "s1", b"x"))])
+            assert cache.get("runs", "r1") == (True, value)
+            assert cache.get("sessions", "s1") == (True, b"x")
+            assert store.get_entity("runs", "r1") == value

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import msgspec
 import structlog
@@ -19,9 +20,11 @@ from palyra.app import PalyraApp
 from palyra.config import PalyraConfig
 from palyra.journal import JournalStore
 from palyra.ops.metrics import CONTENT_TYPE, DaemonMetrics, MetricSources
-from palyra.ops.tracing import SpanSink, otlp_sink, trace_journal
 from palyra.transport.http.app import PlainHandler
 from palyra.transport.streams import OpenStreams
+
+if TYPE_CHECKING:  # OpenTelemetry's SDK (about 6 MB resident) loads only with tracing on
+    from palyra.ops.tracing import SpanSink
 
 READY_PATH = "/readyz"
 _log = structlog.get_logger("palyra.daemon")
@@ -76,6 +79,8 @@ def start_tracing(tg: asyncio.TaskGroup, store: JournalStore,
     """With ``[tracing] enabled``: the follower task and its sink (shut down at drain)."""
     if not config.tracing.enabled:
         return None
+    from palyra.ops.tracing import otlp_sink, trace_journal
+
     sink = otlp_sink(config.tracing)
     task = tg.create_task(trace_journal(store, sink, store.head().count), name="tracing")
     _log.info("tracing", endpoint=config.tracing.otlp_endpoint or "(none: spans dropped)",

@@ -40,7 +40,6 @@ from palyra.channels import (
 )
 from palyra.channels.adapters import build_sinks, reply_caps
 from palyra.channels.adapters.telegram import BotApi
-from palyra.channels.gateway import Gateway
 from palyra.channels.ingress import Ingress
 from palyra.channels.polling import poll_telegram
 from palyra.config import PalyraConfig
@@ -191,6 +190,9 @@ async def _open_channels(config: PalyraConfig, store: JournalStore, engine: Engi
             stack.callback(poller.cancel)
     for name, app in channels.discord.items():
         if channels.enabled:
+            # The websockets client (its modules) loads only for a Discord gateway.
+            from palyra.channels.gateway import Gateway
+
             gateway = asyncio.ensure_future(Gateway(name, app, ingress, store).run())
             stack.callback(gateway.cancel)
     return router, ingress
@@ -205,8 +207,8 @@ async def cancel_orphaned_tasks(engine: Engine, tasks: TaskQueue) -> list[str]:
     """
     system = IdentityRec("system:tasks")
     done: list[str] = []
-    for task in tasks.page(limit=100_000)[0]:
-        if task.final or not task.parent_run_id:
+    for task in tasks.unfinished():
+        if not task.parent_run_id:
             continue
         try:
             parent = engine.get_run(system, task.parent_run_id)

@@ -16,10 +16,11 @@ All return L2-normalised float32 rows, so a dot product is the cosine.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import re
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -76,11 +77,27 @@ class WordLlamaEmbedder:
     remote = False
 
     def __init__(self) -> None:
-        import wordllama
+        # The model (its package, weights and tokenizer: about 50 MB resident) loads at
+        # the first embed, not at start: a daemon whose memory is empty, or unused, never
+        # pays for it. Only whether it is installed is settled here (for the fallback).
+        if importlib.util.find_spec("wordllama") is None:
+            raise ImportError("wordllama is not installed")
+        self._loaded: Any = None
 
-        self._model = wordllama.WordLlama.load(
-            cache_dir=os.path.dirname(wordllama.__file__), disable_download=True, dim=256,
-            trunc_dim=self.dim)
+    @property
+    def _model(self) -> Any:
+        if self._loaded is None:
+            import wordllama
+
+            self._loaded = wordllama.WordLlama.load(
+                cache_dir=os.path.dirname(wordllama.__file__), disable_download=True, dim=256,
+                trunc_dim=self.dim)
+        return self._loaded
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model is in memory yet (it loads at the first embed)."""
+        return self._loaded is not None
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         if not texts:
@@ -92,8 +109,9 @@ class WordLlamaEmbedder:
     def _one(self, text: str) -> Vectors:
         """One text without the batch machinery (padding, masks): the same mean of token
         vectors, in half the time of ``embed([text])``; an ingest and a query embed one."""
-        table = self._model.embedding
-        ids = self._model.tokenizer.encode(text, add_special_tokens=False).ids
+        model = self._model
+        table = model.embedding
+        ids = model.tokenizer.encode(text, add_special_tokens=False).ids
         if not ids:
             return np.zeros((1, self.dim), dtype=np.float32)
         mean = table[ids].sum(axis=0, dtype=np.float32) / np.float32(len(ids))

@@ -14,6 +14,7 @@ input, the same memory block for a repeated question), and a count costs ~0.1 ms
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 from collections import OrderedDict
 from typing import Any
@@ -29,10 +30,14 @@ class TokenCounter:
         self._tokenizer: Any = None
         self._counts: OrderedDict[str, int] = OrderedDict()
         try:
-            import wordllama
+            # Only the wheel's file: importing wordllama itself would load its whole
+            # package (about 20 MB resident) for a tokenizer that needs none of it.
+            spec = importlib.util.find_spec("wordllama")
+            if spec is None or not spec.submodule_search_locations:
+                raise ImportError("wordllama is not installed")
             from tokenizers import Tokenizer
 
-            path = os.path.join(os.path.dirname(wordllama.__file__), "tokenizers",
+            path = os.path.join(next(iter(spec.submodule_search_locations)), "tokenizers",
                                 "l2_supercat_tokenizer_config.json")
             self._tokenizer = Tokenizer.from_file(path)
             self.name = "llama-2 bpe 32k (offline, from the wordllama wheel)"

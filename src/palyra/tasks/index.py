@@ -12,7 +12,9 @@ ingress benchmark spent a third of the daemon's CPU choosing tasks. Here:
 
 Records are immutable and replaced on every change, so a heap entry is current
 exactly when it holds the record the task has now (identity); stale entries are
-dropped when they reach the top. Answers equal a scan of all tasks (property test
+dropped when they reach the top. A task whose change is being committed is *held*:
+no question answers it (it is neither ready nor due) until the commit settles, when
+``put`` records the new state or ``release`` puts the old one back. Answers equal a scan of all tasks (property test
 in ``tests/tasks/test_task_index.py``).
 """
 
@@ -58,6 +60,7 @@ class LiveTasks:
         self._children: dict[str, set[str]] = {}
         self._debounce: dict[str, set[str]] = {}
         self._leased: set[str] = set()
+        self._held: set[str] = set()
         for rec in recs:
             self.put(rec)
 
@@ -75,6 +78,7 @@ class LiveTasks:
     def put(self, rec: TaskRecord) -> None:
         """Record a task's new state (a final one leaves memory)."""
         tid = rec.task_id
+        self._held.discard(tid)
         old = self._recs.pop(tid, None)
         if old is not None:
             self._unlink(old)
@@ -92,6 +96,22 @@ class LiveTasks:
         for at in deadlines_of(rec):
             heapq.heappush(self._deadlines, (at, next(self._seq), rec))
 
+    def hold(self, task_id: str) -> None:
+        """Take a task out of every answer while a change of it is being committed."""
+        self._held.add(task_id)
+
+    def held(self, task_id: str) -> bool:
+        """True while a change of the task is being committed."""
+        return task_id in self._held
+
+    def release(self, task_id: str) -> None:
+        """The held change did not commit: the task answers again as it was."""
+        if task_id in self._held:
+            self._held.discard(task_id)
+            rec = self._recs.get(task_id)
+            if rec is not None:
+                self.put(rec)  # its heap entries were dropped while it was held
+
     def _unlink(self, old: TaskRecord) -> None:
         # Heap entries go stale by themselves; only the sets need the old record out.
         tid = old.task_id
@@ -102,7 +122,7 @@ class LiveTasks:
         self._leased.discard(tid)
 
     def _current(self, rec: TaskRecord) -> bool:
-        return self._recs.get(rec.task_id) is rec
+        return self._recs.get(rec.task_id) is rec and rec.task_id not in self._held
 
     # -- questions -------------------------------------------------------------
     def best(self, kinds: frozenset[str] | None, now_ms: int) -> TaskRecord | None:

@@ -8,10 +8,18 @@ only after the commit is durable, so a crash at any instant leaves the journal
 and the next start's memory in agreement.
 
 This process is the journal's only writer, so the queue keeps every unfinished
-task in memory (finished ones are read from the table on demand). Claims wait
-on an :class:`asyncio.Condition` that every enqueue, release and cancel
-notifies; the one timer sleeps exactly until the next deadline (a task's
-``not_before``, a lease's expiry, an ``expires_at``), never on a fixed period.
+task in memory (finished ones are read from the table on demand). Changes are
+decided and queued to the journal writer synchronously and never wait for each
+other's durability: the writer's group commit puts the changes of many producers
+and workers in one flush. While a task's change is being committed the task is
+*held* (:class:`LiveTasks`): no claim picks it and a later change of it waits for
+that commit, so each task's changes are decided on its durable state, one at a
+time, in order. A claimer with nothing to take waits in line; each change that
+may make a task ready hands ready tasks to waiting claimers directly (one
+wake-up per task claimed, not one per claimer per enqueue). The one timer
+sleeps exactly until the next deadline (a task's ``not_before``, a lease's
+expiry, an ``expires_at``), never on a fixed period, and is woken only when a
+change brings that deadline nearer.
 
 Recovery (``start``) treats every lease as dead (the writer lock means no
 other process holds one) and every lapsed deadline as due: each task moves at
@@ -27,9 +35,12 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import msgspec
+from palyra_gen.lifecycle.background_task import FINAL_STATES
 
 from palyra.core.errors import ErrorCode, InvalidArgument, NotFound, PalyraError
 from palyra.core.ids import UlidSequence
@@ -42,7 +53,9 @@ log = logging.getLogger("palyra.tasks")
 
 TABLE = "tasks"
 _ID = "id:"
+_ID_END = "id;"  # the first key after every ``id:`` key (";" follows ":")
 _IDEM = "idem:"
+_PAGE_ROWS = 256
 ACTOR = "system:tasks"
 MAX_KIND = 64
 MAX_PAYLOAD = 64 * 1024
@@ -54,6 +67,20 @@ def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+@dataclass(slots=True)
+class _Claimer:
+    """A claim waiting in line for a ready task of its kinds."""
+
+    owner: str
+    kinds: frozenset[str] | None
+    lease_ms: int
+    claimed: asyncio.Future[TaskRecord]  # resolved once a claim for it is durable
+
+
+Change = tuple[TaskRecord, str, tuple[EntityWrite, ...]]
+"""A task's new record, the event that names the change, extra rows of its commit."""
+
+
 class TaskQueue:
     """Enqueue, claim under a lease, heartbeat, finish, cancel, recover."""
 
@@ -61,10 +88,15 @@ class TaskQueue:
         self._store = store
         self._now = now_ms
         self._live = LiveTasks()  # every unfinished task, indexed
-        self._lock = asyncio.Lock()
-        self._changed = asyncio.Condition()
+        # task id -> the commit of its change in flight (the writer's own future,
+        # never handed to a caller, so no caller's cancellation can cancel it).
+        self._inflight: dict[str, asyncio.Future[Any]] = {}
+        # idempotency key -> the answer of its first enqueue while that commits.
+        self._idem_inflight: dict[str, asyncio.Future[TaskRecord]] = {}
+        self._claimers: collections.deque[_Claimer] = collections.deque()
         self._timer: asyncio.Task[None] | None = None
         self._timer_wake = asyncio.Event()
+        self._timer_due: int | None = None  # the deadline the timer sleeps until
         self._ids = UlidSequence()  # task ids sort in enqueue order (ties on time)
         self.commits = 0
         self.stale_refusals = 0  # updates refused for a stale lease epoch (/metrics)
@@ -77,14 +109,16 @@ class TaskQueue:
         """
         self._live = LiveTasks(rec for rec in self._scan() if not rec.final)
         moved = []
-        async with self._lock:
-            for rec in sorted(self._live, key=lambda r: r.task_id):
-                new = model.recover(rec, self._now(), owner_alive=False)
-                if new is not rec:
-                    await self._commit(new, "recovered")
-                    moved.append(new)
+        for rec in sorted(self._live, key=lambda r: r.task_id):
+            new = model.recover(rec, self._now(), owner_alive=False)
+            if new is not rec:
+                # One at a time, each awaited: recovery runs again after a crash here.
+                await self._store.append([_draft(new, "recovered")])
+                self.commits += 1
+                self._live.put(new)
+                moved.append(new)
         self._timer = asyncio.ensure_future(self._deadlines())
-        await self._notify()
+        self._after_change()
         return moved
 
     async def close(self) -> None:
@@ -97,7 +131,7 @@ class TaskQueue:
 
     # -- reads ---------------------------------------------------------------
     def get(self, task_id: str) -> TaskRecord | None:
-        """The task, from memory if unfinished, else from the table."""
+        """The task as last committed: from memory if unfinished, else from the table."""
         rec = self._live.get(task_id)
         if rec is not None:
             return rec
@@ -119,17 +153,46 @@ class TaskQueue:
         """Tasks a worker holds now (from memory; no table scan)."""
         return self._live.leased()
 
+    def unfinished(self) -> list[TaskRecord]:
+        """Every unfinished task, oldest first (from memory; no table scan)."""
+        return sorted(self._live, key=lambda r: r.task_id)
+
     def page(self, *, state: str = "", kind: str = "", parent_run_id: str = "",
              after_task_id: str = "", limit: int = 100) -> tuple[list[TaskRecord], str]:
-        """Newest first (task ids are ULIDs); ``(page, next_after_task_id)``."""
-        rows = [rec for rec in self._scan()
-                if (not state or rec.state == state) and (not kind or rec.kind == kind)
-                and (not parent_run_id or rec.parent_run_id == parent_run_id)]
-        rows.sort(key=lambda r: r.task_id, reverse=True)
-        if after_task_id:
-            rows = [r for r in rows if r.task_id < after_task_id]
-        page = rows[:limit]
-        return page, (page[-1].task_id if len(rows) > limit else "")
+        """Newest first (task ids are ULIDs); ``(page, next_after_task_id)``.
+
+        An unfinished ``state`` is answered from memory; anything else walks the
+        table backwards from ``after_task_id`` a few rows at a time and stops as
+        soon as the page is full, so a page costs its own rows, not the table.
+        """
+        def wanted(rec: TaskRecord) -> bool:
+            return ((not state or rec.state == state) and (not kind or rec.kind == kind)
+                    and (not parent_run_id or rec.parent_run_id == parent_run_id))
+
+        limit = max(1, limit)
+        if state and state not in FINAL_STATES:
+            live = sorted((r for r in self._live if wanted(r)
+                           and (not after_task_id or r.task_id < after_task_id)),
+                          key=lambda r: r.task_id, reverse=True)
+            page = live[:limit]
+            return page, (page[-1].task_id if len(live) > limit else "")
+        found: list[TaskRecord] = []
+        before = _ID + after_task_id if after_task_id else _ID_END
+        while len(found) <= limit:
+            rows = self._store.scan_entities_before(TABLE, before, _PAGE_ROWS)
+            for key, value in rows:
+                if not key.startswith(_ID):
+                    return found, ""
+                rec = model.decode(value)
+                if wanted(rec):
+                    found.append(rec)
+                    if len(found) > limit:
+                        break
+            if len(rows) < _PAGE_ROWS:
+                break
+            before = rows[-1][0]
+        page = found[:limit]
+        return page, (page[-1].task_id if len(found) > limit else "")
 
     def _scan(self) -> Iterable[TaskRecord]:
         after = ""
@@ -169,19 +232,27 @@ class TaskQueue:
         payload_json = msgspec.json.encode(payload or {}).decode()
         if len(payload_json) > MAX_PAYLOAD:
             raise InvalidArgument(f"task payload is over {MAX_PAYLOAD} bytes")
-        async with self._lock:
+        while True:
             if idempotency_key:
+                first = self._idem_inflight.get(idempotency_key)
+                if first is not None:  # the same key is being enqueued: its answer is ours
+                    with contextlib.suppress(PalyraError):
+                        return await asyncio.shield(first), False
+                    continue  # that enqueue failed: try again
                 known = self._store.get_entity(TABLE, _IDEM + idempotency_key)
                 if known is not None:
                     return self.require(known.decode()), False
             now = self._now()
             if debounce is not None:
-                for live in self._live.debouncing(debounce.key):
+                joining = self._live.debouncing(debounce.key)
+                busy = [self._inflight[r.task_id] for r in joining if r.task_id in self._inflight]
+                if busy:
+                    await _settled(busy)  # join the batch as committed, then decide
+                    continue
+                for live in joining:
                     joined = model.coalesce(live, payload or {}, now, debounce)
                     if joined is not None and joined.kind == kind:
-                        await self._commit(joined, "coalesced", also=also)
-                        self._timer_wake.set()
-                        return joined, False
+                        return await self._commit([(joined, "coalesced", ())], also), False
                 rec = model.debounced_task(
                     self._ids.next(now), kind, now, payload or {}, debounce, priority=priority,
                     expires_at_ms=now + ttl_ms if ttl_ms > 0 else 0,
@@ -195,9 +266,15 @@ class TaskQueue:
                     idempotency_key=idempotency_key)
             extra = (EntityWrite(TABLE, _IDEM + idempotency_key, rec.task_id.encode()),
                      ) if idempotency_key else ()
-            await self._commit(rec, "enqueued", extra, also=also)
-        await self._notify()
-        return rec, True
+            answer = self._submit([(rec, "enqueued", extra)], also)
+            if idempotency_key:
+                self._idem_inflight[idempotency_key] = answer
+                answer.add_done_callback(partial(self._idem_settled, idempotency_key))
+            return await answer, True
+
+    def _idem_settled(self, key: str, answer: asyncio.Future[TaskRecord]) -> None:
+        if self._idem_inflight.get(key) is answer:
+            del self._idem_inflight[key]
 
     async def claim(self, owner: str, kinds: frozenset[str] | None = None,
                     lease_ms: int = model.DEFAULT_LEASE_MS) -> TaskRecord:
@@ -205,23 +282,35 @@ class TaskQueue:
 
         Best: highest priority, then the earliest due, then the oldest.
         """
+        loop = asyncio.get_running_loop()
         while True:
-            async with self._changed:
-                pick = self._best(kinds)
-                if pick is None:
-                    await self._changed.wait()
+            claimed: asyncio.Future[TaskRecord] = loop.create_future()
+            if not self._claim_now(owner, kinds, lease_ms, claimed):
+                # In line: a change that makes a task ready claims it for us and
+                # ``claimed`` resolves once that claim is durable (one wake-up).
+                claimer = _Claimer(owner, kinds, lease_ms, claimed)
+                self._claimers.append(claimer)
+                try:
+                    await claimed
+                except asyncio.CancelledError:
+                    with contextlib.suppress(ValueError):
+                        self._claimers.remove(claimer)
+                    raise
+                except _Lost:
                     continue
-            async with self._lock:
-                rec = self._live.get(pick.task_id)
-                if rec is None or not model.is_ready(rec, self._now()):
-                    continue  # another claimer or a cancel got there first
-                claimed = model.claim(rec, owner, self._now(), lease_ms)
-                await self._commit(claimed, "claimed")
-            self._timer_wake.set()
-            return claimed
+                return claimed.result()
+            with contextlib.suppress(_Lost):
+                return await claimed
 
-    def _best(self, kinds: frozenset[str] | None) -> TaskRecord | None:
-        return self._live.best(kinds, self._now())
+    def _claim_now(self, owner: str, kinds: frozenset[str] | None, lease_ms: int,
+                   answer: asyncio.Future[TaskRecord]) -> bool:
+        """Claim the best ready task for ``answer`` (False: none is ready)."""
+        now = self._now()
+        rec = self._live.best(kinds, now)
+        if rec is None:
+            return False
+        self._submit([(model.claim(rec, owner, now, lease_ms), "claimed", ())], answer=answer)
+        return True
 
     async def heartbeat(self, task_id: str, epoch: int,
                         lease_ms: int = model.DEFAULT_LEASE_MS) -> TaskRecord:
@@ -230,31 +319,35 @@ class TaskQueue:
         Raises:
             PalyraError: ``LEASE_STALE`` when ``epoch`` is not the task's lease.
         """
-        async with self._lock:
-            with self._counting_stale():
-                rec = model.heartbeat(self.require(task_id), epoch, self._now(), lease_ms)
-            await self._commit(rec, "heartbeat")
-        self._timer_wake.set()
-        return rec
+        return await self._update(
+            task_id, lambda rec: model.heartbeat(rec, epoch, self._now(), lease_ms),
+            lambda _new: "heartbeat")
 
     async def succeed(self, task_id: str, epoch: int, result: dict[str, Any] | None = None
                       ) -> TaskRecord:
         """Finish a task (``LEASE_STALE`` if the lease moved on)."""
-        async with self._lock:
-            with self._counting_stale():
-                rec = model.succeed(self.require(task_id), epoch, self._now(),
-                                    msgspec.json.encode(result).decode() if result else "")
-            await self._commit(rec, "succeeded")
-        return rec
+        result_json = msgspec.json.encode(result).decode() if result else ""
+        return await self._update(
+            task_id, lambda rec: model.succeed(rec, epoch, self._now(), result_json),
+            lambda _new: "succeeded")
 
     async def fail(self, task_id: str, epoch: int, error: str) -> TaskRecord:
         """Report a failure: retried with backoff, or failed after the last attempt."""
-        async with self._lock:
-            with self._counting_stale():
-                rec = model.fail(self.require(task_id), epoch, self._now(), error[:2000])
-            await self._commit(rec, str(rec.state))
-        await self._notify()
-        return rec
+        return await self._update(
+            task_id, lambda rec: model.fail(rec, epoch, self._now(), error[:2000]),
+            lambda new: str(new.state))
+
+    async def _update(self, task_id: str, change: Callable[[TaskRecord], TaskRecord],
+                      event: Callable[[TaskRecord], str]) -> TaskRecord:
+        """Apply ``change`` to the task's committed state and commit it (unless unchanged)."""
+        while (pending := self._inflight.get(task_id)) is not None:
+            await _settled([pending])
+        rec = self.require(task_id)
+        with self._counting_stale():
+            new = change(rec)
+        if new is rec:
+            return rec
+        return await self._commit([(new, event(new), ())])
 
     @contextlib.contextmanager
     def _counting_stale(self) -> Iterator[None]:
@@ -271,26 +364,19 @@ class TaskQueue:
 
     async def cancel(self, task_id: str, reason: str) -> TaskRecord:
         """Cancel now (nobody runs it) or at the worker's next heartbeat."""
-        async with self._lock:
-            rec = self.require(task_id)
-            new = model.request_cancel(rec, self._now(), reason[:500] or "cancelled")
-            if new is not rec:
-                await self._commit(new, str(new.state))
-        await self._notify()
-        return new
+        return await self._update(
+            task_id, lambda rec: model.request_cancel(rec, self._now(),
+                                                      reason[:500] or "cancelled"),
+            lambda new: str(new.state))
 
     async def lapse(self, task_id: str, reason: str) -> TaskRecord:
         """End a lease whose worker stopped heartbeating (the watchdog in ``auto`` mode):
         re-queued with backoff, or failed after its last attempt. The old epoch can
         write nothing more."""
-        async with self._lock:
-            rec = self.require(task_id)
-            if not rec.leased:
-                return rec
-            new = model.release(rec, self._now(), reason, Outcome.LOST)
-            await self._commit(new, "lease_lapsed")
-        await self._notify()
-        return new
+        return await self._update(
+            task_id, lambda rec: (model.release(rec, self._now(), reason, Outcome.LOST)
+                                  if rec.leased else rec),
+            lambda _new: "lease_lapsed")
 
     async def cancel_children(self, run_id: str, reason: str) -> list[TaskRecord]:
         """Cancel every unfinished task whose parent is ``run_id``."""
@@ -303,54 +389,136 @@ class TaskQueue:
         """The journal drafts that cancel ``run_id``'s unfinished tasks, for the caller to
         commit *in the same append as the run's own end* (the cause).
 
-        The queue stays locked until the caller's block ends, so nothing moves these
+        The children are held until the caller's block ends, so nothing moves these
         tasks in between; memory follows only if the block ends without an error
         (the commit landed).
         """
-        async with self._lock:
-            now = self._now()
-            moved = []
-            for rec in self._live.children(run_id):
-                new = model.request_cancel(rec, now, reason[:500])
-                if new is not rec:
-                    moved.append(new)
+        while busy := [self._inflight[r.task_id] for r in self._live.children(run_id)
+                       if r.task_id in self._inflight]:
+            await _settled(busy)
+        now = self._now()
+        moved = []
+        for rec in self._live.children(run_id):
+            new = model.request_cancel(rec, now, reason[:500])
+            if new is not rec:
+                moved.append(new)
+        if not moved:
+            yield []
+            return
+        block: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for new in moved:
+            self._live.hold(new.task_id)
+            self._inflight[new.task_id] = block
+        landed = False
+        try:
             yield [_draft(new, str(new.state)) for new in moved]
+            landed = True
+        finally:
             for new in moved:
-                self._remember(new)
-        if moved:
-            await self._notify()
+                del self._inflight[new.task_id]
+                if landed:
+                    self._live.put(new)
+                else:
+                    self._live.release(new.task_id)
+            block.set_result(None)
+            self._after_change()
 
-    async def _commit(self, rec: TaskRecord, event: str,
-                      extra: tuple[EntityWrite, ...] = (),
-                      also: Callable[[TaskRecord], Sequence[EventDraft]] | None = None) -> None:
-        # The lock is held: memory changes only after the durable commit.
-        drafts = [*also(rec)] if also is not None else []
-        await self._store.append([*drafts, _draft(rec, event, extra)])
-        self.commits += 1
-        self._remember(rec)
+    # -- commits -------------------------------------------------------------
+    async def _commit(self, changes: list[Change],
+                      also: Callable[[TaskRecord], Sequence[EventDraft]] | None = None
+                      ) -> TaskRecord:
+        return await self._submit(changes, also)
 
-    def _remember(self, rec: TaskRecord) -> None:
-        self._live.put(rec)
+    def _submit(self, changes: list[Change],
+                also: Callable[[TaskRecord], Sequence[EventDraft]] | None = None,
+                answer: asyncio.Future[TaskRecord] | None = None
+                ) -> asyncio.Future[TaskRecord]:
+        """Queue ``changes`` as one journal append and hold their tasks until it settles.
 
-    async def _notify(self) -> None:
-        self._timer_wake.set()
-        async with self._changed:
-            self._changed.notify_all()
+        Synchronous up to the writer's queue, so changes decided in this order are
+        committed in this order. The answer (the first change's record) resolves
+        once memory follows the durable commit; a failed commit releases the tasks
+        unchanged and fails the answer. A claimer passes its own ``answer``, failed
+        with ``_Lost`` instead (it then looks again).
+        """
+        first = changes[0][0]
+        drafts = [*also(first)] if also is not None else []
+        drafts.extend(_draft(rec, event, extra) for rec, event, extra in changes)
+        commit = self._store.submit(drafts)  # raises before anything is queued
+        del drafts
+        for rec, _event, _extra in changes:
+            self._live.hold(rec.task_id)
+            self._inflight[rec.task_id] = commit
+        lost_ok = answer is not None
+        if answer is None:
+            answer = asyncio.get_running_loop().create_future()
+        commit.add_done_callback(partial(self._settle, changes, answer, lost_ok))
+        return answer
+
+    def _settle(self, changes: list[Change], answer: asyncio.Future[TaskRecord],
+                lost_ok: bool, commit: asyncio.Future[Any]) -> None:
+        error = (PalyraError("the journal dropped the commit", code=ErrorCode.UNAVAILABLE)
+                 if commit.cancelled() else commit.exception())
+        for rec, _event, _extra in changes:
+            if self._inflight.get(rec.task_id) is commit:
+                del self._inflight[rec.task_id]
+            if error is None:
+                self._live.put(rec)
+            else:
+                self._live.release(rec.task_id)
+        if error is None:
+            self.commits += 1
+        if not answer.done():  # a caller that went away leaves its answer cancelled
+            if error is None:
+                answer.set_result(changes[0][0])
+            elif lost_ok:
+                log.warning("a claim's commit failed: %s", error)
+                answer.set_exception(_Lost())
+            else:
+                answer.set_exception(error)
+        self._after_change()
+
+    def _after_change(self) -> None:
+        """Hand ready tasks to waiting claimers; wake the timer for a nearer deadline."""
+        if self._claimers:
+            self._hand_out()
+        due = self._live.next_deadline()
+        if due is not None and (self._timer_due is None or due < self._timer_due):
+            self._timer_wake.set()
+
+    def _hand_out(self) -> None:
+        empty: set[frozenset[str] | None] = set()  # kinds with nothing ready this pass
+        waiting: collections.deque[_Claimer] = collections.deque()
+        while self._claimers:
+            claimer = self._claimers.popleft()
+            if claimer.claimed.done():
+                continue  # cancelled while waiting
+            if claimer.kinds in empty:
+                waiting.append(claimer)
+                continue
+            try:
+                handed = self._claim_now(claimer.owner, claimer.kinds, claimer.lease_ms,
+                                         claimer.claimed)
+            except Exception as exc:  # the journal refused the claim (closed): tell the claimer
+                claimer.claimed.set_exception(exc)
+                continue
+            if not handed:
+                empty.add(claimer.kinds)
+                waiting.append(claimer)
+        self._claimers = waiting
 
     # -- deadlines -----------------------------------------------------------
-    def _next_deadline(self) -> int | None:
-        return self._live.next_deadline()
-
     async def _deadlines(self) -> None:
-        """Sleep until the next deadline (or a change), then apply what is due."""
+        """Sleep until the next deadline (or a nearer one), then apply what is due."""
         while True:
             self._timer_wake.clear()
-            due = self._next_deadline()
+            due = self._timer_due = self._live.next_deadline()
             timeout = None if due is None else max(0.0, (due - self._now()) / 1000)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):
                     await self._timer_wake.wait()
                     continue
+            self._timer_due = None
             try:
                 await self._apply_due()
             except Exception:  # a failed commit is retried at the next deadline
@@ -358,22 +526,36 @@ class TaskQueue:
                 await asyncio.sleep(0.1)
 
     async def _apply_due(self) -> None:
-        async with self._lock:
-            now = self._now()
-            due = self._live.due(now)
-            for i, rec in enumerate(due):
-                # In this process a lease ends only by running out (a hung worker).
-                new = model.recover(rec, now, owner_alive=True)
-                if new is rec:
-                    continue  # a not_before passed: claimable now (notified below)
-                try:
-                    await self._commit(new, "lease_lapsed" if rec.leased else str(new.state))
-                except BaseException:
-                    for left in due[i:]:  # back on the timer: retried at the next wake-up
-                        if self._live.get(left.task_id) is left:
-                            self._live.put(left)
-                    raise
-        await self._notify()  # tasks whose not_before passed are claimable now
+        now = self._now()
+        commits = []
+        due = self._live.due(now)
+        for i, rec in enumerate(due):
+            # In this process a lease ends only by running out (a hung worker).
+            new = model.recover(rec, now, owner_alive=True)
+            if new is rec:
+                continue  # a not_before passed: claimable now
+            event = "lease_lapsed" if rec.leased else str(new.state)
+            try:
+                commits.append(self._submit([(new, event, ())]))
+            except BaseException:
+                for left in due[i:]:  # back on the timer: retried at the next wake-up
+                    if self._live.get(left.task_id) is left and not self._live.held(
+                            left.task_id):
+                        self._live.put(left)
+                raise
+        self._after_change()  # tasks whose not_before passed are claimable now
+        # A failed commit released its task, deadlines and all: retried next wake-up.
+        for answer in commits:
+            await answer
+
+
+class _Lost(Exception):
+    """A claim's commit failed; the task was released and the claimer looks again."""
+
+
+async def _settled(futures: list[asyncio.Future[Any]]) -> None:
+    """Wait until every one of ``futures`` is done, whatever its outcome (never cancels them)."""
+    await asyncio.wait(futures)
 
 
 def _draft(rec: TaskRecord, event: str, extra: tuple[EntityWrite, ...] = ()) -> EventDraft:

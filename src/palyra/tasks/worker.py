@@ -40,10 +40,6 @@ Handler = Callable[[TaskContext], Awaitable[dict[str, Any] | None]]
 """Runs one task; returns its result (JSON-able) or raises to fail the attempt."""
 
 
-class _LeaseLost(Exception):
-    pass
-
-
 class TaskWorker:
     """``concurrency`` loops over one queue for the kinds in ``handlers``."""
 
@@ -88,25 +84,25 @@ class TaskWorker:
         handler = self._handlers[task.kind]
         payload = msgspec.json.decode(task.payload_json) if task.payload_json else {}
         work = asyncio.ensure_future(handler(TaskContext(task, payload)))
-        beats = asyncio.ensure_future(self._heartbeats(task, work))
+        # Most tasks end well inside a lease: the heartbeat is a timer until it is
+        # due, and a task of its own only then (not one task per task run).
+        beats = _Heartbeats(self, task, work)
         try:
             result = await work
         except asyncio.CancelledError:
-            heard = beats.done() and not beats.cancelled()
-            if heard and isinstance(beats.exception(), _LeaseLost):
+            if beats.lost:
                 return None  # the task moved on without us: write nothing
-            if not (heard and beats.exception() is None):
-                beats.cancel()  # the worker itself is stopping: the lease lapses
-                raise
+            if not beats.cancel_heard:
+                raise  # the worker itself is stopping: the lease lapses
             # The heartbeat heard a cancel request: record it (cancel_requested -> cancelled).
             return await self._finish(self._queue.fail(task.task_id, task.lease_epoch,
                                                        "cancelled"))
         except Exception as exc:
-            beats.cancel()
+            beats.stop()
             return await self._finish(self._queue.fail(
                 task.task_id, task.lease_epoch, f"{type(exc).__name__}: {exc}"))
         finally:
-            beats.cancel()
+            beats.stop()
         return await self._finish(self._queue.succeed(task.task_id, task.lease_epoch, result))
 
     @staticmethod
@@ -119,19 +115,56 @@ class TaskWorker:
                 return None
             raise
 
-    async def _heartbeats(self, task: TaskRecord, work: asyncio.Future[Any]) -> None:
-        interval = self._lease_ms * model.HEARTBEAT_FRACTION / 1000
-        while not work.done():
-            await asyncio.sleep(interval)
-            if work.done():
+
+class _Heartbeats:
+    """Renews ``task``'s lease every ``0.8 x`` lease while ``work`` runs.
+
+    A renewal that finds the task ``cancel_requested`` cancels ``work``
+    (``cancel_heard``); one refused as ``LEASE_STALE`` cancels it too (``lost``:
+    the task moved on without this worker, which must write nothing more).
+    """
+
+    def __init__(self, worker: TaskWorker, task: TaskRecord, work: asyncio.Future[Any]) -> None:
+        self._worker = worker
+        self._task = task
+        self._work = work
+        self._interval = worker._lease_ms * model.HEARTBEAT_FRACTION / 1000
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = self._loop.call_later(self._interval, self._due)
+        self._beat: asyncio.Task[None] | None = None
+        self.lost = False
+        self.cancel_heard = False
+
+    def stop(self) -> None:
+        """The work ended: no more renewals."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._beat is not None:
+            self._beat.cancel()
+            self._beat = None
+
+    def _due(self) -> None:
+        self._timer = None
+        if not self._work.done():
+            self._beat = self._loop.create_task(self._renew())
+
+    async def _renew(self) -> None:
+        task, queue = self._task, self._worker._queue
+        try:
+            rec = await queue.heartbeat(task.task_id, task.lease_epoch, self._worker._lease_ms)
+        except PalyraError as exc:
+            if exc.code is ErrorCode.LEASE_STALE:
+                self.lost = True
+                self._work.cancel()
                 return
-            try:
-                rec = await self._queue.heartbeat(task.task_id, task.lease_epoch, self._lease_ms)
-            except PalyraError as exc:
-                if exc.code is ErrorCode.LEASE_STALE:
-                    work.cancel()
-                    raise _LeaseLost from exc
-                raise
+            log.warning("task %s: heartbeat failed: %s", task.task_id, exc.message)
+        else:
             if rec.state == State.CANCEL_REQUESTED:
-                work.cancel()
+                self.cancel_heard = True
+                self._work.cancel()
                 return
+        finally:
+            self._beat = None
+        if not self._work.done():
+            self._timer = self._loop.call_later(self._interval, self._due)

@@ -10,6 +10,12 @@ served only while nothing wrote it since. A commit landing during the read
 writes its rows under a later reading, so a row that might predate it is never
 served again: the cache can miss, never serve an old row.
 
+The writer also files the values it wrote under the commit's own reading (write
+through): a read right after a commit, of the row it wrote (an approval decided
+just after it was asked, a run read back after its end), is then a hit instead of
+an LMDB read, which would wait until the writer applied the frame (reads of this
+process wait for that; see ``JournalEnv.visible``) and block the event loop.
+
 Per row, not per table: every run commit writes its run row, and sessions
 start all the time, so a table-wide version would make nearly every read a
 miss under load.
@@ -20,9 +26,12 @@ would not advance anything here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 DEFAULT_LIMIT = 4096
+WRITE_THROUGH_BYTES = 2048
+"""Written rows up to this size are filed as written; a larger one (an attachment, a
+memory item's text) is only marked, so the cache never holds blobs nobody read."""
 
 
 class EntityCache:
@@ -60,8 +69,10 @@ class EntityCache:
             self._rows.clear()
         self._rows[(table, key)] = (clock, value)
 
-    def wrote(self, rows: Iterable[tuple[str, str]]) -> None:
-        """After a durable commit that wrote ``rows`` (writer thread only)."""
+    def wrote(self, rows: Iterable[tuple[str, str]],
+              values: Mapping[tuple[str, str], bytes | None] | None = None) -> None:
+        """After a durable commit that wrote ``rows`` (writer thread only), with the
+        ``values`` it left them holding (None: deleted), filed as read at the commit."""
         now = self._clock + 1
         written = self._written
         if len(written) >= self._limit:
@@ -72,6 +83,12 @@ class EntityCache:
         for row in rows:
             written[row] = now
             versions[row[0]] = now
+        if values:
+            if len(self._rows) + len(values) > self._limit:
+                self._rows.clear()
+            # Served from the reading ``now`` on: any later commit of a row marks it later.
+            self._rows.update((row, (now, value)) for row, value in values.items()
+                              if value is None or len(value) <= WRITE_THROUGH_BYTES)
         # Advanced last: a reader that notes ``now`` reads after the rows above
         # were marked, and (JournalEnv.read waits for the commit) sees them.
         self._clock = now

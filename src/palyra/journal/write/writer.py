@@ -114,7 +114,8 @@ class Writer:
         env: JournalEnv,
         max_batch_events: int,
         on_commit: Callable[[list[tuple[StoredEvent, int]]], Deliveries],
-        on_rows: Callable[[set[tuple[str, str]]], None] = lambda rows: None,
+        on_rows: Callable[[set[tuple[str, str]], dict[tuple[str, str], bytes | None]],
+                          None] = lambda rows, values: None,
         followed: Callable[[], bool] = lambda: True,
     ):
         assert env.durable is not None, "a writable journal has a commit log"
@@ -269,7 +270,7 @@ class Writer:
             request.result = answer
         self.stats.append_calls += len(live)
         self.stats.max_batch_calls = max(self.stats.max_batch_calls, len(batch))
-        self._answer(batch, plan, frame)
+        self._answer(batch, plan, frame, live)
 
     def _heads(self, batch: list[Append]) -> Heads:
         """The chain heads ``batch`` appends to: remembered, else read from LMDB."""
@@ -327,7 +328,8 @@ class Writer:
         self._durable.log_frame(frame, settled=not self._pending.unsettled())
         return frame
 
-    def _answer(self, batch: list[Append], plan: CommitPlan, frame: RecordingTxn) -> None:
+    def _answer(self, batch: list[Append], plan: CommitPlan, frame: RecordingTxn,
+                live: list[Append] | None = None) -> None:
         """Tell callers and followers; remember the heads; keep the frame to apply."""
         # Reads of this process wait from here until LMDB holds the frame. Lowered
         # after the frame, not before: a read while it was being flushed saw the
@@ -335,7 +337,9 @@ class Writer:
         if self._env.visible.is_set():
             self._env.visible.clear()
         if plan.rows:
-            self._on_rows(plan.rows)  # before anyone hears of the commit: no stale read after
+            # Before anyone hears of the commit: no stale read after, and the rows as
+            # written are there to read without waiting for LMDB to hold them.
+            self._on_rows(plan.rows, _written(live) if live is not None else {})
         stats = self.stats
         stats.commits += 1
         stats.appended_events += len(plan.views)
@@ -532,3 +536,14 @@ def _remember(memory: dict[Any, Any], committed: dict[Any, Any]) -> None:
     if len(memory) + len(committed) > _MEMORY_LIMIT:
         memory.clear()
     memory.update(committed)
+
+
+def _written(requests: list[Append]) -> dict[tuple[str, str], bytes | None]:
+    """The value each entity row holds after ``requests`` commit (in order: the last wins,
+    as ``plan_commit`` lays the writes out)."""
+    values: dict[tuple[str, str], bytes | None] = {}
+    for request in requests:
+        for event in request.events:
+            for write in event.entity_writes:
+                values[(write.table, write.key)] = write.value
+    return values

@@ -1,0 +1,40 @@
+"""What a daemon loads at start: heavy optional packages wait until they are used.
+
+The idle daemon's memory is mostly its imports; each package here costs several
+MB resident and serves a feature that is off, or not used yet, in a default daemon.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+_PROBE = """
+import json, sys
+import palyra.cli.main, palyra.daemon.daemon
+from palyra.memory.embed import default_embedder
+from palyra.memory.tokens import token_counter
+embedder = default_embedder()
+counted = token_counter().count("hello there")
+before = sorted({m.split(".")[0] for m in sys.modules} & {"wordllama", "opentelemetry"})
+gateway = "websockets.asyncio.client" in sys.modules
+vector = embedder.embed(["hello there"])
+print(json.dumps({"before": before, "gateway": gateway, "counted": counted,
+                  "name": embedder.name, "dim": int(vector.shape[1]),
+                  "after": "wordllama" in sys.modules}))
+"""
+
+
+def test_the_embedder_tracing_and_the_discord_client_load_only_when_used() -> None:
+    path = f"{ROOT / 'src'}:{ROOT / 'generated' / 'python'}"
+    out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True,
+                         env={"PYTHONPATH": path, "PATH": "/usr/bin:/bin"}, check=True, timeout=120)
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["before"] == [] and not seen["gateway"]
+    assert seen["counted"] == 2  # the real tokenizer, read from the wheel's file
+    if seen["name"].startswith("wordllama"):  # installed: the first embed loads the model
+        assert seen["after"] and seen["dim"] == 128
