@@ -39,7 +39,7 @@ RULES: Final[dict[str, FieldRule]] = {
         None,
         '{"maxLength":200}',
     ),
-    "palyra.v1.Agent.system_prompt": FieldRule(False, "", None, '{"maxLength":20000}'),
+    "palyra.v1.Agent.system_prompt": FieldRule(False, "", None, '{"maxLength":16000}'),
     "palyra.v1.Agent.tool_postures": FieldRule(
         False,
         "",
@@ -81,6 +81,9 @@ RULES: Final[dict[str, FieldRule]] = {
     "palyra.v1.CreateRunRequest.input": FieldRule(
         False, "", None, '{"properties":{"attachments":{"maxItems":32}}}'
     ),
+    "palyra.v1.CreateRunRequest.session_id": FieldRule(
+        False, "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$", None
+    ),
     "palyra.v1.DecideApprovalRequest.decision": FieldRule(True, "", None),
     "palyra.v1.IngestMemoryRequest.item": FieldRule(
         True,
@@ -104,12 +107,20 @@ RULES: Final[dict[str, FieldRule]] = {
         None,
         '{"maxLength":4096}',
     ),
-    "palyra.v1.PruneJournalRequest.older_than_days": FieldRule(False, "", 0.0),
+    "palyra.v1.PruneJournalRequest.older_than_days": FieldRule(
+        False, "", 0.0, '{"maximum":1000000}'
+    ),
+    "palyra.v1.ResolveSessionRequest.session_id": FieldRule(
+        False, "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$", None
+    ),
     "palyra.v1.RouteMessageRequest.message": FieldRule(True, "", None),
     "palyra.v1.RunStreamRequest.input": FieldRule(
         False, "", None, '{"properties":{"attachments":{"maxItems":32}}}'
     ),
     "palyra.v1.RunStreamRequest.run_id": FieldRule(False, "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$", None),
+    "palyra.v1.RunStreamRequest.session_id": FieldRule(
+        False, "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$", None
+    ),
     "palyra.v1.SearchMemoryRequest.query": FieldRule(
         True,
         "[^\\t\\n\\v\\f\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]",

@@ -24,7 +24,7 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.Agent.agent_id": "Chosen by the daemon: a request leaves it empty (or, to update, the path's).",
     "palyra.v1.Agent.display_name": "1..200 characters, not only white space.",
     "palyra.v1.Agent.provider": "The model provider selection (recorded; the daemon runs its configured provider).",
-    "palyra.v1.Agent.system_prompt": "At most 20,000 characters.",
+    "palyra.v1.Agent.system_prompt": "At most 16,000 characters.",
     "palyra.v1.Agent.tool_postures": "Per-tool postures for this agent's runs (a session's overrides win over them).",
     "palyra.v1.Agent.tools": "Tools this agent may use; empty: every tool. Others are `disabled` for its runs.",
     "palyra.v1.AgentBinding.agent_id": "The path's agent: a request leaves it empty (or repeats the path's).",

@@ -1399,7 +1399,7 @@ export declare type Agent = Message<"palyra.v1.Agent"> & {
   displayName: string;
 
   /**
-   * At most 20,000 characters.
+   * At most 16,000 characters.
    *
    * @generated from field: string system_prompt = 3;
    */

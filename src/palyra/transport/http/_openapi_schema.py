@@ -103,6 +103,11 @@ class SchemaBuilder:
             single = {"type": "integer", "minimum": low, "maximum": high}
         else:
             single = self._scalar(fm.proto_type, item_cls, name)
+        rule = RULES.get(f"{full_name(cls)}.{name}")
+        if rule is not None:  # a query parameter keeps its field's rule
+            single = _ruled(single, fm, rule, item_cls)
+            if rule.schema:
+                single = _with_extra(single, json.loads(rule.schema))
         return {"type": "array", "items": single} if fm.repeated else single
 
     # -- building ----------------------------------------------------------

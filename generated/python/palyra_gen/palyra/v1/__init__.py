@@ -953,7 +953,7 @@ class Agent(betterproto2.Message):
 
     system_prompt: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
     """
-    At most 20,000 characters.
+    At most 16,000 characters.
     """
 
     provider: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
