@@ -65,6 +65,7 @@ class FieldRuleOption:
     required: bool
     pattern: str
     minimum: float | None
+    schema: str = ""
 
 
 @dataclass(frozen=True)
@@ -199,7 +200,7 @@ class _OptionReader:
             return None
         value = parsed.Extensions[self._field_rule]  # type: ignore[attr-defined]
         return FieldRuleOption(value.required, value.pattern,
-                               value.minimum if value.has_minimum else None)
+                               value.minimum if value.has_minimum else None, value.schema)
 
     def http_bindings(self, options: Message) -> tuple[HttpBinding, ...]:
         """Every ``google.api.http`` binding of a method (main rule first)."""

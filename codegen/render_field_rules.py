@@ -6,9 +6,24 @@ The HTTP gateway's OpenAPI document reads them (``required``, ``pattern``,
 
 from __future__ import annotations
 
+import json
+
 from codegen.descriptors import FieldRuleOption
 
 GENERATOR = "codegen/render_field_rules.py"
+
+
+def _schema(name: str, text: str) -> str:
+    """The rule's JSON Schema, checked to be a JSON object and written canonically."""
+    if not text:
+        return ""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{name}: (field_rule).schema is not JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ValueError(f"{name}: (field_rule).schema must be a JSON object")
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
 def render(rules: dict[str, FieldRuleOption]) -> str:
@@ -21,15 +36,18 @@ def render(rules: dict[str, FieldRuleOption]) -> str:
         "",
         "class FieldRule(NamedTuple):",
         '    """``required``: set and not empty; ``pattern``: a string\'s regex ("" = any);',
-        '    ``minimum``: a number\'s finite lower bound (None = any)."""',
+        '    ``minimum``: a number\'s finite lower bound (None = any); ``schema``: more JSON',
+        '    Schema the value must satisfy, as canonical JSON ("" = none)."""',
         "",
         "    required: bool",
         "    pattern: str",
         "    minimum: float | None",
+        '    schema: str = ""',
         "",
         "",
         "RULES: Final[dict[str, FieldRule]] = {",
-        *(f"    {name!r}: FieldRule({r.required!r}, {r.pattern!r}, {r.minimum!r}),"
+        *(f"    {name!r}: FieldRule({r.required!r}, {r.pattern!r}, {r.minimum!r}"
+          + (f", {_schema(name, r.schema)!r}" if r.schema else "") + "),"
           for name, r in sorted(rules.items())),
         "}",
         "",

@@ -13,7 +13,7 @@ GROUPS = {
          "memory", "channels", "tasks", "incidents", "learning", "config", "doctor", "skills"],
     "agents": ["list", "show", "create", "update", "delete", "bind", "bindings", "unbind"],
     "memory": ["ingest", "search", "list", "show", "delete"],
-    "channels": ["pair", "codes", "grants", "revoke", "quarantine", "connect"],
+    "channels": ["list", "pair", "codes", "grants", "revoke", "quarantine", "connect"],
     "tasks": ["list", "show", "cancel"],
     "incidents": ["list", "ack"],
     "learning": ["list", "accept", "reject"],

@@ -88,6 +88,26 @@ def test_memory_ingest_search_show_with_provenance_and_delete(daemon: DaemonProc
     assert memory_id not in palyra(daemon, "memory", "list").stdout
 
 
+def test_channels_list_shows_each_channel_and_its_health(daemon: DaemonProcess) -> None:
+    answer = as_json(daemon, "channels", "list")
+    over_http = httpx.get(f"http://127.0.0.1:{daemon.http_port}/v1/channels",
+                          headers={**_headers(daemon), "x-palyra-principal": "admin:cli"},
+                          timeout=30).json()
+    assert answer == over_http  # the same RPC, the same proto3 JSON
+    assert answer["routerEnabled"] is True
+    [hooks] = [c for c in answer["channels"] if c["channel"] == "webhook:hooks"]
+    assert (hooks["kind"], hooks["mode"], hooks["dmPolicy"]) == ("webhook", "inbound_only", "pairing")
+    table = palyra(daemon, "channels", "list")
+    assert table.returncode == 0, table.stderr
+    header, *rows = table.stdout.splitlines()
+    assert header.split() == ["CHANNEL", "KIND", "MODE", "DMS", "SLOTS", "OUTBOX", "FAILED",
+                              "QUARANTINED"]
+    [row] = [r.split() for r in rows if r.startswith("webhook:hooks ")]
+    assert row[:4] == ["webhook:hooks", "webhook", "inbound_only", "pairing"]
+    assert row[4:] == [str(hooks.get(k, 0)) for k in
+                       ("concurrency", "outboxPending", "outboxFailed", "quarantined")]
+
+
 def test_channels_pairing_codes_grants_and_quarantine(daemon: DaemonProcess) -> None:
     code = as_json(daemon, "channels", "pair", "webhook:hooks")
     assert code["channel"] == "webhook:hooks" and code["code"]

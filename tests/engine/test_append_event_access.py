@@ -58,8 +58,9 @@ async def test_nobody_writes_into_another_principals_chain(harness: Harness) -> 
                    ErrorCode.INVALID_ARGUMENT)
     await _refused(app, USER, req(actor="user:alice", run_id="01J00000000000000000000000"),
                    ErrorCode.NOT_FOUND)
+    # A run of another session: the ids conflict with what is stored (409, not 400).
     await _refused(app, USER, req(actor="user:alice", session_id=other.session_id),
-                   ErrorCode.INVALID_ARGUMENT)
+                   ErrorCode.STATE_CONFLICT)
     # Nothing of the above reached the journal.
     assert harness.store.head() == head
     # The owner (and an operator, under any non-daemon actor) still may.

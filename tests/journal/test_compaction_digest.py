@@ -78,7 +78,7 @@ async def test_a_changed_covered_event_is_caught_at_its_own_position(tmp_path: P
     rewrite_record(tmp_path, 3, payload=canonical_bytes({"text": "approved!", "inputId": "2"}))
     report = verify_store(tmp_path)
     assert report.problem is not None and report.problem.position == 1  # the record's first
-    assert "hash mismatch" in report.summary()
+    assert "record under key 5 (positions 1..5): hash is " in report.summary()
 
 
 def test_the_digest_layout() -> None:

@@ -228,7 +228,8 @@ async def test_tampered_tombstones_are_reported(data_dir: Path) -> None:
     raw_record(data_dir, through, tomb[:65] + bytes(32) + tomb[97:])
     report = verify_store(data_dir)
     assert report.problem is not None and report.problem.position == record.first
-    assert "prev_hash" in report.problem.reason
+    assert f"record under key {through} (pruned, positions {record.first}..{through}): prev_hash is {bytes(32).hex()}" in (
+        report.problem.reason)
     raw_record(data_dir, through, tomb)
     assert verify_store(data_dir).ok
     # 3. the next record hidden as a tombstone (hashes kept): the claim no longer matches.
@@ -236,7 +237,8 @@ async def test_tampered_tombstones_are_reported(data_dir: Path) -> None:
     next_record = decode_record(nxt)
     raw_record(data_dir, next_record.last, encode_tombstone(next_record, 0))
     report = verify_store(data_dir)
-    assert report.problem is not None and "journal.pruned says" in report.problem.reason
+    assert report.problem is not None and ": journal.pruned at position " in report.problem.reason
+    assert f"expected through={next_record.last}" in report.problem.reason
     raw_record(data_dir, next_record.last, nxt)
     # 4. a record after unpruned data hidden as a tombstone: not a prefix.
     async with JournalStore.open(data_dir) as store:
@@ -245,7 +247,9 @@ async def test_tampered_tombstones_are_reported(data_dir: Path) -> None:
     raw_record(data_dir, later_record.last, encode_tombstone(later_record, 0))
     report = verify_store(data_dir)
     assert report.problem is not None and report.problem.position == later_record.first
-    assert "prefix" in report.problem.reason
+    assert report.problem.reason.startswith(
+        f"record under key {later_record.last} (pruned, positions {later_record.first}.."
+        f"{later_record.last}): a pruned record after ")
 
 
 async def test_tampered_pruned_bundle_line(store: JournalStore, tmp_path: Path) -> None:

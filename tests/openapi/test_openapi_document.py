@@ -72,12 +72,14 @@ def test_fields_the_server_requires_are_required_and_never_null(doc: dict[str, A
     schemas = doc["components"]["schemas"]
     ingest = schemas["IngestMemoryRequest"]
     assert ingest["required"] == ["item"]
-    assert ingest["properties"]["item"]["$ref"] == "#/components/schemas/MemoryItem"
-    assert "anyOf" not in ingest["properties"]["item"]  # not nullable
+    item = ingest["properties"]["item"]["allOf"]  # the message, and its placement rule
+    assert item[0]["$ref"] == "#/components/schemas/MemoryItem"
+    assert "anyOf" not in item[0]  # not nullable
+    assert "if" in item[1]["allOf"][0] and "then" in item[1]["allOf"][0]
     search = schemas["SearchMemoryRequest"]
     assert search["required"] == ["query"] and search["properties"]["query"]["minLength"] == 1
     append = schemas["AppendEventRequest"]
-    assert set(append["required"]) == {"sessionId", "runId", "kind", "actor"}
+    assert set(append["required"]) == {"sessionId", "runId", "kind", "actor", "timestampUnixMs"}
     assert append["properties"]["runId"]["pattern"] == "^[0-7][0-9A-HJKMNP-TV-Z]{25}$"
     decide = doc["paths"]["/v1/approvals/{approval_id}:decide"]["post"]
     body = decide["requestBody"]["content"]["application/json"]["schema"]
@@ -91,13 +93,38 @@ def test_fields_the_server_requires_are_required_and_never_null(doc: dict[str, A
         body = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]
         assert body["schema"]["required"] == [field], path
     assert "required" not in schemas["CreateRunRequest"]
+    # A body holding a required field must be sent; one of defaults only may be left out.
+    bodies = {f"{m} {path}": op["requestBody"]["required"] for path, item in doc["paths"].items()
+              for m, op in item.items() if "requestBody" in op}
+    assert bodies["post /v1/memory"] and bodies["post /v1/agents/{agent_id}/bindings"]
+    assert not bodies["post /v1/runs"] and not bodies["post /v1/runs/{run_id}:abort"]
+
+
+def test_query_parameters_keep_their_fields_rules(doc: dict[str, Any]) -> None:
+    listing = {p.get("name"): p for p in doc["paths"]["/v1/runs"]["get"]["parameters"]}
+    assert listing["page_token"]["schema"]["pattern"] == "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$"
+
+
+def test_a_rules_schema_joins_the_fields_own(doc: dict[str, Any]) -> None:
+    schemas = doc["components"]["schemas"]
+    agent = schemas["Agent"]["properties"]
+    assert agent["agentId"]["readOnly"] is True  # an annotation stands beside the type
+    assert agent["displayName"]["allOf"][1] == {"maxLength": 200}
+    assert "displayName" in schemas["Agent"]["required"]
+    binding = doc["paths"]["/v1/agents/{agent_id}/bindings"]["post"]["requestBody"]
+    body = binding["content"]["application/json"]["schema"]
+    assert body["required"] == ["binding"]
+    assert [b["required"] for b in body["properties"]["binding"]["allOf"][1]["anyOf"]] == [
+        ["sessionKey"], ["channel"]]
 
 
 def test_number_and_id_formats_the_server_enforces(doc: dict[str, Any]) -> None:
     schemas = doc["components"]["schemas"]
     days = schemas["PruneJournalRequest"]["properties"]["olderThanDays"]
     # Finite (no "Infinity"/"NaN" strings) and >= 0; null is the default, 0.
-    assert (days["type"], days["minimum"]) == (["number", "null"], 0.0) and "anyOf" not in days
+    own, extra = days["allOf"]
+    assert (own["type"], own["minimum"]) == (["number", "null"], 0.0) and "anyOf" not in own
+    assert extra == {"maximum": 1000000}
     run_id = schemas["RunStreamRequest"]["properties"]["runId"]
     assert run_id["pattern"] == "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$"
 

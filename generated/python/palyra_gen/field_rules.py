@@ -22,31 +22,118 @@ from typing import Final, NamedTuple
 
 class FieldRule(NamedTuple):
     """``required``: set and not empty; ``pattern``: a string's regex ("" = any);
-    ``minimum``: a number's finite lower bound (None = any)."""
+    ``minimum``: a number's finite lower bound (None = any); ``schema``: more JSON
+    Schema the value must satisfy, as canonical JSON ("" = none)."""
 
     required: bool
     pattern: str
     minimum: float | None
+    schema: str = ""
 
 
 RULES: Final[dict[str, FieldRule]] = {
-    "palyra.v1.AppendEventRequest.actor": FieldRule(True, "", None),
-    "palyra.v1.AppendEventRequest.kind": FieldRule(True, "", None),
+    "palyra.v1.Agent.agent_id": FieldRule(False, "", None, '{"readOnly":true}'),
+    "palyra.v1.Agent.display_name": FieldRule(
+        True,
+        "[^\\t\\n\\v\\f\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]",
+        None,
+        '{"maxLength":200}',
+    ),
+    "palyra.v1.Agent.system_prompt": FieldRule(False, "", None, '{"maxLength":16000}'),
+    "palyra.v1.Agent.tool_postures": FieldRule(
+        False,
+        "",
+        None,
+        '{"additionalProperties":{"not":{"enum":[0,"TOOL_POSTURE_UNSPECIFIED","UNSPECIFIED"]}}}',
+    ),
+    "palyra.v1.AgentBinding.agent_id": FieldRule(False, "", None, '{"readOnly":true}'),
+    "palyra.v1.AgentBinding.binding_id": FieldRule(False, "", None, '{"readOnly":true}'),
+    "palyra.v1.AppendEventRequest.actor": FieldRule(
+        True,
+        "[^\\t\\n\\v\\f\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]",
+        None,
+    ),
+    "palyra.v1.AppendEventRequest.event_id": FieldRule(
+        False, "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$", None
+    ),
+    "palyra.v1.AppendEventRequest.kind": FieldRule(
+        True,
+        "[^\\t\\n\\v\\f\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]",
+        None,
+    ),
     "palyra.v1.AppendEventRequest.run_id": FieldRule(True, "^[0-7][0-9A-HJKMNP-TV-Z]{25}$", None),
     "palyra.v1.AppendEventRequest.session_id": FieldRule(
         True, "^[0-7][0-9A-HJKMNP-TV-Z]{25}$", None
     ),
+    "palyra.v1.AppendEventRequest.timestamp_unix_ms": FieldRule(
+        True,
+        "",
+        None,
+        '{"anyOf":[{"minimum":1,"type":"integer"},{"pattern":"^0*[1-9]","type":"string"}]}',
+    ),
+    "palyra.v1.BindAgentRequest.binding": FieldRule(
+        True,
+        "",
+        None,
+        '{"anyOf":[{"properties":{"sessionKey":{"minLength":1,"type":"string"}},"required":["sessionKey"]},{"properties":{"channel":{"minLength":1,"type":"string"}},"required":["channel"]}]}',
+    ),
     "palyra.v1.CreateAgentRequest.agent": FieldRule(True, "", None),
+    "palyra.v1.CreateRunRequest.input": FieldRule(
+        False, "", None, '{"properties":{"attachments":{"maxItems":32}}}'
+    ),
+    "palyra.v1.CreateRunRequest.session_id": FieldRule(
+        False, "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$", None
+    ),
     "palyra.v1.DecideApprovalRequest.decision": FieldRule(True, "", None),
     "palyra.v1.GetTreeTileRequest.level": FieldRule(False, "", -1.0),
     "palyra.v1.GetTreeTileRequest.width": FieldRule(False, "", 1.0),
-    "palyra.v1.IngestMemoryRequest.item": FieldRule(True, "", None),
-    "palyra.v1.IssueTokenRequest.principal": FieldRule(True, "", None),
-    "palyra.v1.PruneJournalRequest.older_than_days": FieldRule(False, "", 0.0),
+    "palyra.v1.IngestMemoryRequest.item": FieldRule(
+        True,
+        "",
+        None,
+        '{"allOf":[{"if":{"properties":{"scope":{"const":"session"}},"required":["scope"]},"then":{"properties":{"sessionId":{"minLength":1,"type":"string"}},"required":["sessionId"]}},{"if":{"properties":{"scope":{"const":"agent"}},"required":["scope"]},"then":{"properties":{"agentId":{"minLength":1,"type":"string"}},"required":["agentId"]}}]}',
+    ),
+    "palyra.v1.IssueTokenRequest.label": FieldRule(False, "", None, '{"maxLength":200}'),
+    "palyra.v1.IssueTokenRequest.principal": FieldRule(
+        True, "^(?!admin:|system:)[!-9;-~]+:[!-~]+$", None, '{"maxLength":256}'
+    ),
+    "palyra.v1.ListRunsRequest.page_token": FieldRule(
+        False, "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$", None
+    ),
+    "palyra.v1.MemoryItem.scope": FieldRule(
+        False, "", None, '{"enum":[null,"","principal","session","agent"]}'
+    ),
+    "palyra.v1.MemoryItem.text": FieldRule(
+        True,
+        "[^\\t\\n\\v\\f\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]",
+        None,
+        '{"maxLength":4096}',
+    ),
+    "palyra.v1.PruneJournalRequest.older_than_days": FieldRule(
+        False, "", 0.0, '{"maximum":1000000}'
+    ),
+    "palyra.v1.ResolveSessionRequest.session_id": FieldRule(
+        False, "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$", None
+    ),
     "palyra.v1.RouteMessageRequest.message": FieldRule(True, "", None),
+    "palyra.v1.RunStreamRequest.input": FieldRule(
+        False, "", None, '{"properties":{"attachments":{"maxItems":32}}}'
+    ),
     "palyra.v1.RunStreamRequest.run_id": FieldRule(False, "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$", None),
-    "palyra.v1.SearchMemoryRequest.query": FieldRule(True, "", None),
-    "palyra.v1.SendRunInputRequest.input": FieldRule(True, "", None),
+    "palyra.v1.RunStreamRequest.session_id": FieldRule(
+        False, "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$", None
+    ),
+    "palyra.v1.SearchMemoryRequest.query": FieldRule(
+        True,
+        "[^\\t\\n\\v\\f\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]",
+        None,
+    ),
+    "palyra.v1.SendRunInputRequest.input": FieldRule(
+        True,
+        "",
+        None,
+        '{"properties":{"attachments":{"maxItems":32},"text":{"minLength":1,"type":"string"}},"required":["text"]}',
+    ),
     "palyra.v1.SetToolPostureRequest.tool_name": FieldRule(True, "", None),
     "palyra.v1.UpdateAgentRequest.agent": FieldRule(True, "", None),
 }

@@ -241,6 +241,57 @@ _bin_table_AcknowledgeIncidentResponse: BinaryTable = binary_table(
 )
 
 
+def _bin_AddCosignaturesRequest(m: Any) -> bytearray:
+    out = bytearray()
+    v0 = m.note
+    if v0:
+        b0 = v0.encode()
+        n0 = len(b0)
+        out += b"\n"
+        out += SMALL[n0] if n0 < 128 else varint(n0)
+        out += b0
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_AddCosignaturesRequest: BinaryTable = binary_table(
+    ((1, "note", False, delimited_reader(utf8)),)
+)
+
+
+def _bin_AddCosignaturesResponse(m: Any) -> bytearray:
+    out = bytearray()
+    v0 = m.note
+    if v0:
+        b0 = v0.encode()
+        n0 = len(b0)
+        out += b"\n"
+        out += SMALL[n0] if n0 < 128 else varint(n0)
+        out += b0
+    v1 = m.witnesses
+    if v1:
+        for x1 in v1:
+            b1 = x1.encode()
+            n1 = len(b1)
+            out += b"\x12"
+            out += SMALL[n1] if n1 < 128 else varint(n1)
+            out += b1
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_AddCosignaturesResponse: BinaryTable = binary_table(
+    (
+        (1, "note", False, delimited_reader(utf8)),
+        (2, "witnesses", True, delimited_reader(utf8)),
+    )
+)
+
+
 def _bin_Agent(m: Any) -> bytearray:
     out = bytearray()
     v0 = m.agent_id
@@ -2072,6 +2123,13 @@ def _bin_FieldRule(m: Any) -> bytearray:
     if v3 is not None and v3 != 0.0:
         out += b"!"
         out += pack_double(v3)
+    v4 = m.schema
+    if v4:
+        b4 = v4.encode()
+        n4 = len(b4)
+        out += b"*"
+        out += SMALL[n4] if n4 < 128 else varint(n4)
+        out += b4
     unknown = m._unknown_fields
     if unknown:
         out += unknown
@@ -2084,6 +2142,7 @@ _bin_table_FieldRule: BinaryTable = binary_table(
         (2, "pattern", False, delimited_reader(utf8)),
         (3, "has_minimum", False, varint_readers(varint_convert("bool"), False)),
         (4, "minimum", False, fixed_readers("double", False)),
+        (5, "schema", False, delimited_reader(utf8)),
     )
 )
 
@@ -2435,6 +2494,97 @@ def _bin_GetTaskResponse(m: Any) -> bytearray:
 
 _bin_table_GetTaskResponse: BinaryTable = binary_table(
     ((1, "task", False, message_reader(_m0.BackgroundTask, decode_binary)),)
+)
+
+
+def _bin_GetTreeCheckpointRequest(m: Any) -> bytearray:
+    out = bytearray()
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_GetTreeCheckpointRequest: BinaryTable = binary_table(())
+
+
+def _bin_GetTreeCheckpointResponse(m: Any) -> bytearray:
+    out = bytearray()
+    v0 = m.note
+    if v0:
+        b0 = v0.encode()
+        n0 = len(b0)
+        out += b"\n"
+        out += SMALL[n0] if n0 < 128 else varint(n0)
+        out += b0
+    v1 = m.tree_size
+    if v1:
+        out += b"\x10"
+        n1 = int(v1)
+        out += SMALL[n1] if 0 <= n1 < 128 else varint(n1)
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_GetTreeCheckpointResponse: BinaryTable = binary_table(
+    (
+        (1, "note", False, delimited_reader(utf8)),
+        (2, "tree_size", False, varint_readers(varint_convert("uint64"), False)),
+    )
+)
+
+
+def _bin_GetTreeTileRequest(m: Any) -> bytearray:
+    out = bytearray()
+    v0 = m.level
+    if v0:
+        out += b"\x08"
+        n0 = int(v0)
+        out += SMALL[n0] if 0 <= n0 < 128 else varint(n0)
+    v1 = m.index
+    if v1:
+        out += b"\x10"
+        n1 = int(v1)
+        out += SMALL[n1] if 0 <= n1 < 128 else varint(n1)
+    v2 = m.width
+    if v2:
+        out += b"\x18"
+        n2 = int(v2)
+        out += SMALL[n2] if 0 <= n2 < 128 else varint(n2)
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_GetTreeTileRequest: BinaryTable = binary_table(
+    (
+        (1, "level", False, varint_readers(varint_convert("int32"), False)),
+        (2, "index", False, varint_readers(varint_convert("uint64"), False)),
+        (3, "width", False, varint_readers(varint_convert("uint32"), False)),
+    )
+)
+
+
+def _bin_GetTreeTileResponse(m: Any) -> bytearray:
+    out = bytearray()
+    v0 = m.data
+    if v0:
+        b0 = bytes(v0)
+        n0 = len(b0)
+        out += b"\n"
+        out += SMALL[n0] if n0 < 128 else varint(n0)
+        out += b0
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_GetTreeTileResponse: BinaryTable = binary_table(
+    ((1, "data", False, delimited_reader(same)),)
 )
 
 
@@ -3830,6 +3980,38 @@ _bin_table_ListSessionsResponse: BinaryTable = binary_table(
 )
 
 
+def _bin_ListSkillsRequest(m: Any) -> bytearray:
+    out = bytearray()
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_ListSkillsRequest: BinaryTable = binary_table(())
+
+
+def _bin_ListSkillsResponse(m: Any) -> bytearray:
+    out = bytearray()
+    v0 = m.skills
+    if v0:
+        for x0 in v0:
+            b0 = _bin_Skill(x0) if type(x0) is _m0.Skill else encode_binary(x0)
+            n0 = len(b0)
+            out += b"\n"
+            out += SMALL[n0] if n0 < 128 else varint(n0)
+            out += b0
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_ListSkillsResponse: BinaryTable = binary_table(
+    ((1, "skills", True, message_reader(_m0.Skill, decode_binary)),)
+)
+
+
 def _bin_ListTasksRequest(m: Any) -> bytearray:
     out = bytearray()
     v0 = m.state
@@ -4393,6 +4575,123 @@ _bin_table_PairingGrant: BinaryTable = binary_table(
 )
 
 
+def _bin_ProveConsistencyRequest(m: Any) -> bytearray:
+    out = bytearray()
+    v0 = m.old_size
+    if v0:
+        out += b"\x08"
+        n0 = int(v0)
+        out += SMALL[n0] if 0 <= n0 < 128 else varint(n0)
+    v1 = m.new_size
+    if v1:
+        out += b"\x10"
+        n1 = int(v1)
+        out += SMALL[n1] if 0 <= n1 < 128 else varint(n1)
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_ProveConsistencyRequest: BinaryTable = binary_table(
+    (
+        (1, "old_size", False, varint_readers(varint_convert("uint64"), False)),
+        (2, "new_size", False, varint_readers(varint_convert("uint64"), False)),
+    )
+)
+
+
+def _bin_ProveConsistencyResponse(m: Any) -> bytearray:
+    out = bytearray()
+    v0 = m.hashes
+    if v0:
+        for x0 in v0:
+            b0 = bytes(x0)
+            n0 = len(b0)
+            out += b"\n"
+            out += SMALL[n0] if n0 < 128 else varint(n0)
+            out += b0
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_ProveConsistencyResponse: BinaryTable = binary_table(
+    ((1, "hashes", True, delimited_reader(same)),)
+)
+
+
+def _bin_ProveEntryRequest(m: Any) -> bytearray:
+    out = bytearray()
+    v0 = m.position
+    if v0:
+        out += b"\x08"
+        n0 = int(v0)
+        out += SMALL[n0] if 0 <= n0 < 128 else varint(n0)
+    v1 = m.approval_id
+    if v1:
+        b1 = v1.encode()
+        n1 = len(b1)
+        out += b"\x12"
+        out += SMALL[n1] if n1 < 128 else varint(n1)
+        out += b1
+    v2 = m.run_id
+    if v2:
+        b2 = v2.encode()
+        n2 = len(b2)
+        out += b"\x1a"
+        out += SMALL[n2] if n2 < 128 else varint(n2)
+        out += b2
+    v3 = m.seq
+    if v3:
+        out += b" "
+        n3 = int(v3)
+        out += SMALL[n3] if 0 <= n3 < 128 else varint(n3)
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_ProveEntryRequest: BinaryTable = binary_table(
+    (
+        (1, "position", False, varint_readers(varint_convert("uint64"), False)),
+        (2, "approval_id", False, delimited_reader(utf8)),
+        (3, "run_id", False, delimited_reader(utf8)),
+        (4, "seq", False, varint_readers(varint_convert("uint64"), False)),
+    )
+)
+
+
+def _bin_ProveEntryResponse(m: Any) -> bytearray:
+    out = bytearray()
+    v0 = m.proof
+    if v0:
+        b0 = v0.encode()
+        n0 = len(b0)
+        out += b"\n"
+        out += SMALL[n0] if n0 < 128 else varint(n0)
+        out += b0
+    v1 = m.position
+    if v1:
+        out += b"\x10"
+        n1 = int(v1)
+        out += SMALL[n1] if 0 <= n1 < 128 else varint(n1)
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_ProveEntryResponse: BinaryTable = binary_table(
+    (
+        (1, "proof", False, delimited_reader(utf8)),
+        (2, "position", False, varint_readers(varint_convert("uint64"), False)),
+    )
+)
+
+
 def _bin_ProviderTurnOutput(m: Any) -> bytearray:
     out = bytearray()
     v0 = m.turn
@@ -4691,6 +4990,55 @@ def _bin_RejectCandidateResponse(m: Any) -> bytearray:
 
 _bin_table_RejectCandidateResponse: BinaryTable = binary_table(
     ((1, "candidate", False, message_reader(_m0.LearningCandidate, decode_binary)),)
+)
+
+
+def _bin_ReloadSkillsRequest(m: Any) -> bytearray:
+    out = bytearray()
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_ReloadSkillsRequest: BinaryTable = binary_table(())
+
+
+def _bin_ReloadSkillsResponse(m: Any) -> bytearray:
+    out = bytearray()
+    v0 = m.skills
+    if v0:
+        for x0 in v0:
+            b0 = _bin_Skill(x0) if type(x0) is _m0.Skill else encode_binary(x0)
+            n0 = len(b0)
+            out += b"\n"
+            out += SMALL[n0] if n0 < 128 else varint(n0)
+            out += b0
+    v1 = m.changes
+    if v1:
+        for x1 in v1:
+            b1 = _bin_SkillChange(x1) if type(x1) is _m0.SkillChange else encode_binary(x1)
+            n1 = len(b1)
+            out += b"\x12"
+            out += SMALL[n1] if n1 < 128 else varint(n1)
+            out += b1
+    v2 = m.journal_position
+    if v2:
+        out += b"\x18"
+        n2 = int(v2)
+        out += SMALL[n2] if 0 <= n2 < 128 else varint(n2)
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_ReloadSkillsResponse: BinaryTable = binary_table(
+    (
+        (1, "skills", True, message_reader(_m0.Skill, decode_binary)),
+        (2, "changes", True, message_reader(_m0.SkillChange, decode_binary)),
+        (3, "journal_position", False, varint_readers(varint_convert("uint64"), False)),
+    )
 )
 
 
@@ -5733,6 +6081,124 @@ _bin_table_SetToolPostureResponse: BinaryTable = binary_table(
 )
 
 
+def _bin_Skill(m: Any) -> bytearray:
+    out = bytearray()
+    v0 = m.name
+    if v0:
+        b0 = v0.encode()
+        n0 = len(b0)
+        out += b"\n"
+        out += SMALL[n0] if n0 < 128 else varint(n0)
+        out += b0
+    v1 = m.skill_id
+    if v1:
+        b1 = v1.encode()
+        n1 = len(b1)
+        out += b"\x12"
+        out += SMALL[n1] if n1 < 128 else varint(n1)
+        out += b1
+    v2 = m.state
+    if v2:
+        b2 = v2.encode()
+        n2 = len(b2)
+        out += b"\x1a"
+        out += SMALL[n2] if n2 < 128 else varint(n2)
+        out += b2
+    v3 = m.module_sha256
+    if v3:
+        b3 = v3.encode()
+        n3 = len(b3)
+        out += b'"'
+        out += SMALL[n3] if n3 < 128 else varint(n3)
+        out += b3
+    v4 = m.capabilities
+    if v4:
+        for x4 in v4:
+            b4 = x4.encode()
+            n4 = len(b4)
+            out += b"*"
+            out += SMALL[n4] if n4 < 128 else varint(n4)
+            out += b4
+    v5 = m.tools
+    if v5:
+        for x5 in v5:
+            b5 = x5.encode()
+            n5 = len(b5)
+            out += b"2"
+            out += SMALL[n5] if n5 < 128 else varint(n5)
+            out += b5
+    v6 = m.reason
+    if v6:
+        b6 = v6.encode()
+        n6 = len(b6)
+        out += b":"
+        out += SMALL[n6] if n6 < 128 else varint(n6)
+        out += b6
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_Skill: BinaryTable = binary_table(
+    (
+        (1, "name", False, delimited_reader(utf8)),
+        (2, "skill_id", False, delimited_reader(utf8)),
+        (3, "state", False, delimited_reader(utf8)),
+        (4, "module_sha256", False, delimited_reader(utf8)),
+        (5, "capabilities", True, delimited_reader(utf8)),
+        (6, "tools", True, delimited_reader(utf8)),
+        (7, "reason", False, delimited_reader(utf8)),
+    )
+)
+
+
+def _bin_SkillChange(m: Any) -> bytearray:
+    out = bytearray()
+    v0 = m.name
+    if v0:
+        b0 = v0.encode()
+        n0 = len(b0)
+        out += b"\n"
+        out += SMALL[n0] if n0 < 128 else varint(n0)
+        out += b0
+    v1 = m.change
+    if v1:
+        b1 = v1.encode()
+        n1 = len(b1)
+        out += b"\x12"
+        out += SMALL[n1] if n1 < 128 else varint(n1)
+        out += b1
+    v2 = m.skill_id
+    if v2:
+        b2 = v2.encode()
+        n2 = len(b2)
+        out += b"\x1a"
+        out += SMALL[n2] if n2 < 128 else varint(n2)
+        out += b2
+    v3 = m.module_sha256
+    if v3:
+        b3 = v3.encode()
+        n3 = len(b3)
+        out += b'"'
+        out += SMALL[n3] if n3 < 128 else varint(n3)
+        out += b3
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_SkillChange: BinaryTable = binary_table(
+    (
+        (1, "name", False, delimited_reader(utf8)),
+        (2, "change", False, delimited_reader(utf8)),
+        (3, "skill_id", False, delimited_reader(utf8)),
+        (4, "module_sha256", False, delimited_reader(utf8)),
+    )
+)
+
+
 def _bin_TapeEvent(m: Any) -> bytearray:
     out = bytearray()
     v0 = m.run_id
@@ -6304,6 +6770,13 @@ def _bin_ToolDecision(m: Any) -> bytearray:
         out += b"2"
         out += SMALL[n5] if n5 < 128 else varint(n5)
         out += b5
+    v6 = m.posture
+    if v6:
+        b6 = v6.encode()
+        n6 = len(b6)
+        out += b":"
+        out += SMALL[n6] if n6 < 128 else varint(n6)
+        out += b6
     unknown = m._unknown_fields
     if unknown:
         out += unknown
@@ -6323,6 +6796,7 @@ _bin_table_ToolDecision: BinaryTable = binary_table(
         (4, "policy_hash", False, delimited_reader(utf8)),
         (5, "policy_ids", True, delimited_reader(utf8)),
         (6, "approval_id", False, delimited_reader(utf8)),
+        (7, "posture", False, delimited_reader(utf8)),
     )
 )
 
@@ -6797,6 +7271,8 @@ BODIES: dict[type[Any], Callable[[Any], bytearray]] = {
     _m0.AcceptCandidateResponse: _bin_AcceptCandidateResponse,
     _m0.AcknowledgeIncidentRequest: _bin_AcknowledgeIncidentRequest,
     _m0.AcknowledgeIncidentResponse: _bin_AcknowledgeIncidentResponse,
+    _m0.AddCosignaturesRequest: _bin_AddCosignaturesRequest,
+    _m0.AddCosignaturesResponse: _bin_AddCosignaturesResponse,
     _m0.Agent: _bin_Agent,
     _m0.AgentBinding: _bin_AgentBinding,
     _m0.AgentLoop: _bin_AgentLoop,
@@ -6855,6 +7331,10 @@ BODIES: dict[type[Any], Callable[[Any], bytearray]] = {
     _m0.GetRunResponse: _bin_GetRunResponse,
     _m0.GetTaskRequest: _bin_GetTaskRequest,
     _m0.GetTaskResponse: _bin_GetTaskResponse,
+    _m0.GetTreeCheckpointRequest: _bin_GetTreeCheckpointRequest,
+    _m0.GetTreeCheckpointResponse: _bin_GetTreeCheckpointResponse,
+    _m0.GetTreeTileRequest: _bin_GetTreeTileRequest,
+    _m0.GetTreeTileResponse: _bin_GetTreeTileResponse,
     _m0.HealthCheck: _bin_HealthCheck,
     _m0.Identity: _bin_Identity,
     _m0.InboundMessage: _bin_InboundMessage,
@@ -6892,6 +7372,8 @@ BODIES: dict[type[Any], Callable[[Any], bytearray]] = {
     _m0.ListRunsResponse: _bin_ListRunsResponse,
     _m0.ListSessionsRequest: _bin_ListSessionsRequest,
     _m0.ListSessionsResponse: _bin_ListSessionsResponse,
+    _m0.ListSkillsRequest: _bin_ListSkillsRequest,
+    _m0.ListSkillsResponse: _bin_ListSkillsResponse,
     _m0.ListTasksRequest: _bin_ListTasksRequest,
     _m0.ListTasksResponse: _bin_ListTasksResponse,
     _m0.ListTokensRequest: _bin_ListTokensRequest,
@@ -6905,6 +7387,10 @@ BODIES: dict[type[Any], Callable[[Any], bytearray]] = {
     _m0.OutboundMessage: _bin_OutboundMessage,
     _m0.PairingCode: _bin_PairingCode,
     _m0.PairingGrant: _bin_PairingGrant,
+    _m0.ProveConsistencyRequest: _bin_ProveConsistencyRequest,
+    _m0.ProveConsistencyResponse: _bin_ProveConsistencyResponse,
+    _m0.ProveEntryRequest: _bin_ProveEntryRequest,
+    _m0.ProveEntryResponse: _bin_ProveEntryResponse,
     _m0.ProviderTurnOutput: _bin_ProviderTurnOutput,
     _m0.PruneJournalRequest: _bin_PruneJournalRequest,
     _m0.PruneJournalResponse: _bin_PruneJournalResponse,
@@ -6913,6 +7399,8 @@ BODIES: dict[type[Any], Callable[[Any], bytearray]] = {
     _m0.QuarantinedMessage: _bin_QuarantinedMessage,
     _m0.RejectCandidateRequest: _bin_RejectCandidateRequest,
     _m0.RejectCandidateResponse: _bin_RejectCandidateResponse,
+    _m0.ReloadSkillsRequest: _bin_ReloadSkillsRequest,
+    _m0.ReloadSkillsResponse: _bin_ReloadSkillsResponse,
     _m0.ResolveSessionRequest: _bin_ResolveSessionRequest,
     _m0.ResolveSessionResponse: _bin_ResolveSessionResponse,
     _m0.RevokePairingGrantRequest: _bin_RevokePairingGrantRequest,
@@ -6934,6 +7422,8 @@ BODIES: dict[type[Any], Callable[[Any], bytearray]] = {
     _m0.SessionCompaction: _bin_SessionCompaction,
     _m0.SetToolPostureRequest: _bin_SetToolPostureRequest,
     _m0.SetToolPostureResponse: _bin_SetToolPostureResponse,
+    _m0.Skill: _bin_Skill,
+    _m0.SkillChange: _bin_SkillChange,
     _m0.TapeEvent: _bin_TapeEvent,
     _m0.TaskLease: _bin_TaskLease,
     _m0.TokenInfo: _bin_TokenInfo,
@@ -6963,6 +7453,8 @@ BINARY_TABLES: dict[type[Any], BinaryTable] = {
     _m0.AcceptCandidateResponse: _bin_table_AcceptCandidateResponse,
     _m0.AcknowledgeIncidentRequest: _bin_table_AcknowledgeIncidentRequest,
     _m0.AcknowledgeIncidentResponse: _bin_table_AcknowledgeIncidentResponse,
+    _m0.AddCosignaturesRequest: _bin_table_AddCosignaturesRequest,
+    _m0.AddCosignaturesResponse: _bin_table_AddCosignaturesResponse,
     _m0.AgentBinding: _bin_table_AgentBinding,
     _m0.AgentLoop: _bin_table_AgentLoop,
     _m0.AppendEventRequest: _bin_table_AppendEventRequest,
@@ -7019,6 +7511,10 @@ BINARY_TABLES: dict[type[Any], BinaryTable] = {
     _m0.GetRunResponse: _bin_table_GetRunResponse,
     _m0.GetTaskRequest: _bin_table_GetTaskRequest,
     _m0.GetTaskResponse: _bin_table_GetTaskResponse,
+    _m0.GetTreeCheckpointRequest: _bin_table_GetTreeCheckpointRequest,
+    _m0.GetTreeCheckpointResponse: _bin_table_GetTreeCheckpointResponse,
+    _m0.GetTreeTileRequest: _bin_table_GetTreeTileRequest,
+    _m0.GetTreeTileResponse: _bin_table_GetTreeTileResponse,
     _m0.HealthCheck: _bin_table_HealthCheck,
     _m0.Identity: _bin_table_Identity,
     _m0.InboundMessage: _bin_table_InboundMessage,
@@ -7056,6 +7552,8 @@ BINARY_TABLES: dict[type[Any], BinaryTable] = {
     _m0.ListRunsResponse: _bin_table_ListRunsResponse,
     _m0.ListSessionsRequest: _bin_table_ListSessionsRequest,
     _m0.ListSessionsResponse: _bin_table_ListSessionsResponse,
+    _m0.ListSkillsRequest: _bin_table_ListSkillsRequest,
+    _m0.ListSkillsResponse: _bin_table_ListSkillsResponse,
     _m0.ListTasksRequest: _bin_table_ListTasksRequest,
     _m0.ListTasksResponse: _bin_table_ListTasksResponse,
     _m0.ListTokensRequest: _bin_table_ListTokensRequest,
@@ -7069,6 +7567,10 @@ BINARY_TABLES: dict[type[Any], BinaryTable] = {
     _m0.OutboundMessage: _bin_table_OutboundMessage,
     _m0.PairingCode: _bin_table_PairingCode,
     _m0.PairingGrant: _bin_table_PairingGrant,
+    _m0.ProveConsistencyRequest: _bin_table_ProveConsistencyRequest,
+    _m0.ProveConsistencyResponse: _bin_table_ProveConsistencyResponse,
+    _m0.ProveEntryRequest: _bin_table_ProveEntryRequest,
+    _m0.ProveEntryResponse: _bin_table_ProveEntryResponse,
     _m0.ProviderTurnOutput: _bin_table_ProviderTurnOutput,
     _m0.PruneJournalRequest: _bin_table_PruneJournalRequest,
     _m0.PruneJournalResponse: _bin_table_PruneJournalResponse,
@@ -7077,6 +7579,8 @@ BINARY_TABLES: dict[type[Any], BinaryTable] = {
     _m0.QuarantinedMessage: _bin_table_QuarantinedMessage,
     _m0.RejectCandidateRequest: _bin_table_RejectCandidateRequest,
     _m0.RejectCandidateResponse: _bin_table_RejectCandidateResponse,
+    _m0.ReloadSkillsRequest: _bin_table_ReloadSkillsRequest,
+    _m0.ReloadSkillsResponse: _bin_table_ReloadSkillsResponse,
     _m0.ResolveSessionRequest: _bin_table_ResolveSessionRequest,
     _m0.ResolveSessionResponse: _bin_table_ResolveSessionResponse,
     _m0.RevokePairingGrantRequest: _bin_table_RevokePairingGrantRequest,
@@ -7097,6 +7601,8 @@ BINARY_TABLES: dict[type[Any], BinaryTable] = {
     _m0.SessionCompaction: _bin_table_SessionCompaction,
     _m0.SetToolPostureRequest: _bin_table_SetToolPostureRequest,
     _m0.SetToolPostureResponse: _bin_table_SetToolPostureResponse,
+    _m0.Skill: _bin_table_Skill,
+    _m0.SkillChange: _bin_table_SkillChange,
     _m0.TapeEvent: _bin_table_TapeEvent,
     _m0.TaskLease: _bin_table_TaskLease,
     _m0.TokenInfo: _bin_table_TokenInfo,

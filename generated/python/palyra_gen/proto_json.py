@@ -202,6 +202,47 @@ _json_table_AcknowledgeIncidentResponse: JsonTable = (
 )
 
 
+def _json_AddCosignaturesRequest(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    v0 = m.note
+    if v0:
+        out["note"] = v0
+    return out
+
+
+_json_table_AddCosignaturesRequest: JsonTable = (
+    {
+        "note": "note",
+    },
+    {
+        "note": None,
+    },
+)
+
+
+def _json_AddCosignaturesResponse(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    v0 = m.note
+    if v0:
+        out["note"] = v0
+    v1 = m.witnesses
+    if v1:
+        out["witnesses"] = list(v1)
+    return out
+
+
+_json_table_AddCosignaturesResponse: JsonTable = (
+    {
+        "note": "note",
+        "witnesses": "witnesses",
+    },
+    {
+        "note": None,
+        "witnesses": json_list(None),
+    },
+)
+
+
 def _json_Agent(m: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     v0 = m.agent_id
@@ -1733,6 +1774,9 @@ def _json_FieldRule(m: Any) -> dict[str, Any]:
     v3 = m.minimum
     if v3:
         out["minimum"] = float_json(v3)
+    v4 = m.schema
+    if v4:
+        out["schema"] = v4
     return out
 
 
@@ -1743,12 +1787,14 @@ _json_table_FieldRule: JsonTable = (
         "minimum": "minimum",
         "pattern": "pattern",
         "required": "required",
+        "schema": "schema",
     },
     {
         "required": None,
         "pattern": None,
         "has_minimum": None,
         "minimum": json_float,
+        "schema": None,
     },
 )
 
@@ -2069,6 +2115,87 @@ _json_table_GetTaskResponse: JsonTable = (
     },
     {
         "task": json_message(_m0.BackgroundTask, decode_message),
+    },
+)
+
+
+def _json_GetTreeCheckpointRequest(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    return out
+
+
+_json_table_GetTreeCheckpointRequest: JsonTable = (
+    {},
+    {},
+)
+
+
+def _json_GetTreeCheckpointResponse(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    v0 = m.note
+    if v0:
+        out["note"] = v0
+    v1 = m.tree_size
+    if v1:
+        out["treeSize"] = str(v1)
+    return out
+
+
+_json_table_GetTreeCheckpointResponse: JsonTable = (
+    {
+        "note": "note",
+        "treeSize": "tree_size",
+        "tree_size": "tree_size",
+    },
+    {
+        "note": None,
+        "tree_size": json_int,
+    },
+)
+
+
+def _json_GetTreeTileRequest(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    v0 = m.level
+    if v0:
+        out["level"] = v0
+    v1 = m.index
+    if v1:
+        out["index"] = str(v1)
+    v2 = m.width
+    if v2:
+        out["width"] = v2
+    return out
+
+
+_json_table_GetTreeTileRequest: JsonTable = (
+    {
+        "index": "index",
+        "level": "level",
+        "width": "width",
+    },
+    {
+        "level": json_int,
+        "index": json_int,
+        "width": json_int,
+    },
+)
+
+
+def _json_GetTreeTileResponse(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    v0 = m.data
+    if v0:
+        out["data"] = bytes_json(v0)
+    return out
+
+
+_json_table_GetTreeTileResponse: JsonTable = (
+    {
+        "data": "data",
+    },
+    {
+        "data": json_bytes,
     },
 )
 
@@ -3230,6 +3357,35 @@ _json_table_ListSessionsResponse: JsonTable = (
 )
 
 
+def _json_ListSkillsRequest(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    return out
+
+
+_json_table_ListSkillsRequest: JsonTable = (
+    {},
+    {},
+)
+
+
+def _json_ListSkillsResponse(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    v0 = m.skills
+    if v0:
+        out["skills"] = [_json_Skill(x) if type(x) is _m0.Skill else encode_message(x) for x in v0]
+    return out
+
+
+_json_table_ListSkillsResponse: JsonTable = (
+    {
+        "skills": "skills",
+    },
+    {
+        "skills": json_list(json_message(_m0.Skill, decode_message)),
+    },
+)
+
+
 def _json_ListTasksRequest(m: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     v0 = m.state
@@ -3687,6 +3843,107 @@ _json_table_PairingGrant: JsonTable = (
 )
 
 
+def _json_ProveConsistencyRequest(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    v0 = m.old_size
+    if v0:
+        out["oldSize"] = str(v0)
+    v1 = m.new_size
+    if v1:
+        out["newSize"] = str(v1)
+    return out
+
+
+_json_table_ProveConsistencyRequest: JsonTable = (
+    {
+        "newSize": "new_size",
+        "new_size": "new_size",
+        "oldSize": "old_size",
+        "old_size": "old_size",
+    },
+    {
+        "old_size": json_int,
+        "new_size": json_int,
+    },
+)
+
+
+def _json_ProveConsistencyResponse(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    v0 = m.hashes
+    if v0:
+        out["hashes"] = [bytes_json(x) for x in v0]
+    return out
+
+
+_json_table_ProveConsistencyResponse: JsonTable = (
+    {
+        "hashes": "hashes",
+    },
+    {
+        "hashes": json_list(json_bytes),
+    },
+)
+
+
+def _json_ProveEntryRequest(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    v0 = m.position
+    if v0:
+        out["position"] = str(v0)
+    v1 = m.approval_id
+    if v1:
+        out["approvalId"] = v1
+    v2 = m.run_id
+    if v2:
+        out["runId"] = v2
+    v3 = m.seq
+    if v3:
+        out["seq"] = str(v3)
+    return out
+
+
+_json_table_ProveEntryRequest: JsonTable = (
+    {
+        "approvalId": "approval_id",
+        "approval_id": "approval_id",
+        "position": "position",
+        "runId": "run_id",
+        "run_id": "run_id",
+        "seq": "seq",
+    },
+    {
+        "position": json_int,
+        "approval_id": None,
+        "run_id": None,
+        "seq": json_int,
+    },
+)
+
+
+def _json_ProveEntryResponse(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    v0 = m.proof
+    if v0:
+        out["proof"] = v0
+    v1 = m.position
+    if v1:
+        out["position"] = str(v1)
+    return out
+
+
+_json_table_ProveEntryResponse: JsonTable = (
+    {
+        "position": "position",
+        "proof": "proof",
+    },
+    {
+        "proof": None,
+        "position": json_int,
+    },
+)
+
+
 def _json_ProviderTurnOutput(m: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     v0 = m.turn
@@ -3945,6 +4202,48 @@ _json_table_RejectCandidateResponse: JsonTable = (
     },
     {
         "candidate": json_message(_m0.LearningCandidate, decode_message),
+    },
+)
+
+
+def _json_ReloadSkillsRequest(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    return out
+
+
+_json_table_ReloadSkillsRequest: JsonTable = (
+    {},
+    {},
+)
+
+
+def _json_ReloadSkillsResponse(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    v0 = m.skills
+    if v0:
+        out["skills"] = [_json_Skill(x) if type(x) is _m0.Skill else encode_message(x) for x in v0]
+    v1 = m.changes
+    if v1:
+        out["changes"] = [
+            _json_SkillChange(x) if type(x) is _m0.SkillChange else encode_message(x) for x in v1
+        ]
+    v2 = m.journal_position
+    if v2:
+        out["journalPosition"] = str(v2)
+    return out
+
+
+_json_table_ReloadSkillsResponse: JsonTable = (
+    {
+        "changes": "changes",
+        "journalPosition": "journal_position",
+        "journal_position": "journal_position",
+        "skills": "skills",
+    },
+    {
+        "skills": json_list(json_message(_m0.Skill, decode_message)),
+        "changes": json_list(json_message(_m0.SkillChange, decode_message)),
+        "journal_position": json_int,
     },
 )
 
@@ -4829,6 +5128,91 @@ _json_table_SetToolPostureResponse: JsonTable = (
 )
 
 
+def _json_Skill(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    v0 = m.name
+    if v0:
+        out["name"] = v0
+    v1 = m.skill_id
+    if v1:
+        out["skillId"] = v1
+    v2 = m.state
+    if v2:
+        out["state"] = v2
+    v3 = m.module_sha256
+    if v3:
+        out["moduleSha256"] = v3
+    v4 = m.capabilities
+    if v4:
+        out["capabilities"] = list(v4)
+    v5 = m.tools
+    if v5:
+        out["tools"] = list(v5)
+    v6 = m.reason
+    if v6:
+        out["reason"] = v6
+    return out
+
+
+_json_table_Skill: JsonTable = (
+    {
+        "capabilities": "capabilities",
+        "moduleSha256": "module_sha256",
+        "module_sha256": "module_sha256",
+        "name": "name",
+        "reason": "reason",
+        "skillId": "skill_id",
+        "skill_id": "skill_id",
+        "state": "state",
+        "tools": "tools",
+    },
+    {
+        "name": None,
+        "skill_id": None,
+        "state": None,
+        "module_sha256": None,
+        "capabilities": json_list(None),
+        "tools": json_list(None),
+        "reason": None,
+    },
+)
+
+
+def _json_SkillChange(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    v0 = m.name
+    if v0:
+        out["name"] = v0
+    v1 = m.change
+    if v1:
+        out["change"] = v1
+    v2 = m.skill_id
+    if v2:
+        out["skillId"] = v2
+    v3 = m.module_sha256
+    if v3:
+        out["moduleSha256"] = v3
+    return out
+
+
+_json_table_SkillChange: JsonTable = (
+    {
+        "change": "change",
+        "moduleSha256": "module_sha256",
+        "module_sha256": "module_sha256",
+        "name": "name",
+        "skillId": "skill_id",
+        "skill_id": "skill_id",
+    },
+    {
+        "name": None,
+        "change": None,
+        "skill_id": None,
+        "module_sha256": None,
+    },
+)
+
+
 def _json_TapeEvent(m: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     v0 = m.run_id
@@ -5284,6 +5668,9 @@ def _json_ToolDecision(m: Any) -> dict[str, Any]:
     v5 = m.approval_id
     if v5:
         out["approvalId"] = v5
+    v6 = m.posture
+    if v6:
+        out["posture"] = v6
     return out
 
 
@@ -5296,6 +5683,7 @@ _json_table_ToolDecision: JsonTable = (
         "policyIds": "policy_ids",
         "policy_hash": "policy_hash",
         "policy_ids": "policy_ids",
+        "posture": "posture",
         "proposalId": "proposal_id",
         "proposal_id": "proposal_id",
         "reason": "reason",
@@ -5307,6 +5695,7 @@ _json_table_ToolDecision: JsonTable = (
         "policy_hash": None,
         "policy_ids": json_list(None),
         "approval_id": None,
+        "posture": None,
     },
 )
 
@@ -5715,6 +6104,8 @@ JSON_ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     _m0.AcceptCandidateResponse: _json_AcceptCandidateResponse,
     _m0.AcknowledgeIncidentRequest: _json_AcknowledgeIncidentRequest,
     _m0.AcknowledgeIncidentResponse: _json_AcknowledgeIncidentResponse,
+    _m0.AddCosignaturesRequest: _json_AddCosignaturesRequest,
+    _m0.AddCosignaturesResponse: _json_AddCosignaturesResponse,
     _m0.Agent: _json_Agent,
     _m0.AgentBinding: _json_AgentBinding,
     _m0.AgentLoop: _json_AgentLoop,
@@ -5773,6 +6164,10 @@ JSON_ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     _m0.GetRunResponse: _json_GetRunResponse,
     _m0.GetTaskRequest: _json_GetTaskRequest,
     _m0.GetTaskResponse: _json_GetTaskResponse,
+    _m0.GetTreeCheckpointRequest: _json_GetTreeCheckpointRequest,
+    _m0.GetTreeCheckpointResponse: _json_GetTreeCheckpointResponse,
+    _m0.GetTreeTileRequest: _json_GetTreeTileRequest,
+    _m0.GetTreeTileResponse: _json_GetTreeTileResponse,
     _m0.HealthCheck: _json_HealthCheck,
     _m0.Identity: _json_Identity,
     _m0.InboundMessage: _json_InboundMessage,
@@ -5810,6 +6205,8 @@ JSON_ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     _m0.ListRunsResponse: _json_ListRunsResponse,
     _m0.ListSessionsRequest: _json_ListSessionsRequest,
     _m0.ListSessionsResponse: _json_ListSessionsResponse,
+    _m0.ListSkillsRequest: _json_ListSkillsRequest,
+    _m0.ListSkillsResponse: _json_ListSkillsResponse,
     _m0.ListTasksRequest: _json_ListTasksRequest,
     _m0.ListTasksResponse: _json_ListTasksResponse,
     _m0.ListTokensRequest: _json_ListTokensRequest,
@@ -5823,6 +6220,10 @@ JSON_ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     _m0.OutboundMessage: _json_OutboundMessage,
     _m0.PairingCode: _json_PairingCode,
     _m0.PairingGrant: _json_PairingGrant,
+    _m0.ProveConsistencyRequest: _json_ProveConsistencyRequest,
+    _m0.ProveConsistencyResponse: _json_ProveConsistencyResponse,
+    _m0.ProveEntryRequest: _json_ProveEntryRequest,
+    _m0.ProveEntryResponse: _json_ProveEntryResponse,
     _m0.ProviderTurnOutput: _json_ProviderTurnOutput,
     _m0.PruneJournalRequest: _json_PruneJournalRequest,
     _m0.PruneJournalResponse: _json_PruneJournalResponse,
@@ -5831,6 +6232,8 @@ JSON_ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     _m0.QuarantinedMessage: _json_QuarantinedMessage,
     _m0.RejectCandidateRequest: _json_RejectCandidateRequest,
     _m0.RejectCandidateResponse: _json_RejectCandidateResponse,
+    _m0.ReloadSkillsRequest: _json_ReloadSkillsRequest,
+    _m0.ReloadSkillsResponse: _json_ReloadSkillsResponse,
     _m0.ResolveSessionRequest: _json_ResolveSessionRequest,
     _m0.ResolveSessionResponse: _json_ResolveSessionResponse,
     _m0.RevokePairingGrantRequest: _json_RevokePairingGrantRequest,
@@ -5852,6 +6255,8 @@ JSON_ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     _m0.SessionCompaction: _json_SessionCompaction,
     _m0.SetToolPostureRequest: _json_SetToolPostureRequest,
     _m0.SetToolPostureResponse: _json_SetToolPostureResponse,
+    _m0.Skill: _json_Skill,
+    _m0.SkillChange: _json_SkillChange,
     _m0.TapeEvent: _json_TapeEvent,
     _m0.TaskLease: _json_TaskLease,
     _m0.TokenInfo: _json_TokenInfo,
@@ -5881,6 +6286,8 @@ JSON_TABLES: dict[type[Any], JsonTable] = {
     _m0.AcceptCandidateResponse: _json_table_AcceptCandidateResponse,
     _m0.AcknowledgeIncidentRequest: _json_table_AcknowledgeIncidentRequest,
     _m0.AcknowledgeIncidentResponse: _json_table_AcknowledgeIncidentResponse,
+    _m0.AddCosignaturesRequest: _json_table_AddCosignaturesRequest,
+    _m0.AddCosignaturesResponse: _json_table_AddCosignaturesResponse,
     _m0.Agent: _json_table_Agent,
     _m0.AgentBinding: _json_table_AgentBinding,
     _m0.AgentLoop: _json_table_AgentLoop,
@@ -5939,6 +6346,10 @@ JSON_TABLES: dict[type[Any], JsonTable] = {
     _m0.GetRunResponse: _json_table_GetRunResponse,
     _m0.GetTaskRequest: _json_table_GetTaskRequest,
     _m0.GetTaskResponse: _json_table_GetTaskResponse,
+    _m0.GetTreeCheckpointRequest: _json_table_GetTreeCheckpointRequest,
+    _m0.GetTreeCheckpointResponse: _json_table_GetTreeCheckpointResponse,
+    _m0.GetTreeTileRequest: _json_table_GetTreeTileRequest,
+    _m0.GetTreeTileResponse: _json_table_GetTreeTileResponse,
     _m0.HealthCheck: _json_table_HealthCheck,
     _m0.Identity: _json_table_Identity,
     _m0.InboundMessage: _json_table_InboundMessage,
@@ -5976,6 +6387,8 @@ JSON_TABLES: dict[type[Any], JsonTable] = {
     _m0.ListRunsResponse: _json_table_ListRunsResponse,
     _m0.ListSessionsRequest: _json_table_ListSessionsRequest,
     _m0.ListSessionsResponse: _json_table_ListSessionsResponse,
+    _m0.ListSkillsRequest: _json_table_ListSkillsRequest,
+    _m0.ListSkillsResponse: _json_table_ListSkillsResponse,
     _m0.ListTasksRequest: _json_table_ListTasksRequest,
     _m0.ListTasksResponse: _json_table_ListTasksResponse,
     _m0.ListTokensRequest: _json_table_ListTokensRequest,
@@ -5989,6 +6402,10 @@ JSON_TABLES: dict[type[Any], JsonTable] = {
     _m0.OutboundMessage: _json_table_OutboundMessage,
     _m0.PairingCode: _json_table_PairingCode,
     _m0.PairingGrant: _json_table_PairingGrant,
+    _m0.ProveConsistencyRequest: _json_table_ProveConsistencyRequest,
+    _m0.ProveConsistencyResponse: _json_table_ProveConsistencyResponse,
+    _m0.ProveEntryRequest: _json_table_ProveEntryRequest,
+    _m0.ProveEntryResponse: _json_table_ProveEntryResponse,
     _m0.ProviderTurnOutput: _json_table_ProviderTurnOutput,
     _m0.PruneJournalRequest: _json_table_PruneJournalRequest,
     _m0.PruneJournalResponse: _json_table_PruneJournalResponse,
@@ -5997,6 +6414,8 @@ JSON_TABLES: dict[type[Any], JsonTable] = {
     _m0.QuarantinedMessage: _json_table_QuarantinedMessage,
     _m0.RejectCandidateRequest: _json_table_RejectCandidateRequest,
     _m0.RejectCandidateResponse: _json_table_RejectCandidateResponse,
+    _m0.ReloadSkillsRequest: _json_table_ReloadSkillsRequest,
+    _m0.ReloadSkillsResponse: _json_table_ReloadSkillsResponse,
     _m0.ResolveSessionRequest: _json_table_ResolveSessionRequest,
     _m0.ResolveSessionResponse: _json_table_ResolveSessionResponse,
     _m0.RevokePairingGrantRequest: _json_table_RevokePairingGrantRequest,
@@ -6018,6 +6437,8 @@ JSON_TABLES: dict[type[Any], JsonTable] = {
     _m0.SessionCompaction: _json_table_SessionCompaction,
     _m0.SetToolPostureRequest: _json_table_SetToolPostureRequest,
     _m0.SetToolPostureResponse: _json_table_SetToolPostureResponse,
+    _m0.Skill: _json_table_Skill,
+    _m0.SkillChange: _json_table_SkillChange,
     _m0.TapeEvent: _json_table_TapeEvent,
     _m0.TaskLease: _json_table_TaskLease,
     _m0.TokenInfo: _json_table_TokenInfo,

@@ -98,6 +98,14 @@ class AgentsApi(AppBase):
         """Bind a session key, or a channel (and a conversation glob), to the agent."""
         who = require_operator(ctx, "binding agents")
         b = request.binding or pb.AgentBinding()
+        # The daemon picks binding ids, and the path names the agent: a body that says
+        # otherwise is refused, never silently rewritten.
+        if b.binding_id:
+            raise InvalidArgument("binding.binding_id is chosen by the daemon: leave it empty",
+                                  details={"field": "binding.binding_id"})
+        if b.agent_id and b.agent_id != request.agent_id:
+            raise InvalidArgument(f"binding.agent_id {b.agent_id!r} differs from the path's "
+                                  f"{request.agent_id!r}", details={"field": "binding.agent_id"})
         rec = await self._agent_registry.bind(request.agent_id, BindingRecord(
             binding_id="", agent_id=request.agent_id, channel=b.channel,
             conversation_id=b.conversation_id, session_key=b.session_key), who.principal)

@@ -22,7 +22,7 @@ from palyra.app._convert import check_version, identity_of
 from palyra.app._export import MAX_CHUNK
 from palyra.app._progress import Finished, relay_progress
 from palyra.app.context import CallContext
-from palyra.core.errors import InvalidArgument, NotFound, PermissionDenied
+from palyra.core.errors import ErrorCode, InvalidArgument, NotFound, PalyraError, PermissionDenied
 from palyra.core.ids import is_ulid
 from palyra.engine import IdentityRec, live_run_ids
 from palyra.journal import (
@@ -106,12 +106,13 @@ class JournalApi(AppBase):
 
         Raises:
             InvalidArgument: bad or missing ids, kind or actor, ts <= 0, a reserved kind
-                (any letter case), a run of another session.
+                (any letter case).
             NotFound: no such run.
             PermissionDenied: the run is another principal's, or the actor is not the
                 caller's to claim (``check_actor``).
             AlreadyExists: duplicate event id.
-            PalyraError: ``PAYLOAD_TOO_LARGE``; ``UNSUPPORTED_VERSION``.
+            PalyraError: ``PAYLOAD_TOO_LARGE``; ``UNSUPPORTED_VERSION``; ``STATE_CONFLICT``
+                for a run of another session.
         """
         check_version(request.v)
         identity = identity_of(ctx)
@@ -134,8 +135,10 @@ class JournalApi(AppBase):
         # is the caller's (PERMISSION_DENIED); the event joins that run's session.
         run = self.engine.get_run(identity, request.run_id)
         if run.session_id != request.session_id:
-            raise InvalidArgument(f"run {run.run_id} belongs to another session",
-                                  details={"field": "session_id", "run_id": run.run_id})
+            # Two ids that name different things: a conflict with what is stored, not a
+            # malformed request (the same code as a session id and key that disagree).
+            raise PalyraError(f"run {run.run_id} belongs to another session",
+                              code=ErrorCode.STATE_CONFLICT, details={"field": "session_id", "run_id": run.run_id})
         [stored] = await self.store.append([EventDraft(
             kind=request.kind, actor=request.actor, session_id=request.session_id,
             run_id=request.run_id, payload=_payload(request.payload_json),

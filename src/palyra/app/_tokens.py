@@ -63,14 +63,18 @@ def check_bindable(principal: str) -> str:
     """The principal a token may be bound to: ``kind:name``, not an operator's.
 
     Raises:
-        InvalidArgument: empty, too long, not ``kind:name``, or an operator principal
-            (operators use the admin token).
+        InvalidArgument: empty, too long, not ``kind:name``, not visible ASCII (the
+            holder sends it in the ``x-palyra-principal`` header, which HTTP keeps to
+            ASCII), or an operator principal (operators use the admin token).
     """
     value = principal
     problem = principal_problem(value)
     if problem:
         raise InvalidArgument(f"principal {problem}; e.g. 'user:alice' (kind:name, no spaces)",
                               details={"field": "principal"})
+    if not all("!" <= c <= "~" for c in value):
+        raise InvalidArgument("principal must be visible ASCII: its holder sends it in the "
+                              "x-palyra-principal header", details={"field": "principal"})
     if is_operator(value):
         raise InvalidArgument(f"{value!r} is an operator principal: operators use the admin "
                               "token, not a bound one", details={"field": "principal"})

@@ -1,4 +1,4 @@
-"""``palyra channels pair | codes | grants | revoke | quarantine | connect`` (operators)."""
+"""``palyra channels list | pair | codes | grants | revoke | quarantine | connect`` (operators)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,18 @@ from palyra.cli._channels_connect import add_connect
 from palyra.cli._client import Stubs
 from palyra.cli._command import Shown, SubParsers, add_command, add_group
 from palyra.cli._render import format_ms
+
+
+async def _list(stubs: Stubs, args: argparse.Namespace) -> Shown:
+    answer = await stubs.channels.list_channels(v1.ListChannelsRequest())
+    rows = [[c.channel, c.kind, c.mode, c.dm_policy or "-", str(c.concurrency),
+             str(c.outbox_pending), str(c.outbox_failed), str(c.quarantined)]
+            for c in answer.channels]
+    # The router's switch is part of the answer, so --json prints the whole response.
+    return Shown(answer, ["CHANNEL", "KIND", "MODE", "DMS", "SLOTS", "OUTBOX", "FAILED",
+                          "QUARANTINED"], rows,
+                 line="" if answer.router_enabled else
+                 "the router is off ([channels] enabled = false): nothing is routed")
 
 
 async def _pair(stubs: Stubs, args: argparse.Namespace) -> Shown:
@@ -59,6 +71,8 @@ def add_parser(commands: SubParsers) -> None:
     """Register the ``channels`` group."""
     sub = add_group(commands, "channels", "pairing codes, pairing grants and quarantine of "
                                           "chat channels, and connecting a platform (operators)")
+    add_command(sub, "list", "the channels the daemon knows, with their health (replies "
+                "waiting and failed, messages quarantined)", _list)
     pair = add_command(sub, "pair", "issue a pairing code for a channel", _pair)
     pair.add_argument("channel_id", help="e.g. slack:acme or webhook:ops")
     pair.add_argument("--ttl", type=int, default=0, help="seconds (default: the daemon's)")

@@ -398,6 +398,8 @@ export declare type SendRunInputRequest = Message<"palyra.v1.SendRunInputRequest
   runId: string;
 
   /**
+   * Its text is required (an open run's next message).
+   *
    * @generated from field: palyra.v1.MessageInput input = 2;
    */
   input?: MessageInput | undefined;
@@ -511,6 +513,8 @@ export declare type AppendEventRequest = Message<"palyra.v1.AppendEventRequest">
   actor: string;
 
   /**
+   * Milliseconds since the epoch, > 0.
+   *
    * @generated from field: int64 timestamp_unix_ms = 7;
    */
   timestampUnixMs: bigint;
@@ -1541,16 +1545,22 @@ export declare const RouteMessageResponseSchema: GenMessage<RouteMessageResponse
  */
 export declare type Agent = Message<"palyra.v1.Agent"> & {
   /**
+   * Chosen by the daemon: a request leaves it empty (or, to update, the path's).
+   *
    * @generated from field: string agent_id = 1;
    */
   agentId: string;
 
   /**
+   * 1..200 characters, not only white space.
+   *
    * @generated from field: string display_name = 2;
    */
   displayName: string;
 
   /**
+   * At most 16,000 characters.
+   *
    * @generated from field: string system_prompt = 3;
    */
   systemPrompt: string;
@@ -1603,11 +1613,15 @@ export declare const AgentSchema: GenMessage<Agent>;
  */
 export declare type AgentBinding = Message<"palyra.v1.AgentBinding"> & {
   /**
+   * Chosen by the daemon: a request leaves it empty.
+   *
    * @generated from field: string binding_id = 1;
    */
   bindingId: string;
 
   /**
+   * The path's agent: a request leaves it empty (or repeats the path's).
+   *
    * @generated from field: string agent_id = 2;
    */
   agentId: string;
@@ -1819,6 +1833,8 @@ export declare type BindAgentRequest = Message<"palyra.v1.BindAgentRequest"> & {
   agentId: string;
 
   /**
+   * Names a session key, or a channel (and, optionally, a conversation glob in it).
+   *
    * @generated from field: palyra.v1.AgentBinding binding = 2;
    */
   binding?: AgentBinding | undefined;

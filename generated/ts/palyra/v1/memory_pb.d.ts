@@ -27,6 +27,8 @@ export declare type MemoryItem = Message<"palyra.v1.MemoryItem"> & {
   sessionId: string;
 
   /**
+   * 1..4096 characters, not only white space.
+   *
    * @generated from field: string text = 3;
    */
   text: string;
@@ -74,7 +76,8 @@ export declare type MemoryItem = Message<"palyra.v1.MemoryItem"> & {
 
   /**
    * `principal` (the owner's, in every session), `session` (only `session_id`) or
-   * `agent` (only runs served by `agent_id`).
+   * `agent` (only runs served by `agent_id`). Empty on ingest: `agent` with an
+   * `agent_id`, else `session` with a `session_id`, else `principal`.
    *
    * @generated from field: string scope = 11;
    */
@@ -158,6 +161,8 @@ export declare const MemoryProvenanceSchema: GenMessage<MemoryProvenance>;
  */
 export declare type IngestMemoryRequest = Message<"palyra.v1.IngestMemoryRequest"> & {
   /**
+   * Scope `session` names a `session_id`, scope `agent` an `agent_id`.
+   *
    * @generated from field: palyra.v1.MemoryItem item = 1;
    */
   item?: MemoryItem | undefined;

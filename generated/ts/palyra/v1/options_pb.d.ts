@@ -81,6 +81,16 @@ export declare type FieldRule = Message<"palyra.v1.FieldRule"> & {
    * @generated from field: double minimum = 4;
    */
   minimum: number;
+
+  /**
+   * More the field's JSON value must satisfy, as a JSON Schema (2020-12) object
+   * the document adds to the field's own: what the three rules above cannot say
+   * (a length cap, which members a message needs, one member when another is
+   * set, a value written by the daemon only: `{"readOnly": true}`).
+   *
+   * @generated from field: string schema = 5;
+   */
+  schema: string;
 };
 
 /**

@@ -72,6 +72,7 @@ export declare const TokenInfoSchema: GenMessage<TokenInfo>;
 export declare type IssueTokenRequest = Message<"palyra.v1.IssueTokenRequest"> & {
   /**
    * e.g. `user:alice`; operators' principals (`admin:`, `system:`) cannot be bound.
+   * Visible ASCII (it travels in the x-palyra-principal header), at most 256 characters.
    *
    * @generated from field: string principal = 1;
    */
@@ -85,6 +86,8 @@ export declare type IssueTokenRequest = Message<"palyra.v1.IssueTokenRequest"> &
   ttlSeconds: number;
 
   /**
+   * At most 200 characters.
+   *
    * @generated from field: string label = 3;
    */
   label: string;

@@ -248,7 +248,8 @@ def _check_covers(env: JournalEnv, covering: list[bytes], before: int) -> None:
 
 def _check_checkpoint(verifier: ChainVerifier, record: CheckpointRecord) -> None:
     verifier.checkpoint(
-        record.position, record.head, record.ts_ms, record.public_key, record.signature
+        record.position, record.head, record.ts_ms, record.public_key, record.signature,
+        f"checkpoint record at position {record.position}",
     )
 
 
@@ -334,7 +335,7 @@ def _walk_bundle(
         elif sealed and not isinstance(line, TrailerLine):
             raise Tampered(verifier.position + 1, f"line {number}: entries after the seal")
         elif isinstance(line, EventLine | LinkLine):
-            groups.add(line)
+            groups.add(line, number)
             if covers is not None and isinstance(line, EventLine):
                 _note_cover(line, covers)
         elif isinstance(line, PrunedLine):
@@ -342,10 +343,10 @@ def _walk_bundle(
             if header.version < 4:
                 raise Tampered(line.position, f"line {number}: a pruned record in a version "
                                               f"{header.version} bundle")
-            _bundle_tombstone(line, verifier)
+            _bundle_tombstone(line, verifier, number)
         elif isinstance(line, CheckpointLine):
             groups.flush()
-            _bundle_checkpoint(line, verifier)
+            _bundle_checkpoint(line, verifier, number)
         elif isinstance(line, SealLine):
             groups.flush()
             if sealed or header.version < 2:
@@ -462,24 +463,29 @@ def _check_header(line: HeaderLine, verifier: ChainVerifier) -> HeaderLine:
     return line
 
 
-def _bundle_tombstone(line: PrunedLine, verifier: ChainVerifier) -> None:
-    first = line.position
+def _bundle_tombstone(line: PrunedLine, verifier: ChainVerifier, number: int) -> None:
+    first, where = line.position, f"line {number} (pruned)"
     if line.last < first:
-        raise Tampered(first, f"pruned record claims positions {first}..{line.last}")
-    verifier.tombstone(first, line.last, line.session_id, line_hash(line.prev_hash, first),
-                       line_hash(line.hash, first), line_hash(line.global_hash, first))
+        raise Tampered(first, f"{where}: last is {line.last}, expected at least position "
+                              f"{first}")
+    verifier.tombstone(first, line.last, line.session_id,
+                       line_hash(line.prev_hash, first, where, "prev_hash"),
+                       line_hash(line.hash, first, where, "hash"),
+                       line_hash(line.global_hash, first, where, "global_hash"), where)
 
 
-def _bundle_checkpoint(line: CheckpointLine, verifier: ChainVerifier) -> None:
-    position = verifier.position
-    try:
-        public_key, signature = bytes.fromhex(line.public_key), bytes.fromhex(line.signature)
-    except ValueError as exc:
-        raise Tampered(position, "checkpoint key or signature is not hex") from exc
-    if public_key.hex() != line.public_key or signature.hex() != line.signature:
-        raise Tampered(position, "checkpoint key or signature is not lowercase hex")
+def _bundle_checkpoint(line: CheckpointLine, verifier: ChainVerifier, number: int) -> None:
+    position, where = verifier.position, f"line {number} (checkpoint)"
+    for field, text in (("public_key", line.public_key), ("signature", line.signature)):
+        try:
+            ok = bytes.fromhex(text).hex() == text
+        except ValueError:
+            ok = False
+        if not ok:
+            raise Tampered(position, f"{where}: {field} is {text!r}, expected lowercase hex")
     verifier.checkpoint(
-        line.position, line_hash(line.head_hash, position), line.ts_ms, public_key, signature
+        line.position, line_hash(line.head_hash, position, where, "head_hash"), line.ts_ms,
+        bytes.fromhex(line.public_key), bytes.fromhex(line.signature), where,
     )
 
 

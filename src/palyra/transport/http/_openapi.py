@@ -15,7 +15,7 @@ from palyra_gen.proto_docs import DOCS
 
 from palyra.transport.auth import CHANNEL_HEADER, DEVICE_HEADER, PRINCIPAL_HEADER, PUBLIC_RPCS
 from palyra.transport.http._json import camel, proto_meta
-from palyra.transport.http._openapi_schema import SchemaBuilder, full_name
+from palyra.transport.http._openapi_schema import SchemaBuilder, body_required, full_name
 from palyra.transport.http._routes import CompiledRoute, RouteTable
 
 OPENAPI_VERSION = "3.2.0"
@@ -79,7 +79,9 @@ def _operation(route: CompiledRoute, schemas: SchemaBuilder) -> dict[str, Any]:
     if rpc_doc:
         op["description"] = rpc_doc
     if route.has_body:
-        op["requestBody"] = {"required": False, "content": {"application/json": {
+        # A body holding a required field must be sent (an absent body is all defaults).
+        op["requestBody"] = {"required": body_required(route.request_cls, route.path_params),
+                             "content": {"application/json": {
             "schema": schemas.body(route.request_cls, route.path_params)}}}
     if route.rpc in PUBLIC_RPCS:
         op["security"] = []

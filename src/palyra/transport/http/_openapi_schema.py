@@ -9,12 +9,15 @@ be said in a schema (surrounding spaces in a number string, any letter case in
 an enum name), the schema states the canonical subset, so every document-valid
 request is one the server accepts. The spec's ``(palyra.v1.field_rule)`` options
 (``palyra_gen.field_rules``) add what a field must hold beyond its type: a
-required field is listed in ``required`` and is never ``null`` or empty.
+required field is listed in ``required`` and is never ``null`` or empty; a rule's
+``schema`` is added to the field's own (``allOf``; annotations such as
+``readOnly`` beside it).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 import betterproto2
@@ -100,6 +103,11 @@ class SchemaBuilder:
             single = {"type": "integer", "minimum": low, "maximum": high}
         else:
             single = self._scalar(fm.proto_type, item_cls, name)
+        rule = RULES.get(f"{full_name(cls)}.{name}")
+        if rule is not None:  # a query parameter keeps its field's rule
+            single = _ruled(single, fm, rule, item_cls)
+            if rule.schema:
+                single = _with_extra(single, json.loads(rule.schema))
         return {"type": "array", "items": single} if fm.repeated else single
 
     # -- building ----------------------------------------------------------
@@ -126,6 +134,8 @@ class SchemaBuilder:
                 schema = _nullable(schema)
             else:
                 required.append(camel(name))
+            if rule is not None and rule.schema:
+                schema = _with_extra(schema, json.loads(rule.schema))
             if doc := DOCS.get(f"{owner}.{name}"):
                 schema = {**schema, "description": doc}
             props[camel(name)] = schema
@@ -183,6 +193,24 @@ class SchemaBuilder:
         if proto_type == "bytes":
             return {"type": "string", "contentEncoding": "base64", "pattern": _BASE64}
         raise ValueError(f"unsupported proto type {proto_type}")
+
+
+# Keywords that say something about a value without constraining it.
+_ANNOTATIONS = frozenset({"readOnly", "writeOnly", "deprecated"})
+
+
+def body_required(cls: type[Any], path_params: tuple[str, ...]) -> bool:
+    """Whether a request body must be sent: some field it carries is required."""
+    owner = full_name(cls)
+    return any(rule.required for name in proto_meta(cls).meta_by_field_name
+               if name not in path_params and (rule := RULES.get(f"{owner}.{name}")))
+
+
+def _with_extra(schema: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` and a rule's own JSON Schema: annotations beside it, the rest in ``allOf``."""
+    if set(extra) <= _ANNOTATIONS:
+        return {**schema, **extra}
+    return {"allOf": [schema, extra]}
 
 
 def _ruled(schema: dict[str, Any], fm: Any, rule: FieldRule, item_cls: Any) -> dict[str, Any]:

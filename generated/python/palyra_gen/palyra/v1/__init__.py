@@ -984,10 +984,19 @@ class Agent(betterproto2.Message):
     """
 
     agent_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Chosen by the daemon: a request leaves it empty (or, to update, the path's).
+    """
 
     display_name: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    1..200 characters, not only white space.
+    """
 
     system_prompt: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    At most 16,000 characters.
+    """
 
     provider: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
     """
@@ -1021,8 +1030,14 @@ default_message_pool.register_message("palyra.v1", "Agent", Agent)
 @dataclass(eq=False, repr=False)
 class AgentBinding(betterproto2.Message):
     binding_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Chosen by the daemon: a request leaves it empty.
+    """
 
     agent_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The path's agent: a request leaves it empty (or repeats the path's).
+    """
 
     channel: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
 
@@ -1070,6 +1085,9 @@ class AppendEventRequest(betterproto2.Message):
     actor: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
 
     timestamp_unix_ms: "int" = betterproto2.field(7, betterproto2.TYPE_INT64)
+    """
+    Milliseconds since the epoch, > 0.
+    """
 
     payload_json: "str" = betterproto2.field(8, betterproto2.TYPE_STRING)
 
@@ -1265,6 +1283,9 @@ class BindAgentRequest(betterproto2.Message):
     agent_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
     binding: "AgentBinding | None" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    Names a session key, or a channel (and, optionally, a conversation glob in it).
+    """
 
 
 default_message_pool.register_message("palyra.v1", "BindAgentRequest", BindAgentRequest)
@@ -1814,6 +1835,14 @@ class FieldRule(betterproto2.Message):
 
     minimum: "float" = betterproto2.field(4, betterproto2.TYPE_DOUBLE)
 
+    schema: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    More the field's JSON value must satisfy, as a JSON Schema (2020-12) object
+    the document adds to the field's own: what the three rules above cannot say
+    (a length cap, which members a message needs, one member when another is
+    set, a value written by the daemon only: `{"readOnly": true}`).
+    """
+
 
 default_message_pool.register_message("palyra.v1", "FieldRule", FieldRule)
 
@@ -2162,6 +2191,9 @@ default_message_pool.register_message("palyra.v1", "Incident", Incident)
 @dataclass(eq=False, repr=False)
 class IngestMemoryRequest(betterproto2.Message):
     item: "MemoryItem | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    Scope `session` names a `session_id`, scope `agent` an `agent_id`.
+    """
 
 
 default_message_pool.register_message("palyra.v1", "IngestMemoryRequest", IngestMemoryRequest)
@@ -2204,6 +2236,7 @@ class IssueTokenRequest(betterproto2.Message):
     principal: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
     """
     e.g. `user:alice`; operators' principals (`admin:`, `system:`) cannot be bound.
+    Visible ASCII (it travels in the x-palyra-principal header), at most 256 characters.
     """
 
     ttl_seconds: "int" = betterproto2.field(2, betterproto2.TYPE_UINT32)
@@ -2212,6 +2245,9 @@ class IssueTokenRequest(betterproto2.Message):
     """
 
     label: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    At most 200 characters.
+    """
 
 
 default_message_pool.register_message("palyra.v1", "IssueTokenRequest", IssueTokenRequest)
@@ -2731,6 +2767,9 @@ class MemoryItem(betterproto2.Message):
     session_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
 
     text: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    1..4096 characters, not only white space.
+    """
 
     source: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
 
@@ -2760,7 +2799,8 @@ class MemoryItem(betterproto2.Message):
     scope: "str" = betterproto2.field(11, betterproto2.TYPE_STRING)
     """
     `principal` (the owner's, in every session), `session` (only `session_id`) or
-    `agent` (only runs served by `agent_id`).
+    `agent` (only runs served by `agent_id`). Empty on ingest: `agent` with an
+    `agent_id`, else `session` with a `session_id`, else `principal`.
     """
 
     owner: "str" = betterproto2.field(12, betterproto2.TYPE_STRING)
@@ -3409,6 +3449,9 @@ class SendRunInputRequest(betterproto2.Message):
     run_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
     input: "MessageInput | None" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    Its text is required (an open run's next message).
+    """
 
     complete: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
 
