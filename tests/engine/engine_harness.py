@@ -22,7 +22,7 @@ from palyra.app import CallContext, PalyraApp
 from palyra.engine import Engine, EngineConfig, member_from, run_next
 from palyra.journal import JournalStore, StoredEvent
 from palyra.policy import PolicyConfig, PolicyGate
-from palyra.providers import ModelProvider, ScriptedProvider
+from palyra.providers import ModelProvider, ProviderRegistry, ScriptedProvider
 from palyra.tools import (
     ADD,
     Capability,
@@ -73,6 +73,8 @@ class Harness:
     config: EngineConfig = field(default_factory=lambda: EngineConfig(approval_timeout_s=30))
     policy_config: PolicyConfig = field(default_factory=PolicyConfig)
     provider_factory: Callable[[], ModelProvider] = ScriptedProvider
+    # Named providers for agents' routes (None: the one provider serves every run).
+    models_factory: Callable[[], ProviderRegistry] | None = None
     tool: ToolSpec[Any] = ADD
     extra_tools: tuple[ToolSpec[Any], ...] = ()  # registered next to the built-ins
     mcp: tuple[McpServerConfig, ...] = ()  # MCP servers whose tools join the registry
@@ -105,7 +107,12 @@ class Harness:
         kwargs: dict[str, Any] = {"now_ms": self.now_ms} if self.now_ms else {}
         if self.context_factory is not None:
             kwargs["context"] = self.context_factory(self.store, gate)
-        self.engine = Engine(self.store, self.provider_factory(), GatePolicy(gate, registry),
+        provider = self.provider_factory()
+        if self.models_factory is not None:
+            kwargs["models"] = models = self.models_factory()
+            provider = models.default
+            self._stack.push_async_callback(models.aclose)
+        self.engine = Engine(self.store, provider, GatePolicy(gate, registry),
                              RegistryTools(registry, self.data_dir), self.config, **kwargs)
         await self._stack.enter_async_context(self.engine)
         if recover:

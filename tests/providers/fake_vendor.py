@@ -11,6 +11,8 @@ Behaviour is chosen by the request's ``model`` field:
 * ``fail500:<tag>:<n>``: HTTP 500 for the first ``n`` requests with that exact
   model string, then a normal answer.
 * ``status:<code>``: always that HTTP status.
+* ``failafter:<tag>:<n>``: a normal answer for the first ``n`` requests with that
+  exact model string, then HTTP 503.
 * ``hang``: never answer (until the client disconnects).
 * ``slow``: stream a first text delta, then wait for the client to go away.
 * ``cut``: send one text delta and close the stream without finishing.
@@ -60,6 +62,9 @@ class FakeVendor:
         self.counts[model] += 1
         if model.startswith("fail500:") and self.counts[model] <= int(model.rsplit(":", 1)[1]):
             await _plain(send, 500, b'{"error": "injected"}')
+            return
+        if model.startswith("failafter:") and self.counts[model] > int(model.rsplit(":", 1)[1]):
+            await _plain(send, 503, b'{"error": "injected"}')
             return
         if model.startswith("status:"):
             await _plain(send, int(model.split(":")[1]), b'{"error": "injected"}')

@@ -21,7 +21,9 @@ from typing import Final
 
 DOCS: Final[dict[str, str]] = {
     "palyra.v1.Agent": "A configured agent: its system prompt opens every run it serves, and its tool\npostures sit under the session's own overrides.",
-    "palyra.v1.Agent.provider": "The model provider selection (recorded; the daemon runs its configured provider).",
+    "palyra.v1.Agent.fallbacks": "Fallbacks tried in order when the provider fails with a retryable error or its\ncircuit is open, before any output: `provider` or `provider/model` each.",
+    "palyra.v1.Agent.provider": "The provider (a `[[providers]]` name; empty: the daemon's default `[provider]`)\nand model (empty: that provider's configured model) that answer this agent's runs.",
+    "palyra.v1.Agent.response_cache": "Serve repeated identical model requests from the journal (off by default;\nnever for a request with a non-deterministic parameter).",
     "palyra.v1.Agent.tool_postures": "Per-tool postures for this agent's runs (a session's overrides win over them).",
     "palyra.v1.Agent.tools": "Tools this agent may use; empty: every tool. Others are `disabled` for its runs.",
     "palyra.v1.AppendEventRequest": "A client journal event.",
@@ -187,6 +189,11 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.MemoryService": "Long-term memory: items injected into context by vector search.",
     "palyra.v1.MessageInput.attachments": "At most 32.",
     "palyra.v1.PairingCode.code": "The last 8 characters of a ULID.",
+    "palyra.v1.ProviderFailover": 'One provider passed over for a model call (docs/architecture.md, "Models").',
+    "palyra.v1.ProviderTurnOutput.cached": "The answer was served from the response cache (the journal), not a provider.",
+    "palyra.v1.ProviderTurnOutput.failovers": "Providers tried before the one that answered, in order: each failed with a\nretryable error or had its circuit open before any output.",
+    "palyra.v1.ProviderTurnOutput.model": "The model that answered, as the vendor named it (else as requested).",
+    "palyra.v1.ProviderTurnOutput.provider": "The registry name of the provider that answered (`[[providers]]` name; the\ndefault `[provider]` is named by its `name`, else its kind).",
     "palyra.v1.PruneJournalRequest.older_than_days": "Prune records whose events are all older than this many days (>= 0).",
     "palyra.v1.PruneJournalResponse.bytes_freed": "Stored bytes dropped (the file does not shrink: LMDB reuses the pages).",
     "palyra.v1.PruneJournalResponse.first_position": "First and last position pruned now (both 0 when nothing was).",

@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 from palyra_gen.palyra import v1 as pb
 
 from palyra.agents import AgentRegistry, bound_agent
-from palyra.agents.model import postures_for
+from palyra.agents.model import postures_for, route_for
 from palyra.app._convert import SCOPE_NAMES
 from palyra.core.errors import InvalidArgument
 from palyra.engine import ApprovalRecord, Engine, IdentityRec
 from palyra.journal import JournalStore
+
+
+class ServingAgent(NamedTuple):
+    """What a new run takes from the agent serving it (all empty for none)."""
+
+    agent_id: str = ""
+    postures: dict[str, str] = {}
+    model_route: tuple[str, ...] = ()
+    response_cache: bool = False
 
 
 class AppBase:
@@ -24,9 +34,9 @@ class AppBase:
         self._agent_registry = AgentRegistry(engine.store)
 
     def _serving_agent(self, identity: IdentityRec, agent_id: str,
-                       session_key: str) -> tuple[str, dict[str, str]]:
-        """``(agent_id, postures)`` for a new run: the agent asked for, else the one the
-        session key (or the caller's channel) is bound to; ``("", {})`` for none.
+                       session_key: str) -> ServingAgent:
+        """The agent of a new run: the one asked for, else the one the session key (or
+        the caller's channel) is bound to; all empty for none.
 
         Raises:
             NotFound: an ``agent_id`` that does not exist.
@@ -36,9 +46,10 @@ class AppBase:
             agent_id = bound_agent(registry.bindings(), channel=identity.channel,
                                    conversation_id="", session_key=session_key)
             if not agent_id:
-                return "", {}
+                return ServingAgent()
         agent = registry.require(agent_id)
-        return agent.agent_id, postures_for(agent, self.engine.tool_names())
+        return ServingAgent(agent.agent_id, postures_for(agent, self.engine.tool_names()),
+                            route_for(agent), agent.response_cache)
 
     async def _decide(self, identity: IdentityRec, approval_id: str,
                      decision: pb.ApprovalDecision, scope: pb.ApprovalScope,

@@ -156,6 +156,9 @@ class PalyraConfig:
     log: LogConfig = dataclasses.field(default_factory=LogConfig)
     daemon: DaemonConfig = dataclasses.field(default_factory=DaemonConfig)
     provider: ProviderConfig = dataclasses.field(default_factory=ProviderConfig)
+    # More named providers (``[[providers]]``) agents may route to; ``provider`` is
+    # the default one, answering runs without an agent route.
+    providers: tuple[ProviderConfig, ...] = ()
     engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
     journal: JournalConfig = dataclasses.field(default_factory=JournalConfig)
     policy: PolicyConfig = dataclasses.field(default_factory=PolicyConfig)

@@ -54,7 +54,7 @@ from palyra.memory.service import Memory
 from palyra.ops.doctor import daemon_details
 from palyra.ops.readiness import Readiness
 from palyra.policy import PolicyGate
-from palyra.providers import build_provider
+from palyra.providers import ProviderRegistry
 from palyra.tasks import TaskQueue, TaskWorker
 from palyra.tools import ToolRegistry, default_registry
 from palyra.transport.context import ContextFactory
@@ -99,8 +99,9 @@ async def open_application(
         await stack.enter_async_context(McpHub(registry, config.tools.mcp))
     workspace = config.data_dir / WORKSPACE_DIR
     os.makedirs(workspace, mode=0o700, exist_ok=True)
-    provider = build_provider(config.provider)
-    stack.push_async_callback(provider.aclose)
+    models = ProviderRegistry.build(config.provider, config.providers)
+    stack.push_async_callback(models.aclose)
+    provider = models.default
     memory = Memory(store, build_embedder(config.memory, os.environ))
     memory.start()  # a remote embedder's vectors are filled in by a background loop
     stack.push_async_callback(memory.aclose)
@@ -111,7 +112,7 @@ async def open_application(
         _log.warning("embedder_fallback", configured="wordllama", loaded=memory.status().space,
                      fix="install the wordllama package, or set [memory] embedder = \"hash\"")
     policy, tools = GatePolicy(gate, registry), RegistryTools(registry, workspace)
-    engine = Engine(store, provider, policy, tools, config.engine,
+    engine = Engine(store, provider, policy, tools, config.engine, models=models,
                     context=InputAssembly([AgentPrompt(AgentRegistry(store)),
                                            RecentConversation(store),
                                            ContextReferences(policy, tools, memory, gate),

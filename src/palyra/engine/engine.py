@@ -58,7 +58,7 @@ from palyra.engine.sessions.reader import SessionReader
 from palyra.engine.sessions.selectors import Selectors
 from palyra.engine.sessions.writer import SessionWriter
 from palyra.journal import JournalStore
-from palyra.providers import ModelProvider
+from palyra.providers import ModelProvider, ProviderConfig, ProviderRegistry
 
 CANCEL_COMMAND = "/cancel"
 
@@ -82,6 +82,8 @@ class StartRun:
     complete: bool = False
     agent_id: str = ""
     agent_postures: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    model_route: tuple[str, ...] = ()
+    response_cache: bool = False
     minted: bool = False
     """``run_id`` was minted by this process with ``new_ulid()`` just now, so it is
     free: no read of the store to check (that read would wait for LMDB to hold
@@ -113,8 +115,12 @@ class Engine:
     def __init__(self, store: JournalStore, provider: ModelProvider, policy: PolicyPort,
                  tools: ToolsPort, config: EngineConfig | None = None, *,
                  now_ms: Callable[[], int] = wall_ms,
-                 context: ContextPort | None = None) -> None:
+                 context: ContextPort | None = None,
+                 models: ProviderRegistry | None = None) -> None:
         self.config = config or EngineConfig()
+        if models is None:
+            # One provider serves every run, under its own name.
+            models = ProviderRegistry([(ProviderConfig(name=provider.name), provider)])
         self.store = store
         #: Committed session records (get, by key or label, caller-scoped pages).
         self.session_reader = SessionReader(store)
@@ -122,7 +128,8 @@ class Engine:
         self.session_writer = SessionWriter(store, self.session_reader, now_ms)
         #: Committed approval records (get, filtered pages).
         self.approval_reader = ApprovalReader(store)
-        self._deps = EngineDeps(store=store, provider=provider, policy=policy, tools=tools,
+        self._deps = EngineDeps(store=store, provider=provider, models=models, policy=policy,
+                                tools=tools,
                                 config=self.config, session_reader=self.session_reader,
                                 session_writer=self.session_writer,
                                 approval_reader=self.approval_reader, now_ms=now_ms,
@@ -175,6 +182,11 @@ class Engine:
     def provider(self) -> ModelProvider:
         """The configured model provider (background work asks it too)."""
         return self._deps.provider
+
+    @property
+    def models(self) -> ProviderRegistry:
+        """Every configured provider by name (runs' routes resolve through it)."""
+        return self._deps.models
 
     def live_runs(self) -> list[tuple[RunRecord, str]]:
         """Every run with an actor in this process: its committed record and what its
@@ -279,7 +291,9 @@ class Engine:
                                complete_requested=start.complete,
                                previous_run_id=plan.record.last_run_id,
                                agent_id=start.agent_id,
-                               agent_postures=dict(start.agent_postures))
+                               agent_postures=dict(start.agent_postures),
+                               model_route=start.model_route,
+                               response_cache=start.response_cache)
             writer = RunWriter(self.store, record, LoopState(), self._deps.now_ms)
             batch = writer.batch().events(*plan.events)
             batch.write(*plan.entity_writes, record_write(session))

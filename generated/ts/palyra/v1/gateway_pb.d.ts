@@ -1396,7 +1396,8 @@ export declare type Agent = Message<"palyra.v1.Agent"> & {
   systemPrompt: string;
 
   /**
-   * The model provider selection (recorded; the daemon runs its configured provider).
+   * The provider (a `[[providers]]` name; empty: the daemon's default `[provider]`)
+   * and model (empty: that provider's configured model) that answer this agent's runs.
    *
    * @generated from field: string provider = 4;
    */
@@ -1430,6 +1431,22 @@ export declare type Agent = Message<"palyra.v1.Agent"> & {
    * @generated from field: map<string, palyra.v1.ToolPosture> tool_postures = 9;
    */
   toolPostures: { [key: string]: ToolPosture };
+
+  /**
+   * Fallbacks tried in order when the provider fails with a retryable error or its
+   * circuit is open, before any output: `provider` or `provider/model` each.
+   *
+   * @generated from field: repeated string fallbacks = 10;
+   */
+  fallbacks: string[];
+
+  /**
+   * Serve repeated identical model requests from the journal (off by default;
+   * never for a request with a non-deterministic parameter).
+   *
+   * @generated from field: bool response_cache = 11;
+   */
+  responseCache: boolean;
 };
 
 /**

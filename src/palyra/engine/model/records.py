@@ -127,6 +127,11 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
     agent_id: str = ""
     agent_postures: dict[str, str] = {}
     last_active_ms: int = 0
+    # Where the run's model calls go, fixed at its start from its agent: targets
+    # ``provider`` or ``provider/model``, the primary first, then its fallbacks
+    # (empty: the default provider); and whether answers may come from the cache.
+    model_route: tuple[str, ...] = ()
+    response_cache: bool = False
 
 
 class PromptRec(msgspec.Struct, frozen=True, kw_only=True):

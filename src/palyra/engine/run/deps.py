@@ -13,7 +13,7 @@ from palyra.engine.run.approvals import ApprovalReader, PendingApprovals
 from palyra.engine.sessions.reader import SessionReader
 from palyra.engine.sessions.writer import SessionWriter
 from palyra.journal import EventDraft, JournalStore
-from palyra.providers import ModelProvider
+from palyra.providers import ModelProvider, ProviderRegistry
 
 EndContributor = Callable[[RunRecord, str], AbstractAsyncContextManager[Sequence[EventDraft]]]
 """``(record, run event)`` -> a context yielding drafts for the run's ending commit."""
@@ -25,6 +25,8 @@ class EngineDeps:
 
     store: JournalStore
     provider: ModelProvider
+    # Every configured provider by name: runs' model calls go through their routes.
+    models: ProviderRegistry
     policy: PolicyPort
     tools: ToolsPort
     config: EngineConfig

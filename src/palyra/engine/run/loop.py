@@ -24,10 +24,11 @@ from palyra.engine.model.ports import ContextRequest, ReferenceCall
 from palyra.engine.model.prune import ESTIMATE, prune
 from palyra.engine.model.tokens import TokenBuffer, clip_reply
 from palyra.engine.run.compact import maybe_compact
+from palyra.engine.run.modelcall import Routed, call_model
 from palyra.engine.run.step import Step
 from palyra.engine.run.toolflow import propose, propose_references, resolve_tool, run_postures
 from palyra.engine.run.writer import Batch
-from palyra.providers import ChatMessage, ModelRequest, ModelResponse, TextDelta
+from palyra.providers import Answered, ChatMessage, ModelRequest, TextDelta
 
 _PHASE = pb.AgentLoopPhase
 
@@ -142,15 +143,15 @@ async def model_turn(step: Step, batch: Batch) -> None:
     step.phase = "model"
     tokens = TokenBuffer(deps.config.token_words_per_event, deps.config.token_chars_per_event)
     request = ModelRequest(messages=messages, tools=deps.tools.catalog())
-    response: ModelResponse | None = None
+    routed: Routed | None = None
     flushed_at = -math.inf  # the first token group is committed at once
     try:
         with step.active():
             async with asyncio.timeout(step.remaining_wall_s()):
-                async with aclosing(deps.provider.stream(request)) as chunks:
+                async with aclosing(call_model(step, request)) as chunks:
                     async for chunk in chunks:
                         if not isinstance(chunk, TextDelta):
-                            response = chunk.response
+                            routed = chunk
                             continue
                         groups = tokens.push(chunk.text)
                         batch.add(*(pb.ModelToken(token=g, is_final=False, turn=turn)
@@ -165,17 +166,16 @@ async def model_turn(step: Step, batch: Batch) -> None:
         # batch is durable, so the loop ends in a fresh one.
         await terminate(step, "wall_clock_limit", None if batch.committed else batch)
         return
-    if response is None:
+    if routed is None:
         raise PalyraInternalError("provider stream ended without a Completed chunk")
     rest = tokens.rest()
     if rest:
         batch.add(pb.ModelToken(token=rest, is_final=True, turn=turn))
+    response = routed.answer.response
     text = clip_reply(response.text, deps.config.max_reply_chars)
-    batch.add(pb.ProviderTurnOutput(
-        turn=turn, text=text, finish_reason=response.finish_reason,
-        tool_call_count=len(response.tool_calls), input_tokens=response.usage.input_tokens,
-        output_tokens=response.usage.output_tokens, provider=deps.provider.name,
-    ))
+    batch.add(turn_output(routed.answer, turn, text))
+    if routed.cache_write is not None:
+        batch.write(routed.cache_write)
     if response.tool_calls:
         await propose(step, batch, response.tool_calls, turn)
     else:
@@ -186,3 +186,16 @@ async def model_turn(step: Step, batch: Batch) -> None:
         )
         await batch.complete_if_requested().commit()
     step.carry(None)
+
+
+def turn_output(answer: Answered, turn: int, text: str) -> pb.ProviderTurnOutput:
+    """The tape's record of a model call: what it said, and who said it."""
+    response = answer.response
+    return pb.ProviderTurnOutput(
+        turn=turn, text=text, finish_reason=response.finish_reason,
+        tool_call_count=len(response.tool_calls), input_tokens=response.usage.input_tokens,
+        output_tokens=response.usage.output_tokens, provider=answer.target.provider,
+        model=response.model or answer.target.model, cached=answer.cached,
+        failovers=[pb.ProviderFailover(provider=f.target.provider, model=f.target.model,
+                                       code=pb.ErrorCode[f.code.value], message=f.message)
+                   for f in answer.failovers])

@@ -151,6 +151,7 @@ __all__ = (
     "OutboundMessage",
     "PairingCode",
     "PairingGrant",
+    "ProviderFailover",
     "ProviderTurnOutput",
     "PruneJournalRequest",
     "PruneJournalResponse",
@@ -949,7 +950,8 @@ class Agent(betterproto2.Message):
 
     provider: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
     """
-    The model provider selection (recorded; the daemon runs its configured provider).
+    The provider (a `[[providers]]` name; empty: the daemon's default `[provider]`)
+    and model (empty: that provider's configured model) that answer this agent's runs.
     """
 
     model: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
@@ -970,6 +972,18 @@ class Agent(betterproto2.Message):
     )
     """
     Per-tool postures for this agent's runs (a session's overrides win over them).
+    """
+
+    fallbacks: "list[str]" = betterproto2.field(10, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Fallbacks tried in order when the provider fails with a retryable error or its
+    circuit is open, before any output: `provider` or `provider/model` each.
+    """
+
+    response_cache: "bool" = betterproto2.field(11, betterproto2.TYPE_BOOL)
+    """
+    Serve repeated identical model requests from the journal (off by default;
+    never for a request with a non-deterministic parameter).
     """
 
 
@@ -2784,6 +2798,26 @@ default_message_pool.register_message("palyra.v1", "PairingGrant", PairingGrant)
 
 
 @dataclass(eq=False, repr=False)
+class ProviderFailover(betterproto2.Message):
+    """
+    One provider passed over for a model call (docs/architecture.md, "Models").
+    """
+
+    provider: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    model: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    code: "ErrorCode" = betterproto2.field(
+        3, betterproto2.TYPE_ENUM, default_factory=lambda: ErrorCode(0)
+    )
+
+    message: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("palyra.v1", "ProviderFailover", ProviderFailover)
+
+
+@dataclass(eq=False, repr=False)
 class ProviderTurnOutput(betterproto2.Message):
     turn: "int" = betterproto2.field(1, betterproto2.TYPE_UINT32)
 
@@ -2798,6 +2832,28 @@ class ProviderTurnOutput(betterproto2.Message):
     output_tokens: "int" = betterproto2.field(6, betterproto2.TYPE_UINT32)
 
     provider: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+    """
+    The registry name of the provider that answered (`[[providers]]` name; the
+    default `[provider]` is named by its `name`, else its kind).
+    """
+
+    model: "str" = betterproto2.field(8, betterproto2.TYPE_STRING)
+    """
+    The model that answered, as the vendor named it (else as requested).
+    """
+
+    cached: "bool" = betterproto2.field(9, betterproto2.TYPE_BOOL)
+    """
+    The answer was served from the response cache (the journal), not a provider.
+    """
+
+    failovers: "list[ProviderFailover]" = betterproto2.field(
+        10, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    Providers tried before the one that answered, in order: each failed with a
+    retryable error or had its circuit open before any output.
+    """
 
 
 default_message_pool.register_message("palyra.v1", "ProviderTurnOutput", ProviderTurnOutput)
