@@ -184,3 +184,26 @@ async def test_the_response_cache_serves_repeats_from_the_journal(
     after = await run_to_end(app, loop_text(1), agent_id=cached)
     assert fake.counts["cache-me"] == 5
     assert [o.cached for o in outputs(harness, after.run_id)] == [True, True]
+
+
+async def test_a_run_may_pick_its_model_within_what_cedar_permits(
+        harness: Harness, vendor: tuple[str, FakeVendor]) -> None:
+    harness.models_factory = lambda: registry(vendor[0])
+    app = await harness.start()
+    agent_id = await agent(harness, provider="oa", fallbacks=["an"])
+    # A user may pick what the agent already routes to ...
+    run = await run_to_end(app, "pick", agent_id=agent_id, model="an")
+    assert [(o.provider, o.model) for o in outputs(harness, run.run_id)] == [("an", "ok")]
+    # ... not anything else: Cedar model.select says who may.
+    with pytest.raises(PalyraError) as denied:
+        await run_to_end(app, "pick", agent_id=agent_id, model="scripted")
+    assert denied.value.code is ErrorCode.PERMISSION_DENIED
+    assert "model scripted" in denied.value.message
+    with pytest.raises(PalyraError) as unknown:
+        await run_to_end(app, "pick", agent_id=agent_id, model="nope/x")
+    assert unknown.value.code is ErrorCode.INVALID_ARGUMENT
+    assert unknown.value.details["field"] == "model"
+    # An operator may pick any model the daemon serves; the agent's fallbacks stay.
+    run = await run_to_end(app, "pick", ADMIN, agent_id=agent_id, model="down")
+    [turn] = outputs(harness, run.run_id)
+    assert (turn.provider, [f.provider for f in turn.failovers]) == ("an", ["down"])

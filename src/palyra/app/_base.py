@@ -10,7 +10,7 @@ from palyra_gen.palyra import v1 as pb
 from palyra.agents import AgentRegistry, bound_agent
 from palyra.agents.model import postures_for, route_for
 from palyra.app._convert import SCOPE_NAMES
-from palyra.core.errors import InvalidArgument
+from palyra.core.errors import InvalidArgument, PermissionDenied
 from palyra.engine import ApprovalRecord, Engine, IdentityRec
 from palyra.journal import JournalStore
 
@@ -34,13 +34,31 @@ class AppBase:
         self._agent_registry = AgentRegistry(engine.store)
 
     def _serving_agent(self, identity: IdentityRec, agent_id: str,
-                       session_key: str) -> ServingAgent:
+                       session_key: str, model: str = "") -> ServingAgent:
         """The agent of a new run: the one asked for, else the one the session key (or
-        the caller's channel) is bound to; all empty for none.
+        the caller's channel) is bound to; all empty for none. ``model`` (``provider`` or
+        ``provider/model``) replaces the primary of its route, if Cedar permits.
 
         Raises:
             NotFound: an ``agent_id`` that does not exist.
+            InvalidArgument: a ``model`` the daemon does not serve.
+            PermissionDenied: Cedar ``model.select`` refused ``model``.
         """
+        serving = self._agent_of(identity, agent_id, session_key)
+        if not model.strip():
+            return serving
+        models = self.engine.models
+        models.validate([model], "model")
+        [(target, _p)] = models.resolve([model.strip()])
+        in_route = any(t == target for t, _p in models.resolve(serving.model_route))
+        allowed, reason = self.engine.policy.model_select(
+            identity, target.provider, target.model, agent_id=serving.agent_id,
+            in_agent_route=in_route)
+        if not allowed:
+            raise PermissionDenied(reason, details={"field": "model"})
+        return serving._replace(model_route=(target.label, *serving.model_route[1:]))
+
+    def _agent_of(self, identity: IdentityRec, agent_id: str, session_key: str) -> ServingAgent:
         registry = self._agent_registry
         if not agent_id:
             agent_id = bound_agent(registry.bindings(), channel=identity.channel,

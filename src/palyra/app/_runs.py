@@ -107,7 +107,7 @@ class RunsApi(AppBase):
             raise InvalidArgument("RunStream needs a first message") from None
         check_version(first.v)
         text, attachments = _input_of(first.input)
-        agent = self._serving_agent(identity, first.agent_id, first.session_key)
+        agent = self._serving_agent(identity, first.agent_id, first.session_key, first.model)
         # The stream follows its run from its first commit, from memory: subscribed
         # before the run starts, it never reads the tape back from the store.
         run_id = first.run_id.strip() or new_ulid()
@@ -245,7 +245,8 @@ class RunsApi(AppBase):
         check_version(request.v)
         identity = identity_of(ctx)
         text, attachments = _input_of(request.input)
-        agent = self._serving_agent(identity, request.agent_id, request.session_key)
+        agent = self._serving_agent(identity, request.agent_id, request.session_key,
+                                    request.model)
         started = await self.engine.start_run(identity, StartRun(
             Selectors(request.session_id, request.session_key, request.session_label),
             text=text, attachments=attachments, run_id=request.run_id, driver="api",

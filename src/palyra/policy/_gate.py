@@ -331,6 +331,29 @@ class PolicyGate:
         return Decision(Outcome.DENY, f"{principal} may not {decision} candidate {candidate_id} "
                         "(an operator, or the run's own user, may)", reasons, h)
 
+    def check_model_select(self, principal: str, provider: str, model: str, *,
+                           agent_id: str, in_agent_route: bool) -> Decision:
+        """May ``principal`` have ``provider``/``model`` answer its run (Cedar ``model.select``)?
+
+        Shipped rules: anyone may pick a target the serving agent already routes to;
+        operators may pick any.
+        """
+        label = f"{provider}/{model}" if model else provider
+        allowed, reasons, errors = self._authorize({
+            "principal": {"type": "Principal", "id": principal},
+            "action": {"type": "Action", "id": "model.select"},
+            "resource": {"type": "Model", "id": label},
+            "context": {"principal_name": principal, "provider": provider, "model": model,
+                        "agent_id": agent_id, "in_agent_route": in_agent_route},
+        })
+        h = self.policy_hash
+        if errors:
+            return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)
+        if allowed:
+            return Decision(Outcome.ALLOW, f"{principal} may select model {label}", reasons, h)
+        return Decision(Outcome.DENY, f"{principal} may not select model {label} (an operator "
+                        "may, or pick one the agent routes to)", reasons, h)
+
     def check_posture_change(
         self,
         principal: str,

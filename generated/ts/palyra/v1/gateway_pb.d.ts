@@ -263,6 +263,14 @@ export declare type RunStreamRequest = Message<"palyra.v1.RunStreamRequest"> & {
    * @generated from field: bool complete = 16;
    */
   complete: boolean;
+
+  /**
+   * First message only: `provider` or `provider/model` to answer this run in place of
+   * its agent's (the agent's fallbacks stay), if Cedar `model.select` permits it.
+   *
+   * @generated from field: string model = 17;
+   */
+  model: string;
 };
 
 /**
@@ -354,6 +362,13 @@ export declare type CreateRunRequest = Message<"palyra.v1.CreateRunRequest"> & {
    * @generated from field: string agent_id = 9;
    */
   agentId: string;
+
+  /**
+   * As `RunStreamRequest.model`.
+   *
+   * @generated from field: string model = 10;
+   */
+  model: string;
 };
 
 /**

@@ -1515,6 +1515,11 @@ class CreateRunRequest(betterproto2.Message):
 
     agent_id: "str" = betterproto2.field(9, betterproto2.TYPE_STRING)
 
+    model: "str" = betterproto2.field(10, betterproto2.TYPE_STRING)
+    """
+    As `RunStreamRequest.model`.
+    """
+
 
 default_message_pool.register_message("palyra.v1", "CreateRunRequest", CreateRunRequest)
 
@@ -3222,6 +3227,12 @@ class RunStreamRequest(betterproto2.Message):
     loop ends, recorded in the run's first commit (as `CreateRunRequest.complete`).
     Without it the run completes when the client half-closes, which is one more
     commit. Later inputs on a completing run are refused (RUN_TERMINAL).
+    """
+
+    model: "str" = betterproto2.field(17, betterproto2.TYPE_STRING)
+    """
+    First message only: `provider` or `provider/model` to answer this run in place of
+    its agent's (the agent's fallbacks stay), if Cedar `model.select` permits it.
     """
 
 
