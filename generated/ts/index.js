@@ -14,4 +14,5 @@ export * from "./palyra/v1/options_pb.js";
 export * from "./palyra/v1/tape_pb.js";
 export * from "./palyra/v1/tasks_pb.js";
 export * from "./palyra/v1/tokens_pb.js";
+export * from "./palyra/v1/usage_pb.js";
 export * from "./palyra/v1/watchdog_pb.js";

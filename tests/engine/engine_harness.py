@@ -36,6 +36,7 @@ from palyra.tools import (
 from palyra.tools.mcp import McpServerConfig
 from palyra.tools.mcp.hub import McpHub
 from palyra.tools.skills import Limits, register_skills
+from palyra.usage import UsageConfig, UsageLedger
 
 DEVICE = "01J00000000000000000000000"
 USER = CallContext.for_principal("user:alice", DEVICE)
@@ -75,6 +76,7 @@ class Harness:
     provider_factory: Callable[[], ModelProvider] = ScriptedProvider
     # Named providers for agents' routes (None: the one provider serves every run).
     models_factory: Callable[[], ProviderRegistry] | None = None
+    usage: UsageConfig = field(default_factory=UsageConfig)  # prices and budgets
     tool: ToolSpec[Any] = ADD
     extra_tools: tuple[ToolSpec[Any], ...] = ()  # registered next to the built-ins
     mcp: tuple[McpServerConfig, ...] = ()  # MCP servers whose tools join the registry
@@ -108,6 +110,7 @@ class Harness:
         if self.context_factory is not None:
             kwargs["context"] = self.context_factory(self.store, gate)
         provider = self.provider_factory()
+        kwargs["usage"] = UsageLedger(self.store, self.usage)
         if self.models_factory is not None:
             kwargs["models"] = models = self.models_factory()
             provider = models.default

@@ -154,7 +154,8 @@ def _openai_events(body: dict[str, Any]) -> list[bytes]:
         events.append(_sse({**base, "choices": [{"index": 0, "delta": {"tool_calls": [rest]}}]}))
     finish = "tool_calls" if reply.tool_calls else "stop"
     events.append(_sse({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}))
-    usage = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+    usage = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10,
+             "prompt_tokens_details": {"cached_tokens": 2}}
     events.append(_sse({**base, "choices": [], "usage": usage}))
     events.append(b"data: [DONE]\n\n")
     return events
@@ -186,7 +187,7 @@ def _reply_from_anthropic(body: dict[str, Any]) -> Any:
 def _anthropic_events(body: dict[str, Any]) -> list[bytes]:
     reply = _reply_from_anthropic(body)
     message = {"id": "msg_1", "type": "message", "role": "assistant", "model": body.get("model")}
-    message["usage"] = {"input_tokens": 11, "output_tokens": 1}
+    message["usage"] = {"input_tokens": 11, "output_tokens": 1, "cache_read_input_tokens": 4}
     events = [_sse({"type": "message_start", "message": message}, "message_start")]
     index = 0
     if reply.text:

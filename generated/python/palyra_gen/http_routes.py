@@ -8,6 +8,7 @@
 #   spec/proto/palyra/v1/memory.proto
 #   spec/proto/palyra/v1/tasks.proto
 #   spec/proto/palyra/v1/tokens.proto
+#   spec/proto/palyra/v1/usage.proto
 #   spec/proto/palyra/v1/watchdog.proto
 # Regenerate with `nox -s codegen`; `python -m codegen --check` fails on drift.
 
@@ -754,5 +755,17 @@ ROUTES: Final[tuple[HttpRoute, ...]] = (
         server_streaming=False,
         request_type="palyra.v1.RevokeTokenRequest",
         response_type="palyra.v1.RevokeTokenResponse",
+    ),
+    HttpRoute(
+        service="palyra.v1.UsageService",
+        method="GetUsage",
+        python_method="get_usage",
+        http_method="GET",
+        path="/v1/usage",
+        body="",
+        client_streaming=False,
+        server_streaming=False,
+        request_type="palyra.v1.GetUsageRequest",
+        response_type="palyra.v1.GetUsageResponse",
     ),
 )

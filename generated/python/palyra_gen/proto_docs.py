@@ -12,6 +12,7 @@
 #   spec/proto/palyra/v1/tape.proto
 #   spec/proto/palyra/v1/tasks.proto
 #   spec/proto/palyra/v1/tokens.proto
+#   spec/proto/palyra/v1/usage.proto
 #   spec/proto/palyra/v1/watchdog.proto
 # Regenerate with `nox -s codegen`; `python -m codegen --check` fails on drift.
 
@@ -47,6 +48,11 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.BackgroundTask.parent_run_id": "Cancelling this run cancels the task.",
     "palyra.v1.BackgroundTask.priority": "Higher runs first.",
     "palyra.v1.BackgroundTaskState": "Background task states. Must match spec/lifecycle/background_task.yaml.",
+    "palyra.v1.BudgetStatus.applies_to": "Whom this status is for (the principal or agent id).",
+    "palyra.v1.BudgetStatus.mode": "suggest (a warning on the tape) | enforced (BUDGET_EXHAUSTED)",
+    "palyra.v1.BudgetStatus.period": "day | month",
+    "palyra.v1.BudgetStatus.scope": "principal | agent",
+    "palyra.v1.BudgetStatus.subject": "The budget's subject as configured (`*`: each principal / agent).",
     "palyra.v1.ChannelStatus.channel": 'e.g. "webhook:ops", "slack:acme".',
     "palyra.v1.ChannelStatus.concurrency": "Runs at once for this channel.",
     "palyra.v1.ChannelStatus.dm_policy": 'Direct messages: "deny", "pairing" or "allow".',
@@ -71,7 +77,7 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.CreateRunRequest.wait": "Wait for the loop to end (or park on an approval) before answering.",
     "palyra.v1.DecideApprovalRequest.ttl_seconds": "Required (> 0) for TIMEBOXED.",
     "palyra.v1.ErrorCode": "Stable error codes. Every error a client sees carries one of these, in the\n`x-palyra-error-code` gRPC trailer and in the HTTP error body.",
-    "palyra.v1.ErrorCode.ERROR_CODE_BUDGET_EXHAUSTED": "The run's tool budget is spent.",
+    "palyra.v1.ErrorCode.ERROR_CODE_BUDGET_EXHAUSTED": "A budget is spent: the run's tool-call budget, or an enforced token or cost budget\nof the principal or agent (checked when a run starts or takes input, and before\neach model call). Not retryable as is: it lasts until the budget's period ends.",
     "palyra.v1.ErrorCode.ERROR_CODE_CANDIDATE_ALREADY_DECIDED": "A learning candidate was already accepted or rejected.",
     "palyra.v1.ErrorCode.ERROR_CODE_CURSOR_TRUNCATED": "The cursor points at data that retention removed; restart from the earliest cursor.",
     "palyra.v1.ErrorCode.ERROR_CODE_DATA_DIR_LOCKED": "Another process holds the data dir for writing.",
@@ -130,6 +136,8 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.GetHealthResponse.ready": "Readiness, as `/readyz` answers it (docs/operations.md): false until recovery\nhas finished, while the journal cannot commit, when its map is near its limit\nwith no room to grow, or when no policy set is loaded. `/healthz` (this RPC)\nstill answers 200 then: it is the liveness check.",
     "palyra.v1.GetJournalHeadResponse.last_checkpoint": "The newest signed checkpoint (CreateCheckpoint or the automatic ones); unset\nwhen the journal has none.",
     "palyra.v1.GetJournalHeadResponse.pruned_through": "Positions 1..pruned_through were pruned by retention (0: none); a cursor\nbelow it gets CURSOR_TRUNCATED.",
+    "palyra.v1.GetUsageRequest.day": "UTC day `YYYY-MM-DD` whose day and month are reported; empty: today.",
+    "palyra.v1.GetUsageRequest.principal": "Empty: the caller. Another principal needs an operator.",
     "palyra.v1.HealthCheck": "One readiness check of GetHealth (and of `palyra doctor`, which runs more).",
     "palyra.v1.HealthCheck.detail": "What was seen; for a failing check, the reason.",
     "palyra.v1.HealthCheck.name": "Stable name: recovery, journal_commit, journal_map, policy.",
@@ -191,7 +199,10 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.MessageInput.attachments": "At most 32.",
     "palyra.v1.PairingCode.code": "The last 8 characters of a ULID.",
     "palyra.v1.ProviderFailover": 'One provider passed over for a model call (docs/architecture.md, "Models").',
+    "palyra.v1.ProviderTurnOutput.budget_warnings": '`suggest` budgets this call found spent (docs/architecture.md, "Usage and budgets").',
     "palyra.v1.ProviderTurnOutput.cached": "The answer was served from the response cache (the journal), not a provider.",
+    "palyra.v1.ProviderTurnOutput.cached_input_tokens": "Of input_tokens, those the provider served from its own prompt cache.",
+    "palyra.v1.ProviderTurnOutput.cost_micros": "The call's cost from the configured price table, in micro-units (0: no price,\nor served by palyra's response cache).",
     "palyra.v1.ProviderTurnOutput.failovers": "Providers tried before the one that answered, in order: each failed with a\nretryable error or had its circuit open before any output.",
     "palyra.v1.ProviderTurnOutput.model": "The model that answered, as the vendor named it (else as requested).",
     "palyra.v1.ProviderTurnOutput.provider": "The registry name of the provider that answered (`[[providers]]` name; the\ndefault `[provider]` is named by its `name`, else its kind).",
@@ -253,6 +264,13 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.ToolProposal.context_reference": "Set when the daemon, not the model, proposed this call: it resolves the\nuser's context reference (e.g. `@url:https://example.com`) whose tool needs\nan approval. Its result joins the provider input as a context block, not as\na tool message, and the model is called once every such call has a result.",
     "palyra.v1.ToolProposal.decision": "The policy's verdict on this call, taped in the same event: a call and its\ndecision are always durable together, before anything runs. Unset only on\ntapes written before the two were folded into one event; there a separate\n`tool_decision` event follows.",
     "palyra.v1.ToolResult.attestation": "What ran, hashed (set when a tool executed). Taped in the same event as the\nresult; tapes written before the two were folded carry a separate\n`tool_attestation` event after the result instead.",
+    "palyra.v1.UsageLine.period": "`day:YYYY-MM-DD`, `month:YYYY-MM` or `all` (a run's or a session's whole life).",
+    "palyra.v1.UsageLine.scope": "principal | agent | session | run",
+    "palyra.v1.UsageService": "Model usage and budgets (docs/architecture.md, \"Usage and budgets\"). Every model\ncall's tokens and cost are on the run's tape (`provider_turn_output`) and summed\nper run, session, agent and principal, per UTC day and month.",
+    "palyra.v1.UsageService.GetUsage": "The caller's usage (an operator may name any principal, agent, session or run),\nwith every budget that applies and how much of it is spent.",
+    "palyra.v1.UsageTotals.cache_hits": "Calls answered by palyra's response cache (no tokens, no cost).",
+    "palyra.v1.UsageTotals.cached_input_tokens": "Input tokens the provider served from its own prompt cache (part of input_tokens).",
+    "palyra.v1.UsageTotals.cost_micros": "Cost from the configured price table, in micro-units of its currency.",
     "palyra.v1.VerifyJournalResponse.first_bad_position": "Set when !ok: the first position that failed, and why.",
     "palyra.v1.VerifyJournalResponse.pruned_positions": "Positions retention pruned (hash tombstones: linked, content gone).",
     "palyra.v1.WatchJournalVerifyResponse.checked": "Positions verified so far (the walk's progress, not an event count).",

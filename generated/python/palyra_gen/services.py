@@ -8,6 +8,7 @@
 #   spec/proto/palyra/v1/memory.proto
 #   spec/proto/palyra/v1/tasks.proto
 #   spec/proto/palyra/v1/tokens.proto
+#   spec/proto/palyra/v1/usage.proto
 #   spec/proto/palyra/v1/watchdog.proto
 # Regenerate with `nox -s codegen`; `python -m codegen --check` fails on drift.
 
@@ -37,6 +38,7 @@ __all__ = (
     "MemoryServiceApp",
     "TasksServiceApp",
     "TokensServiceApp",
+    "UsageServiceApp",
     "WatchdogServiceApp",
     "ApprovalsServiceServer",
     "ChannelsServiceServer",
@@ -46,6 +48,7 @@ __all__ = (
     "MemoryServiceServer",
     "TasksServiceServer",
     "TokensServiceServer",
+    "UsageServiceServer",
     "WatchdogServiceServer",
     "PalyraServicesApp",
     "RPCS",
@@ -670,6 +673,25 @@ class TokensServiceServer(v1.TokensServiceBase, Generic[CtxI]):
         return await self._app.revoke_token(self._ctx(), message)
 
 
+class UsageServiceApp(Protocol[CtxT]):
+    """What the application serves for ``palyra.v1.UsageService``."""
+
+    async def get_usage(self, ctx: CtxT, request: v1.GetUsageRequest) -> v1.GetUsageResponse:
+        """``palyra.v1.UsageService.GetUsage``."""
+        ...
+
+
+class UsageServiceServer(v1.UsageServiceBase, Generic[CtxI]):
+    """grpclib servicer of ``palyra.v1.UsageService``: every RPC forwards to the app."""
+
+    def __init__(self, app: UsageServiceApp[CtxI], ctx: Callable[[], CtxI]) -> None:
+        self._app = app
+        self._ctx = ctx
+
+    async def get_usage(self, message: v1.GetUsageRequest) -> v1.GetUsageResponse:
+        return await self._app.get_usage(self._ctx(), message)
+
+
 class WatchdogServiceApp(Protocol[CtxT]):
     """What the application serves for ``palyra.v1.WatchdogService``."""
 
@@ -711,6 +733,7 @@ class PalyraServicesApp(
     MemoryServiceApp[CtxT],
     TasksServiceApp[CtxT],
     TokensServiceApp[CtxT],
+    UsageServiceApp[CtxT],
     WatchdogServiceApp[CtxT],
     Protocol[CtxT],
 ):
@@ -728,6 +751,7 @@ def servers(app: PalyraServicesApp[CtxI], ctx: Callable[[], CtxI]) -> list[Any]:
         MemoryServiceServer(app, ctx),
         TasksServiceServer(app, ctx),
         TokensServiceServer(app, ctx),
+        UsageServiceServer(app, ctx),
         WatchdogServiceServer(app, ctx),
     ]
 
@@ -1260,6 +1284,15 @@ RPCS: Final[tuple[RpcInfo, ...]] = (
         False,
     ),
     RpcInfo(
+        "palyra.v1.UsageService",
+        "GetUsage",
+        "get_usage",
+        "palyra.v1.GetUsageRequest",
+        "palyra.v1.GetUsageResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
         "palyra.v1.WatchdogService",
         "ListIncidents",
         "list_incidents",
@@ -1333,6 +1366,7 @@ UNARY: Final[dict[str, Callable[[PalyraServicesApp[Any], Any, Any], Awaitable[An
     "issue_token": lambda app, ctx, request: app.issue_token(ctx, request),
     "list_tokens": lambda app, ctx, request: app.list_tokens(ctx, request),
     "revoke_token": lambda app, ctx, request: app.revoke_token(ctx, request),
+    "get_usage": lambda app, ctx, request: app.get_usage(ctx, request),
     "list_incidents": lambda app, ctx, request: app.list_incidents(ctx, request),
     "acknowledge_incident": lambda app, ctx, request: app.acknowledge_incident(ctx, request),
 }

@@ -11,8 +11,9 @@ from palyra.agents import AgentRegistry, bound_agent
 from palyra.agents.model import postures_for, route_for
 from palyra.app._convert import SCOPE_NAMES
 from palyra.core.errors import InvalidArgument, PermissionDenied
-from palyra.engine import ApprovalRecord, Engine, IdentityRec
+from palyra.engine import ApprovalRecord, Engine, IdentityRec, budget_exhausted
 from palyra.journal import JournalStore
+from palyra.usage import day_of
 
 
 class ServingAgent(NamedTuple):
@@ -57,6 +58,20 @@ class AppBase:
         if not allowed:
             raise PermissionDenied(reason, details={"field": "model"})
         return serving._replace(model_route=(target.label, *serving.model_route[1:]))
+
+    def _check_budgets(self, identity: IdentityRec, agent_id: str) -> None:
+        """Refuse new work once an enforced budget of the caller or the agent is spent.
+
+        Raises:
+            PalyraError: ``BUDGET_EXHAUSTED`` naming the budget.
+        """
+        usage = self.engine.usage
+        if not usage.config.budgets:
+            return
+        day = day_of(time.time_ns() // 1_000_000)
+        for state in usage.budgets(identity.principal, agent_id, day):
+            if state.exhausted and state.budget.mode == "enforced":
+                raise budget_exhausted(state)
 
     def _agent_of(self, identity: IdentityRec, agent_id: str, session_key: str) -> ServingAgent:
         registry = self._agent_registry

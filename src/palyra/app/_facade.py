@@ -18,13 +18,14 @@ from palyra.app._runs import RunsApi
 from palyra.app._sessions import SessionsApi
 from palyra.app._tasks import TasksApi
 from palyra.app._tokens import TokensApi
+from palyra.app._usage import UsageApi
 from palyra.app._watchdog import WatchdogApi
 from palyra.app.context import CallContext
 from palyra.core.principals import is_operator
 
 
 class PalyraApp(RunsApi, SessionsApi, ApprovalsApi, JournalApi, TokensApi, TasksApi,
-                WatchdogApi, LearningApi, MemoryApi, AgentsApi, ChannelsApi):
+                WatchdogApi, LearningApi, MemoryApi, AgentsApi, ChannelsApi, UsageApi):
     """The application API over one ``Engine``.
 
     Methods take ``(ctx: CallContext, request)`` and return the response

@@ -108,6 +108,7 @@ class RunsApi(AppBase):
         check_version(first.v)
         text, attachments = _input_of(first.input)
         agent = self._serving_agent(identity, first.agent_id, first.session_key, first.model)
+        self._check_budgets(identity, agent.agent_id)
         # The stream follows its run from its first commit, from memory: subscribed
         # before the run starts, it never reads the tape back from the store.
         run_id = first.run_id.strip() or new_ulid()
@@ -247,6 +248,7 @@ class RunsApi(AppBase):
         text, attachments = _input_of(request.input)
         agent = self._serving_agent(identity, request.agent_id, request.session_key,
                                     request.model)
+        self._check_budgets(identity, agent.agent_id)
         started = await self.engine.start_run(identity, StartRun(
             Selectors(request.session_id, request.session_key, request.session_label),
             text=text, attachments=attachments, run_id=request.run_id, driver="api",
@@ -265,6 +267,7 @@ class RunsApi(AppBase):
         text, attachments = _input_of(request.input)
         if not text:
             raise InvalidArgument("input.text is required")
+        self._check_budgets(identity, self.engine.get_run(identity, request.run_id).agent_id)
         record = await self.engine.send_input(identity, request.run_id, text, attachments,
                                               complete=request.complete)
         if request.wait:

@@ -58,6 +58,7 @@ from palyra.providers import ProviderRegistry
 from palyra.tasks import TaskQueue, TaskWorker
 from palyra.tools import ToolRegistry, default_registry
 from palyra.transport.context import ContextFactory
+from palyra.usage import UsageLedger
 from palyra.watchdog import Watchdog
 
 try:
@@ -113,6 +114,7 @@ async def open_application(
                      fix="install the wordllama package, or set [memory] embedder = \"hash\"")
     policy, tools = GatePolicy(gate, registry), RegistryTools(registry, workspace)
     engine = Engine(store, provider, policy, tools, config.engine, models=models,
+                    usage=UsageLedger(store, config.usage),
                     context=InputAssembly([AgentPrompt(AgentRegistry(store)),
                                            RecentConversation(store),
                                            ContextReferences(policy, tools, memory, gate),

@@ -59,6 +59,7 @@ from palyra.engine.sessions.selectors import Selectors
 from palyra.engine.sessions.writer import SessionWriter
 from palyra.journal import JournalStore
 from palyra.providers import ModelProvider, ProviderConfig, ProviderRegistry
+from palyra.usage import UsageLedger
 
 CANCEL_COMMAND = "/cancel"
 
@@ -116,7 +117,8 @@ class Engine:
                  tools: ToolsPort, config: EngineConfig | None = None, *,
                  now_ms: Callable[[], int] = wall_ms,
                  context: ContextPort | None = None,
-                 models: ProviderRegistry | None = None) -> None:
+                 models: ProviderRegistry | None = None,
+                 usage: UsageLedger | None = None) -> None:
         self.config = config or EngineConfig()
         if models is None:
             # One provider serves every run, under its own name.
@@ -128,8 +130,8 @@ class Engine:
         self.session_writer = SessionWriter(store, self.session_reader, now_ms)
         #: Committed approval records (get, filtered pages).
         self.approval_reader = ApprovalReader(store)
-        self._deps = EngineDeps(store=store, provider=provider, models=models, policy=policy,
-                                tools=tools,
+        self._deps = EngineDeps(store=store, provider=provider, models=models,
+                                usage=usage or UsageLedger(store), policy=policy, tools=tools,
                                 config=self.config, session_reader=self.session_reader,
                                 session_writer=self.session_writer,
                                 approval_reader=self.approval_reader, now_ms=now_ms,
@@ -182,6 +184,11 @@ class Engine:
     def provider(self) -> ModelProvider:
         """The configured model provider (background work asks it too)."""
         return self._deps.provider
+
+    @property
+    def usage(self) -> UsageLedger:
+        """Model usage: the sums and the budgets."""
+        return self._deps.usage
 
     @property
     def models(self) -> ProviderRegistry:

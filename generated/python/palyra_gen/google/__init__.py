@@ -12,5 +12,6 @@
 #   spec/proto/palyra/v1/tape.proto
 #   spec/proto/palyra/v1/tasks.proto
 #   spec/proto/palyra/v1/tokens.proto
+#   spec/proto/palyra/v1/usage.proto
 #   spec/proto/palyra/v1/watchdog.proto
 # Regenerate with `nox -s codegen`; `python -m codegen --check` fails on drift.

@@ -813,6 +813,28 @@ export declare type ProviderTurnOutput = Message<"palyra.v1.ProviderTurnOutput">
    * @generated from field: repeated palyra.v1.ProviderFailover failovers = 10;
    */
   failovers: ProviderFailover[];
+
+  /**
+   * Of input_tokens, those the provider served from its own prompt cache.
+   *
+   * @generated from field: uint32 cached_input_tokens = 11;
+   */
+  cachedInputTokens: number;
+
+  /**
+   * The call's cost from the configured price table, in micro-units (0: no price,
+   * or served by palyra's response cache).
+   *
+   * @generated from field: uint64 cost_micros = 12;
+   */
+  costMicros: bigint;
+
+  /**
+   * `suggest` budgets this call found spent (docs/architecture.md, "Usage and budgets").
+   *
+   * @generated from field: repeated string budget_warnings = 13;
+   */
+  budgetWarnings: string[];
 };
 
 /**

@@ -27,6 +27,7 @@ from typing import TypeVar
 import msgspec
 
 from palyra.core.redaction import redact
+from palyra.usage.model import Tally
 
 RECORD_VERSION = 1
 
@@ -132,6 +133,8 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
     # (empty: the default provider); and whether answers may come from the cache.
     model_route: tuple[str, ...] = ()
     response_cache: bool = False
+    # The run's model usage so far (each call's share lands in the commit that tapes it).
+    usage: Tally = Tally()
 
 
 class PromptRec(msgspec.Struct, frozen=True, kw_only=True):

@@ -12,6 +12,7 @@
 #   spec/proto/palyra/v1/tape.proto
 #   spec/proto/palyra/v1/tasks.proto
 #   spec/proto/palyra/v1/tokens.proto
+#   spec/proto/palyra/v1/usage.proto
 #   spec/proto/palyra/v1/watchdog.proto
 # Regenerate with `nox -s codegen`; `python -m codegen --check` fails on drift.
 
@@ -42,6 +43,7 @@ __all__ = (
     "BindAgentResponse",
     "BranchSessionRequest",
     "BranchSessionResponse",
+    "BudgetStatus",
     "CancelTaskRequest",
     "CancelTaskResponse",
     "ChannelStatus",
@@ -93,6 +95,8 @@ __all__ = (
     "GetRunResponse",
     "GetTaskRequest",
     "GetTaskResponse",
+    "GetUsageRequest",
+    "GetUsageResponse",
     "HealthCheck",
     "Identity",
     "InboundMessage",
@@ -203,6 +207,10 @@ __all__ = (
     "UnbindAgentResponse",
     "UpdateAgentRequest",
     "UpdateAgentResponse",
+    "UsageLine",
+    "UsageServiceBase",
+    "UsageServiceStub",
+    "UsageTotals",
     "UserInput",
     "VerifyJournalRequest",
     "VerifyJournalResponse",
@@ -482,7 +490,9 @@ class ErrorCode(betterproto2.Enum):
 
     BUDGET_EXHAUSTED = 15
     """
-    The run's tool budget is spent.
+    A budget is spent: the run's tool-call budget, or an enforced token or cost budget
+    of the principal or agent (checked when a run starts or takes input, and before
+    each model call). Not retryable as is: it lasts until the budget's period ends.
     """
 
     DATA_DIR_LOCKED = 16
@@ -1271,6 +1281,47 @@ default_message_pool.register_message("palyra.v1", "BranchSessionResponse", Bran
 
 
 @dataclass(eq=False, repr=False)
+class BudgetStatus(betterproto2.Message):
+    scope: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    principal | agent
+    """
+
+    subject: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The budget's subject as configured (`*`: each principal / agent).
+    """
+
+    period: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    day | month
+    """
+
+    mode: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    suggest (a warning on the tape) | enforced (BUDGET_EXHAUSTED)
+    """
+
+    limit_tokens: "int" = betterproto2.field(5, betterproto2.TYPE_UINT64)
+
+    limit_cost_micros: "int" = betterproto2.field(6, betterproto2.TYPE_UINT64)
+
+    used_tokens: "int" = betterproto2.field(7, betterproto2.TYPE_UINT64)
+
+    used_cost_micros: "int" = betterproto2.field(8, betterproto2.TYPE_UINT64)
+
+    exhausted: "bool" = betterproto2.field(9, betterproto2.TYPE_BOOL)
+
+    applies_to: "str" = betterproto2.field(10, betterproto2.TYPE_STRING)
+    """
+    Whom this status is for (the principal or agent id).
+    """
+
+
+default_message_pool.register_message("palyra.v1", "BudgetStatus", BudgetStatus)
+
+
+@dataclass(eq=False, repr=False)
 class CancelTaskRequest(betterproto2.Message):
     task_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -1957,6 +2008,42 @@ class GetTaskResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "GetTaskResponse", GetTaskResponse)
+
+
+@dataclass(eq=False, repr=False)
+class GetUsageRequest(betterproto2.Message):
+    principal: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Empty: the caller. Another principal needs an operator.
+    """
+
+    agent_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    session_id: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    run_id: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+    day: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    UTC day `YYYY-MM-DD` whose day and month are reported; empty: today.
+    """
+
+
+default_message_pool.register_message("palyra.v1", "GetUsageRequest", GetUsageRequest)
+
+
+@dataclass(eq=False, repr=False)
+class GetUsageResponse(betterproto2.Message):
+    day: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    month: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    lines: "list[UsageLine]" = betterproto2.field(3, betterproto2.TYPE_MESSAGE, repeated=True)
+
+    budgets: "list[BudgetStatus]" = betterproto2.field(4, betterproto2.TYPE_MESSAGE, repeated=True)
+
+
+default_message_pool.register_message("palyra.v1", "GetUsageResponse", GetUsageResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -2858,6 +2945,22 @@ class ProviderTurnOutput(betterproto2.Message):
     """
     Providers tried before the one that answered, in order: each failed with a
     retryable error or had its circuit open before any output.
+    """
+
+    cached_input_tokens: "int" = betterproto2.field(11, betterproto2.TYPE_UINT32)
+    """
+    Of input_tokens, those the provider served from its own prompt cache.
+    """
+
+    cost_micros: "int" = betterproto2.field(12, betterproto2.TYPE_UINT64)
+    """
+    The call's cost from the configured price table, in micro-units (0: no price,
+    or served by palyra's response cache).
+    """
+
+    budget_warnings: "list[str]" = betterproto2.field(13, betterproto2.TYPE_STRING, repeated=True)
+    """
+    `suggest` budgets this call found spent (docs/architecture.md, "Usage and budgets").
     """
 
 
@@ -3785,6 +3888,53 @@ class UpdateAgentResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "UpdateAgentResponse", UpdateAgentResponse)
+
+
+@dataclass(eq=False, repr=False)
+class UsageLine(betterproto2.Message):
+    scope: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    principal | agent | session | run
+    """
+
+    subject: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    period: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    `day:YYYY-MM-DD`, `month:YYYY-MM` or `all` (a run's or a session's whole life).
+    """
+
+    totals: "UsageTotals | None" = betterproto2.field(4, betterproto2.TYPE_MESSAGE, optional=True)
+
+
+default_message_pool.register_message("palyra.v1", "UsageLine", UsageLine)
+
+
+@dataclass(eq=False, repr=False)
+class UsageTotals(betterproto2.Message):
+    calls: "int" = betterproto2.field(1, betterproto2.TYPE_UINT64)
+
+    input_tokens: "int" = betterproto2.field(2, betterproto2.TYPE_UINT64)
+
+    output_tokens: "int" = betterproto2.field(3, betterproto2.TYPE_UINT64)
+
+    cached_input_tokens: "int" = betterproto2.field(4, betterproto2.TYPE_UINT64)
+    """
+    Input tokens the provider served from its own prompt cache (part of input_tokens).
+    """
+
+    cost_micros: "int" = betterproto2.field(5, betterproto2.TYPE_UINT64)
+    """
+    Cost from the configured price table, in micro-units of its currency.
+    """
+
+    cache_hits: "int" = betterproto2.field(6, betterproto2.TYPE_UINT64)
+    """
+    Calls answered by palyra's response cache (no tokens, no cost).
+    """
+
+
+default_message_pool.register_message("palyra.v1", "UsageTotals", UsageTotals)
 
 
 @dataclass(eq=False, repr=False)
@@ -5147,6 +5297,36 @@ class TokensServiceStub(betterproto2_grpclib.ServiceStub):
         )
 
 
+class UsageServiceStub(betterproto2_grpclib.ServiceStub):
+    """
+    Model usage and budgets (docs/architecture.md, "Usage and budgets"). Every model
+    call's tokens and cost are on the run's tape (`provider_turn_output`) and summed
+    per run, session, agent and principal, per UTC day and month.
+    """
+
+    async def get_usage(
+        self,
+        message: "GetUsageRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "GetUsageResponse":
+        """
+        The caller's usage (an operator may name any principal, agent, session or run),
+        with every budget that applies and how much of it is spent.
+        """
+
+        return await self._unary_unary(
+            "/palyra.v1.UsageService/GetUsage",
+            message,
+            GetUsageResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+
 class WatchdogServiceStub(betterproto2_grpclib.ServiceStub):
     """
     The self-healing watchdog's incidents (operators only). The watchdog scans for
@@ -6499,6 +6679,40 @@ class TokensServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 RevokeTokenRequest,
                 RevokeTokenResponse,
+            ),
+        }
+
+
+class UsageServiceBase(betterproto2_grpclib.ServiceBase):
+    """
+    Model usage and budgets (docs/architecture.md, "Usage and budgets"). Every model
+    call's tokens and cost are on the run's tape (`provider_turn_output`) and summed
+    per run, session, agent and principal, per UTC day and month.
+    """
+
+    async def get_usage(self, message: "GetUsageRequest") -> "GetUsageResponse":
+        """
+        The caller's usage (an operator may name any principal, agent, session or run),
+        with every budget that applies and how much of it is spent.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def __rpc_get_usage(
+        self, stream: "grpclib.server.Stream[GetUsageRequest, GetUsageResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.get_usage(request)
+        await stream.send_message(response)
+
+    def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
+        return {
+            "/palyra.v1.UsageService/GetUsage": grpclib.const.Handler(
+                self.__rpc_get_usage,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                GetUsageRequest,
+                GetUsageResponse,
             ),
         }
 
