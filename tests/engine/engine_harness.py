@@ -18,6 +18,8 @@ import msgspec
 from palyra_gen.palyra import v1 as pb
 
 from palyra.adapters import GatePolicy, RegistryTools
+from palyra.adapters.delegation import delegate_tool
+from palyra.agents import AgentRegistry
 from palyra.app import CallContext, PalyraApp
 from palyra.engine import Engine, EngineConfig, member_from, run_next
 from palyra.journal import JournalStore, StoredEvent
@@ -77,6 +79,7 @@ class Harness:
     # Named providers for agents' routes (None: the one provider serves every run).
     models_factory: Callable[[], ProviderRegistry] | None = None
     usage: UsageConfig = field(default_factory=UsageConfig)  # prices and budgets
+    delegation: bool = False  # register agent.delegate (as the daemon does)
     tool: ToolSpec[Any] = ADD
     extra_tools: tuple[ToolSpec[Any], ...] = ()  # registered next to the built-ins
     mcp: tuple[McpServerConfig, ...] = ()  # MCP servers whose tools join the registry
@@ -117,6 +120,8 @@ class Harness:
             self._stack.push_async_callback(models.aclose)
         self.engine = Engine(self.store, provider, GatePolicy(gate, registry),
                              RegistryTools(registry, self.data_dir), self.config, **kwargs)
+        if self.delegation:
+            registry.register(delegate_tool(self.engine, AgentRegistry(self.store), gate))
         await self._stack.enter_async_context(self.engine)
         if recover:
             await self.engine.recover()

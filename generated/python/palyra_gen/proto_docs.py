@@ -217,6 +217,7 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.RouteMessageResponse.envelope_id": "The id the message is kept under (generated when the envelope had none).",
     "palyra.v1.Run.agent_id": 'The agent serving the run ("" for the daemon\'s default agent).',
     "palyra.v1.Run.end_reason": 'Why the run failed or was cancelled, e.g. "daemon_restarted".',
+    "palyra.v1.Run.parent_run_id": 'Delegation (`agent.delegate`): the run that started this one ("" for none), how\ndeep below a top-level run it is (0 for one), and the runs it delegated to.',
     "palyra.v1.Run.pending_approval_id": "Set while state is WAITING_FOR_APPROVAL.",
     "palyra.v1.Run.tape_len": "Number of tape events; the next tape_seq.",
     "palyra.v1.RunState": "Run states on the wire. Must match spec/lifecycle/run.yaml one to one\n(checked by codegen).",

@@ -292,9 +292,10 @@ class RunsApi(AppBase):
                                    state=run_proto(record).state)
 
     async def get_run(self, ctx: CallContext, request: pb.GetRunRequest) -> pb.GetRunResponse:
-        """The run's current record."""
-        return pb.GetRunResponse(run=run_proto(self.engine.get_run(identity_of(ctx),
-                                                                   request.run_id)))
+        """The run's current record, with the runs it delegated to."""
+        run = run_proto(self.engine.get_run(identity_of(ctx), request.run_id))
+        run.child_run_ids = self.engine.child_runs(run.run_id)
+        return pb.GetRunResponse(run=run)
 
     async def list_runs(self, ctx: CallContext,
                         request: pb.ListRunsRequest) -> pb.ListRunsResponse:

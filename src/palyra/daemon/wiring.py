@@ -27,6 +27,7 @@ from palyra.adapters import (
     RecentConversation,
     RegistryTools,
 )
+from palyra.adapters.delegation import TOOL_NAME, delegate_tool
 from palyra.agents import AgentRegistry
 from palyra.app import CallContext, PalyraApp
 from palyra.channels import (
@@ -121,6 +122,9 @@ async def open_application(
                                            MemoryContext(memory, gate,
                                                          skip_kinds=("preference",)),
                                            Preferences(memory, gate)]))
+    if TOOL_NAME not in config.tools.disabled:
+        # Registered before recovery: a parent parked on a delegation re-runs the call.
+        registry.register(delegate_tool(engine, AgentRegistry(store), gate))
     # Entering starts the engine's TaskGroup; leaving it drains (parks runs).
     await stack.enter_async_context(engine)
     report = await engine.recover()

@@ -57,11 +57,13 @@ from palyra.engine.sessions.plan import record_write
 from palyra.engine.sessions.reader import SessionReader
 from palyra.engine.sessions.selectors import Selectors
 from palyra.engine.sessions.writer import SessionWriter
-from palyra.journal import JournalStore
+from palyra.journal import EntityWrite, JournalStore
 from palyra.providers import ModelProvider, ProviderConfig, ProviderRegistry
 from palyra.usage import UsageLedger
 
 CANCEL_COMMAND = "/cancel"
+# Delegation index rows (``meta`` table): ``run_child:<parent run>:<child run>``.
+CHILD_INDEX_PREFIX = "run_child:"
 
 _log = logging.getLogger("palyra.engine")
 
@@ -85,6 +87,11 @@ class StartRun:
     agent_postures: Mapping[str, str] = dataclasses.field(default_factory=dict)
     model_route: tuple[str, ...] = ()
     response_cache: bool = False
+    parent_run_id: str = ""
+    delegation_depth: int = 0
+    token_budget: int = 0
+    # Entity writes of the run's first commit (a delegation's index row).
+    writes: tuple[EntityWrite, ...] = ()
     minted: bool = False
     """``run_id`` was minted by this process with ``new_ulid()`` just now, so it is
     free: no read of the store to check (that read would wait for LMDB to hold
@@ -184,6 +191,22 @@ class Engine:
     def provider(self) -> ModelProvider:
         """The configured model provider (background work asks it too)."""
         return self._deps.provider
+
+    def child_runs(self, run_id: str, limit: int = 1000) -> list[str]:
+        """Runs ``run_id`` delegated to, oldest first (the delegation index)."""
+        prefix = f"{CHILD_INDEX_PREFIX}{run_id}:"
+        rows = self.store.scan_entities("meta", prefix, "", limit)
+        return [key[len(prefix):] for key, _raw in rows]
+
+    @staticmethod
+    def child_index_write(parent_run_id: str, child_run_id: str) -> EntityWrite:
+        """The index row a child run's first commit carries."""
+        return EntityWrite("meta", f"{CHILD_INDEX_PREFIX}{parent_run_id}:{child_run_id}", b"1")
+
+    @property
+    def draining(self) -> bool:
+        """The daemon is stopping: runs are being parked, not ended."""
+        return self._draining
 
     @property
     def usage(self) -> UsageLedger:
@@ -300,10 +323,13 @@ class Engine:
                                agent_id=start.agent_id,
                                agent_postures=dict(start.agent_postures),
                                model_route=start.model_route,
-                               response_cache=start.response_cache)
+                               response_cache=start.response_cache,
+                               parent_run_id=start.parent_run_id,
+                               delegation_depth=start.delegation_depth,
+                               token_budget=start.token_budget)
             writer = RunWriter(self.store, record, LoopState(), self._deps.now_ms)
             batch = writer.batch().events(*plan.events)
-            batch.write(*plan.entity_writes, record_write(session))
+            batch.write(*plan.entity_writes, record_write(session), *start.writes)
             batch.transition(RunEvent.ACCEPT, reason="accepted",
                              message=f"accepted session={session.session_id} "
                                      f"principal={identity.principal}")

@@ -354,6 +354,26 @@ class PolicyGate:
         return Decision(Outcome.DENY, f"{principal} may not select model {label} (an operator "
                         "may, or pick one the agent routes to)", reasons, h)
 
+    def check_delegate(self, principal: str, agent_id: str, *, run_id: str,
+                       parent_agent_id: str, depth: int) -> Decision:
+        """May ``principal``'s run ``run_id`` hand a task to agent ``agent_id`` (Cedar
+        ``agent.delegate``)? Shipped rule: yes (the tool's posture gates the call)."""
+        allowed, reasons, errors = self._authorize({
+            "principal": {"type": "Principal", "id": principal},
+            "action": {"type": "Action", "id": "agent.delegate"},
+            "resource": {"type": "Agent", "id": agent_id},
+            "context": {"principal_name": principal, "run_id": run_id,
+                        "parent_agent_id": parent_agent_id, "depth": depth},
+        })
+        h = self.policy_hash
+        if errors:
+            return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)
+        if allowed:
+            return Decision(Outcome.ALLOW, f"{principal} may delegate to agent {agent_id}",
+                            reasons, h)
+        return Decision(Outcome.DENY, f"{principal} may not delegate to agent {agent_id}",
+                        reasons, h)
+
     def check_posture_change(
         self,
         principal: str,

@@ -135,6 +135,11 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
     response_cache: bool = False
     # The run's model usage so far (each call's share lands in the commit that tapes it).
     usage: Tally = Tally()
+    # Delegation: the run that started this one, its depth below a top-level run, and
+    # the tokens (input + output) it may use in all (0: no cap of its own).
+    parent_run_id: str = ""
+    delegation_depth: int = 0
+    token_budget: int = 0
 
 
 class PromptRec(msgspec.Struct, frozen=True, kw_only=True):

@@ -18,7 +18,7 @@ from contextlib import aclosing
 
 from palyra_gen.palyra import v1 as pb
 
-from palyra.core.errors import PalyraInternalError
+from palyra.core.errors import ErrorCode, PalyraError, PalyraInternalError
 from palyra.engine.model.budgets import budget_exhausted
 from palyra.engine.model.fold import Action
 from palyra.engine.model.ports import ContextRequest, ReferenceCall
@@ -206,6 +206,11 @@ def check_budgets(step: Step) -> list[str]:
             principal or agent is spent (the run then fails with that reason).
     """
     rec, deps = step.record, step.deps
+    if rec.token_budget and rec.usage.tokens >= rec.token_budget:
+        raise PalyraError(
+            f"budget exhausted: the run's own budget ({rec.usage.tokens}/{rec.token_budget} "
+            "tokens, a delegation's slice) is spent", code=ErrorCode.BUDGET_EXHAUSTED,
+            details={"scope": "run", "subject": rec.run_id})
     spent = [s for s in deps.usage.budgets(rec.identity.principal, rec.agent_id,
                                            day_of(deps.now_ms())) if s.exhausted]
     for state in spent:

@@ -3235,6 +3235,16 @@ class Run(betterproto2.Message):
     The agent serving the run ("" for the daemon's default agent).
     """
 
+    parent_run_id: "str" = betterproto2.field(15, betterproto2.TYPE_STRING)
+    """
+    Delegation (`agent.delegate`): the run that started this one ("" for none), how
+    deep below a top-level run it is (0 for one), and the runs it delegated to.
+    """
+
+    delegation_depth: "int" = betterproto2.field(16, betterproto2.TYPE_UINT32)
+
+    child_run_ids: "list[str]" = betterproto2.field(17, betterproto2.TYPE_STRING, repeated=True)
+
 
 default_message_pool.register_message("palyra.v1", "Run", Run)
 
