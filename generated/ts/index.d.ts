@@ -11,6 +11,7 @@ export * from "./palyra/v1/journal_pb.js";
 export * from "./palyra/v1/learning_pb.js";
 export * from "./palyra/v1/memory_pb.js";
 export * from "./palyra/v1/options_pb.js";
+export * from "./palyra/v1/schedules_pb.js";
 export * from "./palyra/v1/tape_pb.js";
 export * from "./palyra/v1/tasks_pb.js";
 export * from "./palyra/v1/tokens_pb.js";

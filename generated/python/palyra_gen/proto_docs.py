@@ -9,6 +9,7 @@
 #   spec/proto/palyra/v1/learning.proto
 #   spec/proto/palyra/v1/memory.proto
 #   spec/proto/palyra/v1/options.proto
+#   spec/proto/palyra/v1/schedules.proto
 #   spec/proto/palyra/v1/tape.proto
 #   spec/proto/palyra/v1/tasks.proto
 #   spec/proto/palyra/v1/tokens.proto
@@ -232,6 +233,16 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.RunStreamRequest.v": "Protocol version; 0 or 1. Anything else is UNSUPPORTED_VERSION.",
     "palyra.v1.RunStreamResponse.event": "Set when the stream was opened without `batch`.",
     "palyra.v1.RunStreamResponse.events": "With `batch`: the events of one commit (or more, if the client fell behind), in\ntape order, never empty.",
+    "palyra.v1.Schedule.at_unix_ms": "A one-off schedule's time (Unix ms); 0 for a cron schedule.",
+    "palyra.v1.Schedule.cron": "Five-field cron expression (`0 9 * * MON-FRI`), evaluated in `time_zone`;\nempty for a one-off schedule.",
+    "palyra.v1.Schedule.missed": "A firing missed while the daemon was down: `run_once` (default: run it once at\nstart-up) or `skip`.",
+    "palyra.v1.Schedule.next_fire_unix_ms": "The next firing (Unix ms); 0 once a one-off schedule has fired.",
+    "palyra.v1.Schedule.principal": "Who created it; its runs run as this principal.",
+    "palyra.v1.Schedule.session_key": "The session the prompt's runs use (empty: `schedule:<schedule_id>`).",
+    "palyra.v1.Schedule.time_zone": "IANA time zone of `cron` (`Europe/Berlin`); empty: UTC.",
+    "palyra.v1.ScheduleService": "Scheduled prompts (docs/architecture.md, \"Scheduled prompts\"): a prompt sent to an\nagent on a cron schedule in a time zone, or once at a given time. Each firing is\none `background_prompt` task on the durable queue, exactly once per firing across\nrestarts; its run's id is the task's id.",
+    "palyra.v1.ScheduleService.DeleteSchedule": "Cedar `cron.delete` (operators only by default).",
+    "palyra.v1.ScheduleService.ListSchedules": "The caller's schedules (an operator's: everyone's), oldest first.",
     "palyra.v1.SearchMemoryRequest.min_score_bps": "Basis points; results below are dropped.",
     "palyra.v1.Session.branch_state": '"root", "active_branch" or "branch_source".',
     "palyra.v1.SessionCompaction": 'A compaction of the run\'s conversation (strategy `session_window_v1`,\ndocs/architecture.md "Provider input"): from here on the provider input holds\n`summary` in place of the messages of tape seqs `first_seq`..`last_seq` that are\nnot in `pinned_seqs`. The covered events stay on the tape (ExpandCompaction\nreturns them), and `digest_sha256` ties the summary to them: `palyra journal\nverify` recomputes it from the stored events (docs/journal/format.md, "Compaction digests").',

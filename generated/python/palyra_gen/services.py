@@ -6,6 +6,7 @@
 #   spec/proto/palyra/v1/journal.proto
 #   spec/proto/palyra/v1/learning.proto
 #   spec/proto/palyra/v1/memory.proto
+#   spec/proto/palyra/v1/schedules.proto
 #   spec/proto/palyra/v1/tasks.proto
 #   spec/proto/palyra/v1/tokens.proto
 #   spec/proto/palyra/v1/usage.proto
@@ -36,6 +37,7 @@ __all__ = (
     "JournalServiceApp",
     "LearningServiceApp",
     "MemoryServiceApp",
+    "ScheduleServiceApp",
     "TasksServiceApp",
     "TokensServiceApp",
     "UsageServiceApp",
@@ -46,6 +48,7 @@ __all__ = (
     "JournalServiceServer",
     "LearningServiceServer",
     "MemoryServiceServer",
+    "ScheduleServiceServer",
     "TasksServiceServer",
     "TokensServiceServer",
     "UsageServiceServer",
@@ -605,6 +608,45 @@ class MemoryServiceServer(v1.MemoryServiceBase, Generic[CtxI]):
         return await self._app.purge_memory(self._ctx(), message)
 
 
+class ScheduleServiceApp(Protocol[CtxT]):
+    """What the application serves for ``palyra.v1.ScheduleService``."""
+
+    async def create_schedule(
+        self, ctx: CtxT, request: v1.CreateScheduleRequest
+    ) -> v1.CreateScheduleResponse:
+        """``palyra.v1.ScheduleService.CreateSchedule``."""
+        ...
+
+    async def list_schedules(
+        self, ctx: CtxT, request: v1.ListSchedulesRequest
+    ) -> v1.ListSchedulesResponse:
+        """``palyra.v1.ScheduleService.ListSchedules``."""
+        ...
+
+    async def delete_schedule(
+        self, ctx: CtxT, request: v1.DeleteScheduleRequest
+    ) -> v1.DeleteScheduleResponse:
+        """``palyra.v1.ScheduleService.DeleteSchedule``."""
+        ...
+
+
+class ScheduleServiceServer(v1.ScheduleServiceBase, Generic[CtxI]):
+    """grpclib servicer of ``palyra.v1.ScheduleService``: every RPC forwards to the app."""
+
+    def __init__(self, app: ScheduleServiceApp[CtxI], ctx: Callable[[], CtxI]) -> None:
+        self._app = app
+        self._ctx = ctx
+
+    async def create_schedule(self, message: v1.CreateScheduleRequest) -> v1.CreateScheduleResponse:
+        return await self._app.create_schedule(self._ctx(), message)
+
+    async def list_schedules(self, message: v1.ListSchedulesRequest) -> v1.ListSchedulesResponse:
+        return await self._app.list_schedules(self._ctx(), message)
+
+    async def delete_schedule(self, message: v1.DeleteScheduleRequest) -> v1.DeleteScheduleResponse:
+        return await self._app.delete_schedule(self._ctx(), message)
+
+
 class TasksServiceApp(Protocol[CtxT]):
     """What the application serves for ``palyra.v1.TasksService``."""
 
@@ -731,6 +773,7 @@ class PalyraServicesApp(
     JournalServiceApp[CtxT],
     LearningServiceApp[CtxT],
     MemoryServiceApp[CtxT],
+    ScheduleServiceApp[CtxT],
     TasksServiceApp[CtxT],
     TokensServiceApp[CtxT],
     UsageServiceApp[CtxT],
@@ -749,6 +792,7 @@ def servers(app: PalyraServicesApp[CtxI], ctx: Callable[[], CtxI]) -> list[Any]:
         JournalServiceServer(app, ctx),
         LearningServiceServer(app, ctx),
         MemoryServiceServer(app, ctx),
+        ScheduleServiceServer(app, ctx),
         TasksServiceServer(app, ctx),
         TokensServiceServer(app, ctx),
         UsageServiceServer(app, ctx),
@@ -1230,6 +1274,33 @@ RPCS: Final[tuple[RpcInfo, ...]] = (
         False,
     ),
     RpcInfo(
+        "palyra.v1.ScheduleService",
+        "CreateSchedule",
+        "create_schedule",
+        "palyra.v1.CreateScheduleRequest",
+        "palyra.v1.CreateScheduleResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
+        "palyra.v1.ScheduleService",
+        "ListSchedules",
+        "list_schedules",
+        "palyra.v1.ListSchedulesRequest",
+        "palyra.v1.ListSchedulesResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
+        "palyra.v1.ScheduleService",
+        "DeleteSchedule",
+        "delete_schedule",
+        "palyra.v1.DeleteScheduleRequest",
+        "palyra.v1.DeleteScheduleResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
         "palyra.v1.TasksService",
         "ListTasks",
         "list_tasks",
@@ -1360,6 +1431,9 @@ UNARY: Final[dict[str, Callable[[PalyraServicesApp[Any], Any, Any], Awaitable[An
     "delete_memory": lambda app, ctx, request: app.delete_memory(ctx, request),
     "list_memory": lambda app, ctx, request: app.list_memory(ctx, request),
     "purge_memory": lambda app, ctx, request: app.purge_memory(ctx, request),
+    "create_schedule": lambda app, ctx, request: app.create_schedule(ctx, request),
+    "list_schedules": lambda app, ctx, request: app.list_schedules(ctx, request),
+    "delete_schedule": lambda app, ctx, request: app.delete_schedule(ctx, request),
     "list_tasks": lambda app, ctx, request: app.list_tasks(ctx, request),
     "get_task": lambda app, ctx, request: app.get_task(ctx, request),
     "cancel_task": lambda app, ctx, request: app.cancel_task(ctx, request),

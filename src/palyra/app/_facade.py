@@ -15,6 +15,7 @@ from palyra.app._journal import JournalApi
 from palyra.app._learning import LearningApi
 from palyra.app._memory import MemoryApi
 from palyra.app._runs import RunsApi
+from palyra.app._schedules import SchedulesApi
 from palyra.app._sessions import SessionsApi
 from palyra.app._tasks import TasksApi
 from palyra.app._tokens import TokensApi
@@ -25,7 +26,8 @@ from palyra.core.principals import is_operator
 
 
 class PalyraApp(RunsApi, SessionsApi, ApprovalsApi, JournalApi, TokensApi, TasksApi,
-                WatchdogApi, LearningApi, MemoryApi, AgentsApi, ChannelsApi, UsageApi):
+                WatchdogApi, LearningApi, MemoryApi, AgentsApi, ChannelsApi, UsageApi,
+                SchedulesApi):
     """The application API over one ``Engine``.
 
     Methods take ``(ctx: CallContext, request)`` and return the response

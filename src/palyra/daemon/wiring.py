@@ -28,6 +28,7 @@ from palyra.adapters import (
     RegistryTools,
 )
 from palyra.adapters.delegation import TOOL_NAME, delegate_tool
+from palyra.adapters.scheduled import prompt_handler
 from palyra.agents import AgentRegistry
 from palyra.app import CallContext, PalyraApp
 from palyra.channels import (
@@ -56,6 +57,7 @@ from palyra.ops.doctor import daemon_details
 from palyra.ops.readiness import Readiness
 from palyra.policy import PolicyGate
 from palyra.providers import ProviderRegistry
+from palyra.schedules import PROMPT_TASK, Schedules
 from palyra.tasks import TaskQueue, TaskWorker
 from palyra.tools import ToolRegistry, default_registry
 from palyra.transport.context import ContextFactory
@@ -150,7 +152,15 @@ async def open_application(
     watchdog = Watchdog(engine, tasks, config.watchdog)
     watchdog.start()
     stack.push_async_callback(watchdog.close)
+    schedules = Schedules(store, tasks)
+    prompts = TaskWorker(tasks, {PROMPT_TASK: prompt_handler(engine, AgentRegistry(store),
+                                                             schedules)}, concurrency=4)
+    prompts.start()
+    stack.push_async_callback(prompts.close)
+    firing = asyncio.ensure_future(schedules.run())  # missed firings fire at once
+    stack.callback(firing.cancel)
     app = PalyraApp(engine)
+    app.schedules = schedules
     app.channels, app.ingress = await _open_channels(config, store, engine, tasks, gate, stack)
     app.tasks = tasks
     app.learning = learning

@@ -374,6 +374,24 @@ class PolicyGate:
         return Decision(Outcome.DENY, f"{principal} may not delegate to agent {agent_id}",
                         reasons, h)
 
+    def check_cron_delete(self, principal: str, schedule_id: str, *, owner: str) -> Decision:
+        """May ``principal`` delete schedule ``schedule_id`` (Cedar ``cron.delete``)?
+        Shipped rule: operators only."""
+        allowed, reasons, errors = self._authorize({
+            "principal": {"type": "Principal", "id": principal},
+            "action": {"type": "Action", "id": "cron.delete"},
+            "resource": {"type": "Schedule", "id": schedule_id},
+            "context": {"principal_name": principal, "owner": owner},
+        })
+        h = self.policy_hash
+        if errors:
+            return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)
+        if allowed:
+            return Decision(Outcome.ALLOW, f"{principal} may delete schedule {schedule_id}",
+                            reasons, h)
+        return Decision(Outcome.DENY, f"{principal} may not delete schedule {schedule_id} "
+                        "(an operator may)", reasons, h)
+
     def check_posture_change(
         self,
         principal: str,

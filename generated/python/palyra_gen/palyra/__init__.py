@@ -9,6 +9,7 @@
 #   spec/proto/palyra/v1/learning.proto
 #   spec/proto/palyra/v1/memory.proto
 #   spec/proto/palyra/v1/options.proto
+#   spec/proto/palyra/v1/schedules.proto
 #   spec/proto/palyra/v1/tape.proto
 #   spec/proto/palyra/v1/tasks.proto
 #   spec/proto/palyra/v1/tokens.proto

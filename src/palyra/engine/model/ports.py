@@ -89,6 +89,11 @@ class PolicyPort(Protocol):
         ``model.select``), and why."""
         ...
 
+    def cron_delete(self, identity: IdentityRec, schedule_id: str, *,
+                    owner: str) -> tuple[bool, str]:
+        """Whether ``identity`` may delete a scheduled prompt (Cedar ``cron.delete``), and why."""
+        ...
+
     def learning_review(self, identity: IdentityRec, candidate_id: str, *, run_principal: str,
                         decision: str, kind: str, session_id: str) -> tuple[bool, str]:
         """Whether ``identity`` may accept/reject a learning candidate (Cedar

@@ -9,6 +9,7 @@
 #   spec/proto/palyra/v1/learning.proto
 #   spec/proto/palyra/v1/memory.proto
 #   spec/proto/palyra/v1/options.proto
+#   spec/proto/palyra/v1/schedules.proto
 #   spec/proto/palyra/v1/tape.proto
 #   spec/proto/palyra/v1/tasks.proto
 #   spec/proto/palyra/v1/tokens.proto
@@ -62,12 +63,16 @@ __all__ = (
     "CreatePairingCodeResponse",
     "CreateRunRequest",
     "CreateRunResponse",
+    "CreateScheduleRequest",
+    "CreateScheduleResponse",
     "DecideApprovalRequest",
     "DecideApprovalResponse",
     "DeleteAgentRequest",
     "DeleteAgentResponse",
     "DeleteMemoryRequest",
     "DeleteMemoryResponse",
+    "DeleteScheduleRequest",
+    "DeleteScheduleResponse",
     "ErrorCode",
     "ErrorDetail",
     "ErrorMapping",
@@ -138,6 +143,8 @@ __all__ = (
     "ListRunTapeResponse",
     "ListRunsRequest",
     "ListRunsResponse",
+    "ListSchedulesRequest",
+    "ListSchedulesResponse",
     "ListSessionsRequest",
     "ListSessionsResponse",
     "ListTasksRequest",
@@ -179,6 +186,9 @@ __all__ = (
     "RunStatus",
     "RunStreamRequest",
     "RunStreamResponse",
+    "Schedule",
+    "ScheduleServiceBase",
+    "ScheduleServiceStub",
     "SearchMemoryRequest",
     "SearchMemoryResponse",
     "SendRunInputRequest",
@@ -1588,6 +1598,22 @@ default_message_pool.register_message("palyra.v1", "CreateRunResponse", CreateRu
 
 
 @dataclass(eq=False, repr=False)
+class CreateScheduleRequest(betterproto2.Message):
+    schedule: "Schedule | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+
+
+default_message_pool.register_message("palyra.v1", "CreateScheduleRequest", CreateScheduleRequest)
+
+
+@dataclass(eq=False, repr=False)
+class CreateScheduleResponse(betterproto2.Message):
+    schedule: "Schedule | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+
+
+default_message_pool.register_message("palyra.v1", "CreateScheduleResponse", CreateScheduleResponse)
+
+
+@dataclass(eq=False, repr=False)
 class DecideApprovalRequest(betterproto2.Message):
     approval_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -1648,6 +1674,22 @@ class DeleteMemoryResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "DeleteMemoryResponse", DeleteMemoryResponse)
+
+
+@dataclass(eq=False, repr=False)
+class DeleteScheduleRequest(betterproto2.Message):
+    schedule_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("palyra.v1", "DeleteScheduleRequest", DeleteScheduleRequest)
+
+
+@dataclass(eq=False, repr=False)
+class DeleteScheduleResponse(betterproto2.Message):
+    deleted: "bool" = betterproto2.field(1, betterproto2.TYPE_BOOL)
+
+
+default_message_pool.register_message("palyra.v1", "DeleteScheduleResponse", DeleteScheduleResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -2630,6 +2672,22 @@ default_message_pool.register_message("palyra.v1", "ListRunTapeResponse", ListRu
 
 
 @dataclass(eq=False, repr=False)
+class ListSchedulesRequest(betterproto2.Message):
+    pass
+
+
+default_message_pool.register_message("palyra.v1", "ListSchedulesRequest", ListSchedulesRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListSchedulesResponse(betterproto2.Message):
+    schedules: "list[Schedule]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+
+default_message_pool.register_message("palyra.v1", "ListSchedulesResponse", ListSchedulesResponse)
+
+
+@dataclass(eq=False, repr=False)
 class ListSessionsRequest(betterproto2.Message):
     after_session_key: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -3369,6 +3427,59 @@ class RunStreamResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "RunStreamResponse", RunStreamResponse)
+
+
+@dataclass(eq=False, repr=False)
+class Schedule(betterproto2.Message):
+    schedule_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    cron: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Five-field cron expression (`0 9 * * MON-FRI`), evaluated in `time_zone`;
+    empty for a one-off schedule.
+    """
+
+    time_zone: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    IANA time zone of `cron` (`Europe/Berlin`); empty: UTC.
+    """
+
+    at_unix_ms: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
+    """
+    A one-off schedule's time (Unix ms); 0 for a cron schedule.
+    """
+
+    agent_id: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+
+    session_key: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    The session the prompt's runs use (empty: `schedule:<schedule_id>`).
+    """
+
+    prompt: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+
+    missed: "str" = betterproto2.field(8, betterproto2.TYPE_STRING)
+    """
+    A firing missed while the daemon was down: `run_once` (default: run it once at
+    start-up) or `skip`.
+    """
+
+    next_fire_unix_ms: "int" = betterproto2.field(9, betterproto2.TYPE_INT64)
+    """
+    The next firing (Unix ms); 0 once a one-off schedule has fired.
+    """
+
+    principal: "str" = betterproto2.field(10, betterproto2.TYPE_STRING)
+    """
+    Who created it; its runs run as this principal.
+    """
+
+    created_at_unix_ms: "int" = betterproto2.field(11, betterproto2.TYPE_INT64)
+
+    fired_count: "int" = betterproto2.field(12, betterproto2.TYPE_UINT64)
+
+
+default_message_pool.register_message("palyra.v1", "Schedule", Schedule)
 
 
 @dataclass(eq=False, repr=False)
@@ -5164,6 +5275,78 @@ class MemoryServiceStub(betterproto2_grpclib.ServiceStub):
         )
 
 
+class ScheduleServiceStub(betterproto2_grpclib.ServiceStub):
+    """
+    Scheduled prompts (docs/architecture.md, "Scheduled prompts"): a prompt sent to an
+    agent on a cron schedule in a time zone, or once at a given time. Each firing is
+    one `background_prompt` task on the durable queue, exactly once per firing across
+    restarts; its run's id is the task's id.
+    """
+
+    async def create_schedule(
+        self,
+        message: "CreateScheduleRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "CreateScheduleResponse":
+
+        return await self._unary_unary(
+            "/palyra.v1.ScheduleService/CreateSchedule",
+            message,
+            CreateScheduleResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def list_schedules(
+        self,
+        message: "ListSchedulesRequest | None" = None,
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListSchedulesResponse":
+        """
+        The caller's schedules (an operator's: everyone's), oldest first.
+        """
+
+        if message is None:
+            message = ListSchedulesRequest()
+
+        return await self._unary_unary(
+            "/palyra.v1.ScheduleService/ListSchedules",
+            message,
+            ListSchedulesResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def delete_schedule(
+        self,
+        message: "DeleteScheduleRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "DeleteScheduleResponse":
+        """
+        Cedar `cron.delete` (operators only by default).
+        """
+
+        return await self._unary_unary(
+            "/palyra.v1.ScheduleService/DeleteSchedule",
+            message,
+            DeleteScheduleResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+
 class TasksServiceStub(betterproto2_grpclib.ServiceStub):
     """
     The durable background-task queue (post-run reflection and other queued
@@ -6541,6 +6724,82 @@ class MemoryServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 PurgeMemoryRequest,
                 PurgeMemoryResponse,
+            ),
+        }
+
+
+class ScheduleServiceBase(betterproto2_grpclib.ServiceBase):
+    """
+    Scheduled prompts (docs/architecture.md, "Scheduled prompts"): a prompt sent to an
+    agent on a cron schedule in a time zone, or once at a given time. Each firing is
+    one `background_prompt` task on the durable queue, exactly once per firing across
+    restarts; its run's id is the task's id.
+    """
+
+    async def create_schedule(self, message: "CreateScheduleRequest") -> "CreateScheduleResponse":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def list_schedules(self, message: "ListSchedulesRequest") -> "ListSchedulesResponse":
+        """
+        The caller's schedules (an operator's: everyone's), oldest first.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def delete_schedule(self, message: "DeleteScheduleRequest") -> "DeleteScheduleResponse":
+        """
+        Cedar `cron.delete` (operators only by default).
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def __rpc_create_schedule(
+        self,
+        stream: "grpclib.server.Stream[CreateScheduleRequest, CreateScheduleResponse]",
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.create_schedule(request)
+        await stream.send_message(response)
+
+    async def __rpc_list_schedules(
+        self,
+        stream: "grpclib.server.Stream[ListSchedulesRequest, ListSchedulesResponse]",
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.list_schedules(request)
+        await stream.send_message(response)
+
+    async def __rpc_delete_schedule(
+        self,
+        stream: "grpclib.server.Stream[DeleteScheduleRequest, DeleteScheduleResponse]",
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.delete_schedule(request)
+        await stream.send_message(response)
+
+    def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
+        return {
+            "/palyra.v1.ScheduleService/CreateSchedule": grpclib.const.Handler(
+                self.__rpc_create_schedule,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                CreateScheduleRequest,
+                CreateScheduleResponse,
+            ),
+            "/palyra.v1.ScheduleService/ListSchedules": grpclib.const.Handler(
+                self.__rpc_list_schedules,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ListSchedulesRequest,
+                ListSchedulesResponse,
+            ),
+            "/palyra.v1.ScheduleService/DeleteSchedule": grpclib.const.Handler(
+                self.__rpc_delete_schedule,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                DeleteScheduleRequest,
+                DeleteScheduleResponse,
             ),
         }
 
