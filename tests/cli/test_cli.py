@@ -114,3 +114,26 @@ def test_chat_answers_approvals_inline(daemon: DaemonProcess) -> None:
     assert chat.returncode == 0, chat.stderr
     assert chat.stdout.count("? approval needed: add") == 2
     assert "result=2" in chat.stdout and "done" in chat.stdout
+
+
+def test_usage_reports_the_callers_model_calls(daemon: DaemonProcess) -> None:
+    import json
+
+    before = palyra(daemon, "usage", "--json")
+    assert before.returncode == 0, before.stderr
+
+    def calls(answer: dict[str, object]) -> int:
+        lines = answer.get("lines", [])
+        assert isinstance(lines, list)
+        [day] = [line for line in lines if line["period"].startswith("day:")]
+        return int(day.get("totals", {}).get("calls", 0))
+
+    chat = palyra(daemon, "chat", "--session", "cli-usage", "-m", TEXT.format(k=1))
+    assert chat.returncode == 0, chat.stderr
+    after = json.loads(palyra(daemon, "usage", "--json").stdout)
+    assert calls(after) == calls(json.loads(before.stdout)) + 2  # the tool call, the answer
+    table = palyra(daemon, "usage")
+    assert table.returncode == 0 and table.stdout.split()[:3] == ["SCOPE", "SUBJECT", "PERIOD"]
+    assert "principal" in table.stdout
+    bad = palyra(daemon, "usage", "--day", "yesterday")
+    assert bad.returncode != 0 and "YYYY-MM-DD" in bad.stderr

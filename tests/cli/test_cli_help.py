@@ -10,7 +10,8 @@ import pytest
 
 GROUPS = {
     "": ["serve", "chat", "runs", "sessions", "approvals", "tokens", "journal", "agents",
-         "memory", "channels", "tasks", "incidents", "learning", "config", "doctor", "skills"],
+         "memory", "channels", "tasks", "incidents", "learning", "config", "doctor", "skills",
+         "usage"],
     "agents": ["list", "show", "create", "update", "delete", "bind", "bindings", "unbind"],
     "memory": ["ingest", "search", "list", "show", "delete"],
     "channels": ["list", "pair", "codes", "grants", "revoke", "quarantine", "connect"],

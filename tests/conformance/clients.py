@@ -38,10 +38,12 @@ CONNECTOR_TOKEN = "conformance-connector-token"
 class CallFailed(Exception):
     """A call answered with an error: ``code`` is the stable palyra error code."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, status: str = "") -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+        # The transport's own status: the gRPC status number or the HTTP status code.
+        self.status = status
 
 
 @dataclasses.dataclass
@@ -116,7 +118,7 @@ class Client(Protocol):
 
 
 SERVICE_BASES = (v1.GatewayServiceBase, v1.ApprovalsServiceBase, v1.MemoryServiceBase,
-                 v1.JournalServiceBase, v1.ChannelsServiceBase)
+                 v1.JournalServiceBase, v1.ChannelsServiceBase, v1.UsageServiceBase)
 _HANDLERS = {
     path: handler
     for base in SERVICE_BASES
@@ -142,7 +144,8 @@ class GrpcClient:
     @staticmethod
     def _failed(stream: Any, exc: GRPCError) -> CallFailed:
         trailers = stream.trailing_metadata or {}
-        return CallFailed(str(trailers.get("x-palyra-error-code", exc.status.name)), exc.message or "")
+        return CallFailed(str(trailers.get("x-palyra-error-code", exc.status.name)),
+                          exc.message or "", f"grpc:{exc.status.value}")
 
     async def call(self, service: str, method: str, request: dict[str, Any] | None = None, *,
                    headers: dict[str, str] | None = None) -> dict[str, Any]:
@@ -226,7 +229,8 @@ class HttpClient:
             body = response.json()
         except ValueError:
             return CallFailed(f"HTTP_{response.status_code}", response.text)
-        return CallFailed(body.get("code", f"HTTP_{response.status_code}"), body.get("message", ""))
+        return CallFailed(body.get("code", f"HTTP_{response.status_code}"), body.get("message", ""),
+                          f"http:{response.status_code}")
 
     async def call(self, service: str, method: str, request: dict[str, Any] | None = None, *,
                    headers: dict[str, str] | None = None) -> dict[str, Any]:
@@ -300,7 +304,8 @@ class TsClient:
         result: dict[str, Any] = json.loads(line)
         if "error" in result:
             error = result["error"]
-            raise CallFailed(error.get("code") or f"GRPC_{error.get('grpc_code')}", error.get("message", ""))
+            raise CallFailed(error.get("code") or f"GRPC_{error.get('grpc_code')}",
+                             error.get("message", ""), f"grpc:{error.get('grpc_code', '')}")
         return result
 
     async def call(self, service: str, method: str, request: dict[str, Any] | None = None, *,

@@ -18,11 +18,13 @@ import msgspec
 from palyra_gen.palyra import v1 as pb
 
 from palyra.adapters import GatePolicy, RegistryTools
+from palyra.adapters.delegation import delegate_tool
+from palyra.agents import AgentRegistry
 from palyra.app import CallContext, PalyraApp
 from palyra.engine import Engine, EngineConfig, member_from, run_next
 from palyra.journal import JournalStore, StoredEvent
 from palyra.policy import PolicyConfig, PolicyGate
-from palyra.providers import ModelProvider, ScriptedProvider
+from palyra.providers import ModelProvider, ProviderRegistry, ScriptedProvider
 from palyra.tools import (
     ADD,
     Capability,
@@ -36,6 +38,7 @@ from palyra.tools import (
 from palyra.tools.mcp import McpServerConfig
 from palyra.tools.mcp.hub import McpHub
 from palyra.tools.skills import Limits, register_skills
+from palyra.usage import UsageConfig, UsageLedger
 
 DEVICE = "01J00000000000000000000000"
 USER = CallContext.for_principal("user:alice", DEVICE)
@@ -73,6 +76,10 @@ class Harness:
     config: EngineConfig = field(default_factory=lambda: EngineConfig(approval_timeout_s=30))
     policy_config: PolicyConfig = field(default_factory=PolicyConfig)
     provider_factory: Callable[[], ModelProvider] = ScriptedProvider
+    # Named providers for agents' routes (None: the one provider serves every run).
+    models_factory: Callable[[], ProviderRegistry] | None = None
+    usage: UsageConfig = field(default_factory=UsageConfig)  # prices and budgets
+    delegation: bool = False  # register agent.delegate (as the daemon does)
     tool: ToolSpec[Any] = ADD
     extra_tools: tuple[ToolSpec[Any], ...] = ()  # registered next to the built-ins
     mcp: tuple[McpServerConfig, ...] = ()  # MCP servers whose tools join the registry
@@ -105,8 +112,16 @@ class Harness:
         kwargs: dict[str, Any] = {"now_ms": self.now_ms} if self.now_ms else {}
         if self.context_factory is not None:
             kwargs["context"] = self.context_factory(self.store, gate)
-        self.engine = Engine(self.store, self.provider_factory(), GatePolicy(gate, registry),
+        provider = self.provider_factory()
+        kwargs["usage"] = UsageLedger(self.store, self.usage)
+        if self.models_factory is not None:
+            kwargs["models"] = models = self.models_factory()
+            provider = models.default
+            self._stack.push_async_callback(models.aclose)
+        self.engine = Engine(self.store, provider, GatePolicy(gate, registry),
                              RegistryTools(registry, self.data_dir), self.config, **kwargs)
+        if self.delegation:
+            registry.register(delegate_tool(self.engine, AgentRegistry(self.store), gate))
         await self._stack.enter_async_context(self.engine)
         if recover:
             await self.engine.recover()

@@ -11,6 +11,8 @@ Behaviour is chosen by the request's ``model`` field:
 * ``fail500:<tag>:<n>``: HTTP 500 for the first ``n`` requests with that exact
   model string, then a normal answer.
 * ``status:<code>``: always that HTTP status.
+* ``failafter:<tag>:<n>``: a normal answer for the first ``n`` requests with that
+  exact model string, then HTTP 503.
 * ``hang``: never answer (until the client disconnects).
 * ``slow``: stream a first text delta, then wait for the client to go away.
 * ``cut``: send one text delta and close the stream without finishing.
@@ -60,6 +62,9 @@ class FakeVendor:
         self.counts[model] += 1
         if model.startswith("fail500:") and self.counts[model] <= int(model.rsplit(":", 1)[1]):
             await _plain(send, 500, b'{"error": "injected"}')
+            return
+        if model.startswith("failafter:") and self.counts[model] > int(model.rsplit(":", 1)[1]):
+            await _plain(send, 503, b'{"error": "injected"}')
             return
         if model.startswith("status:"):
             await _plain(send, int(model.split(":")[1]), b'{"error": "injected"}')
@@ -149,7 +154,8 @@ def _openai_events(body: dict[str, Any]) -> list[bytes]:
         events.append(_sse({**base, "choices": [{"index": 0, "delta": {"tool_calls": [rest]}}]}))
     finish = "tool_calls" if reply.tool_calls else "stop"
     events.append(_sse({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}))
-    usage = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+    usage = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10,
+             "prompt_tokens_details": {"cached_tokens": 2}}
     events.append(_sse({**base, "choices": [], "usage": usage}))
     events.append(b"data: [DONE]\n\n")
     return events
@@ -181,7 +187,7 @@ def _reply_from_anthropic(body: dict[str, Any]) -> Any:
 def _anthropic_events(body: dict[str, Any]) -> list[bytes]:
     reply = _reply_from_anthropic(body)
     message = {"id": "msg_1", "type": "message", "role": "assistant", "model": body.get("model")}
-    message["usage"] = {"input_tokens": 11, "output_tokens": 1}
+    message["usage"] = {"input_tokens": 11, "output_tokens": 1, "cache_read_input_tokens": 4}
     events = [_sse({"type": "message_start", "message": message}, "message_start")]
     index = 0
     if reply.text:

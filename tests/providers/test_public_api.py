@@ -15,11 +15,15 @@ from palyra.providers._sse import SseEvent, iter_sse
 def test_exports_snapshot() -> None:
     # The literal list is the snapshot: adding or removing an export shows up here.
     assert providers.__all__ == [
+        "CACHE_KEY_PREFIX",
+        "Answered",
         "AnthropicProvider",
         "BreakerState",
+        "CachedAnswer",
         "ChatMessage",
         "CircuitBreaker",
         "Completed",
+        "Failover",
         "FinishReason",
         "ModelProvider",
         "ModelRequest",
@@ -28,18 +32,26 @@ def test_exports_snapshot() -> None:
         "ProviderChunk",
         "ProviderConfig",
         "ProviderKind",
+        "ProviderRegistry",
         "RetryPolicy",
         "Role",
         "ScriptedProvider",
         "ScriptedTool",
+        "Target",
         "TextDelta",
         "ToolCall",
         "ToolSpecForModel",
         "Usage",
         "build_provider",
+        "cacheable",
         "collect_response",
+        "decode_entry",
+        "encode_entry",
+        "parse_target",
         "parse_tool_value",
+        "request_digest",
         "scripted_reply",
+        "stream_routed",
     ]
     assert all(hasattr(providers, name) for name in providers.__all__)
 

@@ -43,6 +43,12 @@ FORBIDDEN: dict[str, set[str]] = {
     "agents": {"engine", "app", "transport", "cli", "daemon", "config", "testing", "policy",
                "tools", "providers", "adapters", "tasks", "watchdog", "learning", "memory"},
     # Memory items are journal data: nothing of runs, tasks or transports.
+    "schedules": {"engine", "app", "transport", "cli", "daemon", "config", "testing", "policy",
+                  "tools", "providers", "adapters", "watchdog", "learning", "memory", "agents",
+                  "usage"},
+    "usage": {"engine", "app", "transport", "cli", "daemon", "config", "testing", "policy",
+              "tools", "providers", "adapters", "tasks", "watchdog", "learning", "memory",
+              "agents"},
     "memory": {"engine", "app", "transport", "cli", "daemon", "config", "testing", "policy",
                "tools", "providers", "adapters", "tasks", "watchdog", "learning"},
     # Reflection reads runs' tapes and asks a provider, as a task; the app reviews.

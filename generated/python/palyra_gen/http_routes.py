@@ -6,8 +6,10 @@
 #   spec/proto/palyra/v1/journal.proto
 #   spec/proto/palyra/v1/learning.proto
 #   spec/proto/palyra/v1/memory.proto
+#   spec/proto/palyra/v1/schedules.proto
 #   spec/proto/palyra/v1/tasks.proto
 #   spec/proto/palyra/v1/tokens.proto
+#   spec/proto/palyra/v1/usage.proto
 #   spec/proto/palyra/v1/watchdog.proto
 # Regenerate with `nox -s codegen`; `python -m codegen --check` fails on drift.
 
@@ -684,6 +686,42 @@ ROUTES: Final[tuple[HttpRoute, ...]] = (
         response_type="palyra.v1.RunStreamResponse",
     ),
     HttpRoute(
+        service="palyra.v1.ScheduleService",
+        method="ListSchedules",
+        python_method="list_schedules",
+        http_method="GET",
+        path="/v1/schedules",
+        body="",
+        client_streaming=False,
+        server_streaming=False,
+        request_type="palyra.v1.ListSchedulesRequest",
+        response_type="palyra.v1.ListSchedulesResponse",
+    ),
+    HttpRoute(
+        service="palyra.v1.ScheduleService",
+        method="CreateSchedule",
+        python_method="create_schedule",
+        http_method="POST",
+        path="/v1/schedules",
+        body="*",
+        client_streaming=False,
+        server_streaming=False,
+        request_type="palyra.v1.CreateScheduleRequest",
+        response_type="palyra.v1.CreateScheduleResponse",
+    ),
+    HttpRoute(
+        service="palyra.v1.ScheduleService",
+        method="DeleteSchedule",
+        python_method="delete_schedule",
+        http_method="DELETE",
+        path="/v1/schedules/{schedule_id}",
+        body="",
+        client_streaming=False,
+        server_streaming=False,
+        request_type="palyra.v1.DeleteScheduleRequest",
+        response_type="palyra.v1.DeleteScheduleResponse",
+    ),
+    HttpRoute(
         service="palyra.v1.GatewayService",
         method="ListSessions",
         python_method="list_sessions",
@@ -838,5 +876,17 @@ ROUTES: Final[tuple[HttpRoute, ...]] = (
         server_streaming=False,
         request_type="palyra.v1.RevokeTokenRequest",
         response_type="palyra.v1.RevokeTokenResponse",
+    ),
+    HttpRoute(
+        service="palyra.v1.UsageService",
+        method="GetUsage",
+        python_method="get_usage",
+        http_method="GET",
+        path="/v1/usage",
+        body="",
+        client_streaming=False,
+        server_streaming=False,
+        request_type="palyra.v1.GetUsageRequest",
+        response_type="palyra.v1.GetUsageResponse",
     ),
 )

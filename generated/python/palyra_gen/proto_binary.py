@@ -9,9 +9,11 @@
 #   spec/proto/palyra/v1/learning.proto
 #   spec/proto/palyra/v1/memory.proto
 #   spec/proto/palyra/v1/options.proto
+#   spec/proto/palyra/v1/schedules.proto
 #   spec/proto/palyra/v1/tape.proto
 #   spec/proto/palyra/v1/tasks.proto
 #   spec/proto/palyra/v1/tokens.proto
+#   spec/proto/palyra/v1/usage.proto
 #   spec/proto/palyra/v1/watchdog.proto
 # Regenerate with `nox -s codegen`; `python -m codegen --check` fails on drift.
 
@@ -363,6 +365,19 @@ def _bin_Agent(m: Any) -> bytearray:
             n8 = len(e8)
             out += SMALL[n8] if n8 < 128 else varint(n8)
             out += e8
+    v9 = m.fallbacks
+    if v9:
+        for x9 in v9:
+            b9 = x9.encode()
+            n9 = len(b9)
+            out += b"R"
+            out += SMALL[n9] if n9 < 128 else varint(n9)
+            out += b9
+    v10 = m.response_cache
+    if v10:
+        out += b"X"
+        n10 = int(v10)
+        out += SMALL[n10] if 0 <= n10 < 128 else varint(n10)
     unknown = m._unknown_fields
     if unknown:
         out += unknown
@@ -1102,6 +1117,90 @@ _bin_table_BranchSessionResponse: BinaryTable = binary_table(
 )
 
 
+def _bin_BudgetStatus(m: Any) -> bytearray:
+    out = bytearray()
+    v0 = m.scope
+    if v0:
+        b0 = v0.encode()
+        n0 = len(b0)
+        out += b"\n"
+        out += SMALL[n0] if n0 < 128 else varint(n0)
+        out += b0
+    v1 = m.subject
+    if v1:
+        b1 = v1.encode()
+        n1 = len(b1)
+        out += b"\x12"
+        out += SMALL[n1] if n1 < 128 else varint(n1)
+        out += b1
+    v2 = m.period
+    if v2:
+        b2 = v2.encode()
+        n2 = len(b2)
+        out += b"\x1a"
+        out += SMALL[n2] if n2 < 128 else varint(n2)
+        out += b2
+    v3 = m.mode
+    if v3:
+        b3 = v3.encode()
+        n3 = len(b3)
+        out += b'"'
+        out += SMALL[n3] if n3 < 128 else varint(n3)
+        out += b3
+    v4 = m.limit_tokens
+    if v4:
+        out += b"("
+        n4 = int(v4)
+        out += SMALL[n4] if 0 <= n4 < 128 else varint(n4)
+    v5 = m.limit_cost_micros
+    if v5:
+        out += b"0"
+        n5 = int(v5)
+        out += SMALL[n5] if 0 <= n5 < 128 else varint(n5)
+    v6 = m.used_tokens
+    if v6:
+        out += b"8"
+        n6 = int(v6)
+        out += SMALL[n6] if 0 <= n6 < 128 else varint(n6)
+    v7 = m.used_cost_micros
+    if v7:
+        out += b"@"
+        n7 = int(v7)
+        out += SMALL[n7] if 0 <= n7 < 128 else varint(n7)
+    v8 = m.exhausted
+    if v8:
+        out += b"H"
+        n8 = int(v8)
+        out += SMALL[n8] if 0 <= n8 < 128 else varint(n8)
+    v9 = m.applies_to
+    if v9:
+        b9 = v9.encode()
+        n9 = len(b9)
+        out += b"R"
+        out += SMALL[n9] if n9 < 128 else varint(n9)
+        out += b9
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_BudgetStatus: BinaryTable = binary_table(
+    (
+        (1, "scope", False, delimited_reader(utf8)),
+        (2, "subject", False, delimited_reader(utf8)),
+        (3, "period", False, delimited_reader(utf8)),
+        (4, "mode", False, delimited_reader(utf8)),
+        (5, "limit_tokens", False, varint_readers(varint_convert("uint64"), False)),
+        (6, "limit_cost_micros", False, varint_readers(varint_convert("uint64"), False)),
+        (7, "used_tokens", False, varint_readers(varint_convert("uint64"), False)),
+        (8, "used_cost_micros", False, varint_readers(varint_convert("uint64"), False)),
+        (9, "exhausted", False, varint_readers(varint_convert("bool"), False)),
+        (10, "applies_to", False, delimited_reader(utf8)),
+    )
+)
+
+
 def _bin_CancelTaskRequest(m: Any) -> bytearray:
     out = bytearray()
     v0 = m.task_id
@@ -1613,6 +1712,13 @@ def _bin_CreateRunRequest(m: Any) -> bytearray:
         out += b"J"
         out += SMALL[n8] if n8 < 128 else varint(n8)
         out += b8
+    v9 = m.model
+    if v9:
+        b9 = v9.encode()
+        n9 = len(b9)
+        out += b"R"
+        out += SMALL[n9] if n9 < 128 else varint(n9)
+        out += b9
     unknown = m._unknown_fields
     if unknown:
         out += unknown
@@ -1630,6 +1736,7 @@ _bin_table_CreateRunRequest: BinaryTable = binary_table(
         (7, "wait", False, varint_readers(varint_convert("bool"), False)),
         (8, "run_id", False, delimited_reader(utf8)),
         (9, "agent_id", False, delimited_reader(utf8)),
+        (10, "model", False, delimited_reader(utf8)),
     )
 )
 
@@ -1667,6 +1774,46 @@ _bin_table_CreateRunResponse: BinaryTable = binary_table(
         (2, "session", False, message_reader(_m0.Session, decode_binary)),
         (3, "session_created", False, varint_readers(varint_convert("bool"), False)),
     )
+)
+
+
+def _bin_CreateScheduleRequest(m: Any) -> bytearray:
+    out = bytearray()
+    v0 = m.schedule
+    if v0 is not None:
+        b0 = _bin_Schedule(v0) if type(v0) is _m0.Schedule else encode_binary(v0)
+        n0 = len(b0)
+        out += b"\n"
+        out += SMALL[n0] if n0 < 128 else varint(n0)
+        out += b0
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_CreateScheduleRequest: BinaryTable = binary_table(
+    ((1, "schedule", False, message_reader(_m0.Schedule, decode_binary)),)
+)
+
+
+def _bin_CreateScheduleResponse(m: Any) -> bytearray:
+    out = bytearray()
+    v0 = m.schedule
+    if v0 is not None:
+        b0 = _bin_Schedule(v0) if type(v0) is _m0.Schedule else encode_binary(v0)
+        n0 = len(b0)
+        out += b"\n"
+        out += SMALL[n0] if n0 < 128 else varint(n0)
+        out += b0
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_CreateScheduleResponse: BinaryTable = binary_table(
+    ((1, "schedule", False, message_reader(_m0.Schedule, decode_binary)),)
 )
 
 
@@ -1810,6 +1957,44 @@ def _bin_DeleteMemoryResponse(m: Any) -> bytearray:
 
 
 _bin_table_DeleteMemoryResponse: BinaryTable = binary_table(
+    ((1, "deleted", False, varint_readers(varint_convert("bool"), False)),)
+)
+
+
+def _bin_DeleteScheduleRequest(m: Any) -> bytearray:
+    out = bytearray()
+    v0 = m.schedule_id
+    if v0:
+        b0 = v0.encode()
+        n0 = len(b0)
+        out += b"\n"
+        out += SMALL[n0] if n0 < 128 else varint(n0)
+        out += b0
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_DeleteScheduleRequest: BinaryTable = binary_table(
+    ((1, "schedule_id", False, delimited_reader(utf8)),)
+)
+
+
+def _bin_DeleteScheduleResponse(m: Any) -> bytearray:
+    out = bytearray()
+    v0 = m.deleted
+    if v0:
+        out += b"\x08"
+        n0 = int(v0)
+        out += SMALL[n0] if 0 <= n0 < 128 else varint(n0)
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_DeleteScheduleResponse: BinaryTable = binary_table(
     ((1, "deleted", False, varint_readers(varint_convert("bool"), False)),)
 )
 
@@ -2585,6 +2770,108 @@ def _bin_GetTreeTileResponse(m: Any) -> bytearray:
 
 _bin_table_GetTreeTileResponse: BinaryTable = binary_table(
     ((1, "data", False, delimited_reader(same)),)
+)
+
+
+def _bin_GetUsageRequest(m: Any) -> bytearray:
+    out = bytearray()
+    v0 = m.principal
+    if v0:
+        b0 = v0.encode()
+        n0 = len(b0)
+        out += b"\n"
+        out += SMALL[n0] if n0 < 128 else varint(n0)
+        out += b0
+    v1 = m.agent_id
+    if v1:
+        b1 = v1.encode()
+        n1 = len(b1)
+        out += b"\x12"
+        out += SMALL[n1] if n1 < 128 else varint(n1)
+        out += b1
+    v2 = m.session_id
+    if v2:
+        b2 = v2.encode()
+        n2 = len(b2)
+        out += b"\x1a"
+        out += SMALL[n2] if n2 < 128 else varint(n2)
+        out += b2
+    v3 = m.run_id
+    if v3:
+        b3 = v3.encode()
+        n3 = len(b3)
+        out += b'"'
+        out += SMALL[n3] if n3 < 128 else varint(n3)
+        out += b3
+    v4 = m.day
+    if v4:
+        b4 = v4.encode()
+        n4 = len(b4)
+        out += b"*"
+        out += SMALL[n4] if n4 < 128 else varint(n4)
+        out += b4
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_GetUsageRequest: BinaryTable = binary_table(
+    (
+        (1, "principal", False, delimited_reader(utf8)),
+        (2, "agent_id", False, delimited_reader(utf8)),
+        (3, "session_id", False, delimited_reader(utf8)),
+        (4, "run_id", False, delimited_reader(utf8)),
+        (5, "day", False, delimited_reader(utf8)),
+    )
+)
+
+
+def _bin_GetUsageResponse(m: Any) -> bytearray:
+    out = bytearray()
+    v0 = m.day
+    if v0:
+        b0 = v0.encode()
+        n0 = len(b0)
+        out += b"\n"
+        out += SMALL[n0] if n0 < 128 else varint(n0)
+        out += b0
+    v1 = m.month
+    if v1:
+        b1 = v1.encode()
+        n1 = len(b1)
+        out += b"\x12"
+        out += SMALL[n1] if n1 < 128 else varint(n1)
+        out += b1
+    v2 = m.lines
+    if v2:
+        for x2 in v2:
+            b2 = _bin_UsageLine(x2) if type(x2) is _m0.UsageLine else encode_binary(x2)
+            n2 = len(b2)
+            out += b"\x1a"
+            out += SMALL[n2] if n2 < 128 else varint(n2)
+            out += b2
+    v3 = m.budgets
+    if v3:
+        for x3 in v3:
+            b3 = _bin_BudgetStatus(x3) if type(x3) is _m0.BudgetStatus else encode_binary(x3)
+            n3 = len(b3)
+            out += b'"'
+            out += SMALL[n3] if n3 < 128 else varint(n3)
+            out += b3
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_GetUsageResponse: BinaryTable = binary_table(
+    (
+        (1, "day", False, delimited_reader(utf8)),
+        (2, "month", False, delimited_reader(utf8)),
+        (3, "lines", True, message_reader(_m0.UsageLine, decode_binary)),
+        (4, "budgets", True, message_reader(_m0.BudgetStatus, decode_binary)),
+    )
 )
 
 
@@ -3907,6 +4194,38 @@ _bin_table_ListRunsResponse: BinaryTable = binary_table(
 )
 
 
+def _bin_ListSchedulesRequest(m: Any) -> bytearray:
+    out = bytearray()
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_ListSchedulesRequest: BinaryTable = binary_table(())
+
+
+def _bin_ListSchedulesResponse(m: Any) -> bytearray:
+    out = bytearray()
+    v0 = m.schedules
+    if v0:
+        for x0 in v0:
+            b0 = _bin_Schedule(x0) if type(x0) is _m0.Schedule else encode_binary(x0)
+            n0 = len(b0)
+            out += b"\n"
+            out += SMALL[n0] if n0 < 128 else varint(n0)
+            out += b0
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_ListSchedulesResponse: BinaryTable = binary_table(
+    ((1, "schedules", True, message_reader(_m0.Schedule, decode_binary)),)
+)
+
+
 def _bin_ListSessionsRequest(m: Any) -> bytearray:
     out = bytearray()
     v0 = m.after_session_key
@@ -4692,6 +5011,50 @@ _bin_table_ProveEntryResponse: BinaryTable = binary_table(
 )
 
 
+def _bin_ProviderFailover(m: Any) -> bytearray:
+    out = bytearray()
+    v0 = m.provider
+    if v0:
+        b0 = v0.encode()
+        n0 = len(b0)
+        out += b"\n"
+        out += SMALL[n0] if n0 < 128 else varint(n0)
+        out += b0
+    v1 = m.model
+    if v1:
+        b1 = v1.encode()
+        n1 = len(b1)
+        out += b"\x12"
+        out += SMALL[n1] if n1 < 128 else varint(n1)
+        out += b1
+    v2 = m.code
+    if v2:
+        out += b"\x18"
+        n2 = int(v2)
+        out += SMALL[n2] if 0 <= n2 < 128 else varint(n2)
+    v3 = m.message
+    if v3:
+        b3 = v3.encode()
+        n3 = len(b3)
+        out += b'"'
+        out += SMALL[n3] if n3 < 128 else varint(n3)
+        out += b3
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_ProviderFailover: BinaryTable = binary_table(
+    (
+        (1, "provider", False, delimited_reader(utf8)),
+        (2, "model", False, delimited_reader(utf8)),
+        (3, "code", False, varint_readers(varint_convert("enum", _m0.ErrorCode), False)),
+        (4, "message", False, delimited_reader(utf8)),
+    )
+)
+
+
 def _bin_ProviderTurnOutput(m: Any) -> bytearray:
     out = bytearray()
     v0 = m.turn
@@ -4735,6 +5098,46 @@ def _bin_ProviderTurnOutput(m: Any) -> bytearray:
         out += b":"
         out += SMALL[n6] if n6 < 128 else varint(n6)
         out += b6
+    v7 = m.model
+    if v7:
+        b7 = v7.encode()
+        n7 = len(b7)
+        out += b"B"
+        out += SMALL[n7] if n7 < 128 else varint(n7)
+        out += b7
+    v8 = m.cached
+    if v8:
+        out += b"H"
+        n8 = int(v8)
+        out += SMALL[n8] if 0 <= n8 < 128 else varint(n8)
+    v9 = m.failovers
+    if v9:
+        for x9 in v9:
+            b9 = (
+                _bin_ProviderFailover(x9) if type(x9) is _m0.ProviderFailover else encode_binary(x9)
+            )
+            n9 = len(b9)
+            out += b"R"
+            out += SMALL[n9] if n9 < 128 else varint(n9)
+            out += b9
+    v10 = m.cached_input_tokens
+    if v10:
+        out += b"X"
+        n10 = int(v10)
+        out += SMALL[n10] if 0 <= n10 < 128 else varint(n10)
+    v11 = m.cost_micros
+    if v11:
+        out += b"`"
+        n11 = int(v11)
+        out += SMALL[n11] if 0 <= n11 < 128 else varint(n11)
+    v12 = m.budget_warnings
+    if v12:
+        for x12 in v12:
+            b12 = x12.encode()
+            n12 = len(b12)
+            out += b"j"
+            out += SMALL[n12] if n12 < 128 else varint(n12)
+            out += b12
     unknown = m._unknown_fields
     if unknown:
         out += unknown
@@ -4750,6 +5153,12 @@ _bin_table_ProviderTurnOutput: BinaryTable = binary_table(
         (5, "input_tokens", False, varint_readers(varint_convert("uint32"), False)),
         (6, "output_tokens", False, varint_readers(varint_convert("uint32"), False)),
         (7, "provider", False, delimited_reader(utf8)),
+        (8, "model", False, delimited_reader(utf8)),
+        (9, "cached", False, varint_readers(varint_convert("bool"), False)),
+        (10, "failovers", True, message_reader(_m0.ProviderFailover, decode_binary)),
+        (11, "cached_input_tokens", False, varint_readers(varint_convert("uint32"), False)),
+        (12, "cost_micros", False, varint_readers(varint_convert("uint64"), False)),
+        (13, "budget_warnings", True, delimited_reader(utf8)),
     )
 )
 
@@ -5417,6 +5826,26 @@ def _bin_Run(m: Any) -> bytearray:
         out += b"r"
         out += SMALL[n13] if n13 < 128 else varint(n13)
         out += b13
+    v14 = m.parent_run_id
+    if v14:
+        b14 = v14.encode()
+        n14 = len(b14)
+        out += b"z"
+        out += SMALL[n14] if n14 < 128 else varint(n14)
+        out += b14
+    v15 = m.delegation_depth
+    if v15:
+        out += b"\x80\x01"
+        n15 = int(v15)
+        out += SMALL[n15] if 0 <= n15 < 128 else varint(n15)
+    v16 = m.child_run_ids
+    if v16:
+        for x16 in v16:
+            b16 = x16.encode()
+            n16 = len(b16)
+            out += b"\x8a\x01"
+            out += SMALL[n16] if n16 < 128 else varint(n16)
+            out += b16
     unknown = m._unknown_fields
     if unknown:
         out += unknown
@@ -5439,6 +5868,9 @@ _bin_table_Run: BinaryTable = binary_table(
         (12, "last_error", False, message_reader(_m0.ErrorDetail, decode_binary)),
         (13, "final_text", False, delimited_reader(utf8)),
         (14, "agent_id", False, delimited_reader(utf8)),
+        (15, "parent_run_id", False, delimited_reader(utf8)),
+        (16, "delegation_depth", False, varint_readers(varint_convert("uint32"), False)),
+        (17, "child_run_ids", True, delimited_reader(utf8)),
     )
 )
 
@@ -5623,6 +6055,13 @@ def _bin_RunStreamRequest(m: Any) -> bytearray:
         out += b"\x80\x01"
         n15 = int(v15)
         out += SMALL[n15] if 0 <= n15 < 128 else varint(n15)
+    v16 = m.model
+    if v16:
+        b16 = v16.encode()
+        n16 = len(b16)
+        out += b"\x8a\x01"
+        out += SMALL[n16] if n16 < 128 else varint(n16)
+        out += b16
     unknown = m._unknown_fields
     if unknown:
         out += unknown
@@ -5647,6 +6086,7 @@ _bin_table_RunStreamRequest: BinaryTable = binary_table(
         (14, "agent_id", False, delimited_reader(utf8)),
         (15, "batch", False, varint_readers(varint_convert("bool"), False)),
         (16, "complete", False, varint_readers(varint_convert("bool"), False)),
+        (17, "model", False, delimited_reader(utf8)),
     )
 )
 
@@ -5684,6 +6124,108 @@ _bin_table_RunStreamResponse: BinaryTable = binary_table(
         (1, "v", False, varint_readers(varint_convert("uint32"), False)),
         (2, "event", False, message_reader(_m0.TapeEvent, decode_binary)),
         (3, "events", True, message_reader(_m0.TapeEvent, decode_binary)),
+    )
+)
+
+
+def _bin_Schedule(m: Any) -> bytearray:
+    out = bytearray()
+    v0 = m.schedule_id
+    if v0:
+        b0 = v0.encode()
+        n0 = len(b0)
+        out += b"\n"
+        out += SMALL[n0] if n0 < 128 else varint(n0)
+        out += b0
+    v1 = m.cron
+    if v1:
+        b1 = v1.encode()
+        n1 = len(b1)
+        out += b"\x12"
+        out += SMALL[n1] if n1 < 128 else varint(n1)
+        out += b1
+    v2 = m.time_zone
+    if v2:
+        b2 = v2.encode()
+        n2 = len(b2)
+        out += b"\x1a"
+        out += SMALL[n2] if n2 < 128 else varint(n2)
+        out += b2
+    v3 = m.at_unix_ms
+    if v3:
+        out += b" "
+        n3 = int(v3)
+        out += SMALL[n3] if 0 <= n3 < 128 else varint(n3)
+    v4 = m.agent_id
+    if v4:
+        b4 = v4.encode()
+        n4 = len(b4)
+        out += b"*"
+        out += SMALL[n4] if n4 < 128 else varint(n4)
+        out += b4
+    v5 = m.session_key
+    if v5:
+        b5 = v5.encode()
+        n5 = len(b5)
+        out += b"2"
+        out += SMALL[n5] if n5 < 128 else varint(n5)
+        out += b5
+    v6 = m.prompt
+    if v6:
+        b6 = v6.encode()
+        n6 = len(b6)
+        out += b":"
+        out += SMALL[n6] if n6 < 128 else varint(n6)
+        out += b6
+    v7 = m.missed
+    if v7:
+        b7 = v7.encode()
+        n7 = len(b7)
+        out += b"B"
+        out += SMALL[n7] if n7 < 128 else varint(n7)
+        out += b7
+    v8 = m.next_fire_unix_ms
+    if v8:
+        out += b"H"
+        n8 = int(v8)
+        out += SMALL[n8] if 0 <= n8 < 128 else varint(n8)
+    v9 = m.principal
+    if v9:
+        b9 = v9.encode()
+        n9 = len(b9)
+        out += b"R"
+        out += SMALL[n9] if n9 < 128 else varint(n9)
+        out += b9
+    v10 = m.created_at_unix_ms
+    if v10:
+        out += b"X"
+        n10 = int(v10)
+        out += SMALL[n10] if 0 <= n10 < 128 else varint(n10)
+    v11 = m.fired_count
+    if v11:
+        out += b"`"
+        n11 = int(v11)
+        out += SMALL[n11] if 0 <= n11 < 128 else varint(n11)
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_Schedule: BinaryTable = binary_table(
+    (
+        (1, "schedule_id", False, delimited_reader(utf8)),
+        (2, "cron", False, delimited_reader(utf8)),
+        (3, "time_zone", False, delimited_reader(utf8)),
+        (4, "at_unix_ms", False, varint_readers(varint_convert("int64"), False)),
+        (5, "agent_id", False, delimited_reader(utf8)),
+        (6, "session_key", False, delimited_reader(utf8)),
+        (7, "prompt", False, delimited_reader(utf8)),
+        (8, "missed", False, delimited_reader(utf8)),
+        (9, "next_fire_unix_ms", False, varint_readers(varint_convert("int64"), False)),
+        (10, "principal", False, delimited_reader(utf8)),
+        (11, "created_at_unix_ms", False, varint_readers(varint_convert("int64"), False)),
+        (12, "fired_count", False, varint_readers(varint_convert("uint64"), False)),
     )
 )
 
@@ -7037,6 +7579,102 @@ _bin_table_UpdateAgentResponse: BinaryTable = binary_table(
 )
 
 
+def _bin_UsageLine(m: Any) -> bytearray:
+    out = bytearray()
+    v0 = m.scope
+    if v0:
+        b0 = v0.encode()
+        n0 = len(b0)
+        out += b"\n"
+        out += SMALL[n0] if n0 < 128 else varint(n0)
+        out += b0
+    v1 = m.subject
+    if v1:
+        b1 = v1.encode()
+        n1 = len(b1)
+        out += b"\x12"
+        out += SMALL[n1] if n1 < 128 else varint(n1)
+        out += b1
+    v2 = m.period
+    if v2:
+        b2 = v2.encode()
+        n2 = len(b2)
+        out += b"\x1a"
+        out += SMALL[n2] if n2 < 128 else varint(n2)
+        out += b2
+    v3 = m.totals
+    if v3 is not None:
+        b3 = _bin_UsageTotals(v3) if type(v3) is _m0.UsageTotals else encode_binary(v3)
+        n3 = len(b3)
+        out += b'"'
+        out += SMALL[n3] if n3 < 128 else varint(n3)
+        out += b3
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_UsageLine: BinaryTable = binary_table(
+    (
+        (1, "scope", False, delimited_reader(utf8)),
+        (2, "subject", False, delimited_reader(utf8)),
+        (3, "period", False, delimited_reader(utf8)),
+        (4, "totals", False, message_reader(_m0.UsageTotals, decode_binary)),
+    )
+)
+
+
+def _bin_UsageTotals(m: Any) -> bytearray:
+    out = bytearray()
+    v0 = m.calls
+    if v0:
+        out += b"\x08"
+        n0 = int(v0)
+        out += SMALL[n0] if 0 <= n0 < 128 else varint(n0)
+    v1 = m.input_tokens
+    if v1:
+        out += b"\x10"
+        n1 = int(v1)
+        out += SMALL[n1] if 0 <= n1 < 128 else varint(n1)
+    v2 = m.output_tokens
+    if v2:
+        out += b"\x18"
+        n2 = int(v2)
+        out += SMALL[n2] if 0 <= n2 < 128 else varint(n2)
+    v3 = m.cached_input_tokens
+    if v3:
+        out += b" "
+        n3 = int(v3)
+        out += SMALL[n3] if 0 <= n3 < 128 else varint(n3)
+    v4 = m.cost_micros
+    if v4:
+        out += b"("
+        n4 = int(v4)
+        out += SMALL[n4] if 0 <= n4 < 128 else varint(n4)
+    v5 = m.cache_hits
+    if v5:
+        out += b"0"
+        n5 = int(v5)
+        out += SMALL[n5] if 0 <= n5 < 128 else varint(n5)
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_UsageTotals: BinaryTable = binary_table(
+    (
+        (1, "calls", False, varint_readers(varint_convert("uint64"), False)),
+        (2, "input_tokens", False, varint_readers(varint_convert("uint64"), False)),
+        (3, "output_tokens", False, varint_readers(varint_convert("uint64"), False)),
+        (4, "cached_input_tokens", False, varint_readers(varint_convert("uint64"), False)),
+        (5, "cost_micros", False, varint_readers(varint_convert("uint64"), False)),
+        (6, "cache_hits", False, varint_readers(varint_convert("uint64"), False)),
+    )
+)
+
+
 def _bin_UserInput(m: Any) -> bytearray:
     out = bytearray()
     v0 = m.text
@@ -7286,6 +7924,7 @@ BODIES: dict[type[Any], Callable[[Any], bytearray]] = {
     _m0.BindAgentResponse: _bin_BindAgentResponse,
     _m0.BranchSessionRequest: _bin_BranchSessionRequest,
     _m0.BranchSessionResponse: _bin_BranchSessionResponse,
+    _m0.BudgetStatus: _bin_BudgetStatus,
     _m0.CancelTaskRequest: _bin_CancelTaskRequest,
     _m0.CancelTaskResponse: _bin_CancelTaskResponse,
     _m0.ChannelStatus: _bin_ChannelStatus,
@@ -7302,12 +7941,16 @@ BODIES: dict[type[Any], Callable[[Any], bytearray]] = {
     _m0.CreatePairingCodeResponse: _bin_CreatePairingCodeResponse,
     _m0.CreateRunRequest: _bin_CreateRunRequest,
     _m0.CreateRunResponse: _bin_CreateRunResponse,
+    _m0.CreateScheduleRequest: _bin_CreateScheduleRequest,
+    _m0.CreateScheduleResponse: _bin_CreateScheduleResponse,
     _m0.DecideApprovalRequest: _bin_DecideApprovalRequest,
     _m0.DecideApprovalResponse: _bin_DecideApprovalResponse,
     _m0.DeleteAgentRequest: _bin_DeleteAgentRequest,
     _m0.DeleteAgentResponse: _bin_DeleteAgentResponse,
     _m0.DeleteMemoryRequest: _bin_DeleteMemoryRequest,
     _m0.DeleteMemoryResponse: _bin_DeleteMemoryResponse,
+    _m0.DeleteScheduleRequest: _bin_DeleteScheduleRequest,
+    _m0.DeleteScheduleResponse: _bin_DeleteScheduleResponse,
     _m0.ErrorDetail: _bin_ErrorDetail,
     _m0.ErrorMapping: _bin_ErrorMapping,
     _m0.ExpandCompactionRequest: _bin_ExpandCompactionRequest,
@@ -7335,6 +7978,8 @@ BODIES: dict[type[Any], Callable[[Any], bytearray]] = {
     _m0.GetTreeCheckpointResponse: _bin_GetTreeCheckpointResponse,
     _m0.GetTreeTileRequest: _bin_GetTreeTileRequest,
     _m0.GetTreeTileResponse: _bin_GetTreeTileResponse,
+    _m0.GetUsageRequest: _bin_GetUsageRequest,
+    _m0.GetUsageResponse: _bin_GetUsageResponse,
     _m0.HealthCheck: _bin_HealthCheck,
     _m0.Identity: _bin_Identity,
     _m0.InboundMessage: _bin_InboundMessage,
@@ -7370,6 +8015,8 @@ BODIES: dict[type[Any], Callable[[Any], bytearray]] = {
     _m0.ListRunTapeResponse: _bin_ListRunTapeResponse,
     _m0.ListRunsRequest: _bin_ListRunsRequest,
     _m0.ListRunsResponse: _bin_ListRunsResponse,
+    _m0.ListSchedulesRequest: _bin_ListSchedulesRequest,
+    _m0.ListSchedulesResponse: _bin_ListSchedulesResponse,
     _m0.ListSessionsRequest: _bin_ListSessionsRequest,
     _m0.ListSessionsResponse: _bin_ListSessionsResponse,
     _m0.ListSkillsRequest: _bin_ListSkillsRequest,
@@ -7391,6 +8038,7 @@ BODIES: dict[type[Any], Callable[[Any], bytearray]] = {
     _m0.ProveConsistencyResponse: _bin_ProveConsistencyResponse,
     _m0.ProveEntryRequest: _bin_ProveEntryRequest,
     _m0.ProveEntryResponse: _bin_ProveEntryResponse,
+    _m0.ProviderFailover: _bin_ProviderFailover,
     _m0.ProviderTurnOutput: _bin_ProviderTurnOutput,
     _m0.PruneJournalRequest: _bin_PruneJournalRequest,
     _m0.PruneJournalResponse: _bin_PruneJournalResponse,
@@ -7414,6 +8062,7 @@ BODIES: dict[type[Any], Callable[[Any], bytearray]] = {
     _m0.RunStatus: _bin_RunStatus,
     _m0.RunStreamRequest: _bin_RunStreamRequest,
     _m0.RunStreamResponse: _bin_RunStreamResponse,
+    _m0.Schedule: _bin_Schedule,
     _m0.SearchMemoryRequest: _bin_SearchMemoryRequest,
     _m0.SearchMemoryResponse: _bin_SearchMemoryResponse,
     _m0.SendRunInputRequest: _bin_SendRunInputRequest,
@@ -7438,6 +8087,8 @@ BODIES: dict[type[Any], Callable[[Any], bytearray]] = {
     _m0.UnbindAgentResponse: _bin_UnbindAgentResponse,
     _m0.UpdateAgentRequest: _bin_UpdateAgentRequest,
     _m0.UpdateAgentResponse: _bin_UpdateAgentResponse,
+    _m0.UsageLine: _bin_UsageLine,
+    _m0.UsageTotals: _bin_UsageTotals,
     _m0.UserInput: _bin_UserInput,
     _m0.VerifyJournalRequest: _bin_VerifyJournalRequest,
     _m0.VerifyJournalResponse: _bin_VerifyJournalResponse,
@@ -7467,6 +8118,7 @@ BINARY_TABLES: dict[type[Any], BinaryTable] = {
     _m0.BindAgentResponse: _bin_table_BindAgentResponse,
     _m0.BranchSessionRequest: _bin_table_BranchSessionRequest,
     _m0.BranchSessionResponse: _bin_table_BranchSessionResponse,
+    _m0.BudgetStatus: _bin_table_BudgetStatus,
     _m0.CancelTaskRequest: _bin_table_CancelTaskRequest,
     _m0.CancelTaskResponse: _bin_table_CancelTaskResponse,
     _m0.ChannelStatus: _bin_table_ChannelStatus,
@@ -7483,12 +8135,16 @@ BINARY_TABLES: dict[type[Any], BinaryTable] = {
     _m0.CreatePairingCodeResponse: _bin_table_CreatePairingCodeResponse,
     _m0.CreateRunRequest: _bin_table_CreateRunRequest,
     _m0.CreateRunResponse: _bin_table_CreateRunResponse,
+    _m0.CreateScheduleRequest: _bin_table_CreateScheduleRequest,
+    _m0.CreateScheduleResponse: _bin_table_CreateScheduleResponse,
     _m0.DecideApprovalRequest: _bin_table_DecideApprovalRequest,
     _m0.DecideApprovalResponse: _bin_table_DecideApprovalResponse,
     _m0.DeleteAgentRequest: _bin_table_DeleteAgentRequest,
     _m0.DeleteAgentResponse: _bin_table_DeleteAgentResponse,
     _m0.DeleteMemoryRequest: _bin_table_DeleteMemoryRequest,
     _m0.DeleteMemoryResponse: _bin_table_DeleteMemoryResponse,
+    _m0.DeleteScheduleRequest: _bin_table_DeleteScheduleRequest,
+    _m0.DeleteScheduleResponse: _bin_table_DeleteScheduleResponse,
     _m0.ErrorMapping: _bin_table_ErrorMapping,
     _m0.ExpandCompactionRequest: _bin_table_ExpandCompactionRequest,
     _m0.ExpandCompactionResponse: _bin_table_ExpandCompactionResponse,
@@ -7515,6 +8171,8 @@ BINARY_TABLES: dict[type[Any], BinaryTable] = {
     _m0.GetTreeCheckpointResponse: _bin_table_GetTreeCheckpointResponse,
     _m0.GetTreeTileRequest: _bin_table_GetTreeTileRequest,
     _m0.GetTreeTileResponse: _bin_table_GetTreeTileResponse,
+    _m0.GetUsageRequest: _bin_table_GetUsageRequest,
+    _m0.GetUsageResponse: _bin_table_GetUsageResponse,
     _m0.HealthCheck: _bin_table_HealthCheck,
     _m0.Identity: _bin_table_Identity,
     _m0.InboundMessage: _bin_table_InboundMessage,
@@ -7550,6 +8208,8 @@ BINARY_TABLES: dict[type[Any], BinaryTable] = {
     _m0.ListRunTapeResponse: _bin_table_ListRunTapeResponse,
     _m0.ListRunsRequest: _bin_table_ListRunsRequest,
     _m0.ListRunsResponse: _bin_table_ListRunsResponse,
+    _m0.ListSchedulesRequest: _bin_table_ListSchedulesRequest,
+    _m0.ListSchedulesResponse: _bin_table_ListSchedulesResponse,
     _m0.ListSessionsRequest: _bin_table_ListSessionsRequest,
     _m0.ListSessionsResponse: _bin_table_ListSessionsResponse,
     _m0.ListSkillsRequest: _bin_table_ListSkillsRequest,
@@ -7571,6 +8231,7 @@ BINARY_TABLES: dict[type[Any], BinaryTable] = {
     _m0.ProveConsistencyResponse: _bin_table_ProveConsistencyResponse,
     _m0.ProveEntryRequest: _bin_table_ProveEntryRequest,
     _m0.ProveEntryResponse: _bin_table_ProveEntryResponse,
+    _m0.ProviderFailover: _bin_table_ProviderFailover,
     _m0.ProviderTurnOutput: _bin_table_ProviderTurnOutput,
     _m0.PruneJournalRequest: _bin_table_PruneJournalRequest,
     _m0.PruneJournalResponse: _bin_table_PruneJournalResponse,
@@ -7594,6 +8255,7 @@ BINARY_TABLES: dict[type[Any], BinaryTable] = {
     _m0.RunStatus: _bin_table_RunStatus,
     _m0.RunStreamRequest: _bin_table_RunStreamRequest,
     _m0.RunStreamResponse: _bin_table_RunStreamResponse,
+    _m0.Schedule: _bin_table_Schedule,
     _m0.SearchMemoryRequest: _bin_table_SearchMemoryRequest,
     _m0.SearchMemoryResponse: _bin_table_SearchMemoryResponse,
     _m0.SendRunInputRequest: _bin_table_SendRunInputRequest,
@@ -7616,6 +8278,8 @@ BINARY_TABLES: dict[type[Any], BinaryTable] = {
     _m0.UnbindAgentResponse: _bin_table_UnbindAgentResponse,
     _m0.UpdateAgentRequest: _bin_table_UpdateAgentRequest,
     _m0.UpdateAgentResponse: _bin_table_UpdateAgentResponse,
+    _m0.UsageLine: _bin_table_UsageLine,
+    _m0.UsageTotals: _bin_table_UsageTotals,
     _m0.UserInput: _bin_table_UserInput,
     _m0.VerifyJournalRequest: _bin_table_VerifyJournalRequest,
     _m0.VerifyJournalResponse: _bin_table_VerifyJournalResponse,

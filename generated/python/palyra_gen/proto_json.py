@@ -9,9 +9,11 @@
 #   spec/proto/palyra/v1/learning.proto
 #   spec/proto/palyra/v1/memory.proto
 #   spec/proto/palyra/v1/options.proto
+#   spec/proto/palyra/v1/schedules.proto
 #   spec/proto/palyra/v1/tape.proto
 #   spec/proto/palyra/v1/tasks.proto
 #   spec/proto/palyra/v1/tokens.proto
+#   spec/proto/palyra/v1/usage.proto
 #   spec/proto/palyra/v1/watchdog.proto
 # Regenerate with `nox -s codegen`; `python -m codegen --check` fails on drift.
 
@@ -272,6 +274,12 @@ def _json_Agent(m: Any) -> dict[str, Any]:
     v8 = m.tool_postures
     if v8:
         out["toolPostures"] = {k: enum_json(x) for k, x in v8.items()}
+    v9 = m.fallbacks
+    if v9:
+        out["fallbacks"] = list(v9)
+    v10 = m.response_cache
+    if v10:
+        out["responseCache"] = v10
     return out
 
 
@@ -283,8 +291,11 @@ _json_table_Agent: JsonTable = (
         "created_at_unix_ms": "created_at_unix_ms",
         "displayName": "display_name",
         "display_name": "display_name",
+        "fallbacks": "fallbacks",
         "model": "model",
         "provider": "provider",
+        "responseCache": "response_cache",
+        "response_cache": "response_cache",
         "systemPrompt": "system_prompt",
         "system_prompt": "system_prompt",
         "toolPostures": "tool_postures",
@@ -303,6 +314,8 @@ _json_table_Agent: JsonTable = (
         "created_at_unix_ms": json_int,
         "updated_at_unix_ms": json_int,
         "tool_postures": json_map(None, json_enum(_m0.ToolPosture)),
+        "fallbacks": json_list(None),
+        "response_cache": None,
     },
 )
 
@@ -905,6 +918,74 @@ _json_table_BranchSessionResponse: JsonTable = (
 )
 
 
+def _json_BudgetStatus(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    v0 = m.scope
+    if v0:
+        out["scope"] = v0
+    v1 = m.subject
+    if v1:
+        out["subject"] = v1
+    v2 = m.period
+    if v2:
+        out["period"] = v2
+    v3 = m.mode
+    if v3:
+        out["mode"] = v3
+    v4 = m.limit_tokens
+    if v4:
+        out["limitTokens"] = str(v4)
+    v5 = m.limit_cost_micros
+    if v5:
+        out["limitCostMicros"] = str(v5)
+    v6 = m.used_tokens
+    if v6:
+        out["usedTokens"] = str(v6)
+    v7 = m.used_cost_micros
+    if v7:
+        out["usedCostMicros"] = str(v7)
+    v8 = m.exhausted
+    if v8:
+        out["exhausted"] = v8
+    v9 = m.applies_to
+    if v9:
+        out["appliesTo"] = v9
+    return out
+
+
+_json_table_BudgetStatus: JsonTable = (
+    {
+        "appliesTo": "applies_to",
+        "applies_to": "applies_to",
+        "exhausted": "exhausted",
+        "limitCostMicros": "limit_cost_micros",
+        "limitTokens": "limit_tokens",
+        "limit_cost_micros": "limit_cost_micros",
+        "limit_tokens": "limit_tokens",
+        "mode": "mode",
+        "period": "period",
+        "scope": "scope",
+        "subject": "subject",
+        "usedCostMicros": "used_cost_micros",
+        "usedTokens": "used_tokens",
+        "used_cost_micros": "used_cost_micros",
+        "used_tokens": "used_tokens",
+    },
+    {
+        "scope": None,
+        "subject": None,
+        "period": None,
+        "mode": None,
+        "limit_tokens": json_int,
+        "limit_cost_micros": json_int,
+        "used_tokens": json_int,
+        "used_cost_micros": json_int,
+        "exhausted": None,
+        "applies_to": None,
+    },
+)
+
+
 def _json_CancelTaskRequest(m: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     v0 = m.task_id
@@ -1318,6 +1399,9 @@ def _json_CreateRunRequest(m: Any) -> dict[str, Any]:
     v8 = m.agent_id
     if v8:
         out["agentId"] = v8
+    v9 = m.model
+    if v9:
+        out["model"] = v9
     return out
 
 
@@ -1327,6 +1411,7 @@ _json_table_CreateRunRequest: JsonTable = (
         "agent_id": "agent_id",
         "complete": "complete",
         "input": "input",
+        "model": "model",
         "runId": "run_id",
         "run_id": "run_id",
         "sessionId": "session_id",
@@ -1348,6 +1433,7 @@ _json_table_CreateRunRequest: JsonTable = (
         "wait": None,
         "run_id": None,
         "agent_id": None,
+        "model": None,
     },
 )
 
@@ -1377,6 +1463,42 @@ _json_table_CreateRunResponse: JsonTable = (
         "run": json_message(_m0.Run, decode_message),
         "session": json_message(_m0.Session, decode_message),
         "session_created": None,
+    },
+)
+
+
+def _json_CreateScheduleRequest(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    v0 = m.schedule
+    if v0 is not None:
+        out["schedule"] = _json_Schedule(v0) if type(v0) is _m0.Schedule else encode_message(v0)
+    return out
+
+
+_json_table_CreateScheduleRequest: JsonTable = (
+    {
+        "schedule": "schedule",
+    },
+    {
+        "schedule": json_message(_m0.Schedule, decode_message),
+    },
+)
+
+
+def _json_CreateScheduleResponse(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    v0 = m.schedule
+    if v0 is not None:
+        out["schedule"] = _json_Schedule(v0) if type(v0) is _m0.Schedule else encode_message(v0)
+    return out
+
+
+_json_table_CreateScheduleResponse: JsonTable = (
+    {
+        "schedule": "schedule",
+    },
+    {
+        "schedule": json_message(_m0.Schedule, decode_message),
     },
 )
 
@@ -1504,6 +1626,43 @@ def _json_DeleteMemoryResponse(m: Any) -> dict[str, Any]:
 
 
 _json_table_DeleteMemoryResponse: JsonTable = (
+    {
+        "deleted": "deleted",
+    },
+    {
+        "deleted": None,
+    },
+)
+
+
+def _json_DeleteScheduleRequest(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    v0 = m.schedule_id
+    if v0:
+        out["scheduleId"] = v0
+    return out
+
+
+_json_table_DeleteScheduleRequest: JsonTable = (
+    {
+        "scheduleId": "schedule_id",
+        "schedule_id": "schedule_id",
+    },
+    {
+        "schedule_id": None,
+    },
+)
+
+
+def _json_DeleteScheduleResponse(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    v0 = m.deleted
+    if v0:
+        out["deleted"] = v0
+    return out
+
+
+_json_table_DeleteScheduleResponse: JsonTable = (
     {
         "deleted": "deleted",
     },
@@ -2196,6 +2355,84 @@ _json_table_GetTreeTileResponse: JsonTable = (
     },
     {
         "data": json_bytes,
+    },
+)
+
+
+def _json_GetUsageRequest(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    v0 = m.principal
+    if v0:
+        out["principal"] = v0
+    v1 = m.agent_id
+    if v1:
+        out["agentId"] = v1
+    v2 = m.session_id
+    if v2:
+        out["sessionId"] = v2
+    v3 = m.run_id
+    if v3:
+        out["runId"] = v3
+    v4 = m.day
+    if v4:
+        out["day"] = v4
+    return out
+
+
+_json_table_GetUsageRequest: JsonTable = (
+    {
+        "agentId": "agent_id",
+        "agent_id": "agent_id",
+        "day": "day",
+        "principal": "principal",
+        "runId": "run_id",
+        "run_id": "run_id",
+        "sessionId": "session_id",
+        "session_id": "session_id",
+    },
+    {
+        "principal": None,
+        "agent_id": None,
+        "session_id": None,
+        "run_id": None,
+        "day": None,
+    },
+)
+
+
+def _json_GetUsageResponse(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    v0 = m.day
+    if v0:
+        out["day"] = v0
+    v1 = m.month
+    if v1:
+        out["month"] = v1
+    v2 = m.lines
+    if v2:
+        out["lines"] = [
+            _json_UsageLine(x) if type(x) is _m0.UsageLine else encode_message(x) for x in v2
+        ]
+    v3 = m.budgets
+    if v3:
+        out["budgets"] = [
+            _json_BudgetStatus(x) if type(x) is _m0.BudgetStatus else encode_message(x) for x in v3
+        ]
+    return out
+
+
+_json_table_GetUsageResponse: JsonTable = (
+    {
+        "budgets": "budgets",
+        "day": "day",
+        "lines": "lines",
+        "month": "month",
+    },
+    {
+        "day": None,
+        "month": None,
+        "lines": json_list(json_message(_m0.UsageLine, decode_message)),
+        "budgets": json_list(json_message(_m0.BudgetStatus, decode_message)),
     },
 )
 
@@ -3296,6 +3533,37 @@ _json_table_ListRunsResponse: JsonTable = (
 )
 
 
+def _json_ListSchedulesRequest(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    return out
+
+
+_json_table_ListSchedulesRequest: JsonTable = (
+    {},
+    {},
+)
+
+
+def _json_ListSchedulesResponse(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    v0 = m.schedules
+    if v0:
+        out["schedules"] = [
+            _json_Schedule(x) if type(x) is _m0.Schedule else encode_message(x) for x in v0
+        ]
+    return out
+
+
+_json_table_ListSchedulesResponse: JsonTable = (
+    {
+        "schedules": "schedules",
+    },
+    {
+        "schedules": json_list(json_message(_m0.Schedule, decode_message)),
+    },
+)
+
+
 def _json_ListSessionsRequest(m: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     v0 = m.after_session_key
@@ -3944,6 +4212,39 @@ _json_table_ProveEntryResponse: JsonTable = (
 )
 
 
+def _json_ProviderFailover(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    v0 = m.provider
+    if v0:
+        out["provider"] = v0
+    v1 = m.model
+    if v1:
+        out["model"] = v1
+    v2 = m.code
+    if v2:
+        out["code"] = enum_json(v2)
+    v3 = m.message
+    if v3:
+        out["message"] = v3
+    return out
+
+
+_json_table_ProviderFailover: JsonTable = (
+    {
+        "code": "code",
+        "message": "message",
+        "model": "model",
+        "provider": "provider",
+    },
+    {
+        "provider": None,
+        "model": None,
+        "code": json_enum(_m0.ErrorCode),
+        "message": None,
+    },
+)
+
+
 def _json_ProviderTurnOutput(m: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     v0 = m.turn
@@ -3967,15 +4268,45 @@ def _json_ProviderTurnOutput(m: Any) -> dict[str, Any]:
     v6 = m.provider
     if v6:
         out["provider"] = v6
+    v7 = m.model
+    if v7:
+        out["model"] = v7
+    v8 = m.cached
+    if v8:
+        out["cached"] = v8
+    v9 = m.failovers
+    if v9:
+        out["failovers"] = [
+            _json_ProviderFailover(x) if type(x) is _m0.ProviderFailover else encode_message(x)
+            for x in v9
+        ]
+    v10 = m.cached_input_tokens
+    if v10:
+        out["cachedInputTokens"] = v10
+    v11 = m.cost_micros
+    if v11:
+        out["costMicros"] = str(v11)
+    v12 = m.budget_warnings
+    if v12:
+        out["budgetWarnings"] = list(v12)
     return out
 
 
 _json_table_ProviderTurnOutput: JsonTable = (
     {
+        "budgetWarnings": "budget_warnings",
+        "budget_warnings": "budget_warnings",
+        "cached": "cached",
+        "cachedInputTokens": "cached_input_tokens",
+        "cached_input_tokens": "cached_input_tokens",
+        "costMicros": "cost_micros",
+        "cost_micros": "cost_micros",
+        "failovers": "failovers",
         "finishReason": "finish_reason",
         "finish_reason": "finish_reason",
         "inputTokens": "input_tokens",
         "input_tokens": "input_tokens",
+        "model": "model",
         "outputTokens": "output_tokens",
         "output_tokens": "output_tokens",
         "provider": "provider",
@@ -3992,6 +4323,12 @@ _json_table_ProviderTurnOutput: JsonTable = (
         "input_tokens": json_int,
         "output_tokens": json_int,
         "provider": None,
+        "model": None,
+        "cached": None,
+        "failovers": json_list(json_message(_m0.ProviderFailover, decode_message)),
+        "cached_input_tokens": json_int,
+        "cost_micros": json_int,
+        "budget_warnings": json_list(None),
     },
 )
 
@@ -4542,6 +4879,15 @@ def _json_Run(m: Any) -> dict[str, Any]:
     v13 = m.agent_id
     if v13:
         out["agentId"] = v13
+    v14 = m.parent_run_id
+    if v14:
+        out["parentRunId"] = v14
+    v15 = m.delegation_depth
+    if v15:
+        out["delegationDepth"] = v15
+    v16 = m.child_run_ids
+    if v16:
+        out["childRunIds"] = list(v16)
     return out
 
 
@@ -4549,8 +4895,12 @@ _json_table_Run: JsonTable = (
     {
         "agentId": "agent_id",
         "agent_id": "agent_id",
+        "childRunIds": "child_run_ids",
+        "child_run_ids": "child_run_ids",
         "createdAtUnixMs": "created_at_unix_ms",
         "created_at_unix_ms": "created_at_unix_ms",
+        "delegationDepth": "delegation_depth",
+        "delegation_depth": "delegation_depth",
         "endReason": "end_reason",
         "end_reason": "end_reason",
         "finalText": "final_text",
@@ -4558,6 +4908,8 @@ _json_table_Run: JsonTable = (
         "identity": "identity",
         "lastError": "last_error",
         "last_error": "last_error",
+        "parentRunId": "parent_run_id",
+        "parent_run_id": "parent_run_id",
         "pendingApprovalId": "pending_approval_id",
         "pending_approval_id": "pending_approval_id",
         "runId": "run_id",
@@ -4589,6 +4941,9 @@ _json_table_Run: JsonTable = (
         "last_error": json_message(_m0.ErrorDetail, decode_message),
         "final_text": None,
         "agent_id": None,
+        "parent_run_id": None,
+        "delegation_depth": json_int,
+        "child_run_ids": json_list(None),
     },
 )
 
@@ -4705,6 +5060,9 @@ def _json_RunStreamRequest(m: Any) -> dict[str, Any]:
     v15 = m.complete
     if v15:
         out["complete"] = v15
+    v16 = m.model
+    if v16:
+        out["model"] = v16
     return out
 
 
@@ -4716,6 +5074,7 @@ _json_table_RunStreamRequest: JsonTable = (
         "batch": "batch",
         "complete": "complete",
         "input": "input",
+        "model": "model",
         "originKind": "origin_kind",
         "originRunId": "origin_run_id",
         "origin_kind": "origin_kind",
@@ -4755,6 +5114,7 @@ _json_table_RunStreamRequest: JsonTable = (
         "agent_id": None,
         "batch": None,
         "complete": None,
+        "model": None,
     },
 )
 
@@ -4785,6 +5145,87 @@ _json_table_RunStreamResponse: JsonTable = (
         "v": json_int,
         "event": json_message(_m0.TapeEvent, decode_message),
         "events": json_list(json_message(_m0.TapeEvent, decode_message)),
+    },
+)
+
+
+def _json_Schedule(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    v0 = m.schedule_id
+    if v0:
+        out["scheduleId"] = v0
+    v1 = m.cron
+    if v1:
+        out["cron"] = v1
+    v2 = m.time_zone
+    if v2:
+        out["timeZone"] = v2
+    v3 = m.at_unix_ms
+    if v3:
+        out["atUnixMs"] = str(v3)
+    v4 = m.agent_id
+    if v4:
+        out["agentId"] = v4
+    v5 = m.session_key
+    if v5:
+        out["sessionKey"] = v5
+    v6 = m.prompt
+    if v6:
+        out["prompt"] = v6
+    v7 = m.missed
+    if v7:
+        out["missed"] = v7
+    v8 = m.next_fire_unix_ms
+    if v8:
+        out["nextFireUnixMs"] = str(v8)
+    v9 = m.principal
+    if v9:
+        out["principal"] = v9
+    v10 = m.created_at_unix_ms
+    if v10:
+        out["createdAtUnixMs"] = str(v10)
+    v11 = m.fired_count
+    if v11:
+        out["firedCount"] = str(v11)
+    return out
+
+
+_json_table_Schedule: JsonTable = (
+    {
+        "agentId": "agent_id",
+        "agent_id": "agent_id",
+        "atUnixMs": "at_unix_ms",
+        "at_unix_ms": "at_unix_ms",
+        "createdAtUnixMs": "created_at_unix_ms",
+        "created_at_unix_ms": "created_at_unix_ms",
+        "cron": "cron",
+        "firedCount": "fired_count",
+        "fired_count": "fired_count",
+        "missed": "missed",
+        "nextFireUnixMs": "next_fire_unix_ms",
+        "next_fire_unix_ms": "next_fire_unix_ms",
+        "principal": "principal",
+        "prompt": "prompt",
+        "scheduleId": "schedule_id",
+        "schedule_id": "schedule_id",
+        "sessionKey": "session_key",
+        "session_key": "session_key",
+        "timeZone": "time_zone",
+        "time_zone": "time_zone",
+    },
+    {
+        "schedule_id": None,
+        "cron": None,
+        "time_zone": None,
+        "at_unix_ms": json_int,
+        "agent_id": None,
+        "session_key": None,
+        "prompt": None,
+        "missed": None,
+        "next_fire_unix_ms": json_int,
+        "principal": None,
+        "created_at_unix_ms": json_int,
+        "fired_count": json_int,
     },
 )
 
@@ -5899,6 +6340,87 @@ _json_table_UpdateAgentResponse: JsonTable = (
 )
 
 
+def _json_UsageLine(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    v0 = m.scope
+    if v0:
+        out["scope"] = v0
+    v1 = m.subject
+    if v1:
+        out["subject"] = v1
+    v2 = m.period
+    if v2:
+        out["period"] = v2
+    v3 = m.totals
+    if v3 is not None:
+        out["totals"] = _json_UsageTotals(v3) if type(v3) is _m0.UsageTotals else encode_message(v3)
+    return out
+
+
+_json_table_UsageLine: JsonTable = (
+    {
+        "period": "period",
+        "scope": "scope",
+        "subject": "subject",
+        "totals": "totals",
+    },
+    {
+        "scope": None,
+        "subject": None,
+        "period": None,
+        "totals": json_message(_m0.UsageTotals, decode_message),
+    },
+)
+
+
+def _json_UsageTotals(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    v0 = m.calls
+    if v0:
+        out["calls"] = str(v0)
+    v1 = m.input_tokens
+    if v1:
+        out["inputTokens"] = str(v1)
+    v2 = m.output_tokens
+    if v2:
+        out["outputTokens"] = str(v2)
+    v3 = m.cached_input_tokens
+    if v3:
+        out["cachedInputTokens"] = str(v3)
+    v4 = m.cost_micros
+    if v4:
+        out["costMicros"] = str(v4)
+    v5 = m.cache_hits
+    if v5:
+        out["cacheHits"] = str(v5)
+    return out
+
+
+_json_table_UsageTotals: JsonTable = (
+    {
+        "cacheHits": "cache_hits",
+        "cache_hits": "cache_hits",
+        "cachedInputTokens": "cached_input_tokens",
+        "cached_input_tokens": "cached_input_tokens",
+        "calls": "calls",
+        "costMicros": "cost_micros",
+        "cost_micros": "cost_micros",
+        "inputTokens": "input_tokens",
+        "input_tokens": "input_tokens",
+        "outputTokens": "output_tokens",
+        "output_tokens": "output_tokens",
+    },
+    {
+        "calls": json_int,
+        "input_tokens": json_int,
+        "output_tokens": json_int,
+        "cached_input_tokens": json_int,
+        "cost_micros": json_int,
+        "cache_hits": json_int,
+    },
+)
+
+
 def _json_UserInput(m: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     v0 = m.text
@@ -6119,6 +6641,7 @@ JSON_ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     _m0.BindAgentResponse: _json_BindAgentResponse,
     _m0.BranchSessionRequest: _json_BranchSessionRequest,
     _m0.BranchSessionResponse: _json_BranchSessionResponse,
+    _m0.BudgetStatus: _json_BudgetStatus,
     _m0.CancelTaskRequest: _json_CancelTaskRequest,
     _m0.CancelTaskResponse: _json_CancelTaskResponse,
     _m0.ChannelStatus: _json_ChannelStatus,
@@ -6135,12 +6658,16 @@ JSON_ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     _m0.CreatePairingCodeResponse: _json_CreatePairingCodeResponse,
     _m0.CreateRunRequest: _json_CreateRunRequest,
     _m0.CreateRunResponse: _json_CreateRunResponse,
+    _m0.CreateScheduleRequest: _json_CreateScheduleRequest,
+    _m0.CreateScheduleResponse: _json_CreateScheduleResponse,
     _m0.DecideApprovalRequest: _json_DecideApprovalRequest,
     _m0.DecideApprovalResponse: _json_DecideApprovalResponse,
     _m0.DeleteAgentRequest: _json_DeleteAgentRequest,
     _m0.DeleteAgentResponse: _json_DeleteAgentResponse,
     _m0.DeleteMemoryRequest: _json_DeleteMemoryRequest,
     _m0.DeleteMemoryResponse: _json_DeleteMemoryResponse,
+    _m0.DeleteScheduleRequest: _json_DeleteScheduleRequest,
+    _m0.DeleteScheduleResponse: _json_DeleteScheduleResponse,
     _m0.ErrorDetail: _json_ErrorDetail,
     _m0.ErrorMapping: _json_ErrorMapping,
     _m0.ExpandCompactionRequest: _json_ExpandCompactionRequest,
@@ -6168,6 +6695,8 @@ JSON_ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     _m0.GetTreeCheckpointResponse: _json_GetTreeCheckpointResponse,
     _m0.GetTreeTileRequest: _json_GetTreeTileRequest,
     _m0.GetTreeTileResponse: _json_GetTreeTileResponse,
+    _m0.GetUsageRequest: _json_GetUsageRequest,
+    _m0.GetUsageResponse: _json_GetUsageResponse,
     _m0.HealthCheck: _json_HealthCheck,
     _m0.Identity: _json_Identity,
     _m0.InboundMessage: _json_InboundMessage,
@@ -6203,6 +6732,8 @@ JSON_ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     _m0.ListRunTapeResponse: _json_ListRunTapeResponse,
     _m0.ListRunsRequest: _json_ListRunsRequest,
     _m0.ListRunsResponse: _json_ListRunsResponse,
+    _m0.ListSchedulesRequest: _json_ListSchedulesRequest,
+    _m0.ListSchedulesResponse: _json_ListSchedulesResponse,
     _m0.ListSessionsRequest: _json_ListSessionsRequest,
     _m0.ListSessionsResponse: _json_ListSessionsResponse,
     _m0.ListSkillsRequest: _json_ListSkillsRequest,
@@ -6224,6 +6755,7 @@ JSON_ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     _m0.ProveConsistencyResponse: _json_ProveConsistencyResponse,
     _m0.ProveEntryRequest: _json_ProveEntryRequest,
     _m0.ProveEntryResponse: _json_ProveEntryResponse,
+    _m0.ProviderFailover: _json_ProviderFailover,
     _m0.ProviderTurnOutput: _json_ProviderTurnOutput,
     _m0.PruneJournalRequest: _json_PruneJournalRequest,
     _m0.PruneJournalResponse: _json_PruneJournalResponse,
@@ -6247,6 +6779,7 @@ JSON_ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     _m0.RunStatus: _json_RunStatus,
     _m0.RunStreamRequest: _json_RunStreamRequest,
     _m0.RunStreamResponse: _json_RunStreamResponse,
+    _m0.Schedule: _json_Schedule,
     _m0.SearchMemoryRequest: _json_SearchMemoryRequest,
     _m0.SearchMemoryResponse: _json_SearchMemoryResponse,
     _m0.SendRunInputRequest: _json_SendRunInputRequest,
@@ -6271,6 +6804,8 @@ JSON_ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     _m0.UnbindAgentResponse: _json_UnbindAgentResponse,
     _m0.UpdateAgentRequest: _json_UpdateAgentRequest,
     _m0.UpdateAgentResponse: _json_UpdateAgentResponse,
+    _m0.UsageLine: _json_UsageLine,
+    _m0.UsageTotals: _json_UsageTotals,
     _m0.UserInput: _json_UserInput,
     _m0.VerifyJournalRequest: _json_VerifyJournalRequest,
     _m0.VerifyJournalResponse: _json_VerifyJournalResponse,
@@ -6301,6 +6836,7 @@ JSON_TABLES: dict[type[Any], JsonTable] = {
     _m0.BindAgentResponse: _json_table_BindAgentResponse,
     _m0.BranchSessionRequest: _json_table_BranchSessionRequest,
     _m0.BranchSessionResponse: _json_table_BranchSessionResponse,
+    _m0.BudgetStatus: _json_table_BudgetStatus,
     _m0.CancelTaskRequest: _json_table_CancelTaskRequest,
     _m0.CancelTaskResponse: _json_table_CancelTaskResponse,
     _m0.ChannelStatus: _json_table_ChannelStatus,
@@ -6317,12 +6853,16 @@ JSON_TABLES: dict[type[Any], JsonTable] = {
     _m0.CreatePairingCodeResponse: _json_table_CreatePairingCodeResponse,
     _m0.CreateRunRequest: _json_table_CreateRunRequest,
     _m0.CreateRunResponse: _json_table_CreateRunResponse,
+    _m0.CreateScheduleRequest: _json_table_CreateScheduleRequest,
+    _m0.CreateScheduleResponse: _json_table_CreateScheduleResponse,
     _m0.DecideApprovalRequest: _json_table_DecideApprovalRequest,
     _m0.DecideApprovalResponse: _json_table_DecideApprovalResponse,
     _m0.DeleteAgentRequest: _json_table_DeleteAgentRequest,
     _m0.DeleteAgentResponse: _json_table_DeleteAgentResponse,
     _m0.DeleteMemoryRequest: _json_table_DeleteMemoryRequest,
     _m0.DeleteMemoryResponse: _json_table_DeleteMemoryResponse,
+    _m0.DeleteScheduleRequest: _json_table_DeleteScheduleRequest,
+    _m0.DeleteScheduleResponse: _json_table_DeleteScheduleResponse,
     _m0.ErrorDetail: _json_table_ErrorDetail,
     _m0.ErrorMapping: _json_table_ErrorMapping,
     _m0.ExpandCompactionRequest: _json_table_ExpandCompactionRequest,
@@ -6350,6 +6890,8 @@ JSON_TABLES: dict[type[Any], JsonTable] = {
     _m0.GetTreeCheckpointResponse: _json_table_GetTreeCheckpointResponse,
     _m0.GetTreeTileRequest: _json_table_GetTreeTileRequest,
     _m0.GetTreeTileResponse: _json_table_GetTreeTileResponse,
+    _m0.GetUsageRequest: _json_table_GetUsageRequest,
+    _m0.GetUsageResponse: _json_table_GetUsageResponse,
     _m0.HealthCheck: _json_table_HealthCheck,
     _m0.Identity: _json_table_Identity,
     _m0.InboundMessage: _json_table_InboundMessage,
@@ -6385,6 +6927,8 @@ JSON_TABLES: dict[type[Any], JsonTable] = {
     _m0.ListRunTapeResponse: _json_table_ListRunTapeResponse,
     _m0.ListRunsRequest: _json_table_ListRunsRequest,
     _m0.ListRunsResponse: _json_table_ListRunsResponse,
+    _m0.ListSchedulesRequest: _json_table_ListSchedulesRequest,
+    _m0.ListSchedulesResponse: _json_table_ListSchedulesResponse,
     _m0.ListSessionsRequest: _json_table_ListSessionsRequest,
     _m0.ListSessionsResponse: _json_table_ListSessionsResponse,
     _m0.ListSkillsRequest: _json_table_ListSkillsRequest,
@@ -6406,6 +6950,7 @@ JSON_TABLES: dict[type[Any], JsonTable] = {
     _m0.ProveConsistencyResponse: _json_table_ProveConsistencyResponse,
     _m0.ProveEntryRequest: _json_table_ProveEntryRequest,
     _m0.ProveEntryResponse: _json_table_ProveEntryResponse,
+    _m0.ProviderFailover: _json_table_ProviderFailover,
     _m0.ProviderTurnOutput: _json_table_ProviderTurnOutput,
     _m0.PruneJournalRequest: _json_table_PruneJournalRequest,
     _m0.PruneJournalResponse: _json_table_PruneJournalResponse,
@@ -6429,6 +6974,7 @@ JSON_TABLES: dict[type[Any], JsonTable] = {
     _m0.RunStatus: _json_table_RunStatus,
     _m0.RunStreamRequest: _json_table_RunStreamRequest,
     _m0.RunStreamResponse: _json_table_RunStreamResponse,
+    _m0.Schedule: _json_table_Schedule,
     _m0.SearchMemoryRequest: _json_table_SearchMemoryRequest,
     _m0.SearchMemoryResponse: _json_table_SearchMemoryResponse,
     _m0.SendRunInputRequest: _json_table_SendRunInputRequest,
@@ -6453,6 +6999,8 @@ JSON_TABLES: dict[type[Any], JsonTable] = {
     _m0.UnbindAgentResponse: _json_table_UnbindAgentResponse,
     _m0.UpdateAgentRequest: _json_table_UpdateAgentRequest,
     _m0.UpdateAgentResponse: _json_table_UpdateAgentResponse,
+    _m0.UsageLine: _json_table_UsageLine,
+    _m0.UsageTotals: _json_table_UsageTotals,
     _m0.UserInput: _json_table_UserInput,
     _m0.VerifyJournalRequest: _json_table_VerifyJournalRequest,
     _m0.VerifyJournalResponse: _json_table_VerifyJournalResponse,

@@ -6,8 +6,10 @@
 #   spec/proto/palyra/v1/journal.proto
 #   spec/proto/palyra/v1/learning.proto
 #   spec/proto/palyra/v1/memory.proto
+#   spec/proto/palyra/v1/schedules.proto
 #   spec/proto/palyra/v1/tasks.proto
 #   spec/proto/palyra/v1/tokens.proto
+#   spec/proto/palyra/v1/usage.proto
 #   spec/proto/palyra/v1/watchdog.proto
 # Regenerate with `nox -s codegen`; `python -m codegen --check` fails on drift.
 
@@ -35,8 +37,10 @@ __all__ = (
     "JournalServiceApp",
     "LearningServiceApp",
     "MemoryServiceApp",
+    "ScheduleServiceApp",
     "TasksServiceApp",
     "TokensServiceApp",
+    "UsageServiceApp",
     "WatchdogServiceApp",
     "ApprovalsServiceServer",
     "ChannelsServiceServer",
@@ -44,8 +48,10 @@ __all__ = (
     "JournalServiceServer",
     "LearningServiceServer",
     "MemoryServiceServer",
+    "ScheduleServiceServer",
     "TasksServiceServer",
     "TokensServiceServer",
+    "UsageServiceServer",
     "WatchdogServiceServer",
     "PalyraServicesApp",
     "RPCS",
@@ -667,6 +673,45 @@ class MemoryServiceServer(v1.MemoryServiceBase, Generic[CtxI]):
         return await self._app.purge_memory(self._ctx(), message)
 
 
+class ScheduleServiceApp(Protocol[CtxT]):
+    """What the application serves for ``palyra.v1.ScheduleService``."""
+
+    async def create_schedule(
+        self, ctx: CtxT, request: v1.CreateScheduleRequest
+    ) -> v1.CreateScheduleResponse:
+        """``palyra.v1.ScheduleService.CreateSchedule``."""
+        ...
+
+    async def list_schedules(
+        self, ctx: CtxT, request: v1.ListSchedulesRequest
+    ) -> v1.ListSchedulesResponse:
+        """``palyra.v1.ScheduleService.ListSchedules``."""
+        ...
+
+    async def delete_schedule(
+        self, ctx: CtxT, request: v1.DeleteScheduleRequest
+    ) -> v1.DeleteScheduleResponse:
+        """``palyra.v1.ScheduleService.DeleteSchedule``."""
+        ...
+
+
+class ScheduleServiceServer(v1.ScheduleServiceBase, Generic[CtxI]):
+    """grpclib servicer of ``palyra.v1.ScheduleService``: every RPC forwards to the app."""
+
+    def __init__(self, app: ScheduleServiceApp[CtxI], ctx: Callable[[], CtxI]) -> None:
+        self._app = app
+        self._ctx = ctx
+
+    async def create_schedule(self, message: v1.CreateScheduleRequest) -> v1.CreateScheduleResponse:
+        return await self._app.create_schedule(self._ctx(), message)
+
+    async def list_schedules(self, message: v1.ListSchedulesRequest) -> v1.ListSchedulesResponse:
+        return await self._app.list_schedules(self._ctx(), message)
+
+    async def delete_schedule(self, message: v1.DeleteScheduleRequest) -> v1.DeleteScheduleResponse:
+        return await self._app.delete_schedule(self._ctx(), message)
+
+
 class TasksServiceApp(Protocol[CtxT]):
     """What the application serves for ``palyra.v1.TasksService``."""
 
@@ -735,6 +780,25 @@ class TokensServiceServer(v1.TokensServiceBase, Generic[CtxI]):
         return await self._app.revoke_token(self._ctx(), message)
 
 
+class UsageServiceApp(Protocol[CtxT]):
+    """What the application serves for ``palyra.v1.UsageService``."""
+
+    async def get_usage(self, ctx: CtxT, request: v1.GetUsageRequest) -> v1.GetUsageResponse:
+        """``palyra.v1.UsageService.GetUsage``."""
+        ...
+
+
+class UsageServiceServer(v1.UsageServiceBase, Generic[CtxI]):
+    """grpclib servicer of ``palyra.v1.UsageService``: every RPC forwards to the app."""
+
+    def __init__(self, app: UsageServiceApp[CtxI], ctx: Callable[[], CtxI]) -> None:
+        self._app = app
+        self._ctx = ctx
+
+    async def get_usage(self, message: v1.GetUsageRequest) -> v1.GetUsageResponse:
+        return await self._app.get_usage(self._ctx(), message)
+
+
 class WatchdogServiceApp(Protocol[CtxT]):
     """What the application serves for ``palyra.v1.WatchdogService``."""
 
@@ -774,8 +838,10 @@ class PalyraServicesApp(
     JournalServiceApp[CtxT],
     LearningServiceApp[CtxT],
     MemoryServiceApp[CtxT],
+    ScheduleServiceApp[CtxT],
     TasksServiceApp[CtxT],
     TokensServiceApp[CtxT],
+    UsageServiceApp[CtxT],
     WatchdogServiceApp[CtxT],
     Protocol[CtxT],
 ):
@@ -791,8 +857,10 @@ def servers(app: PalyraServicesApp[CtxI], ctx: Callable[[], CtxI]) -> list[Any]:
         JournalServiceServer(app, ctx),
         LearningServiceServer(app, ctx),
         MemoryServiceServer(app, ctx),
+        ScheduleServiceServer(app, ctx),
         TasksServiceServer(app, ctx),
         TokensServiceServer(app, ctx),
+        UsageServiceServer(app, ctx),
         WatchdogServiceServer(app, ctx),
     ]
 
@@ -1334,6 +1402,33 @@ RPCS: Final[tuple[RpcInfo, ...]] = (
         False,
     ),
     RpcInfo(
+        "palyra.v1.ScheduleService",
+        "CreateSchedule",
+        "create_schedule",
+        "palyra.v1.CreateScheduleRequest",
+        "palyra.v1.CreateScheduleResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
+        "palyra.v1.ScheduleService",
+        "ListSchedules",
+        "list_schedules",
+        "palyra.v1.ListSchedulesRequest",
+        "palyra.v1.ListSchedulesResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
+        "palyra.v1.ScheduleService",
+        "DeleteSchedule",
+        "delete_schedule",
+        "palyra.v1.DeleteScheduleRequest",
+        "palyra.v1.DeleteScheduleResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
         "palyra.v1.TasksService",
         "ListTasks",
         "list_tasks",
@@ -1384,6 +1479,15 @@ RPCS: Final[tuple[RpcInfo, ...]] = (
         "revoke_token",
         "palyra.v1.RevokeTokenRequest",
         "palyra.v1.RevokeTokenResponse",
+        False,
+        False,
+    ),
+    RpcInfo(
+        "palyra.v1.UsageService",
+        "GetUsage",
+        "get_usage",
+        "palyra.v1.GetUsageRequest",
+        "palyra.v1.GetUsageResponse",
         False,
         False,
     ),
@@ -1462,12 +1566,16 @@ UNARY: Final[dict[str, Callable[[PalyraServicesApp[Any], Any, Any], Awaitable[An
     "delete_memory": lambda app, ctx, request: app.delete_memory(ctx, request),
     "list_memory": lambda app, ctx, request: app.list_memory(ctx, request),
     "purge_memory": lambda app, ctx, request: app.purge_memory(ctx, request),
+    "create_schedule": lambda app, ctx, request: app.create_schedule(ctx, request),
+    "list_schedules": lambda app, ctx, request: app.list_schedules(ctx, request),
+    "delete_schedule": lambda app, ctx, request: app.delete_schedule(ctx, request),
     "list_tasks": lambda app, ctx, request: app.list_tasks(ctx, request),
     "get_task": lambda app, ctx, request: app.get_task(ctx, request),
     "cancel_task": lambda app, ctx, request: app.cancel_task(ctx, request),
     "issue_token": lambda app, ctx, request: app.issue_token(ctx, request),
     "list_tokens": lambda app, ctx, request: app.list_tokens(ctx, request),
     "revoke_token": lambda app, ctx, request: app.revoke_token(ctx, request),
+    "get_usage": lambda app, ctx, request: app.get_usage(ctx, request),
     "list_incidents": lambda app, ctx, request: app.list_incidents(ctx, request),
     "acknowledge_incident": lambda app, ctx, request: app.acknowledge_incident(ctx, request),
 }

@@ -117,6 +117,20 @@ class GatePolicy:
             candidate_kind=kind, session_id=session_id)
         return verdict.allowed, verdict.reason
 
+    def model_select(self, identity: IdentityRec, provider: str, model: str, *,
+                     agent_id: str, in_agent_route: bool) -> tuple[bool, str]:
+        """Cedar ``model.select``: may ``identity`` pick this provider/model, and why."""
+        verdict = self._gate.check_model_select(identity.principal, provider, model,
+                                                agent_id=agent_id,
+                                                in_agent_route=in_agent_route)
+        return verdict.allowed, verdict.reason
+
+    def cron_delete(self, identity: IdentityRec, schedule_id: str, *,
+                    owner: str) -> tuple[bool, str]:
+        """Cedar ``cron.delete``: may ``identity`` delete this schedule, and why."""
+        verdict = self._gate.check_cron_delete(identity.principal, schedule_id, owner=owner)
+        return verdict.allowed, verdict.reason
+
     def memory_change(self, identity: IdentityRec, action: str, *, session_id: str = "",
                       count: int = 1) -> tuple[bool, str]:
         """Cedar ``memory.delete`` / ``memory.purge``, and why."""

@@ -11,6 +11,7 @@ from palyra.core.errors import InvalidArgument
 
 MAX_PROMPT = 16_000
 MAX_NAME = 200
+MAX_FALLBACKS = 8
 POSTURES = frozenset({"always_allow", "ask_each_time", "disabled"})
 
 
@@ -26,6 +27,9 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True):
     tool_postures: dict[str, str] = msgspec.field(default_factory=dict)
     created_ms: int = 0
     updated_ms: int = 0
+    # ``provider`` or ``provider/model`` each, tried in order after provider/model.
+    fallbacks: list[str] = msgspec.field(default_factory=list)
+    response_cache: bool = False
 
 
 class BindingRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -47,6 +51,9 @@ def validate_agent(rec: AgentRecord) -> AgentRecord:
     if len(rec.system_prompt) > MAX_PROMPT:
         raise InvalidArgument(f"system_prompt is over {MAX_PROMPT} characters",
                               details={"field": "system_prompt"})
+    if len(rec.fallbacks) > MAX_FALLBACKS or any(not f.strip() for f in rec.fallbacks):
+        raise InvalidArgument(f"fallbacks: at most {MAX_FALLBACKS}, none empty",
+                              details={"field": "fallbacks"})
     bad = sorted(v for v in rec.tool_postures.values() if v not in POSTURES)
     if bad:
         raise InvalidArgument(f"unknown tool posture {bad[0]!r}", details={"field": "tool_postures"})
@@ -59,6 +66,19 @@ def validate_binding(rec: BindingRecord) -> BindingRecord:
         raise InvalidArgument("a binding needs a session_key or a channel",
                               details={"field": "binding"})
     return rec
+
+
+def route_for(agent: AgentRecord) -> tuple[str, ...]:
+    """The model route of the agent's runs: its provider/model, then its fallbacks.
+
+    Empty when the agent names no provider, model or fallback (the default
+    provider answers); an empty provider with a model is ``/model``: that model
+    of the default provider.
+    """
+    if not (agent.provider or agent.model or agent.fallbacks):
+        return ()
+    primary = f"{agent.provider}/{agent.model}" if agent.model else agent.provider
+    return (primary, *agent.fallbacks)
 
 
 def postures_for(agent: AgentRecord, tool_names: Iterable[str]) -> dict[str, str]:

@@ -20,7 +20,8 @@ def agent_proto(a: AgentRecord) -> pb.Agent:
                     system_prompt=a.system_prompt, provider=a.provider, model=a.model,
                     tools=list(a.tools), created_at_unix_ms=a.created_ms,
                     updated_at_unix_ms=a.updated_ms,
-                    tool_postures={k: _POSTURE_PROTO[v] for k, v in a.tool_postures.items()})
+                    tool_postures={k: _POSTURE_PROTO[v] for k, v in a.tool_postures.items()},
+                    fallbacks=list(a.fallbacks), response_cache=a.response_cache)
 
 
 def binding_proto(b: BindingRecord) -> pb.AgentBinding:
@@ -50,11 +51,24 @@ def _record(agent: pb.Agent | None, agent_id: str = "") -> AgentRecord:
         postures[tool] = POSTURE_NAMES[posture]
     return AgentRecord(agent_id="", display_name=agent.display_name,
                        system_prompt=agent.system_prompt, provider=agent.provider,
-                       model=agent.model, tools=list(agent.tools), tool_postures=postures)
+                       model=agent.model, tools=list(agent.tools), tool_postures=postures,
+                       fallbacks=[f.strip() for f in agent.fallbacks],
+                       response_cache=agent.response_cache)
 
 
 class AgentsApi(AppBase):
     """The agent RPCs of GatewayService."""
+
+    def _routed(self, rec: AgentRecord) -> AgentRecord:
+        """``rec``, once its provider, model and fallbacks name what the daemon serves.
+
+        Raises:
+            InvalidArgument: an unknown provider, or a model the provider does not offer.
+        """
+        models = self.engine.models
+        models.validate([f"{rec.provider}/{rec.model}"], "agent.provider")
+        models.validate(rec.fallbacks, "agent.fallbacks")
+        return rec
 
     async def list_agents(self, ctx: CallContext,
                           request: pb.ListAgentsRequest) -> pb.ListAgentsResponse:
@@ -74,16 +88,17 @@ class AgentsApi(AppBase):
                            request: pb.CreateAgentRequest) -> pb.CreateAgentResponse:
         """A new agent (the daemon picks its id; a client-chosen one is refused)."""
         who = require_operator(ctx, "creating agents")
-        rec = await self._agent_registry.create(_record(request.agent), who.principal)
+        rec = await self._agent_registry.create(self._routed(_record(request.agent)),
+                                                who.principal)
         return pb.CreateAgentResponse(agent=agent_proto(rec))
 
     async def update_agent(self, ctx: CallContext,
                            request: pb.UpdateAgentRequest) -> pb.UpdateAgentResponse:
         """Replace an agent's settings; runs already started keep theirs."""
         who = require_operator(ctx, "updating agents")
-        rec = await self._agent_registry.update(request.agent_id,
-                                                _record(request.agent, request.agent_id),
-                                                who.principal)
+        rec = await self._agent_registry.update(
+            request.agent_id, self._routed(_record(request.agent, request.agent_id)),
+            who.principal)
         return pb.UpdateAgentResponse(agent=agent_proto(rec))
 
     async def delete_agent(self, ctx: CallContext,

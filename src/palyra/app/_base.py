@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 from palyra_gen.palyra import v1 as pb
 
 from palyra.agents import AgentRegistry, bound_agent
-from palyra.agents.model import postures_for
+from palyra.agents.model import postures_for, route_for
 from palyra.app._convert import SCOPE_NAMES
-from palyra.core.errors import InvalidArgument
-from palyra.engine import ApprovalRecord, Engine, IdentityRec
+from palyra.core.errors import InvalidArgument, PermissionDenied
+from palyra.engine import ApprovalRecord, Engine, IdentityRec, budget_exhausted
 from palyra.journal import JournalStore
+from palyra.usage import day_of
+
+
+class ServingAgent(NamedTuple):
+    """What a new run takes from the agent serving it (all empty for none)."""
+
+    agent_id: str = ""
+    postures: dict[str, str] = {}
+    model_route: tuple[str, ...] = ()
+    response_cache: bool = False
 
 
 class AppBase:
@@ -24,21 +35,54 @@ class AppBase:
         self._agent_registry = AgentRegistry(engine.store)
 
     def _serving_agent(self, identity: IdentityRec, agent_id: str,
-                       session_key: str) -> tuple[str, dict[str, str]]:
-        """``(agent_id, postures)`` for a new run: the agent asked for, else the one the
-        session key (or the caller's channel) is bound to; ``("", {})`` for none.
+                       session_key: str, model: str = "") -> ServingAgent:
+        """The agent of a new run: the one asked for, else the one the session key (or
+        the caller's channel) is bound to; all empty for none. ``model`` (``provider`` or
+        ``provider/model``) replaces the primary of its route, if Cedar permits.
 
         Raises:
             NotFound: an ``agent_id`` that does not exist.
+            InvalidArgument: a ``model`` the daemon does not serve.
+            PermissionDenied: Cedar ``model.select`` refused ``model``.
         """
+        serving = self._agent_of(identity, agent_id, session_key)
+        if not model.strip():
+            return serving
+        models = self.engine.models
+        models.validate([model], "model")
+        [(target, _p)] = models.resolve([model.strip()])
+        in_route = any(t == target for t, _p in models.resolve(serving.model_route))
+        allowed, reason = self.engine.policy.model_select(
+            identity, target.provider, target.model, agent_id=serving.agent_id,
+            in_agent_route=in_route)
+        if not allowed:
+            raise PermissionDenied(reason, details={"field": "model"})
+        return serving._replace(model_route=(target.label, *serving.model_route[1:]))
+
+    def _check_budgets(self, identity: IdentityRec, agent_id: str) -> None:
+        """Refuse new work once an enforced budget of the caller or the agent is spent.
+
+        Raises:
+            PalyraError: ``BUDGET_EXHAUSTED`` naming the budget.
+        """
+        usage = self.engine.usage
+        if not usage.config.budgets:
+            return
+        day = day_of(time.time_ns() // 1_000_000)
+        for state in usage.budgets(identity.principal, agent_id, day):
+            if state.exhausted and state.budget.mode == "enforced":
+                raise budget_exhausted(state)
+
+    def _agent_of(self, identity: IdentityRec, agent_id: str, session_key: str) -> ServingAgent:
         registry = self._agent_registry
         if not agent_id:
             agent_id = bound_agent(registry.bindings(), channel=identity.channel,
                                    conversation_id="", session_key=session_key)
             if not agent_id:
-                return "", {}
+                return ServingAgent()
         agent = registry.require(agent_id)
-        return agent.agent_id, postures_for(agent, self.engine.tool_names())
+        return ServingAgent(agent.agent_id, postures_for(agent, self.engine.tool_names()),
+                            route_for(agent), agent.response_cache)
 
     async def _decide(self, identity: IdentityRec, approval_id: str,
                      decision: pb.ApprovalDecision, scope: pb.ApprovalScope,

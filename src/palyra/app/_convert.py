@@ -70,7 +70,8 @@ def run_proto(record: RunRecord) -> pb.Run:
         tape_len=record.tape_len, turn_count=record.turn_count,
         tool_call_count=record.tool_call_count, pending_approval_id=record.pending_approval_id,
         end_reason=record.end_reason, last_error=error, final_text=record.final_text,
-        agent_id=record.agent_id,
+        agent_id=record.agent_id, parent_run_id=record.parent_run_id,
+        delegation_depth=record.delegation_depth,
     )
 
 

@@ -15,17 +15,20 @@ from palyra.app._journal import JournalApi
 from palyra.app._learning import LearningApi
 from palyra.app._memory import MemoryApi
 from palyra.app._runs import RunsApi
+from palyra.app._schedules import SchedulesApi
 from palyra.app._sessions import SessionsApi
 from palyra.app._skills import SkillsApi
 from palyra.app._tasks import TasksApi
 from palyra.app._tokens import TokensApi
+from palyra.app._usage import UsageApi
 from palyra.app._watchdog import WatchdogApi
 from palyra.app.context import CallContext
 from palyra.core.principals import is_operator
 
 
 class PalyraApp(RunsApi, SessionsApi, ApprovalsApi, JournalApi, TokensApi, TasksApi,
-                WatchdogApi, LearningApi, MemoryApi, AgentsApi, ChannelsApi, SkillsApi):
+                WatchdogApi, LearningApi, MemoryApi, AgentsApi, ChannelsApi, SkillsApi, UsageApi,
+                SchedulesApi):
     """The application API over one ``Engine``.
 
     Methods take ``(ctx: CallContext, request)`` and return the response

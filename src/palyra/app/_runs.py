@@ -81,7 +81,8 @@ class RunsApi(AppBase):
             raise InvalidArgument("RunStream needs a first message") from None
         check_version(first.v)
         text, attachments = _input_of(first.input)
-        agent_id, postures = self._serving_agent(identity, first.agent_id, first.session_key)
+        agent = self._serving_agent(identity, first.agent_id, first.session_key, first.model)
+        self._check_budgets(identity, agent.agent_id)
         # The stream follows its run from its first commit, from memory: subscribed
         # before the run starts, it never reads the tape back from the store.
         run_id = first.run_id.strip() or new_ulid()
@@ -91,7 +92,9 @@ class RunsApi(AppBase):
                 Selectors(first.session_id, first.session_key, first.session_label,
                           first.reset_session, first.require_existing),
                 text=text, attachments=attachments, run_id=run_id, driver="stream",
-                complete=first.complete, agent_id=agent_id, agent_postures=postures,
+                complete=first.complete, agent_id=agent.agent_id,
+                agent_postures=agent.postures, model_route=agent.model_route,
+                response_cache=agent.response_cache,
                 minted=not first.run_id.strip()))
         except BaseException:
             self.store.unsubscribe(since_start)
@@ -217,11 +220,14 @@ class RunsApi(AppBase):
         check_version(request.v)
         identity = identity_of(ctx)
         text, attachments = _input_of(request.input)
-        agent_id, postures = self._serving_agent(identity, request.agent_id, request.session_key)
+        agent = self._serving_agent(identity, request.agent_id, request.session_key,
+                                    request.model)
+        self._check_budgets(identity, agent.agent_id)
         started = await self.engine.start_run(identity, StartRun(
             Selectors(request.session_id, request.session_key, request.session_label),
             text=text, attachments=attachments, run_id=request.run_id, driver="api",
-            complete=request.complete, agent_id=agent_id, agent_postures=postures))
+            complete=request.complete, agent_id=agent.agent_id, agent_postures=agent.postures,
+            model_route=agent.model_route, response_cache=agent.response_cache))
         record = started.run
         if request.wait:
             record = await self.engine.wait_run(identity, record.run_id)
@@ -235,6 +241,7 @@ class RunsApi(AppBase):
         text, attachments = _input_of(request.input)
         if not text:
             raise InvalidArgument("input.text is required")
+        self._check_budgets(identity, self.engine.get_run(identity, request.run_id).agent_id)
         record = await self.engine.send_input(identity, request.run_id, text, attachments,
                                               complete=request.complete)
         if request.wait:
@@ -259,9 +266,10 @@ class RunsApi(AppBase):
                                    state=run_proto(record).state)
 
     async def get_run(self, ctx: CallContext, request: pb.GetRunRequest) -> pb.GetRunResponse:
-        """The run's current record."""
-        return pb.GetRunResponse(run=run_proto(self.engine.get_run(identity_of(ctx),
-                                                                   request.run_id)))
+        """The run's current record, with the runs it delegated to."""
+        run = run_proto(self.engine.get_run(identity_of(ctx), request.run_id))
+        run.child_run_ids = self.engine.child_runs(run.run_id)
+        return pb.GetRunResponse(run=run)
 
     async def list_runs(self, ctx: CallContext,
                         request: pb.ListRunsRequest) -> pb.ListRunsResponse:

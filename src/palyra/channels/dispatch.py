@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 
 from palyra.agents import AgentRegistry, bound_agent
-from palyra.agents.model import postures_for
+from palyra.agents.model import postures_for, route_for
 from palyra.channels import notices, records
 from palyra.channels.admission import ACTOR
 from palyra.channels.commands import Commands, active_run, channel_identity
@@ -203,7 +203,8 @@ class Dispatcher:
                     Selectors(session_key=decision.session_key), text=text, run_id=run_id,
                     driver="channel", complete=True, agent_id=agent.agent_id if agent else "",
                     agent_postures=postures_for(agent, self._engine.tool_names())
-                    if agent else {}))
+                    if agent else {}, model_route=route_for(agent) if agent else (),
+                    response_cache=agent.response_cache if agent else False))
             except PalyraError as exc:
                 if exc.code != ErrorCode.ALREADY_EXISTS:
                     raise

@@ -38,6 +38,11 @@ def _agent_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--system-prompt", default="", help="the agent's system prompt")
     parser.add_argument("--provider", default="", help="model provider (default: the daemon's)")
     parser.add_argument("--model", default="", help="model name (default: the provider's)")
+    parser.add_argument("--fallback", dest="fallbacks", action="append", default=[],
+                        metavar="PROVIDER[/MODEL]",
+                        help="tried in order when the model fails before answering (repeat)")
+    parser.add_argument("--response-cache", action="store_true",
+                        help="answer repeated identical model requests from the journal")
     parser.add_argument("--tool", dest="tools", action="append", default=[],
                         help="a tool the agent may use (repeat; default: every tool)")
     parser.add_argument("--posture", dest="postures", action="append", default=[],
@@ -48,7 +53,8 @@ def _agent_flags(parser: argparse.ArgumentParser) -> None:
 def _agent_from(args: argparse.Namespace) -> v1.Agent:
     return v1.Agent(display_name=args.name, system_prompt=args.system_prompt,
                     provider=args.provider, model=args.model, tools=list(args.tools),
-                    tool_postures=dict(args.postures))
+                    tool_postures=dict(args.postures), fallbacks=list(args.fallbacks),
+                    response_cache=args.response_cache)
 
 
 async def _list(stubs: Stubs, args: argparse.Namespace) -> Shown:
@@ -70,6 +76,8 @@ def _agent_lines(a: v1.Agent) -> str:
     return "\n".join([f"agent          {a.agent_id}", f"name           {a.display_name or '-'}",
                       f"provider       {a.provider or '(daemon default)'}",
                       f"model          {a.model or '(provider default)'}",
+                      f"fallbacks      {', '.join(a.fallbacks) or '-'}",
+                      f"response cache {'on' if a.response_cache else 'off'}",
                       f"tools          {', '.join(a.tools) or '(all)'}",
                       f"postures       {postures or '-'}",
                       f"system prompt  {a.system_prompt or '-'}",

@@ -169,6 +169,7 @@ class Stubs:
     tasks: v1.TasksServiceStub
     watchdog: v1.WatchdogServiceStub
     learning: v1.LearningServiceStub
+    usage: v1.UsageServiceStub
     metadata: dict[str, str]
 
 
@@ -189,6 +190,7 @@ async def connect(args: argparse.Namespace) -> AsyncIterator[Stubs]:
             tasks=v1.TasksServiceStub(channel, metadata=target.metadata),
             watchdog=v1.WatchdogServiceStub(channel, metadata=target.metadata),
             learning=v1.LearningServiceStub(channel, metadata=target.metadata),
+            usage=v1.UsageServiceStub(channel, metadata=target.metadata),
             metadata=target.metadata,
         )
     except GRPCError as exc:

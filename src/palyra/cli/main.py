@@ -1,8 +1,8 @@
 """Entry point of the ``palyra`` command.
 
 ``serve`` runs the daemon; ``chat``, ``runs``, ``sessions``, ``approvals``,
-``tokens``, ``agents``, ``memory``, ``channels``, ``tasks``, ``incidents`` and
-``learning`` talk gRPC to a running daemon; ``config show`` prints the
+``tokens``, ``agents``, ``memory``, ``channels``, ``tasks``, ``incidents``,
+``learning`` and ``usage`` talk gRPC to a running daemon; ``config show`` prints the
 effective settings; ``journal`` works on a data dir directly
 (``journal checkpoint`` and ``journal prune`` ask the running daemon first).
 """
@@ -29,6 +29,7 @@ from palyra.cli import (
     _skills,
     _tasks,
     _tokens,
+    _usage,
 )
 
 # `palyra journal <cmd> ...` is delegated verbatim to the journal's own CLI.
@@ -96,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     _config.add_parser(commands)
     _doctor.add_parser(commands)
     _skills.add_parser(commands)
+    _usage.add_parser(commands)
     journal = commands.add_parser("journal", help="verify | export | checkpoint | prune | traces | prove | verify-proof | consistency",
                                   add_help=False)
     journal.add_argument("journal_args", nargs=argparse.REMAINDER)

@@ -20,6 +20,7 @@ from palyra.ops.config import MetricsConfig, TracingConfig
 from palyra.policy import PolicyConfig
 from palyra.providers import ProviderConfig
 from palyra.tools import ToolsConfig
+from palyra.usage import UsageConfig
 from palyra.watchdog import WatchdogConfig
 
 LogFormat: TypeAlias = Literal["kv", "json", "console"]
@@ -156,6 +157,10 @@ class PalyraConfig:
     log: LogConfig = dataclasses.field(default_factory=LogConfig)
     daemon: DaemonConfig = dataclasses.field(default_factory=DaemonConfig)
     provider: ProviderConfig = dataclasses.field(default_factory=ProviderConfig)
+    # More named providers (``[[providers]]``) agents may route to; ``provider`` is
+    # the default one, answering runs without an agent route.
+    providers: tuple[ProviderConfig, ...] = ()
+    usage: UsageConfig = dataclasses.field(default_factory=UsageConfig)
     engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
     journal: JournalConfig = dataclasses.field(default_factory=JournalConfig)
     policy: PolicyConfig = dataclasses.field(default_factory=PolicyConfig)

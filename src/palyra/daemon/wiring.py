@@ -27,6 +27,8 @@ from palyra.adapters import (
     RecentConversation,
     RegistryTools,
 )
+from palyra.adapters.delegation import TOOL_NAME, delegate_tool
+from palyra.adapters.scheduled import prompt_handler
 from palyra.agents import AgentRegistry
 from palyra.app import CallContext, PalyraApp
 from palyra.channels import (
@@ -54,10 +56,12 @@ from palyra.memory.service import Memory
 from palyra.ops.doctor import daemon_details
 from palyra.ops.readiness import Readiness
 from palyra.policy import PolicyGate
-from palyra.providers import build_provider
+from palyra.providers import ProviderRegistry
+from palyra.schedules import PROMPT_TASK, Schedules
 from palyra.tasks import TaskQueue, TaskWorker
 from palyra.tools import default_registry
 from palyra.transport.context import ContextFactory
+from palyra.usage import UsageLedger
 from palyra.watchdog import Watchdog
 
 try:
@@ -99,8 +103,9 @@ async def open_application(
         await stack.enter_async_context(McpHub(registry, config.tools.mcp))
     workspace = config.data_dir / WORKSPACE_DIR
     os.makedirs(workspace, mode=0o700, exist_ok=True)
-    provider = build_provider(config.provider)
-    stack.push_async_callback(provider.aclose)
+    models = ProviderRegistry.build(config.provider, config.providers)
+    stack.push_async_callback(models.aclose)
+    provider = models.default
     memory = Memory(store, build_embedder(config.memory, os.environ))
     memory.start()  # a remote embedder's vectors are filled in by a background loop
     stack.push_async_callback(memory.aclose)
@@ -111,13 +116,17 @@ async def open_application(
         _log.warning("embedder_fallback", configured="wordllama", loaded=memory.status().space,
                      fix="install the wordllama package, or set [memory] embedder = \"hash\"")
     policy, tools = GatePolicy(gate, registry), RegistryTools(registry, workspace)
-    engine = Engine(store, provider, policy, tools, config.engine,
+    engine = Engine(store, provider, policy, tools, config.engine, models=models,
+                    usage=UsageLedger(store, config.usage),
                     context=InputAssembly([AgentPrompt(AgentRegistry(store)),
                                            RecentConversation(store),
                                            ContextReferences(policy, tools, memory, gate),
                                            MemoryContext(memory, gate,
                                                          skip_kinds=("preference",)),
                                            Preferences(memory, gate)]))
+    if TOOL_NAME not in config.tools.disabled:
+        # Registered before recovery: a parent parked on a delegation re-runs the call.
+        registry.register(delegate_tool(engine, AgentRegistry(store), gate))
     # Entering starts the engine's TaskGroup; leaving it drains (parks runs).
     await stack.enter_async_context(engine)
     report = await engine.recover()
@@ -143,7 +152,15 @@ async def open_application(
     watchdog = Watchdog(engine, tasks, config.watchdog)
     watchdog.start()
     stack.push_async_callback(watchdog.close)
+    schedules = Schedules(store, tasks)
+    prompts = TaskWorker(tasks, {PROMPT_TASK: prompt_handler(engine, AgentRegistry(store),
+                                                             schedules)}, concurrency=4)
+    prompts.start()
+    stack.push_async_callback(prompts.close)
+    firing = asyncio.ensure_future(schedules.run())  # missed firings fire at once
+    stack.callback(firing.cancel)
     app = PalyraApp(engine)
+    app.schedules = schedules
     app.channels, app.ingress = await _open_channels(config, store, engine, tasks, gate, stack)
     app.tasks = tasks
     app.learning = learning

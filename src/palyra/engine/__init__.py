@@ -14,6 +14,7 @@ vocabulary, approval records, token grouping, errors, config and ports),
 from palyra.engine.engine import Engine, Started, StartRun, SubjectDecider, may_access
 from palyra.engine.model.approvals import SCOPE_PROTO, decided, prompt_proto, risk_proto
 from palyra.engine.model.approvals import Decision as ApprovalDecision
+from palyra.engine.model.budgets import budget_exhausted
 from palyra.engine.model.config import EngineConfig
 from palyra.engine.model.errors import RunFailed
 from palyra.engine.model.lifecycle import (
@@ -93,6 +94,7 @@ __all__ = [
     "ToolsPort",
     "approval_state_proto",
     "approval_write",
+    "budget_exhausted",
     "covered_digest",
     "decided",
     "is_run_terminal",

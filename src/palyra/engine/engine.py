@@ -57,10 +57,13 @@ from palyra.engine.sessions.plan import record_write
 from palyra.engine.sessions.reader import SessionReader
 from palyra.engine.sessions.selectors import Selectors
 from palyra.engine.sessions.writer import SessionWriter
-from palyra.journal import JournalStore
-from palyra.providers import ModelProvider
+from palyra.journal import EntityWrite, JournalStore
+from palyra.providers import ModelProvider, ProviderConfig, ProviderRegistry
+from palyra.usage import UsageLedger
 
 CANCEL_COMMAND = "/cancel"
+# Delegation index rows (``meta`` table): ``run_child:<parent run>:<child run>``.
+CHILD_INDEX_PREFIX = "run_child:"
 
 _log = logging.getLogger("palyra.engine")
 
@@ -82,6 +85,13 @@ class StartRun:
     complete: bool = False
     agent_id: str = ""
     agent_postures: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    model_route: tuple[str, ...] = ()
+    response_cache: bool = False
+    parent_run_id: str = ""
+    delegation_depth: int = 0
+    token_budget: int = 0
+    # Entity writes of the run's first commit (a delegation's index row).
+    writes: tuple[EntityWrite, ...] = ()
     minted: bool = False
     """``run_id`` was minted by this process with ``new_ulid()`` just now, so it is
     free: no read of the store to check (that read would wait for LMDB to hold
@@ -113,8 +123,13 @@ class Engine:
     def __init__(self, store: JournalStore, provider: ModelProvider, policy: PolicyPort,
                  tools: ToolsPort, config: EngineConfig | None = None, *,
                  now_ms: Callable[[], int] = wall_ms,
-                 context: ContextPort | None = None) -> None:
+                 context: ContextPort | None = None,
+                 models: ProviderRegistry | None = None,
+                 usage: UsageLedger | None = None) -> None:
         self.config = config or EngineConfig()
+        if models is None:
+            # One provider serves every run, under its own name.
+            models = ProviderRegistry([(ProviderConfig(name=provider.name), provider)])
         self.store = store
         #: Committed session records (get, by key or label, caller-scoped pages).
         self.session_reader = SessionReader(store)
@@ -122,7 +137,8 @@ class Engine:
         self.session_writer = SessionWriter(store, self.session_reader, now_ms)
         #: Committed approval records (get, filtered pages).
         self.approval_reader = ApprovalReader(store)
-        self._deps = EngineDeps(store=store, provider=provider, policy=policy, tools=tools,
+        self._deps = EngineDeps(store=store, provider=provider, models=models,
+                                usage=usage or UsageLedger(store), policy=policy, tools=tools,
                                 config=self.config, session_reader=self.session_reader,
                                 session_writer=self.session_writer,
                                 approval_reader=self.approval_reader, now_ms=now_ms,
@@ -175,6 +191,32 @@ class Engine:
     def provider(self) -> ModelProvider:
         """The configured model provider (background work asks it too)."""
         return self._deps.provider
+
+    def child_runs(self, run_id: str, limit: int = 1000) -> list[str]:
+        """Runs ``run_id`` delegated to, oldest first (the delegation index)."""
+        prefix = f"{CHILD_INDEX_PREFIX}{run_id}:"
+        rows = self.store.scan_entities("meta", prefix, "", limit)
+        return [key[len(prefix):] for key, _raw in rows]
+
+    @staticmethod
+    def child_index_write(parent_run_id: str, child_run_id: str) -> EntityWrite:
+        """The index row a child run's first commit carries."""
+        return EntityWrite("meta", f"{CHILD_INDEX_PREFIX}{parent_run_id}:{child_run_id}", b"1")
+
+    @property
+    def draining(self) -> bool:
+        """The daemon is stopping: runs are being parked, not ended."""
+        return self._draining
+
+    @property
+    def usage(self) -> UsageLedger:
+        """Model usage: the sums and the budgets."""
+        return self._deps.usage
+
+    @property
+    def models(self) -> ProviderRegistry:
+        """Every configured provider by name (runs' routes resolve through it)."""
+        return self._deps.models
 
     def live_runs(self) -> list[tuple[RunRecord, str]]:
         """Every run with an actor in this process: its committed record and what its
@@ -279,10 +321,15 @@ class Engine:
                                complete_requested=start.complete,
                                previous_run_id=plan.record.last_run_id,
                                agent_id=start.agent_id,
-                               agent_postures=dict(start.agent_postures))
+                               agent_postures=dict(start.agent_postures),
+                               model_route=start.model_route,
+                               response_cache=start.response_cache,
+                               parent_run_id=start.parent_run_id,
+                               delegation_depth=start.delegation_depth,
+                               token_budget=start.token_budget)
             writer = RunWriter(self.store, record, LoopState(), self._deps.now_ms)
             batch = writer.batch().events(*plan.events)
-            batch.write(*plan.entity_writes, record_write(session))
+            batch.write(*plan.entity_writes, record_write(session), *start.writes)
             batch.transition(RunEvent.ACCEPT, reason="accepted",
                              message=f"accepted session={session.session_id} "
                                      f"principal={identity.principal}")

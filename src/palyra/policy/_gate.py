@@ -331,6 +331,67 @@ class PolicyGate:
         return Decision(Outcome.DENY, f"{principal} may not {decision} candidate {candidate_id} "
                         "(an operator, or the run's own user, may)", reasons, h)
 
+    def check_model_select(self, principal: str, provider: str, model: str, *,
+                           agent_id: str, in_agent_route: bool) -> Decision:
+        """May ``principal`` have ``provider``/``model`` answer its run (Cedar ``model.select``)?
+
+        Shipped rules: anyone may pick a target the serving agent already routes to;
+        operators may pick any.
+        """
+        label = f"{provider}/{model}" if model else provider
+        allowed, reasons, errors = self._authorize({
+            "principal": {"type": "Principal", "id": principal},
+            "action": {"type": "Action", "id": "model.select"},
+            "resource": {"type": "Model", "id": label},
+            "context": {"principal_name": principal, "provider": provider, "model": model,
+                        "agent_id": agent_id, "in_agent_route": in_agent_route},
+        })
+        h = self.policy_hash
+        if errors:
+            return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)
+        if allowed:
+            return Decision(Outcome.ALLOW, f"{principal} may select model {label}", reasons, h)
+        return Decision(Outcome.DENY, f"{principal} may not select model {label} (an operator "
+                        "may, or pick one the agent routes to)", reasons, h)
+
+    def check_delegate(self, principal: str, agent_id: str, *, run_id: str,
+                       parent_agent_id: str, depth: int) -> Decision:
+        """May ``principal``'s run ``run_id`` hand a task to agent ``agent_id`` (Cedar
+        ``agent.delegate``)? Shipped rule: yes (the tool's posture gates the call)."""
+        allowed, reasons, errors = self._authorize({
+            "principal": {"type": "Principal", "id": principal},
+            "action": {"type": "Action", "id": "agent.delegate"},
+            "resource": {"type": "Agent", "id": agent_id},
+            "context": {"principal_name": principal, "run_id": run_id,
+                        "parent_agent_id": parent_agent_id, "depth": depth},
+        })
+        h = self.policy_hash
+        if errors:
+            return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)
+        if allowed:
+            return Decision(Outcome.ALLOW, f"{principal} may delegate to agent {agent_id}",
+                            reasons, h)
+        return Decision(Outcome.DENY, f"{principal} may not delegate to agent {agent_id}",
+                        reasons, h)
+
+    def check_cron_delete(self, principal: str, schedule_id: str, *, owner: str) -> Decision:
+        """May ``principal`` delete schedule ``schedule_id`` (Cedar ``cron.delete``)?
+        Shipped rule: operators only."""
+        allowed, reasons, errors = self._authorize({
+            "principal": {"type": "Principal", "id": principal},
+            "action": {"type": "Action", "id": "cron.delete"},
+            "resource": {"type": "Schedule", "id": schedule_id},
+            "context": {"principal_name": principal, "owner": owner},
+        })
+        h = self.policy_hash
+        if errors:
+            return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)
+        if allowed:
+            return Decision(Outcome.ALLOW, f"{principal} may delete schedule {schedule_id}",
+                            reasons, h)
+        return Decision(Outcome.DENY, f"{principal} may not delete schedule {schedule_id} "
+                        "(an operator may)", reasons, h)
+
     def check_posture_change(
         self,
         principal: str,

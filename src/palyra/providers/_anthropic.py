@@ -134,7 +134,7 @@ class AnthropicProvider(HttpProvider):
     async def _decode(self, events: AsyncIterator[SseEvent]) -> AsyncGenerator[ProviderChunk, None]:
         blocks: dict[int, _Block] = {}
         stop_reason = ""
-        input_tokens = output_tokens = 0
+        input_tokens = output_tokens = cached_tokens = 0
         model = ""
         async for event in events:
             obj = decode_event(event)
@@ -143,7 +143,11 @@ class AnthropicProvider(HttpProvider):
                 message = obj.get("message") or {}
                 model = message.get("model", "")
                 usage = message.get("usage") or {}
-                input_tokens = int(usage.get("input_tokens", 0))
+                # Anthropic counts cache reads and writes apart from input_tokens;
+                # palyra's input_tokens is every input token.
+                cached_tokens = int(usage.get("cache_read_input_tokens") or 0)
+                input_tokens = (int(usage.get("input_tokens", 0)) + cached_tokens
+                                + int(usage.get("cache_creation_input_tokens") or 0))
                 output_tokens = int(usage.get("output_tokens", 0))
             elif kind == "content_block_start":
                 block = obj.get("content_block") or {}
@@ -188,7 +192,7 @@ class AnthropicProvider(HttpProvider):
                 text=text,
                 tool_calls=tool_calls,
                 finish_reason=reason,
-                usage=Usage(input_tokens, output_tokens),
+                usage=Usage(input_tokens, output_tokens, cached_tokens),
                 model=model,
             )
         )

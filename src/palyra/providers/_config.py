@@ -17,9 +17,14 @@ class ProviderConfig:
     """How to reach the model.
 
     Attributes:
+        name: The registry name agents and the tape use. In ``[[providers]]``
+            it is required and unique; the default ``[provider]`` may leave it
+            empty and is then named by its kind.
         kind: ``scripted`` (default; deterministic, no keys), ``openai``
             (any OpenAI-compatible ``/v1/chat/completions``) or ``anthropic``.
         model: Default model name sent to the vendor.
+        models: Models this provider offers (an agent may name only these);
+            empty: any model name is passed through.
         base_url: Vendor base URL without the ``/v1/...`` path; empty picks the
             vendor's public endpoint.
         api_key_env: Name of the environment variable holding the API key.
@@ -44,8 +49,10 @@ class ProviderConfig:
             so cancellation can catch it mid-call. Default 0.
     """
 
+    name: str = ""
     kind: ProviderKind = "scripted"
     model: str = ""
+    models: tuple[str, ...] = ()
     base_url: str = ""
     api_key_env: str = ""
     max_tokens: int = 1024
@@ -59,3 +66,8 @@ class ProviderConfig:
     anthropic_version: str = "2023-06-01"
     scripted_tool: ScriptedTool = "add"
     scripted_delay_s: float = 0.0
+
+    @property
+    def registry_name(self) -> str:
+        """The name the registry and the tape know this provider by."""
+        return self.name or self.kind

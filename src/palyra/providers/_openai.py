@@ -131,7 +131,9 @@ class OpenAIProvider(HttpProvider):
                 )
             model = obj.get("model") or model
             if u := obj.get("usage"):
-                usage = Usage(int(u.get("prompt_tokens", 0)), int(u.get("completion_tokens", 0)))
+                details = u.get("prompt_tokens_details") or {}
+                usage = Usage(int(u.get("prompt_tokens", 0)), int(u.get("completion_tokens", 0)),
+                              int(details.get("cached_tokens") or 0))
             for choice in obj.get("choices") or ():
                 delta = choice.get("delta") or {}
                 if content := delta.get("content"):

@@ -78,10 +78,15 @@ class ModelRequest(msgspec.Struct, frozen=True):
 
 
 class Usage(msgspec.Struct, frozen=True):
-    """Token accounting reported by the provider (scripted: word counts)."""
+    """Token accounting reported by the provider (scripted: word counts).
+
+    ``input_tokens`` counts every input token, ``cached_input_tokens`` those of
+    them the vendor served from its own prompt cache (priced lower).
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
 
 
 class ModelResponse(msgspec.Struct, frozen=True):

@@ -20,9 +20,12 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { ApprovalsService } from "../../../generated/ts/palyra/v1/approvals_pb.js";
 import { GatewayService } from "../../../generated/ts/palyra/v1/gateway_pb.js";
 import { JournalService } from "../../../generated/ts/palyra/v1/journal_pb.js";
+import { UsageService } from "../../../generated/ts/palyra/v1/usage_pb.js";
 
 type Json = { [key: string]: unknown };
-const SERVICES: Record<string, DescService> = { GatewayService, ApprovalsService, JournalService };
+const SERVICES: Record<string, DescService> = {
+  GatewayService, ApprovalsService, JournalService, UsageService,
+};
 
 interface Options { port: number; host: string; headers: Record<string, string> }
 

@@ -249,6 +249,24 @@ export declare type Run = Message<"palyra.v1.Run"> & {
    * @generated from field: string agent_id = 14;
    */
   agentId: string;
+
+  /**
+   * Delegation (`agent.delegate`): the run that started this one ("" for none), how
+   * deep below a top-level run it is (0 for one), and the runs it delegated to.
+   *
+   * @generated from field: string parent_run_id = 15;
+   */
+  parentRunId: string;
+
+  /**
+   * @generated from field: uint32 delegation_depth = 16;
+   */
+  delegationDepth: number;
+
+  /**
+   * @generated from field: repeated string child_run_ids = 17;
+   */
+  childRunIds: string[];
 };
 
 /**

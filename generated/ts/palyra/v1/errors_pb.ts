@@ -145,7 +145,9 @@ export enum ErrorCode {
   RESOURCE_EXHAUSTED = 14,
 
   /**
-   * The run's tool budget is spent.
+   * A budget is spent: the run's tool-call budget, or an enforced token or cost budget
+   * of the principal or agent (checked when a run starts or takes input, and before
+   * each model call). Not retryable as is: it lasts until the budget's period ends.
    *
    * @generated from enum value: ERROR_CODE_BUDGET_EXHAUSTED = 15;
    */

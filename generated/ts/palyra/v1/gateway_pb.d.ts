@@ -263,6 +263,14 @@ export declare type RunStreamRequest = Message<"palyra.v1.RunStreamRequest"> & {
    * @generated from field: bool complete = 16;
    */
   complete: boolean;
+
+  /**
+   * First message only: `provider` or `provider/model` to answer this run in place of
+   * its agent's (the agent's fallbacks stay), if Cedar `model.select` permits it.
+   *
+   * @generated from field: string model = 17;
+   */
+  model: string;
 };
 
 /**
@@ -354,6 +362,13 @@ export declare type CreateRunRequest = Message<"palyra.v1.CreateRunRequest"> & {
    * @generated from field: string agent_id = 9;
    */
   agentId: string;
+
+  /**
+   * As `RunStreamRequest.model`.
+   *
+   * @generated from field: string model = 10;
+   */
+  model: string;
 };
 
 /**
@@ -1566,7 +1581,8 @@ export declare type Agent = Message<"palyra.v1.Agent"> & {
   systemPrompt: string;
 
   /**
-   * The model provider selection (recorded; the daemon runs its configured provider).
+   * The provider (a `[[providers]]` name; empty: the daemon's default `[provider]`)
+   * and model (empty: that provider's configured model) that answer this agent's runs.
    *
    * @generated from field: string provider = 4;
    */
@@ -1600,6 +1616,22 @@ export declare type Agent = Message<"palyra.v1.Agent"> & {
    * @generated from field: map<string, palyra.v1.ToolPosture> tool_postures = 9;
    */
   toolPostures: { [key: string]: ToolPosture };
+
+  /**
+   * Fallbacks tried in order when the provider fails with a retryable error or its
+   * circuit is open, before any output: `provider` or `provider/model` each.
+   *
+   * @generated from field: repeated string fallbacks = 10;
+   */
+  fallbacks: string[];
+
+  /**
+   * Serve repeated identical model requests from the journal (off by default;
+   * never for a request with a non-deterministic parameter).
+   *
+   * @generated from field: bool response_cache = 11;
+   */
+  responseCache: boolean;
 };
 
 /**

@@ -795,9 +795,56 @@ export declare type ProviderTurnOutput = Message<"palyra.v1.ProviderTurnOutput">
   outputTokens: number;
 
   /**
+   * The registry name of the provider that answered (`[[providers]]` name; the
+   * default `[provider]` is named by its `name`, else its kind).
+   *
    * @generated from field: string provider = 7;
    */
   provider: string;
+
+  /**
+   * The model that answered, as the vendor named it (else as requested).
+   *
+   * @generated from field: string model = 8;
+   */
+  model: string;
+
+  /**
+   * The answer was served from the response cache (the journal), not a provider.
+   *
+   * @generated from field: bool cached = 9;
+   */
+  cached: boolean;
+
+  /**
+   * Providers tried before the one that answered, in order: each failed with a
+   * retryable error or had its circuit open before any output.
+   *
+   * @generated from field: repeated palyra.v1.ProviderFailover failovers = 10;
+   */
+  failovers: ProviderFailover[];
+
+  /**
+   * Of input_tokens, those the provider served from its own prompt cache.
+   *
+   * @generated from field: uint32 cached_input_tokens = 11;
+   */
+  cachedInputTokens: number;
+
+  /**
+   * The call's cost from the configured price table, in micro-units (0: no price,
+   * or served by palyra's response cache).
+   *
+   * @generated from field: uint64 cost_micros = 12;
+   */
+  costMicros: bigint;
+
+  /**
+   * `suggest` budgets this call found spent (docs/architecture.md, "Usage and budgets").
+   *
+   * @generated from field: repeated string budget_warnings = 13;
+   */
+  budgetWarnings: string[];
 };
 
 /**
@@ -805,6 +852,39 @@ export declare type ProviderTurnOutput = Message<"palyra.v1.ProviderTurnOutput">
  * Use `create(ProviderTurnOutputSchema)` to create a new message.
  */
 export declare const ProviderTurnOutputSchema: GenMessage<ProviderTurnOutput>;
+
+/**
+ * One provider passed over for a model call (docs/architecture.md, "Models").
+ *
+ * @generated from message palyra.v1.ProviderFailover
+ */
+export declare type ProviderFailover = Message<"palyra.v1.ProviderFailover"> & {
+  /**
+   * @generated from field: string provider = 1;
+   */
+  provider: string;
+
+  /**
+   * @generated from field: string model = 2;
+   */
+  model: string;
+
+  /**
+   * @generated from field: palyra.v1.ErrorCode code = 3;
+   */
+  code: ErrorCode;
+
+  /**
+   * @generated from field: string message = 4;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message palyra.v1.ProviderFailover.
+ * Use `create(ProviderFailoverSchema)` to create a new message.
+ */
+export declare const ProviderFailoverSchema: GenMessage<ProviderFailover>;
 
 /**
  * @generated from message palyra.v1.ToolCatalogSnapshot

@@ -10,6 +10,9 @@ class EngineConfig:
     """How runs, the agent loop and approvals behave.
 
     Attributes:
+        delegation_max_depth: how deep ``agent.delegate`` may nest child runs (a
+            child of a top-level run is at depth 1).
+        delegation_max_children: child runs one run may start.
         max_turns: most model calls per agent loop (one loop per user input).
             The reference caps this at 8; the tool-loop workload needs K+1, so
             the default leaves room for K=20 and callers may raise it. A loop
@@ -80,6 +83,8 @@ class EngineConfig:
     """
 
     max_turns: int = 32
+    delegation_max_depth: int = 2
+    delegation_max_children: int = 8
     max_wall_s: float = 120.0
     approval_timeout_s: float = 300.0
     token_words_per_event: int = 16

@@ -85,6 +85,17 @@ class PolicyPort(Protocol):
         ``memory.purge``), and why."""
         ...
 
+    def model_select(self, identity: IdentityRec, provider: str, model: str, *,
+                     agent_id: str, in_agent_route: bool) -> tuple[bool, str]:
+        """Whether ``identity`` may have ``provider``/``model`` answer its run (Cedar
+        ``model.select``), and why."""
+        ...
+
+    def cron_delete(self, identity: IdentityRec, schedule_id: str, *,
+                    owner: str) -> tuple[bool, str]:
+        """Whether ``identity`` may delete a scheduled prompt (Cedar ``cron.delete``), and why."""
+        ...
+
     def learning_review(self, identity: IdentityRec, candidate_id: str, *, run_principal: str,
                         decision: str, kind: str, session_id: str) -> tuple[bool, str]:
         """Whether ``identity`` may accept/reject a learning candidate (Cedar

@@ -27,6 +27,7 @@ from typing import TypeVar
 import msgspec
 
 from palyra.core.redaction import redact
+from palyra.usage.model import Tally
 
 RECORD_VERSION = 1
 
@@ -127,6 +128,18 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
     agent_id: str = ""
     agent_postures: dict[str, str] = {}
     last_active_ms: int = 0
+    # Where the run's model calls go, fixed at its start from its agent: targets
+    # ``provider`` or ``provider/model``, the primary first, then its fallbacks
+    # (empty: the default provider); and whether answers may come from the cache.
+    model_route: tuple[str, ...] = ()
+    response_cache: bool = False
+    # The run's model usage so far (each call's share lands in the commit that tapes it).
+    usage: Tally = Tally()
+    # Delegation: the run that started this one, its depth below a top-level run, and
+    # the tokens (input + output) it may use in all (0: no cap of its own).
+    parent_run_id: str = ""
+    delegation_depth: int = 0
+    token_budget: int = 0
 
 
 class PromptRec(msgspec.Struct, frozen=True, kw_only=True):

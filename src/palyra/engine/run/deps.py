@@ -13,7 +13,8 @@ from palyra.engine.run.approvals import ApprovalReader, PendingApprovals
 from palyra.engine.sessions.reader import SessionReader
 from palyra.engine.sessions.writer import SessionWriter
 from palyra.journal import EventDraft, JournalStore
-from palyra.providers import ModelProvider
+from palyra.providers import ModelProvider, ProviderRegistry
+from palyra.usage import UsageLedger
 
 EndContributor = Callable[[RunRecord, str], AbstractAsyncContextManager[Sequence[EventDraft]]]
 """``(record, run event)`` -> a context yielding drafts for the run's ending commit."""
@@ -25,6 +26,10 @@ class EngineDeps:
 
     store: JournalStore
     provider: ModelProvider
+    # Every configured provider by name: runs' model calls go through their routes.
+    models: ProviderRegistry
+    # Each model call's usage row, the sums, and the budgets.
+    usage: UsageLedger
     policy: PolicyPort
     tools: ToolsPort
     config: EngineConfig

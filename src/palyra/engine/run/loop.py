@@ -18,16 +18,19 @@ from contextlib import aclosing
 
 from palyra_gen.palyra import v1 as pb
 
-from palyra.core.errors import PalyraInternalError
+from palyra.core.errors import ErrorCode, PalyraError, PalyraInternalError
+from palyra.engine.model.budgets import budget_exhausted
 from palyra.engine.model.fold import Action
 from palyra.engine.model.ports import ContextRequest, ReferenceCall
 from palyra.engine.model.prune import ESTIMATE, prune
 from palyra.engine.model.tokens import TokenBuffer, clip_reply
 from palyra.engine.run.compact import maybe_compact
+from palyra.engine.run.modelcall import Routed, call_model
 from palyra.engine.run.step import Step
 from palyra.engine.run.toolflow import propose, propose_references, resolve_tool, run_postures
 from palyra.engine.run.writer import Batch
-from palyra.providers import ChatMessage, ModelRequest, ModelResponse, TextDelta
+from palyra.providers import Answered, ChatMessage, ModelRequest, TextDelta
+from palyra.usage import Tally, UsageRow, cost_micros, day_of
 
 _PHASE = pb.AgentLoopPhase
 
@@ -141,16 +144,17 @@ async def model_turn(step: Step, batch: Batch) -> None:
     step.carry(batch)
     step.phase = "model"
     tokens = TokenBuffer(deps.config.token_words_per_event, deps.config.token_chars_per_event)
+    warnings = check_budgets(step)
     request = ModelRequest(messages=messages, tools=deps.tools.catalog())
-    response: ModelResponse | None = None
+    routed: Routed | None = None
     flushed_at = -math.inf  # the first token group is committed at once
     try:
         with step.active():
             async with asyncio.timeout(step.remaining_wall_s()):
-                async with aclosing(deps.provider.stream(request)) as chunks:
+                async with aclosing(call_model(step, request)) as chunks:
                     async for chunk in chunks:
                         if not isinstance(chunk, TextDelta):
-                            response = chunk.response
+                            routed = chunk
                             continue
                         groups = tokens.push(chunk.text)
                         batch.add(*(pb.ModelToken(token=g, is_final=False, turn=turn)
@@ -165,17 +169,23 @@ async def model_turn(step: Step, batch: Batch) -> None:
         # batch is durable, so the loop ends in a fresh one.
         await terminate(step, "wall_clock_limit", None if batch.committed else batch)
         return
-    if response is None:
+    if routed is None:
         raise PalyraInternalError("provider stream ended without a Completed chunk")
     rest = tokens.rest()
     if rest:
         batch.add(pb.ModelToken(token=rest, is_final=True, turn=turn))
+    response = routed.answer.response
     text = clip_reply(response.text, deps.config.max_reply_chars)
-    batch.add(pb.ProviderTurnOutput(
-        turn=turn, text=text, finish_reason=response.finish_reason,
-        tool_call_count=len(response.tool_calls), input_tokens=response.usage.input_tokens,
-        output_tokens=response.usage.output_tokens, provider=deps.provider.name,
-    ))
+    tally = usage_of(step, routed.answer)
+    batch.add(turn_output(routed.answer, turn, text, tally, warnings))
+    if routed.cache_write is not None:
+        batch.write(routed.cache_write)
+    rec = step.record
+    batch.write(deps.usage.record(UsageRow(
+        day=day_of(deps.now_ms()), principal=rec.identity.principal, agent_id=rec.agent_id,
+        session_id=rec.session_id, run_id=rec.run_id, provider=routed.answer.target.provider,
+        model=response.model or routed.answer.target.model, tally=tally)))
+    batch.set(usage=rec.usage.plus(tally))
     if response.tool_calls:
         await propose(step, batch, response.tool_calls, turn)
     else:
@@ -186,3 +196,53 @@ async def model_turn(step: Step, batch: Batch) -> None:
         )
         await batch.complete_if_requested().commit()
     step.carry(None)
+
+
+def check_budgets(step: Step) -> list[str]:
+    """Before a model call: the spent ``suggest`` budgets, to warn of on the tape.
+
+    Raises:
+        PalyraError: ``BUDGET_EXHAUSTED`` when an ``enforced`` budget of the run's
+            principal or agent is spent (the run then fails with that reason).
+    """
+    rec, deps = step.record, step.deps
+    if rec.token_budget and rec.usage.tokens >= rec.token_budget:
+        raise PalyraError(
+            f"budget exhausted: the run's own budget ({rec.usage.tokens}/{rec.token_budget} "
+            "tokens, a delegation's slice) is spent", code=ErrorCode.BUDGET_EXHAUSTED,
+            details={"scope": "run", "subject": rec.run_id})
+    spent = [s for s in deps.usage.budgets(rec.identity.principal, rec.agent_id,
+                                           day_of(deps.now_ms())) if s.exhausted]
+    for state in spent:
+        if state.budget.mode == "enforced":
+            raise budget_exhausted(state)
+    return [s.describe() for s in spent]
+
+
+def usage_of(step: Step, answer: Answered) -> Tally:
+    """What one model call used and cost (a response-cache hit uses nothing)."""
+    if answer.cached:
+        return Tally(cache_hits=1)
+    usage, response = answer.response.usage, answer.response
+    cost = cost_micros(step.deps.usage.config.prices, answer.target.provider,
+                       response.model or answer.target.model,
+                       input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+                       cached_input_tokens=usage.cached_input_tokens)
+    return Tally(calls=1, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+                 cached_input_tokens=usage.cached_input_tokens, cost_micros=cost)
+
+
+def turn_output(answer: Answered, turn: int, text: str, tally: Tally,
+                warnings: list[str]) -> pb.ProviderTurnOutput:
+    """The tape's record of a model call: what it said, who said it, what it cost."""
+    response = answer.response
+    return pb.ProviderTurnOutput(
+        turn=turn, text=text, finish_reason=response.finish_reason,
+        tool_call_count=len(response.tool_calls), input_tokens=tally.input_tokens,
+        output_tokens=tally.output_tokens, provider=answer.target.provider,
+        model=response.model or answer.target.model, cached=answer.cached,
+        failovers=[pb.ProviderFailover(provider=f.target.provider, model=f.target.model,
+                                       code=pb.ErrorCode[f.code.value], message=f.message)
+                   for f in answer.failovers],
+        cached_input_tokens=tally.cached_input_tokens, cost_micros=tally.cost_micros,
+        budget_warnings=warnings)

@@ -9,9 +9,11 @@
 #   spec/proto/palyra/v1/learning.proto
 #   spec/proto/palyra/v1/memory.proto
 #   spec/proto/palyra/v1/options.proto
+#   spec/proto/palyra/v1/schedules.proto
 #   spec/proto/palyra/v1/tape.proto
 #   spec/proto/palyra/v1/tasks.proto
 #   spec/proto/palyra/v1/tokens.proto
+#   spec/proto/palyra/v1/usage.proto
 #   spec/proto/palyra/v1/watchdog.proto
 # Regenerate with `nox -s codegen`; `python -m codegen --check` fails on drift.
 
@@ -44,6 +46,7 @@ __all__ = (
     "BindAgentResponse",
     "BranchSessionRequest",
     "BranchSessionResponse",
+    "BudgetStatus",
     "CancelTaskRequest",
     "CancelTaskResponse",
     "ChannelStatus",
@@ -62,12 +65,16 @@ __all__ = (
     "CreatePairingCodeResponse",
     "CreateRunRequest",
     "CreateRunResponse",
+    "CreateScheduleRequest",
+    "CreateScheduleResponse",
     "DecideApprovalRequest",
     "DecideApprovalResponse",
     "DeleteAgentRequest",
     "DeleteAgentResponse",
     "DeleteMemoryRequest",
     "DeleteMemoryResponse",
+    "DeleteScheduleRequest",
+    "DeleteScheduleResponse",
     "ErrorCode",
     "ErrorDetail",
     "ErrorMapping",
@@ -99,6 +106,8 @@ __all__ = (
     "GetTreeCheckpointResponse",
     "GetTreeTileRequest",
     "GetTreeTileResponse",
+    "GetUsageRequest",
+    "GetUsageResponse",
     "HealthCheck",
     "Identity",
     "InboundMessage",
@@ -140,6 +149,8 @@ __all__ = (
     "ListRunTapeResponse",
     "ListRunsRequest",
     "ListRunsResponse",
+    "ListSchedulesRequest",
+    "ListSchedulesResponse",
     "ListSessionsRequest",
     "ListSessionsResponse",
     "ListSkillsRequest",
@@ -163,6 +174,7 @@ __all__ = (
     "ProveConsistencyResponse",
     "ProveEntryRequest",
     "ProveEntryResponse",
+    "ProviderFailover",
     "ProviderTurnOutput",
     "PruneJournalRequest",
     "PruneJournalResponse",
@@ -188,6 +200,9 @@ __all__ = (
     "RunStatus",
     "RunStreamRequest",
     "RunStreamResponse",
+    "Schedule",
+    "ScheduleServiceBase",
+    "ScheduleServiceStub",
     "SearchMemoryRequest",
     "SearchMemoryResponse",
     "SendRunInputRequest",
@@ -218,6 +233,10 @@ __all__ = (
     "UnbindAgentResponse",
     "UpdateAgentRequest",
     "UpdateAgentResponse",
+    "UsageLine",
+    "UsageServiceBase",
+    "UsageServiceStub",
+    "UsageTotals",
     "UserInput",
     "VerifyJournalRequest",
     "VerifyJournalResponse",
@@ -497,7 +516,9 @@ class ErrorCode(betterproto2.Enum):
 
     BUDGET_EXHAUSTED = 15
     """
-    The run's tool budget is spent.
+    A budget is spent: the run's tool-call budget, or an enforced token or cost budget
+    of the principal or agent (checked when a run starts or takes input, and before
+    each model call). Not retryable as is: it lasts until the budget's period ends.
     """
 
     DATA_DIR_LOCKED = 16
@@ -1000,7 +1021,8 @@ class Agent(betterproto2.Message):
 
     provider: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
     """
-    The model provider selection (recorded; the daemon runs its configured provider).
+    The provider (a `[[providers]]` name; empty: the daemon's default `[provider]`)
+    and model (empty: that provider's configured model) that answer this agent's runs.
     """
 
     model: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
@@ -1021,6 +1043,18 @@ class Agent(betterproto2.Message):
     )
     """
     Per-tool postures for this agent's runs (a session's overrides win over them).
+    """
+
+    fallbacks: "list[str]" = betterproto2.field(10, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Fallbacks tried in order when the provider fails with a retryable error or its
+    circuit is open, before any output: `provider` or `provider/model` each.
+    """
+
+    response_cache: "bool" = betterproto2.field(11, betterproto2.TYPE_BOOL)
+    """
+    Serve repeated identical model requests from the journal (off by default;
+    never for a request with a non-deterministic parameter).
     """
 
 
@@ -1320,6 +1354,47 @@ default_message_pool.register_message("palyra.v1", "BranchSessionResponse", Bran
 
 
 @dataclass(eq=False, repr=False)
+class BudgetStatus(betterproto2.Message):
+    scope: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    principal | agent
+    """
+
+    subject: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The budget's subject as configured (`*`: each principal / agent).
+    """
+
+    period: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    day | month
+    """
+
+    mode: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    suggest (a warning on the tape) | enforced (BUDGET_EXHAUSTED)
+    """
+
+    limit_tokens: "int" = betterproto2.field(5, betterproto2.TYPE_UINT64)
+
+    limit_cost_micros: "int" = betterproto2.field(6, betterproto2.TYPE_UINT64)
+
+    used_tokens: "int" = betterproto2.field(7, betterproto2.TYPE_UINT64)
+
+    used_cost_micros: "int" = betterproto2.field(8, betterproto2.TYPE_UINT64)
+
+    exhausted: "bool" = betterproto2.field(9, betterproto2.TYPE_BOOL)
+
+    applies_to: "str" = betterproto2.field(10, betterproto2.TYPE_STRING)
+    """
+    Whom this status is for (the principal or agent id).
+    """
+
+
+default_message_pool.register_message("palyra.v1", "BudgetStatus", BudgetStatus)
+
+
+@dataclass(eq=False, repr=False)
 class CancelTaskRequest(betterproto2.Message):
     task_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -1564,6 +1639,11 @@ class CreateRunRequest(betterproto2.Message):
 
     agent_id: "str" = betterproto2.field(9, betterproto2.TYPE_STRING)
 
+    model: "str" = betterproto2.field(10, betterproto2.TYPE_STRING)
+    """
+    As `RunStreamRequest.model`.
+    """
+
 
 default_message_pool.register_message("palyra.v1", "CreateRunRequest", CreateRunRequest)
 
@@ -1578,6 +1658,22 @@ class CreateRunResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "CreateRunResponse", CreateRunResponse)
+
+
+@dataclass(eq=False, repr=False)
+class CreateScheduleRequest(betterproto2.Message):
+    schedule: "Schedule | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+
+
+default_message_pool.register_message("palyra.v1", "CreateScheduleRequest", CreateScheduleRequest)
+
+
+@dataclass(eq=False, repr=False)
+class CreateScheduleResponse(betterproto2.Message):
+    schedule: "Schedule | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+
+
+default_message_pool.register_message("palyra.v1", "CreateScheduleResponse", CreateScheduleResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -1641,6 +1737,22 @@ class DeleteMemoryResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "DeleteMemoryResponse", DeleteMemoryResponse)
+
+
+@dataclass(eq=False, repr=False)
+class DeleteScheduleRequest(betterproto2.Message):
+    schedule_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("palyra.v1", "DeleteScheduleRequest", DeleteScheduleRequest)
+
+
+@dataclass(eq=False, repr=False)
+class DeleteScheduleResponse(betterproto2.Message):
+    deleted: "bool" = betterproto2.field(1, betterproto2.TYPE_BOOL)
+
+
+default_message_pool.register_message("palyra.v1", "DeleteScheduleResponse", DeleteScheduleResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -2060,6 +2172,42 @@ class GetTreeTileResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "GetTreeTileResponse", GetTreeTileResponse)
+
+
+@dataclass(eq=False, repr=False)
+class GetUsageRequest(betterproto2.Message):
+    principal: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Empty: the caller. Another principal needs an operator.
+    """
+
+    agent_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    session_id: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    run_id: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+    day: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    UTC day `YYYY-MM-DD` whose day and month are reported; empty: today.
+    """
+
+
+default_message_pool.register_message("palyra.v1", "GetUsageRequest", GetUsageRequest)
+
+
+@dataclass(eq=False, repr=False)
+class GetUsageResponse(betterproto2.Message):
+    day: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    month: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    lines: "list[UsageLine]" = betterproto2.field(3, betterproto2.TYPE_MESSAGE, repeated=True)
+
+    budgets: "list[BudgetStatus]" = betterproto2.field(4, betterproto2.TYPE_MESSAGE, repeated=True)
+
+
+default_message_pool.register_message("palyra.v1", "GetUsageResponse", GetUsageResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -2653,6 +2801,22 @@ default_message_pool.register_message("palyra.v1", "ListRunTapeResponse", ListRu
 
 
 @dataclass(eq=False, repr=False)
+class ListSchedulesRequest(betterproto2.Message):
+    pass
+
+
+default_message_pool.register_message("palyra.v1", "ListSchedulesRequest", ListSchedulesRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListSchedulesResponse(betterproto2.Message):
+    schedules: "list[Schedule]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+
+default_message_pool.register_message("palyra.v1", "ListSchedulesResponse", ListSchedulesResponse)
+
+
+@dataclass(eq=False, repr=False)
 class ListSessionsRequest(betterproto2.Message):
     after_session_key: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -2989,6 +3153,26 @@ default_message_pool.register_message("palyra.v1", "ProveEntryResponse", ProveEn
 
 
 @dataclass(eq=False, repr=False)
+class ProviderFailover(betterproto2.Message):
+    """
+    One provider passed over for a model call (docs/architecture.md, "Models").
+    """
+
+    provider: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    model: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    code: "ErrorCode" = betterproto2.field(
+        3, betterproto2.TYPE_ENUM, default_factory=lambda: ErrorCode(0)
+    )
+
+    message: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("palyra.v1", "ProviderFailover", ProviderFailover)
+
+
+@dataclass(eq=False, repr=False)
 class ProviderTurnOutput(betterproto2.Message):
     turn: "int" = betterproto2.field(1, betterproto2.TYPE_UINT32)
 
@@ -3003,6 +3187,44 @@ class ProviderTurnOutput(betterproto2.Message):
     output_tokens: "int" = betterproto2.field(6, betterproto2.TYPE_UINT32)
 
     provider: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+    """
+    The registry name of the provider that answered (`[[providers]]` name; the
+    default `[provider]` is named by its `name`, else its kind).
+    """
+
+    model: "str" = betterproto2.field(8, betterproto2.TYPE_STRING)
+    """
+    The model that answered, as the vendor named it (else as requested).
+    """
+
+    cached: "bool" = betterproto2.field(9, betterproto2.TYPE_BOOL)
+    """
+    The answer was served from the response cache (the journal), not a provider.
+    """
+
+    failovers: "list[ProviderFailover]" = betterproto2.field(
+        10, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    Providers tried before the one that answered, in order: each failed with a
+    retryable error or had its circuit open before any output.
+    """
+
+    cached_input_tokens: "int" = betterproto2.field(11, betterproto2.TYPE_UINT32)
+    """
+    Of input_tokens, those the provider served from its own prompt cache.
+    """
+
+    cost_micros: "int" = betterproto2.field(12, betterproto2.TYPE_UINT64)
+    """
+    The call's cost from the configured price table, in micro-units (0: no price,
+    or served by palyra's response cache).
+    """
+
+    budget_warnings: "list[str]" = betterproto2.field(13, betterproto2.TYPE_STRING, repeated=True)
+    """
+    `suggest` budgets this call found spent (docs/architecture.md, "Usage and budgets").
+    """
 
 
 default_message_pool.register_message("palyra.v1", "ProviderTurnOutput", ProviderTurnOutput)
@@ -3299,6 +3521,16 @@ class Run(betterproto2.Message):
     The agent serving the run ("" for the daemon's default agent).
     """
 
+    parent_run_id: "str" = betterproto2.field(15, betterproto2.TYPE_STRING)
+    """
+    Delegation (`agent.delegate`): the run that started this one ("" for none), how
+    deep below a top-level run it is (0 for one), and the runs it delegated to.
+    """
+
+    delegation_depth: "int" = betterproto2.field(16, betterproto2.TYPE_UINT32)
+
+    child_run_ids: "list[str]" = betterproto2.field(17, betterproto2.TYPE_STRING, repeated=True)
+
 
 default_message_pool.register_message("palyra.v1", "Run", Run)
 
@@ -3396,6 +3628,12 @@ class RunStreamRequest(betterproto2.Message):
     commit. Later inputs on a completing run are refused (RUN_TERMINAL).
     """
 
+    model: "str" = betterproto2.field(17, betterproto2.TYPE_STRING)
+    """
+    First message only: `provider` or `provider/model` to answer this run in place of
+    its agent's (the agent's fallbacks stay), if Cedar `model.select` permits it.
+    """
+
 
 default_message_pool.register_message("palyra.v1", "RunStreamRequest", RunStreamRequest)
 
@@ -3417,6 +3655,59 @@ class RunStreamResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "RunStreamResponse", RunStreamResponse)
+
+
+@dataclass(eq=False, repr=False)
+class Schedule(betterproto2.Message):
+    schedule_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    cron: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Five-field cron expression (`0 9 * * MON-FRI`), evaluated in `time_zone`;
+    empty for a one-off schedule.
+    """
+
+    time_zone: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    IANA time zone of `cron` (`Europe/Berlin`); empty: UTC.
+    """
+
+    at_unix_ms: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
+    """
+    A one-off schedule's time (Unix ms); 0 for a cron schedule.
+    """
+
+    agent_id: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+
+    session_key: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    The session the prompt's runs use (empty: `schedule:<schedule_id>`).
+    """
+
+    prompt: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+
+    missed: "str" = betterproto2.field(8, betterproto2.TYPE_STRING)
+    """
+    A firing missed while the daemon was down: `run_once` (default: run it once at
+    start-up) or `skip`.
+    """
+
+    next_fire_unix_ms: "int" = betterproto2.field(9, betterproto2.TYPE_INT64)
+    """
+    The next firing (Unix ms); 0 once a one-off schedule has fired.
+    """
+
+    principal: "str" = betterproto2.field(10, betterproto2.TYPE_STRING)
+    """
+    Who created it; its runs run as this principal.
+    """
+
+    created_at_unix_ms: "int" = betterproto2.field(11, betterproto2.TYPE_INT64)
+
+    fired_count: "int" = betterproto2.field(12, betterproto2.TYPE_UINT64)
+
+
+default_message_pool.register_message("palyra.v1", "Schedule", Schedule)
 
 
 @dataclass(eq=False, repr=False)
@@ -4015,6 +4306,53 @@ class UpdateAgentResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "UpdateAgentResponse", UpdateAgentResponse)
+
+
+@dataclass(eq=False, repr=False)
+class UsageLine(betterproto2.Message):
+    scope: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    principal | agent | session | run
+    """
+
+    subject: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    period: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    `day:YYYY-MM-DD`, `month:YYYY-MM` or `all` (a run's or a session's whole life).
+    """
+
+    totals: "UsageTotals | None" = betterproto2.field(4, betterproto2.TYPE_MESSAGE, optional=True)
+
+
+default_message_pool.register_message("palyra.v1", "UsageLine", UsageLine)
+
+
+@dataclass(eq=False, repr=False)
+class UsageTotals(betterproto2.Message):
+    calls: "int" = betterproto2.field(1, betterproto2.TYPE_UINT64)
+
+    input_tokens: "int" = betterproto2.field(2, betterproto2.TYPE_UINT64)
+
+    output_tokens: "int" = betterproto2.field(3, betterproto2.TYPE_UINT64)
+
+    cached_input_tokens: "int" = betterproto2.field(4, betterproto2.TYPE_UINT64)
+    """
+    Input tokens the provider served from its own prompt cache (part of input_tokens).
+    """
+
+    cost_micros: "int" = betterproto2.field(5, betterproto2.TYPE_UINT64)
+    """
+    Cost from the configured price table, in micro-units of its currency.
+    """
+
+    cache_hits: "int" = betterproto2.field(6, betterproto2.TYPE_UINT64)
+    """
+    Calls answered by palyra's response cache (no tokens, no cost).
+    """
+
+
+default_message_pool.register_message("palyra.v1", "UsageTotals", UsageTotals)
 
 
 @dataclass(eq=False, repr=False)
@@ -5398,6 +5736,78 @@ class MemoryServiceStub(betterproto2_grpclib.ServiceStub):
         )
 
 
+class ScheduleServiceStub(betterproto2_grpclib.ServiceStub):
+    """
+    Scheduled prompts (docs/architecture.md, "Scheduled prompts"): a prompt sent to an
+    agent on a cron schedule in a time zone, or once at a given time. Each firing is
+    one `background_prompt` task on the durable queue, exactly once per firing across
+    restarts; its run's id is the task's id.
+    """
+
+    async def create_schedule(
+        self,
+        message: "CreateScheduleRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "CreateScheduleResponse":
+
+        return await self._unary_unary(
+            "/palyra.v1.ScheduleService/CreateSchedule",
+            message,
+            CreateScheduleResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def list_schedules(
+        self,
+        message: "ListSchedulesRequest | None" = None,
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListSchedulesResponse":
+        """
+        The caller's schedules (an operator's: everyone's), oldest first.
+        """
+
+        if message is None:
+            message = ListSchedulesRequest()
+
+        return await self._unary_unary(
+            "/palyra.v1.ScheduleService/ListSchedules",
+            message,
+            ListSchedulesResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def delete_schedule(
+        self,
+        message: "DeleteScheduleRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "DeleteScheduleResponse":
+        """
+        Cedar `cron.delete` (operators only by default).
+        """
+
+        return await self._unary_unary(
+            "/palyra.v1.ScheduleService/DeleteSchedule",
+            message,
+            DeleteScheduleResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+
 class TasksServiceStub(betterproto2_grpclib.ServiceStub):
     """
     The durable background-task queue (post-run reflection and other queued
@@ -5535,6 +5945,36 @@ class TokensServiceStub(betterproto2_grpclib.ServiceStub):
             "/palyra.v1.TokensService/RevokeToken",
             message,
             RevokeTokenResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+
+class UsageServiceStub(betterproto2_grpclib.ServiceStub):
+    """
+    Model usage and budgets (docs/architecture.md, "Usage and budgets"). Every model
+    call's tokens and cost are on the run's tape (`provider_turn_output`) and summed
+    per run, session, agent and principal, per UTC day and month.
+    """
+
+    async def get_usage(
+        self,
+        message: "GetUsageRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "GetUsageResponse":
+        """
+        The caller's usage (an operator may name any principal, agent, session or run),
+        with every budget that applies and how much of it is spent.
+        """
+
+        return await self._unary_unary(
+            "/palyra.v1.UsageService/GetUsage",
+            message,
+            GetUsageResponse,
             timeout=timeout,
             deadline=deadline,
             metadata=metadata,
@@ -6913,6 +7353,82 @@ class MemoryServiceBase(betterproto2_grpclib.ServiceBase):
         }
 
 
+class ScheduleServiceBase(betterproto2_grpclib.ServiceBase):
+    """
+    Scheduled prompts (docs/architecture.md, "Scheduled prompts"): a prompt sent to an
+    agent on a cron schedule in a time zone, or once at a given time. Each firing is
+    one `background_prompt` task on the durable queue, exactly once per firing across
+    restarts; its run's id is the task's id.
+    """
+
+    async def create_schedule(self, message: "CreateScheduleRequest") -> "CreateScheduleResponse":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def list_schedules(self, message: "ListSchedulesRequest") -> "ListSchedulesResponse":
+        """
+        The caller's schedules (an operator's: everyone's), oldest first.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def delete_schedule(self, message: "DeleteScheduleRequest") -> "DeleteScheduleResponse":
+        """
+        Cedar `cron.delete` (operators only by default).
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def __rpc_create_schedule(
+        self,
+        stream: "grpclib.server.Stream[CreateScheduleRequest, CreateScheduleResponse]",
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.create_schedule(request)
+        await stream.send_message(response)
+
+    async def __rpc_list_schedules(
+        self,
+        stream: "grpclib.server.Stream[ListSchedulesRequest, ListSchedulesResponse]",
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.list_schedules(request)
+        await stream.send_message(response)
+
+    async def __rpc_delete_schedule(
+        self,
+        stream: "grpclib.server.Stream[DeleteScheduleRequest, DeleteScheduleResponse]",
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.delete_schedule(request)
+        await stream.send_message(response)
+
+    def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
+        return {
+            "/palyra.v1.ScheduleService/CreateSchedule": grpclib.const.Handler(
+                self.__rpc_create_schedule,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                CreateScheduleRequest,
+                CreateScheduleResponse,
+            ),
+            "/palyra.v1.ScheduleService/ListSchedules": grpclib.const.Handler(
+                self.__rpc_list_schedules,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ListSchedulesRequest,
+                ListSchedulesResponse,
+            ),
+            "/palyra.v1.ScheduleService/DeleteSchedule": grpclib.const.Handler(
+                self.__rpc_delete_schedule,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                DeleteScheduleRequest,
+                DeleteScheduleResponse,
+            ),
+        }
+
+
 class TasksServiceBase(betterproto2_grpclib.ServiceBase):
     """
     The durable background-task queue (post-run reflection and other queued
@@ -7057,6 +7573,40 @@ class TokensServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 RevokeTokenRequest,
                 RevokeTokenResponse,
+            ),
+        }
+
+
+class UsageServiceBase(betterproto2_grpclib.ServiceBase):
+    """
+    Model usage and budgets (docs/architecture.md, "Usage and budgets"). Every model
+    call's tokens and cost are on the run's tape (`provider_turn_output`) and summed
+    per run, session, agent and principal, per UTC day and month.
+    """
+
+    async def get_usage(self, message: "GetUsageRequest") -> "GetUsageResponse":
+        """
+        The caller's usage (an operator may name any principal, agent, session or run),
+        with every budget that applies and how much of it is spent.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def __rpc_get_usage(
+        self, stream: "grpclib.server.Stream[GetUsageRequest, GetUsageResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.get_usage(request)
+        await stream.send_message(response)
+
+    def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
+        return {
+            "/palyra.v1.UsageService/GetUsage": grpclib.const.Handler(
+                self.__rpc_get_usage,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                GetUsageRequest,
+                GetUsageResponse,
             ),
         }
 
