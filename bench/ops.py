@@ -2,44 +2,49 @@
 
 ``metrics``: the daemon's :class:`~palyra.ops.metrics.DaemonMetrics` on the
 measured store and engine, drained as in the daemon and scraped every ``SCRAPE_EVERY_S`` (15 times more often
-than Prometheus' default 15 s, so the fold's cost shows). ``tracing``: the span
-follower at 100 % sampling into the SDK's ``BatchSpanProcessor``, whose exporter
-encodes every batch as OTLP protobuf (the OTLP/HTTP exporter's own encoder) and
-drops the bytes: all of tracing's CPU but the HTTP request to a collector.
+than Prometheus' default 15 s, so the fold's cost shows). ``tracing``: the
+daemon's exporter process (:mod:`palyra.ops.trace_exporter`) at 100 % sampling
+on the measured journal, sending OTLP/HTTP protobuf to a loopback collector
+(:mod:`bench.otlp_sink`). The measured process's CPU is the daemon's; the
+exporter's own CPU over the measured phase is reported beside it
+(``exporter_cpu_s``), since on a machine with no spare core it would slow the
+daemon too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
-
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+import json
+import resource
+import sys
+from collections.abc import AsyncIterator
 
 from bench.inproc import InProcessDriver
+from palyra.ops.config import TracingConfig
 from palyra.ops.metrics import DaemonMetrics, MetricSources
-from palyra.ops.tracing import SpanSink, trace_journal
+from palyra.ops.trace_process import TraceExporterProcess
 
 MODES = ("off", "metrics", "tracing")
 SCRAPE_EVERY_S = 1.0
+EXPORTER_WARM_S = 1.5  # its imports done before the measured phase starts
 
 
-class EncodeOnly(SpanExporter):
-    """Encodes each batch as the OTLP/HTTP exporter would, then drops it."""
-
-    def __init__(self) -> None:
-        self.spans = 0
-        self.bytes = 0
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        self.bytes += len(encode_spans(spans).SerializeToString())
-        self.spans += len(spans)
-        return SpanExportResult.SUCCESS
-
-    def shutdown(self) -> None:
-        return None
+@contextlib.asynccontextmanager
+async def collector() -> AsyncIterator[tuple[int, dict[str, int]]]:
+    """A loopback OTLP sink process; yields its port and, once it stopped, what it took."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.otlp_sink", stdout=asyncio.subprocess.PIPE)
+    assert process.stdout is not None
+    seen: dict[str, int] = {}
+    try:
+        port = int(await process.stdout.readline())
+        yield port, seen
+    finally:
+        process.terminate()
+        with contextlib.suppress(ValueError):
+            seen.update(json.loads(await process.stdout.readline() or b"{}"))
+        await process.wait()
 
 
 @contextlib.asynccontextmanager
@@ -68,12 +73,19 @@ async def operations(driver: InProcessDriver, mode: str) -> AsyncIterator[dict[s
             counters["scrape_bytes"] = len(metrics.scrape())  # what was left is folded too
             metrics.close()
         return
-    exporter = EncodeOnly()
-    sink = SpanSink(BatchSpanProcessor(exporter))
-    task = asyncio.create_task(trace_journal(driver.store, sink, driver.store.head().count))
-    try:
-        yield counters
-    finally:
-        task.cancel()
-        await asyncio.to_thread(sink.shutdown)
-        counters.update(spans=exporter.spans, otlp_bytes=exporter.bytes, emitted=sink.emitted)
+    async with collector() as (port, seen):
+        tracer = TraceExporterProcess(driver.store.data_dir, TracingConfig(
+            enabled=True, otlp_endpoint=f"http://127.0.0.1:{port}/v1/traces"))
+        await tracer.start(driver.store.head().count)
+        await asyncio.sleep(EXPORTER_WARM_S)
+        cpu_before = tracer.cpu_seconds()
+        try:
+            yield counters
+        finally:
+            # Its whole CPU once reaped (the last read and flush included), less the warm-up.
+            reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+            counters["exporter_exit"] = await tracer.stop() or 0
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            lifetime = after.ru_utime + after.ru_stime - reaped.ru_utime - reaped.ru_stime
+            counters["exporter_cpu_ms"] = round((lifetime - cpu_before) * 1000, 1)
+    counters.update(otlp_requests=seen.get("requests", 0), otlp_bytes=seen.get("bytes", 0))

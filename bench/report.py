@@ -175,6 +175,10 @@ def ops_overhead(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, floa
             "paired_cpu_overhead_pct": statistics.median(
                 _overhead(r["cpu_ms_per_step"], b["cpu_ms_per_step"]) for r, b in pairs),
         }
+        exporter = [r["ops"]["exporter_cpu_ms"] / (r["steps"] * r["sessions"] * r["turns"])
+                    for r in result["runs"] if "exporter_cpu_ms" in r.get("ops", {})]
+        if exporter:  # tracing's CPU outside the daemon's process
+            out[kind]["exporter_cpu_ms_per_step"] = round(statistics.median(exporter), 3)
     return out
 
 
@@ -193,6 +197,9 @@ def ops_overhead_text(overhead: dict[str, dict[str, float]]) -> str:
                      f"{o['cpu_overhead_pct']:+.2f} % CPU/step; per repeat (median of "
                      f"pairs): {o['paired_throughput_overhead_pct']:+.2f} % throughput, "
                      f"{o['paired_cpu_overhead_pct']:+.2f} % CPU/step")
+        if "exporter_cpu_ms_per_step" in o:
+            lines.append(f"    beside it, the exporter process: {o['exporter_cpu_ms_per_step']:.3f} "
+                         "CPU ms/step (its own core when one is free)")
     return "\n".join(lines)
 
 

@@ -27,7 +27,7 @@ from palyra.daemon.datadir import ensure_data_dir
 from palyra.daemon.discovery import DaemonInfo, remove_daemon_info, write_daemon_info
 from palyra.daemon.listen import bind_setting, bound_port
 from palyra.daemon.logs import configure_logging, daemon_secrets
-from palyra.daemon.operations import daemon_metrics, plain_routes, start_tracing
+from palyra.daemon.operations import daemon_metrics, plain_routes, tracing_process
 from palyra.daemon.tokens import ADMIN_TOKEN_FILE, load_or_create_admin_token
 from palyra.daemon.wiring import VERSION, open_application
 from palyra.engine import live_run_ids
@@ -81,7 +81,12 @@ async def run_daemon(
         admin_token = resolve_admin_token(config, out)
         scrubber.add(admin_token)
         pid = os.getpid()
+        tracer = tracing_process(config)
+        if tracer is not None:  # stopped after the journal closes: parked runs are traced too
+            stack.push_async_callback(tracer.stop)
         app, make_ctx = await open_application(config, stack)
+        if tracer is not None:
+            await tracer.start(app.store.head().count)
         authenticator = Authenticator.from_config(config.auth, admin_token,
                                                   principal_tokens=app.token_book.principal_of)
         streams = OpenStreams()
@@ -104,7 +109,6 @@ async def run_daemon(
                                      name="checkpoints")
                       if config.daemon.checkpoint_interval_s > 0 else None)
             retention = _start_retention(tg, app.store, config.journal)
-            tracing = start_tracing(tg, app.store, config)
             drain = (tg.create_task(metrics.drain_every(), name="metrics")
                      if metrics is not None else None)
             tg.create_task(http_gateway.serve(http_sock), name="http")
@@ -121,13 +125,11 @@ async def run_daemon(
                       data_dir=info.data_dir)
             await stop.wait()
             _log.info("daemon_draining")
-            for task in (signer, retention, drain, tracing[0] if tracing else None):
+            for task in (signer, retention, drain):
                 if task is not None:  # the TaskGroup would otherwise wait on them
                     task.cancel()
             http_gateway.close()
             await _bounded(grpc_gateway.close(), config.daemon.shutdown_grace_s)
-        if tracing is not None:  # what the batch holds goes out before the exit
-            await asyncio.to_thread(tracing[1].shutdown)
         # Leaving the exit stack parks the engine's runs and closes the journal.
     _log.info("daemon_stopped")
     return 0

@@ -2,13 +2,12 @@
 
 ``/metrics`` (Prometheus text, optionally behind a bearer token) and ``/readyz``
 (200, or 503 with the failing checks) on the HTTP port; with ``[tracing]
-enabled`` a task folds every committed event into GenAI spans for the OTLP
-exporter.
+enabled`` an exporter process beside the daemon folds every committed event
+into GenAI spans for the OTLP exporter.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 from collections.abc import Mapping
 
@@ -17,9 +16,8 @@ import structlog
 
 from palyra.app import PalyraApp
 from palyra.config import PalyraConfig
-from palyra.journal import JournalStore
 from palyra.ops.metrics import CONTENT_TYPE, DaemonMetrics, MetricSources
-from palyra.ops.tracing import SpanSink, otlp_sink, trace_journal
+from palyra.ops.trace_process import TraceExporterProcess
 from palyra.transport.http.app import PlainHandler
 from palyra.transport.streams import OpenStreams
 
@@ -71,13 +69,11 @@ def _metrics(metrics: DaemonMetrics, token: str) -> PlainHandler:
     return scrape
 
 
-def start_tracing(tg: asyncio.TaskGroup, store: JournalStore,
-                  config: PalyraConfig) -> tuple[asyncio.Task[None], SpanSink] | None:
-    """With ``[tracing] enabled``: the follower task and its sink (shut down at drain)."""
+def tracing_process(config: PalyraConfig) -> TraceExporterProcess | None:
+    """With ``[tracing] enabled``: the exporter process, not started yet (the caller starts
+    it at the journal head it opened and stops it once the journal is closed)."""
     if not config.tracing.enabled:
         return None
-    sink = otlp_sink(config.tracing)
-    task = tg.create_task(trace_journal(store, sink, store.head().count), name="tracing")
     _log.info("tracing", endpoint=config.tracing.otlp_endpoint or "(none: spans dropped)",
               sample_ratio=config.tracing.sample_ratio)
-    return task, sink
+    return TraceExporterProcess(config.data_dir, config.tracing)
