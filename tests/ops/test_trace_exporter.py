@@ -37,7 +37,7 @@ class _Collector(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: _Collector
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["content-length"]))
         request = ExportTraceServiceRequest.FromString(body)
         self.server.spans += [span for resource in request.resource_spans
@@ -46,7 +46,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("content-length", "0")
         self.end_headers()
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         return None
 
 
