@@ -22,6 +22,8 @@ from typing import TextIO
 import structlog
 
 from palyra.app import PalyraApp, tape_stream
+from palyra.channels.counters import counting_signature_failures
+from palyra.channels.ingress import SLACK_PREFIX, TELEGRAM_PREFIX, WEBHOOK_PREFIX
 from palyra.config import PalyraConfig
 from palyra.daemon.datadir import ensure_data_dir
 from palyra.daemon.discovery import DaemonInfo, remove_daemon_info, write_daemon_info
@@ -156,10 +158,14 @@ def _start_retention(tg: asyncio.TaskGroup, store: JournalStore,
 
 def _ingress_routes(app: PalyraApp) -> dict[str, IngressHandler]:
     """The chat platforms' own HTTP ingress (signed by them, not by our tokens)."""
-    if app.ingress is None:
+    if app.ingress is None or app.channels is None:
         return {}
-    return {"/v1/ingress/slack": app.ingress.slack, "/v1/ingress/webhooks": app.ingress.webhook,
-            "/v1/ingress/telegram": app.ingress.telegram}
+    counters = app.channels.counters  # signature failures journal nothing: counted here
+    return {path: counting_signature_failures(handler, prefix, counters)
+            for path, handler, prefix in (
+                ("/v1/ingress/slack", app.ingress.slack, SLACK_PREFIX),
+                ("/v1/ingress/webhooks", app.ingress.webhook, WEBHOOK_PREFIX),
+                ("/v1/ingress/telegram", app.ingress.telegram, TELEGRAM_PREFIX))}
 
 
 def _on_signal(signum: int, stop: asyncio.Event) -> Callable[[], None]:

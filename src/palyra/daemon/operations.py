@@ -33,7 +33,7 @@ def daemon_metrics(app: PalyraApp, config: PalyraConfig,
         return None
     return DaemonMetrics(MetricSources(
         store=app.store, engine=app.engine, tasks=app.tasks, memory=app.memory,
-        streams_open=streams.snapshot,
+        streams_open=streams.snapshot, channels=app.channels,
         models={config.provider.kind: config.provider.model or config.provider.kind}))
 
 

@@ -135,6 +135,11 @@ class EventMetrics:
         cell = self._counts[family].get(labels)
         return cell.value if cell is not None else 0.0
 
+    def quarantined(self) -> dict[str, float]:
+        """Messages quarantined since the fold began, per channel."""
+        return {labels[0]: cell.value for labels, cell in self._counts[CHANNEL].items()
+                if labels[1] == "quarantined"}
+
     def feed(self, event: EventLike) -> None:
         """Count one committed event."""
         kind = event.kind

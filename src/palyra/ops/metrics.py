@@ -24,6 +24,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from palyra.channels import ChannelRouter
 from palyra.core.histogram import Histogram
 from palyra.engine import Engine
 from palyra.journal import JournalStore
@@ -45,6 +46,7 @@ class MetricSources:
     tasks: TaskQueue | None = None
     memory: Memory | None = None
     streams_open: Callable[[], Mapping[str, int]] | None = None
+    channels: ChannelRouter | None = None
     models: dict[str, str] = field(default_factory=dict)  # provider name → model name
 
 
@@ -56,7 +58,10 @@ class DaemonMetrics:
         self._sources = sources
         self.events = EventMetrics(sources.models)
         self._tail = JournalTail(sources.store)  # counters start at the head, with this daemon
-        self.registry.register(_LiveCollector(sources, self.events))
+        # The quarantine only grows: its size is what it held now plus what the fold
+        # sees quarantined from here on (no scan per scrape).
+        quarantine = sources.channels.quarantine_sizes() if sources.channels else {}
+        self.registry.register(_LiveCollector(sources, self.events, quarantine))
 
     def catch_up(self) -> int:
         """Fold the events committed since the last call; returns how many."""
@@ -84,9 +89,11 @@ class DaemonMetrics:
 
 
 class _LiveCollector(Collector):
-    def __init__(self, sources: MetricSources, events: EventMetrics) -> None:
+    def __init__(self, sources: MetricSources, events: EventMetrics,
+                 quarantine: Mapping[str, int]) -> None:
         self._s = sources
         self._events = events
+        self._quarantine = quarantine
 
     def describe(self) -> list[Metric]:
         return []  # families depend on what is configured: collected, not described
@@ -113,6 +120,30 @@ class _LiveCollector(Collector):
                                       value=self._s.tasks.stale_refusals)
         if self._s.memory is not None:
             yield from self._memory(self._s.memory)
+        if self._s.channels is not None:
+            yield from self._channels(self._s.channels)
+
+    def _channels(self, router: ChannelRouter) -> Iterator[Metric]:
+        counters = router.counters
+        duplicates = CounterMetricFamily(
+            "palyra_channel_duplicates", "Channel redeliveries answered from the dedupe record "
+            "(nothing journaled).", labels=["channel"])
+        for channel, count in sorted(counters.duplicates.items()):
+            duplicates.add_metric([channel], count)
+        yield duplicates
+        refused = CounterMetricFamily(
+            "palyra_channel_signature_failures", "Channel deliveries refused for their "
+            "signature or timestamp (nothing journaled).", labels=["channel", "reason"])
+        for (channel, reason), count in sorted(counters.signature_failures.items()):
+            refused.add_metric([channel, reason], count)
+        yield refused
+        sizes = Tally(self._quarantine)
+        sizes.update(self._events.quarantined())
+        quarantine = GaugeMetricFamily("palyra_channel_quarantine_size", "Messages in the "
+                                       "quarantine, per channel.", labels=["channel"])
+        for channel, count in sorted(sizes.items()):
+            quarantine.add_metric([channel], count)
+        yield quarantine
 
     def _journal(self) -> Iterator[Metric]:
         store = self._s.store
