@@ -30,6 +30,7 @@ from palyra.daemon.discovery import DaemonInfo, remove_daemon_info, write_daemon
 from palyra.daemon.listen import bind_setting, bound_port
 from palyra.daemon.logs import configure_logging, daemon_secrets
 from palyra.daemon.operations import daemon_metrics, plain_routes, tracing_process
+from palyra.daemon.starting import StartupResponder
 from palyra.daemon.tokens import ADMIN_TOKEN_FILE, load_or_create_admin_token
 from palyra.daemon.wiring import VERSION, open_application
 from palyra.engine import live_run_ids
@@ -86,7 +87,13 @@ async def run_daemon(
         tracer = tracing_process(config)
         if tracer is not None:  # stopped after the journal closes: parked runs are traced too
             stack.push_async_callback(tracer.stop)
-        app, make_ctx = await open_application(config, stack)
+        # Until the gateway serves, the HTTP port answers that the daemon is starting
+        # (/readyz 503 with the phase) instead of leaving probes in the backlog.
+        starting = StartupResponder(http_sock, "palyra", VERSION)
+        starting.start()
+        stack.callback(starting.stop)
+        app, make_ctx = await open_application(config, stack, on_phase=starting.set_phase)
+        starting.set_phase("starting the listeners")
         if tracer is not None:
             await tracer.start(app.store.head().count)
         authenticator = Authenticator.from_config(config.auth, admin_token,
@@ -113,6 +120,7 @@ async def run_daemon(
             retention = _start_retention(tg, app.store, config.journal)
             drain = (tg.create_task(metrics.drain_every(), name="metrics")
                      if metrics is not None else None)
+            starting.stop()  # the gateway takes the socket over
             tg.create_task(http_gateway.serve(http_sock), name="http")
             # What start-up built (modules, the policy set, the embedder's tables, the
             # engine graph) lives as long as the daemon: keep it out of the collector's

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import importlib.metadata
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
@@ -72,14 +73,18 @@ _log = structlog.get_logger("palyra.daemon")
 
 
 async def open_application(
-    config: PalyraConfig, stack: contextlib.AsyncExitStack
+    config: PalyraConfig, stack: contextlib.AsyncExitStack,
+    on_phase: Callable[[str], None] = lambda phase: None,
 ) -> tuple[PalyraApp, ContextFactory[CallContext]]:
     """Open every port and the facade; return the app and its context factory.
+
+    ``on_phase`` is told each step of start-up as it begins (``/readyz`` names it).
 
     Raises:
         PalyraError: ``DATA_DIR_LOCKED`` (another daemon owns the data dir),
             ``POLICY_INVALID``, ``CONFIG_INVALID``.
     """
+    on_phase("opening the journal")
     store = JournalStore.open(config.data_dir, config=config.journal)
     stack.callback(store.close)
     # Runs after the engine has parked its runs (exit order is LIFO), so the
@@ -92,6 +97,7 @@ async def open_application(
     if skills_dir.is_dir() and any(skills_dir.iterdir()):
         await _load_skills(config, skills_dir, registry, store)
     if config.tools.mcp:
+        on_phase("connecting MCP servers")
         # The SDK is loaded only when servers are configured. Entered before the
         # engine, left after it has parked its runs: no call loses its server.
         from palyra.tools.mcp.hub import McpHub
@@ -120,8 +126,10 @@ async def open_application(
                                            Preferences(memory, gate)]))
     # Entering starts the engine's TaskGroup; leaving it drains (parks runs).
     await stack.enter_async_context(engine)
+    on_phase("recovering runs")
     report = await engine.recover()
     _log.info("recovered", **recovery_log_fields(report))
+    on_phase("recovering tasks")
     tasks = TaskQueue(store)
     moved = await tasks.start()
     stack.push_async_callback(tasks.close)
@@ -144,6 +152,7 @@ async def open_application(
     watchdog.start()
     stack.push_async_callback(watchdog.close)
     app = PalyraApp(engine)
+    on_phase("opening channels")
     app.channels, app.ingress = await _open_channels(config, store, engine, tasks, gate, stack)
     app.tasks = tasks
     app.learning = learning
