@@ -81,6 +81,10 @@ async def run_daemon(
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, _on_signal(signum, stop))
+        # Until the daemon serves, a SIGHUP (policy reload) is moot: start-up reads the
+        # policy files anyway. Handled, so it does not end the process.
+        loop.add_signal_handler(signal.SIGHUP, lambda: _log.info("signal", signal="SIGHUP",
+                                                                 during="start-up"))
         admin_token = resolve_admin_token(config, out)
         scrubber.add(admin_token)
         pid = os.getpid()
@@ -122,6 +126,10 @@ async def run_daemon(
                      if metrics is not None else None)
             starting.stop()  # the gateway takes the socket over
             tg.create_task(http_gateway.serve(http_sock), name="http")
+            if app.reload_policy is not None:  # SIGHUP: read the policy files again
+                reload = app.reload_policy
+                loop.add_signal_handler(signal.SIGHUP, lambda: tg.create_task(
+                    reload(), name="policy-reload"))
             # What start-up built (modules, the policy set, the embedder's tables, the
             # engine graph) lives as long as the daemon: keep it out of the collector's
             # full passes, which otherwise walk it all again and again under load.
@@ -135,6 +143,7 @@ async def run_daemon(
                       data_dir=info.data_dir)
             await stop.wait()
             _log.info("daemon_draining")
+            loop.remove_signal_handler(signal.SIGHUP)
             for task in (signer, retention, drain):
                 if task is not None:  # the TaskGroup would otherwise wait on them
                     task.cancel()

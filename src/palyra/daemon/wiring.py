@@ -55,6 +55,7 @@ from palyra.memory.service import Memory
 from palyra.ops.doctor import daemon_details
 from palyra.ops.readiness import Readiness
 from palyra.policy import PolicyGate
+from palyra.policy.reload import reload_policy
 from palyra.providers import build_provider
 from palyra.tasks import TaskQueue, TaskWorker
 from palyra.tools import ToolRegistry, default_registry
@@ -157,9 +158,10 @@ async def open_application(
     app.tasks = tasks
     app.learning = learning
     app.memory = memory
-    readiness = Readiness(store, lambda: gate.policy_hash)
+    readiness = Readiness(store, gate)
     readiness.recovered = True  # engine.recover() and the task queue's start returned
     app.readiness = lambda: [(c.name, c.ok, c.detail) for c in readiness.checks()]
+    app.reload_policy = lambda: reload_policy(gate, store)
     app.health_details = lambda: [
         (c.name, c.ok, c.detail) for c in daemon_details(
             config.data_dir, config.memory.embedder, lambda: memory.status().space)]
