@@ -26,7 +26,9 @@ OPERATIONS_DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 # scrape, no channel message, incident or memory change): no sample, so not exposed.
 _NOT_IN_A_PLAIN_RUN = {"palyra_runs", "palyra_run_phase", "palyra_tasks_queued",
                        "palyra_channel_messages_total", "palyra_watchdog_incidents_total",
-                       "palyra_memory_changes_total"}
+                       "palyra_memory_changes_total", "palyra_channel_duplicates_total",
+                       "palyra_channel_signature_failures_total",
+                       "palyra_channel_quarantine_size"}
 
 
 def _family(sample: str) -> str:
