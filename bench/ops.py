@@ -18,16 +18,17 @@ import contextlib
 import json
 import resource
 import sys
+import time
 from collections.abc import AsyncIterator
 
 from bench.inproc import InProcessDriver
 from palyra.ops.config import TracingConfig
-from palyra.ops.metrics import DaemonMetrics, MetricSources
+from palyra.ops.metrics import DRAIN_EVERY_S, DaemonMetrics, MetricSources
 from palyra.ops.trace_process import TraceExporterProcess
 
 MODES = ("off", "metrics", "tracing")
 SCRAPE_EVERY_S = 1.0
-EXPORTER_WARM_S = 1.5  # its imports done before the measured phase starts
+SETTLE_S = 1.5  # before every measured phase; the exporter's imports are done by then
 
 
 @contextlib.asynccontextmanager
@@ -48,9 +49,14 @@ async def collector() -> AsyncIterator[tuple[int, dict[str, int]]]:
 
 
 @contextlib.asynccontextmanager
-async def operations(driver: InProcessDriver, mode: str) -> AsyncIterator[dict[str, int]]:
+async def operations(driver: InProcessDriver, mode: str) -> AsyncIterator[dict[str, float]]:
     """Run ``mode``'s instrumentation around the measured phase; yields its counters."""
-    counters: dict[str, int] = {}
+    counters: dict[str, float] = {}
+    # Every mode starts its measured phase after the same pause (the exporter's imports
+    # need one; without it in every mode the others would start right on the previous
+    # run's heels, and pay for its write-back in their figures).
+    if mode != "tracing":
+        await asyncio.sleep(SETTLE_S)
     if mode == "off":
         yield counters
         return
@@ -58,26 +64,40 @@ async def operations(driver: InProcessDriver, mode: str) -> AsyncIterator[dict[s
         metrics = DaemonMetrics(MetricSources(store=driver.store, engine=driver.app.engine,
                                               models={"scripted": "scripted"}))
 
+        spent = [0.0]  # the loop thread's CPU in the fold and the scrapes (their direct cost)
+
         async def scrape_every() -> None:
             while True:
                 await asyncio.sleep(SCRAPE_EVERY_S)
+                began = time.thread_time()
                 counters["scrape_bytes"] = len(metrics.scrape())
+                spent[0] += time.thread_time() - began
                 counters["scrapes"] = counters.get("scrapes", 0) + 1
 
-        tasks = [asyncio.create_task(scrape_every()), asyncio.create_task(metrics.drain_every())]
+        async def drain_every() -> None:  # DaemonMetrics.drain_every, timed
+            while True:
+                await asyncio.sleep(DRAIN_EVERY_S)
+                began = time.thread_time()
+                metrics.catch_up()
+                spent[0] += time.thread_time() - began
+
+        tasks = [asyncio.create_task(scrape_every()), asyncio.create_task(drain_every())]
         try:
             yield counters
         finally:
             for task in tasks:
                 task.cancel()
+            began = time.thread_time()
             counters["scrape_bytes"] = len(metrics.scrape())  # what was left is folded too
+            spent[0] += time.thread_time() - began
+            counters["metrics_cpu_ms"] = round(spent[0] * 1000, 2)
             metrics.close()
         return
     async with collector() as (port, seen):
         tracer = TraceExporterProcess(driver.store.data_dir, TracingConfig(
             enabled=True, otlp_endpoint=f"http://127.0.0.1:{port}/v1/traces"))
         await tracer.start(driver.store.head().count)
-        await asyncio.sleep(EXPORTER_WARM_S)
+        await asyncio.sleep(SETTLE_S)
         cpu_before = tracer.cpu_seconds()
         try:
             yield counters

@@ -179,6 +179,12 @@ def ops_overhead(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, floa
                     for r in result["runs"] if "exporter_cpu_ms" in r.get("ops", {})]
         if exporter:  # tracing's CPU outside the daemon's process
             out[kind]["exporter_cpu_ms_per_step"] = round(statistics.median(exporter), 3)
+        direct = [r["ops"]["metrics_cpu_ms"] / (r["steps"] * r["sessions"] * r["turns"])
+                  for r in result["runs"] if "metrics_cpu_ms" in r.get("ops", {})]
+        if direct:  # the fold's and the scrapes' own CPU: what the noise of a loaded host hides
+            out[kind]["metrics_cpu_ms_per_step"] = round(statistics.median(direct), 4)
+            out[kind]["metrics_cpu_pct"] = round(
+                statistics.median(direct) / off["cpu_ms_per_step"] * 100, 2)
     return out
 
 
@@ -197,6 +203,10 @@ def ops_overhead_text(overhead: dict[str, dict[str, float]]) -> str:
                      f"{o['cpu_overhead_pct']:+.2f} % CPU/step; per repeat (median of "
                      f"pairs): {o['paired_throughput_overhead_pct']:+.2f} % throughput, "
                      f"{o['paired_cpu_overhead_pct']:+.2f} % CPU/step")
+        if "metrics_cpu_ms_per_step" in o:
+            lines.append(f"    of which the fold and the scrapes themselves: "
+                         f"{o['metrics_cpu_ms_per_step']:.4f} CPU ms/step = "
+                         f"{o['metrics_cpu_pct']:.2f} % of the plain run's CPU/step")
         if "exporter_cpu_ms_per_step" in o:
             lines.append(f"    beside it, the exporter process: {o['exporter_cpu_ms_per_step']:.3f} "
                          "CPU ms/step (its own core when one is free)")
