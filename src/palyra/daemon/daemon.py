@@ -122,8 +122,6 @@ async def run_daemon(
                                      name="checkpoints")
                       if config.daemon.checkpoint_interval_s > 0 else None)
             retention = _start_retention(tg, app.store, config.journal)
-            drain = (tg.create_task(metrics.drain_every(), name="metrics")
-                     if metrics is not None else None)
             starting.stop()  # the gateway takes the socket over
             tg.create_task(http_gateway.serve(http_sock), name="http")
             if app.reload_policy is not None:  # SIGHUP: read the policy files again
@@ -144,7 +142,7 @@ async def run_daemon(
             await stop.wait()
             _log.info("daemon_draining")
             loop.remove_signal_handler(signal.SIGHUP)
-            for task in (signer, retention, drain):
+            for task in (signer, retention):
                 if task is not None:  # the TaskGroup would otherwise wait on them
                     task.cancel()
             http_gateway.close()

@@ -1,20 +1,22 @@
-"""The Prometheus exposition: journal-derived metrics plus live gauges, built at scrape time.
+"""The Prometheus exposition: journal-derived metrics plus live gauges.
 
-:meth:`DaemonMetrics.scrape` first folds the events committed since the last
-scrape (drained from the writer's live events, :mod:`palyra.ops.tail`) (:class:`~palyra.ops.event_metrics.EventMetrics`), then renders the
-registry; the live gauges (runs by state, approvals pending, the journal's
-own counters and commit histograms, map use, open streams, queue depths,
-memory) are read from the objects that already hold them. Nothing is counted
-on the request path, so a daemon nobody scrapes pays nothing.
+Each durable commit's events are folded (:class:`~palyra.ops.event_metrics.EventMetrics`,
+a dict update per event) in the callback that already hands the commit to the
+tape followers (:meth:`~palyra.journal.JournalStore.consume_all`): the writer's
+own event objects, nothing buffered, no store read, no extra wake-up. A scrape
+renders the registry; the live gauges (runs by state, approvals pending, the
+journal's own counters and commit histograms, map use, open streams, queue
+depths, memory, channels) are read from the objects that already hold them.
+Nothing is counted on the request path.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter as Tally
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import structlog
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -27,14 +29,13 @@ from prometheus_client.registry import Collector
 from palyra.channels import ChannelRouter
 from palyra.core.histogram import Histogram
 from palyra.engine import Engine
-from palyra.journal import JournalStore
+from palyra.journal import JournalStore, StoredEvent
 from palyra.memory.service import Memory
 from palyra.ops.event_metrics import EventMetrics, cumulative_buckets
-from palyra.ops.tail import JournalTail
 from palyra.tasks import TaskQueue
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-DRAIN_EVERY_S = 0.25  # the tail's buffer holds about this much of a busy daemon
+_log = structlog.get_logger("palyra.ops")
 
 
 @dataclass
@@ -57,34 +58,35 @@ class DaemonMetrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self._sources = sources
         self.events = EventMetrics(sources.models)
-        self._tail = JournalTail(sources.store)  # counters start at the head, with this daemon
+        self.folded = 0
+        self.fold_errors = 0
+        # Counters start now, with this daemon: every commit from here on is folded
+        # in the callback that delivers it to the tape followers.
+        self._live = sources.store.consume_all(self._fold)
         # The quarantine only grows: its size is what it held now plus what the fold
         # sees quarantined from here on (no scan per scrape).
         quarantine = sources.channels.quarantine_sizes() if sources.channels else {}
         self.registry.register(_LiveCollector(sources, self.events, quarantine))
 
-    def catch_up(self) -> int:
-        """Fold the events committed since the last call; returns how many."""
-        events = self._tail.take()
+    def _fold(self, pairs: Sequence[tuple[StoredEvent, int]]) -> None:
+        """Fold one commit's events (the event loop, as the commit is delivered)."""
         feed = self.events.feed
-        for event in events:
-            feed(event)
-        return len(events)
-
-    async def drain_every(self, seconds: float = DRAIN_EVERY_S) -> None:
-        """Fold what was committed every ``seconds`` until cancelled (keeps the live buffer
-        from overflowing between scrapes; one wake-up per period, none per commit)."""
-        while True:
-            await asyncio.sleep(seconds)
-            self.catch_up()
+        for event, _size in pairs:
+            try:
+                feed(event)
+            except Exception:  # a fold bug must not cut the followers' delivery short
+                self.fold_errors += 1
+                if self.fold_errors == 1:
+                    _log.exception("metrics_fold_failed", kind=event.kind,
+                                   position=event.position)
+        self.folded += len(pairs)
 
     def close(self) -> None:
-        """Stop buffering (the store's close ends it too)."""
-        self._tail.close()
+        """Stop folding (the store's close ends it too)."""
+        self._sources.store.unsubscribe(self._live)
 
     def scrape(self) -> bytes:
-        """The Prometheus text exposition, current to the last commit."""
-        self.catch_up()
+        """The Prometheus text exposition, current to the last commit delivered."""
         return generate_latest(self.registry)
 
 
