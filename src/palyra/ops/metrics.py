@@ -1,9 +1,10 @@
 """The Prometheus exposition: journal-derived metrics plus live gauges.
 
 Each durable commit's events are folded (:class:`~palyra.ops.event_metrics.EventMetrics`,
-a dict update per event) in the callback that already hands the commit to the
-tape followers (:meth:`~palyra.journal.JournalStore.consume_all`): the writer's
-own event objects, nothing buffered, no store read, no extra wake-up. A scrape
+a dict update per event) in the loop callback that hands each commit to its
+followers (:meth:`~palyra.journal.JournalStore.consume_all`; with a tape follower
+open it is the same callback): the writer's own event objects, nothing
+buffered, no store read. A scrape
 renders the registry; the live gauges (runs by state, approvals pending, the
 journal's own counters and commit histograms, map use, open streams, queue
 depths, memory, channels) are read from the objects that already hold them.
