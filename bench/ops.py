@@ -1,57 +1,94 @@
 """``--ops``: the tool-loop bench with metrics and tracing on, beside the same run with them off.
 
 ``metrics``: the daemon's :class:`~palyra.ops.metrics.DaemonMetrics` on the
-measured store and engine, drained as in the daemon and scraped every ``SCRAPE_EVERY_S`` (15 times more often
-than Prometheus' default 15 s, so the fold's cost shows). ``tracing``: the span
-follower at 100 % sampling into the SDK's ``BatchSpanProcessor``, whose exporter
-encodes every batch as OTLP protobuf (the OTLP/HTTP exporter's own encoder) and
-drops the bytes: all of tracing's CPU but the HTTP request to a collector.
+measured store and engine (every commit folded as it is delivered, as in the daemon),
+scraped every ``SCRAPE_EVERY_S`` (15 times more often than Prometheus' default 15 s,
+so the scrape's cost shows). ``tracing``: the
+daemon's exporter process (:mod:`palyra.ops.trace_exporter`) at 100 % sampling
+on the measured journal, sending OTLP/HTTP protobuf to a loopback collector
+(:mod:`bench.otlp_sink`). The measured process's CPU is the daemon's; the
+exporter's own CPU over the measured phase is reported beside it
+(``exporter_cpu_s``), since on a machine with no spare core it would slow the
+daemon too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
-
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+import json
+import resource
+import sys
+import time
+from collections.abc import AsyncIterator
 
 from bench.inproc import InProcessDriver
+from palyra.journal import JournalStore
+from palyra.ops.config import TracingConfig
+from palyra.ops.event_metrics import EventMetrics
 from palyra.ops.metrics import DaemonMetrics, MetricSources
-from palyra.ops.tracing import SpanSink, trace_journal
+from palyra.ops.trace_process import TraceExporterProcess
 
 MODES = ("off", "metrics", "tracing")
 SCRAPE_EVERY_S = 1.0
+SETTLE_S = 1.5  # before every measured phase; the exporter's imports are done by then
 
 
-class EncodeOnly(SpanExporter):
-    """Encodes each batch as the OTLP/HTTP exporter would, then drops it."""
-
-    def __init__(self) -> None:
-        self.spans = 0
-        self.bytes = 0
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        self.bytes += len(encode_spans(spans).SerializeToString())
-        self.spans += len(spans)
-        return SpanExportResult.SUCCESS
-
-    def shutdown(self) -> None:
-        return None
+def direct_cost(store: JournalStore, after: int, metrics: DaemonMetrics) -> dict[str, float]:
+    """What metrics cost by themselves, timed apart from the run (best of 5, so a loaded
+    host's noise does not hide or inflate it): one fold of every event the measured
+    phase committed (payloads already decoded, as the writer's own events are), and
+    one scrape of the registry as it ended."""
+    events = store.read_range(after, 1_000_000)
+    for event in events:
+        event.payload  # noqa: B018 (decoded once, as the writer's events come)
+    fold_s = scrape_s = float("inf")
+    for _ in range(5):
+        fold = EventMetrics({"scripted": "scripted"})
+        began = time.thread_time()
+        for event in events:
+            fold.feed(event)
+        fold_s = min(fold_s, time.thread_time() - began)
+        began = time.thread_time()
+        metrics.scrape()
+        scrape_s = min(scrape_s, time.thread_time() - began)
+    return {"fold_us_per_event": round(fold_s / max(len(events), 1) * 1e6, 3),
+            "events": len(events), "scrape_ms": round(scrape_s * 1000, 3)}
 
 
 @contextlib.asynccontextmanager
-async def operations(driver: InProcessDriver, mode: str) -> AsyncIterator[dict[str, int]]:
+async def collector() -> AsyncIterator[tuple[int, dict[str, int]]]:
+    """A loopback OTLP sink process; yields its port and, once it stopped, what it took."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.otlp_sink", stdout=asyncio.subprocess.PIPE)
+    assert process.stdout is not None
+    seen: dict[str, int] = {}
+    try:
+        port = int(await process.stdout.readline())
+        yield port, seen
+    finally:
+        process.terminate()
+        with contextlib.suppress(ValueError):
+            seen.update(json.loads(await process.stdout.readline() or b"{}"))
+        await process.wait()
+
+
+@contextlib.asynccontextmanager
+async def operations(driver: InProcessDriver, mode: str) -> AsyncIterator[dict[str, float]]:
     """Run ``mode``'s instrumentation around the measured phase; yields its counters."""
-    counters: dict[str, int] = {}
+    counters: dict[str, float] = {}
+    # Every mode starts its measured phase after the same pause (the exporter's imports
+    # need one; without it in every mode the others would start right on the previous
+    # run's heels, and pay for its write-back in their figures).
+    if mode != "tracing":
+        await asyncio.sleep(SETTLE_S)
     if mode == "off":
         yield counters
         return
     if mode == "metrics":
         metrics = DaemonMetrics(MetricSources(store=driver.store, engine=driver.app.engine,
                                               models={"scripted": "scripted"}))
+        after = driver.store.head().count
 
         async def scrape_every() -> None:
             while True:
@@ -59,21 +96,28 @@ async def operations(driver: InProcessDriver, mode: str) -> AsyncIterator[dict[s
                 counters["scrape_bytes"] = len(metrics.scrape())
                 counters["scrapes"] = counters.get("scrapes", 0) + 1
 
-        tasks = [asyncio.create_task(scrape_every()), asyncio.create_task(metrics.drain_every())]
+        scraper = asyncio.create_task(scrape_every())
         try:
             yield counters
         finally:
-            for task in tasks:
-                task.cancel()
-            counters["scrape_bytes"] = len(metrics.scrape())  # what was left is folded too
+            scraper.cancel()
+            counters["scrape_bytes"] = len(metrics.scrape())
+            counters.update(direct_cost(driver.store, after, metrics))
             metrics.close()
         return
-    exporter = EncodeOnly()
-    sink = SpanSink(BatchSpanProcessor(exporter))
-    task = asyncio.create_task(trace_journal(driver.store, sink, driver.store.head().count))
-    try:
-        yield counters
-    finally:
-        task.cancel()
-        await asyncio.to_thread(sink.shutdown)
-        counters.update(spans=exporter.spans, otlp_bytes=exporter.bytes, emitted=sink.emitted)
+    async with collector() as (port, seen):
+        tracer = TraceExporterProcess(driver.store.data_dir, TracingConfig(
+            enabled=True, otlp_endpoint=f"http://127.0.0.1:{port}/v1/traces"))
+        await tracer.start(driver.store.head().count)
+        await asyncio.sleep(SETTLE_S)
+        cpu_before = tracer.cpu_seconds()
+        try:
+            yield counters
+        finally:
+            # Its whole CPU once reaped (the last read and flush included), less the warm-up.
+            reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+            counters["exporter_exit"] = await tracer.stop() or 0
+            ended = resource.getrusage(resource.RUSAGE_CHILDREN)
+            lifetime = ended.ru_utime + ended.ru_stime - reaped.ru_utime - reaped.ru_stime
+            counters["exporter_cpu_ms"] = round((lifetime - cpu_before) * 1000, 1)
+    counters.update(otlp_requests=seen.get("requests", 0), otlp_bytes=seen.get("bytes", 0))

@@ -177,7 +177,26 @@ def ops_overhead(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, floa
             "paired_cpu_overhead_pct": statistics.median(
                 _overhead(r["cpu_ms_per_step"], b["cpu_ms_per_step"]) for r, b in pairs),
         }
+        exporter = [r["ops"]["exporter_cpu_ms"] / (r["steps"] * r["sessions"] * r["turns"])
+                    for r in result["runs"] if "exporter_cpu_ms" in r.get("ops", {})]
+        if exporter:  # tracing's CPU outside the daemon's process
+            out[kind]["exporter_cpu_ms_per_step"] = round(statistics.median(exporter), 3)
+        direct = [_metrics_direct_ms_per_step(r) for r in result["runs"]
+                  if "fold_us_per_event" in r.get("ops", {})]
+        if direct:  # the fold's and the scrapes' own CPU: what the noise of a loaded host hides
+            out[kind]["metrics_cpu_ms_per_step"] = round(statistics.median(direct), 4)
+            out[kind]["metrics_cpu_pct"] = round(
+                statistics.median(direct) / off["cpu_ms_per_step"] * 100, 2)
     return out
+
+
+def _metrics_direct_ms_per_step(run: dict[str, Any]) -> float:
+    """The fold's CPU per step (µs per event times events) plus the scrapes' (one per second
+    of the run), from the timings ``bench.ops.direct_cost`` took apart from the run."""
+    o, steps = run["ops"], run["steps"] * run["sessions"] * run["turns"]
+    fold_ms = o["fold_us_per_event"] * o["events"] / 1000
+    scrapes = run["wall_s"] / 1.0 + 1  # bench.ops.SCRAPE_EVERY_S, and the last one
+    return float((fold_ms + o["scrape_ms"] * scrapes) / steps)
 
 
 def _overhead(more: float, less: float) -> float:
@@ -195,6 +214,13 @@ def ops_overhead_text(overhead: dict[str, dict[str, float]]) -> str:
                      f"{o['cpu_overhead_pct']:+.2f} % CPU/step; per repeat (median of "
                      f"pairs): {o['paired_throughput_overhead_pct']:+.2f} % throughput, "
                      f"{o['paired_cpu_overhead_pct']:+.2f} % CPU/step")
+        if "metrics_cpu_ms_per_step" in o:
+            lines.append(f"    the fold and the scrapes themselves (timed apart, best of 5): "
+                         f"{o['metrics_cpu_ms_per_step']:.4f} CPU ms/step = "
+                         f"{o['metrics_cpu_pct']:.2f} % of the plain run's CPU/step")
+        if "exporter_cpu_ms_per_step" in o:
+            lines.append(f"    beside it, the exporter process: {o['exporter_cpu_ms_per_step']:.3f} "
+                         "CPU ms/step (its own core when one is free)")
     return "\n".join(lines)
 
 

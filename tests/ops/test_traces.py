@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -18,7 +17,8 @@ from palyra.journal import JournalStore, export_bundle
 from palyra.ops.otlp_json import otlp_json
 from palyra.ops.rebuild import bundle_spans
 from palyra.ops.spans import SpanFold
-from palyra.ops.tracing import SpanSink, trace_journal
+from palyra.ops.trace_follower import StoreFollower
+from palyra.ops.tracing import SpanSink
 
 from .helpers import run_with_approvals
 
@@ -30,14 +30,10 @@ _DESCRIBED = {"invoke_agent": "tape.agent_loop", "chat": "tape.provider_turn_out
 async def _traced_run(app: PalyraApp, store: JournalStore, steps: int) -> list[ReadableSpan]:
     exporter = InMemorySpanExporter()
     sink = SpanSink(SimpleSpanProcessor(exporter))
-    tracer = asyncio.create_task(trace_journal(store, sink, store.head().count))
+    follower = StoreFollower(store, sink, store.head().count)
     run = await run_with_approvals(app, steps)
     assert run.state == pb.RunState.DONE
-    for _ in range(200):  # the follower runs beside the engine: let it catch up
-        if any(s.name == "invoke_agent" for s in exporter.get_finished_spans()):
-            break
-        await asyncio.sleep(0.01)
-    tracer.cancel()
+    assert follower.poll() > 0
     return list(exporter.get_finished_spans())
 
 

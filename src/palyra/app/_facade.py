@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 from palyra_gen.palyra import v1 as pb
 from palyra_gen.services import PalyraServicesApp
@@ -40,6 +41,8 @@ class PalyraApp(RunsApi, SessionsApi, ApprovalsApi, JournalApi, TokensApi, Tasks
     """The daemon's readiness checks as (name, ok, detail) (``palyra.ops.readiness``);
     None: no checks, always ready (an app without a daemon around it)."""
     health_details: Callable[[], Sequence[tuple[str, bool, str]]] | None = None
+    reload_policy: Callable[[], Coroutine[Any, Any, None]] | None = None
+    """Read the policy files again (the daemon's SIGHUP; ``palyra.policy.reload``)."""
     """``palyra doctor``'s in-daemon checks, shown to operators (``palyra.ops.doctor``)."""
 
     async def get_health(self, ctx: CallContext,

@@ -21,6 +21,7 @@ import msgspec
 
 from palyra.channels import notices, records
 from palyra.channels.config import ChannelsConfig
+from palyra.channels.counters import ChannelCounters
 from palyra.channels.outbox import OutboundReply, queue_send
 from palyra.channels.pairing import PairingBook
 from palyra.channels.records import DedupeRec, InboundRec, QuarantineRec
@@ -78,6 +79,7 @@ class Admitter:
         self._config = config
         self._now = now_ms
         self._admitting = KeyedLocks()  # two deliveries of one event never admit twice
+        self.counters = ChannelCounters()  # duplicates: answered without a commit
 
     async def admit(self, envelope: Envelope, *, dedupe: tuple[str, str, str] | None = None,
                     sink: str = "", also: Sequence[EntityWrite] = ()) -> Admission:
@@ -100,6 +102,7 @@ class Admitter:
             for key in keys:
                 known = self._known(key)
                 if known is not None:
+                    self.counters.duplicate(env.channel)
                     return Admission(known.envelope_id, known.action not in ("reject", ""),
                                      known.reason, known.action, known.task_id,
                                      duplicate=True)

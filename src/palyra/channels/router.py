@@ -9,13 +9,16 @@ RouteMessage and the adapters' ingress only see :class:`ChannelRouter`.
 
 from __future__ import annotations
 
+import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from palyra.channels.admission import ACTOR, COMMAND_TASK, DISPATCH_TASK, Admission, Admitter
 from palyra.channels.commands import Commands, decide_pairing
 from palyra.channels.config import ChannelsConfig
+from palyra.channels.counters import ChannelCounters
 from palyra.channels.dispatch import Dispatcher, DispatchOutcome
 from palyra.channels.pairing import PairingBook
 from palyra.channels.records import InboundRec, QuarantineRec
@@ -53,6 +56,11 @@ class ChannelRouter:
             message=self._admitter.message, quarantine=self._admitter.quarantine,
             reply_caps=reply_caps or {})
 
+    @property
+    def counters(self) -> ChannelCounters:
+        """What ingress answered without a commit (duplicates, signature failures)."""
+        return self._admitter.counters
+
     async def decide_pairing(self, record: ApprovalRecord,
                              decision: ApprovalDecision) -> ApprovalRecord:
         """Decide a ``dm_pairing:`` approval and tell the sender (the engine's subject
@@ -88,6 +96,11 @@ class ChannelRouter:
     def quarantined(self, channel: str = "", limit: int = 1000) -> list[QuarantineRec]:
         """The quarantine (of one channel, or all), oldest first, at most ``limit``."""
         return self._admitter.quarantined(channel, limit)
+
+    def quarantine_sizes(self) -> dict[str, int]:
+        """Quarantined messages per channel (a scan of the whole quarantine)."""
+        return dict(Counter(rec.envelope.channel
+                            for rec in self._admitter.quarantined(limit=sys.maxsize)))
 
     def message(self, envelope_id: str) -> InboundRec | None:
         """An admitted message, or None."""

@@ -23,6 +23,7 @@ from palyra.cli import (
     _incidents,
     _learning,
     _memory,
+    _policy,
     _runs,
     _serve,
     _sessions,
@@ -96,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     _learning.add_parser(commands)
     _config.add_parser(commands)
     _doctor.add_parser(commands)
+    _policy.add_parser(commands)
     _skills.add_parser(commands)
     _usage.add_parser(commands)
     journal = commands.add_parser("journal", help="verify | export | checkpoint | prune | traces | prove | verify-proof | consistency",

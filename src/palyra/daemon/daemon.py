@@ -22,12 +22,15 @@ from typing import TextIO
 import structlog
 
 from palyra.app import PalyraApp
+from palyra.channels.counters import counting_signature_failures
+from palyra.channels.ingress import SLACK_PREFIX, TELEGRAM_PREFIX, WEBHOOK_PREFIX
 from palyra.config import PalyraConfig
 from palyra.daemon.datadir import ensure_data_dir
 from palyra.daemon.discovery import DaemonInfo, remove_daemon_info, write_daemon_info
 from palyra.daemon.listen import bind_setting, bound_port
 from palyra.daemon.logs import configure_logging, daemon_secrets
-from palyra.daemon.operations import daemon_metrics, plain_routes, start_tracing
+from palyra.daemon.operations import daemon_metrics, plain_routes, tracing_process
+from palyra.daemon.starting import StartupResponder
 from palyra.daemon.tlog_http import tlog_routes
 from palyra.daemon.tokens import ADMIN_TOKEN_FILE, load_or_create_admin_token
 from palyra.daemon.wiring import VERSION, open_application
@@ -80,10 +83,25 @@ async def run_daemon(
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, _on_signal(signum, stop))
+        # Until the daemon serves, a SIGHUP (policy reload) is moot: start-up reads the
+        # policy files anyway. Handled, so it does not end the process.
+        loop.add_signal_handler(signal.SIGHUP, lambda: _log.info("signal", signal="SIGHUP",
+                                                                 during="start-up"))
         admin_token = resolve_admin_token(config, out)
         scrubber.add(admin_token)
         pid = os.getpid()
-        app, make_ctx = await open_application(config, stack)
+        tracer = tracing_process(config)
+        if tracer is not None:  # stopped after the journal closes: parked runs are traced too
+            stack.push_async_callback(tracer.stop)
+        # Until the gateway serves, the HTTP port answers that the daemon is starting
+        # (/readyz 503 with the phase) instead of leaving probes in the backlog.
+        starting = StartupResponder(http_sock, "palyra", VERSION)
+        starting.start()
+        stack.callback(starting.stop)
+        app, make_ctx = await open_application(config, stack, on_phase=starting.set_phase)
+        starting.set_phase("starting the listeners")
+        if tracer is not None:
+            await tracer.start(app.store.head().count)
         authenticator = Authenticator.from_config(config.auth, admin_token,
                                                   principal_tokens=app.token_book.principal_of)
         streams = OpenStreams()
@@ -109,10 +127,12 @@ async def run_daemon(
                 sign_tree_every(app.store, origin=config.journal.tlog_origin or None),
                 name="tlog-checkpoints")
             retention = _start_retention(tg, app.store, config.journal)
-            tracing = start_tracing(tg, app.store, config)
-            drain = (tg.create_task(metrics.drain_every(), name="metrics")
-                     if metrics is not None else None)
+            starting.stop()  # the gateway takes the socket over
             tg.create_task(http_gateway.serve(http_sock), name="http")
+            if app.reload_policy is not None:  # SIGHUP: read the policy files again
+                reload = app.reload_policy
+                loop.add_signal_handler(signal.SIGHUP, lambda: tg.create_task(
+                    reload(), name="policy-reload"))
             # What start-up built (modules, the policy set, the embedder's tables, the
             # engine graph) lives as long as the daemon: keep it out of the collector's
             # full passes, which otherwise walk it all again and again under load.
@@ -126,14 +146,12 @@ async def run_daemon(
                       data_dir=info.data_dir)
             await stop.wait()
             _log.info("daemon_draining")
-            for task in (signer, tree_signer, retention, drain,
-                         tracing[0] if tracing else None):
+            loop.remove_signal_handler(signal.SIGHUP)
+            for task in (signer, tree_signer, retention):
                 if task is not None:  # the TaskGroup would otherwise wait on them
                     task.cancel()
             http_gateway.close()
             await _bounded(grpc_gateway.close(), config.daemon.shutdown_grace_s)
-        if tracing is not None:  # what the batch holds goes out before the exit
-            await asyncio.to_thread(tracing[1].shutdown)
         # Leaving the exit stack parks the engine's runs and closes the journal.
     _log.info("daemon_stopped")
     return 0
@@ -160,10 +178,14 @@ def _start_retention(tg: asyncio.TaskGroup, store: JournalStore,
 
 def _ingress_routes(app: PalyraApp) -> dict[str, IngressHandler]:
     """The chat platforms' own HTTP ingress (signed by them, not by our tokens)."""
-    if app.ingress is None:
+    if app.ingress is None or app.channels is None:
         return {}
-    return {"/v1/ingress/slack": app.ingress.slack, "/v1/ingress/webhooks": app.ingress.webhook,
-            "/v1/ingress/telegram": app.ingress.telegram}
+    counters = app.channels.counters  # signature failures journal nothing: counted here
+    return {path: counting_signature_failures(handler, prefix, counters)
+            for path, handler, prefix in (
+                ("/v1/ingress/slack", app.ingress.slack, SLACK_PREFIX),
+                ("/v1/ingress/webhooks", app.ingress.webhook, WEBHOOK_PREFIX),
+                ("/v1/ingress/telegram", app.ingress.telegram, TELEGRAM_PREFIX))}
 
 
 def _on_signal(signum: int, stop: asyncio.Event) -> Callable[[], None]:

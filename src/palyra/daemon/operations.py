@@ -2,29 +2,24 @@
 
 ``/metrics`` (Prometheus text, optionally behind a bearer token) and ``/readyz``
 (200, or 503 with the failing checks) on the HTTP port; with ``[tracing]
-enabled`` a task folds every committed event into GenAI spans for the OTLP
-exporter.
+enabled`` an exporter process beside the daemon folds every committed event
+into GenAI spans for the OTLP exporter.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 import msgspec
 import structlog
 
 from palyra.app import PalyraApp
 from palyra.config import PalyraConfig
-from palyra.journal import JournalStore
 from palyra.ops.metrics import CONTENT_TYPE, DaemonMetrics, MetricSources
+from palyra.ops.trace_process import TraceExporterProcess
 from palyra.transport.http.app import PlainHandler
 from palyra.transport.streams import OpenStreams
-
-if TYPE_CHECKING:  # OpenTelemetry's SDK (about 6 MB resident) loads only with tracing on
-    from palyra.ops.tracing import SpanSink
 
 READY_PATH = "/readyz"
 _log = structlog.get_logger("palyra.daemon")
@@ -38,7 +33,7 @@ def daemon_metrics(app: PalyraApp, config: PalyraConfig,
         return None
     return DaemonMetrics(MetricSources(
         store=app.store, engine=app.engine, tasks=app.tasks, memory=app.memory,
-        streams_open=streams.snapshot,
+        streams_open=streams.snapshot, channels=app.channels,
         models={config.provider.kind: config.provider.model or config.provider.kind}))
 
 
@@ -74,15 +69,11 @@ def _metrics(metrics: DaemonMetrics, token: str) -> PlainHandler:
     return scrape
 
 
-def start_tracing(tg: asyncio.TaskGroup, store: JournalStore,
-                  config: PalyraConfig) -> tuple[asyncio.Task[None], SpanSink] | None:
-    """With ``[tracing] enabled``: the follower task and its sink (shut down at drain)."""
+def tracing_process(config: PalyraConfig) -> TraceExporterProcess | None:
+    """With ``[tracing] enabled``: the exporter process, not started yet (the caller starts
+    it at the journal head it opened and stops it once the journal is closed)."""
     if not config.tracing.enabled:
         return None
-    from palyra.ops.tracing import otlp_sink, trace_journal
-
-    sink = otlp_sink(config.tracing)
-    task = tg.create_task(trace_journal(store, sink, store.head().count), name="tracing")
     _log.info("tracing", endpoint=config.tracing.otlp_endpoint or "(none: spans dropped)",
               sample_ratio=config.tracing.sample_ratio)
-    return task, sink
+    return TraceExporterProcess(config.data_dir, config.tracing)

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import importlib.metadata
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
@@ -56,6 +57,7 @@ from palyra.memory.service import Memory
 from palyra.ops.doctor import daemon_details
 from palyra.ops.readiness import Readiness
 from palyra.policy import PolicyGate
+from palyra.policy.reload import reload_policy
 from palyra.providers import ProviderRegistry
 from palyra.schedules import PROMPT_TASK, Schedules
 from palyra.tasks import TaskQueue, TaskWorker
@@ -76,14 +78,18 @@ _log = structlog.get_logger("palyra.daemon")
 
 
 async def open_application(
-    config: PalyraConfig, stack: contextlib.AsyncExitStack
+    config: PalyraConfig, stack: contextlib.AsyncExitStack,
+    on_phase: Callable[[str], None] = lambda phase: None,
 ) -> tuple[PalyraApp, ContextFactory[CallContext]]:
     """Open every port and the facade; return the app and its context factory.
+
+    ``on_phase`` is told each step of start-up as it begins (``/readyz`` names it).
 
     Raises:
         PalyraError: ``DATA_DIR_LOCKED`` (another daemon owns the data dir),
             ``POLICY_INVALID``, ``CONFIG_INVALID``.
     """
+    on_phase("opening the journal")
     store = JournalStore.open(config.data_dir, config=config.journal)
     stack.callback(store.close)
     # Runs after the engine has parked its runs (exit order is LIFO), so the
@@ -96,6 +102,7 @@ async def open_application(
     skills = SkillsHost(config.tools, skills_dir, registry, store)
     await skills.start()
     if config.tools.mcp:
+        on_phase("connecting MCP servers")
         # The SDK is loaded only when servers are configured. Entered before the
         # engine, left after it has parked its runs: no call loses its server.
         from palyra.tools.mcp.hub import McpHub
@@ -129,8 +136,10 @@ async def open_application(
         registry.register(delegate_tool(engine, AgentRegistry(store), gate))
     # Entering starts the engine's TaskGroup; leaving it drains (parks runs).
     await stack.enter_async_context(engine)
+    on_phase("recovering runs")
     report = await engine.recover()
     _log.info("recovered", **recovery_log_fields(report))
+    on_phase("recovering tasks")
     tasks = TaskQueue(store)
     moved = await tasks.start()
     stack.push_async_callback(tasks.close)
@@ -161,14 +170,16 @@ async def open_application(
     stack.callback(firing.cancel)
     app = PalyraApp(engine)
     app.schedules = schedules
+    on_phase("opening channels")
     app.channels, app.ingress = await _open_channels(config, store, engine, tasks, gate, stack)
     app.tasks = tasks
     app.learning = learning
     app.memory = memory
     app.skills = skills
-    readiness = Readiness(store, lambda: gate.policy_hash)
+    readiness = Readiness(store, gate)
     readiness.recovered = True  # engine.recover() and the task queue's start returned
     app.readiness = lambda: [(c.name, c.ok, c.detail) for c in readiness.checks()]
+    app.reload_policy = lambda: reload_policy(gate, store)
     app.health_details = lambda: [
         (c.name, c.ok, c.detail) for c in daemon_details(
             config.data_dir, config.memory.embedder, lambda: memory.status().space)]

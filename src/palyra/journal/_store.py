@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -418,15 +418,18 @@ class JournalStore:
         """
         return self._hub.subscribe(run_id)
 
-    def subscribe_all(self, max_events: int, max_bytes: int) -> Subscription:
-        """Buffer every committed event from now on, without waking anyone.
+    def consume_all(self, consumer: Callable[[Sequence[tuple[StoredEvent, int]]], None]
+                    ) -> Subscription:
+        """Hand every commit's ``(event, size)`` pairs to ``consumer`` from now on, on
+        this event loop, in journal order (``/metrics``' fold).
 
-        For a reader that drains at its own pace (``/metrics``): the writer's own
-        event objects, no store read. Bounded by ``max_events``/``max_bytes``: past
-        them the buffer is dropped and ``overflowed`` set; the reader then reads the store.
+        The writer's own event objects, no store read and no buffer: ``consumer``
+        runs in the callback that already delivers the commit to the tape
+        followers, so it must be quick and must not raise (it would cut that
+        delivery short). :meth:`unsubscribe` ends it.
         """
         subscription = self._hub.subscribe(None)
-        subscription.max_events, subscription.max_bytes = max_events, max_bytes
+        subscription.consumer = consumer
         return subscription
 
     def unsubscribe(self, subscription: Subscription) -> None:

@@ -12,7 +12,6 @@ proposal (or approval) to its result, an approval wait from request to answer.
 
 from __future__ import annotations
 
-from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +30,7 @@ GENAI_TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048
 # Approvals wait on people: seconds to a day.
 APPROVAL_WAIT_BUCKETS = (0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 14400, 86400)
 _MAX_OPEN = 100_000  # starts remembered until their end (oldest dropped: memory stays bounded)
+_OUTCOMES = ("ok", "error", "timeout")  # what tool_outcome answers
 _MODEL = ("gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model")
 
 
@@ -81,23 +81,44 @@ def _short(enum_text: Any, prefix: str) -> str:
     return str(enum_text).removeprefix(prefix).lower() or "unspecified"
 
 
-def _bounded(memory: OrderedDict[Any, Any], key: Any, value: Any) -> None:
+def _bounded(memory: dict[Any, Any], key: Any, value: Any) -> None:
     memory[key] = value
     if len(memory) > _MAX_OPEN:
-        memory.popitem(last=False)
+        del memory[next(iter(memory))]  # the oldest (dicts keep insertion order)
+
+
+class _Cell:
+    """One counter's value; handlers keep a reference to it, so a count is one addition."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
 
 
 class EventMetrics:
-    """The event-derived metrics; :meth:`feed` one event at a time, :meth:`collect` to expose."""
+    """The event-derived metrics; :meth:`feed` one event at a time, :meth:`collect` to expose.
+
+    The fold runs on the daemon's loop for every committed event, so its handlers
+    keep direct references to the counter cells and histograms of the label values
+    they saw before (one dict lookup, then an addition or a bisect), and remember
+    open model turns, tool calls and approvals in plain bounded dicts.
+    """
 
     def __init__(self, model_of: dict[str, str]) -> None:
         self._model_of = model_of
-        self._counts: dict[Family, defaultdict[Key, float]] = {
-            f: defaultdict(float) for f in FAMILIES if not f.buckets}
+        self._counts: dict[Family, dict[Key, _Cell]] = {f: {} for f in FAMILIES if not f.buckets}
         self._hists: dict[Family, dict[Key, Histogram]] = {f: {} for f in FAMILIES if f.buckets}
-        self._turns: OrderedDict[tuple[str, int], int] = OrderedDict()  # (run, turn) → ts
-        self._tools: OrderedDict[str, tuple[int, str]] = OrderedDict()  # call → (ts, tool)
-        self._asked: OrderedDict[str, int] = OrderedDict()  # approval → ts
+        self._turns: dict[str, int] = {}  # run → its open model turn's start (one at a time)
+        self._tools: dict[str, tuple[int, str]] = {}  # call → (ts, tool)
+        self._asked: dict[str, int] = {}  # approval → ts
+        for family in self._counts:
+            if not family.labels:  # an unlabelled counter exists from the start, at 0
+                self._cell(family, ())
+        self._steps = self._cell(STEPS, ())
+        self._model_children: dict[str, tuple[Histogram, Histogram, Histogram]] = {}
+        self._tool_children: dict[str, tuple[dict[str, _Cell], Histogram]] = {}
+        self._outcomes: dict[str, tuple[str, _Cell]] = {}  # decision enum → (short, cell)
         self._on: dict[str, Callable[[EventLike, dict[str, Any]], None]] = {
             "tape.status": self._status, "tape.agent_loop": self._loop,
             "tape.provider_turn_output": self._model, "tape.tool_proposal": self._proposal,
@@ -111,7 +132,13 @@ class EventMetrics:
 
     def count(self, family: Family, *labels: str) -> float:
         """A counter's value (for tests and the bench)."""
-        return self._counts[family].get(labels, 0.0)
+        cell = self._counts[family].get(labels)
+        return cell.value if cell is not None else 0.0
+
+    def quarantined(self) -> dict[str, float]:
+        """Messages quarantined since the fold began, per channel."""
+        return {labels[0]: cell.value for labels, cell in self._counts[CHANNEL].items()
+                if labels[1] == "quarantined"}
 
     def feed(self, event: EventLike) -> None:
         """Count one committed event."""
@@ -126,12 +153,10 @@ class EventMetrics:
 
     def collect(self) -> Iterator[Metric]:
         """The Prometheus families, from the dicts as they stand."""
-        for family, values in self._counts.items():
+        for family, cells in self._counts.items():
             counter = CounterMetricFamily(family.name, family.help, labels=family.labels)
-            if not family.labels and () not in values:
-                counter.add_metric((), 0.0)  # an unlabelled counter exists from the start
-            for labels, value in sorted(values.items()):
-                counter.add_metric(labels, value)
+            for labels, cell in sorted(cells.items()):
+                counter.add_metric(labels, cell.value)
             yield counter
         for family, hists in self._hists.items():
             histogram = HistogramMetricFamily(family.name, family.help, labels=family.labels)
@@ -143,38 +168,54 @@ class EventMetrics:
             yield histogram
 
     # -- the fold ----------------------------------------------------------
-    def _inc(self, family: Family, labels: Key, by: float = 1.0) -> None:
-        self._counts[family][labels] += by
+    def _cell(self, family: Family, labels: Key) -> _Cell:
+        cells = self._counts[family]
+        cell = cells.get(labels)
+        if cell is None:
+            cell = cells[labels] = _Cell()
+        return cell
 
-    def _observe(self, family: Family, labels: Key, value: float) -> None:
+    def _inc(self, family: Family, labels: Key, by: float = 1.0) -> None:
+        self._cell(family, labels).value += by
+
+    def _hist(self, family: Family, labels: Key) -> Histogram:
         hists = self._hists[family]
         hist = hists.get(labels)
         if hist is None:
             hist = hists[labels] = Histogram(family.buckets)
-        hist.observe(value)
+        return hist
 
     def _status(self, event: EventLike, payload: dict[str, Any]) -> None:
         self._inc(RUNS, (_short(payload.get("state", ""), "RUN_STATE_"),))
 
     def _loop(self, event: EventLike, payload: dict[str, Any]) -> None:
         if payload.get("phase") == "AGENT_LOOP_PHASE_TURN_STARTED":
-            _bounded(self._turns, (event.run_id, int(payload.get("turn", 0))), event.ts_ms)
+            _bounded(self._turns, event.run_id, event.ts_ms)
 
     def _model(self, event: EventLike, payload: dict[str, Any]) -> None:
-        self._inc(STEPS, ())
-        provider = str(payload.get("provider", ""))
-        labels = ("chat", provider, self._model_of.get(provider, ""))
-        began = self._turns.pop((event.run_id, int(payload.get("turn", 0))), event.ts_ms)
-        self._observe(MODEL_SECONDS, labels, max(event.ts_ms - began, 0) / 1000)
-        self._observe(MODEL_TOKENS, (*labels, "input"), int(payload.get("inputTokens", 0)))
-        self._observe(MODEL_TOKENS, (*labels, "output"), int(payload.get("outputTokens", 0)))
+        self._steps.value += 1
+        provider = payload.get("provider", "")
+        children = self._model_children.get(provider)
+        if children is None:
+            labels = ("chat", str(provider), self._model_of.get(provider, ""))
+            children = self._model_children[provider] = (
+                self._hist(MODEL_SECONDS, labels), self._hist(MODEL_TOKENS, (*labels, "input")),
+                self._hist(MODEL_TOKENS, (*labels, "output")))
+        ts = event.ts_ms
+        children[0].observe(max(ts - self._turns.pop(event.run_id, ts), 0) / 1000)
+        children[1].observe(int(payload.get("inputTokens", 0)))
+        children[2].observe(int(payload.get("outputTokens", 0)))
 
     def _proposal(self, event: EventLike, payload: dict[str, Any]) -> None:
         decision = payload.get("decision") or {}
-        outcome = _short(decision.get("outcome", ""), "TOOL_DECISION_OUTCOME_")
+        enum_text = decision.get("outcome", "")
+        known = self._outcomes.get(enum_text)
+        if known is None:
+            outcome = _short(enum_text, "TOOL_DECISION_OUTCOME_")
+            known = self._outcomes[enum_text] = (outcome, self._cell(DECISIONS, (outcome,)))
+        known[1].value += 1
         tool = str(payload.get("toolName", ""))
-        self._inc(DECISIONS, (outcome,))
-        if outcome == "deny":
+        if known[0] == "deny":
             self._inc(TOOL_CALLS, (tool, "denied"))
         else:
             _bounded(self._tools, str(payload.get("proposalId", "")), (event.ts_ms, tool))
@@ -187,16 +228,22 @@ class EventMetrics:
         self._inc(DECIDED, (_short(payload.get("state", ""), "APPROVAL_STATE_"),))
         asked = self._asked.pop(str(payload.get("approvalId", "")), None)
         if asked is not None:
-            self._observe(WAITED, (), max(event.ts_ms - asked, 0) / 1000)
+            self._hist(WAITED, ()).observe(max(event.ts_ms - asked, 0) / 1000)
         call = self._tools.get(str(payload.get("proposalId", "")))
         if call is not None:  # the tool runs from its approval on
             self._tools[str(payload.get("proposalId", ""))] = (event.ts_ms, call[1])
 
     def _result(self, event: EventLike, payload: dict[str, Any]) -> None:
-        began, tool = self._tools.pop(str(payload.get("proposalId", "")),
-                                      (event.ts_ms, str(payload.get("toolName", ""))))
-        self._inc(TOOL_CALLS, (tool, tool_outcome(payload)))
-        self._observe(TOOL_SECONDS, (tool,), max(event.ts_ms - began, 0) / 1000)
+        ts = event.ts_ms
+        call = self._tools.pop(payload.get("proposalId", ""), None)
+        began, tool = call if call is not None else (ts, str(payload.get("toolName", "")))
+        children = self._tool_children.get(tool)
+        if children is None:
+            children = self._tool_children[tool] = (
+                {outcome: self._cell(TOOL_CALLS, (tool, outcome)) for outcome in _OUTCOMES},
+                self._hist(TOOL_SECONDS, (tool,)))
+        children[0][tool_outcome(payload)].value += 1
+        children[1].observe(max(ts - began, 0) / 1000)
 
     def _compaction(self, event: EventLike, payload: dict[str, Any]) -> None:
         self._inc(COMPACTIONS, ())

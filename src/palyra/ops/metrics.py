@@ -1,20 +1,23 @@
-"""The Prometheus exposition: journal-derived metrics plus live gauges, built at scrape time.
+"""The Prometheus exposition: journal-derived metrics plus live gauges.
 
-:meth:`DaemonMetrics.scrape` first folds the events committed since the last
-scrape (drained from the writer's live events, :mod:`palyra.ops.tail`) (:class:`~palyra.ops.event_metrics.EventMetrics`), then renders the
-registry; the live gauges (runs by state, approvals pending, the journal's
-own counters and commit histograms, map use, open streams, queue depths,
-memory) are read from the objects that already hold them. Nothing is counted
-on the request path, so a daemon nobody scrapes pays nothing.
+Each durable commit's events are folded (:class:`~palyra.ops.event_metrics.EventMetrics`,
+a dict update per event) in the loop callback that hands each commit to its
+followers (:meth:`~palyra.journal.JournalStore.consume_all`; with a tape follower
+open it is the same callback): the writer's own event objects, nothing
+buffered, no store read. A scrape
+renders the registry; the live gauges (runs by state, approvals pending, the
+journal's own counters and commit histograms, map use, open streams, queue
+depths, memory, channels) are read from the objects that already hold them.
+Nothing is counted on the request path.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter as Tally
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import structlog
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -24,16 +27,16 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from palyra.channels import ChannelRouter
 from palyra.core.histogram import Histogram
 from palyra.engine import Engine
-from palyra.journal import JournalStore
+from palyra.journal import JournalStore, StoredEvent
 from palyra.memory.service import Memory
 from palyra.ops.event_metrics import EventMetrics, cumulative_buckets
-from palyra.ops.tail import JournalTail
 from palyra.tasks import TaskQueue
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-DRAIN_EVERY_S = 0.25  # the tail's buffer holds about this much of a busy daemon
+_log = structlog.get_logger("palyra.ops")
 
 
 @dataclass
@@ -45,6 +48,7 @@ class MetricSources:
     tasks: TaskQueue | None = None
     memory: Memory | None = None
     streams_open: Callable[[], Mapping[str, int]] | None = None
+    channels: ChannelRouter | None = None
     models: dict[str, str] = field(default_factory=dict)  # provider name → model name
 
 
@@ -55,38 +59,44 @@ class DaemonMetrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self._sources = sources
         self.events = EventMetrics(sources.models)
-        self._tail = JournalTail(sources.store)  # counters start at the head, with this daemon
-        self.registry.register(_LiveCollector(sources, self.events))
+        self.folded = 0
+        self.fold_errors = 0
+        # Counters start now, with this daemon: every commit from here on is folded
+        # in the callback that delivers it to the tape followers.
+        self._live = sources.store.consume_all(self._fold)
+        # The quarantine only grows: its size is what it held now plus what the fold
+        # sees quarantined from here on (no scan per scrape).
+        quarantine = sources.channels.quarantine_sizes() if sources.channels else {}
+        self.registry.register(_LiveCollector(sources, self.events, quarantine))
 
-    def catch_up(self) -> int:
-        """Fold the events committed since the last call; returns how many."""
-        events = self._tail.take()
+    def _fold(self, pairs: Sequence[tuple[StoredEvent, int]]) -> None:
+        """Fold one commit's events (the event loop, as the commit is delivered)."""
         feed = self.events.feed
-        for event in events:
-            feed(event)
-        return len(events)
-
-    async def drain_every(self, seconds: float = DRAIN_EVERY_S) -> None:
-        """Fold what was committed every ``seconds`` until cancelled (keeps the live buffer
-        from overflowing between scrapes; one wake-up per period, none per commit)."""
-        while True:
-            await asyncio.sleep(seconds)
-            self.catch_up()
+        for event, _size in pairs:
+            try:
+                feed(event)
+            except Exception:  # a fold bug must not cut the followers' delivery short
+                self.fold_errors += 1
+                if self.fold_errors == 1:
+                    _log.exception("metrics_fold_failed", kind=event.kind,
+                                   position=event.position)
+        self.folded += len(pairs)
 
     def close(self) -> None:
-        """Stop buffering (the store's close ends it too)."""
-        self._tail.close()
+        """Stop folding (the store's close ends it too)."""
+        self._sources.store.unsubscribe(self._live)
 
     def scrape(self) -> bytes:
-        """The Prometheus text exposition, current to the last commit."""
-        self.catch_up()
+        """The Prometheus text exposition, current to the last commit delivered."""
         return generate_latest(self.registry)
 
 
 class _LiveCollector(Collector):
-    def __init__(self, sources: MetricSources, events: EventMetrics) -> None:
+    def __init__(self, sources: MetricSources, events: EventMetrics,
+                 quarantine: Mapping[str, int]) -> None:
         self._s = sources
         self._events = events
+        self._quarantine = quarantine
 
     def describe(self) -> list[Metric]:
         return []  # families depend on what is configured: collected, not described
@@ -113,6 +123,30 @@ class _LiveCollector(Collector):
                                       value=self._s.tasks.stale_refusals)
         if self._s.memory is not None:
             yield from self._memory(self._s.memory)
+        if self._s.channels is not None:
+            yield from self._channels(self._s.channels)
+
+    def _channels(self, router: ChannelRouter) -> Iterator[Metric]:
+        counters = router.counters
+        duplicates = CounterMetricFamily(
+            "palyra_channel_duplicates", "Channel redeliveries answered from the dedupe record "
+            "(nothing journaled).", labels=["channel"])
+        for channel, count in sorted(counters.duplicates.items()):
+            duplicates.add_metric([channel], count)
+        yield duplicates
+        refused = CounterMetricFamily(
+            "palyra_channel_signature_failures", "Channel deliveries refused for their "
+            "signature or timestamp (nothing journaled).", labels=["channel", "reason"])
+        for (channel, reason), count in sorted(counters.signature_failures.items()):
+            refused.add_metric([channel, reason], count)
+        yield refused
+        sizes = Tally(self._quarantine)
+        sizes.update(self._events.quarantined())
+        quarantine = GaugeMetricFamily("palyra_channel_quarantine_size", "Messages in the "
+                                       "quarantine, per channel.", labels=["channel"])
+        for channel, count in sorted(sizes.items()):
+            quarantine.add_metric([channel], count)
+        yield quarantine
 
     def _journal(self) -> Iterator[Metric]:
         store = self._s.store

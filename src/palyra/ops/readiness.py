@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from palyra.journal import JournalStore
 
@@ -23,6 +24,17 @@ PROBE_FILE = "ready.probe"  # in the data dir, on the journal's file system
 COMMIT_LOG = "commit.log"  # the journal's commit point (palyra.journal.write.commitlog)
 MAP_NEAR_FULL = 0.9  # share of the map in use beyond which growth must be possible
 DISK_RESERVE = 16 * 1024 * 1024  # below this much free disk LMDB's next pages may not fit
+
+
+class PolicyState(Protocol):
+    """What readiness reads of the policy gate (:class:`palyra.policy.PolicyGate`)."""
+
+    @property
+    def policy_hash(self) -> str: ...
+    @property
+    def reload_error(self) -> str: ...
+    @property
+    def reloads(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +62,11 @@ class Readiness:
     ``probe_every_s``; between probes its last answer stands.
     """
 
-    def __init__(self, store: JournalStore, policy_hash: Callable[[], str], *,
+    def __init__(self, store: JournalStore, policy: PolicyState, *,
                  probe_every_s: float = 1.0, clock: Callable[[], float] = time.monotonic,
                  disk_free: Callable[[Path], int] = lambda p: shutil.disk_usage(p).free) -> None:
         self._store = store
-        self._policy_hash = policy_hash
+        self._policy_state = policy
         self._every = probe_every_s
         self._clock = clock
         self._disk_free = disk_free
@@ -97,10 +109,20 @@ class Readiness:
                          self._disk_free(store.env.path))
 
     def _policy(self) -> Check:
-        digest = self._policy_hash()
-        if digest:
-            return Check("policy", True, f"policy set {digest[:12]} loaded")
+        return policy_check(self._policy_state)
+
+
+def policy_check(policy: PolicyState) -> Check:
+    """Loaded, and the last reload (if any) did not fail; the detail counts reloads, so a
+    caller that asked for one sees when it was done."""
+    digest = policy.policy_hash
+    if not digest:
         return Check("policy", False, "no policy set is loaded")
+    reloads = f" (reload {policy.reloads})" if policy.reloads else ""
+    if policy.reload_error:
+        return Check("policy", False, f"the policy files failed to load{reloads}: "
+                     f"{policy.reload_error}; still enforcing policy set {digest[:12]}")
+    return Check("policy", True, f"policy set {digest[:12]} loaded{reloads}")
 
 
 def _probe_write(journal_dir: Path, probe: Path, disk_free: int) -> Check:

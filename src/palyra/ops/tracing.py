@@ -4,12 +4,12 @@ The spans are not timed live by a tracer: they are folded from committed events
 (:mod:`palyra.ops.spans`), so their ids are the deterministic ones and their
 times are the journal's. This module only turns them into the SDK's
 ``ReadableSpan`` and gives them to a processor: ``BatchSpanProcessor`` over the
-OTLP/HTTP exporter in the daemon, any exporter (the in-memory one in tests).
+OTLP/HTTP exporter in the exporter process (:mod:`palyra.ops.trace_exporter`),
+any exporter (the in-memory one in tests).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Sequence
 
 from opentelemetry.sdk.resources import Resource
@@ -19,10 +19,8 @@ from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from palyra.journal import JournalStore
 from palyra.ops.config import TracingConfig
-from palyra.ops.spans import CHAT, SpanFold, SpanRecord
-from palyra.ops.tail import JournalTail
+from palyra.ops.spans import CHAT, SpanRecord
 
 SCOPE = InstrumentationScope("palyra.journal", "1")
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
@@ -112,29 +110,3 @@ class _Discard(SpanExporter):
 
     def shutdown(self) -> None:
         return None
-
-
-FOLD_EVERY_S = 0.1
-
-
-async def trace_journal(store: JournalStore, sink: SpanSink, after_position: int | None = None,
-                        fold: SpanFold | None = None, every_s: float = FOLD_EVERY_S) -> None:
-    """Fold every event committed after ``after_position`` (default: the head now) into
-    spans, every ``every_s``, until cancelled.
-
-    Runs beside the engine on the daemon's loop; it takes the writer's own live
-    event objects in batches (:class:`~palyra.ops.tail.JournalTail`), so the commit
-    path does no work for it and no commit wakes it.
-    """
-    fold = fold or SpanFold()
-    tail = JournalTail(store, after_position)
-    try:
-        while True:
-            await asyncio.sleep(every_s)
-            spans: list[SpanRecord] = []
-            for event in tail.take():
-                spans += fold.feed(event)
-            if spans:
-                sink.emit(spans)
-    finally:
-        tail.close()

@@ -17,6 +17,7 @@ from typing import Any
 import cedarpy
 
 from palyra.core.capabilities import is_sensitive
+from palyra.core.errors import PalyraError
 from palyra.policy._cache import DecisionCache, context_projection, literal_types
 from palyra.policy._config import PolicyConfig
 from palyra.policy._decide import decide, resolve_posture
@@ -42,16 +43,48 @@ class PolicyGate:
 
     def __init__(self, loaded: LoadedPolicies, config: PolicyConfig, *,
                  cache_entries: int = 4096) -> None:
-        self._loaded = loaded
         self._config = config
-        self._cache = DecisionCache(
-            context_projection(source.text for source in loaded.sources),
-            loaded.policy_hash, cache_entries)
-        # Resource types whose ids a policy can tell apart (see ``_cache``).
-        self._keyed_types = literal_types(source.text for source in loaded.sources)
+        self._cache_entries = cache_entries
+        self._install(loaded)
         # No entity attributes are used (everything is in the context), so
         # one empty, pre-parsed entity set serves every request.
         self._entities = cedarpy.Entities.from_json_str("[]")
+        self.reload_error = ""
+        """Why the last reload failed (the set loaded before it stays in force); empty
+        once a reload succeeds."""
+        self.reloads = 0
+        """Reloads attempted since start, failed ones included."""
+
+    def _install(self, loaded: LoadedPolicies) -> None:
+        # Plain attribute stores with no await between them: every decision (on the
+        # daemon's loop) sees either the old set or the new one, whole.
+        self._loaded = loaded
+        self._cache = DecisionCache(
+            context_projection(source.text for source in loaded.sources),
+            loaded.policy_hash, self._cache_entries)
+        # Resource types whose ids a policy can tell apart (see ``_cache``).
+        self._keyed_types = literal_types(source.text for source in loaded.sources)
+
+    def reload(self) -> str:
+        """Read the policy files again and decide by them from the next decision on.
+
+        Returns the policy hash now in force. A set that fails to load changes
+        nothing: the one in force stays, and ``reload_error`` says why until a
+        reload succeeds (readiness fails on it).
+
+        Raises:
+            PalyraError: ``POLICY_INVALID`` naming the file and line.
+        """
+        self.reloads += 1
+        try:
+            loaded = load_policies(self._config.config_dir,
+                                   include_defaults=self._config.include_defaults)
+        except PalyraError as exc:
+            self.reload_error = exc.message
+            raise
+        self._install(loaded)
+        self.reload_error = ""
+        return loaded.policy_hash
 
     @classmethod
     def load(cls, config: PolicyConfig | None = None) -> PolicyGate:

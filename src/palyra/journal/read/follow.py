@@ -37,8 +37,8 @@ _Pairs = Sequence[tuple[StoredEvent, int]]
 class Subscription:
     """One follower's bounded inbox; filled on its event loop, drained by its generator."""
 
-    __slots__ = ("buffer", "buffered_bytes", "key", "loop", "max_bytes", "max_events",
-                 "overflowed", "overflows", "waiter")  # fmt: skip
+    __slots__ = ("buffer", "buffered_bytes", "consumer", "key", "loop", "max_bytes",
+                 "max_events", "overflowed", "overflows", "waiter")  # fmt: skip
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, key: str | None, max_events: int, max_bytes: int
@@ -52,9 +52,15 @@ class Subscription:
         self.overflowed = False
         self.overflows = 0
         self.waiter: asyncio.Future[None] | None = None
+        # Set: each commit's events go straight to it (loop thread), nothing is buffered.
+        self.consumer: Callable[[_Pairs], None] | None = None
 
     def deliver(self, events: Sequence[tuple[StoredEvent, int]]) -> None:
-        """Buffer ``(event, size)`` pairs (loop thread); overflow drops the whole buffer."""
+        """Buffer ``(event, size)`` pairs (loop thread); overflow drops the whole buffer.
+        A subscription with a ``consumer`` hands them to it instead."""
+        if self.consumer is not None:
+            self.consumer(events)
+            return
         if not self.overflowed:
             for event, size in events:
                 self.buffer.append(event)

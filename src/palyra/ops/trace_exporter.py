@@ -1,0 +1,76 @@
+"""The tracing exporter process (``python -m palyra.ops.trace_exporter``).
+
+With ``[tracing] enabled`` the daemon starts this process beside it
+(:class:`~palyra.ops.trace_process.TraceExporterProcess`). It opens the data
+dir's journal read-only, follows it from the position it is given, folds the
+events into GenAI spans and sends them through the OpenTelemetry SDK's batch
+processor and OTLP/HTTP exporter. Building the SDK spans and encoding them as
+OTLP protobuf are most of tracing's CPU; here they are off the daemon's
+interpreter, which only wrote the journal it would have written anyway.
+
+It stops on SIGTERM after one last read to the journal's head (the daemon
+sends it once its journal is closed, so the runs it parked are traced too), or
+on its own when the daemon that started it is gone. SIGINT is ignored: a
+Ctrl-C in a terminal reaches the whole process group, and the daemon decides
+when its exporter stops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from palyra.journal import JournalConfig, JournalStore
+from palyra.ops.config import TracingConfig
+from palyra.ops.trace_follower import StoreFollower
+from palyra.ops.tracing import otlp_sink
+
+POLL_EVERY_S = 0.2
+_LAST_PAGES = 1_000_000  # the final read goes to the head
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m palyra.ops.trace_exporter",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--after", type=int, required=True,
+                        help="trace events after this journal position")
+    parser.add_argument("--parent", type=int, default=0,
+                        help="exit when this pid is no longer the parent")
+    parser.add_argument("--endpoint", default="", help="OTLP/HTTP traces URL; empty: dropped")
+    parser.add_argument("--sample-ratio", type=float, default=1.0)
+    parser.add_argument("--service-name", default="palyra")
+    parser.add_argument("--export-timeout", type=float, default=10.0)
+    parser.add_argument("--every", type=float, default=POLL_EVERY_S)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    config = TracingConfig(enabled=True, otlp_endpoint=args.endpoint,
+                           sample_ratio=args.sample_ratio, service_name=args.service_name,
+                           export_timeout_s=args.export_timeout)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: stopping.set())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    store = JournalStore.open(args.data_dir, config=JournalConfig(readonly=True))
+    sink = otlp_sink(config)
+    follower = StoreFollower(store, sink, args.after)
+    try:
+        while not stopping.wait(args.every):
+            follower.poll()
+            if args.parent and os.getppid() != args.parent:
+                break  # the daemon died without stopping us: nothing more will be written
+        follower.poll(max_pages=_LAST_PAGES)
+    finally:
+        sink.shutdown()  # the batch still queued goes out
+        store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
