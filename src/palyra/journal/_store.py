@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 from palyra.core.errors import ErrorCode, PalyraError, PalyraInternalError
 from palyra.core.histogram import Histogram
@@ -28,7 +28,8 @@ from palyra.journal.read.follow import FollowHub, Subscription, follow_batches, 
 from palyra.journal.retention.prune import PruneOrder, PruneResult
 from palyra.journal.write import requests
 from palyra.journal.write.prepare import prepare
-from palyra.journal.write.stats import CommitTimings
+from palyra.journal.write.requests import Request
+from palyra.journal.write.stats import CommitTimings, WriterStats
 from palyra.journal.write.writer import Writer
 
 _PAGE = 256
@@ -42,6 +43,16 @@ def _tape_seq(event: StoredEvent) -> int:
     return event.tape_seq
 
 
+class CommitQueue(Protocol):
+    """What the store needs of a writer: LMDB's ``Writer`` or PostgreSQL's."""
+
+    submit: Callable[[Request], None]
+    stats: WriterStats
+
+    def stop(self) -> None:
+        """Finish every queued request, then stop."""
+
+
 class JournalStore:
     """Append-only, hash-chained event log with indexes and entity tables.
 
@@ -53,7 +64,7 @@ class JournalStore:
         self._env = env
         self._config = config
         self._hub = FollowHub(config.follow_buffer_events, config.follow_buffer_bytes)
-        self._writer: Writer | None = None
+        self._writer: CommitQueue | None = None
         self._signer: Signer | None = None
         self._closed = False
         self._entities: EntityCache | None = None
@@ -72,6 +83,10 @@ class JournalStore:
             NotFound: read-only open of a data dir without a journal.
         """
         config = config or JournalConfig()
+        if config.backend == "postgres":
+            from palyra.journal.postgres.store import PostgresJournalStore  # psycopg: only then
+
+            return PostgresJournalStore.open_postgres(Path(data_dir), config)
         return cls(JournalEnv(Path(data_dir), config), config)
 
     @property
@@ -89,7 +104,7 @@ class JournalStore:
         """The underlying environment (verification and export read through it)."""
         return self._env
 
-    def _writer_or_raise(self) -> Writer:
+    def _writer_or_raise(self) -> CommitQueue:
         if self._closed:
             raise PalyraError("the journal is closed", code=ErrorCode.UNAVAILABLE)
         if self._writer is None:

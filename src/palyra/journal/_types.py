@@ -45,6 +45,11 @@ class JournalConfig:
             ``docs/journal/api.md``); 0, the default, never drops anything.
         retention_interval_s: how often the daemon runs retention.
         retention_batch_records: most records one retention commit prunes.
+        backend: ``"lmdb"`` (embedded, the default) or ``"postgres"`` (a
+            PostgreSQL database shared by several daemons, ``docs/journal/postgres.md``).
+        dsn: the PostgreSQL connection URI (``postgresql://user@host:port/db``).
+        pool_size: most PostgreSQL connections the store's readers hold open
+            (its writer holds one more).
     """
 
     sync: bool = True
@@ -58,6 +63,9 @@ class JournalConfig:
     retention_max_age_days: float = 0.0
     retention_interval_s: float = 3600.0
     retention_batch_records: int = 512
+    backend: str = "lmdb"
+    dsn: str = ""
+    pool_size: int = 4
 
 
 _FRESH_PAYLOAD: Mapping[str, Any] = MappingProxyType({})

@@ -1,0 +1,63 @@
+"""``PostgresJournalStore``: the journal's facade over PostgreSQL.
+
+The same class as LMDB's ``JournalStore`` from the application's side (a
+subclass: every read path, follower and answer is inherited); only the
+environment (``postgres.kv``) and the writer (``postgres.writer``) differ.
+The entity cache is off: another daemon's commit can change any row, and
+this process would not hear of it, so every look reads the database.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+
+from palyra.journal._store import JournalStore
+from palyra.journal._types import JournalConfig
+from palyra.journal.postgres.kv import PostgresEnv
+from palyra.journal.postgres.schema import migrate, require_current
+from palyra.journal.postgres.writer import PostgresWriter
+from palyra.journal.read.follow import FollowHub
+
+
+class PostgresJournalStore(JournalStore):
+    """The journal in a PostgreSQL database (``[journal] backend = "postgres"``)."""
+
+    def __init__(self, env: PostgresEnv, config: JournalConfig) -> None:  # noqa: D107
+        # Not JournalStore.__init__: it starts the LMDB writer and entity cache.
+        self._env = env
+        self._config = config
+        self._hub = FollowHub(config.follow_buffer_events, config.follow_buffer_bytes)
+        self._writer = None
+        self._signer = None
+        self._closed = False
+        self._entities = None
+        if not config.readonly:
+            self._writer = PostgresWriter(env, config.max_batch_events, self._hub.deliveries,
+                                          self._hub.followed)
+
+    @classmethod
+    def open_postgres(cls, data_dir: Path, config: JournalConfig) -> PostgresJournalStore:
+        """Connect, migrate (or, read-only, check) the schema, start the writer.
+
+        Raises:
+            PalyraError: ``UNAVAILABLE`` when the database cannot be reached,
+                ``UNSUPPORTED_VERSION`` on a schema of another version,
+                ``NOT_FOUND`` read-only on a database without a journal.
+        """
+        env = PostgresEnv(Path(data_dir), config)
+        try:
+            with psycopg.connect(config.dsn, autocommit=True) as conn:
+                if config.readonly:
+                    require_current(conn)
+                else:
+                    migrate(conn)
+            return cls(env, config)
+        except BaseException:
+            env.close()
+            raise
+
+    def map_used(self) -> int:
+        """No LMDB map here."""
+        return 0
