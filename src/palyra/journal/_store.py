@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -10,7 +11,7 @@ from typing import Any, Protocol
 
 from palyra.core.errors import ErrorCode, PalyraError, PalyraInternalError
 from palyra.core.histogram import Histogram
-from palyra.journal._env import JournalEnv
+from palyra.journal._env import JournalEnv, journal_dir
 from palyra.journal._types import (
     DEFAULT_MAX_TAPE_BYTES,
     Checkpoint,
@@ -22,6 +23,7 @@ from palyra.journal._types import (
     TapePage,
 )
 from palyra.journal.format.signing import Signer
+from palyra.journal.postgres.pointer import read_pointer
 from palyra.journal.read import reads as _reads
 from palyra.journal.read.entity_cache import EntityCache
 from palyra.journal.read.follow import FollowHub, Subscription, follow_batches, follow_events
@@ -83,6 +85,20 @@ class JournalStore:
             NotFound: read-only open of a data dir without a journal.
         """
         config = config or JournalConfig()
+        if config.backend == "lmdb":
+            # A data dir whose daemon runs on PostgreSQL says so: read-only opens
+            # (verify, export by path) follow it; a writable one must not start a
+            # second, LMDB journal beside it.
+            dsn = read_pointer(journal_dir(Path(data_dir)))
+            if dsn is not None and config.readonly:
+                config = dataclasses.replace(config, backend="postgres", dsn=dsn)
+            elif dsn is not None:
+                raise PalyraError(
+                    f"the journal of {data_dir} is on PostgreSQL (journal/postgres.json): set "
+                    '[journal] backend = "postgres" and its dsn, or remove that file to '
+                    "start an LMDB journal",
+                    code=ErrorCode.CONFIG_INVALID, details={"data_dir": str(data_dir)},
+                )
         if config.backend == "postgres":
             from palyra.journal.postgres.store import PostgresJournalStore  # psycopg: only then
 

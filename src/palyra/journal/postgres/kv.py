@@ -23,6 +23,7 @@ from psycopg_pool import ConnectionPool
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.journal._env import JournalEnv, journal_dir
 from palyra.journal._types import JournalConfig
+from palyra.journal.postgres.pointer import write_pointer
 
 Row = tuple[bytes, bytes]
 
@@ -51,7 +52,7 @@ class PgTxn:
 
     def rows(self, query: str, params: tuple[object, ...]) -> list[Row]:
         """Run one read; ``(key, value)`` rows as ``bytes``."""
-        return self.conn.execute(query, params, binary=True).fetchall()  # type: ignore[return-value]
+        return self.conn.execute(query, params, binary=True).fetchall()
 
     def get(self, key: bytes, db: str) -> bytes | None:
         """The value under ``key`` in sub-DB ``db``, or None."""
@@ -166,7 +167,7 @@ class PostgresEnv(JournalEnv):
     dir's ``journal/`` directory: the daemon's checkpoint signing key lives there.
     """
 
-    def __init__(self, data_dir: Path, config: JournalConfig) -> None:  # noqa: D107
+    def __init__(self, data_dir: Path, config: JournalConfig) -> None:
         # JournalEnv.__init__ opens LMDB: set its public surface here instead.
         self.data_dir = data_dir
         self.path = journal_dir(data_dir)
@@ -183,6 +184,7 @@ class PostgresEnv(JournalEnv):
         if not config.readonly:
             for directory in (data_dir, self.path):
                 directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            write_pointer(self.path, config.dsn)
         self.pool = ConnectionPool(
             config.dsn,
             min_size=1,

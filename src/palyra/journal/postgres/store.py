@@ -24,7 +24,7 @@ from palyra.journal.read.follow import FollowHub
 class PostgresJournalStore(JournalStore):
     """The journal in a PostgreSQL database (``[journal] backend = "postgres"``)."""
 
-    def __init__(self, env: PostgresEnv, config: JournalConfig) -> None:  # noqa: D107
+    def __init__(self, env: PostgresEnv, config: JournalConfig) -> None:
         # Not JournalStore.__init__: it starts the LMDB writer and entity cache.
         self._env = env
         self._config = config
