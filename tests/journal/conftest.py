@@ -14,7 +14,7 @@ import pytest
 
 from palyra.journal import JournalConfig, JournalStore
 
-BACKENDS = ("lmdb", "postgres")
+from .helpers import BACKENDS, config_for
 
 
 @pytest.fixture
@@ -26,10 +26,8 @@ def data_dir(tmp_path: Path) -> Path:
 @pytest.fixture(params=BACKENDS)
 def journal_config(request: pytest.FixtureRequest) -> JournalConfig:
     """A durable (sync=True) store's config, on LMDB or on a fresh PostgreSQL database."""
-    if request.param == "postgres":
-        server = request.getfixturevalue("postgres_server")
-        return JournalConfig(sync=True, backend="postgres", dsn=server.create_database())
-    return JournalConfig(sync=True)
+    server = request.getfixturevalue("postgres_server") if request.param == "postgres" else None
+    return config_for(request.param, server, sync=True)
 
 
 @pytest.fixture

@@ -12,10 +12,23 @@ import psycopg
 from palyra.core.canonical import canonical_bytes
 from palyra.core.chain import record_body, record_hash
 from palyra.core.event_header import RECORD_EVENT_FIELDS
-from palyra.journal import EventDraft
+from palyra.journal import EventDraft, JournalConfig
 from palyra.journal._env import EVENTS, journal_dir
 from palyra.journal.format.record import HASHED_AT, decode_record, is_format2, u64_key
 from palyra.journal.postgres.pointer import read_pointer
+from palyra.testing.postgres import PostgresServer
+
+BACKENDS = ("lmdb", "postgres")
+
+
+def config_for(
+    backend: str, server: PostgresServer | None = None, **settings: Any
+) -> JournalConfig:
+    """A journal config on ``backend``: for ``postgres``, a fresh database on ``server``."""
+    if backend == "postgres":
+        assert server is not None
+        return JournalConfig(backend="postgres", dsn=server.create_database(), **settings)
+    return JournalConfig(**settings)
 
 
 def draft(i: int = 0, **kw: Any) -> EventDraft:

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from palyra.journal import JournalStore, verify_store
+from palyra.journal import JournalConfig, JournalStore, verify_store
+
+from .helpers import BACKENDS, config_for
 
 WRITER = Path(__file__).with_name("crash_writer.py")
 
@@ -52,10 +54,17 @@ def _run_and_kill(data_dir: Path, delay: float, mode: list[str]) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     "mode", [["64"], ["1", "lone"]], ids=["batches", "lone"])  # lone: one appender, one event per frame
-def test_acknowledged_events_survive_sigkill(tmp_path: Path, mode: list[str]) -> None:
+def test_acknowledged_events_survive_sigkill(
+    tmp_path: Path, mode: list[str], backend: str, request: pytest.FixtureRequest
+) -> None:
     data_dir = tmp_path / "data"
+    config = JournalConfig()
+    if backend == "postgres":  # the writer process dies; the server keeps what it committed
+        config = config_for(backend, request.getfixturevalue("postgres_server"))
+        mode = [*mode, "postgres", config.dsn]
     rng = random.Random(int(os.environ.get("PALYRA_CRASH_SEED", "0")) or None)
     acked: list[str] = []
     started = time.monotonic()
@@ -65,7 +74,7 @@ def test_acknowledged_events_survive_sigkill(tmp_path: Path, mode: list[str]) ->
         acked += acked_now
         report = verify_store(data_dir)
         assert report.ok, report.summary()
-        with JournalStore.open(data_dir) as store:  # the dead writer's lock is gone
+        with JournalStore.open(data_dir, config=config) as store:  # the dead writer's lock is gone
             stored: set[str] = set()
             tape: dict[str, list[int]] = {}
             after = 0
