@@ -211,6 +211,15 @@ def validate(config: PalyraConfig) -> PalyraConfig:
     if journal.retention_interval_s <= 0 or journal.retention_batch_records <= 0:
         raise config_error("journal.retention_interval_s", "retention_interval_s and "
                            "retention_batch_records must be positive")
+    if journal.backend not in ("lmdb", "postgres"):
+        raise config_error("journal.backend", 'must be "lmdb" or "postgres"')
+    if journal.backend == "postgres" and not journal.dsn.startswith(
+        ("postgresql://", "postgres://")
+    ):
+        raise config_error("journal.dsn", 'backend = "postgres" needs a dsn: '
+                           '"postgresql://user@host:port/database"')
+    if journal.pool_size < 1:
+        raise config_error("journal.pool_size", "must be at least 1")
     if config.daemon.shutdown_grace_s < 0:
         raise config_error("daemon.shutdown_grace_s", "must not be negative")
     for entry in config.auth.connector_tokens:
