@@ -1,0 +1,174 @@
+"""What only the PostgreSQL backend has: several writers on one database, schema versions.
+
+Two ``JournalStore`` objects on one database stand for two daemons: each has its
+own writer thread and connection, so nothing but PostgreSQL orders their commits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from palyra.core.errors import AlreadyExists, ErrorCode, PalyraError
+from palyra.journal import EntityWrite, JournalConfig, JournalStore, verify_store
+from palyra.journal.postgres.schema import SCHEMA_VERSION, migrate, stored_version
+from palyra.testing.postgres import PostgresServer
+
+from .helpers import draft
+
+
+def _config(dsn: str, **settings: object) -> JournalConfig:
+    return JournalConfig(backend="postgres", dsn=dsn, **settings)  # type: ignore[arg-type]
+
+
+async def test_two_writers_share_one_dense_chain(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = postgres_server.create_database()
+    a = JournalStore.open(tmp_path / "a", config=_config(dsn))
+    b = JournalStore.open(tmp_path / "b", config=_config(dsn))
+    try:
+        async def appender(store: JournalStore, name: str, count: int) -> list[str]:
+            ids = []
+            for n in range(count):
+                # Both daemons write the same sessions and the same run's tape.
+                events = await store.append([
+                    draft(n, session_id=f"s{n % 3}", run_id="shared", tape=True,
+                          payload={"by": name, "n": n}),
+                    draft(n, session_id=f"s{n % 3}", run_id=f"own-{name}", tape=True),
+                ])
+                ids += [e.event_id for e in events]
+            return ids
+
+        written = await asyncio.gather(*(
+            appender(store, f"{name}{k}", 15)
+            for k in range(4) for name, store in (("a", a), ("b", b))
+        ))  # fmt: skip
+        total = sum(len(ids) for ids in written)
+        for store in (a, b):  # either daemon reads the whole journal
+            events = store.read_range(0, 1000)
+            assert [e.position for e in events] == list(range(1, total + 1))
+            assert sorted(e.event_id for e in events) == sorted(i for ids in written for i in ids)
+            shared = store.read_tape("shared", -1, 1000).events
+            assert [e.tape_seq for e in shared] == list(range(total // 2))
+            assert store.head() == a.head()
+        assert verify_store(a).ok and verify_store(b).ok
+    finally:
+        a.close()
+        b.close()
+
+
+async def test_an_event_id_taken_by_the_other_writer_is_refused(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = postgres_server.create_database()
+    with JournalStore.open(tmp_path / "a", config=_config(dsn)) as a, \
+            JournalStore.open(tmp_path / "b", config=_config(dsn)) as b:
+        taken = (await a.append([draft(1, session_id="s")]))[0].event_id
+        with pytest.raises(AlreadyExists):
+            await b.append([draft(2, session_id="s", event_id=taken)])
+        assert (await b.append([draft(3, session_id="s")]))[0].position == 2
+
+
+async def test_a_row_written_by_one_daemon_is_read_by_the_other_at_once(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = postgres_server.create_database()
+    with JournalStore.open(tmp_path / "a", config=_config(dsn)) as a, \
+            JournalStore.open(tmp_path / "b", config=_config(dsn)) as b:
+        for n in range(3):
+            await a.append([draft(n, session_id="s", entity_writes=(
+                EntityWrite("runs", "r1", f"v{n}".encode()),))])
+            # b read this row before (a cached value would be stale now).
+            assert b.get_entity("runs", "r1") == f"v{n}".encode()
+            assert b.scan_entities("runs") == [("r1", f"v{n}".encode())]
+
+
+async def test_checkpoints_from_either_daemon_sign_the_shared_head(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = postgres_server.create_database()
+    with JournalStore.open(tmp_path / "a", config=_config(dsn)) as a, \
+            JournalStore.open(tmp_path / "b", config=_config(dsn)) as b:
+        await a.append([draft(0, session_id="s")])
+        signed_b = await b.checkpoint()  # b never appended: it signs what a wrote
+        assert (signed_b.position, signed_b.head_hash) == (1, a.head().head_hash)
+        await b.append([draft(1, session_id="s")])
+        signed_a = await a.checkpoint()
+        assert signed_a.position == 2
+        report = verify_store(a)
+        assert report.ok and report.checkpoints == 2
+
+
+def test_concurrent_start_ups_migrate_once(postgres_server: PostgresServer) -> None:
+    dsn = postgres_server.create_database()
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                assert migrate(conn) == SCHEMA_VERSION
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT version FROM palyra_schema ORDER BY version").fetchall()
+        assert [r[0] for r in rows] == list(range(1, SCHEMA_VERSION + 1))
+        assert stored_version(conn) == SCHEMA_VERSION
+
+
+def test_a_newer_schema_is_refused_at_start_up(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = postgres_server.create_database()
+    JournalStore.open(tmp_path / "a", config=_config(dsn)).close()
+    with psycopg.connect(dsn) as conn:
+        conn.execute("INSERT INTO palyra_schema (version) VALUES (%s)", (SCHEMA_VERSION + 1,))
+    for readonly in (False, True):
+        with pytest.raises(PalyraError) as info:
+            JournalStore.open(tmp_path / "b", config=_config(dsn, readonly=readonly))
+        assert info.value.code is ErrorCode.UNSUPPORTED_VERSION
+        assert info.value.details["schema_version"] == str(SCHEMA_VERSION + 1)
+
+
+def test_read_only_open_of_an_empty_database_is_not_found(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = postgres_server.create_database()
+    with pytest.raises(PalyraError) as info:
+        JournalStore.open(tmp_path / "a", config=_config(dsn, readonly=True))
+    assert info.value.code is ErrorCode.NOT_FOUND
+    with psycopg.connect(dsn) as conn:  # nothing was created by looking
+        assert stored_version(conn) == 0
+
+
+async def test_a_data_dir_names_its_database_for_verify_and_refuses_a_second_lmdb_journal(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = postgres_server.create_database()
+    data_dir = tmp_path / "data"
+    async with JournalStore.open(data_dir, config=_config(dsn)) as store:
+        await store.append([draft(i, session_id="s") for i in range(3)])
+    report = verify_store(data_dir)  # by path, as `palyra journal verify` does
+    assert report.ok and report.events == 3
+    assert not (data_dir / "journal" / "data.mdb").exists()
+    with pytest.raises(PalyraError) as info:
+        JournalStore.open(data_dir)  # a writable LMDB open would split the journal
+    assert info.value.code is ErrorCode.CONFIG_INVALID
+
+
+def test_an_unreachable_database_is_unavailable(tmp_path: Path) -> None:
+    with pytest.raises(PalyraError) as info:
+        JournalStore.open(tmp_path / "a", config=_config(
+            "postgresql://nobody@127.0.0.1:1/none?connect_timeout=1"))
+    assert info.value.code is ErrorCode.UNAVAILABLE
