@@ -16,6 +16,7 @@ import pytest
 from palyra.core.errors import AlreadyExists, ErrorCode, PalyraError
 from palyra.journal import EntityWrite, JournalConfig, JournalStore, verify_store
 from palyra.journal.postgres.schema import SCHEMA_VERSION, migrate, stored_version
+from palyra.journal.postgres.store import PostgresJournalStore
 from palyra.testing.postgres import PostgresServer
 
 from .helpers import draft
@@ -172,3 +173,73 @@ def test_an_unreachable_database_is_unavailable(tmp_path: Path) -> None:
         JournalStore.open(tmp_path / "a", config=_config(
             "postgresql://nobody@127.0.0.1:1/none?connect_timeout=1"))
     assert info.value.code is ErrorCode.UNAVAILABLE
+
+
+# --- leases with fencing epochs ---------------------------------------------------------
+
+
+def _pg(store: JournalStore) -> PostgresJournalStore:
+    assert isinstance(store, PostgresJournalStore)
+    return store
+
+
+async def test_a_fenced_out_owner_cannot_write_even_before_it_notices(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = postgres_server.create_database()
+    with JournalStore.open(tmp_path / "a", config=_config(dsn)) as a_store, \
+            JournalStore.open(tmp_path / "b", config=_config(dsn)) as b_store:
+        a, b = _pg(a_store), _pg(b_store)
+        lease_a = a.acquire_lease("session:s1", "daemon-a", ttl_s=0.3)
+        assert lease_a is not None and lease_a.epoch == 1
+        assert b.acquire_lease("session:s1", "daemon-b", ttl_s=0.3) is None  # held
+        await a.append([draft(0, session_id="s1")], fence=lease_a)
+        await asyncio.sleep(0.4)  # a stalls past its TTL without noticing
+        lease_b = b.acquire_lease("session:s1", "daemon-b", ttl_s=5)
+        assert lease_b is not None and lease_b.epoch == 2
+        head = a.head()
+        with pytest.raises(PalyraError) as info:
+            await a.append([draft(1, session_id="s1")], fence=lease_a)
+        assert info.value.code is ErrorCode.LEASE_STALE
+        assert a.head() == head  # nothing of it was written
+        assert not a.renew_lease(lease_a, 5)
+        await b.append([draft(2, session_id="s1")], fence=lease_b)
+        assert [e.payload["i"] for e in b.read_session("s1")] == [0, 2]
+        assert b.lease_holder("session:s1") == ("daemon-b", 2, True)
+
+
+async def test_a_stale_append_fails_alone_in_its_group_commit(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = postgres_server.create_database()
+    with JournalStore.open(tmp_path / "a", config=_config(dsn)) as opened:
+        store = _pg(opened)
+        old = store.acquire_lease("session:s", "d", ttl_s=5)
+        assert old is not None
+        new = store.acquire_lease("session:s", "d", ttl_s=5)  # a new term of the same owner
+        assert new is not None and new.epoch == old.epoch + 1
+        results = await asyncio.gather(
+            store.append([draft(0, session_id="s")], fence=old),
+            store.append([draft(1, session_id="s")], fence=new),
+            store.append([draft(2, session_id="t")]),
+            return_exceptions=True,
+        )
+        assert isinstance(results[0], PalyraError)
+        assert results[0].code is ErrorCode.LEASE_STALE
+        assert [type(r) for r in results[1:]] == [list, list]
+        assert sorted(e.payload["i"] for e in store.read_range(0)) == [1, 2]
+        assert verify_store(store).ok
+
+
+async def test_a_released_lease_is_taken_over_at_once(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = postgres_server.create_database()
+    with JournalStore.open(tmp_path / "a", config=_config(dsn)) as opened:
+        store = _pg(opened)
+        lease = store.acquire_lease("session:s", "a", ttl_s=60)
+        assert lease is not None and store.renew_lease(lease, 60)
+        assert store.acquire_lease("session:s", "b", ttl_s=60) is None
+        store.release_lease(lease)
+        taken = store.acquire_lease("session:s", "b", ttl_s=60)
+        assert taken is not None and taken.epoch == lease.epoch + 1

@@ -14,6 +14,7 @@ from palyra.journal._types import (
     JournalConfig,
     JournalHead,
     JournalStats,
+    Lease,
     StoredEvent,
     TapePage,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "JournalHead",
     "JournalStats",
     "JournalStore",
+    "Lease",
     "PruneOrder",
     "PruneResult",
     "StoredEvent",

@@ -19,6 +19,7 @@ from palyra.journal._types import (
     JournalConfig,
     JournalHead,
     JournalStats,
+    Lease,
     StoredEvent,
     TapePage,
 )
@@ -127,16 +128,22 @@ class JournalStore:
             raise PalyraInternalError("the journal was opened read-only")
         return self._writer
 
-    async def append(self, drafts: Sequence[EventDraft]) -> list[StoredEvent]:
+    async def append(
+        self, drafts: Sequence[EventDraft], *, fence: Lease | None = None
+    ) -> list[StoredEvent]:
         """Append ``drafts`` atomically; return once the commit is durable.
+
+        ``fence``: commit only while this lease is its name's current term
+        (PostgreSQL; on LMDB one daemon holds every lease and it always is).
 
         Raises:
             InvalidArgument: a draft is malformed.
             AlreadyExists: an ``event_id`` is already in the journal (or twice in ``drafts``).
             PalyraError: ``PAYLOAD_TOO_LARGE`` over a size cap; ``UNAVAILABLE``
-                when the store is closed or the commit failed.
+                when the store is closed or the commit failed; ``LEASE_STALE``
+                when ``fence`` was taken over (nothing of ``drafts`` is written).
         """
-        future = self.submit(drafts)
+        future = self.submit(drafts, fence=fence)
         # Let go of the drafts while the commit is pending: their payloads were
         # copied by prepare, and a caller that no longer holds them (a list built
         # in the call) frees them now instead of keeping them, and the cycle
@@ -144,7 +151,9 @@ class JournalStore:
         del drafts
         return await future
 
-    def submit(self, drafts: Sequence[EventDraft]) -> asyncio.Future[list[StoredEvent]]:
+    def submit(
+        self, drafts: Sequence[EventDraft], *, fence: Lease | None = None
+    ) -> asyncio.Future[list[StoredEvent]]:
         """Validate and queue ``drafts`` now; the future resolves once the commit is durable.
 
         The synchronous half of :meth:`append`, for a caller that must not lose
@@ -166,7 +175,8 @@ class JournalStore:
         if not prepared:
             future.set_result([])
         else:
-            writer.submit(requests.Append(loop, future, prepared))
+            writer.submit(requests.Append(loop, future, prepared) if fence is None
+                          else requests.FencedAppend(loop, future, prepared, fence))
         return future
 
     async def checkpoint(self) -> Checkpoint:

@@ -244,3 +244,16 @@ class Checkpoint:
     ts_ms: int
     public_key: str
     signature: str
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """One term of ownership of ``name`` (a session) by ``owner`` (a daemon).
+
+    ``epoch`` is the fencing token: an append fenced by this lease commits only
+    while the lease row still has this epoch (``docs/journal/postgres.md``).
+    """
+
+    name: str
+    owner: str
+    epoch: int

@@ -31,6 +31,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # The genesis head: a literal, so the migration is plain SQL.
         f"INSERT INTO journal_head (next_position, head) VALUES (1, '\\x{GENESIS.hex()}')",
     ),
+    (
+        # Leases with fencing epochs (``postgres.lease``).
+        "CREATE TABLE journal_lease (name text PRIMARY KEY, owner text NOT NULL, "
+        "epoch bigint NOT NULL, expires_at timestamptz NOT NULL)",
+    ),
 )
 """Version N is ``MIGRATIONS[N - 1]``; append, never edit."""
 

@@ -14,8 +14,9 @@ from pathlib import Path
 import psycopg
 
 from palyra.journal._store import JournalStore
-from palyra.journal._types import JournalConfig
+from palyra.journal._types import JournalConfig, Lease
 from palyra.journal.postgres.kv import PostgresEnv
+from palyra.journal.postgres.lease import Leases
 from palyra.journal.postgres.schema import migrate, require_current
 from palyra.journal.postgres.writer import PostgresWriter
 from palyra.journal.read.follow import FollowHub
@@ -33,6 +34,7 @@ class PostgresJournalStore(JournalStore):
         self._signer = None
         self._closed = False
         self._entities = None
+        self._leases = Leases(config.dsn)
         if not config.readonly:
             self._writer = PostgresWriter(env, config.max_batch_events, self._hub.deliveries,
                                           self._hub.followed)
@@ -57,6 +59,33 @@ class PostgresJournalStore(JournalStore):
         except BaseException:
             env.close()
             raise
+
+    def acquire_lease(self, name: str, owner: str, ttl_s: float) -> Lease | None:
+        """A new term on ``name`` for ``owner`` if it is free, expired or ``owner``'s already.
+
+        Every term has a higher epoch than the last; pass the lease as
+        ``append(..., fence=lease)`` to write only while it holds.
+        """
+        return self._leases.acquire(name, owner, ttl_s)
+
+    def renew_lease(self, lease: Lease, ttl_s: float) -> bool:
+        """Extend ``lease``; False when it expired or another daemon took it over."""
+        return self._leases.renew(lease, ttl_s)
+
+    def release_lease(self, lease: Lease) -> None:
+        """End ``lease`` now (a clean shutdown), so a takeover need not wait for its expiry."""
+        self._leases.release(lease)
+
+    def lease_holder(self, name: str) -> tuple[str, int, bool] | None:
+        """``(owner, epoch, unexpired)`` of ``name``'s lease, or None."""
+        return self._leases.holder(name)
+
+    def close(self) -> None:
+        """Stop the writer, then close the lease connection and the readers' pool."""
+        closing = not self._closed
+        super().close()
+        if closing:
+            self._leases.close()
 
     def map_used(self) -> int:
         """No LMDB map here."""

@@ -38,12 +38,13 @@ from palyra.journal._types import Checkpoint as SignedCheckpoint
 from palyra.journal._types import StoredEvent
 from palyra.journal.format.record import RECORD_VERSION, CheckpointRecord, encode_record, u64_key
 from palyra.journal.postgres.kv import PgTxn, PostgresEnv
+from palyra.journal.postgres.lease import FENCES
 from palyra.journal.read.follow import Deliveries
 from palyra.journal.read.reads import last_scoped_number, record_hash_at
 from palyra.journal.write.answer import fail, resolve
 from palyra.journal.write.commitlog import Op
 from palyra.journal.write.plan import CommitPlan, Heads, plan_commit
-from palyra.journal.write.requests import Append, Checkpoint, Prune, Request
+from palyra.journal.write.requests import Append, Checkpoint, FencedAppend, Prune, Request
 from palyra.journal.write.stats import WriterStats
 
 WRITER_THREAD = "palyra-journal-pg-writer"
@@ -169,15 +170,38 @@ class PostgresWriter:
     def _planned(
         self, txn: PgTxn, head: tuple[int, bytes], batch: list[Append]
     ) -> tuple[tuple[CommitPlan | None, list[Append]], list[Op], int, bytes]:
-        live = batch
-        while True:
+        live = self._unfenced(txn, batch)
+        while live:
             plan = plan_commit(live, self._heads(txn, head, live))
             clash = self._first_clash(txn, plan, live)
             if clash is None:
                 return (plan, live), plan.ops, plan.next_position, plan.head
             live = [r for r in live if r is not clash]  # it fails alone: plan again
-            if not live:
-                return (None, live), [], head[0], head[1]
+        return (None, live), [], head[0], head[1]
+
+    def _unfenced(self, txn: PgTxn, batch: list[Append]) -> list[Append]:
+        """``batch`` less the fenced appends whose lease was taken over (each gets LEASE_STALE).
+
+        The lease rows stay locked (``FOR SHARE``) until this commit: a takeover
+        waits for it, so no write of an old term lands after a new term began.
+        """
+        fenced = [r for r in batch if isinstance(r, FencedAppend)]
+        if not fenced:
+            return batch
+        names_ = sorted({r.fence.name for r in fenced})
+        current = dict(txn.conn.execute(FENCES, (names_,)).fetchall())
+        stale = []
+        for request in fenced:
+            fence = request.fence
+            if current.get(fence.name) != fence.epoch:
+                request.error = PalyraError(
+                    f"the lease on {fence.name} of epoch {fence.epoch} was taken over "
+                    f"(now epoch {current.get(fence.name)}): this daemon no longer owns it",
+                    code=ErrorCode.LEASE_STALE,
+                    details={"lease": fence.name, "epoch": str(fence.epoch)},
+                )
+                stale.append(request)
+        return [r for r in batch if r not in stale] if stale else batch
 
     def _heads(self, txn: PgTxn, head: tuple[int, bytes], batch: list[Append]) -> Heads:
         """The chain heads ``batch`` appends to, as the database has them now."""
