@@ -18,7 +18,7 @@ def test_exports() -> None:
         "JournalConfig", "JournalHead", "JournalStats", "JournalStore", "StoredEvent", "Subscription",
         "TapePage", "VerifyReport", "checkpoint_every", "export_bundle", "sign_head_if_moved",
         "verify_bundle", "verify_store", "PRUNED_KIND", "RETENTION_SESSION", "PruneOrder",
-        "PruneResult", "prune_older_than", "retention_every",
+        "PruneResult", "prune_older_than", "retention_every", "Lease",
     }  # fmt: skip
 
 

@@ -128,6 +128,11 @@ class PostgresServer:
                     raise RuntimeError(f"postgres did not start:\n{self.log()}") from None
                 time.sleep(0.05)
 
+    @property
+    def pid(self) -> int | None:
+        """The postmaster's pid while it runs."""
+        return self._process.pid if self._process is not None else None
+
     def log(self) -> str:
         """The server's log so far (for error messages)."""
         if self.root is None:
