@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -36,6 +37,9 @@ from palyra.journal.write.stats import CommitTimings, WriterStats
 from palyra.journal.write.writer import Writer
 
 _PAGE = 256
+# Backends beside LMDB, by their ``[journal] backend`` name: the module whose
+# ``open_store(data_dir, config)`` opens one (a ``JournalStore`` subclass).
+_BACKEND_MODULES = {"postgres": "palyra.journal.postgres.store"}
 
 
 def _position(event: StoredEvent) -> int:
@@ -100,10 +104,12 @@ class JournalStore:
                     "start an LMDB journal",
                     code=ErrorCode.CONFIG_INVALID, details={"data_dir": str(data_dir)},
                 )
-        if config.backend == "postgres":
-            from palyra.journal.postgres.store import PostgresJournalStore  # psycopg: only then
-
-            return PostgresJournalStore.open_postgres(Path(data_dir), config)
+        if config.backend != "lmdb":
+            # Imported by name, only when chosen: an LMDB daemon never loads psycopg,
+            # and the facade does not depend on its subclasses.
+            backend = importlib.import_module(_BACKEND_MODULES[config.backend])
+            opened: JournalStore = backend.open_store(Path(data_dir), config)
+            return opened
         return cls(JournalEnv(Path(data_dir), config), config)
 
     @property

@@ -90,3 +90,8 @@ class PostgresJournalStore(JournalStore):
     def map_used(self) -> int:
         """No LMDB map here."""
         return 0
+
+
+def open_store(data_dir: Path, config: JournalConfig) -> PostgresJournalStore:
+    """``JournalStore.open`` for ``backend = "postgres"`` (see ``_store._BACKEND_MODULES``)."""
+    return PostgresJournalStore.open_postgres(data_dir, config)
