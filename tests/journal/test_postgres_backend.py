@@ -12,11 +12,14 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from palyra.core.errors import AlreadyExists, ErrorCode, PalyraError
 from palyra.journal import EntityWrite, JournalConfig, JournalStore, verify_store
 from palyra.journal.postgres.schema import SCHEMA_VERSION, migrate, stored_version
 from palyra.journal.postgres.store import PostgresJournalStore
+from palyra.journal.postgres.watch import OwnCommits
 from palyra.testing.postgres import PostgresServer
 
 from .helpers import draft
@@ -243,3 +246,59 @@ async def test_a_released_lease_is_taken_over_at_once(
         store.release_lease(lease)
         taken = store.acquire_lease("session:s", "b", ttl_s=60)
         assert taken is not None and taken.epoch == lease.epoch + 1
+
+
+# --- followers hear of other daemons' commits ---------------------------------------------
+
+
+async def _parked(waiting: asyncio.Future[object]) -> None:
+    """Let ``waiting`` (a follower's next event) read the store and park on its buffer."""
+    for _ in range(20):
+        await asyncio.sleep(0.01)
+    assert not waiting.done()
+
+
+async def test_a_tape_followed_on_one_daemon_gets_what_another_commits(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = postgres_server.create_database()
+    with JournalStore.open(tmp_path / "a", config=_config(dsn)) as a, \
+            JournalStore.open(tmp_path / "b", config=_config(dsn)) as b:
+        await a.append([draft(0, session_id="s", run_id="r", tape=True)])
+        follower = b.follow_tape("r", after_seq=-1).__aiter__()
+        assert (await asyncio.wait_for(follower.__anext__(), 5)).tape_seq == 0  # replayed
+        for n in range(1, 6):  # each written on a, interleaved with b's own writes
+            waiting = asyncio.ensure_future(follower.__anext__())
+            await _parked(waiting)  # the follower caught up and waits for a live event
+            await a.append([draft(n, session_id="s", run_id="r", tape=True)])
+            await b.append([draft(100 + n, session_id="t", run_id="other", tape=True)])
+            got = await asyncio.wait_for(waiting, 5)
+            assert (got.tape_seq, got.payload["i"]) == (n, n)
+        everything = b.follow(after_position=0).__aiter__()
+        seen = [(await asyncio.wait_for(everything.__anext__(), 5)).position for _ in range(11)]
+        assert seen == list(range(1, 12))
+        waiting = asyncio.ensure_future(everything.__anext__())
+        await _parked(waiting)
+        await a.append([draft(9, session_id="s")])
+        assert (await asyncio.wait_for(waiting, 5)).position == 12
+        await follower.aclose()
+        await everything.aclose()
+
+
+@given(
+    own=st.lists(st.tuples(st.integers(1, 40), st.integers(0, 5)), max_size=8),
+    after=st.integers(0, 30), through=st.integers(0, 45),
+)
+def test_foreign_ranges_are_exactly_the_positions_this_daemon_did_not_write(
+    own: list[tuple[int, int]], after: int, through: int
+) -> None:
+    ranges = OwnCommits()
+    written: set[int] = set()
+    for first, extra in own:
+        if not written.intersection(range(first, first + extra + 1)):  # commits never overlap
+            ranges.add(first, first + extra)
+            written.update(range(first, first + extra + 1))
+    gaps = ranges.foreign(after, through)
+    listed = [p for first, last in gaps for p in range(first, last + 1)]
+    assert listed == [p for p in range(after + 1, through + 1) if p not in written]
+    assert all(a[1] + 1 < b[0] for a, b in zip(gaps, gaps[1:], strict=False))  # maximal ranges

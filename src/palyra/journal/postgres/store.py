@@ -4,7 +4,8 @@ The same class as LMDB's ``JournalStore`` from the application's side (a
 subclass: every read path, follower and answer is inherited); only the
 environment (``postgres.kv``) and the writer (``postgres.writer``) differ.
 The entity cache is off: another daemon's commit can change any row, and
-this process would not hear of it, so every look reads the database.
+this process would not hear of it, so every look reads the database. Other
+daemons' commits reach this one's followers through ``postgres.watch``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from palyra.journal._types import JournalConfig, Lease
 from palyra.journal.postgres.kv import PostgresEnv
 from palyra.journal.postgres.lease import Leases
 from palyra.journal.postgres.schema import migrate, require_current
+from palyra.journal.postgres.watch import ForeignCommits, OwnCommits
 from palyra.journal.postgres.writer import PostgresWriter
 from palyra.journal.read.follow import FollowHub
 
@@ -35,9 +37,13 @@ class PostgresJournalStore(JournalStore):
         self._closed = False
         self._entities = None
         self._leases = Leases(config.dsn)
+        self._watch: ForeignCommits | None = None
         if not config.readonly:
+            own = OwnCommits()
             self._writer = PostgresWriter(env, config.max_batch_events, self._hub.deliveries,
-                                          self._hub.followed)
+                                          self._hub.followed, own)
+            # Other daemons' commits reach this daemon's followers too.
+            self._watch = ForeignCommits(env, self._hub, own)
 
     @classmethod
     def open_postgres(cls, data_dir: Path, config: JournalConfig) -> PostgresJournalStore:
@@ -83,6 +89,8 @@ class PostgresJournalStore(JournalStore):
     def close(self) -> None:
         """Stop the writer, then close the lease connection and the readers' pool."""
         closing = not self._closed
+        if closing and self._watch is not None:
+            self._watch.stop()
         super().close()
         if closing:
             self._leases.close()

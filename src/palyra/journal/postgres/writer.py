@@ -39,6 +39,7 @@ from palyra.journal._types import StoredEvent
 from palyra.journal.format.record import RECORD_VERSION, CheckpointRecord, encode_record, u64_key
 from palyra.journal.postgres.kv import PgTxn, PostgresEnv
 from palyra.journal.postgres.lease import FENCES
+from palyra.journal.postgres.watch import NOTIFY, OwnCommits
 from palyra.journal.read.follow import Deliveries
 from palyra.journal.read.reads import last_scoped_number, record_hash_at
 from palyra.journal.write.answer import fail, resolve
@@ -76,8 +77,10 @@ class PostgresWriter:
         max_batch_events: int,
         on_commit: Callable[[list[tuple[StoredEvent, int]]], Deliveries],
         followed: Callable[[], bool] = lambda: True,
+        own: OwnCommits | None = None,
     ) -> None:
         self._env = env
+        self._own = own
         self._max_batch = max(1, max_batch_events)
         self._on_commit = on_commit
         self._followed = followed
@@ -159,6 +162,8 @@ class PostgresWriter:
         stats.appended_events += len(plan.views)
         stats.appended_bytes += plan.record_bytes
         stats.records += plan.records
+        if self._own is not None and plan.views:  # the watcher need not publish these
+            self._own.add(plan.views[0].position, plan.views[-1].position)
         deliveries = (
             self._on_commit(list(zip(plan.views, plan.sizes, strict=True)))
             if plan.views and self._followed() else None
@@ -301,6 +306,7 @@ class PostgresWriter:
             if ops:
                 _write_ops(conn, ops)
                 conn.execute(_MOVE_HEAD, (next_position, new_head))
+                conn.execute(NOTIFY)  # other daemons' followers: sent when this commits
         self._known = (next_position, new_head)
         return result
 
