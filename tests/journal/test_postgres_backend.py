@@ -7,6 +7,7 @@ own writer thread and connection, so nothing but PostgreSQL orders their commits
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from pathlib import Path
 
@@ -301,4 +302,4 @@ def test_foreign_ranges_are_exactly_the_positions_this_daemon_did_not_write(
     gaps = ranges.foreign(after, through)
     listed = [p for first, last in gaps for p in range(first, last + 1)]
     assert listed == [p for p in range(after + 1, through + 1) if p not in written]
-    assert all(a[1] + 1 < b[0] for a, b in zip(gaps, gaps[1:], strict=False))  # maximal ranges
+    assert all(a[1] + 1 < b[0] for a, b in itertools.pairwise(gaps))  # maximal ranges
