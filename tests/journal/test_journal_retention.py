@@ -33,12 +33,6 @@ from palyra.testing.archives import extract_tar
 from .helpers import raw_record
 
 
-@pytest.fixture
-def journal_config() -> JournalConfig:
-    """LMDB only: retention is not implemented on the PostgreSQL backend yet (#28)."""
-    return JournalConfig(sync=True)
-
-
 def _holding(data_dir: Path, position: int) -> tuple[int, bytes]:
     """The key (last position) and raw bytes of the record holding ``position``."""
     with JournalStore.open(data_dir, config=JournalConfig(readonly=True)) as store, \

@@ -64,6 +64,28 @@ class PgTxn:
         return PgCursor(self, db)
 
 
+class PgWriteTxn(PgTxn):
+    """A :class:`PgTxn` whose ``put``/``delete`` are kept as ops for the writer to apply.
+
+    For code written against an LMDB write transaction that reads first and
+    writes after (retention's tombstones): its reads never need its own writes.
+    """
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        super().__init__(conn)
+        self.ops: list[tuple[str, bytes, bytes | None]] = []
+
+    def put(self, key: bytes, value: bytes, db: str, overwrite: bool = True) -> bool:
+        """Queue a put (``overwrite`` is LMDB's; the writer's ops always overwrite)."""
+        self.ops.append((db, bytes(key), bytes(value)))
+        return True
+
+    def delete(self, key: bytes, db: str) -> bool:
+        """Queue a delete."""
+        self.ops.append((db, bytes(key), None))
+        return True
+
+
 class PgCursor:
     """An LMDB cursor over one sub-DB: a page of consecutive rows and a place in it.
 

@@ -35,16 +35,27 @@ from palyra.core.chain import GENESIS, checkpoint_message
 from palyra.core.errors import AlreadyExists, ErrorCode, PalyraError
 from palyra.journal import _env as names
 from palyra.journal._types import Checkpoint as SignedCheckpoint
-from palyra.journal._types import StoredEvent
-from palyra.journal.format.record import RECORD_VERSION, CheckpointRecord, encode_record, u64_key
-from palyra.journal.postgres.kv import PgTxn, PostgresEnv
+from palyra.journal._types import EventDraft, StoredEvent
+from palyra.journal.format.record import (
+    PRUNED_ACTOR,
+    PRUNED_KIND,
+    RECORD_VERSION,
+    RETENTION_SESSION,
+    CheckpointRecord,
+    encode_record,
+    record_hashes,
+    u64_key,
+)
+from palyra.journal.postgres.kv import PgTxn, PgWriteTxn, PostgresEnv
 from palyra.journal.postgres.lease import FENCES
 from palyra.journal.postgres.watch import NOTIFY, OwnCommits
 from palyra.journal.read.follow import Deliveries
-from palyra.journal.read.reads import last_scoped_number, record_hash_at
+from palyra.journal.read.reads import last_scoped_number, pruned_through, record_hash_at
+from palyra.journal.retention.prune import PruneResult, tombstone_prefix
 from palyra.journal.write.answer import fail, resolve
 from palyra.journal.write.commitlog import Op
 from palyra.journal.write.plan import CommitPlan, Heads, plan_commit
+from palyra.journal.write.prepare import prepare
 from palyra.journal.write.requests import Append, Checkpoint, FencedAppend, Prune, Request
 from palyra.journal.write.stats import WriterStats
 
@@ -135,10 +146,7 @@ class PostgresWriter:
             if isinstance(request, Checkpoint):
                 self._commit_checkpoint(request)
             elif isinstance(request, Prune):
-                request.error = PalyraError(
-                    "retention is not implemented on the PostgreSQL journal yet",
-                    code=ErrorCode.UNIMPLEMENTED)  # fmt: skip
-                resolve([request])
+                self._commit_prune(request)
         self.stats.timings.observe(began, batch)
 
     # --- appends ----------------------------------------------------------
@@ -279,6 +287,56 @@ class PostgresWriter:
                                           request.signer.public_key.hex(), signature.hex())
         self.stats.commits += 1
         resolve([request])
+
+    # --- retention -------------------------------------------------------------
+
+    def _commit_prune(self, request: Prune) -> None:
+        """Tombstones at the tail and their ``journal.pruned`` event at the head, one commit.
+
+        The same rewrite as LMDB's (``retention.prune``), read and planned inside
+        the transaction that holds the head row.
+        """
+        try:
+            result, plan = self._in_transaction(lambda txn, head: self._pruned(txn, head, request))
+        except Exception as exc:
+            self._forget()
+            fail([request], exc)
+            return
+        request.result = result
+        if plan is None:
+            resolve([request])
+            return
+        self.stats.commits += 1
+        self.stats.appended_events += len(plan.views)
+        if self._own is not None:
+            self._own.add(plan.views[0].position, plan.views[-1].position)
+        deliveries = (self._on_commit(list(zip(plan.views, plan.sizes, strict=True)))
+                      if self._followed() else None)  # fmt: skip
+        resolve([request], deliveries)
+        _remember(self._session_heads, plan.sessions)
+
+    def _pruned(
+        self, txn: PgTxn, head: tuple[int, bytes], request: Prune
+    ) -> tuple[tuple[PruneResult, CommitPlan | None], list[Op], int, bytes]:
+        env, order = self._env, request.order
+        watermark = pruned_through(env, txn)
+        writes = PgWriteTxn(txn.conn)
+        done = tombstone_prefix(env, writes, watermark, head[0] - 1, order)
+        if done is None:
+            raw = txn.get(u64_key(watermark), env.dbs[names.EVENTS]) if watermark else None
+            at = record_hashes(raw)[1] if raw is not None else GENESIS
+            return (PruneResult(0, watermark, 0, 0, 0, at.hex()), None), [], head[0], head[1]
+        events = done.last - done.first + 1
+        drafts = [EventDraft(
+            kind=PRUNED_KIND, actor=PRUNED_ACTOR, session_id=RETENTION_SESSION,
+            payload={"first": done.first, "through": done.last, "records": done.records,
+                     "events": events, "bytes_freed": done.bytes_freed,
+                     "head_hash": done.global_hash.hex(), "before_ms": order.before_ms})]  # fmt: skip
+        claim = Append(request.loop, request.future, prepare(drafts, env.config))
+        plan = plan_commit([claim], self._heads(txn, head, [claim]))
+        result = PruneResult(done.first, done.last, done.records, events, done.bytes_freed,
+                             done.global_hash.hex(), head[0])  # fmt: skip
+        return (result, plan), writes.ops + plan.ops, plan.next_position, plan.head
 
     # --- the transaction -----------------------------------------------------
 
