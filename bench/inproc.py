@@ -93,6 +93,8 @@ class InProcessDriver:
 
     def storage_effective(self) -> dict[str, Any]:
         """The store's durability settings as LMDB reports them."""
+        if self.store.env.durable is None:  # PostgreSQL: durable when its COMMIT returns
+            return {"engine": "postgres", "synchronous_commit": True, "group_commit": True}
         flags = self.store.env.env.flags()
         return {"engine": "lmdb", "sync": bool(flags.get("sync")),
                 "metasync": bool(flags.get("metasync")),
@@ -107,7 +109,8 @@ async def _one(request: pb.RunStreamRequest) -> AsyncIterator[pb.RunStreamReques
 @contextlib.asynccontextmanager
 async def in_process(data_dir: Path, args: argparse.Namespace) -> AsyncIterator[InProcessDriver]:
     """Open the whole engine graph on ``data_dir`` and yield a driver for it."""
-    store = JournalStore.open(data_dir)
+    # ``--backend postgres`` hands a PostgreSQL journal config in (bench/tool_loop.py).
+    store = JournalStore.open(data_dir, config=getattr(args, "journal_config", None))
     try:
         registry = default_registry()
         tool = TOOL_NAMES.get(args.tool, args.tool)

@@ -4,6 +4,7 @@ Usage::
 
     python -m bench tool-loop [-n N] [-k K] [-c C] [--turns T] [--repeats R] [--hitl]
         [--transport inproc|grpc|http] [--compare-inproc] [--json FILE|-] [--db DIR]
+        [--backend lmdb|postgres|both]
 
 Each of the R runs (default 3) warms up on 3 sessions, then measures N
 sessions of K tool steps through C closed-loop workers on a fresh data dir
@@ -35,6 +36,8 @@ from bench import ops, probe, report  # noqa: E402
 from bench.inproc import in_process  # noqa: E402
 from bench.measure import Subject, measure  # noqa: E402
 from bench.workload import drive  # noqa: E402
+from palyra.journal import JournalConfig  # noqa: E402
+from palyra.testing.postgres import PostgresServer  # noqa: E402
 
 IMPORT_S = time.perf_counter() - _T0
 SCHEMA = 2  # bump when a figure's meaning changes, so a diff knows
@@ -53,24 +56,51 @@ def _fresh(root: Path, kind: str) -> Path:
     return path
 
 
-async def inproc_run(args: argparse.Namespace, root: Path, ops_mode: str = "off"
-                     ) -> dict[str, Any]:
+def _server_cpu_s(server: PostgresServer | None) -> float:
+    """CPU seconds (user + system) used so far by every process of ``server``'s cluster."""
+    if server is None or server.pid is None:
+        return 0.0
+    tick, total = os.sysconf("SC_CLK_TCK"), 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue  # gone meanwhile
+        pid, ppid = int(stat.parent.name), int(fields[1])
+        if server.pid in (pid, ppid):
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
+async def inproc_run(args: argparse.Namespace, root: Path, ops_mode: str = "off",
+                     server: PostgresServer | None = None) -> dict[str, Any]:
     """One in-process run: warm up on a throwaway dir, then measure on a fresh one
-    (with ``ops_mode``'s metrics or tracing on around the measured phase)."""
+    (with ``ops_mode``'s metrics or tracing on around the measured phase); with
+    ``server``, the journal of each is a fresh database on it."""
+    args.journal_config = None
+    if server is not None:
+        args.journal_config = JournalConfig(backend="postgres", dsn=server.create_database())
     with tempfile.TemporaryDirectory(prefix="palyra-warmup-") as warm:
         async with in_process(Path(warm), args) as driver, ops.operations(driver, ops_mode):
             await drive(driver, args, 3, "warmup")
     data_dir = _fresh(root, "inproc")
+    if server is not None:  # the measured run on a fresh database of its own
+        args.journal_config = JournalConfig(backend="postgres", dsn=server.create_database())
     async with in_process(data_dir, args) as driver:
         probe.register_store(driver.store)
         subject = Subject(os.getpid(), probe.snapshot, driver.storage_effective())
         probe.COUNTER.install()
+        server_cpu = _server_cpu_s(server)
         try:
             async with ops.operations(driver, ops_mode) as counters:
                 result = await measure(driver, subject, args, data_dir, "inproc")
         finally:
             probe.COUNTER.uninstall()
         result.update(db_sizes(data_dir))
+        if server is not None:
+            steps = result["steps_per_s"] * result["wall_s"]
+            result["postgres_cpu_ms_per_step"] = round(
+                (_server_cpu_s(server) - server_cpu) * 1000 / max(steps, 1), 3)
         result["ops"] = {"mode": ops_mode, **counters}
     return result
 
@@ -102,7 +132,12 @@ def _rss_mib(pid: int) -> float:
 
 def _progress(kind: str, i: int, args: argparse.Namespace, result: dict[str, Any]) -> None:
     print(f"run {i + 1}/{args.repeats} {kind}: {result['steps_per_s']:.1f} steps/s, "
-          f"{result['cpu_ms_per_step']:.3f} CPU ms/step, ok={result['ok']}",
+          f"{result['cpu_ms_per_step']:.3f} CPU ms/step, "
+          f"{result['commits_per_step']:.3f} commits/step, p50/p99 "
+          f"{result['p50_step_ms']}/{result['p99_step_ms']} ms"
+          + (f", PostgreSQL {result['postgres_cpu_ms_per_step']:.3f} CPU ms/step"
+             if "postgres_cpu_ms_per_step" in result else "")
+          + f", ok={result['ok']}",
           file=sys.stderr, flush=True)
 
 
@@ -112,13 +147,18 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     root.mkdir(parents=True, exist_ok=True)
     kinds = ([args.transport] if args.transport != "inproc" else []) + (
         ["inproc"] if args.transport == "inproc" or args.compare_inproc else [])
+    if args.backend != "lmdb":  # in process, alternating with LMDB when "both"
+        kinds = (["inproc"] if args.backend == "both" else []) + ["inproc-postgres"]
+    server = PostgresServer(durable=True).start() if args.backend != "lmdb" else None
     if args.ops == "compare":  # in process, the three modes alternating within each repeat
         kinds = [f"inproc+{mode}" if mode != "off" else "inproc" for mode in ops.MODES]
     runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
     try:
         for i in range(args.repeats):
             for kind in kinds:
-                if kind.startswith("inproc"):
+                if kind == "inproc-postgres":
+                    result = asyncio.run(inproc_run(args, root, "off", server))
+                elif kind.startswith("inproc"):
                     mode = kind.partition("+")[2] or (args.ops if args.ops != "compare" else "off")
                     result = asyncio.run(inproc_run(args, root, mode))
                 else:
@@ -126,6 +166,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
                 runs[kind].append(result)
                 _progress(kind, i, args, result)
     finally:
+        if server is not None:
+            server.stop()
         if not args.keep_db and not args.db:
             shutil.rmtree(root, ignore_errors=True)
     document: dict[str, Any] = {
@@ -195,6 +237,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--json", default="", metavar="FILE",
                         help="also write every run and the medians as JSON (- for stdout)")
     parser.add_argument("--keep-db", action="store_true", help="keep the temp data dirs")
+    parser.add_argument("--backend", choices=("lmdb", "postgres", "both"), default="lmdb",
+                        help="the journal: LMDB, a real PostgreSQL server (fsync on, started "
+                             "for the bench), or both alternating (inproc only)")
     args = parser.parse_args(argv)
     if args.ops != "off" and args.transport != "inproc":
         parser.error("--ops measures in process only (--transport inproc)")

@@ -8,8 +8,12 @@ no example database, so a CI run is reproducible) and ``debug`` (verbose). CI se
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import HealthCheck, Verbosity, settings
+
+from palyra.testing.postgres import PostgresServer
 
 settings.register_profile(
     "dev",
@@ -30,3 +34,10 @@ settings.register_profile("debug", max_examples=10, deadline=None, verbosity=Ver
 
 _default = "ci" if os.environ.get("CI") else "dev"
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", _default))
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server on loopback for the whole run (started on first use)."""
+    with PostgresServer() as server:
+        yield server

@@ -58,6 +58,10 @@ def test_env_config_path_and_lists(tmp_path: Path) -> None:
         ({"PALYRA_LOG_FORMAT": "xml"}, "log.format"),
         ({"PALYRA_HTTP_MAX_REQUEST_BYTES": "0"}, "http.max_request_bytes"),
         ({"PALYRA_AUTH_REQUIRE_ULID_DEVICE_ID": "maybe"}, "auth.require_ulid_device_id"),
+        ({"PALYRA_JOURNAL_BACKEND": "sqlite"}, "journal.backend"),
+        ({"PALYRA_JOURNAL_BACKEND": "postgres"}, "journal.dsn"),
+        ({"PALYRA_JOURNAL_BACKEND": "postgres", "PALYRA_JOURNAL_DSN": "host=x"}, "journal.dsn"),
+        ({"PALYRA_JOURNAL_POOL_SIZE": "0"}, "journal.pool_size"),
     ],
 )
 def test_bad_values_name_the_setting(env: dict[str, str], setting: str) -> None:
@@ -65,6 +69,15 @@ def test_bad_values_name_the_setting(env: dict[str, str], setting: str) -> None:
         load_config(env=env)
     assert info.value.code is ErrorCode.CONFIG_INVALID
     assert info.value.details["setting"] == setting
+
+
+def test_the_postgres_journal_is_chosen_in_the_journal_section(tmp_path: Path) -> None:
+    path = tmp_path / "palyra.toml"
+    path.write_text('[journal]\nbackend = "postgres"\n'
+                    'dsn = "postgresql://palyra@db.internal:5432/palyra"\npool_size = 8\n')
+    journal = load_config(config_file=path, env={}).journal
+    assert (journal.backend, journal.dsn, journal.pool_size) == (
+        "postgres", "postgresql://palyra@db.internal:5432/palyra", 8)
 
 
 def test_unknown_file_settings_are_refused(tmp_path: Path) -> None:

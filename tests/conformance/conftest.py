@@ -27,10 +27,18 @@ def daemon_env() -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    """One daemon shared by a module's scenarios (each uses its own session)."""
-    with DaemonProcess(tmp_path_factory.mktemp("conformance") / "data", env=daemon_env()) as proc:
+@pytest.fixture(scope="module", params=("lmdb", "postgres"))
+def daemon(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[DaemonProcess]:
+    """One daemon shared by a module's scenarios (each uses its own session), once with
+    its journal in LMDB and once in a fresh database of a real PostgreSQL server."""
+    env = daemon_env()
+    if request.param == "postgres":
+        server = request.getfixturevalue("postgres_server")
+        env.update({"PALYRA_JOURNAL_BACKEND": "postgres",
+                    "PALYRA_JOURNAL_DSN": server.create_database()})
+    with DaemonProcess(tmp_path_factory.mktemp("conformance") / "data", env=env) as proc:
         yield proc
     assert proc.proc is not None and proc.proc.returncode == 0, proc.log()[-3000:]
 

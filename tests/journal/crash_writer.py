@@ -1,8 +1,9 @@
 """Subprocess for the crash test: many concurrent durable appenders, acks on stdout.
 
-Usage: ``python crash_writer.py DATA_DIR APPENDERS [lone]``. Prints ``ready`` once
-the store is open, then one acknowledged event id per line (flushed), forever.
-``lone``: every append is of one event (with one appender, the writer's short path).
+Usage: ``python crash_writer.py DATA_DIR APPENDERS [lone] [postgres DSN]``. Prints
+``ready`` once the store is open, then one acknowledged event id per line (flushed),
+forever. ``lone``: every append is of one event (with one appender, the writer's
+short path). ``postgres DSN``: the journal is on that PostgreSQL database.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from pathlib import Path
 from palyra.journal import EntityWrite, EventDraft, JournalConfig, JournalStore
 
 
-async def main(data_dir: Path, appenders: int, lone: bool) -> None:
-    store = JournalStore.open(data_dir, config=JournalConfig(sync=True, map_size=1 << 20))
+async def main(data_dir: Path, appenders: int, lone: bool, dsn: str) -> None:
+    backend = {"backend": "postgres", "dsn": dsn} if dsn else {}
+    store = JournalStore.open(
+        data_dir, config=JournalConfig(sync=True, map_size=1 << 20, **backend))
     out = sys.stdout
     out.write("ready\n")
     out.flush()
@@ -46,4 +49,6 @@ async def main(data_dir: Path, appenders: int, lone: bool) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3:] == ["lone"]))
+    args = sys.argv[3:]
+    dsn = args[args.index("postgres") + 1] if "postgres" in args else ""
+    asyncio.run(main(Path(sys.argv[1]), int(sys.argv[2]), "lone" in args, dsn))

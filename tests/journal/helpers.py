@@ -7,13 +7,28 @@ from typing import Any
 
 import lmdb
 import msgspec
+import psycopg
 
 from palyra.core.canonical import canonical_bytes
 from palyra.core.chain import record_body, record_hash
 from palyra.core.event_header import RECORD_EVENT_FIELDS
-from palyra.journal import EventDraft
+from palyra.journal import EventDraft, JournalConfig
 from palyra.journal._env import EVENTS, journal_dir
 from palyra.journal.format.record import HASHED_AT, decode_record, is_format2, u64_key
+from palyra.journal.postgres.pointer import read_pointer
+from palyra.testing.postgres import PostgresServer
+
+BACKENDS = ("lmdb", "postgres")
+
+
+def config_for(
+    backend: str, server: PostgresServer | None = None, **settings: Any
+) -> JournalConfig:
+    """A journal config on ``backend``: for ``postgres``, a fresh database on ``server``."""
+    if backend == "postgres":
+        assert server is not None
+        return JournalConfig(backend="postgres", dsn=server.create_database(), **settings)
+    return JournalConfig(**settings)
 
 
 def draft(i: int = 0, **kw: Any) -> EventDraft:
@@ -23,6 +38,59 @@ def draft(i: int = 0, **kw: Any) -> EventDraft:
     return EventDraft(**fields)
 
 
+class _RawEvents:
+    """The ``_events`` sub-DB of a closed journal, on LMDB or PostgreSQL, for tampering."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self._dsn = read_pointer(journal_dir(data_dir))
+        self._conn: Any = None
+        self._env: Any = None
+        if self._dsn is not None:
+            self._conn = psycopg.connect(self._dsn)
+        else:
+            self._env = lmdb.open(str(journal_dir(data_dir)), max_dbs=32)
+            self._db = self._env.open_db(EVENTS.encode())
+            self._txn = self._env.begin(write=True)
+
+    def at_or_after(self, key: bytes) -> tuple[bytes, bytes] | None:
+        if self._conn is not None:
+            row = self._conn.execute(
+                "SELECT key, value FROM journal_kv WHERE db = %s AND key >= %s ORDER BY key "
+                "LIMIT 1", (EVENTS, key)).fetchone()
+            return None if row is None else (bytes(row[0]), bytes(row[1]))
+        cursor = self._txn.cursor(db=self._db)
+        return (bytes(cursor.key()), bytes(cursor.value())) if cursor.set_range(key) else None
+
+    def get(self, key: bytes) -> bytes | None:
+        found = self.at_or_after(key)
+        return found[1] if found is not None and found[0] == key else None
+
+    def put(self, key: bytes, value: bytes) -> None:
+        if self._conn is not None:
+            self._conn.execute(
+                "INSERT INTO journal_kv (db, key, value) VALUES (%s, %s, %s) "
+                "ON CONFLICT (db, key) DO UPDATE SET value = EXCLUDED.value", (EVENTS, key, value))
+        else:
+            self._txn.put(key, value, db=self._db)
+
+    def delete(self, key: bytes) -> None:
+        if self._conn is not None:
+            self._conn.execute("DELETE FROM journal_kv WHERE db = %s AND key = %s", (EVENTS, key))
+        else:
+            self._txn.delete(key, db=self._db)
+
+    def __enter__(self) -> _RawEvents:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._conn is not None:
+            with self._conn:  # commits
+                pass
+        else:
+            self._txn.commit()
+            self._env.close()
+
+
 def rewrite_record(data_dir: Path, position: int, *, rehash: bool = False, **changes: Any) -> None:
     """Tamper with the event at ``position`` inside its stored record (the store must be closed).
 
@@ -30,56 +98,46 @@ def rewrite_record(data_dir: Path, position: int, *, rehash: bool = False, **cha
     keeps its stored hashes unless ``rehash``, which recomputes its own hash
     (as an attacker would) but leaves the global link alone.
     """
-    env = lmdb.open(str(journal_dir(data_dir)), max_dbs=32)
-    try:
-        db = env.open_db(EVENTS.encode())
-        with env.begin(write=True) as txn:
-            cursor = txn.cursor(db=db)
-            assert cursor.set_range(u64_key(position))
-            key, raw = cursor.key(), bytes(cursor.value())
-            record = decode_record(raw)
-            assert is_format2(raw) and isinstance(record.body, bytes)
-            rows = msgspec.msgpack.decode(record.body)
-            row = rows[position - record.first]
-            for name, value in changes.items():
-                if name == "payload":
-                    row[-1] = msgspec.Raw(value)
-                else:
-                    row[RECORD_EVENT_FIELDS.index(name)] = value
-            for other in rows:
-                if not isinstance(other[-1], msgspec.Raw):
-                    other[-1] = msgspec.Raw(canonical_bytes(other[-1]))
-            head = raw[HASHED_AT : len(raw) - len(record.body)]
-            body = record_body(rows)
-            digest = record_hash(head, body) if rehash else record.hash
-            txn.put(key, b"\x02" + digest + record.global_hash + head + body, db=db)
-    finally:
-        env.close()
+    with _RawEvents(data_dir) as raw_events:
+        found = raw_events.at_or_after(u64_key(position))
+        assert found is not None
+        key, raw = found
+        record = decode_record(raw)
+        assert is_format2(raw) and isinstance(record.body, bytes)
+        rows = msgspec.msgpack.decode(record.body)
+        row = rows[position - record.first]
+        for name, value in changes.items():
+            if name == "payload":
+                row[-1] = msgspec.Raw(value)
+            else:
+                row[RECORD_EVENT_FIELDS.index(name)] = value
+        for other in rows:
+            if not isinstance(other[-1], msgspec.Raw):
+                other[-1] = msgspec.Raw(canonical_bytes(other[-1]))
+        head = raw[HASHED_AT : len(raw) - len(record.body)]
+        body = record_body(rows)
+        digest = record_hash(head, body) if rehash else record.hash
+        raw_events.put(key, b"\x02" + digest + record.global_hash + head + body)
 
 
 def raw_record(data_dir: Path, position: int, value: bytes | None = None) -> bytes:
     """Read (and optionally overwrite, None deletes nothing) a record's raw bytes."""
-    env = lmdb.open(str(journal_dir(data_dir)), max_dbs=32)
-    try:
-        db = env.open_db(EVENTS.encode())
-        with env.begin(write=value is not None) as txn:
-            found = txn.get(u64_key(position), db=db)
-            assert found is not None
-            old = bytes(found)
-            if value is not None:
-                txn.put(u64_key(position), value, db=db)
+    with _RawEvents(data_dir) as raw_events:
+        old = raw_events.get(u64_key(position))
+        assert old is not None
+        if value is not None:
+            raw_events.put(u64_key(position), value)
         return old
-    finally:
-        env.close()
+
+
+def put_record(data_dir: Path, position: int, value: bytes) -> None:
+    """Store ``value`` as the record under last position ``position`` (the store must be closed)."""
+    with _RawEvents(data_dir) as raw_events:
+        raw_events.put(u64_key(position), value)
 
 
 def delete_records(data_dir: Path, positions: list[int]) -> None:
     """Remove records from the log (the store must be closed)."""
-    env = lmdb.open(str(journal_dir(data_dir)), max_dbs=32)
-    try:
-        db = env.open_db(EVENTS.encode())
-        with env.begin(write=True) as txn:
-            for position in positions:
-                txn.delete(u64_key(position), db=db)
-    finally:
-        env.close()
+    with _RawEvents(data_dir) as raw_events:
+        for position in positions:
+            raw_events.delete(u64_key(position))

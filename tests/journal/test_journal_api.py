@@ -19,7 +19,7 @@ def test_exports() -> None:
         "TapePage", "VerifyReport", "checkpoint_every", "export_bundle", "sign_head_if_moved",
         "sign_tree_every",
         "verify_bundle", "verify_store", "PRUNED_KIND", "RETENTION_SESSION", "PruneOrder",
-        "PruneResult", "prune_older_than", "retention_every",
+        "PruneResult", "prune_older_than", "retention_every", "Lease",
     }  # fmt: skip
 
 

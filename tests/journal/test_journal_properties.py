@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,14 +16,14 @@ from palyra.core.canonical import normalize
 from palyra.core.redaction import redact
 from palyra.journal import (
     EventDraft,
-    JournalConfig,
     JournalStore,
     export_bundle,
     verify_bundle,
     verify_store,
 )
+from palyra.testing.postgres import PostgresServer
 
-from .helpers import draft
+from .helpers import BACKENDS, config_for, draft
 
 # LMDB I/O per example: no deadline, modest example counts (the suite profile
 # sets max_examples; these tests stay within it).
@@ -155,9 +156,19 @@ def _clean_text(value: Any) -> bool:
     return True
 
 
+@pytest.fixture(params=BACKENDS, scope="module")
+def backend(request: pytest.FixtureRequest) -> tuple[str, PostgresServer | None]:
+    """Each backend; PostgreSQL's server started once for the run (session-scoped)."""
+    if request.param == "postgres":
+        return request.param, request.getfixturevalue("postgres_server")
+    return request.param, None
+
+
 @IO
 @given(batches=st.lists(st.lists(drafts, min_size=1, max_size=3), min_size=1, max_size=4))
-def test_read_after_write_returns_what_was_written(batches: list[list[EventDraft]]) -> None:
+def test_read_after_write_returns_what_was_written(
+    backend: tuple[str, PostgresServer | None], batches: list[list[EventDraft]]
+) -> None:
     batches = [
         [d for d in b if _clean_text(d.payload) and _clean_text([d.actor, d.principal, d.channel])]
         for b in batches
@@ -167,7 +178,8 @@ def test_read_after_write_returns_what_was_written(batches: list[list[EventDraft
         data_dir = Path(tmp) / "data"
 
         async def run() -> list[Any]:
-            async with JournalStore.open(data_dir, config=JournalConfig(sync=False)) as store:
+            config = config_for(*backend, sync=False)
+            async with JournalStore.open(data_dir, config=config) as store:
                 results = await asyncio.gather(*(store.append(b) for b in batches))
                 written = [e for r in results for e in r]
                 read = store.read_range(0, 1000)

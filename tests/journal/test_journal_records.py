@@ -6,7 +6,6 @@ import asyncio
 import tempfile
 from pathlib import Path
 
-import lmdb
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,13 +20,12 @@ from palyra.journal import (
     verify_bundle,
     verify_store,
 )
-from palyra.journal._env import EVENTS, journal_dir
-from palyra.journal.format.record import decode_record, u64_key
+from palyra.journal.format.record import decode_record
 from palyra.journal.write import plan as _plan
 from palyra.journal.write.prepare import prepare
 from palyra.journal.write.requests import Append
 
-from .helpers import delete_records, draft, raw_record, rewrite_record
+from .helpers import delete_records, draft, put_record, raw_record, rewrite_record
 
 
 async def test_one_append_is_one_record(store: JournalStore) -> None:
@@ -203,10 +201,7 @@ async def test_deleting_or_moving_a_record_is_caught(data_dir: Path, store: Jour
     assert report.problem is not None and report.problem.position == 4
     assert report.problem.reason.startswith(
         "record under key 9 (positions 7..9): position is 7, expected 4 (positions 4..6 are missing)")
-    env = lmdb.open(str(journal_dir(data_dir)), max_dbs=32)
-    with env.begin(write=True) as txn:  # the record put back under another key
-        txn.put(u64_key(7), original, db=env.open_db(EVENTS.encode(), txn=txn))
-    env.close()
+    put_record(data_dir, 7, original)  # the record put back under another key
     report = verify_store(data_dir)
     assert report.problem is not None and report.problem.position == 4
     assert report.problem.reason.startswith(

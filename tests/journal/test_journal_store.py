@@ -222,9 +222,16 @@ else:
 """
 
 
-async def test_second_writer_process_gets_data_dir_locked(
-    store: JournalStore, data_dir: Path
-) -> None:
+async def test_second_writer_process_gets_data_dir_locked(data_dir: Path) -> None:
+    # LMDB's writer lock (PostgreSQL serialises its writers itself).
+    store = JournalStore.open(data_dir)
+    try:
+        await _second_writer_refused(data_dir)
+    finally:
+        store.close()
+
+
+async def _second_writer_refused(data_dir: Path) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", _LOCKER, str(data_dir), stdout=asyncio.subprocess.PIPE
     )

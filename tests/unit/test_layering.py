@@ -198,8 +198,10 @@ def _exports(package: str) -> set[str]:
 # is bytes only (no environment, no store); reads and retention know nothing of the
 # writer; verification trusts no writer or retention code, only the format.
 # ``_types``, ``_env`` (the LMDB environment) and ``_store`` (the facade) sit
-# beside the rooms.
+# beside the rooms. ``postgres`` is the writer's and the readers' twin on PostgreSQL:
+# like ``write``, it trusts no verification code.
 JOURNAL_ROOMS: dict[str, set[str]] = {
+    "postgres": {"verify"},
     "format": {"read", "write", "verify", "retention", "_env", "_store"},
     "read": {"write", "verify", "retention"},
     "verify": {"write", "retention"},

@@ -19,6 +19,7 @@ from palyra.config._consistency import contradictions
 from palyra.config._model import PalyraConfig
 from palyra.core.errors import PalyraError
 from palyra.journal.tlog.note import check_name, witnesses
+from palyra.journal import JournalConfig
 
 _PREFIX = "PALYRA_"
 # Short, documented names for the settings people set most often.
@@ -204,6 +205,19 @@ def _check_tlog(journal: Any) -> None:
         raise config_error("journal.tlog_origin", str(exc)) from None
 
 
+def _validate_backend(journal: JournalConfig) -> None:
+    """The journal's backend settings (``docs/journal/postgres.md``)."""
+    if journal.backend not in ("lmdb", "postgres"):
+        raise config_error("journal.backend", 'must be "lmdb" or "postgres"')
+    if journal.backend == "postgres" and not journal.dsn.startswith(
+        ("postgresql://", "postgres://")
+    ):
+        raise config_error("journal.dsn", 'backend = "postgres" needs a dsn: '
+                           '"postgresql://user@host:port/database"')
+    if journal.pool_size < 1:
+        raise config_error("journal.pool_size", "must be at least 1")
+
+
 def validate(config: PalyraConfig) -> PalyraConfig:
     """Cross-field and range checks the type coercion cannot express."""
     for name, port in (("grpc.port", config.grpc.port), ("http.port", config.http.port)):
@@ -226,6 +240,7 @@ def validate(config: PalyraConfig) -> PalyraConfig:
     if journal.retention_interval_s <= 0 or journal.retention_batch_records <= 0:
         raise config_error("journal.retention_interval_s", "retention_interval_s and "
                            "retention_batch_records must be positive")
+    _validate_backend(journal)
     if config.daemon.shutdown_grace_s < 0:
         raise config_error("daemon.shutdown_grace_s", "must not be negative")
     for entry in config.auth.connector_tokens:

@@ -14,6 +14,7 @@ from palyra.journal._types import (
     JournalConfig,
     JournalHead,
     JournalStats,
+    Lease,
     StoredEvent,
     TapePage,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "JournalHead",
     "JournalStats",
     "JournalStore",
+    "Lease",
     "PruneOrder",
     "PruneResult",
     "StoredEvent",

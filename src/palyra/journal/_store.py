@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import importlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 from palyra.core.errors import ErrorCode, NotFound, PalyraError, PalyraInternalError
 from palyra.core.histogram import Histogram
-from palyra.journal._env import JournalEnv
+from palyra.journal._env import JournalEnv, journal_dir
 from palyra.journal._types import (
     DEFAULT_MAX_TAPE_BYTES,
     Checkpoint,
@@ -18,10 +20,12 @@ from palyra.journal._types import (
     JournalConfig,
     JournalHead,
     JournalStats,
+    Lease,
     StoredEvent,
     TapePage,
 )
 from palyra.journal.format.signing import Signer
+from palyra.journal.postgres.pointer import read_pointer
 from palyra.journal.read import reads as _reads
 from palyra.journal.read import tlog as _tlog
 from palyra.journal.read.entity_cache import EntityCache
@@ -31,10 +35,14 @@ from palyra.journal.tlog.note import Witness, default_origin, parse_checkpoint, 
 from palyra.journal.tlog.session_proofs import write_lines
 from palyra.journal.write import requests
 from palyra.journal.write.prepare import prepare
-from palyra.journal.write.stats import CommitTimings
+from palyra.journal.write.requests import Request
+from palyra.journal.write.stats import CommitTimings, WriterStats
 from palyra.journal.write.writer import Writer
 
 _PAGE = 256
+# Backends beside LMDB, by their ``[journal] backend`` name: the module whose
+# ``open_store(data_dir, config)`` opens one (a ``JournalStore`` subclass).
+_BACKEND_MODULES = {"postgres": "palyra.journal.postgres.store"}
 
 
 def _position(event: StoredEvent) -> int:
@@ -43,6 +51,16 @@ def _position(event: StoredEvent) -> int:
 
 def _tape_seq(event: StoredEvent) -> int:
     return event.tape_seq
+
+
+class CommitQueue(Protocol):
+    """What the store needs of a writer: LMDB's ``Writer`` or PostgreSQL's."""
+
+    submit: Callable[[Request], None]
+    stats: WriterStats
+
+    def stop(self) -> None:
+        """Finish every queued request, then stop."""
 
 
 class JournalStore:
@@ -56,7 +74,7 @@ class JournalStore:
         self._env = env
         self._config = config
         self._hub = FollowHub(config.follow_buffer_events, config.follow_buffer_bytes)
-        self._writer: Writer | None = None
+        self._writer: CommitQueue | None = None
         self._signer: Signer | None = None
         self._closed = False
         self._entities: EntityCache | None = None
@@ -75,6 +93,26 @@ class JournalStore:
             NotFound: read-only open of a data dir without a journal.
         """
         config = config or JournalConfig()
+        if config.backend == "lmdb":
+            # A data dir whose daemon runs on PostgreSQL says so: read-only opens
+            # (verify, export by path) follow it; a writable one must not start a
+            # second, LMDB journal beside it.
+            dsn = read_pointer(journal_dir(Path(data_dir)))
+            if dsn is not None and config.readonly:
+                config = dataclasses.replace(config, backend="postgres", dsn=dsn)
+            elif dsn is not None:
+                raise PalyraError(
+                    f"the journal of {data_dir} is on PostgreSQL (journal/postgres.json): set "
+                    '[journal] backend = "postgres" and its dsn, or remove that file to '
+                    "start an LMDB journal",
+                    code=ErrorCode.CONFIG_INVALID, details={"data_dir": str(data_dir)},
+                )
+        if config.backend != "lmdb":
+            # Imported by name, only when chosen: an LMDB daemon never loads psycopg,
+            # and the facade does not depend on its subclasses.
+            backend = importlib.import_module(_BACKEND_MODULES[config.backend])
+            opened: JournalStore = backend.open_store(Path(data_dir), config)
+            return opened
         return cls(JournalEnv(Path(data_dir), config), config)
 
     @property
@@ -92,23 +130,29 @@ class JournalStore:
         """The underlying environment (verification and export read through it)."""
         return self._env
 
-    def _writer_or_raise(self) -> Writer:
+    def _writer_or_raise(self) -> CommitQueue:
         if self._closed:
             raise PalyraError("the journal is closed", code=ErrorCode.UNAVAILABLE)
         if self._writer is None:
             raise PalyraInternalError("the journal was opened read-only")
         return self._writer
 
-    async def append(self, drafts: Sequence[EventDraft]) -> list[StoredEvent]:
+    async def append(
+        self, drafts: Sequence[EventDraft], *, fence: Lease | None = None
+    ) -> list[StoredEvent]:
         """Append ``drafts`` atomically; return once the commit is durable.
+
+        ``fence``: commit only while this lease is its name's current term
+        (PostgreSQL; on LMDB one daemon holds every lease and it always is).
 
         Raises:
             InvalidArgument: a draft is malformed.
             AlreadyExists: an ``event_id`` is already in the journal (or twice in ``drafts``).
             PalyraError: ``PAYLOAD_TOO_LARGE`` over a size cap; ``UNAVAILABLE``
-                when the store is closed or the commit failed.
+                when the store is closed or the commit failed; ``LEASE_STALE``
+                when ``fence`` was taken over (nothing of ``drafts`` is written).
         """
-        future = self.submit(drafts)
+        future = self.submit(drafts, fence=fence)
         # Let go of the drafts while the commit is pending: their payloads were
         # copied by prepare, and a caller that no longer holds them (a list built
         # in the call) frees them now instead of keeping them, and the cycle
@@ -116,7 +160,9 @@ class JournalStore:
         del drafts
         return await future
 
-    def submit(self, drafts: Sequence[EventDraft]) -> asyncio.Future[list[StoredEvent]]:
+    def submit(
+        self, drafts: Sequence[EventDraft], *, fence: Lease | None = None
+    ) -> asyncio.Future[list[StoredEvent]]:
         """Validate and queue ``drafts`` now; the future resolves once the commit is durable.
 
         The synchronous half of :meth:`append`, for a caller that must not lose
@@ -138,7 +184,8 @@ class JournalStore:
         if not prepared:
             future.set_result([])
         else:
-            writer.submit(requests.Append(loop, future, prepared))
+            writer.submit(requests.Append(loop, future, prepared) if fence is None
+                          else requests.FencedAppend(loop, future, prepared, fence))
         return future
 
     async def checkpoint(self) -> Checkpoint:

@@ -49,6 +49,11 @@ class JournalConfig:
             derived from the signing key, ``palyra.local/journal/<16 hex>``).
         tlog_witnesses: witness keys whose ``tlog-cosignature`` lines the log
             accepts, each ``"<key name>=<64 hex digits of the ed25519 key>"``.
+        backend: ``"lmdb"`` (embedded, the default) or ``"postgres"`` (a
+            PostgreSQL database shared by several daemons, ``docs/journal/postgres.md``).
+        dsn: the PostgreSQL connection URI (``postgresql://user@host:port/db``).
+        pool_size: most PostgreSQL connections the store's readers hold open
+            (its writer holds one more).
     """
 
     sync: bool = True
@@ -64,6 +69,9 @@ class JournalConfig:
     retention_batch_records: int = 512
     tlog_origin: str = ""
     tlog_witnesses: tuple[str, ...] = ()
+    backend: str = "lmdb"
+    dsn: str = ""
+    pool_size: int = 4
 
 
 _FRESH_PAYLOAD: Mapping[str, Any] = MappingProxyType({})
@@ -242,3 +250,16 @@ class Checkpoint:
     ts_ms: int
     public_key: str
     signature: str
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """One term of ownership of ``name`` (a session) by ``owner`` (a daemon).
+
+    ``epoch`` is the fencing token: an append fenced by this lease commits only
+    while the lease row still has this epoch (``docs/journal/postgres.md``).
+    """
+
+    name: str
+    owner: str
+    epoch: int

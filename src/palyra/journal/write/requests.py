@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from palyra.journal._types import Lease
 from palyra.journal.format.signing import Signer
 from palyra.journal.retention.prune import PruneOrder
 from palyra.journal.tlog.note import Witness
@@ -46,6 +47,26 @@ class Append(Waiting):
         self.result: Any = None
         self.error: BaseException | None = None
         self.events = events
+
+
+class FencedAppend(Append):
+    """An append that commits only while ``fence`` is still its name's current lease.
+
+    Its own class, so a plain append carries no field for it: LMDB's writer
+    (one daemon, which owns every lease) treats it as any append.
+    """
+
+    __slots__ = ("fence",)
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Any],
+        events: list[PreparedEvent],
+        fence: Lease,
+    ) -> None:
+        super().__init__(loop, future, events)
+        self.fence = fence
 
 
 class Checkpoint(Waiting):

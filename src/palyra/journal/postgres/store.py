@@ -1,0 +1,105 @@
+"""``PostgresJournalStore``: the journal's facade over PostgreSQL.
+
+The same class as LMDB's ``JournalStore`` from the application's side (a
+subclass: every read path, follower and answer is inherited); only the
+environment (``postgres.kv``) and the writer (``postgres.writer``) differ.
+The entity cache is off: another daemon's commit can change any row, and
+this process would not hear of it, so every look reads the database. Other
+daemons' commits reach this one's followers through ``postgres.watch``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+
+from palyra.journal._store import JournalStore
+from palyra.journal._types import JournalConfig, Lease
+from palyra.journal.postgres.kv import PostgresEnv
+from palyra.journal.postgres.lease import Leases
+from palyra.journal.postgres.schema import migrate, require_current
+from palyra.journal.postgres.watch import ForeignCommits, OwnCommits
+from palyra.journal.postgres.writer import PostgresWriter
+from palyra.journal.read.follow import FollowHub
+
+
+class PostgresJournalStore(JournalStore):
+    """The journal in a PostgreSQL database (``[journal] backend = "postgres"``)."""
+
+    def __init__(self, env: PostgresEnv, config: JournalConfig) -> None:
+        # Not JournalStore.__init__: it starts the LMDB writer and entity cache.
+        self._env = env
+        self._config = config
+        self._hub = FollowHub(config.follow_buffer_events, config.follow_buffer_bytes)
+        self._writer = None
+        self._signer = None
+        self._closed = False
+        self._entities = None
+        self._leases = Leases(config.dsn)
+        self._watch: ForeignCommits | None = None
+        if not config.readonly:
+            own = OwnCommits()
+            self._writer = PostgresWriter(env, config.max_batch_events, self._hub.deliveries,
+                                          self._hub.followed, own)
+            # Other daemons' commits reach this daemon's followers too.
+            self._watch = ForeignCommits(env, self._hub, own)
+
+    @classmethod
+    def open_postgres(cls, data_dir: Path, config: JournalConfig) -> PostgresJournalStore:
+        """Connect, migrate (or, read-only, check) the schema, start the writer.
+
+        Raises:
+            PalyraError: ``UNAVAILABLE`` when the database cannot be reached,
+                ``UNSUPPORTED_VERSION`` on a schema of another version,
+                ``NOT_FOUND`` read-only on a database without a journal.
+        """
+        env = PostgresEnv(Path(data_dir), config)
+        try:
+            with psycopg.connect(config.dsn, autocommit=True) as conn:
+                if config.readonly:
+                    require_current(conn)
+                else:
+                    migrate(conn)
+            return cls(env, config)
+        except BaseException:
+            env.close()
+            raise
+
+    def acquire_lease(self, name: str, owner: str, ttl_s: float) -> Lease | None:
+        """A new term on ``name`` for ``owner`` if it is free, expired or ``owner``'s already.
+
+        Every term has a higher epoch than the last; pass the lease as
+        ``append(..., fence=lease)`` to write only while it holds.
+        """
+        return self._leases.acquire(name, owner, ttl_s)
+
+    def renew_lease(self, lease: Lease, ttl_s: float) -> bool:
+        """Extend ``lease``; False when it expired or another daemon took it over."""
+        return self._leases.renew(lease, ttl_s)
+
+    def release_lease(self, lease: Lease) -> None:
+        """End ``lease`` now (a clean shutdown), so a takeover need not wait for its expiry."""
+        self._leases.release(lease)
+
+    def lease_holder(self, name: str) -> tuple[str, int, bool] | None:
+        """``(owner, epoch, unexpired)`` of ``name``'s lease, or None."""
+        return self._leases.holder(name)
+
+    def close(self) -> None:
+        """Stop the writer, then close the lease connection and the readers' pool."""
+        closing = not self._closed
+        if closing and self._watch is not None:
+            self._watch.stop()
+        super().close()
+        if closing:
+            self._leases.close()
+
+    def map_used(self) -> int:
+        """No LMDB map here."""
+        return 0
+
+
+def open_store(data_dir: Path, config: JournalConfig) -> PostgresJournalStore:
+    """``JournalStore.open`` for ``backend = "postgres"`` (see ``_store._BACKEND_MODULES``)."""
+    return PostgresJournalStore.open_postgres(data_dir, config)

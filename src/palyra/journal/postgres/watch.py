@@ -1,0 +1,136 @@
+"""Other daemons' commits, handed to this daemon's followers (``WatchRun``, SSE tails).
+
+A follower is fed from memory by its own daemon's writer; commits made by
+another daemon on the same database never pass through it. This thread finds
+them: it waits for a ``NOTIFY`` (each commit sends one, delivered when it
+commits) or for ``POLL_S`` at most, since a notification can be lost (a dropped
+connection) and correctness must not depend on it. It then reads the head row,
+reads every position it has not seen that this daemon's writer did not write
+itself, and publishes those events to the hub in position order.
+
+Followers already drop an event at or below their cursor and go back to the
+store on a gap, so a foreign event delivered after one of this daemon's own
+(the two threads do not order their deliveries) costs a store read, never a
+lost or repeated event.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import psycopg
+
+from palyra.journal import _env as names
+from palyra.journal._types import StoredEvent
+from palyra.journal.format.record import decode_record, u64_key
+from palyra.journal.postgres.kv import PostgresEnv
+from palyra.journal.read.follow import FollowHub
+
+CHANNEL = "palyra_journal"
+POLL_S = 0.25
+"""Longest a foreign commit waits to reach this daemon's followers when a notification is lost."""
+
+NOTIFY = f"NOTIFY {CHANNEL}"
+_HEAD = "SELECT next_position FROM journal_head"
+
+
+class OwnCommits:
+    """Position ranges this daemon's writer committed (and so delivered itself)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ranges: list[tuple[int, int]] = []
+
+    def add(self, first: int, last: int) -> None:
+        """The writer committed positions ``first..last``."""
+        with self._lock:
+            self._ranges.append((first, last))
+
+    def foreign(self, after: int, through: int) -> list[tuple[int, int]]:
+        """The ranges of ``after+1..through`` this daemon did not write; forgets older ranges."""
+        with self._lock:
+            own = sorted(r for r in self._ranges if r[1] > after)
+            self._ranges = [r for r in own if r[1] > through]
+        gaps: list[tuple[int, int]] = []
+        at = after + 1
+        for first, last in own:
+            if first > through:
+                break
+            if first > at:
+                gaps.append((at, first - 1))
+            at = max(at, last + 1)
+        if at <= through:
+            gaps.append((at, through))
+        return gaps
+
+
+class ForeignCommits:
+    """The thread that publishes other daemons' commits to ``hub``."""
+
+    def __init__(self, env: PostgresEnv, hub: FollowHub, own: OwnCommits) -> None:
+        self._env = env
+        self._hub = hub
+        self._own = own
+        self._stop = threading.Event()
+        self._conn = self._listen()
+        row = self._conn.execute(_HEAD).fetchone()
+        self._seen = int(row[0]) - 1 if row else 0  # positions through this were handled
+        self._thread = threading.Thread(target=self._run, name="palyra-journal-pg-watch",
+                                        daemon=True)  # fmt: skip
+        self._thread.start()
+
+    def _listen(self) -> psycopg.Connection[Any]:
+        conn = psycopg.connect(self._env.config.dsn, autocommit=True)
+        conn.execute(f"LISTEN {CHANNEL}")
+        return conn
+
+    def stop(self) -> None:
+        """End the thread (within ``POLL_S``) and close its connection."""
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                try:
+                    self._wait()
+                    self.catch_up()
+                except psycopg.Error:
+                    if self._stop.wait(POLL_S):  # the database went away: try again later
+                        return
+                    self._conn.close()
+                    self._conn = self._listen()
+        finally:
+            self._conn.close()
+
+    def _wait(self) -> None:
+        for _ in self._conn.notifies(timeout=POLL_S, stop_after=1):
+            pass
+
+    def catch_up(self) -> None:
+        """Publish every committed position not seen yet that another daemon wrote."""
+        row = self._conn.execute(_HEAD).fetchone()
+        through = int(row[0]) - 1 if row else 0
+        if through <= self._seen:
+            return
+        gaps = self._own.foreign(self._seen, through)
+        if gaps and self._hub.followed():
+            for first, last in gaps:
+                self._hub.publish(self._read(first, last))
+        self._seen = through
+
+    def _read(self, first: int, last: int) -> list[tuple[StoredEvent, int]]:
+        """``(event, size)`` of positions ``first..last``, from the records holding them."""
+        out: list[tuple[StoredEvent, int]] = []
+        with self._env.read() as txn:
+            cursor = txn.cursor(db=self._env.dbs[names.EVENTS])
+            if not cursor.set_range(u64_key(first)):
+                return out
+            for _key, value in cursor:
+                record = decode_record(value)
+                out += [(e, size) for e, size in record.sized_events()
+                        if first <= e.position <= last]  # fmt: skip
+                if record.last >= last:
+                    break
+        return out

@@ -1,0 +1,400 @@
+"""The PostgreSQL writer thread: group commit of the same plans, one transaction each.
+
+Callers queue requests exactly as for LMDB (``write.requests``); this thread
+takes whatever is queued (up to ``max_batch_events``) and commits it in one
+PostgreSQL transaction:
+
+1. lock the ``journal_head`` row (``SELECT … FOR UPDATE``): every daemon's
+   commits serialise here, and the next position and global head are the
+   database's, read inside the transaction;
+2. resolve the chain heads the batch needs (each session's last record, each
+   run's next ``tape_seq``) from the same transaction, through the readers'
+   own index look-ups (``read.reads``), unless nobody else committed since
+   this thread's last commit (the head row says so), when its memory of them
+   is still exact;
+3. plan with the shared pure planner (``write.plan``), drop a request whose
+   event id is taken and plan again, as the LMDB writer does;
+4. write every op of the plan as rows of ``journal_kv`` (one statement for the
+   puts, one for the deletes), move the head row, commit.
+
+Only after the commit returns are callers answered and followers fed, so an
+acknowledged append is durable in PostgreSQL (``synchronous_commit``).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from palyra.core.chain import GENESIS, checkpoint_message
+from palyra.core.errors import AlreadyExists, ErrorCode, PalyraError
+from palyra.journal import _env as names
+from palyra.journal._types import Checkpoint as SignedCheckpoint
+from palyra.journal._types import EventDraft, StoredEvent
+from palyra.journal.format.record import (
+    PRUNED_ACTOR,
+    PRUNED_KIND,
+    RECORD_VERSION,
+    RETENTION_SESSION,
+    CheckpointRecord,
+    encode_record,
+    record_hashes,
+    u64_key,
+)
+from palyra.journal.postgres.kv import PgTxn, PgWriteTxn, PostgresEnv
+from palyra.journal.postgres.lease import FENCES
+from palyra.journal.postgres.watch import NOTIFY, OwnCommits
+from palyra.journal.read.follow import Deliveries
+from palyra.journal.read.reads import last_scoped_number, pruned_through, record_hash_at
+from palyra.journal.retention.prune import PruneResult, tombstone_prefix
+from palyra.journal.write.answer import fail, resolve
+from palyra.journal.write.commitlog import Op
+from palyra.journal.write.plan import CommitPlan, Heads, plan_commit
+from palyra.journal.write.prepare import prepare
+from palyra.journal.write.requests import Append, Checkpoint, FencedAppend, Prune, Request
+from palyra.journal.write.stats import WriterStats
+
+WRITER_THREAD = "palyra-journal-pg-writer"
+# Chain heads remembered between this thread's own commits; past this many
+# entries the memory is dropped and refilled from the database on demand.
+_MEMORY_LIMIT = 4096
+_STOP = object()
+
+_LOCK_HEAD = "SELECT next_position, head FROM journal_head FOR UPDATE"
+_MOVE_HEAD = "UPDATE journal_head SET next_position = %s, head = %s"
+_TAKEN = "SELECT key FROM journal_kv WHERE db = %s AND key = ANY(%s)"
+_PUT = (
+    "INSERT INTO journal_kv (db, key, value) "
+    "SELECT * FROM unnest(%s::text[], %s::bytea[], %s::bytea[]) "
+    "ON CONFLICT (db, key) DO UPDATE SET value = EXCLUDED.value"
+)
+_DELETE = (
+    "DELETE FROM journal_kv WHERE (db, key) IN "
+    "(SELECT * FROM unnest(%s::text[], %s::bytea[]))"
+)
+
+
+class PostgresWriter:
+    """Owns the store's one writing connection and its commits."""
+
+    def __init__(
+        self,
+        env: PostgresEnv,
+        max_batch_events: int,
+        on_commit: Callable[[list[tuple[StoredEvent, int]]], Deliveries],
+        followed: Callable[[], bool] = lambda: True,
+        own: OwnCommits | None = None,
+    ) -> None:
+        self._env = env
+        self._own = own
+        self._max_batch = max(1, max_batch_events)
+        self._on_commit = on_commit
+        self._followed = followed
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self.submit: Callable[[Request], None] = self._queue.put
+        self.stats = WriterStats()
+        self._conn = psycopg.connect(env.config.dsn, autocommit=False)
+        # What this thread committed last: while the head row still says so,
+        # no other daemon has committed and the memories below are exact.
+        self._known: tuple[int, bytes] | None = None
+        self._session_heads: dict[str, bytes] = {}
+        self._tape_next: dict[str, int] = {}
+        self._thread = threading.Thread(target=self._run, name=WRITER_THREAD, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Finish every queued request, then end the thread and close the connection."""
+        self._queue.put(_STOP)
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                first = self._queue.get()
+                if first is _STOP:
+                    return
+                batch: list[Request] = [first]  # type: ignore[list-item]
+                size = _weight(first)
+                stopping = False
+                while size < self._max_batch:
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is _STOP:
+                        stopping = True
+                        break
+                    batch.append(item)  # type: ignore[arg-type]
+                    size += _weight(item)
+                self._commit(batch)
+                if stopping:
+                    return
+        finally:
+            self._conn.close()
+
+    def _commit(self, batch: list[Request]) -> None:
+        began = time.perf_counter()
+        appends = [r for r in batch if isinstance(r, Append)]
+        if appends:
+            self._commit_appends(appends)
+        for request in batch:
+            if isinstance(request, Checkpoint):
+                self._commit_checkpoint(request)
+            elif isinstance(request, Prune):
+                self._commit_prune(request)
+        self.stats.timings.observe(began, batch)
+
+    # --- appends ----------------------------------------------------------
+
+    def _commit_appends(self, batch: list[Append]) -> None:
+        try:
+            plan, live = self._in_transaction(lambda txn, head: self._planned(txn, head, batch))
+        except Exception as exc:
+            self._forget()
+            fail(batch, exc)
+            return
+        if plan is None:
+            resolve(batch)  # every request clashed: each has its error
+            return
+        for request, answer in zip(live, plan.answers, strict=True):
+            request.result = answer
+        stats = self.stats
+        stats.commits += 1
+        stats.append_calls += len(live)
+        stats.max_batch_calls = max(stats.max_batch_calls, len(batch))
+        stats.appended_events += len(plan.views)
+        stats.appended_bytes += plan.record_bytes
+        stats.records += plan.records
+        if self._own is not None and plan.views:  # the watcher need not publish these
+            self._own.add(plan.views[0].position, plan.views[-1].position)
+        deliveries = (
+            self._on_commit(list(zip(plan.views, plan.sizes, strict=True)))
+            if plan.views and self._followed() else None
+        )
+        resolve(batch, deliveries)
+        _remember(self._session_heads, plan.sessions)
+        _remember(self._tape_next, plan.tape_next)
+
+    def _planned(
+        self, txn: PgTxn, head: tuple[int, bytes], batch: list[Append]
+    ) -> tuple[tuple[CommitPlan | None, list[Append]], list[Op], int, bytes]:
+        live = self._unfenced(txn, batch)
+        while live:
+            plan = plan_commit(live, self._heads(txn, head, live))
+            clash = self._first_clash(txn, plan, live)
+            if clash is None:
+                return (plan, live), plan.ops, plan.next_position, plan.head
+            live = [r for r in live if r is not clash]  # it fails alone: plan again
+        return (None, live), [], head[0], head[1]
+
+    def _unfenced(self, txn: PgTxn, batch: list[Append]) -> list[Append]:
+        """``batch`` less the fenced appends whose lease was taken over (each gets LEASE_STALE).
+
+        The lease rows stay locked (``FOR SHARE``) until this commit: a takeover
+        waits for it, so no write of an old term lands after a new term began.
+        """
+        fenced = [r for r in batch if isinstance(r, FencedAppend)]
+        if not fenced:
+            return batch
+        names_ = sorted({r.fence.name for r in fenced})
+        current = dict(txn.conn.execute(FENCES, (names_,)).fetchall())
+        stale = []
+        for request in fenced:
+            fence = request.fence
+            if current.get(fence.name) != fence.epoch:
+                request.error = PalyraError(
+                    f"the lease on {fence.name} of epoch {fence.epoch} was taken over "
+                    f"(now epoch {current.get(fence.name)}): this daemon no longer owns it",
+                    code=ErrorCode.LEASE_STALE,
+                    details={"lease": fence.name, "epoch": str(fence.epoch)},
+                )
+                stale.append(request)
+        return [r for r in batch if r not in stale] if stale else batch
+
+    def _heads(self, txn: PgTxn, head: tuple[int, bytes], batch: list[Append]) -> Heads:
+        """The chain heads ``batch`` appends to, as the database has them now."""
+        env = self._env
+        sessions: dict[str, bytes] = {}
+        tape_next: dict[str, int] = {}
+        for request in batch:
+            for event in request.events:
+                session_id, run_id = event.session_id, event.run_id
+                if session_id not in sessions:
+                    known = self._session_heads.get(session_id)
+                    if known is None:
+                        last = last_scoped_number(txn, env.dbs[names.BY_SESSION], session_id)
+                        known = GENESIS if last < 0 else record_hash_at(txn, env, last)
+                    sessions[session_id] = known
+                if event.tape and run_id not in tape_next:
+                    seq = self._tape_next.get(run_id, -1)
+                    if seq < 0:
+                        seq = last_scoped_number(txn, env.dbs[names.TAPE], run_id) + 1
+                    tape_next[run_id] = seq
+        return Heads(head[0], head[1], sessions, tape_next)
+
+    def _first_clash(self, txn: PgTxn, plan: CommitPlan, live: list[Append]) -> Append | None:
+        """The first request whose event id is taken (it gets its error), else None."""
+        keys = [key for key, _position in plan.claims]
+        taken = {bytes(row[0]) for row in txn.conn.execute(
+            _TAKEN, (names.EVENT_IDS, keys), binary=True)}  # fmt: skip
+        if not taken and len(set(keys)) == len(keys):
+            return None
+        at = {e.event_id: (r, e) for r in live for e in r.events}
+        seen: set[bytes] = set()
+        for view, key in zip(plan.views, keys, strict=True):
+            request, event = at[view.event_id]
+            if key in seen or key in taken:
+                request.error = AlreadyExists(
+                    f"event_id {event.event_id} already exists",
+                    details={"event_id": event.event_id},
+                )
+                return request
+            seen.add(key)
+        raise AssertionError("an event id clashed, but none is taken")
+
+    # --- checkpoints --------------------------------------------------------
+
+    def _commit_checkpoint(self, request: Checkpoint) -> None:
+        """Sign the head as the database has it, inside the transaction that stores it."""
+        signed: list[Any] = []
+
+        def write(
+            txn: PgTxn, head: tuple[int, bytes]
+        ) -> tuple[None, list[Op], int, bytes]:
+            position, chain = head[0] - 1, head[1]
+            ts_ms = time.time_ns() // 1_000_000
+            signature = request.signer.sign(checkpoint_message(position, chain, ts_ms))
+            record = CheckpointRecord(RECORD_VERSION, position, chain, ts_ms,
+                                      request.signer.public_key, signature)  # fmt: skip
+            signed.append((position, chain, ts_ms, signature))
+            op: Op = (names.CHECKPOINTS, u64_key(position) + u64_key(ts_ms),
+                      encode_record(record))  # fmt: skip
+            return None, [op], head[0], head[1]
+
+        try:
+            self._in_transaction(write)
+        except Exception as exc:
+            self._forget()
+            fail([request], exc)
+            return
+        position, chain, ts_ms, signature = signed[-1]
+        request.result = SignedCheckpoint(position, chain.hex(), ts_ms,
+                                          request.signer.public_key.hex(), signature.hex())
+        self.stats.commits += 1
+        resolve([request])
+
+    # --- retention -------------------------------------------------------------
+
+    def _commit_prune(self, request: Prune) -> None:
+        """Tombstones at the tail and their ``journal.pruned`` event at the head, one commit.
+
+        The same rewrite as LMDB's (``retention.prune``), read and planned inside
+        the transaction that holds the head row.
+        """
+        try:
+            result, plan = self._in_transaction(lambda txn, head: self._pruned(txn, head, request))
+        except Exception as exc:
+            self._forget()
+            fail([request], exc)
+            return
+        request.result = result
+        if plan is None:
+            resolve([request])
+            return
+        self.stats.commits += 1
+        self.stats.appended_events += len(plan.views)
+        if self._own is not None:
+            self._own.add(plan.views[0].position, plan.views[-1].position)
+        deliveries = (self._on_commit(list(zip(plan.views, plan.sizes, strict=True)))
+                      if self._followed() else None)  # fmt: skip
+        resolve([request], deliveries)
+        _remember(self._session_heads, plan.sessions)
+
+    def _pruned(
+        self, txn: PgTxn, head: tuple[int, bytes], request: Prune
+    ) -> tuple[tuple[PruneResult, CommitPlan | None], list[Op], int, bytes]:
+        env, order = self._env, request.order
+        watermark = pruned_through(env, txn)
+        writes = PgWriteTxn(txn.conn)
+        done = tombstone_prefix(env, writes, watermark, head[0] - 1, order)
+        if done is None:
+            raw = txn.get(u64_key(watermark), env.dbs[names.EVENTS]) if watermark else None
+            at = record_hashes(raw)[1] if raw is not None else GENESIS
+            return (PruneResult(0, watermark, 0, 0, 0, at.hex()), None), [], head[0], head[1]
+        events = done.last - done.first + 1
+        drafts = [EventDraft(
+            kind=PRUNED_KIND, actor=PRUNED_ACTOR, session_id=RETENTION_SESSION,
+            payload={"first": done.first, "through": done.last, "records": done.records,
+                     "events": events, "bytes_freed": done.bytes_freed,
+                     "head_hash": done.global_hash.hex(), "before_ms": order.before_ms})]  # fmt: skip
+        claim = Append(request.loop, request.future, prepare(drafts, env.config))
+        plan = plan_commit([claim], self._heads(txn, head, [claim]))
+        result = PruneResult(done.first, done.last, done.records, events, done.bytes_freed,
+                             done.global_hash.hex(), head[0])  # fmt: skip
+        return (result, plan), writes.ops + plan.ops, plan.next_position, plan.head
+
+    # --- the transaction -----------------------------------------------------
+
+    def _in_transaction(
+        self, body: Callable[[PgTxn, tuple[int, bytes]], tuple[Any, list[Op], int, bytes]]
+    ) -> Any:
+        """Lock the head, run ``body``, write its ops and the new head, commit.
+
+        ``body`` returns ``(result, ops, next_position, head)``; the commit is
+        durable when this returns ``result``.
+        """
+        if self._conn.broken or self._conn.closed:  # a lost connection: a new one
+            self._conn.close()
+            self._conn = psycopg.connect(self._env.config.dsn, autocommit=False)
+        conn = self._conn
+        with conn.transaction():
+            row = conn.execute(_LOCK_HEAD, binary=True).fetchone()
+            if row is None:
+                raise PalyraError("the PostgreSQL journal has no head row",
+                                  code=ErrorCode.JOURNAL_CORRUPT)
+            head = (int(row[0]), bytes(row[1]))
+            if head != self._known:
+                self._forget()  # another daemon committed: remembered heads may be stale
+            result, ops, next_position, new_head = body(PgTxn(conn), head)
+            if ops:
+                _write_ops(conn, ops)
+                conn.execute(_MOVE_HEAD, (next_position, new_head))
+                conn.execute(NOTIFY)  # other daemons' followers: sent when this commits
+        self._known = (next_position, new_head)
+        return result
+
+    def _forget(self) -> None:
+        self._known = None
+        self._session_heads.clear()
+        self._tape_next.clear()
+
+
+def _write_ops(conn: psycopg.Connection[Any], ops: list[Op]) -> None:
+    """Every op as a row: the last op on a key wins, as applying them in order would."""
+    final: dict[tuple[str, bytes], bytes | None] = {}
+    for name, key, value in ops:
+        final[(name, bytes(key))] = None if value is None else bytes(value)
+    puts = [(db, key, value) for (db, key), value in final.items() if value is not None]
+    deletes = [(db, key) for (db, key), value in final.items() if value is None]
+    if puts:
+        dbs, keys, values = zip(*puts, strict=True)
+        conn.execute(_PUT, (list(dbs), list(keys), list(values)))
+    if deletes:
+        dbs, keys = zip(*deletes, strict=True)
+        conn.execute(_DELETE, (list(dbs), list(keys)))
+
+
+def _weight(item: object) -> int:
+    return len(item.events) if isinstance(item, Append) else 1
+
+
+def _remember(memory: dict[Any, Any], committed: dict[Any, Any]) -> None:
+    # Called only after a durable commit: memory never holds uncommitted values.
+    if len(memory) + len(committed) > _MEMORY_LIMIT:
+        memory.clear()
+    memory.update(committed)

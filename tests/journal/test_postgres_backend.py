@@ -1,0 +1,305 @@
+"""What only the PostgreSQL backend has: several writers on one database, schema versions.
+
+Two ``JournalStore`` objects on one database stand for two daemons: each has its
+own writer thread and connection, so nothing but PostgreSQL orders their commits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from pathlib import Path
+
+import psycopg
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from palyra.core.errors import AlreadyExists, ErrorCode, PalyraError
+from palyra.journal import EntityWrite, JournalConfig, JournalStore, verify_store
+from palyra.journal.postgres.schema import SCHEMA_VERSION, migrate, stored_version
+from palyra.journal.postgres.store import PostgresJournalStore
+from palyra.journal.postgres.watch import OwnCommits
+from palyra.testing.postgres import PostgresServer
+
+from .helpers import draft
+
+
+def _config(dsn: str, **settings: object) -> JournalConfig:
+    return JournalConfig(backend="postgres", dsn=dsn, **settings)  # type: ignore[arg-type]
+
+
+async def test_two_writers_share_one_dense_chain(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = postgres_server.create_database()
+    a = JournalStore.open(tmp_path / "a", config=_config(dsn))
+    b = JournalStore.open(tmp_path / "b", config=_config(dsn))
+    try:
+        async def appender(store: JournalStore, name: str, count: int) -> list[str]:
+            ids = []
+            for n in range(count):
+                # Both daemons write the same sessions and the same run's tape.
+                events = await store.append([
+                    draft(n, session_id=f"s{n % 3}", run_id="shared", tape=True,
+                          payload={"by": name, "n": n}),
+                    draft(n, session_id=f"s{n % 3}", run_id=f"own-{name}", tape=True),
+                ])
+                ids += [e.event_id for e in events]
+            return ids
+
+        written = await asyncio.gather(*(
+            appender(store, f"{name}{k}", 15)
+            for k in range(4) for name, store in (("a", a), ("b", b))
+        ))  # fmt: skip
+        total = sum(len(ids) for ids in written)
+        for store in (a, b):  # either daemon reads the whole journal
+            events = store.read_range(0, 1000)
+            assert [e.position for e in events] == list(range(1, total + 1))
+            assert sorted(e.event_id for e in events) == sorted(i for ids in written for i in ids)
+            shared = store.read_tape("shared", -1, 1000).events
+            assert [e.tape_seq for e in shared] == list(range(total // 2))
+            assert store.head() == a.head()
+        assert verify_store(a).ok and verify_store(b).ok
+    finally:
+        a.close()
+        b.close()
+
+
+async def test_an_event_id_taken_by_the_other_writer_is_refused(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = postgres_server.create_database()
+    with JournalStore.open(tmp_path / "a", config=_config(dsn)) as a, \
+            JournalStore.open(tmp_path / "b", config=_config(dsn)) as b:
+        taken = (await a.append([draft(1, session_id="s")]))[0].event_id
+        with pytest.raises(AlreadyExists):
+            await b.append([draft(2, session_id="s", event_id=taken)])
+        assert (await b.append([draft(3, session_id="s")]))[0].position == 2
+
+
+async def test_a_row_written_by_one_daemon_is_read_by_the_other_at_once(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = postgres_server.create_database()
+    with JournalStore.open(tmp_path / "a", config=_config(dsn)) as a, \
+            JournalStore.open(tmp_path / "b", config=_config(dsn)) as b:
+        for n in range(3):
+            await a.append([draft(n, session_id="s", entity_writes=(
+                EntityWrite("runs", "r1", f"v{n}".encode()),))])
+            # b read this row before (a cached value would be stale now).
+            assert b.get_entity("runs", "r1") == f"v{n}".encode()
+            assert b.scan_entities("runs") == [("r1", f"v{n}".encode())]
+
+
+async def test_checkpoints_from_either_daemon_sign_the_shared_head(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = postgres_server.create_database()
+    with JournalStore.open(tmp_path / "a", config=_config(dsn)) as a, \
+            JournalStore.open(tmp_path / "b", config=_config(dsn)) as b:
+        await a.append([draft(0, session_id="s")])
+        signed_b = await b.checkpoint()  # b never appended: it signs what a wrote
+        assert (signed_b.position, signed_b.head_hash) == (1, a.head().head_hash)
+        await b.append([draft(1, session_id="s")])
+        signed_a = await a.checkpoint()
+        assert signed_a.position == 2
+        report = verify_store(a)
+        assert report.ok and report.checkpoints == 2
+
+
+def test_concurrent_start_ups_migrate_once(postgres_server: PostgresServer) -> None:
+    dsn = postgres_server.create_database()
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                assert migrate(conn) == SCHEMA_VERSION
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT version FROM palyra_schema ORDER BY version").fetchall()
+        assert [r[0] for r in rows] == list(range(1, SCHEMA_VERSION + 1))
+        assert stored_version(conn) == SCHEMA_VERSION
+
+
+def test_a_newer_schema_is_refused_at_start_up(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = postgres_server.create_database()
+    JournalStore.open(tmp_path / "a", config=_config(dsn)).close()
+    with psycopg.connect(dsn) as conn:
+        conn.execute("INSERT INTO palyra_schema (version) VALUES (%s)", (SCHEMA_VERSION + 1,))
+    for readonly in (False, True):
+        with pytest.raises(PalyraError) as info:
+            JournalStore.open(tmp_path / "b", config=_config(dsn, readonly=readonly))
+        assert info.value.code is ErrorCode.UNSUPPORTED_VERSION
+        assert info.value.details["schema_version"] == str(SCHEMA_VERSION + 1)
+
+
+def test_read_only_open_of_an_empty_database_is_not_found(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = postgres_server.create_database()
+    with pytest.raises(PalyraError) as info:
+        JournalStore.open(tmp_path / "a", config=_config(dsn, readonly=True))
+    assert info.value.code is ErrorCode.NOT_FOUND
+    with psycopg.connect(dsn) as conn:  # nothing was created by looking
+        assert stored_version(conn) == 0
+
+
+async def test_a_data_dir_names_its_database_for_verify_and_refuses_a_second_lmdb_journal(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = postgres_server.create_database()
+    data_dir = tmp_path / "data"
+    async with JournalStore.open(data_dir, config=_config(dsn)) as store:
+        await store.append([draft(i, session_id="s") for i in range(3)])
+    report = verify_store(data_dir)  # by path, as `palyra journal verify` does
+    assert report.ok and report.events == 3
+    assert not (data_dir / "journal" / "data.mdb").exists()
+    with pytest.raises(PalyraError) as info:
+        JournalStore.open(data_dir)  # a writable LMDB open would split the journal
+    assert info.value.code is ErrorCode.CONFIG_INVALID
+
+
+def test_an_unreachable_database_is_unavailable(tmp_path: Path) -> None:
+    with pytest.raises(PalyraError) as info:
+        JournalStore.open(tmp_path / "a", config=_config(
+            "postgresql://nobody@127.0.0.1:1/none?connect_timeout=1"))
+    assert info.value.code is ErrorCode.UNAVAILABLE
+
+
+# --- leases with fencing epochs ---------------------------------------------------------
+
+
+def _pg(store: JournalStore) -> PostgresJournalStore:
+    assert isinstance(store, PostgresJournalStore)
+    return store
+
+
+async def test_a_fenced_out_owner_cannot_write_even_before_it_notices(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = postgres_server.create_database()
+    with JournalStore.open(tmp_path / "a", config=_config(dsn)) as a_store, \
+            JournalStore.open(tmp_path / "b", config=_config(dsn)) as b_store:
+        a, b = _pg(a_store), _pg(b_store)
+        lease_a = a.acquire_lease("session:s1", "daemon-a", ttl_s=0.3)
+        assert lease_a is not None and lease_a.epoch == 1
+        assert b.acquire_lease("session:s1", "daemon-b", ttl_s=0.3) is None  # held
+        await a.append([draft(0, session_id="s1")], fence=lease_a)
+        await asyncio.sleep(0.4)  # a stalls past its TTL without noticing
+        lease_b = b.acquire_lease("session:s1", "daemon-b", ttl_s=5)
+        assert lease_b is not None and lease_b.epoch == 2
+        head = a.head()
+        with pytest.raises(PalyraError) as info:
+            await a.append([draft(1, session_id="s1")], fence=lease_a)
+        assert info.value.code is ErrorCode.LEASE_STALE
+        assert a.head() == head  # nothing of it was written
+        assert not a.renew_lease(lease_a, 5)
+        await b.append([draft(2, session_id="s1")], fence=lease_b)
+        assert [e.payload["i"] for e in b.read_session("s1")] == [0, 2]
+        assert b.lease_holder("session:s1") == ("daemon-b", 2, True)
+
+
+async def test_a_stale_append_fails_alone_in_its_group_commit(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = postgres_server.create_database()
+    with JournalStore.open(tmp_path / "a", config=_config(dsn)) as opened:
+        store = _pg(opened)
+        old = store.acquire_lease("session:s", "d", ttl_s=5)
+        assert old is not None
+        new = store.acquire_lease("session:s", "d", ttl_s=5)  # a new term of the same owner
+        assert new is not None and new.epoch == old.epoch + 1
+        results = await asyncio.gather(
+            store.append([draft(0, session_id="s")], fence=old),
+            store.append([draft(1, session_id="s")], fence=new),
+            store.append([draft(2, session_id="t")]),
+            return_exceptions=True,
+        )
+        assert isinstance(results[0], PalyraError)
+        assert results[0].code is ErrorCode.LEASE_STALE
+        assert [type(r) for r in results[1:]] == [list, list]
+        assert sorted(e.payload["i"] for e in store.read_range(0)) == [1, 2]
+        assert verify_store(store).ok
+
+
+async def test_a_released_lease_is_taken_over_at_once(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = postgres_server.create_database()
+    with JournalStore.open(tmp_path / "a", config=_config(dsn)) as opened:
+        store = _pg(opened)
+        lease = store.acquire_lease("session:s", "a", ttl_s=60)
+        assert lease is not None and store.renew_lease(lease, 60)
+        assert store.acquire_lease("session:s", "b", ttl_s=60) is None
+        store.release_lease(lease)
+        taken = store.acquire_lease("session:s", "b", ttl_s=60)
+        assert taken is not None and taken.epoch == lease.epoch + 1
+
+
+# --- followers hear of other daemons' commits ---------------------------------------------
+
+
+async def _parked(waiting: asyncio.Future[object]) -> None:
+    """Let ``waiting`` (a follower's next event) read the store and park on its buffer."""
+    for _ in range(20):
+        await asyncio.sleep(0.01)
+    assert not waiting.done()
+
+
+async def test_a_tape_followed_on_one_daemon_gets_what_another_commits(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = postgres_server.create_database()
+    with JournalStore.open(tmp_path / "a", config=_config(dsn)) as a, \
+            JournalStore.open(tmp_path / "b", config=_config(dsn)) as b:
+        await a.append([draft(0, session_id="s", run_id="r", tape=True)])
+        follower = b.follow_tape("r", after_seq=-1).__aiter__()
+        assert (await asyncio.wait_for(follower.__anext__(), 5)).tape_seq == 0  # replayed
+        for n in range(1, 6):  # each written on a, interleaved with b's own writes
+            waiting = asyncio.ensure_future(follower.__anext__())
+            await _parked(waiting)  # the follower caught up and waits for a live event
+            await a.append([draft(n, session_id="s", run_id="r", tape=True)])
+            await b.append([draft(100 + n, session_id="t", run_id="other", tape=True)])
+            got = await asyncio.wait_for(waiting, 5)
+            assert (got.tape_seq, got.payload["i"]) == (n, n)
+        everything = b.follow(after_position=0).__aiter__()
+        seen = [(await asyncio.wait_for(everything.__anext__(), 5)).position for _ in range(11)]
+        assert seen == list(range(1, 12))
+        waiting = asyncio.ensure_future(everything.__anext__())
+        await _parked(waiting)
+        await a.append([draft(9, session_id="s")])
+        assert (await asyncio.wait_for(waiting, 5)).position == 12
+        await follower.aclose()
+        await everything.aclose()
+
+
+@given(
+    own=st.lists(st.tuples(st.integers(1, 40), st.integers(0, 5)), max_size=8),
+    after=st.integers(0, 30), through=st.integers(0, 45),
+)
+def test_foreign_ranges_are_exactly_the_positions_this_daemon_did_not_write(
+    own: list[tuple[int, int]], after: int, through: int
+) -> None:
+    ranges = OwnCommits()
+    written: set[int] = set()
+    for first, extra in own:
+        if not written.intersection(range(first, first + extra + 1)):  # commits never overlap
+            ranges.add(first, first + extra)
+            written.update(range(first, first + extra + 1))
+    gaps = ranges.foreign(after, through)
+    listed = [p for first, last in gaps for p in range(first, last + 1)]
+    assert listed == [p for p in range(after + 1, through + 1) if p not in written]
+    assert all(a[1] + 1 < b[0] for a, b in itertools.pairwise(gaps))  # maximal ranges
