@@ -27,6 +27,7 @@ from palyra.channels.admission import ACTOR
 from palyra.channels.commands import Commands, active_run, channel_identity
 from palyra.channels.config import ChannelsConfig
 from palyra.channels.outbox import OutboundReply, queue_send
+from palyra.channels.recent import Recent
 from palyra.channels.records import InboundRec
 from palyra.channels.replies import split_utf8
 from palyra.channels.routing import Envelope, prompt_text
@@ -74,8 +75,10 @@ class Dispatcher:
 
     def __init__(self, store: JournalStore, engine: Engine, tasks: TaskQueue,
                  commands: Commands, config: ChannelsConfig, *, message: Lookup,
-                 quarantine: Quarantine, reply_caps: Mapping[str, int]) -> None:
+                 quarantine: Quarantine, reply_caps: Mapping[str, int],
+                 recent: Recent | None = None) -> None:
         self._store = store
+        self._admitted = recent or Recent()  # what admission handed over in memory
         self._engine = engine
         self._tasks = tasks
         self._commands = commands
@@ -136,8 +139,10 @@ class Dispatcher:
                     sink=first.sink, key=f"reply:{outcome.run_id or ctx.task.task_id}:{index}",
                     text=text, conversation_id=first.envelope.conversation_id,
                     thread_id=first.envelope.thread_id,
-                    reply_to=first.envelope.adapter_message_id))
+                    reply_to=first.envelope.adapter_message_id,
+                    reply_token=first.envelope.reply_token))
         result = msgspec.to_builtins(outcome)
+        self._admitted.dispatched([m.envelope.envelope_id for m in msgs])
         self._finished(ctx.task.task_id, outcome)
         return result  # type: ignore[no-any-return]
 
@@ -188,7 +193,10 @@ class Dispatcher:
                 await self._engine.send_input(identity, active, text, into_completing=True)
                 return DispatchOutcome(run_id=active, reason="delivered_to_active_run",
                                        delivered_to_active_run=True)
-        context, ctx_keys = self._context_lines(decision.session_key, env.envelope_id)
+        mark = self._admitted.context_mark(decision.session_key)
+        context, ctx_keys, all_seen = (
+            self._context_lines(decision.session_key, env.envelope_id) if mark is not None
+            else ([], [], False))
         if context:
             text = ("Earlier in this conversation (not addressed to you):\n"
                     + "\n".join(context) + "\n\n" + text)
@@ -213,6 +221,8 @@ class Dispatcher:
                 kind="channel.context_consumed", actor=ACTOR, run_id=run_id,
                 payload={"count": len(ctx_keys)},
                 entity_writes=tuple(EntityWrite(records.TABLE, k, None) for k in ctx_keys))])
+        if mark is not None and all_seen:
+            self._admitted.context_consumed(decision.session_key, mark)
         replies = self._replies(run_id)
         if not replies and record.state in (RunStateId.FAILED, RunStateId.CANCELLED):
             # Say so on the platform rather than leave the sender with silence.
@@ -262,9 +272,13 @@ class Dispatcher:
                 sink=first.sink, key=f"{key}:{index}", text=chunk,
                 conversation_id=first.envelope.conversation_id,
                 thread_id=first.envelope.thread_id,
-                reply_to=first.envelope.adapter_message_id))
+                reply_to=first.envelope.adapter_message_id,
+                reply_token=first.envelope.reply_token))
 
-    def _context_lines(self, session_key: str, before: str) -> tuple[list[str], list[str]]:
+    def _context_lines(self, session_key: str, before: str
+                       ) -> tuple[list[str], list[str], bool]:
+        """The context lines for a run, the rows they come from (consumed by the run),
+        and whether those are every context row the conversation has."""
         prefix = records.ctx_key(session_key, "")
         rows = self._store.scan_entities(records.TABLE, prefix, "", 1000)
         keys = [k for k, _v in rows if k[len(prefix):] < before][-MAX_CONTEXT_LINES:]
@@ -274,7 +288,7 @@ class Dispatcher:
             if msg is not None:
                 lines.append(f"{msg.envelope.sender_display or msg.envelope.sender}: "
                              f"{msg.envelope.text}")
-        return lines, keys
+        return lines, keys, len(keys) == len(rows)
 
     def _replies(self, run_id: str) -> list[str]:
         out: list[str] = []

@@ -157,7 +157,8 @@ def _ingress_routes(app: PalyraApp) -> dict[str, IngressHandler]:
     if app.ingress is None:
         return {}
     return {"/v1/ingress/slack": app.ingress.slack, "/v1/ingress/webhooks": app.ingress.webhook,
-            "/v1/ingress/telegram": app.ingress.telegram}
+            "/v1/ingress/telegram": app.ingress.telegram,
+            "/v1/ingress/discord": app.ingress.discord_interaction}
 
 
 def _on_signal(signum: int, stop: asyncio.Event) -> Callable[[], None]:

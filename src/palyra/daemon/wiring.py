@@ -206,7 +206,7 @@ async def _open_channels(config: PalyraConfig, store: JournalStore, engine: Engi
             poller = asyncio.ensure_future(poll_telegram(name, bot, api, ingress, store))
             stack.callback(poller.cancel)
     for name, app in channels.discord.items():
-        if channels.enabled:
+        if channels.enabled and app.bot_token:  # without one: slash commands over HTTP only
             gateway = asyncio.ensure_future(Gateway(name, app, ingress, store).run())
             stack.callback(gateway.cancel)
     return router, ingress
