@@ -42,10 +42,11 @@ from palyra.engine import (
     is_run_terminal,
     member_from,
 )
-from palyra.journal import EntityWrite, EventDraft, JournalStore
+from palyra.journal import EntityWrite, EventDraft, JournalStore, Subscription
 from palyra.tasks import TaskQueue, TaskRecord
 from palyra.tasks.worker import TaskContext
 
+REPLIED = "tape.message_replied"
 MAX_CONTEXT_LINES = 20
 RECENT_OUTCOMES = 4096
 APPROVAL_POLL_S = 0.25
@@ -202,20 +203,28 @@ class Dispatcher:
                     + "\n".join(context) + "\n\n" + text)
         async with self._slot(env.channel):
             run_id = task.task_id  # a repeated dispatch finds its run
+            # The run's tape as the writer commits it, from memory: its replies are
+            # then read without going back to the journal (see _replies).
+            tape = self._store.subscribe_tape(run_id)
             try:
-                agent_id = bound_agent(self._agents.bindings(), channel=env.channel,
-                                       conversation_id=env.conversation_id,
-                                       session_key=decision.session_key)
-                agent = self._agents.get(agent_id) if agent_id else None
-                await self._engine.start_run(identity, StartRun(
-                    Selectors(session_key=decision.session_key), text=text, run_id=run_id,
-                    driver="channel", complete=True, agent_id=agent.agent_id if agent else "",
-                    agent_postures=postures_for(agent, self._engine.tool_names())
-                    if agent else {}))
-            except PalyraError as exc:
-                if exc.code != ErrorCode.ALREADY_EXISTS:
-                    raise
-            record = await self._follow(identity, run_id, msgs[0])
+                try:
+                    agent_id = bound_agent(self._agents.bindings(), channel=env.channel,
+                                           conversation_id=env.conversation_id,
+                                           session_key=decision.session_key)
+                    agent = self._agents.get(agent_id) if agent_id else None
+                    await self._engine.start_run(identity, StartRun(
+                        Selectors(session_key=decision.session_key), text=text, run_id=run_id,
+                        driver="channel", complete=True,
+                        agent_id=agent.agent_id if agent else "",
+                        agent_postures=postures_for(agent, self._engine.tool_names())
+                        if agent else {}))
+                except PalyraError as exc:
+                    if exc.code != ErrorCode.ALREADY_EXISTS:
+                        raise
+                record = await self._follow(identity, run_id, msgs[0])
+                replies = _replies_seen(tape, record)
+            finally:
+                self._store.unsubscribe(tape)
         if ctx_keys:
             await self._store.append([EventDraft(
                 kind="channel.context_consumed", actor=ACTOR, run_id=run_id,
@@ -223,7 +232,8 @@ class Dispatcher:
                 entity_writes=tuple(EntityWrite(records.TABLE, k, None) for k in ctx_keys))])
         if mark is not None and all_seen:
             self._admitted.context_consumed(decision.session_key, mark)
-        replies = self._replies(run_id)
+        if replies is None:  # the tape outgrew the buffer, or the run began earlier
+            replies = self._replies(run_id)
         if not replies and record.state in (RunStateId.FAILED, RunStateId.CANCELLED):
             # Say so on the platform rather than leave the sender with silence.
             replies = [f"Sorry, I could not answer that (the run {record.state}"
@@ -303,6 +313,22 @@ class Dispatcher:
             if page.next_after_seq is None:
                 return out
             after = page.next_after_seq
+
+
+def _replies_seen(tape: Subscription, record: RunRecord) -> list[str] | None:
+    """The run's replies from its tape as buffered since before it started, or None when
+    the buffer is not the whole tape (overflowed, or the run started before it)."""
+    events = list(tape.buffer)
+    if tape.overflowed or len(events) != record.tape_len or any(
+            e.tape_seq != i for i, e in enumerate(events)):
+        return None
+    out: list[str] = []
+    for event in events:
+        if event.kind == REPLIED:
+            text = getattr(member_from(event.kind, event.payload), "reply_text", "")
+            if text:
+                out.append(text)
+    return out
 
 
 def _outcome_of(task: TaskRecord) -> DispatchOutcome:
