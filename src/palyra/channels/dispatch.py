@@ -26,7 +26,7 @@ from palyra.channels import notices, records
 from palyra.channels.admission import ACTOR
 from palyra.channels.commands import Commands, active_run, channel_identity
 from palyra.channels.config import ChannelsConfig
-from palyra.channels.outbox import OutboundReply, queue_send
+from palyra.channels.outbox import SEND_ATTEMPTS, SEND_TASK, OutboundReply, queue_send
 from palyra.channels.recent import Recent
 from palyra.channels.records import InboundRec
 from palyra.channels.replies import split_utf8
@@ -43,7 +43,7 @@ from palyra.engine import (
     member_from,
 )
 from palyra.journal import EntityWrite, EventDraft, JournalStore, Subscription
-from palyra.tasks import TaskQueue, TaskRecord
+from palyra.tasks import Done, FollowUp, TaskQueue, TaskRecord
 from palyra.tasks.worker import TaskContext
 
 REPLIED = "tape.message_replied"
@@ -118,12 +118,12 @@ class Dispatcher:
             future.set_result(outcome)
 
     # -- dispatch --------------------------------------------------------------
-    async def dispatch(self, ctx: TaskContext) -> dict[str, Any]:
+    async def dispatch(self, ctx: TaskContext) -> Done:
         """Answer one coalesced batch of messages (a task handler)."""
         items = ctx.payload.get("items") or [ctx.payload]
         msgs = [m for m in (self._message(i["envelope_id"]) for i in items) if m is not None]
         if not msgs:
-            return {"reason": "no_messages"}
+            return Done({"reason": "no_messages"})
         first = msgs[0]
         try:
             outcome = await self._answer(ctx.task, msgs)
@@ -134,18 +134,20 @@ class Dispatcher:
             for m in msgs:  # out of retries: keep them where an operator can see them
                 await self._quarantine(m.envelope, "channel_busy")
             outcome = DispatchOutcome(reason="quarantined_channel_busy")
-        if first.sink and outcome.outputs:
-            for index, text in enumerate(outcome.outputs):
-                await queue_send(self._tasks, OutboundReply(
-                    sink=first.sink, key=f"reply:{outcome.run_id or ctx.task.task_id}:{index}",
-                    text=text, conversation_id=first.envelope.conversation_id,
-                    thread_id=first.envelope.thread_id,
-                    reply_to=first.envelope.adapter_message_id,
-                    reply_token=first.envelope.reply_token))
-        result = msgspec.to_builtins(outcome)
+        # The replies are queued in the commit of this task's success: no commit of
+        # their own, and a dispatch repeated after a crash queues them once (their keys).
+        sends = tuple(FollowUp(SEND_TASK, payload=msgspec.to_builtins(OutboundReply(
+            sink=first.sink, key=f"reply:{outcome.run_id or ctx.task.task_id}:{index}",
+            text=text, conversation_id=first.envelope.conversation_id,
+            thread_id=first.envelope.thread_id, reply_to=first.envelope.adapter_message_id,
+            reply_token=first.envelope.reply_token)),
+            idempotency_key=f"reply:{outcome.run_id or ctx.task.task_id}:{index}",
+            max_attempts=SEND_ATTEMPTS)
+            for index, text in enumerate(outcome.outputs)) if first.sink else ()
+        result: dict[str, Any] = msgspec.to_builtins(outcome)
         self._admitted.dispatched([m.envelope.envelope_id for m in msgs])
         self._finished(ctx.task.task_id, outcome)
-        return result  # type: ignore[no-any-return]
+        return Done(result, sends)
 
     async def _answer(self, task: TaskRecord, msgs: list[InboundRec]) -> DispatchOutcome:
         first = msgs[0]

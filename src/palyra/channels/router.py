@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from palyra.channels.admission import ACTOR, COMMAND_TASK, DISPATCH_TASK, Admission, Admitter
 from palyra.channels.commands import Commands, decide_pairing
@@ -24,7 +23,7 @@ from palyra.channels.routing import Envelope
 from palyra.engine import ApprovalDecision, ApprovalRecord, Engine
 from palyra.journal import EntityWrite, EventDraft, JournalStore
 from palyra.policy import PolicyGate
-from palyra.tasks import TaskQueue
+from palyra.tasks import Done, TaskQueue
 from palyra.tasks.worker import TaskContext
 
 
@@ -74,7 +73,7 @@ class ChannelRouter:
         await self._store.append([EventDraft(kind=kind, actor=ACTOR,
                                              entity_writes=tuple(writes))])
 
-    async def dispatch(self, ctx: TaskContext) -> dict[str, Any]:
+    async def dispatch(self, ctx: TaskContext) -> Done:
         """The ``channel.dispatch`` and ``channel.command`` task handler."""
         return await self._dispatcher.dispatch(ctx)
 

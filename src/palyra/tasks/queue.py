@@ -27,6 +27,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -47,6 +48,21 @@ ACTOR = "system:tasks"
 MAX_KIND = 64
 MAX_PAYLOAD = 64 * 1024
 MAX_KEY = 200
+
+
+@dataclass(frozen=True, slots=True)
+class FollowUp:
+    """A task a finishing task queues in the commit of its own success (so the work it
+    hands on is never lost between two commits, and costs none of its own)."""
+
+    kind: str
+    idempotency_key: str  # required: a success retried after a crash queues it once
+    payload: dict[str, Any] = field(default_factory=dict)
+    max_attempts: int = model.DEFAULT_MAX_ATTEMPTS
+    # A worker that takes it at once: it is born claimed by this owner (its first
+    # attempt), in the same commit, so no claim commit and no wake-up of other workers.
+    claim_for: str = ""
+    lease_ms: int = model.DEFAULT_LEASE_MS
 
 
 def wall_ms() -> int:
@@ -162,13 +178,7 @@ class TaskQueue:
         Raises:
             InvalidArgument: an empty or long kind, a payload over 64 KiB, a long key.
         """
-        if not kind or len(kind) > MAX_KIND:
-            raise InvalidArgument(f"task kind must be 1..{MAX_KIND} characters")
-        if len(idempotency_key) > MAX_KEY:
-            raise InvalidArgument(f"idempotency_key is longer than {MAX_KEY} characters")
-        payload_json = msgspec.json.encode(payload or {}).decode()
-        if len(payload_json) > MAX_PAYLOAD:
-            raise InvalidArgument(f"task payload is over {MAX_PAYLOAD} bytes")
+        payload_json = _checked(kind, idempotency_key, payload)
         async with self._lock:
             if idempotency_key:
                 known = self._store.get_entity(TABLE, _IDEM + idempotency_key)
@@ -237,15 +247,64 @@ class TaskQueue:
         self._timer_wake.set()
         return rec
 
-    async def succeed(self, task_id: str, epoch: int, result: dict[str, Any] | None = None
-                      ) -> TaskRecord:
-        """Finish a task (``LEASE_STALE`` if the lease moved on)."""
+    async def succeed(self, task_id: str, epoch: int, result: dict[str, Any] | None = None,
+                      then: Sequence[FollowUp] = ()) -> TaskRecord:
+        """Finish a task (``LEASE_STALE`` if the lease moved on), queueing ``then`` in the
+        same commit (each once per idempotency key, as :meth:`enqueue` does).
+
+        Raises:
+            InvalidArgument: a follow-up's kind, key or payload is out of bounds.
+        """
+        return (await self.succeed_handing_on(task_id, epoch, result, then))[0]
+
+    async def succeed_handing_on(self, task_id: str, epoch: int,
+                                 result: dict[str, Any] | None = None,
+                                 then: Sequence[FollowUp] = ()
+                                 ) -> tuple[TaskRecord, list[TaskRecord]]:
+        """:meth:`succeed`, and the follow-ups born claimed (``claim_for``), for the caller
+        to run under their leases.
+
+        Raises:
+            InvalidArgument: as :meth:`succeed`.
+        """
+        if any(not f.idempotency_key for f in then):
+            raise InvalidArgument("a follow-up task needs an idempotency_key")
+        payloads = [_checked(f.kind, f.idempotency_key, f.payload) for f in then]
         async with self._lock:
             with self._counting_stale():
                 rec = model.succeed(self.require(task_id), epoch, self._now(),
                                     msgspec.json.encode(result).decode() if result else "")
-            await self._commit(rec, "succeeded")
-        return rec
+            now, queued, seen = self._now(), [], set()
+            drafts: list[EventDraft] = []
+            for follow, payload_json in zip(then, payloads, strict=True):
+                key = follow.idempotency_key
+                if key in seen or self._store.get_entity(TABLE, _IDEM + key) is not None:
+                    continue
+                seen.add(key)
+                new = model.new_task(self._ids.next(now), follow.kind, now,
+                                     payload_json=payload_json,
+                                     max_attempts=follow.max_attempts, idempotency_key=key)
+                idem = (EntityWrite(TABLE, _IDEM + key, new.task_id.encode()),)
+                if follow.claim_for:
+                    # Both moves journaled, each as it happened; the row written once,
+                    # as claimed.
+                    taken = model.claim(new, follow.claim_for, now, follow.lease_ms)
+                    drafts += [_event(new, "enqueued", (EntityWrite(
+                        TABLE, _ID + taken.task_id, model.encode(taken)), *idem)),
+                        _event(taken, "claimed")]
+                    new = taken
+                else:
+                    drafts.append(_draft(new, "enqueued", idem))
+                queued.append(new)
+            await self._commit(rec, "succeeded", also=(lambda _rec: drafts) if drafts else None)
+            for new in queued:
+                self._remember(new)
+        claimed = [new for new in queued if new.leased]
+        if len(claimed) < len(queued):
+            await self._notify()
+        elif claimed:
+            self._timer_wake.set()  # their leases' expiry is a deadline
+        return rec, claimed
 
     async def fail(self, task_id: str, epoch: int, error: str) -> TaskRecord:
         """Report a failure: retried with backoff, or failed after the last attempt."""
@@ -376,14 +435,32 @@ class TaskQueue:
         await self._notify()  # tasks whose not_before passed are claimable now
 
 
+def _checked(kind: str, idempotency_key: str, payload: dict[str, Any] | None) -> str:
+    """The payload as stored, once kind, key and payload are within bounds."""
+    if not kind or len(kind) > MAX_KIND:
+        raise InvalidArgument(f"task kind must be 1..{MAX_KIND} characters")
+    if len(idempotency_key) > MAX_KEY:
+        raise InvalidArgument(f"idempotency_key is longer than {MAX_KEY} characters")
+    payload_json = msgspec.json.encode(payload or {}).decode()
+    if len(payload_json) > MAX_PAYLOAD:
+        raise InvalidArgument(f"task payload is over {MAX_PAYLOAD} bytes")
+    return payload_json
+
+
 def _draft(rec: TaskRecord, event: str, extra: tuple[EntityWrite, ...] = ()) -> EventDraft:
     """One task change as a journal event with the task's new row."""
+    return _event(rec, event, (EntityWrite(TABLE, _ID + rec.task_id, model.encode(rec)),
+                               *extra))
+
+
+def _event(rec: TaskRecord, event: str, writes: tuple[EntityWrite, ...] = ()) -> EventDraft:
+    """One task change as a journal event (without ``writes``: its row is another's)."""
     return EventDraft(
         kind=f"task.{event}", actor=ACTOR,
         payload={"task_id": rec.task_id, "kind": rec.kind, "state": str(rec.state),
                  "epoch": rec.lease_epoch, "owner": rec.lease_owner,
                  "attempts": rec.attempts, "error": rec.last_error},
-        entity_writes=(EntityWrite(TABLE, _ID + rec.task_id, model.encode(rec)), *extra))
+        entity_writes=writes)
 
 
-__all__ = ["Outcome", "State", "TaskQueue", "TaskRecord"]
+__all__ = ["FollowUp", "Outcome", "State", "TaskQueue", "TaskRecord"]

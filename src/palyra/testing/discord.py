@@ -257,6 +257,11 @@ class FakeDiscord(_Server):
             data["user"] = user
         return token, json.dumps(data).encode()
 
+    def allow_token(self, token: str) -> None:
+        """Take follow-ups for an interaction built elsewhere (a documented example)."""
+        with self.lock:
+            self._tokens.add(token)
+
     def followups_of(self, token: str) -> list[dict[str, Any]]:
         with self.lock:
             return list(self.followups.get(token, []))
