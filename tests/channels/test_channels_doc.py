@@ -141,7 +141,9 @@ def test_the_worked_examples_run_as_written(tmp_path: Path) -> None:
             + blocks["discord-config"].replace(
                 "[channels.discord.guild]\n",
                 f'[channels.discord.guild]\napi_base_url = "{discord.api_url}"\n'
-                f'gateway_url = "{discord.gateway_url}"\n'))
+                f'gateway_url = "{discord.gateway_url}"\n').replace(
+                tomllib.loads(blocks["discord-config"])["channels"]["discord"]["guild"][
+                    "public_key"], discord.public_key))
         (tmp_path / "palyra.toml").write_text(config)
         with DaemonProcess(tmp_path / "data", env=clean_env(), extra_args=(
                 "--config", str(tmp_path / "palyra.toml"))) as daemon:
@@ -188,3 +190,14 @@ def test_the_worked_examples_run_as_written(tmp_path: Path) -> None:
             assert "hello from Discord" in body["content"] and "<@" not in body["content"]
             assert re.fullmatch(r"[0-9a-f]{25}", body["nonce"])
             assert discord.created[0]["channel_id"] == "1200000000000000007"
+
+            command = blocks["discord-interaction"].encode()
+            token = json.loads(command)["token"]
+            discord.allow_token(token)
+            answer = httpx.post(f"{base}/v1/ingress/discord/guild", content=command,
+                                headers=discord.sign(command))
+            assert answer.status_code == 200, answer.text
+            _matches(json.loads(blocks["discord-interaction-answer"]), answer.json())
+            _wait(lambda: len(discord.followups_of(token)) == 1)
+            _matches(json.loads(blocks["discord-followup"]), discord.bodies[-1])
+            assert "hello from a slash command" in discord.followups_of(token)[0]["content"]

@@ -36,6 +36,14 @@ def _wait(predicate: Any, timeout: float = 15.0) -> None:
     raise AssertionError("condition not reached in time")
 
 
+def _settled_head(base: str, token: str) -> int:
+    head = -1
+    while (now := journal_head(base, token)) != head:
+        head = now
+        time.sleep(0.5)
+    return head
+
+
 def test_slack_app_end_to_end(tmp_path: Path) -> None:
     with FakeSlack(SLACK_TOKEN, swallow=1) as slack:
         config = write_config(tmp_path / "palyra.toml", slack_api=slack.api_url)
@@ -87,8 +95,9 @@ def test_slack_app_end_to_end(tmp_path: Path) -> None:
             _wait(lambda: len(slack.replies()) == 3)
             assert slack.messages["C2"][0]["thread_ts"] == "300.0"
 
-            # The bot's own message and edits are acknowledged and ignored.
-            before = journal_head(base, daemon.token)
+            # The bot's own message and edits are acknowledged and ignored. The replies'
+            # send tasks may still be committing their success: wait for a quiet journal.
+            before = _settled_head(base, daemon.token)
             own = _event("Ev3", "my own words", kind="message", user="UBOT",
                          channel_type="im", channel="D9")
             edit = _event("Ev4", "edited", kind="message", channel_type="im", channel="D9",

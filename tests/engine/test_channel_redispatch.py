@@ -16,7 +16,7 @@ from palyra_gen.palyra import v1 as pb
 from palyra.channels import ChannelRouter, ChannelsConfig, Envelope, PairingBook
 from palyra.channels.config import ChannelPolicy
 from palyra.policy import PolicyGate
-from palyra.tasks import TaskQueue
+from palyra.tasks import Done, TaskQueue
 from palyra.tasks.worker import TaskContext
 
 
@@ -32,7 +32,7 @@ async def _router(harness: Harness) -> tuple[TaskQueue, ChannelRouter]:
 
 
 async def _dispatch(router: ChannelRouter, tasks: TaskQueue, text: str
-                    ) -> tuple[TaskContext, asyncio.Future[dict[str, object]]]:
+                    ) -> tuple[TaskContext, asyncio.Future[Done]]:
     admitted = await router.admit(Envelope(
         envelope_id="", channel="webhook:hooks", conversation_id="room", sender="alice",
         text=text, sender_verified=True, mentions_agent=True))
@@ -55,8 +55,8 @@ async def test_a_message_joins_its_conversations_running_run(harness: Harness) -
         ctx, first = await _dispatch(router, tasks, loop_text(3))
         await _running(harness, ctx.task.task_id)  # a slow tool call is under way
         _ctx2, second = await _dispatch(router, tasks, "and what is 2 + 2?")
-        joined = await second
-        done = await first
+        joined = (await second).result or {}
+        done = (await first).result or {}
         assert joined["delivered_to_active_run"] and joined["run_id"] == ctx.task.task_id
         inputs = [m.text for m in harness.members(ctx.task.task_id)
                   if isinstance(m, pb.UserInput)]
@@ -76,8 +76,8 @@ async def test_a_repeated_dispatch_waits_on_its_own_run(harness: Harness) -> Non
         # The run is under way: the same task is dispatched again, as a worker
         # claiming it after a restart would.
         await _running(harness, task.task_id)
-        again = await router.dispatch(ctx)
-        done = await first
+        again = (await router.dispatch(ctx)).result or {}
+        done = (await first).result or {}
         assert again["run_id"] == done["run_id"] == task.task_id
         assert not again["delivered_to_active_run"]
         inputs = [m for m in harness.members(task.task_id) if isinstance(m, pb.UserInput)]

@@ -11,7 +11,7 @@ import pytest
 
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.journal import JournalConfig, JournalStore
-from palyra.tasks import State, TaskContext, TaskQueue, TaskWorker
+from palyra.tasks import Done, FollowUp, State, TaskContext, TaskQueue, TaskRecord, TaskWorker
 
 
 class Clock:
@@ -227,3 +227,95 @@ async def test_every_change_is_a_journal_event(opened: tuple[JournalStore, TaskQ
              if e.kind.startswith("task.")]
     assert kinds == [("task.enqueued", "queued"), ("task.claimed", "running"),
                      ("task.succeeded", "succeeded")]
+
+
+async def test_follow_ups_land_in_the_commit_of_the_success_once_per_key(
+        tmp_path: Path) -> None:
+    store = JournalStore.open(tmp_path / "data", config=JournalConfig(sync=False))
+    queue = TaskQueue(store)
+    await queue.start()
+    known, _ = await queue.enqueue("send", payload={"n": 0}, idempotency_key="k0")
+    parent, _ = await queue.enqueue("dispatch")
+    claimed = await queue.claim("w", frozenset({"dispatch"}))
+    before = store.stats().append_calls
+    then = (FollowUp("send", "k0", {"n": 0}), FollowUp("send", "k1", {"n": 1}),
+            FollowUp("send", "k1", {"n": 1}))
+    await queue.succeed(parent.task_id, claimed.lease_epoch, {"ok": True}, then)
+    assert store.stats().append_calls == before + 1  # the success and its follow-ups
+    sends = [t for t in queue.page(kind="send")[0]]
+    assert sorted(t.idempotency_key for t in sends) == ["k0", "k1"]
+    assert [t.task_id for t in sends if t.idempotency_key == "k0"] == [known.task_id]
+    # Claimable at once (the claimer was woken), and durable across a restart.
+    fresh = await asyncio.wait_for(queue.claim("w", frozenset({"send"})), 5)
+    assert fresh.idempotency_key in ("k0", "k1")
+    store, queue = await _reopen(tmp_path, store, queue)
+    assert sorted(t.idempotency_key for t in queue.page(kind="send")[0]) == ["k0", "k1"]
+    assert queue.require(parent.task_id).state == State.SUCCEEDED
+    with pytest.raises(PalyraError):
+        await queue.succeed(fresh.task_id, fresh.lease_epoch + 5, None,
+                            (FollowUp("send", "", {}),))
+    await queue.close()
+    store.close()
+
+
+async def test_a_handler_hands_on_work_through_done(opened: tuple[JournalStore, TaskQueue]
+                                                    ) -> None:
+    _store, queue = opened
+    ran: list[str] = []
+    child_ran = asyncio.Event()
+
+    async def parent(ctx: TaskContext) -> Done:
+        return Done({"parent": True}, (FollowUp("child", "child-of-" + ctx.task.task_id),))
+
+    async def child(ctx: TaskContext) -> None:
+        ran.append(ctx.task.idempotency_key)
+        child_ran.set()
+
+    worker = TaskWorker(queue, {"parent": parent, "child": child}, concurrency=2)
+    worker.start()
+    try:
+        task, _ = await queue.enqueue("parent")
+        await asyncio.wait_for(child_ran.wait(), 5)
+        assert ran == [f"child-of-{task.task_id}"]
+        assert queue.require(task.task_id).result_json == '{"parent":true}'
+    finally:
+        await worker.close()
+
+
+async def test_a_follow_up_handed_to_a_worker_is_born_claimed_by_it(
+        opened: tuple[JournalStore, TaskQueue]) -> None:
+    store, queue = opened
+    child_ran = asyncio.Event()
+    seen: list[TaskRecord] = []
+
+    async def parent(ctx: TaskContext) -> Done:
+        return Done(None, (FollowUp("child", "child-of-" + ctx.task.task_id),))
+
+    async def child(ctx: TaskContext) -> None:
+        seen.append(ctx.task)
+        child_ran.set()
+
+    children = TaskWorker(queue, {"child": child})
+    parents = TaskWorker(queue, {"parent": parent}, hand_to={"child": children})
+    children.start()
+    parents.start()
+    try:
+        before = store.stats().append_calls
+        task, _ = await queue.enqueue("parent")
+        await asyncio.wait_for(child_ran.wait(), 5)
+        [handed] = seen
+        assert handed.lease_owner == children.owner and handed.attempts == 1
+        for _ in range(500):  # the child's success lands just after its handler returned
+            if queue.require(handed.task_id).state == State.SUCCEEDED:
+                break
+            await asyncio.sleep(0.01)
+        # enqueue, claim, success with the child born claimed, the child's success:
+        # no commit of the child's own claim.
+        assert store.stats().append_calls == before + 4
+        events = [e.kind for e in store.read_range(0, 1000)
+                  if e.payload.get("task_id") == handed.task_id]
+        assert events == ["task.enqueued", "task.claimed", "task.succeeded"]
+        assert queue.require(task.task_id).state == State.SUCCEEDED
+    finally:
+        await parents.close()
+        await children.close()

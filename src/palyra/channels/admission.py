@@ -24,6 +24,7 @@ from palyra.channels.config import ChannelsConfig
 from palyra.channels.counters import ChannelCounters
 from palyra.channels.outbox import OutboundReply, queue_send
 from palyra.channels.pairing import PairingBook
+from palyra.channels.recent import Recent
 from palyra.channels.records import DedupeRec, InboundRec, QuarantineRec
 from palyra.channels.routing import Envelope, Refused, coalesce_key, decide, normalize
 from palyra.core.errors import ErrorCode, PalyraError
@@ -72,8 +73,10 @@ class Admitter:
     """Admission, the dedupe records and the quarantine, over the journal and task queue."""
 
     def __init__(self, store: JournalStore, tasks: TaskQueue, pairing: PairingBook,
-                 config: ChannelsConfig, now_ms: Callable[[], int]) -> None:
+                 config: ChannelsConfig, now_ms: Callable[[], int],
+                 recent: Recent | None = None) -> None:
         self._store = store
+        self.recent = recent or Recent()
         self._tasks = tasks
         self._pairing = pairing
         self._config = config
@@ -82,7 +85,8 @@ class Admitter:
         self.counters = ChannelCounters()  # duplicates: answered without a commit
 
     async def admit(self, envelope: Envelope, *, dedupe: tuple[str, str, str] | None = None,
-                    sink: str = "", also: Sequence[EntityWrite] = ()) -> Admission:
+                    sink: str = "", also: Sequence[EntityWrite] = (), hint: bool = True
+                    ) -> Admission:
         """Keep one inbound message durably (or find it was kept already).
 
         Two keys find a message already kept: the delivery's, ``dedupe`` =
@@ -91,7 +95,9 @@ class Admitter:
         same message again under a new delivery id. Either one found inside the
         dedupe window returns the first delivery's outcome and writes nothing.
         ``also`` lands in the admission's commit (a long-polling adapter's offset).
+        ``hint`` False: the adapter tells an unpaired sender how to pair itself.
         """
+        minted = not envelope.envelope_id
         env = msgspec.structs.replace(
             envelope, envelope_id=envelope.envelope_id or new_ulid(),
             received_ms=envelope.received_ms or self._now())
@@ -106,7 +112,8 @@ class Admitter:
                     return Admission(known.envelope_id, known.action not in ("reject", ""),
                                      known.reason, known.action, known.task_id,
                                      duplicate=True)
-            return await self._admit_new(env, keys, sink, tuple(also))
+            return await self._admit_new(env, keys, sink, tuple(also), minted=minted,
+                                         hint=hint)
 
     def _known(self, key: str) -> DedupeRec | None:
         raw = self._store.get_entity(records.TABLE, key)
@@ -116,14 +123,16 @@ class Admitter:
         return rec if rec.expires_ms > self._now() else None
 
     async def _admit_new(self, env: Envelope, keys: tuple[str, ...], sink: str,
-                         also: tuple[EntityWrite, ...]) -> Admission:
+                         also: tuple[EntityWrite, ...], *, minted: bool, hint: bool
+                         ) -> Admission:
         now = self._now()
         try:
             env = normalize(env)
         except Refused as refused:
             await self.quarantine(env, refused.reason, keys, also)
             return Admission(env.envelope_id, False, refused.reason, "reject")
-        if self.message(env.envelope_id) is not None:
+        # An id minted here is new; only a caller's own (RouteMessage) may be taken.
+        if not minted and self.message(env.envelope_id) is not None:
             raise PalyraError(f"envelope {env.envelope_id} was already admitted (with another "
                               "adapter message id)", code=ErrorCode.ALREADY_EXISTS,
                               details={"envelope_id": env.envelope_id})
@@ -135,10 +144,13 @@ class Admitter:
             # Over the guess budget: refused before anything is journaled.
             return Admission(env.envelope_id, False, "pairing_rate_limited", "reject")
 
+        kept: list[InboundRec] = []  # the message as its commit holds it
+
         def drafts(task: TaskRecord | None) -> list[EventDraft]:
             task_id = task.task_id if task is not None else ""
             rec = InboundRec(envelope=env, decision=decision, admitted_ms=now, task_id=task_id,
                              sink=sink)
+            kept[:] = [rec]
             writes = [records.msg_write(rec)]
             seen = records.encode(DedupeRec(
                 envelope_id=env.envelope_id, task_id=task_id, action=decision.action,
@@ -160,11 +172,13 @@ class Admitter:
                 entity_writes=tuple(writes))]
 
         if decision.action in ("reject", "context"):
-            if decision.reason == "pairing_required" and sink:
+            if decision.reason == "pairing_required" and sink and hint:
                 await self._refuse_with_hint(env, sink, policy.pairing_hint_interval_s, now,
                                              drafts(None))
             else:
                 await self._store.append(drafts(None))
+            if decision.action == "context":
+                self.recent.context_kept(decision.session_key)
             return Admission(env.envelope_id, decision.action == "context", decision.reason,
                              decision.action)
         debounce = None
@@ -175,11 +189,12 @@ class Admitter:
         task, _created = await self._tasks.enqueue(
             kind, payload={"envelope_id": env.envelope_id},
             max_attempts=DISPATCH_ATTEMPTS, debounce=debounce, also=drafts)
+        self.recent.admitted(kept[0])
         if policy.auto_ack and sink and decision.action == "respond":
             await queue_send(self._tasks, OutboundReply(
                 sink=sink, key=f"ack:{env.envelope_id}", text=policy.auto_ack,
                 conversation_id=env.conversation_id, thread_id=env.thread_id,
-                reply_to=env.adapter_message_id))
+                reply_to=env.adapter_message_id, reply_token=env.reply_token))
         return Admission(env.envelope_id, True, decision.reason, decision.action, task.task_id)
 
     async def _refuse_with_hint(self, env: Envelope, sink: str, interval_s: int, now: int,
@@ -198,7 +213,8 @@ class Admitter:
             await queue_send(self._tasks, OutboundReply(
                 sink=sink, key=f"hint:{env.envelope_id}", text=notices.PAIRING_HINT,
                 conversation_id=env.conversation_id, thread_id=env.thread_id,
-                reply_to=env.adapter_message_id), also=[*drafts, stamp])
+                reply_to=env.adapter_message_id, reply_token=env.reply_token),
+                also=[*drafts, stamp])
 
     async def quarantine(self, env: Envelope, reason: str, keys: tuple[str, ...] = (),
                          also: tuple[EntityWrite, ...] = ()) -> None:
@@ -260,5 +276,8 @@ class Admitter:
 
     def message(self, envelope_id: str) -> InboundRec | None:
         """An admitted message, or None."""
+        held = self.recent.message(envelope_id)
+        if held is not None:
+            return held
         raw = self._store.get_entity(records.TABLE, records.MSG + envelope_id)
         return msgspec.msgpack.decode(raw, type=InboundRec) if raw is not None else None

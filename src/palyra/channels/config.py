@@ -198,16 +198,29 @@ class DiscordAdapterConfig:
         gateway_url: Gateway WebSocket URL (Discord's ``GET /gateway/bot`` names it).
         rate_per_s: Outbound messages per second on top of Discord's own rate-limit
             buckets (0: the buckets alone).
+        public_key: The application's public key (hex, Developer Portal, General
+            Information): slash commands POSTed to ``/v1/ingress/discord/<name>`` are
+            checked against it; empty: the interactions endpoint answers 404.
     """
 
     bot_token: str = ""
     api_base_url: str = "https://discord.com/api/v10"
     gateway_url: str = "wss://gateway.discord.gg"
     rate_per_s: float = 0.0
+    public_key: str = ""
 
     def __post_init__(self) -> None:
-        if not self.bot_token:
-            raise ValueError("bot_token is required (Developer Portal, Bot, Reset Token)")
+        if not self.bot_token and not self.public_key:
+            raise ValueError("bot_token (the Gateway) or public_key (slash commands over "
+                             "HTTP) is required (Developer Portal)")
+        if self.public_key:
+            try:
+                size = len(bytes.fromhex(self.public_key))
+            except ValueError:
+                size = -1
+            if size != 32:
+                raise ValueError("public_key must be the 64 hex digits the Developer Portal "
+                                 "shows")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

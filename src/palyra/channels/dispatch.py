@@ -26,7 +26,8 @@ from palyra.channels import notices, records
 from palyra.channels.admission import ACTOR
 from palyra.channels.commands import Commands, active_run, channel_identity
 from palyra.channels.config import ChannelsConfig
-from palyra.channels.outbox import OutboundReply, queue_send
+from palyra.channels.outbox import SEND_ATTEMPTS, SEND_TASK, OutboundReply, queue_send
+from palyra.channels.recent import Recent
 from palyra.channels.records import InboundRec
 from palyra.channels.replies import split_utf8
 from palyra.channels.routing import Envelope, prompt_text
@@ -41,10 +42,11 @@ from palyra.engine import (
     is_run_terminal,
     member_from,
 )
-from palyra.journal import EntityWrite, EventDraft, JournalStore
-from palyra.tasks import TaskQueue, TaskRecord
+from palyra.journal import EntityWrite, EventDraft, JournalStore, Subscription
+from palyra.tasks import Done, FollowUp, TaskQueue, TaskRecord
 from palyra.tasks.worker import TaskContext
 
+REPLIED = "tape.message_replied"
 MAX_CONTEXT_LINES = 20
 RECENT_OUTCOMES = 4096
 APPROVAL_POLL_S = 0.25
@@ -74,8 +76,10 @@ class Dispatcher:
 
     def __init__(self, store: JournalStore, engine: Engine, tasks: TaskQueue,
                  commands: Commands, config: ChannelsConfig, *, message: Lookup,
-                 quarantine: Quarantine, reply_caps: Mapping[str, int]) -> None:
+                 quarantine: Quarantine, reply_caps: Mapping[str, int],
+                 recent: Recent | None = None) -> None:
         self._store = store
+        self._admitted = recent or Recent()  # what admission handed over in memory
         self._engine = engine
         self._tasks = tasks
         self._commands = commands
@@ -114,12 +118,12 @@ class Dispatcher:
             future.set_result(outcome)
 
     # -- dispatch --------------------------------------------------------------
-    async def dispatch(self, ctx: TaskContext) -> dict[str, Any]:
+    async def dispatch(self, ctx: TaskContext) -> Done:
         """Answer one coalesced batch of messages (a task handler)."""
         items = ctx.payload.get("items") or [ctx.payload]
         msgs = [m for m in (self._message(i["envelope_id"]) for i in items) if m is not None]
         if not msgs:
-            return {"reason": "no_messages"}
+            return Done({"reason": "no_messages"})
         first = msgs[0]
         try:
             outcome = await self._answer(ctx.task, msgs)
@@ -130,16 +134,20 @@ class Dispatcher:
             for m in msgs:  # out of retries: keep them where an operator can see them
                 await self._quarantine(m.envelope, "channel_busy")
             outcome = DispatchOutcome(reason="quarantined_channel_busy")
-        if first.sink and outcome.outputs:
-            for index, text in enumerate(outcome.outputs):
-                await queue_send(self._tasks, OutboundReply(
-                    sink=first.sink, key=f"reply:{outcome.run_id or ctx.task.task_id}:{index}",
-                    text=text, conversation_id=first.envelope.conversation_id,
-                    thread_id=first.envelope.thread_id,
-                    reply_to=first.envelope.adapter_message_id))
-        result = msgspec.to_builtins(outcome)
+        # The replies are queued in the commit of this task's success: no commit of
+        # their own, and a dispatch repeated after a crash queues them once (their keys).
+        sends = tuple(FollowUp(SEND_TASK, payload=msgspec.to_builtins(OutboundReply(
+            sink=first.sink, key=f"reply:{outcome.run_id or ctx.task.task_id}:{index}",
+            text=text, conversation_id=first.envelope.conversation_id,
+            thread_id=first.envelope.thread_id, reply_to=first.envelope.adapter_message_id,
+            reply_token=first.envelope.reply_token)),
+            idempotency_key=f"reply:{outcome.run_id or ctx.task.task_id}:{index}",
+            max_attempts=SEND_ATTEMPTS)
+            for index, text in enumerate(outcome.outputs)) if first.sink else ()
+        result: dict[str, Any] = msgspec.to_builtins(outcome)
+        self._admitted.dispatched([m.envelope.envelope_id for m in msgs])
         self._finished(ctx.task.task_id, outcome)
-        return result  # type: ignore[no-any-return]
+        return Done(result, sends)
 
     async def _answer(self, task: TaskRecord, msgs: list[InboundRec]) -> DispatchOutcome:
         first = msgs[0]
@@ -188,33 +196,47 @@ class Dispatcher:
                 await self._engine.send_input(identity, active, text, into_completing=True)
                 return DispatchOutcome(run_id=active, reason="delivered_to_active_run",
                                        delivered_to_active_run=True)
-        context, ctx_keys = self._context_lines(decision.session_key, env.envelope_id)
+        mark = self._admitted.context_mark(decision.session_key)
+        context, ctx_keys, all_seen = (
+            self._context_lines(decision.session_key, env.envelope_id) if mark is not None
+            else ([], [], False))
         if context:
             text = ("Earlier in this conversation (not addressed to you):\n"
                     + "\n".join(context) + "\n\n" + text)
         async with self._slot(env.channel):
             run_id = task.task_id  # a repeated dispatch finds its run
+            # The run's tape as the writer commits it, from memory: its replies are
+            # then read without going back to the journal (see _replies).
+            tape = self._store.subscribe_tape(run_id)
             try:
-                agent_id = bound_agent(self._agents.bindings(), channel=env.channel,
-                                       conversation_id=env.conversation_id,
-                                       session_key=decision.session_key)
-                agent = self._agents.get(agent_id) if agent_id else None
-                await self._engine.start_run(identity, StartRun(
-                    Selectors(session_key=decision.session_key), text=text, run_id=run_id,
-                    driver="channel", complete=True, agent_id=agent.agent_id if agent else "",
-                    agent_postures=postures_for(agent, self._engine.tool_names())
-                    if agent else {}, model_route=route_for(agent) if agent else (),
-                    response_cache=agent.response_cache if agent else False))
-            except PalyraError as exc:
-                if exc.code != ErrorCode.ALREADY_EXISTS:
-                    raise
-            record = await self._follow(identity, run_id, msgs[0])
+                try:
+                    agent_id = bound_agent(self._agents.bindings(), channel=env.channel,
+                                           conversation_id=env.conversation_id,
+                                           session_key=decision.session_key)
+                    agent = self._agents.get(agent_id) if agent_id else None
+                    await self._engine.start_run(identity, StartRun(
+                        Selectors(session_key=decision.session_key), text=text, run_id=run_id,
+                        driver="channel", complete=True,
+                        agent_id=agent.agent_id if agent else "",
+                        agent_postures=postures_for(agent, self._engine.tool_names())
+                        if agent else {}, model_route=route_for(agent) if agent else (),
+                        response_cache=agent.response_cache if agent else False))
+                except PalyraError as exc:
+                    if exc.code != ErrorCode.ALREADY_EXISTS:
+                        raise
+                record = await self._follow(identity, run_id, msgs[0])
+                replies = _replies_seen(tape, record)
+            finally:
+                self._store.unsubscribe(tape)
         if ctx_keys:
             await self._store.append([EventDraft(
                 kind="channel.context_consumed", actor=ACTOR, run_id=run_id,
                 payload={"count": len(ctx_keys)},
                 entity_writes=tuple(EntityWrite(records.TABLE, k, None) for k in ctx_keys))])
-        replies = self._replies(run_id)
+        if mark is not None and all_seen:
+            self._admitted.context_consumed(decision.session_key, mark)
+        if replies is None:  # the tape outgrew the buffer, or the run began earlier
+            replies = self._replies(run_id)
         if not replies and record.state in (RunStateId.FAILED, RunStateId.CANCELLED):
             # Say so on the platform rather than leave the sender with silence.
             replies = [f"Sorry, I could not answer that (the run {record.state}"
@@ -263,9 +285,13 @@ class Dispatcher:
                 sink=first.sink, key=f"{key}:{index}", text=chunk,
                 conversation_id=first.envelope.conversation_id,
                 thread_id=first.envelope.thread_id,
-                reply_to=first.envelope.adapter_message_id))
+                reply_to=first.envelope.adapter_message_id,
+                reply_token=first.envelope.reply_token))
 
-    def _context_lines(self, session_key: str, before: str) -> tuple[list[str], list[str]]:
+    def _context_lines(self, session_key: str, before: str
+                       ) -> tuple[list[str], list[str], bool]:
+        """The context lines for a run, the rows they come from (consumed by the run),
+        and whether those are every context row the conversation has."""
         prefix = records.ctx_key(session_key, "")
         rows = self._store.scan_entities(records.TABLE, prefix, "", 1000)
         keys = [k for k, _v in rows if k[len(prefix):] < before][-MAX_CONTEXT_LINES:]
@@ -275,7 +301,7 @@ class Dispatcher:
             if msg is not None:
                 lines.append(f"{msg.envelope.sender_display or msg.envelope.sender}: "
                              f"{msg.envelope.text}")
-        return lines, keys
+        return lines, keys, len(keys) == len(rows)
 
     def _replies(self, run_id: str) -> list[str]:
         out: list[str] = []
@@ -290,6 +316,22 @@ class Dispatcher:
             if page.next_after_seq is None:
                 return out
             after = page.next_after_seq
+
+
+def _replies_seen(tape: Subscription, record: RunRecord) -> list[str] | None:
+    """The run's replies from its tape as buffered since before it started, or None when
+    the buffer is not the whole tape (overflowed, or the run started before it)."""
+    events = list(tape.buffer)
+    if tape.overflowed or len(events) != record.tape_len or any(
+            e.tape_seq != i for i, e in enumerate(events)):
+        return None
+    out: list[str] = []
+    for event in events:
+        if event.kind == REPLIED:
+            text = getattr(member_from(event.kind, event.payload), "reply_text", "")
+            if text:
+                out.append(text)
+    return out
 
 
 def _outcome_of(task: TaskRecord) -> DispatchOutcome:

@@ -14,8 +14,14 @@ from typing import Any
 
 import msgspec
 
-from palyra.channels import records
-from palyra.channels.adapters import discord, slack, standard_webhooks, telegram
+from palyra.channels import notices, records
+from palyra.channels.adapters import (
+    discord,
+    discord_interactions,
+    slack,
+    standard_webhooks,
+    telegram,
+)
 from palyra.channels.adapters.telegram import Update as TelegramUpdate
 from palyra.channels.config import ChannelsConfig
 from palyra.channels.router import Admission, ChannelRouter
@@ -47,6 +53,9 @@ class Ingress:
         self._config = config
         self._data_dir = data_dir
         self._secrets: dict[str, str] = {}  # stored Telegram secrets, read once
+        # Discord applications' public keys, parsed once.
+        self._discord_keys = {name: discord_interactions.public_key(app.public_key)
+                              for name, app in config.discord.items() if app.public_key}
 
     def _check_size(self, body: bytes) -> None:
         if len(body) > self._config.max_body_bytes:
@@ -167,6 +176,36 @@ class Ingress:
             return {"accepted": False, "reason": "ignored_event"}
         return _answer(await self._router.admit(
             env, dedupe=("discord", name, msg.id), sink=channel, also=also))
+
+    async def discord_interaction(self, name: str, headers: Mapping[str, str], body: bytes
+                                  ) -> dict[str, Any]:
+        """One Discord interaction (a slash command, or Discord's ``PING``).
+
+        Raises:
+            PalyraError: ``NOT_FOUND`` (no such application, or no ``public_key``),
+                ``PAYLOAD_TOO_LARGE``, ``SIGNATURE_INVALID``, ``TIMESTAMP_STALE``,
+                ``INVALID_ARGUMENT``.
+        """
+        key = self._discord_keys.get(name)
+        if key is None or not self._config.enabled:
+            raise NotFound(f"no Discord interactions endpoint {name!r}")
+        self._check_size(body)
+        discord_interactions.verify(key, headers, body)
+        interaction = discord_interactions.decode(body)
+        if interaction.type == discord_interactions.PING:
+            return {"type": discord_interactions.PONG}
+        channel = DISCORD_PREFIX + name
+        env = discord_interactions.envelope(channel, interaction)
+        if env is None:
+            raise InvalidArgument("palyra answers slash commands (application commands) only",
+                                  details={"interaction_type": str(interaction.type)})
+        # The interaction's own answer tells an unpaired sender how to pair, so the
+        # router queues no hint of its own.
+        admission = await self._router.admit(
+            env, dedupe=("discord-interaction", name, interaction.id), sink=channel,
+            hint=False)
+        return discord_interactions.answer(admission.accepted, admission.reason,
+                                           notices.PAIRING_HINT)
 
 
 def offset_write(channel: str, next_offset: int) -> EntityWrite:

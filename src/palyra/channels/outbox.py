@@ -38,6 +38,7 @@ class OutboundReply(msgspec.Struct, frozen=True, kw_only=True):
     conversation_id: str = ""
     thread_id: str = ""
     reply_to: str = ""
+    reply_token: str = ""  # Envelope.reply_token of the message answered
 
 
 async def queue_send(tasks: TaskQueue, reply: OutboundReply,

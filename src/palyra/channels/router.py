@@ -13,7 +13,6 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from palyra.channels.admission import ACTOR, COMMAND_TASK, DISPATCH_TASK, Admission, Admitter
 from palyra.channels.commands import Commands, decide_pairing
@@ -21,12 +20,13 @@ from palyra.channels.config import ChannelsConfig
 from palyra.channels.counters import ChannelCounters
 from palyra.channels.dispatch import Dispatcher, DispatchOutcome
 from palyra.channels.pairing import PairingBook
+from palyra.channels.recent import Recent, context_sessions
 from palyra.channels.records import InboundRec, QuarantineRec
 from palyra.channels.routing import Envelope
 from palyra.engine import ApprovalDecision, ApprovalRecord, Engine
 from palyra.journal import EntityWrite, EventDraft, JournalStore
 from palyra.policy import PolicyGate
-from palyra.tasks import TaskQueue
+from palyra.tasks import Done, TaskQueue
 from palyra.tasks.worker import TaskContext
 
 
@@ -50,11 +50,13 @@ class ChannelRouter:
         self.config = config
         self._tasks = tasks
         self._store = store
-        self._admitter = Admitter(store, tasks, pairing, config, now_ms)
+        recent = Recent()
+        recent.context_known(context_sessions(store))
+        self._admitter = Admitter(store, tasks, pairing, config, now_ms, recent)
         self._dispatcher = Dispatcher(
             store, engine, tasks, Commands(store, engine, pairing, gate, config, now_ms), config,
             message=self._admitter.message, quarantine=self._admitter.quarantine,
-            reply_caps=reply_caps or {})
+            reply_caps=reply_caps or {}, recent=recent)
 
     @property
     def counters(self) -> ChannelCounters:
@@ -68,16 +70,18 @@ class ChannelRouter:
         return await decide_pairing(self.pairing, self._tasks, record, decision)
 
     async def admit(self, envelope: Envelope, *, dedupe: tuple[str, str, str] | None = None,
-                    sink: str = "", also: Sequence[EntityWrite] = ()) -> Admission:
+                    sink: str = "", also: Sequence[EntityWrite] = (), hint: bool = True
+                    ) -> Admission:
         """Keep one inbound message durably (see :meth:`Admitter.admit`)."""
-        return await self._admitter.admit(envelope, dedupe=dedupe, sink=sink, also=also)
+        return await self._admitter.admit(envelope, dedupe=dedupe, sink=sink, also=also,
+                                          hint=hint)
 
     async def record(self, writes: Sequence[EntityWrite], kind: str) -> None:
         """Commit adapter state with no message (a polling offset past ignored updates)."""
         await self._store.append([EventDraft(kind=kind, actor=ACTOR,
                                              entity_writes=tuple(writes))])
 
-    async def dispatch(self, ctx: TaskContext) -> dict[str, Any]:
+    async def dispatch(self, ctx: TaskContext) -> Done:
         """The ``channel.dispatch`` and ``channel.command`` task handler."""
         return await self._dispatcher.dispatch(ctx)
 

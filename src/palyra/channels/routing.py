@@ -45,6 +45,10 @@ class Envelope(msgspec.Struct, frozen=True, kw_only=True):
     has_media: bool = False
     mentions_agent: bool = False
     received_ms: int = 0
+    # Where a platform wants this message's replies instead of the channel's usual
+    # route: a Discord interaction's webhook, ``<application id>/<token>`` (valid 15
+    # minutes), kept with the message so a reply still finds it after a restart.
+    reply_token: str = ""
 
 
 class Decision(msgspec.Struct, frozen=True, kw_only=True):

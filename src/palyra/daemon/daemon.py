@@ -23,7 +23,7 @@ import structlog
 
 from palyra.app import PalyraApp
 from palyra.channels.counters import counting_signature_failures
-from palyra.channels.ingress import SLACK_PREFIX, TELEGRAM_PREFIX, WEBHOOK_PREFIX
+from palyra.channels.ingress import DISCORD_PREFIX, SLACK_PREFIX, TELEGRAM_PREFIX, WEBHOOK_PREFIX
 from palyra.config import PalyraConfig
 from palyra.daemon.datadir import ensure_data_dir
 from palyra.daemon.discovery import DaemonInfo, remove_daemon_info, write_daemon_info
@@ -185,7 +185,8 @@ def _ingress_routes(app: PalyraApp) -> dict[str, IngressHandler]:
             for path, handler, prefix in (
                 ("/v1/ingress/slack", app.ingress.slack, SLACK_PREFIX),
                 ("/v1/ingress/webhooks", app.ingress.webhook, WEBHOOK_PREFIX),
-                ("/v1/ingress/telegram", app.ingress.telegram, TELEGRAM_PREFIX))}
+                ("/v1/ingress/telegram", app.ingress.telegram, TELEGRAM_PREFIX),
+                ("/v1/ingress/discord", app.ingress.discord_interaction, DISCORD_PREFIX))}
 
 
 def _on_signal(signum: int, stop: asyncio.Event) -> Callable[[], None]:

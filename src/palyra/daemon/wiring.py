@@ -202,9 +202,14 @@ async def _open_channels(config: PalyraConfig, store: JournalStore, engine: Engi
                            reply_caps=reply_caps(sinks))
     engine.on_subject_approval(PAIRING_SUBJECT, router.decide_pairing)
     outbox = Outbox(dict(sinks))
-    for worker in (TaskWorker(tasks, {DISPATCH_TASK: router.dispatch}, concurrency=16),
-                   TaskWorker(tasks, {COMMAND_TASK: router.dispatch}, concurrency=2),
-                   TaskWorker(tasks, {SEND_TASK: outbox.handle}, concurrency=4)):
+    sender = TaskWorker(tasks, {SEND_TASK: outbox.handle}, concurrency=4)
+    # A dispatch's replies go straight to the outbox's worker, claimed in the commit of
+    # the dispatch's success (no claim commit of their own); any it cannot take queue.
+    for worker in (sender,
+                   TaskWorker(tasks, {DISPATCH_TASK: router.dispatch}, concurrency=16,
+                              hand_to={SEND_TASK: sender}),
+                   TaskWorker(tasks, {COMMAND_TASK: router.dispatch}, concurrency=2,
+                              hand_to={SEND_TASK: sender})):
         worker.start()
         stack.push_async_callback(worker.close)
     sweeper = asyncio.ensure_future(router.sweep_every())
@@ -217,7 +222,7 @@ async def _open_channels(config: PalyraConfig, store: JournalStore, engine: Engi
             poller = asyncio.ensure_future(poll_telegram(name, bot, api, ingress, store))
             stack.callback(poller.cancel)
     for name, app in channels.discord.items():
-        if channels.enabled:
+        if channels.enabled and app.bot_token:  # without one: slash commands over HTTP only
             # The websockets client (its modules) loads only for a Discord gateway.
             from palyra.channels.gateway import Gateway
 

@@ -8,7 +8,8 @@
 """
 
 from palyra.tasks.model import Debounce, State, TaskRecord
-from palyra.tasks.queue import TaskQueue
-from palyra.tasks.worker import Handler, TaskContext, TaskWorker
+from palyra.tasks.queue import FollowUp, TaskQueue
+from palyra.tasks.worker import Done, Handler, TaskContext, TaskWorker
 
-__all__ = ["Debounce", "Handler", "State", "TaskContext", "TaskQueue", "TaskRecord", "TaskWorker"]
+__all__ = ["Debounce", "Done", "FollowUp", "Handler", "State", "TaskContext", "TaskQueue",
+           "TaskRecord", "TaskWorker"]

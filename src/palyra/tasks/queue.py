@@ -35,7 +35,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -79,6 +79,21 @@ class _Claimer:
 
 Change = tuple[TaskRecord, str, tuple[EntityWrite, ...]]
 """A task's new record, the event that names the change, extra rows of its commit."""
+
+
+@dataclass(frozen=True, slots=True)
+class FollowUp:
+    """A task a finishing task queues in the commit of its own success (so the work it
+    hands on is never lost between two commits, and costs none of its own)."""
+
+    kind: str
+    idempotency_key: str  # required: a success retried after a crash queues it once
+    payload: dict[str, Any] = field(default_factory=dict)
+    max_attempts: int = model.DEFAULT_MAX_ATTEMPTS
+    # A worker that takes it at once: it is born claimed by this owner (its first
+    # attempt), in the same commit, so no claim commit and no wake-up of other workers.
+    claim_for: str = ""
+    lease_ms: int = model.DEFAULT_LEASE_MS
 
 
 class TaskQueue:
@@ -225,13 +240,7 @@ class TaskQueue:
         Raises:
             InvalidArgument: an empty or long kind, a payload over 64 KiB, a long key.
         """
-        if not kind or len(kind) > MAX_KIND:
-            raise InvalidArgument(f"task kind must be 1..{MAX_KIND} characters")
-        if len(idempotency_key) > MAX_KEY:
-            raise InvalidArgument(f"idempotency_key is longer than {MAX_KEY} characters")
-        payload_json = msgspec.json.encode(payload or {}).decode()
-        if len(payload_json) > MAX_PAYLOAD:
-            raise InvalidArgument(f"task payload is over {MAX_PAYLOAD} bytes")
+        payload_json = _checked(kind, idempotency_key, payload)
         while True:
             if idempotency_key:
                 first = self._idem_inflight.get(idempotency_key)
@@ -323,13 +332,59 @@ class TaskQueue:
             task_id, lambda rec: model.heartbeat(rec, epoch, self._now(), lease_ms),
             lambda _new: "heartbeat")
 
-    async def succeed(self, task_id: str, epoch: int, result: dict[str, Any] | None = None
-                      ) -> TaskRecord:
-        """Finish a task (``LEASE_STALE`` if the lease moved on)."""
+    async def succeed(self, task_id: str, epoch: int, result: dict[str, Any] | None = None,
+                      then: Sequence[FollowUp] = ()) -> TaskRecord:
+        """Finish a task (``LEASE_STALE`` if the lease moved on), queueing ``then`` in the
+        same commit (each once per idempotency key, as :meth:`enqueue` does).
+
+        Raises:
+            InvalidArgument: a follow-up's kind, key or payload is out of bounds.
+        """
+        return (await self.succeed_handing_on(task_id, epoch, result, then))[0]
+
+    async def succeed_handing_on(self, task_id: str, epoch: int,
+                                 result: dict[str, Any] | None = None,
+                                 then: Sequence[FollowUp] = ()
+                                 ) -> tuple[TaskRecord, list[TaskRecord]]:
+        """:meth:`succeed`, and the follow-ups born claimed (``claim_for``), for the caller
+        to run under their leases.
+
+        Raises:
+            InvalidArgument: as :meth:`succeed`.
+        """
+        if any(not f.idempotency_key for f in then):
+            raise InvalidArgument("a follow-up task needs an idempotency_key")
+        payloads = [_checked(f.kind, f.idempotency_key, f.payload) for f in then]
         result_json = msgspec.json.encode(result).decode() if result else ""
-        return await self._update(
-            task_id, lambda rec: model.succeed(rec, epoch, self._now(), result_json),
-            lambda _new: "succeeded")
+        while (pending := self._inflight.get(task_id)) is not None:
+            await _settled([pending])
+        rec = self.require(task_id)
+        with self._counting_stale():
+            done = model.succeed(rec, epoch, self._now(), result_json)
+        if done is rec:
+            return rec, []
+        changes: list[Change] = [(done, "succeeded", ())]
+        now, born = self._now(), list[TaskRecord]()
+        for follow, payload_json in zip(then, payloads, strict=True):
+            key = follow.idempotency_key
+            if key in self._idem_inflight or any(r.idempotency_key == key for r in born) or \
+                    self._store.get_entity(TABLE, _IDEM + key) is not None:
+                continue
+            new = model.new_task(self._ids.next(now), follow.kind, now,
+                                 payload_json=payload_json, max_attempts=follow.max_attempts,
+                                 idempotency_key=key)
+            changes.append((new, "enqueued", (EntityWrite(TABLE, _IDEM + key,
+                                                          new.task_id.encode()),)))
+            if follow.claim_for:  # both moves journaled, each as it happened
+                new = model.claim(new, follow.claim_for, now, follow.lease_ms)
+                changes.append((new, "claimed", ()))
+            born.append(new)
+        answer = self._submit(changes)
+        for new in born:  # an enqueue of the same key meanwhile gets this task
+            self._idem_inflight[new.idempotency_key] = follow_answer = _follow(answer, new)
+            follow_answer.add_done_callback(partial(self._idem_settled, new.idempotency_key))
+        await answer
+        return done, [new for new in born if new.leased]
 
     async def fail(self, task_id: str, epoch: int, error: str) -> TaskRecord:
         """Report a failure: retried with backoff, or failed after the last attempt."""
@@ -549,6 +604,23 @@ class TaskQueue:
             await answer
 
 
+def _follow(answer: asyncio.Future[TaskRecord], rec: TaskRecord) -> asyncio.Future[TaskRecord]:
+    """``rec`` once ``answer``'s commit (which writes it) settles, or its failure."""
+    follow: asyncio.Future[TaskRecord] = asyncio.get_running_loop().create_future()
+
+    def settle(done: asyncio.Future[TaskRecord]) -> None:
+        if follow.done():
+            return
+        if done.cancelled() or done.exception() is not None:
+            follow.set_exception(PalyraError("the commit that queued it failed",
+                                             code=ErrorCode.UNAVAILABLE))
+        else:
+            follow.set_result(rec)
+
+    answer.add_done_callback(settle)
+    return follow
+
+
 class _Lost(Exception):
     """A claim's commit failed; the task was released and the claimer looks again."""
 
@@ -556,6 +628,18 @@ class _Lost(Exception):
 async def _settled(futures: list[asyncio.Future[Any]]) -> None:
     """Wait until every one of ``futures`` is done, whatever its outcome (never cancels them)."""
     await asyncio.wait(futures)
+
+
+def _checked(kind: str, idempotency_key: str, payload: dict[str, Any] | None) -> str:
+    """The payload as stored, once kind, key and payload are within bounds."""
+    if not kind or len(kind) > MAX_KIND:
+        raise InvalidArgument(f"task kind must be 1..{MAX_KIND} characters")
+    if len(idempotency_key) > MAX_KEY:
+        raise InvalidArgument(f"idempotency_key is longer than {MAX_KEY} characters")
+    payload_json = msgspec.json.encode(payload or {}).decode()
+    if len(payload_json) > MAX_PAYLOAD:
+        raise InvalidArgument(f"task payload is over {MAX_PAYLOAD} bytes")
+    return payload_json
 
 
 def _draft(rec: TaskRecord, event: str, extra: tuple[EntityWrite, ...] = ()) -> EventDraft:
@@ -568,4 +652,4 @@ def _draft(rec: TaskRecord, event: str, extra: tuple[EntityWrite, ...] = ()) -> 
         entity_writes=(EntityWrite(TABLE, _ID + rec.task_id, model.encode(rec)), *extra))
 
 
-__all__ = ["Outcome", "State", "TaskQueue", "TaskRecord"]
+__all__ = ["FollowUp", "Outcome", "State", "TaskQueue", "TaskRecord"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -23,9 +24,11 @@ from palyra.core.errors import ErrorCode, PalyraError
 from palyra.core.ids import new_ulid
 from palyra.tasks import model
 from palyra.tasks.model import State, TaskRecord
-from palyra.tasks.queue import TaskQueue
+from palyra.tasks.queue import FollowUp, TaskQueue
 
 log = logging.getLogger("palyra.tasks")
+
+ADOPT_FACTOR = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +39,17 @@ class TaskContext:
     payload: dict[str, Any]
 
 
-Handler = Callable[[TaskContext], Awaitable[dict[str, Any] | None]]
-"""Runs one task; returns its result (JSON-able) or raises to fail the attempt."""
+@dataclass(frozen=True, slots=True)
+class Done:
+    """A handler's result and the tasks it hands on, queued in the commit of its success."""
+
+    result: dict[str, Any] | None
+    then: tuple[FollowUp, ...] = ()
+
+
+Handler = Callable[[TaskContext], Awaitable[dict[str, Any] | Done | None]]
+"""Runs one task; returns its result (JSON-able, or :class:`Done` with follow-up tasks)
+or raises to fail the attempt."""
 
 
 class TaskWorker:
@@ -45,13 +57,44 @@ class TaskWorker:
 
     def __init__(self, queue: TaskQueue, handlers: Mapping[str, Handler], *,
                  lease_ms: int = model.DEFAULT_LEASE_MS, concurrency: int = 1,
-                 owner: str = "") -> None:
+                 owner: str = "", hand_to: Mapping[str, TaskWorker] | None = None) -> None:
         self._queue = queue
         self._handlers = dict(handlers)
         self._lease_ms = lease_ms
         self._concurrency = max(1, concurrency)
         self.owner = owner or f"worker:{new_ulid()}"
         self._tasks: list[asyncio.Task[None]] = []
+        # Follow-ups of these kinds go straight to that worker, born claimed by it.
+        self._hand_to = dict(hand_to or {})
+        self._adopted: set[asyncio.Task[None]] = set()
+
+    def can_adopt(self) -> bool:
+        """Whether this worker runs a handed-on task now (its loops run, and the tasks it
+        took this way stay within a few times its concurrency: past that they queue)."""
+        return bool(self._tasks) and len(self._adopted) < ADOPT_FACTOR * self._concurrency
+
+    def adopt(self, task: TaskRecord) -> None:
+        """Run ``task``, claimed for this worker by another's success, under its lease
+        (a worker closed meanwhile leaves it: the lease lapses and it is retried)."""
+        if not self._tasks:
+            return
+        run = asyncio.ensure_future(self._run_adopted(task))
+        self._adopted.add(run)
+        run.add_done_callback(self._adopted.discard)
+
+    def _handing_on(self, follow: FollowUp) -> FollowUp:
+        taker = self._hand_to.get(follow.kind)
+        if taker is None or not taker.can_adopt():
+            return follow
+        return dataclasses.replace(follow, claim_for=taker.owner, lease_ms=taker._lease_ms)
+
+    async def _run_adopted(self, task: TaskRecord) -> None:
+        try:
+            await self.run_one(task)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a queue write failed: the lease lapses, the task is retried
+            log.exception("task %s: could not record its outcome", task.task_id)
 
     def start(self) -> None:
         """Start the loops (no-op without handlers)."""
@@ -61,9 +104,10 @@ class TaskWorker:
 
     async def close(self) -> None:
         """Stop the loops; a task in hand keeps its lease, which lapses (or recovery takes it)."""
-        for task in self._tasks:
+        running = [*self._tasks, *self._adopted]
+        for task in running:
             task.cancel()
-        for task in self._tasks:
+        for task in running:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
@@ -103,7 +147,19 @@ class TaskWorker:
                 task.task_id, task.lease_epoch, f"{type(exc).__name__}: {exc}"))
         finally:
             beats.stop()
-        return await self._finish(self._queue.succeed(task.task_id, task.lease_epoch, result))
+        done = result if isinstance(result, Done) else Done(result)
+        then = tuple(self._handing_on(f) for f in done.then)
+        try:
+            rec, claimed = await self._queue.succeed_handing_on(
+                task.task_id, task.lease_epoch, done.result, then)
+        except PalyraError as exc:
+            if exc.code is ErrorCode.LEASE_STALE:
+                log.info("task outcome dropped: %s", exc.message)
+                return None
+            raise
+        for handed in claimed:
+            self._hand_to[handed.kind].adopt(handed)
+        return rec
 
     @staticmethod
     async def _finish(write: Awaitable[TaskRecord]) -> TaskRecord | None:

@@ -8,6 +8,13 @@ missed, as Discord replays it. The REST API serves ``POST
 /channels/{id}/messages`` with the ``nonce``/``enforce_nonce`` rule (a repeated
 nonce returns the message already created) and a rate-limit bucket per channel
 with Discord's headers and 429 ``retry_after``.
+
+Slash commands come as Discord sends them to an *Interactions Endpoint URL*:
+:meth:`FakeDiscord.interaction` builds the request, signed with the application's
+Ed25519 key by PyNaCl (the library Discord's own documentation verifies with), and
+``POST /webhooks/{application_id}/{token}`` takes the follow-up messages that answer it.
+The payloads carry every field Discord sends, so discord.py can parse them (the tests
+use it as the oracle of their shape).
 """
 
 from __future__ import annotations
@@ -22,12 +29,15 @@ import time
 from collections import Counter
 from typing import Any
 
+from nacl.signing import SigningKey
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from palyra.testing.platforms import _Server
 
 _MESSAGES = re.compile(r"^/api/v10/channels/(\d+)/messages$")
+_FOLLOWUP = re.compile(r"^/api/v10/webhooks/(\d+)/([A-Za-z0-9_.-]+)$")
+APPLICATION_ID = "800000000000000001"
 
 
 class FakeDiscord(_Server):
@@ -57,6 +67,11 @@ class FakeDiscord(_Server):
         self._ready = threading.Event()
         self._gw_thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self.gateway_port = 0
+        # The application behind the bot: its key signs interactions.
+        self.application_id = APPLICATION_ID
+        self.signing_key = SigningKey.generate()
+        self.followups: dict[str, list[dict[str, Any]]] = {}  # interaction token -> messages
+        self._tokens: set[str] = set()
 
     # -- lifecycle -------------------------------------------------------------------
     def __enter__(self) -> Any:
@@ -151,26 +166,38 @@ class FakeDiscord(_Server):
         """Emit one dispatch (``op`` 0) on the session as given, e.g. a ``MESSAGE_CREATE``."""
         asyncio.run_coroutine_threadsafe(self._emit(kind, data), self._loop).result(10)
 
-    def post_message(self, content: str, *, channel_id: str = "700", author_id: str = "42",
-                     guild_id: str = "", mentions_bot: bool = False,
-                     reply_to_bot: bool = False) -> str:
-        """A user writes a message: a ``MESSAGE_CREATE`` on the session; returns its id."""
+    def message_payload(self, content: str, *, channel_id: str = "700",
+                        author_id: str = "42", guild_id: str = "", mentions_bot: bool = False,
+                        reply_to_bot: bool = False) -> dict[str, Any]:
+        """The ``d`` of a ``MESSAGE_CREATE`` for a user's message (not sent)."""
         message_id = str(next(self._ids))
         data: dict[str, Any] = {
             "id": message_id, "channel_id": channel_id, "content": content, "tts": False,
             "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
-            "author": {"id": author_id, "username": f"user{author_id}", "bot": False},
-            "mentions": [{"id": self.bot_id, "username": "palyra", "bot": True}]
+            "author": {"id": author_id, "username": f"user{author_id}", "bot": False,
+                       "discriminator": "0", "avatar": None},
+            "mentions": [{"id": self.bot_id, "username": "palyra", "bot": True,
+                          "discriminator": "0", "avatar": None}]
             if mentions_bot else [], "mention_everyone": False, "attachments": [],
+            "embeds": [], "pinned": False, "edited_timestamp": None, "mention_roles": [],
             "type": 19 if reply_to_bot else 0}
         if guild_id:
             data["guild_id"] = guild_id
         if reply_to_bot:
             data["referenced_message"] = {"id": "1", "content": "earlier",
                                           "author": {"id": self.bot_id, "bot": True}}
+        return data
+
+    def post_message(self, content: str, *, channel_id: str = "700", author_id: str = "42",
+                     guild_id: str = "", mentions_bot: bool = False,
+                     reply_to_bot: bool = False) -> str:
+        """A user writes a message: a ``MESSAGE_CREATE`` on the session; returns its id."""
+        data = self.message_payload(content, channel_id=channel_id, author_id=author_id,
+                                    guild_id=guild_id, mentions_bot=mentions_bot,
+                                    reply_to_bot=reply_to_bot)
         asyncio.run_coroutine_threadsafe(self._emit("MESSAGE_CREATE", data),
                                          self._loop).result(10)
-        return message_id
+        return str(data["id"])
 
     def reconnect(self) -> None:
         """Send Reconnect (op 7): the client should resume."""
@@ -182,9 +209,81 @@ class FakeDiscord(_Server):
     def connected(self) -> bool:
         return self._ws is not None
 
+    # -- interactions ------------------------------------------------------------------
+    @property
+    def public_key(self) -> str:
+        """The application's public key, hex, as the Developer Portal shows it."""
+        return self.signing_key.verify_key.encode().hex()
+
+    def sign(self, body: bytes, timestamp: float | None = None,
+             key: SigningKey | None = None) -> dict[str, str]:
+        """Discord's headers for an interaction request: Ed25519 over timestamp + body."""
+        stamp = str(int(time.time() if timestamp is None else timestamp))
+        signed = (key or self.signing_key).sign(stamp.encode() + body)
+        return {"x-signature-ed25519": signed.signature.hex(),
+                "x-signature-timestamp": stamp, "content-type": "application/json"}
+
+    def ping(self) -> bytes:
+        """The ``PING`` Discord sends to check an endpoint."""
+        return json.dumps({"id": str(next(self._ids)), "application_id": self.application_id,
+                           "type": 1, "token": "ping-token", "version": 1}).encode()
+
+    def interaction(self, command: str, options: dict[str, str] | None = None, *,
+                    channel_id: str = "700", user_id: str = "42", guild_id: str = ""
+                    ) -> tuple[str, bytes]:
+        """A user runs ``/command`` with string ``options``: ``(token, body)``."""
+        token = f"itoken-{next(self._ids)}"
+        with self.lock:
+            self._tokens.add(token)
+        user = {"id": user_id, "username": f"user{user_id}", "global_name": f"User {user_id}",
+                "discriminator": "0", "avatar": None}
+        data: dict[str, Any] = {
+            "id": str(next(self._ids)), "application_id": self.application_id, "type": 2,
+            "token": token, "version": 1, "channel_id": channel_id,
+            "channel": {"id": channel_id, "type": 0, "guild_id": guild_id, "name": "general",
+                        "position": 0, "permission_overwrites": [], "nsfw": False,
+                        "parent_id": None} if guild_id else {"id": channel_id, "type": 1},
+            "data": {"id": "1400000000000000001", "name": command, "type": 1,
+                     "options": [{"name": k, "type": 3, "value": v}
+                                 for k, v in (options or {}).items()]},
+            "locale": "en-US", "app_permissions": "0", "entitlements": [],
+            "authorizing_integration_owners": {"0": guild_id} if guild_id else {"1": user_id},
+            "context": 0 if guild_id else 1, "attachment_size_limit": 10485760}
+        if guild_id:
+            data["guild_id"] = guild_id
+            data["member"] = {"user": user, "roles": [], "joined_at": "2026-01-01T00:00:00+00:00",
+                              "deaf": False, "mute": False, "permissions": "0", "flags": 0}
+        else:
+            data["user"] = user
+        return token, json.dumps(data).encode()
+
+    def allow_token(self, token: str) -> None:
+        """Take follow-ups for an interaction built elsewhere (a documented example)."""
+        with self.lock:
+            self._tokens.add(token)
+
+    def followups_of(self, token: str) -> list[dict[str, Any]]:
+        with self.lock:
+            return list(self.followups.get(token, []))
+
+    def _followup(self, application_id: str, token: str, body: bytes) -> tuple[int, Any]:
+        with self.lock:
+            if application_id != self.application_id or token not in self._tokens:
+                return 401, {"message": "Invalid Webhook Token", "code": 50027}
+            data = json.loads(body)
+            self.bodies.append(data)
+            message = {"id": str(next(self._ids)), "content": data.get("content", ""),
+                       "webhook_id": application_id, "flags": data.get("flags", 0),
+                       "author": {"id": self.bot_id, "username": "palyra", "bot": True}}
+            self.followups.setdefault(token, []).append(message)
+        return 200, message
+
     # -- the REST API ----------------------------------------------------------------
     def handle(self, method: str, path: str, headers: dict[str, str], body: bytes
                ) -> tuple[int, Any]:
+        followup = _FOLLOWUP.match(path)
+        if method == "POST" and followup is not None:  # webhooks need no bot token
+            return self._followup(followup.group(1), followup.group(2), body)
         if headers.get("authorization") != f"Bot {self.bot_token}":
             return 401, {"message": "401: Unauthorized", "code": 0}
         found = _MESSAGES.match(path)

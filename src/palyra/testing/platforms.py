@@ -64,6 +64,10 @@ class _Server:
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
+            # Keep-alive, as the platforms' own endpoints answer (HTTP/1.0 would make
+            # the daemon connect anew for every reply and measure that instead).
+            protocol_version = "HTTP/1.1"
+
             def log_message(self, *args: Any) -> None:  # quiet
                 return
 
@@ -99,6 +103,7 @@ class _Server:
                                                body)
                 if status == 0:  # swallow: the client times out (an unknown outcome)
                     time.sleep(owner.stall_s)
+                    self.close_connection = True
                     return
                 self._answer(status, payload, owner.headers_out.pop(threading.get_ident(), None))
 

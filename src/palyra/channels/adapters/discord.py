@@ -10,7 +10,10 @@ with a ``nonce`` derived from the idempotency key and ``enforce_nonce``: Discord
 returns the message already created under that nonce (within minutes) instead of
 creating a second one, so a retry after an unknown outcome does not double-post.
 Rate limits are honoured per bucket (``X-RateLimit-Remaining`` /
-``X-RateLimit-Reset-After``) and on ``429`` (``retry_after``).
+``X-RateLimit-Reset-After``) and on ``429`` (``retry_after``). The reply to a slash
+command (:mod:`~palyra.channels.adapters.discord_interactions`) goes through its
+interaction's webhook instead, which takes no nonce: after an unknown outcome it is
+sent again (at least once, as on Telegram).
 """
 
 from __future__ import annotations
@@ -137,33 +140,44 @@ class DiscordSink:
         self.name = name
         self.rate_per_s = rate_per_s  # 0: Discord's own buckets are the limit
         self._base = api_base_url.rstrip("/")
-        self._headers = {"authorization": f"Bot {bot_token}"}
+        self._headers = {"authorization": f"Bot {bot_token}"} if bot_token else {}
         self._client = client or httpx.AsyncClient(timeout=timeout_s)
         self.buckets = RateBuckets()
 
     async def send(self, reply: OutboundReply) -> None:
-        route = f"POST /channels/{reply.conversation_id}/messages"
-        body: dict[str, Any] = {"content": reply.text, "nonce": nonce(reply.key),
-                                "enforce_nonce": True, "allowed_mentions": {"parse": []}}
-        if reply.reply_to:
-            body["message_reference"] = {"message_id": reply.reply_to,
-                                         "fail_if_not_exists": False}
+        if reply.reply_token:
+            # A slash command's reply: through the interaction's webhook (its first
+            # follow-up takes the place of "thinking..."). Webhooks take no nonce.
+            route = f"POST /webhooks/{reply.reply_token}"
+            # What errors name: the token in the path is a credential, kept out of logs.
+            shown = f"POST /webhooks/{reply.reply_token.partition('/')[0]}/<token>"
+            url = f"{self._base}/webhooks/{reply.reply_token}"
+            headers: dict[str, str] = {}
+            body: dict[str, Any] = {"content": reply.text, "allowed_mentions": {"parse": []}}
+        else:
+            route = shown = f"POST /channels/{reply.conversation_id}/messages"
+            url = f"{self._base}/channels/{reply.conversation_id}/messages"
+            headers = self._headers
+            body = {"content": reply.text, "nonce": nonce(reply.key), "enforce_nonce": True,
+                    "allowed_mentions": {"parse": []}}
+            if reply.reply_to:
+                body["message_reference"] = {"message_id": reply.reply_to,
+                                             "fail_if_not_exists": False}
         async with self.buckets.lock(route):
             for _ in range(MAX_429_WAITS + 1):
                 await self.buckets.wait(route)
                 try:
-                    answer = await self._client.post(
-                        f"{self._base}/channels/{reply.conversation_id}/messages", json=body,
-                        headers=self._headers)
+                    answer = await self._client.post(url, json=body, headers=headers)
                 except (httpx.ReadTimeout, httpx.WriteTimeout,
                         httpx.RemoteProtocolError) as exc:
                     raise DeliveryUnknown(str(exc)) from exc
                 self.buckets.update(route, answer.headers)
                 if answer.status_code != 429:
-                    answer.raise_for_status()
+                    if answer.is_error:
+                        raise RuntimeError(f"Discord answered {answer.status_code} on {shown}")
                     return
                 self.buckets.limited(route, float(answer.json().get("retry_after", 1.0)))
-        raise RuntimeError(f"Discord kept answering 429 on {route}")
+        raise RuntimeError(f"Discord kept answering 429 on {shown}")
 
     async def delivered(self, reply: OutboundReply) -> bool:
         # The nonce makes a resend return the message already created: send again.

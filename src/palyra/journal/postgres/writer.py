@@ -32,7 +32,7 @@ from typing import Any
 import psycopg
 
 from palyra.core.chain import GENESIS, checkpoint_message
-from palyra.core.errors import AlreadyExists, ErrorCode, PalyraError
+from palyra.core.errors import AlreadyExists, ErrorCode, InvalidArgument, PalyraError
 from palyra.journal import _env as names
 from palyra.journal._types import Checkpoint as SignedCheckpoint
 from palyra.journal._types import EventDraft, StoredEvent
@@ -51,12 +51,23 @@ from palyra.journal.postgres.lease import FENCES
 from palyra.journal.postgres.watch import NOTIFY, OwnCommits
 from palyra.journal.read.follow import Deliveries
 from palyra.journal.read.reads import last_scoped_number, pruned_through, record_hash_at
+from palyra.journal.read.tlog import StoredTree
 from palyra.journal.retention.prune import PruneResult, tombstone_prefix
+from palyra.journal.tlog.merkle import Frontier
+from palyra.journal.tlog.note import NoteError, add_cosignatures
+from palyra.journal.tlog.signing import next_checkpoint
 from palyra.journal.write.answer import fail, resolve
 from palyra.journal.write.commitlog import Op
 from palyra.journal.write.plan import CommitPlan, Heads, plan_commit
 from palyra.journal.write.prepare import prepare
-from palyra.journal.write.requests import Append, Checkpoint, FencedAppend, Prune, Request
+from palyra.journal.write.requests import (
+    Append,
+    Checkpoint,
+    FencedAppend,
+    Prune,
+    Request,
+    TreeSign,
+)
 from palyra.journal.write.stats import WriterStats
 
 WRITER_THREAD = "palyra-journal-pg-writer"
@@ -104,6 +115,9 @@ class PostgresWriter:
         self._known: tuple[int, bytes] | None = None
         self._session_heads: dict[str, bytes] = {}
         self._tape_next: dict[str, int] = {}
+        # The transparency log's frontier after that commit (read from the tree's
+        # rows again whenever another daemon has committed since).
+        self._tree: Frontier | None = None
         self._thread = threading.Thread(target=self._run, name=WRITER_THREAD, daemon=True)
         self._thread.start()
 
@@ -145,6 +159,8 @@ class PostgresWriter:
         for request in batch:
             if isinstance(request, Checkpoint):
                 self._commit_checkpoint(request)
+            elif isinstance(request, TreeSign):
+                self._commit_tree_sign(request)
             elif isinstance(request, Prune):
                 self._commit_prune(request)
         self.stats.timings.observe(began, batch)
@@ -179,6 +195,7 @@ class PostgresWriter:
         resolve(batch, deliveries)
         _remember(self._session_heads, plan.sessions)
         _remember(self._tape_next, plan.tape_next)
+        self._tree = plan.tree
 
     def _planned(
         self, txn: PgTxn, head: tuple[int, bytes], batch: list[Append]
@@ -235,7 +252,10 @@ class PostgresWriter:
                     if seq < 0:
                         seq = last_scoped_number(txn, env.dbs[names.TAPE], run_id) + 1
                     tape_next[run_id] = seq
-        return Heads(head[0], head[1], sessions, tape_next)
+        tree = self._tree
+        if tree is None:  # the shared tree as the database holds it now
+            tree = StoredTree(txn, env.dbs[names.TLOG]).frontier()
+        return Heads(head[0], head[1], sessions, tape_next, tree)
 
     def _first_clash(self, txn: PgTxn, plan: CommitPlan, live: list[Append]) -> Append | None:
         """The first request whose event id is taken (it gets its error), else None."""
@@ -288,6 +308,44 @@ class PostgresWriter:
         self.stats.commits += 1
         resolve([request])
 
+    def _commit_tree_sign(self, request: TreeSign) -> None:
+        """Sign the shared tree as the database has it (or store cosignatures), inside
+        the transaction holding the head row: two daemons never sign inconsistent
+        checkpoints, since each extends the one stored (``next_checkpoint`` refuses a fork)."""
+        answer: list[bytes] = []
+
+        def write(txn: PgTxn, head: tuple[int, bytes]) -> tuple[None, list[Op], int, bytes]:
+            env, key = self._env, StoredTree.key_of()
+            stored = txn.get(key, env.dbs[names.TLOG_CHECKPOINTS])
+            if request.cosigned is not None:
+                if stored is None:
+                    raise NoteError("the log has signed no checkpoint yet")
+                note, _added = add_cosignatures(stored, request.cosigned, request.witnesses)
+            else:
+                tree = StoredTree(txn, env.dbs[names.TLOG])
+                signed = next_checkpoint(stored, tree.frontier(), tree.hash_at, request.origin,
+                                         request.signer.public_key, request.signer.sign)
+                if signed is None:  # the tree has not grown: the stored note stands
+                    assert stored is not None
+                    answer.append(stored)
+                    return None, [], head[0], head[1]
+                note = signed
+            answer.append(note)
+            return None, [(names.TLOG_CHECKPOINTS, key, note)], head[0], head[1]
+
+        try:
+            self._in_transaction(write)
+        except (PalyraError, NoteError) as exc:  # a refusal: the caller's error as it is
+            request.error = exc if isinstance(exc, PalyraError) else InvalidArgument(str(exc))
+            resolve([request])
+            return
+        except Exception as exc:
+            self._forget()
+            fail([request], exc)
+            return
+        request.result = answer[0]
+        resolve([request])
+
     # --- retention -------------------------------------------------------------
 
     def _commit_prune(self, request: Prune) -> None:
@@ -314,6 +372,7 @@ class PostgresWriter:
                       if self._followed() else None)  # fmt: skip
         resolve([request], deliveries)
         _remember(self._session_heads, plan.sessions)
+        self._tree = plan.tree
 
     def _pruned(
         self, txn: PgTxn, head: tuple[int, bytes], request: Prune
@@ -372,6 +431,7 @@ class PostgresWriter:
         self._known = None
         self._session_heads.clear()
         self._tape_next.clear()
+        self._tree = None
 
 
 def _write_ops(conn: psycopg.Connection[Any], ops: list[Op]) -> None:
