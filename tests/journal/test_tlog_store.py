@@ -37,15 +37,18 @@ from palyra.journal.verify.verify import verify_store
 from .helpers import draft
 
 
-def _records(data_dir: Path) -> list[tuple[bytes, int]]:
-    """(record_hash, last) of every stored record, read straight from LMDB."""
-    env = lmdb.open(str(journal_dir(data_dir)), max_dbs=32, readonly=True)
-    try:
-        with env.begin() as txn:
-            db = env.open_db(EVENTS.encode(), txn=txn, create=False)
-            return [(record_hashes(v)[0], int.from_bytes(k, "big")) for k, v in txn.cursor(db=db)]
-    finally:
-        env.close()
+def _records(store: JournalStore) -> list[tuple[bytes, int]]:
+    """(record_hash, last) of every stored record, read through the store's own
+    environment (LMDB or PostgreSQL) rather than its tree."""
+    env = store.env
+    with env.read() as txn:
+        cursor = txn.cursor(db=env.dbs[EVENTS])
+        found, records = cursor.first(), []
+        while found:
+            records.append((record_hashes(bytes(cursor.value()))[0],
+                            int.from_bytes(bytes(cursor.key()), "big")))
+            found = cursor.next()
+    return records
 
 
 async def _fill(store: JournalStore, count: int, sessions: int = 3) -> None:
@@ -61,8 +64,7 @@ async def test_the_tree_is_the_records_and_a_signed_checkpoint_names_its_root(
     note = await store.sign_tree()
     public_key = Signer.load_or_create(journal_dir(data_dir)).public_key
     _note, checkpoint = verify_checkpoint(note, None, public_key)
-    store.close()
-    records = _records(data_dir)
+    records = _records(store)
     tree = MemoryTree([leaf_hash(h) for h, _last in records])
     assert checkpoint.size == len(records) == 21
     assert checkpoint.root == root_at(tree.size, tree.hash_at)
@@ -144,8 +146,7 @@ async def test_tiles_and_entry_bundles_follow_tlog_tiles(store: JournalStore, da
     partial = store.tile(0, 1, 300 - 256)
     level1 = store.tile(1, 0, 1)
     bundle = store.tile(-1, 1, 300 - 256)
-    store.close()
-    records = _records(data_dir)
+    records = _records(store)
     leaves = [leaf_hash(h) for h, _last in records]
     assert full == b"".join(leaves[:256]) and partial == b"".join(leaves[256:])
     assert level1 == root_at(256, MemoryTree(leaves[:256]).hash_at)
@@ -165,9 +166,9 @@ async def test_a_journal_older_than_the_tree_gets_it_when_a_writer_opens_it(data
         assert store.tree_size() == 30
         await _fill(store, 2)
         note = await store.sign_tree()
+        tree = MemoryTree([leaf_hash(h) for h, _last in _records(store)])
     finally:
         store.close()
-    tree = MemoryTree([leaf_hash(h) for h, _last in _records(data_dir)])
     checkpoint = parse_checkpoint(parse_note(note).body)
     assert checkpoint.size == 32 and checkpoint.root == root_at(32, tree.hash_at)
     assert base64.b64encode(checkpoint.root).decode() in note.decode()

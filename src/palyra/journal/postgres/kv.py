@@ -43,6 +43,10 @@ class SubDbNames(dict[str, str]):
     def __missing__(self, name: str) -> str:
         return name
 
+    def get(self, name: str, default: object = None) -> str:
+        """Every sub-DB exists (readers that ``get`` an optional one, like the tree's, find it)."""
+        return self[name]
+
 
 class PgTxn:
     """One PostgreSQL transaction seen as an LMDB transaction (``get`` and ``cursor``)."""
