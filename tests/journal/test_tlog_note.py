@@ -147,3 +147,6 @@ def test_the_log_never_signs_a_smaller_or_different_tree() -> None:
     with pytest.raises(PalyraError):  # the stored rows disagree with the frontier
         next_checkpoint(first, trees[10], fork_memory.hash_at, "o/log", signer.public_key,
                         signer.sign)  # fmt: skip
+    with pytest.raises(PalyraError):  # ... even for the first checkpoint, with nothing to extend
+        next_checkpoint(None, trees[10], fork_memory.hash_at, "o/log", signer.public_key,
+                        signer.sign)  # fmt: skip
