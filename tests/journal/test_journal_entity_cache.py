@@ -100,15 +100,18 @@ def test_cache_never_serves_a_row_written_after_its_read(
             cache.put("t", key, clock, old)
 
 
-async def test_a_row_just_written_is_read_without_waiting_for_lmdb(tmp_path: Path) -> None:
-    """The commit's own values are in the cache when the append returns: a read of them
-    needs no LMDB read (which would wait for the writer to apply the frame)."""
+async def test_a_hot_row_rewritten_is_read_without_waiting_for_lmdb(tmp_path: Path) -> None:
+    """A cached row a commit rewrites holds the commit's value when the append returns: a
+    read of it needs no LMDB read (which would wait for the writer to apply the frame).
+    A row nobody read is not added."""
     async with JournalStore.open(tmp_path / "data", config=JournalConfig(sync=False)) as store:
         cache = store._entities
         assert cache is not None
-        for i, value in enumerate((b"asked", b"decided", None)):
+        await store.append([draft(0).with_writes(EntityWrite("runs", "r1", b"new"))])
+        assert store.get_entity("runs", "r1") == b"new"  # read once: now cached
+        for i, value in enumerate((b"asked", b"decided", None), start=1):
             await store.append([draft(i).with_writes(EntityWrite("runs", "r1", value),
                                                      EntityWrite("sessions", "s1", b"x"))])
             assert cache.get("runs", "r1") == (True, value)
-            assert cache.get("sessions", "s1") == (True, b"x")
+            assert cache.get("sessions", "s1") == (False, None)  # never read: not filed
             assert store.get_entity("runs", "r1") == value

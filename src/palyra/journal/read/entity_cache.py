@@ -10,11 +10,12 @@ served only while nothing wrote it since. A commit landing during the read
 writes its rows under a later reading, so a row that might predate it is never
 served again: the cache can miss, never serve an old row.
 
-The writer also files the values it wrote under the commit's own reading (write
-through): a read right after a commit, of the row it wrote (an approval decided
-just after it was asked, a run read back after its end), is then a hit instead of
-an LMDB read, which would wait until the writer applied the frame (reads of this
-process wait for that; see ``JournalEnv.visible``) and block the event loop.
+The writer also refreshes the rows it wrote that are cached, with the values it
+wrote, under the commit's own reading (write through): a hot row read again right
+after a commit that wrote it (a run's row, a session's) is then a hit instead of an
+LMDB read, which would wait until the writer applied the frame (reads of this
+process wait for that; see ``JournalEnv.visible``) and block the event loop. Rows
+nobody read are not added (they would push the hot ones out).
 
 Per row, not per table: every run commit writes its run row, and sessions
 start all the time, so a table-wide version would make nearly every read a
@@ -84,11 +85,13 @@ class EntityCache:
             written[row] = now
             versions[row[0]] = now
         if values:
-            if len(self._rows) + len(values) > self._limit:
-                self._rows.clear()
-            # Served from the reading ``now`` on: any later commit of a row marks it later.
-            self._rows.update((row, (now, value)) for row, value in values.items()
-                              if value is None or len(value) <= WRITE_THROUGH_BYTES)
+            rows_cached = self._rows
+            # Only rows someone reads (already cached) are refreshed: filing every row
+            # written would fill the cache with rows nobody reads and push the hot ones
+            # out. Served from the reading ``now`` on: a later commit marks it later.
+            for row, value in values.items():
+                if row in rows_cached and (value is None or len(value) <= WRITE_THROUGH_BYTES):
+                    rows_cached[row] = (now, value)
         # Advanced last: a reader that notes ``now`` reads after the rows above
         # were marked, and (JournalEnv.read waits for the commit) sees them.
         self._clock = now
