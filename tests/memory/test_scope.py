@@ -101,3 +101,12 @@ async def test_search_through_the_mask_equals_search_through_the_predicate(
                         assert by_mask == by_call
                         assert all(i.memory_id not in {m.memory_id for m in made[::7]}
                                    and i.kind != "preference" for i, _h in by_mask)
+
+
+async def test_an_expiry_past_the_wires_int64_is_held_at_its_largest_value(
+        store: JournalStore) -> None:
+    """A TTL reaching past 2**63 - 1 ms (an expiry of "never" spelled as the largest
+    number) must not overflow the int64 the item is written as (it was a 500)."""
+    memory = Memory(store, HashEmbedder(), now_ms=lambda: NOW)
+    item = await memory.ingest("user:a", "kept for ever", ttl_ms=2**63 - 1)
+    assert item.expires_ms == 2**63 - 1

@@ -114,8 +114,11 @@ def test_every_check_and_phase_under_several_seeds(daemon: DaemonProcess,
     for run_seed in seeds():
         report_dir = tmp_path / f"seed-{run_seed}"
         command = schemathesis_command(base_url, run_seed, report_dir)
+        # In a directory of its own: the command line keeps a crash cache (.schemathesis/)
+        # in its working directory, which would carry one run's findings into the next.
         done = subprocess.run(command, capture_output=True, text=True, timeout=1800,
-                              check=False, env={**os.environ, "NO_COLOR": "1"})
+                              check=False, env={**os.environ, "NO_COLOR": "1"},
+                              cwd=tmp_path)
         tested, found = _failures(report_dir)
         replay = shlex.join(["st", *command[3:]])
         assert tested >= operations, (run_seed, done.stdout[-3000:], done.stderr[-3000:])

@@ -138,3 +138,25 @@ def test_any_json_either_decodes_or_is_malformed(data: dict[str, Any]) -> None:
     else:
         assert isinstance(message, v1.CreateRunRequest)
         bytes(message)  # and it serialises
+
+
+def test_64_bit_strings_are_ascii_decimal_and_every_value_of_the_type() -> None:
+    """The document's pattern for a 64-bit string is the decoder's rule, both ways: any
+    in-range decimal (19 digits too), and nothing Python's int() would also take."""
+    import re
+
+    from palyra.transport.http._openapi import build_openapi
+
+    doc = build_openapi(RouteTable())
+    int64 = doc["components"]["schemas"]["Run"]["properties"]["createdAtUnixMs"]["anyOf"][0]
+    pattern = re.compile(next(f["pattern"] for f in int64["anyOf"] if f.get("type") == "string"))
+    for text, ok in (("9223372036854775807", True), ("9223372036854775808", False),
+                     ("0", True), ("1_000", False), ("+5", False), ("\u0661\u0662", False)):
+        assert bool(pattern.match(text)) is ok, text
+        query = [("after_seq", text)]
+        if ok:
+            assert _decode("GET", "/v1/runs/R/tape", query=query).after_seq == int(text)
+        else:
+            with pytest.raises(PalyraError) as info:
+                _decode("GET", "/v1/runs/R/tape", query=query)
+            assert info.value.code is not ErrorCode.INTERNAL, text

@@ -54,6 +54,9 @@ from palyra.memory.scope import ScopeColumns, Visibility
 
 MAX_TEXT = 4096
 MAX_TAGS = 16
+# The latest expiry an item can hold: the wire's int64. A TTL reaching past it (an
+# expiry of "never" spelled as the largest number) is held there, not overflowed.
+MAX_EXPIRES_MS = 2**63 - 1
 ACTOR = "system:memory"
 PENDING_BATCH = 512  # pending items embedded per async call (bounds its latency)
 QUERY_CACHE = 256  # query vectors kept (auto-inject and @memory ask the same text)
@@ -224,7 +227,7 @@ class Memory:
             scope=scope or ("agent" if agent_id else "session" if session_id else "principal"),
             session_id=session_id, agent_id=agent_id,
             tags=tags, confidence_bps=max(0, min(10_000, confidence_bps)),
-            expires_ms=now + ttl_ms if ttl_ms > 0 else 0, created_ms=now,
+            expires_ms=min(now + ttl_ms, MAX_EXPIRES_MS) if ttl_ms > 0 else 0, created_ms=now,
             provenance=Provenance(session_id=session_id, run_id="", tape_seqs=[], positions=[],
                                   sha256=hashlib.sha256(text.encode()).hexdigest(),
                                   source="api", event_id=event_id))

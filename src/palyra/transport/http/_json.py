@@ -15,6 +15,7 @@ import base64
 import binascii
 import enum
 import math
+import re
 import typing
 from collections.abc import Mapping
 from typing import Any
@@ -23,6 +24,7 @@ import betterproto2
 
 from palyra.core.errors import ErrorCode, PalyraError
 
+_DECIMAL = re.compile(r"-?[0-9]+")
 _INT_RANGES = {
     "int32": (-(2**31), 2**31 - 1),
     "sint32": (-(2**31), 2**31 - 1),
@@ -162,10 +164,12 @@ def _integer(proto_type: str, value: Any, where: str) -> int:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, str):
-        try:
-            value = int(value.strip(), 10)
-        except ValueError:
-            raise bad_request(where, "expected an integer") from None
+        # ASCII digits only: int() would also take "1_000", "+5" and other scripts' digits,
+        # which the document's patterns (and other JSON readers) do not.
+        digits = value.strip()
+        if not _DECIMAL.fullmatch(digits):
+            raise bad_request(where, "expected an integer")
+        value = int(digits, 10)
     if not isinstance(value, int):
         raise bad_request(where, "expected an integer")
     low, high = _INT_RANGES[proto_type]

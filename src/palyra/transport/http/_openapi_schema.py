@@ -27,17 +27,35 @@ from palyra_gen.proto_docs import DOCS
 
 from palyra.transport.http._json import camel, proto_meta
 
+
+def digits_at_most(limit: int) -> str:
+    """A regex (no anchors) for the decimal strings, leading zeros allowed, of at most
+    ``limit``'s length whose value is at most ``limit``."""
+    text = str(limit)
+    alternatives = [f"[0-9]{{1,{len(text) - 1}}}"] if len(text) > 1 else []
+    for i, digit in enumerate(text):
+        if digit != "0":
+            rest = len(text) - 1 - i
+            alternatives.append(text[:i] + f"[0-{int(digit) - 1}]"
+                                + (f"[0-9]{{{rest}}}" if rest else ""))
+    return "(?:" + "|".join([*alternatives, text]) + ")"
+
+
+# 64-bit numbers travel as strings, and every value of the type is written (the server
+# echoes what it stored, e.g. an expiry of 2**63 - 1), so their patterns are exact.
+_INT64 = f"^(?:{digits_at_most(2**63 - 1)}|-{digits_at_most(2**63)})$"
+_UINT64 = f"^{digits_at_most(2**64 - 1)}$"
 _RANGES: dict[str, tuple[int, int, str]] = {
     "int32": (-(2**31), 2**31 - 1, "^-?[0-9]{1,9}$"),
     "sint32": (-(2**31), 2**31 - 1, "^-?[0-9]{1,9}$"),
     "sfixed32": (-(2**31), 2**31 - 1, "^-?[0-9]{1,9}$"),
     "uint32": (0, 2**32 - 1, "^[0-9]{1,9}$"),
     "fixed32": (0, 2**32 - 1, "^[0-9]{1,9}$"),
-    "int64": (-(2**63), 2**63 - 1, "^-?[0-9]{1,18}$"),
-    "sint64": (-(2**63), 2**63 - 1, "^-?[0-9]{1,18}$"),
-    "sfixed64": (-(2**63), 2**63 - 1, "^-?[0-9]{1,18}$"),
-    "uint64": (0, 2**64 - 1, "^[0-9]{1,19}$"),
-    "fixed64": (0, 2**64 - 1, "^[0-9]{1,19}$"),
+    "int64": (-(2**63), 2**63 - 1, _INT64),
+    "sint64": (-(2**63), 2**63 - 1, _INT64),
+    "sfixed64": (-(2**63), 2**63 - 1, _INT64),
+    "uint64": (0, 2**64 - 1, _UINT64),
+    "fixed64": (0, 2**64 - 1, _UINT64),
 }
 _BASE64 = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 # Every request's protocol version field: 0 (unset) or 1 (``SUPPORTED_VERSIONS``).
