@@ -10,7 +10,8 @@ import pytest
 
 GROUPS = {
     "": ["serve", "chat", "runs", "sessions", "approvals", "tokens", "journal", "agents",
-         "memory", "channels", "tasks", "incidents", "learning", "config", "doctor", "skills"],
+         "memory", "channels", "tasks", "incidents", "learning", "config", "doctor", "skills",
+         "policy"],
     "agents": ["list", "show", "create", "update", "delete", "bind", "bindings", "unbind"],
     "memory": ["ingest", "search", "list", "show", "delete"],
     "channels": ["pair", "codes", "grants", "revoke", "quarantine", "connect"],
@@ -18,6 +19,7 @@ GROUPS = {
     "incidents": ["list", "ack"],
     "learning": ["list", "accept", "reject"],
     "config": ["show"],
+    "policy": ["reload"],
     "tokens": ["issue", "list", "revoke"],
     "sessions": ["list", "posture"],
     "approvals": ["list", "approve", "deny"],
