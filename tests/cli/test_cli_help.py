@@ -11,7 +11,7 @@ import pytest
 GROUPS = {
     "": ["serve", "chat", "runs", "sessions", "approvals", "tokens", "journal", "agents",
          "memory", "channels", "tasks", "incidents", "learning", "config", "doctor", "skills",
-         "usage"],
+         "usage", "policy"],
     "agents": ["list", "show", "create", "update", "delete", "bind", "bindings", "unbind"],
     "memory": ["ingest", "search", "list", "show", "delete"],
     "channels": ["list", "pair", "codes", "grants", "revoke", "quarantine", "connect"],
@@ -19,6 +19,7 @@ GROUPS = {
     "incidents": ["list", "ack"],
     "learning": ["list", "accept", "reject"],
     "config": ["show"],
+    "policy": ["reload"],
     "tokens": ["issue", "list", "revoke"],
     "sessions": ["list", "posture"],
     "approvals": ["list", "approve", "deny"],

@@ -7,6 +7,8 @@ and the exporter must never outlive its daemon, stopped or killed.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -111,6 +113,10 @@ def test_spans_reach_a_collector_from_a_process_beside_the_daemon(
     try:
         (exporter,) = _children(daemon.pid)
         _run(daemon, steps=2)
+        # A service manager's stop signals the whole group at once: the exporter must
+        # outlast the daemon's drain (it stops when the daemon closes its pipe).
+        os.kill(exporter, signal.SIGTERM)
+        assert not _gone(exporter, within_s=3)
     finally:
         assert daemon.stop() == 0
     assert _gone(exporter, within_s=5), "the exporter outlived its daemon's stop"

@@ -1,4 +1,4 @@
-"""The daemon's operations endpoints and its span follower (docs/operations.md).
+"""The daemon's operations endpoints and its tracing exporter process (docs/operations.md).
 
 ``/metrics`` (Prometheus text, optionally behind a bearer token) and ``/readyz``
 (200, or 503 with the failing checks) on the HTTP port; with ``[tracing]

@@ -8,16 +8,18 @@ processor and OTLP/HTTP exporter. Building the SDK spans and encoding them as
 OTLP protobuf are most of tracing's CPU; here they are off the daemon's
 interpreter, which only wrote the journal it would have written anyway.
 
-It stops on SIGTERM after one last read to the journal's head (the daemon
-sends it once its journal is closed, so the runs it parked are traced too), or
-on its own when the daemon that started it is gone. SIGINT is ignored: a
-Ctrl-C in a terminal reaches the whole process group, and the daemon decides
-when its exporter stops.
+It stops when its stdin reaches end of file, after one last read to the
+journal's head and a flush: the daemon closes that pipe once its journal is
+closed (so the runs it parked are traced too), and the kernel closes it when
+the daemon dies. SIGTERM and SIGINT are ignored: a Ctrl-C in a terminal and a
+service manager's stop reach the whole process group at once, and the exporter
+must outlast the daemon's own drain.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -55,8 +57,10 @@ def main(argv: list[str] | None = None) -> int:
                            sample_ratio=args.sample_ratio, service_name=args.service_name,
                            export_timeout_s=args.export_timeout)
     stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda _signum, _frame: stopping.set())
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_IGN)
+    threading.Thread(target=_stop_at_eof, args=(stopping,), name="stdin-eof",
+                     daemon=True).start()
     store = JournalStore.open(args.data_dir, config=JournalConfig(readonly=True))
     sink = otlp_sink(config)
     follower = StoreFollower(store, sink, args.after)
@@ -64,12 +68,20 @@ def main(argv: list[str] | None = None) -> int:
         while not stopping.wait(args.every):
             follower.poll()
             if args.parent and os.getppid() != args.parent:
-                break  # the daemon died without stopping us: nothing more will be written
+                break  # the daemon is gone (its pipe's end may live on in another process)
         follower.poll(max_pages=_LAST_PAGES)
     finally:
         sink.shutdown()  # the batch still queued goes out
         store.close()
     return 0
+
+
+def _stop_at_eof(stopping: threading.Event) -> None:
+    """Set ``stopping`` once the daemon closes our stdin (or dies)."""
+    with contextlib.suppress(OSError, ValueError):
+        while sys.stdin.buffer.read(4096):
+            pass  # nothing is sent on this pipe: it only closes
+    stopping.set()
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -36,7 +35,7 @@ class TraceExporterProcess:
             "--parent", str(os.getpid()), "--endpoint", config.otlp_endpoint,
             "--sample-ratio", repr(config.sample_ratio), "--service-name", config.service_name,
             "--export-timeout", repr(config.export_timeout_s),
-            stdin=asyncio.subprocess.DEVNULL)
+            stdin=asyncio.subprocess.PIPE)  # closed to stop it (the kernel closes it too)
 
     def cpu_seconds(self) -> float:
         """CPU time the exporter has used so far (user + system; 0 once it has exited)."""
@@ -56,8 +55,8 @@ class TraceExporterProcess:
         if process is None:
             return None
         if process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGTERM)
+            if process.stdin is not None:
+                process.stdin.close()  # its cue: read to the head, flush, exit
             try:
                 async with asyncio.timeout(self._config.export_timeout_s + _STOP_GRACE_S):
                     return await process.wait()
