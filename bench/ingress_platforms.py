@@ -123,9 +123,10 @@ class Slack:
         return slack_headers(SLACK_SECRET, event.body, retry_num=1 if again else None)
 
     def replies(self) -> Counter[str]:
-        return Counter({channel: len({(m.get("metadata") or {}).get("event_payload", {})
-                                      .get("key") for m in msgs})
-                        for channel, msgs in self.fake.messages.items()})
+        with self.fake.lock:  # the fake's threads post meanwhile
+            return Counter({channel: len({(m.get("metadata") or {}).get("event_payload", {})
+                                          .get("key") for m in msgs})
+                            for channel, msgs in self.fake.messages.items()})
 
     def raw_replies(self) -> int:
         return int(self.fake.posts)

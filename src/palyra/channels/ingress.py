@@ -45,7 +45,7 @@ def offset_key(channel: str) -> str:
 
 
 class Ingress:
-    """Verifies, parses and admits Slack, Standard Webhooks and Telegram deliveries."""
+    """Verifies, parses and admits Slack, Standard Webhooks, Telegram and Discord deliveries."""
 
     def __init__(self, router: ChannelRouter, config: ChannelsConfig,
                  data_dir: Path | None = None) -> None:
