@@ -45,7 +45,8 @@ from palyra.testing.spawn import DaemonProcess, clean_env
 
 FIXED_SEEDS = (20261124, 7, 424242)
 # Examples per operation and phase; several seeds reach further than more examples.
-EXAMPLES = 5
+# ``PALYRA_FUZZ_EXAMPLES=50`` runs a deeper search by hand (about ten times as long).
+EXAMPLES = int(os.environ.get("PALYRA_FUZZ_EXAMPLES", "5"))
 # A hang, not a speed target: the longest a handler waits on purpose is RouteMessage's
 # 30 s for a run's replies, and none of the fuzzed requests should get near it.
 MAX_RESPONSE_S = 30
