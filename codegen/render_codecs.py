@@ -78,7 +78,7 @@ def _binary_decodable(plan: Plan) -> bool:
 
 
 def _covered(plans: Sequence[Plan]) -> set[tuple[str, str]]:
-    return {tuple(p["cls"]) for p in plans if _encodable(p)}  # type: ignore[misc]
+    return {(p["cls"][0], p["cls"][1]) for p in plans if _encodable(p)}
 
 
 # -- JSON ---------------------------------------------------------------------------------
@@ -113,8 +113,7 @@ def render_json(plans: Sequence[Plan]) -> str:
            "    return decoded", ""]
     encoders, tables = [], []
     for plan in plans:
-        key = tuple(plan["cls"])
-        short = names.short[key]  # type: ignore[index]
+        short = names.short[(plan["cls"][0], plan["cls"][1])]
         if _encodable(plan):
             out += ["", *_json_encoder(plan, short, names, covered)]
             encoders.append(f"    {names.cls(plan['cls'])}: _json_{short},")
@@ -132,7 +131,7 @@ def _json_value(proto_type: str, ref: Sequence[str] | None, x: str, names: _Name
     """The JSON form of one value ``x`` of ``proto_type``."""
     if proto_type == "message":
         assert ref is not None
-        if tuple(ref) in covered:
+        if (ref[0], ref[1]) in covered:
             short = names.short[(ref[0], ref[1])]
             return f"_json_{short}({x}) if type({x}) is {names.cls(ref)} else encode_message({x})"
         return f"encode_message({x})"
@@ -284,7 +283,7 @@ def _payload(proto_type: str, ref: Sequence[str] | None, x: str, names: _Names,
     if proto_type == "bytes":
         return f"bytes({x})"
     assert ref is not None
-    if tuple(ref) in covered:
+    if (ref[0], ref[1]) in covered:
         # The declared class's body directly: no bytes() copy per level.
         short = names.short[(ref[0], ref[1])]
         return f"_bin_{short}({x}) if type({x}) is {names.cls(ref)} else encode_binary({x})"
