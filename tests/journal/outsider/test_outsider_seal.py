@@ -141,3 +141,16 @@ def test_verify_failures_name_line_field_and_expectation(fixed: Path, tmp_path: 
     bundle = forge(fixed / "full.ndjson", tmp_path / "b.ndjson", edit)
     problem = verify_bundle(bundle).problem
     assert problem is not None and expected in problem.reason, problem
+
+
+def test_a_seal_digest_that_is_not_hex_is_judged_alike(fixed: Path, tmp_path: Path) -> None:
+    """Found by the random-journal comparison: a seal ``sha256`` with a non-hex digit was
+    a malformed line (a position) to the outsider, a digest mismatch (none) to ours. The
+    doc now says the seal's hex is checked against what it covers: no position."""
+    bundle = forge(fixed / "full.ndjson", tmp_path / "b.ndjson",
+                   _set("seal", sha256="g" + "0" * 63))
+    ours = verify_bundle(bundle).problem
+    theirs = V.verify_bundle_file(bundle)
+    assert ours is not None and not theirs.ok
+    assert ours.position is None and theirs.position is None, (ours, theirs)
+    assert "(seal): sha256 is g000" in ours.reason
