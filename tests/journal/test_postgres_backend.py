@@ -303,3 +303,20 @@ def test_foreign_ranges_are_exactly_the_positions_this_daemon_did_not_write(
     listed = [p for first, last in gaps for p in range(first, last + 1)]
     assert listed == [p for p in range(after + 1, through + 1) if p not in written]
     assert all(a[1] + 1 < b[0] for a, b in itertools.pairwise(gaps))  # maximal ranges
+
+
+async def test_a_lost_database_fails_reads_and_appends_as_unavailable(tmp_path: Path) -> None:
+    with PostgresServer() as own:  # a server of its own: this test stops it
+        dsn = own.create_database()
+        store = JournalStore.open(tmp_path / "a", config=_config(dsn, pool_size=1))
+        try:
+            await store.append([draft(0, session_id="s")])
+            own.stop()
+            with pytest.raises(PalyraError) as info:
+                store.read_range(0)
+            assert info.value.code is ErrorCode.UNAVAILABLE
+            with pytest.raises(PalyraError) as info:
+                await store.append([draft(1, session_id="s")])
+            assert info.value.code is ErrorCode.UNAVAILABLE
+        finally:
+            store.close()

@@ -91,18 +91,22 @@ class ForeignCommits:
         self._thread.join()
 
     def _run(self) -> None:
+        conn: psycopg.Connection[Any] | None = self._conn
         try:
             while not self._stop.is_set():
                 try:
+                    if conn is None:  # the database went away: a new connection, when it can
+                        conn = self._conn = self._listen()
                     self._wait()
                     self.catch_up()
                 except psycopg.Error:
-                    if self._stop.wait(POLL_S):  # the database went away: try again later
-                        return
-                    self._conn.close()
-                    self._conn = self._listen()
+                    if conn is not None:
+                        conn.close()
+                    conn = None
+                    self._stop.wait(POLL_S)
         finally:
-            self._conn.close()
+            if conn is not None:
+                conn.close()
 
     def _wait(self) -> None:
         for _ in self._conn.notifies(timeout=POLL_S, stop_after=1):
