@@ -187,6 +187,13 @@ def _pg(store: JournalStore) -> PostgresJournalStore:
     return store
 
 
+def _expire(dsn: str, name: str) -> None:
+    """Let the lease's TTL pass (the database's clock decides expiry, so move the row)."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute("UPDATE journal_lease SET expires_at = now() - interval '1 second' "
+                     "WHERE name = %s", (name,))
+
+
 async def test_a_fenced_out_owner_cannot_write_even_before_it_notices(
     tmp_path: Path, postgres_server: PostgresServer
 ) -> None:
@@ -194,11 +201,11 @@ async def test_a_fenced_out_owner_cannot_write_even_before_it_notices(
     with JournalStore.open(tmp_path / "a", config=_config(dsn)) as a_store, \
             JournalStore.open(tmp_path / "b", config=_config(dsn)) as b_store:
         a, b = _pg(a_store), _pg(b_store)
-        lease_a = a.acquire_lease("session:s1", "daemon-a", ttl_s=0.3)
+        lease_a = a.acquire_lease("session:s1", "daemon-a", ttl_s=60)
         assert lease_a is not None and lease_a.epoch == 1
-        assert b.acquire_lease("session:s1", "daemon-b", ttl_s=0.3) is None  # held
+        assert b.acquire_lease("session:s1", "daemon-b", ttl_s=60) is None  # held
         await a.append([draft(0, session_id="s1")], fence=lease_a)
-        await asyncio.sleep(0.4)  # a stalls past its TTL without noticing
+        _expire(dsn, "session:s1")  # a stalls past its TTL without noticing
         lease_b = b.acquire_lease("session:s1", "daemon-b", ttl_s=5)
         assert lease_b is not None and lease_b.epoch == 2
         head = a.head()
