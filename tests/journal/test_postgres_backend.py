@@ -109,27 +109,35 @@ async def test_checkpoints_from_either_daemon_sign_the_shared_head(
         assert report.ok and report.checkpoints == 2
 
 
-def test_concurrent_start_ups_migrate_once(postgres_server: PostgresServer) -> None:
-    dsn = postgres_server.create_database()
+def _migrate_at_once(dsn: str, daemons: int) -> list[BaseException]:
+    """``daemons`` threads connect, then all migrate at the same moment; their errors."""
     errors: list[BaseException] = []
+    together = threading.Barrier(daemons)
 
     def start() -> None:
         try:
             with psycopg.connect(dsn, autocommit=True) as conn:
+                together.wait()
                 assert migrate(conn) == SCHEMA_VERSION
-        except BaseException as exc:  # reported below
+        except BaseException as exc:  # reported by the caller
             errors.append(exc)
 
-    threads = [threading.Thread(target=start) for _ in range(4)]
+    threads = [threading.Thread(target=start) for _ in range(daemons)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert not errors
-    with psycopg.connect(dsn) as conn:
-        rows = conn.execute("SELECT version FROM palyra_schema ORDER BY version").fetchall()
-        assert [r[0] for r in rows] == list(range(1, SCHEMA_VERSION + 1))
-        assert stored_version(conn) == SCHEMA_VERSION
+    return errors
+
+
+def test_concurrent_start_ups_migrate_once(postgres_server: PostgresServer) -> None:
+    for _ in range(5):  # each a fresh database, four daemons starting together
+        dsn = postgres_server.create_database()
+        assert _migrate_at_once(dsn, 4) == []
+        with psycopg.connect(dsn) as conn:
+            rows = conn.execute("SELECT version FROM palyra_schema ORDER BY version").fetchall()
+            assert [r[0] for r in rows] == list(range(1, SCHEMA_VERSION + 1))
+            assert stored_version(conn) == SCHEMA_VERSION
 
 
 def test_a_newer_schema_is_refused_at_start_up(
