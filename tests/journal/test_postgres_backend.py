@@ -314,10 +314,23 @@ def test_foreign_ranges_are_exactly_the_positions_this_daemon_did_not_write(
         if not written.intersection(range(first, first + extra + 1)):  # commits never overlap
             ranges.add(first, first + extra)
             written.update(range(first, first + extra + 1))
-    gaps = ranges.foreign(after, through)
+    gaps, final = ranges.foreign(after, through)
+    assert final == max(after, through)  # nothing pending
     listed = [p for first, last in gaps for p in range(first, last + 1)]
     assert listed == [p for p in range(after + 1, through + 1) if p not in written]
     assert all(a[1] + 1 < b[0] for a, b in itertools.pairwise(gaps))  # maximal ranges
+
+
+def test_the_watcher_stops_short_of_a_commit_still_pending() -> None:
+    ranges = OwnCommits()
+    ranges.add(1, 2)
+    ranges.begin(5, 6)
+    assert ranges.foreign(0, 8) == ([(3, 4)], 4)  # 5.. may be this daemon's: not yet decided
+    ranges.confirm()
+    assert ranges.foreign(4, 8) == ([(7, 8)], 8)
+    ranges.begin(9, 9)
+    ranges.discard()  # the commit failed: 9 is whoever's commits it
+    assert ranges.foreign(8, 9) == ([(9, 9)], 9)
 
 
 async def test_a_lost_database_fails_reads_and_appends_as_unavailable(tmp_path: Path) -> None:
