@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 _T0 = time.perf_counter()
 from bench import ops, probe, report  # noqa: E402
@@ -37,7 +37,9 @@ from bench.inproc import in_process  # noqa: E402
 from bench.measure import Subject, measure  # noqa: E402
 from bench.workload import drive  # noqa: E402
 from palyra.journal import JournalConfig  # noqa: E402
-from palyra.testing.postgres import PostgresServer  # noqa: E402
+
+if TYPE_CHECKING:  # imported only for --backend postgres|both: psycopg would grow every
+    from palyra.testing.postgres import PostgresServer  # LMDB run's heap (and its GC time)
 
 IMPORT_S = time.perf_counter() - _T0
 SCHEMA = 2  # bump when a figure's meaning changes, so a diff knows
@@ -149,7 +151,11 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         ["inproc"] if args.transport == "inproc" or args.compare_inproc else [])
     if args.backend != "lmdb":  # in process, alternating with LMDB when "both"
         kinds = (["inproc"] if args.backend == "both" else []) + ["inproc-postgres"]
-    server = PostgresServer(durable=True).start() if args.backend != "lmdb" else None
+    server: PostgresServer | None = None
+    if args.backend != "lmdb":
+        from palyra.testing.postgres import PostgresServer
+
+        server = PostgresServer(durable=True).start()
     if args.ops == "compare":  # in process, the three modes alternating within each repeat
         kinds = [f"inproc+{mode}" if mode != "off" else "inproc" for mode in ops.MODES]
     runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}

@@ -109,27 +109,35 @@ async def test_checkpoints_from_either_daemon_sign_the_shared_head(
         assert report.ok and report.checkpoints == 2
 
 
-def test_concurrent_start_ups_migrate_once(postgres_server: PostgresServer) -> None:
-    dsn = postgres_server.create_database()
+def _migrate_at_once(dsn: str, daemons: int) -> list[BaseException]:
+    """``daemons`` threads connect, then all migrate at the same moment; their errors."""
     errors: list[BaseException] = []
+    together = threading.Barrier(daemons)
 
     def start() -> None:
         try:
             with psycopg.connect(dsn, autocommit=True) as conn:
+                together.wait()
                 assert migrate(conn) == SCHEMA_VERSION
-        except BaseException as exc:  # reported below
+        except BaseException as exc:  # reported by the caller
             errors.append(exc)
 
-    threads = [threading.Thread(target=start) for _ in range(4)]
+    threads = [threading.Thread(target=start) for _ in range(daemons)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert not errors
-    with psycopg.connect(dsn) as conn:
-        rows = conn.execute("SELECT version FROM palyra_schema ORDER BY version").fetchall()
-        assert [r[0] for r in rows] == list(range(1, SCHEMA_VERSION + 1))
-        assert stored_version(conn) == SCHEMA_VERSION
+    return errors
+
+
+def test_concurrent_start_ups_migrate_once(postgres_server: PostgresServer) -> None:
+    for _ in range(5):  # each a fresh database, four daemons starting together
+        dsn = postgres_server.create_database()
+        assert _migrate_at_once(dsn, 4) == []
+        with psycopg.connect(dsn) as conn:
+            rows = conn.execute("SELECT version FROM palyra_schema ORDER BY version").fetchall()
+            assert [r[0] for r in rows] == list(range(1, SCHEMA_VERSION + 1))
+            assert stored_version(conn) == SCHEMA_VERSION
 
 
 def test_a_newer_schema_is_refused_at_start_up(
@@ -187,6 +195,13 @@ def _pg(store: JournalStore) -> PostgresJournalStore:
     return store
 
 
+def _expire(dsn: str, name: str) -> None:
+    """Let the lease's TTL pass (the database's clock decides expiry, so move the row)."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute("UPDATE journal_lease SET expires_at = now() - interval '1 second' "
+                     "WHERE name = %s", (name,))
+
+
 async def test_a_fenced_out_owner_cannot_write_even_before_it_notices(
     tmp_path: Path, postgres_server: PostgresServer
 ) -> None:
@@ -194,11 +209,11 @@ async def test_a_fenced_out_owner_cannot_write_even_before_it_notices(
     with JournalStore.open(tmp_path / "a", config=_config(dsn)) as a_store, \
             JournalStore.open(tmp_path / "b", config=_config(dsn)) as b_store:
         a, b = _pg(a_store), _pg(b_store)
-        lease_a = a.acquire_lease("session:s1", "daemon-a", ttl_s=0.3)
+        lease_a = a.acquire_lease("session:s1", "daemon-a", ttl_s=60)
         assert lease_a is not None and lease_a.epoch == 1
-        assert b.acquire_lease("session:s1", "daemon-b", ttl_s=0.3) is None  # held
+        assert b.acquire_lease("session:s1", "daemon-b", ttl_s=60) is None  # held
         await a.append([draft(0, session_id="s1")], fence=lease_a)
-        await asyncio.sleep(0.4)  # a stalls past its TTL without noticing
+        _expire(dsn, "session:s1")  # a stalls past its TTL without noticing
         lease_b = b.acquire_lease("session:s1", "daemon-b", ttl_s=5)
         assert lease_b is not None and lease_b.epoch == 2
         head = a.head()
@@ -299,7 +314,37 @@ def test_foreign_ranges_are_exactly_the_positions_this_daemon_did_not_write(
         if not written.intersection(range(first, first + extra + 1)):  # commits never overlap
             ranges.add(first, first + extra)
             written.update(range(first, first + extra + 1))
-    gaps = ranges.foreign(after, through)
+    gaps, final = ranges.foreign(after, through)
+    assert final == max(after, through)  # nothing pending
     listed = [p for first, last in gaps for p in range(first, last + 1)]
     assert listed == [p for p in range(after + 1, through + 1) if p not in written]
     assert all(a[1] + 1 < b[0] for a, b in itertools.pairwise(gaps))  # maximal ranges
+
+
+def test_the_watcher_stops_short_of_a_commit_still_pending() -> None:
+    ranges = OwnCommits()
+    ranges.add(1, 2)
+    ranges.begin(5, 6)
+    assert ranges.foreign(0, 8) == ([(3, 4)], 4)  # 5.. may be this daemon's: not yet decided
+    ranges.confirm()
+    assert ranges.foreign(4, 8) == ([(7, 8)], 8)
+    ranges.begin(9, 9)
+    ranges.discard()  # the commit failed: 9 is whoever's commits it
+    assert ranges.foreign(8, 9) == ([(9, 9)], 9)
+
+
+async def test_a_lost_database_fails_reads_and_appends_as_unavailable(tmp_path: Path) -> None:
+    with PostgresServer() as own:  # a server of its own: this test stops it
+        dsn = own.create_database()
+        store = JournalStore.open(tmp_path / "a", config=_config(dsn, pool_size=1))
+        try:
+            await store.append([draft(0, session_id="s")])
+            own.stop()
+            with pytest.raises(PalyraError) as info:
+                store.read_range(0)
+            assert info.value.code is ErrorCode.UNAVAILABLE
+            with pytest.raises(PalyraError) as info:
+                await store.append([draft(1, session_id="s")])
+            assert info.value.code is ErrorCode.UNAVAILABLE
+        finally:
+            store.close()

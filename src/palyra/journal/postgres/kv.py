@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.journal._env import JournalEnv, journal_dir
@@ -29,6 +29,8 @@ Row = tuple[bytes, bytes]
 
 _FIRST_PAGE = 8  # a cursor that lands on one record reads few rows...
 _MAX_PAGE = 512  # ...one that walks doubles its page up to this many
+
+_READ_WAIT_S = 5.0  # longest a read waits for a pooled connection (the event loop waits too)
 
 _AFTER = "SELECT key, value FROM journal_kv WHERE db = %s AND key > %s ORDER BY key LIMIT %s"
 _FROM = "SELECT key, value FROM journal_kv WHERE db = %s AND key >= %s ORDER BY key LIMIT %s"
@@ -235,8 +237,13 @@ class PostgresEnv(JournalEnv):
         """
         if self.closed:
             raise PalyraError("the journal is closed", code=ErrorCode.UNAVAILABLE)
-        with self.pool.connection() as conn:
-            yield PgTxn(conn)
+        try:
+            with self.pool.connection(timeout=_READ_WAIT_S) as conn:
+                yield PgTxn(conn)
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            # Reads run on the event loop: a lost database fails them fast and plainly.
+            raise PalyraError(f"the PostgreSQL journal is unreachable: {exc}",
+                              code=ErrorCode.UNAVAILABLE) from exc
 
     @property
     def map_size(self) -> int:

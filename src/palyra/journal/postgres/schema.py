@@ -16,6 +16,8 @@ same.
 
 from __future__ import annotations
 
+import contextlib
+
 import psycopg
 from psycopg import errors as pg_errors
 
@@ -73,7 +75,11 @@ def migrate(conn: psycopg.Connection[tuple[object, ...]]) -> int:
     Raises:
         PalyraError: ``UNSUPPORTED_VERSION`` when the database is newer than this code.
     """
-    conn.execute(_VERSIONS)
+    # IF NOT EXISTS is not race-free: another daemon may create it at the same moment.
+    with contextlib.suppress(
+        pg_errors.UniqueViolation, pg_errors.DuplicateObject, pg_errors.DuplicateTable
+    ):
+        conn.execute(_VERSIONS)
     while True:
         version = stored_version(conn)
         if version > SCHEMA_VERSION:
@@ -85,7 +91,7 @@ def migrate(conn: psycopg.Connection[tuple[object, ...]]) -> int:
                 conn.execute("INSERT INTO palyra_schema (version) VALUES (%s)", (version + 1,))
                 for statement in MIGRATIONS[version]:
                     conn.execute(statement.encode())
-        except (pg_errors.UniqueViolation, pg_errors.DuplicateTable):
+        except (pg_errors.UniqueViolation, pg_errors.DuplicateTable, pg_errors.DuplicateObject):
             continue  # another daemon applied it first: look again
 
 

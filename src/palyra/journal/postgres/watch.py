@@ -36,20 +36,47 @@ _HEAD = "SELECT next_position FROM journal_head"
 
 
 class OwnCommits:
-    """Position ranges this daemon's writer committed (and so delivered itself)."""
+    """Position ranges this daemon's writer committed (and so delivered itself).
+
+    The writer registers a commit's range before ``COMMIT`` (:meth:`begin`) and
+    then confirms or discards it, so the watcher, woken by that very commit's
+    notification, never takes the writer's own events for another daemon's; while a
+    range is pending the watcher stops short of it and looks again later.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ranges: list[tuple[int, int]] = []
+        self._pending: tuple[int, int] | None = None
+
+    def begin(self, first: int, last: int) -> None:
+        """The writer is about to commit positions ``first..last``."""
+        with self._lock:
+            self._pending = (first, last)
+
+    def confirm(self) -> None:
+        """The pending commit is durable."""
+        with self._lock:
+            if self._pending is not None:
+                self._ranges.append(self._pending)
+                self._pending = None
+
+    def discard(self) -> None:
+        """The pending commit failed: its positions are not this daemon's."""
+        with self._lock:
+            self._pending = None
 
     def add(self, first: int, last: int) -> None:
         """The writer committed positions ``first..last``."""
         with self._lock:
             self._ranges.append((first, last))
 
-    def foreign(self, after: int, through: int) -> list[tuple[int, int]]:
-        """The ranges of ``after+1..through`` this daemon did not write; forgets older ranges."""
+    def foreign(self, after: int, through: int) -> tuple[list[tuple[int, int]], int]:
+        """The ranges of ``after+1..through`` this daemon did not write, and how far that
+        answer is final (short of a pending commit's first position); forgets older ranges."""
         with self._lock:
+            if self._pending is not None and self._pending[0] <= through:
+                through = self._pending[0] - 1
             own = sorted(r for r in self._ranges if r[1] > after)
             self._ranges = [r for r in own if r[1] > through]
         gaps: list[tuple[int, int]] = []
@@ -62,7 +89,7 @@ class OwnCommits:
             at = max(at, last + 1)
         if at <= through:
             gaps.append((at, through))
-        return gaps
+        return gaps, max(after, through)
 
 
 class ForeignCommits:
@@ -91,18 +118,22 @@ class ForeignCommits:
         self._thread.join()
 
     def _run(self) -> None:
+        conn: psycopg.Connection[Any] | None = self._conn
         try:
             while not self._stop.is_set():
                 try:
+                    if conn is None:  # the database went away: a new connection, when it can
+                        conn = self._conn = self._listen()
                     self._wait()
                     self.catch_up()
                 except psycopg.Error:
-                    if self._stop.wait(POLL_S):  # the database went away: try again later
-                        return
-                    self._conn.close()
-                    self._conn = self._listen()
+                    if conn is not None:
+                        conn.close()
+                    conn = None
+                    self._stop.wait(POLL_S)
         finally:
-            self._conn.close()
+            if conn is not None:
+                conn.close()
 
     def _wait(self) -> None:
         for _ in self._conn.notifies(timeout=POLL_S, stop_after=1):
@@ -114,7 +145,7 @@ class ForeignCommits:
         through = int(row[0]) - 1 if row else 0
         if through <= self._seen:
             return
-        gaps = self._own.foreign(self._seen, through)
+        gaps, through = self._own.foreign(self._seen, through)
         if gaps and self._hub.followed():
             for first, last in gaps:
                 self._hub.publish(self._read(first, last))

@@ -186,8 +186,6 @@ class PostgresWriter:
         stats.appended_events += len(plan.views)
         stats.appended_bytes += plan.record_bytes
         stats.records += plan.records
-        if self._own is not None and plan.views:  # the watcher need not publish these
-            self._own.add(plan.views[0].position, plan.views[-1].position)
         deliveries = (
             self._on_commit(list(zip(plan.views, plan.sizes, strict=True)))
             if plan.views and self._followed() else None
@@ -366,8 +364,6 @@ class PostgresWriter:
             return
         self.stats.commits += 1
         self.stats.appended_events += len(plan.views)
-        if self._own is not None:
-            self._own.add(plan.views[0].position, plan.views[-1].position)
         deliveries = (self._on_commit(list(zip(plan.views, plan.sizes, strict=True)))
                       if self._followed() else None)  # fmt: skip
         resolve([request], deliveries)
@@ -410,20 +406,29 @@ class PostgresWriter:
         if self._conn.broken or self._conn.closed:  # a lost connection: a new one
             self._conn.close()
             self._conn = psycopg.connect(self._env.config.dsn, autocommit=False)
-        conn = self._conn
-        with conn.transaction():
-            row = conn.execute(_LOCK_HEAD, binary=True).fetchone()
-            if row is None:
-                raise PalyraError("the PostgreSQL journal has no head row",
-                                  code=ErrorCode.JOURNAL_CORRUPT)
-            head = (int(row[0]), bytes(row[1]))
-            if head != self._known:
-                self._forget()  # another daemon committed: remembered heads may be stale
-            result, ops, next_position, new_head = body(PgTxn(conn), head)
-            if ops:
-                _write_ops(conn, ops)
-                conn.execute(_MOVE_HEAD, (next_position, new_head))
-                conn.execute(NOTIFY)  # other daemons' followers: sent when this commits
+        conn, own = self._conn, self._own
+        try:
+            with conn.transaction():
+                row = conn.execute(_LOCK_HEAD, binary=True).fetchone()
+                if row is None:
+                    raise PalyraError("the PostgreSQL journal has no head row",
+                                      code=ErrorCode.JOURNAL_CORRUPT)
+                head = (int(row[0]), bytes(row[1]))
+                if head != self._known:
+                    self._forget()  # another daemon committed: remembered heads may be stale
+                result, ops, next_position, new_head = body(PgTxn(conn), head)
+                if ops:
+                    _write_ops(conn, ops)
+                    conn.execute(_MOVE_HEAD, (next_position, new_head))
+                    conn.execute(NOTIFY)  # other daemons' followers: sent when this commits
+                    if own is not None and next_position > head[0]:
+                        own.begin(head[0], next_position - 1)  # this daemon delivers these
+        except BaseException:
+            if own is not None:
+                own.discard()
+            raise
+        if own is not None:
+            own.confirm()
         self._known = (next_position, new_head)
         return result
 
