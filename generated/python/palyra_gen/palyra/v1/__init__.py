@@ -38,6 +38,7 @@ __all__ = (
     "ApprovalsServiceBase",
     "ApprovalsServiceStub",
     "Attachment",
+    "AttachmentRef",
     "BackgroundTask",
     "BackgroundTaskState",
     "BindAgentRequest",
@@ -1181,6 +1182,35 @@ class Attachment(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "Attachment", Attachment)
+
+
+@dataclass(eq=False, repr=False)
+class AttachmentRef(betterproto2.Message):
+    """
+    An attachment in the attachment store (docs/architecture.md, "Images"): its type and
+    pixel size as sniffed from its bytes (never as the client said), and its digest.
+    """
+
+    sha256: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Lowercase hex SHA-256 of the bytes: the store's key.
+    """
+
+    mime_type: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    width: "int" = betterproto2.field(3, betterproto2.TYPE_UINT32)
+
+    height: "int" = betterproto2.field(4, betterproto2.TYPE_UINT32)
+
+    size_bytes: "int" = betterproto2.field(5, betterproto2.TYPE_UINT64)
+
+    name: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    The client's file name (not trusted for anything).
+    """
+
+
+default_message_pool.register_message("palyra.v1", "AttachmentRef", AttachmentRef)
 
 
 @dataclass(eq=False, repr=False)
@@ -4065,6 +4095,13 @@ class UserInput(betterproto2.Message):
     input_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
 
     attachment_count: "int" = betterproto2.field(3, betterproto2.TYPE_UINT32)
+
+    attachments: "list[AttachmentRef]" = betterproto2.field(
+        4, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    The input's images as stored (content-addressed; the bytes are not on the tape).
+    """
 
 
 default_message_pool.register_message("palyra.v1", "UserInput", UserInput)
