@@ -60,6 +60,10 @@ async def test_a_child_run_answers_the_parent(harness: Harness) -> None:
     assert child.identity is not None and child.identity.principal == "user:alice"
     [task] = [m.text for m in harness.members(child.run_id) if isinstance(m, pb.UserInput)]
     assert task == "hello from the child"
+    # The child's tape names its parent from its first event.
+    accepted = harness.members(child.run_id)[0]
+    assert isinstance(accepted, pb.RunStatus)
+    assert accepted.message.endswith(f"parent_run={parent.run_id}")
 
 
 async def test_the_childs_budget_slice_and_the_depth_bound(harness: Harness) -> None:

@@ -334,7 +334,10 @@ class Engine:
             batch.write(*plan.entity_writes, record_write(session), *start.writes)
             batch.transition(RunEvent.ACCEPT, reason="accepted",
                              message=f"accepted session={session.session_id} "
-                                     f"principal={identity.principal}")
+                                     f"principal={identity.principal}"
+                                     # A delegated child's tape names its parent.
+                                     + (f" parent_run={start.parent_run_id}"
+                                        if start.parent_run_id else ""))
             batch.transition(RunEvent.START, message="streaming")
             await batch.commit()
         self._start_actor(RunActor(self._deps, writer))
