@@ -242,6 +242,7 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.Schedule.next_fire_unix_ms": "The next firing (Unix ms); 0 once a one-off schedule has fired.",
     "palyra.v1.Schedule.principal": "Who created it; its runs run as this principal.",
     "palyra.v1.Schedule.session_key": "The session the prompt's runs use (empty: `schedule:<schedule_id>`).",
+    "palyra.v1.Schedule.sink": "Where each firing's answer is also sent, through the outbox: a channel's reply\nsink (`slack:T123`, `webhook:hooks`, ...) and its conversation; empty: nowhere.",
     "palyra.v1.Schedule.time_zone": "IANA time zone of `cron` (`Europe/Berlin`); empty: UTC.",
     "palyra.v1.ScheduleService": "Scheduled prompts (docs/architecture.md, \"Scheduled prompts\"): a prompt sent to an\nagent on a cron schedule in a time zone, or once at a given time. Each firing is\none `background_prompt` task on the durable queue, exactly once per firing across\nrestarts; its run's id is the task's id.",
     "palyra.v1.ScheduleService.DeleteSchedule": "Cedar `cron.delete` (operators only by default).",

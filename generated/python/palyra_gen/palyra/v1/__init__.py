@@ -3508,6 +3508,16 @@ class Schedule(betterproto2.Message):
 
     fired_count: "int" = betterproto2.field(12, betterproto2.TYPE_UINT64)
 
+    sink: "str" = betterproto2.field(13, betterproto2.TYPE_STRING)
+    """
+    Where each firing's answer is also sent, through the outbox: a channel's reply
+    sink (`slack:T123`, `webhook:hooks`, ...) and its conversation; empty: nowhere.
+    """
+
+    conversation_id: "str" = betterproto2.field(14, betterproto2.TYPE_STRING)
+
+    thread_id: "str" = betterproto2.field(15, betterproto2.TYPE_STRING)
+
 
 default_message_pool.register_message("palyra.v1", "Schedule", Schedule)
 
