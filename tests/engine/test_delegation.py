@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 from engine_harness import ADMIN, USER, Harness, fast_config, loop_text, run_to_end, slow_add
 from palyra_gen.palyra import v1 as pb
 
 from palyra.app import PalyraApp
 from palyra.engine import IdentityRec
+from palyra.policy import PolicyConfig
 
 ALICE = IdentityRec(principal="user:alice")
 
@@ -60,6 +62,10 @@ async def test_a_child_run_answers_the_parent(harness: Harness) -> None:
     assert child.identity is not None and child.identity.principal == "user:alice"
     [task] = [m.text for m in harness.members(child.run_id) if isinstance(m, pb.UserInput)]
     assert task == "hello from the child"
+    # The child's tape names its parent from its first event.
+    accepted = harness.members(child.run_id)[0]
+    assert isinstance(accepted, pb.RunStatus)
+    assert accepted.message.endswith(f"parent_run={parent.run_id}")
 
 
 async def test_the_childs_budget_slice_and_the_depth_bound(harness: Harness) -> None:
@@ -131,3 +137,24 @@ async def test_cancelling_the_parent_cancels_the_child(harness: Harness) -> None
             break
         await asyncio.sleep(0.05)
     assert child.state == pb.RunState.CANCELLED
+
+
+async def test_cedar_agent_delegate_can_forbid_a_target(harness: Harness, tmp_path: Path) -> None:
+    policies = tmp_path / "config" / "policies"
+    policies.mkdir(parents=True)
+    harness.delegation = True
+    harness.policy_config = PolicyConfig(config_dir=tmp_path / "config")
+    app = await harness.start()
+    agent_id = await helper(harness)
+    await harness.stop()
+    (policies / "no_helper.cedar").write_text(
+        f'forbid (principal, action == Action::"agent.delegate", resource == Agent::"{agent_id}")'
+        ' unless { context.principal_name like "admin:*" };\n')
+    app = await harness.start()
+    parent = await run_to_end(app, delegate(agent_id, "hi"))
+    [result] = results(harness, parent.run_id)
+    assert not result.success and "may not delegate to agent" in result.error
+    assert (await app.get_run(USER, pb.GetRunRequest(run_id=parent.run_id))).run \
+        .child_run_ids == []
+    allowed = await run_to_end(app, delegate(agent_id, "hi"), ADMIN)
+    assert results(harness, allowed.run_id)[0].success

@@ -5,6 +5,7 @@ by policy, the firing's run, and the RPCs with Cedar cron.delete."""
 from __future__ import annotations
 
 import datetime
+import json
 import zoneinfo
 
 import pytest
@@ -163,6 +164,34 @@ async def test_a_firing_runs_the_prompt_once_as_its_creator(harness: Harness) ->
     assert [r.run_id for r in listed] == [task_id]
     [done] = schedules.all()
     assert done.next_fire_ms == 0 and done.fired_count == 1  # a one-off fires once
+    await tasks.close()
+
+
+async def test_a_firings_answer_goes_to_its_channel_conversation(harness: Harness) -> None:
+    clock = Clock(ms(2026, 6, 1, 9))
+    await harness.start()
+    assert harness.store is not None and harness.engine is not None
+    tasks = TaskQueue(harness.store, now_ms=clock)
+    await tasks.start()
+    schedules = Schedules(harness.store, tasks, now_ms=clock)
+    with pytest.raises(PalyraError) as half:
+        await schedules.create(ScheduleRecord(schedule_id="", principal="user:alice",
+                                              prompt="x", at_ms=clock.now + 1, sink="slack:T1"))
+    assert half.value.details["field"] == "schedule.conversation_id"
+    rec = await schedules.create(ScheduleRecord(
+        schedule_id="", principal="user:alice", prompt="daily digest", at_ms=clock.now + 1,
+        sink="slack:T1", conversation_id="C42", thread_id="171.5"))
+    clock.now += 1
+    [task_id] = await schedules.fire_due()
+    handle = prompt_handler(harness.engine, AgentRegistry(harness.store), schedules, tasks)
+    task = tasks.get(task_id)
+    assert task is not None
+    for _ in range(2):  # a retried firing sends nothing twice
+        await handle(TaskContext(task=task, payload={"schedule_id": rec.schedule_id}))
+    [send] = tasks.page(kind="channel.send")[0]
+    assert json.loads(send.payload_json) == {
+        "sink": "slack:T1", "key": f"schedule:{task_id}:0", "text": "daily digest",
+        "conversation_id": "C42", "thread_id": "171.5", "reply_to": ""}
     await tasks.close()
 
 

@@ -21,6 +21,7 @@ Behaviour is chosen by the request's ``model`` field:
 from __future__ import annotations
 
 import asyncio
+import base64
 import collections
 import contextlib
 import json
@@ -31,7 +32,8 @@ from typing import Any
 
 import uvicorn
 
-from palyra.providers import ChatMessage, ModelRequest, ToolCall, scripted_reply
+from palyra.core.images import sniff
+from palyra.providers import ChatMessage, ImagePart, ModelRequest, ToolCall, scripted_reply
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -123,6 +125,12 @@ def _sse(data: Any, event: str | None = None) -> bytes:
     return f"{prefix}data: {json.dumps(data)}\n\n".encode()
 
 
+def _image(data: bytes) -> ImagePart:
+    """An image the vendor received, as the scripted model describes it."""
+    info = sniff(data)
+    return ImagePart(info.sha256, info.mime_type, info.width, info.height, data)
+
+
 def _reply_from_openai(body: dict[str, Any]) -> Any:
     messages = []
     for m in body["messages"]:
@@ -130,8 +138,14 @@ def _reply_from_openai(body: dict[str, Any]) -> Any:
             ToolCall(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"]))
             for c in m.get("tool_calls") or []
         ]
+        content = m.get("content") or ""
+        images = []
+        if isinstance(content, list):  # content parts: text and data-URL images
+            images = [_image(base64.b64decode(p["image_url"]["url"].split(",", 1)[1]))
+                      for p in content if p["type"] == "image_url"]
+            content = "".join(p["text"] for p in content if p["type"] == "text")
         messages.append(
-            ChatMessage(m["role"], m.get("content") or "", calls, m.get("tool_call_id", ""))
+            ChatMessage(m["role"], content, calls, m.get("tool_call_id", ""), images)
         )
     return scripted_reply(ModelRequest(messages))
 
@@ -171,6 +185,8 @@ def _reply_from_anthropic(body: dict[str, Any]) -> Any:
             messages.append(ChatMessage(m["role"], content))
             continue
         text = "".join(b["text"] for b in content if b["type"] == "text")
+        images = [_image(base64.b64decode(b["source"]["data"])) for b in content
+                  if b["type"] == "image"]
         calls = [
             ToolCall(b["id"], b["name"], b["input"]) for b in content if b["type"] == "tool_use"
         ]
@@ -180,7 +196,7 @@ def _reply_from_anthropic(body: dict[str, Any]) -> Any:
                 ChatMessage("tool", r["content"], tool_call_id=r["tool_use_id"]) for r in results
             )
         else:
-            messages.append(ChatMessage(m["role"], text, calls))
+            messages.append(ChatMessage(m["role"], text, calls, images=images))
     return scripted_reply(ModelRequest(messages))
 
 

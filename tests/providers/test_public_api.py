@@ -25,6 +25,7 @@ def test_exports_snapshot() -> None:
         "Completed",
         "Failover",
         "FinishReason",
+        "ImagePart",
         "ModelProvider",
         "ModelRequest",
         "ModelResponse",

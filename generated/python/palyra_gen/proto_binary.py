@@ -853,6 +853,62 @@ _bin_table_Attachment: BinaryTable = binary_table(
 )
 
 
+def _bin_AttachmentRef(m: Any) -> bytearray:
+    out = bytearray()
+    v0 = m.sha256
+    if v0:
+        b0 = v0.encode()
+        n0 = len(b0)
+        out += b"\n"
+        out += SMALL[n0] if n0 < 128 else varint(n0)
+        out += b0
+    v1 = m.mime_type
+    if v1:
+        b1 = v1.encode()
+        n1 = len(b1)
+        out += b"\x12"
+        out += SMALL[n1] if n1 < 128 else varint(n1)
+        out += b1
+    v2 = m.width
+    if v2:
+        out += b"\x18"
+        n2 = int(v2)
+        out += SMALL[n2] if 0 <= n2 < 128 else varint(n2)
+    v3 = m.height
+    if v3:
+        out += b" "
+        n3 = int(v3)
+        out += SMALL[n3] if 0 <= n3 < 128 else varint(n3)
+    v4 = m.size_bytes
+    if v4:
+        out += b"("
+        n4 = int(v4)
+        out += SMALL[n4] if 0 <= n4 < 128 else varint(n4)
+    v5 = m.name
+    if v5:
+        b5 = v5.encode()
+        n5 = len(b5)
+        out += b"2"
+        out += SMALL[n5] if n5 < 128 else varint(n5)
+        out += b5
+    unknown = m._unknown_fields
+    if unknown:
+        out += unknown
+    return out
+
+
+_bin_table_AttachmentRef: BinaryTable = binary_table(
+    (
+        (1, "sha256", False, delimited_reader(utf8)),
+        (2, "mime_type", False, delimited_reader(utf8)),
+        (3, "width", False, varint_readers(varint_convert("uint32"), False)),
+        (4, "height", False, varint_readers(varint_convert("uint32"), False)),
+        (5, "size_bytes", False, varint_readers(varint_convert("uint64"), False)),
+        (6, "name", False, delimited_reader(utf8)),
+    )
+)
+
+
 def _bin_BackgroundTask(m: Any) -> bytearray:
     out = bytearray()
     v0 = m.task_id
@@ -6206,6 +6262,27 @@ def _bin_Schedule(m: Any) -> bytearray:
         out += b"`"
         n11 = int(v11)
         out += SMALL[n11] if 0 <= n11 < 128 else varint(n11)
+    v12 = m.sink
+    if v12:
+        b12 = v12.encode()
+        n12 = len(b12)
+        out += b"j"
+        out += SMALL[n12] if n12 < 128 else varint(n12)
+        out += b12
+    v13 = m.conversation_id
+    if v13:
+        b13 = v13.encode()
+        n13 = len(b13)
+        out += b"r"
+        out += SMALL[n13] if n13 < 128 else varint(n13)
+        out += b13
+    v14 = m.thread_id
+    if v14:
+        b14 = v14.encode()
+        n14 = len(b14)
+        out += b"z"
+        out += SMALL[n14] if n14 < 128 else varint(n14)
+        out += b14
     unknown = m._unknown_fields
     if unknown:
         out += unknown
@@ -6226,6 +6303,9 @@ _bin_table_Schedule: BinaryTable = binary_table(
         (10, "principal", False, delimited_reader(utf8)),
         (11, "created_at_unix_ms", False, varint_readers(varint_convert("int64"), False)),
         (12, "fired_count", False, varint_readers(varint_convert("uint64"), False)),
+        (13, "sink", False, delimited_reader(utf8)),
+        (14, "conversation_id", False, delimited_reader(utf8)),
+        (15, "thread_id", False, delimited_reader(utf8)),
     )
 )
 
@@ -7696,6 +7776,14 @@ def _bin_UserInput(m: Any) -> bytearray:
         out += b"\x18"
         n2 = int(v2)
         out += SMALL[n2] if 0 <= n2 < 128 else varint(n2)
+    v3 = m.attachments
+    if v3:
+        for x3 in v3:
+            b3 = _bin_AttachmentRef(x3) if type(x3) is _m0.AttachmentRef else encode_binary(x3)
+            n3 = len(b3)
+            out += b'"'
+            out += SMALL[n3] if n3 < 128 else varint(n3)
+            out += b3
     unknown = m._unknown_fields
     if unknown:
         out += unknown
@@ -7707,6 +7795,7 @@ _bin_table_UserInput: BinaryTable = binary_table(
         (1, "text", False, delimited_reader(utf8)),
         (2, "input_id", False, delimited_reader(utf8)),
         (3, "attachment_count", False, varint_readers(varint_convert("uint32"), False)),
+        (4, "attachments", True, message_reader(_m0.AttachmentRef, decode_binary)),
     )
 )
 
@@ -7919,6 +8008,7 @@ BODIES: dict[type[Any], Callable[[Any], bytearray]] = {
     _m0.Approval: _bin_Approval,
     _m0.ApprovalPrompt: _bin_ApprovalPrompt,
     _m0.Attachment: _bin_Attachment,
+    _m0.AttachmentRef: _bin_AttachmentRef,
     _m0.BackgroundTask: _bin_BackgroundTask,
     _m0.BindAgentRequest: _bin_BindAgentRequest,
     _m0.BindAgentResponse: _bin_BindAgentResponse,
@@ -8113,6 +8203,7 @@ BINARY_TABLES: dict[type[Any], BinaryTable] = {
     _m0.Approval: _bin_table_Approval,
     _m0.ApprovalPrompt: _bin_table_ApprovalPrompt,
     _m0.Attachment: _bin_table_Attachment,
+    _m0.AttachmentRef: _bin_table_AttachmentRef,
     _m0.BackgroundTask: _bin_table_BackgroundTask,
     _m0.BindAgentRequest: _bin_table_BindAgentRequest,
     _m0.BindAgentResponse: _bin_table_BindAgentResponse,

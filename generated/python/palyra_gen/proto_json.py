@@ -696,6 +696,51 @@ _json_table_Attachment: JsonTable = (
 )
 
 
+def _json_AttachmentRef(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    v0 = m.sha256
+    if v0:
+        out["sha256"] = v0
+    v1 = m.mime_type
+    if v1:
+        out["mimeType"] = v1
+    v2 = m.width
+    if v2:
+        out["width"] = v2
+    v3 = m.height
+    if v3:
+        out["height"] = v3
+    v4 = m.size_bytes
+    if v4:
+        out["sizeBytes"] = str(v4)
+    v5 = m.name
+    if v5:
+        out["name"] = v5
+    return out
+
+
+_json_table_AttachmentRef: JsonTable = (
+    {
+        "height": "height",
+        "mimeType": "mime_type",
+        "mime_type": "mime_type",
+        "name": "name",
+        "sha256": "sha256",
+        "sizeBytes": "size_bytes",
+        "size_bytes": "size_bytes",
+        "width": "width",
+    },
+    {
+        "sha256": None,
+        "mime_type": None,
+        "width": json_int,
+        "height": json_int,
+        "size_bytes": json_int,
+        "name": None,
+    },
+)
+
+
 def _json_BackgroundTask(m: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     v0 = m.task_id
@@ -5187,6 +5232,15 @@ def _json_Schedule(m: Any) -> dict[str, Any]:
     v11 = m.fired_count
     if v11:
         out["firedCount"] = str(v11)
+    v12 = m.sink
+    if v12:
+        out["sink"] = v12
+    v13 = m.conversation_id
+    if v13:
+        out["conversationId"] = v13
+    v14 = m.thread_id
+    if v14:
+        out["threadId"] = v14
     return out
 
 
@@ -5196,6 +5250,8 @@ _json_table_Schedule: JsonTable = (
         "agent_id": "agent_id",
         "atUnixMs": "at_unix_ms",
         "at_unix_ms": "at_unix_ms",
+        "conversationId": "conversation_id",
+        "conversation_id": "conversation_id",
         "createdAtUnixMs": "created_at_unix_ms",
         "created_at_unix_ms": "created_at_unix_ms",
         "cron": "cron",
@@ -5210,6 +5266,9 @@ _json_table_Schedule: JsonTable = (
         "schedule_id": "schedule_id",
         "sessionKey": "session_key",
         "session_key": "session_key",
+        "sink": "sink",
+        "threadId": "thread_id",
+        "thread_id": "thread_id",
         "timeZone": "time_zone",
         "time_zone": "time_zone",
     },
@@ -5226,6 +5285,9 @@ _json_table_Schedule: JsonTable = (
         "principal": None,
         "created_at_unix_ms": json_int,
         "fired_count": json_int,
+        "sink": None,
+        "conversation_id": None,
+        "thread_id": None,
     },
 )
 
@@ -6432,6 +6494,12 @@ def _json_UserInput(m: Any) -> dict[str, Any]:
     v2 = m.attachment_count
     if v2:
         out["attachmentCount"] = v2
+    v3 = m.attachments
+    if v3:
+        out["attachments"] = [
+            _json_AttachmentRef(x) if type(x) is _m0.AttachmentRef else encode_message(x)
+            for x in v3
+        ]
     return out
 
 
@@ -6439,6 +6507,7 @@ _json_table_UserInput: JsonTable = (
     {
         "attachmentCount": "attachment_count",
         "attachment_count": "attachment_count",
+        "attachments": "attachments",
         "inputId": "input_id",
         "input_id": "input_id",
         "text": "text",
@@ -6447,6 +6516,7 @@ _json_table_UserInput: JsonTable = (
         "text": None,
         "input_id": None,
         "attachment_count": json_int,
+        "attachments": json_list(json_message(_m0.AttachmentRef, decode_message)),
     },
 )
 
@@ -6636,6 +6706,7 @@ JSON_ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {
     _m0.Approval: _json_Approval,
     _m0.ApprovalPrompt: _json_ApprovalPrompt,
     _m0.Attachment: _json_Attachment,
+    _m0.AttachmentRef: _json_AttachmentRef,
     _m0.BackgroundTask: _json_BackgroundTask,
     _m0.BindAgentRequest: _json_BindAgentRequest,
     _m0.BindAgentResponse: _json_BindAgentResponse,
@@ -6831,6 +6902,7 @@ JSON_TABLES: dict[type[Any], JsonTable] = {
     _m0.Approval: _json_table_Approval,
     _m0.ApprovalPrompt: _json_table_ApprovalPrompt,
     _m0.Attachment: _json_table_Attachment,
+    _m0.AttachmentRef: _json_table_AttachmentRef,
     _m0.BackgroundTask: _json_table_BackgroundTask,
     _m0.BindAgentRequest: _json_table_BindAgentRequest,
     _m0.BindAgentResponse: _json_table_BindAgentResponse,

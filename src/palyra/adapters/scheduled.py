@@ -3,7 +3,8 @@
 The run's id is the task's id, so a task retried after a crash finds the run
 it started (recovered like any run) and only waits on it. It runs as the
 schedule's creator, served by the schedule's agent (its tools, postures and
-model route), in the schedule's session, and completes when its loop ends.
+model route), in the schedule's session, and completes when its loop ends. With
+a sink, its answer is also queued to the channel outbox (``channel.send``).
 """
 
 from __future__ import annotations
@@ -13,14 +14,23 @@ from typing import Any
 
 from palyra.agents import AgentRegistry
 from palyra.agents.model import postures_for, route_for
+from palyra.channels.outbox import OutboundReply, queue_send
+from palyra.channels.replies import split_utf8
 from palyra.core.errors import ErrorCode, PalyraError
-from palyra.engine import Engine, IdentityRec, Selectors, StartRun
+from palyra.engine import Engine, IdentityRec, RunStateId, Selectors, StartRun
 from palyra.schedules import Schedules
+from palyra.tasks import TaskQueue
 from palyra.tasks.worker import Handler, TaskContext
 
+# The smallest reply cap of the shipped sinks (Discord's 2,000 characters, in bytes
+# to be safe with any of them); the sink cuts further if its own cap is lower.
+REPLY_MAX_BYTES = 2000
 
-def prompt_handler(engine: Engine, agents: AgentRegistry, schedules: Schedules) -> Handler:
-    """The handler of ``background_prompt`` tasks."""
+
+def prompt_handler(engine: Engine, agents: AgentRegistry, schedules: Schedules,
+                   tasks: TaskQueue | None = None) -> Handler:
+    """The handler of ``background_prompt`` tasks (``tasks``: the queue a schedule's
+    answer goes to the outbox through)."""
 
     async def handle(ctx: TaskContext) -> dict[str, Any]:
         rec = schedules.get(str(ctx.payload.get("schedule_id", "")))
@@ -42,6 +52,13 @@ def prompt_handler(engine: Engine, agents: AgentRegistry, schedules: Schedules) 
             raise PalyraError(f"scheduled run {run_id} did not start",
                               code=ErrorCode.UNAVAILABLE)
         done = await engine.wait_run(identity, run_id, until_terminal=True)
+        if rec.sink and done.state == RunStateId.DONE and done.final_text and tasks is not None:
+            # Once per firing and chunk (the outbox's idempotency key), even if this
+            # task runs again after a crash.
+            for index, chunk in enumerate(split_utf8(done.final_text, REPLY_MAX_BYTES)):
+                await queue_send(tasks, OutboundReply(
+                    sink=rec.sink, key=f"schedule:{run_id}:{index}", text=chunk,
+                    conversation_id=rec.conversation_id, thread_id=rec.thread_id))
         return {"run_id": run_id, "state": done.state}
 
     return handle

@@ -11,8 +11,17 @@ from palyra.agents import AgentRegistry, bound_agent
 from palyra.agents.model import postures_for, route_for
 from palyra.app._convert import SCOPE_NAMES
 from palyra.core.errors import InvalidArgument, PermissionDenied
-from palyra.engine import ApprovalRecord, Engine, IdentityRec, budget_exhausted
-from palyra.journal import JournalStore
+from palyra.core.images import sniff
+from palyra.engine import (
+    ATTACHMENT_PREFIX,
+    ATTACHMENT_TABLE,
+    ApprovalRecord,
+    AttachmentRec,
+    Engine,
+    IdentityRec,
+    budget_exhausted,
+)
+from palyra.journal import EntityWrite, EventDraft, JournalStore
 from palyra.usage import day_of
 
 
@@ -58,6 +67,32 @@ class AppBase:
         if not allowed:
             raise PermissionDenied(reason, details={"field": "model"})
         return serving._replace(model_route=(target.label, *serving.model_route[1:]))
+
+    async def _store_attachments(self, identity: IdentityRec,
+                                 attachments: list[pb.Attachment]) -> tuple[AttachmentRec, ...]:
+        """Sniff and store an input's attachments; their references for the input.
+
+        The bytes go to the attachment store (``meta``, ``attachment:<sha256>``:
+        content-addressed, so the same image is stored once) in a commit before the
+        input's own; the client's MIME type is ignored, the bytes say what they are.
+
+        Raises:
+            InvalidArgument: an attachment that is empty, too big or not an image.
+        """
+        if not attachments:
+            return ()
+        infos = [sniff(bytes(a.data), name=a.name) for a in attachments]
+        writes = [EntityWrite(ATTACHMENT_TABLE, ATTACHMENT_PREFIX + info.sha256, bytes(a.data))
+                  for a, info in zip(attachments, infos, strict=True)
+                  if self.store.get_entity(ATTACHMENT_TABLE,
+                                           ATTACHMENT_PREFIX + info.sha256) is None]
+        if writes:
+            await self.store.append([EventDraft(
+                kind="attachment.stored", actor=identity.principal, principal=identity.principal,
+                payload={"sha256": [w.key.removeprefix(ATTACHMENT_PREFIX) for w in writes]},
+                entity_writes=tuple(writes))])
+        return tuple(AttachmentRec(i.sha256, i.mime_type, i.width, i.height, i.size_bytes,
+                                   a.name[:200]) for a, i in zip(attachments, infos, strict=True))
 
     def _check_budgets(self, identity: IdentityRec, agent_id: str) -> None:
         """Refuse new work once an enforced budget of the caller or the agent is spent.

@@ -54,12 +54,12 @@ MAX_TAPE_BYTES = 2 * 1024 * 1024
 MAX_ATTACHMENTS = 32
 
 
-def _input_of(message: pb.MessageInput | None) -> tuple[str | None, int]:
+def _input_of(message: pb.MessageInput | None) -> tuple[str | None, list[pb.Attachment]]:
     if message is None:
-        return None, 0
+        return None, []
     if len(message.attachments) > MAX_ATTACHMENTS:
         raise InvalidArgument(f"at most {MAX_ATTACHMENTS} attachments per input")
-    return message.text, len(message.attachments)
+    return message.text, list(message.attachments)
 
 
 class RunsApi(AppBase):
@@ -80,7 +80,8 @@ class RunsApi(AppBase):
         except StopAsyncIteration:
             raise InvalidArgument("RunStream needs a first message") from None
         check_version(first.v)
-        text, attachments = _input_of(first.input)
+        text, raw = _input_of(first.input)
+        attachments = await self._store_attachments(identity, raw)
         agent = self._serving_agent(identity, first.agent_id, first.session_key, first.model)
         self._check_budgets(identity, agent.agent_id)
         # The stream follows its run from its first commit, from memory: subscribed
@@ -148,7 +149,8 @@ class RunsApi(AppBase):
                                           "open a new stream for another")
                 if req.approval is not None and req.approval.approval_id:
                     await self._inline_decision(identity, req.approval)
-                text, attachments = _input_of(req.input)
+                text, raw = _input_of(req.input)
+                attachments = await self._store_attachments(identity, raw)
                 if text:
                     await self.engine.send_input(identity, run_id, text, attachments)
             await self.engine.complete_run(identity, run_id)
@@ -219,7 +221,8 @@ class RunsApi(AppBase):
         """Start a run with one input; ``complete`` ends it when the loop ends."""
         check_version(request.v)
         identity = identity_of(ctx)
-        text, attachments = _input_of(request.input)
+        text, raw = _input_of(request.input)
+        attachments = await self._store_attachments(identity, raw)
         agent = self._serving_agent(identity, request.agent_id, request.session_key,
                                     request.model)
         self._check_budgets(identity, agent.agent_id)
@@ -238,7 +241,8 @@ class RunsApi(AppBase):
                              request: pb.SendRunInputRequest) -> pb.SendRunInputResponse:
         """Queue one more input on an open run."""
         identity = identity_of(ctx)
-        text, attachments = _input_of(request.input)
+        text, raw = _input_of(request.input)
+        attachments = await self._store_attachments(identity, raw)
         if not text:
             raise InvalidArgument("input.text is required")
         self._check_budgets(identity, self.engine.get_run(identity, request.run_id).agent_id)

@@ -18,7 +18,8 @@ def schedule_proto(r: ScheduleRecord) -> pb.Schedule:
                        at_unix_ms=r.at_ms, agent_id=r.agent_id, session_key=r.session_key,
                        prompt=r.prompt, missed=r.missed, next_fire_unix_ms=r.next_fire_ms,
                        principal=r.principal, created_at_unix_ms=r.created_ms,
-                       fired_count=r.fired_count)
+                       fired_count=r.fired_count, sink=r.sink,
+                       conversation_id=r.conversation_id, thread_id=r.thread_id)
 
 
 class SchedulesApi(AppBase):
@@ -45,7 +46,8 @@ class SchedulesApi(AppBase):
             schedule_id="", principal=identity.principal, device_id=identity.device_id,
             prompt=s.prompt, cron=s.cron.strip(), time_zone=s.time_zone.strip(),
             at_ms=s.at_unix_ms, agent_id=s.agent_id, session_key=s.session_key,
-            missed=s.missed or "run_once"))
+            missed=s.missed or "run_once", sink=s.sink.strip(),
+            conversation_id=s.conversation_id, thread_id=s.thread_id))
         return pb.CreateScheduleResponse(schedule=schedule_proto(rec))
 
     async def list_schedules(self, ctx: CallContext,

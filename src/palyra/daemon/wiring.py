@@ -163,7 +163,7 @@ async def open_application(
     stack.push_async_callback(watchdog.close)
     schedules = Schedules(store, tasks)
     prompts = TaskWorker(tasks, {PROMPT_TASK: prompt_handler(engine, AgentRegistry(store),
-                                                             schedules)}, concurrency=4)
+                                                             schedules, tasks)}, concurrency=4)
     prompts.start()
     stack.push_async_callback(prompts.close)
     firing = asyncio.ensure_future(schedules.run())  # missed firings fire at once

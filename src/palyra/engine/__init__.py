@@ -41,6 +41,7 @@ from palyra.engine.model.ports import (
 )
 from palyra.engine.model.records import (
     ApprovalRecord,
+    AttachmentRec,
     GrantRec,
     IdentityRec,
     InputRec,
@@ -53,17 +54,21 @@ from palyra.engine.model.tape import is_terminal_status, member_from
 from palyra.engine.run.approvals import approval_write
 from palyra.engine.run.compact import covered_digest
 from palyra.engine.run.listing import RunQuery, runs_page
+from palyra.engine.run.modelcall import ATTACHMENT_PREFIX, ATTACHMENT_TABLE
 from palyra.engine.run.recovery import RecoveryReport, live_run_ids
 from palyra.engine.sessions.locks import KeyedLocks
 from palyra.engine.sessions.selectors import Selectors
 from palyra.engine.sessions.writer import CleanupResult
 
 __all__ = [
+    "ATTACHMENT_PREFIX",
+    "ATTACHMENT_TABLE",
     "SCOPE_PROTO",
     "ApprovalDecision",
     "ApprovalEvent",
     "ApprovalRecord",
     "ApprovalStateId",
+    "AttachmentRec",
     "CleanupResult",
     "ContextContribution",
     "ContextPort",

@@ -41,6 +41,7 @@ from palyra.engine.model.ports import ContextPort, PolicyPort, ToolsPort
 from palyra.engine.model.records import (
     RUNS,
     ApprovalRecord,
+    AttachmentRec,
     IdentityRec,
     InputRec,
     RunRecord,
@@ -79,7 +80,7 @@ class StartRun:
 
     selectors: Selectors
     text: str | None = None
-    attachments: int = 0
+    attachments: tuple[AttachmentRec, ...] = ()
     run_id: str = ""
     driver: str = "api"
     complete: bool = False
@@ -313,7 +314,8 @@ class Engine:
             session = msgspec.structs.replace(
                 plan.record, last_run_id=run_id, run_count=plan.record.run_count + 1,
                 updated_ms=now)
-            inputs = (InputRec(new_ulid(), start.text, start.attachments),) if (
+            inputs = (InputRec(new_ulid(), start.text, len(start.attachments),
+                               start.attachments),) if (
                 start.text is not None) else ()
             record = RunRecord(run_id=run_id, session_id=session.session_id,
                                state=RunStateId.PENDING, identity=identity, created_ms=now,
@@ -332,7 +334,10 @@ class Engine:
             batch.write(*plan.entity_writes, record_write(session), *start.writes)
             batch.transition(RunEvent.ACCEPT, reason="accepted",
                              message=f"accepted session={session.session_id} "
-                                     f"principal={identity.principal}")
+                                     f"principal={identity.principal}"
+                                     # A delegated child's tape names its parent.
+                                     + (f" parent_run={start.parent_run_id}"
+                                        if start.parent_run_id else ""))
             batch.transition(RunEvent.START, message="streaming")
             await batch.commit()
         self._start_actor(RunActor(self._deps, writer))
@@ -368,7 +373,8 @@ class Engine:
         return actor
 
     async def send_input(self, identity: IdentityRec, run_id: str, text: str,
-                         attachments: int = 0, *, complete: bool = False,
+                         attachments: tuple[AttachmentRec, ...] = (), *,
+                         complete: bool = False,
                          into_completing: bool = False) -> RunRecord:
         """Queue an input (``/cancel`` cancels the run instead); ``into_completing``:
         also into a run asked to complete that has not ended yet (see ``add_input``)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
@@ -65,6 +66,9 @@ def messages_to_anthropic(
         else:
             role = message.role
             blocks = [{"type": "text", "text": message.content}] if message.content else []
+            blocks += [{"type": "image", "source": {
+                "type": "base64", "media_type": i.mime_type,
+                "data": base64.b64encode(i.data).decode()}} for i in message.images]
             blocks += [
                 {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}
                 for c in message.tool_calls

@@ -25,6 +25,8 @@ class ProviderConfig:
         model: Default model name sent to the vendor.
         models: Models this provider offers (an agent may name only these);
             empty: any model name is passed through.
+        vision: The provider's models accept images; a call with images to one
+            that does not is refused before it is made.
         base_url: Vendor base URL without the ``/v1/...`` path; empty picks the
             vendor's public endpoint.
         api_key_env: Name of the environment variable holding the API key.
@@ -53,6 +55,7 @@ class ProviderConfig:
     kind: ProviderKind = "scripted"
     model: str = ""
     models: tuple[str, ...] = ()
+    vision: bool = True
     base_url: str = ""
     api_key_env: str = ""
     max_tokens: int = 1024

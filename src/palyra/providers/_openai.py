@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
@@ -59,6 +60,13 @@ def message_to_openai(message: ChatMessage) -> dict[str, Any]:
                 for call in message.tool_calls
             ],
         }
+    if message.images:
+        parts: list[dict[str, Any]] = [{"type": "text", "text": message.content}] \
+            if message.content else []
+        parts += [{"type": "image_url", "image_url": {
+            "url": f"data:{i.mime_type};base64,{base64.b64encode(i.data).decode()}"}}
+            for i in message.images]
+        return {"role": message.role, "content": parts}
     return {"role": message.role, "content": message.content}
 
 

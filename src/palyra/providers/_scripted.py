@@ -133,6 +133,14 @@ def scripted_reply(request: ModelRequest, *, tool: ScriptedTool = "add") -> Mode
     last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
     usage_in = _word_count(messages)
     user_text = messages[last_user].content if last_user >= 0 else ""
+    images = messages[last_user].images if last_user >= 0 else []
+    if images:
+        # Vision, deterministically: each image by type, pixel size and digest.
+        described = "; ".join(f"image {n}: {image.describe()}"
+                              for n, image in enumerate(images, 1))
+        text = f"{user_text}\n{described}" if user_text else described
+        return ModelResponse(text=text, tool_calls=[], finish_reason="stop",
+                             usage=Usage(usage_in, len(text.split())), model="scripted")
     if is_directive(user_text):
         return _directive_reply(user_text, messages[last_user + 1:], usage_in)
     match = _TIMES.search(user_text)

@@ -35,6 +35,20 @@ class ToolCall(msgspec.Struct, frozen=True):
     arguments: dict[str, Any] = {}
 
 
+class ImagePart(msgspec.Struct, frozen=True):
+    """An image of a message: what the store sniffed, and (once loaded) its bytes."""
+
+    sha256: str
+    mime_type: str
+    width: int = 0
+    height: int = 0
+    data: bytes = b""
+
+    def describe(self) -> str:
+        """``image/png 2x3 sha256:<first 12 hex>`` (the scripted model's description)."""
+        return f"{self.mime_type} {self.width}x{self.height} sha256:{self.sha256[:12]}"
+
+
 class ChatMessage(msgspec.Struct, frozen=True):
     """One message of the conversation sent to the model.
 
@@ -43,12 +57,14 @@ class ChatMessage(msgspec.Struct, frozen=True):
         content: Text content. For ``tool`` messages, the tool's output JSON.
         tool_calls: Tool calls made by an ``assistant`` message.
         tool_call_id: For ``tool`` messages, the id of the call answered.
+        images: Images of a ``user`` message (content parts after the text).
     """
 
     role: Role
     content: str = ""
     tool_calls: list[ToolCall] = []
     tool_call_id: str = ""
+    images: list[ImagePart] = []
 
 
 class ToolSpecForModel(msgspec.Struct, frozen=True):

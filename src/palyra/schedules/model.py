@@ -41,6 +41,10 @@ class ScheduleRecord(msgspec.Struct, frozen=True, kw_only=True):
     created_ms: int = 0
     fired_count: int = 0
     last_fire_ms: int = 0
+    # Where a firing's answer also goes (the channel outbox); "" for nowhere.
+    sink: str = ""
+    conversation_id: str = ""
+    thread_id: str = ""
 
 
 def zone(name: str) -> zoneinfo.ZoneInfo:
@@ -70,6 +74,9 @@ def validate(rec: ScheduleRecord, now_ms: int) -> ScheduleRecord:
     if bool(rec.cron) == bool(rec.at_ms):
         raise InvalidArgument("a schedule has a cron expression or a one-off time, not both",
                               details={"field": "schedule.cron"})
+    if rec.sink and not rec.conversation_id:
+        raise InvalidArgument("a schedule with a sink needs its conversation_id",
+                              details={"field": "schedule.conversation_id"})
     if rec.missed not in MISSED_POLICIES:
         raise InvalidArgument("missed must be run_once or skip",
                               details={"field": "schedule.missed"})

@@ -91,6 +91,24 @@ export declare type Schedule = Message<"palyra.v1.Schedule"> & {
    * @generated from field: uint64 fired_count = 12;
    */
   firedCount: bigint;
+
+  /**
+   * Where each firing's answer is also sent, through the outbox: a channel's reply
+   * sink (`slack:T123`, `webhook:hooks`, ...) and its conversation; empty: nowhere.
+   *
+   * @generated from field: string sink = 13;
+   */
+  sink: string;
+
+  /**
+   * @generated from field: string conversation_id = 14;
+   */
+  conversationId: string;
+
+  /**
+   * @generated from field: string thread_id = 15;
+   */
+  threadId: string;
 };
 
 /**

@@ -726,6 +726,13 @@ export declare type UserInput = Message<"palyra.v1.UserInput"> & {
    * @generated from field: uint32 attachment_count = 3;
    */
   attachmentCount: number;
+
+  /**
+   * The input's images as stored (content-addressed; the bytes are not on the tape).
+   *
+   * @generated from field: repeated palyra.v1.AttachmentRef attachments = 4;
+   */
+  attachments: AttachmentRef[];
 };
 
 /**
@@ -733,6 +740,54 @@ export declare type UserInput = Message<"palyra.v1.UserInput"> & {
  * Use `create(UserInputSchema)` to create a new message.
  */
 export declare const UserInputSchema: GenMessage<UserInput>;
+
+/**
+ * An attachment in the attachment store (docs/architecture.md, "Images"): its type and
+ * pixel size as sniffed from its bytes (never as the client said), and its digest.
+ *
+ * @generated from message palyra.v1.AttachmentRef
+ */
+export declare type AttachmentRef = Message<"palyra.v1.AttachmentRef"> & {
+  /**
+   * Lowercase hex SHA-256 of the bytes: the store's key.
+   *
+   * @generated from field: string sha256 = 1;
+   */
+  sha256: string;
+
+  /**
+   * @generated from field: string mime_type = 2;
+   */
+  mimeType: string;
+
+  /**
+   * @generated from field: uint32 width = 3;
+   */
+  width: number;
+
+  /**
+   * @generated from field: uint32 height = 4;
+   */
+  height: number;
+
+  /**
+   * @generated from field: uint64 size_bytes = 5;
+   */
+  sizeBytes: bigint;
+
+  /**
+   * The client's file name (not trusted for anything).
+   *
+   * @generated from field: string name = 6;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message palyra.v1.AttachmentRef.
+ * Use `create(AttachmentRefSchema)` to create a new message.
+ */
+export declare const AttachmentRefSchema: GenMessage<AttachmentRef>;
 
 /**
  * @generated from message palyra.v1.AgentLoop

@@ -22,7 +22,7 @@ from palyra_gen.palyra import v1 as pb
 from palyra.engine.model import compaction
 from palyra.engine.model.compaction import History, PinRecord
 from palyra.engine.model.lifecycle import RunStateId, run_state_of_proto
-from palyra.providers import ChatMessage, ToolCall
+from palyra.providers import ChatMessage, ImagePart, ToolCall
 
 #: The ``context_stage`` a compaction attempt that changed nothing writes (it counts
 #: as an attempt, so a summariser that never helps cannot make compaction loop).
@@ -140,7 +140,8 @@ class LoopState:
         self.state = run_state_of_proto(member.state, self.state)
 
     def _fold_input(self, member: pb.UserInput, seq: int, redacted: bool) -> None:
-        self.messages.append(ChatMessage(role="user", content=member.text))
+        self.messages.append(ChatMessage(role="user", content=member.text,
+                                         images=images_of(member)))
         self.message_seqs.append(seq)
 
     def _fold_loop(self, member: pb.AgentLoop, seq: int, redacted: bool) -> None:
@@ -301,3 +302,8 @@ _FOLDS: dict[type, _Fold] = {
     pb.ContextStage: LoopState._fold_stage,
     pb.SessionCompaction: LoopState._fold_compaction,
 }
+
+
+def images_of(member: pb.UserInput) -> list[ImagePart]:
+    """The input's images as references (the bytes are loaded for the call)."""
+    return [ImagePart(a.sha256, a.mime_type, a.width, a.height) for a in member.attachments]

@@ -44,12 +44,24 @@ class IdentityRec(msgspec.Struct, frozen=True):
     channel: str = ""
 
 
+class AttachmentRec(msgspec.Struct, frozen=True):
+    """An attachment in the store (``palyra.v1.AttachmentRef``): sniffed, not as told."""
+
+    sha256: str
+    mime_type: str
+    width: int = 0
+    height: int = 0
+    size_bytes: int = 0
+    name: str = ""
+
+
 class InputRec(msgspec.Struct, frozen=True):
     """A user input waiting for the agent loop (durable until taped)."""
 
     input_id: str
     text: str
     attachment_count: int = 0
+    attachments: tuple[AttachmentRec, ...] = ()
 
 
 class GrantRec(msgspec.Struct, frozen=True):

@@ -33,7 +33,7 @@ from palyra.engine.model.lifecycle import (
     is_run_terminal,
     run_can,
 )
-from palyra.engine.model.records import ApprovalRecord, InputRec, RunRecord
+from palyra.engine.model.records import ApprovalRecord, AttachmentRec, InputRec, RunRecord
 from palyra.engine.run.approvals import approval_write
 from palyra.engine.run.deps import EngineDeps
 from palyra.engine.run.loop import advance
@@ -88,7 +88,7 @@ class RunActor:
         return self._writer.record
 
     # -- requests from other tasks -------------------------------------------
-    async def add_input(self, text: str, input_id: str, attachments: int,
+    async def add_input(self, text: str, input_id: str, attachments: tuple[AttachmentRec, ...],
                         complete: bool, *, into_completing: bool = False) -> RunRecord:
         """Queue one input durably (processed in order after earlier ones).
 
@@ -109,7 +109,8 @@ class RunActor:
                 raise coded(ErrorCode.RESOURCE_EXHAUSTED,
                             f"run {rec.run_id} already has {len(rec.pending_inputs)} queued "
                             "inputs", run_id=rec.run_id)
-            inputs = (*rec.pending_inputs, InputRec(input_id, text, attachments))
+            inputs = (*rec.pending_inputs,
+                      InputRec(input_id, text, len(attachments), attachments))
             batch = self._writer.batch().set(pending_inputs=inputs,
                                             complete_requested=complete or (
                                                 into_completing and rec.complete_requested))

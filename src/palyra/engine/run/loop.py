@@ -20,7 +20,7 @@ from palyra_gen.palyra import v1 as pb
 
 from palyra.core.errors import ErrorCode, PalyraError, PalyraInternalError
 from palyra.engine.model.budgets import budget_exhausted
-from palyra.engine.model.fold import Action
+from palyra.engine.model.fold import Action, images_of
 from palyra.engine.model.ports import ContextRequest, ReferenceCall
 from palyra.engine.model.prune import ESTIMATE, prune
 from palyra.engine.model.tokens import TokenBuffer, clip_reply
@@ -50,7 +50,11 @@ async def advance(step: Step) -> None:
             batch = step.writer.batch().take_input().set(end_reason="")
             batch.add(
                 pb.UserInput(text=first.text, input_id=first.input_id,
-                             attachment_count=first.attachment_count),
+                             attachment_count=first.attachment_count,
+                             attachments=[pb.AttachmentRef(
+                                 sha256=a.sha256, mime_type=a.mime_type, width=a.width,
+                                 height=a.height, size_bytes=a.size_bytes, name=a.name)
+                                 for a in first.attachments]),
                 pb.AgentLoop(phase=_PHASE.STARTED, turn=loop.turn_count),
             )
             await model_turn(step, batch)
@@ -126,7 +130,7 @@ async def model_turn(step: Step, batch: Batch) -> None:
         # the model is called (with their results) once they are all answered.
         await propose_references(step, batch, waiting, loop.turn_count)
         return
-    new = [ChatMessage(role="user", content=m.text) for m in inputs]
+    new = [ChatMessage(role="user", content=m.text, images=images_of(m)) for m in inputs]
     if inputs:
         # Compaction is planned only when an input starts a loop (never inside one).
         history = await maybe_compact(step, batch, blocks, new, turn)

@@ -13,12 +13,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import AsyncGenerator
 
+import msgspec
+
+from palyra.core.errors import ErrorCode, PalyraError
 from palyra.engine.run.step import Step
-from palyra.journal import EntityWrite
+from palyra.journal import EntityWrite, JournalStore
 from palyra.providers import (
     CACHE_KEY_PREFIX,
     Answered,
     CachedAnswer,
+    ChatMessage,
     ModelRequest,
     TextDelta,
     cacheable,
@@ -29,6 +33,10 @@ from palyra.providers import (
 )
 
 CACHE_TABLE = "meta"
+# The attachment store: ``attachment:<sha256>`` -> the bytes (written by the app
+# before the input that names them).
+ATTACHMENT_TABLE = "meta"
+ATTACHMENT_PREFIX = "attachment:"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -49,6 +57,16 @@ async def call_model(step: Step, request: ModelRequest
     """
     deps, record = step.deps, step.record
     candidates = deps.models.resolve(record.model_route)
+    if any(m.images for m in request.messages):
+        candidates = [c for c in candidates if deps.models.config(c[0].provider).vision]
+        if not candidates:
+            raise PalyraError(
+                "the input has images and no provider of this run's route accepts images "
+                f"({', '.join(record.model_route) or 'the default provider'}); use an agent "
+                "whose provider has vision = true", code=ErrorCode.INVALID_ARGUMENT,
+                details={"field": "input.attachments"})
+        request = msgspec.structs.replace(request, messages=[
+            _loaded(deps.store, m) for m in request.messages])
     primary = candidates[0][0]
     digest = (request_digest(primary, request)
               if record.response_cache and cacheable(request) else "")
@@ -72,3 +90,17 @@ async def call_model(step: Step, request: ModelRequest
                 CachedAnswer(response=chunk.response, provider=chunk.target.provider,
                              digest=digest, created_ms=deps.now_ms())))
         yield Routed(chunk, write)
+
+
+def _loaded(store: JournalStore, message: ChatMessage) -> ChatMessage:
+    """``message`` with its images' bytes read from the attachment store."""
+    if not message.images:
+        return message
+    images = []
+    for image in message.images:
+        data = store.get_entity(ATTACHMENT_TABLE, ATTACHMENT_PREFIX + image.sha256)
+        if data is None:
+            raise PalyraError(f"attachment {image.sha256} is not in the attachment store",
+                              code=ErrorCode.NOT_FOUND, details={"sha256": image.sha256})
+        images.append(msgspec.structs.replace(image, data=data))
+    return msgspec.structs.replace(message, images=images)

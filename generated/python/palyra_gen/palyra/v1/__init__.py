@@ -40,6 +40,7 @@ __all__ = (
     "ApprovalsServiceBase",
     "ApprovalsServiceStub",
     "Attachment",
+    "AttachmentRef",
     "BackgroundTask",
     "BackgroundTaskState",
     "BindAgentRequest",
@@ -1241,6 +1242,35 @@ class Attachment(betterproto2.Message):
 
 
 default_message_pool.register_message("palyra.v1", "Attachment", Attachment)
+
+
+@dataclass(eq=False, repr=False)
+class AttachmentRef(betterproto2.Message):
+    """
+    An attachment in the attachment store (docs/architecture.md, "Images"): its type and
+    pixel size as sniffed from its bytes (never as the client said), and its digest.
+    """
+
+    sha256: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Lowercase hex SHA-256 of the bytes: the store's key.
+    """
+
+    mime_type: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    width: "int" = betterproto2.field(3, betterproto2.TYPE_UINT32)
+
+    height: "int" = betterproto2.field(4, betterproto2.TYPE_UINT32)
+
+    size_bytes: "int" = betterproto2.field(5, betterproto2.TYPE_UINT64)
+
+    name: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    The client's file name (not trusted for anything).
+    """
+
+
+default_message_pool.register_message("palyra.v1", "AttachmentRef", AttachmentRef)
 
 
 @dataclass(eq=False, repr=False)
@@ -3706,6 +3736,16 @@ class Schedule(betterproto2.Message):
 
     fired_count: "int" = betterproto2.field(12, betterproto2.TYPE_UINT64)
 
+    sink: "str" = betterproto2.field(13, betterproto2.TYPE_STRING)
+    """
+    Where each firing's answer is also sent, through the outbox: a channel's reply
+    sink (`slack:T123`, `webhook:hooks`, ...) and its conversation; empty: nowhere.
+    """
+
+    conversation_id: "str" = betterproto2.field(14, betterproto2.TYPE_STRING)
+
+    thread_id: "str" = betterproto2.field(15, betterproto2.TYPE_STRING)
+
 
 default_message_pool.register_message("palyra.v1", "Schedule", Schedule)
 
@@ -4362,6 +4402,13 @@ class UserInput(betterproto2.Message):
     input_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
 
     attachment_count: "int" = betterproto2.field(3, betterproto2.TYPE_UINT32)
+
+    attachments: "list[AttachmentRef]" = betterproto2.field(
+        4, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    The input's images as stored (content-addressed; the bytes are not on the tape).
+    """
 
 
 default_message_pool.register_message("palyra.v1", "UserInput", UserInput)
