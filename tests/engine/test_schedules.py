@@ -191,7 +191,7 @@ async def test_a_firings_answer_goes_to_its_channel_conversation(harness: Harnes
     [send] = tasks.page(kind="channel.send")[0]
     assert json.loads(send.payload_json) == {
         "sink": "slack:T1", "key": f"schedule:{task_id}:0", "text": "daily digest",
-        "conversation_id": "C42", "thread_id": "171.5", "reply_to": ""}
+        "conversation_id": "C42", "thread_id": "171.5", "reply_to": "", "reply_token": ""}
     await tasks.close()
 
 

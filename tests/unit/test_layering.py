@@ -202,6 +202,8 @@ def _exports(package: str) -> set[str]:
 # like ``write``, it trusts no verification code.
 JOURNAL_ROOMS: dict[str, set[str]] = {
     "postgres": {"verify"},
+    # The transparency log's formats and proofs: pure, over the record format only.
+    "tlog": {"read", "write", "verify", "retention", "postgres", "_env", "_store"},
     "format": {"read", "write", "verify", "retention", "_env", "_store"},
     "read": {"write", "verify", "retention"},
     "verify": {"write", "retention"},

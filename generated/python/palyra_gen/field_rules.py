@@ -41,6 +41,9 @@ RULES: Final[dict[str, FieldRule]] = {
         None,
         '{"maxLength":200}',
     ),
+    "palyra.v1.Agent.fallbacks": FieldRule(
+        False, "", None, '{"items":{"minLength":1},"maxItems":8}'
+    ),
     "palyra.v1.Agent.system_prompt": FieldRule(False, "", None, '{"maxLength":16000}'),
     "palyra.v1.Agent.tool_postures": FieldRule(
         False,
@@ -73,6 +76,7 @@ RULES: Final[dict[str, FieldRule]] = {
         None,
         '{"anyOf":[{"minimum":1,"type":"integer"},{"pattern":"^0*[1-9]","type":"string"}]}',
     ),
+    "palyra.v1.Attachment.data": FieldRule(True, "", None, '{"minLength":1}'),
     "palyra.v1.BindAgentRequest.binding": FieldRule(
         True,
         "",
@@ -86,9 +90,11 @@ RULES: Final[dict[str, FieldRule]] = {
     "palyra.v1.CreateRunRequest.session_id": FieldRule(
         False, "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$", None
     ),
+    "palyra.v1.CreateScheduleRequest.schedule": FieldRule(True, "", None),
     "palyra.v1.DecideApprovalRequest.decision": FieldRule(True, "", None),
-    "palyra.v1.GetTreeTileRequest.level": FieldRule(False, "", -1.0),
-    "palyra.v1.GetTreeTileRequest.width": FieldRule(False, "", 1.0),
+    "palyra.v1.GetTreeTileRequest.level": FieldRule(False, "", -1.0, '{"maximum":63}'),
+    "palyra.v1.GetTreeTileRequest.width": FieldRule(False, "", 1.0, '{"maximum":256}'),
+    "palyra.v1.GetUsageRequest.day": FieldRule(False, "^([0-9]{4}-[0-9]{2}-[0-9]{2})?$", None),
     "palyra.v1.IngestMemoryRequest.item": FieldRule(
         True,
         "",

@@ -49,6 +49,7 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.ApprovalsService": "Human-in-the-loop approvals. An `admin:` or `system:` principal sees every\napproval; any other principal sees (lists, gets, exports) only the approvals\nof runs it started, and another's approval is NOT_FOUND. Who may decide is a\nCedar policy (`approval.decide`), and the decider is recorded.",
     "palyra.v1.ApprovalsService.DecideApproval": "Decide a pending approval from any client; the run continues from the journal.",
     "palyra.v1.ApprovalsService.ExportApprovals": "Chunked NDJSON (or JSON) export with a chained checksum per record.",
+    "palyra.v1.Attachment.data": "Not empty.",
     "palyra.v1.AttachmentRef": 'An attachment in the attachment store (docs/architecture.md, "Images"): its type and\npixel size as sniffed from its bytes (never as the client said), and its digest.',
     "palyra.v1.AttachmentRef.name": "The client's file name (not trusted for anything).",
     "palyra.v1.AttachmentRef.sha256": "Lowercase hex SHA-256 of the bytes: the store's key.",

@@ -42,7 +42,7 @@ class PalyraApp(RunsApi, SessionsApi, ApprovalsApi, JournalApi, TokensApi, Tasks
     None: no checks, always ready (an app without a daemon around it)."""
     health_details: Callable[[], Sequence[tuple[str, bool, str]]] | None = None
     reload_policy: Callable[[], Coroutine[Any, Any, None]] | None = None
-    """Read the policy files again (the daemon's SIGHUP; ``palyra.policy.reload``)."""
+    """Read the policy files again (the daemon's SIGHUP; ``palyra.daemon.policy_reload``)."""
     """``palyra doctor``'s in-daemon checks, shown to operators (``palyra.ops.doctor``)."""
 
     async def get_health(self, ctx: CallContext,

@@ -29,11 +29,12 @@ from palyra.journal import (
     EventDraft,
     VerifyReport,
     export_bundle,
+    parse_note,
+    position_of,
     prune_older_than,
     verify_store,
+    witnesses,
 )
-from palyra.journal.read.locate import position_of
-from palyra.journal.tlog.note import parse_note, witnesses
 
 _DAY_MS = 86_400_000
 # Ages past this (~2,700 years) are refused: the product in ms would leave int64.
@@ -270,10 +271,9 @@ class JournalApi(AppBase):
         """The ``tlog-proof`` of the record holding one event; operators only (it carries
         the record's content)."""
         require_operator(ctx, "ProveEntry")
-        named = [bool(request.position), bool(request.approval_id), bool(request.run_id)]
-        if sum(named) != 1:
-            raise InvalidArgument("name exactly one of position, approval_id or run_id (+ seq)",
-                                  details={"field": "position"})
+        if not (request.position or request.approval_id or request.run_id):
+            raise NotFound("name the entry to prove: a position, an approval_id or a run_id "
+                           "(+ seq)", details={"field": "position"})
         locator = ({"position": str(request.position)} if request.position else
                    {"approval": request.approval_id} if request.approval_id else
                    {"run": request.run_id, "seq": str(request.seq)})  # fmt: skip

@@ -6,7 +6,7 @@ The skills host is the daemon's (``daemon.skills``); an app built without one
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from palyra_gen.palyra import v1 as pb
 
@@ -15,8 +15,18 @@ from palyra.app._base import AppBase
 from palyra.app.context import CallContext
 from palyra.core.errors import ErrorCode, PalyraError
 
-if TYPE_CHECKING:
-    from palyra.daemon.skills import SkillsHost
+
+class SkillsHost(Protocol):
+    """What the app needs of the daemon's skills host (``palyra.daemon.skills``)."""
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """Every installed skill as last loaded, by name."""
+        ...
+
+    async def reload(self, principal: str) -> tuple[list[dict[str, Any]], int]:
+        """Load what changed; the changes and the last one's journal position."""
+        ...
 
 
 def skill_proto(record: dict[str, Any]) -> pb.Skill:

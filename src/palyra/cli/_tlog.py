@@ -18,13 +18,18 @@ from pathlib import Path
 
 from palyra.cli._client import Target, running_daemon_target
 from palyra.core.errors import ErrorCode, InvalidArgument, NotFound, PalyraError
-from palyra.journal import JournalConfig, JournalStore
-from palyra.journal.format.record import decode_record
-from palyra.journal.read.locate import position_of
-from palyra.journal.tlog.merkle import verify_consistency
-from palyra.journal.tlog.note import NoteError, Witness, verify_checkpoint
-from palyra.journal.tlog.proof import verify_proof
-from palyra.journal.tlog.session_proofs import verify_lines
+from palyra.journal import (
+    JournalConfig,
+    JournalStore,
+    NoteError,
+    Witness,
+    decode_record,
+    position_of,
+    verify_checkpoint,
+    verify_consistency,
+    verify_lines,
+    verify_proof,
+)
 
 EXIT_OK, EXIT_BAD, EXIT_ERROR = 0, 1, 2
 _DAEMON_TIMEOUT_S = 15.0
@@ -43,7 +48,7 @@ def _locator(args: argparse.Namespace) -> dict[str, str]:
 def _prove_local(data_dir: Path, locator: dict[str, str]) -> bytes:
     store = JournalStore.open(data_dir, config=JournalConfig(readonly=True))
     try:
-        from palyra.engine.run.approvals import ApprovalReader
+        from palyra.engine import ApprovalReader
 
         approvals = ApprovalReader(store)
         position = position_of(store, locator,

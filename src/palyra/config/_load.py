@@ -18,8 +18,7 @@ from palyra.config._coerce import build, config_error
 from palyra.config._consistency import contradictions
 from palyra.config._model import PalyraConfig
 from palyra.core.errors import PalyraError
-from palyra.journal import JournalConfig
-from palyra.journal.tlog.note import check_name, witnesses
+from palyra.journal import JournalConfig, check_name, witnesses
 
 _PREFIX = "PALYRA_"
 # Short, documented names for the settings people set most often.

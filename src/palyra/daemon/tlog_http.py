@@ -11,8 +11,7 @@ spec's ``JournalService`` RPCs for authenticated clients.
 from __future__ import annotations
 
 from palyra.core.errors import NotFound
-from palyra.journal import JournalStore
-from palyra.journal.tlog.tiles import parse_tile_path
+from palyra.journal import JournalStore, parse_tile_path
 from palyra.transport.http.app import StaticHandler
 
 TLOG_PREFIX = "/tlog/"

@@ -47,6 +47,7 @@ from palyra.channels.ingress import Ingress
 from palyra.channels.polling import poll_telegram
 from palyra.config import PalyraConfig
 from palyra.core.errors import PalyraError
+from palyra.daemon.policy_reload import reload_policy
 from palyra.daemon.skills import SkillsHost
 from palyra.engine import Engine, IdentityRec, RecoveryReport, RunRecord, RunStateId
 from palyra.journal import JournalStore, sign_head_if_moved
@@ -57,7 +58,6 @@ from palyra.memory.service import Memory
 from palyra.ops.doctor import daemon_details
 from palyra.ops.readiness import Readiness
 from palyra.policy import PolicyGate
-from palyra.policy.reload import reload_policy
 from palyra.providers import ProviderRegistry
 from palyra.schedules import PROMPT_TASK, Schedules
 from palyra.tasks import TaskQueue, TaskWorker

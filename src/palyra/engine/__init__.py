@@ -51,7 +51,7 @@ from palyra.engine.model.records import (
 )
 from palyra.engine.model.tape import field_of as tape_field_of
 from palyra.engine.model.tape import is_terminal_status, member_from
-from palyra.engine.run.approvals import approval_write
+from palyra.engine.run.approvals import ApprovalReader, approval_write
 from palyra.engine.run.compact import covered_digest
 from palyra.engine.run.listing import RunQuery, runs_page
 from palyra.engine.run.modelcall import ATTACHMENT_PREFIX, ATTACHMENT_TABLE
@@ -66,6 +66,7 @@ __all__ = [
     "SCOPE_PROTO",
     "ApprovalDecision",
     "ApprovalEvent",
+    "ApprovalReader",
     "ApprovalRecord",
     "ApprovalStateId",
     "AttachmentRec",

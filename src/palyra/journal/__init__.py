@@ -18,11 +18,24 @@ from palyra.journal._types import (
     StoredEvent,
     TapePage,
 )
-from palyra.journal.format.record import PRUNED_KIND, RETENTION_SESSION
+from palyra.journal.format.record import PRUNED_KIND, RETENTION_SESSION, decode_record
 from palyra.journal.read.bundle import export_bundle
 from palyra.journal.read.follow import Subscription
+from palyra.journal.read.locate import position_of
 from palyra.journal.retention.policy import prune_older_than, retention_every
 from palyra.journal.retention.prune import PruneOrder, PruneResult
+from palyra.journal.tlog.merkle import verify_consistency
+from palyra.journal.tlog.note import (
+    NoteError,
+    Witness,
+    check_name,
+    parse_note,
+    verify_checkpoint,
+    witnesses,
+)
+from palyra.journal.tlog.proof import verify_proof
+from palyra.journal.tlog.session_proofs import verify_lines
+from palyra.journal.tlog.tiles import parse_tile_path
 from palyra.journal.verify.verify import VerifyReport, verify_bundle, verify_store
 from palyra.journal.write.autocheckpoint import (
     checkpoint_every,
@@ -43,18 +56,30 @@ __all__ = [
     "JournalStats",
     "JournalStore",
     "Lease",
+    "NoteError",
     "PruneOrder",
     "PruneResult",
     "StoredEvent",
     "Subscription",
     "TapePage",
     "VerifyReport",
+    "Witness",
+    "check_name",
     "checkpoint_every",
+    "decode_record",
     "export_bundle",
+    "parse_note",
+    "parse_tile_path",
+    "position_of",
     "prune_older_than",
     "retention_every",
     "sign_head_if_moved",
     "sign_tree_every",
     "verify_bundle",
+    "verify_checkpoint",
+    "verify_consistency",
+    "verify_lines",
+    "verify_proof",
     "verify_store",
+    "witnesses",
 ]

@@ -56,6 +56,8 @@ export declare type Attachment = Message<"palyra.v1.Attachment"> & {
   mimeType: string;
 
   /**
+   * Not empty.
+   *
    * @generated from field: bytes data = 3;
    */
   data: Uint8Array;

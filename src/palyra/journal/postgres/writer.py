@@ -35,10 +35,8 @@ from palyra.core.chain import GENESIS, checkpoint_message
 from palyra.core.errors import AlreadyExists, ErrorCode, InvalidArgument, PalyraError
 from palyra.journal import _env as names
 from palyra.journal._types import Checkpoint as SignedCheckpoint
-from palyra.journal._types import EventDraft, StoredEvent
+from palyra.journal._types import StoredEvent
 from palyra.journal.format.record import (
-    PRUNED_ACTOR,
-    PRUNED_KIND,
     RECORD_VERSION,
     RETENTION_SESSION,
     CheckpointRecord,
@@ -54,12 +52,11 @@ from palyra.journal.read.reads import last_scoped_number, pruned_through, record
 from palyra.journal.read.tlog import StoredTree
 from palyra.journal.retention.prune import PruneResult, tombstone_prefix
 from palyra.journal.tlog.merkle import Frontier
-from palyra.journal.tlog.note import NoteError, add_cosignatures
-from palyra.journal.tlog.signing import next_checkpoint
+from palyra.journal.tlog.note import NoteError
 from palyra.journal.write.answer import fail, resolve
 from palyra.journal.write.commitlog import Op
 from palyra.journal.write.plan import CommitPlan, Heads, plan_commit
-from palyra.journal.write.prepare import prepare
+from palyra.journal.write.prune_plan import pruned_event_plan
 from palyra.journal.write.requests import (
     Append,
     Checkpoint,
@@ -69,6 +66,7 @@ from palyra.journal.write.requests import (
     TreeSign,
 )
 from palyra.journal.write.stats import WriterStats
+from palyra.journal.write.tree_sign import note_to_store
 
 WRITER_THREAD = "palyra-journal-pg-writer"
 # Chain heads remembered between this thread's own commits; past this many
@@ -240,11 +238,7 @@ class PostgresWriter:
             for event in request.events:
                 session_id, run_id = event.session_id, event.run_id
                 if session_id not in sessions:
-                    known = self._session_heads.get(session_id)
-                    if known is None:
-                        last = last_scoped_number(txn, env.dbs[names.BY_SESSION], session_id)
-                        known = GENESIS if last < 0 else record_hash_at(txn, env, last)
-                    sessions[session_id] = known
+                    sessions[session_id] = self._session_head(txn, session_id)
                 if event.tape and run_id not in tape_next:
                     seq = self._tape_next.get(run_id, -1)
                     if seq < 0:
@@ -254,6 +248,15 @@ class PostgresWriter:
         if tree is None:  # the shared tree as the database holds it now
             tree = StoredTree(txn, env.dbs[names.TLOG]).frontier()
         return Heads(head[0], head[1], sessions, tape_next, tree)
+
+    def _session_head(self, txn: PgTxn, session_id: str) -> bytes:
+        """The hash of the session's last record (remembered, else as the database has it)."""
+        known = self._session_heads.get(session_id)
+        if known is None:
+            env = self._env
+            last = last_scoped_number(txn, env.dbs[names.BY_SESSION], session_id)
+            known = GENESIS if last < 0 else record_hash_at(txn, env, last)
+        return known
 
     def _first_clash(self, txn: PgTxn, plan: CommitPlan, live: list[Append]) -> Append | None:
         """The first request whose event id is taken (it gets its error), else None."""
@@ -315,19 +318,12 @@ class PostgresWriter:
         def write(txn: PgTxn, head: tuple[int, bytes]) -> tuple[None, list[Op], int, bytes]:
             env, key = self._env, StoredTree.key_of()
             stored = txn.get(key, env.dbs[names.TLOG_CHECKPOINTS])
-            if request.cosigned is not None:
-                if stored is None:
-                    raise NoteError("the log has signed no checkpoint yet")
-                note, _added = add_cosignatures(stored, request.cosigned, request.witnesses)
-            else:
-                tree = StoredTree(txn, env.dbs[names.TLOG])
-                signed = next_checkpoint(stored, tree.frontier(), tree.hash_at, request.origin,
-                                         request.signer.public_key, request.signer.sign)
-                if signed is None:  # the tree has not grown: the stored note stands
-                    assert stored is not None
-                    answer.append(stored)
-                    return None, [], head[0], head[1]
-                note = signed
+            tree = StoredTree(txn, env.dbs[names.TLOG])
+            note = note_to_store(request, stored, tree.frontier(), tree.hash_at)
+            if note is None:  # the tree has not grown: the stored note stands
+                assert stored is not None
+                answer.append(stored)
+                return None, [], head[0], head[1]
             answer.append(note)
             return None, [(names.TLOG_CHECKPOINTS, key, note)], head[0], head[1]
 
@@ -381,16 +377,10 @@ class PostgresWriter:
             raw = txn.get(u64_key(watermark), env.dbs[names.EVENTS]) if watermark else None
             at = record_hashes(raw)[1] if raw is not None else GENESIS
             return (PruneResult(0, watermark, 0, 0, 0, at.hex()), None), [], head[0], head[1]
-        events = done.last - done.first + 1
-        drafts = [EventDraft(
-            kind=PRUNED_KIND, actor=PRUNED_ACTOR, session_id=RETENTION_SESSION,
-            payload={"first": done.first, "through": done.last, "records": done.records,
-                     "events": events, "bytes_freed": done.bytes_freed,
-                     "head_hash": done.global_hash.hex(), "before_ms": order.before_ms})]  # fmt: skip
-        claim = Append(request.loop, request.future, prepare(drafts, env.config))
-        plan = plan_commit([claim], self._heads(txn, head, [claim]))
-        result = PruneResult(done.first, done.last, done.records, events, done.bytes_freed,
-                             done.global_hash.hex(), head[0])  # fmt: skip
+        base = self._heads(txn, head, [])
+        heads = Heads(base.next_position, base.head,
+                      {RETENTION_SESSION: self._session_head(txn, RETENTION_SESSION)}, {}, base.tree)
+        result, plan = pruned_event_plan(request, done, heads, env.config)
         return (result, plan), writes.ops + plan.ops, plan.next_position, plan.head
 
     # --- the transaction -----------------------------------------------------

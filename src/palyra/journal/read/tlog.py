@@ -212,9 +212,9 @@ def prove_position(env: JournalEnv, txn: Any, position: int) -> bytes:
 def consistency(env: JournalEnv, txn: Any, old: int, new: int) -> list[bytes]:
     """The consistency proof from tree size ``old`` to ``new``."""
     tree = tree_of(env, txn)
-    if not 0 <= old <= new <= tree.size:
-        raise InvalidArgument(f"no consistency proof from size {old} to {new} in a tree of "
-                              f"{tree.size}", details={"old": str(old), "new": str(new)})  # fmt: skip
+    if not 0 <= old <= new <= tree.size:  # no such proof exists (a size past the tree, or old > new)
+        raise NotFound(f"no consistency proof from size {old} to {new} in a tree of "
+                       f"{tree.size}", details={"old": str(old), "new": str(new)})
     return consistency_proof(old, new, tree.hash_at)
 
 

@@ -40,7 +40,6 @@ any request is served (``_complete_tree``).
 
 from __future__ import annotations
 
-import contextlib
 import queue
 import threading
 import time
@@ -51,35 +50,25 @@ from typing import Any
 
 import lmdb
 
-from palyra.core.chain import GENESIS, checkpoint_message
-from palyra.core.errors import AlreadyExists, InvalidArgument, PalyraError
+from palyra.core.chain import GENESIS
+from palyra.core.errors import AlreadyExists
 from palyra.journal import _env as names
 from palyra.journal._env import JournalEnv
-from palyra.journal._types import Checkpoint as SignedCheckpoint
-from palyra.journal._types import EventDraft, StoredEvent
+from palyra.journal._types import StoredEvent
 from palyra.journal.format.record import (
-    PRUNED_ACTOR,
-    PRUNED_KIND,
-    RECORD_VERSION,
-    RETENTION_SESSION,
-    CheckpointRecord,
-    encode_record,
     record_hashes,
     u64_key,
 )
 from palyra.journal.read.follow import Deliveries
 from palyra.journal.read.reads import last_scoped_number, load_head, pruned_through, record_hash_at
 from palyra.journal.read.tlog import StoredTree
-from palyra.journal.retention.prune import PruneResult, tombstone_prefix
 from palyra.journal.tlog.merkle import Frontier, extend
-from palyra.journal.tlog.note import NoteError, add_cosignatures
-from palyra.journal.tlog.signing import next_checkpoint
 from palyra.journal.write.answer import fail, resolve
 from palyra.journal.write.apply import Applier
 from palyra.journal.write.commitlog import Op
 from palyra.journal.write.durable import Durability, RecordingTxn, Unsettled
+from palyra.journal.write.other_commits import OtherCommits
 from palyra.journal.write.plan import CommitPlan, Heads, plan_commit
-from palyra.journal.write.prepare import prepare
 from palyra.journal.write.requests import Append, Checkpoint, Prune, Request, TreeSign, Waiting
 from palyra.journal.write.stats import WriterStats
 
@@ -106,7 +95,7 @@ _APPLY_IDLE_S = 0.0005
 _COMPLETE_TREE_RECORDS = 4096
 
 
-class Writer:
+class Writer(OtherCommits):
     """Owns every LMDB write transaction of one store."""
 
     def __init__(
@@ -361,131 +350,6 @@ class Writer:
         self._pending.add(frame, map(_KEY, plan.claims))
 
     # --- the two requests that step out of the plan ----------------------
-
-    def _commit_checkpoint(self, request: Checkpoint) -> None:
-        """Sign the head after every frame before it; its one write is planned."""
-        position = self.next_position - 1
-        ts_ms = time.time_ns() // 1_000_000
-        signer = request.signer
-        signature = signer.sign(checkpoint_message(position, self.head, ts_ms))
-        record = CheckpointRecord(
-            RECORD_VERSION, position, self.head, ts_ms, signer.public_key, signature
-        )
-        op: Op = (names.CHECKPOINTS, u64_key(position) + u64_key(ts_ms), encode_record(record))
-        try:
-            frame = self._retried(lambda: self._log([op]))
-        except Exception as exc:
-            fail([request], exc)
-            return
-        request.result = SignedCheckpoint(
-            position, self.head.hex(), ts_ms, signer.public_key.hex(), signature.hex()
-        )
-        self._answer_other(
-            request, CommitPlan.empty(self.head, self.tree, self.next_position, [op]), frame
-        )
-
-    def _commit_tree_sign(self, request: TreeSign) -> None:
-        """Sign the tree as it stands (or store cosignatures); refuse anything that forks it.
-
-        The answer is the stored note: the new one, or the last one when the tree
-        has not grown since (nothing is written then).
-        """
-        dbs, key = self._env.dbs, StoredTree.key_of()
-        try:
-            txn = self._pending.read_txn()
-            raw = txn.get(key, db=dbs[names.TLOG_CHECKPOINTS])
-            stored = None if raw is None else bytes(raw)
-            if request.cosigned is not None:
-                if stored is None:
-                    raise NoteError("the log has signed no checkpoint yet")
-                note, _added = add_cosignatures(stored, request.cosigned, request.witnesses)
-            else:
-                signer = request.signer
-                tree = StoredTree(txn, dbs[names.TLOG])
-                signed = next_checkpoint(stored, self.tree, tree.hash_at, request.origin,
-                                         signer.public_key, signer.sign)  # fmt: skip
-                if signed is None:
-                    assert stored is not None
-                    request.result = stored
-                    resolve([request])
-                    return
-                note = signed
-            op: Op = (names.TLOG_CHECKPOINTS, key, note)
-            frame = self._retried(lambda: self._log([op]))
-        except (PalyraError, NoteError) as exc:  # a refusal: the caller's error as it is
-            request.error = (exc if isinstance(exc, PalyraError)
-                             else InvalidArgument(str(exc)))  # fmt: skip
-            resolve([request])
-            return
-        except Exception as exc:
-            fail([request], exc)
-            return
-        request.result = note
-        self._answer_other(
-            request, CommitPlan.empty(self.head, self.tree, self.next_position, [op]), frame
-        )
-
-    def _commit_prune(self, request: Prune) -> None:
-        """Tombstones at the tail, their ``journal.pruned`` event at the head, one frame.
-
-        A prune reads the records it rewrites and its event's session head, so
-        it writes into a child of the open transaction (aborted alone on failure).
-        """
-        try:
-            result, plan, frame = self._retried(lambda: self._pruned(request))
-        except Exception as exc:
-            fail([request], exc)
-            return
-        request.result = result
-        if result.records:
-            self.pruned_through = result.through
-        self._answer_other(request, plan, frame)
-
-    def _pruned(self, request: Prune) -> tuple[PruneResult, CommitPlan, RecordingTxn]:
-        parent = self._pending.read_txn()  # every answered frame is in it: the prune reads them
-        # Read before the child begins: a parent with a child open takes no reads.
-        claims_head = self._session_heads.get(RETENTION_SESSION) or self._stored_head(
-            RETENTION_SESSION
-        )
-        txn = RecordingTxn(self._env.env.begin(write=True, parent=parent), self._durable.names)
-        try:
-            result, plan = self._tombstones(txn, request, claims_head)
-            self._durable.log_frame(txn, settled=not self._pending.unsettled())
-        except BaseException:
-            with contextlib.suppress(lmdb.Error):
-                txn.txn.abort()
-            raise
-        return result, plan, txn
-
-    def _tombstones(
-        self, txn: RecordingTxn, request: Prune, claims_head: bytes
-    ) -> tuple[PruneResult, CommitPlan]:
-        order, watermark, env = request.order, self.pruned_through, self._env
-        done = tombstone_prefix(env, txn, watermark, self.next_position - 1, order)
-        if done is None:
-            raw = txn.get(u64_key(watermark), db=env.dbs[names.EVENTS]) if watermark else None
-            at = record_hashes(raw)[1] if raw is not None else GENESIS
-            return PruneResult(0, watermark, 0, 0, 0, at.hex()), CommitPlan.empty(
-                self.head, self.tree, self.next_position, [])
-        events = done.last - done.first + 1
-        drafts = [EventDraft(
-            kind=PRUNED_KIND, actor=PRUNED_ACTOR, session_id=RETENTION_SESSION,
-            payload={"first": done.first, "through": done.last, "records": done.records,
-                     "events": events, "bytes_freed": done.bytes_freed,
-                     "head_hash": done.global_hash.hex(), "before_ms": order.before_ms})]  # fmt: skip
-        claim = Append(request.loop, request.future, prepare(drafts, env.config))
-        plan = plan_commit(
-            [claim],
-            Heads(self.next_position, self.head, {RETENTION_SESSION: claims_head}, {}, self.tree),
-        )
-        dbs = env.dbs
-        for name, key, value in plan.ops:
-            assert value is not None  # a planned append only puts
-            if not txn.put(key, value, db=dbs[name], overwrite=name != names.EVENT_IDS):
-                raise AssertionError(f"fresh event id {key!r} is already taken")
-        result = PruneResult(done.first, done.last, done.records, events, done.bytes_freed,
-                             done.global_hash.hex(), self.next_position)  # fmt: skip
-        return result, plan
 
     def _retried(self, attempt: Callable[[], Any]) -> Any:
         """``attempt()``, again after growing the map or letting LMDB commit first."""

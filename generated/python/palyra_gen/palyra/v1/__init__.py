@@ -1239,6 +1239,9 @@ class Attachment(betterproto2.Message):
     mime_type: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
 
     data: "bytes" = betterproto2.field(3, betterproto2.TYPE_BYTES)
+    """
+    Not empty.
+    """
 
 
 default_message_pool.register_message("palyra.v1", "Attachment", Attachment)

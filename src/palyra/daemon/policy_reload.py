@@ -13,7 +13,7 @@ import structlog
 
 from palyra.core.errors import PalyraError
 from palyra.journal import EventDraft, JournalStore
-from palyra.policy._gate import PolicyGate
+from palyra.policy import PolicyGate
 
 ACTOR = "system:daemon"
 _log = structlog.get_logger("palyra.policy")
