@@ -227,7 +227,7 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.MessageInput.attachments": "At most 32.",
     "palyra.v1.PairingCode.code": "The last 8 characters of a ULID.",
     "palyra.v1.ProveConsistencyResponse.hashes": "Hashes of the proof, in RFC 9162 order (32 bytes each).",
-    "palyra.v1.ProveEntryRequest.position": "Exactly one way to name the event: its position, an approval (the event\nthat decided it, else the one that asked), or a run's tape seq.",
+    "palyra.v1.ProveEntryRequest.position": "How to name the event: its position, an approval (the event that decided\nit, else the one that asked), or a run's tape seq; the first one given\ncounts, in that order. Naming none finds nothing (NOT_FOUND).",
     "palyra.v1.ProveEntryResponse.proof": "The tlog-proof text (c2sp.org/tlog-proof@v1).",
     "palyra.v1.ProviderFailover": 'One provider passed over for a model call (docs/architecture.md, "Models").',
     "palyra.v1.ProviderTurnOutput.budget_warnings": '`suggest` budgets this call found spent (docs/architecture.md, "Usage and budgets").',

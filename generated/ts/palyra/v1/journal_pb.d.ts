@@ -52,8 +52,9 @@ export declare const GetTreeCheckpointResponseSchema: GenMessage<GetTreeCheckpoi
  */
 export declare type ProveEntryRequest = Message<"palyra.v1.ProveEntryRequest"> & {
   /**
-   * Exactly one way to name the event: its position, an approval (the event
-   * that decided it, else the one that asked), or a run's tape seq.
+   * How to name the event: its position, an approval (the event that decided
+   * it, else the one that asked), or a run's tape seq; the first one given
+   * counts, in that order. Naming none finds nothing (NOT_FOUND).
    *
    * @generated from field: uint64 position = 1;
    */

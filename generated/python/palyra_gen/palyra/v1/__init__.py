@@ -3158,8 +3158,9 @@ default_message_pool.register_message(
 class ProveEntryRequest(betterproto2.Message):
     position: "int" = betterproto2.field(1, betterproto2.TYPE_UINT64)
     """
-    Exactly one way to name the event: its position, an approval (the event
-    that decided it, else the one that asked), or a run's tape seq.
+    How to name the event: its position, an approval (the event that decided
+    it, else the one that asked), or a run's tape seq; the first one given
+    counts, in that order. Naming none finds nothing (NOT_FOUND).
     """
 
     approval_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
