@@ -93,7 +93,7 @@ RULES: Final[dict[str, FieldRule]] = {
     "palyra.v1.CreateScheduleRequest.schedule": FieldRule(True, "", None),
     "palyra.v1.DecideApprovalRequest.decision": FieldRule(True, "", None),
     "palyra.v1.GetTreeTileRequest.level": FieldRule(False, "", -1.0, '{"maximum":63}'),
-    "palyra.v1.GetTreeTileRequest.width": FieldRule(False, "", 1.0, '{"maximum":256}'),
+    "palyra.v1.GetTreeTileRequest.width": FieldRule(False, "", None, '{"maximum":256}'),
     "palyra.v1.GetUsageRequest.day": FieldRule(False, "^([0-9]{4}-[0-9]{2}-[0-9]{2})?$", None),
     "palyra.v1.IngestMemoryRequest.item": FieldRule(
         True,

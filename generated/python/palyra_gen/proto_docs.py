@@ -155,7 +155,7 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.GetJournalHeadResponse.pruned_through": "Positions 1..pruned_through were pruned by retention (0: none); a cursor\nbelow it gets CURSOR_TRUNCATED.",
     "palyra.v1.GetTreeCheckpointResponse.note": "The signed note, verbatim (UTF-8 text).",
     "palyra.v1.GetTreeTileRequest.level": "0..63, or -1 for an entry bundle.",
-    "palyra.v1.GetTreeTileRequest.width": "1..256 hashes (256: a full tile).",
+    "palyra.v1.GetTreeTileRequest.width": "1..256 hashes (256, or 0: a full tile).",
     "palyra.v1.GetUsageRequest.day": "UTC day `YYYY-MM-DD` whose day and month are reported; empty: today.",
     "palyra.v1.GetUsageRequest.principal": "Empty: the caller. Another principal needs an operator.",
     "palyra.v1.HealthCheck": "One readiness check of GetHealth (and of `palyra doctor`, which runs more).",

@@ -293,11 +293,12 @@ class JournalApi(AppBase):
     async def get_tree_tile(self, ctx: CallContext,
                             request: pb.GetTreeTileRequest) -> pb.GetTreeTileResponse:
         """One tile or entry bundle (hashes only: any caller)."""
-        if not -1 <= request.level <= 63 or not 1 <= request.width <= 256:
+        width = request.width or 256  # omitted: a full tile
+        if not -1 <= request.level <= 63 or not 1 <= width <= 256:
             raise InvalidArgument("level must be -1..63 and width 1..256",
                                   details={"field": "level"})  # fmt: skip
         return pb.GetTreeTileResponse(
-            data=self.store.tile(request.level, request.index, request.width))
+            data=self.store.tile(request.level, request.index, width))
 
     async def add_cosignatures(
         self, ctx: CallContext, request: pb.AddCosignaturesRequest

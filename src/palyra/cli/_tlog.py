@@ -197,6 +197,9 @@ def consistency_cmd(argv: Sequence[str], data_dir: Path) -> int:
         key = bytes.fromhex(args.public_key)
         _n, old = verify_checkpoint(args.old.read_bytes(), None, key)
         _n, new = verify_checkpoint(args.new.read_bytes(), old.origin, key)
+        if old.size > new.size:
+            raise ValueError(f"the checkpoint of size {new.size} is older than the one of "
+                             f"size {old.size}: give the earlier one first")
         # Read-only: works beside a running daemon (the tree only grows).
         store = JournalStore.open(args.data_dir or data_dir, config=JournalConfig(readonly=True))
         try:

@@ -161,7 +161,7 @@ export declare type GetTreeTileRequest = Message<"palyra.v1.GetTreeTileRequest">
   index: bigint;
 
   /**
-   * 1..256 hashes (256: a full tile).
+   * 1..256 hashes (256, or 0: a full tile).
    *
    * @generated from field: uint32 width = 3;
    */

@@ -13,7 +13,7 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
-from palyra.core.errors import InvalidArgument, NotFound
+from palyra.core.errors import ErrorCode, NotFound, PalyraError
 from palyra.journal import _env as names
 from palyra.journal._env import JournalEnv
 from palyra.journal.format.record import scoped_prefix, u64_key
@@ -203,9 +203,10 @@ def prove_position(env: JournalEnv, txn: Any, position: int) -> bytes:
             "sign one first", details={"position": str(position)})  # fmt: skip
     record = txn.get(u64_key(tree.entry(index)[1]), db=env.dbs[names.EVENTS])
     if record is None or bytes(record[:1]) != b"\x02":
-        raise InvalidArgument(
+        raise PalyraError(  # the entry's state, not a bad request
             f"position {position} is in a pruned or format 1 record: only format 2 "
-            "records can be proven with their content", details={"position": str(position)})  # fmt: skip
+            "records can be proven with their content", code=ErrorCode.STATE_CONFLICT,
+            details={"position": str(position)})
     return encode_proof(bytes(record), index, inclusion_proof(index, size, tree.hash_at), note)
 
 

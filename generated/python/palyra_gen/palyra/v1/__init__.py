@@ -2192,7 +2192,7 @@ class GetTreeTileRequest(betterproto2.Message):
 
     width: "int" = betterproto2.field(3, betterproto2.TYPE_UINT32)
     """
-    1..256 hashes (256: a full tile).
+    1..256 hashes (256, or 0: a full tile).
     """
 
 
