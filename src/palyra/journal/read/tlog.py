@@ -222,6 +222,11 @@ def consistency(env: JournalEnv, txn: Any, old: int, new: int) -> list[bytes]:
 def tile(env: JournalEnv, txn: Any, level: int, index: int, width: int) -> bytes:
     """A tile (``level`` -1: an entry bundle) the tree holds entirely."""
     tree = tree_of(env, txn)
+    # The tile's last leaf, in exact integers: a tile past the tree is not there
+    # (and an index the tree could never reach must not overflow what reads it).
+    last_leaf = ((index * TILE_WIDTH + width) << (TILE_HEIGHT * max(level, 0))) - 1
+    if last_leaf >= tree.size:
+        raise NotFound(f"tile {level}/{index} (width {width}) is past the tree of {tree.size}")
     try:
         if level < 0:
             return tree.entry_bundle(index, width)
