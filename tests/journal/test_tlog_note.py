@@ -26,6 +26,7 @@ from palyra.journal.tlog.note import (
     parse_note,
     parse_witness,
     sign_checkpoint,
+    strict_b64decode,
     verify_checkpoint,
 )
 from palyra.journal.tlog.signing import next_checkpoint
@@ -90,6 +91,34 @@ def test_a_checkpoint_round_trips_and_any_change_is_refused() -> None:
     for malformed in (b"a\n07\nAAAA\n\n", b"no blank line\n", b"x\n1\n" + b"A" * 44 + b"\n"):
         with pytest.raises(NoteError):
             parse_checkpoint(parse_note(malformed).body)
+
+
+def test_only_the_canonical_base64_of_a_hash_or_signature_is_valid() -> None:
+    # A final base64 character carries unused low bits that Python's decoder ignores:
+    # "...B=" and "...A=" can decode to the same 32 bytes. One hash must have one text.
+    root = bytes(range(32))
+    text = base64.b64encode(root).decode()
+    assert strict_b64decode(text, "root") == root
+    last = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".index(text[-2])
+    sloppy = text[:-2] + "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"[last | 1] + "="
+    assert sloppy != text and base64.b64decode(sloppy) == root
+    with pytest.raises(NoteError, match="canonical"):
+        strict_b64decode(sloppy, "root")
+    signer = Signer(Ed25519PrivateKey.generate())
+    note = sign_checkpoint("example.org/log", 7, root, signer.public_key, signer.sign)
+    sig_line = note.rstrip(b"\n").rsplit(b"\n", 1)[1]
+    sig_b64 = sig_line.rsplit(b" ", 1)[1]
+    raw = base64.b64decode(sig_b64)
+    # key id and signature, 68 bytes: the last character before "=" has two unused bits
+    cut = len(sig_b64.rstrip(b"=")) - 1
+    spelled = {base64.b64encode(raw)}
+    for alt in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/":
+        candidate = sig_b64[:cut] + alt.encode() + sig_b64[cut + 1 :]
+        if candidate not in spelled and base64.b64decode(candidate) == raw:
+            with pytest.raises(NoteError, match="canonical"):
+                verify_checkpoint(note.replace(sig_b64, candidate), None, signer.public_key)
+            spelled.add(candidate)
+    assert len(spelled) > 1  # at least one other spelling existed and was refused
 
 
 def test_witness_cosignatures_are_verified_stored_and_replaced() -> None:

@@ -19,6 +19,14 @@ from ._layout import ed25519_ok, sha256
 DASH = "\u2014 "
 
 
+def b64(text: str) -> bytes:
+    """Canonical base64 only: decode, re-encode, compare."""
+    raw = base64.b64decode(text, validate=True)
+    if base64.b64encode(raw).decode() != text:
+        raise ValueError("not canonical base64")
+    return raw
+
+
 def leaf(entry: bytes) -> bytes:
     return sha256(b"\x00", entry)
 
@@ -86,13 +94,13 @@ def check_note(note: bytes, public_key: bytes) -> tuple[str, int, bytes] | str:
     origin, size_text, root_b64 = lines[0], lines[1], lines[2]
     if not size_text.isdigit() or (size_text != "0" and size_text.startswith("0")):
         return "bad size line"
-    root = base64.b64decode(root_b64, validate=True)
+    root = b64(root_b64)
     want = key_id(origin, public_key, 0x01)
     for line in sigs:
         if not line.startswith(DASH):
             return "bad signature line"
-        name, b64 = line[len(DASH):].split(" ")
-        raw = base64.b64decode(b64, validate=True)
+        name, sig_b64 = line[len(DASH):].split(" ")
+        raw = b64(sig_b64)
         if name == origin and raw[:4] == want:
             if ed25519_ok(public_key, raw[4:], body.encode()):
                 return origin, int(size_text), root
@@ -107,9 +115,9 @@ def verify_proof_text(proof: bytes, public_key: bytes) -> Checked:
         lines[2].startswith("index ")
     ):
         return Checked(False, "proof header")
-    record = base64.b64decode(lines[1][6:], validate=True)
+    record = b64(lines[1][6:])
     index = int(lines[2][6:])
-    path = [base64.b64decode(line, validate=True) for line in lines[3:]]
+    path = [b64(line) for line in lines[3:]]
     checked = check_note(note, public_key)
     if isinstance(checked, str):
         return Checked(False, checked)
@@ -190,7 +198,7 @@ def verify_session_proofs(data: bytes, public_key: bytes) -> Checked:
     session = header["session_id"]
     prev, last_first, last_index = bytes(32), 0, -1
     for obj in objs[2:-1]:
-        record = base64.b64decode(obj["record"])
+        record = b64(obj["record"])
         if record[0] == 2:
             if sha256(record[65:]) != record[1:33]:
                 return Checked(False, "record hash")
@@ -207,7 +215,7 @@ def verify_session_proofs(data: bytes, public_key: bytes) -> Checked:
             return Checked(False, "prev_hash")
         if first <= last_first or obj["index"] <= last_index:
             return Checked(False, "order")
-        proof = [base64.b64decode(h) for h in obj["proof"]]
+        proof = [b64(h) for h in obj["proof"]]
         if root_from_path(obj["index"], size, leaf(record[1:33]), proof) != root:
             return Checked(False, "inclusion")
         prev, last_first, last_index = record[1:33], first, obj["index"]

@@ -32,6 +32,25 @@ class NoteError(ValueError):
     """A note, checkpoint or signature line that does not follow the formats."""
 
 
+def strict_b64decode(text: str | bytes, what: str) -> bytes:
+    """Decode standard padded base64, refusing any text but the one canonical spelling.
+
+    Python's decoder ignores the unused low bits of a final character, so four
+    spellings of one hash would all verify; a proof or signature must have one.
+
+    Raises:
+        NoteError: when ``text`` is not the canonical base64 of some bytes.
+    """
+    raw_text = text.encode() if isinstance(text, str) else bytes(text)
+    try:
+        raw = base64.b64decode(raw_text, validate=True)
+    except binascii.Error as exc:
+        raise NoteError(f"{what} is not base64") from exc
+    if base64.b64encode(raw) != raw_text:
+        raise NoteError(f"{what} is not canonical base64")
+    return raw
+
+
 def key_id(name: str, public_key: bytes, kind: int = ED25519_TYPE) -> bytes:
     """The 4-byte key id of ``signed-note``: ``SHA-256(name ‖ 0x0A ‖ kind ‖ key)[:4]``."""
     return sha256(name.encode() + b"\n" + bytes((kind,)) + public_key).digest()[:4]
@@ -119,10 +138,7 @@ def parse_note(text: bytes) -> Note:
         fields = line[len(_DASH) :].rstrip("\n").split(" ")
         if len(fields) != 2:
             raise NoteError(f"signature line {line.strip()!r} is not '— <name> <base64>'")
-        try:
-            raw = base64.b64decode(fields[1], validate=True)
-        except binascii.Error as exc:
-            raise NoteError(f"signature line {line.strip()!r}: bad base64") from exc
+        raw = strict_b64decode(fields[1], f"signature line {line.strip()!r}")
         if len(raw) < 5:
             raise NoteError(f"signature line {line.strip()!r} is too short")
         signatures.append(Signature(fields[0], raw[:4], raw[4:], line.encode()))
@@ -153,11 +169,8 @@ def parse_checkpoint(body: bytes) -> Checkpoint:
         size_text.startswith("0") and size_text != "0"
     ):
         raise NoteError(f"checkpoint size {size_text!r} is not a decimal without leading zeros")
-    try:
-        root = base64.b64decode(lines[2], validate=True)
-    except binascii.Error as exc:
-        raise NoteError("checkpoint root is not base64") from exc
-    if len(root) != 32 or base64.b64encode(root).decode() != lines[2]:
+    root = strict_b64decode(lines[2], "checkpoint root")
+    if len(root) != 32:
         raise NoteError("checkpoint root is not the base64 of 32 bytes")
     return Checkpoint(lines[0], int(size_text), root, body)
 

@@ -19,7 +19,6 @@ Nothing in ``extra`` is trusted before that recomputation matches.
 from __future__ import annotations
 
 import base64
-import binascii
 from collections.abc import Iterable
 from dataclasses import dataclass
 from hashlib import sha256
@@ -31,6 +30,7 @@ from palyra.journal.tlog.note import (
     NoteError,
     Witness,
     parse_note,
+    strict_b64decode,
     valid_cosignature,
     verify_checkpoint,
 )
@@ -122,10 +122,7 @@ def _cosigners(note: Note, witnesses: Iterable[Witness]) -> tuple[str, ...]:
 
 
 def _b64(raw: bytes, what: str) -> bytes:
-    try:
-        return base64.b64decode(raw, validate=True)
-    except binascii.Error as exc:
-        raise NoteError(f"proof {what} is not base64") from exc
+    return strict_b64decode(raw, f"proof {what}")
 
 
 def _decimal(raw: bytes) -> int:

@@ -22,7 +22,13 @@ import msgspec
 from palyra.core.chain import GENESIS
 from palyra.journal.format.signing import signature_valid
 from palyra.journal.tlog.merkle import leaf_hash, verify_inclusion
-from palyra.journal.tlog.note import Checkpoint, NoteError, parse_checkpoint, parse_note
+from palyra.journal.tlog.note import (
+    Checkpoint,
+    NoteError,
+    parse_checkpoint,
+    parse_note,
+    strict_b64decode,
+)
 from palyra.journal.tlog.note import verify_checkpoint as verify_note
 
 FORMAT = "palyra.journal.session-proofs"
@@ -154,7 +160,7 @@ def _verify_lines(data: bytes, public_key: bytes | None) -> SessionProven:
         digest.update(raw + b"\n")
         if obj.get("type") != "record":
             raise NoteError(f"line {number}: not a record line")
-        record = base64.b64decode(obj["record"], validate=True)
+        record = strict_b64decode(obj["record"], f"line {number}: record")
         entry, prev, first, last = _record_front(record, session_id)
         index = obj["index"]
         if prev != prev_hash:
@@ -162,7 +168,7 @@ def _verify_lines(data: bytes, public_key: bytes | None) -> SessionProven:
                             "record (a record was left out or changed)")  # fmt: skip
         if first <= last_position or index <= last_index:
             raise NoteError(f"line {number}: records out of order")
-        proof = [base64.b64decode(h, validate=True) for h in obj["proof"]]
+        proof = [strict_b64decode(h, f"line {number}: proof hash") for h in obj["proof"]]
         if not verify_inclusion(index, checkpoint.size, leaf_hash(entry), proof, checkpoint.root):
             raise NoteError(f"line {number}: the inclusion proof of entry {index} does not lead "
                             "to the checkpoint's root")  # fmt: skip
