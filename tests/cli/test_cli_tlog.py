@@ -3,6 +3,7 @@ approval proven with ``palyra journal prove`` then checked offline with ``verify
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import subprocess
@@ -127,3 +128,39 @@ def test_an_approval_proven_offline_and_the_log_served_over_http(tmp_path: Path)
         _n, mid = verify_checkpoint(note, old.origin, bytes.fromhex(public_key))
         hashes = [base64.b64decode(h) for h in rpc.json().get("hashes", [])]
         assert verify_consistency(old.size, mid.size, old.root, mid.root, hashes)
+
+
+async def _fill(data_dir: Path, records: int) -> None:
+    """``records`` records written before the daemon starts (one event each)."""
+    from palyra.journal import EventDraft, JournalConfig, JournalStore
+
+    store = JournalStore.open(data_dir, config=JournalConfig(sync=False))
+    try:
+        for i in range(records):
+            await store.append([EventDraft("t.fill", "t", session_id=f"s{i % 3}",
+                                           payload={"i": i})])  # fmt: skip
+    finally:
+        store.close()
+
+
+def test_tiles_are_cached_for_good_and_the_checkpoint_for_a_second(tmp_path: Path) -> None:
+    """``tlog-tiles``: a tile never changes once it exists (full or partial: ``.p/<W>``
+    names its width), so caches keep it; the checkpoint moves, so they must not; a tile
+    past the tree appears later, so its 404 is not kept either."""
+    data_dir = tmp_path / "data"
+    asyncio.run(_fill(data_dir, 300))
+    with DaemonProcess(data_dir, env=_env()) as daemon:
+        base = f"http://127.0.0.1:{daemon.http_port}"
+        size = parse_checkpoint(parse_note(_signed_size(base, 300)).body).size
+        immutable = "public, max-age=31536000, immutable"
+        for path in ("tile/0/000", "tile/entries/000", f"tile/0/001.p/{size - 256}",
+                     f"tile/entries/001.p/{size - 256}", "tile/1/000.p/1"):
+            got = httpx.get(f"{base}/tlog/{path}")
+            assert got.status_code == 200, path
+            assert got.headers["cache-control"] == immutable, path
+        checkpoint = httpx.get(f"{base}/tlog/checkpoint")
+        assert checkpoint.headers["cache-control"] == "public, max-age=1"
+        for missing in ("tile/0/002", f"tile/0/001.p/{size - 255}", "tile/0/1"):
+            got = httpx.get(f"{base}/tlog/{missing}")
+            assert got.status_code == 404, missing
+            assert got.headers["cache-control"] == "no-store", missing

@@ -167,9 +167,9 @@ def create_http_app(
                                   details={"limit": str(config.max_headers)})
             served = await _outside_spec(plain, static, request.method, raw_path, headers)
             if served is not None:
-                status, media_type, content = served
+                status, media_type, content, extra = served
                 return Response(content=content, status_code=status,  # type: ignore[return-value]
-                                media_type=media_type)
+                                media_type=media_type, headers=dict(extra))
             platform = _ingress_target(ingress, request.method, raw_path)
             if platform is not None:
                 return await _ingress(request, *platform, config)  # type: ignore[return-value]
@@ -233,8 +233,9 @@ def create_http_app(
 PlainHandler = Callable[[Mapping[str, str]], Awaitable[tuple[int, str, bytes]]]
 """``(lower-cased headers) -> (status, media type, body)``: an operations endpoint."""
 
-StaticHandler = Callable[[str], Awaitable[tuple[int, str, bytes]]]
-"""``(path below the prefix) -> (status, media type, body)``: one public read-only resource."""
+StaticHandler = Callable[[str], Awaitable[tuple[int, str, bytes, Mapping[str, str]]]]
+"""``(path below the prefix) -> (status, media type, body, headers)``: one public read-only
+resource; the headers say how long caches may keep it (``Cache-Control``)."""
 
 IngressHandler = Callable[[str, Mapping[str, str], bytes], Awaitable[dict[str, Any]]]
 """``(name, lower-cased headers, body) -> JSON answer``; raises ``PalyraError``."""
@@ -242,12 +243,13 @@ IngressHandler = Callable[[str, Mapping[str, str], bytes], Awaitable[dict[str, A
 
 async def _outside_spec(plain: Mapping[str, PlainHandler] | None,
                         static: Mapping[str, StaticHandler] | None, method: str, path: str,
-                        headers: Mapping[str, str]) -> tuple[int, str, bytes] | None:
+                        headers: Mapping[str, str]
+                        ) -> tuple[int, str, bytes, Mapping[str, str]] | None:
     """The answer of an operations endpoint or static resource for ``GET path``, else None."""
     if method != HttpMethod.GET:
         return None
     if plain and path in plain:
-        return await plain[path](headers)
+        return (*await plain[path](headers), {})
     for prefix, serve in (static or {}).items():
         if path.startswith(prefix):
             return await serve(path[len(prefix):])
