@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from palyra.journal import JournalStore
 from palyra.journal.format.signing import Signer
 from palyra.journal.tlog.merkle import Frontier, MemoryTree, inclusion_proof, leaf_hash, root_at
-from palyra.journal.tlog.note import sign_checkpoint
+from palyra.journal.tlog.note import default_origin, sign_checkpoint
 from palyra.journal.tlog.proof import encode_proof, verify_proof
 from palyra.journal.write import plan
 
@@ -86,7 +86,7 @@ def proof_sizes(sizes: tuple[int, ...] = PROOF_SIZES) -> list[dict[str, Any]]:
     for size in sizes:
         tree = MemoryTree(leaf_hash(sha256(i.to_bytes(8, "big")).digest()) for i in range(size))
         root = root_at(size, tree.hash_at)
-        note = sign_checkpoint("palyra.local/journal/0123456789abcdef", size, root,
+        note = sign_checkpoint(default_origin(signer.public_key), size, root,
                                signer.public_key, signer.sign)  # fmt: skip
         out: dict[str, Any] = {"config": "tlog_proof_size", "entries": size,
                                "checkpoint_bytes": len(note)}  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import hashlib
 from pathlib import Path
 
 import lmdb
@@ -110,6 +111,31 @@ async def test_signing_again_without_growth_changes_nothing_and_growth_stays_con
     new = parse_checkpoint(parse_note(second).body)
     assert (old.size, new.size) == (5, 12)
     assert verify_consistency(5, 12, old.root, new.root, store.consistency(5, 12))
+
+
+async def test_a_log_keeps_the_origin_it_was_first_signed_under(
+    store: JournalStore, data_dir: Path
+) -> None:
+    """A data dir signed under the old default origin (or any) keeps it when signed with
+    none configured: verifiers and witnesses pin a log's origin, and the log must not
+    sign under two names. A new log gets the short default."""
+    public_key = Signer.load_or_create(journal_dir(data_dir)).public_key
+    old_default = "palyra.local/journal/" + hashlib.sha256(public_key).hexdigest()[:16]
+    await _fill(store, 3)
+    await store.sign_tree(old_default)
+    await _fill(store, 2)
+    note = await store.sign_tree()
+    _note, checkpoint = verify_checkpoint(note, old_default, public_key)
+    assert checkpoint.size == 5
+
+
+async def test_a_new_log_is_named_by_its_key_under_the_short_default(
+    store: JournalStore, data_dir: Path
+) -> None:
+    public_key = Signer.load_or_create(journal_dir(data_dir)).public_key
+    await _fill(store, 2)
+    _note, checkpoint = verify_checkpoint(await store.sign_tree(), None, public_key)
+    assert checkpoint.origin == "palyra.local/" + hashlib.sha256(public_key).hexdigest()[:16]
 
 
 async def test_the_log_refuses_to_sign_a_tree_that_does_not_extend_the_signed_one(

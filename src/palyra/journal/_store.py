@@ -31,7 +31,7 @@ from palyra.journal.read import tlog as _tlog
 from palyra.journal.read.entity_cache import EntityCache
 from palyra.journal.read.follow import FollowHub, Subscription, follow_batches, follow_events
 from palyra.journal.retention.prune import PruneOrder, PruneResult
-from palyra.journal.tlog.note import Witness, default_origin, parse_checkpoint, parse_note
+from palyra.journal.tlog.note import Witness, parse_checkpoint, parse_note
 from palyra.journal.tlog.session_proofs import write_lines
 from palyra.journal.write import requests
 from palyra.journal.write.prepare import prepare
@@ -231,8 +231,8 @@ class JournalStore:
         signer = self._tree_signer()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bytes] = loop.create_future()
-        writer.submit(requests.TreeSign(loop, future, signer,
-                                        origin or default_origin(signer.public_key)))  # fmt: skip
+        # No origin: the stored checkpoint's, else the default (decided in the writer's txn).
+        writer.submit(requests.TreeSign(loop, future, signer, origin or ""))
         return await future
 
     async def add_cosignatures(self, note: bytes, witnesses: Sequence[Witness]) -> bytes:

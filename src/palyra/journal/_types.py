@@ -45,8 +45,9 @@ class JournalConfig:
             ``docs/journal/api.md``); 0, the default, never drops anything.
         retention_interval_s: how often the daemon runs retention.
         retention_batch_records: most records one retention commit prunes.
-        tlog_origin: the transparency log's checkpoint origin line (empty: one
-            derived from the signing key, ``palyra.local/journal/<16 hex>``).
+        tlog_origin: the transparency log's checkpoint origin line (empty: the
+            stored checkpoint's, else one derived from the signing key,
+            ``palyra.local/<16 hex>``).
         tlog_witnesses: witness keys whose ``tlog-cosignature`` lines the log
             accepts, each ``"<key name>=<64 hex digits of the ed25519 key>"``.
         backend: ``"lmdb"`` (embedded, the default) or ``"postgres"`` (a

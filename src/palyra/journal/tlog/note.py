@@ -57,8 +57,9 @@ def key_id(name: str, public_key: bytes, kind: int = ED25519_TYPE) -> bytes:
 
 
 def default_origin(public_key: bytes) -> str:
-    """The log's origin line unless configured: names the key, so two data dirs never share one."""
-    return "palyra.local/journal/" + sha256(public_key).hexdigest()[:16]
+    """A new log's origin line unless configured: names the key, so two data dirs never
+    share one. Short, since a proof carries it twice (checkpoint and signature line)."""
+    return "palyra.local/" + sha256(public_key).hexdigest()[:16]
 
 
 def checkpoint_body(origin: str, size: int, root: bytes) -> bytes:

@@ -20,7 +20,13 @@ from palyra.journal.tlog.merkle import (
     root_at,
     verify_consistency,
 )
-from palyra.journal.tlog.note import Checkpoint, parse_checkpoint, parse_note, sign_checkpoint
+from palyra.journal.tlog.note import (
+    Checkpoint,
+    default_origin,
+    parse_checkpoint,
+    parse_note,
+    sign_checkpoint,
+)
 
 
 def inconsistent(message: str, **details: str) -> PalyraError:
@@ -43,6 +49,10 @@ def next_checkpoint(
 ) -> bytes | None:
     """The note to sign and store for ``tree``, or None when ``stored`` already covers it.
 
+    ``origin`` empty means: the stored checkpoint's (a log keeps its name, which
+    verifiers and witnesses pin, even when the default changes), else the default
+    for ``public_key``.
+
     Raises:
         PalyraError: ``JOURNAL_CORRUPT`` when ``tree`` does not extend the last
             signed checkpoint (smaller, another root at the same size, or no
@@ -53,6 +63,8 @@ def next_checkpoint(
         raise inconsistent(f"the stored tree of size {tree.size} does not have the root "
                            "the writer holds", size=str(tree.size))  # fmt: skip
     last = last_signed(stored)
+    if not origin:
+        origin = last.origin if last is not None else default_origin(public_key)
     if last is not None:
         if last.origin != origin:
             raise inconsistent(f"the tree was signed as {last.origin!r}, not {origin!r}",

@@ -83,7 +83,8 @@ class Checkpoint(Waiting):
 
 class TreeSign(Waiting):
     """Sign the transparency log's checkpoint as the tree stands after every append
-    queued before it, or add witnesses' cosignatures to the signed one (``cosigned``)."""
+    queued before it, or add witnesses' cosignatures to the signed one (``cosigned``).
+    ``origin`` empty: the stored checkpoint's origin, else the key's default one."""
 
     __slots__ = ("cosigned", "origin", "signer", "witnesses")
 
