@@ -92,11 +92,14 @@ def test_an_approval_proven_offline_and_the_log_served_over_http(tmp_path: Path)
         assert wrong.returncode == 1 and "INVALID" in wrong.stderr
         # The run's session with its records' proofs, read beside the daemon, checked offline.
         session = httpx.get(f"{base}/v1/runs/{run}", headers=headers).json()["run"]["sessionId"]
-        exported = _cli("export", "--session", session, "--proofs", "--data-dir", str(data_dir),
+        exported = _cli("export", "--session", session, "--data-dir", str(data_dir),
                         "--out", str(tmp_path / "session.proofs"))
         assert exported.returncode == 0, exported.stderr
         whole = _cli("verify-proof", str(tmp_path / "session.proofs"), "--public-key", public_key)
         assert whole.returncode == 0 and f"session={session}" in whole.stdout, whole.stderr
+        verified = _cli("verify", "--bundle", str(tmp_path / "session.proofs"),
+                        "--public-key", public_key)
+        assert verified.returncode == 0 and f"OK session={session}" in verified.stdout
         # tlog-tiles: the level-0 tile's hashes are the leaves of the entry bundle's entries.
         note = _signed_size(base, 1)
         tree_size = parse_checkpoint(parse_note(note).body).size

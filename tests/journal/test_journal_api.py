@@ -21,7 +21,7 @@ def test_exports() -> None:
         "verify_bundle", "verify_store", "PRUNED_KIND", "RETENTION_SESSION", "PruneOrder",
         "PruneResult", "prune_older_than", "retention_every", "Lease",
         # The transparency log's formats and proofs, for the CLI, the app and config.
-        "NoteError", "Witness", "check_name", "decode_record", "parse_note", "parse_tile_path",
+        "NoteError", "Witness", "check_name", "decode_record", "parse_checkpoint", "parse_note", "parse_tile_path",
         "position_of", "verify_checkpoint", "verify_consistency", "verify_lines",
         "verify_proof", "witnesses",
     }  # fmt: skip

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
 from pathlib import Path
 
@@ -10,7 +12,8 @@ import pytest
 
 from palyra.cli import journal_cmd
 from palyra.journal import JournalStore, export_bundle, verify_bundle, verify_store
-from palyra.journal.format.signing import KEY_FILE
+from palyra.journal._env import journal_dir
+from palyra.journal.format.signing import KEY_FILE, Signer
 
 from .helpers import delete_records, draft, raw_record, rewrite_record
 
@@ -108,13 +111,51 @@ async def test_export_and_verify_bundle(
     assert trailer["head_hash"] == verify_store(data_dir).head_hash
 
 
-async def test_session_export_verifies_without_other_sessions_content(
+def test_a_session_export_is_its_records_with_proofs_and_verify_checks_it(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``export --session`` writes the session's records with their inclusion proofs (it
+    signs the tree first: no daemon holds the data dir); ``verify --bundle`` checks it,
+    and with the key refuses one whose newest record was cut off."""
+    asyncio.run(_fill(data_dir))
+    out = tmp_path / "s1.proofs"
+    code, lines = _run("export", "--data-dir", str(data_dir), "--out", str(out),
+                       "--session", "s1", capsys=capsys)  # fmt: skip
+    assert code == 0 and lines == [f"exported records=10 of session s1 with inclusion proofs "
+                                   f"to {out}"]  # fmt: skip
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows[0]["format"] == "palyra.journal.session-proofs"
+    assert [r["type"] for r in rows].count("record") == 10  # nothing of s0 or s2
+    key = Signer.load_or_create(journal_dir(data_dir)).public_key.hex()
+    code, lines = _run("verify", "--bundle", str(out), "--public-key", key, capsys=capsys)
+    assert code == 0 and lines[0].startswith("OK session=s1 records=10 events=10 checkpoint=")
+    code, lines = _run("verify", "--bundle", str(out), capsys=capsys)
+    assert code == 0 and "unsigned check" in lines[0]
+    text = out.read_text().splitlines()
+    end = json.loads(text[-1])
+    end["records"], end["session_head"] = 9, _entry(rows[-3]["record"])
+    cut = [*text[:-2], json.dumps(end, separators=(",", ":"), sort_keys=True)]
+    end["sha256"] = hashlib.sha256("".join(t + "\n" for t in cut[:-1]).encode()).hexdigest()
+    cut[-1] = json.dumps(end, separators=(",", ":"), sort_keys=True)
+    out.write_text("".join(t + "\n" for t in cut))
+    code, lines = _run("verify", "--bundle", str(out), capsys=capsys)
+    assert code == 0  # without the key, a cut file is consistent
+    code, lines = _run("verify", "--bundle", str(out), "--public-key", key, capsys=capsys)
+    assert code == 1 and lines[0].startswith("TAMPERED: ") and "seal" in lines[0]
+
+
+def _entry(record_b64: str) -> str:
+    return base64.b64decode(record_b64)[1:33].hex()
+
+
+async def test_a_session_bundle_with_links_verifies_without_other_sessions_content(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     await _fill(data_dir, checkpoint_at=(20,))
     out = tmp_path / "s1.ndjson"
     code, _ = _run(
-        "export", "--data-dir", str(data_dir), "--out", str(out), "--session", "s1", capsys=capsys
+        "export", "--data-dir", str(data_dir), "--out", str(out), "--session", "s1", "--links",
+        capsys=capsys,
     )
     assert code == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]

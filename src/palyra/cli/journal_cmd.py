@@ -112,6 +112,8 @@ def verify(argv: Sequence[str]) -> int:
     except ValueError:
         print("ERROR --public-key must be hex", file=sys.stderr)
         return EXIT_ERROR
+    if args.bundle is not None and _is_session_proofs(args.bundle):
+        return _verify_session_proofs(args.bundle, keys)
     progress = _Progress("verify")
     try:
         if args.bundle is not None:
@@ -133,21 +135,46 @@ def verify(argv: Sequence[str]) -> int:
     return EXIT_OK
 
 
+def _is_session_proofs(path: Path) -> bool:
+    """A session export (``palyra.journal.session-proofs``), not a bundle: its first line says."""
+    try:
+        with path.open("rb") as handle:
+            first = handle.readline(4096)
+    except OSError:
+        return False  # verify_bundle reports it
+    return b'"format":"palyra.journal.session-proofs"' in first
+
+
+def _verify_session_proofs(path: Path, keys: Sequence[bytes]) -> int:
+    from palyra.cli._session_export import verify_session_file
+
+    ok, summary = verify_session_file(path.read_bytes(), keys)
+    print(summary)
+    return EXIT_OK if ok else EXIT_TAMPERED
+
+
 def export(argv: Sequence[str]) -> int:
     """Write a self-contained NDJSON bundle of the journal or of one session."""
     parser = _parser(
         "export", "Export a bundle that `palyra journal verify --bundle` checks offline."
     )
     parser.add_argument("--out", type=Path, required=True, help="bundle file to write")
-    parser.add_argument("--session", default=None, help="only this session's events in full")
-    parser.add_argument("--proofs", action="store_true",
-                        help="with --session: the session's records with inclusion proofs under "
-                             "the signed tree checkpoint (grows with the session, not the "
-                             "journal; check with verify-proof)")
+    parser.add_argument("--session", default=None,
+                        help="only this session: its records with their inclusion proofs under "
+                             "the transparency log's signed checkpoint (grows with the session, "
+                             "not the journal)")
+    parser.add_argument("--links", action="store_true",
+                        help="with --session: the older session bundle instead, the session's "
+                             "events as JSON lines and a link line for every other position "
+                             "(grows with the journal; what `journal traces` reads)")
+    parser.add_argument("--proofs", action="store_true", help=argparse.SUPPRESS)  # the default
     args = _parse(parser, argv)
     if isinstance(args, int):
         return args
-    if args.proofs:
+    if args.session is None and (args.links or args.proofs):
+        print("ERROR --links and --proofs need --session", file=sys.stderr)
+        return EXIT_ERROR
+    if args.session is not None and not args.links:
         return _export_proofs(args)
     progress = _Progress("export")
     try:
@@ -168,18 +195,10 @@ def export(argv: Sequence[str]) -> int:
 
 
 def _export_proofs(args: argparse.Namespace) -> int:
-    if args.session is None:
-        print("ERROR --proofs needs --session", file=sys.stderr)
-        return EXIT_ERROR
-    from palyra.journal import JournalConfig, JournalStore
+    from palyra.cli._session_export import export_session
 
     try:
-        store = JournalStore.open(args.data_dir or default_data_dir(),
-                                  config=JournalConfig(readonly=True))  # fmt: skip
-        try:
-            records = store.export_session_proofs(args.session, args.out)
-        finally:
-            store.close()
+        records = export_session(args.data_dir or default_data_dir(), args.session, args.out)
     except (PalyraError, OSError) as exc:
         return _fail(exc)
     print(f"exported records={records} of session {args.session} with inclusion proofs "
