@@ -13,6 +13,7 @@ from engine_harness import ADMIN, USER, Harness, loop_text, run_to_end
 from palyra_gen.palyra import v1 as pb
 
 from palyra.core.errors import ErrorCode, PalyraError
+from palyra.journal import verify_lines
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 # PALYRA_UPDATE_GOLDEN=1 rewrites the golden files from the current tapes
@@ -213,6 +214,29 @@ async def test_health_and_journal(harness: Harness) -> None:
     with pytest.raises(PalyraError) as err:  # this app was built without channels
         await app.route_message(USER, pb.RouteMessageRequest())
     assert err.value.code is ErrorCode.UNAVAILABLE and "[channels]" in err.value.message
+
+
+async def test_a_session_exports_as_its_records_with_proofs_or_with_links(
+    harness: Harness,
+) -> None:
+    """ExportJournal with a session: its records and their inclusion proofs (growing with
+    the session), or with ``links`` the older bundle with a line per position."""
+    app = await harness.start()
+    run = await run_to_end(app, "x")
+    with pytest.raises(PalyraError) as err:  # nothing signed yet: nothing to prove against
+        [c async for c in app.export_journal(ADMIN, pb.ExportJournalRequest(
+            session_id=run.session_id))]  # fmt: skip
+    assert err.value.code is ErrorCode.NOT_FOUND
+    await app.store.sign_tree()
+    proven = b"".join([c.chunk async for c in app.export_journal(
+        ADMIN, pb.ExportJournalRequest(session_id=run.session_id))])  # fmt: skip
+    session = verify_lines(proven, None)
+    assert session.session_id == run.session_id and session.records > 0
+    assert session.checkpoint.size == app.store.tree_size()
+    bundle = b"".join([c.chunk async for c in app.export_journal(
+        ADMIN, pb.ExportJournalRequest(session_id=run.session_id, links=True))])  # fmt: skip
+    header = json.loads(bundle.split(b"\n", 1)[0])
+    assert (header["format"], header["scope"]) == ("palyra.journal.bundle", "session")
 
 
 @pytest.mark.parametrize("k", [1, 3])

@@ -2296,6 +2296,11 @@ def _bin_ExportJournalRequest(m: Any) -> bytearray:
         out += b"\n"
         out += SMALL[n0] if n0 < 128 else varint(n0)
         out += b0
+    v1 = m.links
+    if v1:
+        out += b"\x10"
+        n1 = int(v1)
+        out += SMALL[n1] if 0 <= n1 < 128 else varint(n1)
     unknown = m._unknown_fields
     if unknown:
         out += unknown
@@ -2303,7 +2308,10 @@ def _bin_ExportJournalRequest(m: Any) -> bytearray:
 
 
 _bin_table_ExportJournalRequest: BinaryTable = binary_table(
-    ((1, "session_id", False, delimited_reader(utf8)),)
+    (
+        (1, "session_id", False, delimited_reader(utf8)),
+        (2, "links", False, varint_readers(varint_convert("bool"), False)),
+    )
 )
 
 

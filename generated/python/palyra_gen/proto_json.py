@@ -1921,16 +1921,21 @@ def _json_ExportJournalRequest(m: Any) -> dict[str, Any]:
     v0 = m.session_id
     if v0:
         out["sessionId"] = v0
+    v1 = m.links
+    if v1:
+        out["links"] = v1
     return out
 
 
 _json_table_ExportJournalRequest: JsonTable = (
     {
+        "links": "links",
         "sessionId": "session_id",
         "session_id": "session_id",
     },
     {
         "session_id": None,
+        "links": None,
     },
 )
 

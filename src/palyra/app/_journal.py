@@ -193,15 +193,24 @@ class JournalApi(AppBase):
     async def export_journal(
         self, ctx: CallContext, request: pb.ExportJournalRequest
     ) -> AsyncIterator[pb.ExportJournalResponse]:
-        """The self-contained NDJSON bundle (whole journal or one session), chunked.
+        """The whole journal's NDJSON bundle, or one session's records with their inclusion
+        proofs (``links``: its older bundle, a line per position), chunked.
 
         Operators only: a bundle carries every principal's events.
+
+        Raises:
+            NotFound: a session export before the daemon signed any checkpoint
+                (it signs within a second of an append).
         """
         require_operator(ctx, "ExportJournal")
         with tempfile.TemporaryDirectory(prefix="palyra-export-") as tmp:
             out = Path(tmp) / "bundle.ndjson"
-            await asyncio.to_thread(export_bundle, self.store, out,
-                                    session_id=request.session_id or None)
+            if request.session_id and not request.links:
+                await asyncio.to_thread(self.store.export_session_proofs, request.session_id,
+                                        out)  # fmt: skip
+            else:
+                await asyncio.to_thread(export_bundle, self.store, out,
+                                        session_id=request.session_id or None)
             seq = 0
             with out.open("rb") as handle:
                 chunk = handle.read(MAX_CHUNK)

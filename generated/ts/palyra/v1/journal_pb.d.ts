@@ -343,11 +343,22 @@ export declare const WatchJournalVerifyResponseSchema: GenMessage<WatchJournalVe
  */
 export declare type ExportJournalRequest = Message<"palyra.v1.ExportJournalRequest"> & {
   /**
-   * Only this session's events (its per-session chain stays verifiable).
+   * Only this session: its records with their inclusion proofs under the
+   * transparency log's last signed checkpoint (palyra.journal.session-proofs,
+   * docs/journal/format.md "Session proofs"), which grows with the session.
    *
    * @generated from field: string session_id = 1;
    */
   sessionId: string;
+
+  /**
+   * With session_id: the older session bundle instead (palyra.journal.bundle
+   * v5: the session's events and a link line for every other position of the
+   * journal, so it grows with the journal).
+   *
+   * @generated from field: bool links = 2;
+   */
+  links: boolean;
 };
 
 /**

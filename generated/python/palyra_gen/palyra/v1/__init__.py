@@ -1936,7 +1936,16 @@ default_message_pool.register_message(
 class ExportJournalRequest(betterproto2.Message):
     session_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
     """
-    Only this session's events (its per-session chain stays verifiable).
+    Only this session: its records with their inclusion proofs under the
+    transparency log's last signed checkpoint (palyra.journal.session-proofs,
+    docs/journal/format.md "Session proofs"), which grows with the session.
+    """
+
+    links: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
+    """
+    With session_id: the older session bundle instead (palyra.journal.bundle
+    v5: the session's events and a link line for every other position of the
+    journal, so it grows with the journal).
     """
 
 
