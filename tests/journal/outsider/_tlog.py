@@ -79,6 +79,8 @@ class Checked:
     size: int = -1
     first: int = 0
     count: int = 0
+    events: int = 0
+    pruned: int = 0
 
 
 def check_note(note: bytes, public_key: bytes) -> tuple[str, int, bytes] | str:
@@ -178,7 +180,15 @@ def verify_tree(data_dir: Path) -> Checked:
 
 
 def verify_session_proofs(data: bytes, public_key: bytes) -> Checked:
-    """A `palyra.journal.session-proofs` file ("Session proofs"), with the key."""
+    """A `palyra.journal.session-proofs` file ("Session proofs"), with the key: what
+    `palyra journal export --session S` writes. Any malformed line is a refusal."""
+    try:
+        return _session_proofs(data, public_key)
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, struct.error) as exc:
+        return Checked(False, f"malformed: {exc!r}")
+
+
+def _session_proofs(data: bytes, public_key: bytes) -> Checked:
     import json
 
     lines = data.split(b"\n")
@@ -196,8 +206,10 @@ def verify_session_proofs(data: bytes, public_key: bytes) -> Checked:
         return Checked(False, checked)
     _origin, size, root = checked
     session = header["session_id"]
-    prev, last_first, last_index = bytes(32), 0, -1
+    prev, last_first, last_index, events, pruned = bytes(32), 0, -1, 0, 0
     for obj in objs[2:-1]:
+        if obj["type"] != "record":
+            return Checked(False, "not a record line")
         record = b64(obj["record"])
         if record[0] == 2:
             if sha256(record[65:]) != record[1:33]:
@@ -211,6 +223,13 @@ def verify_session_proofs(data: bytes, public_key: bytes) -> Checked:
         if record[session_at + 4:session_at + 4 + n].decode() != session:
             return Checked(False, "another session")
         first = struct.unpack(">Q", record[first_at:first_at + 8])[0]
+        count = struct.unpack(">I", record[first_at + 8:first_at + 12])[0]
+        if count < 1:
+            return Checked(False, "a record of no event")
+        if record[0] == 2:
+            events += count
+        else:
+            pruned += count
         if record[prev_at:prev_at + 32] != prev:
             return Checked(False, "prev_hash")
         if first <= last_first or obj["index"] <= last_index:
@@ -221,8 +240,9 @@ def verify_session_proofs(data: bytes, public_key: bytes) -> Checked:
         prev, last_first, last_index = record[1:33], first, obj["index"]
     body = b"".join(raw + b"\n" for raw in lines[:-1])
     digest = sha256(body)
-    if (end["records"], end["session_head"], end["sha256"]) != (len(objs) - 3, prev.hex(),
-                                                                 digest.hex()):
+    if (end["type"], end["records"], end["session_head"], end["sha256"]) != (
+        "end", len(objs) - 3, prev.hex(), digest.hex()
+    ):
         return Checked(False, "end line")
     message = (b"palyra.journal.session-proofs.v1\x00" + struct.pack(">I", len(session.encode()))
                + session.encode() + struct.pack(">Q", size) + root + prev
@@ -231,4 +251,4 @@ def verify_session_proofs(data: bytes, public_key: bytes) -> Checked:
         public_key, bytes.fromhex(end.get("signature", "")), message
     ):
         return Checked(False, "seal")
-    return Checked(True, "", size=size, count=end["records"])
+    return Checked(True, "", size=size, count=end["records"], events=events, pruned=pruned)

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from pathlib import Path
 
 import lmdb
+import pytest
 
-from palyra.journal import EventDraft, JournalConfig, JournalStore
+from palyra.cli import journal_cmd
+from palyra.journal import (
+    EventDraft,
+    JournalConfig,
+    JournalStore,
+    NoteError,
+    prune_older_than,
+    verify_lines,
+)
 from palyra.journal.format.signing import Signer
 
 from ._tlog import verify_proof_text, verify_session_proofs, verify_tree
@@ -79,3 +89,43 @@ async def test_the_outsider_checks_a_session_exported_with_proofs(tmp_path: Path
     lines = data.split(b"\n")
     dropped = b"\n".join([*lines[:4], *lines[5:]])
     assert not verify_session_proofs(dropped, key).ok
+
+
+async def _session_with_tombstones(data_dir: Path) -> None:
+    """Session ``mine``: 10 records among others, its oldest pruned into tombstones."""
+    store = JournalStore.open(data_dir, config=JournalConfig(sync=False))
+    try:
+        for i in range(300):
+            session = "mine" if i % 30 == 7 else f"o{i % 4}"
+            await store.append([EventDraft("t.e", "t", session_id=session, payload={"i": i})
+                                for _ in range(1 + i % 3)])  # fmt: skip
+        await prune_older_than(store, 0, through=store.head().count // 3)
+    finally:
+        store.close()
+
+
+def test_the_outsider_checks_the_session_export_the_cli_writes(tmp_path: Path) -> None:
+    """``palyra journal export --session S`` (the tree signed by the export itself, some of
+    the session's records pruned): the outsider accepts exactly what palyra accepts, and
+    refuses, like palyra with the key, a change to any one character of any line."""
+    data_dir, out = tmp_path / "d", tmp_path / "mine.proofs"
+    asyncio.run(_session_with_tombstones(data_dir))
+    assert journal_cmd.main(["export", "--data-dir", str(data_dir), "--session", "mine",
+                             "--out", str(out)]) == 0  # fmt: skip
+    key = Signer.load_or_create(data_dir / "journal").public_key
+    data = out.read_bytes()
+    ours, theirs = verify_lines(data, key), verify_session_proofs(data, key)
+    assert theirs.ok, theirs.reason
+    assert (theirs.count, theirs.events) == (ours.records, ours.events)
+    assert theirs.count == 10 and theirs.events + theirs.pruned == 20  # 2 events a record
+    assert theirs.pruned > 0 and theirs.size == ours.checkpoint.size
+    lines = data.split(b"\n")[:-1]
+    for number, raw in enumerate(lines):
+        for at in sorted({1, len(raw) // 3, len(raw) // 2, len(raw) - 2}):
+            changed = bytearray(raw)
+            changed[at] = ord("A") if changed[at] != ord("A") else ord("B")
+            tampered = b"".join(x + b"\n" for x in [*lines[:number], bytes(changed),
+                                                     *lines[number + 1:]])  # fmt: skip
+            assert not verify_session_proofs(tampered, key).ok, (number, at)
+            with pytest.raises(NoteError):
+                verify_lines(tampered, key)
