@@ -427,9 +427,17 @@ async def _tlog_lines(root: Path, events: int, rounds: int) -> None:
         _emit(await tlog_cost.appends(root, appenders, appends_at(appenders, events), rounds,
                                       _drive, _draft))  # fmt: skip
     _emit(tlog_cost.plan_cpu(_draft))
-    for line in tlog_cost.proof_sizes():
+    _tlog_size_lines()
+    for line in await tlog_cost.session_export_sizes(root):
         _emit(line)
     _emit(await asyncio.to_thread(tlog_cost.verify_time, root / f"tlog-on-{CONCURRENCY[-1]}"))
+
+
+def _tlog_size_lines() -> None:
+    from bench import tlog_cost
+
+    for line in tlog_cost.proof_sizes():
+        _emit(line)
 
 
 async def run(events: int, base: Path, rounds: int = 5, only: str = "") -> int:
@@ -447,6 +455,13 @@ async def run(events: int, base: Path, rounds: int = 5, only: str = "") -> int:
         gc.freeze()
         if only == "tlog":
             await _tlog_lines(root, events, rounds)
+            return 0
+        if only == "tlog-sizes":  # bytes only: no appends to time
+            from bench import tlog_cost
+
+            _tlog_size_lines()
+            for line in await tlog_cost.session_export_sizes(root):
+                _emit(line)
             return 0
         for appenders in CONCURRENCY:
             n = appends_at(appenders, events)
@@ -499,9 +514,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--rounds", type=int, default=5, help="alternating journal/SQLite slices per concurrency"
     )
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
-    parser.add_argument("--only", choices=["tlog"], default="",
+    parser.add_argument("--only", choices=["tlog", "tlog-sizes"], default="",
                         help="only the transparency log's lines (appends with and without the "
-                             "tree, proof sizes, proof verification)")
+                             "tree, proof sizes, session export sizes, proof verification); "
+                             "tlog-sizes: only the sizes (nothing timed)")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE",
                         help="also write every line as one JSON list")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))

@@ -10,6 +10,10 @@
   functions (``tlog.merkle``), the entry in the middle and the last one.
 * ``tlog_verify``: the time ``verify_proof`` takes on a real proof of a real
   record (median of many), what ``palyra journal verify-proof`` does past start-up.
+* ``tlog_session_export``: the bytes of one session's export (6 one-event records)
+  among 1,200 and 12,000 records of other sessions: the session's records with
+  their proofs (``export --session``) beside the older session bundle with a link
+  line per position (``export --session --links``).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from palyra.journal.tlog.proof import encode_proof, verify_proof
 from palyra.journal.write import plan
 
 PROOF_SIZES = (1_000, 10_000, 100_000, 1_000_000)
+EXPORT_OTHERS = (1_200, 12_000)
+EXPORT_OWN = 6
 
 
 def _no_tree(frontier: Frontier, entries: Any, prefix: bytes) -> tuple[Frontier, list[Any]]:
@@ -161,3 +167,32 @@ def plan_cpu(draft: Callable[[int], Any], batch: int = 256, runs: int = 300) -> 
     without_us = min(out["without_us"], out["without_again_us"])
     out["tree_share_of_plan"] = round(1 - without_us / with_us, 3)
     return out
+
+
+async def session_export_sizes(root: Path, others: tuple[int, ...] = EXPORT_OTHERS
+                               ) -> list[dict[str, Any]]:  # fmt: skip
+    """Both session exports of one 6-record session, at each journal size."""
+    from palyra.journal import EventDraft, JournalConfig, export_bundle
+
+    lines = []
+    for count in others:
+        data_dir = root / f"export-{count}"
+        store = JournalStore.open(data_dir, config=JournalConfig(sync=False))
+        try:
+            spacing = count // EXPORT_OWN
+            for i in range(count):
+                if i % spacing == 0 and i // spacing < EXPORT_OWN:
+                    await store.append([EventDraft("t.mine", "t", session_id="mine",
+                                                   payload={"i": i})])  # fmt: skip
+                await store.append([EventDraft("t.other", "t", session_id=f"o{i % 9}",
+                                               payload={"i": i})])  # fmt: skip
+            await store.sign_tree()
+            proofs, bundle = root / f"mine-{count}.proofs", root / f"mine-{count}.ndjson"
+            store.export_session_proofs("mine", proofs)
+            export_bundle(store, bundle, session_id="mine")
+        finally:
+            store.close()
+        lines.append({"config": "tlog_session_export", "session_records": EXPORT_OWN,
+                      "other_records": count, "proofs_bytes": proofs.stat().st_size,
+                      "links_bundle_bytes": bundle.stat().st_size})  # fmt: skip
+    return lines
