@@ -131,6 +131,8 @@ def test_a_session_export_is_its_records_with_proofs_and_verify_checks_it(
     assert code == 0 and lines[0].startswith("OK session=s1 records=10 events=10 checkpoint=")
     code, lines = _run("verify", "--bundle", str(out), capsys=capsys)
     assert code == 0 and "unsigned check" in lines[0]
+    assert journal_cmd.main(["traces", "--bundle", str(out)]) == 2  # no event lines to read
+    assert "--links" in capsys.readouterr().err
     text = out.read_text().splitlines()
     end = json.loads(text[-1])
     end["records"], end["session_head"] = 9, _entry(rows[-3]["record"])

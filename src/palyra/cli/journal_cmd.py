@@ -265,6 +265,10 @@ def traces(argv: Sequence[str]) -> int:
         return args
     from palyra.ops.rebuild import bundle_otlp_json
 
+    if _is_session_proofs(args.bundle):  # its records are not event lines: no spans to read
+        print("ERROR this is a session's records with their proofs; traces reads a bundle "
+              "(`journal export --session S --links`, or the whole journal)", file=sys.stderr)
+        return EXIT_ERROR
     try:
         text = bundle_otlp_json(args.bundle, service_name=args.service_name)
     except (PalyraError, OSError) as exc:
