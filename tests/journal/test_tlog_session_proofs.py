@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from palyra.journal import EventDraft, JournalConfig, JournalStore
 from palyra.journal.format.signing import Signer
 from palyra.journal.tlog.note import NoteError
-from palyra.journal.tlog.session_proofs import verify_lines
+from palyra.journal.tlog.session_proofs import MAX_LINE, verify_lines
 
 
 async def _journal(data_dir: Path, others: int) -> tuple[Path, bytes]:
@@ -79,3 +79,15 @@ async def test_leaving_out_changing_or_cutting_records_is_refused(tmp_path: Path
         verify_lines(path.read_bytes(), Signer(Ed25519PrivateKey.generate()).public_key)
     with pytest.raises(NoteError):
         verify_lines(b'{"type":"header"}\n{}\n{}\n{}\n', None)
+
+
+async def test_a_file_is_read_a_line_at_a_time_and_no_line_is_unbounded(tmp_path: Path) -> None:
+    path, key = await _journal(tmp_path / "d", 60)
+    with path.open("rb") as handle:  # the open file, as `verify --bundle` passes it
+        assert verify_lines(handle, key).records == 6
+    lines = _lines(path)
+    huge = lines[3][:-2] + b"A" * MAX_LINE + lines[3][-2:]
+    with pytest.raises(NoteError, match="longer than"):
+        verify_lines(_join([*lines[:3], huge, *lines[4:]]), None)
+    with pytest.raises(NoteError, match="final newline"):
+        verify_lines(_join(lines)[:-1], None)

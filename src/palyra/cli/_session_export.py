@@ -74,14 +74,20 @@ def export_session(data_dir: Path, session_id: str, out: Path) -> int:
         store.close()
 
 
-def verify_session_file(data: bytes, keys: Sequence[bytes]) -> tuple[bool, str]:
+def verify_session_file(path: Path, keys: Sequence[bytes]) -> tuple[bool, str]:
     """``(ok, the line to print)`` for a session-proofs file, with any of ``keys`` (none:
-    integrity only, which anyone who can rewrite the file can also fake)."""
+    integrity only, which anyone who can rewrite the file can also fake). The file is
+    read a line at a time, once per key tried.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
     problem = ""
     trying: list[bytes | None] = [*keys] if keys else [None]
     for key in trying:
         try:
-            proven = verify_lines(data, key)
+            with path.open("rb") as handle:
+                proven = verify_lines(handle, key)
         except NoteError as exc:
             problem = str(exc)
             continue

@@ -159,14 +159,16 @@ def verify_proof_cmd(argv: Sequence[str]) -> int:
     args = parser.parse_args(list(argv))
     try:
         key = bytes.fromhex(args.public_key)
-        data = args.file.read_bytes()
-        if data.startswith(b"{"):  # a session's records with their proofs
-            session = verify_lines(data, key)
+        with args.file.open("rb") as handle:
+            session_file = handle.read(1) == b"{"  # a session's records with their proofs
+        if session_file:
+            with args.file.open("rb") as handle:  # read a line at a time
+                session = verify_lines(handle, key)
             print(f"OK session={session.session_id} records={session.records} "
                   f"events={session.events} checkpoint={session.checkpoint.origin}@"
                   f"{session.checkpoint.size} sealed")
             return EXIT_OK
-        proven = verify_proof(data, key, args.origin,
+        proven = verify_proof(args.file.read_bytes(), key, args.origin,
                               _witnesses(args.witness), args.quorum)  # fmt: skip
         record = decode_record(proven.record)
     except (NoteError, OSError, ValueError, KeyError, TypeError) as exc:

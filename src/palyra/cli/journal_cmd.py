@@ -148,7 +148,10 @@ def _is_session_proofs(path: Path) -> bool:
 def _verify_session_proofs(path: Path, keys: Sequence[bytes]) -> int:
     from palyra.cli._session_export import verify_session_file
 
-    ok, summary = verify_session_file(path.read_bytes(), keys)
+    try:
+        ok, summary = verify_session_file(path, keys)
+    except OSError as exc:
+        return _fail(exc)
     print(summary)
     return EXIT_OK if ok else EXIT_TAMPERED
 

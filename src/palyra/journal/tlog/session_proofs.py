@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 
@@ -116,9 +117,11 @@ def _record_front(record: bytes, session_id: str) -> tuple[bytes, bytes, int, in
     return record[1:33], prev, first, first + count - 1
 
 
-def verify_lines(data: bytes, public_key: bytes | None) -> SessionProven:
+def verify_lines(data: bytes | BinaryIO, public_key: bytes | None) -> SessionProven:
     """Check a session-proofs file; with ``public_key``, the checkpoint and the seal too.
 
+    ``data`` is the file's bytes or the open file, read a line at a time: memory
+    holds one record line (at most :data:`MAX_LINE` bytes), whatever the session's size.
     Without a key only integrity is shown (anyone can recompute every hash and drop
     the newest records); with it, the checkpoint is the log's and the seal says
     nothing was cut off.
@@ -126,25 +129,45 @@ def verify_lines(data: bytes, public_key: bytes | None) -> SessionProven:
     Raises:
         NoteError: the first problem found (the message names the line).
     """
+    source = io.BytesIO(data) if isinstance(data, bytes | bytearray) else data
     try:
-        return _verify_lines(data, public_key)
+        return _verify_lines(_read_lines(source), public_key)
     except NoteError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a line of the wrong shape
         raise NoteError(f"malformed session-proofs file ({exc!r})") from None
 
 
-def _verify_lines(data: bytes, public_key: bytes | None) -> SessionProven:
-    lines = data.split(b"\n")
-    if lines[-1] != b"" or len(lines) < 4:
-        raise NoteError("not a complete session-proofs file")
-    lines.pop()
-    digest = hashlib.sha256()
+MAX_LINE = 4 * 1024 * 1024
+"""A record line: one stored record (at most ~1 MiB of payload) in base64, and its proof."""
+
+
+def _read_lines(source: BinaryIO) -> Iterator[bytes]:
+    """Each line with its newline; a longer line or a missing final newline is refused."""
+    while raw := source.readline(MAX_LINE + 1):
+        if len(raw) > MAX_LINE:
+            raise NoteError(f"a line is longer than {MAX_LINE} bytes")
+        if not raw.endswith(b"\n"):
+            raise NoteError("not a complete session-proofs file (no final newline)")
+        yield raw
+
+
+def _json(raw: bytes, number: int) -> dict[str, Any]:
     try:
-        objs = [_DECODER.decode(raw) for raw in lines]
+        obj = _DECODER.decode(raw)
     except msgspec.DecodeError as exc:
-        raise NoteError(f"a line is not JSON ({exc})") from None
-    header, note_line, end = objs[0], objs[1], objs[-1]
+        raise NoteError(f"line {number}: not JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise NoteError(f"line {number}: not a JSON object")
+    return obj
+
+
+def _verify_lines(lines: Iterator[bytes], public_key: bytes | None) -> SessionProven:
+    digest = hashlib.sha256()
+    head = [next(lines, b""), next(lines, b"")]
+    if not all(head):
+        raise NoteError("not a complete session-proofs file")
+    header, note_line = _json(head[0], 1), _json(head[1], 2)
     if header.get("format") != FORMAT or header.get("version") != VERSION:
         raise NoteError("line 1: not palyra.journal.session-proofs v1")
     session_id = header["session_id"]
@@ -153,38 +176,59 @@ def _verify_lines(data: bytes, public_key: bytes | None) -> SessionProven:
         _n, checkpoint = verify_note(note, None, public_key)
     else:
         checkpoint = parse_checkpoint(parse_note(note).body)
-    for raw in lines[:2]:
-        digest.update(raw + b"\n")
-    prev_hash, last_position, last_index, events = GENESIS, 0, -1, 0
-    for number, (raw, obj) in enumerate(zip(lines[2:-1], objs[2:-1], strict=True), 3):
-        digest.update(raw + b"\n")
-        if obj.get("type") != "record":
-            raise NoteError(f"line {number}: not a record line")
-        record = strict_b64decode(obj["record"], f"line {number}: record")
-        entry, prev, first, last = _record_front(record, session_id)
-        index = obj["index"]
-        if prev != prev_hash:
-            raise NoteError(f"line {number}: prev_hash does not link to the session's previous "
-                            "record (a record was left out or changed)")  # fmt: skip
-        if first <= last_position or index <= last_index:
-            raise NoteError(f"line {number}: records out of order")
-        proof = [strict_b64decode(h, f"line {number}: proof hash") for h in obj["proof"]]
-        if not verify_inclusion(index, checkpoint.size, leaf_hash(entry), proof, checkpoint.root):
-            raise NoteError(f"line {number}: the inclusion proof of entry {index} does not lead "
-                            "to the checkpoint's root")  # fmt: skip
-        prev_hash, last_position, last_index = entry, last, index
-        events += last - first + 1 if record[0] == 0x02 else 0
-    records = len(lines) - 3
+    for raw in head:
+        digest.update(raw)
+    walk = _RecordWalk(session_id, checkpoint)
+    number, pending = 2, next(lines, b"")
+    if not pending:
+        raise NoteError("not a complete session-proofs file")
+    for raw in lines:  # the line before the last is a record line; the last, the end line
+        number += 1
+        digest.update(pending)
+        walk.record(_json(pending, number), number)
+        pending = raw
+    number += 1
+    end = _json(pending, number)
+    records = walk.records
     if end.get("type") != "end" or end.get("records") != records:
-        raise NoteError(f"line {len(lines)}: the end line does not count {records} records")
-    if end.get("session_head") != prev_hash.hex() or end.get("sha256") != digest.hexdigest():
-        raise NoteError(f"line {len(lines)}: session_head or sha256 does not match the lines")
+        raise NoteError(f"line {number}: the end line does not count {records} records")
+    if end.get("session_head") != walk.prev_hash.hex() or end.get("sha256") != digest.hexdigest():
+        raise NoteError(f"line {number}: session_head or sha256 does not match the lines")
     sealed = "signature" in end
     if public_key is not None:
-        message = seal_message(session_id, checkpoint, prev_hash, records, digest.digest())
+        message = seal_message(session_id, checkpoint, walk.prev_hash, records, digest.digest())
         if not sealed or bytes.fromhex(end.get("public_key", "")) != public_key or not (
             signature_valid(public_key, message, bytes.fromhex(end["signature"]))
         ):
-            raise NoteError(f"line {len(lines)}: no valid seal by the key (records may have "
+            raise NoteError(f"line {number}: no valid seal by the key (records may have "
                             "been cut off)")  # fmt: skip
-    return SessionProven(session_id, records, events, checkpoint, sealed)
+    return SessionProven(session_id, records, walk.events, checkpoint, sealed)
+
+
+class _RecordWalk:
+    """The record lines so far: each links to the previous and is proven in the tree."""
+
+    def __init__(self, session_id: str, checkpoint: Checkpoint) -> None:
+        self.session_id, self.checkpoint = session_id, checkpoint
+        self.prev_hash, self.last_position, self.last_index = GENESIS, 0, -1
+        self.records = self.events = 0
+
+    def record(self, obj: dict[str, Any], number: int) -> None:
+        if obj.get("type") != "record":
+            raise NoteError(f"line {number}: not a record line")
+        record = strict_b64decode(obj["record"], f"line {number}: record")
+        entry, prev, first, last = _record_front(record, self.session_id)
+        index = obj["index"]
+        if prev != self.prev_hash:
+            raise NoteError(f"line {number}: prev_hash does not link to the session's previous "
+                            "record (a record was left out or changed)")  # fmt: skip
+        if first <= self.last_position or index <= self.last_index:
+            raise NoteError(f"line {number}: records out of order")
+        proof = [strict_b64decode(h, f"line {number}: proof hash") for h in obj["proof"]]
+        checkpoint = self.checkpoint
+        if not verify_inclusion(index, checkpoint.size, leaf_hash(entry), proof, checkpoint.root):
+            raise NoteError(f"line {number}: the inclusion proof of entry {index} does not lead "
+                            "to the checkpoint's root")  # fmt: skip
+        self.prev_hash, self.last_position, self.last_index = entry, last, index
+        self.records += 1
+        self.events += last - first + 1 if record[0] == 0x02 else 0
