@@ -179,3 +179,25 @@ def test_the_log_never_signs_a_smaller_or_different_tree() -> None:
     with pytest.raises(PalyraError):  # ... even for the first checkpoint, with nothing to extend
         next_checkpoint(None, trees[10], fork_memory.hash_at, "o/log", signer.public_key,
                         signer.sign)  # fmt: skip
+
+
+@pytest.mark.parametrize("size", [1, 2, 255, 1_000, 70_000])
+def test_a_proof_is_as_large_as_format_md_says(size: int) -> None:
+    """docs/journal/format.md "Size": the header, ``index``, 45 bytes a hash, the empty
+    line and a checkpoint of ``2·|origin| + digits(size) + 146`` bytes (default origin)."""
+    from palyra.journal.tlog.merkle import MemoryTree, inclusion_proof, leaf_hash, root_at
+    from palyra.journal.tlog.note import default_origin
+    from palyra.journal.tlog.proof import encode_proof
+
+    signer = Signer(Ed25519PrivateKey.generate())
+    origin = default_origin(signer.public_key)
+    tree = MemoryTree(leaf_hash(i.to_bytes(32, "big")) for i in range(size))
+    note = sign_checkpoint(origin, size, root_at(size, tree.hash_at), signer.public_key,
+                           signer.sign)  # fmt: skip
+    assert len(note) == 2 * len(origin) + len(str(size)) + 146
+    for index in {0, size // 2, size - 1}:
+        path = inclusion_proof(index, size, tree.hash_at)
+        proof = encode_proof(b"", index, path, note)
+        without_record = len(proof) - len(b"extra \n")
+        assert without_record == 23 + len(f"index {index}\n") + 45 * len(path) + 1 + len(note)
+        assert len(path) <= (size - 1).bit_length()  # ⌈log₂ n⌉
