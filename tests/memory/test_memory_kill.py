@@ -36,6 +36,12 @@ def _run_and_kill(data_dir: Path, kind: str, delay: float) -> list[str]:
     reader = threading.Thread(
         target=lambda: chunks.extend(iter(lambda: os.read(stdout.fileno(), 65536), b"")))
     reader.start()
+    # The kill's random instant counts from the first acknowledgement, not from "ready":
+    # a loaded machine can take longer than the shortest delay to finish one ingest
+    # (the remote embedder's client is imported at first use), which would test nothing.
+    deadline = time.monotonic() + 60
+    while b"\n" not in b"".join(chunks) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.01)
     time.sleep(delay)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
