@@ -52,6 +52,11 @@ class RegistryTools:
         tool = self._registry.get(name)
         return tool is not None and not _is_sensitive(tool.capabilities)
 
+    def may_rerun(self, name: str) -> bool:
+        """True for read-only tools and tools declared idempotent."""
+        tool = self._registry.get(name)
+        return tool is not None and (tool.idempotent or not _is_sensitive(tool.capabilities))
+
     def args_digest(self, name: str, arguments: Mapping[str, Any]) -> str:
         """Digest binding an approval to the exact call."""
         return args_digest(name, arguments)

@@ -124,6 +124,10 @@ class ToolSpec(Generic[ArgsT]):
             empty: HIGH for a sensitive tool, MEDIUM otherwise.
         risk_by_posture: The risk under a resolved posture, where it differs
             by posture (``process.run``, whose sandbox tier follows it).
+        idempotent: Running the same call again has the effect of running it
+            once (``agent.delegate`` finds the child run it started), so a call
+            a restart left in flight runs again like a read-only one, though
+            the tool is not read-only for approvals.
     """
 
     name: str
@@ -139,6 +143,7 @@ class ToolSpec(Generic[ArgsT]):
     risk_by_posture: Mapping[str, str] = dataclasses.field(default_factory=dict)
     origin: str = ""
     check_args: Callable[[dict[str, Any]], str | None] | None = None
+    idempotent: bool = False
 
     @property
     def follows_posture(self) -> bool:

@@ -115,7 +115,13 @@ class ToolsPort(Protocol):
         ...
 
     def is_read_only(self, name: str) -> bool:
-        """True when re-running the tool after a crash has no side effects."""
+        """True when the tool declares ``read_only`` and nothing sensitive (such calls
+        allowed outright run together in a parallel group)."""
+        ...
+
+    def may_rerun(self, name: str) -> bool:
+        """True when running a call again that a crash left in flight is safe: the
+        tool is read-only, or idempotent by its own design."""
         ...
 
     def args_digest(self, name: str, arguments: Mapping[str, Any]) -> str:

@@ -42,5 +42,8 @@ class EngineDeps:
     # Called when a live run is about to end failed or cancelled: each yields drafts
     # that commit in the same append as the run's end (e.g. cancelling its tasks).
     end_contributors: list[EndContributor] = field(default_factory=list)
+    # The same for the run's delegated descendants (``run.cascade``), asked only by
+    # the run whose own end it is: a cascade stages the whole subtree at once.
+    cascade: EndContributor | None = None
     # The committed rows of live parked runs' approvals (``run.approvals``).
     pending: PendingApprovals = field(default_factory=PendingApprovals)

@@ -370,10 +370,10 @@ async def await_decision(step: Step, p: Proposal) -> None:
 async def execute(step: Step, p: Proposal) -> None:
     """Run an allowed tool and tape its result and attestation."""
     deps = step.deps
-    if step.was_in_flight(p.proposal_id) and not deps.tools.is_read_only(p.tool_name):
+    if step.was_in_flight(p.proposal_id) and not deps.tools.may_rerun(p.tool_name):
         raise RunFailed("daemon_restarted", PalyraError(
-            f"tool {p.tool_name} was in flight when the daemon stopped; it is not "
-            "read-only, so it is not run again", code=ErrorCode.UNAVAILABLE))
+            f"tool {p.tool_name} was in flight when the daemon stopped; it is neither "
+            "read-only nor idempotent, so it is not run again", code=ErrorCode.UNAVAILABLE))
     if p.args_redacted:  # the one place tools run: never with a placeholder for a secret
         await _refuse_redacted(step, p)
         return
