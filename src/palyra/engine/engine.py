@@ -138,14 +138,15 @@ class Engine:
         self.session_writer = SessionWriter(store, self.session_reader, now_ms)
         #: Committed approval records (get, filtered pages).
         self.approval_reader = ApprovalReader(store)
+        #: Attachments by SHA-256, kept while a run's tape names them.
+        self.attachments = AttachmentStore(store, now_ms)
         self._deps = EngineDeps(store=store, provider=provider, models=models,
                                 usage=usage or UsageLedger(store), policy=policy, tools=tools,
                                 config=self.config, session_reader=self.session_reader,
                                 session_writer=self.session_writer,
                                 approval_reader=self.approval_reader, now_ms=now_ms,
+                                attachments=self.attachments,
                                 context=context, cascade=self._cancelling_descendants)
-        #: Attachments by SHA-256, kept while a run's tape names them.
-        self.attachments = AttachmentStore(store, now_ms)
         self._actors: dict[str, RunActor] = {}
         self._claimed: set[str] = set()
         self._stack = AsyncExitStack()

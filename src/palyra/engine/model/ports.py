@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from palyra_gen.palyra import v1 as pb
 
-from palyra.engine.model.records import ApprovalRecord, IdentityRec
+from palyra.engine.model.records import ApprovalRecord, AttachmentRec, IdentityRec
 from palyra.providers import ToolSpecForModel
 
 
@@ -56,6 +56,8 @@ class ToolOutcome:
     executor: str = "builtin"
     # What the executor vouches for (ToolAttestation.facts), covered by the hash.
     facts: Mapping[str, str] = field(default_factory=dict)
+    # Images the tool returned, sniffed: stored as attachments, referenced on the tape.
+    images: tuple[tuple[AttachmentRec, bytes], ...] = ()
 
 
 class PolicyPort(Protocol):

@@ -10,6 +10,7 @@ from palyra.engine.model.config import EngineConfig
 from palyra.engine.model.ports import ContextPort, PolicyPort, ToolsPort
 from palyra.engine.model.records import RunRecord
 from palyra.engine.run.approvals import ApprovalReader, PendingApprovals
+from palyra.engine.run.attachments import AttachmentStore
 from palyra.engine.sessions.reader import SessionReader
 from palyra.engine.sessions.writer import SessionWriter
 from palyra.journal import EventDraft, JournalStore
@@ -37,6 +38,8 @@ class EngineDeps:
     session_writer: SessionWriter
     approval_reader: ApprovalReader
     now_ms: Callable[[], int]
+    # Blobs by SHA-256: a tool's images are stored here before its result is taped.
+    attachments: AttachmentStore
     # Input assembly beyond the tape (memory auto-inject); None: the tape only.
     context: ContextPort | None = None
     # Called when a live run is about to end failed or cancelled: each yields drafts
