@@ -23,6 +23,7 @@ from engine_harness import (
 from palyra_gen.palyra import v1 as pb
 
 from palyra.app import PalyraApp
+from palyra.core.errors import PalyraError
 from palyra.engine import IdentityRec
 from palyra.journal import EventDraft, StoredEvent
 from palyra.policy import PolicyConfig, Posture
@@ -241,3 +242,37 @@ async def test_by_default_each_delegation_asks(harness: Harness) -> None:
     async with asyncio.timeout(10):
         done = await harness.engine.wait_run(ALICE, run_id, until_terminal=True)
     assert done.state == "done" and "hi" in done.final_text
+
+
+async def test_a_failing_parent_ends_its_child_in_its_own_append(harness: Harness) -> None:
+    trust_delegation(harness)
+    harness.tool = slow_add(5.0)
+    app = await harness.start()
+    assert harness.store is not None and harness.engine is not None
+    agent_id = await helper(harness)
+    appends: list[list[EventDraft]] = []
+    submit = harness.store.submit
+
+    def recording(drafts: Sequence[EventDraft], **kw: Any) -> asyncio.Future[list[StoredEvent]]:
+        appends.append(list(drafts))
+        return submit(drafts, **kw)
+
+    harness.store.submit = recording  # type: ignore[method-assign]
+    created = await app.create_run(USER, pb.CreateRunRequest(
+        input=pb.MessageInput(text=delegate(agent_id, loop_text(1))), complete=True))
+    parent_id = created.run.run_id
+    [child_id] = await started_children(app, parent_id)
+    await asyncio.sleep(0.2)
+    harness.engine.fail_run(parent_id, PalyraError("the stream broke"), "stream_broken")
+    async with asyncio.timeout(5):
+        parent = await harness.engine.wait_run(ALICE, parent_id, until_terminal=True)
+    assert parent.state == "failed"
+    [ending] = [drafts for drafts in appends
+                if any(d.kind == "tape.status" and d.run_id == parent_id
+                       and isinstance(d.origin, pb.RunStatus)
+                       and d.origin.state == pb.RunState.FAILED for d in drafts)]
+    [status] = [d.origin for d in ending if d.kind == "tape.status" and d.run_id == child_id]
+    assert isinstance(status, pb.RunStatus)
+    assert (status.state, status.reason) == (pb.RunState.CANCELLED, "parent_failed")
+    child = (await app.get_run(USER, pb.GetRunRequest(run_id=child_id))).run
+    assert (child.state, child.end_reason) == (pb.RunState.CANCELLED, "parent_failed")
