@@ -31,7 +31,10 @@ def _wait(check: object, seconds: float = 30.0) -> object:
 def test_a_sigkill_while_the_child_runs_resumes_both(tmp_path: Path) -> None:
     # Each scripted model call takes 0.3 s, so the child is mid-loop when killed.
     env = {**clean_env(), "PALYRA_PROVIDER_SCRIPTED_DELAY_S": "0.3"}
-    daemon = DaemonProcess(tmp_path / "data", env=env).start()
+    # The operator lets delegations run unasked (by default each one needs an approval).
+    toml = tmp_path / "palyra.toml"
+    toml.write_text('[policy]\ntool_postures = { "agent.delegate" = "always_allow" }\n')
+    daemon = DaemonProcess(tmp_path / "data", env=env, extra_args=("--config", str(toml))).start()
     try:
         base = f"http://127.0.0.1:{daemon.http_port}"
         headers = {"authorization": f"Bearer {daemon.token}", "x-palyra-device-id": DEVICE,

@@ -24,7 +24,15 @@ from palyra.engine import covered_digest, member_from
 from palyra.engine.model.prune import estimate_tokens
 from palyra.engine.run.recovery import rebuild
 from palyra.journal import verify_store
-from palyra.providers import ModelRequest, ModelResponse, Usage, scripted_reply
+from palyra.providers import (
+    ModelRequest,
+    ModelResponse,
+    ProviderConfig,
+    ProviderRegistry,
+    Usage,
+    scripted_reply,
+)
+from palyra.providers._scripted import SUMMARY_MARKER
 
 
 def _said(i: int) -> str:
@@ -279,5 +287,28 @@ async def test_why_a_loop_was_not_compacted_is_on_the_tape(tmp_path: Path,
         assert len(skipped) <= len(loops)  # at most one a loop
         assert len({m.turn for m in skipped}) == len(skipped)
         assert not _compactions(harness, run_id)
+    finally:
+        await harness.stop()
+
+
+async def test_the_summary_is_asked_of_the_runs_own_provider(tmp_path: Path) -> None:
+    """A run served by an agent with its own provider compacts through that provider,
+    not the daemon's default one, and the tape names who summarised."""
+    default, own = PlannedProvider(scripted_reply), PlannedProvider(scripted_reply)
+    harness = Harness(tmp_path / "data", models_factory=lambda: ProviderRegistry(
+        [(ProviderConfig(name="main"), default), (ProviderConfig(name="own"), own)]))
+    app = await harness.start()
+    try:
+        agent = (await app.create_agent(ADMIN, pb.CreateAgentRequest(agent=pb.Agent(
+            display_name="summarised", provider="own")))).agent
+        assert agent is not None
+        created = await app.create_run(USER, pb.CreateRunRequest(
+            input=pb.MessageInput(text=_said(0)), agent_id=agent.agent_id, wait=True))
+        run_id = await _converse(app, [_said(i) for i in range(1, 9)], created.run.run_id)
+        [(_seq, event)] = _compactions(harness, run_id)
+        assert event.summariser_provider == "own"
+        assert default.requests == []
+        assert any(m.content.startswith(SUMMARY_MARKER) for r in own.requests
+                   for m in r.messages[:1])
     finally:
         await harness.stop()

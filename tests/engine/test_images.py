@@ -70,11 +70,13 @@ async def test_an_image_turn_on_every_provider(harness: Harness,
                 for a in user_input.attachments] == [
             ("image/png", 4, 3, sniff(wide).sha256, "file0.txt"),
             ("image/png", 2, 5, sniff(tall).sha256, "file1.txt")]
-    # The same bytes are stored once (content-addressed).
+    # The same bytes are stored once (content-addressed); each run takes its references.
     assert harness.store is not None
     stored = [e for e in harness.store.read_range(0, 10_000) if e.kind == "attachment.stored"]
-    assert [sorted(e.payload["sha256"]) for e in stored] == [
-        sorted([sniff(wide).sha256, sniff(tall).sha256])]
+    both = sorted([sniff(wide).sha256, sniff(tall).sha256])
+    assert [sorted(e.payload["sha256"]) for e in stored] == [both, [], []]
+    assert [e.payload["referenced"] for e in stored] == [both] * 3
+    assert len({e.run_id for e in stored}) == 3
     openai_body = next(b for p, _h, b in fake.requests if p == "/v1/chat/completions")
     parts = openai_body["messages"][-1]["content"]
     assert [p["type"] for p in parts] == ["text", "image_url", "image_url"]

@@ -12,11 +12,14 @@ import msgspec
 import pytest
 from engine_harness import ADMIN, OTHER_USER, USER, Harness
 from palyra_gen.palyra import v1 as pb
+from planned_provider import PlannedProvider
 
 from palyra.core.canonical import canonical_bytes
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.learning import TASK_KIND, Learning, LearningConfig
 from palyra.memory import get_item
+from palyra.providers import ProviderConfig, ProviderRegistry, scripted_reply
+from palyra.providers._scripted import REFLECTION_MARKER
 from palyra.tasks import State, TaskContext, TaskQueue, TaskWorker
 
 TEXT = ("Please remember that my cat is called Miso. I prefer metric units. Start from 0 and "
@@ -187,6 +190,41 @@ async def test_the_same_proposal_is_not_made_twice_across_runs(harness: Harness)
             run_id=second))).candidates
         assert {c.text for c in made} >= {"prefers metric units"}
         assert again == []  # the same facts, preference and procedure: nothing new
+    finally:
+        await worker.close()
+        await queue.close()
+
+
+async def test_a_reflection_asks_the_runs_own_provider(harness: Harness) -> None:
+    """A run served by an agent with its own provider is reflected on by that provider,
+    not the daemon's default one."""
+    default, own = PlannedProvider(scripted_reply), PlannedProvider(scripted_reply)
+    harness.models_factory = lambda: ProviderRegistry(
+        [(ProviderConfig(name="main"), default), (ProviderConfig(name="own"), own)])
+    app = await harness.start()
+    assert harness.engine is not None and harness.store is not None
+    queue = TaskQueue(harness.store)
+    await queue.start()
+    learning = Learning(harness.store, harness.engine.provider, LearningConfig(),
+                        models=harness.engine.models)
+
+    async def on_end(record):  # type: ignore[no-untyped-def]
+        await learning.on_run_end(record, queue)
+
+    harness.engine.on_run_end(on_end)
+    worker = TaskWorker(queue, {TASK_KIND: learning.reflect})
+    worker.start()
+    try:
+        agent = (await app.create_agent(ADMIN, pb.CreateAgentRequest(agent=pb.Agent(
+            display_name="reflective", provider="own")))).agent
+        assert agent is not None
+        created = await app.create_run(USER, pb.CreateRunRequest(
+            v=1, session_key="own", input=pb.MessageInput(text=TEXT), complete=True, wait=True,
+            agent_id=agent.agent_id))
+        await _reflected(queue, created.run.run_id)
+        asked = [r.messages[0].content for r in own.requests if r.messages]
+        assert any(text.startswith(REFLECTION_MARKER) for text in asked)
+        assert default.requests == []
     finally:
         await worker.close()
         await queue.close()

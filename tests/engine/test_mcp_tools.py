@@ -5,6 +5,7 @@ crash and its restart, schema drift, oversized output, streamable HTTP."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import socket
 import subprocess
@@ -30,6 +31,7 @@ def stdio(state: Path, **changes: Any) -> McpServerConfig:
         "name": "files", "command": sys.executable, "args": (str(SERVER), str(state)),
         "tool_capabilities": {"read": READ_ONLY, "add": READ_ONLY, "slow": READ_ONLY,
                               "crash": READ_ONLY, "big": READ_ONLY, "image": READ_ONLY,
+                              "photo": READ_ONLY,
                               "redefine": READ_ONLY, "env": READ_ONLY,
                               "garbage": READ_ONLY, "freeze": READ_ONLY, "flood": READ_ONLY},
         "restart_initial_s": 0.05, "ping_interval_s": 0.5}
@@ -196,6 +198,28 @@ async def test_images_are_described_not_inlined(mcp: Harness) -> None:
     assert blocks[0] == {"type": "text", "text": "a picture"}
     assert blocks[1]["type"] == "image" and blocks[1]["mime_type"] == "image/png"
     assert blocks[1]["bytes"] == 12 and len(blocks[1]["sha256"]) == 64
+    assert "not_attached" in blocks[1]  # not an image the store takes: described only
+
+
+async def test_an_image_result_is_an_attachment_the_model_sees(mcp: Harness,
+                                                              state: Path) -> None:
+    assert mcp.app is not None and mcp.engine is not None and mcp.store is not None
+    run = await run_to_end(mcp.app, "/call mcp.files.photo")
+    data = (state / "photo.png").read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    [result] = _results(mcp, run.run_id)
+    assert [(a.sha256, a.mime_type, a.width, a.height, a.size_bytes)
+            for a in result.attachments] == [(digest, "image/png", 3, 2, len(data))]
+    assert result.attestation is not None
+    assert result.attestation.facts["mcp.images_sha256"] == digest
+    # The bytes are in the attachment store, kept by the run's reference...
+    assert mcp.engine.attachments.get(digest) == data
+    assert [k for k, _v in mcp.store.scan_entities("meta", "attachment_ref:", "", 10)] == [
+        f"attachment_ref:{digest}:{run.run_id}"]
+    # ...and the model's next turn had them (the scripted model describes what it got).
+    assert run.final_text.endswith(f"image: image/png 3x2 sha256:{digest[:12]}")
+    blocks = json.loads(run.final_text.split("\nimage: ")[0])["content"]
+    assert blocks[1]["attached"] is True and blocks[1]["mime_type"] == "image/png"
 
 
 async def test_the_server_gets_only_its_configured_environment(

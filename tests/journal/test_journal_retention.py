@@ -343,3 +343,29 @@ async def test_retention_every_prunes_and_ends_when_the_store_closes(data_dir: P
     store.close()
     await asyncio.wait_for(task, 10)  # ends on its own once the store is closed
     assert verify_store(data_dir).pruned == 1
+
+
+async def test_retention_every_runs_its_follow_up_after_each_pass(data_dir: Path) -> None:
+    """``then`` (the daemon's attachment collection) runs after every pass, and its
+    error goes to ``on_error`` without stopping the loop."""
+    store = JournalStore.open(data_dir)
+    await store.append([_ev(1, "s")])
+    await store.append([_ev(2, "s")])
+    passes: list[int] = []
+    errors: list[PalyraError] = []
+
+    async def then() -> None:
+        passes.append(store.pruned_through())
+        if len(passes) == 1:
+            raise PalyraError("collection failed", code=ErrorCode.UNAVAILABLE)
+
+    task = asyncio.create_task(retention_every(store, 1000, 0.01, on_error=errors.append,
+                                               then=then))
+    for _ in range(500):
+        if len(passes) >= 2:
+            break
+        await asyncio.sleep(0.01)
+    assert passes[0] >= 1  # after the prune of that pass
+    assert [e.message for e in errors] == ["collection failed"]
+    store.close()
+    await asyncio.wait_for(task, 10)

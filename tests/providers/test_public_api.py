@@ -46,6 +46,7 @@ def test_exports_snapshot() -> None:
         "build_provider",
         "cacheable",
         "collect_response",
+        "complete_routed",
         "decode_entry",
         "encode_entry",
         "parse_target",

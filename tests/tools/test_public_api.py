@@ -27,6 +27,7 @@ def test_exports_snapshot() -> None:
         "SandboxConfig",
         "ToolContext",
         "ToolError",
+        "ToolImage",
         "ToolOutput",
         "ToolRegistry",
         "ToolResult",

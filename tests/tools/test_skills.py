@@ -32,7 +32,13 @@ from palyra.tools.skills import (
     register_skills,
     set_state,
 )
-from palyra.tools.skills.manifest import parse_manifest, signing_message
+from palyra.tools.skills.manifest import (
+    SkillTool,
+    legacy_signing_message,
+    parse_manifest,
+    signing_message,
+)
+from palyra.tools.skills.runtime import verify_signature
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "skills" / "add"
 
@@ -220,6 +226,46 @@ def test_publisher_signatures(tmp_path: Path) -> None:
     [record] = register_skills(skills, registry, limits=Limits(), publisher_keys=trusted)
     assert record["state"] == "refused" and "not signed" in record["reason"]
     assert registry.get("skill.demo.add") is None
+
+
+@pytest.mark.parametrize("change", ["schema", "export", "description", "params"])
+def test_the_signature_covers_the_tools_and_their_schemas(tmp_path: Path, change: str) -> None:
+    """A publisher's signed module cannot be re-pointed at another export or given a
+    looser schema: any change to a tool after signing fails verification."""
+    publisher = Ed25519PrivateKey.generate()
+    trusted = (_public(publisher),)
+    json_tool = {"name": "echo", "description": "Echo.", "export": "echo", "abi": "json",
+                 "input_schema": {"type": "object", "properties": {"n": {"type": "integer",
+                                                                        "maximum": 10}},
+                                  "additionalProperties": False}}
+    source = _signed_copy(tmp_path, "signed", publisher,
+                          tools=[*read_manifest(EXAMPLE).tools,
+                                 msgspec.convert(json_tool, SkillTool)])
+    verify_signature(read_manifest(source), trusted)  # as signed: it verifies
+    raw = json.loads((source / "skill.json").read_text())
+    tool = raw["tools"][-1]
+    if change == "schema":  # looser: the bound on n goes
+        del tool["input_schema"]["properties"]["n"]["maximum"]
+    elif change == "export":  # the same tool, served by another export of the module
+        raw["tools"][0]["export"] = "sub"
+    elif change == "description":
+        tool["description"] = "Echo anything."
+    else:  # one more argument than the publisher's tool takes
+        raw["tools"][0]["params"] = [*raw["tools"][0]["params"], "c"]
+    (source / "skill.json").write_text(json.dumps(raw))
+    with pytest.raises(ToolError, match="no trusted publisher key"):
+        install(source, tmp_path / "skills", trusted)
+
+
+def test_an_old_scheme_signature_is_refused_with_how_to_fix_it(tmp_path: Path) -> None:
+    publisher = Ed25519PrivateKey.generate()
+    source = _signed_copy(tmp_path, "old", None)
+    manifest = read_manifest(source)
+    old = publisher.sign(legacy_signing_message(manifest))
+    (source / "skill.json").write_bytes(msgspec.json.encode(msgspec.structs.replace(
+        manifest, signature=base64.b64encode(old).decode())))
+    with pytest.raises(ToolError, match=r"old scheme palyra\.skill\.v1.*sign it again"):
+        install(source, tmp_path / "skills", (_public(publisher),))
 
 
 def _tar_gz(members: dict[str, bytes]) -> bytes:

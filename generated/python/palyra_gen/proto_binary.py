@@ -7549,6 +7549,14 @@ def _bin_ToolResult(m: Any) -> bytearray:
         out += b"B"
         out += SMALL[n7] if n7 < 128 else varint(n7)
         out += b7
+    v8 = m.attachments
+    if v8:
+        for x8 in v8:
+            b8 = _bin_AttachmentRef(x8) if type(x8) is _m0.AttachmentRef else encode_binary(x8)
+            n8 = len(b8)
+            out += b"J"
+            out += SMALL[n8] if n8 < 128 else varint(n8)
+            out += b8
     unknown = m._unknown_fields
     if unknown:
         out += unknown
@@ -7565,6 +7573,7 @@ _bin_table_ToolResult: BinaryTable = binary_table(
         (6, "timed_out", False, varint_readers(varint_convert("bool"), False)),
         (7, "truncated", False, varint_readers(varint_convert("bool"), False)),
         (8, "attestation", False, message_reader(_m0.ToolAttestation, decode_binary)),
+        (9, "attachments", True, message_reader(_m0.AttachmentRef, decode_binary)),
     )
 )
 

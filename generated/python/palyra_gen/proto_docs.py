@@ -317,6 +317,7 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.ToolPosture": "Per-tool posture, settable in the config file and per session over the API.",
     "palyra.v1.ToolProposal.context_reference": "Set when the daemon, not the model, proposed this call: it resolves the\nuser's context reference (e.g. `@url:https://example.com`) whose tool needs\nan approval. Its result joins the provider input as a context block, not as\na tool message, and the model is called once every such call has a result.",
     "palyra.v1.ToolProposal.decision": "The policy's verdict on this call, taped in the same event: a call and its\ndecision are always durable together, before anything runs. Unset only on\ntapes written before the two were folded into one event; there a separate\n`tool_decision` event follows.",
+    "palyra.v1.ToolResult.attachments": "Images the tool returned (an MCP server's image content), sniffed and stored\nin the attachment store like a user's; the model gets them on its next turn.",
     "palyra.v1.ToolResult.attestation": "What ran, hashed (set when a tool executed). Taped in the same event as the\nresult; tapes written before the two were folded carry a separate\n`tool_attestation` event after the result instead.",
     "palyra.v1.UsageLine.period": "`day:YYYY-MM-DD`, `month:YYYY-MM` or `all` (a run's or a session's whole life).",
     "palyra.v1.UsageLine.scope": "principal | agent | session | run",

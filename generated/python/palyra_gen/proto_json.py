@@ -6291,11 +6291,18 @@ def _json_ToolResult(m: Any) -> dict[str, Any]:
         out["attestation"] = (
             _json_ToolAttestation(v7) if type(v7) is _m0.ToolAttestation else encode_message(v7)
         )
+    v8 = m.attachments
+    if v8:
+        out["attachments"] = [
+            _json_AttachmentRef(x) if type(x) is _m0.AttachmentRef else encode_message(x)
+            for x in v8
+        ]
     return out
 
 
 _json_table_ToolResult: JsonTable = (
     {
+        "attachments": "attachments",
         "attestation": "attestation",
         "error": "error",
         "outputJson": "output_json",
@@ -6318,6 +6325,7 @@ _json_table_ToolResult: JsonTable = (
         "timed_out": None,
         "truncated": None,
         "attestation": json_message(_m0.ToolAttestation, decode_message),
+        "attachments": json_list(json_message(_m0.AttachmentRef, decode_message)),
     },
 )
 

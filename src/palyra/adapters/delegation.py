@@ -4,8 +4,8 @@ The child runs as the same principal under its own agent (tools, postures, model
 route), with a slice of the parent's token budget, and its final text is the
 tool's result. Durability comes from idempotence: the child's run id is derived
 from the parent run and the exact call, so the call made again (a restart
-re-runs the in-flight call, which is why the tool is declared read-only for
-recovery) finds the child it started, recovered like any run, and waits on
+re-runs the in-flight call, which is why the tool is declared idempotent)
+finds the child it started, recovered like any run, and waits on
 it. The child's first commit holds an index row
 (``Engine.child_index_write``) that bounds the fan-out and lets ``GetRun``
 list the tree. A cancelled parent cancels its waiting child.
@@ -70,8 +70,8 @@ def child_run_id(parent_run_id: str, args: DelegateArgs) -> str:
 
 def delegate_tool(engine: Engine, agents: AgentRegistry, gate: PolicyGate) -> ToolSpec[DelegateArgs]:
     """The ``agent.delegate`` tool over this engine, agent registry and policy gate."""
-    # One parent's calls may run at once (the tool is read-only): the fan-out count
-    # and the child's start are one step per parent.
+    # One parent's calls may overlap (an approval decided while another call
+    # waits): the fan-out count and the child's start are one step per parent.
     locks = KeyedLocks()
 
     async def handler(args: DelegateArgs, ctx: ToolContext) -> ToolOutput:
@@ -80,7 +80,7 @@ def delegate_tool(engine: Engine, agents: AgentRegistry, gate: PolicyGate) -> To
         async with locks.hold(parent.run_id):
             if engine.store.get_entity("runs", child_id) is None:
                 await _start_child(engine, agents, gate, parent, child_id, args)
-        child = await _wait(engine, child_id)
+        child = await _wait(engine, parent.run_id, child_id)
         if child.state != RunStateId.DONE:
             raise PalyraError(f"child run {child_id} ended {child.state}: "
                               f"{child.error_message or child.end_reason}",
@@ -95,8 +95,12 @@ def delegate_tool(engine: Engine, agents: AgentRegistry, gate: PolicyGate) -> To
                      "answer is the result. Arguments: agent_id, task, optional max_tokens."),
         args_type=DelegateArgs,
         handler=handler,
-        # Read-only for recovery: the call is idempotent (see the module docstring).
-        capabilities=frozenset({Capability.READ_ONLY}),
+        # Sensitive: a child run spends the principal's budget and reaches another
+        # agent's tools under that agent's postures, so by default each call asks
+        # (an operator may set the posture to always_allow). Idempotent: a call a
+        # restart left in flight finds its child again (see the module docstring).
+        capabilities=frozenset({Capability.DELEGATE}),
+        idempotent=True,
         timeout_s=3600.0,
     )
 
@@ -135,7 +139,7 @@ async def _start_child(engine: Engine, agents: AgentRegistry, gate: PolicyGate,
             writes=(engine.child_index_write(parent.run_id, child_id),)))
 
 
-async def _wait(engine: Engine, child_id: str) -> RunRecord:
+async def _wait(engine: Engine, parent_run_id: str, child_id: str) -> RunRecord:
     try:
         while True:
             record = await engine.wait_run(_SYSTEM, child_id, until_terminal=True)
@@ -143,9 +147,11 @@ async def _wait(engine: Engine, child_id: str) -> RunRecord:
                 return record
             await asyncio.sleep(0.05)  # parked: not recovered yet
     except asyncio.CancelledError:
-        # The parent was cancelled (or is shutting down): a cancelled parent
-        # cancels its child; a drain leaves both parked for the next start.
-        if not engine.draining:
+        # A parent that ends (cancelled, failed) ends its child in its own ending
+        # append (the engine's cascade), and a drain leaves both parked for the next
+        # start. Only a call stopped while its run goes on (the tool's timeout)
+        # leaves the child behind: that one is cancelled here, on its own.
+        if not engine.draining and not engine.run_ending(parent_run_id):
             with contextlib.suppress(PalyraError):
                 await engine.abort_run(_SYSTEM, child_id, "parent cancelled")
         raise

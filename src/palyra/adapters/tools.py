@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from palyra.engine import ToolOutcome
+from palyra.engine import AttachmentRec, ToolOutcome
 from palyra.providers import ToolSpecForModel
 from palyra.tools import ToolContext, ToolRegistry, args_digest, attest, canonical_args_json
 from palyra.tools import is_sensitive as _is_sensitive
@@ -52,6 +52,11 @@ class RegistryTools:
         tool = self._registry.get(name)
         return tool is not None and not _is_sensitive(tool.capabilities)
 
+    def may_rerun(self, name: str) -> bool:
+        """True for read-only tools and tools declared idempotent."""
+        tool = self._registry.get(name)
+        return tool is not None and (tool.idempotent or not _is_sensitive(tool.capabilities))
+
     def args_digest(self, name: str, arguments: Mapping[str, Any]) -> str:
         """Digest binding an approval to the exact call."""
         return args_digest(name, arguments)
@@ -69,4 +74,7 @@ class RegistryTools:
                            error=result.error, timed_out=result.timed_out,
                            truncated=result.truncated, execution_sha256=digest,
                            executor=tool.executor if tool is not None else "builtin",
-                           facts=result.facts)
+                           facts=result.facts,
+                           images=tuple((AttachmentRec(i.sha256, i.mime_type, i.width, i.height,
+                                                       len(i.data)), i.data)
+                                        for i in result.images))

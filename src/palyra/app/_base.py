@@ -13,15 +13,13 @@ from palyra.app._convert import SCOPE_NAMES
 from palyra.core.errors import InvalidArgument, PermissionDenied
 from palyra.core.images import sniff
 from palyra.engine import (
-    ATTACHMENT_PREFIX,
-    ATTACHMENT_TABLE,
     ApprovalRecord,
     AttachmentRec,
     Engine,
     IdentityRec,
     budget_exhausted,
 )
-from palyra.journal import EntityWrite, EventDraft, JournalStore
+from palyra.journal import JournalStore
 from palyra.usage import day_of
 
 
@@ -68,13 +66,16 @@ class AppBase:
             raise PermissionDenied(reason, details={"field": "model"})
         return serving._replace(model_route=(target.label, *serving.model_route[1:]))
 
-    async def _store_attachments(self, identity: IdentityRec,
-                                 attachments: list[pb.Attachment]) -> tuple[AttachmentRec, ...]:
-        """Sniff and store an input's attachments; their references for the input.
+    async def _store_attachments(self, identity: IdentityRec, attachments: list[pb.Attachment],
+                                 run_id: str) -> tuple[AttachmentRec, ...]:
+        """Sniff and store an input's attachments for ``run_id``; their references for
+        the input.
 
         The bytes go to the attachment store (``meta``, ``attachment:<sha256>``:
         content-addressed, so the same image is stored once) in a commit before the
-        input's own; the client's MIME type is ignored, the bytes say what they are.
+        input's own, with the run's reference rows that keep them until retention
+        prunes the run's tape; the client's MIME type is ignored, the bytes say
+        what they are.
 
         Raises:
             InvalidArgument: an attachment that is empty, too big or not an image.
@@ -82,15 +83,8 @@ class AppBase:
         if not attachments:
             return ()
         infos = [sniff(bytes(a.data), name=a.name) for a in attachments]
-        writes = [EntityWrite(ATTACHMENT_TABLE, ATTACHMENT_PREFIX + info.sha256, bytes(a.data))
-                  for a, info in zip(attachments, infos, strict=True)
-                  if self.store.get_entity(ATTACHMENT_TABLE,
-                                           ATTACHMENT_PREFIX + info.sha256) is None]
-        if writes:
-            await self.store.append([EventDraft(
-                kind="attachment.stored", actor=identity.principal, principal=identity.principal,
-                payload={"sha256": [w.key.removeprefix(ATTACHMENT_PREFIX) for w in writes]},
-                entity_writes=tuple(writes))])
+        await self.engine.attachments.put(identity.principal, run_id, [
+            (info.sha256, bytes(a.data)) for a, info in zip(attachments, infos, strict=True)])
         return tuple(AttachmentRec(i.sha256, i.mime_type, i.width, i.height, i.size_bytes,
                                    a.name[:200]) for a, i in zip(attachments, infos, strict=True))
 

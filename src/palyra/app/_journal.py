@@ -255,6 +255,7 @@ class JournalApi(AppBase):
             # Capped: a finite 1e308 days overflows int() (i35 fixes this too).
             self.store, int(min(days * _DAY_MS, 2.0**62)), live_runs=lambda: live_run_ids(self.store),
             batch_records=self.store.env.config.retention_batch_records)
+        await self.engine.attachments.collect()  # what the pruned tapes alone kept
         return pb.PruneJournalResponse(
             first_position=result.first, through_position=result.through if result.records else 0,
             records=result.records, events=result.events, bytes_freed=result.bytes_freed,

@@ -81,12 +81,12 @@ class RunsApi(AppBase):
             raise InvalidArgument("RunStream needs a first message") from None
         check_version(first.v)
         text, raw = _input_of(first.input)
-        attachments = await self._store_attachments(identity, raw)
+        run_id = first.run_id.strip() or new_ulid()
+        attachments = await self._store_attachments(identity, raw, run_id)
         agent = self._serving_agent(identity, first.agent_id, first.session_key, first.model)
         self._check_budgets(identity, agent.agent_id)
         # The stream follows its run from its first commit, from memory: subscribed
         # before the run starts, it never reads the tape back from the store.
-        run_id = first.run_id.strip() or new_ulid()
         since_start = self.store.subscribe_tape(run_id)
         try:
             started = await self.engine.start_run(identity, StartRun(
@@ -150,7 +150,7 @@ class RunsApi(AppBase):
                 if req.approval is not None and req.approval.approval_id:
                     await self._inline_decision(identity, req.approval)
                 text, raw = _input_of(req.input)
-                attachments = await self._store_attachments(identity, raw)
+                attachments = await self._store_attachments(identity, raw, run_id)
                 if text:
                     await self.engine.send_input(identity, run_id, text, attachments)
             await self.engine.complete_run(identity, run_id)
@@ -222,15 +222,18 @@ class RunsApi(AppBase):
         check_version(request.v)
         identity = identity_of(ctx)
         text, raw = _input_of(request.input)
-        attachments = await self._store_attachments(identity, raw)
+        # The run's id names its attachments' references, so it is known before it starts.
+        run_id = request.run_id.strip() or (new_ulid() if raw else "")
+        attachments = await self._store_attachments(identity, raw, run_id)
         agent = self._serving_agent(identity, request.agent_id, request.session_key,
                                     request.model)
         self._check_budgets(identity, agent.agent_id)
         started = await self.engine.start_run(identity, StartRun(
             Selectors(request.session_id, request.session_key, request.session_label),
-            text=text, attachments=attachments, run_id=request.run_id, driver="api",
+            text=text, attachments=attachments, run_id=run_id, driver="api",
             complete=request.complete, agent_id=agent.agent_id, agent_postures=agent.postures,
-            model_route=agent.model_route, response_cache=agent.response_cache))
+            model_route=agent.model_route, response_cache=agent.response_cache,
+            minted=bool(run_id) and not request.run_id.strip()))
         record = started.run
         if request.wait:
             record = await self.engine.wait_run(identity, record.run_id)
@@ -242,10 +245,11 @@ class RunsApi(AppBase):
         """Queue one more input on an open run."""
         identity = identity_of(ctx)
         text, raw = _input_of(request.input)
-        attachments = await self._store_attachments(identity, raw)
         if not text:
             raise InvalidArgument("input.text is required")
+        # The run is the caller's (or an operator's) before its attachments are stored.
         self._check_budgets(identity, self.engine.get_run(identity, request.run_id).agent_id)
+        attachments = await self._store_attachments(identity, raw, request.run_id)
         record = await self.engine.send_input(identity, request.run_id, text, attachments,
                                               complete=request.complete)
         if request.wait:

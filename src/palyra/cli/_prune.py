@@ -9,6 +9,7 @@ opened directly. Either way the prune goes through the journal's writer.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,8 +19,8 @@ from palyra_gen.palyra import v1
 
 from palyra.cli._checkpoint import DAEMON_TIMEOUT_S, DaemonRefused, daemon_else_data_dir
 from palyra.cli._client import Target
-from palyra.engine import live_run_ids
-from palyra.journal import JournalStore, prune_older_than
+from palyra.engine import AttachmentStore, live_run_ids
+from palyra.journal import JournalStore, PruneResult, prune_older_than
 
 EXIT_OK = 0
 EXIT_ERROR = 2
@@ -66,13 +67,20 @@ def _on_data_dir(data_dir: Path, days: float) -> Pruned:
     """
     store = JournalStore.open(data_dir)
     try:
-        result = asyncio.run(prune_older_than(
-            store, int(days * DAY_MS), live_runs=lambda: live_run_ids(store),
-            batch_records=store.env.config.retention_batch_records))
+        result = asyncio.run(_prune_and_collect(store, days))
     finally:
         store.close()
     return Pruned(result.records, result.events, result.bytes_freed, result.through,
                   result.head_hash, f"data dir {data_dir}")
+
+
+async def _prune_and_collect(store: JournalStore, days: float) -> PruneResult:
+    result = await prune_older_than(
+        store, int(days * DAY_MS), live_runs=lambda: live_run_ids(store),
+        batch_records=store.env.config.retention_batch_records)
+    # The attachments only the pruned tapes named go too (no daemon: no one else writes).
+    await AttachmentStore(store, lambda: time.time_ns() // 1_000_000).collect()
+    return result
 
 
 def run(data_dir: Path, days: float) -> int:

@@ -19,6 +19,9 @@ class Capability(enum.StrEnum):
     NETWORK = "network"
     PROCESS_EXEC = "process_exec"
     SECRETS_READ = "secrets_read"
+    # Starts another agent's run: it spends the caller's budget and reaches that
+    # agent's tools under that agent's postures.
+    DELEGATE = "delegate"
 
 
 SENSITIVE_CAPABILITIES: frozenset[str] = frozenset(
@@ -27,6 +30,7 @@ SENSITIVE_CAPABILITIES: frozenset[str] = frozenset(
         Capability.NETWORK,
         Capability.PROCESS_EXEC,
         Capability.SECRETS_READ,
+        Capability.DELEGATE,
     }
 )
 

@@ -34,7 +34,7 @@ from palyra.daemon.starting import StartupResponder
 from palyra.daemon.tlog_http import tlog_routes
 from palyra.daemon.tokens import ADMIN_TOKEN_FILE, load_or_create_admin_token
 from palyra.daemon.wiring import VERSION, open_application
-from palyra.engine import live_run_ids
+from palyra.engine import AttachmentStore, live_run_ids
 from palyra.journal import (
     JournalConfig,
     JournalStore,
@@ -126,7 +126,8 @@ async def run_daemon(
             tree_signer = tg.create_task(
                 sign_tree_every(app.store, origin=config.journal.tlog_origin or None),
                 name="tlog-checkpoints")
-            retention = _start_retention(tg, app.store, config.journal)
+            retention = _start_retention(tg, app.store, config.journal,
+                                         app.engine.attachments)
             starting.stop()  # the gateway takes the socket over
             tg.create_task(http_gateway.serve(http_sock), name="http")
             if app.reload_policy is not None:  # SIGHUP: read the policy files again
@@ -157,9 +158,10 @@ async def run_daemon(
     return 0
 
 
-def _start_retention(tg: asyncio.TaskGroup, store: JournalStore,
-                     config: JournalConfig) -> asyncio.Task[None] | None:
-    """Prune old records every ``retention_interval_s`` when ``retention_max_age_days`` is set."""
+def _start_retention(tg: asyncio.TaskGroup, store: JournalStore, config: JournalConfig,
+                     attachments: AttachmentStore) -> asyncio.Task[None] | None:
+    """Prune old records every ``retention_interval_s`` when ``retention_max_age_days`` is
+    set, then drop the attachments no retained tape names any more."""
     if config.retention_max_age_days <= 0:
         return None
 
@@ -173,7 +175,14 @@ def _start_retention(tg: asyncio.TaskGroup, store: JournalStore,
         live_runs=lambda: live_run_ids(store), batch_records=config.retention_batch_records,
         on_pruned=logged,
         on_error=lambda exc: _log.warning("journal_prune_failed", code=exc.code.value,
-                                          error=exc.message)), name="retention")
+                                          error=exc.message),
+        then=lambda: _collected(attachments)), name="retention")
+
+
+async def _collected(attachments: AttachmentStore) -> None:
+    dropped = await attachments.collect()
+    if dropped:
+        _log.info("attachments_collected", blobs=dropped)
 
 
 def _ingress_routes(app: PalyraApp) -> dict[str, IngressHandler]:

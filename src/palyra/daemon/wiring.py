@@ -146,7 +146,7 @@ async def open_application(
     orphans = await cancel_orphaned_tasks(engine, tasks)
     _log.info("tasks recovered", moved=len(moved), orphans_cancelled=len(orphans))
 
-    learning = Learning(store, provider, config.learning)
+    learning = Learning(store, provider, config.learning, models=engine.models)
     worker = TaskWorker(tasks, {REFLECTION_TASK: learning.reflect})
     worker.start()
     stack.push_async_callback(worker.close)

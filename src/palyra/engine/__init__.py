@@ -14,6 +14,7 @@ vocabulary, approval records, token grouping, errors, config and ports),
 from palyra.engine.engine import Engine, Started, StartRun, SubjectDecider, may_access
 from palyra.engine.model.approvals import SCOPE_PROTO, decided, prompt_proto, risk_proto
 from palyra.engine.model.approvals import Decision as ApprovalDecision
+from palyra.engine.model.attachments import ATTACHMENT_PREFIX, ATTACHMENT_TABLE
 from palyra.engine.model.budgets import budget_exhausted
 from palyra.engine.model.config import EngineConfig
 from palyra.engine.model.errors import RunFailed
@@ -52,9 +53,9 @@ from palyra.engine.model.records import (
 from palyra.engine.model.tape import field_of as tape_field_of
 from palyra.engine.model.tape import is_terminal_status, member_from
 from palyra.engine.run.approvals import ApprovalReader, approval_write
+from palyra.engine.run.attachments import AttachmentStore
 from palyra.engine.run.compact import covered_digest
 from palyra.engine.run.listing import RunQuery, runs_page
-from palyra.engine.run.modelcall import ATTACHMENT_PREFIX, ATTACHMENT_TABLE
 from palyra.engine.run.recovery import RecoveryReport, live_run_ids
 from palyra.engine.sessions.locks import KeyedLocks
 from palyra.engine.sessions.selectors import Selectors
@@ -70,6 +71,7 @@ __all__ = [
     "ApprovalRecord",
     "ApprovalStateId",
     "AttachmentRec",
+    "AttachmentStore",
     "CleanupResult",
     "ContextContribution",
     "ContextPort",

@@ -12,8 +12,8 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from contextlib import AsyncExitStack
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -51,6 +51,8 @@ from palyra.engine.model.records import (
 )
 from palyra.engine.run.actor import RunActor
 from palyra.engine.run.approvals import ApprovalReader
+from palyra.engine.run.attachments import AttachmentStore
+from palyra.engine.run.cascade import cancelling_descendants, child_index_write, child_runs
 from palyra.engine.run.deps import EndContributor, EngineDeps
 from palyra.engine.run.recovery import RecoveryReport, recover_runs
 from palyra.engine.run.writer import RunWriter
@@ -58,13 +60,11 @@ from palyra.engine.sessions.plan import record_write
 from palyra.engine.sessions.reader import SessionReader
 from palyra.engine.sessions.selectors import Selectors
 from palyra.engine.sessions.writer import SessionWriter
-from palyra.journal import EntityWrite, JournalStore
+from palyra.journal import EntityWrite, EventDraft, JournalStore
 from palyra.providers import ModelProvider, ProviderConfig, ProviderRegistry
 from palyra.usage import UsageLedger
 
 CANCEL_COMMAND = "/cancel"
-# Delegation index rows (``meta`` table): ``run_child:<parent run>:<child run>``.
-CHILD_INDEX_PREFIX = "run_child:"
 
 _log = logging.getLogger("palyra.engine")
 
@@ -138,12 +138,15 @@ class Engine:
         self.session_writer = SessionWriter(store, self.session_reader, now_ms)
         #: Committed approval records (get, filtered pages).
         self.approval_reader = ApprovalReader(store)
+        #: Attachments by SHA-256, kept while a run's tape names them.
+        self.attachments = AttachmentStore(store, now_ms)
         self._deps = EngineDeps(store=store, provider=provider, models=models,
                                 usage=usage or UsageLedger(store), policy=policy, tools=tools,
                                 config=self.config, session_reader=self.session_reader,
                                 session_writer=self.session_writer,
                                 approval_reader=self.approval_reader, now_ms=now_ms,
-                                context=context)
+                                attachments=self.attachments,
+                                context=context, cascade=self._cancelling_descendants)
         self._actors: dict[str, RunActor] = {}
         self._claimed: set[str] = set()
         self._stack = AsyncExitStack()
@@ -194,15 +197,19 @@ class Engine:
         return self._deps.provider
 
     def child_runs(self, run_id: str, limit: int = 1000) -> list[str]:
-        """Runs ``run_id`` delegated to, oldest first (the delegation index)."""
-        prefix = f"{CHILD_INDEX_PREFIX}{run_id}:"
-        rows = self.store.scan_entities("meta", prefix, "", limit)
-        return [key[len(prefix):] for key, _raw in rows]
+        """Runs ``run_id`` delegated to, in index order (the delegation index)."""
+        return child_runs(self.store, run_id, limit)
 
     @staticmethod
     def child_index_write(parent_run_id: str, child_run_id: str) -> EntityWrite:
         """The index row a child run's first commit carries."""
-        return EntityWrite("meta", f"{CHILD_INDEX_PREFIX}{parent_run_id}:{child_run_id}", b"1")
+        return child_index_write(parent_run_id, child_run_id)
+
+    def run_ending(self, run_id: str) -> bool:
+        """A live run was asked to end (cancel, failure, its parent's cascade): its
+        delegated children end in its ending append, so no one else ends them."""
+        actor = self._actors.get(run_id)
+        return actor is not None and actor.ending
 
     @property
     def draining(self) -> bool:
@@ -228,6 +235,10 @@ class Engine:
         """Let ``contributor`` add drafts to the commit that ends a live run failed or
         cancelled (same append: the effect is durable exactly when its cause is)."""
         self._deps.end_contributors.append(contributor)
+
+    def _cancelling_descendants(self, record: RunRecord, event: str
+                                ) -> AbstractAsyncContextManager[Sequence[EventDraft]]:
+        return cancelling_descendants(self._deps, self._actors, record, event)
 
     def on_subject_approval(self, subject_prefix: str, decide: SubjectDecider) -> None:
         """Route decisions on run-less approvals whose subject starts with ``subject_prefix``

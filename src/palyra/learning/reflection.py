@@ -5,7 +5,7 @@ and review what it proposed.
 30 min expiry) for a sampled run, unless the session had one queued less than the
 cooldown ago (read back from the task table once, so it holds across restarts; the
 run id is the idempotency key, so a run is never reflected on twice). The task reads
-the run's tape from the journal, asks the configured model provider with
+the run's tape from the journal, asks the run's own model route with
 :data:`~palyra.learning.model.REFLECTION_PROMPT`, adds the procedures it finds
 itself, and journals every candidate in one commit (``learning.candidate``
 events; candidates and any auto-applied memory items in the ``memory``
@@ -27,7 +27,14 @@ from palyra.learning import model
 from palyra.learning.config import LearningConfig
 from palyra.learning.model import Candidate, Proposal, State
 from palyra.memory import MemoryItem, Provenance, item_write, source_digest
-from palyra.providers import ChatMessage, ModelProvider, ModelRequest
+from palyra.providers import (
+    ChatMessage,
+    ModelProvider,
+    ModelRequest,
+    ProviderConfig,
+    ProviderRegistry,
+    complete_routed,
+)
 from palyra.tasks import TaskContext, TaskQueue
 
 TASK_KIND = "post_run_reflection"
@@ -48,9 +55,13 @@ class Learning:
     """Reflection (queue and run) and review, over one journal and provider."""
 
     def __init__(self, store: JournalStore, provider: ModelProvider, config: LearningConfig,
-                 *, now_ms: Callable[[], int] = _now) -> None:
+                 *, now_ms: Callable[[], int] = _now,
+                 models: ProviderRegistry | None = None) -> None:
         self._store = store
-        self._provider = provider
+        # A reflection asks the reflected run's own route (its agent's provider and
+        # model) through ``models``; without a registry, ``provider`` serves all.
+        self._models = models or ProviderRegistry(
+            [(ProviderConfig(name=provider.name), provider)])
         self.config = config
         self._now = now_ms
         self._last: dict[str, int] | None = None  # session -> last reflection queued (ms)
@@ -69,7 +80,8 @@ class Learning:
         last[record.session_id] = now
         task, created = await tasks.enqueue(
             TASK_KIND, payload={"run_id": record.run_id, "session_id": record.session_id,
-                                "principal": record.identity.principal},
+                                "principal": record.identity.principal,
+                                "route": list(record.model_route)},
             priority=PRIORITY, max_attempts=1, ttl_ms=TTL_MS,
             idempotency_key=f"reflect:{record.run_id}")
         return task.task_id if created else None
@@ -90,9 +102,11 @@ class Learning:
         events = self._tape(run_id)
         by_seq = {e.tape_seq: e for e in events}
         lines, calls = _conversation(events)
-        response = await self._provider.complete(ModelRequest(messages=[
+        route = [str(label) for label in ctx.payload.get("route") or ()]
+        answer = await complete_routed(self._models.resolve(route), ModelRequest(messages=[
             ChatMessage(role="system", content=model.REFLECTION_PROMPT),
             ChatMessage(role="user", content=model.transcript(lines))], tools=[]))
+        response = answer.response
         proposals = [*model.parse_reflection(response.text, set(by_seq)), *model.procedures(calls)]
         now = self._now()
         principal = str(ctx.payload.get("principal", ""))

@@ -15,7 +15,7 @@ from palyra.providers._cache import (
 )
 from palyra.providers._config import ProviderConfig, ProviderKind, ScriptedTool
 from palyra.providers._factory import build_provider
-from palyra.providers._failover import Answered, Failover, stream_routed
+from palyra.providers._failover import Answered, Failover, complete_routed, stream_routed
 from palyra.providers._openai import OpenAIProvider
 from palyra.providers._registry import ProviderRegistry, Target, parse_target
 from palyra.providers._scripted import ScriptedProvider, parse_tool_value, scripted_reply
@@ -69,6 +69,7 @@ __all__ = [
     "build_provider",
     "cacheable",
     "collect_response",
+    "complete_routed",
     "decode_entry",
     "encode_entry",
     "parse_target",

@@ -56,19 +56,21 @@ def messages_to_anthropic(
         blocks: list[dict[str, Any]]
         if message.role == "tool":
             role = "user"
+            # A tool's images go inside its tool_result, after its text.
+            content: str | list[dict[str, Any]] = message.content
+            if message.images:
+                content = [{"type": "text", "text": message.content}, *_images(message)]
             blocks = [
                 {
                     "type": "tool_result",
                     "tool_use_id": message.tool_call_id,
-                    "content": message.content,
+                    "content": content,
                 }
             ]
         else:
             role = message.role
             blocks = [{"type": "text", "text": message.content}] if message.content else []
-            blocks += [{"type": "image", "source": {
-                "type": "base64", "media_type": i.mime_type,
-                "data": base64.b64encode(i.data).decode()}} for i in message.images]
+            blocks += _images(message)
             blocks += [
                 {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}
                 for c in message.tool_calls
@@ -78,6 +80,12 @@ def messages_to_anthropic(
         else:
             out.append({"role": role, "content": blocks})
     return system, out
+
+
+def _images(message: ChatMessage) -> list[dict[str, Any]]:
+    return [{"type": "image", "source": {"type": "base64", "media_type": i.mime_type,
+                                         "data": base64.b64encode(i.data).decode()}}
+            for i in message.images]
 
 
 @dataclasses.dataclass

@@ -68,3 +68,19 @@ async def stream_routed(candidates: Sequence[tuple[Target, ModelProvider]],
             continue
         raise PalyraInternalError(f"provider {target.provider} ended without an answer")
     raise PalyraInternalError("a model route with no target")
+
+
+async def complete_routed(candidates: Sequence[tuple[Target, ModelProvider]],
+                          request: ModelRequest) -> Answered:
+    """The whole answer of the first target that answers (:func:`stream_routed`, buffered):
+    for work beside a run's own turns that should ask the run's route (compaction,
+    reflection), failing over the same way.
+
+    Raises:
+        PalyraError: as :func:`stream_routed`.
+    """
+    async with aclosing(stream_routed(candidates, request)) as chunks:
+        async for chunk in chunks:
+            if isinstance(chunk, Answered):
+                return chunk
+    raise PalyraInternalError("a routed call ended without an answer")

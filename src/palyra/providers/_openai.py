@@ -39,6 +39,42 @@ _FINISH: dict[str, FinishReason] = {
 }
 
 
+def messages_to_openai(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """The conversation in OpenAI's shape.
+
+    A ``tool`` message carries text only there, so the images tools returned
+    follow the turn's tool messages as one ``user`` message of image parts
+    (between two tool messages it would break the turn's pairing).
+    """
+    out: list[dict[str, Any]] = []
+    held: list[ChatMessage] = []
+    for message in messages:
+        if held and message.role != "tool":
+            out.append(_tool_images(held))
+            held = []
+        out.append(message_to_openai(message))
+        if message.role == "tool" and message.images:
+            held.append(message)
+    if held:
+        out.append(_tool_images(held))
+    return out
+
+
+def _tool_images(messages: list[ChatMessage]) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = []
+    for message in messages:
+        parts.append({"type": "text", "text": f"images returned by tool call "
+                                              f"{message.tool_call_id}:"})
+        parts += _image_parts(message)
+    return {"role": "user", "content": parts}
+
+
+def _image_parts(message: ChatMessage) -> list[dict[str, Any]]:
+    return [{"type": "image_url", "image_url": {
+        "url": f"data:{i.mime_type};base64,{base64.b64encode(i.data).decode()}"}}
+        for i in message.images]
+
+
 def message_to_openai(message: ChatMessage) -> dict[str, Any]:
     """Map one ``ChatMessage`` to the OpenAI chat message shape."""
     if message.role == "tool":
@@ -63,9 +99,7 @@ def message_to_openai(message: ChatMessage) -> dict[str, Any]:
     if message.images:
         parts: list[dict[str, Any]] = [{"type": "text", "text": message.content}] \
             if message.content else []
-        parts += [{"type": "image_url", "image_url": {
-            "url": f"data:{i.mime_type};base64,{base64.b64encode(i.data).decode()}"}}
-            for i in message.images]
+        parts += _image_parts(message)
         return {"role": message.role, "content": parts}
     return {"role": message.role, "content": message.content}
 
@@ -100,7 +134,7 @@ class OpenAIProvider(HttpProvider):
     def _body(self, request: ModelRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": request.model or self._config.model,
-            "messages": [message_to_openai(m) for m in request.messages],
+            "messages": messages_to_openai(request.messages),
             "max_tokens": request.max_tokens or self._config.max_tokens,
             "stream": True,
             "stream_options": {"include_usage": True},

@@ -83,7 +83,7 @@ class ProviderRegistry:
 
     @property
     def default(self) -> ModelProvider:
-        """The default provider (compaction and background work ask it)."""
+        """The default provider (a run with no route, and background work with no run, ask it)."""
         return self._providers[self._default]
 
     @property

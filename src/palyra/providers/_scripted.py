@@ -179,7 +179,9 @@ def _directive_reply(user_text: str, after: list[ChatMessage], usage_in: int) ->
     """``/call``: ask for the calls once; after their results, reply with their contents."""
     results = [m for m in after if m.role == "tool"]
     if results:
-        text = "\n".join(m.content for m in results)
+        # A result's images (an MCP tool's), described as a user's are.
+        text = "\n".join(m.content + "".join(f"\nimage: {i.describe()}" for i in m.images)
+                         for m in results)
     else:
         directives = parse_directives(user_text)
         if isinstance(directives, BadDirective):

@@ -176,4 +176,4 @@ class ToolRegistry:
             )
         text, truncated = cap_output(encoded, tool.max_output_bytes)
         return ToolResult(success=True, output_json=text, truncated=truncated or output.truncated,
-                          facts=output.facts)
+                          facts=output.facts, images=output.images)

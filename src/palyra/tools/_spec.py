@@ -52,6 +52,25 @@ class ToolContext:
     posture: str = ""
 
 
+class ToolImage(msgspec.Struct, frozen=True):
+    """An image a tool returned, sniffed from its bytes (``core.images``): the engine
+    stores it as an attachment and the model sees it on its next turn.
+
+    Attributes:
+        sha256: Lowercase hex SHA-256 of ``data``.
+        mime_type: The sniffed type.
+        width: Pixels.
+        height: Pixels.
+        data: The bytes (at most ``core.images.MAX_ATTACHMENT_BYTES``).
+    """
+
+    sha256: str
+    mime_type: str
+    width: int
+    height: int
+    data: bytes
+
+
 class ToolOutput(msgspec.Struct, frozen=True):
     """What a handler returns.
 
@@ -61,11 +80,13 @@ class ToolOutput(msgspec.Struct, frozen=True):
         facts: What the execution vouches for beyond its output (the files'
             digests, the sandbox tier, the MCP server's version); journaled in
             the attestation and covered by its hash.
+        images: Images the tool returned (an MCP server's image content).
     """
 
     value: Any
     truncated: bool = False
     facts: dict[str, str] = msgspec.field(default_factory=dict)
+    images: tuple[ToolImage, ...] = ()
 
 
 class ToolResult(msgspec.Struct, frozen=True):
@@ -79,6 +100,7 @@ class ToolResult(msgspec.Struct, frozen=True):
         truncated: The output was cut to ``max_output_bytes`` (here or by the
             handler itself).
         facts: The handler's ``ToolOutput.facts`` (or a ``ToolError``'s).
+        images: The handler's ``ToolOutput.images``.
     """
 
     success: bool
@@ -87,6 +109,7 @@ class ToolResult(msgspec.Struct, frozen=True):
     timed_out: bool = False
     truncated: bool = False
     facts: dict[str, str] = msgspec.field(default_factory=dict)
+    images: tuple[ToolImage, ...] = ()
 
     def model_content(self) -> str:
         """The text to put in the ``tool`` message for the model."""
@@ -124,6 +147,10 @@ class ToolSpec(Generic[ArgsT]):
             empty: HIGH for a sensitive tool, MEDIUM otherwise.
         risk_by_posture: The risk under a resolved posture, where it differs
             by posture (``process.run``, whose sandbox tier follows it).
+        idempotent: Running the same call again has the effect of running it
+            once (``agent.delegate`` finds the child run it started), so a call
+            a restart left in flight runs again like a read-only one, though
+            the tool is not read-only for approvals.
     """
 
     name: str
@@ -139,6 +166,7 @@ class ToolSpec(Generic[ArgsT]):
     risk_by_posture: Mapping[str, str] = dataclasses.field(default_factory=dict)
     origin: str = ""
     check_args: Callable[[dict[str, Any]], str | None] | None = None
+    idempotent: bool = False
 
     @property
     def follows_posture(self) -> bool:

@@ -5,7 +5,8 @@
 ``slow`` (sleeps; records a cancellation in ``STATE_DIR/cancelled``), ``crash``
 (the process dies mid-call), ``garbage`` (writes non-JSON-RPC lines to stdout),
 ``freeze`` (blocks the whole server), ``big`` (a large output), ``env`` (one environment
-variable), ``image`` (an image block) and ``redefine`` (changes ``add``'s schema
+variable), ``image`` (an image block that is no real image), ``photo`` (a real
+PNG) and ``redefine`` (changes ``add``'s schema
 and drops ``big``, then sends ``tools/list_changed``). Every call is appended to
 ``STATE_DIR/calls`` so a test can see what ran.
 """
@@ -101,6 +102,21 @@ def image() -> list[object]:
     png = base64.b64encode(b"\x89PNG\r\n\x1a\nfake").decode()
     return [TextContent(type="text", text="a picture"),
             ImageContent(type="image", data=png, mime_type="image/png")]
+
+
+@server.tool(description="A real 3x2 PNG (also written to STATE_DIR/photo.png).")
+def photo() -> list[object]:
+    import io
+
+    from mcp.types import ImageContent, TextContent
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (3, 2), (200, 30, 30)).save(out, "PNG")
+    (STATE / "photo.png").write_bytes(out.getvalue())
+    return [TextContent(type="text", text="a red picture"),
+            ImageContent(type="image", data=base64.b64encode(out.getvalue()).decode(),
+                         mime_type="image/jpeg")]  # a wrong type on purpose: the bytes decide
 
 
 @server.tool(description="Change add's schema, drop big, and say so.")

@@ -642,6 +642,14 @@ export declare type ToolResult = Message<"palyra.v1.ToolResult"> & {
    * @generated from field: palyra.v1.ToolAttestation attestation = 8;
    */
   attestation?: ToolAttestation | undefined;
+
+  /**
+   * Images the tool returned (an MCP server's image content), sniffed and stored
+   * in the attachment store like a user's; the model gets them on its next turn.
+   *
+   * @generated from field: repeated palyra.v1.AttachmentRef attachments = 9;
+   */
+  attachments: AttachmentRef[];
 };
 
 /**

@@ -263,7 +263,8 @@ class LoopState:
             {"error": member.error or "tool failed"}
         )
         self.messages.append(
-            ChatMessage(role="tool", content=content, tool_call_id=member.proposal_id)
+            ChatMessage(role="tool", content=content, tool_call_id=member.proposal_id,
+                        images=images_of(member))
         )
 
     def find(self, proposal_id: str) -> Proposal | None:
@@ -304,6 +305,7 @@ _FOLDS: dict[type, _Fold] = {
 }
 
 
-def images_of(member: pb.UserInput) -> list[ImagePart]:
-    """The input's images as references (the bytes are loaded for the call)."""
+def images_of(member: pb.UserInput | pb.ToolResult) -> list[ImagePart]:
+    """The input's (or tool result's) images as references (the bytes are loaded for
+    the call)."""
     return [ImagePart(a.sha256, a.mime_type, a.width, a.height) for a in member.attachments]

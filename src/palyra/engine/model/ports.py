@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from palyra_gen.palyra import v1 as pb
 
-from palyra.engine.model.records import ApprovalRecord, IdentityRec
+from palyra.engine.model.records import ApprovalRecord, AttachmentRec, IdentityRec
 from palyra.providers import ToolSpecForModel
 
 
@@ -56,6 +56,8 @@ class ToolOutcome:
     executor: str = "builtin"
     # What the executor vouches for (ToolAttestation.facts), covered by the hash.
     facts: Mapping[str, str] = field(default_factory=dict)
+    # Images the tool returned, sniffed: stored as attachments, referenced on the tape.
+    images: tuple[tuple[AttachmentRec, bytes], ...] = ()
 
 
 class PolicyPort(Protocol):
@@ -115,7 +117,13 @@ class ToolsPort(Protocol):
         ...
 
     def is_read_only(self, name: str) -> bool:
-        """True when re-running the tool after a crash has no side effects."""
+        """True when the tool declares ``read_only`` and nothing sensitive (such calls
+        allowed outright run together in a parallel group)."""
+        ...
+
+    def may_rerun(self, name: str) -> bool:
+        """True when running a call again that a crash left in flight is safe: the
+        tool is read-only, or idempotent by its own design."""
         ...
 
     def args_digest(self, name: str, arguments: Mapping[str, Any]) -> str:

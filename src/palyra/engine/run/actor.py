@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
 
 import structlog
 from palyra_gen.palyra import v1 as pb
@@ -39,6 +40,7 @@ from palyra.engine.run.deps import EngineDeps
 from palyra.engine.run.loop import advance
 from palyra.engine.run.step import Step
 from palyra.engine.run.writer import Batch, RunWriter, end_reason_on_complete
+from palyra.journal import EventDraft
 
 log = logging.getLogger("palyra.engine")
 
@@ -58,6 +60,9 @@ class RunActor:
         self._parking = False
         self._work: asyncio.Task[None] | None = None
         self._work_error: Exception | None = None
+        # Set while a cascade holds the run (its work stopped, its end staged in
+        # an ancestor's append): the actor starts nothing until it is released.
+        self._hold: asyncio.Event | None = None
 
     @property
     def run_id(self) -> str:
@@ -147,6 +152,12 @@ class RunActor:
             self._work.cancel()
         self._wake.set()
 
+    @property
+    def ending(self) -> bool:
+        """The run was asked to end (cancel, failure, a cascade): its work is being stopped
+        for good, so a tool that waits on a child run leaves the child to the cascade."""
+        return bool(self._cancel_reason or self._error is not None or self._hold is not None)
+
     def request_failure(self, error: PalyraError, reason: str) -> None:
         """Fail the run (e.g. a stream protocol error) after stopping its step."""
         if self._error is None:
@@ -194,6 +205,9 @@ class RunActor:
         try:
             async with asyncio.TaskGroup() as tg:
                 while True:
+                    if self._hold is not None:
+                        await self._hold.wait()
+                        continue
                     if self._error is not None:
                         await self._finalize(RunEvent.FAIL, self._fail_reason, self._error)
                         return
@@ -308,32 +322,99 @@ class RunActor:
     async def _finalize(self, event: str, reason: str, error: PalyraError | None) -> None:
         """The single path to ``failed`` / ``cancelled``; a no-op once terminal."""
         carry = self._step.take_carry()
-        if carry is not None and carry.members:
+        # (A carried batch whose commit landed as the step was stopped is spent.)
+        if carry is not None and carry.members and not carry.committed:
             await carry.commit()
         async with self._writer.lock:
-            state = self._writer.state
-            if is_run_terminal(state) or not run_can(state, event):
+            batch = self._end_batch(self._writer.batch(), event, reason, error)
+            if batch is None:
                 return
-            batch = self._writer.batch()
-            if error is not None:
-                batch.add(pb.RunError(code=_code_proto(error.code), message=error.message))
-            if self._writer.loop.loop_active:
-                batch.add(pb.AgentLoop(phase=pb.AgentLoopPhase.TERMINATED,
-                                       turn=self._writer.loop.turn_count, reason=reason))
-            self._cancel_pending_approvals(batch, reason)
-            message = ("cancelled by request" if event == RunEvent.CANCEL
-                       else (error.message if error else reason))
-            batch.transition(event, message=message, reason=reason)
-            batch.set(end_reason=reason, pending_approval_id="",
-                      error_code=error.code.value if error else "",
-                      error_message=error.message if error else "")
             async with contextlib.AsyncExitStack() as stack:
-                # What the run's end causes elsewhere (its tasks cancelled) lands in
-                # the same commit; a contributor applies it only if the commit does.
+                # What the run's end causes elsewhere (its tasks cancelled, the
+                # child runs it delegated to ended) lands in the same commit; a
+                # contributor applies it only if the commit does.
+                record = self._writer.record
+                for contribute in self._deps.end_contributors:
+                    batch.events(*await stack.enter_async_context(contribute(record, event)))
+                if self._deps.cascade is not None:
+                    batch.events(*await stack.enter_async_context(
+                        self._deps.cascade(record, event)))
+                await batch.commit_locked()
+
+    def _end_batch(self, batch: Batch, event: str, reason: str, error: PalyraError | None,
+                   message: str = "") -> Batch | None:
+        """``batch`` plus what ends the run (None: it ended already); the caller holds
+        the writer's lock."""
+        state = self._writer.state
+        if is_run_terminal(state) or not run_can(state, event):
+            return None
+        if error is not None:
+            batch.add(pb.RunError(code=_code_proto(error.code), message=error.message))
+        if self._writer.loop.loop_active:
+            batch.add(pb.AgentLoop(phase=pb.AgentLoopPhase.TERMINATED,
+                                   turn=self._writer.loop.turn_count, reason=reason))
+        self._cancel_pending_approvals(batch, reason)
+        message = message or ("cancelled by request" if event == RunEvent.CANCEL
+                              else (error.message if error else reason))
+        batch.transition(event, message=message, reason=reason)
+        batch.set(end_reason=reason, pending_approval_id="",
+                  error_code=error.code.value if error else "",
+                  error_message=error.message if error else "")
+        return batch
+
+    # -- ended by an ancestor's append (``run.cascade``) -----------------------
+    @contextlib.asynccontextmanager
+    async def held(self, reason: str) -> AsyncIterator[None]:
+        """Stop the run's work and start nothing more while the block runs.
+
+        A cascade holds every descendant before it reads their children, so no
+        child run can be started behind its back. Whatever happens inside, the
+        run ends ``cancelled`` with ``reason`` afterwards: in the cascade's
+        append when :meth:`ending_in` staged it, else by itself.
+        """
+        hold = asyncio.Event()
+        self._hold = hold
+        try:
+            work = self._work
+            if work is not None:
+                work.cancel()
+                await asyncio.wait({work})
+            yield
+        finally:
+            if not self._cancel_reason:
+                self._cancel_reason = reason
+            self._hold = None
+            hold.set()
+            self._wake.set()
+
+    @contextlib.asynccontextmanager
+    async def ending_in(self, reason: str, message: str) -> AsyncIterator[list[EventDraft]]:
+        """The drafts that cancel this (held) run, for an ancestor's append.
+
+        What the step had taped but not committed rides along, and so does what
+        the run's end causes (its tasks cancelled). The run's record moves only
+        if the block ends without an error, i.e. the append landed.
+        """
+        async with self._writer.lock:
+            carry = self._step.take_carry()
+            batch = self._end_batch(carry if carry is not None and not carry.committed
+                                    else self._writer.batch(),
+                                    RunEvent.CANCEL, reason, None, message)
+            if batch is None:
+                yield []
+                return
+            async with contextlib.AsyncExitStack() as stack:
+                record = self._writer.record
                 for contribute in self._deps.end_contributors:
                     batch.events(*await stack.enter_async_context(
-                        contribute(self._writer.record, event)))
-                await batch.commit_locked()
+                        contribute(record, RunEvent.CANCEL)))
+                staged = batch.stage()
+                try:
+                    yield staged.drafts
+                except BaseException:
+                    staged.abandon()
+                    raise
+                staged.land()
 
     def _cancel_pending_approvals(self, batch: Batch, reason: str) -> None:
         for p in self._writer.loop.proposals:

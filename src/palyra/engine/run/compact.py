@@ -1,6 +1,6 @@
 """A compaction attempt, when a new input starts a loop (the I/O around ``model.compaction``).
 
-The pure module decides and builds; this one asks the configured provider for
+The pure module decides and builds; this one asks the run's model route for
 the summary, reads the covered events back from the journal for their digest
 (the journal stores payloads redacted, and the digest is over what it stores,
 so the verifier can recompute it), and puts the ``session_compaction`` event in
@@ -30,7 +30,7 @@ from palyra.engine.model.prune import ESTIMATE, estimate_tokens
 from palyra.engine.run.step import Step
 from palyra.engine.run.writer import Batch
 from palyra.journal import JournalStore
-from palyra.providers import ChatMessage, ModelRequest
+from palyra.providers import Answered, ChatMessage, ModelRequest, complete_routed
 
 _PAGE = 1000
 
@@ -103,14 +103,17 @@ async def maybe_compact(step: Step, batch: Batch, blocks: Sequence[str],
     try:
         with step.active():
             async with asyncio.timeout(step.remaining_wall_s()):
-                response = await deps.provider.complete(ModelRequest(messages=prompt))
+                # The run's own route (its agent's provider and model, with
+                # failover), not the daemon's default provider.
+                answer = await complete_routed(deps.models.resolve(step.record.model_route),
+                                               ModelRequest(messages=prompt))
     except (PalyraError, TimeoutError) as exc:
         code = exc.code.name if isinstance(exc, PalyraError) else "DEADLINE_EXCEEDED"
         _failed(batch, turn, f"attempt {attempt}: the summariser failed ({code}); "
                              "nothing was compacted")
         return loop.messages
-    summary = compaction.clean_summary(response.text, settings)
-    event = _event(step, plan, summary, prompt, response.model, before, attempt)
+    summary = compaction.clean_summary(answer.response.text, settings)
+    event = _event(step, plan, summary, prompt, answer, before, attempt)
     seq = loop.tape_len + len(batch.members)
     messages, _, _ = compaction.apply(history, event, seq)
     after = fixed + _tokens(messages)
@@ -125,12 +128,13 @@ async def maybe_compact(step: Step, batch: Batch, blocks: Sequence[str],
     return messages
 
 
-def _event(step: Step, plan: Plan, summary: str, prompt: Sequence[ChatMessage], model: str,
-           before: int, attempt: int) -> pb.SessionCompaction:
-    deps = step.deps
+def _event(step: Step, plan: Plan, summary: str, prompt: Sequence[ChatMessage],
+           answer: Answered, before: int, attempt: int) -> pb.SessionCompaction:
+    deps, target = step.deps, answer.target
     return pb.SessionCompaction(
         strategy=compaction.STRATEGY, first_seq=plan.first_seq, last_seq=plan.last_seq,
-        summariser_provider=deps.provider.name, summariser_model=model or deps.provider.name,
+        summariser_provider=target.provider,
+        summariser_model=answer.response.model or target.model or target.provider,
         prompt_sha256=compaction.prompt_sha256(prompt), pinned_seqs=list(plan.pinned_seqs),
         summary=summary, tokens_before=before, attempt=attempt,
         created_unix_ms=deps.now_ms(), covered_events=plan.last_seq - plan.first_seq + 1)

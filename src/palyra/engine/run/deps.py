@@ -10,6 +10,7 @@ from palyra.engine.model.config import EngineConfig
 from palyra.engine.model.ports import ContextPort, PolicyPort, ToolsPort
 from palyra.engine.model.records import RunRecord
 from palyra.engine.run.approvals import ApprovalReader, PendingApprovals
+from palyra.engine.run.attachments import AttachmentStore
 from palyra.engine.sessions.reader import SessionReader
 from palyra.engine.sessions.writer import SessionWriter
 from palyra.journal import EventDraft, JournalStore
@@ -37,10 +38,15 @@ class EngineDeps:
     session_writer: SessionWriter
     approval_reader: ApprovalReader
     now_ms: Callable[[], int]
+    # Blobs by SHA-256: a tool's images are stored here before its result is taped.
+    attachments: AttachmentStore
     # Input assembly beyond the tape (memory auto-inject); None: the tape only.
     context: ContextPort | None = None
     # Called when a live run is about to end failed or cancelled: each yields drafts
     # that commit in the same append as the run's end (e.g. cancelling its tasks).
     end_contributors: list[EndContributor] = field(default_factory=list)
+    # The same for the run's delegated descendants (``run.cascade``), asked only by
+    # the run whose own end it is: a cascade stages the whole subtree at once.
+    cascade: EndContributor | None = None
     # The committed rows of live parked runs' approvals (``run.approvals``).
     pending: PendingApprovals = field(default_factory=PendingApprovals)

@@ -16,6 +16,7 @@ from collections.abc import AsyncGenerator
 import msgspec
 
 from palyra.core.errors import ErrorCode, PalyraError
+from palyra.engine.model.attachments import ATTACHMENT_TABLE, blob_key
 from palyra.engine.run.step import Step
 from palyra.journal import EntityWrite, JournalStore
 from palyra.providers import (
@@ -33,10 +34,6 @@ from palyra.providers import (
 )
 
 CACHE_TABLE = "meta"
-# The attachment store: ``attachment:<sha256>`` -> the bytes (written by the app
-# before the input that names them).
-ATTACHMENT_TABLE = "meta"
-ATTACHMENT_PREFIX = "attachment:"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -98,7 +95,7 @@ def _loaded(store: JournalStore, message: ChatMessage) -> ChatMessage:
         return message
     images = []
     for image in message.images:
-        data = store.get_entity(ATTACHMENT_TABLE, ATTACHMENT_PREFIX + image.sha256)
+        data = store.get_entity(ATTACHMENT_TABLE, blob_key(image.sha256))
         if data is None:
             raise PalyraError(f"attachment {image.sha256} is not in the attachment store",
                               code=ErrorCode.NOT_FOUND, details={"sha256": image.sha256})

@@ -370,10 +370,10 @@ async def await_decision(step: Step, p: Proposal) -> None:
 async def execute(step: Step, p: Proposal) -> None:
     """Run an allowed tool and tape its result and attestation."""
     deps = step.deps
-    if step.was_in_flight(p.proposal_id) and not deps.tools.is_read_only(p.tool_name):
+    if step.was_in_flight(p.proposal_id) and not deps.tools.may_rerun(p.tool_name):
         raise RunFailed("daemon_restarted", PalyraError(
-            f"tool {p.tool_name} was in flight when the daemon stopped; it is not "
-            "read-only, so it is not run again", code=ErrorCode.UNAVAILABLE))
+            f"tool {p.tool_name} was in flight when the daemon stopped; it is neither "
+            "read-only nor idempotent, so it is not run again", code=ErrorCode.UNAVAILABLE))
     if p.args_redacted:  # the one place tools run: never with a placeholder for a secret
         await _refuse_redacted(step, p)
         return
@@ -393,7 +393,11 @@ def _add_outcome(batch: Batch, pid: str, name: str, outcome: ToolOutcome) -> Non
     batch.add(pb.ToolResult(
         proposal_id=pid, tool_name=name, success=outcome.success,
         output_json=outcome.output_json, error=outcome.error, timed_out=outcome.timed_out,
-        truncated=outcome.truncated, attestation=attestation))
+        truncated=outcome.truncated, attestation=attestation,
+        attachments=[pb.AttachmentRef(sha256=rec.sha256, mime_type=rec.mime_type,
+                                      width=rec.width, height=rec.height,
+                                      size_bytes=rec.size_bytes, name=rec.name)
+                     for rec, _data in outcome.images]))
 
 
 async def _run_tool(step: Step, name: str, arguments: Mapping[str, Any],
@@ -407,9 +411,14 @@ async def _run_tool(step: Step, name: str, arguments: Mapping[str, Any],
     try:
         if remaining <= 0:
             raise TimeoutError
-        return await step.deps.tools.execute(
+        outcome = await step.deps.tools.execute(
             name, arguments, session_id=step.record.session_id,
             run_id=step.run_id, timeout_s=remaining, posture=posture)
+        if outcome.images:
+            # Stored (with the run's references) before the result that names them.
+            await step.deps.attachments.put(step.record.identity.principal, step.run_id,
+                                            [(rec.sha256, data) for rec, data in outcome.images])
+        return outcome
     except TimeoutError:
         return ToolOutcome(False, "", "the agent loop's wall-clock limit was reached",
                            timed_out=True)

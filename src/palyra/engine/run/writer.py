@@ -18,9 +18,16 @@ import betterproto2
 import msgspec
 from palyra_gen.palyra import v1 as pb
 
-from palyra.core.errors import PalyraInternalError
+from palyra.core.errors import ErrorCode, PalyraInternalError
+from palyra.engine.model.errors import coded
 from palyra.engine.model.fold import LoopState
-from palyra.engine.model.lifecycle import RunEvent, RunStateId, run_next, run_state_proto
+from palyra.engine.model.lifecycle import (
+    RunEvent,
+    RunStateId,
+    is_run_terminal,
+    run_next,
+    run_state_proto,
+)
 from palyra.engine.model.records import RUNS, RunRecord, encode
 from palyra.engine.model.tape import ENGINE_ACTOR, kind_of, payload_of
 from palyra.journal import EntityWrite, EventDraft, JournalStore, StoredEvent
@@ -134,10 +141,44 @@ class Batch:
         end before the cancellation continues; otherwise the in-memory tape
         length and loop state would drift from the journal.
         """
+        staged = self.stage()
+        # The queued write is tracked by its own future (no task per commit);
+        # a bad draft raises here, before anything is queued.
+        try:
+            task = self._writer.store.submit(staged.drafts)
+        except BaseException:
+            staged.abandon()
+            raise
+        try:
+            stored = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            await asyncio.wait({task})
+            staged.settle(task)
+            raise
+        except BaseException:
+            staged.settle(task)
+            raise
+        staged.land()
+        return stored
+
+    def stage(self) -> Staged:
+        """The batch's drafts, for an append made by someone else (a cascade puts a
+        child run's end in its parent's append); the caller holds ``writer.lock``
+        and then calls :meth:`Staged.land` if that append landed, else
+        :meth:`Staged.abandon`.
+
+        Raises:
+            PalyraError: ``RUN_TERMINAL`` when the run already ended (a step that
+                was stopped because its run ended in another append).
+        """
         w = self._writer
         if self.committed:
             raise PalyraInternalError("a run batch was committed twice")
         self.committed = True
+        if is_run_terminal(w.record.state):
+            # Nothing lands on a tape after its terminal status.
+            raise coded(ErrorCode.RUN_TERMINAL, f"run {w.record.run_id} is {w.record.state}",
+                        run_id=w.record.run_id)
         if self._take_input:
             self.changes["pending_inputs"] = w.record.pending_inputs[1:]
         pending = self.changes.get("pending_inputs", w.record.pending_inputs)
@@ -170,37 +211,7 @@ class Batch:
                 **self.changes,
             },
         )
-        drafts = self._drafts(record)
-        # The queued write is tracked by its own future (no task per commit);
-        # a bad draft raises here, before anything is queued.
-        try:
-            task = w.store.submit(drafts)
-        except BaseException:
-            self._settle(None, record, saved)
-            raise
-        try:
-            stored = await asyncio.shield(task)
-        except asyncio.CancelledError:
-            await asyncio.wait({task})
-            self._settle(task, record, saved)
-            raise
-        except BaseException:
-            self._settle(task, record, saved)
-            raise
-        w.record = record
-        w.notify()
-        return stored
-
-    def _settle(self, task: asyncio.Future[list[StoredEvent]] | None, record: RunRecord,
-                saved: tuple[int, int, int, str, str]) -> None:
-        w = self._writer
-        if task is not None and task.done() and not task.cancelled() and task.exception() is None:
-            w.record = record
-            w.notify()
-            return
-        loop = w.loop
-        (loop.tape_len, loop.turn_count, loop.tool_call_count, loop.state,
-         loop.final_text) = saved
+        return Staged(w, record, saved, self._drafts(record))
 
     def _drafts(self, record: RunRecord) -> list[EventDraft]:
         run_write = EntityWrite(RUNS, record.run_id, encode(record))
@@ -228,3 +239,36 @@ def tape_draft(record: RunRecord, member: betterproto2.Message,
                       run_id=record.run_id, tape=True, payload=payload_of(member),
                       principal=ident.principal, device_id=ident.device_id,
                       channel=ident.channel, entity_writes=writes, origin=member)
+
+
+class Staged:
+    """A batch laid out as drafts, waiting for its append (see :meth:`Batch.stage`).
+
+    The loop state already folds its members; the run record moves only once
+    the append is known to have landed.
+    """
+
+    def __init__(self, writer: RunWriter, record: RunRecord,
+                 saved: tuple[int, int, int, str, str], drafts: list[EventDraft]) -> None:
+        self._writer = writer
+        self.record = record
+        self._saved = saved
+        self.drafts = drafts
+
+    def land(self) -> None:
+        """The append is durable: the committed record is the new one."""
+        self._writer.record = self.record
+        self._writer.notify()
+
+    def abandon(self) -> None:
+        """The append did not happen: the loop state goes back to the committed record."""
+        loop = self._writer.loop
+        (loop.tape_len, loop.turn_count, loop.tool_call_count, loop.state,
+         loop.final_text) = self._saved
+
+    def settle(self, task: asyncio.Future[list[StoredEvent]]) -> None:
+        """Land or abandon by how the submitted append ended."""
+        if task.done() and not task.cancelled() and task.exception() is None:
+            self.land()
+        else:
+            self.abandon()

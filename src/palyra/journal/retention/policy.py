@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.journal._store import JournalStore
@@ -68,8 +68,12 @@ async def retention_every(
     batch_records: int = 512,
     on_pruned: Callable[[PruneResult], None] = lambda result: None,
     on_error: Callable[[PalyraError], None] | None = None,
+    then: Callable[[], Awaitable[object]] | None = None,
 ) -> None:
     """Prune every ``interval_s`` seconds (first right away); runs until cancelled.
+
+    ``then`` runs after every pass (the daemon drops the attachments no retained
+    tape names any more); its ``PalyraError`` goes to ``on_error`` like a prune's.
 
     Ends when the store closes. A failed prune is handed to ``on_error`` (the
     daemon logs it and tries again next interval: retention must not take the
@@ -88,4 +92,11 @@ async def retention_every(
         else:
             if result.records:
                 on_pruned(result)
+            if then is not None:
+                try:
+                    await then()
+                except PalyraError as exc:
+                    if on_error is None:
+                        raise
+                    on_error(exc)
         await asyncio.sleep(interval_s)

@@ -4,7 +4,11 @@ A server's tool becomes a registry tool named ``mcp.<server>.<tool>`` whose
 arguments are checked against the server's own JSON Schema before the call;
 its result becomes a JSON value for the model: the structured content if the
 server gave one, else its content blocks (text as text; an image or other
-binary block as its type, MIME type, size and SHA-256, never the bytes).
+binary block as its type, MIME type, size and SHA-256, never the bytes). An
+image block whose bytes are an image palyra accepts from users (sniffed by
+``core.images``: the same formats and size cap) is also handed on as a
+:class:`ToolImage`, which the engine stores as an attachment and shows the
+model on its next turn; one that is not is described with why it was not.
 """
 
 from __future__ import annotations
@@ -17,7 +21,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from palyra.core.canonical import canonical_json
+from palyra.core.errors import PalyraError
+from palyra.core.images import sniff
 from palyra.tools._schema import argument_checker
+from palyra.tools._spec import ToolImage
 
 __all__ = ["argument_checker"]  # re-exported: the MCP server checks arguments with it
 
@@ -43,7 +50,7 @@ def schema_digest(name: str, description: str, input_schema: Mapping[str, Any]) 
     return hashlib.sha256(canonical_json(body)).hexdigest()
 
 
-def _block(block: Mapping[str, Any]) -> Any:
+def _block(block: Mapping[str, Any], images: list[ToolImage]) -> Any:
     kind = block.get("type")
     if kind == "text":
         return {"type": "text", "text": block.get("text", "")}
@@ -53,8 +60,21 @@ def _block(block: Mapping[str, Any]) -> Any:
             raw = base64.b64decode(data, validate=True)
         except (binascii.Error, ValueError):
             raw = data.encode()
-        return {"type": kind, "mime_type": block.get("mimeType", ""), "bytes": len(raw),
-                "sha256": hashlib.sha256(raw).hexdigest()}
+        described: dict[str, Any] = {"type": kind, "mime_type": block.get("mimeType", ""),
+                                     "bytes": len(raw),
+                                     "sha256": hashlib.sha256(raw).hexdigest()}
+        if kind == "image":
+            try:
+                info = sniff(raw)
+            except PalyraError as exc:
+                described["not_attached"] = exc.message
+            else:
+                # The bytes say what they are, not the server's MIME type.
+                images.append(ToolImage(info.sha256, info.mime_type, info.width, info.height,
+                                        raw))
+                described.update(mime_type=info.mime_type, width=info.width,
+                                 height=info.height, attached=True)
+        return described
     if kind == "resource":
         resource = block.get("resource") or {}
         return {"type": "resource", "uri": resource.get("uri", ""),
@@ -62,14 +82,16 @@ def _block(block: Mapping[str, Any]) -> Any:
     return {"type": kind or "unknown"}
 
 
-def result_value(content: Sequence[Mapping[str, Any]], structured: Any) -> Any:
-    """What the model is given for a successful call."""
+def result_value(content: Sequence[Mapping[str, Any]], structured: Any
+                 ) -> tuple[Any, tuple[ToolImage, ...]]:
+    """What the model is given for a successful call, and the images to attach."""
+    images: list[ToolImage] = []
+    blocks = [_block(b, images) for b in content]
     if structured is not None and not _wraps_content(structured):
-        return structured
-    blocks = [_block(b) for b in content]
+        return structured, tuple(images)
     if len(blocks) == 1 and blocks[0]["type"] == "text":
-        return {"text": blocks[0]["text"]}
-    return {"content": blocks}
+        return {"text": blocks[0]["text"]}, ()
+    return {"content": blocks}, tuple(images)
 
 
 def _wraps_content(structured: Any) -> bool:

@@ -270,7 +270,10 @@ class McpServer:
                             f"{self.config.max_output_bytes}-byte limit", facts=facts)
         if result.is_error:
             raise ToolError(error_text(content), facts=facts)
-        return ToolOutput(result_value(content, result.structured_content), facts=facts)
+        value, images = result_value(content, result.structured_content)
+        if images:  # the attestation covers which images the result attached
+            facts["mcp.images_sha256"] = ",".join(i.sha256 for i in images)
+        return ToolOutput(value, facts=facts, images=images)
 
 
 def _digest_of(spec: ToolSpec[Any]) -> str:

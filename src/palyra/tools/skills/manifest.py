@@ -28,6 +28,7 @@ from typing import Any, Literal
 import jsonschema.exceptions
 import msgspec
 
+from palyra.core.canonical import canonical_json
 from palyra.tools._schema import argument_checker
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
@@ -62,8 +63,8 @@ class SkillManifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     sha256: str
     tools: list[SkillTool]
     capabilities: SkillCapabilities = SkillCapabilities()
-    # base64 ed25519 signature of signing_message(); required when the daemon
-    # trusts publisher keys ([tools] skill_publisher_keys).
+    # base64 ed25519 signature of signing_message() (scheme palyra.skill.v2);
+    # required when the daemon trusts publisher keys ([tools] skill_publisher_keys).
     signature: str = ""
 
     @property
@@ -126,11 +127,29 @@ def _check_tool(tool: SkillTool) -> None:
                                 f"{exc.message}") from None
 
 
+SIGNING_SCHEME = "palyra.skill.v2"
+LEGACY_SCHEME = "palyra.skill.v1"
+
+
 def signing_message(manifest: SkillManifest) -> bytes:
-    """What a publisher signs: the skill, its version, its module's digest and
-    what it asks for (so a signed skill cannot be granted more afterwards)."""
+    """What a publisher signs (scheme ``palyra.skill.v2``): the whole manifest but its
+    signature, as canonical JSON (sorted keys, every field, defaults included).
+
+    So a signed skill can be neither granted more afterwards nor re-pointed: its
+    name, version, module and digest, its capabilities, and each tool's name,
+    description, export, ABI, parameters and input schema are all covered.
+    """
+    body = msgspec.to_builtins(manifest)
+    body.pop("signature")
+    return f"{SIGNING_SCHEME}\n".encode() + canonical_json(body)
+
+
+def legacy_signing_message(manifest: SkillManifest) -> bytes:
+    """What scheme ``palyra.skill.v1`` signed: name, version, module digest and
+    capabilities only (not the tools). Such signatures are refused; this message only
+    lets the refusal say so."""
     caps = manifest.capabilities
-    return "\n".join(["palyra.skill.v1", manifest.name, manifest.version, manifest.sha256,
+    return "\n".join([LEGACY_SCHEME, manifest.name, manifest.version, manifest.sha256,
                       ",".join(sorted(caps.network)), ",".join(sorted(caps.filesystem))]
                      ).encode()
 

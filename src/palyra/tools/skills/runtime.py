@@ -40,7 +40,14 @@ from palyra.core.canonical import canonical_json
 from palyra.tools._netguard import Network, refusal, via_address
 from palyra.tools._spec import ToolError
 from palyra.tools._workspace import resolve_in_workspace
-from palyra.tools.skills.manifest import SkillManifest, SkillTool, signing_message
+from palyra.tools.skills.manifest import (
+    LEGACY_SCHEME,
+    SIGNING_SCHEME,
+    SkillManifest,
+    SkillTool,
+    legacy_signing_message,
+    signing_message,
+)
 
 HTTP_NOT_GRANTED = -1
 HTTP_ADDRESS_REFUSED = -2
@@ -96,14 +103,24 @@ def verify_signature(manifest: SkillManifest, publisher_keys: tuple[str, ...]) -
         signature = base64.b64decode(manifest.signature, validate=True)
     except (binascii.Error, ValueError):
         raise ToolError(f"skill {manifest.skill_id}: the signature is not base64") from None
-    message = signing_message(manifest)
+    if _verified(signature, signing_message(manifest), publisher_keys):
+        return
+    if _verified(signature, legacy_signing_message(manifest), publisher_keys):
+        raise ToolError(f"skill {manifest.skill_id} is signed with the old scheme "
+                        f"{LEGACY_SCHEME}, which does not cover its tools or their schemas; "
+                        f"its publisher must sign it again ({SIGNING_SCHEME}: the whole "
+                        "manifest but its signature, see README \"Signing a skill\")")
+    raise ToolError(f"skill {manifest.skill_id}: no trusted publisher key verifies its signature")
+
+
+def _verified(signature: bytes, message: bytes, publisher_keys: tuple[str, ...]) -> bool:
     for key in publisher_keys:
         try:
             Ed25519PublicKey.from_public_bytes(base64.b64decode(key)).verify(signature, message)
         except (InvalidSignature, ValueError, binascii.Error):
             continue
-        return
-    raise ToolError(f"skill {manifest.skill_id}: no trusted publisher key verifies its signature")
+        return True
+    return False
 
 
 def load(engine: wasmtime.Engine, directory: Path, manifest: SkillManifest,

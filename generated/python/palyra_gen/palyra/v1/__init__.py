@@ -4321,6 +4321,14 @@ class ToolResult(betterproto2.Message):
     `tool_attestation` event after the result instead.
     """
 
+    attachments: "list[AttachmentRef]" = betterproto2.field(
+        9, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    Images the tool returned (an MCP server's image content), sniffed and stored
+    in the attachment store like a user's; the model gets them on its next turn.
+    """
+
 
 default_message_pool.register_message("palyra.v1", "ToolResult", ToolResult)
 
