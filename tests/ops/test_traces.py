@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -18,7 +19,7 @@ from palyra.ops.otlp_json import otlp_json
 from palyra.ops.rebuild import bundle_spans
 from palyra.ops.spans import SpanFold
 from palyra.ops.trace_follower import StoreFollower
-from palyra.ops.tracing import SpanSink
+from palyra.ops.tracing import SpanSink, resource_for
 
 from .helpers import run_with_approvals
 
@@ -125,3 +126,15 @@ def test_sampling_follows_the_sdk_ratio_rule_per_trace(ratio: float) -> None:
     assert got == kept
     assert (len(kept) == 0) if ratio == 0 else (len(kept) == 400) if ratio == 1 else \
         (100 < len(kept) < 300)
+
+
+def test_the_resource_hashes_and_compares_as_the_sdks_own() -> None:
+    # Its hash is computed once (the OTLP encoder hashes it per span); it must stay the
+    # SDK's, or spans of one resource would be grouped apart from an equal one.
+    ours = resource_for("palyra-test")
+    sdks = Resource(ours.attributes, ours.schema_url)
+    assert ours == sdks and hash(ours) == hash(sdks)
+    assert ours.attributes["service.name"] == "palyra-test"
+    other = resource_for("another")
+    assert ours != other and hash(ours) != hash(other)
+    assert len({ours: 1, sdks: 2}) == 1

@@ -29,9 +29,26 @@ _MAX_PARENTS = 4096
 _UNSET = Status(StatusCode.UNSET)
 
 
+class _HashedResource(Resource):
+    """A ``Resource`` whose hash is computed once.
+
+    The OTLP encoder groups a batch's spans by resource, hashing it once per
+    span, and the SDK's ``Resource.__hash__`` serializes the attributes to
+    sorted JSON each time (about 10 µs: a tenth of the exporter's CPU). A
+    resource never changes after it is made, so its hash cannot either.
+    """
+
+    def __init__(self, resource: Resource) -> None:
+        super().__init__(resource.attributes, resource.schema_url)
+        self._hash = super().__hash__()
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
 def resource_for(service_name: str) -> Resource:
     """The ``Resource`` every span of this daemon (or bundle) carries."""
-    return Resource.create({"service.name": service_name})
+    return _HashedResource(Resource.create({"service.name": service_name}))
 
 
 def to_readable(record: SpanRecord, resource: Resource,
