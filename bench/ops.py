@@ -64,7 +64,9 @@ def direct_cost(store: JournalStore, after: int, metrics: DaemonMetrics) -> dict
     host's noise does not hide or inflate it): one fold of every event the measured
     phase committed (payloads already decoded, as the writer's own events are), and
     one scrape of the registry as it ended."""
-    events = store.read_range(after, 1_000_000)
+    events: list[StoredEvent] = []
+    while page := store.read_range(events[-1].position if events else after, 1000):
+        events += page  # every event of the phase: a read returns at most 1,000
     for event in events:
         event.payload  # noqa: B018 (decoded once, as the writer's events come)
     fold_s = scrape_s = float("inf")
