@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import socket
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -162,14 +163,16 @@ class _TrackedServer(Server):
 
     def __init__(self, handlers: list[Any], codec: CappedProtoCodec) -> None:
         super().__init__(handlers, codec=codec)
-        self.protocols: list[H2Protocol] = []
+        # Weak: a closed connection's protocol goes with it, so however many clients
+        # come and go during a long start-up, this holds only the open ones.
+        self.protocols: weakref.WeakSet[H2Protocol] = weakref.WeakSet()
         self.refusing = False
 
     def _protocol_factory(self) -> H2Protocol:
         plain = super()._protocol_factory()
         protocol = H2Protocol(_RefusingHandler(plain.handler, lambda: self.refusing),
                               plain.config, plain.h2_config)
-        self.protocols.append(protocol)
+        self.protocols.add(protocol)
         return protocol
 
 
@@ -232,7 +235,7 @@ class StartupGrpcResponder:
         if health.watching:  # each ends UNAVAILABLE ("watch again") on its own
             await asyncio.wait(set(health.watching), timeout=WATCH_DRAIN_S)
         server.close()  # stops accepting; cancels whatever is still being answered
-        for protocol in server.protocols:
+        for protocol in list(server.protocols):
             _goaway(protocol)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(CLOSE_S):
