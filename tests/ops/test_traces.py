@@ -138,3 +138,26 @@ def test_the_resource_hashes_and_compares_as_the_sdks_own() -> None:
     other = resource_for("another")
     assert ours != other and hash(ours) != hash(other)
     assert len({ours: 1, sdks: 2}) == 1
+
+
+def test_a_burst_larger_than_the_batch_queue_loses_no_span() -> None:
+    # The exporter reads the journal page by page as fast as it can (catching up, or its
+    # last read to the head at shutdown); the SDK's batch processor drops what its queue
+    # cannot hold. The sink must hold the reading back instead, with the SDK's own flush.
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from palyra.ops.spans import SpanRecord
+
+    records = [SpanRecord(name="chat", operation="chat", trace_id=i + 1, span_id=i + 1,
+                          parent_id=None, start_ns=0, end_ns=1, position=i, attributes={})
+               for i in range(600)]
+    exporter = InMemorySpanExporter()
+    # A long delay: the worker exports a full batch only, so the queue fills at once.
+    processor = BatchSpanProcessor(exporter, max_queue_size=64, max_export_batch_size=16,
+                                   schedule_delay_millis=60_000)
+    sink = SpanSink(processor, queue_size=64)
+    for page in range(0, 600, 100):
+        sink.emit(records[page:page + 100])
+    sink.shutdown()
+    assert sorted(s.context.span_id for s in exporter.get_finished_spans()
+                  if s.context is not None) == list(range(1, 601))
