@@ -187,7 +187,22 @@ def ops_overhead(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, floa
             out[kind]["metrics_cpu_ms_per_step"] = round(statistics.median(direct), 4)
             out[kind]["metrics_cpu_pct"] = round(
                 statistics.median(direct) / off["cpu_ms_per_step"] * 100, 2)
+        clocked = [_metrics_in_run(r) for r in result["runs"]
+                   if "in_run_fold_ms" in r.get("ops", {})]
+        if clocked:  # the same work clocked in place, as a share of that run's own CPU
+            out[kind]["metrics_in_run_ms_per_step"] = round(
+                statistics.median(ms for ms, _pct in clocked), 4)
+            out[kind]["metrics_in_run_pct"] = round(
+                statistics.median(pct for _ms, pct in clocked), 2)
     return out
+
+
+def _metrics_in_run(run: dict[str, Any]) -> tuple[float, float]:
+    """The fold's and the scrapes' CPU clocked inside ``run`` (``bench.ops.ClockedMetrics``):
+    ms per step, and percent of that run's CPU per step."""
+    o, steps = run["ops"], run["steps"] * run["sessions"] * run["turns"]
+    ms = (o["in_run_fold_ms"] + o["in_run_scrape_ms"]) / steps
+    return ms, ms / run["cpu_ms_per_step"] * 100
 
 
 def _metrics_direct_ms_per_step(run: dict[str, Any]) -> float:
@@ -218,6 +233,10 @@ def ops_overhead_text(overhead: dict[str, dict[str, float]]) -> str:
             lines.append(f"    the fold and the scrapes themselves (timed apart, best of 5): "
                          f"{o['metrics_cpu_ms_per_step']:.4f} CPU ms/step = "
                          f"{o['metrics_cpu_pct']:.2f} % of the plain run's CPU/step")
+        if "metrics_in_run_ms_per_step" in o:
+            lines.append(f"    the same, clocked inside the run (thread CPU around each fold and "
+                         f"scrape): {o['metrics_in_run_ms_per_step']:.4f} CPU ms/step = "
+                         f"{o['metrics_in_run_pct']:.2f} % of that run's CPU/step")
         if "exporter_cpu_ms_per_step" in o:
             lines.append(f"    beside it, the exporter process: {o['exporter_cpu_ms_per_step']:.3f} "
                          "CPU ms/step (its own core when one is free)")

@@ -7,6 +7,8 @@ counts (fed the writer's own event objects, commit by commit) must equal it.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
+from typing import Any
 
 from palyra.app import PalyraApp
 from palyra.journal import JournalStore
@@ -15,6 +17,7 @@ from palyra.ops.event_metrics import (
     DECIDED,
     DECISIONS,
     STEPS,
+    TASKS,
     TOOL_CALLS,
     EventMetrics,
 )
@@ -53,3 +56,31 @@ async def test_every_commit_is_folded_once_as_the_store_holds_it(
     await asyncio.sleep(0.05)
     assert metrics.events.count(TOOL_CALLS, "add", "ok") == 3
     assert metrics.fold_errors == 0
+
+
+@dataclass
+class _Event:
+    position: int
+    kind: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    session_id: str = "s"
+    run_id: str = "r"
+    ts_ms: int = 0
+
+
+async def test_an_event_that_breaks_the_fold_is_skipped_and_the_rest_of_its_commit_counts(
+        app: tuple[PalyraApp, JournalStore]) -> None:
+    _palyra, store = app
+    metrics = DaemonMetrics(MetricSources(store=store))
+    proposed = _Event(1, "tape.tool_proposal", {"toolName": "add", "proposalId": "p1", "decision": {
+        "outcome": "TOOL_DECISION_OUTCOME_ALLOW"}})
+    broken = _Event(2, "tape.tool_proposal", {"decision": "not an object"})
+    done = _Event(3, "tape.tool_result", {"proposalId": "p1", "success": True})
+    queued = _Event(4, "task.enqueued", {"kind": "send"})
+    # One commit as the store delivers it (the fold's consumer, called directly).
+    metrics._fold([(proposed, 10), (broken, 10), (done, 10), (queued, 10)])  # type: ignore[list-item]
+    assert metrics.fold_errors == 1 and metrics.folded == 4
+    assert metrics.events.count(DECISIONS, "allow") == 1
+    assert metrics.events.count(TOOL_CALLS, "add", "ok") == 1
+    assert metrics.events.count(TASKS, "send", "enqueued") == 1
+    metrics.close()

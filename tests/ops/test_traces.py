@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -18,7 +19,7 @@ from palyra.ops.otlp_json import otlp_json
 from palyra.ops.rebuild import bundle_spans
 from palyra.ops.spans import SpanFold
 from palyra.ops.trace_follower import StoreFollower
-from palyra.ops.tracing import SpanSink
+from palyra.ops.tracing import SpanSink, resource_for
 
 from .helpers import run_with_approvals
 
@@ -125,3 +126,38 @@ def test_sampling_follows_the_sdk_ratio_rule_per_trace(ratio: float) -> None:
     assert got == kept
     assert (len(kept) == 0) if ratio == 0 else (len(kept) == 400) if ratio == 1 else \
         (100 < len(kept) < 300)
+
+
+def test_the_resource_hashes_and_compares_as_the_sdks_own() -> None:
+    # Its hash is computed once (the OTLP encoder hashes it per span); it must stay the
+    # SDK's, or spans of one resource would be grouped apart from an equal one.
+    ours = resource_for("palyra-test")
+    sdks = Resource(ours.attributes, ours.schema_url)
+    assert ours == sdks and hash(ours) == hash(sdks)
+    assert ours.attributes["service.name"] == "palyra-test"
+    other = resource_for("another")
+    assert ours != other and hash(ours) != hash(other)
+    assert len({ours: 1, sdks: 2}) == 1
+
+
+def test_a_burst_larger_than_the_batch_queue_loses_no_span() -> None:
+    # The exporter reads the journal page by page as fast as it can (catching up, or its
+    # last read to the head at shutdown); the SDK's batch processor drops what its queue
+    # cannot hold. The sink must hold the reading back instead, with the SDK's own flush.
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from palyra.ops.spans import SpanRecord
+
+    records = [SpanRecord(name="chat", operation="chat", trace_id=i + 1, span_id=i + 1,
+                          parent_id=None, start_ns=0, end_ns=1, position=i, attributes={})
+               for i in range(600)]
+    exporter = InMemorySpanExporter()
+    # A long delay: the worker exports a full batch only, so the queue fills at once.
+    processor = BatchSpanProcessor(exporter, max_queue_size=64, max_export_batch_size=16,
+                                   schedule_delay_millis=60_000)
+    sink = SpanSink(processor, queue_size=64)
+    for page in range(0, 600, 100):
+        sink.emit(records[page:page + 100])
+    sink.shutdown()
+    assert sorted(s.context.span_id for s in exporter.get_finished_spans()
+                  if s.context is not None) == list(range(1, 601))

@@ -31,6 +31,7 @@ from palyra.daemon.listen import bind_setting, bound_port
 from palyra.daemon.logs import configure_logging, daemon_secrets
 from palyra.daemon.operations import daemon_metrics, plain_routes, tracing_process
 from palyra.daemon.starting import StartupResponder
+from palyra.daemon.starting_grpc import StartupGrpcResponder
 from palyra.daemon.tlog_http import tlog_routes
 from palyra.daemon.tokens import ADMIN_TOKEN_FILE, load_or_create_admin_token
 from palyra.daemon.wiring import VERSION, open_application
@@ -93,13 +94,23 @@ async def run_daemon(
         tracer = tracing_process(config)
         if tracer is not None:  # stopped after the journal closes: parked runs are traced too
             stack.push_async_callback(tracer.stop)
-        # Until the gateway serves, the HTTP port answers that the daemon is starting
-        # (/readyz 503 with the phase) instead of leaving probes in the backlog.
+        # Until the gateways serve, both ports answer that the daemon is starting
+        # (/readyz 503 and gRPC UNAVAILABLE naming the phase, the standard gRPC health
+        # service NOT_SERVING) instead of leaving clients in the backlog.
         starting = StartupResponder(http_sock, "palyra", VERSION)
         starting.start()
         stack.callback(starting.stop)
-        app, make_ctx = await open_application(config, stack, on_phase=starting.set_phase)
-        starting.set_phase("starting the listeners")
+        starting_grpc = StartupGrpcResponder(grpc_sock, "palyra", VERSION,
+                                             max_message_bytes=config.grpc.max_message_bytes)
+        starting_grpc.start()
+        stack.callback(starting_grpc.stop)
+
+        def on_phase(phase: str) -> None:
+            starting.set_phase(phase)
+            starting_grpc.set_phase(phase)
+
+        app, make_ctx = await open_application(config, stack, on_phase=on_phase)
+        on_phase("starting the listeners")
         if tracer is not None:
             await tracer.start(app.store.head().count)
         authenticator = Authenticator.from_config(config.auth, admin_token,
@@ -107,7 +118,9 @@ async def run_daemon(
         streams = OpenStreams()
         metrics = daemon_metrics(app, config, streams)
         grpc_gateway = GrpcGateway(app, authenticator=authenticator, make_ctx=make_ctx,
-                                   config=config.grpc, streams=streams)
+                                   config=config.grpc, streams=streams,
+                                   ready=lambda: all(ok for _name, ok, _detail in (
+                                       app.readiness() if app.readiness else ())))
         http_gateway = HttpGateway(
             create_http_app(app, authenticator=authenticator, make_ctx=make_ctx,
                             config=config.http, ingress=_ingress_routes(app),
@@ -119,6 +132,7 @@ async def run_daemon(
                           http_host=config.http.host, http_port=bound_port(http_sock),
                           data_dir=str(config.data_dir.resolve()), version=VERSION)
         async with asyncio.TaskGroup() as tg:
+            starting_grpc.stop()  # its clients are sent a GOAWAY and reconnect to the gateway
             await grpc_gateway.start(grpc_sock)
             signer = (tg.create_task(checkpoint_every(app.store, config.daemon.checkpoint_interval_s),
                                      name="checkpoints")

@@ -13,6 +13,7 @@ import struct
 from typing import Any
 
 import grpclib.server
+from google.protobuf.message import Message as ProtobufMessage
 from grpclib.encoding.proto import ProtoCodec
 
 from palyra.core.errors import ErrorCode, PalyraError
@@ -31,7 +32,11 @@ class Encoded:
 
 
 class CappedProtoCodec(ProtoCodec):
-    """``ProtoCodec`` that refuses messages above ``max_bytes`` in either direction."""
+    """``ProtoCodec`` that refuses messages above ``max_bytes`` in either direction.
+
+    The spec's messages are betterproto2's; the standard ``grpc.health.v1`` service
+    (grpclib's) speaks Google protobuf messages, encoded and parsed by protobuf itself.
+    """
 
     def __init__(self, max_bytes: int) -> None:
         self._max = max_bytes
@@ -46,6 +51,8 @@ class CappedProtoCodec(ProtoCodec):
             data = message.data
         elif not isinstance(message, message_type):
             raise TypeError(f"message must be of type {message_type!r}, not {type(message)!r}")
+        elif isinstance(message, ProtobufMessage):
+            data = message.SerializeToString()  # the standard grpc.health.v1 service's
         else:
             # encode_binary == bytes(message), without betterproto2's per-field
             # default lookups (the largest cost of each streamed tape event).
@@ -64,6 +71,12 @@ class CappedProtoCodec(ProtoCodec):
                 code=ErrorCode.PAYLOAD_TOO_LARGE,
                 details={"limit_bytes": str(self._max)},
             )
+        if issubclass(message_type, ProtobufMessage):
+            try:  # the standard grpc.health.v1 service's request: protobuf's own parser
+                return message_type.FromString(data)
+            except Exception as exc:
+                raise PalyraError("request is not a valid protobuf message",
+                                  code=ErrorCode.MALFORMED_REQUEST) from exc
         try:
             # betterproto2 parses leniently (truncated lengths, mismatched wire
             # types, bad UTF-8, unknown fields); refuse those before anything runs.

@@ -26,6 +26,7 @@ from grpclib.server import Server
 from palyra.transport.auth import REQUEST_ID_HEADER, Authenticator
 from palyra.transport.context import current_caller
 from palyra.transport.errors import ERROR_CODE_HEADER, RETRYABLE_HEADER, WireError, to_wire
+from palyra.transport.grpc._health import HEALTH_PREFIX
 from palyra.transport.logctx import bind_request
 from palyra.transport.streams import OpenStreams, is_streaming_rpc
 
@@ -40,6 +41,8 @@ def install(server: Server, authenticator: Authenticator,
     """Attach authentication, log context, error translation and stream counting to ``server``."""
 
     async def on_request(event: RecvRequest) -> None:
+        if event.method_name.startswith(HEALTH_PREFIX):
+            return  # the standard health service: public, like /readyz, and raises nothing
         rpc = event.method_name.rsplit("/", 1)[-1]
         headers = {k: v for k, v in event.metadata.items() if isinstance(v, str)}
         counted = streams if streams is not None and is_streaming_rpc(rpc) else None

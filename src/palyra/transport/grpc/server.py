@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from typing import Generic
 
 from grpclib.protocol import H2Protocol
@@ -15,6 +16,7 @@ from palyra.transport.context import ContextFactory, CtxT, current_caller
 from palyra.transport.grpc._codec import CappedProtoCodec, install_length_check
 from palyra.transport.grpc._cork import CorkedH2Protocol
 from palyra.transport.grpc._gateway import install
+from palyra.transport.grpc._health import health_service
 from palyra.transport.grpc._tape import TapeGatewayServer
 from palyra.transport.streams import OpenStreams
 
@@ -34,6 +36,8 @@ class GrpcGateway(Generic[CtxT]):
     forward each RPC to ``app`` with the context ``make_ctx`` builds from the
     caller the auth listener published (``current_caller``). RunStream sends each
     commit's tape events encoded once, straight from the stored events (``_tape``).
+    The standard ``grpc.health.v1.Health`` service answers SERVING while ``ready()``
+    (the daemon's readiness checks all pass); without ``ready`` it always does.
     """
 
     def __init__(
@@ -44,6 +48,7 @@ class GrpcGateway(Generic[CtxT]):
         make_ctx: ContextFactory[CtxT],
         config: GrpcConfig,
         streams: OpenStreams | None = None,
+        ready: Callable[[], bool] = lambda: True,
     ) -> None:
         install_length_check()
         ctx = lambda: make_ctx(current_caller.get())  # noqa: E731
@@ -51,6 +56,7 @@ class GrpcGateway(Generic[CtxT]):
         # RunStream sends each commit's tape as bytes (see _tape).
         services = [TapeGatewayServer(app, ctx, config.max_message_bytes)
                     if isinstance(s, GatewayServiceServer) else s for s in services]
+        services.append(health_service(ready, services))
         self._server = _CorkedServer(services, codec=CappedProtoCodec(config.max_message_bytes))
         install(self._server, authenticator, streams)
 
