@@ -130,7 +130,11 @@ async def test_a_daemon_too_far_behind_forgets_its_whole_cache(
     for n in range(5):
         await _write(a, "meta", f"other{n}", b"x")
     assert b.get_entity("sessions", "id:s1") == b"old"  # nobody has told b yet
-    watch.catch_up()  # what its thread would do next
+    watch._conn = watch._listen()  # stopping closed it
+    try:
+        watch.catch_up()  # what its thread would do next
+    finally:
+        watch._conn.close()
     assert b.get_entity("sessions", "id:s1") == b"new"
 
 

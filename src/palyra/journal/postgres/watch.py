@@ -151,27 +151,32 @@ class ForeignCommits:
 
     def catch_up(self) -> None:
         """Mark, then publish, every committed position not seen yet that another daemon wrote."""
-        # One snapshot for the head, the rows' names and the events: what is marked
-        # and published is exactly what was committed through that head.
+        # The head on the listening connection: one cheap query per wake-up, which
+        # is all there is when only this daemon writes (it wakes for its own commits).
+        row = self._conn.execute(_HEAD).fetchone()
+        head = int(row[0]) - 1 if row else 0
+        if head <= self._seen:
+            return
+        gaps, through = self._own.foreign(self._seen, head)
         published: list[list[tuple[StoredEvent, int]]] = []
-        with self._env.read() as txn:
-            row = txn.conn.execute(_HEAD).fetchone()
-            head = int(row[0]) - 1 if row else 0
-            if head <= self._seen:
-                return
-            gaps, through = self._own.foreign(self._seen, head)
-            if gaps and self._cache is not None:
-                self._mark(txn, head, gaps)
-            if gaps and self._hub.followed():
-                for first, last in gaps:
-                    published.append(self._read(txn, first, last))
+        followed = self._hub.followed()
+        if gaps and (self._cache is not None or followed):
+            # One snapshot for the rows' names and the events (it holds every
+            # position through ``head``, and maybe later ones, left for the next look).
+            with self._env.read() as txn:
+                if self._cache is not None:
+                    self._mark(txn, gaps)
+                if followed:
+                    published = [self._read(txn, first, last) for first, last in gaps]
         for events in published:
             self._hub.publish(events)
         self._seen = through
 
-    def _mark(self, txn: PgTxn, head: int, gaps: list[tuple[int, int]]) -> None:
+    def _mark(self, txn: PgTxn, gaps: list[tuple[int, int]]) -> None:
         assert self._cache is not None
-        rows = rows_written(txn.conn, head, gaps)
+        # The snapshot's own head: the names kept are judged against the trims it sees.
+        row = txn.conn.execute(_HEAD).fetchone()
+        rows = rows_written(txn.conn, int(row[0]) - 1 if row else 0, gaps)
         if rows is None:  # too far behind to know which rows: forget them all
             self._cache.wrote_unknown()
         elif rows:
