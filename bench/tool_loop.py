@@ -229,7 +229,8 @@ def render(document: dict[str, Any]) -> str:
     args, tree = document["args"], document["tree"]
     out = []
     for kind, result in document["results"].items():
-        title = (f"palyra tool-loop · {kind}{' · HITL' if args['hitl'] else ''} · "
+        system = "LangGraph" if kind.startswith("langgraph") else "palyra"
+        title = (f"{system} tool-loop · {kind}{' · HITL' if args['hitl'] else ''} · "
                  f"N={args['sessions']} K={args['steps']} C={args['concurrency']} "
                  f"T={args['turns']} · medians of {len(result['runs'])} · "
                  f"tree {tree['commit'][:10]}{'+dirty' if tree['dirty'] else ''}")
