@@ -19,6 +19,7 @@ import pytest
 
 from palyra.agents.model import AgentRecord, BindingRecord
 from palyra.agents.registry import AgentRegistry
+from palyra.channels.recent import Recent
 from palyra.journal import EntityWrite, JournalConfig, JournalStore
 from palyra.journal.postgres import changes
 from palyra.journal.postgres.store import PostgresJournalStore
@@ -111,6 +112,19 @@ async def test_each_daemons_memory_index_follows_the_others_writes(
                       [item.memory_id])
     await on_a.delete(item.memory_id, "user:alice")
     await _eventually(lambda: on_b.search("Brno", everyone), [])
+
+
+async def test_context_rows_the_other_daemon_keeps_are_looked_for(
+    two_daemons: tuple[JournalStore, JournalStore]
+) -> None:
+    a, b = two_daemons
+    # b's channels note which conversations hold context rows from its own commits only.
+    recent = Recent(foreign=lambda: b.foreign_writes("channels"))
+    await _write(b, "channels", "dedupe:own", b"b's own row")
+    await _eventually(lambda: b.get_entity("channels", "dedupe:own"), b"b's own row")
+    assert recent.context_mark("slack:acme:C1") is None  # certainly none: nobody else wrote
+    await _write(a, "channels", "ctx:slack:acme:C1\x1f0001", b"kept for context by a")
+    await _eventually(lambda: recent.context_mark("slack:acme:C1"), -1)  # now b looks
 
 
 async def test_a_daemon_too_far_behind_forgets_its_whole_cache(

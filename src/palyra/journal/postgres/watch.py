@@ -180,7 +180,7 @@ class ForeignCommits:
         if rows is None:  # too far behind to know which rows: forget them all
             self._cache.wrote_unknown()
         elif rows:
-            self._cache.wrote(rows)
+            self._cache.wrote(rows, foreign=True)
 
     def _read(self, txn: PgTxn, first: int, last: int) -> list[tuple[StoredEvent, int]]:
         """``(event, size)`` of positions ``first..last``, from the records holding them."""

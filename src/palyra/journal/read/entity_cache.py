@@ -53,6 +53,9 @@ class EntityCache:
         self._versions: dict[str, int] = {}
         # Every table's version is at least this (a commit whose rows are unknown).
         self._versions_floor = 0
+        # How often other daemons' commits wrote each table (and commits not known).
+        self._foreign: dict[str, int] = {}
+        self._foreign_unknown = 0
         self._rows: dict[tuple[str, str], tuple[int, bytes | None]] = {}
         # Held while marking: the writer's thread and, on PostgreSQL, the thread
         # that finds other daemons' commits both mark (readers never wait for it).
@@ -65,6 +68,10 @@ class EntityCache:
     def version(self, table: str) -> int:
         """A number that changes whenever a commit writes ``table``."""
         return max(self._versions.get(table, 0), self._versions_floor)
+
+    def foreign_writes(self, table: str) -> int:
+        """A number that changes whenever another daemon's commit wrote ``table``."""
+        return self._foreign.get(table, 0) + self._foreign_unknown
 
     def get(self, table: str, key: str) -> tuple[bool, bytes | None]:
         """``(True, value)`` for a row nobody wrote since it was read."""
@@ -81,17 +88,23 @@ class EntityCache:
         self._rows[(table, key)] = (clock, value)
 
     def wrote(self, rows: Iterable[tuple[str, str]],
-              values: Mapping[tuple[str, str], bytes | None] | None = None) -> None:
+              values: Mapping[tuple[str, str], bytes | None] | None = None, *,
+              foreign: bool = False) -> None:
         """After a durable commit that wrote ``rows`` (called by the writer's thread, or
         the one finding other daemons' commits, never by readers), with the
-        ``values`` it left them holding (None: deleted), filed as read at the commit."""
+        ``values`` it left them holding (None: deleted), filed as read at the commit;
+        ``foreign``: the commits were another daemon's."""
         with self._marking:
+            if foreign:
+                for table in {row[0] for row in rows}:
+                    self._foreign[table] = self._foreign.get(table, 0) + 1
             self._wrote(rows, values)
 
     def wrote_unknown(self) -> None:
-        """After commits whose rows are not known (another daemon's, too far back to
+        """After another daemon's commits whose rows are not known (too far back to
         tell): every row read before now misses and every table's version moves."""
         with self._marking:
+            self._foreign_unknown += 1
             now = self._clock + 1
             self._floor = now
             self._written.clear()
