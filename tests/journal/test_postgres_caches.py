@@ -10,9 +10,11 @@ timer: without the marking, the old value is served for ever).
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -77,6 +79,34 @@ async def test_a_cached_row_shows_the_other_daemons_write(
     assert b.get_entity("sessions", "id:s1") == b"by b"
     await _write(a, "sessions", "id:s1", b"by a")
     await _eventually(lambda: b.get_entity("sessions", "id:s1"), b"by a")
+
+
+async def test_a_later_commit_of_the_other_daemon_wins_over_ones_own_slow_marking(
+    two_daemons: tuple[JournalStore, JournalStore]
+) -> None:
+    a, b = two_daemons
+    assert isinstance(b, PostgresJournalStore)
+    await _write(a, "sessions", "id:s1", b"v0")
+    await _eventually(lambda: b.get_entity("sessions", "id:s1"), b"v0")  # cached on b
+    # b's writer is slow to mark its own commit (the thread is descheduled right after
+    # COMMIT): a commits the same row after it, and b's watcher finds a's commit meanwhile.
+    writer: Any = b._writer
+    mark, released = writer._on_rows, threading.Event()
+
+    def slow_mark(rows: Any, values: Any) -> None:
+        released.wait(10)
+        mark(rows, values)
+
+    writer._on_rows = slow_mark
+    before = a.head().count
+    own = asyncio.create_task(_write(b, "sessions", "id:s1", b"by b"))
+    await _eventually(lambda: a.head().count, before + 1)  # b's commit is in
+    await _write(a, "sessions", "id:s1", b"by a, later")
+    await asyncio.sleep(1.0)  # four of b's watcher's polls
+    released.set()
+    await own
+    # The database holds a's value: b must not keep serving its own older one.
+    await _eventually(lambda: b.get_entity("sessions", "id:s1"), b"by a, later")
 
 
 async def test_bindings_and_agents_follow_the_other_daemon(
