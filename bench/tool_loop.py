@@ -212,7 +212,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     document: dict[str, Any] = {
         "bench": "tool-loop", "schema": SCHEMA, "tree": report.tree_info(),
         "host": report.host_info(), "import_s": round(IMPORT_S, 3),
-        "args": {k: v for k, v in vars(args).items() if k != "json"},
+        "args": {k: v for k, v in vars(args).items() if k not in ("json", "journal_config")},
         "results": {kind: {"median": report.median_tree(rs), "runs": rs}
                     for kind, rs in runs.items()},
     }
