@@ -134,5 +134,5 @@ def interpreter(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """Benchmarks: `nox -s bench -- journal | tool-loop [--hitl] | memory | ingress [...]`."""
-    _install(session, "codegen", "test")
+    _install(session, "codegen", "test", "bench")
     session.run("python", "-m", "bench", *session.posargs)

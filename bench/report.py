@@ -69,6 +69,8 @@ ROWS: list[tuple[str, str, str]] = [
     ("  journal thread(s) in the kernel", "sys_ms_per_step_by_bucket.journal", "{:.3f}"),
     ("CPU ms/step, client (separate process)", "client_cpu_ms_per_step", "{:.3f}"),
     ("CPU ms/step, tool server (MCP child)", "tool_server_cpu_ms_per_step", "{:.3f}"),
+    ("CPU ms/step, PostgreSQL server", "postgres_cpu_ms_per_step", "{:.3f}"),
+    ("PostgreSQL transactions/step (pg_stat_database)", "pg_transactions_per_step", "{:.2f}"),
     ("CPU utilisation (cores)", "cpu_util", "{:.2f}"),
     ("journal records/step", "records_per_step", "{:.2f}"),
     ("journal events/step", "events_per_step", "{:.2f}"),

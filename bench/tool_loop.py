@@ -4,7 +4,7 @@ Usage::
 
     python -m bench tool-loop [-n N] [-k K] [-c C] [--turns T] [--repeats R] [--hitl]
         [--transport inproc|grpc|http] [--compare-inproc] [--json FILE|-] [--db DIR]
-        [--backend lmdb|postgres|both]
+        [--backend lmdb|postgres|both] [--langgraph]
 
 Each of the R runs (default 3) warms up on 3 sessions, then measures N
 sessions of K tool steps through C closed-loop workers on a fresh data dir
@@ -17,14 +17,23 @@ run. Over ``--transport grpc|http`` the measured process is the daemon
 (its client's CPU is a separate row); ``--compare-inproc`` also runs in
 process, alternating with the transport runs, and prints the ratios.
 ``--json FILE`` writes every run and the medians for a later diff.
+
+``--backend postgres|both`` puts the journal on a real PostgreSQL server started
+for the bench (``fsync`` on), alternating with LMDB when ``both``; ``--langgraph``
+adds LangGraph's own PostgreSQL checkpointer on the same server, same workload,
+alternating in the same sitting (``bench/langgraph_pg.py``, in a process of its
+own; needs the ``bench`` extra). PostgreSQL's server CPU and committed
+transactions per step are measured for each.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +44,7 @@ _T0 = time.perf_counter()
 from bench import ops, probe, report  # noqa: E402
 from bench.inproc import in_process  # noqa: E402
 from bench.measure import Subject, measure  # noqa: E402
+from bench.pgcpu import cluster_cpu_s  # noqa: E402
 from bench.workload import drive  # noqa: E402
 from palyra.journal import JournalConfig  # noqa: E402
 
@@ -60,18 +70,33 @@ def _fresh(root: Path, kind: str) -> Path:
 
 def _server_cpu_s(server: PostgresServer | None) -> float:
     """CPU seconds (user + system) used so far by every process of ``server``'s cluster."""
-    if server is None or server.pid is None:
-        return 0.0
-    tick, total = os.sysconf("SC_CLK_TCK"), 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rpartition(")")[2].split()
-        except OSError:
-            continue  # gone meanwhile
-        pid, ppid = int(stat.parent.name), int(fields[1])
-        if server.pid in (pid, ppid):
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / tick
+    return cluster_cpu_s(server.pid if server is not None else None)
+
+
+def _pg_transactions(dsn: str) -> int:
+    """Committed transactions of ``dsn``'s database so far (``pg_stat_database``)."""
+    import psycopg
+
+    time.sleep(1.0)  # the statistics are flushed about once a second
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT xact_commit FROM pg_stat_database "
+                           "WHERE datname = current_database()").fetchone()
+    return int(row[0]) if row else 0  # type: ignore[call-overload]
+
+
+def langgraph_run(args: argparse.Namespace, server: PostgresServer) -> dict[str, Any]:
+    """LangGraph's PostgreSQL checkpointer on ``server``: warm-up and measured run each on a
+    fresh database, in a process of its own (``bench/langgraph_pg.py``)."""
+    dsn, warm = server.create_database(), server.create_database()
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.langgraph_pg", "--dsn", dsn, "--warm-dsn", warm,
+         "-n", str(args.sessions), "-k", str(args.steps), "-c", str(args.concurrency),
+         "--server-pid", str(server.pid)],
+        capture_output=True, text=True, check=False, timeout=3600)
+    if not done.stdout.strip():
+        raise RuntimeError(f"bench.langgraph_pg failed: {done.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
 async def inproc_run(args: argparse.Namespace, root: Path, ops_mode: str = "off",
@@ -93,6 +118,8 @@ async def inproc_run(args: argparse.Namespace, root: Path, ops_mode: str = "off"
         subject = Subject(os.getpid(), probe.snapshot, driver.storage_effective())
         probe.COUNTER.install()
         server_cpu = _server_cpu_s(server)
+        dsn = args.journal_config.dsn if server is not None else ""
+        xacts = _pg_transactions(dsn) if dsn else 0
         try:
             async with ops.operations(driver, ops_mode) as counters:
                 result = await measure(driver, subject, args, data_dir, "inproc")
@@ -103,6 +130,8 @@ async def inproc_run(args: argparse.Namespace, root: Path, ops_mode: str = "off"
             steps = result["steps_per_s"] * result["wall_s"]
             result["postgres_cpu_ms_per_step"] = round(
                 (_server_cpu_s(server) - server_cpu) * 1000 / max(steps, 1), 3)
+            result["pg_transactions_per_step"] = round(
+                (_pg_transactions(dsn) - xacts) / max(steps, 1), 2)
         result["ops"] = {"mode": ops_mode, **counters}
     return result
 
@@ -135,7 +164,7 @@ def _rss_mib(pid: int) -> float:
 def _progress(kind: str, i: int, args: argparse.Namespace, result: dict[str, Any]) -> None:
     print(f"run {i + 1}/{args.repeats} {kind}: {result['steps_per_s']:.1f} steps/s, "
           f"{result['cpu_ms_per_step']:.3f} CPU ms/step, "
-          f"{result['commits_per_step']:.3f} commits/step, p50/p99 "
+          f"{result.get('commits_per_step', 0):.3f} commits/step, p50/p99 "
           f"{result['p50_step_ms']}/{result['p99_step_ms']} ms"
           + (f", PostgreSQL {result['postgres_cpu_ms_per_step']:.3f} CPU ms/step"
              if "postgres_cpu_ms_per_step" in result else "")
@@ -150,7 +179,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     kinds = ([args.transport] if args.transport != "inproc" else []) + (
         ["inproc"] if args.transport == "inproc" or args.compare_inproc else [])
     if args.backend != "lmdb":  # in process, alternating with LMDB when "both"
-        kinds = (["inproc"] if args.backend == "both" else []) + ["inproc-postgres"]
+        kinds = (["inproc"] if args.backend == "both" else []) + ["inproc-postgres"] + (
+            ["langgraph-postgres"] if args.langgraph else [])
     server: PostgresServer | None = None
     if args.backend != "lmdb":
         from palyra.testing.postgres import PostgresServer
@@ -162,7 +192,10 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     try:
         for i in range(args.repeats):
             for kind in kinds:
-                if kind == "inproc-postgres":
+                if kind == "langgraph-postgres":
+                    assert server is not None
+                    result = langgraph_run(args, server)
+                elif kind == "inproc-postgres":
                     result = asyncio.run(inproc_run(args, root, "off", server))
                 elif kind.startswith("inproc"):
                     mode = kind.partition("+")[2] or (args.ops if args.ops != "compare" else "off")
@@ -179,7 +212,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     document: dict[str, Any] = {
         "bench": "tool-loop", "schema": SCHEMA, "tree": report.tree_info(),
         "host": report.host_info(), "import_s": round(IMPORT_S, 3),
-        "args": {k: v for k, v in vars(args).items() if k != "json"},
+        "args": {k: v for k, v in vars(args).items() if k not in ("json", "journal_config")},
         "results": {kind: {"median": report.median_tree(rs), "runs": rs}
                     for kind, rs in runs.items()},
     }
@@ -196,7 +229,8 @@ def render(document: dict[str, Any]) -> str:
     args, tree = document["args"], document["tree"]
     out = []
     for kind, result in document["results"].items():
-        title = (f"palyra tool-loop · {kind}{' · HITL' if args['hitl'] else ''} · "
+        system = "LangGraph" if kind.startswith("langgraph") else "palyra"
+        title = (f"{system} tool-loop · {kind}{' · HITL' if args['hitl'] else ''} · "
                  f"N={args['sessions']} K={args['steps']} C={args['concurrency']} "
                  f"T={args['turns']} · medians of {len(result['runs'])} · "
                  f"tree {tree['commit'][:10]}{'+dirty' if tree['dirty'] else ''}")
@@ -246,7 +280,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--backend", choices=("lmdb", "postgres", "both"), default="lmdb",
                         help="the journal: LMDB, a real PostgreSQL server (fsync on, started "
                              "for the bench), or both alternating (inproc only)")
+    parser.add_argument("--langgraph", action="store_true",
+                        help="with --backend postgres|both: also LangGraph's own PostgreSQL "
+                             "checkpointer on the same server, alternating")
     args = parser.parse_args(argv)
+    if args.langgraph and args.backend == "lmdb":
+        parser.error("--langgraph runs on PostgreSQL: add --backend postgres|both")
     if args.ops != "off" and args.transport != "inproc":
         parser.error("--ops measures in process only (--transport inproc)")
     if min(args.steps, args.sessions, args.concurrency, args.turns, args.repeats) < 1:

@@ -8,6 +8,11 @@ cycle every event must have been answered exactly once: 0 acknowledged
 messages lost, 0 duplicate replies at the fake receivers (Slack: the same reply
 posted twice; webhooks: the same reply under two webhook-ids). Telegram's Bot API
 cannot be reconciled, so there a reply cut off by a kill may be sent once more.
+
+It runs on both journal backends: on LMDB in the data dir, and on a real
+PostgreSQL server (``[journal] backend = "postgres"``), where admission, dedupe
+keys and the outbox live in the database. The PostgreSQL run kills fewer times
+(``PALYRA_TEST_CHANNEL_KILLS_PG``) to stay within CI's time.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from telegram import Chat, Message, Update, User
 
 from palyra.testing.discord import FakeDiscord
 from palyra.testing.platforms import FakeSlack, WebhookReceiver, slack_headers, webhook_headers
+from palyra.testing.postgres import PostgresServer
 from palyra.testing.spawn import DaemonProcess, clean_env
 from palyra.testing.telegram import FakeTelegram
 from tests.channels.conftest import (
@@ -40,7 +46,8 @@ from tests.channels.conftest import (
 
 # 50 daemon starts with four adapters outlast the suite's 300 s default on a loaded box.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
-KILLS = int(os.environ.get("PALYRA_TEST_CHANNEL_KILLS", "50"))
+KILLS = {"lmdb": int(os.environ.get("PALYRA_TEST_CHANNEL_KILLS", "50")),
+         "postgres": int(os.environ.get("PALYRA_TEST_CHANNEL_KILLS_PG", "20"))}
 PER_CYCLE = 6
 KINDS = ("webhook", "slack", "telegram", "discord")
 TELEGRAM_TOKEN = "123456:AAE-kill-test-token"
@@ -113,8 +120,16 @@ def _deliver(base: str, event: Event, discord: FakeDiscord) -> None:
         event.acked = True
 
 
-def test_kills_lose_nothing_and_duplicate_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["lmdb", "postgres"])
+def test_kills_lose_nothing_and_duplicate_nothing(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
     rng = random.Random(20261125)
+    kills = KILLS[backend]
+    journal = ""
+    if backend == "postgres":
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        journal = f'[journal]\nbackend = "postgres"\ndsn = "{server.create_database()}"\n'
     events: list[Event] = []
     with WebhookReceiver(REPLY_SECRET) as hooks, FakeSlack(SLACK_TOKEN) as slack, \
             FakeTelegram(TELEGRAM_TOKEN) as bot, FakeDiscord(DISCORD_TOKEN) as discord:
@@ -125,7 +140,7 @@ def test_kills_lose_nothing_and_duplicate_nothing(tmp_path: Path) -> None:
                                                  f'[channels.telegram.tg]\napi_base_url = "{bot.api_url}"\n')
                               + f'[channels.discord.dc]\nbot_token = "{DISCORD_TOKEN}"\n'
                               f'api_base_url = "{discord.api_url}"\n'
-                              f'gateway_url = "{discord.gateway_url}"\n')
+                              f'gateway_url = "{discord.gateway_url}"\n' + journal)
         daemon = DaemonProcess(tmp_path / "data", env=clean_env(),
                                extra_args=("--config", str(config)))
         # Discord delivers to a session: a first start opens one (and commits it), so every
@@ -137,7 +152,7 @@ def test_kills_lose_nothing_and_duplicate_nothing(tmp_path: Path) -> None:
         time.sleep(0.5)
         daemon.stop()
         with ThreadPoolExecutor(8) as pool:
-            for _cycle in range(KILLS):
+            for _cycle in range(kills):
                 daemon.start()
                 base = f"http://127.0.0.1:{daemon.http_port}"
                 fresh = [Event(len(events) + i) for i in range(PER_CYCLE)]
@@ -186,11 +201,11 @@ def test_kills_lose_nothing_and_duplicate_nothing(tmp_path: Path) -> None:
         sent = [m["text"] for m in bot.replies()]
         tg_twice = [e.token for e in events if sum(e.token in t for t in sent) > 1]
         extra = sum(max(0, sum(e.token in t for t in sent) - 1) for e in events)
-        assert extra <= 4 * KILLS, extra
+        assert extra <= 4 * kills, extra
         assert hooks.duplicate_replies() == 0 and slack.duplicate_replies() == 0
         assert discord.duplicate_replies() == 0
         assert hooks.rejected == 0
-        print(f"\nchannel kill test: {KILLS} kills, {len(events)} events, "
+        print(f"\nchannel kill test ({backend}): {kills} kills, {len(events)} events, "
               f"{len(bot.replies())} Telegram sends ({extra} resends for {len(tg_twice)} "
               "replies, after a cut), "
               f"{len(discord.replies())} Discord messages ({discord.resumes} resumes, "

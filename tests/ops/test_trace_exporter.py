@@ -2,7 +2,9 @@
 
 A loopback collector decodes what arrives with the OpenTelemetry protobuf
 classes (the oracle); the spans must point at the journal events they describe,
-and the exporter must never outlive its daemon, stopped or killed.
+and the exporter must never outlive its daemon, stopped or killed. It reads the
+journal through the store, so it traces a daemon on PostgreSQL too (the data
+dir's ``journal/postgres.json`` names the database).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from palyra.journal import JournalConfig, JournalStore
 from palyra.testing.apps import tool_loop_text
+from palyra.testing.postgres import PostgresServer
 from palyra.testing.spawn import DaemonProcess, clean_env
 
 pytestmark = pytest.mark.slow
@@ -92,10 +95,10 @@ def _attribute(span: Span, key: str) -> Any:
     return None
 
 
-def _daemon(tmp_path: Path, port: int) -> DaemonProcess:
+def _daemon(tmp_path: Path, port: int, journal: str = "") -> DaemonProcess:
     config = tmp_path / "palyra.toml"
     config.write_text(f'[tracing]\nenabled = true\n'
-                      f'otlp_endpoint = "http://127.0.0.1:{port}/v1/traces"\n')
+                      f'otlp_endpoint = "http://127.0.0.1:{port}/v1/traces"\n' + journal)
     return DaemonProcess(tmp_path / "data", env=clean_env(), extra_args=("--config", str(config)))
 
 
@@ -107,9 +110,15 @@ def _run(daemon: DaemonProcess, steps: int) -> None:
     assert answer.json()["run"]["state"] == "RUN_STATE_DONE", answer.text
 
 
+@pytest.mark.parametrize("backend", ["lmdb", "postgres"])
 def test_spans_reach_a_collector_from_a_process_beside_the_daemon(
-        tmp_path: Path, collector: _Collector) -> None:
-    daemon = _daemon(tmp_path, collector.server_address[1]).start()
+        tmp_path: Path, collector: _Collector, backend: str, request: pytest.FixtureRequest
+) -> None:
+    journal = ""
+    if backend == "postgres":
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        journal = f'[journal]\nbackend = "postgres"\ndsn = "{server.create_database()}"\n'
+    daemon = _daemon(tmp_path, collector.server_address[1], journal).start()
     try:
         (exporter,) = _children(daemon.pid)
         _run(daemon, steps=2)

@@ -10,6 +10,8 @@ same process, so admission keeps what it just committed where dispatch finds it:
   journal as before);
 * which conversations (session keys) may have messages kept for context: a run
   reads them only when there are some, instead of scanning for them every time.
+  Another daemon on the same PostgreSQL journal keeps context rows this one never
+  hears of: once its commits have written the channels table, every run looks.
 
 Memory follows the journal only after a commit is durable, as the task queue
 does, so nothing here is ever newer than what a restart would find.
@@ -18,6 +20,7 @@ does, so nothing here is ever newer than what a restart would find.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 
 from palyra.channels import records
 from palyra.channels.records import InboundRec
@@ -33,8 +36,13 @@ class Recent:
     """Admitted messages awaiting dispatch, and the conversations holding context rows."""
 
     def __init__(self, *, messages: int = MESSAGES,
-                 context_sessions: int = CONTEXT_SESSIONS) -> None:
+                 context_sessions: int = CONTEXT_SESSIONS,
+                 foreign: Callable[[], int] = lambda: 0) -> None:
         self._limit = messages
+        # Context rows another daemon keeps never pass through here: once its commits
+        # have written the channels table (``JournalStore.foreign_writes``), every run looks.
+        self._foreign = foreign
+        self._foreign_at = foreign()
         self._messages: OrderedDict[str, InboundRec] = OrderedDict()
         self._context_limit = context_sessions
         # Session key -> when its latest context row was kept (a counter), or None:
@@ -74,7 +82,7 @@ class Recent:
     def context_mark(self, session_key: str) -> int | None:
         """None when ``session_key`` certainly has no context rows; else a mark to hand
         to :meth:`context_consumed` after reading and consuming them."""
-        if self._context is None:
+        if self._context is None or self._foreign() != self._foreign_at:
             return -1
         return self._context.get(session_key)
 

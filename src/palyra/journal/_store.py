@@ -353,6 +353,12 @@ class JournalStore:
         (-1 on a read-only store, which cannot know: treat every look as new)."""
         return self._entities.version(table) if self._entities is not None else -1
 
+    def foreign_writes(self, table: str) -> int:
+        """A number that changes whenever another daemon's commit writes ``table`` (always 0
+        where no other daemon writes this journal: LMDB, or a read-only store). For memory
+        kept outside the entity cache that only this daemon's own commits update."""
+        return self._entities.foreign_writes(table) if self._entities is not None else 0
+
     def scan_entities(
         self, table: str, prefix: str = "", after_key: str = "", limit: int = 1000
     ) -> list[tuple[str, bytes]]:

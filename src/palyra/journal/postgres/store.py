@@ -3,9 +3,10 @@
 The same class as LMDB's ``JournalStore`` from the application's side (a
 subclass: every read path, follower and answer is inherited); only the
 environment (``postgres.kv``) and the writer (``postgres.writer``) differ.
-The entity cache is off: another daemon's commit can change any row, and
-this process would not hear of it, so every look reads the database. Other
-daemons' commits reach this one's followers through ``postgres.watch``.
+The entity cache is on, as on LMDB: this daemon's writer marks the rows it
+writes, and ``postgres.watch`` marks the rows other daemons' commits wrote
+(named in the database with each commit, ``postgres.changes``) before it
+hands those commits to this daemon's followers.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from palyra.journal.postgres.lease import Leases
 from palyra.journal.postgres.schema import migrate, require_current
 from palyra.journal.postgres.watch import ForeignCommits, OwnCommits
 from palyra.journal.postgres.writer import PostgresWriter
+from palyra.journal.read.entity_cache import EntityCache
 from palyra.journal.read.follow import FollowHub
 
 
@@ -28,7 +30,7 @@ class PostgresJournalStore(JournalStore):
     """The journal in a PostgreSQL database (``[journal] backend = "postgres"``)."""
 
     def __init__(self, env: PostgresEnv, config: JournalConfig) -> None:
-        # Not JournalStore.__init__: it starts the LMDB writer and entity cache.
+        # Not JournalStore.__init__: it starts the LMDB writer.
         self._env = env
         self._config = config
         self._hub = FollowHub(config.follow_buffer_events, config.follow_buffer_bytes)
@@ -40,10 +42,11 @@ class PostgresJournalStore(JournalStore):
         self._watch: ForeignCommits | None = None
         if not config.readonly:
             own = OwnCommits()
+            self._entities = EntityCache()
             self._writer = PostgresWriter(env, config.max_batch_events, self._hub.deliveries,
-                                          self._hub.followed, own)
-            # Other daemons' commits reach this daemon's followers too.
-            self._watch = ForeignCommits(env, self._hub, own)
+                                          self._hub.followed, own, self._entities.wrote)
+            # Other daemons' commits reach this daemon's followers and cache too.
+            self._watch = ForeignCommits(env, self._hub, own, self._entities)
 
     @classmethod
     def open_postgres(cls, data_dir: Path, config: JournalConfig) -> PostgresJournalStore:

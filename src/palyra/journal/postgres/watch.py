@@ -8,6 +8,12 @@ connection) and correctness must not depend on it. It then reads the head row,
 reads every position it has not seen that this daemon's writer did not write
 itself, and publishes those events to the hub in position order.
 
+The same thread keeps this daemon's caches true to those commits: before it
+publishes them, it marks the entity rows they wrote (their names are stored with
+each commit, ``postgres.changes``) in the store's entity cache, which also moves
+the versions of their tables (bindings, the memory index). A follower woken by
+another daemon's event therefore reads that commit's rows, never older ones.
+
 Followers already drop an event at or below their cursor and go back to the
 store on a gap, so a foreign event delivered after one of this daemon's own
 (the two threads do not order their deliveries) costs a store read, never a
@@ -24,7 +30,9 @@ import psycopg
 from palyra.journal import _env as names
 from palyra.journal._types import StoredEvent
 from palyra.journal.format.record import decode_record, u64_key
-from palyra.journal.postgres.kv import PostgresEnv
+from palyra.journal.postgres.changes import rows_written
+from palyra.journal.postgres.kv import PgTxn, PostgresEnv
+from palyra.journal.read.entity_cache import EntityCache
 from palyra.journal.read.follow import FollowHub
 
 CHANNEL = "palyra_journal"
@@ -93,12 +101,14 @@ class OwnCommits:
 
 
 class ForeignCommits:
-    """The thread that publishes other daemons' commits to ``hub``."""
+    """The thread that publishes other daemons' commits to ``hub`` and marks their rows."""
 
-    def __init__(self, env: PostgresEnv, hub: FollowHub, own: OwnCommits) -> None:
+    def __init__(self, env: PostgresEnv, hub: FollowHub, own: OwnCommits,
+                 cache: EntityCache | None = None) -> None:
         self._env = env
         self._hub = hub
         self._own = own
+        self._cache = cache
         self._stop = threading.Event()
         self._conn = self._listen()
         row = self._conn.execute(_HEAD).fetchone()
@@ -140,28 +150,48 @@ class ForeignCommits:
             pass
 
     def catch_up(self) -> None:
-        """Publish every committed position not seen yet that another daemon wrote."""
+        """Mark, then publish, every committed position not seen yet that another daemon wrote."""
+        # The head on the listening connection: one cheap query per wake-up, which
+        # is all there is when only this daemon writes (it wakes for its own commits).
         row = self._conn.execute(_HEAD).fetchone()
-        through = int(row[0]) - 1 if row else 0
-        if through <= self._seen:
+        head = int(row[0]) - 1 if row else 0
+        if head <= self._seen:
             return
-        gaps, through = self._own.foreign(self._seen, through)
-        if gaps and self._hub.followed():
-            for first, last in gaps:
-                self._hub.publish(self._read(first, last))
+        gaps, through = self._own.foreign(self._seen, head)
+        published: list[list[tuple[StoredEvent, int]]] = []
+        followed = self._hub.followed()
+        if gaps and (self._cache is not None or followed):
+            # One snapshot for the rows' names and the events (it holds every
+            # position through ``head``, and maybe later ones, left for the next look).
+            with self._env.read() as txn:
+                if self._cache is not None:
+                    self._mark(txn, gaps)
+                if followed:
+                    published = [self._read(txn, first, last) for first, last in gaps]
+        for events in published:
+            self._hub.publish(events)
         self._seen = through
 
-    def _read(self, first: int, last: int) -> list[tuple[StoredEvent, int]]:
+    def _mark(self, txn: PgTxn, gaps: list[tuple[int, int]]) -> None:
+        assert self._cache is not None
+        # The snapshot's own head: the names kept are judged against the trims it sees.
+        row = txn.conn.execute(_HEAD).fetchone()
+        rows = rows_written(txn.conn, int(row[0]) - 1 if row else 0, gaps)
+        if rows is None:  # too far behind to know which rows: forget them all
+            self._cache.wrote_unknown()
+        elif rows:
+            self._cache.wrote(rows, foreign=True)
+
+    def _read(self, txn: PgTxn, first: int, last: int) -> list[tuple[StoredEvent, int]]:
         """``(event, size)`` of positions ``first..last``, from the records holding them."""
         out: list[tuple[StoredEvent, int]] = []
-        with self._env.read() as txn:
-            cursor = txn.cursor(db=self._env.dbs[names.EVENTS])
-            if not cursor.set_range(u64_key(first)):
-                return out
-            for _key, value in cursor:
-                record = decode_record(value)
-                out += [(e, size) for e, size in record.sized_events()
-                        if first <= e.position <= last]  # fmt: skip
-                if record.last >= last:
-                    break
+        cursor = txn.cursor(db=self._env.dbs[names.EVENTS])
+        if not cursor.set_range(u64_key(first)):
+            return out
+        for _key, value in cursor:
+            record = decode_record(value)
+            out += [(e, size) for e, size in record.sized_events()
+                    if first <= e.position <= last]  # fmt: skip
+            if record.last >= last:
+                break
         return out

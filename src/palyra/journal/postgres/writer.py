@@ -15,7 +15,8 @@ PostgreSQL transaction:
 3. plan with the shared pure planner (``write.plan``), drop a request whose
    event id is taken and plan again, as the LMDB writer does;
 4. write every op of the plan as rows of ``journal_kv`` (one statement for the
-   puts, one for the deletes), move the head row, commit.
+   puts, one for the deletes), with the names of the entity rows it writes
+   (``postgres.changes``, for the other daemons' caches), move the head row, commit.
 
 Only after the commit returns are callers answered and followers fed, so an
 acknowledged append is durable in PostgreSQL (``synchronous_commit``).
@@ -44,6 +45,7 @@ from palyra.journal.format.record import (
     record_hashes,
     u64_key,
 )
+from palyra.journal.postgres.changes import change_op, trim
 from palyra.journal.postgres.kv import PgTxn, PgWriteTxn, PostgresEnv
 from palyra.journal.postgres.lease import FENCES
 from palyra.journal.postgres.watch import NOTIFY, OwnCommits
@@ -67,6 +69,7 @@ from palyra.journal.write.requests import (
 )
 from palyra.journal.write.stats import WriterStats
 from palyra.journal.write.tree_sign import note_to_store
+from palyra.journal.write.writer import written_values
 
 WRITER_THREAD = "palyra-journal-pg-writer"
 # Chain heads remembered between this thread's own commits; past this many
@@ -98,9 +101,15 @@ class PostgresWriter:
         on_commit: Callable[[list[tuple[StoredEvent, int]]], Deliveries],
         followed: Callable[[], bool] = lambda: True,
         own: OwnCommits | None = None,
+        on_rows: Callable[[set[tuple[str, str]], dict[tuple[str, str], bytes | None]], None]
+        | None = None,
     ) -> None:
         self._env = env
         self._own = own
+        # The entity cache's marking: called after COMMIT and before the commit's
+        # positions are confirmed as this daemon's, so the watcher marks no later
+        # commit of another daemon before this one (it stops short of a pending one).
+        self._on_rows = on_rows
         self._max_batch = max(1, max_batch_events)
         self._on_commit = on_commit
         self._followed = followed
@@ -167,7 +176,8 @@ class PostgresWriter:
 
     def _commit_appends(self, batch: list[Append]) -> None:
         try:
-            plan, live = self._in_transaction(lambda txn, head: self._planned(txn, head, batch))
+            plan, live = self._in_transaction(lambda txn, head: self._planned(txn, head, batch),
+                                              self._mark_rows)
         except Exception as exc:
             self._forget()
             fail(batch, exc)
@@ -201,9 +211,17 @@ class PostgresWriter:
             plan = plan_commit(live, self._heads(txn, head, live))
             clash = self._first_clash(txn, plan, live)
             if clash is None:
-                return (plan, live), plan.ops, plan.next_position, plan.head
+                ops = plan.ops
+                if plan.rows:
+                    ops = [*ops, change_op(head[0], plan.rows)]
+                return (plan, live), ops, plan.next_position, plan.head
             live = [r for r in live if r is not clash]  # it fails alone: plan again
         return (None, live), [], head[0], head[1]
+
+    def _mark_rows(self, planned: tuple[CommitPlan | None, list[Append]]) -> None:
+        plan, live = planned
+        if plan is not None and plan.rows and self._on_rows is not None:
+            self._on_rows(plan.rows, written_values(live))
 
     def _unfenced(self, txn: PgTxn, batch: list[Append]) -> list[Append]:
         """``batch`` less the fenced appends whose lease was taken over (each gets LEASE_STALE).
@@ -386,12 +404,14 @@ class PostgresWriter:
     # --- the transaction -----------------------------------------------------
 
     def _in_transaction(
-        self, body: Callable[[PgTxn, tuple[int, bytes]], tuple[Any, list[Op], int, bytes]]
+        self, body: Callable[[PgTxn, tuple[int, bytes]], tuple[Any, list[Op], int, bytes]],
+        committed: Callable[[Any], None] | None = None,
     ) -> Any:
         """Lock the head, run ``body``, write its ops and the new head, commit.
 
         ``body`` returns ``(result, ops, next_position, head)``; the commit is
-        durable when this returns ``result``.
+        durable when this returns ``result``. ``committed(result)`` runs after the
+        commit, before its positions are confirmed as this daemon's.
         """
         if self._conn.broken or self._conn.closed:  # a lost connection: a new one
             self._conn.close()
@@ -409,6 +429,7 @@ class PostgresWriter:
                 result, ops, next_position, new_head = body(PgTxn(conn), head)
                 if ops:
                     _write_ops(conn, ops)
+                    trim(conn, head[0], next_position)
                     conn.execute(_MOVE_HEAD, (next_position, new_head))
                     conn.execute(NOTIFY)  # other daemons' followers: sent when this commits
                     if own is not None and next_position > head[0]:
@@ -417,8 +438,12 @@ class PostgresWriter:
             if own is not None:
                 own.discard()
             raise
-        if own is not None:
-            own.confirm()
+        try:
+            if committed is not None:
+                committed(result)
+        finally:
+            if own is not None:
+                own.confirm()
         self._known = (next_position, new_head)
         return result
 

@@ -21,12 +21,17 @@ Per row, not per table: every run commit writes its run row, and sessions
 start all the time, so a table-wide version would make nearly every read a
 miss under load.
 
-Only a store with a writer in this process uses it: another process's commits
-would not advance anything here.
+Only a store with a writer in this process uses it. On PostgreSQL, where other
+daemons commit to the same rows, their commits are marked here too, by the thread
+that finds them (``postgres.watch``): a second thread calls :meth:`wrote`, so
+marking takes a lock. A look is served from here only once the commits the
+marking thread has found are marked, so another daemon's write is seen within
+that thread's delay (a notification, at most its poll).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
 
 DEFAULT_LIMIT = 4096
@@ -46,7 +51,15 @@ class EntityCache:
         self._floor = 0
         self._written: dict[tuple[str, str], int] = {}
         self._versions: dict[str, int] = {}
+        # Every table's version is at least this (a commit whose rows are unknown).
+        self._versions_floor = 0
+        # How often other daemons' commits wrote each table (and commits not known).
+        self._foreign: dict[str, int] = {}
+        self._foreign_unknown = 0
         self._rows: dict[tuple[str, str], tuple[int, bytes | None]] = {}
+        # Held while marking: the writer's thread and, on PostgreSQL, the thread
+        # that finds other daemons' commits both mark (readers never wait for it).
+        self._marking = threading.Lock()
 
     def clock(self) -> int:
         """The clock reading to file a row under (note it before reading LMDB)."""
@@ -54,7 +67,11 @@ class EntityCache:
 
     def version(self, table: str) -> int:
         """A number that changes whenever a commit writes ``table``."""
-        return self._versions.get(table, 0)
+        return max(self._versions.get(table, 0), self._versions_floor)
+
+    def foreign_writes(self, table: str) -> int:
+        """A number that changes whenever another daemon's commit wrote ``table``."""
+        return self._foreign.get(table, 0) + self._foreign_unknown
 
     def get(self, table: str, key: str) -> tuple[bool, bytes | None]:
         """``(True, value)`` for a row nobody wrote since it was read."""
@@ -71,9 +88,31 @@ class EntityCache:
         self._rows[(table, key)] = (clock, value)
 
     def wrote(self, rows: Iterable[tuple[str, str]],
-              values: Mapping[tuple[str, str], bytes | None] | None = None) -> None:
-        """After a durable commit that wrote ``rows`` (writer thread only), with the
-        ``values`` it left them holding (None: deleted), filed as read at the commit."""
+              values: Mapping[tuple[str, str], bytes | None] | None = None, *,
+              foreign: bool = False) -> None:
+        """After a durable commit that wrote ``rows`` (called by the writer's thread, or
+        the one finding other daemons' commits, never by readers), with the
+        ``values`` it left them holding (None: deleted), filed as read at the commit;
+        ``foreign``: the commits were another daemon's."""
+        with self._marking:
+            if foreign:
+                for table in {row[0] for row in rows}:
+                    self._foreign[table] = self._foreign.get(table, 0) + 1
+            self._wrote(rows, values)
+
+    def wrote_unknown(self) -> None:
+        """After another daemon's commits whose rows are not known (too far back to
+        tell): every row read before now misses and every table's version moves."""
+        with self._marking:
+            self._foreign_unknown += 1
+            now = self._clock + 1
+            self._floor = now
+            self._written.clear()
+            self._versions_floor = now
+            self._clock = now
+
+    def _wrote(self, rows: Iterable[tuple[str, str]],
+               values: Mapping[tuple[str, str], bytes | None] | None) -> None:
         now = self._clock + 1
         written = self._written
         if len(written) >= self._limit:

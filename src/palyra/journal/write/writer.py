@@ -328,7 +328,7 @@ class Writer(OtherCommits):
         if plan.rows:
             # Before anyone hears of the commit: no stale read after, and the rows as
             # written are there to read without waiting for LMDB to hold them.
-            self._on_rows(plan.rows, _written(live) if live is not None else {})
+            self._on_rows(plan.rows, written_values(live) if live is not None else {})
         stats = self.stats
         stats.commits += 1
         stats.appended_events += len(plan.views)
@@ -402,7 +402,7 @@ def _remember(memory: dict[Any, Any], committed: dict[Any, Any]) -> None:
     memory.update(committed)
 
 
-def _written(requests: list[Append]) -> dict[tuple[str, str], bytes | None]:
+def written_values(requests: list[Append]) -> dict[tuple[str, str], bytes | None]:
     """The value each entity row holds after ``requests`` commit (in order: the last wins,
     as ``plan_commit`` lays the writes out)."""
     values: dict[tuple[str, str], bytes | None] = {}

@@ -1,0 +1,205 @@
+"""Every cache a daemon keeps follows the other daemons' writes (PostgreSQL).
+
+Two ``JournalStore`` objects on one real PostgreSQL database stand for two
+daemons: each has its own writer, watcher and entity cache. A row or table one
+of them caches is written by the other; the cached read must come to show the
+write, carried by the watcher that finds the other daemon's commits (not by a
+timer: without the marking, the old value is served for ever).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from palyra.agents.model import AgentRecord, BindingRecord
+from palyra.agents.registry import AgentRegistry
+from palyra.channels.recent import Recent
+from palyra.journal import EntityWrite, JournalConfig, JournalStore
+from palyra.journal.postgres import changes
+from palyra.journal.postgres.store import PostgresJournalStore
+from palyra.memory.embed import HashEmbedder
+from palyra.memory.service import Memory
+from palyra.testing.postgres import PostgresServer
+
+from .helpers import draft
+
+_SEEN_WITHIN_S = 10.0  # the watcher's poll is 0.25 s: generous for a loaded machine
+
+
+@pytest.fixture
+def two_daemons(tmp_path: Path, postgres_server: PostgresServer
+                ) -> Iterator[tuple[JournalStore, JournalStore]]:
+    dsn = postgres_server.create_database()
+    config = JournalConfig(backend="postgres", dsn=dsn)
+    a = JournalStore.open(tmp_path / "a", config=config)
+    b = JournalStore.open(tmp_path / "b", config=config)
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
+async def _eventually(look: Callable[[], object], expected: object) -> None:
+    """Wait until ``look()`` equals ``expected`` (the other daemon's watcher runs apart)."""
+    deadline = time.monotonic() + _SEEN_WITHIN_S
+    seen = look()
+    while seen != expected and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+        seen = look()
+    assert seen == expected
+
+
+async def _write(store: JournalStore, table: str, key: str, value: bytes | None) -> None:
+    await store.append([draft(0, session_id="s", entity_writes=(EntityWrite(table, key, value),))])
+
+
+async def test_a_cached_row_shows_the_other_daemons_write(
+    two_daemons: tuple[JournalStore, JournalStore]
+) -> None:
+    a, b = two_daemons
+    await _write(a, "sessions", "id:s1", b"posture=ask_each_time")
+    await _eventually(lambda: b.get_entity("sessions", "id:s1"), b"posture=ask_each_time")
+    first = b.get_entity("sessions", "id:s1")
+    assert b.get_entity("sessions", "id:s1") is first  # served from b's cache, not re-read
+    await _write(a, "sessions", "id:s1", b"posture=always_allow")
+    await _eventually(lambda: b.get_entity("sessions", "id:s1"), b"posture=always_allow")
+    await _write(a, "sessions", "id:s1", None)  # a delete is seen too
+    await _eventually(lambda: b.get_entity("sessions", "id:s1"), None)
+    # b's own write, then a's: the later one in the database is what b serves.
+    await _write(b, "sessions", "id:s1", b"by b")
+    assert b.get_entity("sessions", "id:s1") == b"by b"
+    await _write(a, "sessions", "id:s1", b"by a")
+    await _eventually(lambda: b.get_entity("sessions", "id:s1"), b"by a")
+
+
+async def test_a_later_commit_of_the_other_daemon_wins_over_ones_own_slow_marking(
+    two_daemons: tuple[JournalStore, JournalStore]
+) -> None:
+    a, b = two_daemons
+    assert isinstance(b, PostgresJournalStore)
+    await _write(a, "sessions", "id:s1", b"v0")
+    await _eventually(lambda: b.get_entity("sessions", "id:s1"), b"v0")  # cached on b
+    # b's writer is slow to mark its own commit (the thread is descheduled right after
+    # COMMIT): a commits the same row after it, and b's watcher finds a's commit meanwhile.
+    writer: Any = b._writer
+    mark, released = writer._on_rows, threading.Event()
+
+    def slow_mark(rows: Any, values: Any) -> None:
+        released.wait(10)
+        mark(rows, values)
+
+    writer._on_rows = slow_mark
+    before = a.head().count
+    own = asyncio.create_task(_write(b, "sessions", "id:s1", b"by b"))
+    await _eventually(lambda: a.head().count, before + 1)  # b's commit is in
+    await _write(a, "sessions", "id:s1", b"by a, later")
+    await asyncio.sleep(1.0)  # four of b's watcher's polls
+    released.set()
+    await own
+    # The database holds a's value: b must not keep serving its own older one.
+    await _eventually(lambda: b.get_entity("sessions", "id:s1"), b"by a, later")
+
+
+async def test_bindings_and_agents_follow_the_other_daemon(
+    two_daemons: tuple[JournalStore, JournalStore]
+) -> None:
+    a, b = two_daemons
+    on_a, on_b = AgentRegistry(a), AgentRegistry(b)
+    agent = await on_a.create(AgentRecord(agent_id="", display_name="helper",
+                                          tool_postures={"fs.write": "ask_each_time"}), "user:alice")
+    await _eventually(lambda: on_b.get(agent.agent_id) is not None, True)
+    assert on_b.bindings() == []  # b now holds the (empty) bindings, keyed by a version
+    bound = await on_a.bind(agent.agent_id, BindingRecord(binding_id="", agent_id="",
+                                                          channel="slack"), "user:alice")
+    await _eventually(lambda: [x.binding_id for x in on_b.bindings()], [bound.binding_id])
+    await on_a.update(agent.agent_id, AgentRecord(agent_id="", display_name="helper",
+                                                  tool_postures={"fs.write": "always_allow"}),
+                      "user:alice")
+    await _eventually(lambda: on_b.require(agent.agent_id).tool_postures,
+                      {"fs.write": "always_allow"})
+    await on_a.unbind(agent.agent_id, bound.binding_id, "user:alice")
+    await _eventually(lambda: on_b.bindings(), [])
+
+
+async def test_each_daemons_memory_index_follows_the_others_writes(
+    two_daemons: tuple[JournalStore, JournalStore]
+) -> None:
+    a, b = two_daemons
+    on_a, on_b = Memory(a, HashEmbedder()), Memory(b, HashEmbedder())
+    everyone: Callable[[object], bool] = lambda _item: True  # noqa: E731
+    assert on_b.search("Brno", everyone) == []  # b's index is built (empty) and cached
+    item = await on_a.ingest("user:alice", "the office is in Brno")
+    await _eventually(lambda: [i.memory_id for i, _hit in on_b.search("Brno", everyone)],
+                      [item.memory_id])
+    await on_a.delete(item.memory_id, "user:alice")
+    await _eventually(lambda: on_b.search("Brno", everyone), [])
+
+
+async def test_context_rows_the_other_daemon_keeps_are_looked_for(
+    two_daemons: tuple[JournalStore, JournalStore]
+) -> None:
+    a, b = two_daemons
+    # b's channels note which conversations hold context rows from its own commits only.
+    recent = Recent(foreign=lambda: b.foreign_writes("channels"))
+    await _write(b, "channels", "dedupe:own", b"b's own row")
+    await _eventually(lambda: b.get_entity("channels", "dedupe:own"), b"b's own row")
+    assert recent.context_mark("slack:acme:C1") is None  # certainly none: nobody else wrote
+    await _write(a, "channels", "ctx:slack:acme:C1\x1f0001", b"kept for context by a")
+    await _eventually(lambda: recent.context_mark("slack:acme:C1"), -1)  # now b looks
+
+
+async def test_a_daemon_too_far_behind_forgets_its_whole_cache(
+    two_daemons: tuple[JournalStore, JournalStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = two_daemons
+    assert isinstance(b, PostgresJournalStore)
+    await _write(a, "sessions", "id:s1", b"old")
+    watch = b._watch
+    assert watch is not None
+    await _eventually(lambda: watch._seen, 1)  # b has marked a's commit
+    assert b.get_entity("sessions", "id:s1") == b"old"  # and caches what it reads now
+    monkeypatch.setattr(changes, "KEEP_POSITIONS", 2)
+    monkeypatch.setattr(changes, "TRIM_EVERY", 1)
+    watch.stop()  # b falls behind while a writes
+    await _write(a, "sessions", "id:s1", b"new")
+    for n in range(5):
+        await _write(a, "meta", f"other{n}", b"x")
+    assert b.get_entity("sessions", "id:s1") == b"old"  # nobody has told b yet
+    watch._conn = watch._listen()  # stopping closed it
+    try:
+        watch.catch_up()  # what its thread would do next
+    finally:
+        watch._conn.close()
+    assert b.get_entity("sessions", "id:s1") == b"new"
+
+
+async def test_the_names_of_written_rows_stay_bounded(
+    two_daemons: tuple[JournalStore, JournalStore], postgres_server: PostgresServer,
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, _b = two_daemons
+    monkeypatch.setattr(changes, "KEEP_POSITIONS", 8)
+    monkeypatch.setattr(changes, "TRIM_EVERY", 4)
+    for n in range(40):
+        await _write(a, "meta", f"row{n}", b"x")
+    dsn = a._config.dsn
+    with psycopg.connect(dsn) as conn:
+        keys = [int.from_bytes(bytes(k), "big") for (k,) in conn.execute(
+            "SELECT key FROM journal_kv WHERE db = %s ORDER BY key", (changes.CHANGES,))]
+        head = conn.execute("SELECT next_position - 1 FROM journal_head").fetchone()
+        assert head is not None and head[0] == 40
+        # One name row per commit, none older than KEEP_POSITIONS behind the last trim.
+        assert keys == list(range(keys[0], 41)) and 40 - 8 - 4 <= keys[0] <= 40 - 8
+        assert changes.rows_written(conn, 40, [(40 - 8, 40)]) == [
+            ("meta", f"row{n}") for n in range(40 - 8 - 1, 40)]
+        # Reaching back past what is surely kept: unknown, never a partial answer.
+        assert changes.rows_written(conn, 40, [(40 - 9, 40)]) is None
