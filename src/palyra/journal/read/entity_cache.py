@@ -21,6 +21,11 @@ Per row, not per table: every run commit writes its run row, and sessions
 start all the time, so a table-wide version would make nearly every read a
 miss under load.
 
+The writer also notes how far LMDB holds the commits (``applied``: the clock reading
+when its last LMDB commit landed). A row no commit wrote since then (``settled``) is
+read from LMDB at once, without waiting for the writer to apply later frames that
+did not touch it: a new session's row looked up, a row read once per run.
+
 Only a store with a writer in this process uses it: another process's commits
 would not advance anything here.
 """
@@ -47,6 +52,17 @@ class EntityCache:
         self._written: dict[tuple[str, str], int] = {}
         self._versions: dict[str, int] = {}
         self._rows: dict[tuple[str, str], tuple[int, bytes | None]] = {}
+        self._applied = 0  # every row written at or before this reading is in LMDB
+
+    def applied(self) -> None:
+        """After an LMDB commit (writer thread only): every commit marked so far is in
+        LMDB (the writer marks a commit's rows and queues its frame in one step)."""
+        self._applied = self._clock
+
+    def settled(self, table: str, key: str) -> bool:
+        """Whether LMDB already holds the latest commit that wrote this row (a read of
+        it need not wait for frames still being applied)."""
+        return self._written.get((table, key), self._floor) <= self._applied
 
     def clock(self) -> int:
         """The clock reading to file a row under (note it before reading LMDB)."""
