@@ -67,7 +67,8 @@ async def _scenario(tmp: Path, commits: list[list[tuple[str, str, bytes | None]]
 # The cache alone, with a tiny bound so both "forget" paths run: a model of the
 # rows beside it, reads that race a write (the value read predates a commit that
 # lands before it is filed), and every hit checked against the model.
-_ops = st.lists(st.tuples(st.sampled_from(("read", "stale_read", "write", "write_through")),
+_ops = st.lists(st.tuples(st.sampled_from(("read", "stale_read", "write", "write_through",
+                                           "apply")),
                           st.sampled_from(_KEYS), st.integers(0, 99)), max_size=60)
 
 
@@ -79,10 +80,17 @@ def test_cache_never_serves_a_row_written_after_its_read(
 
     cache = EntityCache(limit)
     model: dict[str, bytes | None] = {}
+    lmdb: dict[str, bytes | None] = {}  # what LMDB holds: the model as of the last apply
     for op, key, value in ops:
         hit, cached = cache.get("t", key)
         if hit:
             assert cached == model.get(key), (op, key)
+        for any_key in _KEYS:  # a row read without waiting must be in LMDB as written
+            if cache.settled("t", any_key):
+                assert lmdb.get(any_key) == model.get(any_key), (op, any_key)
+        if op == "apply":  # the writer's LMDB commit of every answered frame
+            lmdb = dict(model)
+            cache.applied()
         if op == "write":
             model[key] = bytes([value])
             cache.wrote({("t", key)})
@@ -115,3 +123,27 @@ async def test_a_hot_row_rewritten_is_read_without_waiting_for_lmdb(tmp_path: Pa
             assert cache.get("runs", "r1") == (True, value)
             assert cache.get("sessions", "s1") == (False, None)  # never read: not filed
             assert store.get_entity("runs", "r1") == value
+
+
+async def test_a_row_no_unapplied_commit_wrote_is_read_without_waiting(tmp_path: Path) -> None:
+    """While LMDB has not applied an answered commit, a read of a row that commit did not
+    write (a new session's key looked up, a row read once per run) does not wait for it."""
+    async with JournalStore.open(tmp_path / "data", config=JournalConfig(sync=False)) as store:
+        env = store.env
+        await store.append([draft(0).with_writes(EntityWrite("runs", "old", b"v0"))])
+        store.get_entity("runs", "old")  # waits (if need be) until LMDB holds commit 0
+        waits: list[str] = []
+        ask = env.on_wait
+
+        def counted() -> None:
+            waits.append("wait")
+            if ask is not None:
+                ask()
+
+        env.on_wait = counted
+        await store.append([draft(1).with_writes(EntityWrite("runs", "new", b"v1"))])
+        env.visible.clear()  # as the writer does when it answers a frame LMDB lacks yet
+        assert store.get_entity("sessions", "never-written") is None
+        assert waits == []
+        env.visible.clear()  # a row commit 1 wrote waits unless LMDB holds commit 1
+        assert store.get_entity("runs", "new") == b"v1"

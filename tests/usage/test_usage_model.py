@@ -3,7 +3,11 @@ spent (cost caps as well as token caps)."""
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from palyra.usage import Budget, Price, Tally, budget_states, cost_micros, day_of, period_key
 
@@ -23,6 +27,16 @@ def test_cost_uses_the_exact_model_before_the_wildcard_and_rounds_up() -> None:
 def test_periods_are_utc() -> None:
     assert day_of(1_798_761_599_000) == "2026-12-31"  # 23:59:59 UTC
     assert period_key("month", "2026-12-31") == "month:2026-12"
+
+
+@given(st.integers(min_value=0, max_value=253_402_300_799_999))  # to 9999-12-31
+def test_a_day_is_the_utc_date_of_the_instant(ms: int) -> None:
+    # day_of keeps the texts of recent days: each must be the instant's own UTC date,
+    # whatever was asked before it (the last millisecond of a day, the first of the next).
+    for instant in (ms, ms - ms % 86_400_000 - 1, ms - ms % 86_400_000):
+        if instant >= 0:
+            expected = datetime.datetime.fromtimestamp(instant / 1000, datetime.UTC)
+            assert day_of(instant) == expected.strftime("%Y-%m-%d")
 
 
 @pytest.mark.parametrize(("used", "spent"), [

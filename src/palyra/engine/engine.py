@@ -373,15 +373,20 @@ class Engine:
         return record
 
     def _live(self, identity: IdentityRec, run_id: str) -> RunActor:
-        record = self.get_run(identity, run_id)
         actor = self._actors.get(run_id)
-        if actor is None:
-            if is_run_terminal(record.state):
-                raise coded(ErrorCode.RUN_TERMINAL, f"run {run_id} is {record.state}",
-                            run_id=run_id)
-            raise coded(ErrorCode.UNAVAILABLE, f"run {run_id} is parked; retry after the "
-                        "daemon restarts", run_id=run_id)
-        return actor
+        if actor is not None:
+            # A run's owner never changes, so a live run is checked on its actor's copy:
+            # reading the committed row here would wait (blocking the loop) until LMDB
+            # holds the run's latest commit, often one this very request follows.
+            if not may_access(identity, actor.record.identity):
+                raise PermissionDenied(f"run {run_id} belongs to another principal")
+            return actor
+        record = self.get_run(identity, run_id)
+        if is_run_terminal(record.state):
+            raise coded(ErrorCode.RUN_TERMINAL, f"run {run_id} is {record.state}",
+                        run_id=run_id)
+        raise coded(ErrorCode.UNAVAILABLE, f"run {run_id} is parked; retry after the "
+                    "daemon restarts", run_id=run_id)
 
     async def send_input(self, identity: IdentityRec, run_id: str, text: str,
                          attachments: tuple[AttachmentRec, ...] = (), *,
@@ -401,6 +406,9 @@ class Engine:
 
     async def complete_run(self, identity: IdentityRec, run_id: str) -> RunRecord:
         """Half-close: done once the queue is empty and the loop idle."""
+        actor = self._actors.get(run_id)
+        if actor is not None and not is_run_terminal(actor.record.state):
+            return redacted(await self._live(identity, run_id).request_complete())
         record = self.get_run(identity, run_id)
         if is_run_terminal(record.state):
             return record

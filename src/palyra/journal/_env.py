@@ -227,14 +227,20 @@ class JournalEnv:
         )
 
     @contextlib.contextmanager
-    def read(self) -> Iterator[Any]:
-        """A read transaction, safe against concurrent map growth.
+    def read(self, *, wait: bool = True) -> Iterator[Any]:
+        """A read transaction, safe against concurrent map growth; it waits until LMDB
+        holds every answered commit unless ``wait`` is False (the caller knows the
+        commits still being applied do not concern what it reads).
 
         Raises:
-            PalyraError: ``UNAVAILABLE`` once the store is closed.
+            PalyraError: ``UNAVAILABLE`` once the store is closed, or after a durable
+                commit could not be applied.
         """
         if not self.visible.is_set() or self.unapplied is not None:
-            self._wait_visible()
+            if wait:
+                self._wait_visible()
+            else:
+                self._refuse_unapplied()
         while True:
             if self.closed:
                 raise PalyraError("the journal is closed", code=ErrorCode.UNAVAILABLE)
@@ -264,6 +270,9 @@ class JournalEnv:
             while on_wait is not None and not self.visible.is_set():
                 on_wait()
                 self.visible.wait(_REASK_S)
+        self._refuse_unapplied()
+
+    def _refuse_unapplied(self) -> None:
         if self.unapplied is not None:
             raise PalyraError(
                 f"the journal could not apply a durable commit ({self.unapplied}); "

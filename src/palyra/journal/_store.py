@@ -81,7 +81,8 @@ class JournalStore:
         if not config.readonly:
             self._entities = EntityCache()
             self._writer = Writer(env, config.max_batch_events, self._hub.deliveries,
-                                  self._entities.wrote, self._hub.followed)
+                                  self._entities.wrote, self._hub.followed,
+                                  self._entities.applied)
 
     @classmethod
     def open(cls, data_dir: Path, *, config: JournalConfig | None = None) -> JournalStore:
@@ -344,7 +345,9 @@ class JournalStore:
         if hit:
             return value
         clock = cache.clock()  # before the read: see read/entity_cache
-        value = _reads.get_entity(self._env, table, key)
+        # A row no unapplied commit wrote is read at once: waiting for LMDB to apply
+        # frames that did not touch it would block the event loop for nothing.
+        value = _reads.get_entity(self._env, table, key, wait=not cache.settled(table, key))
         cache.put(table, key, clock, value)
         return value
 

@@ -11,6 +11,10 @@
   has an ``aembed`` that does not block the event loop).
 
 All return L2-normalised float32 rows, so a dot product is the cosine.
+
+numpy is imported where a vector is made, not with the module: the daemon builds its
+embedder at start, and numpy (about 16 MB resident) would otherwise be held by every
+daemon, most of which never store a memory item.
 """
 
 from __future__ import annotations
@@ -20,12 +24,13 @@ import importlib.util
 import os
 import re
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
-Vectors = npt.NDArray[np.float32]
+    Vectors = npt.NDArray[np.float32]
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -43,6 +48,8 @@ class Embedder(Protocol):
 
 def normalise(rows: npt.NDArray[np.floating]) -> Vectors:
     """Rows scaled to unit length (zero rows stay zero), as float32."""
+    import numpy as np
+
     out: Vectors = np.asarray(rows, dtype=np.float32)
     norms = np.linalg.norm(out, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
@@ -58,6 +65,8 @@ class HashEmbedder:
     remote = False
 
     def embed(self, texts: Sequence[str]) -> Vectors:
+        import numpy as np
+
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for row, text in enumerate(texts):
             for word in _WORD.findall(text.lower()):
@@ -100,6 +109,8 @@ class WordLlamaEmbedder:
         return self._loaded is not None
 
     def embed(self, texts: Sequence[str]) -> Vectors:
+        import numpy as np
+
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         if len(texts) == 1:
@@ -109,6 +120,8 @@ class WordLlamaEmbedder:
     def _one(self, text: str) -> Vectors:
         """One text without the batch machinery (padding, masks): the same mean of token
         vectors, in half the time of ``embed([text])``; an ingest and a query embed one."""
+        import numpy as np
+
         model = self._model
         table = model.embedding
         ids = model.tokenizer.encode(text, add_special_tokens=False).ids

@@ -34,12 +34,13 @@ import re
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from palyra.memory.embed import Embedder, Vectors
+if TYPE_CHECKING:
+    from palyra.memory.embed import Embedder, Vectors
 
 LEXICAL_BPS, VECTOR_BPS, RECENCY_BPS = 5500, 3500, 1000
 CANDIDATES = 50

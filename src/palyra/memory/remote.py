@@ -22,14 +22,16 @@ import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-import numpy as np
 
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.memory.config import OpenAIEmbeddingsConfig
-from palyra.memory.embed import Vectors, normalise
+from palyra.memory.embed import normalise
+
+if TYPE_CHECKING:
+    from palyra.memory.embed import Vectors
 
 BREAKER_FAILURES = 3  # consecutive failed calls that open the breaker
 BREAKER_RESET_S = 30.0
@@ -122,6 +124,8 @@ class OpenAIEmbedder:
     def _parse(self, response: httpx.Response, count: int) -> Vectors:
         if response.status_code != 200:
             raise _status_failure(response)
+        import numpy as np  # here, not at start: see palyra.memory.embed
+
         try:
             data = response.json()["data"]
             rows = sorted(data, key=lambda d: int(d["index"]))
@@ -146,6 +150,8 @@ class OpenAIEmbedder:
         return [texts[i:i + size] for i in range(0, len(texts), size)]
 
     def _empty(self) -> Vectors:
+        import numpy as np
+
         return np.zeros((0, max(self.dim, 1)), dtype=np.float32)
 
     async def aembed(self, texts: Sequence[str]) -> Vectors:
@@ -171,7 +177,7 @@ class OpenAIEmbedder:
                 return self._parse(response, n)
 
             parts.append(await self._call(post))
-        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+        return _joined(parts)
 
     async def _call(self, post: Callable[[], Awaitable[Vectors]]) -> Vectors:
         self._breaker.check()
@@ -218,13 +224,23 @@ class OpenAIEmbedder:
                 self._breaker.failed()
             raise failure.error(1) from None
         self._breaker.succeeded()
-        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+        return _joined(parts)
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+
+def _joined(parts: list[Vectors]) -> Vectors:
+    """The batches' rows as one matrix."""
+    if len(parts) == 1:
+        return parts[0]
+    import numpy as np
+
+    joined: Vectors = np.concatenate(parts)
+    return joined
 
 
 def _transport_failure(exc: httpx.HTTPError) -> _Failure:

@@ -1,6 +1,6 @@
 """Who sees which item, as a predicate on one item and as a boolean mask over index rows.
 
-:class:`Visibility` is the rule (an item belongs to its owner; ``session``
+:class:`Visibility` (:mod:`palyra.memory.visibility`, free of numpy) is the rule (an item belongs to its owner; ``session``
 items show only in their session, ``agent`` items only to runs of their agent; operators
 see all, expired items nobody). :class:`ScopeColumns` keeps each index row's owner,
 scope, session, agent, kind and expiry as small integer codes, so a search can turn the
@@ -11,51 +11,19 @@ search. Masks are cached per rule until an item is added or removed.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import OrderedDict
 
 import numpy as np
 import numpy.typing as npt
 
 from palyra.memory.items import MemoryItem
+from palyra.memory.visibility import Visibility
 
 _SCOPES = {"principal": 0, "session": 1, "agent": 2}
 _START = 64
 MASKS = 16  # cached masks (one per caller and session being served)
 
 Mask = npt.NDArray[np.bool_]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Visibility:
-    """Which items a caller sees: its own principal-wide items, its items of ``session_id``,
-    its items scoped to ``agent_id``; ``everyone`` (operators) sees every owner's; never
-    an expired item, nor one of ``skip_kinds``."""
-
-    principal: str
-    session_id: str
-    everyone: bool
-    agent_id: str
-    now_ms: int
-    skip_kinds: frozenset[str] = frozenset()
-
-    def __call__(self, item: MemoryItem) -> bool:
-        """Whether the caller sees ``item``."""
-        if item.kind in self.skip_kinds:
-            return False
-        if item.expires_ms and item.expires_ms <= self.now_ms:
-            return False
-        if not self.everyone and item.owner != self.principal:
-            return False
-        if item.scope == "agent":
-            return self.everyone or (bool(self.agent_id) and item.agent_id == self.agent_id)
-        if self.session_id and item.scope == "session" and item.session_id != self.session_id:
-            return False
-        return not (not self.session_id and item.scope == "session" and not self.everyone)
-
-    def without_kinds(self, kinds: frozenset[str] | tuple[str, ...]) -> Visibility:
-        """The same rule, also hiding items of ``kinds``."""
-        return dataclasses.replace(self, skip_kinds=self.skip_kinds | frozenset(kinds))
 
 
 class ScopeColumns:

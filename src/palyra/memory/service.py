@@ -31,7 +31,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -39,8 +39,7 @@ from palyra.core.errors import InvalidArgument, NotFound, PalyraError
 from palyra.core.histogram import SECONDS_BUCKETS, Histogram
 from palyra.core.ids import new_ulid
 from palyra.journal import EventDraft, JournalStore
-from palyra.memory.embed import Embedder, Vectors, default_embedder
-from palyra.memory.index import Hit, MemoryIndex
+from palyra.memory.embed import Embedder, default_embedder
 from palyra.memory.items import (
     TABLE,
     MemoryItem,
@@ -50,7 +49,12 @@ from palyra.memory.items import (
     item_write,
     scan_items,
 )
-from palyra.memory.scope import ScopeColumns, Visibility
+from palyra.memory.visibility import Visibility
+
+if TYPE_CHECKING:
+    from palyra.memory.embed import Vectors
+    from palyra.memory.index import Hit, MemoryIndex
+    from palyra.memory.scope import ScopeColumns
 
 MAX_TEXT = 4096
 MAX_TAGS = 16
@@ -87,13 +91,16 @@ class Memory:
                  now_ms: Callable[[], int] = _now) -> None:
         self._store = store
         self._now = now_ms
-        self.index = MemoryIndex(embedder or default_embedder())
-        self._remote = self.index.embedder.remote
+        self._embedder = embedder or default_embedder()
+        self._remote = self._embedder.remote
+        # The index and the scope columns (numpy arrays) are built with the first item
+        # or search: a daemon whose memory is empty never imports numpy (~16 MB resident).
+        self._index: MemoryIndex | None = None
+        self._scope_columns: ScopeColumns | None = None
         self._items: dict[str, MemoryItem] = {}
         self.search_seconds = Histogram(SECONDS_BUCKETS)  # ranking time per search (/metrics)
         self._owners: Counter[str] = Counter()  # live items per owner
         self._kinds: dict[str, dict[str, MemoryItem]] = {}  # kind -> id -> item
-        self._columns = ScopeColumns()  # visibility as row masks
         self._seen = -2
         self._queries: OrderedDict[str, Vectors] = OrderedDict()
         self._catching_up: asyncio.Task[None] | None = None
@@ -101,8 +108,33 @@ class Memory:
 
     def status(self) -> EmbeddingStatus:
         """The embedder's vector space, pending items and last failure."""
-        return EmbeddingStatus(self.index.space, self._remote, len(self.index.pending),
+        if self._index is None:
+            space = f"{self._embedder.name}/{self._embedder.dim or '?'}"
+            return EmbeddingStatus(space, self._remote, 0, self.last_error)
+        return EmbeddingStatus(self._index.space, self._remote, len(self._index.pending),
                                self.last_error)
+
+    @property
+    def index(self) -> MemoryIndex:
+        """The search index (built, and numpy imported, at its first use)."""
+        if self._index is None:
+            from palyra.memory.index import MemoryIndex
+
+            self._index = MemoryIndex(self._embedder)
+        return self._index
+
+    @property
+    def _columns(self) -> ScopeColumns:
+        """Visibility as row masks (built with the index)."""
+        if self._scope_columns is None:
+            from palyra.memory.scope import ScopeColumns
+
+            self._scope_columns = ScopeColumns()
+        return self._scope_columns
+
+    def _pending(self) -> set[str]:
+        """Items without a vector yet (none before the index exists)."""
+        return self._index.pending if self._index is not None else set()
 
     def owns_any(self, owner: str) -> bool:
         """Whether ``owner`` has any item (auto-inject skips its search when not)."""
@@ -145,20 +177,20 @@ class Memory:
             for item in fresh:
                 self._remember(item, None)
             return
-        vectors = self.index.embedder.embed([item.text for item in fresh])
+        vectors = self._embedder.embed([item.text for item in fresh])
         for item, vector in zip(fresh, vectors, strict=True):
             self._remember(item, vector)
 
     def _failed(self, what: str, exc: PalyraError) -> None:
         if not self.last_error:  # once per outage, not once per item
             _log.warning("memory embedding failed; items are kept and embedded later",
-                         what=what, error=str(exc), pending=len(self.index.pending),
+                         what=what, error=str(exc), pending=len(self._pending()),
                          space=self.index.space)
         self.last_error = f"{what}: {exc}"
 
     async def _aembed(self, texts: list[str], what: str) -> Vectors | None:
         """Vectors for ``texts`` (None when a remote embedder failed; logged)."""
-        embedder: Any = self.index.embedder
+        embedder: Any = self._embedder
         if not self._remote:
             vectors: Vectors = embedder.embed(texts)
             return vectors
@@ -168,15 +200,15 @@ class Memory:
             self._failed(what, exc)
             return None
         if self.last_error:
-            _log.info("memory embedding works again", pending=len(self.index.pending))
+            _log.info("memory embedding works again", pending=len(self._pending()))
         self.last_error = ""
         return vectors
 
     async def embed_pending(self, limit: int = PENDING_BATCH) -> int:
         """Embed up to ``limit`` items that are indexed without a vector; how many got one."""
-        if not self.index.pending:
+        if not self._pending():
             return 0
-        ids = sorted(self.index.pending)[:limit]
+        ids = sorted(self._pending())[:limit]
         vectors = await self._aembed([self._items[m].text for m in ids], "pending items")
         if vectors is None:
             return 0
@@ -203,7 +235,7 @@ class Memory:
         if vector is not None:
             return vector
         try:
-            vector = self.index.embedder.embed([query])[0]
+            vector = self._embedder.embed([query])[0]
         except PalyraError as exc:
             self._failed("query", exc)
             return None
@@ -357,7 +389,7 @@ class Memory:
     async def _catch_up(self) -> None:
         while True:
             self.refresh()
-            if self.index.pending and await self.embed_pending():
+            if self._pending() and await self.embed_pending():
                 await asyncio.sleep(0)  # the next batch at once, but let others run
                 continue
             await asyncio.sleep(CATCH_UP_S)  # nothing to do, or failing: look again later
@@ -369,7 +401,7 @@ class Memory:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._catching_up
             self._catching_up = None
-        close = getattr(self.index.embedder, "aclose", None)
+        close = getattr(self._embedder, "aclose", None)
         if close is not None:
             await close()
 

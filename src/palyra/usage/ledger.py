@@ -12,11 +12,12 @@ budgets stricter.
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 
 import msgspec
 
-from palyra.core.ids import new_ulid
+from palyra.core.ids import UlidSequence
 from palyra.journal import EntityWrite, JournalStore
 from palyra.usage.config import UsageConfig
 from palyra.usage.model import BudgetState, Tally, UsageRow, budget_states, month_of
@@ -24,6 +25,10 @@ from palyra.usage.model import BudgetState, Tally, UsageRow, budget_states, mont
 TABLE = "meta"
 PREFIX = "usage:"
 _SCAN = 1000
+# Row keys need only be unique and time-ordered, not unguessable: a sequence costs an
+# increment where a fresh ULID reads entropy and encodes 26 digits (once per model call).
+_KEYS = UlidSequence()
+os.register_at_fork(after_in_child=_KEYS.reset)
 
 
 class UsageLedger:
@@ -57,7 +62,7 @@ class UsageLedger:
         """Count ``row`` and return its write, for the commit that tapes the call."""
         self.load()
         self._add(row)
-        key = f"{PREFIX}{row.day}:{new_ulid()}"
+        key = f"{PREFIX}{row.day}:{_KEYS.next()}"
         return EntityWrite(TABLE, key, msgspec.msgpack.encode(row))
 
     def totals(self, scope: str, subject: str, period: str) -> Tally:

@@ -229,8 +229,9 @@ class PostgresEnv(JournalEnv):
                               code=ErrorCode.UNAVAILABLE) from exc
 
     @contextlib.contextmanager
-    def read(self) -> Iterator[Any]:
-        """One snapshot read transaction.
+    def read(self, *, wait: bool = True) -> Iterator[Any]:
+        """One snapshot read transaction (``wait`` is LMDB's: a commit here is in
+        PostgreSQL when it is answered, so there is nothing to wait for).
 
         Raises:
             PalyraError: ``UNAVAILABLE`` once the store is closed.

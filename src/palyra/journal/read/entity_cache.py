@@ -21,6 +21,12 @@ Per row, not per table: every run commit writes its run row, and sessions
 start all the time, so a table-wide version would make nearly every read a
 miss under load.
 
+The LMDB writer also notes how far LMDB holds the commits (``applied``: the clock
+reading when its last LMDB commit landed). A row no commit wrote since then
+(``settled``) is read from LMDB at once, without waiting for the writer to apply
+later frames that did not touch it: a new session's row looked up, a row read once
+per run.
+
 Only a store with a writer in this process uses it. On PostgreSQL, where other
 daemons commit to the same rows, their commits are marked here too, by the thread
 that finds them (``postgres.watch``): a second thread calls :meth:`wrote`, so
@@ -60,6 +66,17 @@ class EntityCache:
         # Held while marking: the writer's thread and, on PostgreSQL, the thread
         # that finds other daemons' commits both mark (readers never wait for it).
         self._marking = threading.Lock()
+        self._applied = 0  # every row written at or before this reading is in LMDB
+
+    def applied(self) -> None:
+        """After an LMDB commit (writer thread only): every commit marked so far is in
+        LMDB (the writer marks a commit's rows and queues its frame in one step)."""
+        self._applied = self._clock
+
+    def settled(self, table: str, key: str) -> bool:
+        """Whether LMDB already holds the latest commit that wrote this row (a read of
+        it need not wait for frames still being applied)."""
+        return self._written.get((table, key), self._floor) <= self._applied
 
     def clock(self) -> int:
         """The clock reading to file a row under (note it before reading LMDB)."""

@@ -265,12 +265,13 @@ def _table(env: JournalEnv, table: str) -> Any:
     return env.dbs[table]
 
 
-def get_entity(env: JournalEnv, table: str, key: str) -> bytes | None:
-    """One entity value, or None."""
+def get_entity(env: JournalEnv, table: str, key: str, *, wait: bool = True) -> bytes | None:
+    """One entity value, or None (``wait=False``: the caller knows LMDB holds the row's
+    latest write, so frames still being applied need not land first)."""
     db = _table(env, table)
     if not key:
         return None
-    with env.read() as txn:
+    with env.read(wait=wait) as txn:
         value = txn.get(key.encode("utf-8"), db=db)
     return bytes(value) if value is not None else None
 

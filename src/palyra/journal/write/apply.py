@@ -10,7 +10,7 @@ an id check sees them before LMDB does.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from palyra.journal._env import JournalEnv
@@ -20,9 +20,11 @@ from palyra.journal.write.durable import Durability, RecordingTxn
 class Applier:
     """Answered frames, the open transaction they go into, and its commit."""
 
-    def __init__(self, env: JournalEnv, durable: Durability) -> None:
+    def __init__(self, env: JournalEnv, durable: Durability,
+                 on_applied: Callable[[], None] = lambda: None) -> None:
         self._env = env
         self._durable = durable
+        self._on_applied = on_applied  # after each LMDB commit that held frames
         self.open: Any = None  # the write transaction applied frames went into
         self.frames = 0  # frames applied to it, not yet committed
         self.answered: list[RecordingTxn] = []  # answered, not yet put into it
@@ -74,6 +76,7 @@ class Applier:
         try:
             if frames:
                 self._durable.commit_open(txn)
+                self._on_applied()
             else:
                 txn.abort()
         except BaseException as exc:

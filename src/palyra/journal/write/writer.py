@@ -106,6 +106,7 @@ class Writer(OtherCommits):
         on_rows: Callable[[set[tuple[str, str]], dict[tuple[str, str], bytes | None]],
                           None] = lambda rows, values: None,
         followed: Callable[[], bool] = lambda: True,
+        on_applied: Callable[[], None] = lambda: None,
     ):
         assert env.durable is not None, "a writable journal has a commit log"
         self._env = env
@@ -127,7 +128,7 @@ class Writer(OtherCommits):
         self._session_heads: dict[str, bytes] = {}
         self._tape_next: dict[str, int] = {}
         # Answered frames and the open LMDB transaction they go into.
-        self._pending = Applier(env, env.durable)
+        self._pending = Applier(env, env.durable, on_applied)
         env.on_wait = self._wanted
         self.stats = WriterStats()
         self._ready = threading.Event()
