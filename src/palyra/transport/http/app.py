@@ -11,18 +11,19 @@ response's proto3 JSON; server streams are SSE; errors are the spec's
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, Generic, cast
-from urllib.parse import parse_qsl, unquote
+from typing import Any
+from urllib.parse import unquote
 
 import betterproto2
 import msgspec
 import structlog
-from litestar import Litestar, Request, Response, get
+from litestar import Litestar, Request, Response, get, route
 from litestar.enums import HttpMethod
 from litestar.exceptions import HTTPException
-from litestar.types import HTTPScope, Receive, Scope, Send
+from litestar.types import ASGIApp
 from palyra_gen.services import STREAMING, UNARY, PalyraServicesApp
 
 from palyra.config import HttpConfig
@@ -30,10 +31,8 @@ from palyra.core.errors import ErrorCode, NotFound, PalyraError
 from palyra.core.protojson import encode_message
 from palyra.transport.auth import REQUEST_ID_HEADER, Authenticator
 from palyra.transport.context import ContextFactory, CtxT
-from palyra.transport.errors import to_wire
-from palyra.transport.http._asgi import JSON, Answer, HttpApp, body_within_deadline, error_answer
+from palyra.transport.errors import WireError, to_wire
 from palyra.transport.http._console import CONSOLE_HANDLERS
-from palyra.transport.http._console import PREFIX as CONSOLE_PREFIX
 from palyra.transport.http._decode import decode_request
 from palyra.transport.http._openapi import build_openapi
 from palyra.transport.http._routes import CompiledRoute, RouteTable
@@ -44,6 +43,8 @@ from palyra.transport.streams import OpenStreams
 _log = structlog.get_logger("palyra.http")
 _json = msgspec.json.Encoder()
 _OPENAPI_PATH = "/schema/openapi.json"
+_METHODS = [HttpMethod.GET, HttpMethod.POST, HttpMethod.PATCH, HttpMethod.DELETE, HttpMethod.PUT,
+            HttpMethod.OPTIONS]
 
 
 # Statuses Litestar itself may answer with, and the code whose spec mapping has
@@ -57,24 +58,66 @@ _HTTP_STATUS_CODES = {
 }
 
 
-def _method_not_allowed(method: str, path: str, allowed: list[str]) -> Answer:
+def error_response(wire: WireError) -> Response[bytes]:
+    """An ``ErrorDetail`` JSON answer with the code's mapped HTTP status."""
+    return Response(
+        content=_json.encode(wire.http_body()),
+        status_code=wire.http_status,
+        media_type="application/json",
+    )
+
+
+def _method_not_allowed(method: str, path: str, allowed: list[str]) -> Response[bytes]:
     """405 ``METHOD_NOT_ALLOWED`` with an ``Allow`` header naming the methods ``path`` takes."""
     allow = ", ".join(allowed)
     wire = to_wire(PalyraError(f"{method} is not allowed on {path}" + (f"; use {allow}" if allow else ""),
                                code=ErrorCode.METHOD_NOT_ALLOWED, details={"allow": allow}))
-    return error_answer(wire, (("allow", allow),))
+    response = error_response(wire)
+    response.headers["allow"] = allow
+    return response
 
 
-def _options(path: str, allowed: list[str]) -> Answer:
+def _options(path: str, allowed: list[str]) -> Response[bytes]:
     """``OPTIONS``: 204 with the methods this path really takes (404 for an unknown path)."""
     if not allowed:
         raise NotFound(f"no endpoint OPTIONS {path}")
-    return Answer(204, b"", JSON, (("allow", ", ".join([*allowed, "OPTIONS"])),))
+    return Response(content=b"", status_code=204,
+                    headers={"allow": ", ".join([*allowed, "OPTIONS"])})
+
+
+async def read_body(request: Request[Any, Any, Any], limit: int) -> bytes:
+    """The request body, refusing anything above ``limit`` bytes (→ 413) as early as possible."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(limit: int) -> PalyraError:
+    return PalyraError(f"request body exceeds {limit} bytes", code=ErrorCode.PAYLOAD_TOO_LARGE,
+                       details={"limit_bytes": str(limit)})
 
 
 async def _one(message: betterproto2.Message) -> AsyncIterator[betterproto2.Message]:
     # RunStream over HTTP: one request message, then half-close.
     yield message
+
+
+async def _body_within_deadline(request: Request[Any, Any, Any], config: HttpConfig) -> bytes:
+    """The request body, capped in size, or ``REQUEST_TIMEOUT`` past the body deadline."""
+    try:
+        async with asyncio.timeout(config.body_timeout_s):
+            return await read_body(request, config.max_request_bytes)
+    except TimeoutError:
+        raise PalyraError(f"the request body did not arrive within {config.body_timeout_s:g} s",
+                          code=ErrorCode.REQUEST_TIMEOUT) from None
 
 
 def create_http_app(
@@ -88,8 +131,8 @@ def create_http_app(
     plain: Mapping[str, PlainHandler] | None = None,
     streams: OpenStreams | None = None,
     static: Mapping[str, StaticHandler] | None = None,
-) -> HttpApp:
-    """Build the ASGI application serving every spec route of ``app``.
+) -> Litestar:
+    """Build the Litestar application serving every spec route of ``app``.
 
     ``plain`` maps a path to an operations endpoint outside the spec (``/metrics``,
     ``/readyz``): ``GET`` only, it authenticates on its own and answers any content
@@ -110,8 +153,59 @@ def create_http_app(
     def openapi_document() -> Response[bytes]:
         return Response(content=openapi, media_type="application/json")
 
-    gateway = _Gateway(app, authenticator, make_ctx, config, table, ingress, plain, streams,
-                       static)
+    @route("/{path:path}", http_method=_METHODS)
+    async def dispatch(request: Request[Any, Any, Any]) -> ASGIApp:
+        started = time.perf_counter()
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        request_id = headers.get(REQUEST_ID_HEADER, "")
+        raw_path = request.scope.get("raw_path", b"").decode("latin-1") or request.scope["path"]
+        rpc = "-"
+        try:
+            if len(list(request.scope.get("headers", ()))) > config.max_headers:
+                raise PalyraError(f"the request carries more than {config.max_headers} headers",
+                                  code=ErrorCode.HEADERS_TOO_LARGE,
+                                  details={"limit": str(config.max_headers)})
+            served = await _outside_spec(plain, static, request.method, raw_path, headers)
+            if served is not None:
+                status, media_type, content = served
+                return Response(content=content, status_code=status,  # type: ignore[return-value]
+                                media_type=media_type)
+            platform = _ingress_target(ingress, request.method, raw_path)
+            if platform is not None:
+                return await _ingress(request, *platform, config)  # type: ignore[return-value]
+            if request.method == HttpMethod.OPTIONS:
+                return _options(raw_path, table.allowed_methods(raw_path))  # type: ignore[return-value]
+            try:
+                found = table.match(request.method, raw_path)
+            except LookupError:
+                return _method_not_allowed(  # type: ignore[return-value]
+                    request.method, raw_path, table.allowed_methods(raw_path))
+            if found is None:
+                raise NotFound(f"no endpoint {request.method} {raw_path}")
+            compiled, path_params = found
+            rpc = compiled.rpc
+            caller = authenticator.authenticate(compiled.rpc, headers)
+            if caller is not None:
+                request_id = caller.request_id
+            bind_request(request_id, caller, headers)
+            body = await _body_within_deadline(request, config)
+            message = decode_request(compiled, path_params, request.query_params.multi_items(),
+                                     body, headers)
+            ctx = make_ctx(caller)
+            if compiled.server_streaming:
+                return _stream(app, compiled, ctx, message, config, request_id, streams)
+            result = await UNARY[compiled.python_method](app, ctx, message)
+            _log.debug("http", rpc=rpc, status=200, request_id=request_id,
+                       ms=round((time.perf_counter() - started) * 1000, 2))
+            return Response(  # type: ignore[return-value]
+                content=_json.encode(encode_message(result)), status_code=200,
+                media_type="application/json",
+            )
+        except Exception as exc:
+            wire = to_wire(exc, request_id=request_id)
+            _log.debug("http", rpc=rpc, status=wire.http_status, code=wire.code.value,
+                       request_id=request_id)
+            return error_response(wire)  # type: ignore[return-value]
 
     def on_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
         # Litestar's own refusals (e.g. a method no handler takes). The status
@@ -120,98 +214,20 @@ def create_http_app(
             path = request.scope["path"]
             allowed = ["GET"] if path == _OPENAPI_PATH else table.allowed_methods(path)
             if not allowed:  # only the catch-all matched: the path is unknown
-                return error_answer(to_wire(NotFound(f"no endpoint {request.method} {path}"))).litestar()
-            return _method_not_allowed(request.method, path, allowed).litestar()
+                return error_response(to_wire(NotFound(f"no endpoint {request.method} {path}")))
+            return _method_not_allowed(request.method, path, allowed)
         code = _HTTP_STATUS_CODES.get(
             exc.status_code, ErrorCode.MALFORMED_REQUEST if exc.status_code < 500 else ErrorCode.INTERNAL)
-        return error_answer(to_wire(PalyraError(str(exc.detail), code=code))).litestar()
+        return error_response(to_wire(PalyraError(str(exc.detail), code=code)))
 
-    litestar = Litestar(
-        route_handlers=[openapi_document, *CONSOLE_HANDLERS],
+    return Litestar(
+        route_handlers=[openapi_document, *CONSOLE_HANDLERS, dispatch],
         openapi_config=None,
         exception_handlers={HTTPException: on_http_exception},
-        request_max_body_size=None,  # no bodies: its routes are GET only
+        request_max_body_size=None,  # enforced in read_body with the configured cap
         debug=False,
         logging_config=None,  # the daemon configures logging (palyra.daemon.logs)
     )
-    return HttpApp(litestar, gateway.serve, exact=(_OPENAPI_PATH, CONSOLE_PREFIX),
-                   prefixes=(CONSOLE_PREFIX + "/",))
-
-
-class _Gateway(Generic[CtxT]):
-    """Serves every HTTP request outside Litestar's few paths, straight from its ASGI scope."""
-
-    def __init__(self, app: PalyraServicesApp[CtxT], authenticator: Authenticator,
-                 make_ctx: ContextFactory[CtxT], config: HttpConfig, table: RouteTable,
-                 ingress: Mapping[str, IngressHandler] | None,
-                 plain: Mapping[str, PlainHandler] | None, streams: OpenStreams | None,
-                 static: Mapping[str, StaticHandler] | None) -> None:
-        self._app, self._authenticator, self._make_ctx = app, authenticator, make_ctx
-        self._config, self._table, self._streams = config, table, streams
-        self._ingress, self._plain, self._static = ingress, plain, static
-
-    async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Answer one HTTP request (``scope`` is an HTTP scope)."""
-        answer = await self._answer(cast(HTTPScope, scope), receive)
-        if isinstance(answer, SseResponse):
-            await answer(scope, receive, send)
-        else:
-            await answer.send(send)
-
-    async def _answer(self, scope: HTTPScope, receive: Receive) -> Answer | SseResponse:
-        started = time.perf_counter()
-        config, table = self._config, self._table
-        raw_headers = list(scope["headers"])
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in raw_headers}
-        request_id = headers.get(REQUEST_ID_HEADER, "")
-        raw_path = scope.get("raw_path", b"").decode("latin-1") or scope["path"]
-        method = scope["method"]
-        rpc = "-"
-        try:
-            if len(raw_headers) > config.max_headers:
-                raise PalyraError(f"the request carries more than {config.max_headers} headers",
-                                  code=ErrorCode.HEADERS_TOO_LARGE,
-                                  details={"limit": str(config.max_headers)})
-            served = await _outside_spec(self._plain, self._static, method, raw_path, headers)
-            if served is not None:
-                status, media_type, content = served
-                return Answer(status, content, media_type)
-            platform = _ingress_target(self._ingress, method, raw_path)
-            if platform is not None:
-                handle, name = platform
-                body = await body_within_deadline(receive, headers, config)
-                return Answer(200, _json.encode(await handle(name, headers, body)))
-            if method == HttpMethod.OPTIONS:
-                return _options(raw_path, table.allowed_methods(raw_path))
-            try:
-                found = table.match(method, raw_path)
-            except LookupError:
-                return _method_not_allowed(method, raw_path, table.allowed_methods(raw_path))
-            if found is None:
-                raise NotFound(f"no endpoint {method} {raw_path}")
-            compiled, path_params = found
-            rpc = compiled.rpc
-            caller = self._authenticator.authenticate(compiled.rpc, headers)
-            if caller is not None:
-                request_id = caller.request_id
-            bind_request(request_id, caller, headers)
-            body = await body_within_deadline(receive, headers, config)
-            query = parse_qsl(scope.get("query_string", b"").decode("latin-1"),
-                              keep_blank_values=True, separator="&")
-            message = decode_request(compiled, path_params, query, body, headers)
-            ctx = self._make_ctx(caller)
-            if compiled.server_streaming:
-                return _stream(self._app, compiled, ctx, message, config, request_id,
-                               self._streams)
-            result = await UNARY[compiled.python_method](self._app, ctx, message)
-            _log.debug("http", rpc=rpc, status=200, request_id=request_id,
-                       ms=round((time.perf_counter() - started) * 1000, 2))
-            return Answer(200, _json.encode(encode_message(result)))
-        except Exception as exc:
-            wire = to_wire(exc, request_id=request_id)
-            _log.debug("http", rpc=rpc, status=wire.http_status, code=wire.code.value,
-                       request_id=request_id)
-            return error_answer(wire)
 
 
 PlainHandler = Callable[[Mapping[str, str]], Awaitable[tuple[int, str, bytes]]]
@@ -248,6 +264,19 @@ def _ingress_target(ingress: Mapping[str, IngressHandler] | None, method: str, p
         if name != path and name and "/" not in name:
             return handle, unquote(name)
     return None
+
+
+async def _ingress(request: Request[Any, Any, Any], handle: IngressHandler, name: str,
+                   config: HttpConfig) -> Response[bytes]:
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    try:
+        async with asyncio.timeout(config.body_timeout_s):
+            body = await read_body(request, config.max_request_bytes)
+    except TimeoutError:
+        raise PalyraError(f"the request body did not arrive within {config.body_timeout_s:g} s",
+                          code=ErrorCode.REQUEST_TIMEOUT) from None
+    answer = await handle(name, headers, body)
+    return Response(content=_json.encode(answer), status_code=200, media_type="application/json")
 
 
 def _stream(
