@@ -63,3 +63,31 @@ async def test_a_taken_run_id_fails_and_leaves_no_subscription(
         await _turn(palyra, "c", "not-a-ulid")
     assert bad.value.code is ErrorCode.INVALID_ARGUMENT
     assert not store._hub._by_run
+
+
+async def test_a_turn_that_completes_with_its_first_message_reads_no_run_row_after_it_starts(
+        app: tuple[PalyraApp, JournalStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Such a read waits, on the event loop, for LMDB to apply the run's first commit.
+    palyra, store = app
+    started: list[str] = []
+    late_reads: list[str] = []
+    get_entity = store.get_entity
+
+    def counted(table: str, key: str) -> bytes | None:
+        if started and key == started[0]:
+            late_reads.append(f"{table}/{key}")
+        return get_entity(table, key)
+
+    monkeypatch.setattr(store, "get_entity", counted)
+
+    async def requests() -> AsyncIterator[pb.RunStreamRequest]:
+        yield pb.RunStreamRequest(v=1, session_key="c", input=pb.MessageInput(text=TEXT),
+                                  batch=True, complete=True)
+
+    events: list[pb.TapeEvent] = []
+    async for response in palyra.run_stream(USER, requests()):
+        if not started:
+            started.append(response.events[0].run_id)
+        events += response.events
+    assert events[-1].status is not None and events[-1].status.state == pb.RunState.DONE
+    assert late_reads == []

@@ -103,7 +103,7 @@ class RunsApi(AppBase):
         session_id = started.session.session_id
         failures: list[PalyraError] = []
         pump = self.engine.spawn(
-            self._pump(identity, requests, run_id, session_id, failures))
+            self._pump(identity, requests, run_id, session_id, failures, first.complete))
         final: pb.RunStatus | None = None
         error: pb.RunError | None = None
         try:
@@ -139,9 +139,16 @@ class RunsApi(AppBase):
                               details={"run_id": run_id, "reason": final.reason})
 
     async def _pump(self, identity: IdentityRec, requests: AsyncIterator[pb.RunStreamRequest],
-                    run_id: str, session_id: str, failures: list[PalyraError]) -> None:
+                    run_id: str, session_id: str, failures: list[PalyraError],
+                    completing: bool) -> None:
+        # ``completing``: the first message asked for the run to end with its loop, and its
+        # first commit says so. A half-close that brought nothing more asks nothing more: no
+        # complete_run, whose read of the run's row would wait, on the event loop, for LMDB
+        # to apply that first commit (every turn of a client that sends one message).
+        more = False
         try:
             async for req in requests:
+                more = True
                 check_version(req.v)
                 if (req.session_id and req.session_id != session_id) or (
                         req.run_id and req.run_id != run_id):
@@ -153,7 +160,8 @@ class RunsApi(AppBase):
                 attachments = await self._store_attachments(identity, raw, run_id)
                 if text:
                     await self.engine.send_input(identity, run_id, text, attachments)
-            await self.engine.complete_run(identity, run_id)
+            if more or not completing:
+                await self.engine.complete_run(identity, run_id)
         except PalyraError as exc:
             if exc.code is ErrorCode.RUN_TERMINAL:
                 return

@@ -54,7 +54,13 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         config = load_config(config_file=args.config, env=os.environ, overrides=overrides(args))
-        return asyncio.run(run_daemon(config))
+        # uvloop, not asyncio's own loop: the daemon's event-loop thread is its bottleneck,
+        # and uvloop's transports, timers and callbacks cost less CPU per step over HTTP/SSE
+        # and gRPC alike (measured with `bench tool-loop --transport http`, docs/bench.md).
+        import uvloop
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(run_daemon(config))
     except PalyraError as exc:
         print(f"palyra serve: {exc.code.value}: {exc.message}", file=sys.stderr)
         return 2

@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 import msgspec
 
+from palyra.channels.adapters._http_client import platform_client
 from palyra.channels.outbox import DeliveryUnknown, OutboundReply
 from palyra.channels.routing import Envelope
 
@@ -141,7 +142,7 @@ class DiscordSink:
         self.rate_per_s = rate_per_s  # 0: Discord's own buckets are the limit
         self._base = api_base_url.rstrip("/")
         self._headers = {"authorization": f"Bot {bot_token}"} if bot_token else {}
-        self._client = client or httpx.AsyncClient(timeout=timeout_s)
+        self._client = client or platform_client(timeout_s)
         self.buckets = RateBuckets()
 
     async def send(self, reply: OutboundReply) -> None:

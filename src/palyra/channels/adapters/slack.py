@@ -24,6 +24,7 @@ import httpx
 import msgspec
 
 from palyra.channels.adapters._body import decode_body
+from palyra.channels.adapters._http_client import platform_client
 from palyra.channels.adapters._timestamps import check_fresh
 from palyra.channels.outbox import DeliveryUnknown, OutboundReply
 from palyra.channels.routing import Envelope
@@ -115,7 +116,7 @@ class SlackSink:
         self.rate_per_s = rate_per_s
         self._base = api_base_url.rstrip("/")
         self._headers = {"authorization": f"Bearer {bot_token}"}
-        self._client = client or httpx.AsyncClient(timeout=timeout_s)
+        self._client = client or platform_client(timeout_s)
 
     async def send(self, reply: OutboundReply) -> None:
         body: dict[str, Any] = {

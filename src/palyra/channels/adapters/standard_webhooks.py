@@ -23,6 +23,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from palyra.channels.adapters._body import decode_body
+from palyra.channels.adapters._http_client import platform_client
 from palyra.channels.adapters._timestamps import check_fresh
 from palyra.channels.outbox import DeliveryUnknown, OutboundReply
 from palyra.channels.routing import Envelope
@@ -148,7 +149,7 @@ class WebhookSink:
         self.rate_per_s = rate_per_s
         self._url = url
         self._secret = secret
-        self._client = client or httpx.AsyncClient(timeout=timeout_s)
+        self._client = client or platform_client(timeout_s)
 
     async def send(self, reply: OutboundReply) -> None:
         body = msgspec.json.encode({"type": "message.reply", "data": {

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import msgspec
 
+from palyra.channels.adapters._http_client import platform_client
 from palyra.channels.outbox import DeliveryUnknown, OutboundReply
 from palyra.channels.routing import Envelope
 from palyra.core.errors import ErrorCode, InvalidArgument, PalyraError
@@ -195,7 +196,7 @@ class BotApi:
     def __init__(self, api_base_url: str, bot_token: str, *,
                  client: httpx.AsyncClient | None = None, timeout_s: float = 10.0) -> None:
         self._base = f"{api_base_url.rstrip('/')}/bot{bot_token}"
-        self._client = client or httpx.AsyncClient(timeout=timeout_s)
+        self._client = client or platform_client(timeout_s)
 
     async def call(self, method: str, body: Mapping[str, Any], *,
                    timeout_s: float | None = None) -> httpx.Response:

@@ -27,7 +27,7 @@ high-water mark as before, and the cork empties before the loop polls for I/O.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 from grpclib.protocol import H2Protocol
 
@@ -151,5 +151,7 @@ class CorkedH2Protocol(H2Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Wrap ``transport`` (grpclib sets TCP_NODELAY through it) and start HTTP/2."""
-        assert isinstance(transport, asyncio.Transport)
-        super().connection_made(CorkedTransport(transport, asyncio.get_running_loop()))
+        # Not an isinstance check: uvloop's transports (the daemon's loop) do not derive
+        # from asyncio.Transport, though they have all of its methods.
+        real = cast(asyncio.Transport, transport)
+        super().connection_made(CorkedTransport(real, asyncio.get_running_loop()))

@@ -1,0 +1,234 @@
+"""The reply sinks' HTTP client: httpx's API over a lean keep-alive HTTP/1.1 transport.
+
+Every reply a channel sends is one small request to the platform (``chat.postMessage``,
+``sendMessage``, a signed webhook). Through httpx's default transport (httpcore over
+anyio) each of those cost more of the daemon's event loop than admitting the message
+that caused it: a pool walk, a ``select()`` per reuse to see whether the idle socket
+was closed, and several layers of stream wrappers (``bench ingress``, py-spy). This
+transport keeps httpx's request and response objects and its exceptions, which the
+sinks and the outbox reason about, and does the exchange itself:
+
+- one ``asyncio.Protocol`` per connection, the response parsed by ``httptools`` (the C
+  parser uvicorn uses) as bytes arrive; the loop tells the protocol when a peer closes
+  an idle connection, so picking one from the pool needs no syscall;
+- idle connections kept per origin (scheme, host, port), at most :data:`MAX_IDLE` each;
+- the errors httpcore raises for the same events: ``ConnectError``/``ConnectTimeout``
+  before anything is sent, ``ReadTimeout`` and ``RemoteProtocolError`` once the request
+  may have arrived (the outbox treats those as an unknown outcome);
+- memory bounded whatever the peer sends: a response head over :data:`MAX_HEAD_BYTES`
+  or a body over :data:`MAX_BODY_BYTES` is a protocol error and closes the connection.
+
+HTTPS uses httpx's own default TLS context (its CA bundle), as the default transport did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from typing import Any
+
+import httptools
+import httpx
+
+MAX_IDLE = 16
+"""Idle keep-alive connections kept per origin."""
+MAX_HEAD_BYTES = 64 * 1024
+"""Most bytes of a response's status line and headers."""
+MAX_BODY_BYTES = 8 * 1024 * 1024
+"""Most bytes of a response body (platforms answer a send with a small JSON object)."""
+_DEFAULT_PORTS = {b"http": 80, b"https": 443}
+
+
+class _Exchange(asyncio.Protocol):
+    """One HTTP/1.1 connection: writes requests, parses one response at a time."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self._parser = httptools.HttpResponseParser(self)
+        self._waiter: asyncio.Future[None] | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.body: list[bytes] = []
+        self._head_bytes = 0
+        self._body_bytes = 0
+        self.started = False  # a byte of the response arrived
+        self.complete = False
+        self.keep_alive = False
+        self.error: Exception | None = None
+        self._refusal = ""
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.started = True
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            # A callback's own refusal (too large) reaches us wrapped by the parser.
+            self._fail(httpx.RemoteProtocolError(self._refusal or f"malformed response: {exc}"))
+
+    def eof_received(self) -> bool | None:
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if not self.complete and self.status and self._until_close():
+            self.on_message_complete()  # a body delimited by the close itself
+        if not self.complete:
+            self._fail(httpx.RemoteProtocolError(
+                "Server disconnected without sending a response." if not self.started
+                else "Server disconnected before the response was complete."))
+
+    def _until_close(self) -> bool:
+        names = {name.lower() for name, _ in self.headers}
+        return b"content-length" not in names and b"transfer-encoding" not in names
+
+    # -- httptools callbacks ----------------------------------------------------------------
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_bytes += len(name) + len(value) + 4
+        if self._head_bytes > MAX_HEAD_BYTES:
+            self._refusal = f"response head exceeds {MAX_HEAD_BYTES} bytes"
+            raise _TooLarge(self._refusal)
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self.status = self._parser.get_status_code()
+
+    def on_body(self, body: bytes) -> None:
+        self._body_bytes += len(body)
+        if self._body_bytes > MAX_BODY_BYTES:
+            self._refusal = f"response body exceeds {MAX_BODY_BYTES} bytes"
+            raise _TooLarge(self._refusal)
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        self.keep_alive = self._parser.should_keep_alive()
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    # -- the exchange -----------------------------------------------------------------------
+    def _fail(self, error: Exception) -> None:
+        if self.error is None:
+            self.error = error
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+        if self.transport is not None:
+            self.transport.close()
+        self.closed = True
+
+    def reusable(self) -> bool:
+        return not self.closed and self.transport is not None and not self.transport.is_closing()
+
+    async def exchange(self, data: bytes, read_timeout: float | None
+                       ) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
+        """Send one request; its response's status, headers, body and whether the
+        connection may be used again."""
+        assert self.transport is not None
+        self._reset()
+        self._parser = httptools.HttpResponseParser(self)
+        self._waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(data)
+        try:
+            async with asyncio.timeout(read_timeout):
+                await self._waiter
+        except TimeoutError:
+            self._fail(httpx.ReadTimeout("timed out waiting for the response"))
+        finally:
+            self._waiter = None
+        if self.error is not None:
+            raise self.error
+        keep = self.keep_alive and self.reusable()
+        return self.status, self.headers, b"".join(self.body), keep
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class LeanTransport(httpx.AsyncBaseTransport):
+    """An httpx transport speaking HTTP/1.1 itself (see the module docstring)."""
+
+    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
+        self._ssl = ssl_context
+        self._idle: dict[tuple[bytes, str, int], list[_Exchange]] = {}
+        self._open: set[_Exchange] = set()
+
+    def _tls(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            self._ssl = httpx.create_ssl_context()
+        return self._ssl
+
+    async def _connect(self, origin: tuple[bytes, str, int], limit_s: float | None
+                       ) -> _Exchange:
+        scheme, host, port = origin
+        loop = asyncio.get_running_loop()
+        tls: dict[str, Any] = ({"ssl": self._tls(), "server_hostname": host}
+                               if scheme == b"https" else {})
+        try:
+            async with asyncio.timeout(limit_s):
+                _, conn = await loop.create_connection(_Exchange, host, port, **tls)
+        except TimeoutError:
+            raise httpx.ConnectTimeout(f"connecting to {host}:{port} timed out") from None
+        except (OSError, ssl.SSLError) as exc:
+            raise httpx.ConnectError(f"connecting to {host}:{port}: {exc}") from exc
+        return conn
+
+    def _pooled(self, origin: tuple[bytes, str, int]) -> _Exchange | None:
+        idle = self._idle.get(origin)
+        while idle:
+            conn = idle.pop()
+            if conn.reusable():
+                return conn
+        return None
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        scheme = url.raw_scheme
+        if scheme not in _DEFAULT_PORTS:
+            raise httpx.UnsupportedProtocol(f"unsupported URL scheme {url.scheme!r}")
+        origin = (scheme, url.host, url.port or _DEFAULT_PORTS[scheme])
+        timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
+        body = await request.aread()
+        head = [request.method.encode(), b" ", url.raw_path, b" HTTP/1.1\r\n"]
+        for name, value in request.headers.raw:
+            head += (name, b": ", value, b"\r\n")
+        chunked = request.headers.get("transfer-encoding", "").lower() == "chunked"
+        if chunked:  # a body httpx could not size: one chunk and the terminator
+            body = (f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n") if body \
+                else b"0\r\n\r\n"
+        data = b"".join(head) + b"\r\n" + body
+        conn = self._pooled(origin) or await self._connect(origin, timeouts.get("connect"))
+        self._open.add(conn)
+        try:
+            status, headers, content, keep = await conn.exchange(data, timeouts.get("read"))
+        except BaseException:
+            conn._fail(httpx.RemoteProtocolError("request abandoned"))
+            raise
+        finally:
+            self._open.discard(conn)
+        idle = self._idle.setdefault(origin, [])
+        if keep and len(idle) < MAX_IDLE:
+            idle.append(conn)
+        elif conn.transport is not None:
+            conn.transport.close()
+        return httpx.Response(status, headers=headers, content=content,
+                              extensions={"http_version": b"HTTP/1.1"}, request=request)
+
+    async def aclose(self) -> None:
+        for conn in [*self._open, *(c for idle in self._idle.values() for c in idle)]:
+            if conn.transport is not None:
+                conn.transport.close()
+        self._idle.clear()
+        self._open.clear()
+
+
+def platform_client(timeout_s: float) -> httpx.AsyncClient:
+    """The client a reply sink talks to its platform with (same API as ``httpx.AsyncClient``)."""
+    return httpx.AsyncClient(timeout=timeout_s, transport=LeanTransport())

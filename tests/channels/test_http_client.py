@@ -1,0 +1,175 @@
+"""The reply sinks' lean HTTP/1.1 transport, held to httpx's own transport on a real server.
+
+A scripted server on loopback answers each request with raw bytes; the same requests go
+through ``platform_client`` and through httpx's default transport (httpcore, the
+oracle), and both must see the same statuses, headers, bodies and errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import httpx
+import pytest
+
+from palyra.channels.adapters import _http_client
+from palyra.channels.adapters._http_client import LeanTransport, platform_client
+
+Script = Callable[[bytes, int], bytes | None]
+"""(request head and body, connection's request number) -> raw answer (None: hang up)."""
+
+
+@asynccontextmanager
+async def scripted_server(script: Script, *, close_after: int = 0
+                          ) -> AsyncIterator[tuple[str, list[int]]]:
+    """A loopback HTTP/1.1 server answering with ``script``; yields its base URL and the
+    number of connections accepted so far (one list element per connection)."""
+    connections: list[int] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(0)
+        served = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                body = await reader.readexactly(length)
+                answer = script(head + body, served)
+                served += 1
+                if answer is None:
+                    return
+                writer.write(answer)
+                await writer.drain()
+                if (close_after and served >= close_after) or b"connection: close" in answer:
+                    return
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", connections
+    finally:
+        server.close()
+
+
+def _echo(request: bytes, n: int) -> bytes:
+    body = b'{"ok":true,"n":%d,"len":%d}' % (n, len(request))
+    return (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-ratelimit-remaining: 4\r\n"
+            b"content-length: %d\r\n\r\n" % len(body)) + body
+
+
+def _chunked(request: bytes, n: int) -> bytes:
+    return (b"HTTP/1.1 201 Created\r\ntransfer-encoding: chunked\r\n\r\n"
+            b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+
+
+def _until_close(request: bytes, n: int) -> bytes:
+    return b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nuntil the end"
+
+
+def _limited(request: bytes, n: int) -> bytes:
+    body = b'{"retry_after": 0.25}'
+    return (b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\n\r\n" % len(body)) + body
+
+
+async def _both(url: str, send: Callable[[httpx.AsyncClient], object]
+                ) -> tuple[httpx.Response, httpx.Response]:
+    lean, oracle = platform_client(5.0), httpx.AsyncClient(timeout=5.0)
+    try:
+        got = await send(lean)  # type: ignore[misc]
+        want = await send(oracle)  # type: ignore[misc]
+    finally:
+        await lean.aclose()
+        await oracle.aclose()
+    return got, want
+
+
+@pytest.mark.parametrize("script", [_echo, _chunked, _until_close, _limited])
+async def test_answers_match_httpx(script: Script) -> None:
+    async with scripted_server(script) as (url, _):
+        got, want = await _both(url, lambda c: c.post(
+            url + "/api/chat.postMessage?x=1", json={"text": "hi ünïcode"},
+            headers={"authorization": "Bearer t"}))
+    assert got.status_code == want.status_code
+    assert got.content == want.content
+    assert [(k, v) for k, v in got.headers.items() if k != "content-length"] == \
+        [(k, v) for k, v in want.headers.items() if k != "content-length"]
+    assert got.is_error == want.is_error
+
+
+async def test_the_request_on_the_wire_is_httpxs() -> None:
+    seen: list[bytes] = []
+
+    def record(request: bytes, n: int) -> bytes:
+        seen.append(request)
+        return _echo(request, n)
+
+    async with scripted_server(record) as (url, _):
+        await _both(url, lambda c: c.post(url + "/hook/a%20b?q=1&r=%C3%A9", content=b"raw body",
+                                          headers={"webhook-id": "msg_1"}))
+    assert len(seen) == 2
+    assert seen[0] == seen[1]  # method, target, headers (Host, length, ...) and body
+
+
+async def test_keep_alive_reuses_one_connection_and_survives_a_server_close() -> None:
+    async with scripted_server(_echo, close_after=3) as (url, connections):
+        client = platform_client(5.0)
+        try:
+            for _ in range(3):
+                assert (await client.post(url + "/x", json={})).json()["ok"] is True
+            assert len(connections) == 1
+            await asyncio.sleep(0.05)  # the server closed the idle connection meanwhile
+            assert (await client.post(url + "/x", json={})).json()["n"] == 0
+            assert len(connections) == 2
+        finally:
+            await client.aclose()
+
+
+async def test_errors_are_httpxs() -> None:
+    async with scripted_server(lambda request, n: None) as (url, _):
+        for client in (platform_client(5.0), httpx.AsyncClient(timeout=5.0)):
+            with pytest.raises(httpx.RemoteProtocolError):
+                await client.post(url + "/x", json={})
+            await client.aclose()
+
+    async def hang(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.read()  # until the client gives up and closes
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(hang, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        for client in (platform_client(0.2), httpx.AsyncClient(timeout=0.2)):
+            with pytest.raises(httpx.ReadTimeout):
+                await client.post(f"http://127.0.0.1:{port}/x", json={})
+            await client.aclose()
+    finally:
+        server.close()
+    for client in (platform_client(1.0), httpx.AsyncClient(timeout=1.0)):
+        with pytest.raises(httpx.ConnectError):
+            await client.post(f"http://127.0.0.1:{port}/x", json={})  # nobody listens now
+        await client.aclose()
+
+
+async def test_a_huge_answer_is_refused_without_holding_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_http_client, "MAX_BODY_BYTES", 1000)
+
+    def huge(request: bytes, n: int) -> bytes:
+        return b"HTTP/1.1 200 OK\r\ncontent-length: 5000\r\n\r\n" + b"x" * 5000
+
+    async with scripted_server(huge) as (url, _):
+        client = httpx.AsyncClient(timeout=5.0, transport=LeanTransport())
+        with pytest.raises(httpx.RemoteProtocolError, match="exceeds 1000 bytes"):
+            await client.post(url + "/x", json={})
+        await client.aclose()
