@@ -57,6 +57,7 @@ from palyra.engine.run.listing import RunQuery, runs_page
 from palyra.engine.run.modelcall import ATTACHMENT_PREFIX, ATTACHMENT_TABLE
 from palyra.engine.run.recovery import RecoveryReport, live_run_ids
 from palyra.engine.sessions.locks import KeyedLocks
+from palyra.engine.sessions.ownership import SessionLeases, daemon_owner_name, session_leases
 from palyra.engine.sessions.selectors import Selectors
 from palyra.engine.sessions.writer import CleanupResult
 
@@ -90,6 +91,7 @@ __all__ = [
     "RunRecord",
     "RunStateId",
     "Selectors",
+    "SessionLeases",
     "SessionRecord",
     "StartRun",
     "Started",
@@ -102,6 +104,7 @@ __all__ = [
     "approval_write",
     "budget_exhausted",
     "covered_digest",
+    "daemon_owner_name",
     "decided",
     "is_run_terminal",
     "is_terminal_status",
@@ -114,5 +117,6 @@ __all__ = [
     "run_state_of_proto",
     "run_state_proto",
     "runs_page",
+    "session_leases",
     "tape_field_of",
 ]

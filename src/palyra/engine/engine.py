@@ -52,13 +52,15 @@ from palyra.engine.model.records import (
 from palyra.engine.run.actor import RunActor
 from palyra.engine.run.approvals import ApprovalReader
 from palyra.engine.run.deps import EndContributor, EngineDeps
-from palyra.engine.run.recovery import RecoveryReport, recover_runs
+from palyra.engine.run.recovery import RecoveryReport, recover_runs, unfinished_runs
+from palyra.engine.run.takeover import Takeover
 from palyra.engine.run.writer import RunWriter
-from palyra.engine.sessions.plan import record_write
+from palyra.engine.sessions.ownership import SessionLeases
+from palyra.engine.sessions.plan import SessionPlan, record_write
 from palyra.engine.sessions.reader import SessionReader
 from palyra.engine.sessions.selectors import Selectors
 from palyra.engine.sessions.writer import SessionWriter
-from palyra.journal import EntityWrite, JournalStore
+from palyra.journal import EntityWrite, JournalStore, Lease
 from palyra.providers import ModelProvider, ProviderConfig, ProviderRegistry
 from palyra.usage import UsageLedger
 
@@ -126,7 +128,8 @@ class Engine:
                  now_ms: Callable[[], int] = wall_ms,
                  context: ContextPort | None = None,
                  models: ProviderRegistry | None = None,
-                 usage: UsageLedger | None = None) -> None:
+                 usage: UsageLedger | None = None,
+                 leases: SessionLeases | None = None) -> None:
         self.config = config or EngineConfig()
         if models is None:
             # One provider serves every run, under its own name.
@@ -150,8 +153,13 @@ class Engine:
         self._tg: asyncio.TaskGroup | None = None
         self._draining = False
         self._helpers: set[asyncio.Task[None]] = set()
+        # Each actor's owning task (``_start_actor``): draining waits for them to
+        # finish their after-run work (a session lease released), not just the actor.
+        self._owning: set[asyncio.Task[None]] = set()
         self._run_end_hooks: list[Callable[[RunRecord], Awaitable[None]]] = []
         self._subject_deciders: dict[str, SubjectDecider] = {}
+        #: Several daemons on one journal: the sessions this one owns (None: it owns all).
+        self.leases = leases
 
     # -- lifetime ----------------------------------------------------------
     async def __aenter__(self) -> Engine:
@@ -243,12 +251,20 @@ class Engine:
 
     def _start_actor(self, actor: RunActor) -> None:
         self._actors[actor.run_id] = actor
+        leases = self.leases
+        session_id = actor.record.session_id
+        if leases is not None:
+            leases.hold(session_id)  # the caller's claim holds it now; this one lasts the run
 
         async def own() -> None:
             try:
                 await actor.main()
             finally:
                 self._actors.pop(actor.run_id, None)
+                if leases is not None:
+                    # A run parked (drain, lost lease) is left for another daemon.
+                    await leases.unhold(session_id,
+                                        settled=is_run_terminal(actor.record.state))
             record = actor.record
             if is_run_terminal(record.state):
                 for hook in self._run_end_hooks:
@@ -257,14 +273,38 @@ class Engine:
                     except Exception:
                         _log.exception("run-end hook failed for %s", record.run_id)
 
-        self.spawn(own())
+        task = self.spawn(own())
+        self._owning.add(task)
+        task.add_done_callback(self._owning.discard)
 
     async def recover(self) -> RecoveryReport:
-        """Resume or fail every non-terminal run (call once, before serving)."""
-        report, actors = await recover_runs(self._deps)
-        for actor in actors:
-            self._start_actor(actor)
+        """Resume or fail every non-terminal run (call once, before serving).
+
+        With session leases (several daemons on one journal) only the runs of
+        sessions this daemon can own: free ones, and those whose owner's term ran
+        out. From then on a background loop renews the leases held and takes over
+        the sessions of daemons that died (``run.takeover``).
+        """
+        if self.leases is None:
+            report, actors = await recover_runs(self._deps)
+            for actor in actors:
+                self._start_actor(actor)
+            return report
+        takeover = Takeover(self._deps, self.leases,
+                            lambda run_id: run_id in self._actors or run_id in self._claimed,
+                            self._start_actor, self._lost_session, lambda: self._draining)
+        report = RecoveryReport()
+        await takeover.take(unfinished_runs(self.store), report)
+        self.spawn(takeover.keep())
         return report
+
+    def _lost_session(self, session_id: str) -> None:
+        """Another daemon took ``session_id`` over: stop its runs here without writing."""
+        for actor in list(self._actors.values()):
+            if actor.record.session_id == session_id:
+                _log.warning("lost the lease on session %s: stopping run %s here",
+                             session_id, actor.run_id)
+                self.spawn(actor.park(0.0))
 
     async def drain(self) -> None:
         """Park every live run durably (SIGTERM): no terminal state, resumable."""
@@ -274,6 +314,8 @@ class Engine:
             async with asyncio.TaskGroup() as tg:
                 for actor in actors:
                     tg.create_task(actor.park(self.config.drain_grace_s))
+        if self._owning:
+            await asyncio.wait(set(self._owning))
 
     # -- runs --------------------------------------------------------------
     async def start_run(self, identity: IdentityRec, start: StartRun) -> Started:
@@ -309,37 +351,60 @@ class Engine:
         return started
 
     async def _accept(self, identity: IdentityRec, start: StartRun, run_id: str) -> Started:
-        now = self._deps.now_ms()
         async with self.session_writer.resolving(identity, start.selectors) as plan:
-            session = msgspec.structs.replace(
-                plan.record, last_run_id=run_id, run_count=plan.record.run_count + 1,
-                updated_ms=now)
-            inputs = (InputRec(new_ulid(), start.text, len(start.attachments),
-                               start.attachments),) if (
-                start.text is not None) else ()
-            record = RunRecord(run_id=run_id, session_id=session.session_id,
-                               state=RunStateId.PENDING, identity=identity, created_ms=now,
-                               updated_ms=now, driver=start.driver, pending_inputs=inputs,
-                               complete_requested=start.complete,
-                               previous_run_id=plan.record.last_run_id,
-                               agent_id=start.agent_id,
-                               agent_postures=dict(start.agent_postures),
-                               model_route=start.model_route,
-                               response_cache=start.response_cache,
-                               parent_run_id=start.parent_run_id,
-                               delegation_depth=start.delegation_depth,
-                               token_budget=start.token_budget)
-            writer = RunWriter(self.store, record, LoopState(), self._deps.now_ms)
-            batch = writer.batch().events(*plan.events)
-            batch.write(*plan.entity_writes, record_write(session), *start.writes)
-            batch.transition(RunEvent.ACCEPT, reason="accepted",
-                             message=f"accepted session={session.session_id} "
-                                     f"principal={identity.principal}"
-                                     # A delegated child's tape names its parent.
-                                     + (f" parent_run={start.parent_run_id}"
-                                        if start.parent_run_id else ""))
-            batch.transition(RunEvent.START, message="streaming")
-            await batch.commit()
+            lease = await self._claim(plan.record.session_id)
+            try:
+                return await self._accept_owned(identity, start, run_id, plan, lease)
+            finally:
+                if self.leases is not None:
+                    await self.leases.unhold(plan.record.session_id)
+
+    async def _claim(self, session_id: str) -> Lease | None:
+        """This daemon's lease on ``session_id`` (None without leases: it owns all).
+
+        Raises:
+            PalyraError: ``UNAVAILABLE`` (retryable) while another daemon owns it.
+        """
+        if self.leases is None:
+            return None
+        lease = await self.leases.claim(session_id)
+        if lease is None:
+            raise coded(ErrorCode.UNAVAILABLE, f"session {session_id} is owned by another "
+                        "daemon now; retry", session_id=session_id)
+        return lease
+
+    async def _accept_owned(self, identity: IdentityRec, start: StartRun, run_id: str,
+                            plan: SessionPlan, lease: Lease | None) -> Started:
+        now = self._deps.now_ms()
+        session = msgspec.structs.replace(
+            plan.record, last_run_id=run_id, run_count=plan.record.run_count + 1,
+            updated_ms=now)
+        inputs = (InputRec(new_ulid(), start.text, len(start.attachments),
+                           start.attachments),) if (
+            start.text is not None) else ()
+        record = RunRecord(run_id=run_id, session_id=session.session_id,
+                           state=RunStateId.PENDING, identity=identity, created_ms=now,
+                           updated_ms=now, driver=start.driver, pending_inputs=inputs,
+                           complete_requested=start.complete,
+                           previous_run_id=plan.record.last_run_id,
+                           agent_id=start.agent_id,
+                           agent_postures=dict(start.agent_postures),
+                           model_route=start.model_route,
+                           response_cache=start.response_cache,
+                           parent_run_id=start.parent_run_id,
+                           delegation_depth=start.delegation_depth,
+                           token_budget=start.token_budget)
+        writer = RunWriter(self.store, record, LoopState(), self._deps.now_ms, lease)
+        batch = writer.batch().events(*plan.events)
+        batch.write(*plan.entity_writes, record_write(session), *start.writes)
+        batch.transition(RunEvent.ACCEPT, reason="accepted",
+                         message=f"accepted session={session.session_id} "
+                                 f"principal={identity.principal}"
+                                 # A delegated child's tape names its parent.
+                                 + (f" parent_run={start.parent_run_id}"
+                                    if start.parent_run_id else ""))
+        batch.transition(RunEvent.START, message="streaming")
+        await batch.commit()
         self._start_actor(RunActor(self._deps, writer))
         return Started(redacted(writer.record), session, plan.created, plan.reset_applied)
 

@@ -231,7 +231,11 @@ class RunActor:
                     if exc is not None:
                         await self._finalize(RunEvent.FAIL, reason_of(exc), as_palyra_error(exc))
                         return
-        except Exception:  # a bug in the actor itself: never leave the run stuck
+        except Exception as exc:
+            if _lease_stale(exc):  # another daemon owns the session now and resumes the run
+                self._lose_ownership()
+                return
+            # A bug in the actor itself: never leave the run stuck.
             log.exception("run actor crashed", extra={"run_id": self.run_id})
             try:
                 await self._finalize(RunEvent.FAIL, "internal_error",
@@ -305,8 +309,22 @@ class RunActor:
                 await self._writer.batch().transition(RunEvent.COMPLETE, message="completed", reason=reason).set(
                     end_reason=reason).commit_locked()
 
+    def _lose_ownership(self) -> None:
+        """A commit was fenced out: this daemon lost the run's session to another one.
+
+        The actor stops without writing (it could not); the new owner resumes the
+        run from its journal as start-up recovery does.
+        """
+        self._parking = True
+        self._step.parking = True
+        log.warning("run %s: the session's lease was taken over; its new owner resumes it",
+                    self.run_id)
+
     async def _finalize(self, event: str, reason: str, error: PalyraError | None) -> None:
         """The single path to ``failed`` / ``cancelled``; a no-op once terminal."""
+        if error is not None and error.code is ErrorCode.LEASE_STALE:
+            self._lose_ownership()
+            return
         carry = self._step.take_carry()
         if carry is not None and carry.members:
             await carry.commit()
@@ -347,6 +365,10 @@ class RunActor:
 
     def _release_waiters(self) -> None:
         self._step.mailbox.close(parking=self._parking)
+
+
+def _lease_stale(exc: BaseException) -> bool:
+    return isinstance(exc, PalyraError) and exc.code is ErrorCode.LEASE_STALE
 
 
 def _code_proto(code: ErrorCode) -> pb.ErrorCode:

@@ -23,7 +23,7 @@ from palyra.engine.model.fold import LoopState
 from palyra.engine.model.lifecycle import RunEvent, RunStateId, run_next, run_state_proto
 from palyra.engine.model.records import RUNS, RunRecord, encode
 from palyra.engine.model.tape import ENGINE_ACTOR, kind_of, payload_of
-from palyra.journal import EntityWrite, EventDraft, JournalStore, StoredEvent
+from palyra.journal import EntityWrite, EventDraft, JournalStore, Lease, StoredEvent
 
 
 def end_reason_on_complete(current: str) -> str:
@@ -36,9 +36,13 @@ class RunWriter:
     """Owns one run's record and loop state; commits batches in order."""
 
     def __init__(
-        self, store: JournalStore, record: RunRecord, loop: LoopState, now_ms: Callable[[], int]
+        self, store: JournalStore, record: RunRecord, loop: LoopState, now_ms: Callable[[], int],
+        fence: Lease | None = None,
     ) -> None:
         self.store = store
+        #: The run's session lease (several daemons on one journal): every commit of
+        #: the run is fenced by it, so a daemon that lost the session writes nothing.
+        self.fence = fence
         self.record = record
         self.loop = loop
         self.now_ms = now_ms
@@ -174,7 +178,7 @@ class Batch:
         # The queued write is tracked by its own future (no task per commit);
         # a bad draft raises here, before anything is queued.
         try:
-            task = w.store.submit(drafts)
+            task = w.store.submit(drafts, fence=w.fence)
         except BaseException:
             self._settle(None, record, saved)
             raise
