@@ -173,3 +173,24 @@ async def test_a_stopped_daemon_hands_its_sessions_over_without_waiting_for_the_
     done = await _approve_to_end(app_b, run.run_id, "b")
     assert done.state == pb.RunState.DONE and "result=1" in done.final_text
     b.check_tape(run.run_id)
+
+
+async def test_an_approval_decided_on_another_daemon_reaches_the_run_on_its_owner(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_a = await a.start()
+    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_b = await b.start()
+    run = await _hitl_run(app_a, 2)
+    for _ in range(2):
+        approval = await next_approval(app_b, run.run_id)  # any daemon serves reads
+        decided = await _decide(app_b, approval.approval_id, "decided on b")
+        assert decided.state == pb.ApprovalState.APPROVED and decided.reason == "decided on b"
+    assert b.engine is not None and b.engine.live_runs() == []  # the run never moved
+    done = (await app_a.complete_run(USER, pb.CompleteRunRequest(run_id=run.run_id,
+                                                                 wait=True))).run
+    assert done.state == pb.RunState.DONE and "result=2" in done.final_text
+    assert a.store is not None
+    assert a.store.scan_entities("meta", "approval_relay:", "", 10) == []  # consumed
+    a.check_tape(run.run_id)

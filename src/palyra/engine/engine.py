@@ -53,6 +53,7 @@ from palyra.engine.run.actor import RunActor
 from palyra.engine.run.approvals import ApprovalReader
 from palyra.engine.run.deps import EndContributor, EngineDeps
 from palyra.engine.run.recovery import RecoveryReport, recover_runs, unfinished_runs
+from palyra.engine.run.relay import relay_decision
 from palyra.engine.run.takeover import Takeover
 from palyra.engine.run.writer import RunWriter
 from palyra.engine.sessions.ownership import SessionLeases
@@ -146,7 +147,7 @@ class Engine:
                                 config=self.config, session_reader=self.session_reader,
                                 session_writer=self.session_writer,
                                 approval_reader=self.approval_reader, now_ms=now_ms,
-                                context=context)
+                                context=context, shared_journal=leases is not None)
         self._actors: dict[str, RunActor] = {}
         self._claimed: set[str] = set()
         self._stack = AsyncExitStack()
@@ -569,6 +570,11 @@ class Engine:
                             "this daemon", approval_id=approval_id)
             return redacted(await decide(record, decision))
         actor = self._actors.get(record.run_id)
+        if actor is None and self.leases is not None:
+            # The run lives on the daemon that owns its session (or will, after a
+            # takeover): the decision reaches it through the journal.
+            return redacted(await relay_decision(self.store, self.approval_reader, record,
+                                                 decision, 2 * self.leases.ttl_s + 5))
         if actor is None:
             raise coded(ErrorCode.UNAVAILABLE, f"run {record.run_id} is not live; retry "
                         "after the daemon restarts", run_id=record.run_id)

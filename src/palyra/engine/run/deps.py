@@ -44,3 +44,6 @@ class EngineDeps:
     end_contributors: list[EndContributor] = field(default_factory=list)
     # The committed rows of live parked runs' approvals (``run.approvals``).
     pending: PendingApprovals = field(default_factory=PendingApprovals)
+    # Several daemons share the journal (sessions owned by lease): an approval may
+    # be decided on another daemon and relayed through the journal (``run.relay``).
+    shared_journal: bool = False
