@@ -194,3 +194,41 @@ async def test_an_approval_decided_on_another_daemon_reaches_the_run_on_its_owne
     assert a.store is not None
     assert a.store.scan_entities("meta", "approval_relay:", "", 10) == []  # consumed
     a.check_tape(run.run_id)
+
+
+async def _state(app: PalyraApp, run_id: str) -> pb.Run:
+    return (await app.get_run(USER, pb.GetRunRequest(run_id=run_id))).run
+
+
+async def test_messages_for_a_run_on_another_daemon_are_handed_over_not_refused(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_a = await a.start()
+    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_b = await b.start()
+    assert a.engine is not None and b.engine is not None
+    first = (await app_a.create_run(USER, pb.CreateRunRequest(
+        input=pb.MessageInput(text=loop_text(1)), wait=True))).run  # idle, waiting for input
+    await app_b.send_run_input(USER, pb.SendRunInputRequest(
+        run_id=first.run_id, input=pb.MessageInput(text=loop_text(2))))
+    await asyncio.sleep(1.0)  # several inbox rounds: a row applied twice would show
+    await app_b.complete_run(USER, pb.CompleteRunRequest(run_id=first.run_id))
+    async with asyncio.timeout(10):
+        while True:
+            done = await _state(app_b, first.run_id)
+            if done.state == pb.RunState.DONE:
+                break
+            await asyncio.sleep(0.02)
+    assert "result=2" in done.final_text
+    assert a.kinds(first.run_id).count("user_input") == 2  # the handed-over input, once
+    assert b.engine.live_runs() == []  # it ran on A, its owner, all along
+    assert a.kinds(first.run_id).count("status:DONE") == 1
+    a.check_tape(first.run_id)
+    # A cancel asked of B reaches the run on A too.
+    second = (await app_a.create_run(USER, pb.CreateRunRequest(
+        input=pb.MessageInput(text=loop_text(1)), wait=True))).run
+    aborted = await app_b.abort_run(USER, pb.AbortRunRequest(run_id=second.run_id))
+    assert aborted.cancel_requested and aborted.state == pb.RunState.CANCELLED
+    assert a.store is not None
+    assert a.store.scan_entities("meta", "run_inbox:", "", 10) == []  # every message taken

@@ -52,6 +52,7 @@ from palyra.engine.model.records import (
 from palyra.engine.run.actor import RunActor
 from palyra.engine.run.approvals import ApprovalReader
 from palyra.engine.run.deps import EndContributor, EngineDeps
+from palyra.engine.run.inbox import InboxReader, RelayedMessage, message_draft
 from palyra.engine.run.recovery import RecoveryReport, recover_runs, unfinished_runs
 from palyra.engine.run.relay import relay_decision
 from palyra.engine.run.takeover import Takeover
@@ -291,6 +292,7 @@ class Engine:
             for actor in actors:
                 self._start_actor(actor)
             return report
+        self.spawn(InboxReader(self.store, self._actors.get).keep())
         takeover = Takeover(self._deps, self.leases,
                             lambda run_id: run_id in self._actors or run_id in self._claimed,
                             self._start_actor, self._lost_session, lambda: self._draining)
@@ -438,17 +440,51 @@ class Engine:
                         "daemon restarts", run_id=run_id)
         return actor
 
+    def _live_or_elsewhere(self, identity: IdentityRec, run_id: str) -> RunActor | None:
+        """The run's actor here, or None when it lives on another daemon (the
+        journal is shared and the run is not terminal): hand the request over."""
+        if self.leases is None or run_id in self._actors:
+            return self._live(identity, run_id)
+        record = self.get_run(identity, run_id)
+        if is_run_terminal(record.state):
+            raise coded(ErrorCode.RUN_TERMINAL, f"run {run_id} is {record.state}",
+                        run_id=run_id)
+        return None
+
+    async def _hand_over(self, identity: IdentityRec, run_id: str,
+                         message: RelayedMessage) -> RunRecord:
+        """Queue ``message`` for the daemon that owns the run (``run.inbox``); the
+        answer is the run's committed record (the message lands on it shortly)."""
+        record = self.get_run(identity, run_id)
+        await self.store.append([message_draft(record, message, identity.principal)])
+        return record
+
+    async def _settled(self, identity: IdentityRec, run_id: str, wait_s: float) -> RunRecord:
+        """The run's record once terminal, or as it is after ``wait_s``."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(wait_s):
+                while True:
+                    record = self.get_run(identity, run_id)
+                    if is_run_terminal(record.state):
+                        return record
+                    await asyncio.sleep(0.05)
+        return self.get_run(identity, run_id)
+
     async def send_input(self, identity: IdentityRec, run_id: str, text: str,
                          attachments: tuple[AttachmentRec, ...] = (), *,
                          complete: bool = False,
                          into_completing: bool = False) -> RunRecord:
         """Queue an input (``/cancel`` cancels the run instead); ``into_completing``:
         also into a run asked to complete that has not ended yet (see ``add_input``)."""
-        actor = self._live(identity, run_id)
         if text.strip() == CANCEL_COMMAND:
+            self._live_or_elsewhere(identity, run_id)
             await self.abort_run(identity, run_id, "cancel command")
             return self.get_run(identity, run_id)
+        actor = self._live_or_elsewhere(identity, run_id)
         parse_references(text)  # a malformed @reference fails before anything lands
+        if actor is None:
+            return await self._hand_over(identity, run_id, RelayedMessage(
+                new_ulid(), text, attachments, complete, into_completing))
         # The actor's copy is exact (a queued input keeps its secrets until the
         # model has it); callers get the stored, redacted form.
         return redacted(await actor.add_input(text, new_ulid(), attachments, complete,
@@ -459,7 +495,11 @@ class Engine:
         record = self.get_run(identity, run_id)
         if is_run_terminal(record.state):
             return record
-        return redacted(await self._live(identity, run_id).request_complete())
+        actor = self._live_or_elsewhere(identity, run_id)
+        if actor is None:
+            return await self._hand_over(identity, run_id, RelayedMessage(new_ulid(),
+                                                                          complete=True))
+        return redacted(await actor.request_complete())
 
     async def abort_run(self, identity: IdentityRec, run_id: str,
                         reason: str = "") -> tuple[bool, RunRecord]:
@@ -467,7 +507,11 @@ class Engine:
         record = self.get_run(identity, run_id)
         if is_run_terminal(record.state):
             return False, record
-        actor = self._live(identity, run_id)
+        actor = self._live_or_elsewhere(identity, run_id)
+        if actor is None:
+            await self._hand_over(identity, run_id, RelayedMessage(
+                new_ulid(), cancel="cancelled_by_request"))
+            return True, await self._settled(identity, run_id, 2.0)
         actor.request_cancel("cancelled_by_request")
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(2.0):

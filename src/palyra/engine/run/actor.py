@@ -39,6 +39,7 @@ from palyra.engine.run.deps import EngineDeps
 from palyra.engine.run.loop import advance
 from palyra.engine.run.step import Step
 from palyra.engine.run.writer import Batch, RunWriter, end_reason_on_complete
+from palyra.journal import EntityWrite
 
 log = logging.getLogger("palyra.engine")
 
@@ -89,13 +90,17 @@ class RunActor:
 
     # -- requests from other tasks -------------------------------------------
     async def add_input(self, text: str, input_id: str, attachments: tuple[AttachmentRec, ...],
-                        complete: bool, *, into_completing: bool = False) -> RunRecord:
+                        complete: bool, *, into_completing: bool = False,
+                        writes: tuple[EntityWrite, ...] = ()) -> RunRecord:
         """Queue one input durably (processed in order after earlier ones).
 
         ``into_completing``: a run whose driver asked it to complete still takes the
         input while it has not ended (it completes after answering it); the channel
         router, which half-closes its own runs, uses this to give a conversation's
         running run the messages that arrive meanwhile.
+
+        ``writes``: entity writes of the same commit (a handed-over message's row
+        deleted, ``run.inbox``).
 
         Raises:
             PalyraError: ``RUN_TERMINAL`` if the run ended or is completing;
@@ -114,7 +119,7 @@ class RunActor:
             batch = self._writer.batch().set(pending_inputs=inputs,
                                             complete_requested=complete or (
                                                 into_completing and rec.complete_requested))
-            await batch.commit_locked()
+            await batch.write(*writes).commit_locked()
         self._wake.set()
         return self._writer.record
 
