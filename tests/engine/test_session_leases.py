@@ -232,3 +232,30 @@ async def test_messages_for_a_run_on_another_daemon_are_handed_over_not_refused(
     assert aborted.cancel_requested and aborted.state == pb.RunState.CANCELLED
     assert a.store is not None
     assert a.store.scan_entities("meta", "run_inbox:", "", 10) == []  # every message taken
+
+
+async def test_a_new_run_in_a_session_owned_elsewhere_is_handed_over_not_refused(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_a = await a.start()
+    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_b = await b.start()
+    assert a.engine is not None and b.engine is not None
+    first = (await app_a.create_run(USER, pb.CreateRunRequest(
+        session_key="busy", input=pb.MessageInput(text=loop_text(1)), wait=True))).run
+    assert _holder(a, first.session_id) == (_owner(a), 1, True)  # A owns it: its run is live
+    second = (await app_b.create_run(USER, pb.CreateRunRequest(
+        session_key="busy", input=pb.MessageInput(text=loop_text(2)), complete=True))).run
+    assert second.session_id == first.session_id
+    async with asyncio.timeout(10):
+        while True:
+            done = await _state(app_b, second.run_id)
+            if done.state == pb.RunState.DONE:
+                break
+            await asyncio.sleep(0.02)
+    assert "result=2" in done.final_text
+    assert b.engine.live_runs() == []  # started and run on A, the session's owner
+    assert a.store is not None
+    assert a.store.scan_entities("meta", "session_inbox:", "", 10) == []
+    a.check_tape(second.run_id)

@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 import structlog
 
-from palyra.core.errors import ErrorCode, PermissionDenied
+from palyra.core.errors import ErrorCode, PalyraError, PermissionDenied
 from palyra.core.ids import is_ulid, new_ulid
 from palyra.core.principals import is_operator
 from palyra.core.references import parse_references
@@ -52,7 +52,13 @@ from palyra.engine.model.records import (
 from palyra.engine.run.actor import RunActor
 from palyra.engine.run.approvals import ApprovalReader
 from palyra.engine.run.deps import EndContributor, EngineDeps
-from palyra.engine.run.inbox import InboxReader, RelayedMessage, message_draft
+from palyra.engine.run.inbox import (
+    InboxReader,
+    RelayedMessage,
+    RelayedStart,
+    message_draft,
+    start_draft,
+)
 from palyra.engine.run.recovery import RecoveryReport, recover_runs, unfinished_runs
 from palyra.engine.run.relay import relay_decision
 from palyra.engine.run.takeover import Takeover
@@ -62,7 +68,7 @@ from palyra.engine.sessions.plan import SessionPlan, record_write
 from palyra.engine.sessions.reader import SessionReader
 from palyra.engine.sessions.selectors import Selectors
 from palyra.engine.sessions.writer import SessionWriter
-from palyra.journal import EntityWrite, JournalStore, Lease
+from palyra.journal import EntityWrite, EventDraft, JournalStore, Lease
 from palyra.providers import ModelProvider, ProviderConfig, ProviderRegistry
 from palyra.usage import UsageLedger
 
@@ -97,6 +103,8 @@ class StartRun:
     token_budget: int = 0
     # Entity writes of the run's first commit (a delegation's index row).
     writes: tuple[EntityWrite, ...] = ()
+    handed_over: bool = False
+    """Handed over by another daemon (``run.inbox``): started here or not at all."""
     minted: bool = False
     """``run_id`` was minted by this process with ``new_ulid()`` just now, so it is
     free: no read of the store to check (that read would wait for LMDB to hold
@@ -292,7 +300,7 @@ class Engine:
             for actor in actors:
                 self._start_actor(actor)
             return report
-        self.spawn(InboxReader(self.store, self._actors.get).keep())
+        self.spawn(InboxReader(self.store, self._actors.get, self._start_relayed).keep())
         takeover = Takeover(self._deps, self.leases,
                             lambda run_id: run_id in self._actors or run_id in self._claimed,
                             self._start_actor, self._lost_session, lambda: self._draining)
@@ -354,27 +362,73 @@ class Engine:
         return started
 
     async def _accept(self, identity: IdentityRec, start: StartRun, run_id: str) -> Started:
+        leases = self.leases
         async with self.session_writer.resolving(identity, start.selectors) as plan:
-            lease = await self._claim(plan.record.session_id)
-            try:
-                return await self._accept_owned(identity, start, run_id, plan, lease)
-            finally:
-                if self.leases is not None:
-                    await self.leases.unhold(plan.record.session_id)
+            session_id = plan.record.session_id
+            lease = await leases.claim(session_id) if leases is not None else None
+            if leases is None or lease is not None:
+                try:
+                    return await self._accept_owned(identity, start, run_id, plan, lease)
+                finally:
+                    if leases is not None:
+                        await leases.unhold(session_id)
+            relayed = self._relayable(identity, start, run_id, plan)
+        # Another daemon owns the session: it starts the run (``run.inbox``).
+        await self.store.append([start_draft(relayed)])
+        return await self._started_elsewhere(relayed, 2 * leases.ttl_s + 5)
 
-    async def _claim(self, session_id: str) -> Lease | None:
-        """This daemon's lease on ``session_id`` (None without leases: it owns all).
+    def _relayable(self, identity: IdentityRec, start: StartRun, run_id: str,
+                   plan: SessionPlan) -> RelayedStart:
+        """``start`` as a hand-over to the session's owner, when it can be one.
 
         Raises:
-            PalyraError: ``UNAVAILABLE`` (retryable) while another daemon owns it.
+            PalyraError: ``UNAVAILABLE`` (retryable) when it cannot: a stream's run
+                (its stream is here), a delegation, a reset, or a hand-over already.
         """
-        if self.leases is None:
-            return None
-        lease = await self.leases.claim(session_id)
-        if lease is None:
-            raise coded(ErrorCode.UNAVAILABLE, f"session {session_id} is owned by another "
-                        "daemon now; retry", session_id=session_id)
-        return lease
+        if (start.driver != "api" or start.handed_over or start.parent_run_id or start.writes
+                or plan.created or plan.reset_applied):
+            raise coded(ErrorCode.UNAVAILABLE, f"session {plan.record.session_id} is owned "
+                        "by another daemon now; retry", session_id=plan.record.session_id)
+        return RelayedStart(run_id, plan.record.session_id, identity, start.text,
+                            start.attachments, start.complete, start.agent_id,
+                            dict(start.agent_postures), start.model_route, start.response_cache,
+                            start.token_budget)
+
+    async def _started_elsewhere(self, relayed: RelayedStart, wait_s: float) -> Started:
+        """The handed-over run once its owner committed its start."""
+        try:
+            async with asyncio.timeout(wait_s):
+                while True:
+                    raw = self.store.get_entity(RUNS, relayed.run_id)
+                    if raw is not None:
+                        break
+                    await asyncio.sleep(0.02)
+        except TimeoutError:
+            raise coded(ErrorCode.UNAVAILABLE, f"run {relayed.run_id} is handed over to the "
+                        "daemon that owns its session, which has not started it yet",
+                        run_id=relayed.run_id) from None
+        session = self.session_reader.require(relayed.session_id)
+        return Started(redacted(decode(RunRecord, raw)), session, False, False)
+
+    async def _start_relayed(self, relayed: RelayedStart, consumed: EntityWrite) -> bool:
+        """Start a run another daemon handed over, if this one can own its session."""
+        try:
+            await self.start_run(relayed.identity, StartRun(
+                Selectors(session_id=relayed.session_id), text=relayed.text,
+                attachments=relayed.attachments, run_id=relayed.run_id,
+                complete=relayed.complete, agent_id=relayed.agent_id,
+                agent_postures=relayed.agent_postures, model_route=relayed.model_route,
+                response_cache=relayed.response_cache, token_budget=relayed.token_budget,
+                writes=(consumed,), handed_over=True))
+            return True
+        except PalyraError as exc:
+            if exc.code is ErrorCode.UNAVAILABLE:
+                return False  # another daemon owns the session: it starts the run
+            _log.warning("handed-over run %s not started: %s", relayed.run_id, exc.message)
+            await self.store.append([EventDraft(kind="session.run_dropped", actor="engine",
+                                                session_id=relayed.session_id,
+                                                entity_writes=(consumed,))])
+            return False
 
     async def _accept_owned(self, identity: IdentityRec, start: StartRun, run_id: str,
                             plan: SessionPlan, lease: Lease | None) -> Started:

@@ -15,14 +15,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import msgspec
 
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.core.ids import new_ulid
 from palyra.engine.model.lifecycle import is_run_terminal
-from palyra.engine.model.records import RUNS, AttachmentRec, RunRecord, decode, redact_str
+from palyra.engine.model.records import (
+    RUNS,
+    AttachmentRec,
+    IdentityRec,
+    RunRecord,
+    decode,
+    redact_str,
+)
 from palyra.engine.model.tape import ENGINE_ACTOR
 from palyra.engine.run.actor import RunActor
 from palyra.journal import EntityWrite, EventDraft, JournalStore
@@ -46,6 +53,41 @@ class RelayedMessage(msgspec.Struct, frozen=True):
     into_completing: bool = False
     cancel: str = ""
     """Non-empty: cancel the run, with this reason."""
+
+
+class RelayedStart(msgspec.Struct, frozen=True):
+    """A new API run for a session whose lease another daemon holds (``session_inbox:``)."""
+
+    run_id: str
+    session_id: str
+    identity: IdentityRec
+    text: str | None = None
+    attachments: tuple[AttachmentRec, ...] = ()
+    complete: bool = False
+    agent_id: str = ""
+    agent_postures: dict[str, str] = {}
+    model_route: tuple[str, ...] = ()
+    response_cache: bool = False
+    token_budget: int = 0
+
+
+START_PREFIX = "session_inbox:"
+
+
+def start_key(session_id: str, run_id: str) -> str:
+    """The row of a handed-over run start (one per run id: a retried start overwrites it)."""
+    return f"{START_PREFIX}{session_id}:{run_id}"
+
+
+def start_draft(start: RelayedStart) -> EventDraft:
+    """The event that hands a new run of ``start.session_id`` to the session's owner."""
+    if start.text:
+        start = msgspec.structs.replace(start, text=redact_str(start.text))
+    return EventDraft(
+        kind="session.run_relayed", actor=ENGINE_ACTOR, session_id=start.session_id,
+        principal=start.identity.principal, payload={"run_id": start.run_id},
+        entity_writes=(EntityWrite(INBOX_TABLE, start_key(start.session_id, start.run_id),
+                                   msgspec.json.encode(start)),))
 
 
 def inbox_key(run_id: str, message_id: str) -> str:
@@ -91,9 +133,11 @@ def drop(key: str) -> EntityWrite:
 class InboxReader:
     """Applies handed-over messages to this daemon's live runs (one engine's loop)."""
 
-    def __init__(self, store: JournalStore, live: Callable[[str], RunActor | None]) -> None:
+    def __init__(self, store: JournalStore, live: Callable[[str], RunActor | None],
+                 start: Callable[[RelayedStart, EntityWrite], Awaitable[bool]]) -> None:
         self._store = store
         self._live = live
+        self._start = start
 
     async def keep(self) -> None:
         """Read the inbox every ``INBOX_POLL_S`` until cancelled."""
@@ -105,7 +149,10 @@ class InboxReader:
                 _log.warning("run inbox round failed", exc_info=True)
 
     async def round(self) -> None:
-        """Apply every message for a live run here; drop those of ended runs."""
+        """Start the handed-over runs this daemon can own; apply every message for a live
+        run here; drop those of ended runs."""
+        for key, raw in self._store.scan_entities(INBOX_TABLE, START_PREFIX, "", INBOX_PAGE):
+            await self._start_one(key, raw)
         after = ""
         while True:
             rows = self._store.scan_entities(INBOX_TABLE, INBOX_PREFIX, after, INBOX_PAGE)
@@ -151,3 +198,16 @@ class InboxReader:
     async def _drop(self, key: str, run_id: str) -> None:
         await self._store.append([EventDraft(kind="run.input_dropped", actor=ENGINE_ACTOR,
                                              run_id=run_id, entity_writes=(drop(key),))])
+
+    async def _start_one(self, key: str, raw: bytes) -> None:
+        try:
+            start = msgspec.json.decode(raw, type=RelayedStart)
+        except msgspec.DecodeError:
+            start = None
+        if start is None or self._store.get_entity(RUNS, start.run_id) is not None:
+            await self._store.append([EventDraft(kind="session.run_dropped", actor=ENGINE_ACTOR,
+                                                 entity_writes=(drop(key),))])
+            return
+        # Started (the row dropped in its accept commit) only where the session's
+        # lease can be claimed: its owner, or anyone once it is free.
+        await self._start(start, drop(key))
