@@ -1,5 +1,7 @@
 """Three daemons on one PostgreSQL journal, SIGKILLed and restarted at random while a client
-drives the tool-loop workload, with and without approvals, through randomly chosen daemons.
+drives the tool-loop workload, with and without approvals, through randomly chosen daemons
+(the turns without approvals share one session, so new runs are handed over to the daemon
+that owns their session).
 
 At the end: every turn ends ``result=K``; every run's tape, tailed over SSE and re-attached
 on another daemon whenever one dies, arrived dense from 0 with no gap and no duplicate; no
@@ -40,6 +42,7 @@ TOKEN = "many-daemons-test-token-0123456789abcdef"
 HEADERS = {"authorization": f"Bearer {TOKEN}", "x-palyra-device-id": "01J00000000000000000000000",
            "x-palyra-principal": "admin:ops"}
 TERMINAL = ("RUN_STATE_DONE", "RUN_STATE_FAILED", "RUN_STATE_CANCELLED")
+RUN_TAG = new_ulid()
 TASK = (f"Start from 0 and add 1 to the running total {K} times, one add tool call per step, "
         "then reply with the final result.")
 
@@ -103,7 +106,9 @@ async def _tail(cluster: Cluster, client: httpx.AsyncClient, run_id: str,
 
 async def _turn(cluster: Cluster, client: httpx.AsyncClient, i: int) -> dict[str, Any]:
     approvals = i % 2 == 1
-    session_key = f"turn-{i}-{new_ulid()}"
+    # Turns without approvals share one session: a run started on a daemon that does not
+    # own the session (another turn's run is live there) is handed over to its owner.
+    session_key = f"turn-{i}-{new_ulid()}" if approvals else f"shared-{RUN_TAG}"
     if approvals:
         session = (await cluster.call(client, "POST", "/v1/sessions:resolve",
                                       {"sessionKey": session_key}))["session"]
@@ -235,7 +240,9 @@ def test_three_daemons_killed_at_random_lose_nothing(
             kinds += [e.kind for e in page]
             after = page[-1].position
         # Each SIGKILL left runs to resume: some daemon took them over (the test's premise).
-        print(f"kills={group.kills} resumed={kinds.count('run.recovered')}")
+        print(f"kills={group.kills} resumed={kinds.count('run.recovered')} "
+              f"handed_over={kinds.count('session.run_relayed')} "
+              f"relayed_decisions={kinds.count('approval.relayed')}")
         for turn in turns:
             tape = store.read_tape(turn["run"]["runId"], -1, 10_000).events
             # One end only: a fenced-out owner's write would add a second, or break the order.

@@ -178,7 +178,10 @@ class Batch:
         # The queued write is tracked by its own future (no task per commit);
         # a bad draft raises here, before anything is queued.
         try:
-            task = w.store.submit(drafts, fence=w.fence)
+            # Unfenced (LMDB, one daemon) exactly as before leases existed.
+            fence = w.fence
+            task = (w.store.submit(drafts) if fence is None
+                    else w.store.submit(drafts, fence=fence))
         except BaseException:
             self._settle(None, record, saved)
             raise
