@@ -366,6 +366,11 @@ class Engine:
         async with self.session_writer.resolving(identity, start.selectors) as plan:
             session_id = plan.record.session_id
             lease = await leases.claim(session_id) if leases is not None else None
+            if leases is not None and lease is not None and not (
+                    plan.created or plan.reset_applied):
+                # Read again under the lease: the plan's record was read before it, and
+                # the session's previous owner may have written it since.
+                plan.record = self.session_reader.get(session_id) or plan.record
             if leases is None or lease is not None:
                 try:
                     return await self._accept_owned(identity, start, run_id, plan, lease)
