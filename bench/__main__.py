@@ -6,7 +6,8 @@ real daemon), ``retention`` (bench/retention.py, pruning into hash tombstones) a
 ``open-runs`` (bench/open_runs.py, memory per open run and after completion, daemon RSS);
 ``console`` (bench/console.py, the web console in headless Chromium);
 ``tasks`` (bench/tasks.py, the durable task queue: enqueue to start latency, tasks/s);
-``diff`` (bench/diff.py) sets two ``tool-loop --json`` files side by side.
+``diff`` (bench/diff.py) sets two ``tool-loop --json`` files side by side;
+``failover`` (bench/failover.py, a SIGKILLed daemon's runs taken over on PostgreSQL).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import sys
 _WORKLOADS = {"journal": "bench.journal", "tool-loop": "bench.tool_loop", "diff": "bench.diff",
               "memory": "bench.memory", "ingress": "bench.ingress",
               "retention": "bench.retention", "open-runs": "bench.open_runs",
-              "console": "bench.console", "tasks": "bench.tasks"}
+              "console": "bench.console", "tasks": "bench.tasks",
+              "failover": "bench.failover"}
 
 
 def main(argv: list[str]) -> int:

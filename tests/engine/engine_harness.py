@@ -21,8 +21,15 @@ from palyra.adapters import GatePolicy, RegistryTools
 from palyra.adapters.delegation import delegate_tool
 from palyra.agents import AgentRegistry
 from palyra.app import CallContext, PalyraApp
-from palyra.engine import Engine, EngineConfig, member_from, run_next
-from palyra.journal import JournalStore, StoredEvent
+from palyra.engine import (
+    Engine,
+    EngineConfig,
+    daemon_owner_name,
+    member_from,
+    run_next,
+    session_leases,
+)
+from palyra.journal import JournalConfig, JournalStore, StoredEvent
 from palyra.policy import PolicyConfig, PolicyGate
 from palyra.providers import ModelProvider, ProviderRegistry, ScriptedProvider
 from palyra.tools import (
@@ -89,6 +96,9 @@ class Harness:
     now_ms: Callable[[], int] | None = None
     # Builds the engine's ContextPort from the open store and gate (None: the tape only).
     context_factory: Callable[[JournalStore, PolicyGate], Any] | None = None
+    # The journal's backend (None: LMDB in the data dir); on PostgreSQL the engine
+    # owns sessions by lease, as a daemon does.
+    journal_config: JournalConfig | None = None
     store: JournalStore | None = None
     engine: Engine | None = None
     app: PalyraApp | None = None
@@ -97,7 +107,7 @@ class Harness:
     _stack: contextlib.AsyncExitStack | None = None
 
     async def start(self, *, recover: bool = True) -> PalyraApp:
-        self.store = JournalStore.open(self.data_dir)
+        self.store = JournalStore.open(self.data_dir, config=self.journal_config)
         registry = default_registry(self.tools_config)
         registry.replace(self.tool)  # a test may swap the built-in add for a slow one
         for extra in self.extra_tools:
@@ -114,6 +124,9 @@ class Harness:
             kwargs["context"] = self.context_factory(self.store, gate)
         provider = self.provider_factory()
         kwargs["usage"] = UsageLedger(self.store, self.usage)
+        if self.journal_config is not None:
+            kwargs["leases"] = session_leases(self.store, daemon_owner_name(),
+                                              self.journal_config.lease_ttl_s)
         if self.models_factory is not None:
             kwargs["models"] = models = self.models_factory()
             provider = models.default

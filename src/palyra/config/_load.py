@@ -215,6 +215,8 @@ def _validate_backend(journal: JournalConfig) -> None:
                            '"postgresql://user@host:port/database"')
     if journal.pool_size < 1:
         raise config_error("journal.pool_size", "must be at least 1")
+    if not 0.5 <= journal.lease_ttl_s <= 3600:
+        raise config_error("journal.lease_ttl_s", "must be 0.5..3600 seconds")
 
 
 def validate(config: PalyraConfig) -> PalyraConfig:

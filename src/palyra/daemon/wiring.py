@@ -49,7 +49,15 @@ from palyra.config import PalyraConfig
 from palyra.core.errors import PalyraError
 from palyra.daemon.policy_reload import reload_policy
 from palyra.daemon.skills import SkillsHost
-from palyra.engine import Engine, IdentityRec, RecoveryReport, RunRecord, RunStateId
+from palyra.engine import (
+    Engine,
+    IdentityRec,
+    RecoveryReport,
+    RunRecord,
+    RunStateId,
+    daemon_owner_name,
+    session_leases,
+)
 from palyra.journal import JournalStore, sign_head_if_moved
 from palyra.learning import TASK_KIND as REFLECTION_TASK
 from palyra.learning import Learning
@@ -130,7 +138,9 @@ async def open_application(
                                            ContextReferences(policy, tools, memory, gate),
                                            MemoryContext(memory, gate,
                                                          skip_kinds=("preference",)),
-                                           Preferences(memory, gate)]))
+                                           Preferences(memory, gate)]),
+                    # Several daemons on one PostgreSQL journal: each owns sessions by lease.
+                    leases=session_leases(store, daemon_owner_name(), config.journal.lease_ttl_s))
     if TOOL_NAME not in config.tools.disabled:
         # Registered before recovery: a parent parked on a delegation re-runs the call.
         registry.register(delegate_tool(engine, AgentRegistry(store), gate))

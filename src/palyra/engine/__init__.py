@@ -58,6 +58,7 @@ from palyra.engine.run.compact import covered_digest
 from palyra.engine.run.listing import RunQuery, runs_page
 from palyra.engine.run.recovery import RecoveryReport, live_run_ids
 from palyra.engine.sessions.locks import KeyedLocks
+from palyra.engine.sessions.ownership import SessionLeases, daemon_owner_name, session_leases
 from palyra.engine.sessions.selectors import Selectors
 from palyra.engine.sessions.writer import CleanupResult
 
@@ -92,6 +93,7 @@ __all__ = [
     "RunRecord",
     "RunStateId",
     "Selectors",
+    "SessionLeases",
     "SessionRecord",
     "StartRun",
     "Started",
@@ -104,6 +106,7 @@ __all__ = [
     "approval_write",
     "budget_exhausted",
     "covered_digest",
+    "daemon_owner_name",
     "decided",
     "is_run_terminal",
     "is_terminal_status",
@@ -116,5 +119,6 @@ __all__ = [
     "run_state_of_proto",
     "run_state_proto",
     "runs_page",
+    "session_leases",
     "tape_field_of",
 ]

@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 import structlog
 
-from palyra.core.errors import ErrorCode, PermissionDenied
+from palyra.core.errors import ErrorCode, PalyraError, PermissionDenied
 from palyra.core.ids import is_ulid, new_ulid
 from palyra.core.principals import is_operator
 from palyra.core.references import parse_references
@@ -54,13 +54,23 @@ from palyra.engine.run.approvals import ApprovalReader
 from palyra.engine.run.attachments import AttachmentStore
 from palyra.engine.run.cascade import cancelling_descendants, child_index_write, child_runs
 from palyra.engine.run.deps import EndContributor, EngineDeps
-from palyra.engine.run.recovery import RecoveryReport, recover_runs
+from palyra.engine.run.inbox import (
+    InboxReader,
+    RelayedMessage,
+    RelayedStart,
+    message_draft,
+    start_draft,
+)
+from palyra.engine.run.recovery import RecoveryReport, recover_runs, unfinished_runs
+from palyra.engine.run.relay import relay_decision
+from palyra.engine.run.takeover import Takeover
 from palyra.engine.run.writer import RunWriter
-from palyra.engine.sessions.plan import record_write
+from palyra.engine.sessions.ownership import SessionLeases
+from palyra.engine.sessions.plan import SessionPlan, record_write
 from palyra.engine.sessions.reader import SessionReader
 from palyra.engine.sessions.selectors import Selectors
 from palyra.engine.sessions.writer import SessionWriter
-from palyra.journal import EntityWrite, EventDraft, JournalStore
+from palyra.journal import EntityWrite, EventDraft, JournalStore, Lease
 from palyra.providers import ModelProvider, ProviderConfig, ProviderRegistry
 from palyra.usage import UsageLedger
 
@@ -93,6 +103,8 @@ class StartRun:
     token_budget: int = 0
     # Entity writes of the run's first commit (a delegation's index row).
     writes: tuple[EntityWrite, ...] = ()
+    handed_over: bool = False
+    """Handed over by another daemon (``run.inbox``): started here or not at all."""
     minted: bool = False
     """``run_id`` was minted by this process with ``new_ulid()`` just now, so it is
     free: no read of the store to check (that read would wait for LMDB to hold
@@ -126,7 +138,8 @@ class Engine:
                  now_ms: Callable[[], int] = wall_ms,
                  context: ContextPort | None = None,
                  models: ProviderRegistry | None = None,
-                 usage: UsageLedger | None = None) -> None:
+                 usage: UsageLedger | None = None,
+                 leases: SessionLeases | None = None) -> None:
         self.config = config or EngineConfig()
         if models is None:
             # One provider serves every run, under its own name.
@@ -146,15 +159,21 @@ class Engine:
                                 session_writer=self.session_writer,
                                 approval_reader=self.approval_reader, now_ms=now_ms,
                                 attachments=self.attachments,
-                                context=context, cascade=self._cancelling_descendants)
+                                context=context, cascade=self._cancelling_descendants,
+                                shared_journal=leases is not None)
         self._actors: dict[str, RunActor] = {}
         self._claimed: set[str] = set()
         self._stack = AsyncExitStack()
         self._tg: asyncio.TaskGroup | None = None
         self._draining = False
         self._helpers: set[asyncio.Task[None]] = set()
+        # Each actor's owning task (``_start_actor``): draining waits for them to
+        # finish their after-run work (a session lease released), not just the actor.
+        self._owning: set[asyncio.Task[None]] = set()
         self._run_end_hooks: list[Callable[[RunRecord], Awaitable[None]]] = []
         self._subject_deciders: dict[str, SubjectDecider] = {}
+        #: Several daemons on one journal: the sessions this one owns (None: it owns all).
+        self.leases = leases
 
     # -- lifetime ----------------------------------------------------------
     async def __aenter__(self) -> Engine:
@@ -254,12 +273,20 @@ class Engine:
 
     def _start_actor(self, actor: RunActor) -> None:
         self._actors[actor.run_id] = actor
+        leases = self.leases
+        session_id = actor.record.session_id
+        if leases is not None:
+            leases.hold(session_id)  # the caller's claim holds it now; this one lasts the run
 
         async def own() -> None:
             try:
                 await actor.main()
             finally:
                 self._actors.pop(actor.run_id, None)
+                if leases is not None:
+                    # A run parked (drain, lost lease) is left for another daemon.
+                    await leases.unhold(session_id,
+                                        settled=is_run_terminal(actor.record.state))
             record = actor.record
             if is_run_terminal(record.state):
                 for hook in self._run_end_hooks:
@@ -268,14 +295,39 @@ class Engine:
                     except Exception:
                         _log.exception("run-end hook failed for %s", record.run_id)
 
-        self.spawn(own())
+        task = self.spawn(own())
+        self._owning.add(task)
+        task.add_done_callback(self._owning.discard)
 
     async def recover(self) -> RecoveryReport:
-        """Resume or fail every non-terminal run (call once, before serving)."""
-        report, actors = await recover_runs(self._deps)
-        for actor in actors:
-            self._start_actor(actor)
+        """Resume or fail every non-terminal run (call once, before serving).
+
+        With session leases (several daemons on one journal) only the runs of
+        sessions this daemon can own: free ones, and those whose owner's term ran
+        out. From then on a background loop renews the leases held and takes over
+        the sessions of daemons that died (``run.takeover``).
+        """
+        if self.leases is None:
+            report, actors = await recover_runs(self._deps)
+            for actor in actors:
+                self._start_actor(actor)
+            return report
+        self.spawn(InboxReader(self.store, self._actors.get, self._start_relayed).keep())
+        takeover = Takeover(self._deps, self.leases,
+                            lambda run_id: run_id in self._actors or run_id in self._claimed,
+                            self._start_actor, self._lost_session, lambda: self._draining)
+        report = RecoveryReport()
+        await takeover.take(unfinished_runs(self.store), report)
+        self.spawn(takeover.keep())
         return report
+
+    def _lost_session(self, session_id: str) -> None:
+        """Another daemon took ``session_id`` over: stop its runs here without writing."""
+        for actor in list(self._actors.values()):
+            if actor.record.session_id == session_id:
+                _log.warning("lost the lease on session %s: stopping run %s here",
+                             session_id, actor.run_id)
+                self.spawn(actor.park(0.0))
 
     async def drain(self) -> None:
         """Park every live run durably (SIGTERM): no terminal state, resumable."""
@@ -285,6 +337,8 @@ class Engine:
             async with asyncio.TaskGroup() as tg:
                 for actor in actors:
                     tg.create_task(actor.park(self.config.drain_grace_s))
+        if self._owning:
+            await asyncio.wait(set(self._owning))
 
     # -- runs --------------------------------------------------------------
     async def start_run(self, identity: IdentityRec, start: StartRun) -> Started:
@@ -320,37 +374,111 @@ class Engine:
         return started
 
     async def _accept(self, identity: IdentityRec, start: StartRun, run_id: str) -> Started:
-        now = self._deps.now_ms()
+        leases = self.leases
         async with self.session_writer.resolving(identity, start.selectors) as plan:
-            session = msgspec.structs.replace(
-                plan.record, last_run_id=run_id, run_count=plan.record.run_count + 1,
-                updated_ms=now)
-            inputs = (InputRec(new_ulid(), start.text, len(start.attachments),
-                               start.attachments),) if (
-                start.text is not None) else ()
-            record = RunRecord(run_id=run_id, session_id=session.session_id,
-                               state=RunStateId.PENDING, identity=identity, created_ms=now,
-                               updated_ms=now, driver=start.driver, pending_inputs=inputs,
-                               complete_requested=start.complete,
-                               previous_run_id=plan.record.last_run_id,
-                               agent_id=start.agent_id,
-                               agent_postures=dict(start.agent_postures),
-                               model_route=start.model_route,
-                               response_cache=start.response_cache,
-                               parent_run_id=start.parent_run_id,
-                               delegation_depth=start.delegation_depth,
-                               token_budget=start.token_budget)
-            writer = RunWriter(self.store, record, LoopState(), self._deps.now_ms)
-            batch = writer.batch().events(*plan.events)
-            batch.write(*plan.entity_writes, record_write(session), *start.writes)
-            batch.transition(RunEvent.ACCEPT, reason="accepted",
-                             message=f"accepted session={session.session_id} "
-                                     f"principal={identity.principal}"
-                                     # A delegated child's tape names its parent.
-                                     + (f" parent_run={start.parent_run_id}"
-                                        if start.parent_run_id else ""))
-            batch.transition(RunEvent.START, message="streaming")
-            await batch.commit()
+            session_id = plan.record.session_id
+            lease = await leases.claim(session_id) if leases is not None else None
+            if leases is not None and lease is not None and not (
+                    plan.created or plan.reset_applied):
+                # Read again under the lease: the plan's record was read before it, and
+                # the session's previous owner may have written it since.
+                plan.record = self.session_reader.get(session_id) or plan.record
+            if leases is None or lease is not None:
+                try:
+                    return await self._accept_owned(identity, start, run_id, plan, lease)
+                finally:
+                    if leases is not None:
+                        await leases.unhold(session_id)
+            relayed = self._relayable(identity, start, run_id, plan)
+        # Another daemon owns the session: it starts the run (``run.inbox``).
+        await self.store.append([start_draft(relayed)])
+        return await self._started_elsewhere(relayed, 2 * leases.ttl_s + 5)
+
+    def _relayable(self, identity: IdentityRec, start: StartRun, run_id: str,
+                   plan: SessionPlan) -> RelayedStart:
+        """``start`` as a hand-over to the session's owner, when it can be one.
+
+        Raises:
+            PalyraError: ``UNAVAILABLE`` (retryable) when it cannot: a stream's run
+                (its stream is here), a delegation, a reset, or a hand-over already.
+        """
+        if (start.driver != "api" or start.handed_over or start.parent_run_id or start.writes
+                or plan.created or plan.reset_applied):
+            raise coded(ErrorCode.UNAVAILABLE, f"session {plan.record.session_id} is owned "
+                        "by another daemon now; retry", session_id=plan.record.session_id)
+        return RelayedStart(run_id, plan.record.session_id, identity, start.text,
+                            start.attachments, start.complete, start.agent_id,
+                            dict(start.agent_postures), start.model_route, start.response_cache,
+                            start.token_budget)
+
+    async def _started_elsewhere(self, relayed: RelayedStart, wait_s: float) -> Started:
+        """The handed-over run once its owner committed its start."""
+        try:
+            async with asyncio.timeout(wait_s):
+                while True:
+                    raw = self.store.get_entity(RUNS, relayed.run_id)
+                    if raw is not None:
+                        break
+                    await asyncio.sleep(0.02)
+        except TimeoutError:
+            raise coded(ErrorCode.UNAVAILABLE, f"run {relayed.run_id} is handed over to the "
+                        "daemon that owns its session, which has not started it yet",
+                        run_id=relayed.run_id) from None
+        session = self.session_reader.require(relayed.session_id)
+        return Started(redacted(decode(RunRecord, raw)), session, False, False)
+
+    async def _start_relayed(self, relayed: RelayedStart, consumed: EntityWrite) -> bool:
+        """Start a run another daemon handed over, if this one can own its session."""
+        try:
+            await self.start_run(relayed.identity, StartRun(
+                Selectors(session_id=relayed.session_id), text=relayed.text,
+                attachments=relayed.attachments, run_id=relayed.run_id,
+                complete=relayed.complete, agent_id=relayed.agent_id,
+                agent_postures=relayed.agent_postures, model_route=relayed.model_route,
+                response_cache=relayed.response_cache, token_budget=relayed.token_budget,
+                writes=(consumed,), handed_over=True))
+            return True
+        except PalyraError as exc:
+            if exc.code is ErrorCode.UNAVAILABLE:
+                return False  # another daemon owns the session: it starts the run
+            _log.warning("handed-over run %s not started: %s", relayed.run_id, exc.message)
+            await self.store.append([EventDraft(kind="session.run_dropped", actor="engine",
+                                                session_id=relayed.session_id,
+                                                entity_writes=(consumed,))])
+            return False
+
+    async def _accept_owned(self, identity: IdentityRec, start: StartRun, run_id: str,
+                            plan: SessionPlan, lease: Lease | None) -> Started:
+        now = self._deps.now_ms()
+        session = msgspec.structs.replace(
+            plan.record, last_run_id=run_id, run_count=plan.record.run_count + 1,
+            updated_ms=now)
+        inputs = (InputRec(new_ulid(), start.text, len(start.attachments),
+                           start.attachments),) if (
+            start.text is not None) else ()
+        record = RunRecord(run_id=run_id, session_id=session.session_id,
+                           state=RunStateId.PENDING, identity=identity, created_ms=now,
+                           updated_ms=now, driver=start.driver, pending_inputs=inputs,
+                           complete_requested=start.complete,
+                           previous_run_id=plan.record.last_run_id,
+                           agent_id=start.agent_id,
+                           agent_postures=dict(start.agent_postures),
+                           model_route=start.model_route,
+                           response_cache=start.response_cache,
+                           parent_run_id=start.parent_run_id,
+                           delegation_depth=start.delegation_depth,
+                           token_budget=start.token_budget)
+        writer = RunWriter(self.store, record, LoopState(), self._deps.now_ms, lease)
+        batch = writer.batch().events(*plan.events)
+        batch.write(*plan.entity_writes, record_write(session), *start.writes)
+        batch.transition(RunEvent.ACCEPT, reason="accepted",
+                         message=f"accepted session={session.session_id} "
+                                 f"principal={identity.principal}"
+                                 # A delegated child's tape names its parent.
+                                 + (f" parent_run={start.parent_run_id}"
+                                    if start.parent_run_id else ""))
+        batch.transition(RunEvent.START, message="streaming")
+        await batch.commit()
         self._start_actor(RunActor(self._deps, writer))
         return Started(redacted(writer.record), session, plan.created, plan.reset_applied)
 
@@ -388,17 +516,51 @@ class Engine:
         raise coded(ErrorCode.UNAVAILABLE, f"run {run_id} is parked; retry after the "
                     "daemon restarts", run_id=run_id)
 
+    def _live_or_elsewhere(self, identity: IdentityRec, run_id: str) -> RunActor | None:
+        """The run's actor here, or None when it lives on another daemon (the
+        journal is shared and the run is not terminal): hand the request over."""
+        if self.leases is None or run_id in self._actors:
+            return self._live(identity, run_id)
+        record = self.get_run(identity, run_id)
+        if is_run_terminal(record.state):
+            raise coded(ErrorCode.RUN_TERMINAL, f"run {run_id} is {record.state}",
+                        run_id=run_id)
+        return None
+
+    async def _hand_over(self, identity: IdentityRec, run_id: str,
+                         message: RelayedMessage) -> RunRecord:
+        """Queue ``message`` for the daemon that owns the run (``run.inbox``); the
+        answer is the run's committed record (the message lands on it shortly)."""
+        record = self.get_run(identity, run_id)
+        await self.store.append([message_draft(record, message, identity.principal)])
+        return record
+
+    async def _settled(self, identity: IdentityRec, run_id: str, wait_s: float) -> RunRecord:
+        """The run's record once terminal, or as it is after ``wait_s``."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(wait_s):
+                while True:
+                    record = self.get_run(identity, run_id)
+                    if is_run_terminal(record.state):
+                        return record
+                    await asyncio.sleep(0.05)
+        return self.get_run(identity, run_id)
+
     async def send_input(self, identity: IdentityRec, run_id: str, text: str,
                          attachments: tuple[AttachmentRec, ...] = (), *,
                          complete: bool = False,
                          into_completing: bool = False) -> RunRecord:
         """Queue an input (``/cancel`` cancels the run instead); ``into_completing``:
         also into a run asked to complete that has not ended yet (see ``add_input``)."""
-        actor = self._live(identity, run_id)
         if text.strip() == CANCEL_COMMAND:
+            self._live_or_elsewhere(identity, run_id)
             await self.abort_run(identity, run_id, "cancel command")
             return self.get_run(identity, run_id)
+        actor = self._live_or_elsewhere(identity, run_id)
         parse_references(text)  # a malformed @reference fails before anything lands
+        if actor is None:
+            return await self._hand_over(identity, run_id, RelayedMessage(
+                new_ulid(), text, attachments, complete, into_completing))
         # The actor's copy is exact (a queued input keeps its secrets until the
         # model has it); callers get the stored, redacted form.
         return redacted(await actor.add_input(text, new_ulid(), attachments, complete,
@@ -412,7 +574,11 @@ class Engine:
         record = self.get_run(identity, run_id)
         if is_run_terminal(record.state):
             return record
-        return redacted(await self._live(identity, run_id).request_complete())
+        actor = self._live_or_elsewhere(identity, run_id)
+        if actor is None:
+            return await self._hand_over(identity, run_id, RelayedMessage(new_ulid(),
+                                                                          complete=True))
+        return redacted(await actor.request_complete())
 
     async def abort_run(self, identity: IdentityRec, run_id: str,
                         reason: str = "") -> tuple[bool, RunRecord]:
@@ -420,7 +586,11 @@ class Engine:
         record = self.get_run(identity, run_id)
         if is_run_terminal(record.state):
             return False, record
-        actor = self._live(identity, run_id)
+        actor = self._live_or_elsewhere(identity, run_id)
+        if actor is None:
+            await self._hand_over(identity, run_id, RelayedMessage(
+                new_ulid(), cancel="cancelled_by_request"))
+            return True, await self._settled(identity, run_id, 2.0)
         actor.request_cancel("cancelled_by_request")
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(2.0):
@@ -523,6 +693,11 @@ class Engine:
                             "this daemon", approval_id=approval_id)
             return redacted(await decide(record, decision))
         actor = self._actors.get(record.run_id)
+        if actor is None and self.leases is not None:
+            # The run lives on the daemon that owns its session (or will, after a
+            # takeover): the decision reaches it through the journal.
+            return redacted(await relay_decision(self.store, self.approval_reader, record,
+                                                 decision, 2 * self.leases.ttl_s + 5))
         if actor is None:
             raise coded(ErrorCode.UNAVAILABLE, f"run {record.run_id} is not live; retry "
                         "after the daemon restarts", run_id=record.run_id)

@@ -55,6 +55,9 @@ class JournalConfig:
         dsn: the PostgreSQL connection URI (``postgresql://user@host:port/db``).
         pool_size: most PostgreSQL connections the store's readers hold open
             (its writer holds one more).
+        lease_ttl_s: PostgreSQL: how long a daemon's session lease lasts unless
+            renewed (every third of it); a dead daemon's sessions are taken
+            over by another within about 1.3 times this.
     """
 
     sync: bool = True
@@ -73,6 +76,7 @@ class JournalConfig:
     backend: str = "lmdb"
     dsn: str = ""
     pool_size: int = 4
+    lease_ttl_s: float = 10.0
 
 
 _FRESH_PAYLOAD: Mapping[str, Any] = MappingProxyType({})

@@ -40,7 +40,7 @@ from palyra.engine.run.deps import EngineDeps
 from palyra.engine.run.loop import advance
 from palyra.engine.run.step import Step
 from palyra.engine.run.writer import Batch, RunWriter, end_reason_on_complete
-from palyra.journal import EventDraft
+from palyra.journal import EntityWrite, EventDraft
 
 log = logging.getLogger("palyra.engine")
 
@@ -94,13 +94,17 @@ class RunActor:
 
     # -- requests from other tasks -------------------------------------------
     async def add_input(self, text: str, input_id: str, attachments: tuple[AttachmentRec, ...],
-                        complete: bool, *, into_completing: bool = False) -> RunRecord:
+                        complete: bool, *, into_completing: bool = False,
+                        writes: tuple[EntityWrite, ...] = ()) -> RunRecord:
         """Queue one input durably (processed in order after earlier ones).
 
         ``into_completing``: a run whose driver asked it to complete still takes the
         input while it has not ended (it completes after answering it); the channel
         router, which half-closes its own runs, uses this to give a conversation's
         running run the messages that arrive meanwhile.
+
+        ``writes``: entity writes of the same commit (a handed-over message's row
+        deleted, ``run.inbox``).
 
         Raises:
             PalyraError: ``RUN_TERMINAL`` if the run ended or is completing;
@@ -119,7 +123,7 @@ class RunActor:
             batch = self._writer.batch().set(pending_inputs=inputs,
                                             complete_requested=complete or (
                                                 into_completing and rec.complete_requested))
-            await batch.commit_locked()
+            await batch.write(*writes).commit_locked()
         self._wake.set()
         return self._writer.record
 
@@ -245,7 +249,11 @@ class RunActor:
                     if exc is not None:
                         await self._finalize(RunEvent.FAIL, reason_of(exc), as_palyra_error(exc))
                         return
-        except Exception:  # a bug in the actor itself: never leave the run stuck
+        except Exception as exc:
+            if _lease_stale(exc):  # another daemon owns the session now and resumes the run
+                self._lose_ownership()
+                return
+            # A bug in the actor itself: never leave the run stuck.
             log.exception("run actor crashed", extra={"run_id": self.run_id})
             try:
                 await self._finalize(RunEvent.FAIL, "internal_error",
@@ -319,8 +327,22 @@ class RunActor:
                 await self._writer.batch().transition(RunEvent.COMPLETE, message="completed", reason=reason).set(
                     end_reason=reason).commit_locked()
 
+    def _lose_ownership(self) -> None:
+        """A commit was fenced out: this daemon lost the run's session to another one.
+
+        The actor stops without writing (it could not); the new owner resumes the
+        run from its journal as start-up recovery does.
+        """
+        self._parking = True
+        self._step.parking = True
+        log.warning("run %s: the session's lease was taken over; its new owner resumes it",
+                    self.run_id)
+
     async def _finalize(self, event: str, reason: str, error: PalyraError | None) -> None:
         """The single path to ``failed`` / ``cancelled``; a no-op once terminal."""
+        if error is not None and error.code is ErrorCode.LEASE_STALE:
+            self._lose_ownership()
+            return
         carry = self._step.take_carry()
         # (A carried batch whose commit landed as the step was stopped is spent.)
         if carry is not None and carry.members and not carry.committed:
@@ -428,6 +450,10 @@ class RunActor:
 
     def _release_waiters(self) -> None:
         self._step.mailbox.close(parking=self._parking)
+
+
+def _lease_stale(exc: BaseException) -> bool:
+    return isinstance(exc, PalyraError) and exc.code is ErrorCode.LEASE_STALE
 
 
 def _code_proto(code: ErrorCode) -> pb.ErrorCode:

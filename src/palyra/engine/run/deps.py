@@ -50,3 +50,6 @@ class EngineDeps:
     cascade: EndContributor | None = None
     # The committed rows of live parked runs' approvals (``run.approvals``).
     pending: PendingApprovals = field(default_factory=PendingApprovals)
+    # Several daemons share the journal (sessions owned by lease): an approval may
+    # be decided on another daemon and relayed through the journal (``run.relay``).
+    shared_journal: bool = False

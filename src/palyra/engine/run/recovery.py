@@ -33,7 +33,7 @@ from palyra.engine.model.tape import ENGINE_ACTOR, member_from
 from palyra.engine.run.actor import RunActor
 from palyra.engine.run.deps import EngineDeps
 from palyra.engine.run.writer import RunWriter
-from palyra.journal import EventDraft, JournalStore
+from palyra.journal import EventDraft, JournalStore, Lease
 
 _PAGE = 1000
 
@@ -81,6 +81,21 @@ def live_run_ids(store: JournalStore) -> frozenset[str]:
             return frozenset(live)
 
 
+def unfinished_runs(store: JournalStore) -> dict[str, list[str]]:
+    """Every non-terminal run's id, by session id (what start-up recovery resumes)."""
+    sessions: dict[str, list[str]] = {}
+    after = ""
+    while True:
+        rows = store.scan_entities(RUNS, "", after, _PAGE)
+        for key, value in rows:
+            after = key
+            record = decode(RunRecord, value)
+            if not is_run_terminal(record.state):
+                sessions.setdefault(record.session_id, []).append(record.run_id)
+        if len(rows) < _PAGE:
+            return sessions
+
+
 async def recover_runs(deps: EngineDeps) -> tuple[RecoveryReport, list[RunActor]]:
     """Rebuild every non-terminal run; return actors ready to be started."""
     report = RecoveryReport()
@@ -93,17 +108,26 @@ async def recover_runs(deps: EngineDeps) -> tuple[RecoveryReport, list[RunActor]
             record = decode(RunRecord, value)
             if is_run_terminal(record.state):
                 continue
-            actors.append(await _recover_one(deps, record, report))
+            actors.append(await recover_one(deps, record, report))
         if len(rows) < _PAGE:
             return report, actors
 
 
-async def _recover_one(deps: EngineDeps, record: RunRecord, report: RecoveryReport) -> RunActor:
+async def recover_one(deps: EngineDeps, record: RunRecord, report: RecoveryReport,
+                      fence: Lease | None = None) -> RunActor:
+    """Rebuild ``record``'s run from its tape, journal ``run.recovered``, return its actor.
+
+    ``fence``: the session lease under which this daemon resumes the run (several
+    daemons on one journal); the recovery commit and every later one carry it.
+
+    Raises:
+        PalyraError: ``LEASE_STALE`` when ``fence`` was taken over meanwhile.
+    """
     loop = rebuild(deps, record.run_id)
     loop.state = record.state
     unknown = frozenset(p.proposal_id for p in loop.proposals
                         if p.phase is ProposalPhase.ALLOWED)
-    writer = RunWriter(deps.store, record, loop, deps.now_ms)
+    writer = RunWriter(deps.store, record, loop, deps.now_ms, fence)
     batch = writer.batch().events(EventDraft(
         kind="run.recovered", actor=ENGINE_ACTOR, session_id=record.session_id,
         run_id=record.run_id, payload={"state": record.state, "tape_len": loop.tape_len,

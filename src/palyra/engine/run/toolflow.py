@@ -48,6 +48,7 @@ from palyra.engine.model.lifecycle import (
 from palyra.engine.model.ports import ReferenceCall, ToolOutcome, ToolRequest, ToolVerdict
 from palyra.engine.model.records import GrantRec, grant_key, redacted
 from palyra.engine.run.approvals import approval_write
+from palyra.engine.run.relay import RELAY_POLL_S, clear_relay, read_relayed
 from palyra.engine.run.step import Step
 from palyra.engine.run.writer import Batch
 from palyra.engine.sessions.plan import record_write
@@ -331,7 +332,10 @@ async def await_decision(step: Step, p: Proposal) -> None:
     step.phase = "approval"
     remaining = (record.expires_at_ms - deps.now_ms()) / 1000
     if not fut.done() and remaining > 0:
-        await asyncio.wait({fut}, timeout=remaining)
+        if deps.shared_journal:
+            await _wait_or_relayed(step, record.approval_id, fut, remaining)
+        else:
+            await asyncio.wait({fut}, timeout=remaining)
     if not fut.done():
         fut.set_result(Decision(ApprovalEvent.TIME_OUT, "", 0, "approval timed out", "system:timeout",
                                 deps.now_ms()))
@@ -347,6 +351,8 @@ async def await_decision(step: Step, p: Proposal) -> None:
         state=approval_state_proto(new.state)))
     batch.transition(RunEvent.APPROVAL_RESOLVED, message=f"approval {new.state}", reason=new.state)
     batch.write(approval_write(new)).set(pending_approval_id="")
+    if deps.shared_journal:
+        batch.write(clear_relay(new.approval_id))  # a relayed decision is consumed
     if not approved:
         _add_denial_after_response(batch, p.proposal_id, p.tool_name,
                                    "approval timed out" if decision.event == ApprovalEvent.TIME_OUT
@@ -365,6 +371,18 @@ async def await_decision(step: Step, p: Proposal) -> None:
     else:
         await batch.commit()
     step.mailbox.resolve(new)
+
+
+async def _wait_or_relayed(step: Step, approval_id: str, fut: asyncio.Future[Decision],
+                           wait_s: float) -> None:
+    """Wait for a local decision, looking every ``RELAY_POLL_S`` for one relayed by
+    another daemon through the journal (``run.relay``)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while not fut.done() and (left := deadline - loop.time()) > 0:
+        await asyncio.wait({fut}, timeout=min(left, RELAY_POLL_S))
+        if not fut.done() and (relayed := read_relayed(step.deps.store, approval_id)):
+            fut.set_result(relayed)
 
 
 async def execute(step: Step, p: Proposal) -> None:

@@ -30,7 +30,7 @@ from palyra.engine.model.lifecycle import (
 )
 from palyra.engine.model.records import RUNS, RunRecord, encode
 from palyra.engine.model.tape import ENGINE_ACTOR, kind_of, payload_of
-from palyra.journal import EntityWrite, EventDraft, JournalStore, StoredEvent
+from palyra.journal import EntityWrite, EventDraft, JournalStore, Lease, StoredEvent
 
 
 def end_reason_on_complete(current: str) -> str:
@@ -43,9 +43,13 @@ class RunWriter:
     """Owns one run's record and loop state; commits batches in order."""
 
     def __init__(
-        self, store: JournalStore, record: RunRecord, loop: LoopState, now_ms: Callable[[], int]
+        self, store: JournalStore, record: RunRecord, loop: LoopState, now_ms: Callable[[], int],
+        fence: Lease | None = None,
     ) -> None:
         self.store = store
+        #: The run's session lease (several daemons on one journal): every commit of
+        #: the run is fenced by it, so a daemon that lost the session writes nothing.
+        self.fence = fence
         self.record = record
         self.loop = loop
         self.now_ms = now_ms
@@ -145,7 +149,10 @@ class Batch:
         # The queued write is tracked by its own future (no task per commit);
         # a bad draft raises here, before anything is queued.
         try:
-            task = self._writer.store.submit(staged.drafts)
+            # Unfenced (LMDB, one daemon) exactly as before leases existed.
+            fence = self._writer.fence
+            task = (self._writer.store.submit(staged.drafts) if fence is None
+                    else self._writer.store.submit(staged.drafts, fence=fence))
         except BaseException:
             staged.abandon()
             raise

@@ -37,6 +37,21 @@ _RELEASE = (
     "UPDATE journal_lease SET expires_at = now() "
     "WHERE name = %(name)s AND owner = %(owner)s AND epoch = %(epoch)s"
 )
+# A settled release also clears the owner: nothing under the name is left to
+# recover, so other daemons' orphan sweeps skip it (the epoch stays: it fences).
+_SETTLE = (
+    "UPDATE journal_lease SET expires_at = now(), owner = '' "
+    "WHERE name = %(name)s AND owner = %(owner)s AND epoch = %(epoch)s"
+)
+_RENEW_MANY = (
+    "UPDATE journal_lease SET expires_at = now() + make_interval(secs => %(ttl)s) "
+    "WHERE owner = %(owner)s AND expires_at > now() AND (name, epoch) IN "
+    "(SELECT * FROM unnest(%(names)s::text[], %(epochs)s::bigint[])) RETURNING name"
+)
+_ORPHANS = (
+    "SELECT name FROM journal_lease WHERE expires_at <= now() AND owner <> '' "
+    "AND name LIKE %(prefix)s ORDER BY expires_at LIMIT %(limit)s"
+)
 _HOLDER = "SELECT owner, epoch, expires_at > now() FROM journal_lease WHERE name = %s"
 FENCES = "SELECT name, epoch FROM journal_lease WHERE name = ANY(%s) FOR SHARE"
 """The writer's check: the current epoch of each fenced name, locked until its commit."""
@@ -67,9 +82,33 @@ class Leases:
         params = {"name": lease.name, "owner": lease.owner, "epoch": lease.epoch, "ttl": ttl_s}
         return bool(self._run(_RENEW, params))
 
-    def release(self, lease: Lease) -> None:
-        """End ``lease``'s term now, so another daemon can take over without waiting."""
-        self._run(_RELEASE, {"name": lease.name, "owner": lease.owner, "epoch": lease.epoch})
+    def release(self, lease: Lease, *, settled: bool = False) -> None:
+        """End ``lease``'s term now, so another daemon can take over without waiting.
+
+        ``settled``: nothing under the name needs recovering (its owner's work
+        ended), so :meth:`orphans` does not list it.
+        """
+        self._run(_SETTLE if settled else _RELEASE,
+                  {"name": lease.name, "owner": lease.owner, "epoch": lease.epoch})
+
+    def renew_many(self, owner: str, leases: list[Lease], ttl_s: float) -> set[str]:
+        """Extend each of ``owner``'s unexpired ``leases`` (one statement); the names renewed."""
+        if not leases:
+            return set()
+        rows = self._run(_RENEW_MANY, {"owner": owner, "ttl": ttl_s,
+                                       "names": [lease.name for lease in leases],
+                                       "epochs": [lease.epoch for lease in leases]})
+        return {str(row[0]) for row in rows}
+
+    def orphans(self, prefix: str, limit: int) -> list[str]:
+        """Names under ``prefix`` whose owner's term ran out (or was released) unsettled.
+
+        These are the names another daemon should take over: its owner died or
+        stopped with work still under them.
+        """
+        rows = self._run(_ORPHANS, {"prefix": prefix.replace("%", r"\%").replace("_", r"\_")
+                                    + "%", "limit": limit})
+        return [str(row[0]) for row in rows]
 
     def holder(self, name: str) -> tuple[str, int, bool] | None:
         """``(owner, epoch, unexpired)`` of ``name``'s lease row, or None."""

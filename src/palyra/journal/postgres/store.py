@@ -81,9 +81,20 @@ class PostgresJournalStore(JournalStore):
         """Extend ``lease``; False when it expired or another daemon took it over."""
         return self._leases.renew(lease, ttl_s)
 
-    def release_lease(self, lease: Lease) -> None:
-        """End ``lease`` now (a clean shutdown), so a takeover need not wait for its expiry."""
-        self._leases.release(lease)
+    def release_lease(self, lease: Lease, *, settled: bool = False) -> None:
+        """End ``lease`` now (a clean shutdown), so a takeover need not wait for its expiry.
+
+        ``settled``: nothing under the name is left to recover (not an orphan).
+        """
+        self._leases.release(lease, settled=settled)
+
+    def renew_leases(self, owner: str, leases: list[Lease], ttl_s: float) -> set[str]:
+        """Extend each of ``owner``'s unexpired ``leases`` in one statement; the names renewed."""
+        return self._leases.renew_many(owner, leases, ttl_s)
+
+    def orphaned_leases(self, prefix: str, limit: int = 1000) -> list[str]:
+        """Names under ``prefix`` whose owner's term ended with work left (takeover candidates)."""
+        return self._leases.orphans(prefix, limit)
 
     def lease_holder(self, name: str) -> tuple[str, int, bool] | None:
         """``(owner, epoch, unexpired)`` of ``name``'s lease, or None."""

@@ -1,0 +1,213 @@
+"""Messages for a run that lives on another daemon, handed over through the journal.
+
+Several daemons on one journal: a run's actor lives on the daemon that owns its
+session. A daemon asked to feed, complete or cancel a run it does not have
+writes the request as a ``meta`` row (``run_inbox:<run id>:<id>``, with an
+``run.input_relayed`` event) instead of refusing it. Every daemon's engine
+reads that prefix every ``INBOX_POLL_S`` (one range read, usually empty) and
+applies the rows of the runs it has live; an input is queued in the same
+commit that deletes its row, so it is taken exactly once, even across a crash
+or a takeover (the new owner finds the row). Rows of runs that ended are
+dropped by whichever daemon sees them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+import msgspec
+
+from palyra.core.errors import ErrorCode, PalyraError
+from palyra.core.ids import new_ulid
+from palyra.engine.model.lifecycle import is_run_terminal
+from palyra.engine.model.records import (
+    RUNS,
+    AttachmentRec,
+    IdentityRec,
+    RunRecord,
+    decode,
+    redact_str,
+)
+from palyra.engine.model.tape import ENGINE_ACTOR
+from palyra.engine.run.actor import RunActor
+from palyra.journal import EntityWrite, EventDraft, JournalStore
+
+INBOX_TABLE = "meta"
+INBOX_PREFIX = "run_inbox:"
+INBOX_POLL_S = 0.25
+"""How often each daemon looks for messages handed over to its runs."""
+INBOX_PAGE = 256
+
+_log = logging.getLogger("palyra.engine")
+
+
+class RelayedMessage(msgspec.Struct, frozen=True):
+    """One handed-over request: an input (``text`` not None), a half-close, or a cancel."""
+
+    input_id: str
+    text: str | None = None
+    attachments: tuple[AttachmentRec, ...] = ()
+    complete: bool = False
+    into_completing: bool = False
+    cancel: str = ""
+    """Non-empty: cancel the run, with this reason."""
+
+
+class RelayedStart(msgspec.Struct, frozen=True):
+    """A new API run for a session whose lease another daemon holds (``session_inbox:``)."""
+
+    run_id: str
+    session_id: str
+    identity: IdentityRec
+    text: str | None = None
+    attachments: tuple[AttachmentRec, ...] = ()
+    complete: bool = False
+    agent_id: str = ""
+    agent_postures: dict[str, str] = {}
+    model_route: tuple[str, ...] = ()
+    response_cache: bool = False
+    token_budget: int = 0
+
+
+START_PREFIX = "session_inbox:"
+
+
+def start_key(session_id: str, run_id: str) -> str:
+    """The row of a handed-over run start (one per run id: a retried start overwrites it)."""
+    return f"{START_PREFIX}{session_id}:{run_id}"
+
+
+def start_draft(start: RelayedStart) -> EventDraft:
+    """The event that hands a new run of ``start.session_id`` to the session's owner."""
+    if start.text:
+        start = msgspec.structs.replace(start, text=redact_str(start.text))
+    return EventDraft(
+        kind="session.run_relayed", actor=ENGINE_ACTOR, session_id=start.session_id,
+        principal=start.identity.principal, payload={"run_id": start.run_id},
+        entity_writes=(EntityWrite(INBOX_TABLE, start_key(start.session_id, start.run_id),
+                                   msgspec.json.encode(start)),))
+
+
+def inbox_key(run_id: str, message_id: str) -> str:
+    """The row of one message for ``run_id``."""
+    return f"{INBOX_PREFIX}{run_id}:{message_id}"
+
+
+def run_of(key: str) -> str:
+    """The run id a row's key names."""
+    return key[len(INBOX_PREFIX):].split(":", 1)[0]
+
+
+def message_draft(record: RunRecord, message: RelayedMessage, principal: str) -> EventDraft:
+    """The event that hands ``message`` over to ``record``'s owner (with its row).
+
+    No secret is journaled: the row holds the input redacted, the form a queued
+    input has in the run record (and after any restart) anyway.
+    """
+    if message.text:
+        message = msgspec.structs.replace(message, text=redact_str(message.text))
+    return EventDraft(
+        kind="run.input_relayed", actor=ENGINE_ACTOR, session_id=record.session_id,
+        run_id=record.run_id, principal=principal,
+        payload={"input_id": message.input_id, "complete": message.complete,
+                 "cancel": message.cancel},
+        entity_writes=(EntityWrite(INBOX_TABLE, inbox_key(record.run_id, new_ulid()),
+                                   msgspec.json.encode(message)),))
+
+
+def decode_message(raw: bytes) -> RelayedMessage | None:
+    """A row's message; None for a row this version cannot read (it is dropped)."""
+    try:
+        return msgspec.json.decode(raw, type=RelayedMessage)
+    except msgspec.DecodeError:
+        return None
+
+
+def drop(key: str) -> EntityWrite:
+    """Delete a message's row (in the commit that applies it)."""
+    return EntityWrite(INBOX_TABLE, key, None)
+
+
+class InboxReader:
+    """Applies handed-over messages to this daemon's live runs (one engine's loop)."""
+
+    def __init__(self, store: JournalStore, live: Callable[[str], RunActor | None],
+                 start: Callable[[RelayedStart, EntityWrite], Awaitable[bool]]) -> None:
+        self._store = store
+        self._live = live
+        self._start = start
+
+    async def keep(self) -> None:
+        """Read the inbox every ``INBOX_POLL_S`` until cancelled."""
+        while True:
+            await asyncio.sleep(INBOX_POLL_S)
+            try:
+                await self.round()
+            except Exception:  # the database is away: the next round tries again
+                _log.warning("run inbox round failed", exc_info=True)
+
+    async def round(self) -> None:
+        """Start the handed-over runs this daemon can own; apply every message for a live
+        run here; drop those of ended runs."""
+        for key, raw in self._store.scan_entities(INBOX_TABLE, START_PREFIX, "", INBOX_PAGE):
+            await self._start_one(key, raw)
+        after = ""
+        while True:
+            rows = self._store.scan_entities(INBOX_TABLE, INBOX_PREFIX, after, INBOX_PAGE)
+            for key, raw in rows:
+                after = key
+                await self._apply(key, raw)
+            if len(rows) < INBOX_PAGE:
+                return
+
+    async def _apply(self, key: str, raw: bytes) -> None:
+        run_id = run_of(key)
+        actor = self._live(run_id)
+        message = decode_message(raw)
+        if actor is None:
+            run = self._store.get_entity(RUNS, run_id)
+            if message is None or run is None or is_run_terminal(
+                    decode(RunRecord, run).state):
+                await self._drop(key, run_id)
+            return  # another daemon's run (or one about to be taken over here)
+        if message is None:
+            await self._drop(key, run_id)
+            return
+        try:
+            if message.text is not None:  # queued in the commit that drops the row: once
+                await actor.add_input(message.text, message.input_id, message.attachments,
+                                      message.complete, into_completing=message.into_completing,
+                                      writes=(drop(key),))
+                return
+            # A cancel or a half-close is idempotent: applied, then dropped.
+            if message.cancel:
+                actor.request_cancel(message.cancel)
+            else:
+                await actor.request_complete()
+            await self._drop(key, run_id)
+        except PalyraError as exc:
+            if exc.code is ErrorCode.LEASE_STALE:
+                return  # the run moved: its new owner applies the message
+            # Refused where a local caller would have been (the run is completing,
+            # its queue is full): the sender was answered already, so log and drop.
+            _log.warning("handed-over message for run %s refused: %s", run_id, exc.message)
+            await self._drop(key, run_id)
+
+    async def _drop(self, key: str, run_id: str) -> None:
+        await self._store.append([EventDraft(kind="run.input_dropped", actor=ENGINE_ACTOR,
+                                             run_id=run_id, entity_writes=(drop(key),))])
+
+    async def _start_one(self, key: str, raw: bytes) -> None:
+        try:
+            start = msgspec.json.decode(raw, type=RelayedStart)
+        except msgspec.DecodeError:
+            start = None
+        if start is None or self._store.get_entity(RUNS, start.run_id) is not None:
+            await self._store.append([EventDraft(kind="session.run_dropped", actor=ENGINE_ACTOR,
+                                                 entity_writes=(drop(key),))])
+            return
+        # Started (the row dropped in its accept commit) only where the session's
+        # lease can be claimed: its owner, or anyone once it is free.
+        await self._start(start, drop(key))

@@ -1,0 +1,261 @@
+"""Two engines on one PostgreSQL journal: each session is owned by one daemon through its
+lease row; a daemon resumes only the runs of sessions it owns, takes over those of a daemon
+whose lease ran out, and a fenced-out owner writes nothing even before it notices."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import psycopg
+import pytest
+from engine_harness import ADMIN, USER, Harness, fast_config, loop_text, next_approval
+from palyra_gen.palyra import v1 as pb
+
+from palyra.app import PalyraApp
+from palyra.core.errors import ErrorCode, PalyraError
+from palyra.journal import JournalConfig, verify_store
+from palyra.journal.postgres.store import PostgresJournalStore
+from palyra.testing.postgres import PostgresServer
+
+APPROVE = pb.ApprovalDecision.APPROVE
+
+
+@pytest.fixture
+def dsn(postgres_server: PostgresServer) -> str:
+    return postgres_server.create_database()
+
+
+@pytest.fixture
+async def daemons(tmp_path: Path) -> AsyncIterator[list[Harness]]:
+    made: list[Harness] = []
+    yield made
+    for harness in made:
+        if harness.store is not None and harness._stack is not None:
+            await harness.stop()
+
+
+def _daemon(daemons: list[Harness], tmp_path: Path, dsn: str, ttl_s: float) -> Harness:
+    harness = Harness(tmp_path / f"d{len(daemons)}", config=fast_config(),
+                      journal_config=JournalConfig(backend="postgres", dsn=dsn, sync=False,
+                                                   lease_ttl_s=ttl_s))
+    daemons.append(harness)
+    return harness
+
+
+def _holder(harness: Harness, session_id: str) -> tuple[str, int, bool] | None:
+    assert isinstance(harness.store, PostgresJournalStore)
+    return harness.store.lease_holder("session:" + session_id)
+
+
+def _owner(harness: Harness) -> str:
+    assert harness.engine is not None and harness.engine.leases is not None
+    return harness.engine.leases.owner
+
+
+def _expire(dsn: str, session_id: str) -> None:
+    """The owner stalls: its term runs out (the database's clock decides, so move the row)."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute("UPDATE journal_lease SET expires_at = now() - interval '1 second' "
+                     "WHERE name = %s", ("session:" + session_id,))
+
+
+async def _until(check: Callable[[], object], seconds: float = 5.0) -> None:
+    async with asyncio.timeout(seconds):
+        while True:
+            if check():
+                return
+            await asyncio.sleep(0.01)
+
+
+async def _hitl_run(app: PalyraApp, k: int) -> pb.Run:
+    resolved = await app.resolve_session(USER, pb.ResolveSessionRequest(session_key="hitl"))
+    await app.set_tool_posture(USER, pb.SetToolPostureRequest(
+        session_id=resolved.session.session_id, tool_name="add",
+        posture=pb.ToolPosture.ASK_EACH_TIME))
+    created = await app.create_run(USER, pb.CreateRunRequest(
+        session_key="hitl", input=pb.MessageInput(text=loop_text(k)), complete=True))
+    return created.run
+
+
+async def _decide(app: PalyraApp, approval_id: str, reason: str) -> pb.Approval:
+    response = await app.decide_approval(ADMIN, pb.DecideApprovalRequest(
+        approval_id=approval_id, decision=APPROVE, scope=pb.ApprovalScope.ONCE,
+        reason=reason))
+    return response.approval
+
+
+async def _approve_to_end(app: PalyraApp, run_id: str, reason: str) -> pb.Run:
+    """Approve every step the run asks for until it ends."""
+    async with asyncio.timeout(10):
+        while True:
+            run = (await app.get_run(USER, pb.GetRunRequest(run_id=run_id))).run
+            if run.state in (pb.RunState.DONE, pb.RunState.FAILED, pb.RunState.CANCELLED):
+                return run
+            if run.state == pb.RunState.WAITING_FOR_APPROVAL and run.pending_approval_id:
+                await _decide(app, run.pending_approval_id, reason)
+            else:
+                await asyncio.sleep(0.005)
+
+
+async def test_a_daemon_resumes_only_the_sessions_it_owns(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_a = await a.start()
+    run = await _hitl_run(app_a, 2)
+    await next_approval(app_a, run.run_id)
+    assert _holder(a, run.session_id) == (_owner(a), 1, True)
+    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    await b.start()  # its recovery sees the unfinished run, but A owns the session
+    assert b.engine is not None and b.engine.live_runs() == []
+    assert _holder(a, run.session_id) == (_owner(a), 1, True)
+    done = await _approve_to_end(app_a, run.run_id, "a")
+    assert done.state == pb.RunState.DONE and "result=2" in done.final_text
+    # The run ended, so A let go of the session, settled: nothing for B to take over.
+    await _until(lambda: _holder(a, run.session_id) == ("", 1, False))
+    a.check_tape(run.run_id)
+
+
+async def test_a_dead_owners_session_is_taken_over_and_the_old_owner_is_fenced_out(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    ttl_s = 1.0
+    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)  # renews every 20 s: never in this test
+    app_a = await a.start()
+    run = await _hitl_run(app_a, 3)
+    first = await next_approval(app_a, run.run_id)
+    b = _daemon(daemons, tmp_path, dsn, ttl_s=ttl_s)
+    app_b = await b.start()
+    assert b.engine is not None and b.engine.live_runs() == []
+    _expire(dsn, run.session_id)  # A stalls past its term; it does not know yet
+    expired = time.monotonic()
+    await _until(b.engine.live_runs)
+    assert time.monotonic() - expired <= 2 * ttl_s  # taken over within 2 x TTL
+    assert _holder(b, run.session_id) == (_owner(b), 2, True)
+    # A still has the run live and still believes it owns it: its write is refused.
+    assert a.engine is not None and [r.run_id for r, _ in a.engine.live_runs()] == [run.run_id]
+    tape_before = len(a.tape(run.run_id))
+    with pytest.raises(PalyraError) as refused:
+        await _decide(app_a, first.approval_id, "from the fenced-out owner")
+    assert refused.value.code in (ErrorCode.LEASE_STALE, ErrorCode.UNAVAILABLE)
+    await _until(lambda: not a.engine.live_runs())  # A's actor stopped without writing
+    assert len(a.tape(run.run_id)) == tape_before
+    # B, the owner now, carries the run to its end; A's decision never landed.
+    done = await _approve_to_end(app_b, run.run_id, "b")
+    assert done.state == pb.RunState.DONE and "result=3" in done.final_text
+    approval = (await app_b.get_approval(ADMIN, pb.GetApprovalRequest(
+        approval_id=first.approval_id))).approval
+    assert approval.state == pb.ApprovalState.APPROVED and approval.reason == "b"
+    kinds = b.kinds(run.run_id)
+    assert kinds.count("status:DONE") == 1
+    b.check_tape(run.run_id)
+    assert b.store is not None
+    assert verify_store(b.store).ok
+
+
+async def test_a_stopped_daemon_hands_its_sessions_over_without_waiting_for_the_ttl(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_a = await a.start()
+    run = await _hitl_run(app_a, 1)
+    await next_approval(app_a, run.run_id)
+    b = _daemon(daemons, tmp_path, dsn, ttl_s=1.5)
+    app_b = await b.start()
+    await a.stop()  # SIGTERM: the run is parked and its session released unsettled
+    holder = _holder(b, run.session_id)
+    assert holder is not None and holder[0] == _owner(a) and not holder[2]
+    assert b.engine is not None
+    await _until(b.engine.live_runs)  # within 5 s: far less than A's 60 s term
+    done = await _approve_to_end(app_b, run.run_id, "b")
+    assert done.state == pb.RunState.DONE and "result=1" in done.final_text
+    b.check_tape(run.run_id)
+
+
+async def test_an_approval_decided_on_another_daemon_reaches_the_run_on_its_owner(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_a = await a.start()
+    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_b = await b.start()
+    run = await _hitl_run(app_a, 2)
+    for _ in range(2):
+        approval = await next_approval(app_b, run.run_id)  # any daemon serves reads
+        decided = await _decide(app_b, approval.approval_id, "decided on b")
+        assert decided.state == pb.ApprovalState.APPROVED and decided.reason == "decided on b"
+    assert b.engine is not None and b.engine.live_runs() == []  # the run never moved
+    done = (await app_a.complete_run(USER, pb.CompleteRunRequest(run_id=run.run_id,
+                                                                 wait=True))).run
+    assert done.state == pb.RunState.DONE and "result=2" in done.final_text
+    assert a.store is not None
+    assert a.store.scan_entities("meta", "approval_relay:", "", 10) == []  # consumed
+    a.check_tape(run.run_id)
+
+
+async def _state(app: PalyraApp, run_id: str) -> pb.Run:
+    return (await app.get_run(USER, pb.GetRunRequest(run_id=run_id))).run
+
+
+async def test_messages_for_a_run_on_another_daemon_are_handed_over_not_refused(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_a = await a.start()
+    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_b = await b.start()
+    assert a.engine is not None and b.engine is not None
+    first = (await app_a.create_run(USER, pb.CreateRunRequest(
+        input=pb.MessageInput(text=loop_text(1)), wait=True))).run  # idle, waiting for input
+    await app_b.send_run_input(USER, pb.SendRunInputRequest(
+        run_id=first.run_id, input=pb.MessageInput(text=loop_text(2))))
+    await asyncio.sleep(1.0)  # several inbox rounds: a row applied twice would show
+    await app_b.complete_run(USER, pb.CompleteRunRequest(run_id=first.run_id))
+    async with asyncio.timeout(10):
+        while True:
+            done = await _state(app_b, first.run_id)
+            if done.state == pb.RunState.DONE:
+                break
+            await asyncio.sleep(0.02)
+    assert "result=2" in done.final_text
+    assert a.kinds(first.run_id).count("user_input") == 2  # the handed-over input, once
+    assert b.engine.live_runs() == []  # it ran on A, its owner, all along
+    assert a.kinds(first.run_id).count("status:DONE") == 1
+    a.check_tape(first.run_id)
+    # A cancel asked of B reaches the run on A too.
+    second = (await app_a.create_run(USER, pb.CreateRunRequest(
+        input=pb.MessageInput(text=loop_text(1)), wait=True))).run
+    aborted = await app_b.abort_run(USER, pb.AbortRunRequest(run_id=second.run_id))
+    assert aborted.cancel_requested and aborted.state == pb.RunState.CANCELLED
+    assert a.store is not None
+    assert a.store.scan_entities("meta", "run_inbox:", "", 10) == []  # every message taken
+
+
+async def test_a_new_run_in_a_session_owned_elsewhere_is_handed_over_not_refused(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_a = await a.start()
+    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_b = await b.start()
+    assert a.engine is not None and b.engine is not None
+    first = (await app_a.create_run(USER, pb.CreateRunRequest(
+        session_key="busy", input=pb.MessageInput(text=loop_text(1)), wait=True))).run
+    assert _holder(a, first.session_id) == (_owner(a), 1, True)  # A owns it: its run is live
+    second = (await app_b.create_run(USER, pb.CreateRunRequest(
+        session_key="busy", input=pb.MessageInput(text=loop_text(2)), complete=True))).run
+    assert second.session_id == first.session_id
+    async with asyncio.timeout(10):
+        while True:
+            done = await _state(app_b, second.run_id)
+            if done.state == pb.RunState.DONE:
+                break
+            await asyncio.sleep(0.02)
+    assert "result=2" in done.final_text
+    assert b.engine.live_runs() == []  # started and run on A, the session's owner
+    assert a.store is not None
+    assert a.store.scan_entities("meta", "session_inbox:", "", 10) == []
+    a.check_tape(second.run_id)
