@@ -203,3 +203,27 @@ async def test_the_names_of_written_rows_stay_bounded(
             ("meta", f"row{n}") for n in range(40 - 8 - 1, 40)]
         # Reaching back past what is surely kept: unknown, never a partial answer.
         assert changes.rows_written(conn, 40, [(40 - 9, 40)]) is None
+
+
+async def test_catching_up_after_a_new_lease_never_serves_an_older_row(
+    two_daemons: tuple[JournalStore, JournalStore]
+) -> None:
+    # A daemon that has just taken a session over reads its rows as their last word
+    # (engine/sessions/ownership.py). Its watcher may not have marked the old owner's
+    # last commit yet: here it is held inside the marking, as a slow thread would be.
+    a, b = two_daemons
+    assert isinstance(b, PostgresJournalStore)
+    await _write(a, "runs", "r1", b"step 1")
+    await _eventually(lambda: b.get_entity("runs", "r1"), b"step 1")
+    cache = b._entities
+    assert cache is not None
+    cache._marking.acquire()  # b's watcher blocks as soon as it marks a's next commit
+    release = threading.Timer(0.5, cache._marking.release)
+    release.start()
+    try:
+        await _write(a, "runs", "r1", b"step 2")
+        assert b.get_entity("runs", "r1") == b"step 1"  # the stale window, shown
+        await asyncio.to_thread(b.catch_up_with_others)
+        assert b.get_entity("runs", "r1") == b"step 2"
+    finally:
+        release.join()

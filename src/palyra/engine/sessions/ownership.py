@@ -49,6 +49,8 @@ class LeaseStore(Protocol):
 
     def orphaned_leases(self, prefix: str, limit: int = 1000) -> list[str]: ...
 
+    def catch_up_with_others(self) -> None: ...
+
 
 class SessionLeases:
     """This daemon's session leases: claim, hold, renew, release.
@@ -88,6 +90,9 @@ class SessionLeases:
                                                 lease_name(session_id), self.owner, self.ttl_s)
                 if lease is None:
                     return None
+                # A new term: the session's rows are read next as their last word, so
+                # this daemon's caches first catch up with every daemon's commits.
+                await asyncio.to_thread(self._store.catch_up_with_others)
                 self._held[session_id] = lease
             self._users[session_id] = self._users.get(session_id, 0) + 1
             return lease

@@ -72,6 +72,10 @@ class Leases:
             cursor = self._conn.execute(query, params)
             return cursor.fetchall() if cursor.description is not None else []
 
+    def autocommit(self, query: str) -> list[tuple[Any, ...]]:
+        """Run ``query`` on this autocommit connection (a ``NOTIFY`` here is sent at once)."""
+        return self._run(query, None)
+
     def acquire(self, name: str, owner: str, ttl_s: float) -> Lease | None:
         """A new term for ``owner`` if ``name`` is free, expired or already ``owner``'s."""
         rows = self._run(_ACQUIRE, {"name": name, "owner": owner, "ttl": ttl_s})

@@ -20,7 +20,7 @@ from palyra.journal._types import JournalConfig, Lease
 from palyra.journal.postgres.kv import PostgresEnv
 from palyra.journal.postgres.lease import Leases
 from palyra.journal.postgres.schema import migrate, require_current
-from palyra.journal.postgres.watch import ForeignCommits, OwnCommits
+from palyra.journal.postgres.watch import _HEAD, NOTIFY, ForeignCommits, OwnCommits
 from palyra.journal.postgres.writer import PostgresWriter
 from palyra.journal.read.entity_cache import EntityCache
 from palyra.journal.read.follow import FollowHub
@@ -76,6 +76,23 @@ class PostgresJournalStore(JournalStore):
         ``append(..., fence=lease)`` to write only while it holds.
         """
         return self._leases.acquire(name, owner, ttl_s)
+
+    def catch_up_with_others(self, timeout_s: float = 2.0) -> None:
+        """Make this daemon's caches hold every commit made so far by any daemon.
+
+        A row cached here is marked stale by the watcher within its delay (a
+        notification, at most its poll). A daemon that has just taken a session's
+        lease reads that session's rows as their last word, so it first waits for
+        the watcher to reach the database's head now; if it cannot within
+        ``timeout_s``, the whole cache is forgotten instead (never a stale row).
+        """
+        if self._watch is None or self._entities is None:
+            return
+        rows = self._leases.autocommit(_HEAD)
+        head = int(rows[0][0]) - 1 if rows else 0
+        self._leases.autocommit(NOTIFY)  # wakes the watcher now rather than at its poll
+        if not self._watch.wait_seen(head, timeout_s):
+            self._entities.wrote_unknown()
 
     def renew_lease(self, lease: Lease, ttl_s: float) -> bool:
         """Extend ``lease``; False when it expired or another daemon took it over."""

@@ -113,6 +113,8 @@ class ForeignCommits:
         self._conn = self._listen()
         row = self._conn.execute(_HEAD).fetchone()
         self._seen = int(row[0]) - 1 if row else 0  # positions through this were handled
+        # Wakes :meth:`wait_seen` callers each time ``_seen`` moves.
+        self._moved = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="palyra-journal-pg-watch",
                                         daemon=True)  # fmt: skip
         self._thread.start()
@@ -170,7 +172,15 @@ class ForeignCommits:
                     published = [self._read(txn, first, last) for first, last in gaps]
         for events in published:
             self._hub.publish(events)
-        self._seen = through
+        with self._moved:
+            self._seen = through
+            self._moved.notify_all()
+
+    def wait_seen(self, position: int, timeout_s: float) -> bool:
+        """Wait until every commit through ``position`` is marked and published (False:
+        ``timeout_s`` passed first). The caller wakes the thread with a ``NOTIFY``."""
+        with self._moved:
+            return self._moved.wait_for(lambda: self._seen >= position, timeout_s)
 
     def _mark(self, txn: PgTxn, gaps: list[tuple[int, int]]) -> None:
         assert self._cache is not None
