@@ -213,7 +213,7 @@ def cluster(tmp_path: Path, postgres_server: PostgresServer) -> Iterator[tuple[C
 
 
 @pytest.mark.xfail(strict=False, reason=(
-    "known race, open in docs/journal/postgres.md: a daemon that claims an expired session "
+    "a race, open in docs/journal/postgres.md (likely cause): a daemon that claims an expired session "
     "lease for a new run (not through the orphan sweep) does not resume the runs the old "
     "owner left, so about 1 run in 8 test runs stays IN_PROGRESS after its accept"))
 def test_three_daemons_killed_at_random_lose_nothing(

@@ -121,7 +121,16 @@ def test_grpc_answers_not_serving_then_serving_across_a_held_start_up(tmp_path: 
             assert time.monotonic() - held_from > 0.5  # start-up really was held
             # The same channel reconnects (GOAWAY) and finds the real gateway.
             deadline = time.monotonic() + 30
-            while (status := _check(channel, timeout=5.0)) != HealthCheckResponse.SERVING:
+            while True:
+                try:
+                    status = _check(channel, timeout=5.0)
+                except grpc.RpcError as exc:
+                    # A call caught in the hand-over itself (the responder's REFUSED_STREAM
+                    # or its GOAWAY) ends UNAVAILABLE, which a client retries, as here.
+                    assert exc.code() == grpc.StatusCode.UNAVAILABLE, exc
+                    status = HealthCheckResponse.NOT_SERVING
+                if status == HealthCheckResponse.SERVING:
+                    break
                 assert status == HealthCheckResponse.NOT_SERVING
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
