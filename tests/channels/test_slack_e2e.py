@@ -14,7 +14,13 @@ import pytest
 
 from palyra.testing.platforms import FakeSlack, slack_headers
 from palyra.testing.spawn import DaemonProcess, clean_env
-from tests.channels.conftest import SLACK_SECRET, SLACK_TOKEN, journal_head, write_config
+from tests.channels.conftest import (
+    SLACK_SECRET,
+    SLACK_TOKEN,
+    admin_headers,
+    journal_head,
+    write_config,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +42,21 @@ def _wait(predicate: Any, timeout: float = 15.0) -> None:
     raise AssertionError("condition not reached in time")
 
 
+_ENDED = ("BACKGROUND_TASK_STATE_SUCCEEDED", "BACKGROUND_TASK_STATE_FAILED",
+          "BACKGROUND_TASK_STATE_CANCELLED", "BACKGROUND_TASK_STATE_EXPIRED")
+
+
 def _settled_head(base: str, token: str) -> int:
+    """The journal's head once no background task is left to commit (a swallowed send
+    retries after a backoff, longer than any quiet window) and it stopped moving."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        listed = httpx.get(f"{base}/v1/tasks", headers=admin_headers(token),
+                           params={"limit": 1000})
+        assert listed.status_code == 200, listed.text
+        if all(t.get("state") in _ENDED for t in listed.json().get("tasks", [])):
+            break
+        time.sleep(0.2)
     head = -1
     while (now := journal_head(base, token)) != head:
         head = now
