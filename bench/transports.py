@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -283,7 +284,10 @@ def daemon_env(args: argparse.Namespace, probe_path: str) -> dict[str, str]:
 async def open_driver(kind: str, data_dir: Path, args: argparse.Namespace
                       ) -> AsyncIterator[DaemonDriver]:
     """A fresh daemon on ``data_dir`` and a ``kind`` (grpc|http) driver for it."""
-    probe_path = str(data_dir.parent / f"{data_dir.name}.probe")
+    # The probe is a Unix socket: its path must fit in sun_path (108 bytes), which a
+    # data dir deep in a test's temporary tree does not; a short directory of its own does.
+    probe_dir = tempfile.mkdtemp(prefix="palyra-probe-")
+    probe_path = os.path.join(probe_dir, "probe")
     daemon = DaemonProcess(data_dir, env=daemon_env(args, probe_path),
                            log_path=data_dir.parent / f"{data_dir.name}.daemon.log")
     await asyncio.to_thread(daemon.start)
@@ -298,5 +302,7 @@ async def open_driver(kind: str, data_dir: Path, args: argparse.Namespace
         code = await asyncio.to_thread(daemon.stop)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(probe_path)
+        with contextlib.suppress(OSError):
+            os.rmdir(probe_dir)
         if code != 0:
             raise RuntimeError(f"daemon exited {code}: {daemon.log()[-2000:]}")

@@ -232,8 +232,10 @@ class JournalStore:
         signer = self._tree_signer()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bytes] = loop.create_future()
-        # No origin: the stored checkpoint's, else the default (decided in the writer's txn).
-        writer.submit(requests.TreeSign(loop, future, signer, origin or ""))
+        # No origin: the configured one, else the stored checkpoint's, else the default
+        # (decided in the writer's txn).
+        writer.submit(requests.TreeSign(loop, future, signer,
+                                        origin or self._config.tlog_origin or ""))
         return await future
 
     async def add_cosignatures(self, note: bytes, witnesses: Sequence[Witness]) -> bytes:
