@@ -219,6 +219,26 @@ async def test_verify_checks_the_tree_against_the_chain(data_dir: Path) -> None:
     assert not report.ok and "transparency log" in report.summary()
 
 
+@pytest.mark.parametrize("entry", [0, 137, 299])
+async def test_verify_names_the_first_entry_the_tree_holds_wrongly(data_dir: Path, entry: int
+                                                                  ) -> None:
+    store = JournalStore.open(data_dir, config=JournalConfig(sync=True))
+    await _fill(store, 300, sessions=5)
+    await store.sign_tree()
+    store.close()
+    env = lmdb.open(str(journal_dir(data_dir)), max_dbs=32)
+    with env.begin(write=True) as txn:  # flip one bit of one entry's leaf row (level 0)
+        db = env.open_db(TLOG.encode(), txn=txn, create=False)
+        cursor = txn.cursor(db=db)
+        rows = [(bytes(k), bytes(v)) for k, v in cursor if len(v) == 40]
+        key, value = rows[entry]
+        txn.put(key, bytes([value[0] ^ 0x01]) + value[1:], db=db)
+    env.close()
+    report = verify_store(data_dir)
+    assert not report.ok
+    assert f"tree entry {entry} (or a node above it) does not match" in report.summary()
+
+
 async def test_tiles_past_the_tree_are_not_found(store: JournalStore) -> None:
     await _fill(store, 10)
     for level, index, width in ((0, 1, 256), (0, 1000, 256), (0, 0, 11), (1, 0, 1), (-1, 0, 11)):

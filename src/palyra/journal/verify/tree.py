@@ -75,7 +75,37 @@ def _check_chunk(
     prefix: bytes,
     signed: Checkpoint | None,
 ) -> Frontier:
+    # The whole chunk grows the tree in one ``extend`` (one frontier, not one a
+    # record: half of verify's time went there); the chunk is cut where the signed
+    # checkpoint's size falls, to compare roots there. Only when something does
+    # not match is the chunk walked again record by record, to name the record.
     db = env.dbs.get(names.TLOG)
+    entries = [(record_hashes(value)[0], int.from_bytes(key, "big")) for key, value in records]
+    start = tree.size
+    cut = len(entries)
+    if signed is not None and start < signed.size < start + len(entries):
+        cut = signed.size - start
+    grown = tree
+    for part in (entries[:cut], entries[cut:]):
+        if not part:
+            continue
+        grown, rows = extend(grown, part, prefix)
+        if (db is None or any(txn.get(key, db=db) != row for key, row in rows)
+                or (signed is not None and grown.size == signed.size
+                    and grown.root() != signed.root)):  # fmt: skip
+            _name_the_record(txn, db, records, tree, prefix, signed)
+    return grown
+
+
+def _name_the_record(
+    txn: Any,
+    db: Any,
+    records: list[tuple[bytes, bytes]],
+    tree: Frontier,
+    prefix: bytes,
+    signed: Checkpoint | None,
+) -> None:
+    """Walk a chunk that failed one record at a time and raise at the first bad one."""
     for key, value in records:
         index = tree.size
         digest, last = record_hashes(value)[0], int.from_bytes(key, "big")
@@ -89,4 +119,4 @@ def _check_chunk(
             raise Tampered(decode_record(value).first,
                            f"transparency log: the signed checkpoint's root at size {signed.size} "
                            "is not the root of the records up to here")  # fmt: skip
-    return tree
+    raise AssertionError("a chunk that failed as a whole passed record by record")
