@@ -490,6 +490,22 @@ class JournalStore:
         subscription.consumer = consumer
         return subscription
 
+    def tap_commits(self, tap: Callable[[Sequence[tuple[StoredEvent, int]]], None]
+                    ) -> Callable[[Sequence[tuple[StoredEvent, int]]], None]:
+        """Hand every commit's ``(event, size)`` pairs to ``tap`` from now on, on the
+        thread that committed them, in the writer's own wake-up, before the commit is
+        answered (``/metrics``' fold: no event-loop hop, and what an append wrote is
+        counted by the time it returns). On PostgreSQL, other daemons' commits come
+        from the watch thread, so two threads may call ``tap``: it must be quick,
+        thread-safe and must not raise (an exception is swallowed and counted).
+        :meth:`untap` ends it.
+        """
+        return self._hub.tap(tap)
+
+    def untap(self, tap: Callable[[Sequence[tuple[StoredEvent, int]]], None]) -> None:
+        """Stop calling a :meth:`tap_commits` tap (again is harmless)."""
+        self._hub.untap(tap)
+
     def unsubscribe(self, subscription: Subscription) -> None:
         """Drop a subscription (again is harmless)."""
         self._hub.unsubscribe(subscription)

@@ -33,6 +33,9 @@ from palyra.journal._types import StoredEvent
 _Pairs = Sequence[tuple[StoredEvent, int]]
 """Committed events with their approximate sizes in bytes (what a buffer counts)."""
 
+Tap = Callable[[_Pairs], None]
+"""Run on the committing thread with each commit's pairs (see :meth:`FollowHub.tap`)."""
+
 
 class Subscription:
     """One follower's bounded inbox; filled on its event loop, drained by its generator."""
@@ -115,6 +118,8 @@ class FollowHub:
         self._max_bytes = max(1, max_bytes)
         self._global: list[Subscription] = []
         self._by_run: dict[str, list[Subscription]] = {}
+        self._taps: list[Tap] = []
+        self.tap_failures = 0
         self.closed = False
 
     def subscribe(self, key: str | None) -> Subscription:
@@ -139,6 +144,27 @@ class FollowHub:
             else:
                 self._by_run.pop(sub.key, None)
 
+    def tap(self, tap: Tap) -> Tap:
+        """Run ``tap`` with every commit's ``(event, size)`` pairs from now on, on the
+        thread that committed them (the writer's, or a PostgreSQL watch thread's for
+        another daemon's commits), before the commit is answered; :meth:`untap` ends it.
+
+        For a consumer that only folds what it reads (``/metrics``): it reads the
+        events where they were just built, with no hop to an event loop, and an
+        append's events are folded by the time the append returns. ``tap`` must be
+        quick, thread-safe (two threads may call it) and must not raise: an exception
+        is counted in :attr:`tap_failures` and otherwise ignored, so it cannot cost a
+        commit or its followers anything.
+        """
+        with self._lock:
+            self._taps = [*self._taps, tap]
+        return tap
+
+    def untap(self, tap: Tap) -> None:
+        """Stop calling ``tap`` (again is harmless)."""
+        with self._lock:
+            self._taps = [t for t in self._taps if t is not tap]
+
     def followed(self) -> bool:
         """True when anyone follows anything (the writer's cue to build what ``publish`` takes).
 
@@ -147,7 +173,7 @@ class FollowHub:
         (the writer asks only once the commit is durable, and reads of this
         process wait until LMDB holds it), as with ``publish`` finding nobody.
         """
-        return bool(self._global) or bool(self._by_run)
+        return bool(self._global) or bool(self._by_run) or bool(self._taps)
 
     def publish(self, events: Sequence[tuple[StoredEvent, int]]) -> None:
         """Hand one durable commit's ``(event, size)`` pairs to its followers (writer thread).
@@ -162,9 +188,15 @@ class FollowHub:
 
     def deliveries(self, events: Sequence[tuple[StoredEvent, int]]) -> Deliveries:
         """What ``publish`` would hand each event loop, for a caller that schedules it
-        (the writer does, in the same wake-up that answers the commit's callers)."""
+        (the writer does, in the same wake-up that answers the commit's callers).
+        The taps run here first, on the calling thread."""
         with self._lock:
-            global_subs, by_run = self._global, self._by_run
+            global_subs, by_run, taps = self._global, self._by_run, self._taps
+        for tap in taps:
+            try:
+                tap(events)
+            except Exception:  # a consumer's bug must not fail a durable commit
+                self.tap_failures += 1
         per_loop: Deliveries = {}
         if not global_subs and not by_run:
             return per_loop
