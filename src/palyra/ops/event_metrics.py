@@ -12,7 +12,7 @@ proposal (or approval) to its result, an approval wait from request to answer.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,6 +124,7 @@ class EventMetrics:
         self._model_children: dict[str, tuple[Histogram, Histogram, Histogram]] = {}
         self._tool_children: dict[str, tuple[dict[str, _Cell], Histogram]] = {}
         self._outcomes: dict[str, tuple[str, _Cell]] = {}  # decision enum → (short, cell)
+        self._states: dict[Any, _Cell] = {}  # run state enum → its transitions' cell
         self._on: dict[str, Callable[[EventLike, dict[str, Any]], None]] = {
             "tape.status": self._status, "tape.agent_loop": self._loop,
             "tape.provider_turn_output": self._model, "tape.tool_proposal": self._proposal,
@@ -151,6 +152,20 @@ class EventMetrics:
         if handler is None:
             handler = self._handler_for(event.kind)
         handler(event, event.payload)
+
+    def feed_all(self, events: Iterable[EventLike], failed: Callable[[EventLike], None]) -> None:
+        """:meth:`feed` each event (one commit's, on the committing thread): the same
+        dispatch without a call per event; an event whose handler raises is passed to
+        ``failed`` and the rest still count."""
+        on = self._on
+        for event in events:
+            try:
+                handler = on.get(event.kind)
+                if handler is None:
+                    handler = self._handler_for(event.kind)
+                handler(event, event.payload)
+            except Exception:
+                failed(event)
 
     def _handler_for(self, kind: str) -> Callable[[EventLike, dict[str, Any]], None]:
         """What a kind with no handler yet does, remembered for its next event (the
@@ -206,7 +221,11 @@ class EventMetrics:
         return hist
 
     def _status(self, event: EventLike, payload: dict[str, Any]) -> None:
-        self._inc(RUNS, (_short(payload.get("state", ""), "RUN_STATE_"),))
+        enum_text = payload.get("state", "")
+        cell = self._states.get(enum_text)
+        if cell is None:
+            cell = self._states[enum_text] = self._cell(RUNS, (_short(enum_text, "RUN_STATE_"),))
+        cell.value += 1
 
     def _loop(self, event: EventLike, payload: dict[str, Any]) -> None:
         if payload.get("phase") == "AGENT_LOOP_PHASE_TURN_STARTED":

@@ -35,6 +35,7 @@ from palyra.engine import Engine
 from palyra.journal import JournalStore, StoredEvent
 from palyra.memory.service import Memory
 from palyra.ops.event_metrics import EventMetrics, cumulative_buckets
+from palyra.ops.spans import EventLike
 from palyra.tasks import TaskQueue
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -75,17 +76,15 @@ class DaemonMetrics:
 
     def _fold(self, pairs: Sequence[tuple[StoredEvent, int]]) -> None:
         """Fold one commit's events (the committing thread, before the commit is answered)."""
-        feed = self.events.feed
         with self._lock:
-            for event, _size in pairs:
-                try:
-                    feed(event)
-                except Exception:  # a fold bug must not cost the commit or the other events
-                    self.fold_errors += 1
-                    if self.fold_errors == 1:
-                        _log.exception("metrics_fold_failed", kind=event.kind,
-                                       position=event.position)
+            self.events.feed_all([event for event, _size in pairs], self._failed)
             self.folded += len(pairs)
+
+    def _failed(self, event: EventLike) -> None:
+        """A fold bug costs the event it broke on, never the commit or the other events."""
+        self.fold_errors += 1
+        if self.fold_errors == 1:
+            _log.exception("metrics_fold_failed", kind=event.kind, position=event.position)
 
     def close(self) -> None:
         """Stop folding (the store's close ends it too)."""
