@@ -476,20 +476,6 @@ class JournalStore:
         """
         return self._hub.subscribe(run_id)
 
-    def consume_all(self, consumer: Callable[[Sequence[tuple[StoredEvent, int]]], None]
-                    ) -> Subscription:
-        """Hand every commit's ``(event, size)`` pairs to ``consumer`` from now on, on
-        this event loop, in journal order (``/metrics``' fold).
-
-        The writer's own event objects, no store read and no buffer: ``consumer``
-        runs in the callback that already delivers the commit to the tape
-        followers, so it must be quick and must not raise (it would cut that
-        delivery short). :meth:`unsubscribe` ends it.
-        """
-        subscription = self._hub.subscribe(None)
-        subscription.consumer = consumer
-        return subscription
-
     def tap_commits(self, tap: Callable[[Sequence[tuple[StoredEvent, int]]], None]
                     ) -> Callable[[Sequence[tuple[StoredEvent, int]]], None]:
         """Hand every commit's ``(event, size)`` pairs to ``tap`` from now on, on the

@@ -4,6 +4,9 @@ After each durable commit the writer hands the events it just built (payloads
 already decoded) to the :class:`FollowHub`, which passes them to the followers
 that want them: a tape follower gets only its run's tape events, a global
 follower every event. Nothing just committed is read back or decoded again.
+A tap (:meth:`FollowHub.tap`) is handed every commit on the committing thread
+itself, before the commit is answered: for a consumer that only folds what it
+reads (``/metrics``), with no hop to an event loop.
 
 A follower never trusts memory alone; the store stays the source of truth:
 
@@ -40,7 +43,7 @@ Tap = Callable[[_Pairs], None]
 class Subscription:
     """One follower's bounded inbox; filled on its event loop, drained by its generator."""
 
-    __slots__ = ("buffer", "buffered_bytes", "consumer", "key", "loop", "max_bytes",
+    __slots__ = ("buffer", "buffered_bytes", "key", "loop", "max_bytes",
                  "max_events", "overflowed", "overflows", "waiter")  # fmt: skip
 
     def __init__(
@@ -55,15 +58,9 @@ class Subscription:
         self.overflowed = False
         self.overflows = 0
         self.waiter: asyncio.Future[None] | None = None
-        # Set: each commit's events go straight to it (loop thread), nothing is buffered.
-        self.consumer: Callable[[_Pairs], None] | None = None
 
     def deliver(self, events: Sequence[tuple[StoredEvent, int]]) -> None:
-        """Buffer ``(event, size)`` pairs (loop thread); overflow drops the whole buffer.
-        A subscription with a ``consumer`` hands them to it instead."""
-        if self.consumer is not None:
-            self.consumer(events)
-            return
+        """Buffer ``(event, size)`` pairs (loop thread); overflow drops the whole buffer."""
         if not self.overflowed:
             for event, size in events:
                 self.buffer.append(event)
