@@ -227,13 +227,15 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def interleave_all(args: argparse.Namespace) -> dict[str, Any]:
-    """``--ops interleave``: each repeat one daemon, metrics on and off in its blocks."""
+    """``--ops interleave``: per repeat, one daemon with metrics switched on and off in its
+    blocks, then one with tracing."""
     runs = []
     for i in range(args.repeats):
-        result = asyncio.run(ops_interleave.interleaved_run(args, args.blocks))
-        print(f"run {i + 1}/{args.repeats} {ops_interleave.text(result)}", file=sys.stderr,
-              flush=True)
-        runs.append(result)
+        for mode in ("metrics", "tracing"):
+            result = asyncio.run(ops_interleave.interleaved_run(args, mode, args.blocks))
+            print(f"run {i + 1}/{args.repeats} {ops_interleave.text(result)}", file=sys.stderr,
+                  flush=True)
+            runs.append(result)
     return {"bench": "tool-loop", "schema": SCHEMA, "tree": report.tree_info(),
             "host": report.host_info(), "import_s": round(IMPORT_S, 3),
             "args": {k: v for k, v in vars(args).items() if k not in ("json", "journal_config")},
@@ -293,10 +295,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="in process: metrics (scraped every 1 s) or tracing (100 %% "
                              "sampling) on; compare runs off/metrics/tracing alternating "
                              "and prints the overhead (bench/ops.py); interleave turns the "
-                             "metrics on and off in blocks of N sessions within each run "
-                             "(bench/ops_interleave.py)")
+                             "metrics, then tracing, on and off in blocks of N sessions "
+                             "within one run each (bench/ops_interleave.py)")
     parser.add_argument("--blocks", type=int, default=24,
-                        help="with --ops interleave: blocks per run (half with metrics on)")
+                        help="with --ops interleave: blocks per run (half of them on)")
     parser.add_argument("--json", default="", metavar="FILE",
                         help="also write every run and the medians as JSON (- for stdout)")
     parser.add_argument("--keep-db", action="store_true", help="keep the temp data dirs")
