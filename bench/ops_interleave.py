@@ -116,7 +116,9 @@ async def switch_for(mode: str, driver: InProcessDriver, counters: dict[str, flo
         finally:
             switch.on()  # to read to the head and exit
             reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
-            await tracer.stop()
+            began = time.perf_counter()
+            await tracer.stop()  # how long it takes says how far behind the exporter was
+            counters["exporter_stop_s"] = time.perf_counter() - began
             ended = resource.getrusage(resource.RUSAGE_CHILDREN)
             lifetime = ended.ru_utime + ended.ru_stime - reaped.ru_utime - reaped.ru_stime
             counters["exporter_cpu_s"] = lifetime - cpu_before
@@ -166,6 +168,7 @@ async def interleaved_run(args: argparse.Namespace, mode: str, blocks: int) -> d
         result["exporter_cpu_ms_per_step"] = round(
             counters["exporter_cpu_s"] * 1000 / every_step, 4)
         result["otlp_bytes_per_step"] = round(counters["otlp_bytes"] / every_step, 1)
+        result["exporter_stop_s"] = round(counters["exporter_stop_s"], 3)
     return result
 
 
@@ -198,7 +201,8 @@ def text(result: dict[str, Any]) -> str:
     tail = (f"{result['events_folded_per_on_step']} events folded per step with metrics on"
             if result["mode"] == "metrics" else
             f"the exporter {result['exporter_cpu_ms_per_step']} CPU ms/step (every block's "
-            f"spans, sent in the on blocks: an upper bound)")
+            f"spans, sent in the on blocks: an upper bound), its last read and flush "
+            f"{result['exporter_stop_s']} s")
     return (f"interleaved {result['mode']}, {result['blocks']} blocks of "
             f"{result['steps_per_block']} steps: off {off['steps_per_s']} steps/s "
             f"{off['cpu_ms_per_step']} CPU ms/step, on {on['steps_per_s']} steps/s "

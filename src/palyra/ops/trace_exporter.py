@@ -13,7 +13,9 @@ journal's head and a flush: the daemon closes that pipe once its journal is
 closed (so the runs it parked are traced too), and the kernel closes it when
 the daemon dies. SIGTERM and SIGINT are ignored: a Ctrl-C in a terminal and a
 service manager's stop reach the whole process group at once, and the exporter
-must outlast the daemon's own drain.
+must outlast the daemon's own drain. It runs ``--nice`` steps below the daemon's
+priority: under CPU contention the daemon's steps go first and the spans follow,
+read from the journal, which holds them until they are sent.
 """
 
 from __future__ import annotations
