@@ -144,6 +144,7 @@ async def interleaved_run(args: argparse.Namespace, mode: str, blocks: int) -> d
             await drive(driver, args, 3, "warmup")
             sums = {False: [0.0, 0.0, 0], True: [0.0, 0.0, 0]}
             per_block: list[tuple[bool, float, float, int]] = []
+            first = driver.store.head().count
             async with switch_for(mode, driver, counters) as switch:
                 for i in range(blocks):
                     on = PATTERN[i % len(PATTERN)]
@@ -157,10 +158,12 @@ async def interleaved_run(args: argparse.Namespace, mode: str, blocks: int) -> d
                     total[0] += wall
                     total[1] += cpu
                     total[2] += steps
+                events = driver.store.head().count - first
     result = {"mode": mode, **summary(sums, per_block),
               "per_block": [[on, round(wall, 4), round(cpu, 4), steps]
                             for on, wall, cpu, steps in per_block]}
     every_step = sums[False][2] + sums[True][2]
+    result["events_per_step"] = round(events / every_step, 2)
     if mode == "metrics":
         # Proof the switch works: the on blocks' events, and only theirs, were folded.
         result["events_folded_per_on_step"] = round(counters["events_folded"] / sums[True][2], 2)
