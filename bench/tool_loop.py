@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 _T0 = time.perf_counter()
-from bench import ops, probe, report  # noqa: E402
+from bench import ops, ops_interleave, probe, report  # noqa: E402
 from bench.inproc import in_process  # noqa: E402
 from bench.measure import Subject, measure  # noqa: E402
 from bench.pgcpu import cluster_cpu_s  # noqa: E402
@@ -186,6 +186,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         from palyra.testing.postgres import PostgresServer
 
         server = PostgresServer(durable=True).start()
+    if args.ops == "interleave":  # metrics on and off in blocks of one run, per repeat
+        return interleave_all(args)
     if args.ops == "compare":  # in process, the three modes alternating within each repeat
         kinds = [f"inproc+{mode}" if mode != "off" else "inproc" for mode in ops.MODES]
     runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
@@ -224,10 +226,28 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     return document
 
 
+def interleave_all(args: argparse.Namespace) -> dict[str, Any]:
+    """``--ops interleave``: per repeat, one daemon with metrics switched on and off in its
+    blocks, then one with tracing."""
+    runs = []
+    for i in range(args.repeats):
+        for mode in ("metrics", "tracing"):
+            result = asyncio.run(ops_interleave.interleaved_run(args, mode, args.blocks))
+            print(f"run {i + 1}/{args.repeats} {ops_interleave.text(result)}", file=sys.stderr,
+                  flush=True)
+            runs.append(result)
+    return {"bench": "tool-loop", "schema": SCHEMA, "tree": report.tree_info(),
+            "host": report.host_info(), "import_s": round(IMPORT_S, 3),
+            "args": {k: v for k, v in vars(args).items() if k not in ("json", "journal_config")},
+            "interleaved": runs}
+
+
 def render(document: dict[str, Any]) -> str:
     """The human-readable tables (and the ratio block) of a document."""
     args, tree = document["args"], document["tree"]
     out = []
+    if "interleaved" in document:
+        return "\n".join(ops_interleave.text(run) for run in document["interleaved"])
     for kind, result in document["results"].items():
         system = "LangGraph" if kind.startswith("langgraph") else "palyra"
         title = (f"{system} tool-loop · {kind}{' · HITL' if args['hitl'] else ''} · "
@@ -270,10 +290,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                              "default; off by default here, as in process)")
     parser.add_argument("--compare-inproc", action="store_true",
                         help="with --transport: also run in process and print the ratios")
-    parser.add_argument("--ops", choices=("off", "metrics", "tracing", "compare"), default="off",
+    parser.add_argument("--ops", choices=("off", "metrics", "tracing", "compare", "interleave"),
+                        default="off",
                         help="in process: metrics (scraped every 1 s) or tracing (100 %% "
                              "sampling) on; compare runs off/metrics/tracing alternating "
-                             "and prints the overhead (bench/ops.py)")
+                             "and prints the overhead (bench/ops.py); interleave turns the "
+                             "metrics, then tracing, on and off in blocks of N sessions "
+                             "within one run each (bench/ops_interleave.py)")
+    parser.add_argument("--blocks", type=int, default=24,
+                        help="with --ops interleave: blocks per run (half of them on)")
     parser.add_argument("--json", default="", metavar="FILE",
                         help="also write every run and the medians as JSON (- for stdout)")
     parser.add_argument("--keep-db", action="store_true", help="keep the temp data dirs")
@@ -301,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         print(render(document))
     if args.json:
         report.write_json(args.json, document)
+    if "interleaved" in document:  # a failed turn raised in its block
+        return 0
     return 0 if all(r["median"]["ok"] for r in document["results"].values()) else 1
 
 

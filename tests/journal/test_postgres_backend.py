@@ -348,3 +348,21 @@ async def test_a_lost_database_fails_reads_and_appends_as_unavailable(tmp_path: 
             assert info.value.code is ErrorCode.UNAVAILABLE
         finally:
             store.close()
+
+
+async def test_a_commit_tap_gets_what_another_daemon_commits(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = postgres_server.create_database()
+    with JournalStore.open(tmp_path / "a", config=_config(dsn)) as a, \
+            JournalStore.open(tmp_path / "b", config=_config(dsn)) as b:
+        seen: list[int] = []
+        b.tap_commits(lambda pairs: seen.extend(event.position for event, _size in pairs))
+        await b.append([draft(0, session_id="s")])
+        await a.append([draft(1, session_id="s"), draft(2, session_id="s")])
+        await b.append([draft(3, session_id="t")])
+        for _ in range(500):  # a's commit reaches b from its watch thread
+            if len(seen) == 4:
+                break
+            await asyncio.sleep(0.01)
+        assert sorted(seen) == [1, 2, 3, 4]

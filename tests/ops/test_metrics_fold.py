@@ -7,15 +7,18 @@ counts (fed the writer's own event objects, commit by commit) must equal it.
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from palyra.app import PalyraApp
-from palyra.journal import JournalStore
+from palyra.journal import JournalStore, StoredEvent
 from palyra.ops.event_metrics import (
     ASKED,
     DECIDED,
     DECISIONS,
+    MEMORY,
     STEPS,
     TASKS,
     TOOL_CALLS,
@@ -33,15 +36,29 @@ async def _delivered(store: JournalStore, metrics: DaemonMetrics, started: int) 
         await asyncio.sleep(0.01)
 
 
+class _Threads(DaemonMetrics):
+    """The daemon's metrics, remembering which threads folded."""
+
+    def __init__(self, sources: MetricSources) -> None:
+        self.threads: set[int] = set()
+        super().__init__(sources)
+
+    def _fold(self, pairs: Sequence[tuple[StoredEvent, int]]) -> None:
+        self.threads.add(threading.get_ident())
+        super()._fold(pairs)
+
+
 async def test_every_commit_is_folded_once_as_the_store_holds_it(
         app: tuple[PalyraApp, JournalStore]) -> None:
     palyra, store = app
     await run_with_approvals(palyra, steps=1, key="before")  # not counted: before the metrics
-    metrics = DaemonMetrics(MetricSources(store=store, engine=palyra.engine))
+    metrics = _Threads(MetricSources(store=store, engine=palyra.engine))
     started = store.head().count
     await run_with_approvals(palyra, steps=3)
     await _delivered(store, metrics, started)
     assert metrics.folded == store.head().count - started > 20
+    # Folded by the writer, where the events were built: no hop to the event loop.
+    assert metrics.threads and threading.get_ident() not in metrics.threads
     oracle = EventMetrics({})
     for event in store.read_range(started, 10_000):
         oracle.feed(event)
@@ -77,10 +94,16 @@ async def test_an_event_that_breaks_the_fold_is_skipped_and_the_rest_of_its_comm
     broken = _Event(2, "tape.tool_proposal", {"decision": "not an object"})
     done = _Event(3, "tape.tool_result", {"proposalId": "p1", "success": True})
     queued = _Event(4, "task.enqueued", {"kind": "send"})
+    embed = _Event(5, "task.enqueued", {"kind": "embed"})  # the same kind's handler again
+    stored = _Event(6, "memory.ingested")
+    other = _Event(7, "tape.user_message", {"text": "not counted"})
     # One commit as the store delivers it (the fold's consumer, called directly).
-    metrics._fold([(proposed, 10), (broken, 10), (done, 10), (queued, 10)])  # type: ignore[list-item]
-    assert metrics.fold_errors == 1 and metrics.folded == 4
+    metrics._fold([(e, 10) for e in (proposed, broken, done, queued, embed, stored,  # type: ignore[misc]
+                                      other, stored)])
+    assert metrics.fold_errors == 1 and metrics.folded == 8
     assert metrics.events.count(DECISIONS, "allow") == 1
     assert metrics.events.count(TOOL_CALLS, "add", "ok") == 1
     assert metrics.events.count(TASKS, "send", "enqueued") == 1
+    assert metrics.events.count(TASKS, "embed", "enqueued") == 1
+    assert metrics.events.count(MEMORY, "ingested") == 2
     metrics.close()

@@ -154,3 +154,20 @@ def test_the_exporter_exits_when_its_daemon_is_killed(
     finally:
         daemon.kill()
     assert _gone(exporter, within_s=5), "the exporter outlived its killed daemon"
+
+
+def _nice(pid: int) -> int:
+    """``pid``'s niceness (field 19 of ``/proc/<pid>/stat``)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[16])
+
+
+def test_the_exporter_yields_the_cpu_to_its_daemon(
+        tmp_path: Path, collector: _Collector) -> None:
+    daemon = _daemon(tmp_path, collector.server_address[1]).start()
+    try:
+        (exporter,) = _children(daemon.pid)
+        # The default [tracing] exporter_nice: the daemon's steps go first under
+        # contention, the exporter catches up from the journal.
+        assert _nice(exporter) == min(_nice(daemon.pid) + 10, 19)
+    finally:
+        assert daemon.stop() == 0

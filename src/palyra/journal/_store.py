@@ -476,19 +476,21 @@ class JournalStore:
         """
         return self._hub.subscribe(run_id)
 
-    def consume_all(self, consumer: Callable[[Sequence[tuple[StoredEvent, int]]], None]
-                    ) -> Subscription:
-        """Hand every commit's ``(event, size)`` pairs to ``consumer`` from now on, on
-        this event loop, in journal order (``/metrics``' fold).
-
-        The writer's own event objects, no store read and no buffer: ``consumer``
-        runs in the callback that already delivers the commit to the tape
-        followers, so it must be quick and must not raise (it would cut that
-        delivery short). :meth:`unsubscribe` ends it.
+    def tap_commits(self, tap: Callable[[Sequence[tuple[StoredEvent, int]]], None]
+                    ) -> Callable[[Sequence[tuple[StoredEvent, int]]], None]:
+        """Hand every commit's ``(event, size)`` pairs to ``tap`` from now on, on the
+        thread that committed them, in the writer's own wake-up, before the commit is
+        answered (``/metrics``' fold: no event-loop hop, and what an append wrote is
+        counted by the time it returns). On PostgreSQL, other daemons' commits come
+        from the watch thread, so two threads may call ``tap``: it must be quick,
+        thread-safe and must not raise (an exception is swallowed and counted).
+        :meth:`untap` ends it.
         """
-        subscription = self._hub.subscribe(None)
-        subscription.consumer = consumer
-        return subscription
+        return self._hub.tap(tap)
+
+    def untap(self, tap: Callable[[Sequence[tuple[StoredEvent, int]]], None]) -> None:
+        """Stop calling a :meth:`tap_commits` tap (again is harmless)."""
+        self._hub.untap(tap)
 
     def unsubscribe(self, subscription: Subscription) -> None:
         """Drop a subscription (again is harmless)."""

@@ -40,6 +40,12 @@ class TracingConfig:
             spans are kept or dropped together, and a rebuilt trace decides the same).
         service_name: ``service.name`` of the resource.
         export_timeout_s: Per OTLP request.
+        exporter_nice: Niceness the exporter process adds to the daemon's, 0..19.
+            Spans are background work read from the journal, which holds every
+            event until they are sent: when the CPU is contended the daemon's
+            steps go first and the exporter catches up after, instead of taking
+            its share of the daemon's throughput. 0 runs it at the daemon's
+            priority.
     """
 
     enabled: bool = False
@@ -47,6 +53,7 @@ class TracingConfig:
     sample_ratio: float = 1.0
     service_name: str = "palyra"
     export_timeout_s: float = 10.0
+    exporter_nice: int = 10
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.sample_ratio <= 1.0:
@@ -55,3 +62,5 @@ class TracingConfig:
             raise ValueError("otlp_endpoint must be an http(s) URL")
         if self.export_timeout_s <= 0:
             raise ValueError("export_timeout_s must be > 0")
+        if not 0 <= self.exporter_nice <= 19:
+            raise ValueError("exporter_nice must be within 0..19")

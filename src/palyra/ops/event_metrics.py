@@ -12,7 +12,7 @@ proposal (or approval) to its result, an approval wait from request to answer.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ GENAI_TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048
 # Approvals wait on people: seconds to a day.
 APPROVAL_WAIT_BUCKETS = (0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 14400, 86400)
 _MAX_OPEN = 100_000  # starts remembered until their end (oldest dropped: memory stays bounded)
+_MAX_KINDS = 1_000  # event kinds whose handler is remembered (the spec has a few dozen)
 _OUTCOMES = ("ok", "error", "timeout")  # what tool_outcome answers
 _MODEL = ("gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model")
 
@@ -81,6 +82,10 @@ def _short(enum_text: Any, prefix: str) -> str:
     return str(enum_text).removeprefix(prefix).lower() or "unspecified"
 
 
+def _ignore(event: EventLike, payload: dict[str, Any]) -> None:
+    """What a kind the metrics do not count does."""
+
+
 def _bounded(memory: dict[Any, Any], key: Any, value: Any) -> None:
     memory[key] = value
     if len(memory) > _MAX_OPEN:
@@ -119,6 +124,7 @@ class EventMetrics:
         self._model_children: dict[str, tuple[Histogram, Histogram, Histogram]] = {}
         self._tool_children: dict[str, tuple[dict[str, _Cell], Histogram]] = {}
         self._outcomes: dict[str, tuple[str, _Cell]] = {}  # decision enum → (short, cell)
+        self._states: dict[Any, _Cell] = {}  # run state enum → its transitions' cell
         self._on: dict[str, Callable[[EventLike, dict[str, Any]], None]] = {
             "tape.status": self._status, "tape.agent_loop": self._loop,
             "tape.provider_turn_output": self._model, "tape.tool_proposal": self._proposal,
@@ -141,15 +147,44 @@ class EventMetrics:
                 if labels[1] == "quarantined"}
 
     def feed(self, event: EventLike) -> None:
-        """Count one committed event."""
-        kind = event.kind
-        handler = self._on.get(kind)
-        if handler is not None:
-            handler(event, event.payload)
-        elif kind.startswith("task."):
-            self._inc(TASKS, (str(event.payload.get("kind", "")), kind[5:]))
+        """Count one committed event: one dict lookup picks what its kind does."""
+        handler = self._on.get(event.kind)
+        if handler is None:
+            handler = self._handler_for(event.kind)
+        handler(event, event.payload)
+
+    def feed_all(self, events: Iterable[EventLike], failed: Callable[[EventLike], None]) -> None:
+        """:meth:`feed` each event (one commit's, on the committing thread): the same
+        dispatch without a call per event; an event whose handler raises is passed to
+        ``failed`` and the rest still count."""
+        on = self._on
+        for event in events:
+            try:
+                handler = on.get(event.kind)
+                if handler is None:
+                    handler = self._handler_for(event.kind)
+                handler(event, event.payload)
+            except Exception:
+                failed(event)
+
+    def _handler_for(self, kind: str) -> Callable[[EventLike, dict[str, Any]], None]:
+        """What a kind with no handler yet does, remembered for its next event (the
+        kinds are the spec's, a few dozen; past ``_MAX_KINDS`` nothing more is kept)."""
+        if kind.startswith("task."):
+            change = kind[5:]
+
+            def handler(event: EventLike, payload: dict[str, Any]) -> None:
+                self._inc(TASKS, (str(payload.get("kind", "")), change))
         elif kind.startswith("memory."):
-            self._inc(MEMORY, (kind[7:],))
+            cell = self._cell(MEMORY, (kind[7:],))
+
+            def handler(event: EventLike, payload: dict[str, Any]) -> None:
+                cell.value += 1
+        else:
+            handler = _ignore
+        if len(self._on) < _MAX_KINDS:
+            self._on[kind] = handler
+        return handler
 
     def collect(self) -> Iterator[Metric]:
         """The Prometheus families, from the dicts as they stand."""
@@ -186,7 +221,11 @@ class EventMetrics:
         return hist
 
     def _status(self, event: EventLike, payload: dict[str, Any]) -> None:
-        self._inc(RUNS, (_short(payload.get("state", ""), "RUN_STATE_"),))
+        enum_text = payload.get("state", "")
+        cell = self._states.get(enum_text)
+        if cell is None:
+            cell = self._states[enum_text] = self._cell(RUNS, (_short(enum_text, "RUN_STATE_"),))
+        cell.value += 1
 
     def _loop(self, event: EventLike, payload: dict[str, Any]) -> None:
         if payload.get("phase") == "AGENT_LOOP_PHASE_TURN_STARTED":

@@ -1,18 +1,20 @@
 """The Prometheus exposition: journal-derived metrics plus live gauges.
 
 Each durable commit's events are folded (:class:`~palyra.ops.event_metrics.EventMetrics`,
-a dict update per event) in the loop callback that hands each commit to its
-followers (:meth:`~palyra.journal.JournalStore.consume_all`; with a tape follower
-open it is the same callback): the writer's own event objects, nothing
-buffered, no store read. A scrape
-renders the registry; the live gauges (runs by state, approvals pending, the
-journal's own counters and commit histograms, map use, open streams, queue
-depths, memory, channels) are read from the objects that already hold them.
+a dict update per event) on the thread that committed them, in the writer's own
+wake-up (:meth:`~palyra.journal.JournalStore.tap_commits`): the writer's event
+objects while they are still in that core's cache, nothing buffered, no store
+read, no hop to the event loop. A lock keeps the fold and a scrape apart (the
+writer and, on PostgreSQL, the thread that watches other daemons' commits both
+fold). A scrape renders the registry; the live gauges (runs by state, approvals
+pending, the journal's own counters and commit histograms, map use, open streams,
+queue depths, memory, channels) are read from the objects that already hold them.
 Nothing is counted on the request path.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import Counter as Tally
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +35,7 @@ from palyra.engine import Engine
 from palyra.journal import JournalStore, StoredEvent
 from palyra.memory.service import Memory
 from palyra.ops.event_metrics import EventMetrics, cumulative_buckets
+from palyra.ops.spans import EventLike
 from palyra.tasks import TaskQueue
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -61,48 +64,52 @@ class DaemonMetrics:
         self.events = EventMetrics(sources.models)
         self.folded = 0
         self.fold_errors = 0
+        # Held by each fold (a committing thread) and by a scrape's read of the fold.
+        self._lock = threading.Lock()
         # Counters start now, with this daemon: every commit from here on is folded
-        # in the callback that delivers it to the tape followers.
-        self._live = sources.store.consume_all(self._fold)
+        # on the thread that commits it, before it is answered.
+        self._tap = sources.store.tap_commits(self._fold)
         # The quarantine only grows: its size is what it held now plus what the fold
         # sees quarantined from here on (no scan per scrape).
         quarantine = sources.channels.quarantine_sizes() if sources.channels else {}
-        self.registry.register(_LiveCollector(sources, self.events, quarantine))
+        self.registry.register(_LiveCollector(sources, self.events, self._lock, quarantine))
 
     def _fold(self, pairs: Sequence[tuple[StoredEvent, int]]) -> None:
-        """Fold one commit's events (the event loop, as the commit is delivered)."""
-        feed = self.events.feed
-        for event, _size in pairs:
-            try:
-                feed(event)
-            except Exception:  # a fold bug must not cut the followers' delivery short
-                self.fold_errors += 1
-                if self.fold_errors == 1:
-                    _log.exception("metrics_fold_failed", kind=event.kind,
-                                   position=event.position)
-        self.folded += len(pairs)
+        """Fold one commit's events (the committing thread, before the commit is answered)."""
+        with self._lock:
+            self.events.feed_all([event for event, _size in pairs], self._failed)
+            self.folded += len(pairs)
+
+    def _failed(self, event: EventLike) -> None:
+        """A fold bug costs the event it broke on, never the commit or the other events."""
+        self.fold_errors += 1
+        if self.fold_errors == 1:
+            _log.exception("metrics_fold_failed", kind=event.kind, position=event.position)
 
     def close(self) -> None:
         """Stop folding (the store's close ends it too)."""
-        self._sources.store.unsubscribe(self._live)
+        self._sources.store.untap(self._tap)
 
     def scrape(self) -> bytes:
-        """The Prometheus text exposition, current to the last commit delivered."""
+        """The Prometheus text exposition, current to the last commit answered."""
         return generate_latest(self.registry)
 
 
 class _LiveCollector(Collector):
-    def __init__(self, sources: MetricSources, events: EventMetrics,
+    def __init__(self, sources: MetricSources, events: EventMetrics, lock: threading.Lock,
                  quarantine: Mapping[str, int]) -> None:
         self._s = sources
         self._events = events
+        self._lock = lock
         self._quarantine = quarantine
 
     def describe(self) -> list[Metric]:
         return []  # families depend on what is configured: collected, not described
 
     def collect(self) -> Iterator[Metric]:
-        yield from self._events.collect()
+        with self._lock:  # the fold's families built whole while no commit folds
+            folded, quarantined = list(self._events.collect()), self._events.quarantined()
+        yield from folded
         yield from self._journal()
         if self._s.engine is not None:
             yield from self._runs(self._s.engine)
@@ -124,9 +131,10 @@ class _LiveCollector(Collector):
         if self._s.memory is not None:
             yield from self._memory(self._s.memory)
         if self._s.channels is not None:
-            yield from self._channels(self._s.channels)
+            yield from self._channels(self._s.channels, quarantined)
 
-    def _channels(self, router: ChannelRouter) -> Iterator[Metric]:
+    def _channels(self, router: ChannelRouter, quarantined: Mapping[str, float]
+                  ) -> Iterator[Metric]:
         counters = router.counters
         duplicates = CounterMetricFamily(
             "palyra_channel_duplicates", "Channel redeliveries answered from the dedupe record "
@@ -141,7 +149,7 @@ class _LiveCollector(Collector):
             refused.add_metric([channel, reason], count)
         yield refused
         sizes = Tally(self._quarantine)
-        sizes.update(self._events.quarantined())
+        sizes.update(quarantined)
         quarantine = GaugeMetricFamily("palyra_channel_quarantine_size", "Messages in the "
                                        "quarantine, per channel.", labels=["channel"])
         for channel, count in sorted(sizes.items()):

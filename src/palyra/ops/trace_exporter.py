@@ -13,7 +13,9 @@ journal's head and a flush: the daemon closes that pipe once its journal is
 closed (so the runs it parked are traced too), and the kernel closes it when
 the daemon dies. SIGTERM and SIGINT are ignored: a Ctrl-C in a terminal and a
 service manager's stop reach the whole process group at once, and the exporter
-must outlast the daemon's own drain.
+must outlast the daemon's own drain. It runs ``--nice`` steps below the daemon's
+priority: under CPU contention the daemon's steps go first and the spans follow,
+read from the journal, which holds them until they are sent.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--service-name", default="palyra")
     parser.add_argument("--export-timeout", type=float, default=10.0)
     parser.add_argument("--every", type=float, default=POLL_EVERY_S)
+    parser.add_argument("--nice", type=int, default=0,
+                        help="niceness to add to this process's (the daemon's steps go first)")
     return parser.parse_args(argv)
 
 
@@ -56,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     config = TracingConfig(enabled=True, otlp_endpoint=args.endpoint,
                            sample_ratio=args.sample_ratio, service_name=args.service_name,
                            export_timeout_s=args.export_timeout)
+    if args.nice > 0:
+        # Background work with the journal as its buffer: under contention the
+        # daemon's steps go first, and the spans follow a little later.
+        with contextlib.suppress(OSError):
+            os.nice(args.nice)
     stopping = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, signal.SIG_IGN)

@@ -35,6 +35,7 @@ class TraceExporterProcess:
             "--parent", str(os.getpid()), "--endpoint", config.otlp_endpoint,
             "--sample-ratio", repr(config.sample_ratio), "--service-name", config.service_name,
             "--export-timeout", repr(config.export_timeout_s),
+            "--nice", str(config.exporter_nice),
             stdin=asyncio.subprocess.PIPE)  # closed to stop it (the kernel closes it too)
 
     def cpu_seconds(self) -> float:

@@ -4,6 +4,9 @@ After each durable commit the writer hands the events it just built (payloads
 already decoded) to the :class:`FollowHub`, which passes them to the followers
 that want them: a tape follower gets only its run's tape events, a global
 follower every event. Nothing just committed is read back or decoded again.
+A tap (:meth:`FollowHub.tap`) is handed every commit on the committing thread
+itself, before the commit is answered: for a consumer that only folds what it
+reads (``/metrics``), with no hop to an event loop.
 
 A follower never trusts memory alone; the store stays the source of truth:
 
@@ -33,11 +36,14 @@ from palyra.journal._types import StoredEvent
 _Pairs = Sequence[tuple[StoredEvent, int]]
 """Committed events with their approximate sizes in bytes (what a buffer counts)."""
 
+Tap = Callable[[_Pairs], None]
+"""Run on the committing thread with each commit's pairs (see :meth:`FollowHub.tap`)."""
+
 
 class Subscription:
     """One follower's bounded inbox; filled on its event loop, drained by its generator."""
 
-    __slots__ = ("buffer", "buffered_bytes", "consumer", "key", "loop", "max_bytes",
+    __slots__ = ("buffer", "buffered_bytes", "key", "loop", "max_bytes",
                  "max_events", "overflowed", "overflows", "waiter")  # fmt: skip
 
     def __init__(
@@ -52,15 +58,9 @@ class Subscription:
         self.overflowed = False
         self.overflows = 0
         self.waiter: asyncio.Future[None] | None = None
-        # Set: each commit's events go straight to it (loop thread), nothing is buffered.
-        self.consumer: Callable[[_Pairs], None] | None = None
 
     def deliver(self, events: Sequence[tuple[StoredEvent, int]]) -> None:
-        """Buffer ``(event, size)`` pairs (loop thread); overflow drops the whole buffer.
-        A subscription with a ``consumer`` hands them to it instead."""
-        if self.consumer is not None:
-            self.consumer(events)
-            return
+        """Buffer ``(event, size)`` pairs (loop thread); overflow drops the whole buffer."""
         if not self.overflowed:
             for event, size in events:
                 self.buffer.append(event)
@@ -115,6 +115,8 @@ class FollowHub:
         self._max_bytes = max(1, max_bytes)
         self._global: list[Subscription] = []
         self._by_run: dict[str, list[Subscription]] = {}
+        self._taps: list[Tap] = []
+        self.tap_failures = 0
         self.closed = False
 
     def subscribe(self, key: str | None) -> Subscription:
@@ -139,6 +141,27 @@ class FollowHub:
             else:
                 self._by_run.pop(sub.key, None)
 
+    def tap(self, tap: Tap) -> Tap:
+        """Run ``tap`` with every commit's ``(event, size)`` pairs from now on, on the
+        thread that committed them (the writer's, or a PostgreSQL watch thread's for
+        another daemon's commits), before the commit is answered; :meth:`untap` ends it.
+
+        For a consumer that only folds what it reads (``/metrics``): it reads the
+        events where they were just built, with no hop to an event loop, and an
+        append's events are folded by the time the append returns. ``tap`` must be
+        quick, thread-safe (two threads may call it) and must not raise: an exception
+        is counted in :attr:`tap_failures` and otherwise ignored, so it cannot cost a
+        commit or its followers anything.
+        """
+        with self._lock:
+            self._taps = [*self._taps, tap]
+        return tap
+
+    def untap(self, tap: Tap) -> None:
+        """Stop calling ``tap`` (again is harmless)."""
+        with self._lock:
+            self._taps = [t for t in self._taps if t is not tap]
+
     def followed(self) -> bool:
         """True when anyone follows anything (the writer's cue to build what ``publish`` takes).
 
@@ -147,7 +170,7 @@ class FollowHub:
         (the writer asks only once the commit is durable, and reads of this
         process wait until LMDB holds it), as with ``publish`` finding nobody.
         """
-        return bool(self._global) or bool(self._by_run)
+        return bool(self._global) or bool(self._by_run) or bool(self._taps)
 
     def publish(self, events: Sequence[tuple[StoredEvent, int]]) -> None:
         """Hand one durable commit's ``(event, size)`` pairs to its followers (writer thread).
@@ -162,9 +185,15 @@ class FollowHub:
 
     def deliveries(self, events: Sequence[tuple[StoredEvent, int]]) -> Deliveries:
         """What ``publish`` would hand each event loop, for a caller that schedules it
-        (the writer does, in the same wake-up that answers the commit's callers)."""
+        (the writer does, in the same wake-up that answers the commit's callers).
+        The taps run here first, on the calling thread."""
         with self._lock:
-            global_subs, by_run = self._global, self._by_run
+            global_subs, by_run, taps = self._global, self._by_run, self._taps
+        for tap in taps:
+            try:
+                tap(events)
+            except Exception:  # a consumer's bug must not fail a durable commit
+                self.tap_failures += 1
         per_loop: Deliveries = {}
         if not global_subs and not by_run:
             return per_loop
