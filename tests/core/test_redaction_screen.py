@@ -125,3 +125,40 @@ def test_is_clean_settles_the_engine_s_usual_events() -> None:
                                "decision": {"reason": "tool add is allowed"}})
     assert not redaction.is_clean({"password": "x"})
     assert not redaction.is_clean({"inputJson": '{"api_key": "abc"}'})
+
+
+def test_is_clean_screens_a_repeated_string_once(monkeypatch: Any) -> None:
+    # An engine step repeats its ids, names and enum values in several events: a string
+    # found clean is not screened again (whether redact changes it depends on it alone).
+    screened: list[str] = []
+    triggered = redaction._triggered
+
+    def counting(lowered: str) -> bool:
+        screened.append(lowered)
+        return triggered(lowered)
+
+    monkeypatch.setattr(redaction, "_triggered", counting)
+    event = {"proposalId": "01JQ-SCREENED-ONCE", "decision": {"proposalId": "01JQ-SCREENED-ONCE"}}
+    assert redaction.is_clean(event)
+    assert redaction.is_clean({"result": {"proposalId": "01JQ-SCREENED-ONCE"}})
+    assert screened.count("01jq-screened-once") == 1
+    # A secret is never remembered: it is screened (and refused) every time.
+    assert not redaction.is_clean({"t": "token=abcdefgh12345"})
+    assert not redaction.is_clean({"t": "token=abcdefgh12345"})
+    assert screened.count("token=abcdefgh12345") == 2
+
+
+def test_remembered_strings_are_bounded_and_never_json_text() -> None:
+    limit = redaction._SETTLED_LIMIT
+    for i in range(3 * limit):
+        assert redaction.is_clean({"id": f"run-{i}"})
+        assert len(redaction._SETTLED_TEXT) <= limit
+    long_text = "x" * (redaction._SETTLED_MAX_CHARS + 1)
+    assert redaction.is_clean({"text": long_text})
+    assert long_text not in redaction._SETTLED_TEXT
+    # JSON text is clean or not by where it sits (inside JSON text it is left to
+    # redact), so it is never remembered: the nested copy below stays unsettled.
+    inner = '{"b": 1}'
+    assert redaction.is_clean({"inputJson": inner})
+    assert inner not in redaction._SETTLED_TEXT
+    assert not redaction.is_clean({"inputJson": '{"a": "{\\"b\\": 1}"}'})
