@@ -11,6 +11,7 @@ import json
 import math
 from typing import Any
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -162,3 +163,29 @@ def test_remembered_strings_are_bounded_and_never_json_text() -> None:
     assert redaction.is_clean({"inputJson": inner})
     assert inner not in redaction._SETTLED_TEXT
     assert not redaction.is_clean({"inputJson": '{"a": "{\\"b\\": 1}"}'})
+
+
+def test_the_normalizing_screen_shares_what_is_settled(monkeypatch: Any) -> None:
+    # A task's events (no engine message behind them) repeat the task's id, kind, state
+    # and owner: the one-walk screen settles each string once too.
+    screened: list[str] = []
+    no_span = redaction._no_span
+
+    def counting(text: str, lowered: str) -> bool:
+        screened.append(lowered)
+        return no_span(text, lowered)
+
+    monkeypatch.setattr(redaction, "_no_span", counting)
+    task = {"task_id": "01JT-SETTLED-ONCE", "state": "claimed", "owner": "worker-1"}
+    for _ in range(3):
+        value, clean = redaction.normalize_screened(task)
+        assert clean and value == task
+    assert screened.count("01jt-settled-once") == 1
+    # Text that is not ASCII is never kept: it is screened (and checked) every time,
+    # so a lone surrogate is refused however often it comes.
+    for _ in range(2):
+        assert redaction.normalize_screened({"t": "café-1"})[1]
+    assert screened.count("café-1") == 2
+    for _ in range(2):
+        with pytest.raises(InvalidArgument):
+            redaction.normalize_screened({"t": "\ud800-x"})

@@ -432,6 +432,8 @@ def normalize_screened(payload: Any) -> tuple[Any, bool]:
 
 
 def _screen_string(text: str) -> str:
+    if text in _SETTLED_TEXT:  # found clean before (see _SETTLED_TEXT)
+        return text
     if not text.isascii():
         text.encode("utf-8")  # a lone surrogate raises: normalize reports it
     first = text[:1]
@@ -447,6 +449,7 @@ def _screen_string(text: str) -> str:
         or "xox" in lowered or "eyj" in lowered
     ) and not _no_span(text, lowered):  # redact_text's own two tests, the first inline
         raise _Unscreened
+    _settle(text, first)
     return text
 
 
@@ -516,11 +519,12 @@ def _screen_plain(root: Any, *, nested: bool) -> None:
 
 
 # Text already screened and found clean. Whether redact changes a string (outside JSON
-# text) depends on the string alone, and an engine step repeats most of its strings:
-# the proposal id in four events, the tool name, enum names, the policy's reason, ids
-# and hash, the provider and model. Each is screened once; free text that varies
-# (replies, tool arguments and output) simply misses. Bounded: short strings only,
-# forgotten all at once when full (at most about 1 MiB).
+# text) depends on the string alone, and payloads repeat most of theirs: an engine step
+# has its proposal id in four events, the tool name, enum names, the policy's reason,
+# ids and hash, the provider and model; a task's events its id, kind, state and owner.
+# Each is screened once; free text that varies (replies, tool arguments and output)
+# simply misses. Bounded: short strings only, forgotten all at once when full (at most
+# about 1 MiB).
 _SETTLED_TEXT: set[str] = set()
 _SETTLED_LIMIT = 4096
 _SETTLED_MAX_CHARS = 128
@@ -538,8 +542,14 @@ def _screen_text(text: str, nested: bool) -> None:
     lowered = text.lower()
     if _triggered(lowered) and not _no_span(text, lowered):
         raise _Unscreened
-    if len(text) <= _SETTLED_MAX_CHARS and first != "{" and first != "[":
-        # JSON text is never kept: whether it is clean depends on where it sits.
+    _settle(text, first)
+
+
+def _settle(text: str, first: str) -> None:
+    # Kept: short ASCII text that is not JSON. JSON text is clean or not by where it
+    # sits (inside JSON text it is left to redact); ASCII text holds no lone surrogate,
+    # so a hit needs none of the normalizing walk's checks either.
+    if len(text) <= _SETTLED_MAX_CHARS and first != "{" and first != "[" and text.isascii():
         settled = _SETTLED_TEXT
         if len(settled) >= _SETTLED_LIMIT:
             settled.clear()
