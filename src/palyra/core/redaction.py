@@ -524,9 +524,9 @@ def _screen_plain(root: Any, *, nested: bool) -> None:
 # ids and hash, the provider and model; a task's events its id, kind, state and owner.
 # Each is screened once; free text that varies (replies, tool arguments and output)
 # simply misses. Bounded: short strings only, forgotten all at once when full (at most
-# about 1 MiB).
+# about 200 KiB: an idle daemon keeps little).
 _SETTLED_TEXT: set[str] = set()
-_SETTLED_LIMIT = 4096
+_SETTLED_LIMIT = 1024
 _SETTLED_MAX_CHARS = 128
 
 
