@@ -48,7 +48,7 @@ from typing import Any
 
 from palyra.journal import JournalStore
 from palyra.tasks.model import TaskRecord
-from palyra.tasks.queue import TaskQueue
+from palyra.tasks.queue import FollowUp, TaskQueue
 from palyra.tasks.worker import TaskContext, TaskWorker
 
 KIND = "bench"
@@ -90,12 +90,16 @@ class _CountingQueue(TaskQueue):
 
     round: _Round | None = None
 
-    async def succeed(self, task_id: str, epoch: int, result: dict[str, Any] | None = None
-                      ) -> TaskRecord:
-        rec = await super().succeed(task_id, epoch, result)
+    async def succeed_handing_on(self, task_id: str, epoch: int,
+                                 result: dict[str, Any] | None = None,
+                                 then: Sequence[FollowUp] = ()
+                                 ) -> tuple[TaskRecord, list[TaskRecord]]:
+        # The worker's path (``succeed`` goes through it too): counting ``succeed``
+        # alone missed every success, and a round waited for them forever.
+        answer = await super().succeed_handing_on(task_id, epoch, result, then)
         if self.round is not None:
             self.round.finished()
-        return rec
+        return answer
 
 
 async def run_round(data_dir: Path, producers: int, tasks: int, workers: int,

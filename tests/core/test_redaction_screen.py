@@ -11,6 +11,7 @@ import json
 import math
 from typing import Any
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -125,3 +126,66 @@ def test_is_clean_settles_the_engine_s_usual_events() -> None:
                                "decision": {"reason": "tool add is allowed"}})
     assert not redaction.is_clean({"password": "x"})
     assert not redaction.is_clean({"inputJson": '{"api_key": "abc"}'})
+
+
+def test_is_clean_screens_a_repeated_string_once(monkeypatch: Any) -> None:
+    # An engine step repeats its ids, names and enum values in several events: a string
+    # found clean is not screened again (whether redact changes it depends on it alone).
+    screened: list[str] = []
+    triggered = redaction._triggered
+
+    def counting(lowered: str) -> bool:
+        screened.append(lowered)
+        return triggered(lowered)
+
+    monkeypatch.setattr(redaction, "_triggered", counting)
+    event = {"proposalId": "01JQ-SCREENED-ONCE", "decision": {"proposalId": "01JQ-SCREENED-ONCE"}}
+    assert redaction.is_clean(event)
+    assert redaction.is_clean({"result": {"proposalId": "01JQ-SCREENED-ONCE"}})
+    assert screened.count("01jq-screened-once") == 1
+    # A secret is never remembered: it is screened (and refused) every time.
+    assert not redaction.is_clean({"t": "token=abcdefgh12345"})
+    assert not redaction.is_clean({"t": "token=abcdefgh12345"})
+    assert screened.count("token=abcdefgh12345") == 2
+
+
+def test_remembered_strings_are_bounded_and_never_json_text() -> None:
+    limit = redaction._SETTLED_LIMIT
+    for i in range(3 * limit):
+        assert redaction.is_clean({"id": f"run-{i}"})
+        assert len(redaction._SETTLED_TEXT) <= limit
+    long_text = "x" * (redaction._SETTLED_MAX_CHARS + 1)
+    assert redaction.is_clean({"text": long_text})
+    assert long_text not in redaction._SETTLED_TEXT
+    # JSON text is clean or not by where it sits (inside JSON text it is left to
+    # redact), so it is never remembered: the nested copy below stays unsettled.
+    inner = '{"b": 1}'
+    assert redaction.is_clean({"inputJson": inner})
+    assert inner not in redaction._SETTLED_TEXT
+    assert not redaction.is_clean({"inputJson": '{"a": "{\\"b\\": 1}"}'})
+
+
+def test_the_normalizing_screen_shares_what_is_settled(monkeypatch: Any) -> None:
+    # A task's events (no engine message behind them) repeat the task's id, kind, state
+    # and owner: the one-walk screen settles each string once too.
+    screened: list[str] = []
+    no_span = redaction._no_span
+
+    def counting(text: str, lowered: str) -> bool:
+        screened.append(lowered)
+        return no_span(text, lowered)
+
+    monkeypatch.setattr(redaction, "_no_span", counting)
+    task = {"task_id": "01JT-SETTLED-ONCE", "state": "claimed", "owner": "worker-1"}
+    for _ in range(3):
+        value, clean = redaction.normalize_screened(task)
+        assert clean and value == task
+    assert screened.count("01jt-settled-once") == 1
+    # Text that is not ASCII is never kept: it is screened (and checked) every time,
+    # so a lone surrogate is refused however often it comes.
+    for _ in range(2):
+        assert redaction.normalize_screened({"t": "café-1"})[1]
+    assert screened.count("café-1") == 2
+    for _ in range(2):
+        with pytest.raises(InvalidArgument):
+            redaction.normalize_screened({"t": "\ud800-x"})

@@ -432,6 +432,8 @@ def normalize_screened(payload: Any) -> tuple[Any, bool]:
 
 
 def _screen_string(text: str) -> str:
+    if text in _SETTLED_TEXT:  # found clean before (see _SETTLED_TEXT)
+        return text
     if not text.isascii():
         text.encode("utf-8")  # a lone surrogate raises: normalize reports it
     first = text[:1]
@@ -447,6 +449,7 @@ def _screen_string(text: str) -> str:
         or "xox" in lowered or "eyj" in lowered
     ) and not _no_span(text, lowered):  # redact_text's own two tests, the first inline
         raise _Unscreened
+    _settle(text, first)
     return text
 
 
@@ -487,6 +490,7 @@ def _screen_plain(root: Any, *, nested: bool) -> None:
     # JSON text, where further JSON text is left to redact (not settled here).
     stack = [root]
     key_cache = _KEY_CACHE
+    settled = _SETTLED_TEXT
     while stack:
         item = stack.pop()
         kind = item.__class__
@@ -499,21 +503,57 @@ def _screen_plain(root: Any, *, nested: bool) -> None:
                     secret = _secret(key)
                 if secret:
                     raise _Unscreened
-                stack.append(value)
+                kind = value.__class__
+                # Strings are screened here, not pushed: most values are (numbers,
+                # booleans and other leaves need nothing at all).
+                if kind is str:
+                    if value not in settled:
+                        _screen_text(value, nested)
+                elif kind is dict or kind is list:
+                    stack.append(value)
         elif kind is list:
             _screen_flags(item)
             stack.extend(item)
-        elif kind is str:
-            first = item[:1]
-            if first == "{" or first == "[":
-                if nested:
-                    raise _Unscreened
-                _screen_json(item)
-            elif first.isspace():
-                raise _Unscreened
-            lowered = item.lower()
-            if _triggered(lowered) and not _no_span(item, lowered):
-                raise _Unscreened
+        elif kind is str and item not in settled:
+            _screen_text(item, nested)
+
+
+# Text already screened and found clean. Whether redact changes a string (outside JSON
+# text) depends on the string alone, and payloads repeat most of theirs: an engine step
+# has its proposal id in four events, the tool name, enum names, the policy's reason,
+# ids and hash, the provider and model; a task's events its id, kind, state and owner.
+# Each is screened once; free text that varies (replies, tool arguments and output)
+# simply misses. Bounded: short strings only, forgotten all at once when full (at most
+# about 200 KiB: an idle daemon keeps little).
+_SETTLED_TEXT: set[str] = set()
+_SETTLED_LIMIT = 1024
+_SETTLED_MAX_CHARS = 128
+
+
+def _screen_text(text: str, nested: bool) -> None:
+    # One string of _screen_plain's walk (raises _Unscreened unless redact keeps it).
+    first = text[:1]
+    if first == "{" or first == "[":
+        if nested:
+            raise _Unscreened
+        _screen_json(text)
+    elif first.isspace():
+        raise _Unscreened
+    lowered = text.lower()
+    if _triggered(lowered) and not _no_span(text, lowered):
+        raise _Unscreened
+    _settle(text, first)
+
+
+def _settle(text: str, first: str) -> None:
+    # Kept: short ASCII text that is not JSON. JSON text is clean or not by where it
+    # sits (inside JSON text it is left to redact); ASCII text holds no lone surrogate,
+    # so a hit needs none of the normalizing walk's checks either.
+    if len(text) <= _SETTLED_MAX_CHARS and first != "{" and first != "[" and text.isascii():
+        settled = _SETTLED_TEXT
+        if len(settled) >= _SETTLED_LIMIT:
+            settled.clear()
+        settled.add(text)
 
 
 def _screen_item(item: Any, depth: int) -> Any:
