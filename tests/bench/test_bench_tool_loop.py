@@ -100,3 +100,26 @@ async def test_a_streamed_turn_reports_the_outcome_its_tape_shows() -> None:
     run = await turn.follow(on_event)
     assert seen == [0, 1, 2]
     assert (run.run_id, run.state, run.final_text) == ("r1", pb.RunState.DONE, "result=3")
+
+
+def test_compare_tools_alternates_add_mcp_and_skill_and_prints_the_ratios(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "bench.json"
+    code = tool_loop.main(["-n", "2", "-k", "2", "-r", "2", "--compare-tools", "--json", str(out),
+                           "--db", str(tmp_path / "data")])
+    assert code == 0
+    document = json.loads(out.read_text())
+    assert list(document["results"]) == ["tool:add", "tool:mcp", "tool:skill"]
+    for kind in document["results"]:
+        assert [r["tool"] for r in document["results"][kind]["runs"]] == \
+            [kind.removeprefix("tool:")] * 2
+    ratios = document["tool_ratios"]
+    assert set(ratios) == {"mcp", "skill"}
+    add = document["results"]["tool:add"]["median"]["cpu_ms_per_step"]
+    for tool, r in ratios.items():
+        own = document["results"][f"tool:{tool}"]["median"]["cpu_ms_per_step"]
+        assert r["cpu_ratio"] == round(own / add, 3)
+    # The server's own process, beside the daemon's (ticks of 10 ms: 0 on so few steps).
+    assert ratios["mcp"]["tool_server_cpu_ms_per_step"] >= 0
+    assert (ratios["mcp"]["target_ratio"], ratios["skill"]["target_ratio"]) == (2.0, 1.3)
+    assert "mcp: " in capsys.readouterr().out
