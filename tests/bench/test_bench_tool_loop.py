@@ -123,3 +123,21 @@ def test_compare_tools_alternates_add_mcp_and_skill_and_prints_the_ratios(
     assert ratios["mcp"]["tool_server_cpu_ms_per_step"] >= 0
     assert (ratios["mcp"]["target_ratio"], ratios["skill"]["target_ratio"]) == (2.0, 1.3)
     assert "mcp: " in capsys.readouterr().out
+
+
+def test_tool_calls_times_each_add_apart_from_the_run(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import tool_calls
+
+    out = tmp_path / "calls.json"
+    assert tool_calls.main(["-n", "20", "-r", "2", "--json", str(out)]) == 0
+    results = json.loads(out.read_text())["results"]
+    assert list(results) == ["add", "mcp", "skill"]
+    for result in results.values():
+        assert len(result["runs"]) == 2
+        assert result["median"]["cpu_us_per_call"] > 0
+        assert result["median"]["wall_us_per_call"] >= result["median"]["cpu_us_per_call"] * 0.5
+    # An MCP call waits for another process: its wall time is well over a built-in's.
+    assert results["mcp"]["median"]["wall_us_per_call"] > results["add"]["median"][
+        "wall_us_per_call"]
+    assert "CPU µs/call" in capsys.readouterr().out
