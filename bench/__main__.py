@@ -7,7 +7,8 @@ real daemon), ``retention`` (bench/retention.py, pruning into hash tombstones) a
 ``console`` (bench/console.py, the web console in headless Chromium);
 ``tasks`` (bench/tasks.py, the durable task queue: enqueue to start latency, tasks/s);
 ``diff`` (bench/diff.py) sets two ``tool-loop --json`` files side by side;
-``failover`` (bench/failover.py, a SIGKILLed daemon's runs taken over on PostgreSQL).
+``failover`` (bench/failover.py, a SIGKILLed daemon's runs taken over on PostgreSQL);
+``tool-calls`` (bench/tool_calls.py, one built-in, MCP and skill call's CPU apart from the run).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ _WORKLOADS = {"journal": "bench.journal", "tool-loop": "bench.tool_loop", "diff"
               "memory": "bench.memory", "ingress": "bench.ingress",
               "retention": "bench.retention", "open-runs": "bench.open_runs",
               "console": "bench.console", "tasks": "bench.tasks",
-              "failover": "bench.failover"}
+              "failover": "bench.failover", "tool-calls": "bench.tool_calls"}
 
 
 def main(argv: list[str]) -> int:

@@ -221,6 +221,52 @@ def _overhead(more: float, less: float) -> float:
     return round((more / less - 1) * 100, 2) if less else 0.0
 
 
+# --compare-tools: each tool's target, as a multiple of the built-in add's CPU per step.
+TOOL_TARGETS = {"mcp": 2.0, "skill": 1.3}
+
+
+def tool_ratios(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per tool of ``--compare-tools``, its CPU per step against the built-in ``add``'s:
+    the ratio of the medians, and the median of the per-repeat ratios (each run
+    against the add run of its own repeat, which cancels the load drifting)."""
+    base = results["tool:add"]
+    out: dict[str, dict[str, float]] = {}
+    for kind, result in results.items():
+        if kind == "tool:add":
+            continue
+        tool = kind.removeprefix("tool:")
+        median, add = result["median"], base["median"]
+        pairs = list(zip(result["runs"], base["runs"], strict=False))
+        loop = "cpu_ms_per_step_by_bucket.event_loop"
+        out[tool] = {
+            "cpu_ms_per_step": median["cpu_ms_per_step"],
+            "add_cpu_ms_per_step": add["cpu_ms_per_step"],
+            "cpu_ratio": round(median["cpu_ms_per_step"] / add["cpu_ms_per_step"], 3),
+            "paired_cpu_ratio": round(statistics.median(
+                r["cpu_ms_per_step"] / b["cpu_ms_per_step"] for r, b in pairs), 3),
+            "event_loop_cpu_ratio": round(get(median, loop) / get(add, loop), 3),
+            "tool_server_cpu_ms_per_step": median.get("tool_server_cpu_ms_per_step", 0.0),
+            "steps_per_s": median["steps_per_s"], "add_steps_per_s": add["steps_per_s"],
+            "target_ratio": TOOL_TARGETS.get(tool, 0.0),
+        }
+    return out
+
+
+def tool_ratios_text(ratios: dict[str, dict[str, float]]) -> str:
+    """The block printed after the tables of ``--compare-tools``."""
+    lines = ["tool step cost against the built-in add, same sitting (daemon CPU per step)"]
+    for tool, r in ratios.items():
+        target = f" (target <= {r['target_ratio']:g}x)" if r["target_ratio"] else ""
+        lines.append(
+            f"  {tool}: {r['cpu_ms_per_step']:.3f} / {r['add_cpu_ms_per_step']:.3f} CPU ms/step "
+            f"= {r['cpu_ratio']:.2f}x{target}; per repeat (median of pairs) "
+            f"{r['paired_cpu_ratio']:.2f}x; event-loop thread {r['event_loop_cpu_ratio']:.2f}x; "
+            f"steps/s {r['steps_per_s']:.1f} vs {r['add_steps_per_s']:.1f}"
+            + (f"; beside it, the MCP server's process {r['tool_server_cpu_ms_per_step']:.3f} "
+               "CPU ms/step" if tool == "mcp" else ""))
+    return "\n".join(lines)
+
+
 def ops_overhead_text(overhead: dict[str, dict[str, float]]) -> str:
     """The overhead block printed after the three tables."""
     lines = ["operations overhead, same sitting (medians; targets: metrics < 2 %, "

@@ -4,7 +4,8 @@ Usage::
 
     python -m bench tool-loop [-n N] [-k K] [-c C] [--turns T] [--repeats R] [--hitl]
         [--transport inproc|grpc|http] [--compare-inproc] [--json FILE|-] [--db DIR]
-        [--backend lmdb|postgres|both] [--langgraph]
+        [--backend lmdb|postgres|both] [--langgraph] [--tool add|echo|mcp|skill]
+        [--compare-tools]
 
 Each of the R runs (default 3) warms up on 3 sessions, then measures N
 sessions of K tool steps through C closed-loop workers on a fresh data dir
@@ -24,6 +25,11 @@ adds LangGraph's own PostgreSQL checkpointer on the same server, same workload,
 alternating in the same sitting (``bench/langgraph_pg.py``, in a process of its
 own; needs the ``bench`` extra). PostgreSQL's server CPU and committed
 transactions per step are measured for each.
+
+``--compare-tools`` runs the built-in ``add``, the same add served by a stdio
+MCP server (``--tool mcp``) and the example WebAssembly skill's add (``--tool
+skill``) in process, alternating within each repeat, and prints each one's CPU
+per step against the built-in's (the MCP server's own process CPU beside it).
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ if TYPE_CHECKING:  # imported only for --backend postgres|both: psycopg would gr
     from palyra.testing.postgres import PostgresServer  # LMDB run's heap (and its GC time)
 
 IMPORT_S = time.perf_counter() - _T0
+COMPARED_TOOLS = ("add", "mcp", "skill")  # --compare-tools; the first is the reference
 SCHEMA = 2  # bump when a figure's meaning changes, so a diff knows
 
 
@@ -172,6 +179,20 @@ def _progress(kind: str, i: int, args: argparse.Namespace, result: dict[str, Any
           file=sys.stderr, flush=True)
 
 
+def _one_run(args: argparse.Namespace, root: Path, kind: str,
+             server: PostgresServer | None) -> dict[str, Any]:
+    """One measured run of ``kind`` (but LangGraph's)."""
+    if kind.startswith("tool:"):  # --compare-tools
+        tool_args = argparse.Namespace(**{**vars(args), "tool": kind.removeprefix("tool:")})
+        return asyncio.run(inproc_run(tool_args, root))
+    if kind == "inproc-postgres":
+        return asyncio.run(inproc_run(args, root, "off", server))
+    if kind.startswith("inproc"):
+        mode = kind.partition("+")[2] or (args.ops if args.ops != "compare" else "off")
+        return asyncio.run(inproc_run(args, root, mode))
+    return asyncio.run(transport_run(args, root))
+
+
 def run_all(args: argparse.Namespace) -> dict[str, Any]:
     """Every repeat (transport and in-process runs alternating); the JSON document."""
     root = Path(args.db) if args.db else Path(tempfile.mkdtemp(prefix="palyra-bench-"))
@@ -190,6 +211,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         return interleave_all(args)
     if args.ops == "compare":  # in process, the three modes alternating within each repeat
         kinds = [f"inproc+{mode}" if mode != "off" else "inproc" for mode in ops.MODES]
+    if args.compare_tools:  # in process, the three tools alternating within each repeat
+        kinds = [f"tool:{tool}" for tool in COMPARED_TOOLS]
     runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
     try:
         for i in range(args.repeats):
@@ -197,13 +220,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
                 if kind == "langgraph-postgres":
                     assert server is not None
                     result = langgraph_run(args, server)
-                elif kind == "inproc-postgres":
-                    result = asyncio.run(inproc_run(args, root, "off", server))
-                elif kind.startswith("inproc"):
-                    mode = kind.partition("+")[2] or (args.ops if args.ops != "compare" else "off")
-                    result = asyncio.run(inproc_run(args, root, mode))
                 else:
-                    result = asyncio.run(transport_run(args, root))
+                    result = _one_run(args, root, kind, server)
                 runs[kind].append(result)
                 _progress(kind, i, args, result)
     finally:
@@ -220,6 +238,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     }
     if args.ops == "compare":
         document["ops_overhead"] = report.ops_overhead(document["results"])
+    if args.compare_tools:
+        document["tool_ratios"] = report.tool_ratios(document["results"])
     if args.transport != "inproc" and args.compare_inproc:
         document["comparison"] = report.comparison(
             document["results"][args.transport]["median"], document["results"]["inproc"]["median"])
@@ -257,6 +277,8 @@ def render(document: dict[str, Any]) -> str:
         out.append(report.table(title, result["median"], result["runs"]))
     if "ops_overhead" in document:
         out.append(report.ops_overhead_text(document["ops_overhead"]))
+    if "tool_ratios" in document:
+        out.append(report.tool_ratios_text(document["tool_ratios"]))
     if "comparison" in document:
         out.append(report.comparison_text(
             args["transport"], document["results"][args["transport"]]["median"],
@@ -278,6 +300,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--tool", choices=("add", "echo", "mcp", "skill"), default="add",
                         help="mcp: the same add served by a stdio MCP server; skill: the "
                              "example WebAssembly skill's add (inproc only)")
+    parser.add_argument("--compare-tools", action="store_true",
+                        help="in process: add, mcp and skill alternating within each repeat, "
+                             "with each one's CPU/step against the built-in add")
     parser.add_argument("--unbatched", action="store_true",
                         help="watch one event per message (as before WatchRunRequest.batch)")
     parser.add_argument("--transport", choices=("inproc", "grpc", "http"), default="inproc",
@@ -311,6 +336,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.langgraph and args.backend == "lmdb":
         parser.error("--langgraph runs on PostgreSQL: add --backend postgres|both")
+    if args.compare_tools and (args.transport != "inproc" or args.ops != "off"
+                               or args.backend != "lmdb"):
+        parser.error("--compare-tools runs in process on LMDB, without --ops")
     if args.ops != "off" and args.transport != "inproc":
         parser.error("--ops measures in process only (--transport inproc)")
     if min(args.steps, args.sessions, args.concurrency, args.turns, args.repeats) < 1:

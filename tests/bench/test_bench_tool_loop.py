@@ -100,3 +100,44 @@ async def test_a_streamed_turn_reports_the_outcome_its_tape_shows() -> None:
     run = await turn.follow(on_event)
     assert seen == [0, 1, 2]
     assert (run.run_id, run.state, run.final_text) == ("r1", pb.RunState.DONE, "result=3")
+
+
+def test_compare_tools_alternates_add_mcp_and_skill_and_prints_the_ratios(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "bench.json"
+    code = tool_loop.main(["-n", "2", "-k", "2", "-r", "2", "--compare-tools", "--json", str(out),
+                           "--db", str(tmp_path / "data")])
+    assert code == 0
+    document = json.loads(out.read_text())
+    assert list(document["results"]) == ["tool:add", "tool:mcp", "tool:skill"]
+    for kind in document["results"]:
+        assert [r["tool"] for r in document["results"][kind]["runs"]] == \
+            [kind.removeprefix("tool:")] * 2
+    ratios = document["tool_ratios"]
+    assert set(ratios) == {"mcp", "skill"}
+    add = document["results"]["tool:add"]["median"]["cpu_ms_per_step"]
+    for tool, r in ratios.items():
+        own = document["results"][f"tool:{tool}"]["median"]["cpu_ms_per_step"]
+        assert r["cpu_ratio"] == round(own / add, 3)
+    # The server's own process, beside the daemon's (ticks of 10 ms: 0 on so few steps).
+    assert ratios["mcp"]["tool_server_cpu_ms_per_step"] >= 0
+    assert (ratios["mcp"]["target_ratio"], ratios["skill"]["target_ratio"]) == (2.0, 1.3)
+    assert "mcp: " in capsys.readouterr().out
+
+
+def test_tool_calls_times_each_add_apart_from_the_run(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import tool_calls
+
+    out = tmp_path / "calls.json"
+    assert tool_calls.main(["-n", "20", "-r", "2", "--json", str(out)]) == 0
+    results = json.loads(out.read_text())["results"]
+    assert list(results) == ["add", "mcp", "skill"]
+    for result in results.values():
+        assert len(result["runs"]) == 2
+        assert result["median"]["cpu_us_per_call"] > 0
+        assert result["median"]["wall_us_per_call"] >= result["median"]["cpu_us_per_call"] * 0.5
+    # An MCP call waits for another process: its wall time is well over a built-in's.
+    assert results["mcp"]["median"]["wall_us_per_call"] > results["add"]["median"][
+        "wall_us_per_call"]
+    assert "CPU µs/call" in capsys.readouterr().out

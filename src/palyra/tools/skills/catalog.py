@@ -24,6 +24,7 @@ from palyra.tools._netguard import Network, parse_networks
 from palyra.tools._registry import ToolRegistry
 from palyra.tools._schema import argument_checker
 from palyra.tools._spec import ToolContext, ToolError, ToolOutput, ToolSpec
+from palyra.tools.skills.epochs import EpochClock
 from palyra.tools.skills.manifest import (
     ManifestError,
     SkillManifest,
@@ -111,10 +112,12 @@ def capabilities(manifest: SkillManifest) -> frozenset[Capability]:
     return frozenset(caps or {Capability.READ_ONLY})
 
 
-# A pure skill (no hosts, no paths) first runs on the event loop with this much
-# fuel (well under a millisecond of work); a call that needs more runs again, from
-# the start, in a worker thread with the full budget. Re-running is safe only
-# because such a call can have no effect outside its own fresh store.
+# A pure skill (no hosts, no paths, no WASI) first runs on the event loop with this
+# much fuel (well under a millisecond of work); a call that needs more runs again,
+# from the start, in a worker thread with the full budget. Re-running is safe only
+# because such a call can have no effect outside its own fresh store, and running
+# on the loop only because it can make no call that blocks: a WASI module could
+# sleep in ``poll_oneoff`` without using fuel, so it always runs in a thread.
 INLINE_FUEL = 200_000
 
 
@@ -136,13 +139,16 @@ def number_checker(tool: SkillTool) -> Callable[[dict[str, Any]], str | None]:
 
 def _spec(skill: LoadedSkill, tool: SkillTool, limits: Limits, allow: tuple[Network, ...],
           timeout_s: float) -> ToolSpec[Any]:
-    pure = capabilities(skill.manifest) == {Capability.READ_ONLY}
+    pure = capabilities(skill.manifest) == {Capability.READ_ONLY} and not skill.uses_wasi
+    # The module is stopped when the tool's timeout answers the model, not later.
+    limits = dataclasses.replace(limits, wall_s=min(limits.wall_s, timeout_s))
     inline = dataclasses.replace(limits, fuel=min(limits.fuel, INLINE_FUEL))
 
     async def handler(arguments: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         if pure:
             try:
-                value, facts = run(skill, tool, arguments, ctx.workspace_dir, inline, allow)
+                value, facts = run(skill, tool, arguments, ctx.workspace_dir, inline, allow,
+                                   ticking=False)
                 return ToolOutput(value, facts=facts)
             except ToolError as exc:
                 if exc.facts.get("skill.stopped") != "fuel" or inline.fuel == limits.fuel:
@@ -185,6 +191,7 @@ def scan_skills(skills_dir: Path, *, limits: Limits, fetch_allow: tuple[str, ...
     """
     allow = parse_networks(fetch_allow)
     wasm = engine()
+    clock = EpochClock(wasm)  # one per engine: every skill's deadline counts its ticks
     scanned: list[ScannedSkill] = []
     for directory in installed(skills_dir):
         record: dict[str, Any] = {"skill": directory.name, "state": state_of(directory)}
@@ -197,7 +204,7 @@ def scan_skills(skills_dir: Path, *, limits: Limits, fetch_allow: tuple[str, ...
                 log.info("skill %s is %s; not loaded", directory.name, record["state"])
                 scanned.append(ScannedSkill(record))
                 continue
-            skill = load(wasm, directory, manifest, publisher_keys)
+            skill = load(wasm, directory, manifest, publisher_keys, clock)
         except (ManifestError, ToolError, OSError, wasmtime.WasmtimeError) as exc:
             log.warning("skill %s not loaded: %s", directory.name, exc)
             record.update(state="refused", reason=str(exc))

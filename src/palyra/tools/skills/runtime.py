@@ -5,6 +5,10 @@ one call's memory cannot hold another's data. Limits per call:
 
 * **CPU**: fuel (``fuel`` units; one is about one instruction). A module that
   loops forever traps with "all fuel consumed".
+* **time**: an epoch deadline of ``wall_s`` (the tool's timeout, see
+  ``epochs``): a module that spends its time in host calls, which use no fuel,
+  traps at its next instruction past the deadline, and ``palyra.http_get``
+  bounds each request by the time left.
 * **memory**: the store's limit on linear memory; ``memory.grow`` past it fails
   (a module that treats that as fatal traps), and so does instantiating a
   module whose initial memory is larger.
@@ -22,10 +26,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import dataclasses
 import hashlib
 import socket
 import threading
+import time
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -40,6 +46,7 @@ from palyra.core.canonical import canonical_json
 from palyra.tools._netguard import Network, refusal, via_address
 from palyra.tools._spec import ToolError
 from palyra.tools._workspace import resolve_in_workspace
+from palyra.tools.skills.epochs import EpochClock
 from palyra.tools.skills.manifest import (
     LEGACY_SCHEME,
     SIGNING_SCHEME,
@@ -64,6 +71,7 @@ class Limits:
 
     fuel: int = 50_000_000
     memory_bytes: int = 64 * 1024 * 1024
+    wall_s: float = 30.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -78,12 +86,15 @@ class LoadedSkill:
     # call instantiates through it in a fresh store.
     linker: wasmtime.Linker
     uses_wasi: bool
+    # Shared by every skill of the engine: it advances the engine's one epoch.
+    clock: EpochClock
 
 
 def engine() -> wasmtime.Engine:
-    """The Wasmtime engine skills run on (fuel metering on)."""
+    """The Wasmtime engine skills run on (fuel metering and epoch interruption on)."""
     config = wasmtime.Config()
     config.consume_fuel = True
+    config.epoch_interruption = True
     return wasmtime.Engine(config)
 
 
@@ -124,9 +135,10 @@ def _verified(signature: bytes, message: bytes, publisher_keys: tuple[str, ...])
 
 
 def load(engine: wasmtime.Engine, directory: Path, manifest: SkillManifest,
-         publisher_keys: tuple[str, ...] = ()) -> LoadedSkill:
+         publisher_keys: tuple[str, ...] = (), clock: EpochClock | None = None) -> LoadedSkill:
     """Check the signature (when publisher keys are trusted) and the module's
-    SHA-256 against the manifest, then compile it.
+    SHA-256 against the manifest, then compile it. ``clock`` is the engine's
+    epoch clock (one per engine: pass the same to every skill loaded on it).
 
     Raises:
         ToolError: Unsigned or badly signed, the digest differs, or the module
@@ -144,7 +156,8 @@ def load(engine: wasmtime.Engine, directory: Path, manifest: SkillManifest,
     except (wasmtime.WasmtimeError, UnicodeDecodeError) as exc:
         raise ToolError(f"skill {manifest.skill_id}: the module does not compile: {exc}") from exc
     uses_wasi = any(i.module.startswith("wasi") for i in module.imports)
-    return LoadedSkill(manifest, engine, module, digest, _linker(engine), uses_wasi)
+    return LoadedSkill(manifest, engine, module, digest, _linker(engine), uses_wasi,
+                       clock or EpochClock(engine))
 
 
 # The call running on this thread: the host function finds its grants here
@@ -168,11 +181,12 @@ def _linker(engine: wasmtime.Engine) -> wasmtime.Linker:
 
 
 class _Call:
-    """One call's host-side state: what it was refused."""
+    """One call's host-side state: its deadline (``time.monotonic``) and what it was refused."""
 
-    def __init__(self, skill: LoadedSkill, allow: tuple[Network, ...]) -> None:
+    def __init__(self, skill: LoadedSkill, allow: tuple[Network, ...], deadline: float) -> None:
         self.skill = skill
         self.allow = allow
+        self.deadline = deadline
         self.refused: list[str] = []
 
     def http_get(self, caller: wasmtime.Caller, url_ptr: int, url_len: int, out_ptr: int,
@@ -187,6 +201,9 @@ class _Call:
             self.refused.append(f"host {host or url!r} not granted")
             return HTTP_NOT_GRANTED
         port = parts.port or (443 if parts.scheme == "https" else 80)
+        if self.deadline - time.monotonic() <= 0:
+            self.refused.append(f"host {host!r}: the call's deadline has passed")
+            return HTTP_FAILED
         try:
             infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
             target = httpx.URL(url)
@@ -203,15 +220,37 @@ class _Call:
         # Sent to the address just checked (Host and TLS name kept): a second
         # DNS answer cannot point the request somewhere the check never saw.
         pinned, headers, extensions = via_address(target, addresses[0])
-        try:
-            with httpx.Client(timeout=HTTP_TIMEOUT_S, follow_redirects=False) as client:
-                body = client.send(client.build_request(
-                    "GET", pinned, headers=headers, extensions=extensions)).content
-        except httpx.HTTPError:
+        body = self._read(pinned, headers, extensions, max(0, out_cap))
+        if body is None:
             return HTTP_FAILED
-        body = body[:max(0, out_cap)]
         memory.write(caller, body, out_ptr)
         return len(body)
+
+    def _read(self, url: httpx.URL, headers: dict[str, str], extensions: dict[str, Any],
+              cap: int) -> bytes | None:
+        """The body's first ``cap`` bytes, or ``None`` when the request failed or the
+        call's deadline passed first (a body is streamed: never more is held)."""
+        timeout = min(HTTP_TIMEOUT_S, self.deadline - time.monotonic())
+        if timeout <= 0:
+            return None
+        body = bytearray()
+        try:
+            with httpx.Client(timeout=timeout, follow_redirects=False) as client:
+                response = client.send(client.build_request(
+                    "GET", url, headers=headers, extensions=extensions), stream=True)
+                try:
+                    for chunk in response.iter_bytes():
+                        body += chunk[:cap - len(body)]
+                        if len(body) >= cap:
+                            break
+                        if time.monotonic() >= self.deadline:  # a server trickling bytes
+                            self.refused.append("the call's deadline passed mid-body")
+                            return None
+                finally:
+                    response.close()
+        except httpx.HTTPError:
+            return None
+        return bytes(body)
 
 
 def _instance(store: wasmtime.Store, skill: LoadedSkill, workspace: Path) -> wasmtime.Instance:
@@ -227,8 +266,12 @@ def _instance(store: wasmtime.Store, skill: LoadedSkill, workspace: Path) -> was
 
 
 def run(skill: LoadedSkill, tool: SkillTool, arguments: dict[str, Any], workspace: Path,
-        limits: Limits, allow: tuple[Network, ...] = ()) -> tuple[Any, dict[str, str]]:
+        limits: Limits, allow: tuple[Network, ...] = (), *, ticking: bool = True
+        ) -> tuple[Any, dict[str, str]]:
     """Run one tool call (blocking: call it from a worker thread).
+
+    ``ticking=False`` leaves the epoch clock alone: only for a module that can
+    make no call that blocks (no WASI, no granted host), whose fuel bounds its time.
 
     Returns:
         The output value and the call's facts.
@@ -237,10 +280,11 @@ def run(skill: LoadedSkill, tool: SkillTool, arguments: dict[str, Any], workspac
         ToolError: A trap (fuel, memory, ``unreachable``) or a bad export; its
             facts say which limit stopped it.
     """
-    call = _Call(skill, allow)
+    call = _Call(skill, allow, time.monotonic() + limits.wall_s)
     store = wasmtime.Store(skill.engine)
     store.set_fuel(limits.fuel)
     store.set_limits(memory_size=limits.memory_bytes)
+    store.set_epoch_deadline(skill.clock.deadline_ticks(limits.wall_s))
     facts = {"skill.id": skill.manifest.skill_id, "skill.module_sha256": skill.module_sha256}
 
     instance: wasmtime.Instance | None = None
@@ -251,6 +295,7 @@ def run(skill: LoadedSkill, tool: SkillTool, arguments: dict[str, Any], workspac
         if stopped:  # the limits it ran under, beside where it stood
             out["skill.fuel_limit"] = str(limits.fuel)
             out["skill.memory_limit"] = str(limits.memory_bytes)
+            out["skill.deadline_s"] = f"{limits.wall_s:g}"
         if stopped and instance is not None:
             exports = instance.exports(store)
             memories = [m for m in (exports[name] for name in exports)
@@ -262,17 +307,19 @@ def run(skill: LoadedSkill, tool: SkillTool, arguments: dict[str, Any], workspac
 
     _CURRENT.call = call
     try:
-        instance = _instance(store, skill, workspace)
-        export = instance.exports(store).get(tool.export)
-        if not isinstance(export, wasmtime.Func):
-            raise ToolError(f"skill {skill.manifest.skill_id} has no function {tool.export!r}")
-        if tool.abi == "json":
-            return _call_json(store, instance, skill, export, arguments), done()
-        value = export(store, *(float(arguments[p]) for p in tool.params))
+        with skill.clock.ticking() if ticking else contextlib.nullcontext():
+            instance = _instance(store, skill, workspace)
+            export = instance.exports(store).get(tool.export)
+            if not isinstance(export, wasmtime.Func):
+                raise ToolError(f"skill {skill.manifest.skill_id} has no function "
+                                f"{tool.export!r}")
+            if tool.abi == "json":
+                return _call_json(store, instance, skill, export, arguments), done()
+            value = export(store, *(float(arguments[p]) for p in tool.params))
     except wasmtime.Trap as trap:
         # A memory.grow past the cap fails (returns -1); a module that cannot go
         # on without the memory traps, and skill.memory_bytes shows where it stood.
-        stopped = "fuel" if trap.trap_code == wasmtime.TrapCode.OUT_OF_FUEL else "trap"
+        stopped = _STOPS.get(trap.trap_code, "trap") if trap.trap_code is not None else "trap"
         raise ToolError(f"skill {skill.manifest.skill_id} stopped: {_first_line(trap)}",
                         facts={**done(True), "skill.stopped": stopped}) from trap
     except wasmtime.WasmtimeError as exc:
@@ -282,6 +329,10 @@ def run(skill: LoadedSkill, tool: SkillTool, arguments: dict[str, Any], workspac
     finally:
         _CURRENT.call = None
     return {"result": value}, done()
+
+
+# What stopped a trapped call, as its facts say.
+_STOPS = {wasmtime.TrapCode.OUT_OF_FUEL: "fuel", wasmtime.TrapCode.INTERRUPT: "deadline"}
 
 
 def _call_json(store: wasmtime.Store, instance: wasmtime.Instance, skill: LoadedSkill,
