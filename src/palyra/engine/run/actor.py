@@ -236,10 +236,18 @@ class RunActor:
                         # The idle-run timer: this wait, bounded by the deadline.
                         # Any wake (an input, cancel, park, recheck_idle) comes
                         # back here and the deadline is recomputed from the
-                        # committed record, so new activity pushes it out.
-                        with contextlib.suppress(TimeoutError):
-                            async with asyncio.timeout(wait_s):
-                                await self._wake.wait()
+                        # committed record, so new activity pushes it out. A
+                        # plain timer handle that wakes the run, not
+                        # asyncio.timeout: every idle open run holds one, and a
+                        # timeout's context manager and cancel machinery cost
+                        # ~600 B more each.
+                        timer = (None if wait_s is None else
+                                 asyncio.get_running_loop().call_later(wait_s, self._wake.set))
+                        try:
+                            await self._wake.wait()
+                        finally:
+                            if timer is not None:
+                                timer.cancel()
                         continue
                     self._work_error = None
                     self._work = tg.create_task(self._guarded_work())
