@@ -1,21 +1,25 @@
 """``python -m bench open-runs``: memory per open run, and what completing them gives back.
 
-Against a real daemon (``palyra serve`` on loopback, durable journal): after a warm-up,
-``--runs`` runs are started over HTTP and left open (each answered, none completed), then
-all are completed. The daemon's ``/proc/<pid>/status`` is read idle, with the runs open
-and after they complete, each after a short settle. Reported per open run:
+Against a real daemon (``palyra serve`` on loopback, durable journal): the daemon's
+``/proc/<pid>/status`` is read once started (before any run), idle after a warm-up of 50
+runs, with ``--runs`` runs started over HTTP and left open (each answered, none completed),
+and after they all complete; ``--rounds`` more rounds of open-then-complete follow, to
+show whether what stays is reused or grows. Each reading waits ``--settle`` seconds of
+quiet first, long enough for the daemon's idle trim (``daemon/trim.py``, a look every 5 s).
 
 * ``anon_kib_per_open_run``: anonymous resident memory (``RssAnon``): the Python objects,
-  the allocator's arenas, native buffers — what an open run really costs;
-* ``file_kib_per_open_run``: file-backed resident pages (``RssFile``): mostly the LMDB map
-  and the commit log the runs' events were written to; the kernel may drop them;
+  the allocator's arenas, native buffers: what an open run costs the daemon;
+* ``file_kib_per_open_run``: file-backed resident pages (``RssFile``): the pages of LMDB's
+  map (``data.mdb``) that the runs' commits wrote and read. They are the kernel's page
+  cache, shared, clean once written back and dropped under memory pressure, not memory
+  the daemon allocated; they grow with what the journal holds (``data_mdb_mib``);
 * ``rss_kib_per_open_run``: both (``VmRSS``), what ``ps`` shows;
-* after completion: the same three as totals against the idle daemon (MiB), so memory
-  not given back after the runs end shows.
+* after completion and after each later round: the same three as totals against the
+  idle daemon (MiB).
 
 Usage::
 
-    python -m bench open-runs [--runs 2000] [--json FILE]
+    python -m bench open-runs [--runs 2000] [--rounds 1] [--settle 12] [--json FILE]
 """
 
 from __future__ import annotations
@@ -54,11 +58,21 @@ def _settled(pid: int, settle_s: float) -> dict[str, int]:
     return _status(pid)
 
 
-def run(runs: int, settle_s: float = 2.0) -> dict[str, Any]:
-    """Start, measure, complete and measure ``runs`` runs on a fresh daemon."""
+def _mib(reading: dict[str, int]) -> dict[str, float]:
+    return {f: round(reading[f] / 1024, 1) for f in FIELDS}
+
+
+def _over(reading: dict[str, int], base: dict[str, int]) -> dict[str, float]:
+    return {f: round((reading[f] - base[f]) / 1024, 1) for f in FIELDS}
+
+
+def run(runs: int, settle_s: float = 12.0, rounds: int = 1) -> dict[str, Any]:
+    """Start, measure, complete and measure ``runs`` runs (``rounds`` times) on a fresh
+    daemon."""
     with tempfile.TemporaryDirectory(prefix="bench-open-runs-") as tmp:
         env = clean_env(PALYRA_ADMIN_TOKEN=TOKEN)
-        with DaemonProcess(Path(tmp) / "data", env=env) as daemon, httpx.Client(
+        data = Path(tmp) / "data"
+        with DaemonProcess(data, env=env) as daemon, httpx.Client(
                 base_url=f"http://127.0.0.1:{daemon.http_port}", headers=HEADERS,
                 timeout=60) as client:
             pid = daemon.proc.pid if daemon.proc is not None else 0
@@ -72,24 +86,37 @@ def run(runs: int, settle_s: float = 2.0) -> dict[str, Any]:
             def complete(run_id: str) -> None:
                 client.post(f"/v1/runs/{run_id}:complete", json={}).raise_for_status()
 
+            started = _settled(pid, settle_s)
             for run_id in [start(i, "warm") for i in range(50)]:
                 complete(run_id)
             idle = _settled(pid, settle_s)
-            started = time.perf_counter()
+            began = time.perf_counter()
             ids = [start(i, "open") for i in range(runs)]
-            start_s = time.perf_counter() - started
+            start_s = time.perf_counter() - began
             opened = _settled(pid, settle_s)
             for run_id in ids:
                 complete(run_id)
             done = _settled(pid, settle_s)
+            later = []
+            for r in range(2, rounds + 1):
+                ids = [start(i, f"open{r}-") for i in range(runs)]
+                for run_id in ids:
+                    complete(run_id)
+                later.append(_over(_settled(pid, settle_s), idle))
+        data_mdb = (data / "journal" / "data.mdb").stat().st_size
     per_run = {f: round((opened[f] - idle[f]) * 1024 / runs / 1000, 1) for f in FIELDS}
-    after = {f: round((done[f] - idle[f]) / 1024, 1) for f in FIELDS}
     return {
         "runs": runs, "start_ms_per_run": round(start_s * 1000 / runs, 2),
-        "idle_mib": {f: round(idle[f] / 1024, 1) for f in FIELDS},
+        "settle_s": settle_s,
+        "started_mib": _mib(started),
+        "idle_mib": _mib(idle),
         "anon_kib_per_open_run": per_run["RssAnon"], "file_kib_per_open_run": per_run["RssFile"],
         "rss_kib_per_open_run": per_run["VmRSS"],
-        "after_completion_over_idle_mib": after,
+        "after_completion_over_idle_mib": _over(done, idle),
+        "after_later_rounds_over_idle_mib": later,
+        "data_mdb_mib": round(data_mdb / 2**20, 1),
+        "file_pages": "LMDB's mapped data.mdb: the kernel's page cache, reclaimable, "
+                      "not allocated by the daemon",
         "loadavg_1m": round(os.getloadavg()[0], 2),
     }
 
@@ -97,9 +124,13 @@ def run(runs: int, settle_s: float = 2.0) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench open-runs")
     parser.add_argument("--runs", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="rounds of open-then-complete (later ones show reuse)")
+    parser.add_argument("--settle", type=float, default=12.0,
+                        help="seconds of quiet before each reading")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
-    result = run(args.runs)
+    result = run(args.runs, settle_s=args.settle, rounds=args.rounds)
     text = json.dumps(result, indent=2)
     print(text)
     if args.json is not None:

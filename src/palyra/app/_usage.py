@@ -70,8 +70,8 @@ class UsageApi(AppBase):
                 raise PermissionDenied("the session belongs to another principal",
                                        details={"field": "session_id"})
             lines.append(pb.UsageLine(scope="session", subject=request.session_id, period="all",
-                                      totals=totals_proto(usage.totals(
-                                          "session", request.session_id, "all"))))
+                                      totals=totals_proto(usage.session_totals(
+                                          request.session_id))))
         if request.run_id:
             run = self.engine.get_run(identity, request.run_id)  # owners and operators
             lines.append(pb.UsageLine(scope="run", subject=run.run_id, period="all",

@@ -34,6 +34,7 @@ from palyra.daemon.starting import StartupResponder
 from palyra.daemon.starting_grpc import StartupGrpcResponder
 from palyra.daemon.tlog_http import tlog_routes
 from palyra.daemon.tokens import ADMIN_TOKEN_FILE, load_or_create_admin_token
+from palyra.daemon.trim import trim_when_idle
 from palyra.daemon.wiring import VERSION, open_application
 from palyra.engine import AttachmentStore, live_run_ids
 from palyra.journal import (
@@ -142,6 +143,9 @@ async def run_daemon(
                 name="tlog-checkpoints")
             retention = _start_retention(tg, app.store, config.journal,
                                          app.engine.attachments)
+            store = app.store
+            trimmer = tg.create_task(trim_when_idle(lambda: store.stats().commits),
+                                     name="malloc-trim")
             starting.stop()  # the gateway takes the socket over
             tg.create_task(http_gateway.serve(http_sock), name="http")
             if app.reload_policy is not None:  # SIGHUP: read the policy files again
@@ -162,7 +166,7 @@ async def run_daemon(
             await stop.wait()
             _log.info("daemon_draining")
             loop.remove_signal_handler(signal.SIGHUP)
-            for task in (signer, tree_signer, retention):
+            for task in (signer, tree_signer, retention, trimmer):
                 if task is not None:  # the TaskGroup would otherwise wait on them
                     task.cancel()
             http_gateway.close()

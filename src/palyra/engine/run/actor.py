@@ -37,6 +37,7 @@ from palyra.engine.model.lifecycle import (
 from palyra.engine.model.records import ApprovalRecord, AttachmentRec, InputRec, RunRecord
 from palyra.engine.run.approvals import approval_write
 from palyra.engine.run.deps import EngineDeps
+from palyra.engine.run.flag import Flag
 from palyra.engine.run.loop import advance
 from palyra.engine.run.step import Step
 from palyra.engine.run.writer import Batch, RunWriter, end_reason_on_complete
@@ -52,17 +53,17 @@ class RunActor:
         self._deps = deps
         self._writer = writer
         self._step = Step(deps, writer, unknown_inflight)
-        self._finished = asyncio.Event()
+        self._finished = Flag()
         self._error: PalyraError | None = None
         self._fail_reason = ""
-        self._wake = asyncio.Event()
+        self._wake = Flag()
         self._cancel_reason = ""
         self._parking = False
         self._work: asyncio.Task[None] | None = None
         self._work_error: Exception | None = None
         # Set while a cascade holds the run (its work stopped, its end staged in
         # an ancestor's append): the actor starts nothing until it is released.
-        self._hold: asyncio.Event | None = None
+        self._hold: Flag | None = None
 
     @property
     def run_id(self) -> str:
@@ -235,10 +236,18 @@ class RunActor:
                         # The idle-run timer: this wait, bounded by the deadline.
                         # Any wake (an input, cancel, park, recheck_idle) comes
                         # back here and the deadline is recomputed from the
-                        # committed record, so new activity pushes it out.
-                        with contextlib.suppress(TimeoutError):
-                            async with asyncio.timeout(wait_s):
-                                await self._wake.wait()
+                        # committed record, so new activity pushes it out. A
+                        # plain timer handle that wakes the run, not
+                        # asyncio.timeout: every idle open run holds one, and a
+                        # timeout's context manager and cancel machinery cost
+                        # ~600 B more each.
+                        timer = (None if wait_s is None else
+                                 asyncio.get_running_loop().call_later(wait_s, self._wake.set))
+                        try:
+                            await self._wake.wait()
+                        finally:
+                            if timer is not None:
+                                timer.cancel()
                         continue
                     self._work_error = None
                     self._work = tg.create_task(self._guarded_work())
@@ -394,7 +403,7 @@ class RunActor:
         run ends ``cancelled`` with ``reason`` afterwards: in the cascade's
         append when :meth:`ending_in` staged it, else by itself.
         """
-        hold = asyncio.Event()
+        hold = Flag()
         self._hold = hold
         try:
             work = self._work

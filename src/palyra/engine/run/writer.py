@@ -30,6 +30,7 @@ from palyra.engine.model.lifecycle import (
 )
 from palyra.engine.model.records import RUNS, RunRecord, encode
 from palyra.engine.model.tape import ENGINE_ACTOR, kind_of, payload_of
+from palyra.engine.run.flag import Flag
 from palyra.journal import EntityWrite, EventDraft, JournalStore, Lease, StoredEvent
 
 
@@ -54,11 +55,11 @@ class RunWriter:
         self.loop = loop
         self.now_ms = now_ms
         self.lock = asyncio.Lock()
-        self._changed = asyncio.Event()
+        self._changed = Flag()
 
     def notify(self) -> None:
         """Wake everyone waiting in :meth:`wait_change` (after each commit)."""
-        changed, self._changed = self._changed, asyncio.Event()
+        changed, self._changed = self._changed, Flag()
         changed.set()
 
     async def wait_change(self) -> None:
