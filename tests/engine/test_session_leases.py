@@ -259,3 +259,34 @@ async def test_a_new_run_in_a_session_owned_elsewhere_is_handed_over_not_refused
     assert a.store is not None
     assert a.store.scan_entities("meta", "session_inbox:", "", 10) == []
     a.check_tape(second.run_id)
+
+
+async def test_a_new_run_that_claims_an_expired_lease_resumes_the_runs_its_old_owner_left(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    # B's sweep runs every 20 s, never in this test: only the new run's claim can find
+    # the run A left behind.
+    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_a = await a.start()
+    left = await _hitl_run(app_a, 2)
+    await next_approval(app_a, left.run_id)
+    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_b = await b.start()
+    assert b.engine is not None and b.engine.live_runs() == []
+    _expire(dsn, left.session_id)  # A stalls past its term
+    new = (await app_b.create_run(USER, pb.CreateRunRequest(
+        session_key="hitl", input=pb.MessageInput(text=loop_text(1)), complete=True))).run
+    assert new.session_id == left.session_id
+    assert _holder(b, left.session_id) == (_owner(b), 2, True)
+    # The claim took A's unsettled term over: the run A left is B's now, resumed once.
+    assert left.run_id in {r.run_id for r, _ in b.engine.live_runs()}
+    for run_id, k in ((new.run_id, 1), (left.run_id, 2)):
+        done = await _approve_to_end(app_b, run_id, "b")
+        assert done.state == pb.RunState.DONE and f"result={k}" in done.final_text
+        b.check_tape(run_id)
+    assert b.kinds(left.run_id).count("status:DONE") == 1
+    assert b.store is not None
+    recovered = [e for e in b.store.read_range(0, 10_000) if e.kind == "run.recovered"]
+    assert [e.run_id for e in recovered] == [left.run_id]
+    # Both ended on B: the session is settled, nothing is left for a sweep.
+    await _until(lambda: _holder(b, left.session_id) == ("", 2, False))

@@ -174,6 +174,12 @@ class Engine:
         self._subject_deciders: dict[str, SubjectDecider] = {}
         #: Several daemons on one journal: the sessions this one owns (None: it owns all).
         self.leases = leases
+        # Every claim of a session's lease goes through it (resuming what an
+        # unsettled previous term left): new runs, recovery and the takeover sweep.
+        self._takeover = Takeover(
+            self._deps, leases, lambda run_id: run_id in self._actors or run_id in self._claimed,
+            self._start_actor, self._lost_session, lambda: self._draining,
+        ) if leases is not None else None
 
     # -- lifetime ----------------------------------------------------------
     async def __aenter__(self) -> Engine:
@@ -307,17 +313,15 @@ class Engine:
         out. From then on a background loop renews the leases held and takes over
         the sessions of daemons that died (``run.takeover``).
         """
-        if self.leases is None:
+        takeover = self._takeover
+        if takeover is None:
             report, actors = await recover_runs(self._deps)
             for actor in actors:
                 self._start_actor(actor)
             return report
         self.spawn(InboxReader(self.store, self._actors.get, self._start_relayed).keep())
-        takeover = Takeover(self._deps, self.leases,
-                            lambda run_id: run_id in self._actors or run_id in self._claimed,
-                            self._start_actor, self._lost_session, lambda: self._draining)
         report = RecoveryReport()
-        await takeover.take(unfinished_runs(self.store), report)
+        await takeover.take(unfinished_runs(self.store), report, recovering=True)
         self.spawn(takeover.keep())
         return report
 
@@ -374,10 +378,10 @@ class Engine:
         return started
 
     async def _accept(self, identity: IdentityRec, start: StartRun, run_id: str) -> Started:
-        leases = self.leases
+        leases, takeover = self.leases, self._takeover
         async with self.session_writer.resolving(identity, start.selectors) as plan:
             session_id = plan.record.session_id
-            lease = await leases.claim(session_id) if leases is not None else None
+            lease = await takeover.claim(session_id) if takeover is not None else None
             if leases is not None and lease is not None and not (
                     plan.created or plan.reset_applied):
                 # Read again under the lease: the plan's record was read before it, and
