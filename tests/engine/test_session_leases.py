@@ -16,6 +16,7 @@ from palyra_gen.palyra import v1 as pb
 
 from palyra.app import PalyraApp
 from palyra.core.errors import ErrorCode, PalyraError
+from palyra.engine.model.records import RUNS, RunRecord, decode
 from palyra.journal import JournalConfig, verify_store
 from palyra.journal.postgres.store import PostgresJournalStore
 from palyra.testing.postgres import PostgresServer
@@ -290,3 +291,70 @@ async def test_a_new_run_that_claims_an_expired_lease_resumes_the_runs_its_old_o
     assert [e.run_id for e in recovered] == [left.run_id]
     # Both ended on B: the session is settled, nothing is left for a sweep.
     await _until(lambda: _holder(b, left.session_id) == ("", 2, False))
+
+
+async def _busy_on(app: PalyraApp) -> pb.Run:
+    """An idle run (waiting for input) on ``app``'s daemon: it holds session ``busy``."""
+    return (await app.create_run(USER, pb.CreateRunRequest(
+        session_key="busy", input=pb.MessageInput(text=loop_text(1)), wait=True))).run
+
+
+async def _stream_requests(*requests: pb.RunStreamRequest) -> AsyncIterator[pb.RunStreamRequest]:
+    for request in requests:
+        await asyncio.sleep(0.2)  # the later inputs reach a run already started
+        yield request
+
+
+async def test_a_stream_run_in_a_session_owned_elsewhere_is_handed_over_and_streamed_here(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_a = await a.start()
+    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_b = await b.start()
+    assert a.engine is not None and b.engine is not None
+    busy = await _busy_on(app_a)
+    stream = app_b.run_stream(USER, _stream_requests(
+        pb.RunStreamRequest(v=1, session_key="busy", input=pb.MessageInput(text=loop_text(2))),
+        pb.RunStreamRequest(v=1, input=pb.MessageInput(text="and then this"))))
+    async with asyncio.timeout(20):
+        events = [response.event async for response in stream]
+    run_id = events[0].run_id
+    assert events[0].session_id == busy.session_id
+    # Streamed on B, dense from 0, to the end: the run itself lived on A, the owner.
+    assert [e.tape_seq for e in events] == list(range(len(events)))
+    assert events[-1].status is not None and events[-1].status.state == pb.RunState.DONE
+    assert b.engine.live_runs() == [] and a.kinds(run_id).count("user_input") == 2
+    replies = [e.message_replied.reply_text for e in events if e.message_replied]
+    assert "result=2" in replies[0] and replies[-1] == "and then this"
+    assert a.store is not None
+    assert a.store.scan_entities("meta", "session_inbox:", "", 10) == []
+    assert a.store.scan_entities("meta", "run_inbox:", "", 10) == []
+    a.check_tape(run_id)
+
+
+async def test_a_start_that_resets_a_session_owned_elsewhere_is_handed_over(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_a = await a.start()
+    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_b = await b.start()
+    assert a.engine is not None and b.engine is not None
+    busy = await _busy_on(app_a)
+    stream = app_b.run_stream(USER, _stream_requests(pb.RunStreamRequest(
+        v=1, session_key="busy", reset_session=True, input=pb.MessageInput(text=loop_text(2)))))
+    async with asyncio.timeout(20):
+        events = [response.event async for response in stream]
+    run_id = events[0].run_id
+    assert events[0].session_id == busy.session_id
+    assert events[-1].status is not None and events[-1].status.state == pb.RunState.DONE
+    assert b.engine.live_runs() == []
+    assert a.store is not None
+    resets = [e for e in a.store.read_session(busy.session_id, 0, 1000)
+              if e.kind == "session.reset"]
+    assert len(resets) == 1  # planned and committed once, by A under its lease
+    # The reset forgot the session's previous run: the new run names none.
+    raw = a.store.get_entity(RUNS, run_id)
+    assert raw is not None and decode(RunRecord, raw).previous_run_id == ""
+    a.check_tape(run_id)
