@@ -358,3 +358,27 @@ async def test_a_start_that_resets_a_session_owned_elsewhere_is_handed_over(
     raw = a.store.get_entity(RUNS, run_id)
     assert raw is not None and decode(RunRecord, raw).previous_run_id == ""
     a.check_tape(run_id)
+
+
+async def test_a_session_change_by_a_fenced_out_owner_is_refused_and_never_written(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_a = await a.start()
+    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_b = await b.start()
+    busy = await _busy_on(app_a)  # A owns the session while its run is live
+    await app_a.set_tool_posture(USER, pb.SetToolPostureRequest(  # the owner's change lands
+        session_id=busy.session_id, tool_name="add", posture=pb.ToolPosture.ALWAYS_ALLOW))
+    _expire(dsn, busy.session_id)  # A stalls past its term
+    await app_b.create_run(USER, pb.CreateRunRequest(  # B's claim takes the session over
+        session_key="busy", input=pb.MessageInput(text=loop_text(1)), complete=True))
+    assert _holder(b, busy.session_id) == (_owner(b), 2, True)
+    with pytest.raises(PalyraError) as refused:  # A, unaware, changes the session
+        await app_a.set_tool_posture(USER, pb.SetToolPostureRequest(
+            session_id=busy.session_id, tool_name="add", posture=pb.ToolPosture.DISABLED))
+    assert refused.value.code is ErrorCode.LEASE_STALE
+    assert b.store is not None
+    postures = [e.payload for e in b.store.read_session(busy.session_id, 0, 1000)
+                if e.kind == "session.tool_posture"]
+    assert postures == [{"tool_name": "add", "posture": "always_allow"}]  # A's never landed

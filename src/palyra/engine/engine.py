@@ -148,7 +148,8 @@ class Engine:
         #: Committed session records (get, by key or label, caller-scoped pages).
         self.session_reader = SessionReader(store)
         #: Every session change, each under that session's lock.
-        self.session_writer = SessionWriter(store, self.session_reader, now_ms)
+        self.session_writer = SessionWriter(store, self.session_reader, now_ms,
+                                            leases.fence if leases is not None else None)
         #: Committed approval records (get, filtered pages).
         self.approval_reader = ApprovalReader(store)
         #: Attachments by SHA-256, kept while a run's tape names them.
