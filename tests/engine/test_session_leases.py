@@ -382,3 +382,28 @@ async def test_a_session_change_by_a_fenced_out_owner_is_refused_and_never_writt
     postures = [e.payload for e in b.store.read_session(busy.session_id, 0, 1000)
                 if e.kind == "session.tool_posture"]
     assert postures == [{"tool_name": "add", "posture": "always_allow"}]  # A's never landed
+
+
+async def test_a_stream_error_cancels_its_run_on_the_daemon_that_owns_it(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_a = await a.start()
+    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_b = await b.start()
+    await _busy_on(app_a)
+    stream = app_b.run_stream(USER, _stream_requests(
+        pb.RunStreamRequest(v=1, session_key="busy", input=pb.MessageInput(text="hello")),
+        pb.RunStreamRequest(v=1, run_id="01J00000000000000000000001",
+                            input=pb.MessageInput(text="another run")),
+    ))
+    events: list[pb.TapeEvent] = []
+    with pytest.raises(PalyraError) as refused:
+        async with asyncio.timeout(20):
+            async for response in stream:
+                events.append(response.event)
+    assert refused.value.code is ErrorCode.INVALID_ARGUMENT
+    last = events[-1].status
+    assert last is not None and last.state == pb.RunState.CANCELLED
+    assert last.reason == "stream_protocol_error"
+    a.check_tape(events[-1].run_id)
