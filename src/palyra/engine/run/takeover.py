@@ -81,7 +81,7 @@ class Takeover:
         if claim is None:
             return None
         try:
-            await self._inherit([claim], False, RecoveryReport())
+            await self._inherit([claim], False, RecoveryReport(), "a new run's claim")
         except BaseException:
             self.leases.leave_unsettled(session_id)
             await self.leases.unhold(session_id)
@@ -103,7 +103,8 @@ class Takeover:
                 claim = await self.leases.claim(session_id)
                 if claim is not None:  # else a live daemon owns it
                     claims.append(claim)
-            await self._inherit(claims, recovering, report)
+            await self._inherit(claims, recovering, report,
+                                "recovery" if recovering else "the orphan sweep")
         except BaseException:
             for claim in claims:
                 self.leases.leave_unsettled(claim.session_id)
@@ -116,13 +117,17 @@ class Takeover:
         return self.is_live(run_id) or run_id in self._resuming
 
     async def _inherit(self, claims: Sequence[Claim], recovering: bool,
-                       report: RecoveryReport) -> None:
+                       report: RecoveryReport, why: str) -> None:
         if not any(inherits(claim, recovering) for claim in claims):
             return  # the usual new run's claim: no scan
         # One scan for every claim, made after them all: whatever an old owner wrote
         # before its term ended is in it, and nothing it writes later lands.
         unfinished = unfinished_runs(self.deps.store)
-        for run_id, lease in runs_to_resume(claims, unfinished, recovering, self._busy):
+        inherited = runs_to_resume(claims, unfinished, recovering, self._busy)
+        for run_id, lease in inherited:
+            # A daemon died, stalled or stopped: worth a line in the log of the one taking over.
+            _log.warning("resuming run %s of %s after %s's term (%s)", run_id, lease.name,
+                         lease.previous_owner or "no owner", why)
             await self._resume(run_id, lease, report)
 
     async def _resume(self, run_id: str, lease: Lease, report: RecoveryReport) -> None:
