@@ -407,3 +407,31 @@ async def test_a_stream_error_cancels_its_run_on_the_daemon_that_owns_it(
     assert last is not None and last.state == pb.RunState.CANCELLED
     assert last.reason == "stream_protocol_error"
     a.check_tape(events[-1].run_id)
+
+
+async def test_a_new_run_and_the_sweep_claiming_one_orphan_together_resume_its_runs_once(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_a = await a.start()
+    left = await _hitl_run(app_a, 1)
+    await next_approval(app_a, left.run_id)
+    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_b = await b.start()
+    assert b.engine is not None
+    _expire(dsn, left.session_id)  # A stalls: its session is an orphan now
+    # B's sweep and a new run on B claim it at the same moment.
+    takeover = b.engine._takeover
+    assert takeover is not None
+    _, created = await asyncio.gather(
+        takeover.round(),
+        app_b.create_run(USER, pb.CreateRunRequest(
+            session_key="hitl", input=pb.MessageInput(text=loop_text(1)), complete=True)))
+    assert created.run is not None
+    for run_id in (left.run_id, created.run.run_id):
+        done = await _approve_to_end(app_b, run_id, "b")
+        assert done.state == pb.RunState.DONE and "result=1" in done.final_text
+        b.check_tape(run_id)  # dense, no event twice: one owner wrote it
+    assert b.store is not None
+    recovered = [e for e in b.store.read_range(0, 10_000) if e.kind == "run.recovered"]
+    assert [e.run_id for e in recovered] == [left.run_id]
