@@ -212,10 +212,6 @@ def cluster(tmp_path: Path, postgres_server: PostgresServer) -> Iterator[tuple[C
             daemon.kill()
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "a race, open in docs/journal/postgres.md (likely cause): a daemon that claims an expired session "
-    "lease for a new run (not through the orphan sweep) does not resume the runs the old "
-    "owner left, so about 1 run in 8 test runs stays IN_PROGRESS after its accept"))
 def test_three_daemons_killed_at_random_lose_nothing(
     cluster: tuple[Cluster, str], tmp_path: Path
 ) -> None:

@@ -16,6 +16,7 @@ from palyra_gen.palyra import v1 as pb
 
 from palyra.app import PalyraApp
 from palyra.core.errors import ErrorCode, PalyraError
+from palyra.engine.model.records import RUNS, RunRecord, decode
 from palyra.journal import JournalConfig, verify_store
 from palyra.journal.postgres.store import PostgresJournalStore
 from palyra.testing.postgres import PostgresServer
@@ -259,3 +260,178 @@ async def test_a_new_run_in_a_session_owned_elsewhere_is_handed_over_not_refused
     assert a.store is not None
     assert a.store.scan_entities("meta", "session_inbox:", "", 10) == []
     a.check_tape(second.run_id)
+
+
+async def test_a_new_run_that_claims_an_expired_lease_resumes_the_runs_its_old_owner_left(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    # B's sweep runs every 20 s, never in this test: only the new run's claim can find
+    # the run A left behind.
+    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_a = await a.start()
+    left = await _hitl_run(app_a, 2)
+    await next_approval(app_a, left.run_id)
+    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_b = await b.start()
+    assert b.engine is not None and b.engine.live_runs() == []
+    _expire(dsn, left.session_id)  # A stalls past its term
+    new = (await app_b.create_run(USER, pb.CreateRunRequest(
+        session_key="hitl", input=pb.MessageInput(text=loop_text(1)), complete=True))).run
+    assert new.session_id == left.session_id
+    assert _holder(b, left.session_id) == (_owner(b), 2, True)
+    # The claim took A's unsettled term over: the run A left is B's now, resumed once.
+    assert left.run_id in {r.run_id for r, _ in b.engine.live_runs()}
+    for run_id, k in ((new.run_id, 1), (left.run_id, 2)):
+        done = await _approve_to_end(app_b, run_id, "b")
+        assert done.state == pb.RunState.DONE and f"result={k}" in done.final_text
+        b.check_tape(run_id)
+    assert b.kinds(left.run_id).count("status:DONE") == 1
+    assert b.store is not None
+    recovered = [e for e in b.store.read_range(0, 10_000) if e.kind == "run.recovered"]
+    assert [e.run_id for e in recovered] == [left.run_id]
+    # Both ended on B: the session is settled, nothing is left for a sweep.
+    await _until(lambda: _holder(b, left.session_id) == ("", 2, False))
+
+
+async def _busy_on(app: PalyraApp) -> pb.Run:
+    """An idle run (waiting for input) on ``app``'s daemon: it holds session ``busy``."""
+    return (await app.create_run(USER, pb.CreateRunRequest(
+        session_key="busy", input=pb.MessageInput(text=loop_text(1)), wait=True))).run
+
+
+async def _stream_requests(*requests: pb.RunStreamRequest) -> AsyncIterator[pb.RunStreamRequest]:
+    for request in requests:
+        await asyncio.sleep(0.2)  # the later inputs reach a run already started
+        yield request
+
+
+async def test_a_stream_run_in_a_session_owned_elsewhere_is_handed_over_and_streamed_here(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_a = await a.start()
+    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_b = await b.start()
+    assert a.engine is not None and b.engine is not None
+    busy = await _busy_on(app_a)
+    stream = app_b.run_stream(USER, _stream_requests(
+        pb.RunStreamRequest(v=1, session_key="busy", input=pb.MessageInput(text=loop_text(2))),
+        pb.RunStreamRequest(v=1, input=pb.MessageInput(text="and then this"))))
+    async with asyncio.timeout(20):
+        events = [response.event async for response in stream]
+    run_id = events[0].run_id
+    assert events[0].session_id == busy.session_id
+    # Streamed on B, dense from 0, to the end: the run itself lived on A, the owner.
+    assert [e.tape_seq for e in events] == list(range(len(events)))
+    assert events[-1].status is not None and events[-1].status.state == pb.RunState.DONE
+    assert b.engine.live_runs() == [] and a.kinds(run_id).count("user_input") == 2
+    replies = [e.message_replied.reply_text for e in events if e.message_replied]
+    assert "result=2" in replies[0] and replies[-1] == "and then this"
+    assert a.store is not None
+    assert a.store.scan_entities("meta", "session_inbox:", "", 10) == []
+    assert a.store.scan_entities("meta", "run_inbox:", "", 10) == []
+    a.check_tape(run_id)
+
+
+async def test_a_start_that_resets_a_session_owned_elsewhere_is_handed_over(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_a = await a.start()
+    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_b = await b.start()
+    assert a.engine is not None and b.engine is not None
+    busy = await _busy_on(app_a)
+    stream = app_b.run_stream(USER, _stream_requests(pb.RunStreamRequest(
+        v=1, session_key="busy", reset_session=True, input=pb.MessageInput(text=loop_text(2)))))
+    async with asyncio.timeout(20):
+        events = [response.event async for response in stream]
+    run_id = events[0].run_id
+    assert events[0].session_id == busy.session_id
+    assert events[-1].status is not None and events[-1].status.state == pb.RunState.DONE
+    assert b.engine.live_runs() == []
+    assert a.store is not None
+    resets = [e for e in a.store.read_session(busy.session_id, 0, 1000)
+              if e.kind == "session.reset"]
+    assert len(resets) == 1  # planned and committed once, by A under its lease
+    # The reset forgot the session's previous run: the new run names none.
+    raw = a.store.get_entity(RUNS, run_id)
+    assert raw is not None and decode(RunRecord, raw).previous_run_id == ""
+    a.check_tape(run_id)
+
+
+async def test_a_session_change_by_a_fenced_out_owner_is_refused_and_never_written(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_a = await a.start()
+    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_b = await b.start()
+    busy = await _busy_on(app_a)  # A owns the session while its run is live
+    await app_a.set_tool_posture(USER, pb.SetToolPostureRequest(  # the owner's change lands
+        session_id=busy.session_id, tool_name="add", posture=pb.ToolPosture.ALWAYS_ALLOW))
+    _expire(dsn, busy.session_id)  # A stalls past its term
+    await app_b.create_run(USER, pb.CreateRunRequest(  # B's claim takes the session over
+        session_key="busy", input=pb.MessageInput(text=loop_text(1)), complete=True))
+    assert _holder(b, busy.session_id) == (_owner(b), 2, True)
+    with pytest.raises(PalyraError) as refused:  # A, unaware, changes the session
+        await app_a.set_tool_posture(USER, pb.SetToolPostureRequest(
+            session_id=busy.session_id, tool_name="add", posture=pb.ToolPosture.DISABLED))
+    assert refused.value.code is ErrorCode.LEASE_STALE
+    assert b.store is not None
+    postures = [e.payload for e in b.store.read_session(busy.session_id, 0, 1000)
+                if e.kind == "session.tool_posture"]
+    assert postures == [{"tool_name": "add", "posture": "always_allow"}]  # A's never landed
+
+
+async def test_a_stream_error_cancels_its_run_on_the_daemon_that_owns_it(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_a = await a.start()
+    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_b = await b.start()
+    await _busy_on(app_a)
+    stream = app_b.run_stream(USER, _stream_requests(
+        pb.RunStreamRequest(v=1, session_key="busy", input=pb.MessageInput(text="hello")),
+        pb.RunStreamRequest(v=1, run_id="01J00000000000000000000001",
+                            input=pb.MessageInput(text="another run")),
+    ))
+    events: list[pb.TapeEvent] = []
+    with pytest.raises(PalyraError) as refused:
+        async with asyncio.timeout(20):
+            async for response in stream:
+                events.append(response.event)
+    assert refused.value.code is ErrorCode.INVALID_ARGUMENT
+    last = events[-1].status
+    assert last is not None and last.state == pb.RunState.CANCELLED
+    assert last.reason == "stream_protocol_error"
+    a.check_tape(events[-1].run_id)
+
+
+async def test_a_new_run_and_the_sweep_claiming_one_orphan_together_resume_its_runs_once(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_a = await a.start()
+    left = await _hitl_run(app_a, 1)
+    await next_approval(app_a, left.run_id)
+    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_b = await b.start()
+    assert b.engine is not None
+    _expire(dsn, left.session_id)  # A stalls: its session is an orphan now
+    # B's sweep and a new run on B claim it at the same moment.
+    takeover = b.engine._takeover
+    assert takeover is not None
+    _, created = await asyncio.gather(
+        takeover.round(),
+        app_b.create_run(USER, pb.CreateRunRequest(
+            session_key="hitl", input=pb.MessageInput(text=loop_text(1)), complete=True)))
+    assert created.run is not None
+    for run_id in (left.run_id, created.run.run_id):
+        done = await _approve_to_end(app_b, run_id, "b")
+        assert done.state == pb.RunState.DONE and "result=1" in done.final_text
+        b.check_tape(run_id)  # dense, no event twice: one owner wrote it
+    assert b.store is not None
+    recovered = [e for e in b.store.read_range(0, 10_000) if e.kind == "run.recovered"]
+    assert [e.run_id for e in recovered] == [left.run_id]

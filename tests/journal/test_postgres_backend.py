@@ -210,12 +210,13 @@ async def test_a_fenced_out_owner_cannot_write_even_before_it_notices(
             JournalStore.open(tmp_path / "b", config=_config(dsn)) as b_store:
         a, b = _pg(a_store), _pg(b_store)
         lease_a = a.acquire_lease("session:s1", "daemon-a", ttl_s=60)
-        assert lease_a is not None and lease_a.epoch == 1
+        assert lease_a is not None and lease_a.epoch == 1 and lease_a.previous_owner == ""
         assert b.acquire_lease("session:s1", "daemon-b", ttl_s=60) is None  # held
         await a.append([draft(0, session_id="s1")], fence=lease_a)
         _expire(dsn, "session:s1")  # a stalls past its TTL without noticing
         lease_b = b.acquire_lease("session:s1", "daemon-b", ttl_s=5)
         assert lease_b is not None and lease_b.epoch == 2
+        assert lease_b.previous_owner == "daemon-a"  # its term ended unsettled: b inherits
         head = a.head()
         with pytest.raises(PalyraError) as info:
             await a.append([draft(1, session_id="s1")], fence=lease_a)
@@ -262,6 +263,10 @@ async def test_a_released_lease_is_taken_over_at_once(
         store.release_lease(lease)
         taken = store.acquire_lease("session:s", "b", ttl_s=60)
         assert taken is not None and taken.epoch == lease.epoch + 1
+        assert taken.previous_owner == "a"  # released unsettled: its work is b's now
+        store.release_lease(taken, settled=True)
+        after = store.acquire_lease("session:s", "a", ttl_s=60)
+        assert after is not None and after.previous_owner == ""  # settled: nothing left
 
 
 # --- followers hear of other daemons' commits ---------------------------------------------

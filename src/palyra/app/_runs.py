@@ -131,9 +131,11 @@ class RunsApi(AppBase):
                 # The client went away mid-run: the run lives on (any client
                 # may watch it or decide its approvals) and completes when idle.
                 self.engine.spawn(self._detach(identity, run_id))
+        # A handed-over run (owned by another daemon) is cancelled, not failed, by its
+        # stream's error: the caller hears the error either way.
+        if failures and final is not None and final.state != pb.RunState.DONE:
+            raise failures[0]
         if final is not None and final.state == pb.RunState.FAILED:
-            if failures:
-                raise failures[0]
             code = ErrorCode.__members__.get(error.code.name if error else "", ErrorCode.INTERNAL)
             raise PalyraError(error.message if error else final.message, code=code,
                               details={"run_id": run_id, "reason": final.reason})

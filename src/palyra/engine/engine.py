@@ -148,7 +148,8 @@ class Engine:
         #: Committed session records (get, by key or label, caller-scoped pages).
         self.session_reader = SessionReader(store)
         #: Every session change, each under that session's lock.
-        self.session_writer = SessionWriter(store, self.session_reader, now_ms)
+        self.session_writer = SessionWriter(store, self.session_reader, now_ms,
+                                            leases.fence if leases is not None else None)
         #: Committed approval records (get, filtered pages).
         self.approval_reader = ApprovalReader(store)
         #: Attachments by SHA-256, kept while a run's tape names them.
@@ -174,6 +175,12 @@ class Engine:
         self._subject_deciders: dict[str, SubjectDecider] = {}
         #: Several daemons on one journal: the sessions this one owns (None: it owns all).
         self.leases = leases
+        # Every claim of a session's lease goes through it (resuming what an
+        # unsettled previous term left): new runs, recovery and the takeover sweep.
+        self._takeover = Takeover(
+            self._deps, leases, lambda run_id: run_id in self._actors or run_id in self._claimed,
+            self._start_actor, self._lost_session, lambda: self._draining,
+        ) if leases is not None else None
 
     # -- lifetime ----------------------------------------------------------
     async def __aenter__(self) -> Engine:
@@ -307,17 +314,15 @@ class Engine:
         out. From then on a background loop renews the leases held and takes over
         the sessions of daemons that died (``run.takeover``).
         """
-        if self.leases is None:
+        takeover = self._takeover
+        if takeover is None:
             report, actors = await recover_runs(self._deps)
             for actor in actors:
                 self._start_actor(actor)
             return report
         self.spawn(InboxReader(self.store, self._actors.get, self._start_relayed).keep())
-        takeover = Takeover(self._deps, self.leases,
-                            lambda run_id: run_id in self._actors or run_id in self._claimed,
-                            self._start_actor, self._lost_session, lambda: self._draining)
         report = RecoveryReport()
-        await takeover.take(unfinished_runs(self.store), report)
+        await takeover.take(unfinished_runs(self.store), report, recovering=True)
         self.spawn(takeover.keep())
         return report
 
@@ -374,10 +379,10 @@ class Engine:
         return started
 
     async def _accept(self, identity: IdentityRec, start: StartRun, run_id: str) -> Started:
-        leases = self.leases
+        leases, takeover = self.leases, self._takeover
         async with self.session_writer.resolving(identity, start.selectors) as plan:
             session_id = plan.record.session_id
-            lease = await leases.claim(session_id) if leases is not None else None
+            lease = await takeover.claim(session_id) if takeover is not None else None
             if leases is not None and lease is not None and not (
                     plan.created or plan.reset_applied):
                 # Read again under the lease: the plan's record was read before it, and
@@ -398,18 +403,27 @@ class Engine:
                    plan: SessionPlan) -> RelayedStart:
         """``start`` as a hand-over to the session's owner, when it can be one.
 
+        An API or RunStream start (a reset one too: the owner plans the reset
+        again, under its lease) is handed over. A delegated child never needs
+        it: its session is named after the child run and created by the child's
+        own accept, so it is owned elsewhere only once the child exists, which
+        the start refuses first (``ALREADY_EXISTS``) and the delegation then waits
+        on wherever it runs.
+
         Raises:
-            PalyraError: ``UNAVAILABLE`` (retryable) when it cannot: a stream's run
-                (its stream is here), a delegation, a reset, or a hand-over already.
+            PalyraError: ``UNAVAILABLE`` (retryable) when it cannot: a delegation or
+                other start carrying writes of its own, a session another daemon
+                created meanwhile, or a start handed over already (the session
+                moved again: its row waits for the new owner).
         """
-        if (start.driver != "api" or start.handed_over or start.parent_run_id or start.writes
-                or plan.created or plan.reset_applied):
+        if (start.driver not in ("api", "stream") or start.handed_over or start.parent_run_id
+                or start.writes or plan.created):
             raise coded(ErrorCode.UNAVAILABLE, f"session {plan.record.session_id} is owned "
                         "by another daemon now; retry", session_id=plan.record.session_id)
         return RelayedStart(run_id, plan.record.session_id, identity, start.text,
                             start.attachments, start.complete, start.agent_id,
                             dict(start.agent_postures), start.model_route, start.response_cache,
-                            start.token_budget)
+                            start.token_budget, start.driver, plan.reset_applied)
 
     async def _started_elsewhere(self, relayed: RelayedStart, wait_s: float) -> Started:
         """The handed-over run once its owner committed its start."""
@@ -425,18 +439,18 @@ class Engine:
                         "daemon that owns its session, which has not started it yet",
                         run_id=relayed.run_id) from None
         session = self.session_reader.require(relayed.session_id)
-        return Started(redacted(decode(RunRecord, raw)), session, False, False)
+        return Started(redacted(decode(RunRecord, raw)), session, False, relayed.reset)
 
     async def _start_relayed(self, relayed: RelayedStart, consumed: EntityWrite) -> bool:
         """Start a run another daemon handed over, if this one can own its session."""
         try:
             await self.start_run(relayed.identity, StartRun(
-                Selectors(session_id=relayed.session_id), text=relayed.text,
+                Selectors(session_id=relayed.session_id, reset=relayed.reset), text=relayed.text,
                 attachments=relayed.attachments, run_id=relayed.run_id,
                 complete=relayed.complete, agent_id=relayed.agent_id,
                 agent_postures=relayed.agent_postures, model_route=relayed.model_route,
                 response_cache=relayed.response_cache, token_budget=relayed.token_budget,
-                writes=(consumed,), handed_over=True))
+                driver=relayed.driver, writes=(consumed,), handed_over=True))
             return True
         except PalyraError as exc:
             if exc.code is ErrorCode.UNAVAILABLE:
@@ -598,10 +612,27 @@ class Engine:
         return True, redacted(actor.record)
 
     def fail_run(self, run_id: str, error: Exception, reason: str) -> None:
-        """Fail a live run from outside (e.g. a RunStream protocol error)."""
+        """Fail a live run from outside (e.g. a RunStream protocol error).
+
+        A run that lives on another daemon (a RunStream's run handed over to its
+        session's owner) cannot be failed from here: it is cancelled there, with
+        ``reason``, through the run's inbox.
+        """
         actor = self._actors.get(run_id)
         if actor is not None:
             actor.request_failure(as_palyra_error(error), reason)
+        elif self.leases is not None:
+            self.spawn(self._cancel_elsewhere(run_id, reason))
+
+    async def _cancel_elsewhere(self, run_id: str, reason: str) -> None:
+        try:
+            raw = self.store.get_entity(RUNS, run_id)
+            if raw is None or is_run_terminal((record := decode(RunRecord, raw)).state):
+                return
+            await self.store.append([message_draft(record, RelayedMessage(
+                new_ulid(), cancel=reason), record.identity.principal)])
+        except Exception:  # the run then completes when idle, like any run left alone
+            _log.warning("could not hand the cancel of run %s over", run_id, exc_info=True)
 
     async def wait_run(self, identity: IdentityRec, run_id: str,
                        until_terminal: bool = False) -> RunRecord:

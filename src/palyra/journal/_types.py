@@ -268,3 +268,7 @@ class Lease:
     name: str
     owner: str
     epoch: int
+    previous_owner: str = ""
+    """Who held the term before this one if it ended unsettled (its owner died,
+    stalled past its term, or stopped with work parked), else empty: work that
+    owner left under the name is this term's to resume."""

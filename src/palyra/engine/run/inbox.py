@@ -56,7 +56,12 @@ class RelayedMessage(msgspec.Struct, frozen=True):
 
 
 class RelayedStart(msgspec.Struct, frozen=True):
-    """A new API run for a session whose lease another daemon holds (``session_inbox:``)."""
+    """A new run for a session whose lease another daemon holds (``session_inbox:``).
+
+    An API run, or a RunStream's: its stream stays on the asking daemon, which
+    follows the tape (fed by the owner's commits) and hands the stream's inputs,
+    half-close and decisions over like any other client's.
+    """
 
     run_id: str
     session_id: str
@@ -69,6 +74,9 @@ class RelayedStart(msgspec.Struct, frozen=True):
     model_route: tuple[str, ...] = ()
     response_cache: bool = False
     token_budget: int = 0
+    driver: str = "api"
+    reset: bool = False
+    """The start resets the session: the owner plans the reset under its lease."""
 
 
 START_PREFIX = "session_inbox:"

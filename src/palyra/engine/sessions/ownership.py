@@ -21,6 +21,7 @@ import asyncio
 import logging
 import os
 import socket
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from palyra.core.ids import new_ulid
@@ -30,6 +31,16 @@ from palyra.journal import JournalStore, Lease
 SESSION_LEASE_PREFIX = "session:"
 
 _log = logging.getLogger("palyra.engine")
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A session's lease as one claim found it."""
+
+    session_id: str
+    lease: Lease
+    new_term: bool
+    """This claim acquired the lease (it was not held here already)."""
 
 
 def lease_name(session_id: str) -> str:
@@ -78,13 +89,16 @@ class SessionLeases:
         """Sessions whose lease this daemon holds."""
         return list(self._held)
 
-    async def claim(self, session_id: str) -> Lease | None:
+    async def claim(self, session_id: str) -> Claim | None:
         """Hold ``session_id``'s lease (acquiring it if needed); None: another daemon owns it.
 
-        A successful claim must be balanced by one :meth:`unhold`.
+        A successful claim must be balanced by one :meth:`unhold`. A claim that
+        starts a new term (``Claim.new_term``) may follow an unsettled one: the
+        caller then resumes the runs that term left (``run.takeover``).
         """
         async with self._locks.hold(session_id):
             lease = self._held.get(session_id)
+            new_term = lease is None
             if lease is None:
                 lease = await asyncio.to_thread(self._store.acquire_lease,
                                                 lease_name(session_id), self.owner, self.ttl_s)
@@ -95,7 +109,12 @@ class SessionLeases:
                 await asyncio.to_thread(self._store.catch_up_with_others)
                 self._held[session_id] = lease
             self._users[session_id] = self._users.get(session_id, 0) + 1
-            return lease
+            return Claim(session_id, lease, new_term)
+
+    def leave_unsettled(self, session_id: str) -> None:
+        """Work of ``session_id`` may be left here (a resume failed): the last
+        :meth:`unhold` releases the lease unsettled, for another sweep to retry."""
+        self._unsettled.add(session_id)
 
     def hold(self, session_id: str) -> None:
         """One more holder of a lease already claimed (a run's actor); balance with unhold."""

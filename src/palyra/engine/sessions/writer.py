@@ -39,7 +39,7 @@ from palyra.engine.sessions.plan import (
 )
 from palyra.engine.sessions.reader import SessionReader
 from palyra.engine.sessions.selectors import Selectors
-from palyra.journal import EntityWrite, JournalStore
+from palyra.journal import EntityWrite, JournalStore, Lease
 
 POSTURES = frozenset({"always_allow", "ask_each_time", "disabled"})
 
@@ -58,11 +58,16 @@ class SessionWriter:
     """Commits session changes under the per-session lock."""
 
     def __init__(self, store: JournalStore, reader: SessionReader,
-                 now_ms: Callable[[], int]) -> None:
+                 now_ms: Callable[[], int],
+                 fence: Callable[[str], Lease | None] | None = None) -> None:
         self._store = store
         self.reader = reader
         self._now_ms = now_ms
         self._locks = KeyedLocks()
+        # Several daemons on one journal: the lease this daemon holds on a session,
+        # if any. A change to a session it owns is fenced by that lease, so once
+        # another daemon took the session over it writes nothing, even unaware.
+        self._fence = fence or (lambda _session_id: None)
 
     def hold(self, session_id: str) -> contextlib.AbstractAsyncContextManager[None]:
         """Hold ``session_id``'s lock: the only spelling of that lock's key."""
@@ -92,11 +97,19 @@ class SessionWriter:
                 await self.commit(plan)
             return plan
 
-    async def commit(self, plan: SessionPlan) -> SessionRecord:
-        """Commit a plan on its own (API calls that start no run); hold its session's lock."""
+    async def commit(self, plan: SessionPlan, fenced_by: str = "") -> SessionRecord:
+        """Commit a plan on its own (API calls that start no run); hold its session's lock.
+
+        ``fenced_by``: the session whose lease fences the commit (default: the
+        plan's own), when this daemon holds it.
+
+        Raises:
+            PalyraError: ``LEASE_STALE`` when another daemon took that session
+                over: nothing of the plan is written.
+        """
         events = list(plan.events) or [session_event("session.resolved", plan.record, {})]
         events[-1] = events[-1].with_writes(*plan.entity_writes, record_write(plan.record))
-        await self._store.append(events)
+        await self._store.append(events, fence=self._fence(fenced_by or plan.record.session_id))
         return plan.record
 
 
@@ -156,7 +169,7 @@ class SessionWriter:
             plan.events.append(session_event("session.branched", branch, {
                 "parent_session_id": source.session_id,
                 "origin_run_id": source.last_run_id}))
-            await self.commit(plan)
+            await self.commit(plan, fenced_by=source.session_id)  # the record it changes
             return branch, new_source
 
     async def set_posture(self, identity: IdentityRec, session_id: str, tool_name: str,

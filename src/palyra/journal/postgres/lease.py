@@ -20,13 +20,19 @@ import psycopg
 
 from palyra.journal._types import Lease
 
+# ``before`` reads the row as the statement's snapshot saw it (a statement never sees
+# its own changes): the owner of the term this one follows. Should a concurrent change
+# land between that snapshot and the row lock, it could only have ended a term (a
+# release), so the answer errs toward an owner that needs no resuming, never away from
+# one that does.
 _ACQUIRE = (
+    "WITH before AS (SELECT owner FROM journal_lease WHERE name = %(name)s) "
     "INSERT INTO journal_lease AS l (name, owner, epoch, expires_at) "
     "VALUES (%(name)s, %(owner)s, 1, now() + make_interval(secs => %(ttl)s)) "
     "ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, epoch = l.epoch + 1, "
     "expires_at = EXCLUDED.expires_at "
     "WHERE l.expires_at <= now() OR l.owner = EXCLUDED.owner "
-    "RETURNING epoch"
+    "RETURNING epoch, (SELECT owner FROM before)"
 )
 _RENEW = (
     "UPDATE journal_lease SET expires_at = now() + make_interval(secs => %(ttl)s) "
@@ -77,9 +83,16 @@ class Leases:
         return self._run(query, None)
 
     def acquire(self, name: str, owner: str, ttl_s: float) -> Lease | None:
-        """A new term for ``owner`` if ``name`` is free, expired or already ``owner``'s."""
+        """A new term for ``owner`` if ``name`` is free, expired or already ``owner``'s.
+
+        The lease names the owner of the term before it when that term ended
+        unsettled (``Lease.previous_owner``): its work under the name is the new
+        term's to resume.
+        """
         rows = self._run(_ACQUIRE, {"name": name, "owner": owner, "ttl": ttl_s})
-        return Lease(name, owner, int(rows[0][0])) if rows else None
+        if not rows:
+            return None
+        return Lease(name, owner, int(rows[0][0]), previous_owner=str(rows[0][1] or ""))
 
     def renew(self, lease: Lease, ttl_s: float) -> bool:
         """Extend ``lease``'s term; False when it expired or was taken over (stop writing)."""
