@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
+import pytest
 from engine_harness import Harness, loop_text, slow_add
 from palyra_gen.palyra import v1 as pb
 
@@ -83,5 +85,43 @@ async def test_a_repeated_dispatch_waits_on_its_own_run(harness: Harness) -> Non
         inputs = [m for m in harness.members(task.task_id) if isinstance(m, pb.UserInput)]
         assert len(inputs) == 1, [i.text for i in inputs]
         assert again["outputs"] == done["outputs"] and done["outputs"]
+    finally:
+        await tasks.close()
+
+
+async def test_a_first_attempt_starts_its_run_without_reading_the_store_for_it(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dispatch's first attempt starts its run without asking the store whether a run
+    of that id exists (none can: the run's id is the task's, and only an earlier attempt
+    could have started it); that read, on the loop's thread, hands the GIL to the
+    journal's writer. A later attempt still asks, and only waits on the run it finds."""
+    tasks, router = await _router(harness)
+    assert harness.store is not None
+    runs_read: list[str] = []  # reads of a run's row before the run existed
+    real_get = harness.store.get_entity
+
+    def counting(table: str, key: str) -> bytes | None:
+        value = real_get(table, key)
+        if table == "runs" and value is None:
+            runs_read.append(key)
+        return value
+
+    monkeypatch.setattr(harness.store, "get_entity", counting)
+    try:
+        admitted = await router.admit(Envelope(
+            envelope_id="", channel="webhook:hooks", conversation_id="room", sender="alice",
+            text="hello", sender_verified=True, mentions_agent=True))
+        claimed = await tasks.claim("worker:test", frozenset({"channel.dispatch"}))
+        assert claimed.task_id == admitted.task_id and claimed.attempts == 1
+        ctx = TaskContext(claimed, {"envelope_id": admitted.envelope_id})
+        done = (await router.dispatch(ctx)).result or {}
+        assert done["run_id"] == claimed.task_id and done["outputs"]
+        assert claimed.task_id not in runs_read
+        # A second attempt (after a crash) finds the run the first one started.
+        again = TaskContext(msgspec.structs.replace(claimed, attempts=2), ctx.payload)
+        repeated = (await router.dispatch(again)).result or {}
+        assert repeated["run_id"] == claimed.task_id
+        inputs = [m for m in harness.members(claimed.task_id) if isinstance(m, pb.UserInput)]
+        assert len(inputs) == 1
     finally:
         await tasks.close()

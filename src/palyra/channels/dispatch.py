@@ -217,6 +217,10 @@ class Dispatcher:
                     await self._engine.start_run(identity, StartRun(
                         Selectors(session_key=decision.session_key), text=text, run_id=run_id,
                         driver="channel", complete=True,
+                        # The task's first attempt: no earlier one can have started a
+                        # run of its id, so the engine need not read the store to see
+                        # (that read hands the GIL to the writer's thread, on the loop).
+                        minted=task.attempts == 1,
                         agent_id=agent.agent_id if agent else "",
                         agent_postures=postures_for(agent, self._engine.tool_names())
                         if agent else {}, model_route=route_for(agent) if agent else (),
