@@ -19,7 +19,7 @@ from palyra.channels import ChannelRouter, ChannelsConfig, Envelope, PairingBook
 from palyra.channels.config import ChannelPolicy
 from palyra.policy import PolicyGate
 from palyra.tasks import Done, TaskQueue
-from palyra.tasks.worker import TaskContext
+from palyra.tasks.worker import TaskContext, TaskWorker
 
 
 async def _router(harness: Harness) -> tuple[TaskQueue, ChannelRouter]:
@@ -124,4 +124,38 @@ async def test_a_first_attempt_starts_its_run_without_reading_the_store_for_it(
         inputs = [m for m in harness.members(claimed.task_id) if isinstance(m, pb.UserInput)]
         assert len(inputs) == 1
     finally:
+        await tasks.close()
+
+
+async def test_a_message_is_admitted_with_its_dispatch_claimed_and_handed_over(
+        harness: Harness) -> None:
+    """The admission's one commit holds the message, its dispatch task and that task's
+    claim by the dispatch worker, which runs it at once: no claim commit of its own and
+    no wake-up of the worker's loops."""
+    tasks, router = await _router(harness)
+    assert harness.store is not None
+    worker = TaskWorker(tasks, {"channel.dispatch": router.dispatch}, concurrency=2)
+    router.hand_dispatches_to(worker)
+    worker.start()
+    try:
+        commits = tasks.commits
+        admitted = await router.admit(Envelope(
+            envelope_id="", channel="webhook:hooks", conversation_id="room", sender="alice",
+            text="hello", sender_verified=True, mentions_agent=True))
+        assert tasks.commits == commits + 1
+        task = tasks.require(admitted.task_id)
+        assert task.leased and task.lease_owner == worker.owner and task.attempts == 1
+        kinds = [e.kind for e in harness.store.read_range(0, 1000)
+                 if e.payload.get("task_id") == admitted.task_id]
+        assert kinds[:3] == ["channel.message_admitted", "task.enqueued", "task.claimed"]
+        outcome = await router.outcome(admitted.task_id, 10.0)
+        assert outcome is not None and outcome.outputs and outcome.run_id == admitted.task_id
+        async with asyncio.timeout(5):
+            while True:
+                if tasks.require(admitted.task_id).final:
+                    break
+                await asyncio.sleep(0.01)
+        assert tasks.require(admitted.task_id).attempts == 1
+    finally:
+        await worker.close()
         await tasks.close()

@@ -32,7 +32,8 @@ from palyra.core.ids import new_ulid
 from palyra.engine import KeyedLocks
 from palyra.journal import EntityWrite, EventDraft, JournalStore
 from palyra.tasks import TaskQueue, TaskRecord
-from palyra.tasks.model import Debounce
+from palyra.tasks.model import DEFAULT_LEASE_MS, Debounce
+from palyra.tasks.worker import TaskWorker
 
 log = logging.getLogger("palyra.channels")
 
@@ -83,6 +84,9 @@ class Admitter:
         self._now = now_ms
         self._admitting = KeyedLocks()  # two deliveries of one event never admit twice
         self.counters = ChannelCounters()  # duplicates: answered without a commit
+        # The worker that answers messages: a message's dispatch task is born claimed by
+        # it in the admission's commit and handed to it at once (no claim commit).
+        self.dispatcher: TaskWorker | None = None
 
     async def admit(self, envelope: Envelope, *, dedupe: tuple[str, str, str] | None = None,
                     sink: str = "", also: Sequence[EntityWrite] = (), hint: bool = True
@@ -186,10 +190,19 @@ class Admitter:
             debounce = Debounce(coalesce_key(env), policy.debounce_ms, policy.max_wait_ms,
                                 policy.batch_cap)
         kind = DISPATCH_TASK if decision.action == "respond" else COMMAND_TASK
+        # Born claimed when the dispatch worker can take it now; a coalesced message
+        # waits for its batch, and a busy worker's tasks queue for its loops.
+        taker = self.dispatcher if kind == DISPATCH_TASK and debounce is None else None
+        if taker is not None and not taker.can_adopt():
+            taker = None
         task, _created = await self._tasks.enqueue(
             kind, payload={"envelope_id": env.envelope_id},
-            max_attempts=DISPATCH_ATTEMPTS, debounce=debounce, also=drafts)
+            max_attempts=DISPATCH_ATTEMPTS, debounce=debounce, also=drafts,
+            claim_for=taker.owner if taker is not None else "",
+            lease_ms=taker.lease_ms if taker is not None else DEFAULT_LEASE_MS)
         self.recent.admitted(kept[0])
+        if taker is not None and task.leased:
+            taker.adopt(task)
         if policy.auto_ack and sink and decision.action == "respond":
             await queue_send(self._tasks, OutboundReply(
                 sink=sink, key=f"ack:{env.envelope_id}", text=policy.auto_ack,

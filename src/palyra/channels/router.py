@@ -27,7 +27,7 @@ from palyra.engine import ApprovalDecision, ApprovalRecord, Engine
 from palyra.journal import EntityWrite, EventDraft, JournalStore
 from palyra.policy import PolicyGate
 from palyra.tasks import Done, TaskQueue
-from palyra.tasks.worker import TaskContext
+from palyra.tasks.worker import TaskContext, TaskWorker
 
 
 def _now() -> int:
@@ -57,6 +57,11 @@ class ChannelRouter:
             store, engine, tasks, Commands(store, engine, pairing, gate, config, now_ms), config,
             message=self._admitter.message, quarantine=self._admitter.quarantine,
             reply_caps=reply_caps or {}, recent=recent)
+
+    def hand_dispatches_to(self, worker: TaskWorker) -> None:
+        """Admit each message's dispatch task claimed by ``worker`` (its ``channel.dispatch``
+        worker) and hand it over at once, while that worker can take more."""
+        self._admitter.dispatcher = worker
 
     @property
     def counters(self) -> ChannelCounters:
