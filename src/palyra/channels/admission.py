@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -27,6 +27,7 @@ from palyra.channels.pairing import PairingBook
 from palyra.channels.recent import Recent
 from palyra.channels.records import DedupeRec, InboundRec, QuarantineRec
 from palyra.channels.routing import Envelope, Refused, coalesce_key, decide, normalize
+from palyra.channels.seen import SeenKeys
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.core.ids import new_ulid
 from palyra.engine import KeyedLocks
@@ -87,6 +88,9 @@ class Admitter:
         # The worker that answers messages: a message's dispatch task is born claimed by
         # it in the admission's commit and handed to it at once (no claim commit).
         self.dispatcher: TaskWorker | None = None
+        # Dedupe keys that may be in the table: a new delivery's keys are not read.
+        self._in_flight: set[str] = set()  # keys of admissions not yet committed
+        self._seen = self._seen_keys()
 
     async def admit(self, envelope: Envelope, *, dedupe: tuple[str, str, str] | None = None,
                     sink: str = "", also: Sequence[EntityWrite] = (), hint: bool = True
@@ -116,10 +120,40 @@ class Admitter:
                     return Admission(known.envelope_id, known.action not in ("reject", ""),
                                      known.reason, known.action, known.task_id,
                                      duplicate=True)
-            return await self._admit_new(env, keys, sink, tuple(also), minted=minted,
-                                         hint=hint)
+            # Told before the commit (an early "maybe" only costs a read), and kept as
+            # in flight until it lands, so a rebuild of the filter meanwhile keeps them.
+            self._in_flight.update(keys)
+            for key in keys:
+                self._seen.add(key)
+            try:
+                return await self._admit_new(env, keys, sink, tuple(also), minted=minted,
+                                             hint=hint)
+            finally:
+                self._in_flight.difference_update(keys)
+
+    def _seen_keys(self) -> SeenKeys:
+        """A filter of the dedupe keys in the table now, and of those being admitted."""
+        count = sum(1 for _ in self._dedupe_keys())
+        seen = SeenKeys(count, foreign=lambda: self._store.foreign_writes(records.TABLE))
+        for key in self._dedupe_keys():
+            seen.add(key)
+        for key in self._in_flight:
+            seen.add(key)
+        return seen
+
+    def _dedupe_keys(self) -> Iterator[str]:
+        after = ""
+        while True:
+            rows = self._store.scan_entities(records.TABLE, records.DEDUPE, after, SCAN_PAGE)
+            for key, _value in rows:
+                yield key
+            if len(rows) < SCAN_PAGE:
+                return
+            after = rows[-1][0]
 
     def _known(self, key: str) -> DedupeRec | None:
+        if self._seen.absent(key):
+            return None
         raw = self._store.get_entity(records.TABLE, key)
         if raw is None:
             return None
@@ -260,6 +294,9 @@ class Admitter:
                     entity_writes=tuple(EntityWrite(records.TABLE, k, None) for k in expired))])
                 removed += len(expired)
             if len(rows) < SCAN_PAGE:
+                # A filter cannot forget a key: rebuilt from the rows left (no await
+                # between the scan and the swap, and in-flight admissions' keys kept).
+                self._seen = self._seen_keys()
                 return removed
             after = rows[-1][0]
 
