@@ -128,20 +128,30 @@ async def test_a_first_attempt_starts_its_run_without_reading_the_store_for_it(
 
 
 async def test_a_message_is_admitted_with_its_dispatch_claimed_and_handed_over(
-        harness: Harness) -> None:
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     """The admission's one commit holds the message, its dispatch task and that task's
     claim by the dispatch worker, which runs it at once: no claim commit of its own and
-    no wake-up of the worker's loops."""
+    no wake-up of the worker's loops. Its first attempt queues its replies without
+    looking their keys up in the store (no earlier attempt can have queued them)."""
     tasks, router = await _router(harness)
     assert harness.store is not None
     worker = TaskWorker(tasks, {"channel.dispatch": router.dispatch}, concurrency=2)
     router.hand_dispatches_to(worker)
     worker.start()
+    idem_reads: list[str] = []
+    real_get = harness.store.get_entity
+
+    def counting(table: str, key: str) -> bytes | None:
+        if table == "tasks" and key.startswith("idem:"):
+            idem_reads.append(key)
+        return real_get(table, key)
+
+    monkeypatch.setattr(harness.store, "get_entity", counting)
     try:
         commits = tasks.commits
         admitted = await router.admit(Envelope(
             envelope_id="", channel="webhook:hooks", conversation_id="room", sender="alice",
-            text="hello", sender_verified=True, mentions_agent=True))
+            text="hello", sender_verified=True, mentions_agent=True), sink="webhook:hooks")
         assert tasks.commits == commits + 1
         task = tasks.require(admitted.task_id)
         assert task.leased and task.lease_owner == worker.owner and task.attempts == 1
@@ -156,6 +166,9 @@ async def test_a_message_is_admitted_with_its_dispatch_claimed_and_handed_over(
                     break
                 await asyncio.sleep(0.01)
         assert tasks.require(admitted.task_id).attempts == 1
+        sends = tasks.page(kind="channel.send")[0]
+        assert [t.idempotency_key for t in sends] == [f"reply:{admitted.task_id}:0"]
+        assert idem_reads == []
     finally:
         await worker.close()
         await tasks.close()

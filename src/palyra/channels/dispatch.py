@@ -142,7 +142,10 @@ class Dispatcher:
             thread_id=first.envelope.thread_id, reply_to=first.envelope.adapter_message_id,
             reply_token=first.envelope.reply_token)),
             idempotency_key=f"reply:{outcome.run_id or ctx.task.task_id}:{index}",
-            max_attempts=SEND_ATTEMPTS)
+            max_attempts=SEND_ATTEMPTS,
+            # The keys name this task's own run (its id) or this task: on its first
+            # attempt no earlier success can have queued them, so none is looked up.
+            new_key=ctx.task.attempts == 1)
             for index, text in enumerate(outcome.outputs)) if first.sink else ()
         result: dict[str, Any] = msgspec.to_builtins(outcome)
         self._admitted.dispatched([m.envelope.envelope_id for m in msgs])

@@ -94,6 +94,9 @@ class FollowUp:
     # attempt), in the same commit, so no claim commit and no wake-up of other workers.
     claim_for: str = ""
     lease_ms: int = model.DEFAULT_LEASE_MS
+    # The caller knows no task of this key was ever queued (the key names work of the
+    # finishing task's first attempt): its row is not looked up in the store.
+    new_key: bool = False
 
 
 class TaskQueue:
@@ -377,8 +380,9 @@ class TaskQueue:
         now, born = self._now(), list[TaskRecord]()
         for follow, payload_json in zip(then, payloads, strict=True):
             key = follow.idempotency_key
-            if key in self._idem_inflight or any(r.idempotency_key == key for r in born) or \
-                    self._store.get_entity(TABLE, _IDEM + key) is not None:
+            if key in self._idem_inflight or any(r.idempotency_key == key for r in born) or (
+                    not follow.new_key
+                    and self._store.get_entity(TABLE, _IDEM + key) is not None):
                 continue
             new = model.new_task(self._ids.next(now), follow.kind, now,
                                  payload_json=payload_json, max_attempts=follow.max_attempts,
