@@ -6,10 +6,13 @@ is new: the router keeps a filter of the keys the table may hold and reads only 
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from engine_harness import Harness
 
 from palyra.channels import ChannelRouter, ChannelsConfig, Envelope, PairingBook, records
+from palyra.channels.admission import Admitter
 from palyra.channels.config import ChannelPolicy
 from palyra.journal import JournalStore
 from palyra.policy import PolicyGate
@@ -73,5 +76,24 @@ async def test_new_deliveries_read_no_dedupe_row_and_redeliveries_are_found(
         assert not (await router.admit(_envelope(99), dedupe=("webhook", "hooks", "d99"))
                     ).duplicate
         assert reads == []
+    finally:
+        await tasks.close()
+
+
+async def test_on_a_shared_journal_every_dedupe_key_is_read(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where other daemons share the journal, their admissions reach this daemon's
+    memory only through its watcher's delay, so no key is taken as absent unread."""
+    await harness.start()
+    assert harness.store is not None
+    tasks = TaskQueue(harness.store)
+    await tasks.start()
+    try:
+        config = ChannelsConfig(default=ChannelPolicy(dm_policy="allow", mentions=("*",)))
+        admitter = Admitter(harness.store, tasks, PairingBook(harness.store), config,
+                            lambda: time.time_ns() // 1_000_000, shared=True)
+        reads = _count_dedupe_reads(harness.store, monkeypatch)
+        admitted = await admitter.admit(_envelope(1), dedupe=("webhook", "hooks", "d1"))
+        assert admitted.accepted and len(reads) == 2  # the delivery's key and the message's
     finally:
         await tasks.close()

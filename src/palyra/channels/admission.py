@@ -76,7 +76,7 @@ class Admitter:
 
     def __init__(self, store: JournalStore, tasks: TaskQueue, pairing: PairingBook,
                  config: ChannelsConfig, now_ms: Callable[[], int],
-                 recent: Recent | None = None) -> None:
+                 recent: Recent | None = None, *, shared: bool = False) -> None:
         self._store = store
         self.recent = recent or Recent()
         self._tasks = tasks
@@ -88,9 +88,12 @@ class Admitter:
         # The worker that answers messages: a message's dispatch task is born claimed by
         # it in the admission's commit and handed to it at once (no claim commit).
         self.dispatcher: TaskWorker | None = None
-        # Dedupe keys that may be in the table: a new delivery's keys are not read.
+        # Dedupe keys that may be in the table: a new delivery's keys are not read. Not
+        # on a journal other daemons share (``shared``): a delivery admitted by another
+        # daemon reaches this one's filter only once its watcher sees the commit, while
+        # a read of the row sees it as soon as it is committed.
         self._in_flight: set[str] = set()  # keys of admissions not yet committed
-        self._seen = self._seen_keys()
+        self._seen = None if shared else self._seen_keys()
 
     async def admit(self, envelope: Envelope, *, dedupe: tuple[str, str, str] | None = None,
                     sink: str = "", also: Sequence[EntityWrite] = (), hint: bool = True
@@ -123,8 +126,9 @@ class Admitter:
             # Told before the commit (an early "maybe" only costs a read), and kept as
             # in flight until it lands, so a rebuild of the filter meanwhile keeps them.
             self._in_flight.update(keys)
-            for key in keys:
-                self._seen.add(key)
+            if self._seen is not None:
+                for key in keys:
+                    self._seen.add(key)
             try:
                 return await self._admit_new(env, keys, sink, tuple(also), minted=minted,
                                              hint=hint)
@@ -152,7 +156,7 @@ class Admitter:
             after = rows[-1][0]
 
     def _known(self, key: str) -> DedupeRec | None:
-        if self._seen.absent(key):
+        if self._seen is not None and self._seen.absent(key):
             return None
         raw = self._store.get_entity(records.TABLE, key)
         if raw is None:
@@ -296,7 +300,8 @@ class Admitter:
             if len(rows) < SCAN_PAGE:
                 # A filter cannot forget a key: rebuilt from the rows left (no await
                 # between the scan and the swap, and in-flight admissions' keys kept).
-                self._seen = self._seen_keys()
+                if self._seen is not None:
+                    self._seen = self._seen_keys()
                 return removed
             after = rows[-1][0]
 

@@ -52,7 +52,9 @@ class ChannelRouter:
         self._store = store
         recent = Recent(foreign=lambda: store.foreign_writes(TABLE))
         recent.context_known(context_sessions(store))
-        self._admitter = Admitter(store, tasks, pairing, config, now_ms, recent)
+        # Sessions under leases: other daemons may share this journal.
+        self._admitter = Admitter(store, tasks, pairing, config, now_ms, recent,
+                                  shared=engine.leases is not None)
         self._dispatcher = Dispatcher(
             store, engine, tasks, Commands(store, engine, pairing, gate, config, now_ms), config,
             message=self._admitter.message, quarantine=self._admitter.quarantine,

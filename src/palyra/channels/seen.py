@@ -14,7 +14,8 @@ already SHA-256 hex digests, so the filter's positions are slices of the key its
 
 It trusts only what this process wrote: once another daemon's commits have written
 the ``channels`` table (``JournalStore.foreign_writes``, on PostgreSQL), it answers
-"maybe" for every key until it is rebuilt. Keys expire and are swept, and a filter
+"maybe" for every key until it is rebuilt (and admission does not use it at all on a
+journal other daemons share: their commits reach it only through the watcher's delay). Keys expire and are swept, and a filter
 cannot forget, so the hourly sweep rebuilds it from the rows left; one that took in
 more keys than it was sized for answers "maybe" until then. Its size is fixed at
 each build (16 bits per key then, at least 2**20 bits): memory is bounded by the
