@@ -17,9 +17,11 @@ LMDB read, which would wait until the writer applied the frame (reads of this
 process wait for that; see ``JournalEnv.visible``) and block the event loop. Rows
 nobody read are not added (they would push the hot ones out), except those of the
 tables in :data:`FILED_ON_WRITE`: a session's row is read by its first run's first
-turn right after the commit that created it, a read that would otherwise wait for
-LMDB to apply that commit (on the loop's thread, and in a GIL hand-over to the
-writer) once per new conversation.
+turn right after the commit that created it, and a run's by whoever waits on the run
+(``Engine.wait_run``), reads that would otherwise wait for LMDB to apply that commit
+(on the loop's thread, and in a GIL hand-over to the writer) once per new run. A row
+filed once is only refreshed by later writes, so this adds one entry per new session
+or run, not one per commit.
 
 Per row, not per table: every run commit writes its run row, and sessions
 start all the time, so a table-wide version would make nearly every read a
@@ -48,10 +50,9 @@ DEFAULT_LIMIT = 4096
 WRITE_THROUGH_BYTES = 2048
 """Written rows up to this size are filed as written; a larger one (an attachment, a
 memory item's text) is only marked, so the cache never holds blobs nobody read."""
-FILED_ON_WRITE = frozenset({"sessions"})
+FILED_ON_WRITE = frozenset({"sessions", "runs"})
 """Tables whose written rows (up to :data:`WRITE_THROUGH_BYTES`) are filed even when
-nobody read them yet: a new session is read again at once, and sessions are written
-about once per run, so they do not crowd the hot rows out."""
+nobody read them yet: a new session or run is read again at once."""
 
 
 class EntityCache:
