@@ -52,9 +52,10 @@ class ChannelRouter:
         self._store = store
         recent = Recent(foreign=lambda: store.foreign_writes(TABLE))
         recent.context_known(context_sessions(store))
-        # Sessions under leases: other daemons may share this journal.
+        # Sessions under leases: other daemons may share this journal (read through
+        # getattr: admission-only tests build a router without an engine).
         self._admitter = Admitter(store, tasks, pairing, config, now_ms, recent,
-                                  shared=engine.leases is not None)
+                                  shared=getattr(engine, "leases", None) is not None)
         self._dispatcher = Dispatcher(
             store, engine, tasks, Commands(store, engine, pairing, gate, config, now_ms), config,
             message=self._admitter.message, quarantine=self._admitter.quarantine,
