@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
+import pytest
 from engine_harness import Harness, loop_text, slow_add
 from palyra_gen.palyra import v1 as pb
 
@@ -17,7 +19,7 @@ from palyra.channels import ChannelRouter, ChannelsConfig, Envelope, PairingBook
 from palyra.channels.config import ChannelPolicy
 from palyra.policy import PolicyGate
 from palyra.tasks import Done, TaskQueue
-from palyra.tasks.worker import TaskContext
+from palyra.tasks.worker import TaskContext, TaskWorker
 
 
 async def _router(harness: Harness) -> tuple[TaskQueue, ChannelRouter]:
@@ -84,4 +86,89 @@ async def test_a_repeated_dispatch_waits_on_its_own_run(harness: Harness) -> Non
         assert len(inputs) == 1, [i.text for i in inputs]
         assert again["outputs"] == done["outputs"] and done["outputs"]
     finally:
+        await tasks.close()
+
+
+async def test_a_first_attempt_starts_its_run_without_reading_the_store_for_it(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dispatch's first attempt starts its run without asking the store whether a run
+    of that id exists (none can: the run's id is the task's, and only an earlier attempt
+    could have started it); that read, on the loop's thread, hands the GIL to the
+    journal's writer. A later attempt still asks, and only waits on the run it finds."""
+    tasks, router = await _router(harness)
+    assert harness.store is not None
+    runs_read: list[str] = []  # reads of a run's row before the run existed
+    real_get = harness.store.get_entity
+
+    def counting(table: str, key: str) -> bytes | None:
+        value = real_get(table, key)
+        if table == "runs" and value is None:
+            runs_read.append(key)
+        return value
+
+    monkeypatch.setattr(harness.store, "get_entity", counting)
+    try:
+        admitted = await router.admit(Envelope(
+            envelope_id="", channel="webhook:hooks", conversation_id="room", sender="alice",
+            text="hello", sender_verified=True, mentions_agent=True))
+        claimed = await tasks.claim("worker:test", frozenset({"channel.dispatch"}))
+        assert claimed.task_id == admitted.task_id and claimed.attempts == 1
+        ctx = TaskContext(claimed, {"envelope_id": admitted.envelope_id})
+        done = (await router.dispatch(ctx)).result or {}
+        assert done["run_id"] == claimed.task_id and done["outputs"]
+        assert claimed.task_id not in runs_read
+        # A second attempt (after a crash) finds the run the first one started.
+        again = TaskContext(msgspec.structs.replace(claimed, attempts=2), ctx.payload)
+        repeated = (await router.dispatch(again)).result or {}
+        assert repeated["run_id"] == claimed.task_id
+        inputs = [m for m in harness.members(claimed.task_id) if isinstance(m, pb.UserInput)]
+        assert len(inputs) == 1
+    finally:
+        await tasks.close()
+
+
+async def test_a_message_is_admitted_with_its_dispatch_claimed_and_handed_over(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The admission's one commit holds the message, its dispatch task and that task's
+    claim by the dispatch worker, which runs it at once: no claim commit of its own and
+    no wake-up of the worker's loops. Its first attempt queues its replies without
+    looking their keys up in the store (no earlier attempt can have queued them)."""
+    tasks, router = await _router(harness)
+    assert harness.store is not None
+    worker = TaskWorker(tasks, {"channel.dispatch": router.dispatch}, concurrency=2)
+    router.hand_dispatches_to(worker)
+    worker.start()
+    idem_reads: list[str] = []
+    real_get = harness.store.get_entity
+
+    def counting(table: str, key: str) -> bytes | None:
+        if table == "tasks" and key.startswith("idem:"):
+            idem_reads.append(key)
+        return real_get(table, key)
+
+    monkeypatch.setattr(harness.store, "get_entity", counting)
+    try:
+        commits = tasks.commits
+        admitted = await router.admit(Envelope(
+            envelope_id="", channel="webhook:hooks", conversation_id="room", sender="alice",
+            text="hello", sender_verified=True, mentions_agent=True), sink="webhook:hooks")
+        assert tasks.commits == commits + 1
+        task = tasks.require(admitted.task_id)
+        assert task.leased and task.lease_owner == worker.owner and task.attempts == 1
+        kinds = [e.kind for e in harness.store.read_range(0, 1000)
+                 if e.payload.get("task_id") == admitted.task_id]
+        assert kinds[:3] == ["channel.message_admitted", "task.enqueued", "task.claimed"]
+        outcome = await router.outcome(admitted.task_id, 10.0)
+        assert outcome is not None and outcome.outputs and outcome.run_id == admitted.task_id
+        async with asyncio.timeout(5):
+            while True:
+                if tasks.require(admitted.task_id).final:
+                    break
+                await asyncio.sleep(0.01)
+        assert tasks.require(admitted.task_id).attempts == 1
+        sends = tasks.page(kind="channel.send")[0]
+        assert [t.idempotency_key for t in sends] == [f"reply:{admitted.task_id}:0"]
+        assert idem_reads == []
+    finally:
+        await worker.close()
         await tasks.close()

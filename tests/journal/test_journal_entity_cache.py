@@ -119,10 +119,26 @@ async def test_a_hot_row_rewritten_is_read_without_waiting_for_lmdb(tmp_path: Pa
         assert store.get_entity("runs", "r1") == b"new"  # read once: now cached
         for i, value in enumerate((b"asked", b"decided", None), start=1):
             await store.append([draft(i).with_writes(EntityWrite("runs", "r1", value),
-                                                     EntityWrite("sessions", "s1", b"x"))])
+                                                     EntityWrite("tasks", "t1", b"x"))])
             assert cache.get("runs", "r1") == (True, value)
-            assert cache.get("sessions", "s1") == (False, None)  # never read: not filed
+            assert cache.get("tasks", "t1") == (False, None)  # never read: not filed
             assert store.get_entity("runs", "r1") == value
+
+
+async def test_a_new_session_or_run_row_is_read_from_memory_right_after_its_commit(
+        tmp_path: Path) -> None:
+    """A session's or a run's row, written and never read yet, is served from the cache
+    once its commit is answered: the run's first turn and whoever waits on the run read
+    it at once, and that read must not wait on the loop's thread for LMDB to apply the
+    commit. A rewrite refreshes it."""
+    async with JournalStore.open(tmp_path / "data", config=JournalConfig(sync=False)) as store:
+        cache = store._entities
+        assert cache is not None
+        for table in ("sessions", "runs"):
+            for i, value in enumerate((b"created", b"changed", None)):
+                await store.append([draft(i).with_writes(EntityWrite(table, "id:1", value))])
+                assert cache.get(table, "id:1") == (True, value)
+                assert store.get_entity(table, "id:1") == value
 
 
 async def test_a_row_no_unapplied_commit_wrote_is_read_without_waiting(tmp_path: Path) -> None:

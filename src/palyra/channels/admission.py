@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -27,12 +27,14 @@ from palyra.channels.pairing import PairingBook
 from palyra.channels.recent import Recent
 from palyra.channels.records import DedupeRec, InboundRec, QuarantineRec
 from palyra.channels.routing import Envelope, Refused, coalesce_key, decide, normalize
+from palyra.channels.seen import SeenKeys
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.core.ids import new_ulid
 from palyra.engine import KeyedLocks
 from palyra.journal import EntityWrite, EventDraft, JournalStore
 from palyra.tasks import TaskQueue, TaskRecord
-from palyra.tasks.model import Debounce
+from palyra.tasks.model import DEFAULT_LEASE_MS, Debounce
+from palyra.tasks.worker import TaskWorker
 
 log = logging.getLogger("palyra.channels")
 
@@ -74,7 +76,7 @@ class Admitter:
 
     def __init__(self, store: JournalStore, tasks: TaskQueue, pairing: PairingBook,
                  config: ChannelsConfig, now_ms: Callable[[], int],
-                 recent: Recent | None = None) -> None:
+                 recent: Recent | None = None, *, shared: bool = False) -> None:
         self._store = store
         self.recent = recent or Recent()
         self._tasks = tasks
@@ -83,6 +85,15 @@ class Admitter:
         self._now = now_ms
         self._admitting = KeyedLocks()  # two deliveries of one event never admit twice
         self.counters = ChannelCounters()  # duplicates: answered without a commit
+        # The worker that answers messages: a message's dispatch task is born claimed by
+        # it in the admission's commit and handed to it at once (no claim commit).
+        self.dispatcher: TaskWorker | None = None
+        # Dedupe keys that may be in the table: a new delivery's keys are not read. Not
+        # on a journal other daemons share (``shared``): a delivery admitted by another
+        # daemon reaches this one's filter only once its watcher sees the commit, while
+        # a read of the row sees it as soon as it is committed.
+        self._in_flight: set[str] = set()  # keys of admissions not yet committed
+        self._seen = None if shared else self._seen_keys()
 
     async def admit(self, envelope: Envelope, *, dedupe: tuple[str, str, str] | None = None,
                     sink: str = "", also: Sequence[EntityWrite] = (), hint: bool = True
@@ -112,10 +123,41 @@ class Admitter:
                     return Admission(known.envelope_id, known.action not in ("reject", ""),
                                      known.reason, known.action, known.task_id,
                                      duplicate=True)
-            return await self._admit_new(env, keys, sink, tuple(also), minted=minted,
-                                         hint=hint)
+            # Told before the commit (an early "maybe" only costs a read), and kept as
+            # in flight until it lands, so a rebuild of the filter meanwhile keeps them.
+            self._in_flight.update(keys)
+            if self._seen is not None:
+                for key in keys:
+                    self._seen.add(key)
+            try:
+                return await self._admit_new(env, keys, sink, tuple(also), minted=minted,
+                                             hint=hint)
+            finally:
+                self._in_flight.difference_update(keys)
+
+    def _seen_keys(self) -> SeenKeys:
+        """A filter of the dedupe keys in the table now, and of those being admitted."""
+        count = sum(1 for _ in self._dedupe_keys())
+        seen = SeenKeys(count, foreign=lambda: self._store.foreign_writes(records.TABLE))
+        for key in self._dedupe_keys():
+            seen.add(key)
+        for key in self._in_flight:
+            seen.add(key)
+        return seen
+
+    def _dedupe_keys(self) -> Iterator[str]:
+        after = ""
+        while True:
+            rows = self._store.scan_entities(records.TABLE, records.DEDUPE, after, SCAN_PAGE)
+            for key, _value in rows:
+                yield key
+            if len(rows) < SCAN_PAGE:
+                return
+            after = rows[-1][0]
 
     def _known(self, key: str) -> DedupeRec | None:
+        if self._seen is not None and self._seen.absent(key):
+            return None
         raw = self._store.get_entity(records.TABLE, key)
         if raw is None:
             return None
@@ -186,10 +228,19 @@ class Admitter:
             debounce = Debounce(coalesce_key(env), policy.debounce_ms, policy.max_wait_ms,
                                 policy.batch_cap)
         kind = DISPATCH_TASK if decision.action == "respond" else COMMAND_TASK
+        # Born claimed when the dispatch worker can take it now; a coalesced message
+        # waits for its batch, and a busy worker's tasks queue for its loops.
+        taker = self.dispatcher if kind == DISPATCH_TASK and debounce is None else None
+        if taker is not None and not taker.can_adopt():
+            taker = None
         task, _created = await self._tasks.enqueue(
             kind, payload={"envelope_id": env.envelope_id},
-            max_attempts=DISPATCH_ATTEMPTS, debounce=debounce, also=drafts)
+            max_attempts=DISPATCH_ATTEMPTS, debounce=debounce, also=drafts,
+            claim_for=taker.owner if taker is not None else "",
+            lease_ms=taker.lease_ms if taker is not None else DEFAULT_LEASE_MS)
         self.recent.admitted(kept[0])
+        if taker is not None and task.leased:
+            taker.adopt(task)
         if policy.auto_ack and sink and decision.action == "respond":
             await queue_send(self._tasks, OutboundReply(
                 sink=sink, key=f"ack:{env.envelope_id}", text=policy.auto_ack,
@@ -247,6 +298,10 @@ class Admitter:
                     entity_writes=tuple(EntityWrite(records.TABLE, k, None) for k in expired))])
                 removed += len(expired)
             if len(rows) < SCAN_PAGE:
+                # A filter cannot forget a key: rebuilt from the rows left (no await
+                # between the scan and the swap, and in-flight admissions' keys kept).
+                if self._seen is not None:
+                    self._seen = self._seen_keys()
                 return removed
             after = rows[-1][0]
 

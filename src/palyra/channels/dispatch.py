@@ -142,7 +142,10 @@ class Dispatcher:
             thread_id=first.envelope.thread_id, reply_to=first.envelope.adapter_message_id,
             reply_token=first.envelope.reply_token)),
             idempotency_key=f"reply:{outcome.run_id or ctx.task.task_id}:{index}",
-            max_attempts=SEND_ATTEMPTS)
+            max_attempts=SEND_ATTEMPTS,
+            # The keys name this task's own run (its id) or this task: on its first
+            # attempt no earlier success can have queued them, so none is looked up.
+            new_key=ctx.task.attempts == 1)
             for index, text in enumerate(outcome.outputs)) if first.sink else ()
         result: dict[str, Any] = msgspec.to_builtins(outcome)
         self._admitted.dispatched([m.envelope.envelope_id for m in msgs])
@@ -217,6 +220,10 @@ class Dispatcher:
                     await self._engine.start_run(identity, StartRun(
                         Selectors(session_key=decision.session_key), text=text, run_id=run_id,
                         driver="channel", complete=True,
+                        # The task's first attempt: no earlier one can have started a
+                        # run of its id, so the engine need not read the store to see
+                        # (that read hands the GIL to the writer's thread, on the loop).
+                        minted=task.attempts == 1,
                         agent_id=agent.agent_id if agent else "",
                         agent_postures=postures_for(agent, self._engine.tool_names())
                         if agent else {}, model_route=route_for(agent) if agent else (),

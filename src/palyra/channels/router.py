@@ -27,7 +27,7 @@ from palyra.engine import ApprovalDecision, ApprovalRecord, Engine
 from palyra.journal import EntityWrite, EventDraft, JournalStore
 from palyra.policy import PolicyGate
 from palyra.tasks import Done, TaskQueue
-from palyra.tasks.worker import TaskContext
+from palyra.tasks.worker import TaskContext, TaskWorker
 
 
 def _now() -> int:
@@ -52,11 +52,19 @@ class ChannelRouter:
         self._store = store
         recent = Recent(foreign=lambda: store.foreign_writes(TABLE))
         recent.context_known(context_sessions(store))
-        self._admitter = Admitter(store, tasks, pairing, config, now_ms, recent)
+        # Sessions under leases: other daemons may share this journal (read through
+        # getattr: admission-only tests build a router without an engine).
+        self._admitter = Admitter(store, tasks, pairing, config, now_ms, recent,
+                                  shared=getattr(engine, "leases", None) is not None)
         self._dispatcher = Dispatcher(
             store, engine, tasks, Commands(store, engine, pairing, gate, config, now_ms), config,
             message=self._admitter.message, quarantine=self._admitter.quarantine,
             reply_caps=reply_caps or {}, recent=recent)
+
+    def hand_dispatches_to(self, worker: TaskWorker) -> None:
+        """Admit each message's dispatch task claimed by ``worker`` (its ``channel.dispatch``
+        worker) and hand it over at once, while that worker can take more."""
+        self._admitter.dispatcher = worker
 
     @property
     def counters(self) -> ChannelCounters:

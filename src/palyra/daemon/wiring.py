@@ -215,9 +215,11 @@ async def _open_channels(config: PalyraConfig, store: JournalStore, engine: Engi
     sender = TaskWorker(tasks, {SEND_TASK: outbox.handle}, concurrency=4)
     # A dispatch's replies go straight to the outbox's worker, claimed in the commit of
     # the dispatch's success (no claim commit of their own); any it cannot take queue.
-    for worker in (sender,
-                   TaskWorker(tasks, {DISPATCH_TASK: router.dispatch}, concurrency=16,
-                              hand_to={SEND_TASK: sender}),
+    # Likewise a message's dispatch, claimed in its admission's commit.
+    dispatcher = TaskWorker(tasks, {DISPATCH_TASK: router.dispatch}, concurrency=16,
+                            hand_to={SEND_TASK: sender})
+    router.hand_dispatches_to(dispatcher)
+    for worker in (sender, dispatcher,
                    TaskWorker(tasks, {COMMAND_TASK: router.dispatch}, concurrency=2,
                               hand_to={SEND_TASK: sender})):
         worker.start()

@@ -94,6 +94,9 @@ class FollowUp:
     # attempt), in the same commit, so no claim commit and no wake-up of other workers.
     claim_for: str = ""
     lease_ms: int = model.DEFAULT_LEASE_MS
+    # The caller knows no task of this key was ever queued (the key names work of the
+    # finishing task's first attempt): its row is not looked up in the store.
+    new_key: bool = False
 
 
 class TaskQueue:
@@ -225,6 +228,7 @@ class TaskQueue:
                       max_attempts: int = model.DEFAULT_MAX_ATTEMPTS, parent_run_id: str = "",
                       idempotency_key: str = "", debounce: model.Debounce | None = None,
                       also: Callable[[TaskRecord], Sequence[EventDraft]] | None = None,
+                      claim_for: str = "", lease_ms: int = model.DEFAULT_LEASE_MS,
                       ) -> tuple[TaskRecord, bool]:
         """Queue a task; ``(task, created)``. A known ``idempotency_key`` returns its task.
 
@@ -236,6 +240,11 @@ class TaskQueue:
         ``also`` gives journal drafts that must land *in the same commit* as the
         task's row (e.g. a channel message and its dedupe key), from the task as it
         will be stored; nothing is written when the key was already known.
+
+        ``claim_for`` (a worker that runs it at once, not with ``debounce`` or
+        ``delay_ms``): the task is born claimed by that owner under ``lease_ms``, both
+        moves in the enqueue's one commit (no claim commit, no wake-up of claimers),
+        and the answer is the claimed task for the caller to hand to that worker.
 
         Raises:
             InvalidArgument: an empty or long kind, a payload over 64 KiB, a long key.
@@ -275,7 +284,11 @@ class TaskQueue:
                     idempotency_key=idempotency_key)
             extra = (EntityWrite(TABLE, _IDEM + idempotency_key, rec.task_id.encode()),
                      ) if idempotency_key else ()
-            answer = self._submit([(rec, "enqueued", extra)], also)
+            changes: list[Change] = [(rec, "enqueued", extra)]
+            if claim_for and debounce is None and delay_ms <= 0:
+                # Both moves journaled, each as it happened; the answer is the last.
+                changes.append((model.claim(rec, claim_for, now, lease_ms), "claimed", ()))
+            answer = self._submit(changes, also)
             if idempotency_key:
                 self._idem_inflight[idempotency_key] = answer
                 answer.add_done_callback(partial(self._idem_settled, idempotency_key))
@@ -367,8 +380,9 @@ class TaskQueue:
         now, born = self._now(), list[TaskRecord]()
         for follow, payload_json in zip(then, payloads, strict=True):
             key = follow.idempotency_key
-            if key in self._idem_inflight or any(r.idempotency_key == key for r in born) or \
-                    self._store.get_entity(TABLE, _IDEM + key) is not None:
+            if key in self._idem_inflight or any(r.idempotency_key == key for r in born) or (
+                    not follow.new_key
+                    and self._store.get_entity(TABLE, _IDEM + key) is not None):
                 continue
             new = model.new_task(self._ids.next(now), follow.kind, now,
                                  payload_json=payload_json, max_attempts=follow.max_attempts,
@@ -491,7 +505,8 @@ class TaskQueue:
         """Queue ``changes`` as one journal append and hold their tasks until it settles.
 
         Synchronous up to the writer's queue, so changes decided in this order are
-        committed in this order. The answer (the first change's record) resolves
+        committed in this order. The answer (the first change's record, or the last
+        one's when every change is of the first's task) resolves
         once memory follows the durable commit; a failed commit releases the tasks
         unchanged and fails the answer. A claimer passes its own ``answer``, failed
         with ``_Lost`` instead (it then looks again).
@@ -525,7 +540,9 @@ class TaskQueue:
             self.commits += 1
         if not answer.done():  # a caller that went away leaves its answer cancelled
             if error is None:
-                answer.set_result(changes[0][0])
+                first = changes[0][0]
+                last = changes[-1][0]
+                answer.set_result(last if last.task_id == first.task_id else first)
             elif lost_ok:
                 log.warning("a claim's commit failed: %s", error)
                 answer.set_exception(_Lost())

@@ -68,6 +68,11 @@ class TaskWorker:
         self._hand_to = dict(hand_to or {})
         self._adopted: set[asyncio.Task[None]] = set()
 
+    @property
+    def lease_ms(self) -> int:
+        """The lease this worker's claims run under."""
+        return self._lease_ms
+
     def can_adopt(self) -> bool:
         """Whether this worker runs a handed-on task now (its loops run, and the tasks it
         took this way stay within a few times its concurrency: past that they queue)."""

@@ -15,7 +15,13 @@ wrote, under the commit's own reading (write through): a hot row read again righ
 after a commit that wrote it (a run's row, a session's) is then a hit instead of an
 LMDB read, which would wait until the writer applied the frame (reads of this
 process wait for that; see ``JournalEnv.visible``) and block the event loop. Rows
-nobody read are not added (they would push the hot ones out).
+nobody read are not added (they would push the hot ones out), except those of the
+tables in :data:`FILED_ON_WRITE`: a session's row is read by its first run's first
+turn right after the commit that created it, and a run's by whoever waits on the run
+(``Engine.wait_run``), reads that would otherwise wait for LMDB to apply that commit
+(on the loop's thread, and in a GIL hand-over to the writer) once per new run. A row
+filed once is only refreshed by later writes, so this adds one entry per new session
+or run, not one per commit.
 
 Per row, not per table: every run commit writes its run row, and sessions
 start all the time, so a table-wide version would make nearly every read a
@@ -44,6 +50,9 @@ DEFAULT_LIMIT = 4096
 WRITE_THROUGH_BYTES = 2048
 """Written rows up to this size are filed as written; a larger one (an attachment, a
 memory item's text) is only marked, so the cache never holds blobs nobody read."""
+FILED_ON_WRITE = frozenset({"sessions", "runs"})
+"""Tables whose written rows (up to :data:`WRITE_THROUGH_BYTES`) are filed even when
+nobody read them yet: a new session or run is read again at once."""
 
 
 class EntityCache:
@@ -146,7 +155,10 @@ class EntityCache:
             # written would fill the cache with rows nobody reads and push the hot ones
             # out. Served from the reading ``now`` on: a later commit marks it later.
             for row, value in values.items():
-                if row in rows_cached and (value is None or len(value) <= WRITE_THROUGH_BYTES):
+                if (row in rows_cached or row[0] in FILED_ON_WRITE) and (
+                        value is None or len(value) <= WRITE_THROUGH_BYTES):
+                    if row not in rows_cached and len(rows_cached) >= self._limit:
+                        rows_cached.clear()
                     rows_cached[row] = (now, value)
         # Advanced last: a reader that notes ``now`` reads after the rows above
         # were marked, and (JournalEnv.read waits for the commit) sees them.
