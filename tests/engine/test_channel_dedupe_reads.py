@@ -6,6 +6,7 @@ is new: the router keeps a filter of the keys the table may hold and reads only 
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -14,7 +15,8 @@ from engine_harness import Harness
 from palyra.channels import ChannelRouter, ChannelsConfig, Envelope, PairingBook, records
 from palyra.channels.admission import Admitter
 from palyra.channels.config import ChannelPolicy
-from palyra.journal import JournalStore
+from palyra.channels.records import DedupeRec
+from palyra.journal import EntityWrite, EventDraft, JournalStore
 from palyra.policy import PolicyGate
 from palyra.tasks import TaskQueue
 
@@ -53,6 +55,7 @@ async def test_new_deliveries_read_no_dedupe_row_and_redeliveries_are_found(
     await tasks.start()
     try:
         router = _router(harness, tasks)
+        await router.sweep()  # as the daemon's first sweep, at start: the filter is built
         reads = _count_dedupe_reads(harness.store, monkeypatch)
         first = [await router.admit(_envelope(i), dedupe=("webhook", "hooks", f"d{i}"))
                  for i in range(20)]
@@ -67,8 +70,7 @@ async def test_new_deliveries_read_no_dedupe_row_and_redeliveries_are_found(
         assert reads
         # A router started afresh builds its filter from the table; so does a sweep.
         for fresh in (_router(harness, tasks), router):
-            if fresh is router:
-                await router.sweep()
+            await fresh.sweep()
             for i in (0, 7, 19):
                 found = await fresh.admit(_envelope(i), dedupe=("webhook", "hooks", f"d{i}"))
                 assert found.duplicate and found.envelope_id == first[i].envelope_id
@@ -95,5 +97,89 @@ async def test_on_a_shared_journal_every_dedupe_key_is_read(
         reads = _count_dedupe_reads(harness.store, monkeypatch)
         admitted = await admitter.admit(_envelope(1), dedupe=("webhook", "hooks", "d1"))
         assert admitted.accepted and len(reads) == 2  # the delivery's key and the message's
+    finally:
+        await tasks.close()
+
+
+BULK = 30_000
+"""Dedupe rows put in the table at once: 30 pages of the filter's scan."""
+BULK_ENVELOPE = "01J00000000000000000000000"
+
+
+async def _bulk_dedupe_rows(store: JournalStore, count: int) -> list[str]:
+    """``count`` unexpired dedupe rows, written directly (a table that large would take
+    minutes to fill through admissions)."""
+    now = time.time_ns() // 1_000_000
+    row = records.encode(DedupeRec(envelope_id=BULK_ENVELOPE, task_id="",
+                                   action="respond", reason="bulk", admitted_ms=now,
+                                   expires_ms=now + 3_600_000))
+    keys = [records.dedupe_key("webhook", "hooks", f"bulk-{i}") for i in range(count)]
+    for start in range(0, count, 5000):
+        await store.append([EventDraft(kind="test.bulk_dedupe", actor="test", payload={},
+                                       entity_writes=tuple(EntityWrite(records.TABLE, k, row)
+                                                           for k in keys[c:c + 1000]))
+                            for c in range(start, min(start + 5000, count), 1000)])
+    return keys
+
+
+async def test_the_loop_serves_while_the_filter_is_built_over_a_large_table(
+        harness: Harness) -> None:
+    """The filter's build reads the whole dedupe table: a page at a time, with the loop
+    serving between pages, not in one go that holds every ack and run behind it."""
+    await harness.start()
+    assert harness.store is not None
+    tasks = TaskQueue(harness.store)
+    await tasks.start()
+    try:
+        await _bulk_dedupe_rows(harness.store, BULK)
+        router = _router(harness, tasks)
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        beside = asyncio.ensure_future(ticker())
+        await asyncio.sleep(0)
+        before = ticks
+        await router.sweep()  # the sweep's scan, then the filter's two scans
+        during = ticks - before
+        beside.cancel()
+        # The loop got a turn at least once per page of each of the filter's two scans.
+        assert during >= 2 * BULK // 1000
+        for i in (0, BULK // 2, BULK - 1):  # the rows are in the filter: found again
+            found = await router.admit(_envelope(i), dedupe=("webhook", "hooks", f"bulk-{i}"))
+            assert found.duplicate and found.envelope_id == BULK_ENVELOPE
+    finally:
+        await tasks.close()
+
+
+async def test_keys_admitted_while_the_filter_is_built_are_kept_by_the_new_one(
+        harness: Harness) -> None:
+    """An admission that commits while the build's scan is past its key's place in the
+    table is still in the filter that replaces the old one: its redelivery is a
+    duplicate, not a second answer."""
+    await harness.start()
+    assert harness.store is not None
+    tasks = TaskQueue(harness.store)
+    await tasks.start()
+    try:
+        await _bulk_dedupe_rows(harness.store, BULK)
+        router = _router(harness, tasks)
+        await router.sweep()
+        building = asyncio.ensure_future(router.sweep())
+        admitted = []
+        i = 0
+        while not building.done():
+            admitted.append((i, await router.admit(
+                _envelope(i), dedupe=("webhook", "hooks", f"during-{i}"))))
+            i += 1
+        await building
+        assert len(admitted) >= 5, "no admission landed during the build"
+        for i, first in admitted:
+            again = await router.admit(_envelope(i), dedupe=("webhook", "hooks", f"during-{i}"))
+            assert again.duplicate and again.envelope_id == first.envelope_id
     finally:
         await tasks.close()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -93,7 +93,13 @@ class Admitter:
         # daemon reaches this one's filter only once its watcher sees the commit, while
         # a read of the row sees it as soon as it is committed.
         self._in_flight: set[str] = set()  # keys of admissions not yet committed
-        self._seen = None if shared else self._seen_keys()
+        # Until its first build (the first sweep's, moments after start) there is no
+        # filter and every key is read: building it reads the whole table, which is
+        # done in pages between which the loop serves (:meth:`rebuild_seen`).
+        self._shared = shared
+        self._seen: SeenKeys | None = None
+        self._told: set[str] | None = None  # keys told meanwhile, while a build runs
+        self._building = asyncio.Lock()
 
     async def admit(self, envelope: Envelope, *, dedupe: tuple[str, str, str] | None = None,
                     sink: str = "", also: Sequence[EntityWrite] = (), hint: bool = True
@@ -126,6 +132,8 @@ class Admitter:
             # Told before the commit (an early "maybe" only costs a read), and kept as
             # in flight until it lands, so a rebuild of the filter meanwhile keeps them.
             self._in_flight.update(keys)
+            if self._told is not None:
+                self._told.update(keys)
             if self._seen is not None:
                 for key in keys:
                     self._seen.add(key)
@@ -135,25 +143,43 @@ class Admitter:
             finally:
                 self._in_flight.difference_update(keys)
 
-    def _seen_keys(self) -> SeenKeys:
-        """A filter of the dedupe keys in the table now, and of those being admitted."""
-        count = sum(1 for _ in self._dedupe_keys())
-        seen = SeenKeys(count, foreign=lambda: self._store.foreign_writes(records.TABLE))
-        for key in self._dedupe_keys():
-            seen.add(key)
-        for key in self._in_flight:
-            seen.add(key)
-        return seen
+    async def rebuild_seen(self) -> None:
+        """Build the filter afresh from the dedupe rows in the table now (not on a shared
+        journal), a page at a time with the loop served between pages.
 
-    def _dedupe_keys(self) -> Iterator[str]:
+        A key told to the filter while the build runs may be committed behind the scan's
+        position, so every key in flight when the build starts, and every key told until
+        the new filter replaces the old, is added to the new one before the swap.
+        """
+        if self._shared:
+            return
+        async with self._building:
+            self._told = set(self._in_flight)
+            try:
+                count = 0
+                async for page in self._dedupe_pages():
+                    count += len(page)
+                seen = SeenKeys(count,
+                                foreign=lambda: self._store.foreign_writes(records.TABLE))
+                async for page in self._dedupe_pages():
+                    for key in page:
+                        seen.add(key)
+                for key in self._told:  # no await from here to the swap
+                    seen.add(key)
+                self._seen = seen
+            finally:
+                self._told = None
+
+    async def _dedupe_pages(self) -> AsyncIterator[list[str]]:
+        """The dedupe table's keys, a page per read, yielding to the loop between pages."""
         after = ""
         while True:
             rows = self._store.scan_entities(records.TABLE, records.DEDUPE, after, SCAN_PAGE)
-            for key, _value in rows:
-                yield key
+            yield [key for key, _value in rows]
             if len(rows) < SCAN_PAGE:
                 return
             after = rows[-1][0]
+            await asyncio.sleep(0)
 
     def _known(self, key: str) -> DedupeRec | None:
         if self._seen is not None and self._seen.absent(key):
@@ -298,12 +324,12 @@ class Admitter:
                     entity_writes=tuple(EntityWrite(records.TABLE, k, None) for k in expired))])
                 removed += len(expired)
             if len(rows) < SCAN_PAGE:
-                # A filter cannot forget a key: rebuilt from the rows left (no await
-                # between the scan and the swap, and in-flight admissions' keys kept).
-                if self._seen is not None:
-                    self._seen = self._seen_keys()
+                # A filter cannot forget a key: rebuilt from the rows left (and built
+                # for the first time by the sweep at start).
+                await self.rebuild_seen()
                 return removed
             after = rows[-1][0]
+            await asyncio.sleep(0)  # a large table's pages: the loop serves between them
 
     async def sweep_every(self, interval_s: float = 3600.0) -> None:
         """Sweep now and then every ``interval_s`` (a daemon background task)."""

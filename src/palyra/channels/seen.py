@@ -7,7 +7,9 @@ journal writer's thread take the GIL, which the loop may then wait for (up to th
 interpreter's switch interval) while acks and runs queue behind it.
 
 :class:`SeenKeys` is a Bloom filter over the dedupe keys the ``channels`` table may
-hold: built from a scan of them at start, and told of every key this process writes.
+hold: built from a scan of them by the sweep at start (``Admitter.rebuild_seen``, a page
+at a time with the loop served between pages; until then every key is read), and told
+of every key this process writes.
 A key it has never been told of is certainly absent and is not read; a key it may
 have seen is read as before (a false positive only costs that read). Dedupe keys are
 already SHA-256 hex digests, so the filter's positions are slices of the key itself.
