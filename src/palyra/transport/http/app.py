@@ -15,7 +15,6 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
-from urllib.parse import unquote
 
 import betterproto2
 import msgspec
@@ -34,6 +33,8 @@ from palyra.transport.context import ContextFactory, CtxT
 from palyra.transport.errors import WireError, to_wire
 from palyra.transport.http._console import CONSOLE_HANDLERS
 from palyra.transport.http._decode import decode_request
+from palyra.transport.http._ingress_front import IngressFront, too_large
+from palyra.transport.http._ingress_front import IngressHandler as IngressHandler
 from palyra.transport.http._openapi import build_openapi
 from palyra.transport.http._routes import CompiledRoute, RouteTable
 from palyra.transport.http._sse import SseResponse
@@ -89,20 +90,15 @@ async def read_body(request: Request[Any, Any, Any], limit: int) -> bytes:
     """The request body, refusing anything above ``limit`` bytes (→ 413) as early as possible."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _too_large(limit)
+        raise too_large(limit)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise _too_large(limit)
+            raise too_large(limit)
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def _too_large(limit: int) -> PalyraError:
-    return PalyraError(f"request body exceeds {limit} bytes", code=ErrorCode.PAYLOAD_TOO_LARGE,
-                       details={"limit_bytes": str(limit)})
 
 
 async def _one(message: betterproto2.Message) -> AsyncIterator[betterproto2.Message]:
@@ -131,7 +127,7 @@ def create_http_app(
     plain: Mapping[str, PlainHandler] | None = None,
     streams: OpenStreams | None = None,
     static: Mapping[str, StaticHandler] | None = None,
-) -> Litestar:
+) -> ASGIApp:
     """Build the Litestar application serving every spec route of ``app``.
 
     ``plain`` maps a path to an operations endpoint outside the spec (``/metrics``,
@@ -144,7 +140,8 @@ def create_http_app(
 
     ``ingress`` maps a path prefix to a platform ingress (``POST <prefix>/<name>``):
     chat platforms sign their own requests, so these routes take no bearer token
-    and answer the platform's JSON; their errors use the spec's codes too.
+    and answer the platform's JSON; their errors use the spec's codes too. They are
+    answered in front of Litestar (:class:`IngressFront`).
     """
     table = routes or RouteTable()
     openapi = _json.encode(build_openapi(table))
@@ -170,9 +167,6 @@ def create_http_app(
                 status, media_type, content, extra = served
                 return Response(content=content, status_code=status,  # type: ignore[return-value]
                                 media_type=media_type, headers=dict(extra))
-            platform = _ingress_target(ingress, request.method, raw_path)
-            if platform is not None:
-                return await _ingress(request, *platform, config)  # type: ignore[return-value]
             if request.method == HttpMethod.OPTIONS:
                 return _options(raw_path, table.allowed_methods(raw_path))  # type: ignore[return-value]
             try:
@@ -220,7 +214,7 @@ def create_http_app(
             exc.status_code, ErrorCode.MALFORMED_REQUEST if exc.status_code < 500 else ErrorCode.INTERNAL)
         return error_response(to_wire(PalyraError(str(exc.detail), code=code)))
 
-    return Litestar(
+    served = Litestar(
         route_handlers=[openapi_document, *CONSOLE_HANDLERS, dispatch],
         openapi_config=None,
         exception_handlers={HTTPException: on_http_exception},
@@ -228,6 +222,7 @@ def create_http_app(
         debug=False,
         logging_config=None,  # the daemon configures logging (palyra.daemon.logs)
     )
+    return IngressFront(served, ingress, config) if ingress else served
 
 
 PlainHandler = Callable[[Mapping[str, str]], Awaitable[tuple[int, str, bytes]]]
@@ -236,10 +231,6 @@ PlainHandler = Callable[[Mapping[str, str]], Awaitable[tuple[int, str, bytes]]]
 StaticHandler = Callable[[str], Awaitable[tuple[int, str, bytes, Mapping[str, str]]]]
 """``(path below the prefix) -> (status, media type, body, headers)``: one public read-only
 resource; the headers say how long caches may keep it (``Cache-Control``)."""
-
-IngressHandler = Callable[[str, Mapping[str, str], bytes], Awaitable[dict[str, Any]]]
-"""``(name, lower-cased headers, body) -> JSON answer``; raises ``PalyraError``."""
-
 
 async def _outside_spec(plain: Mapping[str, PlainHandler] | None,
                         static: Mapping[str, StaticHandler] | None, method: str, path: str,
@@ -254,31 +245,6 @@ async def _outside_spec(plain: Mapping[str, PlainHandler] | None,
         if path.startswith(prefix):
             return await serve(path[len(prefix):])
     return None
-
-
-def _ingress_target(ingress: Mapping[str, IngressHandler] | None, method: str, path: str
-                    ) -> tuple[IngressHandler, str] | None:
-    """``(handler, name)`` when ``POST <prefix>/<name>`` is a platform ingress."""
-    if not ingress or method != HttpMethod.POST:
-        return None
-    for prefix, handle in ingress.items():
-        name = path.removeprefix(prefix + "/")
-        if name != path and name and "/" not in name:
-            return handle, unquote(name)
-    return None
-
-
-async def _ingress(request: Request[Any, Any, Any], handle: IngressHandler, name: str,
-                   config: HttpConfig) -> Response[bytes]:
-    headers = {k.lower(): v for k, v in request.headers.items()}
-    try:
-        async with asyncio.timeout(config.body_timeout_s):
-            body = await read_body(request, config.max_request_bytes)
-    except TimeoutError:
-        raise PalyraError(f"the request body did not arrive within {config.body_timeout_s:g} s",
-                          code=ErrorCode.REQUEST_TIMEOUT) from None
-    answer = await handle(name, headers, body)
-    return Response(content=_json.encode(answer), status_code=200, media_type="application/json")
 
 
 def _stream(

@@ -7,7 +7,7 @@ import socket
 from collections.abc import Generator
 
 import uvicorn
-from litestar import Litestar
+from litestar.types import ASGIApp
 
 from palyra.config import HttpConfig
 from palyra.transport.http._limits import bounded_protocol
@@ -24,7 +24,7 @@ class _Server(uvicorn.Server):
 class HttpGateway:
     """Owns one uvicorn server; :meth:`serve` runs until :meth:`close` is called."""
 
-    def __init__(self, app: Litestar, *, shutdown_grace_s: float = 5.0,
+    def __init__(self, app: ASGIApp, *, shutdown_grace_s: float = 5.0,
                  limits: HttpConfig | None = None) -> None:
         limits = limits or HttpConfig()
         config = uvicorn.Config(
