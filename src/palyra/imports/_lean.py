@@ -47,7 +47,11 @@ models and attrs classes (no route takes either)."""
 @contextlib.contextmanager
 def absent(*names: str) -> Iterator[None]:
     """Inside, importing any of ``names`` that is not imported yet fails as if it were
-    not installed; afterwards it imports normally again."""
+    not installed; afterwards it imports normally again.
+
+    The block is process-wide: use it only where no other thread imports these names
+    meanwhile (palyra's import, and the daemon's start-up before it serves).
+    """
     blocked = [name for name in names if name not in sys.modules]
     for name in blocked:
         sys.modules[name] = None  # type: ignore[assignment]
