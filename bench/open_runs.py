@@ -9,11 +9,14 @@ quiet first, long enough for the daemon's idle trim (``daemon/trim.py``, a look 
 
 * ``anon_kib_per_open_run``: anonymous resident memory (``RssAnon``): the Python objects,
   the allocator's arenas, native buffers: what an open run costs the daemon;
-* ``file_kib_per_open_run``: file-backed resident pages (``RssFile``): the pages of LMDB's
-  map (``data.mdb``) that the runs' commits wrote and read. They are the kernel's page
-  cache, shared, clean once written back and dropped under memory pressure, not memory
-  the daemon allocated; they grow with what the journal holds (``data_mdb_mib``);
-* ``rss_kib_per_open_run``: both (``VmRSS``), what ``ps`` shows;
+* ``file_kib_per_open_run``: file-backed resident pages (``RssFile``) in the daemon's
+  ``VmRSS``: the pages of LMDB's map (``data.mdb``) that the runs' commits wrote and
+  read. The daemon's idle trim unmaps them once it is quiet (``daemon/trim.py``), so
+  after ``--settle`` this is near 0; they stay in the kernel's page cache, shared, clean
+  once written back and dropped under memory pressure, not memory the daemon allocated;
+* ``data_mdb_kib_per_open_run``: how much ``data.mdb`` grew per open run: what the runs
+  cost in page cache and on disk (``docs/bench.md``, "Memory", says where it goes);
+* ``rss_kib_per_open_run``: anon and file (``VmRSS``), what ``ps`` shows;
 * after completion and after each later round: the same three as totals against the
   idle daemon (MiB).
 
@@ -72,6 +75,7 @@ def run(runs: int, settle_s: float = 12.0, rounds: int = 1) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-open-runs-") as tmp:
         env = clean_env(PALYRA_ADMIN_TOKEN=TOKEN)
         data = Path(tmp) / "data"
+        mdb = data / "journal" / "data.mdb"
         with DaemonProcess(data, env=env) as daemon, httpx.Client(
                 base_url=f"http://127.0.0.1:{daemon.http_port}", headers=HEADERS,
                 timeout=60) as client:
@@ -90,10 +94,12 @@ def run(runs: int, settle_s: float = 12.0, rounds: int = 1) -> dict[str, Any]:
             for run_id in [start(i, "warm") for i in range(50)]:
                 complete(run_id)
             idle = _settled(pid, settle_s)
+            mdb_idle = mdb.stat().st_size
             began = time.perf_counter()
             ids = [start(i, "open") for i in range(runs)]
             start_s = time.perf_counter() - began
             opened = _settled(pid, settle_s)
+            mdb_opened = mdb.stat().st_size
             for run_id in ids:
                 complete(run_id)
             done = _settled(pid, settle_s)
@@ -103,7 +109,7 @@ def run(runs: int, settle_s: float = 12.0, rounds: int = 1) -> dict[str, Any]:
                 for run_id in ids:
                     complete(run_id)
                 later.append(_over(_settled(pid, settle_s), idle))
-        data_mdb = (data / "journal" / "data.mdb").stat().st_size
+        data_mdb = mdb.stat().st_size
     per_run = {f: round((opened[f] - idle[f]) * 1024 / runs / 1000, 1) for f in FIELDS}
     return {
         "runs": runs, "start_ms_per_run": round(start_s * 1000 / runs, 2),
@@ -112,11 +118,12 @@ def run(runs: int, settle_s: float = 12.0, rounds: int = 1) -> dict[str, Any]:
         "idle_mib": _mib(idle),
         "anon_kib_per_open_run": per_run["RssAnon"], "file_kib_per_open_run": per_run["RssFile"],
         "rss_kib_per_open_run": per_run["VmRSS"],
+        "data_mdb_kib_per_open_run": round((mdb_opened - mdb_idle) / runs / 1024, 1),
         "after_completion_over_idle_mib": _over(done, idle),
         "after_later_rounds_over_idle_mib": later,
         "data_mdb_mib": round(data_mdb / 2**20, 1),
         "file_pages": "LMDB's mapped data.mdb: the kernel's page cache, reclaimable, "
-                      "not allocated by the daemon",
+                      "not allocated by the daemon, unmapped by its idle trim",
         "loadavg_1m": round(os.getloadavg()[0], 2),
     }
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import importlib
 import json
 import os
 import socket
@@ -48,6 +49,9 @@ class MessageCounter:
 
     def install(self) -> None:
         """Wrap ``betterproto2.Message.__post_init__`` (idempotent)."""
+        # palyra first: it imports betterproto2 as the daemon does (palyra.imports, without
+        # pydantic), so a probed daemon is the same size as an unprobed one.
+        importlib.import_module("palyra")
         import betterproto2
 
         if self._original is not None:

@@ -155,6 +155,8 @@ def test_a_process_started_with_the_site_dir_serves_snapshots(tmp_path: Path) ->
     code = ("import sys, time\n"
             "from palyra_gen.palyra import v1 as pb\n"
             "for _ in range(5): pb.ToolResult()\n"
+            # the probe loaded betterproto2 before the program ran: as palyra would
+            "assert 'pydantic' not in sys.modules\n"
             "print('ready', flush=True)\n"
             "sys.stdin.read()\n")
     child, snap = _snapshot_of_child(code, env, sock)

@@ -53,3 +53,69 @@ def test_the_embedder_tokenizer_numpy_tracing_and_discord_client_load_only_when_
     assert seen["named"].startswith("llama-2") and seen["tokenizer"] == [False, True]
     if seen["name"].startswith("wordllama"):  # installed: the first embed loads the model
         assert seen["after"] and seen["dim"] == 128
+
+
+# A real `palyra serve` in the child: once it has published daemon.json (both servers
+# bound, the HTTP app built, the journal open), it writes what it has imported and stops.
+_SERVING = """
+import json, os, signal, sys, threading, time
+from pathlib import Path
+from palyra.daemon.discovery import read_daemon_info
+data, out = Path(sys.argv[1]), Path(sys.argv[2])
+def look():
+    while (info := read_daemon_info(data)) is None or info.pid != os.getpid():
+        time.sleep(0.05)
+    out.write_text(json.dumps(sorted(sys.modules)))
+    os.kill(os.getpid(), signal.SIGTERM)
+threading.Thread(target=look, daemon=True).start()
+from palyra.cli.main import main
+main(["serve", "--data-dir", str(data), "--grpc-port", "0", "--http-port", "0"])
+"""
+
+# Installed (by Litestar, rich-click, the MCP SDK, wordllama, uvicorn[standard]) but
+# serving nothing in a started daemon: together about 12 MB resident (palyra.imports).
+_NOT_AT_START = {"rich", "pygments", "pydantic", "pydantic_core", "attrs", "attr", "watchfiles"}
+
+
+def test_a_serving_daemon_has_not_imported_rich_pydantic_attrs_or_watchfiles(
+        tmp_path: Path) -> None:
+    path = f"{ROOT / 'src'}:{ROOT / 'generated' / 'python'}"
+    seen = tmp_path / "modules.json"
+    subprocess.run([sys.executable, "-c", _SERVING, str(tmp_path / "data"), str(seen)],
+                   capture_output=True, text=True, check=True, timeout=120,
+                   env={"PYTHONPATH": path, "PATH": "/usr/bin:/bin",
+                        "PALYRA_ADMIN_TOKEN": "start-imports-token"})
+    modules = json.loads(seen.read_text())
+    assert "palyra.transport.http.app" in modules and "structlog" in modules
+    assert sorted({m.split(".")[0] for m in modules} & _NOT_AT_START) == []
+
+
+_LATER = """
+import json, sys
+import palyra.cli.main, structlog.dev, betterproto2
+absent_at_start = sorted({m.split(".")[0] for m in sys.modules} & {"rich", "pydantic"})
+import pydantic, rich  # what the MCP SDK, for one, does when an MCP server is configured
+from palyra.config import LogConfig
+from palyra.daemon.logs import configure_logging
+configure_logging(LogConfig(format="console"))
+try:
+    1 / 0
+except ZeroDivisionError:
+    structlog.get_logger().exception("boom")
+print(json.dumps({"absent": absent_at_start, "pydantic": pydantic.VERSION,
+                  "rich": rich.__name__, "renderer_rich": structlog.dev.rich is not None,
+                  "betterproto2_pydantic": betterproto2.pydantic is not None}))
+"""
+
+
+def test_the_blocked_extras_stay_importable_for_whoever_needs_them_later() -> None:
+    path = f"{ROOT / 'src'}:{ROOT / 'generated' / 'python'}"
+    out = subprocess.run([sys.executable, "-c", _LATER], capture_output=True, text=True,
+                         env={"PYTHONPATH": path, "PATH": "/usr/bin:/bin"}, check=True, timeout=120)
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["absent"] == []
+    assert seen["pydantic"].startswith("2.") and seen["rich"] == "rich"
+    # ... while the libraries imported at start keep their plain fallbacks.
+    assert not seen["renderer_rich"] and not seen["betterproto2_pydantic"]
+    # The console renderer's tracebacks are the standard library's, as they were.
+    assert "Traceback (most recent call last)" in out.stderr and "ZeroDivisionError" in out.stderr

@@ -68,6 +68,8 @@ FORBIDDEN: dict[str, set[str]] = {
     # Operations reads what the application committed and holds (metrics, spans,
     # readiness, doctor); the daemon serves it, the transports never see it.
     "ops": {"transport", "cli", "daemon", "testing"},
+    # How third-party libraries are imported: runs first (palyra/__init__), imports no palyra.
+    "imports": {p.name for p in SRC.iterdir() if (p / "__init__.py").is_file()} - {"imports"},
     "daemon": {"cli", "testing"},
     "cli": {"testing"},
     "config": {"testing"},

@@ -34,7 +34,7 @@ from palyra.daemon.starting import StartupResponder
 from palyra.daemon.starting_grpc import StartupGrpcResponder
 from palyra.daemon.tlog_http import tlog_routes
 from palyra.daemon.tokens import ADMIN_TOKEN_FILE, load_or_create_admin_token
-from palyra.daemon.trim import trim_when_idle
+from palyra.daemon.trim import idle_trim, trim_when_idle
 from palyra.daemon.wiring import VERSION, open_application
 from palyra.engine import AttachmentStore, live_run_ids
 from palyra.journal import (
@@ -144,8 +144,9 @@ async def run_daemon(
             retention = _start_retention(tg, app.store, config.journal,
                                          app.engine.attachments)
             store = app.store
-            trimmer = tg.create_task(trim_when_idle(lambda: store.stats().commits),
-                                     name="malloc-trim")
+            trimmer = tg.create_task(trim_when_idle(lambda: store.stats().commits,
+                                                    trim=idle_trim(config.data_dir)),
+                                     name="idle-trim")
             starting.stop()  # the gateway takes the socket over
             tg.create_task(http_gateway.serve(http_sock), name="http")
             if app.reload_policy is not None:  # SIGHUP: read the policy files again

@@ -28,6 +28,7 @@ from palyra_gen.services import STREAMING, UNARY, PalyraServicesApp
 from palyra.config import HttpConfig
 from palyra.core.errors import ErrorCode, NotFound, PalyraError
 from palyra.core.protojson import encode_message
+from palyra.imports import LITESTAR_APP_WITHOUT, absent
 from palyra.transport.auth import REQUEST_ID_HEADER, Authenticator
 from palyra.transport.context import ContextFactory, CtxT
 from palyra.transport.errors import WireError, to_wire
@@ -214,14 +215,15 @@ def create_http_app(
             exc.status_code, ErrorCode.MALFORMED_REQUEST if exc.status_code < 500 else ErrorCode.INTERNAL)
         return error_response(to_wire(PalyraError(str(exc.detail), code=code)))
 
-    served = Litestar(
-        route_handlers=[openapi_document, *CONSOLE_HANDLERS, dispatch],
-        openapi_config=None,
-        exception_handlers={HTTPException: on_http_exception},
-        request_max_body_size=None,  # enforced in read_body with the configured cap
-        debug=False,
-        logging_config=None,  # the daemon configures logging (palyra.daemon.logs)
-    )
+    with absent(*LITESTAR_APP_WITHOUT):  # its pydantic and attrs plugins serve no route
+        served = Litestar(
+            route_handlers=[openapi_document, *CONSOLE_HANDLERS, dispatch],
+            openapi_config=None,
+            exception_handlers={HTTPException: on_http_exception},
+            request_max_body_size=None,  # enforced in read_body with the configured cap
+            debug=False,
+            logging_config=None,  # the daemon configures logging (palyra.daemon.logs)
+        )
     return IngressFront(served, ingress, config) if ingress else served
 
 
