@@ -62,14 +62,25 @@ class Proposal:
     context_reference: str = ""
     # The posture its decision was made under (the tape's ``ToolDecision.posture``).
     posture: str = ""
+    # ``input_json`` decoded, once: live, the arguments the engine encoded it from
+    # (``LoopState.live_arguments``); after a restart, decoded at the first ask.
+    decoded: dict[str, Any] | None = None
 
     def arguments(self) -> dict[str, Any]:
         """The decoded arguments (``{"_raw_arguments": text}`` when not an object)."""
-        try:
-            value = json.loads(self.input_json) if self.input_json else {}
-        except ValueError:
-            return {"_raw_arguments": self.input_json}
-        return value if isinstance(value, dict) else {"_raw_arguments": self.input_json}
+        if self.decoded is None:
+            self.decoded = decode_arguments(self.input_json)
+        return self.decoded
+
+
+def decode_arguments(input_json: str) -> dict[str, Any]:
+    """A proposal's ``input_json`` as arguments (``{"_raw_arguments": text}`` when it is not
+    a JSON object)."""
+    try:
+        value = json.loads(input_json) if input_json else {}
+    except ValueError:
+        return {"_raw_arguments": input_json}
+    return value if isinstance(value, dict) else {"_raw_arguments": input_json}
 
 
 # What of an approved reference's result reaches the model (as for any reference).
@@ -121,6 +132,15 @@ class LoopState:
     compacted_through: int = 0
     compaction_attempts: int = 0
     last_compaction_ms: int | None = None
+    # Not from the tape: the arguments of proposals the engine is about to commit, by
+    # proposal id, exactly as it encoded their ``input_json`` (see ``expect_arguments``).
+    live_arguments: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def expect_arguments(self, proposal_id: str, arguments: dict[str, Any]) -> None:
+        """The live path: the next ``ToolProposal`` of ``proposal_id`` has ``arguments``
+        as its ``input_json``, so its fold takes them instead of decoding the text the
+        engine has just encoded (recovery has no such entry and decodes the tape)."""
+        self.live_arguments[proposal_id] = arguments
 
     def apply(self, member: betterproto2.Message | None, *, redacted: bool = False) -> None:
         """Fold one committed tape event into the state.
@@ -218,12 +238,15 @@ class LoopState:
             self.loops_started += 1
         elif member.phase == pb.AgentLoopPhase.TURN_COMPLETED:
             self.proposals = []
+            self.live_arguments.clear()  # a batch that never folded its proposals left some
         elif member.phase == pb.AgentLoopPhase.TERMINATED:
             self.loop_active, self.proposals = False, []
+            self.live_arguments.clear()
 
     def _apply_proposal(self, member: pb.ToolProposal, redacted: bool) -> None:
         proposal = Proposal(member.proposal_id, member.tool_name, member.input_json,
-                            args_redacted=redacted, context_reference=member.context_reference)
+                            args_redacted=redacted, context_reference=member.context_reference,
+                            decoded=self.live_arguments.pop(member.proposal_id, None))
         self.proposals.append(proposal)
         if proposal.context_reference:
             return  # the daemon's call, not the model's: no assistant message carries it

@@ -104,6 +104,8 @@ async def propose(step: Step, batch: Batch, calls: Sequence[ToolCall], turn: int
             input_json = oversized_args_json(input_json)
         else:
             verdict = decide(step, call.name, call.arguments, index)
+            # The fold takes these arguments rather than decoding ``input_json`` again.
+            step.writer.loop.expect_arguments(pid, dict(call.arguments))
         verdicts.append((pid, call, verdict))
         # One event: the call and the policy's verdict on it (docs/journal/design.md, "Tape events folded").
         batch.add(pb.ToolProposal(
