@@ -360,6 +360,8 @@ async def await_decision(step: Step, p: Proposal) -> None:
                                    "approval timed out" if decision.event == ApprovalEvent.TIME_OUT
                                    else (new.reason or "approval denied"))
         _turn_done(step, batch, p.proposal_id)
+    # The decider is answered once the decision is durable, not after the run's next step.
+    batch.on_landed(lambda: step.mailbox.resolve(new))
     if decision.event != ApprovalEvent.TIME_OUT and new.scope in ("session", "timeboxed"):
         async with deps.session_writer.hold(new.session_id):
             session = deps.session_reader.require(new.session_id)
@@ -372,7 +374,6 @@ async def await_decision(step: Step, p: Proposal) -> None:
             await batch.commit()
     else:
         await batch.commit()
-    step.mailbox.resolve(new)
 
 
 async def _wait_or_relayed(step: Step, approval_id: str, fut: asyncio.Future[Decision],
