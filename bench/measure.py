@@ -163,6 +163,8 @@ def figures(args: argparse.Namespace, transport: str, tally: Tally, wall: float,
         "step_p50_ms_by_index": [pct(tally.by_index.get(i, []), 50) for i in range(args.steps)],
         "turn_latency_ms": dist(tally.turns),
         "final_answer_latency_ms": dist(tally.finals),
+        **({"p50_decide_ms": pct(tally.decides, 50), "p99_decide_ms": pct(tally.decides, 99)}
+           if tally.decides else {}),
         "cpu_s": round(cpu, 3), "cpu_util": round(cpu / wall, 3),
         "cpu_ms_per_step": _per_step(cpu, steps, 1000),
         "cpu_ms_per_step_by_bucket": by_bucket,

@@ -61,6 +61,8 @@ ROWS: list[tuple[str, str, str]] = [
     ("steps/s", "steps_per_s", "{:.1f}"),
     ("step latency p50 ms", "p50_step_ms", "{:.2f}"),
     ("step latency p99 ms", "p99_step_ms", "{:.2f}"),
+    ("approval decide → durable answer p50 ms", "p50_decide_ms", "{:.2f}"),
+    ("approval decide → durable answer p99 ms", "p99_decide_ms", "{:.2f}"),
     ("CPU ms/step, process", "cpu_ms_per_step", "{:.3f}"),
     ("  event-loop thread", "cpu_ms_per_step_by_bucket.event_loop", "{:.3f}"),
     ("  journal thread(s)", "cpu_ms_per_step_by_bucket.journal", "{:.3f}"),

@@ -104,6 +104,8 @@ class Tally:
     finals: list[float] = field(default_factory=list)
     runs: int = 0
     approvals: int = 0
+    # --hitl: each DecideApproval call to its answer (the decision durable).
+    decides: list[float] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
 
 
@@ -118,7 +120,9 @@ async def one_turn(driver: Driver, session_key: str, k: int, tool: str, tally: T
     async def on_event(event: pb.TapeEvent) -> None:
         nonlocal last, results
         if event.tool_approval_request is not None:
+            asked = time.perf_counter()
             await driver.decide_approval(event.tool_approval_request.approval_id)
+            tally.decides.append(time.perf_counter() - asked)
             tally.approvals += 1
         elif event.tool_result is not None:
             now = time.perf_counter()

@@ -45,6 +45,18 @@ def test_in_process_run_reports_every_tracked_figure(tmp_path: Path,
             assert run["flushes"]["per_commit"] >= 1.0
 
 
+def test_a_hitl_run_reports_how_long_each_decision_took_to_be_answered(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "bench.json"
+    code = tool_loop.main(["-n", "2", "-k", "3", "-c", "1", "-r", "1", "--hitl", "--json",
+                           str(out), "--db", str(tmp_path / "data")])
+    assert code == 0
+    assert "approval decide → durable answer p99 ms" in capsys.readouterr().out
+    run = json.loads(out.read_text())["results"]["inproc"]["runs"][0]
+    assert run["ok"] is True and run["approvals"] == 6
+    assert 0 < run["p50_decide_ms"] <= run["p99_decide_ms"] < run["turn_latency_ms"]["max"]
+
+
 @pytest.mark.slow
 def test_grpc_run_measures_the_daemon_and_compares_with_in_process(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -181,3 +181,28 @@ def test_redact_str_memo_is_bounded() -> None:
     records.redact_str("x" * (records._CLEAN_MAX_CHARS + 1))
     assert len(records._CLEAN) <= records._CLEAN_MAX_ENTRIES
     assert "x" * (records._CLEAN_MAX_CHARS + 1) not in records._CLEAN
+
+
+async def test_the_decider_is_answered_before_the_run_goes_on(harness: Harness) -> None:
+    """A decision is acknowledged as soon as it is durable: the decider does not wait
+    behind the approved call (which runs without suspending) and its result's commit."""
+    ran: list[int] = []
+
+    async def handler(args: _AddArgs, ctx: ToolContext) -> ToolOutput:
+        ran.append(args.a + args.b)
+        return ToolOutput({"result": args.a + args.b})
+
+    harness.tool = ToolSpec("add", "Add two numbers.", _AddArgs,
+                            frozenset({Capability.READ_ONLY}), handler, timeout_s=10.0)
+    app = await harness.start()
+    run_id = await _park(app, "answered", 2)
+    for step in range(2):
+        approval = await next_approval(app, run_id)
+        decided = await _decide(app, approval.approval_id)
+        assert decided.state == pb.ApprovalState.APPROVED
+        # Durable, yet the run has not taken its next step: the approved call has not run.
+        assert len(ran) == step
+        row = harness.engine.approval_reader.get(approval.approval_id) if harness.engine else None
+        assert row is not None and row.state == "approved"
+    run = (await app.complete_run(USER, pb.CompleteRunRequest(run_id=run_id, wait=True))).run
+    assert run.final_text == "result=2" and len(ran) == 2

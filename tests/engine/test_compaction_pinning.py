@@ -18,6 +18,7 @@ from palyra_gen.palyra import v1 as pb
 from palyra.engine.model import compaction
 from palyra.engine.model.compaction import CompactionSettings, Plan
 from palyra.engine.model.fold import LoopState
+from palyra.engine.model.prune import estimate_tokens
 from palyra.engine.model.tape import payload_of
 from palyra.providers import ChatMessage
 
@@ -109,7 +110,10 @@ def test_pinned_events_survive_compaction_verbatim(
         before = list(zip(loop.message_seqs, loop.messages, strict=True))
         users = [s for s, m in before if m.role == "user"]
         records = list(loop.pin_records)
+        # The estimates the fold keeps are those of the messages, folded or compacted.
+        assert loop.history_tokens() == [estimate_tokens(m) for m in loop.messages]
         plan = _compact(loop, cfg)
+        assert loop.history_tokens() == [estimate_tokens(m) for m in loop.messages]
         after = list(zip(loop.message_seqs, loop.messages, strict=True))
         event("compacted" if not isinstance(plan, str) else "not compacted")
         if isinstance(plan, str):

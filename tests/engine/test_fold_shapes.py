@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from palyra_gen.palyra import v1 as pb
 
+from palyra.core.canonical import canonical_json
 from palyra.engine.model.fold import Action, LoopState, ProposalPhase
 
 _OUTCOMES = st.sampled_from([pb.ToolDecisionOutcome.ALLOW, pb.ToolDecisionOutcome.DENY,
@@ -73,3 +74,51 @@ def test_a_proposal_without_its_decision_is_still_proposed() -> None:
     state = _fold(folded)
     assert state.proposals[0].phase is ProposalPhase.PROPOSED
     assert state.next_action()[0] is Action.RESOLVE_TOOL
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=8)
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
+                                                                max_size=3),
+    max_leaves=8)
+
+
+def _one_call(arguments: dict[str, object] | None) -> LoopState:
+    """A turn with one proposal folded; live (its arguments expected) when given."""
+    input_json = canonical_json({"a": 1} if arguments is None else arguments).decode()
+    state = _fold(_tapes([], 0)[0])
+    if arguments is not None:
+        state.expect_arguments("P0", arguments)
+    state.apply(pb.ToolProposal(proposal_id="P0", tool_name="add", input_json=input_json,
+                                turn=1))
+    return state
+
+
+def test_a_live_proposal_folds_the_arguments_it_was_encoded_from() -> None:
+    arguments: dict[str, object] = {"a": 1, "b": [2, 3]}
+    state = _one_call(arguments)
+    # Taken as they are, not decoded back from the input_json just encoded from them.
+    assert state.messages[-1].tool_calls[0].arguments is arguments
+    assert state.proposals[0].arguments() is arguments
+    assert not state.live_arguments  # nothing stays behind once folded
+
+
+@given(arguments=st.dictionaries(st.text(max_size=6), _JSON, max_size=4))
+def test_live_and_replayed_proposals_fold_to_the_same_conversation(
+        arguments: dict[str, object]) -> None:
+    live = _one_call(arguments)
+    replayed = LoopState()
+    for member in _tapes([], 0)[0]:
+        replayed.apply(member)
+    replayed.apply(pb.ToolProposal(proposal_id="P0", tool_name="add",
+                                   input_json=canonical_json(arguments).decode(), turn=1))
+    assert live.messages == replayed.messages
+    assert live.proposals[0].arguments() == replayed.proposals[0].arguments()
+
+
+def test_a_replayed_proposal_decodes_its_arguments_once() -> None:
+    state = _fold([*_tapes([pb.ToolDecisionOutcome.NEEDS_APPROVAL], 0)[0]])
+    proposal = state.proposals[0]
+    assert proposal.arguments() == {"a": 1}
+    assert proposal.arguments() is proposal.arguments()  # the approval path asks thrice

@@ -54,6 +54,25 @@ def test_prune_keeps_what_must_stay(messages: list[ChatMessage], budget: int) ->
         assert dropped == 0
 
 
+@given(messages=_conversation(), budget=st.integers(0, 400))
+def test_prune_with_the_sizes_it_is_given_prunes_as_it_would_alone(
+        messages: list[ChatMessage], budget: int) -> None:
+    sizes = [estimate_tokens(m) for m in messages]
+    assert prune(messages, budget, sizes) == prune(messages, budget)
+    # The sizes given are what it counts (the loop's, made once per message).
+    given_sizes = [s + 7 for s in sizes]
+    kept, dropped, saved = prune(messages, budget, given_sizes)
+    left = iter(kept)
+    at = next(left, None)
+    gone = []
+    for message, size in zip(messages, given_sizes, strict=True):
+        if message is at:
+            at = next(left, None)
+        else:
+            gone.append(size)
+    assert len(gone) == dropped and sum(gone) == saved
+
+
 async def test_a_long_session_is_pruned_and_the_tape_says_so(tmp_path: Path) -> None:
     provider = PlannedProvider(lambda request: reply("x" * 300))
     harness = Harness(tmp_path / "data", config=EngineConfig(context_budget_tokens=200))

@@ -22,6 +22,7 @@ from palyra_gen.palyra import v1 as pb
 from palyra.engine.model import compaction
 from palyra.engine.model.compaction import History, PinRecord
 from palyra.engine.model.lifecycle import RunStateId, run_state_of_proto
+from palyra.engine.model.prune import estimate_tokens
 from palyra.providers import ChatMessage, ImagePart, ToolCall
 
 #: The ``context_stage`` a compaction attempt that changed nothing writes (it counts
@@ -62,14 +63,25 @@ class Proposal:
     context_reference: str = ""
     # The posture its decision was made under (the tape's ``ToolDecision.posture``).
     posture: str = ""
+    # ``input_json`` decoded, once: live, the arguments the engine encoded it from
+    # (``LoopState.live_arguments``); after a restart, decoded at the first ask.
+    decoded: dict[str, Any] | None = None
 
     def arguments(self) -> dict[str, Any]:
         """The decoded arguments (``{"_raw_arguments": text}`` when not an object)."""
-        try:
-            value = json.loads(self.input_json) if self.input_json else {}
-        except ValueError:
-            return {"_raw_arguments": self.input_json}
-        return value if isinstance(value, dict) else {"_raw_arguments": self.input_json}
+        if self.decoded is None:
+            self.decoded = decode_arguments(self.input_json)
+        return self.decoded
+
+
+def decode_arguments(input_json: str) -> dict[str, Any]:
+    """A proposal's ``input_json`` as arguments (``{"_raw_arguments": text}`` when it is not
+    a JSON object)."""
+    try:
+        value = json.loads(input_json) if input_json else {}
+    except ValueError:
+        return {"_raw_arguments": input_json}
+    return value if isinstance(value, dict) else {"_raw_arguments": input_json}
 
 
 # What of an approved reference's result reaches the model (as for any reference).
@@ -117,10 +129,23 @@ class LoopState:
     # ``messages[i]`` came from; ``pin_records`` the approvals and policy decisions
     # no compaction covers yet; ``compacted_through`` the first seq none covers.
     message_seqs: list[int] = field(default_factory=list)
+    # ``message_tokens[i]`` is ``estimate_tokens(messages[i])``, made once when the
+    # message is folded: pruning and compaction sum these instead of estimating the
+    # whole history again on every turn.
+    message_tokens: list[int] = field(default_factory=list)
     pin_records: list[PinRecord] = field(default_factory=list)
     compacted_through: int = 0
     compaction_attempts: int = 0
     last_compaction_ms: int | None = None
+    # Not from the tape: the arguments of proposals the engine is about to commit, by
+    # proposal id, exactly as it encoded their ``input_json`` (see ``expect_arguments``).
+    live_arguments: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def expect_arguments(self, proposal_id: str, arguments: dict[str, Any]) -> None:
+        """The live path: the next ``ToolProposal`` of ``proposal_id`` has ``arguments``
+        as its ``input_json``, so its fold takes them instead of decoding the text the
+        engine has just encoded (recovery has no such entry and decodes the tape)."""
+        self.live_arguments[proposal_id] = arguments
 
     def apply(self, member: betterproto2.Message | None, *, redacted: bool = False) -> None:
         """Fold one committed tape event into the state.
@@ -140,8 +165,7 @@ class LoopState:
         self.state = run_state_of_proto(member.state, self.state)
 
     def _fold_input(self, member: pb.UserInput, seq: int, redacted: bool) -> None:
-        self.messages.append(ChatMessage(role="user", content=member.text,
-                                         images=images_of(member)))
+        self._append(ChatMessage(role="user", content=member.text, images=images_of(member)))
         self.message_seqs.append(seq)
 
     def _fold_loop(self, member: pb.AgentLoop, seq: int, redacted: bool) -> None:
@@ -150,7 +174,7 @@ class LoopState:
     def _fold_output(self, member: pb.ProviderTurnOutput, seq: int, redacted: bool) -> None:
         self.loop_turns += 1
         self.turn_count += 1
-        self.messages.append(ChatMessage(role="assistant", content=member.text))
+        self._append(ChatMessage(role="assistant", content=member.text))
         self.message_seqs.append(seq)
 
     def _fold_proposal(self, member: pb.ToolProposal, seq: int, redacted: bool) -> None:
@@ -207,6 +231,7 @@ class LoopState:
     def _apply_compaction(self, member: pb.SessionCompaction, seq: int) -> None:
         self.messages, self.message_seqs, self.pin_records = compaction.apply(
             self.history(), member, seq)
+        self.message_tokens = [estimate_tokens(m) for m in self.messages]
         self.compacted_through = member.last_seq + 1
         self.compaction_attempts += 1
         self.last_compaction_ms = member.created_unix_ms
@@ -218,12 +243,15 @@ class LoopState:
             self.loops_started += 1
         elif member.phase == pb.AgentLoopPhase.TURN_COMPLETED:
             self.proposals = []
+            self.live_arguments.clear()  # a batch that never folded its proposals left some
         elif member.phase == pb.AgentLoopPhase.TERMINATED:
             self.loop_active, self.proposals = False, []
+            self.live_arguments.clear()
 
     def _apply_proposal(self, member: pb.ToolProposal, redacted: bool) -> None:
         proposal = Proposal(member.proposal_id, member.tool_name, member.input_json,
-                            args_redacted=redacted, context_reference=member.context_reference)
+                            args_redacted=redacted, context_reference=member.context_reference,
+                            decoded=self.live_arguments.pop(member.proposal_id, None))
         self.proposals.append(proposal)
         if proposal.context_reference:
             return  # the daemon's call, not the model's: no assistant message carries it
@@ -234,9 +262,10 @@ class LoopState:
             if msg.role == "assistant":
                 call = ToolCall(id=proposal.proposal_id, name=proposal.tool_name,
                                 arguments=proposal.arguments())
-                self.messages[i] = msgspec.structs.replace(
+                self.messages[i] = msg = msgspec.structs.replace(
                     msg, tool_calls=[*msg.tool_calls, call]
                 )
+                self.message_tokens[i] = estimate_tokens(msg)
                 break
 
     def _apply_decision(self, member: pb.ToolDecision) -> None:
@@ -262,10 +291,20 @@ class LoopState:
         content = member.output_json if member.success else json.dumps(
             {"error": member.error or "tool failed"}
         )
-        self.messages.append(
+        self._append(
             ChatMessage(role="tool", content=content, tool_call_id=member.proposal_id,
                         images=images_of(member))
         )
+
+    def _append(self, message: ChatMessage) -> None:
+        self.messages.append(message)
+        self.message_tokens.append(estimate_tokens(message))
+
+    def history_tokens(self) -> list[int] | None:
+        """The estimate of each message of ``messages`` (None if they ever disagreed in
+        length, which no fold does: the caller then estimates them itself)."""
+        tokens = self.message_tokens
+        return tokens if len(tokens) == len(self.messages) else None
 
     def find(self, proposal_id: str) -> Proposal | None:
         """The proposal of the current turn with this id."""

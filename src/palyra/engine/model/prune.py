@@ -30,10 +30,17 @@ def estimate_tokens(message: ChatMessage) -> int:
     return size // 3 + 4
 
 
-def prune(messages: Sequence[ChatMessage], budget: int) -> tuple[list[ChatMessage], int, int]:
+def prune(messages: Sequence[ChatMessage], budget: int,
+          sizes: Sequence[int] | None = None) -> tuple[list[ChatMessage], int, int]:
     """``(kept, dropped messages, dropped tokens)`` so the kept ones fit ``budget`` if the
-    system blocks and the current turn allow it (those are never dropped)."""
-    total = sum(estimate_tokens(m) for m in messages)
+    system blocks and the current turn allow it (those are never dropped).
+
+    ``sizes``: ``estimate_tokens`` of each message, when the caller keeps them (the
+    loop estimates a message once, as it folds it, not on every turn again).
+    """
+    if sizes is None or len(sizes) != len(messages):
+        sizes = [estimate_tokens(m) for m in messages]
+    total = sum(sizes)
     if budget <= 0 or total <= budget:
         return list(messages), 0, 0
     last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=len(messages))
@@ -51,6 +58,6 @@ def prune(messages: Sequence[ChatMessage], budget: int) -> tuple[list[ChatMessag
         if total - saved <= budget:
             break
         dropped.update(unit)
-        saved += sum(estimate_tokens(messages[i]) for i in unit)
+        saved += sum(sizes[i] for i in unit)
     kept = [m for i, m in enumerate(messages) if i not in dropped]
     return kept, len(dropped), saved

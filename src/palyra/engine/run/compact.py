@@ -85,7 +85,8 @@ async def maybe_compact(step: Step, batch: Batch, blocks: Sequence[str],
         return loop.messages  # the cheap refusals first: no estimate of the history
     system = [ChatMessage(role="system", content=b) for b in blocks]
     fixed = _tokens(system) + _tokens(inputs)
-    before = fixed + _tokens(loop.messages)
+    known = loop.history_tokens()
+    before = fixed + (sum(known) if known is not None else _tokens(loop.messages))
     history = loop.history()
     plan = compaction.plan(history, settings, input_tokens=before,
                            attempts=loop.compaction_attempts,

@@ -20,9 +20,9 @@ from palyra_gen.palyra import v1 as pb
 
 from palyra.core.errors import ErrorCode, PalyraError, PalyraInternalError
 from palyra.engine.model.budgets import budget_exhausted
-from palyra.engine.model.fold import Action, images_of
+from palyra.engine.model.fold import Action, LoopState, images_of
 from palyra.engine.model.ports import ContextRequest, ReferenceCall
-from palyra.engine.model.prune import ESTIMATE, prune
+from palyra.engine.model.prune import ESTIMATE, estimate_tokens, prune
 from palyra.engine.model.tokens import TokenBuffer, clip_reply
 from palyra.engine.run.compact import maybe_compact
 from palyra.engine.run.modelcall import Routed, call_model
@@ -134,10 +134,10 @@ async def model_turn(step: Step, batch: Batch) -> None:
     if inputs:
         # Compaction is planned only when an input starts a loop (never inside one).
         history = await maybe_compact(step, batch, blocks, new, turn)
-    messages = [ChatMessage(role="system", content=b) for b in blocks]
-    messages += history
-    messages += new
-    messages, dropped, saved = prune(messages, deps.config.context_budget_tokens)
+    system = [ChatMessage(role="system", content=b) for b in blocks]
+    messages, dropped, saved = prune([*system, *history, *new],
+                                     deps.config.context_budget_tokens,
+                                     _sizes(loop, system, history, new))
     if dropped:
         batch.add(pb.ContextStage(
             stage="prune", tokens=saved, tokenizer=ESTIMATE, turn=turn,
@@ -200,6 +200,16 @@ async def model_turn(step: Step, batch: Batch) -> None:
         )
         await batch.complete_if_requested().commit()
     step.carry(None)
+
+
+def _sizes(loop: LoopState, system: list[ChatMessage], history: list[ChatMessage],
+           new: list[ChatMessage]) -> list[int] | None:
+    """The provider input's token estimates, the history's as the fold made them (None
+    when this turn compacted the history: ``prune`` then estimates every message)."""
+    known = loop.history_tokens()
+    if history is not loop.messages or known is None:
+        return None
+    return [*map(estimate_tokens, system), *known, *map(estimate_tokens, new)]
 
 
 def check_budgets(step: Step) -> list[str]:

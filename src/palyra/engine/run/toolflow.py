@@ -104,6 +104,8 @@ async def propose(step: Step, batch: Batch, calls: Sequence[ToolCall], turn: int
             input_json = oversized_args_json(input_json)
         else:
             verdict = decide(step, call.name, call.arguments, index)
+            # The fold takes these arguments rather than decoding ``input_json`` again.
+            step.writer.loop.expect_arguments(pid, dict(call.arguments))
         verdicts.append((pid, call, verdict))
         # One event: the call and the policy's verdict on it (docs/journal/design.md, "Tape events folded").
         batch.add(pb.ToolProposal(
@@ -358,6 +360,8 @@ async def await_decision(step: Step, p: Proposal) -> None:
                                    "approval timed out" if decision.event == ApprovalEvent.TIME_OUT
                                    else (new.reason or "approval denied"))
         _turn_done(step, batch, p.proposal_id)
+    # The decider is answered once the decision is durable, not after the run's next step.
+    batch.on_landed(lambda: step.mailbox.resolve(new))
     if decision.event != ApprovalEvent.TIME_OUT and new.scope in ("session", "timeboxed"):
         async with deps.session_writer.hold(new.session_id):
             session = deps.session_reader.require(new.session_id)
@@ -370,7 +374,6 @@ async def await_decision(step: Step, p: Proposal) -> None:
             await batch.commit()
     else:
         await batch.commit()
-    step.mailbox.resolve(new)
 
 
 async def _wait_or_relayed(step: Step, approval_id: str, fut: asyncio.Future[Decision],

@@ -89,6 +89,7 @@ class Batch:
         self.committed = False
         self._take_input = False
         self._complete_if_requested = False
+        self._on_landed: list[Callable[[], None]] = []
 
     def add(self, *members: betterproto2.Message) -> Batch:
         """Append tape members in order."""
@@ -127,6 +128,13 @@ class Batch:
         self._take_input = True
         return self
 
+    def on_landed(self, callback: Callable[[], None]) -> Batch:
+        """Call ``callback`` the moment this append is durable (from the event loop's
+        callback, before the committing task resumes): an approval's decider is answered
+        then, not after the run has gone on to its next step."""
+        self._on_landed.append(callback)
+        return self
+
     def complete_if_requested(self) -> Batch:
         """This append ends the agent loop: if the client already half-closed
         and nothing is queued, complete the run in the same append."""
@@ -157,17 +165,18 @@ class Batch:
         except BaseException:
             staged.abandon()
             raise
+        # Landed (or abandoned) as the append settles, before this task resumes (the
+        # callback is the future's first): the record, the watchers and any
+        # ``on_landed`` waiter see the commit without waiting behind this task.
+        if task.done():  # settled as it was queued: awaiting it will not yield
+            staged.settle(task)
+        else:
+            task.add_done_callback(staged.settle)
         try:
-            stored = await asyncio.shield(task)
+            return await asyncio.shield(task)
         except asyncio.CancelledError:
             await asyncio.wait({task})
-            staged.settle(task)
             raise
-        except BaseException:
-            staged.settle(task)
-            raise
-        staged.land()
-        return stored
 
     def stage(self) -> Staged:
         """The batch's drafts, for an append made by someone else (a cascade puts a
@@ -219,7 +228,7 @@ class Batch:
                 **self.changes,
             },
         )
-        return Staged(w, record, saved, self._drafts(record))
+        return Staged(w, record, saved, self._drafts(record), self._on_landed)
 
     def _drafts(self, record: RunRecord) -> list[EventDraft]:
         run_write = EntityWrite(RUNS, record.run_id, encode(record))
@@ -257,16 +266,20 @@ class Staged:
     """
 
     def __init__(self, writer: RunWriter, record: RunRecord,
-                 saved: tuple[int, int, int, str, str], drafts: list[EventDraft]) -> None:
+                 saved: tuple[int, int, int, str, str], drafts: list[EventDraft],
+                 on_landed: Sequence[Callable[[], None]] = ()) -> None:
         self._writer = writer
         self.record = record
         self._saved = saved
         self.drafts = drafts
+        self._on_landed = on_landed
 
     def land(self) -> None:
         """The append is durable: the committed record is the new one."""
         self._writer.record = self.record
         self._writer.notify()
+        for callback in self._on_landed:
+            callback()
 
     def abandon(self) -> None:
         """The append did not happen: the loop state goes back to the committed record."""
