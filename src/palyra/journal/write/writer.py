@@ -131,6 +131,8 @@ class Writer(OtherCommits):
         self._pending = Applier(env, env.durable, on_applied)
         env.on_wait = self._wanted
         self.stats = WriterStats()
+        # Commits told, not yet answered: (callers, their followers' deliveries).
+        self._due: list[tuple[list[Any], Deliveries | None]] = []
         self._ready = threading.Event()
         self._start_error: list[BaseException] = []  # what _complete_tree raised, if anything
         self._thread = threading.Thread(target=self._run, name=names.WRITER_THREAD, daemon=True)
@@ -223,18 +225,26 @@ class Writer(OtherCommits):
     def _commit(self, batch: list[Request]) -> None:
         """The batch's appends as one frame, then its checkpoints and prunes in order."""
         began = time.perf_counter()
-        appends = [r for r in batch if isinstance(r, Append)]
-        if appends:
-            self._commit_appends(appends)
-        if len(appends) < len(batch):
-            for request in batch:
-                if isinstance(request, Checkpoint):
-                    self._commit_checkpoint(request)
-                elif isinstance(request, Prune):
-                    self._commit_prune(request)
-                elif isinstance(request, TreeSign):
-                    self._commit_tree_sign(request)
-        self.stats.timings.observe(began, batch)
+        try:
+            appends = [r for r in batch if isinstance(r, Append)]
+            if appends:
+                self._commit_appends(appends)
+            if len(appends) < len(batch):
+                for request in batch:
+                    if isinstance(request, Checkpoint):
+                        self._commit_checkpoint(request)
+                    elif isinstance(request, Prune):
+                        self._commit_prune(request)
+                    elif isinstance(request, TreeSign):
+                        self._commit_tree_sign(request)
+            self.stats.timings.observe(began, batch)
+        finally:
+            # Answered last, once this thread's bookkeeping is done: it blocks for
+            # the next request right after, so the woken loop finds the GIL free
+            # instead of waiting for this thread to hand it over.
+            due, self._due = self._due, []
+            for answered, deliveries in due:
+                resolve(answered, deliveries)
 
     # --- appends: plan -> frame -> answer -> apply ------------------------
 
@@ -289,7 +299,8 @@ class Writer(OtherCommits):
 
     def _first_clash(self, plan: CommitPlan, live: list[Append]) -> Append | None:
         """The first request whose event id is taken (it gets its error), else None."""
-        keys = [key for key, _position in plan.claims]
+        claims = plan.claims
+        keys = [claims[0][0]] if len(claims) == 1 else [key for key, _position in claims]
         taken, txn, ids = self._pending.ids, self._pending.txn(), self._env.dbs[names.EVENT_IDS]
         if len(keys) == 1:  # a lone append's: one get
             if keys[0] not in taken and txn.get(keys[0], db=ids) is None:
@@ -341,8 +352,7 @@ class Writer(OtherCommits):
             self._on_commit(list(zip(plan.views, plan.sizes, strict=True)))
             if plan.views and self._followed() else None
         )
-        resolve(batch, deliveries)
-        # This thread's own memory: after the answer, off the callers' path.
+        self._due.append((batch, deliveries))  # answered at the end of the commit
         self.next_position = plan.next_position
         self.head = plan.head
         self.tree = plan.tree
