@@ -131,8 +131,6 @@ class Writer(OtherCommits):
         self._pending = Applier(env, env.durable, on_applied)
         env.on_wait = self._wanted
         self.stats = WriterStats()
-        # Commits told, not yet answered: (callers, their followers' deliveries).
-        self._due: list[tuple[list[Any], Deliveries | None]] = []
         self._ready = threading.Event()
         self._start_error: list[BaseException] = []  # what _complete_tree raised, if anything
         self._thread = threading.Thread(target=self._run, name=names.WRITER_THREAD, daemon=True)
@@ -225,26 +223,18 @@ class Writer(OtherCommits):
     def _commit(self, batch: list[Request]) -> None:
         """The batch's appends as one frame, then its checkpoints and prunes in order."""
         began = time.perf_counter()
-        try:
-            appends = [r for r in batch if isinstance(r, Append)]
-            if appends:
-                self._commit_appends(appends)
-            if len(appends) < len(batch):
-                for request in batch:
-                    if isinstance(request, Checkpoint):
-                        self._commit_checkpoint(request)
-                    elif isinstance(request, Prune):
-                        self._commit_prune(request)
-                    elif isinstance(request, TreeSign):
-                        self._commit_tree_sign(request)
-            self.stats.timings.observe(began, batch)
-        finally:
-            # Answered last, once this thread's bookkeeping is done: it blocks for
-            # the next request right after, so the woken loop finds the GIL free
-            # instead of waiting for this thread to hand it over.
-            due, self._due = self._due, []
-            for answered, deliveries in due:
-                resolve(answered, deliveries)
+        appends = [r for r in batch if isinstance(r, Append)]
+        if appends:
+            self._commit_appends(appends)
+        if len(appends) < len(batch):
+            for request in batch:
+                if isinstance(request, Checkpoint):
+                    self._commit_checkpoint(request)
+                elif isinstance(request, Prune):
+                    self._commit_prune(request)
+                elif isinstance(request, TreeSign):
+                    self._commit_tree_sign(request)
+        self.stats.timings.observe(began, batch)
 
     # --- appends: plan -> frame -> answer -> apply ------------------------
 
@@ -352,7 +342,8 @@ class Writer(OtherCommits):
             self._on_commit(list(zip(plan.views, plan.sizes, strict=True)))
             if plan.views and self._followed() else None
         )
-        self._due.append((batch, deliveries))  # answered at the end of the commit
+        resolve(batch, deliveries)
+        # This thread's own memory: after the answer, off the callers' path.
         self.next_position = plan.next_position
         self.head = plan.head
         self.tree = plan.tree
