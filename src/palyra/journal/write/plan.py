@@ -77,7 +77,8 @@ class CommitPlan:
             in the order their calls were queued.
         claims: ``(event id, u64 position)`` of every event, in position order.
         views: the ``StoredEvent`` of every event, in position order.
-        answers: each request's own views, in the order of ``requests``.
+        answers: each request's own views, in the order of ``requests`` (a lone
+            request's answer is ``views`` itself, not a copy).
         sizes: each view's weight in a follower's bounded buffer.
         sessions: the chain head of every session the commit wrote to.
         tape_next: the next tape seq of every run the commit put on a tape.
