@@ -124,3 +124,19 @@ def test_the_tree_grows_by_one_entry_per_record_from_the_frontier() -> None:
     lasts = [decode_record(v).last for name, _k, v in plan.ops if name == EVENTS]  # type: ignore[arg-type]
     assert level0 == [(node_key(prefix, 0, 3 + i), h + u64_key(last))
                       for i, (h, last) in enumerate(zip(record_hashes, lasts, strict=True))]  # fmt: skip
+
+
+def test_each_request_of_a_batch_is_answered_with_its_own_events_in_its_order() -> None:
+    # A request spanning sessions, one gathered into a session's record, one alone.
+    spanning = _append(draft(0, session_id="s"), draft(1, session_id="t"), draft(2, session_id="s"))
+    gathered = _append(draft(3, session_id="t"), draft(4, session_id="t"))
+    single = _append(draft(5, session_id="s"))
+    requests = [spanning, gathered, single]
+    plan = plan_commit(requests, _heads())
+    for request, answer in zip(requests, plan.answers, strict=True):
+        assert [v.event_id for v in answer] == [e.event_id for e in request.events]
+        positions = [v.position for v in answer]
+        assert positions == list(range(positions[0], positions[0] + len(positions)))
+    assert sorted(v.position for answer in plan.answers for v in answer) == [
+        v.position for v in plan.views
+    ]

@@ -29,8 +29,11 @@ def resolve(batch: list[Any], deliveries: Deliveries | None = None) -> None:
     """Settle ``batch``'s futures and hand ``deliveries`` to followers, per event loop."""
     loop = batch[0].loop
     if not deliveries and len(batch) == 1:  # a lone caller, nobody following
-        with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting any more
+        # try, not contextlib.suppress: no context manager object on every commit.
+        try:  # noqa: SIM105
             loop.call_soon_threadsafe(_settle, batch)
+        except RuntimeError:  # a closed loop: nobody is waiting any more
+            pass
         return
     by_loop: dict[Any, list[Waiting]] = {}
     for request in batch:

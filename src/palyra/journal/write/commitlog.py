@@ -72,6 +72,8 @@ _HEADER = struct.Struct(">4sIQQQII")  # magic, version, generation, txnid, appli
 _HEADER_VERSION = 2  # 2: the frames may hold sync frames (1 never wrote any)
 _HEADER_VERSIONS = (1, 2)
 _U64 = struct.Struct(">Q")
+_SEQ_LEN = struct.Struct(">QI")  # a frame's seq and payload length, as its crc covers them
+_CRC = struct.Struct(">I")
 
 # LMDB 0.9 meta page (native byte order): page number at 0, flags at 10
 # (P_META = 0x08), MDB_meta from 16 with mm_magic at 16 and mm_txnid at 144.
@@ -263,10 +265,9 @@ def read_header(directory: Path) -> Header | None:
 def encode_frame(seq: int, ops: list[Op]) -> bytes:
     """``magic ‖ u64 seq ‖ u32 len ‖ u32 crc32(seq ‖ len ‖ payload) ‖ payload``."""
     payload = _OPS_ENCODER.encode(ops)
-    front = _U64.pack(seq) + struct.pack(">I", len(payload))
-    return (
-        _FRAME_MAGIC + front + struct.pack(">I", zlib.crc32(payload, zlib.crc32(front))) + payload
-    )
+    front = _SEQ_LEN.pack(seq, len(payload))
+    crc = zlib.crc32(payload, zlib.crc32(front))
+    return b"".join((_FRAME_MAGIC, front, _CRC.pack(crc), payload))
 
 
 def encode_sync_frame(txnid: int, applied: int, meta: bytes, page_size: int) -> bytes:

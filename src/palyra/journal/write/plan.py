@@ -22,12 +22,10 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from itertools import repeat
-from operator import itemgetter
 
 from palyra.core.chain import record_body, record_head_of, record_row, text_bytes
 from palyra.journal import _env as names
-from palyra.journal._types import NO_TAPE_SEQ, StoredEvent
+from palyra.journal._types import NO_TAPE_SEQ, EntityWrite, StoredEvent
 from palyra.journal.format.record import build_record, scoped_prefix
 from palyra.journal.read.tlog import JOURNAL_TREE
 from palyra.journal.tlog.merkle import Frontier, extend, tree_prefix
@@ -46,7 +44,6 @@ _SCOPE_MEMO = 4096
 
 _U64 = struct.Struct(">Q")
 _TREE_PREFIX = tree_prefix(JOURNAL_TREE)
-_KEY, _VALUE = itemgetter(0), itemgetter(1)
 
 Chunk = list[tuple[Append, PreparedEvent]]
 
@@ -80,7 +77,8 @@ class CommitPlan:
             in the order their calls were queued.
         claims: ``(event id, u64 position)`` of every event, in position order.
         views: the ``StoredEvent`` of every event, in position order.
-        answers: each request's own views, in the order of ``requests``.
+        answers: each request's own views, in the order of ``requests`` (a lone
+            request's answer is ``views`` itself, not a copy).
         sizes: each view's weight in a follower's bounded buffer.
         sessions: the chain head of every session the commit wrote to.
         tape_next: the next tape seq of every run the commit put on a tape.
@@ -120,44 +118,61 @@ def plan_commit(requests: Sequence[Append], heads: Heads) -> CommitPlan:
     Raises:
         KeyError: ``heads`` lacks a session or taped run of the batch.
     """
-    plan = CommitPlan(
-        ops=[], claims=[], views=[], answers=[[] for _ in requests], sizes=[],
-        sessions={}, tape_next={}, head=heads.head, tree=heads.tree,
-        next_position=heads.next_position,
-    )  # fmt: skip
-    answer_of = {id(request): plan.answers[i] for i, request in enumerate(requests)}
+    plan = CommitPlan([], [], [], [], [], {}, {}, heads.head, heads.tree, heads.next_position)
+    chunks = layout(requests)
     events: list[tuple[bytes, bytes]] = []
     by_session: list[tuple[bytes, bytes]] = []
     tape: list[tuple[bytes, bytes]] = []
     leaves: list[tuple[bytes, int]] = []
-    for chunk in layout(requests):
-        _plan_record(plan, heads, chunk, answer_of, (events, by_session, tape), leaves)
-    plan.tree, tree = extend(heads.tree, leaves, _TREE_PREFIX)
-    ops, tables = plan.ops, plan.tables
-    for name, items in ((names.EVENT_IDS, plan.claims), (names.EVENTS, events),
-                        (names.BY_SESSION, by_session), (names.TAPE, tape),
-                        (names.TLOG, tree)):  # fmt: skip
-        if items:
-            # Made in C (zip), not by bytecode per write: a commit of many appends
-            # has hundreds of id claims.
-            ops += zip(repeat(name), map(_KEY, items), map(_VALUE, items))
-            tables[name] = items
+    for chunk in chunks:
+        _plan_record(plan, heads, chunk, events, by_session, tape, leaves)
+    # One request is answered with every view (the usual lone append: no map).
+    plan.answers = [plan.views] if len(requests) == 1 else _answers(requests, chunks, plan.views)
+    if leaves:
+        plan.tree, tree = extend(heads.tree, leaves, _TREE_PREFIX)
+        tables = plan.tables
+        tables[names.EVENT_IDS] = plan.claims
+        tables[names.EVENTS] = events
+        tables[names.BY_SESSION] = by_session
+        if tape:
+            tables[names.TAPE] = tape
+        tables[names.TLOG] = tree
+        # One comprehension over every table: cheaper than a zip per table, for
+        # one write per table (a lone append) and for hundreds alike.
+        plan.ops = [(name, key, value) for name, items in tables.items() for key, value in items]
     for request in requests:  # entity rows in arrival order: the last queued writes last
         for event in request.events:
-            for write in event.entity_writes:
-                ops.append((write.table, write.key.encode(), write.value))
-                plan.rows.add((write.table, write.key))
+            if event.entity_writes:
+                _plan_rows(plan, event.entity_writes)
     if plan.rows:
-        tables.clear()  # rows (deletes among them, maybe) keep the frame's order: ops only
+        plan.tables.clear()  # rows (deletes among them, maybe) keep the frame's order: ops only
     return plan
+
+
+def _plan_rows(plan: CommitPlan, writes: Sequence[EntityWrite]) -> None:
+    for write in writes:
+        plan.ops.append((write.table, write.key.encode(), write.value))
+        plan.rows.add((write.table, write.key))
+
+
+def _answers(
+    requests: Sequence[Append], chunks: list[Chunk], views: list[StoredEvent]
+) -> list[list[StoredEvent]]:
+    """Each request's own views, in the order of ``requests`` (views follow ``chunks``)."""
+    answer_of: dict[int, list[StoredEvent]] = {id(request): [] for request in requests}
+    owners = [id(request) for chunk in chunks for request, _event in chunk]
+    for owner, view in zip(owners, views, strict=True):
+        answer_of[owner].append(view)
+    return list(answer_of.values())
 
 
 def _plan_record(
     plan: CommitPlan,
     heads: Heads,
     chunk: Chunk,
-    answer_of: dict[int, list[StoredEvent]],
-    puts: tuple[list[tuple[bytes, bytes]], ...],
+    events: list[tuple[bytes, bytes]],
+    by_session: list[tuple[bytes, bytes]],
+    tape: list[tuple[bytes, bytes]],
     leaves: list[tuple[bytes, int]],
 ) -> None:
     """One record: its rows, its hashes, its index puts, its tree entry and its events' views."""
@@ -166,17 +181,19 @@ def _plan_record(
     session_id = chunk[0][1].session_id
     prev = plan.sessions.get(session_id) or heads.sessions[session_id]
     rows: list[list[object]] = []
+    claims, tape_next, pack = plan.claims, plan.tape_next, _U64.pack
     tape_last: dict[str, int] = {}
-    pack = _U64.pack
-    for position, (_request, event) in enumerate(chunk, first):
-        plan.claims.append((event.event_id.encode(), pack(position)))
+    position = first
+    for _request, event in chunk:
+        claims.append((event.event_id.encode(), pack(position)))
+        position += 1
         seq = NO_TAPE_SEQ
         if event.tape:
             run_id = event.run_id
-            seq = plan.tape_next.get(run_id, -1)
+            seq = tape_next.get(run_id, -1)
             if seq < 0:
                 seq = heads.tape_next[run_id]
-            plan.tape_next[run_id] = seq + 1
+            tape_next[run_id] = seq + 1
             tape_last[run_id] = seq
         rows.append(record_row(event, seq, event.redactions, event.payload))
     session_prefix, session_text = _scope(session_id)
@@ -185,20 +202,19 @@ def _plan_record(
     )
     last_key = pack(last)
     leaves.append((digest, last))
-    events, by_session, tape = puts
     events.append((last_key, value))
     by_session.append((session_prefix + last_key, b""))
-    tape += [(_scope(run_id)[0] + pack(seq), last_key) for run_id, seq in tape_last.items()]
+    for run_id, seq in tape_last.items():
+        tape.append((_scope(run_id)[0] + pack(seq), last_key))
     digest_hex, prev_hex, link_hex = digest.hex(), prev.hex(), link.hex()
-    for position, ((request, event), row) in enumerate(zip(chunk, rows, strict=True), first):
-        view = StoredEvent(
+    views, sizes = plan.views, plan.sizes
+    for position, ((_request, event), row) in enumerate(zip(chunk, rows, strict=True), first):
+        views.append(StoredEvent(
             position, event.event_id, session_id, event.run_id, row[2], event.kind,  # type: ignore[arg-type]
             event.actor, event.ts_ms, event.principal, event.device_id, event.channel,
             event.value, row[9], digest_hex, prev_hex, link_hex, event.origin,  # type: ignore[arg-type]
-        )  # fmt: skip
-        answer_of[id(request)].append(view)
-        plan.views.append(view)
-        plan.sizes.append(len(event.payload) + EVENT_OVERHEAD)
+        ))  # fmt: skip
+        sizes.append(len(event.payload) + EVENT_OVERHEAD)
     plan.sessions[session_id] = digest
     plan.head = link
     plan.next_position = last + 1

@@ -35,12 +35,13 @@ class CommitTimings:
         events = 0
         for request in batch:
             error = request.error
-            if isinstance(error, PalyraError) and error.code is ErrorCode.UNAVAILABLE:
+            if error is None:
+                if isinstance(request, Append):
+                    events += len(request.events)
+            elif isinstance(error, PalyraError) and error.code is ErrorCode.UNAVAILABLE:
                 self.failures += 1
                 self.last_failure = str(error.__cause__ or error)
                 return
-            if isinstance(request, Append) and error is None:
-                events += len(request.events)
         self.batch_events.observe(events)
         self.last_failure = ""
 

@@ -252,7 +252,7 @@ class Writer(OtherCommits):
                     return
             # The plan stays valid across a map resize or an LMDB commit: neither
             # moves a head or frees an id.
-            frame = self._retried(lambda: self._log(plan.ops, plan.tables))
+            frame = self._retried(self._log, plan.ops, plan.tables)
         except Exception as exc:
             fail(batch, exc)
             return
@@ -263,18 +263,16 @@ class Writer(OtherCommits):
         self._answer(batch, plan, frame, live)
 
     def _heads(self, batch: list[Append]) -> Heads:
-        """The chain heads ``batch`` appends to: remembered, else read from LMDB."""
-        sessions: dict[str, bytes] = {}
-        tape_next: dict[str, int] = {}
+        """The chain heads ``batch`` appends to: this thread's memory, filled from LMDB
+        with what it lacks (committed values, as everything it remembers)."""
+        sessions, tape_next = self._session_heads, self._tape_next
         for request in batch:
             for event in request.events:
-                session_id, run_id = event.session_id, event.run_id
-                if session_id not in sessions:  # a head is 32 bytes: never falsy
-                    sessions[session_id] = (self._session_heads.get(session_id)
-                                            or self._stored_head(session_id))  # fmt: skip
-                if event.tape and run_id not in tape_next:
-                    seq = self._tape_next.get(run_id, -1)
-                    tape_next[run_id] = seq if seq >= 0 else self._stored_seq(run_id)
+                if event.session_id not in sessions:
+                    sessions[event.session_id] = self._stored_head(event.session_id)
+                if event.tape and event.run_id not in tape_next:
+                    tape_next[event.run_id] = self._stored_seq(event.run_id)
+        # The memory itself, not a copy: the planner only reads it.
         return Heads(self.next_position, self.head, sessions, tape_next, self.tree)
 
     def _stored_head(self, session_id: str) -> bytes:
@@ -289,7 +287,8 @@ class Writer(OtherCommits):
 
     def _first_clash(self, plan: CommitPlan, live: list[Append]) -> Append | None:
         """The first request whose event id is taken (it gets its error), else None."""
-        keys = [key for key, _position in plan.claims]
+        claims = plan.claims
+        keys = [claims[0][0]] if len(claims) == 1 else [key for key, _position in claims]
         taken, txn, ids = self._pending.ids, self._pending.txn(), self._env.dbs[names.EVENT_IDS]
         if len(keys) == 1:  # a lone append's: one get
             if keys[0] not in taken and txn.get(keys[0], db=ids) is None:
@@ -352,11 +351,11 @@ class Writer(OtherCommits):
 
     # --- the two requests that step out of the plan ----------------------
 
-    def _retried(self, attempt: Callable[[], Any]) -> Any:
-        """``attempt()``, again after growing the map or letting LMDB commit first."""
+    def _retried(self, attempt: Callable[..., Any], *args: Any) -> Any:
+        """``attempt(*args)``, again after growing the map or letting LMDB commit first."""
         while True:
             try:
-                return attempt()
+                return attempt(*args)
             except lmdb.MapFullError:
                 self._pending.commit()
                 self._env.grow()
@@ -397,7 +396,8 @@ def _in_plan_order(
 
 
 def _remember(memory: dict[Any, Any], committed: dict[Any, Any]) -> None:
-    # Called only after a durable commit: memory never holds uncommitted values.
+    # Called only after a durable commit (and _heads fills it only with what LMDB
+    # holds): memory never holds uncommitted values.
     if len(memory) + len(committed) > _MEMORY_LIMIT:
         memory.clear()
     memory.update(committed)
