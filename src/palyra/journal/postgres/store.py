@@ -42,7 +42,7 @@ class PostgresJournalStore(JournalStore):
         self._watch: ForeignCommits | None = None
         if not config.readonly:
             own = OwnCommits()
-            self._entities = EntityCache()
+            self._entities = EntityCache(shared=True)
             self._writer = PostgresWriter(env, config.max_batch_events, self._hub.deliveries,
                                           self._hub.followed, own, self._entities.wrote)
             # Other daemons' commits reach this daemon's followers and cache too.
