@@ -23,6 +23,8 @@ APPROVE = pb.ApprovalDecision.APPROVE
 
 
 async def _hitl_run(app: PalyraApp, k: int) -> pb.Run:
+    """A run asking approval for each step; the posture change before it holds the
+    session's lease for a term of its own, so the run's claim is the second term."""
     resolved = await app.resolve_session(USER, pb.ResolveSessionRequest(session_key="hitl"))
     await app.set_tool_posture(USER, pb.SetToolPostureRequest(
         session_id=resolved.session.session_id, tool_name="add",
@@ -59,15 +61,15 @@ async def test_a_daemon_resumes_only_the_sessions_it_owns(
     app_a = await a.start()
     run = await _hitl_run(app_a, 2)
     await next_approval(app_a, run.run_id)
-    assert holder(a, run.session_id) == (owner_of(a), 1, True)
+    assert holder(a, run.session_id) == (owner_of(a), 2, True)
     b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
     await b.start()  # its recovery sees the unfinished run, but A owns the session
     assert b.engine is not None and b.engine.live_runs() == []
-    assert holder(a, run.session_id) == (owner_of(a), 1, True)
+    assert holder(a, run.session_id) == (owner_of(a), 2, True)
     done = await _approve_to_end(app_a, run.run_id, "a")
     assert done.state == pb.RunState.DONE and "result=2" in done.final_text
     # The run ended, so A let go of the session, settled: nothing for B to take over.
-    await until(lambda: holder(a, run.session_id) == ("", 1, False))
+    await until(lambda: holder(a, run.session_id) == ("", 2, False))
     a.check_tape(run.run_id)
 
 
@@ -86,7 +88,7 @@ async def test_a_dead_owners_session_is_taken_over_and_the_old_owner_is_fenced_o
     expired = time.monotonic()
     await until(b.engine.live_runs)
     assert time.monotonic() - expired <= 2 * ttl_s  # taken over within 2 x TTL
-    assert holder(b, run.session_id) == (owner_of(b), 2, True)
+    assert holder(b, run.session_id) == (owner_of(b), 3, True)
     # A still has the run live and still believes it owns it: its write is refused.
     assert a.engine is not None and [r.run_id for r, _ in a.engine.live_runs()] == [run.run_id]
     tape_before = len(a.tape(run.run_id))
@@ -229,7 +231,7 @@ async def test_a_new_run_that_claims_an_expired_lease_resumes_the_runs_its_old_o
     new = (await app_b.create_run(USER, pb.CreateRunRequest(
         session_key="hitl", input=pb.MessageInput(text=loop_text(1)), complete=True))).run
     assert new.session_id == left.session_id
-    assert holder(b, left.session_id) == (owner_of(b), 2, True)
+    assert holder(b, left.session_id) == (owner_of(b), 3, True)
     # The claim took A's unsettled term over: the run A left is B's now, resumed once.
     assert left.run_id in {r.run_id for r, _ in b.engine.live_runs()}
     for run_id, k in ((new.run_id, 1), (left.run_id, 2)):
@@ -241,7 +243,7 @@ async def test_a_new_run_that_claims_an_expired_lease_resumes_the_runs_its_old_o
     recovered = [e for e in b.store.read_range(0, 10_000) if e.kind == "run.recovered"]
     assert [e.run_id for e in recovered] == [left.run_id]
     # Both ended on B: the session is settled, nothing is left for a sweep.
-    await until(lambda: holder(b, left.session_id) == ("", 2, False))
+    await until(lambda: holder(b, left.session_id) == ("", 3, False))
 
 
 async def _stream_requests(*requests: pb.RunStreamRequest) -> AsyncIterator[pb.RunStreamRequest]:

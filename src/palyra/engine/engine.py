@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
@@ -149,7 +149,8 @@ class Engine:
         self.session_reader = SessionReader(store)
         #: Every session change, each under that session's lock.
         self.session_writer = SessionWriter(store, self.session_reader, now_ms,
-                                            leases.fence if leases is not None else None)
+                                            leases.fence if leases is not None else None,
+                                            self._owning_session if leases is not None else None)
         #: Committed approval records (get, filtered pages).
         self.approval_reader = ApprovalReader(store)
         #: Attachments by SHA-256, kept while a run's tape names them.
@@ -327,6 +328,33 @@ class Engine:
         await takeover.take(unfinished_runs(self.store), report, recovering=True)
         self.spawn(takeover.keep())
         return report
+
+    @contextlib.asynccontextmanager
+    async def _owning_session(self, session_id: str) -> AsyncIterator[None]:
+        """Hold ``session_id``'s lease for a change of the session made outside a run.
+
+        Claimed like a new run's (``run.takeover``: a free session, or one whose owner's
+        term ran out, whose runs are then resumed here first); the change is then read
+        and fenced under this daemon's term, so it neither overwrites the owner's writes
+        nor lands after another daemon took the session.
+
+        Raises:
+            PalyraError: ``UNAVAILABLE`` (retryable) while another live daemon owns the
+                session (it runs the session's runs; the change is not handed over yet).
+        """
+        takeover, leases = self._takeover, self.leases
+        assert takeover is not None and leases is not None
+        if self.session_reader.get(session_id) is None:
+            yield  # nothing to own: the change answers NOT_FOUND
+            return
+        lease = await takeover.claim(session_id)
+        if lease is None:
+            raise coded(ErrorCode.UNAVAILABLE, f"session {session_id} is owned by another "
+                        "daemon now (a run of it is live there); retry", session_id=session_id)
+        try:
+            yield
+        finally:
+            await leases.unhold(session_id)
 
     def _lost_session(self, session_id: str) -> None:
         """Another daemon took ``session_id`` over: stop its runs here without writing."""
