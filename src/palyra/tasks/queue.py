@@ -595,10 +595,9 @@ class TaskQueue:
         first = changes[0][0]
         drafts = [*also(first)] if also is not None else []
         drafts.extend(_draft(rec, event, extra) for rec, event, extra in changes)
-        expect = self._expectations(changes, base)
         # Raises before anything is queued.
-        commit = (self._store.submit(drafts, expect=expect) if expect
-                  else self._store.submit(drafts))
+        commit = (self._store.submit(drafts, expect=self._expectations(changes, base))
+                  if self._shared else self._store.submit(drafts))
         del drafts
         for rec, _event, _extra in changes:
             self._live.hold(rec.task_id)
@@ -613,7 +612,8 @@ class TaskQueue:
                 lost_ok: bool, commit: asyncio.Future[Any]) -> None:
         error = (PalyraError("the journal dropped the commit", code=ErrorCode.UNAVAILABLE)
                  if commit.cancelled() else commit.exception())
-        stale = isinstance(error, PalyraError) and error.code is ErrorCode.STATE_CONFLICT
+        stale = error is not None and getattr(error, "code", None) is ErrorCode.STATE_CONFLICT
+        recheck = self._recheck
         for rec, _event, _extra in changes:
             if self._inflight.get(rec.task_id) is commit:
                 del self._inflight[rec.task_id]
@@ -621,8 +621,8 @@ class TaskQueue:
                 self._live.put(rec)
             else:
                 self._live.release(rec.task_id)
-            if stale or rec.task_id in self._recheck:
-                self._recheck.discard(rec.task_id)
+            if stale or (recheck and rec.task_id in recheck):
+                recheck.discard(rec.task_id)
                 self._refresh(rec.task_id)  # as the table has it now
         if error is None:
             self.commits += 1
