@@ -109,7 +109,9 @@ async def test_a_stale_claimer_is_refused_and_a_moved_lease_cannot_report(
 ) -> None:
     qa, qb, a, b = two_daemons
     rec, _ = await qa.enqueue("job")
-    await _until(lambda: qb.get(rec.task_id) is not None)  # B's memory has it queued
+    # B's memory has it queued (``unfinished`` answers from memory; ``get`` would read
+    # the table for a task memory does not hold).
+    await _until(lambda: rec.task_id in {r.task_id for r in qb.unfinished()})
     # B's watcher falls behind (a lost notification, a starved thread): stopped here.
     assert isinstance(b, PostgresJournalStore) and b._watch is not None
     b._watch.stop()
