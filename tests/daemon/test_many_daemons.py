@@ -212,10 +212,6 @@ def cluster(tmp_path: Path, postgres_server: PostgresServer) -> Iterator[tuple[C
             daemon.kill()
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "flaky, open in docs/journal/postgres.md: in 1 of 2 full runs on the final tree a run the "
-    "client had created (POST /v1/runs answered) was not found by GET on another daemon (404), "
-    "likely a start handed over through session_inbox: whose owner was killed before taking it"))
 def test_three_daemons_killed_at_random_lose_nothing(
     cluster: tuple[Cluster, str], tmp_path: Path
 ) -> None:

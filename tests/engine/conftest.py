@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from engine_harness import Harness
 
+from palyra.testing.postgres import PostgresServer
+
 
 @pytest.fixture
 async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
@@ -15,3 +17,19 @@ async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
     yield h
     if h.store is not None and h._stack is not None:
         await h.stop()
+
+
+@pytest.fixture
+def dsn(postgres_server: PostgresServer) -> str:
+    """A fresh database on the session's PostgreSQL server."""
+    return postgres_server.create_database()
+
+
+@pytest.fixture
+async def daemons() -> AsyncIterator[list[Harness]]:
+    """Engines standing for daemons on one journal (``lease_daemons.pg_daemon``), stopped after."""
+    made: list[Harness] = []
+    yield made
+    for harness in made:
+        if harness.store is not None and harness._stack is not None:
+            await harness.stop()

@@ -6,72 +6,25 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
-import psycopg
 import pytest
-from engine_harness import ADMIN, USER, Harness, fast_config, loop_text, next_approval
+from engine_harness import ADMIN, USER, Harness, loop_text, next_approval
+from lease_daemons import busy_on, expire, holder, owner_of, pg_daemon, until
 from palyra_gen.palyra import v1 as pb
 
 from palyra.app import PalyraApp
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.engine.model.records import RUNS, RunRecord, decode
-from palyra.journal import JournalConfig, verify_store
-from palyra.journal.postgres.store import PostgresJournalStore
-from palyra.testing.postgres import PostgresServer
+from palyra.journal import verify_store
 
 APPROVE = pb.ApprovalDecision.APPROVE
 
 
-@pytest.fixture
-def dsn(postgres_server: PostgresServer) -> str:
-    return postgres_server.create_database()
-
-
-@pytest.fixture
-async def daemons(tmp_path: Path) -> AsyncIterator[list[Harness]]:
-    made: list[Harness] = []
-    yield made
-    for harness in made:
-        if harness.store is not None and harness._stack is not None:
-            await harness.stop()
-
-
-def _daemon(daemons: list[Harness], tmp_path: Path, dsn: str, ttl_s: float) -> Harness:
-    harness = Harness(tmp_path / f"d{len(daemons)}", config=fast_config(),
-                      journal_config=JournalConfig(backend="postgres", dsn=dsn, sync=False,
-                                                   lease_ttl_s=ttl_s))
-    daemons.append(harness)
-    return harness
-
-
-def _holder(harness: Harness, session_id: str) -> tuple[str, int, bool] | None:
-    assert isinstance(harness.store, PostgresJournalStore)
-    return harness.store.lease_holder("session:" + session_id)
-
-
-def _owner(harness: Harness) -> str:
-    assert harness.engine is not None and harness.engine.leases is not None
-    return harness.engine.leases.owner
-
-
-def _expire(dsn: str, session_id: str) -> None:
-    """The owner stalls: its term runs out (the database's clock decides, so move the row)."""
-    with psycopg.connect(dsn) as conn:
-        conn.execute("UPDATE journal_lease SET expires_at = now() - interval '1 second' "
-                     "WHERE name = %s", ("session:" + session_id,))
-
-
-async def _until(check: Callable[[], object], seconds: float = 5.0) -> None:
-    async with asyncio.timeout(seconds):
-        while True:
-            if check():
-                return
-            await asyncio.sleep(0.01)
-
-
 async def _hitl_run(app: PalyraApp, k: int) -> pb.Run:
+    """A run asking approval for each step; the posture change before it holds the
+    session's lease for a term of its own, so the run's claim is the second term."""
     resolved = await app.resolve_session(USER, pb.ResolveSessionRequest(session_key="hitl"))
     await app.set_tool_posture(USER, pb.SetToolPostureRequest(
         session_id=resolved.session.session_id, tool_name="add",
@@ -104,19 +57,19 @@ async def _approve_to_end(app: PalyraApp, run_id: str, reason: str) -> pb.Run:
 async def test_a_daemon_resumes_only_the_sessions_it_owns(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
     app_a = await a.start()
     run = await _hitl_run(app_a, 2)
     await next_approval(app_a, run.run_id)
-    assert _holder(a, run.session_id) == (_owner(a), 1, True)
-    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    assert holder(a, run.session_id) == (owner_of(a), 2, True)
+    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
     await b.start()  # its recovery sees the unfinished run, but A owns the session
     assert b.engine is not None and b.engine.live_runs() == []
-    assert _holder(a, run.session_id) == (_owner(a), 1, True)
+    assert holder(a, run.session_id) == (owner_of(a), 2, True)
     done = await _approve_to_end(app_a, run.run_id, "a")
     assert done.state == pb.RunState.DONE and "result=2" in done.final_text
     # The run ended, so A let go of the session, settled: nothing for B to take over.
-    await _until(lambda: _holder(a, run.session_id) == ("", 1, False))
+    await until(lambda: holder(a, run.session_id) == ("", 2, False))
     a.check_tape(run.run_id)
 
 
@@ -124,25 +77,25 @@ async def test_a_dead_owners_session_is_taken_over_and_the_old_owner_is_fenced_o
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
     ttl_s = 1.0
-    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)  # renews every 20 s: never in this test
+    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)  # renews every 20 s: never in this test
     app_a = await a.start()
     run = await _hitl_run(app_a, 3)
     first = await next_approval(app_a, run.run_id)
-    b = _daemon(daemons, tmp_path, dsn, ttl_s=ttl_s)
+    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=ttl_s)
     app_b = await b.start()
     assert b.engine is not None and b.engine.live_runs() == []
-    _expire(dsn, run.session_id)  # A stalls past its term; it does not know yet
+    expire(dsn, run.session_id)  # A stalls past its term; it does not know yet
     expired = time.monotonic()
-    await _until(b.engine.live_runs)
+    await until(b.engine.live_runs)
     assert time.monotonic() - expired <= 2 * ttl_s  # taken over within 2 x TTL
-    assert _holder(b, run.session_id) == (_owner(b), 2, True)
+    assert holder(b, run.session_id) == (owner_of(b), 3, True)
     # A still has the run live and still believes it owns it: its write is refused.
     assert a.engine is not None and [r.run_id for r, _ in a.engine.live_runs()] == [run.run_id]
     tape_before = len(a.tape(run.run_id))
     with pytest.raises(PalyraError) as refused:
         await _decide(app_a, first.approval_id, "from the fenced-out owner")
     assert refused.value.code in (ErrorCode.LEASE_STALE, ErrorCode.UNAVAILABLE)
-    await _until(lambda: not a.engine.live_runs())  # A's actor stopped without writing
+    await until(lambda: not a.engine.live_runs())  # A's actor stopped without writing
     assert len(a.tape(run.run_id)) == tape_before
     # B, the owner now, carries the run to its end; A's decision never landed.
     done = await _approve_to_end(app_b, run.run_id, "b")
@@ -160,28 +113,28 @@ async def test_a_dead_owners_session_is_taken_over_and_the_old_owner_is_fenced_o
 async def test_a_stopped_daemon_hands_its_sessions_over_without_waiting_for_the_ttl(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
     app_a = await a.start()
     run = await _hitl_run(app_a, 1)
     await next_approval(app_a, run.run_id)
-    b = _daemon(daemons, tmp_path, dsn, ttl_s=1.5)
+    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=1.5)
     app_b = await b.start()
     await a.stop()  # SIGTERM: the run is parked and its session released unsettled
-    holder = _holder(b, run.session_id)
-    assert holder is not None and holder[0] == _owner(a) and not holder[2]
+    row = holder(b, run.session_id)
+    assert row is not None and row[0] == owner_of(a) and not row[2]
     assert b.engine is not None
-    await _until(b.engine.live_runs)  # within 5 s: far less than A's 60 s term
+    await until(b.engine.live_runs)  # within 5 s: far less than A's 60 s term
     done = await _approve_to_end(app_b, run.run_id, "b")
     assert done.state == pb.RunState.DONE and "result=1" in done.final_text
     b.check_tape(run.run_id)
 
 
-async def test_an_approval_decided_on_another_daemon_reaches_the_run_on_its_owner(
+async def test_an_approval_decided_on_another_daemon_reaches_the_run_on_itsowner_of(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
     app_a = await a.start()
-    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
     app_b = await b.start()
     run = await _hitl_run(app_a, 2)
     for _ in range(2):
@@ -204,9 +157,9 @@ async def _state(app: PalyraApp, run_id: str) -> pb.Run:
 async def test_messages_for_a_run_on_another_daemon_are_handed_over_not_refused(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
     app_a = await a.start()
-    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
     app_b = await b.start()
     assert a.engine is not None and b.engine is not None
     first = (await app_a.create_run(USER, pb.CreateRunRequest(
@@ -238,14 +191,14 @@ async def test_messages_for_a_run_on_another_daemon_are_handed_over_not_refused(
 async def test_a_new_run_in_a_session_owned_elsewhere_is_handed_over_not_refused(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
     app_a = await a.start()
-    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
     app_b = await b.start()
     assert a.engine is not None and b.engine is not None
     first = (await app_a.create_run(USER, pb.CreateRunRequest(
         session_key="busy", input=pb.MessageInput(text=loop_text(1)), wait=True))).run
-    assert _holder(a, first.session_id) == (_owner(a), 1, True)  # A owns it: its run is live
+    assert holder(a, first.session_id) == (owner_of(a), 1, True)  # A owns it: its run is live
     second = (await app_b.create_run(USER, pb.CreateRunRequest(
         session_key="busy", input=pb.MessageInput(text=loop_text(2)), complete=True))).run
     assert second.session_id == first.session_id
@@ -267,18 +220,18 @@ async def test_a_new_run_that_claims_an_expired_lease_resumes_the_runs_its_old_o
 ) -> None:
     # B's sweep runs every 20 s, never in this test: only the new run's claim can find
     # the run A left behind.
-    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
     app_a = await a.start()
     left = await _hitl_run(app_a, 2)
     await next_approval(app_a, left.run_id)
-    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
     app_b = await b.start()
     assert b.engine is not None and b.engine.live_runs() == []
-    _expire(dsn, left.session_id)  # A stalls past its term
+    expire(dsn, left.session_id)  # A stalls past its term
     new = (await app_b.create_run(USER, pb.CreateRunRequest(
         session_key="hitl", input=pb.MessageInput(text=loop_text(1)), complete=True))).run
     assert new.session_id == left.session_id
-    assert _holder(b, left.session_id) == (_owner(b), 2, True)
+    assert holder(b, left.session_id) == (owner_of(b), 3, True)
     # The claim took A's unsettled term over: the run A left is B's now, resumed once.
     assert left.run_id in {r.run_id for r, _ in b.engine.live_runs()}
     for run_id, k in ((new.run_id, 1), (left.run_id, 2)):
@@ -290,13 +243,7 @@ async def test_a_new_run_that_claims_an_expired_lease_resumes_the_runs_its_old_o
     recovered = [e for e in b.store.read_range(0, 10_000) if e.kind == "run.recovered"]
     assert [e.run_id for e in recovered] == [left.run_id]
     # Both ended on B: the session is settled, nothing is left for a sweep.
-    await _until(lambda: _holder(b, left.session_id) == ("", 2, False))
-
-
-async def _busy_on(app: PalyraApp) -> pb.Run:
-    """An idle run (waiting for input) on ``app``'s daemon: it holds session ``busy``."""
-    return (await app.create_run(USER, pb.CreateRunRequest(
-        session_key="busy", input=pb.MessageInput(text=loop_text(1)), wait=True))).run
+    await until(lambda: holder(b, left.session_id) == ("", 3, False))
 
 
 async def _stream_requests(*requests: pb.RunStreamRequest) -> AsyncIterator[pb.RunStreamRequest]:
@@ -308,12 +255,12 @@ async def _stream_requests(*requests: pb.RunStreamRequest) -> AsyncIterator[pb.R
 async def test_a_stream_run_in_a_session_owned_elsewhere_is_handed_over_and_streamed_here(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
     app_a = await a.start()
-    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
     app_b = await b.start()
     assert a.engine is not None and b.engine is not None
-    busy = await _busy_on(app_a)
+    busy = await busy_on(app_a)
     stream = app_b.run_stream(USER, _stream_requests(
         pb.RunStreamRequest(v=1, session_key="busy", input=pb.MessageInput(text=loop_text(2))),
         pb.RunStreamRequest(v=1, input=pb.MessageInput(text="and then this"))))
@@ -336,12 +283,12 @@ async def test_a_stream_run_in_a_session_owned_elsewhere_is_handed_over_and_stre
 async def test_a_start_that_resets_a_session_owned_elsewhere_is_handed_over(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
     app_a = await a.start()
-    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
     app_b = await b.start()
     assert a.engine is not None and b.engine is not None
-    busy = await _busy_on(app_a)
+    busy = await busy_on(app_a)
     stream = app_b.run_stream(USER, _stream_requests(pb.RunStreamRequest(
         v=1, session_key="busy", reset_session=True, input=pb.MessageInput(text=loop_text(2)))))
     async with asyncio.timeout(20):
@@ -363,17 +310,17 @@ async def test_a_start_that_resets_a_session_owned_elsewhere_is_handed_over(
 async def test_a_session_change_by_a_fenced_out_owner_is_refused_and_never_written(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
     app_a = await a.start()
-    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
     app_b = await b.start()
-    busy = await _busy_on(app_a)  # A owns the session while its run is live
+    busy = await busy_on(app_a)  # A owns the session while its run is live
     await app_a.set_tool_posture(USER, pb.SetToolPostureRequest(  # the owner's change lands
         session_id=busy.session_id, tool_name="add", posture=pb.ToolPosture.ALWAYS_ALLOW))
-    _expire(dsn, busy.session_id)  # A stalls past its term
+    expire(dsn, busy.session_id)  # A stalls past its term
     await app_b.create_run(USER, pb.CreateRunRequest(  # B's claim takes the session over
         session_key="busy", input=pb.MessageInput(text=loop_text(1)), complete=True))
-    assert _holder(b, busy.session_id) == (_owner(b), 2, True)
+    assert holder(b, busy.session_id) == (owner_of(b), 2, True)
     with pytest.raises(PalyraError) as refused:  # A, unaware, changes the session
         await app_a.set_tool_posture(USER, pb.SetToolPostureRequest(
             session_id=busy.session_id, tool_name="add", posture=pb.ToolPosture.DISABLED))
@@ -387,11 +334,11 @@ async def test_a_session_change_by_a_fenced_out_owner_is_refused_and_never_writt
 async def test_a_stream_error_cancels_its_run_on_the_daemon_that_owns_it(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
     app_a = await a.start()
-    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
     app_b = await b.start()
-    await _busy_on(app_a)
+    await busy_on(app_a)
     stream = app_b.run_stream(USER, _stream_requests(
         pb.RunStreamRequest(v=1, session_key="busy", input=pb.MessageInput(text="hello")),
         pb.RunStreamRequest(v=1, run_id="01J00000000000000000000001",
@@ -412,14 +359,14 @@ async def test_a_stream_error_cancels_its_run_on_the_daemon_that_owns_it(
 async def test_a_new_run_and_the_sweep_claiming_one_orphan_together_resume_its_runs_once(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
     app_a = await a.start()
     left = await _hitl_run(app_a, 1)
     await next_approval(app_a, left.run_id)
-    b = _daemon(daemons, tmp_path, dsn, ttl_s=60)
+    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
     app_b = await b.start()
     assert b.engine is not None
-    _expire(dsn, left.session_id)  # A stalls: its session is an orphan now
+    expire(dsn, left.session_id)  # A stalls: its session is an orphan now
     # B's sweep and a new run on B claim it at the same moment.
     takeover = b.engine._takeover
     assert takeover is not None

@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 import structlog
 
-from palyra.core.errors import ErrorCode, PalyraError, PermissionDenied
+from palyra.core.errors import AlreadyExists, ErrorCode, PalyraError, PermissionDenied
 from palyra.core.ids import is_ulid, new_ulid
 from palyra.core.principals import is_operator
 from palyra.core.references import parse_references
@@ -149,7 +149,8 @@ class Engine:
         self.session_reader = SessionReader(store)
         #: Every session change, each under that session's lock.
         self.session_writer = SessionWriter(store, self.session_reader, now_ms,
-                                            leases.fence if leases is not None else None)
+                                            leases.fence if leases is not None else None,
+                                            self._owning_session if leases is not None else None)
         #: Committed approval records (get, filtered pages).
         self.approval_reader = ApprovalReader(store)
         #: Attachments by SHA-256, kept while a run's tape names them.
@@ -163,7 +164,9 @@ class Engine:
                                 context=context, cascade=self._cancelling_descendants,
                                 shared_journal=leases is not None)
         self._actors: dict[str, RunActor] = {}
-        self._claimed: set[str] = set()
+        # Run ids this engine is accepting now, each with its accept's settling (a start
+        # of the same id waits for it: see ``start_run``).
+        self._claimed: dict[str, asyncio.Future[None]] = {}
         self._stack = AsyncExitStack()
         self._tg: asyncio.TaskGroup | None = None
         self._draining = False
@@ -326,6 +329,33 @@ class Engine:
         self.spawn(takeover.keep())
         return report
 
+    @contextlib.asynccontextmanager
+    async def _owning_session(self, session_id: str) -> AsyncIterator[None]:
+        """Hold ``session_id``'s lease for a change of the session made outside a run.
+
+        Claimed like a new run's (``run.takeover``: a free session, or one whose owner's
+        term ran out, whose runs are then resumed here first); the change is then read
+        and fenced under this daemon's term, so it neither overwrites the owner's writes
+        nor lands after another daemon took the session.
+
+        Raises:
+            PalyraError: ``UNAVAILABLE`` (retryable) while another live daemon owns the
+                session (it runs the session's runs; the change is not handed over yet).
+        """
+        takeover, leases = self._takeover, self.leases
+        assert takeover is not None and leases is not None
+        if self.session_reader.get(session_id) is None:
+            yield  # nothing to own: the change answers NOT_FOUND
+            return
+        lease = await takeover.claim(session_id)
+        if lease is None:
+            raise coded(ErrorCode.UNAVAILABLE, f"session {session_id} is owned by another "
+                        "daemon now (a run of it is live there); retry", session_id=session_id)
+        try:
+            yield
+        finally:
+            await leases.unhold(session_id)
+
     def _lost_session(self, session_id: str) -> None:
         """Another daemon took ``session_id`` over: stop its runs here without writing."""
         for actor in list(self._actors.values()):
@@ -362,15 +392,26 @@ class Engine:
         run_id = start.run_id.strip() or new_ulid()
         if not is_ulid(run_id):
             raise invalid("run_id must be a ULID", field="run_id")
-        if run_id in self._claimed or (
-                not (start.minted and start.run_id) and self.store.get_entity(RUNS, run_id)
-                is not None):
+        while (accepting := self._claimed.get(run_id)) is not None:
+            # The same id is being accepted here (a client's retry that reached the daemon
+            # starting its handed-over run, or two retries at once). ALREADY_EXISTS must
+            # name a committed run, which every daemon reads and some daemon runs, not
+            # one this daemon may still fail (or die) before committing: so wait for that
+            # accept to settle, then look in the store.
+            await asyncio.wait([accepting])
+        if not (start.minted and start.run_id) and self.store.get_entity(RUNS, run_id) is not None:
             raise coded(ErrorCode.ALREADY_EXISTS, f"run {run_id} already exists", run_id=run_id)
-        self._claimed.add(run_id)
+        self._claimed[run_id] = accepted = asyncio.get_running_loop().create_future()
         try:
-            started = await self._accept(identity, start, run_id)
+            outcome = await self._accept(identity, start, run_id)
         finally:
-            self._claimed.discard(run_id)
+            del self._claimed[run_id]
+            accepted.set_result(None)
+        # Handed over (its row committed): wait for the owner's accept no longer
+        # holding the id as accepted here. This daemon's own inbox reader may be the one
+        # to start it (once the session is free), and must not take the id for taken.
+        started = (outcome if isinstance(outcome, Started) else
+                   await self._started_elsewhere(outcome, 2 * self._lease_ttl_s() + 5))
         session_id = started.session.session_id
         # The rest of the request that started it logs under the run (and its trace).
         structlog.contextvars.bind_contextvars(
@@ -378,7 +419,12 @@ class Engine:
             trace_id=trace_hex(run_trace_id(session_id, run_id)))
         return started
 
-    async def _accept(self, identity: IdentityRec, start: StartRun, run_id: str) -> Started:
+    def _lease_ttl_s(self) -> float:
+        return self.leases.ttl_s if self.leases is not None else 0.0
+
+    async def _accept(self, identity: IdentityRec, start: StartRun,
+                      run_id: str) -> Started | RelayedStart:
+        """The run accepted here, or handed over to its session's owner (committed)."""
         leases, takeover = self.leases, self._takeover
         async with self.session_writer.resolving(identity, start.selectors) as plan:
             session_id = plan.record.session_id
@@ -397,7 +443,7 @@ class Engine:
             relayed = self._relayable(identity, start, run_id, plan)
         # Another daemon owns the session: it starts the run (``run.inbox``).
         await self.store.append([start_draft(relayed)])
-        return await self._started_elsewhere(relayed, 2 * leases.ttl_s + 5)
+        return relayed
 
     def _relayable(self, identity: IdentityRec, start: StartRun, run_id: str,
                    plan: SessionPlan) -> RelayedStart:
@@ -492,7 +538,14 @@ class Engine:
                                  + (f" parent_run={start.parent_run_id}"
                                     if start.parent_run_id else ""))
         batch.transition(RunEvent.START, message="streaming")
-        await batch.commit()
+        # The accept's event id is the run's id, so the journal (which refuses an event
+        # id twice, inside the commit) accepts a run id once, whatever two daemons saw.
+        batch.first_event_id = run_id
+        try:
+            await batch.commit()
+        except AlreadyExists:
+            raise coded(ErrorCode.ALREADY_EXISTS, f"run {run_id} already exists",
+                        run_id=run_id) from None
         self._start_actor(RunActor(self._deps, writer))
         return Started(redacted(writer.record), session, plan.created, plan.reset_applied)
 

@@ -15,6 +15,7 @@ from palyra.journal._types import (
     JournalHead,
     JournalStats,
     Lease,
+    RowExpectation,
     StoredEvent,
     TapePage,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "NoteError",
     "PruneOrder",
     "PruneResult",
+    "RowExpectation",
     "StoredEvent",
     "Subscription",
     "TapePage",

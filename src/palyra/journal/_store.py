@@ -21,6 +21,7 @@ from palyra.journal._types import (
     JournalHead,
     JournalStats,
     Lease,
+    RowExpectation,
     StoredEvent,
     TapePage,
 )
@@ -139,21 +140,26 @@ class JournalStore:
         return self._writer
 
     async def append(
-        self, drafts: Sequence[EventDraft], *, fence: Lease | None = None
+        self, drafts: Sequence[EventDraft], *, fence: Lease | None = None,
+        expect: Sequence[RowExpectation] = (),
     ) -> list[StoredEvent]:
         """Append ``drafts`` atomically; return once the commit is durable.
 
         ``fence``: commit only while this lease is its name's current term
         (PostgreSQL; on LMDB one daemon holds every lease and it always is).
+        ``expect``: commit only while each row holds the value expected (PostgreSQL,
+        checked in the commit; not with ``fence``). On LMDB it is not read back: the
+        one daemon's callers decide on rows they hold; pass it only if :attr:`shared`.
 
         Raises:
             InvalidArgument: a draft is malformed.
             AlreadyExists: an ``event_id`` is already in the journal (or twice in ``drafts``).
             PalyraError: ``PAYLOAD_TOO_LARGE`` over a size cap; ``UNAVAILABLE``
                 when the store is closed or the commit failed; ``LEASE_STALE``
-                when ``fence`` was taken over (nothing of ``drafts`` is written).
+                when ``fence`` was taken over, ``STATE_CONFLICT`` when a row of
+                ``expect`` holds another value (nothing of ``drafts`` is written).
         """
-        future = self.submit(drafts, fence=fence)
+        future = self.submit(drafts, fence=fence, expect=expect)
         # Let go of the drafts while the commit is pending: their payloads were
         # copied by prepare, and a caller that no longer holds them (a list built
         # in the call) frees them now instead of keeping them, and the cycle
@@ -162,7 +168,8 @@ class JournalStore:
         return await future
 
     def submit(
-        self, drafts: Sequence[EventDraft], *, fence: Lease | None = None
+        self, drafts: Sequence[EventDraft], *, fence: Lease | None = None,
+        expect: Sequence[RowExpectation] = (),
     ) -> asyncio.Future[list[StoredEvent]]:
         """Validate and queue ``drafts`` now; the future resolves once the commit is durable.
 
@@ -185,9 +192,24 @@ class JournalStore:
         if not prepared:
             future.set_result([])
         else:
-            writer.submit(requests.Append(loop, future, prepared) if fence is None
-                          else requests.FencedAppend(loop, future, prepared, fence))
+            if expect:
+                if fence is not None:
+                    raise PalyraInternalError("an append is fenced or expects rows, not both")
+                writer.submit(requests.ExpectingAppend(loop, future, prepared, tuple(expect)))
+            else:
+                writer.submit(requests.Append(loop, future, prepared) if fence is None
+                              else requests.FencedAppend(loop, future, prepared, fence))
         return future
+
+    def on_foreign_rows(self, listener: Callable[[list[tuple[str, str]]], None]) -> None:
+        """Call ``listener`` with the rows other daemons' commits write (never on LMDB,
+        which no other daemon writes)."""
+
+    @property
+    def shared(self) -> bool:
+        """Whether other daemons may write this journal too (PostgreSQL): decisions
+        made on rows read here must then be conditions of their commits (``expect``)."""
+        return False
 
     async def checkpoint(self) -> Checkpoint:
         """Sign the current global head with the data dir's ed25519 key and store it."""
@@ -338,12 +360,17 @@ class JournalStore:
         return Checkpoint(r.position, r.head.hex(), r.ts_ms, r.public_key.hex(),
                           r.signature.hex())
 
-    def get_entity(self, table: str, key: str) -> bytes | None:
-        """The value of ``table``/``key`` or None."""
+    def get_entity(self, table: str, key: str, *, fresh: bool = False) -> bytes | None:
+        """The value of ``table``/``key`` or None.
+
+        ``fresh``: read the store itself, not this daemon's cache (which follows other
+        daemons' writes only as its watcher finds them): after a compare-and-set
+        failed, the row that beat it.
+        """
         cache = self._entities
         if cache is None:
             return _reads.get_entity(self._env, table, key)
-        hit, value = cache.get(table, key)
+        hit, value = cache.get(table, key) if not fresh else (False, None)
         if hit:
             return value
         clock = cache.clock()  # before the read: see read/entity_cache

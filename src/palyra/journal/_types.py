@@ -84,6 +84,20 @@ _FRESH_PAYLOAD: Mapping[str, Any] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
+class RowExpectation:
+    """A condition of an append: entity row ``table``/``key`` holds ``value`` (None: absent).
+
+    Checked inside the commit's transaction where several daemons write one journal
+    (PostgreSQL): an append whose expectation is unmet fails ``STATE_CONFLICT`` and
+    writes nothing. A compare-and-set on rows, as a fence is on a lease row.
+    """
+
+    table: str
+    key: str
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
 class EntityWrite:
     """Put (``value`` bytes) or delete (``value`` None) one entity row.
 

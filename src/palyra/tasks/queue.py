@@ -25,6 +25,17 @@ Recovery (``start``) treats every lease as dead (the writer lock means no
 other process holds one) and every lapsed deadline as due: each task moves at
 most once, each move is its own commit, and running it again after a crash in
 the middle finds nothing left to move for the tasks already done.
+
+Several daemons on one journal (PostgreSQL, ``JournalStore.shared``) each keep this
+memory, so it is no longer the only truth: every change is a compare-and-set on the
+task's row inside its commit (``expect``: the row still holds the record the change
+was decided on; a new task's row, and its idempotency key's, are still absent). A
+change decided on a stale record fails ``STATE_CONFLICT`` and writes nothing: the
+task is read again from the table and the change decided again (a claim looks for
+another task; a worker whose lease moved on gets ``LEASE_STALE``). Memory follows
+other daemons' task commits through the store's watcher (``on_foreign_rows``), so a
+task enqueued on one daemon is claimed by whichever daemon's worker is free. There
+recovery releases only leases that lapsed: another daemon's may be alive.
 """
 
 from __future__ import annotations
@@ -44,7 +55,7 @@ from palyra_gen.lifecycle.background_task import FINAL_STATES
 
 from palyra.core.errors import ErrorCode, InvalidArgument, NotFound, PalyraError
 from palyra.core.ids import UlidSequence
-from palyra.journal import EntityWrite, EventDraft, JournalStore
+from palyra.journal import EntityWrite, EventDraft, JournalStore, RowExpectation
 from palyra.tasks import model
 from palyra.tasks.index import LiveTasks
 from palyra.tasks.model import Outcome, State, TaskRecord
@@ -116,6 +127,12 @@ class TaskQueue:
         self._timer_wake = asyncio.Event()
         self._timer_due: int | None = None  # the deadline the timer sleeps until
         self._ids = UlidSequence()  # task ids sort in enqueue order (ties on time)
+        # Other daemons write the same tasks: each change is a compare-and-set on its row.
+        self._shared = store.shared
+        # Tasks another daemon changed while a change of ours was in flight: read
+        # again once ours settles (whichever landed last, the table has it).
+        self._recheck: set[str] = set()
+        self._closed = False
         self.commits = 0
         self.stale_refusals = 0  # updates refused for a stale lease epoch (/metrics)
 
@@ -125,13 +142,25 @@ class TaskQueue:
 
         Returns the tasks recovery moved (each in its own commit).
         """
+        if self._shared:  # before the scan: a change made meanwhile is read again
+            loop = asyncio.get_running_loop()
+            self._store.on_foreign_rows(partial(self._foreign_rows, loop))
         self._live = LiveTasks(rec for rec in self._scan() if not rec.final)
         moved = []
         for rec in sorted(self._live, key=lambda r: r.task_id):
-            new = model.recover(rec, self._now(), owner_alive=False)
+            # Shared: another daemon's lease may be alive; only a lapsed one is released.
+            new = model.recover(rec, self._now(), owner_alive=self._shared)
             if new is not rec:
                 # One at a time, each awaited: recovery runs again after a crash here.
-                await self._store.append([_draft(new, "recovered")])
+                expect = self._expectations([(new, "", ())], rec)
+                try:
+                    await (self._store.append([_draft(new, "recovered")], expect=expect)
+                           if expect else self._store.append([_draft(new, "recovered")]))
+                except PalyraError as exc:
+                    if exc.code is not ErrorCode.STATE_CONFLICT:
+                        raise
+                    self._refresh(rec.task_id)  # another daemon moved it first
+                    continue
                 self.commits += 1
                 self._live.put(new)
                 moved.append(new)
@@ -141,6 +170,7 @@ class TaskQueue:
 
     async def close(self) -> None:
         """Stop the timer (leases stay in the journal; the next start recovers them)."""
+        self._closed = True
         if self._timer is not None:
             self._timer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -267,10 +297,11 @@ class TaskQueue:
                 if busy:
                     await _settled(busy)  # join the batch as committed, then decide
                     continue
-                for live in joining:
-                    joined = model.coalesce(live, payload or {}, now, debounce)
-                    if joined is not None and joined.kind == kind:
-                        return await self._commit([(joined, "coalesced", ())], also), False
+                joined = await self._coalesce(joining, kind, payload or {}, now, debounce, also)
+                if joined is _AGAIN:
+                    continue  # another daemon changed that task: read again, decide again
+                if isinstance(joined, TaskRecord):
+                    return joined, False
                 rec = model.debounced_task(
                     self._ids.next(now), kind, now, payload or {}, debounce, priority=priority,
                     expires_at_ms=now + ttl_ms if ttl_ms > 0 else 0,
@@ -288,11 +319,41 @@ class TaskQueue:
             if claim_for and debounce is None and delay_ms <= 0:
                 # Both moves journaled, each as it happened; the answer is the last.
                 changes.append((model.claim(rec, claim_for, now, lease_ms), "claimed", ()))
-            answer = self._submit(changes, also)
-            if idempotency_key:
-                self._idem_inflight[idempotency_key] = answer
-                answer.add_done_callback(partial(self._idem_settled, idempotency_key))
-            return await answer, True
+            created = await self._enqueue_new(changes, also, idempotency_key)
+            if created is not None:
+                return created, True
+
+    async def _coalesce(self, joining: list[TaskRecord], kind: str, item: Any, now: int,
+                        debounce: model.Debounce,
+                        also: Callable[[TaskRecord], Sequence[EventDraft]] | None
+                        ) -> TaskRecord | object | None:
+        """The queued task ``item`` joined (None: none has room; ``_AGAIN``: that task
+        changed on another daemon meanwhile)."""
+        for live in joining:
+            joined = model.coalesce(live, item, now, debounce)
+            if joined is not None and joined.kind == kind:
+                try:
+                    return await self._commit([(joined, "coalesced", ())], also, base=live)
+                except PalyraError as exc:
+                    if exc.code is not ErrorCode.STATE_CONFLICT:
+                        raise
+                    return _AGAIN
+        return None
+
+    async def _enqueue_new(self, changes: list[Change],
+                           also: Callable[[TaskRecord], Sequence[EventDraft]] | None,
+                           idempotency_key: str) -> TaskRecord | None:
+        """Commit a new task; None: another daemon took its idempotency key first."""
+        answer = self._submit(changes, also, base=None)
+        if idempotency_key:
+            self._idem_inflight[idempotency_key] = answer
+            answer.add_done_callback(partial(self._idem_settled, idempotency_key))
+        try:
+            return await answer
+        except PalyraError as exc:
+            if exc.code is not ErrorCode.STATE_CONFLICT:
+                raise
+            return None  # the key's row exists now: the caller finds its task
 
     def _idem_settled(self, key: str, answer: asyncio.Future[TaskRecord]) -> None:
         if self._idem_inflight.get(key) is answer:
@@ -331,7 +392,8 @@ class TaskQueue:
         rec = self._live.best(kinds, now)
         if rec is None:
             return False
-        self._submit([(model.claim(rec, owner, now, lease_ms), "claimed", ())], answer=answer)
+        self._submit([(model.claim(rec, owner, now, lease_ms), "claimed", ())], answer=answer,
+                     base=rec)
         return True
 
     async def heartbeat(self, task_id: str, epoch: int,
@@ -369,6 +431,16 @@ class TaskQueue:
             raise InvalidArgument("a follow-up task needs an idempotency_key")
         payloads = [_checked(f.kind, f.idempotency_key, f.payload) for f in then]
         result_json = msgspec.json.encode(result).decode() if result else ""
+        while True:
+            try:
+                return await self._succeed_once(task_id, epoch, result_json, then, payloads)
+            except PalyraError as exc:
+                if exc.code is not ErrorCode.STATE_CONFLICT:
+                    raise  # else another daemon changed the task: decide again on its row
+
+    async def _succeed_once(self, task_id: str, epoch: int, result_json: str,
+                            then: Sequence[FollowUp], payloads: list[str]
+                            ) -> tuple[TaskRecord, list[TaskRecord]]:
         while (pending := self._inflight.get(task_id)) is not None:
             await _settled([pending])
         rec = self.require(task_id)
@@ -393,7 +465,7 @@ class TaskQueue:
                 new = model.claim(new, follow.claim_for, now, follow.lease_ms)
                 changes.append((new, "claimed", ()))
             born.append(new)
-        answer = self._submit(changes)
+        answer = self._submit(changes, base=rec)
         for new in born:  # an enqueue of the same key meanwhile gets this task
             self._idem_inflight[new.idempotency_key] = follow_answer = _follow(answer, new)
             follow_answer.add_done_callback(partial(self._idem_settled, new.idempotency_key))
@@ -408,15 +480,21 @@ class TaskQueue:
 
     async def _update(self, task_id: str, change: Callable[[TaskRecord], TaskRecord],
                       event: Callable[[TaskRecord], str]) -> TaskRecord:
-        """Apply ``change`` to the task's committed state and commit it (unless unchanged)."""
-        while (pending := self._inflight.get(task_id)) is not None:
-            await _settled([pending])
-        rec = self.require(task_id)
-        with self._counting_stale():
-            new = change(rec)
-        if new is rec:
-            return rec
-        return await self._commit([(new, event(new), ())])
+        """Apply ``change`` to the task's committed state and commit it (unless unchanged);
+        decided again on the task's row if another daemon changed it meanwhile."""
+        while True:
+            while (pending := self._inflight.get(task_id)) is not None:
+                await _settled([pending])
+            rec = self.require(task_id)
+            with self._counting_stale():
+                new = change(rec)
+            if new is rec:
+                return rec
+            try:
+                return await self._commit([(new, event(new), ())], base=rec)
+            except PalyraError as exc:
+                if exc.code is not ErrorCode.STATE_CONFLICT:
+                    raise
 
     @contextlib.contextmanager
     def _counting_stale(self) -> Iterator[None]:
@@ -494,14 +572,14 @@ class TaskQueue:
 
     # -- commits -------------------------------------------------------------
     async def _commit(self, changes: list[Change],
-                      also: Callable[[TaskRecord], Sequence[EventDraft]] | None = None
-                      ) -> TaskRecord:
-        return await self._submit(changes, also)
+                      also: Callable[[TaskRecord], Sequence[EventDraft]] | None = None, *,
+                      base: TaskRecord | None) -> TaskRecord:
+        return await self._submit(changes, also, base=base)
 
     def _submit(self, changes: list[Change],
                 also: Callable[[TaskRecord], Sequence[EventDraft]] | None = None,
-                answer: asyncio.Future[TaskRecord] | None = None
-                ) -> asyncio.Future[TaskRecord]:
+                answer: asyncio.Future[TaskRecord] | None = None, *,
+                base: TaskRecord | None) -> asyncio.Future[TaskRecord]:
         """Queue ``changes`` as one journal append and hold their tasks until it settles.
 
         Synchronous up to the writer's queue, so changes decided in this order are
@@ -510,11 +588,16 @@ class TaskQueue:
         once memory follows the durable commit; a failed commit releases the tasks
         unchanged and fails the answer. A claimer passes its own ``answer``, failed
         with ``_Lost`` instead (it then looks again).
+
+        ``base``: the record the first change was decided on (None: a new task). On a
+        shared journal the commit expects the task's row to hold it still.
         """
         first = changes[0][0]
         drafts = [*also(first)] if also is not None else []
         drafts.extend(_draft(rec, event, extra) for rec, event, extra in changes)
-        commit = self._store.submit(drafts)  # raises before anything is queued
+        # Raises before anything is queued.
+        commit = (self._store.submit(drafts, expect=self._expectations(changes, base))
+                  if self._shared else self._store.submit(drafts))
         del drafts
         for rec, _event, _extra in changes:
             self._live.hold(rec.task_id)
@@ -529,6 +612,8 @@ class TaskQueue:
                 lost_ok: bool, commit: asyncio.Future[Any]) -> None:
         error = (PalyraError("the journal dropped the commit", code=ErrorCode.UNAVAILABLE)
                  if commit.cancelled() else commit.exception())
+        stale = error is not None and getattr(error, "code", None) is ErrorCode.STATE_CONFLICT
+        recheck = self._recheck
         for rec, _event, _extra in changes:
             if self._inflight.get(rec.task_id) is commit:
                 del self._inflight[rec.task_id]
@@ -536,6 +621,9 @@ class TaskQueue:
                 self._live.put(rec)
             else:
                 self._live.release(rec.task_id)
+            if stale or (recheck and rec.task_id in recheck):
+                recheck.discard(rec.task_id)
+                self._refresh(rec.task_id)  # as the table has it now
         if error is None:
             self.commits += 1
         if not answer.done():  # a caller that went away leaves its answer cancelled
@@ -548,6 +636,51 @@ class TaskQueue:
                 answer.set_exception(_Lost())
             else:
                 answer.set_exception(error)
+        self._after_change()
+
+    def _expectations(self, changes: list[Change], base: TaskRecord | None
+                      ) -> tuple[RowExpectation, ...]:
+        """What ``changes``' commit expects of the stored rows (nothing unless shared): the
+        first task's row holds ``base`` (absent when None); any other task, and every
+        idempotency key written, is new (absent)."""
+        if not self._shared:
+            return ()
+        first = changes[0][0].task_id
+        out = [RowExpectation(TABLE, _ID + first,
+                              model.encode(base) if base is not None else None)]
+        seen = {first}
+        for rec, _event, extra in changes:
+            if rec.task_id not in seen:
+                seen.add(rec.task_id)
+                out.append(RowExpectation(TABLE, _ID + rec.task_id, None))
+            out += [RowExpectation(TABLE, w.key, None) for w in extra
+                    if w.key.startswith(_IDEM)]
+        return tuple(out)
+
+    def _refresh(self, task_id: str) -> None:
+        """Memory of ``task_id`` as the table holds it now (another daemon changed it)."""
+        raw = self._store.get_entity(TABLE, _ID + task_id, fresh=True)
+        if raw is not None:
+            self._live.put(model.decode(raw))
+
+    def _foreign_rows(self, loop: asyncio.AbstractEventLoop,
+                      rows: list[tuple[str, str]]) -> None:
+        """On the watcher's thread: other daemons' commits wrote ``rows``."""
+        ids = [key[len(_ID):] for table, key in rows if table == TABLE and key.startswith(_ID)]
+        if ids and not self._closed and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._follow, ids)
+
+    def _follow(self, task_ids: list[str]) -> None:
+        """Memory follows other daemons' changes of ``task_ids`` (a change of ours in
+        flight reads the row again once it settles)."""
+        if self._closed:
+            return
+        for task_id in task_ids:
+            if task_id in self._inflight:
+                self._recheck.add(task_id)
+            else:
+                self._refresh(task_id)
         self._after_change()
 
     def _after_change(self) -> None:
@@ -608,7 +741,7 @@ class TaskQueue:
                 continue  # a not_before passed: claimable now
             event = "lease_lapsed" if rec.leased else str(new.state)
             try:
-                commits.append(self._submit([(new, event, ())]))
+                commits.append(self._submit([(new, event, ())], base=rec))
             except BaseException:
                 for left in due[i:]:  # back on the timer: retried at the next wake-up
                     if self._live.get(left.task_id) is left and not self._live.held(
@@ -618,7 +751,11 @@ class TaskQueue:
         self._after_change()  # tasks whose not_before passed are claimable now
         # A failed commit released its task, deadlines and all: retried next wake-up.
         for answer in commits:
-            await answer
+            try:
+                await answer
+            except PalyraError as exc:
+                if exc.code is not ErrorCode.STATE_CONFLICT:
+                    raise  # else another daemon moved it first: memory follows the row
 
 
 def _follow(answer: asyncio.Future[TaskRecord], rec: TaskRecord) -> asyncio.Future[TaskRecord]:
@@ -636,6 +773,10 @@ def _follow(answer: asyncio.Future[TaskRecord], rec: TaskRecord) -> asyncio.Futu
 
     answer.add_done_callback(settle)
     return follow
+
+
+_AGAIN = object()
+"""A change refused because another daemon changed the task first: decide again."""
 
 
 class _Lost(Exception):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import betterproto2
@@ -87,6 +88,8 @@ class Batch:
         self.pre_events: list[EventDraft] = []
         self.changes: dict[str, Any] = {}
         self.committed = False
+        #: The event id of the batch's first tape event (a run's accept: its run id).
+        self.first_event_id = ""
         self._take_input = False
         self._complete_if_requested = False
         self._on_landed: list[Callable[[], None]] = []
@@ -239,6 +242,9 @@ class Batch:
             drafts.append(tape_draft(record, member))
         if members:  # the rows ride on the last event, built with them (no copy)
             drafts.append(tape_draft(record, members[-1], writes))
+            if self.first_event_id:
+                first = len(drafts) - len(members)
+                drafts[first] = replace(drafts[first], event_id=self.first_event_id)
         elif drafts:
             drafts[-1] = drafts[-1].with_writes(*writes)
         else:

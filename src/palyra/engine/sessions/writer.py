@@ -59,7 +59,9 @@ class SessionWriter:
 
     def __init__(self, store: JournalStore, reader: SessionReader,
                  now_ms: Callable[[], int],
-                 fence: Callable[[str], Lease | None] | None = None) -> None:
+                 fence: Callable[[str], Lease | None] | None = None,
+                 owning: Callable[[str], contextlib.AbstractAsyncContextManager[None]]
+                 | None = None) -> None:
         self._store = store
         self.reader = reader
         self._now_ms = now_ms
@@ -68,6 +70,11 @@ class SessionWriter:
         # if any. A change to a session it owns is fenced by that lease, so once
         # another daemon took the session over it writes nothing, even unaware.
         self._fence = fence or (lambda _session_id: None)
+        # There, a change of an existing session is made only by the session's owner:
+        # ``owning(session_id)`` holds the session's lease for the change (claiming it
+        # if free, reading what other daemons wrote first), or refuses it retryably
+        # while another live daemon owns the session. Nothing on LMDB.
+        self._owning = owning or (lambda _session_id: contextlib.nullcontext())
 
     def hold(self, session_id: str) -> contextlib.AbstractAsyncContextManager[None]:
         """Hold ``session_id``'s lock: the only spelling of that lock's key."""
@@ -115,7 +122,7 @@ class SessionWriter:
 
     async def cleanup(self, identity: IdentityRec, session_id: str) -> CleanupResult:
         """Archive: the key becomes ``archived:<id>:<ms>`` and cached decisions go."""
-        async with self.hold(session_id):
+        async with self._owning(session_id), self.hold(session_id):
             record = self.reader.require(session_id)
             check_identity(record, identity)
             if record.archived:
@@ -141,7 +148,7 @@ class SessionWriter:
         Raises:
             PalyraError: ``STATE_CONFLICT`` when the latest run is still active.
         """
-        async with self.hold(session_id):
+        async with self._owning(session_id), self.hold(session_id):
             source = self.reader.require(session_id)
             check_identity(source, identity)
             if source.last_run_id:
@@ -179,7 +186,7 @@ class SessionWriter:
             raise invalid("tool_name is required", field="tool_name")
         if posture and posture not in POSTURES:
             raise coded(ErrorCode.INVALID_ARGUMENT, f"unknown posture {posture!r}")
-        async with self.hold(session_id):
+        async with self._owning(session_id), self.hold(session_id):
             record = self.reader.require(session_id)
             check_identity(record, identity)
             postures = dict(record.tool_postures)

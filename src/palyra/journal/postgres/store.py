@@ -11,6 +11,7 @@ hands those commits to this daemon's followers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -42,7 +43,7 @@ class PostgresJournalStore(JournalStore):
         self._watch: ForeignCommits | None = None
         if not config.readonly:
             own = OwnCommits()
-            self._entities = EntityCache()
+            self._entities = EntityCache(shared=True)
             self._writer = PostgresWriter(env, config.max_batch_events, self._hub.deliveries,
                                           self._hub.followed, own, self._entities.wrote)
             # Other daemons' commits reach this daemon's followers and cache too.
@@ -68,6 +69,20 @@ class PostgresJournalStore(JournalStore):
         except BaseException:
             env.close()
             raise
+
+    def on_foreign_rows(self, listener: Callable[[list[tuple[str, str]]], None]) -> None:
+        """Call ``listener`` with the ``(table, key)`` rows other daemons' commits wrote,
+        on the watcher's thread, after this daemon's cache marked them (a read made
+        after the call sees them). It must be quick and thread-safe; it may miss rows
+        only when the watcher fell too far behind to know (then the whole cache is
+        dropped, and a listener that must not miss should also read what it holds)."""
+        if self._watch is not None:
+            self._watch.row_listeners.append(listener)
+
+    @property
+    def shared(self) -> bool:
+        """Other daemons may write this database too."""
+        return True
 
     def acquire_lease(self, name: str, owner: str, ttl_s: float) -> Lease | None:
         """A new term on ``name`` for ``owner`` if it is free, expired or ``owner``'s already.

@@ -22,7 +22,9 @@ lost or repeated event.
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -34,6 +36,8 @@ from palyra.journal.postgres.changes import rows_written
 from palyra.journal.postgres.kv import PgTxn, PostgresEnv
 from palyra.journal.read.entity_cache import EntityCache
 from palyra.journal.read.follow import FollowHub
+
+_log = logging.getLogger("palyra.journal")
 
 CHANNEL = "palyra_journal"
 POLL_S = 0.25
@@ -110,6 +114,9 @@ class ForeignCommits:
         self._own = own
         self._cache = cache
         self._stop = threading.Event()
+        # Called on this thread with the rows each round of other daemons' commits
+        # wrote, once they are marked (``JournalStore.on_foreign_rows``).
+        self.row_listeners: list[Callable[[list[tuple[str, str]]], None]] = []
         self._conn = self._listen()
         row = self._conn.execute(_HEAD).fetchone()
         self._seen = int(row[0]) - 1 if row else 0  # positions through this were handled
@@ -191,6 +198,11 @@ class ForeignCommits:
             self._cache.wrote_unknown()
         elif rows:
             self._cache.wrote(rows, foreign=True)
+            for listener in list(self.row_listeners):
+                try:
+                    listener(rows)
+                except Exception:  # a listener's bug must not stop the marking
+                    _log.exception("a foreign-rows listener failed")
 
     def _read(self, txn: PgTxn, first: int, last: int) -> list[tuple[StoredEvent, int]]:
         """``(event, size)`` of positions ``first..last``, from the records holding them."""

@@ -57,6 +57,7 @@ from palyra.journal.tlog.merkle import Frontier
 from palyra.journal.tlog.note import NoteError
 from palyra.journal.write.answer import fail, resolve
 from palyra.journal.write.commitlog import Op
+from palyra.journal.write.expect import expected_rows, unmet
 from palyra.journal.write.plan import CommitPlan, Heads, plan_commit
 from palyra.journal.write.prune_plan import pruned_event_plan
 from palyra.journal.write.requests import (
@@ -80,6 +81,7 @@ _STOP = object()
 _LOCK_HEAD = "SELECT next_position, head FROM journal_head FOR UPDATE"
 _MOVE_HEAD = "UPDATE journal_head SET next_position = %s, head = %s"
 _TAKEN = "SELECT key FROM journal_kv WHERE db = %s AND key = ANY(%s)"
+_ROWS = "SELECT key, value FROM journal_kv WHERE db = %s AND key = ANY(%s)"
 _PUT = (
     "INSERT INTO journal_kv (db, key, value) "
     "SELECT * FROM unnest(%s::text[], %s::bytea[], %s::bytea[]) "
@@ -224,11 +226,13 @@ class PostgresWriter:
             self._on_rows(plan.rows, written_values(live))
 
     def _unfenced(self, txn: PgTxn, batch: list[Append]) -> list[Append]:
-        """``batch`` less the fenced appends whose lease was taken over (each gets LEASE_STALE).
+        """``batch`` less the appends whose expected rows changed or whose fencing lease
+        was taken over (each gets STATE_CONFLICT or LEASE_STALE).
 
         The lease rows stay locked (``FOR SHARE``) until this commit: a takeover
         waits for it, so no write of an old term lands after a new term began.
         """
+        batch = self._expecting(txn, batch)
         fenced = [r for r in batch if isinstance(r, FencedAppend)]
         if not fenced:
             return batch
@@ -246,6 +250,23 @@ class PostgresWriter:
                 )
                 stale.append(request)
         return [r for r in batch if r not in stale] if stale else batch
+
+    def _expecting(self, txn: PgTxn, batch: list[Append]) -> list[Append]:
+        """``batch`` less the appends whose expected rows changed (each gets STATE_CONFLICT).
+
+        Read after the head row is locked: every commit of every daemon waits for that
+        lock, so the rows read are the ones this commit writes over.
+        """
+        rows = expected_rows(batch)
+        if not rows:
+            return batch
+        stored: dict[tuple[str, str], bytes | None] = {}
+        for table in {table for table, _key in rows}:
+            keys = [key.encode() for t, key in rows if t == table]
+            for key, value in txn.conn.execute(_ROWS, (table, keys), binary=True):
+                stored[(table, bytes(key).decode())] = bytes(value)
+        failed = unmet(batch, stored)
+        return [r for r in batch if r not in failed] if failed else batch
 
     def _heads(self, txn: PgTxn, head: tuple[int, bytes], batch: list[Append]) -> Heads:
         """The chain heads ``batch`` appends to, as the database has them now."""

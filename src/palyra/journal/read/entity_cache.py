@@ -39,6 +39,12 @@ that finds them (``postgres.watch``): a second thread calls :meth:`wrote`, so
 marking takes a lock. A look is served from here only once the commits the
 marking thread has found are marked, so another daemon's write is seen within
 that thread's delay (a notification, at most its poll).
+
+There (``shared``) an absent row is never filed: a row another daemon just created
+would otherwise be reported absent until that thread marks it. A client answered
+on one daemon with a new run's id, asking the next daemon for it, must find it, so
+"not found" is always the database's answer, never this cache's; a row's value may
+lag by the marking delay, its existence never does.
 """
 
 from __future__ import annotations
@@ -58,8 +64,10 @@ nobody read them yet: a new session or run is read again at once."""
 class EntityCache:
     """``(table, key) -> (clock, value)`` and when each row was last written; bounded."""
 
-    def __init__(self, limit: int = DEFAULT_LIMIT) -> None:
+    def __init__(self, limit: int = DEFAULT_LIMIT, *, shared: bool = False) -> None:
         self._limit = limit
+        # Other daemons write the same rows: absent rows are not filed (see above).
+        self._shared = shared
         self._clock = 0
         # A row written before ``_floor`` is no longer tracked: it counts as
         # written at ``_floor`` (which only makes older cached rows miss).
@@ -109,6 +117,8 @@ class EntityCache:
 
     def put(self, table: str, key: str, clock: int, value: bytes | None) -> None:
         """File a row read after the clock read ``clock``."""
+        if value is None and self._shared:
+            return
         if len(self._rows) >= self._limit:
             self._rows.clear()
         self._rows[(table, key)] = (clock, value)
@@ -155,7 +165,9 @@ class EntityCache:
             # written would fill the cache with rows nobody reads and push the hot ones
             # out. Served from the reading ``now`` on: a later commit marks it later.
             for row, value in values.items():
-                if (row in rows_cached or row[0] in FILED_ON_WRITE) and (
+                if value is None and self._shared:
+                    rows_cached.pop(row, None)
+                elif (row in rows_cached or row[0] in FILED_ON_WRITE) and (
                         value is None or len(value) <= WRITE_THROUGH_BYTES):
                     if row not in rows_cached and len(rows_cached) >= self._limit:
                         rows_cached.clear()

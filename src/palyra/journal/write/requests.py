@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from palyra.journal._types import Lease
+from palyra.journal._types import Lease, RowExpectation
 from palyra.journal.format.signing import Signer
 from palyra.journal.retention.prune import PruneOrder
 from palyra.journal.tlog.note import Witness
@@ -67,6 +67,27 @@ class FencedAppend(Append):
     ) -> None:
         super().__init__(loop, future, events)
         self.fence = fence
+
+
+class ExpectingAppend(Append):
+    """An append that commits only while every row of ``expect`` holds its expected value.
+
+    LMDB's writer treats it as any append: one daemon writes that journal, and its
+    callers decide on the rows as they hold them in memory (only a shared journal's
+    callers attach expectations).
+    """
+
+    __slots__ = ("expect",)
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Any],
+        events: list[PreparedEvent],
+        expect: tuple[RowExpectation, ...],
+    ) -> None:
+        super().__init__(loop, future, events)
+        self.expect = expect
 
 
 class Checkpoint(Waiting):

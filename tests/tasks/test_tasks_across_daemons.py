@@ -1,0 +1,135 @@
+"""The task queue with several daemons on one PostgreSQL journal.
+
+Two ``JournalStore`` objects on one real server stand for two daemons, each with its
+own ``TaskQueue`` (its own memory of the tasks) and its own workers. Every task must
+run exactly once whichever daemon queued it, and a daemon deciding on a stale copy
+of a task (its claim, a worker's report) is refused by the row's compare-and-set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from palyra.core.errors import ErrorCode, PalyraError
+from palyra.journal import JournalConfig, JournalStore
+from palyra.journal.postgres.store import PostgresJournalStore
+from palyra.tasks.model import State
+from palyra.tasks.queue import TaskQueue
+from palyra.testing.postgres import PostgresServer
+
+KINDS = frozenset({"job"})
+
+
+@pytest.fixture
+async def two_daemons(tmp_path: Path, postgres_server: PostgresServer
+                      ) -> AsyncIterator[tuple[TaskQueue, TaskQueue, JournalStore, JournalStore]]:
+    config = JournalConfig(backend="postgres", dsn=postgres_server.create_database())
+    a = JournalStore.open(tmp_path / "a", config=config)
+    b = JournalStore.open(tmp_path / "b", config=config)
+    qa, qb = TaskQueue(a), TaskQueue(b)
+    await qa.start()
+    await qb.start()
+    try:
+        yield qa, qb, a, b
+    finally:
+        await qa.close()
+        await qb.close()
+        a.close()
+        b.close()
+
+
+async def _until(check: Callable[[], object], seconds: float = 20.0) -> None:
+    async with asyncio.timeout(seconds):
+        while True:
+            if check():
+                return
+            await asyncio.sleep(0.01)
+
+
+def _events(store: JournalStore, kind: str, task_id: str) -> int:
+    return sum(1 for e in store.read_range(0, 100_000)
+               if e.kind == kind and e.payload.get("task_id") == task_id)
+
+
+async def test_tasks_queued_on_either_daemon_run_once_on_whichever_is_free(
+    two_daemons: tuple[TaskQueue, TaskQueue, JournalStore, JournalStore]
+) -> None:
+    qa, qb, a, _b = two_daemons
+    ran: collections.Counter[str] = collections.Counter()
+    ran_on: dict[str, str] = {}
+
+    async def worker(queue: TaskQueue, name: str) -> None:
+        while True:
+            rec = await queue.claim(name, KINDS)
+            ran[rec.task_id] += 1
+            ran_on[rec.task_id] = name[0]
+            await asyncio.sleep(0.005)  # the other daemon's workers look meanwhile
+            await queue.succeed(rec.task_id, rec.lease_epoch)
+
+    queued_on: dict[str, str] = {}
+    workers = [asyncio.create_task(worker(q, f"{d}{i}"))
+               for q, d in ((qa, "a"), (qb, "b")) for i in range(2)]
+    try:
+        for i in range(40):
+            queue, name = (qa, "a") if i % 2 == 0 else (qb, "b")
+            rec, _ = await queue.enqueue("job", payload={"i": i})
+            queued_on[rec.task_id] = name
+        await _until(lambda: all((r := qa.get(t)) is not None and r.state == State.SUCCEEDED
+                                 for t in queued_on))
+    finally:
+        for task in workers:
+            task.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+    assert sorted(ran.values()) == [1] * 40  # each task ran once, on one daemon
+    for task_id in queued_on:  # one claim and one success committed per task
+        assert (_events(a, "task.claimed", task_id), _events(a, "task.succeeded", task_id)) \
+            == (1, 1), task_id
+    # Each daemon's memory followed the other's enqueues: tasks ran across daemons.
+    assert any(ran_on[t] != d for t, d in queued_on.items()), (ran_on, queued_on)
+
+
+async def test_a_task_queued_on_one_daemon_is_run_by_the_others_worker(
+    two_daemons: tuple[TaskQueue, TaskQueue, JournalStore, JournalStore]
+) -> None:
+    qa, qb, _a, _b = two_daemons
+    rec, _ = await qa.enqueue("job")
+    claimed = await asyncio.wait_for(qb.claim("b-worker", KINDS), 10)
+    assert claimed.task_id == rec.task_id
+    await qb.succeed(claimed.task_id, claimed.lease_epoch)
+    await _until(lambda: (r := qa.get(rec.task_id)) is not None and r.state == State.SUCCEEDED)
+
+
+async def test_a_stale_claimer_is_refused_and_a_moved_lease_cannot_report(
+    two_daemons: tuple[TaskQueue, TaskQueue, JournalStore, JournalStore]
+) -> None:
+    qa, qb, a, b = two_daemons
+    rec, _ = await qa.enqueue("job")
+    # B's memory has it queued (``unfinished`` answers from memory; ``get`` would read
+    # the table for a task memory does not hold).
+    await _until(lambda: rec.task_id in {r.task_id for r in qb.unfinished()})
+    # B's watcher falls behind (a lost notification, a starved thread): stopped here.
+    assert isinstance(b, PostgresJournalStore) and b._watch is not None
+    b._watch.stop()
+    held = await qa.claim("a-worker", KINDS)
+    stale = qb.get(rec.task_id)
+    assert stale is not None and stale.state == State.QUEUED  # B has not seen A's claim
+    # B claims from its stale memory: the row's compare-and-set refuses it, B reads the
+    # row again, finds the task taken and waits for another.
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(qb.claim("b-worker", KINDS), 1.0)
+    now = qb.get(rec.task_id)
+    assert now is not None and now.lease_owner == "a-worker" and now.leased
+    assert _events(a, "task.claimed", rec.task_id) == 1
+    # B's watchdog ends A's lease; A, unaware, reports success on it: refused, unwritten.
+    await qb.lapse(rec.task_id, "the worker stopped heartbeating")
+    with pytest.raises(PalyraError) as refused:
+        await qa.succeed(rec.task_id, held.lease_epoch)
+    assert refused.value.code is ErrorCode.LEASE_STALE
+    assert _events(a, "task.succeeded", rec.task_id) == 0
+    final = qa.get(rec.task_id)
+    assert final is not None and final.state == State.QUEUED and not final.leased
