@@ -65,6 +65,7 @@ from palyra.engine.run.recovery import RecoveryReport, recover_runs, unfinished_
 from palyra.engine.run.relay import relay_decision
 from palyra.engine.run.takeover import Takeover
 from palyra.engine.run.writer import RunWriter
+from palyra.engine.sessions.handover import ChangeAnswer, SessionChange, hand_over
 from palyra.engine.sessions.ownership import SessionLeases
 from palyra.engine.sessions.plan import SessionPlan, record_write
 from palyra.engine.sessions.reader import SessionReader
@@ -150,7 +151,8 @@ class Engine:
         #: Every session change, each under that session's lock.
         self.session_writer = SessionWriter(store, self.session_reader, now_ms,
                                             leases.fence if leases is not None else None,
-                                            self._owning_session if leases is not None else None)
+                                            self._owning_session if leases is not None else None,
+                                            self._hand_change_over if leases is not None else None)
         #: Committed approval records (get, filtered pages).
         self.approval_reader = ApprovalReader(store)
         #: Attachments by SHA-256, kept while a run's tape names them.
@@ -323,38 +325,42 @@ class Engine:
             for actor in actors:
                 self._start_actor(actor)
             return report
-        self.spawn(InboxReader(self.store, self._actors.get, self._start_relayed).keep())
+        self.spawn(InboxReader(self.store, self._actors.get, self._start_relayed,
+                               self.session_writer.apply_handed).keep())
         report = RecoveryReport()
         await takeover.take(unfinished_runs(self.store), report, recovering=True)
         self.spawn(takeover.keep())
         return report
 
     @contextlib.asynccontextmanager
-    async def _owning_session(self, session_id: str) -> AsyncIterator[None]:
+    async def _owning_session(self, session_id: str) -> AsyncIterator[bool]:
         """Hold ``session_id``'s lease for a change of the session made outside a run.
 
         Claimed like a new run's (``run.takeover``: a free session, or one whose owner's
         term ran out, whose runs are then resumed here first); the change is then read
         and fenced under this daemon's term, so it neither overwrites the owner's writes
-        nor lands after another daemon took the session.
-
-        Raises:
-            PalyraError: ``UNAVAILABLE`` (retryable) while another live daemon owns the
-                session (it runs the session's runs; the change is not handed over yet).
+        nor lands after another daemon took the session. Yields False, holding nothing,
+        while another live daemon owns the session: the change is handed to it
+        (``sessions.handover``).
         """
         takeover, leases = self._takeover, self.leases
         assert takeover is not None and leases is not None
         if self.session_reader.get(session_id) is None:
-            yield  # nothing to own: the change answers NOT_FOUND
+            yield True  # nothing to own: the change answers NOT_FOUND
             return
         lease = await takeover.claim(session_id)
         if lease is None:
-            raise coded(ErrorCode.UNAVAILABLE, f"session {session_id} is owned by another "
-                        "daemon now (a run of it is live there); retry", session_id=session_id)
+            yield False
+            return
         try:
-            yield
+            yield True
         finally:
             await leases.unhold(session_id)
+
+    async def _hand_change_over(self, change: SessionChange) -> ChangeAnswer:
+        """Hand a session change to the session's owner; its answer once committed there
+        (or wherever the session went: a dead owner's successor applies the row)."""
+        return await hand_over(self.store, change, 2 * self._lease_ttl_s() + 5)
 
     def _lost_session(self, session_id: str) -> None:
         """Another daemon took ``session_id`` over: stop its runs here without writing."""

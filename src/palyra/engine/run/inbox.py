@@ -8,7 +8,9 @@ reads that prefix every ``INBOX_POLL_S`` (one range read, usually empty) and
 applies the rows of the runs it has live; an input is queued in the same
 commit that deletes its row, so it is taken exactly once, even across a crash
 or a takeover (the new owner finds the row). Rows of runs that ended are
-dropped by whichever daemon sees them.
+dropped by whichever daemon sees them. Starts of runs (``session_inbox:``) and
+changes of sessions (``session_change:``, ``sessions.handover``) handed to a
+session's owner are read here too, and applied where the session can be held.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from palyra.engine.model.records import (
 )
 from palyra.engine.model.tape import ENGINE_ACTOR
 from palyra.engine.run.actor import RunActor
+from palyra.engine.sessions.handover import CHANGE_PREFIX, SessionChange, decode_change
 from palyra.journal import EntityWrite, EventDraft, JournalStore
 
 INBOX_TABLE = "meta"
@@ -142,10 +145,12 @@ class InboxReader:
     """Applies handed-over messages to this daemon's live runs (one engine's loop)."""
 
     def __init__(self, store: JournalStore, live: Callable[[str], RunActor | None],
-                 start: Callable[[RelayedStart, EntityWrite], Awaitable[bool]]) -> None:
+                 start: Callable[[RelayedStart, EntityWrite], Awaitable[bool]],
+                 change: Callable[[SessionChange], Awaitable[bool]]) -> None:
         self._store = store
         self._live = live
         self._start = start
+        self._change = change
 
     async def keep(self) -> None:
         """Read the inbox every ``INBOX_POLL_S`` until cancelled."""
@@ -157,8 +162,11 @@ class InboxReader:
                 _log.warning("run inbox round failed", exc_info=True)
 
     async def round(self) -> None:
-        """Start the handed-over runs this daemon can own; apply every message for a live
-        run here; drop those of ended runs."""
+        """Apply the handed-over session changes and start the handed-over runs of the
+        sessions this daemon can own; apply every message for a live run here; drop
+        those of ended runs."""
+        for key, raw in self._store.scan_entities(INBOX_TABLE, CHANGE_PREFIX, "", INBOX_PAGE):
+            await self._change_one(key, raw)
         for key, raw in self._store.scan_entities(INBOX_TABLE, START_PREFIX, "", INBOX_PAGE):
             await self._start_one(key, raw)
         after = ""
@@ -206,6 +214,17 @@ class InboxReader:
     async def _drop(self, key: str, run_id: str) -> None:
         await self._store.append([EventDraft(kind="run.input_dropped", actor=ENGINE_ACTOR,
                                              run_id=run_id, entity_writes=(drop(key),))])
+
+    async def _change_one(self, key: str, raw: bytes) -> None:
+        change = decode_change(raw)
+        if change is None:  # its asker times out retryably
+            await self._store.append([EventDraft(kind="session.change_dropped",
+                                                 actor=ENGINE_ACTOR,
+                                                 entity_writes=(drop(key),))])
+            return
+        # Applied (the row consumed and answered in the change's commit) only where the
+        # session's lease can be held: its owner, or anyone once it is free.
+        await self._change(change)
 
     async def _start_one(self, key: str, raw: bytes) -> None:
         try:

@@ -10,13 +10,13 @@ that protocol lives only in :meth:`SessionWriter.resolving`.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
 import msgspec
 
-from palyra.core.errors import ErrorCode
+from palyra.core.errors import ErrorCode, PalyraError
 from palyra.core.ids import new_ulid
 from palyra.engine.model.errors import coded, invalid
 from palyra.engine.model.lifecycle import is_run_terminal
@@ -28,6 +28,12 @@ from palyra.engine.model.records import (
     SessionRecord,
     decode,
     session_index_key,
+)
+from palyra.engine.sessions.handover import (
+    ChangeAnswer,
+    SessionChange,
+    answer_draft,
+    answered,
 )
 from palyra.engine.sessions.locks import KeyedLocks
 from palyra.engine.sessions.plan import (
@@ -42,6 +48,13 @@ from palyra.engine.sessions.selectors import Selectors
 from palyra.journal import EntityWrite, JournalStore, Lease
 
 POSTURES = frozenset({"always_allow", "ask_each_time", "disabled"})
+
+Consume = Callable[[ChangeAnswer], Sequence[EntityWrite]]
+"""The writes that consume a handed-over change, given its answer (none for a local one)."""
+
+
+async def _never_handed_over(change: SessionChange) -> ChangeAnswer:
+    raise AssertionError(f"session {change.session_id} has no other owner on one daemon")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +73,10 @@ class SessionWriter:
     def __init__(self, store: JournalStore, reader: SessionReader,
                  now_ms: Callable[[], int],
                  fence: Callable[[str], Lease | None] | None = None,
-                 owning: Callable[[str], contextlib.AbstractAsyncContextManager[None]]
-                 | None = None) -> None:
+                 owning: Callable[[str], contextlib.AbstractAsyncContextManager[bool]]
+                 | None = None,
+                 handover: Callable[[SessionChange], Awaitable[ChangeAnswer]] | None = None,
+                 ) -> None:
         self._store = store
         self.reader = reader
         self._now_ms = now_ms
@@ -72,9 +87,11 @@ class SessionWriter:
         self._fence = fence or (lambda _session_id: None)
         # There, a change of an existing session is made only by the session's owner:
         # ``owning(session_id)`` holds the session's lease for the change (claiming it
-        # if free, reading what other daemons wrote first), or refuses it retryably
-        # while another live daemon owns the session. Nothing on LMDB.
-        self._owning = owning or (lambda _session_id: contextlib.nullcontext())
+        # if free, reading what other daemons wrote first) and yields True, or yields
+        # False while another live daemon owns the session, and the change is then
+        # handed to that owner (``handover``). Nothing of this on LMDB.
+        self._owning = owning or (lambda _session_id: contextlib.nullcontext(True))
+        self._handover = handover or _never_handed_over
 
     def hold(self, session_id: str) -> contextlib.AbstractAsyncContextManager[None]:
         """Hold ``session_id``'s lock: the only spelling of that lock's key."""
@@ -104,42 +121,31 @@ class SessionWriter:
                 await self.commit(plan)
             return plan
 
-    async def commit(self, plan: SessionPlan, fenced_by: str = "") -> SessionRecord:
+    async def commit(self, plan: SessionPlan, fenced_by: str = "",
+                     writes: Sequence[EntityWrite] = ()) -> SessionRecord:
         """Commit a plan on its own (API calls that start no run); hold its session's lock.
 
         ``fenced_by``: the session whose lease fences the commit (default: the
-        plan's own), when this daemon holds it.
+        plan's own), when this daemon holds it. ``writes``: more rows for the same commit.
 
         Raises:
             PalyraError: ``LEASE_STALE`` when another daemon took that session
                 over: nothing of the plan is written.
         """
         events = list(plan.events) or [session_event("session.resolved", plan.record, {})]
-        events[-1] = events[-1].with_writes(*plan.entity_writes, record_write(plan.record))
+        events[-1] = events[-1].with_writes(*plan.entity_writes, record_write(plan.record),
+                                          *writes)
         await self._store.append(events, fence=self._fence(fenced_by or plan.record.session_id))
         return plan.record
 
 
+    # -- changes outside a run (handed to the session's owner where another daemon owns it)
     async def cleanup(self, identity: IdentityRec, session_id: str) -> CleanupResult:
         """Archive: the key becomes ``archived:<id>:<ms>`` and cached decisions go."""
-        async with self._owning(session_id), self.hold(session_id):
-            record = self.reader.require(session_id)
-            check_identity(record, identity)
-            if record.archived:
-                return CleanupResult(False, False, record.session_key, record.run_count)
-            now = self._now_ms()
-            archived_key = f"archived:{record.session_id}:{now}"
-            new = msgspec.structs.replace(record, session_key=archived_key, archived=True,
-                                          grants={}, updated_ms=now)
-            plan = SessionPlan(new)
-            plan.entity_writes += [
-                EntityWrite(SESSIONS, session_index_key(record.session_key), None),
-                EntityWrite(SESSIONS, session_index_key(archived_key), session_id.encode()),
-            ]
-            plan.events.append(session_event("session.archived", new, {
-                "previous_session_key": record.session_key, "session_key": archived_key}))
-            await self.commit(plan)
-            return CleanupResult(True, True, record.session_key, record.run_count)
+        change = SessionChange(new_ulid(), session_id, identity, "archive")
+        answer = await self._change(change)
+        return CleanupResult(answer.cleaned, answer.cleaned, answer.previous_session_key,
+                             answer.run_count)
 
     async def branch(self, identity: IdentityRec, session_id: str,
                      label: str) -> tuple[SessionRecord, SessionRecord]:
@@ -148,36 +154,10 @@ class SessionWriter:
         Raises:
             PalyraError: ``STATE_CONFLICT`` when the latest run is still active.
         """
-        async with self._owning(session_id), self.hold(session_id):
-            source = self.reader.require(session_id)
-            check_identity(source, identity)
-            if source.last_run_id:
-                raw = self._store.get_entity(RUNS, source.last_run_id)
-                if raw is not None and not is_run_terminal(decode(RunRecord, raw).state):
-                    raise coded(ErrorCode.STATE_CONFLICT, "the latest run of the session is "
-                                "still active; branch after it ends", session_id=session_id,
-                                run_id=source.last_run_id)
-            now = self._now_ms()
-            new_id = new_ulid()
-            branch = SessionRecord(
-                session_id=new_id, session_key=new_id, label=label.strip(), identity=identity,
-                created_ms=now, updated_ms=now, branch_state="active_branch",
-                parent_session_id=source.session_id, origin_run_id=source.last_run_id,
-                tool_postures=dict(source.tool_postures))
-            new_source = msgspec.structs.replace(source, branch_state="branch_source",
-                                                 updated_ms=now)
-            plan = SessionPlan(branch, created=True)
-            plan.entity_writes += [
-                EntityWrite(SESSIONS, session_index_key(new_id), new_id.encode()),
-                record_write(new_source),
-            ]
-            # The reference tapes a rollback.marker; palyra's tape has no such
-            # member, so the branch point is a journal event of the new session.
-            plan.events.append(session_event("session.branched", branch, {
-                "parent_session_id": source.session_id,
-                "origin_run_id": source.last_run_id}))
-            await self.commit(plan, fenced_by=source.session_id)  # the record it changes
-            return branch, new_source
+        change = SessionChange(new_ulid(), session_id, identity, "branch", label=label,
+                               branch_id=new_ulid())
+        branch, source = (await self._change(change)).records
+        return branch, source
 
     async def set_posture(self, identity: IdentityRec, session_id: str, tool_name: str,
                           posture: str) -> SessionRecord:
@@ -186,18 +166,126 @@ class SessionWriter:
             raise invalid("tool_name is required", field="tool_name")
         if posture and posture not in POSTURES:
             raise coded(ErrorCode.INVALID_ARGUMENT, f"unknown posture {posture!r}")
-        async with self._owning(session_id), self.hold(session_id):
-            record = self.reader.require(session_id)
-            check_identity(record, identity)
-            postures = dict(record.tool_postures)
-            if posture:
-                postures[tool_name] = posture
-            else:
-                postures.pop(tool_name, None)
-            new = msgspec.structs.replace(record, tool_postures=postures,
-                                          updated_ms=self._now_ms())
-            plan = SessionPlan(new)
-            plan.events.append(session_event("session.tool_posture", new, {
-                "tool_name": tool_name, "posture": posture or "inherit"}))
-            await self.commit(plan)
-            return new
+        answer = await self._change(SessionChange(new_ulid(), session_id, identity, "posture",
+                                                  tool_name=tool_name, posture=posture))
+        return answer.records[0]
+
+    async def _change(self, change: SessionChange) -> ChangeAnswer:
+        """Apply ``change`` here where this daemon may own the session, else hand it over.
+
+        Raises:
+            PalyraError: the change's own refusal (``NOT_FOUND``, ``STATE_CONFLICT``,
+                an identity mismatch...), wherever it was decided; ``UNAVAILABLE``
+                (retryable) when the owner did not answer in time.
+        """
+        async with self._owning(change.session_id) as owned:
+            if owned:
+                async with self.hold(change.session_id):
+                    return await self._apply(change, lambda _answer: ())
+        answer = await self._handover(change)
+        answer.raise_refusal(change.session_id)
+        return answer
+
+    async def apply_handed(self, change: SessionChange) -> bool:
+        """Apply a change another daemon handed over, if this daemon can own the session.
+
+        The change, its row's deletion and its answer land in one commit (a refusal's
+        answer in a commit of its own). False: another live daemon owns the session (it
+        applies the row), or this daemon lost the session meanwhile.
+        """
+        async with self._owning(change.session_id) as owned:
+            if not owned:
+                return False
+            async with self.hold(change.session_id):
+                try:
+                    await self._apply(change, lambda answer: answered(change, answer))
+                except PalyraError as exc:
+                    if exc.code is ErrorCode.LEASE_STALE:
+                        return False  # the session moved: its new owner applies the row
+                    refusal = ChangeAnswer(str(exc.code), exc.message)
+                    await self._store.append([answer_draft(change, refusal)])
+        return True
+
+    async def _apply(self, change: SessionChange, consume: Consume) -> ChangeAnswer:
+        """Decide and commit ``change`` (this daemon owns the session, under its lock);
+        ``consume(answer)``: writes that go into the same commit."""
+        record = self.reader.require(change.session_id)
+        check_identity(record, change.identity)
+        changed: tuple[SessionRecord, ...] = ()  # besides the plan's own record
+        if change.kind == "posture":
+            plan = self._posture_plan(record, change.tool_name, change.posture)
+        elif change.kind == "branch":
+            plan, source = self._branch_plan(record, change)
+            changed = (source,)
+        elif record.archived:  # an archive that has nothing to write: answered on its own
+            answer = ChangeAnswer(previous_session_key=record.session_key,
+                                  run_count=record.run_count, records=(record,))
+            if writes := consume(answer):
+                await self._store.append([session_event(
+                    "session.change_answered", record, {}).with_writes(*writes)])
+            return answer
+        else:
+            plan = self._archive_plan(record)
+        # The records as committed: the asker answers with them, not with its entity
+        # cache, which may not have followed the owner's commit yet.
+        written = (plan.record, *changed)
+        answer = ChangeAnswer(cleaned=change.kind == "archive",
+                              previous_session_key=record.session_key,
+                              run_count=record.run_count, records=written)
+        # A branch's commit changes the source's record: fenced by the source's lease.
+        await self.commit(plan, fenced_by=record.session_id, writes=consume(answer))
+        return answer
+
+    def _archive_plan(self, record: SessionRecord) -> SessionPlan:
+        now = self._now_ms()
+        archived_key = f"archived:{record.session_id}:{now}"
+        new = msgspec.structs.replace(record, session_key=archived_key, archived=True,
+                                      grants={}, updated_ms=now)
+        plan = SessionPlan(new)
+        plan.entity_writes += [
+            EntityWrite(SESSIONS, session_index_key(record.session_key), None),
+            EntityWrite(SESSIONS, session_index_key(archived_key), record.session_id.encode()),
+        ]
+        plan.events.append(session_event("session.archived", new, {
+            "previous_session_key": record.session_key, "session_key": archived_key}))
+        return plan
+
+    def _branch_plan(self, source: SessionRecord,
+                     change: SessionChange) -> tuple[SessionPlan, SessionRecord]:
+        """The new branch's plan, and the source's record as it changes."""
+        if source.last_run_id:
+            raw = self._store.get_entity(RUNS, source.last_run_id)
+            if raw is not None and not is_run_terminal(decode(RunRecord, raw).state):
+                raise coded(ErrorCode.STATE_CONFLICT, "the latest run of the session is "
+                            "still active; branch after it ends", session_id=source.session_id,
+                            run_id=source.last_run_id)
+        now, new_id = self._now_ms(), change.branch_id
+        branch = SessionRecord(
+            session_id=new_id, session_key=new_id, label=change.label.strip(),
+            identity=change.identity, created_ms=now, updated_ms=now,
+            branch_state="active_branch", parent_session_id=source.session_id,
+            origin_run_id=source.last_run_id, tool_postures=dict(source.tool_postures))
+        new_source = msgspec.structs.replace(source, branch_state="branch_source",
+                                             updated_ms=now)
+        plan = SessionPlan(branch, created=True)
+        plan.entity_writes += [
+            EntityWrite(SESSIONS, session_index_key(new_id), new_id.encode()),
+            record_write(new_source),
+        ]
+        # The reference tapes a rollback.marker; palyra's tape has no such
+        # member, so the branch point is a journal event of the new session.
+        plan.events.append(session_event("session.branched", branch, {
+            "parent_session_id": source.session_id, "origin_run_id": source.last_run_id}))
+        return plan, new_source
+
+    def _posture_plan(self, record: SessionRecord, tool_name: str, posture: str) -> SessionPlan:
+        postures = dict(record.tool_postures)
+        if posture:
+            postures[tool_name] = posture
+        else:
+            postures.pop(tool_name, None)
+        new = msgspec.structs.replace(record, tool_postures=postures, updated_ms=self._now_ms())
+        plan = SessionPlan(new)
+        plan.events.append(session_event("session.tool_posture", new, {
+            "tool_name": tool_name, "posture": posture or "inherit"}))
+        return plan
