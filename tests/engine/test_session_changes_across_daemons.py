@@ -2,21 +2,24 @@
 
 Only the session's owner writes it: a daemon that does not hold the session's lease
 claims it for the change (reading what other daemons wrote first) or, while another
-live daemon owns the session, is refused retryably and writes nothing, so it never
-overwrites the owner's writes (before, it wrote unfenced: last writer won).
+live daemon owns the session, hands the change to that owner and answers once the
+owner committed it, so it never overwrites the owner's writes (before, it wrote
+unfenced: last writer won; then it was refused ``UNAVAILABLE``).
 """
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 from engine_harness import USER, Harness
-from lease_daemons import busy_on, holder, owner_of, pg_daemon, until
+from lease_daemons import busy_on, expire, holder, owner_of, pg_daemon, until
 from palyra_gen.palyra import v1 as pb
 
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.journal import JournalStore
+from palyra.journal.postgres.store import PostgresJournalStore
 
 
 def _postures(store: JournalStore | None, session_id: str) -> list[dict[str, object]]:
@@ -29,7 +32,7 @@ def _posture(session_id: str, tool: str, posture: pb.ToolPosture) -> pb.SetToolP
     return pb.SetToolPostureRequest(session_id=session_id, tool_name=tool, posture=posture)
 
 
-async def test_a_change_on_a_daemon_not_owning_the_session_never_overwrites_the_owner(
+async def test_a_change_on_a_daemon_not_owning_the_session_is_handed_to_the_owner(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
     a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
@@ -38,18 +41,76 @@ async def test_a_change_on_a_daemon_not_owning_the_session_never_overwrites_the_
     app_b = await b.start()
     busy = await busy_on(app_a)  # A owns the session while its run is live
     sid = busy.session_id
+    row = holder(a, sid)
+    assert row is not None and row[0] == owner_of(a) and row[2]
     await app_a.set_tool_posture(USER, _posture(sid, "add", pb.ToolPosture.ALWAYS_ALLOW))
-    with pytest.raises(PalyraError) as refused:  # B does not own it: nothing written
-        await app_b.set_tool_posture(USER, _posture(sid, "add", pb.ToolPosture.DISABLED))
-    assert refused.value.code is ErrorCode.UNAVAILABLE and refused.value.retryable
-    assert _postures(a.store, sid) == [{"tool_name": "add", "posture": "always_allow"}]
-    # The owner's run ends and the session is free: B's retry claims it, reads the
-    # owner's change first, and lands beside it.
-    await app_a.complete_run(USER, pb.CompleteRunRequest(run_id=busy.run_id, wait=True))
-    await until(lambda: holder(a, sid) == ("", 1, False))
+    # B does not own it: A applies B's change under its lease, after its own.
     changed = await app_b.set_tool_posture(USER, _posture(sid, "shell",
                                                           pb.ToolPosture.DISABLED))
     assert changed.session.tool_postures == {"add": pb.ToolPosture.ALWAYS_ALLOW,
                                              "shell": pb.ToolPosture.DISABLED}
-    row = holder(b, sid)  # B held the session for the change, then let it go settled
-    assert row == ("", 2, False), (row, owner_of(b))
+    assert _postures(a.store, sid) == [{"tool_name": "add", "posture": "always_allow"},
+                                       {"tool_name": "shell", "posture": "disabled"}]
+    assert holder(a, sid) == row  # the session never moved
+    assert a.store is not None
+    assert not a.store.scan_entities("meta", "session_", "", 10)  # row and answer consumed
+    # A refusal is decided by the owner and answered as the asker's own error.
+    with pytest.raises(PalyraError) as refused:
+        await app_b.branch_session(USER, pb.BranchSessionRequest(session_id=sid))
+    assert refused.value.code is ErrorCode.STATE_CONFLICT
+    archived = await app_b.cleanup_session(USER, pb.CleanupSessionRequest(session_id=sid))
+    assert (archived.cleaned, archived.newly_archived, archived.previous_session_key) == (
+        True, True, "busy")
+    assert [e.kind for e in a.store.read_session(sid, 0, 1000)
+            if e.kind == "session.archived"] == ["session.archived"]
+    assert holder(a, sid) == row
+
+
+async def test_a_branch_handed_to_the_owner_answers_with_the_committed_records(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_a = await a.start()
+    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_b = await b.start()
+    busy = await busy_on(app_a)
+    sid = busy.session_id
+    await app_a.complete_run(USER, pb.CompleteRunRequest(run_id=busy.run_id, wait=True))
+    # The session's latest run has ended, and A holds the session as a live run would.
+    assert a.engine is not None and a.engine.leases is not None
+    assert await a.engine.leases.claim(sid) is not None
+    try:
+        branched = await app_b.branch_session(USER, pb.BranchSessionRequest(
+            session_id=sid, session_label="side"))
+    finally:
+        await a.engine.leases.unhold(sid)
+    assert branched.session.parent_session_id == sid and branched.session.label == "side"
+    assert branched.source.branch_state == "branch_source"
+    assert a.store is not None
+    assert [e.payload["parent_session_id"] for e in a.store.read_session(
+        branched.session.session_id, 0, 100) if e.kind == "session.branched"] == [sid]
+
+
+async def test_a_change_handed_to_an_owner_that_died_lands_once_its_term_ran_out(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_a = await a.start()
+    session = (await app_a.resolve_session(USER, pb.ResolveSessionRequest(
+        session_key="busy"))).session
+    sid = session.session_id
+    # A daemon SIGKILLed while it held the session: its lease row stays until its term ends.
+    assert isinstance(a.store, PostgresJournalStore)
+    assert a.store.acquire_lease("session:" + sid, "gone/1/x", 60) is not None
+    change = asyncio.create_task(app_a.set_tool_posture(
+        USER, _posture(sid, "add", pb.ToolPosture.DISABLED)))
+    await until(lambda: a.store is not None and a.store.scan_entities(
+        "meta", "session_change:", "", 10) != [])
+    await asyncio.sleep(0.6)  # two rounds of A's own inbox reader: the owner still lives
+    assert not change.done() and _postures(a.store, sid) == []
+    expire(dsn, sid)  # the dead owner's term runs out
+    # A's inbox reader claims the free session and applies the change A is waiting for.
+    changed = await asyncio.wait_for(change, 5)
+    assert changed.session.tool_postures == {"add": pb.ToolPosture.DISABLED}
+    assert _postures(a.store, sid) == [{"tool_name": "add", "posture": "disabled"}]
+    assert not a.store.scan_entities("meta", "session_", "", 10)
