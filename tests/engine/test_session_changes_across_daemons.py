@@ -114,3 +114,42 @@ async def test_a_change_handed_to_an_owner_that_died_lands_once_its_term_ran_out
     assert changed.session.tool_postures == {"add": pb.ToolPosture.DISABLED}
     assert _postures(a.store, sid) == [{"tool_name": "add", "posture": "disabled"}]
     assert not a.store.scan_entities("meta", "session_", "", 10)
+
+
+async def test_a_reset_without_a_run_is_made_by_the_sessions_owner(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_a = await a.start()
+    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_b = await b.start()
+    busy = await busy_on(app_a)  # A owns the session while its run is live
+    sid = busy.session_id
+    row = holder(a, sid)
+    reset = await app_b.resolve_session(USER, pb.ResolveSessionRequest(
+        session_key="busy", reset_session=True))
+    assert reset.reset_applied and not reset.created and reset.session.session_id == sid
+    assert holder(a, sid) == row  # A made it, under its term: the session never moved
+    assert a.store is not None
+    resets = [e for e in a.store.read_session(sid, 0, 1000) if e.kind == "session.reset"]
+    assert len(resets) == 1
+
+
+async def test_a_reset_waits_for_the_owner_and_lands_once_a_dead_owners_term_ran_out(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_a = await a.start()
+    sid = (await app_a.resolve_session(USER, pb.ResolveSessionRequest(
+        session_key="busy"))).session.session_id
+    assert isinstance(a.store, PostgresJournalStore)
+    assert a.store.acquire_lease("session:" + sid, "gone/1/x", 60) is not None
+    reset = asyncio.create_task(app_a.resolve_session(USER, pb.ResolveSessionRequest(
+        session_key="busy", reset_session=True)))
+    await asyncio.sleep(0.6)  # two rounds of A's own inbox reader: the owner still lives
+    # Before, the reset was written at once, unfenced, while another daemon owned the session.
+    assert not reset.done()
+    assert [e for e in a.store.read_session(sid, 0, 1000) if e.kind == "session.reset"] == []
+    expire(dsn, sid)
+    assert (await asyncio.wait_for(reset, 5)).reset_applied
+    assert [e.kind for e in a.store.read_session(sid, 0, 1000)].count("session.reset") == 1

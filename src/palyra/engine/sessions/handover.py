@@ -2,7 +2,7 @@
 
 Several daemons on one journal: only a session's owner writes its record. A
 change asked on a daemon while another live daemon owns the session (a posture,
-an archive, a branch) is written as a ``meta`` row (``session_change:<session
+an archive, a branch, a reset without a run) is written as a ``meta`` row (``session_change:<session
 id>:<change id>``, with a ``session.change_relayed`` event) instead of being
 refused. The owner's inbox reader applies it under its lease and, in the same
 commit, deletes the row and writes the answer row (``session_answer:<change
@@ -38,7 +38,7 @@ class SessionChange(msgspec.Struct, frozen=True):
     session_id: str
     identity: IdentityRec
     kind: str
-    """``posture``, ``archive`` or ``branch``."""
+    """``posture``, ``archive``, ``branch`` or ``reset`` (a resolve's, without a run)."""
     tool_name: str = ""
     posture: str = ""
     label: str = ""

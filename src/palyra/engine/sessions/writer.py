@@ -115,11 +115,19 @@ class SessionWriter:
                 yield plan_resolve(self.reader, identity, selectors, self._now_ms())
 
     async def resolve(self, identity: IdentityRec, selectors: Selectors) -> SessionPlan:
-        """Get-or-create (and optionally reset) a session and commit it."""
+        """Get-or-create (and optionally reset) a session and commit it.
+
+        The reset of an existing session is a change of it like any other: made by
+        the session's owner (``_change``), handed over where another daemon owns it.
+        """
         async with self.resolving(identity, selectors) as plan:
-            if plan.created or plan.reset_applied:
+            if plan.created:
                 await self.commit(plan)
-            return plan
+            if not plan.reset_applied or plan.created:
+                return plan
+        answer = await self._change(SessionChange(new_ulid(), plan.record.session_id,
+                                                  identity, "reset"))
+        return SessionPlan(answer.records[0], reset_applied=True)
 
     async def commit(self, plan: SessionPlan, fenced_by: str = "",
                      writes: Sequence[EntityWrite] = ()) -> SessionRecord:
@@ -214,6 +222,9 @@ class SessionWriter:
         changed: tuple[SessionRecord, ...] = ()  # besides the plan's own record
         if change.kind == "posture":
             plan = self._posture_plan(record, change.tool_name, change.posture)
+        elif change.kind == "reset":  # planned again here: the record may have moved on
+            plan = plan_resolve(self.reader, change.identity, Selectors(
+                session_id=record.session_id, reset=True), self._now_ms())
         elif change.kind == "branch":
             plan, source = self._branch_plan(record, change)
             changed = (source,)
