@@ -17,6 +17,7 @@ from palyra_gen.palyra import v1 as pb
 from palyra.app import PalyraApp
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.engine.model.records import RUNS, RunRecord, decode
+from palyra.engine.run import inbox
 from palyra.journal import verify_store
 
 APPROVE = pb.ApprovalDecision.APPROVE
@@ -382,3 +383,56 @@ async def test_a_new_run_and_the_sweep_claiming_one_orphan_together_resume_its_r
     assert b.store is not None
     recovered = [e for e in b.store.read_range(0, 10_000) if e.kind == "run.recovered"]
     assert [e.run_id for e in recovered] == [left.run_id]
+
+
+async def test_an_input_handed_over_is_answered_once_its_owner_queued_it(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_a = await a.start()
+    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_b = await b.start()
+    run = (await app_a.create_run(USER, pb.CreateRunRequest(
+        input=pb.MessageInput(text=loop_text(1)), wait=True))).run  # idle, waiting for input
+    await app_b.send_run_input(USER, pb.SendRunInputRequest(
+        run_id=run.run_id, input=pb.MessageInput(text=loop_text(2))))
+    # Answered only once the owner's commit queued it (before: as soon as it was handed
+    # over). Read the record first: an input it holds pending may be taped by then.
+    assert a.store is not None
+    raw = a.store.get_entity(RUNS, run.run_id)
+    assert raw is not None
+    pending = len(decode(RunRecord, raw).pending_inputs)
+    assert pending + a.kinds(run.run_id).count("user_input") >= 2
+    assert a.store.scan_entities("meta", "run_answer:", "", 10) == []  # taken by its sender
+
+
+async def test_an_input_handed_over_to_a_run_that_ends_first_is_refused_not_dropped(
+    daemons: list[Harness], tmp_path: Path, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Neither daemon's own inbox reader runs during the test: the order is the test's.
+    monkeypatch.setattr(inbox, "INBOX_POLL_S", 3600.0)
+    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_a = await a.start()
+    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
+    app_b = await b.start()
+    assert b.store is not None
+    run = (await app_a.create_run(USER, pb.CreateRunRequest(
+        input=pb.MessageInput(text=loop_text(1)), wait=True))).run
+    sending = asyncio.ensure_future(app_b.send_run_input(USER, pb.SendRunInputRequest(
+        run_id=run.run_id, input=pb.MessageInput(text=loop_text(2)))))
+    store_b = b.store
+    await until(lambda: store_b.scan_entities("meta", "run_inbox:", "", 10))
+    await app_a.abort_run(USER, pb.AbortRunRequest(run_id=run.run_id))  # it ends first
+    assert not sending.done()  # the sender still waits for the owner's answer
+
+    async def never(*_args: object) -> bool:
+        return False
+
+    # Any daemon drops the row of an ended run: here one that has no live run.
+    await inbox.InboxReader(store_b, lambda _run_id: None, never, never).round()
+    with pytest.raises(PalyraError) as refused:
+        await asyncio.wait_for(sending, 10)
+    assert refused.value.code is ErrorCode.RUN_TERMINAL  # as a local caller is refused
+    assert store_b.scan_entities("meta", "run_inbox:", "", 10) == []
+    assert store_b.scan_entities("meta", "run_answer:", "", 10) == []
+    assert a.kinds(run.run_id).count("user_input") == 1

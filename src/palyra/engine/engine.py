@@ -58,6 +58,7 @@ from palyra.engine.run.inbox import (
     InboxReader,
     RelayedMessage,
     RelayedStart,
+    await_input_answer,
     message_draft,
     start_draft,
 )
@@ -603,10 +604,16 @@ class Engine:
     async def _hand_over(self, identity: IdentityRec, run_id: str,
                          message: RelayedMessage) -> RunRecord:
         """Queue ``message`` for the daemon that owns the run (``run.inbox``); the
-        answer is the run's committed record (the message lands on it shortly)."""
+        answer is the run's committed record. An input is answered once its owner
+        queued it (or refused it: the run ended first, its queue is full), as a local
+        caller is; a half-close or a cancel is idempotent and answered at once."""
         record = self.get_run(identity, run_id)
         await self.store.append([message_draft(record, message, identity.principal)])
-        return record
+        if message.text is None:
+            return record
+        await await_input_answer(self.store, run_id, message.input_id,
+                                 2 * self._lease_ttl_s() + 5)
+        return self.get_run(identity, run_id)
 
     async def _settled(self, identity: IdentityRec, run_id: str, wait_s: float) -> RunRecord:
         """The run's record once terminal, or as it is after ``wait_s``."""

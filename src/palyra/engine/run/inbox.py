@@ -6,8 +6,10 @@ writes the request as a ``meta`` row (``run_inbox:<run id>:<id>``, with an
 ``run.input_relayed`` event) instead of refusing it. Every daemon's engine
 reads that prefix every ``INBOX_POLL_S`` (one range read, usually empty) and
 applies the rows of the runs it has live; an input is queued in the same
-commit that deletes its row, so it is taken exactly once, even across a crash
-or a takeover (the new owner finds the row). Rows of runs that ended are
+commit that deletes its row and writes its answer (``run_answer:<input id>``,
+which the sender waits for), so it is taken exactly once, even across a crash
+or a takeover (the new owner finds the row), and its sender is told only what
+happened: queued, or refused as a local caller would be. Rows of runs that ended are
 dropped by whichever daemon sees them. Starts of runs (``session_inbox:``) and
 changes of sessions (``session_change:``, ``sessions.handover``) handed to a
 session's owner are read here too, and applied where the session can be held.
@@ -23,6 +25,7 @@ import msgspec
 
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.core.ids import new_ulid
+from palyra.engine.model.errors import coded
 from palyra.engine.model.lifecycle import is_run_terminal
 from palyra.engine.model.records import (
     RUNS,
@@ -34,7 +37,12 @@ from palyra.engine.model.records import (
 )
 from palyra.engine.model.tape import ENGINE_ACTOR
 from palyra.engine.run.actor import RunActor
-from palyra.engine.sessions.handover import CHANGE_PREFIX, SessionChange, decode_change
+from palyra.engine.sessions.handover import (
+    CHANGE_PREFIX,
+    SessionChange,
+    decode_change,
+    wait_for_row,
+)
 from palyra.journal import EntityWrite, EventDraft, JournalStore
 
 INBOX_TABLE = "meta"
@@ -141,6 +149,54 @@ def drop(key: str) -> EntityWrite:
     return EntityWrite(INBOX_TABLE, key, None)
 
 
+ANSWER_PREFIX = "run_answer:"
+
+
+class InputAnswer(msgspec.Struct, frozen=True):
+    """The owner's answer to a handed-over input: queued (``code`` empty) or refused."""
+
+    code: str = ""
+    message: str = ""
+
+
+def answer_key(input_id: str) -> str:
+    """The row of the owner's answer to the input ``input_id``."""
+    return f"{ANSWER_PREFIX}{input_id}"
+
+
+def answer(message: RelayedMessage, code: str = "", text: str = "") -> tuple[EntityWrite, ...]:
+    """The answer row of a handed-over input (none for a cancel or a half-close:
+    they are idempotent, and their senders do not wait)."""
+    if message.text is None:
+        return ()
+    return (EntityWrite(INBOX_TABLE, answer_key(message.input_id),
+                        msgspec.json.encode(InputAnswer(code, text))),)
+
+
+async def await_input_answer(store: JournalStore, run_id: str, input_id: str,
+                             wait_s: float) -> None:
+    """Wait for the owner's answer to a handed-over input, delete it, and raise the
+    owner's refusal as the sender's own.
+
+    Raises:
+        PalyraError: the owner's refusal (``RUN_TERMINAL``: the run ended before the
+            input reached it; ``RESOURCE_EXHAUSTED``: its queue is full …), or
+            ``UNAVAILABLE`` (retryable) when no owner took it within ``wait_s`` (it
+            stays handed over and is queued when an owner takes the run).
+    """
+    key = answer_key(input_id)
+    raw = await wait_for_row(store, INBOX_TABLE, key, wait_s)
+    if raw is None:
+        raise coded(ErrorCode.UNAVAILABLE, f"the input is handed over to the daemon that "
+                    f"owns run {run_id}, which has not taken it yet", run_id=run_id)
+    await store.append([EventDraft(kind="run.input_answered", actor=ENGINE_ACTOR,
+                                   run_id=run_id,
+                                   entity_writes=(EntityWrite(INBOX_TABLE, key, None),))])
+    answered = msgspec.json.decode(raw, type=InputAnswer)
+    if answered.code:
+        raise coded(ErrorCode(answered.code), answered.message, run_id=run_id)
+
+
 class InboxReader:
     """Applies handed-over messages to this daemon's live runs (one engine's loop)."""
 
@@ -184,9 +240,13 @@ class InboxReader:
         message = decode_message(raw)
         if actor is None:
             run = self._store.get_entity(RUNS, run_id)
-            if message is None or run is None or is_run_terminal(
-                    decode(RunRecord, run).state):
+            if message is None or run is None:
                 await self._drop(key, run_id)
+            elif is_run_terminal(state := decode(RunRecord, run).state):
+                # The run ended before its input reached it: its sender, still
+                # waiting, is refused as a local caller would have been.
+                await self._drop(key, run_id, answer(
+                    message, str(ErrorCode.RUN_TERMINAL), f"run {run_id} is {state}"))
             return  # another daemon's run (or one about to be taken over here)
         if message is None:
             await self._drop(key, run_id)
@@ -195,7 +255,7 @@ class InboxReader:
             if message.text is not None:  # queued in the commit that drops the row: once
                 await actor.add_input(message.text, message.input_id, message.attachments,
                                       message.complete, into_completing=message.into_completing,
-                                      writes=(drop(key),))
+                                      writes=(drop(key), *answer(message)))
                 return
             # A cancel or a half-close is idempotent: applied, then dropped.
             if message.cancel:
@@ -207,13 +267,15 @@ class InboxReader:
             if exc.code is ErrorCode.LEASE_STALE:
                 return  # the run moved: its new owner applies the message
             # Refused where a local caller would have been (the run is completing,
-            # its queue is full): the sender was answered already, so log and drop.
+            # its queue is full): the waiting sender gets the same refusal.
             _log.warning("handed-over message for run %s refused: %s", run_id, exc.message)
-            await self._drop(key, run_id)
+            await self._drop(key, run_id, answer(message, str(exc.code), exc.message))
 
-    async def _drop(self, key: str, run_id: str) -> None:
+    async def _drop(self, key: str, run_id: str,
+                    answered: tuple[EntityWrite, ...] = ()) -> None:
         await self._store.append([EventDraft(kind="run.input_dropped", actor=ENGINE_ACTOR,
-                                             run_id=run_id, entity_writes=(drop(key),))])
+                                             run_id=run_id,
+                                             entity_writes=(drop(key), *answered))])
 
     async def _change_one(self, key: str, raw: bytes) -> None:
         change = decode_change(raw)

@@ -117,19 +117,30 @@ async def hand_over(store: JournalStore, change: SessionChange, wait_s: float) -
     """
     await store.append([change_draft(change)])
     key = answer_key(change.change_id)
-    try:
-        async with asyncio.timeout(wait_s):
-            while True:  # the row is the message: no notification to wait on
-                raw = store.get_entity(CHANGE_TABLE, key)
-                if raw is not None:
-                    break
-                await asyncio.sleep(ANSWER_POLL_S)
-    except TimeoutError:
+    raw = await wait_for_row(store, CHANGE_TABLE, key, wait_s)
+    if raw is None:
         raise coded(ErrorCode.UNAVAILABLE, f"the change of session {change.session_id} is "
                     "handed over to the daemon that owns it, which has not applied it yet",
-                    session_id=change.session_id) from None
+                    session_id=change.session_id)
     await store.append([EventDraft(
         kind="session.change_done", actor=ENGINE_ACTOR, session_id=change.session_id,
         payload={"change_id": change.change_id},
         entity_writes=(EntityWrite(CHANGE_TABLE, key, None),))])
     return msgspec.json.decode(raw, type=ChangeAnswer)
+
+
+async def wait_for_row(store: JournalStore, table: str, key: str, wait_s: float) -> bytes | None:
+    """The row ``key`` once some daemon wrote it, or None after ``wait_s``.
+
+    The row is the message: nothing depends on a notification, so this reads it
+    every ``ANSWER_POLL_S``.
+    """
+    try:
+        async with asyncio.timeout(wait_s):
+            while True:
+                raw = store.get_entity(table, key)
+                if raw is not None:
+                    return raw
+                await asyncio.sleep(ANSWER_POLL_S)
+    except TimeoutError:
+        return None
