@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -111,6 +112,54 @@ def test_default_policies_ignore_run_and_budget(tmp_path: Path) -> None:
     second = _decide(gate, (*base[:4], "R2", "", Posture.ASK_EACH_TIME, 63, False))
     assert first.outcome == second.outcome
     assert gate.cache_stats[0] == 1  # the second call was a hit
+
+
+_BASE = ("user:alice", "add", frozenset({"read_only"}), "S1", "R1", "", Posture.ASK_EACH_TIME,
+         64, False)
+_ALLOWED = (*_BASE[:6], Posture.ALWAYS_ALLOW, 64, False)  # Cedar's word is the verdict
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    (0, "user:bob"), (1, "echo"), (2, frozenset({"network"})), (2, None),
+    (6, Posture.ALWAYS_ALLOW), (8, True),
+])
+def test_a_changed_input_the_policies_read_misses_the_cache(field: int, value: object) -> None:
+    """Principal, tool, capabilities, registration, posture, approval: each its own entry."""
+    gate = PolicyGate.load()
+    _decide(gate, _BASE)
+    _decide(gate, _BASE)
+    assert gate.cache_stats[:2] == (1, 1)
+    changed = list(_BASE)
+    changed[field] = value
+    _decide(gate, tuple(changed))
+    assert gate.cache_stats[:2] == (1, 2)
+
+
+@pytest.mark.parametrize(("attr", "field", "value"), [
+    ("budget_left > 3", 7, 2), ('session_id == "S1"', 3, "S2"), ('run_id == "R1"', 4, "R2"),
+    ('channel == ""', 5, "slack"),
+])
+def test_a_per_call_field_a_policy_reads_misses_the_cache(tmp_path: Path, attr: str, field: int,
+                                                          value: object) -> None:
+    """Budget, session, run and channel are in the key once a policy reads them (and
+    the answer then changes with them)."""
+    gate = _gate(tmp_path, [f'permit (principal, action == Action::"tool.execute", resource)\n'
+                            f"when {{ context.{attr} }};"], defaults=False, cache=1)
+    assert _decide(gate, _ALLOWED).outcome.value == "allow"
+    changed = list(_ALLOWED)
+    changed[field] = value
+    assert _decide(gate, tuple(changed)).outcome.value != "allow"
+    assert gate.cache_stats[:2] == (0, 2)
+
+
+def test_a_reloaded_policy_set_is_not_answered_from_the_old_cache(tmp_path: Path) -> None:
+    gate = _gate(tmp_path, ['permit (principal, action == Action::"tool.execute", resource);'],
+                 defaults=False, cache=1)
+    assert _decide(gate, _ALLOWED).outcome.value == "allow"
+    (tmp_path / "policies" / "random.cedar").write_text(
+        'forbid (principal, action == Action::"tool.execute", resource);')
+    gate.reload()
+    assert _decide(gate, _ALLOWED).outcome.value == "deny"
 
 
 def test_cache_is_bounded() -> None:

@@ -96,6 +96,15 @@ class DecisionCache:
         self.hits = 0
         self.misses = 0
 
+    def reads(self, attr: str) -> bool:
+        """Whether the policies can read ``context.<attr>`` (True when they may read all)."""
+        return self._attrs is None or attr in self._attrs
+
+    @property
+    def policy_hash(self) -> str:
+        """The hash of the policy set this cache belongs to (the first part of every key)."""
+        return self._policy_hash
+
     def key(self, action: str, principal: str, resource: str,
             context: Mapping[str, Any]) -> CacheKey:
         """The decision-relevant part of one Cedar request."""

@@ -18,7 +18,7 @@ import cedarpy
 
 from palyra.core.capabilities import is_sensitive
 from palyra.core.errors import PalyraError
-from palyra.policy._cache import DecisionCache, context_projection, literal_types
+from palyra.policy._cache import CacheKey, DecisionCache, context_projection, literal_types
 from palyra.policy._config import PolicyConfig
 from palyra.policy._decide import decide, resolve_posture
 from palyra.policy._loader import LoadedPolicies, load_policies
@@ -64,6 +64,13 @@ class PolicyGate:
             loaded.policy_hash, self._cache_entries)
         # Resource types whose ids a policy can tell apart (see ``_cache``).
         self._keyed_types = literal_types(source.text for source in loaded.sources)
+        # Which of a tool call's inputs the policies can see (see ``_tool_key``).
+        reads = self._cache.reads
+        self._tool_reads = (
+            reads("capabilities") or reads("is_sensitive"),
+            reads("registered") or reads("is_sensitive"),
+            reads("posture"), reads("approved"), reads("budget_left"), reads("session_id"),
+            reads("run_id"), reads("channel"))
 
     def reload(self) -> str:
         """Read the policy files again and decide by them from the next decision on.
@@ -179,6 +186,26 @@ class PolicyGate:
             "channel": request.channel,
         }
 
+    def _tool_key(self, request: ToolRequest, posture: Posture, budget_left: int,
+                  approved: bool, action: ToolAction) -> CacheKey:
+        """The cache key of a tool call, built without its context dict.
+
+        Exact, like ``DecisionCache.key`` over ``_tool_context``: every context
+        value the policies can read is a function of this tuple. ``capabilities``
+        and ``is_sensitive`` come from the capability set and ``registered``,
+        ``principal_name`` is the principal, ``process_exec_enabled`` is the
+        gate's own config (fixed for its life); each input is in the key only
+        when a policy reads what comes from it, as in the projected key. Tool
+        keys have their own length, so they never meet another action's keys.
+        """
+        caps, registered, pos, appr, budget, session, run, channel = self._tool_reads
+        return (self._cache.policy_hash, action, request.principal, request.tool_name,
+                request.capabilities if caps else None,
+                request.registered if registered else None,
+                posture if pos else None, approved if appr else None,
+                budget_left if budget else None, request.session_id if session else None,
+                request.run_id if run else None, request.channel if channel else None)
+
     def evaluate_tool(
         self,
         request: ToolRequest,
@@ -195,8 +222,7 @@ class PolicyGate:
         approval" from "denied". Answers come from the decision cache when an
         identical request (as far as the policies can see) was asked before.
         """
-        context = self._tool_context(request, posture, budget_left, approved)
-        key = self._cache.key(action, request.principal, request.tool_name, context)
+        key = self._tool_key(request, posture, budget_left, approved, action)
         cached = self._cache.get(key)
         if cached is not None:
             return cached
@@ -204,7 +230,7 @@ class PolicyGate:
             "principal": {"type": "Principal", "id": request.principal},
             "action": {"type": "Action", "id": action},
             "resource": {"type": "Tool", "id": request.tool_name},
-            "context": context,
+            "context": self._tool_context(request, posture, budget_left, approved),
         }
         allowed, reasons, errors = self._authorize(cedar_request)
         allowed_if_approved, errors_if_approved = allowed, errors

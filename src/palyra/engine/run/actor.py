@@ -270,6 +270,7 @@ class RunActor:
             except Exception:
                 log.exception("could not fail run after actor crash")
         finally:
+            self._step.deadline.close()  # no timer outlives the run's work
             self._release_waiters()
             self._finished.set()
             self._writer.notify()

@@ -15,7 +15,6 @@ writes a ``compaction_skipped`` stage with the reason, once per loop.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
 from palyra_gen.palyra import v1 as pb
@@ -102,12 +101,11 @@ async def maybe_compact(step: Step, batch: Batch, blocks: Sequence[str],
     attempt = loop.compaction_attempts + 1
     prompt = compaction.summary_prompt(plan, settings)
     try:
-        with step.active():
-            async with asyncio.timeout(step.remaining_wall_s()):
-                # The run's own route (its agent's provider and model, with
-                # failover), not the daemon's default provider.
-                answer = await complete_routed(deps.models.resolve(step.record.model_route),
-                                               ModelRequest(messages=prompt))
+        with step.active(), step.deadline.within(step.remaining_wall_s()):
+            # The run's own route (its agent's provider and model, with
+            # failover), not the daemon's default provider.
+            answer = await complete_routed(deps.models.resolve(step.record.model_route),
+                                           ModelRequest(messages=prompt))
     except (PalyraError, TimeoutError) as exc:
         code = exc.code.name if isinstance(exc, PalyraError) else "DEADLINE_EXCEEDED"
         _failed(batch, turn, f"attempt {attempt}: the summariser failed ({code}); "

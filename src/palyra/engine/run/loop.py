@@ -11,7 +11,6 @@ tool result with its attestation is one append.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from contextlib import aclosing
@@ -153,21 +152,20 @@ async def model_turn(step: Step, batch: Batch) -> None:
     routed: Routed | None = None
     flushed_at = -math.inf  # the first token group is committed at once
     try:
-        with step.active():
-            async with asyncio.timeout(step.remaining_wall_s()):
-                async with aclosing(call_model(step, request)) as chunks:
-                    async for chunk in chunks:
-                        if not isinstance(chunk, TextDelta):
-                            routed = chunk
-                            continue
-                        groups = tokens.push(chunk.text)
-                        batch.add(*(pb.ModelToken(token=g, is_final=False, turn=turn)
-                                    for g in groups))
-                        if groups and time.monotonic() - flushed_at >= deps.config.token_flush_s:
-                            await batch.commit()
-                            flushed_at = time.monotonic()
-                            batch = step.writer.batch()
-                            step.carry(batch)
+        with step.active(), step.deadline.within(step.remaining_wall_s()):
+            async with aclosing(call_model(step, request)) as chunks:
+                async for chunk in chunks:
+                    if not isinstance(chunk, TextDelta):
+                        routed = chunk
+                        continue
+                    groups = tokens.push(chunk.text)
+                    batch.add(*(pb.ModelToken(token=g, is_final=False, turn=turn)
+                                for g in groups))
+                    if groups and time.monotonic() - flushed_at >= deps.config.token_flush_s:
+                        await batch.commit()
+                        flushed_at = time.monotonic()
+                        batch = step.writer.batch()
+                        step.carry(batch)
     except TimeoutError:
         # The limit may have struck while a token commit was landing: that
         # batch is durable, so the loop ends in a fresh one.

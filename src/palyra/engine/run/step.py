@@ -28,6 +28,7 @@ from palyra.engine.model.approvals import Decision
 from palyra.engine.model.errors import coded
 from palyra.engine.model.records import ApprovalRecord, RunRecord
 from palyra.engine.run.approvals import PendingApprovals
+from palyra.engine.run.deadline import RunDeadline
 from palyra.engine.run.deps import EngineDeps
 from palyra.engine.run.writer import Batch, RunWriter
 
@@ -110,6 +111,8 @@ class Step:
         self.parking = False
         self._carry: Batch | None = None
         self._active_s = 0.0
+        # The wall-clock limit over model calls: one timer for the run, not one a call.
+        self.deadline = RunDeadline()
         # Proposals allowed before a restart with no result on the tape: the
         # tool may or may not have run, so only read-only tools are re-run.
         self._unknown_inflight = set(unknown_inflight)
