@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import sys
 from collections.abc import Iterator
 
@@ -65,8 +66,9 @@ def absent(*names: str) -> Iterator[None]:
 
 def import_lean() -> None:
     """Import each library of :data:`WITHOUT_EXTRAS` without its extras (a no-op for
-    one already imported)."""
+    one already imported, or not installed: ``palyra.testing`` helpers run under a bare
+    interpreter, ``python -S``, where none of them is)."""
     for library, extras in WITHOUT_EXTRAS.items():
-        if library not in sys.modules:
+        if library not in sys.modules and importlib.util.find_spec(library) is not None:
             with absent(*extras):
                 importlib.import_module(library)
