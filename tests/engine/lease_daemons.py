@@ -24,6 +24,13 @@ def pg_daemon(daemons: list[Harness], tmp_path: Path, dsn: str, ttl_s: float) ->
     return harness
 
 
+async def started(daemons: list[Harness], tmp_path: Path, dsn: str, ttl_s: float
+                  ) -> tuple[Harness, PalyraApp]:
+    """One more engine on ``dsn``, started: ``(harness, its app)``."""
+    harness = pg_daemon(daemons, tmp_path, dsn, ttl_s)
+    return harness, await harness.start()
+
+
 def holder(harness: Harness, session_id: str) -> tuple[str, int, bool] | None:
     """``(owner, epoch, unexpired)`` of the session's lease row."""
     assert isinstance(harness.store, PostgresJournalStore)

@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 from engine_harness import USER, Harness, loop_text
-from lease_daemons import busy_on, expire, pg_daemon, until
+from lease_daemons import busy_on, expire, pg_daemon, started, until
 from palyra_gen.palyra import v1 as pb
 
 from palyra.app._convert import identity_of
@@ -95,8 +95,7 @@ async def test_a_retry_reaching_the_owner_mid_accept_is_answered_once_the_run_is
 async def test_the_askers_own_inbox_starts_its_hand_over_once_the_owners_term_ran_out(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_a = await a.start()
+    a, app_a = await started(daemons, tmp_path, dsn, ttl_s=60)
     session = (await app_a.resolve_session(USER, pb.ResolveSessionRequest(
         session_key="busy"))).session
     # A daemon SIGKILLed while it held the session: its lease row stays until its term ends.
@@ -124,10 +123,8 @@ async def test_the_askers_own_inbox_starts_its_hand_over_once_the_owners_term_ra
 async def test_one_run_id_started_on_two_daemons_at_once_is_accepted_once(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_a = await a.start()
-    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_b = await b.start()
+    a, app_a = await started(daemons, tmp_path, dsn, ttl_s=60)
+    b, app_b = await started(daemons, tmp_path, dsn, ttl_s=60)
     run_id = new_ulid()
     # Two sessions, so each daemon claims its own and neither hands over: both look for
     # the id before either commits (a retry racing its first try across daemons).
@@ -150,10 +147,8 @@ async def test_one_run_id_started_on_two_daemons_at_once_is_accepted_once(
 async def test_a_run_committed_on_one_daemon_is_found_on_the_other_at_once(
     daemons: list[Harness], tmp_path: Path, dsn: str, looked_before: bool
 ) -> None:
-    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_a = await a.start()
-    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_b = await b.start()
+    _a, app_a = await started(daemons, tmp_path, dsn, ttl_s=60)
+    b, app_b = await started(daemons, tmp_path, dsn, ttl_s=60)
     assert isinstance(b.store, PostgresJournalStore) and b.store._watch is not None
     run_id = new_ulid()
     if looked_before:  # B looked the id up before it existed (its inbox reader does)

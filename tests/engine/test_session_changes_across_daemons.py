@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from engine_harness import USER, Harness
-from lease_daemons import busy_on, expire, holder, owner_of, pg_daemon, until
+from lease_daemons import busy_on, expire, holder, owner_of, started, until
 from palyra_gen.palyra import v1 as pb
 
 from palyra.core.errors import ErrorCode, PalyraError
@@ -35,10 +35,8 @@ def _posture(session_id: str, tool: str, posture: pb.ToolPosture) -> pb.SetToolP
 async def test_a_change_on_a_daemon_not_owning_the_session_is_handed_to_the_owner(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_a = await a.start()
-    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_b = await b.start()
+    a, app_a = await started(daemons, tmp_path, dsn, ttl_s=60)
+    _b, app_b = await started(daemons, tmp_path, dsn, ttl_s=60)
     busy = await busy_on(app_a)  # A owns the session while its run is live
     sid = busy.session_id
     row = holder(a, sid)
@@ -69,10 +67,8 @@ async def test_a_change_on_a_daemon_not_owning_the_session_is_handed_to_the_owne
 async def test_a_branch_handed_to_the_owner_answers_with_the_committed_records(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_a = await a.start()
-    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_b = await b.start()
+    a, app_a = await started(daemons, tmp_path, dsn, ttl_s=60)
+    _b, app_b = await started(daemons, tmp_path, dsn, ttl_s=60)
     busy = await busy_on(app_a)
     sid = busy.session_id
     await app_a.complete_run(USER, pb.CompleteRunRequest(run_id=busy.run_id, wait=True))
@@ -94,8 +90,7 @@ async def test_a_branch_handed_to_the_owner_answers_with_the_committed_records(
 async def test_a_change_handed_to_an_owner_that_died_lands_once_its_term_ran_out(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_a = await a.start()
+    a, app_a = await started(daemons, tmp_path, dsn, ttl_s=60)
     session = (await app_a.resolve_session(USER, pb.ResolveSessionRequest(
         session_key="busy"))).session
     sid = session.session_id
@@ -119,10 +114,8 @@ async def test_a_change_handed_to_an_owner_that_died_lands_once_its_term_ran_out
 async def test_a_reset_without_a_run_is_made_by_the_sessions_owner(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_a = await a.start()
-    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_b = await b.start()
+    a, app_a = await started(daemons, tmp_path, dsn, ttl_s=60)
+    _b, app_b = await started(daemons, tmp_path, dsn, ttl_s=60)
     busy = await busy_on(app_a)  # A owns the session while its run is live
     sid = busy.session_id
     row = holder(a, sid)
@@ -138,8 +131,7 @@ async def test_a_reset_without_a_run_is_made_by_the_sessions_owner(
 async def test_a_reset_waits_for_the_owner_and_lands_once_a_dead_owners_term_ran_out(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_a = await a.start()
+    a, app_a = await started(daemons, tmp_path, dsn, ttl_s=60)
     sid = (await app_a.resolve_session(USER, pb.ResolveSessionRequest(
         session_key="busy"))).session.session_id
     assert isinstance(a.store, PostgresJournalStore)

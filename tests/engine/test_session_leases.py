@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from engine_harness import ADMIN, USER, Harness, loop_text, next_approval
-from lease_daemons import busy_on, expire, holder, owner_of, pg_daemon, until
+from lease_daemons import busy_on, expire, holder, owner_of, pg_daemon, started, until
 from palyra_gen.palyra import v1 as pb
 
 from palyra.app import PalyraApp
@@ -58,8 +58,7 @@ async def _approve_to_end(app: PalyraApp, run_id: str, reason: str) -> pb.Run:
 async def test_a_daemon_resumes_only_the_sessions_it_owns(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_a = await a.start()
+    a, app_a = await started(daemons, tmp_path, dsn, ttl_s=60)
     run = await _hitl_run(app_a, 2)
     await next_approval(app_a, run.run_id)
     assert holder(a, run.session_id) == (owner_of(a), 2, True)
@@ -82,8 +81,7 @@ async def test_a_dead_owners_session_is_taken_over_and_the_old_owner_is_fenced_o
     app_a = await a.start()
     run = await _hitl_run(app_a, 3)
     first = await next_approval(app_a, run.run_id)
-    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=ttl_s)
-    app_b = await b.start()
+    b, app_b = await started(daemons, tmp_path, dsn, ttl_s=ttl_s)
     assert b.engine is not None and b.engine.live_runs() == []
     expire(dsn, run.session_id)  # A stalls past its term; it does not know yet
     expired = time.monotonic()
@@ -114,12 +112,10 @@ async def test_a_dead_owners_session_is_taken_over_and_the_old_owner_is_fenced_o
 async def test_a_stopped_daemon_hands_its_sessions_over_without_waiting_for_the_ttl(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_a = await a.start()
+    a, app_a = await started(daemons, tmp_path, dsn, ttl_s=60)
     run = await _hitl_run(app_a, 1)
     await next_approval(app_a, run.run_id)
-    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=1.5)
-    app_b = await b.start()
+    b, app_b = await started(daemons, tmp_path, dsn, ttl_s=1.5)
     await a.stop()  # SIGTERM: the run is parked and its session released unsettled
     row = holder(b, run.session_id)
     assert row is not None and row[0] == owner_of(a) and not row[2]
@@ -133,10 +129,8 @@ async def test_a_stopped_daemon_hands_its_sessions_over_without_waiting_for_the_
 async def test_an_approval_decided_on_another_daemon_reaches_the_run_on_itsowner_of(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_a = await a.start()
-    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_b = await b.start()
+    a, app_a = await started(daemons, tmp_path, dsn, ttl_s=60)
+    b, app_b = await started(daemons, tmp_path, dsn, ttl_s=60)
     run = await _hitl_run(app_a, 2)
     for _ in range(2):
         approval = await next_approval(app_b, run.run_id)  # any daemon serves reads
@@ -158,10 +152,8 @@ async def _state(app: PalyraApp, run_id: str) -> pb.Run:
 async def test_messages_for_a_run_on_another_daemon_are_handed_over_not_refused(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_a = await a.start()
-    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_b = await b.start()
+    a, app_a = await started(daemons, tmp_path, dsn, ttl_s=60)
+    b, app_b = await started(daemons, tmp_path, dsn, ttl_s=60)
     assert a.engine is not None and b.engine is not None
     first = (await app_a.create_run(USER, pb.CreateRunRequest(
         input=pb.MessageInput(text=loop_text(1)), wait=True))).run  # idle, waiting for input
@@ -192,10 +184,8 @@ async def test_messages_for_a_run_on_another_daemon_are_handed_over_not_refused(
 async def test_a_new_run_in_a_session_owned_elsewhere_is_handed_over_not_refused(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_a = await a.start()
-    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_b = await b.start()
+    a, app_a = await started(daemons, tmp_path, dsn, ttl_s=60)
+    b, app_b = await started(daemons, tmp_path, dsn, ttl_s=60)
     assert a.engine is not None and b.engine is not None
     first = (await app_a.create_run(USER, pb.CreateRunRequest(
         session_key="busy", input=pb.MessageInput(text=loop_text(1)), wait=True))).run
@@ -221,12 +211,10 @@ async def test_a_new_run_that_claims_an_expired_lease_resumes_the_runs_its_old_o
 ) -> None:
     # B's sweep runs every 20 s, never in this test: only the new run's claim can find
     # the run A left behind.
-    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_a = await a.start()
+    _a, app_a = await started(daemons, tmp_path, dsn, ttl_s=60)
     left = await _hitl_run(app_a, 2)
     await next_approval(app_a, left.run_id)
-    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_b = await b.start()
+    b, app_b = await started(daemons, tmp_path, dsn, ttl_s=60)
     assert b.engine is not None and b.engine.live_runs() == []
     expire(dsn, left.session_id)  # A stalls past its term
     new = (await app_b.create_run(USER, pb.CreateRunRequest(
@@ -256,10 +244,8 @@ async def _stream_requests(*requests: pb.RunStreamRequest) -> AsyncIterator[pb.R
 async def test_a_stream_run_in_a_session_owned_elsewhere_is_handed_over_and_streamed_here(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_a = await a.start()
-    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_b = await b.start()
+    a, app_a = await started(daemons, tmp_path, dsn, ttl_s=60)
+    b, app_b = await started(daemons, tmp_path, dsn, ttl_s=60)
     assert a.engine is not None and b.engine is not None
     busy = await busy_on(app_a)
     stream = app_b.run_stream(USER, _stream_requests(
@@ -284,10 +270,8 @@ async def test_a_stream_run_in_a_session_owned_elsewhere_is_handed_over_and_stre
 async def test_a_start_that_resets_a_session_owned_elsewhere_is_handed_over(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_a = await a.start()
-    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_b = await b.start()
+    a, app_a = await started(daemons, tmp_path, dsn, ttl_s=60)
+    b, app_b = await started(daemons, tmp_path, dsn, ttl_s=60)
     assert a.engine is not None and b.engine is not None
     busy = await busy_on(app_a)
     stream = app_b.run_stream(USER, _stream_requests(pb.RunStreamRequest(
@@ -311,10 +295,8 @@ async def test_a_start_that_resets_a_session_owned_elsewhere_is_handed_over(
 async def test_a_session_change_by_a_fenced_out_owner_is_refused_and_never_written(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_a = await a.start()
-    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_b = await b.start()
+    _a, app_a = await started(daemons, tmp_path, dsn, ttl_s=60)
+    b, app_b = await started(daemons, tmp_path, dsn, ttl_s=60)
     busy = await busy_on(app_a)  # A owns the session while its run is live
     await app_a.set_tool_posture(USER, pb.SetToolPostureRequest(  # the owner's change lands
         session_id=busy.session_id, tool_name="add", posture=pb.ToolPosture.ALWAYS_ALLOW))
@@ -335,10 +317,8 @@ async def test_a_session_change_by_a_fenced_out_owner_is_refused_and_never_writt
 async def test_a_stream_error_cancels_its_run_on_the_daemon_that_owns_it(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_a = await a.start()
-    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_b = await b.start()
+    a, app_a = await started(daemons, tmp_path, dsn, ttl_s=60)
+    _b, app_b = await started(daemons, tmp_path, dsn, ttl_s=60)
     await busy_on(app_a)
     stream = app_b.run_stream(USER, _stream_requests(
         pb.RunStreamRequest(v=1, session_key="busy", input=pb.MessageInput(text="hello")),
@@ -360,12 +340,10 @@ async def test_a_stream_error_cancels_its_run_on_the_daemon_that_owns_it(
 async def test_a_new_run_and_the_sweep_claiming_one_orphan_together_resume_its_runs_once(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_a = await a.start()
+    _a, app_a = await started(daemons, tmp_path, dsn, ttl_s=60)
     left = await _hitl_run(app_a, 1)
     await next_approval(app_a, left.run_id)
-    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_b = await b.start()
+    b, app_b = await started(daemons, tmp_path, dsn, ttl_s=60)
     assert b.engine is not None
     expire(dsn, left.session_id)  # A stalls: its session is an orphan now
     # B's sweep and a new run on B claim it at the same moment.
@@ -388,10 +366,8 @@ async def test_a_new_run_and_the_sweep_claiming_one_orphan_together_resume_its_r
 async def test_an_input_handed_over_is_answered_once_its_owner_queued_it(
     daemons: list[Harness], tmp_path: Path, dsn: str
 ) -> None:
-    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_a = await a.start()
-    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_b = await b.start()
+    a, app_a = await started(daemons, tmp_path, dsn, ttl_s=60)
+    _b, app_b = await started(daemons, tmp_path, dsn, ttl_s=60)
     run = (await app_a.create_run(USER, pb.CreateRunRequest(
         input=pb.MessageInput(text=loop_text(1)), wait=True))).run  # idle, waiting for input
     await app_b.send_run_input(USER, pb.SendRunInputRequest(
@@ -411,10 +387,8 @@ async def test_an_input_handed_over_to_a_run_that_ends_first_is_refused_not_drop
 ) -> None:
     # Neither daemon's own inbox reader runs during the test: the order is the test's.
     monkeypatch.setattr(inbox, "INBOX_POLL_S", 3600.0)
-    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_a = await a.start()
-    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
-    app_b = await b.start()
+    a, app_a = await started(daemons, tmp_path, dsn, ttl_s=60)
+    b, app_b = await started(daemons, tmp_path, dsn, ttl_s=60)
     assert b.store is not None
     run = (await app_a.create_run(USER, pb.CreateRunRequest(
         input=pb.MessageInput(text=loop_text(1)), wait=True))).run
