@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from palyra.core.errors import ErrorCode, PalyraError
-from palyra.journal import JournalConfig, JournalStore
+from palyra.journal import EventDraft, JournalConfig, JournalStore
 from palyra.journal.postgres.store import PostgresJournalStore
-from palyra.tasks.model import State
+from palyra.tasks.model import State, decode
 from palyra.tasks.queue import TaskQueue
 from palyra.testing.postgres import PostgresServer
 
@@ -133,3 +133,50 @@ async def test_a_stale_claimer_is_refused_and_a_moved_lease_cannot_report(
     assert _events(a, "task.succeeded", rec.task_id) == 0
     final = qa.get(rec.task_id)
     assert final is not None and final.state == State.QUEUED and not final.leased
+
+
+async def test_a_run_end_leaves_a_childs_change_made_meanwhile_on_another_daemon(
+    two_daemons: tuple[TaskQueue, TaskQueue, JournalStore, JournalStore]
+) -> None:
+    """A's run ends while B's worker finishes one of its tasks, A not having seen that:
+    the run's end lands, and B's success is not overwritten by A's cancel."""
+    qa, qb, a, b = two_daemons
+    child, _ = await qa.enqueue("job", parent_run_id="run-1")
+    await _until(lambda: child.task_id in {r.task_id for r in qb.unfinished()})
+    assert isinstance(a, PostgresJournalStore) and a._watch is not None
+    a._watch.stop()  # A's memory falls behind: it still has the child queued
+    claimed = await asyncio.wait_for(qb.claim("b-worker", KINDS), 10)
+    await qb.succeed(claimed.task_id, claimed.lease_epoch)
+    stale = qa.get(child.task_id)
+    assert stale is not None and stale.state == State.QUEUED
+    # The run's end on A, with what A's queue adds to its commit.
+    async with qa.cancelling_children("run-1", "parent run run-1 ended (cancel)") as drafts:
+        await a.append([EventDraft(kind="run.ended", actor="test", run_id="run-1"), *drafts])
+    # A's cancel, refused by the row, reads it again and finds the task finished.
+    await _until(lambda: (r := qa.get(child.task_id)) is not None and r.final)
+    row = b.get_entity("tasks", "id:" + child.task_id, fresh=True)
+    assert row is not None and decode(row).state == State.SUCCEEDED
+    assert _events(b, "task.cancelled", child.task_id) == 0
+    assert any(e.kind == "run.ended" for e in b.read_range(0, 100_000))  # it landed
+    assert qa.get(child.task_id).state == State.SUCCEEDED  # type: ignore[union-attr]
+
+
+async def test_a_run_end_cancels_its_children_by_compare_and_set_after_its_commit(
+    two_daemons: tuple[TaskQueue, TaskQueue, JournalStore, JournalStore]
+) -> None:
+    """A queued child and a running child (claimed on the other daemon) of the ended run:
+    the first is cancelled, the second is asked to stop, on both daemons' memories."""
+    qa, qb, a, _b = two_daemons
+    queued, _ = await qa.enqueue("job", parent_run_id="run-2")
+    running, _ = await qa.enqueue("job", parent_run_id="run-2")
+    held = await asyncio.wait_for(qb.claim("b-worker", KINDS), 10)
+    await _until(lambda: (r := qa.get(held.task_id)) is not None and r.leased)
+    async with qa.cancelling_children("run-2", "parent run run-2 ended (fail)") as drafts:
+        await a.append([EventDraft(kind="run.ended", actor="test", run_id="run-2"), *drafts])
+    other = queued if held.task_id == running.task_id else running
+    await _until(lambda: (r := qb.get(other.task_id)) is not None
+                 and r.state == State.CANCELLED)
+    await _until(lambda: (r := qb.get(held.task_id)) is not None
+                 and r.state == State.CANCEL_REQUESTED)
+    assert not qa.has_children("run-2") or all(
+        r.state == State.CANCEL_REQUESTED for r in qa.unfinished())

@@ -48,6 +48,7 @@ from palyra.channels.polling import poll_telegram
 from palyra.config import PalyraConfig
 from palyra.core.errors import PalyraError
 from palyra.daemon.policy_reload import reload_policy
+from palyra.daemon.run_ends import RunEndFollower
 from palyra.daemon.skills import SkillsHost
 from palyra.engine import (
     Engine,
@@ -165,9 +166,11 @@ async def open_application(
         await learning.on_run_end(record, tasks)
 
     engine.on_run_end(on_run_end)
-    # A run ending failed or cancelled cancels its tasks in the same commit.
+    # A run ending failed or cancelled cancels its tasks (in the same commit, or on a
+    # shared journal each by its own compare-and-set right after it).
     engine.on_run_terminal(lambda record, event: tasks.cancelling_children(
         record.run_id, f"parent run {record.run_id} ended ({event})"))
+    stack.callback(RunEndFollower(store, engine, tasks).close)  # other daemons' run ends
     watchdog = Watchdog(engine, tasks, config.watchdog)
     watchdog.start()
     stack.push_async_callback(watchdog.close)

@@ -133,6 +133,7 @@ class TaskQueue:
         # again once ours settles (whichever landed last, the table has it).
         self._recheck: set[str] = set()
         self._closed = False
+        self._background: set[asyncio.Future[Any]] = set()  # cancel_children_soon's jobs
         self.commits = 0
         self.stale_refusals = 0  # updates refused for a stale lease epoch (/metrics)
 
@@ -171,6 +172,9 @@ class TaskQueue:
     async def close(self) -> None:
         """Stop the timer (leases stay in the journal; the next start recovers them)."""
         self._closed = True
+        for job in list(self._background):  # the start-up sweep finishes what they left
+            job.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
         if self._timer is not None:
             self._timer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -530,6 +534,25 @@ class TaskQueue:
         children = [r.task_id for r in self._live.children(run_id)]
         return [await self.cancel(task_id, reason) for task_id in children]
 
+    def has_children(self, run_id: str) -> bool:
+        """Whether some unfinished task (as memory has it) has ``run_id`` as its parent."""
+        return bool(self._live.children(run_id))
+
+    def cancel_children_soon(self, run_id: str, reason: str) -> None:
+        """Cancel ``run_id``'s unfinished tasks in the background, each its own
+        compare-and-set (:meth:`cancel`); a failure is logged, the start-up sweep and
+        the other daemons' run-end followers try again."""
+        if self._closed:
+            return
+        job = asyncio.ensure_future(self.cancel_children(run_id, reason))
+        self._background.add(job)
+        job.add_done_callback(self._background_done)
+
+    def _background_done(self, job: asyncio.Future[Any]) -> None:
+        self._background.discard(job)
+        if not job.cancelled() and (error := job.exception()) is not None:
+            log.warning("cancelling a run's tasks failed: %s", error)
+
     @contextlib.asynccontextmanager
     async def cancelling_children(self, run_id: str, reason: str
                                   ) -> AsyncIterator[list[EventDraft]]:
@@ -539,7 +562,21 @@ class TaskQueue:
         The children are held until the caller's block ends, so nothing moves these
         tasks in between; memory follows only if the block ends without an error
         (the commit landed).
+
+        On a shared journal the run's end commits alone (no drafts) and the children
+        are cancelled after it lands, each by its own compare-and-set. Their cancels
+        cannot ride in the run's commit: another daemon may change a child in the same
+        instant (claim it, finish it), and a refused expectation there would refuse the
+        run's end with it, or a blind write would overwrite that change. A crash
+        between the two commits leaves no child of the ended run running forever:
+        every other daemon's watcher sees the run's end and cancels its children after
+        a grace delay (``palyra.daemon.run_ends``), and each daemon's start-up sweeps
+        the children of ended runs.
         """
+        if self._shared:
+            yield []
+            self.cancel_children_soon(run_id, reason)  # the run's end landed
+            return
         while busy := [self._inflight[r.task_id] for r in self._live.children(run_id)
                        if r.task_id in self._inflight]:
             await _settled(busy)
