@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,7 @@ import pytest
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.journal import EventDraft, JournalConfig, JournalStore
 from palyra.journal.postgres.store import PostgresJournalStore
+from palyra.tasks.clock import wall_ms
 from palyra.tasks.model import State, decode
 from palyra.tasks.queue import TaskQueue
 from palyra.testing.postgres import PostgresServer
@@ -180,3 +181,67 @@ async def test_a_run_end_cancels_its_children_by_compare_and_set_after_its_commi
                  and r.state == State.CANCEL_REQUESTED)
     assert not qa.has_children("run-2") or all(
         r.state == State.CANCEL_REQUESTED for r in qa.unfinished())
+
+
+HOUR_MS = 3_600_000
+
+
+@pytest.fixture
+def two_stores(tmp_path: Path, postgres_server: PostgresServer
+               ) -> Iterator[tuple[JournalStore, JournalStore]]:
+    config = JournalConfig(backend="postgres", dsn=postgres_server.create_database())
+    a = JournalStore.open(tmp_path / "a", config=config)
+    b = JournalStore.open(tmp_path / "b", config=config)
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
+async def test_a_daemon_whose_clock_runs_ahead_does_not_take_a_live_lease(
+    two_stores: tuple[JournalStore, JournalStore]
+) -> None:
+    a, b = two_stores
+    qa = TaskQueue(a)
+    await qa.start()
+    ahead = TaskQueue(b, now_ms=lambda: wall_ms() + HOUR_MS)  # its clock: an hour ahead
+    try:
+        await qa.enqueue("job")
+        held = await qa.claim("a-worker", KINDS, lease_ms=60_000)
+        await ahead.start()  # its recovery and its timer see the lease, alive for a minute
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(ahead.claim("b-worker", KINDS), 1.0)
+        row = b.get_entity("tasks", "id:" + held.task_id, fresh=True)
+        assert row is not None
+        assert (decode(row).lease_owner, decode(row).lease_epoch) == ("a-worker",
+                                                                       held.lease_epoch)
+        # The worker's heartbeat still lands, and stamps the lease on the shared clock.
+        beat = await qa.heartbeat(held.task_id, held.lease_epoch, 60_000)
+        assert abs(beat.lease_expires_ms - (wall_ms() + 60_000)) < 5_000
+    finally:
+        await ahead.close()
+        await qa.close()
+
+
+async def test_a_daemon_whose_clock_runs_behind_still_takes_back_a_dead_lease(
+    two_stores: tuple[JournalStore, JournalStore]
+) -> None:
+    a, b = two_stores
+    qa = TaskQueue(a)
+    await qa.start()
+    behind = TaskQueue(b, now_ms=lambda: wall_ms() - HOUR_MS)  # its clock: an hour behind
+    await behind.start()
+    try:
+        rec, _ = await qa.enqueue("job")
+        await _until(lambda: rec.task_id in {r.task_id for r in behind.unfinished()})
+        held = await qa.claim("a-worker", KINDS, lease_ms=500)
+        await qa.close()  # A dies holding the lease; nobody heartbeats it any more
+        # The lease lapses half a second later on every daemon's reading of the shared
+        # clock: B re-queues the task and its worker takes it.
+        taken = await asyncio.wait_for(behind.claim("b-worker", KINDS), 10)
+        assert taken.task_id == held.task_id and taken.lease_epoch > held.lease_epoch
+        assert taken.attempts == 2
+    finally:
+        await behind.close()
+        await qa.close()

@@ -211,6 +211,12 @@ class JournalStore:
         made on rows read here must then be conditions of their commits (``expect``)."""
         return False
 
+    def database_time_ms(self) -> int | None:
+        """Milliseconds since the epoch on the clock every daemon of a shared journal
+        agrees on (the database server's), or None where this daemon's clock is the only
+        one (LMDB)."""
+        return None
+
     async def checkpoint(self) -> Checkpoint:
         """Sign the current global head with the data dir's ed25519 key and store it."""
         writer = self._writer_or_raise()

@@ -35,7 +35,10 @@ task is read again from the table and the change decided again (a claim looks fo
 another task; a worker whose lease moved on gets ``LEASE_STALE``). Memory follows
 other daemons' task commits through the store's watcher (``on_foreign_rows``), so a
 task enqueued on one daemon is claimed by whichever daemon's worker is free. There
-recovery releases only leases that lapsed: another daemon's may be alive.
+recovery releases only leases that lapsed: another daemon's may be alive. Whether one
+lapsed is read on the database server's clock (``palyra.tasks.clock``), as is every
+instant a task carries, so a daemon whose own clock is wrong neither takes a live lease
+nor keeps a dead one.
 """
 
 from __future__ import annotations
@@ -44,7 +47,6 @@ import asyncio
 import collections
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -57,6 +59,7 @@ from palyra.core.errors import ErrorCode, InvalidArgument, NotFound, PalyraError
 from palyra.core.ids import UlidSequence
 from palyra.journal import EntityWrite, EventDraft, JournalStore, RowExpectation
 from palyra.tasks import model
+from palyra.tasks.clock import ServerClock, wall_ms
 from palyra.tasks.index import LiveTasks
 from palyra.tasks.model import Outcome, State, TaskRecord
 
@@ -71,11 +74,6 @@ ACTOR = "system:tasks"
 MAX_KIND = 64
 MAX_PAYLOAD = 64 * 1024
 MAX_KEY = 200
-
-
-def wall_ms() -> int:
-    """Milliseconds since the epoch."""
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(slots=True)
@@ -115,7 +113,10 @@ class TaskQueue:
 
     def __init__(self, store: JournalStore, *, now_ms: Callable[[], int] = wall_ms) -> None:
         self._store = store
-        self._now = now_ms
+        # On a shared journal instants are stamped and judged on the database's clock,
+        # read through ``now_ms`` (``palyra.tasks.clock``); else ``now_ms`` is the clock.
+        self._now: Callable[[], int] = (ServerClock(store.database_time_ms, now_ms)
+                                        if store.shared else now_ms)
         self._live = LiveTasks()  # every unfinished task, indexed
         # task id -> the commit of its change in flight (the writer's own future,
         # never handed to a caller, so no caller's cancellation can cancel it).
@@ -180,6 +181,10 @@ class TaskQueue:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._timer
             self._timer = None
+
+    def now_ms(self) -> int:
+        """The queue's clock: every task instant is on it (the database's, when shared)."""
+        return self._now()
 
     # -- reads ---------------------------------------------------------------
     def get(self, task_id: str) -> TaskRecord | None:

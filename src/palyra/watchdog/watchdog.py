@@ -122,7 +122,11 @@ class Watchdog:
                               list[rules.ApprovalView]]:
         runs = [rules.RunView(rec.run_id, phase, rec.last_active_ms)
                 for rec, phase in self._engine.live_runs()]
-        tasks = [rules.TaskView(t.task_id, t.lease_epoch, t.heartbeat_ms)
+        # Heartbeats are stamped on the queue's clock: the database's on a shared journal,
+        # where this daemon's own may be wrong; they are put on the watchdog's clock here,
+        # so a live lease is judged alive whatever this daemon's clock says.
+        shift = self._now() - self._tasks.now_ms() if self._store.shared else 0
+        tasks = [rules.TaskView(t.task_id, t.lease_epoch, t.heartbeat_ms + shift)
                  for t in self._tasks.leased()]
         pending, _ = self._engine.approval_reader.scan(
             lambda r: r.state == "pending", "", 10_000)

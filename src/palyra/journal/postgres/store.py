@@ -26,6 +26,8 @@ from palyra.journal.postgres.writer import PostgresWriter
 from palyra.journal.read.entity_cache import EntityCache
 from palyra.journal.read.follow import FollowHub
 
+_CLOCK = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+
 
 class PostgresJournalStore(JournalStore):
     """The journal in a PostgreSQL database (``[journal] backend = "postgres"``)."""
@@ -83,6 +85,10 @@ class PostgresJournalStore(JournalStore):
     def shared(self) -> bool:
         """Other daemons may write this database too."""
         return True
+
+    def database_time_ms(self) -> int:
+        """The database server's clock now (one round trip on the lease connection)."""
+        return int(self._leases.autocommit(_CLOCK)[0][0])
 
     def acquire_lease(self, name: str, owner: str, ttl_s: float) -> Lease | None:
         """A new term on ``name`` for ``owner`` if it is free, expired or ``owner``'s already.
