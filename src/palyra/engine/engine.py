@@ -50,6 +50,7 @@ from palyra.engine.model.records import (
     redacted,
 )
 from palyra.engine.run.actor import RunActor
+from palyra.engine.run.answer_sweep import MARGIN_S, AnswerSweep
 from palyra.engine.run.approvals import ApprovalReader
 from palyra.engine.run.attachments import AttachmentStore
 from palyra.engine.run.cascade import cancelling_descendants, child_index_write, child_runs
@@ -326,8 +327,9 @@ class Engine:
             for actor in actors:
                 self._start_actor(actor)
             return report
+        answers = AnswerSweep(self.store, 2 * self._lease_ttl_s() + 5 + MARGIN_S)
         self.spawn(InboxReader(self.store, self._actors.get, self._start_relayed,
-                               self.session_writer.apply_handed).keep())
+                               self.session_writer.apply_handed, answers.maybe).keep())
         report = RecoveryReport()
         await takeover.take(unfinished_runs(self.store), report, recovering=True)
         self.spawn(takeover.keep())

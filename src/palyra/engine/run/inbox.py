@@ -10,7 +10,8 @@ commit that deletes its row and writes its answer (``run_answer:<input id>``,
 which the sender waits for), so it is taken exactly once, even across a crash
 or a takeover (the new owner finds the row), and its sender is told only what
 happened: queued, or refused as a local caller would be. Rows of runs that ended are
-dropped by whichever daemon sees them. Starts of runs (``session_inbox:``) and
+dropped by whichever daemon sees them; answers whose senders stopped waiting are
+deleted by every daemon's sweep (``run.answer_sweep``). Starts of runs (``session_inbox:``) and
 changes of sessions (``session_change:``, ``sessions.handover``) handed to a
 session's owner are read here too, and applied where the session can be held.
 """
@@ -202,8 +203,10 @@ class InboxReader:
 
     def __init__(self, store: JournalStore, live: Callable[[str], RunActor | None],
                  start: Callable[[RelayedStart, EntityWrite], Awaitable[bool]],
-                 change: Callable[[SessionChange], Awaitable[bool]]) -> None:
+                 change: Callable[[SessionChange], Awaitable[bool]],
+                 sweep: Callable[[], Awaitable[object]] | None = None) -> None:
         self._store = store
+        self._sweep = sweep  # deletes answer rows of askers that timed out
         self._live = live
         self._start = start
         self._change = change
@@ -220,7 +223,9 @@ class InboxReader:
     async def round(self) -> None:
         """Apply the handed-over session changes and start the handed-over runs of the
         sessions this daemon can own; apply every message for a live run here; drop
-        those of ended runs."""
+        those of ended runs; now and then, delete answers nobody waits for."""
+        if self._sweep is not None:
+            await self._sweep()
         for key, raw in self._store.scan_entities(INBOX_TABLE, CHANGE_PREFIX, "", INBOX_PAGE):
             await self._change_one(key, raw)
         for key, raw in self._store.scan_entities(INBOX_TABLE, START_PREFIX, "", INBOX_PAGE):
