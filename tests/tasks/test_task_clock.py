@@ -55,3 +55,24 @@ def test_a_step_of_the_local_clock_is_noticed_at_the_next_reading() -> None:
 def test_without_a_server_clock_the_local_clock_is_the_clock() -> None:
     clock = ServerClock(lambda: None, lambda: 42, lambda: 0)
     assert clock() == 42
+
+
+def test_a_failed_reading_keeps_the_last_offset_and_tries_again_later() -> None:
+    clocks = Clocks(server=1_700_000_000_000, skew=-7_000)
+    down = False
+
+    def server_ms() -> int:
+        if down:
+            raise ConnectionError("the database is away")
+        return clocks.server_ms()
+
+    clock = ServerClock(server_ms, clocks.local_ms, lambda: clocks.mono)
+    assert clock() == clocks.server
+    down = True
+    clocks.pass_ms(RESYNC_MS)
+    assert clock() == clocks.server  # measured before: still the server's time
+    down = False
+    clocks.pass_ms(RESYNC_MS // 2)
+    assert clock() == clocks.server and clocks.asked == 1  # no retry before RESYNC_MS
+    clocks.pass_ms(RESYNC_MS // 2)
+    assert clock() == clocks.server and clocks.asked == 2

@@ -13,8 +13,11 @@ query every few seconds keeps every daemon on the server's time whatever its own
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
+
+log = logging.getLogger("palyra.tasks")
 
 RESYNC_MS = 10_000
 """How long an offset to the server's clock is trusted."""
@@ -67,7 +70,16 @@ class ServerClock:
         local, mono = self._local(), self._mono()
         if self._offset is None or stale(self._synced_local, self._synced_mono, local, mono):
             before = self._local()
-            server = self._server()
+            try:
+                server = self._server()
+            except Exception:
+                if self._offset is None:
+                    raise  # nothing to read the server's time with yet
+                # The last offset stands until the server answers again (the commits
+                # that would use this reading fail the same way meanwhile).
+                log.warning("reading the database's clock failed", exc_info=True)
+                self._synced_local, self._synced_mono = local, mono
+                return local + self._offset
             after = self._local()
             self._offset = 0 if server is None else offset_ms(before, server, after)
             self._synced_local, self._synced_mono = after, self._mono()

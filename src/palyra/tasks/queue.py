@@ -145,6 +145,7 @@ class TaskQueue:
         Returns the tasks recovery moved (each in its own commit).
         """
         if self._shared:  # before the scan: a change made meanwhile is read again
+            self._now()  # the database's clock, measured once before anything needs it
             loop = asyncio.get_running_loop()
             self._store.on_foreign_rows(partial(self._foreign_rows, loop))
         self._live = LiveTasks(rec for rec in self._scan() if not rec.final)

@@ -87,8 +87,14 @@ class PostgresJournalStore(JournalStore):
         return True
 
     def database_time_ms(self) -> int:
-        """The database server's clock now (one round trip on the lease connection)."""
-        return int(self._leases.autocommit(_CLOCK)[0][0])
+        """The database server's clock now (one round trip on a reader's connection).
+
+        Raises:
+            PalyraError: ``UNAVAILABLE`` when the database cannot be reached.
+        """
+        with self._env.read() as txn:
+            row = txn.conn.execute(_CLOCK).fetchone()
+        return int(row[0])
 
     def acquire_lease(self, name: str, owner: str, ttl_s: float) -> Lease | None:
         """A new term on ``name`` for ``owner`` if it is free, expired or ``owner``'s already.
