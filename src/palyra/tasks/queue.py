@@ -316,10 +316,18 @@ class TaskQueue:
             extra = (EntityWrite(TABLE, _IDEM + idempotency_key, rec.task_id.encode()),
                      ) if idempotency_key else ()
             changes: list[Change] = [(rec, "enqueued", extra)]
-            if claim_for and debounce is None and delay_ms <= 0:
-                # Both moves journaled, each as it happened; the answer is the last.
-                changes.append((model.claim(rec, claim_for, now, lease_ms), "claimed", ()))
-            created = await self._enqueue_new(changes, also, idempotency_key)
+            taker: _Claimer | None = None
+            if debounce is None and delay_ms <= 0:
+                if claim_for:
+                    # Both moves journaled, each as it happened; the answer is the last.
+                    changes.append((model.claim(rec, claim_for, now, lease_ms), "claimed", ()))
+                elif self._claimers and (taker := self._waiting_for(kind, now)) is not None:
+                    # A worker waits for this kind and nothing else is ready for it: the
+                    # task is born claimed by it in this one commit (no claim commit of
+                    # its own, so enqueue -> start costs one durable commit, not two).
+                    changes.append((model.claim(rec, taker.owner, now, taker.lease_ms),
+                                    "claimed", ()))
+            created = await self._enqueue_new(changes, also, idempotency_key, taker)
             if created is not None:
                 return created, True
 
@@ -342,9 +350,16 @@ class TaskQueue:
 
     async def _enqueue_new(self, changes: list[Change],
                            also: Callable[[TaskRecord], Sequence[EventDraft]] | None,
-                           idempotency_key: str) -> TaskRecord | None:
-        """Commit a new task; None: another daemon took its idempotency key first."""
-        answer = self._submit(changes, also, base=None)
+                           idempotency_key: str, taker: _Claimer | None
+                           ) -> TaskRecord | None:
+        """Commit a new task; None: another daemon took its idempotency key first.
+
+        With ``taker``, ``changes`` end with its claim: the enqueuer is answered with
+        the queued task (its own change) and the taker with the claimed one, both once
+        the one commit is durable.
+        """
+        answer = self._submit(changes, also, base=None,
+                              taker=taker.claimed if taker is not None else None)
         if idempotency_key:
             self._idem_inflight[idempotency_key] = answer
             answer.add_done_callback(partial(self._idem_settled, idempotency_key))
@@ -360,30 +375,56 @@ class TaskQueue:
             del self._idem_inflight[key]
 
     async def claim(self, owner: str, kinds: frozenset[str] | None = None,
-                    lease_ms: int = model.DEFAULT_LEASE_MS) -> TaskRecord:
+                    lease_ms: int = model.DEFAULT_LEASE_MS, *,
+                    begun: asyncio.Future[TaskRecord] | None = None) -> TaskRecord:
         """Wait for the best ready task of ``kinds`` and take it under a new lease.
 
-        Best: highest priority, then the earliest due, then the oldest.
+        Best: highest priority, then the earliest due, then the oldest. ``begun``: the
+        claim :meth:`claim_begin` started for the same arguments (awaited here, and
+        started again if its commit failed).
         """
-        loop = asyncio.get_running_loop()
         while True:
-            claimed: asyncio.Future[TaskRecord] = loop.create_future()
-            if not self._claim_now(owner, kinds, lease_ms, claimed):
-                # In line: a change that makes a task ready claims it for us and
-                # ``claimed`` resolves once that claim is durable (one wake-up).
-                claimer = _Claimer(owner, kinds, lease_ms, claimed)
-                self._claimers.append(claimer)
-                try:
-                    await claimed
-                except asyncio.CancelledError:
-                    with contextlib.suppress(ValueError):
-                        self._claimers.remove(claimer)
-                    raise
-                except _Lost:
-                    continue
-                return claimed.result()
-            with contextlib.suppress(_Lost):
+            claimed = begun if begun is not None else self.claim_begin(owner, kinds, lease_ms)
+            begun = None
+            try:
                 return await claimed
+            except asyncio.CancelledError:
+                self._claimers = collections.deque(
+                    c for c in self._claimers if c.claimed is not claimed)
+                raise
+            except _Lost:
+                continue
+
+    def claim_begin(self, owner: str, kinds: frozenset[str] | None = None,
+                    lease_ms: int = model.DEFAULT_LEASE_MS) -> asyncio.Future[TaskRecord]:
+        """Start a claim now, synchronously; finish it with ``claim(..., begun=)``.
+
+        The best ready task's claim is queued to the writer at once (so a worker that
+        begins its next claim just before it queues its last task's success has both
+        in one group commit); with nothing ready the claimer waits in line, and a
+        change that makes a task ready (or an enqueue, born claimed) resolves it once
+        that claim is durable: one wake-up.
+        """
+        claimed: asyncio.Future[TaskRecord] = asyncio.get_running_loop().create_future()
+        if not self._claim_now(owner, kinds, lease_ms, claimed):
+            self._claimers.append(_Claimer(owner, kinds, lease_ms, claimed))
+        return claimed
+
+    def _waiting_for(self, kind: str, now: int) -> _Claimer | None:
+        """The first claimer in line that takes ``kind``, out of the line, if nothing
+        ready is waiting for it (then it gets that, as :meth:`_hand_out` would give it)."""
+        claimers = self._claimers
+        for i, claimer in enumerate(claimers):
+            if claimer.claimed.done() or (claimer.kinds is not None
+                                          and kind not in claimer.kinds):
+                continue
+            if self._live.best(claimer.kinds, now) is not None:
+                # A task came due before the timer handed it out: it goes first.
+                self._hand_out()
+                return None
+            del claimers[i]
+            return claimer
+        return None
 
     def _claim_now(self, owner: str, kinds: frozenset[str] | None, lease_ms: int,
                    answer: asyncio.Future[TaskRecord]) -> bool:
@@ -579,7 +620,8 @@ class TaskQueue:
     def _submit(self, changes: list[Change],
                 also: Callable[[TaskRecord], Sequence[EventDraft]] | None = None,
                 answer: asyncio.Future[TaskRecord] | None = None, *,
-                base: TaskRecord | None) -> asyncio.Future[TaskRecord]:
+                base: TaskRecord | None, taker: asyncio.Future[TaskRecord] | None = None
+                ) -> asyncio.Future[TaskRecord]:
         """Queue ``changes`` as one journal append and hold their tasks until it settles.
 
         Synchronous up to the writer's queue, so changes decided in this order are
@@ -587,7 +629,9 @@ class TaskQueue:
         one's when every change is of the first's task) resolves
         once memory follows the durable commit; a failed commit releases the tasks
         unchanged and fails the answer. A claimer passes its own ``answer``, failed
-        with ``_Lost`` instead (it then looks again).
+        with ``_Lost`` instead (it then looks again). ``taker``: a waiting claimer's
+        answer when the last change claims the first's task for it; it gets that claimed
+        record (or ``_Lost``), and ``answer`` the first change's record.
 
         ``base``: the record the first change was decided on (None: a new task). On a
         shared journal the commit expects the task's row to hold it still.
@@ -605,11 +649,12 @@ class TaskQueue:
         lost_ok = answer is not None
         if answer is None:
             answer = asyncio.get_running_loop().create_future()
-        commit.add_done_callback(partial(self._settle, changes, answer, lost_ok))
+        commit.add_done_callback(partial(self._settle, changes, answer, lost_ok, taker))
         return answer
 
     def _settle(self, changes: list[Change], answer: asyncio.Future[TaskRecord],
-                lost_ok: bool, commit: asyncio.Future[Any]) -> None:
+                lost_ok: bool, taker: asyncio.Future[TaskRecord] | None,
+                commit: asyncio.Future[Any]) -> None:
         error = (PalyraError("the journal dropped the commit", code=ErrorCode.UNAVAILABLE)
                  if commit.cancelled() else commit.exception())
         stale = error is not None and getattr(error, "code", None) is ErrorCode.STATE_CONFLICT
@@ -626,11 +671,17 @@ class TaskQueue:
                 self._refresh(rec.task_id)  # as the table has it now
         if error is None:
             self.commits += 1
+        if taker is not None and not taker.done():  # before the enqueuer: it started first
+            if error is None:
+                taker.set_result(changes[-1][0])
+            else:
+                taker.set_exception(_Lost())
         if not answer.done():  # a caller that went away leaves its answer cancelled
             if error is None:
                 first = changes[0][0]
                 last = changes[-1][0]
-                answer.set_result(last if last.task_id == first.task_id else first)
+                answer.set_result(last if last.task_id == first.task_id and taker is None
+                                  else first)
             elif lost_ok:
                 log.warning("a claim's commit failed: %s", error)
                 answer.set_exception(_Lost())
