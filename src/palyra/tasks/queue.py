@@ -358,8 +358,13 @@ class TaskQueue:
         the queued task (its own change) and the taker with the claimed one, both once
         the one commit is durable.
         """
-        answer = self._submit(changes, also, base=None,
-                              taker=taker.claimed if taker is not None else None)
+        try:
+            answer = self._submit(changes, also, base=None,
+                                  taker=taker.claimed if taker is not None else None)
+        except BaseException:  # refused before anything was queued: back to its place
+            if taker is not None:
+                self._claimers.appendleft(taker)
+            raise
         if idempotency_key:
             self._idem_inflight[idempotency_key] = answer
             answer.add_done_callback(partial(self._idem_settled, idempotency_key))
