@@ -4,14 +4,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from palyra.core.errors import InvalidArgument
 from palyra.journal import EventDraft, JournalConfig, JournalStore
-from palyra.tasks import State, TaskContext, TaskQueue, TaskRecord, TaskWorker
+from palyra.tasks import State, TaskContext, TaskQueue, TaskRecord, TaskWorker, model
 
 
 class Clock:
@@ -50,8 +51,16 @@ async def test_an_enqueue_with_a_worker_in_line_is_claimed_in_its_own_commit(
         store: JournalStore) -> None:
     queue = TaskQueue(store)
     await queue.start()
+    submitted: list[list[EventDraft]] = []
+    submit = store.submit
+
+    def recording(drafts: Sequence[EventDraft], **kw: Any) -> Any:  # the real submit
+        submitted.append(list(drafts))
+        return submit(drafts, **kw)
+
     try:
         waiting = await _in_line(queue, "w")
+        store.submit = recording  # type: ignore[method-assign]
         before = store.stats().append_calls
         task, created = await queue.enqueue("k", payload={"n": 1})
         claimed = await asyncio.wait_for(waiting, 2)
@@ -66,6 +75,12 @@ async def test_an_enqueue_with_a_worker_in_line_is_claimed_in_its_own_commit(
         assert [(kind, tid) for kind, tid, _ in events] == [
             ("task.enqueued", task.task_id), ("task.claimed", task.task_id)]
         assert queue.require(task.task_id) == claimed
+        # The row is written once, as the claim leaves it (the commit's last change).
+        [drafts] = submitted
+        rows = [[(w.table, w.key, w.value) for w in d.entity_writes] for d in drafts]
+        assert rows == [[], [("tasks", "id:" + task.task_id, model.encode(claimed))]]
+        stored = store.get_entity("tasks", "id:" + task.task_id)
+        assert stored is not None and model.decode(stored) == claimed
         await queue.succeed(task.task_id, claimed.lease_epoch)
         assert queue.require(task.task_id).state == State.SUCCEEDED
     finally:

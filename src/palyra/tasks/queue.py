@@ -643,7 +643,14 @@ class TaskQueue:
         """
         first = changes[0][0]
         drafts = [*also(first)] if also is not None else []
-        drafts.extend(_draft(rec, event, extra) for rec, event, extra in changes)
+        if len(changes) == 1:
+            drafts.append(_draft(first, changes[0][1], changes[0][2]))
+        else:
+            # A task changed twice in one commit (enqueued, then claimed) stores its row
+            # once, as the later change leaves it; each change is still its own event.
+            last = {rec.task_id: rec for rec, _event, _extra in changes}
+            drafts.extend(_draft(rec, event, extra, row=last[rec.task_id] is rec)
+                          for rec, event, extra in changes)
         # Raises before anything is queued.
         commit = (self._store.submit(drafts, expect=self._expectations(changes, base))
                   if self._shared else self._store.submit(drafts))
@@ -664,11 +671,16 @@ class TaskQueue:
                  if commit.cancelled() else commit.exception())
         stale = error is not None and getattr(error, "code", None) is ErrorCode.STATE_CONFLICT
         recheck = self._recheck
+        # Only a released task or a queued one can be ready for a claimer in line.
+        readied = error is not None
+        last = changes[-1][0]
         for rec, _event, _extra in changes:
             if self._inflight.get(rec.task_id) is commit:
                 del self._inflight[rec.task_id]
             if error is None:
-                self._live.put(rec)
+                if rec is last or rec.task_id != last.task_id:  # else a later change of it
+                    self._live.put(rec)
+                    readied = readied or rec.state == State.QUEUED
             else:
                 self._live.release(rec.task_id)
             if stale or (recheck and rec.task_id in recheck):
@@ -692,7 +704,7 @@ class TaskQueue:
                 answer.set_exception(_Lost())
             else:
                 answer.set_exception(error)
-        self._after_change()
+        self._after_change(readied)
 
     def _expectations(self, changes: list[Change], base: TaskRecord | None
                       ) -> tuple[RowExpectation, ...]:
@@ -739,9 +751,10 @@ class TaskQueue:
                 self._refresh(task_id)
         self._after_change()
 
-    def _after_change(self) -> None:
-        """Hand ready tasks to waiting claimers; wake the timer for a nearer deadline."""
-        if self._claimers:
+    def _after_change(self, readied: bool = True) -> None:
+        """Hand ready tasks to waiting claimers (unless the change made none ready: not
+        ``readied``); wake the timer for a nearer deadline."""
+        if readied and self._claimers:
             self._hand_out()
         due = self._live.next_deadline()
         if due is not None and (self._timer_due is None or due < self._timer_due):
@@ -856,14 +869,17 @@ def _checked(kind: str, idempotency_key: str, payload: dict[str, Any] | None) ->
     return payload_json
 
 
-def _draft(rec: TaskRecord, event: str, extra: tuple[EntityWrite, ...] = ()) -> EventDraft:
-    """One task change as a journal event with the task's new row."""
+def _draft(rec: TaskRecord, event: str, extra: tuple[EntityWrite, ...] = (), *,
+           row: bool = True) -> EventDraft:
+    """One task change as a journal event with the task's new row (``row``: not when a
+    later change of the same commit writes it)."""
     return EventDraft(
         kind=f"task.{event}", actor=ACTOR,
         payload={"task_id": rec.task_id, "kind": rec.kind, "state": str(rec.state),
                  "epoch": rec.lease_epoch, "owner": rec.lease_owner,
                  "attempts": rec.attempts, "error": rec.last_error},
-        entity_writes=(EntityWrite(TABLE, _ID + rec.task_id, model.encode(rec)), *extra))
+        entity_writes=((EntityWrite(TABLE, _ID + rec.task_id, model.encode(rec)), *extra)
+                       if row else extra))
 
 
 __all__ = ["FollowUp", "Outcome", "State", "TaskQueue", "TaskRecord"]
