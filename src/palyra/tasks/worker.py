@@ -108,7 +108,10 @@ class TaskWorker:
         self._tasks = [asyncio.ensure_future(self._loop()) for _ in range(self._concurrency)]
 
     async def close(self) -> None:
-        """Stop the loops; a task in hand keeps its lease, which lapses (or recovery takes it)."""
+        """Stop the loops; a task in hand keeps its lease, which lapses (or recovery takes it).
+
+        So does a task a loop claimed ahead while its last outcome was committing.
+        """
         running = [*self._tasks, *self._adopted]
         for task in running:
             task.cancel()
