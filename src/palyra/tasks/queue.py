@@ -686,6 +686,7 @@ class TaskQueue:
             if stale or (recheck and rec.task_id in recheck):
                 recheck.discard(rec.task_id)
                 self._refresh(rec.task_id)  # as the table has it now
+                readied = True  # another daemon's change: it may have made it ready
         if error is None:
             self.commits += 1
         if taker is not None and not taker.done():  # before the enqueuer: it started first
