@@ -24,6 +24,9 @@ Figures per round, medians over the rounds in the summary line:
   the wait in the queue);
 * ``enqueue_ms`` p50/p99: enqueue call to its durable acknowledgement;
 * ``cpu_us_per_task``: process CPU (every thread) per task over the window;
+* ``loop_cpu_us_per_task``: the event loop's thread alone (the rest is the writer's);
+* ``writer_busy``: the share of the window the writer thread spent inside commits (its
+  flush, and waiting for the GIL in between: near 1, commits queue behind each other);
 * ``commits_per_task``: the journal's durable commits (group-commit frames) per task.
 
 A warm-up round of ``N/10`` tasks on a throwaway journal runs first; the bench
@@ -127,14 +130,16 @@ async def run_round(data_dir: Path, producers: int, tasks: int, workers: int,
                 await started
 
     commits0 = store.stats().commits
-    cpu0 = time.process_time()
+    busy0 = _commit_seconds(store)
+    cpu0, loop_cpu0 = time.process_time(), time.thread_time()
     t0 = time.perf_counter()
     try:
         await asyncio.gather(*(produce() for _ in range(producers)))
         await rnd.all_done
         seconds = time.perf_counter() - t0
-        cpu = time.process_time() - cpu0
+        cpu, loop_cpu = time.process_time() - cpu0, time.thread_time() - loop_cpu0
         commits = store.stats().commits - commits0
+        busy = _commit_seconds(store) - busy0
     finally:
         await worker.close()
         await queue.close()
@@ -148,12 +153,20 @@ async def run_round(data_dir: Path, producers: int, tasks: int, workers: int,
         "enqueue_ms_p50": round(_quantile(rnd.enqueue_ms, 0.5), 3),
         "enqueue_ms_p99": round(_quantile(rnd.enqueue_ms, 0.99), 3),
         "cpu_us_per_task": round(cpu / tasks * 1e6, 1),
+        "loop_cpu_us_per_task": round(loop_cpu / tasks * 1e6, 1),
+        "writer_busy": round(busy / seconds, 3),
         "commits_per_task": round(commits / tasks, 3),
     }
 
 
+def _commit_seconds(store: JournalStore) -> float:
+    """Wall time the writer thread has spent in commits so far (its histogram's sum)."""
+    timings, _writes = store.commit_timings()
+    return timings.commit_seconds.sum if timings is not None else 0.0
+
+
 _MEDIANS = ("tasks_per_s", "start_ms_p50", "start_ms_p99", "enqueue_ms_p50", "enqueue_ms_p99",
-            "cpu_us_per_task", "commits_per_task")
+            "cpu_us_per_task", "loop_cpu_us_per_task", "writer_busy", "commits_per_task")
 
 
 async def run(args: argparse.Namespace) -> list[dict[str, Any]]:

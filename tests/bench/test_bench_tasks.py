@@ -22,3 +22,7 @@ async def test_a_round_counts_every_success_and_ends(tmp_path: Path, producers: 
     assert 0 < line["enqueue_ms_p50"] <= line["enqueue_ms_p99"]
     # Enqueue, claim and success each commit; group commit may share frames.
     assert 0 < line["commits_per_task"] <= 3
+    # The loop's thread is part of the process; the writer is inside commits some of
+    # the window, never more than all of it.
+    assert 0 < line["loop_cpu_us_per_task"] < line["cpu_us_per_task"]
+    assert 0 < line["writer_busy"] <= 1

@@ -326,10 +326,18 @@ class TaskQueue:
             extra = (EntityWrite(TABLE, _IDEM + idempotency_key, rec.task_id.encode()),
                      ) if idempotency_key else ()
             changes: list[Change] = [(rec, "enqueued", extra)]
-            if claim_for and debounce is None and delay_ms <= 0:
-                # Both moves journaled, each as it happened; the answer is the last.
-                changes.append((model.claim(rec, claim_for, now, lease_ms), "claimed", ()))
-            created = await self._enqueue_new(changes, also, idempotency_key)
+            taker: _Claimer | None = None
+            if debounce is None and delay_ms <= 0:
+                if claim_for:
+                    # Both moves journaled, each as it happened; the answer is the last.
+                    changes.append((model.claim(rec, claim_for, now, lease_ms), "claimed", ()))
+                elif self._claimers and (taker := self._waiting_for(kind, now)) is not None:
+                    # A worker waits for this kind and nothing else is ready for it: the
+                    # task is born claimed by it in this one commit (no claim commit of
+                    # its own, so enqueue -> start costs one durable commit, not two).
+                    changes.append((model.claim(rec, taker.owner, now, taker.lease_ms),
+                                    "claimed", ()))
+            created = await self._enqueue_new(changes, also, idempotency_key, taker)
             if created is not None:
                 return created, True
 
@@ -352,9 +360,21 @@ class TaskQueue:
 
     async def _enqueue_new(self, changes: list[Change],
                            also: Callable[[TaskRecord], Sequence[EventDraft]] | None,
-                           idempotency_key: str) -> TaskRecord | None:
-        """Commit a new task; None: another daemon took its idempotency key first."""
-        answer = self._submit(changes, also, base=None)
+                           idempotency_key: str, taker: _Claimer | None
+                           ) -> TaskRecord | None:
+        """Commit a new task; None: another daemon took its idempotency key first.
+
+        With ``taker``, ``changes`` end with its claim: the enqueuer is answered with
+        the queued task (its own change) and the taker with the claimed one, both once
+        the one commit is durable.
+        """
+        try:
+            answer = self._submit(changes, also, base=None,
+                                  taker=taker.claimed if taker is not None else None)
+        except BaseException:  # refused before anything was queued: back to its place
+            if taker is not None:
+                self._claimers.appendleft(taker)
+            raise
         if idempotency_key:
             self._idem_inflight[idempotency_key] = answer
             answer.add_done_callback(partial(self._idem_settled, idempotency_key))
@@ -370,30 +390,56 @@ class TaskQueue:
             del self._idem_inflight[key]
 
     async def claim(self, owner: str, kinds: frozenset[str] | None = None,
-                    lease_ms: int = model.DEFAULT_LEASE_MS) -> TaskRecord:
+                    lease_ms: int = model.DEFAULT_LEASE_MS, *,
+                    begun: asyncio.Future[TaskRecord] | None = None) -> TaskRecord:
         """Wait for the best ready task of ``kinds`` and take it under a new lease.
 
-        Best: highest priority, then the earliest due, then the oldest.
+        Best: highest priority, then the earliest due, then the oldest. ``begun``: the
+        claim :meth:`claim_begin` started for the same arguments (awaited here, and
+        started again if its commit failed).
         """
-        loop = asyncio.get_running_loop()
         while True:
-            claimed: asyncio.Future[TaskRecord] = loop.create_future()
-            if not self._claim_now(owner, kinds, lease_ms, claimed):
-                # In line: a change that makes a task ready claims it for us and
-                # ``claimed`` resolves once that claim is durable (one wake-up).
-                claimer = _Claimer(owner, kinds, lease_ms, claimed)
-                self._claimers.append(claimer)
-                try:
-                    await claimed
-                except asyncio.CancelledError:
-                    with contextlib.suppress(ValueError):
-                        self._claimers.remove(claimer)
-                    raise
-                except _Lost:
-                    continue
-                return claimed.result()
-            with contextlib.suppress(_Lost):
+            claimed = begun if begun is not None else self.claim_begin(owner, kinds, lease_ms)
+            begun = None
+            try:
                 return await claimed
+            except asyncio.CancelledError:
+                self._claimers = collections.deque(
+                    c for c in self._claimers if c.claimed is not claimed)
+                raise
+            except _Lost:
+                continue
+
+    def claim_begin(self, owner: str, kinds: frozenset[str] | None = None,
+                    lease_ms: int = model.DEFAULT_LEASE_MS) -> asyncio.Future[TaskRecord]:
+        """Start a claim now, synchronously; finish it with ``claim(..., begun=)``.
+
+        The best ready task's claim is queued to the writer at once (so a worker that
+        begins its next claim just before it queues its last task's success has both
+        in one group commit); with nothing ready the claimer waits in line, and a
+        change that makes a task ready (or an enqueue, born claimed) resolves it once
+        that claim is durable: one wake-up.
+        """
+        claimed: asyncio.Future[TaskRecord] = asyncio.get_running_loop().create_future()
+        if not self._claim_now(owner, kinds, lease_ms, claimed):
+            self._claimers.append(_Claimer(owner, kinds, lease_ms, claimed))
+        return claimed
+
+    def _waiting_for(self, kind: str, now: int) -> _Claimer | None:
+        """The first claimer in line that takes ``kind``, out of the line, if nothing
+        ready is waiting for it (then it gets that, as :meth:`_hand_out` would give it)."""
+        claimers = self._claimers
+        for i, claimer in enumerate(claimers):
+            if claimer.claimed.done() or (claimer.kinds is not None
+                                          and kind not in claimer.kinds):
+                continue
+            if self._live.best(claimer.kinds, now) is not None:
+                # A task came due before the timer handed it out: it goes first.
+                self._hand_out()
+                return None
+            del claimers[i]
+            return claimer
+        return None
 
     def _claim_now(self, owner: str, kinds: frozenset[str] | None, lease_ms: int,
                    answer: asyncio.Future[TaskRecord]) -> bool:
@@ -622,7 +668,8 @@ class TaskQueue:
     def _submit(self, changes: list[Change],
                 also: Callable[[TaskRecord], Sequence[EventDraft]] | None = None,
                 answer: asyncio.Future[TaskRecord] | None = None, *,
-                base: TaskRecord | None) -> asyncio.Future[TaskRecord]:
+                base: TaskRecord | None, taker: asyncio.Future[TaskRecord] | None = None
+                ) -> asyncio.Future[TaskRecord]:
         """Queue ``changes`` as one journal append and hold their tasks until it settles.
 
         Synchronous up to the writer's queue, so changes decided in this order are
@@ -630,14 +677,23 @@ class TaskQueue:
         one's when every change is of the first's task) resolves
         once memory follows the durable commit; a failed commit releases the tasks
         unchanged and fails the answer. A claimer passes its own ``answer``, failed
-        with ``_Lost`` instead (it then looks again).
+        with ``_Lost`` instead (it then looks again). ``taker``: a waiting claimer's
+        answer when the last change claims the first's task for it; it gets that claimed
+        record (or ``_Lost``), and ``answer`` the first change's record.
 
         ``base``: the record the first change was decided on (None: a new task). On a
         shared journal the commit expects the task's row to hold it still.
         """
         first = changes[0][0]
         drafts = [*also(first)] if also is not None else []
-        drafts.extend(_draft(rec, event, extra) for rec, event, extra in changes)
+        if len(changes) == 1:
+            drafts.append(_draft(first, changes[0][1], changes[0][2]))
+        else:
+            # A task changed twice in one commit (enqueued, then claimed) stores its row
+            # once, as the later change leaves it; each change is still its own event.
+            last = {rec.task_id: rec for rec, _event, _extra in changes}
+            drafts.extend(_draft(rec, event, extra, row=last[rec.task_id] is rec)
+                          for rec, event, extra in changes)
         # Raises before anything is queued.
         commit = (self._store.submit(drafts, expect=self._expectations(changes, base))
                   if self._shared else self._store.submit(drafts))
@@ -648,38 +704,51 @@ class TaskQueue:
         lost_ok = answer is not None
         if answer is None:
             answer = asyncio.get_running_loop().create_future()
-        commit.add_done_callback(partial(self._settle, changes, answer, lost_ok))
+        commit.add_done_callback(partial(self._settle, changes, answer, lost_ok, taker))
         return answer
 
     def _settle(self, changes: list[Change], answer: asyncio.Future[TaskRecord],
-                lost_ok: bool, commit: asyncio.Future[Any]) -> None:
+                lost_ok: bool, taker: asyncio.Future[TaskRecord] | None,
+                commit: asyncio.Future[Any]) -> None:
         error = (PalyraError("the journal dropped the commit", code=ErrorCode.UNAVAILABLE)
                  if commit.cancelled() else commit.exception())
         stale = error is not None and getattr(error, "code", None) is ErrorCode.STATE_CONFLICT
         recheck = self._recheck
+        # Only a released task or a queued one can be ready for a claimer in line.
+        readied = error is not None
+        last = changes[-1][0]
         for rec, _event, _extra in changes:
             if self._inflight.get(rec.task_id) is commit:
                 del self._inflight[rec.task_id]
             if error is None:
-                self._live.put(rec)
+                if rec is last or rec.task_id != last.task_id:  # else a later change of it
+                    self._live.put(rec)
+                    readied = readied or rec.state == State.QUEUED
             else:
                 self._live.release(rec.task_id)
             if stale or (recheck and rec.task_id in recheck):
                 recheck.discard(rec.task_id)
                 self._refresh(rec.task_id)  # as the table has it now
+                readied = True  # another daemon's change: it may have made it ready
         if error is None:
             self.commits += 1
+        if taker is not None and not taker.done():  # before the enqueuer: it started first
+            if error is None:
+                taker.set_result(changes[-1][0])
+            else:
+                taker.set_exception(_Lost())
         if not answer.done():  # a caller that went away leaves its answer cancelled
             if error is None:
                 first = changes[0][0]
                 last = changes[-1][0]
-                answer.set_result(last if last.task_id == first.task_id else first)
+                answer.set_result(last if last.task_id == first.task_id and taker is None
+                                  else first)
             elif lost_ok:
                 log.warning("a claim's commit failed: %s", error)
                 answer.set_exception(_Lost())
             else:
                 answer.set_exception(error)
-        self._after_change()
+        self._after_change(readied)
 
     def _expectations(self, changes: list[Change], base: TaskRecord | None
                       ) -> tuple[RowExpectation, ...]:
@@ -726,9 +795,10 @@ class TaskQueue:
                 self._refresh(task_id)
         self._after_change()
 
-    def _after_change(self) -> None:
-        """Hand ready tasks to waiting claimers; wake the timer for a nearer deadline."""
-        if self._claimers:
+    def _after_change(self, readied: bool = True) -> None:
+        """Hand ready tasks to waiting claimers (unless the change made none ready: not
+        ``readied``); wake the timer for a nearer deadline."""
+        if readied and self._claimers:
             self._hand_out()
         due = self._live.next_deadline()
         if due is not None and (self._timer_due is None or due < self._timer_due):
@@ -843,14 +913,17 @@ def _checked(kind: str, idempotency_key: str, payload: dict[str, Any] | None) ->
     return payload_json
 
 
-def _draft(rec: TaskRecord, event: str, extra: tuple[EntityWrite, ...] = ()) -> EventDraft:
-    """One task change as a journal event with the task's new row."""
+def _draft(rec: TaskRecord, event: str, extra: tuple[EntityWrite, ...] = (), *,
+           row: bool = True) -> EventDraft:
+    """One task change as a journal event with the task's new row (``row``: not when a
+    later change of the same commit writes it)."""
     return EventDraft(
         kind=f"task.{event}", actor=ACTOR,
         payload={"task_id": rec.task_id, "kind": rec.kind, "state": str(rec.state),
                  "epoch": rec.lease_epoch, "owner": rec.lease_owner,
                  "attempts": rec.attempts, "error": rec.last_error},
-        entity_writes=(EntityWrite(TABLE, _ID + rec.task_id, model.encode(rec)), *extra))
+        entity_writes=((EntityWrite(TABLE, _ID + rec.task_id, model.encode(rec)), *extra)
+                       if row else extra))
 
 
 __all__ = ["FollowUp", "Outcome", "State", "TaskQueue", "TaskRecord"]

@@ -108,7 +108,10 @@ class TaskWorker:
         self._tasks = [asyncio.ensure_future(self._loop()) for _ in range(self._concurrency)]
 
     async def close(self) -> None:
-        """Stop the loops; a task in hand keeps its lease, which lapses (or recovery takes it)."""
+        """Stop the loops; a task in hand keeps its lease, which lapses (or recovery takes it).
+
+        So does a task a loop claimed ahead while its last outcome was committing.
+        """
         running = [*self._tasks, *self._adopted]
         for task in running:
             task.cancel()
@@ -119,17 +122,37 @@ class TaskWorker:
 
     async def _loop(self) -> None:
         kinds = frozenset(self._handlers)
-        while True:
-            task = await self._queue.claim(self.owner, kinds, self._lease_ms)
-            try:
-                await self.run_one(task)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # a queue write failed: the lease lapses, the task is retried
-                log.exception("task %s: could not record its outcome", task.task_id)
+        queue, owner, lease_ms = self._queue, self.owner, self._lease_ms
+        ahead: asyncio.Future[TaskRecord] | None = None
 
-    async def run_one(self, task: TaskRecord) -> TaskRecord | None:
-        """Run a claimed task to its recorded outcome (None: the lease was lost)."""
+        def claim_next() -> None:
+            # Begun when the handler is done, before its outcome is queued: the next
+            # claim shares the outcome's group commit (or waits in line, where an
+            # enqueue hands it a task born claimed), instead of following it.
+            nonlocal ahead
+            ahead = queue.claim_begin(owner, kinds, lease_ms)
+
+        try:
+            while True:
+                begun, ahead = ahead, None
+                task = await queue.claim(owner, kinds, lease_ms, begun=begun)
+                try:
+                    await self.run_one(task, claim_next)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # a queue write failed: the lease lapses, the task is retried
+                    log.exception("task %s: could not record its outcome", task.task_id)
+        finally:
+            if ahead is not None:  # stopping: a claim still in line leaves it
+                ahead.cancel()
+
+    async def run_one(self, task: TaskRecord,
+                      claim_next: Callable[[], None] | None = None) -> TaskRecord | None:
+        """Run a claimed task to its recorded outcome (None: the lease was lost).
+
+        ``claim_next`` is called once the handler is done (not when the worker is
+        stopping), just before the outcome is queued to the journal.
+        """
         handler = self._handlers[task.kind]
         payload = msgspec.json.decode(task.payload_json) if task.payload_json else {}
         work = asyncio.ensure_future(handler(TaskContext(task, payload)))
@@ -144,14 +167,20 @@ class TaskWorker:
             if not beats.cancel_heard:
                 raise  # the worker itself is stopping: the lease lapses
             # The heartbeat heard a cancel request: record it (cancel_requested -> cancelled).
+            if claim_next is not None:
+                claim_next()
             return await self._finish(self._queue.fail(task.task_id, task.lease_epoch,
                                                        "cancelled"))
         except Exception as exc:
             beats.stop()
+            if claim_next is not None:
+                claim_next()
             return await self._finish(self._queue.fail(
                 task.task_id, task.lease_epoch, f"{type(exc).__name__}: {exc}"))
         finally:
             beats.stop()
+        if claim_next is not None:
+            claim_next()
         done = result if isinstance(result, Done) else Done(result)
         then = tuple(self._handing_on(f) for f in done.then)
         try:
