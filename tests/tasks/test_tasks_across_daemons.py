@@ -73,13 +73,22 @@ async def test_tasks_queued_on_either_daemon_run_once_on_whichever_is_free(
             await queue.succeed(rec.task_id, rec.lease_epoch)
 
     queued_on: dict[str, str] = {}
+
+    async def enqueue(i: int) -> None:
+        queue, name = (qa, "a") if i % 2 == 0 else (qb, "b")
+        rec, _ = await queue.enqueue("job", payload={"i": i})
+        queued_on[rec.task_id] = name
+
+    # Half are queued before any worker waits: an enqueue that finds a worker of its
+    # own daemon waiting in line is born claimed by it, so only tasks already queued
+    # when the workers start make the crossing below certain rather than likely.
+    for i in range(20):
+        await enqueue(i)
     workers = [asyncio.create_task(worker(q, f"{d}{i}"))
                for q, d in ((qa, "a"), (qb, "b")) for i in range(2)]
     try:
-        for i in range(40):
-            queue, name = (qa, "a") if i % 2 == 0 else (qb, "b")
-            rec, _ = await queue.enqueue("job", payload={"i": i})
-            queued_on[rec.task_id] = name
+        for i in range(20, 40):
+            await enqueue(i)
         await _until(lambda: all((r := qa.get(t)) is not None and r.state == State.SUCCEEDED
                                  for t in queued_on))
     finally:
