@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx
 import pytest
@@ -108,7 +109,7 @@ async def test_answers_match_httpx(script: Script) -> None:
 
 @pytest.mark.parametrize("body", [{"content": b"raw body"}, {"json": {"text": "hi ünïcode"}},
                                   {}], ids=["content", "json", "empty"])
-async def test_the_request_on_the_wire_is_httpxs(body: dict[str, object]) -> None:
+async def test_the_request_on_the_wire_is_httpxs(body: dict[str, Any]) -> None:
     seen: list[bytes] = []
 
     def record(request: bytes, n: int) -> bytes:
