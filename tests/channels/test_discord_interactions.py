@@ -11,6 +11,7 @@ signatures without journaling anything, and tells an unpaired sender how to pair
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -248,3 +249,43 @@ def test_unpaired_sender_is_told_how_to_pair(tmp_path: Path) -> None:
             assert "pair" in answer["data"]["content"]
             time.sleep(1.0)
             assert fake.followups_of(token) == []  # told once, in the answer itself
+
+
+async def test_rate_buckets_stay_bounded_over_many_conversations(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every conversation is a route (and every slash command's token another): what the
+    # sink keeps of them must not grow with the number of conversations it ever answered.
+    monkeypatch.setattr(discord_adapter, "MAX_ROUTES", 20)
+    with FakeDiscord(TOKEN, bucket_size=1, bucket_reset_s=0.05) as fake:
+        sink = discord_adapter.DiscordSink("discord:dc", fake.api_url, TOKEN)
+        try:
+            for n in range(60):  # each answer spends its channel's bucket (one per window)
+                await sink.send(OutboundReply(sink="discord:dc", key=f"reply:r{n}:0",
+                                              text="hi", conversation_id=str(1000 + n)))
+            # A spent bucket still holds its route back until it resets (else a 429).
+            await sink.send(OutboundReply(sink="discord:dc", key="reply:again:0", text="hi",
+                                          conversation_id="1059"))
+            assert fake.limited == 0
+            await asyncio.sleep(0.1)  # every window has reset; the next reset time sweeps
+            await sink.send(OutboundReply(sink="discord:dc", key="reply:last:0", text="hi",
+                                          conversation_id="2000"))
+            bucket_ids, resets, locks = sink.buckets.sizes()
+            assert bucket_ids == 20 and resets <= 21 and locks == 0
+            assert fake.limited == 0  # nothing was sent into a spent bucket
+        finally:
+            await sink.aclose()
+
+
+async def test_sends_on_one_route_take_turns_and_leave_no_lock_behind() -> None:
+    buckets = discord_adapter.RateBuckets()
+    order: list[str] = []
+
+    async def send(name: str) -> None:
+        async with buckets.held("POST /channels/1/messages"):
+            order.append(f"{name}+")
+            await asyncio.sleep(0.01)
+            order.append(f"{name}-")
+
+    await asyncio.gather(send("a"), send("b"), send("c"))
+    assert order == ["a+", "a-", "b+", "b-", "c+", "c-"]
+    assert buckets.sizes() == (0, 0, 0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx
 import pytest
@@ -106,7 +107,9 @@ async def test_answers_match_httpx(script: Script) -> None:
     assert got.is_error == want.is_error
 
 
-async def test_the_request_on_the_wire_is_httpxs() -> None:
+@pytest.mark.parametrize("body", [{"content": b"raw body"}, {"json": {"text": "hi ünïcode"}},
+                                  {}], ids=["content", "json", "empty"])
+async def test_the_request_on_the_wire_is_httpxs(body: dict[str, Any]) -> None:
     seen: list[bytes] = []
 
     def record(request: bytes, n: int) -> bytes:
@@ -114,10 +117,45 @@ async def test_the_request_on_the_wire_is_httpxs() -> None:
         return _echo(request, n)
 
     async with scripted_server(record) as (url, _):
-        await _both(url, lambda c: c.post(url + "/hook/a%20b?q=1&r=%C3%A9", content=b"raw body",
-                                          headers={"webhook-id": "msg_1"}))
+        got, want = await _both(url, lambda c: c.post(
+            url + "/hook/a%20b?q=1&r=%C3%A9", headers={"webhook-id": "msg_1",
+                                                       "User-Agent": "palyra"}, **body))
     assert len(seen) == 2
     assert seen[0] == seen[1]  # method, target, headers (Host, length, ...) and body
+    assert got.request.url == want.request.url
+    assert got.request.content == want.request.content
+
+
+async def test_a_timeout_given_with_one_request_bounds_that_request() -> None:
+    async def hang(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.read()
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(hang, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/getUpdates"
+    client = platform_client(30.0)
+    try:
+        began = asyncio.get_running_loop().time()
+        with pytest.raises(httpx.ReadTimeout):
+            await client.post(url, json={}, timeout=0.2)  # Telegram's long poll sets its own
+        assert asyncio.get_running_loop().time() - began < 10
+    finally:
+        await client.aclose()
+        server.close()
+
+
+async def test_the_parsed_urls_kept_are_bounded() -> None:
+    async with scripted_server(_echo) as (url, _):
+        client = platform_client(5.0)
+        try:
+            for n in range(_http_client.URL_CACHE_SIZE + 20):
+                await client.post(f"{url}/channels/{n}/messages", json={})
+            assert isinstance(client, _http_client.PlatformClient)
+            assert 0 < len(client._urls) <= _http_client.URL_CACHE_SIZE
+        finally:
+            await client.aclose()
 
 
 async def test_keep_alive_reuses_one_connection_and_survives_a_server_close() -> None:

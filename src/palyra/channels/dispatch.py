@@ -173,7 +173,9 @@ class Dispatcher:
     @contextlib.asynccontextmanager
     async def _slot(self, channel: str) -> AsyncIterator[None]:
         policy = self._config.policy_for(channel)
-        slots = self._slots.setdefault(channel, asyncio.Semaphore(policy.concurrency))
+        slots = self._slots.get(channel)
+        if slots is None:  # channels are configured: one semaphore each, built once
+            slots = self._slots[channel] = asyncio.Semaphore(policy.concurrency)
         try:
             async with asyncio.timeout(policy.slot_wait_s):
                 await slots.acquire()

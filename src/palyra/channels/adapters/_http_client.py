@@ -229,6 +229,59 @@ class LeanTransport(httpx.AsyncBaseTransport):
         self._open.clear()
 
 
+URL_CACHE_SIZE = 256
+"""Parsed URLs a :class:`PlatformClient` keeps (a reply URL may name a channel: bounded)."""
+_FAST_OPTIONS = frozenset({"content", "json", "headers", "timeout"})
+
+
+class PlatformClient(httpx.AsyncClient):
+    """``httpx.AsyncClient`` whose plain sends skip the client's per-request machinery.
+
+    A reply is ``post(url, json=… | content=…, headers=…[, timeout=…])``. Through
+    ``AsyncClient.request`` that one call built and merged URL, headers, cookies and
+    timeouts, walked the auth and redirect generators, and ran ``http.cookiejar`` over
+    every response: more of the daemon's CPU per reply than the exchange itself
+    (``bench ingress`` under a profiler). Such a request here is built once from the
+    client's defaults and a cached parsed URL and handed straight to the transport.
+    Platforms' cookies are not kept (no sink needs them); any other option (params,
+    auth, cookies, redirects, streams) takes httpx's own path unchanged.
+    """
+
+    def __init__(self, timeout_s: float, transport: httpx.AsyncBaseTransport) -> None:
+        super().__init__(timeout=timeout_s, transport=transport)
+        self._lean = transport
+        self._default_timeout = self.timeout.as_dict()
+        self._urls: dict[str, httpx.URL] = {}
+
+    def _url(self, url: httpx.URL | str) -> httpx.URL:
+        if isinstance(url, httpx.URL):
+            return url
+        parsed = self._urls.get(url)
+        if parsed is None:
+            if len(self._urls) >= URL_CACHE_SIZE:
+                self._urls.clear()
+            parsed = self._urls[url] = httpx.URL(url)
+        return parsed
+
+    async def request(self, method: str, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
+        if not _FAST_OPTIONS.issuperset(kwargs) or self.is_closed:
+            return await super().request(method, url, **kwargs)
+        headers = self.headers.copy()
+        if kwargs.get("headers"):
+            headers.update(kwargs["headers"])
+        timeout = (httpx.Timeout(kwargs["timeout"]).as_dict() if "timeout" in kwargs
+                   else self._default_timeout)
+        request = httpx.Request(
+            method, self._url(url), headers=headers, content=kwargs.get("content"),
+            json=kwargs.get("json"), extensions={"timeout": timeout})
+        response = await self._lean.handle_async_request(request)
+        response.request = request
+        return response
+
+    async def post(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
+        return await self.request("POST", url, **kwargs)
+
+
 def platform_client(timeout_s: float) -> httpx.AsyncClient:
     """The client a reply sink talks to its platform with (same API as ``httpx.AsyncClient``)."""
-    return httpx.AsyncClient(timeout=timeout_s, transport=LeanTransport())
+    return PlatformClient(timeout_s, LeanTransport())

@@ -19,9 +19,11 @@ sent again (at least once, as on Telegram).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import re
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -36,6 +38,9 @@ MAX_CHARS = 2000
 GUILD_MESSAGES, DIRECT_MESSAGES, MESSAGE_CONTENT = 1 << 9, 1 << 12, 1 << 15
 INTENTS = GUILD_MESSAGES | DIRECT_MESSAGES | MESSAGE_CONTENT
 MAX_429_WAITS = 3
+MAX_ROUTES = 1024
+"""Routes whose bucket id :class:`RateBuckets` remembers (a route names a channel or an
+interaction's token, so there is one per conversation and per slash command: bounded)."""
 
 
 class Author(msgspec.Struct, frozen=True, kw_only=True):
@@ -99,35 +104,79 @@ def envelope(channel: str, msg: MessageCreate, *, me: str) -> Envelope | None:
 
 
 class RateBuckets:
-    """Discord's per-route rate limits: wait when a bucket is spent, until it resets."""
+    """Discord's per-route rate limits: wait when a bucket is spent, until it resets.
+
+    Memory stays bounded however many routes the replies name: a route's lock lives
+    only while a send holds or awaits it, a reset time only until it passes (those
+    passed are swept once more than :data:`MAX_ROUTES` are kept), and the route ->
+    bucket map keeps the :data:`MAX_ROUTES` most recently told (a route it forgot is
+    its own bucket until Discord's next answer names the shared one again).
+    """
 
     def __init__(self) -> None:
         self._bucket_of: dict[str, str] = {}  # route -> bucket id, as Discord names it
         self._resume_at: dict[str, float] = {}  # bucket (or route) -> monotonic time
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, _RouteLock] = {}
 
     def _key(self, route: str) -> str:
         return self._bucket_of.get(route, route)
 
-    def lock(self, route: str) -> asyncio.Lock:
-        return self._locks.setdefault(route, asyncio.Lock())
+    @contextlib.asynccontextmanager
+    async def held(self, route: str) -> AsyncIterator[None]:
+        """One send at a time on ``route``."""
+        entry = self._locks.get(route)
+        if entry is None:
+            entry = self._locks[route] = _RouteLock()
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            if not entry.users:
+                del self._locks[route]
 
     async def wait(self, route: str) -> None:
-        delay = self._resume_at.get(self._key(route), 0.0) - time.monotonic()
+        key = self._key(route)
+        delay = self._resume_at.get(key, 0.0) - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
+        else:
+            self._resume_at.pop(key, None)
 
     def update(self, route: str, headers: httpx.Headers) -> None:
         bucket = headers.get("x-ratelimit-bucket")
         if bucket:
+            self._bucket_of.pop(route, None)  # most recent last
             self._bucket_of[route] = bucket
+            if len(self._bucket_of) > MAX_ROUTES:
+                del self._bucket_of[next(iter(self._bucket_of))]
         remaining, reset_after = (headers.get("x-ratelimit-remaining"),
                                   headers.get("x-ratelimit-reset-after"))
         if remaining is not None and reset_after is not None and int(remaining) <= 0:
-            self._resume_at[self._key(route)] = time.monotonic() + float(reset_after)
+            self._resume(route, float(reset_after))
 
     def limited(self, route: str, retry_after: float) -> None:
-        self._resume_at[self._key(route)] = time.monotonic() + retry_after
+        self._resume(route, retry_after)
+
+    def _resume(self, route: str, after_s: float) -> None:
+        now = time.monotonic()
+        self._resume_at[self._key(route)] = now + after_s
+        if len(self._resume_at) > MAX_ROUTES:
+            for key in [k for k, at in self._resume_at.items() if at <= now]:
+                del self._resume_at[key]
+
+    def sizes(self) -> tuple[int, int, int]:
+        """Routes held in memory: (bucket ids, reset times, locks)."""
+        return len(self._bucket_of), len(self._resume_at), len(self._locks)
+
+
+class _RouteLock:
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
 
 
 class DiscordSink:
@@ -164,7 +213,7 @@ class DiscordSink:
             if reply.reply_to:
                 body["message_reference"] = {"message_id": reply.reply_to,
                                              "fail_if_not_exists": False}
-        async with self.buckets.lock(route):
+        async with self.buckets.held(route):
             for _ in range(MAX_429_WAITS + 1):
                 await self.buckets.wait(route)
                 try:
