@@ -104,6 +104,31 @@ def extend(
     return Frontier(size, tuple(stack)), rows
 
 
+def fold(stack: list[bytes], size: int, entries: Iterable[bytes], prefix: bytes
+         ) -> list[tuple[bytes, bytes]]:
+    """Add the leaves of ``entries`` to the roots ``stack`` of a tree of ``size``, in place.
+
+    Returns the tile-level node rows (levels 8, 16, …) the leaves complete, as
+    :func:`extend` writes them; the level-0 rows are the caller's (a verifier
+    compares them in bulk). One hash call per leaf and per node, nothing else per leaf.
+    """
+    nodes: list[tuple[bytes, bytes]] = []
+    pop, push = stack.pop, stack.append
+    for entry in entries:
+        head = sha256(_LEAF + entry).digest()
+        index = size
+        size += 1
+        level = 0
+        while index & 1:  # a right child: fold with the subtree on its left
+            head = sha256(_NODE + pop() + head).digest()
+            index >>= 1
+            level += 1
+            if not level % TILE_HEIGHT:
+                nodes.append((node_key(prefix, level, index), head))
+        push(head)
+    return nodes
+
+
 def frontier_of(size: int, hash_at: HashAt) -> Frontier:
     """The frontier of a stored tree of ``size`` leaves, read through ``hash_at``."""
     roots: list[bytes] = []
