@@ -125,8 +125,8 @@ def fold(stack: list[bytes], size: int, entries: Iterable[bytes], prefix: bytes
             index -= 1
         if len(run) & 1:
             kept.append(run.pop())
-        pairs = iter(run)
-        run = [sha256(_NODE + left + right).digest() for left, right in zip(pairs, pairs)]
+        run = [sha256(_NODE + left + right).digest()
+               for left, right in zip(run[::2], run[1::2], strict=True)]  # fmt: skip
         index >>= 1
         level += 1
         if not level % TILE_HEIGHT:
