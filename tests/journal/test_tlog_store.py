@@ -303,6 +303,24 @@ async def test_verify_refuses_a_signed_size_beyond_the_records(data_dir: Path) -
         report.summary())
 
 
+async def test_verify_refuses_entries_moved_up_past_a_gap(data_dir: Path) -> None:
+    """Every entry from 17 on re-keyed one index up: the values still come in order."""
+    await _signed_journal(data_dir, 40)
+    prefix = tree_prefix(JOURNAL_TREE)
+
+    def gap_at_17(txn: Any, tree: Any, _notes: Any) -> None:
+        cursor = txn.cursor(db=tree)
+        rows = [(bytes(k), bytes(v)) for k, v in cursor if len(v) == 40]
+        for index in range(len(rows) - 1, 16, -1):
+            txn.delete(rows[index][0], db=tree)
+            txn.put(node_key(prefix, 0, index + 1), rows[index][1], db=tree)
+
+    _rewrite_tlog(data_dir, gap_at_17)
+    report = verify_store(data_dir)
+    assert not report.ok
+    assert "tree entry 17 (or a node above it) does not match" in report.summary()
+
+
 def _records_of(data_dir: Path) -> list[tuple[bytes, int]]:
     with JournalStore.open(data_dir, config=JournalConfig(readonly=True)) as store:
         return _records(store)

@@ -12,7 +12,7 @@ as the tree goes: the next writer completes it.
 it each chunk's ``(record hash, key)`` pairs, hashes it already computed, in the
 read transaction it read them in, so the records are read and hashed once. A
 chunk's level-0 rows are compared in one list comparison against one cursor
-run. A mismatch is kept, not raised, until the chain checked out: chain
+run of their values. A mismatch is kept, not raised, until the chain checked out: chain
 problems are reported first.
 """
 
@@ -77,17 +77,23 @@ class TreeCheck:
     def _grow(self, txn: Any, piece: Leaves) -> str | None:
         """Check ``piece`` as the tree's next entries and take it in; else say what failed
         (``"entry"``: a row; ``"root"``: the signed root) and take nothing in."""
-        start, level0, pack = self.checked, self._level0, _U64.pack
-        want = [(level0 + pack(index), digest + key)
-                for index, (digest, key) in enumerate(piece, start)]  # fmt: skip
-        if self._db is None:
+        start, level0, pack, db = self.checked, self._level0, _U64.pack, self._db
+        want = [digest + key for digest, key in piece]  # the rows' values: record hash ‖ u64 last
+        if db is None:
             return "entry"
-        cursor = txn.cursor(db=self._db)
-        if not cursor.set_key(want[0][0]) or list(islice(cursor.iternext(), len(want))) != want:
+        # The rows from index ``start`` on, values only (no key objects to build or compare):
+        # they are the rows of indices start … start+n-1 exactly when the first and the last
+        # of those keys hold the values wanted there, since level-0 keys are unique indices
+        # in key order and no two entries have the same value (each names its own last
+        # position): a missing or extra row in between shifts a value out of its place.
+        cursor = txn.cursor(db=db)
+        if (not cursor.set_key(level0 + pack(start))
+                or list(islice(cursor.iternext(keys=False), len(want))) != want
+                or txn.get(level0 + pack(start + len(want) - 1), db=db) != want[-1]):  # fmt: skip
             return "entry"
         roots = list(self._roots)
         nodes = fold(roots, start, [digest for digest, _key in piece], self._prefix)
-        if any(txn.get(key, db=self._db) != node for key, node in nodes):
+        if any(txn.get(key, db=db) != node for key, node in nodes):
             return "entry"
         size, signed = start + len(piece), self._signed
         if (signed is not None and size == signed.size
