@@ -20,6 +20,7 @@ from palyra.journal.tlog.merkle import (
     MemoryTree,
     consistency_proof,
     extend,
+    fold,
     frontier_of,
     inclusion_proof,
     leaf_hash,
@@ -200,6 +201,25 @@ def test_growing_in_commits_is_growing_at_once_and_the_rows_rebuild_the_frontier
     level0 = [k for k in stored if k[len(prefix)] == 0]
     assert len(level0) == len(entries)  # one row per record, plus tile-level nodes only
     assert all(k[len(prefix)] % 8 == 0 for k in stored)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 700), min_size=1, max_size=6))
+def test_folding_a_level_at_a_time_grows_the_tree_extend_grows(commits: list[int]) -> None:
+    """``fold`` (the verifier's) gives the frontier and the tile-level rows ``extend`` gives,
+    across splits that straddle tiles (256 leaves) and start at odd sizes."""
+    prefix = tree_prefix("")
+    entries = [(i.to_bytes(32, "big"), i + 1) for i in range(sum(commits))]
+    frontier, stack, at = Frontier(), [], 0
+    for count in commits:
+        part = entries[at:at + count]
+        frontier, rows = extend(frontier, part, prefix)
+        nodes = fold(stack, at, [entry for entry, _last in part], prefix)
+        assert sorted(nodes) == sorted(row for row in rows if row[0][len(prefix)] != 0)
+        assert stack == list(frontier.roots)
+        at += count
+    assert root_at(at, MemoryTree([leaf_hash(e) for e, _last in entries]).hash_at) == (
+        Frontier(at, tuple(stack)).root())
 
 
 def test_proofs_outside_the_tree_are_refused() -> None:

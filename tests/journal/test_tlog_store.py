@@ -6,7 +6,9 @@ import asyncio
 import base64
 import contextlib
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import lmdb
 import pytest
@@ -14,13 +16,16 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.journal import JournalConfig, JournalStore, prune_older_than, sign_tree_every
-from palyra.journal._env import EVENTS, TLOG, journal_dir
+from palyra.journal._env import EVENTS, TLOG, TLOG_CHECKPOINTS, journal_dir
 from palyra.journal.format.record import record_hashes
 from palyra.journal.format.signing import Signer
+from palyra.journal.read.tlog import JOURNAL_TREE, StoredTree
 from palyra.journal.tlog.merkle import (
     MemoryTree,
     leaf_hash,
+    node_key,
     root_at,
+    tree_prefix,
     verify_consistency,
 )
 from palyra.journal.tlog.note import (
@@ -237,6 +242,88 @@ async def test_verify_names_the_first_entry_the_tree_holds_wrongly(data_dir: Pat
     report = verify_store(data_dir)
     assert not report.ok
     assert f"tree entry {entry} (or a node above it) does not match" in report.summary()
+
+
+async def _signed_journal(data_dir: Path, count: int) -> bytes:
+    """A closed journal of ``count`` appends over 5 sessions with a signed tree; its note."""
+    store = JournalStore.open(data_dir, config=JournalConfig(sync=True))
+    await _fill(store, count, sessions=5)
+    note = await store.sign_tree()
+    store.close()
+    return note
+
+
+def _rewrite_tlog(data_dir: Path, edit: Callable[[Any, Any, Any], None]) -> None:
+    """``edit(txn, tree db, checkpoints db)`` in one write transaction of the data dir."""
+    env = lmdb.open(str(journal_dir(data_dir)), max_dbs=32)
+    with env.begin(write=True) as txn:
+        edit(txn, env.open_db(TLOG.encode(), txn=txn, create=False),
+             env.open_db(TLOG_CHECKPOINTS.encode(), txn=txn, create=False))
+    env.close()
+
+
+async def test_verify_refuses_a_signed_root_the_records_do_not_give(data_dir: Path) -> None:
+    note = await _signed_journal(data_dir, 40)
+    checkpoint = parse_checkpoint(parse_note(note).body)
+    other = base64.b64encode(hashlib.sha256(checkpoint.root).digest())
+    forged = note.replace(base64.b64encode(checkpoint.root), other)
+    assert forged != note
+    _rewrite_tlog(data_dir, lambda txn, _tree, notes: txn.put(
+        StoredTree.key_of(), forged, db=notes))
+    report = verify_store(data_dir)
+    assert not report.ok
+    assert (f"the signed checkpoint's root at size {checkpoint.size} is not the root"
+            in report.summary())
+
+
+async def test_verify_refuses_a_tree_longer_than_the_journal(data_dir: Path) -> None:
+    await _signed_journal(data_dir, 30)
+    size = len(_records_of(data_dir))
+
+    def one_more(txn: Any, tree: Any, _notes: Any) -> None:
+        txn.put(node_key(tree_prefix(JOURNAL_TREE), 0, size), bytes(40), db=tree)
+
+    _rewrite_tlog(data_dir, one_more)
+    report = verify_store(data_dir)
+    assert not report.ok
+    assert f"the tree holds {size + 1} entries, the journal {size} records" in report.summary()
+
+
+async def test_verify_refuses_a_signed_size_beyond_the_records(data_dir: Path) -> None:
+    note = await _signed_journal(data_dir, 30)
+    checkpoint = parse_checkpoint(parse_note(note).body)
+    size = checkpoint.size
+    forged = note.replace(f"\n{size}\n".encode(), f"\n{size + 7}\n".encode(), 1)
+    assert forged != note
+    _rewrite_tlog(data_dir, lambda txn, _tree, notes: txn.put(
+        StoredTree.key_of(), forged, db=notes))
+    report = verify_store(data_dir)
+    assert not report.ok
+    assert f"the signed checkpoint of size {size + 7} is beyond the {size} records" in (
+        report.summary())
+
+
+async def test_verify_refuses_entries_moved_up_past_a_gap(data_dir: Path) -> None:
+    """Every entry from 17 on re-keyed one index up: the values still come in order."""
+    await _signed_journal(data_dir, 40)
+    prefix = tree_prefix(JOURNAL_TREE)
+
+    def gap_at_17(txn: Any, tree: Any, _notes: Any) -> None:
+        cursor = txn.cursor(db=tree)
+        rows = [(bytes(k), bytes(v)) for k, v in cursor if len(v) == 40]
+        for index in range(len(rows) - 1, 16, -1):
+            txn.delete(rows[index][0], db=tree)
+            txn.put(node_key(prefix, 0, index + 1), rows[index][1], db=tree)
+
+    _rewrite_tlog(data_dir, gap_at_17)
+    report = verify_store(data_dir)
+    assert not report.ok
+    assert "tree entry 17 (or a node above it) does not match" in report.summary()
+
+
+def _records_of(data_dir: Path) -> list[tuple[bytes, int]]:
+    with JournalStore.open(data_dir, config=JournalConfig(readonly=True)) as store:
+        return _records(store)
 
 
 async def test_tiles_past_the_tree_are_not_found(store: JournalStore) -> None:

@@ -104,6 +104,37 @@ def extend(
     return Frontier(size, tuple(stack)), rows
 
 
+def fold(stack: list[bytes], size: int, entries: Iterable[bytes], prefix: bytes
+         ) -> list[tuple[bytes, bytes]]:
+    """Add the leaves of ``entries`` to the roots ``stack`` of a tree of ``size``, in place.
+
+    Returns the tile-level node rows (levels 8, 16, …) the leaves complete; the
+    level-0 rows are the caller's (a verifier compares them in bulk). The tree is
+    grown a level at a time: each level's nodes are one comprehension over pairs
+    of the level below (one hash call per node and nothing else), the frontier's
+    root at a level joins as the left end of that level's run, and an odd run's
+    last hash stays as the new root of its level.
+    """
+    nodes: list[tuple[bytes, bytes]] = []
+    run = [sha256(_LEAF + entry).digest() for entry in entries]
+    index, level = size, 0  # the index of run[0] at its level
+    kept: list[bytes] = []  # the new roots, lowest level first
+    while run:
+        if index & 1:  # a right child: its left sibling is the frontier's root here
+            run = [stack.pop(), *run]
+            index -= 1
+        if len(run) & 1:
+            kept.append(run.pop())
+        run = [sha256(_NODE + left + right).digest()
+               for left, right in zip(run[::2], run[1::2], strict=True)]  # fmt: skip
+        index >>= 1
+        level += 1
+        if not level % TILE_HEIGHT:
+            nodes += [(node_key(prefix, level, at), head) for at, head in enumerate(run, index)]
+    stack += reversed(kept)
+    return nodes
+
+
 def frontier_of(size: int, hash_at: HashAt) -> Frontier:
     """The frontier of a stored tree of ``size`` leaves, read through ``hash_at``."""
     roots: list[bytes] = []

@@ -38,6 +38,7 @@ from palyra.journal.format.record import (
     decode_tombstone,
     is_format2,
     key_u64,
+    record_hashes,
 )
 from palyra.journal.format.signing import signature_valid
 
@@ -105,6 +106,10 @@ class ChainVerifier:
         # A data dir's verifier notes ``(session, first, last)`` here and holds it to the
         # ``_by_session`` index (``_verify``); None: not noted (bundles have no index).
         self.tombstones: list[tuple[str, int, int]] | None = None
+        # ``(record hash, key)`` of each stored record :meth:`stored_run` passed, for the
+        # transparency log's check (``verify.tree``: the walk's hashes, not a second
+        # read); its caller empties it every chunk. None: not collected.
+        self.leaves: list[tuple[bytes, bytes]] | None = None
 
     @property
     def session_heads(self) -> dict[str, bytes]:
@@ -222,7 +227,7 @@ class ChainVerifier:
         """
         read, heads, fast = 0, self._heads, self.session_id is None
         position, head, events = self.position, self.head, self.events
-        marker, noted = self.marker, self.noted
+        marker, noted, leaves = self.marker, self.noted, self.leaves
         try:
             for key, value in items:
                 read += 1
@@ -257,10 +262,14 @@ class ChainVerifier:
                                 head, position = link, last
                                 heads[session] = digest
                                 events += count
+                                if leaves is not None:
+                                    leaves.append((digest, key))
                 if last < 0:
                     self.position, self.head, self.events = position, head, events
                     last = self.stored(key, value)
                     position, head, events = self.position, self.head, self.events
+                    if leaves is not None:
+                        leaves.append((record_hashes(value)[0], key))
                 if progress is not None:
                     list(map(progress, range(start, last + 1)))
                 if last >= until or read >= limit:

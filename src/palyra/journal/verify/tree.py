@@ -1,122 +1,133 @@
 """Verifying the transparency log of a data dir against its chain.
 
-Run after the chain checked out: every record, in log order, must be the tree's
-next entry (``record_hash`` and last position), every stored tile-level node
-must be the one the records give, and the last signed checkpoint must name the
-root of the tree at its size. A journal whose tree was never built (older than
-the tree, and not opened by a writer since) has nothing to check, and one whose
-tree is shorter than its log (a writer was building it for an older journal and
-stopped) is checked as far as the tree goes: the next writer completes it.
+Every record, in log order, must be the tree's next entry (``record_hash`` and
+last position), every stored tile-level node must be the one the records give,
+and the last signed checkpoint must name the root of the tree at its size. A
+journal whose tree was never built (older than the tree, and not opened by a
+writer since) has nothing to check, and one whose tree is shorter than its log
+(a writer was building it for an older journal and stopped) is checked as far
+as the tree goes: the next writer completes it.
+
+:class:`TreeCheck` rides on the chain walk (``verify.verify``): the walk hands
+it each chunk's ``(record hash, key)`` pairs, hashes it already computed, in the
+read transaction it read them in, so the records are read and hashed once. A
+chunk's level-0 rows are compared in one list comparison against one cursor
+run of their values. A mismatch is kept, not raised, until the chain checked out: chain
+problems are reported first.
 """
 
 from __future__ import annotations
 
+import struct
+from itertools import islice
 from typing import Any
 
 from palyra.journal import _env as names
 from palyra.journal._env import JournalEnv
-from palyra.journal.format.record import decode_record, record_hashes
 from palyra.journal.read import tlog as stored_tlog
-from palyra.journal.tlog.merkle import Frontier, extend, tree_prefix
+from palyra.journal.tlog.merkle import Frontier, fold, tree_prefix
 from palyra.journal.tlog.note import Checkpoint, NoteError, parse_checkpoint, parse_note
 from palyra.journal.verify.chainwalk import Tampered
 
-_CHUNK = 4096  # records per read transaction (never pin one snapshot for long)
+_U64 = struct.Struct(">Q")
+
+Leaves = list[tuple[bytes, bytes]]
+"""``(record hash, stored key)`` per record in log order (the key is ``u64 last``)."""
 
 
-def check_tree(env: JournalEnv) -> None:
-    """Raise :class:`Tampered` at the first record the tree does not match."""
-    with env.read() as txn:
-        size = stored_tlog.tree_of(env, txn).size
+class TreeCheck:
+    """The stored tree checked chunk by chunk against the records the walk passed."""
+
+    def __init__(self, env: JournalEnv, txn: Any) -> None:
+        self._db = env.dbs.get(names.TLOG)
+        self.size = stored_tlog.tree_of(env, txn).size
         note = stored_tlog.signed_note(env, txn)
-    if size == 0 and note is None:
-        return
-    signed = None
-    if note is not None:
-        try:
-            signed = parse_checkpoint(parse_note(note).body)
-        except NoteError as exc:
-            raise Tampered(None, f"transparency log: the signed checkpoint is malformed ({exc})"
-                           ) from exc
-    prefix = tree_prefix(stored_tlog.JOURNAL_TREE)
-    tree = Frontier()
-    after = b""
-    while tree.size < size:  # records past the tree: it is still being built (see below)
-        with env.read() as txn:
-            records = _records_after(env, txn, after, size - tree.size)
-            if not records:
-                break
-            tree = _check_chunk(env, txn, records, tree, prefix, signed)
-            after = records[-1][0]
-    if tree.size != size:
-        raise Tampered(None, f"transparency log: the tree holds {size} entries, the journal "
-                             f"{tree.size} records")  # fmt: skip
-    if signed is not None and signed.size > tree.size:
-        raise Tampered(None, f"transparency log: the signed checkpoint of size {signed.size} is "
-                             f"beyond the {tree.size} records")  # fmt: skip
+        self._prefix = tree_prefix(stored_tlog.JOURNAL_TREE)
+        self._level0 = self._prefix + b"\x00"
+        self._signed: Checkpoint | None = None
+        self.problem: Tampered | None = None
+        self._wanted = self.size > 0 or note is not None
+        if note is not None:
+            try:
+                self._signed = parse_checkpoint(parse_note(note).body)
+            except NoteError as exc:
+                self.problem = Tampered(None, "transparency log: the signed checkpoint is "
+                                              f"malformed ({exc})")  # fmt: skip
+        self._roots: list[bytes] = []
+        self.checked = 0  # entries checked so far: the tree's size up to here
+        self._after = 0  # the last position of the last record checked
 
+    def chunk(self, txn: Any, leaves: Leaves) -> None:
+        """Check the next records (as the walk passed them) against the tree; see the module."""
+        room = self.size - self.checked
+        if not self._wanted or self.problem is not None or room <= 0 or not leaves:
+            return
+        part = leaves[:room] if len(leaves) > room else leaves
+        signed = self._signed
+        start = self.checked
+        # Cut where the signed checkpoint's size falls, to compare roots there.
+        cut = len(part)
+        if signed is not None and start < signed.size < start + len(part):
+            cut = signed.size - start
+        for piece in (part[:cut], part[cut:]):
+            if piece and self._grow(txn, piece) is not None:
+                self.problem = self._name_the_record(txn, piece)
+                return
 
-def _records_after(env: JournalEnv, txn: Any, after: bytes, most: int
-                   ) -> list[tuple[bytes, bytes]]:
-    cursor = txn.cursor(db=env.dbs[names.EVENTS])
-    found = cursor.set_range(after + b"\x00") if after else cursor.first()
-    out: list[tuple[bytes, bytes]] = []
-    while found and len(out) < min(_CHUNK, most):
-        out.append((bytes(cursor.key()), bytes(cursor.value())))
-        found = cursor.next()
-    return out
+    def _grow(self, txn: Any, piece: Leaves) -> str | None:
+        """Check ``piece`` as the tree's next entries and take it in; else say what failed
+        (``"entry"``: a row; ``"root"``: the signed root) and take nothing in."""
+        start, level0, pack, db = self.checked, self._level0, _U64.pack, self._db
+        want = [digest + key for digest, key in piece]  # the rows' values: record hash ‖ u64 last
+        if db is None:
+            return "entry"
+        # The rows from index ``start`` on, values only (no key objects to build or compare):
+        # they are the rows of indices start … start+n-1 exactly when the first and the last
+        # of those keys hold the values wanted there, since level-0 keys are unique indices
+        # in key order and no two entries have the same value (each names its own last
+        # position): a missing or extra row in between shifts a value out of its place.
+        cursor = txn.cursor(db=db)
+        if (not cursor.set_key(level0 + pack(start))
+                or list(islice(cursor.iternext(keys=False), len(want))) != want
+                or txn.get(level0 + pack(start + len(want) - 1), db=db) != want[-1]):  # fmt: skip
+            return "entry"
+        roots = list(self._roots)
+        nodes = fold(roots, start, [digest for digest, _key in piece], self._prefix)
+        if any(txn.get(key, db=db) != node for key, node in nodes):
+            return "entry"
+        size, signed = start + len(piece), self._signed
+        if (signed is not None and size == signed.size
+                and Frontier(size, tuple(roots)).root() != signed.root):  # fmt: skip
+            return "root"
+        self._roots, self.checked = roots, size
+        self._after = int.from_bytes(piece[-1][1], "big")
+        return None
 
+    def _name_the_record(self, txn: Any, piece: Leaves) -> Tampered:
+        """Walk a piece that failed one record at a time: the first bad one's problem."""
+        for digest, key in piece:
+            index, first = self.checked, self._after + 1
+            failed = self._grow(txn, [(digest, key)])
+            if failed == "root":
+                return Tampered(first, "transparency log: the signed checkpoint's root at size "
+                                       f"{index + 1} is not the root of the records up to "
+                                       "here")  # fmt: skip
+            if failed is not None:
+                return Tampered(first, f"transparency log: tree entry {index} (or a node above "
+                                       "it) does not match this record")  # fmt: skip
+        raise AssertionError("a piece that failed as a whole passed record by record")
 
-def _check_chunk(
-    env: JournalEnv,
-    txn: Any,
-    records: list[tuple[bytes, bytes]],
-    tree: Frontier,
-    prefix: bytes,
-    signed: Checkpoint | None,
-) -> Frontier:
-    # The whole chunk grows the tree in one ``extend`` (one frontier, not one a
-    # record: half of verify's time went there); the chunk is cut where the signed
-    # checkpoint's size falls, to compare roots there. Only when something does
-    # not match is the chunk walked again record by record, to name the record.
-    db = env.dbs.get(names.TLOG)
-    entries = [(record_hashes(value)[0], int.from_bytes(key, "big")) for key, value in records]
-    start = tree.size
-    cut = len(entries)
-    if signed is not None and start < signed.size < start + len(entries):
-        cut = signed.size - start
-    grown = tree
-    for part in (entries[:cut], entries[cut:]):
-        if not part:
-            continue
-        grown, rows = extend(grown, part, prefix)
-        if (db is None or any(txn.get(key, db=db) != row for key, row in rows)
-                or (signed is not None and grown.size == signed.size
-                    and grown.root() != signed.root)):  # fmt: skip
-            _name_the_record(txn, db, records, tree, prefix, signed)
-    return grown
+    def finish(self) -> None:
+        """After the walk: raise the first problem, or a tree of another size than the log."""
+        if self.problem is not None:
+            raise self.problem
+        if not self._wanted:
+            return
+        if self.checked != self.size:
+            raise Tampered(None, f"transparency log: the tree holds {self.size} entries, the "
+                                 f"journal {self.checked} records")  # fmt: skip
+        signed = self._signed
+        if signed is not None and signed.size > self.checked:
+            raise Tampered(None, f"transparency log: the signed checkpoint of size {signed.size} "
+                                 f"is beyond the {self.checked} records")  # fmt: skip
 
-
-def _name_the_record(
-    txn: Any,
-    db: Any,
-    records: list[tuple[bytes, bytes]],
-    tree: Frontier,
-    prefix: bytes,
-    signed: Checkpoint | None,
-) -> None:
-    """Walk a chunk that failed one record at a time and raise at the first bad one."""
-    for key, value in records:
-        index = tree.size
-        digest, last = record_hashes(value)[0], int.from_bytes(key, "big")
-        tree, rows = extend(tree, [(digest, last)], prefix)
-        for row_key, row in rows:
-            if db is None or txn.get(row_key, db=db) != row:
-                raise Tampered(decode_record(value).first,
-                               f"transparency log: tree entry {index} (or a node above it) "
-                               "does not match this record")  # fmt: skip
-        if signed is not None and tree.size == signed.size and tree.root() != signed.root:
-            raise Tampered(decode_record(value).first,
-                           f"transparency log: the signed checkpoint's root at size {signed.size} "
-                           "is not the root of the records up to here")  # fmt: skip
-    raise AssertionError("a chunk that failed as a whole passed record by record")

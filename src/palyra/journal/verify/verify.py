@@ -43,7 +43,7 @@ from palyra.journal.verify.covers import (
     covers_in,
 )
 from palyra.journal.verify.covers import check as check_cover
-from palyra.journal.verify.tree import check_tree
+from palyra.journal.verify.tree import TreeCheck
 
 _CHUNK = 4096
 
@@ -135,10 +135,12 @@ def verify_store(
     verifier = ChainVerifier(trusted_keys=trusted_keys)
     unindexed = _UnindexedTombstone()
     try:
-        _walk_env(store.env, verifier, progress, unindexed)
+        with store.env.read() as txn:
+            tree = TreeCheck(store.env, txn)
+        _walk_env(store.env, verifier, progress, unindexed, tree)
         verifier.finish()
         unindexed.raise_first()
-        check_tree(store.env)
+        tree.finish()
         _require_coverage(verifier, "the journal (sign the head with `palyra journal "
                                     "checkpoint`)")
     except Tampered as problem:
@@ -180,7 +182,7 @@ class _UnindexedTombstone:
 
 def _walk_env(
     env: JournalEnv, verifier: ChainVerifier, progress: Callable[[int], None] | None = None,
-    unindexed: _UnindexedTombstone | None = None,
+    unindexed: _UnindexedTombstone | None = None, tree: TreeCheck | None = None,
 ) -> None:
     try:
         pending = sorted(_reads.checkpoints(env), key=lambda c: (c.position, c.ts_ms))
@@ -197,6 +199,7 @@ def _walk_env(
     covering = verifier.noted
     if unindexed is not None:
         verifier.tombstones = []
+    leaves = verifier.leaves = [] if tree is not None else None
     check_checkpoints(0)
     more = True
     try:
@@ -215,6 +218,9 @@ def _walk_env(
                         break
                     read += done
                     check_checkpoints(verifier.position)
+                if tree is not None and leaves:  # in the txn the records were read in
+                    tree.chunk(txn, leaves)
+                    leaves.clear()
             _check_covers(env, covering, verifier.position + 1)
             if unindexed is not None:
                 unindexed.check(env, verifier)

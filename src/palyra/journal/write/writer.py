@@ -224,8 +224,10 @@ class Writer(OtherCommits):
         """The batch's appends as one frame, then its checkpoints and prunes in order."""
         began = time.perf_counter()
         appends = [r for r in batch if isinstance(r, Append)]
+        events = self.stats.appended_events
         if appends:
             self._commit_appends(appends)
+        events = self.stats.appended_events - events  # the appends' (a prune's record is not)
         if len(appends) < len(batch):
             for request in batch:
                 if isinstance(request, Checkpoint):
@@ -234,7 +236,7 @@ class Writer(OtherCommits):
                     self._commit_prune(request)
                 elif isinstance(request, TreeSign):
                     self._commit_tree_sign(request)
-        self.stats.timings.observe(began, batch)
+        self.stats.timings.observe(began, batch, events)
 
     # --- appends: plan -> frame -> answer -> apply ------------------------
 
