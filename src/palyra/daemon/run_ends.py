@@ -17,8 +17,7 @@ import contextlib
 import logging
 
 from palyra.core.errors import PalyraError
-from palyra.engine import Engine, IdentityRec, RunStateId
-from palyra.engine.model.records import RUNS
+from palyra.engine import RUN_TABLE, Engine, IdentityRec, RunStateId
 from palyra.journal import JournalStore
 from palyra.tasks.queue import TaskQueue
 
@@ -54,7 +53,7 @@ class RunEndFollower:
 
     def _rows(self, loop: asyncio.AbstractEventLoop, rows: list[tuple[str, str]]) -> None:
         """On the watcher's thread: other daemons' commits wrote ``rows``."""
-        runs = [key for table, key in rows if table == RUNS]
+        runs = [key for table, key in rows if table == RUN_TABLE]
         if runs and not self._closed and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 loop.call_soon_threadsafe(self._written, loop, runs)

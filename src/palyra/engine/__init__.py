@@ -40,6 +40,7 @@ from palyra.engine.model.ports import (
     ToolsPort,
     ToolVerdict,
 )
+from palyra.engine.model.records import RUNS as RUN_TABLE
 from palyra.engine.model.records import (
     ApprovalRecord,
     AttachmentRec,
@@ -65,6 +66,7 @@ from palyra.engine.sessions.writer import CleanupResult
 __all__ = [
     "ATTACHMENT_PREFIX",
     "ATTACHMENT_TABLE",
+    "RUN_TABLE",
     "SCOPE_PROTO",
     "ApprovalDecision",
     "ApprovalEvent",
