@@ -33,6 +33,13 @@ _log = logging.getLogger("palyra.daemon")
 Work = Callable[[], Awaitable[None]]
 
 
+async def stop(job: asyncio.Future[None]) -> None:
+    """Cancel a :meth:`Singletons.run` and wait for it: its lease is released before the
+    journal closes, so another daemon takes the work over at its next try, not after a TTL."""
+    job.cancel()
+    await asyncio.wait({job}, timeout=5.0)  # bounded: a stop never hangs on it
+
+
 class Singletons:
     """Runs each named piece of work on the one daemon holding its lease."""
 

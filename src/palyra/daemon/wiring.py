@@ -50,6 +50,7 @@ from palyra.config import PalyraConfig
 from palyra.core.errors import PalyraError
 from palyra.daemon.policy_reload import reload_policy
 from palyra.daemon.singletons import Singletons
+from palyra.daemon.singletons import stop as stop_singleton
 from palyra.daemon.skills import SkillsHost
 from palyra.engine import (
     Engine,
@@ -182,7 +183,7 @@ async def open_application(
     singletons = Singletons(store, config.journal.lease_ttl_s)
     # Missed firings fire at once.
     firing = asyncio.ensure_future(singletons.run("schedules", schedules.run))
-    stack.callback(firing.cancel)
+    stack.push_async_callback(stop_singleton, firing)
     app = PalyraApp(engine)
     app.schedules = schedules
     on_phase("opening channels")
@@ -240,7 +241,7 @@ async def _open_channels(config: PalyraConfig, store: JournalStore, engine: Engi
             poller = asyncio.ensure_future(singletons.run(
                 f"channel:{TELEGRAM_PREFIX}{name}",
                 functools.partial(poll_telegram, name, bot, api, ingress, store)))
-            stack.callback(poller.cancel)
+            stack.push_async_callback(stop_singleton, poller)
     for name, app in channels.discord.items():
         if channels.enabled and app.bot_token:  # without one: slash commands over HTTP only
             # The websockets client (its modules) loads only for a Discord gateway.
@@ -248,7 +249,7 @@ async def _open_channels(config: PalyraConfig, store: JournalStore, engine: Engi
 
             gateway = asyncio.ensure_future(singletons.run(
                 f"channel:discord:{name}", Gateway(name, app, ingress, store).run))
-            stack.callback(gateway.cancel)
+            stack.push_async_callback(stop_singleton, gateway)
     return router, ingress
 
 
