@@ -188,4 +188,8 @@ async def test_a_retried_branch_finds_the_branch_its_first_request_made(
         await app_b.branch_session(USER, pb.BranchSessionRequest(session_id=sid,
                                                                  branch_session_id=sid))
     assert taken.value.code is ErrorCode.ALREADY_EXISTS
+    with pytest.raises(PalyraError) as malformed:  # refused before anything is handed over
+        await app_b.branch_session(USER, pb.BranchSessionRequest(
+            session_id=sid, branch_session_id="\u0084"))
+    assert malformed.value.code is ErrorCode.INVALID_ARGUMENT
     assert branches() == [request.branch_session_id]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import msgspec
 
 from palyra.core.errors import ErrorCode, PalyraError
-from palyra.core.ids import new_ulid
+from palyra.core.ids import is_ulid, new_ulid
 from palyra.engine.model.errors import coded, invalid
 from palyra.engine.model.lifecycle import is_run_terminal
 from palyra.engine.model.records import (
@@ -164,10 +164,13 @@ class SessionWriter:
         the first request made (answered as made) instead of making a second one.
 
         Raises:
+            InvalidArgument: ``branch_id`` is not a ULID.
             PalyraError: ``STATE_CONFLICT`` when the latest run is still active;
                 ``ALREADY_EXISTS`` when a session ``branch_id`` exists that is not this
                 caller's branch of ``session_id``.
         """
+        if branch_id and not is_ulid(branch_id):
+            raise invalid("branch_session_id must be a ULID", field="branch_session_id")
         change = SessionChange(new_ulid(), session_id, identity, "branch", label=label,
                                branch_id=branch_id or new_ulid())
         branch, source = (await self._change(change)).records
