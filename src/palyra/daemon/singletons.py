@@ -23,9 +23,8 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from palyra.engine.sessions.ownership import LeaseStore, daemon_owner_name
-from palyra.journal import JournalStore, Lease
-from palyra.journal.fencing import fenced_writes
+from palyra.engine import LeaseStore, daemon_owner_name
+from palyra.journal import JournalStore, Lease, fenced_writes
 
 SINGLETON_PREFIX = "singleton:"
 _log = logging.getLogger("palyra.daemon")
