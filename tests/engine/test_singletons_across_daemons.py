@@ -22,6 +22,7 @@ from lease_daemons import started, until
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.daemon.singletons import SINGLETON_PREFIX, Singletons, stop
 from palyra.journal import EventDraft, JournalStore, StoredEvent
+from palyra.journal.postgres.store import PostgresJournalStore
 from palyra.schedules import PROMPT_TASK, ScheduleRecord, Schedules
 from palyra.tasks import TaskQueue
 
@@ -157,6 +158,10 @@ async def test_schedules_fire_on_one_daemon_and_start_anew_when_its_lease_is_tak
         await until(lambda: len(_kinds(harnesses[0].store, "schedule.fired")) == 4)
         await asyncio.sleep(3 * ttl_s)
         assert running == [first] and stopped == []
+        # One made on the standby alone: the holder's loop (asleep for up to a minute,
+        # nothing of its own due) is woken by the other daemon's commit.
+        await standby.create(_one_off(int(time.time() * 1000) + 300))
+        await until(lambda: len(_kinds(harnesses[0].store, "schedule.fired")) == 5)
         _take_over(dsn, "schedules")
         # A new term starts on whichever daemon takes the lease first (the old holder may
         # win it back); the stalled holder stops its loop at its next renewal (until then
@@ -165,7 +170,7 @@ async def test_schedules_fire_on_one_daemon_and_start_anew_when_its_lease_is_tak
         now = int(time.time() * 1000)
         for at_ms in (now + 300, now + 600):
             await standby.create(_one_off(at_ms))
-        await until(lambda: len(_kinds(harnesses[0].store, "schedule.fired")) == 6)
+        await until(lambda: len(_kinds(harnesses[0].store, "schedule.fired")) == 7)
         await asyncio.sleep(1.0)
         assert len(running) == 2 and stopped == [first]  # one loop at a time
     finally:
@@ -175,8 +180,8 @@ async def test_schedules_fire_on_one_daemon_and_start_anew_when_its_lease_is_tak
         for q in queues:
             await q.close()
     fired = _kinds(harnesses[0].store, "schedule.fired")
-    assert len(fired) == 6 and len({p["schedule_id"] for p in fired}) == 6
-    assert len(queues[0].page(kind=PROMPT_TASK)[0]) == 6  # one task per firing
+    assert len(fired) == 7 and len({p["schedule_id"] for p in fired}) == 7
+    assert len(queues[0].page(kind=PROMPT_TASK)[0]) == 7  # one task per firing
     # Only the loop that held the lease ever ran: nothing else was written.
     kinds = {e.kind for e in _events(harnesses[0].store) if e.kind.startswith("schedule.")}
     assert kinds == {"schedule.created", "schedule.fired"}
@@ -206,3 +211,20 @@ async def test_a_clean_stop_hands_the_work_over_at_once(
         await until(lambda: running == ["a", "b"], seconds=2.0)  # A's TTL is 60 s
     finally:
         await stop(standby)
+
+
+async def test_work_that_ends_by_itself_is_done_on_its_daemon(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    a, _ = await started(daemons, tmp_path, dsn, ttl_s=60)
+    assert isinstance(a.store, PostgresJournalStore)
+    runs: list[str] = []
+
+    async def stops_for_good() -> None:  # an adapter told its token is wrong, say
+        runs.append("a")
+
+    # It returns, as it does on LMDB: not restarted here every third of the TTL.
+    await asyncio.wait_for(Singletons(a.store, 0.3).run("test", stops_for_good), 5)
+    assert runs == ["a"]
+    row = a.store.lease_holder(SINGLETON_PREFIX + "test")
+    assert row is not None and not row[2]  # released: another daemon may try it

@@ -53,7 +53,8 @@ class Singletons:
         """Run ``work`` whenever this daemon holds ``name``'s lease, until cancelled.
 
         The work is cancelled when the lease is lost and started again (from what the
-        journal holds) when this daemon takes the lease back.
+        journal holds) when this daemon takes the lease back; a failure is retried. Work
+        that returns is done on this daemon (the lease is released for another to try).
         """
         store = self._store
         if store is None:
@@ -73,10 +74,14 @@ class Singletons:
             if lease is None:
                 await asyncio.sleep(self.ttl_s / 3)
                 continue
-            await self._hold(store, lease, work)
+            if await self._hold(store, lease, work):
+                return  # it ended by itself (an adapter stopped for good), as on LMDB
 
-    async def _hold(self, store: LeaseStore, lease: Lease, work: Work) -> None:
-        """Run ``work`` fenced by ``lease`` while renewing it; release it after."""
+    async def _hold(self, store: LeaseStore, lease: Lease, work: Work) -> bool:
+        """Run ``work`` fenced by ``lease`` while renewing it; release it after.
+
+        True: the work returned (it is done here); False: it failed or the lease was lost.
+        """
         async def fenced() -> None:
             with fenced_writes(lease):
                 await work()
@@ -86,13 +91,14 @@ class Singletons:
             while True:
                 await asyncio.wait({job}, timeout=self.ttl_s / 3)
                 if job.done():
-                    if not job.cancelled() and job.exception() is not None:
-                        _log.warning("%s failed", lease.name, exc_info=job.exception())
+                    if job.cancelled() or job.exception() is None:
+                        return True
+                    _log.warning("%s failed", lease.name, exc_info=job.exception())
                     await asyncio.sleep(self.ttl_s / 3)  # then try it again
-                    return
+                    return False
                 if not await self._renewed(store, lease):
                     _log.warning("lost the lease on %s: stopping it here", lease.name)
-                    return
+                    return False
         finally:
             job.cancel()
             await asyncio.wait({job})  # never raises the job's error, nor swallows our cancel
