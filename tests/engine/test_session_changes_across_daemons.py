@@ -18,6 +18,7 @@ from lease_daemons import busy_on, expire, holder, owner_of, started, until
 from palyra_gen.palyra import v1 as pb
 
 from palyra.core.errors import ErrorCode, PalyraError
+from palyra.core.ids import new_ulid
 from palyra.journal import JournalStore
 from palyra.journal.postgres.store import PostgresJournalStore
 
@@ -145,3 +146,50 @@ async def test_a_reset_waits_for_the_owner_and_lands_once_a_dead_owners_term_ran
     expire(dsn, sid)
     assert (await asyncio.wait_for(reset, 5)).reset_applied
     assert [e.kind for e in a.store.read_session(sid, 0, 1000)].count("session.reset") == 1
+
+
+async def test_a_retried_branch_finds_the_branch_its_first_request_made(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    a, app_a = await started(daemons, tmp_path, dsn, ttl_s=60)
+    _b, app_b = await started(daemons, tmp_path, dsn, ttl_s=60)
+    sid = (await app_a.resolve_session(USER, pb.ResolveSessionRequest(
+        session_key="source"))).session.session_id
+    # The session's owner was SIGKILLed: its lease row stays until its term ends, so a
+    # branch asked meanwhile is handed over and waits.
+    assert isinstance(a.store, PostgresJournalStore)
+    assert a.store.acquire_lease("session:" + sid, "gone/1/x", 60) is not None
+    request = pb.BranchSessionRequest(session_id=sid, session_label="side",
+                                      branch_session_id=new_ulid())
+    with pytest.raises(TimeoutError):  # the client gives up, and retries on another daemon
+        await asyncio.wait_for(app_a.branch_session(USER, request), 0.5)
+    retry = asyncio.create_task(app_b.branch_session(USER, request))
+    await until(lambda: a.store is not None and len(a.store.scan_entities(
+        "meta", "session_change:", "", 10)) == 2)
+    expire(dsn, sid)  # the dead owner's term runs out: a live daemon applies both rows
+    branched = await asyncio.wait_for(retry, 10)
+    assert branched.session.session_id == request.branch_session_id
+    assert branched.session.parent_session_id == sid and branched.session.label == "side"
+    assert branched.source.session_id == sid and branched.source.branch_state == "branch_source"
+
+    def branches() -> list[object]:
+        assert a.store is not None
+        return [e.session_id for e in a.store.read_range(0, 10_000)
+                if e.kind == "session.branched"]
+
+    assert branches() == [request.branch_session_id]
+    # Once answered, the same request again is answered as made, wherever it is asked.
+    for app in (app_a, app_b):
+        again = await app.branch_session(USER, request)
+        assert again.session == branched.session
+    assert branches() == [request.branch_session_id]
+    # An id of a session that is not this branch is refused, not answered with it.
+    with pytest.raises(PalyraError) as taken:
+        await app_b.branch_session(USER, pb.BranchSessionRequest(session_id=sid,
+                                                                 branch_session_id=sid))
+    assert taken.value.code is ErrorCode.ALREADY_EXISTS
+    with pytest.raises(PalyraError) as malformed:  # refused before anything is handed over
+        await app_b.branch_session(USER, pb.BranchSessionRequest(
+            session_id=sid, branch_session_id="\u0084"))
+    assert malformed.value.code is ErrorCode.INVALID_ARGUMENT
+    assert branches() == [request.branch_session_id]

@@ -83,6 +83,9 @@ RULES: Final[dict[str, FieldRule]] = {
         None,
         '{"anyOf":[{"properties":{"sessionKey":{"minLength":1,"type":"string"}},"required":["sessionKey"]},{"properties":{"channel":{"minLength":1,"type":"string"}},"required":["channel"]}]}',
     ),
+    "palyra.v1.BranchSessionRequest.branch_session_id": FieldRule(
+        False, "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$", None
+    ),
     "palyra.v1.CreateAgentRequest.agent": FieldRule(True, "", None),
     "palyra.v1.CreateRunRequest.input": FieldRule(
         False, "", None, '{"properties":{"attachments":{"maxItems":32}}}'

@@ -1129,6 +1129,13 @@ def _bin_BranchSessionRequest(m: Any) -> bytearray:
         out += b"\x12"
         out += SMALL[n1] if n1 < 128 else varint(n1)
         out += b1
+    v2 = m.branch_session_id
+    if v2:
+        b2 = v2.encode()
+        n2 = len(b2)
+        out += b"\x1a"
+        out += SMALL[n2] if n2 < 128 else varint(n2)
+        out += b2
     unknown = m._unknown_fields
     if unknown:
         out += unknown
@@ -1139,6 +1146,7 @@ _bin_table_BranchSessionRequest: BinaryTable = binary_table(
     (
         (1, "session_id", False, delimited_reader(utf8)),
         (2, "session_label", False, delimited_reader(utf8)),
+        (3, "branch_session_id", False, delimited_reader(utf8)),
     )
 )
 

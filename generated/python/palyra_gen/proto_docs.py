@@ -62,6 +62,7 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.BackgroundTask.priority": "Higher runs first.",
     "palyra.v1.BackgroundTaskState": "Background task states. Must match spec/lifecycle/background_task.yaml.",
     "palyra.v1.BindAgentRequest.binding": "Names a session key, or a channel (and, optionally, a conversation glob in it).",
+    "palyra.v1.BranchSessionRequest.branch_session_id": "Optional: the new branch's session id (a ULID the client generates), so a retried\nrequest finds the branch the first one made instead of making another. A session of\nthat id that is not a branch of `session_id` is ALREADY_EXISTS. Empty: generated.",
     "palyra.v1.BudgetStatus.applies_to": "Whom this status is for (the principal or agent id).",
     "palyra.v1.BudgetStatus.mode": "suggest (a warning on the tape) | enforced (BUDGET_EXHAUSTED)",
     "palyra.v1.BudgetStatus.period": "day | month",

@@ -923,11 +923,16 @@ def _json_BranchSessionRequest(m: Any) -> dict[str, Any]:
     v1 = m.session_label
     if v1:
         out["sessionLabel"] = v1
+    v2 = m.branch_session_id
+    if v2:
+        out["branchSessionId"] = v2
     return out
 
 
 _json_table_BranchSessionRequest: JsonTable = (
     {
+        "branchSessionId": "branch_session_id",
+        "branch_session_id": "branch_session_id",
         "sessionId": "session_id",
         "sessionLabel": "session_label",
         "session_id": "session_id",
@@ -936,6 +941,7 @@ _json_table_BranchSessionRequest: JsonTable = (
     {
         "session_id": None,
         "session_label": None,
+        "branch_session_id": None,
     },
 )
 

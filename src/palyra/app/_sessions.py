@@ -56,7 +56,8 @@ class SessionsApi(AppBase):
                              request: pb.BranchSessionRequest) -> pb.BranchSessionResponse:
         """Start a session branched from one whose latest run is terminal."""
         branch, source = await self.engine.session_writer.branch(
-            identity_of(ctx), request.session_id, request.session_label)
+            identity_of(ctx), request.session_id, request.session_label,
+            request.branch_session_id)
         return pb.BranchSessionResponse(session=session_proto(branch),
                                         source=session_proto(source))
 

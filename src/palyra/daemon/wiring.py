@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import importlib.metadata
 import os
 from collections.abc import Callable
@@ -43,12 +44,14 @@ from palyra.channels import (
 )
 from palyra.channels.adapters import build_sinks, reply_caps
 from palyra.channels.adapters.telegram import BotApi
-from palyra.channels.ingress import Ingress
+from palyra.channels.ingress import TELEGRAM_PREFIX, Ingress
 from palyra.channels.polling import poll_telegram
 from palyra.config import PalyraConfig
 from palyra.core.errors import PalyraError
 from palyra.daemon.policy_reload import reload_policy
 from palyra.daemon.run_ends import RunEndFollower
+from palyra.daemon.singletons import Singletons
+from palyra.daemon.singletons import stop as stop_singleton
 from palyra.daemon.skills import SkillsHost
 from palyra.engine import (
     Engine,
@@ -179,12 +182,16 @@ async def open_application(
                                                              schedules, tasks)}, concurrency=4)
     prompts.start()
     stack.push_async_callback(prompts.close)
-    firing = asyncio.ensure_future(schedules.run())  # missed firings fire at once
-    stack.callback(firing.cancel)
+    # On a shared journal each singleton runs on the one daemon holding its lease.
+    singletons = Singletons(store, config.journal.lease_ttl_s)
+    # Missed firings fire at once.
+    firing = asyncio.ensure_future(singletons.run("schedules", schedules.run))
+    stack.push_async_callback(stop_singleton, firing)
     app = PalyraApp(engine)
     app.schedules = schedules
     on_phase("opening channels")
-    app.channels, app.ingress = await _open_channels(config, store, engine, tasks, gate, stack)
+    app.channels, app.ingress = await _open_channels(config, store, engine, tasks, gate, stack,
+                                                     singletons)
     app.tasks = tasks
     app.learning = learning
     app.memory = memory
@@ -200,8 +207,8 @@ async def open_application(
 
 
 async def _open_channels(config: PalyraConfig, store: JournalStore, engine: Engine,
-                         tasks: TaskQueue, gate: PolicyGate, stack: contextlib.AsyncExitStack
-                         ) -> tuple[ChannelRouter, Ingress]:
+                         tasks: TaskQueue, gate: PolicyGate, stack: contextlib.AsyncExitStack,
+                         singletons: Singletons) -> tuple[ChannelRouter, Ingress]:
     """The channel router, pairing (deciding ``dm_pairing:`` approvals), the outbox and
     their workers: dispatches run up to 16 at once (per-channel slots inside)."""
     channels = config.channels
@@ -234,15 +241,18 @@ async def _open_channels(config: PalyraConfig, store: JournalStore, engine: Engi
         if bot.mode == "polling" and channels.enabled:
             api = BotApi(bot.api_base_url, bot.bot_token)
             stack.push_async_callback(api.aclose)
-            poller = asyncio.ensure_future(poll_telegram(name, bot, api, ingress, store))
-            stack.callback(poller.cancel)
+            poller = asyncio.ensure_future(singletons.run(
+                f"channel:{TELEGRAM_PREFIX}{name}",
+                functools.partial(poll_telegram, name, bot, api, ingress, store)))
+            stack.push_async_callback(stop_singleton, poller)
     for name, app in channels.discord.items():
         if channels.enabled and app.bot_token:  # without one: slash commands over HTTP only
             # The websockets client (its modules) loads only for a Discord gateway.
             from palyra.channels.gateway import Gateway
 
-            gateway = asyncio.ensure_future(Gateway(name, app, ingress, store).run())
-            stack.callback(gateway.cancel)
+            gateway = asyncio.ensure_future(singletons.run(
+                f"channel:discord:{name}", Gateway(name, app, ingress, store).run))
+            stack.push_async_callback(stop_singleton, gateway)
     return router, ingress
 
 

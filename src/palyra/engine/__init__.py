@@ -59,7 +59,12 @@ from palyra.engine.run.compact import covered_digest
 from palyra.engine.run.listing import RunQuery, runs_page
 from palyra.engine.run.recovery import RecoveryReport, live_run_ids
 from palyra.engine.sessions.locks import KeyedLocks
-from palyra.engine.sessions.ownership import SessionLeases, daemon_owner_name, session_leases
+from palyra.engine.sessions.ownership import (
+    LeaseStore,
+    SessionLeases,
+    daemon_owner_name,
+    session_leases,
+)
 from palyra.engine.sessions.selectors import Selectors
 from palyra.engine.sessions.writer import CleanupResult
 
@@ -85,6 +90,7 @@ __all__ = [
     "IdentityRec",
     "InputRec",
     "KeyedLocks",
+    "LeaseStore",
     "PolicyPort",
     "PromptRec",
     "RecoveryReport",

@@ -19,6 +19,7 @@ from palyra.journal._types import (
     StoredEvent,
     TapePage,
 )
+from palyra.journal.fencing import fenced_writes
 from palyra.journal.format.record import PRUNED_KIND, RETENTION_SESSION, decode_record
 from palyra.journal.read.bundle import export_bundle
 from palyra.journal.read.follow import Subscription
@@ -71,6 +72,7 @@ __all__ = [
     "checkpoint_every",
     "decode_record",
     "export_bundle",
+    "fenced_writes",
     "parse_checkpoint",
     "parse_note",
     "parse_tile_path",

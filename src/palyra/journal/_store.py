@@ -25,6 +25,7 @@ from palyra.journal._types import (
     StoredEvent,
     TapePage,
 )
+from palyra.journal.fencing import ambient_fence
 from palyra.journal.format.signing import Signer
 from palyra.journal.postgres.pointer import read_pointer
 from palyra.journal.read import reads as _reads
@@ -146,9 +147,10 @@ class JournalStore:
         """Append ``drafts`` atomically; return once the commit is durable.
 
         ``fence``: commit only while this lease is its name's current term
-        (PostgreSQL; on LMDB one daemon holds every lease and it always is).
+        (PostgreSQL; on LMDB one daemon holds every lease and it always is). Without
+        one, the lease the calling task declared with ``fencing.fenced_writes``, if any.
         ``expect``: commit only while each row holds the value expected (PostgreSQL,
-        checked in the commit; not with ``fence``). On LMDB it is not read back: the
+        checked in the commit, after the fence). On LMDB it is not read back: the
         one daemon's callers decide on rows they hold; pass it only if :attr:`shared`.
 
         Raises:
@@ -192,10 +194,12 @@ class JournalStore:
         if not prepared:
             future.set_result([])
         else:
+            if fence is None:
+                fence = ambient_fence()  # a singleton's work: fenced by its lease
             if expect:
-                if fence is not None:
-                    raise PalyraInternalError("an append is fenced or expects rows, not both")
-                writer.submit(requests.ExpectingAppend(loop, future, prepared, tuple(expect)))
+                writer.submit(requests.ExpectingAppend(loop, future, prepared, tuple(expect))
+                              if fence is None else requests.FencedExpectingAppend(
+                                  loop, future, prepared, tuple(expect), fence))
             else:
                 writer.submit(requests.Append(loop, future, prepared) if fence is None
                               else requests.FencedAppend(loop, future, prepared, fence))

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 
 import msgspec
 
@@ -44,6 +45,7 @@ class Schedules:
         self._tasks = tasks
         self._now = now_ms
         self._changed = asyncio.Event()
+        self._following = False
 
     def all(self) -> list[ScheduleRecord]:
         """Every schedule, in id (creation) order."""
@@ -116,6 +118,12 @@ class Schedules:
 
     async def run(self) -> None:
         """Fire schedules as they come due, until cancelled."""
+        if not self._following:
+            # Several daemons on one journal: a schedule made on another daemon wakes
+            # this loop too (it runs on one daemon only, ``daemon/singletons.py``).
+            self._following = True
+            self._store.on_foreign_rows(partial(_wake_on_schedules, asyncio.get_running_loop(),
+                                                self._changed))
         while True:
             try:
                 await self.fire_due()
@@ -150,3 +158,12 @@ def _row(rec: ScheduleRecord) -> EntityWrite:
     return EntityWrite(TABLE, PREFIX + rec.schedule_id, msgspec.msgpack.encode(rec))
 
 
+
+
+def _wake_on_schedules(loop: asyncio.AbstractEventLoop, changed: asyncio.Event,
+                       rows: list[tuple[str, str]]) -> None:
+    """Another daemon's commit wrote ``rows`` (on the store's watcher thread)."""
+    if any(table == TABLE and key.startswith(PREFIX) for table, key in rows) and (
+            not loop.is_closed()):
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(changed.set)

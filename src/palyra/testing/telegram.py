@@ -15,6 +15,7 @@ import datetime
 import itertools
 import json
 import threading
+import time
 from collections import Counter
 from typing import Any
 from urllib.parse import urlparse
@@ -36,6 +37,7 @@ class FakeTelegram(_Server):
         self.confirmed = 0  # the highest offset a getUpdates asked for
         self.offsets: list[int] = []  # the offset of every getUpdates, in order
         self.polls = 0
+        self.pollers: list[tuple[str, float]] = []  # who asked each getUpdates, and when
         self._pending: list[dict[str, Any]] = []
         self._ids = itertools.count(1000)
         self._arrived = threading.Condition(self.lock)
@@ -57,7 +59,10 @@ class FakeTelegram(_Server):
     def handle(self, method: str, path: str, headers: dict[str, str], body: bytes
                ) -> tuple[int, Any]:
         prefix, _, name = urlparse(path).path.rpartition("/")
-        if prefix != f"/bot{self.bot_token}":
+        # ``/<via>/bot<token>/<method>``: a client whose base URL names it (``via``), so a
+        # test with several daemons sees which one polled.
+        via, _, bot = prefix.rpartition("/")
+        if bot != f"bot{self.bot_token}":
             return 401, {"ok": False, "error_code": 401, "description": "Unauthorized"}
         data = json.loads(body or b"{}")
         if name == "setWebhook":
@@ -69,12 +74,12 @@ class FakeTelegram(_Server):
                 self.webhook = {}
             return 200, {"ok": True, "result": True}
         if name == "getUpdates":
-            return self._get_updates(data)
+            return self._get_updates(data, via.strip("/"))
         if name == "sendMessage":
             return self._send(data)
         return 404, {"ok": False, "error_code": 404, "description": "Not Found"}
 
-    def _get_updates(self, data: dict[str, Any]) -> tuple[int, Any]:
+    def _get_updates(self, data: dict[str, Any], via: str) -> tuple[int, Any]:
         offset = int(data.get("offset", 0))
         wait = min(float(data.get("timeout", 0)), self.max_wait_s)
         with self._arrived:
@@ -82,6 +87,7 @@ class FakeTelegram(_Server):
                 return 409, {"ok": False, "error_code": 409, "description":
                              "Conflict: can't use getUpdates method while webhook is active"}
             self.polls += 1
+            self.pollers.append((via, time.monotonic()))
             self.offsets.append(offset)
             self.confirmed = max(self.confirmed, offset)
             self._pending = [u for u in self._pending if u["update_id"] >= offset]

@@ -1101,6 +1101,15 @@ export declare type BranchSessionRequest = Message<"palyra.v1.BranchSessionReque
    * @generated from field: string session_label = 2;
    */
   sessionLabel: string;
+
+  /**
+   * Optional: the new branch's session id (a ULID the client generates), so a retried
+   * request finds the branch the first one made instead of making another. A session of
+   * that id that is not a branch of `session_id` is ALREADY_EXISTS. Empty: generated.
+   *
+   * @generated from field: string branch_session_id = 3;
+   */
+  branchSessionId: string;
 };
 
 /**

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import msgspec
 
 from palyra.core.errors import ErrorCode, PalyraError
-from palyra.core.ids import new_ulid
+from palyra.core.ids import is_ulid, new_ulid
 from palyra.engine.model.errors import coded, invalid
 from palyra.engine.model.lifecycle import is_run_terminal
 from palyra.engine.model.records import (
@@ -155,15 +155,24 @@ class SessionWriter:
         return CleanupResult(answer.cleaned, answer.cleaned, answer.previous_session_key,
                              answer.run_count)
 
-    async def branch(self, identity: IdentityRec, session_id: str,
-                     label: str) -> tuple[SessionRecord, SessionRecord]:
+    async def branch(self, identity: IdentityRec, session_id: str, label: str,
+                     branch_id: str = "") -> tuple[SessionRecord, SessionRecord]:
         """A new session branched from one whose latest run is terminal.
 
+        ``branch_id``: the branch's session id, chosen by the client so a retry (after a
+        timeout, say, while the change was handed to the session's owner) finds the branch
+        the first request made (answered as made) instead of making a second one.
+
         Raises:
-            PalyraError: ``STATE_CONFLICT`` when the latest run is still active.
+            InvalidArgument: ``branch_id`` is not a ULID.
+            PalyraError: ``STATE_CONFLICT`` when the latest run is still active;
+                ``ALREADY_EXISTS`` when a session ``branch_id`` exists that is not this
+                caller's branch of ``session_id``.
         """
+        if branch_id and not is_ulid(branch_id):
+            raise invalid("branch_session_id must be a ULID", field="branch_session_id")
         change = SessionChange(new_ulid(), session_id, identity, "branch", label=label,
-                               branch_id=new_ulid())
+                               branch_id=branch_id or new_ulid())
         branch, source = (await self._change(change)).records
         return branch, source
 
@@ -225,6 +234,13 @@ class SessionWriter:
         elif change.kind == "reset":  # planned again here: the record may have moved on
             plan = plan_resolve(self.reader, change.identity, Selectors(
                 session_id=record.session_id, reset=True), self._now_ms())
+        elif change.kind == "branch" and (made := self.reader.get(change.branch_id)):
+            # A retried branch: the first request made it. Answered as made, nothing written.
+            answer = ChangeAnswer(records=(_retried_branch(made, record, change), record))
+            if writes := consume(answer):
+                await self._store.append([session_event(
+                    "session.change_answered", record, {}).with_writes(*writes)])
+            return answer
         elif change.kind == "branch":
             plan, source = self._branch_plan(record, change)
             changed = (source,)
@@ -300,3 +316,18 @@ class SessionWriter:
         plan.events.append(session_event("session.tool_posture", new, {
             "tool_name": tool_name, "posture": posture or "inherit"}))
         return plan
+
+
+def _retried_branch(made: SessionRecord, source: SessionRecord,
+                    change: SessionChange) -> SessionRecord:
+    """``made``, the session ``change.branch_id`` names, if it is the branch ``change`` asks
+    for (of this source, by this caller): a retry's answer.
+
+    Raises:
+        PalyraError: ``ALREADY_EXISTS`` for any other session of that id.
+    """
+    if made.parent_session_id != source.session_id or made.identity != change.identity:
+        raise coded(ErrorCode.ALREADY_EXISTS, f"session {made.session_id} exists and is not "
+                    f"this caller's branch of session {source.session_id}",
+                    session_id=source.session_id, branch_session_id=made.session_id)
+    return made

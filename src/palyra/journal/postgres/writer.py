@@ -64,6 +64,7 @@ from palyra.journal.write.requests import (
     Append,
     Checkpoint,
     FencedAppend,
+    FencedExpectingAppend,
     Prune,
     Request,
     TreeSign,
@@ -233,7 +234,7 @@ class PostgresWriter:
         waits for it, so no write of an old term lands after a new term began.
         """
         batch = self._expecting(txn, batch)
-        fenced = [r for r in batch if isinstance(r, FencedAppend)]
+        fenced = [r for r in batch if isinstance(r, FencedAppend | FencedExpectingAppend)]
         if not fenced:
             return batch
         names_ = sorted({r.fence.name for r in fenced})

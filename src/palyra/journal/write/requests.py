@@ -90,6 +90,25 @@ class ExpectingAppend(Append):
         self.expect = expect
 
 
+class FencedExpectingAppend(ExpectingAppend):
+    """An expecting append that also commits only while ``fence`` is its name's current
+    lease (a singleton's task-queue write: a compare-and-set on the task's row, made
+    by the lease holder only)."""
+
+    __slots__ = ("fence",)
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Any],
+        events: list[PreparedEvent],
+        expect: tuple[RowExpectation, ...],
+        fence: Lease,
+    ) -> None:
+        super().__init__(loop, future, events, expect)
+        self.fence = fence
+
+
 class Checkpoint(Waiting):
     """Sign the head as it stands after every append queued before it."""
 

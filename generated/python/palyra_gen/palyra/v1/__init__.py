@@ -1372,6 +1372,13 @@ class BranchSessionRequest(betterproto2.Message):
 
     session_label: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
 
+    branch_session_id: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    Optional: the new branch's session id (a ULID the client generates), so a retried
+    request finds the branch the first one made instead of making another. A session of
+    that id that is not a branch of `session_id` is ALREADY_EXISTS. Empty: generated.
+    """
+
 
 default_message_pool.register_message("palyra.v1", "BranchSessionRequest", BranchSessionRequest)
 
