@@ -81,16 +81,16 @@ _STOP = object()
 
 _LOCK_HEAD = "SELECT next_position, head FROM journal_head FOR UPDATE"
 _MOVE_HEAD = "UPDATE journal_head SET next_position = %s, head = %s"
-_TAKEN = "SELECT key FROM journal_kv WHERE db = %s AND key = ANY(%s)"
-_ROWS = "SELECT key, value FROM journal_kv WHERE db = %s AND key = ANY(%s)"
+_TAKEN = "SELECT key FROM journal_kv WHERE db = %s AND key = ANY(%b)"
+_ROWS = "SELECT key, value FROM journal_kv WHERE db = %s AND key = ANY(%b)"
 _PUT = (
     "INSERT INTO journal_kv (db, key, value) "
-    "SELECT * FROM unnest(%s::text[], %s::bytea[], %s::bytea[]) "
+    "SELECT * FROM unnest(%b::text[], %b::bytea[], %b::bytea[]) "
     "ON CONFLICT (db, key) DO UPDATE SET value = EXCLUDED.value"
 )
 _DELETE = (
     "DELETE FROM journal_kv WHERE (db, key) IN "
-    "(SELECT * FROM unnest(%s::text[], %s::bytea[]))"
+    "(SELECT * FROM unnest(%b::text[], %b::bytea[]))"
 )
 
 
