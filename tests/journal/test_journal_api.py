@@ -19,7 +19,7 @@ def test_exports() -> None:
         "TapePage", "VerifyReport", "checkpoint_every", "export_bundle", "sign_head_if_moved",
         "sign_tree_every",
         "verify_bundle", "verify_store", "PRUNED_KIND", "RETENTION_SESSION", "PruneOrder",
-        "PruneResult", "prune_older_than", "retention_every", "Lease", "RowExpectation",
+        "PruneResult", "prune_older_than", "retention_every", "Lease", "RowExpectation", "fenced_writes",
         # The transparency log's formats and proofs, for the CLI, the app and config.
         "NoteError", "Witness", "check_name", "decode_record", "parse_checkpoint", "parse_note", "parse_tile_path",
         "position_of", "verify_checkpoint", "verify_consistency", "verify_lines",

@@ -13,6 +13,16 @@ from palyra.ops.config import TracingConfig
 _STOP_GRACE_S = 5.0  # beyond the exporter's own timeout, for its last read and flush
 
 
+# The exporter ignores SIGTERM and SIGINT (a stop reaches the whole process group and it
+# must outlast the daemon's drain). Ignoring them in its ``main`` left a window as long
+# as its imports in which a stop killed it; ignored before any import, as here, there
+# is none. ``runpy`` then runs the module as ``python -m`` would, with these arguments.
+_LAUNCH = ("import runpy, signal\n"
+           "for signum in (signal.SIGTERM, signal.SIGINT):\n"
+           "    signal.signal(signum, signal.SIG_IGN)\n"
+           "runpy.run_module('palyra.ops.trace_exporter', run_name='__main__', alter_sys=True)\n")
+
+
 class TraceExporterProcess:
     """Starts the exporter on ``data_dir`` with ``config``; :meth:`stop` ends it."""
 
@@ -30,7 +40,7 @@ class TraceExporterProcess:
         """Trace every event committed after journal position ``after``."""
         config = self._config
         self._process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "palyra.ops.trace_exporter",
+            sys.executable, "-c", _LAUNCH,
             "--data-dir", str(self._data_dir), "--after", str(after),
             "--parent", str(os.getpid()), "--endpoint", config.otlp_endpoint,
             "--sample-ratio", repr(config.sample_ratio), "--service-name", config.service_name,
