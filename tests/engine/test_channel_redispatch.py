@@ -172,3 +172,20 @@ async def test_a_message_is_admitted_with_its_dispatch_claimed_and_handed_over(
     finally:
         await worker.close()
         await tasks.close()
+
+
+async def test_dispatches_to_many_channel_names_leave_no_slot_behind(harness: Harness) -> None:
+    """An operator may route to any channel name; each name's concurrency slot lives
+    only while a dispatch holds or waits for it, not for the daemon's life."""
+    tasks, router = await _router(harness)
+    try:
+        for i in range(12):
+            admitted = await router.admit(Envelope(
+                envelope_id="", channel=f"webhook:name-{i}", conversation_id="room",
+                sender="alice", text="hello", sender_verified=True, mentions_agent=True))
+            ctx = TaskContext(tasks.require(admitted.task_id),
+                              {"envelope_id": admitted.envelope_id})
+            assert ((await router.dispatch(ctx)).result or {})["outputs"]
+        assert len(router._dispatcher._slots) == 0
+    finally:
+        await tasks.close()

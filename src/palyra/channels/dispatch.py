@@ -35,9 +35,11 @@ from palyra.core.errors import ErrorCode, PalyraError
 from palyra.engine import (
     Engine,
     IdentityRec,
+    KeyedLocks,
     RunRecord,
     RunStateId,
     Selectors,
+    SlotWaitTimeout,
     StartRun,
     is_run_terminal,
     member_from,
@@ -88,7 +90,7 @@ class Dispatcher:
         self._quarantine = quarantine
         self._caps = reply_caps
         self._agents = AgentRegistry(store)
-        self._slots: dict[str, asyncio.Semaphore] = {}
+        self._slots = KeyedLocks()  # each channel's dispatch concurrency
         self._done: dict[str, asyncio.Future[DispatchOutcome]] = {}
         # Outcomes of the latest dispatches, for a RouteMessage caller that asks just
         # after the handler returned but before its task's success was committed.
@@ -173,18 +175,14 @@ class Dispatcher:
     @contextlib.asynccontextmanager
     async def _slot(self, channel: str) -> AsyncIterator[None]:
         policy = self._config.policy_for(channel)
-        slots = self._slots.get(channel)
-        if slots is None:  # channels are configured: one semaphore each, built once
-            slots = self._slots[channel] = asyncio.Semaphore(policy.concurrency)
+        # Kept only while a dispatch holds or waits for one: an operator may route
+        # to any channel name, so names must not pile up for the daemon's life.
         try:
-            async with asyncio.timeout(policy.slot_wait_s):
-                await slots.acquire()
-        except TimeoutError:
+            async with self._slots.hold(channel, slots=policy.concurrency,
+                                        wait_s=policy.slot_wait_s):
+                yield
+        except SlotWaitTimeout:
             raise ChannelBusy(channel) from None
-        try:
-            yield
-        finally:
-            slots.release()
 
     async def _respond(self, task: TaskRecord, msgs: list[InboundRec]) -> DispatchOutcome:
         env, decision = msgs[0].envelope, msgs[0].decision

@@ -58,7 +58,7 @@ from palyra.engine.run.attachments import AttachmentStore
 from palyra.engine.run.compact import covered_digest
 from palyra.engine.run.listing import RunQuery, runs_page
 from palyra.engine.run.recovery import RecoveryReport, live_run_ids
-from palyra.engine.sessions.locks import KeyedLocks
+from palyra.engine.sessions.locks import KeyedLocks, SlotWaitTimeout
 from palyra.engine.sessions.ownership import (
     LeaseStore,
     SessionLeases,
@@ -103,6 +103,7 @@ __all__ = [
     "Selectors",
     "SessionLeases",
     "SessionRecord",
+    "SlotWaitTimeout",
     "StartRun",
     "Started",
     "SubjectDecider",

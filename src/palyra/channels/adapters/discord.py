@@ -32,6 +32,7 @@ import msgspec
 from palyra.channels.adapters._http_client import platform_client
 from palyra.channels.outbox import DeliveryUnknown, OutboundReply
 from palyra.channels.routing import Envelope
+from palyra.engine import KeyedLocks
 
 MAX_CHARS = 2000
 """Discord's limit on one message's content."""
@@ -116,7 +117,7 @@ class RateBuckets:
     def __init__(self) -> None:
         self._bucket_of: dict[str, str] = {}  # route -> bucket id, as Discord names it
         self._resume_at: dict[str, float] = {}  # bucket (or route) -> monotonic time
-        self._locks: dict[str, _RouteLock] = {}
+        self._locks = KeyedLocks()
 
     def _key(self, route: str) -> str:
         return self._bucket_of.get(route, route)
@@ -124,17 +125,8 @@ class RateBuckets:
     @contextlib.asynccontextmanager
     async def held(self, route: str) -> AsyncIterator[None]:
         """One send at a time on ``route``."""
-        entry = self._locks.get(route)
-        if entry is None:
-            entry = self._locks[route] = _RouteLock()
-        entry.users += 1
-        try:
-            async with entry.lock:
-                yield
-        finally:
-            entry.users -= 1
-            if not entry.users:
-                del self._locks[route]
+        async with self._locks.hold(route):
+            yield
 
     async def wait(self, route: str) -> None:
         key = self._key(route)
@@ -169,14 +161,6 @@ class RateBuckets:
     def sizes(self) -> tuple[int, int, int]:
         """Routes held in memory: (bucket ids, reset times, locks)."""
         return len(self._bucket_of), len(self._resume_at), len(self._locks)
-
-
-class _RouteLock:
-    __slots__ = ("lock", "users")
-
-    def __init__(self) -> None:
-        self.lock = asyncio.Lock()
-        self.users = 0
 
 
 class DiscordSink:

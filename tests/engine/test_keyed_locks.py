@@ -1,0 +1,81 @@
+"""``KeyedLocks``: per-name locks or slots whose entries live only while in use.
+
+Names come from outside (Discord routes, channel names an operator routes to), so
+an entry must go when its last holder or waiter leaves, on every path out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from palyra.engine import KeyedLocks, SlotWaitTimeout
+
+
+async def test_slots_bound_how_many_hold_a_name_at_once() -> None:
+    locks, inside, most = KeyedLocks(), 0, 0
+
+    async def hold() -> None:
+        nonlocal inside, most
+        async with locks.hold("chan", slots=3):
+            inside += 1
+            most = max(most, inside)
+            await asyncio.sleep(0.01)
+            inside -= 1
+
+    await asyncio.gather(*(hold() for _ in range(10)))
+    assert most == 3
+    assert len(locks) == 0
+
+
+async def test_a_lone_slot_is_a_lock_taken_in_turn() -> None:
+    locks, order = KeyedLocks(), []
+
+    async def hold(name: str) -> None:
+        async with locks.hold("route"):
+            order.append(f"{name}+")
+            await asyncio.sleep(0.005)
+            order.append(f"{name}-")
+
+    await asyncio.gather(hold("a"), hold("b"), hold("c"))
+    assert order == ["a+", "a-", "b+", "b-", "c+", "c-"]
+
+
+async def test_a_wait_that_times_out_leaves_no_entry_and_the_holder_keeps_its_slot() -> None:
+    locks, release = KeyedLocks(), asyncio.Event()
+
+    async def holder() -> None:
+        async with locks.hold("chan", slots=1):
+            await release.wait()
+
+    held = asyncio.create_task(holder())
+    await asyncio.sleep(0)
+    with pytest.raises(SlotWaitTimeout):
+        async with locks.hold("chan", wait_s=0.01):
+            pytest.fail("a slot was given while the holder had it")
+    assert len(locks) == 1  # the holder's entry, not the waiter's
+    release.set()
+    await held
+    assert len(locks) == 0
+
+
+async def test_a_timeout_inside_the_body_is_not_taken_for_a_busy_slot() -> None:
+    locks = KeyedLocks()
+    with pytest.raises(TimeoutError) as raised:
+        async with locks.hold("chan", wait_s=1.0):
+            async with asyncio.timeout(0.001):
+                await asyncio.sleep(1)
+    assert not isinstance(raised.value, SlotWaitTimeout)
+    assert len(locks) == 0
+
+
+async def test_many_names_leave_nothing_behind() -> None:
+    locks = KeyedLocks()
+    for i in range(2000):
+        async with locks.hold(f"webhook:name-{i}", slots=4, wait_s=1.0):
+            pass
+    with pytest.raises(RuntimeError):
+        async with locks.hold("boom"):
+            raise RuntimeError("body failed")
+    assert len(locks) == 0
