@@ -124,7 +124,7 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.ExportApprovalsResponse.chunk_seq": "From 1.",
     "palyra.v1.ExportJournalRequest.links": "With session_id: the older session bundle instead (palyra.journal.bundle\nv5: the session's events and a link line for every other position of the\njournal, so it grows with the journal).",
     "palyra.v1.ExportJournalRequest.session_id": 'Only this session: its records with their inclusion proofs under the\ntransparency log\'s last signed checkpoint (palyra.journal.session-proofs,\ndocs/journal/format.md "Session proofs"), which grows with the session.',
-    "palyra.v1.FieldRule": "What a request field must hold beyond its proto type. The HTTP gateway's\nOpenAPI document states it (so a document-valid request is one the server\naccepts); the handlers refuse a value that breaks it with INVALID_ARGUMENT.",
+    "palyra.v1.FieldRule": "What a request field must hold beyond its proto type. The HTTP gateway's\nOpenAPI document states it (so a document-valid request is one the server\naccepts). Both gateways refuse a request that breaks `required`, `pattern` or\n`minimum` with INVALID_ARGUMENT naming the field, before its handler runs\n(palyra.transport.field_rules); the handlers refuse what `schema` adds.",
     "palyra.v1.FieldRule.has_minimum": "A number field must be finite and at least this (when has_minimum).",
     "palyra.v1.FieldRule.pattern": "A string field must match this regular expression (ECMA 262 subset).",
     "palyra.v1.FieldRule.required": "The field must be set: a message present, a string or list not empty.",

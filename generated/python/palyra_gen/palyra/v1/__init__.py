@@ -1976,7 +1976,9 @@ class FieldRule(betterproto2.Message):
     """
     What a request field must hold beyond its proto type. The HTTP gateway's
     OpenAPI document states it (so a document-valid request is one the server
-    accepts); the handlers refuse a value that breaks it with INVALID_ARGUMENT.
+    accepts). Both gateways refuse a request that breaks `required`, `pattern` or
+    `minimum` with INVALID_ARGUMENT naming the field, before its handler runs
+    (palyra.transport.field_rules); the handlers refuse what `schema` adds.
     """
 
     required: "bool" = betterproto2.field(1, betterproto2.TYPE_BOOL)
