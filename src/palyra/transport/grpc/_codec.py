@@ -19,6 +19,7 @@ from grpclib.encoding.proto import ProtoCodec
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.core.protobin import decode_binary, encode_binary
 from palyra.core.protocheck import WireFormatError, check_wire_format
+from palyra.transport.field_rules import check_request
 
 
 class Encoded:
@@ -81,7 +82,7 @@ class CappedProtoCodec(ProtoCodec):
             # betterproto2 parses leniently (truncated lengths, mismatched wire
             # types, bad UTF-8, unknown fields); refuse those before anything runs.
             check_wire_format(data, message_type)
-            return decode_binary(message_type, data)
+            message = decode_binary(message_type, data)
         except PalyraError:
             raise
         except WireFormatError as exc:
@@ -93,6 +94,8 @@ class CappedProtoCodec(ProtoCodec):
             raise PalyraError(
                 "request is not a valid protobuf message", code=ErrorCode.MALFORMED_REQUEST
             ) from exc
+        check_request(message)  # the spec's field rules, streamed messages included
+        return message
 
 
 class ClientCodec(ProtoCodec):

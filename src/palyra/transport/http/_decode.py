@@ -11,6 +11,7 @@ import betterproto2
 from palyra.core.errors import ErrorCode, InvalidArgument, PalyraError
 from palyra.core.protojson import decode_message
 from palyra.transport.http._json import bad_request, field_names, normalize_message, proto_meta
+from palyra.transport.field_rules import check_request
 from palyra.transport.http._routes import CompiledRoute
 
 # Exclusive tape cursors: over HTTP an absent cursor means "from the start"
@@ -36,7 +37,8 @@ def decode_request(
     Raises:
         PalyraError: ``MALFORMED_REQUEST`` for bad JSON, unknown/ill-typed fields
             or query parameters; ``INVALID_ARGUMENT`` when the body contradicts
-            a path parameter.
+            a path parameter or a field breaks its spec rule
+            (:func:`palyra.transport.field_rules.check_request`).
     """
     cls = route.request_cls
     if route.has_body:
@@ -54,9 +56,11 @@ def decode_request(
         fields[name] = normalize_message(cls, {name: value})[name]
     _default_cursor(route, fields, headers)
     try:
-        return decode_message(cls, fields)  # == cls.from_dict(fields), without its regex work
+        message = decode_message(cls, fields)  # == cls.from_dict(fields), without its regex work
     except (KeyError, ValueError, TypeError) as exc:  # should be unreachable after normalising
         raise bad_request("body", str(exc)) from None
+    check_request(message)  # the spec's field rules, as the gRPC codec checks them
+    return message
 
 
 def _json_body(body: bytes) -> Any:
