@@ -10,8 +10,8 @@ import betterproto2
 
 from palyra.core.errors import ErrorCode, InvalidArgument, PalyraError
 from palyra.core.protojson import decode_message
-from palyra.transport.http._json import bad_request, field_names, normalize_message, proto_meta
 from palyra.transport.field_rules import check_request
+from palyra.transport.http._json import bad_request, field_names, normalize_message, proto_meta
 from palyra.transport.http._routes import CompiledRoute
 
 # Exclusive tape cursors: over HTTP an absent cursor means "from the start"
