@@ -52,3 +52,18 @@ def test_runstream_tape_frames_as_the_plain_message(batched: bool) -> None:
                      for r in responses)
     assert framed == plain
     assert framed.count(b"\n\n") == 2 and b"event: status" in framed
+
+
+def test_each_frame_names_the_events_kind_as_its_oneof_member() -> None:
+    """``event:`` is the set member of ``TapeEvent.event`` (``tape`` when none is), also
+    for a member set to its empty message, which proto3 JSON still writes."""
+    members = v1.TapeEvent._betterproto.oneof_field_by_group["event"]
+    assert len(members) > 10
+    for field in members:
+        kind = v1.TapeEvent._betterproto.cls_by_field[field.name]
+        for event in (v1.TapeEvent(tape_seq=7, **{field.name: kind()}),
+                      v1.TapeEvent(tape_seq=7, run_id="r", **{field.name: kind()})):
+            frame = sse_frame(v1.WatchRunResponse(event=event))
+            assert frame.startswith(f"id: 7\nevent: {field.name}\ndata: ".encode()), frame
+    assert sse_frame(v1.WatchRunResponse(event=v1.TapeEvent(tape_seq=2))).startswith(
+        b"id: 2\nevent: tape\n")

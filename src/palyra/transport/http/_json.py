@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
+import functools
 import math
 import re
 import typing
@@ -58,8 +59,9 @@ def camel(name: str) -> str:
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
+@functools.cache  # one entry per message class of the spec: a bounded set
 def field_names(cls: type[betterproto2.Message]) -> dict[str, str]:
-    """Every accepted JSON key of ``cls`` → the proto field name."""
+    """Every accepted JSON key of ``cls`` → the proto field name (do not modify)."""
     names: dict[str, str] = {}
     for name in proto_meta(cls).meta_by_field_name:
         names[name] = name

@@ -25,6 +25,7 @@ from palyra_gen.palyra import v1
 from palyra.app import TapeResponse
 from palyra.core.protojson import encode_message
 from palyra.transport.errors import WireError, to_wire
+from palyra.transport.http._json import camel
 from palyra.transport.streams import OpenStreams
 
 _json = msgspec.json.Encoder()
@@ -65,9 +66,16 @@ def sse_frame(message: betterproto2.Message) -> bytes:
     return ("\n".join(lines) + "\n\n").encode()
 
 
+# A tape event's kind (its ``event`` oneof member) by the member's JSON key: read off
+# the event's encoded dict, a handful of keys, where ``betterproto2.which_one_of``
+# reads every member of the oneof (~40) on the message for each frame.
+_KIND_OF_KEY = {camel(f.name): f.name
+                for f in v1.TapeEvent._betterproto.oneof_field_by_group["event"]}
+
+
 def _tape_frame(event: v1.TapeEvent, body: dict[str, Any]) -> bytes:
-    kind, _ = betterproto2.which_one_of(event, "event")
-    head = f"id: {event.tape_seq}\nevent: {kind or 'tape'}\ndata: ".encode()
+    kind = next((_KIND_OF_KEY[k] for k in body["event"] if k in _KIND_OF_KEY), "tape")
+    head = f"id: {event.tape_seq}\nevent: {kind}\ndata: ".encode()
     return head + _json.encode(body) + b"\n\n"
 
 
