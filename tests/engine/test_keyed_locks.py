@@ -29,19 +29,6 @@ async def test_slots_bound_how_many_hold_a_name_at_once() -> None:
     assert len(locks) == 0
 
 
-async def test_a_lone_slot_is_a_lock_taken_in_turn() -> None:
-    locks, order = KeyedLocks(), []
-
-    async def hold(name: str) -> None:
-        async with locks.hold("route"):
-            order.append(f"{name}+")
-            await asyncio.sleep(0.005)
-            order.append(f"{name}-")
-
-    await asyncio.gather(hold("a"), hold("b"), hold("c"))
-    assert order == ["a+", "a-", "b+", "b-", "c+", "c-"]
-
-
 async def test_a_wait_that_times_out_leaves_no_entry_and_the_holder_keeps_its_slot() -> None:
     locks, release = KeyedLocks(), asyncio.Event()
 
