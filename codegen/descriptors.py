@@ -66,6 +66,7 @@ class FieldRuleOption:
     pattern: str
     minimum: float | None
     schema: str = ""
+    hint: str = ""
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,8 @@ class _OptionReader:
             return None
         value = parsed.Extensions[self._field_rule]  # type: ignore[attr-defined]
         return FieldRuleOption(value.required, value.pattern,
-                               value.minimum if value.has_minimum else None, value.schema)
+                               value.minimum if value.has_minimum else None, value.schema,
+                               value.hint)
 
     def http_bindings(self, options: Message) -> tuple[HttpBinding, ...]:
         """Every ``google.api.http`` binding of a method (main rule first)."""

@@ -37,17 +37,20 @@ def render(rules: dict[str, FieldRuleOption]) -> str:
         "class FieldRule(NamedTuple):",
         '    """``required``: set and not empty; ``pattern``: a string\'s regex ("" = any);',
         '    ``minimum``: a number\'s finite lower bound (None = any); ``schema``: more JSON',
-        '    Schema the value must satisfy, as canonical JSON ("" = none)."""',
+        '    Schema the value must satisfy, as canonical JSON ("" = none); ``hint``: what a',
+        '    value breaking ``pattern`` must be, in words ("" = the pattern itself)."""',
         "",
         "    required: bool",
         "    pattern: str",
         "    minimum: float | None",
         '    schema: str = ""',
+        '    hint: str = ""',
         "",
         "",
         "RULES: Final[dict[str, FieldRule]] = {",
         *(f"    {name!r}: FieldRule({r.required!r}, {r.pattern!r}, {r.minimum!r}"
-          + (f", {_schema(name, r.schema)!r}" if r.schema else "") + "),"
+          + (f", {_schema(name, r.schema)!r}" if r.schema else "")
+          + (f", hint={r.hint!r}" if r.hint else "") + "),"
           for name, r in sorted(rules.items())),
         "}",
         "",

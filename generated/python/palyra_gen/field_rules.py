@@ -25,12 +25,14 @@ from typing import Final, NamedTuple
 class FieldRule(NamedTuple):
     """``required``: set and not empty; ``pattern``: a string's regex ("" = any);
     ``minimum``: a number's finite lower bound (None = any); ``schema``: more JSON
-    Schema the value must satisfy, as canonical JSON ("" = none)."""
+    Schema the value must satisfy, as canonical JSON ("" = none); ``hint``: what a
+    value breaking ``pattern`` must be, in words ("" = the pattern itself)."""
 
     required: bool
     pattern: str
     minimum: float | None
     schema: str = ""
+    hint: str = ""
 
 
 RULES: Final[dict[str, FieldRule]] = {
@@ -40,6 +42,7 @@ RULES: Final[dict[str, FieldRule]] = {
         "[^\\t\\n\\v\\f\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]",
         None,
         '{"maxLength":200}',
+        hint="not blank",
     ),
     "palyra.v1.Agent.fallbacks": FieldRule(
         False, "", None, '{"items":{"minLength":1},"maxItems":8}'
@@ -57,18 +60,31 @@ RULES: Final[dict[str, FieldRule]] = {
         True,
         "[^\\t\\n\\v\\f\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]",
         None,
+        hint="not blank",
     ),
     "palyra.v1.AppendEventRequest.event_id": FieldRule(
-        False, "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$", None
+        False,
+        "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$",
+        None,
+        hint="a ULID (26 characters of Crockford base32)",
     ),
     "palyra.v1.AppendEventRequest.kind": FieldRule(
         True,
         "[^\\t\\n\\v\\f\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]",
         None,
+        hint="not blank",
     ),
-    "palyra.v1.AppendEventRequest.run_id": FieldRule(True, "^[0-7][0-9A-HJKMNP-TV-Z]{25}$", None),
+    "palyra.v1.AppendEventRequest.run_id": FieldRule(
+        True,
+        "^[0-7][0-9A-HJKMNP-TV-Z]{25}$",
+        None,
+        hint="a ULID (26 characters of Crockford base32)",
+    ),
     "palyra.v1.AppendEventRequest.session_id": FieldRule(
-        True, "^[0-7][0-9A-HJKMNP-TV-Z]{25}$", None
+        True,
+        "^[0-7][0-9A-HJKMNP-TV-Z]{25}$",
+        None,
+        hint="a ULID (26 characters of Crockford base32)",
     ),
     "palyra.v1.AppendEventRequest.timestamp_unix_ms": FieldRule(
         True,
@@ -84,20 +100,28 @@ RULES: Final[dict[str, FieldRule]] = {
         '{"anyOf":[{"properties":{"sessionKey":{"minLength":1,"type":"string"}},"required":["sessionKey"]},{"properties":{"channel":{"minLength":1,"type":"string"}},"required":["channel"]}]}',
     ),
     "palyra.v1.BranchSessionRequest.branch_session_id": FieldRule(
-        False, "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$", None
+        False,
+        "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$",
+        None,
+        hint="a ULID (26 characters of Crockford base32)",
     ),
     "palyra.v1.CreateAgentRequest.agent": FieldRule(True, "", None),
     "palyra.v1.CreateRunRequest.input": FieldRule(
         False, "", None, '{"properties":{"attachments":{"maxItems":32}}}'
     ),
     "palyra.v1.CreateRunRequest.session_id": FieldRule(
-        False, "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$", None
+        False,
+        "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$",
+        None,
+        hint="a ULID (26 characters of Crockford base32)",
     ),
     "palyra.v1.CreateScheduleRequest.schedule": FieldRule(True, "", None),
     "palyra.v1.DecideApprovalRequest.decision": FieldRule(True, "", None),
     "palyra.v1.GetTreeTileRequest.level": FieldRule(False, "", -1.0, '{"maximum":63}'),
     "palyra.v1.GetTreeTileRequest.width": FieldRule(False, "", None, '{"maximum":256}'),
-    "palyra.v1.GetUsageRequest.day": FieldRule(False, "^([0-9]{4}-[0-9]{2}-[0-9]{2})?$", None),
+    "palyra.v1.GetUsageRequest.day": FieldRule(
+        False, "^([0-9]{4}-[0-9]{2}-[0-9]{2})?$", None, hint="a UTC day, YYYY-MM-DD"
+    ),
     "palyra.v1.IngestMemoryRequest.item": FieldRule(
         True,
         "",
@@ -106,10 +130,17 @@ RULES: Final[dict[str, FieldRule]] = {
     ),
     "palyra.v1.IssueTokenRequest.label": FieldRule(False, "", None, '{"maxLength":200}'),
     "palyra.v1.IssueTokenRequest.principal": FieldRule(
-        True, "^(?!admin:|system:)[!-9;-~]+:[!-~]+$", None, '{"maxLength":256}'
+        True,
+        "^(?!admin:|system:)[!-9;-~]+:[!-~]+$",
+        None,
+        '{"maxLength":256}',
+        hint="kind:name, printable, neither admin: nor system:",
     ),
     "palyra.v1.ListRunsRequest.page_token": FieldRule(
-        False, "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$", None
+        False,
+        "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$",
+        None,
+        hint="a ULID (26 characters of Crockford base32)",
     ),
     "palyra.v1.MemoryItem.scope": FieldRule(
         False, "", None, '{"enum":[null,"","principal","session","agent"]}'
@@ -119,25 +150,38 @@ RULES: Final[dict[str, FieldRule]] = {
         "[^\\t\\n\\v\\f\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]",
         None,
         '{"maxLength":4096}',
+        hint="not blank",
     ),
     "palyra.v1.PruneJournalRequest.older_than_days": FieldRule(
         False, "", 0.0, '{"maximum":1000000}'
     ),
     "palyra.v1.ResolveSessionRequest.session_id": FieldRule(
-        False, "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$", None
+        False,
+        "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$",
+        None,
+        hint="a ULID (26 characters of Crockford base32)",
     ),
     "palyra.v1.RouteMessageRequest.message": FieldRule(True, "", None),
     "palyra.v1.RunStreamRequest.input": FieldRule(
         False, "", None, '{"properties":{"attachments":{"maxItems":32}}}'
     ),
-    "palyra.v1.RunStreamRequest.run_id": FieldRule(False, "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$", None),
+    "palyra.v1.RunStreamRequest.run_id": FieldRule(
+        False,
+        "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$",
+        None,
+        hint="a ULID (26 characters of Crockford base32)",
+    ),
     "palyra.v1.RunStreamRequest.session_id": FieldRule(
-        False, "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$", None
+        False,
+        "^([0-7][0-9A-HJKMNP-TV-Z]{25})?$",
+        None,
+        hint="a ULID (26 characters of Crockford base32)",
     ),
     "palyra.v1.SearchMemoryRequest.query": FieldRule(
         True,
         "[^\\t\\n\\v\\f\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]",
         None,
+        hint="not blank",
     ),
     "palyra.v1.SendRunInputRequest.input": FieldRule(
         True,

@@ -2387,6 +2387,13 @@ def _bin_FieldRule(m: Any) -> bytearray:
         out += b"*"
         out += SMALL[n4] if n4 < 128 else varint(n4)
         out += b4
+    v5 = m.hint
+    if v5:
+        b5 = v5.encode()
+        n5 = len(b5)
+        out += b"2"
+        out += SMALL[n5] if n5 < 128 else varint(n5)
+        out += b5
     unknown = m._unknown_fields
     if unknown:
         out += unknown
@@ -2400,6 +2407,7 @@ _bin_table_FieldRule: BinaryTable = binary_table(
         (3, "has_minimum", False, varint_readers(varint_convert("bool"), False)),
         (4, "minimum", False, fixed_readers("double", False)),
         (5, "schema", False, delimited_reader(utf8)),
+        (6, "hint", False, delimited_reader(utf8)),
     )
 )
 

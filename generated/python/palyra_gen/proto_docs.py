@@ -126,6 +126,7 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.ExportJournalRequest.session_id": 'Only this session: its records with their inclusion proofs under the\ntransparency log\'s last signed checkpoint (palyra.journal.session-proofs,\ndocs/journal/format.md "Session proofs"), which grows with the session.',
     "palyra.v1.FieldRule": "What a request field must hold beyond its proto type. The HTTP gateway's\nOpenAPI document states it (so a document-valid request is one the server\naccepts). Both gateways refuse a request that breaks `required`, `pattern` or\n`minimum` with INVALID_ARGUMENT naming the field, before its handler runs\n(palyra.transport.field_rules); the handlers refuse what `schema` adds.",
     "palyra.v1.FieldRule.has_minimum": "A number field must be finite and at least this (when has_minimum).",
+    "palyra.v1.FieldRule.hint": 'What a value must be, in words, for the error that refuses one breaking\n`pattern` ("a ULID", "not blank"): "<field> must be <hint>".',
     "palyra.v1.FieldRule.pattern": "A string field must match this regular expression (ECMA 262 subset).",
     "palyra.v1.FieldRule.required": "The field must be set: a message present, a string or list not empty.",
     "palyra.v1.FieldRule.schema": "More the field's JSON value must satisfy, as a JSON Schema (2020-12) object\nthe document adds to the field's own: what the three rules above cannot say\n(a length cap, which members a message needs, one member when another is\nset, a value written by the daemon only: `{\"readOnly\": true}`).",

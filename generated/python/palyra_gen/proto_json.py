@@ -1992,6 +1992,9 @@ def _json_FieldRule(m: Any) -> dict[str, Any]:
     v4 = m.schema
     if v4:
         out["schema"] = v4
+    v5 = m.hint
+    if v5:
+        out["hint"] = v5
     return out
 
 
@@ -1999,6 +2002,7 @@ _json_table_FieldRule: JsonTable = (
     {
         "hasMinimum": "has_minimum",
         "has_minimum": "has_minimum",
+        "hint": "hint",
         "minimum": "minimum",
         "pattern": "pattern",
         "required": "required",
@@ -2010,6 +2014,7 @@ _json_table_FieldRule: JsonTable = (
         "has_minimum": None,
         "minimum": json_float,
         "schema": None,
+        "hint": None,
     },
 )
 

@@ -88,7 +88,8 @@ def _field_check(name: str, field: Any, rule: FieldRule) -> Check:
         for item in values:
             if pattern is not None and isinstance(item, str) and item \
                     and pattern.search(item) is None:
-                raise _refuse(prefix + name, f"must match the pattern {rule.pattern}")
+                raise _refuse(prefix + name, f"must be {rule.hint}" if rule.hint
+                              else f"must match the pattern {rule.pattern}")
             if minimum is not None and isinstance(item, (int, float)) \
                     and not isinstance(item, bool) \
                     and (not math.isfinite(item) or item < minimum):

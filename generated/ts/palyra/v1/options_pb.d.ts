@@ -93,6 +93,14 @@ export declare type FieldRule = Message<"palyra.v1.FieldRule"> & {
    * @generated from field: string schema = 5;
    */
   schema: string;
+
+  /**
+   * What a value must be, in words, for the error that refuses one breaking
+   * `pattern` ("a ULID", "not blank"): "<field> must be <hint>".
+   *
+   * @generated from field: string hint = 6;
+   */
+  hint: string;
 };
 
 /**

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file palyra/v1/options.proto.
  */
 export const file_palyra_v1_options: GenFile = /*@__PURE__*/
-  fileDesc("ChdwYWx5cmEvdjEvb3B0aW9ucy5wcm90bxIJcGFseXJhLnYxIksKDEVycm9yTWFwcGluZxITCgtncnBjX3N0YXR1cxgBIAEoDRITCgtodHRwX3N0YXR1cxgCIAEoDRIRCglyZXRyeWFibGUYAyABKAgiZAoJRmllbGRSdWxlEhAKCHJlcXVpcmVkGAEgASgIEg8KB3BhdHRlcm4YAiABKAkSEwoLaGFzX21pbmltdW0YAyABKAgSDwoHbWluaW11bRgEIAEoARIOCgZzY2hlbWEYBSABKAk6YQoNZXJyb3JfbWFwcGluZxIhLmdvb2dsZS5wcm90b2J1Zi5FbnVtVmFsdWVPcHRpb25zGLiOAyABKAsyFy5wYWx5cmEudjEuRXJyb3JNYXBwaW5nUgxlcnJvck1hcHBpbmc6VAoKZmllbGRfcnVsZRIdLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE9wdGlvbnMYuY4DIAEoCzIULnBhbHlyYS52MS5GaWVsZFJ1bGVSCWZpZWxkUnVsZWIGcHJvdG8z", [file_google_protobuf_descriptor]);
+  fileDesc("ChdwYWx5cmEvdjEvb3B0aW9ucy5wcm90bxIJcGFseXJhLnYxIksKDEVycm9yTWFwcGluZxITCgtncnBjX3N0YXR1cxgBIAEoDRITCgtodHRwX3N0YXR1cxgCIAEoDRIRCglyZXRyeWFibGUYAyABKAgicgoJRmllbGRSdWxlEhAKCHJlcXVpcmVkGAEgASgIEg8KB3BhdHRlcm4YAiABKAkSEwoLaGFzX21pbmltdW0YAyABKAgSDwoHbWluaW11bRgEIAEoARIOCgZzY2hlbWEYBSABKAkSDAoEaGludBgGIAEoCTphCg1lcnJvcl9tYXBwaW5nEiEuZ29vZ2xlLnByb3RvYnVmLkVudW1WYWx1ZU9wdGlvbnMYuI4DIAEoCzIXLnBhbHlyYS52MS5FcnJvck1hcHBpbmdSDGVycm9yTWFwcGluZzpUCgpmaWVsZF9ydWxlEh0uZ29vZ2xlLnByb3RvYnVmLkZpZWxkT3B0aW9ucxi5jgMgASgLMhQucGFseXJhLnYxLkZpZWxkUnVsZVIJZmllbGRSdWxlYgZwcm90bzM", [file_google_protobuf_descriptor]);
 
 /**
  * How an ErrorCode maps onto each transport. Declared once here so the gRPC
@@ -97,6 +97,14 @@ export type FieldRule = Message<"palyra.v1.FieldRule"> & {
    * @generated from field: string schema = 5;
    */
   schema: string;
+
+  /**
+   * What a value must be, in words, for the error that refuses one breaking
+   * `pattern` ("a ULID", "not blank"): "<field> must be <hint>".
+   *
+   * @generated from field: string hint = 6;
+   */
+  hint: string;
 };
 
 /**

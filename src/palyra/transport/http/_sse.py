@@ -25,7 +25,7 @@ from palyra_gen.palyra import v1
 from palyra.app import TapeResponse
 from palyra.core.protojson import encode_message
 from palyra.transport.errors import WireError, to_wire
-from palyra.transport.http._json import camel
+from palyra.transport.http._json import camel, proto_meta
 from palyra.transport.streams import OpenStreams
 
 _json = msgspec.json.Encoder()
@@ -70,7 +70,7 @@ def sse_frame(message: betterproto2.Message) -> bytes:
 # the event's encoded dict, a handful of keys, where ``betterproto2.which_one_of``
 # reads every member of the oneof (~40) on the message for each frame.
 _KIND_OF_KEY = {camel(f.name): f.name
-                for f in v1.TapeEvent._betterproto.oneof_field_by_group["event"]}
+                for f in proto_meta(v1.TapeEvent).oneof_field_by_group["event"]}
 
 
 def _tape_frame(event: v1.TapeEvent, body: dict[str, Any]) -> bytes:

@@ -2006,6 +2006,12 @@ class FieldRule(betterproto2.Message):
     set, a value written by the daemon only: `{"readOnly": true}`).
     """
 
+    hint: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    What a value must be, in words, for the error that refuses one breaking
+    `pattern` ("a ULID", "not blank"): "<field> must be <hint>".
+    """
+
 
 default_message_pool.register_message("palyra.v1", "FieldRule", FieldRule)
 
