@@ -171,7 +171,7 @@ class JournalStore:
 
     def submit(
         self, drafts: Sequence[EventDraft], *, fence: Lease | None = None,
-        expect: Sequence[RowExpectation] = (),
+        expect: Sequence[RowExpectation] = (), loop: asyncio.AbstractEventLoop | None = None,
     ) -> asyncio.Future[list[StoredEvent]]:
         """Validate and queue ``drafts`` now; the future resolves once the commit is durable.
 
@@ -182,6 +182,9 @@ class JournalStore:
         Errors in the drafts raise here, before anything is queued; cancelling
         the future does not un-append.
 
+        ``loop``: the running event loop, when the caller holds it (asking asyncio costs
+        a lookup, and on this Python a ``getpid()`` system call, per commit).
+
         Raises:
             InvalidArgument, AlreadyExists, PalyraError: as :meth:`append`.
         """
@@ -189,7 +192,8 @@ class JournalStore:
         if writer is None or self._closed:
             writer = self._writer_or_raise()
         prepared = prepare(drafts, self._config)
-        loop = asyncio.get_running_loop()
+        if loop is None:
+            loop = asyncio.get_running_loop()
         future: asyncio.Future[list[StoredEvent]] = loop.create_future()
         if not prepared:
             future.set_result([])

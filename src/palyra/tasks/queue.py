@@ -47,7 +47,7 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -134,6 +134,10 @@ class TaskQueue:
         # again once ours settles (whichever landed last, the table has it).
         self._recheck: set[str] = set()
         self._closed = False
+        # The event loop the queue runs on, once started: every future of a change is
+        # made on it without asking asyncio which loop runs (a lookup, and on this
+        # Python a getpid() system call, several times per task).
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._background: set[asyncio.Future[Any]] = set()  # cancel_children_soon's jobs
         self.commits = 0
         self.stale_refusals = 0  # updates refused for a stale lease epoch (/metrics)
@@ -144,9 +148,9 @@ class TaskQueue:
 
         Returns the tasks recovery moved (each in its own commit).
         """
+        loop = self._loop = asyncio.get_running_loop()
         if self._shared:  # before the scan: a change made meanwhile is read again
             self._now()  # the database's clock, measured once before anything needs it
-            loop = asyncio.get_running_loop()
             self._store.on_foreign_rows(partial(self._foreign_rows, loop))
         self._live = LiveTasks(rec for rec in self._scan() if not rec.final)
         moved = []
@@ -420,7 +424,7 @@ class TaskQueue:
         change that makes a task ready (or an enqueue, born claimed) resolves it once
         that claim is durable: one wake-up.
         """
-        claimed: asyncio.Future[TaskRecord] = asyncio.get_running_loop().create_future()
+        claimed: asyncio.Future[TaskRecord] = self._future()
         if not self._claim_now(owner, kinds, lease_ms, claimed):
             self._claimers.append(_Claimer(owner, kinds, lease_ms, claimed))
         return claimed
@@ -500,8 +504,11 @@ class TaskQueue:
         while (pending := self._inflight.get(task_id)) is not None:
             await _settled([pending])
         rec = self.require(task_id)
-        with self._counting_stale():
+        try:
             done = model.succeed(rec, epoch, self._now(), result_json)
+        except PalyraError as exc:
+            self._count_stale(exc)
+            raise
         if done is rec:
             return rec, []
         changes: list[Change] = [(done, "succeeded", ())]
@@ -542,8 +549,11 @@ class TaskQueue:
             while (pending := self._inflight.get(task_id)) is not None:
                 await _settled([pending])
             rec = self.require(task_id)
-            with self._counting_stale():
+            try:
                 new = change(rec)
+            except PalyraError as exc:
+                self._count_stale(exc)
+                raise
             if new is rec:
                 return rec
             try:
@@ -552,14 +562,15 @@ class TaskQueue:
                 if exc.code is not ErrorCode.STATE_CONFLICT:
                     raise
 
-    @contextlib.contextmanager
-    def _counting_stale(self) -> Iterator[None]:
-        try:
-            yield
-        except PalyraError as exc:
-            if exc.code is ErrorCode.LEASE_STALE:
-                self.stale_refusals += 1
-            raise
+    def _count_stale(self, refused: PalyraError) -> None:
+        """Count a worker write refused for a stale lease epoch (``/metrics``)."""
+        if refused.code is ErrorCode.LEASE_STALE:
+            self.stale_refusals += 1
+
+    def _future(self) -> asyncio.Future[Any]:
+        """A future on the queue's loop (before ``start``: on the running one)."""
+        loop = self._loop
+        return (loop if loop is not None else asyncio.get_running_loop()).create_future()
 
     def depth(self) -> dict[tuple[str, str], int]:
         """Unfinished tasks by (kind, state), for ``/metrics``."""
@@ -695,15 +706,16 @@ class TaskQueue:
             drafts.extend(_draft(rec, event, extra, row=last[rec.task_id] is rec)
                           for rec, event, extra in changes)
         # Raises before anything is queued.
-        commit = (self._store.submit(drafts, expect=self._expectations(changes, base))
-                  if self._shared else self._store.submit(drafts))
+        commit = (self._store.submit(drafts, expect=self._expectations(changes, base),
+                                     loop=self._loop)
+                  if self._shared else self._store.submit(drafts, loop=self._loop))
         del drafts
         for rec, _event, _extra in changes:
             self._live.hold(rec.task_id)
             self._inflight[rec.task_id] = commit
         lost_ok = answer is not None
         if answer is None:
-            answer = asyncio.get_running_loop().create_future()
+            answer = self._future()
         commit.add_done_callback(partial(self._settle, changes, answer, lost_ok, taker))
         return answer
 
