@@ -118,9 +118,9 @@ class TaskQueue:
         self._now: Callable[[], int] = (ServerClock(store.database_time_ms, now_ms)
                                         if store.shared else now_ms)
         self._live = LiveTasks()  # every unfinished task, indexed
-        # task id -> the commit of its change in flight (the writer's own future,
-        # never handed to a caller, so no caller's cancellation can cancel it).
-        self._inflight: dict[str, asyncio.Future[Any]] = {}
+        # task id -> the commit of its change in flight (never handed to a caller, so
+        # no caller's cancellation can cancel it).
+        self._inflight: dict[str, _Commit] = {}
         # idempotency key -> the answer of its first enqueue while that commits.
         self._idem_inflight: dict[str, asyncio.Future[TaskRecord]] = {}
         self._claimers: collections.deque[_Claimer] = collections.deque()
@@ -652,7 +652,7 @@ class TaskQueue:
         if not moved:
             yield []
             return
-        block: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        block = _Commit(None)
         for new in moved:
             self._live.hold(new.task_id)
             self._inflight[new.task_id] = block
@@ -667,7 +667,7 @@ class TaskQueue:
                     self._live.put(new)
                 else:
                     self._live.release(new.task_id)
-            block.set_result(None)
+            block.set_result([])
             self._after_change()
 
     # -- commits -------------------------------------------------------------
@@ -705,25 +705,26 @@ class TaskQueue:
             last = {rec.task_id: rec for rec, _event, _extra in changes}
             drafts.extend(_draft(rec, event, extra, row=last[rec.task_id] is rec)
                           for rec, event, extra in changes)
-        # Raises before anything is queued.
-        commit = (self._store.submit(drafts, expect=self._expectations(changes, base),
-                                     loop=self._loop)
-                  if self._shared else self._store.submit(drafts, loop=self._loop))
+        lost_ok = answer is not None
+        if answer is None:
+            answer = self._future()
+        commit = _Commit(partial(self._settle, changes, answer, lost_ok, taker))
+        # Raises before anything is queued. The journal answers ``commit`` itself on
+        # the loop, later (never inside this call: ``drafts`` is not empty).
+        if self._shared:
+            self._store.submit(drafts, answer=commit, loop=self._loop,
+                               expect=self._expectations(changes, base))
+        else:
+            self._store.submit(drafts, answer=commit, loop=self._loop)
         del drafts
         for rec, _event, _extra in changes:
             self._live.hold(rec.task_id)
             self._inflight[rec.task_id] = commit
-        lost_ok = answer is not None
-        if answer is None:
-            answer = self._future()
-        commit.add_done_callback(partial(self._settle, changes, answer, lost_ok, taker))
         return answer
 
     def _settle(self, changes: list[Change], answer: asyncio.Future[TaskRecord],
                 lost_ok: bool, taker: asyncio.Future[TaskRecord] | None,
-                commit: asyncio.Future[Any]) -> None:
-        error = (PalyraError("the journal dropped the commit", code=ErrorCode.UNAVAILABLE)
-                 if commit.cancelled() else commit.exception())
+                commit: _Commit, error: BaseException | None) -> None:
         stale = error is not None and getattr(error, "code", None) is ErrorCode.STATE_CONFLICT
         recheck = self._recheck
         # Only a released task or a queued one can be ready for a claimer in line.
@@ -908,9 +909,59 @@ class _Lost(Exception):
     """A claim's commit failed; the task was released and the claimer looks again."""
 
 
-async def _settled(futures: list[asyncio.Future[Any]]) -> None:
-    """Wait until every one of ``futures`` is done, whatever its outcome (never cancels them)."""
-    await asyncio.wait(futures)
+class _Commit:
+    """The commit of a change in flight, answered by the journal directly.
+
+    The journal calls ``set_result``/``set_exception`` on the loop once the commit is
+    durable or failed, and the queue's bookkeeping (``settle``) runs right then: no
+    future of its own, and no loop turn for a done-callback, per commit. Whoever must
+    wait for it (a later change of the same task) gets a future on demand (``wait``).
+    """
+
+    __slots__ = ("_settle", "_waiter", "settled")
+
+    def __init__(self, settle: Callable[[_Commit, BaseException | None], None] | None) -> None:
+        self._settle = settle
+        self._waiter: asyncio.Future[None] | None = None
+        self.settled = False
+
+    def done(self) -> bool:
+        """True once settled."""
+        return self.settled
+
+    def set_result(self, _result: Any, /) -> None:
+        """The commit is durable."""
+        self._settled(None)
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        """The commit failed."""
+        self._settled(exception)
+
+    def _settled(self, error: BaseException | None) -> None:
+        if self.settled:
+            return
+        self.settled = True
+        try:
+            if self._settle is not None:
+                self._settle(self, error)
+        except Exception:  # the journal's answer loop must go on to its other callers
+            log.exception("settling a task commit failed")
+        finally:
+            if self._waiter is not None and not self._waiter.done():
+                self._waiter.set_result(None)
+
+    def wait(self) -> asyncio.Future[None]:
+        """A future done once the commit settled (whatever its outcome)."""
+        if self._waiter is None:
+            self._waiter = asyncio.get_running_loop().create_future()
+            if self.settled:
+                self._waiter.set_result(None)
+        return self._waiter
+
+
+async def _settled(commits: list[_Commit]) -> None:
+    """Wait until every one of ``commits`` settled, whatever its outcome."""
+    await asyncio.wait([commit.wait() for commit in commits])
 
 
 def _checked(kind: str, idempotency_key: str, payload: dict[str, Any] | None) -> str:
