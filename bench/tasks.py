@@ -27,6 +27,13 @@ Figures per round, medians over the rounds in the summary line:
 * ``loop_cpu_us_per_task``: the event loop's thread alone (the rest is the writer's);
 * ``writer_busy``: the share of the window the writer thread spent inside commits (its
   flush, and waiting for the GIL in between: near 1, commits queue behind each other);
+* ``writer_cpu``: the share of the window the writer thread was on a CPU (its own clock);
+* ``flush_ms_mean``: one frame's ``O_DSYNC`` write as the writer timed it, which ends once
+  the writer holds the GIL again; ``dsync_floor_ms`` is the same write with nothing else
+  running (measured once, before the rounds);
+* ``writer_gil_wait``: the share of the window the writer spent inside commits neither on
+  a CPU nor in the disk's flush (``writer_busy - writer_cpu - commits x dsync_floor``, an
+  estimate that counts its CPU outside commits as inside): what it waited for the GIL;
 * ``commits_per_task``: the journal's durable commits (group-commit frames) per task.
 
 A warm-up round of ``N/10`` tasks on a throwaway journal runs first; the bench
@@ -44,12 +51,14 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from palyra.journal import JournalStore
+from palyra.journal._env import WRITER_THREAD
 from palyra.tasks.model import TaskRecord
 from palyra.tasks.queue import FollowUp, TaskQueue
 from palyra.tasks.worker import TaskContext, TaskWorker
@@ -106,7 +115,7 @@ class _CountingQueue(TaskQueue):
 
 
 async def run_round(data_dir: Path, producers: int, tasks: int, workers: int,
-                    wait_start: bool = True) -> dict[str, Any]:
+                    wait_start: bool = True, dsync_floor_s: float = 0.0) -> dict[str, Any]:
     """One round on a fresh journal; its figures."""
     store = JournalStore.open(data_dir)
     queue = _CountingQueue(store)
@@ -130,16 +139,21 @@ async def run_round(data_dir: Path, producers: int, tasks: int, workers: int,
                 await started
 
     commits0 = store.stats().commits
-    busy0 = _commit_seconds(store)
+    busy0, flush0 = _commit_seconds(store), _flush_seconds(store)
+    writer_clock = _writer_clock()
     cpu0, loop_cpu0 = time.process_time(), time.thread_time()
+    writer_cpu0 = time.clock_gettime(writer_clock)
     t0 = time.perf_counter()
     try:
         await asyncio.gather(*(produce() for _ in range(producers)))
         await rnd.all_done
         seconds = time.perf_counter() - t0
         cpu, loop_cpu = time.process_time() - cpu0, time.thread_time() - loop_cpu0
+        writer_cpu = time.clock_gettime(writer_clock) - writer_cpu0
         commits = store.stats().commits - commits0
         busy = _commit_seconds(store) - busy0
+        flush_s, flush_n = (now - then for now, then in zip(_flush_seconds(store), flush0,
+                                                            strict=True))
     finally:
         await worker.close()
         await queue.close()
@@ -155,8 +169,44 @@ async def run_round(data_dir: Path, producers: int, tasks: int, workers: int,
         "cpu_us_per_task": round(cpu / tasks * 1e6, 1),
         "loop_cpu_us_per_task": round(loop_cpu / tasks * 1e6, 1),
         "writer_busy": round(busy / seconds, 3),
+        "writer_cpu": round(writer_cpu / seconds, 3),
+        "flush_ms_mean": round(flush_s / max(1, flush_n) * 1e3, 3),
+        "writer_gil_wait": round(max(0.0, busy - writer_cpu - commits * dsync_floor_s) / seconds,
+                                 3),
         "commits_per_task": round(commits / tasks, 3),
     }
+
+
+def _writer_clock() -> int:
+    """The CPU clock of this process's journal writer thread (one store open)."""
+    writer = next(t for t in threading.enumerate() if t.name == WRITER_THREAD)
+    assert writer.ident is not None
+    return time.pthread_getcpuclockid(writer.ident)
+
+
+def _flush_seconds(store: JournalStore) -> tuple[float, float]:
+    """Wall time of the commit log's frame writes so far, and how many."""
+    _timings, writes = store.commit_timings()
+    return (writes.sum, float(sum(writes.counts))) if writes is not None else (0.0, 0.0)
+
+
+def dsync_floor(directory: Path, writes: int = 200) -> float:
+    """Median seconds of one page-sized ``O_DSYNC`` write in ``directory``, nothing else
+    running: the disk's part of a commit."""
+    path = directory / "dsync-floor"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_DSYNC, 0o600)
+    try:
+        page = bytes(4096)
+        os.pwrite(fd, page, 0)
+        took = []
+        for _ in range(writes):
+            began = time.perf_counter()
+            os.pwrite(fd, page, 0)
+            took.append(time.perf_counter() - began)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return statistics.median(took)
 
 
 def _commit_seconds(store: JournalStore) -> float:
@@ -166,7 +216,8 @@ def _commit_seconds(store: JournalStore) -> float:
 
 
 _MEDIANS = ("tasks_per_s", "start_ms_p50", "start_ms_p99", "enqueue_ms_p50", "enqueue_ms_p99",
-            "cpu_us_per_task", "loop_cpu_us_per_task", "writer_busy", "commits_per_task")
+            "cpu_us_per_task", "loop_cpu_us_per_task", "writer_busy", "writer_cpu",
+            "flush_ms_mean", "writer_gil_wait", "commits_per_task")
 
 
 async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -191,11 +242,15 @@ async def _rounds(args: argparse.Namespace, fresh: Any) -> list[dict[str, Any]]:
                     args.wait_start)
     gc.collect()
     gc.freeze()
+    floor_dir = fresh()
+    floor_dir.mkdir(parents=True)
+    floor = dsync_floor(floor_dir)
+    _emit(lines, {"line": "dsync_floor", "dsync_floor_ms": round(floor * 1e3, 3)})
     rounds: dict[int, list[dict[str, Any]]] = {p: [] for p in args.producers}
     for _ in range(args.rounds):
         for producers in args.producers:  # alternating, so load swings hit each alike
             line = await run_round(fresh(), producers, args.tasks, args.workers,
-                                   args.wait_start)
+                                   args.wait_start, floor)
             line["load1"] = os.getloadavg()[0]
             rounds[producers].append(line)
             _emit(lines, {"line": "round", **line})

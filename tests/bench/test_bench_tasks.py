@@ -26,3 +26,12 @@ async def test_a_round_counts_every_success_and_ends(tmp_path: Path, producers: 
     # the window, never more than all of it.
     assert 0 < line["loop_cpu_us_per_task"] < line["cpu_us_per_task"]
     assert 0 < line["writer_busy"] <= 1
+    # The writer's own CPU clock: it runs every commit, and within the window.
+    assert 0 < line["writer_cpu"] <= 1
+    assert line["flush_ms_mean"] > 0 and 0 <= line["writer_gil_wait"] <= 1
+
+
+def test_the_dsync_floor_times_a_flushed_write(tmp_path: Path) -> None:
+    floor = tasks.dsync_floor(tmp_path, writes=20)
+    assert 0 < floor < 1
+    assert not list(tmp_path.iterdir())  # its file is gone

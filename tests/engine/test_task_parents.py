@@ -70,10 +70,10 @@ async def test_children_are_cancelled_in_the_commit_that_ends_the_run(harness: H
     appends: list[list[str]] = []
     real_submit = store.submit  # append goes through submit too
 
-    def spy(drafts):  # type: ignore[no-untyped-def]
+    def spy(drafts, **options):  # type: ignore[no-untyped-def]
         appends.append([d.kind + (":" + d.payload.get("state", "") if d.kind == "tape.status"
                                   else "") for d in drafts])
-        return real_submit(drafts)
+        return real_submit(drafts, **options)
 
     store.submit = spy  # type: ignore[method-assign]
     try:

@@ -8,7 +8,7 @@ import importlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, overload
 
 from palyra.core.errors import ErrorCode, NotFound, PalyraError, PalyraInternalError
 from palyra.core.histogram import Histogram
@@ -37,11 +37,12 @@ from palyra.journal.tlog.note import Witness, parse_checkpoint, parse_note
 from palyra.journal.tlog.session_proofs import write_lines
 from palyra.journal.write import requests
 from palyra.journal.write.prepare import prepare
-from palyra.journal.write.requests import Request
+from palyra.journal.write.requests import Answer, Request
 from palyra.journal.write.stats import CommitTimings, WriterStats
 from palyra.journal.write.writer import Writer
 
 _PAGE = 256
+_A = TypeVar("_A", bound=Answer)  # what ``submit`` answers, when the caller brings it
 # Backends beside LMDB, by their ``[journal] backend`` name: the module whose
 # ``open_store(data_dir, config)`` opens one (a ``JournalStore`` subclass).
 _BACKEND_MODULES = {"postgres": "palyra.journal.postgres.store"}
@@ -169,10 +170,25 @@ class JournalStore:
         del drafts
         return await future
 
+    @overload
     def submit(
         self, drafts: Sequence[EventDraft], *, fence: Lease | None = None,
-        expect: Sequence[RowExpectation] = (),
-    ) -> asyncio.Future[list[StoredEvent]]:
+        expect: Sequence[RowExpectation] = (), loop: asyncio.AbstractEventLoop | None = None,
+        answer: None = None,
+    ) -> asyncio.Future[list[StoredEvent]]: ...
+
+    @overload
+    def submit(
+        self, drafts: Sequence[EventDraft], *, fence: Lease | None = None,
+        expect: Sequence[RowExpectation] = (), loop: asyncio.AbstractEventLoop | None = None,
+        answer: _A,
+    ) -> _A: ...
+
+    def submit(
+        self, drafts: Sequence[EventDraft], *, fence: Lease | None = None,
+        expect: Sequence[RowExpectation] = (), loop: asyncio.AbstractEventLoop | None = None,
+        answer: Answer | None = None,
+    ) -> Answer:
         """Validate and queue ``drafts`` now; the future resolves once the commit is durable.
 
         The synchronous half of :meth:`append`, for a caller that must not lose
@@ -182,6 +198,14 @@ class JournalStore:
         Errors in the drafts raise here, before anything is queued; cancelling
         the future does not un-append.
 
+        ``loop``: the running event loop, when the caller holds it (asking asyncio costs
+        a lookup, and on this Python a ``getpid()`` system call, per commit).
+        ``answer``: answered instead of a new future, and returned: once the commit is
+        durable (or failed) ``answer.set_result(events)`` (or ``set_exception``) is
+        called on the loop, unless ``answer.done()``; drafts that prepare to nothing are
+        answered before this returns. A caller that reacts to its commit in a plain
+        method so saves the future and the loop turn a done-callback would take.
+
         Raises:
             InvalidArgument, AlreadyExists, PalyraError: as :meth:`append`.
         """
@@ -189,21 +213,23 @@ class JournalStore:
         if writer is None or self._closed:
             writer = self._writer_or_raise()
         prepared = prepare(drafts, self._config)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[list[StoredEvent]] = loop.create_future()
+        if loop is None:
+            loop = asyncio.get_running_loop()
+        if answer is None:
+            answer = loop.create_future()
         if not prepared:
-            future.set_result([])
+            answer.set_result([])
         else:
             if fence is None:
                 fence = ambient_fence()  # a singleton's work: fenced by its lease
             if expect:
-                writer.submit(requests.ExpectingAppend(loop, future, prepared, tuple(expect))
+                writer.submit(requests.ExpectingAppend(loop, answer, prepared, tuple(expect))
                               if fence is None else requests.FencedExpectingAppend(
-                                  loop, future, prepared, tuple(expect), fence))
+                                  loop, answer, prepared, tuple(expect), fence))
             else:
-                writer.submit(requests.Append(loop, future, prepared) if fence is None
-                              else requests.FencedAppend(loop, future, prepared, fence))
-        return future
+                writer.submit(requests.Append(loop, answer, prepared) if fence is None
+                              else requests.FencedAppend(loop, answer, prepared, fence))
+        return answer
 
     def on_foreign_rows(self, listener: Callable[[list[tuple[str, str]]], None]) -> None:
         """Call ``listener`` with the rows other daemons' commits write (never on LMDB,

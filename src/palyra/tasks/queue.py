@@ -47,7 +47,7 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -118,9 +118,9 @@ class TaskQueue:
         self._now: Callable[[], int] = (ServerClock(store.database_time_ms, now_ms)
                                         if store.shared else now_ms)
         self._live = LiveTasks()  # every unfinished task, indexed
-        # task id -> the commit of its change in flight (the writer's own future,
-        # never handed to a caller, so no caller's cancellation can cancel it).
-        self._inflight: dict[str, asyncio.Future[Any]] = {}
+        # task id -> the commit of its change in flight (never handed to a caller, so
+        # no caller's cancellation can cancel it).
+        self._inflight: dict[str, _Commit] = {}
         # idempotency key -> the answer of its first enqueue while that commits.
         self._idem_inflight: dict[str, asyncio.Future[TaskRecord]] = {}
         self._claimers: collections.deque[_Claimer] = collections.deque()
@@ -134,6 +134,10 @@ class TaskQueue:
         # again once ours settles (whichever landed last, the table has it).
         self._recheck: set[str] = set()
         self._closed = False
+        # The event loop the queue runs on, once started: every future of a change is
+        # made on it without asking asyncio which loop runs (a lookup, and on this
+        # Python a getpid() system call, several times per task).
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._background: set[asyncio.Future[Any]] = set()  # cancel_children_soon's jobs
         self.commits = 0
         self.stale_refusals = 0  # updates refused for a stale lease epoch (/metrics)
@@ -144,9 +148,9 @@ class TaskQueue:
 
         Returns the tasks recovery moved (each in its own commit).
         """
+        loop = self._loop = asyncio.get_running_loop()
         if self._shared:  # before the scan: a change made meanwhile is read again
             self._now()  # the database's clock, measured once before anything needs it
-            loop = asyncio.get_running_loop()
             self._store.on_foreign_rows(partial(self._foreign_rows, loop))
         self._live = LiveTasks(rec for rec in self._scan() if not rec.final)
         moved = []
@@ -420,7 +424,7 @@ class TaskQueue:
         change that makes a task ready (or an enqueue, born claimed) resolves it once
         that claim is durable: one wake-up.
         """
-        claimed: asyncio.Future[TaskRecord] = asyncio.get_running_loop().create_future()
+        claimed: asyncio.Future[TaskRecord] = self._future()
         if not self._claim_now(owner, kinds, lease_ms, claimed):
             self._claimers.append(_Claimer(owner, kinds, lease_ms, claimed))
         return claimed
@@ -500,8 +504,11 @@ class TaskQueue:
         while (pending := self._inflight.get(task_id)) is not None:
             await _settled([pending])
         rec = self.require(task_id)
-        with self._counting_stale():
+        try:
             done = model.succeed(rec, epoch, self._now(), result_json)
+        except PalyraError as exc:
+            self._count_stale(exc)
+            raise
         if done is rec:
             return rec, []
         changes: list[Change] = [(done, "succeeded", ())]
@@ -542,8 +549,11 @@ class TaskQueue:
             while (pending := self._inflight.get(task_id)) is not None:
                 await _settled([pending])
             rec = self.require(task_id)
-            with self._counting_stale():
+            try:
                 new = change(rec)
+            except PalyraError as exc:
+                self._count_stale(exc)
+                raise
             if new is rec:
                 return rec
             try:
@@ -552,14 +562,15 @@ class TaskQueue:
                 if exc.code is not ErrorCode.STATE_CONFLICT:
                     raise
 
-    @contextlib.contextmanager
-    def _counting_stale(self) -> Iterator[None]:
-        try:
-            yield
-        except PalyraError as exc:
-            if exc.code is ErrorCode.LEASE_STALE:
-                self.stale_refusals += 1
-            raise
+    def _count_stale(self, refused: PalyraError) -> None:
+        """Count a worker write refused for a stale lease epoch (``/metrics``)."""
+        if refused.code is ErrorCode.LEASE_STALE:
+            self.stale_refusals += 1
+
+    def _future(self) -> asyncio.Future[Any]:
+        """A future on the queue's loop (before ``start``: on the running one)."""
+        loop = self._loop
+        return (loop if loop is not None else asyncio.get_running_loop()).create_future()
 
     def depth(self) -> dict[tuple[str, str], int]:
         """Unfinished tasks by (kind, state), for ``/metrics``."""
@@ -641,7 +652,7 @@ class TaskQueue:
         if not moved:
             yield []
             return
-        block: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        block = _Commit(None)
         for new in moved:
             self._live.hold(new.task_id)
             self._inflight[new.task_id] = block
@@ -656,7 +667,7 @@ class TaskQueue:
                     self._live.put(new)
                 else:
                     self._live.release(new.task_id)
-            block.set_result(None)
+            block.set_result([])
             self._after_change()
 
     # -- commits -------------------------------------------------------------
@@ -694,24 +705,26 @@ class TaskQueue:
             last = {rec.task_id: rec for rec, _event, _extra in changes}
             drafts.extend(_draft(rec, event, extra, row=last[rec.task_id] is rec)
                           for rec, event, extra in changes)
-        # Raises before anything is queued.
-        commit = (self._store.submit(drafts, expect=self._expectations(changes, base))
-                  if self._shared else self._store.submit(drafts))
+        lost_ok = answer is not None
+        if answer is None:
+            answer = self._future()
+        commit = _Commit(partial(self._settle, changes, answer, lost_ok, taker))
+        # Raises before anything is queued. The journal answers ``commit`` itself on
+        # the loop, later (never inside this call: ``drafts`` is not empty).
+        if self._shared:
+            self._store.submit(drafts, answer=commit, loop=self._loop,
+                               expect=self._expectations(changes, base))
+        else:
+            self._store.submit(drafts, answer=commit, loop=self._loop)
         del drafts
         for rec, _event, _extra in changes:
             self._live.hold(rec.task_id)
             self._inflight[rec.task_id] = commit
-        lost_ok = answer is not None
-        if answer is None:
-            answer = asyncio.get_running_loop().create_future()
-        commit.add_done_callback(partial(self._settle, changes, answer, lost_ok, taker))
         return answer
 
     def _settle(self, changes: list[Change], answer: asyncio.Future[TaskRecord],
                 lost_ok: bool, taker: asyncio.Future[TaskRecord] | None,
-                commit: asyncio.Future[Any]) -> None:
-        error = (PalyraError("the journal dropped the commit", code=ErrorCode.UNAVAILABLE)
-                 if commit.cancelled() else commit.exception())
+                commit: _Commit, error: BaseException | None) -> None:
         stale = error is not None and getattr(error, "code", None) is ErrorCode.STATE_CONFLICT
         recheck = self._recheck
         # Only a released task or a queued one can be ready for a claimer in line.
@@ -896,9 +909,59 @@ class _Lost(Exception):
     """A claim's commit failed; the task was released and the claimer looks again."""
 
 
-async def _settled(futures: list[asyncio.Future[Any]]) -> None:
-    """Wait until every one of ``futures`` is done, whatever its outcome (never cancels them)."""
-    await asyncio.wait(futures)
+class _Commit:
+    """The commit of a change in flight, answered by the journal directly.
+
+    The journal calls ``set_result``/``set_exception`` on the loop once the commit is
+    durable or failed, and the queue's bookkeeping (``settle``) runs right then: no
+    future of its own, and no loop turn for a done-callback, per commit. Whoever must
+    wait for it (a later change of the same task) gets a future on demand (``wait``).
+    """
+
+    __slots__ = ("_settle", "_waiter", "settled")
+
+    def __init__(self, settle: Callable[[_Commit, BaseException | None], None] | None) -> None:
+        self._settle = settle
+        self._waiter: asyncio.Future[None] | None = None
+        self.settled = False
+
+    def done(self) -> bool:
+        """True once settled."""
+        return self.settled
+
+    def set_result(self, _result: Any, /) -> None:
+        """The commit is durable."""
+        self._settled(None)
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        """The commit failed."""
+        self._settled(exception)
+
+    def _settled(self, error: BaseException | None) -> None:
+        if self.settled:
+            return
+        self.settled = True
+        try:
+            if self._settle is not None:
+                self._settle(self, error)
+        except Exception:  # the journal's answer loop must go on to its other callers
+            log.exception("settling a task commit failed")
+        finally:
+            if self._waiter is not None and not self._waiter.done():
+                self._waiter.set_result(None)
+
+    def wait(self) -> asyncio.Future[None]:
+        """A future done once the commit settled (whatever its outcome)."""
+        if self._waiter is None:
+            self._waiter = asyncio.get_running_loop().create_future()
+            if self.settled:
+                self._waiter.set_result(None)
+        return self._waiter
+
+
+async def _settled(commits: list[_Commit]) -> None:
+    """Wait until every one of ``commits`` settled, whatever its outcome."""
+    await asyncio.wait([commit.wait() for commit in commits])
 
 
 def _checked(kind: str, idempotency_key: str, payload: dict[str, Any] | None) -> str:

@@ -64,6 +64,9 @@ class TaskWorker:
         self._concurrency = max(1, concurrency)
         self.owner = owner or f"worker:{new_ulid()}"
         self._tasks: list[asyncio.Task[None]] = []
+        # The loop the worker runs on, once started: each task's handler and heartbeat
+        # timer are made on it without asking asyncio (a getpid() call per ask here).
+        self._loop: asyncio.AbstractEventLoop | None = None
         # Follow-ups of these kinds go straight to that worker, born claimed by it.
         self._hand_to = dict(hand_to or {})
         self._adopted: set[asyncio.Task[None]] = set()
@@ -105,7 +108,9 @@ class TaskWorker:
         """Start the loops (no-op without handlers)."""
         if not self._handlers or self._tasks:
             return
-        self._tasks = [asyncio.ensure_future(self._loop()) for _ in range(self._concurrency)]
+        self._loop = asyncio.get_running_loop()
+        self._tasks = [self._loop.create_task(self._claim_and_run())
+                       for _ in range(self._concurrency)]
 
     async def close(self) -> None:
         """Stop the loops; a task in hand keeps its lease, which lapses (or recovery takes it).
@@ -120,7 +125,7 @@ class TaskWorker:
                 await task
         self._tasks = []
 
-    async def _loop(self) -> None:
+    async def _claim_and_run(self) -> None:
         kinds = frozenset(self._handlers)
         queue, owner, lease_ms = self._queue, self.owner, self._lease_ms
         ahead: asyncio.Future[TaskRecord] | None = None
@@ -155,10 +160,13 @@ class TaskWorker:
         """
         handler = self._handlers[task.kind]
         payload = msgspec.json.decode(task.payload_json) if task.payload_json else {}
-        work = asyncio.ensure_future(handler(TaskContext(task, payload)))
+        loop = self._loop or asyncio.get_running_loop()
+        step = handler(TaskContext(task, payload))
+        work: asyncio.Future[dict[str, Any] | Done | None] = (
+            loop.create_task(step) if asyncio.iscoroutine(step) else asyncio.ensure_future(step))
         # Most tasks end well inside a lease: the heartbeat is a timer until it is
         # due, and a task of its own only then (not one task per task run).
-        beats = _Heartbeats(self, task, work)
+        beats = _Heartbeats(self, task, work, loop)
         try:
             result = await work
         except asyncio.CancelledError:
@@ -214,12 +222,13 @@ class _Heartbeats:
     the task moved on without this worker, which must write nothing more).
     """
 
-    def __init__(self, worker: TaskWorker, task: TaskRecord, work: asyncio.Future[Any]) -> None:
+    def __init__(self, worker: TaskWorker, task: TaskRecord, work: asyncio.Future[Any],
+                 loop: asyncio.AbstractEventLoop) -> None:
         self._worker = worker
         self._task = task
         self._work = work
         self._interval = worker._lease_ms * model.HEARTBEAT_FRACTION / 1000
-        self._loop = asyncio.get_running_loop()
+        self._loop = loop
         self._timer: asyncio.TimerHandle | None = self._loop.call_later(self._interval, self._due)
         self._beat: asyncio.Task[None] | None = None
         self.lost = False

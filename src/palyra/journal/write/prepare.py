@@ -82,6 +82,16 @@ def _text(name: str, value: object, limit: int, *, required: bool = False) -> st
 
 
 def _entity_write(write: object, config: JournalConfig) -> EntityWrite:
+    if write.__class__ is EntityWrite:
+        # The usual write, already as stored: an ASCII key within its limit and a
+        # bytes value (or None) within its cap. Every part is immutable, so the
+        # caller's object is kept as it is (no copy of the value, no new write).
+        table, key, value = write.table, write.key, write.value
+        if (table in ENTITY_TABLES and key.__class__ is str and key.isascii()
+                and 0 < len(key) <= MAX_ENTITY_KEY_BYTES
+                and (value is None or (value.__class__ is bytes
+                                       and len(value) <= config.max_entity_bytes))):
+            return write
     if not isinstance(write, EntityWrite):
         raise InvalidArgument("entity_writes must hold EntityWrite values")
     if write.table not in ENTITY_TABLES:

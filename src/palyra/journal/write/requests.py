@@ -8,7 +8,7 @@ Each request carries the caller's event loop and future; the writer fills in
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Protocol
 
 from palyra.journal._types import Lease, RowExpectation
 from palyra.journal.format.signing import Signer
@@ -17,12 +17,26 @@ from palyra.journal.tlog.note import Witness
 from palyra.journal.write.prepare import PreparedEvent
 
 
+class Answer(Protocol):
+    """What a request is answered through: an ``asyncio.Future``, or any object with its
+    three methods (``JournalStore.submit_answering``), called on the caller's loop."""
+
+    def done(self) -> bool:
+        """True once answered (or cancelled): the writer's answer is then dropped."""
+
+    def set_result(self, result: Any, /) -> None:
+        """The request committed: its result."""
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        """The request failed: why."""
+
+
 class Waiting:
     """A caller waiting on its event loop for the writer's answer."""
 
     __slots__ = ("error", "future", "loop", "result")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, future: Answer) -> None:
         self.loop = loop
         self.future = future
         self.result: Any = None
@@ -37,7 +51,7 @@ class Append(Waiting):
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        future: asyncio.Future[Any],
+        future: Answer,
         events: list[PreparedEvent],
     ) -> None:
         # Waiting's fields set here, not through super(): one append per call to
@@ -61,7 +75,7 @@ class FencedAppend(Append):
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        future: asyncio.Future[Any],
+        future: Answer,
         events: list[PreparedEvent],
         fence: Lease,
     ) -> None:
@@ -82,7 +96,7 @@ class ExpectingAppend(Append):
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        future: asyncio.Future[Any],
+        future: Answer,
         events: list[PreparedEvent],
         expect: tuple[RowExpectation, ...],
     ) -> None:
@@ -100,7 +114,7 @@ class FencedExpectingAppend(ExpectingAppend):
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        future: asyncio.Future[Any],
+        future: Answer,
         events: list[PreparedEvent],
         expect: tuple[RowExpectation, ...],
         fence: Lease,
@@ -115,7 +129,7 @@ class Checkpoint(Waiting):
     __slots__ = ("signer",)
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], signer: Signer
+        self, loop: asyncio.AbstractEventLoop, future: Answer, signer: Signer
     ) -> None:
         super().__init__(loop, future)
         self.signer = signer
@@ -131,7 +145,7 @@ class TreeSign(Waiting):
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        future: asyncio.Future[Any],
+        future: Answer,
         signer: Signer,
         origin: str,
         cosigned: bytes | None = None,
@@ -150,7 +164,7 @@ class Prune(Waiting):
     __slots__ = ("order",)
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], order: PruneOrder
+        self, loop: asyncio.AbstractEventLoop, future: Answer, order: PruneOrder
     ) -> None:
         super().__init__(loop, future)
         self.order = order
