@@ -68,6 +68,45 @@ def too_slow(elapsed_s: float, received: int, timeout_s: float, min_rate: float)
                                       and received < min_rate * elapsed_s)
 
 
+class HeadWithBody(asyncio.Transport):
+    """A response's writes as uvicorn makes them, its head held until its body comes.
+
+    uvicorn writes a response's head and its body separately: two ``send()`` calls,
+    two loopback segments and two wake-ups of the client per answer (``TCP_NODELAY``
+    is on, see ``daemon/listen.py``). The head is held here and goes out with the
+    first body write made in the same turn of the loop; a streamed response (SSE)
+    whose body comes later gets its head at the end of that turn.
+    """
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+        self._first = True
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._first:  # the head: hold it for the body
+            self._first, self._held = False, bytes(data)
+            self._loop.call_soon(self._flush)
+            return
+        if self._held is not None:
+            data, self._held = self._held + bytes(data), None
+        self._transport.write(data)
+
+    def _flush(self) -> None:
+        if self._held is not None and not self._transport.is_closing():
+            held, self._held = self._held, None
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+
 class _HeadTooLarge(Exception):
     """Raised from a parser callback to stop parsing a head past the limit."""
 
@@ -153,6 +192,9 @@ def bounded_protocol(header_timeout_s: float, max_header_bytes: int,
             self._in_head, self._in_body = False, True
             self._head_bytes = 0
             super().on_headers_complete()
+            cycle = self.cycle
+            if cycle is not None and cycle.transport is self.transport:
+                cycle.transport = HeadWithBody(self.transport, self.loop)
 
         def on_message_complete(self) -> None:
             super().on_message_complete()
