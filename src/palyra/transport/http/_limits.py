@@ -186,7 +186,9 @@ def bounded_protocol(header_timeout_s: float, max_header_bytes: int,
 
         def on_header(self, name: bytes, value: bytes) -> None:
             self._grow_head(len(name) + len(value) + 4)  # ": " and CRLF
-            super().on_header(name, value)
+            # Whitespace around a value is not part of it (RFC 9110 5.5); llhttp drops
+            # what leads but keeps what trails (h11 dropped both).
+            super().on_header(name, value.rstrip(b" \t"))
 
         def on_headers_complete(self) -> None:
             self._in_head, self._in_body = False, True
