@@ -150,3 +150,9 @@ def test_pipelined_requests_are_each_answered(daemon: DaemonProcess) -> None:
             chunk = sock.recv(65536)
             assert chunk, answer
             answer += chunk
+
+
+def test_an_http11_request_without_host_is_refused(daemon: DaemonProcess) -> None:
+    answer = _raw(daemon.http_port, b"GET /healthz HTTP/1.1\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 400")
+    assert _raw(daemon.http_port, b"GET /healthz HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200")

@@ -111,6 +111,10 @@ class _HeadTooLarge(Exception):
     """Raised from a parser callback to stop parsing a head past the limit."""
 
 
+class _NoHost(Exception):
+    """Raised from a parser callback: an HTTP/1.1 request without ``Host`` (RFC 9112 3.2)."""
+
+
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
 
@@ -128,6 +132,7 @@ def bounded_protocol(header_timeout_s: float, max_header_bytes: int,
         _in_body = False
         _head_bytes = 0  # raw bytes read for the open head (whole reads)
         _head_size = 0  # the head's line and headers as parsed so far
+        _host = False  # the head has a Host header (h11 refused HTTP/1.1 without one)
         _head_timer: asyncio.TimerHandle | None = None
         _body_timer: asyncio.TimerHandle | None = None
         _body_started = 0.0
@@ -149,7 +154,7 @@ def bounded_protocol(header_timeout_s: float, max_header_bytes: int,
             except httptools.HttpParserError as exc:
                 if isinstance(exc.__context__, _HeadTooLarge):
                     self._send_error(431, too_large_body(max_header_bytes))
-                else:  # as uvicorn answers it
+                else:  # as uvicorn answers it (and a missing Host, as h11 did)
                     self.logger.warning("Invalid HTTP request received.")
                     self.send_400_response("Invalid HTTP request received.")
                 return
@@ -178,7 +183,7 @@ def bounded_protocol(header_timeout_s: float, max_header_bytes: int,
         def on_message_begin(self) -> None:
             super().on_message_begin()
             self._in_head, self._in_body = True, False
-            self._head_size = 0
+            self._head_size, self._host = 0, False
 
         def on_url(self, url: bytes) -> None:
             self._grow_head(len(url) + 16)  # method, spaces, "HTTP/1.1", CRLF
@@ -186,11 +191,15 @@ def bounded_protocol(header_timeout_s: float, max_header_bytes: int,
 
         def on_header(self, name: bytes, value: bytes) -> None:
             self._grow_head(len(name) + len(value) + 4)  # ": " and CRLF
+            if len(name) == 4 and name.lower() == b"host":
+                self._host = True
             # Whitespace around a value is not part of it (RFC 9110 5.5); llhttp drops
             # what leads but keeps what trails (h11 dropped both).
             super().on_header(name, value.rstrip(b" \t"))
 
         def on_headers_complete(self) -> None:
+            if not self._host and self.parser.get_http_version() == "1.1":
+                raise _NoHost
             self._in_head, self._in_body = False, True
             self._head_bytes = 0
             super().on_headers_complete()
