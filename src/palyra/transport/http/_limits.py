@@ -16,6 +16,8 @@ This subclass:
   ``header_timeout_s`` of connecting or of its previous response;
 - leaves counting headers to the application (``app.dispatch``), which sees
   the parsed list and answers 431 the same way;
+- keeps two rules of h11's that llhttp lacks: an HTTP/1.1 request without ``Host`` is
+  refused 400, and whitespace trailing a header value is not part of it;
 - bounds a request body in time: it must arrive whole within ``body_timeout_s``
   and, after the first :data:`RATE_GRACE_S`, at ``body_min_bytes_per_s`` on average;
   otherwise the client gets 408 (unless an answer was already started) and the
