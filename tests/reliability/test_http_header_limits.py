@@ -117,3 +117,42 @@ def test_unfinished_heads_neither_grow_memory_nor_hold_sockets(daemon: DaemonPro
             sock.close()
     assert closed == len(slow) + len(hogs)
     assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
+
+
+def test_an_unfinished_head_past_the_limit_is_refused_not_buffered(daemon: DaemonProcess) -> None:
+    # One header value that never ends: the parser would keep all of it until it did;
+    # past the limit the daemon answers 431 at once instead of waiting for the head
+    # timeout to close a socket it had been buffering all along.
+    with socket.create_connection(("127.0.0.1", daemon.http_port), timeout=10) as sock:
+        with contextlib.suppress(OSError):  # the server may close before taking it all
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-endless: " + b"a" * (1 << 20))
+        answer = b""
+        with contextlib.suppress(OSError):
+            while chunk := sock.recv(65536):
+                answer += chunk
+    assert _status_and_code(answer) == (431, "HEADERS_TOO_LARGE")
+
+
+def test_a_head_not_finished_in_time_is_closed_by_the_server(daemon: DaemonProcess) -> None:
+    # The server closes it (the read sees the end), not the client's own read timeout.
+    with socket.create_connection(("127.0.0.1", daemon.http_port)) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-slow: ")  # and nothing more
+        sock.settimeout(HEAD_TIMEOUT_S + 3)
+        assert sock.recv(65536) == b""
+
+
+def test_pipelined_requests_are_each_answered(daemon: DaemonProcess) -> None:
+    one = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", daemon.http_port), timeout=10) as sock:
+        sock.sendall(one * 3)
+        answer = b""
+        while answer.count(b"HTTP/1.1 200") < 3:
+            chunk = sock.recv(65536)
+            assert chunk, answer
+            answer += chunk
+
+
+def test_an_http11_request_without_host_is_refused(daemon: DaemonProcess) -> None:
+    answer = _raw(daemon.http_port, b"GET /healthz HTTP/1.1\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 400")
+    assert _raw(daemon.http_port, b"GET /healthz HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200")

@@ -121,3 +121,19 @@ async def test_other_requests_still_reach_the_spec_routes(served: tuple[Platform
     assert got.status_code in (404, 405)
     assert schema.status_code == 200
     assert platform.calls == []
+
+
+async def test_whitespace_around_a_header_value_is_not_part_of_it(
+        served: tuple[Platform, int]) -> None:
+    # RFC 9110 5.5: optional whitespace around a field value is not part of it (h11 dropped
+    # it; llhttp keeps what trails), so a signature compared byte for byte still matches.
+    platform, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST /v1/ingress/test/acme HTTP/1.1\r\nhost: x\r\n"
+                 b"x-signature: \t abc \t \r\ncontent-length: 2\r\n\r\n{}")
+    async with asyncio.timeout(10):
+        answer = await reader.readuntil(b"\r\n\r\n")
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 200")
+    [(_name, headers, _body)] = platform.calls
+    assert headers["x-signature"] == "abc"

@@ -1,15 +1,23 @@
 """HTTP/1.1 connection limits uvicorn does not enforce on its own.
 
-uvicorn's h11 protocol bounds the bytes it buffers for one request head
-(``h11_max_incomplete_event_size``) but answers an over-long head with a bare
-400, has no limit on how long a client may take to send its head (a slowloris
-client holds a socket forever) and counts no headers. This subclass:
+The daemon serves HTTP/1.1 with uvicorn's ``httptools`` protocol (llhttp, in C:
+about a fifth of a channel message's CPU went to uvicorn's pure-Python h11
+parsing and framing). llhttp bounds nothing: it keeps a header value arriving in
+pieces until it ends, and uvicorn has no limit on how long a client may take to
+send its head (a slowloris client holds a socket forever) and counts no headers.
+This subclass:
 
-- answers an over-long head with 431 and the spec's ``ErrorDetail`` body;
+- bounds a request head in bytes: a head still unfinished after more than
+  ``max_header_bytes`` have arrived for it, or whose request line and headers add up
+  to more, is answered 431 with the spec's ``ErrorDetail`` body before the
+  application sees it, and the connection is closed (so the parser never holds more
+  than one read beyond the limit);
 - closes a connection that has not delivered a complete request head within
   ``header_timeout_s`` of connecting or of its previous response;
 - leaves counting headers to the application (``app.dispatch``), which sees
   the parsed list and answers 431 the same way;
+- keeps two rules of h11's that llhttp lacks: an HTTP/1.1 request without ``Host`` is
+  refused 400, and whitespace trailing a header value is not part of it;
 - bounds a request body in time: it must arrive whole within ``body_timeout_s``
   and, after the first :data:`RATE_GRACE_S`, at ``body_min_bytes_per_s`` on average;
   otherwise the client gets 408 (unless an answer was already started) and the
@@ -23,9 +31,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import h11
+import httptools
 import msgspec
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.transport.errors import to_wire
@@ -62,12 +70,71 @@ def too_slow(elapsed_s: float, received: int, timeout_s: float, min_rate: float)
                                       and received < min_rate * elapsed_s)
 
 
+class HeadWithBody(asyncio.Transport):
+    """A response's writes as uvicorn makes them, its head held until its body comes.
+
+    uvicorn writes a response's head and its body separately: two ``send()`` calls,
+    two loopback segments and two wake-ups of the client per answer (``TCP_NODELAY``
+    is on, see ``daemon/listen.py``). The head is held here and goes out with the
+    first body write made in the same turn of the loop; a streamed response (SSE)
+    whose body comes later gets its head at the end of that turn.
+    """
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+        self._first = True
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._first:  # the head: hold it for the body
+            self._first, self._held = False, bytes(data)
+            self._loop.call_soon(self._flush)
+            return
+        if self._held is not None:
+            data, self._held = self._held + bytes(data), None
+        self._transport.write(data)
+
+    def _flush(self) -> None:
+        if self._held is not None and not self._transport.is_closing():
+            held, self._held = self._held, None
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+
+class _HeadTooLarge(Exception):
+    """Raised from a parser callback to stop parsing a head past the limit."""
+
+
+class _NoHost(Exception):
+    """Raised from a parser callback: an HTTP/1.1 request without ``Host`` (RFC 9112 3.2)."""
+
+
+_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+
+
 def bounded_protocol(header_timeout_s: float, max_header_bytes: int,
                      body_timeout_s: float = 30.0,
-                     body_min_bytes_per_s: float = 1024.0) -> type[H11Protocol]:
-    """An ``H11Protocol`` class with the head and body timeouts and the 431/408 answers."""
+                     body_min_bytes_per_s: float = 1024.0) -> type[HttpToolsProtocol]:
+    """An ``HttpToolsProtocol`` class with the head bound, the head and body timeouts,
+    and the 431/408 answers."""
 
-    class BoundedH11Protocol(H11Protocol):
+    class BoundedHttpToolsProtocol(HttpToolsProtocol):
+        # Where the connection is: waiting for (or inside) a request head; past the
+        # head of a request whose body is still arriving; else neither (the app is
+        # answering a complete request).
+        _in_head = True
+        _in_body = False
+        _head_bytes = 0  # raw bytes read for the open head (whole reads)
+        _head_size = 0  # the head's line and headers as parsed so far
+        _host = False  # the head has a Host header (h11 refused HTTP/1.1 without one)
         _head_timer: asyncio.TimerHandle | None = None
         _body_timer: asyncio.TimerHandle | None = None
         _body_started = 0.0
@@ -78,35 +145,99 @@ def bounded_protocol(header_timeout_s: float, max_header_bytes: int,
             self._arm()
 
         def data_received(self, data: bytes) -> None:
-            if self.conn.their_state is h11.IDLE and self._head_too_long(data):
-                self._send_431()
-                return
-            if self._body_timer is not None:
+            head_at_start = self._in_head
+            if head_at_start:
+                self._head_bytes += len(data)
+            elif self._in_body:
                 self._body_bytes += len(data)
-            super().data_received(data)
-            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            self._unset_keepalive_if_required()
+            try:
+                self.parser.feed_data(data)
+            except httptools.HttpParserError as exc:
+                if isinstance(exc.__context__, _HeadTooLarge):
+                    self._send_error(431, too_large_body(max_header_bytes))
+                else:  # as uvicorn answers it (and a missing Host, as h11 did)
+                    self.logger.warning("Invalid HTTP request received.")
+                    self.send_400_response("Invalid HTTP request received.")
+                return
+            except httptools.HttpParserUpgrade:
+                if self._should_upgrade():  # as uvicorn does
+                    self.handle_websocket_upgrade()
+                else:
+                    self._unsupported_upgrade_warning()
+                return
+            if self.transport.is_closing():
+                return
+            if self._in_head and head_at_start and self._head_bytes > max_header_bytes:
+                # Still no end of head after more than the limit: refuse before the
+                # parser buffers any more of it.
+                self._send_error(431, too_large_body(max_header_bytes))
+                return
+            if self._in_head:
                 self._arm()  # between requests, or still waiting for a whole head
             else:
                 self._disarm()  # the head is in
-            if self.conn.their_state is h11.SEND_BODY and self._body_timer is None:
+            if self._in_body and self._body_timer is None:
                 self._body_started, self._body_bytes = self.loop.time(), 0
                 self._body_timer = self.loop.call_later(1.0, self._check_body)
 
+        # -- parser callbacks --------------------------------------------------------
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._in_head, self._in_body = True, False
+            self._head_size, self._host = 0, False
+
+        def on_url(self, url: bytes) -> None:
+            self._grow_head(len(url) + 16)  # method, spaces, "HTTP/1.1", CRLF
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._grow_head(len(name) + len(value) + 4)  # ": " and CRLF
+            if len(name) == 4 and name.lower() == b"host":
+                self._host = True
+            # Whitespace around a value is not part of it (RFC 9110 5.5); llhttp drops
+            # what leads but keeps what trails (h11 dropped both).
+            super().on_header(name, value.rstrip(b" \t"))
+
+        def on_headers_complete(self) -> None:
+            if not self._host and self.parser.get_http_version() == "1.1":
+                raise _NoHost
+            self._in_head, self._in_body = False, True
+            self._head_bytes = 0
+            super().on_headers_complete()
+            cycle = self.cycle
+            if cycle is not None and cycle.transport is self.transport:
+                cycle.transport = HeadWithBody(self.transport, self.loop)
+
+        def on_message_complete(self) -> None:
+            super().on_message_complete()
+            self._in_body = False
+            self._stop_body_watch()
+
+        def _grow_head(self, size: int) -> None:
+            self._head_size += size
+            if self._head_size > max_header_bytes:
+                raise _HeadTooLarge
+
+        # -- connection ----------------------------------------------------------------
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
             self._stop_body_watch()
             super().connection_lost(exc)
 
         def on_response_complete(self) -> None:
+            pipelined = bool(self.pipeline)  # the app's next request is already in
             super().on_response_complete()
             # A body still arriving after the answer (a 401 or 413 sent early) is read and
             # dropped while the body watch goes on: closing now could reset the socket
             # before the client has read the answer; a slow one is closed by the watch.
-            self._arm()
+            if not self._in_body and not pipelined:
+                self._in_head = True
+                self._arm()
 
         def _check_body(self) -> None:
             self._body_timer = None
-            if self.conn.their_state is not h11.SEND_BODY or self.transport.is_closing():
+            if not self._in_body or self.transport.is_closing():
                 return
             elapsed = self.loop.time() - self._body_started
             if not too_slow(elapsed, self._body_bytes, body_timeout_s, body_min_bytes_per_s):
@@ -114,7 +245,7 @@ def bounded_protocol(header_timeout_s: float, max_header_bytes: int,
                 return
             cycle = self.cycle
             if cycle is None or not cycle.response_started:
-                self._send_error(408, b"Request Timeout", _error_body(
+                self._send_error(408, _error_body(
                     body_too_slow(body_timeout_s, body_min_bytes_per_s)))
             else:
                 self.transport.close()
@@ -124,36 +255,16 @@ def bounded_protocol(header_timeout_s: float, max_header_bytes: int,
                 self._body_timer.cancel()
                 self._body_timer = None
 
-        def _head_too_long(self, data: bytes) -> bool:
-            # h11 bounds only a head that arrives in pieces; one that arrives
-            # whole in a single read is parsed at any size, so measure it here.
-            buffered = bytes(self.conn.trailing_data[0]) + data
-            end = buffered.find(b"\r\n\r\n")
-            return (end + 4 if end >= 0 else len(buffered)) > max_header_bytes
-
-        def send_400_response(self, msg: str) -> None:
-            # h11 refuses a head over max_incomplete_event_size as a protocol error.
-            if len(self.conn.trailing_data[0]) >= max_header_bytes:
-                self._send_431()
-                return
-            super().send_400_response(msg)
-
-        def _send_431(self) -> None:
-            self._send_error(431, b"Request Header Fields Too Large",
-                             too_large_body(max_header_bytes))
-
-        def _send_error(self, status: int, reason: bytes, body: bytes) -> None:
-            """Answer on a fresh state machine (the request's is mid-message) and close;
-            the app's own answer, if it comes, finds the connection gone."""
-            headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
-                       (b"content-length", str(len(body)).encode())]
-            conn = h11.Connection(h11.SERVER)
-            conn.receive_data(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
-            conn.next_event()
-            self.transport.write(conn.send(h11.Response(status_code=status, headers=headers,
-                                                        reason=reason)))
-            self.transport.write(conn.send(h11.Data(data=body)))
+        def _send_error(self, status: int, body: bytes) -> None:
+            """Answer on the wire directly (the request is mid-message) and close; the
+            app's own answer, if it comes, finds the connection gone."""
+            self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n"
+                                 b"connection: close\r\ncontent-length: %d\r\n\r\n%s"
+                                 % (status, _REASONS[status], len(body), body))
+            if self.cycle is not None:
+                self.cycle.disconnected = True  # the app's answer must not follow it
             self._stop_body_watch()
+            self._disarm()
             self.transport.close()
 
         def _arm(self) -> None:
@@ -167,7 +278,7 @@ def bounded_protocol(header_timeout_s: float, max_header_bytes: int,
 
         def _head_timeout(self) -> None:
             self._head_timer = None
-            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            if self._in_head and not self.transport.is_closing():
                 self.transport.close()
 
-    return BoundedH11Protocol
+    return BoundedHttpToolsProtocol

@@ -34,10 +34,9 @@ class HttpGateway:
             lifespan="off",
             timeout_graceful_shutdown=max(1, round(shutdown_grace_s)),
             server_header=False,
-            # h11 (not httptools): it bounds the bytes of a request head.
+            # httptools (llhttp, in C) with the head's size and time bounds added.
             http=bounded_protocol(limits.header_timeout_s, limits.max_header_bytes,
                                   limits.body_timeout_s, limits.body_min_bytes_per_s),
-            h11_max_incomplete_event_size=limits.max_header_bytes,
             timeout_keep_alive=max(1, round(limits.keepalive_s)),
         )
         self._server = _Server(config)

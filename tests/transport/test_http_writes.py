@@ -1,0 +1,81 @@
+"""A response leaves the HTTP listener in one write, and a streamed head is not held back.
+
+uvicorn writes a response's head and body separately; the daemon's protocol joins them
+(``HeadWithBody``), so an answer costs one ``send()`` and one wake-up of its client. A
+response whose body comes later (SSE) still gets its head at once. Real uvicorn on a
+loopback listener; the connection's own transport counts the writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from palyra.daemon.listen import bind_listener, bound_port
+from palyra.transport.http import HttpGateway
+
+BODY = b'{"ok":true}'
+
+
+class App:
+    """Answers ``/now`` at once and ``/later`` only once :attr:`release` is set."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any],
+                       send: Callable[..., Any]) -> None:
+        assert scope["type"] == "http"
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(BODY)).encode())]})
+        if scope["path"] == "/later":
+            await self.release.wait()
+        await send({"type": "http.response.body", "body": BODY})
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[tuple[App, HttpGateway, int]]:
+    app = App()
+    sock = bind_listener("127.0.0.1", 0)
+    http = HttpGateway(app)  # type: ignore[arg-type]
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(http.serve(sock))
+        yield app, http, bound_port(sock)
+        http.close()
+    sock.close()
+
+
+async def test_a_response_is_one_write(served: tuple[App, HttpGateway, int]) -> None:
+    _app, http, port = served
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+        assert (await client.get("/now")).content == BODY  # opens the keep-alive connection
+        (conn,) = http._server.server_state.connections
+        transport: Any = conn.transport
+        writes: list[bytes] = []
+        real_write = transport.write
+
+        def counting(data: bytes) -> None:
+            writes.append(bytes(data))
+            real_write(data)
+
+        transport.write = counting
+        answer = await client.get("/now")
+    assert (answer.status_code, answer.content) == (200, BODY)
+    assert len(writes) == 1 and writes[0].startswith(b"HTTP/1.1 200") \
+        and writes[0].endswith(BODY)
+
+
+async def test_a_head_whose_body_comes_later_is_sent_at_once(
+        served: tuple[App, HttpGateway, int]) -> None:
+    app, _http, port = served
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+        async with asyncio.timeout(5):
+            async with client.stream("GET", "/later") as answer:
+                assert answer.status_code == 200  # the head came with the body still held
+                app.release.set()
+                assert await answer.aread() == BODY
