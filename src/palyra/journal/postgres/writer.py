@@ -81,16 +81,21 @@ _STOP = object()
 
 _LOCK_HEAD = "SELECT next_position, head FROM journal_head FOR UPDATE"
 _MOVE_HEAD = "UPDATE journal_head SET next_position = %s, head = %s"
-_TAKEN = "SELECT key FROM journal_kv WHERE db = %s AND key = ANY(%b)"
-_ROWS = "SELECT key, value FROM journal_kv WHERE db = %s AND key = ANY(%b)"
-# The two look-ups by a list of keys are planned on every call, never prepared:
-# psycopg prepares a statement on its fifth run, and PostgreSQL's generic plan,
-# made while a young journal's statistics still say the table is tiny, kept
-# ``key = ANY(...)`` out of the index condition and filtered every row of the
-# sub-DB (``_event_ids``, one row per event): a scan that grew with the journal,
-# 7.5 ms a commit after 12,000 events. A plan made for the actual array always
-# descends the primary key once per key.
-_UNPREPARED = False
+# The two look-ups by a list of keys descend the primary key once per key, by
+# their shape: a nested loop over the array (LATERAL with LIMIT keeps the planner
+# from turning it into a join it may plan otherwise). Written as ``db = $1 AND
+# key = ANY($2)``, a young journal's missing statistics (autoanalyze had not yet
+# run) made the planner estimate a sub-DB at a few rows and filter all of them:
+# every commit read every row of ``_event_ids`` (one per event), 7.5 ms a commit
+# after 12,000 events, so the server's CPU per step grew with the journal.
+_TAKEN = (
+    "SELECT t.key FROM unnest(%b::bytea[]) AS t(key) CROSS JOIN LATERAL "
+    "(SELECT 1 FROM journal_kv j WHERE j.db = %s AND j.key = t.key LIMIT 1) AS found"
+)
+_ROWS = (
+    "SELECT t.key, found.value FROM unnest(%b::bytea[]) AS t(key) CROSS JOIN LATERAL "
+    "(SELECT value FROM journal_kv j WHERE j.db = %s AND j.key = t.key LIMIT 1) AS found"
+)
 _PUT = (
     "INSERT INTO journal_kv (db, key, value) "
     "SELECT * FROM unnest(%b::text[], %b::bytea[], %b::bytea[]) "
@@ -272,8 +277,7 @@ class PostgresWriter:
         stored: dict[tuple[str, str], bytes | None] = {}
         for table in {table for table, _key in rows}:
             keys = [key.encode() for t, key in rows if t == table]
-            for key, value in txn.conn.execute(_ROWS, (table, keys), binary=True,
-                                                 prepare=_UNPREPARED):
+            for key, value in txn.conn.execute(_ROWS, (keys, table), binary=True):
                 stored[(table, bytes(key).decode())] = bytes(value)
         failed = unmet(batch, stored)
         return [r for r in batch if r not in failed] if failed else batch
@@ -310,8 +314,7 @@ class PostgresWriter:
     def _first_clash(self, txn: PgTxn, plan: CommitPlan, live: list[Append]) -> Append | None:
         """The first request whose event id is taken (it gets its error), else None."""
         keys = [key for key, _position in plan.claims]
-        taken = {bytes(row[0]) for row in txn.conn.execute(
-            _TAKEN, (names.EVENT_IDS, keys), binary=True, prepare=_UNPREPARED)}  # fmt: skip
+        taken = taken_keys(txn.conn, names.EVENT_IDS, keys)
         if not taken and len(set(keys)) == len(keys):
             return None
         at = {e.event_id: (r, e) for r in live for e in r.events}
@@ -498,6 +501,12 @@ def _write_ops(conn: psycopg.Connection[Any], ops: list[Op]) -> None:
     if deletes:
         dbs, keys = zip(*deletes, strict=True)
         conn.execute(_DELETE, (list(dbs), list(keys)))
+
+
+def taken_keys(conn: psycopg.Connection[Any], db: str, keys: list[bytes]) -> set[bytes]:
+    """Which of ``keys`` ``db`` holds (one index descent per key: see ``_TAKEN``)."""
+    rows = conn.execute(_TAKEN, (keys, db), binary=True)
+    return {bytes(row[0]) for row in rows}
 
 
 def _weight(item: object) -> int:
