@@ -18,9 +18,13 @@ from hypothesis import strategies as st
 
 from palyra.core.errors import AlreadyExists, ErrorCode, PalyraError
 from palyra.journal import EntityWrite, JournalConfig, JournalStore, verify_store
+from palyra.journal.format.record import scoped_key, scoped_prefix, u64_key
+from palyra.journal.postgres.kv import PgTxn
 from palyra.journal.postgres.schema import SCHEMA_VERSION, migrate, stored_version
 from palyra.journal.postgres.store import PostgresJournalStore
 from palyra.journal.postgres.watch import OwnCommits
+from palyra.journal.postgres.writer import last_in_scope, taken_keys
+from palyra.journal.read.reads import last_scoped_number
 from palyra.testing.postgres import PostgresServer
 
 from .helpers import draft
@@ -380,3 +384,52 @@ async def test_a_commit_tap_gets_what_another_daemon_commits(
                 break
             await asyncio.sleep(0.01)
         assert sorted(seen) == [1, 2, 3, 4]
+
+
+def test_the_event_id_look_up_descends_the_index_on_a_young_journal(
+    postgres_server: PostgresServer,
+) -> None:
+    """The writer's clash check, run as often as commits run it, on a table never analyzed:
+    each run must look its keys up in the primary key, not filter the whole sub-DB
+    (a prepared generic plan did, so the server's CPU per commit grew with the journal)."""
+    plans: list[str] = []
+    with psycopg.connect(postgres_server.create_database(), autocommit=True) as conn:
+        migrate(conn)
+        conn.execute("INSERT INTO journal_kv SELECT '_event_ids', int8send(i), '' "
+                     "FROM generate_series(1, 3000) i")  # fmt: skip
+        # auto_explain hands each plan back as a notice: the writer's call, not a copy of it.
+        conn.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+        for statement in ("LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
+                          "SET auto_explain.log_analyze = on", "SET client_min_messages = log"):
+            conn.execute(statement)
+        for n in range(12):  # past psycopg's prepare threshold (5) and the planner's (5)
+            keys = [(10_000 + n * 8 + k).to_bytes(8, "big") for k in range(8)] + [
+                (3000 - n).to_bytes(8, "big")]
+            assert taken_keys(conn, "_event_ids", keys) == {(3000 - n).to_bytes(8, "big")}
+    looked_up = [plan for plan in plans if "unnest" in plan or "ANY" in plan]
+    assert len(looked_up) == 12
+    for plan in looked_up:
+        assert "Rows Removed by Filter" not in plan, plan
+        assert "Index Cond: ((db = " in plan and "AND (key = t.key))" in plan, plan
+
+
+def test_the_writers_one_statement_head_look_up_agrees_with_the_readers(
+    postgres_server: PostgresServer,
+) -> None:
+    """``last_in_scope`` (one round trip) against ``last_scoped_number`` and
+    ``record_hash_at`` (three) on the same rows, neighbouring scopes included."""
+    rows = [("_by_session", scoped_key(scope, n), b"") for scope, n in (
+        ("s", 3), ("s", 7), ("s0", 9), ("r", 1), ("r", (1 << 64) - 1), ("t", 5))]  # fmt: skip
+    rows += [("_by_session", scoped_prefix("u") + b"\x00" * 9, b"")]  # a key too long for "u"
+    rows += [("_events", u64_key(n), f"record {n}".encode()) for n in (7, 9)]
+    with psycopg.connect(postgres_server.create_database(), autocommit=True) as conn:
+        migrate(conn)
+        conn.cursor().executemany("INSERT INTO journal_kv VALUES (%s, %b, %b)", rows)
+        txn = PgTxn(conn)
+        for scope in ("s", "s0", "r", "t", "u", "q", "z"):
+            expected = last_scoped_number(txn, "_by_session", scope)
+            assert last_in_scope(conn, "_by_session", scope)[0] == expected, scope
+            number, raw = last_in_scope(conn, "_by_session", scope, "_events")
+            assert number == expected, scope
+            stored = txn.get(u64_key(expected), "_events") if expected >= 0 else None
+            assert raw == stored, scope

@@ -42,7 +42,10 @@ from palyra.journal.format.record import (
     RETENTION_SESSION,
     CheckpointRecord,
     encode_record,
+    key_u64,
     record_hashes,
+    scoped_key,
+    scoped_prefix,
     u64_key,
 )
 from palyra.journal.postgres.changes import change_op, trim
@@ -50,7 +53,7 @@ from palyra.journal.postgres.kv import PgTxn, PgWriteTxn, PostgresEnv
 from palyra.journal.postgres.lease import FENCES
 from palyra.journal.postgres.watch import NOTIFY, OwnCommits
 from palyra.journal.read.follow import Deliveries
-from palyra.journal.read.reads import last_scoped_number, pruned_through, record_hash_at
+from palyra.journal.read.reads import pruned_through
 from palyra.journal.read.tlog import StoredTree
 from palyra.journal.retention.prune import PruneResult, tombstone_prefix
 from palyra.journal.tlog.merkle import Frontier
@@ -77,12 +80,37 @@ WRITER_THREAD = "palyra-journal-pg-writer"
 # Chain heads remembered between this thread's own commits; past this many
 # entries the memory is dropped and refilled from the database on demand.
 _MEMORY_LIMIT = 4096
+_MAX_U64 = (1 << 64) - 1
 _STOP = object()
 
 _LOCK_HEAD = "SELECT next_position, head FROM journal_head FOR UPDATE"
 _MOVE_HEAD = "UPDATE journal_head SET next_position = %s, head = %s"
-_TAKEN = "SELECT key FROM journal_kv WHERE db = %s AND key = ANY(%b)"
-_ROWS = "SELECT key, value FROM journal_kv WHERE db = %s AND key = ANY(%b)"
+# The two look-ups by a list of keys descend the primary key once per key, by
+# their shape: a nested loop over the array (LATERAL with LIMIT keeps the planner
+# from turning it into a join it may plan otherwise). Written as ``db = $1 AND
+# key = ANY($2)``, a young journal's missing statistics (autoanalyze had not yet
+# run) made the planner estimate a sub-DB at a few rows and filter all of them:
+# every commit read every row of ``_event_ids`` (one per event), 7.5 ms a commit
+# after 12,000 events, so the server's CPU per step grew with the journal.
+_TAKEN = (
+    "SELECT t.key FROM unnest(%b::bytea[]) AS t(key) CROSS JOIN LATERAL "
+    "(SELECT 1 FROM journal_kv j WHERE j.db = %s AND j.key = t.key LIMIT 1) AS found"
+)
+_ROWS = (
+    "SELECT t.key, found.value FROM unnest(%b::bytea[]) AS t(key) CROSS JOIN LATERAL "
+    "(SELECT value FROM journal_kv j WHERE j.db = %s AND j.key = t.key LIMIT 1) AS found"
+)
+# A scope's last index key (its session or tape), and for a session the record it
+# names, in one round trip: the readers' ``last_scoped_number`` (two cursor moves)
+# and ``record_hash_at`` (a get) would take three for every session new to this writer.
+_LAST_IN_SCOPE = (
+    "SELECT key FROM journal_kv WHERE db = %s AND key >= %b AND key <= %b "
+    "ORDER BY key DESC LIMIT 1"
+)
+_LAST_RECORD_IN_SCOPE = (
+    "SELECT s.key, e.value FROM (" + _LAST_IN_SCOPE + ") AS s "
+    "LEFT JOIN journal_kv e ON e.db = %s AND e.key = substring(s.key FROM %s)"
+)
 _PUT = (
     "INSERT INTO journal_kv (db, key, value) "
     "SELECT * FROM unnest(%b::text[], %b::bytea[], %b::bytea[]) "
@@ -264,7 +292,7 @@ class PostgresWriter:
         stored: dict[tuple[str, str], bytes | None] = {}
         for table in {table for table, _key in rows}:
             keys = [key.encode() for t, key in rows if t == table]
-            for key, value in txn.conn.execute(_ROWS, (table, keys), binary=True):
+            for key, value in txn.conn.execute(_ROWS, (keys, table), binary=True):
                 stored[(table, bytes(key).decode())] = bytes(value)
         failed = unmet(batch, stored)
         return [r for r in batch if r not in failed] if failed else batch
@@ -282,7 +310,7 @@ class PostgresWriter:
                 if event.tape and run_id not in tape_next:
                     seq = self._tape_next.get(run_id, -1)
                     if seq < 0:
-                        seq = last_scoped_number(txn, env.dbs[names.TAPE], run_id) + 1
+                        seq = last_in_scope(txn.conn, env.dbs[names.TAPE], run_id)[0] + 1
                     tape_next[run_id] = seq
         tree = self._tree
         if tree is None:  # the shared tree as the database holds it now
@@ -294,15 +322,19 @@ class PostgresWriter:
         known = self._session_heads.get(session_id)
         if known is None:
             env = self._env
-            last = last_scoped_number(txn, env.dbs[names.BY_SESSION], session_id)
-            known = GENESIS if last < 0 else record_hash_at(txn, env, last)
+            last, raw = last_in_scope(txn.conn, env.dbs[names.BY_SESSION], session_id,
+                                      env.dbs[names.EVENTS])  # fmt: skip
+            if last < 0:
+                return GENESIS
+            if raw is None:
+                raise PalyraError(f"an index points at missing record {last}")
+            known = record_hashes(raw)[0]
         return known
 
     def _first_clash(self, txn: PgTxn, plan: CommitPlan, live: list[Append]) -> Append | None:
         """The first request whose event id is taken (it gets its error), else None."""
         keys = [key for key, _position in plan.claims]
-        taken = {bytes(row[0]) for row in txn.conn.execute(
-            _TAKEN, (names.EVENT_IDS, keys), binary=True)}  # fmt: skip
+        taken = taken_keys(txn.conn, names.EVENT_IDS, keys)
         if not taken and len(set(keys)) == len(keys):
             return None
         at = {e.event_id: (r, e) for r in live for e in r.events}
@@ -489,6 +521,31 @@ def _write_ops(conn: psycopg.Connection[Any], ops: list[Op]) -> None:
     if deletes:
         dbs, keys = zip(*deletes, strict=True)
         conn.execute(_DELETE, (list(dbs), list(keys)))
+
+
+def taken_keys(conn: psycopg.Connection[Any], db: str, keys: list[bytes]) -> set[bytes]:
+    """Which of ``keys`` ``db`` holds (one index descent per key: see ``_TAKEN``)."""
+    rows = conn.execute(_TAKEN, (keys, db), binary=True)
+    return {bytes(row[0]) for row in rows}
+
+
+def last_in_scope(
+    conn: psycopg.Connection[Any], db: str, scope: str, records: str | None = None
+) -> tuple[int, bytes | None]:
+    """The largest number under ``scope`` in index ``db`` (-1 if none), as the readers'
+    ``last_scoped_number`` finds it, and with ``records`` (the records' sub-DB) the record
+    stored under that position (None if missing), in one statement."""
+    prefix = scoped_prefix(scope)
+    bounds = (db, prefix, scoped_key(scope, _MAX_U64))
+    if records is None:
+        row = conn.execute(_LAST_IN_SCOPE, bounds, binary=True).fetchone()
+    else:
+        row = conn.execute(_LAST_RECORD_IN_SCOPE, (*bounds, records, len(prefix) + 1),
+                           binary=True).fetchone()  # fmt: skip
+    if row is None or len(row[0]) != len(prefix) + 8:
+        return -1, None
+    raw = row[1] if records is not None else None
+    return key_u64(bytes(row[0])), None if raw is None else bytes(raw)
 
 
 def _weight(item: object) -> int:
