@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import struct
 from itertools import islice
+from operator import itemgetter
 from typing import Any
 
 from palyra.journal import _env as names
@@ -30,6 +31,8 @@ from palyra.journal.tlog.note import Checkpoint, NoteError, parse_checkpoint, pa
 from palyra.journal.verify.chainwalk import Tampered
 
 _U64 = struct.Struct(">Q")
+_join = b"".join
+_FIRST = itemgetter(0)
 
 Leaves = list[tuple[bytes, bytes]]
 """``(record hash, stored key)`` per record in log order (the key is ``u64 last``)."""
@@ -78,7 +81,7 @@ class TreeCheck:
         """Check ``piece`` as the tree's next entries and take it in; else say what failed
         (``"entry"``: a row; ``"root"``: the signed root) and take nothing in."""
         start, level0, pack, db = self.checked, self._level0, _U64.pack, self._db
-        want = [digest + key for digest, key in piece]  # the rows' values: record hash ‖ u64 last
+        want = list(map(_join, piece))  # the rows' values: record hash ‖ u64 last
         if db is None:
             return "entry"
         # The rows from index ``start`` on, values only (no key objects to build or compare):
@@ -92,7 +95,7 @@ class TreeCheck:
                 or txn.get(level0 + pack(start + len(want) - 1), db=db) != want[-1]):  # fmt: skip
             return "entry"
         roots = list(self._roots)
-        nodes = fold(roots, start, [digest for digest, _key in piece], self._prefix)
+        nodes = fold(roots, start, map(_FIRST, piece), self._prefix)
         if any(txn.get(key, db=db) != node for key, node in nodes):
             return "entry"
         size, signed = start + len(piece), self._signed
