@@ -78,6 +78,30 @@ async def test_live_batches_encode_as_the_app_builds_them(app: PalyraApp, batch:
     assert events[-1].status is not None and events[-1].status.state == pb.RunState.DONE
 
 
+@pytest.mark.parametrize("batch", [True, False])
+async def test_responses_build_their_events_only_when_read(app: PalyraApp, batch: bool) -> None:
+    """A transport that sends the batch's bytes never makes ``TapeEvent`` objects: a response
+    builds them on first read of its ``events`` (``event``), and then keeps them."""
+    request = pb.RunStreamRequest(v=1, session_key=f"lazy{batch}", batch=batch,
+                                  input=pb.MessageInput(text=TEXT), complete=True)
+    responses = [r async for r in app.run_stream(USER, _one(request))]
+    assert responses and all(isinstance(r, TapeResponse) for r in responses)
+    def built(response: TapeResponse) -> bool:
+        return response.tape._events is not None
+
+    for response in responses:
+        assert isinstance(response, TapeResponse)
+        response.tape.wire()
+        assert not built(response)  # the bytes did not need them
+        read = response.events if batch else [response.event]
+        assert read == response.tape.events() and built(response)
+        if batch:
+            assert response.events is read  # kept, not built again
+        assert (response.event is None) if batch else (response.events == [])
+    with pytest.raises(AttributeError):
+        responses[0].no_such_field  # type: ignore[attr-defined]  # noqa: B018
+
+
 async def test_replayed_events_without_origin_encode_alike(app: PalyraApp) -> None:
     """Events read back from the store (no in-memory origin: members decoded from payloads)."""
     request = pb.RunStreamRequest(v=1, session_key="r", input=pb.MessageInput(text=TEXT),
