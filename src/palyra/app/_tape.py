@@ -33,6 +33,7 @@ from palyra_gen.palyra import v1 as pb
 
 from palyra.app._convert import tape_event_with
 from palyra.core.protobin import SMALL, body_encoder, encode_binary, varint
+from palyra.core.protojson import encode_message
 from palyra.engine import is_terminal_status
 from palyra.journal import StoredEvent
 
@@ -70,6 +71,44 @@ class TapeBatch:
             return _V1 + b"".join(_EVENTS_TAG + _length(data) + data for data in events)
         (data,) = events
         return _V1 + _EVENT_TAG + _length(data) + data
+
+    def json_events(self) -> list[tuple[int, str, dict[str, Any]]]:
+        """Each event's ``tape_seq``, the name of its ``event`` member (``tape`` when none
+        is set) and its proto3 JSON (``encode_message`` of its ``TapeEvent``), built from
+        the stored events.
+
+        As :meth:`wire` does for protobuf: the wrapper's five fields straight from the
+        stored event and the member through its generated encoder, so the SSE writer
+        neither builds the ``TapeEvent`` objects nor walks their ~20 fields.
+        """
+        members = _member_json()
+        out: list[tuple[int, str, dict[str, Any]]] = []
+        for event, member in zip(self.stored, self.members, strict=True):
+            seq = max(event.tape_seq, 0)  # as tape_event_with
+            entry = members.get(type(member))
+            if member is not None and entry is None:
+                # Not a spec member class (a subclass?): the whole event, generically.
+                whole = encode_message(tape_event_with(event, member))
+                out.append((seq, _kind_of(whole), whole))
+                continue
+            body: dict[str, Any] = {}
+            if event.run_id:
+                body["runId"] = event.run_id
+            if seq:
+                body["tapeSeq"] = str(seq)
+            if event.position:
+                body["position"] = str(event.position)
+            if event.ts_ms:
+                body["tsUnixMs"] = str(event.ts_ms)
+            if event.session_id:
+                body["sessionId"] = event.session_id
+            if member is None or entry is None:
+                out.append((seq, "tape", body))
+                continue
+            kind, key = entry
+            body[key] = encode_message(member)
+            out.append((seq, kind, body))
+        return out
 
     @property
     def ends_call(self) -> bool:
@@ -138,6 +177,26 @@ def _member_tags() -> dict[type[Any], tuple[bytes, Callable[[Any], bytes | bytea
             cls = meta.cls_by_field[name]
             tags[cls] = (varint((fm.number << 3) | 2), body_encoder(cls))
     return tags
+
+
+@functools.cache
+def _member_json() -> dict[type[Any], tuple[str, str]]:
+    """Member class -> its ``TapeEvent`` field name and its proto3 JSON key (read off the
+    generated encoder's output for an event holding only that member)."""
+    meta = typing.cast(Any, pb.TapeEvent)._betterproto
+    table: dict[type[Any], tuple[str, str]] = {}
+    for name, fm in meta.meta_by_field_name.items():
+        if fm.group == "event":
+            cls = meta.cls_by_field[name]
+            (key,) = encode_message(pb.TapeEvent(**{name: cls()}))
+            table[cls] = (name, key)
+    return table
+
+
+def _kind_of(encoded: dict[str, Any]) -> str:
+    """The ``event`` member named by an encoded ``TapeEvent``'s keys; ``tape`` if none."""
+    keys = {key: name for name, key in _member_json().values()}
+    return next((keys[k] for k in encoded if k in keys), "tape")
 
 
 def _encode_events(stored: list[StoredEvent], members: list[Member]) -> list[bytes]:

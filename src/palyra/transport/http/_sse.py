@@ -41,10 +41,12 @@ def sse_frame(message: betterproto2.Message) -> bytes:
     tell the two apart except that a batch arrives in one write.
     """
     if type(message) is TapeResponse:
-        # RunStream's tape: its batch's events, each framed as its own unbatched message.
-        rest = {"v": message.v} if message.v else {}
-        return b"".join(_tape_frame(e, {**rest, "event": encode_message(e)})
-                        for e in message.tape.events())
+        # RunStream's tape: its batch's events, each framed as its own unbatched message,
+        # encoded straight from the stored batch (no TapeEvent objects).
+        head = b'{"v":%d,"event":' % message.v if message.v else b'{"event":'
+        return b"".join(b"id: %d\nevent: %s\ndata: %s%s}\n\n" % (
+            seq, kind.encode(), head, _json.encode(body))
+            for seq, kind, body in message.tape.json_events())
     events = getattr(message, "events", None)
     if events and all(isinstance(e, v1.TapeEvent) for e in events):
         # The message's other fields once, without its events: each event is
