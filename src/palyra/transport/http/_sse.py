@@ -98,8 +98,12 @@ class SseResponse:
     """ASGI app streaming ``source`` as SSE.
 
     One task pulls the source and writes frames (no per-event tasks: this is
-    the hot path of every watched run); a sibling watches for the client's
-    disconnect and cancels it; another sends keep-alive comments when idle.
+    the hot path of every watched run, and RunStream over HTTP opens one per
+    turn); a sibling watches for the client's disconnect and cancels it. The
+    error grace window and the keep-alive comments are loop timers that make a
+    task only when they fire, so a stream that starts within its grace and
+    never idles for ``keepalive_s`` costs two tasks, not four, and its first
+    event is written by the task that read it, with no hop between tasks.
     """
 
     def __init__(
@@ -118,70 +122,84 @@ class SseResponse:
         self._request_id = request_id
         self._lock = asyncio.Lock()
         self._last_send = 0.0
+        self._ended = False  # the last body message went: nothing may follow it
+        self._ping: asyncio.TimerHandle | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self._streams is not None:
             self._streams.counts["sse"] += 1
         try:
             async with asyncio.TaskGroup() as tg:
-                first = tg.create_task(_first(self._source, self._request_id))
-                streaming = tg.create_task(self._stream(first, tg, send))
+                streaming = tg.create_task(self._stream(tg, send))
                 watcher = tg.create_task(_cancel_on_disconnect(receive, streaming))
-                try:
-                    await asyncio.wait({streaming})
-                finally:
-                    # A client gone before the first event leaves `first` waiting.
-                    first.cancel()
-                    watcher.cancel()
+                streaming.add_done_callback(lambda _: watcher.cancel())
         finally:
+            if self._ping is not None:
+                self._ping.cancel()
             if self._streams is not None:
                 self._streams.counts["sse"] -= 1
             with contextlib.suppress(Exception):
                 await _aclose(self._source)
 
-    async def _stream(self, first: asyncio.Task[Any], tg: asyncio.TaskGroup, send: Send) -> None:
-        # Errors raised within the grace window become a plain HTTP error.
-        done, _ = await asyncio.wait({first}, timeout=self._grace)
-        if done and isinstance(first.result(), WireError):
-            status, headers, body = json_error_response(first.result())
+    async def _stream(self, tg: asyncio.TaskGroup, send: Send) -> None:
+        # Errors raised within the grace window become a plain HTTP error; past it the
+        # 200 head goes out (from a task the timer makes) and errors become frames.
+        opening: list[asyncio.Task[None]] = []
+        late = asyncio.get_running_loop().call_later(
+            self._grace, lambda: opening.append(tg.create_task(self._open(tg, send))))
+        try:
+            item = await _first(self._source, self._request_id)
+        finally:
+            late.cancel()
+        if opening:
+            await opening[0]
+        elif isinstance(item, WireError):
+            status, headers, body = json_error_response(item)
             await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": body, "more_body": False})
             return
+        else:
+            await self._open(tg, send)
+        while item is not _END:
+            if isinstance(item, WireError):
+                await self._send(send, error_frame(item))
+                break
+            await self._send(send, sse_frame(item))
+            try:
+                item = await anext(self._source)
+            except StopAsyncIteration:
+                item = _END
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                item = to_wire(exc, request_id=self._request_id)
+        async with self._lock:
+            self._ended = True
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _open(self, tg: asyncio.TaskGroup, send: Send) -> None:
+        """The 200 head, then keep-alive comments while the stream idles."""
         await _start(send)
         self._last_send = time.monotonic()
-        pinger = tg.create_task(self._ping(send))
-        try:
-            item = await first
-            while item is not _END:
-                if isinstance(item, WireError):
-                    await self._send(send, error_frame(item))
-                    break
-                await self._send(send, sse_frame(item))
-                try:
-                    item = await anext(self._source)
-                except StopAsyncIteration:
-                    item = _END
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    item = to_wire(exc, request_id=self._request_id)
-            async with self._lock:
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-        finally:
-            pinger.cancel()
+        self._arm_ping(tg, send, self._keepalive)
 
     async def _send(self, send: Send, chunk: bytes) -> None:
         async with self._lock:
+            if self._ended:
+                return  # a keep-alive that lost the race with the end of the stream
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
             self._last_send = time.monotonic()
 
-    async def _ping(self, send: Send) -> None:
-        while True:
+    def _arm_ping(self, tg: asyncio.TaskGroup, send: Send, after: float) -> None:
+        def due() -> None:
             idle = time.monotonic() - self._last_send
-            if idle >= self._keepalive:
-                await self._send(send, b": keepalive\n\n")
-                idle = 0.0
-            await asyncio.sleep(self._keepalive - idle)
+            if idle < self._keepalive:
+                self._arm_ping(tg, send, self._keepalive - idle)
+            elif not self._ended:
+                tg.create_task(self._send(send, b": keepalive\n\n"))
+                self._arm_ping(tg, send, self._keepalive)
+
+        self._ping = asyncio.get_running_loop().call_later(after, due)
 
 
 async def _first(source: AsyncIterator[Any], request_id: str) -> Any:

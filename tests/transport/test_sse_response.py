@@ -1,0 +1,129 @@
+"""The SSE response's timing contract, driven through its ASGI interface.
+
+An error within the grace window is a plain HTTP error; past it the 200 head is out
+(sent when the window closes, not when the first event comes) and an error is an
+``event: error`` frame; keep-alive comments go only while the stream idles, and
+nothing follows the stream's end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import betterproto2
+from palyra_gen.palyra import v1
+
+from palyra.core.errors import ErrorCode, NotFound
+from palyra.transport.http._sse import SseResponse
+
+SCOPE: dict[str, Any] = {"type": "http", "method": "GET", "path": "/v1/runs/r/events"}
+EVENT = v1.WatchRunResponse(event=v1.TapeEvent(run_id="r", tape_seq=1,
+                                               user_input=v1.UserInput(text="hi")))
+
+
+class Exchange:
+    """One ASGI exchange: what the app sent, when, and a client that may disconnect."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[float, dict[str, Any]]] = []
+        self.gone = asyncio.Event()
+        self.t0 = time.monotonic()
+
+    async def send(self, message: Any) -> None:
+        self.sent.append((time.monotonic() - self.t0, message))
+
+    async def receive(self) -> Any:
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+    def kinds(self) -> list[str]:
+        out = []
+        for _, m in self.sent:
+            if m["type"] == "http.response.start":
+                out.append(f"start {m['status']}")
+            elif not m["more_body"]:
+                out.append("end" if not m["body"] else "body")
+            elif m["body"].startswith(b": keepalive"):
+                out.append("keepalive")
+            elif m["body"].startswith(b"event: error"):
+                out.append("error")
+            else:
+                out.append("frame" if m["body"] else "empty")
+        return out
+
+
+async def _serve(source: AsyncIterator[betterproto2.Message], grace: float = 0.05,
+                 keepalive: float = 10.0) -> Exchange:
+    exchange = Exchange()
+    response = SseResponse(source, error_grace_s=grace, keepalive_s=keepalive, request_id="q")
+    await asyncio.wait_for(response(SCOPE, exchange.receive, exchange.send), 10)
+    return exchange
+
+
+async def test_an_error_within_the_grace_window_is_a_plain_http_error() -> None:
+    async def source() -> AsyncIterator[betterproto2.Message]:
+        raise NotFound("no such run")
+        yield EVENT
+
+    exchange = await _serve(source())
+    assert exchange.kinds() == ["start 404", "body"]
+    assert ErrorCode.NOT_FOUND.value.encode() in exchange.sent[1][1]["body"]
+
+
+async def test_past_the_grace_window_the_head_goes_out_and_an_error_is_a_frame() -> None:
+    async def source() -> AsyncIterator[betterproto2.Message]:
+        await asyncio.sleep(0.3)
+        raise NotFound("no such run")
+        yield EVENT
+
+    exchange = await _serve(source(), grace=0.05)
+    assert exchange.kinds() == ["start 200", "error", "end"]
+    # The head left when the window closed, long before the source answered.
+    assert exchange.sent[0][0] < 0.25 <= exchange.sent[1][0]
+
+
+async def test_a_prompt_stream_is_its_frames_and_its_end() -> None:
+    async def source() -> AsyncIterator[betterproto2.Message]:
+        yield EVENT
+        yield EVENT
+
+    exchange = await _serve(source(), grace=5.0)
+    assert exchange.kinds() == ["start 200", "frame", "frame", "end"]
+    assert exchange.sent[-1][0] < 1.0  # the grace window is not waited out
+
+
+async def test_keepalives_only_while_idle_and_none_after_the_end() -> None:
+    async def source() -> AsyncIterator[betterproto2.Message]:
+        yield EVENT
+        await asyncio.sleep(0.35)
+        yield EVENT
+
+    exchange = await _serve(source(), grace=0.01, keepalive=0.1)
+    kinds = exchange.kinds()
+    assert kinds[:2] == ["start 200", "frame"] and kinds[-2:] == ["frame", "end"]
+    assert 2 <= kinds.count("keepalive") <= 4, kinds
+    await asyncio.sleep(0.25)  # no timer outlives the response
+    assert exchange.kinds() == kinds
+
+
+async def test_a_client_gone_before_the_first_event_closes_the_source() -> None:
+    closed = asyncio.Event()
+
+    async def source() -> AsyncIterator[betterproto2.Message]:
+        try:
+            await asyncio.sleep(30)
+            yield EVENT
+        finally:
+            closed.set()
+
+    exchange = Exchange()
+    response = SseResponse(source(), error_grace_s=0.01, keepalive_s=10.0, request_id="q")
+    serving = asyncio.create_task(response(SCOPE, exchange.receive, exchange.send))
+    await asyncio.sleep(0.05)
+    exchange.gone.set()
+    await asyncio.wait_for(serving, 5)
+    assert closed.is_set()
+    assert exchange.kinds() == ["start 200"]
