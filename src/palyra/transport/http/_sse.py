@@ -97,13 +97,14 @@ def json_error_response(wire: WireError) -> tuple[int, list[tuple[bytes, bytes]]
 class SseResponse:
     """ASGI app streaming ``source`` as SSE.
 
-    One task pulls the source and writes frames (no per-event tasks: this is
-    the hot path of every watched run, and RunStream over HTTP opens one per
-    turn); a sibling watches for the client's disconnect and cancels it. The
-    error grace window and the keep-alive comments are loop timers that make a
-    task only when they fire, so a stream that starts within its grace and
-    never idles for ``keepalive_s`` costs two tasks, not four, and its first
-    event is written by the task that read it, with no hop between tasks.
+    The ASGI server's own task pulls the source and writes frames (no task of
+    its own, no per-event tasks: this is the hot path of every watched run, and
+    RunStream over HTTP opens one per turn); a sibling watches for the client's
+    disconnect and cancels it. The error grace window and the keep-alive
+    comments are loop timers that make a task only when they fire, so a stream
+    that starts within its grace and never idles for ``keepalive_s`` costs one
+    task, not four, and nothing stands between the request and its run: each
+    task handed on is one more turn of a busy loop before the first event.
     """
 
     def __init__(
@@ -128,11 +129,20 @@ class SseResponse:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self._streams is not None:
             self._streams.counts["sse"] += 1
+        this = asyncio.current_task()
+        assert this is not None  # an ASGI app runs in a task
+        left: list[bool] = []  # set by the watcher when the client went away
         try:
             async with asyncio.TaskGroup() as tg:
-                streaming = tg.create_task(self._stream(tg, send))
-                watcher = tg.create_task(_cancel_on_disconnect(receive, streaming))
-                streaming.add_done_callback(lambda _: watcher.cancel())
+                watcher = tg.create_task(_cancel_on_disconnect(receive, this, left))
+                try:
+                    await self._stream(tg, send)
+                finally:
+                    watcher.cancel()
+        except asyncio.CancelledError:
+            if not left:
+                raise  # not ours: the server is stopping
+            this.uncancel()  # the client left: this response is over, quietly
         finally:
             if self._ping is not None:
                 self._ping.cancel()
@@ -214,10 +224,12 @@ async def _first(source: AsyncIterator[Any], request_id: str) -> Any:
         return to_wire(exc, request_id=request_id)
 
 
-async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task[None]) -> None:
+async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task[Any],
+                                left: list[bool]) -> None:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
+            left.append(True)
             task.cancel()
             return
 
