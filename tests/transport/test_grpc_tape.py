@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from grpclib.client import Channel
 from grpclib.config import Configuration
-from grpclib.const import Cardinality, Status
+from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -32,7 +32,6 @@ from palyra.journal import StoredEvent
 from palyra.testing.apps import scripted_app
 from palyra.transport.auth import Caller
 from palyra.transport.grpc import GrpcGateway
-from palyra.transport.grpc._cork import CorkedTransport
 
 USER = CallContext.for_principal("user:tape", "01J00000000000000000000000")
 TEXT = ("Start from 0 and add 1 to the running total 3 times, one `add` tool call per step, "
@@ -292,63 +291,3 @@ async def test_a_failed_run_ends_its_call_with_the_error_a_done_one_with_ok(
     finally:
         channel.close()
         await asyncio.wait_for(gateway.close(), 10)
-
-
-async def test_an_approval_request_leaves_at_once_not_at_the_iterations_end(
-        app: PalyraApp, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A commit that leaves the run waiting on its client's decision is handed to the
-    socket by the listener itself, not by the cork's end-of-iteration flush (which other
-    runs' work may delay); the run then completes on decisions sent inline."""
-    direct: list[bytes] = []  # what each flush outside the scheduled one handed on
-    scheduled = False
-    real_flush, real_scheduled = CorkedTransport.flush, CorkedTransport._scheduled_flush
-
-    def flush(self: CorkedTransport) -> None:
-        if not scheduled:
-            direct.append(b"".join(self._pending))
-        real_flush(self)
-
-    def scheduled_flush(self: CorkedTransport) -> None:
-        nonlocal scheduled
-        scheduled = True
-        try:
-            real_scheduled(self)
-        finally:
-            scheduled = False
-
-    monkeypatch.setattr(CorkedTransport, "flush", flush)
-    monkeypatch.setattr(CorkedTransport, "_scheduled_flush", scheduled_flush)
-    resolved = await app.resolve_session(USER, pb.ResolveSessionRequest(session_key="ask"))
-    assert resolved.session is not None
-    await app.set_tool_posture(USER, pb.SetToolPostureRequest(
-        session_id=resolved.session.session_id, tool_name="add",
-        posture=pb.ToolPosture.ASK_EACH_TIME))
-    gateway, port = await _listening(app)
-    channel = Channel("127.0.0.1", port)
-    asked: list[str] = []
-    try:
-        async with channel.request("/palyra.v1.GatewayService/RunStream",
-                                   Cardinality.STREAM_STREAM, pb.RunStreamRequest,
-                                   pb.RunStreamResponse) as stream:
-            await stream.send_message(pb.RunStreamRequest(
-                v=1, session_key="ask", input=pb.MessageInput(text=TEXT), batch=True,
-                complete=True))
-            events: list[pb.TapeEvent] = []
-            async for response in stream:
-                events += response.events
-                for event in response.events:
-                    if event.tool_approval_request is not None:
-                        approval_id = event.tool_approval_request.approval_id
-                        asked.append(approval_id)
-                        await stream.send_message(pb.RunStreamRequest(
-                            approval=pb.InlineApprovalDecision(
-                                approval_id=approval_id, decision=pb.ApprovalDecision.APPROVE,
-                                scope=pb.ApprovalScope.ONCE)))
-            await stream.end()
-    finally:
-        channel.close()
-        await asyncio.wait_for(gateway.close(), 10)
-    assert events[-1].status is not None and events[-1].status.state == pb.RunState.DONE
-    assert len(asked) == 3
-    for approval_id in asked:
-        assert any(approval_id.encode() in data for data in direct), approval_id

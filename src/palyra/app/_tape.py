@@ -111,13 +111,6 @@ class TapeBatch:
         return out
 
     @property
-    def awaits_decision(self) -> bool:
-        """The batch ends with the run waiting for an approval decision: until a client
-        answers, the run makes no progress, so a transport sends this batch at once."""
-        last = self.members[-1] if self.members else None
-        return isinstance(last, pb.RunStatus) and last.state == pb.RunState.WAITING_FOR_APPROVAL
-
-    @property
     def ends_call(self) -> bool:
         """The batch ends with the run's terminal status, and it is not FAILED: RunStream
         ends OK right after it (a failed run ends the call with its error instead)."""

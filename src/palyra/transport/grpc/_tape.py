@@ -86,12 +86,6 @@ def _flush_if_alone(h2_stream: Any) -> None:
         flush()
 
 
-def _flush(h2_stream: Any) -> None:
-    flush = getattr(h2_stream._transport, "flush", None)
-    if flush is not None:
-        flush()
-
-
 def data_frame(h2: H2Connection, stream_id: int | None, prefix: bytes,
                data: bytes) -> bytes | None:
     """The bytes ``h2.send_data(stream_id, prefix + data)`` would queue, with h2's books
@@ -138,11 +132,6 @@ class TapeGatewayServer(GatewayServiceServer[Any]):
                 continue
             tape = response.tape
             await send_encoded(stream, Encoded(tape.wire()), max_bytes)
-            if tape.awaits_decision:
-                # The run now waits on a decision (this client's, as a rule): the frame
-                # goes at once, not at the end of a loop iteration that other runs'
-                # work may fill.
-                _flush(stream._stream)
             if tape.ends_call:
                 # The run ended and did not fail: the call's OK status goes now, with
                 # the last message, not after the run loop and grpclib have wound down
