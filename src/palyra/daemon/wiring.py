@@ -37,6 +37,7 @@ from palyra.channels import (
     COMMAND_TASK,
     DISPATCH_TASK,
     PAIRING_SUBJECT,
+    SEND_CONCURRENCY,
     SEND_TASK,
     ChannelRouter,
     Outbox,
@@ -222,7 +223,7 @@ async def _open_channels(config: PalyraConfig, store: JournalStore, engine: Engi
                            reply_caps=reply_caps(sinks))
     engine.on_subject_approval(PAIRING_SUBJECT, router.decide_pairing)
     outbox = Outbox(dict(sinks))
-    sender = TaskWorker(tasks, {SEND_TASK: outbox.handle}, concurrency=4)
+    sender = TaskWorker(tasks, {SEND_TASK: outbox.handle}, concurrency=SEND_CONCURRENCY)
     # A dispatch's replies go straight to the outbox's worker, claimed in the commit of
     # the dispatch's success (no claim commit of their own); any it cannot take queue.
     # Likewise a message's dispatch, claimed in its admission's commit.
