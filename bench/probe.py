@@ -343,3 +343,25 @@ def profile_until_exit(path: str) -> None:
         yappi.get_func_stats().save(path, type="pstat")
 
     atexit.register(dump)
+
+
+def cprofile_until_exit(path: str) -> None:
+    """Profile this process's main thread (the event loop) with cProfile; write pstats at exit.
+
+    Needs nothing beyond the standard library (yappi may not be installed), at the price of
+    seeing only the main thread: the journal writer's thread is not in it. The clock is the
+    thread's CPU time, not cProfile's default wall clock: on shared cores a socket write
+    that wakes the client is often followed by the daemon being switched out, and the wall
+    clock would charge that wait to the write.
+    """
+    import atexit
+    import cProfile
+
+    profiler = cProfile.Profile(time.thread_time)
+    profiler.enable()
+
+    def dump() -> None:
+        profiler.disable()
+        profiler.dump_stats(path)
+
+    atexit.register(dump)

@@ -310,6 +310,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rpc", choices=("stream", "create-watch-get"), default="stream",
                         help="a turn's calls: one RunStream (batch; as `palyra chat`), or "
                              "CreateRun + WatchRun (batch) + GetRun; the same in process")
+    parser.add_argument("--http-client", choices=("httpx", "lean"), default="httpx",
+                        help="with --transport http: httpx + httpx-sse (a Python client's "
+                             "usual pick), or bench/lean_http.py (the same requests and "
+                             "frames, no library): how much of the HTTP figures is the client")
     parser.add_argument("--daemon-reflection", action="store_true",
                         help="with --transport: keep the daemon's post-run reflection on (its "
                              "default; off by default here, as in process)")

@@ -27,6 +27,7 @@ from grpclib.exceptions import GRPCError
 from palyra_gen.palyra import v1 as pb
 
 from bench import probe
+from bench.lean_http import LeanClient
 from bench.workload import OnEvent, StreamedTurn
 from palyra.core.protojson import decode_message
 from palyra.testing.spawn import DaemonProcess
@@ -151,11 +152,13 @@ class HttpDriver:
     """
 
     def __init__(self, daemon: DaemonProcess, tool: str, concurrency: int,
-                 shape: str = "stream") -> None:
+                 shape: str = "stream", *, lean: bool = False) -> None:
         self._daemon = daemon
         self._tool = tool
         self._shape = shape
         self._turns: dict[str, StreamedTurn] = {}
+        # --http-client lean: the same requests through bench/lean_http.py (no httpx)
+        self._lean = LeanClient("127.0.0.1", daemon.http_port, CLIENT_HEADERS) if lean else None
         limits = httpx.Limits(max_connections=4 * concurrency + 4,
                               max_keepalive_connections=4 * concurrency + 4)
         self._http = httpx.AsyncClient(base_url=f"http://127.0.0.1:{daemon.http_port}",
@@ -163,6 +166,8 @@ class HttpDriver:
 
     async def _post(self, path: str, body: dict[str, Any],
                     headers: dict[str, str] | None = None) -> dict[str, Any]:
+        if self._lean is not None:
+            return _json.decode(await self._lean.request("POST", path, body, headers))  # type: ignore[no-any-return]
         response = await self._http.post(path, json=body, headers=headers)
         response.raise_for_status()
         return response.json()  # type: ignore[no-any-return]
@@ -186,6 +191,12 @@ class HttpDriver:
         return str(created["run"]["runId"])
 
     async def _run_stream(self, body: dict[str, Any]) -> AsyncIterator[pb.RunStreamResponse]:
+        if self._lean is not None:
+            async for event, data in self._lean.sse("POST", "/v1/runs:stream", body):
+                if event == "error":  # a failed run ends its stream with its error
+                    raise RuntimeError(data.decode())
+                yield decode_message(pb.RunStreamResponse, _json.decode(data))
+            return
         async with httpx_sse.aconnect_sse(self._http, "POST", "/v1/runs:stream",
                                           json=body) as source:
             source.response.raise_for_status()
@@ -216,6 +227,8 @@ class HttpDriver:
                          headers=APPROVER_HEADERS)
 
     async def aclose(self) -> None:
+        if self._lean is not None:
+            await self._lean.aclose()
         await self._http.aclose()
 
 
@@ -294,7 +307,8 @@ async def open_driver(kind: str, data_dir: Path, args: argparse.Namespace
     client: GrpcDriver | HttpDriver = (
         GrpcDriver(daemon, args.tool, not getattr(args, "unbatched", False),
                    getattr(args, "rpc", "stream")) if kind == "grpc"
-        else HttpDriver(daemon, args.tool, args.concurrency, getattr(args, "rpc", "stream")))
+        else HttpDriver(daemon, args.tool, args.concurrency, getattr(args, "rpc", "stream"),
+                        lean=getattr(args, "http_client", "httpx") == "lean"))
     try:
         yield DaemonDriver(daemon, client, probe_path, args)
     finally:

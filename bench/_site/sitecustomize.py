@@ -4,7 +4,8 @@ When ``PALYRA_BENCH_PROBE`` names a socket path, the daemon counts betterproto2
 messages from start-up and answers :func:`bench.probe.snapshot` on that socket.
 When ``BENCH_DAEMON_YAPPI`` names a file, the daemon also runs yappi on the CPU
 clock (every thread) and writes its pstats there when it exits: a profile of
-the daemon's side of a transport run (warm-up included).
+the daemon's side of a transport run (warm-up included). ``BENCH_DAEMON_CPROFILE``
+does the same with the standard library's cProfile, for the main thread only.
 Any other process with this directory on its path is left untouched.
 """
 
@@ -16,3 +17,5 @@ if os.environ.get("PALYRA_BENCH_PROBE"):
     probe.serve(os.environ["PALYRA_BENCH_PROBE"])
     if os.environ.get("BENCH_DAEMON_YAPPI"):
         probe.profile_until_exit(os.environ["BENCH_DAEMON_YAPPI"])
+    elif os.environ.get("BENCH_DAEMON_CPROFILE"):
+        probe.cprofile_until_exit(os.environ["BENCH_DAEMON_CPROFILE"])

@@ -76,6 +76,22 @@ def test_grpc_run_measures_the_daemon_and_compares_with_in_process(
     assert "learning.enabled = false" in capsys.readouterr().out
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("hitl", [False, True])
+def test_the_lean_http_client_drives_turns_to_result_k(tmp_path: Path, hitl: bool) -> None:
+    # Every step's tool result and the run's end come through its SSE reading (ok needs
+    # result=K, K results and a DONE run); with --hitl its JSON posts set the posture and
+    # decide each approval.
+    out = tmp_path / "bench.json"
+    code = tool_loop.main(["-n", "3", "-k", "2", "-c", "2", "-r", "1", "--transport", "http",
+                           "--http-client", "lean", "--json", str(out),
+                           "--db", str(tmp_path / "d"), *(["--hitl"] if hitl else [])])
+    assert code == 0
+    run = json.loads(out.read_text())["results"]["http"]["runs"][0]
+    assert run["ok"] is True and run["runs"] == 3 and run["steps"] == 2
+    assert run["approvals"] == (6 if hitl else 0)
+
+
 @pytest.mark.parametrize("rpc", ["stream", "create-watch-get"])
 def test_both_call_shapes_drive_turns_to_result_k_in_process(tmp_path: Path, rpc: str) -> None:
     out = tmp_path / "bench.json"
