@@ -86,7 +86,8 @@ class CommitPlan:
         tree: the transparency log's frontier after the commit.
         next_position: the position after the commit's last event.
         records: records written; ``record_bytes`` their stored size.
-        rows: ``(table, key)`` of every entity row written.
+        rows: ``(table, key)`` of every entity row written, with the value it holds after
+            the commit (None: deleted; the last write of a row wins, as in ``ops``).
         tables: the same writes as ``ops``, by sub-DB, when every one is a put
             of the journal's own tables (empty otherwise): applied a table at a time.
     """
@@ -103,7 +104,7 @@ class CommitPlan:
     next_position: int
     records: int = 0
     record_bytes: int = 0
-    rows: set[tuple[str, str]] = field(default_factory=set)
+    rows: dict[tuple[str, str], bytes | None] = field(default_factory=dict)
     tables: dict[str, list[tuple[bytes, bytes]]] = field(default_factory=dict)
 
     @classmethod
@@ -152,7 +153,7 @@ def plan_commit(requests: Sequence[Append], heads: Heads) -> CommitPlan:
 def _plan_rows(plan: CommitPlan, writes: Sequence[EntityWrite]) -> None:
     for write in writes:
         plan.ops.append((write.table, write.key.encode(), write.value))
-        plan.rows.add((write.table, write.key))
+        plan.rows[(write.table, write.key)] = write.value
 
 
 def _answers(
