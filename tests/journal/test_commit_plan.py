@@ -75,7 +75,24 @@ def test_the_writes_are_the_documented_record_and_indexes_in_frame_order() -> No
     stored = decode_record(plan.ops[1][2])  # type: ignore[arg-type]
     assert stored.hash == digest == plan.sessions["s"]
     assert plan.views[0].prev_hash == prev.hex() and plan.views[0].tape_seq == 5
-    assert plan.rows == {("runs", "r")}
+    assert plan.rows == {("runs", "r"): b"v"}
+
+
+def test_the_rows_hold_the_value_of_the_last_write_in_queued_order() -> None:
+    # The entity cache files these values as the rows' contents after the commit.
+    writes = [(EntityWrite("runs", "r", b"1"), EntityWrite("runs", "q", b"2")),
+              (EntityWrite("runs", "r", b"3"),), (EntityWrite("runs", "q", None),)]
+    batch = [_append(draft(i, session_id=f"s{i % 2}", entity_writes=w))
+             for i, w in enumerate(writes)]
+    heads = Heads(1, GENESIS, {"s0": GENESIS, "s1": GENESIS}, {}, Frontier())
+    plan = plan_commit(batch, heads)
+    assert plan.rows == {("runs", "r"): b"3", ("runs", "q"): None}
+    # The same outcome as applying the frame's entity ops in order.
+    applied: dict[tuple[str, str], bytes | None] = {}
+    for table, key, value in plan.ops:
+        if table == "runs":
+            applied[(table, key.decode())] = value
+    assert applied == plan.rows
 
 
 def test_planning_is_pure() -> None:

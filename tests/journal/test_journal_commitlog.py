@@ -89,6 +89,9 @@ async def test_a_sync_point_between_restarts_costs_one_flush_and_no_header(
     from palyra.journal.write import durable as _durable
 
     monkeypatch.setattr(_durable, "SYNC_EVERY_COMMITS", 8)
+    # The cadence alone: an early write-back would defer each point until the device
+    # returned it (tested below; the power-loss tests run with it).
+    monkeypatch.setattr(_durable, "EARLY_WRITE_BACK", False)
     flushes: list[str] = []
     async with JournalStore.open(data_dir) as store:
         durable = store.env.durable
@@ -107,6 +110,45 @@ async def test_a_sync_point_between_restarts_costs_one_flush_and_no_header(
         assert header is not None and header.generation == generation
         base = durable.log.sync_base()
         assert base is not None and base.applied == 32  # written with frame 33
+
+
+class _ThreadedFlushes:
+    """The LMDB environment, noting which thread asked each flush."""
+
+    def __init__(self, env: Any, seen: list[str]) -> None:
+        self._env = env
+        self._seen = seen
+
+    def sync(self, force: bool = False) -> None:
+        self._env.sync(force)
+        self._seen.append(threading.current_thread().name)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
+
+
+async def test_a_due_sync_point_has_its_pages_written_back_off_the_writers_thread_first(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from palyra.journal.write import durable as _durable
+
+    monkeypatch.setattr(_durable, "SYNC_EVERY_COMMITS", 8)
+    async with JournalStore.open(data_dir) as store:
+        durable = store.env.durable
+        assert durable is not None
+        flushes: list[str] = []
+        durable._env = _ThreadedFlushes(durable._env, flushes)
+        before = durable.sync_points
+        for i in range(80):
+            await store.append([draft(i)])
+        durable._env = durable._env._env
+        assert durable.sync_points - before >= 4
+        own = [i for i, name in enumerate(flushes) if name != "palyra-lmdb-flush"]
+        # Each sync point's own flush (the writer's thread) came right after an early one.
+        assert len(own) == durable.sync_points - before
+        assert all(i > 0 and flushes[i - 1] == "palyra-lmdb-flush" for i in own)
+        base = durable.log.sync_base()
+        assert base is not None and base.applied > 8  # the points are still recorded
 
 
 async def test_a_sync_point_comes_when_lmdb_grew_enough_since_the_pinned_one(
@@ -263,6 +305,7 @@ def test_reopen_rolls_lmdb_back_to_the_newest_sync_frame(
     from palyra.journal.write import durable as _durable
 
     monkeypatch.setattr(_durable, "SYNC_EVERY_COMMITS", 4)
+    monkeypatch.setattr(_durable, "EARLY_WRITE_BACK", False)  # points at set commits
 
     async def write() -> tuple[list[str], int]:
         store = JournalStore.open(data_dir)

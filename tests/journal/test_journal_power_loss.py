@@ -11,7 +11,8 @@ after the log header records a sync point.
 What a power cut leaves on disk at such a point is modelled from those
 copies. ``commit.log`` is written with ``O_DSYNC``: all of it is on disk,
 except that the write in flight may be torn (a prefix of it). ``data.mdb`` is
-what the last LMDB flush made durable plus *any subset* of the 4 KiB pages
+what the last LMDB flush made durable (the file as it was when that flush
+began, since commits go on during it) plus *any subset* of the 4 KiB pages
 written since (the page cache writes them back in no particular order, meta
 pages included): none, all, only the meta pages, all but the meta pages, and
 random subsets. Every such image is recovered by opening it, and must verify
@@ -76,9 +77,10 @@ class _Recorder:
         with self.lock:
             self.snapshots.append(_Snapshot(label, data, log, self.base, len(self.acked)))
 
-    def flushed(self) -> None:
-        """LMDB's file was just flushed (seen on the real call, not taken from a label)."""
-        self.base = self.files()[0]
+    def flushed(self, data: bytes | None = None) -> None:
+        """LMDB's file was just flushed (seen on the real call, not taken from a label):
+        ``data`` is the file as it was when the flush began (default: as it is now)."""
+        self.base = self.files()[0] if data is None else data
 
 
 class _FlushSpy:
@@ -89,9 +91,12 @@ class _FlushSpy:
         self._recorder = recorder
 
     def sync(self, force: bool = False) -> None:
+        # Only what was written before the flush began is surely on disk after it: the
+        # writer goes on committing while a flush runs on its own thread.
+        before = self._recorder.files()[0]
         self._env.sync(force)
         if force:
-            self._recorder.flushed()
+            self._recorder.flushed(before)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._env, name)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import psycopg
@@ -74,7 +74,6 @@ from palyra.journal.write.requests import (
 )
 from palyra.journal.write.stats import WriterStats
 from palyra.journal.write.tree_sign import note_to_store
-from palyra.journal.write.writer import written_values
 
 WRITER_THREAD = "palyra-journal-pg-writer"
 # Chain heads remembered between this thread's own commits; past this many
@@ -132,7 +131,7 @@ class PostgresWriter:
         on_commit: Callable[[list[tuple[StoredEvent, int]]], Deliveries],
         followed: Callable[[], bool] = lambda: True,
         own: OwnCommits | None = None,
-        on_rows: Callable[[set[tuple[str, str]], dict[tuple[str, str], bytes | None]], None]
+        on_rows: Callable[[Iterable[tuple[str, str]], Mapping[tuple[str, str], bytes | None]], None]
         | None = None,
     ) -> None:
         self._env = env
@@ -250,9 +249,9 @@ class PostgresWriter:
         return (None, live), [], head[0], head[1]
 
     def _mark_rows(self, planned: tuple[CommitPlan | None, list[Append]]) -> None:
-        plan, live = planned
+        plan = planned[0]
         if plan is not None and plan.rows and self._on_rows is not None:
-            self._on_rows(plan.rows, written_values(live))
+            self._on_rows(plan.rows, plan.rows)
 
     def _unfenced(self, txn: PgTxn, batch: list[Append]) -> list[Append]:
         """``batch`` less the appends whose expected rows changed or whose fencing lease

@@ -8,8 +8,9 @@ over an open LMDB environment opened with ``MDB_NOSYNC``:
 * :meth:`Durability.log_frame` writes them as one frame (the commit point),
   :meth:`Durability.apply` and :meth:`Durability.commit_open` give them to LMDB;
 * :meth:`Durability.after_commit` now and then flushes LMDB and pins that
-  snapshot; the point is recorded by a sync frame written with the next
-  commit's frame, and only then is the previous pin released;
+  snapshot (after a flush on a thread of its own wrote back the bulk of the
+  pages: ``write.flusher``); the point is recorded by a sync frame written
+  with the next commit's frame, and only then is the previous pin released;
 * :meth:`Durability.sync_point` flushes LMDB, records the point in the log
   header, pins its snapshot and starts the log over;
 * :meth:`Durability.recover` replays the frames after the last sync point
@@ -41,6 +42,7 @@ from palyra.journal.write.commitlog import (
     lmdb_txnid,
     restore_lmdb_meta,
 )
+from palyra.journal.write.flusher import Flush
 
 COMMIT_LOG_DB = "_commit_log"
 """Internal sub-DB holding ``applied``: the last frame LMDB holds (same txn as its writes)."""
@@ -48,6 +50,8 @@ COMMIT_LOG_DB = "_commit_log"
 _APPLIED = b"applied"
 _U64 = struct.Struct(">Q")
 SYNC_EVERY_S = 2.0
+EARLY_WRITE_BACK = True
+"""Write a due sync point's pages back on a thread of their own first (``write.flusher``)."""
 
 
 class Unsettled(Exception):
@@ -245,6 +249,7 @@ class Durability:
         # one (``_sync_frame``, written with the next commit frame) is durable.
         self._retiring: Any = None
         self._sync_frame = b""
+        self._early: Flush | None = None  # a due sync point's bulk, being written back
         self._page = int(env.stat()["psize"])
         self._room = 0  # map pages surely free: last reading minus what commits since demanded
         self._room_reads_in = 0
@@ -391,7 +396,7 @@ class Durability:
         Past a quarter of the log it records the point in the header and starts
         the log over; otherwise in a sync frame written with the next commit.
         """
-        if not self.sync_due():
+        if not self.sync_due() or not self._written_back():
             return
         if self.log.offset - FRAMES_AT >= SYNC_EVERY_BYTES:
             self.sync_point()
@@ -405,10 +410,31 @@ class Durability:
             self._retiring, self._pin = self._pin, self._env.begin()
             self._pinned_at()
 
+    def _written_back(self) -> bool:
+        """Whether the due sync point may flush now: once an early flush of the pages
+        dirtied so far returned (``write.flusher``); False while it runs."""
+        if not (self._flush and EARLY_WRITE_BACK):
+            return True  # no flush to take off the commit path
+        if self._early is None:
+            self._early = Flush(self._env, self._flush)
+            return False
+        if not self._early.done():
+            return False
+        self._early = None
+        return True
+
+    def _await_early(self) -> None:
+        # Before a flush of the writer's own, a map resize or closing: none may overlap it.
+        if self._early is not None:
+            self._early.wait()
+            self._early = None
+
     def sync_due(self) -> bool:
         """True when :meth:`after_commit` would take a sync point (LMDB must hold every frame)."""
         if self._sync_frame:
             return False  # one at a time: the last one is not recorded yet
+        if self._early is not None:
+            return self._early.done()  # it falls due again once the early flush returned
         return (
             self.log.offset - FRAMES_AT >= SYNC_EVERY_BYTES
             or self._since_commits >= SYNC_EVERY_COMMITS
@@ -418,6 +444,7 @@ class Durability:
 
     def sync_point(self, *, clean: bool = False) -> None:
         """Flush LMDB, record the point in the log header, pin its snapshot, restart the log."""
+        self._await_early()
         self._env.sync(self._flush)
         self._point("lmdb-sync")
         txnid, meta = lmdb_meta(self._data_file, self._page)
@@ -457,6 +484,7 @@ class Durability:
 
     def unpin(self) -> None:
         """Drop the pinned snapshots (before a map resize, or at close)."""
+        self._await_early()
         self._release_retiring()
         if self._pin is not None:
             self._pin.abort()
@@ -468,6 +496,7 @@ class Durability:
 
     def close(self) -> None:
         """Clean stop: flush, mark the header clean, release the pin and the file."""
+        self._await_early()
         if self.broken is None:
             self.sync_point(clean=True)
         self.unpin()

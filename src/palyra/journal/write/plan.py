@@ -22,6 +22,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from operator import attrgetter, itemgetter
 
 from palyra.core.chain import record_body, record_head_of, record_row, text_bytes
 from palyra.journal import _env as names
@@ -44,6 +45,7 @@ _SCOPE_MEMO = 4096
 
 _U64 = struct.Struct(">Q")
 _TREE_PREFIX = tree_prefix(JOURNAL_TREE)
+_EVENT, _PAYLOAD = itemgetter(1), attrgetter("payload")  # C calls: no frame per event
 
 Chunk = list[tuple[Append, PreparedEvent]]
 
@@ -86,7 +88,8 @@ class CommitPlan:
         tree: the transparency log's frontier after the commit.
         next_position: the position after the commit's last event.
         records: records written; ``record_bytes`` their stored size.
-        rows: ``(table, key)`` of every entity row written.
+        rows: ``(table, key)`` of every entity row written, with the value it holds after
+            the commit (None: deleted; the last write of a row wins, as in ``ops``).
         tables: the same writes as ``ops``, by sub-DB, when every one is a put
             of the journal's own tables (empty otherwise): applied a table at a time.
     """
@@ -103,7 +106,7 @@ class CommitPlan:
     next_position: int
     records: int = 0
     record_bytes: int = 0
-    rows: set[tuple[str, str]] = field(default_factory=set)
+    rows: dict[tuple[str, str], bytes | None] = field(default_factory=dict)
     tables: dict[str, list[tuple[bytes, bytes]]] = field(default_factory=dict)
 
     @classmethod
@@ -152,7 +155,7 @@ def plan_commit(requests: Sequence[Append], heads: Heads) -> CommitPlan:
 def _plan_rows(plan: CommitPlan, writes: Sequence[EntityWrite]) -> None:
     for write in writes:
         plan.ops.append((write.table, write.key.encode(), write.value))
-        plan.rows.add((write.table, write.key))
+        plan.rows[(write.table, write.key)] = write.value
 
 
 def _answers(
@@ -246,12 +249,16 @@ def layout(appends: Sequence[Append]) -> list[Chunk]:
     for request in appends:
         events = request.events
         session_id = events[0].session_id
-        if all(event.session_id == session_id for event in events):
+        # One event (most requests of a big batch): no generator to run per event.
+        if len(events) == 1 or all(event.session_id == session_id for event in events):
             group = by_session.get(session_id)
             if group is None:
                 group = by_session[session_id] = []
                 groups.append(group)
-            group += [(request, event) for event in events]
+            if len(events) == 1:
+                group.append((request, events[0]))
+            else:
+                group += [(request, event) for event in events]
             continue
         run: Chunk = []
         for event in events:
@@ -268,7 +275,7 @@ def _cut(group: Chunk) -> list[Chunk]:
     if len(group) == 1:
         return [group]
     small = MAX_RECORD_PAYLOAD_BYTES // MAX_RECORD_EVENTS
-    if len(group) <= MAX_RECORD_EVENTS and all(len(e.payload) <= small for _r, e in group):
+    if len(group) <= MAX_RECORD_EVENTS and max(map(len, map(_PAYLOAD, map(_EVENT, group)))) <= small:
         return [group]  # cannot reach either bound: one record, bytes uncounted
     chunks: list[Chunk] = []
     chunk: Chunk = []

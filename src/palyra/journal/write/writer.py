@@ -43,7 +43,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from operator import itemgetter
 from typing import Any
@@ -103,7 +103,7 @@ class Writer(OtherCommits):
         env: JournalEnv,
         max_batch_events: int,
         on_commit: Callable[[list[tuple[StoredEvent, int]]], Deliveries],
-        on_rows: Callable[[set[tuple[str, str]], dict[tuple[str, str], bytes | None]],
+        on_rows: Callable[[Iterable[tuple[str, str]], Mapping[tuple[str, str], bytes | None]],
                           None] = lambda rows, values: None,
         followed: Callable[[], bool] = lambda: True,
         on_applied: Callable[[], None] = lambda: None,
@@ -216,7 +216,8 @@ class Writer(OtherCommits):
                     self._pending.commit()
                     continue
                 add(item)  # type: ignore[arg-type]
-                size += _weight(item)
+                # _weight inline: one call fewer per request of a big batch.
+                size += len(item.events) if isinstance(item, Append) else 1
             self._finish()
             self._commit(batch)
 
@@ -330,7 +331,7 @@ class Writer(OtherCommits):
         if plan.rows:
             # Before anyone hears of the commit: no stale read after, and the rows as
             # written are there to read without waiting for LMDB to hold them.
-            self._on_rows(plan.rows, written_values(live) if live is not None else {})
+            self._on_rows(plan.rows, plan.rows)  # the rows, and the values they hold
         stats = self.stats
         stats.commits += 1
         stats.appended_events += len(plan.views)
@@ -403,14 +404,3 @@ def _remember(memory: dict[Any, Any], committed: dict[Any, Any]) -> None:
     if len(memory) + len(committed) > _MEMORY_LIMIT:
         memory.clear()
     memory.update(committed)
-
-
-def written_values(requests: list[Append]) -> dict[tuple[str, str], bytes | None]:
-    """The value each entity row holds after ``requests`` commit (in order: the last wins,
-    as ``plan_commit`` lays the writes out)."""
-    values: dict[tuple[str, str], bytes | None] = {}
-    for request in requests:
-        for event in request.events:
-            for write in event.entity_writes:
-                values[(write.table, write.key)] = write.value
-    return values
