@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -66,7 +67,7 @@ def test_a_sequence_equals_the_definition_and_only_grows(clock: list[int], start
     seq = UlidSequence()
     seq.next(clock[0])
     # Place the counter where the property is interesting (with the digits it keeps).
-    seq._random, seq._prefix = start, encode_ulid(seq._ms, start.to_bytes(10, "big"))[:20]
+    seq._random, seq._high = start, encode_ulid(seq._ms, start.to_bytes(10, "big"))[10:20]
     made = [seq.next(clock[0])]
     assert made[-1] == encode_ulid(seq._ms, seq._random.to_bytes(10, "big"))
     for ms in clock:
@@ -87,3 +88,24 @@ def test_a_reset_sequence_draws_fresh_entropy() -> None:
     seq.reset()
     again = seq.next(1_700_000_000_000)
     assert again[:10] == first[:10] and again != first
+
+
+def test_a_sequence_reads_entropy_once_not_per_millisecond(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new millisecond costs the time's digits, not a read of the entropy pool (one per
+    journal commit on an idle daemon); ids still carry each millisecond and grow."""
+    from palyra.core import ids
+
+    reads: list[bytes] = []
+    pool = ids._EntropyPool()
+
+    def counted() -> bytes:
+        reads.append(chunk := pool.take())
+        return chunk
+
+    monkeypatch.setattr(ids._ENTROPY, "take", counted)
+    seq = ids.UlidSequence()
+    made = [seq.next(1_700_000_000_000 + ms) for ms in range(200) for _ in range(3)]
+    assert len(reads) == 1
+    assert [m[:10] for m in made[::3]] == [
+        encode_ulid(1_700_000_000_000 + ms, bytes(10))[:10] for ms in range(200)]
+    assert all(a < b for a, b in itertools.pairwise(made)) and all(is_ulid(m) for m in made)

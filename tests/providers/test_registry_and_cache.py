@@ -83,6 +83,25 @@ def test_routes_resolve_to_targets_with_their_models() -> None:
         assert gone.value.code is ErrorCode.CONFIG_INVALID
 
 
+def test_a_resolved_route_is_remembered_boundedly_and_handed_out_as_a_copy() -> None:
+    """Each model call resolves its run's route: the registry answers a known one from
+    memory, as a list its caller may change, and forgets when many routes were asked."""
+    registry = ProviderRegistry.build(ProviderConfig(model="m0"), [
+        ProviderConfig(name="b", model="bm")])
+    registry.resolve(("b", "/x"))
+    first = registry.resolve(("b", "/x"))  # from memory
+    first.clear()  # a caller filters its candidates in place
+    again = registry.resolve(("b", "/x"))
+    assert [t for t, _p in again] == [Target("b", "bm"), Target("scripted", "x")]
+    assert again[0][1] is registry.resolve(("b",))[0][1]
+    for n in range(2_000):  # client-chosen routes: any number of distinct models
+        registry.resolve((f"b/model-{n}",))
+    assert len(registry._resolved) <= 256
+    with pytest.raises(PalyraError):  # a failure is never remembered as an answer
+        registry.resolve(("nope",))
+    assert ("nope",) not in registry._resolved
+
+
 REQUEST = ModelRequest(
     messages=[ChatMessage("user", "add 1"),
               ChatMessage("assistant", "", [ToolCall("01JABC", "add", {"a": 0, "b": 1})]),

@@ -62,14 +62,15 @@ class RegistryTools:
         return args_digest(name, arguments)
 
     async def execute(self, name: str, arguments: Mapping[str, Any], *, session_id: str,
-                      run_id: str, timeout_s: float, posture: str = "") -> ToolOutcome:
+                      run_id: str, timeout_s: float, posture: str = "",
+                      args_json: str = "") -> ToolOutcome:
         """Run the tool through the registry's capped path and attest the result."""
         tool = self._registry.get(name)
         limit = min(timeout_s, tool.timeout_s) if tool is not None else timeout_s
         ctx = ToolContext(workspace_dir=self._workspace, session_id=session_id, run_id=run_id,
                           posture=posture)
         result = await self._registry.execute(name, arguments, ctx, timeout_s=limit)
-        digest = attest(name, canonical_args_json(arguments), result)
+        digest = attest(name, args_json or canonical_args_json(arguments), result)
         return ToolOutcome(success=result.success, output_json=result.output_json,
                            error=result.error, timed_out=result.timed_out,
                            truncated=result.truncated, execution_sha256=digest,

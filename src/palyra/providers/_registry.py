@@ -33,6 +33,9 @@ class Target:
         return f"{self.provider}/{self.model}" if self.model else self.provider
 
 
+_RESOLVED_MAX = 256
+
+
 def parse_target(text: str) -> Target:
     """``provider`` or ``provider/model`` as a :class:`Target` (split at the first ``/``).
 
@@ -67,6 +70,9 @@ class ProviderRegistry:
             self._configs[name] = config
             self._providers[name] = provider
         self._default = entries[0][0].registry_name
+        # resolve()'s answers by route: every model call resolves its run's route, and
+        # the registry never changes after this (a new config builds a new registry).
+        self._resolved: dict[tuple[str, ...], tuple[tuple[Target, ModelProvider], ...]] = {}
 
     @classmethod
     def build(cls, default: ProviderConfig, others: Iterable[ProviderConfig] = (), *,
@@ -127,6 +133,10 @@ class ProviderRegistry:
             PalyraError: ``CONFIG_INVALID`` when the config no longer has a target
                 the route names (a provider removed after the run started).
         """
+        key = tuple(route)
+        known = self._resolved.get(key)
+        if known is not None:
+            return list(known)
         out: list[tuple[Target, ModelProvider]] = []
         for label in route or (self._default,):
             target = parse_target(label)
@@ -137,6 +147,9 @@ class ProviderRegistry:
             name = target.provider or self._default
             config = self._configs[name]
             out.append((Target(name, target.model or config.model), self._providers[name]))
+        if len(self._resolved) >= _RESOLVED_MAX:  # routes are client-chosen: stay bounded
+            self._resolved.clear()
+        self._resolved[key] = tuple(out)
         return out
 
     async def aclose(self) -> None:

@@ -132,12 +132,16 @@ class ToolsPort(Protocol):
 
     async def execute(
         self, name: str, arguments: Mapping[str, Any], *, session_id: str, run_id: str,
-        timeout_s: float, posture: str = "",
+        timeout_s: float, posture: str = "", args_json: str = "",
     ) -> ToolOutcome:
         """Run the tool; cancellable by plain asyncio cancellation.
 
         ``posture`` is the one taped with the call's decision (a tool may
         confine itself by it: ``process.run``'s sandbox tier).
+
+        ``args_json``: the canonical JSON of ``arguments``
+        (``tools.canonical_args_json``) when the caller already made it (the
+        proposal's ``input_json``), so the attestation does not encode them again.
 
         The port enforces ``timeout_s`` (the loop's remaining wall-clock time, or
         less): a call that outlasts it is a ``timed_out`` outcome, not an error.

@@ -91,21 +91,24 @@ async def propose(step: Step, batch: Batch, calls: Sequence[ToolCall], turn: int
     If the first call needs approval, its request is part of the same append.
     """
     verdicts: list[tuple[str, ToolCall, ToolVerdict]] = []
+    inputs: dict[str, str] = {}  # the canonical JSON of each call's arguments, by proposal
     limit = step.deps.config.max_tool_args_bytes
     for index, call in enumerate(calls):
         pid = new_ulid()
         input_json = canonical_json(dict(call.arguments)).decode()
-        if len(input_json.encode()) > limit:
+        size = len(input_json) if input_json.isascii() else len(input_json.encode())
+        if size > limit:
             # Taped as a placeholder and denied: the run and its input stay on
             # the tape, and the model hears why instead of the run failing.
             verdict = ToolVerdict(pb.ToolDecisionOutcome.DENY,
-                                  f"tool arguments are {len(input_json.encode())} bytes, over "
+                                  f"tool arguments are {size} bytes, over "
                                   f"the {limit}-byte limit", step.deps.policy.policy_hash)
             input_json = oversized_args_json(input_json)
         else:
             verdict = decide(step, call.name, call.arguments, index)
             # The fold takes these arguments rather than decoding ``input_json`` again.
             step.writer.loop.expect_arguments(pid, dict(call.arguments))
+            inputs[pid] = input_json
         verdicts.append((pid, call, verdict))
         # One event: the call and the policy's verdict on it (docs/journal/design.md, "Tape events folded").
         batch.add(pb.ToolProposal(
@@ -119,7 +122,7 @@ async def propose(step: Step, batch: Batch, calls: Sequence[ToolCall], turn: int
         step.carry(batch)
         step.phase = "tool"
         with step.active():
-            outcomes = await _run_group(step, group)
+            outcomes = await _run_group(step, group, inputs)
         for (gpid, gcall, _), outcome in zip(group, outcomes, strict=True):
             _add_outcome(batch, gpid, gcall.name, outcome)  # the model's order, always
         if len(group) == len(calls):
@@ -151,14 +154,16 @@ def _read_only_group(step: Step, verdicts: list[tuple[str, ToolCall, ToolVerdict
     return group
 
 
-async def _run_group(step: Step, group: list[tuple[str, ToolCall, ToolVerdict]]
-                     ) -> list[ToolOutcome]:
-    """Run the group's calls concurrently; outcomes in the group's order."""
+async def _run_group(step: Step, group: list[tuple[str, ToolCall, ToolVerdict]],
+                     inputs: Mapping[str, str]) -> list[ToolOutcome]:
+    """Run the group's calls concurrently; outcomes in the group's order. ``inputs``: each
+    call's ``input_json`` by proposal id (its attestation hashes that same text)."""
     if len(group) == 1:  # the common case: no extra tasks
-        _, call, _ = group[0]
-        return [await _run_tool(step, call.name, call.arguments)]
-    return list(await asyncio.gather(*(_run_tool(step, call.name, call.arguments)
-                                       for _, call, _ in group)))
+        pid, call, _ = group[0]
+        return [await _run_tool(step, call.name, call.arguments, args_json=inputs[pid])]
+    return list(await asyncio.gather(*(_run_tool(step, call.name, call.arguments,
+                                                 args_json=inputs[pid])
+                                       for pid, call, _ in group)))
 
 
 def run_postures(step: Step) -> dict[str, str]:
@@ -422,7 +427,7 @@ def _add_outcome(batch: Batch, pid: str, name: str, outcome: ToolOutcome) -> Non
 
 
 async def _run_tool(step: Step, name: str, arguments: Mapping[str, Any],
-                    posture: str = "") -> ToolOutcome:
+                    posture: str = "", *, args_json: str = "") -> ToolOutcome:
     """Execute within the loop's remaining wall-clock budget; every failure is an outcome.
 
     The tools port enforces the budget (``timeout_s``) with the one timer it sets
@@ -434,7 +439,7 @@ async def _run_tool(step: Step, name: str, arguments: Mapping[str, Any],
             raise TimeoutError
         outcome = await step.deps.tools.execute(
             name, arguments, session_id=step.record.session_id,
-            run_id=step.run_id, timeout_s=remaining, posture=posture)
+            run_id=step.run_id, timeout_s=remaining, posture=posture, args_json=args_json)
         if outcome.images:
             # Stored (with the run's references) before the result that names them.
             await step.deps.attachments.put(step.record.identity.principal, step.run_id,
