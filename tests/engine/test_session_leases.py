@@ -16,6 +16,7 @@ from palyra_gen.palyra import v1 as pb
 
 from palyra.app import PalyraApp
 from palyra.core.errors import ErrorCode, PalyraError
+from palyra.engine.model.lifecycle import is_run_terminal
 from palyra.engine.model.records import RUNS, RunRecord, decode
 from palyra.engine.run import inbox
 from palyra.journal import verify_store
@@ -402,6 +403,13 @@ async def test_an_input_handed_over_to_a_run_that_ends_first_is_refused_not_drop
     async def never(*_args: object) -> bool:
         return False
 
+    def ended_as_b_reads_it() -> bool:
+        raw = store_b.get_entity(RUNS, run.run_id)
+        return raw is not None and is_run_terminal(decode(RunRecord, raw).state)
+
+    # b follows a's writes a moment later; before that its round rightly leaves the
+    # row alone (to b the run is still live elsewhere), and nobody would answer.
+    await until(ended_as_b_reads_it)
     # Any daemon drops the row of an ended run: here one that has no live run.
     await inbox.InboxReader(store_b, lambda _run_id: None, never, never).round()
     with pytest.raises(PalyraError) as refused:
