@@ -96,8 +96,7 @@ async def test_a_retry_after_a_restart_resumes_after_the_chunks_delivered(
             assert _texts(bot, 7) == [r.text for r in reply[:3]]
         # A new process: the retry, due after its backoff, is what the journal kept.
         async with _Daemon(tmp_path / "data", bot) as daemon:
-            await _until(lambda: daemon.queue.get(task.task_id).state == "succeeded")
-            done = daemon.queue.get(task.task_id)
-            assert done is not None and done.attempts == 2
+            await _until(lambda: daemon.queue.require(task.task_id).state == "succeeded")
+            assert daemon.queue.require(task.task_id).attempts == 2
     assert _texts(bot, 7) == [r.text for r in reply]
     assert bot.duplicate_replies() == 0
