@@ -65,7 +65,7 @@ class Chunk(msgspec.Struct, frozen=True, array_like=True):
     text: str
 
 
-class SendPayload(msgspec.Struct, frozen=True, kw_only=True):
+class SendPayload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A ``channel.send`` task's payload: chunks to one conversation, sent in order.
 
     A task queued before chunks were carried together holds one chunk as ``key`` and
