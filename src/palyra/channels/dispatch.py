@@ -3,9 +3,9 @@
 A dispatch runs a batch of coalesced messages: to the conversation's active
 run as input when there is one, else in a new run whose id *is* the task id,
 so a dispatch repeated after a crash finds its run instead of starting a
-second one. Replies go to the outbox as one ``channel.send`` task carrying their
-chunks in order, whose idempotency keys derive from the run, so they are queued once however often
-the dispatch runs. Per-channel slots bound the runs in flight; a message that
+second one. Replies go to the outbox as one ``channel.send`` task carrying
+their chunks in order, whose idempotency keys derive from the run, so they are
+queued once however often the dispatch runs. Per-channel slots bound the runs in flight; a message that
 finds them all busy goes back to the durable retry queue, then to quarantine.
 """
 
