@@ -200,3 +200,28 @@ def test_long_polling_commits_the_offset_with_the_messages(tmp_path: Path) -> No
             _wait(lambda: len(bot.offsets) > polled)
             assert bot.offsets[polled] == 32, "a restart resumes at the stored offset"
             assert len(bot.replies()) == len(texts)
+
+
+def test_long_replies_reach_each_chat_in_order_with_sends_at_once(tmp_path: Path) -> None:
+    # The Bot API takes concurrent sendMessage requests in a random order, as a busy
+    # platform does; replies cut into 200-byte chunks, four chats at once.
+    people = [User(id=7000 + n, first_name=f"user{n}", is_bot=False) for n in range(4)]
+    chats = [Chat(id=p.id, type="private") for p in people]  # a DM's chat is its sender
+    words = " ".join(f"w{i:03d}" for i in range(240))  # 1,199 characters: 7 chunks
+    with FakeTelegram(TOKEN, jitter_s=0.02) as bot:
+        config = _config(tmp_path / "palyra.toml", bot.api_url, mode="polling")
+        config.write_text(config.read_text().replace("reply_max_bytes = 8000",
+                                                     "reply_max_bytes = 200"))
+        for n, (person, chat) in enumerate(zip(people, chats, strict=True), start=1):
+            bot.push(update(n, f"please echo {words}", chat=chat, sender=person))
+        with DaemonProcess(tmp_path / "data", env=clean_env(),
+                           extra_args=("--config", str(config))):
+            _wait(lambda: all(sum(r["chat_id"] == c.id for r in bot.replies()) >= 7
+                              for c in chats), timeout=60)
+            _settled_replies(bot)
+    for chat in chats:
+        chunks = [r["text"] for r in bot.replies() if r["chat_id"] == chat.id]
+        assert len(chunks) >= 7 and all(len(c.encode()) <= 200 for c in chunks)
+        said = "".join(chunks).split()
+        assert [w for w in said if w.startswith("w")] == words.split(), chunks
+    assert bot.duplicate_replies() == 0

@@ -5,15 +5,16 @@ by policy, the firing's run, and the RPCs with Cedar cron.delete."""
 from __future__ import annotations
 
 import datetime
-import json
 import zoneinfo
 
+import msgspec
 import pytest
 from engine_harness import ADMIN, OTHER_USER, USER, Harness
 from palyra_gen.palyra import v1 as pb
 
 from palyra.adapters.scheduled import prompt_handler
 from palyra.agents import AgentRegistry
+from palyra.channels.outbox import OutboundReply, SendPayload
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.schedules import PROMPT_TASK, ScheduleRecord, Schedules, due, next_after, validate
 from palyra.schedules.model import LATE_MS
@@ -189,9 +190,10 @@ async def test_a_firings_answer_goes_to_its_channel_conversation(harness: Harnes
     for _ in range(2):  # a retried firing sends nothing twice
         await handle(TaskContext(task=task, payload={"schedule_id": rec.schedule_id}))
     [send] = tasks.page(kind="channel.send")[0]
-    assert json.loads(send.payload_json) == {
-        "sink": "slack:T1", "key": f"schedule:{task_id}:0", "text": "daily digest",
-        "conversation_id": "C42", "thread_id": "171.5", "reply_to": "", "reply_token": ""}
+    sent = msgspec.json.decode(send.payload_json, type=SendPayload)
+    assert sent.replies() == [OutboundReply(
+        sink="slack:T1", key=f"schedule:{task_id}:0", text="daily digest",
+        conversation_id="C42", thread_id="171.5")]
     await tasks.close()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -109,3 +110,14 @@ def test_illegal_moves_are_lifecycle_errors() -> None:
 def test_records_round_trip() -> None:
     rec = model.claim(_task(payload_json='{"a":1}', priority=3), "w", T0, 5)
     assert model.decode(model.encode(rec)) == rec
+
+
+def test_progress_recorded_by_a_heartbeat_outlives_the_attempt() -> None:
+    rec = model.claim(model.new_task("T1", "k", 0, max_attempts=3), "w", 1, 1000)
+    noted = model.heartbeat(rec, rec.lease_epoch, 2, 1000, '{"sent":2}')
+    assert model.heartbeat(noted, rec.lease_epoch, 3, 1000).progress_json == '{"sent":2}'
+    retried = model.release(noted, 4, "boom", Outcome.FAILED)
+    again = model.claim(msgspec.structs.replace(retried, not_before_ms=0), "w2", 5, 1000)
+    assert (again.attempts, again.progress_json) == (2, '{"sent":2}')
+    with pytest.raises(PalyraError):  # a stale lease records nothing
+        model.heartbeat(again, rec.lease_epoch, 6, 1000, '{"sent":3}')

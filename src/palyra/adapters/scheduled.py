@@ -53,12 +53,12 @@ def prompt_handler(engine: Engine, agents: AgentRegistry, schedules: Schedules,
                               code=ErrorCode.UNAVAILABLE)
         done = await engine.wait_run(identity, run_id, until_terminal=True)
         if rec.sink and done.state == RunStateId.DONE and done.final_text and tasks is not None:
-            # Once per firing and chunk (the outbox's idempotency key), even if this
-            # task runs again after a crash.
-            for index, chunk in enumerate(split_utf8(done.final_text, REPLY_MAX_BYTES)):
-                await queue_send(tasks, OutboundReply(
-                    sink=rec.sink, key=f"schedule:{run_id}:{index}", text=chunk,
-                    conversation_id=rec.conversation_id, thread_id=rec.thread_id))
+            # Once per firing (the outbox's idempotency keys), even if this task runs
+            # again after a crash; the chunks go out in order, in one send task.
+            await queue_send(tasks, [OutboundReply(
+                sink=rec.sink, key=f"schedule:{run_id}:{index}", text=chunk,
+                conversation_id=rec.conversation_id, thread_id=rec.thread_id)
+                for index, chunk in enumerate(split_utf8(done.final_text, REPLY_MAX_BYTES))])
         return {"run_id": run_id, "state": done.state}
 
     return handle

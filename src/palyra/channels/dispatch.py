@@ -3,9 +3,9 @@
 A dispatch runs a batch of coalesced messages: to the conversation's active
 run as input when there is one, else in a new run whose id *is* the task id,
 so a dispatch repeated after a crash finds its run instead of starting a
-second one. Replies go to the outbox as ``channel.send`` tasks whose
-idempotency keys derive from the run, so they are queued once however often
-the dispatch runs. Per-channel slots bound the runs in flight; a message that
+second one. Replies go to the outbox as one ``channel.send`` task carrying
+their chunks in order, whose idempotency keys derive from the run, so they are
+queued once however often the dispatch runs. Per-channel slots bound the runs in flight; a message that
 finds them all busy goes back to the durable retry queue, then to quarantine.
 """
 
@@ -26,7 +26,13 @@ from palyra.channels import notices, records
 from palyra.channels.admission import ACTOR
 from palyra.channels.commands import Commands, active_run, channel_identity
 from palyra.channels.config import ChannelsConfig
-from palyra.channels.outbox import SEND_ATTEMPTS, SEND_TASK, OutboundReply, queue_send
+from palyra.channels.outbox import (
+    SEND_ATTEMPTS,
+    SEND_TASK,
+    OutboundReply,
+    queue_send,
+    send_payloads,
+)
 from palyra.channels.recent import Recent
 from palyra.channels.records import InboundRec
 from palyra.channels.replies import split_utf8
@@ -138,17 +144,21 @@ class Dispatcher:
             outcome = DispatchOutcome(reason="quarantined_channel_busy")
         # The replies are queued in the commit of this task's success: no commit of
         # their own, and a dispatch repeated after a crash queues them once (their keys).
-        sends = tuple(FollowUp(SEND_TASK, payload=msgspec.to_builtins(OutboundReply(
-            sink=first.sink, key=f"reply:{outcome.run_id or ctx.task.task_id}:{index}",
-            text=text, conversation_id=first.envelope.conversation_id,
-            thread_id=first.envelope.thread_id, reply_to=first.envelope.adapter_message_id,
-            reply_token=first.envelope.reply_token)),
-            idempotency_key=f"reply:{outcome.run_id or ctx.task.task_id}:{index}",
+        # All of them ride in one send task (more only past its payload limit), which
+        # sends them in order: a long reply reads in order on the platform.
+        base = f"reply:{outcome.run_id or ctx.task.task_id}"
+        sends = tuple(FollowUp(
+            SEND_TASK, payload=payload, idempotency_key=payload["chunks"][0][0],
             max_attempts=SEND_ATTEMPTS,
             # The keys name this task's own run (its id) or this task: on its first
             # attempt no earlier success can have queued them, so none is looked up.
             new_key=ctx.task.attempts == 1)
-            for index, text in enumerate(outcome.outputs)) if first.sink else ()
+            for payload in send_payloads([OutboundReply(
+                sink=first.sink, key=f"{base}:{index}", text=text,
+                conversation_id=first.envelope.conversation_id,
+                thread_id=first.envelope.thread_id, reply_to=first.envelope.adapter_message_id,
+                reply_token=first.envelope.reply_token)
+                for index, text in enumerate(outcome.outputs)])) if first.sink else ()
         result: dict[str, Any] = msgspec.to_builtins(outcome)
         self._admitted.dispatched([m.envelope.envelope_id for m in msgs])
         self._finished(ctx.task.task_id, outcome)
@@ -287,13 +297,13 @@ class Dispatcher:
         return (approval.state, approval.tool_name) if approval else ("ended", "a tool")
 
     async def _notify(self, first: InboundRec, key: str, text: str) -> None:
-        for index, chunk in enumerate(self._chunks(text, first)):
-            await queue_send(self._tasks, OutboundReply(
-                sink=first.sink, key=f"{key}:{index}", text=chunk,
-                conversation_id=first.envelope.conversation_id,
-                thread_id=first.envelope.thread_id,
-                reply_to=first.envelope.adapter_message_id,
-                reply_token=first.envelope.reply_token))
+        await queue_send(self._tasks, [OutboundReply(
+            sink=first.sink, key=f"{key}:{index}", text=chunk,
+            conversation_id=first.envelope.conversation_id,
+            thread_id=first.envelope.thread_id,
+            reply_to=first.envelope.adapter_message_id,
+            reply_token=first.envelope.reply_token)
+            for index, chunk in enumerate(self._chunks(text, first))])
 
     def _context_lines(self, session_key: str, before: str
                        ) -> tuple[list[str], list[str], bool]:

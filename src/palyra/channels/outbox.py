@@ -1,19 +1,28 @@
 """The outbox: every reply is journaled (a ``channel.send`` task) before it is sent.
 
-A send task carries the reply and its idempotency key. The worker sends it
-through the channel's :class:`Sink`, retrying with the task queue's durable
-backoff, so retries survive a restart. A send whose result is unknown (a
-timeout, a connection dropped after the request went out) is never blindly
-repeated: the next attempt first asks the sink whether the key was delivered
-(:meth:`Sink.delivered`) and only sends if it was not. Outbound rate limits
-are kept per sink.
+A send task carries one reply's chunks in order, each with its idempotency key.
+The worker sends them one after another through the channel's :class:`Sink`, so
+a long reply reads in order on the platform, and after each chunk but the last
+records on the task how many went out (a heartbeat's progress): an attempt
+after a failure or a restart resumes at the first chunk not known delivered,
+never sending one twice. Retries use the task queue's durable backoff, so they
+survive a restart. A send whose result is unknown (a timeout, a connection
+dropped after the request went out) is never blindly repeated: the next
+attempt first asks the sink whether that chunk's key was delivered
+(:meth:`Sink.delivered`) and only sends if it was not.
+
+The sends of one conversation take turns (:class:`Lanes`): a reply is sent whole
+before the next reply to that conversation starts, in the order their tasks
+reached the outbox (the order the runs ended). Outbound rate limits are kept per
+sink.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -21,6 +30,8 @@ import structlog
 
 from palyra.journal import EventDraft
 from palyra.tasks import TaskQueue
+from palyra.tasks.model import DEFAULT_LEASE_MS, TaskRecord
+from palyra.tasks.queue import MAX_PAYLOAD
 from palyra.tasks.worker import TaskContext
 
 log = structlog.get_logger("palyra.channels")
@@ -47,13 +58,80 @@ class OutboundReply(msgspec.Struct, frozen=True, kw_only=True):
     reply_token: str = ""  # Envelope.reply_token of the message answered
 
 
-async def queue_send(tasks: TaskQueue, reply: OutboundReply,
+class Chunk(msgspec.Struct, frozen=True, array_like=True):
+    """One chunk of a send task: its idempotency key and text."""
+
+    key: str
+    text: str
+
+
+class SendPayload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A ``channel.send`` task's payload: chunks to one conversation, sent in order.
+
+    A task queued before chunks were carried together holds one chunk as ``key`` and
+    ``text`` (and no ``chunks``); it is read as a one-chunk send.
+    """
+
+    sink: str
+    chunks: tuple[Chunk, ...] = ()
+    key: str = ""
+    text: str = ""
+    conversation_id: str = ""
+    thread_id: str = ""
+    reply_to: str = ""
+    reply_token: str = ""
+
+    def replies(self) -> list[OutboundReply]:
+        """The chunks as the sink sends them, in order."""
+        chunks = self.chunks or (Chunk(self.key, self.text),)
+        return [OutboundReply(sink=self.sink, key=c.key, text=c.text,
+                              conversation_id=self.conversation_id, thread_id=self.thread_id,
+                              reply_to=self.reply_to, reply_token=self.reply_token)
+                for c in chunks]
+
+
+PAYLOAD_ROOM = MAX_PAYLOAD - 4096
+"""What one send task's chunks may take (JSON), under the queue's payload limit with
+room for the addressing fields."""
+
+
+def send_payloads(replies: Sequence[OutboundReply]) -> list[dict[str, Any]]:
+    """``replies`` (chunks of one conversation, in order) as send task payloads: one,
+    unless they outgrow a task's payload, then consecutive groups (queued together, so
+    the outbox's lanes still send them in order)."""
+    if not replies:
+        return []
+    first = replies[0]
+    groups: list[list[Chunk]] = [[]]
+    size = 0
+    for reply in replies:
+        chunk = Chunk(reply.key, reply.text)
+        weight = len(msgspec.json.encode(chunk))
+        if groups[-1] and size + weight > PAYLOAD_ROOM:
+            groups.append([])
+            size = 0
+        groups[-1].append(chunk)
+        size += weight
+    return [msgspec.to_builtins(SendPayload(
+        sink=first.sink, chunks=tuple(group), conversation_id=first.conversation_id,
+        thread_id=first.thread_id, reply_to=first.reply_to, reply_token=first.reply_token))
+        for group in groups]
+
+
+async def queue_send(tasks: TaskQueue, reply: OutboundReply | Sequence[OutboundReply],
                      also: Sequence[EventDraft] = ()) -> None:
-    """Journal ``reply`` as a ``channel.send`` task (once per idempotency key), with
-    ``also`` in the same commit (nothing of it is written when the key was known)."""
-    await tasks.enqueue(SEND_TASK, payload=msgspec.to_builtins(reply),
-                        max_attempts=SEND_ATTEMPTS, idempotency_key=reply.key,
-                        also=(lambda _task: also) if also else None)
+    """Journal ``reply`` (one chunk, or the chunks of one reply in order) as
+    ``channel.send`` tasks, once per first chunk's idempotency key, with ``also`` in the
+    commit of the first (nothing of it is written when the key was known)."""
+    chunks = [reply] if isinstance(reply, OutboundReply) else list(reply)
+    for index, payload in enumerate(send_payloads(chunks)):
+        await tasks.enqueue(SEND_TASK, payload=payload, max_attempts=SEND_ATTEMPTS,
+                            idempotency_key=payload["chunks"][0][0],
+                            also=_drafts(also) if also and index == 0 else None)
+
+
+def _drafts(also: Sequence[EventDraft]) -> Callable[[TaskRecord], Sequence[EventDraft]]:
+    return lambda _task: also
 
 
 class DeliveryUnknown(Exception):
@@ -90,35 +168,94 @@ class RateLimiter:
             self._next = now + self._interval
 
 
-class Outbox:
-    """Runs ``channel.send`` tasks against the configured sinks."""
+class Lanes:
+    """Turns per conversation: one holder at a time, in arrival order (asyncio's locks
+    are fair); a lane exists only while someone holds it or waits for it."""
 
-    def __init__(self, sinks: dict[str, Sink]) -> None:
+    def __init__(self) -> None:
+        self._locks: dict[tuple[str, str], tuple[asyncio.Lock, list[int]]] = {}
+
+    @contextlib.asynccontextmanager
+    async def turn(self, sink: str, conversation_id: str) -> AsyncIterator[None]:
+        """Hold the conversation's lane (an empty conversation id is a lane too)."""
+        key = (sink, conversation_id)
+        lock, users = self._locks.setdefault(key, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._locks[key]
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+
+class Outbox:
+    """Runs ``channel.send`` tasks against the configured sinks.
+
+    ``tasks`` records each task's progress between its chunks (without it, as in tests
+    of one chunk, nothing is recorded); ``lease_ms`` is the lease its worker claims with.
+    """
+
+    def __init__(self, sinks: dict[str, Sink], tasks: TaskQueue | None = None, *,
+                 lease_ms: int = DEFAULT_LEASE_MS) -> None:
         self.sinks = sinks
         self._limits = {name: RateLimiter(s.rate_per_s) for name, s in sinks.items()}
+        self._tasks = tasks
+        self.lease_ms = lease_ms
+        self.lanes = Lanes()
         self.sent = 0
         self.reconciled = 0
 
     async def handle(self, ctx: TaskContext) -> dict[str, Any]:
-        """One send attempt (a task handler)."""
-        reply = msgspec.convert(ctx.payload, OutboundReply)
-        sink = self.sinks.get(reply.sink)
+        """One send attempt (a task handler): the task's chunks not yet delivered, in order."""
+        send = msgspec.convert(ctx.payload, SendPayload)
+        replies = send.replies()
+        sink = self.sinks.get(send.sink)
         if sink is None:  # the config lost this sink: fail, the task keeps the reply
-            raise LookupError(f"no channel sink {reply.sink!r} is configured")
-        try:
-            if ctx.task.attempts > 1 and await sink.delivered(reply):
-                self.reconciled += 1
-                return {"delivered": True, "reconciled": True}
-            await self._limits[reply.sink].wait()
-            await sink.send(reply)
-        except Exception as exc:
-            # The task keeps the reply and retries it; the log says where it is stuck.
-            last = ctx.task.attempts >= ctx.task.max_attempts
-            log.warning("channel reply not delivered" + ("; giving up" if last else ""),
-                        channel=reply.sink, conversation_id=reply.conversation_id,
-                        thread_id=reply.thread_id, key=reply.key, task_id=ctx.task.task_id,
-                        attempt=ctx.task.attempts, max_attempts=ctx.task.max_attempts,
-                        error=f"{type(exc).__name__}: {exc}")
-            raise
-        self.sent += 1
-        return {"delivered": True}
+            raise LookupError(f"no channel sink {send.sink!r} is configured")
+        task = ctx.task
+        done = _progress(task.progress_json)
+        reconciled = 0
+        async with self.lanes.turn(send.sink, send.conversation_id):
+            for index in range(done, len(replies)):
+                reply = replies[index]
+                try:
+                    # Only the first chunk not known sent can have an unknown outcome:
+                    # the chunks after it were never tried (they go out one by one).
+                    if task.attempts > 1 and index == done and await sink.delivered(reply):
+                        self.reconciled += 1
+                        reconciled += 1
+                    else:
+                        await self._limits[send.sink].wait()
+                        await sink.send(reply)
+                        self.sent += 1
+                except Exception as exc:
+                    # The task keeps the reply and retries it; the log says where it is stuck.
+                    last = task.attempts >= task.max_attempts
+                    log.warning("channel reply not delivered" + ("; giving up" if last else ""),
+                                channel=send.sink, conversation_id=send.conversation_id,
+                                thread_id=send.thread_id, key=reply.key, task_id=task.task_id,
+                                attempt=task.attempts, max_attempts=task.max_attempts,
+                                chunk=index, chunks=len(replies),
+                                error=f"{type(exc).__name__}: {exc}")
+                    raise
+                if index + 1 < len(replies) and self._tasks is not None:
+                    # Durable before the next chunk goes out: a retry starts after it.
+                    await self._tasks.heartbeat(task.task_id, task.lease_epoch, self.lease_ms,
+                                                progress={"sent": index + 1})
+        result: dict[str, Any] = {"delivered": True, "chunks": len(replies)}
+        if reconciled:
+            result["reconciled"] = True
+        return result
+
+
+def _progress(progress_json: str) -> int:
+    """How many chunks an earlier attempt recorded as delivered."""
+    if not progress_json:
+        return 0
+    sent = msgspec.json.decode(progress_json).get("sent", 0)
+    return sent if isinstance(sent, int) and sent >= 0 else 0

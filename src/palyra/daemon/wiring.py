@@ -222,8 +222,9 @@ async def _open_channels(config: PalyraConfig, store: JournalStore, engine: Engi
     router = ChannelRouter(store, engine, tasks, pairing, gate, channels,
                            reply_caps=reply_caps(sinks))
     engine.on_subject_approval(PAIRING_SUBJECT, router.decide_pairing)
-    outbox = Outbox(dict(sinks))
-    sender = TaskWorker(tasks, {SEND_TASK: outbox.handle}, concurrency=SEND_CONCURRENCY)
+    outbox = Outbox(dict(sinks), tasks)
+    sender = TaskWorker(tasks, {SEND_TASK: outbox.handle}, concurrency=SEND_CONCURRENCY,
+                        lease_ms=outbox.lease_ms)
     # A dispatch's replies go straight to the outbox's worker, claimed in the commit of
     # the dispatch's success (no claim commit of their own); any it cannot take queue.
     # Likewise a message's dispatch, claimed in its admission's commit.

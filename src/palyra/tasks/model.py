@@ -69,6 +69,9 @@ class TaskRecord(msgspec.Struct, frozen=True, kw_only=True):
     # queued task of that key; its payload is then ``{"items": [...]}``.
     debounce_key: str = ""
     batch_count: int = 0
+    # What a worker recorded of its progress (a heartbeat's details, as Temporal's):
+    # kept across attempts, so a retry resumes after the work already done.
+    progress_json: str = ""
 
     @property
     def final(self) -> bool:
@@ -181,11 +184,14 @@ def check_lease(rec: TaskRecord, epoch: int) -> None:
                      "current_epoch": str(rec.lease_epoch), "state": str(rec.state)})
 
 
-def heartbeat(rec: TaskRecord, epoch: int, now_ms: int, lease_ms: int) -> TaskRecord:
-    """Renew the lease. The caller reads ``state``: ``cancel_requested`` means stop."""
+def heartbeat(rec: TaskRecord, epoch: int, now_ms: int, lease_ms: int,
+              progress_json: str | None = None) -> TaskRecord:
+    """Renew the lease, recording ``progress_json`` when given. The caller reads
+    ``state``: ``cancel_requested`` means stop."""
     check_lease(rec, epoch)
-    return msgspec.structs.replace(rec, heartbeat_ms=now_ms, lease_expires_ms=now_ms + lease_ms,
-                                   updated_ms=now_ms)
+    return msgspec.structs.replace(
+        rec, heartbeat_ms=now_ms, lease_expires_ms=now_ms + lease_ms, updated_ms=now_ms,
+        progress_json=rec.progress_json if progress_json is None else progress_json)
 
 
 def succeed(rec: TaskRecord, epoch: int, now_ms: int, result_json: str = "") -> TaskRecord:

@@ -457,14 +457,19 @@ class TaskQueue:
         return True
 
     async def heartbeat(self, task_id: str, epoch: int,
-                        lease_ms: int = model.DEFAULT_LEASE_MS) -> TaskRecord:
+                        lease_ms: int = model.DEFAULT_LEASE_MS, *,
+                        progress: dict[str, Any] | None = None) -> TaskRecord:
         """Renew a lease; the answer's ``state`` says whether a cancel was asked for.
+
+        ``progress`` is recorded on the task (``progress_json``) in the same commit and
+        kept across attempts: the next attempt of a task cut off after it resumes there.
 
         Raises:
             PalyraError: ``LEASE_STALE`` when ``epoch`` is not the task's lease.
         """
+        noted = None if progress is None else msgspec.json.encode(progress).decode()
         return await self._update(
-            task_id, lambda rec: model.heartbeat(rec, epoch, self._now(), lease_ms),
+            task_id, lambda rec: model.heartbeat(rec, epoch, self._now(), lease_ms, noted),
             lambda _new: "heartbeat")
 
     async def succeed(self, task_id: str, epoch: int, result: dict[str, Any] | None = None,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import itertools
 import json
+import random
 import threading
 import time
 from collections import Counter
@@ -24,10 +25,21 @@ from palyra.testing.platforms import _Server
 
 
 class FakeTelegram(_Server):
-    """The Bot API for one bot token; ``swallow`` sendMessage answers to make outcomes unknown."""
+    """The Bot API for one bot token; ``swallow`` sendMessage answers to make outcomes unknown.
 
-    def __init__(self, bot_token: str, *, swallow: int = 0, max_wait_s: float = 1.0) -> None:
+    ``jitter_s``: each sendMessage is taken in after a random delay up to this long, as
+    a platform takes concurrent requests in whichever order it gets to them (so chunks
+    sent at once may land out of order). ``refuse``: the numbers (from 1, in arrival
+    order) of sendMessage requests answered 429 without being kept.
+    """
+
+    def __init__(self, bot_token: str, *, swallow: int = 0, max_wait_s: float = 1.0,
+                 jitter_s: float = 0.0, refuse: frozenset[int] = frozenset()) -> None:
         super().__init__()
+        self.jitter_s = jitter_s
+        self.refuse = refuse
+        self._requests = itertools.count(1)
+        self._random = random.Random(7)
         self.bot_token = bot_token
         self.bot_id = int(bot_token.partition(":")[0])
         self.swallow = swallow
@@ -98,6 +110,14 @@ class FakeTelegram(_Server):
     def _send(self, data: dict[str, Any]) -> tuple[int, Any]:
         from telegram import Chat, Message, User
 
+        with self.lock:
+            number, pause = next(self._requests), self._random.uniform(0, self.jitter_s)
+        if number in self.refuse:
+            return 429, {"ok": False, "error_code": 429,
+                         "description": "Too Many Requests: retry after 1",
+                         "parameters": {"retry_after": 1}}
+        if pause:
+            time.sleep(pause)
         with self.lock:
             self.sent.append(data)
             message = Message(
