@@ -48,6 +48,8 @@ from palyra.journal.format.record import (
     scoped_prefix,
     u64_key,
 )
+from palyra.journal.postgres import arrays
+from palyra.journal.postgres.arrays import ByteaArray, TextArray
 from palyra.journal.postgres.changes import change_op, trim
 from palyra.journal.postgres.kv import PgTxn, PgWriteTxn, PostgresEnv
 from palyra.journal.postgres.lease import FENCES
@@ -530,7 +532,9 @@ class PostgresWriter:
 
 def _connect(dsn: str) -> psycopg.Connection[Any]:
     # Autocommit: the writer sends its own BEGIN and COMMIT (see ``_in_transaction``).
-    return psycopg.connect(dsn, autocommit=True)
+    conn = psycopg.connect(dsn, autocommit=True)
+    arrays.register(conn)  # the commit's rows go as arrays dumped in one pass
+    return conn
 
 
 def _roll_back(conn: psycopg.Connection[Any]) -> None:
@@ -553,10 +557,10 @@ def _write_ops(conn: psycopg.Connection[Any], ops: list[Op]) -> None:
     deletes = [(db, key) for (db, key), value in final.items() if value is None]
     if puts:
         dbs, keys, values = zip(*puts, strict=True)
-        conn.execute(_PUT, (list(dbs), list(keys), list(values)))
+        conn.execute(_PUT, (TextArray(dbs), ByteaArray(keys), ByteaArray(values)))
     if deletes:
         dbs, keys = zip(*deletes, strict=True)
-        conn.execute(_DELETE, (list(dbs), list(keys)))
+        conn.execute(_DELETE, (TextArray(dbs), ByteaArray(keys)))
 
 
 def taken_keys(conn: psycopg.Connection[Any], db: str, keys: list[bytes]) -> set[bytes]:
