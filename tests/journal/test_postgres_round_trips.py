@@ -1,0 +1,114 @@
+"""How many network round trips one commit of the PostgreSQL writer costs.
+
+Every daemon's commits serialise on the head row, so each round trip a commit
+waits for, while holding that row, is time no other commit can use. The writer
+pipelines its transaction (``postgres.writer``); this counts the round trips of a
+steady-state commit through a real TCP relay between the writer and a real server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import psycopg
+
+from palyra.journal import JournalConfig
+from palyra.journal.postgres.kv import PostgresEnv
+from palyra.journal.postgres.schema import migrate
+from palyra.journal.postgres.writer import PostgresWriter
+from palyra.journal.write.prepare import prepare
+from palyra.journal.write.requests import Append
+from palyra.testing.postgres import PostgresServer
+
+from .helpers import draft
+
+
+class _Relay:
+    """A loopback TCP relay that counts the client's flights: each time a connection's
+    client sends after the server last spoke (or first), which is one round trip."""
+
+    def __init__(self, target_port: int) -> None:
+        self._target_port = target_port
+        self.flights = 0
+        self._server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        server_r, server_w = await asyncio.open_connection("127.0.0.1", self._target_port)
+        last = ["server"]
+
+        def client_spoke() -> None:
+            if last[0] != "client":
+                self.flights += 1
+            last[0] = "client"
+
+        def server_spoke() -> None:
+            last[0] = "server"
+
+        async def pump(
+            r: asyncio.StreamReader, w: asyncio.StreamWriter, spoke: Callable[[], None]
+        ) -> None:
+            try:
+                while data := await r.read(65536):
+                    spoke()
+                    w.write(data)
+                    await w.drain()
+            except ConnectionError:
+                pass
+            finally:
+                w.close()
+
+        await asyncio.gather(pump(client_r, server_w, client_spoke),
+                             pump(server_r, client_w, server_spoke))
+
+
+async def _appended(writer: PostgresWriter, config: JournalConfig, i: int) -> None:
+    loop = asyncio.get_running_loop()
+    answer = loop.create_future()
+    writer.submit(Append(loop, answer, prepare([draft(i, session_id="s", run_id="r",
+                                                      tape=True)], config)))  # fmt: skip
+    await answer
+
+
+async def _flights_of(relay: _Relay, step: Callable[[], Awaitable[None]]) -> int:
+    before = relay.flights
+    await step()
+    return relay.flights - before
+
+
+async def test_a_steady_commit_is_three_round_trips(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = postgres_server.create_database()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        migrate(conn)
+    relay = _Relay(postgres_server.port)
+    await relay.start()
+    config = JournalConfig(backend="postgres",
+                           dsn=dsn.replace(f":{postgres_server.port}/", f":{relay.port}/"))
+    # Both connect (blocking) while this loop runs the relay: from a thread.
+    env = await asyncio.to_thread(PostgresEnv, tmp_path / "data", config)
+    writer = await asyncio.to_thread(PostgresWriter, env, 64, lambda _views: {},
+                                     lambda: False)  # fmt: skip
+    try:
+        await _appended(writer, config, 0)  # learns the session's and the tape's heads
+        # Once the heads are known: BEGIN with the head row's lock; the event-id
+        # check; the writes, the head's move, the notification and COMMIT together.
+        for i in range(1, 4):
+            step = functools.partial(_appended, writer, config, i)
+            assert await _flights_of(relay, step) == 3
+    finally:
+        await asyncio.to_thread(writer.stop)
+        await asyncio.to_thread(env.close)
+        await relay.stop()
