@@ -314,6 +314,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="with --transport http: httpx + httpx-sse (a Python client's "
                              "usual pick), or bench/lean_http.py (the same requests and "
                              "frames, no library): how much of the HTTP figures is the client")
+    parser.add_argument("--grpc-client", choices=("grpclib", "grpcio"), default="grpclib",
+                        help="with --transport grpc: grpclib (pure-Python h2, as `palyra "
+                             "chat`), or grpcio's asyncio client (C-core; the same calls and "
+                             "messages, bench/grpcio_driver.py): how much of the gRPC figures "
+                             "is the client")
     parser.add_argument("--daemon-reflection", action="store_true",
                         help="with --transport: keep the daemon's post-run reflection on (its "
                              "default; off by default here, as in process)")

@@ -27,6 +27,7 @@ from grpclib.exceptions import GRPCError
 from palyra_gen.palyra import v1 as pb
 
 from bench import probe
+from bench.grpcio_driver import GrpcioDriver
 from bench.lean_http import LeanClient
 from bench.workload import OnEvent, StreamedTurn
 from palyra.core.protojson import decode_message
@@ -235,7 +236,8 @@ class HttpDriver:
 class DaemonDriver:
     """A driver plus the daemon behind it: its pid and its in-process probe."""
 
-    def __init__(self, daemon: DaemonProcess, client: GrpcDriver | HttpDriver, probe_path: str,
+    def __init__(self, daemon: DaemonProcess, client: GrpcDriver | GrpcioDriver | HttpDriver,
+                 probe_path: str,
                  args: argparse.Namespace) -> None:
         self.daemon = daemon
         self._args = args
@@ -304,11 +306,16 @@ async def open_driver(kind: str, data_dir: Path, args: argparse.Namespace
     daemon = DaemonProcess(data_dir, env=daemon_env(args, probe_path),
                            log_path=data_dir.parent / f"{data_dir.name}.daemon.log")
     await asyncio.to_thread(daemon.start)
-    client: GrpcDriver | HttpDriver = (
-        GrpcDriver(daemon, args.tool, not getattr(args, "unbatched", False),
-                   getattr(args, "rpc", "stream")) if kind == "grpc"
-        else HttpDriver(daemon, args.tool, args.concurrency, getattr(args, "rpc", "stream"),
-                        lean=getattr(args, "http_client", "httpx") == "lean"))
+    batch, shape = not getattr(args, "unbatched", False), getattr(args, "rpc", "stream")
+    client: GrpcDriver | GrpcioDriver | HttpDriver
+    if kind == "grpc" and getattr(args, "grpc_client", "grpclib") == "grpcio":
+        client = GrpcioDriver(daemon.grpc_port, args.tool, CLIENT_HEADERS, APPROVER_HEADERS,
+                              batch, shape)
+    elif kind == "grpc":
+        client = GrpcDriver(daemon, args.tool, batch, shape)
+    else:
+        client = HttpDriver(daemon, args.tool, args.concurrency, shape,
+                            lean=getattr(args, "http_client", "httpx") == "lean")
     try:
         yield DaemonDriver(daemon, client, probe_path, args)
     finally:

@@ -92,6 +92,23 @@ def test_the_lean_http_client_drives_turns_to_result_k(tmp_path: Path, hitl: boo
     assert run["approvals"] == (6 if hitl else 0)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("hitl", [False, True])
+def test_the_grpcio_client_drives_turns_to_result_k(tmp_path: Path, hitl: bool) -> None:
+    # Every step's tool result and the run's end come through grpcio's reading of RunStream
+    # (decoded by palyra.core.protobin: ok needs result=K, K results and a DONE run); with
+    # --hitl its unary calls set the posture and each decision goes up the turn's stream.
+    out = tmp_path / "bench.json"
+    code = tool_loop.main(["-n", "3", "-k", "2", "-c", "2", "-r", "1", "--transport", "grpc",
+                           "--grpc-client", "grpcio", "--json", str(out),
+                           "--db", str(tmp_path / "d"), *(["--hitl"] if hitl else [])])
+    assert code == 0
+    run = json.loads(out.read_text())["results"]["grpc"]["runs"][0]
+    assert run["ok"] is True and run["runs"] == 3 and run["steps"] == 2
+    assert run["approvals"] == (6 if hitl else 0)
+    assert run["client_cpu_ms_per_step"] > 0  # grpcio's C-core threads are this process's
+
+
 @pytest.mark.parametrize("rpc", ["stream", "create-watch-get"])
 def test_both_call_shapes_drive_turns_to_result_k_in_process(tmp_path: Path, rpc: str) -> None:
     out = tmp_path / "bench.json"
