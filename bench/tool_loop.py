@@ -5,7 +5,7 @@ Usage::
     python -m bench tool-loop [-n N] [-k K] [-c C] [--turns T] [--repeats R] [--hitl]
         [--transport inproc|grpc|http] [--compare-inproc] [--json FILE|-] [--db DIR]
         [--backend lmdb|postgres|both] [--langgraph] [--tool add|echo|mcp|skill]
-        [--compare-tools]
+        [--compare-tools] [--grpc-client grpclib|grpcio] [--http-client httpx|lean]
 
 Each of the R runs (default 3) warms up on 3 sessions, then measures N
 sessions of K tool steps through C closed-loop workers on a fresh data dir
