@@ -62,6 +62,7 @@ from palyra.tasks import model
 from palyra.tasks.clock import ServerClock, wall_ms
 from palyra.tasks.index import LiveTasks
 from palyra.tasks.model import Outcome, State, TaskRecord
+from palyra.tasks.parent import parent_alive
 
 log = logging.getLogger("palyra.tasks")
 
@@ -290,10 +291,17 @@ class TaskQueue:
         moves in the enqueue's one commit (no claim commit, no wake-up of claimers),
         and the answer is the claimed task for the caller to hand to that worker.
 
+        ``parent_run_id``: the run the task belongs to (its end cancels the task). The
+        enqueue is refused once that run has ended; on a shared journal it is a
+        compare-and-set on the run's row, so a run ending on another daemon in the same
+        instant refuses it too (``palyra.tasks.parent``).
+
         Raises:
             InvalidArgument: an empty or long kind, a payload over 64 KiB, a long key.
+            PalyraError: ``RUN_TERMINAL`` when ``parent_run_id`` has ended.
         """
         payload_json = _checked(kind, idempotency_key, payload)
+        fresh = False  # read the parent's row from the store, not the cache (after a miss)
         while True:
             if idempotency_key:
                 first = self._idem_inflight.get(idempotency_key)
@@ -327,6 +335,9 @@ class TaskQueue:
                     expires_at_ms=now + ttl_ms if ttl_ms > 0 else 0,
                     max_attempts=max_attempts, parent_run_id=parent_run_id,
                     idempotency_key=idempotency_key)
+            # Checked last, with nothing awaited before the commit is queued.
+            parent = (parent_alive(self._store, parent_run_id, fresh=fresh and self._shared),
+                      ) if parent_run_id else ()
             extra = (EntityWrite(TABLE, _IDEM + idempotency_key, rec.task_id.encode()),
                      ) if idempotency_key else ()
             changes: list[Change] = [(rec, "enqueued", extra)]
@@ -341,9 +352,10 @@ class TaskQueue:
                     # its own, so enqueue -> start costs one durable commit, not two).
                     changes.append((model.claim(rec, taker.owner, now, taker.lease_ms),
                                     "claimed", ()))
-            created = await self._enqueue_new(changes, also, idempotency_key, taker)
+            created = await self._enqueue_new(changes, also, idempotency_key, taker, parent)
             if created is not None:
                 return created, True
+            fresh = True
 
     async def _coalesce(self, joining: list[TaskRecord], kind: str, item: Any, now: int,
                         debounce: model.Debounce,
@@ -364,9 +376,10 @@ class TaskQueue:
 
     async def _enqueue_new(self, changes: list[Change],
                            also: Callable[[TaskRecord], Sequence[EventDraft]] | None,
-                           idempotency_key: str, taker: _Claimer | None
-                           ) -> TaskRecord | None:
-        """Commit a new task; None: another daemon took its idempotency key first.
+                           idempotency_key: str, taker: _Claimer | None,
+                           parent: tuple[RowExpectation, ...] = ()) -> TaskRecord | None:
+        """Commit a new task; None: another daemon took its idempotency key first, or
+        changed the parent run's row (``parent``: what the commit expects of it).
 
         With ``taker``, ``changes`` end with its claim: the enqueuer is answered with
         the queued task (its own change) and the taker with the claimed one, both once
@@ -374,7 +387,8 @@ class TaskQueue:
         """
         try:
             answer = self._submit(changes, also, base=None,
-                                  taker=taker.claimed if taker is not None else None)
+                                  taker=taker.claimed if taker is not None else None,
+                                  expect=parent)
         except BaseException:  # refused before anything was queued: back to its place
             if taker is not None:
                 self._claimers.appendleft(taker)
@@ -684,8 +698,8 @@ class TaskQueue:
     def _submit(self, changes: list[Change],
                 also: Callable[[TaskRecord], Sequence[EventDraft]] | None = None,
                 answer: asyncio.Future[TaskRecord] | None = None, *,
-                base: TaskRecord | None, taker: asyncio.Future[TaskRecord] | None = None
-                ) -> asyncio.Future[TaskRecord]:
+                base: TaskRecord | None, taker: asyncio.Future[TaskRecord] | None = None,
+                expect: tuple[RowExpectation, ...] = ()) -> asyncio.Future[TaskRecord]:
         """Queue ``changes`` as one journal append and hold their tasks until it settles.
 
         Synchronous up to the writer's queue, so changes decided in this order are
@@ -698,7 +712,8 @@ class TaskQueue:
         record (or ``_Lost``), and ``answer`` the first change's record.
 
         ``base``: the record the first change was decided on (None: a new task). On a
-        shared journal the commit expects the task's row to hold it still.
+        shared journal the commit expects the task's row to hold it still, and every row
+        of ``expect`` to hold its value.
         """
         first = changes[0][0]
         drafts = [*also(first)] if also is not None else []
@@ -718,7 +733,7 @@ class TaskQueue:
         # the loop, later (never inside this call: ``drafts`` is not empty).
         if self._shared:
             self._store.submit(drafts, answer=commit, loop=self._loop,
-                               expect=self._expectations(changes, base))
+                               expect=self._expectations(changes, base) + expect)
         else:
             self._store.submit(drafts, answer=commit, loop=self._loop)
         del drafts
