@@ -134,6 +134,11 @@ class TaskQueue:
         # Tasks another daemon changed while a change of ours was in flight: read
         # again once ours settles (whichever landed last, the table has it).
         self._recheck: set[str] = set()
+        # Tasks whose row carries fields this version does not know (written by a newer
+        # daemon): task id -> those fields, the record read and the row's exact bytes.
+        # Every change writes the fields back untouched, and a compare-and-set on the
+        # row as read expects its bytes (this version would encode it otherwise).
+        self._carried: dict[str, tuple[dict[str, msgspec.Raw], TaskRecord, bytes]] = {}
         self._closed = False
         # The event loop the queue runs on, once started: every future of a change is
         # made on it without asking asyncio which loop runs (a lookup, and on this
@@ -153,7 +158,7 @@ class TaskQueue:
         if self._shared:  # before the scan: a change made meanwhile is read again
             self._now()  # the database's clock, measured once before anything needs it
             self._store.on_foreign_rows(partial(self._foreign_rows, loop))
-        self._live = LiveTasks(rec for rec in self._scan() if not rec.final)
+        self._live = LiveTasks(self._read(raw) for raw in self._scan_rows())
         moved = []
         for rec in sorted(self._live, key=lambda r: r.task_id):
             # Shared: another daemon's lease may be alive; only a lapsed one is released.
@@ -162,8 +167,9 @@ class TaskQueue:
                 # One at a time, each awaited: recovery runs again after a crash here.
                 expect = self._expectations([(new, "", ())], rec)
                 try:
-                    await (self._store.append([_draft(new, "recovered")], expect=expect)
-                           if expect else self._store.append([_draft(new, "recovered")]))
+                    drafts = [self._draft(new, "recovered")]
+                    await (self._store.append(drafts, expect=expect)
+                           if expect else self._store.append(drafts))
                 except PalyraError as exc:
                     if exc.code is not ErrorCode.STATE_CONFLICT:
                         raise
@@ -257,15 +263,39 @@ class TaskQueue:
         page = found[:limit]
         return page, (page[-1].task_id if len(found) > limit else "")
 
-    def _scan(self) -> Iterable[TaskRecord]:
+    def _scan_rows(self) -> Iterable[bytes]:
+        """The stored row of every unfinished task."""
         after = ""
         while True:
             rows = self._store.scan_entities(TABLE, _ID, after, 1000)
             for _key, value in rows:
-                yield model.decode(value)
+                if not model.decode(value).final:
+                    yield value
             if len(rows) < 1000:
                 return
             after = rows[-1][0]
+
+    def _read(self, row: bytes) -> TaskRecord:
+        """The record of a stored task row, noting the fields it carries that this
+        version does not know (kept while the task is unfinished)."""
+        rec = model.decode(row)
+        unknown = model.unknown_fields(row) if not rec.final else {}
+        if unknown:
+            self._carried[rec.task_id] = (unknown, rec, row)
+        else:
+            self._carried.pop(rec.task_id, None)
+        return rec
+
+    def _row(self, rec: TaskRecord) -> bytes:
+        """The stored form of ``rec``, with the unknown fields its row carried."""
+        carried = self._carried.get(rec.task_id)
+        if carried is None:
+            return model.encode(rec)
+        return carried[2] if carried[1] is rec else model.encode_carrying(rec, carried[0])
+
+    def _draft(self, rec: TaskRecord, event: str, extra: tuple[EntityWrite, ...] = (), *,
+               row: bool = True) -> EventDraft:
+        return _draft(rec, event, extra, row=self._row(rec) if row else None)
 
     # -- writes --------------------------------------------------------------
     async def enqueue(self, kind: str, *, payload: dict[str, Any] | None = None,
@@ -677,7 +707,7 @@ class TaskQueue:
             self._inflight[new.task_id] = block
         landed = False
         try:
-            yield [_draft(new, str(new.state)) for new in moved]
+            yield [self._draft(new, str(new.state)) for new in moved]
             landed = True
         finally:
             for new in moved:
@@ -718,12 +748,12 @@ class TaskQueue:
         first = changes[0][0]
         drafts = [*also(first)] if also is not None else []
         if len(changes) == 1:
-            drafts.append(_draft(first, changes[0][1], changes[0][2]))
+            drafts.append(self._draft(first, changes[0][1], changes[0][2]))
         else:
             # A task changed twice in one commit (enqueued, then claimed) stores its row
             # once, as the later change leaves it; each change is still its own event.
             last = {rec.task_id: rec for rec, _event, _extra in changes}
-            drafts.extend(_draft(rec, event, extra, row=last[rec.task_id] is rec)
+            drafts.extend(self._draft(rec, event, extra, row=last[rec.task_id] is rec)
                           for rec, event, extra in changes)
         lost_ok = answer is not None
         if answer is None:
@@ -756,6 +786,8 @@ class TaskQueue:
             if error is None:
                 if rec is last or rec.task_id != last.task_id:  # else a later change of it
                     self._live.put(rec)
+                    if rec.final:
+                        self._carried.pop(rec.task_id, None)
                     readied = readied or rec.state == State.QUEUED
             else:
                 self._live.release(rec.task_id)
@@ -792,7 +824,7 @@ class TaskQueue:
             return ()
         first = changes[0][0].task_id
         out = [RowExpectation(TABLE, _ID + first,
-                              model.encode(base) if base is not None else None)]
+                              self._row(base) if base is not None else None)]
         seen = {first}
         for rec, _event, extra in changes:
             if rec.task_id not in seen:
@@ -806,7 +838,7 @@ class TaskQueue:
         """Memory of ``task_id`` as the table holds it now (another daemon changed it)."""
         raw = self._store.get_entity(TABLE, _ID + task_id, fresh=True)
         if raw is not None:
-            self._live.put(model.decode(raw))
+            self._live.put(self._read(raw))
 
     def _foreign_rows(self, loop: asyncio.AbstractEventLoop,
                       rows: list[tuple[str, str]]) -> None:
@@ -997,16 +1029,16 @@ def _checked(kind: str, idempotency_key: str, payload: dict[str, Any] | None) ->
 
 
 def _draft(rec: TaskRecord, event: str, extra: tuple[EntityWrite, ...] = (), *,
-           row: bool = True) -> EventDraft:
-    """One task change as a journal event with the task's new row (``row``: not when a
+           row: bytes | None) -> EventDraft:
+    """One task change as a journal event with the task's new row ``row`` (None: a
     later change of the same commit writes it)."""
     return EventDraft(
         kind=f"task.{event}", actor=ACTOR,
         payload={"task_id": rec.task_id, "kind": rec.kind, "state": str(rec.state),
                  "epoch": rec.lease_epoch, "owner": rec.lease_owner,
                  "attempts": rec.attempts, "error": rec.last_error},
-        entity_writes=((EntityWrite(TABLE, _ID + rec.task_id, model.encode(rec)), *extra)
-                       if row else extra))
+        entity_writes=((EntityWrite(TABLE, _ID + rec.task_id, row), *extra)
+                       if row is not None else extra))
 
 
 __all__ = ["FollowUp", "Outcome", "State", "TaskQueue", "TaskRecord"]
