@@ -75,6 +75,7 @@ from palyra.engine.sessions.selectors import Selectors
 from palyra.engine.sessions.writer import SessionWriter
 from palyra.journal import EntityWrite, EventDraft, JournalStore, Lease
 from palyra.providers import ModelProvider, ProviderConfig, ProviderRegistry
+from palyra.tasks.clock import store_clock
 from palyra.usage import UsageLedger
 
 CANCEL_COMMAND = "/cancel"
@@ -144,6 +145,10 @@ class Engine:
                  usage: UsageLedger | None = None,
                  leases: SessionLeases | None = None) -> None:
         self.config = config or EngineConfig()
+        # Instants other daemons judge (an approval's expiry, a run's last activity, a
+        # session change) are stamped on the database's clock when the journal is
+        # shared, so daemons whose own clocks disagree still agree on them.
+        now_ms = store_clock(store, now_ms)
         if models is None:
             # One provider serves every run, under its own name.
             models = ProviderRegistry([(ProviderConfig(name=provider.name), provider)])

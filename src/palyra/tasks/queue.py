@@ -59,7 +59,7 @@ from palyra.core.errors import ErrorCode, InvalidArgument, NotFound, PalyraError
 from palyra.core.ids import UlidSequence
 from palyra.journal import EntityWrite, EventDraft, JournalStore, RowExpectation
 from palyra.tasks import model
-from palyra.tasks.clock import ServerClock, wall_ms
+from palyra.tasks.clock import store_clock, wall_ms
 from palyra.tasks.index import LiveTasks
 from palyra.tasks.model import Outcome, State, TaskRecord
 from palyra.tasks.parent import parent_alive
@@ -116,8 +116,7 @@ class TaskQueue:
         self._store = store
         # On a shared journal instants are stamped and judged on the database's clock,
         # read through ``now_ms`` (``palyra.tasks.clock``); else ``now_ms`` is the clock.
-        self._now: Callable[[], int] = (ServerClock(store.database_time_ms, now_ms)
-                                        if store.shared else now_ms)
+        self._now: Callable[[], int] = store_clock(store, now_ms)
         self._live = LiveTasks()  # every unfinished task, indexed
         # task id -> the commit of its change in flight (never handed to a caller, so
         # no caller's cancellation can cancel it).
