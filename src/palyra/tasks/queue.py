@@ -133,8 +133,9 @@ class TaskQueue:
         # Tasks another daemon changed while a change of ours was in flight: read
         # again once ours settles (whichever landed last, the table has it).
         self._recheck: set[str] = set()
-        # Tasks whose row carries fields this version does not know (written by a newer
-        # daemon): task id -> those fields, the record read and the row's exact bytes.
+        # Tasks whose row another version of the daemon wrote (fields this one does not
+        # know, or lacks some): task id -> the unknown fields, the record read and the
+        # row's exact bytes.
         # Every change writes the fields back untouched, and a compare-and-set on the
         # row as read expects its bytes (this version would encode it otherwise).
         self._carried: dict[str, tuple[dict[str, msgspec.Raw], TaskRecord, bytes]] = {}
@@ -278,11 +279,14 @@ class TaskQueue:
         """The record of a stored task row, noting the fields it carries that this
         version does not know (kept while the task is unfinished)."""
         rec = model.decode(row)
-        unknown = model.unknown_fields(row) if not rec.final else {}
-        if unknown:
-            self._carried[rec.task_id] = (unknown, rec, row)
-        else:
-            self._carried.pop(rec.task_id, None)
+        if not rec.final:
+            unknown = model.unknown_fields(row)
+            # Also a row this version would encode otherwise (an older daemon's, with
+            # fewer fields): a compare-and-set on it must expect its own bytes.
+            if unknown or model.encode(rec) != row:
+                self._carried[rec.task_id] = (unknown, rec, row)
+                return rec
+        self._carried.pop(rec.task_id, None)
         return rec
 
     def _row(self, rec: TaskRecord) -> bytes:
