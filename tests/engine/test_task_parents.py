@@ -109,3 +109,23 @@ async def test_no_task_is_enqueued_under_a_run_that_ended(harness: Harness) -> N
         assert queue.require(unknown.task_id).state == State.QUEUED  # unknown: not refused
     finally:
         await queue.close()
+
+
+async def test_a_run_ending_waits_for_its_new_tasks_in_flight_and_refuses_later_ones(
+        harness: Harness) -> None:
+    run_id = await _cancelled_run(harness, [])
+    assert harness.store is not None
+    queue = TaskQueue(harness.store)
+    await queue.start()
+    try:
+        arriving = asyncio.ensure_future(queue.enqueue("k", parent_run_id=run_id))
+        await asyncio.sleep(0)  # its commit is in flight as the run's end is decided
+        async with queue.cancelling_children(run_id, "the run ended") as drafts:
+            assert [d.payload["task_id"] for d in drafts] == [(await arriving)[0].task_id]
+            with pytest.raises(PalyraError) as refused:  # until the end lands
+                await queue.enqueue("k", parent_run_id=run_id)
+            assert refused.value.code is ErrorCode.RUN_TERMINAL
+            await harness.store.append(drafts)
+        assert queue.unfinished() == []
+    finally:
+        await queue.close()

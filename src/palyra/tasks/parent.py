@@ -6,7 +6,8 @@ journal the enqueue is a compare-and-set on the parent run's row: it expects the
 it was read when the run was seen alive, and a run that ended in between changes the
 row, so the enqueue is refused (``STATE_CONFLICT``) and decided again on the row as it
 is, which then refuses it with ``RUN_TERMINAL``. On one daemon (LMDB) the check is
-against the row the daemon itself last committed.
+against the row the daemon itself last committed, and the queue refuses the runs whose
+end it is committing (``TaskQueue.cancelling_children``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ def parent_alive(store: JournalStore, run_id: str, *, fresh: bool = False
     """
     row = store.get_entity(RUNS, run_id, fresh=fresh)
     if row is not None and run_ended(row):
-        raise PalyraError(f"run {run_id} has ended: no task can be enqueued under it",
-                          code=ErrorCode.RUN_TERMINAL, details={"parent_run_id": run_id})
+        raise parent_ended(run_id)
     return RowExpectation(RUNS, run_id, row)
+
+
+def parent_ended(run_id: str) -> PalyraError:
+    """The refusal of a task enqueued under ``run_id``, which has ended."""
+    return PalyraError(f"run {run_id} has ended: no task can be enqueued under it",
+                       code=ErrorCode.RUN_TERMINAL, details={"parent_run_id": run_id})

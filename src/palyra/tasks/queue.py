@@ -62,7 +62,7 @@ from palyra.tasks import model
 from palyra.tasks.clock import store_clock, wall_ms
 from palyra.tasks.index import LiveTasks
 from palyra.tasks.model import Outcome, State, TaskRecord
-from palyra.tasks.parent import parent_alive
+from palyra.tasks.parent import parent_alive, parent_ended
 
 log = logging.getLogger("palyra.tasks")
 
@@ -133,6 +133,10 @@ class TaskQueue:
         # Tasks another daemon changed while a change of ours was in flight: read
         # again once ours settles (whichever landed last, the table has it).
         self._recheck: set[str] = set()
+        # One daemon (LMDB): parent run id -> its new tasks whose commit is in flight,
+        # and the runs whose end is being committed (an enqueue under one is refused).
+        self._arriving: dict[str, set[str]] = {}
+        self._ending: set[str] = set()
         # Tasks whose row another version of the daemon wrote (fields this one does not
         # know, or lacks some): task id -> the unknown fields, the record read and the
         # row's exact bytes.
@@ -369,6 +373,8 @@ class TaskQueue:
                     max_attempts=max_attempts, parent_run_id=parent_run_id,
                     idempotency_key=idempotency_key)
             # Checked last, with nothing awaited before the commit is queued.
+            if parent_run_id in self._ending:
+                raise parent_ended(parent_run_id)
             parent = (parent_alive(self._store, parent_run_id, fresh=fresh and self._shared),
                       ) if parent_run_id else ()
             extra = (EntityWrite(TABLE, _IDEM + idempotency_key, rec.task_id.encode()),
@@ -429,12 +435,23 @@ class TaskQueue:
         if idempotency_key:
             self._idem_inflight[idempotency_key] = answer
             answer.add_done_callback(partial(self._idem_settled, idempotency_key))
+        new = changes[0][0]
+        if new.parent_run_id and not self._shared:  # its run's end waits for it to land
+            self._arriving.setdefault(new.parent_run_id, set()).add(new.task_id)
+            answer.add_done_callback(partial(self._arrived, new.parent_run_id, new.task_id))
         try:
             return await answer
         except PalyraError as exc:
             if exc.code is not ErrorCode.STATE_CONFLICT:
                 raise
             return None  # the key's row exists now: the caller finds its task
+
+    def _arrived(self, run_id: str, task_id: str, _answer: asyncio.Future[TaskRecord]) -> None:
+        arriving = self._arriving.get(run_id)
+        if arriving is not None:
+            arriving.discard(task_id)
+            if not arriving:
+                del self._arriving[run_id]
 
     def _idem_settled(self, key: str, answer: asyncio.Future[TaskRecord]) -> None:
         if self._idem_inflight.get(key) is answer:
@@ -692,9 +709,21 @@ class TaskQueue:
             yield []
             self.cancel_children_soon(run_id, reason)  # the run's end landed
             return
-        while busy := [self._inflight[r.task_id] for r in self._live.children(run_id)
-                       if r.task_id in self._inflight]:
+        # New tasks of the run in flight land first and are cancelled with the rest;
+        # from here until the run's end lands, an enqueue under it is refused.
+        while busy := [self._inflight[t] for t in {*(r.task_id for r in self._live.children(
+                run_id)), *self._arriving.get(run_id, ())} if t in self._inflight]:
             await _settled(busy)
+        self._ending.add(run_id)
+        try:
+            async with self._cancelling(run_id, reason) as drafts:
+                yield drafts
+        finally:
+            self._ending.discard(run_id)
+
+    @contextlib.asynccontextmanager
+    async def _cancelling(self, run_id: str, reason: str) -> AsyncIterator[list[EventDraft]]:
+        """One daemon: ``cancelling_children``'s drafts, its children held meanwhile."""
         now = self._now()
         moved = []
         for rec in self._live.children(run_id):
