@@ -14,8 +14,8 @@ from engine_harness import ADMIN, USER, Harness, loop_text, next_approval
 from lease_daemons import pg_daemon, until
 from palyra_gen.palyra import v1 as pb
 
+from palyra.core.clock import wall_ms
 from palyra.engine.model.records import RUNS, RunRecord, decode
-from palyra.tasks.clock import wall_ms
 
 HOUR_MS = 3_600_000
 

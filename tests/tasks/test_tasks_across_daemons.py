@@ -16,10 +16,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from palyra.core.clock import wall_ms
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.journal import EntityWrite, EventDraft, JournalConfig, JournalStore
 from palyra.journal.postgres.store import PostgresJournalStore
-from palyra.tasks.clock import wall_ms
 from palyra.tasks.model import State, decode
 from palyra.tasks.queue import TaskQueue
 from palyra.testing.postgres import PostgresServer

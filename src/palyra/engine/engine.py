@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 import structlog
 
+from palyra.core.clock import store_clock
 from palyra.core.errors import AlreadyExists, ErrorCode, PalyraError, PermissionDenied
 from palyra.core.ids import is_ulid, new_ulid
 from palyra.core.principals import is_operator
@@ -75,7 +76,6 @@ from palyra.engine.sessions.selectors import Selectors
 from palyra.engine.sessions.writer import SessionWriter
 from palyra.journal import EntityWrite, EventDraft, JournalStore, Lease
 from palyra.providers import ModelProvider, ProviderConfig, ProviderRegistry
-from palyra.tasks.clock import store_clock
 from palyra.usage import UsageLedger
 
 CANCEL_COMMAND = "/cancel"

@@ -16,7 +16,6 @@ import msgspec
 from palyra_gen.lifecycle.run import FINAL_STATES
 
 from palyra.core.errors import ErrorCode, PalyraError
-from palyra.engine.model.records import RUNS
 from palyra.journal import JournalStore, RowExpectation
 
 
@@ -27,6 +26,10 @@ class _RunState(msgspec.Struct):
 
 
 _DECODER = msgspec.msgpack.Decoder(_RunState)
+
+RUNS = "runs"
+"""The engine's table of runs (``palyra.engine.RUN_TABLE``; tasks do not import the
+engine, a test holds the two equal)."""
 
 
 def run_ended(row: bytes) -> bool:

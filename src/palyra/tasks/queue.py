@@ -36,7 +36,7 @@ another task; a worker whose lease moved on gets ``LEASE_STALE``). Memory follow
 other daemons' task commits through the store's watcher (``on_foreign_rows``), so a
 task enqueued on one daemon is claimed by whichever daemon's worker is free. There
 recovery releases only leases that lapsed: another daemon's may be alive. Whether one
-lapsed is read on the database server's clock (``palyra.tasks.clock``), as is every
+lapsed is read on the database server's clock (``palyra.core.clock``), as is every
 instant a task carries, so a daemon whose own clock is wrong neither takes a live lease
 nor keeps a dead one.
 """
@@ -55,11 +55,11 @@ from typing import Any
 import msgspec
 from palyra_gen.lifecycle.background_task import FINAL_STATES
 
+from palyra.core.clock import store_clock, wall_ms
 from palyra.core.errors import ErrorCode, InvalidArgument, NotFound, PalyraError
 from palyra.core.ids import UlidSequence
 from palyra.journal import EntityWrite, EventDraft, JournalStore, RowExpectation
 from palyra.tasks import model
-from palyra.tasks.clock import store_clock, wall_ms
 from palyra.tasks.index import LiveTasks
 from palyra.tasks.model import Outcome, State, TaskRecord
 from palyra.tasks.parent import parent_alive, parent_ended
@@ -115,7 +115,7 @@ class TaskQueue:
     def __init__(self, store: JournalStore, *, now_ms: Callable[[], int] = wall_ms) -> None:
         self._store = store
         # On a shared journal instants are stamped and judged on the database's clock,
-        # read through ``now_ms`` (``palyra.tasks.clock``); else ``now_ms`` is the clock.
+        # read through ``now_ms`` (``palyra.core.clock``); else ``now_ms`` is the clock.
         self._now: Callable[[], int] = store_clock(store, now_ms)
         self._live = LiveTasks()  # every unfinished task, indexed
         # task id -> the commit of its change in flight (never handed to a caller, so

@@ -504,16 +504,7 @@ class PostgresWriter:
             # up to its sync, so nothing after the failing statement applies.
             with conn.pipeline():
                 conn.execute(_BEGIN)
-                locked = conn.execute(_LOCK_HEAD, binary=True)
-                found = (conn.execute(_TAKEN, (taken_of[0], names.EVENT_IDS), binary=True)
-                         if taken_of is not None and taken_of[0] else None)
-                row = locked.fetchone()
-                if found is not None and taken_of is not None:
-                    taken_of[1].update(bytes(r[0]) for r in found.fetchall())
-                if row is None:
-                    raise PalyraError("the PostgreSQL journal has no head row",
-                                      code=ErrorCode.JOURNAL_CORRUPT)
-                head = (int(row[0]), bytes(row[1]))
+                head = _lock_head(conn, taken_of)
                 if head != self._known:
                     self._forget()  # another daemon committed: remembered heads may be stale
                 result, ops, next_position, new_head = body(PgTxn(conn), head)
@@ -552,6 +543,23 @@ def _connect(dsn: str) -> psycopg.Connection[Any]:
     conn = psycopg.connect(dsn, autocommit=True)
     arrays.register(conn)  # the commit's rows go as arrays dumped in one pass
     return conn
+
+
+def _lock_head(conn: psycopg.Connection[Any],
+               taken_of: tuple[list[bytes], set[bytes]] | None) -> tuple[int, bytes]:
+    """Lock the head row and read it; with ``taken_of`` ``(event ids, taken)``, add to
+    ``taken`` which of the ids the journal holds, asked in the same round trip (run once
+    the lock is held, the look-up sees every commit before this one)."""
+    locked = conn.execute(_LOCK_HEAD, binary=True)
+    found = (conn.execute(_TAKEN, (taken_of[0], names.EVENT_IDS), binary=True)
+             if taken_of is not None and taken_of[0] else None)
+    row = locked.fetchone()
+    if found is not None and taken_of is not None:
+        taken_of[1].update(bytes(r[0]) for r in found.fetchall())
+    if row is None:
+        raise PalyraError("the PostgreSQL journal has no head row",
+                          code=ErrorCode.JOURNAL_CORRUPT)
+    return int(row[0]), bytes(row[1])
 
 
 def _roll_back(conn: psycopg.Connection[Any]) -> None:

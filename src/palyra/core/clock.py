@@ -18,12 +18,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from palyra.journal import JournalStore
-
-log = logging.getLogger("palyra.tasks")
+log = logging.getLogger("palyra.clock")
 
 RESYNC_MS = 10_000
 """How long an offset to the server's clock is trusted."""
@@ -94,7 +91,16 @@ class ServerClock:
         return local + self._offset
 
 
-def store_clock(store: JournalStore, local_ms: Callable[[], int] = wall_ms
+class ClockedStore(Protocol):
+    """What :func:`store_clock` needs of a journal store (``JournalStore`` has it)."""
+
+    @property
+    def shared(self) -> bool: ...
+
+    def database_time_ms(self) -> int | None: ...
+
+
+def store_clock(store: ClockedStore, local_ms: Callable[[], int] = wall_ms
                 ) -> Callable[[], int]:
     """The clock to stamp and judge instants on with ``store``: the database's, read
     through ``local_ms``, when other daemons share the journal (PostgreSQL); else
