@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from engine_harness import USER, Harness, loop_text, slow_add
 from palyra_gen.palyra import v1 as pb
 
+from palyra.core.errors import ErrorCode, PalyraError
 from palyra.daemon.wiring import cancel_orphaned_tasks
 from palyra.engine import RunRecord
 from palyra.tasks import State, TaskQueue
@@ -87,4 +89,43 @@ async def test_children_are_cancelled_in_the_commit_that_ends_the_run(harness: H
         assert queue.require(child.task_id).cancel_reason.startswith("parent run ended")
     finally:
         store.submit = real_submit  # type: ignore[method-assign]
+        await queue.close()
+
+
+async def test_no_task_is_enqueued_under_a_run_that_ended(harness: Harness) -> None:
+    run_id = await _cancelled_run(harness, [])
+    assert harness.app is not None and harness.store is not None and harness.engine is not None
+    queue = TaskQueue(harness.store)
+    await queue.start()
+    try:
+        await harness.app.abort_run(USER, pb.AbortRunRequest(run_id=run_id, reason="stop"))
+        await harness.engine.wait_run(harness.engine.get_run(
+            USER.identity, run_id).identity, run_id, until_terminal=True)  # type: ignore[union-attr]
+        with pytest.raises(PalyraError) as refused:
+            await queue.enqueue("k", parent_run_id=run_id)
+        assert refused.value.code is ErrorCode.RUN_TERMINAL
+        assert queue.unfinished() == []
+        unknown, _ = await queue.enqueue("k", parent_run_id="01J00000000000000000000000")
+        assert queue.require(unknown.task_id).state == State.QUEUED  # unknown: not refused
+    finally:
+        await queue.close()
+
+
+async def test_a_run_ending_waits_for_its_new_tasks_in_flight_and_refuses_later_ones(
+        harness: Harness) -> None:
+    run_id = await _cancelled_run(harness, [])
+    assert harness.store is not None
+    queue = TaskQueue(harness.store)
+    await queue.start()
+    try:
+        arriving = asyncio.ensure_future(queue.enqueue("k", parent_run_id=run_id))
+        await asyncio.sleep(0)  # its commit is in flight as the run's end is decided
+        async with queue.cancelling_children(run_id, "the run ended") as drafts:
+            assert [d.payload["task_id"] for d in drafts] == [(await arriving)[0].task_id]
+            with pytest.raises(PalyraError) as refused:  # until the end lands
+                await queue.enqueue("k", parent_run_id=run_id)
+            assert refused.value.code is ErrorCode.RUN_TERMINAL
+            await harness.store.append(drafts)
+        assert queue.unfinished() == []
+    finally:
         await queue.close()

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from engine_harness import USER, Harness, loop_text, slow_add
 from lease_daemons import pg_daemon, until
 from palyra_gen.palyra import v1 as pb
 
+from palyra.core.errors import ErrorCode, PalyraError
 from palyra.daemon.run_ends import RunEndFollower
+from palyra.engine.model.records import RUNS
 from palyra.journal.postgres.store import PostgresJournalStore
 from palyra.tasks import State, TaskQueue
 from palyra.tasks.model import decode
+from palyra.tasks.parent import run_ended
 
 
 async def test_another_daemon_cancels_the_tasks_of_a_run_that_ended_elsewhere(
@@ -86,3 +90,36 @@ async def test_a_run_end_leaves_finished_the_task_another_daemon_just_finished(
     finally:
         await qa.close()
         await qb.close()
+
+
+async def test_a_task_enqueued_as_its_parent_run_ends_elsewhere_is_refused(
+    daemons: list[Harness], tmp_path: Path, dsn: str
+) -> None:
+    a = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
+    a.tool = slow_add(300)
+    app_a = await a.start()
+    b = pg_daemon(daemons, tmp_path, dsn, ttl_s=60)
+    await b.start()
+    assert a.engine is not None and isinstance(b.store, PostgresJournalStore)
+    queue = TaskQueue(b.store)
+    await queue.start()
+    try:
+        created = await app_a.create_run(USER, pb.CreateRunRequest(
+            v=1, session_key="p", input=pb.MessageInput(text=loop_text(2)), complete=True))
+        assert created.run is not None
+        run_id = created.run.run_id
+        await until(lambda: b.store is not None and b.store.get_entity(RUNS, run_id) is not None)
+        assert b.store._watch is not None
+        b.store._watch.stop()  # B still reads the run as running: its end has not reached B
+        seen = b.store.get_entity(RUNS, run_id)
+        assert seen is not None and not run_ended(seen)
+        await app_a.abort_run(USER, pb.AbortRunRequest(run_id=run_id, reason="stop"))
+        await until(lambda: a.engine is not None
+                    and a.engine.get_run(USER.identity, run_id).state == "cancelled", 10)
+        with pytest.raises(PalyraError) as refused:
+            await queue.enqueue("k", parent_run_id=run_id)
+        assert refused.value.code is ErrorCode.RUN_TERMINAL
+        assert queue.unfinished() == []
+        assert not [e for e in b.store.read_range(0, 100_000) if e.kind == "task.enqueued"]
+    finally:
+        await queue.close()

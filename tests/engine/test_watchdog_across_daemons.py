@@ -13,8 +13,8 @@ from pathlib import Path
 from engine_harness import Harness
 from lease_daemons import pg_daemon
 
+from palyra.core.clock import wall_ms
 from palyra.tasks import State, TaskQueue
-from palyra.tasks.clock import wall_ms
 from palyra.watchdog import Watchdog, WatchdogConfig
 
 HOUR_MS = 3_600_000

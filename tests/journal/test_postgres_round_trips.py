@@ -87,7 +87,7 @@ async def _flights_of(relay: _Relay, step: Callable[[], Awaitable[None]]) -> int
     return relay.flights - before
 
 
-async def test_a_steady_commit_is_three_round_trips(
+async def test_a_steady_commit_is_two_round_trips(
     tmp_path: Path, postgres_server: PostgresServer
 ) -> None:
     dsn = postgres_server.create_database()
@@ -103,11 +103,11 @@ async def test_a_steady_commit_is_three_round_trips(
                                      lambda: False)  # fmt: skip
     try:
         await _appended(writer, config, 0)  # learns the session's and the tape's heads
-        # Once the heads are known: BEGIN with the head row's lock; the event-id
+        # Once the heads are known: BEGIN with the head row's lock and the event-id
         # check; the writes, the head's move, the notification and COMMIT together.
         for i in range(1, 4):
             step = functools.partial(_appended, writer, config, i)
-            assert await _flights_of(relay, step) == 3
+            assert await _flights_of(relay, step) == 2
     finally:
         await asyncio.to_thread(writer.stop)
         await asyncio.to_thread(env.close)

@@ -3,7 +3,7 @@ daemon's clock, measured again when the offset is old or the local clock stepped
 
 from __future__ import annotations
 
-from palyra.tasks.clock import RESYNC_MS, STEP_MS, ServerClock
+from palyra.core.clock import RESYNC_MS, STEP_MS, ServerClock
 
 
 class Clocks:

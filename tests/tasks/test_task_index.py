@@ -108,3 +108,9 @@ def test_the_index_agrees_with_a_scan(steps: list[tuple[str, Any]]) -> None:
                 key=lambda r: r.task_id)
         assert index.leased() == sorted((r for r in ref.recs.values() if r.leased),
                                         key=lambda r: r.task_id)
+
+
+def test_the_parent_check_reads_the_engines_table_of_runs() -> None:
+    from palyra.engine import RUN_TABLE
+    from palyra.tasks.parent import RUNS
+    assert RUNS == RUN_TABLE

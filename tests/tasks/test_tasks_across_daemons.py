@@ -13,12 +13,13 @@ import collections
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
+from palyra.core.clock import wall_ms
 from palyra.core.errors import ErrorCode, PalyraError
-from palyra.journal import EventDraft, JournalConfig, JournalStore
+from palyra.journal import EntityWrite, EventDraft, JournalConfig, JournalStore
 from palyra.journal.postgres.store import PostgresJournalStore
-from palyra.tasks.clock import wall_ms
 from palyra.tasks.model import State, decode
 from palyra.tasks.queue import TaskQueue
 from palyra.testing.postgres import PostgresServer
@@ -254,3 +255,33 @@ async def test_a_daemon_whose_clock_runs_behind_still_takes_back_a_dead_lease(
     finally:
         await behind.close()
         await qa.close()
+
+
+@pytest.mark.parametrize("version", ["newer", "older"])
+async def test_a_task_row_of_another_daemon_version_is_changed_and_keeps_its_fields(
+        two_daemons: tuple[TaskQueue, TaskQueue, JournalStore, JournalStore],
+        version: str) -> None:
+    qa, qb, a, b = two_daemons
+    queued, _ = await qb.enqueue("job")
+    key = "id:" + queued.task_id
+    # B stands for another version: a newer one's row of the task has a field A's
+    # version lacks, an older one's lacks a field A's has.
+    stored = b.get_entity("tasks", key, fresh=True)
+    assert stored is not None
+    fields = msgspec.msgpack.decode(stored)
+    if version == "newer":
+        other = {"added_later": {"hint": [1, 2]}, **fields, "priority": 7}
+    else:
+        other = {k: v for k, v in fields.items() if k != "progress_json"} | {"priority": 7}
+    await b.append([EventDraft(kind="task.enqueued", actor="test", entity_writes=(
+        EntityWrite("tasks", key, msgspec.msgpack.encode(other)),))])
+    await _until(lambda: (r := qa.get(queued.task_id)) is not None and r.priority == 7)
+    async with asyncio.timeout(10):  # not refused, and not decided again and again
+        taken = await qa.claim("a-worker", KINDS)
+        await qa.succeed(taken.task_id, taken.lease_epoch, {"ok": 1})
+    row = a.get_entity("tasks", key, fresh=True)
+    assert row is not None
+    fields = msgspec.msgpack.decode(row)
+    assert fields["state"] == State.SUCCEEDED and fields["result_json"] == '{"ok":1}'
+    if version == "newer":
+        assert fields["added_later"] == {"hint": [1, 2]}

@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 import structlog
 
+from palyra.core.clock import store_clock
 from palyra.core.errors import AlreadyExists, ErrorCode, PalyraError, PermissionDenied
 from palyra.core.ids import is_ulid, new_ulid
 from palyra.core.principals import is_operator
@@ -144,6 +145,10 @@ class Engine:
                  usage: UsageLedger | None = None,
                  leases: SessionLeases | None = None) -> None:
         self.config = config or EngineConfig()
+        # Instants other daemons judge (an approval's expiry, a run's last activity, a
+        # session change) are stamped on the database's clock when the journal is
+        # shared, so daemons whose own clocks disagree still agree on them.
+        now_ms = store_clock(store, now_ms)
         if models is None:
             # One provider serves every run, under its own name.
             models = ProviderRegistry([(ProviderConfig(name=provider.name), provider)])

@@ -262,5 +262,26 @@ def encode(rec: TaskRecord) -> bytes:
 
 
 def decode(data: bytes) -> TaskRecord:
-    """The record from its stored form."""
+    """The record from its stored form (fields it does not know are left out)."""
     return msgspec.msgpack.decode(data, type=TaskRecord)
+
+
+# Rows written by another version of the daemon: the fields this one does not know are
+# carried through its changes untouched, so daemons of two versions can share a queue.
+_KNOWN = frozenset(TaskRecord.__struct_fields__)
+_FIELDS = msgspec.msgpack.Decoder(dict[str, msgspec.Raw])
+
+
+def unknown_fields(data: bytes) -> dict[str, msgspec.Raw]:
+    """The fields of the stored row ``data`` that :class:`TaskRecord` does not have,
+    each as its encoded value (empty for a row of this version)."""
+    return {k: v for k, v in _FIELDS.decode(data).items() if k not in _KNOWN}
+
+
+def encode_carrying(rec: TaskRecord, carried: dict[str, msgspec.Raw]) -> bytes:
+    """The stored form of ``rec`` with the unknown fields ``carried`` (from
+    :func:`unknown_fields` of the row it came from) kept as they were."""
+    if not carried:
+        return encode(rec)
+    fields: dict[str, Any] = {f: getattr(rec, f) for f in TaskRecord.__struct_fields__}
+    return msgspec.msgpack.encode({**fields, **carried})

@@ -36,7 +36,7 @@ another task; a worker whose lease moved on gets ``LEASE_STALE``). Memory follow
 other daemons' task commits through the store's watcher (``on_foreign_rows``), so a
 task enqueued on one daemon is claimed by whichever daemon's worker is free. There
 recovery releases only leases that lapsed: another daemon's may be alive. Whether one
-lapsed is read on the database server's clock (``palyra.tasks.clock``), as is every
+lapsed is read on the database server's clock (``palyra.core.clock``), as is every
 instant a task carries, so a daemon whose own clock is wrong neither takes a live lease
 nor keeps a dead one.
 """
@@ -55,13 +55,14 @@ from typing import Any
 import msgspec
 from palyra_gen.lifecycle.background_task import FINAL_STATES
 
+from palyra.core.clock import store_clock, wall_ms
 from palyra.core.errors import ErrorCode, InvalidArgument, NotFound, PalyraError
 from palyra.core.ids import UlidSequence
 from palyra.journal import EntityWrite, EventDraft, JournalStore, RowExpectation
 from palyra.tasks import model
-from palyra.tasks.clock import ServerClock, wall_ms
 from palyra.tasks.index import LiveTasks
 from palyra.tasks.model import Outcome, State, TaskRecord
+from palyra.tasks.parent import parent_alive, parent_ended
 
 log = logging.getLogger("palyra.tasks")
 
@@ -114,9 +115,8 @@ class TaskQueue:
     def __init__(self, store: JournalStore, *, now_ms: Callable[[], int] = wall_ms) -> None:
         self._store = store
         # On a shared journal instants are stamped and judged on the database's clock,
-        # read through ``now_ms`` (``palyra.tasks.clock``); else ``now_ms`` is the clock.
-        self._now: Callable[[], int] = (ServerClock(store.database_time_ms, now_ms)
-                                        if store.shared else now_ms)
+        # read through ``now_ms`` (``palyra.core.clock``); else ``now_ms`` is the clock.
+        self._now: Callable[[], int] = store_clock(store, now_ms)
         self._live = LiveTasks()  # every unfinished task, indexed
         # task id -> the commit of its change in flight (never handed to a caller, so
         # no caller's cancellation can cancel it).
@@ -133,6 +133,16 @@ class TaskQueue:
         # Tasks another daemon changed while a change of ours was in flight: read
         # again once ours settles (whichever landed last, the table has it).
         self._recheck: set[str] = set()
+        # One daemon (LMDB): parent run id -> its new tasks whose commit is in flight,
+        # and the runs whose end is being committed (an enqueue under one is refused).
+        self._arriving: dict[str, set[str]] = {}
+        self._ending: set[str] = set()
+        # Tasks whose row another version of the daemon wrote (fields this one does not
+        # know, or lacks some): task id -> the unknown fields, the record read and the
+        # row's exact bytes.
+        # Every change writes the fields back untouched, and a compare-and-set on the
+        # row as read expects its bytes (this version would encode it otherwise).
+        self._carried: dict[str, tuple[dict[str, msgspec.Raw], TaskRecord, bytes]] = {}
         self._closed = False
         # The event loop the queue runs on, once started: every future of a change is
         # made on it without asking asyncio which loop runs (a lookup, and on this
@@ -152,7 +162,7 @@ class TaskQueue:
         if self._shared:  # before the scan: a change made meanwhile is read again
             self._now()  # the database's clock, measured once before anything needs it
             self._store.on_foreign_rows(partial(self._foreign_rows, loop))
-        self._live = LiveTasks(rec for rec in self._scan() if not rec.final)
+        self._live = LiveTasks(self._read(raw) for raw in self._scan_rows())
         moved = []
         for rec in sorted(self._live, key=lambda r: r.task_id):
             # Shared: another daemon's lease may be alive; only a lapsed one is released.
@@ -161,8 +171,9 @@ class TaskQueue:
                 # One at a time, each awaited: recovery runs again after a crash here.
                 expect = self._expectations([(new, "", ())], rec)
                 try:
-                    await (self._store.append([_draft(new, "recovered")], expect=expect)
-                           if expect else self._store.append([_draft(new, "recovered")]))
+                    drafts = [self._draft(new, "recovered")]
+                    await (self._store.append(drafts, expect=expect)
+                           if expect else self._store.append(drafts))
                 except PalyraError as exc:
                     if exc.code is not ErrorCode.STATE_CONFLICT:
                         raise
@@ -256,15 +267,42 @@ class TaskQueue:
         page = found[:limit]
         return page, (page[-1].task_id if len(found) > limit else "")
 
-    def _scan(self) -> Iterable[TaskRecord]:
+    def _scan_rows(self) -> Iterable[bytes]:
+        """The stored row of every unfinished task."""
         after = ""
         while True:
             rows = self._store.scan_entities(TABLE, _ID, after, 1000)
             for _key, value in rows:
-                yield model.decode(value)
+                if not model.decode(value).final:
+                    yield value
             if len(rows) < 1000:
                 return
             after = rows[-1][0]
+
+    def _read(self, row: bytes) -> TaskRecord:
+        """The record of a stored task row, noting the fields it carries that this
+        version does not know (kept while the task is unfinished)."""
+        rec = model.decode(row)
+        if not rec.final:
+            unknown = model.unknown_fields(row)
+            # Also a row this version would encode otherwise (an older daemon's, with
+            # fewer fields): a compare-and-set on it must expect its own bytes.
+            if unknown or model.encode(rec) != row:
+                self._carried[rec.task_id] = (unknown, rec, row)
+                return rec
+        self._carried.pop(rec.task_id, None)
+        return rec
+
+    def _row(self, rec: TaskRecord) -> bytes:
+        """The stored form of ``rec``, with the unknown fields its row carried."""
+        carried = self._carried.get(rec.task_id)
+        if carried is None:
+            return model.encode(rec)
+        return carried[2] if carried[1] is rec else model.encode_carrying(rec, carried[0])
+
+    def _draft(self, rec: TaskRecord, event: str, extra: tuple[EntityWrite, ...] = (), *,
+               row: bool = True) -> EventDraft:
+        return _draft(rec, event, extra, row=self._row(rec) if row else None)
 
     # -- writes --------------------------------------------------------------
     async def enqueue(self, kind: str, *, payload: dict[str, Any] | None = None,
@@ -290,10 +328,17 @@ class TaskQueue:
         moves in the enqueue's one commit (no claim commit, no wake-up of claimers),
         and the answer is the claimed task for the caller to hand to that worker.
 
+        ``parent_run_id``: the run the task belongs to (its end cancels the task). The
+        enqueue is refused once that run has ended; on a shared journal it is a
+        compare-and-set on the run's row, so a run ending on another daemon in the same
+        instant refuses it too (``palyra.tasks.parent``).
+
         Raises:
             InvalidArgument: an empty or long kind, a payload over 64 KiB, a long key.
+            PalyraError: ``RUN_TERMINAL`` when ``parent_run_id`` has ended.
         """
         payload_json = _checked(kind, idempotency_key, payload)
+        fresh = False  # read the parent's row from the store, not the cache (after a miss)
         while True:
             if idempotency_key:
                 first = self._idem_inflight.get(idempotency_key)
@@ -327,6 +372,11 @@ class TaskQueue:
                     expires_at_ms=now + ttl_ms if ttl_ms > 0 else 0,
                     max_attempts=max_attempts, parent_run_id=parent_run_id,
                     idempotency_key=idempotency_key)
+            # Checked last, with nothing awaited before the commit is queued.
+            if parent_run_id in self._ending:
+                raise parent_ended(parent_run_id)
+            parent = (parent_alive(self._store, parent_run_id, fresh=fresh and self._shared),
+                      ) if parent_run_id else ()
             extra = (EntityWrite(TABLE, _IDEM + idempotency_key, rec.task_id.encode()),
                      ) if idempotency_key else ()
             changes: list[Change] = [(rec, "enqueued", extra)]
@@ -341,9 +391,10 @@ class TaskQueue:
                     # its own, so enqueue -> start costs one durable commit, not two).
                     changes.append((model.claim(rec, taker.owner, now, taker.lease_ms),
                                     "claimed", ()))
-            created = await self._enqueue_new(changes, also, idempotency_key, taker)
+            created = await self._enqueue_new(changes, also, idempotency_key, taker, parent)
             if created is not None:
                 return created, True
+            fresh = True
 
     async def _coalesce(self, joining: list[TaskRecord], kind: str, item: Any, now: int,
                         debounce: model.Debounce,
@@ -364,9 +415,10 @@ class TaskQueue:
 
     async def _enqueue_new(self, changes: list[Change],
                            also: Callable[[TaskRecord], Sequence[EventDraft]] | None,
-                           idempotency_key: str, taker: _Claimer | None
-                           ) -> TaskRecord | None:
-        """Commit a new task; None: another daemon took its idempotency key first.
+                           idempotency_key: str, taker: _Claimer | None,
+                           parent: tuple[RowExpectation, ...] = ()) -> TaskRecord | None:
+        """Commit a new task; None: another daemon took its idempotency key first, or
+        changed the parent run's row (``parent``: what the commit expects of it).
 
         With ``taker``, ``changes`` end with its claim: the enqueuer is answered with
         the queued task (its own change) and the taker with the claimed one, both once
@@ -374,7 +426,8 @@ class TaskQueue:
         """
         try:
             answer = self._submit(changes, also, base=None,
-                                  taker=taker.claimed if taker is not None else None)
+                                  taker=taker.claimed if taker is not None else None,
+                                  expect=parent)
         except BaseException:  # refused before anything was queued: back to its place
             if taker is not None:
                 self._claimers.appendleft(taker)
@@ -382,12 +435,23 @@ class TaskQueue:
         if idempotency_key:
             self._idem_inflight[idempotency_key] = answer
             answer.add_done_callback(partial(self._idem_settled, idempotency_key))
+        new = changes[0][0]
+        if new.parent_run_id and not self._shared:  # its run's end waits for it to land
+            self._arriving.setdefault(new.parent_run_id, set()).add(new.task_id)
+            answer.add_done_callback(partial(self._arrived, new.parent_run_id, new.task_id))
         try:
             return await answer
         except PalyraError as exc:
             if exc.code is not ErrorCode.STATE_CONFLICT:
                 raise
             return None  # the key's row exists now: the caller finds its task
+
+    def _arrived(self, run_id: str, task_id: str, _answer: asyncio.Future[TaskRecord]) -> None:
+        arriving = self._arriving.get(run_id)
+        if arriving is not None:
+            arriving.discard(task_id)
+            if not arriving:
+                del self._arriving[run_id]
 
     def _idem_settled(self, key: str, answer: asyncio.Future[TaskRecord]) -> None:
         if self._idem_inflight.get(key) is answer:
@@ -645,9 +709,21 @@ class TaskQueue:
             yield []
             self.cancel_children_soon(run_id, reason)  # the run's end landed
             return
-        while busy := [self._inflight[r.task_id] for r in self._live.children(run_id)
-                       if r.task_id in self._inflight]:
+        # New tasks of the run in flight land first and are cancelled with the rest;
+        # from here until the run's end lands, an enqueue under it is refused.
+        while busy := [self._inflight[t] for t in {*(r.task_id for r in self._live.children(
+                run_id)), *self._arriving.get(run_id, ())} if t in self._inflight]:
             await _settled(busy)
+        self._ending.add(run_id)
+        try:
+            async with self._cancelling(run_id, reason) as drafts:
+                yield drafts
+        finally:
+            self._ending.discard(run_id)
+
+    @contextlib.asynccontextmanager
+    async def _cancelling(self, run_id: str, reason: str) -> AsyncIterator[list[EventDraft]]:
+        """One daemon: ``cancelling_children``'s drafts, its children held meanwhile."""
         now = self._now()
         moved = []
         for rec in self._live.children(run_id):
@@ -663,7 +739,7 @@ class TaskQueue:
             self._inflight[new.task_id] = block
         landed = False
         try:
-            yield [_draft(new, str(new.state)) for new in moved]
+            yield [self._draft(new, str(new.state)) for new in moved]
             landed = True
         finally:
             for new in moved:
@@ -684,8 +760,8 @@ class TaskQueue:
     def _submit(self, changes: list[Change],
                 also: Callable[[TaskRecord], Sequence[EventDraft]] | None = None,
                 answer: asyncio.Future[TaskRecord] | None = None, *,
-                base: TaskRecord | None, taker: asyncio.Future[TaskRecord] | None = None
-                ) -> asyncio.Future[TaskRecord]:
+                base: TaskRecord | None, taker: asyncio.Future[TaskRecord] | None = None,
+                expect: tuple[RowExpectation, ...] = ()) -> asyncio.Future[TaskRecord]:
         """Queue ``changes`` as one journal append and hold their tasks until it settles.
 
         Synchronous up to the writer's queue, so changes decided in this order are
@@ -698,17 +774,18 @@ class TaskQueue:
         record (or ``_Lost``), and ``answer`` the first change's record.
 
         ``base``: the record the first change was decided on (None: a new task). On a
-        shared journal the commit expects the task's row to hold it still.
+        shared journal the commit expects the task's row to hold it still, and every row
+        of ``expect`` to hold its value.
         """
         first = changes[0][0]
         drafts = [*also(first)] if also is not None else []
         if len(changes) == 1:
-            drafts.append(_draft(first, changes[0][1], changes[0][2]))
+            drafts.append(self._draft(first, changes[0][1], changes[0][2]))
         else:
             # A task changed twice in one commit (enqueued, then claimed) stores its row
             # once, as the later change leaves it; each change is still its own event.
             last = {rec.task_id: rec for rec, _event, _extra in changes}
-            drafts.extend(_draft(rec, event, extra, row=last[rec.task_id] is rec)
+            drafts.extend(self._draft(rec, event, extra, row=last[rec.task_id] is rec)
                           for rec, event, extra in changes)
         lost_ok = answer is not None
         if answer is None:
@@ -718,7 +795,7 @@ class TaskQueue:
         # the loop, later (never inside this call: ``drafts`` is not empty).
         if self._shared:
             self._store.submit(drafts, answer=commit, loop=self._loop,
-                               expect=self._expectations(changes, base))
+                               expect=self._expectations(changes, base) + expect)
         else:
             self._store.submit(drafts, answer=commit, loop=self._loop)
         del drafts
@@ -741,6 +818,8 @@ class TaskQueue:
             if error is None:
                 if rec is last or rec.task_id != last.task_id:  # else a later change of it
                     self._live.put(rec)
+                    if rec.final:
+                        self._carried.pop(rec.task_id, None)
                     readied = readied or rec.state == State.QUEUED
             else:
                 self._live.release(rec.task_id)
@@ -777,7 +856,7 @@ class TaskQueue:
             return ()
         first = changes[0][0].task_id
         out = [RowExpectation(TABLE, _ID + first,
-                              model.encode(base) if base is not None else None)]
+                              self._row(base) if base is not None else None)]
         seen = {first}
         for rec, _event, extra in changes:
             if rec.task_id not in seen:
@@ -791,7 +870,7 @@ class TaskQueue:
         """Memory of ``task_id`` as the table holds it now (another daemon changed it)."""
         raw = self._store.get_entity(TABLE, _ID + task_id, fresh=True)
         if raw is not None:
-            self._live.put(model.decode(raw))
+            self._live.put(self._read(raw))
 
     def _foreign_rows(self, loop: asyncio.AbstractEventLoop,
                       rows: list[tuple[str, str]]) -> None:
@@ -982,16 +1061,16 @@ def _checked(kind: str, idempotency_key: str, payload: dict[str, Any] | None) ->
 
 
 def _draft(rec: TaskRecord, event: str, extra: tuple[EntityWrite, ...] = (), *,
-           row: bool = True) -> EventDraft:
-    """One task change as a journal event with the task's new row (``row``: not when a
+           row: bytes | None) -> EventDraft:
+    """One task change as a journal event with the task's new row ``row`` (None: a
     later change of the same commit writes it)."""
     return EventDraft(
         kind=f"task.{event}", actor=ACTOR,
         payload={"task_id": rec.task_id, "kind": rec.kind, "state": str(rec.state),
                  "epoch": rec.lease_epoch, "owner": rec.lease_owner,
                  "attempts": rec.attempts, "error": rec.last_error},
-        entity_writes=((EntityWrite(TABLE, _ID + rec.task_id, model.encode(rec)), *extra)
-                       if row else extra))
+        entity_writes=((EntityWrite(TABLE, _ID + rec.task_id, row), *extra)
+                       if row is not None else extra))
 
 
 __all__ = ["FollowUp", "Outcome", "State", "TaskQueue", "TaskRecord"]

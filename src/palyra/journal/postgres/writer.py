@@ -13,7 +13,9 @@ PostgreSQL transaction:
    this thread's last commit (the head row says so), when its memory of them
    is still exact;
 3. plan with the shared pure planner (``write.plan``), drop a request whose
-   event id is taken and plan again, as the LMDB writer does;
+   event id is taken and plan again, as the LMDB writer does (which of the batch's
+   event ids are taken is asked with the head row's lock, in its round trip: the
+   ids are the drafts', known before the plan);
 4. write every op of the plan as rows of ``journal_kv`` (one statement for the
    puts, one for the deletes), with the names of the entity rows it writes
    (``postgres.changes``, for the other daemons' caches), move the head row, commit.
@@ -215,9 +217,12 @@ class PostgresWriter:
     # --- appends ----------------------------------------------------------
 
     def _commit_appends(self, batch: list[Append]) -> None:
+        ids = [e.event_id.encode() for r in batch for e in r.events]
+        taken: set[bytes] = set()
         try:
-            plan, live = self._in_transaction(lambda txn, head: self._planned(txn, head, batch),
-                                              self._mark_rows)
+            plan, live = self._in_transaction(
+                lambda txn, head: self._planned(txn, head, batch, taken), self._mark_rows,
+                taken_of=(ids, taken))
         except Exception as exc:
             self._forget()
             fail(batch, exc)
@@ -244,12 +249,13 @@ class PostgresWriter:
         self._tree = plan.tree
 
     def _planned(
-        self, txn: PgTxn, head: tuple[int, bytes], batch: list[Append]
+        self, txn: PgTxn, head: tuple[int, bytes], batch: list[Append], taken: set[bytes]
     ) -> tuple[tuple[CommitPlan | None, list[Append]], list[Op], int, bytes]:
+        """``taken``: which of the batch's event ids the journal holds already."""
         live = self._unfenced(txn, batch)
         while live:
             plan = plan_commit(live, self._heads(txn, head, live))
-            clash = self._first_clash(txn, plan, live)
+            clash = self._first_clash(plan, live, taken)
             if clash is None:
                 ops = plan.ops
                 if plan.rows:
@@ -340,11 +346,12 @@ class PostgresWriter:
             known = record_hashes(raw)[0]
         return known
 
-    def _first_clash(self, txn: PgTxn, plan: CommitPlan, live: list[Append]) -> Append | None:
-        """The first request whose event id is taken (it gets its error), else None."""
+    def _first_clash(self, plan: CommitPlan, live: list[Append], taken: set[bytes]
+                     ) -> Append | None:
+        """The first request whose event id is ``taken`` or twice in the plan (it gets
+        its error), else None."""
         keys = [key for key, _position in plan.claims]
-        taken = taken_keys(txn.conn, names.EVENT_IDS, keys)
-        if not taken and len(set(keys)) == len(keys):
+        if taken.isdisjoint(keys) and len(set(keys)) == len(keys):
             return None
         at = {e.event_id: (r, e) for r in live for e in r.events}
         seen: set[bytes] = set()
@@ -469,8 +476,14 @@ class PostgresWriter:
     def _in_transaction(
         self, body: Callable[[PgTxn, tuple[int, bytes]], tuple[Any, list[Op], int, bytes]],
         committed: Callable[[Any], None] | None = None,
+        taken_of: tuple[list[bytes], set[bytes]] | None = None,
     ) -> Any:
         """Lock the head, run ``body``, write its ops and the new head, commit.
+
+        ``taken_of``: ``(event ids, taken)``; which of those ids the journal holds is
+        asked right after the lock, in its round trip, and added to ``taken`` before
+        ``body`` runs. The look-up runs once the lock is held, so it sees every commit
+        before this one.
 
         ``body`` returns ``(result, ops, next_position, head)``; the commit is
         durable when this returns ``result``. ``committed(result)`` runs after the
@@ -491,11 +504,7 @@ class PostgresWriter:
             # up to its sync, so nothing after the failing statement applies.
             with conn.pipeline():
                 conn.execute(_BEGIN)
-                row = conn.execute(_LOCK_HEAD, binary=True).fetchone()
-                if row is None:
-                    raise PalyraError("the PostgreSQL journal has no head row",
-                                      code=ErrorCode.JOURNAL_CORRUPT)
-                head = (int(row[0]), bytes(row[1]))
+                head = _lock_head(conn, taken_of)
                 if head != self._known:
                     self._forget()  # another daemon committed: remembered heads may be stale
                 result, ops, next_position, new_head = body(PgTxn(conn), head)
@@ -534,6 +543,23 @@ def _connect(dsn: str) -> psycopg.Connection[Any]:
     conn = psycopg.connect(dsn, autocommit=True)
     arrays.register(conn)  # the commit's rows go as arrays dumped in one pass
     return conn
+
+
+def _lock_head(conn: psycopg.Connection[Any],
+               taken_of: tuple[list[bytes], set[bytes]] | None) -> tuple[int, bytes]:
+    """Lock the head row and read it; with ``taken_of`` ``(event ids, taken)``, add to
+    ``taken`` which of the ids the journal holds, asked in the same round trip (run once
+    the lock is held, the look-up sees every commit before this one)."""
+    locked = conn.execute(_LOCK_HEAD, binary=True)
+    found = (conn.execute(_TAKEN, (taken_of[0], names.EVENT_IDS), binary=True)
+             if taken_of is not None and taken_of[0] else None)
+    row = locked.fetchone()
+    if found is not None and taken_of is not None:
+        taken_of[1].update(bytes(r[0]) for r in found.fetchall())
+    if row is None:
+        raise PalyraError("the PostgreSQL journal has no head row",
+                          code=ErrorCode.JOURNAL_CORRUPT)
+    return int(row[0]), bytes(row[1])
 
 
 def _roll_back(conn: psycopg.Connection[Any]) -> None:

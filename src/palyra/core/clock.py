@@ -1,4 +1,6 @@
-"""The task queue's clock: this daemon's, or on a shared journal the database's.
+"""The clock of instants that daemons judge: this daemon's, or on a shared journal the
+database's (the task queue's and the engine's: leases, deadlines, approvals' expiry, a
+run's idleness).
 
 A task's lease, ``not_before`` and ``expires_at`` are instants stamped by one daemon
 and judged by another (a lease is lapsed, and the task taken again, by whichever
@@ -16,8 +18,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Protocol
 
-log = logging.getLogger("palyra.tasks")
+log = logging.getLogger("palyra.clock")
 
 RESYNC_MS = 10_000
 """How long an offset to the server's clock is trusted."""
@@ -86,3 +89,20 @@ class ServerClock:
             self.syncs += 1
             local = after
         return local + self._offset
+
+
+class ClockedStore(Protocol):
+    """What :func:`store_clock` needs of a journal store (``JournalStore`` has it)."""
+
+    @property
+    def shared(self) -> bool: ...
+
+    def database_time_ms(self) -> int | None: ...
+
+
+def store_clock(store: ClockedStore, local_ms: Callable[[], int] = wall_ms
+                ) -> Callable[[], int]:
+    """The clock to stamp and judge instants on with ``store``: the database's, read
+    through ``local_ms``, when other daemons share the journal (PostgreSQL); else
+    ``local_ms`` itself (LMDB: this daemon is the only one to judge them)."""
+    return ServerClock(store.database_time_ms, local_ms) if store.shared else local_ms
