@@ -153,34 +153,32 @@ class Batch:
         """Commit; the caller holds ``writer.lock``.
 
         Cancellation-safe: once handed to the journal, the append lands even if
-        the caller is cancelled, so its answer lands or abandons the batch whatever
-        the caller does, and a cancelled caller awaits that end before the
-        cancellation continues; otherwise the in-memory tape length and loop
-        state would drift from the journal.
+        the caller is cancelled, so the commit is shielded and awaited to its
+        end before the cancellation continues; otherwise the in-memory tape
+        length and loop state would drift from the journal.
         """
         staged = self.stage()
-        loop = asyncio.get_running_loop()
-        # The journal answers ``landing`` itself, on this loop, as the append settles:
-        # the batch lands (or is abandoned) right then, before this task resumes and
-        # without a future and done-callbacks of its own, and ``waiter`` wakes this
-        # task. The task's cancellation cancels only ``waiter``: what the journal
-        # answers still lands (no shield, and its extra loop turn, per commit).
-        waiter: asyncio.Future[list[StoredEvent]] = loop.create_future()
-        landing = _Landing(staged, waiter)
+        # The queued write is tracked by its own future (no task per commit);
+        # a bad draft raises here, before anything is queued.
         try:
             # Unfenced (LMDB, one daemon) exactly as before leases existed.
             fence = self._writer.fence
-            if fence is None:
-                self._writer.store.submit(staged.drafts, answer=landing, loop=loop)
-            else:
-                self._writer.store.submit(staged.drafts, fence=fence, answer=landing, loop=loop)
-        except BaseException:  # a bad draft raises here, before anything is queued
+            task = (self._writer.store.submit(staged.drafts) if fence is None
+                    else self._writer.store.submit(staged.drafts, fence=fence))
+        except BaseException:
             staged.abandon()
             raise
+        # Landed (or abandoned) as the append settles, before this task resumes (the
+        # callback is the future's first): the record, the watchers and any
+        # ``on_landed`` waiter see the commit without waiting behind this task.
+        if task.done():  # settled as it was queued: awaiting it will not yield
+            staged.settle(task)
+        else:
+            task.add_done_callback(staged.settle)
         try:
-            return await waiter
+            return await asyncio.shield(task)
         except asyncio.CancelledError:
-            await landing.settled(loop)  # queued appends land: wait for this one's end
+            await asyncio.wait({task})
             raise
 
     def stage(self) -> Staged:
@@ -295,47 +293,9 @@ class Staged:
         (loop.tape_len, loop.turn_count, loop.tool_call_count, loop.state,
          loop.final_text) = self._saved
 
-
-class _Landing:
-    """The journal's answer to a run's append (``JournalStore.submit(answer=)``), taken
-    on the committing task's loop: lands or abandons the staged batch as the append
-    settles, then answers ``waiter`` (unless the committing task was cancelled)."""
-
-    __slots__ = ("_settled", "_staged", "_waiter", "_watcher")
-
-    def __init__(self, staged: Staged, waiter: asyncio.Future[list[StoredEvent]]) -> None:
-        self._staged = staged
-        self._waiter = waiter
-        self._settled = False
-        self._watcher: asyncio.Future[None] | None = None  # made only for a cancelled task
-
-    def done(self) -> bool:
-        return self._settled
-
-    def set_result(self, events: list[StoredEvent], /) -> None:
-        self._end()
-        try:
-            self._staged.land()
-        except Exception as exc:  # as a done-callback's would be: reported, not raised
-            # into the journal's answering of the other callers of its commit
-            self._waiter.get_loop().call_exception_handler(
-                {"message": "landing a run's commit failed", "exception": exc})
-        if not self._waiter.done():
-            self._waiter.set_result(events)
-
-    def set_exception(self, exception: BaseException, /) -> None:
-        self._end()
-        self._staged.abandon()
-        if not self._waiter.done():
-            self._waiter.set_exception(exception)
-
-    def _end(self) -> None:
-        self._settled = True
-        if self._watcher is not None and not self._watcher.done():
-            self._watcher.set_result(None)
-
-    async def settled(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Return once the append has settled (landed or failed)."""
-        if not self._settled:
-            self._watcher = loop.create_future()
-            await self._watcher
+    def settle(self, task: asyncio.Future[list[StoredEvent]]) -> None:
+        """Land or abandon by how the submitted append ended."""
+        if task.done() and not task.cancelled() and task.exception() is None:
+            self.land()
+        else:
+            self.abandon()
