@@ -368,7 +368,8 @@ class Engine:
     async def _hand_change_over(self, change: SessionChange) -> ChangeAnswer:
         """Hand a session change to the session's owner; its answer once committed there
         (or wherever the session went: a dead owner's successor applies the row)."""
-        return await hand_over(self.store, change, 2 * self._lease_ttl_s() + 5)
+        return await hand_over(self.store, change, 2 * self._lease_ttl_s() + 5,
+                               self._deps.now_ms)
 
     def _lost_session(self, session_id: str) -> None:
         """Another daemon took ``session_id`` over: stop its runs here without writing."""

@@ -203,7 +203,7 @@ class InboxReader:
 
     def __init__(self, store: JournalStore, live: Callable[[str], RunActor | None],
                  start: Callable[[RelayedStart, EntityWrite], Awaitable[bool]],
-                 change: Callable[[SessionChange], Awaitable[bool]],
+                 change: Callable[[SessionChange, bytes], Awaitable[bool]],
                  sweep: Callable[[], Awaitable[object]] | None = None) -> None:
         self._store = store
         self._sweep = sweep  # deletes answer rows of askers that timed out
@@ -291,7 +291,7 @@ class InboxReader:
             return
         # Applied (the row consumed and answered in the change's commit) only where the
         # session's lease can be held: its owner, or anyone once it is free.
-        await self._change(change)
+        await self._change(change, raw)
 
     async def _start_one(self, key: str, raw: bytes) -> None:
         try:
