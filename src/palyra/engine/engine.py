@@ -334,7 +334,8 @@ class Engine:
             return report
         answers = AnswerSweep(self.store, 2 * self._lease_ttl_s() + 5 + MARGIN_S)
         self.spawn(InboxReader(self.store, self._actors.get, self._start_relayed,
-                               self.session_writer.apply_handed, answers.maybe).keep())
+                               self.session_writer.apply_handed, answers.maybe,
+                               self._deps.now_ms).keep())
         report = RecoveryReport()
         await takeover.take(unfinished_runs(self.store), report, recovering=True)
         self.spawn(takeover.keep())
@@ -368,7 +369,8 @@ class Engine:
     async def _hand_change_over(self, change: SessionChange) -> ChangeAnswer:
         """Hand a session change to the session's owner; its answer once committed there
         (or wherever the session went: a dead owner's successor applies the row)."""
-        return await hand_over(self.store, change, 2 * self._lease_ttl_s() + 5)
+        return await hand_over(self.store, change, 2 * self._lease_ttl_s() + 5,
+                               self._deps.now_ms)
 
     def _lost_session(self, session_id: str) -> None:
         """Another daemon took ``session_id`` over: stop its runs here without writing."""
@@ -615,12 +617,31 @@ class Engine:
         queued it (or refused it: the run ended first, its queue is full), as a local
         caller is; a half-close or a cancel is idempotent and answered at once."""
         record = self.get_run(identity, run_id)
-        await self.store.append([message_draft(record, message, identity.principal)])
+        wait_s = 2 * self._lease_ttl_s() + 5
+        if message.text is not None:  # its sender waits: no owner queues it after that
+            message = msgspec.structs.replace(
+                message, deadline_ms=self._deps.now_ms() + int(wait_s * 1000))
+        handed = message_draft(record, message, identity.principal)
+        await self.store.append([handed])
         if message.text is None:
             return record
-        await await_input_answer(self.store, run_id, message.input_id,
-                                 2 * self._lease_ttl_s() + 5)
+        await await_input_answer(self.store, run_id, handed, message.input_id, wait_s)
         return self.get_run(identity, run_id)
+
+    async def _taken_over(self, session_id: str, run_id: str) -> RunActor | None:
+        """The run's actor here once this daemon took its session over, where the
+        session's owner is gone (its term ran out, or it stopped with the run parked);
+        None while a live daemon owns it.
+
+        The takeover is the sweep's and recovery's own (``run.takeover``: the claim
+        fences the old owner out, then the run is resumed here), made at once for the
+        request at hand instead of waiting for some daemon's next sweep.
+        """
+        takeover = self._takeover
+        if takeover is None or self._draining:
+            return None
+        await takeover.take([session_id], RecoveryReport())
+        return self._actors.get(run_id)
 
     async def _settled(self, identity: IdentityRec, run_id: str, wait_s: float) -> RunRecord:
         """The run's record once terminal, or as it is after ``wait_s``."""
@@ -646,6 +667,8 @@ class Engine:
         actor = self._live_or_elsewhere(identity, run_id)
         parse_references(text)  # a malformed @reference fails before anything lands
         if actor is None:
+            actor = await self._taken_over(self.get_run(identity, run_id).session_id, run_id)
+        if actor is None:
             return await self._hand_over(identity, run_id, RelayedMessage(
                 new_ulid(), text, attachments, complete, into_completing))
         # The actor's copy is exact (a queued input keeps its secrets until the
@@ -663,6 +686,8 @@ class Engine:
             return record
         actor = self._live_or_elsewhere(identity, run_id)
         if actor is None:
+            actor = await self._taken_over(self.get_run(identity, run_id).session_id, run_id)
+        if actor is None:
             return await self._hand_over(identity, run_id, RelayedMessage(new_ulid(),
                                                                           complete=True))
         return redacted(await actor.request_complete())
@@ -674,6 +699,8 @@ class Engine:
         if is_run_terminal(record.state):
             return False, record
         actor = self._live_or_elsewhere(identity, run_id)
+        if actor is None:
+            actor = await self._taken_over(self.get_run(identity, run_id).session_id, run_id)
         if actor is None:
             await self._hand_over(identity, run_id, RelayedMessage(
                 new_ulid(), cancel="cancelled_by_request"))
@@ -798,7 +825,10 @@ class Engine:
             return redacted(await decide(record, decision))
         actor = self._actors.get(record.run_id)
         if actor is None and self.leases is not None:
-            # The run lives on the daemon that owns its session (or will, after a
+            # Nobody owns the run's session any more: take it over (the run resumes
+            # here, waiting on this approval) and relay the decision to it as below.
+            await self._taken_over(record.session_id, record.run_id)
+            # The run lives on the daemon that owns its session (here, after that
             # takeover): the decision reaches it through the journal.
             return redacted(await relay_decision(self.store, self.approval_reader, record,
                                                  decision, 2 * self.leases.ttl_s + 5))

@@ -75,6 +75,11 @@ ACTOR = "system:tasks"
 MAX_KIND = 64
 MAX_PAYLOAD = 64 * 1024
 MAX_KEY = 200
+ENQUEUE_CONFLICTS = 32
+"""How often an enqueue may be refused by a row that changed under it (another daemon
+took its idempotency key, changed its parent run's row or the debounced task it joins)
+and be decided again before it gives up with ``UNAVAILABLE``, retryable: a busy parent
+run changes its row with each step, but not on every one of 32 decisions in a row."""
 
 
 @dataclass(slots=True)
@@ -335,11 +340,16 @@ class TaskQueue:
 
         Raises:
             InvalidArgument: an empty or long kind, a payload over 64 KiB, a long key.
-            PalyraError: ``RUN_TERMINAL`` when ``parent_run_id`` has ended.
+            PalyraError: ``RUN_TERMINAL`` when ``parent_run_id`` has ended;
+                ``UNAVAILABLE`` (retryable, nothing written) when its rows changed under
+                more than ``ENQUEUE_CONFLICTS`` decisions in a row.
         """
         payload_json = _checked(kind, idempotency_key, payload)
         fresh = False  # read the parent's row from the store, not the cache (after a miss)
+        conflicts = 0
         while True:
+            if conflicts > ENQUEUE_CONFLICTS:
+                raise _contended(kind, conflicts)
             if idempotency_key:
                 first = self._idem_inflight.get(idempotency_key)
                 if first is not None:  # the same key is being enqueued: its answer is ours
@@ -358,6 +368,7 @@ class TaskQueue:
                     continue
                 joined = await self._coalesce(joining, kind, payload or {}, now, debounce, also)
                 if joined is _AGAIN:
+                    conflicts += 1
                     continue  # another daemon changed that task: read again, decide again
                 if isinstance(joined, TaskRecord):
                     return joined, False
@@ -395,6 +406,7 @@ class TaskQueue:
             if created is not None:
                 return created, True
             fresh = True
+            conflicts += 1
 
     async def _coalesce(self, joining: list[TaskRecord], kind: str, item: Any, now: int,
                         debounce: model.Debounce,
@@ -986,6 +998,14 @@ def _follow(answer: asyncio.Future[TaskRecord], rec: TaskRecord) -> asyncio.Futu
 
 
 _AGAIN = object()
+
+
+def _contended(kind: str, conflicts: int) -> PalyraError:
+    """The retryable refusal of an enqueue whose rows kept changing under it."""
+    return PalyraError(
+        f"the {kind} task was not enqueued: the rows it depends on changed under "
+        f"{conflicts} decisions in a row; retry it", code=ErrorCode.UNAVAILABLE,
+        details={"kind": kind, "conflicts": str(conflicts)})
 """A change refused because another daemon changed the task first: decide again."""
 
 

@@ -41,7 +41,7 @@ from palyra.engine.run.flag import Flag
 from palyra.engine.run.loop import advance
 from palyra.engine.run.step import Step
 from palyra.engine.run.writer import Batch, RunWriter, end_reason_on_complete
-from palyra.journal import EntityWrite, EventDraft
+from palyra.journal import EntityWrite, EventDraft, RowExpectation
 
 log = logging.getLogger("palyra.engine")
 
@@ -96,7 +96,8 @@ class RunActor:
     # -- requests from other tasks -------------------------------------------
     async def add_input(self, text: str, input_id: str, attachments: tuple[AttachmentRec, ...],
                         complete: bool, *, into_completing: bool = False,
-                        writes: tuple[EntityWrite, ...] = ()) -> RunRecord:
+                        writes: tuple[EntityWrite, ...] = (),
+                        expect: tuple[RowExpectation, ...] = ()) -> RunRecord:
         """Queue one input durably (processed in order after earlier ones).
 
         ``into_completing``: a run whose driver asked it to complete still takes the
@@ -105,7 +106,8 @@ class RunActor:
         running run the messages that arrive meanwhile.
 
         ``writes``: entity writes of the same commit (a handed-over message's row
-        deleted, ``run.inbox``).
+        deleted, ``run.inbox``); ``expect``: rows it stands on (that message's row, still
+        there: its sender has not given up).
 
         Raises:
             PalyraError: ``RUN_TERMINAL`` if the run ended or is completing;
@@ -124,7 +126,7 @@ class RunActor:
             batch = self._writer.batch().set(pending_inputs=inputs,
                                             complete_requested=complete or (
                                                 into_completing and rec.complete_requested))
-            await batch.write(*writes).commit_locked()
+            await batch.write(*writes).expecting(*expect).commit_locked()
         self._wake.set()
         return self._writer.record
 

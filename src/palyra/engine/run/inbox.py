@@ -9,7 +9,11 @@ applies the rows of the runs it has live; an input is queued in the same
 commit that deletes its row and writes its answer (``run_answer:<input id>``,
 which the sender waits for), so it is taken exactly once, even across a crash
 or a takeover (the new owner finds the row), and its sender is told only what
-happened: queued, or refused as a local caller would be. Rows of runs that ended are
+happened: queued, or refused as a local caller would be. A sender does not wait
+forever: as a handed-over session change (``sessions.handover``), an input's row
+carries a deadline on the database's clock, the owner's queueing commit and the
+sender's give-up are each a compare-and-set on the row, and only one lands; an owner
+drops an input past its deadline unqueued. Rows of runs that ended are
 dropped by whichever daemon sees them; answers whose senders stopped waiting are
 deleted by every daemon's sweep (``run.answer_sweep``). Starts of runs (``session_inbox:``) and
 changes of sessions (``session_change:``, ``sessions.handover``) handed to a
@@ -24,8 +28,8 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 
+from palyra.core.clock import store_clock
 from palyra.core.errors import ErrorCode, PalyraError
-from palyra.core.ids import new_ulid
 from palyra.engine.model.errors import coded
 from palyra.engine.model.lifecycle import is_run_terminal
 from palyra.engine.model.records import (
@@ -44,7 +48,7 @@ from palyra.engine.sessions.handover import (
     decode_change,
     wait_for_row,
 )
-from palyra.journal import EntityWrite, EventDraft, JournalStore
+from palyra.journal import EntityWrite, EventDraft, JournalStore, RowExpectation
 
 INBOX_TABLE = "meta"
 INBOX_PREFIX = "run_inbox:"
@@ -65,6 +69,9 @@ class RelayedMessage(msgspec.Struct, frozen=True):
     into_completing: bool = False
     cancel: str = ""
     """Non-empty: cancel the run, with this reason."""
+    deadline_ms: int = 0
+    """An input: the end of its sender's wait, on the database's clock; no owner queues
+    it from then on (0: none; a half-close or a cancel, whose senders do not wait)."""
 
 
 class RelayedStart(msgspec.Struct, frozen=True):
@@ -121,7 +128,8 @@ def run_of(key: str) -> str:
 
 
 def message_draft(record: RunRecord, message: RelayedMessage, principal: str) -> EventDraft:
-    """The event that hands ``message`` over to ``record``'s owner (with its row).
+    """The event that hands ``message`` over to ``record``'s owner (with its row, keyed
+    by ``message.input_id``: :func:`inbox_key`).
 
     No secret is journaled: the row holds the input redacted, the form a queued
     input has in the run record (and after any restart) anyway.
@@ -133,7 +141,7 @@ def message_draft(record: RunRecord, message: RelayedMessage, principal: str) ->
         run_id=record.run_id, principal=principal,
         payload={"input_id": message.input_id, "complete": message.complete,
                  "cancel": message.cancel},
-        entity_writes=(EntityWrite(INBOX_TABLE, inbox_key(record.run_id, new_ulid()),
+        entity_writes=(EntityWrite(INBOX_TABLE, inbox_key(record.run_id, message.input_id),
                                    msgspec.json.encode(message)),))
 
 
@@ -174,22 +182,39 @@ def answer(message: RelayedMessage, code: str = "", text: str = "") -> tuple[Ent
                         msgspec.json.encode(InputAnswer(code, text))),)
 
 
-async def await_input_answer(store: JournalStore, run_id: str, input_id: str,
-                             wait_s: float) -> None:
-    """Wait for the owner's answer to a handed-over input, delete it, and raise the
-    owner's refusal as the sender's own.
+def still_handed(key: str, raw: bytes) -> RowExpectation:
+    """The condition of every commit that consumes the message row ``key`` (``raw``, as
+    handed over, is still there): the owner's queueing and the sender's give-up, one
+    of them lands."""
+    return RowExpectation(INBOX_TABLE, key, raw)
+
+
+def withdrawn(key: str, exc: PalyraError) -> bool:
+    """Whether ``exc`` refused a commit because the message row ``key`` is gone (its
+    sender gave up, or another owner took it first)."""
+    return exc.code is ErrorCode.STATE_CONFLICT and exc.details.get("key") == key
+
+
+async def await_input_answer(store: JournalStore, run_id: str, handed: EventDraft,
+                             input_id: str, wait_s: float) -> None:
+    """Wait for the owner's answer to a handed-over input (``handed``: the event that
+    handed it over, with its row), delete it, and raise the owner's refusal as the
+    sender's own.
 
     Raises:
         PalyraError: the owner's refusal (``RUN_TERMINAL``: the run ended before the
             input reached it; ``RESOURCE_EXHAUSTED``: its queue is full …), or
-            ``UNAVAILABLE`` (retryable) when no owner took it within ``wait_s`` (it
-            stays handed over and is queued when an owner takes the run).
+            ``UNAVAILABLE`` (retryable) when no owner took it within ``wait_s``: the
+            input was withdrawn and is never queued.
     """
     key = answer_key(input_id)
     raw = await wait_for_row(store, INBOX_TABLE, key, wait_s)
     if raw is None:
-        raise coded(ErrorCode.UNAVAILABLE, f"the input is handed over to the daemon that "
-                    f"owns run {run_id}, which has not taken it yet", run_id=run_id)
+        raw = await _give_up(store, run_id, handed.entity_writes[0])
+    if raw is None:
+        raise coded(ErrorCode.UNAVAILABLE, f"the input was handed over to the daemon that "
+                    f"owns run {run_id}, which did not take it in time; it was withdrawn "
+                    "and will not be queued", run_id=run_id)
     await store.append([EventDraft(kind="run.input_answered", actor=ENGINE_ACTOR,
                                    run_id=run_id,
                                    entity_writes=(EntityWrite(INBOX_TABLE, key, None),))])
@@ -198,14 +223,37 @@ async def await_input_answer(store: JournalStore, run_id: str, input_id: str,
         raise coded(ErrorCode(answered.code), answered.message, run_id=run_id)
 
 
+async def _give_up(store: JournalStore, run_id: str, row: EntityWrite) -> bytes | None:
+    """Withdraw the input whose row is ``row``: None once withdrawn; the owner's answer
+    when the owner consumed the row first (None too if it dropped it unanswered)."""
+    assert row.value is not None
+    try:
+        await store.append([EventDraft(kind="run.input_withdrawn", actor=ENGINE_ACTOR,
+                                       run_id=run_id, entity_writes=(drop(row.key),))],
+                           expect=(still_handed(row.key, row.value),))
+    except PalyraError as exc:
+        if not withdrawn(row.key, exc):
+            # The database is away: the row may stay, but no owner queues it past its
+            # deadline, which is now.
+            raise coded(ErrorCode.UNAVAILABLE, "the input could not be withdrawn; it "
+                        "will not be queued", run_id=run_id) from exc
+        message = msgspec.json.decode(row.value, type=RelayedMessage)
+        return store.get_entity(INBOX_TABLE, answer_key(message.input_id), fresh=True)
+    return None
+
+
 class InboxReader:
     """Applies handed-over messages to this daemon's live runs (one engine's loop)."""
 
     def __init__(self, store: JournalStore, live: Callable[[str], RunActor | None],
                  start: Callable[[RelayedStart, EntityWrite], Awaitable[bool]],
-                 change: Callable[[SessionChange], Awaitable[bool]],
-                 sweep: Callable[[], Awaitable[object]] | None = None) -> None:
+                 change: Callable[[SessionChange, bytes], Awaitable[bool]],
+                 sweep: Callable[[], Awaitable[object]] | None = None,
+                 now_ms: Callable[[], int] | None = None) -> None:
         self._store = store
+        # The database's clock (``core.clock.store_clock``): an input past its
+        # deadline is dropped, never queued.
+        self._now_ms = now_ms or store_clock(store)
         self._sweep = sweep  # deletes answer rows of askers that timed out
         self._live = live
         self._start = start
@@ -256,11 +304,16 @@ class InboxReader:
         if message is None:
             await self._drop(key, run_id)
             return
+        expect = (still_handed(key, raw),)
         try:
+            if message.text is not None and 0 < message.deadline_ms <= self._now_ms():
+                # Its sender has stopped waiting (or died): dropped, never queued.
+                await self._drop(key, run_id, expect=expect)
+                return
             if message.text is not None:  # queued in the commit that drops the row: once
                 await actor.add_input(message.text, message.input_id, message.attachments,
                                       message.complete, into_completing=message.into_completing,
-                                      writes=(drop(key), *answer(message)))
+                                      writes=(drop(key), *answer(message)), expect=expect)
                 return
             # A cancel or a half-close is idempotent: applied, then dropped.
             if message.cancel:
@@ -269,18 +322,25 @@ class InboxReader:
                 await actor.request_complete()
             await self._drop(key, run_id)
         except PalyraError as exc:
-            if exc.code is ErrorCode.LEASE_STALE:
-                return  # the run moved: its new owner applies the message
+            if exc.code is ErrorCode.LEASE_STALE or withdrawn(key, exc):
+                return  # the run moved (its new owner applies it), or its sender gave up
             # Refused where a local caller would have been (the run is completing,
             # its queue is full): the waiting sender gets the same refusal.
             _log.warning("handed-over message for run %s refused: %s", run_id, exc.message)
-            await self._drop(key, run_id, answer(message, str(exc.code), exc.message))
+            try:
+                await self._drop(key, run_id, answer(message, str(exc.code), exc.message),
+                                 expect=expect)
+            except PalyraError as dropped:
+                if not withdrawn(key, dropped):
+                    raise  # else its sender gave up meanwhile: nothing to answer
 
     async def _drop(self, key: str, run_id: str,
-                    answered: tuple[EntityWrite, ...] = ()) -> None:
+                    answered: tuple[EntityWrite, ...] = (),
+                    expect: tuple[RowExpectation, ...] = ()) -> None:
         await self._store.append([EventDraft(kind="run.input_dropped", actor=ENGINE_ACTOR,
                                              run_id=run_id,
-                                             entity_writes=(drop(key), *answered))])
+                                             entity_writes=(drop(key), *answered))],
+                                 expect=expect)
 
     async def _change_one(self, key: str, raw: bytes) -> None:
         change = decode_change(raw)
@@ -291,7 +351,7 @@ class InboxReader:
             return
         # Applied (the row consumed and answered in the change's commit) only where the
         # session's lease can be held: its owner, or anyone once it is free.
-        await self._change(change)
+        await self._change(change, raw)
 
     async def _start_one(self, key: str, raw: bytes) -> None:
         try:

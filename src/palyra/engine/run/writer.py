@@ -32,7 +32,14 @@ from palyra.engine.model.lifecycle import (
 from palyra.engine.model.records import RUNS, RunRecord, encode
 from palyra.engine.model.tape import ENGINE_ACTOR, kind_of, payload_of
 from palyra.engine.run.flag import Flag
-from palyra.journal import EntityWrite, EventDraft, JournalStore, Lease, StoredEvent
+from palyra.journal import (
+    EntityWrite,
+    EventDraft,
+    JournalStore,
+    Lease,
+    RowExpectation,
+    StoredEvent,
+)
 
 
 def end_reason_on_complete(current: str) -> str:
@@ -85,6 +92,7 @@ class Batch:
         self.state = writer.record.state
         self.members: list[betterproto2.Message] = []
         self.entity_writes: list[EntityWrite] = []
+        self.expect: tuple[RowExpectation, ...] = ()
         self.pre_events: list[EventDraft] = []
         self.changes: dict[str, Any] = {}
         self.committed = False
@@ -113,6 +121,12 @@ class Batch:
     def write(self, *writes: EntityWrite) -> Batch:
         """Attach entity writes (session, approval records) to this append."""
         self.entity_writes.extend(writes)
+        return self
+
+    def expecting(self, *rows: RowExpectation) -> Batch:
+        """Commit only while each row holds the value expected (a shared journal's
+        compare-and-set: a handed-over input's row is still there)."""
+        self.expect = (*self.expect, *rows)
         return self
 
     def events(self, *drafts: EventDraft) -> Batch:
@@ -163,8 +177,12 @@ class Batch:
         try:
             # Unfenced (LMDB, one daemon) exactly as before leases existed.
             fence = self._writer.fence
-            task = (self._writer.store.submit(staged.drafts) if fence is None
-                    else self._writer.store.submit(staged.drafts, fence=fence))
+            if self.expect:
+                task = self._writer.store.submit(staged.drafts, fence=fence,
+                                                 expect=self.expect)
+            else:
+                task = (self._writer.store.submit(staged.drafts) if fence is None
+                        else self._writer.store.submit(staged.drafts, fence=fence))
         except BaseException:
             staged.abandon()
             raise

@@ -10,19 +10,29 @@ id>``); the asking daemon waits for that answer, then deletes it. A change
 applied and its answer land together or not at all, so a crash at any instant
 neither applies a change twice nor answers one that did not land. Where the
 owner dies, whoever claims the orphaned session next applies the row.
+
+An asker does not wait forever, and a change it gave up on must never land: the row
+carries a deadline on the database's clock (``core.clock.store_clock``), the end of the
+asker's wait. The owner's commit and the asker's give-up are each a compare-and-set on
+the row (it still holds the change as handed over): the owner's commit consumes it, the
+asker's give-up deletes it, and only the first of the two lands. So either the owner
+applied the change and the asker is answered with it, or the asker's give-up won and
+the change is dropped. An owner never applies a row past its deadline (an asker that
+died cannot give up), and drops it the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import msgspec
 
-from palyra.core.errors import ErrorCode
+from palyra.core.errors import ErrorCode, PalyraError
 from palyra.engine.model.errors import coded
 from palyra.engine.model.records import IdentityRec, SessionRecord
 from palyra.engine.model.tape import ENGINE_ACTOR
-from palyra.journal import EntityWrite, EventDraft, JournalStore
+from palyra.journal import EntityWrite, EventDraft, JournalStore, RowExpectation
 
 CHANGE_TABLE = "meta"
 CHANGE_PREFIX = "session_change:"
@@ -44,6 +54,9 @@ class SessionChange(msgspec.Struct, frozen=True):
     label: str = ""
     branch_id: str = ""
     """A branch's new session id, chosen by the asker so it can read the branch after."""
+    deadline_ms: int = 0
+    """The end of the asker's wait, on the database's clock: no owner applies the change
+    from then on (0: none, a row of an older daemon)."""
 
 
 class ChangeAnswer(msgspec.Struct, frozen=True):
@@ -85,6 +98,34 @@ def change_draft(change: SessionChange) -> EventDraft:
                                    msgspec.json.encode(change)),))
 
 
+def expired(change: SessionChange, now_ms: int) -> bool:
+    """Whether ``change``'s asker has stopped waiting for it (``now_ms``: the database's
+    clock): it is then dropped, never applied."""
+    return 0 < change.deadline_ms <= now_ms
+
+
+def still_handed(change: SessionChange, raw: bytes) -> RowExpectation:
+    """The condition of every commit that consumes ``change`` (its row ``raw`` as handed
+    over is still there): the owner's apply and the asker's give-up, one of them lands."""
+    return RowExpectation(CHANGE_TABLE, change_key(change), raw)
+
+
+def withdrawn(change: SessionChange, exc: PalyraError) -> bool:
+    """Whether ``exc`` is the refusal of a commit that found ``change``'s row gone (its
+    asker gave up, or another owner consumed it first)."""
+    return (exc.code is ErrorCode.STATE_CONFLICT
+            and exc.details.get("key") == change_key(change))
+
+
+def dropped_draft(change: SessionChange) -> EventDraft:
+    """The event that deletes a change nobody may apply any more (past its deadline, or
+    given up by its asker), answering nothing."""
+    return EventDraft(
+        kind="session.change_dropped", actor=ENGINE_ACTOR, session_id=change.session_id,
+        payload={"change_id": change.change_id},
+        entity_writes=(EntityWrite(CHANGE_TABLE, change_key(change), None),))
+
+
 def answered(change: SessionChange, answer: ChangeAnswer) -> tuple[EntityWrite, ...]:
     """The writes that consume ``change`` and answer it (in the commit applying it)."""
     return (EntityWrite(CHANGE_TABLE, change_key(change), None),
@@ -108,25 +149,49 @@ def decode_change(raw: bytes) -> SessionChange | None:
         return None
 
 
-async def hand_over(store: JournalStore, change: SessionChange, wait_s: float) -> ChangeAnswer:
+async def hand_over(store: JournalStore, change: SessionChange, wait_s: float,
+                    now_ms: Callable[[], int]) -> ChangeAnswer:
     """Hand ``change`` to the session's owner; its answer once the owner committed it.
 
+    ``now_ms``: the database's clock, on which the change's deadline is set ``wait_s``
+    from now.
+
     Raises:
-        PalyraError: ``UNAVAILABLE`` (retryable: the change stays handed over and
-            lands when an owner applies it) when no answer came within ``wait_s``.
+        PalyraError: ``UNAVAILABLE`` (retryable) when no owner applied the change within
+            ``wait_s``: the change was withdrawn and never lands.
     """
+    change = msgspec.structs.replace(change, deadline_ms=now_ms() + int(wait_s * 1000))
+    raw = msgspec.json.encode(change)
     await store.append([change_draft(change)])
     key = answer_key(change.change_id)
-    raw = await wait_for_row(store, CHANGE_TABLE, key, wait_s)
-    if raw is None:
-        raise coded(ErrorCode.UNAVAILABLE, f"the change of session {change.session_id} is "
-                    "handed over to the daemon that owns it, which has not applied it yet",
-                    session_id=change.session_id)
+    answer = await wait_for_row(store, CHANGE_TABLE, key, wait_s)
+    if answer is None:
+        answer = await _give_up(store, change, raw)
+    if answer is None:
+        raise coded(ErrorCode.UNAVAILABLE, f"the change of session {change.session_id} was "
+                    "handed over to the daemon that owns it, which did not apply it in time; "
+                    "it was withdrawn and will not be applied", session_id=change.session_id)
     await store.append([EventDraft(
         kind="session.change_done", actor=ENGINE_ACTOR, session_id=change.session_id,
         payload={"change_id": change.change_id},
         entity_writes=(EntityWrite(CHANGE_TABLE, key, None),))])
-    return msgspec.json.decode(raw, type=ChangeAnswer)
+    return msgspec.json.decode(answer, type=ChangeAnswer)
+
+
+async def _give_up(store: JournalStore, change: SessionChange, raw: bytes) -> bytes | None:
+    """Withdraw ``change`` (its row ``raw``): None once withdrawn; the owner's answer when
+    the owner consumed the row first (None too if it dropped it, past its deadline)."""
+    try:
+        await store.append([dropped_draft(change)], expect=(still_handed(change, raw),))
+    except PalyraError as exc:
+        if not withdrawn(change, exc):
+            # The database is away: the row may stay, but no owner applies it past its
+            # deadline, which is now.
+            raise coded(ErrorCode.UNAVAILABLE, f"the change of session {change.session_id} "
+                        "could not be withdrawn; it will not be applied",
+                        session_id=change.session_id) from exc
+        return store.get_entity(CHANGE_TABLE, answer_key(change.change_id), fresh=True)
+    return None
 
 
 async def wait_for_row(store: JournalStore, table: str, key: str, wait_s: float) -> bytes | None:

@@ -34,6 +34,10 @@ from palyra.engine.sessions.handover import (
     SessionChange,
     answer_draft,
     answered,
+    dropped_draft,
+    expired,
+    still_handed,
+    withdrawn,
 )
 from palyra.engine.sessions.locks import KeyedLocks
 from palyra.engine.sessions.plan import (
@@ -45,7 +49,7 @@ from palyra.engine.sessions.plan import (
 )
 from palyra.engine.sessions.reader import SessionReader
 from palyra.engine.sessions.selectors import Selectors
-from palyra.journal import EntityWrite, JournalStore, Lease
+from palyra.journal import EntityWrite, JournalStore, Lease, RowExpectation
 
 POSTURES = frozenset({"always_allow", "ask_each_time", "disabled"})
 
@@ -130,11 +134,13 @@ class SessionWriter:
         return SessionPlan(answer.records[0], reset_applied=True)
 
     async def commit(self, plan: SessionPlan, fenced_by: str = "",
-                     writes: Sequence[EntityWrite] = ()) -> SessionRecord:
+                     writes: Sequence[EntityWrite] = (),
+                     expect: Sequence[RowExpectation] = ()) -> SessionRecord:
         """Commit a plan on its own (API calls that start no run); hold its session's lock.
 
         ``fenced_by``: the session whose lease fences the commit (default: the
-        plan's own), when this daemon holds it. ``writes``: more rows for the same commit.
+        plan's own), when this daemon holds it. ``writes``: more rows for the same commit;
+        ``expect``: rows it stands on (a handed-over change's, still there).
 
         Raises:
             PalyraError: ``LEASE_STALE`` when another daemon took that session
@@ -143,7 +149,8 @@ class SessionWriter:
         events = list(plan.events) or [session_event("session.resolved", plan.record, {})]
         events[-1] = events[-1].with_writes(*plan.entity_writes, record_write(plan.record),
                                           *writes)
-        await self._store.append(events, fence=self._fence(fenced_by or plan.record.session_id))
+        await self._store.append(events, fence=self._fence(fenced_by or plan.record.session_id),
+                                 expect=expect)
         return plan.record
 
 
@@ -203,29 +210,47 @@ class SessionWriter:
         answer.raise_refusal(change.session_id)
         return answer
 
-    async def apply_handed(self, change: SessionChange) -> bool:
-        """Apply a change another daemon handed over, if this daemon can own the session.
+    async def apply_handed(self, change: SessionChange, raw: bytes) -> bool:
+        """Apply a change another daemon handed over (its row ``raw``), if this daemon can
+        own the session.
 
         The change, its row's deletion and its answer land in one commit (a refusal's
-        answer in a commit of its own). False: another live daemon owns the session (it
-        applies the row), or this daemon lost the session meanwhile.
+        answer in a commit of its own), each standing on the row as handed over: once its
+        asker gave up (deleted the row) nothing of it lands. A change past its deadline is
+        dropped unapplied. False: another live daemon owns the session (it applies the
+        row), or this daemon lost the session meanwhile.
         """
         async with self._owning(change.session_id) as owned:
             if not owned:
                 return False
+            expect = (still_handed(change, raw),)
             async with self.hold(change.session_id):
                 try:
-                    await self._apply(change, lambda answer: answered(change, answer))
+                    if expired(change, self._now_ms()):  # its asker has stopped waiting
+                        await self._store.append([dropped_draft(change)], expect=expect)
+                        return True
+                    try:
+                        await self._apply(change, lambda answer: answered(change, answer),
+                                          expect)
+                    except PalyraError as exc:
+                        if exc.code is ErrorCode.LEASE_STALE or withdrawn(change, exc):
+                            raise
+                        refusal = ChangeAnswer(str(exc.code), exc.message)
+                        await self._store.append([answer_draft(change, refusal)],
+                                                 expect=expect)
                 except PalyraError as exc:
                     if exc.code is ErrorCode.LEASE_STALE:
                         return False  # the session moved: its new owner applies the row
-                    refusal = ChangeAnswer(str(exc.code), exc.message)
-                    await self._store.append([answer_draft(change, refusal)])
+                    if not withdrawn(change, exc):
+                        raise
+                    # Its asker gave up first (or another owner consumed it): nothing landed.
         return True
 
-    async def _apply(self, change: SessionChange, consume: Consume) -> ChangeAnswer:
+    async def _apply(self, change: SessionChange, consume: Consume,
+                     expect: Sequence[RowExpectation] = ()) -> ChangeAnswer:
         """Decide and commit ``change`` (this daemon owns the session, under its lock);
-        ``consume(answer)``: writes that go into the same commit."""
+        ``consume(answer)``: writes that go into the same commit, which stands on
+        ``expect``."""
         record = self.reader.require(change.session_id)
         check_identity(record, change.identity)
         changed: tuple[SessionRecord, ...] = ()  # besides the plan's own record
@@ -239,7 +264,8 @@ class SessionWriter:
             answer = ChangeAnswer(records=(_retried_branch(made, record, change), record))
             if writes := consume(answer):
                 await self._store.append([session_event(
-                    "session.change_answered", record, {}).with_writes(*writes)])
+                    "session.change_answered", record, {}).with_writes(*writes)],
+                    expect=expect)
             return answer
         elif change.kind == "branch":
             plan, source = self._branch_plan(record, change)
@@ -249,7 +275,8 @@ class SessionWriter:
                                   run_count=record.run_count, records=(record,))
             if writes := consume(answer):
                 await self._store.append([session_event(
-                    "session.change_answered", record, {}).with_writes(*writes)])
+                    "session.change_answered", record, {}).with_writes(*writes)],
+                    expect=expect)
             return answer
         else:
             plan = self._archive_plan(record)
@@ -260,7 +287,8 @@ class SessionWriter:
                               previous_session_key=record.session_key,
                               run_count=record.run_count, records=written)
         # A branch's commit changes the source's record: fenced by the source's lease.
-        await self.commit(plan, fenced_by=record.session_id, writes=consume(answer))
+        await self.commit(plan, fenced_by=record.session_id, writes=consume(answer),
+                          expect=expect)
         return answer
 
     def _archive_plan(self, record: SessionRecord) -> SessionPlan:

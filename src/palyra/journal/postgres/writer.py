@@ -85,6 +85,11 @@ WRITER_THREAD = "palyra-journal-pg-writer"
 _MEMORY_LIMIT = 4096
 _MAX_U64 = (1 << 64) - 1
 _STOP = object()
+SERIALIZATION_RETRIES = 8
+"""How often a transaction the database aborted for retry (SQLSTATE ``40001``, as
+CockroachDB's ``SERIALIZABLE`` and PostgreSQL's ``REPEATABLE READ`` or ``SERIALIZABLE`` do
+when another daemon committed first) is run again, planned afresh, before its callers
+get ``UNAVAILABLE``."""
 
 _BEGIN = "BEGIN"
 _COMMIT = "COMMIT"
@@ -167,6 +172,7 @@ class PostgresWriter:
         # The transparency log's frontier after that commit (read from the tree's
         # rows again whenever another daemon has committed since).
         self._tree: Frontier | None = None
+        self.serialization_retries = 0  # transactions run again after a 40001
         self._thread = threading.Thread(target=self._run, name=WRITER_THREAD, daemon=True)
         self._thread.start()
 
@@ -252,6 +258,8 @@ class PostgresWriter:
         self, txn: PgTxn, head: tuple[int, bytes], batch: list[Append], taken: set[bytes]
     ) -> tuple[tuple[CommitPlan | None, list[Append]], list[Op], int, bytes]:
         """``taken``: which of the batch's event ids the journal holds already."""
+        for request in batch:  # decided again on a retried transaction
+            request.error = None
         live = self._unfenced(txn, batch)
         while live:
             plan = plan_commit(live, self._heads(txn, head, live))
@@ -425,7 +433,7 @@ class PostgresWriter:
             self._forget()
             fail([request], exc)
             return
-        request.result = answer[0]
+        request.result = answer[-1]  # a retried transaction's, if it ran again
         resolve([request])
 
     # --- retention -------------------------------------------------------------
@@ -487,11 +495,40 @@ class PostgresWriter:
 
         ``body`` returns ``(result, ops, next_position, head)``; the commit is
         durable when this returns ``result``. ``committed(result)`` runs after the
-        commit, before its positions are confirmed as this daemon's.
+        commit, before its positions are confirmed as this daemon's. A transaction the
+        database aborts for retry (``40001``) is run again, ``body`` included, up to
+        ``SERIALIZATION_RETRIES`` times: nothing is answered before a ``COMMIT`` returns,
+        so a retried request is acknowledged once.
         """
+        attempt = 0
+        while True:
+            try:
+                return self._attempt(body, committed, taken_of)
+            except psycopg.errors.SerializationFailure:
+                # Nothing of the aborted transaction applied and nobody was answered:
+                # run it again on the head as it is now, planned afresh (the requests'
+                # refusals of the aborted attempt are decided again too).
+                self._forget()
+                # A new connection: psycopg counts the statements it prepared inside
+                # the aborted pipeline as prepared, and the server has none of them
+                # ("prepared statement _pg3_N does not exist" on the next run).
+                self._conn.close()
+                attempt += 1
+                self.serialization_retries += 1
+                if attempt > SERIALIZATION_RETRIES:
+                    raise
+
+    def _attempt(
+        self, body: Callable[[PgTxn, tuple[int, bytes]], tuple[Any, list[Op], int, bytes]],
+        committed: Callable[[Any], None] | None,
+        taken_of: tuple[list[bytes], set[bytes]] | None,
+    ) -> Any:
+        """One run of :meth:`_in_transaction`'s transaction."""
         if self._conn.broken or self._conn.closed:  # a lost connection: a new one
             self._conn.close()
             self._conn = _connect(self._env.config.dsn)
+        if taken_of is not None:
+            taken_of[1].clear()
         conn, own = self._conn, self._own
         try:
             # Pipeline mode: a statement is sent without waiting for the ones before
