@@ -60,7 +60,7 @@ from typing import Any
 from palyra.journal import JournalStore
 from palyra.journal._env import WRITER_THREAD
 from palyra.tasks.model import TaskRecord
-from palyra.tasks.queue import FollowUp, TaskQueue
+from palyra.tasks.queue import FollowUp, Ride, TaskQueue
 from palyra.tasks.worker import TaskContext, TaskWorker
 
 KIND = "bench"
@@ -104,11 +104,11 @@ class _CountingQueue(TaskQueue):
 
     async def succeed_handing_on(self, task_id: str, epoch: int,
                                  result: dict[str, Any] | None = None,
-                                 then: Sequence[FollowUp] = ()
+                                 then: Sequence[FollowUp] = (), *, ride: Ride | None = None
                                  ) -> tuple[TaskRecord, list[TaskRecord]]:
         # The worker's path (``succeed`` goes through it too): counting ``succeed``
         # alone missed every success, and a round waited for them forever.
-        answer = await super().succeed_handing_on(task_id, epoch, result, then)
+        answer = await super().succeed_handing_on(task_id, epoch, result, then, ride=ride)
         if self.round is not None:
             self.round.finished()
         return answer

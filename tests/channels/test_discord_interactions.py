@@ -20,6 +20,8 @@ from typing import Any
 import discord
 import httpx
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from discord.http import handle_message_parameters
 from nacl.signing import SigningKey
 
@@ -126,6 +128,8 @@ def test_signatures_made_with_pynacl() -> None:
         ({"x-signature-timestamp": stamp}, body, ErrorCode.SIGNATURE_INVALID),
         ({"x-signature-ed25519": "zz", "x-signature-timestamp": stamp}, body,
          ErrorCode.SIGNATURE_INVALID),
+        (headers(good[:63]), body, ErrorCode.SIGNATURE_INVALID),      # too short
+        (headers(good + b"\0"), body, ErrorCode.SIGNATURE_INVALID),   # too long
         (headers(key.sign(old.encode() + body).signature, old), body,
          ErrorCode.TIMESTAMP_STALE),
     ]:
@@ -134,6 +138,22 @@ def test_signatures_made_with_pynacl() -> None:
         assert raised.value.code is code
     with pytest.raises(ValueError):
         di.public_key("00" * 31)
+
+
+def test_signatures_made_with_openssl() -> None:
+    """A second signer beside PyNaCl (whose libsodium also verifies here): OpenSSL's."""
+    key = Ed25519PrivateKey.generate()
+    raw = key.public_key().public_bytes(serialization.Encoding.Raw,
+                                        serialization.PublicFormat.Raw)
+    public = di.public_key(raw.hex())
+    body, stamp = b'{"type": 2}', str(int(time.time()))
+    signature = key.sign(stamp.encode() + body)
+    di.verify(public, {"x-signature-ed25519": signature.hex(),
+                       "x-signature-timestamp": stamp}, body)
+    with pytest.raises(PalyraError) as raised:
+        di.verify(public, {"x-signature-ed25519": signature.hex(),
+                           "x-signature-timestamp": stamp}, body + b"\n")
+    assert raised.value.code is ErrorCode.SIGNATURE_INVALID
 
 
 async def test_reply_bodies_are_what_discordpy_sends() -> None:

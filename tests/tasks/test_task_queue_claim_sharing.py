@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from palyra.core.errors import InvalidArgument
+from palyra.core.errors import ErrorCode, InvalidArgument, PalyraError
 from palyra.journal import EventDraft, JournalConfig, JournalStore
 from palyra.tasks import State, TaskContext, TaskQueue, TaskRecord, TaskWorker, model
+from palyra.tasks.queue import Ride
 
 
 class Clock:
@@ -142,7 +143,7 @@ async def test_a_task_is_not_born_claimed_by_a_worker_in_line_for_other_kinds(
         await queue.close()
 
 
-async def test_a_looping_worker_queues_its_next_claim_before_its_last_success(
+async def test_a_looping_worker_claims_its_next_task_in_its_last_success(
         store: JournalStore) -> None:
     queue = TaskQueue(store)
     await queue.start()
@@ -170,13 +171,52 @@ async def test_a_looping_worker_queues_its_next_claim_before_its_last_success(
             await asyncio.sleep(0.01)
         assert started == [a.task_id, b.task_id]
         events = [(kind, tid) for kind, tid, _ in _task_events(store)]
-        # b's claim was queued before a's success (so they share a group commit), and
-        # each task's own moves are the lifecycle's, in order.
-        assert events.index(("task.claimed", b.task_id)) < events.index(
-            ("task.succeeded", a.task_id))
+        # b's claim rides in a's success (one append, not two), and each task's own
+        # moves are the lifecycle's, in order.
+        assert events.index(("task.claimed", b.task_id)) == events.index(
+            ("task.succeeded", a.task_id)) + 1
+        # Two enqueues, a's claim, a's success with b's claim, b's success.
+        assert queue.commits == 5
         for tid in (a.task_id, b.task_id):
             assert [kind for kind, t in events if t == tid] == [
                 "task.enqueued", "task.claimed", "task.succeeded"]
     finally:
         await worker.close()
+        await queue.close()
+
+
+async def test_a_ride_is_claimed_alone_when_its_success_is_refused(
+        store: JournalStore) -> None:
+    queue = TaskQueue(store)
+    await queue.start()
+    try:
+        a, _ = await queue.enqueue("k")
+        b, _ = await queue.enqueue("k")
+        claimed = await queue.claim("w", frozenset({"k"}))
+        assert claimed.task_id == a.task_id
+        ride = Ride("w", frozenset({"k"}), model.DEFAULT_LEASE_MS, queue.claim_future())
+        with pytest.raises(PalyraError) as refused:  # an epoch the lease never had
+            await queue.succeed_handing_on(a.task_id, claimed.lease_epoch + 1, ride=ride)
+        assert refused.value.code is ErrorCode.LEASE_STALE
+        # The worker's next claim is still made (else its loop would wait forever).
+        nxt = await asyncio.wait_for(queue.claim("w", frozenset({"k"}), begun=ride.claimed), 2)
+        assert nxt.task_id == b.task_id and nxt.lease_owner == "w"
+    finally:
+        await queue.close()
+
+
+async def test_a_ride_with_nothing_ready_waits_in_line(store: JournalStore) -> None:
+    queue = TaskQueue(store)
+    await queue.start()
+    try:
+        a, _ = await queue.enqueue("k")
+        claimed = await queue.claim("w", frozenset({"k"}))
+        ride = Ride("w", frozenset({"k"}), model.DEFAULT_LEASE_MS, queue.claim_future())
+        await queue.succeed_handing_on(a.task_id, claimed.lease_epoch, ride=ride)
+        assert not ride.claimed.done()
+        c, _ = await queue.enqueue("k")  # born claimed by the ride waiting in line
+        nxt = await asyncio.wait_for(queue.claim("w", frozenset({"k"}), begun=ride.claimed), 2)
+        assert nxt.task_id == c.task_id
+        assert queue.require(a.task_id).state == State.SUCCEEDED
+    finally:
         await queue.close()

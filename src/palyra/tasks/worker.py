@@ -16,7 +16,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -24,7 +24,7 @@ from palyra.core.errors import ErrorCode, PalyraError
 from palyra.core.ids import new_ulid
 from palyra.tasks import model
 from palyra.tasks.model import State, TaskRecord
-from palyra.tasks.queue import FollowUp, TaskQueue
+from palyra.tasks.queue import FollowUp, Ride, TaskQueue
 
 log = logging.getLogger("palyra.tasks")
 
@@ -52,6 +52,13 @@ Handler = Callable[[TaskContext], Awaitable[dict[str, Any] | Done | None]]
 or raises to fail the attempt."""
 
 
+class ClaimNext(Protocol):
+    """Begins a worker loop's next claim (``ride``: the queue begins it in the commit of
+    the success about to be queued) and answers its future."""
+
+    def __call__(self, ride: bool = False) -> asyncio.Future[TaskRecord]: ...
+
+
 class TaskWorker:
     """``concurrency`` loops over one queue for the kinds in ``handlers``."""
 
@@ -60,6 +67,7 @@ class TaskWorker:
                  owner: str = "", hand_to: Mapping[str, TaskWorker] | None = None) -> None:
         self._queue = queue
         self._handlers = dict(handlers)
+        self._kinds = frozenset(self._handlers)
         self._lease_ms = lease_ms
         self._concurrency = max(1, concurrency)
         self.owner = owner or f"worker:{new_ulid()}"
@@ -126,16 +134,19 @@ class TaskWorker:
         self._tasks = []
 
     async def _claim_and_run(self) -> None:
-        kinds = frozenset(self._handlers)
+        kinds = self._kinds
         queue, owner, lease_ms = self._queue, self.owner, self._lease_ms
         ahead: asyncio.Future[TaskRecord] | None = None
 
-        def claim_next() -> None:
+        def claim_next(ride: bool = False) -> asyncio.Future[TaskRecord]:
             # Begun when the handler is done, before its outcome is queued: the next
             # claim shares the outcome's group commit (or waits in line, where an
-            # enqueue hands it a task born claimed), instead of following it.
+            # enqueue hands it a task born claimed), instead of following it. After a
+            # success it rides in that success's own commit (``ride``: the queue begins
+            # it there, with this future).
             nonlocal ahead
-            ahead = queue.claim_begin(owner, kinds, lease_ms)
+            ahead = queue.claim_future() if ride else queue.claim_begin(owner, kinds, lease_ms)
+            return ahead
 
         try:
             while True:
@@ -152,11 +163,12 @@ class TaskWorker:
                 ahead.cancel()
 
     async def run_one(self, task: TaskRecord,
-                      claim_next: Callable[[], None] | None = None) -> TaskRecord | None:
+                      claim_next: ClaimNext | None = None) -> TaskRecord | None:
         """Run a claimed task to its recorded outcome (None: the lease was lost).
 
         ``claim_next`` is called once the handler is done (not when the worker is
-        stopping), just before the outcome is queued to the journal.
+        stopping), just before the outcome is queued to the journal; after a success
+        with ``ride=True``, and the claim it answers rides in the success's commit.
         """
         handler = self._handlers[task.kind]
         payload = msgspec.json.decode(task.payload_json) if task.payload_json else {}
@@ -187,13 +199,14 @@ class TaskWorker:
                 task.task_id, task.lease_epoch, f"{type(exc).__name__}: {exc}"))
         finally:
             beats.stop()
-        if claim_next is not None:
-            claim_next()
         done = result if isinstance(result, Done) else Done(result)
         then = tuple(self._handing_on(f) for f in done.then)
+        # Begun by the queue whatever the success's fate (see Ride).
+        ride = None if claim_next is None else Ride(
+            self.owner, self._kinds, self._lease_ms, claim_next(True))
         try:
             rec, claimed = await self._queue.succeed_handing_on(
-                task.task_id, task.lease_epoch, done.result, then)
+                task.task_id, task.lease_epoch, done.result, then, ride=ride)
         except PalyraError as exc:
             if exc.code is ErrorCode.LEASE_STALE:
                 log.info("task outcome dropped: %s", exc.message)

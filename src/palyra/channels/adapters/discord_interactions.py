@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import msgspec
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from nacl.exceptions import BadSignatureError
+from nacl.signing import VerifyKey
 
 from palyra.channels.adapters._body import decode_body
 from palyra.channels.adapters._timestamps import check_fresh
@@ -42,8 +42,12 @@ STRING_OPTION = 3
 MAX_OPTION_DEPTH = 3  # sub-command groups hold sub-commands hold options
 
 
-def public_key(hex_key: str) -> Ed25519PublicKey:
+def public_key(hex_key: str) -> VerifyKey:
     """The application's public key from its hex form (as the Developer Portal shows it).
+
+    A PyNaCl (libsodium) key: its check of a request costs half of ``cryptography``'s
+    (OpenSSL's) on this path, 70-95 against 140-150 us of CPU per verify (one sitting,
+    alternating), and every interaction is verified.
 
     Raises:
         ValueError: not 32 bytes of hex.
@@ -55,10 +59,10 @@ def public_key(hex_key: str) -> Ed25519PublicKey:
             from None
     if len(raw) != 32:
         raise ValueError("public_key must be 32 bytes (64 hex digits)")
-    return Ed25519PublicKey.from_public_bytes(raw)
+    return VerifyKey(raw)
 
 
-def verify(key: Ed25519PublicKey, headers: Mapping[str, str], body: bytes, *,
+def verify(key: VerifyKey, headers: Mapping[str, str], body: bytes, *,
            tolerance_s: int = 300, now_s: float | None = None) -> None:
     """Check an interaction request's Ed25519 signature and its timestamp.
 
@@ -75,8 +79,8 @@ def verify(key: Ed25519PublicKey, headers: Mapping[str, str], body: bytes, *,
     except (binascii.Error, ValueError):
         raise _bad("X-Signature-Ed25519 is not hex") from None
     try:
-        key.verify(raw, stamp.encode() + body)
-    except InvalidSignature:
+        key.verify(stamp.encode() + body, raw)
+    except (BadSignatureError, ValueError):  # ValueError: not 64 bytes
         raise _bad("the signature does not verify under public_key") from None
     # Checked after the signature: a stale but genuine request is told so.
     check_fresh(stamp, "X-Signature-Timestamp", tolerance_s, now_s, "Discord")
