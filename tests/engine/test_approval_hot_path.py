@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 
-import msgspec
 import pytest
 from engine_harness import ADMIN, USER, Harness, loop_text, next_approval
 from hypothesis import given, settings
@@ -22,9 +21,7 @@ from palyra.app import PalyraApp
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.core.redaction import redact
 from palyra.engine.model import records
-from palyra.engine.model.records import APPROVALS, ApprovalRecord, decode
-from palyra.engine.run.approvals import PendingApprovals, approval_key
-from palyra.tools import Capability, ToolContext, ToolOutput, ToolSpec
+from palyra.engine.run.approvals import PendingApprovals
 
 APPROVE = pb.ApprovalDecision.APPROVE
 
@@ -125,41 +122,6 @@ async def test_the_resumed_run_holds_its_approval_again(harness: Harness) -> Non
     assert run.final_text == "result=1"
 
 
-class _AddArgs(msgspec.Struct, frozen=True):
-    a: int | float
-    b: int | float
-
-
-async def test_an_approved_call_runs_only_after_its_decision_is_durable(
-        harness: Harness) -> None:
-    """From inside the tool, on the real journal: the decision (who, on which call) and
-    the approved row are committed before the tool runs, even for a read-only tool."""
-    seen: list[tuple[str, str, str]] = []
-
-    async def handler(args: _AddArgs, ctx: ToolContext) -> ToolOutput:
-        assert harness.store is not None
-        tape = harness.store.read_tape(ctx.run_id, -1, 1000).events
-        response = [e for e in tape if e.kind == "tape.tool_approval_response"][-1]
-        raw = harness.store.get_entity(APPROVALS, approval_key(response.payload["approvalId"]))
-        assert raw is not None
-        row = decode(ApprovalRecord, raw)
-        seen.append((response.payload["decidedBy"], row.state, row.args_digest))
-        return ToolOutput({"result": args.a + args.b})
-
-    harness.tool = ToolSpec("add", "Add two numbers.", _AddArgs,
-                            frozenset({Capability.READ_ONLY}), handler, timeout_s=10.0)
-    app = await harness.start()
-    run_id = await _park(app, "durable", 2)
-    digests = []
-    for _ in range(2):
-        approval = await next_approval(app, run_id)
-        digests.append(approval.args_digest)
-        await _decide(app, approval.approval_id)
-    run = (await app.complete_run(USER, pb.CompleteRunRequest(run_id=run_id, wait=True))).run
-    assert run.final_text == "result=2"
-    assert seen == [("admin:ops", "approved", digest) for digest in digests]
-
-
 _SECRETISH = st.sampled_from([
     "", "hello", "sk-abcdefghijklmnopqrstuvwxyz0123456789", '{"api_key":"abc123"}',
     '{"a":1,"b":2}', "password=hunter2", "Bearer eyJhbGciOiJIUzI1NiJ9.e30.abc", "<redacted>",
@@ -181,28 +143,3 @@ def test_redact_str_memo_is_bounded() -> None:
     records.redact_str("x" * (records._CLEAN_MAX_CHARS + 1))
     assert len(records._CLEAN) <= records._CLEAN_MAX_ENTRIES
     assert "x" * (records._CLEAN_MAX_CHARS + 1) not in records._CLEAN
-
-
-async def test_the_decider_is_answered_before_the_run_goes_on(harness: Harness) -> None:
-    """A decision is acknowledged as soon as it is durable: the decider does not wait
-    behind the approved call (which runs without suspending) and its result's commit."""
-    ran: list[int] = []
-
-    async def handler(args: _AddArgs, ctx: ToolContext) -> ToolOutput:
-        ran.append(args.a + args.b)
-        return ToolOutput({"result": args.a + args.b})
-
-    harness.tool = ToolSpec("add", "Add two numbers.", _AddArgs,
-                            frozenset({Capability.READ_ONLY}), handler, timeout_s=10.0)
-    app = await harness.start()
-    run_id = await _park(app, "answered", 2)
-    for step in range(2):
-        approval = await next_approval(app, run_id)
-        decided = await _decide(app, approval.approval_id)
-        assert decided.state == pb.ApprovalState.APPROVED
-        # Durable, yet the run has not taken its next step: the approved call has not run.
-        assert len(ran) == step
-        row = harness.engine.approval_reader.get(approval.approval_id) if harness.engine else None
-        assert row is not None and row.state == "approved"
-    run = (await app.complete_run(USER, pb.CompleteRunRequest(run_id=run_id, wait=True))).run
-    assert run.final_text == "result=2" and len(ran) == 2

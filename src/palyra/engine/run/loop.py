@@ -6,7 +6,8 @@ a live run and one resumed after a restart. Commits are grouped by cause to
 keep the journal honest and cheap: the input pickup, the turn start, the
 tokens, the provider output and the tool proposals with their policy
 decisions are one append (the decision is durable before the tool runs); each
-tool result with its attestation is one append.
+tool result with its attestation is one append (a read-only call's shares the
+append of its proposal, or of its approval's decision: ``run.toolflow``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 
 A tool with side effects runs only after a journaled allow: a policy allow in
 the same append as its proposal, a cached session/timeboxed grant answered on
-the tape, or an approval whose decision was committed before execution. A
+the tape, or an approval whose decision was committed before execution. An
+approved read-only call runs before its decision is durable, and the decision
+and the result are one append (``_runs_with_its_decision``). A
 read-only tool the policy allows outright runs first and is journaled with its
 proposal (which carries the decision) and result (which carries the attestation)
 in one append (one commit per step): if the
@@ -367,6 +369,9 @@ async def await_decision(step: Step, p: Proposal) -> None:
         _turn_done(step, batch, p.proposal_id)
     # The decider is answered once the decision is durable, not after the run's next step.
     batch.on_landed(lambda: step.mailbox.resolve(new))
+    if approved and new.scope == "once" and _runs_with_its_decision(step, p):
+        await _execute_with(step, batch, p)
+        return
     if decision.event != ApprovalEvent.TIME_OUT and new.scope in ("session", "timeboxed"):
         async with deps.session_writer.hold(new.session_id):
             session = deps.session_reader.require(new.session_id)
@@ -379,6 +384,35 @@ async def await_decision(step: Step, p: Proposal) -> None:
             await batch.commit()
     else:
         await batch.commit()
+
+
+def _runs_with_its_decision(step: Step, p: Proposal) -> bool:
+    """An approved call whose decision may share its result's append: a read-only tool
+    (as the parallel group's calls, nothing sensitive) that can run as proposed.
+
+    Such a call runs before its decision is durable, so the decision, the approved
+    row and the result with its attestation are one commit, and the decider is
+    answered when it lands. A crash before then loses a decision nobody was told
+    was recorded: after the restart the approval is still pending, asked again,
+    and the harmless call runs again once decided, as recovery re-runs a read-only
+    call caught in flight. A call with side effects keeps its own decision commit
+    before it runs, and so does a session or timeboxed grant (its session row is
+    written under the session's lock, which a tool's run must not hold).
+    """
+    return not p.args_redacted and step.deps.tools.is_read_only(p.tool_name)
+
+
+async def _execute_with(step: Step, batch: Batch, p: Proposal) -> None:
+    """Run the approved read-only call and commit its result in ``batch``, which holds
+    its decision. Nothing is carried while the tool runs: a run stopped meanwhile
+    (cancel, park) ends without the decision, whose decider is told it was not
+    recorded (``ApprovalMailbox.close``), and a cancel marks the approval cancelled."""
+    step.phase = "tool"
+    with step.active():
+        outcome = await _run_tool(step, p.tool_name, p.arguments(), p.posture)
+    _add_outcome(batch, p.proposal_id, p.tool_name, outcome)
+    _turn_done(step, batch, p.proposal_id)
+    await batch.commit()
 
 
 async def _wait_or_relayed(step: Step, approval_id: str, fut: asyncio.Future[Decision],

@@ -1,0 +1,130 @@
+"""Approved calls across a SIGKILL of `palyra serve`: a decision acknowledged to its decider
+is never lost, and one that was not acknowledged may be.
+
+An approved call with side effects runs only once its decision is durable, and its
+decider is answered then: killed mid-call, the decision stays approved and the call is
+not run again (the run fails with `daemon_restarted`). An approved read-only call runs
+first and its decision lands with its result, the decider answered as they do: killed
+mid-call, the decider got no answer, the approval is still pending after the restart,
+and deciding it again runs the harmless call again and finishes the run.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from palyra.testing.spawn import DaemonProcess, clean_env
+
+pytestmark = pytest.mark.slow
+DEVICE = "01J00000000000000000000000"
+SERVER = Path(__file__).resolve().parents[1] / "tools" / "mcp" / "files_server.py"
+APPROVE = {"decision": "APPROVAL_DECISION_APPROVE", "scope": "APPROVAL_SCOPE_ONCE",
+           "reason": "ok"}
+
+
+def _config(tmp_path: Path) -> Path:
+    toml = tmp_path / "palyra.toml"
+    toml.write_text(f'''
+[policy]
+tool_postures = {{ "mcp.ro.slow" = "ask_each_time", "mcp.rw.slow" = "ask_each_time" }}
+
+[[tools.mcp]]
+name = "ro"
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(str(SERVER))}, {json.dumps(str(tmp_path / "ro"))}]
+tool_capabilities = {{ slow = ["read_only"] }}
+
+[[tools.mcp]]
+name = "rw"
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(str(SERVER))}, {json.dumps(str(tmp_path / "rw"))}]
+''')
+    for state in ("ro", "rw"):
+        (tmp_path / state).mkdir()
+    return toml
+
+
+def _wait(predicate: Any, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def _started(state: Path) -> int:
+    calls = state / "calls"
+    return calls.read_text().count("slow started") if calls.exists() else 0
+
+
+def test_a_sigkill_mid_approved_call(tmp_path: Path) -> None:
+    toml = _config(tmp_path)
+    daemon = DaemonProcess(tmp_path / "data", env=clean_env(),
+                           extra_args=("--config", str(toml))).start()
+    try:
+        base = f"http://127.0.0.1:{daemon.http_port}"
+        user = {"authorization": f"Bearer {daemon.token}", "x-palyra-device-id": DEVICE,
+                "x-palyra-principal": "user:alice"}
+
+        def run(run_id: str) -> dict[str, Any]:
+            got = httpx.get(f"{base}/v1/runs/{run_id}", headers=user, timeout=10).json()
+            return dict(got["run"])
+
+        def approval(approval_id: str) -> dict[str, Any]:
+            got = httpx.get(f"{base}/v1/approvals/{approval_id}", headers=user, timeout=10)
+            return dict(got.json()["approval"])
+
+        def decide(approval_id: str) -> httpx.Response:
+            return httpx.post(f"{base}/v1/approvals/{approval_id}:decide", headers=user,
+                              json=APPROVE, timeout=60)
+
+        runs, asked = {}, {}
+        # The read-only call takes long enough to be killed in, short enough to rerun.
+        for server, seconds in (("ro", 3), ("rw", 30)):
+            made = httpx.post(f"{base}/v1/runs", headers=user, timeout=30, json={
+                "v": 1, "complete": True,
+                "input": {"text": f'/call mcp.{server}.slow {{"seconds": {seconds}}}'}})
+            assert made.status_code == 200, made.text
+            runs[server] = made.json()["run"]["runId"]
+        for server, run_id in runs.items():
+            _wait(lambda r=run_id: run(r)["state"] == "RUN_STATE_WAITING_FOR_APPROVAL")
+            asked[server] = run(run_id)["pendingApprovalId"]
+        # Side effects: answered once durable, before the call starts.
+        answered = decide(asked["rw"])
+        assert answered.status_code == 200, answered.text
+        _wait(lambda: _started(tmp_path / "rw") == 1)
+        # Read-only: the decider waits for the decision and the result to land together.
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(decide, asked["ro"])
+            _wait(lambda: _started(tmp_path / "ro") == 1)
+            assert not pending.done()
+            daemon.kill()
+            with pytest.raises(httpx.HTTPError):
+                pending.result(timeout=30)  # never told its decision was recorded
+        daemon.start()
+        base = f"http://127.0.0.1:{daemon.http_port}"
+
+        # The acknowledged decision survived; its call is not run again.
+        assert approval(asked["rw"])["state"] == "APPROVAL_STATE_APPROVED"
+        _wait(lambda: run(runs["rw"])["state"] == "RUN_STATE_FAILED")
+        assert run(runs["rw"])["endReason"] == "daemon_restarted"
+        assert _started(tmp_path / "rw") == 1
+        # The unacknowledged one is gone: the approval is asked again, as it was.
+        ro = run(runs["ro"])
+        assert ro["state"] == "RUN_STATE_WAITING_FOR_APPROVAL", ro
+        assert ro["pendingApprovalId"] == asked["ro"]
+        assert approval(asked["ro"])["state"] == "APPROVAL_STATE_PENDING"
+        answered = decide(asked["ro"])
+        assert answered.status_code == 200, answered.text
+        assert _started(tmp_path / "ro") == 2  # it ran again, before the answer
+        _wait(lambda: run(runs["ro"])["state"] == "RUN_STATE_DONE")
+        assert json.loads(run(runs["ro"])["finalText"]) == {"result": "slept"}
+    finally:
+        daemon.stop()
