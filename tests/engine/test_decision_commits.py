@@ -142,7 +142,9 @@ async def test_a_stop_mid_call_loses_only_an_unanswered_decision(harness: Harnes
     result land: the decider is told it was not recorded, the approval is still pending
     after the restart, and deciding it again finishes the run (the call runs again)."""
     harness.tool = slow_add(30.0, [Capability.READ_ONLY])
-    harness.config = harness.config.__class__(approval_timeout_s=30, drain_grace_s=0.0)
+    # Stopped within the window in which the call may still share its decision's commit.
+    harness.config = harness.config.__class__(approval_timeout_s=30, drain_grace_s=0.0,
+                                              decision_ride_s=60.0)
     app = await harness.start()
     run_id = await _park(app, "stop", 1)
     approval = await next_approval(app, run_id)
@@ -165,4 +167,36 @@ async def test_a_stop_mid_call_loses_only_an_unanswered_decision(harness: Harnes
     await _decide(app, approval.approval_id)
     run = (await app.complete_run(USER, pb.CompleteRunRequest(run_id=run_id, wait=True))).run
     assert run.state == pb.RunState.DONE and run.final_text == "result=1"
+    harness.check_tape(run_id)
+
+
+async def test_a_slow_read_only_call_does_not_hold_its_decider(harness: Harness) -> None:
+    """Past ``decision_ride_s`` the decision is committed alone and its decider answered
+    while the call still runs; the result lands after it, in a record of its own."""
+    release = asyncio.Event()
+    started: list[str] = []
+
+    async def handler(args: _AddArgs, ctx: ToolContext) -> ToolOutput:
+        started.append(ctx.run_id)
+        await release.wait()
+        return ToolOutput({"result": args.a + args.b})
+
+    harness.tool = ToolSpec("add", "Add when released.", _AddArgs, READ_ONLY, handler,
+                            timeout_s=30.0)
+    app = await harness.start()
+    run_id = await _park(app, "slow", 1)
+    approval = await next_approval(app, run_id)
+    async with asyncio.timeout(10.0):
+        decided = await _decide(app, approval.approval_id)
+    assert decided.state == pb.ApprovalState.APPROVED
+    assert started == [run_id] and not release.is_set()  # answered mid-call
+    assert [e for e in harness.tape(run_id) if e.kind == "tape.tool_approval_response"]
+    assert not [e for e in harness.tape(run_id) if e.kind == "tape.tool_result"]
+    release.set()
+    run = (await app.complete_run(USER, pb.CompleteRunRequest(run_id=run_id, wait=True))).run
+    assert run.final_text == "result=1"
+    tape = harness.tape(run_id)
+    [response] = [e for e in tape if e.kind == "tape.tool_approval_response"]
+    [result] = [e for e in tape if e.kind == "tape.tool_result"]
+    assert response.global_hash != result.global_hash
     harness.check_tape(run_id)

@@ -45,6 +45,10 @@ class EngineConfig:
         parallel_read_only_tools: how many of a turn's leading read-only calls
             that the policy allows outright run at once (their proposals and
             results are one append, in the model's order); 1 runs them one by one.
+        decision_ride_s: how long an approved read-only call may keep its decider
+            waiting so that its decision and its result are one commit; a slower
+            call has its decision committed alone then, and the decider answered,
+            so approving never hangs on a tool (``run.toolflow``).
         max_tool_args_bytes: a tool call whose canonical JSON arguments are
             longer is taped with a placeholder and denied (the model hears
             why), instead of failing the run on an oversized journal payload.
@@ -94,6 +98,7 @@ class EngineConfig:
     max_tool_args_bytes: int = 64 * 1024
     max_pending_inputs: int = 64
     parallel_read_only_tools: int = 8
+    decision_ride_s: float = 0.05
     drain_grace_s: float = 5.0
     idle_complete_s: float = 3600.0
     context_budget_tokens: int = 100_000
@@ -114,6 +119,8 @@ class EngineConfig:
             raise ValueError("idle_complete_s must be >= 0 (0 disables it)")
         if self.token_words_per_event < 1 or self.token_chars_per_event < 1:
             raise ValueError("token_words_per_event and token_chars_per_event must be >= 1")
+        if self.decision_ride_s < 0:
+            raise ValueError("decision_ride_s must be >= 0")
         if self.token_flush_s < 0 or self.max_reply_chars < 256 or self.max_tool_args_bytes < 1:
             raise ValueError("token_flush_s must be >= 0, max_reply_chars >= 256 and "
                              "max_tool_args_bytes >= 1")

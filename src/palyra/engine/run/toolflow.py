@@ -406,10 +406,26 @@ async def _execute_with(step: Step, batch: Batch, p: Proposal) -> None:
     """Run the approved read-only call and commit its result in ``batch``, which holds
     its decision. Nothing is carried while the tool runs: a run stopped meanwhile
     (cancel, park) ends without the decision, whose decider is told it was not
-    recorded (``ApprovalMailbox.close``), and a cancel marks the approval cancelled."""
+    recorded (``ApprovalMailbox.close``), and a cancel marks the approval cancelled.
+
+    The decider waits for the call only up to ``EngineConfig.decision_ride_s`` (the
+    fast calls of an agent's loop finish well within it): a slower call
+    (a fetch, a search) has its decision committed alone then, the decider answered,
+    and its result committed after it as any approved call's, so approving never
+    hangs on a tool. The call is a task this coroutine owns: awaited, or cancelled
+    with it.
+    """
     step.phase = "tool"
     with step.active():
-        outcome = await _run_tool(step, p.tool_name, p.arguments(), p.posture)
+        call = asyncio.ensure_future(_run_tool(step, p.tool_name, p.arguments(), p.posture))
+        try:
+            done, _ = await asyncio.wait({call}, timeout=step.deps.config.decision_ride_s)
+            if not done:
+                await batch.commit()  # the decision alone; recovery re-runs the call
+                batch = step.writer.batch()
+            outcome = await call
+        finally:
+            call.cancel()  # a no-op once it is done
     _add_outcome(batch, p.proposal_id, p.tool_name, outcome)
     _turn_done(step, batch, p.proposal_id)
     await batch.commit()
