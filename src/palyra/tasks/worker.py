@@ -190,7 +190,7 @@ class TaskWorker:
         if claim_next is not None:
             claim_next()
         done = result if isinstance(result, Done) else Done(result)
-        then = tuple(self._handing_on(f) for f in done.then)
+        then = tuple(self._handing_on(f) for f in done.then) if done.then else ()
         try:
             rec, claimed = await self._queue.succeed_handing_on(
                 task.task_id, task.lease_epoch, done.result, then)
