@@ -95,6 +95,29 @@ def test_the_rows_hold_the_value_of_the_last_write_in_queued_order() -> None:
     assert applied == plan.rows
 
 
+def test_entity_puts_are_grouped_by_table_in_queued_order() -> None:
+    # Puts only: the frame's writes by table too (applied a table at a time), each
+    # table's rows in the order they were queued, so the last put of a row wins.
+    writes = [(EntityWrite("runs", "r", b"1"), EntityWrite("tasks", "t", b"2")),
+              (EntityWrite("runs", "r", b"3"),)]
+    batch = [_append(draft(i, session_id="s", entity_writes=w)) for i, w in enumerate(writes)]
+    plan = plan_commit(batch, _heads())
+    assert plan.tables["runs"] == [(b"r", b"1"), (b"r", b"3")]
+    assert plan.tables["tasks"] == [(b"t", b"2")]
+    grouped = sorted((name, key, value) for name, items in plan.tables.items()
+                     for key, value in items)
+    assert grouped == sorted(plan.ops)  # the same writes as the frame, none twice
+
+
+def test_an_entity_delete_keeps_the_frame_order_alone() -> None:
+    batch = [_append(draft(0, session_id="s", entity_writes=(EntityWrite("runs", "r", b"1"),))),
+             _append(draft(1, session_id="s", entity_writes=(EntityWrite("runs", "r", None),)))]
+    plan = plan_commit(batch, _heads())
+    assert plan.tables == {}
+    assert [(n, k, v) for n, k, v in plan.ops if n == "runs"] == [
+        ("runs", b"r", b"1"), ("runs", b"r", None)]
+
+
 def test_planning_is_pure() -> None:
     requests = [_append(draft(i, session_id="s" if i % 2 else "t")) for i in range(6)]
     heads = _heads()

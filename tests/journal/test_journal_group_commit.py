@@ -155,3 +155,26 @@ async def test_id_clashes_without_the_commit_log(data_dir: Path) -> None:
         assert all(not isinstance(o, BaseException) for o in outcomes[5:])
         assert store.head().count == 1 + 1 + 4
         assert verify_store(store).ok
+
+
+async def test_a_row_put_twice_in_one_group_commit_holds_the_last_put(data_dir: Path) -> None:
+    # The planner hands a commit's entity puts to LMDB a table at a time; each
+    # table's puts keep their queued order, so the later one wins in LMDB too.
+    from palyra.journal import EntityWrite
+
+    store = JournalStore.open(data_dir)
+    try:
+        await asyncio.gather(*(
+            store.append([draft(i, session_id=f"s{i % 3}", entity_writes=(
+                EntityWrite("runs", "shared", str(i).encode()),
+                EntityWrite("tasks", f"own-{i}", b"x")))])
+            for i in range(32)))
+        assert store.stats().commits < 32  # they shared commits
+    finally:
+        store.close()
+    reopened = JournalStore.open(data_dir)
+    try:
+        assert reopened.get_entity("runs", "shared") == b"31"
+        assert all(reopened.get_entity("tasks", f"own-{i}") == b"x" for i in range(32))
+    finally:
+        reopened.close()

@@ -608,9 +608,11 @@ class TaskQueue:
             InvalidArgument: as :meth:`succeed`.
         """
         try:
-            if any(not f.idempotency_key for f in then):
-                raise InvalidArgument("a follow-up task needs an idempotency_key")
-            payloads = [_checked(f.kind, f.idempotency_key, f.payload) for f in then]
+            payloads: list[str] = []
+            if then:  # most successes hand nothing on
+                if any(not f.idempotency_key for f in then):
+                    raise InvalidArgument("a follow-up task needs an idempotency_key")
+                payloads = [_checked(f.kind, f.idempotency_key, f.payload) for f in then]
             result_json = msgspec.json.encode(result).decode() if result else ""
             if self._shared:
                 self._ride_alone(ride)
@@ -849,13 +851,15 @@ class TaskQueue:
         first = changes[0][0]
         drafts = [*also(first)] if also is not None else []
         if len(changes) == 1:
-            drafts.append(self._draft(first, changes[0][1], changes[0][2]))
+            drafts.append(_draft(first, changes[0][1], changes[0][2], row=self._row(first)))
         else:
             # A task changed twice in one commit (enqueued, then claimed) stores its row
             # once, as the later change leaves it; each change is still its own event.
+            # (A loop, not a generator: this runs for every task born claimed.)
             last = {rec.task_id: rec for rec, _event, _extra in changes}
-            drafts.extend(self._draft(rec, event, extra, row=last[rec.task_id] is rec)
-                          for rec, event, extra in changes)
+            for rec, event, extra in changes:
+                drafts.append(_draft(rec, event, extra, row=self._row(rec)
+                                     if last[rec.task_id] is rec else None))
         lost_ok = answer is not None
         if answer is None:
             answer = self._future()

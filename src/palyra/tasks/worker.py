@@ -200,7 +200,7 @@ class TaskWorker:
         finally:
             beats.stop()
         done = result if isinstance(result, Done) else Done(result)
-        then = tuple(self._handing_on(f) for f in done.then)
+        then = tuple(self._handing_on(f) for f in done.then) if done.then else ()
         # Begun by the queue whatever the success's fate (see Ride).
         ride = None if claim_next is None else Ride(
             self.owner, self._kinds, self._lease_ms, claim_next(True))

@@ -91,7 +91,7 @@ class CommitPlan:
         rows: ``(table, key)`` of every entity row written, with the value it holds after
             the commit (None: deleted; the last write of a row wins, as in ``ops``).
         tables: the same writes as ``ops``, by sub-DB, when every one is a put
-            of the journal's own tables (empty otherwise): applied a table at a time.
+            (empty when an entity row is deleted): applied a table at a time.
     """
 
     ops: list[Op]
@@ -122,7 +122,8 @@ def plan_commit(requests: Sequence[Append], heads: Heads) -> CommitPlan:
         KeyError: ``heads`` lacks a session or taped run of the batch.
     """
     plan = CommitPlan([], [], [], [], [], {}, {}, heads.head, heads.tree, heads.next_position)
-    chunks = layout(requests)
+    lone = len(requests) == 1 and len(requests[0].events) == 1
+    chunks = [[(requests[0], requests[0].events[0])]] if lone else layout(requests)
     events: list[tuple[bytes, bytes]] = []
     by_session: list[tuple[bytes, bytes]] = []
     tape: list[tuple[bytes, bytes]] = []
@@ -143,19 +144,33 @@ def plan_commit(requests: Sequence[Append], heads: Heads) -> CommitPlan:
         # One comprehension over every table: cheaper than a zip per table, for
         # one write per table (a lone append) and for hundreds alike.
         plan.ops = [(name, key, value) for name, items in tables.items() for key, value in items]
+    deletes = False
     for request in requests:  # entity rows in arrival order: the last queued writes last
         for event in request.events:
             if event.entity_writes:
-                _plan_rows(plan, event.entity_writes)
-    if plan.rows:
-        plan.tables.clear()  # rows (deletes among them, maybe) keep the frame's order: ops only
+                deletes = _plan_rows(plan, event.entity_writes) or deletes
+    if deletes:
+        plan.tables.clear()  # a delete keeps the frame's order among the writes: ops only
     return plan
 
 
-def _plan_rows(plan: CommitPlan, writes: Sequence[EntityWrite]) -> None:
+def _plan_rows(plan: CommitPlan, writes: Sequence[EntityWrite]) -> bool:
+    """The entity ``writes`` into ``ops``, ``rows`` and (puts) ``tables``; True if one deletes.
+
+    A table's puts keep their queued order in ``tables``, so the last put of a row
+    still wins when they are applied a table at a time.
+    """
+    ops, rows, tables = plan.ops, plan.rows, plan.tables
+    deletes = False
     for write in writes:
-        plan.ops.append((write.table, write.key.encode(), write.value))
-        plan.rows[(write.table, write.key)] = write.value
+        key, value = write.key.encode(), write.value
+        ops.append((write.table, key, value))
+        rows[(write.table, write.key)] = value
+        if value is None:
+            deletes = True
+        else:
+            tables.setdefault(write.table, []).append((key, value))
+    return deletes
 
 
 def _answers(

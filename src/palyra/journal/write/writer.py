@@ -202,7 +202,7 @@ class Writer(OtherCommits):
                 self._pending.commit()
                 continue
             batch: list[Request] = [first]  # type: ignore[list-item]
-            size = _weight(first)
+            size = len(first.events) if isinstance(first, Append) else 1
             # Only this thread takes from the queue: when it is not empty,
             # get_nowait cannot fail. At 256 appenders this loop runs for every
             # append: bound methods, and markers tested last (they are rare).
@@ -216,7 +216,6 @@ class Writer(OtherCommits):
                     self._pending.commit()
                     continue
                 add(item)  # type: ignore[arg-type]
-                # _weight inline: one call fewer per request of a big batch.
                 size += len(item.events) if isinstance(item, Append) else 1
             self._finish()
             self._commit(batch)
@@ -224,7 +223,10 @@ class Writer(OtherCommits):
     def _commit(self, batch: list[Request]) -> None:
         """The batch's appends as one frame, then its checkpoints and prunes in order."""
         began = time.perf_counter()
-        appends = [r for r in batch if isinstance(r, Append)]
+        # A lone append (one appender's every commit) is the batch itself: no filter.
+        appends: list[Append] = (
+            batch if len(batch) == 1 and isinstance(batch[0], Append)  # type: ignore[assignment]
+            else [r for r in batch if isinstance(r, Append)])
         events = self.stats.appended_events
         if appends:
             self._commit_appends(appends)
@@ -292,7 +294,8 @@ class Writer(OtherCommits):
         """The first request whose event id is taken (it gets its error), else None."""
         claims = plan.claims
         keys = [claims[0][0]] if len(claims) == 1 else [key for key, _position in claims]
-        taken, txn, ids = self._pending.ids, self._pending.txn(), self._env.dbs[names.EVENT_IDS]
+        pending = self._pending
+        taken, txn, ids = pending.ids, pending.open or pending.txn(), self._env.dbs[names.EVENT_IDS]
         if len(keys) == 1:  # a lone append's: one get
             if keys[0] not in taken and txn.get(keys[0], db=ids) is None:
                 return None
@@ -316,8 +319,10 @@ class Writer(OtherCommits):
 
     def _log(self, ops: list[Op], tables: Any = None) -> RecordingTxn:
         """Write ``ops`` as the next frame: durable (the commit point) on return."""
-        frame = RecordingTxn.recorded(self._pending.txn(), ops, self._env.dbs, names.EVENTS, tables)
-        self._durable.log_frame(frame, settled=not self._pending.unsettled())
+        pending = self._pending
+        frame = RecordingTxn.recorded(pending.open or pending.txn(), ops, self._env.dbs,
+                                      names.EVENTS, tables)
+        self._durable.log_frame(frame, settled=not pending.unsettled())
         return frame
 
     def _answer(self, batch: list[Append], plan: CommitPlan, frame: RecordingTxn,
@@ -343,14 +348,15 @@ class Writer(OtherCommits):
             self._on_commit(list(zip(plan.views, plan.sizes, strict=True)))
             if plan.views and self._followed() else None
         )
-        resolve(batch, deliveries)
-        # This thread's own memory: after the answer, off the callers' path.
+        # This thread's own memory before the answer: once a caller is woken its
+        # event loop wants the GIL, and work left here would hold it up (at one
+        # appender the loop would wait for this thread to block again).
         self.next_position = plan.next_position
         self.head = plan.head
         self.tree = plan.tree
-        _remember(self._session_heads, plan.sessions)
-        _remember(self._tape_next, plan.tape_next)
+        _remember(plan, self._session_heads, self._tape_next)
         self._pending.add(frame, map(_KEY, plan.claims))
+        resolve(batch, deliveries)
 
     # --- the two requests that step out of the plan ----------------------
 
@@ -386,10 +392,6 @@ class Writer(OtherCommits):
                 durable.broken = exc
 
 
-def _weight(item: object) -> int:
-    return len(item.events) if isinstance(item, Append) else 1
-
-
 def _in_plan_order(
     plan: CommitPlan, events: list[tuple[Append, Any]]
 ) -> list[tuple[Append, Any]]:
@@ -398,9 +400,16 @@ def _in_plan_order(
     return [at[view.event_id] for view in plan.views]
 
 
-def _remember(memory: dict[Any, Any], committed: dict[Any, Any]) -> None:
-    # Called only after a durable commit (and _heads fills it only with what LMDB
-    # holds): memory never holds uncommitted values.
-    if len(memory) + len(committed) > _MEMORY_LIMIT:
-        memory.clear()
-    memory.update(committed)
+def _remember(plan: CommitPlan, sessions: dict[str, bytes], tape_next: dict[str, int]) -> None:
+    """Remember the chain heads and tape seqs ``plan`` committed.
+
+    Called only after a durable commit (and ``_heads`` fills the memories only with
+    what LMDB holds): memory never holds uncommitted values. One call for both
+    memories: it runs once per commit, a lone append's too.
+    """
+    pairs: tuple[tuple[dict[str, Any], dict[str, Any]], ...] = (
+        (sessions, plan.sessions), (tape_next, plan.tape_next))
+    for memory, committed in pairs:
+        if len(memory) + len(committed) > _MEMORY_LIMIT:
+            memory.clear()
+        memory.update(committed)
