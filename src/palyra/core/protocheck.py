@@ -38,6 +38,10 @@ def _wire_type(proto_type: str) -> int:
     return 2
 
 
+_SCALAR, _STRING, _MESSAGE, _MAP, _PACKED_OK, _OTHER = range(6)
+"""How a field's value is checked (see :func:`_plan`)."""
+
+
 @functools.cache
 def _fields(cls: Any) -> dict[int, tuple[str, Any, Any]]:
     """``number -> (name, metadata, class of a message-typed value)``.
@@ -51,6 +55,30 @@ def _fields(cls: Any) -> dict[int, tuple[str, Any, Any]]:
         fm.number: (name, fm, classes.get(f"{name}.value" if fm.map_meta else name))
         for name, fm in meta.meta_by_field_name.items()
     }
+
+
+@functools.cache
+def _plan(cls: Any) -> dict[int, tuple[str, int, int, Any, Any]]:
+    """``number -> (name, expected wire type, how to check, metadata, value class)``,
+    worked out once per class: the walk then does one look-up per field and builds a
+    field's path only to name an error (it runs on every request the gateway reads)."""
+    plan: dict[int, tuple[str, int, int, Any, Any]] = {}
+    for number, (name, fm, sub_cls) in _fields(cls).items():
+        expected = _wire_type(fm.proto_type)
+        if fm.repeated and fm.proto_type in _PACKABLE:
+            how = _PACKED_OK  # a scalar that may also arrive as a packed run
+        elif expected != 2:
+            how = _SCALAR
+        elif fm.map_meta:
+            how = _MAP
+        elif fm.proto_type == "string":
+            how = _STRING
+        elif fm.proto_type == "message" and sub_cls is not None:
+            how = _MESSAGE
+        else:
+            how = _OTHER  # bytes: any content
+        plan[number] = (name, expected, how, fm, sub_cls)
+    return plan
 
 
 def _varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
@@ -120,38 +148,46 @@ def _check_map_entry(chunk: memoryview, fm: Any, path: str, depth: int, value_cl
 def _check(data: memoryview, cls: Any, path: str, depth: int) -> None:
     if depth > _MAX_DEPTH:
         raise WireFormatError(f"{path}: nested too deeply")
-    fields = _fields(cls)
-    pos = 0
-    while pos < len(data):
-        tag, pos = _varint(data, pos)
+    plan = _plan(cls)
+    pos, size = 0, len(data)
+    while pos < size:
+        tag = data[pos]  # most tags are one byte; _varint reads the rest
+        tag, pos = (tag, pos + 1) if tag < 0x80 else _varint(data, pos)
         number, wire = tag >> 3, tag & 7
         if number == 0:
             raise WireFormatError(f"{path}: field number 0 is invalid")
         if wire not in (0, 1, 2, 5):
             raise WireFormatError(f"{path}: wire type {wire} is not supported (field {number})")
-        known = fields.get(number)
+        known = plan.get(number)
         if known is None:
             raise WireFormatError(f"{path}: unknown field {number} for {cls.__name__}")
-        name, fm, sub_cls = known
-        where = f"{path}.{name}"
-        expected = _wire_type(fm.proto_type)
-        packed = fm.repeated and fm.proto_type in _PACKABLE and wire == 2
+        name, expected, how, fm, sub_cls = known
+        packed = how == _PACKED_OK and wire == 2
         if wire != expected and not packed:
-            raise WireFormatError(f"{where}: wire type {wire}, expected {expected}")
+            raise WireFormatError(f"{path}.{name}: wire type {wire}, expected {expected}")
         if wire != 2:
             pos = _skip_scalar(data, pos, wire)
             continue
-        length, pos = _varint(data, pos)
-        if pos + length > len(data):
-            raise WireFormatError(f"{where}: length {length} runs past the end of the message")
+        if pos < size and data[pos] < 0x80:
+            length, pos = data[pos], pos + 1
+        else:
+            length, pos = _varint(data, pos)
+        if pos + length > size:
+            raise WireFormatError(
+                f"{path}.{name}: length {length} runs past the end of the message")
         chunk = data[pos : pos + length]
         pos += length
-        if packed:
+        if how == _STRING:
+            try:
+                str(chunk, "utf-8")
+            except UnicodeDecodeError as exc:
+                raise WireFormatError(f"{path}.{name}: string is not valid UTF-8") from exc
+        elif how == _MESSAGE:
+            _check(chunk, sub_cls, f"{path}.{name}", depth + 1)
+        elif packed:
             _check_packed(chunk, fm.proto_type)
-        elif fm.map_meta:
-            _check_map_entry(chunk, fm, where, depth, sub_cls)
-        else:
-            _check_value(chunk, fm.proto_type, sub_cls, where, depth)
+        elif how == _MAP:
+            _check_map_entry(chunk, fm, f"{path}.{name}", depth, sub_cls)
 
 
 def check_wire_format(data: bytes, cls: type[Any]) -> None:
