@@ -9,6 +9,7 @@ planted at random records, biased to the records either side of a seam.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,12 +20,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from palyra.core.chain import LINK_TAG
 from palyra.journal import JournalConfig, JournalStore, VerifyReport, verify_store
 from palyra.journal._env import EVENTS, TLOG, journal_dir
 from palyra.journal.format.record import (
     FIRST_AT,
     GLOBAL_AT,
     HASH_AT,
+    HASHED_AT,
     PREV_AT,
     SESSION_AT,
 )
@@ -93,6 +96,9 @@ _FAULT = st.one_of(
     st.tuples(st.just("flip"), _INDEX, _FIELD),
     st.tuples(st.just("delete"), _INDEX, st.just(0)),
     st.tuples(st.just("swap"), _INDEX, st.just(0)),
+    # Rewritten and re-chained by someone without a key: the record's hash and every
+    # global hash from it on recomputed, so only a session's chain shows it.
+    st.tuples(st.just("rechain"), _INDEX, st.sampled_from([PREV_AT, -1])),
     st.tuples(st.just("row"), _INDEX, st.integers(0, 39)),
     st.tuples(st.just("node"), st.just(0), st.integers(0, 31)),
 )
@@ -117,6 +123,8 @@ def _plant(data_dir: Path, faults: list[tuple[str, int, int]]) -> None:
                 if moved is not None:
                     txn.put(key, moved, db=events)
                     txn.put(other, value, db=events)
+            elif kind == "rechain" and value is not None:
+                _rechain(txn, events, keys[index % len(keys):], _flip(value, at))
             elif kind == "row":
                 row = prefix + b"\x00" + index.to_bytes(8, "big")
                 if (stored := txn.get(row, db=tlog)) is not None:
@@ -126,6 +134,22 @@ def _plant(data_dir: Path, faults: list[tuple[str, int, int]]) -> None:
                 if (stored := txn.get(node, db=tlog)) is not None:
                     txn.put(node, _flip(stored, at), db=tlog)
     env.close()
+
+
+def _rechain(txn: Any, db: Any, keys: list[bytes], value: bytes) -> None:
+    """Store ``value`` under ``keys[0]`` with its hash recomputed, and re-link the chain."""
+    value = value[:HASH_AT] + hashlib.sha256(value[HASHED_AT:]).digest() + value[GLOBAL_AT:]
+    before = txn.get(keys[0], db=db)
+    cursor = txn.cursor(db=db)
+    head = (cursor.value()[GLOBAL_AT:HASHED_AT] if cursor.set_key(keys[0]) and cursor.prev()
+            else bytes(32))  # fmt: skip
+    for key in keys:
+        stored = value if key == keys[0] else txn.get(key, db=db)
+        if stored is None or stored[0] != 2:
+            return
+        head = hashlib.sha256(LINK_TAG + head + key + stored[HASH_AT:GLOBAL_AT]).digest()
+        txn.put(key, stored[:GLOBAL_AT] + head + stored[HASHED_AT:], db=db)
+    assert before is not None
 
 
 def _flip(value: bytes, at: int) -> bytes:
