@@ -17,7 +17,7 @@ from typing import Any
 
 import lmdb
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from palyra.core.chain import LINK_TAG
@@ -99,6 +99,8 @@ _FAULT = st.one_of(
     # Rewritten and re-chained by someone without a key: the record's hash and every
     # global hash from it on recomputed, so only a session's chain shows it.
     st.tuples(st.just("rechain"), _INDEX, st.sampled_from([PREV_AT, -1])),
+    # A forged global hash with the chain after it re-linked from it: only its link breaks.
+    st.tuples(st.just("relink"), _INDEX, st.just(GLOBAL_AT)),
     st.tuples(st.just("row"), _INDEX, st.integers(0, 39)),
     st.tuples(st.just("node"), st.just(0), st.integers(0, 31)),
 )
@@ -125,6 +127,9 @@ def _plant(data_dir: Path, faults: list[tuple[str, int, int]]) -> None:
                     txn.put(other, value, db=events)
             elif kind == "rechain" and value is not None:
                 _rechain(txn, events, keys[index % len(keys):], _flip(value, at))
+            elif kind == "relink" and value is not None:
+                _rechain(txn, events, keys[index % len(keys):], value,
+                         forged=_flip(value, at)[GLOBAL_AT:HASHED_AT])
             elif kind == "row":
                 row = prefix + b"\x00" + index.to_bytes(8, "big")
                 if (stored := txn.get(row, db=tlog)) is not None:
@@ -136,8 +141,10 @@ def _plant(data_dir: Path, faults: list[tuple[str, int, int]]) -> None:
     env.close()
 
 
-def _rechain(txn: Any, db: Any, keys: list[bytes], value: bytes) -> None:
-    """Store ``value`` under ``keys[0]`` with its hash recomputed, and re-link the chain."""
+def _rechain(txn: Any, db: Any, keys: list[bytes], value: bytes,
+             forged: bytes | None = None) -> None:  # fmt: skip
+    """Store ``value`` under ``keys[0]`` with its hash recomputed, and re-link the chain
+    (from ``forged`` as the first record's global hash, if given)."""
     value = value[:HASH_AT] + hashlib.sha256(value[HASHED_AT:]).digest() + value[GLOBAL_AT:]
     before = txn.get(keys[0], db=db)
     cursor = txn.cursor(db=db)
@@ -148,6 +155,8 @@ def _rechain(txn: Any, db: Any, keys: list[bytes], value: bytes) -> None:
         if stored is None or stored[0] != 2:
             return
         head = hashlib.sha256(LINK_TAG + head + key + stored[HASH_AT:GLOBAL_AT]).digest()
+        if forged is not None and key == keys[0]:
+            head = forged
         txn.put(key, stored[:GLOBAL_AT] + head + stored[HASHED_AT:], db=db)
     assert before is not None
 
@@ -175,9 +184,12 @@ def test_an_intact_journal_goes_parallel_and_agrees(
     assert len(joined) == RECORDS // SEGMENT and all(joined)  # no segment fell back
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
 @given(faults=st.lists(_FAULT, min_size=1, max_size=3))
+@example(faults=[("relink", SEGMENT * 2, GLOBAL_AT)])  # a seam's link alone is broken
+@example(faults=[("relink", SEGMENT * 32, GLOBAL_AT)])  # … past the last checkpoint
+@example(faults=[("rechain", SEGMENT * 3, PREV_AT)])  # a seam's session chain alone
 def test_planted_faults_are_reported_as_the_serial_walk_reports_them(
     copies: Any, small_segments: None, faults: list[tuple[str, int, int]]
 ) -> None:
