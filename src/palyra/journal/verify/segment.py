@@ -85,8 +85,7 @@ def check_segment(
     seg = Segment()
     heads, opened, stops, noted, rows = seg.heads, seg.opened, seg.stops, seg.noted, seg.rows
     position, head, events, count = -1, b"", 0, 0
-    waiting = iter(asked)
-    ask = next(waiting, None)
+    ask = next(waiting := iter(asked), None)
     for key, value in records:
         if value[0] != RECORD_FORMAT or len(value) <= SESSION_AT:
             seg.ok = False
@@ -107,18 +106,16 @@ def check_segment(
         hasher.update(value[HASHED_AT:])
         digest = hasher.digest()
         session = value[SESSION_AT:end]
-        if not value.startswith(digest, HASH_AT) or session == _RETENTION:
+        before = heads.get(session)
+        if (not value.startswith(digest, HASH_AT) or session == _RETENTION
+                or (before is not None and not value.startswith(before, PREV_AT))):  # fmt: skip
             seg.ok = False
             return seg
-        before = heads.get(session)
         if before is None:
             opened[session] = value[PREV_AT : PREV_AT + 32]
-        elif not value.startswith(before, PREV_AT):
-            seg.ok = False
-            return seg
         if position < 0:  # the parent links it: it knows the head before the run
-            head = value[GLOBAL_AT : GLOBAL_AT + 32]
-            seg.entry, seg.first = (key, digest, head), first
+            head, seg.first = value[GLOBAL_AT : GLOBAL_AT + 32], first
+            seg.entry = (key, digest, head)
         else:
             hasher = _LINK.copy()
             hasher.update(head + key + digest)
@@ -130,8 +127,8 @@ def check_segment(
         position = last
         events += count
         rows.append(digest + key)
-        if marker in value:
-            noted.append(bytes(value))
+        if marker in value:  # a compaction: its digests are checked by the parent
+            noted.append(value)
         while ask is not None and ask <= last:
             stops[ask] = (last, head)
             ask = next(waiting, None)
