@@ -93,6 +93,13 @@ def _fail(error: BaseException) -> int:
     return EXIT_ERROR
 
 
+def _positive(text: str) -> int:
+    number = int(text)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text}")
+    return number
+
+
 def verify(argv: Sequence[str]) -> int:
     """Verify a live data dir (opened read-only) or, with ``--bundle``, an exported bundle."""
     parser = _parser("verify", "Check every hash link and signed checkpoint of the journal.")
@@ -103,6 +110,14 @@ def verify(argv: Sequence[str]) -> int:
         default=[],
         metavar="HEX",
         help="only accept checkpoints signed by this ed25519 key (repeatable)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=_positive,
+        default=os.cpu_count() or 1,
+        metavar="N",
+        help="processes to check a data dir's journal with (default: the machine's cores, "
+             "%(default)s; journals of under 65,536 records are checked by one)",
     )
     args = _parse(parser, argv)
     if isinstance(args, int):
@@ -120,7 +135,7 @@ def verify(argv: Sequence[str]) -> int:
             report = verify_bundle(args.bundle, trusted_keys=keys, progress=progress.callback())
         else:
             report = verify_store(args.data_dir or default_data_dir(), trusted_keys=keys,
-                                  progress=progress.callback())
+                                  progress=progress.callback(), jobs=args.jobs)
     except (PalyraError, OSError) as exc:
         progress.clear()
         return _fail(exc)

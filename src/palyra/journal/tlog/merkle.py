@@ -107,8 +107,8 @@ def extend(
     return Frontier(size, tuple(stack)), rows
 
 
-def fold(stack: list[bytes], size: int, entries: Iterable[bytes], prefix: bytes
-         ) -> list[tuple[bytes, bytes]]:
+def fold(stack: list[bytes], size: int, entries: Iterable[bytes], prefix: bytes, *,
+         detached: bool = False) -> list[tuple[bytes, bytes]]:
     """Add the leaves of ``entries`` to the roots ``stack`` of a tree of ``size``, in place.
 
     Returns the tile-level node rows (levels 8, 16, …) the leaves complete; the
@@ -117,6 +117,12 @@ def fold(stack: list[bytes], size: int, entries: Iterable[bytes], prefix: bytes
     pairs of the level below (no Python frame per node), the frontier's
     root at a level joins as the left end of that level's run, and an odd run's
     last hash stays as the new root of its level.
+
+    ``detached``: the leaves are a block whose left neighbours are not in ``stack``
+    (a verifier checks blocks apart and joins them with :func:`push`): a right child
+    with nothing on its left in ``stack`` stays a root. For the block's roots to be
+    the roots of the whole tree's nodes, ``size`` must be a multiple of the smallest
+    power of two that holds the block (see :func:`fold_block`).
     """
     nodes: list[tuple[bytes, bytes]] = []
     # Every hash of a level in one pipeline of C calls (concatenate, hash, digest):
@@ -125,8 +131,8 @@ def fold(stack: list[bytes], size: int, entries: Iterable[bytes], prefix: bytes
     index, level = size, 0  # the index of run[0] at its level
     kept: list[bytes] = []  # the new roots, lowest level first
     while run:
-        if index & 1:  # a right child: its left sibling is the frontier's root here
-            run = [stack.pop(), *run]
+        if index & 1 and (stack or not detached):  # a right child: its left sibling
+            run = [stack.pop(), *run]  # is the frontier's root here
             index -= 1
         if len(run) & 1:
             kept.append(run.pop())
@@ -139,6 +145,37 @@ def fold(stack: list[bytes], size: int, entries: Iterable[bytes], prefix: bytes
             nodes += [(node_key(prefix, level, at), head) for at, head in enumerate(run, index)]
     stack += reversed(kept)
     return nodes
+
+
+def fold_block(entries: Iterable[bytes], start: int, prefix: bytes
+               ) -> tuple[list[bytes], list[tuple[bytes, bytes]]]:
+    """The roots (largest first) and tile-level rows of a block of leaves on its own.
+
+    ``start`` is the block's first leaf index, a multiple of the smallest power of
+    two that holds the block: then every node the block completes lies inside it,
+    and its roots are the perfect subtrees a tree ending with it has there (or, for
+    a block of a power-of-two size, its one root, which :func:`push` joins on).
+    """
+    roots: list[bytes] = []
+    return roots, fold(roots, start, entries, prefix, detached=True)
+
+
+def push(stack: list[bytes], level: int, index: int, node: bytes, prefix: bytes
+         ) -> list[tuple[bytes, bytes]]:
+    """Add the root ``node`` of the perfect subtree ``(level, index)`` to the roots ``stack``.
+
+    The tree's size must be ``index << level`` (the subtree comes next). Returns the
+    tile-level rows (levels 8, 16, …) it completes, like :func:`fold`.
+    """
+    rows: list[tuple[bytes, bytes]] = []
+    while index & 1:  # a right child: fold with the subtree on its left
+        node = sha256(_NODE + stack.pop() + node).digest()
+        index >>= 1
+        level += 1
+        if not level % TILE_HEIGHT:
+            rows.append((node_key(prefix, level, index), node))
+    stack.append(node)
+    return rows
 
 
 def frontier_of(size: int, hash_at: HashAt) -> Frontier:

@@ -41,6 +41,7 @@ from palyra.journal.format.record import (
     record_hashes,
 )
 from palyra.journal.format.signing import signature_valid
+from palyra.journal.verify.segment import Segment
 
 _sha256 = hashlib.sha256
 _FRONT_UNPACK = FRONT.unpack_from
@@ -277,6 +278,27 @@ class ChainVerifier:
         finally:
             self.position, self.head, self.events = position, head, events
         return read
+
+    def joins(self, segment: Segment) -> bool:
+        """Whether a run of records checked apart (``verify.segment``) continues the chain
+        here: its first position, its first record's link and each session's first
+        ``prev_hash``. Changes nothing; a run that does not join is walked serially."""
+        if self.session_id is not None or segment.first != self.position + 1:
+            return False
+        key, digest, stated = segment.entry
+        hasher = _LINK.copy()
+        hasher.update(self.head + key + digest)
+        if hasher.digest() != stated:
+            return False
+        heads = self._heads
+        return all(heads.get(session, GENESIS) == prev
+                   for session, prev in segment.opened.items())  # fmt: skip
+
+    def take(self, segment: Segment) -> None:
+        """Advance over a run that :meth:`joins` here."""
+        self._heads.update(segment.heads)
+        self.position, self.head = segment.last, segment.head
+        self.events += segment.events
 
     def record(
         self, first: int, last: int, session_id: str, prev: bytes, digest: bytes, claimed: bytes,

@@ -26,7 +26,7 @@ from typing import Any
 from palyra.journal import _env as names
 from palyra.journal._env import JournalEnv
 from palyra.journal.read import tlog as stored_tlog
-from palyra.journal.tlog.merkle import Frontier, fold, tree_prefix
+from palyra.journal.tlog.merkle import Frontier, fold, push, tree_prefix
 from palyra.journal.tlog.note import Checkpoint, NoteError, parse_checkpoint, parse_note
 from palyra.journal.verify.chainwalk import Tampered
 
@@ -36,6 +36,30 @@ _FIRST = itemgetter(0)
 
 Leaves = list[tuple[bytes, bytes]]
 """``(record hash, stored key)`` per record in log order (the key is ``u64 last``)."""
+
+
+def stored_rows(txn: Any, db: Any, level0: bytes, start: int, count: int
+                ) -> tuple[list[bytes], bytes | None]:  # fmt: skip
+    """The values of the ``count`` level-0 rows from index ``start`` on, and the value stored
+    under index ``start + count - 1`` (see :func:`rows_match`)."""
+    pack = _U64.pack
+    cursor = txn.cursor(db=db)
+    run = list(islice(cursor.iternext(keys=False), count)) if cursor.set_key(
+        level0 + pack(start)) else []  # fmt: skip
+    return run, txn.get(level0 + pack(start + count - 1), db=db)
+
+
+def rows_match(want: list[bytes], stored: tuple[list[bytes], bytes | None]) -> bool:
+    """Whether :func:`stored_rows` read the rows ``want`` (the rows of consecutive indices).
+
+    Values only (no key objects to build or compare): they are the rows of those
+    indices exactly when the first and the last of those keys hold the values wanted
+    there, since level-0 keys are unique indices in key order and no two entries have
+    the same value (each names its own last position): a missing or extra row in
+    between shifts a value out of its place.
+    """
+    run, last = stored
+    return run == want and last == want[-1]
 
 
 class TreeCheck:
@@ -80,19 +104,11 @@ class TreeCheck:
     def _grow(self, txn: Any, piece: Leaves) -> str | None:
         """Check ``piece`` as the tree's next entries and take it in; else say what failed
         (``"entry"``: a row; ``"root"``: the signed root) and take nothing in."""
-        start, level0, pack, db = self.checked, self._level0, _U64.pack, self._db
+        start, level0, db = self.checked, self._level0, self._db
         want = list(map(_join, piece))  # the rows' values: record hash ‖ u64 last
         if db is None:
             return "entry"
-        # The rows from index ``start`` on, values only (no key objects to build or compare):
-        # they are the rows of indices start … start+n-1 exactly when the first and the last
-        # of those keys hold the values wanted there, since level-0 keys are unique indices
-        # in key order and no two entries have the same value (each names its own last
-        # position): a missing or extra row in between shifts a value out of its place.
-        cursor = txn.cursor(db=db)
-        if (not cursor.set_key(level0 + pack(start))
-                or list(islice(cursor.iternext(keys=False), len(want))) != want
-                or txn.get(level0 + pack(start + len(want) - 1), db=db) != want[-1]):  # fmt: skip
+        if not rows_match(want, stored_rows(txn, db, level0, start, len(want))):
             return "entry"
         roots = list(self._roots)
         nodes = fold(roots, start, map(_FIRST, piece), self._prefix)
@@ -119,6 +135,52 @@ class TreeCheck:
                 return Tampered(first, f"transparency log: tree entry {index} (or a node above "
                                        "it) does not match this record")  # fmt: skip
         raise AssertionError("a piece that failed as a whole passed record by record")
+
+    @property
+    def active(self) -> bool:
+        """Whether there is tree left to check (it exists, and no problem was found yet)."""
+        return self._wanted and self.problem is None
+
+    @property
+    def room(self) -> int:
+        """Entries left to check (0 when the tree is not :attr:`active`)."""
+        return self.size - self.checked if self.active else 0
+
+    def read_rows(self, txn: Any, start: int, count: int) -> tuple[list[bytes], bytes | None]:
+        """:func:`stored_rows` of this tree."""
+        return stored_rows(txn, self._db, self._level0, start, count)
+
+    @property
+    def signed_size(self) -> int:
+        """The size the signed checkpoint names (0: none)."""
+        return self._signed.size if self._signed is not None else 0
+
+    @property
+    def prefix(self) -> bytes:
+        """The key prefix of the journal tree's rows."""
+        return self._prefix
+
+    def join(self, txn: Any, count: int, roots: list[bytes], signed_roots: list[bytes],
+             nodes: list[tuple[bytes, bytes]], last: int) -> bool:  # fmt: skip
+        """Take in a block of ``count`` entries (a power of two) checked apart, ending at
+        position ``last``: its root (``roots[0]``) joins the frontier here; the tile nodes
+        inside it (``nodes``, computed apart), those above it and the signed root (from
+        ``signed_roots``, the block's roots before the signed size) are checked against
+        the stored tree. False, with nothing taken in, if one does not match (the serial
+        walk then names it).
+        """
+        start, db, stack = self.checked, self._db, list(self._roots)
+        level = count.bit_length() - 1  # a block of 2**level entries: one root
+        rows = push(stack, level, start >> level, roots[0], self._prefix)
+        if any(txn.get(key, db=db) != node for key, node in (*nodes, *rows)):
+            return False
+        size, signed = start + count, self._signed
+        if signed is not None and start < signed.size <= size:
+            held = stack if signed.size == size else [*self._roots, *signed_roots]
+            if Frontier(signed.size, tuple(held)).root() != signed.root:
+                return False
+        self._roots, self.checked, self._after = stack, size, last
+        return True
 
     def finish(self) -> None:
         """After the walk: raise the first problem, or a tree of another size than the log."""

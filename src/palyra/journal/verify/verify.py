@@ -7,11 +7,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgspec
-
 from palyra.core.chain import GENESIS, seal_message
-from palyra.journal import _env as names
-from palyra.journal._env import JournalEnv
 from palyra.journal._store import JournalStore
 from palyra.journal._types import JournalConfig
 from palyra.journal.format.bundle_format import (
@@ -29,23 +25,13 @@ from palyra.journal.format.bundle_format import (
     decode_line,
     parse_hash,
 )
-from palyra.journal.format.record import CheckpointRecord, scoped_key, u64_key
 from palyra.journal.format.signing import signature_valid
-from palyra.journal.read import reads as _reads
 from palyra.journal.verify.bundle_records import LineGroups, line_hash
 from palyra.journal.verify.chainwalk import ChainVerifier, Tampered
-from palyra.journal.verify.covers import (
-    COVERING_KINDS,
-    MARKER,
-    Cover,
-    SpanDigests,
-    cover_of,
-    covers_in,
-)
-from palyra.journal.verify.covers import check as check_cover
+from palyra.journal.verify.covers import COVERING_KINDS, Cover, SpanDigests, cover_of
+from palyra.journal.verify.parallel import walk_parallel
+from palyra.journal.verify.storewalk import StoreWalk, UnindexedTombstone
 from palyra.journal.verify.tree import TreeCheck
-
-_CHUNK = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +108,14 @@ def verify_store(
     *,
     trusted_keys: Collection[bytes] = (),
     progress: Callable[[int], None] | None = None,
+    jobs: int = 1,
 ) -> VerifyReport:
     """Verify every event and checkpoint of a data dir (opened read-only) or an open store.
 
     ``progress``, if given, is called with each position once it is verified.
+    ``jobs``: processes to hash with; above 1, a journal long enough is checked in
+    segments on that many worker processes (``verify.parallel``), with the same
+    report, failures included, as one process gives.
     """
     store = (
         source
@@ -133,11 +123,16 @@ def verify_store(
         else JournalStore.open(Path(source), config=JournalConfig(readonly=True))
     )
     verifier = ChainVerifier(trusted_keys=trusted_keys)
-    unindexed = _UnindexedTombstone()
+    unindexed = UnindexedTombstone()
     try:
         with store.env.read() as txn:
             tree = TreeCheck(store.env, txn)
-        _walk_env(store.env, verifier, progress, unindexed, tree)
+        walk = StoreWalk(store.env, verifier, tree, progress, unindexed)
+        walk.check_checkpoints(0)
+        if jobs > 1:
+            walk_parallel(walk, jobs)
+        walk.walk()
+        walk.end()
         verifier.finish()
         unindexed.raise_first()
         tree.finish()
@@ -149,114 +144,6 @@ def verify_store(
         if store is not source:
             store.close()
     return _report(verifier, None)
-
-
-class _UnindexedTombstone:
-    """The first tombstone whose ``_by_session`` key is missing, raised once the chain checks out.
-
-    Chain problems are reported first (as "Verifying" orders them), so a miss is
-    kept, not raised, while the walk goes on; only the first one matters.
-    """
-
-    def __init__(self) -> None:
-        self.first: Tampered | None = None
-
-    def check(self, env: JournalEnv, verifier: ChainVerifier) -> None:
-        noted = verifier.tombstones
-        if not noted:
-            return
-        if self.first is None:
-            with env.read() as txn:
-                db = env.dbs[names.BY_SESSION]
-                for session_id, first, last in noted:
-                    if txn.get(scoped_key(session_id, last), db=db) is None:
-                        self.first = Tampered(first, "index: _by_session has no entry for this "
-                                                    "pruned record (its session id was changed?)")
-                        break
-        noted.clear()
-
-    def raise_first(self) -> None:
-        if self.first is not None:
-            raise self.first
-
-
-def _walk_env(
-    env: JournalEnv, verifier: ChainVerifier, progress: Callable[[int], None] | None = None,
-    unindexed: _UnindexedTombstone | None = None, tree: TreeCheck | None = None,
-) -> None:
-    try:
-        pending = sorted(_reads.checkpoints(env), key=lambda c: (c.position, c.ts_ms))
-    except msgspec.DecodeError as exc:
-        raise Tampered(None, f"undecodable checkpoint record ({exc})") from exc
-
-    def check_checkpoints(upto: int) -> None:
-        while pending and pending[0].position <= upto:
-            _check_checkpoint(verifier, pending.pop(0))
-
-    # Records holding a covering event (a compaction) are noted as they pass, and their
-    # digests recomputed once the chain up to them checked out (outside the read txn).
-    verifier.marker = MARKER
-    covering = verifier.noted
-    if unindexed is not None:
-        verifier.tombstones = []
-    leaves = verifier.leaves = [] if tree is not None else None
-    check_checkpoints(0)
-    more = True
-    try:
-        while more:
-            with env.read() as txn:
-                cursor = txn.cursor(db=env.dbs[names.EVENTS])
-                if not cursor.set_range(u64_key(verifier.position + 1)):
-                    break
-                records = iter(cursor)
-                read = 0
-                while read < _CHUNK:  # then a fresh txn: do not pin one snapshot
-                    until = pending[0].position if pending else 1 << 64
-                    done = verifier.stored_run(records, until, _CHUNK - read, progress)
-                    if not done:
-                        more = False
-                        break
-                    read += done
-                    check_checkpoints(verifier.position)
-                if tree is not None and leaves:  # in the txn the records were read in
-                    tree.chunk(txn, leaves)
-                    leaves.clear()
-            _check_covers(env, covering, verifier.position + 1)
-            if unindexed is not None:
-                unindexed.check(env, verifier)
-    except Tampered as problem:
-        # A bad compaction before the problem found in the chain is reported first.
-        _check_covers(env, covering, problem.position or verifier.position + 1)
-        raise
-    check_checkpoints(1 << 64)
-
-
-def _check_covers(env: JournalEnv, covering: list[bytes], before: int) -> None:
-    """Recompute the digest of each noted covering event positioned before ``before``."""
-    for value in covering:
-        try:
-            found = covers_in(value)
-        except ValueError as exc:  # msgspec.DecodeError is a ValueError
-            raise Tampered(before, f"undecodable record ({exc})") from exc
-        for cover in found:
-            if isinstance(cover, tuple):
-                position, reason = cover
-                if position < before:
-                    raise Tampered(position, f"malformed compaction: {reason}")
-                continue
-            if cover.position >= before:
-                continue
-            problem = check_cover(env, cover)
-            if problem is not None:
-                raise Tampered(cover.position, problem)
-    covering.clear()
-
-
-def _check_checkpoint(verifier: ChainVerifier, record: CheckpointRecord) -> None:
-    verifier.checkpoint(
-        record.position, record.head, record.ts_ms, record.public_key, record.signature,
-        f"checkpoint record at position {record.position}",
-    )
 
 
 def verify_bundle(
