@@ -831,7 +831,8 @@ class Engine:
             # The run lives on the daemon that owns its session (here, after that
             # takeover): the decision reaches it through the journal.
             return redacted(await relay_decision(self.store, self.approval_reader, record,
-                                                 decision, 2 * self.leases.ttl_s + 5))
+                                                 decision, 2 * self.leases.ttl_s + 5,
+                                                 self._deps.now_ms))
         if actor is None:
             raise coded(ErrorCode.UNAVAILABLE, f"run {record.run_id} is not live; retry "
                         "after the daemon restarts", run_id=record.run_id)

@@ -79,11 +79,12 @@ class ApprovalReader:
     def __init__(self, store: JournalStore) -> None:
         self._store = store
 
-    def get(self, approval_id: str) -> ApprovalRecord | None:
-        """The record, or None."""
+    def get(self, approval_id: str, fresh: bool = False) -> ApprovalRecord | None:
+        """The record, or None (``fresh``: read past the entity cache, which may lag
+        another daemon's commit)."""
         if not approval_id:
             return None
-        raw = self._store.get_entity(APPROVALS, approval_key(approval_id))
+        raw = self._store.get_entity(APPROVALS, approval_key(approval_id), fresh=fresh)
         return decode(ApprovalRecord, raw) if raw is not None else None
 
     def scan(

@@ -76,6 +76,11 @@ class ApprovalMailbox:
         fut.set_result(decision)
         return ack
 
+    def retract(self, approval_id: str) -> None:
+        """Forget the decision taken for ``approval_id`` that could not be recorded (a
+        relayed one its decider withdrew): the approval is awaited again."""
+        self._decisions.pop(approval_id, None)
+
     def resolve(self, record: ApprovalRecord) -> None:
         """The decision on ``record`` is committed: forget it and answer its decider."""
         self._decisions.pop(record.approval_id, None)

@@ -49,6 +49,7 @@ from palyra.engine.model.lifecycle import (
 )
 from palyra.engine.model.ports import ReferenceCall, ToolOutcome, ToolRequest, ToolVerdict
 from palyra.engine.model.records import GrantRec, grant_key, redacted
+from palyra.engine.run import relay
 from palyra.engine.run.approvals import approval_write
 from palyra.engine.run.relay import RELAY_POLL_S, clear_relay, read_relayed
 from palyra.engine.run.step import Step
@@ -328,7 +329,23 @@ def _add_denial_after_response(batch: Batch, pid: str, name: str, reason: str) -
 
 
 async def await_decision(step: Step, p: Proposal) -> None:
-    """Wait (durably parked) for a decision or the timeout, then record it."""
+    """Wait (durably parked) for a decision or the timeout, then record it.
+
+    A decision relayed by another daemon is recorded only while its relay row is as
+    relayed (``run.relay``): when its decider gave up first, the commit is refused,
+    nothing of it is written, and the run waits on the approval again.
+    """
+    while True:
+        try:
+            await _await_decision_once(step, p)
+            return
+        except PalyraError as exc:
+            if not relay.withdrawn(p.approval_id, exc):
+                raise
+        step.mailbox.retract(p.approval_id)  # the withdrawn decision is forgotten
+
+
+async def _await_decision_once(step: Step, p: Proposal) -> None:
     deps = step.deps
     record = deps.pending.get(p.approval_id)
     if record is None:  # resumed after a restart: the store has it
@@ -340,9 +357,10 @@ async def await_decision(step: Step, p: Proposal) -> None:
     fut = step.mailbox.expect(record.approval_id)
     step.phase = "approval"
     remaining = (record.expires_at_ms - deps.now_ms()) / 1000
+    relayed: relay.Relayed | None = None
     if not fut.done() and remaining > 0:
         if deps.shared_journal:
-            await _wait_or_relayed(step, record.approval_id, fut, remaining)
+            relayed = await _wait_or_relayed(step, record.approval_id, fut, remaining)
         else:
             await asyncio.wait({fut}, timeout=remaining)
     if not fut.done():
@@ -362,6 +380,8 @@ async def await_decision(step: Step, p: Proposal) -> None:
     batch.write(approval_write(new)).set(pending_approval_id="")
     if deps.shared_journal:
         batch.write(clear_relay(new.approval_id))  # a relayed decision is consumed
+        if relayed is not None:  # ... only while its decider still waits for it
+            batch.expecting(relayed.consumed)
     if not approved:
         _add_denial_after_response(batch, p.proposal_id, p.tool_name,
                                    "approval timed out" if decision.event == ApprovalEvent.TIME_OUT
@@ -432,15 +452,19 @@ async def _execute_with(step: Step, batch: Batch, p: Proposal) -> None:
 
 
 async def _wait_or_relayed(step: Step, approval_id: str, fut: asyncio.Future[Decision],
-                           wait_s: float) -> None:
+                           wait_s: float) -> relay.Relayed | None:
     """Wait for a local decision, looking every ``RELAY_POLL_S`` for one relayed by
-    another daemon through the journal (``run.relay``)."""
+    another daemon through the journal (``run.relay``); the relayed one if it is the
+    decision."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
     while not fut.done() and (left := deadline - loop.time()) > 0:
         await asyncio.wait({fut}, timeout=min(left, RELAY_POLL_S))
-        if not fut.done() and (relayed := read_relayed(step.deps.store, approval_id)):
-            fut.set_result(relayed)
+        if not fut.done() and (relayed := read_relayed(step.deps.store, approval_id,
+                                                        step.deps.now_ms())):
+            fut.set_result(relayed.decision)
+            return relayed
+    return None
 
 
 async def execute(step: Step, p: Proposal) -> None:

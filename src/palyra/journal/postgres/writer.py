@@ -93,7 +93,6 @@ get ``UNAVAILABLE``."""
 
 _BEGIN = "BEGIN"
 _COMMIT = "COMMIT"
-_ROLLBACK = "ROLLBACK"
 _LOCK_HEAD = "SELECT next_position, head FROM journal_head FOR UPDATE"
 # The head row's move and the other daemons' wake-up in one statement: ``pg_notify``
 # is ``NOTIFY`` as a function, queued the same way until the transaction commits.
@@ -508,11 +507,7 @@ class PostgresWriter:
                 # Nothing of the aborted transaction applied and nobody was answered:
                 # run it again on the head as it is now, planned afresh (the requests'
                 # refusals of the aborted attempt are decided again too).
-                self._forget()
-                # A new connection: psycopg counts the statements it prepared inside
-                # the aborted pipeline as prepared, and the server has none of them
-                # ("prepared statement _pg3_N does not exist" on the next run).
-                self._conn.close()
+                self._forget()  # (``_attempt`` closed the connection: a new one)
                 attempt += 1
                 self.serialization_retries += 1
                 if attempt > SERIALIZATION_RETRIES:
@@ -557,7 +552,14 @@ class PostgresWriter:
         except BaseException:
             if own is not None:
                 own.discard()
-            _roll_back(conn)
+            # Every failed attempt ends on a new connection (the next one connects):
+            # psycopg prepares a statement the ``prepare_threshold``-th time it runs
+            # it, and counts one prepared inside a pipeline that failed before the
+            # server reached it, so the old connection's next commit may fail
+            # "prepared statement _pg3_N does not exist". Closing also ends whatever
+            # transaction the error left open. Failures are rare; a connection is cheap
+            # beside a commit the writer could not make at all.
+            conn.close()
             raise
         try:
             if committed is not None:
@@ -597,17 +599,6 @@ def _lock_head(conn: psycopg.Connection[Any],
         raise PalyraError("the PostgreSQL journal has no head row",
                           code=ErrorCode.JOURNAL_CORRUPT)
     return int(row[0]), bytes(row[1])
-
-
-def _roll_back(conn: psycopg.Connection[Any]) -> None:
-    """End a transaction an error left open (a lost connection is replaced on next use)."""
-    if conn.broken or conn.closed:
-        return
-    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-        try:
-            conn.execute(_ROLLBACK)
-        except psycopg.Error:
-            conn.close()  # its state is unknown: the next commit connects again
 
 
 def _write_ops(conn: psycopg.Connection[Any], ops: list[Op]) -> None:
