@@ -35,11 +35,20 @@ def _run_and_kill(data_dir: Path, delay: float, mode: list[str]) -> list[str]:
     first = stdout.readline()
     assert first == b"ready\n", proc.stderr.read() if proc.stderr else b""
     chunks: list[bytes] = []
-    # Drain stdout while the writer runs: a full pipe would stall it.
-    reader = threading.Thread(
-        target=lambda: chunks.extend(iter(lambda: os.read(stdout.fileno(), 65536), b""))
-    )
+    acked = threading.Event()
+
+    def drain() -> None:  # a full pipe would stall the writer
+        for chunk in iter(lambda: os.read(stdout.fileno(), 65536), b""):
+            chunks.append(chunk)
+            if b"\n" in chunk:
+                acked.set()
+
+    reader = threading.Thread(target=drain)
     reader.start()
+    # The kill's moment counts from the first acknowledgement, not from "ready": on a
+    # loaded machine a writer's first commit may take longer than the shortest delay,
+    # and a kill before any acknowledgement would test nothing.
+    acked.wait(timeout=30)
     time.sleep(delay)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
