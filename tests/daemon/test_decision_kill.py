@@ -14,8 +14,6 @@ harmless call runs again and finishes the run.
 from __future__ import annotations
 
 import json
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,50 +21,16 @@ import httpx
 import pytest
 
 from palyra.testing.spawn import DaemonProcess, clean_env
+from tests.daemon.mcp_pair import slow_calls_started, wait_until, write_config
 
 pytestmark = pytest.mark.slow
 DEVICE = "01J00000000000000000000000"
-SERVER = Path(__file__).resolve().parents[1] / "tools" / "mcp" / "files_server.py"
 APPROVE = {"decision": "APPROVAL_DECISION_APPROVE", "scope": "APPROVAL_SCOPE_ONCE",
            "reason": "ok"}
 
 
-def _config(tmp_path: Path) -> Path:
-    toml = tmp_path / "palyra.toml"
-    toml.write_text(f'''
-[policy]
-tool_postures = {{ "mcp.ro.slow" = "ask_each_time", "mcp.rw.slow" = "ask_each_time" }}
-
-[[tools.mcp]]
-name = "ro"
-command = {json.dumps(sys.executable)}
-args = [{json.dumps(str(SERVER))}, {json.dumps(str(tmp_path / "ro"))}]
-tool_capabilities = {{ slow = ["read_only"] }}
-
-[[tools.mcp]]
-name = "rw"
-command = {json.dumps(sys.executable)}
-args = [{json.dumps(str(SERVER))}, {json.dumps(str(tmp_path / "rw"))}]
-''')
-    for state in ("ro", "rw"):
-        (tmp_path / state).mkdir()
-    return toml
-
-
-def _wait(predicate: Any, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
-def _started(state: Path) -> int:
-    calls = state / "calls"
-    return calls.read_text().count("slow started") if calls.exists() else 0
-
-
 def test_a_sigkill_mid_approved_call(tmp_path: Path) -> None:
-    toml = _config(tmp_path)
+    toml = write_config(tmp_path, {"mcp.ro.slow": "ask_each_time", "mcp.rw.slow": "ask_each_time"})
     daemon = DaemonProcess(tmp_path / "data", env=clean_env(),
                            extra_args=("--config", str(toml))).start()
     try:
@@ -95,16 +59,16 @@ def test_a_sigkill_mid_approved_call(tmp_path: Path) -> None:
             assert made.status_code == 200, made.text
             runs[server] = made.json()["run"]["runId"]
         for server, run_id in runs.items():
-            _wait(lambda r=run_id: run(r)["state"] == "RUN_STATE_WAITING_FOR_APPROVAL")
+            wait_until(lambda r=run_id: run(r)["state"] == "RUN_STATE_WAITING_FOR_APPROVAL")
             asked[server] = run(run_id)["pendingApprovalId"]
         # Side effects: answered once durable, before the call starts.
         answered = decide(asked["rw"])
         assert answered.status_code == 200, answered.text
-        _wait(lambda: _started(tmp_path / "rw") == 1)
+        wait_until(lambda: slow_calls_started(tmp_path / "rw") == 1)
         # Read-only and slow: the decider is not held for the call, answered while it runs.
         answered = decide(asked["ro"])
         assert answered.status_code == 200, answered.text
-        assert _started(tmp_path / "ro") == 1
+        assert slow_calls_started(tmp_path / "ro") == 1
         assert run(runs["ro"])["state"] == "RUN_STATE_IN_PROGRESS"
         daemon.kill()
         daemon.start()
@@ -112,13 +76,13 @@ def test_a_sigkill_mid_approved_call(tmp_path: Path) -> None:
 
         # The acknowledged decision survived; its call is not run again.
         assert approval(asked["rw"])["state"] == "APPROVAL_STATE_APPROVED"
-        _wait(lambda: run(runs["rw"])["state"] == "RUN_STATE_FAILED")
+        wait_until(lambda: run(runs["rw"])["state"] == "RUN_STATE_FAILED")
         assert run(runs["rw"])["endReason"] == "daemon_restarted"
-        assert _started(tmp_path / "rw") == 1
+        assert slow_calls_started(tmp_path / "rw") == 1
         # So did the read-only one: nobody is asked again, the harmless call runs again.
         assert approval(asked["ro"])["state"] == "APPROVAL_STATE_APPROVED"
-        _wait(lambda: run(runs["ro"])["state"] == "RUN_STATE_DONE")
-        assert _started(tmp_path / "ro") == 2
+        wait_until(lambda: run(runs["ro"])["state"] == "RUN_STATE_DONE")
+        assert slow_calls_started(tmp_path / "ro") == 2
         assert json.loads(run(runs["ro"])["finalText"]) == {"result": "slept"}
     finally:
         daemon.stop()

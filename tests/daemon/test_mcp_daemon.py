@@ -5,8 +5,6 @@ re-run and the run fails with `daemon_restarted`, as for a built-in."""
 from __future__ import annotations
 
 import json
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,44 +12,10 @@ import httpx
 import pytest
 
 from palyra.testing.spawn import DaemonProcess, clean_env
+from tests.daemon.mcp_pair import slow_calls_started, wait_until, write_config
 
 pytestmark = pytest.mark.slow
 DEVICE = "01J00000000000000000000000"
-SERVER = Path(__file__).resolve().parents[1] / "tools" / "mcp" / "files_server.py"
-
-
-def _config(tmp_path: Path) -> Path:
-    toml = tmp_path / "palyra.toml"
-    toml.write_text(f'''
-[policy]
-tool_postures = {{ "mcp.rw.slow" = "always_allow" }}
-
-[[tools.mcp]]
-name = "ro"
-command = {json.dumps(sys.executable)}
-args = [{json.dumps(str(SERVER))}, {json.dumps(str(tmp_path / "ro"))}]
-tool_capabilities = {{ slow = ["read_only"] }}
-
-[[tools.mcp]]
-name = "rw"
-command = {json.dumps(sys.executable)}
-args = [{json.dumps(str(SERVER))}, {json.dumps(str(tmp_path / "rw"))}]
-''')
-    for state in ("ro", "rw"):
-        (tmp_path / state).mkdir()
-    return toml
-
-
-def _wait(predicate: Any, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
-def _started(state: Path) -> int:
-    calls = state / "calls"
-    return calls.read_text().count("slow started") if calls.exists() else 0
 
 
 def _run(base: str, headers: dict[str, str], run_id: str) -> dict[str, Any]:
@@ -60,7 +24,7 @@ def _run(base: str, headers: dict[str, str], run_id: str) -> dict[str, Any]:
 
 
 def test_a_sigkill_mid_call(tmp_path: Path) -> None:
-    toml = _config(tmp_path)
+    toml = write_config(tmp_path, {"mcp.rw.slow": "always_allow"})
     daemon = DaemonProcess(tmp_path / "data", env=clean_env(),
                            extra_args=("--config", str(toml))).start()
     try:
@@ -74,7 +38,7 @@ def test_a_sigkill_mid_call(tmp_path: Path) -> None:
                 "input": {"text": f'/call mcp.{server}.slow {{"seconds": 2}}'}})
             assert made.status_code == 200, made.text
             runs[server] = made.json()["run"]["runId"]
-        _wait(lambda: _started(tmp_path / "ro") == 1 and _started(tmp_path / "rw") == 1)
+        wait_until(lambda: slow_calls_started(tmp_path / "ro") == 1 and slow_calls_started(tmp_path / "rw") == 1)
         daemon.kill()
         daemon.start()
         base = f"http://127.0.0.1:{daemon.http_port}"
@@ -83,13 +47,13 @@ def test_a_sigkill_mid_call(tmp_path: Path) -> None:
             return _run(base, user, run_id)["state"] in (
                 "RUN_STATE_DONE", "RUN_STATE_FAILED", "RUN_STATE_CANCELLED")
 
-        _wait(lambda: ended(runs["ro"]) and ended(runs["rw"]))
+        wait_until(lambda: ended(runs["ro"]) and ended(runs["rw"]))
         ro, rw = _run(base, user, runs["ro"]), _run(base, user, runs["rw"])
         assert ro["state"] == "RUN_STATE_DONE", ro
         assert json.loads(ro["finalText"]) == {"result": "slept"}
-        assert _started(tmp_path / "ro") == 2  # it ran again
+        assert slow_calls_started(tmp_path / "ro") == 2  # it ran again
         assert rw["state"] == "RUN_STATE_FAILED", rw
         assert rw["endReason"] == "daemon_restarted"
-        assert _started(tmp_path / "rw") == 1  # never run twice
+        assert slow_calls_started(tmp_path / "rw") == 1  # never run twice
     finally:
         daemon.stop()
