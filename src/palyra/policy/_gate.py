@@ -146,6 +146,27 @@ class PolicyGate:
         return (bool(result.allowed), tuple(sorted(diagnostics.reasons)),
                 tuple(diagnostics.errors))
 
+    def _ask(self, principal: str, action: str, resource_type: str, resource_id: str,
+             context: dict[str, Any]) -> tuple[bool, tuple[str, ...], tuple[str, ...]]:
+        """Cedar's answer for one principal/action/resource, uncached."""
+        return self._authorize({
+            "principal": {"type": "Principal", "id": principal},
+            "action": {"type": "Action", "id": action},
+            "resource": {"type": resource_type, "id": resource_id},
+            "context": context,
+        })
+
+    def _verdict(self, answer: tuple[bool, tuple[str, ...], tuple[str, ...]], *, allow: str,
+                 deny: str) -> Decision:
+        """Cedar's answer as a ``Decision``: an engine error denies, naming the error."""
+        allowed, reasons, errors = answer
+        h = self.policy_hash
+        if errors:
+            return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)
+        if allowed:
+            return Decision(Outcome.ALLOW, allow, reasons, h)
+        return Decision(Outcome.DENY, deny, reasons, h)
+
     def _authorize_cached(self, principal: str, action: str, resource_type: str,
                           resource_id: str, context: dict[str, Any]
                           ) -> tuple[bool, tuple[str, ...], tuple[str, ...]]:
@@ -160,12 +181,8 @@ class PolicyGate:
         cached = self._cache.get(key)
         if cached is not None:
             return cached.allowed, cached.policy_ids, cached.errors
-        allowed, reasons, errors = self._authorize({
-            "principal": {"type": "Principal", "id": principal},
-            "action": {"type": "Action", "id": action},
-            "resource": {"type": resource_type, "id": resource_id},
-            "context": context,
-        })
+        allowed, reasons, errors = self._ask(principal, action, resource_type, resource_id,
+                                             context)
         self._cache.put(key, EngineResult(allowed, allowed, reasons, errors, self.policy_hash))
         return allowed, reasons, errors
 
@@ -291,78 +308,50 @@ class PolicyGate:
         Returns:
             A ``Decision`` with outcome ``allow`` or ``deny``.
         """
-        allowed, reasons, errors = self._authorize_cached(
-            principal, "approval.decide", "Approval", approval_id,
-            {"principal_name": principal, "run_principal": run_principal,
-             "tool_name": tool_name, "session_id": session_id, "channel": channel})
-        h = self.policy_hash
-        if errors:
-            return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)
-        if allowed:
-            return Decision(
-                Outcome.ALLOW, f"{principal} may decide approval {approval_id}", reasons, h
-            )
-        return Decision(
-            Outcome.DENY, f"{principal} may not decide approval {approval_id}", reasons, h
-        )
+        return self._verdict(
+            self._authorize_cached(
+                principal, "approval.decide", "Approval", approval_id,
+                {"principal_name": principal, "run_principal": run_principal,
+                 "tool_name": tool_name, "session_id": session_id, "channel": channel}),
+            allow=f"{principal} may decide approval {approval_id}",
+            deny=f"{principal} may not decide approval {approval_id}")
 
     def check_memory_change(self, principal: str, action: str, *, session_id: str = "",
                             count: int = 1) -> Decision:
         """May ``principal`` delete (``memory.delete``) or purge (``memory.purge``) memory?
         Shipped rules: operators only (a sensitive action)."""
-        allowed, reasons, errors = self._authorize({
-            "principal": {"type": "Principal", "id": principal},
-            "action": {"type": "Action", "id": action},
-            "resource": {"type": "Tool", "id": "memory"},
-            "context": {"principal_name": principal, "session_id": session_id, "count": count},
-        })
-        h = self.policy_hash
-        if errors:
-            return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)
-        if allowed:
-            return Decision(Outcome.ALLOW, f"{principal} may {action}", reasons, h)
-        return Decision(Outcome.DENY, f"{principal} may not {action}: a sensitive action "
-                        "(an operator may)", reasons, h)
+        return self._verdict(
+            self._ask(principal, action, "Tool", "memory",
+                      {"principal_name": principal, "session_id": session_id, "count": count}),
+            allow=f"{principal} may {action}",
+            deny=f"{principal} may not {action}: a sensitive action (an operator may)")
 
     def check_skill_execute(self, principal: str, skill: str, *, skill_id: str, state: str,
                             tool_name: str, capabilities: frozenset[str], session_id: str = "",
                             channel: str = "") -> Decision:
         """May ``principal`` call a tool of skill ``skill`` (Cedar ``skill.execute``)?
         Shipped rules: enabled (loaded) skills only. Memoised like tool calls."""
-        allowed, reasons, errors = self._authorize_cached(principal, "skill.execute", "Skill",
-                                                          skill, {
-            "skill_id": skill_id, "state": state, "tool_name": tool_name,
-            "capabilities": sorted(capabilities), "principal_name": principal,
-            "session_id": session_id, "channel": channel})
-        h = self.policy_hash
-        if errors:
-            return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)
-        if allowed:
-            return Decision(Outcome.ALLOW, f"skill {skill_id} may run", reasons, h)
-        why = f"skill {skill!r} is not installed and enabled" if state != "enabled" else \
-            f"skill {skill_id} is forbidden"
-        return Decision(Outcome.DENY, f"{why} (skill.execute)", reasons, h)
+        why = (f"skill {skill!r} is not installed and enabled" if state != "enabled"
+               else f"skill {skill_id} is forbidden")
+        return self._verdict(
+            self._authorize_cached(principal, "skill.execute", "Skill", skill, {
+                "skill_id": skill_id, "state": state, "tool_name": tool_name,
+                "capabilities": sorted(capabilities), "principal_name": principal,
+                "session_id": session_id, "channel": channel}),
+            allow=f"skill {skill_id} may run", deny=f"{why} (skill.execute)")
 
     def check_channel_command(self, principal: str, command: str, *, channel: str, sender: str,
                               admitted: bool, owner: bool, verified: bool) -> Decision:
         """May a channel sender run built-in command ``command`` (``/cancel``, ``/reset``,
         ``/status``)? Shipped rules: ``/status`` and ``/cancel`` for any admitted sender,
         ``/reset`` for the channel's owner or an allow-listed sender."""
-        allowed, reasons, errors = self._authorize({
-            "principal": {"type": "Principal", "id": principal},
-            "action": {"type": "Action", "id": "channel.command"},
-            "resource": {"type": "Tool", "id": command},
-            "context": {"principal_name": principal, "channel": channel, "sender": sender,
-                        "command": command, "sender_admitted": admitted,
-                        "sender_is_owner": owner, "sender_verified": verified},
-        })
-        h = self.policy_hash
-        if errors:
-            return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)
-        if allowed:
-            return Decision(Outcome.ALLOW, f"{sender} may run {command}", reasons, h)
-        return Decision(Outcome.DENY, f"{sender} may not run {command} on {channel}",
-                        reasons, h)
+        return self._verdict(
+            self._ask(principal, "channel.command", "Tool", command,
+                      {"principal_name": principal, "channel": channel, "sender": sender,
+                       "command": command, "sender_admitted": admitted,
+                       "sender_is_owner": owner, "sender_verified": verified}),
+            allow=f"{sender} may run {command}",
+            deny=f"{sender} may not run {command} on {channel}")
 
     def check_learning_review(
         self, principal: str, candidate_id: str, *, run_principal: str, decision: str,
@@ -373,22 +362,14 @@ class PolicyGate:
         Shipped rules: ``admin:*`` may review any candidate; ``user:*`` may review
         candidates learned from runs they started; everyone else is denied.
         """
-        allowed, reasons, errors = self._authorize({
-            "principal": {"type": "Principal", "id": principal},
-            "action": {"type": "Action", "id": "learning.review"},
-            "resource": {"type": "Candidate", "id": candidate_id},
-            "context": {"principal_name": principal, "run_principal": run_principal,
-                        "decision": decision, "candidate_kind": candidate_kind,
-                        "session_id": session_id},
-        })
-        h = self.policy_hash
-        if errors:
-            return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)
-        if allowed:
-            return Decision(Outcome.ALLOW, f"{principal} may {decision} candidate {candidate_id}",
-                            reasons, h)
-        return Decision(Outcome.DENY, f"{principal} may not {decision} candidate {candidate_id} "
-                        "(an operator, or the run's own user, may)", reasons, h)
+        return self._verdict(
+            self._ask(principal, "learning.review", "Candidate", candidate_id,
+                      {"principal_name": principal, "run_principal": run_principal,
+                       "decision": decision, "candidate_kind": candidate_kind,
+                       "session_id": session_id}),
+            allow=f"{principal} may {decision} candidate {candidate_id}",
+            deny=f"{principal} may not {decision} candidate {candidate_id} "
+                 "(an operator, or the run's own user, may)")
 
     def check_model_select(self, principal: str, provider: str, model: str, *,
                            agent_id: str, in_agent_route: bool) -> Decision:
@@ -398,58 +379,33 @@ class PolicyGate:
         operators may pick any.
         """
         label = f"{provider}/{model}" if model else provider
-        allowed, reasons, errors = self._authorize({
-            "principal": {"type": "Principal", "id": principal},
-            "action": {"type": "Action", "id": "model.select"},
-            "resource": {"type": "Model", "id": label},
-            "context": {"principal_name": principal, "provider": provider, "model": model,
-                        "agent_id": agent_id, "in_agent_route": in_agent_route},
-        })
-        h = self.policy_hash
-        if errors:
-            return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)
-        if allowed:
-            return Decision(Outcome.ALLOW, f"{principal} may select model {label}", reasons, h)
-        return Decision(Outcome.DENY, f"{principal} may not select model {label} (an operator "
-                        "may, or pick one the agent routes to)", reasons, h)
+        return self._verdict(
+            self._ask(principal, "model.select", "Model", label,
+                      {"principal_name": principal, "provider": provider, "model": model,
+                       "agent_id": agent_id, "in_agent_route": in_agent_route}),
+            allow=f"{principal} may select model {label}",
+            deny=f"{principal} may not select model {label} (an operator may, or pick one "
+                 "the agent routes to)")
 
     def check_delegate(self, principal: str, agent_id: str, *, run_id: str,
                        parent_agent_id: str, depth: int) -> Decision:
         """May ``principal``'s run ``run_id`` hand a task to agent ``agent_id`` (Cedar
         ``agent.delegate``)? Shipped rule: yes (the tool's posture gates the call)."""
-        allowed, reasons, errors = self._authorize({
-            "principal": {"type": "Principal", "id": principal},
-            "action": {"type": "Action", "id": "agent.delegate"},
-            "resource": {"type": "Agent", "id": agent_id},
-            "context": {"principal_name": principal, "run_id": run_id,
-                        "parent_agent_id": parent_agent_id, "depth": depth},
-        })
-        h = self.policy_hash
-        if errors:
-            return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)
-        if allowed:
-            return Decision(Outcome.ALLOW, f"{principal} may delegate to agent {agent_id}",
-                            reasons, h)
-        return Decision(Outcome.DENY, f"{principal} may not delegate to agent {agent_id}",
-                        reasons, h)
+        return self._verdict(
+            self._ask(principal, "agent.delegate", "Agent", agent_id,
+                      {"principal_name": principal, "run_id": run_id,
+                       "parent_agent_id": parent_agent_id, "depth": depth}),
+            allow=f"{principal} may delegate to agent {agent_id}",
+            deny=f"{principal} may not delegate to agent {agent_id}")
 
     def check_cron_delete(self, principal: str, schedule_id: str, *, owner: str) -> Decision:
         """May ``principal`` delete schedule ``schedule_id`` (Cedar ``cron.delete``)?
         Shipped rule: operators only."""
-        allowed, reasons, errors = self._authorize({
-            "principal": {"type": "Principal", "id": principal},
-            "action": {"type": "Action", "id": "cron.delete"},
-            "resource": {"type": "Schedule", "id": schedule_id},
-            "context": {"principal_name": principal, "owner": owner},
-        })
-        h = self.policy_hash
-        if errors:
-            return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)
-        if allowed:
-            return Decision(Outcome.ALLOW, f"{principal} may delete schedule {schedule_id}",
-                            reasons, h)
-        return Decision(Outcome.DENY, f"{principal} may not delete schedule {schedule_id} "
-                        "(an operator may)", reasons, h)
+        return self._verdict(
+            self._ask(principal, "cron.delete", "Schedule", schedule_id,
+                      {"principal_name": principal, "owner": owner}),
+            allow=f"{principal} may delete schedule {schedule_id}",
+            deny=f"{principal} may not delete schedule {schedule_id} (an operator may)")
 
     def check_posture_change(
         self,
@@ -468,16 +424,11 @@ class PolicyGate:
         ``capabilities`` None means the tool is not registered.
         """
         sensitive = capabilities is None or is_sensitive(capabilities)
-        allowed, reasons, errors = self._authorize_cached(
-            principal, "session.set_posture", "Tool", tool_name,
-            {"principal_name": principal, "tool_name": tool_name, "posture": posture,
-             "is_sensitive": sensitive, "session_id": session_id, "channel": channel})
-        h = self.policy_hash
-        if errors:
-            return Decision(Outcome.DENY, f"policy engine error: {'; '.join(errors)}", reasons, h)
-        if allowed:
-            return Decision(Outcome.ALLOW, f"{principal} may set {tool_name} to {posture}",
-                            reasons, h)
-        return Decision(Outcome.DENY, f"{principal} may not set {posture} for "
-                        f"{'sensitive ' if sensitive else ''}tool {tool_name} (an operator may)",
-                        reasons, h)
+        return self._verdict(
+            self._authorize_cached(
+                principal, "session.set_posture", "Tool", tool_name,
+                {"principal_name": principal, "tool_name": tool_name, "posture": posture,
+                 "is_sensitive": sensitive, "session_id": session_id, "channel": channel}),
+            allow=f"{principal} may set {tool_name} to {posture}",
+            deny=f"{principal} may not set {posture} for "
+                 f"{'sensitive ' if sensitive else ''}tool {tool_name} (an operator may)")
