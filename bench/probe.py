@@ -98,6 +98,7 @@ class GcClock:
     def __init__(self) -> None:
         self.seconds = [0.0, 0.0, 0.0]
         self.collections = [0, 0, 0]
+        self.longest = [0.0, 0.0, 0.0]  # since the last snapshot: a window's longest pause
         self._started = 0.0
 
     def install(self) -> None:
@@ -110,12 +111,17 @@ class GcClock:
             self._started = time.perf_counter()
             return
         generation = info.get("generation", 2)
-        self.seconds[generation] += time.perf_counter() - self._started
+        took = time.perf_counter() - self._started
+        self.seconds[generation] += took
         self.collections[generation] += 1
+        if took > self.longest[generation]:
+            self.longest[generation] = took
 
     def counts(self) -> dict[str, Any]:
-        """Seconds and collections so far, per generation."""
-        return {"s": list(self.seconds), "n": list(self.collections),
+        """Seconds and collections so far, per generation, and the longest pause of each
+        since the previous call (so a snapshot taken at a window's end holds the window's)."""
+        longest, self.longest = self.longest, [0.0, 0.0, 0.0]
+        return {"s": list(self.seconds), "n": list(self.collections), "longest_s": longest,
                 "frozen": gc.get_freeze_count()}
 
 
@@ -287,6 +293,7 @@ def delta(before: Snapshot, after: Snapshot) -> dict[str, Any]:
         "gc": {key: [a - b for a, b in zip(after["gc"][key], before["gc"][key], strict=True)]
                for key in ("s", "n")},
         "gc_frozen": after["gc"]["frozen"],
+        "gc_longest_s": after["gc"].get("longest_s", [0.0, 0.0, 0.0]),
         "journal": _sub(after["journal"], before["journal"]),
         "io": _sub(after["io"], before["io"]),
         "mem_mib": after["mem_mib"],

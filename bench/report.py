@@ -130,7 +130,9 @@ def table(title: str, median: dict[str, Any], runs: list[dict[str, Any]]) -> str
     lines.append(f"  CPU ms/step by thread: {_inline(median.get('cpu_ms_per_step_by_thread'), 6)}")
     if median.get("gc_collections"):
         lines.append("  garbage collections (generation 0, 1, 2): "
-                     + ", ".join(str(round(n)) for n in median["gc_collections"]))
+                     + ", ".join(str(round(n)) for n in median["gc_collections"])
+                     + "; longest pause ms: "
+                     + ", ".join(f"{ms:.1f}" for ms in median.get("gc_longest_pause_ms") or ()))
     for name, value in (median.get("daemon_settings") or {}).items():
         lines.append(f"  daemon setting: {name} = {value}")
     load = [r.get("load_avg_1m", {}) for r in runs]

@@ -3,6 +3,7 @@ journal counters read from a real store, and the same snapshot served from anoth
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -140,6 +141,20 @@ def test_delta_subtracts_two_snapshots() -> None:
     assert window["messages"]["total"] == 7
     assert window["messages"]["by_thread"] == {"MainThread": 7}
     assert window["cpu_s"] > 0
+
+
+def test_a_window_holds_its_longest_collection_per_generation() -> None:
+    """The longest pause is the window's: a collection before the window's first
+    snapshot is not in it, one inside is, in its own generation."""
+    gc.collect(2)
+    before = probe.snapshot()  # the full collection above stays before the window
+    gc.collect(0)
+    after = probe.snapshot()
+    window = probe.delta(before, after)
+    longest = window["gc_longest_s"]
+    assert longest[0] > 0 and longest[2] == 0.0
+    assert window["gc"]["n"][0] >= 1
+    assert max(longest) <= sum(window["gc"]["s"])
 
 
 def _site_env(sock: str) -> dict[str, str]:
