@@ -36,8 +36,11 @@ def resolve(batch: list[Any], deliveries: Deliveries | None = None) -> None:
             pass
         return
     by_loop: dict[Any, list[Waiting]] = {}
-    for request in batch:
-        by_loop.setdefault(request.loop, []).append(request)
+    if len({request.loop for request in batch}) == 1:  # one loop (a daemon's): no regrouping
+        by_loop[loop] = batch
+    else:
+        for request in batch:
+            by_loop.setdefault(request.loop, []).append(request)
     for loop, requests in by_loop.items():
         items = deliveries.pop(loop, None) if deliveries else None
         # A closed loop raises RuntimeError: nobody is waiting any more.

@@ -314,12 +314,15 @@ class Durability:
             # Past the frame nothing may fail for want of room: check before it.
             self._require_headroom(len(txn.ops), len(frame), settled)
             txn.seq = self.next_seq
-            if not self.log.fits(self._sync_frame + frame):
+            # A pending sync frame goes in the same write: no flush of its own
+            # (joined once: the frame of a big batch is large to copy twice).
+            data = self._sync_frame + frame if self._sync_frame else frame
+            if not self.log.fits(data):
                 if not settled:
                     raise Unsettled("commit log: commit LMDB before restarting the log")
                 self.sync_point()  # everything before this txn is in LMDB now
-            # A pending sync frame goes in the same write: no flush of its own.
-            self.log.append(self._sync_frame + frame)
+                data = frame  # the sync point's header records what the sync frame said
+            self.log.append(data)
             self._point("frame")
             self.next_seq += 1
             self._since_commits += 1

@@ -29,7 +29,6 @@ from palyra.journal.format.record import (
 )
 from palyra.journal.read.tlog import StoredTree
 from palyra.journal.retention.prune import PruneResult, tombstone_prefix
-from palyra.journal.tlog.merkle import Frontier
 from palyra.journal.tlog.note import NoteError
 from palyra.journal.write.answer import fail, resolve
 from palyra.journal.write.apply import Applier
@@ -51,9 +50,7 @@ class OtherCommits:
     _pending: Applier
     _durable: Durability
     _session_heads: dict[str, bytes]
-    head: bytes
-    tree: Frontier
-    next_position: int
+    chain: Heads
     pruned_through: int
 
     if TYPE_CHECKING:
@@ -65,12 +62,13 @@ class OtherCommits:
 
     def _commit_checkpoint(self, request: Checkpoint) -> None:
         """Sign the head after every frame before it; its one write is planned."""
-        position = self.next_position - 1
+        chain = self.chain
+        position = chain.next_position - 1
         ts_ms = time.time_ns() // 1_000_000
         signer = request.signer
-        signature = signer.sign(checkpoint_message(position, self.head, ts_ms))
+        signature = signer.sign(checkpoint_message(position, chain.head, ts_ms))
         record = CheckpointRecord(
-            RECORD_VERSION, position, self.head, ts_ms, signer.public_key, signature
+            RECORD_VERSION, position, chain.head, ts_ms, signer.public_key, signature
         )
         op: Op = (names.CHECKPOINTS, u64_key(position) + u64_key(ts_ms), encode_record(record))
         try:
@@ -79,10 +77,10 @@ class OtherCommits:
             fail([request], exc)
             return
         request.result = SignedCheckpoint(
-            position, self.head.hex(), ts_ms, signer.public_key.hex(), signature.hex()
+            position, chain.head.hex(), ts_ms, signer.public_key.hex(), signature.hex()
         )
         self._answer_other(
-            request, CommitPlan.empty(self.head, self.tree, self.next_position, [op]), frame
+            request, CommitPlan.empty(chain.head, chain.tree, chain.next_position, [op]), frame
         )
 
     def _commit_tree_sign(self, request: TreeSign) -> None:
@@ -96,7 +94,7 @@ class OtherCommits:
             txn = self._pending.read_txn()
             raw = txn.get(key, db=dbs[names.TLOG_CHECKPOINTS])
             stored = None if raw is None else bytes(raw)
-            note = note_to_store(request, stored, self.tree,
+            note = note_to_store(request, stored, self.chain.tree,
                                  StoredTree(txn, dbs[names.TLOG]).hash_at)
             if note is None:  # the tree has not grown: the stored note stands
                 request.result = stored
@@ -113,8 +111,9 @@ class OtherCommits:
             fail([request], exc)
             return
         request.result = note
+        chain = self.chain
         self._answer_other(
-            request, CommitPlan.empty(self.head, self.tree, self.next_position, [op]), frame
+            request, CommitPlan.empty(chain.head, chain.tree, chain.next_position, [op]), frame
         )
 
     def _commit_prune(self, request: Prune) -> None:
@@ -152,15 +151,15 @@ class OtherCommits:
     def _tombstones(
         self, txn: RecordingTxn, request: Prune, claims_head: bytes
     ) -> tuple[PruneResult, CommitPlan]:
-        order, watermark, env = request.order, self.pruned_through, self._env
-        done = tombstone_prefix(env, txn, watermark, self.next_position - 1, order)
+        order, watermark, env, chain = request.order, self.pruned_through, self._env, self.chain
+        done = tombstone_prefix(env, txn, watermark, chain.next_position - 1, order)
         if done is None:
             raw = txn.get(u64_key(watermark), db=env.dbs[names.EVENTS]) if watermark else None
             at = record_hashes(raw)[1] if raw is not None else GENESIS
             return PruneResult(0, watermark, 0, 0, 0, at.hex()), CommitPlan.empty(
-                self.head, self.tree, self.next_position, [])
+                chain.head, chain.tree, chain.next_position, [])
         result, plan = pruned_event_plan(request, done, Heads(
-            self.next_position, self.head, {RETENTION_SESSION: claims_head}, {}, self.tree),
+            chain.next_position, chain.head, {RETENTION_SESSION: claims_head}, {}, chain.tree),
             env.config)
         dbs = env.dbs
         for name, key, value in plan.ops:

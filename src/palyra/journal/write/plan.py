@@ -177,8 +177,13 @@ def _answers(
     requests: Sequence[Append], chunks: list[Chunk], views: list[StoredEvent]
 ) -> list[list[StoredEvent]]:
     """Each request's own views, in the order of ``requests`` (views follow ``chunks``)."""
-    answer_of: dict[int, list[StoredEvent]] = {id(request): [] for request in requests}
-    owners = [id(request) for chunk in chunks for request, _event in chunk]
+    # A request is its own key (requests compare by identity): no id() per request.
+    owners = [request for chunk in chunks for request, _event in chunk]
+    if len(owners) == len(requests):  # as many events as requests (a big batch's usual)
+        answer = dict(zip(owners, [[view] for view in views], strict=True))
+        if len(answer) == len(requests):  # no request twice: each owns exactly one view
+            return [answer[request] for request in requests]
+    answer_of: dict[Append, list[StoredEvent]] = {request: [] for request in requests}
     for owner, view in zip(owners, views, strict=True):
         answer_of[owner].append(view)
     return list(answer_of.values())

@@ -122,11 +122,12 @@ class Writer(OtherCommits):
         with env.read() as txn:
             count, head = load_head(env, txn)
             self.pruned_through = pruned_through(env, txn)
-        self.next_position = count + 1
-        self.head = head
-        self.tree = Frontier()  # read in the writer's thread, before it serves (_complete_tree)
         self._session_heads: dict[str, bytes] = {}
         self._tape_next: dict[str, int] = {}
+        # The chain every commit is planned on, and that its plan moves on: one object
+        # for the writer's life (the two memories are its, not copies). The tree is
+        # read in the writer's thread, before it serves (_complete_tree).
+        self.chain = Heads(count + 1, head, self._session_heads, self._tape_next, Frontier())
         # Answered frames and the open LMDB transaction they go into.
         self._pending = Applier(env, env.durable, on_applied)
         env.on_wait = self._wanted
@@ -169,7 +170,7 @@ class Writer(OtherCommits):
         stored = StoredTree(self._pending.read_txn(), dbs[names.TLOG])
         tree = stored.frontier()
         after = stored.entry(tree.size - 1)[1] if tree.size else 0
-        while after < self.next_position - 1:
+        while after < self.chain.next_position - 1:
             entries: list[tuple[bytes, int]] = []
             cursor = self._pending.read_txn().cursor(db=dbs[names.EVENTS])
             found = cursor.set_range(u64_key(after + 1))
@@ -182,7 +183,7 @@ class Writer(OtherCommits):
             self._pending.add(frame, ())
             after = entries[-1][1]
         self._pending.commit()
-        self.tree = tree
+        self.chain.tree = tree
 
     def _serve(self) -> None:
         stopping = False
@@ -277,8 +278,7 @@ class Writer(OtherCommits):
                     sessions[event.session_id] = self._stored_head(event.session_id)
                 if event.tape and event.run_id not in tape_next:
                     tape_next[event.run_id] = self._stored_seq(event.run_id)
-        # The memory itself, not a copy: the planner only reads it.
-        return Heads(self.next_position, self.head, sessions, tape_next, self.tree)
+        return self.chain  # the memories themselves, not copies: the planner only reads them
 
     def _stored_head(self, session_id: str) -> bytes:
         # The session's last record, found through its index: no chain-head
@@ -351,9 +351,8 @@ class Writer(OtherCommits):
         # This thread's own memory before the answer: once a caller is woken its
         # event loop wants the GIL, and work left here would hold it up (at one
         # appender the loop would wait for this thread to block again).
-        self.next_position = plan.next_position
-        self.head = plan.head
-        self.tree = plan.tree
+        chain = self.chain
+        chain.next_position, chain.head, chain.tree = plan.next_position, plan.head, plan.tree
         _remember(plan, self._session_heads, self._tape_next)
         self._pending.add(frame, map(_KEY, plan.claims))
         resolve(batch, deliveries)
@@ -404,12 +403,14 @@ def _remember(plan: CommitPlan, sessions: dict[str, bytes], tape_next: dict[str,
     """Remember the chain heads and tape seqs ``plan`` committed.
 
     Called only after a durable commit (and ``_heads`` fills the memories only with
-    what LMDB holds): memory never holds uncommitted values. One call for both
-    memories: it runs once per commit, a lone append's too.
+    what LMDB holds): memory never holds uncommitted values. A memory that has
+    reached ``_MEMORY_LIMIT`` is dropped before the commit's values go in, so it
+    holds fewer than the limit plus one batch's sessions or runs. Straight-line:
+    it runs once per commit, a lone append's too.
     """
-    pairs: tuple[tuple[dict[str, Any], dict[str, Any]], ...] = (
-        (sessions, plan.sessions), (tape_next, plan.tape_next))
-    for memory, committed in pairs:
-        if len(memory) + len(committed) > _MEMORY_LIMIT:
-            memory.clear()
-        memory.update(committed)
+    if len(sessions) >= _MEMORY_LIMIT:
+        sessions.clear()
+    sessions.update(plan.sessions)
+    if len(tape_next) >= _MEMORY_LIMIT:
+        tape_next.clear()
+    tape_next.update(plan.tape_next)
