@@ -151,7 +151,10 @@ class WritePath(RuleBasedStateMachine):
     @rule(data=st.data())
     def prune_oldest(self, data: st.DataObject) -> None:
         head = self.store.head().count
-        through = data.draw(st.integers(1, head))
+        # A share of the head, not a position: how many records a step's appends made
+        # depends on how they met in group commits, and a strategy bounded by that would
+        # make hypothesis's replay draw from another range (FlakyStrategyDefinition).
+        through = max(1, head * data.draw(st.integers(0, 1000)) // 1000)
         result = self._run(prune_older_than(
             self.store, 0, now_ms=1 << 62, through=through, batch_records=2))  # fmt: skip
         if result.records:
