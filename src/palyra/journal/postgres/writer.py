@@ -64,7 +64,7 @@ from palyra.journal.tlog.merkle import Frontier
 from palyra.journal.tlog.note import NoteError
 from palyra.journal.write.answer import fail, resolve
 from palyra.journal.write.commitlog import Op
-from palyra.journal.write.expect import expected_rows, unmet
+from palyra.journal.write.expect import expected_rows, has_deadline, unmet
 from palyra.journal.write.plan import CommitPlan, Heads, plan_commit
 from palyra.journal.write.prune_plan import pruned_event_plan
 from palyra.journal.write.requests import (
@@ -93,6 +93,7 @@ get ``UNAVAILABLE``."""
 
 _BEGIN = "BEGIN"
 _COMMIT = "COMMIT"
+_CLOCK = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 _LOCK_HEAD = "SELECT next_position, head FROM journal_head FOR UPDATE"
 # The head row's move and the other daemons' wake-up in one statement: ``pg_notify``
 # is ``NOTIFY`` as a function, queued the same way until the transaction commits.
@@ -311,12 +312,20 @@ class PostgresWriter:
         rows = expected_rows(batch)
         if not rows:
             return batch
+        # A deadline is judged on the database's clock read here, in this transaction
+        # with the head row locked (``clock_timestamp()``, not ``now()``, which is when
+        # the transaction began, maybe long before the lock): sent with the rows' read,
+        # in its round trip.
+        clock = txn.conn.execute(_CLOCK) if has_deadline(batch) else None
         stored: dict[tuple[str, str], bytes | None] = {}
         for table in {table for table, _key in rows}:
             keys = [key.encode() for t, key in rows if t == table]
             for key, value in txn.conn.execute(_ROWS, (keys, table), binary=True):
                 stored[(table, bytes(key).decode())] = bytes(value)
-        failed = unmet(batch, stored)
+        now_ms = None
+        if clock is not None:
+            (now_ms,) = clock.fetchone() or (None,)
+        failed = unmet(batch, stored, now_ms)
         return [r for r in batch if r not in failed] if failed else batch
 
     def _heads(self, txn: PgTxn, head: tuple[int, bytes], batch: list[Append]) -> Heads:
