@@ -21,12 +21,15 @@ import pytest
 
 from palyra.agents.model import AgentRecord, BindingRecord
 from palyra.agents.registry import AgentRegistry
+from palyra.channels import ChannelRouter, ChannelsConfig, PairingBook
 from palyra.channels.recent import Recent
 from palyra.journal import EntityWrite, JournalConfig, JournalStore
 from palyra.journal.postgres import changes
 from palyra.journal.postgres.store import PostgresJournalStore
 from palyra.memory.embed import HashEmbedder
 from palyra.memory.service import Memory
+from palyra.policy import PolicyGate
+from palyra.tasks import TaskQueue
 from palyra.testing.postgres import PostgresServer
 
 from .helpers import draft
@@ -144,17 +147,59 @@ async def test_each_daemons_memory_index_follows_the_others_writes(
     await _eventually(lambda: on_b.search("Brno", everyone), [])
 
 
+def _context_note(store: JournalStore) -> Recent:
+    """The note of which conversations hold context rows, of a channel router wired on
+    ``store`` as a daemon wires it (admission and this note never touch the engine)."""
+    router = ChannelRouter(store, None, TaskQueue(store), PairingBook(store),  # type: ignore[arg-type]
+                           PolicyGate.load(), ChannelsConfig())
+    return router._admitter.recent
+
+
+async def _seen_by(watching: JournalStore, writing: JournalStore) -> None:
+    """Wait until ``watching``'s watcher has marked every commit ``writing`` made."""
+    assert isinstance(watching, PostgresJournalStore) and watching._watch is not None
+    last = writing.read_range(0, 1000)[-1].position
+    watch = watching._watch
+    await _eventually(lambda: watch._seen >= last, True)
+
+
+async def test_the_other_daemons_unrelated_channel_writes_keep_the_context_note(
+    two_daemons: tuple[JournalStore, JournalStore]
+) -> None:
+    a, b = two_daemons
+    note = _context_note(b)
+    assert note.context_mark("slack:acme:C1") is None  # certainly none: no run looks
+    # a admits messages elsewhere: a dedupe key, a message, a context row of another
+    # conversation kept and then consumed. None of them is a context row of C1.
+    await _write(a, "channels", "dedupe:" + "ab" * 32, b"dedupe")
+    await _write(a, "channels", "msg:0001", b"admitted by a")
+    await _write(a, "channels", "ctx:slack:acme:C2\x1f0001", b"kept for context by a")
+    await _write(a, "channels", "ctx:slack:acme:C2\x1f0001", None)
+    await _seen_by(b, a)
+    assert b.foreign_writes("channels") > 0  # b's watcher marked a's channel writes
+    # ... and b's next run in C1 still reads no context rows (before: every run looked
+    # once any other daemon had written the channels table).
+    assert note.context_mark("slack:acme:C1") is None
+    assert note.context_mark("slack:acme:C2") is not None  # C2's run looks
+
+
 async def test_context_rows_the_other_daemon_keeps_are_looked_for(
     two_daemons: tuple[JournalStore, JournalStore]
 ) -> None:
     a, b = two_daemons
-    # b's channels note which conversations hold context rows from its own commits only.
-    recent = Recent(foreign=lambda: b.foreign_writes("channels"))
-    await _write(b, "channels", "dedupe:own", b"b's own row")
-    await _eventually(lambda: b.get_entity("channels", "dedupe:own"), b"b's own row")
-    assert recent.context_mark("slack:acme:C1") is None  # certainly none: nobody else wrote
-    await _write(a, "channels", "ctx:slack:acme:C1\x1f0001", b"kept for context by a")
-    await _eventually(lambda: recent.context_mark("slack:acme:C1"), -1)  # now b looks
+    note = _context_note(b)
+    await _write(b, "channels", "ctx:slack:acme:C2\x1f0001", b"b's own row")
+    assert note.context_mark("slack:acme:C1") is None  # certainly none: nobody else wrote
+    await _write(a, "channels", "ctx:slack:acme:C1\x1f0002", b"kept for context by a")
+    await _seen_by(b, a)
+    mark = note.context_mark("slack:acme:C1")
+    assert mark is not None  # now b's run in C1 looks
+    # b's run read and consumed the rows it found: the note forgets C1 again, until a
+    # keeps another one there.
+    note.context_consumed("slack:acme:C1", mark)
+    assert note.context_mark("slack:acme:C1") is None
+    await _write(a, "channels", "ctx:slack:acme:C1\x1f0003", b"kept again by a")
+    await _eventually(lambda: note.context_mark("slack:acme:C1") is not None, True)
 
 
 async def test_a_daemon_too_far_behind_forgets_its_whole_cache(
@@ -162,6 +207,7 @@ async def test_a_daemon_too_far_behind_forgets_its_whole_cache(
 ) -> None:
     a, b = two_daemons
     assert isinstance(b, PostgresJournalStore)
+    note = _context_note(b)
     await _write(a, "sessions", "id:s1", b"old")
     watch = b._watch
     assert watch is not None
@@ -180,6 +226,8 @@ async def test_a_daemon_too_far_behind_forgets_its_whole_cache(
     finally:
         watch._conn.close()
     assert b.get_entity("sessions", "id:s1") == b"new"
+    # Nor can b tell which conversations a kept context rows in: every run looks.
+    assert note.context_mark("slack:acme:C1") == -1
 
 
 async def test_the_names_of_written_rows_stay_bounded(

@@ -21,7 +21,7 @@ from palyra.channels.counters import ChannelCounters
 from palyra.channels.dispatch import Dispatcher, DispatchOutcome
 from palyra.channels.pairing import PairingBook
 from palyra.channels.recent import Recent, context_sessions
-from palyra.channels.records import TABLE, InboundRec, QuarantineRec
+from palyra.channels.records import InboundRec, QuarantineRec
 from palyra.channels.routing import Envelope
 from palyra.engine import ApprovalDecision, ApprovalRecord, Engine
 from palyra.journal import EntityWrite, EventDraft, JournalStore
@@ -50,7 +50,8 @@ class ChannelRouter:
         self.config = config
         self._tasks = tasks
         self._store = store
-        recent = Recent(foreign=lambda: store.foreign_writes(TABLE))
+        recent = Recent()
+        recent.follow(store)  # before the scan: a row kept meanwhile is heard of
         recent.context_known(context_sessions(store))
         # Sessions under leases: other daemons may share this journal (read through
         # getattr: admission-only tests build a router without an engine).

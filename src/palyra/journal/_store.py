@@ -427,6 +427,13 @@ class JournalStore:
         kept outside the entity cache that only this daemon's own commits update."""
         return self._entities.foreign_writes(table) if self._entities is not None else 0
 
+    def foreign_unknown(self) -> int:
+        """A number that changes whenever other daemons' commits were found whose rows
+        could not be told (the watcher fell too far behind): memory that follows
+        :meth:`on_foreign_rows` missed them and must stop trusting itself. Always 0 where
+        no other daemon writes this journal."""
+        return self._entities.foreign_unknown() if self._entities is not None else 0
+
     def scan_entities(
         self, table: str, prefix: str = "", after_key: str = "", limit: int = 1000
     ) -> list[tuple[str, bytes]]:

@@ -90,11 +90,17 @@ class RowExpectation:
     Checked inside the commit's transaction where several daemons write one journal
     (PostgreSQL): an append whose expectation is unmet fails ``STATE_CONFLICT`` and
     writes nothing. A compare-and-set on rows, as a fence is on a lease row.
+
+    ``before_ms`` (0: none): the expectation also holds only while the database's clock,
+    read inside that transaction once the head row is locked, is before this instant
+    (milliseconds since the epoch): a handed-over request whose asker stops waiting at
+    that deadline is never applied after it, whatever the asker managed to commit.
     """
 
     table: str
     key: str
     value: bytes | None
+    before_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -182,11 +182,12 @@ def answer(message: RelayedMessage, code: str = "", text: str = "") -> tuple[Ent
                         msgspec.json.encode(InputAnswer(code, text))),)
 
 
-def still_handed(key: str, raw: bytes) -> RowExpectation:
+def still_handed(key: str, raw: bytes, deadline_ms: int = 0) -> RowExpectation:
     """The condition of every commit that consumes the message row ``key`` (``raw``, as
     handed over, is still there): the owner's queueing and the sender's give-up, one
-    of them lands."""
-    return RowExpectation(INBOX_TABLE, key, raw)
+    of them lands. ``deadline_ms`` (the owner's queueing): and the database's clock in
+    that commit's transaction is before it."""
+    return RowExpectation(INBOX_TABLE, key, raw, deadline_ms)
 
 
 def withdrawn(key: str, exc: PalyraError) -> bool:
@@ -311,9 +312,12 @@ class InboxReader:
                 await self._drop(key, run_id, expect=expect)
                 return
             if message.text is not None:  # queued in the commit that drops the row: once
+                # ... and only before its deadline on the database's clock, judged in
+                # that commit's transaction (read in time, committed late: not queued).
                 await actor.add_input(message.text, message.input_id, message.attachments,
                                       message.complete, into_completing=message.into_completing,
-                                      writes=(drop(key), *answer(message)), expect=expect)
+                                      writes=(drop(key), *answer(message)),
+                                      expect=(still_handed(key, raw, message.deadline_ms),))
                 return
             # A cancel or a half-close is idempotent: applied, then dropped.
             if message.cancel:

@@ -59,7 +59,9 @@ class Relayed(msgspec.Struct, frozen=True):
     decision: Decision
     consumed: RowExpectation
     """The row as relayed is still there: the owner's commit of the decision and the
-    decider's give-up each expect it, so only one of them lands."""
+    decider's give-up each expect it, so only one of them lands. The owner's also
+    stands on the row's deadline, judged on the database's clock in its commit's
+    transaction: read in time and committed late, the decision is not recorded."""
 
 
 def relay_key(approval_id: str) -> str:
@@ -96,7 +98,7 @@ def read_relayed(store: JournalStore, approval_id: str, now_ms: int) -> Relayed 
         return None  # its decider has stopped waiting (or died): never applied
     return Relayed(Decision(ApprovalEvent(row.event), row.scope, row.ttl_seconds, row.reason,
                             row.decided_by, row.decided_at_ms),
-                   RowExpectation(RELAY_TABLE, relay_key(approval_id), raw))
+                   RowExpectation(RELAY_TABLE, relay_key(approval_id), raw, row.deadline_ms))
 
 
 def clear_relay(approval_id: str) -> EntityWrite:

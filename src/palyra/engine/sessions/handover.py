@@ -18,7 +18,9 @@ the row (it still holds the change as handed over): the owner's commit consumes 
 asker's give-up deletes it, and only the first of the two lands. So either the owner
 applied the change and the asker is answered with it, or the asker's give-up won and
 the change is dropped. An owner never applies a row past its deadline (an asker that
-died cannot give up), and drops it the same way.
+died cannot give up), and drops it the same way: its commit stands on the deadline
+too, judged on the database's clock inside that commit's transaction, so a row read in
+time and committed late (the asker's give-up could not be committed) never lands.
 """
 
 from __future__ import annotations
@@ -110,9 +112,18 @@ def still_handed(change: SessionChange, raw: bytes) -> RowExpectation:
     return RowExpectation(CHANGE_TABLE, change_key(change), raw)
 
 
+def applicable(change: SessionChange, raw: bytes) -> RowExpectation:
+    """The condition of the owner's commit applying ``change``: its row is still as
+    handed over, and the database's clock, read in that commit's transaction, is before
+    the change's deadline. An owner that read the row in time and commits after the
+    asker stopped waiting writes nothing, even when the asker's give-up itself could
+    not be committed."""
+    return RowExpectation(CHANGE_TABLE, change_key(change), raw, change.deadline_ms)
+
+
 def withdrawn(change: SessionChange, exc: PalyraError) -> bool:
     """Whether ``exc`` is the refusal of a commit that found ``change``'s row gone (its
-    asker gave up, or another owner consumed it first)."""
+    asker gave up, or another owner consumed it first, or its deadline passed)."""
     return (exc.code is ErrorCode.STATE_CONFLICT
             and exc.details.get("key") == change_key(change))
 

@@ -34,6 +34,7 @@ from palyra.engine.sessions.handover import (
     SessionChange,
     answer_draft,
     answered,
+    applicable,
     dropped_draft,
     expired,
     still_handed,
@@ -231,7 +232,7 @@ class SessionWriter:
                         return True
                     try:
                         await self._apply(change, lambda answer: answered(change, answer),
-                                          expect)
+                                          (applicable(change, raw),))
                     except PalyraError as exc:
                         if exc.code is ErrorCode.LEASE_STALE or withdrawn(change, exc):
                             raise

@@ -16,9 +16,10 @@ PostgreSQL transaction:
    event id is taken and plan again, as the LMDB writer does (which of the batch's
    event ids are taken is asked with the head row's lock, in its round trip: the
    ids are the drafts', known before the plan);
-4. write every op of the plan as rows of ``journal_kv`` (one statement for the
-   puts, one for the deletes), with the names of the entity rows it writes
-   (``postgres.changes``, for the other daemons' caches), move the head row, commit.
+4. write every op of the plan as rows of ``journal_kv`` (the deletes, if any, in one
+   statement planned afresh each time; the puts and the head row's move in another),
+   with the names of the entity rows it writes (``postgres.changes``, for the other
+   daemons' caches), commit.
 
 Only after the commit returns are callers answered and followers fed, so an
 acknowledged append is durable in PostgreSQL (``synchronous_commit``).
@@ -64,7 +65,7 @@ from palyra.journal.tlog.merkle import Frontier
 from palyra.journal.tlog.note import NoteError
 from palyra.journal.write.answer import fail, resolve
 from palyra.journal.write.commitlog import Op
-from palyra.journal.write.expect import expected_rows, unmet
+from palyra.journal.write.expect import expected_rows, has_deadline, unmet
 from palyra.journal.write.plan import CommitPlan, Heads, plan_commit
 from palyra.journal.write.prune_plan import pruned_event_plan
 from palyra.journal.write.requests import (
@@ -93,13 +94,8 @@ get ``UNAVAILABLE``."""
 
 _BEGIN = "BEGIN"
 _COMMIT = "COMMIT"
+_CLOCK = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 _LOCK_HEAD = "SELECT next_position, head FROM journal_head FOR UPDATE"
-# The head row's move and the other daemons' wake-up in one statement: ``pg_notify``
-# is ``NOTIFY`` as a function, queued the same way until the transaction commits.
-_MOVE_HEAD_AND_NOTIFY = (
-    "WITH moved AS (UPDATE journal_head SET next_position = %s, head = %s RETURNING 1) "
-    f"SELECT pg_notify('{CHANNEL}', '') FROM moved"
-)
 # The two look-ups by a list of keys descend the primary key once per key, by
 # their shape: a nested loop over the array (LATERAL with LIMIT keeps the planner
 # from turning it into a join it may plan otherwise). Written as ``db = $1 AND
@@ -126,11 +122,27 @@ _LAST_RECORD_IN_SCOPE = (
     "SELECT s.key, e.value FROM (" + _LAST_IN_SCOPE + ") AS s "
     "LEFT JOIN journal_kv e ON e.db = %s AND e.key = substring(s.key FROM %s)"
 )
-_PUT = (
-    "INSERT INTO journal_kv (db, key, value) "
+# The puts (``INSERT … ON CONFLICT DO UPDATE`` over ``unnest`` arrays), the head row's
+# move and the other daemons' wake-up in one statement: the insert as a data-modifying
+# CTE, which PostgreSQL runs to completion whether or not the main query reads it, and
+# ``pg_notify`` (``NOTIFY`` as a function, queued until the transaction commits). One
+# statement where there were two: each costs the writer's thread a query's conversion,
+# dumping and result handling in psycopg.
+_PUT_AND_MOVE_HEAD = (
+    "WITH put AS (INSERT INTO journal_kv (db, key, value) "
     "SELECT * FROM unnest(%b::text[], %b::bytea[], %b::bytea[]) "
-    "ON CONFLICT (db, key) DO UPDATE SET value = EXCLUDED.value"
+    "ON CONFLICT (db, key) DO UPDATE SET value = EXCLUDED.value), "
+    "moved AS (UPDATE journal_head SET next_position = %s, head = %s RETURNING 1) "
+    f"SELECT pg_notify('{CHANNEL}', '') FROM moved"
 )
+# The deletes, sent before it (their keys never overlap the puts': the last op on a key
+# wins before either is built) and never prepared: psycopg prepares a statement the
+# fifth time it runs, and PostgreSQL then keeps the generic plan made on the statistics
+# of that moment. For a young journal that was a hash semi-join over a sequential scan
+# of ``journal_kv``, kept while the table grew: every commit that deleted a row read the
+# whole journal (16 ms of the server's CPU a commit after 100,000 rows, and growing).
+# Planned at each run, the plan follows the table's size (the planner scales its
+# statistics by the table's pages now), for a fraction of a millisecond.
 _DELETE = (
     "DELETE FROM journal_kv WHERE (db, key) IN "
     "(SELECT * FROM unnest(%b::text[], %b::bytea[]))"
@@ -311,12 +323,20 @@ class PostgresWriter:
         rows = expected_rows(batch)
         if not rows:
             return batch
+        # A deadline is judged on the database's clock read here, in this transaction
+        # with the head row locked (``clock_timestamp()``, not ``now()``, which is when
+        # the transaction began, maybe long before the lock): sent with the rows' read,
+        # in its round trip.
+        clock = txn.conn.execute(_CLOCK) if has_deadline(batch) else None
         stored: dict[tuple[str, str], bytes | None] = {}
         for table in {table for table, _key in rows}:
             keys = [key.encode() for t, key in rows if t == table]
             for key, value in txn.conn.execute(_ROWS, (keys, table), binary=True):
                 stored[(table, bytes(key).decode())] = bytes(value)
-        failed = unmet(batch, stored)
+        now_ms = None
+        if clock is not None:
+            (now_ms,) = clock.fetchone() or (None,)
+        failed = unmet(batch, stored, now_ms)
         return [r for r in batch if r not in failed] if failed else batch
 
     def _heads(self, txn: PgTxn, head: tuple[int, bytes], batch: list[Append]) -> Heads:
@@ -541,10 +561,9 @@ class PostgresWriter:
                     self._forget()  # another daemon committed: remembered heads may be stale
                 result, ops, next_position, new_head = body(PgTxn(conn), head)
                 if ops:
-                    _write_ops(conn, ops)
                     trim(conn, head[0], next_position)
                     # Other daemons' followers are notified when this commits.
-                    conn.execute(_MOVE_HEAD_AND_NOTIFY, (next_position, new_head))
+                    _write_and_move_head(conn, ops, next_position, new_head)
                     if own is not None and next_position > head[0]:
                         own.begin(head[0], next_position - 1)  # this daemon delivers these
                 conn.execute(_COMMIT)
@@ -601,19 +620,30 @@ def _lock_head(conn: psycopg.Connection[Any],
     return int(row[0]), bytes(row[1])
 
 
-def _write_ops(conn: psycopg.Connection[Any], ops: list[Op]) -> None:
-    """Every op as a row: the last op on a key wins, as applying them in order would."""
+def _write_and_move_head(conn: psycopg.Connection[Any], ops: list[Op], next_position: int,
+                         new_head: bytes) -> None:
+    """Every op as a row (the last op on a key wins, as applying them in order would),
+    and the head row moved to ``next_position``/``new_head``."""
     final: dict[tuple[str, bytes], bytes | None] = {}
     for name, key, value in ops:
         final[(name, bytes(key))] = None if value is None else bytes(value)
-    puts = [(db, key, value) for (db, key), value in final.items() if value is not None]
-    deletes = [(db, key) for (db, key), value in final.items() if value is None]
-    if puts:
-        dbs, keys, values = zip(*puts, strict=True)
-        conn.execute(_PUT, (TextArray(dbs), ByteaArray(keys), ByteaArray(values)))
-    if deletes:
-        dbs, keys = zip(*deletes, strict=True)
-        conn.execute(_DELETE, (TextArray(dbs), ByteaArray(keys)))
+    put_dbs: list[str] = []
+    put_keys: list[bytes] = []
+    values: list[bytes] = []
+    del_dbs: list[str] = []
+    del_keys: list[bytes] = []
+    for (db, key), value in final.items():
+        if value is None:
+            del_dbs.append(db)
+            del_keys.append(key)
+        else:
+            put_dbs.append(db)
+            put_keys.append(key)
+            values.append(value)
+    if del_keys:
+        conn.execute(_DELETE, (TextArray(del_dbs), ByteaArray(del_keys)), prepare=False)
+    conn.execute(_PUT_AND_MOVE_HEAD, (TextArray(put_dbs), ByteaArray(put_keys),
+                                      ByteaArray(values), next_position, new_head))
 
 
 def taken_keys(conn: psycopg.Connection[Any], db: str, keys: list[bytes]) -> set[bytes]:

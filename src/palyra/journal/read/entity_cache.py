@@ -107,6 +107,11 @@ class EntityCache:
         """A number that changes whenever another daemon's commit wrote ``table``."""
         return self._foreign.get(table, 0) + self._foreign_unknown
 
+    def foreign_unknown(self) -> int:
+        """A number that changes whenever other daemons' commits whose rows are not
+        known were found (:meth:`wrote_unknown`)."""
+        return self._foreign_unknown
+
     def get(self, table: str, key: str) -> tuple[bool, bytes | None]:
         """``(True, value)`` for a row nobody wrote since it was read."""
         row = (table, key)

@@ -4,7 +4,9 @@ An append may carry row expectations (``RowExpectation``: a row holds a value, o
 is absent): a compare-and-set, decided on the rows as they are inside the commit's
 transaction. The appends of one commit are taken in their queue order, each seeing
 the rows as the appends before it in the same commit left them, so two appends that
-expected one row's old value cannot both land.
+expected one row's old value cannot both land. An expectation with a deadline
+(``before_ms``) holds only while the database's clock, read in the same transaction,
+is before it.
 """
 
 from __future__ import annotations
@@ -24,11 +26,19 @@ def expected_rows(batch: Sequence[Append]) -> list[Row]:
                    for e in r.expect})
 
 
-def unmet(batch: Sequence[Append], stored: Mapping[Row, bytes | None]) -> list[Append]:
+def has_deadline(batch: Sequence[Append]) -> bool:
+    """Whether some append of ``batch`` expects a row only until a deadline."""
+    return any(e.before_ms for r in batch if isinstance(r, ExpectingAppend) for e in r.expect)
+
+
+def unmet(batch: Sequence[Append], stored: Mapping[Row, bytes | None],
+          now_ms: int | None = None) -> list[Append]:
     """The appends of ``batch`` whose expectations fail, each given its ``STATE_CONFLICT``.
 
     ``stored``: the value of every :func:`expected_rows` row in the database now (a row
-    missing from it is absent).
+    missing from it is absent); ``now_ms``: the database's clock in the same transaction
+    (required when :func:`has_deadline`): an expectation whose ``before_ms`` is not
+    after it fails.
     """
     watched = set(expected_rows(batch))
     rows: dict[Row, bytes | None] = dict(stored)
@@ -36,7 +46,8 @@ def unmet(batch: Sequence[Append], stored: Mapping[Row, bytes | None]) -> list[A
     for request in batch:
         if isinstance(request, ExpectingAppend):
             wrong = next((e for e in request.expect
-                          if rows.get((e.table, e.key)) != e.value), None)
+                          if rows.get((e.table, e.key)) != e.value
+                          or _past(e, now_ms)), None)
             if wrong is not None:
                 request.error = _conflict(wrong)
                 failed.append(request)
@@ -48,7 +59,18 @@ def unmet(batch: Sequence[Append], stored: Mapping[Row, bytes | None]) -> list[A
     return failed
 
 
+def _past(expectation: RowExpectation, now_ms: int | None) -> bool:
+    if not expectation.before_ms:
+        return False
+    if now_ms is None:
+        raise ValueError("an expectation with a deadline needs the database's clock")
+    return expectation.before_ms <= now_ms
+
+
 def _conflict(wrong: RowExpectation) -> PalyraError:
+    # The same code and details either way: callers treat a row past its deadline as
+    # one its asker withdrew (nothing of the append lands).
     return PalyraError(
-        f"{wrong.table} row {wrong.key} changed since it was read: nothing was written",
+        f"{wrong.table} row {wrong.key} changed since it was read, or its deadline "
+        "passed: nothing was written",
         code=ErrorCode.STATE_CONFLICT, details={"table": wrong.table, "key": wrong.key})
