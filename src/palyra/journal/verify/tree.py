@@ -34,6 +34,9 @@ _U64 = struct.Struct(">Q")
 _join = b"".join
 _FIRST = itemgetter(0)
 
+ROW_SIZE = 40
+"""A level-0 row's value: the record's hash (32 bytes) ‖ its last position (u64)."""
+
 Leaves = list[tuple[bytes, bytes]]
 """``(record hash, stored key)`` per record in log order (the key is ``u64 last``)."""
 
@@ -149,6 +152,10 @@ class TreeCheck:
     def read_rows(self, txn: Any, start: int, count: int) -> tuple[list[bytes], bytes | None]:
         """:func:`stored_rows` of this tree."""
         return stored_rows(txn, self._db, self._level0, start, count)
+
+    def read_row(self, txn: Any, index: int) -> bytes | None:
+        """The stored level-0 row at ``index``, if any."""
+        return txn.get(self._level0 + _U64.pack(index), db=self._db) if self._db is not None else None
 
     @property
     def signed_size(self) -> int:
