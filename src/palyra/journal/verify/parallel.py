@@ -20,19 +20,16 @@ row that names a wrong bound only makes segments fail to join: a block joins the
 tree only where the tree checked so far ends. The records after the tree's last
 whole block are walked serially too.
 
-The workers are forked with the parent's environment open and read through it.
-py-lmdb refuses to open, in a forked process, an environment its parent holds open
-(LMDB's locks belong to a process, and the guard is inherited), closing the inherited
-one in the worker would free the parent's reader slots, and a worker started fresh
-pays ~0.3 s of CPU importing the journal before it hashes anything. Reading through
-the inherited environment is sound for read transactions: a worker's reader slot
-carries the parent's process id, which is alive for as long as the worker reads (the
-parent ends the pool before it returns), and a slot a killed worker leaves is freed
-when the parent closes the environment. The one hazard is the transaction py-lmdb
-caches for reuse: a worker that renewed the parent's cached one would share its
-reader slot, so the parent holds that transaction open while the pool forks. A
-parent with other threads does not fork (a thread could be inside LMDB mid-way): it
-walks serially.
+The workers are forked before the parent opens the journal (:func:`worker_pool`,
+from ``verify_store`` given a data dir), and each opens the environment read-only
+on its own: py-lmdb refuses to open, in a forked process, an environment its parent
+holds open (its guard against opening one environment twice in a process is
+inherited through ``fork``); closing the inherited one in the worker would free the
+parent's reader slots; a read transaction on the inherited one takes a reader slot
+under the parent's process id that the worker cannot free; and a worker started
+fresh pays ~0.3 s of CPU importing the journal before it hashes anything. A caller
+that passes an open store, or runs other threads (fork copies a process mid-way
+through whatever they do), is verified by one process.
 """
 
 from __future__ import annotations
@@ -40,23 +37,28 @@ from __future__ import annotations
 import multiprocessing
 import threading
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import islice
 from multiprocessing.pool import AsyncResult, Pool
+from multiprocessing.util import Finalize
+from pathlib import Path
+from typing import Any
 
 import lmdb
 
 from palyra.journal import _env as names
-from palyra.journal._env import JournalEnv
+from palyra.journal._env import journal_dir
 from palyra.journal.format.record import key_u64, u64_key
 from palyra.journal.postgres.kv import PostgresEnv
-from palyra.journal.tlog.merkle import fold, fold_block
+from palyra.journal.read.tlog import JOURNAL_TREE
+from palyra.journal.tlog.merkle import fold, fold_block, tree_prefix
 from palyra.journal.verify.chainwalk import Tampered
 from palyra.journal.verify.covers import MARKER
 from palyra.journal.verify.segment import Segment, check_segment
 from palyra.journal.verify.storewalk import CHUNK, StoreWalk, check_covers
-from palyra.journal.verify.tree import ROW_SIZE, TreeCheck, rows_match
+from palyra.journal.verify.tree import ROW_SIZE, rows_match, stored_rows
 
 MIN_SEGMENTS = 16
 """Below this many whole segments (of 4,096 records each) one process does the walk.
@@ -84,34 +86,50 @@ class _Task:
     signed_at: int  # the signed tree size less ``start`` when inside the block, else 0
 
 
-_shared: tuple[JournalEnv, TreeCheck] | None = None
-"""The open environment and tree check, set in the parent just before the workers fork
-and inherited by them (see the module); None outside a parallel walk."""
+_MIN_BYTES = MIN_SEGMENTS * CHUNK * 128
+"""A data file smaller than this cannot hold :data:`MIN_SEGMENTS` segments (a record
+takes more than 128 bytes), so no workers are started for it."""
 
 
-def walk_parallel(walk: StoreWalk, jobs: int) -> None:
-    """Walk the whole segments of the log on ``jobs`` processes (see the module).
+@contextmanager
+def worker_pool(data_dir: Path, jobs: int) -> Iterator[Pool | None]:
+    """Workers for :func:`walk_parallel`, forked now: before the caller opens the journal.
+
+    None when they could not help: one job, a data file too small to hold
+    :data:`MIN_SEGMENTS` segments, or other threads running (fork copies a process
+    mid-way through whatever they do). Each worker opens the environment read-only
+    on its own (see the module) and closes it when the pool is closed.
+    """
+    data = journal_dir(data_dir) / "data.mdb"
+    if (jobs < 2 or threading.active_count() > 1 or not data.is_file()
+            or data.stat().st_size < _MIN_BYTES):  # fmt: skip
+        yield None
+        return
+    pool = multiprocessing.get_context("fork").Pool(jobs, _open_in_worker, (data_dir,))
+    try:
+        yield pool
+    except BaseException:
+        pool.terminate()  # results in flight are not needed
+        raise
+    else:
+        pool.close()  # the workers close their environments as they exit
+    finally:
+        pool.join()
+
+
+def walk_parallel(walk: StoreWalk, pool: Pool | None, jobs: int) -> None:
+    """Walk the whole segments of the log on the ``jobs`` workers of ``pool`` (see the module).
 
     Leaves ``walk`` where a serial walk would be after them; the caller walks the rest.
 
     Raises:
         Tampered: what the serial walk of a segment that did not pass raises.
     """
-    global _shared
     tree, verifier = walk.tree, walk.verifier
-    # On PostgreSQL the rows come over one connection: one process reads them. Workers
-    # read through the parent's environment, so they must be forked (see the module).
-    if (tree is None or verifier.position or tree.checked or isinstance(walk.env, PostgresEnv)
-            or tree.size // CHUNK < MIN_SEGMENTS or threading.active_count() > 1):  # fmt: skip
+    # On PostgreSQL the rows come over one connection: one process reads them.
+    if (pool is None or tree is None or verifier.position or tree.checked
+            or isinstance(walk.env, PostgresEnv) or tree.size // CHUNK < MIN_SEGMENTS):  # fmt: skip
         return
-    _shared = (walk.env, tree)
-    try:
-        # The parent's cached read transaction is checked out while the workers fork, so
-        # none of them can renew it: each takes a reader slot of its own.
-        with walk.env.read():
-            pool = multiprocessing.get_context("fork").Pool(jobs)
-    finally:
-        _shared = None  # the parent's reference only: the workers hold their copies
     tasks = _tasks(walk)
     results = _in_order(pool, tasks, jobs * _AHEAD)
     try:
@@ -121,8 +139,6 @@ def walk_parallel(walk: StoreWalk, jobs: int) -> None:
     finally:
         results.close()
         tasks.close()
-        pool.terminate()  # nothing left to wait for: results in flight are not needed
-        pool.join()
 
 
 def _tasks(walk: StoreWalk) -> Generator[_Task, None, None]:
@@ -197,22 +213,44 @@ def _join(walk: StoreWalk, task: _Task, segment: Segment) -> bool:
     return True
 
 
+_worker: tuple[Any, Any, Any, bytes] | None = None
+"""In a worker: its environment, the events and tree tables, and the tree's level-0
+key prefix; None if the environment could not be opened (its segments are then left
+to the parent's serial walk)."""
+
+
+def _open_in_worker(data_dir: Path) -> None:
+    """A worker's start: open the journal read-only, and close it when the worker exits."""
+    global _worker
+    try:
+        env = lmdb.open(str(journal_dir(data_dir)), subdir=True, readonly=True, max_dbs=2,
+                        readahead=False)  # fmt: skip
+        tables = env.open_db(names.EVENTS.encode()), env.open_db(names.TLOG.encode())
+    except lmdb.Error:
+        return
+    _worker = (env, *tables, tree_prefix(JOURNAL_TREE) + b"\x00")
+    Finalize(None, env.close, exitpriority=0)  # on a clean exit (the pool closed)
+
+
 def _check(task: _Task) -> Segment:
     """In a worker: read one segment and check its records and, inside the tree, its block."""
-    assert _shared is not None  # set by the parent before it forked this worker
-    env, tree = _shared
-    try:
-        txn = env.env.begin(buffers=False)  # the inherited environment (see the module)
-    except lmdb.MapResizedError:  # another process grew the map: the parent walks it
+    if _worker is None:
         return Segment(ok=False)
+    env, events, tlog, level0 = _worker
     try:
-        cursor = txn.cursor(db=env.dbs[names.EVENTS])
+        txn = env.begin(buffers=False)
+    except lmdb.MapResizedError:  # a writer grew the map: adopt its size, and retry once
+        env.set_mapsize(0)
+        txn = env.begin(buffers=False)
+    try:
+        cursor = txn.cursor(db=events)
         records = list(islice(iter(cursor), CHUNK)) if cursor.set_range(task.after) else []
         if len(records) < CHUNK or records[-1][0] != task.bound:
             return Segment(ok=False)
         segment = check_segment(records, marker=MARKER, asked=task.asked)
-        if segment.ok and rows_match(segment.rows, tree.read_rows(txn, task.start, CHUNK)):
-            prefix, start, cut = tree.prefix, task.start, task.signed_at
+        if segment.ok and rows_match(segment.rows,
+                                     stored_rows(txn, tlog, level0, task.start, CHUNK)):  # fmt: skip
+            prefix, start, cut = level0[:-1], task.start, task.signed_at
             hashes = [row[:32] for row in segment.rows]
             roots, nodes = fold_block(hashes[:cut] if cut else hashes, start, prefix)
             if cut:  # the roots of the leaves before the signed size, then the rest folded on
