@@ -46,6 +46,7 @@ def small_segments(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(storewalk, "CHUNK", SEGMENT)
     monkeypatch.setattr(parallel, "CHUNK", SEGMENT)
     monkeypatch.setattr(parallel, "MIN_SEGMENTS", 1)
+    monkeypatch.setattr(parallel, "_MIN_BYTES", 0)
 
 
 async def _build(data_dir: Path) -> None:
@@ -197,3 +198,26 @@ def test_planted_faults_are_reported_as_the_serial_walk_reports_them(
     _plant(data_dir, faults)
     serial, spread = _both(data_dir)
     assert spread == serial
+
+
+def test_workers_leave_no_reader_slot_behind(
+    copies: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Segments of 2 records: 150 of them, more than LMDB's 126 reader slots, so a
+    # worker that took a slot per segment and could not free it would run out.
+    monkeypatch.setattr(storewalk, "CHUNK", 2)
+    monkeypatch.setattr(parallel, "CHUNK", 2)
+    monkeypatch.setattr(parallel, "MIN_SEGMENTS", 1)
+    monkeypatch.setattr(parallel, "_MIN_BYTES", 0)
+    joined: list[bool] = []
+    join = parallel._join
+    monkeypatch.setattr(parallel, "_join", lambda *args: joined.append(join(*args)) or joined[-1])
+    data_dir = copies()
+    serial, spread = _both(data_dir)
+    assert spread == serial and serial[0].startswith("OK events=300 ")
+    assert len(joined) == RECORDS // 2 and all(joined)  # every segment was a worker's
+    env = lmdb.open(str(journal_dir(data_dir)), readonly=True, max_dbs=1)
+    try:
+        assert env.readers().splitlines()[1:] == []  # no slot left after the header line
+    finally:
+        env.close()

@@ -34,6 +34,9 @@ _U64 = struct.Struct(">Q")
 _join = b"".join
 _FIRST = itemgetter(0)
 
+ROW_SIZE = 40
+"""A level-0 row's value: the record's hash (32 bytes) ‖ its last position (u64)."""
+
 Leaves = list[tuple[bytes, bytes]]
 """``(record hash, stored key)`` per record in log order (the key is ``u64 last``)."""
 
@@ -146,19 +149,14 @@ class TreeCheck:
         """Entries left to check (0 when the tree is not :attr:`active`)."""
         return self.size - self.checked if self.active else 0
 
-    def read_rows(self, txn: Any, start: int, count: int) -> tuple[list[bytes], bytes | None]:
-        """:func:`stored_rows` of this tree."""
-        return stored_rows(txn, self._db, self._level0, start, count)
+    def read_row(self, txn: Any, index: int) -> bytes | None:
+        """The stored level-0 row at ``index``, if any."""
+        return txn.get(self._level0 + _U64.pack(index), db=self._db) if self._db is not None else None
 
     @property
     def signed_size(self) -> int:
         """The size the signed checkpoint names (0: none)."""
         return self._signed.size if self._signed is not None else 0
-
-    @property
-    def prefix(self) -> bytes:
-        """The key prefix of the journal tree's rows."""
-        return self._prefix
 
     def join(self, txn: Any, count: int, roots: list[bytes], signed_roots: list[bytes],
              nodes: list[tuple[bytes, bytes]], last: int) -> bool:  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
+from multiprocessing.pool import Pool
 from pathlib import Path
 
 from palyra.core.chain import GENESIS, seal_message
@@ -29,7 +30,7 @@ from palyra.journal.format.signing import signature_valid
 from palyra.journal.verify.bundle_records import LineGroups, line_hash
 from palyra.journal.verify.chainwalk import ChainVerifier, Tampered
 from palyra.journal.verify.covers import COVERING_KINDS, Cover, SpanDigests, cover_of
-from palyra.journal.verify.parallel import walk_parallel
+from palyra.journal.verify.parallel import walk_parallel, worker_pool
 from palyra.journal.verify.storewalk import StoreWalk, UnindexedTombstone
 from palyra.journal.verify.tree import TreeCheck
 
@@ -113,15 +114,26 @@ def verify_store(
     """Verify every event and checkpoint of a data dir (opened read-only) or an open store.
 
     ``progress``, if given, is called with each position once it is verified.
-    ``jobs``: processes to hash with; above 1, a journal long enough is checked in
-    segments on that many worker processes (``verify.parallel``), with the same
-    report, failures included, as one process gives.
+    ``jobs``: processes to hash with; above 1, a data dir (not an open store: the
+    workers fork before the journal is opened) long enough is checked in segments on
+    that many worker processes (``verify.parallel``), with the same report, failures
+    included, as one process gives.
     """
-    store = (
-        source
-        if isinstance(source, JournalStore)
-        else JournalStore.open(Path(source), config=JournalConfig(readonly=True))
-    )
+    if isinstance(source, JournalStore):
+        return _verify_open_store(source, trusted_keys, progress, None, jobs)
+    # Workers fork before the journal is opened here (see verify.parallel).
+    with worker_pool(Path(source), jobs) as pool:
+        store = JournalStore.open(Path(source), config=JournalConfig(readonly=True))
+        try:
+            return _verify_open_store(store, trusted_keys, progress, pool, jobs)
+        finally:
+            store.close()
+
+
+def _verify_open_store(
+    store: JournalStore, trusted_keys: Collection[bytes],
+    progress: Callable[[int], None] | None, pool: Pool | None, jobs: int,
+) -> VerifyReport:  # fmt: skip
     verifier = ChainVerifier(trusted_keys=trusted_keys)
     unindexed = UnindexedTombstone()
     try:
@@ -129,8 +141,7 @@ def verify_store(
             tree = TreeCheck(store.env, txn)
         walk = StoreWalk(store.env, verifier, tree, progress, unindexed)
         walk.check_checkpoints(0)
-        if jobs > 1:
-            walk_parallel(walk, jobs)
+        walk_parallel(walk, pool, jobs)
         walk.walk()
         walk.end()
         verifier.finish()
@@ -140,9 +151,6 @@ def verify_store(
                                     "checkpoint`)")
     except Tampered as problem:
         return _report(verifier, problem)
-    finally:
-        if store is not source:
-            store.close()
     return _report(verifier, None)
 
 
