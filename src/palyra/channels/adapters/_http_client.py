@@ -343,12 +343,15 @@ class PlatformClient(httpx.AsyncClient):
             head += (name, b": ", value, b"\r\n")
         data = b"".join(head) + b"\r\n" + body
         status, answer_headers, answer = await self._lean.send_bytes(origin, data, timeouts)
-        if any(name.lower() == b"content-encoding" for name, _ in answer_headers):
+        answer_names = {name.lower() for name, _ in answer_headers}
+        if b"content-encoding" in answer_names:
             # A compressed answer: httpx's own response decodes it.
             request = httpx.Request(method, url, headers=auto + headers, content=body,
                                     extensions={"timeout": timeouts})
             return httpx.Response(status, headers=answer_headers, content=answer,
                                   extensions={"http_version": b"HTTP/1.1"}, request=request)
+        if b"content-length" not in answer_names:  # as httpx.Response(content=...) adds it
+            answer_headers.append((b"Content-Length", str(len(answer)).encode()))
         return _Answer(status, answer_headers, answer,
                        (method, url, auto + headers, body, timeouts))
 
@@ -367,8 +370,6 @@ class _Answer(httpx.Response):
 
     def __init__(self, status: int, headers: list[tuple[bytes, bytes]], content: bytes,
                  sent: _RequestParts) -> None:
-        if not any(name.lower() == b"content-length" for name, _ in headers):
-            headers = [*headers, (b"Content-Length", str(len(content)).encode())]
         self.status_code = status
         self.headers = httpx.Headers(headers)
         self._sent: _RequestParts | None = sent
@@ -395,6 +396,10 @@ class _Answer(httpx.Response):
     @_request.setter
     def _request(self, value: httpx.Request | None) -> None:
         self._built, self._sent = value, None
+
+    def raise_for_status(self) -> httpx.Response:
+        # httpx's reads the request before it looks at the status: only an error needs it.
+        return self if self.is_success else super().raise_for_status()
 
 
 def platform_client(timeout_s: float) -> httpx.AsyncClient:
