@@ -8,6 +8,7 @@ oracle), and both must see the same statuses, headers, bodies and errors.
 from __future__ import annotations
 
 import asyncio
+import gzip
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -94,7 +95,13 @@ async def _both(url: str, send: Callable[[httpx.AsyncClient], object]
     return got, want
 
 
-@pytest.mark.parametrize("script", [_echo, _chunked, _until_close, _limited])
+def _gzipped(request: bytes, n: int) -> bytes:
+    body = gzip.compress(b'{"ok":true}')
+    return (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\n"
+            b"content-length: %d\r\n\r\n" % len(body)) + body
+
+
+@pytest.mark.parametrize("script", [_echo, _chunked, _until_close, _limited, _gzipped])
 async def test_answers_match_httpx(script: Script) -> None:
     async with scripted_server(script) as (url, _):
         got, want = await _both(url, lambda c: c.post(
@@ -102,9 +109,22 @@ async def test_answers_match_httpx(script: Script) -> None:
             headers={"authorization": "Bearer t"}))
     assert got.status_code == want.status_code
     assert got.content == want.content
+    assert got.text == want.text
     assert [(k, v) for k, v in got.headers.items() if k != "content-length"] == \
         [(k, v) for k, v in want.headers.items() if k != "content-length"]
     assert got.is_error == want.is_error
+    assert got.is_closed and got.is_stream_consumed
+    # The request an answer names (an error's message reads it) is the one httpx sent.
+    assert (got.request.method, got.request.url, got.request.content) == \
+        (want.request.method, want.request.url, want.request.content)
+    assert got.request.headers.raw == want.request.headers.raw
+    if want.is_error:
+        with pytest.raises(httpx.HTTPStatusError) as wanted:
+            want.raise_for_status()
+        with pytest.raises(httpx.HTTPStatusError) as seen:
+            got.raise_for_status()
+        assert str(seen.value) == str(wanted.value)
+        assert seen.value.request.url == want.request.url
 
 
 @pytest.mark.parametrize("body", [{"content": b"raw body"}, {"json": {"text": "hi ünïcode"}},

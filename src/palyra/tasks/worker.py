@@ -6,6 +6,12 @@ heartbeats every ``0.8 x`` the lease. A heartbeat that finds the task
 ``cancel_requested`` cancels the handler; one refused as ``LEASE_STALE``
 means the task moved on without this worker (its lease lapsed), so the
 handler is cancelled and nothing more is written with that epoch.
+
+One timer per worker covers all its claims in flight (most end well inside a
+lease, so it rarely renews anything). A task handed on to the worker already
+runs in an asyncio task of its own, and its handler is awaited there; a loop's
+claim runs its handler in a task of its own, because handlers bind log context
+(a run's id) that must not stay on the loop for the tasks after it.
 """
 
 from __future__ import annotations
@@ -78,6 +84,7 @@ class TaskWorker:
         # Follow-ups of these kinds go straight to that worker, born claimed by it.
         self._hand_to = dict(hand_to or {})
         self._adopted: set[asyncio.Task[None]] = set()
+        self._heartbeats: _Heartbeats | None = None
 
     @property
     def lease_ms(self) -> int:
@@ -106,7 +113,7 @@ class TaskWorker:
 
     async def _run_adopted(self, task: TaskRecord) -> None:
         try:
-            await self.run_one(task)
+            await self.run_one(task, inline=True)
         except asyncio.CancelledError:
             raise
         except Exception:  # a queue write failed: the lease lapses, the task is retried
@@ -132,6 +139,8 @@ class TaskWorker:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        if self._heartbeats is not None:
+            self._heartbeats.close()
 
     async def _claim_and_run(self) -> None:
         kinds = self._kinds
@@ -162,43 +171,56 @@ class TaskWorker:
             if ahead is not None:  # stopping: a claim still in line leaves it
                 ahead.cancel()
 
-    async def run_one(self, task: TaskRecord,
-                      claim_next: ClaimNext | None = None) -> TaskRecord | None:
+    async def run_one(self, task: TaskRecord, claim_next: ClaimNext | None = None, *,
+                      inline: bool = False) -> TaskRecord | None:
         """Run a claimed task to its recorded outcome (None: the lease was lost).
 
         ``claim_next`` is called once the handler is done (not when the worker is
         stopping), just before the outcome is queued to the journal; after a success
         with ``ride=True``, and the claim it answers rides in the success's commit.
+        ``inline``: the calling asyncio task is this task's own (it ends with it), so
+        the handler is awaited in it rather than in a task of its own.
         """
         handler = self._handlers[task.kind]
         payload = msgspec.json.decode(task.payload_json) if task.payload_json else {}
         loop = self._loop or asyncio.get_running_loop()
+        beats = self._heartbeats
+        if beats is None:
+            beats = self._heartbeats = _Heartbeats(self, loop)
         step = handler(TaskContext(task, payload))
-        work: asyncio.Future[dict[str, Any] | Done | None] = (
-            loop.create_task(step) if asyncio.iscoroutine(step) else asyncio.ensure_future(step))
-        # Most tasks end well inside a lease: the heartbeat is a timer until it is
-        # due, and a task of its own only then (not one task per task run).
-        beats = _Heartbeats(self, task, work, loop)
+        runner = asyncio.current_task() if inline else None
+        work: asyncio.Future[Any]
+        if runner is not None and asyncio.iscoroutine(step):
+            work = runner  # a heard cancel cancels this task, inside the handler's await
+        else:
+            runner = None
+            step = work = (loop.create_task(step) if asyncio.iscoroutine(step)
+                           else asyncio.ensure_future(step))
+        claim = beats.watch(task, work)
         try:
-            result = await work
+            result = await step
         except asyncio.CancelledError:
-            if beats.lost:
-                return None  # the task moved on without us: write nothing
-            if not beats.cancel_heard:
+            beats.forget(claim)
+            if not (claim.lost or claim.cancel_heard):
                 raise  # the worker itself is stopping: the lease lapses
+            if runner is not None:
+                runner.uncancel()  # the cancel was the heartbeat's, and is handled here
+            if claim.lost:
+                return None  # the task moved on without us: write nothing
             # The heartbeat heard a cancel request: record it (cancel_requested -> cancelled).
             if claim_next is not None:
                 claim_next()
             return await self._finish(self._queue.fail(task.task_id, task.lease_epoch,
                                                        "cancelled"))
         except Exception as exc:
-            beats.stop()
+            beats.forget(claim)
             if claim_next is not None:
                 claim_next()
             return await self._finish(self._queue.fail(
                 task.task_id, task.lease_epoch, f"{type(exc).__name__}: {exc}"))
-        finally:
-            beats.stop()
+        beats.forget(claim)
+        if runner is not None and (claim.lost or claim.cancel_heard):
+            runner.uncancel()  # the handler swallowed the heartbeat's cancel
         done = result if isinstance(result, Done) else Done(result)
         then = tuple(self._handing_on(f) for f in done.then) if done.then else ()
         # Begun by the queue whatever the success's fate (see Ride).
@@ -227,56 +249,96 @@ class TaskWorker:
             raise
 
 
-class _Heartbeats:
-    """Renews ``task``'s lease every ``0.8 x`` lease while ``work`` runs.
+@dataclass(slots=True, eq=False)
+class _Claim:
+    """A task in a worker's hands, as its heartbeats see it."""
 
-    A renewal that finds the task ``cancel_requested`` cancels ``work``
-    (``cancel_heard``); one refused as ``LEASE_STALE`` cancels it too (``lost``:
-    the task moved on without this worker, which must write nothing more).
+    task: TaskRecord
+    work: asyncio.Future[Any]  # what a heard cancel (or a lost lease) cancels
+    due: float  # the loop's time of its next renewal
+    beat: asyncio.Task[None] | None = None  # a renewal in flight
+    ended: bool = False
+    lost: bool = False
+    cancel_heard: bool = False
+
+
+class _Heartbeats:
+    """Renews the leases of a worker's claims in flight, each every ``0.8 x`` lease.
+
+    One timer for the worker, set for the claim due first: claims are kept in the
+    order they fall due (a claim's next renewal is always the latest), and most end
+    before theirs, so the timer mostly finds nothing to do and moves on to the next.
+    A renewal that finds the task ``cancel_requested`` cancels its work
+    (``cancel_heard``); one refused as ``LEASE_STALE`` cancels it too (``lost``: the
+    task moved on without this worker, which must write nothing more).
     """
 
-    def __init__(self, worker: TaskWorker, task: TaskRecord, work: asyncio.Future[Any],
-                 loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, worker: TaskWorker, loop: asyncio.AbstractEventLoop) -> None:
         self._worker = worker
-        self._task = task
-        self._work = work
         self._interval = worker._lease_ms * model.HEARTBEAT_FRACTION / 1000
         self._loop = loop
-        self._timer: asyncio.TimerHandle | None = self._loop.call_later(self._interval, self._due)
-        self._beat: asyncio.Task[None] | None = None
-        self.lost = False
-        self.cancel_heard = False
+        self._claims: dict[tuple[str, int], _Claim] = {}  # in due order
+        self._timer: asyncio.TimerHandle | None = None
 
-    def stop(self) -> None:
-        """The work ended: no more renewals."""
+    def watch(self, task: TaskRecord, work: asyncio.Future[Any]) -> _Claim:
+        """Renew ``task``'s lease while ``work`` runs, until :meth:`forget`."""
+        claim = _Claim(task, work, self._loop.time() + self._interval)
+        self._claims[(task.task_id, task.lease_epoch)] = claim
+        if self._timer is None:
+            self._timer = self._loop.call_at(claim.due, self._due)
+        return claim
+
+    def forget(self, claim: _Claim) -> None:
+        """The work ended: no more renewals (the timer, if set for it, moves on)."""
+        claim.ended = True
+        self._claims.pop((claim.task.task_id, claim.task.lease_epoch), None)
+        if claim.beat is not None:
+            claim.beat.cancel()
+            claim.beat = None
+
+    def close(self) -> None:
+        """The worker stopped: its timer goes (a claim watched later sets it again)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._beat is not None:
-            self._beat.cancel()
-            self._beat = None
 
     def _due(self) -> None:
         self._timer = None
-        if not self._work.done():
-            self._beat = self._loop.create_task(self._renew())
+        now = self._loop.time()
+        due = []
+        for claim in self._claims.values():
+            if claim.due > now:
+                break
+            due.append(claim)
+        for claim in due:  # back in line once renewed
+            del self._claims[(claim.task.task_id, claim.task.lease_epoch)]
+            if not claim.work.done():
+                claim.beat = self._loop.create_task(self._renew(claim))
+        self._arm()
 
-    async def _renew(self) -> None:
-        task, queue = self._task, self._worker._queue
+    def _arm(self) -> None:
+        if self._timer is None and self._claims:
+            first = next(iter(self._claims.values()))
+            self._timer = self._loop.call_at(first.due, self._due)
+
+    async def _renew(self, claim: _Claim) -> None:
+        task, queue = claim.task, self._worker._queue
         try:
             rec = await queue.heartbeat(task.task_id, task.lease_epoch, self._worker._lease_ms)
         except PalyraError as exc:
-            if exc.code is ErrorCode.LEASE_STALE:
-                self.lost = True
-                self._work.cancel()
+            if exc.code is ErrorCode.LEASE_STALE and not claim.ended:
+                claim.lost = True
+                claim.work.cancel()
                 return
             log.warning("task %s: heartbeat failed: %s", task.task_id, exc.message)
         else:
-            if rec.state == State.CANCEL_REQUESTED:
-                self.cancel_heard = True
-                self._work.cancel()
+            if rec.state == State.CANCEL_REQUESTED and not claim.ended:
+                claim.cancel_heard = True
+                claim.work.cancel()
                 return
         finally:
-            self._beat = None
-        if not self._work.done():
-            self._timer = self._loop.call_later(self._interval, self._due)
+            claim.beat = None
+        if not claim.ended and not claim.work.done():
+            claim.due = self._loop.time() + self._interval
+            self._claims[(task.task_id, task.lease_epoch)] = claim
+            self._arm()
