@@ -117,3 +117,33 @@ async def test_a_handed_on_task_runs_in_its_own_task_and_hears_a_cancel(
     finally:
         await parents.close()
         await children.close()
+
+
+async def test_a_stop_that_meets_a_heard_cancel_still_stops_the_run(
+        opened: tuple[JournalStore, TaskQueue]) -> None:
+    """The worker's stop and the heartbeat's cancel land together: the run stops (it
+    does not record the cancel and carry on, or a worker's close would wait forever)."""
+    _, queue = opened
+    started = asyncio.Event()
+    runner: list[asyncio.Task[object]] = []
+
+    async def slow(ctx: TaskContext) -> dict[str, object]:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            runner[0].cancel()  # the stop, in the same instant as the heard cancel
+            raise
+        return {}
+
+    worker = TaskWorker(queue, {"slow": slow}, lease_ms=100)
+    task, _ = await queue.enqueue("slow")
+    claimed = await queue.claim("w", frozenset({"slow"}), 100)
+    runner.append(asyncio.ensure_future(worker.run_one(claimed)))
+    await asyncio.wait_for(started.wait(), 2)
+    await queue.cancel(task.task_id, "user said stop")
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(runner[0], 5)
+    # The stop won: nothing was recorded with the lease (it lapses, as on any stop).
+    assert queue.require(task.task_id).state == State.CANCEL_REQUESTED
+    await worker.close()

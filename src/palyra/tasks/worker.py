@@ -201,10 +201,15 @@ class TaskWorker:
             result = await step
         except asyncio.CancelledError:
             beats.forget(claim)
-            if not (claim.lost or claim.cancel_heard):
-                raise  # the worker itself is stopping: the lease lapses
-            if runner is not None:
-                runner.uncancel()  # the cancel was the heartbeat's, and is handled here
+            heard = claim.lost or claim.cancel_heard
+            if heard and runner is not None:
+                runner.uncancel()  # the heartbeat's cancel of this very task, handled here
+            current = asyncio.current_task()
+            if not heard or (current is not None and current.cancelling()):
+                # The worker itself is stopping (maybe in the same instant as a heard
+                # cancel): the stop wins and the lease lapses; swallowed, a worker's
+                # close would wait for a loop that carried on.
+                raise
             if claim.lost:
                 return None  # the task moved on without us: write nothing
             # The heartbeat heard a cancel request: record it (cancel_requested -> cancelled).
