@@ -230,6 +230,38 @@ async def test_a_daemon_too_far_behind_forgets_its_whole_cache(
     assert note.context_mark("slack:acme:C1") == -1
 
 
+async def test_a_task_queue_too_far_behind_reads_every_task_again(
+    two_daemons: tuple[JournalStore, JournalStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task another daemon enqueued while this one's watcher could not tell which rows
+    were written is still claimed here (the queue reads every task again), not left for
+    a restart."""
+    a, b = two_daemons
+    assert isinstance(b, PostgresJournalStore)
+    qa, qb = TaskQueue(a), TaskQueue(b)
+    await qa.start()
+    await qb.start()
+    try:
+        watch = b._watch
+        assert watch is not None
+        monkeypatch.setattr(changes, "KEEP_POSITIONS", 2)
+        monkeypatch.setattr(changes, "TRIM_EVERY", 1)
+        watch.stop()  # b falls behind while a enqueues
+        task, _ = await qa.enqueue("only-b-runs-this")
+        for n in range(5):
+            await _write(a, "meta", f"other{n}", b"x")
+        watch._conn = watch._listen()  # stopping closed it
+        try:
+            watch.catch_up()  # what its thread would do next: rows unknown
+        finally:
+            watch._conn.close()
+        claimed = await asyncio.wait_for(qb.claim("b", frozenset({"only-b-runs-this"})), 5)
+        assert claimed.task_id == task.task_id
+    finally:
+        await qa.close()
+        await qb.close()
+
+
 async def test_the_names_of_written_rows_stay_bounded(
     two_daemons: tuple[JournalStore, JournalStore], postgres_server: PostgresServer,
     monkeypatch: pytest.MonkeyPatch

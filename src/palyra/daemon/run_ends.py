@@ -43,6 +43,7 @@ class RunEndFollower:
         if store.shared:
             loop = asyncio.get_running_loop()
             store.on_foreign_rows(lambda rows: self._rows(loop, rows))
+            store.on_foreign_unknown(lambda: self._unknown(loop))
 
     def close(self) -> None:
         """Look at no more runs."""
@@ -57,6 +58,14 @@ class RunEndFollower:
         if runs and not self._closed and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 loop.call_soon_threadsafe(self._written, loop, runs)
+
+    def _unknown(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the watcher's thread: commits whose rows nobody can tell; any run with
+        tasks may have ended, so each is looked at."""
+        if not self._closed and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(
+                    lambda: self._written(loop, self._tasks.runs_with_children()))
 
     def _written(self, loop: asyncio.AbstractEventLoop, run_ids: list[str]) -> None:
         for run_id in run_ids:

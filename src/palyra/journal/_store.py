@@ -235,6 +235,12 @@ class JournalStore:
         """Call ``listener`` with the rows other daemons' commits write (never on LMDB,
         which no other daemon writes)."""
 
+    def on_foreign_unknown(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` when other daemons' commits were found whose rows could not
+        be told (the watcher fell too far behind): memory that follows
+        :meth:`on_foreign_rows` missed them and must read again what it holds. Never on
+        LMDB."""
+
     @property
     def shared(self) -> bool:
         """Whether other daemons may write this journal too (PostgreSQL): decisions

@@ -122,8 +122,10 @@ class Schedules:
             # Several daemons on one journal: a schedule made on another daemon wakes
             # this loop too (it runs on one daemon only, ``daemon/singletons.py``).
             self._following = True
-            self._store.on_foreign_rows(partial(_wake_on_schedules, asyncio.get_running_loop(),
-                                                self._changed))
+            loop = asyncio.get_running_loop()
+            self._store.on_foreign_rows(partial(_wake_on_schedules, loop, self._changed))
+            # Rows nobody can tell: any schedule may have changed, so look again.
+            self._store.on_foreign_unknown(partial(_wake, loop, self._changed))
         while True:
             try:
                 await self.fire_due()
@@ -163,7 +165,12 @@ def _row(rec: ScheduleRecord) -> EntityWrite:
 def _wake_on_schedules(loop: asyncio.AbstractEventLoop, changed: asyncio.Event,
                        rows: list[tuple[str, str]]) -> None:
     """Another daemon's commit wrote ``rows`` (on the store's watcher thread)."""
-    if any(table == TABLE and key.startswith(PREFIX) for table, key in rows) and (
-            not loop.is_closed()):
+    if any(table == TABLE and key.startswith(PREFIX) for table, key in rows):
+        _wake(loop, changed)
+
+
+def _wake(loop: asyncio.AbstractEventLoop, changed: asyncio.Event) -> None:
+    """Set ``changed`` on ``loop`` (from the store's watcher thread)."""
+    if not loop.is_closed():
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             loop.call_soon_threadsafe(changed.set)

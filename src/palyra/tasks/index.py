@@ -75,6 +75,10 @@ class LiveTasks:
     def __iter__(self) -> Iterator[TaskRecord]:
         return iter(list(self._recs.values()))
 
+    def parents(self) -> list[str]:
+        """The runs some task here has as its parent."""
+        return [run_id for run_id, tids in self._children.items() if tids]
+
     def put(self, rec: TaskRecord) -> None:
         """Record a task's new state (a final one leaves memory)."""
         tid = rec.task_id

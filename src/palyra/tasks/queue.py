@@ -187,6 +187,7 @@ class TaskQueue:
         if self._shared:  # before the scan: a change made meanwhile is read again
             self._now()  # the database's clock, measured once before anything needs it
             self._store.on_foreign_rows(partial(self._foreign_rows, loop))
+            self._store.on_foreign_unknown(partial(self._foreign_unknown, loop))
         self._live = LiveTasks(self._read(raw) for raw in self._scan_rows())
         moved = []
         for rec in sorted(self._live, key=lambda r: r.task_id):
@@ -736,6 +737,10 @@ class TaskQueue:
         children = [r.task_id for r in self._live.children(run_id)]
         return [await self.cancel(task_id, reason) for task_id in children]
 
+    def runs_with_children(self) -> list[str]:
+        """Every run some unfinished task (as memory has it) has as its parent."""
+        return self._live.parents()
+
     def has_children(self, run_id: str) -> bool:
         """Whether some unfinished task (as memory has it) has ``run_id`` as its parent."""
         return bool(self._live.children(run_id))
@@ -952,6 +957,21 @@ class TaskQueue:
         if ids and not self._closed and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 loop.call_soon_threadsafe(self._follow, ids)
+
+    def _foreign_unknown(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the watcher's thread: other daemons' commits whose rows nobody can tell."""
+        if not self._closed and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._follow_all)
+
+    def _follow_all(self) -> None:
+        """Memory follows every task: the ones it holds and every unfinished one stored
+        (a task another daemon enqueued meanwhile, or moved, is not missed)."""
+        if self._closed:
+            return
+        held = [rec.task_id for rec in self._live]
+        stored = [model.decode(raw).task_id for raw in self._scan_rows()]
+        self._follow(list(dict.fromkeys(held + stored)))
 
     def _follow(self, task_ids: list[str]) -> None:
         """Memory follows other daemons' changes of ``task_ids`` (a change of ours in

@@ -81,6 +81,12 @@ class PostgresJournalStore(JournalStore):
         if self._watch is not None:
             self._watch.row_listeners.append(listener)
 
+    def on_foreign_unknown(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (on the watcher's thread, after the whole cache was dropped)
+        when other daemons' commits were found whose rows could not be told."""
+        if self._watch is not None:
+            self._watch.unknown_listeners.append(listener)
+
     @property
     def shared(self) -> bool:
         """Other daemons may write this database too."""

@@ -117,6 +117,9 @@ class ForeignCommits:
         # Called on this thread with the rows each round of other daemons' commits
         # wrote, once they are marked (``JournalStore.on_foreign_rows``).
         self.row_listeners: list[Callable[[list[tuple[str, str]]], None]] = []
+        # Called on this thread when commits were found whose rows cannot be told
+        # (``JournalStore.on_foreign_unknown``), once the whole cache is dropped.
+        self.unknown_listeners: list[Callable[[], None]] = []
         self._conn = self._listen()
         row = self._conn.execute(_HEAD).fetchone()
         self._seen = int(row[0]) - 1 if row else 0  # positions through this were handled
@@ -196,6 +199,11 @@ class ForeignCommits:
         rows = rows_written(txn.conn, int(row[0]) - 1 if row else 0, gaps)
         if rows is None:  # too far behind to know which rows: forget them all
             self._cache.wrote_unknown()
+            for heard in list(self.unknown_listeners):
+                try:
+                    heard()
+                except Exception:  # a listener's bug must not stop the marking
+                    _log.exception("a foreign-unknown listener failed")
         elif rows:
             self._cache.wrote(rows, foreign=True)
             for listener in list(self.row_listeners):
