@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -22,18 +21,6 @@ class Clock:
 
     def __call__(self) -> int:
         return self.ms
-
-
-@pytest.fixture
-async def opened(tmp_path: Path) -> AsyncIterator[tuple[JournalStore, TaskQueue]]:
-    store = JournalStore.open(tmp_path / "data", config=JournalConfig(sync=False))
-    queue = TaskQueue(store)
-    await queue.start()
-    try:
-        yield store, queue
-    finally:
-        await queue.close()
-        store.close()
 
 
 async def _reopen(tmp_path: Path, store: JournalStore, queue: TaskQueue,

@@ -8,25 +8,11 @@ task), and a cancel heard by the heartbeat still reaches that handler.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
-from palyra.journal import JournalConfig, JournalStore
+from palyra.journal import JournalStore
 from palyra.tasks import Done, FollowUp, State, TaskContext, TaskQueue, TaskWorker
-
-
-@pytest.fixture
-async def opened(tmp_path: Path) -> AsyncIterator[tuple[JournalStore, TaskQueue]]:
-    store = JournalStore.open(tmp_path / "data", config=JournalConfig(sync=False))
-    queue = TaskQueue(store)
-    await queue.start()
-    try:
-        yield store, queue
-    finally:
-        await queue.close()
-        store.close()
 
 
 def _worker_timers() -> int:
