@@ -21,16 +21,17 @@ from __future__ import annotations
 
 import binascii
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-from nacl.exceptions import BadSignatureError
-from nacl.signing import VerifyKey
 
 from palyra.channels.adapters._body import decode_body
 from palyra.channels.adapters._timestamps import check_fresh
 from palyra.channels.routing import Envelope
 from palyra.core.errors import ErrorCode, PalyraError
+
+if TYPE_CHECKING:
+    from nacl.signing import VerifyKey
 
 PING, APPLICATION_COMMAND = 1, 2
 """Interaction types palyra handles (others are acknowledged and ignored)."""
@@ -59,6 +60,9 @@ def public_key(hex_key: str) -> VerifyKey:
             from None
     if len(raw) != 32:
         raise ValueError("public_key must be 32 bytes (64 hex digits)")
+    # Imported here: a daemon without Discord keeps libsodium out of its memory.
+    from nacl.signing import VerifyKey
+
     return VerifyKey(raw)
 
 
@@ -78,6 +82,8 @@ def verify(key: VerifyKey, headers: Mapping[str, str], body: bytes, *,
         raw = binascii.unhexlify(signature)
     except (binascii.Error, ValueError):
         raise _bad("X-Signature-Ed25519 is not hex") from None
+    from nacl.exceptions import BadSignatureError  # loaded with the key (public_key)
+
     try:
         key.verify(stamp.encode() + body, raw)
     except (BadSignatureError, ValueError):  # ValueError: not 64 bytes

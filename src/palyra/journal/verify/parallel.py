@@ -41,17 +41,15 @@ from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import islice
-from multiprocessing.pool import AsyncResult, Pool
 from multiprocessing.util import Finalize
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lmdb
 
 from palyra.journal import _env as names
 from palyra.journal._env import journal_dir
 from palyra.journal.format.record import key_u64, u64_key
-from palyra.journal.postgres.kv import PostgresEnv
 from palyra.journal.read.tlog import JOURNAL_TREE
 from palyra.journal.tlog.merkle import fold, fold_block, tree_prefix
 from palyra.journal.verify.chainwalk import Tampered
@@ -59,6 +57,9 @@ from palyra.journal.verify.covers import MARKER
 from palyra.journal.verify.segment import Segment, check_segment
 from palyra.journal.verify.storewalk import CHUNK, StoreWalk, check_covers
 from palyra.journal.verify.tree import ROW_SIZE, rows_match, stored_rows
+
+if TYPE_CHECKING:  # the pool is made by the multiprocessing context (``worker_pool``)
+    from multiprocessing.pool import AsyncResult, Pool
 
 MIN_SEGMENTS = 16
 """Below this many whole segments (of 4,096 records each) one process does the walk.
@@ -126,9 +127,11 @@ def walk_parallel(walk: StoreWalk, pool: Pool | None, jobs: int) -> None:
         Tampered: what the serial walk of a segment that did not pass raises.
     """
     tree, verifier = walk.tree, walk.verifier
-    # On PostgreSQL the rows come over one connection: one process reads them.
+    # LMDB's own environment only (PostgreSQL's subclasses it, and is not imported
+    # here: a daemon on LMDB keeps psycopg out of its memory): on PostgreSQL the rows
+    # come over one connection, so one process reads them.
     if (pool is None or tree is None or verifier.position or tree.checked
-            or isinstance(walk.env, PostgresEnv) or tree.size // CHUNK < MIN_SEGMENTS):  # fmt: skip
+            or type(walk.env) is not names.JournalEnv or tree.size // CHUNK < MIN_SEGMENTS):  # fmt: skip
         return
     tasks = _tasks(walk)
     results = _in_order(pool, tasks, jobs * _AHEAD)

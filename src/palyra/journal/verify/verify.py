@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
-from multiprocessing.pool import Pool
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from palyra.core.chain import GENESIS, seal_message
 from palyra.journal._store import JournalStore
@@ -33,6 +33,9 @@ from palyra.journal.verify.covers import COVERING_KINDS, Cover, SpanDigests, cov
 from palyra.journal.verify.parallel import walk_parallel, worker_pool
 from palyra.journal.verify.storewalk import StoreWalk, UnindexedTombstone
 from palyra.journal.verify.tree import TreeCheck
+
+if TYPE_CHECKING:
+    from multiprocessing.pool import Pool
 
 
 @dataclass(frozen=True, slots=True)
