@@ -47,6 +47,10 @@ def small_segments(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(parallel, "CHUNK", SEGMENT)
     monkeypatch.setattr(parallel, "MIN_SEGMENTS", 1)
     monkeypatch.setattr(parallel, "_MIN_BYTES", 0)
+    # The test process keeps threads of other tests (a writer, a watcher), where the
+    # CLI has none: a worker here only opens LMDB and reads, so it may fork beside them
+    # (else every walk here would quietly run serial).
+    monkeypatch.setattr(parallel, "_alone", lambda: True)
 
 
 async def _build(data_dir: Path) -> None:
@@ -209,6 +213,7 @@ def test_workers_leave_no_reader_slot_behind(
     monkeypatch.setattr(parallel, "CHUNK", 2)
     monkeypatch.setattr(parallel, "MIN_SEGMENTS", 1)
     monkeypatch.setattr(parallel, "_MIN_BYTES", 0)
+    monkeypatch.setattr(parallel, "_alone", lambda: True)  # as in small_segments
     joined: list[bool] = []
     join = parallel._join
     monkeypatch.setattr(parallel, "_join", lambda *args: joined.append(join(*args)) or joined[-1])

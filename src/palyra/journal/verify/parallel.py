@@ -102,7 +102,7 @@ def worker_pool(data_dir: Path, jobs: int) -> Iterator[Pool | None]:
     on its own (see the module) and closes it when the pool is closed.
     """
     data = journal_dir(data_dir) / "data.mdb"
-    if (jobs < 2 or threading.active_count() > 1 or not data.is_file()
+    if (jobs < 2 or not _alone() or not data.is_file()
             or data.stat().st_size < _MIN_BYTES):  # fmt: skip
         yield None
         return
@@ -116,6 +116,12 @@ def worker_pool(data_dir: Path, jobs: int) -> Iterator[Pool | None]:
         pool.close()  # the workers close their environments as they exit
     finally:
         pool.join()
+
+
+def _alone() -> bool:
+    """No other thread runs here: a fork copies the process mid-way through whatever
+    other threads do (a lock one of them holds stays held in the child)."""
+    return threading.active_count() == 1
 
 
 def walk_parallel(walk: StoreWalk, pool: Pool | None, jobs: int) -> None:
