@@ -31,6 +31,8 @@ async def test_the_writer_never_keeps_a_plan_of_its_deletes(
             await store.append([draft(i, entity_writes=(
                 EntityWrite("meta", f"k{i}", b"v"), EntityWrite("meta", f"k{i - 1}", None)))])
         assert store.get_entity("meta", "k11") == b"v" and store.get_entity("meta", "k10") is None
+        for i in range(12, 18):  # commits that delete nothing: their statement is prepared
+            await store.append([draft(i, entity_writes=(EntityWrite("meta", f"k{i}", b"v"),))])
         assert isinstance(store, PostgresJournalStore) and store._writer is not None
         # The writer's thread is idle (every append above was answered): ask its session.
         conn = store._writer._conn

@@ -2,8 +2,10 @@
 
 Every daemon's commits serialise on the head row, so each round trip a commit
 waits for, while holding that row, is time no other commit can use. The writer
-pipelines its transaction (``postgres.writer``); this counts the round trips of a
-steady-state commit through a real TCP relay between the writer and a real server.
+pipelines its transaction (``postgres.writer``), and while it knows the head row it
+commits in one statement without the lock (``postgres.head_cas``); this counts the
+round trips of a steady-state commit through a real TCP relay between the writer and a
+real server.
 """
 
 from __future__ import annotations
@@ -87,12 +89,8 @@ async def _flights_of(relay: _Relay, step: Callable[[], Awaitable[None]]) -> int
     return relay.flights - before
 
 
-async def test_a_steady_commit_is_two_round_trips(
-    tmp_path: Path, postgres_server: PostgresServer
-) -> None:
-    dsn = postgres_server.create_database()
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        migrate(conn)
+async def _relayed_writer(tmp_path: Path, postgres_server: PostgresServer, dsn: str
+                          ) -> tuple[_Relay, JournalConfig, PostgresEnv, PostgresWriter]:
     relay = _Relay(postgres_server.port)
     await relay.start()
     config = JournalConfig(backend="postgres",
@@ -101,14 +99,60 @@ async def test_a_steady_commit_is_two_round_trips(
     env = await asyncio.to_thread(PostgresEnv, tmp_path / "data", config)
     writer = await asyncio.to_thread(PostgresWriter, env, 64, lambda _views: {},
                                      lambda: False)  # fmt: skip
+    return relay, config, env, writer
+
+
+async def _migrated(postgres_server: PostgresServer) -> str:
+    dsn = postgres_server.create_database()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        migrate(conn)
+    return dsn
+
+
+async def test_a_steady_commit_is_one_round_trip(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = await _migrated(postgres_server)
+    relay, config, env, writer = await _relayed_writer(tmp_path, postgres_server, dsn)
     try:
-        await _appended(writer, config, 0)  # learns the session's and the tape's heads
-        # Once the heads are known: BEGIN with the head row's lock and the event-id
-        # check; the writes, the head's move, the notification and COMMIT together.
+        # The first commit takes the head row's lock and learns the session's and the
+        # tape's heads (a read each).
+        await _appended(writer, config, 0)
+        # Then the writer knows the head row: the writes with the head's compare-and-set,
+        # one statement.
         for i in range(1, 4):
             step = functools.partial(_appended, writer, config, i)
-            assert await _flights_of(relay, step) == 2
+            assert await _flights_of(relay, step) == 1
+        assert writer.head_misses == 0
     finally:
+        await asyncio.to_thread(writer.stop)
+        await asyncio.to_thread(env.close)
+        await relay.stop()
+
+
+async def test_a_commit_after_another_writers_takes_the_lock_once(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    dsn = await _migrated(postgres_server)
+    relay, config, env, writer = await _relayed_writer(tmp_path, postgres_server, dsn)
+    other_env = await asyncio.to_thread(PostgresEnv, tmp_path / "other",
+                                        JournalConfig(backend="postgres", dsn=dsn))
+    other = await asyncio.to_thread(PostgresWriter, other_env, 64, lambda _views: {},
+                                    lambda: False)  # fmt: skip
+    try:
+        await _appended(writer, config, 0)
+        await _appended(other, config, 1)  # another daemon moves the head row
+        # The compare-and-set misses (nothing written), then the locked commit reads
+        # the heads again and lands; after it the writer knows the head row again.
+        await _appended(writer, config, 2)
+        assert writer.head_misses == 1
+        assert await _flights_of(relay, functools.partial(_appended, writer, config, 3)) == 1
+        with psycopg.connect(dsn) as conn:
+            (next_position,) = conn.execute("SELECT next_position FROM journal_head").fetchone() or (0,)
+        assert next_position == 5  # four events, one position each, none lost or doubled
+    finally:
+        await asyncio.to_thread(other.stop)
+        await asyncio.to_thread(other_env.close)
         await asyncio.to_thread(writer.stop)
         await asyncio.to_thread(env.close)
         await relay.stop()

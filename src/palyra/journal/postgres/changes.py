@@ -43,10 +43,16 @@ def change_op(first_position: int, rows: Iterable[tuple[str, str]]) -> Op:
     return (CHANGES, u64_key(first_position), msgspec.msgpack.encode(names))
 
 
+def trim_due(first_position: int, next_position: int) -> bool:
+    """Whether the commit of ``first_position..next_position - 1`` is the one crossing a
+    multiple of :data:`TRIM_EVERY` (the one that trims)."""
+    return (next_position - 1) // TRIM_EVERY > (first_position - 1) // TRIM_EVERY
+
+
 def trim(conn: Any, first_position: int, next_position: int) -> None:
     """In a commit of ``first_position..next_position - 1``: drop the names kept too long,
     once per :data:`TRIM_EVERY` positions (the one commit crossing the multiple)."""
-    if (next_position - 1) // TRIM_EVERY > (first_position - 1) // TRIM_EVERY:
+    if trim_due(first_position, next_position):
         horizon = max(0, first_position - KEEP_POSITIONS)
         conn.execute(_TRIM, (CHANGES, u64_key(horizon)))
 

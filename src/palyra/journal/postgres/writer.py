@@ -53,7 +53,8 @@ from palyra.journal.format.record import (
 )
 from palyra.journal.postgres import arrays
 from palyra.journal.postgres.arrays import ByteaArray, TextArray
-from palyra.journal.postgres.changes import change_op, trim
+from palyra.journal.postgres.changes import change_op, trim, trim_due
+from palyra.journal.postgres.head_cas import write_if_head_is
 from palyra.journal.postgres.kv import PgTxn, PgWriteTxn, PostgresEnv
 from palyra.journal.postgres.lease import FENCES
 from palyra.journal.postgres.watch import CHANNEL, OwnCommits
@@ -71,6 +72,7 @@ from palyra.journal.write.prune_plan import pruned_event_plan
 from palyra.journal.write.requests import (
     Append,
     Checkpoint,
+    ExpectingAppend,
     FencedAppend,
     FencedExpectingAppend,
     Prune,
@@ -184,6 +186,7 @@ class PostgresWriter:
         # rows again whenever another daemon has committed since).
         self._tree: Frontier | None = None
         self.serialization_retries = 0  # transactions run again after a 40001
+        self.head_misses = 0  # lock-free commits that found the head row moved (or ids taken)
         self._thread = threading.Thread(target=self._run, name=WRITER_THREAD, daemon=True)
         self._thread.start()
 
@@ -237,9 +240,12 @@ class PostgresWriter:
         ids = [e.event_id.encode() for r in batch for e in r.events]
         taken: set[bytes] = set()
         try:
-            plan, live = self._in_transaction(
-                lambda txn, head: self._planned(txn, head, batch, taken), self._mark_rows,
-                taken_of=(ids, taken))
+            planned = self._if_head_is_known(batch, ids) if self._lock_free(batch) else None
+            if planned is None:
+                planned = self._in_transaction(
+                    lambda txn, head: self._planned(txn, head, batch, taken), self._mark_rows,
+                    taken_of=(ids, taken))
+            plan, live = planned
         except Exception as exc:
             self._forget()
             fail(batch, exc)
@@ -282,6 +288,57 @@ class PostgresWriter:
                 return (plan, live), ops, plan.next_position, plan.head
             live = [r for r in live if r is not clash]  # it fails alone: plan again
         return (None, live), [], head[0], head[1]
+
+    def _lock_free(self, batch: list[Append]) -> bool:
+        """Whether ``batch`` may commit without the head row's lock (``postgres.head_cas``):
+        this thread committed last as far as it knows, and nothing must be read under
+        the lock (a fence's epoch, an expected row)."""
+        return self._known is not None and not any(
+            isinstance(r, FencedAppend | ExpectingAppend) for r in batch)
+
+    def _if_head_is_known(self, batch: list[Append], ids: list[bytes]
+                          ) -> tuple[CommitPlan, list[Append]] | None:
+        """``batch`` planned on what this thread committed last and written in one
+        statement if the head row still says so (``postgres.head_cas``); None, with
+        nothing written, when it does not, an event id is taken or twice in the batch,
+        or the commit would trim (the locked commit then does it)."""
+        known, conn, own = self._known, self._conn, self._own
+        assert known is not None
+        if conn.broken or conn.closed:
+            return None
+        for request in batch:
+            request.error = None
+        # Heads not remembered are read outside any transaction: if another daemon
+        # committed before or after the read, the head row is no longer ``known``.
+        plan = plan_commit(batch, self._heads(PgTxn(conn), known, batch))
+        if len(set(ids)) != len(ids) or trim_due(known[0], plan.next_position):
+            return None
+        ops = [*plan.ops, change_op(known[0], plan.rows)] if plan.rows else plan.ops
+        if own is not None:
+            own.begin(known[0], plan.next_position - 1)
+        try:
+            written = write_if_head_is(conn, known, (plan.next_position, plan.head), _rows(ops),
+                                       (names.EVENT_IDS, ids))  # fmt: skip
+        except psycopg.errors.SerializationFailure:  # another daemon's commit came first
+            written = False
+        except BaseException:
+            if own is not None:
+                own.discard()
+            conn.close()  # as after a failed locked commit: the next one connects anew
+            raise
+        if not written:
+            if own is not None:
+                own.discard()
+            self._forget()
+            self.head_misses += 1
+            return None
+        try:
+            self._mark_rows((plan, batch))
+        finally:
+            if own is not None:
+                own.confirm()
+        self._known = (plan.next_position, plan.head)
+        return plan, batch
 
     def _mark_rows(self, planned: tuple[CommitPlan | None, list[Append]]) -> None:
         plan = planned[0]
@@ -620,10 +677,13 @@ def _lock_head(conn: psycopg.Connection[Any],
     return int(row[0]), bytes(row[1])
 
 
-def _write_and_move_head(conn: psycopg.Connection[Any], ops: list[Op], next_position: int,
-                         new_head: bytes) -> None:
-    """Every op as a row (the last op on a key wins, as applying them in order would),
-    and the head row moved to ``next_position``/``new_head``."""
+Rows = tuple[list[str], list[bytes], list[bytes], list[str], list[bytes]]
+"""A plan's ops as rows: the puts' ``dbs, keys, values``, the deletes' ``dbs, keys``."""
+
+
+def _rows(ops: list[Op]) -> Rows:
+    """Every op as a row; the last op on a key wins, as applying them in order would (so
+    no key is both put and deleted)."""
     final: dict[tuple[str, bytes], bytes | None] = {}
     for name, key, value in ops:
         final[(name, bytes(key))] = None if value is None else bytes(value)
@@ -640,6 +700,13 @@ def _write_and_move_head(conn: psycopg.Connection[Any], ops: list[Op], next_posi
             put_dbs.append(db)
             put_keys.append(key)
             values.append(value)
+    return put_dbs, put_keys, values, del_dbs, del_keys
+
+
+def _write_and_move_head(conn: psycopg.Connection[Any], ops: list[Op], next_position: int,
+                         new_head: bytes) -> None:
+    """Every op as a row and the head row moved to ``next_position``/``new_head``."""
+    put_dbs, put_keys, values, del_dbs, del_keys = _rows(ops)
     if del_keys:
         conn.execute(_DELETE, (TextArray(del_dbs), ByteaArray(del_keys)), prepare=False)
     conn.execute(_PUT_AND_MOVE_HEAD, (TextArray(put_dbs), ByteaArray(put_keys),
