@@ -22,7 +22,7 @@ PostgreSQL transaction:
    daemons' caches), commit.
 
 While this thread made the last commit and a batch needs nothing read under the lock,
-steps 1–4 shrink to one statement without the lock: the plan is made on what this
+steps 1 to 4 shrink to one statement without the lock: the plan is made on what this
 thread knows, and the head row moves by compare-and-set (``postgres.head_cas``); if
 another daemon committed in between, nothing is written and the locked commit follows.
 
