@@ -161,6 +161,12 @@ def figures(args: argparse.Namespace, transport: str, tally: Tally, wall: float,
         "step_latency_ms": dist(tally.steps),
         "p50_step_ms": pct(tally.steps, 50), "p99_step_ms": pct(tally.steps, 99),
         "step_p50_ms_by_index": [pct(tally.by_index.get(i, []), 50) for i in range(args.steps)],
+        # A turn's first step (its call to its first tool result) is the step p99's tail
+        # over HTTP; ``accept`` is its part up to the turn's first answer.
+        "p50_first_step_ms": pct(tally.by_index.get(0, []), 50),
+        "p99_first_step_ms": pct(tally.by_index.get(0, []), 99),
+        "p50_later_step_ms": pct([s for i, v in tally.by_index.items() if i for s in v], 50),
+        "p50_accept_ms": pct(tally.accepts, 50), "p99_accept_ms": pct(tally.accepts, 99),
         "turn_latency_ms": dist(tally.turns),
         "final_answer_latency_ms": dist(tally.finals),
         **({"p50_decide_ms": pct(tally.decides, 50), "p99_decide_ms": pct(tally.decides, 99)}

@@ -101,6 +101,9 @@ class Tally:
     steps: list[float] = field(default_factory=list)
     by_index: dict[int, list[float]] = field(default_factory=dict)
     turns: list[float] = field(default_factory=list)
+    # The turn's call to its first answer (the accept commit's events): the part of
+    # the first step before the run's loop starts, as the client sees it.
+    accepts: list[float] = field(default_factory=list)
     finals: list[float] = field(default_factory=list)
     runs: int = 0
     approvals: int = 0
@@ -115,6 +118,7 @@ async def one_turn(driver: Driver, session_key: str, k: int, tool: str, tally: T
     last = started
     results = 0
     run_id = await driver.start_turn(session_key, user_message(k, tool))
+    tally.accepts.append(time.perf_counter() - started)
     tally.runs += 1
 
     async def on_event(event: pb.TapeEvent) -> None:

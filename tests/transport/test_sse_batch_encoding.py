@@ -126,3 +126,38 @@ async def test_a_live_run_frames_as_the_plain_message(tmp_path: Path) -> None:
                                                             events=response.tape.events()))
             frames += framed.count(b"\n\n")
         assert frames > 10
+
+
+async def test_a_live_event_is_framed_from_its_stored_payload(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A live event that redaction left alone carries the member it was written from,
+    and its stored payload is that member's proto3 JSON: the SSE writer frames the
+    payload rather than encoding the member again (once per event on every stream)."""
+    import palyra.app._tape as tape_module
+
+    tape_module._member_json()  # its one-time table encodes empty members
+    encoded: list[type[Any]] = []
+    real = tape_module.encode_message
+
+    def counted(message: Any) -> Any:
+        encoded.append(type(message))
+        return real(message)
+
+    monkeypatch.setattr(tape_module, "encode_message", counted)
+    text = ("Start from 0 and add 1 to the running total 2 times, one `add` tool call per "
+            "step, then reply with the final result.")
+
+    async def one() -> AsyncIterator[v1.RunStreamRequest]:
+        yield v1.RunStreamRequest(v=1, session_key="live", input=v1.MessageInput(text=text),
+                                  batch=True, complete=True)
+
+    live = 0
+    async with scripted_app(tmp_path / "data") as (app, _store):
+        async for response in app.run_stream(CallContext.for_principal(
+                "user:sse", "01J00000000000000000000000"), one()):
+            assert type(response) is TapeResponse
+            live += sum(m is not None and m is e.origin
+                        for e, m in zip(response.tape.stored, response.tape.members, strict=True))
+            sse_frame(response)
+    assert live > 10
+    assert encoded == []

@@ -16,7 +16,10 @@ from typing import Any
 import betterproto2
 from palyra_gen.palyra import v1
 
+from palyra.app import TapeBatch
+from palyra.app._tape import run_stream_responses
 from palyra.core.errors import ErrorCode, NotFound
+from palyra.journal import StoredEvent
 from palyra.transport.http._sse import SseResponse
 
 SCOPE: dict[str, Any] = {"type": "http", "method": "GET", "path": "/v1/runs/r/events"}
@@ -127,3 +130,43 @@ async def test_a_client_gone_before_the_first_event_closes_the_source() -> None:
     await asyncio.wait_for(serving, 5)
     assert closed.is_set()
     assert exchange.kinds() == ["start 200"]
+
+
+def _tape(member: betterproto2.Message, seq: int) -> betterproto2.Message:
+    stored = StoredEvent(position=seq, tape_seq=seq, ts_ms=1, run_id="r", session_id="s",
+                         kind="tape.x", payload={}, event_id="e", actor="a", principal="",
+                         device_id="", channel="", redactions=[], hash="", prev_hash="",
+                         global_hash="")
+    (response,) = run_stream_responses(TapeBatch([stored], [member], batched=True))
+    return response
+
+
+async def test_a_run_that_ended_ends_the_stream_with_its_last_frames() -> None:
+    """RunStream's batch holding the run's DONE status ends the response in the same
+    body message (one write: its frames and the chunked end), without waiting for the
+    source to wind down; the source is closed after."""
+    closed = asyncio.Event()
+
+    async def source() -> AsyncIterator[betterproto2.Message]:
+        try:
+            yield _tape(v1.UserInput(text="hi"), 1)
+            yield _tape(v1.RunStatus(state=v1.RunState.DONE), 2)
+            await asyncio.sleep(30)  # the run loop's clean-up, as slow as it likes
+        finally:
+            closed.set()
+
+    exchange = Exchange()
+    response = SseResponse(source(), error_grace_s=5.0, keepalive_s=10.0, request_id="q")
+    await asyncio.wait_for(response(SCOPE, exchange.receive, exchange.send), 5)
+    assert exchange.kinds() == ["start 200", "frame", "body"]
+    assert b"event: status" in exchange.sent[-1][1]["body"]
+    assert closed.is_set()
+
+
+async def test_a_failed_run_still_ends_with_its_error() -> None:
+    async def source() -> AsyncIterator[betterproto2.Message]:
+        yield _tape(v1.RunStatus(state=v1.RunState.FAILED), 1)
+        raise NotFound("the run failed")
+
+    exchange = await _serve(source(), grace=5.0)
+    assert exchange.kinds() == ["start 200", "frame", "error", "end"]

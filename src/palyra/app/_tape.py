@@ -75,7 +75,7 @@ class TapeBatch:
     def json_events(self) -> list[tuple[int, str, dict[str, Any]]]:
         """Each event's ``tape_seq``, the name of its ``event`` member (``tape`` when none
         is set) and its proto3 JSON (``encode_message`` of its ``TapeEvent``), built from
-        the stored events.
+        the stored events (a live event's member JSON is its stored payload).
 
         As :meth:`wire` does for protobuf: the wrapper's five fields straight from the
         stored event and the member through its generated encoder, so the SSE writer
@@ -106,7 +106,10 @@ class TapeBatch:
                 out.append((seq, "tape", body))
                 continue
             kind, key = entry
-            body[key] = encode_message(member)
+            # A live event that redaction left alone carries the member it was written
+            # from, and its payload is that member's proto3 JSON (``payload_of``): the
+            # same dict ``encode_message`` would build again, so it is used as it is.
+            body[key] = event.payload if member is event.origin else encode_message(member)
             out.append((seq, kind, body))
         return out
 

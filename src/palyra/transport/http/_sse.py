@@ -105,6 +105,9 @@ class SseResponse:
     that starts within its grace and never idles for ``keepalive_s`` costs one
     task, not four, and nothing stands between the request and its run: each
     task handed on is one more turn of a busy loop before the first event.
+    RunStream's batch holding a run's DONE or CANCELLED status ends the response
+    in the same write as its frames (as gRPC sends its OK trailers with it); the
+    run's clean-up follows when the source is closed.
     """
 
     def __init__(
@@ -174,6 +177,16 @@ class SseResponse:
             if isinstance(item, WireError):
                 await self._send(send, error_frame(item))
                 break
+            if type(item) is TapeResponse and item.tape.ends_call:
+                # The run ended and did not fail: the stream's end goes in the same write
+                # as its last frames, not after the run loop's clean-up (the client waits
+                # for it to reuse the connection and start its next turn). The source is
+                # closed after, as when a client leaves (``__call__``).
+                async with self._lock:
+                    self._ended = True
+                    await send({"type": "http.response.body", "body": sse_frame(item),
+                                "more_body": False})
+                return
             await self._send(send, sse_frame(item))
             try:
                 item = await anext(self._source)
