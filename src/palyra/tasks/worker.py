@@ -295,7 +295,8 @@ class TaskWorker:
     async def _staged_end(self, staged: StagedSuccess) -> TaskRecord | None:
         """The task's record if the success its handler staged landed (the tasks it
         handed on then run), else None (the worker records the outcome itself)."""
-        await asyncio.wait([staged.answer])
+        if not staged.answer.done():  # it landed before the run's end woke the handler
+            await asyncio.wait([staged.answer])
         if staged.answer.exception() is not None:
             return None
         for handed in staged.handed_on:
