@@ -724,7 +724,16 @@ class TaskQueue:
         commit = _Commit(partial(self._settle, changes, answer, False, taker))
         self._hold(changes, commit)
         self._after_success(answer, born, riding, taker)
-        return StagedSuccess(self._drafts(changes), commit, answer, done, born)
+        return StagedSuccess(self._drafts(changes), commit, answer, done, born,
+                             partial(self._idem_abandoned, born))
+
+    def _idem_abandoned(self, born: list[TaskRecord]) -> None:
+        """A staged success's append failed: its follow-ups' keys are free at once (its
+        worker queues them in the success it commits next, maybe before a loop turn)."""
+        for new in born:
+            follow = self._idem_inflight.pop(new.idempotency_key, None)
+            if follow is not None:  # its failure is nobody's to hear unless they wait
+                follow.add_done_callback(_heard)
 
     async def fail(self, task_id: str, epoch: int, error: str) -> TaskRecord:
         """Report a failure: retried with backoff, or failed after the last attempt."""
@@ -1154,9 +1163,10 @@ class StagedSuccess:
 
     def __init__(self, drafts: list[EventDraft], commit: _Commit,
                  answer: asyncio.Future[TaskRecord], done: TaskRecord,
-                 born: list[TaskRecord]) -> None:
+                 born: list[TaskRecord], abandoned: Callable[[], None]) -> None:
         self.drafts = drafts
         self._commit = commit
+        self._abandoned = abandoned
         self.answer = answer
         self.record = done
         #: The follow-ups born claimed, for their worker to run once this lands.
@@ -1175,6 +1185,7 @@ class StagedSuccess:
         """The append did not happen: the task is as it was (its worker commits it)."""
         self._commit.set_exception(PalyraError(
             "the append carrying a task's success failed", code=ErrorCode.UNAVAILABLE))
+        self._abandoned()
 
 
 class _Lost(Exception):
@@ -1229,6 +1240,12 @@ class _Commit:
             if self.settled:
                 self._waiter.set_result(None)
         return self._waiter
+
+
+def _heard(future: asyncio.Future[Any]) -> None:
+    """Mark ``future``'s outcome heard (asyncio logs a failure nobody retrieved)."""
+    if not future.cancelled():
+        future.exception()
 
 
 async def _settled(commits: list[_Commit]) -> None:
