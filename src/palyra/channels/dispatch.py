@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,10 +38,13 @@ from palyra.channels.records import InboundRec
 from palyra.channels.replies import split_utf8
 from palyra.channels.routing import Envelope, prompt_text
 from palyra.core.errors import ErrorCode, PalyraError
+from palyra.core.redaction import redact
 from palyra.engine import (
+    EndRider,
     Engine,
     IdentityRec,
     KeyedLocks,
+    Riding,
     RunRecord,
     RunStateId,
     Selectors,
@@ -52,6 +55,7 @@ from palyra.engine import (
 )
 from palyra.journal import EntityWrite, EventDraft, JournalStore, Subscription
 from palyra.tasks import Done, FollowUp, TaskQueue, TaskRecord
+from palyra.tasks.queue import StagedSuccess
 from palyra.tasks.worker import TaskContext
 
 REPLIED = "tape.message_replied"
@@ -133,8 +137,9 @@ class Dispatcher:
         if not msgs:
             return Done({"reason": "no_messages"})
         first = msgs[0]
+        folded = _Folded()
         try:
-            outcome = await self._answer(ctx.task, msgs)
+            outcome = await self._answer(ctx, msgs, folded)
         except ChannelBusy:
             policy = self._config.policy_for(first.envelope.channel)
             if ctx.task.attempts <= policy.max_retries:
@@ -142,33 +147,18 @@ class Dispatcher:
             for m in msgs:  # out of retries: keep them where an operator can see them
                 await self._quarantine(m.envelope, "channel_busy")
             outcome = DispatchOutcome(reason="quarantined_channel_busy")
-        # The replies are queued in the commit of this task's success: no commit of
-        # their own, and a dispatch repeated after a crash queues them once (their keys).
-        # All of them ride in one send task (more only past its payload limit), which
-        # sends them in order: a long reply reads in order on the platform.
-        base = f"reply:{outcome.run_id or ctx.task.task_id}"
-        sends = tuple(FollowUp(
-            SEND_TASK, payload=payload, idempotency_key=payload["chunks"][0][0],
-            max_attempts=SEND_ATTEMPTS,
-            # The keys name this task's own run (its id) or this task: on its first
-            # attempt no earlier success can have queued them, so none is looked up.
-            new_key=ctx.task.attempts == 1)
-            for payload in send_payloads([OutboundReply(
-                sink=first.sink, key=f"{base}:{index}", text=text,
-                conversation_id=first.envelope.conversation_id,
-                thread_id=first.envelope.thread_id, reply_to=first.envelope.adapter_message_id,
-                reply_token=first.envelope.reply_token)
-                for index, text in enumerate(outcome.outputs)])) if first.sink else ()
-        result: dict[str, Any] = msgspec.to_builtins(outcome)
         self._admitted.dispatched([m.envelope.envelope_id for m in msgs])
         self._finished(ctx.task.task_id, outcome)
-        return Done(result, sends)
+        if folded.done is not None:  # committed with the run's end (the worker knows)
+            return folded.done
+        return _success(ctx.task, first, outcome)
 
-    async def _answer(self, task: TaskRecord, msgs: list[InboundRec]) -> DispatchOutcome:
+    async def _answer(self, ctx: TaskContext, msgs: list[InboundRec], folded: _Folded
+                      ) -> DispatchOutcome:
         first = msgs[0]
         action = first.decision.action
         if action not in ("pair", "command"):
-            return await self._respond(task, msgs)
+            return await self._respond(ctx, msgs, folded)
         if action == "pair":
             text, reason = await self._commands.pair(first), "pairing"
         else:
@@ -194,7 +184,9 @@ class Dispatcher:
         except SlotWaitTimeout:
             raise ChannelBusy(channel) from None
 
-    async def _respond(self, task: TaskRecord, msgs: list[InboundRec]) -> DispatchOutcome:
+    async def _respond(self, ctx: TaskContext, msgs: list[InboundRec], folded: _Folded
+                       ) -> DispatchOutcome:
+        task = ctx.task
         env, decision = msgs[0].envelope, msgs[0].decision
         policy = self._config.policy_for(env.channel)
         identity = channel_identity(env.channel)
@@ -237,12 +229,17 @@ class Dispatcher:
                         agent_id=agent.agent_id if agent else "",
                         agent_postures=postures_for(agent, self._engine.tool_names())
                         if agent else {}, model_route=route_for(agent) if agent else (),
-                        response_cache=agent.response_cache if agent else False))
+                        response_cache=agent.response_cache if agent else False,
+                        # Context rows consumed by the run are an append of their own
+                        # after it: then the success is committed after them, as before.
+                        end_rider=None if ctx_keys else self._end_rider(ctx, msgs, tape,
+                                                                        folded)))
                 except PalyraError as exc:
                     if exc.code != ErrorCode.ALREADY_EXISTS:
                         raise
                 record = await self._follow(identity, run_id, msgs[0])
-                replies = _replies_seen(tape, record)
+                replies = (None if folded.done is not None
+                           else _replies_seen(tape, record.tape_len))
             finally:
                 self._store.unsubscribe(tape)
         if ctx_keys:
@@ -252,17 +249,61 @@ class Dispatcher:
                 entity_writes=tuple(EntityWrite(records.TABLE, k, None) for k in ctx_keys))])
         if mark is not None and all_seen:
             self._admitted.context_consumed(decision.session_key, mark)
+        if folded.outcome is not None and folded.done is not None:
+            return folded.outcome  # decided as the run ended, committed with its end
         if replies is None:  # the tape outgrew the buffer, or the run began earlier
             replies = self._replies(run_id)
+        return self._ended(run_id, record, replies, msgs[0])
+
+    def _ended(self, run_id: str, record: RunRecord, replies: list[str], first: InboundRec
+               ) -> DispatchOutcome:
+        """The outcome of a dispatch whose run ended as ``record`` with ``replies``."""
         if not replies and record.state in (RunStateId.FAILED, RunStateId.CANCELLED):
             # Say so on the platform rather than leave the sender with silence.
             replies = [f"Sorry, I could not answer that (the run {record.state}"
                        f"{': ' + record.end_reason if record.end_reason else ''})."]
         outputs: list[str] = []
         for reply in replies:
-            outputs += self._chunks(reply, msgs[0])
+            outputs += self._chunks(reply, first)
         return DispatchOutcome(run_id=run_id, session_id=record.session_id, outputs=outputs,
                                reason=f"run_{record.state}")
+
+    def _end_rider(self, ctx: TaskContext, msgs: list[InboundRec], tape: Subscription,
+                   folded: _Folded) -> EndRider | None:
+        """The dispatch's success, to ride in the commit that ends its run: the outcome,
+        the replies' send task (born claimed by the outbox) and the worker's next claim,
+        one commit fewer per message. A crash loses both or neither: before it, the
+        dispatch is claimed again and finds its run; after it, the replies are queued.
+
+        Only on the task's first attempt (a later one may find its run ended already)
+        and while the run's earlier tape is all in ``tape``, for its earlier replies.
+        """
+        stage = ctx.stage_success
+        if stage is None or ctx.task.attempts != 1:
+            return None
+
+        def ride(record: RunRecord, drafts: Sequence[EventDraft]) -> Riding | None:
+            now = [d for d in drafts if d.tape]
+            replies = _replies_seen(tape, record.tape_len - len(now))
+            if replies is None:
+                return None
+            for draft in now:  # as the journal stores them: redacted
+                if draft.kind == REPLIED:
+                    text = redact(dict(draft.payload)).value.get("replyText", "")
+                    if text:
+                        replies.append(text)
+            outcome = self._ended(record.run_id, record, replies, msgs[0])
+            done = _success(ctx.task, msgs[0], outcome)
+            try:
+                staged = stage(done.result, done.then)
+            except PalyraError:
+                return None  # refused on the worker's own path too, where it is reported
+            if staged is None:
+                return None
+            folded.outcome, folded.done = outcome, done
+            return _Riding(staged, folded)
+
+        return ride
 
     async def _follow(self, identity: IdentityRec, run_id: str, first: InboundRec
                       ) -> RunRecord:
@@ -335,11 +376,61 @@ class Dispatcher:
             after = page.next_after_seq
 
 
-def _replies_seen(tape: Subscription, record: RunRecord) -> list[str] | None:
+@dataclass(slots=True)
+class _Folded:
+    """A dispatch's success as staged in its run's ending commit (None: not staged)."""
+
+    outcome: DispatchOutcome | None = None
+    done: Done | None = None
+
+
+class _Riding:
+    """A staged success riding in the run's end; if that commit fails, the dispatch
+    decides its outcome again from how the run did end."""
+
+    def __init__(self, staged: StagedSuccess, folded: _Folded) -> None:
+        self._staged = staged
+        self._folded = folded
+        self.drafts = staged.drafts
+
+    def land(self) -> None:
+        self._staged.land()
+
+    def abandon(self) -> None:
+        self._folded.outcome = self._folded.done = None
+        self._staged.abandon()
+
+
+def _success(task: TaskRecord, first: InboundRec, outcome: DispatchOutcome) -> Done:
+    """The dispatch's success: its outcome, and its replies queued in the same commit.
+
+    No commit of their own, and a dispatch repeated after a crash queues them once (their
+    keys). All of them ride in one send task (more only past its payload limit), which
+    sends them in order: a long reply reads in order on the platform.
+    """
+    base = f"reply:{outcome.run_id or task.task_id}"
+    sends = tuple(FollowUp(
+        SEND_TASK, payload=payload, idempotency_key=payload["chunks"][0][0],
+        max_attempts=SEND_ATTEMPTS,
+        # The keys name this task's own run (its id) or this task: on its first
+        # attempt no earlier success can have queued them, so none is looked up.
+        new_key=task.attempts == 1)
+        for payload in send_payloads([OutboundReply(
+            sink=first.sink, key=f"{base}:{index}", text=text,
+            conversation_id=first.envelope.conversation_id,
+            thread_id=first.envelope.thread_id, reply_to=first.envelope.adapter_message_id,
+            reply_token=first.envelope.reply_token)
+            for index, text in enumerate(outcome.outputs)])) if first.sink else ()
+    result: dict[str, Any] = msgspec.to_builtins(outcome)
+    return Done(result, sends)
+
+
+def _replies_seen(tape: Subscription, tape_len: int) -> list[str] | None:
     """The run's replies from its tape as buffered since before it started, or None when
-    the buffer is not the whole tape (overflowed, or the run started before it)."""
+    the buffer is not its first ``tape_len`` events (overflowed, lagging, or the run
+    started before it)."""
     events = list(tape.buffer)
-    if tape.overflowed or len(events) != record.tape_len or any(
+    if tape.overflowed or len(events) != tape_len or any(
             e.tape_seq != i for i, e in enumerate(events)):
         return None
     out: list[str] = []

@@ -58,6 +58,7 @@ from palyra.engine.run.attachments import AttachmentStore
 from palyra.engine.run.compact import covered_digest
 from palyra.engine.run.listing import RunQuery, runs_page
 from palyra.engine.run.recovery import RecoveryReport, live_run_ids
+from palyra.engine.run.writer import EndRider, Riding
 from palyra.engine.sessions.locks import KeyedLocks, SlotWaitTimeout
 from palyra.engine.sessions.ownership import (
     LeaseStore,
@@ -84,6 +85,7 @@ __all__ = [
     "ContextContribution",
     "ContextPort",
     "ContextRequest",
+    "EndRider",
     "Engine",
     "EngineConfig",
     "GrantRec",
@@ -95,6 +97,7 @@ __all__ = [
     "PromptRec",
     "RecoveryReport",
     "ReferenceCall",
+    "Riding",
     "RunEvent",
     "RunFailed",
     "RunQuery",

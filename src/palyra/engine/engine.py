@@ -67,7 +67,7 @@ from palyra.engine.run.inbox import (
 from palyra.engine.run.recovery import RecoveryReport, recover_runs, unfinished_runs
 from palyra.engine.run.relay import relay_decision
 from palyra.engine.run.takeover import Takeover
-from palyra.engine.run.writer import RunWriter
+from palyra.engine.run.writer import EndRider, RunWriter
 from palyra.engine.sessions.handover import ChangeAnswer, SessionChange, hand_over
 from palyra.engine.sessions.ownership import SessionLeases
 from palyra.engine.sessions.plan import SessionPlan, record_write
@@ -109,6 +109,9 @@ class StartRun:
     writes: tuple[EntityWrite, ...] = ()
     handed_over: bool = False
     """Handed over by another daemon (``run.inbox``): started here or not at all."""
+    end_rider: EndRider | None = None
+    """Asked for drafts that commit with the run's end (``RunWriter.end_rider``); a start
+    handed over to another daemon carries none (what rides is committed on its own)."""
     minted: bool = False
     """``run_id`` was minted by this process with ``new_ulid()`` just now, so it is
     free: no read of the store to check (that read would wait for LMDB to hold
@@ -545,6 +548,7 @@ class Engine:
                            delegation_depth=start.delegation_depth,
                            token_budget=start.token_budget)
         writer = RunWriter(self.store, record, LoopState(), self._deps.now_ms, lease)
+        writer.end_rider = start.end_rider
         batch = writer.batch().events(*plan.events)
         batch.write(*plan.entity_writes, record_write(session), *start.writes)
         batch.transition(RunEvent.ACCEPT, reason="accepted",

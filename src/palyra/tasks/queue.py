@@ -641,6 +641,18 @@ class TaskQueue:
         if done is rec:
             self._ride_alone(ride)
             return rec, []
+        changes, born, taker = self._success_changes(done, then, payloads, ride)
+        answer = self._submit(changes, base=rec, taker=taker)
+        self._after_success(answer, born, ride, taker)
+        await answer
+        return done, [new for new in born if new.leased]
+
+    def _success_changes(self, done: TaskRecord, then: Sequence[FollowUp],
+                         payloads: list[str], ride: Ride | None
+                         ) -> tuple[list[Change], list[TaskRecord],
+                                    asyncio.Future[TaskRecord] | None]:
+        """A success's changes: the task's, its follow-ups' (each once per key) and the
+        worker's next claim riding along; the follow-ups' records; the ride's taker."""
         changes: list[Change] = [(done, "succeeded", ())]
         now, born = self._now(), list[TaskRecord]()
         for follow, payload_json in zip(then, payloads, strict=True):
@@ -665,15 +677,63 @@ class TaskQueue:
                 changes.append((model.claim(ready, ride.owner, now, ride.lease_ms),
                                 "claimed", ()))
                 taker = ride.claimed
-        answer = self._submit(changes, base=rec, taker=taker)
+        return changes, born, taker
+
+    def _after_success(self, answer: asyncio.Future[TaskRecord], born: list[TaskRecord],
+                       ride: Ride | None, taker: asyncio.Future[TaskRecord] | None) -> None:
+        """A success's commit is queued: its ride begun, its follow-ups' keys in flight."""
         if ride is not None:
             ride.begun = ride.begun or taker is not None
             self._ride_alone(ride)  # nothing was ready: it waits in line, as a claim does
         for new in born:  # an enqueue of the same key meanwhile gets this task
             self._idem_inflight[new.idempotency_key] = follow_answer = _follow(answer, new)
             follow_answer.add_done_callback(partial(self._idem_settled, new.idempotency_key))
-        await answer
-        return done, [new for new in born if new.leased]
+
+    def stage_success(self, task_id: str, epoch: int, result: dict[str, Any] | None,
+                      then: Sequence[FollowUp], ride: Callable[[], Ride | None]
+                      ) -> StagedSuccess | None:
+        """A success laid out for an append someone else makes (a channel dispatch's
+        success in its run's last commit), or None: it must be committed on its own
+        (a shared journal, a change of the task in flight, a lease moved on).
+
+        ``ride`` makes the worker's next claim, asked only once the success is staged.
+        The caller calls :meth:`StagedSuccess.land` if that append landed, else
+        :meth:`StagedSuccess.abandon`; the task is held meanwhile, as in any commit.
+
+        Raises:
+            InvalidArgument: as :meth:`succeed`.
+        """
+        if self._shared or task_id in self._inflight:
+            return None
+        if any(not f.idempotency_key for f in then):
+            raise InvalidArgument("a follow-up task needs an idempotency_key")
+        payloads = [_checked(f.kind, f.idempotency_key, f.payload) for f in then]
+        rec = self.get(task_id)
+        if rec is None:
+            return None
+        try:
+            done = model.succeed(rec, epoch, self._now(),
+                                 msgspec.json.encode(result).decode() if result else "")
+        except PalyraError:
+            return None  # refused on its own path too, where it is counted and raised
+        if done is rec:
+            return None
+        riding = ride()
+        changes, born, taker = self._success_changes(done, then, payloads, riding)
+        answer = self._future()
+        commit = _Commit(partial(self._settle, changes, answer, False, taker))
+        self._hold(changes, commit)
+        self._after_success(answer, born, riding, taker)
+        return StagedSuccess(self._drafts(changes), commit, answer, done, born,
+                             partial(self._idem_abandoned, born))
+
+    def _idem_abandoned(self, born: list[TaskRecord]) -> None:
+        """A staged success's append failed: its follow-ups' keys are free at once (its
+        worker queues them in the success it commits next, maybe before a loop turn)."""
+        for new in born:
+            follow = self._idem_inflight.pop(new.idempotency_key, None)
+            if follow is not None:  # its failure is nobody's to hear unless they wait
+                follow.add_done_callback(_heard)
 
     async def fail(self, task_id: str, epoch: int, error: str) -> TaskRecord:
         """Report a failure: retried with backoff, or failed after the last attempt."""
@@ -855,16 +915,7 @@ class TaskQueue:
         """
         first = changes[0][0]
         drafts = [*also(first)] if also is not None else []
-        if len(changes) == 1:
-            drafts.append(_draft(first, changes[0][1], changes[0][2], row=self._row(first)))
-        else:
-            # A task changed twice in one commit (enqueued, then claimed) stores its row
-            # once, as the later change leaves it; each change is still its own event.
-            # (A loop, not a generator: this runs for every task born claimed.)
-            last = {rec.task_id: rec for rec, _event, _extra in changes}
-            for rec, event, extra in changes:
-                drafts.append(_draft(rec, event, extra, row=self._row(rec)
-                                     if last[rec.task_id] is rec else None))
+        drafts += self._drafts(changes)
         lost_ok = answer is not None
         if answer is None:
             answer = self._future()
@@ -877,10 +928,27 @@ class TaskQueue:
         else:
             self._store.submit(drafts, answer=commit, loop=self._loop)
         del drafts
+        self._hold(changes, commit)
+        return answer
+
+    def _drafts(self, changes: list[Change]) -> list[EventDraft]:
+        """``changes`` as journal events, each task's row written once."""
+        if len(changes) == 1:
+            rec, event, extra = changes[0]
+            return [_draft(rec, event, extra, row=self._row(rec))]
+        # A task changed twice in one commit (enqueued, then claimed) stores its row
+        # once, as the later change leaves it; each change is still its own event.
+        # (A loop, not a generator: this runs for every task born claimed.)
+        last = {rec.task_id: rec for rec, _event, _extra in changes}
+        return [_draft(rec, event, extra, row=self._row(rec)
+                       if last[rec.task_id] is rec else None)
+                for rec, event, extra in changes]
+
+    def _hold(self, changes: list[Change], commit: _Commit) -> None:
+        """Hold ``changes``' tasks until ``commit`` settles."""
         for rec, _event, _extra in changes:
             self._live.hold(rec.task_id)
             self._inflight[rec.task_id] = commit
-        return answer
 
     def _settle(self, changes: list[Change], answer: asyncio.Future[TaskRecord],
                 lost_ok: bool, taker: asyncio.Future[TaskRecord] | None,
@@ -1090,6 +1158,36 @@ def _contended(kind: str, conflicts: int) -> PalyraError:
 """A change refused because another daemon changed the task first: decide again."""
 
 
+class StagedSuccess:
+    """A task's success laid out as drafts for another append (:meth:`TaskQueue.stage_success`)."""
+
+    def __init__(self, drafts: list[EventDraft], commit: _Commit,
+                 answer: asyncio.Future[TaskRecord], done: TaskRecord,
+                 born: list[TaskRecord], abandoned: Callable[[], None]) -> None:
+        self.drafts = drafts
+        self._commit = commit
+        self._abandoned = abandoned
+        self.answer = answer
+        self.record = done
+        #: The follow-ups born claimed, for their worker to run once this lands.
+        self.handed_on = [new for new in born if new.leased]
+
+    @property
+    def landed(self) -> bool:
+        """The append carrying it is durable."""
+        return self._commit.settled and self.answer.done() and not self.answer.exception()
+
+    def land(self) -> None:
+        """The append carrying the drafts is durable."""
+        self._commit.set_result(None)
+
+    def abandon(self) -> None:
+        """The append did not happen: the task is as it was (its worker commits it)."""
+        self._commit.set_exception(PalyraError(
+            "the append carrying a task's success failed", code=ErrorCode.UNAVAILABLE))
+        self._abandoned()
+
+
 class _Lost(Exception):
     """A claim's commit failed; the task was released and the claimer looks again."""
 
@@ -1144,6 +1242,12 @@ class _Commit:
         return self._waiter
 
 
+def _heard(future: asyncio.Future[Any]) -> None:
+    """Mark ``future``'s outcome heard (asyncio logs a failure nobody retrieved)."""
+    if not future.cancelled():
+        future.exception()
+
+
 async def _settled(commits: list[_Commit]) -> None:
     """Wait until every one of ``commits`` settled, whatever its outcome."""
     await asyncio.wait([commit.wait() for commit in commits])
@@ -1174,4 +1278,4 @@ def _draft(rec: TaskRecord, event: str, extra: tuple[EntityWrite, ...] = (), *,
                        if row is not None else extra))
 
 
-__all__ = ["FollowUp", "Outcome", "Ride", "State", "TaskQueue", "TaskRecord"]
+__all__ = ["FollowUp", "Outcome", "Ride", "StagedSuccess", "State", "TaskQueue", "TaskRecord"]

@@ -30,7 +30,7 @@ from palyra.core.errors import ErrorCode, PalyraError
 from palyra.core.ids import new_ulid
 from palyra.tasks import model
 from palyra.tasks.model import State, TaskRecord
-from palyra.tasks.queue import FollowUp, Ride, TaskQueue
+from palyra.tasks.queue import FollowUp, Ride, StagedSuccess, TaskQueue
 
 log = logging.getLogger("palyra.tasks")
 
@@ -43,6 +43,11 @@ class TaskContext:
 
     task: TaskRecord
     payload: dict[str, Any]
+    #: Lays the task's success (its result, the tasks it hands on, the worker's next
+    #: claim) out for an append the handler makes, or None: the worker commits it after
+    #: the handler as usual (see :meth:`TaskQueue.stage_success`). Once that append has
+    #: landed the handler's own result is not committed again. None: not offered.
+    stage_success: StageSuccess | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +57,9 @@ class Done:
     result: dict[str, Any] | None
     then: tuple[FollowUp, ...] = ()
 
+
+StageSuccess = Callable[[dict[str, Any] | None, tuple[FollowUp, ...]], StagedSuccess | None]
+"""``(result, follow-ups)`` -> the success staged for the handler's own append, or None."""
 
 Handler = Callable[[TaskContext], Awaitable[dict[str, Any] | Done | None]]
 """Runs one task; returns its result (JSON-able, or :class:`Done` with follow-up tasks)
@@ -187,7 +195,10 @@ class TaskWorker:
         beats = self._heartbeats
         if beats is None:
             beats = self._heartbeats = _Heartbeats(self, loop)
-        step = handler(TaskContext(task, payload))
+        staged: list[StagedSuccess] = []  # at most one: the success the handler staged
+        watched: list[_Claim] = []
+        step = handler(TaskContext(task, payload, self._stager(task, claim_next, beats,
+                                                               staged, watched)))
         runner = asyncio.current_task() if inline else None
         work: asyncio.Future[Any]
         if runner is not None and asyncio.iscoroutine(step):
@@ -197,6 +208,7 @@ class TaskWorker:
             step = work = (loop.create_task(step) if asyncio.iscoroutine(step)
                            else asyncio.ensure_future(step))
         claim = beats.watch(task, work)
+        watched.append(claim)
         try:
             result = await step
         except asyncio.CancelledError:
@@ -213,23 +225,20 @@ class TaskWorker:
             if claim.lost:
                 return None  # the task moved on without us: write nothing
             # The heartbeat heard a cancel request: record it (cancel_requested -> cancelled).
-            if claim_next is not None:
-                claim_next()
-            return await self._finish(self._queue.fail(task.task_id, task.lease_epoch,
-                                                       "cancelled"))
+            return await self._failed(task, claim_next, staged, "cancelled")
         except Exception as exc:
             beats.forget(claim)
-            if claim_next is not None:
-                claim_next()
-            return await self._finish(self._queue.fail(
-                task.task_id, task.lease_epoch, f"{type(exc).__name__}: {exc}"))
+            return await self._failed(task, claim_next, staged, f"{type(exc).__name__}: {exc}")
         beats.forget(claim)
         if runner is not None and (claim.lost or claim.cancel_heard):
             runner.uncancel()  # the handler swallowed the heartbeat's cancel
+        if staged and (ended := await self._staged_end(staged[0])) is not None:
+            return ended
         done = result if isinstance(result, Done) else Done(result)
         then = tuple(self._handing_on(f) for f in done.then) if done.then else ()
-        # Begun by the queue whatever the success's fate (see Ride).
-        ride = None if claim_next is None else Ride(
+        # Begun by the queue whatever the success's fate (see Ride); a staged success
+        # began it already, landed or not.
+        ride = None if claim_next is None or staged else Ride(
             self.owner, self._kinds, self._lease_ms, claim_next(True))
         try:
             rec, claimed = await self._queue.succeed_handing_on(
@@ -242,6 +251,57 @@ class TaskWorker:
         for handed in claimed:
             self._hand_to[handed.kind].adopt(handed)
         return rec
+
+    def _stager(self, task: TaskRecord, claim_next: ClaimNext | None, beats: _Heartbeats,
+                staged: list[StagedSuccess], watched: list[_Claim]) -> StageSuccess:
+        """``task``'s :attr:`TaskContext.stage_success` (what it stages goes in ``staged``;
+        ``watched``: its heartbeat claim, forgotten once the success landed)."""
+
+        def ride() -> Ride | None:
+            return None if claim_next is None else Ride(
+                self.owner, self._kinds, self._lease_ms, claim_next(True))
+
+        def landed(answer: asyncio.Future[TaskRecord]) -> None:
+            # The task is no longer this worker's: no heartbeat renews it.
+            if watched and answer.exception() is None:
+                beats.forget(watched[0])
+
+        def stage_success(result: dict[str, Any] | None, then: tuple[FollowUp, ...]
+                          ) -> StagedSuccess | None:
+            if staged:
+                return None
+            out = self._queue.stage_success(task.task_id, task.lease_epoch, result,
+                                            tuple(self._handing_on(f) for f in then), ride)
+            if out is not None:
+                staged.append(out)
+                out.answer.add_done_callback(landed)
+            return out
+
+        return stage_success
+
+    async def _failed(self, task: TaskRecord, claim_next: ClaimNext | None,
+                      staged: list[StagedSuccess], error: str) -> TaskRecord | None:
+        """Record a failed attempt, unless the handler's staged success landed already."""
+        if staged:  # its ride was begun with it: no claim_next here
+            ended = await self._staged_end(staged[0])
+            if ended is not None:
+                log.warning("task %s: the handler failed after its success was committed: "
+                            "%s", task.task_id, error)
+                return ended
+        elif claim_next is not None:
+            claim_next()
+        return await self._finish(self._queue.fail(task.task_id, task.lease_epoch, error))
+
+    async def _staged_end(self, staged: StagedSuccess) -> TaskRecord | None:
+        """The task's record if the success its handler staged landed (the tasks it
+        handed on then run), else None (the worker records the outcome itself)."""
+        if not staged.answer.done():  # it landed before the run's end woke the handler
+            await asyncio.wait([staged.answer])
+        if staged.answer.exception() is not None:
+            return None
+        for handed in staged.handed_on:
+            self._hand_to[handed.kind].adopt(handed)
+        return staged.record
 
     @staticmethod
     async def _finish(write: Awaitable[TaskRecord]) -> TaskRecord | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 import betterproto2
 import msgspec
@@ -42,6 +42,23 @@ from palyra.journal import (
 )
 
 
+class Riding(Protocol):
+    """Drafts someone else lays out for a run's ending commit, told how it went."""
+
+    drafts: list[EventDraft]
+
+    def land(self) -> None:
+        """The run's ending commit is durable."""
+
+    def abandon(self) -> None:
+        """The run's ending commit did not happen."""
+
+
+EndRider = Callable[[RunRecord, Sequence[EventDraft]], "Riding | None"]
+"""Asked once, as the batch that ends the run is staged: ``(the ended record, the run's
+drafts of that batch)`` -> drafts to commit with them (None: nothing rides)."""
+
+
 def end_reason_on_complete(current: str) -> str:
     """``end_reason`` of a run that completes: a limit that stopped its last
     loop (``turn_limit``, ``wall_clock_limit``), else ``completed``."""
@@ -64,6 +81,9 @@ class RunWriter:
         self.now_ms = now_ms
         self.lock = asyncio.Lock()
         self._changed = Flag()
+        #: Asked for drafts to ride in the commit that ends the run (a channel dispatch's
+        #: success with its replies' send task: one commit fewer per message).
+        self.end_rider: EndRider | None = None
 
     def notify(self) -> None:
         """Wake everyone waiting in :meth:`wait_change` (after each commit)."""
@@ -249,7 +269,14 @@ class Batch:
                 **self.changes,
             },
         )
-        return Staged(w, record, saved, self._drafts(record), self._on_landed)
+        drafts = self._drafts(record)
+        riding = None
+        if w.end_rider is not None and is_run_terminal(self.state):
+            rider, w.end_rider = w.end_rider, None  # asked once, whatever it answers
+            riding = rider(record, drafts)
+            if riding is not None:
+                drafts += riding.drafts
+        return Staged(w, record, saved, drafts, self._on_landed, riding)
 
     def _drafts(self, record: RunRecord) -> list[EventDraft]:
         run_write = EntityWrite(RUNS, record.run_id, encode(record))
@@ -291,16 +318,20 @@ class Staged:
 
     def __init__(self, writer: RunWriter, record: RunRecord,
                  saved: tuple[int, int, int, str, str], drafts: list[EventDraft],
-                 on_landed: Sequence[Callable[[], None]] = ()) -> None:
+                 on_landed: Sequence[Callable[[], None]] = (),
+                 riding: Riding | None = None) -> None:
         self._writer = writer
         self.record = record
         self._saved = saved
         self.drafts = drafts
         self._on_landed = on_landed
+        self._riding = riding
 
     def land(self) -> None:
         """The append is durable: the committed record is the new one."""
         self._writer.record = self.record
+        if self._riding is not None:  # before the run's waiters hear of its end
+            self._riding.land()
         self._writer.notify()
         for callback in self._on_landed:
             callback()
@@ -310,6 +341,8 @@ class Staged:
         loop = self._writer.loop
         (loop.tape_len, loop.turn_count, loop.tool_call_count, loop.state,
          loop.final_text) = self._saved
+        if self._riding is not None:
+            self._riding.abandon()
 
     def settle(self, task: asyncio.Future[list[StoredEvent]]) -> None:
         """Land or abandon by how the submitted append ended."""
