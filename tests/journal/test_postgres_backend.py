@@ -21,9 +21,9 @@ from palyra.journal import EntityWrite, JournalConfig, JournalStore, verify_stor
 from palyra.journal.format.record import scoped_key, scoped_prefix, u64_key
 from palyra.journal.postgres.kv import PgTxn
 from palyra.journal.postgres.schema import SCHEMA_VERSION, migrate, stored_version
+from palyra.journal.postgres.statements import last_in_scope, taken_keys
 from palyra.journal.postgres.store import PostgresJournalStore
 from palyra.journal.postgres.watch import OwnCommits
-from palyra.journal.postgres.writer import last_in_scope, taken_keys
 from palyra.journal.read.reads import last_scoped_number
 from palyra.testing.postgres import PostgresServer
 

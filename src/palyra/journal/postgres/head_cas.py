@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from palyra.journal.postgres.arrays import ByteaArray, TextArray
+from palyra.journal.postgres.statements import Rows
 from palyra.journal.postgres.watch import CHANNEL
 
 _MOVED = (
@@ -57,7 +58,7 @@ _IF_HEAD_IS_DELETING = f"WITH {_MOVED}, {_DELETED}, {_PUT} {_NOTIFY}"
 
 def write_if_head_is(
     conn: Any, known: tuple[int, bytes], moved_to: tuple[int, bytes],
-    rows: tuple[list[str], list[bytes], list[bytes], list[str], list[bytes]],
+    rows: Rows,
     event_ids: tuple[str, list[bytes]],
 ) -> bool:
     """Write ``rows`` (puts ``dbs, keys, values`` and deletes ``dbs, keys``) and move the
@@ -69,7 +70,7 @@ def write_if_head_is(
              event_ids[0])
     puts = (TextArray(put_dbs), ByteaArray(put_keys), ByteaArray(values))
     if del_keys:
-        # Never prepared, as the locked commit's ``DELETE`` (``writer._DELETE``): a generic
+        # Never prepared, as the locked commit's ``DELETE`` (``statements._DELETE``): a generic
         # plan made on a young journal's statistics read the whole table every commit.
         cursor = conn.execute(_IF_HEAD_IS_DELETING,
                               (*moved, TextArray(del_dbs), ByteaArray(del_keys), *puts),

@@ -21,12 +21,11 @@ from palyra.journal._types import JournalConfig, Lease
 from palyra.journal.postgres.kv import PostgresEnv
 from palyra.journal.postgres.lease import Leases
 from palyra.journal.postgres.schema import migrate, require_current
+from palyra.journal.postgres.statements import CLOCK
 from palyra.journal.postgres.watch import _HEAD, NOTIFY, ForeignCommits, OwnCommits
 from palyra.journal.postgres.writer import PostgresWriter
 from palyra.journal.read.entity_cache import EntityCache
 from palyra.journal.read.follow import FollowHub
-
-_CLOCK = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
 
 class PostgresJournalStore(JournalStore):
@@ -99,7 +98,7 @@ class PostgresJournalStore(JournalStore):
             PalyraError: ``UNAVAILABLE`` when the database cannot be reached.
         """
         with self._env.read() as txn:
-            row = txn.conn.execute(_CLOCK).fetchone()
+            row = txn.conn.execute(CLOCK).fetchone()
         return int(row[0])
 
     def acquire_lease(self, name: str, owner: str, ttl_s: float) -> Lease | None:

@@ -50,19 +50,25 @@ from palyra.journal.format.record import (
     RETENTION_SESSION,
     CheckpointRecord,
     encode_record,
-    key_u64,
     record_hashes,
-    scoped_key,
-    scoped_prefix,
     u64_key,
 )
-from palyra.journal.postgres import arrays
-from palyra.journal.postgres.arrays import ByteaArray, TextArray
 from palyra.journal.postgres.changes import change_op, trim, trim_due
 from palyra.journal.postgres.head_cas import write_if_head_is
 from palyra.journal.postgres.kv import PgTxn, PgWriteTxn, PostgresEnv
 from palyra.journal.postgres.lease import FENCES
-from palyra.journal.postgres.watch import CHANNEL, OwnCommits
+from palyra.journal.postgres.statements import (
+    BEGIN,
+    CLOCK,
+    COMMIT,
+    ROWS,
+    connect,
+    last_in_scope,
+    lock_head,
+    rows_of,
+    write_and_move_head,
+)
+from palyra.journal.postgres.watch import OwnCommits
 from palyra.journal.read.follow import Deliveries
 from palyra.journal.read.reads import pruned_through
 from palyra.journal.read.tlog import StoredTree
@@ -91,7 +97,6 @@ WRITER_THREAD = "palyra-journal-pg-writer"
 # Chain heads remembered between this thread's own commits; past this many
 # entries the memory is dropped and refilled from the database on demand.
 _MEMORY_LIMIT = 4096
-_MAX_U64 = (1 << 64) - 1
 _STOP = object()
 SERIALIZATION_RETRIES = 8
 """How often a transaction the database aborted for retry (SQLSTATE ``40001``, as
@@ -99,61 +104,6 @@ CockroachDB's ``SERIALIZABLE`` and PostgreSQL's ``REPEATABLE READ`` or ``SERIALI
 when another daemon committed first) is run again, planned afresh, before its callers
 get ``UNAVAILABLE``."""
 
-_BEGIN = "BEGIN"
-_COMMIT = "COMMIT"
-_CLOCK = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
-_LOCK_HEAD = "SELECT next_position, head FROM journal_head FOR UPDATE"
-# The two look-ups by a list of keys descend the primary key once per key, by
-# their shape: a nested loop over the array (LATERAL with LIMIT keeps the planner
-# from turning it into a join it may plan otherwise). Written as ``db = $1 AND
-# key = ANY($2)``, a young journal's missing statistics (autoanalyze had not yet
-# run) made the planner estimate a sub-DB at a few rows and filter all of them:
-# every commit read every row of ``_event_ids`` (one per event), 7.5 ms a commit
-# after 12,000 events, so the server's CPU per step grew with the journal.
-_TAKEN = (
-    "SELECT t.key FROM unnest(%b::bytea[]) AS t(key) CROSS JOIN LATERAL "
-    "(SELECT 1 FROM journal_kv j WHERE j.db = %s AND j.key = t.key LIMIT 1) AS found"
-)
-_ROWS = (
-    "SELECT t.key, found.value FROM unnest(%b::bytea[]) AS t(key) CROSS JOIN LATERAL "
-    "(SELECT value FROM journal_kv j WHERE j.db = %s AND j.key = t.key LIMIT 1) AS found"
-)
-# A scope's last index key (its session or tape), and for a session the record it
-# names, in one round trip: the readers' ``last_scoped_number`` (two cursor moves)
-# and ``record_hash_at`` (a get) would take three for every session new to this writer.
-_LAST_IN_SCOPE = (
-    "SELECT key FROM journal_kv WHERE db = %s AND key >= %b AND key <= %b "
-    "ORDER BY key DESC LIMIT 1"
-)
-_LAST_RECORD_IN_SCOPE = (
-    "SELECT s.key, e.value FROM (" + _LAST_IN_SCOPE + ") AS s "
-    "LEFT JOIN journal_kv e ON e.db = %s AND e.key = substring(s.key FROM %s)"
-)
-# The puts (``INSERT … ON CONFLICT DO UPDATE`` over ``unnest`` arrays), the head row's
-# move and the other daemons' wake-up in one statement: the insert as a data-modifying
-# CTE, which PostgreSQL runs to completion whether or not the main query reads it, and
-# ``pg_notify`` (``NOTIFY`` as a function, queued until the transaction commits). One
-# statement where there were two: each costs the writer's thread a query's conversion,
-# dumping and result handling in psycopg.
-_PUT_AND_MOVE_HEAD = (
-    "WITH put AS (INSERT INTO journal_kv (db, key, value) "
-    "SELECT * FROM unnest(%b::text[], %b::bytea[], %b::bytea[]) "
-    "ON CONFLICT (db, key) DO UPDATE SET value = EXCLUDED.value), "
-    "moved AS (UPDATE journal_head SET next_position = %s, head = %s RETURNING 1) "
-    f"SELECT pg_notify('{CHANNEL}', '') FROM moved"
-)
-# The deletes, sent before it (their keys never overlap the puts': the last op on a key
-# wins before either is built) and never prepared: psycopg prepares a statement the
-# fifth time it runs, and PostgreSQL then keeps the generic plan made on the statistics
-# of that moment. For a young journal that was a hash semi-join over a sequential scan
-# of ``journal_kv``, kept while the table grew: every commit that deleted a row read the
-# whole journal (16 ms of the server's CPU a commit after 100,000 rows, and growing).
-# Planned at each run, the plan follows the table's size (the planner scales its
-# statistics by the table's pages now), for a fraction of a millisecond.
-_DELETE = (
-    "DELETE FROM journal_kv WHERE (db, key) IN "
-    "(SELECT * FROM unnest(%b::text[], %b::bytea[]))"
-)
 
 
 class PostgresWriter:
@@ -181,7 +131,7 @@ class PostgresWriter:
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self.submit: Callable[[Request], None] = self._queue.put
         self.stats = WriterStats()
-        self._conn = _connect(env.config.dsn)
+        self._conn = connect(env.config.dsn)
         # What this thread committed last: while the head row still says so,
         # no other daemon has committed and the memories below are exact.
         self._known: tuple[int, bytes] | None = None
@@ -328,7 +278,7 @@ class PostgresWriter:
         if own is not None:
             own.begin(known[0], plan.next_position - 1)
         try:
-            written = write_if_head_is(conn, known, (plan.next_position, plan.head), _rows(ops),
+            written = write_if_head_is(conn, known, (plan.next_position, plan.head), rows_of(ops),
                                        (names.EVENT_IDS, ids))  # fmt: skip
         except psycopg.errors.SerializationFailure:  # another daemon's commit came first
             written = False
@@ -396,11 +346,11 @@ class PostgresWriter:
         # with the head row locked (``clock_timestamp()``, not ``now()``, which is when
         # the transaction began, maybe long before the lock): sent with the rows' read,
         # in its round trip.
-        clock = txn.conn.execute(_CLOCK) if has_deadline(batch) else None
+        clock = txn.conn.execute(CLOCK) if has_deadline(batch) else None
         stored: dict[tuple[str, str], bytes | None] = {}
         for table in {table for table, _key in rows}:
             keys = [key.encode() for t, key in rows if t == table]
-            for key, value in txn.conn.execute(_ROWS, (keys, table), binary=True):
+            for key, value in txn.conn.execute(ROWS, (keys, table), binary=True):
                 stored[(table, bytes(key).decode())] = bytes(value)
         now_ms = None
         if clock is not None:
@@ -610,7 +560,7 @@ class PostgresWriter:
         """One run of :meth:`_in_transaction`'s transaction."""
         if self._conn.broken or self._conn.closed:  # a lost connection: a new one
             self._conn.close()
-            self._conn = _connect(self._env.config.dsn)
+            self._conn = connect(self._env.config.dsn)
         if taken_of is not None:
             taken_of[1].clear()
         conn, own = self._conn, self._own
@@ -624,8 +574,8 @@ class PostgresWriter:
             # instead of 7. After an error the server skips the rest of the pipeline
             # up to its sync, so nothing after the failing statement applies.
             with conn.pipeline():
-                conn.execute(_BEGIN)
-                head = _lock_head(conn, taken_of)
+                conn.execute(BEGIN)
+                head = lock_head(conn, taken_of)
                 if head != self._known:
                     if self._known is not None:
                         self._contended = True  # another daemon committed since this thread
@@ -636,10 +586,10 @@ class PostgresWriter:
                 if ops:
                     trim(conn, head[0], next_position)
                     # Other daemons' followers are notified when this commits.
-                    _write_and_move_head(conn, ops, next_position, new_head)
+                    write_and_move_head(conn, ops, next_position, new_head)
                     if own is not None and next_position > head[0]:
                         own.begin(head[0], next_position - 1)  # this daemon delivers these
-                conn.execute(_COMMIT)
+                conn.execute(COMMIT)
             # Leaving the pipeline synced it: the commit is durable, or it raised.
         except BaseException:
             if own is not None:
@@ -667,91 +617,6 @@ class PostgresWriter:
         self._session_heads.clear()
         self._tape_next.clear()
         self._tree = None
-
-
-def _connect(dsn: str) -> psycopg.Connection[Any]:
-    # Autocommit: the writer sends its own BEGIN and COMMIT (see ``_in_transaction``).
-    conn = psycopg.connect(dsn, autocommit=True)
-    arrays.register(conn)  # the commit's rows go as arrays dumped in one pass
-    return conn
-
-
-def _lock_head(conn: psycopg.Connection[Any],
-               taken_of: tuple[list[bytes], set[bytes]] | None) -> tuple[int, bytes]:
-    """Lock the head row and read it; with ``taken_of`` ``(event ids, taken)``, add to
-    ``taken`` which of the ids the journal holds, asked in the same round trip (run once
-    the lock is held, the look-up sees every commit before this one)."""
-    locked = conn.execute(_LOCK_HEAD, binary=True)
-    found = (conn.execute(_TAKEN, (taken_of[0], names.EVENT_IDS), binary=True)
-             if taken_of is not None and taken_of[0] else None)
-    row = locked.fetchone()
-    if found is not None and taken_of is not None:
-        taken_of[1].update(bytes(r[0]) for r in found.fetchall())
-    if row is None:
-        raise PalyraError("the PostgreSQL journal has no head row",
-                          code=ErrorCode.JOURNAL_CORRUPT)
-    return int(row[0]), bytes(row[1])
-
-
-Rows = tuple[list[str], list[bytes], list[bytes], list[str], list[bytes]]
-"""A plan's ops as rows: the puts' ``dbs, keys, values``, the deletes' ``dbs, keys``."""
-
-
-def _rows(ops: list[Op]) -> Rows:
-    """Every op as a row; the last op on a key wins, as applying them in order would (so
-    no key is both put and deleted)."""
-    final: dict[tuple[str, bytes], bytes | None] = {}
-    for name, key, value in ops:
-        final[(name, bytes(key))] = None if value is None else bytes(value)
-    put_dbs: list[str] = []
-    put_keys: list[bytes] = []
-    values: list[bytes] = []
-    del_dbs: list[str] = []
-    del_keys: list[bytes] = []
-    for (db, key), value in final.items():
-        if value is None:
-            del_dbs.append(db)
-            del_keys.append(key)
-        else:
-            put_dbs.append(db)
-            put_keys.append(key)
-            values.append(value)
-    return put_dbs, put_keys, values, del_dbs, del_keys
-
-
-def _write_and_move_head(conn: psycopg.Connection[Any], ops: list[Op], next_position: int,
-                         new_head: bytes) -> None:
-    """Every op as a row and the head row moved to ``next_position``/``new_head``."""
-    put_dbs, put_keys, values, del_dbs, del_keys = _rows(ops)
-    if del_keys:
-        conn.execute(_DELETE, (TextArray(del_dbs), ByteaArray(del_keys)), prepare=False)
-    conn.execute(_PUT_AND_MOVE_HEAD, (TextArray(put_dbs), ByteaArray(put_keys),
-                                      ByteaArray(values), next_position, new_head))
-
-
-def taken_keys(conn: psycopg.Connection[Any], db: str, keys: list[bytes]) -> set[bytes]:
-    """Which of ``keys`` ``db`` holds (one index descent per key: see ``_TAKEN``)."""
-    rows = conn.execute(_TAKEN, (keys, db), binary=True)
-    return {bytes(row[0]) for row in rows}
-
-
-def last_in_scope(
-    conn: psycopg.Connection[Any], db: str, scope: str, records: str | None = None
-) -> tuple[int, bytes | None]:
-    """The largest number under ``scope`` in index ``db`` (-1 if none), as the readers'
-    ``last_scoped_number`` finds it, and with ``records`` (the records' sub-DB) the record
-    stored under that position (None if missing), in one statement."""
-    prefix = scoped_prefix(scope)
-    bounds = (db, prefix, scoped_key(scope, _MAX_U64))
-    if records is None:
-        row = conn.execute(_LAST_IN_SCOPE, bounds, binary=True).fetchone()
-    else:
-        row = conn.execute(_LAST_RECORD_IN_SCOPE, (*bounds, records, len(prefix) + 1),
-                           binary=True).fetchone()  # fmt: skip
-    if row is None or len(row[0]) != len(prefix) + 8:
-        return -1, None
-    raw = row[1] if records is not None else None
-    return key_u64(bytes(row[0])), None if raw is None else bytes(raw)
 
 
 def _weight(item: object) -> int:
