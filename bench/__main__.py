@@ -8,6 +8,8 @@ real daemon), ``retention`` (bench/retention.py, pruning into hash tombstones) a
 ``tasks`` (bench/tasks.py, the durable task queue: enqueue to start latency, tasks/s);
 ``diff`` (bench/diff.py) sets two ``tool-loop --json`` files side by side;
 ``failover`` (bench/failover.py, a SIGKILLed daemon's runs taken over on PostgreSQL);
+``daemons`` (bench/daemons.py, the tool-loop over gRPC on 1 and 3 daemons sharing PostgreSQL,
+beside one on LMDB);
 ``tool-calls`` (bench/tool_calls.py, one built-in, MCP and skill call's CPU apart from the run).
 """
 
@@ -20,7 +22,8 @@ _WORKLOADS = {"journal": "bench.journal", "tool-loop": "bench.tool_loop", "diff"
               "memory": "bench.memory", "ingress": "bench.ingress",
               "retention": "bench.retention", "open-runs": "bench.open_runs",
               "console": "bench.console", "tasks": "bench.tasks",
-              "failover": "bench.failover", "tool-calls": "bench.tool_calls"}
+              "failover": "bench.failover", "daemons": "bench.daemons",
+              "tool-calls": "bench.tool_calls"}
 
 
 def main(argv: list[str]) -> int:

@@ -50,7 +50,7 @@ _T0 = time.perf_counter()
 from bench import ops, ops_interleave, probe, report  # noqa: E402
 from bench.inproc import in_process  # noqa: E402
 from bench.measure import Subject, measure  # noqa: E402
-from bench.pgcpu import cluster_cpu_s  # noqa: E402
+from bench.pgcpu import cluster_cpu_s, committed_transactions  # noqa: E402
 from bench.workload import drive  # noqa: E402
 from palyra.journal import JournalConfig  # noqa: E402
 
@@ -78,17 +78,6 @@ def _fresh(root: Path, kind: str) -> Path:
 def _server_cpu_s(server: PostgresServer | None) -> float:
     """CPU seconds (user + system) used so far by every process of ``server``'s cluster."""
     return cluster_cpu_s(server.pid if server is not None else None)
-
-
-def _pg_transactions(dsn: str) -> int:
-    """Committed transactions of ``dsn``'s database so far (``pg_stat_database``)."""
-    import psycopg
-
-    time.sleep(1.0)  # the statistics are flushed about once a second
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT xact_commit FROM pg_stat_database "
-                           "WHERE datname = current_database()").fetchone()
-    return int(row[0]) if row else 0  # type: ignore[call-overload]
 
 
 def langgraph_run(args: argparse.Namespace, server: PostgresServer) -> dict[str, Any]:
@@ -126,7 +115,7 @@ async def inproc_run(args: argparse.Namespace, root: Path, ops_mode: str = "off"
         probe.COUNTER.install()
         server_cpu = _server_cpu_s(server)
         dsn = args.journal_config.dsn if server is not None else ""
-        xacts = _pg_transactions(dsn) if dsn else 0
+        xacts = committed_transactions(dsn) if dsn else 0
         try:
             async with ops.operations(driver, ops_mode) as counters:
                 result = await measure(driver, subject, args, data_dir, "inproc")
@@ -138,7 +127,7 @@ async def inproc_run(args: argparse.Namespace, root: Path, ops_mode: str = "off"
             result["postgres_cpu_ms_per_step"] = round(
                 (_server_cpu_s(server) - server_cpu) * 1000 / max(steps, 1), 3)
             result["pg_transactions_per_step"] = round(
-                (_pg_transactions(dsn) - xacts) / max(steps, 1), 2)
+                (committed_transactions(dsn) - xacts) / max(steps, 1), 2)
         result["ops"] = {"mode": ops_mode, **counters}
     return result
 

@@ -237,9 +237,10 @@ class DaemonDriver:
     """A driver plus the daemon behind it: its pid and its in-process probe."""
 
     def __init__(self, daemon: DaemonProcess, client: GrpcDriver | GrpcioDriver | HttpDriver,
-                 probe_path: str,
-                 args: argparse.Namespace) -> None:
+                 probe_path: str, args: argparse.Namespace,
+                 journal_env: dict[str, str] | None = None) -> None:
         self.daemon = daemon
+        self._journal_env = journal_env or {}
         self._args = args
         self.client = client
         self._probe_path = probe_path
@@ -255,6 +256,8 @@ class DaemonDriver:
 
     def storage_effective(self) -> dict[str, Any]:
         """What the daemon's store is configured to do (its defaults: LMDB, sync on)."""
+        if self._journal_env.get("PALYRA_JOURNAL_BACKEND") == "postgres":
+            return {"engine": "postgres", "synchronous_commit": True, "group_commit": True}
         return {"engine": "lmdb", "sync": True, "metasync": True, "group_commit": True}
 
     def settings(self) -> dict[str, str]:
@@ -296,14 +299,15 @@ def daemon_env(args: argparse.Namespace, probe_path: str) -> dict[str, str]:
 
 
 @contextlib.asynccontextmanager
-async def open_driver(kind: str, data_dir: Path, args: argparse.Namespace
-                      ) -> AsyncIterator[DaemonDriver]:
-    """A fresh daemon on ``data_dir`` and a ``kind`` (grpc|http) driver for it."""
+async def open_driver(kind: str, data_dir: Path, args: argparse.Namespace,
+                      journal_env: dict[str, str] | None = None) -> AsyncIterator[DaemonDriver]:
+    """A fresh daemon on ``data_dir`` and a ``kind`` (grpc|http) driver for it; with
+    ``journal_env`` (``PALYRA_JOURNAL_*`` settings) its journal is not the default LMDB."""
     # The probe is a Unix socket: its path must fit in sun_path (108 bytes), which a
     # data dir deep in a test's temporary tree does not; a short directory of its own does.
     probe_dir = tempfile.mkdtemp(prefix="palyra-probe-")
     probe_path = os.path.join(probe_dir, "probe")
-    daemon = DaemonProcess(data_dir, env=daemon_env(args, probe_path),
+    daemon = DaemonProcess(data_dir, env={**daemon_env(args, probe_path), **(journal_env or {})},
                            log_path=data_dir.parent / f"{data_dir.name}.daemon.log")
     await asyncio.to_thread(daemon.start)
     batch, shape = not getattr(args, "unbatched", False), getattr(args, "rpc", "stream")
@@ -317,7 +321,7 @@ async def open_driver(kind: str, data_dir: Path, args: argparse.Namespace
         client = HttpDriver(daemon, args.tool, args.concurrency, shape,
                             lean=getattr(args, "http_client", "httpx") == "lean")
     try:
-        yield DaemonDriver(daemon, client, probe_path, args)
+        yield DaemonDriver(daemon, client, probe_path, args, journal_env)
     finally:
         await client.aclose()
         code = await asyncio.to_thread(daemon.stop)
