@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from palyra.core.errors import AlreadyExists, ErrorCode, PalyraError
 from palyra.journal import EntityWrite, JournalConfig, JournalStore, verify_store
+from palyra.journal import _env as names
 from palyra.journal.format.record import scoped_key, scoped_prefix, u64_key
 from palyra.journal.postgres.kv import PgTxn
 from palyra.journal.postgres.schema import SCHEMA_VERSION, migrate, stored_version
@@ -25,6 +26,7 @@ from palyra.journal.postgres.statements import last_in_scope, taken_keys
 from palyra.journal.postgres.store import PostgresJournalStore
 from palyra.journal.postgres.watch import OwnCommits
 from palyra.journal.read.reads import last_scoped_number
+from palyra.journal.read.tlog import StoredTree
 from palyra.testing.postgres import PostgresServer
 
 from .helpers import draft
@@ -433,3 +435,32 @@ def test_the_writers_one_statement_head_look_up_agrees_with_the_readers(
             assert number == expected, scope
             stored = txn.get(u64_key(expected), "_events") if expected >= 0 else None
             assert raw == stored, scope
+
+
+async def test_a_writer_folds_the_leaves_other_daemons_stored_into_its_tree(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    # After another daemon's commits a writer does not read the transparency log's
+    # frontier whole: it folds the leaves stored since its own last commit into the
+    # frontier it committed. The tree it then extends must be the stored one.
+    dsn = postgres_server.create_database()
+    a = JournalStore.open(tmp_path / "a", config=_config(dsn))
+    b = JournalStore.open(tmp_path / "b", config=_config(dsn))
+    try:
+        n = itertools.count()
+        for round_ in range(3):
+            await a.append([draft(next(n), session_id="a")])
+            # Records of several sessions in one commit, then another: leaves in an
+            # order a wrong fold would get wrong (a reversed run, a dropped leaf).
+            for _ in range(2):
+                await b.append([draft(next(n), session_id=f"b{k}-{round_}") for k in range(3)])
+            await a.append([draft(next(n), session_id="a")])
+            writer = _pg(a)._writer
+            assert writer is not None
+            with _pg(a).env.read() as txn:
+                stored = StoredTree(txn, _pg(a).env.dbs[names.TLOG]).frontier()
+            assert writer._tree == stored
+        assert verify_store(a).ok
+    finally:
+        a.close()
+        b.close()

@@ -73,7 +73,7 @@ from palyra.journal.read.follow import Deliveries
 from palyra.journal.read.reads import pruned_through
 from palyra.journal.read.tlog import StoredTree
 from palyra.journal.retention.prune import PruneResult, tombstone_prefix
-from palyra.journal.tlog.merkle import Frontier
+from palyra.journal.tlog.merkle import Frontier, fold
 from palyra.journal.tlog.note import NoteError
 from palyra.journal.write.answer import fail, resolve
 from palyra.journal.write.commitlog import Op
@@ -98,6 +98,9 @@ WRITER_THREAD = "palyra-journal-pg-writer"
 # entries the memory is dropped and refilled from the database on demand.
 _MEMORY_LIMIT = 4096
 _STOP = object()
+# Past this many leaves stored by other daemons since this thread's last commit, the
+# tree's frontier is read whole (a read per perfect subtree) rather than folded in.
+_FOLD_AT_MOST = 1024
 SERIALIZATION_RETRIES = 8
 """How often a transaction the database aborted for retry (SQLSTATE ``40001``, as
 CockroachDB's ``SERIALIZABLE`` and PostgreSQL's ``REPEATABLE READ`` or ``SERIALIZABLE`` do
@@ -140,6 +143,10 @@ class PostgresWriter:
         # The transparency log's frontier after that commit (read from the tree's
         # rows again whenever another daemon has committed since).
         self._tree: Frontier | None = None
+        # The last frontier this thread committed, kept when the memories are dropped:
+        # the tree only grows, so it stays true of its leaves, and the next commit folds
+        # in the leaves stored since instead of reading the whole frontier again.
+        self._tree_before: Frontier | None = None
         self.serialization_retries = 0  # transactions run again after a 40001
         self.head_misses = 0  # lock-free commits that found the head row moved (or ids taken)
         # Whether other daemons commit between this thread's commits: set by a miss (or
@@ -375,8 +382,26 @@ class PostgresWriter:
                     tape_next[run_id] = seq
         tree = self._tree
         if tree is None:  # the shared tree as the database holds it now
-            tree = StoredTree(txn, env.dbs[names.TLOG]).frontier()
+            tree = self._stored_frontier(txn)
         return Heads(head[0], head[1], sessions, tape_next, tree)
+
+    def _stored_frontier(self, txn: PgTxn) -> Frontier:
+        """The shared tree's frontier as the database holds it now: the last one this
+        thread committed with the leaves stored since folded in (one range read of the
+        other daemons' leaves), else read whole (a read per perfect subtree, each
+        rebuilt from up to a tile of rows: most of a commit's time where daemons commit
+        in turn)."""
+        stored = StoredTree(txn, self._env.dbs[names.TLOG])
+        before = self._tree_before
+        if before is not None and 0 <= stored.size - before.size <= _FOLD_AT_MOST:
+            try:
+                leaves = stored.entries(before.size, stored.size)
+            except LookupError:  # not all stored: read it whole, which says what is wrong
+                return stored.frontier()
+            roots = list(before.roots)
+            fold(roots, before.size, leaves, stored.prefix)
+            return Frontier(stored.size, tuple(roots))
+        return stored.frontier()
 
     def _session_head(self, txn: PgTxn, session_id: str) -> bytes:
         """The hash of the session's last record (remembered, else as the database has it)."""
@@ -616,6 +641,8 @@ class PostgresWriter:
         self._known = None
         self._session_heads.clear()
         self._tape_next.clear()
+        if self._tree is not None:
+            self._tree_before = self._tree
         self._tree = None
 
 
