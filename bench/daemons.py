@@ -39,7 +39,7 @@ from palyra_gen.palyra import v1 as pb
 from bench import probe, report
 from bench.pgcpu import cluster_cpu_s, committed_transactions
 from bench.transports import DaemonDriver, open_driver
-from bench.workload import Driver, OnEvent, drive, pct
+from bench.workload import Driver, OnEvent, add_shape_arguments, drive, pct
 from palyra.testing.postgres import PostgresServer
 
 
@@ -194,9 +194,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="python -m bench daemons", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-k", "--steps", type=int, default=10, help="K tool calls per turn")
-    parser.add_argument("-n", "--sessions", type=int, default=200, help="N sessions")
-    parser.add_argument("-c", "--concurrency", type=int, default=16, help="C closed-loop workers")
+    add_shape_arguments(parser, concurrency=16)
     parser.add_argument("-r", "--repeats", type=int, default=3, help="repeats; medians shown")
     parser.add_argument("--daemons", default="1,3",
                         help="daemon counts on PostgreSQL, comma-separated (default 1,3)")

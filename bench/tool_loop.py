@@ -51,7 +51,7 @@ from bench import ops, ops_interleave, probe, report  # noqa: E402
 from bench.inproc import in_process  # noqa: E402
 from bench.measure import Subject, measure  # noqa: E402
 from bench.pgcpu import cluster_cpu_s, committed_transactions  # noqa: E402
-from bench.workload import drive  # noqa: E402
+from bench.workload import add_shape_arguments, drive  # noqa: E402
 from palyra.journal import JournalConfig  # noqa: E402
 
 if TYPE_CHECKING:  # imported only for --backend postgres|both: psycopg would grow every
@@ -279,9 +279,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="python -m bench tool-loop", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-k", "--steps", type=int, default=10, help="K tool calls per turn")
-    parser.add_argument("-n", "--sessions", type=int, default=200, help="N sessions")
-    parser.add_argument("-c", "--concurrency", type=int, default=1, help="C closed-loop workers")
+    add_shape_arguments(parser, concurrency=1)
     parser.add_argument("--turns", type=int, default=1, help="T user turns per session")
     parser.add_argument("-r", "--repeats", type=int, default=3, help="runs; the table shows medians")
     parser.add_argument("--hitl", action="store_true", help="every tool call needs approval")

@@ -167,6 +167,14 @@ async def drive(driver: Driver, args: argparse.Namespace, n: int, prefix: str) -
     return tally
 
 
+def add_shape_arguments(parser: argparse.ArgumentParser, *, concurrency: int) -> None:
+    """The workload's shape on a bench's command line: K steps, N sessions, C workers."""
+    parser.add_argument("-k", "--steps", type=int, default=10, help="K tool calls per turn")
+    parser.add_argument("-n", "--sessions", type=int, default=200, help="N sessions")
+    parser.add_argument("-c", "--concurrency", type=int, default=concurrency,
+                        help="C closed-loop workers")
+
+
 def pct(values: list[float], q: float) -> float:
     """Nearest-rank percentile of seconds, in ms."""
     if not values:

@@ -7,8 +7,10 @@ own writer thread and connection, so nothing but PostgreSQL orders their commits
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -36,13 +38,23 @@ def _config(dsn: str, **settings: object) -> JournalConfig:
     return JournalConfig(backend="postgres", dsn=dsn, **settings)  # type: ignore[arg-type]
 
 
+@contextlib.contextmanager
+def _two_daemons(tmp_path: Path, dsn: str) -> Iterator[tuple[JournalStore, JournalStore]]:
+    """Two stores on one database, as two daemons' (closed after)."""
+    a = JournalStore.open(tmp_path / "a", config=_config(dsn))
+    b = JournalStore.open(tmp_path / "b", config=_config(dsn))
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
 async def test_two_writers_share_one_dense_chain(
     tmp_path: Path, postgres_server: PostgresServer
 ) -> None:
     dsn = postgres_server.create_database()
-    a = JournalStore.open(tmp_path / "a", config=_config(dsn))
-    b = JournalStore.open(tmp_path / "b", config=_config(dsn))
-    try:
+    with _two_daemons(tmp_path, dsn) as (a, b):
         async def appender(store: JournalStore, name: str, count: int) -> list[str]:
             ids = []
             for n in range(count):
@@ -68,9 +80,6 @@ async def test_two_writers_share_one_dense_chain(
             assert [e.tape_seq for e in shared] == list(range(total // 2))
             assert store.head() == a.head()
         assert verify_store(a).ok and verify_store(b).ok
-    finally:
-        a.close()
-        b.close()
 
 
 async def test_an_event_id_taken_by_the_other_writer_is_refused(
@@ -444,9 +453,7 @@ async def test_a_writer_folds_the_leaves_other_daemons_stored_into_its_tree(
     # frontier whole: it folds the leaves stored since its own last commit into the
     # frontier it committed. The tree it then extends must be the stored one.
     dsn = postgres_server.create_database()
-    a = JournalStore.open(tmp_path / "a", config=_config(dsn))
-    b = JournalStore.open(tmp_path / "b", config=_config(dsn))
-    try:
+    with _two_daemons(tmp_path, dsn) as (a, b):
         n = itertools.count()
         for round_ in range(3):
             await a.append([draft(next(n), session_id="a")])
@@ -461,6 +468,3 @@ async def test_a_writer_folds_the_leaves_other_daemons_stored_into_its_tree(
                 stored = StoredTree(txn, _pg(a).env.dbs[names.TLOG]).frontier()
             assert writer._tree == stored
         assert verify_store(a).ok
-    finally:
-        a.close()
-        b.close()
