@@ -55,6 +55,7 @@ import msgspec
 from palyra.core.canonical import canonical_bytes
 from palyra.core.chain import GENESIS, LINK_TAG, event_hash, event_preimage, link_hash
 from palyra.journal import EventDraft, JournalConfig, JournalStore, verify_store
+from palyra.journal._env import WRITER_THREAD
 from palyra.journal.write.prepare import PreparedEvent, prepare
 
 CONCURRENCY = (1, 16, 256)
@@ -123,8 +124,10 @@ async def _drive(appenders: int, indices: Iterable[int], append: Callable[[int],
 
 
 def _line(
-    config: str, appenders: int, events: int, seconds: float, commits: int, cpu_s: float
+    config: str, appenders: int, events: int, seconds: float, commits: int, cpu_s: float,
+    threads: Sequence[float | None] = (None, None),
 ) -> dict[str, Any]:
+    loop_s, worker_s = threads
     return {
         "config": config,
         "appenders": appenders,
@@ -135,14 +138,68 @@ def _line(
         "events_per_commit": round(events / max(1, commits), 2),
         # Process CPU (every thread) per event: steadier than events/s on a shared machine.
         "cpu_us_per_event": round(cpu_s / events * 1e6, 1),
+        # The same split by thread: the callers' event loop, and the one thread the
+        # contender hands appends to (the journal's writer, SQLite's connection thread,
+        # the floors' threads). At one appender every microsecond of either is latency.
+        "loop_cpu_us_per_event": None if loop_s is None else round(loop_s / events * 1e6, 1),
+        "worker_cpu_us_per_event": (
+            None if worker_s is None else round(worker_s / events * 1e6, 1)),
     }
 
 
-async def _timed(drive: Any) -> tuple[float, float]:
-    """``(seconds, process CPU seconds)`` of one awaited slice."""
-    cpu = time.process_time()
-    seconds = await drive
-    return seconds, time.process_time() - cpu
+def thread_cpu_s(native_id: int | None) -> float | None:
+    """On-CPU seconds of one thread of this process (Linux ``schedstat``), None if unreadable.
+
+    Exact for a thread that is waiting; a running thread's lags by at most a tick.
+    """
+    if native_id is None:
+        return None
+    try:
+        with open(f"/proc/self/task/{native_id}/schedstat", "rb") as handle:
+            return int(handle.read().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def thread_named(name: str) -> int | None:
+    """The native id of this process's live thread called ``name`` (None if there is none)."""
+    return next((t.native_id for t in threading.enumerate() if t.name == name), None)
+
+
+class Totals:
+    """One contender's wall-clock and CPU over its slices: process, event loop, its worker."""
+
+    def __init__(self, worker: int | None) -> None:
+        self.worker = worker  # native id of the thread appends are handed to
+        self.seconds = self.cpu = 0.0
+        self.loop: float | None = 0.0
+        self.worker_cpu: float | None = 0.0
+
+    async def timed(self, drive: Any) -> None:
+        """Await one slice and add what it took."""
+        worker = self.worker
+        # The process clock brackets the thread readings (a few /proc reads a slice),
+        # so the loop and the worker never add up to more than the process. The loop's
+        # own clock, not its schedstat: a running thread's schedstat lags up to a tick;
+        # the worker's is read while it waits for work (the slice's appends are answered).
+        cpu = time.process_time()
+        loop0, worker0 = time.thread_time(), thread_cpu_s(worker)
+        self.seconds += await drive
+        loop1, worker1 = time.thread_time(), thread_cpu_s(worker)
+        self.cpu += time.process_time() - cpu
+        self.loop = _add(self.loop, loop0, loop1)
+        self.worker_cpu = _add(self.worker_cpu, worker0, worker1)
+
+    @property
+    def threads(self) -> tuple[float | None, float | None]:
+        """``(event loop, worker)`` CPU seconds, None where a thread could not be read."""
+        return self.loop, self.worker_cpu
+
+
+def _add(total: float | None, before: float | None, after: float | None) -> float | None:
+    if total is None or before is None or after is None:
+        return None
+    return total + after - before
 
 
 async def bench_pair(
@@ -156,19 +213,15 @@ async def bench_pair(
     store = JournalStore.open(root / f"lmdb-{appenders}")
     chain = SqliteChain(root / f"sqlite-{appenders}.db")
     floor = HandoffFloor(root / f"floor-{appenders}") if appenders == 1 else None
-    lmdb_s = sqlite_s = lmdb_cpu = sqlite_cpu = floor_s = floor_cpu = 0.0
+    lmdb, sqlite = Totals(thread_named(WRITER_THREAD)), Totals(chain.thread_id)
+    handoff = Totals(floor.thread.native_id if floor is not None else None)
     try:
         for r in range(rounds):
             part = range(events * r // rounds, events * (r + 1) // rounds)
-            wall, cpu = await _timed(
-                _drive(appenders, part, lambda i: store.append([_draft(i)])))
-            lmdb_s, lmdb_cpu = lmdb_s + wall, lmdb_cpu + cpu
-            wall, cpu = await _timed(_drive(appenders, part, lambda i: chain.append(_draft(i))))
-            sqlite_s, sqlite_cpu = sqlite_s + wall, sqlite_cpu + cpu
+            await lmdb.timed(_drive(appenders, part, lambda i: store.append([_draft(i)])))
+            await sqlite.timed(_drive(appenders, part, lambda i: chain.append(_draft(i))))
             if floor is not None:
-                wall, cpu = await _timed(
-                    _drive(appenders, part, lambda i: floor.append(_draft(i))))
-                floor_s, floor_cpu = floor_s + wall, floor_cpu + cpu
+                await handoff.timed(_drive(appenders, part, lambda i: floor.append(_draft(i))))
         commits = store.stats().commits
     finally:
         store.close()
@@ -176,11 +229,14 @@ async def bench_pair(
         if floor is not None:
             floor.close()
     lines = [
-        _line("lmdb_group_commit", appenders, events, lmdb_s, commits, lmdb_cpu),
-        _line("sqlite_wal_full", appenders, events, sqlite_s, events, sqlite_cpu),
+        _line("lmdb_group_commit", appenders, events, lmdb.seconds, commits, lmdb.cpu,
+              lmdb.threads),
+        _line("sqlite_wal_full", appenders, events, sqlite.seconds, events, sqlite.cpu,
+              sqlite.threads),
     ]
     if floor is not None:
-        lines.append(_line("floor_handoff_dsync", appenders, events, floor_s, events, floor_cpu))
+        lines.append(_line("floor_handoff_dsync", appenders, events, handoff.seconds, events,
+                           handoff.cpu, handoff.threads))
     return lines
 
 
@@ -276,16 +332,16 @@ def _settle_null(batch: list[Any]) -> None:
 async def bench_floor(appenders: int, events: int, rounds: int) -> dict[str, Any]:
     """The ``harness_floor`` line: the journal's drive loop against :class:`NullAppender`."""
     null = NullAppender()
-    seconds = cpu_s = 0.0
+    totals = Totals(null.thread.native_id)
     try:
         for r in range(rounds):
             part = range(events * r // rounds, events * (r + 1) // rounds)
-            wall, cpu = await _timed(_drive(appenders, part, lambda i: null.append([_draft(i)])))
-            seconds, cpu_s = seconds + wall, cpu_s + cpu
+            await totals.timed(_drive(appenders, part, lambda i: null.append([_draft(i)])))
         batches = null.batches  # "commits": the batches it answered
     finally:
         null.close()
-    return _line("harness_floor", appenders, events, seconds, batches, cpu_s)
+    return _line("harness_floor", appenders, events, totals.seconds, batches, totals.cpu,
+                 totals.threads)
 
 
 def fsync_floor(root: Path, runs: int = 300) -> dict[str, Any]:
@@ -331,6 +387,8 @@ class SqliteChain:
 
     def __init__(self, path: Path) -> None:
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        # The connection's one thread, started now so its CPU can be read per slice.
+        self.thread_id: int | None = self.pool.submit(threading.get_native_id).result()
         self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
@@ -512,6 +570,12 @@ async def run(events: int, base: Path, rounds: int = 5, only: str = "") -> int:
             # The most any journal of this shape could reach at one appender.
             ratios["floor_vs_sqlite@1"] = round(
                 floor["events_per_s"] / results[("sqlite_wal_full", 1)]["events_per_s"], 2)
+            # What a lone append costs the writer thread beyond the floor's thread (the
+            # hand-off and the flush): at one appender it is latency, one for one.
+            writer = results[("lmdb_group_commit", 1)]["worker_cpu_us_per_event"]
+            if writer is not None and floor["worker_cpu_us_per_event"] is not None:
+                ratios["writer_cpu_beyond_floor_us@1"] = round(
+                    writer - floor["worker_cpu_us_per_event"], 1)
         ratios["verify_vs_raw_sha256"] = round(
             by_name["verify"]["events_per_s"] / by_name["raw_sha256"]["events_per_s"], 3
         )
