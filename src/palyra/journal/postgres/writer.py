@@ -140,12 +140,11 @@ class PostgresWriter:
         self._known: tuple[int, bytes] | None = None
         self._session_heads: dict[str, bytes] = {}
         self._tape_next: dict[str, int] = {}
-        # The transparency log's frontier after that commit (read from the tree's
-        # rows again whenever another daemon has committed since).
+        # The transparency log's frontier after that commit. Once another daemon has
+        # committed since, it is dropped with the memories above but kept as
+        # ``_tree_before``: the tree only grows, so it stays true of its leaves, and the
+        # next commit folds in the leaves stored since (``_stored_frontier``).
         self._tree: Frontier | None = None
-        # The last frontier this thread committed, kept when the memories are dropped:
-        # the tree only grows, so it stays true of its leaves, and the next commit folds
-        # in the leaves stored since instead of reading the whole frontier again.
         self._tree_before: Frontier | None = None
         self.serialization_retries = 0  # transactions run again after a 40001
         self.head_misses = 0  # lock-free commits that found the head row moved (or ids taken)
