@@ -20,9 +20,10 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from types import CoroutineType
+from typing import Any, Protocol, cast
 
 import msgspec
 
@@ -214,12 +215,15 @@ class TaskWorker:
         else:
             step = handler(TaskContext(task, payload))
         runner = asyncio.current_task() if inline else None
+        # An ``async def`` handler's coroutine, told by its class (asyncio.iscoroutine
+        # is a Python call, twice per task here); anything else takes the general way.
+        coroutine = step.__class__ is CoroutineType or asyncio.iscoroutine(step)
         work: asyncio.Future[Any]
-        if runner is not None and asyncio.iscoroutine(step):
+        if runner is not None and coroutine:
             work = runner  # a heard cancel cancels this task, inside the handler's await
         else:
             runner = None
-            step = work = (loop.create_task(step) if asyncio.iscoroutine(step)
+            step = work = (loop.create_task(cast("Coroutine[Any, Any, Any]", step)) if coroutine
                            else asyncio.ensure_future(step))
         claim = beats.watch(task, work)
         if watched is not None:
@@ -249,15 +253,14 @@ class TaskWorker:
             runner.uncancel()  # the handler swallowed the heartbeat's cancel
         if staged and (ended := await self._staged_end(staged[0])) is not None:
             return ended
-        done = result if isinstance(result, Done) else Done(result)
-        then = tuple(self._handing_on(f) for f in done.then) if done.then else ()
+        value, then = self._outcome(result)
         # Begun by the queue whatever the success's fate (see Ride); a staged success
         # began it already, landed or not.
         ride = None if claim_next is None or staged else Ride(
             self.owner, self._kinds, self._lease_ms, claim_next(True))
         try:
             rec, claimed = await self._queue.succeed_handing_on(
-                task.task_id, task.lease_epoch, done.result, then, ride=ride)
+                task.task_id, task.lease_epoch, value, then, ride=ride)
         except PalyraError as exc:
             if exc.code is ErrorCode.LEASE_STALE:
                 log.info("task outcome dropped: %s", exc.message)
@@ -266,6 +269,15 @@ class TaskWorker:
         for handed in claimed:
             self._hand_to[handed.kind].adopt(handed)
         return rec
+
+    def _outcome(self, result: dict[str, Any] | Done | None
+                 ) -> tuple[dict[str, Any] | None, tuple[FollowUp, ...]]:
+        """A handler's result and the follow-ups it hands on, each to its taker (a plain
+        result is not wrapped in a Done first: a frozen dataclass's init per task)."""
+        if not isinstance(result, Done):
+            return result, ()
+        return result.result, (tuple(self._handing_on(f) for f in result.then)
+                               if result.then else ())
 
     def _stager(self, task: TaskRecord, claim_next: ClaimNext | None, beats: _Heartbeats,
                 staged: list[StagedSuccess], watched: list[_Claim]) -> StageSuccess:
