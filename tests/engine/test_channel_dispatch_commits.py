@@ -41,7 +41,7 @@ async def test_a_dispatch_succeeds_in_its_runs_last_commit(harness: Harness) -> 
 
     sender = TaskWorker(tasks, {SEND_TASK: send}, concurrency=2)
     dispatcher = TaskWorker(tasks, {DISPATCH_TASK: router.dispatch}, concurrency=2,
-                            hand_to={SEND_TASK: sender})
+                            hand_to={SEND_TASK: sender}, staging={DISPATCH_TASK})
     router.hand_dispatches_to(dispatcher)
     sender.start()
     dispatcher.start()

@@ -135,7 +135,8 @@ async def test_a_message_is_admitted_with_its_dispatch_claimed_and_handed_over(
     looking their keys up in the store (no earlier attempt can have queued them)."""
     tasks, router = await _router(harness)
     assert harness.store is not None
-    worker = TaskWorker(tasks, {"channel.dispatch": router.dispatch}, concurrency=2)
+    worker = TaskWorker(tasks, {"channel.dispatch": router.dispatch}, concurrency=2,
+                        staging={"channel.dispatch"})
     router.hand_dispatches_to(worker)
     worker.start()
     idem_reads: list[str] = []

@@ -42,7 +42,7 @@ async def _run(store: JournalStore, queue: TaskQueue, land: bool) -> tuple[str, 
         followed.append(ctx.task.task_id)
         return {}
 
-    worker = TaskWorker(queue, {"staging": staging, "after": after})
+    worker = TaskWorker(queue, {"staging": staging, "after": after}, staging={"staging"})
     worker.start()
     try:
         task = (await queue.enqueue("staging"))[0]
@@ -74,3 +74,26 @@ async def test_a_staged_success_whose_append_failed_is_committed_by_the_worker(
     _task_id, successes = await _run(store, queue, land=False)
     assert successes == 1
     assert not [e for e in store.read_range(0, 1000) if e.kind == "test.own"]
+
+
+async def test_only_the_kinds_a_worker_stages_are_offered_a_staged_success(
+        opened: tuple[JournalStore, TaskQueue]) -> None:
+    # Laying a success out costs a closure and its state per task: a kind that does not
+    # stage (every kind but a channel dispatch) gets none, and still succeeds as usual.
+    _store, queue = opened
+    offered: dict[str, bool] = {}
+
+    async def look(ctx: TaskContext) -> dict[str, Any]:
+        offered[ctx.task.kind] = ctx.stage_success is not None
+        return {}
+
+    worker = TaskWorker(queue, {"plain": look, "stages": look}, staging={"stages", "other"})
+    worker.start()
+    try:
+        plain = (await queue.enqueue("plain"))[0]
+        stages = (await queue.enqueue("stages"))[0]
+        await _until(queue, plain.task_id, State.SUCCEEDED)
+        await _until(queue, stages.task_id, State.SUCCEEDED)
+    finally:
+        await worker.close()
+    assert offered == {"plain": False, "stages": True}

@@ -229,11 +229,11 @@ async def _open_channels(config: PalyraConfig, store: JournalStore, engine: Engi
     # the dispatch's success (no claim commit of their own); any it cannot take queue.
     # Likewise a message's dispatch, claimed in its admission's commit.
     dispatcher = TaskWorker(tasks, {DISPATCH_TASK: router.dispatch}, concurrency=16,
-                            hand_to={SEND_TASK: sender})
+                            hand_to={SEND_TASK: sender}, staging={DISPATCH_TASK})
     router.hand_dispatches_to(dispatcher)
     for worker in (sender, dispatcher,
                    TaskWorker(tasks, {COMMAND_TASK: router.dispatch}, concurrency=2,
-                              hand_to={SEND_TASK: sender})):
+                              hand_to={SEND_TASK: sender}, staging={COMMAND_TASK})):
         worker.start()
         stack.push_async_callback(worker.close)
     sweeper = asyncio.ensure_future(router.sweep_every())

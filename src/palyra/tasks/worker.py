@@ -20,9 +20,10 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from types import CoroutineType
+from typing import Any, Protocol, cast
 
 import msgspec
 
@@ -46,7 +47,8 @@ class TaskContext:
     #: Lays the task's success (its result, the tasks it hands on, the worker's next
     #: claim) out for an append the handler makes, or None: the worker commits it after
     #: the handler as usual (see :meth:`TaskQueue.stage_success`). Once that append has
-    #: landed the handler's own result is not committed again. None: not offered.
+    #: landed the handler's own result is not committed again. None: not offered (the
+    #: task's kind is not among the worker's ``staging`` kinds, or nothing is to offer).
     stage_success: StageSuccess | None = None
 
 
@@ -74,14 +76,21 @@ class ClaimNext(Protocol):
 
 
 class TaskWorker:
-    """``concurrency`` loops over one queue for the kinds in ``handlers``."""
+    """``concurrency`` loops over one queue for the kinds in ``handlers``.
+
+    ``staging``: the kinds whose handlers stage their success in an append of their own
+    (:attr:`TaskContext.stage_success`); only those get one, as laying it out costs a
+    closure and its state for every task (a channel dispatch's, today; no other asks).
+    """
 
     def __init__(self, queue: TaskQueue, handlers: Mapping[str, Handler], *,
                  lease_ms: int = model.DEFAULT_LEASE_MS, concurrency: int = 1,
-                 owner: str = "", hand_to: Mapping[str, TaskWorker] | None = None) -> None:
+                 owner: str = "", hand_to: Mapping[str, TaskWorker] | None = None,
+                 staging: Collection[str] = ()) -> None:
         self._queue = queue
         self._handlers = dict(handlers)
         self._kinds = frozenset(self._handlers)
+        self._staging = frozenset(staging) & self._kinds
         self._lease_ms = lease_ms
         self._concurrency = max(1, concurrency)
         self.owner = owner or f"worker:{new_ulid()}"
@@ -195,20 +204,30 @@ class TaskWorker:
         beats = self._heartbeats
         if beats is None:
             beats = self._heartbeats = _Heartbeats(self, loop)
-        staged: list[StagedSuccess] = []  # at most one: the success the handler staged
-        watched: list[_Claim] = []
-        step = handler(TaskContext(task, payload, self._stager(task, claim_next, beats,
-                                                               staged, watched)))
+        # What the handler staged (at most one success) and its heartbeat claim: built
+        # only for a kind that stages (see ``staging``), the rest never look.
+        staged: list[StagedSuccess] | tuple[()] = ()
+        watched: list[_Claim] | None = None
+        if task.kind in self._staging:
+            staged, watched = [], []
+            step = handler(TaskContext(task, payload, self._stager(task, claim_next, beats,
+                                                                   staged, watched)))
+        else:
+            step = handler(TaskContext(task, payload))
         runner = asyncio.current_task() if inline else None
+        # An ``async def`` handler's coroutine, told by its class (asyncio.iscoroutine
+        # is a Python call, twice per task here); anything else takes the general way.
+        coroutine = step.__class__ is CoroutineType or asyncio.iscoroutine(step)
         work: asyncio.Future[Any]
-        if runner is not None and asyncio.iscoroutine(step):
+        if runner is not None and coroutine:
             work = runner  # a heard cancel cancels this task, inside the handler's await
         else:
             runner = None
-            step = work = (loop.create_task(step) if asyncio.iscoroutine(step)
+            step = work = (loop.create_task(cast("Coroutine[Any, Any, Any]", step)) if coroutine
                            else asyncio.ensure_future(step))
         claim = beats.watch(task, work)
-        watched.append(claim)
+        if watched is not None:
+            watched.append(claim)
         try:
             result = await step
         except asyncio.CancelledError:
@@ -234,15 +253,14 @@ class TaskWorker:
             runner.uncancel()  # the handler swallowed the heartbeat's cancel
         if staged and (ended := await self._staged_end(staged[0])) is not None:
             return ended
-        done = result if isinstance(result, Done) else Done(result)
-        then = tuple(self._handing_on(f) for f in done.then) if done.then else ()
+        value, then = self._outcome(result)
         # Begun by the queue whatever the success's fate (see Ride); a staged success
         # began it already, landed or not.
         ride = None if claim_next is None or staged else Ride(
             self.owner, self._kinds, self._lease_ms, claim_next(True))
         try:
             rec, claimed = await self._queue.succeed_handing_on(
-                task.task_id, task.lease_epoch, done.result, then, ride=ride)
+                task.task_id, task.lease_epoch, value, then, ride=ride)
         except PalyraError as exc:
             if exc.code is ErrorCode.LEASE_STALE:
                 log.info("task outcome dropped: %s", exc.message)
@@ -251,6 +269,15 @@ class TaskWorker:
         for handed in claimed:
             self._hand_to[handed.kind].adopt(handed)
         return rec
+
+    def _outcome(self, result: dict[str, Any] | Done | None
+                 ) -> tuple[dict[str, Any] | None, tuple[FollowUp, ...]]:
+        """A handler's result and the follow-ups it hands on, each to its taker (a plain
+        result is not wrapped in a Done first: a frozen dataclass's init per task)."""
+        if not isinstance(result, Done):
+            return result, ()
+        return result.result, (tuple(self._handing_on(f) for f in result.then)
+                               if result.then else ())
 
     def _stager(self, task: TaskRecord, claim_next: ClaimNext | None, beats: _Heartbeats,
                 staged: list[StagedSuccess], watched: list[_Claim]) -> StageSuccess:
@@ -280,7 +307,7 @@ class TaskWorker:
         return stage_success
 
     async def _failed(self, task: TaskRecord, claim_next: ClaimNext | None,
-                      staged: list[StagedSuccess], error: str) -> TaskRecord | None:
+                      staged: list[StagedSuccess] | tuple[()], error: str) -> TaskRecord | None:
         """Record a failed attempt, unless the handler's staged success landed already."""
         if staged:  # its ride was begun with it: no claim_next here
             ended = await self._staged_end(staged[0])
