@@ -13,7 +13,7 @@ ingress benchmark spent a third of the daemon's CPU choosing tasks. Here:
 Records are immutable and replaced on every change, so a heap entry is current
 exactly when it holds the record the task has now (identity); stale entries are
 dropped when they reach the top, and the deadline heap is compacted whenever stale
-entries outnumber live tasks (a lease's expiry sits there for the lease's length,
+entries outnumber twice the live tasks (a lease's expiry sits there for the lease's length,
 30 s, though most tasks finish within milliseconds: at thousands of tasks a second it
 held every record of the last 30 s). A task whose change is being committed is *held*:
 no question answers it (it is neither ready nor due) until the commit settles, when
@@ -35,8 +35,10 @@ _Timed = tuple[int, int, TaskRecord]  # (time, seq, record)
 
 COMPACT_SLACK = 64
 """The deadline heap is rebuilt from its current entries once it holds more than
-``2 x live tasks + COMPACT_SLACK`` entries (amortized O(1) a change, memory O(live));
-tests pass a smaller slack, so that compaction runs often."""
+``4 x live tasks + COMPACT_SLACK`` entries: a task has at most two current deadlines, so
+a rebuild leaves at most half that, and the next one is at least as many pushes away as
+it costs (amortized O(1) a change, memory O(live)); tests pass a smaller slack, so that
+compaction runs often."""
 
 
 def pick_key(rec: TaskRecord) -> tuple[int, int, str]:
@@ -109,7 +111,7 @@ class LiveTasks:
             self._leased.add(tid)
         for at in deadlines_of(rec):
             heapq.heappush(self._deadlines, (at, next(self._seq), rec))
-        if len(self._deadlines) > 2 * len(self._recs) + self._compact_slack:
+        if len(self._deadlines) > 4 * len(self._recs) + self._compact_slack:
             self._compact()
 
     def _compact(self) -> None:
