@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,30 @@ def config_for(
         assert server is not None
         return JournalConfig(backend="postgres", dsn=server.create_database(), **settings)
     return JournalConfig(**settings)
+
+
+def wait_for_dead_clients(config: JournalConfig, timeout: float = 30.0) -> None:
+    """Wait until no other session of ``config``'s PostgreSQL database is left.
+
+    A SIGKILLed writer's server session lives on for a moment: whatever the writer had
+    sent (a pipelined ``BEGIN`` … ``COMMIT``, or the lock-free commit's one statement)
+    waits in the server's socket buffer and is run, and may commit, before the session
+    reads the end of the stream. Such a commit was never acknowledged and is no loss,
+    but a reader that looks before it lands sees the head move between two of its reads.
+    (LMDB: nothing to wait for, the writer's process is the only one that writes.)
+    """
+    if config.backend != "postgres":
+        return
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(config.dsn, autocommit=True) as conn:
+        while True:
+            row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                               "current_database() AND pid <> pg_backend_pid() "
+                               "AND backend_type = 'client backend'").fetchone()
+            if row is not None and row[0] == 0:
+                return
+            assert time.monotonic() < deadline, f"{row} sessions outlived their clients"
+            time.sleep(0.02)
 
 
 def draft(i: int = 0, **kw: Any) -> EventDraft:

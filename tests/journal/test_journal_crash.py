@@ -15,7 +15,7 @@ import pytest
 
 from palyra.journal import JournalConfig, JournalStore, verify_store
 
-from .helpers import BACKENDS, config_for
+from .helpers import BACKENDS, config_for, wait_for_dead_clients
 
 WRITER = Path(__file__).with_name("crash_writer.py")
 
@@ -81,6 +81,7 @@ def test_acknowledged_events_survive_sigkill(
         acked_now = _run_and_kill(data_dir, rng.uniform(0.3, 1.5), mode)
         assert acked_now, "writer acknowledged nothing before the kill"
         acked += acked_now
+        wait_for_dead_clients(config)
         report = verify_store(data_dir)
         assert report.ok, report.summary()
         with JournalStore.open(data_dir, config=config) as store:  # the dead writer's lock is gone
@@ -126,6 +127,7 @@ def test_writer_processes_sharing_one_database_lose_nothing_when_killed(
             thread.join()
         assert all(got), "a writer acknowledged nothing before the kill"
         acked += [event_id for ids in got for event_id in ids]
+        wait_for_dead_clients(config)
         with JournalStore.open(tmp_path / "reader", config=config) as store:
             report = verify_store(store)
             assert report.ok, report.summary()
