@@ -239,7 +239,9 @@ def _gaps(firsts: list[tuple[str, int, dict[str, int]]], writes: list[tuple[str,
 def read_records(prefix: str) -> list[list[Any]]:
     """Every record of every process that traced under ``prefix``."""
     rows: list[list[Any]] = []
-    for path in glob.glob(f"{prefix}.*"):
+    for path in glob.glob(f"{glob.escape(prefix)}.*"):
+        if not path.rpartition(".")[2].isdigit():
+            continue  # not a process's records (<prefix>.<pid>): another file beside them
         with open(path, encoding="utf-8") as src:
             rows.extend(json.loads(line) for line in src)
     return rows

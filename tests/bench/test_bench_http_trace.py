@@ -54,6 +54,8 @@ def test_a_traced_http_run_stamps_every_part_on_both_sides(
         code = tool_loop.main(["-n", "3", "-k", "2", "-c", "2", "-r", "1", "--transport",
                                "http", "--http-client", "lean", "--db", str(tmp_path / "d")])
         assert code == 0
+        # A file beside the records that shares their prefix is not one of them.
+        (tmp_path / "trace.txt").write_text("the run's printed table\n")
         rows = http_trace.read_records(str(prefix)) + http_trace.RECORDS
     finally:
         http_trace.RECORDS.clear()
