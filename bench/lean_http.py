@@ -20,6 +20,8 @@ from typing import Any
 
 import msgspec
 
+from bench import http_trace
+
 _encode = msgspec.json.Encoder().encode
 _MAX_HEAD = 64 * 1024
 
@@ -50,6 +52,11 @@ class LeanClient:
                              {"host": f"{host}:{port}", **headers}.items())
         self._idle: list[_Connection] = []
         self._all: set[_Connection] = set()
+        # BENCH_HTTP_TRACE: each request carries its send time, each chunk's arrival is
+        # kept (bench/http_trace.py joins them with the daemon's stamps).
+        self._trace = http_trace.enabled()
+        if self._trace:
+            http_trace.start_dump_at_exit()
 
     async def _connect(self) -> _Connection:
         if self._idle:
@@ -71,6 +78,8 @@ class LeanClient:
         conn = await self._connect()
         payload = _encode(body)
         extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        if self._trace:
+            extra += f"{http_trace.HEADER}: {http_trace.now()}\r\n"
         conn.writer.write(
             f"{method} {path} HTTP/1.1\r\n{self._head}{extra}content-type: application/json\r\n"
             f"content-length: {len(payload)}\r\n\r\n".encode() + payload)
@@ -122,6 +131,8 @@ class LeanClient:
                 raise HttpError(status, data)
             pending = b""
             async for chunk in self._body_chunks(conn, fields):
+                if self._trace:
+                    http_trace.record("r", http_trace.now(), chunk)
                 pending += chunk
                 *frames, pending = pending.split(b"\n\n")
                 for frame in frames:

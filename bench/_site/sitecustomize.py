@@ -6,6 +6,8 @@ When ``BENCH_DAEMON_YAPPI`` names a file, the daemon also runs yappi on the CPU
 clock (every thread) and writes its pstats there when it exits: a profile of
 the daemon's side of a transport run (warm-up included). ``BENCH_DAEMON_CPROFILE``
 does the same with the standard library's cProfile, for the main thread only.
+When ``BENCH_HTTP_TRACE`` names a file prefix, the daemon stamps each HTTP request's
+way to its SSE frames (``bench/http_trace.py``).
 Any other process with this directory on its path is left untouched.
 """
 
@@ -19,3 +21,7 @@ if os.environ.get("PALYRA_BENCH_PROBE"):
         probe.profile_until_exit(os.environ["BENCH_DAEMON_YAPPI"])
     elif os.environ.get("BENCH_DAEMON_CPROFILE"):
         probe.cprofile_until_exit(os.environ["BENCH_DAEMON_CPROFILE"])
+    if os.environ.get("BENCH_HTTP_TRACE"):
+        from bench import http_trace
+
+        http_trace.install_in_daemon()
