@@ -243,6 +243,11 @@ def redacted(record: AnyRecord) -> AnyRecord:
 
 
 def _redacted_run(record: RunRecord) -> RunRecord:
+    # The usual row, written by every step: no queued input and no text, or text known
+    # clean; the same object back without the generic walk below.
+    if not record.pending_inputs and not record.error_message and (
+            not record.final_text or record.final_text in _CLEAN):
+        return record
     inputs = tuple(i if (t := redact_str(i.text)) == i.text
                    else msgspec.structs.replace(i, text=t) for i in record.pending_inputs)
     changes = _changed(record, ("final_text", "error_message"))
