@@ -118,9 +118,20 @@ def tape_member(event: StoredEvent) -> betterproto2.Message | None:
     redaction changed nothing, so it equals the stored payload): no decode.
     """
     origin = event.origin
-    if isinstance(origin, betterproto2.Message):
-        return origin
+    if origin is not None:
+        # isinstance(origin, betterproto2.Message), answered per class: the ABC's
+        # __instancecheck__ is a Python call, and this runs for every event a watcher gets.
+        cls = origin.__class__
+        is_message = _IS_MESSAGE.get(cls)
+        if is_message is None:
+            is_message = _IS_MESSAGE[cls] = issubclass(cls, betterproto2.Message)
+        if is_message:
+            return origin  # type: ignore[no-any-return]
     return member_from(event.kind, event.payload)
+
+
+# Class -> is a betterproto2 message (origins are the tape's few member classes).
+_IS_MESSAGE: dict[type, bool] = {}
 
 
 def tape_event_with(event: StoredEvent, member: betterproto2.Message | None) -> pb.TapeEvent:

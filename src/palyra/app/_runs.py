@@ -207,10 +207,13 @@ class RunsApi(AppBase):
         try:
             async for stored in batches:
                 members = [tape_member(e) for e in stored]
-                for index, member in enumerate(members):
-                    if is_terminal_status(member):
-                        yield stored[: index + 1], members[: index + 1]
-                        return
+                # Only a batch holding a RunStatus can hold the terminal one (by exact
+                # class, as is_terminal_status asks): one scan in C, not a call per event.
+                if pb.RunStatus in map(type, members):
+                    for index, member in enumerate(members):
+                        if is_terminal_status(member):
+                            yield stored[: index + 1], members[: index + 1]
+                            return
                 yield stored, members
         finally:
             # An async generator: close it now, not at GC time.

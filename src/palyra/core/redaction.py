@@ -284,12 +284,19 @@ _KEY_CACHE: dict[str, bool] = {}
 _KEY_CACHE_MAX = 4096
 
 
+# The ASCII keys of _KEY_CACHE that are not secret, as a set: the screens ask ``key in``
+# it (an operator, no method call) for every key of every payload they walk.
+_PLAIN_KEYS: set[str] = set()
+
+
 def _secret(key: str) -> bool:
     secret = _KEY_CACHE.get(key)
     if secret is None:
         secret = is_secret_key(key)
         if len(_KEY_CACHE) < _KEY_CACHE_MAX and key.__class__ is str:
             _KEY_CACHE[key] = secret
+            if not secret and key.isascii():  # ASCII: the one-walk screen's UTF-8 check
+                _PLAIN_KEYS.add(key)              # has nothing to find in a key it skips
     return secret
 
 
@@ -489,7 +496,7 @@ def _screen_plain(root: Any, *, nested: bool) -> None:
     # Raises _Unscreened unless redact leaves ``root`` as it is. ``nested``: inside
     # JSON text, where further JSON text is left to redact (not settled here).
     stack = [root]
-    key_cache = _KEY_CACHE
+    plain_keys = _PLAIN_KEYS
     settled = _SETTLED_TEXT
     while stack:
         item = stack.pop()
@@ -498,10 +505,7 @@ def _screen_plain(root: Any, *, nested: bool) -> None:
             for key, value in item.items():
                 if key.__class__ is not str:
                     raise _Unscreened
-                secret = key_cache.get(key)
-                if secret is None:
-                    secret = _secret(key)
-                if secret:
+                if key not in plain_keys and _secret(key):
                     raise _Unscreened
                 kind = value.__class__
                 # Strings are screened here, not pushed: most values are (numbers,
@@ -579,17 +583,15 @@ def _screen_item(item: Any, depth: int) -> Any:
 def _screen_dict(value: dict[Any, Any], depth: int) -> dict[str, Any]:
     # ``depth`` is the depth of the dict's items (normalize's fast path, exactly).
     out: dict[str, Any] = {}
-    key_cache = _KEY_CACHE
+    plain_keys = _PLAIN_KEYS
     for key, item in value.items():
         if key.__class__ is not str:
             raise _Unscreened
-        if not key.isascii():
-            key.encode("utf-8")  # before the cache: a lone surrogate must raise
-        secret = key_cache.get(key)
-        if secret is None:
-            secret = _secret(key)
-        if secret:
-            raise _Unscreened
+        if key not in plain_keys:
+            if not key.isascii():
+                key.encode("utf-8")  # before the cache: a lone surrogate must raise
+            if _secret(key):
+                raise _Unscreened
         kind = item.__class__
         if kind is str:
             out[key] = _screen_string(item)

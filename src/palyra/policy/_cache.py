@@ -112,9 +112,11 @@ class DecisionCache:
         if self._attrs is None:
             seen = tuple(sorted((k, _frozen(v)) for k, v in context.items()))
         else:
-            # Most values are plain scalars: only containers take the freezing call.
-            seen = tuple(v if v.__class__ in _PLAIN else _frozen(v)
-                         for v in map(context.get, self._attrs))
+            # Most values are plain scalars: only containers take the freezing call, and
+            # when none is a container the tuple is made in C (no generator frame per value).
+            seen = tuple(map(context.get, self._attrs))
+            if not _PLAIN.issuperset(map(type, seen)):
+                seen = tuple(v if v.__class__ in _PLAIN else _frozen(v) for v in seen)
         return (self._policy_hash, action, principal, resource, seen)
 
     def get(self, key: CacheKey) -> EngineResult | None:

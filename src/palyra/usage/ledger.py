@@ -20,6 +20,7 @@ set is fixed by the old data and never grows.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import defaultdict
 from collections.abc import Iterator
@@ -113,9 +114,15 @@ class UsageLedger:
             after = rows[-1][0]
 
     def _add(self, row: UsageRow) -> None:
-        periods = (f"day:{row.day}", f"month:{month_of(row.day)}", "all")
+        periods, tally, sums = _periods(row.day), row.tally, self._sums
         for scope, subject in (("principal", row.principal), ("agent", row.agent_id)):
             if subject:
                 for period in periods:
-                    self._sums[scope, subject, period] = \
-                        self._sums[scope, subject, period].plus(row.tally)
+                    key = (scope, subject, period)
+                    sums[key] = sums[key].plus(tally)
+
+
+@functools.lru_cache(maxsize=8)
+def _periods(day: str) -> tuple[str, str, str]:
+    """The periods a call of ``day`` counts in (made once a day, not per model call)."""
+    return (f"day:{day}", f"month:{month_of(day)}", "all")

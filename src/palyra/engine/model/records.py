@@ -243,6 +243,11 @@ def redacted(record: AnyRecord) -> AnyRecord:
 
 
 def _redacted_run(record: RunRecord) -> RunRecord:
+    # The usual row, written by every step: no queued input and no text, or text known
+    # clean; the same object back without the generic walk below.
+    if not record.pending_inputs and not record.error_message and (
+            not record.final_text or record.final_text in _CLEAN):
+        return record
     inputs = tuple(i if (t := redact_str(i.text)) == i.text
                    else msgspec.structs.replace(i, text=t) for i in record.pending_inputs)
     changes = _changed(record, ("final_text", "error_message"))
@@ -252,6 +257,15 @@ def _redacted_run(record: RunRecord) -> RunRecord:
 
 
 def _redacted_approval(record: ApprovalRecord) -> ApprovalRecord:
+    # An approval is redacted at its request, its decision and each answer about it, and
+    # its texts do not change in between: once they are known clean, the record is kept.
+    prompt, clean = record.prompt, _CLEAN
+    if ((not record.args_json or record.args_json in clean)
+            and (not record.reason or record.reason in clean)
+            and (not prompt.summary or prompt.summary in clean)
+            and (not prompt.details_json or prompt.details_json in clean)
+            and (not prompt.policy_explanation or prompt.policy_explanation in clean)):
+        return record
     changes: dict[str, object] = _changed(record, ("args_json", "reason"))
     prompt_changes = _changed(record.prompt, ("summary", "details_json", "policy_explanation"))
     if prompt_changes:

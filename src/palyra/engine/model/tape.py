@@ -9,11 +9,12 @@ dense ``tape_seq``; ``run.writer`` drafts events with :func:`kind_of` and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import betterproto2
 from palyra_gen.palyra import v1 as pb
+from palyra_gen.proto_json import JSON_ENCODERS
 
 from palyra.core.protojson import decode_message, encode_message
 
@@ -43,6 +44,14 @@ _FIELD_OF: dict[type[betterproto2.Message], str] = {cls: f for f, cls in MEMBER_
 KIND_PREFIX = "tape."
 
 
+#: Member class -> (its ``kind``, its proto3 JSON encoder): what :func:`kind_of` and
+#: :func:`payload_of` give, in one lookup for the writer that drafts every tape event.
+DRAFTING: dict[type[betterproto2.Message], tuple[str, Callable[[Any], dict[str, Any]]]] = {
+    cls: (KIND_PREFIX + f, JSON_ENCODERS.get(cls, encode_message))
+    for f, cls in MEMBER_TYPES.items()
+}
+
+
 def field_of(member: betterproto2.Message) -> str:
     """The TapeEvent oneof field name for a member message."""
     return _FIELD_OF[type(member)]
@@ -70,10 +79,12 @@ def member_from(kind: str, payload: Mapping[str, Any]) -> betterproto2.Message |
     return decode_message(cls, payload, ignore_unknown_fields=True)
 
 
+_TERMINAL_STATES = frozenset({pb.RunState.DONE, pb.RunState.FAILED, pb.RunState.CANCELLED})
+
+
 def is_terminal_status(member: betterproto2.Message | None) -> bool:
     """True for the status event that ends a run (always its last tape event)."""
-    return isinstance(member, pb.RunStatus) and member.state in (
-        pb.RunState.DONE,
-        pb.RunState.FAILED,
-        pb.RunState.CANCELLED,
-    )
+    # By exact class, as the fold dispatches (generated messages are never subclassed):
+    # isinstance against betterproto2's ABC-based classes goes through
+    # ABCMeta.__instancecheck__, and this is asked of every event a watcher is handed.
+    return member.__class__ is pb.RunStatus and member.state in _TERMINAL_STATES

@@ -107,7 +107,8 @@ async def model_turn(step: Step, batch: Batch) -> None:
     """One model call: stream tokens, then record the output and what it asks for."""
     deps, loop = step.deps, step.writer.loop
     turn = loop.turn_count + 1
-    inputs = [m for m in batch.members if isinstance(m, pb.UserInput)]
+    # By exact class (generated messages are never subclassed; an ABC isinstance per member).
+    inputs = [m for m in batch.members if m.__class__ is pb.UserInput]
     blocks = list(loop.context_blocks)
     waiting: list[ReferenceCall] = []
     history = loop.messages

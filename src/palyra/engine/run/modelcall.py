@@ -11,6 +11,7 @@ primary target is stored in the same commit as the turn's output
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import AsyncGenerator
 
 import msgspec
@@ -34,6 +35,7 @@ from palyra.providers import (
 )
 
 CACHE_TABLE = "meta"
+_IMAGES = operator.attrgetter("images")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -54,7 +56,7 @@ async def call_model(step: Step, request: ModelRequest
     """
     deps, record = step.deps, step.record
     candidates = deps.models.resolve(record.model_route)
-    if any(m.images for m in request.messages):
+    if any(map(_IMAGES, request.messages)):  # the whole history, each turn: no frame per message
         candidates = [c for c in candidates if deps.models.config(c[0].provider).vision]
         if not candidates:
             raise PalyraError(

@@ -30,7 +30,7 @@ from palyra.engine.model.lifecycle import (
     run_state_proto,
 )
 from palyra.engine.model.records import RUNS, RunRecord, encode
-from palyra.engine.model.tape import ENGINE_ACTOR, kind_of, payload_of
+from palyra.engine.model.tape import DRAFTING, ENGINE_ACTOR
 from palyra.engine.run.flag import Flag
 from palyra.journal import (
     EntityWrite,
@@ -303,8 +303,9 @@ def tape_draft(record: RunRecord, member: betterproto2.Message,
                writes: Sequence[EntityWrite] = ()) -> EventDraft:
     """An ``EventDraft`` that puts ``member`` on ``record``'s tape (with ``writes``)."""
     ident = record.identity
-    return EventDraft(kind=kind_of(member), actor=ENGINE_ACTOR, session_id=record.session_id,
-                      run_id=record.run_id, tape=True, payload=payload_of(member),
+    kind, encode = DRAFTING[member.__class__]  # kind_of and payload_of, one lookup
+    return EventDraft(kind=kind, actor=ENGINE_ACTOR, session_id=record.session_id,
+                      run_id=record.run_id, tape=True, payload=encode(member),
                       principal=ident.principal, device_id=ident.device_id,
                       channel=ident.channel, entity_writes=writes, origin=member)
 
