@@ -86,10 +86,12 @@ _APPLY = object()  # a reader of this process waits for LMDB to hold what was an
 # this many frames, before a sync point, when a reader waits, or once no
 # request came for _APPLY_IDLE_S: one LMDB commit and one set of page writes
 # for many frames, instead of one per frame. The idle wait is long beside a step's
-# gaps on purpose: at 0.5 ms a lone run's writer found its queue idle between most
-# steps (the loop spends about a millisecond between its appends, more on a loaded
-# machine), and LMDB committed 0.4-0.9 times per step instead of 0.2 (in process, C=1,
-# three pairs: writer CPU 0.33-0.37 -> 0.30-0.32 ms per step; C=16: 0.12-0.13 -> 0.10-0.11).
+# gaps on purpose: at 0.5 ms a lone run's writer found its queue idle between many
+# of its steps, more of them the more loaded the machine (the loop spends about a
+# millisecond between its appends), and LMDB committed 0.16-0.89 times per step with
+# the load. At 5 ms it commits 0.015 times per step whatever the load: under load
+# (tests running beside it, three pairs) C=1 CPU per step fell 1.38 -> 1.13 ms; on a
+# quiet machine the two are within the noise (docs/journal/design.md, step 5).
 # Readers of this process do not wait it out (they ask: ``JournalEnv.on_wait``); other
 # processes see a commit at most 256 frames, a sync point or this long after.
 _APPLY_EVERY_FRAMES = 256
