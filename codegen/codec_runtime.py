@@ -196,7 +196,7 @@ class Fallback(Exception):
 Reader = Callable[[bytes, int, int], tuple[Any, int]]
 """Reads one field's value at ``pos`` (just after its key), ``end`` the message's end:
 the value and the new position."""
-BinaryTable = tuple[dict[int, tuple[str, bool, Reader]], frozenset[int]]
+BinaryTable = tuple[dict[int, tuple[str, int, Reader]], frozenset[int]]
 """A message's decoding table: field key (number and wire type) -> (field name,
 repeated, reader), and the message's field numbers."""
 
@@ -245,7 +245,11 @@ def varint_readers(convert: Callable[[int], Any] | None,
                    repeated: bool) -> list[tuple[int, Reader]]:
     """A varint field's readers by wire type (a repeated one also reads a packed run)."""
     def read(data: bytes, pos: int, end: int) -> tuple[Any, int]:
-        value, pos = read_varint(data, pos)
+        value = data[pos]  # one byte, most values: no call
+        if value < 0x80:
+            pos += 1
+        else:
+            value, pos = read_varint(data, pos)
         return (convert(value) if convert is not None else value), pos
 
     if not repeated:
@@ -292,9 +296,31 @@ def fixed_readers(proto_type: str, repeated: bool) -> list[tuple[int, Reader]]:
 
 
 def delimited_reader(make: Callable[[bytes], Any]) -> list[tuple[int, Reader]]:
-    """A length-delimited field's reader (strings, bytes, messages)."""
+    """A length-delimited field's reader (strings, bytes, messages).
+
+    Every tape event is mostly such fields, so the common cases cost no call beyond the
+    reader itself: a length under 128 is read inline, and a string is decoded in place
+    (as :func:`utf8` would).
+    """
+    if make is utf8:
+        def read_str(data: bytes, pos: int, end: int) -> tuple[Any, int]:
+            n = data[pos]
+            if n < 0x80:
+                pos += 1
+            else:
+                n, pos = read_varint(data, pos)
+            stop = pos + n
+            if stop > end:
+                raise Fallback("truncated")
+            return data[pos:stop].decode("utf-8"), stop
+        return [(2, read_str)]
+
     def read(data: bytes, pos: int, end: int) -> tuple[Any, int]:
-        n, pos = read_varint(data, pos)
+        n = data[pos]
+        if n < 0x80:
+            pos += 1
+        else:
+            n, pos = read_varint(data, pos)
         stop = pos + n
         if stop > end:
             raise Fallback("truncated")
@@ -305,12 +331,42 @@ def delimited_reader(make: Callable[[bytes], Any]) -> list[tuple[int, Reader]]:
 def message_reader(cls: type[Any], decode: Callable[[type[Any], bytes], Any]
                    ) -> list[tuple[int, Reader]]:
     """A nested message's reader, through ``decode`` (the generated module's dispatcher)."""
-    return delimited_reader(lambda chunk: decode(cls, chunk))
+    def read(data: bytes, pos: int, end: int) -> tuple[Any, int]:
+        n = data[pos]
+        if n < 0x80:
+            pos += 1
+        else:
+            n, pos = read_varint(data, pos)
+        stop = pos + n
+        if stop > end:
+            raise Fallback("truncated")
+        return decode(cls, data[pos:stop]), stop
+    return [(2, read)]
 
 
-def binary_table(fields: tuple[tuple[int, str, bool, list[tuple[int, Reader]]], ...],
+MAP = 2
+"""A table entry's ``repeated`` for a map field: each value read is one entry, set by its key."""
+
+
+def map_reader(cls: type[Any], name: str, key: list[tuple[int, Reader]],
+               value: list[tuple[int, Reader]]) -> list[tuple[int, Reader]]:
+    """A map field's reader: each entry decoded as betterproto2's own entry class for the
+    field (so a missing key or value takes that class's default, as ``parse`` gives it)."""
+    table = binary_table(((1, "key", False, key), (2, "value", False, value)))
+    entry: list[type[Any]] = []  # looked up at the first entry: no metadata built at import
+
+    def read_entry(chunk: bytes) -> Any:
+        if not entry:
+            entry.append(cls._betterproto.cls_by_field[name])
+        return decode_table(entry[0], table, chunk)
+
+    return delimited_reader(read_entry)
+
+
+def binary_table(fields: tuple[tuple[int, str, int, list[tuple[int, Reader]]], ...],
                  ) -> BinaryTable:
-    """A message's table from its fields' ``(number, name, repeated, readers)``."""
+    """A message's table from its fields' ``(number, name, repeated, readers)``
+    (``repeated``: false, true, or :data:`MAP`)."""
     readers = {(number << 3) | wire: (name, repeated, read)
                for number, name, repeated, by_wire in fields for wire, read in by_wire}
     return readers, frozenset(number for number, *_ in fields)
@@ -354,7 +410,11 @@ def decode_table(cls: type[Any], table: BinaryTable, data: bytes) -> Any:
     unknown = b""
     while pos < end:
         start = pos
-        key, pos = read_varint(data, pos)
+        key = data[pos]  # one byte for fields 1-15: no call
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = read_varint(data, pos)
         entry = readers.get(key)
         if entry is None:
             if (key >> 3) in numbers or key >> 3 == 0:
@@ -365,7 +425,9 @@ def decode_table(cls: type[Any], table: BinaryTable, data: bytes) -> Any:
         name, repeated, read = entry
         value, pos = read(data, pos, end)
         if repeated:
-            if type(value) is Packed:
+            if repeated == MAP:
+                getattr(message, name)[value.key] = value.value
+            elif type(value) is Packed:
                 getattr(message, name).extend(value)
             else:
                 getattr(message, name).append(value)

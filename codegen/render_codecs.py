@@ -72,9 +72,8 @@ def _json_decodable(plan: Plan) -> bool:
 
 
 def _binary_decodable(plan: Plan) -> bool:
-    """Binary decoding leaves classes with map fields to betterproto2."""
-    return _encodable(plan) and not any(f["map"] or f["proto_type"] == "map"
-                                        for f in plan["fields"])
+    """Binary decoding covers what the encoders cover, map fields included."""
+    return _encodable(plan)
 
 
 def _covered(plans: Sequence[Plan]) -> set[tuple[str, str]]:
@@ -220,8 +219,8 @@ def render_binary(plans: Sequence[Plan]) -> str:
            "import betterproto2", "",
            *names.imports(),
            "from palyra_gen.codec_runtime import (",
-           "    SMALL, BinaryTable, Fallback, binary_table, decode_table, delimited_reader,",
-           "    fixed_readers, message_reader, pack_double, pack_fixed32, pack_fixed64,",
+           "    MAP, SMALL, BinaryTable, Fallback, binary_table, decode_table, delimited_reader,",
+           "    fixed_readers, map_reader, message_reader, pack_double, pack_fixed32, pack_fixed64,",
            "    pack_float, pack_sfixed32, pack_sfixed64, same, utf8, varint, varint_convert,",
            "    varint_readers, zigzag,", ")",
            "", 'M = TypeVar("M", bound=betterproto2.Message)', "", "",
@@ -358,10 +357,18 @@ def _binary_encoder(plan: Plan, short: str, names: _Names,
             "        out += unknown", "    return out", ""]
 
 
-def _readers(f: Plan, names: _Names) -> str:
-    pt, repeated = f["proto_type"], f["repeated"]
+def _readers(f: Plan, names: _Names, owner: str) -> str:
+    if f["map"]:
+        meta = f["map"]
+        key = _scalar_readers(meta["key_type"], None, False, names)
+        value = _scalar_readers(meta["value_type"], meta["value_cls"], False, names)
+        return f"map_reader({owner}, {f['name']!r}, {key}, {value})"
+    return _scalar_readers(f["proto_type"], f["cls"], f["repeated"], names)
+
+
+def _scalar_readers(pt: str, ref: Sequence[str] | None, repeated: bool, names: _Names) -> str:
     if pt == "enum":
-        return f"varint_readers(varint_convert('enum', {names.cls(f['cls'])}), {repeated})"
+        return f"varint_readers(varint_convert('enum', {names.cls(ref or ())}), {repeated})"
     if pt in _VARINT or pt in _ZIGZAG:
         return f"varint_readers(varint_convert({pt!r}), {repeated})"
     if pt in _FIXED:
@@ -370,11 +377,13 @@ def _readers(f: Plan, names: _Names) -> str:
         return "delimited_reader(utf8)"
     if pt == "bytes":
         return "delimited_reader(same)"
-    return f"message_reader({names.cls(f['cls'])}, decode_binary)"
+    return f"message_reader({names.cls(ref or ())}, decode_binary)"
 
 
 def _binary_table(plan: Plan, short: str, names: _Names) -> list[str]:
     lines = [f"_bin_table_{short}: BinaryTable = binary_table(("]
     for f in plan["fields"]:
-        lines.append(f"    ({f['number']}, {f['name']!r}, {f['repeated']}, {_readers(f, names)}),")
+        repeated = "MAP" if f["map"] else f["repeated"]
+        readers = _readers(f, names, names.cls(plan["cls"]))
+        lines.append(f"    ({f['number']}, {f['name']!r}, {repeated}, {readers}),")
     return [*lines, "))", ""]

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from palyra_gen import proto_binary
+from palyra_gen.codec_runtime import decode_table
 from palyra_gen.palyra import v1
 
 from palyra.core.protobin import decode_binary, encode_binary
@@ -37,12 +38,33 @@ def test_oneof_member_with_default_value_is_kept() -> None:
 
 
 def test_every_spec_message_gets_a_generated_codec() -> None:
-    # Decoding leaves messages with map fields to betterproto2 (as parse reads them).
-    with_maps = {cls for cls in MESSAGES
-                 if any(fm.map_meta for fm in cls._betterproto.meta_by_field_name.values())}
-    assert with_maps  # the spec has some: the exemption is exercised
     assert set(MESSAGES) <= set(proto_binary.BODIES)
-    assert set(MESSAGES) - with_maps == set(proto_binary.BINARY_TABLES)
+    assert set(MESSAGES) == set(proto_binary.BINARY_TABLES)  # map fields included
+
+
+def test_map_entries_decode_as_parse_reads_them() -> None:
+    """Map fields (a tool attestation's facts, on every step's tape) decode by table, with
+    the entry rules of ``parse``: a missing key or value is the entry's default, a later
+    entry for a key replaces the earlier one, and unknown entry fields are skipped."""
+    with_maps = [cls for cls in MESSAGES
+                 if any(fm.map_meta for fm in cls._betterproto.meta_by_field_name.values())]
+    assert with_maps  # the spec has some: the map readers are exercised
+    facts = v1.ToolAttestation(proposal_id="p", facts={"mcp.server": "add", "": "empty key"})
+    raw = bytes(facts)
+    assert decode_binary(v1.ToolAttestation, raw) == facts
+    entries = [
+        b"\x2a\x05\x0a\x01k\x12\x00",  # k -> ""
+        b"\x2a\x03\x12\x01v",  # no key: "" -> v
+        b"\x2a\x06\x0a\x01k\x12\x01w",  # k again: replaces
+        b"\x2a\x08\x0a\x01x\x18\x07\x12\x01y",  # an unknown field 3 inside the entry
+    ]
+    raw = b"\x0a\x01p" + b"".join(entries)
+    expected = v1.ToolAttestation.parse(raw)
+    assert expected.facts == {"k": "w", "": "v", "x": "y"}
+    table = proto_binary.BINARY_TABLES[v1.ToolAttestation]
+    decoded = decode_table(v1.ToolAttestation, table, raw)  # no fallback to parse
+    assert decoded == expected == decode_binary(v1.ToolAttestation, raw)
+    assert type(decoded.facts) is dict
 
 
 def test_edge_values_encode_as_betterproto_does() -> None:

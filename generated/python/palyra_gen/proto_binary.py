@@ -30,6 +30,7 @@ import betterproto2
 
 import palyra_gen.palyra.v1 as _m0
 from palyra_gen.codec_runtime import (
+    MAP,
     SMALL,
     BinaryTable,
     Fallback,
@@ -37,6 +38,7 @@ from palyra_gen.codec_runtime import (
     decode_table,
     delimited_reader,
     fixed_readers,
+    map_reader,
     message_reader,
     pack_double,
     pack_fixed32,
@@ -382,6 +384,33 @@ def _bin_Agent(m: Any) -> bytearray:
     if unknown:
         out += unknown
     return out
+
+
+_bin_table_Agent: BinaryTable = binary_table(
+    (
+        (1, "agent_id", False, delimited_reader(utf8)),
+        (2, "display_name", False, delimited_reader(utf8)),
+        (3, "system_prompt", False, delimited_reader(utf8)),
+        (4, "provider", False, delimited_reader(utf8)),
+        (5, "model", False, delimited_reader(utf8)),
+        (6, "tools", True, delimited_reader(utf8)),
+        (7, "created_at_unix_ms", False, varint_readers(varint_convert("int64"), False)),
+        (8, "updated_at_unix_ms", False, varint_readers(varint_convert("int64"), False)),
+        (
+            9,
+            "tool_postures",
+            MAP,
+            map_reader(
+                _m0.Agent,
+                "tool_postures",
+                delimited_reader(utf8),
+                varint_readers(varint_convert("enum", _m0.ToolPosture), False),
+            ),
+        ),
+        (10, "fallbacks", True, delimited_reader(utf8)),
+        (11, "response_cache", False, varint_readers(varint_convert("bool"), False)),
+    )
+)
 
 
 def _bin_AgentBinding(m: Any) -> bytearray:
@@ -2104,6 +2133,21 @@ def _bin_ErrorDetail(m: Any) -> bytearray:
     if unknown:
         out += unknown
     return out
+
+
+_bin_table_ErrorDetail: BinaryTable = binary_table(
+    (
+        (1, "code", False, varint_readers(varint_convert("enum", _m0.ErrorCode), False)),
+        (2, "message", False, delimited_reader(utf8)),
+        (3, "retryable", False, varint_readers(varint_convert("bool"), False)),
+        (
+            4,
+            "details",
+            MAP,
+            map_reader(_m0.ErrorDetail, "details", delimited_reader(utf8), delimited_reader(utf8)),
+        ),
+    )
+)
 
 
 def _bin_ErrorMapping(m: Any) -> bytearray:
@@ -6559,6 +6603,35 @@ def _bin_Session(m: Any) -> bytearray:
     return out
 
 
+_bin_table_Session: BinaryTable = binary_table(
+    (
+        (1, "session_id", False, delimited_reader(utf8)),
+        (2, "session_key", False, delimited_reader(utf8)),
+        (3, "label", False, delimited_reader(utf8)),
+        (4, "identity", False, message_reader(_m0.Identity, decode_binary)),
+        (5, "created_at_unix_ms", False, varint_readers(varint_convert("int64"), False)),
+        (6, "updated_at_unix_ms", False, varint_readers(varint_convert("int64"), False)),
+        (7, "last_run_id", False, delimited_reader(utf8)),
+        (8, "archived", False, varint_readers(varint_convert("bool"), False)),
+        (9, "branch_state", False, delimited_reader(utf8)),
+        (10, "parent_session_id", False, delimited_reader(utf8)),
+        (11, "origin_run_id", False, delimited_reader(utf8)),
+        (12, "run_count", False, varint_readers(varint_convert("uint64"), False)),
+        (
+            13,
+            "tool_postures",
+            MAP,
+            map_reader(
+                _m0.Session,
+                "tool_postures",
+                delimited_reader(utf8),
+                varint_readers(varint_convert("enum", _m0.ToolPosture), False),
+            ),
+        ),
+    )
+)
+
+
 def _bin_SessionCompaction(m: Any) -> bytearray:
     out = bytearray()
     v0 = m.strategy
@@ -7340,6 +7413,24 @@ def _bin_ToolAttestation(m: Any) -> bytearray:
     if unknown:
         out += unknown
     return out
+
+
+_bin_table_ToolAttestation: BinaryTable = binary_table(
+    (
+        (1, "proposal_id", False, delimited_reader(utf8)),
+        (2, "execution_sha256", False, delimited_reader(utf8)),
+        (3, "executor", False, delimited_reader(utf8)),
+        (4, "timed_out", False, varint_readers(varint_convert("bool"), False)),
+        (
+            5,
+            "facts",
+            MAP,
+            map_reader(
+                _m0.ToolAttestation, "facts", delimited_reader(utf8), delimited_reader(utf8)
+            ),
+        ),
+    )
+)
 
 
 def _bin_ToolCatalogSnapshot(m: Any) -> bytearray:
@@ -8229,6 +8320,7 @@ BINARY_TABLES: dict[type[Any], BinaryTable] = {
     _m0.AcknowledgeIncidentResponse: _bin_table_AcknowledgeIncidentResponse,
     _m0.AddCosignaturesRequest: _bin_table_AddCosignaturesRequest,
     _m0.AddCosignaturesResponse: _bin_table_AddCosignaturesResponse,
+    _m0.Agent: _bin_table_Agent,
     _m0.AgentBinding: _bin_table_AgentBinding,
     _m0.AgentLoop: _bin_table_AgentLoop,
     _m0.AppendEventRequest: _bin_table_AppendEventRequest,
@@ -8269,6 +8361,7 @@ BINARY_TABLES: dict[type[Any], BinaryTable] = {
     _m0.DeleteMemoryResponse: _bin_table_DeleteMemoryResponse,
     _m0.DeleteScheduleRequest: _bin_table_DeleteScheduleRequest,
     _m0.DeleteScheduleResponse: _bin_table_DeleteScheduleResponse,
+    _m0.ErrorDetail: _bin_table_ErrorDetail,
     _m0.ErrorMapping: _bin_table_ErrorMapping,
     _m0.ExpandCompactionRequest: _bin_table_ExpandCompactionRequest,
     _m0.ExpandCompactionResponse: _bin_table_ExpandCompactionResponse,
@@ -8384,6 +8477,7 @@ BINARY_TABLES: dict[type[Any], BinaryTable] = {
     _m0.SearchMemoryResponse: _bin_table_SearchMemoryResponse,
     _m0.SendRunInputRequest: _bin_table_SendRunInputRequest,
     _m0.SendRunInputResponse: _bin_table_SendRunInputResponse,
+    _m0.Session: _bin_table_Session,
     _m0.SessionCompaction: _bin_table_SessionCompaction,
     _m0.SetToolPostureRequest: _bin_table_SetToolPostureRequest,
     _m0.SetToolPostureResponse: _bin_table_SetToolPostureResponse,
@@ -8394,6 +8488,7 @@ BINARY_TABLES: dict[type[Any], BinaryTable] = {
     _m0.TokenInfo: _bin_table_TokenInfo,
     _m0.ToolApprovalRequest: _bin_table_ToolApprovalRequest,
     _m0.ToolApprovalResponse: _bin_table_ToolApprovalResponse,
+    _m0.ToolAttestation: _bin_table_ToolAttestation,
     _m0.ToolCatalogSnapshot: _bin_table_ToolCatalogSnapshot,
     _m0.ToolDecision: _bin_table_ToolDecision,
     _m0.ToolProposal: _bin_table_ToolProposal,
