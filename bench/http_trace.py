@@ -120,14 +120,18 @@ def install_in_daemon() -> None:
         _stream.set(stamps)
 
         async def traced_send(message: Any) -> None:
+            # Stamped as the frame is handed to the server, not after: once the socket
+            # has it, the client can read it before this task runs again (a stamp taken
+            # after the send made "written → client read" negative now and then).
+            at = now()
             await send(message)
             found = last_frame_of(message.get("body", b""))
             if found is not None:
                 if stamps.get("written") is None:
-                    stamps["written"] = now()
+                    stamps["written"] = at
                     record("first", found[0], found[1], stamps)
                 else:
-                    record("w", found[0], found[1], now())
+                    record("w", found[0], found[1], at)
 
         await call(self, scope, receive, traced_send)
 
