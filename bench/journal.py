@@ -126,8 +126,10 @@ async def _drive(appenders: int, indices: Iterable[int], append: Callable[[int],
 def _line(
     config: str, appenders: int, events: int, seconds: float, commits: int, cpu_s: float,
     threads: Sequence[float | None] = (None, None),
+    switches: Sequence[tuple[int, int] | None] = (None, None),
 ) -> dict[str, Any]:
     loop_s, worker_s = threads
+    loop_cs, worker_cs = switches
     return {
         "config": config,
         "appenders": appenders,
@@ -144,7 +146,20 @@ def _line(
         "loop_cpu_us_per_event": None if loop_s is None else round(loop_s / events * 1e6, 1),
         "worker_cpu_us_per_event": (
             None if worker_s is None else round(worker_s / events * 1e6, 1)),
+        # How often each thread slept (voluntary context switches: the loop in its poll,
+        # or on the GIL; the worker on its queue, the GIL or the device) and was preempted
+        # (involuntary: another runnable thread took its core, which on a loaded machine
+        # costs the rest of that thread's time slice). Counts, not rates: they say where a
+        # slow run waited.
+        "loop_sleeps_per_event": _per_event(loop_cs, 0, events),
+        "loop_preempted_per_event": _per_event(loop_cs, 1, events),
+        "worker_sleeps_per_event": _per_event(worker_cs, 0, events),
+        "worker_preempted_per_event": _per_event(worker_cs, 1, events),
     }
+
+
+def _per_event(switches: tuple[int, int] | None, kind: int, events: int) -> float | None:
+    return None if switches is None else round(switches[kind] / events, 2)
 
 
 def thread_cpu_s(native_id: int | None) -> float | None:
@@ -161,6 +176,23 @@ def thread_cpu_s(native_id: int | None) -> float | None:
         return None
 
 
+def thread_switches(native_id: int | None) -> tuple[int, int] | None:
+    """``(voluntary, involuntary)`` context switches of one thread of this process so far
+    (Linux ``/proc``), None if unreadable."""
+    if native_id is None:
+        return None
+    found: dict[str, int] = {}
+    try:
+        with open(f"/proc/self/task/{native_id}/status", encoding="ascii") as handle:
+            for line in handle:
+                name, _colon, value = line.partition(":")
+                if name.endswith("ctxt_switches"):
+                    found[name] = int(value)
+        return found["voluntary_ctxt_switches"], found["nonvoluntary_ctxt_switches"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def thread_named(name: str) -> int | None:
     """The native id of this process's live thread called ``name`` (None if there is none)."""
     return next((t.native_id for t in threading.enumerate() if t.name == name), None)
@@ -174,6 +206,8 @@ class Totals:
         self.seconds = self.cpu = 0.0
         self.loop: float | None = 0.0
         self.worker_cpu: float | None = 0.0
+        self.loop_switches: tuple[int, int] | None = (0, 0)
+        self.worker_switches: tuple[int, int] | None = (0, 0)
 
     async def timed(self, drive: Any) -> None:
         """Await one slice and add what it took."""
@@ -182,18 +216,36 @@ class Totals:
         # so the loop and the worker never add up to more than the process. The loop's
         # own clock, not its schedstat: a running thread's schedstat lags up to a tick;
         # the worker's is read while it waits for work (the slice's appends are answered).
+        loop_id = threading.get_native_id()
+        switches0 = thread_switches(loop_id), thread_switches(worker)
         cpu = time.process_time()
         loop0, worker0 = time.thread_time(), thread_cpu_s(worker)
         self.seconds += await drive
         loop1, worker1 = time.thread_time(), thread_cpu_s(worker)
         self.cpu += time.process_time() - cpu
+        switches1 = thread_switches(loop_id), thread_switches(worker)
         self.loop = _add(self.loop, loop0, loop1)
         self.worker_cpu = _add(self.worker_cpu, worker0, worker1)
+        self.loop_switches = _add_switches(self.loop_switches, switches0[0], switches1[0])
+        self.worker_switches = _add_switches(self.worker_switches, switches0[1], switches1[1])
 
     @property
     def threads(self) -> tuple[float | None, float | None]:
         """``(event loop, worker)`` CPU seconds, None where a thread could not be read."""
         return self.loop, self.worker_cpu
+
+    @property
+    def switches(self) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+        """``(event loop, worker)`` ``(voluntary, involuntary)`` context switches."""
+        return self.loop_switches, self.worker_switches
+
+
+def _add_switches(
+    total: tuple[int, int] | None, before: tuple[int, int] | None, after: tuple[int, int] | None
+) -> tuple[int, int] | None:
+    if total is None or before is None or after is None:
+        return None
+    return total[0] + after[0] - before[0], total[1] + after[1] - before[1]
 
 
 def _add(total: float | None, before: float | None, after: float | None) -> float | None:
@@ -230,13 +282,13 @@ async def bench_pair(
             floor.close()
     lines = [
         _line("lmdb_group_commit", appenders, events, lmdb.seconds, commits, lmdb.cpu,
-              lmdb.threads),
+              lmdb.threads, lmdb.switches),
         _line("sqlite_wal_full", appenders, events, sqlite.seconds, events, sqlite.cpu,
-              sqlite.threads),
+              sqlite.threads, sqlite.switches),
     ]
     if floor is not None:
         lines.append(_line("floor_handoff_dsync", appenders, events, handoff.seconds, events,
-                           handoff.cpu, handoff.threads))
+                           handoff.cpu, handoff.threads, handoff.switches))
     return lines
 
 
@@ -341,7 +393,7 @@ async def bench_floor(appenders: int, events: int, rounds: int) -> dict[str, Any
     finally:
         null.close()
     return _line("harness_floor", appenders, events, totals.seconds, batches, totals.cpu,
-                 totals.threads)
+                 totals.threads, totals.switches)
 
 
 def fsync_floor(root: Path, runs: int = 300) -> dict[str, Any]:
@@ -436,6 +488,14 @@ class SqliteChain:
         self.db.close()
 
 
+def _loadavg() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages (None where the platform has none)."""
+    try:
+        return [round(load, 2) for load in os.getloadavg()]
+    except OSError:
+        return None
+
+
 def _cpu_with_children() -> float:
     """CPU seconds of this process and of its children that have ended."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
@@ -521,7 +581,7 @@ async def run(events: int, base: Path, rounds: int = 5, only: str = "") -> int:
     try:
         _emit({"bench": "journal", "dir": str(root), "events_per_config": events,
                "rounds": rounds, "python": sys.version.split()[0],
-               "sqlite": sqlite3.sqlite_version})  # fmt: skip
+               "sqlite": sqlite3.sqlite_version, "loadavg": _loadavg()})  # fmt: skip
         _emit(fsync_floor(root))
         # As the daemon does once it has started (palyra.daemon): what start-up
         # built stays out of the collector's full passes. The same for every contender.
@@ -579,7 +639,10 @@ async def run(events: int, base: Path, rounds: int = 5, only: str = "") -> int:
         ratios["verify_vs_raw_sha256"] = round(
             by_name["verify"]["events_per_s"] / by_name["raw_sha256"]["events_per_s"], 3
         )
-        _emit({"config": "ratios", "headline": f"group_commit_vs_sqlite@{top}", **ratios})
+        # The machine's load as the appends ended (the header line has it as they began):
+        # on a shared machine every thread waits for a core, so a rate is read beside it.
+        _emit({"config": "ratios", "headline": f"group_commit_vs_sqlite@{top}", **ratios,
+               "loadavg": _loadavg()})
         await _tlog_lines(root, events, rounds)
     finally:
         shutil.rmtree(root, ignore_errors=True)
