@@ -174,6 +174,10 @@ class TaskQueue:
         # Python a getpid() system call, several times per task).
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background: set[asyncio.Future[Any]] = set()  # cancel_children_soon's jobs
+        # One daemon's journal: the appends of the changes decided in one pass of the
+        # event loop, queued to the writer as one append at the end of the pass
+        # (``_flush``): each change's drafts with the commit that answers it.
+        self._pass: list[tuple[list[EventDraft], _Commit]] = []
         self.commits = 0
         self.stale_refusals = 0  # updates refused for a stale lease epoch (/metrics)
 
@@ -925,11 +929,54 @@ class TaskQueue:
         if self._shared:
             self._store.submit(drafts, answer=commit, loop=self._loop,
                                expect=self._expectations(changes, base) + expect)
-        else:
+        elif also is not None or self._loop is None or self._store.closed:
+            # A caller's own drafts (refused, they fail its call alone), before
+            # ``start`` or on a closed journal (refused here, as a claimer expects): now.
+            self._flush()
             self._store.submit(drafts, answer=commit, loop=self._loop)
+        else:
+            self._join_pass(drafts, commit)
         del drafts
         self._hold(changes, commit)
         return answer
+
+    def _join_pass(self, drafts: list[EventDraft], commit: _Commit) -> None:
+        """Queue ``drafts`` with this loop pass's other changes: one append for them all.
+
+        A burst's changes (its successes, claims and enqueues, decided as their callers
+        run in one pass) each cost the journal an append of their own before: a request,
+        its preparation call, a row plan and an answer, on the loop and on the writer.
+        Changes of one task never share an append (a later one waits for the earlier
+        commit), and the order of changes is kept. One daemon only: on a shared journal
+        each change is its own compare-and-set, and only there does a singleton fence its
+        appends (``daemon/singletons.py``), by the task that submits them.
+        """
+        if not self._pass:
+            assert self._loop is not None
+            self._loop.call_soon(self._flush)
+        self._pass.append((drafts, commit))
+
+    def _flush(self) -> None:
+        """Queue this pass's changes to the writer, as one append (see ``_join_pass``)."""
+        queued, self._pass = self._pass, []
+        if not queued:
+            return
+        if len(queued) == 1:
+            self._submit_alone(*queued[0])
+            return
+        try:
+            self._store.submit([d for drafts, _commit in queued for d in drafts],
+                               answer=_Commits([commit for _drafts, commit in queued]),
+                               loop=self._loop)
+        except Exception:  # refused before anything was queued: each on its own, so a
+            for drafts, commit in queued:  # change the journal refuses fails alone
+                self._submit_alone(drafts, commit)
+
+    def _submit_alone(self, drafts: list[EventDraft], commit: _Commit) -> None:
+        try:
+            self._store.submit(drafts, answer=commit, loop=self._loop)
+        except Exception as exc:  # the change was refused (its answer hears why)
+            commit.refuse(exc)
 
     def _drafts(self, changes: list[Change]) -> list[EventDraft]:
         """``changes`` as journal events, each task's row written once."""
@@ -986,7 +1033,7 @@ class TaskQueue:
                 last = changes[-1][0]
                 answer.set_result(last if last.task_id == first.task_id and taker is None
                                   else first)
-            elif lost_ok:
+            elif lost_ok and not commit.refused:  # refused: looking again cannot help
                 log.warning("a claim's commit failed: %s", error)
                 answer.set_exception(_Lost())
             else:
@@ -1201,12 +1248,13 @@ class _Commit:
     wait for it (a later change of the same task) gets a future on demand (``wait``).
     """
 
-    __slots__ = ("_settle", "_waiter", "settled")
+    __slots__ = ("_settle", "_waiter", "refused", "settled")
 
     def __init__(self, settle: Callable[[_Commit, BaseException | None], None] | None) -> None:
         self._settle = settle
         self._waiter: asyncio.Future[None] | None = None
         self.settled = False
+        self.refused = False  # the journal refused its drafts: nothing was queued
 
     def done(self) -> bool:
         """True once settled."""
@@ -1218,6 +1266,11 @@ class _Commit:
 
     def set_exception(self, exception: BaseException, /) -> None:
         """The commit failed."""
+        self._settled(exception)
+
+    def refuse(self, exception: BaseException) -> None:
+        """The journal refused the drafts (as ``submit`` raising): nothing was queued."""
+        self.refused = True
         self._settled(exception)
 
     def _settled(self, error: BaseException | None) -> None:
@@ -1240,6 +1293,33 @@ class _Commit:
             if self.settled:
                 self._waiter.set_result(None)
         return self._waiter
+
+
+class _Commits:
+    """The answer of one append carrying several changes' drafts: each change's commit
+    is answered in the order the changes were decided."""
+
+    __slots__ = ("_commits", "_done")
+
+    def __init__(self, commits: list[_Commit]) -> None:
+        self._commits = commits
+        self._done = False
+
+    def done(self) -> bool:
+        """True once answered."""
+        return self._done
+
+    def set_result(self, _result: Any, /) -> None:
+        """The append is durable: so is every change in it."""
+        self._done = True
+        for commit in self._commits:
+            commit.set_result(None)
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        """The append failed: so did every change in it."""
+        self._done = True
+        for commit in self._commits:
+            commit.set_exception(exception)
 
 
 def _heard(future: asyncio.Future[Any]) -> None:
