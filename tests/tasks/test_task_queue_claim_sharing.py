@@ -194,12 +194,13 @@ async def test_a_ride_is_claimed_alone_when_its_success_is_refused(
         b, _ = await queue.enqueue("k")
         claimed = await queue.claim("w", frozenset({"k"}))
         assert claimed.task_id == a.task_id
-        ride = Ride("w", frozenset({"k"}), model.DEFAULT_LEASE_MS, queue.claim_future())
+        begun = queue.claim_future()
+        ride = Ride("w", frozenset({"k"}), model.DEFAULT_LEASE_MS, begun)
         with pytest.raises(PalyraError) as refused:  # an epoch the lease never had
             await queue.succeed_handing_on(a.task_id, claimed.lease_epoch + 1, ride=ride)
         assert refused.value.code is ErrorCode.LEASE_STALE
         # The worker's next claim is still made (else its loop would wait forever).
-        nxt = await asyncio.wait_for(queue.claim("w", frozenset({"k"}), begun=ride.claimed), 2)
+        nxt = await asyncio.wait_for(queue.claim("w", frozenset({"k"}), begun=begun), 2)
         assert nxt.task_id == b.task_id and nxt.lease_owner == "w"
     finally:
         await queue.close()
@@ -211,11 +212,12 @@ async def test_a_ride_with_nothing_ready_waits_in_line(store: JournalStore) -> N
     try:
         a, _ = await queue.enqueue("k")
         claimed = await queue.claim("w", frozenset({"k"}))
-        ride = Ride("w", frozenset({"k"}), model.DEFAULT_LEASE_MS, queue.claim_future())
+        begun = queue.claim_future()
+        ride = Ride("w", frozenset({"k"}), model.DEFAULT_LEASE_MS, begun)
         await queue.succeed_handing_on(a.task_id, claimed.lease_epoch, ride=ride)
         assert not ride.claimed.done()
         c, _ = await queue.enqueue("k")  # born claimed by the ride waiting in line
-        nxt = await asyncio.wait_for(queue.claim("w", frozenset({"k"}), begun=ride.claimed), 2)
+        nxt = await asyncio.wait_for(queue.claim("w", frozenset({"k"}), begun=begun), 2)
         assert nxt.task_id == c.task_id
         assert queue.require(a.task_id).state == State.SUCCEEDED
     finally:

@@ -9,9 +9,10 @@ and the next start's memory in agreement.
 
 This process is the journal's only writer, so the queue keeps every unfinished
 task in memory (finished ones are read from the table on demand). Changes are
-decided and queued to the journal writer synchronously and never wait for each
-other's durability: the writer's group commit puts the changes of many producers
-and workers in one flush. While a task's change is being committed the task is
+decided synchronously and never wait for each other's durability: the changes
+decided in one pass of the event loop go to the journal writer as one append at
+the end of the pass, and the writer's group commit puts the changes of many
+producers and workers in one flush. While a task's change is being committed the task is
 *held* (:class:`LiveTasks`): no claim picks it and a later change of it waits for
 that commit, so each task's changes are decided on its durable state, one at a
 time, in order. A claimer with nothing to take waits in line; each change that
@@ -50,7 +51,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 from palyra_gen.lifecycle.background_task import FINAL_STATES
@@ -82,6 +83,21 @@ and be decided again before it gives up with ``UNAVAILABLE``, retryable: a busy 
 run changes its row with each step, but not on every one of 32 decisions in a row."""
 
 
+class ClaimAnswer(Protocol):
+    """How a claim is answered: an ``asyncio.Future``, or any object with its three
+    methods, called on the queue's loop (a worker's, which starts running the claimed
+    task as it is answered: no future, and no loop turn to wake a waiter)."""
+
+    def done(self) -> bool:
+        """True once answered (or given up: a claim in line that is done is skipped)."""
+
+    def set_result(self, result: TaskRecord, /) -> None:
+        """The claim is durable: the claimed task."""
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        """The claim failed: why (``LostClaim``: its commit failed, look again)."""
+
+
 @dataclass(slots=True)
 class _Claimer:
     """A claim waiting in line for a ready task of its kinds."""
@@ -89,7 +105,7 @@ class _Claimer:
     owner: str
     kinds: frozenset[str] | None
     lease_ms: int
-    claimed: asyncio.Future[TaskRecord]  # resolved once a claim for it is durable
+    claimed: ClaimAnswer  # answered once a claim for it is durable
 
 
 @dataclass(slots=True)
@@ -100,7 +116,7 @@ class Ride:
     was one more journal append per task whenever tasks queued up (``bench ingress``:
     0.65 claim appends per message); riding in the success's commit it costs one event
     and no append. ``claimed`` resolves as a claim's answer does (the claimed task, or
-    ``_Lost`` when the commit failed); when nothing is ready, or the journal is shared
+    ``LostClaim`` when the commit failed); when nothing is ready, or the journal is shared
     (the success's commit cannot expect another task's row), the claim is begun on its
     own instead, as :meth:`TaskQueue.claim_begin` does.
     """
@@ -108,7 +124,7 @@ class Ride:
     owner: str
     kinds: frozenset[str] | None
     lease_ms: int
-    claimed: asyncio.Future[TaskRecord]
+    claimed: ClaimAnswer
     begun: bool = False  # the claim rides a commit or waits in line: nothing more to do
 
 
@@ -174,6 +190,10 @@ class TaskQueue:
         # Python a getpid() system call, several times per task).
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background: set[asyncio.Future[Any]] = set()  # cancel_children_soon's jobs
+        # One daemon's journal: the appends of the changes decided in one pass of the
+        # event loop, queued to the writer as one append at the end of the pass
+        # (``_flush``): each change's drafts with the commit that answers it.
+        self._pass: list[tuple[list[EventDraft], _Commit]] = []
         self.commits = 0
         self.stale_refusals = 0  # updates refused for a stale lease epoch (/metrics)
 
@@ -508,7 +528,7 @@ class TaskQueue:
                 self._claimers = collections.deque(
                     c for c in self._claimers if c.claimed is not claimed)
                 raise
-            except _Lost:
+            except LostClaim:
                 continue
 
     def claim_begin(self, owner: str, kinds: frozenset[str] | None = None,
@@ -529,8 +549,14 @@ class TaskQueue:
         """A claim's answer, to be begun later by a :class:`Ride`."""
         return self._future()
 
+    def claim_answering(self, owner: str, kinds: frozenset[str] | None, lease_ms: int,
+                        answer: ClaimAnswer) -> None:
+        """:meth:`claim_begin`, answered through ``answer`` (no future: a worker's slot
+        starts the claimed task's run as the claim is answered)."""
+        self._begin(owner, kinds, lease_ms, answer)
+
     def _begin(self, owner: str, kinds: frozenset[str] | None, lease_ms: int,
-               claimed: asyncio.Future[TaskRecord]) -> None:
+               claimed: ClaimAnswer) -> None:
         if not self._claim_now(owner, kinds, lease_ms, claimed):
             self._claimers.append(_Claimer(owner, kinds, lease_ms, claimed))
 
@@ -561,14 +587,14 @@ class TaskQueue:
         return None
 
     def _claim_now(self, owner: str, kinds: frozenset[str] | None, lease_ms: int,
-                   answer: asyncio.Future[TaskRecord]) -> bool:
+                   answer: ClaimAnswer) -> bool:
         """Claim the best ready task for ``answer`` (False: none is ready)."""
         now = self._now()
         rec = self._live.best(kinds, now)
         if rec is None:
             return False
-        self._submit([(model.claim(rec, owner, now, lease_ms), "claimed", ())], answer=answer,
-                     base=rec)
+        self._queue([(model.claim(rec, owner, now, lease_ms), "claimed", ())], None, answer,
+                     True, base=rec)
         return True
 
     async def heartbeat(self, task_id: str, epoch: int,
@@ -650,7 +676,7 @@ class TaskQueue:
     def _success_changes(self, done: TaskRecord, then: Sequence[FollowUp],
                          payloads: list[str], ride: Ride | None
                          ) -> tuple[list[Change], list[TaskRecord],
-                                    asyncio.Future[TaskRecord] | None]:
+                                    ClaimAnswer | None]:
         """A success's changes: the task's, its follow-ups' (each once per key) and the
         worker's next claim riding along; the follow-ups' records; the ride's taker."""
         changes: list[Change] = [(done, "succeeded", ())]
@@ -680,7 +706,7 @@ class TaskQueue:
         return changes, born, taker
 
     def _after_success(self, answer: asyncio.Future[TaskRecord], born: list[TaskRecord],
-                       ride: Ride | None, taker: asyncio.Future[TaskRecord] | None) -> None:
+                       ride: Ride | None, taker: ClaimAnswer | None) -> None:
         """A success's commit is queued: its ride begun, its follow-ups' keys in flight."""
         if ride is not None:
             ride.begun = ride.begun or taker is not None
@@ -893,20 +919,29 @@ class TaskQueue:
         return await self._submit(changes, also, base=base)
 
     def _submit(self, changes: list[Change],
-                also: Callable[[TaskRecord], Sequence[EventDraft]] | None = None,
-                answer: asyncio.Future[TaskRecord] | None = None, *,
-                base: TaskRecord | None, taker: asyncio.Future[TaskRecord] | None = None,
+                also: Callable[[TaskRecord], Sequence[EventDraft]] | None = None, *,
+                base: TaskRecord | None, taker: ClaimAnswer | None = None,
                 expect: tuple[RowExpectation, ...] = ()) -> asyncio.Future[TaskRecord]:
+        """:meth:`_queue` ``changes``, answered through a new future."""
+        answer: asyncio.Future[TaskRecord] = self._future()
+        self._queue(changes, also, answer, False, base=base, taker=taker, expect=expect)
+        return answer
+
+    def _queue(self, changes: list[Change],
+               also: Callable[[TaskRecord], Sequence[EventDraft]] | None,
+               answer: ClaimAnswer, lost_ok: bool, *,
+               base: TaskRecord | None, taker: ClaimAnswer | None = None,
+               expect: tuple[RowExpectation, ...] = ()) -> None:
         """Queue ``changes`` as one journal append and hold their tasks until it settles.
 
         Synchronous up to the writer's queue, so changes decided in this order are
         committed in this order. The answer (the first change's record, or the last
         one's when every change is of the first's task) resolves
         once memory follows the durable commit; a failed commit releases the tasks
-        unchanged and fails the answer. A claimer passes its own ``answer``, failed
-        with ``_Lost`` instead (it then looks again). ``taker``: a waiting claimer's
+        unchanged and fails the answer; a claimer's (``lost_ok``) with ``LostClaim`` instead
+        (it then looks again). ``taker``: a waiting claimer's
         answer when the last change claims a task for it (the first's, or one a success
-        takes for its worker's next claim); it gets that claimed record (or ``_Lost``),
+        takes for its worker's next claim); it gets that claimed record (or ``LostClaim``),
         and ``answer`` the first change's record.
 
         ``base``: the record the first change was decided on (None: a new task). On a
@@ -916,20 +951,59 @@ class TaskQueue:
         first = changes[0][0]
         drafts = [*also(first)] if also is not None else []
         drafts += self._drafts(changes)
-        lost_ok = answer is not None
-        if answer is None:
-            answer = self._future()
         commit = _Commit(partial(self._settle, changes, answer, lost_ok, taker))
         # Raises before anything is queued. The journal answers ``commit`` itself on
         # the loop, later (never inside this call: ``drafts`` is not empty).
         if self._shared:
             self._store.submit(drafts, answer=commit, loop=self._loop,
                                expect=self._expectations(changes, base) + expect)
-        else:
+        elif also is not None or self._loop is None or self._store.closed:
+            # A caller's own drafts (refused, they fail its call alone), before
+            # ``start`` or on a closed journal (refused here, as a claimer expects): now.
+            self._flush()
             self._store.submit(drafts, answer=commit, loop=self._loop)
+        else:
+            self._join_pass(drafts, commit)
         del drafts
         self._hold(changes, commit)
-        return answer
+
+    def _join_pass(self, drafts: list[EventDraft], commit: _Commit) -> None:
+        """Queue ``drafts`` with this loop pass's other changes: one append for them all.
+
+        A burst's changes (its successes, claims and enqueues, decided as their callers
+        run in one pass) each cost the journal an append of their own before: a request,
+        its preparation call, a row plan and an answer, on the loop and on the writer.
+        Changes of one task never share an append (a later one waits for the earlier
+        commit), and the order of changes is kept. One daemon only: on a shared journal
+        each change is its own compare-and-set, and only there does a singleton fence its
+        appends (``daemon/singletons.py``), by the task that submits them.
+        """
+        if not self._pass:
+            assert self._loop is not None
+            self._loop.call_soon(self._flush)
+        self._pass.append((drafts, commit))
+
+    def _flush(self) -> None:
+        """Queue this pass's changes to the writer, as one append (see ``_join_pass``)."""
+        queued, self._pass = self._pass, []
+        if not queued:
+            return
+        if len(queued) == 1:
+            self._submit_alone(*queued[0])
+            return
+        try:
+            self._store.submit([d for drafts, _commit in queued for d in drafts],
+                               answer=_Commits([commit for _drafts, commit in queued]),
+                               loop=self._loop)
+        except Exception:  # refused before anything was queued: each on its own, so a
+            for drafts, commit in queued:  # change the journal refuses fails alone
+                self._submit_alone(drafts, commit)
+
+    def _submit_alone(self, drafts: list[EventDraft], commit: _Commit) -> None:
+        try:
+            self._store.submit(drafts, answer=commit, loop=self._loop)
+        except Exception as exc:  # the change was refused (its answer hears why)
+            commit.refuse(exc)
 
     def _drafts(self, changes: list[Change]) -> list[EventDraft]:
         """``changes`` as journal events, each task's row written once."""
@@ -950,8 +1024,8 @@ class TaskQueue:
             self._live.hold(rec.task_id)
             self._inflight[rec.task_id] = commit
 
-    def _settle(self, changes: list[Change], answer: asyncio.Future[TaskRecord],
-                lost_ok: bool, taker: asyncio.Future[TaskRecord] | None,
+    def _settle(self, changes: list[Change], answer: ClaimAnswer,
+                lost_ok: bool, taker: ClaimAnswer | None,
                 commit: _Commit, error: BaseException | None) -> None:
         stale = error is not None and getattr(error, "code", None) is ErrorCode.STATE_CONFLICT
         recheck = self._recheck
@@ -979,16 +1053,16 @@ class TaskQueue:
             if error is None:
                 taker.set_result(changes[-1][0])
             else:
-                taker.set_exception(_Lost())
+                taker.set_exception(LostClaim())
         if not answer.done():  # a caller that went away leaves its answer cancelled
             if error is None:
                 first = changes[0][0]
                 last = changes[-1][0]
                 answer.set_result(last if last.task_id == first.task_id and taker is None
                                   else first)
-            elif lost_ok:
+            elif lost_ok and not commit.refused:  # refused: looking again cannot help
                 log.warning("a claim's commit failed: %s", error)
-                answer.set_exception(_Lost())
+                answer.set_exception(LostClaim())
             else:
                 answer.set_exception(error)
         self._after_change(readied)
@@ -1188,8 +1262,9 @@ class StagedSuccess:
         self._abandoned()
 
 
-class _Lost(Exception):
-    """A claim's commit failed; the task was released and the claimer looks again."""
+class LostClaim(Exception):
+    """A claim's commit failed; the task was released and the claimer looks again (a
+    :class:`ClaimAnswer`'s ``set_exception`` gets it)."""
 
 
 class _Commit:
@@ -1201,12 +1276,13 @@ class _Commit:
     wait for it (a later change of the same task) gets a future on demand (``wait``).
     """
 
-    __slots__ = ("_settle", "_waiter", "settled")
+    __slots__ = ("_settle", "_waiter", "refused", "settled")
 
     def __init__(self, settle: Callable[[_Commit, BaseException | None], None] | None) -> None:
         self._settle = settle
         self._waiter: asyncio.Future[None] | None = None
         self.settled = False
+        self.refused = False  # the journal refused its drafts: nothing was queued
 
     def done(self) -> bool:
         """True once settled."""
@@ -1218,6 +1294,11 @@ class _Commit:
 
     def set_exception(self, exception: BaseException, /) -> None:
         """The commit failed."""
+        self._settled(exception)
+
+    def refuse(self, exception: BaseException) -> None:
+        """The journal refused the drafts (as ``submit`` raising): nothing was queued."""
+        self.refused = True
         self._settled(exception)
 
     def _settled(self, error: BaseException | None) -> None:
@@ -1240,6 +1321,33 @@ class _Commit:
             if self.settled:
                 self._waiter.set_result(None)
         return self._waiter
+
+
+class _Commits:
+    """The answer of one append carrying several changes' drafts: each change's commit
+    is answered in the order the changes were decided."""
+
+    __slots__ = ("_commits", "_done")
+
+    def __init__(self, commits: list[_Commit]) -> None:
+        self._commits = commits
+        self._done = False
+
+    def done(self) -> bool:
+        """True once answered."""
+        return self._done
+
+    def set_result(self, _result: Any, /) -> None:
+        """The append is durable: so is every change in it."""
+        self._done = True
+        for commit in self._commits:
+            commit.set_result(None)
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        """The append failed: so did every change in it."""
+        self._done = True
+        for commit in self._commits:
+            commit.set_exception(exception)
 
 
 def _heard(future: asyncio.Future[Any]) -> None:
@@ -1278,4 +1386,4 @@ def _draft(rec: TaskRecord, event: str, extra: tuple[EntityWrite, ...] = (), *,
                        if row is not None else extra))
 
 
-__all__ = ["FollowUp", "Outcome", "Ride", "StagedSuccess", "State", "TaskQueue", "TaskRecord"]
+__all__ = ["ClaimAnswer", "FollowUp", "Outcome", "Ride", "StagedSuccess", "State", "TaskQueue", "TaskRecord"]

@@ -8,16 +8,20 @@ means the task moved on without this worker (its lease lapsed), so the
 handler is cancelled and nothing more is written with that epoch.
 
 One timer per worker covers all its claims in flight (most end well inside a
-lease, so it rarely renews anything). A task handed on to the worker already
-runs in an asyncio task of its own, and its handler is awaited there; a loop's
-claim runs its handler in a task of its own, because handlers bind log context
-(a run's id) that must not stay on the loop for the tasks after it.
+lease, so it rarely renews anything). Every task runs in an asyncio task of its
+own, made with a fresh copy of the worker's context (handlers bind log context, a
+run's id, that must not reach the tasks after it), and its handler is awaited
+there. A worker loop is a *slot*, not a long-lived asyncio task: its claim is
+answered straight into a new task running the claimed one (``_Next``), which
+begins the slot's next claim as its handler ends. So a task costs one asyncio task
+and its wake-ups, not a claim future's wake-up, a handler task and its completion's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping
@@ -31,7 +35,14 @@ from palyra.core.errors import ErrorCode, PalyraError
 from palyra.core.ids import new_ulid
 from palyra.tasks import model
 from palyra.tasks.model import State, TaskRecord
-from palyra.tasks.queue import FollowUp, Ride, StagedSuccess, TaskQueue
+from palyra.tasks.queue import (
+    ClaimAnswer,
+    FollowUp,
+    LostClaim,
+    Ride,
+    StagedSuccess,
+    TaskQueue,
+)
 
 log = logging.getLogger("palyra.tasks")
 
@@ -70,9 +81,9 @@ or raises to fail the attempt."""
 
 class ClaimNext(Protocol):
     """Begins a worker loop's next claim (``ride``: the queue begins it in the commit of
-    the success about to be queued) and answers its future."""
+    the success about to be queued) and gives its answer."""
 
-    def __call__(self, ride: bool = False) -> asyncio.Future[TaskRecord]: ...
+    def __call__(self, ride: bool = False) -> ClaimAnswer: ...
 
 
 class TaskWorker:
@@ -94,7 +105,14 @@ class TaskWorker:
         self._lease_ms = lease_ms
         self._concurrency = max(1, concurrency)
         self.owner = owner or f"worker:{new_ulid()}"
-        self._tasks: list[asyncio.Task[None]] = []
+        self._started = False
+        self._closing = False
+        # The slots' claims in line (or riding a success's commit), and the tasks their
+        # claims started (each running one claimed task).
+        self._claims: set[_Next] = set()
+        self._running: set[asyncio.Task[None]] = set()
+        # The context every task's run starts from (a copy each): the one ``start`` ran in.
+        self._context = contextvars.Context()
         # The loop the worker runs on, once started: each task's handler and heartbeat
         # timer are made on it without asking asyncio (a getpid() call per ask here).
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -111,12 +129,15 @@ class TaskWorker:
     def can_adopt(self) -> bool:
         """Whether this worker runs a handed-on task now (its loops run, and the tasks it
         took this way stay within a few times its concurrency: past that they queue)."""
-        return bool(self._tasks) and len(self._adopted) < ADOPT_FACTOR * self._concurrency
+        return self._serving() and len(self._adopted) < ADOPT_FACTOR * self._concurrency
+
+    def _serving(self) -> bool:
+        return self._started and not self._closing
 
     def adopt(self, task: TaskRecord) -> None:
         """Run ``task``, claimed for this worker by another's success, under its lease
         (a worker closed meanwhile leaves it: the lease lapses and it is retried)."""
-        if not self._tasks:
+        if not self._serving():
             return
         run = asyncio.ensure_future(self._run_adopted(task))
         self._adopted.add(run)
@@ -138,55 +159,90 @@ class TaskWorker:
 
     def start(self) -> None:
         """Start the loops (no-op without handlers)."""
-        if not self._handlers or self._tasks:
+        if not self._handlers or self._started:
             return
         self._loop = asyncio.get_running_loop()
-        self._tasks = [self._loop.create_task(self._claim_and_run())
-                       for _ in range(self._concurrency)]
+        self._context = contextvars.copy_context()
+        self._started = True
+        for _ in range(self._concurrency):
+            self._claim()
 
     async def close(self) -> None:
         """Stop the loops; a task in hand keeps its lease, which lapses (or recovery takes it).
 
         So does a task a loop claimed ahead while its last outcome was committing.
         """
-        running = [*self._tasks, *self._adopted]
+        self._closing = True
+        for ahead in list(self._claims):  # stopping: a claim still in line leaves it
+            ahead.cancel()
+        self._claims.clear()
+        running = [*self._running, *self._adopted]
         for task in running:
             task.cancel()
         for task in running:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        self._tasks = []
         if self._heartbeats is not None:
             self._heartbeats.close()
 
-    async def _claim_and_run(self) -> None:
-        kinds = self._kinds
-        queue, owner, lease_ms = self._queue, self.owner, self._lease_ms
-        ahead: asyncio.Future[TaskRecord] | None = None
+    def _claim(self, ride: bool = False) -> _Next:
+        """A slot's next claim, begun now (``ride``: the queue begins it in the commit of
+        the success about to be queued, a :class:`Ride` carrying it)."""
+        ahead = _Next(self)
+        if self._closing:
+            ahead.cancel()
+            return ahead
+        self._claims.add(ahead)
+        if not ride:
+            try:
+                self._queue.claim_answering(self.owner, self._kinds, self._lease_ms, ahead)
+            except Exception as exc:  # the journal refused it (closed): the slot stops
+                ahead.set_exception(exc)
+        return ahead
 
-        def claim_next(ride: bool = False) -> asyncio.Future[TaskRecord]:
+    def _claimed(self, ahead: _Next, task: TaskRecord) -> None:
+        """A slot's claim is durable: run the task in an asyncio task of its own."""
+        self._claims.discard(ahead)
+        assert self._loop is not None
+        run = self._loop.create_task(self._run_claimed(task), context=self._context.copy())
+        self._running.add(run)
+
+    def _refused(self, ahead: _Next, error: BaseException) -> None:
+        """A slot's claim failed: looked for again after a lost commit; else the slot stops
+        (the journal closed under the worker)."""
+        self._claims.discard(ahead)
+        if self._closing:
+            return
+        if isinstance(error, LostClaim):
+            self._claim()
+            return
+        log.warning("a task worker's claim failed; one of its loops stops: %s", error)
+
+    async def _run_claimed(self, task: TaskRecord) -> None:
+        ahead: _Next | None = None
+
+        def claim_next(ride: bool = False) -> _Next:
             # Begun when the handler is done, before its outcome is queued: the next
             # claim shares the outcome's group commit (or waits in line, where an
             # enqueue hands it a task born claimed), instead of following it. After a
             # success it rides in that success's own commit (``ride``: the queue begins
-            # it there, with this future).
+            # it there, with this answer).
             nonlocal ahead
-            ahead = queue.claim_future() if ride else queue.claim_begin(owner, kinds, lease_ms)
+            ahead = self._claim(ride)
             return ahead
 
         try:
-            while True:
-                begun, ahead = ahead, None
-                task = await queue.claim(owner, kinds, lease_ms, begun=begun)
-                try:
-                    await self.run_one(task, claim_next)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:  # a queue write failed: the lease lapses, the task is retried
-                    log.exception("task %s: could not record its outcome", task.task_id)
+            await self.run_one(task, claim_next, inline=True)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a queue write failed: the lease lapses, the task is retried
+            log.exception("task %s: could not record its outcome", task.task_id)
         finally:
-            if ahead is not None:  # stopping: a claim still in line leaves it
-                ahead.cancel()
+            me = asyncio.current_task(self._loop)
+            if me is not None:
+                self._running.discard(me)
+            if ahead is None:  # the lease was lost, or the outcome failed: claim again
+                self._claim()
 
     async def run_one(self, task: TaskRecord, claim_next: ClaimNext | None = None, *,
                       inline: bool = False) -> TaskRecord | None:
@@ -339,6 +395,37 @@ class TaskWorker:
                 log.info("task outcome dropped: %s", exc.message)
                 return None
             raise
+
+
+class _Next:
+    """A worker slot's claim: answered by the queue as a future would be, it starts the
+    claimed task's run at once (no future to wake a waiting loop)."""
+
+    __slots__ = ("_done", "_worker")
+
+    def __init__(self, worker: TaskWorker) -> None:
+        self._worker = worker
+        self._done = False
+
+    def done(self) -> bool:
+        """True once answered or cancelled."""
+        return self._done
+
+    def cancel(self) -> None:
+        """The worker is stopping: an answer that comes is dropped (its lease lapses)."""
+        self._done = True
+
+    def set_result(self, task: TaskRecord, /) -> None:
+        """The claim is durable: the task runs."""
+        if not self._done:
+            self._done = True
+            self._worker._claimed(self, task)
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        """The claim failed."""
+        if not self._done:
+            self._done = True
+            self._worker._refused(self, exception)
 
 
 @dataclass(slots=True, eq=False)
