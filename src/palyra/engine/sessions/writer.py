@@ -117,7 +117,13 @@ class SessionWriter:
                 await stack.enter_async_context(self._locks.hold(name))
             first = plan_resolve(self.reader, identity, selectors, self._now_ms())
             async with self.hold(first.record.session_id):
-                yield plan_resolve(self.reader, identity, selectors, self._now_ms())
+                # A session this plan creates under an id it minted is unknown to
+                # anyone else, and its selectors' locks are held since it was planned:
+                # planning again would find the same nothing and mint another id. Any
+                # other session is planned again under its lock, where changes wait.
+                minted = first.created and not selectors.session_id
+                yield first if minted else plan_resolve(
+                    self.reader, identity, selectors, self._now_ms())
 
     async def resolve(self, identity: IdentityRec, selectors: Selectors) -> SessionPlan:
         """Get-or-create (and optionally reset) a session and commit it.
