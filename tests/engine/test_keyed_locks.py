@@ -98,3 +98,27 @@ async def test_a_free_slot_with_a_wait_bound_arms_no_timer(monkeypatch: pytest.M
     release.set()
     await asyncio.gather(*held)
     assert len(locks) == 0
+
+
+async def test_hold_all_takes_in_order_and_a_cancelled_wait_gives_back_what_it_took() -> None:
+    locks, release = KeyedLocks(), asyncio.Event()
+
+    async def holder() -> None:
+        async with locks.hold("b"):
+            await release.wait()
+
+    held = asyncio.create_task(holder())
+    await asyncio.sleep(0)
+    waiting = asyncio.create_task(locks.hold_all(["a", "b"]).__aenter__())
+    await asyncio.sleep(0.01)
+    assert not waiting.done() and len(locks) == 2  # "a" taken, "b" awaited
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    async with locks.hold("a"):  # given back: free at once
+        assert len(locks) == 2
+    release.set()
+    await held
+    async with locks.hold_all(["a", "b"]):
+        assert len(locks) == 2
+    assert len(locks) == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 
 class SlotWaitTimeout(TimeoutError):
@@ -45,6 +46,11 @@ class KeyedLocks:
         the body.
         """
         return _Hold(self._gates, name, slots, wait_s)
+
+    def hold_all(self, names: Sequence[str]) -> _HoldAll:
+        """Hold one lock per name of ``names``, taken in that order (callers sort them,
+        so two holders never wait on each other in a cycle) and given back in reverse."""
+        return _HoldAll([_Hold(self._gates, name, 1, None) for name in names])
 
 
 class _Hold:
@@ -95,3 +101,31 @@ class _Hold:
         entry.users -= 1
         if not entry.users:
             del self._gates[self._name]
+
+
+class _HoldAll:
+    """Several holds as one ``async with`` (no AsyncExitStack: one per message)."""
+
+    __slots__ = ("_entered", "_holds")
+
+    def __init__(self, holds: list[_Hold]) -> None:
+        self._holds = holds
+        self._entered = 0
+
+    async def __aenter__(self) -> None:
+        try:
+            for hold in self._holds:
+                await hold.__aenter__()
+                self._entered += 1
+        except BaseException:
+            await self._release()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._release()
+
+    async def _release(self) -> None:
+        holds = self._holds
+        while self._entered:
+            self._entered -= 1
+            await holds[self._entered].__aexit__(None, None, None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import msgspec
@@ -112,9 +112,7 @@ class SessionWriter:
         """
         names = sorted({f"sel:{v}" for v in (selectors.session_id, selectors.session_key,
                                              selectors.label) if v} or {"sel:*new*"})
-        async with AsyncExitStack() as stack:
-            for name in names:
-                await stack.enter_async_context(self._locks.hold(name))
+        async with self._locks.hold_all(names):
             first = plan_resolve(self.reader, identity, selectors, self._now_ms())
             async with self.hold(first.record.session_id):
                 # A session this plan creates under an id it minted is unknown to
