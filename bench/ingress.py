@@ -21,7 +21,10 @@ to the platform's local fake. Then:
   shown beside it. The runs answering the
   messages already start during this phase, so their CPU is partly in it too. Then the
   wait until every one of them has its reply: the daemon's CPU over ingest and that
-  drain, per accepted event, is its CPU per message *with its reply*;
+  drain, per accepted event, is its CPU per message *with its reply*. Over the same
+  window the daemon's probe (``bench/probe.py``, loaded through ``bench/_site``, without
+  its message count) gives the journal's events, appends and commits per message and
+  the CPU per message of each of its threads (the event loop's, the journal writer's);
 * redelivery: every ingested event once more, freshly signed (the platform retrying
   *after* its first delivery was acknowledged), and a tenth as many new events delivered
   as a *race*: two POSTs with the same ``webhook-id`` at once (so up to 2C in flight);
@@ -55,11 +58,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench import probe
 from bench.ingress_client import RawClient, encode_post
 from bench.ingress_platforms import PLATFORMS, Event, Platform
 from palyra.testing.spawn import DaemonProcess, clean_env
 
 TARGET_C, TARGET_P99_MS, TARGET_EVENTS_S, TARGET_CPU_MS = 16, 20.0, 2000.0, 1.0
+_REPO = Path(__file__).resolve().parent.parent
 WARMUP = 16
 HOST = "127.0.0.1"
 
@@ -123,7 +128,7 @@ async def _wait_replies(platform: Platform, expected: set[str], timeout_s: float
 
 
 async def _bench(daemon: DaemonProcess, platform: Platform, concurrency: int,
-                 events: int, reply_timeout_s: float) -> dict[str, Any]:
+                 events: int, reply_timeout_s: float, probe_path: str) -> dict[str, Any]:
     client = RawClient(HOST, daemon.http_port)
     try:
         sender = Sender(client)
@@ -144,6 +149,7 @@ async def _bench(daemon: DaemonProcess, platform: Platform, concurrency: int,
         # admitted is the cost of a message with its reply (nothing else runs then).
         load = [platform.event("load", i) for i in range(events)]
         signed = _signed(platform, load)
+        before = probe.remote_snapshot(probe_path)
         cpu0, gen0, bench0 = _cpu_s(daemon.pid), time.thread_time(), time.process_time()
         answers, seconds = await sender.many(signed, concurrency)
         cpu_ingest = _cpu_s(daemon.pid) - cpu0
@@ -155,6 +161,7 @@ async def _bench(daemon: DaemonProcess, platform: Platform, concurrency: int,
             admit(event, answer)
         first_drain_s = await _wait_replies(platform, set(admitted), reply_timeout_s)
         cpu_total = _cpu_s(daemon.pid) - cpu0
+        window = probe.delta(before, probe.remote_snapshot(probe_path))
         accepted = sum(1 for _ms, a in answers if platform.admitted(a))
         errors = Counter(str(a.get("status", a.get("reason", "?"))) for _ms, a in answers
                          if not platform.admitted(a))
@@ -223,26 +230,56 @@ async def _bench(daemon: DaemonProcess, platform: Platform, concurrency: int,
         "drain_s": round(drain_s, 2),
         "ingest_drain_s": round(first_drain_s, 2),
         "daemon_cpu_ms_per_event_total": round(cpu_total / max(1, accepted) * 1000, 3),
+        **_per_message(window, accepted),
+    }
+
+
+def _per_message(window: dict[str, Any], accepted: int) -> dict[str, Any]:
+    """Journal work and CPU by thread per accepted message over ingest and its drain (the
+    daemon's probe, ``bench/probe.py``: the same window as the CPU with its reply)."""
+    n = max(1, accepted)
+    journal = window["journal"]
+    threads = sorted(window["threads"].items(), key=lambda kv: -kv[1])
+    return {
+        "events_per_message": round(journal.get("appended_events", 0) / n, 2),
+        "appends_per_message": round(journal.get("append_calls", 0) / n, 2),
+        "commits_per_message": round(journal.get("commits", 0) / n, 2),
+        "daemon_cpu_ms_per_event_by_thread": {
+            (key.partition(":")[2] or key): round(seconds * 1000 / n, 3)
+            for key, seconds in threads if seconds > 0},
     }
 
 
 def run_one(adapter: str, concurrency: int, events: int, reply_timeout_s: float, *,
             reflection: bool = False, daemon_src: str = "") -> dict[str, Any]:
     platform = PLATFORMS[adapter]()
-    env = clean_env()
-    if daemon_src:
-        env["PYTHONPATH"] = os.pathsep.join([daemon_src, *env.get("PYTHONPATH", "").split(
-            os.pathsep)]).rstrip(os.pathsep)
+    # The probe (journal counters, CPU by thread) without its message count, whose
+    # wrapper would add to the CPU measured.
+    env = clean_env(BENCH_PROBE_MESSAGES="0")
+    path = [*([daemon_src] if daemon_src else []), str(_REPO / "bench" / "_site"), str(_REPO),
+            *env.get("PYTHONPATH", "").split(os.pathsep)]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
     with tempfile.TemporaryDirectory(prefix="palyra-bench-ingress-") as tmp, platform.fake:
+        env["PALYRA_BENCH_PROBE"] = probe_path = str(Path(tmp) / "probe.sock")
         config = Path(tmp) / "palyra.toml"
         config.write_text(platform.config() + ("" if reflection else _NO_REFLECTION))
         with DaemonProcess(Path(tmp) / "data", env=env,
                            extra_args=("--config", str(config))) as daemon:
-            result = asyncio.run(_bench(daemon, platform, concurrency, events, reply_timeout_s))
+            result = asyncio.run(_bench(daemon, platform, concurrency, events, reply_timeout_s,
+                                        probe_path))
             log = daemon.log()
         result["daemon_log_errors"] = sum(1 for line in log.splitlines()
                                           if "Traceback" in line or "error" in line.lower())
         return result
+
+
+def _thread(r: dict[str, Any], name: str) -> float:
+    """CPU ms per message of the daemon's thread ``name``; "" for the rest of its threads."""
+    by = r["daemon_cpu_ms_per_event_by_thread"]
+    if name:
+        return by.get(name, 0.0)
+    return round(sum(v for k, v in by.items()
+                     if k not in ("MainThread", "palyra-journal-writer")), 3)
 
 
 def _table(results: list[dict[str, Any]]) -> list[str]:
@@ -261,6 +298,11 @@ def _table(results: list[dict[str, Any]]) -> list[str]:
         ("daemon CPU ms/event, with reply", lambda r: r["daemon_cpu_ms_per_event_total"]),
         ("sender CPU ms/event, ingest", lambda r: r["generator_cpu_ms_per_event_ingest"]),
         ("platform fake CPU ms/event, ingest", lambda r: r["fake_cpu_ms_per_event_ingest"]),
+        ("journal events/appends/commits per msg", lambda r: f"{r['events_per_message']}/"
+         f"{r['appends_per_message']}/{r['commits_per_message']}"),
+        ("  CPU ms/msg: loop thread", lambda r: _thread(r, "MainThread")),
+        ("  CPU ms/msg: journal writer", lambda r: _thread(r, "palyra-journal-writer")),
+        ("  CPU ms/msg: other threads", lambda r: _thread(r, "")),
         ("redelivered after ack: dup", lambda r: dup(r, "redelivered_after_duplicate")),
         ("  same envelope id", lambda r: dup(r, "redelivered_after_same_envelope")),
         ("  redelivery ack p50/p99 ms", lambda r: f"{r['redelivery_ack_p50_ms']}/"

@@ -304,9 +304,12 @@ def delta(before: Snapshot, after: Snapshot) -> dict[str, Any]:
 # --- the daemon side: answer snapshots on a Unix socket ---------------------------------------
 
 
-def serve(path: str) -> threading.Thread:
-    """Count messages from now on and answer one JSON snapshot per connection on ``path``."""
-    COUNTER.install()
+def serve(path: str, *, messages: bool = True) -> threading.Thread:
+    """Count messages from now on (unless ``messages`` is False: the count wraps every
+    message's construction, a cost the measured CPU would carry) and answer one JSON
+    snapshot per connection on ``path``."""
+    if messages:
+        COUNTER.install()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)

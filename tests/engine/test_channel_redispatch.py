@@ -156,9 +156,11 @@ async def test_a_message_is_admitted_with_its_dispatch_claimed_and_handed_over(
         assert tasks.commits == commits + 1
         task = tasks.require(admitted.task_id)
         assert task.leased and task.lease_owner == worker.owner and task.attempts == 1
-        kinds = [e.kind for e in harness.store.read_range(0, 1000)
-                 if e.payload.get("task_id") == admitted.task_id]
-        assert kinds[:3] == ["channel.message_admitted", "task.enqueued", "task.claimed"]
+        events = [e for e in harness.store.read_range(0, 1000)
+                  if e.payload.get("task_id") == admitted.task_id]
+        # Born claimed: one task event, already running under the worker.
+        assert [e.kind for e in events[:2]] == ["channel.message_admitted", "task.enqueued"]
+        assert events[1].payload["state"] == "running"
         outcome = await router.outcome(admitted.task_id, 10.0)
         assert outcome is not None and outcome.outputs and outcome.run_id == admitted.task_id
         async with asyncio.timeout(5):

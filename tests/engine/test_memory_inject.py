@@ -181,7 +181,8 @@ async def test_references_are_resolved_through_their_tools_under_cedar(harness: 
     assert info.value.details["column"] == "9"
 
 
-async def test_preferences_are_always_in_the_input(harness: Harness) -> None:
+async def test_preferences_are_always_in_the_input(harness: Harness,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from palyra.adapters import InputAssembly, Preferences
     from palyra.journal import EventDraft
     from palyra.memory import MemoryItem, Provenance, item_write
@@ -213,7 +214,20 @@ async def test_preferences_are_always_in_the_input(harness: Harness) -> None:
     assert "prefers metric units" in system[0]
     stages = [m.stage for m in harness.members(run.run.run_id) if isinstance(m, pb.ContextStage)]
     assert stages == ["preferences"]
+    import palyra.adapters.context as context
+
+    checks: list[str] = []
+    check = context.memory_search_allowed
+
+    def counting(gate: PolicyGate, request: context.ContextRequest) -> tuple[bool, str]:
+        checks.append(request.identity.principal)
+        return check(gate, request)
+
+    monkeypatch.setattr(context, "memory_search_allowed", counting)
     other = await app.create_run(OTHER_USER, pb.CreateRunRequest(
         v=1, session_key="q", input=pb.MessageInput(text="how far?"), complete=True, wait=True))
     assert other.run is not None
     assert not any(isinstance(m, pb.ContextStage) for m in harness.members(other.run.run_id))
+    # A principal with no memory items: one Cedar check for the input (MemoryContext's,
+    # which says so on the tape if denied), none for preferences it cannot have.
+    assert checks == [OTHER_USER.identity.principal]

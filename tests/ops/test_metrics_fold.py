@@ -107,3 +107,18 @@ async def test_an_event_that_breaks_the_fold_is_skipped_and_the_rest_of_its_comm
     assert metrics.events.count(TASKS, "embed", "enqueued") == 1
     assert metrics.events.count(MEMORY, "ingested") == 2
     metrics.close()
+
+
+async def test_a_task_born_claimed_counts_as_enqueued_and_claimed(
+        app: tuple[PalyraApp, JournalStore]) -> None:
+    _palyra, store = app
+    metrics = DaemonMetrics(MetricSources(store=store))
+    # One event for both moves (docs/journal/format.md, "Task events"); an older
+    # journal's two events count the same.
+    born = _Event(1, "task.enqueued", {"kind": "send", "state": "running"})
+    queued = _Event(2, "task.enqueued", {"kind": "send", "state": "queued"})
+    claimed = _Event(3, "task.claimed", {"kind": "send", "state": "running"})
+    metrics._fold([(e, 10) for e in (born, queued, claimed)])  # type: ignore[misc]
+    assert metrics.events.count(TASKS, "send", "enqueued") == 2
+    assert metrics.events.count(TASKS, "send", "claimed") == 2
+    metrics.close()

@@ -71,15 +71,17 @@ async def test_an_enqueue_with_a_worker_in_line_is_claimed_in_its_own_commit(
         assert claimed.lease_owner == "w" and claimed.lease_epoch == 1
         assert claimed.lease_expires_ms == claimed.heartbeat_ms + 5_000
         assert store.stats().append_calls == before + 1  # not a claim commit of its own
-        # Both moves journaled, each as it happened, in the one commit.
+        # Both moves in one event of the one commit: enqueued, already running under
+        # the claim's owner and epoch (docs/journal/format.md, "Task events").
         events = _task_events(store)
-        assert [(kind, tid) for kind, tid, _ in events] == [
-            ("task.enqueued", task.task_id), ("task.claimed", task.task_id)]
+        assert [(kind, tid) for kind, tid, _ in events] == [("task.enqueued", task.task_id)]
+        [born] = [e.payload for e in store.read_range(0, 1000) if e.kind == "task.enqueued"]
+        assert (born["state"], born["owner"], born["epoch"]) == ("running", "w", 1)
         assert queue.require(task.task_id) == claimed
-        # The row is written once, as the claim leaves it (the commit's last change).
+        # The row is written once, as the claim leaves it.
         [drafts] = submitted
         rows = [[(w.table, w.key, w.value) for w in d.entity_writes] for d in drafts]
-        assert rows == [[], [("tasks", "id:" + task.task_id, model.encode(claimed))]]
+        assert rows == [[("tasks", "id:" + task.task_id, model.encode(claimed))]]
         stored = store.get_entity("tasks", "id:" + task.task_id)
         assert stored is not None and model.decode(stored) == claimed
         await queue.succeed(task.task_id, claimed.lease_epoch)

@@ -301,7 +301,7 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.SkillChange.change": "installed, updated (another module or manifest), enabled, disabled,\nquarantined, refused or removed.",
     "palyra.v1.TapeEvent": "One event of a run's tape. (run_id, tape_seq) is dense from 0 and never\nreused; `position` is the event's global journal position.",
     "palyra.v1.TaskLease": "Who holds a running task: `epoch` is the fencing token every write of the\nworker carries; a write with an older epoch is refused (LEASE_STALE).",
-    "palyra.v1.TasksService": "The durable background-task queue (post-run reflection and other queued\nwork). Operators only (`admin:` or `system:`). Every state change is a\njournal event and goes through spec/lifecycle/background_task.yaml.",
+    "palyra.v1.TasksService": "The durable background-task queue (post-run reflection and other queued\nwork). Operators only (`admin:` or `system:`). Every state change is\njournaled and goes through spec/lifecycle/background_task.yaml (a task born\nclaimed is one `task.enqueued` event for both moves: docs/journal/format.md).",
     "palyra.v1.TasksService.CancelTask": "Cancel a task: a queued one at once; a running one at its worker's next heartbeat.",
     "palyra.v1.TasksService.ListTasks": "Tasks, newest first; filters combine.",
     "palyra.v1.TokenInfo.expires_at_unix_ms": "0: never expires.",

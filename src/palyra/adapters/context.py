@@ -307,6 +307,10 @@ class Preferences:
         self._limit = limit
 
     async def assemble(self, request: ContextRequest) -> list[ContextContribution]:
+        # Nothing the principal could see (its own items only): no policy check, which
+        # MemoryContext has already made for this input, and no walk of the kind.
+        if not self._memory.owns_any(request.identity.principal):
+            return []
         allowed, _why = memory_search_allowed(self._gate, request)
         if not allowed:
             return []

@@ -12,7 +12,6 @@ one effect per inbound event). Refused messages go to the quarantine instead.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -119,9 +118,8 @@ class Admitter:
             envelope, envelope_id=envelope.envelope_id or new_ulid(),
             received_ms=envelope.received_ms or self._now())
         keys = dedupe_keys(env, dedupe)
-        async with contextlib.AsyncExitStack() as held:
-            for key in keys:  # sorted: two admissions never wait on each other in a cycle
-                await held.enter_async_context(self._admitting.hold(key))
+        # Sorted: two admissions never wait on each other in a cycle.
+        async with self._admitting.hold_all(keys):
             for key in keys:
                 known = self._known(key)
                 if known is not None:

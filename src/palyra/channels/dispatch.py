@@ -14,8 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 import msgspec
@@ -81,6 +83,28 @@ class ChannelBusy(Exception):
 
 Quarantine = Callable[[Envelope, str], Awaitable[None]]
 Lookup = Callable[[str], InboundRec | None]
+
+
+class _ChannelSlot:
+    """One of a channel's run slots for an ``async with``: every slot staying busy past
+    the wait is :class:`ChannelBusy` (a class, not a generator: one per message)."""
+
+    __slots__ = ("_channel", "_hold")
+
+    def __init__(self, channel: str, hold: AbstractAsyncContextManager[None]) -> None:
+        self._channel, self._hold = channel, hold
+
+    async def __aenter__(self) -> None:
+        try:
+            await self._hold.__aenter__()
+        except SlotWaitTimeout:
+            raise ChannelBusy(self._channel) from None
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self._hold.__aexit__(kind, exc, tb)
+        if isinstance(exc, SlotWaitTimeout):  # from the body, as the generator had it
+            raise ChannelBusy(self._channel) from None
 
 
 class Dispatcher:
@@ -172,17 +196,12 @@ class Dispatcher:
         room = min(policy.reply_max_bytes, cap) if cap else policy.reply_max_bytes
         return split_utf8(text, room, policy.reply_prefix)
 
-    @contextlib.asynccontextmanager
-    async def _slot(self, channel: str) -> AsyncIterator[None]:
+    def _slot(self, channel: str) -> _ChannelSlot:
         policy = self._config.policy_for(channel)
         # Kept only while a dispatch holds or waits for one: an operator may route
         # to any channel name, so names must not pile up for the daemon's life.
-        try:
-            async with self._slots.hold(channel, slots=policy.concurrency,
-                                        wait_s=policy.slot_wait_s):
-                yield
-        except SlotWaitTimeout:
-            raise ChannelBusy(channel) from None
+        return _ChannelSlot(channel, self._slots.hold(channel, slots=policy.concurrency,
+                                                      wait_s=policy.slot_wait_s))
 
     async def _respond(self, ctx: TaskContext, msgs: list[InboundRec], folded: _Folded
                        ) -> DispatchOutcome:

@@ -20,9 +20,8 @@ sink.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -168,6 +167,35 @@ class RateLimiter:
             self._next = now + self._interval
 
 
+class _Turn:
+    """One hold of a lane, as an ``async with`` (a class, not a generator: one per send)."""
+
+    __slots__ = ("_key", "_locks")
+
+    def __init__(self, locks: dict[tuple[str, str], tuple[asyncio.Lock, list[int]]],
+                 key: tuple[str, str]) -> None:
+        self._locks, self._key = locks, key
+
+    async def __aenter__(self) -> None:
+        lock, users = self._locks.setdefault(self._key, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            await lock.acquire()
+        except BaseException:
+            self._leave(users)
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        lock, users = self._locks[self._key]
+        lock.release()
+        self._leave(users)
+
+    def _leave(self, users: list[int]) -> None:
+        users[0] -= 1
+        if not users[0]:
+            del self._locks[self._key]
+
+
 class Lanes:
     """Turns per conversation: one holder at a time, in arrival order (asyncio's locks
     are fair); a lane exists only while someone holds it or waits for it."""
@@ -175,19 +203,9 @@ class Lanes:
     def __init__(self) -> None:
         self._locks: dict[tuple[str, str], tuple[asyncio.Lock, list[int]]] = {}
 
-    @contextlib.asynccontextmanager
-    async def turn(self, sink: str, conversation_id: str) -> AsyncIterator[None]:
+    def turn(self, sink: str, conversation_id: str) -> _Turn:
         """Hold the conversation's lane (an empty conversation id is a lane too)."""
-        key = (sink, conversation_id)
-        lock, users = self._locks.setdefault(key, (asyncio.Lock(), [0]))
-        users[0] += 1
-        try:
-            async with lock:
-                yield
-        finally:
-            users[0] -= 1
-            if not users[0]:
-                del self._locks[key]
+        return _Turn(self._locks, (sink, conversation_id))
 
     def __len__(self) -> int:
         return len(self._locks)

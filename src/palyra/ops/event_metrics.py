@@ -170,7 +170,14 @@ class EventMetrics:
     def _handler_for(self, kind: str) -> Callable[[EventLike, dict[str, Any]], None]:
         """What a kind with no handler yet does, remembered for its next event (the
         kinds are the spec's, a few dozen; past ``_MAX_KINDS`` nothing more is kept)."""
-        if kind.startswith("task."):
+        if kind == "task.enqueued":
+
+            def handler(event: EventLike, payload: dict[str, Any]) -> None:
+                task_kind = str(payload.get("kind", ""))
+                self._inc(TASKS, (task_kind, "enqueued"))
+                if payload.get("state") == "running":  # born claimed: both moves, one event
+                    self._inc(TASKS, (task_kind, "claimed"))
+        elif kind.startswith("task."):
             change = kind[5:]
 
             def handler(event: EventLike, payload: dict[str, Any]) -> None:

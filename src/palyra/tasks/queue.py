@@ -435,7 +435,7 @@ class TaskQueue:
             taker: _Claimer | None = None
             if debounce is None and delay_ms <= 0:
                 if claim_for:
-                    # Both moves journaled, each as it happened; the answer is the last.
+                    # Born claimed: one event for both moves (_drafts); the answer is the last.
                     changes.append((model.claim(rec, claim_for, now, lease_ms), "claimed", ()))
                 elif self._claimers and (taker := self._waiting_for(kind, now)) is not None:
                     # A worker waits for this kind and nothing else is ready for it: the
@@ -692,7 +692,7 @@ class TaskQueue:
                                  idempotency_key=key)
             changes.append((new, "enqueued", (EntityWrite(TABLE, _IDEM + key,
                                                           new.task_id.encode()),)))
-            if follow.claim_for:  # both moves journaled, each as it happened
+            if follow.claim_for:  # born claimed: one event for both moves (_drafts)
                 new = model.claim(new, follow.claim_for, now, follow.lease_ms)
                 changes.append((new, "claimed", ()))
             born.append(new)
@@ -1010,13 +1010,25 @@ class TaskQueue:
         if len(changes) == 1:
             rec, event, extra = changes[0]
             return [_draft(rec, event, extra, row=self._row(rec))]
-        # A task changed twice in one commit (enqueued, then claimed) stores its row
-        # once, as the later change leaves it; each change is still its own event.
-        # (A loop, not a generator: this runs for every task born claimed.)
+        # A task changed twice in one commit stores its row once, as the later change
+        # leaves it. A task born claimed (its enqueue, then its claim) is one
+        # ``task.enqueued`` event whose state is already ``running`` (the claim's owner,
+        # epoch and attempt): both moves are in that one commit, so a reader loses
+        # nothing and the message path writes one event fewer per task. Any other
+        # change is its own event. (A loop, not a generator: this runs per message.)
         last = {rec.task_id: rec for rec, _event, _extra in changes}
-        return [_draft(rec, event, extra, row=self._row(rec)
-                       if last[rec.task_id] is rec else None)
-                for rec, event, extra in changes]
+        drafts: list[EventDraft] = []
+        i, n = 0, len(changes)
+        while i < n:
+            rec, event, extra = changes[i]
+            if event == "enqueued" and i + 1 < n:
+                claim, then, more = changes[i + 1]
+                if then == "claimed" and claim.task_id == rec.task_id:
+                    rec, extra, i = claim, extra + more, i + 1
+            drafts.append(_draft(rec, event, extra, row=self._row(rec)
+                                 if last[rec.task_id] is rec else None))
+            i += 1
+        return drafts
 
     def _hold(self, changes: list[Change], commit: _Commit) -> None:
         """Hold ``changes``' tasks until ``commit`` settles."""

@@ -301,8 +301,9 @@ export declare const CancelTaskResponseSchema: GenMessage<CancelTaskResponse>;
 
 /**
  * The durable background-task queue (post-run reflection and other queued
- * work). Operators only (`admin:` or `system:`). Every state change is a
- * journal event and goes through spec/lifecycle/background_task.yaml.
+ * work). Operators only (`admin:` or `system:`). Every state change is
+ * journaled and goes through spec/lifecycle/background_task.yaml (a task born
+ * claimed is one `task.enqueued` event for both moves: docs/journal/format.md).
  *
  * @generated from service palyra.v1.TasksService
  */

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 
 
 class SlotWaitTimeout(TimeoutError):
@@ -38,33 +37,95 @@ class KeyedLocks:
         """Names held or awaited right now."""
         return len(self._gates)
 
-    @asynccontextmanager
-    async def hold(self, name: str, *, slots: int = 1,
-                   wait_s: float | None = None) -> AsyncIterator[None]:
+    def hold(self, name: str, *, slots: int = 1,
+             wait_s: float | None = None) -> _Hold:
         """Hold one of ``name``'s slots for the ``async with`` body.
 
         ``slots`` counts when the name's entry is made (by its first holder or
         waiter); ``wait_s`` bounds the wait for a slot (:class:`SlotWaitTimeout`), not
         the body.
         """
+        return _Hold(self._gates, name, slots, wait_s)
+
+    def hold_all(self, names: Sequence[str]) -> _HoldAll:
+        """Hold one lock per name of ``names``, taken in that order (callers sort them,
+        so two holders never wait on each other in a cycle) and given back in reverse."""
+        return _HoldAll([_Hold(self._gates, name, 1, None) for name in names])
+
+
+class _Hold:
+    """One hold of a name's slot, as an ``async with`` (a class, not a generator-based
+    context manager: several holds per channel message, and a generator's frame,
+    wrapper and async-generator hooks cost more than the hold itself)."""
+
+    __slots__ = ("_entry", "_gates", "_name", "_slots", "_wait_s")
+
+    def __init__(self, gates: dict[str, _Gate], name: str, slots: int,
+                 wait_s: float | None) -> None:
+        self._gates, self._name, self._slots, self._wait_s = gates, name, slots, wait_s
+        self._entry: _Gate | None = None
+
+    async def __aenter__(self) -> None:
+        name = self._name
         entry = self._gates.get(name)
         if entry is None:
-            entry = self._gates[name] = _Gate(slots)
+            entry = self._gates[name] = _Gate(self._slots)
         entry.users += 1
         try:
-            if wait_s is None:
-                await entry.gate.acquire()
+            gate = entry.gate
+            # A semaphore that is not ``locked()`` is taken without waiting (its
+            # ``acquire`` checks the same), so no timer is armed and cancelled. (A Lock's
+            # ``locked()`` is False while a woken waiter has yet to take it: not used.)
+            if self._wait_s is None or (isinstance(gate, asyncio.Semaphore)
+                                        and not gate.locked()):
+                await gate.acquire()
             else:
                 try:
-                    async with asyncio.timeout(wait_s):
-                        await entry.gate.acquire()
+                    async with asyncio.timeout(self._wait_s):
+                        await gate.acquire()
                 except TimeoutError:
                     raise SlotWaitTimeout(name) from None
-            try:
-                yield
-            finally:
-                entry.gate.release()
-        finally:
-            entry.users -= 1
-            if not entry.users:
-                del self._gates[name]
+        except BaseException:
+            self._leave(entry)
+            raise
+        self._entry = entry
+
+    async def __aexit__(self, *exc: object) -> None:
+        entry = self._entry
+        assert entry is not None  # entered
+        self._entry = None
+        entry.gate.release()
+        self._leave(entry)
+
+    def _leave(self, entry: _Gate) -> None:
+        entry.users -= 1
+        if not entry.users:
+            del self._gates[self._name]
+
+
+class _HoldAll:
+    """Several holds as one ``async with`` (no AsyncExitStack: one per message)."""
+
+    __slots__ = ("_entered", "_holds")
+
+    def __init__(self, holds: list[_Hold]) -> None:
+        self._holds = holds
+        self._entered = 0
+
+    async def __aenter__(self) -> None:
+        try:
+            for hold in self._holds:
+                await hold.__aenter__()
+                self._entered += 1
+        except BaseException:
+            await self._release()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._release()
+
+    async def _release(self) -> None:
+        holds = self._holds
+        while self._entered:
+            self._entered -= 1
+            await holds[self._entered].__aexit__(None, None, None)

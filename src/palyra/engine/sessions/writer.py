@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import msgspec
@@ -112,12 +112,16 @@ class SessionWriter:
         """
         names = sorted({f"sel:{v}" for v in (selectors.session_id, selectors.session_key,
                                              selectors.label) if v} or {"sel:*new*"})
-        async with AsyncExitStack() as stack:
-            for name in names:
-                await stack.enter_async_context(self._locks.hold(name))
+        async with self._locks.hold_all(names):
             first = plan_resolve(self.reader, identity, selectors, self._now_ms())
             async with self.hold(first.record.session_id):
-                yield plan_resolve(self.reader, identity, selectors, self._now_ms())
+                # A session this plan creates under an id it minted is unknown to
+                # anyone else, and its selectors' locks are held since it was planned:
+                # planning again would find the same nothing and mint another id. Any
+                # other session is planned again under its lock, where changes wait.
+                minted = first.created and not selectors.session_id
+                yield first if minted else plan_resolve(
+                    self.reader, identity, selectors, self._now_ms())
 
     async def resolve(self, identity: IdentityRec, selectors: Selectors) -> SessionPlan:
         """Get-or-create (and optionally reset) a session and commit it.

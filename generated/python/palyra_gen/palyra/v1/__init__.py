@@ -5894,8 +5894,9 @@ class ScheduleServiceStub(betterproto2_grpclib.ServiceStub):
 class TasksServiceStub(betterproto2_grpclib.ServiceStub):
     """
     The durable background-task queue (post-run reflection and other queued
-    work). Operators only (`admin:` or `system:`). Every state change is a
-    journal event and goes through spec/lifecycle/background_task.yaml.
+    work). Operators only (`admin:` or `system:`). Every state change is
+    journaled and goes through spec/lifecycle/background_task.yaml (a task born
+    claimed is one `task.enqueued` event for both moves: docs/journal/format.md).
     """
 
     async def list_tasks(
@@ -7515,8 +7516,9 @@ class ScheduleServiceBase(betterproto2_grpclib.ServiceBase):
 class TasksServiceBase(betterproto2_grpclib.ServiceBase):
     """
     The durable background-task queue (post-run reflection and other queued
-    work). Operators only (`admin:` or `system:`). Every state change is a
-    journal event and goes through spec/lifecycle/background_task.yaml.
+    work). Operators only (`admin:` or `system:`). Every state change is
+    journaled and goes through spec/lifecycle/background_task.yaml (a task born
+    claimed is one `task.enqueued` event for both moves: docs/journal/format.md).
     """
 
     async def list_tasks(self, message: "ListTasksRequest") -> "ListTasksResponse":
