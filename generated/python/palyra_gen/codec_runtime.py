@@ -342,20 +342,7 @@ def delimited_reader(make: Callable[[bytes], Any]) -> list[tuple[int, Reader]]:
     reader itself: a length under 128 is read inline, and a string is decoded in place
     (as :func:`utf8` would).
     """
-    if make is utf8:
-
-        def read_str(data: bytes, pos: int, end: int) -> tuple[Any, int]:
-            n = data[pos]
-            if n < 0x80:
-                pos += 1
-            else:
-                n, pos = read_varint(data, pos)
-            stop = pos + n
-            if stop > end:
-                raise Fallback("truncated")
-            return data[pos:stop].decode("utf-8"), stop
-
-        return [(2, read_str)]
+    as_str = make is utf8
 
     def read(data: bytes, pos: int, end: int) -> tuple[Any, int]:
         n = data[pos]
@@ -366,6 +353,8 @@ def delimited_reader(make: Callable[[bytes], Any]) -> list[tuple[int, Reader]]:
         stop = pos + n
         if stop > end:
             raise Fallback("truncated")
+        if as_str:
+            return data[pos:stop].decode("utf-8"), stop
         return make(data[pos:stop]), stop
 
     return [(2, read)]
@@ -375,19 +364,7 @@ def message_reader(
     cls: type[Any], decode: Callable[[type[Any], bytes], Any]
 ) -> list[tuple[int, Reader]]:
     """A nested message's reader, through ``decode`` (the generated module's dispatcher)."""
-
-    def read(data: bytes, pos: int, end: int) -> tuple[Any, int]:
-        n = data[pos]
-        if n < 0x80:
-            pos += 1
-        else:
-            n, pos = read_varint(data, pos)
-        stop = pos + n
-        if stop > end:
-            raise Fallback("truncated")
-        return decode(cls, data[pos:stop]), stop
-
-    return [(2, read)]
+    return delimited_reader(lambda chunk: decode(cls, chunk))
 
 
 MAP = 2
