@@ -10,15 +10,12 @@ import pytest
 from palyra.journal import JournalConfig, JournalStore
 from palyra.tasks import TaskQueue
 
+from .helpers import started_queue
+
 
 @pytest.fixture
 async def opened(tmp_path: Path) -> AsyncIterator[tuple[JournalStore, TaskQueue]]:
     """A started queue on a fresh journal, closed after the test."""
-    store = JournalStore.open(tmp_path / "data", config=JournalConfig(sync=False))
-    queue = TaskQueue(store)
-    await queue.start()
-    try:
-        yield store, queue
-    finally:
-        await queue.close()
-        store.close()
+    async with started_queue(JournalStore.open(
+            tmp_path / "data", config=JournalConfig(sync=False))) as opened:
+        yield opened

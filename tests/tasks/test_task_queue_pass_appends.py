@@ -16,21 +16,17 @@ from palyra.core.errors import ErrorCode, PalyraError
 from palyra.journal import JournalConfig, JournalStore
 from palyra.tasks import State, TaskQueue, model
 
+from .helpers import started_queue
+
 CAP = 4096  # the journal's cap on one entity row, small enough to reach here
 
 
 @pytest.fixture
 async def capped(tmp_path: Path) -> AsyncIterator[tuple[JournalStore, TaskQueue]]:
     """A started queue on a fresh journal whose rows are capped at ``CAP`` bytes."""
-    store = JournalStore.open(tmp_path / "data",
-                              config=JournalConfig(sync=False, max_entity_bytes=CAP))
-    queue = TaskQueue(store)
-    await queue.start()
-    try:
-        yield store, queue
-    finally:
-        await queue.close()
-        store.close()
+    async with started_queue(JournalStore.open(
+            tmp_path / "data", config=JournalConfig(sync=False, max_entity_bytes=CAP))) as opened:
+        yield opened
 
 
 async def test_enqueues_of_one_pass_are_one_append(

@@ -16,6 +16,8 @@ from palyra.tasks import State, TaskQueue
 from palyra.tasks import model as task_model
 from palyra.tasks.queue import TABLE
 
+from .helpers import started_queue
+
 
 class CountingStore(JournalStore):
     """The real store, counting the task rows its table scans hand back."""
@@ -39,13 +41,8 @@ class CountingStore(JournalStore):
 async def opened(tmp_path: Path) -> AsyncIterator[tuple[CountingStore, TaskQueue]]:
     store = CountingStore.open(tmp_path / "data", config=JournalConfig(sync=False))
     assert isinstance(store, CountingStore)
-    queue = TaskQueue(store)
-    await queue.start()
-    try:
-        yield store, queue
-    finally:
-        await queue.close()
-        store.close()
+    async with started_queue(store) as opened:
+        yield opened
 
 
 async def test_concurrent_enqueues_do_not_wait_for_each_others_commit(
