@@ -22,11 +22,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 import msgspec
 import structlog
 
+from palyra.engine import KeyedLocks
 from palyra.journal import EventDraft
 from palyra.tasks import TaskQueue
 from palyra.tasks.model import DEFAULT_LEASE_MS, TaskRecord
@@ -167,45 +169,18 @@ class RateLimiter:
             self._next = now + self._interval
 
 
-class _Turn:
-    """One hold of a lane, as an ``async with`` (a class, not a generator: one per send)."""
-
-    __slots__ = ("_key", "_locks")
-
-    def __init__(self, locks: dict[tuple[str, str], tuple[asyncio.Lock, list[int]]],
-                 key: tuple[str, str]) -> None:
-        self._locks, self._key = locks, key
-
-    async def __aenter__(self) -> None:
-        lock, users = self._locks.setdefault(self._key, (asyncio.Lock(), [0]))
-        users[0] += 1
-        try:
-            await lock.acquire()
-        except BaseException:
-            self._leave(users)
-            raise
-
-    async def __aexit__(self, *exc: object) -> None:
-        lock, users = self._locks[self._key]
-        lock.release()
-        self._leave(users)
-
-    def _leave(self, users: list[int]) -> None:
-        users[0] -= 1
-        if not users[0]:
-            del self._locks[self._key]
-
-
 class Lanes:
     """Turns per conversation: one holder at a time, in arrival order (asyncio's locks
-    are fair); a lane exists only while someone holds it or waits for it."""
+    are fair); a lane exists only while someone holds it or waits for it. A lane is a
+    name of the engine's :class:`KeyedLocks`, which keeps exactly that bookkeeping."""
 
     def __init__(self) -> None:
-        self._locks: dict[tuple[str, str], tuple[asyncio.Lock, list[int]]] = {}
+        self._locks = KeyedLocks()
 
-    def turn(self, sink: str, conversation_id: str) -> _Turn:
+    def turn(self, sink: str, conversation_id: str) -> AbstractAsyncContextManager[None]:
         """Hold the conversation's lane (an empty conversation id is a lane too)."""
-        return _Turn(self._locks, (sink, conversation_id))
+        # The sink's length first: no two (sink, conversation) pairs share a name.
+        return self._locks.hold(f"{len(sink)}:{sink}{conversation_id}")
 
     def __len__(self) -> int:
         return len(self._locks)
