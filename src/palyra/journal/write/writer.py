@@ -51,7 +51,7 @@ from typing import Any
 import lmdb
 
 from palyra.core.chain import GENESIS
-from palyra.core.errors import AlreadyExists
+from palyra.core.errors import AlreadyExists, ErrorCode, PalyraError
 from palyra.journal import _env as names
 from palyra.journal._env import JournalEnv
 from palyra.journal._types import StoredEvent
@@ -66,7 +66,8 @@ from palyra.journal.tlog.merkle import Frontier, extend
 from palyra.journal.write.answer import fail, resolve
 from palyra.journal.write.apply import Applier
 from palyra.journal.write.commitlog import Op
-from palyra.journal.write.durable import Durability, RecordingTxn, Unsettled
+from palyra.journal.write.durable import Durability, RecordingTxn, Slot, Unsettled
+from palyra.journal.write.inflight import Flight, LogThread
 from palyra.journal.write.other_commits import OtherCommits
 from palyra.journal.write.plan import CommitPlan, Heads, plan_commit
 from palyra.journal.write.requests import Append, Checkpoint, Prune, Request, TreeSign, Waiting
@@ -77,6 +78,7 @@ from palyra.journal.write.stats import WriterStats
 # from LMDB. Past this many entries a memory is dropped and refilled on demand.
 _MEMORY_LIMIT = 4096
 _KEY = itemgetter(0)
+_NO_IDS: frozenset[bytes] = frozenset()
 
 
 _STOP = object()
@@ -140,6 +142,10 @@ class Writer(OtherCommits):
         self._pending = Applier(env, env.durable, on_applied)
         env.on_wait = self._wanted
         self.stats = WriterStats()
+        # The frame being written on the log thread while this one plans the next.
+        self._flying: Flight | None = None
+        self._failed_flights = 0  # frames whose write failed (each fails those planned on it)
+        self._log_thread = LogThread(self._write_flight, self._land)
         self._ready = threading.Event()
         self._start_error: list[BaseException] = []  # what _complete_tree raised, if anything
         self._thread = threading.Thread(target=self._run, name=names.WRITER_THREAD, daemon=True)
@@ -170,7 +176,10 @@ class Writer(OtherCommits):
                 self._ready.set()
             self._serve()
         finally:
-            self._pending.commit()
+            try:
+                self._settle()
+            finally:
+                self._log_thread.stop()
 
     def _complete_tree(self) -> None:
         """Read the tree's frontier; add the records it lacks (a journal older than the tree)."""
@@ -203,12 +212,12 @@ class Writer(OtherCommits):
                 try:
                     first = self._queue.get(timeout=_APPLY_IDLE_S)
                 except queue.Empty:
-                    self._pending.commit()  # idle: let LMDB hold what was answered
+                    self._settle()  # idle: let LMDB hold what was answered
                     continue
             if first is _STOP:
                 return
             if first is _APPLY:
-                self._pending.commit()
+                self._settle()
                 continue
             batch: list[Request] = [first]  # type: ignore[list-item]
             size = len(first.events) if isinstance(first, Append) else 1
@@ -222,7 +231,7 @@ class Writer(OtherCommits):
                     stopping = True
                     break
                 if item is _APPLY:
-                    self._pending.commit()
+                    self._settle()
                     continue
                 add(item)  # type: ignore[arg-type]
                 size += len(item.events) if isinstance(item, Append) else 1
@@ -233,27 +242,33 @@ class Writer(OtherCommits):
         """The batch's appends as one frame, then its checkpoints and prunes in order."""
         began = time.perf_counter()
         # A lone append (one appender's every commit) is the batch itself: no filter.
-        appends: list[Append] = (
-            batch if len(batch) == 1 and isinstance(batch[0], Append)  # type: ignore[assignment]
-            else [r for r in batch if isinstance(r, Append)])
+        if len(batch) == 1 and isinstance(batch[0], Append):
+            self._commit_appends(batch, began)  # type: ignore[arg-type]
+            return
+        appends = [r for r in batch if isinstance(r, Append)]
+        if len(appends) == len(batch):
+            self._commit_appends(appends, began)  # counted when it lands
+            return
         events = self.stats.appended_events
         if appends:
-            self._commit_appends(appends)
+            self._commit_appends(appends, began, observe=False)
+        # The others read the chain as LMDB will hold it: no frame left in flight.
+        self._collect()
         events = self.stats.appended_events - events  # the appends' (a prune's record is not)
-        if len(appends) < len(batch):
-            for request in batch:
-                if isinstance(request, Checkpoint):
-                    self._commit_checkpoint(request)
-                elif isinstance(request, Prune):
-                    self._commit_prune(request)
-                elif isinstance(request, TreeSign):
-                    self._commit_tree_sign(request)
+        for request in batch:
+            if isinstance(request, Checkpoint):
+                self._commit_checkpoint(request)
+            elif isinstance(request, Prune):
+                self._commit_prune(request)
+            elif isinstance(request, TreeSign):
+                self._commit_tree_sign(request)
         self.stats.timings.observe(began, batch, events)
 
-    # --- appends: plan -> frame -> answer -> apply ------------------------
+    # --- appends: plan -> frame -> (write, answer) -> apply ---------------
 
-    def _commit_appends(self, batch: list[Append]) -> None:
+    def _commit_appends(self, batch: list[Append], began: float, observe: bool = True) -> None:
         live = batch
+        failed = self._failed_flights
         try:
             while True:
                 plan = plan_commit(live, self._heads(live))
@@ -263,18 +278,115 @@ class Writer(OtherCommits):
                 live = [r for r in live if r is not clash]  # it fails alone: plan again
                 if not live:
                     resolve(batch)
+                    if observe:
+                        self.stats.timings.observe(began, batch, 0)
                     return
             # The plan stays valid across a map resize or an LMDB commit: neither
-            # moves a head or frees an id.
-            frame = self._retried(self._log, plan.ops, plan.tables)
+            # moves a head or frees an id. A failed write of the frame in flight does
+            # (it may be collected here, on Unsettled): then this one fails with it.
+            frame, slot = self._retried(self._reserve, plan.ops, plan.tables)
+            if self._failed_flights != failed:
+                self._durable.unreserve(slot)
+                raise PalyraError("an earlier commit failed", code=ErrorCode.UNAVAILABLE)
         except Exception as exc:
             fail(batch, exc)
+            if observe:
+                self.stats.timings.observe(began, batch)
+            return
+        chain = self.chain
+        flight = Flight(batch, live, plan, frame, slot,
+                        (chain.next_position, chain.head, chain.tree), began)
+        flight.observe = observe
+        # The frame before it is written by now (the GIL was free while this one was
+        # planned); if its write failed, this frame, planned on it, fails too.
+        if self._flying is not None and not self._collect():
+            self._fail(flight, PalyraError("an earlier commit failed", code=ErrorCode.UNAVAILABLE))
             return
         for request, answer in zip(live, plan.answers, strict=True):
             request.result = answer
-        self.stats.append_calls += len(live)
-        self.stats.max_batch_calls = max(self.stats.max_batch_calls, len(batch))
-        self._answer(batch, plan, frame, live)
+        # The planner's memory moves now: the next batch is planned on this frame.
+        chain.next_position, chain.head, chain.tree = plan.next_position, plan.head, plan.tree
+        _remember(plan, self._session_heads, self._tape_next)
+        if len(batch) > 1 or not self._queue.empty():
+            # More is coming: write this frame on the log thread, plan the next here.
+            self._flying = flight
+            self._log_thread.send(flight)
+            return
+        # A lone caller: written here, with no hand-over to pay on its path.
+        try:
+            self._durable.write(slot)
+        except Exception as exc:
+            self._rollback(flight)
+            self._fail(flight, exc)
+            return
+        self._durable.landed(slot)
+        self._pending.add(frame, flight.ids)
+        self._land(flight)
+
+    def _reserve(self, ops: list[Op], tables: Any) -> tuple[RecordingTxn, Slot]:
+        """The next frame for ``ops``, numbered and placed in the log, not written."""
+        pending = self._pending
+        frame = RecordingTxn.recorded(pending.open or pending.txn(), ops, self._env.dbs,
+                                      names.EVENTS, tables)
+        slot = self._durable.reserve(
+            frame, settled=self._flying is None and not pending.unsettled())
+        assert slot is not None, "an append writes"
+        return frame, slot
+
+    def _write_flight(self, flight: Flight) -> None:
+        self._durable.write(flight.slot)  # on the log thread
+
+    def _collect(self) -> bool:
+        """Wait for the frame in flight to be written and answered; False if its write failed.
+
+        A frame that failed is taken back with everything planned on it (``_rollback``).
+        """
+        flight = self._flying
+        if flight is None:
+            return True
+        self._flying = None
+        LogThread.wait(flight)
+        if flight.error is not None:
+            self._rollback(flight)
+            self._fail(flight, flight.error)
+            return False
+        self._durable.landed(flight.slot)
+        self._pending.add(flight.frame, flight.ids)
+        if flight.failure is not None:
+            raise flight.failure
+        return True
+
+    def _settle(self) -> None:
+        """Collect the frame in flight, then commit LMDB (never while one is in flight:
+        a commit marks what it holds as visible, and that frame is not in it)."""
+        self._collect()
+        self._pending.commit()
+
+    def _rollback(self, flight: Flight) -> None:
+        """Take back a frame whose write failed, and every frame reserved after it."""
+        self._failed_flights += 1
+        self._durable.unreserve(flight.slot)
+        chain = self.chain
+        chain.next_position, chain.head, chain.tree = flight.before
+        # They may hold what the frame planned: refilled from LMDB, which holds
+        # every frame written (the answered ones once applied).
+        self._session_heads.clear()
+        self._tape_next.clear()
+
+    def _fail(self, flight: Flight, exc: BaseException) -> None:
+        fail(flight.batch, exc)
+        if flight.observe:
+            self.stats.timings.observe(flight.began, flight.batch)
+
+    def _land(self, flight: Flight) -> None:
+        """A written frame: tell its callers and followers (on either thread)."""
+        plan, batch, stats = flight.plan, flight.batch, self.stats
+        stats.append_calls += len(flight.live)
+        if len(batch) > stats.max_batch_calls:
+            stats.max_batch_calls = len(batch)
+        self._answer(batch, plan)
+        if flight.observe:
+            stats.timings.observe(flight.began, batch, len(plan.views))
 
     def _heads(self, batch: list[Append]) -> Heads:
         """The chain heads ``batch`` appends to: this thread's memory, filled from LMDB
@@ -304,19 +416,21 @@ class Writer(OtherCommits):
         keys = [claims[0][0]] if len(claims) == 1 else [key for key, _position in claims]
         pending = self._pending
         taken, txn, ids = pending.ids, pending.open or pending.txn(), self._env.dbs[names.EVENT_IDS]
+        flying = self._flying.ids if self._flying is not None else _NO_IDS  # not in LMDB yet
         if len(keys) == 1:  # a lone append's: one get
-            if keys[0] not in taken and txn.get(keys[0], db=ids) is None:
+            if keys[0] not in taken and keys[0] not in flying and txn.get(keys[0], db=ids) is None:
                 return None
         elif (
             len(set(keys)) == len(keys)
             and taken.isdisjoint(keys)
+            and flying.isdisjoint(keys)
             and not txn.cursor(db=ids).getmulti(keys)  # one call: what is there
         ):
             return None
         seen: set[bytes] = set()
         events = [(r, e) for r in live for e in r.events]
         for (request, event), key in zip(_in_plan_order(plan, events), keys, strict=True):
-            if key in seen or key in taken or txn.get(key, db=ids) is not None:
+            if key in seen or key in taken or key in flying or txn.get(key, db=ids) is not None:
                 request.error = AlreadyExists(
                     f"event_id {event.event_id} already exists",
                     details={"event_id": event.event_id},
@@ -333,9 +447,8 @@ class Writer(OtherCommits):
         self._durable.log_frame(frame, settled=not pending.unsettled())
         return frame
 
-    def _answer(self, batch: list[Append], plan: CommitPlan, frame: RecordingTxn,
-                live: list[Append] | None = None) -> None:
-        """Tell callers and followers; remember the heads; keep the frame to apply."""
+    def _answer(self, batch: list[Any], plan: CommitPlan) -> None:
+        """Tell callers and followers of a written frame (the writer remembered its heads)."""
         # Reads of this process wait from here until LMDB holds the frame. Lowered
         # after the frame, not before: a read while it was being flushed saw the
         # journal before it, which nobody had been told is gone.
@@ -345,24 +458,17 @@ class Writer(OtherCommits):
             # Before anyone hears of the commit: no stale read after, and the rows as
             # written are there to read without waiting for LMDB to hold them.
             self._on_rows(plan.rows, plan.rows)  # the rows, and the values they hold
-        stats = self.stats
-        stats.commits += 1
-        stats.appended_events += len(plan.views)
-        stats.appended_bytes += plan.record_bytes
-        stats.records += plan.records
         # Followers first: once an append returns, its events are on their way
         # to every follower too (tests and callers may rely on that order).
         deliveries = (
             self._on_commit(list(zip(plan.views, plan.sizes, strict=True)))
             if plan.views and self._followed() else None
         )
-        # This thread's own memory before the answer: once a caller is woken its
-        # event loop wants the GIL, and work left here would hold it up (at one
-        # appender the loop would wait for this thread to block again).
-        chain = self.chain
-        chain.next_position, chain.head, chain.tree = plan.next_position, plan.head, plan.tree
-        _remember(plan, self._session_heads, self._tape_next)
-        self._pending.add(frame, map(_KEY, plan.claims))
+        stats = self.stats  # counted before the answer: a caller reads them after it
+        stats.commits += 1
+        stats.appended_events += len(plan.views)
+        stats.appended_bytes += plan.record_bytes
+        stats.records += plan.records
         resolve(batch, deliveries)
 
     # --- the two requests that step out of the plan ----------------------
@@ -373,13 +479,17 @@ class Writer(OtherCommits):
             try:
                 return attempt(*args)
             except lmdb.MapFullError:
-                self._pending.commit()
+                self._settle()
                 self._env.grow()
             except Unsettled:
-                self._pending.commit()
+                self._settle()
 
     def _answer_other(self, request: Waiting, plan: CommitPlan, frame: RecordingTxn) -> None:
-        self._answer([request], plan, frame)  # type: ignore[list-item]
+        chain = self.chain
+        chain.next_position, chain.head, chain.tree = plan.next_position, plan.head, plan.tree
+        _remember(plan, self._session_heads, self._tape_next)
+        self._pending.add(frame, map(_KEY, plan.claims))
+        self._answer([request], plan)
         if frame.child:
             self._pending.apply()  # a child txn: commit it before the next begins
 
@@ -391,8 +501,8 @@ class Writer(OtherCommits):
         if pending.open is not None and (
             pending.frames + len(pending.answered) >= _APPLY_EVERY_FRAMES or durable.sync_due()
         ):
-            pending.commit()
-        if pending.open is None:
+            self._settle()
+        if pending.open is None and self._flying is None:
             try:
                 durable.after_commit()  # now and then: flush LMDB, restart the log
             except Exception as exc:  # a failed flush: refuse commits until reopened
@@ -408,10 +518,12 @@ def _in_plan_order(
 
 
 def _remember(plan: CommitPlan, sessions: dict[str, bytes], tape_next: dict[str, int]) -> None:
-    """Remember the chain heads and tape seqs ``plan`` committed.
+    """Remember the chain heads and tape seqs ``plan`` moves to, once it is framed.
 
-    Called only after a durable commit (and ``_heads`` fills the memories only with
-    what LMDB holds): memory never holds uncommitted values. A memory that has
+    The next batch is planned on them while this frame is still being written; a
+    frame whose write fails is taken back and both memories are dropped with it
+    (``Writer._rollback``), and ``_heads`` fills them only with what LMDB holds. It
+    runs with no other frame in flight, so what it drops is in LMDB. A memory that has
     reached ``_MEMORY_LIMIT`` is dropped before the commit's values go in, so it
     holds fewer than the limit plus one batch's sessions or runs. Straight-line:
     it runs once per commit, a lone append's too.
