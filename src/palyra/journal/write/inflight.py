@@ -14,11 +14,14 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from palyra.journal.write.durable import RecordingTxn, Slot
-from palyra.journal.write.plan import CommitPlan
+from palyra.journal.write.answer import fail
+from palyra.journal.write.apply import Applier
+from palyra.journal.write.durable import Durability, RecordingTxn, Slot
+from palyra.journal.write.plan import CommitPlan, Heads
 from palyra.journal.write.requests import Append
+from palyra.journal.write.stats import WriterStats
 
 LOG_THREAD = "palyra-journal-log"
 
@@ -39,11 +42,11 @@ class Flight:
         self.slot = slot
         self.before = before  # (next position, head, tree) the frame was planned on
         self.began = began
-        self.observe = True  # counted in the commit histograms when collected
-        self.ids = {key for key, _position in plan.claims}
-        # Held until the write and the answer are done (or the write failed).
-        self.landed = threading.Lock()
-        self.landed.acquire()
+        self.observe = True  # counted in the commit histograms when it lands
+        # Set when it is handed over (a frame written on the writer's thread needs neither):
+        # the event ids it claims, and a lock held until it was written and answered.
+        self.ids: set[bytes] | frozenset[bytes] = frozenset()
+        self.landed: Any = None
         self.error: BaseException | None = None  # the write failed: nothing was answered
         self.failure: BaseException | None = None  # the answer failed after a durable write
 
@@ -55,7 +58,6 @@ class LogThread:
         self._write = write
         self._answer = answer
         self._inbox: queue.SimpleQueue[Flight | None] = queue.SimpleQueue()
-        self.send: Callable[[Flight], None] = self._inbox.put
         self._thread = threading.Thread(target=self._run, name=LOG_THREAD, daemon=True)
         self._thread.start()
 
@@ -74,6 +76,13 @@ class LogThread:
                 flight.failure = exc
             flight.landed.release()
 
+    def send(self, flight: Flight) -> None:
+        """Write ``flight`` and answer its callers on the log thread."""
+        flight.ids = {key for key, _position in flight.plan.claims}
+        flight.landed = landed = threading.Lock()
+        landed.acquire()
+        self._inbox.put(flight)
+
     @staticmethod
     def wait(flight: Flight) -> None:
         """Until ``flight`` was written and answered, or its write failed."""
@@ -83,3 +92,68 @@ class LogThread:
         """End the thread (the writer collected every flight first)."""
         self._inbox.put(None)
         self._thread.join()
+
+
+class FramesInFlight:
+    """The writer's side of a flight: collect it, or take it back (a mixin of ``Writer``)."""
+
+    _durable: Durability
+    _pending: Applier
+    _flying: Flight | None
+    _failed_flights: int
+    _session_heads: dict[str, bytes]
+    _tape_next: dict[str, int]
+    chain: Heads
+    stats: WriterStats
+
+    if TYPE_CHECKING:
+        def _answer(self, batch: list[Any], plan: CommitPlan) -> None: ...
+
+    def _write_flight(self, flight: Flight) -> None:
+        self._durable.write(flight.slot)  # on the log thread
+
+    def _collect(self) -> bool:
+        """Wait for the frame in flight to be written and answered; False if its write failed.
+
+        A frame that failed is taken back with everything planned on it (``_rollback``).
+        """
+        flight = self._flying
+        if flight is None:
+            return True
+        self._flying = None
+        LogThread.wait(flight)
+        if flight.error is not None:
+            self._rollback(flight)
+            self._fail(flight, flight.error)
+            return False
+        self._durable.landed(flight.slot)
+        self._pending.add(flight.frame, flight.ids)
+        if flight.failure is not None:
+            raise flight.failure
+        return True
+
+    def _rollback(self, flight: Flight) -> None:
+        """Take back a frame whose write failed, and every frame reserved after it."""
+        self._failed_flights += 1
+        self._durable.unreserve(flight.slot)
+        chain = self.chain
+        chain.next_position, chain.head, chain.tree = flight.before
+        # They may hold what the frame planned: refilled from LMDB, which holds
+        # every frame written (the answered ones once applied).
+        self._session_heads.clear()
+        self._tape_next.clear()
+
+    def _fail(self, flight: Flight, exc: BaseException) -> None:
+        fail(flight.batch, exc)
+        if flight.observe:
+            self.stats.timings.observe(flight.began, flight.batch)
+
+    def _land(self, flight: Flight) -> None:
+        """A written frame: tell its callers and followers (on either thread)."""
+        plan, batch, stats = flight.plan, flight.batch, self.stats
+        stats.append_calls += len(flight.live)
+        if len(batch) > stats.max_batch_calls:
+            stats.max_batch_calls = len(batch)
+        self._answer(batch, plan)
+        if flight.observe:
+            stats.timings.observe(flight.began, batch, len(plan.views))

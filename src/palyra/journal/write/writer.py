@@ -11,15 +11,49 @@ The lifecycle of a frame, the same for one append or 256:
    for it, and returns every write in frame order, the ids claimed and the
    ``StoredEvent`` views to answer with. Nothing has touched LMDB; an id that
    is taken fails its caller alone and the batch is planned again without it.
-2. **logged**: the writes go to the commit log as one frame (``write.durable``):
-   one ``O_DSYNC`` write, the commit point (with ``sync=False`` the same write
-   without the flush).
-3. **answered**: callers and followers hear of the commit; from here until
+2. **reserved**: the frame is numbered and placed in the commit log
+   (``Durability.reserve``); the planner's memory of the heads moves to it.
+3. **logged**: one ``O_DSYNC`` write of the frame, the commit point (with
+   ``sync=False`` the same write without the flush).
+4. **answered**: callers and followers hear of the commit; from here until
    LMDB holds it, reads of this process wait (``JournalEnv.visible``).
-4. **applied**: the frame's writes go into the writer's open LMDB transaction,
+5. **applied**: the frame's writes go into the writer's open LMDB transaction,
    together with other answered frames (one ``putmulti`` per sub-DB).
-5. **committed**: the open transaction commits to LMDB without a flush, for
+6. **committed**: the open transaction commits to LMDB without a flush, for
    many frames at once (``write.apply``).
+
+Two frames in flight. When more requests are queued (or the batch holds several),
+steps 3 and 4 run on the log thread (``write.inflight``) and the writer goes
+back to its queue: it plans and reserves frame N+1 from what arrived while N is
+written (the write releases the GIL). Before it hands N+1 over it collects N
+(written and answered there), so one frame at a time is written, in the order
+of their numbers, and N+1 is answered only after N and N+1 are both durable. A
+lone caller (one request, nothing queued) is written here: no hand-over.
+
+* **N+1's plan sees N**: it is planned from the heads, positions, tree and tape
+  seqs in this thread's memory, which moved at N's reservation, never from LMDB
+  (which holds N only at step 5); an id N claims is taken for N+1 while N is in
+  flight (``write.clash``). Memory is dropped (its bound) only with no frame in
+  flight, so what ``_heads`` then reads back from LMDB includes N.
+* **N is applied after it is collected**: its writes go into LMDB in frame order
+  with every answered frame, and LMDB commits only with no frame in flight
+  (``_settle``): a commit raises the visibility flag, which would otherwise let a
+  read miss a frame already answered on the log thread.
+* **N+1's bytes cannot reach the disk without N's**: N+1's write starts after N's
+  ``O_DSYNC`` write returned, i.e. after N is durable. Were it otherwise (N torn
+  or lost, N+1 whole), recovery would still be right: it replays frames in number
+  order and stops at the first torn or missing one, so it would stop before N and
+  never reach N+1; neither was answered (an answer waits for both), so nothing
+  answered is lost and nothing unanswered becomes visible.
+* **A failed write of N fails N+1**: N+1 was planned on N. The writer takes N
+  back with everything reserved after it (the frame number, the log offset, a
+  sync frame N carried, the chain heads; the remembered heads are dropped and
+  read again from LMDB), and fails N's callers and N+1's with ``UNAVAILABLE``.
+  Nothing of either was answered or applied, and the next frame is written where
+  N would have been, under N's number.
+* Checkpoints, prunes, tree signatures, sync points, log restarts, map resizes
+  and LMDB commits first collect the frame in flight (drain the pipeline): they
+  read or record the chain as LMDB will hold it.
 
 Frames are applied late, after the answer, because the callers' event loop
 needs the GIL to wake up and this thread would hold it, and because frames put
@@ -44,38 +78,32 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from functools import partial
 from operator import itemgetter
 from typing import Any
 
 import lmdb
 
 from palyra.core.chain import GENESIS
-from palyra.core.errors import AlreadyExists, ErrorCode, PalyraError
+from palyra.core.errors import ErrorCode, PalyraError
 from palyra.journal import _env as names
 from palyra.journal._env import JournalEnv
 from palyra.journal._types import StoredEvent
-from palyra.journal.format.record import (
-    record_hashes,
-    u64_key,
-)
 from palyra.journal.read.follow import Deliveries
 from palyra.journal.read.reads import last_scoped_number, load_head, pruned_through, record_hash_at
-from palyra.journal.read.tlog import StoredTree
-from palyra.journal.tlog.merkle import Frontier, extend
+from palyra.journal.tlog.merkle import Frontier
 from palyra.journal.write.answer import fail, resolve
 from palyra.journal.write.apply import Applier
+from palyra.journal.write.clash import first_clash
 from palyra.journal.write.commitlog import Op
 from palyra.journal.write.durable import Durability, RecordingTxn, Slot, Unsettled
-from palyra.journal.write.inflight import Flight, LogThread
+from palyra.journal.write.inflight import Flight, FramesInFlight, LogThread
+from palyra.journal.write.memory import remember
 from palyra.journal.write.other_commits import OtherCommits
 from palyra.journal.write.plan import CommitPlan, Heads, plan_commit
 from palyra.journal.write.requests import Append, Checkpoint, Prune, Request, TreeSign, Waiting
 from palyra.journal.write.stats import WriterStats
 
-# Session chain heads and next tape seqs are remembered across commits (this
-# thread is the only writer), so a lone appender's commit reads neither back
-# from LMDB. Past this many entries a memory is dropped and refilled on demand.
+# Past this many entries a remembered heads or tape seqs memory is dropped (write.memory).
 _MEMORY_LIMIT = 4096
 _KEY = itemgetter(0)
 _NO_IDS: frozenset[bytes] = frozenset()
@@ -105,7 +133,7 @@ _APPLY_IDLE_S = 0.005
 _COMPLETE_TREE_RECORDS = 4096
 
 
-class Writer(OtherCommits):
+class Writer(OtherCommits, FramesInFlight):
     """Owns every LMDB write transaction of one store."""
 
     def __init__(
@@ -168,7 +196,7 @@ class Writer(OtherCommits):
     def _run(self) -> None:
         try:
             try:
-                self._complete_tree()
+                self._complete_tree(_COMPLETE_TREE_RECORDS)
             except BaseException as exc:
                 self._start_error.append(exc)
                 return
@@ -180,27 +208,6 @@ class Writer(OtherCommits):
                 self._settle()
             finally:
                 self._log_thread.stop()
-
-    def _complete_tree(self) -> None:
-        """Read the tree's frontier; add the records it lacks (a journal older than the tree)."""
-        dbs = self._env.dbs
-        stored = StoredTree(self._pending.read_txn(), dbs[names.TLOG])
-        tree = stored.frontier()
-        after = stored.entry(tree.size - 1)[1] if tree.size else 0
-        while after < self.chain.next_position - 1:
-            entries: list[tuple[bytes, int]] = []
-            cursor = self._pending.read_txn().cursor(db=dbs[names.EVENTS])
-            found = cursor.set_range(u64_key(after + 1))
-            while found and len(entries) < _COMPLETE_TREE_RECORDS:
-                last = int.from_bytes(cursor.key(), "big")
-                entries.append((record_hashes(cursor.value())[0], last))
-                found = cursor.next()
-            tree, rows = extend(tree, entries, stored.prefix)
-            frame = self._retried(partial(self._log, [(names.TLOG, k, v) for k, v in rows]))
-            self._pending.add(frame, ())
-            after = entries[-1][1]
-        self._pending.commit()
-        self.chain.tree = tree
 
     def _serve(self) -> None:
         stopping = False
@@ -306,7 +313,7 @@ class Writer(OtherCommits):
             request.result = answer
         # The planner's memory moves now: the next batch is planned on this frame.
         chain.next_position, chain.head, chain.tree = plan.next_position, plan.head, plan.tree
-        _remember(plan, self._session_heads, self._tape_next)
+        remember(plan, self._session_heads, self._tape_next, _MEMORY_LIMIT)
         if len(batch) > 1 or not self._queue.empty():
             # More is coming: write this frame on the log thread, plan the next here.
             self._flying = flight
@@ -320,7 +327,7 @@ class Writer(OtherCommits):
             self._fail(flight, exc)
             return
         self._durable.landed(slot)
-        self._pending.add(frame, flight.ids)
+        self._pending.add(frame, map(_KEY, plan.claims))
         self._land(flight)
 
     def _reserve(self, ops: list[Op], tables: Any) -> tuple[RecordingTxn, Slot]:
@@ -333,60 +340,11 @@ class Writer(OtherCommits):
         assert slot is not None, "an append writes"
         return frame, slot
 
-    def _write_flight(self, flight: Flight) -> None:
-        self._durable.write(flight.slot)  # on the log thread
-
-    def _collect(self) -> bool:
-        """Wait for the frame in flight to be written and answered; False if its write failed.
-
-        A frame that failed is taken back with everything planned on it (``_rollback``).
-        """
-        flight = self._flying
-        if flight is None:
-            return True
-        self._flying = None
-        LogThread.wait(flight)
-        if flight.error is not None:
-            self._rollback(flight)
-            self._fail(flight, flight.error)
-            return False
-        self._durable.landed(flight.slot)
-        self._pending.add(flight.frame, flight.ids)
-        if flight.failure is not None:
-            raise flight.failure
-        return True
-
     def _settle(self) -> None:
         """Collect the frame in flight, then commit LMDB (never while one is in flight:
         a commit marks what it holds as visible, and that frame is not in it)."""
         self._collect()
         self._pending.commit()
-
-    def _rollback(self, flight: Flight) -> None:
-        """Take back a frame whose write failed, and every frame reserved after it."""
-        self._failed_flights += 1
-        self._durable.unreserve(flight.slot)
-        chain = self.chain
-        chain.next_position, chain.head, chain.tree = flight.before
-        # They may hold what the frame planned: refilled from LMDB, which holds
-        # every frame written (the answered ones once applied).
-        self._session_heads.clear()
-        self._tape_next.clear()
-
-    def _fail(self, flight: Flight, exc: BaseException) -> None:
-        fail(flight.batch, exc)
-        if flight.observe:
-            self.stats.timings.observe(flight.began, flight.batch)
-
-    def _land(self, flight: Flight) -> None:
-        """A written frame: tell its callers and followers (on either thread)."""
-        plan, batch, stats = flight.plan, flight.batch, self.stats
-        stats.append_calls += len(flight.live)
-        if len(batch) > stats.max_batch_calls:
-            stats.max_batch_calls = len(batch)
-        self._answer(batch, plan)
-        if flight.observe:
-            stats.timings.observe(flight.began, batch, len(plan.views))
 
     def _heads(self, batch: list[Append]) -> Heads:
         """The chain heads ``batch`` appends to: this thread's memory, filled from LMDB
@@ -412,32 +370,9 @@ class Writer(OtherCommits):
 
     def _first_clash(self, plan: CommitPlan, live: list[Append]) -> Append | None:
         """The first request whose event id is taken (it gets its error), else None."""
-        claims = plan.claims
-        keys = [claims[0][0]] if len(claims) == 1 else [key for key, _position in claims]
         pending = self._pending
-        taken, txn, ids = pending.ids, pending.open or pending.txn(), self._env.dbs[names.EVENT_IDS]
-        flying = self._flying.ids if self._flying is not None else _NO_IDS  # not in LMDB yet
-        if len(keys) == 1:  # a lone append's: one get
-            if keys[0] not in taken and keys[0] not in flying and txn.get(keys[0], db=ids) is None:
-                return None
-        elif (
-            len(set(keys)) == len(keys)
-            and taken.isdisjoint(keys)
-            and flying.isdisjoint(keys)
-            and not txn.cursor(db=ids).getmulti(keys)  # one call: what is there
-        ):
-            return None
-        seen: set[bytes] = set()
-        events = [(r, e) for r in live for e in r.events]
-        for (request, event), key in zip(_in_plan_order(plan, events), keys, strict=True):
-            if key in seen or key in taken or key in flying or txn.get(key, db=ids) is not None:
-                request.error = AlreadyExists(
-                    f"event_id {event.event_id} already exists",
-                    details={"event_id": event.event_id},
-                )
-                return request
-            seen.add(key)
-        raise AssertionError("an event id clashed, but none is taken")
+        return first_clash(plan, live, pending.ids, self._flying.ids if self._flying else _NO_IDS,
+                           pending.open or pending.txn(), self._env.dbs[names.EVENT_IDS])
 
     def _log(self, ops: list[Op], tables: Any = None) -> RecordingTxn:
         """Write ``ops`` as the next frame: durable (the commit point) on return."""
@@ -487,7 +422,7 @@ class Writer(OtherCommits):
     def _answer_other(self, request: Waiting, plan: CommitPlan, frame: RecordingTxn) -> None:
         chain = self.chain
         chain.next_position, chain.head, chain.tree = plan.next_position, plan.head, plan.tree
-        _remember(plan, self._session_heads, self._tape_next)
+        remember(plan, self._session_heads, self._tape_next, _MEMORY_LIMIT)
         self._pending.add(frame, map(_KEY, plan.claims))
         self._answer([request], plan)
         if frame.child:
@@ -507,30 +442,3 @@ class Writer(OtherCommits):
                 durable.after_commit()  # now and then: flush LMDB, restart the log
             except Exception as exc:  # a failed flush: refuse commits until reopened
                 durable.broken = exc
-
-
-def _in_plan_order(
-    plan: CommitPlan, events: list[tuple[Append, Any]]
-) -> list[tuple[Append, Any]]:
-    """``events`` in the order the plan claimed their ids (records gather sessions)."""
-    at = {event.event_id: (request, event) for request, event in events}
-    return [at[view.event_id] for view in plan.views]
-
-
-def _remember(plan: CommitPlan, sessions: dict[str, bytes], tape_next: dict[str, int]) -> None:
-    """Remember the chain heads and tape seqs ``plan`` moves to, once it is framed.
-
-    The next batch is planned on them while this frame is still being written; a
-    frame whose write fails is taken back and both memories are dropped with it
-    (``Writer._rollback``), and ``_heads`` fills them only with what LMDB holds. It
-    runs with no other frame in flight, so what it drops is in LMDB. A memory that has
-    reached ``_MEMORY_LIMIT`` is dropped before the commit's values go in, so it
-    holds fewer than the limit plus one batch's sessions or runs. Straight-line:
-    it runs once per commit, a lone append's too.
-    """
-    if len(sessions) >= _MEMORY_LIMIT:
-        sessions.clear()
-    sessions.update(plan.sessions)
-    if len(tape_next) >= _MEMORY_LIMIT:
-        tape_next.clear()
-    tape_next.update(plan.tape_next)
