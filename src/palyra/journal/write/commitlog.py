@@ -160,25 +160,29 @@ class CommitLog:
 
     def append(self, frame: bytes) -> None:
         """Write one frame after the last (durable on return); grows the file if it must."""
-        start = self.reserve(frame)
+        start = self.reserve(frame, grow=True)
         try:
             self.write_at(frame, start)
         except BaseException:
             self.offset = start  # nothing after it was written: the next frame goes here
             raise
 
-    def reserve(self, frame: bytes) -> int:
+    def reserve(self, frame: bytes, *, grow: bool = False) -> int:
         """Room for ``frame`` after the last frame reserved: its offset (not written yet).
 
-        The writer reserves a frame while the one before it is still being
-        written (``write.writer``, two frames in flight); the writes themselves
-        go to the file in the order of their reservations, each after the one
-        before returned. Grows the file if the frame is larger than it.
+        -1 when it does not fit (what :meth:`fits` says), unless ``grow``: then a
+        frame larger than the file grows it. The writer reserves a frame while the
+        one before it is still being written (``write.writer``, two frames in
+        flight); the writes go to the file in the order of their reservations,
+        each after the one before returned.
         """
-        if FRAMES_AT + len(frame) > self.size:
-            _preallocate(self.path, FRAMES_AT + len(frame), extend_fd=self._fd)
-            self.size = os.fstat(self._fd).st_size
         start = self.offset
+        if start + len(frame) > self.size:
+            if not grow:
+                return -1
+            if FRAMES_AT + len(frame) > self.size:
+                _preallocate(self.path, FRAMES_AT + len(frame), extend_fd=self._fd)
+                self.size = os.fstat(self._fd).st_size
         self.offset = start + len(frame)
         return start
 

@@ -324,16 +324,18 @@ class Durability:
         except BaseException:
             self.unreserve(slot)
             raise
-        self.landed(slot)
+        if slot.carried:
+            self.landed(slot)
 
     def reserve(self, txn: RecordingTxn, *, settled: bool = True) -> Slot | None:
         """The next frame for ``txn``'s writes, numbered and placed, not yet written.
 
         On the writer's thread, while the frame before it may still be written
         (``write.writer``: two frames in flight; ``settled`` is then False). Then
-        :meth:`write` (any thread, in the order of the reservations) and
-        :meth:`landed` (the writer's thread), or :meth:`unreserve` if the write,
-        or the one of a frame reserved before it, failed. None: no writes.
+        :meth:`write` (any thread, in the order of the reservations) and, if it
+        carried a sync frame, :meth:`landed` (the writer's thread); or
+        :meth:`unreserve` if the write, or the one of a frame reserved before
+        it, failed. None: no writes.
         """
         if self.broken is not None:
             raise PalyraError(
@@ -349,13 +351,15 @@ class Durability:
         # (joined once: the frame of a big batch is large to copy twice).
         carried = self._sync_frame
         data = carried + frame if carried else frame
-        if not self.log.fits(data):
+        start = self.log.reserve(data)
+        if start < 0:  # it does not fit after the last frame
             if not settled:
                 raise Unsettled("commit log: commit LMDB before restarting the log")
             self.sync_point()  # everything before this txn is in LMDB now
             carried, data = b"", frame  # the sync point's header records what it said
+            start = self.log.reserve(data, grow=True)
         txn.seq = self.next_seq
-        slot = Slot(data, self.log.reserve(data), txn.seq, carried)
+        slot = Slot(data, start, txn.seq, carried)
         self.next_seq += 1
         self._sync_frame = b""
         return slot
@@ -363,13 +367,14 @@ class Durability:
     def write(self, slot: Slot) -> None:
         """Write a reserved frame: durable on return (the commit point). Any thread."""
         self.log.write_at(slot.data, slot.start)
+        self._since_commits += 1  # (a sync point, which starts it over, waits for this write)
         if self.hook is not None:  # _point, without a call per frame
             self.hook("frame")
 
     def landed(self, slot: Slot) -> None:
-        """After :meth:`write` returned, on the writer's thread: count it, drop the old pin."""
-        self._since_commits += 1
-        if slot.carried:  # the sync frame it carried is durable: the older pin may go
+        """After :meth:`write` of a frame that carried a sync frame, on the writer's thread:
+        that sync point is durable, so the pin of the one before may go."""
+        if slot.carried:
             self._release_retiring()
 
     def unreserve(self, slot: Slot) -> None:

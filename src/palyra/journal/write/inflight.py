@@ -34,7 +34,7 @@ class Flight:
 
     def __init__(self, batch: list[Append], live: list[Append], plan: CommitPlan,
                  frame: RecordingTxn, slot: Slot, before: tuple[int, bytes, Any],
-                 began: float) -> None:  # fmt: skip
+                 began: float, observe: bool) -> None:  # fmt: skip
         self.batch = batch  # every request of the frame's batch (a refused one too)
         self.live = live  # those the frame holds
         self.plan = plan
@@ -42,7 +42,7 @@ class Flight:
         self.slot = slot
         self.before = before  # (next position, head, tree) the frame was planned on
         self.began = began
-        self.observe = True  # counted in the commit histograms when it lands
+        self.observe = observe  # counted in the commit histograms when it lands
         # Set when it is handed over (a frame written on the writer's thread needs neither):
         # the event ids it claims, and a lock held until it was written and answered.
         self.ids: set[bytes] | frozenset[bytes] = frozenset()
@@ -126,7 +126,8 @@ class FramesInFlight:
             self._rollback(flight)
             self._fail(flight, flight.error)
             return False
-        self._durable.landed(flight.slot)
+        if flight.slot.carried:
+            self._durable.landed(flight.slot)
         self._pending.add(flight.frame, flight.ids)
         if flight.failure is not None:
             raise flight.failure
@@ -148,12 +149,16 @@ class FramesInFlight:
         if flight.observe:
             self.stats.timings.observe(flight.began, flight.batch)
 
-    def _land(self, flight: Flight) -> None:
+    def _land_flight(self, flight: Flight) -> None:
+        self._land(flight.batch, flight.live, flight.plan, flight.began, flight.observe)
+
+    def _land(self, batch: list[Append], live: list[Append], plan: CommitPlan, began: float,
+              observe: bool) -> None:  # fmt: skip
         """A written frame: tell its callers and followers (on either thread)."""
-        plan, batch, stats = flight.plan, flight.batch, self.stats
-        stats.append_calls += len(flight.live)
+        stats = self.stats
+        stats.append_calls += len(live)
         if len(batch) > stats.max_batch_calls:
             stats.max_batch_calls = len(batch)
         self._answer(batch, plan)
-        if flight.observe:
-            stats.timings.observe(flight.began, batch, len(plan.views))
+        if observe:
+            stats.timings.observe(began, batch, len(plan.views))

@@ -173,7 +173,7 @@ class Writer(OtherCommits, FramesInFlight):
         # The frame being written on the log thread while this one plans the next.
         self._flying: Flight | None = None
         self._failed_flights = 0  # frames whose write failed (each fails those planned on it)
-        self._log_thread = LogThread(self._write_flight, self._land)
+        self._log_thread = LogThread(self._write_flight, self._land_flight)
         self._ready = threading.Event()
         self._start_error: list[BaseException] = []  # what _complete_tree raised, if anything
         self._thread = threading.Thread(target=self._run, name=names.WRITER_THREAD, daemon=True)
@@ -243,15 +243,14 @@ class Writer(OtherCommits, FramesInFlight):
                 add(item)  # type: ignore[arg-type]
                 size += len(item.events) if isinstance(item, Append) else 1
             self._finish()
-            self._commit(batch)
+            if len(batch) == 1 and isinstance(first, Append):  # a lone append: no sorting
+                self._commit_appends(batch, time.perf_counter())  # type: ignore[arg-type]
+            else:
+                self._commit(batch)
 
     def _commit(self, batch: list[Request]) -> None:
         """The batch's appends as one frame, then its checkpoints and prunes in order."""
         began = time.perf_counter()
-        # A lone append (one appender's every commit) is the batch itself: no filter.
-        if len(batch) == 1 and isinstance(batch[0], Append):
-            self._commit_appends(batch, began)  # type: ignore[arg-type]
-            return
         appends = [r for r in batch if isinstance(r, Append)]
         if len(appends) == len(batch):
             self._commit_appends(appends, began)  # counted when it lands
@@ -274,12 +273,14 @@ class Writer(OtherCommits, FramesInFlight):
     # --- appends: plan -> frame -> (write, answer) -> apply ---------------
 
     def _commit_appends(self, batch: list[Append], began: float, observe: bool = True) -> None:
-        live = batch
+        live, pending = batch, self._pending
         failed = self._failed_flights
         try:
             while True:
                 plan = plan_commit(live, self._heads(live))
-                clash = self._first_clash(plan, live)
+                clash = first_clash(plan, live, pending.ids,
+                                    self._flying.ids if self._flying else _NO_IDS,
+                                    pending.open or pending.txn(), self._env.dbs[names.EVENT_IDS])
                 if clash is None:
                     break
                 live = [r for r in live if r is not clash]  # it fails alone: plan again
@@ -291,7 +292,10 @@ class Writer(OtherCommits, FramesInFlight):
             # The plan stays valid across a map resize or an LMDB commit: neither
             # moves a head or frees an id. A failed write of the frame in flight does
             # (it may be collected here, on Unsettled): then this one fails with it.
-            frame, slot = self._retried(self._reserve, plan.ops, plan.tables)
+            try:
+                frame, slot = self._reserve(plan.ops, plan.tables)
+            except (lmdb.MapFullError, Unsettled):
+                frame, slot = self._retried(self._reserve, plan.ops, plan.tables)
             if self._failed_flights != failed:
                 self._durable.unreserve(slot)
                 raise PalyraError("an earlier commit failed", code=ErrorCode.UNAVAILABLE)
@@ -301,13 +305,12 @@ class Writer(OtherCommits, FramesInFlight):
                 self.stats.timings.observe(began, batch)
             return
         chain = self.chain
-        flight = Flight(batch, live, plan, frame, slot,
-                        (chain.next_position, chain.head, chain.tree), began)
-        flight.observe = observe
+        before = (chain.next_position, chain.head, chain.tree)
         # The frame before it is written by now (the GIL was free while this one was
         # planned); if its write failed, this frame, planned on it, fails too.
         if self._flying is not None and not self._collect():
-            self._fail(flight, PalyraError("an earlier commit failed", code=ErrorCode.UNAVAILABLE))
+            self._fail(Flight(batch, live, plan, frame, slot, before, began, observe),
+                       PalyraError("an earlier commit failed", code=ErrorCode.UNAVAILABLE))
             return
         for request, answer in zip(live, plan.answers, strict=True):
             request.result = answer
@@ -316,27 +319,30 @@ class Writer(OtherCommits, FramesInFlight):
         remember(plan, self._session_heads, self._tape_next, _MEMORY_LIMIT)
         if len(batch) > 1 or not self._queue.empty():
             # More is coming: write this frame on the log thread, plan the next here.
-            self._flying = flight
+            self._flying = flight = Flight(batch, live, plan, frame, slot, before, began, observe)
             self._log_thread.send(flight)
             return
         # A lone caller: written here, with no hand-over to pay on its path.
         try:
             self._durable.write(slot)
         except Exception as exc:
+            flight = Flight(batch, live, plan, frame, slot, before, began, observe)
             self._rollback(flight)
             self._fail(flight, exc)
             return
-        self._durable.landed(slot)
-        self._pending.add(frame, map(_KEY, plan.claims))
-        self._land(flight)
+        if slot.carried:
+            self._durable.landed(slot)
+        pending.add(frame, map(_KEY, plan.claims))
+        self._land(batch, live, plan, began, observe)
 
     def _reserve(self, ops: list[Op], tables: Any) -> tuple[RecordingTxn, Slot]:
         """The next frame for ``ops``, numbered and placed in the log, not written."""
         pending = self._pending
         frame = RecordingTxn.recorded(pending.open or pending.txn(), ops, self._env.dbs,
                                       names.EVENTS, tables)
+        # pending.unsettled(), without a call per frame
         slot = self._durable.reserve(
-            frame, settled=self._flying is None and not pending.unsettled())
+            frame, settled=self._flying is None and not (pending.frames or pending.answered))
         assert slot is not None, "an append writes"
         return frame, slot
 
@@ -367,12 +373,6 @@ class Writer(OtherCommits, FramesInFlight):
 
     def _stored_seq(self, run_id: str) -> int:
         return last_scoped_number(self._pending.read_txn(), self._env.dbs[names.TAPE], run_id) + 1
-
-    def _first_clash(self, plan: CommitPlan, live: list[Append]) -> Append | None:
-        """The first request whose event id is taken (it gets its error), else None."""
-        pending = self._pending
-        return first_clash(plan, live, pending.ids, self._flying.ids if self._flying else _NO_IDS,
-                           pending.open or pending.txn(), self._env.dbs[names.EVENT_IDS])
 
     def _log(self, ops: list[Op], tables: Any = None) -> RecordingTxn:
         """Write ``ops`` as the next frame: durable (the commit point) on return."""
