@@ -273,8 +273,7 @@ class Writer(OtherCommits, FramesInFlight):
     # --- appends: plan -> frame -> (write, answer) -> apply ---------------
 
     def _commit_appends(self, batch: list[Append], began: float, observe: bool = True) -> None:
-        live, pending = batch, self._pending
-        failed = self._failed_flights
+        live, pending, failed = batch, self._pending, self._failed_flights
         try:
             while True:
                 plan = plan_commit(live, self._heads(live))
@@ -289,9 +288,8 @@ class Writer(OtherCommits, FramesInFlight):
                     if observe:
                         self.stats.timings.observe(began, batch, 0)
                     return
-            # The plan stays valid across a map resize or an LMDB commit: neither
-            # moves a head or frees an id. A failed write of the frame in flight does
-            # (it may be collected here, on Unsettled): then this one fails with it.
+            # The plan outlives a map resize or an LMDB commit (no head moves, no id is
+            # freed), not a failed write of the frame in flight (collected on Unsettled).
             try:
                 frame, slot = self._reserve(plan.ops, plan.tables)
             except (lmdb.MapFullError, Unsettled):
