@@ -30,6 +30,7 @@ from palyra.journal.write.inflight import LOG_THREAD
 from .helpers import draft
 
 _WAIT_S = 10.0
+_TAKEN = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
 
 
 @pytest.fixture(autouse=True)
@@ -207,3 +208,36 @@ async def test_frame_n1_on_disk_without_frame_n_is_not_recovered(
         assert (after.position, after.tape_seq) == (a0.position + 1, 1)
     report = verify_store(image)
     assert report.ok and report.head_position == a0.position + 1, report.summary()
+
+
+async def test_an_id_only_the_frame_in_flight_claims_is_refused_only_if_that_frame_is_written(
+    data_dir: Path,
+) -> None:
+    # Every id of a batch taken by frame N, still being written: its callers hear
+    # AlreadyExists only if N is durable. Here N's write fails, so the id was never
+    # taken: they fail UNAVAILABLE (retryable) and a retry appends it.
+    def fail_n() -> None:
+        raise OSError("injected: frame N's write failed")
+
+    held = _Held(at=1, then=fail_n)
+    async with JournalStore.open(data_dir, config=JournalConfig(sync=True)) as store:
+        durable = store.env.durable
+        assert isinstance(durable, Durability)
+        durable.hook = held
+        first = asyncio.ensure_future(store.append([draft(0)]))
+        await held.reached(0)
+        frame_n = [store.submit([draft(1, event_id=_TAKEN)]), store.submit([draft(2)])]
+        held.gate[0].set()
+        await first
+        await held.reached(1)
+        refused = store.submit([draft(3, event_id=_TAKEN)])  # taken by N, in flight
+        held.gate[1].set()
+        for future in [*frame_n, refused]:
+            with pytest.raises(PalyraError) as raised:
+                await future
+            assert raised.value.code is ErrorCode.UNAVAILABLE
+        durable.hook = None
+        [again] = await store.append([draft(4, event_id=_TAKEN)])
+        assert again.event_id == _TAKEN
+    report = verify_store(data_dir)
+    assert report.ok and report.head_position == again.position, report.summary()

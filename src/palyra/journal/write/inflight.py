@@ -16,7 +16,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from palyra.journal.write.answer import fail
+from palyra.core.errors import ErrorCode, PalyraError
+from palyra.journal.write.answer import fail, resolve
 from palyra.journal.write.apply import Applier
 from palyra.journal.write.durable import Durability, RecordingTxn, Slot
 from palyra.journal.write.plan import CommitPlan, Heads
@@ -143,6 +144,17 @@ class FramesInFlight:
         # every frame written (the answered ones once applied).
         self._session_heads.clear()
         self._tape_next.clear()
+
+    def _refuse(self, batch: list[Append], began: float, observe: bool) -> None:
+        """Answer a batch whose every event id is taken, once the frame in flight is
+        written: an id it claims is taken only if its write succeeds (if it fails, the
+        batch fails with it, ``UNAVAILABLE``, and a retry finds the id free)."""
+        if self._flying is not None and not self._collect():
+            fail(batch, PalyraError("an earlier commit failed", code=ErrorCode.UNAVAILABLE))
+        else:
+            resolve(batch)
+        if observe:
+            self.stats.timings.observe(began, batch, 0)
 
     def _fail(self, flight: Flight, exc: BaseException) -> None:
         fail(flight.batch, exc)

@@ -33,7 +33,8 @@ lone caller (one request, nothing queued) is written here: no hand-over.
 * **N+1's plan sees N**: it is planned from the heads, positions, tree and tape
   seqs in this thread's memory, which moved at N's reservation, never from LMDB
   (which holds N only at step 5); an id N claims is taken for N+1 while N is in
-  flight (``write.clash``). Memory is dropped (its bound) only with no frame in
+  flight (``write.clash``), and a batch refused for such ids alone is answered only
+  once N is written (``UNAVAILABLE`` if N's write failed). Memory is dropped (its bound) only with no frame in
   flight, so what ``_heads`` then reads back from LMDB includes N.
 * **N is applied after it is collected**: its writes go into LMDB in frame order
   with every answered frame, and LMDB commits only with no frame in flight
@@ -284,9 +285,7 @@ class Writer(OtherCommits, FramesInFlight):
                     break
                 live = [r for r in live if r is not clash]  # it fails alone: plan again
                 if not live:
-                    resolve(batch)
-                    if observe:
-                        self.stats.timings.observe(began, batch, 0)
+                    self._refuse(batch, began, observe)
                     return
             # The plan outlives a map resize or an LMDB commit (no head moves, no id is
             # freed), not a failed write of the frame in flight (collected on Unsettled).
