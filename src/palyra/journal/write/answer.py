@@ -16,7 +16,7 @@ from palyra.journal.read.follow import Deliveries, deliver
 from palyra.journal.write.requests import Waiting
 
 
-def fail(batch: list[Any], exc: Exception) -> None:
+def fail(batch: list[Any], exc: BaseException) -> None:
     """Answer every request of ``batch`` with ``UNAVAILABLE`` caused by ``exc``."""
     error = PalyraError(f"journal commit failed: {exc}", code=ErrorCode.UNAVAILABLE)
     error.__cause__ = exc

@@ -160,10 +160,35 @@ class CommitLog:
 
     def append(self, frame: bytes) -> None:
         """Write one frame after the last (durable on return); grows the file if it must."""
-        if FRAMES_AT + len(frame) > self.size:
-            _preallocate(self.path, FRAMES_AT + len(frame), extend_fd=self._fd)
-            self.size = os.fstat(self._fd).st_size
-        start, end = self.offset, self.offset + len(frame)
+        start = self.reserve(frame, grow=True)
+        try:
+            self.write_at(frame, start)
+        except BaseException:
+            self.offset = start  # nothing after it was written: the next frame goes here
+            raise
+
+    def reserve(self, frame: bytes, *, grow: bool = False) -> int:
+        """Room for ``frame`` after the last frame reserved: its offset (not written yet).
+
+        -1 when it does not fit (what :meth:`fits` says), unless ``grow``: then a
+        frame larger than the file grows it. The writer reserves a frame while the
+        one before it is still being written (``write.writer``, two frames in
+        flight); the writes go to the file in the order of their reservations,
+        each after the one before returned.
+        """
+        start = self.offset
+        if start + len(frame) > self.size:
+            if not grow:
+                return -1
+            if FRAMES_AT + len(frame) > self.size:
+                _preallocate(self.path, FRAMES_AT + len(frame), extend_fd=self._fd)
+                self.size = os.fstat(self._fd).st_size
+        self.offset = start + len(frame)
+        return start
+
+    def write_at(self, frame: bytes, start: int) -> None:
+        """Write ``frame`` at its reserved ``start``: durable on return (any thread)."""
+        end = start + len(frame)
         data = frame
         if start % SLOT == 0 or start // SLOT != (end - 1) // SLOT:
             # The frame enters a page this round has not written: fill that page
@@ -177,7 +202,6 @@ class CommitLog:
         self.write_seconds.observe(time.perf_counter() - began)  # the O_DSYNC flush: the fsync
         if written != len(data):
             raise OSError(f"short write to {self.path}: {written} of {len(data)} bytes")
-        self.offset = end
 
     def restart(self) -> None:
         """Write the next frame at the start (after a sync point holds everything before)."""

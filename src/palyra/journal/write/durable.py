@@ -54,6 +54,18 @@ EARLY_WRITE_BACK = True
 """Write a due sync point's pages back on a thread of their own first (``write.flusher``)."""
 
 
+class Slot:
+    """A frame reserved in the commit log (:meth:`Durability.reserve`), not yet written."""
+
+    __slots__ = ("carried", "data", "seq", "start")
+
+    def __init__(self, data: bytes, start: int, seq: int, carried: bytes) -> None:
+        self.data = data  # what the write puts at ``start``: the frame, after a sync frame
+        self.start = start
+        self.seq = seq
+        self.carried = carried  # the sync frame written with it (b"": none)
+
+
 class Unsettled(Exception):
     """LMDB must commit every earlier frame first (to restart the log, or to read its room)."""
 
@@ -304,31 +316,73 @@ class Durability:
         earlier frame; if not, a frame that needs the log restarted, or LMDB's
         free room read again, raises :class:`Unsettled` before anything is written.
         """
+        slot = self.reserve(txn, settled=settled)
+        if slot is None:
+            return
+        try:
+            self.write(slot)
+        except BaseException:
+            self.unreserve(slot)
+            raise
+        if slot.carried:
+            self.landed(slot)
+
+    def reserve(self, txn: RecordingTxn, *, settled: bool = True) -> Slot | None:
+        """The next frame for ``txn``'s writes, numbered and placed, not yet written.
+
+        On the writer's thread, while the frame before it may still be written
+        (``write.writer``: two frames in flight; ``settled`` is then False). Then
+        :meth:`write` (any thread, in the order of the reservations) and, if it
+        carried a sync frame, :meth:`landed` (the writer's thread); or
+        :meth:`unreserve` if the write, or the one of a frame reserved before
+        it, failed. None: no writes.
+        """
         if self.broken is not None:
             raise PalyraError(
                 "the journal could not apply a logged commit; reopen it to recover",
                 code=ErrorCode.UNAVAILABLE,
             )
-        if txn.ops:
-            frame = encode_frame(self.next_seq, txn.ops)
-            # Past the frame nothing may fail for want of room: check before it.
-            self._require_headroom(len(txn.ops), len(frame), settled)
-            txn.seq = self.next_seq
-            # A pending sync frame goes in the same write: no flush of its own
-            # (joined once: the frame of a big batch is large to copy twice).
-            data = self._sync_frame + frame if self._sync_frame else frame
-            if not self.log.fits(data):
-                if not settled:
-                    raise Unsettled("commit log: commit LMDB before restarting the log")
-                self.sync_point()  # everything before this txn is in LMDB now
-                data = frame  # the sync point's header records what the sync frame said
-            self.log.append(data)
-            self._point("frame")
-            self.next_seq += 1
-            self._since_commits += 1
-            if self._sync_frame:
-                self._sync_frame = b""
-                self._release_retiring()
+        if not txn.ops:
+            return None
+        frame = encode_frame(self.next_seq, txn.ops)
+        # Past the frame nothing may fail for want of room: check before it.
+        self._require_headroom(len(txn.ops), len(frame), settled)
+        # A pending sync frame goes in the same write: no flush of its own
+        # (joined once: the frame of a big batch is large to copy twice).
+        carried = self._sync_frame
+        data = carried + frame if carried else frame
+        start = self.log.reserve(data)
+        if start < 0:  # it does not fit after the last frame
+            if not settled:
+                raise Unsettled("commit log: commit LMDB before restarting the log")
+            self.sync_point()  # everything before this txn is in LMDB now
+            carried, data = b"", frame  # the sync point's header records what it said
+            start = self.log.reserve(data, grow=True)
+        txn.seq = self.next_seq
+        slot = Slot(data, start, txn.seq, carried)
+        self.next_seq += 1
+        self._sync_frame = b""
+        return slot
+
+    def write(self, slot: Slot) -> None:
+        """Write a reserved frame: durable on return (the commit point). Any thread."""
+        self.log.write_at(slot.data, slot.start)
+        self._since_commits += 1  # (a sync point, which starts it over, waits for this write)
+        if self.hook is not None:  # _point, without a call per frame
+            self.hook("frame")
+
+    def landed(self, slot: Slot) -> None:
+        """After :meth:`write` of a frame that carried a sync frame, on the writer's thread:
+        that sync point is durable, so the pin of the one before may go."""
+        if slot.carried:
+            self._release_retiring()
+
+    def unreserve(self, slot: Slot) -> None:
+        """Take back ``slot`` and every frame reserved after it (its write failed)."""
+        self.next_seq = slot.seq
+        self.log.offset = slot.start
+        if slot.carried:
+            self._sync_frame = slot.carried  # the next frame carries it again
 
     def apply(self, txns: Sequence[RecordingTxn]) -> None:
         """Give LMDB the writes of ``txns`` without a flush (their frames are durable).

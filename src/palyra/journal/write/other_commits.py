@@ -1,7 +1,8 @@
-"""The writer's requests other than appends: checkpoints, tree signatures, retention.
+"""The writer's commits other than appends: checkpoints, tree signatures, retention, tree start.
 
 Each reads its own writes (the stored checkpoint, the tree, the records it
-rewrites) and so commits in a frame of its own; they share the writer's state,
+rewrites) and so commits in a frame of its own (so do the tree rows a journal older
+than the tree gets on the writer's first start); they share the writer's state,
 hence a mixin of :class:`palyra.journal.write.writer.Writer`.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import lmdb
@@ -29,6 +31,7 @@ from palyra.journal.format.record import (
 )
 from palyra.journal.read.tlog import StoredTree
 from palyra.journal.retention.prune import PruneResult, tombstone_prefix
+from palyra.journal.tlog.merkle import extend
 from palyra.journal.tlog.note import NoteError
 from palyra.journal.write.answer import fail, resolve
 from palyra.journal.write.apply import Applier
@@ -59,6 +62,31 @@ class OtherCommits:
         def _answer_other(self, request: Waiting, plan: CommitPlan,
                           frame: RecordingTxn) -> None: ...
         def _stored_head(self, session_id: str) -> bytes: ...
+
+    def _complete_tree(self, per_frame: int) -> None:
+        """Read the tree's frontier; add the records it lacks (a journal older than the tree).
+
+        On the writer's first start, before it serves: in frames of its own, oldest
+        first, of ``per_frame`` records each.
+        """
+        dbs = self._env.dbs
+        stored = StoredTree(self._pending.read_txn(), dbs[names.TLOG])
+        tree = stored.frontier()
+        after = stored.entry(tree.size - 1)[1] if tree.size else 0
+        while after < self.chain.next_position - 1:
+            entries: list[tuple[bytes, int]] = []
+            cursor = self._pending.read_txn().cursor(db=dbs[names.EVENTS])
+            found = cursor.set_range(u64_key(after + 1))
+            while found and len(entries) < per_frame:
+                last = int.from_bytes(cursor.key(), "big")
+                entries.append((record_hashes(cursor.value())[0], last))
+                found = cursor.next()
+            tree, rows = extend(tree, entries, stored.prefix)
+            frame = self._retried(partial(self._log, [(names.TLOG, k, v) for k, v in rows]))
+            self._pending.add(frame, ())
+            after = entries[-1][1]
+        self._pending.commit()
+        self.chain.tree = tree
 
     def _commit_checkpoint(self, request: Checkpoint) -> None:
         """Sign the head after every frame before it; its one write is planned."""

@@ -11,15 +11,50 @@ The lifecycle of a frame, the same for one append or 256:
    for it, and returns every write in frame order, the ids claimed and the
    ``StoredEvent`` views to answer with. Nothing has touched LMDB; an id that
    is taken fails its caller alone and the batch is planned again without it.
-2. **logged**: the writes go to the commit log as one frame (``write.durable``):
-   one ``O_DSYNC`` write, the commit point (with ``sync=False`` the same write
-   without the flush).
-3. **answered**: callers and followers hear of the commit; from here until
+2. **reserved**: the frame is numbered and placed in the commit log
+   (``Durability.reserve``); the planner's memory of the heads moves to it.
+3. **logged**: one ``O_DSYNC`` write of the frame, the commit point (with
+   ``sync=False`` the same write without the flush).
+4. **answered**: callers and followers hear of the commit; from here until
    LMDB holds it, reads of this process wait (``JournalEnv.visible``).
-4. **applied**: the frame's writes go into the writer's open LMDB transaction,
+5. **applied**: the frame's writes go into the writer's open LMDB transaction,
    together with other answered frames (one ``putmulti`` per sub-DB).
-5. **committed**: the open transaction commits to LMDB without a flush, for
+6. **committed**: the open transaction commits to LMDB without a flush, for
    many frames at once (``write.apply``).
+
+Two frames in flight. When more requests are queued (or the batch holds several),
+steps 3 and 4 run on the log thread (``write.inflight``) and the writer goes
+back to its queue: it plans and reserves frame N+1 from what arrived while N is
+written (the write releases the GIL). Before it hands N+1 over it collects N
+(written and answered there), so one frame at a time is written, in the order
+of their numbers, and N+1 is answered only after N and N+1 are both durable. A
+lone caller (one request, nothing queued) is written here: no hand-over.
+
+* **N+1's plan sees N**: it is planned from the heads, positions, tree and tape
+  seqs in this thread's memory, which moved at N's reservation, never from LMDB
+  (which holds N only at step 5); an id N claims is taken for N+1 while N is in
+  flight (``write.clash``), and a batch refused for such ids alone is answered only
+  once N is written (``UNAVAILABLE`` if N's write failed). Memory is dropped (its bound) only with no frame in
+  flight, so what ``_heads`` then reads back from LMDB includes N.
+* **N is applied after it is collected**: its writes go into LMDB in frame order
+  with every answered frame, and LMDB commits only with no frame in flight
+  (``_settle``): a commit raises the visibility flag, which would otherwise let a
+  read miss a frame already answered on the log thread.
+* **N+1's bytes cannot reach the disk without N's**: N+1's write starts after N's
+  ``O_DSYNC`` write returned, i.e. after N is durable. Were it otherwise (N torn
+  or lost, N+1 whole), recovery would still be right: it replays frames in number
+  order and stops at the first torn or missing one, so it would stop before N and
+  never reach N+1; neither was answered (an answer waits for both), so nothing
+  answered is lost and nothing unanswered becomes visible.
+* **A failed write of N fails N+1**: N+1 was planned on N. The writer takes N
+  back with everything reserved after it (the frame number, the log offset, a
+  sync frame N carried, the chain heads; the remembered heads are dropped and
+  read again from LMDB), and fails N's callers and N+1's with ``UNAVAILABLE``.
+  Nothing of either was answered or applied, and the next frame is written where
+  N would have been, under N's number.
+* Checkpoints, prunes, tree signatures, sync points, log restarts, map resizes
+  and LMDB commits first collect the frame in flight (drain the pipeline): they
+  read or record the chain as LMDB will hold it.
 
 Frames are applied late, after the answer, because the callers' event loop
 needs the GIL to wake up and this thread would hold it, and because frames put
@@ -44,39 +79,35 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from functools import partial
 from operator import itemgetter
 from typing import Any
 
 import lmdb
 
 from palyra.core.chain import GENESIS
-from palyra.core.errors import AlreadyExists
+from palyra.core.errors import ErrorCode, PalyraError
 from palyra.journal import _env as names
 from palyra.journal._env import JournalEnv
 from palyra.journal._types import StoredEvent
-from palyra.journal.format.record import (
-    record_hashes,
-    u64_key,
-)
 from palyra.journal.read.follow import Deliveries
 from palyra.journal.read.reads import last_scoped_number, load_head, pruned_through, record_hash_at
-from palyra.journal.read.tlog import StoredTree
-from palyra.journal.tlog.merkle import Frontier, extend
+from palyra.journal.tlog.merkle import Frontier
 from palyra.journal.write.answer import fail, resolve
 from palyra.journal.write.apply import Applier
+from palyra.journal.write.clash import first_clash
 from palyra.journal.write.commitlog import Op
-from palyra.journal.write.durable import Durability, RecordingTxn, Unsettled
+from palyra.journal.write.durable import Durability, RecordingTxn, Slot, Unsettled
+from palyra.journal.write.inflight import Flight, FramesInFlight, LogThread
+from palyra.journal.write.memory import remember
 from palyra.journal.write.other_commits import OtherCommits
 from palyra.journal.write.plan import CommitPlan, Heads, plan_commit
 from palyra.journal.write.requests import Append, Checkpoint, Prune, Request, TreeSign, Waiting
 from palyra.journal.write.stats import WriterStats
 
-# Session chain heads and next tape seqs are remembered across commits (this
-# thread is the only writer), so a lone appender's commit reads neither back
-# from LMDB. Past this many entries a memory is dropped and refilled on demand.
+# Past this many entries a remembered heads or tape seqs memory is dropped (write.memory).
 _MEMORY_LIMIT = 4096
 _KEY = itemgetter(0)
+_NO_IDS: frozenset[bytes] = frozenset()
 
 
 _STOP = object()
@@ -103,7 +134,7 @@ _APPLY_IDLE_S = 0.005
 _COMPLETE_TREE_RECORDS = 4096
 
 
-class Writer(OtherCommits):
+class Writer(OtherCommits, FramesInFlight):
     """Owns every LMDB write transaction of one store."""
 
     def __init__(
@@ -140,6 +171,10 @@ class Writer(OtherCommits):
         self._pending = Applier(env, env.durable, on_applied)
         env.on_wait = self._wanted
         self.stats = WriterStats()
+        # The frame being written on the log thread while this one plans the next.
+        self._flying: Flight | None = None
+        self._failed_flights = 0  # frames whose write failed (each fails those planned on it)
+        self._log_thread = LogThread(self._write_flight, self._land_flight)
         self._ready = threading.Event()
         self._start_error: list[BaseException] = []  # what _complete_tree raised, if anything
         self._thread = threading.Thread(target=self._run, name=names.WRITER_THREAD, daemon=True)
@@ -162,7 +197,7 @@ class Writer(OtherCommits):
     def _run(self) -> None:
         try:
             try:
-                self._complete_tree()
+                self._complete_tree(_COMPLETE_TREE_RECORDS)
             except BaseException as exc:
                 self._start_error.append(exc)
                 return
@@ -170,28 +205,10 @@ class Writer(OtherCommits):
                 self._ready.set()
             self._serve()
         finally:
-            self._pending.commit()
-
-    def _complete_tree(self) -> None:
-        """Read the tree's frontier; add the records it lacks (a journal older than the tree)."""
-        dbs = self._env.dbs
-        stored = StoredTree(self._pending.read_txn(), dbs[names.TLOG])
-        tree = stored.frontier()
-        after = stored.entry(tree.size - 1)[1] if tree.size else 0
-        while after < self.chain.next_position - 1:
-            entries: list[tuple[bytes, int]] = []
-            cursor = self._pending.read_txn().cursor(db=dbs[names.EVENTS])
-            found = cursor.set_range(u64_key(after + 1))
-            while found and len(entries) < _COMPLETE_TREE_RECORDS:
-                last = int.from_bytes(cursor.key(), "big")
-                entries.append((record_hashes(cursor.value())[0], last))
-                found = cursor.next()
-            tree, rows = extend(tree, entries, stored.prefix)
-            frame = self._retried(partial(self._log, [(names.TLOG, k, v) for k, v in rows]))
-            self._pending.add(frame, ())
-            after = entries[-1][1]
-        self._pending.commit()
-        self.chain.tree = tree
+            try:
+                self._settle()
+            finally:
+                self._log_thread.stop()
 
     def _serve(self) -> None:
         stopping = False
@@ -203,12 +220,12 @@ class Writer(OtherCommits):
                 try:
                     first = self._queue.get(timeout=_APPLY_IDLE_S)
                 except queue.Empty:
-                    self._pending.commit()  # idle: let LMDB hold what was answered
+                    self._settle()  # idle: let LMDB hold what was answered
                     continue
             if first is _STOP:
                 return
             if first is _APPLY:
-                self._pending.commit()
+                self._settle()
                 continue
             batch: list[Request] = [first]  # type: ignore[list-item]
             size = len(first.events) if isinstance(first, Append) else 1
@@ -222,59 +239,115 @@ class Writer(OtherCommits):
                     stopping = True
                     break
                 if item is _APPLY:
-                    self._pending.commit()
+                    self._settle()
                     continue
                 add(item)  # type: ignore[arg-type]
                 size += len(item.events) if isinstance(item, Append) else 1
             self._finish()
-            self._commit(batch)
+            if len(batch) == 1 and isinstance(first, Append):  # a lone append: no sorting
+                self._commit_appends(batch, time.perf_counter())  # type: ignore[arg-type]
+            else:
+                self._commit(batch)
 
     def _commit(self, batch: list[Request]) -> None:
         """The batch's appends as one frame, then its checkpoints and prunes in order."""
         began = time.perf_counter()
-        # A lone append (one appender's every commit) is the batch itself: no filter.
-        appends: list[Append] = (
-            batch if len(batch) == 1 and isinstance(batch[0], Append)  # type: ignore[assignment]
-            else [r for r in batch if isinstance(r, Append)])
+        appends = [r for r in batch if isinstance(r, Append)]
+        if len(appends) == len(batch):
+            self._commit_appends(appends, began)  # counted when it lands
+            return
         events = self.stats.appended_events
         if appends:
-            self._commit_appends(appends)
+            self._commit_appends(appends, began, observe=False)
+        # The others read the chain as LMDB will hold it: no frame left in flight.
+        self._collect()
         events = self.stats.appended_events - events  # the appends' (a prune's record is not)
-        if len(appends) < len(batch):
-            for request in batch:
-                if isinstance(request, Checkpoint):
-                    self._commit_checkpoint(request)
-                elif isinstance(request, Prune):
-                    self._commit_prune(request)
-                elif isinstance(request, TreeSign):
-                    self._commit_tree_sign(request)
+        for request in batch:
+            if isinstance(request, Checkpoint):
+                self._commit_checkpoint(request)
+            elif isinstance(request, Prune):
+                self._commit_prune(request)
+            elif isinstance(request, TreeSign):
+                self._commit_tree_sign(request)
         self.stats.timings.observe(began, batch, events)
 
-    # --- appends: plan -> frame -> answer -> apply ------------------------
+    # --- appends: plan -> frame -> (write, answer) -> apply ---------------
 
-    def _commit_appends(self, batch: list[Append]) -> None:
-        live = batch
+    def _commit_appends(self, batch: list[Append], began: float, observe: bool = True) -> None:
+        live, pending, failed = batch, self._pending, self._failed_flights
         try:
             while True:
                 plan = plan_commit(live, self._heads(live))
-                clash = self._first_clash(plan, live)
+                clash = first_clash(plan, live, pending.ids,
+                                    self._flying.ids if self._flying else _NO_IDS,
+                                    pending.open or pending.txn(), self._env.dbs[names.EVENT_IDS])
                 if clash is None:
                     break
                 live = [r for r in live if r is not clash]  # it fails alone: plan again
                 if not live:
-                    resolve(batch)
+                    self._refuse(batch, began, observe)
                     return
-            # The plan stays valid across a map resize or an LMDB commit: neither
-            # moves a head or frees an id.
-            frame = self._retried(self._log, plan.ops, plan.tables)
+            # The plan outlives a map resize or an LMDB commit (no head moves, no id is
+            # freed), not a failed write of the frame in flight (collected on Unsettled).
+            try:
+                frame, slot = self._reserve(plan.ops, plan.tables)
+            except (lmdb.MapFullError, Unsettled):
+                frame, slot = self._retried(self._reserve, plan.ops, plan.tables)
+            if self._failed_flights != failed:
+                self._durable.unreserve(slot)
+                raise PalyraError("an earlier commit failed", code=ErrorCode.UNAVAILABLE)
         except Exception as exc:
             fail(batch, exc)
+            if observe:
+                self.stats.timings.observe(began, batch)
+            return
+        chain = self.chain
+        before = (chain.next_position, chain.head, chain.tree)
+        # The frame before it is written by now (the GIL was free while this one was
+        # planned); if its write failed, this frame, planned on it, fails too.
+        if self._flying is not None and not self._collect():
+            self._fail(Flight(batch, live, plan, frame, slot, before, began, observe),
+                       PalyraError("an earlier commit failed", code=ErrorCode.UNAVAILABLE))
             return
         for request, answer in zip(live, plan.answers, strict=True):
             request.result = answer
-        self.stats.append_calls += len(live)
-        self.stats.max_batch_calls = max(self.stats.max_batch_calls, len(batch))
-        self._answer(batch, plan, frame, live)
+        # The planner's memory moves now: the next batch is planned on this frame.
+        chain.next_position, chain.head, chain.tree = plan.next_position, plan.head, plan.tree
+        remember(plan, self._session_heads, self._tape_next, _MEMORY_LIMIT)
+        if len(batch) > 1 or not self._queue.empty():
+            # More is coming: write this frame on the log thread, plan the next here.
+            self._flying = flight = Flight(batch, live, plan, frame, slot, before, began, observe)
+            self._log_thread.send(flight)
+            return
+        # A lone caller: written here, with no hand-over to pay on its path.
+        try:
+            self._durable.write(slot)
+        except Exception as exc:
+            flight = Flight(batch, live, plan, frame, slot, before, began, observe)
+            self._rollback(flight)
+            self._fail(flight, exc)
+            return
+        if slot.carried:
+            self._durable.landed(slot)
+        pending.add(frame, map(_KEY, plan.claims))
+        self._land(batch, live, plan, began, observe)
+
+    def _reserve(self, ops: list[Op], tables: Any) -> tuple[RecordingTxn, Slot]:
+        """The next frame for ``ops``, numbered and placed in the log, not written."""
+        pending = self._pending
+        frame = RecordingTxn.recorded(pending.open or pending.txn(), ops, self._env.dbs,
+                                      names.EVENTS, tables)
+        # pending.unsettled(), without a call per frame
+        slot = self._durable.reserve(
+            frame, settled=self._flying is None and not (pending.frames or pending.answered))
+        assert slot is not None, "an append writes"
+        return frame, slot
+
+    def _settle(self) -> None:
+        """Collect the frame in flight, then commit LMDB (never while one is in flight:
+        a commit marks what it holds as visible, and that frame is not in it)."""
+        self._collect()
+        self._pending.commit()
 
     def _heads(self, batch: list[Append]) -> Heads:
         """The chain heads ``batch`` appends to: this thread's memory, filled from LMDB
@@ -298,33 +371,6 @@ class Writer(OtherCommits):
     def _stored_seq(self, run_id: str) -> int:
         return last_scoped_number(self._pending.read_txn(), self._env.dbs[names.TAPE], run_id) + 1
 
-    def _first_clash(self, plan: CommitPlan, live: list[Append]) -> Append | None:
-        """The first request whose event id is taken (it gets its error), else None."""
-        claims = plan.claims
-        keys = [claims[0][0]] if len(claims) == 1 else [key for key, _position in claims]
-        pending = self._pending
-        taken, txn, ids = pending.ids, pending.open or pending.txn(), self._env.dbs[names.EVENT_IDS]
-        if len(keys) == 1:  # a lone append's: one get
-            if keys[0] not in taken and txn.get(keys[0], db=ids) is None:
-                return None
-        elif (
-            len(set(keys)) == len(keys)
-            and taken.isdisjoint(keys)
-            and not txn.cursor(db=ids).getmulti(keys)  # one call: what is there
-        ):
-            return None
-        seen: set[bytes] = set()
-        events = [(r, e) for r in live for e in r.events]
-        for (request, event), key in zip(_in_plan_order(plan, events), keys, strict=True):
-            if key in seen or key in taken or txn.get(key, db=ids) is not None:
-                request.error = AlreadyExists(
-                    f"event_id {event.event_id} already exists",
-                    details={"event_id": event.event_id},
-                )
-                return request
-            seen.add(key)
-        raise AssertionError("an event id clashed, but none is taken")
-
     def _log(self, ops: list[Op], tables: Any = None) -> RecordingTxn:
         """Write ``ops`` as the next frame: durable (the commit point) on return."""
         pending = self._pending
@@ -333,9 +379,8 @@ class Writer(OtherCommits):
         self._durable.log_frame(frame, settled=not pending.unsettled())
         return frame
 
-    def _answer(self, batch: list[Append], plan: CommitPlan, frame: RecordingTxn,
-                live: list[Append] | None = None) -> None:
-        """Tell callers and followers; remember the heads; keep the frame to apply."""
+    def _answer(self, batch: list[Any], plan: CommitPlan) -> None:
+        """Tell callers and followers of a written frame (the writer remembered its heads)."""
         # Reads of this process wait from here until LMDB holds the frame. Lowered
         # after the frame, not before: a read while it was being flushed saw the
         # journal before it, which nobody had been told is gone.
@@ -345,24 +390,17 @@ class Writer(OtherCommits):
             # Before anyone hears of the commit: no stale read after, and the rows as
             # written are there to read without waiting for LMDB to hold them.
             self._on_rows(plan.rows, plan.rows)  # the rows, and the values they hold
-        stats = self.stats
-        stats.commits += 1
-        stats.appended_events += len(plan.views)
-        stats.appended_bytes += plan.record_bytes
-        stats.records += plan.records
         # Followers first: once an append returns, its events are on their way
         # to every follower too (tests and callers may rely on that order).
         deliveries = (
             self._on_commit(list(zip(plan.views, plan.sizes, strict=True)))
             if plan.views and self._followed() else None
         )
-        # This thread's own memory before the answer: once a caller is woken its
-        # event loop wants the GIL, and work left here would hold it up (at one
-        # appender the loop would wait for this thread to block again).
-        chain = self.chain
-        chain.next_position, chain.head, chain.tree = plan.next_position, plan.head, plan.tree
-        _remember(plan, self._session_heads, self._tape_next)
-        self._pending.add(frame, map(_KEY, plan.claims))
+        stats = self.stats  # counted before the answer: a caller reads them after it
+        stats.commits += 1
+        stats.appended_events += len(plan.views)
+        stats.appended_bytes += plan.record_bytes
+        stats.records += plan.records
         resolve(batch, deliveries)
 
     # --- the two requests that step out of the plan ----------------------
@@ -373,13 +411,17 @@ class Writer(OtherCommits):
             try:
                 return attempt(*args)
             except lmdb.MapFullError:
-                self._pending.commit()
+                self._settle()
                 self._env.grow()
             except Unsettled:
-                self._pending.commit()
+                self._settle()
 
     def _answer_other(self, request: Waiting, plan: CommitPlan, frame: RecordingTxn) -> None:
-        self._answer([request], plan, frame)  # type: ignore[list-item]
+        chain = self.chain
+        chain.next_position, chain.head, chain.tree = plan.next_position, plan.head, plan.tree
+        remember(plan, self._session_heads, self._tape_next, _MEMORY_LIMIT)
+        self._pending.add(frame, map(_KEY, plan.claims))
+        self._answer([request], plan)
         if frame.child:
             self._pending.apply()  # a child txn: commit it before the next begins
 
@@ -391,34 +433,9 @@ class Writer(OtherCommits):
         if pending.open is not None and (
             pending.frames + len(pending.answered) >= _APPLY_EVERY_FRAMES or durable.sync_due()
         ):
-            pending.commit()
-        if pending.open is None:
+            self._settle()
+        if pending.open is None and self._flying is None:
             try:
                 durable.after_commit()  # now and then: flush LMDB, restart the log
             except Exception as exc:  # a failed flush: refuse commits until reopened
                 durable.broken = exc
-
-
-def _in_plan_order(
-    plan: CommitPlan, events: list[tuple[Append, Any]]
-) -> list[tuple[Append, Any]]:
-    """``events`` in the order the plan claimed their ids (records gather sessions)."""
-    at = {event.event_id: (request, event) for request, event in events}
-    return [at[view.event_id] for view in plan.views]
-
-
-def _remember(plan: CommitPlan, sessions: dict[str, bytes], tape_next: dict[str, int]) -> None:
-    """Remember the chain heads and tape seqs ``plan`` committed.
-
-    Called only after a durable commit (and ``_heads`` fills the memories only with
-    what LMDB holds): memory never holds uncommitted values. A memory that has
-    reached ``_MEMORY_LIMIT`` is dropped before the commit's values go in, so it
-    holds fewer than the limit plus one batch's sessions or runs. Straight-line:
-    it runs once per commit, a lone append's too.
-    """
-    if len(sessions) >= _MEMORY_LIMIT:
-        sessions.clear()
-    sessions.update(plan.sessions)
-    if len(tape_next) >= _MEMORY_LIMIT:
-        tape_next.clear()
-    tape_next.update(plan.tape_next)

@@ -1,0 +1,60 @@
+"""Which request of a planned batch claims an event id that is taken, if any.
+
+A batch is planned before its ids are checked (``write.writer``): most batches
+clash with nothing, so the check is one lookup for a lone append and one
+``getmulti`` for many, and only a batch that clashes is walked request by request.
+An id is taken when LMDB holds it (the writer's open transaction, which holds
+every applied frame), when an answered frame waiting to be applied claims it, or
+when the frame still being written claims it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set
+from typing import Any
+
+from palyra.core.errors import AlreadyExists
+from palyra.journal.write.plan import CommitPlan
+from palyra.journal.write.requests import Append
+
+
+def first_clash(
+    plan: CommitPlan, live: list[Append], taken: Set[bytes], flying: Set[bytes],
+    txn: Any, ids: Any,
+) -> Append | None:  # fmt: skip
+    """The first request whose event id is taken (it gets its error), else None.
+
+    ``taken``: ids of answered frames not yet in LMDB; ``flying``: ids of the frame
+    being written; ``txn``/``ids``: the open transaction and the id table.
+    """
+    claims = plan.claims
+    keys = [claims[0][0]] if len(claims) == 1 else [key for key, _position in claims]
+    if len(keys) == 1:  # a lone append's: one get
+        if keys[0] not in taken and keys[0] not in flying and txn.get(keys[0], db=ids) is None:
+            return None
+    elif (
+        len(set(keys)) == len(keys)
+        and taken.isdisjoint(keys)
+        and flying.isdisjoint(keys)
+        and not txn.cursor(db=ids).getmulti(keys)  # one call: what is there
+    ):
+        return None
+    seen: set[bytes] = set()
+    events = [(r, e) for r in live for e in r.events]
+    for (request, event), key in zip(_in_plan_order(plan, events), keys, strict=True):
+        if key in seen or key in taken or key in flying or txn.get(key, db=ids) is not None:
+            request.error = AlreadyExists(
+                f"event_id {event.event_id} already exists",
+                details={"event_id": event.event_id},
+            )
+            return request
+        seen.add(key)
+    raise AssertionError("an event id clashed, but none is taken")
+
+
+def _in_plan_order(
+    plan: CommitPlan, events: list[tuple[Append, Any]]
+) -> list[tuple[Append, Any]]:
+    """``events`` in the order the plan claimed their ids (records gather sessions)."""
+    at = {event.event_id: (request, event) for request, event in events}
+    return [at[view.event_id] for view in plan.views]
