@@ -651,14 +651,17 @@ class TaskQueue:
                     if exc.code is not ErrorCode.STATE_CONFLICT:
                         raise  # else another daemon changed the task: decide again on its row
         finally:
-            self._ride_alone(ride)  # refused or failed before it rode: it is begun still
+            if ride is not None and not ride.begun:  # refused or failed before it rode
+                self._ride_alone(ride)
 
     async def _succeed_once(self, task_id: str, epoch: int, result_json: str,
                             then: Sequence[FollowUp], payloads: list[str], ride: Ride | None
                             ) -> tuple[TaskRecord, list[TaskRecord]]:
         while (pending := self._inflight.get(task_id)) is not None:
             await _settled([pending])
-        rec = self.require(task_id)
+        rec = self._live.get(task_id)  # an unfinished task's, as ``require`` reads it first
+        if rec is None:
+            rec = self.require(task_id)
         try:
             done = model.succeed(rec, epoch, self._now(), result_json)
         except PalyraError as exc:
@@ -680,7 +683,10 @@ class TaskQueue:
         """A success's changes: the task's, its follow-ups' (each once per key) and the
         worker's next claim riding along; the follow-ups' records; the ride's taker."""
         changes: list[Change] = [(done, "succeeded", ())]
-        now, born = self._now(), list[TaskRecord]()
+        born: list[TaskRecord]
+        # (Not ``list[TaskRecord]()``: calling the alias tries to tag the list with it,
+        # an AttributeError raised and caught per success.)
+        now, born = self._now(), []
         for follow, payload_json in zip(then, payloads, strict=True):
             key = follow.idempotency_key
             if key in self._idem_inflight or any(r.idempotency_key == key for r in born) or (
@@ -703,14 +709,18 @@ class TaskQueue:
                 changes.append((model.claim(ready, ride.owner, now, ride.lease_ms),
                                 "claimed", ()))
                 taker = ride.claimed
+            else:  # nothing is ready (just looked): it waits in line, as a claim does
+                ride.begun = True
+                self._claimers.append(_Claimer(ride.owner, ride.kinds, ride.lease_ms,
+                                               ride.claimed))
         return changes, born, taker
 
     def _after_success(self, answer: asyncio.Future[TaskRecord], born: list[TaskRecord],
                        ride: Ride | None, taker: ClaimAnswer | None) -> None:
         """A success's commit is queued: its ride begun, its follow-ups' keys in flight."""
-        if ride is not None:
-            ride.begun = ride.begun or taker is not None
-            self._ride_alone(ride)  # nothing was ready: it waits in line, as a claim does
+        if ride is not None and not ride.begun:
+            ride.begun = taker is not None
+            self._ride_alone(ride)  # not looked for (staged, or answered): begun on its own
         for new in born:  # an enqueue of the same key meanwhile gets this task
             self._idem_inflight[new.idempotency_key] = follow_answer = _follow(answer, new)
             follow_answer.add_done_callback(partial(self._idem_settled, new.idempotency_key))
@@ -1007,7 +1017,8 @@ class TaskQueue:
 
     def _drafts(self, changes: list[Change]) -> list[EventDraft]:
         """``changes`` as journal events, each task's row written once."""
-        if len(changes) == 1:
+        n = len(changes)
+        if n == 1:
             rec, event, extra = changes[0]
             return [_draft(rec, event, extra, row=self._row(rec))]
         # A task changed twice in one commit stores its row once, as the later change
@@ -1016,9 +1027,13 @@ class TaskQueue:
         # epoch and attempt): both moves are in that one commit, so a reader loses
         # nothing and the message path writes one event fewer per task. Any other
         # change is its own event. (A loop, not a generator: this runs per message.)
+        if n == 2:  # the usual pair: a task born claimed, one event (no index of rows)
+            (rec, event, extra), (claim, then, more) = changes
+            if event == "enqueued" and then == "claimed" and claim.task_id == rec.task_id:
+                return [_draft(claim, event, extra + more, row=self._row(claim))]
         last = {rec.task_id: rec for rec, _event, _extra in changes}
         drafts: list[EventDraft] = []
-        i, n = 0, len(changes)
+        i = 0
         while i < n:
             rec, event, extra = changes[i]
             if event == "enqueued" and i + 1 < n:
@@ -1144,7 +1159,10 @@ class TaskQueue:
         ``readied``); wake the timer for a nearer deadline."""
         if readied and self._claimers:
             self._hand_out()
-        due = self._live.next_deadline()
+        # Only a deadline pushed since the timer looked can be nearer than the one it
+        # sleeps until (a task's change in flight takes its deadlines off the heap, and
+        # ``put`` pushes them back): compared here, not looked up in the heap per change.
+        due = self._live.nearest_pushed()
         if due is not None and (self._timer_due is None or due < self._timer_due):
             self._timer_wake.set()
 
@@ -1174,6 +1192,7 @@ class TaskQueue:
         """Sleep until the next deadline (or a nearer one), then apply what is due."""
         while True:
             self._timer_wake.clear()
+            self._live.nearest_pushed()  # what it pushed so far, next_deadline sees
             due = self._timer_due = self._live.next_deadline()
             timeout = None if due is None else max(0.0, (due - self._now()) / 1000)
             with contextlib.suppress(TimeoutError):
