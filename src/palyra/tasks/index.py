@@ -7,7 +7,9 @@ ingress benchmark spent a third of the daemon's CPU choosing tasks. Here:
 * queued tasks wait in a heap by ``not_before`` until they are due, then move to a
   heap per kind ordered as the queue picks (highest priority, earliest due, oldest);
 * every deadline the timer must wake for (a queued task's ``not_before``, a lease's
-  expiry, an ``expires_at``) sits in one heap;
+  expiry, an ``expires_at``) sits in one heap; the timer looks it up when it starts
+  sleeping, and a change only tells it the earliest deadline it pushed
+  (``nearest_pushed``): a change never walks the heap;
 * children by parent run, queued tasks by debounce key, and leased tasks are sets.
 
 Records are immutable and replaced on every change, so a heap entry is current
