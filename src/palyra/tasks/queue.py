@@ -655,11 +655,11 @@ class TaskQueue:
             while True:
                 while (pending := self._inflight.get(task_id)) is not None:
                     await _settled([pending])
-                answer, done, born = self._succeed_now(task_id, epoch, result_json, then,
-                                                       payloads, ride)
-                if answer is None:  # finished already: nothing to commit
-                    return done, []
                 try:  # awaited here, not in a coroutine of its own: one frame fewer
+                    answer, done, born = self._succeed_now(task_id, epoch, result_json, then,
+                                                           payloads, ride)
+                    if answer is None:  # finished already: nothing to commit
+                        return done, []
                     await answer
                 except PalyraError as exc:
                     if exc.code is not ErrorCode.STATE_CONFLICT:
