@@ -110,6 +110,7 @@ def test_stale_deadlines_do_not_pile_up() -> None:
 
 def _agrees(index: LiveTasks, steps: list[tuple[str, Any]]) -> None:
     ref, now = Reference(), 0
+    timer = _Timer(index)
     for op, arg in steps:
         if op == "put":
             index.put(arg)
@@ -122,6 +123,11 @@ def _agrees(index: LiveTasks, steps: list[tuple[str, Any]]) -> None:
             got, want = index.due(now), ref.due(now)
             assert [r.task_id for r in got] == [r.task_id for r in want]
             assert all(a is b for a, b in zip(got, want, strict=True))  # the current records
+            timer.look()  # the queue's timer looks again once it applied what was due
+        timer.changed()
+        # Never late: the timer sleeps until no later than the next deadline there is.
+        assert timer.due is not None or ref.next_deadline() is None
+        assert ref.next_deadline() is None or timer.due <= ref.next_deadline()
         assert index.next_deadline() == ref.next_deadline()
         assert sorted(r.task_id for r in index) == sorted(ref.recs)
         for run in ("r1", "r2"):
@@ -135,6 +141,41 @@ def _agrees(index: LiveTasks, steps: list[tuple[str, Any]]) -> None:
                 key=lambda r: r.task_id)
         assert index.leased() == sorted((r for r in ref.recs.values() if r.leased),
                                         key=lambda r: r.task_id)
+
+
+class _Timer:
+    """The queue's deadline timer as the index drives it: it looks up the next deadline
+    when it starts sleeping, and after a change only asks whether a nearer one was
+    pushed (``nearest_pushed``), never the heap."""
+
+    def __init__(self, index: LiveTasks) -> None:
+        self.index = index
+        self.due: int | None = None
+        self.look()
+
+    def look(self) -> None:
+        self.index.nearest_pushed()
+        self.due = self.index.next_deadline()
+
+    def changed(self) -> None:
+        pushed = self.index.nearest_pushed()
+        if pushed is not None and (self.due is None or pushed < self.due):
+            self.look()  # woken: it sleeps again until the nearer deadline
+
+
+def test_nearest_pushed_is_the_earliest_deadline_added_since_it_was_last_asked() -> None:
+    index = LiveTasks()
+    assert index.nearest_pushed() is None
+    late = model.new_task("t1", "a", 0, not_before_ms=500)
+    index.put(late)
+    index.put(model.claim(model.new_task("t2", "a", 0), "w", 0, 300))  # its lease: 300
+    assert index.nearest_pushed() == 300
+    assert index.nearest_pushed() is None  # forgotten once answered
+    index.hold("t1")
+    index.release("t1")  # its change did not commit: its deadlines are pushed back
+    assert index.nearest_pushed() == 500
+    index.put(model.succeed(index.get("t2"), 1, 10))  # a change that pushes nothing
+    assert index.nearest_pushed() is None
 
 
 def test_the_parent_check_reads_the_engines_table_of_runs() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import msgspec
 import pytest
 from hypothesis import given
@@ -121,3 +123,12 @@ def test_progress_recorded_by_a_heartbeat_outlives_the_attempt() -> None:
     assert (again.attempts, again.progress_json) == (2, '{"sent":2}')
     with pytest.raises(PalyraError):  # a stale lease records nothing
         model.heartbeat(again, rec.lease_epoch, 6, 1000, '{"sent":3}')
+
+
+def test_records_are_not_tracked_by_the_garbage_collector() -> None:
+    # Strings and ints only: no cycle can run through a record, and every change makes
+    # one (a tracked one was a young object each collection walked).
+    rec = model.new_task("t1", "k", 1, payload_json='{"a":[1]}')
+    assert not gc.is_tracked(rec)
+    assert not gc.is_tracked(model.claim(rec, "w", 2, 1000))
+    assert not gc.is_tracked(model.decode(model.encode(rec)))

@@ -7,7 +7,9 @@ ingress benchmark spent a third of the daemon's CPU choosing tasks. Here:
 * queued tasks wait in a heap by ``not_before`` until they are due, then move to a
   heap per kind ordered as the queue picks (highest priority, earliest due, oldest);
 * every deadline the timer must wake for (a queued task's ``not_before``, a lease's
-  expiry, an ``expires_at``) sits in one heap;
+  expiry, an ``expires_at``) sits in one heap; the timer looks it up when it starts
+  sleeping, and a change only tells it the earliest deadline it pushed
+  (``nearest_pushed``): a change never walks the heap;
 * children by parent run, queued tasks by debounce key, and leased tasks are sets.
 
 Records are immutable and replaced on every change, so a heap entry is current
@@ -39,6 +41,9 @@ COMPACT_SLACK = 64
 a rebuild leaves at most half that, and the next one is at least as many pushes away as
 it costs (amortized O(1) a change, memory O(live)); tests pass a smaller slack, so that
 compaction runs often."""
+
+
+_LEASED = frozenset((State.RUNNING, State.CANCEL_REQUESTED))  # TaskRecord.leased
 
 
 def pick_key(rec: TaskRecord) -> tuple[int, int, str]:
@@ -73,6 +78,9 @@ class LiveTasks:
         self._debounce: dict[str, set[str]] = {}
         self._leased: set[str] = set()
         self._held: set[str] = set()
+        # The earliest deadline pushed since ``nearest_pushed`` last looked (None: none):
+        # only a push can bring the timer's next wake-up nearer.
+        self._pushed: int | None = None
         for rec in recs:
             self.put(rec)
 
@@ -103,16 +111,27 @@ class LiveTasks:
         self._recs[tid] = rec
         if rec.parent_run_id:
             self._children.setdefault(rec.parent_run_id, set()).add(tid)
-        if rec.state == State.QUEUED:
+        # deadlines_of(rec), inline (a list and a call per change, twice per task).
+        state = rec.state
+        if state == State.QUEUED:
             heapq.heappush(self._waiting, (rec.not_before_ms, next(self._seq), rec))
             if rec.debounce_key:
                 self._debounce.setdefault(rec.debounce_key, set()).add(tid)
-        if rec.leased:
+            if rec.not_before_ms:
+                self._push(rec.not_before_ms, rec)
+        if state in _LEASED:
             self._leased.add(tid)
-        for at in deadlines_of(rec):
-            heapq.heappush(self._deadlines, (at, next(self._seq), rec))
+            if rec.lease_expires_ms:
+                self._push(rec.lease_expires_ms, rec)
+        elif rec.expires_at_ms:
+            self._push(rec.expires_at_ms, rec)
         if len(self._deadlines) > 4 * len(self._recs) + self._compact_slack:
             self._compact()
+
+    def _push(self, at: int, rec: TaskRecord) -> None:
+        heapq.heappush(self._deadlines, (at, next(self._seq), rec))
+        if self._pushed is None or at < self._pushed:
+            self._pushed = at
 
     def _compact(self) -> None:
         # A held task's entries go too, as at the top: ``release`` or ``put`` brings
@@ -178,6 +197,17 @@ class LiveTasks:
         while self._deadlines and not self._current(self._deadlines[0][2]):
             heapq.heappop(self._deadlines)
         return self._deadlines[0][0] if self._deadlines else None
+
+    def nearest_pushed(self) -> int | None:
+        """The earliest deadline pushed since the last call (None: none was), forgotten.
+
+        A change adds deadlines only through ``put``, so a timer that took
+        :meth:`next_deadline` and then this (to start afresh) needs waking only when a
+        later call answers something earlier than that deadline: asking this per change
+        is a comparison, where ``next_deadline`` pops the stale entries a change leaves.
+        """
+        pushed, self._pushed = self._pushed, None
+        return pushed
 
     def due(self, now_ms: int) -> list[TaskRecord]:
         """The tasks with a deadline at or before ``now_ms`` (each once, oldest first);

@@ -432,22 +432,35 @@ class TaskQueue:
             extra = (EntityWrite(TABLE, _IDEM + idempotency_key, rec.task_id.encode()),
                      ) if idempotency_key else ()
             changes: list[Change] = [(rec, "enqueued", extra)]
-            taker: _Claimer | None = None
-            if debounce is None and delay_ms <= 0:
-                if claim_for:
-                    # Born claimed: one event for both moves (_drafts); the answer is the last.
-                    changes.append((model.claim(rec, claim_for, now, lease_ms), "claimed", ()))
-                elif self._claimers and (taker := self._waiting_for(kind, now)) is not None:
-                    # A worker waits for this kind and nothing else is ready for it: the
-                    # task is born claimed by it in this one commit (no claim commit of
-                    # its own, so enqueue -> start costs one durable commit, not two).
-                    changes.append((model.claim(rec, taker.owner, now, taker.lease_ms),
-                                    "claimed", ()))
-            created = await self._enqueue_new(changes, also, idempotency_key, taker, parent)
-            if created is not None:
-                return created, True
+            taker = (self._born_claimed(changes, claim_for, lease_ms, now)
+                     if debounce is None and delay_ms <= 0 else None)
+            answer = self._enqueue_new(changes, also, idempotency_key, taker, parent)
+            try:  # awaited here, not in a coroutine of its own: one frame fewer per task
+                return await answer, True
+            except PalyraError as exc:
+                if exc.code is not ErrorCode.STATE_CONFLICT:
+                    raise
+            # Another daemon took the key first (the caller finds its task) or changed
+            # the parent run's row: decided again.
             fresh = True
             conflicts += 1
+
+    def _born_claimed(self, changes: list[Change], claim_for: str, lease_ms: int, now: int
+                      ) -> _Claimer | None:
+        """Append the new task's claim to ``changes`` if it is born claimed: by
+        ``claim_for``, or by the claimer in line it is handed to (returned)."""
+        rec = changes[0][0]
+        if claim_for:
+            # Born claimed: one event for both moves (_drafts); the answer is the last.
+            changes.append((model.claim(rec, claim_for, now, lease_ms), "claimed", ()))
+            return None
+        taker = self._waiting_for(rec.kind, now) if self._claimers else None
+        if taker is not None:
+            # A worker waits for this kind and nothing else is ready for it: the task is
+            # born claimed by it in this one commit (no claim commit of its own, so
+            # enqueue -> start costs one durable commit, not two).
+            changes.append((model.claim(rec, taker.owner, now, taker.lease_ms), "claimed", ()))
+        return taker
 
     async def _coalesce(self, joining: list[TaskRecord], kind: str, item: Any, now: int,
                         debounce: model.Debounce,
@@ -466,12 +479,13 @@ class TaskQueue:
                     return _AGAIN
         return None
 
-    async def _enqueue_new(self, changes: list[Change],
-                           also: Callable[[TaskRecord], Sequence[EventDraft]] | None,
-                           idempotency_key: str, taker: _Claimer | None,
-                           parent: tuple[RowExpectation, ...] = ()) -> TaskRecord | None:
-        """Commit a new task; None: another daemon took its idempotency key first, or
-        changed the parent run's row (``parent``: what the commit expects of it).
+    def _enqueue_new(self, changes: list[Change],
+                     also: Callable[[TaskRecord], Sequence[EventDraft]] | None,
+                     idempotency_key: str, taker: _Claimer | None,
+                     parent: tuple[RowExpectation, ...] = ()) -> asyncio.Future[TaskRecord]:
+        """Queue a new task's commit; its answer, which fails ``STATE_CONFLICT`` when
+        another daemon took its idempotency key first, or changed the parent run's row
+        (``parent``: what the commit expects of it).
 
         With ``taker``, ``changes`` end with its claim: the enqueuer is answered with
         the queued task (its own change) and the taker with the claimed one, both once
@@ -492,12 +506,7 @@ class TaskQueue:
         if new.parent_run_id and not self._shared:  # its run's end waits for it to land
             self._arriving.setdefault(new.parent_run_id, set()).add(new.task_id)
             answer.add_done_callback(partial(self._arrived, new.parent_run_id, new.task_id))
-        try:
-            return await answer
-        except PalyraError as exc:
-            if exc.code is not ErrorCode.STATE_CONFLICT:
-                raise
-            return None  # the key's row exists now: the caller finds its task
+        return answer
 
     def _arrived(self, run_id: str, task_id: str, _answer: asyncio.Future[TaskRecord]) -> None:
         arriving = self._arriving.get(run_id)
@@ -644,21 +653,33 @@ class TaskQueue:
             if self._shared:
                 self._ride_alone(ride)
             while True:
-                try:
-                    return await self._succeed_once(task_id, epoch, result_json, then,
-                                                    payloads, ride)
+                while (pending := self._inflight.get(task_id)) is not None:
+                    await _settled([pending])
+                try:  # awaited here, not in a coroutine of its own: one frame fewer
+                    answer, done, born = self._succeed_now(task_id, epoch, result_json, then,
+                                                           payloads, ride)
+                    if answer is None:  # finished already: nothing to commit
+                        return done, []
+                    await answer
                 except PalyraError as exc:
                     if exc.code is not ErrorCode.STATE_CONFLICT:
-                        raise  # else another daemon changed the task: decide again on its row
+                        raise
+                    continue  # another daemon changed the task: decide again on its row
+                return done, [new for new in born if new.leased]
         finally:
-            self._ride_alone(ride)  # refused or failed before it rode: it is begun still
+            if ride is not None and not ride.begun:  # refused or failed before it rode
+                self._ride_alone(ride)
 
-    async def _succeed_once(self, task_id: str, epoch: int, result_json: str,
-                            then: Sequence[FollowUp], payloads: list[str], ride: Ride | None
-                            ) -> tuple[TaskRecord, list[TaskRecord]]:
-        while (pending := self._inflight.get(task_id)) is not None:
-            await _settled([pending])
-        rec = self.require(task_id)
+    def _succeed_now(self, task_id: str, epoch: int, result_json: str,
+                     then: Sequence[FollowUp], payloads: list[str], ride: Ride | None
+                     ) -> tuple[asyncio.Future[TaskRecord] | None, TaskRecord,
+                                list[TaskRecord]]:
+        """Decide a success on the task's committed state (no change of it in flight)
+        and queue its commit: ``(answer, finished task, follow-ups)``, answer None when
+        the task was finished already (nothing queued)."""
+        rec = self._live.get(task_id)  # an unfinished task's, as ``require`` reads it first
+        if rec is None:
+            rec = self.require(task_id)
         try:
             done = model.succeed(rec, epoch, self._now(), result_json)
         except PalyraError as exc:
@@ -666,12 +687,11 @@ class TaskQueue:
             raise
         if done is rec:
             self._ride_alone(ride)
-            return rec, []
+            return None, rec, []
         changes, born, taker = self._success_changes(done, then, payloads, ride)
         answer = self._submit(changes, base=rec, taker=taker)
         self._after_success(answer, born, ride, taker)
-        await answer
-        return done, [new for new in born if new.leased]
+        return answer, done, born
 
     def _success_changes(self, done: TaskRecord, then: Sequence[FollowUp],
                          payloads: list[str], ride: Ride | None
@@ -680,7 +700,10 @@ class TaskQueue:
         """A success's changes: the task's, its follow-ups' (each once per key) and the
         worker's next claim riding along; the follow-ups' records; the ride's taker."""
         changes: list[Change] = [(done, "succeeded", ())]
-        now, born = self._now(), list[TaskRecord]()
+        born: list[TaskRecord]
+        # (Not ``list[TaskRecord]()``: calling the alias tries to tag the list with it,
+        # an AttributeError raised and caught per success.)
+        now, born = self._now(), []
         for follow, payload_json in zip(then, payloads, strict=True):
             key = follow.idempotency_key
             if key in self._idem_inflight or any(r.idempotency_key == key for r in born) or (
@@ -703,14 +726,18 @@ class TaskQueue:
                 changes.append((model.claim(ready, ride.owner, now, ride.lease_ms),
                                 "claimed", ()))
                 taker = ride.claimed
+            else:  # nothing is ready (just looked): it waits in line, as a claim does
+                ride.begun = True
+                self._claimers.append(_Claimer(ride.owner, ride.kinds, ride.lease_ms,
+                                               ride.claimed))
         return changes, born, taker
 
     def _after_success(self, answer: asyncio.Future[TaskRecord], born: list[TaskRecord],
                        ride: Ride | None, taker: ClaimAnswer | None) -> None:
         """A success's commit is queued: its ride begun, its follow-ups' keys in flight."""
-        if ride is not None:
-            ride.begun = ride.begun or taker is not None
-            self._ride_alone(ride)  # nothing was ready: it waits in line, as a claim does
+        if ride is not None and not ride.begun:
+            ride.begun = taker is not None
+            self._ride_alone(ride)  # not looked for (staged, or answered): begun on its own
         for new in born:  # an enqueue of the same key meanwhile gets this task
             self._idem_inflight[new.idempotency_key] = follow_answer = _follow(answer, new)
             follow_answer.add_done_callback(partial(self._idem_settled, new.idempotency_key))
@@ -1007,7 +1034,8 @@ class TaskQueue:
 
     def _drafts(self, changes: list[Change]) -> list[EventDraft]:
         """``changes`` as journal events, each task's row written once."""
-        if len(changes) == 1:
+        n = len(changes)
+        if n == 1:
             rec, event, extra = changes[0]
             return [_draft(rec, event, extra, row=self._row(rec))]
         # A task changed twice in one commit stores its row once, as the later change
@@ -1016,9 +1044,13 @@ class TaskQueue:
         # epoch and attempt): both moves are in that one commit, so a reader loses
         # nothing and the message path writes one event fewer per task. Any other
         # change is its own event. (A loop, not a generator: this runs per message.)
+        if n == 2:  # the usual pair: a task born claimed, one event (no index of rows)
+            (rec, event, extra), (claim, then, more) = changes
+            if event == "enqueued" and then == "claimed" and claim.task_id == rec.task_id:
+                return [_draft(claim, event, extra + more, row=self._row(claim))]
         last = {rec.task_id: rec for rec, _event, _extra in changes}
         drafts: list[EventDraft] = []
-        i, n = 0, len(changes)
+        i = 0
         while i < n:
             rec, event, extra = changes[i]
             if event == "enqueued" and i + 1 < n:
@@ -1144,7 +1176,10 @@ class TaskQueue:
         ``readied``); wake the timer for a nearer deadline."""
         if readied and self._claimers:
             self._hand_out()
-        due = self._live.next_deadline()
+        # Only a deadline pushed since the timer looked can be nearer than the one it
+        # sleeps until (a task's change in flight takes its deadlines off the heap, and
+        # ``put`` pushes them back): compared here, not looked up in the heap per change.
+        due = self._live.nearest_pushed()
         if due is not None and (self._timer_due is None or due < self._timer_due):
             self._timer_wake.set()
 
@@ -1174,6 +1209,7 @@ class TaskQueue:
         """Sleep until the next deadline (or a nearer one), then apply what is due."""
         while True:
             self._timer_wake.clear()
+            self._live.nearest_pushed()  # what it pushed so far, next_deadline sees
             due = self._timer_due = self._live.next_deadline()
             timeout = None if due is None else max(0.0, (due - self._now()) / 1000)
             with contextlib.suppress(TimeoutError):

@@ -270,7 +270,7 @@ class TaskWorker:
                                                                    staged, watched)))
         else:
             step = handler(TaskContext(task, payload))
-        runner = asyncio.current_task() if inline else None
+        runner = asyncio.current_task(loop) if inline else None
         # An ``async def`` handler's coroutine, told by its class (asyncio.iscoroutine
         # is a Python call, twice per task here); anything else takes the general way.
         coroutine = step.__class__ is CoroutineType or asyncio.iscoroutine(step)
