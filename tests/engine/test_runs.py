@@ -37,13 +37,27 @@ async def test_golden_tape_basic_echo(harness: Harness) -> None:
     assert run.state == pb.RunState.DONE
     assert run.final_text == "hello golden world"
     kinds = harness.kinds(run.run_id)
-    # REFERENCE §3's sequence, plus palyra's user_input and agent_loop phases.
+    # REFERENCE §3's sequence, plus palyra's user_input and agent_loop phases, less the
+    # model_token that would repeat the answer: it came as one group at the turn's end,
+    # so provider_turn_output and message_replied carry it (format.md, "Run tape events").
     assert [k for k in kinds if not k.startswith(("user_input", "agent_loop"))] == [
-        "status:ACCEPTED", "status:IN_PROGRESS", "model_token", "provider_turn_output",
+        "status:ACCEPTED", "status:IN_PROGRESS", "provider_turn_output",
         "message_replied", "status:DONE"]
     _check_golden(harness, run.run_id, "run_tape_basic.json")
     assert run.tape_len == len(kinds)
     harness.check_tape(run.run_id)
+
+
+async def test_a_streamed_answer_keeps_every_token(harness: Harness) -> None:
+    # Past one token group (16 words) the text is streamed: each group is taped, the
+    # last one final, and together they are the answer that message_replied repeats.
+    app = await harness.start()
+    text = " ".join(f"w{i}" for i in range(40))
+    run = await run_to_end(app, text)
+    assert run.final_text == text
+    tokens = [m for m in harness.members(run.run_id) if isinstance(m, pb.ModelToken)]
+    assert len(tokens) >= 2 and tokens[-1].is_final
+    assert "".join(t.token for t in tokens) == text
 
 
 async def test_golden_tape_tool_loop(harness: Harness) -> None:

@@ -228,6 +228,7 @@ DOCS: Final[dict[str, str]] = {
     "palyra.v1.MemoryProvenance.source": "`api`, or `learning:<candidate_id>`.",
     "palyra.v1.MemoryService": "Long-term memory: items injected into context by vector search.",
     "palyra.v1.MessageInput.attachments": "At most 32.",
+    "palyra.v1.ModelToken": "A group of the model's streamed text (`is_final`: the turn's last group). A turn\ntapes its text as tokens unless that would only repeat it: when the turn ends in a\nfinal answer (no tool calls), no group of it was taped before, and its whole text is\nthat answer unclipped, no `model_token` is written, since the `provider_turn_output`\nand `message_replied` of the same append carry the text. A reader renders such a\nreply from `message_replied`. Tapes written before this rule hold that token too;\nboth forms are valid (docs/journal/format.md, \"Run tape events\").",
     "palyra.v1.PairingCode.code": "The last 8 characters of a ULID.",
     "palyra.v1.ProveConsistencyResponse.hashes": "Hashes of the proof, in RFC 9162 order (32 bytes each).",
     "palyra.v1.ProveEntryRequest.position": "How to name the event: its position, an approval (the event that decided\nit, else the one that asked), or a run's tape seq; the first one given\ncounts, in that order. Naming none finds nothing (NOT_FOUND).",

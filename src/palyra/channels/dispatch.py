@@ -40,7 +40,7 @@ from palyra.channels.records import InboundRec
 from palyra.channels.replies import split_utf8
 from palyra.channels.routing import Envelope, prompt_text
 from palyra.core.errors import ErrorCode, PalyraError
-from palyra.core.redaction import redact
+from palyra.core.redaction import is_clean, redact
 from palyra.engine import (
     EndRider,
     Engine,
@@ -308,7 +308,12 @@ class Dispatcher:
                 return None
             for draft in now:  # as the journal stores them: redacted
                 if draft.kind == REPLIED:
-                    text = redact(dict(draft.payload)).value.get("replyText", "")
+                    # The journal's own test first (journal/write/prepare.py): a clean
+                    # payload is stored as it is, so only a dirty one is redacted here.
+                    payload = draft.payload
+                    if not is_clean(payload):
+                        payload = redact(dict(payload)).value
+                    text = payload.get("replyText", "")
                     if text:
                         replies.append(text)
             outcome = self._ended(record.run_id, record, replies, msgs[0])

@@ -85,6 +85,7 @@ class _Chat:
         self.waiting = Progress("thinking…")
         self.run_id = ""
         self.closed = False
+        self.streamed = False  # this turn's reply already shown as model tokens
 
     async def requests(self) -> AsyncIterator[v1.RunStreamRequest]:
         while (item := await self.outbox.get()) is not None:
@@ -214,8 +215,19 @@ class _Chat:
         kind, body = betterproto2.which_one_of(event, "event")
         if isinstance(body, v1.ModelToken):
             self.waiting.clear()
+            self.streamed = True
             sys.stdout.write(body.token)
             sys.stdout.flush()
+        elif isinstance(body, v1.MessageReplied):
+            # A reply not streamed as tokens is taped only here (docs/journal/format.md,
+            # "Run tape events"): shown whole, once.
+            if not self.streamed:
+                self.waiting.clear()
+                sys.stdout.write(body.reply_text)
+                sys.stdout.flush()
+            self.streamed = False
+        elif isinstance(body, v1.AgentLoop) and body.phase != v1.AgentLoopPhase.TERMINATED:
+            self.streamed = False  # a turn's bounds: a reply after them was not streamed
         elif isinstance(body, v1.ToolProposal):
             self.waiting.clear()
             print(f"\n  ⚙ {body.tool_name}({body.input_json})", flush=True)
@@ -232,7 +244,8 @@ class _Chat:
                 if body.approval_id not in self.answered:
                     print(f"\n  (decided elsewhere by {body.decided_by}: "
                           f"{'approved' if body.approved else 'denied'})", flush=True)
-        elif isinstance(body, v1.AgentLoop) and body.phase == v1.AgentLoopPhase.TERMINATED:
+        elif isinstance(body, v1.AgentLoop):  # TERMINATED
+            self.streamed = False
             tg.create_task(self.next_input())
         elif isinstance(body, v1.RunStatus) and body.state in _TERMINAL:
             print(f"\n[run {event.run_id} {enum_name(body.state)}"

@@ -370,6 +370,14 @@ export const RunStatusSchema: GenMessage<RunStatus> = /*@__PURE__*/
   messageDesc(file_palyra_v1_tape, 3);
 
 /**
+ * A group of the model's streamed text (`is_final`: the turn's last group). A turn
+ * tapes its text as tokens unless that would only repeat it: when the turn ends in a
+ * final answer (no tool calls), no group of it was taped before, and its whole text is
+ * that answer unclipped, no `model_token` is written, since the `provider_turn_output`
+ * and `message_replied` of the same append carry the text. A reader renders such a
+ * reply from `message_replied`. Tapes written before this rule hold that token too;
+ * both forms are valid (docs/journal/format.md, "Run tape events").
+ *
  * @generated from message palyra.v1.ModelToken
  */
 export type ModelToken = Message<"palyra.v1.ModelToken"> & {

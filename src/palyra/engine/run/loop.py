@@ -153,6 +153,7 @@ async def model_turn(step: Step, batch: Batch) -> None:
     request = ModelRequest(messages=messages, tools=deps.tools.catalog())
     routed: Routed | None = None
     flushed_at = -math.inf  # the first token group is committed at once
+    streamed = False  # a token group of this turn is already in a batch
     try:
         with step.active(), step.deadline.within(step.remaining_wall_s()):
             async with aclosing(call_model(step, request)) as chunks:
@@ -163,6 +164,7 @@ async def model_turn(step: Step, batch: Batch) -> None:
                     groups = tokens.push(chunk.text)
                     batch.add(*(pb.ModelToken(token=g, is_final=False, turn=turn)
                                 for g in groups))
+                    streamed = streamed or bool(groups)
                     if groups and time.monotonic() - flushed_at >= deps.config.token_flush_s:
                         await batch.commit()
                         flushed_at = time.monotonic()
@@ -176,10 +178,13 @@ async def model_turn(step: Step, batch: Batch) -> None:
     if routed is None:
         raise PalyraInternalError("provider stream ended without a Completed chunk")
     rest = tokens.rest()
-    if rest:
-        batch.add(pb.ModelToken(token=rest, is_final=True, turn=turn))
     response = routed.answer.response
     text = clip_reply(response.text, deps.config.max_reply_chars)
+    if rest and (streamed or response.tool_calls or rest != text):
+        # A final answer that is one unstreamed group is not taped a third time: its
+        # provider_turn_output and message_replied, in this same append, carry that text
+        # (spec: tape.proto ModelToken; docs/journal/format.md, "Run tape events").
+        batch.add(pb.ModelToken(token=rest, is_final=True, turn=turn))
     tally = usage_of(step, routed.answer)
     batch.add(turn_output(routed.answer, turn, text, tally, warnings))
     if routed.cache_write is not None:

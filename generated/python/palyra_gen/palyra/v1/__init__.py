@@ -3092,6 +3092,16 @@ default_message_pool.register_message("palyra.v1", "MessageReplied", MessageRepl
 
 @dataclass(eq=False, repr=False)
 class ModelToken(betterproto2.Message):
+    """
+    A group of the model's streamed text (`is_final`: the turn's last group). A turn
+    tapes its text as tokens unless that would only repeat it: when the turn ends in a
+    final answer (no tool calls), no group of it was taped before, and its whole text is
+    that answer unclipped, no `model_token` is written, since the `provider_turn_output`
+    and `message_replied` of the same append carry the text. A reader renders such a
+    reply from `message_replied`. Tapes written before this rule hold that token too;
+    both forms are valid (docs/journal/format.md, "Run tape events").
+    """
+
     token: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
     is_final: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
