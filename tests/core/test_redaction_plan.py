@@ -87,17 +87,8 @@ def _text_paths(message: str, depth: int = 0) -> list[tuple[str, ...]]:
 
 
 def _planned_paths(plan: Any) -> list[tuple[str, ...]]:
-    paths: list[tuple[str, ...]] = []
-    for key, how in plan[1]:
-        if how == TEXT:
-            paths.append((key,))
-        elif isinstance(how, tuple):
-            paths.extend((key, *p) for p in _planned_paths(how))
-        elif isinstance(how, list):
-            paths.extend((key, "[]", *p) for p in _planned_paths(how[0]))
-        else:  # ANY: the full walk sees whatever the field holds
-            paths.append((key, "*"))
-    return paths
+    # TEXT: the value itself; ANY: the full walk sees whatever the field holds.
+    return [(key,) if how == TEXT else (key, "*") for key, how in plan[1]]
 
 
 def _covered(path: tuple[str, ...], planned: list[tuple[str, ...]]) -> bool:
