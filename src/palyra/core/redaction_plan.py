@@ -11,10 +11,10 @@ screens a payload by its plan, which touches each free-text value and nothing
 else, instead of ``is_clean``'s walk over every key and value.
 
 Every string field is free text here, ids and hashes included: a field's values
-are screened unless its type cannot hold text. A class with a field whose name
-is a secret key (``redact`` hides any value under it), a field type this module
-does not know, or a key a payload holds that its plan lacks, is screened by the
-full walk (``is_clean``), as every untyped payload is.
+are screened unless its type cannot hold text, and a field of a type this module
+does not know is walked whole. A class with a field whose name is a secret key
+(``redact`` hides any value under it), or a payload holding a key its plan lacks,
+is screened by the full walk (``is_clean``), as every untyped payload is.
 """
 
 from __future__ import annotations
