@@ -15,7 +15,8 @@ from palyra.core.canonical import INT64_MAX, canonical_bytes, canonical_encoder
 from palyra.core.errors import AlreadyExists, ErrorCode, InvalidArgument, PalyraError
 from palyra.core.event_header import EventHeader
 from palyra.core.ids import UlidSequence, is_ulid
-from palyra.core.redaction import is_clean, normalize_screened, redact
+from palyra.core.redaction import normalize_screened, redact
+from palyra.core.redaction_plan import is_clean_typed
 from palyra.journal._types import (
     ENTITY_TABLES,
     NO_TAPE_SEQ,
@@ -131,19 +132,29 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
     p, d, c = draft.principal, draft.device_id, draft.channel
     # One test for the usual case: every header text a plain ASCII ``str`` within
     # its limit (``kind`` set), so no per-field check can fail (inline: a call with
-    # seven arguments cost a tenth of this function).
+    # seven arguments cost a tenth of this function). A run's drafts repeat one
+    # header and a few kinds, so a header and a kind that passed are remembered and
+    # the next draft with them skips the fourteen length and ASCII calls (exact
+    # ``str`` only: their hash and equality are str's own).
     if not (
         s.__class__ is str and r.__class__ is str and k.__class__ is str
         and a.__class__ is str and p.__class__ is str and d.__class__ is str
-        and c.__class__ is str and k
-        and len(s) <= MAX_ID_BYTES and len(r) <= MAX_ID_BYTES
-        and len(k) <= MAX_FIELD_BYTES and len(a) <= MAX_FIELD_BYTES
-        and len(p) <= MAX_FIELD_BYTES and len(d) <= MAX_FIELD_BYTES
-        and len(c) <= MAX_FIELD_BYTES
-        and s.isascii() and r.isascii() and k.isascii() and a.isascii()
-        and p.isascii() and d.isascii() and c.isascii()
+        and c.__class__ is str
     ):  # fmt: skip
         s, r, k, a, p, d, c = _checked_texts(draft)  # one by one, for their error messages
+    elif k not in _PLAIN_KINDS or (s, r, a, p, d, c) not in _PLAIN_HEADERS:
+        if not (
+            k
+            and len(s) <= MAX_ID_BYTES and len(r) <= MAX_ID_BYTES
+            and len(k) <= MAX_FIELD_BYTES and len(a) <= MAX_FIELD_BYTES
+            and len(p) <= MAX_FIELD_BYTES and len(d) <= MAX_FIELD_BYTES
+            and len(c) <= MAX_FIELD_BYTES
+            and s.isascii() and r.isascii() and k.isascii() and a.isascii()
+            and p.isascii() and d.isascii() and c.isascii()
+        ):  # fmt: skip
+            s, r, k, a, p, d, c = _checked_texts(draft)
+        else:
+            _remember_header(k, (s, r, a, p, d, c))
     tape = draft.tape
     if tape and not r:
         raise InvalidArgument("a tape event needs a run_id", details={"field": "run_id"})
@@ -171,6 +182,23 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
         tuple([_entity_write(w, config) for w in writes]) if writes else (),
         origin,
     )  # fmt: skip
+
+
+# Header texts (session, run, actor, principal, device, channel) and kinds that
+# passed the check above. Bounded: each forgotten all at once when full (a run's
+# drafts need one header while it runs; an idle daemon keeps at most this many).
+_PLAIN_HEADERS: set[tuple[str, ...]] = set()
+_PLAIN_KINDS: set[str] = set()
+_PLAIN_MAX = 2048
+
+
+def _remember_header(kind: str, header: tuple[str, ...]) -> None:
+    if len(_PLAIN_KINDS) >= _PLAIN_MAX:
+        _PLAIN_KINDS.clear()
+    _PLAIN_KINDS.add(kind)
+    if len(_PLAIN_HEADERS) >= _PLAIN_MAX:
+        _PLAIN_HEADERS.clear()
+    _PLAIN_HEADERS.add(header)
 
 
 def _given_id(event_id: Any) -> str:
@@ -201,8 +229,9 @@ def _payload(
     if payload.__class__ is dict and origin is not None:
         # A draft with an origin is the engine's: its payload is the proto3 JSON of
         # that message (plain by construction), so the normalizing walk is skipped
-        # and only the screen runs (most engine events need no redaction walk).
-        plain, clean = payload, is_clean(payload)
+        # and only the screen runs, over the fields of that message that can carry
+        # free text (most engine events need no redaction walk).
+        plain, clean = payload, is_clean_typed(payload, origin.__class__)
     elif payload.__class__ is not dict and not isinstance(payload, Mapping):
         raise InvalidArgument("payload must be a mapping", details={"field": "payload"})
     else:
@@ -225,6 +254,11 @@ def prepare(drafts: Sequence[EventDraft], config: JournalConfig) -> list[Prepare
     if len(drafts) == 1:  # the usual call: nothing to compare ids with
         return [prepare_draft(drafts[0], config, now_ms)]
     prepared = [prepare_draft(d, config, now_ms) for d in drafts]
+    for draft in drafts:
+        if draft.event_id:  # a caller's id: compared with every other below
+            break
+    else:  # every id fresh from one monotonic sequence: distinct by construction
+        return prepared
     seen: set[str] = set()
     for event in prepared:
         if event.event_id in seen:
