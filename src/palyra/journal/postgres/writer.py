@@ -41,7 +41,7 @@ from typing import Any
 import psycopg
 
 from palyra.core.chain import GENESIS, checkpoint_message
-from palyra.core.errors import AlreadyExists, ErrorCode, InvalidArgument, PalyraError
+from palyra.core.errors import ErrorCode, InvalidArgument, PalyraError
 from palyra.journal import _env as names
 from palyra.journal._types import Checkpoint as SignedCheckpoint
 from palyra.journal._types import StoredEvent
@@ -76,6 +76,7 @@ from palyra.journal.retention.prune import PruneResult, tombstone_prefix
 from palyra.journal.tlog.merkle import Frontier, fold
 from palyra.journal.tlog.note import NoteError
 from palyra.journal.write.answer import fail, resolve
+from palyra.journal.write.clash import blame
 from palyra.journal.write.commitlog import Op
 from palyra.journal.write.expect import expected_rows, has_deadline, unmet
 from palyra.journal.write.plan import CommitPlan, Heads, plan_commit
@@ -423,18 +424,7 @@ class PostgresWriter:
         keys = [key for key, _position in plan.claims]
         if taken.isdisjoint(keys) and len(set(keys)) == len(keys):
             return None
-        at = {e.event_id: (r, e) for r in live for e in r.events}
-        seen: set[bytes] = set()
-        for view, key in zip(plan.views, keys, strict=True):
-            request, event = at[view.event_id]
-            if key in seen or key in taken:
-                request.error = AlreadyExists(
-                    f"event_id {event.event_id} already exists",
-                    details={"event_id": event.event_id},
-                )
-                return request
-            seen.add(key)
-        raise AssertionError("an event id clashed, but none is taken")
+        return blame(plan, live, taken.__contains__)
 
     # --- checkpoints --------------------------------------------------------
 

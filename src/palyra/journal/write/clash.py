@@ -10,7 +10,7 @@ when the frame still being written claims it.
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Callable, Set
 from typing import Any
 
 from palyra.core.errors import AlreadyExists
@@ -39,10 +39,20 @@ def first_clash(
         and not txn.cursor(db=ids).getmulti(keys)  # one call: what is there
     ):
         return None
+    return blame(plan, live, lambda key: key in taken or key in flying
+                 or txn.get(key, db=ids) is not None)
+
+
+def blame(plan: CommitPlan, live: list[Append], is_taken: Callable[[bytes], bool]) -> Append:
+    """The first request, in the plan's order, whose event id ``is_taken`` or is claimed
+    twice in the plan; it gets its ``AlreadyExists`` error. Both backends' writers call
+    this once their one-call check says some id clashed.
+    """
     seen: set[bytes] = set()
     events = [(r, e) for r in live for e in r.events]
-    for (request, event), key in zip(_in_plan_order(plan, events), keys, strict=True):
-        if key in seen or key in taken or key in flying or txn.get(key, db=ids) is not None:
+    for (request, event), (key, _position) in zip(_in_plan_order(plan, events), plan.claims,
+                                                  strict=True):
+        if key in seen or is_taken(key):
             request.error = AlreadyExists(
                 f"event_id {event.event_id} already exists",
                 details={"event_id": event.event_id},
