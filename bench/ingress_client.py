@@ -36,12 +36,14 @@ class _Connection(asyncio.Protocol):
         self.status = 0
         self.keep_alive = True
         self.lost: Exception | None = None
+        self.answered = False  # a byte of the current exchange's answer arrived
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
+        self.answered = True
         self._parser.feed_data(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -62,6 +64,7 @@ class _Connection(asyncio.Protocol):
     async def exchange(self, data: bytes) -> tuple[int, bytes]:
         assert self.transport is not None
         self._body = []
+        self.answered = False
         self._waiter = asyncio.get_running_loop().create_future()
         self.transport.write(data)
         try:
@@ -79,21 +82,37 @@ class RawClient:
         self._idle: list[_Connection] = []
         self._all: list[_Connection] = []
 
-    async def _connection(self) -> _Connection:
+    async def _connection(self) -> tuple[_Connection, bool]:
+        """A connection, and whether it was kept alive from an earlier request."""
         while self._idle:
             conn = self._idle.pop()
             if conn.lost is None and conn.keep_alive:
-                return conn
+                return conn, True
+        return await self._new(), False
+
+    async def _new(self) -> _Connection:
         _, conn = await asyncio.get_running_loop().create_connection(
             _Connection, self._host, self._port)
         self._all.append(conn)
         return conn
 
     async def post(self, data: bytes) -> tuple[int, dict[str, Any] | str]:
-        """The status and the decoded JSON answer (its text when it is not JSON)."""
-        conn = await self._connection()
+        """The status and the decoded JSON answer (its text when it is not JSON).
+
+        A kept-alive connection the server closes as idle just as it is reused
+        (closed with no byte of an answer) is replaced and the request sent again,
+        as HTTP clients do with a stale pooled connection: the server did not take
+        it up (and a webhook sender retries anyway; the daemon dedupes).
+        """
+        conn, reused = await self._connection()
         async with asyncio.timeout(self._timeout):
-            status, body = await conn.exchange(data)
+            try:
+                status, body = await conn.exchange(data)
+            except ConnectionError:
+                if not reused or conn.answered:
+                    raise
+                conn = await self._new()  # the pool's others are as old as it was
+                status, body = await conn.exchange(data)
         if conn.keep_alive and conn.lost is None:
             self._idle.append(conn)
         elif conn.transport is not None:

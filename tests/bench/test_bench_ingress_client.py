@@ -25,6 +25,7 @@ class _Recorder(ThreadingHTTPServer):
     def __init__(self) -> None:
         self.seen: list[dict[str, Any]] = []
         self.connections = 0
+        self.dropped = 0
         super().__init__(("127.0.0.1", 0), _Handler)
 
 
@@ -44,7 +45,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.seen.append({"path": self.path, "headers": dict(self.headers.items()),
                                  "lengths": self.headers.get_all("content-length"),
                                  "body": body})
-        if self.path == "/json":
+        if self.path == "/drop" and self.server.dropped < 1:
+            # Closed with no answer: the first /drop only (a retry is answered).
+            self.server.dropped += 1
+            self.close_connection = True
+            return
+        if self.path in ("/json", "/drop"):
             out, status = json.dumps({"accepted": True, "n": len(body)}).encode(), 200
         else:
             out, status = b"not json here", 503
@@ -98,5 +104,38 @@ async def test_connections_are_kept_alive_and_replaced_when_closed(server: _Reco
         assert (await client.post(encode_post("127.0.0.1", "/json", {}, b"again")))[0] == 200
         assert server.connections == 2
         assert [s["body"] for s in server.seen][-1] == b"again"
+    finally:
+        client.close()
+
+
+async def test_a_kept_alive_connection_closed_as_it_is_reused_is_replaced(
+    server: _Recorder,
+) -> None:
+    # The server takes the second request on a kept-alive connection and closes it
+    # without a byte of an answer, as a server closing an idle connection at that
+    # instant does: the request is sent again on a new connection, once.
+    port = server.server_address[1]
+    client = RawClient("127.0.0.1", port)
+    try:
+        assert (await client.post(encode_post("127.0.0.1", "/json", {}, b"first")))[0] == 200
+        status, answer = await client.post(encode_post("127.0.0.1", "/drop", {}, b"again"))
+        assert (status, answer) == (200, {"accepted": True, "n": 5})
+        assert server.connections == 2
+        assert [s["path"] for s in server.seen] == ["/json", "/drop", "/drop"]
+    finally:
+        client.close()
+
+
+async def test_a_new_connection_closed_without_an_answer_fails_the_post(
+    server: _Recorder,
+) -> None:
+    # Not kept alive from an earlier request: nothing says the server did not take it
+    # up, so it is not sent again.
+    port = server.server_address[1]
+    client = RawClient("127.0.0.1", port)
+    try:
+        with pytest.raises(ConnectionError):
+            await client.post(encode_post("127.0.0.1", "/drop", {}, b"once"))
+        assert [s["path"] for s in server.seen] == ["/drop"]
     finally:
         client.close()
