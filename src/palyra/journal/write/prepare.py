@@ -130,12 +130,11 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
     # The fields as given (any type: a caller may pass anything), checked just below.
     s, r, k, a = draft.session_id, draft.run_id, draft.kind, draft.actor
     p, d, c = draft.principal, draft.device_id, draft.channel
-    # One test for the usual case: every header text a plain ASCII ``str`` within
-    # its limit (``kind`` set), so no per-field check can fail (inline: a call with
-    # seven arguments cost a tenth of this function). A run's drafts repeat one
-    # header and a few kinds, so a header and a kind that passed are remembered and
-    # the next draft with them skips the fourteen length and ASCII calls (exact
-    # ``str`` only: their hash and equality are str's own).
+    # The usual case: every header text an exact ``str`` (their hash and equality are
+    # str's own), and a header and a kind that passed before (a run's drafts repeat one
+    # header and a few kinds), so no per-field check can fail and the fourteen length
+    # and ASCII calls are skipped. A new header or kind is checked and remembered by
+    # ``_check_new_header``; anything else one by one, for its error message.
     if not (
         s.__class__ is str and r.__class__ is str and k.__class__ is str
         and a.__class__ is str and p.__class__ is str and d.__class__ is str
@@ -143,18 +142,7 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
     ):  # fmt: skip
         s, r, k, a, p, d, c = _checked_texts(draft)  # one by one, for their error messages
     elif k not in _PLAIN_KINDS or (s, r, a, p, d, c) not in _PLAIN_HEADERS:
-        if not (
-            k
-            and len(s) <= MAX_ID_BYTES and len(r) <= MAX_ID_BYTES
-            and len(k) <= MAX_FIELD_BYTES and len(a) <= MAX_FIELD_BYTES
-            and len(p) <= MAX_FIELD_BYTES and len(d) <= MAX_FIELD_BYTES
-            and len(c) <= MAX_FIELD_BYTES
-            and s.isascii() and r.isascii() and k.isascii() and a.isascii()
-            and p.isascii() and d.isascii() and c.isascii()
-        ):  # fmt: skip
-            s, r, k, a, p, d, c = _checked_texts(draft)
-        else:
-            _remember_header(k, (s, r, a, p, d, c))
+        s, r, k, a, p, d, c = _check_new_header(draft)
     tape = draft.tape
     if tape and not r:
         raise InvalidArgument("a tape event needs a run_id", details={"field": "run_id"})
@@ -190,6 +178,26 @@ def prepare_draft(draft: EventDraft, config: JournalConfig, now_ms: int) -> Prep
 _PLAIN_HEADERS: set[tuple[str, ...]] = set()
 _PLAIN_KINDS: set[str] = set()
 _PLAIN_MAX = 2048
+
+
+def _check_new_header(draft: EventDraft) -> tuple[str, str, str, str, str, str, str]:
+    """The exact-``str`` header texts of ``draft``, not remembered yet, checked: by one
+    test for the usual case (each ASCII within its limit, ``kind`` set), then
+    remembered; otherwise one by one (non-ASCII texts, and errors with their message)."""
+    s, r, k, a = draft.session_id, draft.run_id, draft.kind, draft.actor
+    p, d, c = draft.principal, draft.device_id, draft.channel
+    if not (
+        k
+        and len(s) <= MAX_ID_BYTES and len(r) <= MAX_ID_BYTES
+        and len(k) <= MAX_FIELD_BYTES and len(a) <= MAX_FIELD_BYTES
+        and len(p) <= MAX_FIELD_BYTES and len(d) <= MAX_FIELD_BYTES
+        and len(c) <= MAX_FIELD_BYTES
+        and s.isascii() and r.isascii() and k.isascii() and a.isascii()
+        and p.isascii() and d.isascii() and c.isascii()
+    ):  # fmt: skip
+        return _checked_texts(draft)
+    _remember_header(k, (s, r, a, p, d, c))
+    return s, r, k, a, p, d, c
 
 
 def _remember_header(kind: str, header: tuple[str, ...]) -> None:
