@@ -92,12 +92,22 @@ async def _frame_n_held(store: JournalStore, held: _Held) -> tuple[StoredEvent, 
     return a0, frame_n
 
 
+def _hooked(store: JournalStore, held: _Held) -> Durability:
+    """The store's durability, with ``held`` as its write-point hook."""
+    durable = store.env.durable
+    assert isinstance(durable, Durability)
+    durable.hook = held
+    return durable
+
+
+def _fail_frame_n() -> None:
+    raise OSError("injected: frame N's write failed")
+
+
 async def test_the_next_frame_is_planned_while_one_is_being_written(data_dir: Path) -> None:
     held = _Held(at=1)
     async with JournalStore.open(data_dir, config=JournalConfig(sync=True)) as store:
-        durable = store.env.durable
-        assert isinstance(durable, Durability)
-        durable.hook = held
+        durable = _hooked(store, held)
         a0, frame_n = await _frame_n_held(store, held)
         assert held.frames[1] == LOG_THREAD  # N is written off the writer's thread
         seq_n = durable.next_seq - 1
@@ -118,14 +128,9 @@ async def test_the_next_frame_is_planned_while_one_is_being_written(data_dir: Pa
 
 
 async def test_a_failed_write_of_frame_n_fails_frame_n1_planned_on_it(data_dir: Path) -> None:
-    def fail_n() -> None:
-        raise OSError("injected: frame N's write failed")
-
-    held = _Held(at=1, then=fail_n)
+    held = _Held(at=1, then=_fail_frame_n)
     async with JournalStore.open(data_dir, config=JournalConfig(sync=True)) as store:
-        durable = store.env.durable
-        assert isinstance(durable, Durability)
-        durable.hook = held
+        durable = _hooked(store, held)
         a0, frame_n = await _frame_n_held(store, held)
         seq_n = durable.next_seq - 1
         frame_n1 = store.submit([draft(3, session_id="s", run_id="r", tape=True)])
@@ -178,9 +183,7 @@ async def test_frame_n1_on_disk_without_frame_n_is_not_recovered(
 
     held = _Held(at=2)
     async with JournalStore.open(data_dir, config=JournalConfig(sync=True)) as store:
-        durable = store.env.durable
-        assert isinstance(durable, Durability)
-        durable.hook = held
+        durable = _hooked(store, held)
         a0, frame_n = await _frame_n_held(store, held)
         seq_n = durable.next_seq - 1
         frame_n1 = store.submit([draft(3, session_id="s", run_id="r", tape=True)])
@@ -216,14 +219,9 @@ async def test_an_id_only_the_frame_in_flight_claims_is_refused_only_if_that_fra
     # Every id of a batch taken by frame N, still being written: its callers hear
     # AlreadyExists only if N is durable. Here N's write fails, so the id was never
     # taken: they fail UNAVAILABLE (retryable) and a retry appends it.
-    def fail_n() -> None:
-        raise OSError("injected: frame N's write failed")
-
-    held = _Held(at=1, then=fail_n)
+    held = _Held(at=1, then=_fail_frame_n)
     async with JournalStore.open(data_dir, config=JournalConfig(sync=True)) as store:
-        durable = store.env.durable
-        assert isinstance(durable, Durability)
-        durable.hook = held
+        durable = _hooked(store, held)
         first = asyncio.ensure_future(store.append([draft(0)]))
         await held.reached(0)
         frame_n = [store.submit([draft(1, event_id=_TAKEN)]), store.submit([draft(2)])]
