@@ -66,11 +66,10 @@ class TapeBatch:
     def wire(self) -> bytes:
         """The protobuf bytes of the ``RunStreamResponse`` holding this batch (its one
         event, unless ``batched``)."""
-        events = _encode_events(self.stored, self.members)
-        if self.batched:
-            return _V1 + b"".join(_EVENTS_TAG + _length(data) + data for data in events)
-        (data,) = events
-        return _V1 + _EVENT_TAG + _length(data) + data
+        out = bytearray(_V1)
+        _encode_events(self.stored, self.members, _EVENTS_TAG if self.batched else _EVENT_TAG,
+                       out)
+        return bytes(out)
 
     def json_events(self) -> list[tuple[int, str, dict[str, Any]]]:
         """Each event's ``tape_seq``, the name of its ``event`` member (``tape`` when none
@@ -202,16 +201,18 @@ def _kind_of(encoded: dict[str, Any]) -> str:
     return next((keys[k] for k in encoded if k in keys), "tape")
 
 
-def _encode_events(stored: list[StoredEvent], members: list[Member]) -> list[bytes]:
-    """``bytes(TapeEvent)`` of each event: fields in declaration order, defaults skipped.
+def _encode_events(stored: list[StoredEvent], members: list[Member], field: bytes,
+                   out: bytearray) -> None:
+    """Append each event to ``out`` as the response field ``field`` holding
+    ``bytes(TapeEvent)``: fields in declaration order, defaults skipped.
 
     run_id (1), tape_seq (2), position (3), ts_unix_ms (4), session_id (5), then the
     member, sent even when all its fields are defaults (a oneof member is present).
-    The run and session fields are encoded once per batch (one run's commit).
+    The run and session fields are encoded once per batch (one run's commit), and
+    each event straight into ``out`` after its length (no bytes of its own to join).
     """
     tags = _member_tags()
     small = SMALL
-    encoded: list[bytes] = []
     run_id = session_id = None
     run_field = session_field = b""
     ts, ts_field = 0, b""
@@ -220,41 +221,38 @@ def _encode_events(stored: list[StoredEvent], members: list[Member]) -> list[byt
             run_id, session_id = event.run_id, event.session_id
             run_field = _string_field(b"\x0a", run_id)
             session_field = _string_field(b"\x2a", session_id)
-        out = bytearray(run_field)
-        value = event.tape_seq
-        if value > 0:
-            out += b"\x10"
-            out += small[value] if value < 128 else varint(value)
-        value = event.position
-        if value:
-            out += b"\x18"
-            out += small[value] if 0 <= value < 128 else varint(value)
-        if event.ts_ms != ts:  # a commit's events mostly share their millisecond
-            ts = event.ts_ms
-            ts_field = b"\x20" + varint(ts) if ts else b""
-        out += ts_field
-        out += session_field
-        if member is not None:
-            codec = tags.get(type(member))
-            if codec is None:  # not a spec member class (a subclass?): the generic encoder
-                encoded.append(encode_binary(tape_event_with(event, member)))
-                continue
-            tag, body = codec
-            data = body(member)
-            n = len(data)
-            out += tag
-            out += small[n] if n < 128 else varint(n)
-            out += data
-        encoded.append(bytes(out))
-    return encoded
+        codec = tags.get(type(member)) if member is not None else None
+        if member is not None and codec is None:
+            # Not a spec member class (a subclass?): the generic encoder.
+            data: bytes | bytearray = encode_binary(tape_event_with(event, member))
+        else:
+            data = bytearray(run_field)
+            value = event.tape_seq
+            if value > 0:
+                data += b"\x10"
+                data += small[value] if value < 128 else varint(value)
+            value = event.position
+            if value:
+                data += b"\x18"
+                data += small[value] if 0 <= value < 128 else varint(value)
+            if event.ts_ms != ts:  # a commit's events mostly share their millisecond
+                ts = event.ts_ms
+                ts_field = b"\x20" + varint(ts) if ts else b""
+            data += ts_field
+            data += session_field
+            if codec is not None:
+                tag, body = codec
+                encoded = body(member)
+                n = len(encoded)
+                data += tag
+                data += small[n] if n < 128 else varint(n)
+                data += encoded
+        n = len(data)
+        out += field
+        out += small[n] if n < 128 else varint(n)
+        out += data
 
 
 def _string_field(tag: bytes, text: str) -> bytes:
     data = text.encode()
     return tag + varint(len(data)) + data if data else b""
-
-
-def _length(data: bytes) -> bytes:
-    n = len(data)
-    return SMALL[n] if n < 128 else varint(n)
-

@@ -1,4 +1,5 @@
-"""Write coalescing for gRPC connections: one ``send()`` per connection per loop iteration.
+"""Write coalescing for gRPC connections: one ``send()`` per connection per loop iteration
+(and received DATA frames taken without h2's parser, ``_inbound``).
 
 grpclib writes every HTTP/2 frame group to the transport as soon as h2 has
 built it: a unary call answers with three writes (headers, message,
@@ -30,6 +31,8 @@ import asyncio
 from typing import Any, cast
 
 from grpclib.protocol import H2Protocol
+
+from palyra.transport.grpc._inbound import data_events
 
 FLUSH_AT = 64 * 1024
 """Most bytes the cork holds; past this a write is handed on at once (backpressure as before)."""
@@ -147,7 +150,8 @@ class CorkedTransport(asyncio.Transport):
 
 
 class CorkedH2Protocol(H2Protocol):
-    """grpclib's HTTP/2 protocol (listener or client) writing through a :class:`CorkedTransport`."""
+    """grpclib's HTTP/2 protocol (listener or client) writing through a :class:`CorkedTransport`,
+    and taking plain DATA frames without h2's frame parser (:func:`data_events`)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Wrap ``transport`` (grpclib sets TCP_NODELAY through it) and start HTTP/2."""
@@ -155,3 +159,16 @@ class CorkedH2Protocol(H2Protocol):
         # from asyncio.Transport, though they have all of its methods.
         real = cast(asyncio.Transport, transport)
         super().connection_made(CorkedTransport(real, asyncio.get_running_loop()))
+
+    def data_received(self, data: bytes) -> None:
+        """Hand grpclib the events h2 would make of ``data``: read here when it is plain DATA
+        frames (``_inbound``), by h2 otherwise (grpclib's own ``data_received``)."""
+        connection = getattr(self, "connection", None)  # set by connection_made
+        events = None if connection is None else data_events(connection._connection, data)
+        if connection is None or events is None:
+            super().data_received(data)
+            return
+        process = self.processor.process
+        for event in events:
+            process(event)
+        connection.flush()  # as grpclib does after its events (an ack may have queued frames)
