@@ -23,7 +23,7 @@ class CommitTimings:
 
     Filled by the writer and by its log thread (a frame written there is counted
     there), one at a time: :meth:`observe` holds ``lock``, which the writer's counters
-    share (:meth:`WriterStats.count`), so no increment of one thread overwrites the
+    share (``Writer._answer``), so no increment of one thread overwrites the
     other's.
     """
 
@@ -75,8 +75,8 @@ class CommitTimings:
 class WriterStats:
     """Mutable counters, read by :meth:`JournalStore.stats`.
 
-    The LMDB writer and its log thread both count commits: through :meth:`count`,
-    under the timings' lock. (A reader takes them as they are: each is one int.)
+    The LMDB writer and its log thread both count commits, each under the timings'
+    lock (``CommitTimings.lock``). A reader takes them as they are: each is one int.
     """
 
     commits: int = 0
@@ -86,15 +86,3 @@ class WriterStats:
     max_batch_calls: int = 0
     records: int = 0
     timings: CommitTimings = field(default_factory=CommitTimings)
-
-    def count(self, events: int, record_bytes: int, records: int, calls: int, batch: int) -> None:
-        """One durable commit of ``events`` events in ``records`` records of
-        ``record_bytes``, answering ``calls`` append calls of a ``batch`` of requests."""
-        with self.timings.lock:
-            self.commits += 1
-            self.appended_events += events
-            self.appended_bytes += record_bytes
-            self.records += records
-            self.append_calls += calls
-            if batch > self.max_batch_calls:
-                self.max_batch_calls = batch

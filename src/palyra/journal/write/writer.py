@@ -399,9 +399,14 @@ class Writer(OtherCommits, FramesInFlight):
             self._on_commit(list(zip(plan.views, plan.sizes, strict=True)))
             if plan.views and self._followed() else None
         )
-        # Counted before the answer: a caller reads them after it.
-        self.stats.count(len(plan.views), plan.record_bytes, plan.records, calls,
-                         len(batch) if calls else 0)
+        stats = self.stats  # counted before the answer: a caller reads them after it
+        with stats.timings.lock:  # the log thread counts too (write.stats)
+            stats.commits += 1
+            stats.appended_events += len(plan.views)
+            stats.appended_bytes += plan.record_bytes
+            stats.records += plan.records
+            stats.append_calls += calls
+            stats.max_batch_calls = max(stats.max_batch_calls, len(batch) if calls else 0)
         resolve(batch, deliveries)
 
     # --- the two requests that step out of the plan ----------------------
