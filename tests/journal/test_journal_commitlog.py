@@ -417,8 +417,8 @@ async def test_the_room_check_counts_the_pages_of_the_lmdb_transaction_still_ope
 ) -> None:
     """LMDB's ``env.info()`` does not count the pages of a write transaction still open,
     and the writer keeps one open across many frames. The room check before each frame
-    must count what the frames since its last reading demanded (and read again only
-    once LMDB committed them): a check that trusted ``env.info()`` here would let a
+    must count what the frames since its last reading demanded (and a reading taken
+    before LMDB committed them must take off what they were charged): a check that trusted ``env.info()`` here would let a
     frame be answered that LMDB then has no room for (the store refuses until a
     reopen). With the check right, the map grows before the frame instead."""
     from palyra.journal import verify_store
@@ -445,6 +445,43 @@ async def test_the_room_check_counts_the_pages_of_the_lmdb_transaction_still_ope
         store.close()
     with JournalStore.open(tmp_path) as store:
         assert store.head().count == 400 and verify_store(store).ok
+
+
+async def test_the_room_is_read_without_making_lmdb_commit_the_frames_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A frame whose room check runs short while LMDB has not committed the frames
+    before it reads LMDB's room again, less what those frames were charged, and goes
+    on: LMDB is not made to commit them first (which also drains a frame in flight).
+    A reading with every frame committed grows the map to leave room for many frames
+    like the one checked, so such readings suffice. Here every frame is charged about
+    a quarter of a 4 MiB map: LMDB commits once in several frames, not every other
+    one, and everything is there after a reopen."""
+    from palyra.journal import verify_store
+    from palyra.journal.write import durable as _durable
+    from palyra.journal.write import writer as _writer
+
+    # LMDB commits only when a frame's room check makes it (or at close).
+    monkeypatch.setattr(_writer, "_APPLY_IDLE_S", 60.0)
+    monkeypatch.setattr(_writer, "_APPLY_EVERY_FRAMES", 1 << 30)
+    monkeypatch.setattr(_durable, "SYNC_EVERY_S", 1e9)
+    store = JournalStore.open(tmp_path, config=JournalConfig(map_size=4 << 20))
+    durable = store.env.durable
+    assert durable is not None
+    labels: list[str] = []
+    durable.hook = labels.append
+    try:
+        for i in range(48):  # 48 frames of 64 events: each frame ~70 writes
+            await store.append([draft(i * 64 + k, session_id=f"s{k % 4}") for k in range(64)])
+        frames, commits = labels.count("frame"), labels.count("commit")
+        assert frames == 48
+        assert commits * 8 <= frames, labels
+        assert store.head().count == 48 * 64
+    finally:
+        durable.hook = None
+        store.close()
+    with JournalStore.open(tmp_path) as store:
+        assert store.head().count == 48 * 64 and verify_store(store).ok
 
 
 async def test_answered_frames_not_yet_in_lmdb_count_for_ids_heads_and_tape_seqs(

@@ -25,7 +25,7 @@ from palyra.journal._types import (
     StoredEvent,
     TapePage,
 )
-from palyra.journal.fencing import ambient_fence
+from palyra.journal.fencing import ambient_fence, declared
 from palyra.journal.format.signing import Signer
 from palyra.journal.postgres.pointer import read_pointer
 from palyra.journal.read import reads as _reads
@@ -220,7 +220,7 @@ class JournalStore:
         if not prepared:
             answer.set_result([])
         else:
-            if fence is None:
+            if fence is None and declared() is not None:
                 fence = ambient_fence()  # a singleton's work: fenced by its lease
             if expect:
                 writer.submit(requests.ExpectingAppend(loop, answer, prepared, tuple(expect))

@@ -46,6 +46,12 @@ def fenced_writes(lease: Lease) -> Iterator[None]:
         _AMBIENT.reset(token)
 
 
+declared = _AMBIENT.get
+"""None unless some task in this context declared a fence (:func:`ambient_fence` then
+says whether it is the current task's): a C call, which ``JournalStore.submit`` makes
+on every append before it calls :func:`ambient_fence` (nearly never)."""
+
+
 def ambient_fence() -> Lease | None:
     """The lease fencing the current task's appends, if it declared one."""
     held = _AMBIENT.get()

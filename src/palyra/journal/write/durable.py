@@ -87,6 +87,11 @@ _COMMIT_PAGES = 64
 # was logged could not be taken back.
 _PAGES_PER_WRITE = 3
 _ROOM_FACTOR = 4
+# A reading of the room with every frame committed must leave room for this many
+# frames like the one checked, or the map grows first: frames are then checked
+# against readings taken while others are in flight (a quarter of the default map
+# per frame at 256 appenders), instead of draining them to let LMDB commit.
+_FRAMES_AHEAD = 16
 
 
 def prepare_files(directory: Path, log: CommitLog) -> None:
@@ -265,6 +270,9 @@ class Durability:
         self._page = int(env.stat()["psize"])
         self._room = 0  # map pages surely free: last reading minus what commits since demanded
         self._room_reads_in = 0
+        # Pages charged to the frames reserved since LMDB last committed (in the open
+        # transaction, answered, or in flight): LMDB's reading does not count them yet.
+        self._uncommitted = 0
         self._last_pgno = 0  # LMDB's last used page, as last read (with the room)
         self._pinned_pgno = 0  # ... as read when the newest sync point was pinned
         self._since_commits = 0
@@ -419,6 +427,7 @@ class Durability:
             self.broken = exc
             raise
         self._room -= _COMMIT_PAGES  # what the commit itself took (_require_headroom)
+        self._uncommitted = 0  # every frame reserved so far is in it (the writer drained)
         self._point("commit")
 
     def _require_headroom(self, ops: int, size: int, settled: bool = True) -> None:
@@ -428,24 +437,37 @@ class Durability:
         # grow the map and redo the batch before anything is logged. A commit
         # takes fewer pages than it is asked to leave room for, so the room last
         # read less what was demanded since is a lower bound: LMDB is asked
-        # again only when that runs short (or every _ROOM_READ_EVERY commits),
-        # and only when it has committed every frame: env.info() does not count
-        # the pages of a transaction still open. Each frame is charged for its
+        # again only when that runs short (or every _ROOM_READ_EVERY commits,
+        # when it has committed every frame). env.info() counts only committed
+        # pages, not those of the transaction still open nor of frames answered
+        # or in flight, so a reading with frames LMDB has not committed takes off
+        # what they were charged (_uncommitted): a bound as safe as a reading
+        # after a commit, without draining the frames in flight to take it (at
+        # 256 appenders a frame is charged a quarter of the default map, and the
+        # drain took two of every three frames out of the pipeline). Only if the
+        # room is short even so must LMDB commit them first (Unsettled), since
+        # they may take far less than charged. Each frame is charged for its
         # writes; each LMDB commit (many frames go into one) for its own pages
         # (_COMMIT_PAGES, charged by commit_open): a frame must leave room for
         # the commit that will carry it.
         needed = _ROOM_FACTOR * (ops * _PAGES_PER_WRITE + size // self._page)
         self._room_reads_in -= 1
         if needed + _COMMIT_PAGES >= self._room or (self._room_reads_in <= 0 and settled):
-            if not settled:
-                raise Unsettled("commit log: commit LMDB before reading its room")
             info = self._env.info()
             self._last_pgno = int(info["last_pgno"])
-            self._room = int(info["map_size"]) // self._page - self._last_pgno
+            self._room = (int(info["map_size"]) // self._page - self._last_pgno
+                          - self._uncommitted)
             self._room_reads_in = _ROOM_READ_EVERY
             if needed + _COMMIT_PAGES >= self._room:
+                if not settled:
+                    raise Unsettled("commit log: commit LMDB before reading its room")
                 raise lmdb.MapFullError("commit log: not enough map left for this commit")
+            if settled and needed * _FRAMES_AHEAD + _COMMIT_PAGES >= self._room:
+                # Grown now, with nothing in flight: else the frames that follow would
+                # find the room short while others are in flight, and drain them.
+                raise lmdb.MapFullError("commit log: too little map left for frames ahead")
         self._room -= needed
+        self._uncommitted += needed
 
     def after_commit(self) -> None:
         """Take a sync point when enough commits, log bytes or time have gone by.

@@ -108,7 +108,7 @@ class FramesInFlight:
     stats: WriterStats
 
     if TYPE_CHECKING:
-        def _answer(self, batch: list[Any], plan: CommitPlan) -> None: ...
+        def _answer(self, batch: list[Any], plan: CommitPlan, calls: int = 0) -> None: ...
 
     def _write_flight(self, flight: Flight) -> None:
         self._durable.write(flight.slot)  # on the log thread
@@ -167,10 +167,6 @@ class FramesInFlight:
     def _land(self, batch: list[Append], live: list[Append], plan: CommitPlan, began: float,
               observe: bool) -> None:  # fmt: skip
         """A written frame: tell its callers and followers (on either thread)."""
-        stats = self.stats
-        stats.append_calls += len(live)
-        if len(batch) > stats.max_batch_calls:
-            stats.max_batch_calls = len(batch)
-        self._answer(batch, plan)
+        self._answer(batch, plan, len(live))
         if observe:
-            stats.timings.observe(began, batch, len(plan.views))
+            self.stats.timings.observe(began, batch, len(plan.views))

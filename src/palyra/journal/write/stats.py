@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,15 +19,22 @@ BATCH_BUCKETS: tuple[float, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 class CommitTimings:
-    """What each durable commit took: the whole commit, its size, and the last failure."""
+    """What each durable commit took: the whole commit, its size, and the last failure.
 
-    __slots__ = ("batch_events", "commit_seconds", "failures", "last_failure")
+    Filled by the writer and by its log thread (a frame written there is counted
+    there), one at a time: :meth:`observe` holds ``lock``, which the writer's counters
+    share (``Writer._answer``), so no increment of one thread overwrites the
+    other's.
+    """
+
+    __slots__ = ("batch_events", "commit_seconds", "failures", "last_failure", "lock")
 
     def __init__(self) -> None:
         self.commit_seconds = Histogram(SECONDS_BUCKETS)
         self.batch_events = Histogram(BATCH_BUCKETS)
         self.failures = 0
         self.last_failure = ""
+        self.lock = threading.Lock()
 
     def observe(self, began: float, batch: Sequence[Request], events: int | None = None) -> None:
         """Count one commit of ``batch`` that began at ``began`` (``perf_counter``).
@@ -36,15 +44,17 @@ class CommitTimings:
         them here. A request answered ``UNAVAILABLE`` means its commit failed
         (``answer.fail``); any other error (a taken event id) failed that caller alone.
         """
-        self.commit_seconds.observe(time.perf_counter() - began)
-        if any(map(_ERROR, batch)):  # rare: one loop in C finds there is none
-            events = self._failure_or_events(batch)
-            if events is None:
-                return
-        elif events is None:
-            events = sum(len(r.events) for r in batch if isinstance(r, Append))
-        self.batch_events.observe(events)
-        self.last_failure = ""
+        took = time.perf_counter() - began
+        with self.lock:
+            self.commit_seconds.observe(took)
+            if any(map(_ERROR, batch)):  # rare: one loop in C finds there is none
+                events = self._failure_or_events(batch)
+                if events is None:
+                    return
+            elif events is None:
+                events = sum(len(r.events) for r in batch if isinstance(r, Append))
+            self.batch_events.observe(events)
+            self.last_failure = ""
 
     def _failure_or_events(self, batch: Sequence[Request]) -> int | None:
         """None after counting a failed commit; else the events of the requests that succeeded."""
@@ -63,7 +73,11 @@ class CommitTimings:
 
 @dataclass(slots=True)
 class WriterStats:
-    """Mutable counters, read by :meth:`JournalStore.stats`."""
+    """Mutable counters, read by :meth:`JournalStore.stats`.
+
+    The LMDB writer and its log thread both count commits, each under the timings'
+    lock (``CommitTimings.lock``). A reader takes them as they are: each is one int.
+    """
 
     commits: int = 0
     appended_events: int = 0

@@ -256,12 +256,14 @@ class Writer(OtherCommits, FramesInFlight):
         if len(appends) == len(batch):
             self._commit_appends(appends, began)  # counted when it lands
             return
-        events = self.stats.appended_events
         if appends:
             self._commit_appends(appends, began, observe=False)
         # The others read the chain as LMDB will hold it: no frame left in flight.
         self._collect()
-        events = self.stats.appended_events - events  # the appends' (a prune's record is not)
+        # The appends' events (a prune's record is not one): those that were not refused
+        # or failed. Not a difference of the counters, which the log thread also moves
+        # (a frame in flight before this batch lands meanwhile).
+        events = sum(len(r.events) for r in appends if r.error is None)
         for request in batch:
             if isinstance(request, Checkpoint):
                 self._commit_checkpoint(request)
@@ -379,8 +381,9 @@ class Writer(OtherCommits, FramesInFlight):
         self._durable.log_frame(frame, settled=not pending.unsettled())
         return frame
 
-    def _answer(self, batch: list[Any], plan: CommitPlan) -> None:
-        """Tell callers and followers of a written frame (the writer remembered its heads)."""
+    def _answer(self, batch: list[Any], plan: CommitPlan, calls: int = 0) -> None:
+        """Tell callers and followers of a written frame (the writer remembered its heads);
+        ``calls``: the append calls it holds (counted with the commit)."""
         # Reads of this process wait from here until LMDB holds the frame. Lowered
         # after the frame, not before: a read while it was being flushed saw the
         # journal before it, which nobody had been told is gone.
@@ -397,10 +400,13 @@ class Writer(OtherCommits, FramesInFlight):
             if plan.views and self._followed() else None
         )
         stats = self.stats  # counted before the answer: a caller reads them after it
-        stats.commits += 1
-        stats.appended_events += len(plan.views)
-        stats.appended_bytes += plan.record_bytes
-        stats.records += plan.records
+        with stats.timings.lock:  # the log thread counts too (write.stats)
+            stats.commits += 1
+            stats.appended_events += len(plan.views)
+            stats.appended_bytes += plan.record_bytes
+            stats.records += plan.records
+            stats.append_calls += calls
+            stats.max_batch_calls = max(stats.max_batch_calls, len(batch) if calls else 0)
         resolve(batch, deliveries)
 
     # --- the two requests that step out of the plan ----------------------
