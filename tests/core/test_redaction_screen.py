@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from palyra.core import canonical, redaction
 from palyra.core.errors import InvalidArgument
+from palyra.core.ids import UlidSequence
 from tests.core.test_redaction_oracle import _keys, payloads
 
 # Values normalize treats specially or refuses: they must take the two-step path.
@@ -189,3 +190,50 @@ def test_the_normalizing_screen_shares_what_is_settled(monkeypatch: Any) -> None
     for _ in range(2):
         with pytest.raises(InvalidArgument):
             redaction.normalize_screened({"t": "\ud800-x"})
+
+
+# Secrets cut to a ULID's length (26): each differs from a ULID in one way only (a
+# lower-case letter, a "-", "=" or "_", an I), so a shape test any looser than the
+# ULID's own alphabet would call one of them clean.
+_NEAR_ULIDS = (
+    "sk-ABCDEFGHJKMNPQRSTVWXYZ0",  # "-"
+    "AKIA0123456789ABCDEF 00000",  # an I (and a space)
+    "Bearer 0123456789ABCDEFGHJ",  # lower case, a space
+    "xoxb-0123456789ABCDEFGHJKM",  # lower case, "-"
+    "Cookie: 0123456789ABCDEFGH",  # lower case, ":"
+    "TOKEN=0123456789ABCDEFGHJK",  # "="
+)
+
+
+@given(ulid=st.from_regex(r"\A[0-7][0-9A-HJKMNP-TV-Z]{25}\Z"))
+@settings(max_examples=300)
+def test_an_id_is_clean_by_its_shape_and_is_not_remembered(ulid: str) -> None:
+    # Whether redact changes a ULID needs no screen (its alphabet holds no character a
+    # span needs), and ids are one-off text: remembered, they pushed out what repeats.
+    assert redaction.redact({"id": ulid}).paths == ()
+    assert redaction.normalize_screened({"id": ulid}) == ({"id": ulid}, True)
+    assert redaction.is_clean({"id": [ulid]})
+    assert ulid not in redaction._SETTLED_TEXT
+
+
+@pytest.mark.parametrize("text", _NEAR_ULIDS)
+def test_text_of_an_id_s_length_is_still_screened(text: str) -> None:
+    assert len(text) == 26
+    assert redaction.redact({"t": text}).paths == ("$.t",)
+    assert not redaction.normalize_screened({"t": text})[1]
+    assert not redaction.is_clean({"t": text})
+
+
+def test_a_stream_of_task_ids_keeps_what_repeats_remembered() -> None:
+    # A task's events carry its fresh id beside its kind, state and owner: ids taken
+    # into the remembered text filled it every ~1,000 tasks, and each time it was
+    # cleared the kind, state and owner were screened again.
+    ids = UlidSequence()
+    redaction.normalize_screened({"kind": "digest", "owner": "worker-7:1"})
+    for _ in range(3 * redaction._SETTLED_LIMIT):
+        task_id = ids.next()
+        value, clean = redaction.normalize_screened(
+            {"task_id": task_id, "kind": "digest", "owner": "worker-7:1"})
+        assert clean and value["task_id"] == task_id
+        assert task_id not in redaction._SETTLED_TEXT
+    assert {"digest", "worker-7:1"} <= redaction._SETTLED_TEXT
