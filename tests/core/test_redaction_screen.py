@@ -154,7 +154,9 @@ def test_remembered_strings_are_bounded_and_never_json_text() -> None:
     limit = redaction._SETTLED_LIMIT
     for i in range(3 * limit):
         assert redaction.is_clean({"id": f"run-{i}"})
-        assert len(redaction._SETTLED_TEXT) <= limit
+        # Text within its bound, and ULIDs (kept apart, see the tests of ids) in theirs.
+        assert len(redaction._SETTLED_TEXT) - len(redaction._SETTLED_IDS) <= limit
+        assert len(redaction._SETTLED_IDS) <= limit
     long_text = "x" * (redaction._SETTLED_MAX_CHARS + 1)
     assert redaction.is_clean({"text": long_text})
     assert long_text not in redaction._SETTLED_TEXT
@@ -207,13 +209,13 @@ _NEAR_ULIDS = (
 
 @given(ulid=st.from_regex(r"\A[0-7][0-9A-HJKMNP-TV-Z]{25}\Z"))
 @settings(max_examples=300)
-def test_an_id_is_clean_by_its_shape_and_is_not_remembered(ulid: str) -> None:
+def test_an_id_is_clean_by_its_shape_and_remembered_apart(ulid: str) -> None:
     # Whether redact changes a ULID needs no screen (its alphabet holds no character a
-    # span needs), and ids are one-off text: remembered, they pushed out what repeats.
+    # span needs); it is remembered among the ids, apart from the text that repeats.
     assert redaction.redact({"id": ulid}).paths == ()
     assert redaction.normalize_screened({"id": ulid}) == ({"id": ulid}, True)
     assert redaction.is_clean({"id": [ulid]})
-    assert ulid not in redaction._SETTLED_TEXT
+    assert ulid in redaction._SETTLED_IDS
 
 
 @pytest.mark.parametrize("text", _NEAR_ULIDS)
@@ -224,16 +226,29 @@ def test_text_of_an_id_s_length_is_still_screened(text: str) -> None:
     assert not redaction.is_clean({"t": text})
 
 
-def test_a_stream_of_task_ids_keeps_what_repeats_remembered() -> None:
-    # A task's events carry its fresh id beside its kind, state and owner: ids taken
-    # into the remembered text filled it every ~1,000 tasks, and each time it was
-    # cleared the kind, state and owner were screened again.
+def test_a_stream_of_task_ids_keeps_what_repeats_remembered(monkeypatch: Any) -> None:
+    # A task's events carry its fresh id beside its kind, state and owner: ids counted
+    # in the remembered text's bound filled it every ~1,000 tasks, and each time it was
+    # emptied the kind, state and owner were screened again. Both stay bounded.
     ids = UlidSequence()
     redaction.normalize_screened({"kind": "digest", "owner": "worker-7:1"})
-    for _ in range(3 * redaction._SETTLED_LIMIT):
+    limit = redaction._SETTLED_LIMIT
+    settled_again: list[str] = []
+    settle = redaction._settle
+
+    def counting(text: str, first: str) -> None:
+        settled_again.append(text)
+        settle(text, first)
+
+    monkeypatch.setattr(redaction, "_settle", counting)
+    for _ in range(3 * limit):
         task_id = ids.next()
-        value, clean = redaction.normalize_screened(
-            {"task_id": task_id, "kind": "digest", "owner": "worker-7:1"})
-        assert clean and value["task_id"] == task_id
-        assert task_id not in redaction._SETTLED_TEXT
+        for _event in range(2):
+            value, clean = redaction.normalize_screened(
+                {"task_id": task_id, "kind": "digest", "owner": "worker-7:1"})
+            assert clean and value["task_id"] == task_id
+        assert task_id in redaction._SETTLED_TEXT  # its second event's is one lookup
+        assert len(redaction._SETTLED_IDS) <= limit
+        assert len(redaction._SETTLED_TEXT) <= 2 * limit
     assert {"digest", "worker-7:1"} <= redaction._SETTLED_TEXT
+    assert settled_again == []  # the kind and owner were never screened again
