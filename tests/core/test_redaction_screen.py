@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from palyra.core import canonical, redaction
 from palyra.core.errors import InvalidArgument
+from palyra.core.ids import UlidSequence
 from tests.core.test_redaction_oracle import _keys, payloads
 
 # Values normalize treats specially or refuses: they must take the two-step path.
@@ -153,7 +154,9 @@ def test_remembered_strings_are_bounded_and_never_json_text() -> None:
     limit = redaction._SETTLED_LIMIT
     for i in range(3 * limit):
         assert redaction.is_clean({"id": f"run-{i}"})
-        assert len(redaction._SETTLED_TEXT) <= limit
+        # Text within its bound, and ULIDs (kept apart, see the tests of ids) in theirs.
+        assert len(redaction._SETTLED_TEXT) - len(redaction._SETTLED_IDS) <= limit
+        assert len(redaction._SETTLED_IDS) <= limit
     long_text = "x" * (redaction._SETTLED_MAX_CHARS + 1)
     assert redaction.is_clean({"text": long_text})
     assert long_text not in redaction._SETTLED_TEXT
@@ -189,3 +192,63 @@ def test_the_normalizing_screen_shares_what_is_settled(monkeypatch: Any) -> None
     for _ in range(2):
         with pytest.raises(InvalidArgument):
             redaction.normalize_screened({"t": "\ud800-x"})
+
+
+# Secrets cut to a ULID's length (26): each differs from a ULID in one way only (a
+# lower-case letter, a "-", "=" or "_", an I), so a shape test any looser than the
+# ULID's own alphabet would call one of them clean.
+_NEAR_ULIDS = (
+    "sk-ABCDEFGHJKMNPQRSTVWXYZ0",  # "-"
+    "AKIA0123456789ABCDEF 00000",  # an I (and a space)
+    "Bearer 0123456789ABCDEFGHJ",  # lower case, a space
+    "xoxb-0123456789ABCDEFGHJKM",  # lower case, "-"
+    "Cookie: 0123456789ABCDEFGH",  # lower case, ":"
+    "TOKEN=0123456789ABCDEFGHJK",  # "="
+)
+
+
+@given(ulid=st.from_regex(r"\A[0-7][0-9A-HJKMNP-TV-Z]{25}\Z"))
+@settings(max_examples=300)
+def test_an_id_is_clean_by_its_shape_and_remembered_apart(ulid: str) -> None:
+    # Whether redact changes a ULID needs no screen (its alphabet holds no character a
+    # span needs); it is remembered among the ids, apart from the text that repeats.
+    assert redaction.redact({"id": ulid}).paths == ()
+    assert redaction.normalize_screened({"id": ulid}) == ({"id": ulid}, True)
+    assert redaction.is_clean({"id": [ulid]})
+    assert ulid in redaction._SETTLED_IDS
+
+
+@pytest.mark.parametrize("text", _NEAR_ULIDS)
+def test_text_of_an_id_s_length_is_still_screened(text: str) -> None:
+    assert len(text) == 26
+    assert redaction.redact({"t": text}).paths == ("$.t",)
+    assert not redaction.normalize_screened({"t": text})[1]
+    assert not redaction.is_clean({"t": text})
+
+
+def test_a_stream_of_task_ids_keeps_what_repeats_remembered(monkeypatch: Any) -> None:
+    # A task's events carry its fresh id beside its kind, state and owner: ids counted
+    # in the remembered text's bound filled it every ~1,000 tasks, and each time it was
+    # emptied the kind, state and owner were screened again. Both stay bounded.
+    ids = UlidSequence()
+    redaction.normalize_screened({"kind": "digest", "owner": "worker-7:1"})
+    limit = redaction._SETTLED_LIMIT
+    settled_again: list[str] = []
+    settle = redaction._settle
+
+    def counting(text: str, first: str) -> None:
+        settled_again.append(text)
+        settle(text, first)
+
+    monkeypatch.setattr(redaction, "_settle", counting)
+    for _ in range(3 * limit):
+        task_id = ids.next()
+        for _event in range(2):
+            value, clean = redaction.normalize_screened(
+                {"task_id": task_id, "kind": "digest", "owner": "worker-7:1"})
+            assert clean and value["task_id"] == task_id
+        assert task_id in redaction._SETTLED_TEXT  # its second event's is one lookup
+        assert len(redaction._SETTLED_IDS) <= limit
+        assert len(redaction._SETTLED_TEXT) <= 2 * limit
+    assert {"digest", "worker-7:1"} <= redaction._SETTLED_TEXT
+    assert settled_again == []  # the kind and owner were never screened again

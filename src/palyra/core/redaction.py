@@ -441,6 +441,9 @@ def normalize_screened(payload: Any) -> tuple[Any, bool]:
 def _screen_string(text: str) -> str:
     if text in _SETTLED_TEXT:  # found clean before (see _SETTLED_TEXT)
         return text
+    if len(text) == _ULID_LEN and _ulid_shaped(text):  # clean by its shape (see _ulid_shaped)
+        _settle_id(text)
+        return text
     if not text.isascii():
         text.encode("utf-8")  # a lone surrogate raises: normalize reports it
     first = text[:1]
@@ -533,9 +536,36 @@ _SETTLED_TEXT: set[str] = set()
 _SETTLED_LIMIT = 1024
 _SETTLED_MAX_CHARS = 128
 
+# A canonical ULID (the ids palyra makes: events, runs, tasks, proposals, ...) is clean
+# by its shape: upper-case Crockford base32 has no I, L, O or U, no lower-case letter and
+# none of "-", "=", ":", "_" or white space, and every span pattern needs one of those
+# (``AKIA``/``ASIA`` an I, the PEM, ``sk-`` and flag patterns a "-", the case-sensitive
+# ``gh*_``, ``xox*-`` and ``eyJ`` a lower-case letter, the rest a separator), and it is
+# neither JSON nor argv flag text. Such text is settled by this test and kept in
+# ``_SETTLED_TEXT`` apart from the rest (``_SETTLED_IDS``): ids are mostly seen a few
+# times (an engine step's proposal id in four events, a task's id in its two), so they
+# are still found by one lookup, but they no longer count towards the text's bound:
+# counted, the ids of about 1,000 tasks filled it and emptied it, forgetting the text
+# that does repeat. Ids are forgotten among themselves, ``_SETTLED_LIMIT`` at a time.
+_ULID_LEN = 26
+_ulid_shaped = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}").fullmatch
+_SETTLED_IDS: list[str] = []  # the ids in _SETTLED_TEXT, in the order they came
+
+
+def _settle_id(text: str) -> None:
+    ids = _SETTLED_IDS
+    if len(ids) >= _SETTLED_LIMIT:
+        _SETTLED_TEXT.difference_update(ids)
+        ids.clear()
+    ids.append(text)
+    _SETTLED_TEXT.add(text)
+
 
 def _screen_text(text: str, nested: bool) -> None:
     # One string of _screen_plain's walk (raises _Unscreened unless redact keeps it).
+    if len(text) == _ULID_LEN and _ulid_shaped(text):  # clean by its shape
+        _settle_id(text)
+        return
     first = text[:1]
     if first == "{" or first == "[":
         if nested:
@@ -555,8 +585,9 @@ def _settle(text: str, first: str) -> None:
     # so a hit needs none of the normalizing walk's checks either.
     if len(text) <= _SETTLED_MAX_CHARS and first != "{" and first != "[" and text.isascii():
         settled = _SETTLED_TEXT
-        if len(settled) >= _SETTLED_LIMIT:
+        if len(settled) - len(_SETTLED_IDS) >= _SETTLED_LIMIT:  # the ids have their own
             settled.clear()
+            _SETTLED_IDS.clear()
         settled.add(text)
 
 
@@ -583,7 +614,7 @@ def _screen_item(item: Any, depth: int) -> Any:
 def _screen_dict(value: dict[Any, Any], depth: int) -> dict[str, Any]:
     # ``depth`` is the depth of the dict's items (normalize's fast path, exactly).
     out: dict[str, Any] = {}
-    plain_keys = _PLAIN_KEYS
+    plain_keys, settled = _PLAIN_KEYS, _SETTLED_TEXT
     for key, item in value.items():
         if key.__class__ is not str:
             raise _Unscreened
@@ -593,8 +624,8 @@ def _screen_dict(value: dict[Any, Any], depth: int) -> dict[str, Any]:
             if _secret(key):
                 raise _Unscreened
         kind = item.__class__
-        if kind is str:
-            out[key] = _screen_string(item)
+        if kind is str:  # a string settled before needs no call (most of them)
+            out[key] = item if item in settled else _screen_string(item)
         elif (kind is int and _INT64_MIN <= item <= _INT64_MAX) or kind is bool or item is None:
             out[key] = item
         elif kind is dict and depth < _MAX_DEPTH:  # _screen_item's dict case, one call fewer

@@ -103,7 +103,7 @@ class RowExpectation:
     before_ms: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class EntityWrite:
     """Put (``value`` bytes) or delete (``value`` None) one entity row.
 
@@ -116,6 +116,18 @@ class EntityWrite:
     table: str
     key: str
     value: bytes | None
+
+    def __init__(self, table: str, key: str, value: bytes | None) -> None:
+        # As EventDraft's: the slots' own setters, not the frozen dataclass's
+        # object.__setattr__ per field (a write is made per row, a task's two per task).
+        _WRITE_TABLE(self, table)
+        _WRITE_KEY(self, key)
+        _WRITE_VALUE(self, value)
+
+
+_WRITE_TABLE, _WRITE_KEY, _WRITE_VALUE = (
+    EntityWrite.__dict__[name].__set__ for name in ("table", "key", "value")
+)
 
 
 @dataclass(frozen=True, slots=True, init=False)

@@ -1425,13 +1425,18 @@ def _draft(rec: TaskRecord, event: str, extra: tuple[EntityWrite, ...] = (), *,
            row: bytes | None) -> EventDraft:
     """One task change as a journal event with the task's new row ``row`` (None: a
     later change of the same commit writes it)."""
+    if row is not None:
+        write = (EntityWrite(TABLE, _ID + rec.task_id, row),)
+        extra = write + extra if extra else write
+    # Positional, in EventDraft's field order (kind, actor, session_id, run_id, tape,
+    # payload, principal, device_id, channel, event_id, ts_ms, entity_writes): keywords
+    # cost their binding, and a task makes two of these.
     return EventDraft(
-        kind=f"task.{event}", actor=ACTOR,
-        payload={"task_id": rec.task_id, "kind": rec.kind, "state": str(rec.state),
-                 "epoch": rec.lease_epoch, "owner": rec.lease_owner,
-                 "attempts": rec.attempts, "error": rec.last_error},
-        entity_writes=((EntityWrite(TABLE, _ID + rec.task_id, row), *extra)
-                       if row is not None else extra))
+        f"task.{event}", ACTOR, "", "", False,
+        {"task_id": rec.task_id, "kind": rec.kind, "state": str(rec.state),
+         "epoch": rec.lease_epoch, "owner": rec.lease_owner,
+         "attempts": rec.attempts, "error": rec.last_error},
+        "", "", "", "", 0, extra)
 
 
 __all__ = ["ClaimAnswer", "FollowUp", "Outcome", "Ride", "StagedSuccess", "State", "TaskQueue", "TaskRecord"]
