@@ -26,10 +26,12 @@ class App:
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
+        self.scopes: list[dict[str, Any]] = []
 
     async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any],
                        send: Callable[..., Any]) -> None:
         assert scope["type"] == "http"
+        self.scopes.append(scope)
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(BODY)).encode())]})
@@ -79,3 +81,16 @@ async def test_a_head_whose_body_comes_later_is_sent_at_once(
                 assert answer.status_code == 200  # the head came with the body still held
                 app.release.set()
                 assert await answer.aread() == BODY
+
+
+async def test_forwarded_headers_are_not_believed(served: tuple[App, HttpGateway, int]) -> None:
+    """A loopback client is no proxy: ``X-Forwarded-*`` leave the scope's client and scheme
+    as the socket says (uvicorn's default rewrites them for 127.0.0.1, in a middleware
+    every request's task passes through; nothing in the daemon reads either)."""
+    app, _http, port = served
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+        answer = await client.get("/now", headers={"x-forwarded-for": "203.0.113.7",
+                                                   "x-forwarded-proto": "https"})
+    assert answer.status_code == 200
+    (scope,) = app.scopes
+    assert scope["client"][0] == "127.0.0.1" and scope["scheme"] == "http"
