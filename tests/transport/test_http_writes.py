@@ -35,6 +35,11 @@ class App:
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(BODY)).encode())]})
+        if scope["path"] == "/stream":  # a frame now, the rest once released
+            await send({"type": "http.response.body", "body": BODY[:1], "more_body": True})
+            await self.release.wait()
+            await send({"type": "http.response.body", "body": BODY[1:]})
+            return
         if scope["path"] == "/later":
             await self.release.wait()
         await send({"type": "http.response.body", "body": BODY})
@@ -94,3 +99,21 @@ async def test_forwarded_headers_are_not_believed(served: tuple[App, HttpGateway
     assert answer.status_code == 200
     (scope,) = app.scopes
     assert scope["client"][0] == "127.0.0.1" and scope["scheme"] == "http"
+
+
+async def test_a_stream_writes_past_the_held_head_once_it_is_out(
+        served: tuple[App, HttpGateway, int]) -> None:
+    """Once the head went out with the first frame, a stream's later frames are written to
+    the connection's transport directly, not through the head-holding wrapper (a call
+    saved on every SSE frame)."""
+    app, http, port = served
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+        async with asyncio.timeout(5):
+            async with client.stream("GET", "/stream") as answer:
+                chunks = answer.aiter_raw()
+                assert await anext(chunks) == BODY[:1]
+                (conn,) = http._server.server_state.connections
+                cycle: Any = conn.cycle
+                assert cycle.transport is conn.transport
+                app.release.set()
+                assert b"".join([chunk async for chunk in chunks]) == BODY[1:]
