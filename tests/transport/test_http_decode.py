@@ -50,6 +50,30 @@ def test_routes_match(method: str, path: str, rpc: str, params: dict[str, str]) 
     assert (route.rpc, found) == (rpc, params)
 
 
+def _outcome(find: Any, method: str, path: str) -> Any:
+    try:
+        found = find(method, path)
+    except LookupError:
+        return "405"
+    return None if found is None else (found[0].rpc, found[1])
+
+
+def test_a_literal_paths_look_up_agrees_with_the_scan() -> None:
+    """Every literal path, templated path and near miss, in every method: the look-up by
+    (method, literal path) finds what trying each route's pattern in order finds."""
+    paths = {"/v1/nothing", "/v1/runs\n", "/v1/runs/", "/v1/runs%3Astream"}
+    for route in TABLE.routes:
+        path = route.template
+        for name in route.path_params:
+            path = path.replace("{" + name + "}", "01ABC")
+        paths |= {path, path + "/x", path.upper()}
+    methods = {r.http_method for r in TABLE.routes} | {"OPTIONS", "PUT"}
+    for path in sorted(paths):
+        for method in sorted(methods):
+            assert _outcome(TABLE.match, method, path) == _outcome(TABLE.scan, method, path), \
+                (method, path)
+
+
 def test_wrong_method_and_unknown_path() -> None:
     with pytest.raises(LookupError):
         TABLE.match("DELETE", "/v1/runs")

@@ -170,3 +170,52 @@ async def test_a_failed_run_still_ends_with_its_error() -> None:
 
     exchange = await _serve(source(), grace=5.0)
     assert exchange.kinds() == ["start 200", "frame", "error", "end"]
+
+
+class SlowClient(Exchange):
+    """A client that reads slowly: a body message whose bytes start with ``slow`` waits
+    ``delay`` seconds in ``send`` (as uvicorn's send waits on flow control)."""
+
+    def __init__(self, slow: bytes, delay: float) -> None:
+        super().__init__()
+        self.slow, self.delay = slow, delay
+        self.in_send = 0
+        self.most_in_send = 0
+
+    async def send(self, message: Any) -> None:
+        self.in_send += 1
+        self.most_in_send = max(self.most_in_send, self.in_send)
+        try:
+            if message.get("body", b"").startswith(self.slow):
+                await asyncio.sleep(self.delay)
+            await super().send(message)
+        finally:
+            self.in_send -= 1
+
+
+async def _serve_slowly(source: AsyncIterator[betterproto2.Message],
+                        client: SlowClient) -> SlowClient:
+    response = SseResponse(source, error_grace_s=0.01, keepalive_s=0.1, request_id="q")
+    await asyncio.wait_for(response(SCOPE, client.receive, client.send), 10)
+    return client
+
+
+async def test_no_keepalive_while_a_frame_waits_on_a_slow_client() -> None:
+    async def source() -> AsyncIterator[betterproto2.Message]:
+        yield EVENT
+
+    # The frame's send waits 0.35 s: three keep-alive periods, none of them idle.
+    client = await _serve_slowly(source(), SlowClient(b"id:", 0.35))
+    assert client.kinds() == ["start 200", "frame", "end"]
+    assert client.most_in_send == 1
+
+
+async def test_a_frame_waits_for_a_keepalive_in_flight() -> None:
+    async def source() -> AsyncIterator[betterproto2.Message]:
+        await asyncio.sleep(0.15)  # idle: a keep-alive goes out at 0.1 s and waits 0.2 s
+        yield EVENT
+
+    client = await _serve_slowly(source(), SlowClient(b": keepalive", 0.2))
+    kinds = client.kinds()
+    assert kinds[:3] == ["start 200", "keepalive", "frame"] and kinds[-1] == "end", kinds
+    assert client.most_in_send == 1

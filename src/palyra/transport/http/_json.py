@@ -97,22 +97,23 @@ def normalize_message(cls: type[betterproto2.Message], obj: Any, path: str = "")
                 raise bad_request(where, f"only one of oneof '{fm.group}' may be set "
                                          f"(also got '{oneofs[fm.group]}')")
             oneofs[fm.group] = name
-        out[name] = _field(cls, name, fm, value, where)
+        out[name] = _field(meta, name, fm, value, where)
     return out
 
 
-def _field(cls: type[betterproto2.Message], name: str, fm: Any, value: Any, where: str) -> Any:
+def _field(meta: Any, name: str, fm: Any, value: Any, where: str) -> Any:
+    # ``meta``: the message's ``proto_meta``, read once per message, not once per field.
     if fm.proto_type == "map":
         if not isinstance(value, Mapping):
             raise bad_request(where, "expected a JSON object (map)")
         key_meta, value_meta = fm.map_meta
-        value_cls = proto_meta(cls).cls_by_field.get(f"{name}.value")
+        value_cls = meta.cls_by_field.get(f"{name}.value")
         return {
             str(_scalar(key_meta.proto_type, None, k, f"{where}[{k}]")):
                 _single(value_meta.proto_type, value_cls, v, f"{where}[{k}]")
             for k, v in value.items()
         }
-    item_cls = proto_meta(cls).cls_by_field.get(name)
+    item_cls = meta.cls_by_field.get(name)
     if fm.repeated:
         if not isinstance(value, list):
             raise bad_request(where, "expected a JSON array")

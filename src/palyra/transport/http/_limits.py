@@ -77,13 +77,16 @@ class HeadWithBody(asyncio.Transport):
     two loopback segments and two wake-ups of the client per answer (``TCP_NODELAY``
     is on, see ``daemon/listen.py``). The head is held here and goes out with the
     first body write made in the same turn of the loop; a streamed response (SSE)
-    whose body comes later gets its head at the end of that turn.
+    whose body comes later gets its head at the end of that turn. Once the head is out
+    it hands the response's ``cycle`` its transport back.
     """
 
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop,
+                 cycle: Any = None) -> None:
         super().__init__()
         self._transport = transport
         self._loop = loop
+        self._cycle = cycle
         self._held: bytes | None = None
         self._first = True
 
@@ -94,12 +97,20 @@ class HeadWithBody(asyncio.Transport):
             return
         if self._held is not None:
             data, self._held = self._held + bytes(data), None
+            self._step_aside()
         self._transport.write(data)
 
     def _flush(self) -> None:
         if self._held is not None and not self._transport.is_closing():
             held, self._held = self._held, None
             self._transport.write(held)
+            self._step_aside()
+
+    def _step_aside(self) -> None:
+        # The head is out: the response's later writes (an SSE stream's every frame) go
+        # to the transport itself, not through one more call here each.
+        if self._cycle is not None and self._cycle.transport is self:
+            self._cycle.transport = self._transport
 
     def close(self) -> None:
         self._flush()
@@ -192,7 +203,10 @@ def bounded_protocol(header_timeout_s: float, max_header_bytes: int,
             super().on_url(url)
 
         def on_header(self, name: bytes, value: bytes) -> None:
-            self._grow_head(len(name) + len(value) + 4)  # ": " and CRLF
+            # _grow_head inlined: this runs for every header of every request.
+            self._head_size += len(name) + len(value) + 4  # ": " and CRLF
+            if self._head_size > max_header_bytes:
+                raise _HeadTooLarge
             if len(name) == 4 and name.lower() == b"host":
                 self._host = True
             # Whitespace around a value is not part of it (RFC 9110 5.5); llhttp drops
@@ -207,7 +221,7 @@ def bounded_protocol(header_timeout_s: float, max_header_bytes: int,
             super().on_headers_complete()
             cycle = self.cycle
             if cycle is not None and cycle.transport is self.transport:
-                cycle.transport = HeadWithBody(self.transport, self.loop)
+                cycle.transport = HeadWithBody(self.transport, self.loop, cycle)
 
         def on_message_complete(self) -> None:
             super().on_message_complete()

@@ -92,9 +92,29 @@ class RouteTable:
         # reads as an approval id.
         compiled.sort(key=lambda r: (len(r.path_params), -len(r.template)))
         self.routes: tuple[CompiledRoute, ...] = tuple(compiled)
+        # A literal path's routes by method: a hot request (RunStream's POST
+        # /v1/runs:stream) found in one look-up, not after trying every pattern before it.
+        self._literal: dict[tuple[str, str], CompiledRoute] = {}
+        for route in compiled:
+            if not route.path_params:
+                self._literal.setdefault((route.http_method, route.template), route)
 
     def match(self, method: str, path: str) -> tuple[CompiledRoute, dict[str, str]] | None:
         """The route and its decoded path parameters, or ``None``.
+
+        Raises:
+            LookupError: the path exists but not for ``method`` (→ 405).
+        """
+        literal = self._literal.get((method, path))
+        if literal is not None:
+            # What the loop returns too: literal routes come first, and another literal
+            # template cannot match this exact path.
+            return literal, {}
+        return self.scan(method, path)
+
+    def scan(self, method: str, path: str) -> tuple[CompiledRoute, dict[str, str]] | None:
+        """:meth:`match` by trying each route's pattern in order (what the look-up of a
+        literal path must agree with).
 
         Raises:
             LookupError: the path exists but not for ``method`` (→ 405).

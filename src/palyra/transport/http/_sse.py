@@ -44,9 +44,10 @@ def sse_frame(message: betterproto2.Message) -> bytes:
         # RunStream's tape: its batch's events, each framed as its own unbatched message,
         # encoded straight from the stored batch (no TapeEvent objects).
         head = b'{"v":%d,"event":' % message.v if message.v else b'{"event":'
-        return b"".join(b"id: %d\nevent: %s\ndata: %s%s}\n\n" % (
+        # A list, not a generator: joining a generator resumes it once per event.
+        return b"".join([b"id: %d\nevent: %s\ndata: %s%s}\n\n" % (
             seq, kind.encode(), head, _json.encode(body))
-            for seq, kind, body in message.tape.json_events())
+            for seq, kind, body in message.tape.json_events()])
     events = getattr(message, "events", None)
     if events and all(isinstance(e, v1.TapeEvent) for e in events):
         # The message's other fields once, without its events: each event is
@@ -124,10 +125,17 @@ class SseResponse:
         self._grace = error_grace_s
         self._keepalive = keepalive_s
         self._request_id = request_id
-        self._lock = asyncio.Lock()
         self._last_send = 0.0
         self._ended = False  # the last body message went: nothing may follow it
         self._ping: asyncio.TimerHandle | None = None
+        # The stream's frames and the keep-alives (sent from a task the timer makes) never
+        # overlap in ``send``, which can wait (the client reads slowly), and nothing
+        # follows the end. A keep-alive is skipped while a frame is being sent (the stream
+        # is not idle); a frame waits for a keep-alive in flight. No lock: on a frame's
+        # path that was five calls per frame (``async with``, acquire, release) for a
+        # keep-alive that almost never runs.
+        self._sending = False
+        self._keepalive_task: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self._streams is not None:
@@ -182,10 +190,7 @@ class SseResponse:
                 # as its last frames, not after the run loop's clean-up (the client waits
                 # for it to reuse the connection and start its next turn). The source is
                 # closed after, as when a client leaves (``__call__``).
-                async with self._lock:
-                    self._ended = True
-                    await send({"type": "http.response.body", "body": sse_frame(item),
-                                "more_body": False})
+                await self._send(send, sse_frame(item), more=False)
                 return
             await self._send(send, sse_frame(item))
             try:
@@ -196,9 +201,7 @@ class SseResponse:
                 raise
             except Exception as exc:
                 item = to_wire(exc, request_id=self._request_id)
-        async with self._lock:
-            self._ended = True
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await self._send(send, b"", more=False)
 
     async def _open(self, tg: asyncio.TaskGroup, send: Send) -> None:
         """The 200 head, then keep-alive comments while the stream idles."""
@@ -206,12 +209,28 @@ class SseResponse:
         self._last_send = time.monotonic()
         self._arm_ping(tg, send, self._keepalive)
 
-    async def _send(self, send: Send, chunk: bytes) -> None:
-        async with self._lock:
-            if self._ended:
-                return  # a keep-alive that lost the race with the end of the stream
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            self._last_send = time.monotonic()
+    async def _send(self, send: Send, chunk: bytes, *, more: bool = True) -> None:
+        """A frame (or, ``more=False``, the end of the body) from the stream's task."""
+        while self._keepalive_task is not None:  # rare: one went out as the stream woke
+            with contextlib.suppress(Exception):  # its failure is the task group's to raise
+                await self._keepalive_task
+        self._ended = not more
+        self._sending = True
+        try:
+            await send({"type": "http.response.body", "body": chunk, "more_body": more})
+        finally:
+            self._sending = False
+        self._last_send = time.monotonic()
+
+    async def _send_keepalive(self, send: Send) -> None:
+        try:
+            # The stream may have ended, or begun a frame, since the timer fired.
+            if not (self._ended or self._sending):
+                await send({"type": "http.response.body", "body": b": keepalive\n\n",
+                            "more_body": True})
+                self._last_send = time.monotonic()
+        finally:
+            self._keepalive_task = None
 
     def _arm_ping(self, tg: asyncio.TaskGroup, send: Send, after: float) -> None:
         def due() -> None:
@@ -219,7 +238,9 @@ class SseResponse:
             if idle < self._keepalive:
                 self._arm_ping(tg, send, self._keepalive - idle)
             elif not self._ended:
-                tg.create_task(self._send(send, b": keepalive\n\n"))
+                # A frame on its way (or a keep-alive still in flight): not idle after all.
+                if not (self._sending or self._keepalive_task is not None):
+                    self._keepalive_task = tg.create_task(self._send_keepalive(send))
                 self._arm_ping(tg, send, self._keepalive)
 
         self._ping = asyncio.get_running_loop().call_later(after, due)

@@ -34,6 +34,10 @@ class HttpGateway:
             lifespan="off",
             timeout_graceful_shutdown=max(1, round(shutdown_grace_s)),
             server_header=False,
+            # Nothing here reads the scope's client or scheme, and a loopback client is
+            # not a proxy to believe: no X-Forwarded-* rewriting, and no middleware
+            # layer every request's task passes through on each resumption.
+            proxy_headers=False,
             # httptools (llhttp, in C) with the head's size and time bounds added.
             http=bounded_protocol(limits.header_timeout_s, limits.max_header_bytes,
                                   limits.body_timeout_s, limits.body_min_bytes_per_s),
