@@ -146,6 +146,48 @@ async def test_the_request_on_the_wire_is_httpxs(body: dict[str, Any]) -> None:
     assert got.request.content == want.request.content
 
 
+@pytest.mark.parametrize("path", [
+    "/webhooks/1100000000000000/aW50ZXJhY3Rpb246MTAwOmFi_c-d~e.f",  # split: a Discord reply's
+    "/channels/1000000000000001/messages", "/", "/a/b/", "/v1.2/x..y",    # split
+    "/.well-known/x", "/a/./b", "/a/../b", "/a//b", "/a%2Fb", "/ünï", "/a b", "/a?x=/y",
+    "/a#frag", "/a/b;c", "/a:b", "/a+b=", "",                             # parsed whole
+])
+async def test_a_reply_url_goes_on_the_wire_as_httpx_sends_it(path: str) -> None:
+    seen: list[bytes] = []
+
+    def record(request: bytes, n: int) -> bytes:
+        seen.append(request)
+        return _limited(request, n)  # an error: its message reads the request's URL
+
+    async with scripted_server(record) as (url, _):
+        host = url.replace("127.0.0.1", "LocalHost")  # httpx lowercases the host
+        got, want = await _both(url, lambda c: c.post(host + path, json={"content": "hi"}))
+    assert len(seen) == 2
+    assert seen[0] == seen[1]
+    assert got.request.url == want.request.url
+    with pytest.raises(httpx.HTTPStatusError) as wanted:
+        want.raise_for_status()
+    with pytest.raises(httpx.HTTPStatusError) as raised:
+        got.raise_for_status()
+    assert str(raised.value) == str(wanted.value)
+
+
+def test_only_a_plain_path_is_split_from_its_url() -> None:
+    client = platform_client(5.0)
+    assert isinstance(client, _http_client.PlatformClient)
+    base = "http://discord.test:8080"
+    for n in range(3):
+        url = f"{base}/webhooks/1/token-{n}"
+        origin, netloc, target, kept = client._target(url)
+        assert (origin, netloc, target, kept) == ((b"http", "discord.test", 8080),
+                                                  b"discord.test:8080",
+                                                  f"/webhooks/1/token-{n}".encode(), url)
+    assert list(client._urls) == [base]  # the origin parsed once, no reply URL kept
+    for url in (f"{base}/a/../b", f"{base}/a?x", "http://u:p@discord.test/a",
+                "http://discord.test?x/a", f"{base}/%7E"):
+        assert isinstance(client._target(url)[3], httpx.URL)
+
+
 async def test_a_timeout_given_with_one_request_bounds_that_request() -> None:
     async def hang(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

@@ -163,3 +163,69 @@ async def test_a_row_no_unapplied_commit_wrote_is_read_without_waiting(tmp_path:
         assert waits == []
         env.visible.clear()  # a row commit 1 wrote waits unless LMDB holds commit 1
         assert store.get_entity("runs", "new") == b"v1"
+
+
+# Keys of a tracked range that no row holds are answered without an LMDB read
+# (read/maybe_keys.py): never for a key a commit wrote or the range held at open.
+
+_range_keys = st.lists(st.text(min_size=0, max_size=12), max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(held=_range_keys, written=_range_keys, asked=_range_keys)
+def test_a_tracked_key_is_absent_only_if_never_held_or_written(
+        held: list[str], written: list[str], asked: list[str]) -> None:
+    from palyra.journal.read import maybe_keys
+    from palyra.journal.read.entity_cache import EntityCache
+
+    cache = EntityCache(2)  # rows cached or not, the filter answers alone
+    cache.track_keys("sessions", "key:", ["key:" + k for k in held])
+    cache.wrote({("sessions", "key:" + k) for k in written} | {("runs", "key:x")})
+    for key in {*held, *written}:
+        assert not cache.absent("sessions", "key:" + key)
+    assert not cache.absent("runs", "key:nothing")  # an untracked table
+    assert not cache.absent("sessions", "id:nothing")  # outside the tracked range
+    assert not EntityCache(shared=True).absent("sessions", "key:nothing")
+    if not ({*held, *written} & set(asked)):
+        # A false "maybe" is allowed (one in ~2,000 at 16 bits per key), not expected.
+        absent = sum(cache.absent("sessions", "key:" + k) for k in set(asked))
+        assert absent >= len(set(asked)) - 1, absent
+    full = maybe_keys.MaybeKeys(0)  # told of more keys than it was sized for: all "maybe"
+    for i in range(maybe_keys.MIN_BITS // maybe_keys.BITS_PER_KEY + 1):
+        full.add(str(i))
+    assert not full.absent("never told")
+
+
+async def test_a_new_session_key_is_answered_without_reading_lmdb(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Held at open or written since, a key is read and found; a new one is not read."""
+    from palyra.engine.model.records import SESSIONS, session_index_key
+    from palyra.journal.read import entity_cache, reads
+
+    assert session_index_key("x").startswith(entity_cache.TRACKED_KEYS[SESSIONS])
+    data = tmp_path / "data"
+    config = JournalConfig(sync=False)
+    async with JournalStore.open(data, config=config) as store:
+        await store.append([draft(0).with_writes(
+            EntityWrite(SESSIONS, session_index_key("old"), b"s1"))])
+    reads_of: list[str] = []
+    real = reads.get_entity
+
+    def counted(env: object, table: str, key: str, *, wait: bool = True) -> bytes | None:
+        reads_of.append(key)
+        return real(env, table, key, wait=wait)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(reads, "get_entity", counted)
+    async with JournalStore.open(data, config=config) as store:  # the filter built at open
+        assert store.get_entity(SESSIONS, session_index_key("new")) is None
+        assert reads_of == []
+        assert store.get_entity(SESSIONS, session_index_key("old")) == b"s1"
+        assert reads_of == [session_index_key("old")]
+        await store.append([draft(1).with_writes(
+            EntityWrite(SESSIONS, session_index_key("new"), b"s2"))])
+        cache = store._entities
+        assert cache is not None
+        cache._rows.clear()  # as if pushed out: the filter must not say absent
+        assert store.get_entity(SESSIONS, session_index_key("new")) == b"s2"
+        assert store.get_entity(SESSIONS, session_index_key("other")) is None
+        assert reads_of == [session_index_key("old"), session_index_key("new")]

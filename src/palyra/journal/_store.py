@@ -30,8 +30,9 @@ from palyra.journal.format.signing import Signer
 from palyra.journal.postgres.pointer import read_pointer
 from palyra.journal.read import reads as _reads
 from palyra.journal.read import tlog as _tlog
-from palyra.journal.read.entity_cache import EntityCache
+from palyra.journal.read.entity_cache import TRACKED_KEYS, EntityCache
 from palyra.journal.read.follow import FollowHub, Subscription, follow_batches, follow_events
+from palyra.journal.read.maybe_keys import MAX_BUILD_KEYS
 from palyra.journal.retention.prune import PruneOrder, PruneResult
 from palyra.journal.tlog.note import Witness, parse_checkpoint, parse_note
 from palyra.journal.tlog.session_proofs import write_lines
@@ -42,6 +43,7 @@ from palyra.journal.write.stats import CommitTimings, WriterStats
 from palyra.journal.write.writer import Writer
 
 _PAGE = 256
+_SCAN_PAGE = 10_000  # rows per read while the tracked key ranges are scanned at open
 _A = TypeVar("_A", bound=Answer)  # what ``submit`` answers, when the caller brings it
 # Backends beside LMDB, by their ``[journal] backend`` name: the module whose
 # ``open_store(data_dir, config)`` opens one (a ``JournalStore`` subclass).
@@ -83,9 +85,26 @@ class JournalStore:
         self._entities: EntityCache | None = None
         if not config.readonly:
             self._entities = EntityCache()
+            self._track_keys(self._entities)
             self._writer = Writer(env, config.max_batch_events, self._hub.deliveries,
                                   self._entities.wrote, self._hub.followed,
                                   self._entities.applied)
+
+    def _track_keys(self, cache: EntityCache) -> None:
+        """Let the cache answer for keys no row holds in its tracked ranges (a new
+        conversation's session looked up by key, ``read/maybe_keys.py``): built from the
+        keys LMDB holds now, after recovery and before the writer takes a commit; not
+        for a range of more than ``MAX_BUILD_KEYS``."""
+        for table, prefix in TRACKED_KEYS.items():
+            keys: list[str] = []
+            after = ""
+            while len(keys) <= MAX_BUILD_KEYS:
+                rows = _reads.scan_entities(self._env, table, prefix, after, _SCAN_PAGE)
+                keys += [key for key, _value in rows]
+                if len(rows) < _SCAN_PAGE:
+                    cache.track_keys(table, prefix, keys)
+                    break
+                after = rows[-1][0]
 
     @classmethod
     def open(cls, data_dir: Path, *, config: JournalConfig | None = None) -> JournalStore:
@@ -415,6 +434,8 @@ class JournalStore:
         hit, value = cache.get(table, key) if not fresh else (False, None)
         if hit:
             return value
+        if not fresh and cache.absent(table, key):
+            return None
         clock = cache.clock()  # before the read: see read/entity_cache
         # A row no unapplied commit wrote is read at once: waiting for LMDB to apply
         # frames that did not touch it would block the event loop for nothing.

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import ssl
 from typing import Any
 
@@ -248,6 +249,14 @@ class LeanTransport(httpx.AsyncBaseTransport):
 URL_CACHE_SIZE = 256
 """Parsed URLs a :class:`PlatformClient` keeps (a reply URL may name a channel: bounded)."""
 _FAST_OPTIONS = frozenset({"content", "json", "headers", "timeout"})
+_AUTHORITY = re.compile(r"[A-Za-z0-9.:\[\]-]+")
+"""A host (a name, IPv4, or IPv6 in brackets) and port: no userinfo, query or fragment."""
+_SEGMENT = r"[A-Za-z0-9_~-][A-Za-z0-9._~-]*"
+_PLAIN_PATH = re.compile(rf"(?:{_SEGMENT}(?:/{_SEGMENT})*/?)?")
+"""A path (after its first ``/``) httpx sends as written: unreserved characters only,
+no segment that starts with a dot (so none is ``.`` or ``..``), nothing after it."""
+_Target = tuple[Origin, bytes, bytes, "httpx.URL | str"]
+"""A request's origin, ``Host`` value, request target, and its URL (parsed or not)."""
 
 
 class PlatformClient(httpx.AsyncClient):
@@ -258,7 +267,7 @@ class PlatformClient(httpx.AsyncClient):
     timeouts, walked the auth and redirect generators, and ran ``http.cookiejar`` over
     every response: more of the daemon's CPU per reply than the exchange itself
     (``bench ingress`` under a profiler). Such a request here is framed straight to
-    bytes from the client's default headers and a cached parsed URL, in the order and
+    bytes from the client's default headers and a cached parsed URL (or origin), in the order and
     spelling httpx would put on the wire, and handed to the transport; its answer is a
     :class:`_Answer`, an ``httpx.Response`` whose ``request`` is only built if read.
     Building httpx's request and response objects took 50-60 us a reply, more than
@@ -283,6 +292,24 @@ class PlatformClient(httpx.AsyncClient):
             parsed = self._urls[url] = httpx.URL(url)
         return parsed
 
+    def _target(self, url: httpx.URL | str) -> _Target:
+        """Where a request goes: its origin, ``Host`` and request target (and its URL).
+
+        A URL the cache does not hold whose path httpx would leave as it is (unreserved
+        characters, no dot segments, no query) is split at its path, only its origin
+        parsed (and cached): a Discord reply's URL names the interaction's token, one
+        per message, so each missed the cache and was parsed whole, 25 us of the loop's
+        CPU a reply (``httpx.URL`` looks at every character in Python).
+        """
+        if isinstance(url, str) and url not in self._urls:
+            scheme, sep, rest = url.partition("://")
+            authority, slash, path = rest.partition("/")
+            if sep and slash and _AUTHORITY.fullmatch(authority) and _PLAIN_PATH.fullmatch(path):
+                base = self._url(f"{scheme}://{authority}")
+                return origin_of(base), base.netloc, b"/" + path.encode("ascii"), url
+        parsed = self._url(url)
+        return origin_of(parsed), parsed.netloc, parsed.raw_path, parsed
+
     async def request(self, method: str, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
         if not _FAST_OPTIONS.issuperset(kwargs) or self.is_closed:
             return await super().request(method, url, **kwargs)
@@ -291,7 +318,7 @@ class PlatformClient(httpx.AsyncClient):
         content, payload = kwargs.get("content"), kwargs.get("json")
         if isinstance(self._lean, LeanTransport) and (
                 content is None or (isinstance(content, bytes) and payload is None)):
-            return await self._framed(method, self._url(url), kwargs.get("headers"),
+            return await self._framed(method, self._target(url), kwargs.get("headers"),
                                       content, payload, timeout)
         headers = self.headers.copy()
         if kwargs.get("headers"):
@@ -303,10 +330,10 @@ class PlatformClient(httpx.AsyncClient):
         response.request = request
         return response
 
-    async def _framed(self, method: str, url: httpx.URL, extra: Any, content: bytes | None,
+    async def _framed(self, method: str, target: _Target, extra: Any, content: bytes | None,
                       payload: Any, timeouts: dict[str, float | None]) -> httpx.Response:
         assert isinstance(self._lean, LeanTransport)
-        origin = origin_of(url)
+        origin, netloc, raw_path, url = target
         # The header list httpx's client and Request build: the client's defaults less
         # those the call names, the call's own, then the body's length and type unless
         # named, with Host (and an empty POST's length) put first.
@@ -334,11 +361,11 @@ class PlatformClient(httpx.AsyncClient):
             body = b""
         auto = []
         if b"host" not in named:
-            auto.append((b"Host", url.netloc))
+            auto.append((b"Host", netloc))
         if (b"content-length" not in named and b"transfer-encoding" not in named
                 and method in ("POST", "PUT", "PATCH")):
             auto.append((b"Content-Length", b"0"))
-        head = [method.encode(), b" ", url.raw_path, b" HTTP/1.1\r\n"]
+        head = [method.encode(), b" ", raw_path, b" HTTP/1.1\r\n"]
         for name, value in (auto + headers) if auto else headers:
             head += (name, b": ", value, b"\r\n")
         data = b"".join(head) + b"\r\n" + body
@@ -359,7 +386,7 @@ class PlatformClient(httpx.AsyncClient):
         return await self.request("POST", url, **kwargs)
 
 
-_RequestParts = tuple[str, httpx.URL, list[tuple[bytes, bytes]], bytes,
+_RequestParts = tuple[str, httpx.URL | str, list[tuple[bytes, bytes]], bytes,
                       dict[str, float | None]]
 
 

@@ -21,17 +21,17 @@ from __future__ import annotations
 
 import binascii
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
+from palyra.channels.adapters import _ed25519
 from palyra.channels.adapters._body import decode_body
+from palyra.channels.adapters._ed25519 import Verifier
 from palyra.channels.adapters._timestamps import check_fresh
 from palyra.channels.routing import Envelope
 from palyra.core.errors import ErrorCode, PalyraError
-
-if TYPE_CHECKING:
-    from nacl.signing import VerifyKey
 
 PING, APPLICATION_COMMAND = 1, 2
 """Interaction types palyra handles (others are acknowledged and ignored)."""
@@ -43,12 +43,20 @@ STRING_OPTION = 3
 MAX_OPTION_DEPTH = 3  # sub-command groups hold sub-commands hold options
 
 
-def public_key(hex_key: str) -> VerifyKey:
+@dataclass(frozen=True, slots=True)
+class PublicKey:
+    """An application's Ed25519 public key and the check that verifies under it."""
+
+    raw: bytes
+    check: Verifier
+
+
+def public_key(hex_key: str) -> PublicKey:
     """The application's public key from its hex form (as the Developer Portal shows it).
 
-    A PyNaCl (libsodium) key: its check of a request costs half of ``cryptography``'s
-    (OpenSSL's) on this path, 70-95 against 140-150 us of CPU per verify (one sitting,
-    alternating), and every interaction is verified.
+    Checked by libsodium (PyNaCl's): half of ``cryptography``'s (OpenSSL's) CPU on this
+    path, 70-95 against 140-150 us per verify (one sitting, alternating), and every
+    interaction is verified; called holding the GIL (:mod:`._ed25519` says why).
 
     Raises:
         ValueError: not 32 bytes of hex.
@@ -58,15 +66,13 @@ def public_key(hex_key: str) -> VerifyKey:
     except ValueError:
         raise ValueError("public_key must be hex (Developer Portal, General Information)") \
             from None
-    if len(raw) != 32:
+    if len(raw) != _ed25519.PUBLIC_KEY_BYTES:
         raise ValueError("public_key must be 32 bytes (64 hex digits)")
-    # Imported here: a daemon without Discord keeps libsodium out of its memory.
-    from nacl.signing import VerifyKey
-
-    return VerifyKey(raw)
+    # Built here: a daemon without Discord keeps libsodium out of its memory.
+    return PublicKey(raw, _ed25519.verifier()[0])
 
 
-def verify(key: VerifyKey, headers: Mapping[str, str], body: bytes, *,
+def verify(key: PublicKey, headers: Mapping[str, str], body: bytes, *,
            tolerance_s: int = 300, now_s: float | None = None) -> None:
     """Check an interaction request's Ed25519 signature and its timestamp.
 
@@ -82,12 +88,8 @@ def verify(key: VerifyKey, headers: Mapping[str, str], body: bytes, *,
         raw = binascii.unhexlify(signature)
     except (binascii.Error, ValueError):
         raise _bad("X-Signature-Ed25519 is not hex") from None
-    from nacl.exceptions import BadSignatureError  # loaded with the key (public_key)
-
-    try:
-        key.verify(stamp.encode() + body, raw)
-    except (BadSignatureError, ValueError):  # ValueError: not 64 bytes
-        raise _bad("the signature does not verify under public_key") from None
+    if not key.check(key.raw, stamp.encode() + body, raw):
+        raise _bad("the signature does not verify under public_key")
     # Checked after the signature: a stale but genuine request is told so.
     check_fresh(stamp, "X-Signature-Timestamp", tolerance_s, now_s, "Discord")
 

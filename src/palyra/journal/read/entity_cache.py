@@ -52,10 +52,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Mapping
 
+from palyra.journal.read.maybe_keys import MaybeKeys
+
 DEFAULT_LIMIT = 4096
 WRITE_THROUGH_BYTES = 2048
 """Written rows up to this size are filed as written; a larger one (an attachment, a
 memory item's text) is only marked, so the cache never holds blobs nobody read."""
+TRACKED_KEYS = {"sessions": "key:"}
+"""Key ranges whose absent keys the cache answers for (``maybe_keys.py``): the engine's
+session index, ``session_index_key`` (a new conversation's session looked up by key)."""
 FILED_ON_WRITE = frozenset({"sessions", "runs"})
 """Tables whose written rows (up to :data:`WRITE_THROUGH_BYTES`) are filed even when
 nobody read them yet: a new session or run is read again at once."""
@@ -84,6 +89,26 @@ class EntityCache:
         # that finds other daemons' commits both mark (readers never wait for it).
         self._marking = threading.Lock()
         self._applied = 0  # every row written at or before this reading is in LMDB
+        # table -> (key prefix, the keys of that range that may have a row): a key
+        # it certainly lacks is not read (maybe_keys.py). Never where other daemons
+        # write (``shared``): their rows reach this process only through a watcher.
+        self._maybe: dict[str, tuple[str, MaybeKeys]] = {}
+
+    def track_keys(self, table: str, prefix: str, keys: list[str]) -> None:
+        """Before any commit: ``keys`` are every key of ``table`` starting with ``prefix``
+        that has a row; from now on a commit's keys there are added as it is marked."""
+        if self._shared:
+            return
+        maybe = MaybeKeys(len(keys))
+        for key in keys:
+            maybe.add(key)
+        self._maybe[table] = (prefix, maybe)
+
+    def absent(self, table: str, key: str) -> bool:
+        """True only when no row of ``table``/``key`` exists (a tracked range's key that
+        no commit wrote): it need not be read."""
+        tracked = self._maybe.get(table)
+        return tracked is not None and key.startswith(tracked[0]) and tracked[1].absent(key)
 
     def applied(self) -> None:
         """After an LMDB commit (writer thread only): every commit marked so far is in
@@ -146,6 +171,7 @@ class EntityCache:
         tell): every row read before now misses and every table's version moves."""
         with self._marking:
             self._foreign_unknown += 1
+            self._maybe.clear()  # rows it was not told of: no key is certainly absent
             now = self._clock + 1
             self._floor = now
             self._written.clear()
@@ -161,9 +187,14 @@ class EntityCache:
             self._floor = now
             written.clear()
         versions = self._versions
+        maybe = self._maybe
         for row in rows:
             written[row] = now
             versions[row[0]] = now
+            if maybe:
+                tracked = maybe.get(row[0])
+                if tracked is not None and row[1].startswith(tracked[0]):
+                    tracked[1].add(row[1])
         if values:
             rows_cached = self._rows
             # Only rows someone reads (already cached) are refreshed: filing every row
