@@ -30,9 +30,8 @@ from palyra.journal.format.signing import Signer
 from palyra.journal.postgres.pointer import read_pointer
 from palyra.journal.read import reads as _reads
 from palyra.journal.read import tlog as _tlog
-from palyra.journal.read.entity_cache import TRACKED_KEYS, EntityCache
+from palyra.journal.read.entity_cache import MAX_TRACKED_KEYS, TRACKED_KEYS, EntityCache
 from palyra.journal.read.follow import FollowHub, Subscription, follow_batches, follow_events
-from palyra.journal.read.maybe_keys import MAX_BUILD_KEYS
 from palyra.journal.retention.prune import PruneOrder, PruneResult
 from palyra.journal.tlog.note import Witness, parse_checkpoint, parse_note
 from palyra.journal.tlog.session_proofs import write_lines
@@ -92,13 +91,13 @@ class JournalStore:
 
     def _track_keys(self, cache: EntityCache) -> None:
         """Let the cache answer for keys no row holds in its tracked ranges (a new
-        conversation's session looked up by key, ``read/maybe_keys.py``): built from the
+        conversation's session looked up by key, ``core/key_filter.py``): built from the
         keys LMDB holds now, after recovery and before the writer takes a commit; not
-        for a range of more than ``MAX_BUILD_KEYS``."""
+        for a range of more than ``MAX_TRACKED_KEYS``."""
         for table, prefix in TRACKED_KEYS.items():
             keys: list[str] = []
             after = ""
-            while len(keys) <= MAX_BUILD_KEYS:
+            while len(keys) <= MAX_TRACKED_KEYS:
                 rows = _reads.scan_entities(self._env, table, prefix, after, _SCAN_PAGE)
                 keys += [key for key, _value in rows]
                 if len(rows) < _SCAN_PAGE:

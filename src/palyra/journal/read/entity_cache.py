@@ -52,15 +52,18 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Mapping
 
-from palyra.journal.read.maybe_keys import MaybeKeys
+from palyra.core.key_filter import KeyFilter
 
 DEFAULT_LIMIT = 4096
 WRITE_THROUGH_BYTES = 2048
 """Written rows up to this size are filed as written; a larger one (an attachment, a
 memory item's text) is only marked, so the cache never holds blobs nobody read."""
 TRACKED_KEYS = {"sessions": "key:"}
-"""Key ranges whose absent keys the cache answers for (``maybe_keys.py``): the engine's
+"""Key ranges whose absent keys the cache answers for (``core/key_filter.py``): the engine's
 session index, ``session_index_key`` (a new conversation's session looked up by key)."""
+MAX_TRACKED_KEYS = 250_000
+"""A range holding more keys than this at open gets no filter (its scan would slow the
+opening): its absent keys are read, as before the filter."""
 FILED_ON_WRITE = frozenset({"sessions", "runs"})
 """Tables whose written rows (up to :data:`WRITE_THROUGH_BYTES`) are filed even when
 nobody read them yet: a new session or run is read again at once."""
@@ -90,16 +93,16 @@ class EntityCache:
         self._marking = threading.Lock()
         self._applied = 0  # every row written at or before this reading is in LMDB
         # table -> (key prefix, the keys of that range that may have a row): a key
-        # it certainly lacks is not read (maybe_keys.py). Never where other daemons
+        # it certainly lacks is not read (core/key_filter.py). Never where other daemons
         # write (``shared``): their rows reach this process only through a watcher.
-        self._maybe: dict[str, tuple[str, MaybeKeys]] = {}
+        self._maybe: dict[str, tuple[str, KeyFilter]] = {}
 
     def track_keys(self, table: str, prefix: str, keys: list[str]) -> None:
         """Before any commit: ``keys`` are every key of ``table`` starting with ``prefix``
         that has a row; from now on a commit's keys there are added as it is marked."""
         if self._shared:
             return
-        maybe = MaybeKeys(len(keys))
+        maybe = KeyFilter(len(keys))
         for key in keys:
             maybe.add(key)
         self._maybe[table] = (prefix, maybe)
