@@ -11,13 +11,18 @@ one frame (or raise), ``headers_frame`` declines and changes nothing.
 
 from __future__ import annotations
 
+import gc
+import weakref
+from typing import Any, cast
+
 import pytest
+from grpclib.protocol import Stream
 from h2.config import H2Configuration
 from h2.connection import H2Connection
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from palyra.transport.grpc._headers import headers_frame
+from palyra.transport.grpc._headers import headers_frame, write_headers_directly
 
 REQUEST = [(":method", "POST"), (":scheme", "http"), (":authority", "x"),
            (":path", "/palyra.v1.GatewayService/RunStream"), ("te", "trailers"),
@@ -134,3 +139,19 @@ def test_declines_where_h2_would_do_more_than_one_frame(case: str) -> None:
     assert headers_frame(ours, stream_id, headers, end_stream) is None
     assert _books(ours) == before
     assert ours.data_to_send() == b""
+
+
+def test_a_stream_given_direct_headers_is_still_freed_by_reference_counting() -> None:
+    """The call's stream is not made part of a reference cycle (a bound function set on it
+    would be): it goes when its last reference does, without waiting for the collector."""
+    stream = Stream(cast(Any, None), _server(), cast(Any, None))
+    before = set(vars(stream))
+    write_headers_directly(stream)
+    assert set(vars(stream)) == before  # no state added to the stream
+    gone = weakref.ref(stream)
+    gc.disable()
+    try:
+        del stream
+        assert gone() is None
+    finally:
+        gc.enable()

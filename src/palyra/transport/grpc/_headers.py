@@ -28,9 +28,6 @@ checks and flags) run as before.
 
 from __future__ import annotations
 
-import functools
-from typing import Any
-
 from grpclib.protocol import Stream
 from h2.connection import ConnectionInputs, ConnectionState, H2Connection
 from h2.stream import StreamInputs, StreamState
@@ -83,20 +80,31 @@ def headers_frame(h2: H2Connection, stream_id: int | None, headers: list[tuple[s
                      h2s.stream_id.to_bytes(4, "big"), block))
 
 
-async def _send_headers(stream: Stream, generic: Any, headers: list[tuple[str, str]],
-                        end_stream: bool = False) -> None:
-    frame = None
-    if stream.connection.write_ready.is_set():
-        frame = headers_frame(stream._h2_connection, stream.id, headers, end_stream)
-    if frame is None:
-        await generic(headers, end_stream=end_stream)  # grpclib's: waits, raises as before
-        return
-    stream._transport.write(frame)
-    stream.connection.headers_send_process()  # as grpclib's send_headers ends
+class _DirectHeadersStream(Stream):
+    """grpclib's HTTP/2 stream of one call, sending its header blocks through
+    :func:`headers_frame` where it can and as grpclib does otherwise."""
+
+    async def send_headers(self, headers: list[tuple[str, str]],
+                           end_stream: bool = False) -> None:
+        """grpclib's ``send_headers``: the same frame, written here when h2 would only
+        build that one frame (and the transport is not paused)."""
+        frame = None
+        if self.connection.write_ready.is_set():
+            frame = headers_frame(self._h2_connection, self.id, headers, end_stream)
+        if frame is None:
+            await super().send_headers(headers, end_stream=end_stream)  # waits, raises
+            return
+        self._transport.write(frame)
+        self.connection.headers_send_process()  # as grpclib's send_headers ends
 
 
 def write_headers_directly(stream: Stream) -> None:
     """Make ``stream`` (grpclib's HTTP/2 stream of one call) send its header blocks through
-    :func:`headers_frame`, falling back to grpclib's ``send_headers``."""
-    generic = stream.send_headers
-    stream.send_headers = functools.partial(_send_headers, stream, generic)  # type: ignore[method-assign]
+    :func:`headers_frame`, falling back to grpclib's ``send_headers``.
+
+    Its class is changed to a subclass that adds no state, rather than a bound function
+    set on it: that would make a reference cycle of every call's stream, left to the
+    garbage collector where reference counting frees it now.
+    """
+    if type(stream) is Stream:
+        stream.__class__ = _DirectHeadersStream
