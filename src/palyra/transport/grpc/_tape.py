@@ -45,7 +45,6 @@ from palyra_gen.services import GatewayServiceServer
 
 from palyra.app import TapeResponse
 from palyra.transport.grpc._codec import Encoded
-from palyra.transport.grpc._headers import write_headers_directly
 
 RUN_STREAM = "/palyra.v1.GatewayService/RunStream"
 
@@ -126,7 +125,6 @@ class TapeGatewayServer(GatewayServiceServer[Any]):
 
     async def _rpc_run_stream(self, stream: grpclib.server.Stream[Any, Any]) -> None:
         max_bytes = self._max_bytes
-        write_headers_directly(stream._stream)  # the metadata and trailers: see _headers
         # The app's RunStream itself (not the generated relay): one generator less per message.
         async for response in self._app.run_stream(self._ctx(), stream.__aiter__()):
             if type(response) is not TapeResponse:
