@@ -19,7 +19,12 @@ from hpack import Decoder, Encoder, InvalidTableSizeError, OversizedHeaderListEr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from palyra.transport.grpc._hpack import REMEMBERED, RememberingDecoder, remember_headers
+from palyra.transport.grpc._hpack import (
+    REMEMBERED,
+    REMEMBERED_BYTES,
+    RememberingDecoder,
+    remember_headers,
+)
 
 REQUEST = [(":method", "POST"), (":scheme", "http"), (":authority", "127.0.0.1:5000"),
            (":path", "/palyra.v1.GatewayService/RunStream"), ("te", "trailers"),
@@ -103,6 +108,18 @@ def test_memory_is_bounded() -> None:
         ours.decode(encoder.encode(header))  # inserts
         ours.decode(encoder.encode(header))  # indexed: remembered
         assert len(ours._remembered) <= REMEMBERED
+
+
+def test_a_large_block_is_decoded_every_time() -> None:
+    encoder, ours = Encoder(), RememberingDecoder(65536)
+    # Never indexed: the block only reads the table, but it is past the size remembered.
+    large = encoder.encode([("x-large", "v" * (2 * REMEMBERED_BYTES), True)])
+    assert len(large) > REMEMBERED_BYTES
+    ours.decode(encoder.encode(REQUEST))  # inserts
+    small = encoder.encode(REQUEST)  # all indexed: remembered
+    for data in (large, large, small):
+        ours.decode(data)
+    assert list(ours._remembered) == [(small, False)]
 
 
 def _server() -> H2Connection:

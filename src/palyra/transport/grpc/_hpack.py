@@ -26,6 +26,9 @@ from hpack import Decoder, HeaderTuple
 
 REMEMBERED = 16
 """Most blocks remembered per connection; past it the oldest half is forgotten."""
+REMEMBERED_BYTES = 1024
+"""Largest block remembered (a call's request headers take a few dozen bytes): what a
+connection can make the daemon keep stays small beside what HTTP/2 lets it buffer."""
 
 _State = tuple[tuple[Any, ...], int, int, int]
 
@@ -48,7 +51,7 @@ class RememberingDecoder(Decoder):
     def decode(self, data: bytes, raw: bool = False) -> Iterable[HeaderTuple]:
         """hpack's ``decode``; the same answer, from memory when this block has been decoded
         against the same table and limits and did not change the table."""
-        if type(data) is not bytes:
+        if type(data) is not bytes or len(data) > REMEMBERED_BYTES:
             return super().decode(data, raw)
         key = (data, raw)
         before = self._state()
