@@ -32,6 +32,7 @@ from typing import Any, cast
 
 from grpclib.protocol import H2Protocol
 
+from palyra.transport.grpc._hpack import remember_headers
 from palyra.transport.grpc._inbound import data_events
 
 FLUSH_AT = 64 * 1024
@@ -151,7 +152,8 @@ class CorkedTransport(asyncio.Transport):
 
 class CorkedH2Protocol(H2Protocol):
     """grpclib's HTTP/2 protocol (listener or client) writing through a :class:`CorkedTransport`,
-    and taking plain DATA frames without h2's frame parser (:func:`data_events`)."""
+    taking plain DATA frames without h2's frame parser (:func:`data_events`) and answering
+    header blocks it has decoded before from memory (``_hpack``)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Wrap ``transport`` (grpclib sets TCP_NODELAY through it) and start HTTP/2."""
@@ -159,6 +161,8 @@ class CorkedH2Protocol(H2Protocol):
         # from asyncio.Transport, though they have all of its methods.
         real = cast(asyncio.Transport, transport)
         super().connection_made(CorkedTransport(real, asyncio.get_running_loop()))
+        h2 = self.connection._connection  # nothing received yet: the table is still empty
+        h2.decoder = remember_headers(h2.decoder)
 
     def data_received(self, data: bytes) -> None:
         """Hand grpclib the events h2 would make of ``data``: read here when it is plain DATA

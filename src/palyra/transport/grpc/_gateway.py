@@ -6,7 +6,9 @@ function so that, in one place and for every RPC: the caller is authenticated
 and published in :data:`palyra.transport.context.current_caller`, and any
 exception is translated once to ``GRPCError(status, message)``; the stable
 error code then rides in the ``x-palyra-error-code`` trailer, added by the
-``SendTrailingMetadata`` listener.
+``SendTrailingMetadata`` listener. Each call's header blocks (initial metadata,
+trailers, a trailers-only error) are written without h2's ``send_headers``
+where it would only build the one frame (``_headers``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from grpclib.server import Server
 from palyra.transport.auth import REQUEST_ID_HEADER, Authenticator
 from palyra.transport.context import current_caller
 from palyra.transport.errors import ERROR_CODE_HEADER, RETRYABLE_HEADER, WireError, to_wire
+from palyra.transport.grpc._headers import write_headers_directly
 from palyra.transport.grpc._health import HEALTH_PREFIX
 from palyra.transport.logctx import bind_request
 from palyra.transport.streams import OpenStreams, is_streaming_rpc
@@ -68,6 +71,7 @@ def _guarded(
 ) -> Callable[[Any], Awaitable[None]]:
     async def guarded(stream: Any) -> None:
         started = time.perf_counter()
+        write_headers_directly(stream._stream)  # its metadata and trailers (see _headers)
         request_id = headers.get(REQUEST_ID_HEADER, "")
         if streams is not None:
             streams.counts["grpc"] += 1
