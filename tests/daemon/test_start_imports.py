@@ -92,13 +92,20 @@ def test_a_serving_daemon_has_not_imported_what_it_does_not_serve(tmp_path: Path
     modules = json.loads(seen.read_text())
     assert "palyra.transport.http.app" in modules and "structlog" in modules
     assert sorted({m.split(".")[0] for m in modules} & _NOT_AT_START) == []
+    # Litestar imported PyYAML (its /openapi.yaml rendering, off in palyra's app): bound,
+    # not loaded (palyra.imports.DEFERRED); loading it imports its submodules.
+    assert [m for m in modules if m.startswith("yaml.")] == []
 
 
 _LATER = """
 import json, sys
 import palyra.cli.main, structlog.dev, betterproto2
 absent_at_start = sorted({m.split(".")[0] for m in sys.modules} & {"rich", "pydantic"})
+import litestar.openapi.plugins  # imports yaml, deferred (palyra.imports.DEFERRED)
+deferred = sorted(m for m in sys.modules if m.startswith("yaml."))
 import pydantic, rich  # what the MCP SDK, for one, does when an MCP server is configured
+import yaml
+yaml_text = yaml.safe_dump({"a": [1, 2]})  # the first use loads it whole
 from palyra.config import LogConfig
 from palyra.daemon.logs import configure_logging
 configure_logging(LogConfig(format="console"))
@@ -107,6 +114,7 @@ try:
 except ZeroDivisionError:
     structlog.get_logger().exception("boom")
 print(json.dumps({"absent": absent_at_start, "pydantic": pydantic.VERSION,
+                  "deferred": deferred, "yaml": yaml_text, "c_yaml": yaml.__with_libyaml__,
                   "rich": rich.__name__, "renderer_rich": structlog.dev.rich is not None,
                   "betterproto2_pydantic": betterproto2.pydantic is not None}))
 """
@@ -117,7 +125,8 @@ def test_the_blocked_extras_stay_importable_for_whoever_needs_them_later() -> No
     out = subprocess.run([sys.executable, "-c", _LATER], capture_output=True, text=True,
                          env={"PYTHONPATH": path, "PATH": "/usr/bin:/bin"}, check=True, timeout=120)
     seen = json.loads(out.stdout.strip().splitlines()[-1])
-    assert seen["absent"] == []
+    assert seen["absent"] == [] and seen["deferred"] == []
+    assert seen["yaml"] == "a:\n- 1\n- 2\n" and seen["c_yaml"]
     assert seen["pydantic"].startswith("2.") and seen["rich"] == "rich"
     # ... while the libraries imported at start keep their plain fallbacks.
     assert not seen["renderer_rich"] and not seen["betterproto2_pydantic"]
