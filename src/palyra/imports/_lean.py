@@ -16,18 +16,18 @@ serves a request:
   with msgspec);
 * watchfiles only serves uvicorn's ``--reload``, which ``palyra serve`` never uses.
 
-Together about 12 MB of the idle daemon's resident memory.
-
-And one library a dependency imports but uses only for a feature palyra leaves off:
-PyYAML, which Litestar's OpenAPI plugins import at Litestar's import for their
-``/openapi.yaml`` rendering (palyra's app has no OpenAPI config: it serves its own JSON
-schema). It is :data:`DEFERRED`: ``import yaml`` binds a stand-in that imports it at
-its first attribute access, about 1 MiB less at start. Blocking them is Python's
+Together about 12 MB of the idle daemon's resident memory. Blocking them is Python's
 documented way to make an import fail (``sys.modules[name] = None`` raises
 ``ImportError``), which each of these libraries handles as "not installed". The
 block lasts only while the library is imported, so a feature that does use one of
 them later (the MCP SDK imports pydantic when an MCP server is configured) still
 gets the real package.
+
+And modules Litestar imports at its import but uses only for features palyra leaves
+off: PyYAML, for its ``/openapi.yaml`` rendering (palyra's app has no OpenAPI config:
+it serves its own JSON schema) and ``pdb``, the default debugger of
+``pdb_on_exception`` (off). They are :data:`DEFERRED`: ``import yaml`` binds a stand-in
+that imports the module at its first attribute access, about 1.5 MiB less at start.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ WITHOUT_EXTRAS: dict[str, tuple[str, ...]] = {
     "uvicorn": ("watchfiles",),
 }
 
-DEFERRED: tuple[str, ...] = ("yaml",)
+DEFERRED: tuple[str, ...] = ("yaml", "pdb")
 """Imported by a dependency, used only by a feature palyra does not turn on: loaded at
 the first attribute access (see :func:`defer`)."""
 
