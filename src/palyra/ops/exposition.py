@@ -27,7 +27,7 @@ from palyra.core.histogram import Histogram
 from palyra.engine import Engine
 from palyra.memory.service import Memory
 from palyra.ops.event_metrics import EventMetrics, cumulative_buckets
-from palyra.ops.metrics import MetricSources
+from palyra.ops.sources import MetricSources
 
 
 def registry(sources: MetricSources, events: EventMetrics, lock: threading.Lock,

@@ -19,19 +19,15 @@ start: a daemon nobody scrapes never loads it, and the fold does not need it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import structlog
 
-from palyra.channels import ChannelRouter
-from palyra.engine import Engine
-from palyra.journal import JournalStore, StoredEvent
-from palyra.memory.service import Memory
+from palyra.journal import StoredEvent
 from palyra.ops.event_metrics import EventMetrics
+from palyra.ops.sources import MetricSources
 from palyra.ops.spans import EventLike
-from palyra.tasks import TaskQueue
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -39,18 +35,7 @@ if TYPE_CHECKING:
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _log = structlog.get_logger("palyra.ops")
 
-
-@dataclass
-class MetricSources:
-    """What the daemon has that the gauges read (each optional but the store)."""
-
-    store: JournalStore
-    engine: Engine | None = None
-    tasks: TaskQueue | None = None
-    memory: Memory | None = None
-    streams_open: Callable[[], Mapping[str, int]] | None = None
-    channels: ChannelRouter | None = None
-    models: dict[str, str] = field(default_factory=dict)  # provider name → model name
+__all__ = ["CONTENT_TYPE", "DaemonMetrics", "MetricSources"]
 
 
 class DaemonMetrics:
