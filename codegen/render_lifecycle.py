@@ -2,7 +2,8 @@
 
 The pure table (``TRANSITIONS`` / ``next_state``) is what the engine's core uses;
 the python-statemachine class exists for callers that want listeners and a
-rehydratable object. Both are emitted from the same parsed YAML so they cannot
+rehydratable object, built at its first use (module ``__getattr__``) so that a
+daemon does not import python-statemachine. Both are emitted from the same parsed YAML so they cannot
 disagree. Output is unformatted; ``banner.ruff_format`` tidies it.
 """
 
@@ -25,10 +26,10 @@ error raised for an event that is not allowed, and the strict machine base.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from statemachine import StateMachine
-from statemachine.exceptions import TransitionNotAllowed
+if TYPE_CHECKING:  # what the machines subclass, as the type checker sees it
+    from statemachine import StateMachine as StrictMachine
 
 __all__ = ("LIFECYCLES", "IllegalTransitionError", "StrictMachine")
 
@@ -58,33 +59,50 @@ class IllegalTransitionError(Exception):
         return (type(self), (self.state, self.event, self.lifecycle))
 
 
-class StrictMachine(StateMachine):
-    """Base of the generated machines: every illegal event raises ``IllegalTransitionError``.
+def __getattr__(name: str) -> Any:
+    # The machines are built at their first use (tests, callers that want listeners):
+    # the engine uses only the pure tables, and python-statemachine costs a daemon
+    # about 1 MiB resident at start.
+    if name == "StrictMachine":
+        globals()[name] = machine = _strict_machine()
+        return machine
+    raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")
 
-    ``StateMachine`` (not ``StateChart``) already refuses events without a transition
-    and lets callback errors propagate. The two hooks below are where both ways of
-    sending an event (``machine.send("x")`` and ``machine.x()``) reach the engine; the
-    "machine already final" refusal happens in the first, the "no transition" refusal
-    in the second. Pinned python-statemachine version; the lifecycle tests cover both.
-    """
 
-    _lifecycle_name: ClassVar[str] = ""
+def _strict_machine() -> type[Any]:
+    from statemachine import StateMachine
+    from statemachine.exceptions import TransitionNotAllowed
 
-    def _put_nonblocking(self, trigger_data: Any, internal: bool = False) -> None:
-        try:
-            super()._put_nonblocking(trigger_data, internal=internal)
-        except TransitionNotAllowed as exc:
-            raise self._illegal(exc) from exc
+    class StrictMachine(StateMachine):
+        """Base of the generated machines: every illegal event raises ``IllegalTransitionError``.
 
-    def _processing_loop(self, caller_future: Any = None) -> Any:
-        try:
-            return super()._processing_loop(caller_future)
-        except TransitionNotAllowed as exc:
-            raise self._illegal(exc) from exc
+        ``StateMachine`` (not ``StateChart``) already refuses events without a transition
+        and lets callback errors propagate. The two hooks below are where both ways of
+        sending an event (``machine.send("x")`` and ``machine.x()``) reach the engine; the
+        "machine already final" refusal happens in the first, the "no transition" refusal
+        in the second. Pinned python-statemachine version; the lifecycle tests cover both.
+        """
 
-    def _illegal(self, exc: TransitionNotAllowed) -> IllegalTransitionError:
-        event = getattr(exc.event, "id", None) or str(exc.event or "")
-        return IllegalTransitionError(str(self.current_state_value), event, self._lifecycle_name)
+        _lifecycle_name: ClassVar[str] = ""
+
+        def _put_nonblocking(self, trigger_data: Any, internal: bool = False) -> None:
+            try:
+                super()._put_nonblocking(trigger_data, internal=internal)
+            except TransitionNotAllowed as exc:
+                raise self._illegal(exc) from exc
+
+        def _processing_loop(self, caller_future: Any = None) -> Any:
+            try:
+                return super()._processing_loop(caller_future)
+            except TransitionNotAllowed as exc:
+                raise self._illegal(exc) from exc
+
+        def _illegal(self, exc: TransitionNotAllowed) -> IllegalTransitionError:
+            event = getattr(exc.event, "id", None) or str(exc.event or "")
+            return IllegalTransitionError(str(self.current_state_value), event, self._lifecycle_name)
+
+    StrictMachine.__qualname__ = "StrictMachine"
+    return StrictMachine
 '''
 
 #: Names the machine class defines itself; a state or event may not use them.
@@ -110,9 +128,8 @@ def render_module(lc: Lifecycle, proto_enum: str) -> str:
     desc = textwrap.fill(lc.description or f"The {n} lifecycle.", width=88)
     w(f'"""{n} lifecycle ({lc.label}).\n\n{desc}\n"""\n')
     w("from __future__ import annotations\n\nimport enum\nfrom typing import Any, Final\n\n")
-    w("from statemachine import State\n\n")
     w(f"from ..palyra.v1 import {proto_enum}\n")
-    w("from . import IllegalTransitionError, StrictMachine\n\n")
+    w("from . import IllegalTransitionError\n\n")
     names = [
         "INITIAL",
         "FINAL_STATES",
@@ -195,7 +212,23 @@ def allowed_events(state: {sid} | str) -> tuple[{ev}, ...]:
     return _ALLOWED_BY_NAME.get(state, ())
 
 ''')
-    w(_render_machine(lc, sid))
+    w(f'''
+def __getattr__(name: str) -> Any:
+    # The machine is built at its first use (see the package's ``__getattr__``).
+    if name == "{n}Machine":
+        globals()[name] = machine = _machine()
+        return machine
+    raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")
+
+
+def _machine() -> type[Any]:
+    from statemachine import State
+
+    from . import StrictMachine
+
+''')
+    w(textwrap.indent(_render_machine(lc, sid), "    "))
+    w(f"\n    {n}Machine.__qualname__ = {n + 'Machine'!r}\n    return {n}Machine\n")
     return "".join(out)
 
 

@@ -75,9 +75,13 @@ main(["serve", "--data-dir", str(data), "--grpc-port", "0", "--http-port", "0"])
 # Installed (by Litestar, rich-click, the MCP SDK, wordllama, uvicorn[standard]) but
 # serving nothing in a started daemon: together about 12 MB resident (palyra.imports).
 # And what only a configuration asks for: the PostgreSQL driver (``[journal] backend =
-# "postgres"``) and libsodium (a Discord channel), about 10 MB more.
+# "postgres"``) and libsodium (a Discord channel), about 10 MB more. And what only a
+# request asks for: prometheus_client renders ``/metrics`` (about 1.8 MiB), loaded at
+# the first scrape (the fold that counts meanwhile is palyra's own). And
+# python-statemachine (about 1 MiB): the generated lifecycles' machine classes are
+# built at their first use; the engine uses only the pure tables.
 _NOT_AT_START = {"rich", "pygments", "pydantic", "pydantic_core", "attrs", "attr", "watchfiles",
-                 "psycopg", "nacl"}
+                 "psycopg", "nacl", "prometheus_client", "statemachine"}
 
 
 def test_a_serving_daemon_has_not_imported_what_it_does_not_serve(tmp_path: Path) -> None:
@@ -90,13 +94,23 @@ def test_a_serving_daemon_has_not_imported_what_it_does_not_serve(tmp_path: Path
     modules = json.loads(seen.read_text())
     assert "palyra.transport.http.app" in modules and "structlog" in modules
     assert sorted({m.split(".")[0] for m in modules} & _NOT_AT_START) == []
+    # Litestar imported PyYAML (its /openapi.yaml rendering, off in palyra's app) and pdb
+    # (pdb_on_exception, off): bound, not loaded (palyra.imports.DEFERRED); loading them
+    # imports yaml's submodules and pdb's bdb.
+    assert [m for m in modules if m.startswith("yaml.") or m == "bdb"] == []
 
 
 _LATER = """
 import json, sys
 import palyra.cli.main, structlog.dev, betterproto2
 absent_at_start = sorted({m.split(".")[0] for m in sys.modules} & {"rich", "pydantic"})
+import litestar.openapi.plugins  # imports yaml, deferred (palyra.imports.DEFERRED)
+deferred = sorted(m for m in sys.modules if m.startswith("yaml.") or m == "bdb")
 import pydantic, rich  # what the MCP SDK, for one, does when an MCP server is configured
+import yaml
+yaml_text = yaml.safe_dump({"a": [1, 2]})  # the first use loads it whole
+import pdb
+used = [pdb.Pdb.__name__]
 from palyra.config import LogConfig
 from palyra.daemon.logs import configure_logging
 configure_logging(LogConfig(format="console"))
@@ -105,6 +119,8 @@ try:
 except ZeroDivisionError:
     structlog.get_logger().exception("boom")
 print(json.dumps({"absent": absent_at_start, "pydantic": pydantic.VERSION,
+                  "deferred": deferred, "yaml": yaml_text, "c_yaml": yaml.__with_libyaml__,
+                  "used": used,
                   "rich": rich.__name__, "renderer_rich": structlog.dev.rich is not None,
                   "betterproto2_pydantic": betterproto2.pydantic is not None}))
 """
@@ -115,7 +131,9 @@ def test_the_blocked_extras_stay_importable_for_whoever_needs_them_later() -> No
     out = subprocess.run([sys.executable, "-c", _LATER], capture_output=True, text=True,
                          env={"PYTHONPATH": path, "PATH": "/usr/bin:/bin"}, check=True, timeout=120)
     seen = json.loads(out.stdout.strip().splitlines()[-1])
-    assert seen["absent"] == []
+    assert seen["absent"] == [] and seen["deferred"] == []
+    assert seen["yaml"] == "a:\n- 1\n- 2\n" and seen["c_yaml"]
+    assert seen["used"] == ["Pdb"]
     assert seen["pydantic"].startswith("2.") and seen["rich"] == "rich"
     # ... while the libraries imported at start keep their plain fallbacks.
     assert not seen["renderer_rich"] and not seen["betterproto2_pydantic"]

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
-
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from typing import TYPE_CHECKING, Any
 
 from palyra.core.histogram import Histogram
 from palyra.ops.spans import EventLike, tool_outcome
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
 
 # OpenTelemetry GenAI semantic conventions: gen_ai.client.operation.duration (s)
 # and gen_ai.client.token.usage bucket boundaries.
@@ -194,7 +195,13 @@ class EventMetrics:
         return handler
 
     def collect(self) -> Iterator[Metric]:
-        """The Prometheus families, from the dicts as they stand."""
+        """The Prometheus families, from the dicts as they stand (a scrape's)."""
+        # At a scrape, not at import: the fold needs no prometheus_client (metrics.py).
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            HistogramMetricFamily,
+        )
+
         for family, cells in self._counts.items():
             counter = CounterMetricFamily(family.name, family.help, labels=family.labels)
             for labels, cell in sorted(cells.items()):

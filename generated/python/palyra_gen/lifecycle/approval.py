@@ -12,10 +12,8 @@ from __future__ import annotations
 import enum
 from typing import Any, Final
 
-from statemachine import State
-
 from ..palyra.v1 import ApprovalState
-from . import IllegalTransitionError, StrictMachine
+from . import IllegalTransitionError
 
 __all__ = (
     "ApprovalEvent",
@@ -130,35 +128,51 @@ def allowed_events(state: ApprovalStateId | str) -> tuple[ApprovalEvent, ...]:
     return _ALLOWED_BY_NAME.get(state, ())
 
 
-class ApprovalMachine(StrictMachine):
-    """Strict python-statemachine machine for the Approval lifecycle.
+def __getattr__(name: str) -> Any:
+    # The machine is built at its first use (see the package's ``__getattr__``).
+    if name == "ApprovalMachine":
+        globals()[name] = machine = _machine()
+        return machine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    Illegal events raise ``IllegalTransitionError``; errors in callbacks propagate.
-    Rehydrate from the journal with ``ApprovalMachine.at(state)`` (enters ``state``
-    directly, running only its enter callbacks).
-    """
 
-    _lifecycle_name = "Approval"
+def _machine() -> type[Any]:
+    from statemachine import State
 
-    pending = State(value=ApprovalStateId.PENDING, initial=True)
-    approved = State(value=ApprovalStateId.APPROVED)
-    denied = State(value=ApprovalStateId.DENIED, final=True)
-    timed_out = State(value=ApprovalStateId.TIMED_OUT, final=True)
-    expired = State(value=ApprovalStateId.EXPIRED, final=True)
-    cancelled = State(value=ApprovalStateId.CANCELLED, final=True)
+    from . import StrictMachine
 
-    approve = pending.to(approved)
-    deny = pending.to(denied)
-    time_out = pending.to(timed_out)
-    cancel = pending.to(cancelled)
-    expire = approved.to(expired)
+    class ApprovalMachine(StrictMachine):
+        """Strict python-statemachine machine for the Approval lifecycle.
 
-    @classmethod
-    def at(cls, state: ApprovalStateId | str, **kwargs: Any) -> ApprovalMachine:
-        """A machine already in ``state`` (for rehydration from the journal)."""
-        return cls(start_value=ApprovalStateId(state), **kwargs)
+        Illegal events raise ``IllegalTransitionError``; errors in callbacks propagate.
+        Rehydrate from the journal with ``ApprovalMachine.at(state)`` (enters ``state``
+        directly, running only its enter callbacks).
+        """
 
-    @property
-    def state_id(self) -> ApprovalStateId:
-        """The current state."""
-        return ApprovalStateId(self.current_state_value)
+        _lifecycle_name = "Approval"
+
+        pending = State(value=ApprovalStateId.PENDING, initial=True)
+        approved = State(value=ApprovalStateId.APPROVED)
+        denied = State(value=ApprovalStateId.DENIED, final=True)
+        timed_out = State(value=ApprovalStateId.TIMED_OUT, final=True)
+        expired = State(value=ApprovalStateId.EXPIRED, final=True)
+        cancelled = State(value=ApprovalStateId.CANCELLED, final=True)
+
+        approve = pending.to(approved)
+        deny = pending.to(denied)
+        time_out = pending.to(timed_out)
+        cancel = pending.to(cancelled)
+        expire = approved.to(expired)
+
+        @classmethod
+        def at(cls, state: ApprovalStateId | str, **kwargs: Any) -> ApprovalMachine:
+            """A machine already in ``state`` (for rehydration from the journal)."""
+            return cls(start_value=ApprovalStateId(state), **kwargs)
+
+        @property
+        def state_id(self) -> ApprovalStateId:
+            """The current state."""
+            return ApprovalStateId(self.current_state_value)
+
+    ApprovalMachine.__qualname__ = "ApprovalMachine"
+    return ApprovalMachine

@@ -12,10 +12,8 @@ from __future__ import annotations
 import enum
 from typing import Any, Final
 
-from statemachine import State
-
 from ..palyra.v1 import BackgroundTaskState
-from . import IllegalTransitionError, StrictMachine
+from . import IllegalTransitionError
 
 __all__ = (
     "BackgroundTaskEvent",
@@ -190,43 +188,59 @@ def allowed_events(state: BackgroundTaskStateId | str) -> tuple[BackgroundTaskEv
     return _ALLOWED_BY_NAME.get(state, ())
 
 
-class BackgroundTaskMachine(StrictMachine):
-    """Strict python-statemachine machine for the BackgroundTask lifecycle.
+def __getattr__(name: str) -> Any:
+    # The machine is built at its first use (see the package's ``__getattr__``).
+    if name == "BackgroundTaskMachine":
+        globals()[name] = machine = _machine()
+        return machine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    Illegal events raise ``IllegalTransitionError``; errors in callbacks propagate.
-    Rehydrate from the journal with ``BackgroundTaskMachine.at(state)`` (enters ``state``
-    directly, running only its enter callbacks).
-    """
 
-    _lifecycle_name = "BackgroundTask"
+def _machine() -> type[Any]:
+    from statemachine import State
 
-    queued = State(value=BackgroundTaskStateId.QUEUED, initial=True)
-    running = State(value=BackgroundTaskStateId.RUNNING)
-    paused = State(value=BackgroundTaskStateId.PAUSED)
-    cancel_requested = State(value=BackgroundTaskStateId.CANCEL_REQUESTED)
-    succeeded = State(value=BackgroundTaskStateId.SUCCEEDED, final=True)
-    failed = State(value=BackgroundTaskStateId.FAILED, final=True)
-    cancelled = State(value=BackgroundTaskStateId.CANCELLED, final=True)
-    expired = State(value=BackgroundTaskStateId.EXPIRED, final=True)
+    from . import StrictMachine
 
-    start = queued.to(running)
-    pause = queued.to(paused) | running.to(paused)
-    request_cancel = (
-        queued.to(cancel_requested) | running.to(cancel_requested) | paused.to(cancel_requested)
-    )
-    expire = queued.to(expired) | running.to(expired) | paused.to(expired)
-    succeed = running.to(succeeded) | cancel_requested.to(succeeded)
-    fail = running.to(failed) | cancel_requested.to(failed)
-    retry = running.to(queued)
-    resume = paused.to(queued)
-    cancel = cancel_requested.to(cancelled)
+    class BackgroundTaskMachine(StrictMachine):
+        """Strict python-statemachine machine for the BackgroundTask lifecycle.
 
-    @classmethod
-    def at(cls, state: BackgroundTaskStateId | str, **kwargs: Any) -> BackgroundTaskMachine:
-        """A machine already in ``state`` (for rehydration from the journal)."""
-        return cls(start_value=BackgroundTaskStateId(state), **kwargs)
+        Illegal events raise ``IllegalTransitionError``; errors in callbacks propagate.
+        Rehydrate from the journal with ``BackgroundTaskMachine.at(state)`` (enters ``state``
+        directly, running only its enter callbacks).
+        """
 
-    @property
-    def state_id(self) -> BackgroundTaskStateId:
-        """The current state."""
-        return BackgroundTaskStateId(self.current_state_value)
+        _lifecycle_name = "BackgroundTask"
+
+        queued = State(value=BackgroundTaskStateId.QUEUED, initial=True)
+        running = State(value=BackgroundTaskStateId.RUNNING)
+        paused = State(value=BackgroundTaskStateId.PAUSED)
+        cancel_requested = State(value=BackgroundTaskStateId.CANCEL_REQUESTED)
+        succeeded = State(value=BackgroundTaskStateId.SUCCEEDED, final=True)
+        failed = State(value=BackgroundTaskStateId.FAILED, final=True)
+        cancelled = State(value=BackgroundTaskStateId.CANCELLED, final=True)
+        expired = State(value=BackgroundTaskStateId.EXPIRED, final=True)
+
+        start = queued.to(running)
+        pause = queued.to(paused) | running.to(paused)
+        request_cancel = (
+            queued.to(cancel_requested) | running.to(cancel_requested) | paused.to(cancel_requested)
+        )
+        expire = queued.to(expired) | running.to(expired) | paused.to(expired)
+        succeed = running.to(succeeded) | cancel_requested.to(succeeded)
+        fail = running.to(failed) | cancel_requested.to(failed)
+        retry = running.to(queued)
+        resume = paused.to(queued)
+        cancel = cancel_requested.to(cancelled)
+
+        @classmethod
+        def at(cls, state: BackgroundTaskStateId | str, **kwargs: Any) -> BackgroundTaskMachine:
+            """A machine already in ``state`` (for rehydration from the journal)."""
+            return cls(start_value=BackgroundTaskStateId(state), **kwargs)
+
+        @property
+        def state_id(self) -> BackgroundTaskStateId:
+            """The current state."""
+            return BackgroundTaskStateId(self.current_state_value)
+
+    BackgroundTaskMachine.__qualname__ = "BackgroundTaskMachine"
+    return BackgroundTaskMachine

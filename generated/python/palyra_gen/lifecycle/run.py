@@ -13,10 +13,8 @@ from __future__ import annotations
 import enum
 from typing import Any, Final
 
-from statemachine import State
-
 from ..palyra.v1 import RunState
-from . import IllegalTransitionError, StrictMachine
+from . import IllegalTransitionError
 
 __all__ = (
     "FINAL_STATES",
@@ -150,43 +148,61 @@ def allowed_events(state: RunStateId | str) -> tuple[RunEvent, ...]:
     return _ALLOWED_BY_NAME.get(state, ())
 
 
-class RunMachine(StrictMachine):
-    """Strict python-statemachine machine for the Run lifecycle.
+def __getattr__(name: str) -> Any:
+    # The machine is built at its first use (see the package's ``__getattr__``).
+    if name == "RunMachine":
+        globals()[name] = machine = _machine()
+        return machine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    Illegal events raise ``IllegalTransitionError``; errors in callbacks propagate.
-    Rehydrate from the journal with ``RunMachine.at(state)`` (enters ``state``
-    directly, running only its enter callbacks).
-    """
 
-    _lifecycle_name = "Run"
+def _machine() -> type[Any]:
+    from statemachine import State
 
-    pending = State(value=RunStateId.PENDING, initial=True)
-    accepted = State(value=RunStateId.ACCEPTED)
-    in_progress = State(value=RunStateId.IN_PROGRESS)
-    waiting_for_approval = State(value=RunStateId.WAITING_FOR_APPROVAL)
-    done = State(value=RunStateId.DONE, final=True)
-    failed = State(value=RunStateId.FAILED, final=True)
-    cancelled = State(value=RunStateId.CANCELLED, final=True)
+    from . import StrictMachine
 
-    accept = pending.to(accepted)
-    fail = (
-        pending.to(failed)
-        | accepted.to(failed)
-        | in_progress.to(failed)
-        | waiting_for_approval.to(failed)
-    )
-    start = accepted.to(in_progress)
-    cancel = accepted.to(cancelled) | in_progress.to(cancelled) | waiting_for_approval.to(cancelled)
-    request_approval = in_progress.to(waiting_for_approval)
-    complete = in_progress.to(done)
-    approval_resolved = waiting_for_approval.to(in_progress)
+    class RunMachine(StrictMachine):
+        """Strict python-statemachine machine for the Run lifecycle.
 
-    @classmethod
-    def at(cls, state: RunStateId | str, **kwargs: Any) -> RunMachine:
-        """A machine already in ``state`` (for rehydration from the journal)."""
-        return cls(start_value=RunStateId(state), **kwargs)
+        Illegal events raise ``IllegalTransitionError``; errors in callbacks propagate.
+        Rehydrate from the journal with ``RunMachine.at(state)`` (enters ``state``
+        directly, running only its enter callbacks).
+        """
 
-    @property
-    def state_id(self) -> RunStateId:
-        """The current state."""
-        return RunStateId(self.current_state_value)
+        _lifecycle_name = "Run"
+
+        pending = State(value=RunStateId.PENDING, initial=True)
+        accepted = State(value=RunStateId.ACCEPTED)
+        in_progress = State(value=RunStateId.IN_PROGRESS)
+        waiting_for_approval = State(value=RunStateId.WAITING_FOR_APPROVAL)
+        done = State(value=RunStateId.DONE, final=True)
+        failed = State(value=RunStateId.FAILED, final=True)
+        cancelled = State(value=RunStateId.CANCELLED, final=True)
+
+        accept = pending.to(accepted)
+        fail = (
+            pending.to(failed)
+            | accepted.to(failed)
+            | in_progress.to(failed)
+            | waiting_for_approval.to(failed)
+        )
+        start = accepted.to(in_progress)
+        cancel = (
+            accepted.to(cancelled) | in_progress.to(cancelled) | waiting_for_approval.to(cancelled)
+        )
+        request_approval = in_progress.to(waiting_for_approval)
+        complete = in_progress.to(done)
+        approval_resolved = waiting_for_approval.to(in_progress)
+
+        @classmethod
+        def at(cls, state: RunStateId | str, **kwargs: Any) -> RunMachine:
+            """A machine already in ``state`` (for rehydration from the journal)."""
+            return cls(start_value=RunStateId(state), **kwargs)
+
+        @property
+        def state_id(self) -> RunStateId:
+            """The current state."""
+            return RunStateId(self.current_state_value)
+
+    RunMachine.__qualname__ = "RunMachine"
+    return RunMachine
