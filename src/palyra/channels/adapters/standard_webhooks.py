@@ -65,6 +65,14 @@ def _key_bytes(secret: str, prefix: str) -> bytes:
         raise ValueError(f"a {prefix} key must be base64") from exc
 
 
+def _hmac_sha256(key: bytes, data: bytes) -> bytes:
+    # Not hmac.digest (OpenSSL's one-shot, two Python frames fewer): it lets go of the
+    # GIL on every call, and the journal writer's thread, woken by the admission's
+    # append, takes it and commits a smaller group (bench ingress: 0.5 -> ~0.9 commits
+    # per webhook message). An HMAC object hashes under 2 KiB holding the GIL.
+    return hmac.new(key, data, hashlib.sha256).digest()
+
+
 def verify(secrets: Sequence[str], headers: Mapping[str, str], body: bytes, *,
            tolerance_s: int = 300, now_s: float | None = None) -> str:
     """Check a delivery's signature and timestamp; return its ``webhook-id``.
@@ -89,7 +97,7 @@ def verify(secrets: Sequence[str], headers: Mapping[str, str], body: bytes, *,
             except (binascii.Error, ValueError):
                 continue
             if version == "v1" and secret.startswith("whsec_"):
-                mac = hmac.digest(_key_bytes(secret, "whsec_"), signed, "sha256")
+                mac = _hmac_sha256(_key_bytes(secret, "whsec_"), signed)
                 if hmac.compare_digest(mac, raw):
                     return msg_id
             elif version == "v1a" and secret.startswith("whpk_"):
@@ -112,7 +120,7 @@ def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     if secret.startswith("whsk_"):
         key = Ed25519PrivateKey.from_private_bytes(_key_bytes(secret, "whsk_"))
         return "v1a," + base64.b64encode(key.sign(signed)).decode()
-    mac = hmac.digest(_key_bytes(secret, "whsec_"), signed, "sha256")  # one C call
+    mac = _hmac_sha256(_key_bytes(secret, "whsec_"), signed)
     return "v1," + base64.b64encode(mac).decode()
 
 
