@@ -257,3 +257,13 @@ def test_illegal_transition_error_pickles() -> None:
         "Run",
         "ILLEGAL_TRANSITION",
     )
+
+
+def test_run_state_proto_by_name() -> None:
+    """Every run state's wire value, looked up by the state's plain name, is the
+    spec's (the RunState member named alike); an unknown name is refused."""
+    for state in engine_lifecycle.RunStateId:
+        got = engine_lifecycle.run_state_proto(str(state.value))
+        assert got is v1.RunState[state.name]
+    with pytest.raises(ValueError, match="not_a_state"):
+        engine_lifecycle.run_state_proto("not_a_state")

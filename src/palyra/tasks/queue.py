@@ -51,7 +51,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 from palyra_gen.lifecycle.background_task import FINAL_STATES
@@ -62,6 +62,8 @@ from palyra.core.ids import UlidSequence
 from palyra.journal import EntityWrite, EventDraft, JournalStore, RowExpectation
 from palyra.tasks import model
 from palyra.tasks.index import LiveTasks
+from palyra.tasks.line import ClaimAnswer, ClaimLine
+from palyra.tasks.line import Claimer as _Claimer
 from palyra.tasks.model import Outcome, State, TaskRecord
 from palyra.tasks.parent import parent_alive, parent_ended
 
@@ -81,31 +83,6 @@ ENQUEUE_CONFLICTS = 32
 took its idempotency key, changed its parent run's row or the debounced task it joins)
 and be decided again before it gives up with ``UNAVAILABLE``, retryable: a busy parent
 run changes its row with each step, but not on every one of 32 decisions in a row."""
-
-
-class ClaimAnswer(Protocol):
-    """How a claim is answered: an ``asyncio.Future``, or any object with its three
-    methods, called on the queue's loop (a worker's, which starts running the claimed
-    task as it is answered: no future, and no loop turn to wake a waiter)."""
-
-    def done(self) -> bool:
-        """True once answered (or given up: a claim in line that is done is skipped)."""
-
-    def set_result(self, result: TaskRecord, /) -> None:
-        """The claim is durable: the claimed task."""
-
-    def set_exception(self, exception: BaseException, /) -> None:
-        """The claim failed: why (``LostClaim``: its commit failed, look again)."""
-
-
-@dataclass(slots=True)
-class _Claimer:
-    """A claim waiting in line for a ready task of its kinds."""
-
-    owner: str
-    kinds: frozenset[str] | None
-    lease_ms: int
-    claimed: ClaimAnswer  # answered once a claim for it is durable
 
 
 @dataclass(slots=True)
@@ -164,7 +141,7 @@ class TaskQueue:
         self._inflight: dict[str, _Commit] = {}
         # idempotency key -> the answer of its first enqueue while that commits.
         self._idem_inflight: dict[str, asyncio.Future[TaskRecord]] = {}
-        self._claimers: collections.deque[_Claimer] = collections.deque()
+        self._claimers = ClaimLine()  # idle claims, first come first served
         self._timer: asyncio.Task[None] | None = None
         self._timer_wake = asyncio.Event()
         self._timer_due: int | None = None  # the deadline the timer sleeps until
@@ -497,7 +474,7 @@ class TaskQueue:
                                   expect=parent)
         except BaseException:  # refused before anything was queued: back to its place
             if taker is not None:
-                self._claimers.appendleft(taker)
+                self._claimers.put_back(taker)
             raise
         if idempotency_key:
             self._idem_inflight[idempotency_key] = answer
@@ -534,8 +511,7 @@ class TaskQueue:
             try:
                 return await claimed
             except asyncio.CancelledError:
-                self._claimers = collections.deque(
-                    c for c in self._claimers if c.claimed is not claimed)
+                self._claimers.remove(claimed)
                 raise
             except LostClaim:
                 continue
@@ -582,18 +558,15 @@ class TaskQueue:
     def _waiting_for(self, kind: str, now: int) -> _Claimer | None:
         """The first claimer in line that takes ``kind``, out of the line, if nothing
         ready is waiting for it (then it gets that, as :meth:`_hand_out` would give it)."""
-        claimers = self._claimers
-        for i, claimer in enumerate(claimers):
-            if claimer.claimed.done() or (claimer.kinds is not None
-                                          and kind not in claimer.kinds):
-                continue
-            if self._live.best(claimer.kinds, now) is not None:
-                # A task came due before the timer handed it out: it goes first.
-                self._hand_out()
-                return None
-            del claimers[i]
-            return claimer
-        return None
+        claimer = self._claimers.first(kind)
+        if claimer is None:
+            return None
+        if self._live.best(claimer.kinds, now) is not None:
+            # A task came due before the timer handed it out: it goes first.
+            self._hand_out()
+            return None
+        self._claimers.take(claimer)
+        return claimer
 
     def _claim_now(self, owner: str, kinds: frozenset[str] | None, lease_ms: int,
                    answer: ClaimAnswer) -> bool:
@@ -1185,14 +1158,9 @@ class TaskQueue:
 
     def _hand_out(self) -> None:
         empty: set[frozenset[str] | None] = set()  # kinds with nothing ready this pass
-        waiting: collections.deque[_Claimer] = collections.deque()
-        while self._claimers:
-            claimer = self._claimers.popleft()
-            if claimer.claimed.done():
-                continue  # cancelled while waiting
-            if claimer.kinds in empty:
-                waiting.append(claimer)
-                continue
+        line = self._claimers
+        while (claimer := line.first(skip=empty)) is not None:
+            line.take(claimer)
             try:
                 handed = self._claim_now(claimer.owner, claimer.kinds, claimer.lease_ms,
                                          claimer.claimed)
@@ -1201,8 +1169,7 @@ class TaskQueue:
                 continue
             if not handed:
                 empty.add(claimer.kinds)
-                waiting.append(claimer)
-        self._claimers = waiting
+                line.put_back(claimer)
 
     # -- deadlines -----------------------------------------------------------
     async def _deadlines(self) -> None:

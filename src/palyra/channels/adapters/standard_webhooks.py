@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import time
@@ -56,11 +57,20 @@ class Delivery(msgspec.Struct, frozen=True, kw_only=True):
     timestamp: str = ""
 
 
+@functools.lru_cache(maxsize=64)  # a channel's few keys, decoded once, not per message
 def _key_bytes(secret: str, prefix: str) -> bytes:
     try:
-        return base64.b64decode(secret.removeprefix(prefix), validate=True)
+        return binascii.a2b_base64(secret.removeprefix(prefix), strict_mode=True)
     except (binascii.Error, ValueError) as exc:
         raise ValueError(f"a {prefix} key must be base64") from exc
+
+
+def _hmac_sha256(key: bytes, data: bytes) -> bytes:
+    # Not hmac.digest (OpenSSL's one-shot, two Python frames fewer): it lets go of the
+    # GIL on every call, and the journal writer's thread, woken by the admission's
+    # append, takes it and commits a smaller group (bench ingress: 0.5 -> ~0.9 commits
+    # per webhook message). An HMAC object hashes under 2 KiB holding the GIL.
+    return hmac.new(key, data, hashlib.sha256).digest()
 
 
 def verify(secrets: Sequence[str], headers: Mapping[str, str], body: bytes, *,
@@ -82,12 +92,12 @@ def verify(secrets: Sequence[str], headers: Mapping[str, str], body: bytes, *,
     for secret in secrets:
         for item in offered:
             version, _, sig = item.partition(",")
-            try:
-                raw = base64.b64decode(sig, validate=True)
+            try:  # b64decode(validate=True) is this call, two Python frames lighter
+                raw = binascii.a2b_base64(sig, strict_mode=True)
             except (binascii.Error, ValueError):
                 continue
             if version == "v1" and secret.startswith("whsec_"):
-                mac = hmac.new(_key_bytes(secret, "whsec_"), signed, hashlib.sha256).digest()
+                mac = _hmac_sha256(_key_bytes(secret, "whsec_"), signed)
                 if hmac.compare_digest(mac, raw):
                     return msg_id
             elif version == "v1a" and secret.startswith("whpk_"):
@@ -110,7 +120,7 @@ def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     if secret.startswith("whsk_"):
         key = Ed25519PrivateKey.from_private_bytes(_key_bytes(secret, "whsk_"))
         return "v1a," + base64.b64encode(key.sign(signed)).decode()
-    mac = hmac.new(_key_bytes(secret, "whsec_"), signed, hashlib.sha256).digest()
+    mac = _hmac_sha256(_key_bytes(secret, "whsec_"), signed)
     return "v1," + base64.b64encode(mac).decode()
 
 

@@ -83,9 +83,17 @@ def run_can(state: str, event: str) -> bool:
     return True
 
 
+_RUN_PROTO_OF_NAME: dict[str, pb.RunState] = {k.value: v for k, v in _RUN_PROTO.items()}
+
+
 def run_state_proto(state: str) -> pb.RunState:
-    """Wire enum of a run state."""
-    return pb.RunState(_RUN_PROTO[RunStateId(state)])
+    """Wire enum of a run state (looked up by its name: no enum constructed per
+    status, six of them a channel message)."""
+    proto = _RUN_PROTO_OF_NAME.get(state)
+    if proto is None:
+        RunStateId(state)  # raises ValueError naming the unknown state
+        raise AssertionError(f"run state {state!r} has no wire value")
+    return proto
 
 
 def run_state_of_proto(value: pb.RunState, default: str) -> str:
