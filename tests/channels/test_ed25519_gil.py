@@ -8,13 +8,12 @@ giving the journal writer the GIL in the middle of every admission).
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 from nacl.signing import SigningKey
 
 from palyra.channels.adapters import _ed25519
 from palyra.channels.adapters import discord_interactions as di
+from tests.channels._gil import runs_of_a_woken_thread
 
 
 def test_the_pinned_pynacl_exports_libsodiums_detached_verify() -> None:
@@ -48,26 +47,11 @@ def test_the_check_keeps_the_gil() -> None:
     key = SigningKey.generate()
     public, message = key.verify_key.encode(), b"1764201600" + b"{}" * 300
     signature = key.sign(message).signature
-    woken, stop = threading.Event(), threading.Event()
-    ran = 0
 
-    def writer() -> None:
-        nonlocal ran
-        while not stop.is_set():
-            if woken.wait(1.0):
-                woken.clear()
-                ran += 1
+    def one() -> None:
+        assert check(public, message, signature)
 
-    thread = threading.Thread(target=writer, daemon=True)
-    thread.start()
     checks = 1000
-    try:
-        for _ in range(checks):
-            woken.set()
-            assert check(public, message, signature)
-    finally:
-        stop.set()
-        woken.set()
-        thread.join()
+    ran = runs_of_a_woken_thread(one, checks)
     # PyNaCl's own verify (cffi lets go of the GIL): the thread ran during ~all of them.
     assert ran < checks // 4, f"the woken thread ran during {ran} of {checks} checks"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
-import threading
 
 import pytest
 from hypothesis import given
@@ -15,6 +14,7 @@ from standardwebhooks import Webhook
 
 from palyra.channels.adapters import standard_webhooks as sw
 from palyra.core.errors import PalyraError
+from tests.channels._gil import runs_of_a_woken_thread
 
 _SECRETS = ["whsec_" + base64.b64encode(bytes([i]) * 24).decode() for i in range(1, 4)]
 
@@ -73,27 +73,11 @@ def test_the_v1_check_keeps_the_gil() -> None:
     body = b'{"type":"message.created","data":{"text":"' + b"x" * 600 + b'"}}'
     headers = {"webhook-id": "msg_1", "webhook-timestamp": str(stamp),
                "webhook-signature": sw.sign(secret, "msg_1", stamp, body)}
-    woken, stop = threading.Event(), threading.Event()
-    ran = 0
 
-    def writer() -> None:
-        nonlocal ran
-        while not stop.is_set():
-            if woken.wait(1.0):
-                woken.clear()
-                ran += 1
+    def one() -> None:
+        assert sw.verify([secret], headers, body, now_s=stamp) == "msg_1"
 
-    thread = threading.Thread(target=writer, daemon=True)
-    thread.start()
     checks = 3000
-    try:
-        for _ in range(checks):
-            woken.set()
-            assert sw.verify([secret], headers, body, now_s=stamp) == "msg_1"
-    finally:
-        stop.set()
-        woken.set()
-        thread.join()
-
+    ran = runs_of_a_woken_thread(one, checks)
     # hmac.digest: the thread ran during ~10 % of them; holding the GIL, ~0.
     assert ran < checks // 100, f"the woken thread ran during {ran} of {checks} checks"
