@@ -208,6 +208,20 @@ async def test_a_timeout_given_with_one_request_bounds_that_request() -> None:
         server.close()
 
 
+async def test_an_answered_request_leaves_no_deadline_behind() -> None:
+    """The read deadline ends with its answer: a connection kept alive past it is not
+    failed by a timer left running, and is used again."""
+    async with scripted_server(_echo) as (url, connections):
+        client = platform_client(0.1)
+        try:
+            assert (await client.post(url + "/x", json={})).json()["ok"] is True
+            await asyncio.sleep(0.3)  # past the first request's read deadline
+            assert (await client.post(url + "/x", json={})).json()["ok"] is True
+            assert len(connections) == 1
+        finally:
+            await client.aclose()
+
+
 async def test_the_parsed_urls_kept_are_bounded() -> None:
     async with scripted_server(_echo) as (url, _):
         client = platform_client(5.0)

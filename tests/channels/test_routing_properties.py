@@ -15,6 +15,7 @@ from palyra.channels.routing import (
     decide,
     mentioned,
     normalize,
+    pairing_matters,
     prompt_text,
     session_key,
 )
@@ -83,6 +84,16 @@ def test_answered_only_when_the_rules_allow(env: Envelope, policy: ChannelPolicy
         if policy.allow_from and not (env.is_direct_message and paired):
             assert env.sender in policy.allow_from
             assert env.sender_verified or not policy.strict_allow
+
+
+@given(envelopes, policies)
+def test_a_pairing_grant_is_looked_up_only_where_it_can_change_the_decision(
+        env: Envelope, policy: ChannelPolicy) -> None:
+    """The router skips the grant look-up (an LMDB scan) when ``pairing_matters`` is False:
+    then the decision is the same for a paired sender as for any other."""
+    env = normalize(env)
+    if not pairing_matters(env, policy):
+        assert decide(env, policy, paired=True) == decide(env, policy, paired=False)
 
 
 @pytest.mark.parametrize(("text", "patterns", "expected"), [

@@ -7,6 +7,7 @@ an entry must go when its last holder or waiter leaves, on every path out.
 from __future__ import annotations
 
 import asyncio
+import random
 
 import pytest
 
@@ -122,3 +123,66 @@ async def test_hold_all_takes_in_order_and_a_cancelled_wait_gives_back_what_it_t
     async with locks.hold_all(["a", "b"]):
         assert len(locks) == 2
     assert len(locks) == 0
+
+
+async def test_an_uncontended_hold_makes_no_lock_and_a_contended_one_keeps_the_order(
+        ) -> None:
+    """A name held by one holder at a time is a count, with no asyncio lock behind it;
+    the first hold that must wait makes one, taken for the holders already in, and the
+    waiters then get the name in the order they came."""
+    locks, release, order = KeyedLocks(), asyncio.Event(), []
+    async with locks.hold("s"):
+        assert locks._gates["s"].gate is None
+
+    async def holder() -> None:
+        async with locks.hold("s"):
+            await release.wait()
+            order.append("first")
+
+    async def waiter(tag: str) -> None:
+        async with locks.hold("s"):
+            order.append(tag)
+            await asyncio.sleep(0)
+
+    first = asyncio.create_task(holder())
+    await asyncio.sleep(0)
+    assert locks._gates["s"].gate is None  # held as a count
+    waiters = [asyncio.create_task(waiter(f"w{i}")) for i in range(4)]
+    await asyncio.sleep(0.01)
+    assert isinstance(locks._gates["s"].gate, asyncio.Lock) and order == []
+    release.set()
+    await asyncio.gather(first, *waiters)
+    assert order == ["first", "w0", "w1", "w2", "w3"]
+    assert len(locks) == 0
+
+
+@pytest.mark.parametrize("slots", [1, 2, 3])
+async def test_slots_hold_under_churn_with_cancelled_and_timed_out_waiters(slots: int) -> None:
+    """Holders come and go, some waits are cancelled and some time out: never more than
+    ``slots`` inside, every entry gone at the end, and the name still works."""
+    locks, inside, most = KeyedLocks(), 0, 0
+    rng = random.Random(slots)
+
+    async def hold(i: int) -> None:
+        nonlocal inside, most
+        try:
+            async with locks.hold("n", slots=slots, wait_s=0.005 if i % 5 == 0 else None):
+                inside += 1
+                most = max(most, inside)
+                try:
+                    await asyncio.sleep(rng.random() * 0.003)
+                finally:
+                    inside -= 1
+        except SlotWaitTimeout:
+            pass
+
+    for _round in range(5):
+        tasks = [asyncio.create_task(hold(i)) for i in range(40)]
+        await asyncio.sleep(0.001)
+        for task in tasks[::7]:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        assert inside == 0 and len(locks) == 0
+    assert most == slots
+    async with locks.hold("n", slots=slots):
+        assert locks._gates["n"].gate is None

@@ -48,6 +48,16 @@ async def test_golden_tape_basic_echo(harness: Harness) -> None:
     harness.check_tape(run.run_id)
 
 
+async def test_the_accept_event_is_named_after_the_run(harness: Harness) -> None:
+    """The run's first tape event (its accept) takes the run's id as its event id, so
+    the journal takes a run id once; every later event gets a fresh id."""
+    app = await harness.start()
+    run = await run_to_end(app, "hello ids")
+    tape = harness.tape(run.run_id)
+    assert tape[0].event_id == run.run_id
+    assert len(tape) >= 3 and len({e.event_id for e in tape}) == len(tape)
+
+
 async def test_a_streamed_answer_keeps_every_token(harness: Harness) -> None:
     # Past one token group (16 words) the text is streamed: each group is taped, the
     # last one final, and together they are the answer that message_replied repeats.

@@ -5,6 +5,7 @@ append fails the worker commits the success itself, once."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 from palyra.journal import EventDraft, JournalStore
@@ -97,3 +98,15 @@ async def test_only_the_kinds_a_worker_stages_are_offered_a_staged_success(
     finally:
         await worker.close()
     assert offered == {"plain": False, "stages": True}
+
+
+def test_a_follow_up_claimed_for_a_worker_keeps_every_other_field() -> None:
+    """``FollowUp.claimed_for`` is ``dataclasses.replace`` of the claim's two fields: a
+    field added to ``FollowUp`` and not carried over fails here."""
+    follow = FollowUp("after", idempotency_key="after:1", payload={"a": 1}, max_attempts=7,
+                      new_key=True)
+    assert follow.claimed_for("worker-1", 1234) == dataclasses.replace(
+        follow, claim_for="worker-1", lease_ms=1234)
+    for field in dataclasses.fields(FollowUp):
+        assert getattr(follow.claimed_for("w", 5), field.name) == getattr(
+            dataclasses.replace(follow, claim_for="w", lease_ms=5), field.name)

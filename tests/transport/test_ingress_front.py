@@ -22,6 +22,7 @@ from palyra.core.errors import ErrorCode, PalyraError
 from palyra.daemon.listen import bind_listener, bound_port
 from palyra.transport.auth import Authenticator
 from palyra.transport.http import HttpGateway, create_http_app
+from palyra.transport.http._asgi import BODY_DEADLINE, body_within_deadline
 
 LIMIT = 1000
 
@@ -137,3 +138,47 @@ async def test_whitespace_around_a_header_value_is_not_part_of_it(
     assert answer.startswith(b"HTTP/1.1 200")
     [(_name, headers, _body)] = platform.calls
     assert headers["x-signature"] == "abc"
+
+
+def _late_body(delay_s: float) -> Any:
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(delay_s)
+        return {"type": "http.request", "body": b"late", "more_body": False}
+    return receive
+
+
+async def test_the_servers_body_deadline_serves_instead_of_the_apps() -> None:
+    """A server that bounds the body in time itself (palyra's protocol, which says so in
+    the scope) is the body's one deadline; the app arms its own only otherwise, or when
+    the server's is later."""
+    config = HttpConfig(body_timeout_s=0.05)
+    with pytest.raises(PalyraError) as refused:
+        await body_within_deadline(_late_body(0.2), {}, config)
+    assert refused.value.code is ErrorCode.REQUEST_TIMEOUT
+    bounded = {"extensions": {BODY_DEADLINE: {"timeout_s": 0.05}}}
+    assert await body_within_deadline(_late_body(0.2), {}, config, bounded) == b"late"
+    later = {"extensions": {BODY_DEADLINE: {"timeout_s": 10.0}}}
+    with pytest.raises(PalyraError):
+        await body_within_deadline(_late_body(0.2), {}, config, later)
+    with pytest.raises(PalyraError):
+        await body_within_deadline(_late_body(0.2), {}, config, {"extensions": {}})
+
+
+async def test_palyras_server_tells_the_app_it_bounds_the_body() -> None:
+    seen: list[Any] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(scope.get("extensions"))
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    sock = bind_listener("127.0.0.1", 0)
+    http = HttpGateway(app, limits=HttpConfig(body_timeout_s=7.0))
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(http.serve(sock))
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{bound_port(sock)}") as client:
+            for _ in range(2):  # each request of a kept-alive connection
+                assert (await client.post("/x", content=b"body")).status_code == 204
+        http.close()
+    sock.close()
+    assert seen == [{BODY_DEADLINE: {"timeout_s": 7.0}}] * 2

@@ -25,7 +25,14 @@ from palyra.channels.outbox import OutboundReply, queue_send
 from palyra.channels.pairing import PairingBook
 from palyra.channels.recent import Recent
 from palyra.channels.records import DedupeRec, InboundRec, QuarantineRec
-from palyra.channels.routing import Envelope, Refused, coalesce_key, decide, normalize
+from palyra.channels.routing import (
+    Envelope,
+    Refused,
+    coalesce_key,
+    decide,
+    normalize,
+    pairing_matters,
+)
 from palyra.channels.seen import SeenKeys
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.core.ids import new_ulid
@@ -203,7 +210,7 @@ class Admitter:
                               "adapter message id)", code=ErrorCode.ALREADY_EXISTS,
                               details={"envelope_id": env.envelope_id})
         policy = self._config.policy_for(env.channel)
-        paired = env.is_direct_message and self._pairing.paired(env.channel, env.sender)
+        paired = pairing_matters(env, policy) and self._pairing.paired(env.channel, env.sender)
         decision = decide(env, policy, paired=paired)
         if decision.action == "pair" and not self._pairing.guesses.admit(env.channel, env.sender,
                                                                          now):

@@ -117,6 +117,16 @@ def coalesce_key(env: Envelope) -> str:
     return f"{env.channel}\x1f{env.conversation_id}\x1f{env.thread_id}\x1f{env.sender}"
 
 
+def pairing_matters(env: Envelope, policy: ChannelPolicy) -> bool:
+    """Whether :func:`decide` can answer differently for a paired sender.
+
+    Only a direct message under ``dm_policy = "pairing"`` or an ``allow_from`` list reads
+    ``paired``; the caller skips the grant look-up (a scan of the channels table, an LMDB
+    read on the loop's thread) for every other message.
+    """
+    return env.is_direct_message and (policy.dm_policy == "pairing" or bool(policy.allow_from))
+
+
 def decide(env: Envelope, policy: ChannelPolicy, *, paired: bool = False) -> Decision:
     """The router's decision for a normalized envelope.
 

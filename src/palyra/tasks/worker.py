@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping
 from dataclasses import dataclass
@@ -147,7 +146,7 @@ class TaskWorker:
         taker = self._hand_to.get(follow.kind)
         if taker is None or not taker.can_adopt():
             return follow
-        return dataclasses.replace(follow, claim_for=taker.owner, lease_ms=taker._lease_ms)
+        return follow.claimed_for(taker.owner, taker._lease_ms)
 
     async def _run_adopted(self, task: TaskRecord) -> None:
         try:

@@ -136,6 +136,10 @@ class _Exchange(asyncio.Protocol):
             self.transport.close()
         self.closed = True
 
+    def _time_out(self, waiter: asyncio.Future[None]) -> None:
+        if self._waiter is waiter and not waiter.done():
+            self._fail(httpx.ReadTimeout("timed out waiting for the response"))
+
     def reusable(self) -> bool:
         return not self.closed and self.transport is not None and not self.transport.is_closing()
 
@@ -146,14 +150,19 @@ class _Exchange(asyncio.Protocol):
         assert self.transport is not None
         self._reset()
         self._parser = httptools.HttpResponseParser(self)
-        self._waiter = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self._waiter = waiter = loop.create_future()
         self.transport.write(data)
+        # The read deadline is one timer that fails this exchange, not an asyncio.timeout
+        # around the wait: that cancels the task to end it, at a dozen Python calls a reply
+        # (the context manager, the task look-ups, its rescheduling) where this takes two.
+        timer = (loop.call_later(read_timeout, self._time_out, waiter)
+                 if read_timeout is not None else None)
         try:
-            async with asyncio.timeout(read_timeout):
-                await self._waiter
-        except TimeoutError:
-            self._fail(httpx.ReadTimeout("timed out waiting for the response"))
+            await waiter
         finally:
+            if timer is not None:
+                timer.cancel()
             self._waiter = None
         if self.error is not None:
             raise self.error

@@ -166,8 +166,10 @@ def envelope(channel: str, update: Update, *, me: int, username: str) -> Envelop
     msg = update.message
     if msg is None or msg.from_ is None or msg.from_.is_bot:
         return None
-    has_media = bool(msg.photo) or any(
-        m is not None for m in (msg.document, msg.video, msg.voice, msg.audio, msg.sticker))
+    # Plain tests, not a generator over a tuple: this runs for every update.
+    has_media = bool(msg.photo) or not (
+        msg.document is None and msg.video is None and msg.voice is None
+        and msg.audio is None and msg.sticker is None)
     if not (msg.text or msg.caption or has_media):
         return None
     private = msg.chat.type == "private"
@@ -179,8 +181,7 @@ def envelope(channel: str, update: Update, *, me: int, username: str) -> Envelop
         envelope_id="", channel=channel, conversation_id=str(msg.chat.id),
         thread_id=str(msg.message_thread_id) if msg.is_topic_message else "",
         sender=str(sender.id),
-        sender_display=sender.username or " ".join(
-            p for p in (sender.first_name, sender.last_name) if p),
+        sender_display=sender.username or _full_name(sender.first_name, sender.last_name),
         sender_verified=True, text=text, is_direct_message=private,
         adapter_message_id=str(msg.message_id), mentions_agent=mentioned and not private,
         quoted_text=(quoted.text or quoted.caption) if quoted is not None and quoted_from
@@ -188,6 +189,10 @@ def envelope(channel: str, update: Update, *, me: int, username: str) -> Envelop
         quoted_sender=str(quoted_from.id) if quoted_from is not None
         and quoted_from.id != me else "",
         has_media=has_media)
+
+
+def _full_name(first: str, last: str) -> str:
+    return f"{first} {last}" if first and last else first or last
 
 
 class BotApi:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any, Protocol
 
 import betterproto2
@@ -283,13 +282,13 @@ class Batch:
         writes: Sequence[EntityWrite] = (*self.entity_writes, run_write)
         drafts = list(self.pre_events)
         members = self.members
-        for member in members[:-1]:
-            drafts.append(tape_draft(record, member))
-        if members:  # the rows ride on the last event, built with them (no copy)
-            drafts.append(tape_draft(record, members[-1], writes))
-            if self.first_event_id:
-                first = len(drafts) - len(members)
-                drafts[first] = replace(drafts[first], event_id=self.first_event_id)
+        if members:
+            # The rows ride on the last event and the given id (a run's first event is
+            # named after the run) on the first, each built with them: no copy.
+            last, event_id = len(members) - 1, self.first_event_id
+            for i, member in enumerate(members):
+                drafts.append(tape_draft(record, member, writes if i == last else (), event_id))
+                event_id = ""
         elif drafts:
             drafts[-1] = drafts[-1].with_writes(*writes)
         else:
@@ -300,14 +299,16 @@ class Batch:
 
 
 def tape_draft(record: RunRecord, member: betterproto2.Message,
-               writes: Sequence[EntityWrite] = ()) -> EventDraft:
-    """An ``EventDraft`` that puts ``member`` on ``record``'s tape (with ``writes``)."""
+               writes: Sequence[EntityWrite] = (), event_id: str = "") -> EventDraft:
+    """An ``EventDraft`` that puts ``member`` on ``record``'s tape (with ``writes``, and
+    ``event_id`` if given; else the journal assigns one)."""
     ident = record.identity
     kind, encode = DRAFTING[member.__class__]  # kind_of and payload_of, one lookup
     return EventDraft(kind=kind, actor=ENGINE_ACTOR, session_id=record.session_id,
                       run_id=record.run_id, tape=True, payload=encode(member),
                       principal=ident.principal, device_id=ident.device_id,
-                      channel=ident.channel, entity_writes=writes, origin=member)
+                      channel=ident.channel, event_id=event_id, entity_writes=writes,
+                      origin=member)
 
 
 class Staged:

@@ -11,12 +11,30 @@ class SlotWaitTimeout(TimeoutError):
 
 
 class _Gate:
-    __slots__ = ("gate", "users")
+    """A name's slots. Until a hold finds every slot taken they are a count (``free``),
+    with no lock: nearly every hold (a session's, a delivery's dedupe key's) is its
+    name's only one, and an ``asyncio.Lock`` made, acquired, released and dropped cost
+    four Python calls more a hold. The first hold that must wait makes the lock (or
+    semaphore), taken for the slots already held; from then on every hold of the entry
+    goes through it, first come first served."""
+
+    __slots__ = ("free", "gate", "slots", "users")
 
     def __init__(self, slots: int) -> None:
-        # A lone slot is a plain Lock (the session writer's case, on the hot path).
-        self.gate = asyncio.Lock() if slots == 1 else asyncio.Semaphore(slots)
+        self.slots = slots  # as the entry's first holder or waiter asked
+        self.free = slots  # slots not held, while there is no gate
+        self.gate: asyncio.Lock | asyncio.Semaphore | None = None
         self.users = 0  # holders and waiters: the entry goes when the last one leaves
+
+    async def contended(self) -> asyncio.Lock | asyncio.Semaphore:
+        """The gate, made now that every slot is held, as held by their holders."""
+        if self.slots == 1:  # a lone slot is a plain Lock (the session writer's case)
+            lock = asyncio.Lock()
+            await lock.acquire()  # free and new: taken at once, without waiting
+            self.gate = lock
+        else:
+            self.gate = asyncio.Semaphore(0)  # each holder's release gives its slot back
+        return self.gate
 
 
 class KeyedLocks:
@@ -73,6 +91,12 @@ class _Hold:
         entry.users += 1
         try:
             gate = entry.gate
+            if gate is None:
+                if entry.free:  # nobody waits for this name: the slot is a count
+                    entry.free -= 1
+                    self._entry = entry
+                    return
+                gate = await entry.contended()
             # A semaphore that is not ``locked()`` is taken without waiting (its
             # ``acquire`` checks the same), so no timer is armed and cancelled. (A Lock's
             # ``locked()`` is False while a woken waiter has yet to take it: not used.)
@@ -94,7 +118,10 @@ class _Hold:
         entry = self._entry
         assert entry is not None  # entered
         self._entry = None
-        entry.gate.release()
+        if entry.gate is None:
+            entry.free += 1
+        else:  # a slot held as a count before the gate was made is given back through it
+            entry.gate.release()
         self._leave(entry)
 
     def _leave(self, entry: _Gate) -> None:

@@ -20,6 +20,7 @@ from palyra.core.errors import ErrorCode, PalyraError
 from palyra.transport.errors import WireError
 
 _json = msgspec.json.Encoder()
+_NONE: Mapping[str, Any] = {}
 
 
 class Disconnected(Exception):
@@ -85,9 +86,25 @@ async def read_body(receive: Receive, declared: str | None, limit: int) -> bytes
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+BODY_DEADLINE = "palyra.body_deadline"
+"""The scope extension of a server that bounds a request body in time itself (408 and
+close, ``_limits.py``): its value's ``timeout_s`` is that bound."""
+
+
 async def body_within_deadline(receive: Receive, headers: Mapping[str, str],
-                               config: HttpConfig) -> bytes:
-    """The request body, capped in size, or ``REQUEST_TIMEOUT`` past the body deadline."""
+                               config: HttpConfig, scope: Mapping[str, Any] | None = None
+                               ) -> bytes:
+    """The request body, capped in size, or ``REQUEST_TIMEOUT`` past the body deadline.
+
+    Where the server already holds the body to a deadline no later than
+    ``config.body_timeout_s`` (the :data:`BODY_DEADLINE` extension in ``scope``), that one
+    deadline serves: no timer is armed and cancelled here for every request.
+    """
+    if scope is not None:
+        bound = (scope.get("extensions") or _NONE).get(BODY_DEADLINE)
+        if bound is not None and bound["timeout_s"] <= config.body_timeout_s:
+            return await read_body(receive, headers.get("content-length"),
+                                   config.max_request_bytes)
     try:
         async with asyncio.timeout(config.body_timeout_s):
             return await read_body(receive, headers.get("content-length"),

@@ -49,7 +49,7 @@ async def serve_ingress(scope: Scope, receive: Receive, send: Send, handle: Ingr
     """Answer one platform delivery to the ingress called ``name``."""
     try:
         headers = request_headers(scope, config.max_headers)
-        body = await body_within_deadline(receive, headers, config)
+        body = await body_within_deadline(receive, headers, config, scope)
         reply = Answer(200, b"application/json", _json.encode(await handle(name, headers, body)))
     except Disconnected:
         return

@@ -37,6 +37,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.transport.errors import to_wire
+from palyra.transport.http._asgi import BODY_DEADLINE
 
 _json = msgspec.json.Encoder()
 
@@ -195,6 +196,8 @@ def bounded_protocol(header_timeout_s: float, max_header_bytes: int,
         # -- parser callbacks --------------------------------------------------------
         def on_message_begin(self) -> None:
             super().on_message_begin()
+            # The app's fronts read the body under this protocol's deadline alone.
+            self.scope["extensions"] = {BODY_DEADLINE: {"timeout_s": body_timeout_s}}
             self._in_head, self._in_body = True, False
             self._head_size, self._host = 0, False
 

@@ -102,7 +102,7 @@ class SpecFront(Generic[CtxT]):
             if caller is not None:
                 request_id = caller.request_id
             bind_request(request_id, caller, headers)
-            body = await body_within_deadline(receive, headers, self._config)
+            body = await body_within_deadline(receive, headers, self._config, scope)
             query = parse_qsl(fields.get("query_string", b"").decode("latin-1"),
                               keep_blank_values=True, separator="&")
             message = decode_request(compiled, path_params, query, body, headers)
