@@ -32,7 +32,7 @@ from typing import Any, cast
 
 from grpclib.protocol import H2Protocol
 
-from palyra.transport.grpc._hpack import remember_headers
+from palyra.transport.grpc._hpack import remember_encoding, remember_headers
 from palyra.transport.grpc._inbound import data_events
 
 FLUSH_AT = 64 * 1024
@@ -153,7 +153,7 @@ class CorkedTransport(asyncio.Transport):
 class CorkedH2Protocol(H2Protocol):
     """grpclib's HTTP/2 protocol (listener or client) writing through a :class:`CorkedTransport`,
     taking plain DATA frames without h2's frame parser (:func:`data_events`) and answering
-    header blocks it has decoded before from memory (``_hpack``)."""
+    header blocks it has decoded or encoded before from memory (``_hpack``)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Wrap ``transport`` (grpclib sets TCP_NODELAY through it) and start HTTP/2."""
@@ -163,6 +163,7 @@ class CorkedH2Protocol(H2Protocol):
         super().connection_made(CorkedTransport(real, asyncio.get_running_loop()))
         h2 = self.connection._connection  # nothing received yet: the table is still empty
         h2.decoder = remember_headers(h2.decoder)
+        h2.encoder = remember_encoding(h2.encoder)  # nothing sent yet either
 
     def data_received(self, data: bytes) -> None:
         """Hand grpclib the events h2 would make of ``data``: read here when it is plain DATA
