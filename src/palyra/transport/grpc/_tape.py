@@ -64,19 +64,10 @@ _DATA_NO_FLAGS = b"\x00\x00"  # frame type DATA (0), no flags
 _NO_LISTENER = grpclib.events._ident
 
 
-async def send_encoded(stream: grpclib.server.Stream[Any, Any], data: bytes,
-                       max_bytes: int) -> None:
-    """Send one already-encoded response (``data``: its protobuf bytes) on ``stream`` (see
-    the module doc); one above ``max_bytes`` goes the generic way, which refuses it."""
-    if len(data) > max_bytes:
-        await _send_generically(stream, data)  # the codec's cap: RESOURCE_EXHAUSTED
-        return
-    await _send_frame(stream, data)
-
-
-async def _send_frame(stream: grpclib.server.Stream[Any, Any], data: bytes) -> None:
-    """``data`` (within the message cap) as one DATA frame written here, or the generic way
-    where h2 would not send it as that one frame (or the transport is paused)."""
+async def send_encoded(stream: grpclib.server.Stream[Any, Any], data: bytes) -> None:
+    """Send one already-encoded response (``data``: its protobuf bytes, within the message
+    cap) on ``stream`` as one DATA frame written here, or the generic way where h2 would
+    not send it as that one frame (or the transport is paused); see the module doc."""
     if not stream._send_initial_metadata_done:
         await stream.send_initial_metadata()  # as the generic path does before its first
     h2_stream = stream._stream  # grpclib.protocol.Stream: the HTTP/2 stream
@@ -116,7 +107,7 @@ class DirectSendStream(grpclib.server.Stream[Any, Any]):
                 or self._dispatch.send_message is not _NO_LISTENER):
             await super().send_message(message)  # a second unary answer raises there
             return
-        await _send_frame(self, self._codec.encode(message, self._send_type))
+        await send_encoded(self, self._codec.encode(message, self._send_type))
 
 
 def send_messages_directly(stream: grpclib.server.Stream[Any, Any]) -> None:
@@ -187,7 +178,11 @@ class TapeGatewayServer(GatewayServiceServer[Any]):
                 await stream.send_message(response)
                 continue
             tape = response.tape
-            await send_encoded(stream, tape.wire(), max_bytes)
+            data = tape.wire()
+            if len(data) > max_bytes:
+                await _send_generically(stream, data)  # the codec's cap: RESOURCE_EXHAUSTED
+            else:
+                await send_encoded(stream, data)
             if tape.ends_call:
                 # The run ended and did not fail: the call's OK status goes now, with
                 # the last message, not after the run loop and grpclib have wound down
