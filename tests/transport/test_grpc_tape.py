@@ -15,10 +15,13 @@ import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import grpclib.events
+import grpclib.server
 import pytest
 from grpclib.client import Channel
 from grpclib.config import Configuration
 from grpclib.const import Status
+from grpclib.events import SendMessage, listen
 from grpclib.exceptions import GRPCError
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -31,7 +34,8 @@ from palyra.config import GrpcConfig
 from palyra.journal import StoredEvent
 from palyra.testing.apps import scripted_app
 from palyra.transport.auth import Caller
-from palyra.transport.grpc import GrpcGateway
+from palyra.transport.grpc import GrpcGateway, _tape
+from palyra.transport.grpc._codec import Encoded
 
 USER = CallContext.for_principal("user:tape", "01J00000000000000000000000")
 TEXT = ("Start from 0 and add 1 to the running total 3 times, one `add` tool call per step, "
@@ -291,3 +295,88 @@ async def test_a_failed_run_ends_its_call_with_the_error_a_done_one_with_ok(
     finally:
         channel.close()
         await asyncio.wait_for(gateway.close(), 10)
+
+
+class _GenericSends:
+    """Counts the calls of grpclib's generic ``Stream.send_message`` (it still runs)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls = 0
+        generic = grpclib.server.Stream.send_message
+
+        async def counted(stream: grpclib.server.Stream[object, object], message: object) -> None:
+            self.calls += 1
+            await generic(stream, message)
+
+        monkeypatch.setattr(grpclib.server.Stream, "send_message", counted)
+
+
+async def _unary_and_stream(port: int) -> list[pb.TapeEvent]:
+    channel = Channel("127.0.0.1", port)
+    try:
+        stub = pb.GatewayServiceStub(channel)
+        resolved = await stub.resolve_session(pb.ResolveSessionRequest(session_key="direct"))
+        assert resolved.session is not None and resolved.session.session_id
+        events: list[pb.TapeEvent] = []
+        async for response in stub.run_stream([pb.RunStreamRequest(
+                v=1, session_id=resolved.session.session_id, batch=True,
+                input=pb.MessageInput(text=TEXT), complete=True)]):
+            events += response.events
+        got = await stub.get_run(pb.GetRunRequest(run_id=events[0].run_id))
+        assert got.run is not None and got.run.state == pb.RunState.DONE
+        assert {e.session_id for e in events} == {resolved.session.session_id}
+        assert [e.tape_seq for e in events] == list(range(len(events)))
+        return events
+    finally:
+        channel.close()
+
+
+async def test_unary_answers_go_as_frames_written_directly(
+        app: PalyraApp, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every RPC's answers, not only RunStream's tape, are written as DATA frames by the
+    listener (``DirectSendStream``): grpclib's generic send is not called once in a turn
+    of a unary call, a RunStream and another unary call, and the client reads each."""
+    generic = _GenericSends(monkeypatch)
+    gateway, port = await _listening(app)
+    try:
+        await _unary_and_stream(port)
+    finally:
+        await asyncio.wait_for(gateway.close(), 10)
+    assert generic.calls == 0
+
+
+async def test_a_send_message_listener_still_hears_every_answer(
+        app: PalyraApp, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a ``SendMessage`` listener on the server, unary answers go grpclib's whole way
+    and the listener is handed each of them (the direct path skips the event only when
+    nobody listens)."""
+    generic = _GenericSends(monkeypatch)
+    gateway, port = await _listening(app)
+    heard: list[object] = []
+
+    async def on_send(event: SendMessage) -> None:
+        heard.append(event.message)
+
+    listen(gateway._server, SendMessage, on_send)
+    try:
+        await _unary_and_stream(port)
+    finally:
+        await asyncio.wait_for(gateway.close(), 10)
+    assert [type(m) for m in heard if not isinstance(m, Encoded)] == [
+        pb.ResolveSessionResponse, pb.GetRunResponse]
+    assert generic.calls >= 2
+
+
+def test_grpclib_holds_its_no_op_for_an_event_nobody_listens_to() -> None:
+    """Twin of the check ``DirectSendStream`` makes (grpclib 0.4.9's dispatcher): a server's
+    dispatcher holds ``grpclib.events._ident`` for ``send_message`` until a listener is
+    added, then its dispatching method."""
+    dispatch = grpclib.events._DispatchServerEvents()
+    assert dispatch.send_message is grpclib.events._ident
+    assert _tape._NO_LISTENER is grpclib.events._ident
+
+    async def on_send(event: SendMessage) -> None:
+        pass
+
+    dispatch.add_listener(SendMessage, on_send)
+    assert dispatch.send_message is not grpclib.events._ident

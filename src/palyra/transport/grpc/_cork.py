@@ -32,7 +32,7 @@ from typing import Any, cast
 
 from grpclib.protocol import H2Protocol
 
-from palyra.transport.grpc._hpack import remember_headers
+from palyra.transport.grpc._hpack import remember_encoding, remember_headers
 from palyra.transport.grpc._inbound import data_events
 
 FLUSH_AT = 64 * 1024
@@ -61,7 +61,7 @@ class CorkedTransport(asyncio.Transport):
             self.flush()  # big writes meet the real transport's high-water mark now
         elif not self._scheduled:
             self._scheduled = True
-            self._loop.call_soon(self._scheduled_flush)
+            self._loop.call_soon(self.flush)
 
     def writelines(self, list_of_data: Any) -> None:
         """Queue each item, as :meth:`write`."""
@@ -69,7 +69,12 @@ class CorkedTransport(asyncio.Transport):
             self.write(data)
 
     def flush(self) -> None:
-        """Hand everything queued to the real transport now, as one write."""
+        """Hand everything queued to the real transport now, as one write.
+
+        Also the callback :meth:`write` schedules (no wrapper: one call fewer a send), so it
+        clears the mark; a flush made earlier by hand leaves that callback nothing to do.
+        """
+        self._scheduled = False
         pending = self._pending
         if not pending:
             return
@@ -78,10 +83,6 @@ class CorkedTransport(asyncio.Transport):
         self._pending_bytes = 0
         if not self._transport.is_closing():
             self._transport.write(data)
-
-    def _scheduled_flush(self) -> None:
-        self._scheduled = False
-        self.flush()
 
     def pending_bytes(self) -> int:
         """Bytes queued and not yet handed to the real transport."""
@@ -153,7 +154,7 @@ class CorkedTransport(asyncio.Transport):
 class CorkedH2Protocol(H2Protocol):
     """grpclib's HTTP/2 protocol (listener or client) writing through a :class:`CorkedTransport`,
     taking plain DATA frames without h2's frame parser (:func:`data_events`) and answering
-    header blocks it has decoded before from memory (``_hpack``)."""
+    header blocks it has decoded or encoded before from memory (``_hpack``)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Wrap ``transport`` (grpclib sets TCP_NODELAY through it) and start HTTP/2."""
@@ -163,6 +164,7 @@ class CorkedH2Protocol(H2Protocol):
         super().connection_made(CorkedTransport(real, asyncio.get_running_loop()))
         h2 = self.connection._connection  # nothing received yet: the table is still empty
         h2.decoder = remember_headers(h2.decoder)
+        h2.encoder = remember_encoding(h2.encoder)  # nothing sent yet either
 
     def data_received(self, data: bytes) -> None:
         """Hand grpclib the events h2 would make of ``data``: read here when it is plain DATA

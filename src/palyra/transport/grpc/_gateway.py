@@ -8,7 +8,8 @@ exception is translated once to ``GRPCError(status, message)``; the stable
 error code then rides in the ``x-palyra-error-code`` trailer, added by the
 ``SendTrailingMetadata`` listener. Each call's header blocks (initial metadata,
 trailers, a trailers-only error) are written without h2's ``send_headers``
-where it would only build the one frame (``_headers``).
+where it would only build the one frame (``_headers``), and each of its responses
+as one DATA frame without grpclib's generic send where it can be (``_tape``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from palyra.transport.context import current_caller
 from palyra.transport.errors import ERROR_CODE_HEADER, RETRYABLE_HEADER, WireError, to_wire
 from palyra.transport.grpc._headers import write_headers_directly
 from palyra.transport.grpc._health import HEALTH_PREFIX
+from palyra.transport.grpc._tape import send_messages_directly
 from palyra.transport.logctx import bind_request
 from palyra.transport.streams import OpenStreams, is_streaming_rpc
 
@@ -72,6 +74,7 @@ def _guarded(
     async def guarded(stream: Any) -> None:
         started = time.perf_counter()
         write_headers_directly(stream._stream)  # its metadata and trailers (see _headers)
+        send_messages_directly(stream)  # its responses, each one DATA frame (see _tape)
         request_id = headers.get(REQUEST_ID_HEADER, "")
         if streams is not None:
             streams.counts["grpc"] += 1

@@ -1,4 +1,5 @@
-"""RunStream over gRPC: the generated servicer, with each commit's tape sent as encoded bytes.
+"""RunStream over gRPC: the generated servicer, with each commit's tape sent as encoded bytes
+(and every RPC's answers as one DATA frame written here).
 
 The app answers RunStream with ``palyra.app.TapeResponse`` messages, which keep the
 stored batch they hold; the bytes sent are that batch's ``wire()`` (encoded from the
@@ -21,6 +22,11 @@ transport is paused by backpressure, a window or the peer's frame size is
 too small for the message or the message is above the cap, the message goes
 the generic way, which waits, chunks and raises as before.
 
+Every other RPC's answers take the same frame (:class:`DirectSendStream`, which
+the gateway makes of each call's stream): encoded by the call's codec, then
+written as above; so a unary answer (ResolveSession, SetToolPosture, GetRun...)
+skips grpclib's generic send as the tape does.
+
 A run that ended without failing ends its call at once: a response whose batch
 ``ends_call`` (its tape's DONE or CANCELLED status) is followed by the OK
 trailers, and when no other stream is open on the connection the cork is
@@ -38,6 +44,7 @@ from collections.abc import Callable
 from typing import Any
 
 import grpclib.const
+import grpclib.events
 import grpclib.server
 from h2.connection import ConnectionState, H2Connection
 from h2.stream import StreamState
@@ -52,25 +59,65 @@ RUN_STREAM = "/palyra.v1.GatewayService/RunStream"
 _OPEN_CONNECTION = (ConnectionState.SERVER_OPEN, ConnectionState.CLIENT_OPEN)
 _SENDING_STREAM = (StreamState.OPEN, StreamState.HALF_CLOSED_REMOTE)
 _DATA_NO_FLAGS = b"\x00\x00"  # frame type DATA (0), no flags
+# What grpclib's dispatcher holds for an event nobody listens to (grpclib 0.4.9, pinned;
+# tests/transport/test_grpc_tape.py holds it to grpclib's own).
+_NO_LISTENER = grpclib.events._ident
 
 
-async def send_encoded(stream: grpclib.server.Stream[Any, Any], message: Encoded,
-                       max_bytes: int) -> None:
-    """Send one already-encoded response on ``stream`` (see the module doc)."""
-    data = message.data
-    size = len(data)
+async def send_encoded(stream: grpclib.server.Stream[Any, Any], data: bytes) -> None:
+    """Send one already-encoded response (``data``: its protobuf bytes, within the message
+    cap) on ``stream`` as one DATA frame written here, or the generic way where h2 would
+    not send it as that one frame (or the transport is paused); see the module doc."""
     if not stream._send_initial_metadata_done:
         await stream.send_initial_metadata()  # as the generic path does before its first
     h2_stream = stream._stream  # grpclib.protocol.Stream: the HTTP/2 stream
     frame = None
-    if size <= max_bytes and h2_stream.connection.write_ready.is_set():
+    if h2_stream.connection.write_ready.is_set():
         frame = data_frame(h2_stream._h2_connection, h2_stream.id,
-                           b"\x00" + size.to_bytes(4, "big"), data)
+                           b"\x00" + len(data).to_bytes(4, "big"), data)
     if frame is None:
-        await stream.send_message(message)  # the generic path: waits, chunks, caps
+        await _send_generically(stream, data)  # waits, chunks
         return
     h2_stream._transport.write(frame)
     stream._send_message_done = True
+
+
+async def _send_generically(stream: grpclib.server.Stream[Any, Any], data: bytes) -> None:
+    # grpclib's own send_message (not an override of it), the bytes sent as they are.
+    await grpclib.server.Stream.send_message(stream, Encoded(data))
+
+
+class DirectSendStream(grpclib.server.Stream[Any, Any]):
+    """grpclib's server stream of one call, sending each response the way RunStream's tape
+    goes (:func:`send_encoded`): encoded by the call's codec, then one DATA frame written
+    here where h2 would send just that frame, grpclib's way otherwise.
+
+    Every RPC's responses go so (the unary answers of ResolveSession, SetToolPosture,
+    ..., RunStream's responses that are not a tape), not only the tape's: grpclib's
+    generic send costs ~80 Python calls a message where this costs ~20. grpclib's
+    ``SendMessage`` event is dispatched only when someone listens to it: the gateway
+    does not, and with a listener the message goes grpclib's whole way, event and all.
+    The ``messages_sent`` counters grpclib keeps for channelz are not kept here (nothing
+    reads them in the daemon), as RunStream's tape never kept them.
+    """
+
+    async def send_message(self, message: Any) -> None:
+        """grpclib's ``send_message``: the same frames, written here where they can be."""
+        if ((not self._cardinality.server_streaming and self._send_message_done)
+                or self._dispatch.send_message is not _NO_LISTENER):
+            await super().send_message(message)  # a second unary answer raises there
+            return
+        await send_encoded(self, self._codec.encode(message, self._send_type))
+
+
+def send_messages_directly(stream: grpclib.server.Stream[Any, Any]) -> None:
+    """Make ``stream`` (grpclib's server stream of one call) a :class:`DirectSendStream`.
+
+    Its class is changed to a subclass that adds no state, as ``_headers`` does for the
+    HTTP/2 stream (no bound function kept on it, no reference cycle).
+    """
+    if type(stream) is grpclib.server.Stream:
+        stream.__class__ = DirectSendStream
 
 
 def _flush_if_alone(h2_stream: Any) -> None:
@@ -131,7 +178,11 @@ class TapeGatewayServer(GatewayServiceServer[Any]):
                 await stream.send_message(response)
                 continue
             tape = response.tape
-            await send_encoded(stream, Encoded(tape.wire()), max_bytes)
+            data = tape.wire()
+            if len(data) > max_bytes:
+                await _send_generically(stream, data)  # the codec's cap: RESOURCE_EXHAUSTED
+            else:
+                await send_encoded(stream, data)
             if tape.ends_call:
                 # The run ended and did not fail: the call's OK status goes now, with
                 # the last message, not after the run loop and grpclib have wound down
