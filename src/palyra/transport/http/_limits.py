@@ -24,11 +24,15 @@ This subclass:
   connection is closed. uvicorn alone keeps such a connection open forever: each
   trickled byte re-arms its keep-alive timer, even after the app has answered (the
   watch goes on after an early answer, such as a 401 or 413, until the body is in).
+
+It also tells a response that the connection is gone without a task to watch for it
+(:data:`ON_DISCONNECT`).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import httptools
@@ -37,6 +41,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.transport.errors import to_wire
+from palyra.transport.http._asgi import ON_DISCONNECT
 
 _json = msgspec.json.Encoder()
 
@@ -150,10 +155,25 @@ def bounded_protocol(header_timeout_s: float, max_header_bytes: int,
         _body_timer: asyncio.TimerHandle | None = None
         _body_started = 0.0
         _body_bytes = 0
+        _lost = False
+        _on_lost: dict[int, Callable[[], None]] | None = None  # the watches (ON_DISCONNECT)
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self._arm()
+
+        def _watch_lost(self, callback: Callable[[], None]) -> Callable[[], None]:
+            if self._lost:
+                handle = self.loop.call_soon(callback)
+                return handle.cancel
+            if self._on_lost is None:
+                self._on_lost = {}
+            watches, key = self._on_lost, id(callback)
+            watches[key] = callback
+
+            def unwatch() -> None:
+                watches.pop(key, None)
+            return unwatch
 
         def data_received(self, data: bytes) -> None:
             head_at_start = self._in_head
@@ -219,6 +239,8 @@ def bounded_protocol(header_timeout_s: float, max_header_bytes: int,
             self._in_head, self._in_body = False, True
             self._head_bytes = 0
             super().on_headers_complete()
+            extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
+            extensions[ON_DISCONNECT] = self._watch_lost
             cycle = self.cycle
             if cycle is not None and cycle.transport is self.transport:
                 cycle.transport = HeadWithBody(self.transport, self.loop, cycle)
@@ -238,6 +260,10 @@ def bounded_protocol(header_timeout_s: float, max_header_bytes: int,
             self._disarm()
             self._stop_body_watch()
             super().connection_lost(exc)
+            self._lost = True
+            watches, self._on_lost = self._on_lost, None
+            for callback in (watches or {}).values():
+                callback()
 
         def on_response_complete(self) -> None:
             pipelined = bool(self.pipeline)  # the app's next request is already in
