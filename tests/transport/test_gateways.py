@@ -272,3 +272,32 @@ async def test_http_sse_keepalive_and_disconnect_release_the_follow(
     # The client went away: the server stops following within a moment.
     async with asyncio.timeout(5):
         await app.live_closed.wait()
+
+
+def _awaiting(task: asyncio.Task[Any]) -> list[str]:
+    """The qualified names of the coroutines a task's await chain runs through."""
+    names, coro = [], task.get_coro()
+    while coro is not None and hasattr(coro, "cr_code"):
+        names.append(coro.cr_code.co_qualname)
+        coro = coro.cr_await
+    return names
+
+
+async def test_an_sse_stream_resumes_without_the_front_in_its_chain(
+    servers: tuple[StandIn, int, int],
+) -> None:
+    """The front hands the request's task the answering part's awaitable: a stream's
+    every wake-up goes from uvicorn's ``run_asgi`` to the spec front, not through a
+    coroutine of the front's own."""
+    app, _, http_port = servers
+    async with (asyncio.timeout(5),
+                httpx.AsyncClient(base_url=f"http://127.0.0.1:{http_port}",
+                                  headers=HEADERS) as client,
+                client.stream("GET", "/v1/runs/live/events") as response):
+        assert "event: status" in await anext(response.aiter_text())
+        (chain,) = [chain for chain in map(_awaiting, asyncio.all_tasks())
+                    if chain[:1] == ["RequestResponseCycle.run_asgi"]]
+        assert chain[:3] == ["RequestResponseCycle.run_asgi", "SpecFront.serve",
+                             "SseResponse.__call__"], chain
+    async with asyncio.timeout(5):
+        await app.live_closed.wait()

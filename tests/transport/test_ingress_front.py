@@ -181,4 +181,4 @@ async def test_palyras_server_tells_the_app_it_bounds_the_body() -> None:
                 assert (await client.post("/x", content=b"body")).status_code == 204
         http.close()
     sock.close()
-    assert seen == [{BODY_DEADLINE: {"timeout_s": 7.0}}] * 2
+    assert [extensions[BODY_DEADLINE] for extensions in seen] == [{"timeout_s": 7.0}] * 2

@@ -22,6 +22,17 @@ from palyra.transport.errors import WireError
 _json = msgspec.json.Encoder()
 _NONE: Mapping[str, Any] = {}
 
+ON_DISCONNECT = "palyra.on_disconnect"
+"""The scope's extension (``scope["extensions"][ON_DISCONNECT]``) that calls a function when
+the connection is lost: ``watch(callback)`` returns the function that stops the watch.
+
+A response that streams for as long as its client stays (SSE) must stop when it leaves.
+The ASGI way is a task blocked in ``receive()`` for ``http.disconnect``: one more task,
+its start, its wake-up and its cancellation on every RunStream turn over HTTP, for an
+event that almost never comes. The protocol that sees the connection go calls back
+instead. A callback watched after the connection is gone is called soon, as a waiting
+``receive()`` would have returned at once."""
+
 
 class Disconnected(Exception):
     """The client went away before its body was in: there is no one to answer."""

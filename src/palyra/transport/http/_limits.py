@@ -24,11 +24,15 @@ This subclass:
   connection is closed. uvicorn alone keeps such a connection open forever: each
   trickled byte re-arms its keep-alive timer, even after the app has answered (the
   watch goes on after an early answer, such as a 401 or 413, until the body is in).
+
+It also tells a response that the connection is gone without a task to watch for it
+(:data:`ON_DISCONNECT`).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import httptools
@@ -37,7 +41,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.transport.errors import to_wire
-from palyra.transport.http._asgi import BODY_DEADLINE
+from palyra.transport.http._asgi import BODY_DEADLINE, ON_DISCONNECT
 
 _json = msgspec.json.Encoder()
 
@@ -151,10 +155,25 @@ def bounded_protocol(header_timeout_s: float, max_header_bytes: int,
         _body_timer: asyncio.TimerHandle | None = None
         _body_started = 0.0
         _body_bytes = 0
+        _lost = False
+        _on_lost: dict[int, Callable[[], None]] | None = None  # the watches (ON_DISCONNECT)
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self._arm()
+
+        def _watch_lost(self, callback: Callable[[], None]) -> Callable[[], None]:
+            if self._lost:
+                handle = self.loop.call_soon(callback)
+                return handle.cancel
+            if self._on_lost is None:
+                self._on_lost = {}
+            watches, key = self._on_lost, id(callback)
+            watches[key] = callback
+
+            def unwatch() -> None:
+                watches.pop(key, None)
+            return unwatch
 
         def data_received(self, data: bytes) -> None:
             head_at_start = self._in_head
@@ -196,8 +215,11 @@ def bounded_protocol(header_timeout_s: float, max_header_bytes: int,
         # -- parser callbacks --------------------------------------------------------
         def on_message_begin(self) -> None:
             super().on_message_begin()
-            # The app's fronts read the body under this protocol's deadline alone.
-            self.scope["extensions"] = {BODY_DEADLINE: {"timeout_s": body_timeout_s}}
+            # The app's fronts read the body under this protocol's deadline alone, and
+            # learn that the client left from it (no watcher task of their own).
+            extensions: dict[str, Any] = {BODY_DEADLINE: {"timeout_s": body_timeout_s},
+                                          ON_DISCONNECT: self._watch_lost}
+            self.scope["extensions"] = extensions
             self._in_head, self._in_body = True, False
             self._head_size, self._host = 0, False
 
@@ -241,6 +263,10 @@ def bounded_protocol(header_timeout_s: float, max_header_bytes: int,
             self._disarm()
             self._stop_body_watch()
             super().connection_lost(exc)
+            self._lost = True
+            watches, self._on_lost = self._on_lost, None
+            for callback in (watches or {}).values():
+                callback()
 
         def on_response_complete(self) -> None:
             pipelined = bool(self.pipeline)  # the app's next request is already in

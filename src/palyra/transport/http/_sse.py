@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import betterproto2
@@ -25,11 +25,13 @@ from palyra_gen.palyra import v1
 from palyra.app import TapeResponse
 from palyra.core.protojson import encode_message
 from palyra.transport.errors import WireError, to_wire
+from palyra.transport.http._asgi import ON_DISCONNECT
 from palyra.transport.http._json import camel, proto_meta
 from palyra.transport.streams import OpenStreams
 
 _json = msgspec.json.Encoder()
 _END = object()
+Watch = Callable[[Callable[[], None]], Callable[[], None]]  # ON_DISCONNECT's value
 
 
 def sse_frame(message: betterproto2.Message) -> bytes:
@@ -100,8 +102,9 @@ class SseResponse:
 
     The ASGI server's own task pulls the source and writes frames (no task of
     its own, no per-event tasks: this is the hot path of every watched run, and
-    RunStream over HTTP opens one per turn); a sibling watches for the client's
-    disconnect and cancels it. The error grace window and the keep-alive
+    RunStream over HTTP opens one per turn); the client's disconnect cancels it,
+    called back by the daemon's protocol (``ON_DISCONNECT``) or, under another
+    server, seen by a sibling task blocked in ``receive()``. The error grace window and the keep-alive
     comments are loop timers that make a task only when they fire, so a stream
     that starts within its grace and never idles for ``keepalive_s`` costs one
     task, not four, and nothing stands between the request and its run: each
@@ -142,14 +145,24 @@ class SseResponse:
             self._streams.counts["sse"] += 1
         this = asyncio.current_task()
         assert this is not None  # an ASGI app runs in a task
-        left: list[bool] = []  # set by the watcher when the client went away
+        left: list[bool] = []  # set when the client went away
+
+        def gone() -> None:
+            left.append(True)
+            this.cancel()
+
+        # The daemon's protocol calls back when the connection goes (ON_DISCONNECT); any
+        # other server is watched from a task blocked in ``receive()``.
+        fields: Mapping[str, Any] = scope
+        watch: Watch | None = (fields.get("extensions") or {}).get(ON_DISCONNECT)
         try:
             async with asyncio.TaskGroup() as tg:
-                watcher = tg.create_task(_cancel_on_disconnect(receive, this, left))
+                unwatch = (watch(gone) if watch is not None else
+                           tg.create_task(_cancel_on_disconnect(receive, gone)).cancel)
                 try:
                     await self._stream(tg, send)
                 finally:
-                    watcher.cancel()
+                    unwatch()
         except asyncio.CancelledError:
             if not left:
                 raise  # not ours: the server is stopping
@@ -258,13 +271,11 @@ async def _first(source: AsyncIterator[Any], request_id: str) -> Any:
         return to_wire(exc, request_id=request_id)
 
 
-async def _cancel_on_disconnect(receive: Receive, task: asyncio.Task[Any],
-                                left: list[bool]) -> None:
+async def _cancel_on_disconnect(receive: Receive, gone: Callable[[], None]) -> None:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            left.append(True)
-            task.cancel()
+            gone()
             return
 
 

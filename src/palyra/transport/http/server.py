@@ -32,6 +32,10 @@ class HttpGateway:
             log_config=None,  # structlog configures logging; keep uvicorn quiet
             access_log=False,
             lifespan="off",
+            # ASGI 3, said rather than guessed: the daemon's front (``_front.HttpFront``)
+            # returns the awaitable of the part that answers from a plain ``__call__``,
+            # which uvicorn's guess would take for ASGI 2.
+            interface="asgi3",
             timeout_graceful_shutdown=max(1, round(shutdown_grace_s)),
             server_header=False,
             # Nothing here reads the scope's client or scheme, and a loopback client is
