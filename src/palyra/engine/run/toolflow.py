@@ -35,6 +35,7 @@ import msgspec
 from palyra_gen.palyra import v1 as pb
 
 from palyra.core.canonical import canonical_json
+from palyra.core.eager import Suspended, first_step, resume
 from palyra.core.errors import ErrorCode, PalyraError, PalyraInternalError
 from palyra.core.ids import new_ulid
 from palyra.engine.model import approvals as appr
@@ -432,23 +433,36 @@ async def _execute_with(step: Step, batch: Batch, p: Proposal) -> None:
     fast calls of an agent's loop finish well within it): a slower call
     (a fetch, a search) has its decision committed alone then, the decider answered,
     and its result committed after it as any approved call's, so approving never
-    hangs on a tool. The call is a task this coroutine owns: awaited, or cancelled
-    with it.
+    hangs on a tool. A call that suspends in its first step is a task this coroutine
+    owns: awaited, or cancelled with it.
     """
     step.phase = "tool"
     with step.active():
-        call = asyncio.ensure_future(_run_tool(step, p.tool_name, p.arguments(), p.posture))
-        try:
-            done, _ = await asyncio.wait({call}, timeout=step.deps.config.decision_ride_s)
-            if not done:
-                await batch.commit()  # the decision alone; recovery re-runs the call
-                batch = step.writer.batch()
-            outcome = await call
-        finally:
-            call.cancel()  # a no-op once it is done
+        # Most approved read-only calls finish in their first step (``add``, a file read):
+        # run here, they need no task, no timer and no loop turn. Only a call that
+        # suspends is continued in a task of its own, which the decider waits for.
+        first = first_step(_run_tool(step, p.tool_name, p.arguments(), p.posture))
+        if isinstance(first, Suspended):
+            call = asyncio.ensure_future(_resumed(first))
+            try:
+                done, _ = await asyncio.wait({call}, timeout=step.deps.config.decision_ride_s)
+                if not done:
+                    await batch.commit()  # the decision alone; recovery re-runs the call
+                    batch = step.writer.batch()
+                outcome = await call
+            finally:
+                call.cancel()  # a no-op once it is done
+        else:
+            outcome = first
     _add_outcome(batch, p.proposal_id, p.tool_name, outcome)
     _turn_done(step, batch, p.proposal_id)
     await batch.commit()
+
+
+async def _resumed(suspended: Suspended) -> ToolOutcome:
+    """The rest of a tool call that suspended in its first step (see ``core.eager``)."""
+    outcome: ToolOutcome = await resume(suspended)
+    return outcome
 
 
 async def _wait_or_relayed(step: Step, approval_id: str, fut: asyncio.Future[Decision],
