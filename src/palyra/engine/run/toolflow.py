@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -363,10 +363,9 @@ async def _await_decision_once(step: Step, p: Proposal) -> None:
         if deps.shared_journal:
             relayed = await _wait_or_relayed(step, record.approval_id, fut, remaining)
         else:
-            await asyncio.wait({fut}, timeout=remaining)
+            await _decision_within(fut, remaining, deps.now_ms)
     if not fut.done():
-        fut.set_result(Decision(ApprovalEvent.TIME_OUT, "", 0, "approval timed out", "system:timeout",
-                                deps.now_ms()))
+        fut.set_result(_timed_out(deps.now_ms()))
     decision = fut.result()
     deps.pending.discard(record.approval_id)  # its row changes in the commit below
     new = appr.decided(record, decision)
@@ -463,6 +462,31 @@ async def _resumed(suspended: Suspended) -> ToolOutcome:
     """The rest of a tool call that suspended in its first step (see ``core.eager``)."""
     outcome: ToolOutcome = await resume(suspended)
     return outcome
+
+
+async def _decision_within(fut: asyncio.Future[Decision], wait_s: float,
+                           now_ms: Callable[[], int]) -> None:
+    """Wait up to ``wait_s`` for the decision ``fut``; on time, the timeout is its decision.
+
+    ``fut`` is awaited itself, under one timer: a delivered decision wakes the run in
+    the next loop turn (``asyncio.wait`` took a waiter future, a callback and a turn
+    more). Cancelling the run's work cancels ``fut`` with it; a decision delivered
+    before the run then stops is taken on a fresh one (``ApprovalMailbox.expect``).
+    """
+    timer = fut.get_loop().call_later(wait_s, _time_out, fut, now_ms)
+    try:
+        await fut
+    finally:
+        timer.cancel()
+
+
+def _time_out(fut: asyncio.Future[Decision], now_ms: Callable[[], int]) -> None:
+    if not fut.done():
+        fut.set_result(_timed_out(now_ms()))
+
+
+def _timed_out(now_ms: int) -> Decision:
+    return Decision(ApprovalEvent.TIME_OUT, "", 0, "approval timed out", "system:timeout", now_ms)
 
 
 async def _wait_or_relayed(step: Step, approval_id: str, fut: asyncio.Future[Decision],
