@@ -80,7 +80,9 @@ class RunWriter:
         self.loop = loop
         self.now_ms = now_ms
         self.lock = asyncio.Lock()
-        self._changed = Flag()
+        # Made by the first wait for the next commit, dropped by that commit: a run
+        # nobody waits on makes no flag per commit.
+        self._changed: Flag | None = None
         #: Asked for drafts to ride in the commit that ends the run (a channel dispatch's
         #: success with its replies' send task: one commit fewer per message).
         self.end_rider: EndRider | None = None
@@ -96,12 +98,17 @@ class RunWriter:
 
     def notify(self) -> None:
         """Wake everyone waiting in :meth:`wait_change` (after each commit)."""
-        changed, self._changed = self._changed, Flag()
-        changed.set()
+        changed = self._changed
+        if changed is not None:
+            self._changed = None
+            changed.set()
 
     async def wait_change(self) -> None:
         """Return after the next commit of this run."""
-        await self._changed.wait()
+        changed = self._changed
+        if changed is None:
+            changed = self._changed = Flag()
+        await changed.wait()
 
     @property
     def state(self) -> str:
