@@ -14,6 +14,7 @@ tests/daemon/test_decision_kill.py).
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import msgspec
 import pytest
@@ -199,4 +200,35 @@ async def test_a_slow_read_only_call_does_not_hold_its_decider(harness: Harness)
     [response] = [e for e in tape if e.kind == "tape.tool_approval_response"]
     [result] = [e for e in tape if e.kind == "tape.tool_result"]
     assert response.global_hash != result.global_hash
+    harness.check_tape(run_id)
+
+
+async def test_a_read_only_call_that_never_suspends_runs_in_the_runs_own_task(
+        harness: Harness) -> None:
+    """An approved call that finishes in its first step (``add``) is run by the resuming
+    run itself: no task of its own, no timer for ``decision_ride_s`` (one task and a
+    loop turn fewer per approved step). Only a call that suspends gets its task."""
+    seen: list[tuple[str, str]] = []
+    harness.tool = _journaled_add(harness, READ_ONLY, seen)
+    app = await harness.start()
+    run_id = await _park(app, "no-task", 2)
+    loop = asyncio.get_running_loop()
+    spawned: list[str] = []
+    factory = loop.get_task_factory()
+
+    def counting(lp: asyncio.AbstractEventLoop, coro: Any) -> asyncio.Future[Any]:
+        spawned.append(getattr(coro, "__qualname__", ""))
+        return factory(lp, coro) if factory is not None else asyncio.Task(coro, loop=lp)
+
+    loop.set_task_factory(counting)
+    try:
+        for _ in range(2):
+            approval = await next_approval(app, run_id)
+            await _decide(app, approval.approval_id)
+    finally:
+        loop.set_task_factory(factory)
+    assert [name for name in spawned if "tool" in name or "resumed" in name] == []
+    assert seen == [("pending", "")] * 2
+    run = (await app.complete_run(USER, pb.CompleteRunRequest(run_id=run_id, wait=True))).run
+    assert run.final_text == "result=2"
     harness.check_tape(run_id)

@@ -189,7 +189,7 @@ def test_replace_swaps_a_registered_tool_and_refuses_an_unknown_one() -> None:
     assert info.value.code == ErrorCode.CONFIG_INVALID
 
 
-# Handlers that suspend are continued by tools._eager.resume: what they await
+# Handlers that suspend are continued by core.eager.resume: what they await
 # must reach them (values, errors, cancellation) exactly as with a plain await.
 class StepsArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     steps: int

@@ -211,7 +211,8 @@ class RunsApi(AppBase):
                 # class, as is_terminal_status asks): one scan in C, not a call per event.
                 if pb.RunStatus in map(type, members):
                     for index, member in enumerate(members):
-                        if is_terminal_status(member):
+                        # Only a status can end the run: one test per other member.
+                        if member.__class__ is pb.RunStatus and is_terminal_status(member):
                             yield stored[: index + 1], members[: index + 1]
                             return
                 yield stored, members

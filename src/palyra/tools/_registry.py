@@ -15,8 +15,8 @@ from typing import Any
 
 import msgspec
 
+from palyra.core.eager import Suspended, first_step, resume
 from palyra.core.errors import ErrorCode, PalyraError
-from palyra.tools._eager import Suspended, first_step, resume
 from palyra.tools._spec import ToolContext, ToolError, ToolResult, ToolSpec
 
 _ENCODER = msgspec.json.Encoder()
@@ -146,7 +146,7 @@ class ToolRegistry:
                                   error=f"invalid arguments for {call_name}: {exc}")
         limit = tool.timeout_s if timeout_s is None else timeout_s
         try:
-            # The timer is armed only if the handler suspends (see _eager),
+            # The timer is armed only if the handler suspends (see core.eager),
             # with the deadline counted from before its first step.
             deadline = asyncio.get_running_loop().time() + limit
             output = first_step(tool.handler(args, ctx))

@@ -24,6 +24,10 @@ OPTIONS = ("allow_once", "allow_session", "allow_timeboxed", "deny_once")
 #: Scope name (as records store it) -> wire enum, for tape members.
 SCOPE_PROTO = {"once": pb.ApprovalScope.ONCE, "session": pb.ApprovalScope.SESSION,
                "timeboxed": pb.ApprovalScope.TIMEBOXED}
+# ``json.dumps`` with options builds an encoder per call: the two an approval's
+# texts are written with, made once (the same text as the calls they replace).
+_ARGS_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+_DETAILS_JSON = json.JSONEncoder().encode
 _RISKS = {"low": pb.RiskLevel.LOW, "medium": pb.RiskLevel.MEDIUM, "high": pb.RiskLevel.HIGH,
           "critical": pb.RiskLevel.CRITICAL}
 
@@ -59,7 +63,7 @@ def new_record(
     timeout_s: float,
 ) -> ApprovalRecord:
     """A pending approval bound to the exact tool call."""
-    args_json = json.dumps(dict(arguments), sort_keys=True, separators=(",", ":"))
+    args_json = _ARGS_JSON(dict(arguments))
     summary = f"{tool_name}({args_json})"
     if len(summary) > 512:
         summary = summary[:509] + "..."
@@ -70,7 +74,7 @@ def new_record(
         summary=summary,
         options=OPTIONS,
         timeout_seconds=max(1, round(timeout_s)),
-        details_json=json.dumps({"tool": tool_name, "args_digest": args_digest}),
+        details_json=_DETAILS_JSON({"tool": tool_name, "args_digest": args_digest}),
         policy_explanation=policy_explanation,
     )
     return ApprovalRecord(

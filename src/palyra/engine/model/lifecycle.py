@@ -101,9 +101,18 @@ def run_state_of_proto(value: pb.RunState, default: str) -> str:
     return _RUN_OF_PROTO.get(value, default)
 
 
+_APPROVAL_PROTO_OF_NAME: dict[str, pb.ApprovalState] = {
+    k.value: v for k, v in _APPROVAL_PROTO.items()}
+
+
 def approval_state_proto(state: str) -> pb.ApprovalState:
-    """Wire enum of an approval state."""
-    return pb.ApprovalState(_APPROVAL_PROTO[ApprovalStateId(state)])
+    """Wire enum of an approval state (looked up by its name, as :func:`run_state_proto`:
+    no two enums constructed per call, four of them an approved step)."""
+    proto = _APPROVAL_PROTO_OF_NAME.get(state)
+    if proto is None:
+        ApprovalStateId(state)  # raises ValueError naming the unknown state
+        raise AssertionError(f"approval state {state!r} has no wire value")
+    return proto
 
 
 def is_run_terminal(state: str) -> bool:

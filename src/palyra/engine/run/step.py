@@ -51,11 +51,15 @@ class ApprovalMailbox:
         self._pending = pending if pending is not None else PendingApprovals()
         self._decisions: dict[str, asyncio.Future[Decision]] = {}
         self._acks: dict[str, asyncio.Future[ApprovalRecord]] = {}
+        self._closed = False
 
     def expect(self, approval_id: str) -> asyncio.Future[Decision]:
         """The future a decision for ``approval_id`` will resolve."""
         fut = self._decisions.get(approval_id)
-        if fut is None:
+        # The run awaits this future itself (``toolflow._decision_within``), so cancelling
+        # its work cancels the future too: until the run stops (``close``), a decision is
+        # still taken, on a fresh one, and its decider told by ``close`` as before.
+        if fut is None or (fut.cancelled() and not self._closed):
             fut = asyncio.get_running_loop().create_future()
             self._decisions[approval_id] = fut
         return fut
@@ -90,6 +94,7 @@ class ApprovalMailbox:
 
     def close(self, parking: bool) -> None:
         """The run stopped: fail every decider still waiting, cancel every wait."""
+        self._closed = True
         for approval_id in self._decisions:
             self._pending.discard(approval_id)
         for approval_id, ack in self._acks.items():

@@ -28,13 +28,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
 from palyra_gen.palyra import v1 as pb
 
 from palyra.core.canonical import canonical_json
+from palyra.core.eager import Suspended, first_step, resume
 from palyra.core.errors import ErrorCode, PalyraError, PalyraInternalError
 from palyra.core.ids import new_ulid
 from palyra.engine.model import approvals as appr
@@ -362,10 +363,9 @@ async def _await_decision_once(step: Step, p: Proposal) -> None:
         if deps.shared_journal:
             relayed = await _wait_or_relayed(step, record.approval_id, fut, remaining)
         else:
-            await asyncio.wait({fut}, timeout=remaining)
+            await _decision_within(fut, remaining, deps.now_ms)
     if not fut.done():
-        fut.set_result(Decision(ApprovalEvent.TIME_OUT, "", 0, "approval timed out", "system:timeout",
-                                deps.now_ms()))
+        fut.set_result(_timed_out(deps.now_ms()))
     decision = fut.result()
     deps.pending.discard(record.approval_id)  # its row changes in the commit below
     new = appr.decided(record, decision)
@@ -432,23 +432,61 @@ async def _execute_with(step: Step, batch: Batch, p: Proposal) -> None:
     fast calls of an agent's loop finish well within it): a slower call
     (a fetch, a search) has its decision committed alone then, the decider answered,
     and its result committed after it as any approved call's, so approving never
-    hangs on a tool. The call is a task this coroutine owns: awaited, or cancelled
-    with it.
+    hangs on a tool. A call that suspends in its first step is a task this coroutine
+    owns: awaited, or cancelled with it.
     """
     step.phase = "tool"
     with step.active():
-        call = asyncio.ensure_future(_run_tool(step, p.tool_name, p.arguments(), p.posture))
-        try:
-            done, _ = await asyncio.wait({call}, timeout=step.deps.config.decision_ride_s)
-            if not done:
-                await batch.commit()  # the decision alone; recovery re-runs the call
-                batch = step.writer.batch()
-            outcome = await call
-        finally:
-            call.cancel()  # a no-op once it is done
+        # Most approved read-only calls finish in their first step (``add``, a file read):
+        # run here, they need no task, no timer and no loop turn. Only a call that
+        # suspends is continued in a task of its own, which the decider waits for.
+        first = first_step(_run_tool(step, p.tool_name, p.arguments(), p.posture))
+        if isinstance(first, Suspended):
+            call = asyncio.ensure_future(_resumed(first))
+            try:
+                done, _ = await asyncio.wait({call}, timeout=step.deps.config.decision_ride_s)
+                if not done:
+                    await batch.commit()  # the decision alone; recovery re-runs the call
+                    batch = step.writer.batch()
+                outcome = await call
+            finally:
+                call.cancel()  # a no-op once it is done
+        else:
+            outcome = first
     _add_outcome(batch, p.proposal_id, p.tool_name, outcome)
     _turn_done(step, batch, p.proposal_id)
     await batch.commit()
+
+
+async def _resumed(suspended: Suspended) -> ToolOutcome:
+    """The rest of a tool call that suspended in its first step (see ``core.eager``)."""
+    outcome: ToolOutcome = await resume(suspended)
+    return outcome
+
+
+async def _decision_within(fut: asyncio.Future[Decision], wait_s: float,
+                           now_ms: Callable[[], int]) -> None:
+    """Wait up to ``wait_s`` for the decision ``fut``; on time, the timeout is its decision.
+
+    ``fut`` is awaited itself, under one timer: a delivered decision wakes the run in
+    the next loop turn (``asyncio.wait`` took a waiter future, a callback and a turn
+    more). Cancelling the run's work cancels ``fut`` with it; a decision delivered
+    before the run then stops is taken on a fresh one (``ApprovalMailbox.expect``).
+    """
+    timer = fut.get_loop().call_later(wait_s, _time_out, fut, now_ms)
+    try:
+        await fut
+    finally:
+        timer.cancel()
+
+
+def _time_out(fut: asyncio.Future[Decision], now_ms: Callable[[], int]) -> None:
+    if not fut.done():
+        fut.set_result(_timed_out(now_ms()))
+
+
+def _timed_out(now_ms: int) -> Decision:
+    return Decision(ApprovalEvent.TIME_OUT, "", 0, "approval timed out", "system:timeout", now_ms)
 
 
 async def _wait_or_relayed(step: Step, approval_id: str, fut: asyncio.Future[Decision],

@@ -8,6 +8,9 @@ suspension in the caller's task; only a handler that suspends is continued by
 exactly as an ``await`` would. A step that blocks without suspending could not
 be interrupted by the timer anyway; the caller measures its deadline from
 before the first step, so the limit means the same in both cases.
+
+Pure (no asyncio): the tool registry uses it for a handler's timer, and the engine
+for an approved call, which needs a task of its own only if it suspends.
 """
 
 from __future__ import annotations
