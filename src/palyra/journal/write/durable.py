@@ -24,8 +24,6 @@ import os
 import struct
 import time
 from collections.abc import Callable, Sequence
-from itertools import chain, groupby
-from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -224,7 +222,17 @@ class RecordingTxn:
             return
         txn = txns[0].txn
         dbs, appends = txns[0]._dbs, txns[0]._appends
-        by_name, deletes = _by_table(txns)
+        by_name: dict[str, list[tuple[bytes, bytes | None]]] = {}
+        deletes = False
+        for each in txns:
+            tables = each._tables
+            if tables is not None:  # grouped by the planner: a list extend per table
+                for name, items in tables.items():
+                    by_name.setdefault(name, []).extend(items)
+                continue
+            for name, key, value in each.ops:
+                by_name.setdefault(name, []).append((key, value))
+                deletes = deletes or value is None
         if deletes:
             for each in txns:
                 for name, key, value in each.ops:
@@ -237,33 +245,6 @@ class RecordingTxn:
             _consumed, added = txn.cursor(db=dbs[name]).putmulti(pairs, append=name == appends)
             if added != len(pairs):
                 raise lmdb.Error("commit log: a planned put did not go in")
-
-
-def _by_table(txns: Sequence[RecordingTxn]) -> tuple[dict[str, list[Any]], bool]:
-    """The writes of ``txns`` by sub-DB, each sub-DB's in frame order; True if one deletes."""
-    grouped = list(map(_TABLES, txns))
-    if None not in grouped:  # every frame grouped by the planner (puts only): no Python
-        # step per frame or per table of a frame. The (name, writes) pairs of every frame,
-        # sorted by name in C: a stable sort keeps each sub-DB's frames in their order.
-        pairs = sorted(chain.from_iterable(map(dict.items, grouped)), key=_NAME)
-        return {name: list(chain.from_iterable(map(_WRITES, runs)))
-                for name, runs in groupby(pairs, _NAME)}, False
-    by_name: dict[str, list[Any]] = {}
-    deletes = False
-    for each in txns:
-        tables = each._tables
-        if tables is not None:  # grouped by the planner: a list extend per table
-            for name, items in tables.items():
-                by_name.setdefault(name, []).extend(items)
-            continue
-        for name, key, value in each.ops:
-            by_name.setdefault(name, []).append((key, value))
-            deletes = deletes or value is None
-    return by_name, deletes
-
-
-_TABLES = attrgetter("_tables")
-_NAME, _WRITES = itemgetter(0), itemgetter(1)
 
 
 class Durability:
