@@ -8,7 +8,9 @@ id adds none), and ``palyra_journal_commit_seconds`` one per commit alike.
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,5 +56,45 @@ async def test_a_commit_that_fails_counts_a_failure_not_its_events(data_dir: Pat
         assert timings.batch_events.sum == 1
         assert sum(timings.batch_events.counts) == 1
         assert sum(timings.commit_seconds.counts) == 2
+    finally:
+        store.close()
+
+
+class _HeardOnTheWritersThread:
+    """An event loop stand-in that runs a commit's answer at once, in the thread that
+    answers (the writer's): what the answer sees is what was counted before it."""
+
+    def __init__(self, timings: Any) -> None:
+        self.timings = timings
+        self.seen: list[tuple[int, float]] = []
+        self.heard = threading.Event()
+
+    def call_soon_threadsafe(self, callback: Any, *args: Any) -> None:
+        callback(*args)
+
+    def done(self) -> bool:
+        return False
+
+    def set_result(self, result: Any) -> None:
+        self.seen.append((sum(self.timings.commit_seconds.counts), self.timings.batch_events.sum))
+        self.heard.set()
+
+    def set_exception(self, exception: BaseException) -> None:
+        self.heard.set()
+        raise exception
+
+
+def test_a_commit_is_counted_before_its_caller_hears_of_it(data_dir: Path) -> None:
+    # LMDB's writer counts a commit's timings before it wakes the caller: once woken,
+    # the caller's loop wants the GIL, and work left on the writer would hold it up.
+    store = JournalStore.open(data_dir, config=JournalConfig(sync=True))
+    try:
+        timings, _fsync = store.commit_timings()
+        assert timings is not None
+        for i in range(3):
+            probe = _HeardOnTheWritersThread(timings)
+            store.submit([draft(i)], loop=probe, answer=probe)  # type: ignore[arg-type]
+            assert probe.heard.wait(10)
+            assert probe.seen == [(i + 1, i + 1)]
     finally:
         store.close()

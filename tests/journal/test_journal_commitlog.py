@@ -537,6 +537,29 @@ def test_planned_writes_keep_their_order_when_a_delete_is_among_them(tmp_path: P
     env.close()
 
 
+def test_grouped_frames_put_a_table_at_a_time_in_frame_order(tmp_path: Path) -> None:
+    # Frames the planner grouped by sub-DB (puts only) go in with one putmulti per
+    # sub-DB, their writes gathered in C: a key two frames put holds the later value,
+    # whatever order each frame's tables came in, and every sub-DB gets its writes.
+    env = lmdb.open(str(tmp_path), max_dbs=3, map_size=1 << 20)
+    dbs = {name: env.open_db(name.encode()) for name in ("rows", "other", "third")}
+    frames = [
+        {"rows": [(b"a", b"1"), (b"b", b"1")], "other": [(b"x", b"1")]},
+        {"other": [(b"x", b"2"), (b"y", b"2")], "rows": [(b"a", b"2")]},
+        {"third": [(b"t", b"3")], "rows": [(b"a", b"3"), (b"c", b"3")]},
+        {"rows": [(b"b", b"4")]},
+    ]
+    with env.begin(write=True) as txn:
+        txns = [RecordingTxn.recorded(txn, [(n, k, v) for n, w in tables.items() for k, v in w],
+                                      dbs, "", tables) for tables in frames]  # fmt: skip
+        RecordingTxn.put_all(txns)
+    with env.begin() as txn:
+        held = {name: dict(txn.cursor(db=db)) for name, db in dbs.items()}
+    assert held == {"rows": {b"a": b"3", b"b": b"4", b"c": b"3"},
+                    "other": {b"x": b"2", b"y": b"2"}, "third": {b"t": b"3"}}  # fmt: skip
+    env.close()
+
+
 async def test_a_readers_ask_queued_behind_appends_commits_lmdb_within_the_batch(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from hashlib import sha256
 from itertools import repeat
+
+import msgspec
 
 HASH_SIZE = 32
 TILE_HEIGHT = 8
@@ -44,13 +45,13 @@ def node_hash(left: bytes, right: bytes) -> bytes:
     return sha256(_NODE + left + right).digest()
 
 
-@dataclass(frozen=True, slots=True)
-class Frontier:
+class Frontier(msgspec.Struct, frozen=True, gc=False):
     """The right edge of a tree of ``size`` leaves: the roots of its perfect subtrees.
 
     ``roots[k]`` is the root of the k-th perfect subtree from the left; their sizes
     are the set bits of ``size``, largest first. This is all the tree's future
-    nodes depend on.
+    nodes depend on. A frozen struct, built in C: every commit makes one (a frozen
+    dataclass's ``__init__`` was 18 Python opcodes of every commit on the writer).
     """
 
     size: int = 0

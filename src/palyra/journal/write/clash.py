@@ -28,17 +28,19 @@ def first_clash(
     being written; ``txn``/``ids``: the open transaction and the id table.
     """
     claims = plan.claims
-    keys = [claims[0][0]] if len(claims) == 1 else [key for key, _position in claims]
-    if len(keys) == 1:  # a lone append's: one get
-        if keys[0] not in taken and keys[0] not in flying and txn.get(keys[0], db=ids) is None:
+    if len(claims) == 1:  # a lone append's: one get, no list of keys
+        key = claims[0][0]
+        if key not in taken and key not in flying and txn.get(key, db=ids) is None:
             return None
-    elif (
-        len(set(keys)) == len(keys)
-        and taken.isdisjoint(keys)
-        and flying.isdisjoint(keys)
-        and not txn.cursor(db=ids).getmulti(keys)  # one call: what is there
-    ):
-        return None
+    else:
+        keys = [key for key, _position in claims]
+        if (
+            len(set(keys)) == len(keys)
+            and taken.isdisjoint(keys)
+            and flying.isdisjoint(keys)
+            and not txn.cursor(db=ids).getmulti(keys)  # one call: what is there
+        ):
+            return None
     return blame(plan, live, lambda key: key in taken or key in flying
                  or txn.get(key, db=ids) is not None)
 

@@ -108,7 +108,8 @@ class FramesInFlight:
     stats: WriterStats
 
     if TYPE_CHECKING:
-        def _answer(self, batch: list[Any], plan: CommitPlan, calls: int = 0) -> None: ...
+        def _answer(self, batch: list[Any], plan: CommitPlan, calls: int = 0,
+                    began: float | None = None) -> None: ...
 
     def _write_flight(self, flight: Flight) -> None:
         self._durable.write(flight.slot)  # on the log thread
@@ -166,7 +167,7 @@ class FramesInFlight:
 
     def _land(self, batch: list[Append], live: list[Append], plan: CommitPlan, began: float,
               observe: bool) -> None:  # fmt: skip
-        """A written frame: tell its callers and followers (on either thread)."""
-        self._answer(batch, plan, len(live))
-        if observe:
-            self.stats.timings.observe(began, batch, len(plan.views))
+        """A written frame: tell its callers and followers (on either thread), its
+        timings counted with it (``observe``) before the answer: once a caller is woken its
+        event loop wants the GIL, and work left here would hold it up (every lone append)."""
+        self._answer(batch, plan, len(live), began if observe else None)

@@ -23,8 +23,8 @@ class CommitTimings:
 
     Filled by the writer and by its log thread (a frame written there is counted
     there), one at a time: :meth:`observe` holds ``lock``, which the writer's counters
-    share (``Writer._answer``), so no increment of one thread overwrites the
-    other's.
+    share (``Writer._answer`` counts both in one hold, :meth:`observe_held`), so no
+    increment of one thread overwrites the other's.
     """
 
     __slots__ = ("batch_events", "commit_seconds", "failures", "last_failure", "lock")
@@ -46,15 +46,20 @@ class CommitTimings:
         """
         took = time.perf_counter() - began
         with self.lock:
-            self.commit_seconds.observe(took)
-            if any(map(_ERROR, batch)):  # rare: one loop in C finds there is none
-                events = self._failure_or_events(batch)
-                if events is None:
-                    return
-            elif events is None:
-                events = sum(len(r.events) for r in batch if isinstance(r, Append))
-            self.batch_events.observe(events)
-            self.last_failure = ""
+            self.observe_held(took, batch, events)
+
+    def observe_held(self, took: float, batch: Sequence[Request], events: int | None) -> None:
+        """:meth:`observe` of a commit that took ``took`` seconds, ``lock`` held by the
+        caller (the writer counts its own counters in the same hold: one per commit)."""
+        self.commit_seconds.observe(took)
+        if any(map(_ERROR, batch)):  # rare: one loop in C finds there is none
+            events = self._failure_or_events(batch)
+            if events is None:
+                return
+        elif events is None:
+            events = sum(len(r.events) for r in batch if isinstance(r, Append))
+        self.batch_events.observe(events)
+        self.last_failure = ""
 
     def _failure_or_events(self, batch: Sequence[Request]) -> int | None:
         """None after counting a failed commit; else the events of the requests that succeeded."""

@@ -381,9 +381,10 @@ class Writer(OtherCommits, FramesInFlight):
         self._durable.log_frame(frame, settled=not pending.unsettled())
         return frame
 
-    def _answer(self, batch: list[Any], plan: CommitPlan, calls: int = 0) -> None:
+    def _answer(self, batch: list[Any], plan: CommitPlan, calls: int = 0,
+                began: float | None = None) -> None:
         """Tell callers and followers of a written frame (the writer remembered its heads);
-        ``calls``: the append calls it holds (counted with the commit)."""
+        counted with it: ``calls`` append calls, and its timings if ``began`` is given."""
         # Reads of this process wait from here until LMDB holds the frame. Lowered
         # after the frame, not before: a read while it was being flushed saw the
         # journal before it, which nobody had been told is gone.
@@ -395,12 +396,13 @@ class Writer(OtherCommits, FramesInFlight):
             self._on_rows(plan.rows, plan.rows)  # the rows, and the values they hold
         # Followers first: once an append returns, its events are on their way
         # to every follower too (tests and callers may rely on that order).
-        deliveries = (
-            self._on_commit(list(zip(plan.views, plan.sizes, strict=True)))
-            if plan.views and self._followed() else None
-        )
-        stats = self.stats  # counted before the answer: a caller reads them after it
-        with stats.timings.lock:  # the log thread counts too (write.stats)
+        deliveries = (self._on_commit(list(zip(plan.views, plan.sizes, strict=True)))
+                      if plan.views and self._followed() else None)
+        stats, timings = self.stats, self.stats.timings  # the log thread counts too (write.stats)
+        took = 0.0 if began is None else time.perf_counter() - began
+        with timings.lock:  # counted before the answer: a caller reads them after it
+            if began is not None:
+                timings.observe_held(took, batch, len(plan.views))
             stats.commits += 1
             stats.appended_events += len(plan.views)
             stats.appended_bytes += plan.record_bytes
