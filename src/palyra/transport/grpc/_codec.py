@@ -111,8 +111,41 @@ class ClientCodec(ProtoCodec):
         return decode_binary(message_type, data)
 
 
+async def _whole_message(buffer: Any, cap: int | None) -> bytes | None:
+    """The next message's bytes when the next received chunk is exactly one whole message
+    (prefix and body, uncompressed, within ``cap``), taken and acknowledged as
+    ``Buffer.read`` takes and acknowledges it; None otherwise, the buffer as it was.
+
+    Each message a client streams up a call (a HITL decision on its RunStream) comes
+    as one DATA frame: grpclib's way reads it twice (the 5-byte prefix, then the
+    body), each read a coroutine through ``Stream.recv_data`` and ``Buffer.read``'s
+    chunk bookkeeping (memoryviews, a deque, a join): ~25 Python calls a message
+    where this takes ~8. It reads ``grpclib.protocol.Buffer``'s queue, counters and
+    ack callback, and puts a chunk it does not take back at the head of that
+    ``asyncio.Queue`` (grpclib 0.4.9 pinned; tests/transport/test_grpc_recv.py
+    holds both to the libraries' own).
+    """
+    if buffer._acked_size or buffer._eof:
+        return None  # part of a chunk is left over, or the stream has ended: read()'s way
+    unacked = buffer._unacked
+    item = await unacked.get()
+    data, size, ack_size = item
+    if (ack_size and size >= 5 and not data[0]
+            and int.from_bytes(data[1:5], "big") == size - 5
+            and (cap is None or size - 5 <= cap)):
+        buffer._ack_callback(ack_size)
+        message: bytes = data[5:]
+        return message
+    unacked._queue.appendleft(item)  # read() takes it first, as if never taken
+    return None
+
+
 async def _recv_message_capped(stream: Any, codec: Any, message_type: Any) -> Any:
     """grpclib's ``recv_message``, refusing an over-cap message from its prefix alone."""
+    cap = codec.max_bytes if isinstance(codec, CappedProtoCodec) else None
+    whole = await _whole_message(stream.buffer, cap)
+    if whole is not None:
+        return codec.decode(whole, message_type)
     meta = await stream.recv_data(5)
     if not meta:
         return None
@@ -123,7 +156,6 @@ async def _recv_message_capped(stream: Any, codec: Any, message_type: Any) -> An
         raise PalyraError("compressed messages are not supported",
                           code=ErrorCode.MALFORMED_REQUEST)
     (length,) = struct.unpack(">I", meta[1:])
-    cap = codec.max_bytes if isinstance(codec, CappedProtoCodec) else None
     if cap is not None and length > cap:
         raise PalyraError(
             f"request of {length} bytes exceeds the {cap}-byte message cap",
