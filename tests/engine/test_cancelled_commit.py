@@ -2,8 +2,8 @@
 
 The committing task hears its cancellation only once the append it handed to the
 journal has settled, and by then the run's record and loop state follow the
-durable tape (``engine.run.writer.Landing``): a cancel never leaves memory behind
-or ahead of the journal. Observed on a real LMDB journal.
+durable tape (``Batch.commit_locked``: the append shielded and awaited to its end): a
+cancel never leaves memory behind or ahead of the journal. Observed on a real LMDB journal.
 """
 
 from __future__ import annotations

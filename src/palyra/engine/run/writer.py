@@ -85,15 +85,6 @@ class RunWriter:
         #: Asked for drafts to ride in the commit that ends the run (a channel dispatch's
         #: success with its replies' send task: one commit fewer per message).
         self.end_rider: EndRider | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def loop_of(self) -> asyncio.AbstractEventLoop:
-        """The event loop the run commits on (asked of asyncio once: on this Python
-        each ask costs a ``getpid()`` system call)."""
-        loop = self._loop
-        if loop is None:
-            loop = self._loop = asyncio.get_running_loop()
-        return loop
 
     def notify(self) -> None:
         """Wake everyone waiting in :meth:`wait_change` (after each commit)."""
@@ -202,38 +193,36 @@ class Batch:
         """Commit; the caller holds ``writer.lock``.
 
         Cancellation-safe: once handed to the journal, the append lands even if
-        the caller is cancelled, so the cancellation waits for the append to
-        settle (see :class:`Landing`); otherwise the in-memory tape length and
-        loop state would drift from the journal.
+        the caller is cancelled, so the commit is shielded and awaited to its
+        end before the cancellation continues; otherwise the in-memory tape
+        length and loop state would drift from the journal.
         """
         staged = self.stage()
-        w = self._writer
-        # The journal answers ``landing`` itself on the loop: the run's record moves,
-        # its watchers and ``on_landed`` waiters hear of it, and this task wakes, in
-        # that one callback (no shield, no done-callback, no loop turn between them).
-        # A bad draft raises here, before anything is queued.
-        loop = w.loop_of()
-        landing = Landing(staged, loop=loop)
+        # The queued write is tracked by its own future (no task per commit);
+        # a bad draft raises here, before anything is queued.
         try:
             # Unfenced (LMDB, one daemon) exactly as before leases existed.
-            fence = w.fence
+            fence = self._writer.fence
             if self.expect:
-                w.store.submit(staged.drafts, fence=fence, expect=self.expect, answer=landing,
-                               loop=loop)
-            elif fence is None:
-                w.store.submit(staged.drafts, answer=landing, loop=loop)
+                task = self._writer.store.submit(staged.drafts, fence=fence,
+                                                 expect=self.expect)
             else:
-                w.store.submit(staged.drafts, fence=fence, answer=landing, loop=loop)
+                task = (self._writer.store.submit(staged.drafts) if fence is None
+                        else self._writer.store.submit(staged.drafts, fence=fence))
         except BaseException:
             staged.abandon()
             raise
+        # Landed (or abandoned) as the append settles, before this task resumes (the
+        # callback is the future's first): the record, the watchers and any
+        # ``on_landed`` waiter see the commit without waiting behind this task.
+        if task.done():  # settled as it was queued: awaiting it will not yield
+            staged.settle(task)
+        else:
+            task.add_done_callback(staged.settle)
         try:
-            return await landing
+            return await asyncio.shield(task)
         except asyncio.CancelledError:
-            # Delivered only once the append settled (``Landing.cancel``): mark a
-            # failed append's error heard, as a shield's callback did.
-            if landing.done():
-                landing.exception()
+            await asyncio.wait({task})
             raise
 
     def stage(self) -> Staged:
@@ -364,35 +353,9 @@ class Staged:
         if self._riding is not None:
             self._riding.abandon()
 
-class Landing(asyncio.Future[list[StoredEvent]]):
-    """A run's append as its committing task awaits it: answered by the journal
-    directly (its ``answer``), it lands or abandons the staged batch as it settles,
-    before the task resumes, and it refuses to be cancelled.
-
-    Refusing is what keeps a commit whole without ``asyncio.shield``: a task
-    cancelled while it awaits a future that will not cancel is marked, and the
-    ``CancelledError`` is delivered when that future settles (asyncio's
-    ``Task.cancel`` contract), so the caller hears of its cancellation only once
-    the append it queued is durable or failed. The shield cost a second future, two
-    done-callbacks and one more event-loop turn per commit.
-    """
-
-    __slots__ = ("_staged",)
-
-    def __init__(self, staged: Staged, *, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(loop=loop)
-        self._staged = staged
-
-    def set_result(self, result: list[StoredEvent], /) -> None:
-        """The append is durable: land the batch, then wake the committing task."""
-        self._staged.land()
-        super().set_result(result)
-
-    def set_exception(self, exception: type | BaseException, /) -> None:
-        """The append failed: the loop state goes back, then the task hears why."""
-        self._staged.abandon()
-        super().set_exception(exception)
-
-    def cancel(self, msg: Any | None = None) -> bool:
-        """Refuse: a queued append settles whatever its caller does (see the class)."""
-        return False
+    def settle(self, task: asyncio.Future[list[StoredEvent]]) -> None:
+        """Land or abandon by how the submitted append ended."""
+        if task.done() and not task.cancelled() and task.exception() is None:
+            self.land()
+        else:
+            self.abandon()
