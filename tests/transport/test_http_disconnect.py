@@ -15,10 +15,10 @@ import httpx
 import pytest
 from palyra_gen.palyra import v1
 
-from palyra.daemon.listen import bind_listener, bound_port
 from palyra.transport.http import HttpGateway
 from palyra.transport.http._asgi import ON_DISCONNECT
 from palyra.transport.http._sse import SseResponse
+from tests.transport._served import served_by_gateway
 
 EVENT = v1.WatchRunResponse(event=v1.TapeEvent(run_id="r", tape_seq=1,
                                                user_input=v1.UserInput(text="hi")))
@@ -69,13 +69,8 @@ class App:
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[App, HttpGateway, int]]:
     app = App()
-    sock = bind_listener("127.0.0.1", 0)
-    http = HttpGateway(app)  # type: ignore[arg-type]
-    async with asyncio.TaskGroup() as tg:
-        tg.create_task(http.serve(sock))
-        yield app, http, bound_port(sock)
-        http.close()
-    sock.close()
+    async with served_by_gateway(app) as (http, port):
+        yield app, http, port
 
 
 async def test_a_watch_is_called_when_the_client_leaves(

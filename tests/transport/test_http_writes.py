@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from palyra.daemon.listen import bind_listener, bound_port
 from palyra.transport.http import HttpGateway
+from tests.transport._served import served_by_gateway
 
 BODY = b'{"ok":true}'
 
@@ -48,13 +48,8 @@ class App:
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[App, HttpGateway, int]]:
     app = App()
-    sock = bind_listener("127.0.0.1", 0)
-    http = HttpGateway(app)  # type: ignore[arg-type]
-    async with asyncio.TaskGroup() as tg:
-        tg.create_task(http.serve(sock))
-        yield app, http, bound_port(sock)
-        http.close()
-    sock.close()
+    async with served_by_gateway(app) as (http, port):
+        yield app, http, port
 
 
 async def test_a_response_is_one_write(served: tuple[App, HttpGateway, int]) -> None:
