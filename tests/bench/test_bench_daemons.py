@@ -10,7 +10,9 @@ from bench import daemons
 
 def test_each_daemon_serves_its_share_of_the_sessions(tmp_path: Path) -> None:
     out = tmp_path / "daemons.json"
-    code = daemons.main(["-n", "6", "-k", "2", "-c", "3", "-r", "1", "--daemons", "2",
+    # Enough steps that the PostgreSQL server's CPU shows: the kernel counts a process's
+    # CPU in 10 ms clock ticks, and 12 steps (six sessions of two) came to none once.
+    code = daemons.main(["-n", "8", "-k", "8", "-c", "4", "-r", "1", "--daemons", "2",
                          "--json", str(out)])  # fmt: skip
     assert code == 0
     results = json.loads(out.read_text())["results"]
