@@ -23,6 +23,7 @@ from palyra.daemon.listen import bind_listener, bound_port
 from palyra.transport.auth import Authenticator
 from palyra.transport.http import HttpGateway, create_http_app
 from palyra.transport.http._asgi import BODY_DEADLINE, body_within_deadline
+from tests.transport._served import served_by_gateway
 
 LIMIT = 1000
 
@@ -46,17 +47,12 @@ class Platform:
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[Platform, int]]:
     platform = Platform()
-    sock = bind_listener("127.0.0.1", 0)
     app = create_http_app(object(), authenticator=Authenticator(admin_token="adm"),  # type: ignore[arg-type]
                           make_ctx=lambda c: c,
                           config=HttpConfig(max_request_bytes=LIMIT, max_headers=20),
                           ingress={"/v1/ingress/test": platform.handle})
-    http = HttpGateway(app)
-    async with asyncio.TaskGroup() as tg:
-        tg.create_task(http.serve(sock))
-        yield platform, bound_port(sock)
-        http.close()
-    sock.close()
+    async with served_by_gateway(app) as (_http, port):
+        yield platform, port
 
 
 async def test_a_delivery_reaches_its_handler_with_name_headers_and_body(
