@@ -15,7 +15,7 @@ quiet first, long enough for the daemon's idle trim (``daemon/trim.py``, a look 
   after ``--settle`` this is near 0; they stay in the kernel's page cache, shared, clean
   once written back and dropped under memory pressure, not memory the daemon allocated;
 * ``data_mdb_kib_per_open_run``: how much ``data.mdb`` grew per open run: what the runs
-  cost in page cache and on disk (``docs/bench.md``, "Memory", says where it goes);
+  cost in page cache and on disk (``docs/bench.md``, "open-runs", says where it goes);
 * ``rss_kib_per_open_run``: anon and file (``VmRSS``), what ``ps`` shows;
 * after completion and after each later round: the same three as totals against the
   idle daemon (MiB).

@@ -16,7 +16,7 @@ reclaims them last. ``MADV_DONTNEED`` on a shared file mapping loses nothing (th
 data is the file's; LMDB writes with ``pwrite``, never through the map); the next
 read faults the page back in from the page cache.
 
-What it cannot give back (docs/bench.md, "Memory"): Python's own small-object
+What it cannot give back (docs/bench.md, "open-runs"): Python's own small-object
 arenas (1 MiB each, returned only when empty; a few long-lived objects made
 during the burst, such as entries of the bounded caches, keep most of them).
 """
