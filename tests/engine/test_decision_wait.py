@@ -40,6 +40,12 @@ async def test_a_decision_between_the_stop_and_the_end_is_told_unavailable(
     engine = harness.engine
     assert engine is not None
     actor = engine._actors[run_id]
+    # The run record says WAITING_FOR_APPROVAL once the request's commit lands; the run's
+    # task takes up its wait (phase "approval") when it next runs, which may be later.
+    for _ in range(5000):
+        if actor.phase == "approval":
+            break
+        await asyncio.sleep(0.001)
     assert actor.phase == "approval"
     parking = asyncio.ensure_future(actor.park(0.0))
     await asyncio.sleep(0)  # park's first step: the run's work is cancelled, not yet ended
