@@ -156,10 +156,11 @@ async def model_turn(step: Step, batch: Batch) -> None:
     streamed = False  # a token group of this turn is already in a batch
     try:
         with step.active(), step.deadline.within(step.remaining_wall_s()):
-            async with aclosing(call_model(step, request)) as chunks:
+            call = call_model(step, request)
+            async with aclosing(call.chunks) as chunks:
                 async for chunk in chunks:
                     if not isinstance(chunk, TextDelta):
-                        routed = chunk
+                        routed = call.routed(chunk)
                         continue
                     groups = tokens.push(chunk.text)
                     batch.add(*(pb.ModelToken(token=g, is_final=False, turn=turn)
