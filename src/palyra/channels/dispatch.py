@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -177,13 +177,15 @@ class Dispatcher:
             return folded.done
         return _success(ctx.task, first, outcome)
 
-    async def _answer(self, ctx: TaskContext, msgs: list[InboundRec], folded: _Folded
-                      ) -> DispatchOutcome:
-        first = msgs[0]
-        action = first.decision.action
-        if action not in ("pair", "command"):
-            return await self._respond(ctx, msgs, folded)
-        if action == "pair":
+    def _answer(self, ctx: TaskContext, msgs: list[InboundRec], folded: _Folded
+                ) -> Coroutine[Any, Any, DispatchOutcome]:
+        # The part that answers, as its own coroutine (no frame of this one around it).
+        if msgs[0].decision.action not in ("pair", "command"):
+            return self._respond(ctx, msgs, folded)
+        return self._command(msgs[0])
+
+    async def _command(self, first: InboundRec) -> DispatchOutcome:
+        if first.decision.action == "pair":
             text, reason = await self._commands.pair(first), "pairing"
         else:
             text, reason = await self._commands.command(first), "command"
