@@ -31,6 +31,7 @@ from typing import Any
 
 import httptools
 import httpx
+import msgspec
 
 MAX_IDLE = 16
 """Idle keep-alive connections kept per origin."""
@@ -407,7 +408,8 @@ class _Answer(httpx.Response):
     def __init__(self, status: int, headers: list[tuple[bytes, bytes]], content: bytes,
                  sent: _RequestParts) -> None:
         self.status_code = status
-        self.headers = httpx.Headers(headers)
+        self._raw_headers = headers
+        self._headers: httpx.Headers | None = None
         self._sent: _RequestParts | None = sent
         self._built: httpx.Request | None = None
         self.next_request = None
@@ -419,6 +421,30 @@ class _Answer(httpx.Response):
         self.is_closed = True
         self.is_stream_consumed = True
         self._num_bytes_downloaded = len(content)
+
+    # The headers become an ``httpx.Headers`` only when read (Discord's rate-limit buckets
+    # do; Telegram's, Slack's and a webhook's sends never do): building one normalized
+    # each name and value in Python, eight calls a reply.
+    @property
+    def headers(self) -> httpx.Headers:
+        if self._headers is None:
+            self._headers = httpx.Headers(self._raw_headers)
+        return self._headers
+
+    @headers.setter
+    def headers(self, value: httpx.Headers) -> None:
+        self._headers = value
+
+    def json(self, **kwargs: Any) -> Any:
+        # msgspec's decoder in one C call where ``json.loads`` takes five Python calls; what
+        # it refuses and the standard library reads (NaN, a BOM, a lone surrogate, a float
+        # out of range) and any option given go to httpx's own ``json``.
+        if not kwargs:
+            try:
+                return msgspec.json.decode(self._content)
+            except msgspec.MsgspecError:
+                pass
+        return super().json(**kwargs)
 
     @property
     def _request(self) -> httpx.Request | None:
