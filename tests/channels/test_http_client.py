@@ -127,6 +127,27 @@ async def test_answers_match_httpx(script: Script) -> None:
         assert seen.value.request.url == want.request.url
 
 
+@pytest.mark.parametrize("raw", [
+    b'{"ok":true,"result":{"message_id":7,"text":"h\\u00e9 \xc3\xbc"}}',  # msgspec reads these
+    b'[1, 2.5, null, "x"]', b'{"a":1,"a":2}', b'{"n":123456789012345678901234567890}',
+    b'{"x":NaN}', b'\xef\xbb\xbf{"ok":true}', b'{"s":"\\ud800"}', b'{"f":1e400}',  # only json
+    "{\"ok\":true}".encode("utf-16"),
+], ids=["object", "array", "duplicate", "bigint", "nan", "bom", "surrogate", "inf", "utf16"])
+async def test_an_answers_json_is_httpxs(raw: bytes) -> None:
+    def answer(request: bytes, n: int) -> bytes:
+        return (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                b"content-length: %d\r\n\r\n" % len(raw)) + raw
+
+    async with scripted_server(answer) as (url, _):
+        got, want = await _both(url, lambda c: c.post(url + "/sendMessage", json={"a": 1}))
+    expected = want.json()
+    seen = got.json()
+    assert repr(seen) == repr(expected)  # repr: NaN is not equal to itself
+    assert got.json(parse_float=str) == want.json(parse_float=str)  # options: httpx's own
+    assert got.headers.raw == [(b"content-type", b"application/json"),
+                               (b"content-length", str(len(raw)).encode())]
+
+
 @pytest.mark.parametrize("body", [{"content": b"raw body"}, {"json": {"text": "hi ünïcode"}},
                                   {}], ids=["content", "json", "empty"])
 async def test_the_request_on_the_wire_is_httpxs(body: dict[str, Any]) -> None:

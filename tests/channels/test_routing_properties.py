@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from palyra.channels.config import ChannelPolicy
 from palyra.channels.replies import split_utf8
 from palyra.channels.routing import (
+    MAX_ID,
     Envelope,
     Refused,
     decide,
@@ -142,3 +143,14 @@ def test_split_utf8_keeps_every_character_within_the_limit(text: str, limit: int
     assert all(len(c.encode()) <= limit for c in chunks)
     assert all(c.startswith(prefix) for c in chunks)
     assert "".join(c[len(prefix):] for c in chunks) == text
+
+
+@pytest.mark.parametrize("field", ["channel", "conversation_id", "thread_id", "sender",
+                                   "adapter_message_id", "envelope_id"])
+def test_an_id_longer_than_max_id_is_refused_and_one_at_it_kept(field: str) -> None:
+    base = Envelope(envelope_id="e1", channel="webhook:w", text="hi")
+    at = msgspec.structs.replace(base, **{field: "x" * MAX_ID})
+    assert len(getattr(normalize(at), field)) == MAX_ID
+    with pytest.raises(Refused) as refused:
+        normalize(msgspec.structs.replace(base, **{field: "x" * (MAX_ID + 1)}))
+    assert refused.value.reason == "id_too_long"

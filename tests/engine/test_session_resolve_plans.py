@@ -40,3 +40,42 @@ async def test_a_new_session_under_a_minted_id_is_planned_once_an_existing_one_a
         assert own.created and len(looked) == 5
     finally:
         store.close()
+
+
+async def test_every_lock_is_given_back_whichever_part_fails(tmp_path: Path) -> None:
+    store = JournalStore.open(tmp_path / "journal")
+    reader = SessionReader(store)
+    writer = SessionWriter(store, reader, lambda: 1_000)
+    lookup = reader.lookup
+    fail_at = [0]
+    calls = [0]
+
+    def failing(sel: Selectors):  # type: ignore[no-untyped-def]
+        calls[0] += 1
+        if calls[0] == fail_at[0]:
+            raise RuntimeError("planted")
+        return lookup(sel)
+
+    reader.lookup = failing  # type: ignore[method-assign]
+    try:
+        await writer.resolve(ALICE, Selectors(session_key="room-1"))  # exists from now on
+        for fail in (1, 2):  # the first plan (selectors' lock held), the second (both held)
+            calls[0], fail_at[0] = 0, fail
+            try:
+                async with writer.resolving(ALICE, Selectors(session_key="room-1")):
+                    raise AssertionError("the plan should have failed")
+            except RuntimeError:
+                pass
+            assert len(writer._locks) == 0, fail
+        calls[0], fail_at[0] = 0, 0
+        try:  # the body's own error
+            async with writer.resolving(ALICE, Selectors(session_key="room-1")) as plan:
+                assert len(writer._locks) == 2  # the selector's and the session's
+                raise KeyError(plan.record.session_id)
+        except KeyError:
+            pass
+        assert len(writer._locks) == 0
+        plan = await writer.resolve(ALICE, Selectors(session_key="room-1"))
+        assert not plan.created
+    finally:
+        store.close()

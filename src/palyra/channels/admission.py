@@ -12,6 +12,7 @@ one effect per inbound event). Refused messages go to the quarantine instead.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -164,8 +165,10 @@ class Admitter:
                 count = 0
                 async for page in self._dedupe_pages():
                     count += len(page)
+                # A partial, not a lambda: asked on every new delivery's dedupe check.
                 seen = SeenKeys(count,
-                                foreign=lambda: self._store.foreign_writes(records.TABLE))
+                                foreign=functools.partial(self._store.foreign_writes,
+                                                          records.TABLE))
                 async for page in self._dedupe_pages():
                     for key in page:
                         seen.add(key)

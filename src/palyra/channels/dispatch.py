@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -27,7 +27,7 @@ from palyra.agents.model import postures_for, route_for
 from palyra.channels import notices, records
 from palyra.channels.admission import ACTOR
 from palyra.channels.commands import Commands, active_run, channel_identity
-from palyra.channels.config import ChannelsConfig
+from palyra.channels.config import ChannelPolicy, ChannelsConfig
 from palyra.channels.outbox import (
     SEND_ATTEMPTS,
     SEND_TASK,
@@ -177,13 +177,15 @@ class Dispatcher:
             return folded.done
         return _success(ctx.task, first, outcome)
 
-    async def _answer(self, ctx: TaskContext, msgs: list[InboundRec], folded: _Folded
-                      ) -> DispatchOutcome:
-        first = msgs[0]
-        action = first.decision.action
-        if action not in ("pair", "command"):
-            return await self._respond(ctx, msgs, folded)
-        if action == "pair":
+    def _answer(self, ctx: TaskContext, msgs: list[InboundRec], folded: _Folded
+                ) -> Coroutine[Any, Any, DispatchOutcome]:
+        # The part that answers, as its own coroutine (no frame of this one around it).
+        if msgs[0].decision.action not in ("pair", "command"):
+            return self._respond(ctx, msgs, folded)
+        return self._command(msgs[0])
+
+    async def _command(self, first: InboundRec) -> DispatchOutcome:
+        if first.decision.action == "pair":
             text, reason = await self._commands.pair(first), "pairing"
         else:
             text, reason = await self._commands.command(first), "command"
@@ -196,8 +198,7 @@ class Dispatcher:
         room = min(policy.reply_max_bytes, cap) if cap else policy.reply_max_bytes
         return split_utf8(text, room, policy.reply_prefix)
 
-    def _slot(self, channel: str) -> _ChannelSlot:
-        policy = self._config.policy_for(channel)
+    def _slot(self, channel: str, policy: ChannelPolicy) -> _ChannelSlot:
         # Kept only while a dispatch holds or waits for one: an operator may route
         # to any channel name, so names must not pile up for the daemon's life.
         return _ChannelSlot(channel, self._slots.hold(channel, slots=policy.concurrency,
@@ -227,7 +228,7 @@ class Dispatcher:
         if context:
             text = ("Earlier in this conversation (not addressed to you):\n"
                     + "\n".join(context) + "\n\n" + text)
-        async with self._slot(env.channel):
+        async with self._slot(env.channel, policy):
             run_id = task.task_id  # a repeated dispatch finds its run
             # The run's tape as the writer commits it, from memory: its replies are
             # then read without going back to the journal (see _replies).

@@ -8,7 +8,7 @@ is never lost; a redelivery gets the stored outcome.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -122,9 +122,10 @@ class Ingress:
                 self._secrets[name] = ""
         return self._secrets[name]
 
-    async def telegram(self, name: str, headers: Mapping[str, str], body: bytes
-                       ) -> dict[str, Any]:
-        """One Telegram webhook delivery (an ``Update``).
+    def telegram(self, name: str, headers: Mapping[str, str], body: bytes
+                 ) -> Coroutine[Any, Any, dict[str, Any]]:
+        """One Telegram webhook delivery (an ``Update``): checked here, then admitted by
+        :meth:`telegram_update`'s coroutine (handed back, no frame of this one around it).
 
         Raises:
             PalyraError: as :meth:`webhook`.
@@ -138,7 +139,7 @@ class Ingress:
         except PalyraError:
             # `palyra channels connect` may have set a new secret since it was read.
             telegram.verify(self._telegram_secret(name, cfg.webhook_secret, True), headers)
-        return await self.telegram_update(name, telegram.decode(body))
+        return self.telegram_update(name, telegram.decode(body))
 
     async def telegram_update(self, name: str, update: TelegramUpdate, *,
                               also: Sequence[EntityWrite] = ()) -> dict[str, Any]:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any
 
 from palyra.channels.admission import ACTOR, COMMAND_TASK, DISPATCH_TASK, Admission, Admitter
 from palyra.channels.commands import Commands, decide_pairing
@@ -78,21 +79,22 @@ class ChannelRouter:
         decider for pairing approvals)."""
         return await decide_pairing(self.pairing, self._tasks, record, decision)
 
-    async def admit(self, envelope: Envelope, *, dedupe: tuple[str, str, str] | None = None,
-                    sink: str = "", also: Sequence[EntityWrite] = (), hint: bool = True
-                    ) -> Admission:
+    # admit and dispatch hand back their part's own coroutine: an ``async def`` that only
+    # awaited it was one more frame resumed at each of its suspensions, every message.
+    def admit(self, envelope: Envelope, *, dedupe: tuple[str, str, str] | None = None,
+              sink: str = "", also: Sequence[EntityWrite] = (), hint: bool = True
+              ) -> Coroutine[Any, Any, Admission]:
         """Keep one inbound message durably (see :meth:`Admitter.admit`)."""
-        return await self._admitter.admit(envelope, dedupe=dedupe, sink=sink, also=also,
-                                          hint=hint)
+        return self._admitter.admit(envelope, dedupe=dedupe, sink=sink, also=also, hint=hint)
 
     async def record(self, writes: Sequence[EntityWrite], kind: str) -> None:
         """Commit adapter state with no message (a polling offset past ignored updates)."""
         await self._store.append([EventDraft(kind=kind, actor=ACTOR,
                                              entity_writes=tuple(writes))])
 
-    async def dispatch(self, ctx: TaskContext) -> Done:
+    def dispatch(self, ctx: TaskContext) -> Coroutine[Any, Any, Done]:
         """The ``channel.dispatch`` and ``channel.command`` task handler."""
-        return await self._dispatcher.dispatch(ctx)
+        return self._dispatcher.dispatch(ctx)
 
     async def outcome(self, task_id: str, timeout_s: float) -> DispatchOutcome | None:
         """The dispatch's outcome once its task ends (None if it is still going)."""

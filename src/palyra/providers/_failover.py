@@ -53,14 +53,17 @@ async def stream_routed(candidates: Sequence[tuple[Target, ModelProvider]],
     for index, (target, provider) in enumerate(candidates):
         streamed = False
         asked = msgspec.structs.replace(request, model=target.model or request.model)
+        chunks = provider.stream(asked)
         try:
-            async with aclosing(provider.stream(asked)) as chunks:
+            try:  # contextlib.aclosing's work, without its three calls a model call
                 async for chunk in chunks:
                     if isinstance(chunk, Completed):
                         yield Answered(chunk.response, target, tuple(failovers))
                         return
                     streamed = True
                     yield chunk
+            finally:
+                await chunks.aclose()
         except PalyraError as exc:
             if streamed or not exc.retryable or index == len(candidates) - 1:
                 raise

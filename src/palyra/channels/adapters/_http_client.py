@@ -27,10 +27,12 @@ import asyncio
 import json
 import re
 import ssl
+from collections.abc import Coroutine
 from typing import Any
 
 import httptools
 import httpx
+import msgspec
 
 MAX_IDLE = 16
 """Idle keep-alive connections kept per origin."""
@@ -319,22 +321,33 @@ class PlatformClient(httpx.AsyncClient):
         parsed = self._url(url)
         return origin_of(parsed), parsed.netloc, parsed.raw_path, parsed
 
-    async def request(self, method: str, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
+    # request and post hand back the coroutine that does the exchange (the framed one, or
+    # httpx's), not an ``async def`` around it: a frame less resumed at each reply's wait.
+    def request(
+            self, method: str, url: httpx.URL | str, **kwargs: Any
+    ) -> Coroutine[Any, Any, httpx.Response]:
         if not _FAST_OPTIONS.issuperset(kwargs) or self.is_closed:
-            return await super().request(method, url, **kwargs)
+            return super().request(method, url, **kwargs)
         timeout = (httpx.Timeout(kwargs["timeout"]).as_dict() if "timeout" in kwargs
                    else self._default_timeout)
         content, payload = kwargs.get("content"), kwargs.get("json")
         if isinstance(self._lean, LeanTransport) and (
                 content is None or (isinstance(content, bytes) and payload is None)):
-            return await self._framed(method, self._target(url), kwargs.get("headers"),
-                                      content, payload, timeout)
+            return self._framed(method, self._target(url), kwargs.get("headers"),
+                                content, payload, timeout)
+        return self._built(method, url, kwargs, content, payload, timeout)
+
+    async def _built(self, method: str, url: httpx.URL | str, kwargs: dict[str, Any],
+                     content: Any, payload: Any, timeouts: dict[str, float | None]
+                     ) -> httpx.Response:
+        """A fast-option request the lean framing does not take (a ``str`` body, another
+        transport): httpx's request object, handed to the transport directly."""
         headers = self.headers.copy()
         if kwargs.get("headers"):
             headers.update(kwargs["headers"])
         request = httpx.Request(
             method, self._url(url), headers=headers, content=content, json=payload,
-            extensions={"timeout": timeout})
+            extensions={"timeout": timeouts})
         response = await self._lean.handle_async_request(request)
         response.request = request
         return response
@@ -391,8 +404,9 @@ class PlatformClient(httpx.AsyncClient):
         return _Answer(status, answer_headers, answer,
                        (method, url, auto + headers, body, timeouts))
 
-    async def post(self, url: httpx.URL | str, **kwargs: Any) -> httpx.Response:
-        return await self.request("POST", url, **kwargs)
+    def post(
+            self, url: httpx.URL | str, **kwargs: Any) -> Coroutine[Any, Any, httpx.Response]:
+        return self.request("POST", url, **kwargs)
 
 
 _RequestParts = tuple[str, httpx.URL | str, list[tuple[bytes, bytes]], bytes,
@@ -407,7 +421,8 @@ class _Answer(httpx.Response):
     def __init__(self, status: int, headers: list[tuple[bytes, bytes]], content: bytes,
                  sent: _RequestParts) -> None:
         self.status_code = status
-        self.headers = httpx.Headers(headers)
+        self._raw_headers = headers
+        self._headers: httpx.Headers | None = None
         self._sent: _RequestParts | None = sent
         self._built: httpx.Request | None = None
         self.next_request = None
@@ -419,6 +434,30 @@ class _Answer(httpx.Response):
         self.is_closed = True
         self.is_stream_consumed = True
         self._num_bytes_downloaded = len(content)
+
+    # The headers become an ``httpx.Headers`` only when read (Discord's rate-limit buckets
+    # do; Telegram's, Slack's and a webhook's sends never do): building one normalized
+    # each name and value in Python, eight calls a reply.
+    @property
+    def headers(self) -> httpx.Headers:
+        if self._headers is None:
+            self._headers = httpx.Headers(self._raw_headers)
+        return self._headers
+
+    @headers.setter
+    def headers(self, value: httpx.Headers) -> None:
+        self._headers = value
+
+    def json(self, **kwargs: Any) -> Any:
+        # msgspec's decoder in one C call where ``json.loads`` takes five Python calls; what
+        # it refuses and the standard library reads (NaN, a BOM, a lone surrogate, a float
+        # out of range) and any option given go to httpx's own ``json``.
+        if not kwargs:
+            try:
+                return msgspec.json.decode(self._content)
+            except msgspec.MsgspecError:
+                pass
+        return super().json(**kwargs)
 
     @property
     def _request(self) -> httpx.Request | None:

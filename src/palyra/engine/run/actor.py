@@ -252,8 +252,8 @@ class RunActor:
                                 timer.cancel()
                         continue
                     self._work_error = None
-                    self._work = tg.create_task(self._guarded_work())
-                    await asyncio.wait({self._work})
+                    self._work = work = tg.create_task(self._guarded_work())
+                    await _ended(work)
                     self._work = None
                     self._step.phase = "idle"
                     exc = self._take_work_error()
@@ -462,6 +462,20 @@ class RunActor:
 
     def _release_waiters(self) -> None:
         self._step.mailbox.close(parking=self._parking)
+
+
+def _ended(task: asyncio.Task[None]) -> asyncio.Future[None]:
+    """Done once ``task`` is, whatever its outcome, as ``asyncio.wait({task})`` waits (this
+    waiter's cancellation leaves ``task`` running), in one Python call where that took
+    about a dozen (its argument checks, a set, a generator, ``_wait``'s callbacks)."""
+    ended = task.get_loop().create_future()
+
+    def end(_: object) -> None:
+        if not ended.done():  # the waiter was cancelled
+            ended.set_result(None)
+
+    task.add_done_callback(end)
+    return ended
 
 
 def _lease_stale(exc: BaseException) -> bool:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import time
-from contextlib import aclosing
 
 from palyra_gen.palyra import v1 as pb
 
@@ -156,20 +155,24 @@ async def model_turn(step: Step, batch: Batch) -> None:
     streamed = False  # a token group of this turn is already in a batch
     try:
         with step.active(), step.deadline.within(step.remaining_wall_s()):
-            async with aclosing(call_model(step, request)) as chunks:
+            call = call_model(step, request)
+            chunks = call.chunks
+            try:  # contextlib.aclosing's work, without its three calls a turn
                 async for chunk in chunks:
                     if not isinstance(chunk, TextDelta):
-                        routed = chunk
+                        routed = call.routed(chunk)
                         continue
                     groups = tokens.push(chunk.text)
-                    batch.add(*(pb.ModelToken(token=g, is_final=False, turn=turn)
-                                for g in groups))
+                    batch.add(*[pb.ModelToken(token=g, is_final=False, turn=turn)
+                                for g in groups])
                     streamed = streamed or bool(groups)
                     if groups and time.monotonic() - flushed_at >= deps.config.token_flush_s:
                         await batch.commit()
                         flushed_at = time.monotonic()
                         batch = step.writer.batch()
                         step.carry(batch)
+            finally:
+                await chunks.aclose()
     except TimeoutError:
         # The limit may have struck while a token commit was landing: that
         # batch is durable, so the loop ends in a fresh one.

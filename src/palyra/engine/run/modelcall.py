@@ -18,6 +18,7 @@ import msgspec
 
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.engine.model.attachments import ATTACHMENT_TABLE, blob_key
+from palyra.engine.run.deps import EngineDeps
 from palyra.engine.run.step import Step
 from palyra.journal import EntityWrite, JournalStore
 from palyra.providers import (
@@ -46,13 +47,43 @@ class Routed:
     cache_write: EntityWrite | None = None
 
 
-async def call_model(step: Step, request: ModelRequest
-                     ) -> AsyncGenerator[TextDelta | Routed, None]:
-    """Stream the call's text deltas, then one :class:`Routed`.
+class ModelCall:
+    """One model call under way: its chunks, and the answer as the run records it.
+
+    The chunks are :func:`palyra.providers.stream_routed`'s own generator (or the
+    cache's replay), not a generator wrapped around it: a third nested generator cost
+    each text delta another frame resumed and each call another ``aclosing``, and all
+    it added was the cache entry, which :meth:`routed` makes from the answer.
+    """
+
+    __slots__ = ("_deps", "_digest", "chunks")
+
+    def __init__(self, deps: EngineDeps, digest: str,
+                 chunks: AsyncGenerator[TextDelta | Answered, None]) -> None:
+        self._deps = deps
+        self._digest = digest
+        self.chunks = chunks
+
+    def routed(self, answer: Answered) -> Routed:
+        """``answer`` with the cache entry to commit in the turn's append (if any)."""
+        digest = self._digest
+        # Only the primary's own fresh answer is stored: a fallback's would later stand
+        # in for the primary under the primary's key, and a cached one is stored already.
+        if not digest or answer.failovers or answer.cached:
+            return Routed(answer)
+        return Routed(answer, EntityWrite(CACHE_TABLE, CACHE_KEY_PREFIX + digest, encode_entry(
+            CachedAnswer(response=answer.response, provider=answer.target.provider,
+                         digest=digest, created_ms=self._deps.now_ms()))))
+
+
+def call_model(step: Step, request: ModelRequest) -> ModelCall:
+    """Start the call: its text deltas, then one :class:`Answered` (``ModelCall.routed``
+    makes the run's :class:`Routed` of it).
 
     Raises:
         PalyraError: ``CONFIG_INVALID`` for a route the config no longer serves;
-            otherwise what :func:`palyra.providers.stream_routed` raises.
+            ``INVALID_ARGUMENT`` for images no provider of the route accepts;
+            otherwise (from the chunks) what :func:`palyra.providers.stream_routed` raises.
     """
     deps, record = step.deps, step.record
     candidates = deps.models.resolve(record.model_route)
@@ -73,22 +104,16 @@ async def call_model(step: Step, request: ModelRequest
         raw = deps.store.get_entity(CACHE_TABLE, CACHE_KEY_PREFIX + digest)
         entry = decode_entry(raw) if raw is not None else None
         if entry is not None and entry.digest == digest:
-            if entry.response.text:
-                yield TextDelta(entry.response.text)
-            yield Routed(Answered(entry.response, primary, cached=True))
-            return
-    async for chunk in stream_routed(candidates, request):
-        if isinstance(chunk, TextDelta):
-            yield chunk
-            continue
-        write = None
-        if digest and not chunk.failovers:
-            # Only the primary's own answer is stored: a fallback's would later
-            # stand in for the primary under the primary's key.
-            write = EntityWrite(CACHE_TABLE, CACHE_KEY_PREFIX + digest, encode_entry(
-                CachedAnswer(response=chunk.response, provider=chunk.target.provider,
-                             digest=digest, created_ms=deps.now_ms())))
-        yield Routed(chunk, write)
+            return ModelCall(deps, digest, _replay(Answered(entry.response, primary,
+                                                            cached=True)))
+    return ModelCall(deps, digest, stream_routed(candidates, request))
+
+
+async def _replay(answer: Answered) -> AsyncGenerator[TextDelta | Answered, None]:
+    """A cached answer as a call streams one: its text as one delta, then the answer."""
+    if answer.response.text:
+        yield TextDelta(answer.response.text)
+    yield answer
 
 
 def _loaded(store: JournalStore, message: ChatMessage) -> ChatMessage:
