@@ -10,7 +10,8 @@ that protocol lives only in :meth:`SessionWriter.resolving`.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import msgspec
@@ -61,54 +62,6 @@ async def _never_handed_over(change: SessionChange) -> ChangeAnswer:
     raise AssertionError(f"session {change.session_id} has no other owner on one daemon")
 
 
-class _Resolving:
-    """:meth:`SessionWriter.resolving`'s ``async with``: the selectors' locks, a plan, the
-    session's lock, and the plan made again under it (a class, not an
-    ``asynccontextmanager``: every run's start goes through it, and a generator's
-    wrapper, frames and async-generator hooks cost five Python calls more)."""
-
-    __slots__ = ("_identity", "_selectors", "_selectors_held", "_session", "_writer")
-
-    def __init__(self, writer: SessionWriter, identity: IdentityRec,
-                 selectors: Selectors) -> None:
-        self._writer, self._identity, self._selectors = writer, identity, selectors
-        names = sorted({f"sel:{v}" for v in (selectors.session_id, selectors.session_key,
-                                             selectors.label) if v} or {"sel:*new*"})
-        self._selectors_held = writer._locks.hold_all(names)
-        self._session: contextlib.AbstractAsyncContextManager[None] | None = None
-
-    async def __aenter__(self) -> SessionPlan:
-        writer, identity, selectors = self._writer, self._identity, self._selectors
-        await self._selectors_held.__aenter__()
-        try:
-            first = plan_resolve(writer.reader, identity, selectors, writer._now_ms())
-            session = writer.hold(first.record.session_id)
-            await session.__aenter__()
-        except BaseException:
-            await self._selectors_held.__aexit__(None, None, None)
-            raise
-        self._session = session
-        # A session this plan creates under an id it minted is unknown to anyone else,
-        # and its selectors' locks are held since it was planned: planning again would
-        # find the same nothing and mint another id. Any other session is planned again
-        # under its lock, where changes wait.
-        if first.created and not selectors.session_id:
-            return first
-        try:
-            return plan_resolve(writer.reader, identity, selectors, writer._now_ms())
-        except BaseException:
-            await self.__aexit__(None, None, None)
-            raise
-
-    async def __aexit__(self, *exc: object) -> None:
-        session, self._session = self._session, None
-        try:
-            if session is not None:
-                await session.__aexit__(None, None, None)
-        finally:
-            await self._selectors_held.__aexit__(None, None, None)
-
-
 @dataclass(frozen=True, slots=True)
 class CleanupResult:
     """Outcome of archiving a session."""
@@ -149,13 +102,26 @@ class SessionWriter:
         """Hold ``session_id``'s lock: the only spelling of that lock's key."""
         return self._locks.hold("sid:" + session_id)
 
-    def resolving(self, identity: IdentityRec, selectors: Selectors) -> _Resolving:
+    @asynccontextmanager
+    async def resolving(self, identity: IdentityRec,
+                        selectors: Selectors) -> AsyncIterator[SessionPlan]:
         """Get-or-create by ``selectors``, holding every lock the plan needs.
 
         Yields the plan made under the session's lock; the caller commits it
         (alone, or with a run's first events) before leaving the block.
         """
-        return _Resolving(self, identity, selectors)
+        names = sorted({f"sel:{v}" for v in (selectors.session_id, selectors.session_key,
+                                             selectors.label) if v} or {"sel:*new*"})
+        async with self._locks.hold_all(names):
+            first = plan_resolve(self.reader, identity, selectors, self._now_ms())
+            async with self.hold(first.record.session_id):
+                # A session this plan creates under an id it minted is unknown to
+                # anyone else, and its selectors' locks are held since it was planned:
+                # planning again would find the same nothing and mint another id. Any
+                # other session is planned again under its lock, where changes wait.
+                minted = first.created and not selectors.session_id
+                yield first if minted else plan_resolve(
+                    self.reader, identity, selectors, self._now_ms())
 
     async def resolve(self, identity: IdentityRec, selectors: Selectors) -> SessionPlan:
         """Get-or-create (and optionally reset) a session and commit it.
