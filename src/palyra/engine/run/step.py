@@ -86,7 +86,11 @@ class ApprovalMailbox:
         self._decisions.pop(approval_id, None)
 
     def resolve(self, record: ApprovalRecord) -> None:
-        """The decision on ``record`` is committed: forget it and answer its decider."""
+        """The decision on ``record`` is committed: forget it and answer its decider.
+
+        ``record`` is the row as stored (``records.redacted``): the decider's answer
+        goes to the caller as it is.
+        """
         self._decisions.pop(record.approval_id, None)
         ack = self._acks.pop(record.approval_id, None)
         if ack is not None and not ack.done():
