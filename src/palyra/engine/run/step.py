@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from types import TracebackType
 from typing import Literal
 
 from palyra.core.errors import ErrorCode
@@ -156,14 +155,9 @@ class Step:
         """A new agent loop starts: its wall-clock budget starts full."""
         self._active_s = 0.0
 
-    @contextmanager
-    def active(self) -> Iterator[None]:
-        """Count the block's wall time against the loop's budget."""
-        started = time.monotonic()
-        try:
-            yield
-        finally:
-            self._active_s += time.monotonic() - started
+    def active(self) -> _Active:
+        """Count the block's wall time against the loop's budget (``with step.active():``)."""
+        return _Active(self)
 
     def remaining_wall_s(self) -> float:
         """Active wall-clock budget left for the current agent loop."""
@@ -176,3 +170,25 @@ class Step:
             self._unknown_inflight.discard(proposal_id)
             return True
         return False
+
+
+class _Active:
+    """The block of ``Step.active``: its wall time counts against the loop's budget.
+
+    A plain class rather than a ``@contextmanager`` generator: every model call and
+    every tool run enters one, and the generator's wrapper, its ``next`` calls and
+    its frame cost five Python calls more each time.
+    """
+
+    __slots__ = ("_started", "_step")
+
+    def __init__(self, step: Step) -> None:
+        self._step = step
+        self._started = 0.0
+
+    def __enter__(self) -> None:
+        self._started = time.monotonic()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._step._active_s += time.monotonic() - self._started
