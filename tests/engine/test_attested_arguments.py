@@ -7,8 +7,10 @@ digest from the tape must get the taped one.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from engine_harness import Harness, loop_text, run_to_end
+from engine_harness import ADMIN, USER, Harness, loop_text, next_approval, run_to_end
 from palyra_gen.palyra import v1 as pb
 
 from palyra.tools import ToolResult
@@ -22,6 +24,43 @@ async def test_each_attestation_is_recomputable_from_the_taped_call(harness: Har
     run = await run_to_end(app, loop_text(k))
     assert run.state == pb.RunState.DONE
     members = harness.members(run.run_id)
+    proposals = {m.proposal_id: m for m in members if isinstance(m, pb.ToolProposal)}
+    results = [m for m in members if isinstance(m, pb.ToolResult)]
+    assert len(results) == k
+    for result in results:
+        call, attestation = proposals[result.proposal_id], result.attestation
+        assert attestation is not None
+        again = attest(call.tool_name, call.input_json, ToolResult(
+            result.success, result.output_json, result.error, result.timed_out,
+            result.truncated, facts=dict(attestation.facts)))
+        assert attestation.execution_sha256 == again
+
+
+async def test_an_approved_calls_attestation_is_recomputable_from_the_taped_call(
+        harness: Harness) -> None:
+    """An approved call (its result in its decision's append) attests the taped text too,
+    and so does the one decided after a restart (its arguments read back from the tape)."""
+    app = await harness.start()
+    session = (await app.resolve_session(USER, pb.ResolveSessionRequest(
+        session_key="attested"))).session
+    await app.set_tool_posture(USER, pb.SetToolPostureRequest(
+        session_id=session.session_id, tool_name="add", posture=pb.ToolPosture.ASK_EACH_TIME))
+    created = await app.create_run(USER, pb.CreateRunRequest(
+        session_key="attested", input=pb.MessageInput(text=loop_text(2)), complete=True))
+    run_id = created.run.run_id
+    for restart in (False, True):
+        approval = await next_approval(app, run_id)
+        if restart:
+            app = await harness.restart()
+        await app.decide_approval(ADMIN, pb.DecideApprovalRequest(
+            approval_id=approval.approval_id, decision=pb.ApprovalDecision.APPROVE,
+            reason="ok"))
+    run = (await app.complete_run(USER, pb.CompleteRunRequest(run_id=run_id, wait=True))).run
+    assert run.state == pb.RunState.DONE and run.final_text == "result=2"
+    _assert_recomputable(harness.members(run_id), 2)
+
+
+def _assert_recomputable(members: list[Any], k: int) -> None:
     proposals = {m.proposal_id: m for m in members if isinstance(m, pb.ToolProposal)}
     results = [m for m in members if isinstance(m, pb.ToolResult)]
     assert len(results) == k

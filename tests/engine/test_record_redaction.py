@@ -19,6 +19,7 @@ from palyra.engine.model.records import (
     PromptRec,
     RunRecord,
 )
+from palyra.engine.run.approvals import approval_write, stored_approval_write
 
 SECRET = "sk-proj-RECORDSECRETaaaaaaaaaaaa"
 CLEAN_ARGS = '{"path": "notes.txt"}'
@@ -88,3 +89,14 @@ def test_each_approval_text_is_screened_though_the_others_are_known_clean(field:
     approval = _approval(**{field: value})
     row = msgspec.msgpack.decode(_stored(approval))
     assert SECRET not in str(row)
+
+
+@pytest.mark.parametrize("field", ["args_json", "reason", "summary", "details_json",
+                                   "policy_explanation", ""])
+def test_the_stored_form_is_written_as_the_screened_write_would_write_it(field: str) -> None:
+    # The run's hot path redacts an approval once and writes that form as it is
+    # (``stored_approval_write``): the row is byte for byte the screened write's.
+    approval = _approval(**({field: f'{{"token": "{SECRET}"}}'} if field else {}))
+    stored = stored_approval_write(records.redacted(approval))
+    assert stored == approval_write(approval)
+    assert stored.value is not None and SECRET.encode() not in stored.value

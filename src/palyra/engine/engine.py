@@ -840,5 +840,6 @@ class Engine:
         if actor is None:
             raise coded(ErrorCode.UNAVAILABLE, f"run {record.run_id} is not live; retry "
                         "after the daemon restarts", run_id=record.run_id)
-        # The committed row is redacted (a reason may quote a secret); so is the answer.
-        return redacted(await actor.deliver(approval_id, decision))
+        # The answer is the committed row, in its stored form: redacted (a reason may
+        # quote a secret) as the run wrote it (``ApprovalMailbox.resolve``).
+        return await actor.deliver(approval_id, decision)

@@ -202,6 +202,12 @@ def encode(record: SessionRecord | RunRecord | ApprovalRecord) -> bytes:
     return _ENCODER.encode(redacted(record))
 
 
+def encode_stored(record: ApprovalRecord) -> bytes:
+    """MessagePack bytes of ``record``, which is already in its stored form: the
+    value ``redacted`` returned, which it would return again unchanged."""
+    return _ENCODER.encode(record)
+
+
 # Strings known to redact to themselves (an insertion-ordered set, oldest
 # evicted first). A record is redacted each time it is written or returned,
 # and an approval's arguments, prompt and explanation do not change between

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from palyra.engine.model.records import APPROVALS, ApprovalRecord, decode, encode
+from palyra.engine.model.records import APPROVALS, ApprovalRecord, decode, encode, encode_stored
 from palyra.journal import EntityWrite, JournalStore
 
 PREFIX = "a:"
@@ -26,6 +26,13 @@ def approval_key(approval_id: str) -> str:
 def approval_write(record: ApprovalRecord) -> EntityWrite:
     """The entity write of an approval record (free text redacted by ``encode``)."""
     return EntityWrite(APPROVALS, approval_key(record.approval_id), encode(record))
+
+
+def stored_approval_write(stored: ApprovalRecord) -> EntityWrite:
+    """The entity write of an approval record already in its stored form (``redacted``'s
+    answer): the run's hot path redacts a row once and both writes and holds that form
+    (``PendingApprovals``, the decider's answer), so it is not screened a second time."""
+    return EntityWrite(APPROVALS, PREFIX + stored.approval_id, encode_stored(stored))
 
 
 class PendingApprovals:

@@ -51,7 +51,7 @@ from palyra.engine.model.lifecycle import (
 from palyra.engine.model.ports import ReferenceCall, ToolOutcome, ToolRequest, ToolVerdict
 from palyra.engine.model.records import GrantRec, grant_key, redacted
 from palyra.engine.run import relay
-from palyra.engine.run.approvals import approval_write
+from palyra.engine.run.approvals import approval_write, stored_approval_write
 from palyra.engine.run.relay import RELAY_POLL_S, clear_relay, read_relayed
 from palyra.engine.run.step import Step
 from palyra.engine.run.writer import Batch
@@ -313,7 +313,7 @@ async def _ask(step: Step, batch: Batch, pid: str, name: str, arguments: Mapping
         expires_at_unix_ms=record.expires_at_ms))
     batch.transition(RunEvent.REQUEST_APPROVAL, message=f"waiting for approval {record.approval_id}",
                      reason="approval_required")
-    batch.write(approval_write(stored)).set(pending_approval_id=record.approval_id)
+    batch.write(stored_approval_write(stored)).set(pending_approval_id=record.approval_id)
     # Held from the hand-over on: the request reaches a decider only through the
     # committed tape event, often before this task resumes (see PendingApprovals).
     deps.pending.add(stored)
@@ -369,6 +369,10 @@ async def _await_decision_once(step: Step, p: Proposal) -> None:
     decision = fut.result()
     deps.pending.discard(record.approval_id)  # its row changes in the commit below
     new = appr.decided(record, decision)
+    # The row's form (a decider's reason may quote a secret), redacted once: written,
+    # and the decider's answer. The tape event below carries the reason as given:
+    # the journal redacts it and records where.
+    stored = redacted(new)
     approved = decision.event == ApprovalEvent.APPROVE
     batch = step.writer.batch()
     batch.add(pb.ToolApprovalResponse(
@@ -377,7 +381,7 @@ async def _await_decision_once(step: Step, p: Proposal) -> None:
         ttl_seconds=new.ttl_seconds, decided_by=new.decided_by, reason=new.reason,
         state=approval_state_proto(new.state)))
     batch.transition(RunEvent.APPROVAL_RESOLVED, message=f"approval {new.state}", reason=new.state)
-    batch.write(approval_write(new)).set(pending_approval_id="")
+    batch.write(stored_approval_write(stored)).set(pending_approval_id="")
     if deps.shared_journal:
         batch.write(clear_relay(new.approval_id))  # a relayed decision is consumed
         if relayed is not None:  # ... only while its decider still waits for it
@@ -388,7 +392,7 @@ async def _await_decision_once(step: Step, p: Proposal) -> None:
                                    else (new.reason or "approval denied"))
         _turn_done(step, batch, p.proposal_id)
     # The decider is answered once the decision is durable, not after the run's next step.
-    batch.on_landed(lambda: step.mailbox.resolve(new))
+    batch.on_landed(lambda: step.mailbox.resolve(stored))
     if approved and new.scope == "once" and _runs_with_its_decision(step, p):
         await _execute_with(step, batch, p)
         return
@@ -440,7 +444,9 @@ async def _execute_with(step: Step, batch: Batch, p: Proposal) -> None:
         # Most approved read-only calls finish in their first step (``add``, a file read):
         # run here, they need no task, no timer and no loop turn. Only a call that
         # suspends is continued in a task of its own, which the decider waits for.
-        first = first_step(_run_tool(step, p.tool_name, p.arguments(), p.posture))
+        # Attested from the taped call's text, as the proposal's own run is (``propose``).
+        first = first_step(_run_tool(step, p.tool_name, p.arguments(), p.posture,
+                                     args_json=p.input_json))
         if isinstance(first, Suspended):
             call = asyncio.ensure_future(_resumed(first))
             try:
@@ -517,7 +523,8 @@ async def execute(step: Step, p: Proposal) -> None:
         return
     step.phase = "tool"
     with step.active():
-        outcome = await _run_tool(step, p.tool_name, p.arguments(), p.posture)
+        outcome = await _run_tool(step, p.tool_name, p.arguments(), p.posture,
+                                  args_json=p.input_json)
     batch = step.writer.batch()
     _add_outcome(batch, p.proposal_id, p.tool_name, outcome)
     _turn_done(step, batch, p.proposal_id)
