@@ -21,7 +21,13 @@ from palyra.journal.tlog.merkle import (
     root_at,
     tree_prefix,
 )
-from palyra.journal.write.plan import MAX_RECORD_EVENTS, Heads, layout, plan_commit
+from palyra.journal.write.plan import (
+    EVENT_OVERHEAD,
+    MAX_RECORD_EVENTS,
+    Heads,
+    layout,
+    plan_commit,
+)
 from palyra.journal.write.prepare import prepare
 from palyra.journal.write.requests import Append
 
@@ -76,6 +82,31 @@ def test_the_writes_are_the_documented_record_and_indexes_in_frame_order() -> No
     assert stored.hash == digest == plan.sessions["s"]
     assert plan.views[0].prev_hash == prev.hex() and plan.views[0].tape_seq == 5
     assert plan.rows == {("runs", "r"): b"v"}
+
+
+def test_a_batch_writes_table_after_table_in_frame_order() -> None:
+    # Many writes a table (a batch; built a table at a time, unlike a lone append's):
+    # the same layout, each table's writes in position order, with their values.
+    requests = [_append(draft(i, session_id="s" if i % 2 else "t", run_id="r", tape=True))
+                for i in range(4)]  # fmt: skip
+    plan = plan_commit(requests, _heads())
+    ids = [v.event_id.encode() for v in plan.views]
+    prefix = tree_prefix(JOURNAL_TREE)
+    assert [(name, key) for name, key, _v in plan.ops] == [
+        *[(EVENT_IDS, event_id) for event_id in ids],
+        (EVENTS, u64_key(2)), (EVENTS, u64_key(4)),  # t's record (0, 2), then s's (1, 3)
+        (BY_SESSION, scoped_key("t", 2)), (BY_SESSION, scoped_key("s", 4)),
+        (TAPE, scoped_key("r", 1)), (TAPE, scoped_key("r", 3)),  # each record's last seq of r
+        (TLOG, node_key(prefix, 0, 0)), (TLOG, node_key(prefix, 0, 1)),
+    ]  # fmt: skip
+    assert [value for name, _k, value in plan.ops if name == EVENT_IDS] == [
+        u64_key(position) for position in range(1, 5)]
+    assert [value for name, _k, value in plan.ops if name == TAPE] == [u64_key(2), u64_key(4)]
+    # Each view's weight in a follower's buffer: its payload plus the rest's allowance.
+    payloads = {e.event_id: e.payload for r in requests for e in r.events}
+    assert plan.sizes == [len(payloads[v.event_id]) + EVENT_OVERHEAD for v in plan.views]
+    assert plan.ops == [(name, key, value) for name, items in plan.tables.items()
+                        for key, value in items]  # fmt: skip
 
 
 def test_the_rows_hold_the_value_of_the_last_write_in_queued_order() -> None:

@@ -239,3 +239,29 @@ async def test_an_id_only_the_frame_in_flight_claims_is_refused_only_if_that_fra
         assert again.event_id == _TAKEN
     report = verify_store(data_dir)
     assert report.ok and report.head_position == again.position, report.summary()
+
+
+async def test_a_batch_of_appends_and_a_checkpoint_signs_after_its_appends(
+    data_dir: Path,
+) -> None:
+    # Queued behind a held lone frame, two appends and a checkpoint are taken as one
+    # batch: its appends go in one frame, then the checkpoint signs the head after them.
+    held = _Held(at=0)
+    async with JournalStore.open(data_dir, config=JournalConfig(sync=True)) as store:
+        _hooked(store, held)
+        first = asyncio.ensure_future(store.append([draft(0, session_id="s")]))
+        await held.reached(0)
+        appends = [store.submit([draft(i, session_id="s")]) for i in (1, 2)]
+        signed = asyncio.ensure_future(store.checkpoint())
+        writer = store._writer
+        assert writer is not None
+        await _until(lambda: writer._queue.qsize() == 3)  # all three queued: one batch
+        held.gate[0].set()
+        [a0] = await first
+        events = [e for f in appends for e in await f]
+        checkpoint = await signed
+        assert [e.position for e in events] == [a0.position + 1, a0.position + 2]
+        assert checkpoint.position == events[-1].position
+        assert checkpoint.head_hash == events[-1].global_hash
+    report = verify_store(data_dir)
+    assert report.ok, report.summary()
