@@ -23,18 +23,7 @@ async def test_each_attestation_is_recomputable_from_the_taped_call(harness: Har
     app = await harness.start()
     run = await run_to_end(app, loop_text(k))
     assert run.state == pb.RunState.DONE
-    members = harness.members(run.run_id)
-    proposals = {m.proposal_id: m for m in members if isinstance(m, pb.ToolProposal)}
-    results = [m for m in members if isinstance(m, pb.ToolResult)]
-    assert len(results) == k
-    for result in results:
-        call, attestation = proposals[result.proposal_id], result.attestation
-        assert attestation is not None
-        again = attest(call.tool_name, call.input_json, ToolResult(
-            result.success, result.output_json, result.error, result.timed_out,
-            result.truncated, facts=dict(attestation.facts)))
-        assert attestation.execution_sha256 == again
-
+    _assert_recomputable(harness.members(run.run_id), k)
 
 async def test_an_approved_calls_attestation_is_recomputable_from_the_taped_call(
         harness: Harness) -> None:
