@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -29,13 +28,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from palyra_gen.palyra import v1 as pb
 
-from palyra.app import CallContext, PalyraApp
-from palyra.config import GrpcConfig
+from palyra.app import PalyraApp
 from palyra.core.errors import ErrorCode, PalyraError
 from palyra.testing.apps import scripted_app
-from palyra.transport.auth import Caller
-from palyra.transport.grpc import GrpcGateway
 from palyra.transport.grpc._codec import CappedProtoCodec, _recv_message_capped, _whole_message
+from tests.transport._served import grpc_listening
 
 
 class _Stream:
@@ -157,20 +154,8 @@ async def app(tmp_path: Path) -> AsyncIterator[PalyraApp]:
 async def test_decisions_up_a_run_stream_over_a_real_listener(app: PalyraApp) -> None:
     """A HITL run over grpclib on loopback: each decision goes up the open RunStream (one
     DATA frame, read whole) and the run goes on to its reply."""
-    caller = Caller(principal="user:recv", device_id="01J00000000000000000000000",
-                    token_kind="admin", channel="", request_id="")
-
-    class Allow:
-        def authenticate(self, rpc: str, headers: dict[str, str]) -> Caller:
-            return caller
-
-    gateway = GrpcGateway(app, authenticator=Allow(),  # type: ignore[arg-type]
-                          make_ctx=CallContext.from_caller, config=GrpcConfig())
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen()
-    await gateway.start(sock)
-    channel = Channel("127.0.0.1", sock.getsockname()[1])
+    gateway, port = await grpc_listening(app, principal="user:recv")
+    channel = Channel("127.0.0.1", port)
     try:
         stub = pb.GatewayServiceStub(channel)
         session = (await stub.resolve_session(pb.ResolveSessionRequest(session_key="d"))).session

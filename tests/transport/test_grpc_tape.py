@@ -11,7 +11,6 @@ loopback.
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -33,9 +32,9 @@ from palyra.app._tape import run_stream_responses
 from palyra.config import GrpcConfig
 from palyra.journal import StoredEvent
 from palyra.testing.apps import scripted_app
-from palyra.transport.auth import Caller
-from palyra.transport.grpc import GrpcGateway, _tape
+from palyra.transport.grpc import _tape
 from palyra.transport.grpc._codec import Encoded
+from tests.transport._served import grpc_listening
 
 USER = CallContext.for_principal("user:tape", "01J00000000000000000000000")
 TEXT = ("Start from 0 and add 1 to the running total 3 times, one `add` tool call per step, "
@@ -149,28 +148,9 @@ def test_edge_values_encode_alike(run_id: str, session_id: str, tape_seq: int, p
         pb.RunStreamResponse(v=1, event=wrapper))
 
 
-async def _listening(app: PalyraApp, config: GrpcConfig | None = None
-                     ) -> tuple[GrpcGateway, int]:
-    """The gRPC listener on a loopback port, every caller let in as one principal."""
-    caller = Caller(principal="user:tape", device_id="01J00000000000000000000000",
-                    token_kind="admin", channel="", request_id="")
-
-    class Allow:
-        def authenticate(self, rpc: str, headers: dict[str, str]) -> Caller:
-            return caller
-
-    gateway = GrpcGateway(app, authenticator=Allow(),  # type: ignore[arg-type]
-                          make_ctx=CallContext.from_caller, config=config or GrpcConfig())
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen()
-    await gateway.start(sock)
-    return gateway, sock.getsockname()[1]
-
-
 async def test_a_whole_turn_over_a_real_listener(app: PalyraApp) -> None:
     """RunStream through grpclib on loopback: the client parses what the listener encoded."""
-    gateway, port = await _listening(app)
+    gateway, port = await grpc_listening(app)
     channel = Channel("127.0.0.1", port)
     try:
         stub = pb.GatewayServiceStub(channel)
@@ -198,7 +178,7 @@ async def test_responses_past_a_frame_or_a_window_take_the_generic_path(app: Pal
     left of its flow-control windows (64 KiB, the least HTTP/2 allows) is sent the generic
     way (chunked, waiting for WINDOW_UPDATEs), whole and in order; one past the message
     cap ends the call with RESOURCE_EXHAUSTED instead of being sent."""
-    gateway, port = await _listening(app, GrpcConfig(max_message_bytes=200_000))
+    gateway, port = await grpc_listening(app, GrpcConfig(max_message_bytes=200_000))
     config = Configuration(http2_connection_window_size=65_535, http2_stream_window_size=65_535)
     channel = Channel("127.0.0.1", port, config=config)
     try:
@@ -232,7 +212,7 @@ async def test_responses_past_a_frame_or_a_window_take_the_generic_path(app: Pal
 async def test_the_c_core_client_runs_a_whole_turn(app: PalyraApp) -> None:
     """grpcio (the official C-core client) reads the hand-encoded RunStream responses."""
     grpc = pytest.importorskip("grpc")
-    gateway, port = await _listening(app)
+    gateway, port = await grpc_listening(app)
 
     def turn() -> list[pb.RunStreamResponse]:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -275,7 +255,7 @@ async def test_a_failed_run_ends_its_call_with_the_error_a_done_one_with_ok(
     """Over the listener: a run that fails (a second message for another run is a protocol
     error) ends its call with the error's status and code after its FAILED status event;
     a run that ends DONE ends it OK, with every event (grpclib and C-core clients)."""
-    gateway, port = await _listening(app)
+    gateway, port = await grpc_listening(app)
     channel = Channel("127.0.0.1", port)
     try:
         stub = pb.GatewayServiceStub(channel)
@@ -337,7 +317,7 @@ async def test_unary_answers_go_as_frames_written_directly(
     listener (``DirectSendStream``): grpclib's generic send is not called once in a turn
     of a unary call, a RunStream and another unary call, and the client reads each."""
     generic = _GenericSends(monkeypatch)
-    gateway, port = await _listening(app)
+    gateway, port = await grpc_listening(app)
     try:
         await _unary_and_stream(port)
     finally:
@@ -351,7 +331,7 @@ async def test_a_send_message_listener_still_hears_every_answer(
     and the listener is handed each of them (the direct path skips the event only when
     nobody listens)."""
     generic = _GenericSends(monkeypatch)
-    gateway, port = await _listening(app)
+    gateway, port = await grpc_listening(app)
     heard: list[object] = []
 
     async def on_send(event: SendMessage) -> None:
